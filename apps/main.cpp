@@ -1,0 +1,94 @@
+// The shardsim command line. Thin: parses arguments, calls the libraries, prints, maps errors to exit codes
+// (0 ok, 1 validation failed, 2 bad input/usage, 3 runtime fault; see common/error.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.h"
+#include "kernels/gemm.h"
+#include "runtime/world.h"
+#include "sharding/workload.h"
+
+namespace {
+
+constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
+
+int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
+            const shardsim::sharding::RunOptions& opt) {
+  using namespace shardsim;
+  // Every rank parses the same file, so a bad config fails identically everywhere; report it once.
+  sharding::RunConfig cfg;
+  std::string error;
+  int code = kExitOk;
+  try {
+    cfg = sharding::load_run_config(config_path);
+    if (world.size() != cfg.topology.num_chips())
+      throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
+                        " chips but the job has " + std::to_string(world.size()) +
+                        " MPI ranks; run it with mpirun -np " + std::to_string(cfg.topology.num_chips()));
+  } catch (const Error& e) {
+    error = e.what();
+    code = e.exit_code();
+  }
+  if (world.any(code != kExitOk)) {
+    // Did every rank fail the same way? Then one message from rank 0; otherwise the failing ranks speak.
+    if (world.any(code == kExitOk)) {
+      if (code != kExitOk) world.abort(code, "shardsim: error on chip " + std::to_string(world.rank()) + ": " + error);
+      world.sleepy_barrier();  // never reached: the abort takes the job down
+    }
+    if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", error.c_str());
+    return code;
+  }
+  const auto report = sharding::run_workload(world, cfg, opt);
+  if (world.rank() == 0) {
+    std::cout << sharding::to_text(report) << std::flush;
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      if (!out) throw RuntimeFault("cannot write JSON report to '" + json_path + "'");
+      out << sharding::to_json(report).dump(2) << "\n";
+    }
+  }
+  return report.ok() ? kExitOk : kExitValidationFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shardsim;
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
+  runtime::MpiSession mpi(&argc, &argv);
+  runtime::World world;
+
+  CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank"};
+  app.require_subcommand(1);
+  auto* run = app.add_subcommand("run", "run a sharded workload, validate it against one device, checkpoint it");
+  std::string config = kDefaultConfig, json_path;
+  sharding::RunOptions opt;
+  std::string ckpt;
+  run->add_option("config", config, "workload YAML (default: the Llama-2-7B MLP on an 8-chip ring)");
+  run->add_option("--json", json_path, "also write the report as JSON to this file");
+  run->add_option("--resume", opt.resume_from, "load weights and input from this HDF5 checkpoint");
+  run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
+  run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e, world.rank() == 0 ? std::cout : std::cerr, world.rank() == 0 ? std::cerr : std::cerr);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  if (!ckpt.empty()) opt.checkpoint_path = ckpt;
+
+  try {
+    if (run->parsed()) return cmd_run(world, config, json_path, opt);
+  } catch (const Error& e) {
+    // Raised after the agreement point: other ranks may be waiting on us, so take the job down.
+    world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
+  } catch (const std::exception& e) {
+    world.abort(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
+  }
+  return kExitOk;
+}

@@ -1,0 +1,69 @@
+// Reading YAML config files with errors a user can act on.
+//
+// ConfigNode wraps a yaml-cpp node together with the file it came from and its dotted path, so every
+// error names "FILE:LINE: key.path: what is wrong". Unknown keys are errors (a typo must not be silently
+// ignored). Errors: shardsim::ConfigError (exit code 2).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardsim {
+
+class ConfigNode {
+ public:
+  ConfigNode(YAML::Node node, std::string file, std::string path);
+
+  // Parses FILE. Missing/unreadable file or malformed YAML -> ConfigError naming FILE (and line).
+  static ConfigNode load_file(const std::string& file);
+  // Parses TEXT as if it came from FILE (for tests and embedded configs).
+  static ConfigNode load_string(const std::string& text, const std::string& file);
+
+  // "FILE:LINE" of this node (LINE is 1-based).
+  std::string where() const;
+  const std::string& path() const { return path_; }
+  const std::string& file() const { return file_; }
+  const YAML::Node& yaml() const { return node_; }
+
+  bool is_map() const { return node_.IsMap(); }
+  bool has(std::string_view key) const;
+  // Throws if this node is not a map or holds a key outside ALLOWED.
+  void expect_keys(std::initializer_list<std::string_view> allowed) const;
+
+  ConfigNode child(std::string_view key) const;  // required
+  std::optional<ConfigNode> maybe_child(std::string_view key) const;
+
+  std::string get_string(std::string_view key) const;
+  std::string get_string(std::string_view key, const std::string& fallback) const;
+  int64_t get_int(std::string_view key) const;
+  int64_t get_int(std::string_view key, int64_t fallback) const;
+  double get_double(std::string_view key) const;
+  double get_double(std::string_view key, double fallback) const;
+  bool get_bool(std::string_view key, bool fallback) const;
+  std::vector<int64_t> get_int_list(std::string_view key) const;
+
+  // Validators: throw "FILE:LINE: path.key: must be > 0 (got X)".
+  double get_positive_double(std::string_view key) const;
+  double get_nonnegative_double(std::string_view key, double fallback) const;
+  int64_t get_positive_int(std::string_view key) const;
+  int64_t get_positive_int(std::string_view key, int64_t fallback) const;
+
+  // Throws ConfigError with this node's location prefixed.
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  std::string key_path(std::string_view key) const;
+  YAML::Node raw(std::string_view key) const;
+
+  YAML::Node node_;
+  std::string file_;
+  std::string path_;
+};
+
+}  // namespace shardsim

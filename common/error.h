@@ -1,0 +1,48 @@
+// shardsim error hierarchy and the CLI exit codes they map to.
+//
+// Every error carries the context a user needs to act on it: the config file and line for bad input,
+// the chip (rank) and op for runtime faults. The CLI maps each class to one exit code:
+//   0 ok, 1 validation failed, 2 bad input or usage (ConfigError, UsageError), 3 runtime fault (RuntimeFault).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace shardsim {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitValidationFailed = 1,
+  kExitBadInput = 2,
+  kExitRuntimeFault = 3,
+};
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  virtual int exit_code() const noexcept = 0;
+};
+
+// Bad input: a config file that is missing, malformed, has unknown keys or invalid values.
+// The message starts with "FILE:LINE:" when the location is known.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(const std::string& what) : Error(what) {}
+  int exit_code() const noexcept override { return kExitBadInput; }
+};
+
+// Bad command-line usage or an impossible request (e.g. shapes that do not fit a plan).
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what) : Error(what) {}
+  int exit_code() const noexcept override { return kExitBadInput; }
+};
+
+// A fault while running: MPI failure, I/O failure, internal invariant. The message names chip and op.
+class RuntimeFault : public Error {
+ public:
+  explicit RuntimeFault(const std::string& what) : Error(what) {}
+  int exit_code() const noexcept override { return kExitRuntimeFault; }
+};
+
+}  // namespace shardsim

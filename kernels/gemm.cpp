@@ -1,0 +1,49 @@
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace shardsim::kernels {
+
+using runtime::DType;
+using runtime::Tensor;
+
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+
+KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o) {
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
+    throw std::invalid_argument("gemm: A, B, C must be 2-D, got " + runtime::shape_str(a.shape()) + ", " +
+                                runtime::shape_str(b.shape()) + ", " + runtime::shape_str(c.shape()));
+  if (a.dtype() != b.dtype() || a.dtype() != c.dtype())
+    throw std::invalid_argument("gemm: A, B and C must share one dtype");
+  const int64_t m = o.trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = o.trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = o.trans_b ? b.dim(1) : b.dim(0);
+  const int64_t n = o.trans_b ? b.dim(0) : b.dim(1);
+  if (k != kb || c.dim(0) != m || c.dim(1) != n)
+    throw std::invalid_argument("gemm: shapes do not fit: A " + runtime::shape_str(a.shape()) +
+                                (o.trans_a ? "^T" : "") + " x B " + runtime::shape_str(b.shape()) +
+                                (o.trans_b ? "^T" : "") + " -> C " + runtime::shape_str(c.shape()));
+  KernelCost cost{"gemm", 2.0 * double(m) * double(n) * double(k),
+                  double(m * k + k * n + m * n) * double(runtime::dtype_size(a.dtype())), a.dtype()};
+  if (m == 0 || n == 0) return cost;
+  const auto ta = o.trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = o.trans_b ? CblasTrans : CblasNoTrans;
+  const auto lda = static_cast<blasint>(a.dim(1)), ldb = static_cast<blasint>(b.dim(1));
+  if (a.dtype() == DType::fp32) {
+    cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, a.f32(), lda, b.f32(), ldb, 0.0f,
+                c.f32(), blasint(n));
+  } else {
+    const auto fa = a.to_float(), fb = b.to_float();
+    std::vector<float> fc(static_cast<size_t>(m * n));
+    cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), 1.0f, fa.data(), lda, fb.data(), ldb,
+                0.0f, fc.data(), blasint(n));
+    auto* out = c.bf16();
+    for (size_t i = 0; i < fc.size(); ++i) out[i] = runtime::float_to_bf16(fc[i]);
+  }
+  return cost;
+}
+
+}  // namespace shardsim::kernels

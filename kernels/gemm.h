@@ -1,0 +1,26 @@
+// C = A · B on one chip, through CBLAS (OpenBLAS).
+//
+// Shapes: A [M, K] (or [K, M] with trans_a), B [K, N] (or [N, K] with trans_b), C [M, N]; all row-major.
+// Dtypes: all three tensors share one dtype. fp32 calls cblas_sgemm directly. bf16 widens A and B to fp32,
+// multiplies with fp32 accumulation and rounds C to bf16 once (what bf16 tensor engines do).
+// Cost: 2·M·N·K FLOPs; bytes = (M·K + K·N + M·N) · element size.
+// Errors: std::invalid_argument naming the shapes when they do not fit.
+#pragma once
+
+#include "kernels/kernel_cost.h"
+#include "runtime/tensor.h"
+
+namespace shardsim::kernels {
+
+struct GemmOptions {
+  bool trans_a = false;
+  bool trans_b = false;
+};
+
+// C must already have shape [M, N] and the dtype of A and B.
+KernelCost gemm(const runtime::Tensor& a, const runtime::Tensor& b, runtime::Tensor& c, const GemmOptions& o = {});
+
+// Threads OpenBLAS may use in this process (1 per rank when ranks share the host's cores).
+void set_blas_threads(int n);
+
+}  // namespace shardsim::kernels

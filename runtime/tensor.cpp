@@ -1,0 +1,62 @@
+#include "runtime/tensor.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace shardsim::runtime {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) {
+    if (d < 0) throw std::invalid_argument("negative extent in shape " + shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+Tensor::Tensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)),
+      bytes_(static_cast<size_t>(numel_) * dtype_size(dtype), 0) {}
+
+float* Tensor::f32() {
+  if (dtype_ != DType::fp32) throw std::logic_error("tensor is " + dtype_name(dtype_) + ", not fp32");
+  return reinterpret_cast<float*>(bytes_.data());
+}
+const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+uint16_t* Tensor::bf16() {
+  if (dtype_ != DType::bf16) throw std::logic_error("tensor is " + dtype_name(dtype_) + ", not bf16");
+  return reinterpret_cast<uint16_t*>(bytes_.data());
+}
+const uint16_t* Tensor::bf16() const { return const_cast<Tensor*>(this)->bf16(); }
+
+std::vector<float> Tensor::to_float() const {
+  std::vector<float> out(static_cast<size_t>(numel_));
+  if (dtype_ == DType::fp32) {
+    std::memcpy(out.data(), bytes_.data(), bytes_.size());
+  } else {
+    const auto* p = bf16();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(p[i]);
+  }
+  return out;
+}
+
+Tensor Tensor::from_float(const std::vector<float>& values, DType dtype, Shape shape) {
+  Tensor t(dtype, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument("from_float: " + std::to_string(values.size()) + " values for shape " +
+                                shape_str(t.shape()));
+  for (size_t i = 0; i < values.size(); ++i) t.set(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+bool Tensor::bit_equal(const Tensor& o) const {
+  return dtype_ == o.dtype_ && shape_ == o.shape_ && bytes_ == o.bytes_;
+}
+
+}  // namespace shardsim::runtime

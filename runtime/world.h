@@ -1,0 +1,49 @@
+// The MPI world: one rank = one simulated chip.
+//
+// MpiSession initialises MPI (thread level MPI_THREAD_FUNNELED: only the main thread calls MPI) and sets
+// MPI_ERRORS_RETURN so MPI failures become RuntimeFault exceptions that name the chip and op instead of
+// silent aborts. World wraps a communicator with the few agreement helpers the CLI needs.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace shardsim::runtime {
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+// Throws RuntimeFault "chip R: OP: MPI error: ..." when RC is not MPI_SUCCESS.
+void check_mpi(int rc, int rank, const std::string& op);
+
+class World {
+ public:
+  explicit World(MPI_Comm comm = MPI_COMM_WORLD);
+  MPI_Comm comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // True on every rank if FLAG is true on any rank.
+  bool any(bool flag) const;
+  // Barrier that sleeps between polls instead of spinning: while one rank does a long serial job
+  // (the single-device reference) the others must not steal its core on an oversubscribed host.
+  void sleepy_barrier() const;
+  // Broadcasts a string from ROOT (sleepy as above).
+  std::string broadcast(const std::string& value, int root) const;
+
+  // Prints MESSAGE to stderr and takes the whole job down with exit code CODE. Never returns.
+  [[noreturn]] void abort(int code, const std::string& message) const;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace shardsim::runtime

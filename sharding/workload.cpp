@@ -1,0 +1,306 @@
+#include "sharding/workload.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "kernels/gemm.h"
+#include "sharding/checkpoint.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::sharding {
+
+using runtime::Tensor;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+RunConfig parse(const ConfigNode& root, const std::string& text) {
+  RunConfig c;
+  c.file = root.file();
+  c.text = text;
+  root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate", "checkpoint"});
+  c.name = root.get_string("name", "");
+  c.topology = topology::load_topology(root.child("topology"));
+  c.device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
+
+  const auto w = root.child("workload");
+  w.expect_keys({"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"});
+  const std::string kind = w.get_string("kind");
+  if (kind != "mlp") w.child("kind").fail("workload.kind: unknown workload '" + kind + "' (known: mlp)");
+  c.model = w.get_string("model", "");
+  c.mlp.hidden = w.get_positive_int("hidden");
+  c.mlp.ffn = w.get_positive_int("ffn");
+  c.mlp.tokens = w.get_positive_int("tokens");
+  try {
+    c.mlp.activation = kernels::parse_activation(w.get_string("activation", "silu"));
+  } catch (const std::invalid_argument& e) {
+    w.child("activation").fail(std::string("workload.activation: ") + e.what());
+  }
+  try {
+    c.mlp.dtype = runtime::parse_dtype(w.get_string("dtype", "fp32"));
+  } catch (const std::invalid_argument& e) {
+    w.child("dtype").fail(std::string("workload.dtype: ") + e.what());
+  }
+  const int64_t seed = w.get_int("seed", 1234);
+  if (seed < 0) w.child("seed").fail("workload.seed: must be >= 0");
+  c.mlp.seed = static_cast<uint64_t>(seed);
+
+  if (root.has("parallel")) {
+    const auto p = root.child("parallel");
+    p.expect_keys({"tp"});
+    c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
+  } else {
+    c.tp = c.topology.num_chips();
+  }
+  if (c.tp != c.topology.num_chips())
+    root.child("parallel").fail("parallel.tp: " + std::to_string(c.tp) + " must equal the topology's chip count (" +
+                                std::to_string(c.topology.num_chips()) +
+                                "): so far the MLP is sharded by tensor parallelism over all chips");
+  if (c.mlp.ffn < c.tp)
+    root.child("workload").fail("workload.ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
+                                std::to_string(c.tp) + ": some chips would hold no FFN column");
+
+  c.tolerance = c.mlp.dtype == runtime::DType::fp32 ? 1e-5 : 1.0 / 64.0;
+  if (root.has("validate")) {
+    const auto v = root.child("validate");
+    v.expect_keys({"enabled", "tolerance"});
+    c.validate = v.get_bool("enabled", true);
+    if (v.has("tolerance")) c.tolerance = v.get_positive_double("tolerance");
+  }
+  c.checkpoint_path = (c.name.empty() ? std::string("shardsim_run") : c.name) + ".h5";
+  if (root.has("checkpoint")) {
+    const auto k = root.child("checkpoint");
+    k.expect_keys({"path", "enabled"});
+    c.checkpoint = k.get_bool("enabled", true);
+    c.checkpoint_path = k.get_string("path", c.checkpoint_path);
+  }
+  return c;
+}
+
+std::string plan_text(const RunConfig& c) {
+  std::ostringstream os;
+  os << "tensor parallel tp=" << c.tp << " (Megatron MLP: gate/up column-parallel Shard(1), down row-parallel "
+     << "Shard(0), all_reduce(sum) of the output)";
+  return os.str();
+}
+
+std::string device_text(const sim::DeviceSpec& d) {
+  std::ostringstream os;
+  os << d.name << ": " << d.peak_tflops_fp32 << " TFLOP/s fp32, " << d.peak_tflops_bf16 << " TFLOP/s bf16, HBM "
+     << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
+  return os.str();
+}
+
+// Collective read of the full tensor onto rank 0 only (others read an empty block).
+Tensor read_full_on_root(const CheckpointReader& rd, const std::string& ds, runtime::DType dt, runtime::Shape shape,
+                         bool root) {
+  Tensor t(dt, root ? shape : runtime::Shape(shape.size(), 0));
+  rd.read_block(ds, runtime::Shape(shape.size(), 0), t);
+  return t;
+}
+
+void expect_shape(const CheckpointReader& rd, const std::string& path, const std::string& ds,
+                  const runtime::Shape& want) {
+  const auto got = rd.global_shape(ds);
+  if (got != want)
+    throw ConfigError("checkpoint " + path + ": dataset '" + ds + "' has shape " + runtime::shape_str(got) +
+                      " but the config's workload needs " + runtime::shape_str(want));
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& text, const std::string& file) {
+  return parse(ConfigNode::load_string(text, file), text);
+}
+
+RunConfig load_run_config(const std::string& file) {
+  const ConfigNode root = ConfigNode::load_file(file);
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(root, ss.str());
+}
+
+RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const RunOptions& opt) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const int chips = cfg.topology.num_chips();
+  if (world.size() != chips)
+    throw ConfigError(cfg.file + ": the topology has " + std::to_string(chips) + " chips but the job has " +
+                      std::to_string(world.size()) + " MPI ranks; run it with mpirun -np " + std::to_string(chips));
+  const int rank = world.rank();
+  const bool root = rank == 0;
+  const MlpShape& s = cfg.mlp;
+  const auto part = ffn_partition(s, cfg.tp);
+  const auto off = static_cast<int64_t>(part.offset(static_cast<size_t>(rank)));
+  const auto len = static_cast<int64_t>(part.size(static_cast<size_t>(rank)));
+
+  RunReport rep;
+  rep.name = cfg.name;
+  rep.config_file = cfg.file;
+  rep.topology = cfg.topology.describe();
+  rep.device = device_text(cfg.device);
+  rep.plan = plan_text(cfg);
+  rep.chips = chips;
+  rep.dtype = runtime::dtype_name(s.dtype);
+  rep.tolerance = cfg.tolerance;
+
+  // ---- inputs and this chip's weights: from the seed, or from a checkpoint ----
+  Tensor x;
+  MlpWeights w;
+  std::unique_ptr<CheckpointReader> reader;
+  if (!opt.resume_from.empty()) {
+    reader = std::make_unique<CheckpointReader>(world.comm(), opt.resume_from);
+    expect_shape(*reader, opt.resume_from, "activations/input", {s.tokens, s.hidden});
+    expect_shape(*reader, opt.resume_from, "weights/w_gate", {s.hidden, s.ffn});
+    expect_shape(*reader, opt.resume_from, "weights/w_up", {s.hidden, s.ffn});
+    expect_shape(*reader, opt.resume_from, "weights/w_down", {s.ffn, s.hidden});
+    x = Tensor(s.dtype, {s.tokens, s.hidden});
+    reader->read_block("activations/input", {0, 0}, x);
+    w.ffn_offset = off;
+    w.ffn_size = len;
+    w.w_gate = Tensor(s.dtype, {s.hidden, len});
+    w.w_up = Tensor(s.dtype, {s.hidden, len});
+    w.w_down = Tensor(s.dtype, {len, s.hidden});
+    reader->read_block("weights/w_gate", {0, off}, w.w_gate);
+    reader->read_block("weights/w_up", {0, off}, w.w_up);
+    reader->read_block("weights/w_down", {off, 0}, w.w_down);
+    rep.resumed_from = opt.resume_from;
+  } else {
+    x = make_mlp_input(s);
+    w = make_mlp_weights(s, off, len);
+  }
+
+  // ---- the sharded forward ----
+  sim::Timeline tl(rank, cfg.topology, cfg.device);
+  runtime::Transport tp(world.comm(), tl, [&] {
+    std::vector<int> ids(static_cast<size_t>(chips));
+    for (int i = 0; i < chips; ++i) ids[static_cast<size_t>(i)] = i;
+    return ids;
+  }());
+  world.sleepy_barrier();
+  const auto t_fwd = std::chrono::steady_clock::now();
+  MlpTiming timing;
+  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing);
+  world.sleepy_barrier();
+  rep.wall_forward_s = seconds_since(t_fwd);
+
+  // ---- validation against one device (rank 0) ----
+  if (cfg.validate) {
+    const auto t_ref = std::chrono::steady_clock::now();
+    MlpWeights full;
+    if (reader) {
+      full.ffn_offset = 0;
+      full.ffn_size = root ? s.ffn : 0;
+      full.w_gate = read_full_on_root(*reader, "weights/w_gate", s.dtype, {s.hidden, s.ffn}, root);
+      full.w_up = read_full_on_root(*reader, "weights/w_up", s.dtype, {s.hidden, s.ffn}, root);
+      full.w_down = read_full_on_root(*reader, "weights/w_down", s.dtype, {s.ffn, s.hidden}, root);
+    }
+    int ok = 1;
+    if (root) {
+      if (!reader) full = make_mlp_weights(s, 0, s.ffn);
+      const auto one_chip = topology::Topology::ring(1, topology::LinkSpec{1.0, 0.0});
+      sim::Timeline ref_tl(0, one_chip, cfg.device);
+      kernels::set_blas_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      MlpTiming ref_timing;
+      const Tensor y_ref = mlp_forward(s, x, full, &ref_tl, &ref_timing);
+      kernels::set_blas_threads(1);
+      rep.single_device_ns = ref_timing.end;
+      double max_err = 0, max_ref = 0;
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        const double a = y.get(i), b = y_ref.get(i);
+        max_err = std::max(max_err, std::fabs(a - b));
+        max_ref = std::max(max_ref, std::fabs(b));
+        if (!std::isfinite(a)) max_err = INFINITY;
+      }
+      rep.max_abs_error = max_err;
+      rep.max_abs_reference = max_ref;
+      rep.relative_error = max_ref > 0 ? max_err / max_ref : max_err;
+      rep.passed = rep.relative_error <= cfg.tolerance;
+      ok = rep.passed ? 1 : 0;
+    }
+    world.sleepy_barrier();
+    MPI_Bcast(&ok, 1, MPI_INT, 0, world.comm());
+    rep.validated = true;
+    rep.passed = ok != 0;
+    rep.wall_reference_s = seconds_since(t_ref);
+  }
+
+  // ---- resumed runs must reproduce the stored output bit for bit ----
+  if (reader) {
+    if (reader->has("activations/output")) {
+      expect_shape(*reader, opt.resume_from, "activations/output", {s.tokens, s.hidden});
+      Tensor stored(s.dtype, {s.tokens, s.hidden});
+      reader->read_block("activations/output", {0, 0}, stored);
+      rep.resume_bit_exact = !world.any(!stored.bit_equal(y));
+    }
+    reader.reset();
+  }
+
+  // ---- checkpoint ----
+  const bool want_ckpt = !opt.no_checkpoint && (cfg.checkpoint || opt.checkpoint_path.has_value());
+  if (want_ckpt) {
+    const auto t_ck = std::chrono::steady_clock::now();
+    const std::string path = opt.checkpoint_path.value_or(cfg.checkpoint_path);
+    const std::string tp_spec = " over tp=" + std::to_string(cfg.tp);
+    std::vector<CheckpointEntry> entries = {
+        {"weights/w_gate", &w.w_gate, {s.hidden, s.ffn}, {0, off}, "Shard(1)" + tp_spec, true},
+        {"weights/w_up", &w.w_up, {s.hidden, s.ffn}, {0, off}, "Shard(1)" + tp_spec, true},
+        {"weights/w_down", &w.w_down, {s.ffn, s.hidden}, {off, 0}, "Shard(0)" + tp_spec, true},
+        {"activations/input", &x, {s.tokens, s.hidden}, {0, 0}, "Replicate", root},
+        {"activations/output", &y, {s.tokens, s.hidden}, {0, 0}, "Replicate", root},
+    };
+    std::map<std::string, std::string> attrs = {
+        {"shardsim_version", "0.1.0"},
+        {"config", cfg.text},
+        {"config_file", cfg.file},
+        {"workload", "mlp"},
+        {"model", cfg.model},
+        {"parallel_plan", rep.plan},
+        {"topology", rep.topology},
+    };
+    save_checkpoint(world.comm(), path, entries, attrs);
+    rep.checkpoint = path;
+    rep.wall_checkpoint_s = seconds_since(t_ck);
+  }
+
+  // ---- gather every chip's simulated breakdown on rank 0 ----
+  const sim::Breakdown b = tl.breakdown();
+  const double mine[8] = {b.total, b.compute, b.communication, b.exposed_comm, b.flops, b.bytes_sent,
+                          timing.all_reduce_ns, timing.all_reduce_bytes_sent};
+  std::vector<double> all(root ? 8 * static_cast<size_t>(chips) : 0);
+  runtime::check_mpi(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, world.comm()), rank, "report");
+  if (root) {
+    for (int c = 0; c < chips; ++c) {
+      const double* v = &all[8 * static_cast<size_t>(c)];
+      ChipReport cr;
+      cr.chip = c;
+      cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[4], v[5]};
+      rep.per_chip.push_back(cr);
+      rep.total_flops += v[4];
+      if (v[0] > rep.critical.total) {
+        rep.critical = cr.breakdown;
+        rep.critical_chip = c;
+        rep.all_reduce_ns = v[6];
+        rep.all_reduce_bytes_per_chip = v[7];
+      }
+    }
+    const double p = chips;
+    const double m = double(s.tokens * s.hidden) * double(runtime::dtype_size(s.dtype));
+    rep.all_reduce_expected_bytes = 2.0 * (p - 1.0) / p * m;
+    rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
+    rep.peak_tflops = p * (s.dtype == runtime::DType::fp32 ? cfg.device.peak_tflops_fp32 : cfg.device.peak_tflops_bf16);
+    rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
+  }
+  rep.wall_total_s = seconds_since(t_start);
+  return rep;
+}
+
+}  // namespace shardsim::sharding

@@ -1,0 +1,69 @@
+// A workload config (the file `shardsim run` takes) and running it on the MPI world.
+//
+//   name: llama2-7b-mlp-tp8          # optional, for the report
+//   topology: {...}                  # topology/topology_yaml.h
+//   device: {...}                    # sim/device_spec.h
+//   workload:
+//     kind: mlp                      # the gated MLP of sharding/mlp.h
+//     model: llama-2-7b              # optional label
+//     hidden: 4096
+//     ffn: 11008
+//     tokens: 512
+//     activation: silu               # silu (SwiGLU) | gelu (GeGLU)
+//     dtype: fp32                    # fp32 | bf16
+//     seed: 1234
+//   parallel:
+//     tp: 8                          # tensor-parallel size; must equal the chip count (for now)
+//   validate:
+//     enabled: true                  # compare against the single-device reference on rank 0
+//     tolerance: 1e-5                # max |y - y_ref| / max |y_ref|; default 1e-5 fp32, 2^-6 bf16
+//   checkpoint:
+//     path: out.h5                   # where the checkpoint goes (relative to the working directory)
+//     enabled: true
+//
+// Errors: ConfigError "FILE:LINE: ..." (exit 2) for every problem found in the file, including a chip
+// count that differs from the MPI world size.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/config.h"
+#include "runtime/world.h"
+#include "sharding/mlp.h"
+#include "sharding/report.h"
+#include "sim/device_spec.h"
+#include "topology/topology.h"
+
+namespace shardsim::sharding {
+
+struct RunConfig {
+  std::string file;  // path it was loaded from
+  std::string text;  // the YAML as written (stored in the checkpoint)
+  std::string name;
+  std::string model;
+  topology::Topology topology;
+  sim::DeviceSpec device;
+  MlpShape mlp;
+  int tp = 1;
+  bool validate = true;
+  double tolerance = 0;
+  bool checkpoint = true;
+  std::string checkpoint_path;
+};
+
+RunConfig load_run_config(const std::string& file);
+// Parses a config given as text (FILE is used in messages).
+RunConfig parse_run_config(const std::string& text, const std::string& file);
+
+struct RunOptions {
+  std::string resume_from;          // load weights (and input) from this checkpoint instead of the seed
+  std::optional<std::string> checkpoint_path;  // overrides the config's
+  bool no_checkpoint = false;
+};
+
+// Runs the workload on WORLD (collective). The report is complete on rank 0; other ranks get a partial one.
+// Throws ConfigError when the world size differs from the config's chip count (on every rank, same message).
+RunReport run_workload(const runtime::World& world, const RunConfig& config, const RunOptions& options);
+
+}  // namespace shardsim::sharding
