@@ -1,0 +1,193 @@
+// Ring all_reduce / reduce_scatter / all_gather over real ranks, checked bit-exactly against the
+// single-device references, and their simulated times against the closed forms.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+
+#include "collectives/all_gather.h"
+#include "collectives/all_reduce.h"
+#include "collectives/reduce_scatter.h"
+#include "collectives/reference.h"
+
+using namespace shardsim;
+using collectives::Partition;
+using collectives::ReduceOp;
+using collectives::reference::Buffer;
+using runtime::DType;
+
+namespace {
+
+int world_rank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+struct Fixture {
+  topology::Topology topo;
+  sim::Timeline tl;
+  runtime::Transport tp;
+  Fixture(double bw, double lat)
+      : topo(topology::Topology::ring(world_size(), topology::LinkSpec{bw, lat})),
+        tl(world_rank(), topo, sim::device_preset("generic")),
+        tp(MPI_COMM_WORLD, tl, ids()) {}
+  static std::vector<int> ids() {
+    std::vector<int> v(static_cast<size_t>(world_size()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
+    return v;
+  }
+};
+
+// "Verifiable" input of rank R (as nccl-tests does): small integers, so sums/products/min/max are exact in
+// fp32 and bf16 in any order. prod uses values in {1, 2} with few 2s so products stay exact.
+Buffer input(size_t count, DType t, ReduceOp op, int rank) {
+  Buffer b(count * runtime::dtype_size(t));
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    if (op == ReduceOp::prod) {
+      v = ((i + static_cast<size_t>(rank)) % 5 == 0) ? 2.0f : 1.0f;
+    } else {
+      v = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13) % 17) - 8);
+    }
+    runtime::store_from_float(b.data(), i, t, v);
+  }
+  return b;
+}
+
+std::vector<Buffer> all_inputs(size_t count, DType t, ReduceOp op) {
+  std::vector<Buffer> v;
+  for (int r = 0; r < world_size(); ++r) v.push_back(input(count, t, op, r));
+  return v;
+}
+
+const size_t kCounts[] = {0, 1, 2, 3, 5, 7, 8, 13, 97, 1000, 4099};
+const DType kTypes[] = {DType::fp32, DType::bf16};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+
+std::string label(size_t count, DType t, ReduceOp op, bool in_place) {
+  return "count=" + std::to_string(count) + " " + runtime::dtype_name(t) + " " + collectives::reduce_op_name(op) +
+         (in_place ? " in-place" : " out-of-place");
+}
+
+}  // namespace
+
+TEST(AllReduce, BitExactAgainstReference) {
+  Fixture f(100, 500);
+  const int r = world_rank();
+  for (size_t count : kCounts)
+    for (DType t : kTypes)
+      for (ReduceOp op : kOps)
+        for (bool in_place : {false, true}) {
+          const auto inputs = all_inputs(count, t, op);
+          const Buffer want = collectives::reference::all_reduce(inputs, count, t, op);
+          Buffer send = inputs[size_t(r)], recv(send.size(), 0xAB);
+          void* out = in_place ? send.data() : recv.data();
+          collectives::all_reduce(f.tp, send.data(), out, count, t, op, 0.0);
+          const Buffer& got = in_place ? send : recv;
+          EXPECT_EQ(got, want) << label(count, t, op, in_place);
+          if (!in_place) EXPECT_EQ(send, inputs[size_t(r)]) << "input modified, " << label(count, t, op, in_place);
+        }
+}
+
+TEST(ReduceScatter, BitExactAgainstReference) {
+  Fixture f(100, 500);
+  const int r = world_rank();
+  const size_t p = size_t(world_size());
+  for (size_t count : kCounts)
+    for (DType t : kTypes)
+      for (ReduceOp op : kOps)
+        for (bool in_place : {false, true}) {
+          const size_t es = runtime::dtype_size(t);
+          const Partition part{count, p};
+          const auto inputs = all_inputs(count, t, op);
+          const Buffer want = collectives::reference::reduce_scatter(inputs, count, t, op, size_t(r));
+          Buffer send = inputs[size_t(r)];
+          Buffer recv(part.size(size_t(r)) * es, 0xCD);
+          void* out = in_place ? send.data() + part.offset(size_t(r)) * es : recv.data();
+          collectives::reduce_scatter(f.tp, send.data(), out, count, t, op, 0.0);
+          Buffer got = in_place ? Buffer(send.begin() + long(part.offset(size_t(r)) * es),
+                                         send.begin() + long((part.offset(size_t(r)) + part.size(size_t(r))) * es))
+                                : recv;
+          EXPECT_EQ(got, want) << label(count, t, op, in_place);
+        }
+}
+
+TEST(AllGather, BitExactAgainstReference) {
+  Fixture f(100, 500);
+  const int r = world_rank();
+  const size_t p = size_t(world_size());
+  for (size_t count : kCounts)
+    for (DType t : kTypes)
+      for (bool in_place : {false, true}) {
+        const size_t es = runtime::dtype_size(t);
+        const Partition part{count, p};
+        std::vector<Buffer> chunks;
+        for (size_t q = 0; q < p; ++q) {
+          Buffer full = input(count, t, ReduceOp::sum, int(q) + 100);
+          chunks.emplace_back(full.begin() + long(part.offset(q) * es),
+                              full.begin() + long((part.offset(q) + part.size(q)) * es));
+        }
+        const Buffer want = collectives::reference::all_gather(chunks, count, t);
+        Buffer recv(count * es, 0xEF);
+        if (in_place) {
+          if (!chunks[size_t(r)].empty())
+            std::memcpy(recv.data() + part.offset(size_t(r)) * es, chunks[size_t(r)].data(), chunks[size_t(r)].size());
+          collectives::all_gather(f.tp, recv.data() + part.offset(size_t(r)) * es, recv.data(), count, t, 0.0);
+        } else {
+          Buffer send = chunks[size_t(r)];
+          collectives::all_gather(f.tp, send.data(), recv.data(), count, t, 0.0);
+        }
+        EXPECT_EQ(recv, want) << label(count, t, ReduceOp::sum, in_place);
+      }
+}
+
+// The simulated time of the ring algorithms equals the closed form on a contention-free ring:
+//   all_reduce 2(p-1)(alpha + S/(pB)), reduce_scatter and all_gather (p-1)(alpha + S/(pB)).
+TEST(ClosedForm, RingTimesMatchWithinOnePercent) {
+  const double p = world_size();
+  for (double bw : {25.0, 100.0, 400.0})
+    for (double alpha : {0.0, 500.0, 5000.0})
+      for (size_t count : {size_t(1) << 10, size_t(1) << 16, size_t(3) << 18}) {
+        if (count % size_t(p) != 0) continue;  // the closed form assumes equal chunks
+        Fixture f(bw, alpha);
+        const double S = double(count) * 4;
+        std::vector<float> buf(count, 1.0f);
+        const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0);
+        const double want_ar = 2 * (p - 1) * (alpha + S / (p * bw));
+        EXPECT_NEAR(ar.span.duration(), want_ar, 0.01 * want_ar + 1e-9) << "p=" << p << " S=" << S << " B=" << bw;
+        EXPECT_DOUBLE_EQ(ar.bytes_sent, 2 * (p - 1) / p * S);
+
+        std::vector<float> out(count / size_t(p));
+        const double t0 = ar.span.end;
+        const auto rs = collectives::reduce_scatter(f.tp, buf.data(), out.data(), count, DType::fp32, ReduceOp::sum, t0);
+        const double want_half = (p - 1) * (alpha + S / (p * bw));
+        EXPECT_NEAR(rs.span.duration(), want_half, 0.01 * want_half + 1e-9);
+        const auto ag = collectives::all_gather(f.tp, out.data(), buf.data(), count, DType::fp32, rs.span.end);
+        EXPECT_NEAR(ag.span.duration(), want_half, 0.01 * want_half + 1e-9);
+      }
+}
+
+TEST(Determinism, SameInputsSameSimulatedTimes) {
+  std::vector<double> times;
+  for (int run = 0; run < 2; ++run) {
+    Fixture f(50, 700);
+    std::vector<float> buf(13440, 2.0f);  // divisible by 1..8: equal chunks, symmetric ranks
+    auto a = collectives::all_reduce(f.tp, buf.data(), buf.data(), buf.size(), DType::fp32, ReduceOp::sum, 10.0);
+    auto b = collectives::all_gather(f.tp, buf.data(), buf.data(), buf.size(), DType::fp32, a.span.end);
+    times.push_back(a.span.end);
+    times.push_back(b.span.end);
+  }
+  EXPECT_EQ(times[0], times[2]);
+  EXPECT_EQ(times[1], times[3]);
+  // All ranks finish the symmetric all_reduce at the same simulated time.
+  double mine = times[0], lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi);
+}

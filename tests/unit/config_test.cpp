@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "sharding/workload.h"
+
+using shardsim::ConfigError;
+using shardsim::sharding::parse_run_config;
+
+namespace {
+
+const char* kGood = R"(name: t
+topology:
+  kind: ring
+  chips: 4
+  bandwidth_gbps: 100
+  latency_ns: 500
+device:
+  preset: generic
+workload:
+  kind: mlp
+  hidden: 8
+  ffn: 12
+  tokens: 2
+)";
+
+// Returns the ConfigError message of parsing TEXT, or "" if it parsed.
+std::string error_of(const std::string& text) {
+  try {
+    parse_run_config(text, "cfg.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto pos = s.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return s.replace(pos, from.size(), to);
+}
+
+}  // namespace
+
+TEST(Config, GoodConfigParses) {
+  auto c = parse_run_config(kGood, "cfg.yaml");
+  EXPECT_EQ(c.topology.num_chips(), 4);
+  EXPECT_EQ(c.tp, 4);
+  EXPECT_EQ(c.mlp.ffn, 12);
+  EXPECT_EQ(c.device.name, "generic");
+  EXPECT_DOUBLE_EQ(c.tolerance, 1e-5);
+}
+
+TEST(Config, MalformedYamlNamesFileAndLine) {
+  auto msg = error_of(replace(kGood, "chips: 4", "chips: [4"));
+  EXPECT_NE(msg.find("cfg.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+}
+
+TEST(Config, UnknownKeyNamesKeyAndLine) {
+  auto msg = error_of(replace(kGood, "bandwidth_gbps: 100", "bandwith_gbps: 100"));
+  EXPECT_NE(msg.find("cfg.yaml:5:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("topology.bandwith_gbps"), std::string::npos) << msg;
+}
+
+TEST(Config, NegativeBandwidth) {
+  auto msg = error_of(replace(kGood, "bandwidth_gbps: 100", "bandwidth_gbps: -3"));
+  EXPECT_NE(msg.find("cfg.yaml:5:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("must be > 0"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypes) {
+  EXPECT_NE(error_of(replace(kGood, "chips: 4", "chips: four")).find("expected an integer"), std::string::npos);
+  EXPECT_NE(error_of(replace(kGood, "kind: ring", "kind: hypercube")).find("unknown kind"), std::string::npos);
+  EXPECT_NE(error_of(replace(kGood, "preset: generic", "preset: tpu9")).find("unknown device preset"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kGood, "tokens: 2", "tokens: 2\n  dtype: fp7")).find("unknown dtype"), std::string::npos);
+}
+
+TEST(Config, MissingKeyAndMissingFile) {
+  EXPECT_NE(error_of(replace(kGood, "  hidden: 8\n", "")).find("missing required key 'workload.hidden'"),
+            std::string::npos);
+  try {
+    shardsim::sharding::load_run_config("/nonexistent/x.yaml");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.yaml"), std::string::npos);
+  }
+}
+
+TEST(Config, TorusDimsAndPlan) {
+  std::string torus = replace(kGood, "kind: ring\n  chips: 4", "kind: torus\n  dims: [2, 2]");
+  auto c = parse_run_config(torus, "cfg.yaml");
+  EXPECT_EQ(c.topology.num_chips(), 4);
+  EXPECT_NE(error_of(replace(torus, "dims: [2, 2]", "dims: [2, 2]\n  chips: 5")).find("product of dims"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kGood) + "parallel:\n  tp: 2\n").find("must equal the topology's chip count"),
+            std::string::npos);
+}
+
+TEST(Config, ShippedConfigsParse) {
+  for (auto name : {"llama2_7b_mlp_tp8.yaml", "llama2_7b_mlp_tp8_bf16.yaml", "small_mlp.yaml"}) {
+    auto c = shardsim::sharding::load_run_config(std::string(SHARDSIM_CONFIG_DIR) + "/workloads/" + name);
+    EXPECT_GT(c.topology.num_chips(), 0) << name;
+  }
+  auto llama = shardsim::sharding::load_run_config(std::string(SHARDSIM_CONFIG_DIR) + "/workloads/llama2_7b_mlp_tp8.yaml");
+  EXPECT_EQ(llama.mlp.hidden, 4096);
+  EXPECT_EQ(llama.mlp.ffn, 11008);
+  EXPECT_EQ(llama.topology.num_chips(), 8);
+}
