@@ -4,7 +4,7 @@
 # Extra arguments go to `shardsim run` (e.g. a config path, --json FILE).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/build.sh"
+BUILD_TARGET=shardsim bash "$ROOT/scripts/build.sh"
 NP="${NP:-8}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$ROOT/out"

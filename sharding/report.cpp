@@ -73,6 +73,7 @@ nlohmann::json to_json(const RunReport& r) {
       {"checkpoint", r.checkpoint},
       {"wall",
        {{"total_s", r.wall_total_s},
+        {"init_s", r.wall_init_s},
         {"forward_s", r.wall_forward_s},
         {"reference_s", r.wall_reference_s},
         {"checkpoint_s", r.wall_checkpoint_s}}},
@@ -104,8 +105,8 @@ std::string to_text(const RunReport& r) {
     os << buf;
   }
   os << "wall (this host)\n";
-  std::snprintf(buf, sizeof buf, "  total %.3f s  (sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
-                r.wall_total_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);
+  std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
+                r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);
   os << buf;
   if (!r.resumed_from.empty())
     os << "resume     weights from " << r.resumed_from << ": output "

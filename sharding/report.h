@@ -51,6 +51,7 @@ struct RunReport {
 
   // Wall clock of this host (seconds).
   double wall_total_s = 0;
+  double wall_init_s = 0;        // generating (or loading) inputs and this chip's weights
   double wall_forward_s = 0;
   double wall_reference_s = 0;
   double wall_checkpoint_s = 0;

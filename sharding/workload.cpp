@@ -186,6 +186,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     return ids;
   }());
   world.sleepy_barrier();
+  rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
   MlpTiming timing;
   Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing);

@@ -91,7 +91,9 @@ TEST(AllReduce, BitExactAgainstReference) {
           collectives::all_reduce(f.tp, send.data(), out, count, t, op, 0.0);
           const Buffer& got = in_place ? send : recv;
           EXPECT_EQ(got, want) << label(count, t, op, in_place);
-          if (!in_place) EXPECT_EQ(send, inputs[size_t(r)]) << "input modified, " << label(count, t, op, in_place);
+          if (!in_place) {
+            EXPECT_EQ(send, inputs[size_t(r)]) << "input modified, " << label(count, t, op, in_place);
+          }
         }
 }
 
