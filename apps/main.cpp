@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   run->add_option("--json", json_path, "also write the report as JSON to this file");
   run->add_option("--resume", opt.resume_from, "load weights and input from this HDF5 checkpoint");
   run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
+  run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
 
   try {

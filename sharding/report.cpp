@@ -71,6 +71,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"resumed_from", r.resumed_from},
         {"resume_bit_exact", r.resume_bit_exact}}},
       {"checkpoint", r.checkpoint},
+      {"trace", r.trace},
       {"wall",
        {{"total_s", r.wall_total_s},
         {"init_s", r.wall_init_s},
@@ -119,6 +120,7 @@ std::string to_text(const RunReport& r) {
     os << "validation skipped (validate.enabled: false)\n";
   }
   if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
+  if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
   os << (r.ok() ? "PASS" : "FAIL") << "\n";
   return os.str();
 }

@@ -48,6 +48,7 @@ struct RunReport {
   std::string resumed_from;
   bool resume_bit_exact = true;   // output equals the checkpoint's stored output, bit for bit
   std::string checkpoint;         // path written ("" if none)
+  std::string trace;              // Chrome trace written ("" if none)
 
   // Wall clock of this host (seconds).
   double wall_total_s = 0;

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "sharding/checkpoint.h"
+#include "sharding/trace.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::sharding {
@@ -270,6 +271,11 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     save_checkpoint(world.comm(), path, entries, attrs);
     rep.checkpoint = path;
     rep.wall_checkpoint_s = seconds_since(t_ck);
+  }
+
+  if (!opt.trace_path.empty()) {
+    write_trace(world, tl, opt.trace_path);
+    rep.trace = opt.trace_path;
   }
 
   // ---- gather every chip's simulated breakdown on rank 0 ----

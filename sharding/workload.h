@@ -60,6 +60,7 @@ struct RunOptions {
   std::string resume_from;          // load weights (and input) from this checkpoint instead of the seed
   std::optional<std::string> checkpoint_path;  // overrides the config's
   bool no_checkpoint = false;
+  std::string trace_path;           // write a Chrome trace of the simulated timelines here
 };
 
 // Runs the workload on WORLD (collective). The report is complete on rank 0; other ranks get a partial one.
