@@ -2,7 +2,12 @@
 // (0 ok, 1 validation failed, 2 bad input/usage, 3 runtime fault; see common/error.h).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -15,6 +20,22 @@
 namespace {
 
 constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
+
+// Fail before any work when the output cannot be written or the checkpoint to resume from cannot be read.
+void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt) {
+  namespace fs = std::filesystem;
+  if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
+    throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
+  const bool want_ckpt = !opt.no_checkpoint && (cfg.checkpoint || opt.checkpoint_path.has_value());
+  if (want_ckpt) {
+    const std::string path = opt.checkpoint_path.value_or(cfg.checkpoint_path);
+    fs::path dir = fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw shardsim::UsageError("checkpoint " + path + ": directory '" + dir.string() +
+                                 "' is not writable: " + std::strerror(errno) + " (use --checkpoint PATH or --no-checkpoint)");
+  }
+}
 
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
             const shardsim::sharding::RunOptions& opt) {
@@ -29,6 +50,7 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) +
                         " MPI ranks; run it with mpirun -np " + std::to_string(cfg.topology.num_chips()));
+    check_paths(cfg, opt);
   } catch (const Error& e) {
     error = e.what();
     code = e.exit_code();

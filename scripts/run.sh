@@ -9,4 +9,4 @@ NP="${NP:-8}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$ROOT/out"
 cd "$ROOT/out"
-exec mpirun -np "$NP" --oversubscribe "$ROOT/build/apps/shardsim" run "$@"
+exec mpirun -q -np "$NP" --oversubscribe "$ROOT/build/apps/shardsim" run "$@"
