@@ -100,8 +100,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e, world.rank() == 0 ? std::cout : std::cerr, world.rank() == 0 ? std::cerr : std::cerr);
-    return rc == 0 ? kExitOk : kExitBadInput;
+    // Every rank parsed the same command line; rank 0 speaks for all of them.
+    if (e.get_exit_code() == 0) {
+      if (world.rank() == 0) app.exit(e);  // --help
+      return kExitOk;
+    }
+    if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", e.what());
+    return kExitBadInput;
   }
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;
 

@@ -18,6 +18,38 @@ std::string line_of(const YAML::Node& node, const std::string& file) {
   return file + ":" + std::to_string(mark.line + 1);
 }
 
+// yaml-cpp reports an unclosed '[' or '{' where it gave up looking (often the next line). The line a user must
+// fix is the one with the bracket: find the innermost flow bracket still open before the error position.
+int unclosed_flow_line(const std::string& text, int err_line) {
+  std::vector<int> open_lines;
+  int line = 0;
+  bool in_single = false, in_double = false, in_comment = false;
+  for (size_t i = 0; i < text.size() && line <= err_line; ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      in_comment = false;
+      continue;
+    }
+    if (in_comment) continue;
+    if (in_double) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_double = false;
+      continue;
+    }
+    if (in_single) {
+      if (c == '\'') in_single = false;
+      continue;
+    }
+    if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n')) in_comment = true;
+    else if (c == '"') in_double = true;
+    else if (c == '\'') in_single = true;
+    else if (c == '[' || c == '{') open_lines.push_back(line);
+    else if ((c == ']' || c == '}') && !open_lines.empty()) open_lines.pop_back();
+  }
+  return open_lines.empty() ? -1 : open_lines.back();
+}
+
 }  // namespace
 
 ConfigNode::ConfigNode(YAML::Node node, std::string file, std::string path)
@@ -33,8 +65,15 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
   } catch (const YAML::Exception& e) {
     std::ostringstream os;
     os << file;
-    if (e.mark.line >= 0) os << ":" << e.mark.line + 1 << ":" << e.mark.column + 1;
-    os << ": malformed YAML: " << e.msg;
+    const int flow_line = e.msg.find("flow") != std::string::npos && e.mark.line >= 0
+                              ? unclosed_flow_line(text, e.mark.line)
+                              : -1;
+    if (flow_line >= 0) {
+      os << ":" << flow_line + 1 << ": malformed YAML: " << e.msg << " (unclosed '[' or '{' on this line)";
+    } else {
+      if (e.mark.line >= 0) os << ":" << e.mark.line + 1 << ":" << e.mark.column + 1;
+      os << ": malformed YAML: " << e.msg;
+    }
     throw ConfigError(os.str());
   }
 }

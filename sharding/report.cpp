@@ -69,7 +69,11 @@ nlohmann::json to_json(const RunReport& r) {
         {"relative_error", r.relative_error},
         {"tolerance", r.tolerance},
         {"resumed_from", r.resumed_from},
-        {"resume_bit_exact", r.resume_bit_exact}}},
+        {"resume_bit_exact", r.resume_same_layout && r.resume_bit_exact},
+        {"resume_same_layout", r.resume_same_layout},
+        {"resume_saved_tp", r.resume_saved_tp},
+        {"resume_relative_error", r.resume_relative_error},
+        {"resume_ok", r.resume_bit_exact}}},
       {"checkpoint", r.checkpoint},
       {"trace", r.trace},
       {"wall",
@@ -109,9 +113,17 @@ std::string to_text(const RunReport& r) {
   std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
                 r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);
   os << buf;
-  if (!r.resumed_from.empty())
-    os << "resume     weights from " << r.resumed_from << ": output "
-       << (r.resume_bit_exact ? "bit-identical to" : "DIFFERS from") << " the stored output\n";
+  if (!r.resumed_from.empty()) {
+    os << "resume     weights from " << r.resumed_from;
+    if (r.resume_same_layout) {
+      os << ": output " << (r.resume_bit_exact ? "bit-identical to" : "DIFFERS from") << " the stored output\n";
+    } else {
+      std::snprintf(buf, sizeof buf, ": resharded from tp=%d to tp=%d, output %s the stored output (relative %.3g)\n",
+                    r.resume_saved_tp, r.chips, r.resume_bit_exact ? "within tolerance of" : "DIFFERS from",
+                    r.resume_relative_error);
+      os << buf;
+    }
+  }
   if (r.validated) {
     std::snprintf(buf, sizeof buf, "validation %s  max|y-y_ref| = %.3g, max|y_ref| = %.3g, relative %.3g (tolerance %.3g)\n",
                   r.passed ? "PASS" : "FAIL", r.max_abs_error, r.max_abs_reference, r.relative_error, r.tolerance);

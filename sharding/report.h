@@ -46,7 +46,10 @@ struct RunReport {
   double relative_error = 0;  // max_abs_error / max_abs_reference
   double tolerance = 0;
   std::string resumed_from;
-  bool resume_bit_exact = true;   // output equals the checkpoint's stored output, bit for bit
+  bool resume_bit_exact = true;   // same layout: output bit-identical to the stored one; resharded: within tolerance
+  bool resume_same_layout = true; // the checkpoint was written with the same tp
+  int resume_saved_tp = 0;        // tp recorded in the checkpoint (0 if unknown)
+  double resume_relative_error = 0;
   std::string checkpoint;         // path written ("" if none)
   std::string trace;              // Chrome trace written ("" if none)
 

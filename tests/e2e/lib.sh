@@ -54,7 +54,7 @@ fail() {
 show_output() {
   local f
   for f in "$E2E_STDOUT" "$E2E_STDERR"; do
-    [ -n "$f" ] && [ -f "$f" ] || continue
+    if [ -z "$f" ] || [ ! -f "$f" ]; then continue; fi
     echo "     ---- $(basename "$f") (last 40 lines) ----" >&2
     tail -n 40 "$f" | sed 's/^/     | /' >&2
   done
@@ -167,6 +167,7 @@ assert_out() {  # REGEX [WHAT]: combined output matches the extended regex
 }
 
 assert_out_fixed() {  # STRING [WHAT]: combined output contains STRING literally
+  # shellcheck disable=SC2016  # the quotes in the message are literal
   if grep -Fq -- "$1" "$E2E_OUT"; then pass "${2:-output contains '$1'}"; else
     fail "${2:-output} : does not contain '$1'"
     show_output

@@ -53,8 +53,15 @@ TEST(Config, GoodConfigParses) {
 }
 
 TEST(Config, MalformedYamlNamesFileAndLine) {
+  // yaml-cpp notices the unclosed '[' only on a later line; the message must point at the bracket's line (4).
   auto msg = error_of(replace(kGood, "chips: 4", "chips: [4"));
-  EXPECT_NE(msg.find("cfg.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cfg.yaml:4:"), std::string::npos) << msg;
+  // A '[' inside a quoted string or a comment does not count.
+  msg = error_of(replace(replace(kGood, "name: t", "name: \"a[b\"  # [x"), "chips: 4", "chips: [4"));
+  EXPECT_NE(msg.find("cfg.yaml:4:"), std::string::npos) << msg;
+  // Other syntax errors keep yaml-cpp's position.
+  msg = error_of(replace(kGood, "  chips: 4", "  chips: 4\n - x"));
+  EXPECT_NE(msg.find("cfg.yaml:5:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
 }
 
