@@ -1,6 +1,9 @@
 #include "sharding/mlp.h"
 
 #include <cmath>
+#include <cstdio>
+
+#include "common/error.h"
 
 #include "collectives/all_reduce.h"
 #include "kernels/gemm.h"
@@ -33,6 +36,29 @@ MlpWeights make_mlp_weights(const MlpShape& s, int64_t ffn_offset, int64_t ffn_s
 
 collectives::Partition ffn_partition(const MlpShape& s, int tp) {
   return collectives::Partition{static_cast<size_t>(s.ffn), static_cast<size_t>(tp)};
+}
+
+double mlp_tp_peak_bytes(const MlpShape& s, int tp, int rank) {
+  const auto part = ffn_partition(s, tp);
+  const double ffn_r = double(part.size(static_cast<size_t>(rank)));
+  const double h = double(s.hidden), t = double(s.tokens);
+  const collectives::Partition chunks{static_cast<size_t>(s.tokens * s.hidden), static_cast<size_t>(tp)};
+  const double ring_buffer = tp > 1 ? double(chunks.max_size()) : 0.0;
+  const double elements = 3.0 * h * ffn_r + 2.0 * t * h + 2.0 * t * ffn_r + ring_buffer;
+  return elements * double(runtime::dtype_size(s.dtype));
+}
+
+void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  for (int r = 0; r < tp; ++r) {
+    const double need = mlp_tp_peak_bytes(s, tp, r);
+    if (need > capacity_gib * kGiB) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "simulated out of memory on chip %d: needs %.3f GiB, has %.3f GiB", r,
+                    need / kGiB, capacity_gib);
+      throw ConfigError(buf);
+    }
+  }
 }
 
 namespace {

@@ -55,6 +55,15 @@ struct MlpTiming {
   double flops = 0;
 };
 
+// Simulated device memory (HBM) the tensor-parallel forward needs on chip RANK of TP, in bytes, at its peak
+// (during the down projection): weight shards 3·hidden·ffn_r, input x and output y (tokens·hidden each),
+// gate/up activations 2·tokens·ffn_r, and the ring's receive buffer of one chunk of y. TP = 1 is one device.
+double mlp_tp_peak_bytes(const MlpShape& s, int tp, int rank);
+
+// Throws ConfigError "simulated out of memory on chip N: needs X GiB, has Y GiB" for the first chip whose
+// peak exceeds CAPACITY_GIB (every rank computes the same answer, so the job fails before any work).
+void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib);
+
 // Single-device forward. When TIMELINE is given, each kernel is charged to it (starting at 0).
 runtime::Tensor mlp_forward(const MlpShape& s, const runtime::Tensor& x, const MlpWeights& w,
                             sim::Timeline* timeline, MlpTiming* timing);

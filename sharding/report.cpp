@@ -36,7 +36,8 @@ std::string mib(double bytes) {
 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json chips = nlohmann::json::array();
-  for (const auto& c : r.per_chip) chips.push_back({{"chip", c.chip}, {"simulated", breakdown_json(c.breakdown)}});
+  for (const auto& c : r.per_chip)
+    chips.push_back({{"chip", c.chip}, {"simulated", breakdown_json(c.breakdown)}, {"peak_memory_bytes", c.peak_memory_bytes}});
   return {
       {"name", r.name},
       {"config", r.config_file},
@@ -57,6 +58,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"all_reduce_bytes_per_chip", r.all_reduce_bytes_per_chip},
         {"all_reduce_expected_bytes_per_chip", r.all_reduce_expected_bytes},
         {"single_device_ns", r.single_device_ns},
+        {"hbm_capacity_bytes", r.hbm_capacity_bytes},
         {"speedup_vs_single_device", r.single_device_ns > 0 && r.critical.total > 0
                                          ? r.single_device_ns / r.critical.total
                                          : 0.0},
@@ -104,6 +106,17 @@ std::string to_text(const RunReport& r) {
   os << buf;
   os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << ", " << mib(r.all_reduce_bytes_per_chip)
      << " sent per chip (2(p-1)/p*M = " << mib(r.all_reduce_expected_bytes) << ")\n";
+  double peak_mem = 0;
+  int peak_chip = 0;
+  for (const auto& c : r.per_chip)
+    if (c.peak_memory_bytes > peak_mem) {
+      peak_mem = c.peak_memory_bytes;
+      peak_chip = c.chip;
+    }
+  std::snprintf(buf, sizeof buf, "  peak memory        %.3f GiB on chip %d (%.1f%% of %.0f GiB HBM)\n",
+                peak_mem / 1073741824.0, peak_chip, r.hbm_capacity_bytes > 0 ? 100.0 * peak_mem / r.hbm_capacity_bytes : 0.0,
+                r.hbm_capacity_bytes / 1073741824.0);
+  os << buf;
   if (r.single_device_ns > 0) {
     std::snprintf(buf, sizeof buf, "  single device      %s  -> speedup %.2fx on %d chips\n",
                   fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);

@@ -14,6 +14,7 @@ namespace shardsim::sharding {
 struct ChipReport {
   int chip = 0;
   sim::Breakdown breakdown;
+  double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak
 };
 
 struct RunReport {
@@ -37,6 +38,7 @@ struct RunReport {
   double all_reduce_expected_bytes = 0;   // 2(p-1)/p * M
   double single_device_ns = 0;             // the same workload on one modelled chip (0 if not validated)
   std::vector<ChipReport> per_chip;
+  double hbm_capacity_bytes = 0;
 
   // Validation.
   bool validated = false;

@@ -69,6 +69,12 @@ RunConfig parse(const ConfigNode& root, const std::string& text) {
     root.child("workload").fail("workload.ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
                                 std::to_string(c.tp) + ": some chips would hold no FFN column");
 
+  try {
+    check_mlp_fits(c.mlp, c.tp, c.device.hbm_gib);
+  } catch (const ConfigError& e) {
+    root.child("workload").fail(std::string(e.what()) + " (device " + c.device.name + ")");
+  }
+
   c.tolerance = c.mlp.dtype == runtime::DType::fp32 ? 1e-5 : 1.0 / 64.0;
   if (root.has("validate")) {
     const auto v = root.child("validate");
@@ -321,6 +327,8 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
     rep.peak_tflops = p * (s.dtype == runtime::DType::fp32 ? cfg.device.peak_tflops_fp32 : cfg.device.peak_tflops_bf16);
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
+    for (int c = 0; c < chips; ++c) rep.per_chip[size_t(c)].peak_memory_bytes = mlp_tp_peak_bytes(s, cfg.tp, c);
+    rep.hbm_capacity_bytes = cfg.device.hbm_gib * 1024.0 * 1024.0 * 1024.0;
   }
   rep.wall_total_s = seconds_since(t_start);
   return rep;

@@ -67,9 +67,23 @@ fi
 # ---- (f) nonexistent --resume checkpoint ----
 e2e_case "(f) nonexistent --resume file"
 if expect_exit 2 'shardsim: error' -- shardsim_mpi 4 run "$SMALL" --resume no_such_checkpoint.h5 --no-checkpoint; then
+  one_error_line  # checked up front, before the ranks start work
   assert_out 'shardsim: error.*no_such_checkpoint\.h5' "message names the missing checkpoint"
-  # Not asserted: the number of error lines. This error is raised after the ranks agreed the config was fine,
-  # so every rank aborts and prints its own `shardsim: error on chip N:` line (racy, 1..N lines).
+fi
+
+# ---- (f2) unwritable checkpoint directory: refused before any work ----
+e2e_case "(f2) checkpoint into a missing directory"
+if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run "$SMALL" --checkpoint "$E2E_TMP/no/such/dir/x.h5"; then
+  one_error_line
+  assert_out 'not writable' "message says the directory is not writable"
+fi
+
+# ---- (h) a workload that does not fit the simulated HBM ----
+e2e_case "(h) simulated out of memory"
+sed 's/^  preset: generic/  preset: generic\n  hbm_gib: 0.00001/' "$SMALL" >oom.yaml
+if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run oom.yaml; then
+  one_error_line
+  assert_out 'simulated out of memory on chip 0: needs [0-9.]+ GiB, has 0\.000 GiB' "message names chip, need and capacity"
 fi
 
 # ---- (g) validation failure: bf16 against an impossible tolerance ----

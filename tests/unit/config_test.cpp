@@ -106,6 +106,12 @@ TEST(Config, TorusDimsAndPlan) {
             std::string::npos);
 }
 
+TEST(Config, WorkloadThatDoesNotFitTheChip) {
+  auto msg = error_of(replace(kGood, "preset: generic", "preset: generic\n  hbm_gib: 0.000000001"));
+  EXPECT_NE(msg.find("cfg.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("simulated out of memory on chip 0: needs"), std::string::npos) << msg;
+}
+
 TEST(Config, ShippedConfigsParse) {
   for (auto name : {"llama2_7b_mlp_tp8.yaml", "llama2_7b_mlp_tp8_bf16.yaml", "small_mlp.yaml"}) {
     auto c = shardsim::sharding::load_run_config(std::string(SHARDSIM_CONFIG_DIR) + "/workloads/" + name);

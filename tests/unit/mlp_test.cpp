@@ -2,11 +2,13 @@
 
 #include <cmath>
 
+#include "common/error.h"
 #include "sharding/mlp.h"
 
 using namespace shardsim;
 using runtime::DType;
 using runtime::Tensor;
+using shardsim::ConfigError;
 
 // The tensor-parallel decomposition without communication: the sum over shards of each shard's partial output
 // equals the single-device output. This checks the sharding arithmetic (including uneven FFN splits);
@@ -51,4 +53,21 @@ TEST(Mlp, ChargesTheTimelineWithGemmFlops) {
   EXPECT_LT(timing.flops, gemm_flops * 1.5);
   EXPECT_EQ(tl.events().size(), 4u);  // gate, up, glu, down
   EXPECT_GE(timing.end, 4 * d.launch_overhead_ns);
+}
+
+TEST(Mlp, PeakMemoryPerChip) {
+  sharding::MlpShape s{10, 16, 37, kernels::Activation::silu, DType::bf16, 1};
+  // One device: 3 weights (16x37), x and y (10x16), gate and up (10x37), no ring buffer; 2 bytes each.
+  EXPECT_DOUBLE_EQ(sharding::mlp_tp_peak_bytes(s, 1, 0), 2.0 * (3 * 16 * 37 + 2 * 10 * 16 + 2 * 10 * 37));
+  // tp=4: 37 = 10 + 9 + 9 + 9; chip 0 holds the extra column; ring buffer = ceil(160 / 4) elements.
+  EXPECT_DOUBLE_EQ(sharding::mlp_tp_peak_bytes(s, 4, 0), 2.0 * (3 * 16 * 10 + 2 * 10 * 16 + 2 * 10 * 10 + 40));
+  EXPECT_GT(sharding::mlp_tp_peak_bytes(s, 4, 0), sharding::mlp_tp_peak_bytes(s, 4, 3));
+  EXPECT_NO_THROW(sharding::check_mlp_fits(s, 4, 1.0));
+  try {
+    sharding::check_mlp_fits(s, 4, 1e-6);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("simulated out of memory on chip 0: needs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GiB, has 0.000 GiB"), std::string::npos) << e.what();
+  }
 }
