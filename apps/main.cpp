@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -22,18 +23,38 @@ namespace {
 constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
 
 // Fail before any work when the output cannot be written or the checkpoint to resume from cannot be read.
-void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt) {
+void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt,
+                 const std::string& json_path) {
   namespace fs = std::filesystem;
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
+  if (opt.no_checkpoint && opt.checkpoint_path.has_value())
+    throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
   const bool want_ckpt = !opt.no_checkpoint && (cfg.checkpoint || opt.checkpoint_path.has_value());
-  if (want_ckpt) {
-    const std::string path = opt.checkpoint_path.value_or(cfg.checkpoint_path);
+  // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
+  // and the config) may be the same file. Resuming from the checkpoint path itself is fine: it is replaced
+  // atomically only after the run.
+  std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
+  if (want_ckpt) outputs.emplace_back("checkpoint", opt.checkpoint_path.value_or(cfg.checkpoint_path));
+  if (!json_path.empty()) outputs.emplace_back("--json", json_path);
+  if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [what, path] = outputs[i];
+    if (path.empty()) throw shardsim::UsageError(what + ": empty path");
+    if (fs::is_directory(path)) throw shardsim::UsageError(what + " " + path + ": is a directory, need a file path");
     fs::path dir = fs::path(path).parent_path();
     if (dir.empty()) dir = ".";
     if (::access(dir.c_str(), W_OK) != 0)
-      throw shardsim::UsageError("checkpoint " + path + ": directory '" + dir.string() +
-                                 "' is not writable: " + std::strerror(errno) + " (use --checkpoint PATH or --no-checkpoint)");
+      throw shardsim::UsageError(what + " " + path + ": directory '" + dir.string() + "' is not writable: " +
+                                 std::strerror(errno));
+    if (same(path, cfg.file)) throw shardsim::UsageError(what + " " + path + ": would overwrite the config file");
+    for (size_t j = 0; j < i; ++j)
+      if (same(path, outputs[j].second))
+        throw shardsim::UsageError(what + " and " + outputs[j].first + " both write " + path);
   }
 }
 
@@ -50,7 +71,7 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) +
                         " MPI ranks; run it with mpirun -np " + std::to_string(cfg.topology.num_chips()));
-    check_paths(cfg, opt);
+    check_paths(cfg, opt, json_path);
   } catch (const Error& e) {
     error = e.what();
     code = e.exit_code();
@@ -112,6 +133,9 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return cmd_run(world, config, json_path, opt);
+  } catch (const AgreedError& e) {
+    if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());
+    return e.exit_code();
   } catch (const Error& e) {
     // Raised after the agreement point: other ranks may be waiting on us, so take the job down.
     world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());

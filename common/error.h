@@ -45,4 +45,15 @@ class RuntimeFault : public Error {
   int exit_code() const noexcept override { return kExitRuntimeFault; }
 };
 
+// An error every rank already knows about (the ranks agreed on it collectively): each rank exits with
+// exit_code() through MPI_Finalize and only rank 0 prints the message, once.
+class AgreedError : public Error {
+ public:
+  AgreedError(const std::string& what, int code) : Error(what), code_(code) {}
+  int exit_code() const noexcept override { return code_; }
+
+ private:
+  int code_;
+};
+
 }  // namespace shardsim

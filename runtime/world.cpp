@@ -77,6 +77,25 @@ std::string World::broadcast(const std::string& value, int root) const {
   return out;
 }
 
+void World::agree(const std::function<void()>& check) const {
+  std::string message;
+  int code = 0;
+  try {
+    check();
+  } catch (const Error& e) {
+    message = e.what();
+    code = e.exit_code();
+  }
+  int mine = code != 0 ? rank_ : size_, first = size_;
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_, &req), rank_, "agree");
+  sleepy_wait(&req, rank_, "agree");
+  if (first == size_) return;
+  check_mpi(MPI_Bcast(&code, 1, MPI_INT, first, comm_), rank_, "agree");
+  message = broadcast(message, first);
+  throw AgreedError(message, code);
+}
+
 void World::abort(int code, const std::string& message) const {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace shardsim::runtime {
@@ -36,6 +37,10 @@ class World {
   void sleepy_barrier() const;
   // Broadcasts a string from ROOT (sleepy as above).
   std::string broadcast(const std::string& value, int root) const;
+
+  // Runs CHECK on every rank. If it throws a shardsim::Error on any rank, every rank throws AgreedError with
+  // the message and exit code of the lowest failing rank, so the job fails once, cleanly, with one message.
+  void agree(const std::function<void()>& check) const;
 
   // Prints MESSAGE to stderr and takes the whole job down with exit code CODE. Never returns.
   [[noreturn]] void abort(int code, const std::string& message) const;

@@ -144,7 +144,10 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
   }  // file closed (collective) here
   MPI_Barrier(comm);
   int failed = 0;
-  if (rank == 0 && std::rename(partial.c_str(), path.c_str()) != 0) failed = 1;
+  if (rank == 0 && std::rename(partial.c_str(), path.c_str()) != 0) {
+    failed = 1;
+    std::remove(partial.c_str());  // never leave a half-named copy behind
+  }
   MPI_Bcast(&failed, 1, MPI_INT, 0, comm);
   if (failed) io_fail(path, "cannot rename " + partial + " to " + path);
 }

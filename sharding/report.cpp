@@ -38,7 +38,7 @@ nlohmann::json to_json(const RunReport& r) {
   nlohmann::json chips = nlohmann::json::array();
   for (const auto& c : r.per_chip)
     chips.push_back({{"chip", c.chip}, {"simulated", breakdown_json(c.breakdown)}, {"peak_memory_bytes", c.peak_memory_bytes}});
-  return {
+  nlohmann::json j = {
       {"name", r.name},
       {"config", r.config_file},
       {"topology", r.topology},
@@ -70,12 +70,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"max_abs_reference", r.max_abs_reference},
         {"relative_error", r.relative_error},
         {"tolerance", r.tolerance},
-        {"resumed_from", r.resumed_from},
-        {"resume_bit_exact", r.resume_same_layout && r.resume_bit_exact},
-        {"resume_same_layout", r.resume_same_layout},
-        {"resume_saved_tp", r.resume_saved_tp},
-        {"resume_relative_error", r.resume_relative_error},
-        {"resume_ok", r.resume_bit_exact}}},
+        {"resumed_from", r.resumed_from}}},
       {"checkpoint", r.checkpoint},
       {"trace", r.trace},
       {"wall",
@@ -86,6 +81,15 @@ nlohmann::json to_json(const RunReport& r) {
         {"checkpoint_s", r.wall_checkpoint_s}}},
       {"verdict", r.ok() ? "PASS" : "FAIL"},
   };
+  if (!r.resumed_from.empty()) {
+    auto& v = j["validation"];
+    v["resume_bit_exact"] = r.resume_same_layout && r.resume_bit_exact;
+    v["resume_same_layout"] = r.resume_same_layout;
+    v["resume_saved_tp"] = r.resume_saved_tp;
+    v["resume_relative_error"] = r.resume_relative_error;
+    v["resume_ok"] = r.resume_bit_exact;
+  }
+  return j;
 }
 
 std::string to_text(const RunReport& r) {

@@ -164,11 +164,23 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   MlpWeights w;
   std::unique_ptr<CheckpointReader> reader;
   if (!opt.resume_from.empty()) {
-    reader = std::make_unique<CheckpointReader>(world.comm(), opt.resume_from);
-    expect_shape(*reader, opt.resume_from, "activations/input", {s.tokens, s.hidden});
-    expect_shape(*reader, opt.resume_from, "weights/w_gate", {s.hidden, s.ffn});
-    expect_shape(*reader, opt.resume_from, "weights/w_up", {s.hidden, s.ffn});
-    expect_shape(*reader, opt.resume_from, "weights/w_down", {s.ffn, s.hidden});
+    // Every rank checks the file; a bad checkpoint fails the job once, with one message (World::agree).
+    world.agree([&] {
+      reader = std::make_unique<CheckpointReader>(world.comm(), opt.resume_from);
+      expect_shape(*reader, opt.resume_from, "activations/input", {s.tokens, s.hidden});
+      expect_shape(*reader, opt.resume_from, "weights/w_gate", {s.hidden, s.ffn});
+      expect_shape(*reader, opt.resume_from, "weights/w_up", {s.hidden, s.ffn});
+      expect_shape(*reader, opt.resume_from, "weights/w_down", {s.ffn, s.hidden});
+      for (const auto& ds : {"activations/input", "weights/w_gate", "weights/w_up", "weights/w_down"})
+        if (reader->dtype(ds) != s.dtype)
+          throw ConfigError("checkpoint " + opt.resume_from + ": dataset '" + ds + "' is " +
+                            runtime::dtype_name(reader->dtype(ds)) + " but the config's workload.dtype is " +
+                            runtime::dtype_name(s.dtype));
+      const std::string act = reader->root_attribute("activation");
+      if (!act.empty() && act != kernels::activation_name(s.activation))
+        throw ConfigError("checkpoint " + opt.resume_from + ": written with activation '" + act +
+                          "' but the config's workload.activation is '" + kernels::activation_name(s.activation) + "'");
+    });
     x = Tensor(s.dtype, {s.tokens, s.hidden});
     reader->read_block("activations/input", {0, 0}, x);
     w.ffn_offset = off;
@@ -288,6 +300,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
         {"model", cfg.model},
         {"parallel_plan", rep.plan},
         {"tp", std::to_string(cfg.tp)},
+        {"activation", kernels::activation_name(s.activation)},
         {"topology", rep.topology},
     };
     save_checkpoint(world.comm(), path, entries, attrs);

@@ -1,7 +1,7 @@
 // The modelled accelerator: peak compute per precision, HBM bandwidth and capacity, launch overhead.
 //
 // Units: FLOP/s as TFLOP/s (1e12); HBM bandwidth GB/s (1e9 B/s); capacity GiB (2^30 B); overhead ns.
-// Presets carry the public source of each number (see configs/devices/ and device_spec.cpp).
+// Presets carry the public source of each number in a comment (device_spec.cpp).
 //
 //   device:
 //     preset: trainium1        # trainium1 | generic; optional
