@@ -100,4 +100,27 @@ elif expect_exit 1 'validation FAIL' -- shardsim_mpi 4 run strict_bf16.yaml --js
   check_json strict.json verdict='"FAIL"' validation.passed=false
 fi
 
+# ---- (i) outputs that would clobber the config or each other: refused before any work ----
+e2e_case "(i) --json over the config file"
+cp "$SMALL" keep.yaml
+if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run keep.yaml --json keep.yaml --no-checkpoint; then
+  one_error_line
+  assert_out 'would overwrite the config file' "message says why"
+  if cmp -s "$SMALL" keep.yaml; then pass "config left intact"; else fail "config file was modified"; fi
+fi
+e2e_case "(i) --json and --trace on one file"
+if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run "$SMALL" --json same.json --trace same.json --no-checkpoint; then
+  one_error_line
+fi
+
+# ---- (j) a checkpoint that does not match the config: one message, exit 2 ----
+e2e_case "(j) resume with another activation"
+if expect_exit 0 'PASS' -- shardsim_mpi 4 run "$SMALL" --checkpoint silu.h5; then
+  sed 's/activation: silu/activation: gelu/' "$SMALL" >gelu.yaml
+  if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run gelu.yaml --resume silu.h5 --no-checkpoint; then
+    one_error_line
+    assert_out "activation 'silu'" "message names the checkpoint's activation"
+  fi
+fi
+
 e2e_finish
