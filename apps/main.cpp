@@ -30,12 +30,12 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
     throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
-  const bool want_ckpt = !opt.no_checkpoint && (cfg.checkpoint || opt.checkpoint_path.has_value());
+
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file. Resuming from the checkpoint path itself is fine: it is replaced
   // atomically only after the run.
   std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
-  if (want_ckpt) outputs.emplace_back("checkpoint", opt.checkpoint_path.value_or(cfg.checkpoint_path));
+  if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt)) outputs.emplace_back("checkpoint", *ckpt);
   if (!json_path.empty()) outputs.emplace_back("--json", json_path);
   if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
   auto same = [](const std::string& a, const std::string& b) {
@@ -67,10 +67,7 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
   int code = kExitOk;
   try {
     cfg = sharding::load_run_config(config_path);
-    if (world.size() != cfg.topology.num_chips())
-      throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
-                        " chips but the job has " + std::to_string(world.size()) +
-                        " MPI ranks; run it with mpirun -np " + std::to_string(cfg.topology.num_chips()));
+    sharding::check_world_size(cfg, world.size());
     check_paths(cfg, opt, json_path);
   } catch (const Error& e) {
     error = e.what();

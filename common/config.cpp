@@ -61,7 +61,9 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
     if (!root.IsMap()) {
       throw ConfigError(file + ":1: the config must be a YAML mapping (key: value pairs) at the top level");
     }
-    return ConfigNode(root, file, "");
+    ConfigNode node(root, file, "");
+    node.text_ = std::make_shared<const std::string>(text);
+    return node;
   } catch (const YAML::Exception& e) {
     std::ostringstream os;
     os << file;
@@ -125,7 +127,9 @@ void ConfigNode::expect_keys(std::initializer_list<std::string_view> allowed) co
 ConfigNode ConfigNode::child(std::string_view key) const {
   auto n = raw(key);
   if (!n.IsDefined() || n.IsNull()) fail("missing required key '" + key_path(key) + "'");
-  return ConfigNode(n, file_, key_path(key));
+  ConfigNode c(n, file_, key_path(key));
+  c.text_ = text_;
+  return c;
 }
 
 std::optional<ConfigNode> ConfigNode::maybe_child(std::string_view key) const {

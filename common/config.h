@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,8 @@ class ConfigNode {
   const std::string& path() const { return path_; }
   const std::string& file() const { return file_; }
   const YAML::Node& yaml() const { return node_; }
+  // The whole document this node came from, as written (empty for nodes built directly).
+  const std::string& text() const { return *text_; }
 
   bool is_map() const { return node_.IsMap(); }
   bool has(std::string_view key) const;
@@ -64,6 +67,7 @@ class ConfigNode {
   YAML::Node node_;
   std::string file_;
   std::string path_;
+  std::shared_ptr<const std::string> text_ = std::make_shared<const std::string>();
 };
 
 }  // namespace shardsim

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -23,10 +23,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-RunConfig parse(const ConfigNode& root, const std::string& text) {
+RunConfig parse(const ConfigNode& root) {
   RunConfig c;
   c.file = root.file();
-  c.text = text;
+  c.text = root.text();
   root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate", "checkpoint"});
   c.name = root.get_string("name", "");
   c.topology = topology::load_topology(root.child("topology"));
@@ -125,23 +125,39 @@ void expect_shape(const CheckpointReader& rd, const std::string& path, const std
 }  // namespace
 
 RunConfig parse_run_config(const std::string& text, const std::string& file) {
-  return parse(ConfigNode::load_string(text, file), text);
+  return parse(ConfigNode::load_string(text, file));
 }
 
 RunConfig load_run_config(const std::string& file) {
-  const ConfigNode root = ConfigNode::load_file(file);
-  std::ifstream in(file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(root, ss.str());
+  return parse(ConfigNode::load_file(file));
+}
+
+std::optional<std::string> checkpoint_target(const RunConfig& cfg, const RunOptions& opt) {
+  if (opt.no_checkpoint || (!cfg.checkpoint && !opt.checkpoint_path)) return std::nullopt;
+  return opt.checkpoint_path.value_or(cfg.checkpoint_path);
+}
+
+void check_world_size(const RunConfig& cfg, int world_size) {
+  const int chips = cfg.topology.num_chips();
+  if (world_size != chips)
+    throw ConfigError(cfg.file + ": the topology has " + std::to_string(chips) + " chips but the job has " +
+                      std::to_string(world_size) + " MPI ranks; run it with mpirun -np " + std::to_string(chips));
+}
+
+ErrorStats compare(const Tensor& y, const Tensor& ref) {
+  ErrorStats e;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double a = y.get(i), b = ref.get(i);
+    e.max_abs_error = std::isfinite(a) ? std::max(e.max_abs_error, std::fabs(a - b)) : INFINITY;
+    e.max_abs_reference = std::max(e.max_abs_reference, std::fabs(b));
+  }
+  return e;
 }
 
 RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const RunOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const int chips = cfg.topology.num_chips();
-  if (world.size() != chips)
-    throw ConfigError(cfg.file + ": the topology has " + std::to_string(chips) + " chips but the job has " +
-                      std::to_string(world.size()) + " MPI ranks; run it with mpirun -np " + std::to_string(chips));
+  check_world_size(cfg, world.size());
   const int rank = world.rank();
   const bool root = rank == 0;
   const MlpShape& s = cfg.mlp;
@@ -233,16 +249,10 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
       const Tensor y_ref = mlp_forward(s, x, full, &ref_tl, &ref_timing);
       kernels::set_blas_threads(1);
       rep.single_device_ns = ref_timing.end;
-      double max_err = 0, max_ref = 0;
-      for (int64_t i = 0; i < y.numel(); ++i) {
-        const double a = y.get(i), b = y_ref.get(i);
-        max_err = std::max(max_err, std::fabs(a - b));
-        max_ref = std::max(max_ref, std::fabs(b));
-        if (!std::isfinite(a)) max_err = INFINITY;
-      }
-      rep.max_abs_error = max_err;
-      rep.max_abs_reference = max_ref;
-      rep.relative_error = max_ref > 0 ? max_err / max_ref : max_err;
+      const ErrorStats e = compare(y, y_ref);
+      rep.max_abs_error = e.max_abs_error;
+      rep.max_abs_reference = e.max_abs_reference;
+      rep.relative_error = e.relative();
       rep.passed = rep.relative_error <= cfg.tolerance;
       ok = rep.passed ? 1 : 0;
     }
@@ -260,19 +270,14 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
       Tensor stored(s.dtype, {s.tokens, s.hidden});
       reader->read_block("activations/output", {0, 0}, stored);
       const std::string saved_tp = reader->root_attribute("tp");
-      rep.resume_same_layout = saved_tp == std::to_string(cfg.tp);
-      rep.resume_saved_tp = saved_tp.empty() ? 0 : std::stoi(saved_tp);
+      rep.resume_saved_tp = std::atoi(saved_tp.c_str());  // 0 when missing or not a number: treated as resharded
+      rep.resume_same_layout = rep.resume_saved_tp == cfg.tp;
       if (rep.resume_same_layout) {
         // Same sharding, same kernels, same reduction order: the output must be bit-identical.
         rep.resume_bit_exact = !world.any(!stored.bit_equal(y));
       } else {
         // Resharded: the all_reduce sums the partials in another order, so only the tolerance applies.
-        double err = 0, mag = 0;
-        for (int64_t i = 0; i < y.numel(); ++i) {
-          err = std::max(err, std::fabs(double(y.get(i)) - stored.get(i)));
-          mag = std::max(mag, std::fabs(double(stored.get(i))));
-        }
-        rep.resume_relative_error = mag > 0 ? err / mag : err;
+        rep.resume_relative_error = compare(y, stored).relative();
         rep.resume_bit_exact = !world.any(!(rep.resume_relative_error <= cfg.tolerance));
       }
     }
@@ -280,10 +285,9 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   }
 
   // ---- checkpoint ----
-  const bool want_ckpt = !opt.no_checkpoint && (cfg.checkpoint || opt.checkpoint_path.has_value());
-  if (want_ckpt) {
+  if (const auto target = checkpoint_target(cfg, opt)) {
     const auto t_ck = std::chrono::steady_clock::now();
-    const std::string path = opt.checkpoint_path.value_or(cfg.checkpoint_path);
+    const std::string& path = *target;
     const std::string tp_spec = " over tp=" + std::to_string(cfg.tp);
     std::vector<CheckpointEntry> entries = {
         {"weights/w_gate", &w.w_gate, {s.hidden, s.ffn}, {0, off}, "Shard(1)" + tp_spec, true},

@@ -63,6 +63,21 @@ struct RunOptions {
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
 };
 
+// The checkpoint this run writes: --checkpoint, else the config's path; none with --no-checkpoint or when the
+// config disables checkpoints and no --checkpoint is given.
+std::optional<std::string> checkpoint_target(const RunConfig& config, const RunOptions& options);
+
+// Throws ConfigError naming the config file when WORLD_SIZE differs from the topology's chip count.
+void check_world_size(const RunConfig& config, int world_size);
+
+// max |y - reference| and max |reference| over all elements; a non-finite y counts as an infinite error.
+struct ErrorStats {
+  double max_abs_error = 0;
+  double max_abs_reference = 0;
+  double relative() const { return max_abs_reference > 0 ? max_abs_error / max_abs_reference : max_abs_error; }
+};
+ErrorStats compare(const runtime::Tensor& y, const runtime::Tensor& reference);
+
 // Runs the workload on WORLD (collective). The report is complete on rank 0; other ranks get a partial one.
 // Throws ConfigError when the world size differs from the config's chip count (on every rank, same message).
 RunReport run_workload(const runtime::World& world, const RunConfig& config, const RunOptions& options);
