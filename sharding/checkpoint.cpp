@@ -172,7 +172,6 @@ CheckpointReader::~CheckpointReader() {
 
 bool CheckpointReader::has(const std::string& dataset) const {
   const hid_t f = static_cast<hid_t>(file_);
-  std::string prefix;
   for (size_t pos = 0; pos != std::string::npos;) {
     pos = dataset.find('/', pos + 1);
     const std::string part = dataset.substr(0, pos);
