@@ -1,25 +1,45 @@
 #include "collectives/all_gather.h"
 
 #include <cstring>
-#include <stdexcept>
 
-#include "collectives/ring.h"
+#include "collectives/algorithms.h"
+#include "collectives/flat.h"
+#include "common/error.h"
 
 namespace shardsim::collectives {
 
-CollectiveResult all_gather(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                            sim::TimeNs ready, const AllGatherOptions& options) {
-  if (options.algorithm != "ring")
-    throw std::invalid_argument("all_gather: unknown algorithm '" + options.algorithm + "' (known: ring)");
-  const double sent_before = tp.bytes_sent();
+namespace {
+
+CollectiveResult gather_layout(runtime::Transport& tp, Collective c, const void* sendbuf, void* recvbuf,
+                               const Layout& layout, DType dtype, sim::TimeNs ready, const CollectiveOptions& o) {
   const size_t es = runtime::dtype_size(dtype);
-  const Partition part{count, static_cast<size_t>(tp.size())};
-  const size_t r = static_cast<size_t>(tp.rank());
-  auto* own = static_cast<unsigned char*>(recvbuf) + part.offset(r) * es;
-  if (own != sendbuf && part.size(r)) std::memmove(own, sendbuf, part.size(r) * es);
-  const sim::TimeNs t = ring::all_gather_inplace(tp, recvbuf, count, dtype, ready, options.name);
-  tp.timeline().record_region(options.name, "collective", {ready, t}, static_cast<double>(count * es));
-  return {{ready, t}, tp.bytes_sent() - sent_before, "ring"};
+  const double bytes = static_cast<double>(layout.total() * es);
+  const Choice choice = choose(c, o, tp, bytes);
+  const std::string name = o.name.empty() ? collective_name(c) : o.name;
+  const double sent_before = tp.bytes_sent();
+  const size_t me = static_cast<size_t>(tp.rank());
+  auto* mine = static_cast<unsigned char*>(recvbuf) + layout.offset[me] * es;
+  if (sendbuf != mine && layout.size[me]) std::memmove(mine, sendbuf, layout.size[me] * es);
+  const sim::TimeNs t = flat::all_gather(tp, choice.algorithm, recvbuf, layout, dtype, o.chunk_bytes, ready, name);
+  return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, bytes, sent_before);
+}
+
+}  // namespace
+
+CollectiveResult all_gather(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                            sim::TimeNs ready, const CollectiveOptions& options) {
+  return gather_layout(tp, Collective::all_gather, sendbuf, recvbuf,
+                       Layout::from(Partition{count, static_cast<size_t>(tp.size())}), dtype, ready, options);
+}
+
+CollectiveResult all_gatherv(runtime::Transport& tp, const void* sendbuf, void* recvbuf,
+                             const std::vector<size_t>& counts, DType dtype, sim::TimeNs ready,
+                             const CollectiveOptions& options) {
+  if (counts.size() != static_cast<size_t>(tp.size()))
+    throw UsageError("all_gatherv: " + std::to_string(counts.size()) + " counts for " + std::to_string(tp.size()) +
+                     " ranks");
+  return gather_layout(tp, Collective::all_gatherv, sendbuf, recvbuf, Layout::from_counts(counts), dtype, ready,
+                       options);
 }
 
 }  // namespace shardsim::collectives

@@ -1,24 +1,31 @@
 #include "collectives/all_reduce.h"
 
 #include <cstring>
-#include <stdexcept>
 
-#include "collectives/ring.h"
+#include "collectives/algorithms.h"
+#include "collectives/flat.h"
+#include "collectives/halving_doubling.h"
 
 namespace shardsim::collectives {
 
 CollectiveResult all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                            ReduceOp op, sim::TimeNs ready, const AllReduceOptions& options) {
-  if (options.algorithm != "ring")
-    throw std::invalid_argument("all_reduce: unknown algorithm '" + options.algorithm + "' (known: ring)");
-  const double sent_before = tp.bytes_sent();
+                            ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t bytes = count * runtime::dtype_size(dtype);
-  if (sendbuf != recvbuf && bytes) std::memmove(recvbuf, sendbuf, bytes);
-  sim::TimeNs t = ring::reduce_scatter_inplace(tp, recvbuf, count, dtype, op, ready, options.name);
-  t = ring::all_gather_inplace(tp, recvbuf, count, dtype, t, options.name);
+  const Choice choice = choose(Collective::all_reduce, options, tp, static_cast<double>(bytes));
+  const std::string name = options.name.empty() ? "all_reduce" : options.name;
+  const double sent_before = tp.bytes_sent();
+  if (sendbuf != recvbuf && bytes) std::memcpy(recvbuf, sendbuf, bytes);
+  sim::TimeNs t = ready;
+  if (choice.algorithm == "halving_doubling") {
+    t = halving_doubling::all_reduce(tp, recvbuf, count, dtype, op, ready, name);
+  } else {
+    const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
+    t = flat::reduce_scatter(tp, choice.algorithm, recvbuf, layout, dtype, op, options.chunk_bytes, t, name);
+    t = flat::all_gather(tp, choice.algorithm, recvbuf, layout, dtype, options.chunk_bytes, t, name);
+  }
   if (op == ReduceOp::avg) finish_avg(recvbuf, count, dtype, static_cast<size_t>(tp.size()));
-  tp.timeline().record_region(options.name, "collective", {ready, t}, static_cast<double>(bytes));
-  return {{ready, t}, tp.bytes_sent() - sent_before, "ring"};
+  return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
+                      sent_before);
 }
 
 }  // namespace shardsim::collectives

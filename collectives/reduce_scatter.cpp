@@ -1,31 +1,30 @@
 #include "collectives/reduce_scatter.h"
 
 #include <cstring>
-#include <stdexcept>
 #include <vector>
 
-#include "collectives/ring.h"
+#include "collectives/algorithms.h"
+#include "collectives/flat.h"
 
 namespace shardsim::collectives {
 
 CollectiveResult reduce_scatter(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
-                                DType dtype, ReduceOp op, sim::TimeNs ready, const ReduceScatterOptions& options) {
-  if (options.algorithm != "ring")
-    throw std::invalid_argument("reduce_scatter: unknown algorithm '" + options.algorithm + "' (known: ring)");
-  const double sent_before = tp.bytes_sent();
+                                DType dtype, ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t es = runtime::dtype_size(dtype);
+  const Choice choice = choose(Collective::reduce_scatter, options, tp, static_cast<double>(count * es));
+  const std::string name = options.name.empty() ? "reduce_scatter" : options.name;
+  const double sent_before = tp.bytes_sent();
   const Partition part{count, static_cast<size_t>(tp.size())};
-  const size_t r = static_cast<size_t>(tp.rank());
-  // Work on a copy: the input must stay intact out of place, and in place only our chunk may change.
+  const size_t me = static_cast<size_t>(tp.rank());
+  // The algorithms work in place on a full-size buffer; SENDBUF stays untouched.
   std::vector<unsigned char> work(count * es);
   if (count) std::memcpy(work.data(), sendbuf, count * es);
-  const sim::TimeNs t = ring::reduce_scatter_inplace(tp, work.data(), count, dtype, op, ready, options.name);
-  if (part.size(r)) {
-    std::memmove(recvbuf, work.data() + part.offset(r) * es, part.size(r) * es);
-    if (op == ReduceOp::avg) finish_avg(recvbuf, part.size(r), dtype, part.parts);
-  }
-  tp.timeline().record_region(options.name, "collective", {ready, t}, static_cast<double>(count * es));
-  return {{ready, t}, tp.bytes_sent() - sent_before, "ring"};
+  const sim::TimeNs t = flat::reduce_scatter(tp, choice.algorithm, work.data(), Layout::from(part), dtype, op,
+                                             options.chunk_bytes, ready, name);
+  if (op == ReduceOp::avg) finish_avg(work.data() + part.offset(me) * es, part.size(me), dtype, part.parts);
+  if (part.size(me)) std::memmove(recvbuf, work.data() + part.offset(me) * es, part.size(me) * es);
+  return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(count * es),
+                      sent_before);
 }
 
 }  // namespace shardsim::collectives

@@ -1,7 +1,6 @@
 #include "collectives/ring.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace shardsim::collectives::ring {
 
@@ -9,46 +8,91 @@ namespace {
 inline size_t mod(long a, long p) { return static_cast<size_t>(((a % p) + p) % p); }
 }  // namespace
 
-sim::TimeNs reduce_scatter_inplace(runtime::Transport& tp, void* work, size_t count, DType t, ReduceOp op,
-                                   sim::TimeNs ready, const std::string& name) {
-  const long p = tp.size(), r = tp.rank();
-  if (p == 1 || count == 0) return ready;
-  const size_t es = runtime::dtype_size(t);
-  const Partition part{count, static_cast<size_t>(p)};
-  std::vector<unsigned char> incoming(part.max_size() * es);
-  auto* base = static_cast<unsigned char*>(work);
-  const int next = static_cast<int>(mod(r + 1, p)), prev = static_cast<int>(mod(r - 1, p));
-  sim::TimeNs t_now = ready;
-  for (long s = 0; s < p - 1; ++s) {
-    const size_t send_chunk = mod(r - s - 1, p), recv_chunk = mod(r - s - 2, p);
-    const size_t sn = part.size(send_chunk), rn = part.size(recv_chunk);
-    const sim::TimeNs arrived =
-        tp.sendrecv(base + part.offset(send_chunk) * es, sn * es, next, incoming.data(), rn * es, prev, t_now,
-                    name + ".reduce_scatter.step" + std::to_string(s));
-    reduce_into(base + part.offset(recv_chunk) * es, incoming.data(), rn, t, op);
-    t_now = std::max(t_now, arrived);
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
+                             sim::TimeNs ready) {
+  const size_t dirs = bidirectional ? 2 : 1;
+  const size_t per_dir_bytes = (layout.max_size() * elem_size + dirs - 1) / dirs;
+  const size_t pieces = chunk_bytes == 0 ? 1 : std::max<size_t>(1, (per_dir_bytes + chunk_bytes - 1) / chunk_bytes);
+  std::vector<Lane> lanes;
+  for (size_t d = 0; d < dirs; ++d) {
+    for (size_t j = 0; j < pieces; ++j) {
+      Lane lane;
+      lane.dir = d == 0 ? 1 : -1;
+      lane.t = ready;
+      for (size_t r = 0; r < layout.parts(); ++r) {
+        const Partition sub{layout.size[r], dirs * pieces};
+        lane.layout.offset.push_back(layout.offset[r] + sub.offset(d * pieces + j));
+        lane.layout.size.push_back(sub.size(d * pieces + j));
+      }
+      if (lane.layout.max_size() > 0) lanes.push_back(std::move(lane));
+    }
   }
-  return t_now;
+  return lanes;
 }
 
-sim::TimeNs all_gather_inplace(runtime::Transport& tp, void* work, size_t count, DType t, sim::TimeNs ready,
-                               const std::string& name) {
+namespace {
+
+// One ring pass (reduce-scatter when REDUCE, else all-gather) over all lanes at once.
+sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, DType t, const ReduceOp* reduce,
+                const std::string& label) {
   const long p = tp.size(), r = tp.rank();
-  if (p == 1 || count == 0) return ready;
+  sim::TimeNs end = 0;
+  for (const auto& l : lanes) end = std::max(end, l.t);
+  if (p == 1 || lanes.empty()) return end;
   const size_t es = runtime::dtype_size(t);
-  const Partition part{count, static_cast<size_t>(p)};
-  auto* base = static_cast<unsigned char*>(work);
-  const int next = static_cast<int>(mod(r + 1, p)), prev = static_cast<int>(mod(r - 1, p));
-  sim::TimeNs t_now = ready;
+  auto* base = static_cast<unsigned char*>(basep);
+  std::vector<std::vector<unsigned char>> scratch(reduce ? lanes.size() : 0);
+  for (size_t i = 0; i < scratch.size(); ++i) scratch[i].resize(lanes[i].layout.max_size() * es);
+  std::vector<runtime::SendOp> sends(lanes.size());
+  std::vector<runtime::RecvOp> recvs(lanes.size());
   for (long s = 0; s < p - 1; ++s) {
-    const size_t send_chunk = mod(r - s, p), recv_chunk = mod(r - s - 1, p);
-    const sim::TimeNs arrived =
-        tp.sendrecv(base + part.offset(send_chunk) * es, part.size(send_chunk) * es, next,
-                    base + part.offset(recv_chunk) * es, part.size(recv_chunk) * es, prev, t_now,
-                    name + ".all_gather.step" + std::to_string(s));
-    t_now = std::max(t_now, arrived);
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      const Lane& l = lanes[i];
+      const long d = l.dir;
+      const size_t sc = reduce ? mod(r - d * (s + 1), p) : mod(r - d * s, p);
+      const size_t rc = reduce ? mod(r - d * (s + 2), p) : mod(r - d * (s + 1), p);
+      sends[i] = {base + l.layout.offset[sc] * es, l.layout.size[sc] * es, static_cast<int>(mod(r + d, p)), l.t};
+      void* into = reduce ? static_cast<void*>(scratch[i].data()) : base + l.layout.offset[rc] * es;
+      recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
+    }
+    tp.exchange(sends, recvs, label + ".step" + std::to_string(s));
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      Lane& l = lanes[i];
+      if (reduce) {
+        const size_t rc = mod(r - l.dir * (s + 2), p);
+        reduce_into(base + l.layout.offset[rc] * es, scratch[i].data(), l.layout.size[rc], t, *reduce);
+      }
+      l.t = std::max(l.t, recvs[i].arrival);
+      end = std::max(end, l.t);
+    }
   }
-  return t_now;
+  return end;
+}
+
+}  // namespace
+
+sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, ReduceOp op,
+                           const std::string& name) {
+  return run(tp, base, lanes, t, &op, name + ".reduce_scatter");
+}
+
+sim::TimeNs all_gather(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t,
+                       const std::string& name) {
+  return run(tp, base, lanes, t, nullptr, name + ".all_gather");
+}
+
+std::string bidirectional_obstacle(const runtime::Transport& tp) {
+  const int p = tp.size();
+  if (p <= 2) return "";  // with 2 ranks both directions are the same neighbour: still correct, no gain
+  const auto& topo = tp.topology();
+  for (int r = 0; r < p; ++r) {
+    const int c = tp.chip_of(r), next = tp.chip_of((r + 1) % p), prev = tp.chip_of((r + p - 1) % p);
+    const auto a = topo.route(c, next), b = topo.route(c, prev);
+    if (!a.empty() && !b.empty() && a.front() == b.front())
+      return "chip " + std::to_string(c) + " reaches chips " + std::to_string(next) + " and " + std::to_string(prev) +
+             " through the same link (unidirectional or non-ring topology), so the two directions would share it";
+  }
+  return "";
 }
 
 }  // namespace shardsim::collectives::ring

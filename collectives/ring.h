@@ -1,27 +1,48 @@
-// Ring algorithms (internal building blocks of all_reduce, reduce_scatter, all_gather).
+// Ring algorithms (building blocks of all_reduce, reduce_scatter, all_gather and the torus algorithm).
 //
-// Ranks form a ring in communicator order: rank r sends to r+1 and receives from r-1 (mod p). The buffer of
-// COUNT elements is split by Partition(COUNT, p); chunk i ends up owned by rank i.
-//   reduce-scatter: p-1 steps; at step s rank r sends chunk (r-s-1) mod p, receives chunk (r-s-2) mod p and
-//                   reduces it into its copy. After the last step chunk r on rank r is fully reduced.
-//   all-gather:     p-1 steps; at step s rank r sends chunk (r-s) mod p and receives chunk (r-s-1) mod p.
-// Each step moves one chunk over one link, so on a ring topology with bandwidth B and latency alpha:
-//   T_rs = T_ag = (p-1) * (alpha + S/(p*B)),   T_all_reduce = 2(p-1) * (alpha + S/(p*B))
+// Ranks form a ring in communicator order. A *lane* is one ring pass over a set of chunks (one chunk per rank,
+// described by a Layout) in one direction: dir = +1 means rank r sends to r+1 and receives from r-1.
+//   reduce-scatter: p-1 steps; at step s rank r sends chunk (r - dir(s+1)) mod p, receives chunk
+//                   (r - dir(s+2)) mod p and reduces it into its copy. Afterwards chunk r on rank r is reduced.
+//   all-gather:     p-1 steps; at step s rank r sends chunk (r - dir*s) mod p, receives chunk (r - dir(s+1)).
 // (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009.)
+// All lanes advance together, one exchange per step, each with its own simulated clock, so:
+//   - uni-directional ring: one lane per piece, dir +1. On a ring topology with bandwidth B and latency alpha
+//       T_rs = T_ag = (p-1)(alpha + S/(pB)),   T_all_reduce = 2(p-1)(alpha + S/(pB))
+//   - bidirectional ring: half of every chunk travels each way on its own link (needs r->r-1 links):
+//       T_all_reduce = 2(p-1)(alpha + S/(2pB))
+//   - pipelining (chunk_bytes > 0): every chunk is cut into m pieces, each its own lane. Pieces of one step
+//     queue on the same port, and piece j of step s+1 leaves as soon as piece j of step s has arrived, so the
+//     per-step latencies overlap with transfers: T ~ (p-1) S/(pB) + m-independent alpha terms (see MODEL.md).
 // The reduction arithmetic is assumed fused into the data movement (as NCCL's kernels do) and not charged.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "collectives/types.h"
 #include "runtime/transport.h"
 
 namespace shardsim::collectives::ring {
 
-// In place on WORK (COUNT elements). Returns the simulated time the last chunk is reduced/gathered.
-sim::TimeNs reduce_scatter_inplace(runtime::Transport& tp, void* work, size_t count, DType t, ReduceOp op,
-                                   sim::TimeNs ready, const std::string& name);
-sim::TimeNs all_gather_inplace(runtime::Transport& tp, void* work, size_t count, DType t, sim::TimeNs ready,
-                               const std::string& name);
+struct Lane {
+  Layout layout;      // chunk r of this lane, in elements relative to the buffer base
+  int dir = 1;        // +1 or -1
+  sim::TimeNs t = 0;  // simulated time this lane's data is ready on this chip
+};
+
+// Lanes covering LAYOUT: 1 or 2 directions (bidirectional: +1 gets the first half of every chunk, -1 the
+// second), each cut into pieces of at most CHUNK_BYTES (0 = one piece). Lanes with no data are left out.
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
+                             sim::TimeNs ready);
+
+// Run the passes on BASE in place. Return the time the last lane finished (lanes' t are updated).
+sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, ReduceOp op,
+                           const std::string& name);
+sim::TimeNs all_gather(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, const std::string& name);
+
+// Whether a bidirectional ring can run: every rank must have a distinct first link towards r+1 and r-1.
+// Returns the reason it cannot (empty when it can).
+std::string bidirectional_obstacle(const runtime::Transport& tp);
 
 }  // namespace shardsim::collectives::ring

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 namespace shardsim::collectives {
 
@@ -16,41 +17,149 @@ std::string reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+const std::vector<ReduceOp>& all_reduce_ops() {
+  static const std::vector<ReduceOp> v = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                                          ReduceOp::avg};
+  return v;
+}
+
 ReduceOp parse_reduce_op(const std::string& name) {
-  for (auto op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+  for (auto op : all_reduce_ops())
     if (reduce_op_name(op) == name) return op;
   throw std::invalid_argument("unknown reduction op '" + name + "' (known: sum, prod, min, max, avg)");
 }
 
 namespace {
-inline float apply(float a, float b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return a + b;
-    case ReduceOp::prod: return a * b;
-    case ReduceOp::min: return std::min(a, b);
-    case ReduceOp::max: return std::max(a, b);
+
+template <class T>
+inline T apply(T a, T b, ReduceOp op) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // sum/prod wrap modulo 2^bits, like NCCL's integer kernels
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      case ReduceOp::prod: return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      case ReduceOp::min: return std::min(a, b);
+      case ReduceOp::max: return std::max(a, b);
+    }
+  } else {
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: return a + b;
+      case ReduceOp::prod: return a * b;
+      case ReduceOp::min: return std::min(a, b);  // NaN handling follows std::min/max (first argument wins)
+      case ReduceOp::max: return std::max(a, b);
+    }
   }
   return a;
 }
+
+template <class T>
+void reduce_native(void* acc, const void* in, size_t n, ReduceOp op) {
+  auto* a = static_cast<T*>(acc);
+  const auto* b = static_cast<const T*>(in);
+  switch (op) {  // one loop per op so the compiler vectorises it
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      for (size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], ReduceOp::sum);
+      break;
+    case ReduceOp::prod:
+      for (size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], ReduceOp::prod);
+      break;
+    case ReduceOp::min:
+      for (size_t i = 0; i < n; ++i) a[i] = std::min(a[i], b[i]);
+      break;
+    case ReduceOp::max:
+      for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], b[i]);
+      break;
+  }
+}
+
+template <class S, float (*Dec)(S), S (*Enc)(float)>
+void reduce_narrow(void* acc, const void* in, size_t n, ReduceOp op) {
+  auto* a = static_cast<S*>(acc);
+  const auto* b = static_cast<const S*>(in);
+  for (size_t i = 0; i < n; ++i) a[i] = Enc(apply(Dec(a[i]), Dec(b[i]), op));
+}
+
+template <class T>
+void divide_native(void* buf, size_t n, size_t ranks) {
+  auto* a = static_cast<T*>(buf);
+  if constexpr (std::is_integral_v<T>) {
+    const T d = static_cast<T>(ranks);
+    for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / d);
+  } else {
+    const double d = static_cast<double>(ranks);
+    for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<double>(a[i]) / d);
+  }
+}
+
 }  // namespace
 
 void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op) {
-  if (t == DType::fp32) {
-    auto* a = static_cast<float*>(acc);
-    const auto* b = static_cast<const float*>(in);
-    for (size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], op);
-  } else {
-    auto* a = static_cast<uint16_t*>(acc);
-    const auto* b = static_cast<const uint16_t*>(in);
-    for (size_t i = 0; i < n; ++i)
-      a[i] = runtime::float_to_bf16(apply(runtime::bf16_to_float(a[i]), runtime::bf16_to_float(b[i]), op));
+  using namespace runtime;
+  switch (t) {
+    case DType::int8: return reduce_native<int8_t>(acc, in, n, op);
+    case DType::uint8: return reduce_native<uint8_t>(acc, in, n, op);
+    case DType::int32: return reduce_native<int32_t>(acc, in, n, op);
+    case DType::uint32: return reduce_native<uint32_t>(acc, in, n, op);
+    case DType::int64: return reduce_native<int64_t>(acc, in, n, op);
+    case DType::uint64: return reduce_native<uint64_t>(acc, in, n, op);
+    case DType::fp32: return reduce_native<float>(acc, in, n, op);
+    case DType::fp64: return reduce_native<double>(acc, in, n, op);
+    case DType::bf16: return reduce_narrow<uint16_t, bf16_to_float, float_to_bf16>(acc, in, n, op);
+    case DType::fp16: return reduce_narrow<uint16_t, fp16_to_float, float_to_fp16>(acc, in, n, op);
+    case DType::fp8_e4m3: return reduce_narrow<uint8_t, e4m3_to_float, float_to_e4m3>(acc, in, n, op);
+    case DType::fp8_e5m2: return reduce_narrow<uint8_t, e5m2_to_float, float_to_e5m2>(acc, in, n, op);
   }
 }
 
 void finish_avg(void* buf, size_t n, DType t, size_t ranks) {
-  const float inv = 1.0f / static_cast<float>(ranks);
-  for (size_t i = 0; i < n; ++i) runtime::store_from_float(buf, i, t, runtime::load_as_float(buf, i, t) * inv);
+  using namespace runtime;
+  switch (t) {
+    case DType::int8: return divide_native<int8_t>(buf, n, ranks);
+    case DType::uint8: return divide_native<uint8_t>(buf, n, ranks);
+    case DType::int32: return divide_native<int32_t>(buf, n, ranks);
+    case DType::uint32: return divide_native<uint32_t>(buf, n, ranks);
+    case DType::int64: return divide_native<int64_t>(buf, n, ranks);
+    case DType::uint64: return divide_native<uint64_t>(buf, n, ranks);
+    case DType::fp32: return divide_native<float>(buf, n, ranks);
+    case DType::fp64: return divide_native<double>(buf, n, ranks);
+    default:
+      for (size_t i = 0; i < n; ++i)
+        store_from_double(buf, i, t, static_cast<double>(load_as_float(buf, i, t)) / static_cast<double>(ranks));
+  }
+}
+
+}  // namespace shardsim::collectives
+
+namespace shardsim::collectives {
+
+Layout Layout::from(const Partition& p) {
+  Layout l;
+  for (size_t i = 0; i < p.parts; ++i) {
+    l.offset.push_back(p.offset(i));
+    l.size.push_back(p.size(i));
+  }
+  return l;
+}
+
+Layout Layout::from_counts(const std::vector<size_t>& counts) {
+  Layout l;
+  size_t off = 0;
+  for (size_t c : counts) {
+    l.offset.push_back(off);
+    l.size.push_back(c);
+    off += c;
+  }
+  return l;
+}
+
+size_t Layout::max_size() const { return size.empty() ? 0 : *std::max_element(size.begin(), size.end()); }
+size_t Layout::total() const {
+  size_t t = 0;
+  for (size_t s : size) t += s;
+  return t;
 }
 
 }  // namespace shardsim::collectives

@@ -1,8 +1,9 @@
-// Shared vocabulary of the collectives: reduction ops, results, the partition of a buffer over ranks.
+// Shared vocabulary of the collectives: reduction ops, options, results, how a buffer is split over ranks.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "runtime/dtype.h"
 #include "sim/timeline.h"
@@ -11,16 +12,31 @@ namespace shardsim::collectives {
 
 using runtime::DType;
 
-// Reduction ops as NCCL names them. avg = sum / number of ranks (applied once, at the end).
+// Reduction ops as NCCL names them (ncclRedOp_t). avg = sum, then divided by the number of ranks once at the
+// end (integers: truncating division of the wrapped sum; floats: one rounding).
 enum class ReduceOp { sum, prod, min, max, avg };
 std::string reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(const std::string& name);  // std::invalid_argument on unknown names
+const std::vector<ReduceOp>& all_reduce_ops();
+
+// Options every collective takes (Gloo style: a struct with defaults next to a free function).
+struct CollectiveOptions {
+  // Algorithm name; "auto" picks the lowest estimated simulated time (see algorithms.h). Each collective's
+  // header lists the names it accepts; an unknown or inapplicable one is a UsageError (exit 2) saying why.
+  std::string algorithm = "auto";
+  // Pipelining: each ring step's chunk is cut into pieces of at most this many bytes that travel (and are
+  // reduced) independently, so a piece can move on while the next one is still in flight. 0 = no pipelining.
+  size_t chunk_bytes = 0;
+  int root = 0;       // broadcast, reduce, gather, scatter: the root's rank in this transport
+  std::string name;   // event-name prefix on the timeline; empty = the collective's name
+};
 
 // What one collective call did on this chip.
 struct CollectiveResult {
-  sim::Span span;          // simulated: from the time the inputs were ready to the time the output is
+  sim::Span span;          // simulated: from the time the inputs were ready to the time the output is here
   double bytes_sent = 0;   // bytes this chip injected into links
-  std::string algorithm;   // e.g. "ring"
+  std::string algorithm;   // the algorithm that ran, e.g. "ring" (what "auto" resolved to)
+  std::string explanation; // why "auto" chose it (every candidate's estimate); empty when forced
 };
 
 // Contiguous split of COUNT elements over PARTS ranks: the first COUNT % PARTS ranks get one extra element.
@@ -33,8 +49,20 @@ struct Partition {
   size_t max_size() const { return count / parts + (count % parts ? 1 : 0); }
 };
 
-// ACC[i] = ACC[i] op IN[i] for i < N, computed in fp32 for bf16 (rounded once per call; NCCL does the same
-// per reduction step) and in the element type for fp32. avg reduces as sum; finish_avg divides afterwards.
+// Where each rank's chunk lives in a buffer (element offsets and sizes); chunks need not be equal or adjacent.
+struct Layout {
+  std::vector<size_t> offset;
+  std::vector<size_t> size;
+  static Layout from(const Partition& p);
+  static Layout from_counts(const std::vector<size_t>& counts);  // packed one after another
+  size_t parts() const { return size.size(); }
+  size_t max_size() const;
+  size_t total() const;  // sum of sizes
+};
+
+// ACC[i] = ACC[i] op IN[i] for i < N. Integers wrap modulo 2^bits (sum, prod); fp32/fp64 compute in their own
+// type; fp16, bf16 and fp8 compute in fp32 and round once per call (NCCL does the same per reduction step).
+// avg reduces as sum; finish_avg divides afterwards.
 void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op);
 void finish_avg(void* buf, size_t n, DType t, size_t ranks);
 

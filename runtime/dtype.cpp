@@ -1,19 +1,226 @@
 #include "runtime/dtype.h"
 
+#include <array>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace shardsim::runtime {
 
-size_t dtype_size(DType t) { return t == DType::fp32 ? 4 : 2; }
+namespace {
 
-std::string dtype_name(DType t) { return t == DType::fp32 ? "fp32" : "bf16"; }
+struct Info {
+  DType t;
+  const char* name;
+  size_t size;
+  std::vector<const char*> aliases;
+};
 
-DType parse_dtype(const std::string& name) {
-  if (name == "fp32" || name == "float32" || name == "float") return DType::fp32;
-  if (name == "bf16" || name == "bfloat16") return DType::bf16;
-  throw std::invalid_argument("unknown dtype '" + name + "' (known: fp32, bf16)");
+const std::vector<Info>& infos() {
+  static const std::vector<Info> v = {
+      {DType::int8, "int8", 1, {"int8_t", "char", "i8"}},
+      {DType::uint8, "uint8", 1, {"uint8_t", "u8"}},
+      {DType::int32, "int32", 4, {"int", "int32_t", "i32"}},
+      {DType::uint32, "uint32", 4, {"uint32_t", "u32"}},
+      {DType::int64, "int64", 8, {"int64_t", "i64"}},
+      {DType::uint64, "uint64", 8, {"uint64_t", "u64"}},
+      {DType::fp16, "fp16", 2, {"float16", "half", "f16"}},
+      {DType::bf16, "bf16", 2, {"bfloat16"}},
+      {DType::fp32, "fp32", 4, {"float32", "float", "f32"}},
+      {DType::fp64, "fp64", 8, {"float64", "double", "f64"}},
+      {DType::fp8_e4m3, "fp8_e4m3", 1, {"e4m3", "float8_e4m3", "f8e4m3"}},
+      {DType::fp8_e5m2, "fp8_e5m2", 1, {"e5m2", "float8_e5m2", "f8e5m2"}},
+  };
+  return v;
 }
 
-sim::Precision precision_of(DType t) { return t == DType::fp32 ? sim::Precision::fp32 : sim::Precision::bf16; }
+const Info& info(DType t) { return infos().at(static_cast<size_t>(t)); }
+
+// A small binary floating-point format (fp16, fp8): EXP exponent bits, MAN mantissa bits, IEEE-style specials or
+// the e4m3 "FN" convention (no infinities, only S.1111.111 is NaN).
+struct MiniFormat {
+  int exp_bits;
+  int man_bits;
+  bool ieee;
+  int bias() const { return (1 << (exp_bits - 1)) - 1; }
+  uint32_t exp_mask() const { return (1u << exp_bits) - 1; }
+  uint32_t sign_bit() const { return 1u << (exp_bits + man_bits); }
+  double max_finite() const {
+    const int top_exp = ieee ? static_cast<int>(exp_mask()) - 1 : static_cast<int>(exp_mask());
+    const double top_man = ieee ? 2.0 - std::ldexp(1.0, -man_bits) : 2.0 - std::ldexp(2.0, -man_bits);
+    return top_man * std::ldexp(1.0, top_exp - bias());
+  }
+};
+
+constexpr MiniFormat kFp16{5, 10, true};
+constexpr MiniFormat kE4M3{4, 3, false};
+constexpr MiniFormat kE5M2{5, 2, true};
+
+uint32_t encode(double x, const MiniFormat& F) {
+  const uint32_t sign = std::signbit(x) ? F.sign_bit() : 0u;
+  const uint32_t all_exp = F.exp_mask() << F.man_bits;
+  if (std::isnan(x)) return F.ieee ? sign | all_exp | (1u << (F.man_bits - 1)) : sign | all_exp | ((1u << F.man_bits) - 1);
+  const double a = std::fabs(x);
+  const double maxf = F.max_finite();
+  auto overflow = [&]() { return F.ieee ? sign | all_exp : sign | encode(maxf, F); };
+  if (std::isinf(a)) return overflow();
+  if (a == 0) return sign;
+  const int emin = 1 - F.bias();
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): floor(log2 a) = e - 1
+  const int ex = std::max(e - 1, emin);
+  const double quantum = std::ldexp(1.0, ex - F.man_bits);
+  const double v = std::nearbyint(a / quantum) * quantum;  // round to nearest, ties to even (default mode)
+  if (v > maxf) return overflow();
+  if (v == 0) return sign;
+  int e2 = 0;
+  std::frexp(v, &e2);
+  const int ev = e2 - 1;
+  if (ev < emin) return sign | static_cast<uint32_t>(v / std::ldexp(1.0, emin - F.man_bits));  // subnormal
+  const uint32_t mant = static_cast<uint32_t>(v / std::ldexp(1.0, ev - F.man_bits)) - (1u << F.man_bits);
+  return sign | (static_cast<uint32_t>(ev + F.bias()) << F.man_bits) | mant;
+}
+
+double decode(uint32_t bits, const MiniFormat& F) {
+  const double sign = (bits & F.sign_bit()) ? -1.0 : 1.0;
+  const uint32_t e = (bits >> F.man_bits) & F.exp_mask();
+  const uint32_t m = bits & ((1u << F.man_bits) - 1);
+  if (F.ieee && e == F.exp_mask())
+    return m ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (!F.ieee && e == F.exp_mask() && m == (1u << F.man_bits) - 1) return std::numeric_limits<double>::quiet_NaN();
+  if (e == 0) return sign * std::ldexp(static_cast<double>(m), 1 - F.bias() - F.man_bits);
+  return sign * std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -F.man_bits), static_cast<int>(e) - F.bias());
+}
+
+template <size_t N>
+std::array<float, N> decode_table(const MiniFormat& F) {
+  std::array<float, N> t{};
+  for (size_t i = 0; i < N; ++i) t[i] = static_cast<float>(decode(static_cast<uint32_t>(i), F));
+  return t;
+}
+
+template <class T>
+T from_double_int(double v) {
+  // Truncate toward zero, then wrap modulo 2^bits (NaN and values beyond 64 bits become 0).
+  if (!std::isfinite(v) || std::fabs(v) >= 1.8e19) return T{0};
+  if (v < 0) return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(v)));
+  return static_cast<T>(static_cast<uint64_t>(v));
+}
+
+}  // namespace
+
+uint16_t float_to_fp16(float f) { return static_cast<uint16_t>(encode(f, kFp16)); }
+float fp16_to_float(uint16_t h) {
+  static const auto table = decode_table<65536>(kFp16);
+  return table[h];
+}
+uint8_t float_to_e4m3(float f) { return static_cast<uint8_t>(encode(f, kE4M3)); }
+float e4m3_to_float(uint8_t b) {
+  static const auto table = decode_table<256>(kE4M3);
+  return table[b];
+}
+uint8_t float_to_e5m2(float f) { return static_cast<uint8_t>(encode(f, kE5M2)); }
+float e5m2_to_float(uint8_t b) {
+  static const auto table = decode_table<256>(kE5M2);
+  return table[b];
+}
+
+size_t dtype_size(DType t) { return info(t).size; }
+std::string dtype_name(DType t) { return info(t).name; }
+
+DType parse_dtype(const std::string& name) {
+  std::string known;
+  for (const auto& i : infos()) {
+    if (name == i.name) return i.t;
+    for (const char* a : i.aliases)
+      if (name == a) return i.t;
+    known += (known.empty() ? "" : ", ") + std::string(i.name);
+  }
+  throw std::invalid_argument("unknown dtype '" + name + "' (known: " + known + ")");
+}
+
+const std::vector<DType>& all_dtypes() {
+  static const std::vector<DType> v = [] {
+    std::vector<DType> out;
+    for (const auto& i : infos()) out.push_back(i.t);
+    return out;
+  }();
+  return v;
+}
+
+bool is_integer(DType t) { return static_cast<int>(t) <= static_cast<int>(DType::uint64); }
+bool is_floating(DType t) { return !is_integer(t); }
+bool is_narrow_float(DType t) {
+  return t == DType::fp16 || t == DType::bf16 || t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
+}
+
+double exact_integer_limit(DType t) {
+  switch (t) {
+    case DType::int8: return 127;
+    case DType::uint8: return 255;
+    case DType::int32: return 2147483647.0;
+    case DType::uint32: return 4294967295.0;
+    case DType::int64:
+    case DType::uint64: return 9007199254740992.0;  // what a double (the reference's carrier) holds exactly
+    case DType::fp16: return 2048;
+    case DType::bf16: return 256;
+    case DType::fp32: return 16777216.0;
+    case DType::fp64: return 9007199254740992.0;
+    case DType::fp8_e4m3: return 16;
+    case DType::fp8_e5m2: return 8;
+  }
+  return 0;
+}
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::fp16: return std::ldexp(1.0, -11);
+    case DType::bf16: return std::ldexp(1.0, -8);
+    case DType::fp32: return std::ldexp(1.0, -24);
+    case DType::fp64: return std::ldexp(1.0, -53);
+    case DType::fp8_e4m3: return std::ldexp(1.0, -4);
+    case DType::fp8_e5m2: return std::ldexp(1.0, -3);
+    default: return 0;
+  }
+}
+
+sim::Precision precision_of(DType t) {
+  return is_narrow_float(t) ? sim::Precision::bf16 : sim::Precision::fp32;
+}
+
+double load_as_double(const void* base, size_t i, DType t) {
+  switch (t) {
+    case DType::int8: return static_cast<const int8_t*>(base)[i];
+    case DType::uint8: return static_cast<const uint8_t*>(base)[i];
+    case DType::int32: return static_cast<const int32_t*>(base)[i];
+    case DType::uint32: return static_cast<const uint32_t*>(base)[i];
+    case DType::int64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::uint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DType::fp16: return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::fp32: return static_cast<const float*>(base)[i];
+    case DType::fp64: return static_cast<const double*>(base)[i];
+    case DType::fp8_e4m3: return e4m3_to_float(static_cast<const uint8_t*>(base)[i]);
+    case DType::fp8_e5m2: return e5m2_to_float(static_cast<const uint8_t*>(base)[i]);
+  }
+  return 0;
+}
+
+void store_from_double(void* base, size_t i, DType t, double v) {
+  switch (t) {
+    case DType::int8: static_cast<int8_t*>(base)[i] = from_double_int<int8_t>(v); return;
+    case DType::uint8: static_cast<uint8_t*>(base)[i] = from_double_int<uint8_t>(v); return;
+    case DType::int32: static_cast<int32_t*>(base)[i] = from_double_int<int32_t>(v); return;
+    case DType::uint32: static_cast<uint32_t*>(base)[i] = from_double_int<uint32_t>(v); return;
+    case DType::int64: static_cast<int64_t*>(base)[i] = from_double_int<int64_t>(v); return;
+    case DType::uint64: static_cast<uint64_t*>(base)[i] = from_double_int<uint64_t>(v); return;
+    case DType::fp16: static_cast<uint16_t*>(base)[i] = float_to_fp16(static_cast<float>(v)); return;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
+    case DType::fp32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
+    case DType::fp64: static_cast<double*>(base)[i] = v; return;
+    case DType::fp8_e4m3: static_cast<uint8_t*>(base)[i] = float_to_e4m3(static_cast<float>(v)); return;
+    case DType::fp8_e5m2: static_cast<uint8_t*>(base)[i] = float_to_e5m2(static_cast<float>(v)); return;
+  }
+}
 
 }  // namespace shardsim::runtime

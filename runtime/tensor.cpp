@@ -40,8 +40,7 @@ std::vector<float> Tensor::to_float() const {
   if (dtype_ == DType::fp32) {
     std::memcpy(out.data(), bytes_.data(), bytes_.size());
   } else {
-    const auto* p = bf16();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(p[i]);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = load_as_float(bytes_.data(), i, dtype_);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "runtime/transport.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/error.h"
 #include "runtime/world.h"
@@ -22,71 +23,99 @@ Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> ra
                        " entries for a communicator of " + std::to_string(size_));
 }
 
-void Transport::post_send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op,
-                          Header& h, std::vector<MPI_Request>& reqs) {
-  const sim::Span s = timeline_->send(op, chip_of(dst), static_cast<double>(bytes), ready);
-  bytes_sent_ += static_cast<double>(bytes);
-  h.arrival_ns = s.end;
-  h.bytes = bytes;
-  reqs.emplace_back();
-  check_mpi(MPI_Isend(&h, sizeof(Header), MPI_BYTE, dst, kHeaderTag, comm_, &reqs.back()), chip(), op);
-  const auto* p = static_cast<const unsigned char*>(buf);
-  for (size_t off = 0; off < bytes; off += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, bytes - off));
-    reqs.emplace_back();
-    check_mpi(MPI_Isend(p + off, n, MPI_BYTE, dst, kPayloadTag, comm_, &reqs.back()), chip(), op);
-  }
+Transport Transport::split(int color, int key) const {
+  MPI_Comm sub = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &sub), chip(), "communicator split");
+  MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+  int n = 0;
+  MPI_Comm_size(sub, &n);
+  // The subgroup's rank -> chip map: every member contributes its chip.
+  std::vector<int> chips(static_cast<size_t>(n));
+  const int mine = chip();
+  check_mpi(MPI_Allgather(&mine, 1, MPI_INT, chips.data(), 1, MPI_INT, sub), chip(), "communicator split");
+  Transport t(sub, *timeline_, std::move(chips));
+  t.owned_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(c);
+    delete c;
+  });
+  t.bytes_sent_ = bytes_sent_;
+  return t;
 }
 
-void Transport::post_recv(void* buf, size_t bytes, int src, Header& h, std::vector<MPI_Request>& reqs,
-                          const std::string& op) {
-  // The header is received first and checked before the payload is posted: a size mismatch must become a
-  // clear error, not a truncation fault inside MPI.
-  check_mpi(MPI_Recv(&h, sizeof(Header), MPI_BYTE, src, kHeaderTag, comm_, MPI_STATUS_IGNORE), chip(), op);
-  check_header(h, bytes, src, op);
-  auto* p = static_cast<unsigned char*>(buf);
-  for (size_t off = 0; off < bytes; off += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, bytes - off));
-    reqs.emplace_back();
-    check_mpi(MPI_Irecv(p + off, n, MPI_BYTE, src, kPayloadTag, comm_, &reqs.back()), chip(), op);
-  }
+Transport& Transport::subgroup(const std::string& name, int color, int key) {
+  auto it = subgroups_->find(name);
+  if (it == subgroups_->end()) it = subgroups_->emplace(name, split(color, key)).first;
+  return it->second;
 }
 
 void Transport::check_header(const Header& h, size_t bytes, int src, const std::string& op) const {
   if (h.bytes != bytes)
-    throw RuntimeFault("chip " + std::to_string(chip()) + ": " + op + ": expected " + std::to_string(bytes) +
-                       " bytes from chip " + std::to_string(chip_of(src)) + ", got " + std::to_string(h.bytes));
+    throw UsageError("chip " + std::to_string(chip()) + ": " + op + ": expected " + std::to_string(bytes) +
+                     " bytes from chip " + std::to_string(chip_of(src)) + ", got " + std::to_string(h.bytes) +
+                     " (counts differ across ranks?)");
+}
+
+void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
+  std::vector<Header> out(sends.size()), in(recvs.size());
+  std::vector<MPI_Request> reqs;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const SendOp& s = sends[i];
+    const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
+    *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
+    out[i] = {span.end, s.bytes};
+    reqs.emplace_back();
+    check_mpi(MPI_Isend(&out[i], sizeof(Header), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs.back()), chip(), op);
+    const auto* p = static_cast<const unsigned char*>(s.buf);
+    for (size_t off = 0; off < s.bytes; off += kPiece) {
+      reqs.emplace_back();
+      check_mpi(MPI_Isend(p + off, static_cast<int>(std::min(kPiece, s.bytes - off)), MPI_BYTE, s.dst, kPayloadTag,
+                          comm_, &reqs.back()),
+                chip(), op);
+    }
+  }
+  // Each header is received and checked before its payload is posted: a size mismatch must become a clear
+  // error, not a truncation fault inside MPI. Every send above is already posted, so this cannot deadlock.
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    RecvOp& r = recvs[i];
+    check_mpi(MPI_Recv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, MPI_STATUS_IGNORE), chip(), op);
+    check_header(in[i], r.bytes, r.src, op);
+    auto* p = static_cast<unsigned char*>(r.buf);
+    for (size_t off = 0; off < r.bytes; off += kPiece) {
+      reqs.emplace_back();
+      check_mpi(MPI_Irecv(p + off, static_cast<int>(std::min(kPiece, r.bytes - off)), MPI_BYTE, r.src, kPayloadTag,
+                          comm_, &reqs.back()),
+                chip(), op);
+    }
+  }
+  check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
+  for (size_t i = 0; i < recvs.size(); ++i) recvs[i].arrival = in[i].arrival_ns;
 }
 
 sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
                                 sim::TimeNs ready, const std::string& op) {
   if (dst == rank_ && src == rank_) {
     if (sbytes != rbytes) check_header(Header{0, sbytes}, rbytes, src, op);
-    if (sbytes) std::copy_n(static_cast<const unsigned char*>(sbuf), sbytes, static_cast<unsigned char*>(rbuf));
+    if (sbytes && sbuf != rbuf) std::memmove(rbuf, sbuf, sbytes);
     return ready;
   }
-  std::vector<MPI_Request> reqs;
-  Header out{}, in{};
-  post_send(sbuf, sbytes, dst, ready, op, out, reqs);  // nonblocking: the receive below cannot deadlock
-  post_recv(rbuf, rbytes, src, in, reqs, op);
-  check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
-  return std::max(ready, in.arrival_ns);
+  const SendOp s{sbuf, sbytes, dst, ready};
+  RecvOp r{rbuf, rbytes, src, 0};
+  exchange({&s, 1}, {&r, 1}, op);
+  return std::max(ready, r.arrival);
 }
 
 sim::TimeNs Transport::send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op) {
-  std::vector<MPI_Request> reqs;
-  Header out{};
-  post_send(buf, bytes, dst, ready, op, out, reqs);
-  check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
+  const SendOp s{buf, bytes, dst, ready};
+  exchange({&s, 1}, {}, op);
   return ready;
 }
 
 sim::TimeNs Transport::recv(void* buf, size_t bytes, int src, const std::string& op) {
-  std::vector<MPI_Request> reqs;
-  Header in{};
-  post_recv(buf, bytes, src, in, reqs, op);
-  check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
-  return in.arrival_ns;
+  RecvOp r{buf, bytes, src, 0};
+  exchange({}, {&r, 1}, op);
+  return r.arrival;
 }
 
 }  // namespace shardsim::runtime

@@ -6,19 +6,39 @@
 // the receiver takes it as the time the data exists at its chip. Simulated time thus crosses ranks only
 // through messages (Lamport clocks) and never depends on host timing.
 //
-// Ranks here are ranks of this transport's communicator; rank_to_chip maps them to topology chips.
-// Errors: RuntimeFault "chip C: OP: ..." on MPI failure or on a size mismatch between sender and receiver.
+// Ranks here are ranks of this transport's communicator; rank_to_chip maps them to topology chips. split()
+// makes a transport over a subgroup (MPI_Comm_split semantics) that shares the chip's Timeline.
+// Errors: UsageError (exit 2) "chip C: OP: expected N bytes from chip D, got M" when sender and receiver
+// disagree on a size (mismatched counts across ranks); RuntimeFault "chip C: OP: MPI error: ..." otherwise.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
+#include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "sim/timeline.h"
 
 namespace shardsim::runtime {
+
+// One outgoing message of an exchange: BYTES at BUF to rank DST, data ready at READY (simulated).
+struct SendOp {
+  const void* buf = nullptr;
+  size_t bytes = 0;
+  int dst = 0;
+  sim::TimeNs ready = 0;
+};
+// One incoming message: BYTES into BUF from rank SRC. exchange() fills ARRIVAL (simulated time it is here).
+struct RecvOp {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  int src = 0;
+  sim::TimeNs arrival = 0;
+};
 
 class Transport {
  public:
@@ -28,8 +48,21 @@ class Transport {
   int size() const { return size_; }
   int chip_of(int rank) const { return rank_to_chip_.at(rank); }
   int chip() const { return chip_of(rank_); }
+  const std::vector<int>& rank_to_chip() const { return rank_to_chip_; }
   MPI_Comm comm() const { return comm_; }
   sim::Timeline& timeline() { return *timeline_; }
+  const topology::Topology& topology() const { return timeline_->topology(); }
+
+  // Subgroup transport: ranks with the same COLOR form a group ordered by (KEY, rank). Collective over this
+  // transport's communicator. The new transport owns its communicator.
+  Transport split(int color, int key) const;
+  // split(color, key), made once and cached under NAME (collective: every rank must ask for the same NAMEs in
+  // the same order). Sub-transports of e.g. torus dimensions are reused across calls this way.
+  Transport& subgroup(const std::string& name, int color, int key);
+
+  // Posts every send and every receive at once and waits for all (no ordering deadlock is possible).
+  // Sends are booked on the timeline in the order given. Self-messages (dst/src == rank) are allowed.
+  void exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
 
   // Sends SBYTES at SBUF to rank DST (data ready at READY) and receives RBYTES into RBUF from rank SRC, both at
   // once (a ring step never deadlocks). Returns the simulated time the received data is at this chip.
@@ -38,26 +71,24 @@ class Transport {
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
 
-  // Bytes this chip has injected so far (for communication-volume reports).
-  double bytes_sent() const { return bytes_sent_; }
+  // Bytes this chip has injected so far through this transport and its splits (communication-volume reports).
+  double bytes_sent() const { return *bytes_sent_; }
 
  private:
   struct Header {
     double arrival_ns;
     unsigned long long bytes;
   };
-  void post_send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op, Header& h,
-                 std::vector<MPI_Request>& reqs);
-  void post_recv(void* buf, size_t bytes, int src, Header& h, std::vector<MPI_Request>& reqs,
-                 const std::string& op);
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
 
+  std::shared_ptr<MPI_Comm> owned_;  // set when this transport owns its (split) communicator
   MPI_Comm comm_;
   sim::Timeline* timeline_;
   std::vector<int> rank_to_chip_;
   int rank_ = 0;
   int size_ = 1;
-  double bytes_sent_ = 0;
+  std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
+  std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
 };
 
 }  // namespace shardsim::runtime

@@ -94,6 +94,7 @@ Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x
   MlpTiming local;
   Tensor y = local_mlp(s, x, w, &tp.timeline(), ready, &local, "");
   collectives::AllReduceOptions opt;
+  opt.algorithm = "ring";  // the documented default-job figures use the one-way ring
   opt.name = "all_reduce (row-parallel output)";
   const auto r = collectives::all_reduce(tp, y.data(), y.data(), static_cast<size_t>(y.numel()), s.dtype,
                                          collectives::ReduceOp::sum, local.end, opt);

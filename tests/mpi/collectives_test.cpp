@@ -150,29 +150,38 @@ TEST(AllGather, BitExactAgainstReference) {
 }
 
 // The simulated time of the ring algorithms equals the closed form on a contention-free ring:
-//   all_reduce 2(p-1)(alpha + S/(pB)), reduce_scatter and all_gather (p-1)(alpha + S/(pB)).
+//   all_reduce 2(p-1)(alpha + S/(wpB)), reduce_scatter and all_gather (p-1)(alpha + S/(wpB)),
+//   w = 1 for the one-way ring, 2 for the bidirectional ring (with more than 2 chips).
 TEST(ClosedForm, RingTimesMatchWithinOnePercent) {
   const double p = world_size();
-  for (double bw : {25.0, 100.0, 400.0})
-    for (double alpha : {0.0, 500.0, 5000.0})
-      for (size_t count : {size_t(1) << 10, size_t(1) << 16, size_t(3) << 18}) {
-        if (count % size_t(p) != 0) continue;  // the closed form assumes equal chunks
-        Fixture f(bw, alpha);
-        const double S = double(count) * 4;
-        std::vector<float> buf(count, 1.0f);
-        const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0);
-        const double want_ar = 2 * (p - 1) * (alpha + S / (p * bw));
-        EXPECT_NEAR(ar.span.duration(), want_ar, 0.01 * want_ar + 1e-9) << "p=" << p << " S=" << S << " B=" << bw;
-        EXPECT_DOUBLE_EQ(ar.bytes_sent, 2 * (p - 1) / p * S);
+  for (const std::string algo : {"ring", "bidir_ring"})
+    for (double bw : {25.0, 100.0, 400.0})
+      for (double alpha : {0.0, 500.0, 5000.0})
+        for (size_t count : {size_t(1) << 10, size_t(1) << 16, size_t(3) << 18}) {
+          if (count % size_t(2 * p) != 0) continue;  // the closed form assumes equal chunks
+          Fixture f(bw, alpha);
+          collectives::CollectiveOptions o;
+          o.algorithm = algo;
+          const double w = algo == "bidir_ring" && p > 2 ? 2 : 1;
+          const double S = double(count) * 4;
+          std::vector<float> buf(count, 1.0f);
+          const auto ar =
+              collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0, o);
+          const double want_ar = 2 * (p - 1) * (alpha + S / (w * p * bw));
+          EXPECT_NEAR(ar.span.duration(), want_ar, 0.01 * want_ar + 1e-9)
+              << algo << " p=" << p << " S=" << S << " B=" << bw;
+          EXPECT_DOUBLE_EQ(ar.bytes_sent, 2 * (p - 1) / p * S);
+          EXPECT_EQ(ar.algorithm, algo);
 
-        std::vector<float> out(count / size_t(p));
-        const double t0 = ar.span.end;
-        const auto rs = collectives::reduce_scatter(f.tp, buf.data(), out.data(), count, DType::fp32, ReduceOp::sum, t0);
-        const double want_half = (p - 1) * (alpha + S / (p * bw));
-        EXPECT_NEAR(rs.span.duration(), want_half, 0.01 * want_half + 1e-9);
-        const auto ag = collectives::all_gather(f.tp, out.data(), buf.data(), count, DType::fp32, rs.span.end);
-        EXPECT_NEAR(ag.span.duration(), want_half, 0.01 * want_half + 1e-9);
-      }
+          std::vector<float> out(count / size_t(p));
+          const double t0 = ar.span.end;
+          const auto rs =
+              collectives::reduce_scatter(f.tp, buf.data(), out.data(), count, DType::fp32, ReduceOp::sum, t0, o);
+          const double want_half = (p - 1) * (alpha + S / (w * p * bw));
+          EXPECT_NEAR(rs.span.duration(), want_half, 0.01 * want_half + 1e-9) << algo;
+          const auto ag = collectives::all_gather(f.tp, out.data(), buf.data(), count, DType::fp32, rs.span.end, o);
+          EXPECT_NEAR(ag.span.duration(), want_half, 0.01 * want_half + 1e-9) << algo;
+        }
 }
 
 TEST(Determinism, SameInputsSameSimulatedTimes) {

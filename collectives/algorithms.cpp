@@ -1,0 +1,304 @@
+#include "collectives/algorithms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "collectives/ring.h"
+#include "collectives/torus.h"
+#include "common/error.h"
+
+namespace shardsim::collectives {
+
+namespace {
+
+struct Entry {
+  Collective c;
+  const char* name;
+  std::vector<std::string> algorithms;
+};
+
+const std::vector<Entry>& catalogue() {
+  static const std::vector<std::string> flat = {"ring", "bidir_ring", "torus", "halving_doubling"};
+  static const std::vector<std::string> rooted = {"binomial_tree", "ring"};
+  static const std::vector<Entry> v = {
+      {Collective::all_reduce, "all_reduce", flat},       {Collective::reduce_scatter, "reduce_scatter", flat},
+      {Collective::all_gather, "all_gather", flat},       {Collective::all_gatherv, "all_gatherv", flat},
+      {Collective::broadcast, "broadcast", rooted},       {Collective::reduce, "reduce", rooted},
+      {Collective::all_to_all, "all_to_all", {"direct"}}, {Collective::all_to_allv, "all_to_allv", {"direct"}},
+      {Collective::gather, "gather", {"direct"}},         {Collective::scatter, "scatter", {"direct"}},
+      {Collective::send_recv, "send_recv", {"direct"}},   {Collective::barrier, "barrier", {"dissemination"}},
+  };
+  return v;
+}
+
+const Entry& entry(Collective c) { return catalogue().at(static_cast<size_t>(c)); }
+
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> m = {
+      {"bidirectional_ring", "bidir_ring"}, {"hd", "halving_doubling"},
+      {"rabenseifner", "halving_doubling"}, {"recursive_halving_doubling", "halving_doubling"},
+      {"tree", "binomial_tree"},            {"binomial", "binomial_tree"},
+      {"chain", "ring"},                    {"pairwise", "direct"},
+  };
+  return m;
+}
+
+// Route between the chips of two ranks: summed latency and bottleneck bandwidth.
+struct Path {
+  double latency_ns = 0;
+  double bandwidth = std::numeric_limits<double>::infinity();  // GB/s = bytes/ns
+  double time(double bytes) const { return latency_ns + (bytes > 0 ? bytes / bandwidth : 0); }
+};
+
+Path path(const runtime::Transport& tp, int a, int b) {
+  Path p;
+  const auto& topo = tp.topology();
+  for (int id : topo.route(tp.chip_of(a), tp.chip_of(b))) {
+    p.latency_ns += topo.link(id).latency_ns;
+    p.bandwidth = std::min(p.bandwidth, topo.link(id).bandwidth_gbps);
+  }
+  return p;
+}
+
+// Slowest time over all ranks r of a message of BYTES from r to r + DIST (mod p).
+double worst_step(const runtime::Transport& tp, int dist, double bytes) {
+  double worst = 0;
+  const int p = tp.size();
+  for (int r = 0; r < p; ++r) worst = std::max(worst, path(tp, r, ((r + dist) % p + p) % p).time(bytes));
+  return worst;
+}
+double worst_bandwidth_time(const runtime::Transport& tp, int dist, double bytes) {
+  return worst_step(tp, dist, bytes) - worst_step(tp, dist, 0);
+}
+
+// n dependent steps of a pipeline that moves m pieces over one port per rank (ring) or a chain of ports.
+double pipeline(int steps, double bytes_per_step, size_t chunk_bytes, double alpha_plus, double per_byte,
+                bool shared_port) {
+  const double m = chunk_bytes ? std::max(1.0, std::ceil(bytes_per_step / static_cast<double>(chunk_bytes))) : 1.0;
+  const double o = bytes_per_step / m * per_byte;  // occupancy of one piece
+  const double alpha = alpha_plus;
+  const double dependency = steps * (alpha + o) + (m - 1) * o;
+  if (!shared_port) return dependency;
+  return std::max(dependency, steps * m * o + alpha);
+}
+
+double ring_estimate(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
+  const int p = tp.size();
+  if (p == 1 || chunk <= 0) return 0;
+  const double b = bidir ? chunk / 2 : chunk;
+  // Per step: the slowest direction's latency and per-byte time.
+  double alpha = worst_step(tp, 1, 0), per_byte = worst_bandwidth_time(tp, 1, 1.0);
+  if (bidir) {
+    alpha = std::max(alpha, worst_step(tp, -1, 0));
+    per_byte = std::max(per_byte, worst_bandwidth_time(tp, -1, 1.0));
+  }
+  return pipeline(passes * (p - 1), b, chunk_bytes, alpha, per_byte, true);
+}
+
+double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
+  const int p = tp.size();
+  if (p == 1 || bytes <= 0) return 0;
+  int pow2 = 1;
+  while (pow2 * 2 <= p) pow2 *= 2;
+  const bool folds = pow2 != p;
+  double t = 0;
+  double part = bytes;
+  for (int dist = pow2 / 2; dist >= 1; dist /= 2) {
+    part /= 2;
+    // Virtual rank v maps to real rank v + rem (or 2v + 1): the partner is DIST or more ranks away.
+    const double step = worst_step(tp, folds ? std::min(p - 1, 2 * dist) : dist, part);
+    t += (rs ? step : 0) + (ag ? step : 0);
+  }
+  if (folds) {  // even ranks hand over their data first and get their share back at the end
+    const double full = worst_step(tp, 1, bytes), piece = worst_step(tp, 1, bytes / p);
+    t += rs && ag ? 2 * full : full + piece;
+  }
+  return t;
+}
+
+double torus_estimate(const runtime::Transport& tp, double bytes, int passes) {
+  const auto& topo = tp.topology();
+  double t = 0, s = bytes;
+  for (size_t d = 0; d < topo.dims().size(); ++d) {
+    const int k = topo.dims()[d];
+    if (k == 1) continue;
+    // The ring along dimension d through chip 0; per-dimension links are uniform.
+    std::vector<int> xyz(topo.dims().size(), 0), next = xyz, prev = xyz;
+    next[d] = 1;
+    prev[d] = k - 1;
+    const auto l = topo.route(0, topo.chip_at(next));
+    const auto lb = topo.route(0, topo.chip_at(prev));
+    const bool bidir = k > 2 && !lb.empty() && lb.front() != l.front();
+    const auto& link = topo.link(l.front());
+    t += passes * (k - 1) * (link.latency_ns + s / (k * (bidir ? 2.0 : 1.0) * link.bandwidth_gbps));
+    s /= k;
+  }
+  return t;
+}
+
+// Direct exchange: every rank injects the given bytes to every peer at once; ports serialize what shares them.
+double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs) {
+  const int p = tp.size();
+  const auto& topo = tp.topology();
+  double worst = 0;
+  for (int r = 0; r < p; ++r) {
+    std::map<int, double> port_busy;
+    double latest = 0;
+    for (int s = 1; s < p; ++s) {
+      const int dst = (r + s) % p;
+      if (root_only_sends && r != 0) break;
+      if (root_only_recvs && dst != 0) continue;
+      const auto route = topo.route(tp.chip_of(r), tp.chip_of(dst));
+      if (route.empty()) continue;
+      const Path ph = path(tp, r, dst);
+      double& busy = port_busy[route.front()];
+      busy += per_peer / ph.bandwidth;
+      latest = std::max(latest, busy + ph.latency_ns);
+    }
+    worst = std::max(worst, latest);
+  }
+  return worst;
+}
+
+std::string us(double ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f us", ns / 1e3);
+  return b;
+}
+
+}  // namespace
+
+std::string collective_name(Collective c) { return entry(c).name; }
+
+Collective parse_collective(const std::string& name) {
+  std::string known;
+  for (const auto& e : catalogue()) {
+    if (name == e.name) return e.c;
+    known += (known.empty() ? "" : ", ") + std::string(e.name);
+  }
+  throw std::invalid_argument("unknown collective '" + name + "' (known: " + known + ")");
+}
+
+const std::vector<Collective>& all_collectives() {
+  static const std::vector<Collective> v = [] {
+    std::vector<Collective> out;
+    for (const auto& e : catalogue()) out.push_back(e.c);
+    return out;
+  }();
+  return v;
+}
+
+bool is_reduction(Collective c) {
+  return c == Collective::all_reduce || c == Collective::reduce_scatter || c == Collective::reduce;
+}
+bool is_rooted(Collective c) {
+  return c == Collective::broadcast || c == Collective::reduce || c == Collective::gather || c == Collective::scatter;
+}
+
+const std::vector<std::string>& algorithm_names(Collective c) { return entry(c).algorithms; }
+
+std::string canonical_algorithm(Collective c, const std::string& name) {
+  std::string n = name;
+  if (auto it = aliases().find(n); it != aliases().end()) n = it->second;
+  const auto& names = algorithm_names(c);
+  return std::find(names.begin(), names.end(), n) != names.end() ? n : "";
+}
+
+std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp) {
+  if (algorithm == "bidir_ring") return ring::bidirectional_obstacle(tp);
+  if (algorithm == "torus") return torus::obstacle(tp);
+  (void)c;
+  return "";
+}
+
+double estimate_ns(Collective c, const std::string& a, const runtime::Transport& tp, double bytes,
+                   size_t chunk_bytes) {
+  const int p = tp.size();
+  if (p == 1) return 0;
+  switch (c) {
+    case Collective::all_reduce:
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_gatherv: {
+      const int passes = c == Collective::all_reduce ? 2 : 1;
+      const bool rs = c != Collective::all_gather && c != Collective::all_gatherv;
+      const bool ag = c != Collective::reduce_scatter;
+      if (a == "ring" || a == "bidir_ring") return ring_estimate(tp, bytes / p, passes, a == "bidir_ring", chunk_bytes);
+      if (a == "torus") return torus_estimate(tp, bytes, passes);
+      if (a == "halving_doubling") return hd_estimate(tp, bytes, rs, ag);
+      break;
+    }
+    case Collective::broadcast:
+    case Collective::reduce: {
+      if (a == "ring") {
+        const size_t piece = chunk_bytes ? chunk_bytes : (size_t{1} << 20);
+        const double m = std::max(1.0, std::ceil(bytes / static_cast<double>(piece)));
+        const double o = worst_bandwidth_time(tp, 1, bytes / m);
+        return (p - 1) * (worst_step(tp, 1, 0) + o) + (m - 1) * o;
+      }
+      if (a == "binomial_tree") {
+        double t = 0;
+        for (int dist = 1; dist < p; dist *= 2) t += worst_step(tp, dist, bytes);
+        return t;
+      }
+      break;
+    }
+    case Collective::all_to_all:
+    case Collective::all_to_allv: return direct_estimate(tp, bytes / p, false, false);
+    case Collective::gather: return direct_estimate(tp, bytes / p, false, true);
+    case Collective::scatter: return direct_estimate(tp, bytes / p, true, false);
+    case Collective::send_recv: return worst_step(tp, 1, bytes);
+    case Collective::barrier: {
+      double t = 0;
+      for (int dist = 1; dist < p; dist *= 2) t += worst_step(tp, dist, 0);
+      return t;
+    }
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
+  const std::string cname = collective_name(c);
+  const auto& names = algorithm_names(c);
+  auto list = [&] {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s + ", auto";
+  };
+  if (options.algorithm != "auto") {
+    const std::string a = canonical_algorithm(c, options.algorithm);
+    if (a.empty()) throw UsageError(cname + ": unknown algorithm '" + options.algorithm + "' (known: " + list() + ")");
+    if (const std::string why = obstacle(c, a, tp); !why.empty())
+      throw UsageError(cname + ": algorithm '" + a + "' cannot run on " + std::to_string(tp.size()) + " chips of " +
+                       tp.topology().describe() + ": " + why);
+    return {a, ""};
+  }
+  Choice best;
+  double best_ns = std::numeric_limits<double>::infinity();
+  std::string why = "auto for " + std::to_string(static_cast<long long>(bytes)) + " B on " +
+                    std::to_string(tp.size()) + " chips:";
+  std::vector<std::pair<std::string, std::string>> parts;
+  for (const auto& a : names) {
+    if (const std::string ob = obstacle(c, a, tp); !ob.empty()) {
+      parts.emplace_back(a, "n/a (" + ob + ")");
+      continue;
+    }
+    const double t = estimate_ns(c, a, tp, bytes, options.chunk_bytes);
+    parts.emplace_back(a, us(t));
+    if (t < best_ns) {
+      best_ns = t;
+      best.algorithm = a;
+    }
+  }
+  for (const auto& [a, text] : parts)
+    why += " " + a + " " + text + (a == best.algorithm ? " (chosen)" : "") + ";";
+  why.pop_back();
+  best.explanation = why;
+  return best;
+}
+
+}  // namespace shardsim::collectives

@@ -1,0 +1,56 @@
+// The collective catalogue and algorithm selection.
+//
+// Every collective has a list of algorithms (names below). A caller either forces one (an unknown name or
+// one that cannot run on the group/topology is a UsageError, exit 2, saying which and why) or asks for
+// "auto": each applicable algorithm's simulated time is estimated from its closed form on the topology's
+// actual routes (per-step latency = the slowest pair's route latency, bandwidth = that route's bottleneck), and
+// the lowest estimate wins (ties: the earlier name in the list). The explanation lists every estimate.
+//
+//   all_reduce, reduce_scatter, all_gather, all_gatherv : ring, bidir_ring, torus, halving_doubling
+//   broadcast, reduce                                   : binomial_tree, ring (pipelined chain)
+//   all_to_all, all_to_allv, gather, scatter            : direct
+//   send_recv                                           : direct;   barrier : dissemination
+// Aliases: bidirectional_ring, hd / rabenseifner / recursive_halving_doubling, tree / binomial, chain, pairwise.
+//
+// Estimates are closed forms, exact (the unit tests check it) for unpipelined algorithms on contention-free
+// routes; pipelined variants use max(latency-bound, port-bound) pipeline forms and are approximate.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/types.h"
+#include "runtime/transport.h"
+
+namespace shardsim::collectives {
+
+enum class Collective {
+  all_reduce, reduce_scatter, all_gather, all_gatherv, broadcast, reduce, all_to_all, all_to_allv, gather, scatter,
+  send_recv, barrier
+};
+std::string collective_name(Collective c);
+Collective parse_collective(const std::string& name);  // std::invalid_argument listing the known names
+const std::vector<Collective>& all_collectives();
+bool is_reduction(Collective c);  // takes a ReduceOp
+bool is_rooted(Collective c);     // takes a root
+
+// Algorithm names for C, canonical spelling, in tie-break order.
+const std::vector<std::string>& algorithm_names(Collective c);
+// Canonical name for NAME or an alias; "" if unknown for C.
+std::string canonical_algorithm(Collective c, const std::string& name);
+// Why ALGORITHM cannot run C on TP ("" when it can).
+std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp);
+// Closed-form simulated time (ns) of C with ALGORITHM for a per-rank buffer of BYTES (as nccl-tests sizes it:
+// all_reduce/broadcast/reduce the buffer; reduce_scatter the input; all_gather the output; all_to_all the
+// send buffer; gather the root's buffer).
+double estimate_ns(Collective c, const std::string& algorithm, const runtime::Transport& tp, double bytes,
+                   size_t chunk_bytes = 0);
+
+struct Choice {
+  std::string algorithm;
+  std::string explanation;  // "auto: ring 12.3 us, bidir_ring 6.4 us (chosen), torus n/a (...)"
+};
+// Resolves OPTIONS.algorithm for C. Throws UsageError for unknown or inapplicable algorithms.
+Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes);
+
+}  // namespace shardsim::collectives

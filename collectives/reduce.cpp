@@ -1,0 +1,34 @@
+#include "collectives/reduce.h"
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "collectives/broadcast.h"
+#include "collectives/flat.h"
+#include "collectives/tree.h"
+
+namespace shardsim::collectives {
+
+CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                        ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
+  check_root(tp, options.root, "reduce");
+  const size_t bytes = count * runtime::dtype_size(dtype);
+  const Choice choice = choose(Collective::reduce, options, tp, static_cast<double>(bytes));
+  const std::string name = options.name.empty() ? "reduce" : options.name;
+  const double sent_before = tp.bytes_sent();
+  std::vector<unsigned char> acc(bytes);
+  if (bytes) std::memcpy(acc.data(), sendbuf, bytes);
+  const sim::TimeNs t =
+      choice.algorithm == "ring"
+          ? tree::reduce_chain(tp, acc.data(), count, dtype, op, options.root, options.chunk_bytes, ready, name)
+          : tree::reduce_binomial(tp, acc.data(), count, dtype, op, options.root, options.chunk_bytes, ready, name);
+  if (tp.rank() == options.root) {
+    if (op == ReduceOp::avg) finish_avg(acc.data(), count, dtype, static_cast<size_t>(tp.size()));
+    if (bytes) std::memcpy(recvbuf, acc.data(), bytes);
+  }
+  return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
+                      sent_before);
+}
+
+}  // namespace shardsim::collectives

@@ -1,0 +1,144 @@
+#include "collectives/tree.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace shardsim::collectives::tree {
+
+namespace {
+
+// Pieces of a COUNT-element buffer: Partition into m parts with parts of at most CHUNK_BYTES.
+Partition pieces(size_t count, size_t es, size_t chunk_bytes) {
+  const size_t bytes = count * es;
+  const size_t m = chunk_bytes == 0 ? 1 : std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
+  return Partition{count, std::min(m, std::max<size_t>(count, 1))};
+}
+
+int real(int v, int root, int p) { return (v + root) % p; }
+
+// Receives all pieces from SRC (arrival per piece into T), then forwards each to every rank in DSTS.
+void recv_pieces(runtime::Transport& tp, unsigned char* base, size_t es, const Partition& part, int src,
+                 std::vector<sim::TimeNs>& t, const std::string& label) {
+  std::vector<runtime::RecvOp> recvs;
+  for (size_t j = 0; j < part.parts; ++j) recvs.push_back({base + part.offset(j) * es, part.size(j) * es, src, 0});
+  tp.exchange({}, recvs, label);
+  for (size_t j = 0; j < part.parts; ++j) t[j] = std::max(t[j], recvs[j].arrival);
+}
+
+void send_pieces(runtime::Transport& tp, const unsigned char* base, size_t es, const Partition& part,
+                 const std::vector<int>& dsts, const std::vector<sim::TimeNs>& t, const std::string& label) {
+  std::vector<runtime::SendOp> sends;
+  for (int dst : dsts)
+    for (size_t j = 0; j < part.parts; ++j) sends.push_back({base + part.offset(j) * es, part.size(j) * es, dst, t[j]});
+  if (!sends.empty()) tp.exchange(sends, {}, label);
+}
+
+// Binomial tree in root-relative ranks: parent and children (largest subtree first).
+void binomial(int v, int p, int* parent, std::vector<int>* children) {
+  int mask = 1;
+  *parent = -1;
+  while (mask < p) {
+    if (v & mask) {
+      *parent = v - mask;
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < p) children->push_back(v + mask);
+}
+
+sim::TimeNs finish(const std::vector<sim::TimeNs>& t, sim::TimeNs ready) {
+  sim::TimeNs end = ready;
+  for (auto x : t) end = std::max(end, x);
+  return end;
+}
+
+}  // namespace
+
+sim::TimeNs broadcast_binomial(runtime::Transport& tp, void* buf, size_t count, DType dt, int root,
+                               size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  const int p = tp.size(), v = (tp.rank() - root + p) % p;
+  if (p == 1 || count == 0) return ready;
+  const size_t es = runtime::dtype_size(dt);
+  const Partition part = pieces(count, es, chunk_bytes);
+  std::vector<sim::TimeNs> t(part.parts, ready);
+  auto* base = static_cast<unsigned char*>(buf);
+  int parent;
+  std::vector<int> children;
+  binomial(v, p, &parent, &children);
+  if (parent >= 0) recv_pieces(tp, base, es, part, real(parent, root, p), t, name + ".recv");
+  std::vector<int> dsts;
+  for (int c : children) dsts.push_back(real(c, root, p));
+  send_pieces(tp, base, es, part, dsts, t, name + ".send");
+  return finish(t, ready);
+}
+
+sim::TimeNs broadcast_chain(runtime::Transport& tp, void* buf, size_t count, DType dt, int root, size_t chunk_bytes,
+                            sim::TimeNs ready, const std::string& name) {
+  const int p = tp.size(), v = (tp.rank() - root + p) % p;
+  if (p == 1 || count == 0) return ready;
+  const size_t es = runtime::dtype_size(dt);
+  const Partition part = pieces(count, es, chunk_bytes ? chunk_bytes : kDefaultChainPiece);
+  std::vector<sim::TimeNs> t(part.parts, ready);
+  auto* base = static_cast<unsigned char*>(buf);
+  if (v > 0) recv_pieces(tp, base, es, part, real(v - 1, root, p), t, name + ".recv");
+  if (v < p - 1) send_pieces(tp, base, es, part, {real(v + 1, root, p)}, t, name + ".send");
+  return finish(t, ready);
+}
+
+namespace {
+
+// Receives every child's pieces and reduces them into ACC; piece j is ready when all children's piece j is in.
+void gather_children(runtime::Transport& tp, unsigned char* acc, size_t es, const Partition& part, DType dt,
+                     ReduceOp op, const std::vector<int>& children, std::vector<sim::TimeNs>& t,
+                     const std::string& label) {
+  if (children.empty()) return;
+  std::vector<std::vector<unsigned char>> in(children.size(), std::vector<unsigned char>(part.count * es));
+  std::vector<runtime::RecvOp> recvs;
+  for (size_t c = 0; c < children.size(); ++c)
+    for (size_t j = 0; j < part.parts; ++j)
+      recvs.push_back({in[c].data() + part.offset(j) * es, part.size(j) * es, children[c], 0});
+  tp.exchange({}, recvs, label);
+  for (size_t c = 0; c < children.size(); ++c) {
+    reduce_into(acc, in[c].data(), part.count, dt, op);
+    for (size_t j = 0; j < part.parts; ++j) t[j] = std::max(t[j], recvs[c * part.parts + j].arrival);
+  }
+}
+
+}  // namespace
+
+sim::TimeNs reduce_binomial(runtime::Transport& tp, void* acc, size_t count, DType dt, ReduceOp op, int root,
+                            size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  const int p = tp.size(), v = (tp.rank() - root + p) % p;
+  if (p == 1 || count == 0) return ready;
+  const size_t es = runtime::dtype_size(dt);
+  const Partition part = pieces(count, es, chunk_bytes);
+  std::vector<sim::TimeNs> t(part.parts, ready);
+  auto* base = static_cast<unsigned char*>(acc);
+  int parent;
+  std::vector<int> children;
+  binomial(v, p, &parent, &children);
+  // Reduce in the order MPICH does: smallest subtree first (children are listed largest first).
+  std::vector<int> kids;
+  for (auto it = children.rbegin(); it != children.rend(); ++it) kids.push_back(real(*it, root, p));
+  gather_children(tp, base, es, part, dt, op, kids, t, name + ".recv");
+  if (parent >= 0) send_pieces(tp, base, es, part, {real(parent, root, p)}, t, name + ".send");
+  return finish(t, ready);
+}
+
+sim::TimeNs reduce_chain(runtime::Transport& tp, void* acc, size_t count, DType dt, ReduceOp op, int root,
+                         size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  const int p = tp.size(), v = (tp.rank() - root + p) % p;
+  if (p == 1 || count == 0) return ready;
+  const size_t es = runtime::dtype_size(dt);
+  const Partition part = pieces(count, es, chunk_bytes ? chunk_bytes : kDefaultChainPiece);
+  std::vector<sim::TimeNs> t(part.parts, ready);
+  auto* base = static_cast<unsigned char*>(acc);
+  // Data flows from v = p-1 down to the root (v = 0).
+  if (v < p - 1) gather_children(tp, base, es, part, dt, op, {real(v + 1, root, p)}, t, name + ".recv");
+  if (v > 0) send_pieces(tp, base, es, part, {real(v - 1, root, p)}, t, name + ".send");
+  return finish(t, ready);
+}
+
+}  // namespace shardsim::collectives::tree
