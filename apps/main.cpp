@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "apps/commands.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "runtime/world.h"
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
   run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
 
+  const apps::Command validate = apps::add_validate(app, world);
+  const apps::Command bench = apps::add_bench(app, world);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -130,6 +134,8 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return cmd_run(world, config, json_path, opt);
+    for (const auto* c : {&validate, &bench})
+      if (c->app->parsed()) return c->run();
   } catch (const AgreedError& e) {
     if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());
     return e.exit_code();

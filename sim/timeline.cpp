@@ -38,6 +38,11 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
   return {start, start + c.total_ns()};
 }
 
+void Timeline::reset() {
+  std::fill(free_.begin(), free_.end(), 0.0);
+  events_.clear();
+}
+
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {
   events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
 }

@@ -70,6 +70,8 @@ class Timeline {
   void record_region(const std::string& name, const std::string& category, Span span, double bytes = 0);
 
   const std::vector<Event>& events() const { return events_; }
+  // Back to time zero: every engine free, no events (a fresh clock for the next measurement).
+  void reset();
   TimeNs end_time() const;
   Breakdown breakdown() const;
 

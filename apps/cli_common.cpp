@@ -1,0 +1,151 @@
+#include "apps/cli_common.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::apps {
+
+void NetFlags::add_to(CLI::App* app) {
+  app->add_option("--topology", topology_file,
+                  "YAML file with a topology: section (and optionally device:), e.g. a workload config");
+  app->add_option("--torus", torus, "torus dimensions instead of a ring, e.g. 2x4 or 2x2x2 (product = ranks)");
+  app->add_option("--bandwidth", bandwidth_gbps, "link bandwidth, GB/s per direction (GB = 1e9 B; default 100)");
+  app->add_option("--latency", latency_ns, "link latency, ns per hop (default 1000)");
+  app->add_flag("--unidirectional", unidirectional, "one-way ring (default: links both ways)");
+  app->add_option("--group", group,
+                  "run in sub-groups: world | dim:D (lines along torus dimension D) | mod:K (ranks r with equal "
+                  "r%K, data-parallel style) | div:K (blocks of K consecutive ranks, tensor-parallel style)");
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+size_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw UsageError(flag + ": '" + text + "' is not a size (e.g. 1024, 8K, 4M, 1G)");
+  }
+  std::string suffix = text.substr(pos);
+  double mult = 1;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty() && suffix != "B") throw UsageError(flag + ": unknown size suffix in '" + text + "'");
+  if (!(v >= 0) || !std::isfinite(v)) throw UsageError(flag + ": '" + text + "' must be >= 0");
+  return static_cast<size_t>(v * mult);
+}
+
+void connect(Net& net, const runtime::World& world) {
+  net.timeline = std::make_unique<sim::Timeline>(world.rank(), net.topo, net.device);
+  std::vector<int> ids(static_cast<size_t>(world.size()));
+  for (int i = 0; i < world.size(); ++i) ids[static_cast<size_t>(i)] = i;
+  net.world = std::make_unique<runtime::Transport>(world.comm(), *net.timeline, ids);
+  net.group = net.split_color >= 0 ? &net.world->subgroup("cli.group", net.split_color, net.split_key)
+                                   : net.world.get();
+}
+
+std::string Net::describe() const { return topo.describe() + "; device " + device.name + "; group " + group_text; }
+
+std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
+  auto net = std::make_unique<Net>();
+  const int n = world.size();
+  if (!f.topology_file.empty()) {
+    const ConfigNode root = ConfigNode::load_file(f.topology_file);
+    net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
+    net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
+  } else {
+    if (!(f.bandwidth_gbps > 0) || !std::isfinite(f.bandwidth_gbps))
+      throw UsageError("--bandwidth: must be > 0 GB/s");
+    if (!(f.latency_ns >= 0) || !std::isfinite(f.latency_ns)) throw UsageError("--latency: must be >= 0 ns");
+    const topology::LinkSpec link{f.bandwidth_gbps, f.latency_ns};
+    if (!f.torus.empty()) {
+      std::vector<int> dims;
+      std::stringstream ss(f.torus);
+      std::string item;
+      while (std::getline(ss, item, 'x')) {
+        try {
+          size_t pos = 0;
+          const int d = std::stoi(item, &pos);
+          if (pos != item.size() || d < 1) throw std::invalid_argument("");
+          dims.push_back(d);
+        } catch (const std::exception&) {
+          throw UsageError("--torus: '" + f.torus + "' is not a list of positive dimensions like 2x4");
+        }
+      }
+      if (f.unidirectional) throw UsageError("--unidirectional applies to rings only");
+      net->topo = topology::Topology::torus(dims, {link});
+    } else {
+      net->topo = topology::Topology::ring(n, link, !f.unidirectional);
+    }
+    net->device = sim::device_preset("generic");
+  }
+  if (net->topo.num_chips() != n)
+    throw UsageError("the topology has " + std::to_string(net->topo.num_chips()) + " chips but the job has " +
+                     std::to_string(n) + " ranks (one rank per chip: mpirun -np " +
+                     std::to_string(net->topo.num_chips()) + ")");
+  // Validate the group flag before any communication.
+  int color_mod = 0, color_div = 0, dim = -1;
+  auto number_after = [&](const std::string& prefix) {
+    try {
+      size_t pos = 0;
+      const int v = std::stoi(f.group.substr(prefix.size()), &pos);
+      if (pos != f.group.size() - prefix.size()) throw std::invalid_argument("");
+      return v;
+    } catch (const std::exception&) {
+      throw UsageError("--group: '" + f.group + "' (expected world, dim:D, mod:K or div:K)");
+    }
+  };
+  if (f.group.rfind("dim:", 0) == 0) {
+    dim = number_after("dim:");
+    if (dim < 0 || dim >= static_cast<int>(net->topo.dims().size()))
+      throw UsageError("--group " + f.group + ": the " + net->topo.kind_name() + " has " +
+                       std::to_string(net->topo.dims().size()) + " dimension(s)");
+  } else if (f.group.rfind("mod:", 0) == 0) {
+    color_mod = number_after("mod:");
+    if (color_mod < 1 || n % color_mod != 0)
+      throw UsageError("--group " + f.group + ": K must divide the " + std::to_string(n) + " ranks");
+  } else if (f.group.rfind("div:", 0) == 0) {
+    color_div = number_after("div:");
+    if (color_div < 1 || n % color_div != 0)
+      throw UsageError("--group " + f.group + ": K must divide the " + std::to_string(n) + " ranks");
+  } else if (f.group != "world") {
+    throw UsageError("--group: '" + f.group + "' (expected world, dim:D, mod:K or div:K)");
+  }
+  const int r = world.rank();
+  net->group_text = "world (" + std::to_string(n) + " chips)";
+  if (dim >= 0) {
+    auto xyz = net->topo.coords(r);
+    net->split_key = xyz[static_cast<size_t>(dim)];
+    xyz[static_cast<size_t>(dim)] = 0;
+    net->split_color = net->topo.chip_at(xyz);
+    net->group_text = "lines along dimension " + std::to_string(dim) + ": " +
+                      std::to_string(n / net->topo.dims()[static_cast<size_t>(dim)]) + " groups of " +
+                      std::to_string(net->topo.dims()[static_cast<size_t>(dim)]);
+  } else if (color_mod) {
+    net->split_color = r % color_mod;
+    net->split_key = r;
+    net->group_text = "ranks with equal rank % " + std::to_string(color_mod) + ": " + std::to_string(color_mod) +
+                      " groups of " + std::to_string(n / color_mod);
+  } else if (color_div) {
+    net->split_color = r / color_div;
+    net->split_key = r;
+    net->group_text = "blocks of " + std::to_string(color_div) + " consecutive ranks: " +
+                      std::to_string(n / color_div) + " groups";
+  }
+  return net;
+}
+
+}  // namespace shardsim::apps

@@ -1,0 +1,51 @@
+// Pieces the collective commands (validate, bench) share: the network flags, building the topology and
+// device on every rank, sub-groups, list flags.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/transport.h"
+#include "runtime/world.h"
+#include "sim/device_spec.h"
+#include "sim/timeline.h"
+#include "topology/topology.h"
+
+namespace shardsim::apps {
+
+struct NetFlags {
+  std::string topology_file;  // YAML with a `topology:` section (and optionally `device:`), e.g. a workload
+  std::string torus;          // "2x4", "2x2x2": a torus of these dims instead of a ring
+  double bandwidth_gbps = 100;
+  double latency_ns = 1000;
+  bool unidirectional = false;
+  std::string group = "world";  // world | dim:D | mod:K | div:K
+  void add_to(CLI::App* app);
+};
+
+// The simulated machine of one rank plus its transports. Built identically on every rank.
+struct Net {
+  topology::Topology topo;
+  sim::DeviceSpec device;
+  std::unique_ptr<sim::Timeline> timeline;
+  std::unique_ptr<runtime::Transport> world;  // all chips, rank r on chip r
+  runtime::Transport* group = nullptr;        // the group this rank's collectives run in (world or a split)
+  std::string group_text;                     // "world (8 chips)", "lines along dimension 1: ...", ...
+  int split_color = -1, split_key = 0;        // the sub-group this rank joins (color -1: the world)
+  std::string describe() const;
+};
+
+// Reads the flags and files; no communication. Throws ConfigError/UsageError (call inside World::agree).
+std::unique_ptr<Net> build_net(const NetFlags& flags, const runtime::World& world);
+// Creates the timeline and transports (collective over the world: call on every rank after build_net agreed).
+void connect(Net& net, const runtime::World& world);
+
+// "a,b,c" -> {"a","b","c"}; empty items dropped.
+std::vector<std::string> split_list(const std::string& s);
+// Parses "1K", "4M", "1G" (binary multiples) or plain numbers of bytes. UsageError naming FLAG otherwise.
+size_t parse_bytes(const std::string& text, const std::string& flag);
+
+}  // namespace shardsim::apps

@@ -1,0 +1,20 @@
+// The CLI's subcommands besides `run`: each adds itself to the app and returns what to call when parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+#include "runtime/world.h"
+
+namespace shardsim::apps {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_validate(CLI::App& app, const runtime::World& world);
+Command add_bench(CLI::App& app, const runtime::World& world);
+
+}  // namespace shardsim::apps

@@ -1,0 +1,247 @@
+// `shardsim validate`: every collective x dtype x op x algorithm x size, in place and out of place, checked
+// against a single-device reference on the configured topology (see collectives/verify.h).
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "collectives/verify.h"
+#include "common/error.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+using collectives::Collective;
+using runtime::DType;
+
+struct ValidateFlags {
+  NetFlags net;
+  std::string collectives = "all", dtypes = "all", ops = "all", algos = "all", sizes, json;
+  std::string min_bytes = "0", max_bytes = "16G", chunk_bytes = "4K";
+  int root = -1;
+  uint64_t seed = 1;
+  bool no_random = false, verbose = false, explain = false;
+};
+
+struct Plan {
+  std::vector<Collective> collectives;
+  std::vector<DType> dtypes;
+  std::vector<collectives::ReduceOp> ops;
+  std::map<Collective, std::vector<std::string>> algorithms;
+  std::vector<std::string> skipped;  // "all_reduce torus: why"
+  std::vector<size_t> counts;
+  size_t min_bytes = 0, max_bytes = 0, chunk_bytes = 0;
+};
+
+template <class T, class Parse>
+std::vector<T> parse_list(const std::string& text, const std::vector<T>& all, Parse parse, const std::string& flag) {
+  if (text == "all") return all;
+  std::vector<T> out;
+  for (const auto& item : split_list(text)) {
+    try {
+      out.push_back(parse(item));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(flag + ": " + e.what());
+    }
+  }
+  if (out.empty()) throw UsageError(flag + ": empty list");
+  return out;
+}
+
+// Everything the flags ask for, checked before any work (no communication).
+Plan make_plan(const ValidateFlags& f, const runtime::Transport* group_probe, int group_size) {
+  Plan p;
+  p.collectives = parse_list<Collective>(f.collectives, collectives::all_collectives(), collectives::parse_collective,
+                                         "-c/--collective");
+  p.dtypes = parse_list<DType>(f.dtypes, runtime::all_dtypes(), runtime::parse_dtype, "-d/--dtype");
+  p.ops = parse_list<collectives::ReduceOp>(f.ops, collectives::all_reduce_ops(), collectives::parse_reduce_op,
+                                            "-o/--op");
+  p.min_bytes = parse_bytes(f.min_bytes, "-b/--minbytes");
+  p.max_bytes = parse_bytes(f.max_bytes, "-e/--maxbytes");
+  p.chunk_bytes = parse_bytes(f.chunk_bytes, "--chunk-bytes");
+  if (p.min_bytes > p.max_bytes) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
+  if (f.root >= group_size) throw UsageError("--root " + std::to_string(f.root) + " is outside the group of " +
+                                             std::to_string(group_size) + " ranks");
+  if (f.sizes.empty()) {
+    p.counts = collectives::default_validate_counts();
+  } else {
+    for (const auto& s : split_list(f.sizes)) p.counts.push_back(parse_bytes(s, "--counts"));
+  }
+  const auto wanted = f.algos == "all" ? std::vector<std::string>{} : split_list(f.algos);
+  std::vector<bool> used(wanted.size(), false);
+  for (Collective c : p.collectives) {
+    std::vector<std::string> names;
+    if (wanted.empty()) {
+      names = collectives::algorithm_names(c);
+    } else {
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        if (wanted[i] == "auto") {
+          names.push_back("auto");
+          used[i] = true;
+        } else if (const auto a = collectives::canonical_algorithm(c, wanted[i]); !a.empty()) {
+          names.push_back(a);
+          used[i] = true;
+        }
+      }
+    }
+    std::vector<std::string> runnable;
+    for (const auto& a : names) {
+      const std::string why = a == "auto" ? "" : collectives::obstacle(c, a, *group_probe);
+      if (why.empty()) {
+        runnable.push_back(a);
+      } else if (!wanted.empty()) {  // forced explicitly: refuse, say why
+        throw UsageError(collectives::collective_name(c) + ": algorithm '" + a + "' cannot run here: " + why);
+      } else {
+        p.skipped.push_back(collectives::collective_name(c) + " " + a + ": " + why);
+      }
+    }
+    if (!runnable.empty()) p.algorithms[c] = runnable;
+  }
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (!used[i]) throw UsageError("--algo: unknown algorithm '" + wanted[i] + "' for the selected collectives");
+  return p;
+}
+
+struct Row {
+  std::string collective, algorithm, dtype, op;
+  size_t cases = 0, checked = 0, wrong = 0;
+  double max_error = 0;
+};
+
+int run_validate(const runtime::World& world, const ValidateFlags& f) {
+  std::unique_ptr<Net> net;
+  world.agree([&] { net = build_net(f.net, world); });
+  connect(*net, world);
+  runtime::Transport& g = *net->group;
+  Plan plan;
+  world.agree([&] { plan = make_plan(f, &g, g.size()); });
+  const bool root0 = world.rank() == 0;
+  const int root = f.root >= 0 ? f.root : g.size() - 1;
+  if (root0) {
+    std::printf("# shardsim validate: %s\n", net->describe().c_str());
+    std::printf("# inputs: verifiable (bit-exact check)%s; chunk %zu B; root %d; counts", f.no_random ? "" :
+                " and random (tolerance 2(p-1)u sum|x|)", plan.chunk_bytes, root);
+    for (size_t c : plan.counts) std::printf(" %zu", c);
+    std::printf("\n#\n# %-15s %-17s %-9s %-5s %7s %11s %7s\n", "collective", "algorithm", "dtype", "op", "cases",
+                "checked", "#wrong");
+  }
+  std::vector<Row> rows;
+  std::vector<std::string> failures;
+  size_t total_cases = 0, total_checked = 0, total_wrong = 0;
+  for (Collective c : plan.collectives) {
+    if (!plan.algorithms.count(c)) continue;
+    const bool reduction = collectives::is_reduction(c);
+    const std::vector<DType> dtypes = c == Collective::barrier ? std::vector<DType>{DType::fp32} : plan.dtypes;
+    const std::vector<collectives::ReduceOp> ops =
+        reduction ? plan.ops : std::vector<collectives::ReduceOp>{collectives::ReduceOp::sum};
+    const bool has_in_place = c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+    for (const auto& algo : plan.algorithms[c])
+      for (DType dt : dtypes)
+        for (auto op : ops) {
+          Row row{collectives::collective_name(c), algo, c == Collective::barrier ? "-" : runtime::dtype_name(dt),
+                  reduction ? collectives::reduce_op_name(op) : "-"};
+          for (size_t count : plan.counts) {
+            const size_t bytes = count * runtime::dtype_size(dt);
+            if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
+            for (int in_place = 0; in_place <= (has_in_place ? 1 : 0); ++in_place)
+              for (int random = 0; random <= (reduction && runtime::is_floating(dt) && !f.no_random ? 1 : 0); ++random) {
+                collectives::Case cs;
+                cs.collective = c;
+                cs.dtype = dt;
+                cs.op = op;
+                cs.algorithm = algo;
+                cs.count = c == Collective::barrier ? 0 : count;
+                cs.in_place = in_place;
+                cs.root = root;
+                cs.random_input = random;
+                cs.chunk_bytes = plan.chunk_bytes;
+                cs.seed = f.seed;
+                const auto o = collectives::run_case(g, cs);
+                ++row.cases;
+                row.checked += o.checked;
+                row.wrong += o.wrong;
+                row.max_error = std::max(row.max_error, o.max_error);
+                if (f.explain && root0 && !o.explanation.empty())
+                  std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
+                if (o.wrong) {
+                  std::ostringstream os;
+                  os << row.collective << " " << o.algorithm << " " << row.dtype << " " << row.op << " count " << count
+                     << (in_place ? " in-place" : " out-of-place") << (random ? " random" : " verifiable") << ": "
+                     << o.wrong << " wrong, first: " << o.first_wrong;
+                  failures.push_back(os.str());
+                }
+                if (f.verbose && root0)
+                  std::printf("    %-15s %-17s %-9s %-5s count %-9zu %-12s %-10s %s sim %.3f us\n",
+                              row.collective.c_str(), o.algorithm.c_str(), row.dtype.c_str(), row.op.c_str(), count,
+                              in_place ? "in-place" : "out-of-place", random ? "random" : "verifiable",
+                              o.wrong ? "WRONG" : "ok", o.sim_time_ns / 1e3);
+                if (c == Collective::barrier) break;
+              }
+            if (c == Collective::barrier) break;
+          }
+          if (row.cases == 0) continue;
+          total_cases += row.cases;
+          total_checked += row.checked;
+          total_wrong += row.wrong;
+          if (root0) {
+            std::printf("  %-15s %-17s %-9s %-5s %7zu %11zu %7zu\n", row.collective.c_str(), row.algorithm.c_str(),
+                        row.dtype.c_str(), row.op.c_str(), row.cases, row.checked, row.wrong);
+            std::fflush(stdout);
+          }
+          rows.push_back(row);
+        }
+  }
+  if (root0) {
+    for (const auto& s : plan.skipped) std::printf("# skipped %s\n", s.c_str());
+    for (size_t i = 0; i < failures.size() && i < 20; ++i) std::printf("# WRONG %s\n", failures[i].c_str());
+    std::printf("# %zu cases, %zu elements checked, %zu wrong: %s\n", total_cases, total_checked, total_wrong,
+                total_wrong ? "FAIL" : "PASS");
+    if (!f.json.empty()) {
+      nlohmann::json j;
+      j["topology"] = net->describe();
+      j["cases"] = total_cases;
+      j["checked"] = total_checked;
+      j["wrong"] = total_wrong;
+      j["skipped"] = plan.skipped;
+      j["failures"] = failures;
+      for (const auto& r : rows)
+        j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
+                             {"op", r.op}, {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong},
+                             {"max_error", r.max_error}});
+      std::ofstream out(f.json);
+      if (!out) throw RuntimeFault("cannot write " + f.json);
+      out << j.dump(2) << "\n";
+    }
+  }
+  return total_wrong ? kExitValidationFailed : kExitOk;
+}
+
+}  // namespace
+
+Command add_validate(CLI::App& app, const runtime::World& world) {
+  auto* sub = app.add_subcommand("validate", "check every collective against a single-device reference");
+  auto f = std::make_shared<ValidateFlags>();
+  f->net.add_to(sub);
+  sub->add_option("-c,--collective", f->collectives, "comma list or 'all' (default)");
+  sub->add_option("-d,--dtype", f->dtypes, "comma list or 'all' (default)");
+  sub->add_option("-o,--op", f->ops, "comma list of sum,prod,min,max,avg or 'all' (default)");
+  sub->add_option("-a,--algo", f->algos, "comma list of algorithms (and/or auto) or 'all' (default)");
+  sub->add_option("--counts", f->sizes, "comma list of element counts (default: 0,1,2,7,31,256,1000,1031,4099,65537)");
+  sub->add_option("-b,--minbytes", f->min_bytes, "skip sizes below this many bytes (e.g. 1K)");
+  sub->add_option("-e,--maxbytes", f->max_bytes, "skip sizes above this many bytes (e.g. 4M)");
+  sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 4K, so large counts are pipelined)");
+  sub->add_option("--root", f->root, "root rank of rooted collectives (default: the group's last rank)");
+  sub->add_option("--seed", f->seed, "input seed");
+  sub->add_flag("--no-random", f->no_random, "only the verifiable (bit-exact) pass");
+  sub->add_flag("-v,--verbose", f->verbose, "one line per case");
+  sub->add_flag("--explain", f->explain, "print why 'auto' chose each algorithm");
+  sub->add_option("--json", f->json, "also write the results as JSON");
+  return {sub, [f, &world] { return run_validate(world, *f); }};
+}
+
+}  // namespace shardsim::apps

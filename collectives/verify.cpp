@@ -1,0 +1,442 @@
+#include "collectives/verify.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "collectives/collectives.h"
+#include "common/error.h"
+#include "runtime/world.h"
+
+namespace shardsim::collectives {
+
+namespace {
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double busbw_factor(Collective c, int n) {
+  const double d = n;
+  switch (c) {
+    case Collective::all_reduce: return n > 0 ? 2.0 * (d - 1) / d : 0;
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_gatherv:
+    case Collective::all_to_all:
+    case Collective::all_to_allv: return n > 0 ? (d - 1) / d : 0;
+    default: return 1.0;
+  }
+}
+
+std::vector<size_t> default_validate_counts() {
+  return {0, 1, 2, 7, 31, 256, 1000, 1031, 4099, 65537};
+}
+
+struct CaseRunner::Impl {
+  runtime::Transport& tp;
+  Case c;
+  int p, me;
+  size_t es;
+  size_t n = 0;                       // nccl-tests count (rounded for block-structured collectives)
+  Layout layout;                      // all_gather(v), reduce_scatter: rank chunks
+  size_t block = 0;                   // all_to_all, gather, scatter
+  std::vector<size_t> scount, sdispl, rcount, rdispl;  // all_to_allv
+  std::vector<unsigned char> a, b;    // storage
+  unsigned char* send = nullptr;
+  unsigned char* recv = nullptr;
+  size_t send_n = 0, recv_n = 0;
+
+  Impl(runtime::Transport& t, const Case& cs)
+      : tp(t), c(cs), p(t.size()), me(t.rank()), es(runtime::dtype_size(cs.dtype)) {
+    const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
+    n = c.count;
+    const bool rooted = is_rooted(c.collective);
+    if (rooted && (c.root < 0 || c.root >= p)) check_root(tp, c.root, collective_name(c.collective));
+    const size_t R = static_cast<size_t>(std::max(0, c.root));
+    switch (c.collective) {
+      case Collective::all_reduce:
+      case Collective::broadcast:
+      case Collective::reduce:
+        a.resize(n * es);
+        send = a.data();
+        if (c.in_place) {
+          recv = send;
+        } else {
+          b.resize(n * es);
+          recv = b.data();
+        }
+        send_n = recv_n = n;
+        break;
+      case Collective::reduce_scatter:
+        layout = Layout::from(Partition{n, P});
+        a.resize(n * es);
+        send = a.data();
+        send_n = n;
+        recv_n = layout.size[M];
+        if (c.in_place) {
+          recv = send + layout.offset[M] * es;
+        } else {
+          b.resize(recv_n * es);
+          recv = b.data();
+        }
+        break;
+      case Collective::all_gather:
+      case Collective::all_gatherv: {
+        if (c.collective == Collective::all_gather) {
+          layout = Layout::from(Partition{n, P});
+        } else {
+          std::vector<size_t> counts(P);
+          size_t used = 0;
+          const size_t weights = P * (P + 1) / 2;
+          for (size_t r = 0; r + 1 < P; ++r) used += counts[r] = n * (r + 1) / weights;
+          counts[P - 1] = n - used;
+          layout = Layout::from_counts(counts);
+        }
+        b.resize(n * es);
+        recv = b.data();
+        recv_n = n;
+        send_n = layout.size[M];
+        if (c.in_place) {
+          send = recv + layout.offset[M] * es;
+        } else {
+          a.resize(send_n * es);
+          send = a.data();
+        }
+        break;
+      }
+      case Collective::all_to_all:
+        block = n / P;
+        n = block * P;
+        a.resize(n * es);
+        send = a.data();
+        if (c.in_place) {
+          recv = send;
+        } else {
+          b.resize(n * es);
+          recv = b.data();
+        }
+        send_n = recv_n = n;
+        break;
+      case Collective::all_to_allv: {
+        block = n / P;
+        scount.resize(P);
+        sdispl.resize(P);
+        rcount.resize(P);
+        rdispl.resize(P);
+        size_t so = 0, ro = 0;
+        for (size_t j = 0; j < P; ++j) {
+          scount[j] = pair_count(M, j);
+          sdispl[j] = so;
+          so += scount[j];
+          rcount[j] = pair_count(j, M);
+          rdispl[j] = ro;
+          ro += rcount[j];
+        }
+        a.resize(so * es);
+        b.resize(ro * es);
+        send = a.data();
+        recv = b.data();
+        send_n = so;
+        recv_n = ro;
+        break;
+      }
+      case Collective::gather:
+      case Collective::scatter: {
+        block = n / P;
+        n = block * P;
+        const bool g = c.collective == Collective::gather;
+        // The root's big buffer (p blocks) and everyone's block.
+        a.resize((me == c.root ? n : 0) * es);
+        unsigned char* big = a.data();
+        unsigned char* root_block = big + R * block * es;
+        if (c.in_place && me == c.root) {
+          (g ? send : recv) = root_block;
+        } else {
+          b.resize(block * es);
+          (g ? send : recv) = b.data();
+        }
+        (g ? recv : send) = big;
+        send_n = g ? block : (me == c.root ? n : 0);
+        recv_n = g ? (me == c.root ? n : 0) : block;
+        break;
+      }
+      case Collective::send_recv:
+        a.resize(n * es);
+        b.resize(n * es);
+        send = a.data();
+        recv = b.data();
+        send_n = recv_n = n;
+        break;
+      case Collective::barrier:
+        break;
+    }
+  }
+
+  // all_to_allv: elements rank SRC sends to rank DST (zero for some pairs).
+  size_t pair_count(size_t src, size_t dst) const {
+    return block * ((src + 2 * dst) % 3) / 2 + ((src + dst) % 5 == 0 ? 1 : 0);
+  }
+
+  // Input value of rank R's element with global index I.
+  double value(int r, size_t i) const {
+    const uint64_t h = splitmix(splitmix(c.seed * 0x100000001b3ull + static_cast<uint64_t>(r)) ^ i);
+    const DType t = c.dtype;
+    if (runtime::is_integer(t)) {
+      const bool is_signed = t == DType::int8 || t == DType::int32 || t == DType::int64;
+      return is_signed ? static_cast<double>(static_cast<int64_t>(h % 201) - 100) : static_cast<double>(h % 200);
+    }
+    if (c.random_input) return static_cast<double>(h >> 11) * std::ldexp(1.0, -52) - 1.0;
+    const double limit = runtime::exact_integer_limit(t);
+    auto symmetric = [h](double k) { return static_cast<double>(static_cast<int64_t>(h % (2 * static_cast<uint64_t>(k) + 1)) - static_cast<int64_t>(k)); };
+    if (!is_reduction(c.collective)) return symmetric(std::min(limit, 1000.0));
+    switch (c.op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: {
+        const double per = std::floor(limit / p);
+        if (per >= 1) return symmetric(std::min(per, 1000.0));
+        const size_t stride = static_cast<size_t>(std::ceil(p / limit));
+        return (static_cast<size_t>(r) + i) % stride == 0 ? ((h & 1) ? 1.0 : -1.0) : 0.0;
+      }
+      case ReduceOp::prod: {
+        if (r == 0 && i % 11 == 5) return 0.0;
+        const size_t q = static_cast<size_t>(std::max(1.0, std::ceil(p / 3.0)));
+        if ((static_cast<size_t>(r) + i) % q == 0) return (h & 2) ? 2.0 : -2.0;
+        return (h & 1) ? 1.0 : -1.0;
+      }
+      case ReduceOp::min:
+      case ReduceOp::max: return symmetric(std::min(limit, 100.0));
+    }
+    return 0;
+  }
+
+  void fill(unsigned char* dst, int r, size_t first_index, size_t count) const {
+    for (size_t k = 0; k < count; ++k) runtime::store_from_double(dst, k, c.dtype, value(r, first_index + k));
+  }
+
+  void prepare() {
+    const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
+    switch (c.collective) {
+      case Collective::all_reduce:
+      case Collective::reduce:
+      case Collective::reduce_scatter:
+      case Collective::all_to_all:
+      case Collective::send_recv: fill(send, me, 0, send_n); break;
+      case Collective::broadcast:
+        // Poison what must be overwritten: the receive buffer, and on non-roots the (unused) send buffer too.
+        if (me != c.root) std::fill(a.begin(), a.end(), 0xEE);
+        std::fill(b.begin(), b.end(), 0xEE);
+        if (me == c.root) fill(send, me, 0, n);
+        break;
+      case Collective::all_gather:
+      case Collective::all_gatherv:
+        if (!c.in_place) std::fill(b.begin(), b.end(), 0xEE);
+        fill(send, me, layout.offset[M], layout.size[M]);
+        break;
+      case Collective::all_to_allv:
+        for (size_t j = 0; j < P; ++j) fill(send + sdispl[j] * es, me, sdispl[j], scount[j]);
+        std::fill(b.begin(), b.end(), 0xEE);
+        break;
+      case Collective::gather: fill(send, me, M * block, block); break;
+      case Collective::scatter:
+        if (me == c.root) fill(send, me, 0, n);
+        break;
+      case Collective::barrier: break;
+    }
+  }
+
+  CollectiveResult execute(sim::TimeNs ready) {
+    CollectiveOptions o;
+    o.algorithm = c.algorithm;
+    o.chunk_bytes = c.chunk_bytes;
+    o.root = c.root;
+    switch (c.collective) {
+      case Collective::all_reduce: return all_reduce(tp, send, recv, n, c.dtype, c.op, ready, o);
+      case Collective::reduce_scatter: return reduce_scatter(tp, send, recv, n, c.dtype, c.op, ready, o);
+      case Collective::all_gather: return all_gather(tp, send, recv, n, c.dtype, ready, o);
+      case Collective::all_gatherv: return all_gatherv(tp, send, recv, layout.size, c.dtype, ready, o);
+      case Collective::broadcast: return broadcast(tp, send, recv, n, c.dtype, ready, o);
+      case Collective::reduce: return reduce(tp, send, recv, n, c.dtype, c.op, ready, o);
+      case Collective::all_to_all: return all_to_all(tp, send, recv, n, c.dtype, ready, o);
+      case Collective::all_to_allv:
+        return all_to_allv(tp, send, scount, sdispl, recv, rcount, rdispl, c.dtype, ready, o);
+      case Collective::gather: return gather(tp, send, recv, block, c.dtype, ready, o);
+      case Collective::scatter: return scatter(tp, send, recv, block, c.dtype, ready, o);
+      case Collective::send_recv: {
+        if (p == 1) return {{ready, ready}, 0, "direct", ""};
+        const int next = (me + 1) % p, prev = (me + p - 1) % p;
+        if (me % 2 == 0) {
+          send_op(next, ready);
+          return recv_op(prev, ready);
+        }
+        auto r = recv_op(prev, ready);
+        send_op(next, ready);
+        return r;
+      }
+      case Collective::barrier: return barrier(tp, ready, o);
+    }
+    return {};
+  }
+  void send_op(int peer, sim::TimeNs ready) { collectives::send(tp, send, n, c.dtype, peer, ready); }
+  CollectiveResult recv_op(int peer, sim::TimeNs ready) { return collectives::recv(tp, recv, n, c.dtype, peer, ready); }
+
+  // Expected output of this rank: {bytes, per-element tolerance scale (sum of |inputs|)}.
+  struct Expect {
+    std::vector<unsigned char> bytes;
+    std::vector<double> scale;  // only for reductions with random input
+    bool reduction = false;
+  };
+
+  Expect expected() const {
+    const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
+    Expect e;
+    auto copy_from = [&](int r, size_t first, size_t count, size_t at) {
+      fill(e.bytes.data() + at * es, r, first, count);
+    };
+    auto reduction = [&](size_t first, size_t count) {
+      e.reduction = true;
+      e.bytes.assign(count * es, 0);
+      e.scale.assign(count, 0.0);
+      std::vector<unsigned char> tmp(count * es);
+      for (int r = 0; r < p; ++r) {
+        fill(r == 0 ? e.bytes.data() : tmp.data(), r, first, count);
+        for (size_t k = 0; k < count; ++k)
+          e.scale[k] += std::fabs(runtime::load_as_double(r == 0 ? e.bytes.data() : tmp.data(), k, c.dtype));
+        if (r > 0) reduce_into(e.bytes.data(), tmp.data(), count, c.dtype, c.op);
+      }
+      if (c.op == ReduceOp::avg) finish_avg(e.bytes.data(), count, c.dtype, P);
+    };
+    switch (c.collective) {
+      case Collective::all_reduce: reduction(0, n); break;
+      case Collective::reduce:
+        if (me == c.root) reduction(0, n);
+        break;
+      case Collective::reduce_scatter: reduction(layout.offset[M], layout.size[M]); break;
+      case Collective::broadcast:
+        e.bytes.resize(n * es);
+        copy_from(c.root, 0, n, 0);
+        break;
+      case Collective::all_gather:
+      case Collective::all_gatherv:
+        e.bytes.resize(n * es);
+        for (size_t r = 0; r < P; ++r) copy_from(static_cast<int>(r), layout.offset[r], layout.size[r], layout.offset[r]);
+        break;
+      case Collective::all_to_all:
+        e.bytes.resize(n * es);
+        for (size_t s = 0; s < P; ++s) copy_from(static_cast<int>(s), M * block, block, s * block);
+        break;
+      case Collective::all_to_allv:
+        e.bytes.resize(recv_n * es);
+        for (size_t s = 0; s < P; ++s) {
+          size_t sd = 0;  // where rank s's block for me starts in s's send buffer
+          for (size_t j = 0; j < M; ++j) sd += pair_count(s, j);
+          copy_from(static_cast<int>(s), sd, rcount[s], rdispl[s]);
+        }
+        break;
+      case Collective::gather:
+        if (me == c.root) {
+          e.bytes.resize(n * es);
+          for (size_t r = 0; r < P; ++r) copy_from(static_cast<int>(r), r * block, block, r * block);
+        }
+        break;
+      case Collective::scatter:
+        e.bytes.resize(block * es);
+        copy_from(c.root, M * block, block, 0);
+        break;
+      case Collective::send_recv:
+        if (p > 1) {
+          e.bytes.resize(n * es);
+          copy_from((me + p - 1) % p, 0, n, 0);
+        }
+        break;
+      case Collective::barrier: break;
+    }
+    return e;
+  }
+
+  Outcome check() const {
+    Outcome o;
+    const Expect e = expected();
+    const size_t count = e.bytes.size() / std::max<size_t>(es, 1);
+    if (count == 0) return o;
+    const unsigned char* got = recv;
+    const double u = runtime::unit_roundoff(c.dtype);
+    // Smallest positive subnormal of the type (the encoding 0...01): products that underflow lose this much.
+    unsigned char tiny[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+    const double eta = runtime::is_floating(c.dtype) ? runtime::load_as_double(tiny, 0, c.dtype) : 0.0;
+    for (size_t k = 0; k < count; ++k) {
+      ++o.checked;
+      bool ok = std::memcmp(got + k * es, e.bytes.data() + k * es, es) == 0;
+      const double g = runtime::load_as_double(got, k, c.dtype), w = runtime::load_as_double(e.bytes.data(), k, c.dtype);
+      if (!ok && c.random_input && e.reduction && runtime::is_floating(c.dtype) && std::isfinite(g)) {
+        double tol = 0;
+        switch (c.op) {
+          case ReduceOp::sum: tol = 2 * (p - 1) * u * e.scale[k]; break;
+          case ReduceOp::avg: tol = 2 * (p - 1) * u * e.scale[k] / p + 2 * u * std::fabs(w); break;
+          case ReduceOp::prod: tol = 2 * p * (u * std::fabs(w) + eta); break;
+          default: tol = 0;  // min/max are exact
+        }
+        const double err = std::fabs(g - w);
+        o.max_error = std::max(o.max_error, err);
+        ok = err <= tol;
+      }
+      if (!ok) {
+        if (o.wrong == 0) {
+          std::ostringstream os;
+          os.precision(9);
+          os << "chip " << tp.chip() << " element " << k << ": got " << g << " want " << w;
+          o.first_wrong = os.str();
+        }
+        ++o.wrong;
+      }
+    }
+    return o;
+  }
+};
+
+CaseRunner::CaseRunner(runtime::Transport& tp, const Case& c) : impl_(new Impl(tp, c)) {}
+CaseRunner::~CaseRunner() { delete impl_; }
+void CaseRunner::prepare() { impl_->prepare(); }
+CollectiveResult CaseRunner::execute(sim::TimeNs ready) { return impl_->execute(ready); }
+Outcome CaseRunner::check_local() const { return impl_->check(); }
+void* CaseRunner::send_buffer() { return impl_->send; }
+void* CaseRunner::recv_buffer() { return impl_->recv; }
+size_t CaseRunner::send_count() const { return impl_->send_n; }
+size_t CaseRunner::recv_count() const { return impl_->recv_n; }
+
+Outcome run_case(runtime::Transport& tp, const Case& c) {
+  CaseRunner runner(tp, c);
+  runner.prepare();
+  tp.timeline().reset();
+  const CollectiveResult r = runner.execute(0.0);
+  Outcome local = runner.check_local();
+  // Aggregate over the group in two reductions: counts summed; times, errors and (negated) the lowest rank
+  // with a wrong element maxed. The first wrong element's text is fetched only when there is one.
+  unsigned long long counts[2] = {local.checked, local.wrong}, sums[2] = {0, 0};
+  double maxes[4] = {r.span.end, r.bytes_sent, local.max_error, local.wrong ? -double(tp.rank()) : -1e300};
+  double out[4] = {0, 0, 0, 0};
+  const MPI_Comm comm = tp.comm();
+  runtime::check_mpi(MPI_Allreduce(counts, sums, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm), tp.chip(), "validate");
+  runtime::check_mpi(MPI_Allreduce(maxes, out, 4, MPI_DOUBLE, MPI_MAX, comm), tp.chip(), "validate");
+  Outcome o;
+  o.checked = sums[0];
+  o.wrong = sums[1];
+  o.sim_time_ns = out[0];
+  o.bytes_sent = out[1];
+  o.max_error = out[2];
+  if (o.wrong) o.first_wrong = runtime::World(comm).broadcast(local.first_wrong, static_cast<int>(-out[3]));
+  o.explanation = r.explanation;  // this rank's view (identical on every rank: estimates use global data)
+  o.algorithm = r.algorithm;
+  o.bytes = static_cast<double>(c.count * runtime::dtype_size(c.dtype));
+  return o;
+}
+
+}  // namespace shardsim::collectives
