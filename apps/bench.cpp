@@ -1,12 +1,356 @@
-// `shardsim bench`: placeholder until the nccl-tests-style benchmark lands.
+// `shardsim bench`: nccl-tests-style bandwidth tables, simulated (the modelled hardware) and wall (this host)
+// side by side, optionally against MPI's own collective on the same buffers (--vs-mpi).
+//
+// algbw = size / time; busbw = algbw * factor with nccl-tests' factors (collectives/verify.h busbw_factor).
+// Wall time = mean over -n iterations after -w warm-up iterations, the slowest rank's. Simulated time = the
+// latest chip's completion of one run on a fresh clock (identical on every run).
+#include <mpi.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "collectives/verify.h"
+#include "common/error.h"
 
 namespace shardsim::apps {
 
+namespace {
+
+using collectives::Collective;
+using runtime::DType;
+
+struct BenchFlags {
+  NetFlags net;
+  std::string collective = "all_reduce";
+  std::string min_bytes = "8", max_bytes = "32M", step_factor = "2", step_bytes, dtypes = "fp32", ops = "sum";
+  std::string algo = "auto", chunk_bytes = "0", csv, json;
+  int iters = 20, warmup = 5, check = 1, root = 0;
+  bool vs_mpi = false, explain = false;
+};
+
+struct Measure {
+  double sim_us = 0, wall_us = 0, mpi_us = -1;
+  size_t wrong = 0;
+  std::string algorithm;
+  std::string explanation;
+};
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::int8: return MPI_INT8_T;
+    case DType::uint8: return MPI_UINT8_T;
+    case DType::int32: return MPI_INT32_T;
+    case DType::uint32: return MPI_UINT32_T;
+    case DType::int64: return MPI_INT64_T;
+    case DType::uint64: return MPI_UINT64_T;
+    case DType::fp32: return MPI_FLOAT;
+    case DType::fp64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;  // fp16, bf16, fp8: MPI has no such type
+  }
+}
+
+MPI_Op mpi_op(collectives::ReduceOp op) {
+  switch (op) {
+    case collectives::ReduceOp::sum: return MPI_SUM;
+    case collectives::ReduceOp::prod: return MPI_PROD;
+    case collectives::ReduceOp::min: return MPI_MIN;
+    case collectives::ReduceOp::max: return MPI_MAX;
+    default: return MPI_OP_NULL;
+  }
+}
+
+// One call of MPI's own collective on the runner's buffers; false when MPI has no equivalent.
+bool mpi_call(Collective c, collectives::CaseRunner& r, const collectives::Case& cs, MPI_Comm comm, int p,
+              bool run) {
+  const MPI_Datatype t = mpi_type(cs.dtype);
+  const bool reduction = collectives::is_reduction(c);
+  if (t == MPI_DATATYPE_NULL || (reduction && mpi_op(cs.op) == MPI_OP_NULL) || cs.count > INT_MAX) return false;
+  const int n = static_cast<int>(cs.count);
+  void* s = r.send_buffer();
+  void* d = r.recv_buffer();
+  const MPI_Op op = reduction ? mpi_op(cs.op) : MPI_OP_NULL;
+  if (!run) {
+    switch (c) {
+      case Collective::all_reduce:
+      case Collective::broadcast:
+      case Collective::reduce: return true;
+      case Collective::reduce_scatter:
+      case Collective::all_gather:
+      case Collective::all_to_all:
+      case Collective::gather:
+      case Collective::scatter: return cs.count % static_cast<size_t>(p) == 0;
+      default: return false;
+    }
+  }
+  switch (c) {
+    case Collective::all_reduce: MPI_Allreduce(s, d, n, t, op, comm); break;
+    case Collective::broadcast: MPI_Bcast(d, n, t, cs.root, comm); break;
+    case Collective::reduce: MPI_Reduce(s, d, n, t, op, cs.root, comm); break;
+    case Collective::reduce_scatter: MPI_Reduce_scatter_block(s, d, n / p, t, op, comm); break;
+    case Collective::all_gather: MPI_Allgather(s, n / p, t, d, n / p, t, comm); break;
+    case Collective::all_to_all: MPI_Alltoall(s, n / p, t, d, n / p, t, comm); break;
+    case Collective::gather: MPI_Gather(s, n / p, t, d, n / p, t, cs.root, comm); break;
+    case Collective::scatter: MPI_Scatter(s, n / p, t, d, n / p, t, cs.root, comm); break;
+    default: return false;
+  }
+  return true;
+}
+
+double slowest(double v, MPI_Comm comm) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return out;
+}
+
+template <class F>
+double time_us(MPI_Comm comm, int warmup, int iters, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  MPI_Barrier(comm);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  const auto t1 = std::chrono::steady_clock::now();
+  return slowest(std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(iters, 1), comm);
+}
+
+Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchFlags& f) {
+  Measure m;
+  collectives::CaseRunner runner(g, cs);
+  runner.prepare();
+  g.timeline().reset();
+  const auto first = runner.execute(0.0);
+  m.sim_us = slowest(first.span.end, g.comm()) / 1e3;
+  m.algorithm = first.algorithm;
+  m.explanation = first.explanation;
+  if (f.check) {
+    const auto o = runner.check_local();
+    unsigned long long w = o.wrong, total = 0;
+    MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, g.comm());
+    m.wrong = total;
+  }
+  m.wall_us = time_us(g.comm(), f.warmup, f.iters, [&] {
+    g.timeline().reset();
+    runner.execute(0.0);
+  });
+  if (f.vs_mpi && mpi_call(cs.collective, runner, cs, g.comm(), g.size(), false))
+    m.mpi_us = time_us(g.comm(), f.warmup, f.iters, [&] { mpi_call(cs.collective, runner, cs, g.comm(), g.size(), true); });
+  return m;
+}
+
+int run_bench(const runtime::World& world, const BenchFlags& f) {
+  std::unique_ptr<Net> net;
+  Collective c{};
+  std::vector<DType> dtypes;
+  std::vector<collectives::ReduceOp> ops;
+  size_t lo = 0, hi = 0, step_bytes = 0;
+  double factor = 2;
+  world.agree([&] {
+    net = build_net(f.net, world);
+    try {
+      c = collectives::parse_collective(f.collective);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+    dtypes = parse_list<DType>(f.dtypes, runtime::all_dtypes(), runtime::parse_dtype, "-d/--datatype");
+    ops = collectives::is_reduction(c)
+              ? parse_list<collectives::ReduceOp>(f.ops, collectives::all_reduce_ops(), collectives::parse_reduce_op,
+                                                  "-o/--op")
+              : std::vector<collectives::ReduceOp>{collectives::ReduceOp::sum};
+    lo = parse_bytes(f.min_bytes, "-b/--minbytes");
+    hi = parse_bytes(f.max_bytes, "-e/--maxbytes");
+    if (lo > hi) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
+    if (!f.step_bytes.empty()) step_bytes = parse_bytes(f.step_bytes, "-i/--stepbytes");
+    try {
+      factor = std::stod(f.step_factor);
+    } catch (const std::exception&) {
+      throw UsageError("-f/--stepfactor: '" + f.step_factor + "' is not a number");
+    }
+    if (step_bytes == 0 && !(factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
+    if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
+    if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty()) {
+      std::string known;
+      for (const auto& a : collectives::algorithm_names(c)) known += a + ", ";
+      throw UsageError(collectives::collective_name(c) + ": unknown algorithm '" + f.algo + "' (known: " + known +
+                       "auto)");
+    }
+  });
+  connect(*net, world);
+  runtime::Transport& g = *net->group;
+  world.agree([&] {
+    if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
+      throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
+                       " ranks");
+    if (f.algo != "auto") {
+      const std::string a = collectives::canonical_algorithm(c, f.algo);
+      if (const auto why = collectives::obstacle(c, a, g); !why.empty())
+        throw UsageError(collectives::collective_name(c) + ": algorithm '" + a + "' cannot run here: " + why);
+    }
+  });
+  const bool root0 = world.rank() == 0;
+  const int p = g.size();
+  const size_t chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
+  const double busf = collectives::busbw_factor(c, p);
+  const bool blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
+                      c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
+                      c == Collective::all_gatherv;
+  const bool has_in_place = c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+  if (root0) {
+    std::printf("# shardsim bench %s: %s\n", collectives::collective_name(c).c_str(), net->describe().c_str());
+    std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
+                f.algo.c_str(), chunk, f.iters, f.warmup, f.check, f.vs_mpi ? ", mpi = MPI's own collective" : "");
+    std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B\n#\n", busf, p);
+    std::printf("# %10s %12s %8s %6s %4s %-16s | %-61s | %-61s |%s\n", "", "", "", "", "", "", "out-of-place",
+                has_in_place ? "in-place" : "", f.vs_mpi ? " MPI, out-of-place" : "");
+    std::printf("# %10s %12s %8s %6s %4s %-16s |", "size", "count", "type", "redop", "root", "algorithm");
+    for (int k = 0; k < 2; ++k)
+      std::printf(" %10s %8s %8s %10s %8s %6s |", "sim time", "algbw", "busbw", "wall time", "busbw", "#wrong");
+    if (f.vs_mpi) std::printf(" %10s %8s |", "wall time", "busbw");
+    std::printf("\n# %10s %12s %8s %6s %4s %-16s |", "(B)", "(elements)", "", "", "", "");
+    for (int k = 0; k < 2; ++k) std::printf(" %10s %8s %8s %10s %8s %6s |", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "");
+    if (f.vs_mpi) std::printf(" %10s %8s |", "(us)", "(GB/s)");
+    std::printf("\n");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  double sum_sim_busbw = 0, sum_wall_busbw = 0, sum_mpi_busbw = 0;
+  int n_bw = 0, n_mpi = 0;
+  size_t wrong_total = 0;
+  for (DType dt : dtypes)
+    for (auto op : ops)
+      for (size_t bytes = lo; bytes <= hi;) {
+        const size_t es = runtime::dtype_size(dt);
+        size_t count = bytes / es;
+        if (blocky) count = count / static_cast<size_t>(p) * static_cast<size_t>(p);
+        const size_t size = count * es;
+        collectives::Case cs;
+        cs.collective = c;
+        cs.dtype = dt;
+        cs.op = op;
+        cs.algorithm = f.algo;
+        cs.count = count;
+        cs.root = f.root;
+        cs.chunk_bytes = chunk;
+        Measure m[2];
+        for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
+          cs.in_place = k == 1;
+          m[k] = measure(g, cs, f);
+          wrong_total += m[k].wrong;
+        }
+        if (root0) {
+          if (f.explain && !m[0].explanation.empty()) std::printf("#   %s\n", m[0].explanation.c_str());
+          std::printf("  %10zu %12zu %8s %6s %4d %-16s |", size, count, runtime::dtype_name(dt).c_str(),
+                      collectives::is_reduction(c) ? collectives::reduce_op_name(op).c_str() : "none",
+                      collectives::is_rooted(c) ? f.root : -1, m[0].algorithm.c_str());
+        }
+        for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
+          const double algbw = m[k].sim_us > 0 ? size / (m[k].sim_us * 1e3) : 0;
+          const double walg = m[k].wall_us > 0 ? size / (m[k].wall_us * 1e3) : 0;
+          sum_sim_busbw += algbw * busf;
+          sum_wall_busbw += walg * busf;
+          ++n_bw;
+          if (root0) {
+            std::printf(" %10.2f %8.2f %8.2f %10.2f %8.2f %6s |", m[k].sim_us, algbw, algbw * busf, m[k].wall_us,
+                        walg * busf, f.check ? std::to_string(m[k].wrong).c_str() : "N/A");
+          }
+          nlohmann::json row = {{"collective", collectives::collective_name(c)},
+                                {"size_bytes", size},
+                                {"count", count},
+                                {"dtype", runtime::dtype_name(dt)},
+                                {"op", collectives::is_reduction(c) ? collectives::reduce_op_name(op) : "none"},
+                                {"root", collectives::is_rooted(c) ? f.root : -1},
+                                {"placement", k ? "in-place" : "out-of-place"},
+                                {"algorithm", m[k].algorithm},
+                                {"ranks", p},
+                                {"sim_time_us", m[k].sim_us},
+                                {"sim_algbw_gbps", algbw},
+                                {"sim_busbw_gbps", algbw * busf},
+                                {"wall_time_us", m[k].wall_us},
+                                {"wall_busbw_gbps", walg * busf},
+                                {"wrong", f.check ? nlohmann::json(m[k].wrong) : nlohmann::json(nullptr)}};
+          if (f.vs_mpi && k == 0) {
+            row["mpi_time_us"] = m[0].mpi_us >= 0 ? nlohmann::json(m[0].mpi_us) : nlohmann::json(nullptr);
+            row["mpi_busbw_gbps"] = m[0].mpi_us > 0 ? nlohmann::json(size / (m[0].mpi_us * 1e3) * busf) : nlohmann::json(nullptr);
+            if (m[0].mpi_us > 0) {
+              sum_mpi_busbw += size / (m[0].mpi_us * 1e3) * busf;
+              ++n_mpi;
+            }
+          }
+          rows.push_back(row);
+        }
+        if (root0) {
+          if (!has_in_place) std::printf(" %10s %8s %8s %10s %8s %6s |", "", "", "", "", "", "");
+          if (f.vs_mpi && m[0].mpi_us >= 0) std::printf(" %10.2f %8.2f |", m[0].mpi_us, size / (m[0].mpi_us * 1e3) * busf);
+          else if (f.vs_mpi) std::printf(" %10s %8s |", "n/a", "n/a");
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+        if (bytes >= hi) break;
+        const size_t next = step_bytes ? bytes + step_bytes : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * factor));
+        bytes = std::min(std::max(next, bytes + 1), hi);
+      }
+  if (root0) {
+    std::printf("# Out of bounds values : %zu %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %.4f GB/s simulated, %.4f GB/s wall%s\n", n_bw ? sum_sim_busbw / n_bw : 0.0,
+                n_bw ? sum_wall_busbw / n_bw : 0.0,
+                n_mpi ? (", " + std::to_string(sum_mpi_busbw / n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
+    if (!f.json.empty()) {
+      std::ofstream out(f.json);
+      if (!out) throw RuntimeFault("cannot write " + f.json);
+      out << nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) << "\n";
+    }
+    if (!f.csv.empty()) {
+      std::ofstream out(f.csv);
+      if (!out) throw RuntimeFault("cannot write " + f.csv);
+      const std::vector<std::string> cols = {"collective", "size_bytes", "count", "dtype", "op", "root", "placement",
+                                             "algorithm", "ranks", "sim_time_us", "sim_algbw_gbps", "sim_busbw_gbps",
+                                             "wall_time_us", "wall_busbw_gbps", "wrong", "mpi_time_us",
+                                             "mpi_busbw_gbps"};
+      for (size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
+      out << "\n";
+      for (const auto& r : rows) {
+        for (size_t i = 0; i < cols.size(); ++i) {
+          out << (i ? "," : "");
+          if (!r.contains(cols[i]) || r[cols[i]].is_null()) continue;
+          if (r[cols[i]].is_string()) out << r[cols[i]].get<std::string>();
+          else out << r[cols[i]].dump();
+        }
+        out << "\n";
+      }
+    }
+  }
+  return wrong_total ? kExitValidationFailed : kExitOk;
+}
+
+}  // namespace
+
 Command add_bench(CLI::App& app, const runtime::World& world) {
-  (void)world;
   auto* sub = app.add_subcommand("bench", "nccl-tests-style bandwidth tables (simulated and wall)");
-  return {sub, [] { return 0; }};
+  auto f = std::make_shared<BenchFlags>();
+  f->net.add_to(sub);
+  sub->add_option("collective", f->collective, "all_reduce (default), reduce_scatter, all_gather, broadcast, ...");
+  sub->add_option("-b,--minbytes", f->min_bytes, "smallest size (default 8; K/M/G suffixes)");
+  sub->add_option("-e,--maxbytes", f->max_bytes, "largest size (default 32M)");
+  sub->add_option("-f,--stepfactor", f->step_factor, "multiply the size by this each step (default 2)");
+  sub->add_option("-i,--stepbytes", f->step_bytes, "add this many bytes each step instead");
+  sub->add_option("-n,--iters", f->iters, "timed iterations per size (default 20)");
+  sub->add_option("-w,--warmup_iters", f->warmup, "warm-up iterations (default 5)");
+  sub->add_option("-c,--check", f->check, "check results against the reference (1, default) or not (0)");
+  sub->add_option("-d,--datatype", f->dtypes, "dtype list or 'all' (default fp32)");
+  sub->add_option("-o,--op", f->ops, "reduction op list or 'all' (default sum)");
+  sub->add_option("-r,--root", f->root, "root rank for broadcast/reduce/gather/scatter (default 0)");
+  sub->add_option("-a,--algo", f->algo, "algorithm (default auto)");
+  sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 0: none)");
+  sub->add_flag("--vs-mpi", f->vs_mpi, "also time MPI's own collective on the same buffers");
+  sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
+  sub->add_option("--csv", f->csv, "also write the rows as CSV");
+  sub->add_option("--json", f->json, "also write the rows as JSON");
+  return {sub, [f, &world] { return run_bench(world, *f); }};
 }
 
 }  // namespace shardsim::apps

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "runtime/world.h"
 #include "sim/device_spec.h"
 #include "sim/timeline.h"
+#include "common/error.h"
 #include "topology/topology.h"
 
 namespace shardsim::apps {
@@ -47,5 +49,21 @@ void connect(Net& net, const runtime::World& world);
 std::vector<std::string> split_list(const std::string& s);
 // Parses "1K", "4M", "1G" (binary multiples) or plain numbers of bytes. UsageError naming FLAG otherwise.
 size_t parse_bytes(const std::string& text, const std::string& flag);
+
+// Parses a comma list with PARSE (which throws std::invalid_argument) or 'all'; UsageError naming FLAG.
+template <class T, class Parse>
+inline std::vector<T> parse_list(const std::string& text, const std::vector<T>& all, Parse parse, const std::string& flag) {
+  if (text == "all") return all;
+  std::vector<T> out;
+  for (const auto& item : split_list(text)) {
+    try {
+      out.push_back(parse(item));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(flag + ": " + e.what());
+    }
+  }
+  if (out.empty()) throw UsageError(flag + ": empty list");
+  return out;
+}
 
 }  // namespace shardsim::apps

@@ -38,21 +38,6 @@ struct Plan {
   size_t min_bytes = 0, max_bytes = 0, chunk_bytes = 0;
 };
 
-template <class T, class Parse>
-std::vector<T> parse_list(const std::string& text, const std::vector<T>& all, Parse parse, const std::string& flag) {
-  if (text == "all") return all;
-  std::vector<T> out;
-  for (const auto& item : split_list(text)) {
-    try {
-      out.push_back(parse(item));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(flag + ": " + e.what());
-    }
-  }
-  if (out.empty()) throw UsageError(flag + ": empty list");
-  return out;
-}
-
 // Everything the flags ask for, checked before any work (no communication).
 Plan make_plan(const ValidateFlags& f, const runtime::Transport* group_probe, int group_size) {
   Plan p;
