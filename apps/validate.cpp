@@ -26,6 +26,7 @@ struct ValidateFlags {
   int root = -1;
   uint64_t seed = 1;
   bool no_random = false, verbose = false, explain = false;
+  bool inject_count_mismatch = false, inject_wrong_result = false;  // hidden test hooks
 };
 
 struct Plan {
@@ -146,6 +147,8 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.random_input = random;
                 cs.chunk_bytes = plan.chunk_bytes;
                 cs.seed = f.seed;
+                cs.inject_count_mismatch = f.inject_count_mismatch;
+                cs.inject_wrong_result = f.inject_wrong_result;
                 const auto o = collectives::run_case(g, cs);
                 ++row.cases;
                 row.checked += o.checked;
@@ -226,6 +229,8 @@ Command add_validate(CLI::App& app, const runtime::World& world) {
   sub->add_flag("-v,--verbose", f->verbose, "one line per case");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose each algorithm");
   sub->add_option("--json", f->json, "also write the results as JSON");
+  sub->add_flag("--inject-count-mismatch", f->inject_count_mismatch)->group("");  // test hook
+  sub->add_flag("--inject-wrong-result", f->inject_wrong_result)->group("");      // test hook
   return {sub, [f, &world] { return run_validate(world, *f); }};
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "collectives/ring.h"
 #include "collectives/torus.h"
 #include "common/error.h"
+#include "runtime/world.h"
 
 namespace shardsim::collectives {
 
@@ -259,6 +261,44 @@ double estimate_ns(Collective c, const std::string& a, const runtime::Transport&
     }
   }
   return std::numeric_limits<double>::infinity();
+}
+
+void check_args(Collective c, const runtime::Transport& tp, const CollectiveOptions& o, uint64_t count, DType dtype,
+                int op) {
+  if (!o.check_args || tp.size() == 1) return;
+  const uint64_t algo_hash = std::hash<std::string>{}(o.algorithm) & 0xffffffffffffull;
+  const std::vector<std::pair<const char*, int64_t>> mine = {
+      {"collective", static_cast<int64_t>(c)},  {"count", static_cast<int64_t>(count)},
+      {"dtype", static_cast<int64_t>(dtype)},   {"op", op},
+      {"root", is_rooted(c) ? o.root : 0},      {"algorithm", static_cast<int64_t>(algo_hash)}};
+  const size_t k = mine.size();
+  std::vector<int64_t> both(2 * k), out(2 * k);
+  for (size_t i = 0; i < k; ++i) {
+    both[i] = mine[i].second;
+    both[k + i] = -mine[i].second;
+  }
+  runtime::check_mpi(MPI_Allreduce(both.data(), out.data(), static_cast<int>(2 * k), MPI_INT64_T, MPI_MAX, tp.comm()),
+                     tp.chip(), collective_name(c) + ": argument check");
+  size_t bad = k;
+  for (size_t i = 0; i < k && bad == k; ++i)
+    if (out[i] != -out[k + i]) bad = i;
+  if (bad == k) return;
+  // Who has what: gather the disagreeing field from every rank (all ranks are here, so this cannot hang).
+  std::vector<int64_t> all(static_cast<size_t>(tp.size()));
+  runtime::check_mpi(MPI_Allgather(&both[bad], 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, tp.comm()), tp.chip(),
+                     collective_name(c) + ": argument check");
+  std::string msg = collective_name(c) + ": ranks disagree on " + mine[bad].first + ":";
+  for (int r = 0; r < tp.size() && r < 16; ++r) {
+    msg += " chip " + std::to_string(tp.chip_of(r)) + " ";
+    const int64_t v = all[static_cast<size_t>(r)];
+    if (std::string(mine[bad].first) == "dtype") msg += runtime::dtype_name(static_cast<DType>(v));
+    else if (std::string(mine[bad].first) == "collective") msg += collective_name(static_cast<Collective>(v));
+    else if (std::string(mine[bad].first) == "algorithm") msg += "(another name)";
+    else msg += std::to_string(v);
+    msg += r + 1 < tp.size() ? "," : "";
+  }
+  if (tp.size() > 16) msg += " ...";
+  throw AgreedError(msg + " (every rank must call the collective with the same arguments)", kExitBadInput);
 }
 
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {

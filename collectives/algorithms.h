@@ -46,6 +46,11 @@ std::string obstacle(Collective c, const std::string& algorithm, const runtime::
 double estimate_ns(Collective c, const std::string& algorithm, const runtime::Transport& tp, double bytes,
                    size_t chunk_bytes = 0);
 
+// When OPTIONS.check_args: every rank of TP must pass the same arguments (COUNT is what must agree: the
+// total count, or a hash of per-rank counts for the v-variants). Throws AgreedError(exit 2) on every rank.
+void check_args(Collective c, const runtime::Transport& tp, const CollectiveOptions& options, uint64_t count,
+                DType dtype, int op);
+
 struct Choice {
   std::string algorithm;
   std::string explanation;  // "auto: ring 12.3 us, bidir_ring 6.4 us (chosen), torus n/a (...)"

@@ -17,8 +17,9 @@ void check_root(const runtime::Transport& tp, int root, const std::string& op) {
 
 CollectiveResult broadcast(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                            sim::TimeNs ready, const CollectiveOptions& options) {
-  check_root(tp, options.root, "broadcast");
   const size_t bytes = count * runtime::dtype_size(dtype);
+  check_args(Collective::broadcast, tp, options, count, dtype, 0);
+  check_root(tp, options.root, "broadcast");
   const Choice choice = choose(Collective::broadcast, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "broadcast" : options.name;
   const double sent_before = tp.bytes_sent();

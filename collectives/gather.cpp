@@ -15,8 +15,9 @@ namespace {
 CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void* sendbuf, void* recvbuf, size_t count,
                                DType dtype, sim::TimeNs ready, const CollectiveOptions& o) {
   const std::string cname = collective_name(c);
-  check_root(tp, o.root, cname);
   const size_t es = runtime::dtype_size(dtype), block = count * es, p = static_cast<size_t>(tp.size());
+  check_args(c, tp, o, count, dtype, 0);
+  check_root(tp, o.root, cname);
   const Choice choice = choose(c, o, tp, static_cast<double>(block * p));
   const std::string name = o.name.empty() ? cname : o.name;
   const double sent_before = tp.bytes_sent();

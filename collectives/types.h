@@ -28,6 +28,10 @@ struct CollectiveOptions {
   // reduced) independently, so a piece can move on while the next one is still in flight. 0 = no pipelining.
   size_t chunk_bytes = 0;
   int root = 0;       // broadcast, reduce, gather, scatter: the root's rank in this transport
+  // Before moving data, all ranks compare their arguments (collective, count, dtype, op, root, algorithm) in one
+  // small MPI_Allreduce (host time only, never simulated). A mismatch, which would otherwise hang or corrupt
+  // data as it does in NCCL, becomes an AgreedError (exit 2) on every rank naming the chips that disagree.
+  bool check_args = true;
   std::string name;   // event-name prefix on the timeline; empty = the collective's name
 };
 

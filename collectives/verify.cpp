@@ -258,6 +258,8 @@ struct CaseRunner::Impl {
     o.algorithm = c.algorithm;
     o.chunk_bytes = c.chunk_bytes;
     o.root = c.root;
+    if (c.inject_count_mismatch && me == 0 && c.collective == Collective::all_reduce && n > 0)
+      return all_reduce(tp, send, recv, n - 1, c.dtype, c.op, ready, o);
     switch (c.collective) {
       case Collective::all_reduce: return all_reduce(tp, send, recv, n, c.dtype, c.op, ready, o);
       case Collective::reduce_scatter: return reduce_scatter(tp, send, recv, n, c.dtype, c.op, ready, o);
@@ -417,6 +419,8 @@ Outcome run_case(runtime::Transport& tp, const Case& c) {
   runner.prepare();
   tp.timeline().reset();
   const CollectiveResult r = runner.execute(0.0);
+  if (c.inject_wrong_result && tp.rank() == 0 && runner.recv_count() > 0)
+    static_cast<unsigned char*>(runner.recv_buffer())[0] ^= 0x10;
   Outcome local = runner.check_local();
   // Aggregate over the group in two reductions: counts summed; times, errors and (negated) the lowest rank
   // with a wrong element maxed. The first wrong element's text is fetched only when there is one.

@@ -44,6 +44,10 @@ struct Case {
   bool random_input = false;  // false: verifiable (bit-exact) input
   size_t chunk_bytes = 0;
   uint64_t seed = 1;
+  // Test hooks (hidden CLI flags), to prove the failure paths: rank 0 passes COUNT + 1 to the collective
+  // (mismatched counts across ranks); rank 0 flips a bit of its output before the check.
+  bool inject_count_mismatch = false;
+  bool inject_wrong_result = false;
 };
 
 // One case on this group. Every rank of TP gets the same Outcome (aggregated over the group).
