@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# e2e: `shardsim validate` and `shardsim bench` as users run them.
+#  - validate reports 0 wrong on rings of 1, 2, 3, 5, 8 chips, on 2x4 and 2x2x2 tori and in sub-groups, for a
+#    representative slice (every collective and algorithm; a few dtypes and counts); the full matrix is the
+#    documented command in docs/PERFORMANCE.md;
+#  - a wrong result makes validate exit 1 and say where; bad input exits 2 with one clear message, no hang;
+#  - bench prints nccl-tests columns, busbw = algbw x the nccl-tests factor, simulated numbers repeat exactly.
+# Usage: collectives_cli.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+SLICE=(-d fp32,bf16,int8,fp8_e5m2,uint64 --counts 0,1,7,1031,4099 -o sum,prod,max,avg)
+
+e2e_case "validate on rings"
+for np in 1 2 3 5 8; do
+  if expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi "$np" validate "${SLICE[@]}"; then
+    assert_out "^  all_to_allv +direct" "np $np: all_to_allv ran"
+    assert_out "^  all_reduce +halving_doubling" "np $np: halving-doubling ran"
+    assert_out "^  broadcast +ring" "np $np: pipelined broadcast ran"
+  fi
+done
+
+e2e_case "validate on tori and sub-groups"
+expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x4 "${SLICE[@]}" && assert_out "^  all_reduce +torus"
+expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x2x2 -c all_reduce,reduce_scatter,all_gather "${SLICE[@]}" \
+  && assert_out "^  reduce_scatter +torus"
+expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x4 --group dim:1 -c all_reduce,broadcast,all_to_all "${SLICE[@]}" \
+  && assert_out 'group lines along dimension 1: 2 groups of 4'
+expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 6 validate --group mod:2 -c all_reduce,reduce,all_gatherv "${SLICE[@]}" \
+  && assert_out '# skipped all_reduce torus: the group has 3 of the topology.s 6 chips'
+
+e2e_case "validate JSON"
+if expect_exit 0 'PASS' -- shardsim_mpi 3 validate -c all_reduce -d fp16 --counts 5,100 --json v.json; then
+  check_json v.json wrong=0
+fi
+
+e2e_case "a wrong result is caught"
+if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 4 validate -c all_reduce -d fp32 -o sum --counts 100 --inject-wrong-result; then
+  assert_out '^# WRONG all_reduce .* first: chip 0 element 0: got' "names the chip and element"
+fi
+
+e2e_case "bad input"
+expect_exit 2 "^shardsim: error: -d/--dtype: unknown dtype 'fp12' \(known: int8, " -- shardsim_mpi 2 validate -d fp12
+expect_exit 2 "unknown reduction op 'mean'" -- shardsim_mpi 2 validate -o mean
+expect_exit 2 "unknown algorithm 'warp'" -- shardsim_mpi 2 validate --algo warp
+expect_exit 2 "unknown algorithm 'warp' \(known: ring, bidir_ring, torus, halving_doubling, auto\)" -- \
+  shardsim_mpi 2 bench all_reduce -a warp
+expect_exit 2 "unknown collective 'allreduce'" -- shardsim_mpi 2 bench allreduce
+expect_exit 2 "root 7 is outside the group of 4 ranks" -- shardsim_mpi 4 bench broadcast -r 7 -b 8 -e 8
+expect_exit 2 "algorithm 'torus' cannot run here: the group has 2 of the topology's 4 chips" -- \
+  shardsim_mpi 4 bench all_reduce -a torus --group mod:2 -b 8 -e 8
+expect_exit 2 "algorithm 'bidir_ring' cannot run here: .*same link" -- \
+  shardsim_mpi 4 validate -a bidir_ring --unidirectional -c all_reduce
+expect_exit 2 "topology has 8 chips but the job has 4 ranks" -- shardsim_mpi 4 validate --torus 2x4
+if expect_exit 2 '^shardsim: error: all_reduce: ranks disagree on count: chip 0 999, chip 1 1000' -- \
+  shardsim_mpi 4 validate -c all_reduce -d fp32 -o sum --counts 1000 --inject-count-mismatch; then
+  assert_out_count '^shardsim: error' 1 "exactly one error line"
+fi
+
+e2e_case "bench"
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_reduce -b 1K -e 1M -f 32 -n 2 -w 1 --csv b1.csv --vs-mpi; then
+  assert_out '^#  +size +count +type +redop +root +algorithm'
+  python3 - b1.csv <<'PY' && pass "busbw = algbw * 2(n-1)/n and #wrong 0 in every row" || fail "bench CSV check"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2 * 3, len(rows)  # 1K, 32K, 1M x out-of-place, in-place
+for r in rows:
+    n = int(r["ranks"])
+    assert abs(float(r["sim_busbw_gbps"]) - float(r["sim_algbw_gbps"]) * 2 * (n - 1) / n) < 1e-9 * float(r["sim_busbw_gbps"]) + 1e-12, r
+    assert float(r["sim_algbw_gbps"]) > 0 and abs(float(r["size_bytes"]) / (float(r["sim_time_us"]) * 1e3) - float(r["sim_algbw_gbps"])) < 1e-6, r
+    assert r["wrong"] == "0", r
+assert rows[0]["mpi_time_us"] != "", "no MPI timing"
+PY
+fi
+shardsim_mpi 4 bench all_reduce -b 1K -e 1M -f 32 -n 2 -w 1 --csv b2.csv >/dev/null 2>&1
+if cmp -s <(cut -d, -f1-12 b1.csv) <(cut -d, -f1-12 b2.csv); then pass "simulated columns identical across runs"; else
+  fail "simulated columns differ between two runs"; fi
+expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 3 bench reduce_scatter -b 12 -e 12K -f 8 -d all -n 1 -w 0
+expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_to_all -b 64 -e 64K -f 32 -n 1 -w 0 --json a.json && check_json a.json
+expect_exit 0 'ring' -- shardsim_mpi 4 bench broadcast -b 4M -e 4M -n 1 -w 0 -r 3 --explain && \
+  assert_out 'auto for 4194304 B on 4 chips: binomial_tree .* ring .* \(chosen\)' "--explain lists the estimates"
+
+e2e_finish
