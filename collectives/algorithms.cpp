@@ -166,6 +166,59 @@ double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_
   return worst;
 }
 
+// The binomial tree's schedule replayed on the topology (root 0; every chip's sends queue on its ports in the
+// order the tree code issues them), so sends that share a first link are charged, as the simulator does.
+double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
+  const int p = tp.size();
+  const auto& topo = tp.topology();
+  const double m = chunk_bytes ? std::max(1.0, std::ceil(bytes / static_cast<double>(chunk_bytes))) : 1.0;
+  const double piece = bytes / m;
+  auto children = [p](int v) {
+    std::vector<int> out;
+    int mask = 1;
+    while (mask < p && !(v & mask)) mask <<= 1;
+    for (mask >>= 1; mask > 0; mask >>= 1)
+      if (v + mask < p) out.push_back(v + mask);
+    return out;
+  };
+  std::vector<std::vector<double>> ready(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(m), 0.0));
+  std::vector<std::map<int, double>> port_free(static_cast<size_t>(p));
+  // One piece from rank A to rank B, ready at T: returns its arrival.
+  auto send = [&](int a, int b, double t) {
+    const auto route = topo.route(tp.chip_of(a), tp.chip_of(b));
+    if (route.empty()) return t;
+    const Path ph = path(tp, a, b);
+    double& free = port_free[static_cast<size_t>(a)][route.front()];
+    const double start = std::max(t, free);
+    free = start + piece / ph.bandwidth;
+    return start + ph.latency_ns + piece / ph.bandwidth;
+  };
+  double end = 0;
+  if (!reduce) {
+    for (int v = 0; v < p; ++v)  // parents before children: a child's index is larger
+      for (int ch : children(v))
+        for (size_t j = 0; j < ready[0].size(); ++j) {
+          ready[static_cast<size_t>(ch)][j] = send(v, ch, ready[static_cast<size_t>(v)][j]);
+          end = std::max(end, ready[static_cast<size_t>(ch)][j]);
+        }
+    return end;
+  }
+  for (int v = p - 1; v > 0; --v) {  // children before parents; each sends all pieces to its parent
+    int parent = v;
+    for (int mask = 1; mask < p; mask <<= 1)
+      if (v & mask) {
+        parent = v - mask;
+        break;
+      }
+    for (size_t j = 0; j < ready[0].size(); ++j) {
+      const double arrive = send(v, parent, ready[static_cast<size_t>(v)][j]);
+      ready[static_cast<size_t>(parent)][j] = std::max(ready[static_cast<size_t>(parent)][j], arrive);
+    }
+  }
+  for (double t : ready[0]) end = std::max(end, t);
+  return end;
+}
+
 std::string us(double ns) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f us", ns / 1e3);
@@ -242,11 +295,7 @@ double estimate_ns(Collective c, const std::string& a, const runtime::Transport&
         const double o = worst_bandwidth_time(tp, 1, bytes / m);
         return (p - 1) * (worst_step(tp, 1, 0) + o) + (m - 1) * o;
       }
-      if (a == "binomial_tree") {
-        double t = 0;
-        for (int dist = 1; dist < p; dist *= 2) t += worst_step(tp, dist, bytes);
-        return t;
-      }
+      if (a == "binomial_tree") return binomial_estimate(tp, bytes, chunk_bytes, c == Collective::reduce);
       break;
     }
     case Collective::all_to_all:

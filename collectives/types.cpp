@@ -86,8 +86,10 @@ template <class T>
 void divide_native(void* buf, size_t n, size_t ranks) {
   auto* a = static_cast<T*>(buf);
   if constexpr (std::is_integral_v<T>) {
-    const T d = static_cast<T>(ranks);
-    for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / d);
+    // Divide in a 64-bit type: the rank count need not fit in T (int8 over 200 ranks).
+    using W = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+    const W d = static_cast<W>(ranks);
+    for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<W>(a[i]) / d);
   } else {
     const double d = static_cast<double>(ranks);
     for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<double>(a[i]) / d);

@@ -55,6 +55,7 @@ struct MiniFormat {
 constexpr MiniFormat kFp16{5, 10, true};
 constexpr MiniFormat kE4M3{4, 3, false};
 constexpr MiniFormat kE5M2{5, 2, true};
+constexpr MiniFormat kBf16{8, 7, true};
 
 uint32_t encode(double x, const MiniFormat& F) {
   const uint32_t sign = std::signbit(x) ? F.sign_bit() : 0u;
@@ -101,10 +102,11 @@ std::array<float, N> decode_table(const MiniFormat& F) {
 
 template <class T>
 T from_double_int(double v) {
-  // Truncate toward zero, then wrap modulo 2^bits (NaN and values beyond 64 bits become 0).
-  if (!std::isfinite(v) || std::fabs(v) >= 1.8e19) return T{0};
-  if (v < 0) return static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(v)));
-  return static_cast<T>(static_cast<uint64_t>(v));
+  // Truncate toward zero, then wrap modulo 2^64 and on to T's width (two's complement). NaN and infinities: 0.
+  if (!std::isfinite(v)) return T{0};
+  const double r = std::fmod(std::trunc(v), 18446744073709551616.0);  // exact; |r| < 2^64
+  const uint64_t u = r >= 0 ? static_cast<uint64_t>(r) : uint64_t{0} - static_cast<uint64_t>(-r);
+  return static_cast<T>(u);
 }
 
 }  // namespace
@@ -214,12 +216,13 @@ void store_from_double(void* base, size_t i, DType t, double v) {
     case DType::uint32: static_cast<uint32_t*>(base)[i] = from_double_int<uint32_t>(v); return;
     case DType::int64: static_cast<int64_t*>(base)[i] = from_double_int<int64_t>(v); return;
     case DType::uint64: static_cast<uint64_t*>(base)[i] = from_double_int<uint64_t>(v); return;
-    case DType::fp16: static_cast<uint16_t*>(base)[i] = float_to_fp16(static_cast<float>(v)); return;
-    case DType::bf16: static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(v)); return;
+    // Narrow floats encode straight from the double: one rounding, not double -> float -> narrow.
+    case DType::fp16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(encode(v, kFp16)); return;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(encode(v, kBf16)); return;
     case DType::fp32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
     case DType::fp64: static_cast<double*>(base)[i] = v; return;
-    case DType::fp8_e4m3: static_cast<uint8_t*>(base)[i] = float_to_e4m3(static_cast<float>(v)); return;
-    case DType::fp8_e5m2: static_cast<uint8_t*>(base)[i] = float_to_e5m2(static_cast<float>(v)); return;
+    case DType::fp8_e4m3: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(encode(v, kE4M3)); return;
+    case DType::fp8_e5m2: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(encode(v, kE5M2)); return;
   }
 }
 
