@@ -56,11 +56,11 @@ CollectiveResult all_to_all(runtime::Transport& tp, const void* sendbuf, void* r
   std::vector<size_t> counts(p, block), displs(p);
   for (size_t j = 0; j < p; ++j) displs[j] = j * block;
   // In place: send from a copy so incoming blocks cannot overwrite blocks not yet sent.
-  std::vector<unsigned char> copy;
   const void* src = sendbuf;
   if (sendbuf == recvbuf && count) {
-    copy.assign(static_cast<const unsigned char*>(sendbuf), static_cast<const unsigned char*>(sendbuf) + count * es);
-    src = copy.data();
+    unsigned char* copy = tp.scratch(3, count * es);
+    std::memcpy(copy, sendbuf, count * es);
+    src = copy;
   }
   return pairwise(tp, Collective::all_to_all, static_cast<const unsigned char*>(src), counts, displs,
                   static_cast<unsigned char*>(recvbuf), counts, displs, dtype, ready, options);

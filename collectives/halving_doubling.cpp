@@ -44,7 +44,6 @@ sim::TimeNs sendrecv_range(Io& io, std::pair<size_t, size_t> send, std::pair<siz
 sim::TimeNs core_rs(Io& io, const Plan& plan, const RangeFn& range, ReduceOp op, sim::TimeNs t) {
   const int v = plan.vrank(io.tp.rank());
   int va = 0, vb = plan.pow2;
-  std::vector<unsigned char> scratch;
   int step = 0;
   for (int dist = plan.pow2 / 2; dist >= 1; dist /= 2, ++step) {
     const int mid = va + dist;
@@ -52,9 +51,9 @@ sim::TimeNs core_rs(Io& io, const Plan& plan, const RangeFn& range, ReduceOp op,
     const auto keep = lower ? range(va, mid) : range(mid, vb);
     const auto give = lower ? range(mid, vb) : range(va, mid);
     const int peer = plan.real(lower ? v + dist : v - dist);
-    scratch.resize((keep.second - keep.first) * io.es);
-    t = sendrecv_range(io, give, keep, peer, scratch.data(), t, ".reduce_scatter.step" + std::to_string(step));
-    reduce_into(io.base + keep.first * io.es, scratch.data(), keep.second - keep.first, io.t, op);
+    unsigned char* scratch = io.tp.scratch(0, (keep.second - keep.first) * io.es);
+    t = sendrecv_range(io, give, keep, peer, scratch, t, ".reduce_scatter.step" + std::to_string(step));
+    reduce_into(io.base + keep.first * io.es, scratch, keep.second - keep.first, io.t, op);
     if (lower) vb = mid; else va = mid;
   }
   return t;
@@ -96,9 +95,9 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
     if (r % 2 == 0) {
       tp.send(base, bytes, r + 1, now, name + ".fold");
     } else {
-      std::vector<unsigned char> in(bytes);
-      now = std::max(now, tp.recv(in.data(), bytes, r - 1, name + ".fold"));
-      reduce_into(base, in.data(), count, t, op);
+      unsigned char* in = tp.scratch(0, bytes);
+      now = std::max(now, tp.recv(in, bytes, r - 1, name + ".fold"));
+      reduce_into(base, in, count, t, op);
     }
   }
   if (!plan.sits_out(r)) {
@@ -129,9 +128,9 @@ sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& lay
     if (r % 2 == 0) {
       tp.send(io.base + first * io.es, n * io.es, r + 1, now, name + ".fold");
     } else {
-      std::vector<unsigned char> in(n * io.es);
-      now = std::max(now, tp.recv(in.data(), n * io.es, r - 1, name + ".fold"));
-      reduce_into(io.base + first * io.es, in.data(), n, t, op);
+      unsigned char* in = tp.scratch(0, n * io.es);
+      now = std::max(now, tp.recv(in, n * io.es, r - 1, name + ".fold"));
+      reduce_into(io.base + first * io.es, in, n, t, op);
     }
   }
   if (!plan.sits_out(r)) now = core_rs(io, plan, layout_range(plan, layout), op, now);

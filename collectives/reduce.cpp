@@ -1,7 +1,6 @@
 #include "collectives/reduce.h"
 
 #include <cstring>
-#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/broadcast.h"
@@ -18,15 +17,15 @@ CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvb
   const Choice choice = choose(Collective::reduce, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "reduce" : options.name;
   const double sent_before = tp.bytes_sent();
-  std::vector<unsigned char> acc(bytes);
-  if (bytes) std::memcpy(acc.data(), sendbuf, bytes);
+  unsigned char* acc = tp.scratch(1, bytes);  // slot 1: the tree uses slot 2 for what children send
+  if (bytes) std::memcpy(acc, sendbuf, bytes);
   const sim::TimeNs t =
       choice.algorithm == "ring"
-          ? tree::reduce_chain(tp, acc.data(), count, dtype, op, options.root, options.chunk_bytes, ready, name)
-          : tree::reduce_binomial(tp, acc.data(), count, dtype, op, options.root, options.chunk_bytes, ready, name);
+          ? tree::reduce_chain(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name)
+          : tree::reduce_binomial(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name);
   if (tp.rank() == options.root) {
-    if (op == ReduceOp::avg) finish_avg(acc.data(), count, dtype, static_cast<size_t>(tp.size()));
-    if (bytes) std::memcpy(recvbuf, acc.data(), bytes);
+    if (op == ReduceOp::avg) finish_avg(acc, count, dtype, static_cast<size_t>(tp.size()));
+    if (bytes) std::memcpy(recvbuf, acc, bytes);
   }
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
                       sent_before);

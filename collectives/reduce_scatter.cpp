@@ -1,7 +1,6 @@
 #include "collectives/reduce_scatter.h"
 
 #include <cstring>
-#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/flat.h"
@@ -18,12 +17,12 @@ CollectiveResult reduce_scatter(runtime::Transport& tp, const void* sendbuf, voi
   const Partition part{count, static_cast<size_t>(tp.size())};
   const size_t me = static_cast<size_t>(tp.rank());
   // The algorithms work in place on a full-size buffer; SENDBUF stays untouched.
-  std::vector<unsigned char> work(count * es);
-  if (count) std::memcpy(work.data(), sendbuf, count * es);
-  const sim::TimeNs t = flat::reduce_scatter(tp, choice.algorithm, work.data(), Layout::from(part), dtype, op,
+  unsigned char* work = tp.scratch(1, count * es);  // slot 1: the algorithms use slot 0 for receives
+  if (count) std::memcpy(work, sendbuf, count * es);
+  const sim::TimeNs t = flat::reduce_scatter(tp, choice.algorithm, work, Layout::from(part), dtype, op,
                                              options.chunk_bytes, ready, name);
-  if (op == ReduceOp::avg) finish_avg(work.data() + part.offset(me) * es, part.size(me), dtype, part.parts);
-  if (part.size(me)) std::memmove(recvbuf, work.data() + part.offset(me) * es, part.size(me) * es);
+  if (op == ReduceOp::avg) finish_avg(work + part.offset(me) * es, part.size(me), dtype, part.parts);
+  if (part.size(me)) std::memmove(recvbuf, work + part.offset(me) * es, part.size(me) * es);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(count * es),
                       sent_before);
 }

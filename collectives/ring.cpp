@@ -41,8 +41,17 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   if (p == 1 || lanes.empty()) return end;
   const size_t es = runtime::dtype_size(t);
   auto* base = static_cast<unsigned char*>(basep);
-  std::vector<std::vector<unsigned char>> scratch(reduce ? lanes.size() : 0);
-  for (size_t i = 0; i < scratch.size(); ++i) scratch[i].resize(lanes[i].layout.max_size() * es);
+  // Receive space for every lane, carved out of the transport's reusable scratch (slot 0).
+  std::vector<unsigned char*> scratch(reduce ? lanes.size() : 0);
+  if (reduce) {
+    size_t total = 0;
+    for (const auto& l : lanes) total += l.layout.max_size() * es;
+    unsigned char* block = tp.scratch(0, total);
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      scratch[i] = block;
+      block += lanes[i].layout.max_size() * es;
+    }
+  }
   std::vector<runtime::SendOp> sends(lanes.size());
   std::vector<runtime::RecvOp> recvs(lanes.size());
   for (long s = 0; s < p - 1; ++s) {
@@ -52,7 +61,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       const size_t sc = reduce ? mod(r - d * (s + 1), p) : mod(r - d * s, p);
       const size_t rc = reduce ? mod(r - d * (s + 2), p) : mod(r - d * (s + 1), p);
       sends[i] = {base + l.layout.offset[sc] * es, l.layout.size[sc] * es, static_cast<int>(mod(r + d, p)), l.t};
-      void* into = reduce ? static_cast<void*>(scratch[i].data()) : base + l.layout.offset[rc] * es;
+      void* into = reduce ? static_cast<void*>(scratch[i]) : base + l.layout.offset[rc] * es;
       recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
     }
     tp.exchange(sends, recvs, label + ".step" + std::to_string(s));
@@ -60,7 +69,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       Lane& l = lanes[i];
       if (reduce) {
         const size_t rc = mod(r - l.dir * (s + 2), p);
-        reduce_into(base + l.layout.offset[rc] * es, scratch[i].data(), l.layout.size[rc], t, *reduce);
+        reduce_into(base + l.layout.offset[rc] * es, scratch[i], l.layout.size[rc], t, *reduce);
       }
       l.t = std::max(l.t, recvs[i].arrival);
       end = std::max(end, l.t);

@@ -94,14 +94,15 @@ void gather_children(runtime::Transport& tp, unsigned char* acc, size_t es, cons
                      ReduceOp op, const std::vector<int>& children, std::vector<sim::TimeNs>& t,
                      const std::string& label) {
   if (children.empty()) return;
-  std::vector<std::vector<unsigned char>> in(children.size(), std::vector<unsigned char>(part.count * es));
+  unsigned char* in = tp.scratch(2, children.size() * part.count * es);
+  auto from = [&](size_t c) { return in + c * part.count * es; };
   std::vector<runtime::RecvOp> recvs;
   for (size_t c = 0; c < children.size(); ++c)
     for (size_t j = 0; j < part.parts; ++j)
-      recvs.push_back({in[c].data() + part.offset(j) * es, part.size(j) * es, children[c], 0});
+      recvs.push_back({from(c) + part.offset(j) * es, part.size(j) * es, children[c], 0});
   tp.exchange({}, recvs, label);
   for (size_t c = 0; c < children.size(); ++c) {
-    reduce_into(acc, in[c].data(), part.count, dt, op);
+    reduce_into(acc, from(c), part.count, dt, op);
     for (size_t j = 0; j < part.parts; ++j) t[j] = std::max(t[j], recvs[c * part.parts + j].arrival);
   }
 }

@@ -41,7 +41,18 @@ Transport Transport::split(int color, int key) const {
     delete c;
   });
   t.bytes_sent_ = bytes_sent_;
+  t.scratch_ = scratch_;
   return t;
+}
+
+unsigned char* Transport::scratch(int slot, size_t bytes) {
+  auto& buf = scratch_->at(static_cast<size_t>(slot));
+  if (buf.size() < bytes) {
+    buf.clear();
+    buf.shrink_to_fit();
+    buf.resize(bytes);
+  }
+  return buf.data();
 }
 
 Transport& Transport::subgroup(const std::string& name, int color, int key) {

@@ -71,6 +71,11 @@ class Transport {
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
 
+  // Reusable host scratch memory: SLOT (0..3) grows to at least BYTES and is kept for later calls, so large
+  // collectives do not pay for fresh pages every call (page faults dominate large-message wall time otherwise).
+  // The pointer stays valid until the next scratch() call on the same slot. Shared with split() transports.
+  unsigned char* scratch(int slot, size_t bytes);
+
   // Bytes this chip has injected so far through this transport and its splits (communication-volume reports).
   double bytes_sent() const { return *bytes_sent_; }
 
@@ -88,6 +93,8 @@ class Transport {
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
+  std::shared_ptr<std::vector<std::vector<unsigned char>>> scratch_ =
+      std::make_shared<std::vector<std::vector<unsigned char>>>(4);
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
 };
 
