@@ -34,13 +34,14 @@ namespace {
 
 // One ring pass (reduce-scatter when REDUCE, else all-gather) over all lanes at once.
 sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, DType t, const ReduceOp* reduce,
-                const std::string& label) {
+                const std::string& label, const void* srcp = nullptr) {
   const long p = tp.size(), r = tp.rank();
   sim::TimeNs end = 0;
   for (const auto& l : lanes) end = std::max(end, l.t);
   if (p == 1 || lanes.empty()) return end;
   const size_t es = runtime::dtype_size(t);
   auto* base = static_cast<unsigned char*>(basep);
+  const auto* src = srcp ? static_cast<const unsigned char*>(srcp) : base;
   // Receive space for every lane, carved out of the transport's reusable scratch (slot 0).
   std::vector<unsigned char*> scratch(reduce ? lanes.size() : 0);
   if (reduce) {
@@ -60,7 +61,8 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       const long d = l.dir;
       const size_t sc = reduce ? mod(r - d * (s + 1), p) : mod(r - d * s, p);
       const size_t rc = reduce ? mod(r - d * (s + 2), p) : mod(r - d * (s + 1), p);
-      sends[i] = {base + l.layout.offset[sc] * es, l.layout.size[sc] * es, static_cast<int>(mod(r + d, p)), l.t};
+      const unsigned char* from = s == 0 ? src : base;  // later steps forward what was reduced into BASE
+      sends[i] = {from + l.layout.offset[sc] * es, l.layout.size[sc] * es, static_cast<int>(mod(r + d, p)), l.t};
       void* into = reduce ? static_cast<void*>(scratch[i]) : base + l.layout.offset[rc] * es;
       recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
     }
@@ -69,7 +71,8 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       Lane& l = lanes[i];
       if (reduce) {
         const size_t rc = mod(r - l.dir * (s + 2), p);
-        reduce_into(base + l.layout.offset[rc] * es, scratch[i], l.layout.size[rc], t, *reduce);
+        const size_t at = l.layout.offset[rc] * es;
+        reduce_to(base + at, src + at, scratch[i], l.layout.size[rc], t, *reduce);
       }
       l.t = std::max(l.t, recvs[i].arrival);
       end = std::max(end, l.t);
@@ -81,8 +84,8 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
 }  // namespace
 
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, ReduceOp op,
-                           const std::string& name) {
-  return run(tp, base, lanes, t, &op, name + ".reduce_scatter");
+                           const std::string& name, const void* src) {
+  return run(tp, base, lanes, t, &op, name + ".reduce_scatter", src);
 }
 
 sim::TimeNs all_gather(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t,

@@ -37,8 +37,11 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
                              sim::TimeNs ready);
 
 // Run the passes on BASE in place. Return the time the last lane finished (lanes' t are updated).
+// SRC (optional, same layout as BASE): read this rank's contribution from SRC instead of BASE, so an
+// out-of-place all_reduce needs no initial copy: step 0 sends from SRC and every reduction writes
+// BASE[chunk] = SRC[chunk] op incoming (each chunk is received once per rank).
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, ReduceOp op,
-                           const std::string& name);
+                           const std::string& name, const void* src = nullptr);
 sim::TimeNs all_gather(runtime::Transport& tp, void* base, std::vector<Lane>& lanes, DType t, const std::string& name);
 
 // Whether a bidirectional ring can run: every rank must have a distinct first link towards r+1 and r-1.

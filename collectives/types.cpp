@@ -54,32 +54,35 @@ inline T apply(T a, T b, ReduceOp op) {
   return a;
 }
 
+// OUT[i] = A[i] op B[i]; OUT may alias A (the two-operand form) but not B partially.
 template <class T>
-void reduce_native(void* acc, const void* in, size_t n, ReduceOp op) {
-  auto* a = static_cast<T*>(acc);
-  const auto* b = static_cast<const T*>(in);
+void reduce_native(void* out, const void* a_, const void* b_, size_t n, ReduceOp op) {
+  auto* o = static_cast<T*>(out);
+  const auto* a = static_cast<const T*>(a_);
+  const auto* b = static_cast<const T*>(b_);
   switch (op) {  // one loop per op so the compiler vectorises it
     case ReduceOp::sum:
     case ReduceOp::avg:
-      for (size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], ReduceOp::sum);
+      for (size_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i], ReduceOp::sum);
       break;
     case ReduceOp::prod:
-      for (size_t i = 0; i < n; ++i) a[i] = apply(a[i], b[i], ReduceOp::prod);
+      for (size_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i], ReduceOp::prod);
       break;
     case ReduceOp::min:
-      for (size_t i = 0; i < n; ++i) a[i] = std::min(a[i], b[i]);
+      for (size_t i = 0; i < n; ++i) o[i] = std::min(a[i], b[i]);
       break;
     case ReduceOp::max:
-      for (size_t i = 0; i < n; ++i) a[i] = std::max(a[i], b[i]);
+      for (size_t i = 0; i < n; ++i) o[i] = std::max(a[i], b[i]);
       break;
   }
 }
 
 template <class S, float (*Dec)(S), S (*Enc)(float)>
-void reduce_narrow(void* acc, const void* in, size_t n, ReduceOp op) {
-  auto* a = static_cast<S*>(acc);
-  const auto* b = static_cast<const S*>(in);
-  for (size_t i = 0; i < n; ++i) a[i] = Enc(apply(Dec(a[i]), Dec(b[i]), op));
+void reduce_narrow(void* out, const void* a_, const void* b_, size_t n, ReduceOp op) {
+  auto* o = static_cast<S*>(out);
+  const auto* a = static_cast<const S*>(a_);
+  const auto* b = static_cast<const S*>(b_);
+  for (size_t i = 0; i < n; ++i) o[i] = Enc(apply(Dec(a[i]), Dec(b[i]), op));
 }
 
 template <class T>
@@ -98,23 +101,25 @@ void divide_native(void* buf, size_t n, size_t ranks) {
 
 }  // namespace
 
-void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op) {
+void reduce_to(void* out, const void* a, const void* b, size_t n, DType t, ReduceOp op) {
   using namespace runtime;
   switch (t) {
-    case DType::int8: return reduce_native<int8_t>(acc, in, n, op);
-    case DType::uint8: return reduce_native<uint8_t>(acc, in, n, op);
-    case DType::int32: return reduce_native<int32_t>(acc, in, n, op);
-    case DType::uint32: return reduce_native<uint32_t>(acc, in, n, op);
-    case DType::int64: return reduce_native<int64_t>(acc, in, n, op);
-    case DType::uint64: return reduce_native<uint64_t>(acc, in, n, op);
-    case DType::fp32: return reduce_native<float>(acc, in, n, op);
-    case DType::fp64: return reduce_native<double>(acc, in, n, op);
-    case DType::bf16: return reduce_narrow<uint16_t, bf16_to_float, float_to_bf16>(acc, in, n, op);
-    case DType::fp16: return reduce_narrow<uint16_t, fp16_to_float, float_to_fp16>(acc, in, n, op);
-    case DType::fp8_e4m3: return reduce_narrow<uint8_t, e4m3_to_float, float_to_e4m3>(acc, in, n, op);
-    case DType::fp8_e5m2: return reduce_narrow<uint8_t, e5m2_to_float, float_to_e5m2>(acc, in, n, op);
+    case DType::int8: return reduce_native<int8_t>(out, a, b, n, op);
+    case DType::uint8: return reduce_native<uint8_t>(out, a, b, n, op);
+    case DType::int32: return reduce_native<int32_t>(out, a, b, n, op);
+    case DType::uint32: return reduce_native<uint32_t>(out, a, b, n, op);
+    case DType::int64: return reduce_native<int64_t>(out, a, b, n, op);
+    case DType::uint64: return reduce_native<uint64_t>(out, a, b, n, op);
+    case DType::fp32: return reduce_native<float>(out, a, b, n, op);
+    case DType::fp64: return reduce_native<double>(out, a, b, n, op);
+    case DType::bf16: return reduce_narrow<uint16_t, bf16_to_float, float_to_bf16>(out, a, b, n, op);
+    case DType::fp16: return reduce_narrow<uint16_t, fp16_to_float, float_to_fp16>(out, a, b, n, op);
+    case DType::fp8_e4m3: return reduce_narrow<uint8_t, e4m3_to_float, float_to_e4m3>(out, a, b, n, op);
+    case DType::fp8_e5m2: return reduce_narrow<uint8_t, e5m2_to_float, float_to_e5m2>(out, a, b, n, op);
   }
 }
+
+void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op) { reduce_to(acc, acc, in, n, t, op); }
 
 void finish_avg(void* buf, size_t n, DType t, size_t ranks) {
   using namespace runtime;

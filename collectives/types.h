@@ -68,6 +68,8 @@ struct Layout {
 // type; fp16, bf16 and fp8 compute in fp32 and round once per call (NCCL does the same per reduction step).
 // avg reduces as sum; finish_avg divides afterwards.
 void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op);
+// OUT[i] = A[i] op B[i] with the same arithmetic (OUT may be A).
+void reduce_to(void* out, const void* a, const void* b, size_t n, DType t, ReduceOp op);
 void finish_avg(void* buf, size_t n, DType t, size_t ranks);
 
 }  // namespace shardsim::collectives
