@@ -91,7 +91,14 @@ double pipeline(int steps, double bytes_per_step, size_t chunk_bytes, double alp
 double ring_estimate(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
   const int p = tp.size();
   if (p == 1 || chunk <= 0) return 0;
-  const double b = bidir ? chunk / 2 : chunk;
+  // Both directions only help where a chip's routes to r+1 and r-1 leave on different links (not at p = 2).
+  bool split = bidir;
+  for (int r = 0; split && r < p; ++r) {
+    const auto a = tp.topology().route(tp.chip_of(r), tp.chip_of((r + 1) % p));
+    const auto b = tp.topology().route(tp.chip_of(r), tp.chip_of((r + p - 1) % p));
+    split = a.empty() || b.empty() || a.front() != b.front();
+  }
+  const double b = split ? chunk / 2 : chunk;
   // Per step: the slowest direction's latency and per-byte time.
   double alpha = worst_step(tp, 1, 0), per_byte = worst_bandwidth_time(tp, 1, 1.0);
   if (bidir) {
