@@ -290,114 +290,103 @@ struct CaseRunner::Impl {
   void send_op(int peer, sim::TimeNs ready) { collectives::send(tp, send, n, c.dtype, peer, ready); }
   CollectiveResult recv_op(int peer, sim::TimeNs ready) { return collectives::recv(tp, recv, n, c.dtype, peer, ready); }
 
-  // Expected output of this rank: {bytes, per-element tolerance scale (sum of |inputs|)}.
-  struct Expect {
-    std::vector<unsigned char> bytes;
-    std::vector<double> scale;  // only for reductions with random input
-    bool reduction = false;
-  };
-
-  Expect expected() const {
-    const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
-    Expect e;
-    auto copy_from = [&](int r, size_t first, size_t count, size_t at) {
-      fill(e.bytes.data() + at * es, r, first, count);
-    };
-    auto reduction = [&](size_t first, size_t count) {
-      e.reduction = true;
-      e.bytes.assign(count * es, 0);
-      e.scale.assign(count, 0.0);
-      std::vector<unsigned char> tmp(count * es);
-      for (int r = 0; r < p; ++r) {
-        fill(r == 0 ? e.bytes.data() : tmp.data(), r, first, count);
-        for (size_t k = 0; k < count; ++k)
-          e.scale[k] += std::fabs(runtime::load_as_double(r == 0 ? e.bytes.data() : tmp.data(), k, c.dtype));
-        if (r > 0) reduce_into(e.bytes.data(), tmp.data(), count, c.dtype, c.op);
-      }
-      if (c.op == ReduceOp::avg) finish_avg(e.bytes.data(), count, c.dtype, P);
-    };
+  // How many output elements this rank checks, and whether they are reductions over every rank.
+  size_t output_count() const {
     switch (c.collective) {
-      case Collective::all_reduce: reduction(0, n); break;
       case Collective::reduce:
-        if (me == c.root) reduction(0, n);
-        break;
-      case Collective::reduce_scatter: reduction(layout.offset[M], layout.size[M]); break;
-      case Collective::broadcast:
-        e.bytes.resize(n * es);
-        copy_from(c.root, 0, n, 0);
-        break;
-      case Collective::all_gather:
-      case Collective::all_gatherv:
-        e.bytes.resize(n * es);
-        for (size_t r = 0; r < P; ++r) copy_from(static_cast<int>(r), layout.offset[r], layout.size[r], layout.offset[r]);
-        break;
-      case Collective::all_to_all:
-        e.bytes.resize(n * es);
-        for (size_t s = 0; s < P; ++s) copy_from(static_cast<int>(s), M * block, block, s * block);
-        break;
-      case Collective::all_to_allv:
-        e.bytes.resize(recv_n * es);
-        for (size_t s = 0; s < P; ++s) {
-          size_t sd = 0;  // where rank s's block for me starts in s's send buffer
-          for (size_t j = 0; j < M; ++j) sd += pair_count(s, j);
-          copy_from(static_cast<int>(s), sd, rcount[s], rdispl[s]);
-        }
-        break;
-      case Collective::gather:
-        if (me == c.root) {
-          e.bytes.resize(n * es);
-          for (size_t r = 0; r < P; ++r) copy_from(static_cast<int>(r), r * block, block, r * block);
-        }
-        break;
-      case Collective::scatter:
-        e.bytes.resize(block * es);
-        copy_from(c.root, M * block, block, 0);
-        break;
-      case Collective::send_recv:
-        if (p > 1) {
-          e.bytes.resize(n * es);
-          copy_from((me + p - 1) % p, 0, n, 0);
-        }
-        break;
-      case Collective::barrier: break;
+      case Collective::gather: return me == c.root ? recv_n : 0;
+      case Collective::send_recv: return p > 1 ? recv_n : 0;
+      case Collective::barrier: return 0;
+      default: return recv_n;
     }
-    return e;
+  }
+  bool is_reduce_output() const { return is_reduction(c.collective); }
+  // Reductions: output element K is the reduction of every rank's input element first_input() + K.
+  size_t first_input() const {
+    return c.collective == Collective::reduce_scatter ? layout.offset[static_cast<size_t>(me)] : 0;
+  }
+  // Data movement: output element K is input element I of rank R.
+  std::pair<int, size_t> source(size_t k) const {
+    const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
+    switch (c.collective) {
+      case Collective::broadcast: return {c.root, k};
+      case Collective::all_gather:
+      case Collective::all_gatherv: {
+        size_t r = 0;
+        while (r + 1 < P && k >= layout.offset[r] + layout.size[r]) ++r;
+        return {static_cast<int>(r), k};
+      }
+      case Collective::all_to_all: return {static_cast<int>(k / block), M * block + k % block};
+      case Collective::all_to_allv: {
+        size_t s = 0;
+        while (s + 1 < P && k >= rdispl[s] + rcount[s]) ++s;
+        size_t sd = 0;  // where rank s's block for me starts in s's send buffer
+        for (size_t j = 0; j < M; ++j) sd += pair_count(s, j);
+        return {static_cast<int>(s), sd + (k - rdispl[s])};
+      }
+      case Collective::gather: return {static_cast<int>(k / block), k};
+      case Collective::scatter: return {c.root, M * block + k};
+      case Collective::send_recv: return {(me + p - 1) % p, k};
+      default: return {0, k};
+    }
   }
 
+  // Compares the output block by block (bounded memory: the reference is rebuilt per block of 1 Mi elements).
   Outcome check() const {
     Outcome o;
-    const Expect e = expected();
-    const size_t count = e.bytes.size() / std::max<size_t>(es, 1);
-    if (count == 0) return o;
-    const unsigned char* got = recv;
+    const size_t total = output_count();
     const double u = runtime::unit_roundoff(c.dtype);
     // Smallest positive subnormal of the type (the encoding 0...01): products that underflow lose this much.
     unsigned char tiny[8] = {1, 0, 0, 0, 0, 0, 0, 0};
     const double eta = runtime::is_floating(c.dtype) ? runtime::load_as_double(tiny, 0, c.dtype) : 0.0;
-    for (size_t k = 0; k < count; ++k) {
-      ++o.checked;
-      bool ok = std::memcmp(got + k * es, e.bytes.data() + k * es, es) == 0;
-      const double g = runtime::load_as_double(got, k, c.dtype), w = runtime::load_as_double(e.bytes.data(), k, c.dtype);
-      if (!ok && c.random_input && e.reduction && runtime::is_floating(c.dtype) && std::isfinite(g)) {
-        double tol = 0;
-        switch (c.op) {
-          case ReduceOp::sum: tol = 2 * (p - 1) * u * e.scale[k]; break;
-          case ReduceOp::avg: tol = 2 * (p - 1) * u * e.scale[k] / p + 2 * u * std::fabs(w); break;
-          case ReduceOp::prod: tol = 2 * p * (u * std::fabs(w) + eta); break;
-          default: tol = 0;  // min/max are exact
+    constexpr size_t kBlock = size_t{1} << 20;
+    std::vector<unsigned char> want, tmp;
+    std::vector<double> scale;
+    for (size_t k0 = 0; k0 < total; k0 += kBlock) {
+      const size_t n_blk = std::min(kBlock, total - k0);
+      want.assign(n_blk * es, 0);
+      if (is_reduce_output()) {
+        tmp.assign(n_blk * es, 0);
+        scale.assign(n_blk, 0.0);
+        for (int r = 0; r < p; ++r) {
+          unsigned char* dst = r == 0 ? want.data() : tmp.data();
+          fill(dst, r, first_input() + k0, n_blk);
+          for (size_t k = 0; k < n_blk; ++k) scale[k] += std::fabs(runtime::load_as_double(dst, k, c.dtype));
+          if (r > 0) reduce_into(want.data(), tmp.data(), n_blk, c.dtype, c.op);
         }
-        const double err = std::fabs(g - w);
-        o.max_error = std::max(o.max_error, err);
-        ok = err <= tol;
+        if (c.op == ReduceOp::avg) finish_avg(want.data(), n_blk, c.dtype, static_cast<size_t>(p));
+      } else {
+        for (size_t k = 0; k < n_blk; ++k) {
+          const auto [r, i] = source(k0 + k);
+          runtime::store_from_double(want.data(), k, c.dtype, value(r, i));
+        }
       }
-      if (!ok) {
-        if (o.wrong == 0) {
-          std::ostringstream os;
-          os.precision(9);
-          os << "chip " << tp.chip() << " element " << k << ": got " << g << " want " << w;
-          o.first_wrong = os.str();
+      const unsigned char* got = recv + k0 * es;
+      for (size_t k = 0; k < n_blk; ++k) {
+        ++o.checked;
+        bool ok = std::memcmp(got + k * es, want.data() + k * es, es) == 0;
+        const double g = runtime::load_as_double(got, k, c.dtype), w = runtime::load_as_double(want.data(), k, c.dtype);
+        if (!ok && c.random_input && is_reduce_output() && runtime::is_floating(c.dtype) && std::isfinite(g)) {
+          double tol = 0;
+          switch (c.op) {
+            case ReduceOp::sum: tol = 2 * (p - 1) * u * scale[k]; break;
+            case ReduceOp::avg: tol = 2 * (p - 1) * u * scale[k] / p + 2 * u * std::fabs(w); break;
+            case ReduceOp::prod: tol = 2 * p * (u * std::fabs(w) + eta); break;
+            default: tol = 0;  // min/max are exact
+          }
+          const double err = std::fabs(g - w);
+          o.max_error = std::max(o.max_error, err);
+          ok = err <= tol;
         }
-        ++o.wrong;
+        if (!ok) {
+          if (o.wrong == 0) {
+            std::ostringstream os;
+            os.precision(9);
+            os << "chip " << tp.chip() << " element " << k0 + k << ": got " << g << " want " << w;
+            o.first_wrong = os.str();
+          }
+          ++o.wrong;
+        }
       }
     }
     return o;
