@@ -81,6 +81,38 @@ RangeFn layout_range(const Plan& plan, const Layout& layout) {
   };
 }
 
+// Non-power-of-two entry: the even rank of a pair (r < 2 rem) hands N elements at OFFSET to the odd rank above,
+// which reduces them into its own. Returns the odd rank's new ready time.
+sim::TimeNs fold_reduce(Io& io, const Plan& plan, size_t offset, size_t n, ReduceOp op, sim::TimeNs now) {
+  const int r = io.tp.rank();
+  if (r >= 2 * plan.rem) return now;
+  unsigned char* at = io.base + offset * io.es;
+  if (r % 2 == 0) {
+    io.tp.send(at, n * io.es, r + 1, now, io.name + ".fold");
+    return now;
+  }
+  unsigned char* in = io.tp.scratch(0, n * io.es);
+  now = std::max(now, io.tp.recv(in, n * io.es, r - 1, io.name + ".fold"));
+  reduce_into(at, in, n, io.t, op);
+  return now;
+}
+
+// Moves N elements at OFFSET between the two ranks of a pair (r < 2 rem): from the even rank to the odd one
+// when EVEN_SENDS, else back. Returns the receiver's new ready time (the sender's is unchanged).
+sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool even_sends, const char* label,
+                      sim::TimeNs now) {
+  const int r = io.tp.rank();
+  if (r >= 2 * plan.rem) return now;
+  unsigned char* at = io.base + offset * io.es;
+  const bool sender = (r % 2 == 0) == even_sends;
+  const int peer = r % 2 ? r - 1 : r + 1;
+  if (sender) {
+    io.tp.send(at, n * io.es, peer, now, io.name + label);
+    return now;
+  }
+  return std::max(now, io.tp.recv(at, n * io.es, peer, io.name + label));
+}
+
 }  // namespace
 
 sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op, sim::TimeNs ready,
@@ -89,17 +121,7 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
   const int r = tp.rank();
   if (plan.p == 1 || count == 0) return ready;
   Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
-  const size_t bytes = count * io.es;
-  sim::TimeNs now = ready;
-  if (r < 2 * plan.rem) {  // fold: even ranks hand their whole buffer to the odd rank above
-    if (r % 2 == 0) {
-      tp.send(base, bytes, r + 1, now, name + ".fold");
-    } else {
-      unsigned char* in = tp.scratch(0, bytes);
-      now = std::max(now, tp.recv(in, bytes, r - 1, name + ".fold"));
-      reduce_into(base, in, count, t, op);
-    }
-  }
+  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready);  // even ranks hand over their whole buffer
   if (!plan.sits_out(r)) {
     const Partition part{count, static_cast<size_t>(plan.pow2)};
     const RangeFn range = [&part](int va, int vb) {
@@ -109,11 +131,7 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
     now = core_rs(io, plan, range, op, now);
     now = core_ag(io, plan, range, now);
   }
-  if (r < 2 * plan.rem) {  // unfold: the odd ranks send the result back
-    if (r % 2 == 1) tp.send(base, bytes, r - 1, now, name + ".unfold");
-    else now = std::max(now, tp.recv(base, bytes, r + 1, name + ".unfold"));
-  }
-  return now;
+  return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
 }
 
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
@@ -122,25 +140,11 @@ sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& lay
   const int r = tp.rank();
   if (plan.p == 1 || layout.total() == 0) return ready;
   Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
-  const size_t first = layout.offset[0], n = layout.total();
-  sim::TimeNs now = ready;
-  if (r < 2 * plan.rem) {
-    if (r % 2 == 0) {
-      tp.send(io.base + first * io.es, n * io.es, r + 1, now, name + ".fold");
-    } else {
-      unsigned char* in = tp.scratch(0, n * io.es);
-      now = std::max(now, tp.recv(in, n * io.es, r - 1, name + ".fold"));
-      reduce_into(io.base + first * io.es, in, n, t, op);
-    }
-  }
+  sim::TimeNs now = fold_reduce(io, plan, layout.offset[0], layout.total(), op, ready);
   if (!plan.sits_out(r)) now = core_rs(io, plan, layout_range(plan, layout), op, now);
-  if (r < 2 * plan.rem) {  // the odd rank holds chunks r-1 and r reduced: chunk r-1 goes home
-    const size_t c = static_cast<size_t>(r % 2 ? r - 1 : r);
-    void* at = io.base + layout.offset[c] * io.es;
-    if (r % 2 == 1) tp.send(at, layout.size[c] * io.es, r - 1, now, name + ".unfold");
-    else now = std::max(now, tp.recv(at, layout.size[c] * io.es, r + 1, name + ".unfold"));
-  }
-  return now;
+  // The odd rank of a pair holds chunks r-1 and r reduced: chunk r-1 goes home.
+  const size_t c = static_cast<size_t>(r % 2 ? r - 1 : r);
+  return pair_move(io, plan, layout.offset[c], layout.size[c], false, ".unfold", now);
 }
 
 sim::TimeNs all_gather(runtime::Transport& tp, void* base, const Layout& layout, DType t, sim::TimeNs ready,
@@ -149,21 +153,11 @@ sim::TimeNs all_gather(runtime::Transport& tp, void* base, const Layout& layout,
   const int r = tp.rank();
   if (plan.p == 1 || layout.total() == 0) return ready;
   Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
-  const size_t first = layout.offset[0], n = layout.total();
-  sim::TimeNs now = ready;
-  if (r < 2 * plan.rem) {  // the even rank's chunk joins the odd rank's
-    const size_t c = static_cast<size_t>(r % 2 ? r - 1 : r);
-    void* at = io.base + layout.offset[c] * io.es;
-    if (r % 2 == 0) tp.send(at, layout.size[c] * io.es, r + 1, now, name + ".fold");
-    else now = std::max(now, tp.recv(at, layout.size[c] * io.es, r - 1, name + ".fold"));
-  }
+  // The even rank of a pair gives its chunk to the odd rank, which joins the core for both.
+  const size_t c = static_cast<size_t>(r % 2 ? r - 1 : r);
+  sim::TimeNs now = pair_move(io, plan, layout.offset[c], layout.size[c], true, ".fold", ready);
   if (!plan.sits_out(r)) now = core_ag(io, plan, layout_range(plan, layout), now);
-  if (r < 2 * plan.rem) {
-    void* at = io.base + first * io.es;
-    if (r % 2 == 1) tp.send(at, n * io.es, r - 1, now, name + ".unfold");
-    else now = std::max(now, tp.recv(at, n * io.es, r + 1, name + ".unfold"));
-  }
-  return now;
+  return pair_move(io, plan, layout.offset[0], layout.total(), false, ".unfold", now);
 }
 
 }  // namespace shardsim::collectives::halving_doubling

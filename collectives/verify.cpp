@@ -55,6 +55,24 @@ struct CaseRunner::Impl {
   unsigned char* recv = nullptr;
   size_t send_n = 0, recv_n = 0;
 
+  // Buffers for a collective whose one side (OUTER_N elements) contains the other (INNER_N elements at element
+  // INNER_AT) when in place: e.g. reduce_scatter's output inside its input. INNER_IS_SEND: the contained side
+  // is the send buffer (all_gather) rather than the receive buffer (reduce_scatter).
+  void embed(size_t outer_n, size_t inner_n, size_t inner_at, bool inner_is_send) {
+    unsigned char*& outer = inner_is_send ? recv : send;
+    unsigned char*& inner = inner_is_send ? send : recv;
+    a.resize(outer_n * es);
+    outer = a.data();
+    if (c.in_place) {
+      inner = outer + inner_at * es;
+    } else {
+      b.resize(inner_n * es);
+      inner = b.data();
+    }
+    (inner_is_send ? recv_n : send_n) = outer_n;
+    (inner_is_send ? send_n : recv_n) = inner_n;
+  }
+
   Impl(runtime::Transport& t, const Case& cs)
       : tp(t), c(cs), p(t.size()), me(t.rank()), es(runtime::dtype_size(cs.dtype)) {
     const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
@@ -65,29 +83,10 @@ struct CaseRunner::Impl {
     switch (c.collective) {
       case Collective::all_reduce:
       case Collective::broadcast:
-      case Collective::reduce:
-        a.resize(n * es);
-        send = a.data();
-        if (c.in_place) {
-          recv = send;
-        } else {
-          b.resize(n * es);
-          recv = b.data();
-        }
-        send_n = recv_n = n;
-        break;
+      case Collective::reduce: embed(n, n, 0, false); break;
       case Collective::reduce_scatter:
         layout = Layout::from(Partition{n, P});
-        a.resize(n * es);
-        send = a.data();
-        send_n = n;
-        recv_n = layout.size[M];
-        if (c.in_place) {
-          recv = send + layout.offset[M] * es;
-        } else {
-          b.resize(recv_n * es);
-          recv = b.data();
-        }
+        embed(n, layout.size[M], layout.offset[M], false);
         break;
       case Collective::all_gather:
       case Collective::all_gatherv: {
@@ -101,30 +100,13 @@ struct CaseRunner::Impl {
           counts[P - 1] = n - used;
           layout = Layout::from_counts(counts);
         }
-        b.resize(n * es);
-        recv = b.data();
-        recv_n = n;
-        send_n = layout.size[M];
-        if (c.in_place) {
-          send = recv + layout.offset[M] * es;
-        } else {
-          a.resize(send_n * es);
-          send = a.data();
-        }
+        embed(n, layout.size[M], layout.offset[M], true);
         break;
       }
       case Collective::all_to_all:
         block = n / P;
         n = block * P;
-        a.resize(n * es);
-        send = a.data();
-        if (c.in_place) {
-          recv = send;
-        } else {
-          b.resize(n * es);
-          recv = b.data();
-        }
-        send_n = recv_n = n;
+        embed(n, n, 0, false);
         break;
       case Collective::all_to_allv: {
         block = n / P;
@@ -238,7 +220,7 @@ struct CaseRunner::Impl {
         break;
       case Collective::all_gather:
       case Collective::all_gatherv:
-        if (!c.in_place) std::fill(b.begin(), b.end(), 0xEE);
+        if (!c.in_place) std::fill(recv, recv + recv_n * es, 0xEE);  // poison: must be overwritten
         fill(send, me, layout.offset[M], layout.size[M]);
         break;
       case Collective::all_to_allv:
