@@ -54,37 +54,43 @@ sim::TimeNs finish(const std::vector<sim::TimeNs>& t, sim::TimeNs ready) {
   return end;
 }
 
+// What every rooted algorithm starts from: root-relative rank, the pieces and their ready times, the buffer.
+struct Call {
+  int p, v, root;
+  size_t es;
+  Partition part;
+  std::vector<sim::TimeNs> t;
+  unsigned char* base;
+  Call(const runtime::Transport& tp, void* buf, size_t count, DType dt, int root_, size_t piece_bytes,
+       sim::TimeNs ready)
+      : p(tp.size()), v((tp.rank() - root_ + tp.size()) % tp.size()), root(root_), es(runtime::dtype_size(dt)),
+        part(pieces(count, es, piece_bytes)), t(part.parts, ready), base(static_cast<unsigned char*>(buf)) {}
+  int real_rank(int vr) const { return real(vr, root, p); }
+};
+
 }  // namespace
 
 sim::TimeNs broadcast_binomial(runtime::Transport& tp, void* buf, size_t count, DType dt, int root,
                                size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), v = (tp.rank() - root + p) % p;
-  if (p == 1 || count == 0) return ready;
-  const size_t es = runtime::dtype_size(dt);
-  const Partition part = pieces(count, es, chunk_bytes);
-  std::vector<sim::TimeNs> t(part.parts, ready);
-  auto* base = static_cast<unsigned char*>(buf);
+  if (tp.size() == 1 || count == 0) return ready;
+  Call k(tp, buf, count, dt, root, chunk_bytes, ready);
   int parent;
   std::vector<int> children;
-  binomial(v, p, &parent, &children);
-  if (parent >= 0) recv_pieces(tp, base, es, part, real(parent, root, p), t, name + ".recv");
+  binomial(k.v, k.p, &parent, &children);
+  if (parent >= 0) recv_pieces(tp, k.base, k.es, k.part, k.real_rank(parent), k.t, name + ".recv");
   std::vector<int> dsts;
-  for (int c : children) dsts.push_back(real(c, root, p));
-  send_pieces(tp, base, es, part, dsts, t, name + ".send");
-  return finish(t, ready);
+  for (int c : children) dsts.push_back(k.real_rank(c));
+  send_pieces(tp, k.base, k.es, k.part, dsts, k.t, name + ".send");
+  return finish(k.t, ready);
 }
 
 sim::TimeNs broadcast_chain(runtime::Transport& tp, void* buf, size_t count, DType dt, int root, size_t chunk_bytes,
                             sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), v = (tp.rank() - root + p) % p;
-  if (p == 1 || count == 0) return ready;
-  const size_t es = runtime::dtype_size(dt);
-  const Partition part = pieces(count, es, chunk_bytes ? chunk_bytes : kDefaultChainPiece);
-  std::vector<sim::TimeNs> t(part.parts, ready);
-  auto* base = static_cast<unsigned char*>(buf);
-  if (v > 0) recv_pieces(tp, base, es, part, real(v - 1, root, p), t, name + ".recv");
-  if (v < p - 1) send_pieces(tp, base, es, part, {real(v + 1, root, p)}, t, name + ".send");
-  return finish(t, ready);
+  if (tp.size() == 1 || count == 0) return ready;
+  Call k(tp, buf, count, dt, root, chunk_bytes ? chunk_bytes : kDefaultChainPiece, ready);
+  if (k.v > 0) recv_pieces(tp, k.base, k.es, k.part, k.real_rank(k.v - 1), k.t, name + ".recv");
+  if (k.v < k.p - 1) send_pieces(tp, k.base, k.es, k.part, {k.real_rank(k.v + 1)}, k.t, name + ".send");
+  return finish(k.t, ready);
 }
 
 namespace {
@@ -111,35 +117,27 @@ void gather_children(runtime::Transport& tp, unsigned char* acc, size_t es, cons
 
 sim::TimeNs reduce_binomial(runtime::Transport& tp, void* acc, size_t count, DType dt, ReduceOp op, int root,
                             size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), v = (tp.rank() - root + p) % p;
-  if (p == 1 || count == 0) return ready;
-  const size_t es = runtime::dtype_size(dt);
-  const Partition part = pieces(count, es, chunk_bytes);
-  std::vector<sim::TimeNs> t(part.parts, ready);
-  auto* base = static_cast<unsigned char*>(acc);
+  if (tp.size() == 1 || count == 0) return ready;
+  Call k(tp, acc, count, dt, root, chunk_bytes, ready);
   int parent;
   std::vector<int> children;
-  binomial(v, p, &parent, &children);
+  binomial(k.v, k.p, &parent, &children);
   // Reduce in the order MPICH does: smallest subtree first (children are listed largest first).
   std::vector<int> kids;
-  for (auto it = children.rbegin(); it != children.rend(); ++it) kids.push_back(real(*it, root, p));
-  gather_children(tp, base, es, part, dt, op, kids, t, name + ".recv");
-  if (parent >= 0) send_pieces(tp, base, es, part, {real(parent, root, p)}, t, name + ".send");
-  return finish(t, ready);
+  for (auto it = children.rbegin(); it != children.rend(); ++it) kids.push_back(k.real_rank(*it));
+  gather_children(tp, k.base, k.es, k.part, dt, op, kids, k.t, name + ".recv");
+  if (parent >= 0) send_pieces(tp, k.base, k.es, k.part, {k.real_rank(parent)}, k.t, name + ".send");
+  return finish(k.t, ready);
 }
 
 sim::TimeNs reduce_chain(runtime::Transport& tp, void* acc, size_t count, DType dt, ReduceOp op, int root,
                          size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), v = (tp.rank() - root + p) % p;
-  if (p == 1 || count == 0) return ready;
-  const size_t es = runtime::dtype_size(dt);
-  const Partition part = pieces(count, es, chunk_bytes ? chunk_bytes : kDefaultChainPiece);
-  std::vector<sim::TimeNs> t(part.parts, ready);
-  auto* base = static_cast<unsigned char*>(acc);
+  if (tp.size() == 1 || count == 0) return ready;
+  Call k(tp, acc, count, dt, root, chunk_bytes ? chunk_bytes : kDefaultChainPiece, ready);
   // Data flows from v = p-1 down to the root (v = 0).
-  if (v < p - 1) gather_children(tp, base, es, part, dt, op, {real(v + 1, root, p)}, t, name + ".recv");
-  if (v > 0) send_pieces(tp, base, es, part, {real(v - 1, root, p)}, t, name + ".send");
-  return finish(t, ready);
+  if (k.v < k.p - 1) gather_children(tp, k.base, k.es, k.part, dt, op, {k.real_rank(k.v + 1)}, k.t, name + ".recv");
+  if (k.v > 0) send_pieces(tp, k.base, k.es, k.part, {k.real_rank(k.v - 1)}, k.t, name + ".send");
+  return finish(k.t, ready);
 }
 
 }  // namespace shardsim::collectives::tree
