@@ -90,11 +90,11 @@ Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim:
 }
 
 Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x, const MlpWeights& w,
-                      sim::TimeNs ready, MlpTiming* timing) {
+                      sim::TimeNs ready, MlpTiming* timing, const std::string& all_reduce_algorithm) {
   MlpTiming local;
   Tensor y = local_mlp(s, x, w, &tp.timeline(), ready, &local, "");
   collectives::AllReduceOptions opt;
-  opt.algorithm = "ring";  // the documented default-job figures use the one-way ring
+  opt.algorithm = all_reduce_algorithm;
   opt.name = "all_reduce (row-parallel output)";
   const auto r = collectives::all_reduce(tp, y.data(), y.data(), static_cast<size_t>(y.numel()), s.dtype,
                                          collectives::ReduceOp::sum, local.end, opt);
@@ -103,6 +103,7 @@ Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x
     timing->end = r.span.end;
     timing->all_reduce_ns = r.span.duration();
     timing->all_reduce_bytes_sent = r.bytes_sent;
+    timing->all_reduce_algorithm = r.algorithm;
   }
   return y;
 }

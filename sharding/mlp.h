@@ -52,6 +52,7 @@ struct MlpTiming {
   sim::TimeNs end = 0;
   sim::TimeNs all_reduce_ns = 0;
   double all_reduce_bytes_sent = 0;
+  std::string all_reduce_algorithm;  // what ran ("auto" resolved)
   double flops = 0;
 };
 
@@ -68,8 +69,10 @@ void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib);
 runtime::Tensor mlp_forward(const MlpShape& s, const runtime::Tensor& x, const MlpWeights& w,
                             sim::Timeline* timeline, MlpTiming* timing);
 
-// Tensor-parallel forward on this chip: W holds this chip's shard; returns the full y (after all_reduce).
+// Tensor-parallel forward on this chip: W holds this chip's shard; returns the full y (after all_reduce with
+// ALL_REDUCE_ALGORITHM, see collectives/all_reduce.h).
 runtime::Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const runtime::Tensor& x,
-                               const MlpWeights& w, sim::TimeNs ready, MlpTiming* timing);
+                               const MlpWeights& w, sim::TimeNs ready, MlpTiming* timing,
+                               const std::string& all_reduce_algorithm = "ring");
 
 }  // namespace shardsim::sharding

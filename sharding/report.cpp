@@ -55,6 +55,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"peak_tflops", r.peak_tflops},
         {"peak_fraction", r.peak_fraction},
         {"all_reduce_ns", r.all_reduce_ns},
+        {"all_reduce_algorithm", r.all_reduce_algorithm},
         {"all_reduce_bytes_per_chip", r.all_reduce_bytes_per_chip},
         {"all_reduce_expected_bytes_per_chip", r.all_reduce_expected_bytes},
         {"single_device_ns", r.single_device_ns},
@@ -108,7 +109,8 @@ std::string to_text(const RunReport& r) {
   std::snprintf(buf, sizeof buf, "  throughput         %.2f TFLOP/s = %.1f%% of %.1f TFLOP/s peak (%d chips)\n",
                 r.sim_tflops, 100.0 * r.peak_fraction, r.peak_tflops, r.chips);
   os << buf;
-  os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << ", " << mib(r.all_reduce_bytes_per_chip)
+  os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << " (" << r.all_reduce_algorithm << "), "
+     << mib(r.all_reduce_bytes_per_chip)
      << " sent per chip (2(p-1)/p*M = " << mib(r.all_reduce_expected_bytes) << ")\n";
   double peak_mem = 0;
   int peak_chip = 0;

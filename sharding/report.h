@@ -34,6 +34,7 @@ struct RunReport {
   double peak_tflops = 0;            // chips x per-chip peak at the workload's precision
   double peak_fraction = 0;
   double all_reduce_ns = 0;
+  std::string all_reduce_algorithm;
   double all_reduce_bytes_per_chip = 0;   // bytes each chip injects in the all_reduce
   double all_reduce_expected_bytes = 0;   // 2(p-1)/p * M
   double single_device_ns = 0;             // the same workload on one modelled chip (0 if not validated)

@@ -1,5 +1,7 @@
 #include "sharding/workload.h"
 
+#include "collectives/algorithms.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collectives/algorithms.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "sharding/checkpoint.h"
@@ -56,8 +59,15 @@ RunConfig parse(const ConfigNode& root) {
 
   if (root.has("parallel")) {
     const auto p = root.child("parallel");
-    p.expect_keys({"tp"});
+    p.expect_keys({"tp", "all_reduce"});
     c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
+    if (p.has("all_reduce")) {
+      const std::string a = p.get_string("all_reduce");
+      if (a != "auto" && collectives::canonical_algorithm(collectives::Collective::all_reduce, a).empty())
+        p.child("all_reduce").fail("parallel.all_reduce: unknown algorithm '" + a +
+                                   "' (known: ring, bidir_ring, torus, halving_doubling, auto)");
+      c.all_reduce_algorithm = a;
+    }
   } else {
     c.tp = c.topology.num_chips();
   }
@@ -224,7 +234,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
   MlpTiming timing;
-  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing);
+  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm);
   world.sleepy_barrier();
   rep.wall_forward_s = seconds_since(t_fwd);
 
@@ -319,6 +329,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
 
   // ---- gather every chip's simulated breakdown on rank 0 ----
   const sim::Breakdown b = tl.breakdown();
+  rep.all_reduce_algorithm = timing.all_reduce_algorithm;  // the same on every chip (auto decides globally)
   const double mine[8] = {b.total, b.compute, b.communication, b.exposed_comm, b.flops, b.bytes_sent,
                           timing.all_reduce_ns, timing.all_reduce_bytes_sent};
   std::vector<double> all(root ? 8 * static_cast<size_t>(chips) : 0);

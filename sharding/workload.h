@@ -14,6 +14,8 @@
 //     seed: 1234
 //   parallel:
 //     tp: 8                          # tensor-parallel size; must equal the chip count (for now)
+//     all_reduce: ring               # algorithm of the output all_reduce: ring (default), bidir_ring, torus,
+//                                    # halving_doubling or auto (collectives/algorithms.h)
 //   validate:
 //     enabled: true                  # compare against the single-device reference on rank 0
 //     tolerance: 1e-5                # max |y - y_ref| / max |y_ref|; default 1e-5 fp32, 2^-6 bf16
@@ -46,6 +48,7 @@ struct RunConfig {
   sim::DeviceSpec device;
   MlpShape mlp;
   int tp = 1;
+  std::string all_reduce_algorithm = "ring";
   bool validate = true;
   double tolerance = 0;
   bool checkpoint = true;
