@@ -8,8 +8,9 @@
 # Usage: collectives_cli.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_TIMEOUT=${E2E_TIMEOUT_COLLECTIVES:-240}  # 8 oversubscribed ranks on 2 cores are slow; a hang still ends
 
-SLICE=(-d fp32,bf16,int8,fp8_e5m2,uint64 --counts 0,1,7,1031,4099 -o sum,prod,max,avg)
+SLICE=(-d fp32,bf16,int8,fp8_e5m2 --counts 0,1,7,1031 -o sum,prod,avg)
 
 e2e_case "validate on rings"
 for np in 1 2 3 5 8; do
@@ -56,6 +57,14 @@ if expect_exit 2 '^shardsim: error: all_reduce: ranks disagree on count: chip 0 
   shardsim_mpi 4 validate -c all_reduce -d fp32 -o sum --counts 1000 --inject-count-mismatch; then
   assert_out_count '^shardsim: error' 1 "exactly one error line"
 fi
+
+e2e_case "workload all_reduce algorithm"
+cp "$SMALL" algo.yaml
+printf 'parallel:\n  tp: 4\n  all_reduce: halving_doubling\n' >>algo.yaml
+expect_exit 0 'all_reduce .*\(halving_doubling\)' -- shardsim_mpi 4 run algo.yaml --no-checkpoint
+sed 's/all_reduce: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
+expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unknown algorithm 'warp'" -- \
+  shardsim_mpi 4 run warp.yaml --no-checkpoint
 
 e2e_case "bench"
 if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_reduce -b 1K -e 1M -f 32 -n 2 -w 1 --csv b1.csv --vs-mpi; then
