@@ -34,6 +34,8 @@ struct BenchFlags {
   std::string algo = "auto", chunk_bytes = "0", csv, json;
   int iters = 20, warmup = 5, check = 1, root = 0;
   bool vs_mpi = false, explain = false;
+  bool csv_given = false, json_given = false;  // an empty path given explicitly is an error, not "no file"
+  int gpus = 1;                                // nccl-tests' -g: one simulated chip per rank, so only 1
 };
 
 struct Measure {
@@ -90,17 +92,21 @@ bool mpi_call(Collective c, collectives::CaseRunner& r, const collectives::Case&
       default: return false;
     }
   }
+  int rc = MPI_SUCCESS;
   switch (c) {
-    case Collective::all_reduce: MPI_Allreduce(s, d, n, t, op, comm); break;
-    case Collective::broadcast: MPI_Bcast(d, n, t, cs.root, comm); break;
-    case Collective::reduce: MPI_Reduce(s, d, n, t, op, cs.root, comm); break;
-    case Collective::reduce_scatter: MPI_Reduce_scatter_block(s, d, n / p, t, op, comm); break;
-    case Collective::all_gather: MPI_Allgather(s, n / p, t, d, n / p, t, comm); break;
-    case Collective::all_to_all: MPI_Alltoall(s, n / p, t, d, n / p, t, comm); break;
-    case Collective::gather: MPI_Gather(s, n / p, t, d, n / p, t, cs.root, comm); break;
-    case Collective::scatter: MPI_Scatter(s, n / p, t, d, n / p, t, cs.root, comm); break;
+    case Collective::all_reduce: rc = MPI_Allreduce(s, d, n, t, op, comm); break;
+    case Collective::broadcast: rc = MPI_Bcast(d, n, t, cs.root, comm); break;
+    case Collective::reduce: rc = MPI_Reduce(s, d, n, t, op, cs.root, comm); break;
+    case Collective::reduce_scatter: rc = MPI_Reduce_scatter_block(s, d, n / p, t, op, comm); break;
+    case Collective::all_gather: rc = MPI_Allgather(s, n / p, t, d, n / p, t, comm); break;
+    case Collective::all_to_all: rc = MPI_Alltoall(s, n / p, t, d, n / p, t, comm); break;
+    case Collective::gather: rc = MPI_Gather(s, n / p, t, d, n / p, t, cs.root, comm); break;
+    case Collective::scatter: rc = MPI_Scatter(s, n / p, t, d, n / p, t, cs.root, comm); break;
     default: return false;
   }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  runtime::check_mpi(rc, rank, "--vs-mpi " + collectives::collective_name(c));
   return true;
 }
 
@@ -139,7 +145,8 @@ Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchF
     g.timeline().reset();
     runner.execute(0.0);
   });
-  if (f.vs_mpi && mpi_call(cs.collective, runner, cs, g.comm(), g.size(), false))
+  // MPI only out of place: its in-place form needs MPI_IN_PLACE, and aliased buffers are erroneous in MPI.
+  if (f.vs_mpi && !cs.in_place && mpi_call(cs.collective, runner, cs, g.comm(), g.size(), false))
     m.mpi_us = time_us(g.comm(), f.warmup, f.iters, [&] { mpi_call(cs.collective, runner, cs, g.comm(), g.size(), true); });
   return m;
 }
@@ -174,6 +181,9 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     }
     if (step_bytes == 0 && !(factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
     if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
+    if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");
+    if (f.gpus != 1) throw UsageError("-g/--ngpus: shardsim runs one simulated chip per rank; use mpirun -np N");
+    if (!f.step_bytes.empty() && step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
     if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty()) {
       std::string known;
       for (const auto& a : collectives::algorithm_names(c)) known += a + ", ";
@@ -183,7 +193,21 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   });
   connect(*net, world);
   runtime::Transport& g = *net->group;
+  size_t chunk = 0;
   world.agree([&] {
+    chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
+    std::vector<std::pair<std::string, std::string>> outs;
+    if (!f.csv.empty() || f.csv_given) outs.emplace_back("--csv", f.csv);
+    if (!f.json.empty() || f.json_given) outs.emplace_back("--json", f.json);
+    check_outputs(outs);
+    size_t widest = 1;
+    for (DType dt : dtypes) widest = std::max(widest, runtime::dtype_size(dt));
+    collectives::Case big;
+    big.collective = c;
+    big.count = hi / widest;
+    big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
+    const double need = collectives::host_bytes_needed(big, g.size());
+    check_memory(*net, need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
     if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
       throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
                        " ranks");
@@ -195,7 +219,6 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   });
   const bool root0 = world.rank() == 0;
   const int p = g.size();
-  const size_t chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
   const double busf = collectives::busbw_factor(c, p);
   const bool blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
                       c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
@@ -205,7 +228,11 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     std::printf("# shardsim bench %s: %s\n", collectives::collective_name(c).c_str(), net->describe().c_str());
     std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
                 f.algo.c_str(), chunk, f.iters, f.warmup, f.check, f.vs_mpi ? ", mpi = MPI's own collective" : "");
-    std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B\n#\n", busf, p);
+    std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B; on links both ways\n"
+                "# (bidir_ring, torus) busbw can reach twice the per-direction link bandwidth\n", busf, p);
+    if (g.size() != world.size())
+      std::printf("# rows: the group of world rank 0 (all groups run at once); the #wrong verdict covers every group\n");
+    std::printf("#\n");
     std::printf("# %10s %12s %8s %6s %4s %-16s | %-61s | %-61s |%s\n", "", "", "", "", "", "", "out-of-place",
                 has_in_place ? "in-place" : "", f.vs_mpi ? " MPI, out-of-place" : "");
     std::printf("# %10s %12s %8s %6s %4s %-16s |", "size", "count", "type", "redop", "root", "algorithm");
@@ -225,7 +252,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     for (auto op : ops)
       for (size_t bytes = lo; bytes <= hi;) {
         const size_t es = runtime::dtype_size(dt);
-        size_t count = bytes / es;
+        size_t count = c == Collective::barrier ? 0 : bytes / es;  // a barrier moves no data
         if (blocky) count = count / static_cast<size_t>(p) * static_cast<size_t>(p);
         const size_t size = count * es;
         collectives::Case cs;
@@ -290,12 +317,24 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
           std::printf("\n");
           std::fflush(stdout);
         }
-        if (bytes >= hi) break;
-        const size_t next = step_bytes ? bytes + step_bytes : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * factor));
-        bytes = std::min(std::max(next, bytes + 1), hi);
+        if (c == Collective::barrier) break;  // no data: one row says it all
+        // Next size as nccl-tests steps: b, b*f, b*f^2, ... (or b, b+i, ...) while <= e; never the same size twice.
+        const size_t next = step_bytes ? bytes + step_bytes
+                                       : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * factor));
+        if (next <= bytes || next > hi) break;
+        bytes = next;
       }
+  {  // every group checked its own results; the verdict covers all of them
+    unsigned long long mine = g.rank() == 0 ? wrong_total : 0, all = 0;
+    runtime::check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.comm()), world.rank(),
+                       "bench");
+    wrong_total = all;
+  }
   if (root0) {
-    std::printf("# Out of bounds values : %zu %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    if (f.check)
+      std::printf("# Out of bounds values : %zu %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    else
+      std::printf("# Out of bounds values : N/A (not checked: -c 0)\n");
     std::printf("# Avg bus bandwidth    : %.4f GB/s simulated, %.4f GB/s wall%s\n", n_bw ? sum_sim_busbw / n_bw : 0.0,
                 n_bw ? sum_wall_busbw / n_bw : 0.0,
                 n_mpi ? (", " + std::to_string(sum_mpi_busbw / n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
@@ -303,6 +342,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
       std::ofstream out(f.json);
       if (!out) throw RuntimeFault("cannot write " + f.json);
       out << nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) << "\n";
+      out.close();
+      if (!out) throw RuntimeFault("writing " + f.json + " failed (disk full?)");
     }
     if (!f.csv.empty()) {
       std::ofstream out(f.csv);
@@ -322,6 +363,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         }
         out << "\n";
       }
+      out.close();
+      if (!out) throw RuntimeFault("writing " + f.csv + " failed (disk full?)");
     }
   }
   return wrong_total ? kExitValidationFailed : kExitOk;
@@ -348,8 +391,9 @@ Command add_bench(CLI::App& app, const runtime::World& world) {
   sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 0: none)");
   sub->add_flag("--vs-mpi", f->vs_mpi, "also time MPI's own collective on the same buffers");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
-  sub->add_option("--csv", f->csv, "also write the rows as CSV");
-  sub->add_option("--json", f->json, "also write the rows as JSON");
+  sub->add_option("-g,--ngpus", f->gpus, "nccl-tests habit: chips per rank, always 1 here");
+  sub->add_option("--csv", f->csv, "also write the rows as CSV")->each([f](const std::string&) { f->csv_given = true; });
+  sub->add_option("--json", f->json, "also write the rows as JSON")->each([f](const std::string&) { f->json_given = true; });
   return {sub, [f, &world] { return run_bench(world, *f); }};
 }
 

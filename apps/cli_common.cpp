@@ -1,6 +1,13 @@
 #include "apps/cli_common.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "common/config.h"
@@ -13,8 +20,10 @@ void NetFlags::add_to(CLI::App* app) {
   app->add_option("--topology", topology_file,
                   "YAML file with a topology: section (and optionally device:), e.g. a workload config");
   app->add_option("--torus", torus, "torus dimensions instead of a ring, e.g. 2x4 or 2x2x2 (product = ranks)");
-  app->add_option("--bandwidth", bandwidth_gbps, "link bandwidth, GB/s per direction (GB = 1e9 B; default 100)");
-  app->add_option("--latency", latency_ns, "link latency, ns per hop (default 1000)");
+  app->add_option("--bandwidth", bandwidth_gbps, "link bandwidth, GB/s per direction (GB = 1e9 B; default 100)")
+      ->each([this](const std::string&) { bandwidth_given = true; });
+  app->add_option("--latency", latency_ns, "link latency, ns per hop (default 1000)")
+      ->each([this](const std::string&) { latency_given = true; });
   app->add_flag("--unidirectional", unidirectional, "one-way ring (default: links both ways)");
   app->add_option("--group", group,
                   "run in sub-groups: world | dim:D (lines along torus dimension D) | mod:K (ranks r with equal "
@@ -48,7 +57,61 @@ size_t parse_bytes(const std::string& text, const std::string& flag) {
   return static_cast<size_t>(v * mult);
 }
 
+namespace {
+double available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;  // unknown: do not check
+}
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+}  // namespace
+
+void check_memory(const Net& net, double bytes_per_rank, double device_bytes, const std::string& what) {
+  const double hbm = net.device.hbm_gib * 1073741824.0;
+  if (device_bytes > hbm)
+    throw UsageError(what + ": simulated out of memory on chip " + std::to_string(net.timeline ? net.timeline->chip() : 0) +
+                     ": needs " + gib(device_bytes) + ", has " + gib(hbm) + " (device " + net.device.name + ")");
+  const double avail = available_host_bytes();
+  if (avail > 0 && bytes_per_rank * net.ranks_on_host > 0.9 * avail)
+    throw UsageError(what + ": needs about " + gib(bytes_per_rank) + " of host memory per rank x " +
+                     std::to_string(net.ranks_on_host) + " ranks on this host, but only " + gib(avail) +
+                     " is available; use a smaller size or fewer ranks per host");
+}
+
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (path.empty()) throw UsageError(flag + ": empty path");
+    if (fs::is_directory(path)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
+    fs::path dir = fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw UsageError(flag + " " + path + ": directory '" + dir.string() + "' is not writable: " + std::strerror(errno));
+    if (fs::exists(path) && ::access(path.c_str(), W_OK) != 0)
+      throw UsageError(flag + " " + path + ": not writable: " + std::strerror(errno));
+    for (size_t j = 0; j < i; ++j) {
+      std::error_code ec;
+      if (fs::weakly_canonical(path, ec) == fs::weakly_canonical(outputs[j].second, ec))
+        throw UsageError(flag + " and " + outputs[j].first + " both write " + path);
+    }
+  }
+}
+
 void connect(Net& net, const runtime::World& world) {
+  MPI_Comm local = MPI_COMM_NULL;
+  runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
+                     world.rank(), "host rank count");
+  MPI_Comm_size(local, &net.ranks_on_host);
+  MPI_Comm_free(&local);
   net.timeline = std::make_unique<sim::Timeline>(world.rank(), net.topo, net.device);
   std::vector<int> ids(static_cast<size_t>(world.size()));
   for (int i = 0; i < world.size(); ++i) ids[static_cast<size_t>(i)] = i;
@@ -63,18 +126,26 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   auto net = std::make_unique<Net>();
   const int n = world.size();
   if (!f.topology_file.empty()) {
+    if (!f.torus.empty() || f.unidirectional || f.bandwidth_given || f.latency_given)
+      throw UsageError("--topology " + f.topology_file +
+                       " already defines the network; drop --torus/--bandwidth/--latency/--unidirectional (or edit the file)");
+    if (std::filesystem::is_directory(f.topology_file))
+      throw UsageError("--topology " + f.topology_file + ": is a directory, need a YAML file");
     const ConfigNode root = ConfigNode::load_file(f.topology_file);
     net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
     net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
   } else {
     if (!(f.bandwidth_gbps > 0) || !std::isfinite(f.bandwidth_gbps))
       throw UsageError("--bandwidth: must be > 0 GB/s");
-    if (!(f.latency_ns >= 0) || !std::isfinite(f.latency_ns)) throw UsageError("--latency: must be >= 0 ns");
+    if (!(f.latency_ns >= 0) || !(f.latency_ns <= 1e12)) throw UsageError("--latency: must be in [0, 1e12] ns");
+    if (f.bandwidth_gbps > 1e12) throw UsageError("--bandwidth: must be <= 1e12 GB/s");
     const topology::LinkSpec link{f.bandwidth_gbps, f.latency_ns};
     if (!f.torus.empty()) {
       std::vector<int> dims;
       std::stringstream ss(f.torus);
       std::string item;
+      if (f.torus.back() == 'x' || f.torus.front() == 'x')
+        throw UsageError("--torus: '" + f.torus + "' is not a list of positive dimensions like 2x4");
       while (std::getline(ss, item, 'x')) {
         try {
           size_t pos = 0;

@@ -24,6 +24,7 @@ struct NetFlags {
   double bandwidth_gbps = 100;
   double latency_ns = 1000;
   bool unidirectional = false;
+  bool bandwidth_given = false, latency_given = false;
   std::string group = "world";  // world | dim:D | mod:K | div:K
   void add_to(CLI::App* app);
 };
@@ -37,6 +38,7 @@ struct Net {
   runtime::Transport* group = nullptr;        // the group this rank's collectives run in (world or a split)
   std::string group_text;                     // "world (8 chips)", "lines along dimension 1: ...", ...
   int split_color = -1, split_key = 0;        // the sub-group this rank joins (color -1: the world)
+  int ranks_on_host = 1;                      // ranks sharing this host's memory (set by connect)
   std::string describe() const;
 };
 
@@ -44,6 +46,14 @@ struct Net {
 std::unique_ptr<Net> build_net(const NetFlags& flags, const runtime::World& world);
 // Creates the timeline and transports (collective over the world: call on every rank after build_net agreed).
 void connect(Net& net, const runtime::World& world);
+
+// Before allocating BYTES_PER_RANK on every rank: UsageError when the simulated chip's HBM cannot hold them
+// ("simulated out of memory on chip N: needs X GiB, has Y GiB") or when this host's available memory cannot
+// (every rank on the host needs them; the kernel would kill the job instead). Local, no communication: call
+// inside World::agree.
+void check_memory(const Net& net, double bytes_per_rank, double device_bytes, const std::string& what);
+// Output files: not empty, not a directory, directory writable, all distinct. UsageError otherwise.
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& flag_and_path);
 
 // "a,b,c" -> {"a","b","c"}; empty items dropped.
 std::vector<std::string> split_list(const std::string& s);

@@ -1,6 +1,9 @@
 // `shardsim validate`: every collective x dtype x op x algorithm x size, in place and out of place, checked
 // against a single-device reference on the configured topology (see collectives/verify.h).
+#include <mpi.h>
+
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -67,10 +70,10 @@ Plan make_plan(const ValidateFlags& f, const runtime::Transport* group_probe, in
     } else {
       for (size_t i = 0; i < wanted.size(); ++i) {
         if (wanted[i] == "auto") {
-          names.push_back("auto");
+          if (std::find(names.begin(), names.end(), "auto") == names.end()) names.push_back("auto");
           used[i] = true;
         } else if (const auto a = collectives::canonical_algorithm(c, wanted[i]); !a.empty()) {
-          names.push_back(a);
+          if (std::find(names.begin(), names.end(), a) == names.end()) names.push_back(a);
           used[i] = true;
         }
       }
@@ -105,7 +108,29 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
   connect(*net, world);
   runtime::Transport& g = *net->group;
   Plan plan;
-  world.agree([&] { plan = make_plan(f, &g, g.size()); });
+  world.agree([&] {
+    plan = make_plan(f, &g, g.size());
+    if (!f.json.empty()) check_outputs({{"--json", f.json}});
+    size_t widest = 1, largest = 0, selected = 0;
+    for (DType dt : plan.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
+    for (size_t count : plan.counts)
+      for (DType dt : plan.dtypes) {
+        const size_t bytes = count * runtime::dtype_size(dt);
+        if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
+        ++selected;
+        largest = std::max(largest, count);
+      }
+    if (selected == 0 || plan.algorithms.empty())
+      throw UsageError("nothing to validate: no count x dtype lies within -b/-e, or no algorithm can run here");
+    for (Collective c : plan.collectives) {
+      collectives::Case big;
+      big.collective = c;
+      big.count = largest;
+      big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
+      const double need = collectives::host_bytes_needed(big, g.size());
+      check_memory(*net, need, need, "validate " + collectives::collective_name(c) + " count " + std::to_string(largest));
+    }
+  });
   const bool root0 = world.rank() == 0;
   const int root = f.root >= 0 ? f.root : g.size() - 1;
   if (root0) {
@@ -149,12 +174,20 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.seed = f.seed;
                 cs.inject_count_mismatch = f.inject_count_mismatch;
                 cs.inject_wrong_result = f.inject_wrong_result;
-                const auto o = collectives::run_case(g, cs);
+                auto o = collectives::run_case(g, cs);
+                if (g.size() != world.size()) {  // every group ran this case: count all of them
+                  unsigned long long mine[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0}, all[2];
+                  runtime::check_mpi(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.comm()),
+                                     world.rank(), "validate");
+                  if (all[1] && !o.wrong) o.first_wrong = "(in another group)";
+                  o.checked = all[0];
+                  o.wrong = all[1];
+                }
                 ++row.cases;
                 row.checked += o.checked;
                 row.wrong += o.wrong;
                 row.max_error = std::max(row.max_error, o.max_error);
-                if (f.explain && root0 && !o.explanation.empty())
+                if (f.explain && root0 && !o.explanation.empty() && !in_place && !random)
                   std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
                 if (o.wrong) {
                   std::ostringstream os;
@@ -204,6 +237,8 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
       std::ofstream out(f.json);
       if (!out) throw RuntimeFault("cannot write " + f.json);
       out << j.dump(2) << "\n";
+      out.close();
+      if (!out) throw RuntimeFault("writing " + f.json + " failed (disk full?)");
     }
   }
   return total_wrong ? kExitValidationFailed : kExitOk;

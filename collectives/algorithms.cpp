@@ -73,60 +73,120 @@ double worst_step(const runtime::Transport& tp, int dist, double bytes) {
   for (int r = 0; r < p; ++r) worst = std::max(worst, path(tp, r, ((r + dist) % p + p) % p).time(bytes));
   return worst;
 }
-double worst_bandwidth_time(const runtime::Transport& tp, int dist, double bytes) {
-  return worst_step(tp, dist, bytes) - worst_step(tp, dist, 0);
-}
 
-// n dependent steps of a pipeline that moves m pieces over one port per rank (ring) or a chain of ports.
-double pipeline(int steps, double bytes_per_step, size_t chunk_bytes, double alpha_plus, double per_byte,
-                bool shared_port) {
-  const double m = chunk_bytes ? std::max(1.0, std::ceil(bytes_per_step / static_cast<double>(chunk_bytes))) : 1.0;
-  const double o = bytes_per_step / m * per_byte;  // occupancy of one piece
-  const double alpha = alpha_plus;
-  const double dependency = steps * (alpha + o) + (m - 1) * o;
-  if (!shared_port) return dependency;
-  return std::max(dependency, steps * m * o + alpha);
-}
+// Exact replays of the schedules the algorithms run, on the group's routes: every send starts at
+// max(its data's ready time, its port's free time), occupies the port for S/B and arrives after the route's
+// latency + S/B -- the same rules as sim::Timeline, in the same issue order as the code.
+struct Replay {
+  const runtime::Transport& tp;
+  std::vector<std::map<int, double>> port_free;
+  explicit Replay(const runtime::Transport& t) : tp(t), port_free(static_cast<size_t>(t.size())) {}
+  double send(int from, int to, double ready, double bytes) {
+    if (from == to) return ready;
+    const auto route = tp.topology().route(tp.chip_of(from), tp.chip_of(to));
+    if (route.empty()) return ready;
+    const Path ph = path(tp, from, to);
+    double& free = port_free[static_cast<size_t>(from)][route.front()];
+    const double start = std::max(ready, free);
+    free = start + bytes / ph.bandwidth;
+    return start + ph.latency_ns + bytes / ph.bandwidth;
+  }
+};
 
+// Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them.
 double ring_estimate(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
   const int p = tp.size();
   if (p == 1 || chunk <= 0) return 0;
-  // Both directions only help where a chip's routes to r+1 and r-1 leave on different links (not at p = 2).
-  bool split = bidir;
-  for (int r = 0; split && r < p; ++r) {
-    const auto a = tp.topology().route(tp.chip_of(r), tp.chip_of((r + 1) % p));
-    const auto b = tp.topology().route(tp.chip_of(r), tp.chip_of((r + p - 1) % p));
-    split = a.empty() || b.empty() || a.front() != b.front();
+  const int dirs = bidir ? 2 : 1;
+  const double per_dir = chunk / dirs;
+  const int m = chunk_bytes == 0 ? 1
+                                 : static_cast<int>(std::clamp(std::ceil(per_dir / static_cast<double>(chunk_bytes)),
+                                                               1.0, 64.0));
+  const double piece = per_dir / m;
+  const int lanes = dirs * m;
+  Replay rp(tp);
+  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), 0.0));
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
+      double mx = 0;
+      for (auto& l : t) mx = std::max(mx, l[static_cast<size_t>(r)]);
+      for (auto& l : t) l[static_cast<size_t>(r)] = mx;
+    }
+    for (int step = 0; step < p - 1; ++step) {
+      auto next = t;
+      for (int r = 0; r < p; ++r)
+        for (int l = 0; l < lanes; ++l) {
+          const int d = l < m ? 1 : -1, dst = ((r + d) % p + p) % p;
+          const double arrive = rp.send(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece);
+          double& at = next[static_cast<size_t>(l)][static_cast<size_t>(dst)];
+          at = std::max(at, arrive);
+        }
+      t = std::move(next);
+    }
   }
-  const double b = split ? chunk / 2 : chunk;
-  // Per step: the slowest direction's latency and per-byte time.
-  double alpha = worst_step(tp, 1, 0), per_byte = worst_bandwidth_time(tp, 1, 1.0);
-  if (bidir) {
-    alpha = std::max(alpha, worst_step(tp, -1, 0));
-    per_byte = std::max(per_byte, worst_bandwidth_time(tp, -1, 1.0));
-  }
-  return pipeline(passes * (p - 1), b, chunk_bytes, alpha, per_byte, true);
+  double end = 0;
+  for (const auto& l : t)
+    for (double x : l) end = std::max(end, x);
+  return end;
 }
 
+// Halving-doubling with Thakur's fold for non-powers of two (halving_doubling.cpp), step by step.
 double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
   const int p = tp.size();
   if (p == 1 || bytes <= 0) return 0;
   int pow2 = 1;
   while (pow2 * 2 <= p) pow2 *= 2;
-  const bool folds = pow2 != p;
-  double t = 0;
+  const int rem = p - pow2;
+  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  Replay rp(tp);
+  std::vector<double> t(static_cast<size_t>(p), 0.0);
+  auto exchange = [&](int a, int b, double ba, double bb) {  // a and b swap ba / bb bytes (sendrecv)
+    const double ta = t[static_cast<size_t>(a)], tb = t[static_cast<size_t>(b)];
+    const double at_b = rp.send(a, b, ta, ba), at_a = rp.send(b, a, tb, bb);
+    t[static_cast<size_t>(a)] = std::max(ta, at_a);
+    t[static_cast<size_t>(b)] = std::max(tb, at_b);
+  };
+  const double chunk = bytes / p;
+  for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
+    t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs ? bytes : chunk));
   double part = bytes;
-  for (int dist = pow2 / 2; dist >= 1; dist /= 2) {
-    part /= 2;
-    // Virtual rank v maps to real rank v + rem (or 2v + 1): the partner is DIST or more ranks away.
-    const double step = worst_step(tp, folds ? std::min(p - 1, 2 * dist) : dist, part);
-    t += (rs ? step : 0) + (ag ? step : 0);
+  std::vector<double> sizes;
+  for (int dist = pow2 / 2; dist >= 1; dist /= 2) sizes.push_back(part /= 2);
+  if (rs) {
+    int i = 0;
+    for (int dist = pow2 / 2; dist >= 1; dist /= 2, ++i)
+      for (int v = 0; v < pow2; ++v)
+        if (v < (v ^ dist)) exchange(real(v), real(v ^ dist), sizes[static_cast<size_t>(i)], sizes[static_cast<size_t>(i)]);
   }
-  if (folds) {  // even ranks hand over their data first and get their share back at the end
-    const double full = worst_step(tp, 1, bytes), piece = worst_step(tp, 1, bytes / p);
-    t += rs && ag ? 2 * full : full + piece;
+  if (ag) {
+    int i = static_cast<int>(sizes.size()) - 1;
+    for (int dist = 1; dist < pow2; dist *= 2, --i)
+      for (int v = 0; v < pow2; ++v)
+        if (v < (v ^ dist)) exchange(real(v), real(v ^ dist), sizes[static_cast<size_t>(i)], sizes[static_cast<size_t>(i)]);
   }
-  return t;
+  for (int r = 0; r + 1 < 2 * rem; r += 2)  // unfold: the odd rank sends the result (or the even rank's chunk) back
+    t[static_cast<size_t>(r)] = std::max(t[static_cast<size_t>(r)], rp.send(r + 1, r, t[static_cast<size_t>(r + 1)], ag ? bytes : chunk));
+  return *std::max_element(t.begin(), t.end());
+}
+
+// Pipelined chain (tree.cpp): pieces of PIECE bytes flow along ORDER[0] -> ORDER[1] -> ...
+double chain_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
+  const int p = tp.size();
+  const double piece_bytes = static_cast<double>(chunk_bytes ? chunk_bytes : (size_t{1} << 20));
+  const int m = static_cast<int>(std::clamp(std::ceil(bytes / piece_bytes), 1.0, 1024.0));
+  const double piece = bytes / m;
+  Replay rp(tp);
+  std::vector<double> t(static_cast<size_t>(m), 0.0);
+  double end = 0;
+  for (int w = 0; w + 1 < p; ++w) {
+    // Broadcast from rank 0 runs 0 -> 1 -> ... -> p-1; reduce to rank 0 runs 1 -> 2 -> ... -> p-1 -> 0.
+    const int from = reduce ? w + 1 : w, to = reduce ? (w + 2) % p : w + 1;
+    for (int j = 0; j < m; ++j) {
+      t[static_cast<size_t>(j)] = rp.send(from, to, t[static_cast<size_t>(j)], piece);
+      end = std::max(end, t[static_cast<size_t>(j)]);
+    }
+  }
+  return end;
 }
 
 double torus_estimate(const runtime::Transport& tp, double bytes, int passes) {
@@ -296,12 +356,7 @@ double estimate_ns(Collective c, const std::string& a, const runtime::Transport&
     }
     case Collective::broadcast:
     case Collective::reduce: {
-      if (a == "ring") {
-        const size_t piece = chunk_bytes ? chunk_bytes : (size_t{1} << 20);
-        const double m = std::max(1.0, std::ceil(bytes / static_cast<double>(piece)));
-        const double o = worst_bandwidth_time(tp, 1, bytes / m);
-        return (p - 1) * (worst_step(tp, 1, 0) + o) + (m - 1) * o;
-      }
+      if (a == "ring") return chain_estimate(tp, bytes, chunk_bytes, c == Collective::reduce);
       if (a == "binomial_tree") return binomial_estimate(tp, bytes, chunk_bytes, c == Collective::reduce);
       break;
     }

@@ -12,8 +12,10 @@
 //   send_recv                                           : direct;   barrier : dissemination
 // Aliases: bidirectional_ring, hd / rabenseifner / recursive_halving_doubling, tree / binomial, chain, pairwise.
 //
-// Estimates are closed forms, exact (the unit tests check it) for unpipelined algorithms on contention-free
-// routes; pipelined variants use max(latency-bound, port-bound) pipeline forms and are approximate.
+// Estimates replay each algorithm's schedule on the group's routes with the simulator's rules (port
+// serialization, route latency, bottleneck bandwidth), so they equal the simulated time of a lone collective
+// started at time 0 on every chip (ring/bidir_ring incl. pipelining, halving_doubling, chains, binomial trees);
+// the torus uses its closed form, exact on tori with uniform links per dimension.
 #pragma once
 
 #include <string>

@@ -12,7 +12,11 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
                              sim::TimeNs ready) {
   const size_t dirs = bidirectional ? 2 : 1;
   const size_t per_dir_bytes = (layout.max_size() * elem_size + dirs - 1) / dirs;
-  const size_t pieces = chunk_bytes == 0 ? 1 : std::max<size_t>(1, (per_dir_bytes + chunk_bytes - 1) / chunk_bytes);
+  // At most kMaxPieces per direction: a tiny chunk size on a huge buffer would otherwise mean millions of
+  // messages per step (the piece then grows beyond chunk_bytes).
+  constexpr size_t kMaxPieces = 64;
+  const size_t pieces =
+      chunk_bytes == 0 ? 1 : std::clamp<size_t>((per_dir_bytes + chunk_bytes - 1) / chunk_bytes, 1, kMaxPieces);
   std::vector<Lane> lanes;
   for (size_t d = 0; d < dirs; ++d) {
     for (size_t j = 0; j < pieces; ++j) {

@@ -32,7 +32,8 @@ struct Lane {
 };
 
 // Lanes covering LAYOUT: 1 or 2 directions (bidirectional: +1 gets the first half of every chunk, -1 the
-// second), each cut into pieces of at most CHUNK_BYTES (0 = one piece). Lanes with no data are left out.
+// second), each cut into pieces of at most CHUNK_BYTES (0 = one piece; at most 64 pieces per direction, so
+// the pieces of very large buffers are larger). Lanes with no data are left out.
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
                              sim::TimeNs ready);
 

@@ -10,7 +10,8 @@ namespace {
 // Pieces of a COUNT-element buffer: Partition into m parts with parts of at most CHUNK_BYTES.
 Partition pieces(size_t count, size_t es, size_t chunk_bytes) {
   const size_t bytes = count * es;
-  const size_t m = chunk_bytes == 0 ? 1 : std::max<size_t>(1, (bytes + chunk_bytes - 1) / chunk_bytes);
+  // At most 1024 pieces: a tiny chunk size on a huge buffer would otherwise mean millions of messages.
+  const size_t m = chunk_bytes == 0 ? 1 : std::clamp<size_t>((bytes + chunk_bytes - 1) / chunk_bytes, 1, 1024);
   return Partition{count, std::min(m, std::max<size_t>(count, 1))};
 }
 
@@ -134,9 +135,11 @@ sim::TimeNs reduce_chain(runtime::Transport& tp, void* acc, size_t count, DType 
                          size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
   if (tp.size() == 1 || count == 0) return ready;
   Call k(tp, acc, count, dt, root, chunk_bytes ? chunk_bytes : kDefaultChainPiece, ready);
-  // Data flows from v = p-1 down to the root (v = 0).
-  if (k.v < k.p - 1) gather_children(tp, k.base, k.es, k.part, dt, op, {k.real_rank(k.v + 1)}, k.t, name + ".recv");
-  if (k.v > 0) send_pieces(tp, k.base, k.es, k.part, {k.real_rank(k.v - 1)}, k.t, name + ".send");
+  // Data flows the same way round as broadcast's chain (rank r to r+1, the ring's forward links):
+  // root+1 -> root+2 -> ... -> root+p-1 -> root; in root-relative ranks 1 -> 2 -> ... -> p-1 -> 0.
+  if (k.v != 1) gather_children(tp, k.base, k.es, k.part, dt, op, {k.real_rank((k.v + k.p - 1) % k.p)}, k.t,
+                                name + ".recv");
+  if (k.v != 0) send_pieces(tp, k.base, k.es, k.part, {k.real_rank((k.v + 1) % k.p)}, k.t, name + ".send");
   return finish(k.t, ready);
 }
 

@@ -4,7 +4,9 @@
 // v - lowbit(v) and sends to v + 2^j for every 2^j < lowbit(v) (largest subtree first); ceil(log2 p) rounds:
 //   T_broadcast = sum over the rounds on the critical path (alpha + S/B) = ceil(log2 p)(alpha + S/B)
 // reduce is the mirror image (children send up, the parent reduces).
-// chain ("ring" in NCCL's terms: broadcast and reduce along the ring): v receives from v-1 and forwards to v+1.
+// chain ("ring" in NCCL's terms: broadcast and reduce along the ring): v receives from v-1 and forwards to v+1
+// (broadcast from the root: 0 -> 1 -> ... -> p-1; reduce: 1 -> 2 -> ... -> p-1 -> 0, so both use the forward
+// links of a one-way ring).
 // Both cut the message into pieces of chunk_bytes (default 1 MiB for the chain, whole message for the tree)
 // that are forwarded as soon as they arrive, so the chain is a pipeline:
 //   T_chain = (p-1)(alpha + c/B) + (m-1) c/B,  m = ceil(S/c) pieces of c bytes

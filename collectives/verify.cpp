@@ -32,9 +32,21 @@ double busbw_factor(Collective c, int n) {
     case Collective::all_gather:
     case Collective::all_gatherv:
     case Collective::all_to_all:
-    case Collective::all_to_allv: return n > 0 ? (d - 1) / d : 0;
+    case Collective::all_to_allv:
+    case Collective::gather:
+    case Collective::scatter: return n > 0 ? (d - 1) / d : 0;
     default: return 1.0;
   }
+}
+
+double host_bytes_needed(const Case& c, int ranks) {
+  const double S = static_cast<double>(c.count) * static_cast<double>(runtime::dtype_size(c.dtype));
+  const double p = std::max(ranks, 1);
+  // send + receive buffers, scratch (reduce_scatter/reduce keep a full-size work copy plus receive space of a
+  // chunk; trees keep a copy per child), and the check's reference blocks (a few MiB).
+  double scratch = S;
+  if (c.collective == Collective::reduce || c.collective == Collective::broadcast) scratch = S * (1 + std::log2(p));
+  return 2 * S + scratch + S / p + 64.0 * (1 << 20);
 }
 
 std::vector<size_t> default_validate_counts() {

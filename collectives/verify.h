@@ -91,8 +91,11 @@ class CaseRunner {
 };
 
 // nccl-tests' bus-bandwidth factor for C on N ranks: all_reduce 2(n-1)/n; reduce_scatter, all_gather(v),
-// all_to_all(v) (n-1)/n; broadcast, reduce, gather, scatter, send_recv 1.
+// all_to_all(v), gather, scatter (n-1)/n; broadcast, reduce, send_recv 1; barrier 1 (no data).
 double busbw_factor(Collective c, int n);
+
+// Host bytes one rank needs to run C with this case (buffers, scratch, the check's reference blocks).
+double host_bytes_needed(const Case& c, int ranks);
 
 // The counts `shardsim validate` uses by default: 0, 1, 2, primes, counts not divisible by typical rank counts,
 // and counts above the chunk size it sets.

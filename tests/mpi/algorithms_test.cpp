@@ -626,10 +626,11 @@ TEST(ClosedForm, ReduceBinomialAndChain) {
         const auto ch = collectives::reduce(g.tp, in.data(), out.data(), count, DType::fp32, ReduceOp::max, 0.0,
                                             opts("chain", 4096, root));
         EXPECT_EQ(ch.algorithm, "ring");
-        // Root-relative v: data flows p-1 -> ... -> 0, so rank v is done when the last piece came from v+1.
-        const int v = (r - root + p) % p;
+        // Root-relative v: data flows 1 -> 2 -> ... -> p-1 -> 0 (the ring's forward links), so the rank at
+        // position w = v-1 (mod p) of that chain is done when the last piece came from position w-1.
+        const int v = (r - root + p) % p, w = (v - 1 + p) % p;
         const double c = 4096, m = 6;
-        const double want_chain = v == p - 1 ? 0 : (p - 1 - v) * (alpha + c / bw) + (m - 1) * c / bw;
+        const double want_chain = w == 0 ? 0 : w * (alpha + c / bw) + (m - 1) * c / bw;
         expect_time(ch.span.end, want_chain, what + " chain");
         if (r == root) {
           EXPECT_EQ(out[0], float(p)) << what;
