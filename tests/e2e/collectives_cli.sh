@@ -66,6 +66,17 @@ sed 's/all_reduce: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
 expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unknown algorithm 'warp'" -- \
   shardsim_mpi 4 run warp.yaml --no-checkpoint
 
+e2e_case "sub-group verdicts and resource checks"
+if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all_reduce -d fp32 -o sum --counts 7 \
+  --no-random -a ring --inject-wrong-result; then
+  assert_out '^# 2 cases, 112 elements checked, 4 wrong: FAIL$' "both groups' elements counted (2 x 4 ranks x 7, twice)"
+fi
+expect_exit 2 'simulated out of memory on chip 0: needs [0-9.]+ GiB, has 16.00 GiB' -- shardsim_mpi 2 bench -b 16G -e 16G
+expect_exit 2 "directory '/nonexistent' is not writable" -- shardsim_mpi 2 bench --csv /nonexistent/x.csv
+expect_exit 2 "nothing to validate" -- shardsim_mpi 2 validate -b 1M -e 2M --counts 7
+expect_exit 2 "already defines the network" -- shardsim_mpi 4 validate --topology "$SMALL" --torus 2x2
+expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 2 bench reduce -b 4K -e 64K -f 16 -n 1 -w 0 --vs-mpi
+
 e2e_case "bench"
 if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_reduce -b 1K -e 1M -f 32 -n 2 -w 1 --csv b1.csv --vs-mpi; then
   assert_out '^#  +size +count +type +redop +root +algorithm'
