@@ -34,8 +34,11 @@ std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw UsageError("'" + s + "': empty item in a comma-separated list");
+    out.push_back(item);
+  }
+  if (!s.empty() && s.back() == ',') throw UsageError("'" + s + "': empty item in a comma-separated list");
   return out;
 }
 

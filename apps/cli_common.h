@@ -55,7 +55,7 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
 // Output files: not empty, not a directory, directory writable, all distinct. UsageError otherwise.
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& flag_and_path);
 
-// "a,b,c" -> {"a","b","c"}; empty items dropped.
+// "a,b,c" -> {"a","b","c"}; an empty item ("a,,b", "a,") is a UsageError.
 std::vector<std::string> split_list(const std::string& s);
 // Parses "1K", "4M", "1G" (binary multiples) or plain numbers of bytes. UsageError naming FLAG otherwise.
 size_t parse_bytes(const std::string& text, const std::string& flag);
