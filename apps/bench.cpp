@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_common.h"
@@ -339,15 +340,10 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
                 n_bw ? sum_wall_busbw / n_bw : 0.0,
                 n_mpi ? (", " + std::to_string(sum_mpi_busbw / n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
     if (!f.json.empty()) {
-      std::ofstream out(f.json);
-      if (!out) throw RuntimeFault("cannot write " + f.json);
-      out << nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) << "\n";
-      out.close();
-      if (!out) throw RuntimeFault("writing " + f.json + " failed (disk full?)");
+      write_file(f.json, nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) + "\n");
     }
     if (!f.csv.empty()) {
-      std::ofstream out(f.csv);
-      if (!out) throw RuntimeFault("cannot write " + f.csv);
+      std::ostringstream out;
       const std::vector<std::string> cols = {"collective", "size_bytes", "count", "dtype", "op", "root", "placement",
                                              "algorithm", "ranks", "sim_time_us", "sim_algbw_gbps", "sim_busbw_gbps",
                                              "wall_time_us", "wall_busbw_gbps", "wrong", "mpi_time_us",
@@ -363,8 +359,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         }
         out << "\n";
       }
-      out.close();
-      if (!out) throw RuntimeFault("writing " + f.csv + " failed (disk full?)");
+      write_file(f.csv, out.str());
     }
   }
   return wrong_total ? kExitValidationFailed : kExitOk;

@@ -30,6 +30,14 @@ void NetFlags::add_to(CLI::App* app) {
                   "r%K, data-parallel style) | div:K (blocks of K consecutive ranks, tensor-parallel style)");
 }
 
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw RuntimeFault("cannot write " + path + ": " + std::strerror(errno));
+  out << text;
+  out.close();
+  if (!out) throw RuntimeFault("writing " + path + " failed (disk full?)");
+}
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);

@@ -55,6 +55,9 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
 // Output files: not empty, not a directory, directory writable, all distinct. UsageError otherwise.
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& flag_and_path);
 
+// Writes TEXT to PATH; RuntimeFault (exit 3) naming the file when opening or writing fails (e.g. disk full).
+void write_file(const std::string& path, const std::string& text);
+
 // "a,b,c" -> {"a","b","c"}; an empty item ("a,,b", "a,") is a UsageError.
 std::vector<std::string> split_list(const std::string& s);
 // Parses "1K", "4M", "1G" (binary multiples) or plain numbers of bytes. UsageError naming FLAG otherwise.

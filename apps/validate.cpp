@@ -234,11 +234,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
         j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
                              {"op", r.op}, {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong},
                              {"max_error", r.max_error}});
-      std::ofstream out(f.json);
-      if (!out) throw RuntimeFault("cannot write " + f.json);
-      out << j.dump(2) << "\n";
-      out.close();
-      if (!out) throw RuntimeFault("writing " + f.json + " failed (disk full?)");
+      write_file(f.json, j.dump(2) + "\n");
     }
   }
   return total_wrong ? kExitValidationFailed : kExitOk;
