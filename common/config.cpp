@@ -1,5 +1,8 @@
 #include "common/config.h"
 
+#include <utility>
+#include <vector>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -111,8 +114,15 @@ YAML::Node ConfigNode::raw(std::string_view key) const {
 
 void ConfigNode::expect_keys(std::initializer_list<std::string_view> allowed) const {
   if (!node_.IsMap()) fail((path_.empty() ? std::string("config") : path_) + ": expected a mapping");
+  std::vector<std::pair<std::string, std::string>> seen;  // key, where
   for (const auto& kv : node_) {
     const auto key = kv.first.as<std::string>();
+    // yaml-cpp keeps both entries of a repeated key and lookups see only the first: a silent typo trap.
+    for (const auto& [k, where] : seen)
+      if (k == key)
+        throw ConfigError(line_of(kv.first, file_) + ": duplicate key '" + key_path(key) + "' (first at " + where +
+                          ")");
+    seen.emplace_back(key, line_of(kv.first, file_));
     bool ok = false;
     for (auto a : allowed) ok = ok || key == a;
     if (!ok) {

@@ -71,6 +71,14 @@ TEST(Config, UnknownKeyNamesKeyAndLine) {
   EXPECT_NE(msg.find("topology.bandwith_gbps"), std::string::npos) << msg;
 }
 
+// A repeated key would otherwise be silently ignored (yaml-cpp lookups see only the first one).
+TEST(Config, DuplicateKeyNamesBothLines) {
+  auto msg = error_of(replace(kGood, "latency_ns: 500", "latency_ns: 500\n  chips: 8"));
+  EXPECT_NE(msg.find("cfg.yaml:7:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("duplicate key 'topology.chips'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("first at cfg.yaml:4"), std::string::npos) << msg;
+}
+
 TEST(Config, NegativeBandwidth) {
   auto msg = error_of(replace(kGood, "bandwidth_gbps: 100", "bandwidth_gbps: -3"));
   EXPECT_NE(msg.find("cfg.yaml:5:"), std::string::npos) << msg;
