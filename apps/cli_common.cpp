@@ -143,7 +143,10 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     if (std::filesystem::is_directory(f.topology_file))
       throw UsageError("--topology " + f.topology_file + ": is a directory, need a YAML file");
     const ConfigNode root = ConfigNode::load_file(f.topology_file);
-    net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
+    if (topology::is_astra_network(root))
+      net->topo = topology::load_astra_network(root);  // an ASTRA-sim analytical network.yml, unchanged
+    else
+      net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
     net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
   } else {
     if (!(f.bandwidth_gbps > 0) || !std::isfinite(f.bandwidth_gbps))

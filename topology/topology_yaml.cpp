@@ -75,4 +75,42 @@ Topology load_topology(const ConfigNode& node) {
   node.child("kind").fail("topology.kind: unknown kind '" + kind + "' (known: ring, torus)");
 }
 
+bool is_astra_network(const ConfigNode& root) {
+  return root.yaml().IsMap() && root.has("npus_count") && root.has("topology") && root.yaml()["topology"].IsSequence();
+}
+
+Topology load_astra_network(const ConfigNode& root) {
+  root.expect_keys({"topology", "npus_count", "bandwidth", "latency"});
+  const auto kinds = root.child("topology");
+  const size_t n = kinds.yaml().size();
+  if (n == 0) kinds.fail("topology: needs at least one dimension");
+  const auto npus = root.get_int_list("npus_count");
+  if (npus.size() != n)
+    root.child("npus_count").fail("npus_count: " + std::to_string(npus.size()) + " entries for " + std::to_string(n) +
+                                  " topology dimensions");
+  const auto bw = numbers(root, "bandwidth", n, true);
+  const auto lat = numbers(root, "latency", n, false);
+  constexpr double kAstraGB = 1073741824.0 / 1e9;  // ASTRA-sim's GB/s in shardsim's (1e9 B) GB/s
+  std::vector<int> dims(n);
+  std::vector<LinkSpec> specs(n);
+  for (size_t i = 0; i < n; ++i) {
+    ConfigNode item(kinds.yaml()[i], kinds.file(), "topology[" + std::to_string(i) + "]");
+    const std::string kind = kinds.yaml()[i].IsScalar() ? kinds.yaml()[i].Scalar() : "";
+    if (kind == "FullyConnected" || kind == "Switch")
+      item.fail("topology[" + std::to_string(i) + "]: ASTRA-sim '" + kind +
+                "' dimensions are not modelled yet (only Ring; stacks of Rings become a torus)");
+    if (kind != "Ring") item.fail("topology[" + std::to_string(i) + "]: unknown ASTRA-sim topology '" + kind +
+                                  "' (known: Ring, FullyConnected, Switch)");
+    if (npus[i] < 1) root.child("npus_count").fail("npus_count: every entry must be >= 1");
+    const size_t d = n - 1 - i;  // ASTRA-sim's dimension 0 is our last (fastest-varying) one
+    dims[d] = static_cast<int>(npus[i]);
+    specs[d] = LinkSpec{bw[bw.size() == 1 ? 0 : i] * kAstraGB, lat[lat.size() == 1 ? 0 : i]};
+  }
+  try {
+    return n == 1 ? Topology::ring(dims[0], specs[0], true) : Topology::torus(dims, specs);
+  } catch (const std::invalid_argument& e) {
+    root.fail(std::string("ASTRA-sim network: ") + e.what());
+  }
+}
+
 }  // namespace shardsim::topology

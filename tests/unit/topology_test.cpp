@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "topology/topology.h"
+#include "topology/topology_yaml.h"
 
 using shardsim::topology::LinkSpec;
 using shardsim::topology::Topology;
@@ -90,4 +93,42 @@ TEST(Topology, RejectsBadShapes) {
   EXPECT_THROW(Topology::torus({2, 0}, {LinkSpec{1, 1}}), std::invalid_argument);
   auto t = Topology::ring(4, LinkSpec{1, 1});
   EXPECT_THROW(t.route(0, 4), std::out_of_range);
+}
+
+// ASTRA-sim's analytical network.yml: stacked Rings become a torus, dimension 0 (innermost) last, GB = 2^30 B.
+TEST(AstraNetwork, StackedRingsBecomeATorus) {
+  const auto root = shardsim::ConfigNode::load_string(
+      "topology: [ Ring, Ring ]\nnpus_count: [ 2, 4 ]\nbandwidth: [ 50.0, 25.0 ]\nlatency: [ 500.0, 100.0 ]\n",
+      "network.yml");
+  ASSERT_TRUE(shardsim::topology::is_astra_network(root));
+  const auto t = shardsim::topology::load_astra_network(root);
+  EXPECT_EQ(t.kind(), shardsim::topology::Kind::torus);
+  ASSERT_EQ(t.dims(), (std::vector<int>{4, 2}));
+  // ASTRA-sim NPU 1 is x0 = 1 (its dimension 0, our last): a neighbour over the 50 GB/s, 500 ns links.
+  const auto l = t.link_between(0, 1);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_DOUBLE_EQ(t.link(*l).bandwidth_gbps, 50.0 * 1073741824.0 / 1e9);
+  EXPECT_DOUBLE_EQ(t.link(*l).latency_ns, 500.0);
+  const auto l2 = t.link_between(0, 2);  // x1 = 1: ASTRA-sim's dimension 1
+  ASSERT_TRUE(l2.has_value());
+  EXPECT_DOUBLE_EQ(t.link(*l2).bandwidth_gbps, 25.0 * 1073741824.0 / 1e9);
+  EXPECT_DOUBLE_EQ(t.link(*l2).latency_ns, 100.0);
+}
+
+TEST(AstraNetwork, UnsupportedAndMalformedDimensionsNameTheLine) {
+  auto error_of = [](const std::string& text) {
+    try {
+      shardsim::topology::load_astra_network(shardsim::ConfigNode::load_string(text, "network.yml"));
+    } catch (const shardsim::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string sw = error_of("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 5, 5 ]\n");
+  EXPECT_NE(sw.find("network.yml:1"), std::string::npos) << sw;
+  EXPECT_NE(sw.find("'Switch' dimensions are not modelled yet"), std::string::npos) << sw;
+  const std::string count = error_of("topology: [ Ring, Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 5, 5 ]\n");
+  EXPECT_NE(count.find("network.yml:2"), std::string::npos) << count;
+  const std::string bw = error_of("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ -1 ]\nlatency: [ 5 ]\n");
+  EXPECT_NE(bw.find("bandwidth[0]: must be > 0"), std::string::npos) << bw;
 }
