@@ -80,13 +80,21 @@ double worst_step(const runtime::Transport& tp, int dist, double bytes) {
 struct Replay {
   const runtime::Transport& tp;
   std::vector<std::map<int, double>> port_free;
+  // Per (from, to) rank pair: the first link of the route (-1: none) and the route's latency/bandwidth, looked
+  // up once per replay (a replay sends the same pairs many times; auto runs one per algorithm and call).
+  std::map<std::pair<int, int>, std::pair<int, Path>> routes;
   explicit Replay(const runtime::Transport& t) : tp(t), port_free(static_cast<size_t>(t.size())) {}
   double send(int from, int to, double ready, double bytes) {
     if (from == to) return ready;
-    const auto route = tp.topology().route(tp.chip_of(from), tp.chip_of(to));
-    if (route.empty()) return ready;
-    const Path ph = path(tp, from, to);
-    double& free = port_free[static_cast<size_t>(from)][route.front()];
+    auto it = routes.find({from, to});
+    if (it == routes.end()) {
+      const auto route = tp.topology().route(tp.chip_of(from), tp.chip_of(to));
+      it = routes.emplace(std::make_pair(from, to), std::make_pair(route.empty() ? -1 : route.front(), path(tp, from, to)))
+               .first;
+    }
+    const auto& [port, ph] = it->second;
+    if (port < 0) return ready;
+    double& free = port_free[static_cast<size_t>(from)][port];
     const double start = std::max(ready, free);
     free = start + bytes / ph.bandwidth;
     return start + ph.latency_ns + bytes / ph.bandwidth;
@@ -237,9 +245,8 @@ double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_
 // order the tree code issues them), so sends that share a first link are charged, as the simulator does.
 double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
   const int p = tp.size();
-  const auto& topo = tp.topology();
-  const double m = chunk_bytes ? std::max(1.0, std::ceil(bytes / static_cast<double>(chunk_bytes))) : 1.0;
-  const double piece = bytes / m;
+  const double m = chunk_bytes ? std::clamp(std::ceil(bytes / static_cast<double>(chunk_bytes)), 1.0, 1024.0) : 1.0;
+  const double piece = bytes / m;  // pieces as tree.cpp cuts them (at most 1024)
   auto children = [p](int v) {
     std::vector<int> out;
     int mask = 1;
@@ -249,17 +256,8 @@ double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chun
     return out;
   };
   std::vector<std::vector<double>> ready(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(m), 0.0));
-  std::vector<std::map<int, double>> port_free(static_cast<size_t>(p));
-  // One piece from rank A to rank B, ready at T: returns its arrival.
-  auto send = [&](int a, int b, double t) {
-    const auto route = topo.route(tp.chip_of(a), tp.chip_of(b));
-    if (route.empty()) return t;
-    const Path ph = path(tp, a, b);
-    double& free = port_free[static_cast<size_t>(a)][route.front()];
-    const double start = std::max(t, free);
-    free = start + piece / ph.bandwidth;
-    return start + ph.latency_ns + piece / ph.bandwidth;
-  };
+  Replay rp(tp);
+  auto send = [&](int a, int b, double t) { return rp.send(a, b, t, piece); };
   double end = 0;
   if (!reduce) {
     for (int v = 0; v < p; ++v)  // parents before children: a child's index is larger

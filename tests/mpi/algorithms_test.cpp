@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "mpi/mpi_util.h"
 #include "common/error.h"
 
 using namespace shardsim;
@@ -42,21 +43,6 @@ using Bytes = std::vector<unsigned char>;
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-std::vector<int> identity_chips(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
 
 // One chip per rank on TOPO; rank r sits on CHIPS[r] (default: chip r).
 struct Fixture {

@@ -9,6 +9,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "collectives/reference.h"
+#include "mpi/mpi_util.h"
 
 using namespace shardsim;
 using collectives::Partition;
@@ -18,16 +19,6 @@ using runtime::DType;
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 struct Fixture {
   topology::Topology topo;
@@ -36,12 +27,7 @@ struct Fixture {
   Fixture(double bw, double lat)
       : topo(topology::Topology::ring(world_size(), topology::LinkSpec{bw, lat})),
         tl(world_rank(), topo, sim::device_preset("generic")),
-        tp(MPI_COMM_WORLD, tl, ids()) {}
-  static std::vector<int> ids() {
-    std::vector<int> v(static_cast<size_t>(world_size()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>(i);
-    return v;
-  }
+        tp(MPI_COMM_WORLD, tl, identity_chips(world_size())) {}
 };
 
 // "Verifiable" input of rank R (as nccl-tests does): small integers, so sums/products/min/max are exact in
