@@ -24,6 +24,9 @@ void NetFlags::add_to(CLI::App* app) {
       ->each([this](const std::string&) { bandwidth_given = true; });
   app->add_option("--latency", latency_ns, "link latency, ns per hop (default 1000)")
       ->each([this](const std::string&) { latency_given = true; });
+  app->add_option("--mesh", mesh, "mesh (no wrap-around) dimensions instead of a ring, e.g. 2x4");
+  app->add_flag("--switch", switched, "every chip on one switch (chip -> switch -> chip, two links) instead of a ring");
+  app->add_flag("--fully-connected", fully_connected, "a direct link between every pair of chips instead of a ring");
   app->add_flag("--unidirectional", unidirectional, "one-way ring (default: links both ways)");
   app->add_option("--group", group,
                   "run in sub-groups: world | dim:D (lines along torus dimension D) | mod:K (ranks r with equal "
@@ -123,9 +126,9 @@ void connect(Net& net, const runtime::World& world) {
                      world.rank(), "host rank count");
   MPI_Comm_size(local, &net.ranks_on_host);
   MPI_Comm_free(&local);
-  net.timeline = std::make_unique<sim::Timeline>(world.rank(), net.topo, net.device);
-  std::vector<int> ids(static_cast<size_t>(world.size()));
-  for (int i = 0; i < world.size(); ++i) ids[static_cast<size_t>(i)] = i;
+  // Rank r runs on chip placement[r] (identity unless the topology file sets one).
+  const auto& ids = net.topo.placement();
+  net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo, net.device);
   net.world = std::make_unique<runtime::Transport>(world.comm(), *net.timeline, ids);
   net.group = net.split_color >= 0 ? &net.world->subgroup("cli.group", net.split_color, net.split_key)
                                    : net.world.get();
@@ -137,9 +140,11 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   auto net = std::make_unique<Net>();
   const int n = world.size();
   if (!f.topology_file.empty()) {
-    if (!f.torus.empty() || f.unidirectional || f.bandwidth_given || f.latency_given)
+    if (!f.torus.empty() || !f.mesh.empty() || f.switched || f.fully_connected || f.unidirectional ||
+        f.bandwidth_given || f.latency_given)
       throw UsageError("--topology " + f.topology_file +
-                       " already defines the network; drop --torus/--bandwidth/--latency/--unidirectional (or edit the file)");
+                       " already defines the network; drop --torus/--mesh/--switch/--fully-connected/--bandwidth/"
+                       "--latency/--unidirectional (or edit the file)");
     if (std::filesystem::is_directory(f.topology_file))
       throw UsageError("--topology " + f.topology_file + ": is a directory, need a YAML file");
     const ConfigNode root = ConfigNode::load_file(f.topology_file);
@@ -154,12 +159,15 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     if (!(f.latency_ns >= 0) || !(f.latency_ns <= 1e12)) throw UsageError("--latency: must be in [0, 1e12] ns");
     if (f.bandwidth_gbps > 1e12) throw UsageError("--bandwidth: must be <= 1e12 GB/s");
     const topology::LinkSpec link{f.bandwidth_gbps, f.latency_ns};
-    if (!f.torus.empty()) {
+    const int shapes = !f.torus.empty() + !f.mesh.empty() + f.switched + f.fully_connected;
+    if (shapes > 1) throw UsageError("give at most one of --torus, --mesh, --switch, --fully-connected");
+    if (f.unidirectional && shapes) throw UsageError("--unidirectional applies to rings only");
+    auto parse_dims = [](const std::string& flag, const std::string& text) {
       std::vector<int> dims;
-      std::stringstream ss(f.torus);
+      std::stringstream ss(text);
       std::string item;
-      if (f.torus.back() == 'x' || f.torus.front() == 'x')
-        throw UsageError("--torus: '" + f.torus + "' is not a list of positive dimensions like 2x4");
+      const std::string bad = flag + ": '" + text + "' is not a list of positive dimensions like 2x4";
+      if (text.back() == 'x' || text.front() == 'x') throw UsageError(bad);
       while (std::getline(ss, item, 'x')) {
         try {
           size_t pos = 0;
@@ -167,14 +175,16 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
           if (pos != item.size() || d < 1) throw std::invalid_argument("");
           dims.push_back(d);
         } catch (const std::exception&) {
-          throw UsageError("--torus: '" + f.torus + "' is not a list of positive dimensions like 2x4");
+          throw UsageError(bad);
         }
       }
-      if (f.unidirectional) throw UsageError("--unidirectional applies to rings only");
-      net->topo = topology::Topology::torus(dims, {link});
-    } else {
-      net->topo = topology::Topology::ring(n, link, !f.unidirectional);
-    }
+      return dims;
+    };
+    if (!f.torus.empty()) net->topo = topology::Topology::torus(parse_dims("--torus", f.torus), {link});
+    else if (!f.mesh.empty()) net->topo = topology::Topology::mesh(parse_dims("--mesh", f.mesh), {link});
+    else if (f.switched) net->topo = topology::Topology::switched(n, link);
+    else if (f.fully_connected) net->topo = topology::Topology::fully_connected(n, link);
+    else net->topo = topology::Topology::ring(n, link, !f.unidirectional);
     net->device = sim::device_preset("generic");
   }
   if (net->topo.num_chips() != n)
@@ -212,7 +222,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   const int r = world.rank();
   net->group_text = "world (" + std::to_string(n) + " chips)";
   if (dim >= 0) {
-    auto xyz = net->topo.coords(r);
+    auto xyz = net->topo.coords(net->topo.placement().at(static_cast<size_t>(r)));
     net->split_key = xyz[static_cast<size_t>(dim)];
     xyz[static_cast<size_t>(dim)] = 0;
     net->split_color = net->topo.chip_at(xyz);

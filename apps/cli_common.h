@@ -21,6 +21,9 @@ namespace shardsim::apps {
 struct NetFlags {
   std::string topology_file;  // YAML with a `topology:` section (and optionally `device:`), e.g. a workload
   std::string torus;          // "2x4", "2x2x2": a torus of these dims instead of a ring
+  std::string mesh;           // "2x4": a mesh (no wrap-around) of these dims
+  bool switched = false;      // every chip on one switch
+  bool fully_connected = false;
   double bandwidth_gbps = 100;
   double latency_ns = 1000;
   bool unidirectional = false;

@@ -16,5 +16,6 @@ struct Command {
 
 Command add_validate(CLI::App& app, const runtime::World& world);
 Command add_bench(CLI::App& app, const runtime::World& world);
+Command add_topo(CLI::App& app, const runtime::World& world);
 
 }  // namespace shardsim::apps

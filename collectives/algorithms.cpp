@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "collectives/ring.h"
@@ -45,6 +46,7 @@ const std::map<std::string, std::string>& aliases() {
       {"rabenseifner", "halving_doubling"}, {"recursive_halving_doubling", "halving_doubling"},
       {"tree", "binomial_tree"},            {"binomial", "binomial_tree"},
       {"chain", "ring"},                    {"pairwise", "direct"},
+      {"hierarchical", "torus"},            {"multi_dim", "torus"},
   };
   return m;
 }
@@ -74,36 +76,27 @@ double worst_step(const runtime::Transport& tp, int dist, double bytes) {
   return worst;
 }
 
-// Exact replays of the schedules the algorithms run, on the group's routes: every send starts at
-// max(its data's ready time, its port's free time), occupies the port for S/B and arrives after the route's
-// latency + S/B -- the same rules as sim::Timeline, in the same issue order as the code.
+// Exact replays of the schedules the algorithms run, on the group's routes, through the same sim::Timeline
+// rules the simulation uses (one event-free timeline per sending rank), in the same issue order as the code.
 struct Replay {
-  const runtime::Transport& tp;
-  std::vector<std::map<int, double>> port_free;
-  // Per (from, to) rank pair: the first link of the route (-1: none) and the route's latency/bandwidth, looked
-  // up once per replay (a replay sends the same pairs many times; auto runs one per algorithm and call).
-  std::map<std::pair<int, int>, std::pair<int, Path>> routes;
-  explicit Replay(const runtime::Transport& t) : tp(t), port_free(static_cast<size_t>(t.size())) {}
+  const topology::Topology& topo;
+  std::vector<int> chips;  // rank -> chip
+  std::vector<std::unique_ptr<sim::Timeline>> tl;
+  Replay(const topology::Topology& t, std::vector<int> rank_to_chip)
+      : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()) {}
+  explicit Replay(const runtime::Transport& t) : Replay(t.topology(), t.rank_to_chip()) {}
+  int size() const { return static_cast<int>(chips.size()); }
   double send(int from, int to, double ready, double bytes) {
     if (from == to) return ready;
-    auto it = routes.find({from, to});
-    if (it == routes.end()) {
-      const auto route = tp.topology().route(tp.chip_of(from), tp.chip_of(to));
-      it = routes.emplace(std::make_pair(from, to), std::make_pair(route.empty() ? -1 : route.front(), path(tp, from, to)))
-               .first;
-    }
-    const auto& [port, ph] = it->second;
-    if (port < 0) return ready;
-    double& free = port_free[static_cast<size_t>(from)][port];
-    const double start = std::max(ready, free);
-    free = start + bytes / ph.bandwidth;
-    return start + ph.latency_ns + bytes / ph.bandwidth;
+    auto& mine = tl[static_cast<size_t>(from)];
+    if (!mine) mine = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(from)], topo, sim::DeviceSpec{}, false);
+    return mine->send("", chips[static_cast<size_t>(to)], bytes, ready).end;
   }
 };
 
 // Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them.
-double ring_estimate(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
-  const int p = tp.size();
+double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
+  const int p = rp.size();
   if (p == 1 || chunk <= 0) return 0;
   const int dirs = bidir ? 2 : 1;
   const double per_dir = chunk / dirs;
@@ -112,7 +105,6 @@ double ring_estimate(const runtime::Transport& tp, double chunk, int passes, boo
                                                                1.0, 64.0));
   const double piece = per_dir / m;
   const int lanes = dirs * m;
-  Replay rp(tp);
   std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), 0.0));
   for (int pass = 0; pass < passes; ++pass) {
     for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
@@ -197,46 +189,42 @@ double chain_estimate(const runtime::Transport& tp, double bytes, size_t chunk_b
   return end;
 }
 
-double torus_estimate(const runtime::Transport& tp, double bytes, int passes) {
+// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, replayed with the data left
+// after the dimensions before it (S, S/k0, S/(k0 k1), ...). Lines of one dimension use disjoint links.
+double torus_estimate(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes) {
   const auto& topo = tp.topology();
   double t = 0, s = bytes;
   for (size_t d = 0; d < topo.dims().size(); ++d) {
     const int k = topo.dims()[d];
     if (k == 1) continue;
-    // The ring along dimension d through chip 0; per-dimension links are uniform.
-    std::vector<int> xyz(topo.dims().size(), 0), next = xyz, prev = xyz;
-    next[d] = 1;
-    prev[d] = k - 1;
-    const auto l = topo.route(0, topo.chip_at(next));
-    const auto lb = topo.route(0, topo.chip_at(prev));
-    const bool bidir = k > 2 && !lb.empty() && lb.front() != l.front();
-    const auto& link = topo.link(l.front());
-    t += passes * (k - 1) * (link.latency_ns + s / (k * (bidir ? 2.0 : 1.0) * link.bandwidth_gbps));
+    std::vector<int> line;
+    std::vector<int> xyz(topo.dims().size(), 0);
+    for (int x = 0; x < k; ++x) {
+      xyz[d] = x;
+      line.push_back(topo.chip_at(xyz));
+    }
+    const auto l = topo.route(line[0], line[1]);
+    const auto lb = topo.route(line[0], line[static_cast<size_t>(k - 1)]);
+    const bool bidir = k > 2 && lb.front() != l.front();
+    t += ring_estimate(Replay(topo, line), s / k, passes, bidir, chunk_bytes);
     s /= k;
   }
   return t;
 }
 
-// Direct exchange: every rank injects the given bytes to every peer at once; ports serialize what shares them.
+// Direct exchange: every rank injects the given bytes to every peer at once (peer r+1 first, as the code
+// issues them); the timeline serializes what shares a port or a link.
 double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs) {
   const int p = tp.size();
-  const auto& topo = tp.topology();
+  Replay rp(tp);
   double worst = 0;
   for (int r = 0; r < p; ++r) {
-    std::map<int, double> port_busy;
-    double latest = 0;
+    if (root_only_sends && r != 0) break;
     for (int s = 1; s < p; ++s) {
       const int dst = (r + s) % p;
-      if (root_only_sends && r != 0) break;
       if (root_only_recvs && dst != 0) continue;
-      const auto route = topo.route(tp.chip_of(r), tp.chip_of(dst));
-      if (route.empty()) continue;
-      const Path ph = path(tp, r, dst);
-      double& busy = port_busy[route.front()];
-      busy += per_peer / ph.bandwidth;
-      latest = std::max(latest, busy + ph.latency_ns);
+      worst = std::max(worst, rp.send(r, dst, 0.0, per_peer));
     }
-    worst = std::max(worst, latest);
   }
   return worst;
 }
@@ -347,8 +335,8 @@ double estimate_ns(Collective c, const std::string& a, const runtime::Transport&
       const int passes = c == Collective::all_reduce ? 2 : 1;
       const bool rs = c != Collective::all_gather && c != Collective::all_gatherv;
       const bool ag = c != Collective::reduce_scatter;
-      if (a == "ring" || a == "bidir_ring") return ring_estimate(tp, bytes / p, passes, a == "bidir_ring", chunk_bytes);
-      if (a == "torus") return torus_estimate(tp, bytes, passes);
+      if (a == "ring" || a == "bidir_ring") return ring_estimate(Replay(tp), bytes / p, passes, a == "bidir_ring", chunk_bytes);
+      if (a == "torus") return torus_estimate(tp, bytes, passes, chunk_bytes);
       if (a == "halving_doubling") return hd_estimate(tp, bytes, rs, ag);
       break;
     }

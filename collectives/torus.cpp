@@ -8,8 +8,7 @@ namespace shardsim::collectives::torus {
 
 std::string obstacle(const runtime::Transport& tp) {
   const auto& topo = tp.topology();
-  if (topo.kind() != topology::Kind::torus && topo.kind() != topology::Kind::ring)
-    return "the topology is a " + topo.kind_name() + ", not a torus";
+  if (!topo.is_grid()) return "the topology is a " + topo.kind_name() + " without dimensions (not a torus or stack)";
   if (tp.size() != topo.num_chips())
     return "the group has " + std::to_string(tp.size()) + " of the topology's " + std::to_string(topo.num_chips()) +
            " chips (a sub-group is not a torus)";

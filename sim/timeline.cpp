@@ -1,50 +1,80 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace shardsim::sim {
 
-Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device)
-    : chip_(chip), topo_(&topo), device_(std::move(device)) {
+Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device, bool record_events)
+    : chip_(chip), topo_(&topo), device_(std::move(device)), record_(record_events) {
   if (chip < 0 || chip >= topo.num_chips())
     throw std::out_of_range("timeline: chip " + std::to_string(chip) + " not in topology");
   free_.assign(1 + topo.out_links(chip).size(), 0.0);
+  link_free_.assign(topo.links().size(), 0.0);
+  routes_.resize(static_cast<size_t>(topo.num_chips()));
+  have_route_.assign(static_cast<size_t>(topo.num_chips()), false);
+}
+
+const Timeline::Route& Timeline::route_to(int dst) {
+  Route& r = routes_.at(static_cast<size_t>(dst));
+  if (have_route_[static_cast<size_t>(dst)]) return r;
+  r.links = topo_->route(chip_, dst);
+  const auto& outs = topo_->out_links(chip_);
+  r.port = 1 + static_cast<int>(std::find(outs.begin(), outs.end(), r.links.front()) - outs.begin());
+  double at = 0;
+  for (int id : r.links) {
+    r.offset.push_back(at);
+    at += topo_->link(id).latency_ns;
+  }
+  r.bottleneck_gbps = std::numeric_limits<double>::infinity();
+  for (int id : r.links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
+  r.latency_ns = at;
+  have_route_[static_cast<size_t>(dst)] = true;
+  return r;
 }
 
 std::string Timeline::engine_name(int engine) const {
   if (engine == kComputeEngine) return "compute";
-  const auto& l = topo_->link(topo_->out_links(chip_).at(engine - 1));
-  return "link->" + std::to_string(l.dst) + " (dim" + std::to_string(l.dim) + (l.dir > 0 ? "+" : "-") + ")";
+  const auto& l = topo_->link(topo_->out_links(chip_).at(static_cast<size_t>(engine - 1)));
+  std::string s = "link->";
+  s += topo_->is_switch(l.dst) ? "switch " + std::to_string(l.dst - topo_->num_chips()) : std::to_string(l.dst);
+  if (!topo_->is_grid()) return s;
+  s += " (dim" + std::to_string(l.dim);
+  s += l.dir > 0 && !topo_->is_switch(l.dst) ? "+" : l.dir < 0 ? "-" : "";
+  return s + ")";
 }
 
 Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready) {
   const TimeNs start = std::max(ready, free_[kComputeEngine]);
   const TimeNs end = start + compute_time_ns(device_, flops, bytes, p);
   free_[kComputeEngine] = end;
-  events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
+  if (record_) events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
   return {start, end};
 }
 
 Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready) {
   if (dst == chip_) return {ready, ready};
-  const auto route = topo_->route(chip_, dst);
-  const auto& outs = topo_->out_links(chip_);
-  const int port = 1 + static_cast<int>(std::find(outs.begin(), outs.end(), route.front()) - outs.begin());
-  const TransferCost c = transfer_cost(*topo_, route, bytes);
-  const TimeNs start = std::max(ready, free_[port]);
-  free_[port] = start + c.occupancy_ns;
-  events_.push_back(Event{name, "send", port, {start, start + c.occupancy_ns}, 0, bytes, dst});
-  return {start, start + c.total_ns()};
+  const Route& r = route_to(dst);
+  const double occupancy = bytes / r.bottleneck_gbps;  // S / B_min, as sim::transfer_cost
+  TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
+  for (size_t i = 0; i < r.links.size(); ++i)  // every link must be free when the head reaches it
+    start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i]);
+  for (size_t i = 0; i < r.links.size(); ++i)
+    link_free_[static_cast<size_t>(r.links[i])] = start + r.offset[i] + occupancy;
+  free_[static_cast<size_t>(r.port)] = start + occupancy;
+  if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
+  return {start, start + r.latency_ns + occupancy};
 }
 
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
+  std::fill(link_free_.begin(), link_free_.end(), 0.0);
   events_.clear();
 }
 
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {
-  events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
+  if (record_) events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
 }
 
 TimeNs Timeline::end_time() const {

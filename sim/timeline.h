@@ -5,6 +5,14 @@
 // caller) and starts at max(ready, engine free time); the engine is then busy until start + duration.
 // Ops on different engines overlap freely; ops on one engine serialize in the order they were issued.
 //
+// Contention the timeline sees: the flows this chip injects. A transfer over links l_1..l_h is cut-through:
+// its head reaches l_i at start + (alpha_1 + ... + alpha_{i-1}) and it occupies every l_i for S / min_j B_j.
+// The timeline keeps a busy-until time for every link of the topology *as used by this chip's own flows*, and
+// a transfer starts at the earliest time at which all of its links are free when its head gets there. So two
+// flows of one chip that share any link of their routes serialize on it; flows on disjoint links do not slow
+// each other. Flows of other chips are invisible here (each rank keeps its own timeline): two chips sending
+// through one shared link do not slow each other. See docs/MODEL.md, "Contention".
+//
 // Simulated time never comes from the host clock: it is advanced only by cost functions and by the
 // timestamps carried in messages (Lamport-style), so it is bit-identical from run to run.
 // Units: ns of simulated time (double).
@@ -49,7 +57,9 @@ struct Breakdown {
 
 class Timeline {
  public:
-  Timeline(int chip, const topology::Topology& topo, DeviceSpec device);
+  // RECORD_EVENTS false: keep only the engines' and links' busy times (for cost estimates that replay
+  // schedules; events() stays empty).
+  Timeline(int chip, const topology::Topology& topo, DeviceSpec device, bool record_events = true);
 
   int chip() const { return chip_; }
   const DeviceSpec& device() const { return device_; }
@@ -79,7 +89,20 @@ class Timeline {
   int chip_;
   const topology::Topology* topo_;
   DeviceSpec device_;
+  struct Route {
+    int port = 0;                 // engine of the first link
+    std::vector<int> links;       // link ids
+    std::vector<double> offset;   // head arrival at link i relative to the start: sum of earlier latencies
+    double bottleneck_gbps = 0;   // min bandwidth over the route
+    double latency_ns = 0;        // sum of latencies
+  };
+  const Route& route_to(int dst);
+
+  bool record_ = true;
   std::vector<TimeNs> free_;
+  std::vector<TimeNs> link_free_;     // per topology link, busy-until by this chip's own flows
+  std::vector<Route> routes_;         // per destination chip, filled on first use
+  std::vector<bool> have_route_;
   std::vector<Event> events_;
 };
 

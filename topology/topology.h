@@ -1,18 +1,31 @@
-// The chip graph: chips, directed links and routes. No MPI, no time.
+// The chip graph: chips (and switches), directed links and routes. No MPI, no time.
 //
 // Units: link bandwidth in GB/s with GB = 1e9 bytes, per direction; latency in ns (per hop).
-// Links are directed: a bidirectional (full-duplex) connection between chips a and b is two Links, a->b and
-// b->a, each with the full bandwidth.
+// Links are directed: a bidirectional (full-duplex) connection between nodes a and b is two Links, a->b and
+// b->a, each with the full bandwidth. Nodes 0..num_chips()-1 are chips; nodes from num_chips() on are switches
+// (they forward, they do not compute and no rank lives on them).
 //
-// Builders:
-//   ring(n)       n chips, chip i linked to i+1 and i-1 (mod n); unidirectional: only i -> i+1.
-//   torus(dims)   N-d torus, row-major chip numbering (the last dimension varies fastest); each chip has a
-//                 +1 and a -1 link per dimension (one link when the dimension has size 2, none for size 1).
+// Grid topologies (ring, torus, mesh, fully-connected, switch, and stacks of these) are built from dimensions,
+// as ASTRA-sim stacks Ring / FullyConnected / Switch: chips are numbered row-major over the dimension sizes
+// (the last dimension varies fastest); along dimension d the chips that share all other coordinates form one
+// "line" of size k, connected according to the dimension's kind:
+//   ring             chip i -> i+1 and (bidirectional) i -> i-1, mod k. Size 2: one link each way.
+//   line             a ring without the wrap-around link (a mesh dimension).
+//   fully_connected  a direct link between every ordered pair of the line's chips.
+//   switch           every chip of the line has one link up to the line's own switch and one back down; a
+//                    chip-to-chip transfer crosses two links (up, down), as in ASTRA-sim's Switch.
+// Kinds: ring = one ring dimension; torus = all ring dimensions; mesh = all line dimensions;
+//   fully_connected / switch = one such dimension; stacked = anything else (e.g. [ring 4 x switch 8]).
+// Graph topologies come from an explicit edge list (chips, optional switches, links between any nodes).
+//
 // Routing:
-//   ring   shorter direction; on a tie (distance n/2) the +1 direction.
-//   torus  dimension-order (dimension 0 first), shorter direction in each dimension, + on a tie.
-//          (Dally & Towles, "Principles and Practices of Interconnection Networks", 2004, ch. 14.)
-// Errors: std::invalid_argument for impossible shapes (the YAML loader reports them as ConfigError).
+//   grids  dimension-order (dimension 0 first; Dally & Towles, "Principles and Practices of Interconnection
+//          Networks", 2004, ch. 14). Within a ring the shorter direction, + on a tie (a unidirectional ring
+//          only goes +); within a line towards the goal; fully-connected: the direct link; switch: up and down.
+//   graph  shortest path by hop count; among equal-length paths the one taking the lowest link id at every hop
+//          (deterministic). Links are traversed cut-through (see sim/cost.h).
+// Errors: std::invalid_argument for impossible shapes and bad numbers (the YAML loader reports them as
+// ConfigError naming the field); std::out_of_range for chip ids outside the topology.
 #pragma once
 
 #include <optional>
@@ -22,66 +35,122 @@
 namespace shardsim::topology {
 
 struct LinkSpec {
-  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes
-  double latency_ns = 0;      // per hop
+  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes; must be finite and > 0
+  double latency_ns = 0;      // per hop; must be finite and >= 0
+};
+
+enum class DimKind { ring, line, fully_connected, switch_ };
+std::string dim_kind_name(DimKind k);  // "ring", "line", "fully_connected", "switch"
+
+struct Dim {
+  DimKind kind = DimKind::ring;
+  int size = 1;
+  LinkSpec link;
+  bool bidirectional = true;  // ring only: false = only i -> i+1
 };
 
 struct Link {
   int id = 0;
-  int src = 0;
+  int src = 0;  // node ids (chips first, then switches)
   int dst = 0;
   double bandwidth_gbps = 0;
   double latency_ns = 0;
-  int dim = 0;  // dimension this link belongs to
-  int dir = 1;  // +1 or -1 along that dimension
+  int dim = 0;  // dimension this link belongs to (graphs: 0)
+  int dir = 1;  // ring/line: +1 or -1 along the dimension; fully-connected 0; switch: +1 up, -1 down
 };
 
-enum class Kind { ring, torus };
+// One edge of an explicit graph: a link A -> B (and B -> A when bidirectional).
+struct Edge {
+  int a = 0;
+  int b = 0;
+  LinkSpec link;
+  bool bidirectional = true;
+};
+
+enum class Kind { ring, torus, mesh, fully_connected, switch_, stacked, graph };
 
 class Topology {
  public:
   static Topology ring(int chips, LinkSpec link, bool bidirectional = true);
-  // One LinkSpec for all dimensions, or one per dimension.
+  // One LinkSpec for all dimensions, or one per dimension. Any number of dimensions, including 1.
   static Topology torus(const std::vector<int>& dims, const std::vector<LinkSpec>& per_dim);
+  static Topology mesh(const std::vector<int>& dims, const std::vector<LinkSpec>& per_dim);
+  static Topology fully_connected(int chips, LinkSpec link);
+  static Topology switched(int chips, LinkSpec link);  // every chip to one switch (links chip<->switch)
+  // Any stack of dimensions (dimension 0 outermost).
+  static Topology stacked(const std::vector<Dim>& dims);
+  // An explicit edge list over CHIPS chips and SWITCHES switches (switch i is node CHIPS + i). Every chip must
+  // reach every other chip; errors name the edge index.
+  static Topology graph(int chips, int switches, const std::vector<Edge>& edges);
 
   Kind kind() const { return kind_; }
   std::string kind_name() const;
+  bool is_grid() const { return kind_ != Kind::graph; }
   int num_chips() const { return num_chips_; }
+  int num_nodes() const { return static_cast<int>(out_.size()); }
+  bool is_switch(int node) const { return node >= num_chips_; }
+  // Grid dimension sizes (graphs: {num_chips}).
   const std::vector<int>& dims() const { return dims_; }
-  bool bidirectional() const { return bidirectional_; }
+  const std::vector<Dim>& dim_specs() const { return dim_specs_; }
+  // True when every ring dimension is bidirectional.
+  bool bidirectional() const;
   const std::vector<Link>& links() const { return links_; }
-  const Link& link(int id) const { return links_.at(id); }
+  const Link& link(int id) const { return links_.at(static_cast<size_t>(id)); }
 
-  // Link ids leaving CHIP, in a fixed order (dimension, then +1 before -1).
-  const std::vector<int>& out_links(int chip) const { return out_.at(chip); }
-  // Distinct chips reachable in one hop from CHIP, ascending.
+  // Link ids leaving NODE, in a fixed order (dimension, then +1 before -1).
+  const std::vector<int>& out_links(int node) const { return out_.at(static_cast<size_t>(node)); }
+  // Distinct chips reachable in one hop from CHIP (through no switch), ascending.
   std::vector<int> neighbors(int chip) const;
-  std::optional<int> link_between(int src, int dst) const;
+  std::optional<int> link_between(int src, int dst) const;  // node ids
 
+  // Grid coordinates (graphs: {chip}).
   std::vector<int> coords(int chip) const;
   int chip_at(const std::vector<int>& coords) const;
 
-  // Link ids of the route SRC -> DST (empty when SRC == DST).
+  // Link ids of the route SRC -> DST between chips (empty when SRC == DST).
   std::vector<int> route(int src, int dst) const;
   int hop_count(int src, int dst) const { return static_cast<int>(route(src, dst).size()); }
-  int diameter() const;
+  int diameter() const;              // largest hop count between two chips
+  double average_hop_count() const;  // mean over ordered pairs of distinct chips (0 for one chip)
+
+  // Bisection bandwidth per direction in GB/s: the least total bandwidth of the links from one half of the
+  // chips to the other. Grids: the cheapest cut of one even-sized dimension into halves (the standard bisection
+  // of tori and meshes); with no even dimension the exact search when it is small, else the cheapest odd cut
+  // (halves differ by one line). Graphs: exact search over balanced cuts for up to 22 nodes; nullopt above.
+  std::optional<double> bisection_bandwidth_gbps() const;
+  // Exact search over balanced cuts (every assignment of switches too); nullopt above 22 nodes. Used for graphs
+  // and by tests to check the grid formula.
+  std::optional<double> bisection_bandwidth_exact_gbps() const;
+
+  // Rank -> chip placement of a job on this topology: rank r runs on chip placement()[r]. Identity unless set;
+  // set_placement needs a permutation of 0..num_chips()-1 (std::invalid_argument naming the problem otherwise).
+  const std::vector<int>& placement() const { return placement_; }
+  void set_placement(const std::vector<int>& rank_to_chip);
+  bool identity_placement() const;
 
   // One line, e.g. "ring 8 chips, bidirectional, 100 GB/s, 500 ns per link".
   std::string describe() const;
+  // Graphviz (dot) text: chips as boxes, switches as ellipses, one edge per directed link (or one undirected
+  // edge per full-duplex pair with equal specs), labelled with bandwidth and latency.
+  std::string to_dot() const;
 
- Topology() = default;  // empty: 0 chips; use the builders
+  Topology() = default;  // empty: 0 chips; use the builders
 
  private:
   void add_link(int src, int dst, LinkSpec spec, int dim, int dir);
   void check_chip(int chip) const;
+  int switch_of(int dim, const std::vector<int>& xyz) const;
+  void build_graph_routes();
 
   Kind kind_ = Kind::ring;
   int num_chips_ = 0;
-  bool bidirectional_ = true;
   std::vector<int> dims_;
-  std::vector<LinkSpec> dim_specs_;
+  std::vector<Dim> dim_specs_;
+  std::vector<int> switch_base_;  // per dimension: first switch node of that dimension (-1 if not a switch dim)
   std::vector<Link> links_;
   std::vector<std::vector<int>> out_;
+  std::vector<std::vector<int>> dist_;
+  std::vector<int> placement_;  // graphs: hop distance node -> node (-1 unreachable)
 };
 
 }  // namespace shardsim::topology

@@ -1,14 +1,32 @@
 // Building a Topology from the `topology:` section of a config.
 //
 //   topology:
-//     kind: ring            # ring | torus
-//     chips: 8              # ring only
-//     dims: [2, 4]          # torus only (2-D or 3-D; any N-d works)
+//     kind: ring            # ring | torus | mesh | fully_connected | switch | stacked | graph
+//     chips: 8              # ring, fully_connected, switch, graph (torus/mesh: optional, must equal the product)
+//     dims: [2, 4]          # torus, mesh: any number of dimensions, outermost first
 //     bidirectional: true   # ring only, default true
-//     bandwidth_gbps: 100   # per link per direction, GB = 1e9 B; or a list, one per torus dimension
-//     latency_ns: 500       # per hop; or a list, one per torus dimension
+//     bandwidth_gbps: 100   # per link per direction, GB = 1e9 B; torus/mesh: or a list, one per dimension
+//     latency_ns: 500       # per hop (default 0); torus/mesh: or a list, one per dimension
+//     placement: [0, 1, ...]   # optional: rank r runs on chip placement[r] (a permutation; default identity)
 //
-// Errors: ConfigError "FILE:LINE: topology.KEY: ..." (exit code 2).
+//   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4
+//     dims:
+//       - {kind: switch, size: 8, bandwidth_gbps: 50, latency_ns: 1000}
+//       - {kind: ring, size: 4, bandwidth_gbps: 200, latency_ns: 300, bidirectional: true}
+//     (dimension kinds: ring | line | fully_connected | switch)
+//
+//   kind: graph             # an explicit edge list
+//     chips: 4
+//     switches: 1           # optional; switch i is named "s<i>" in links
+//     bandwidth_gbps: 100   # default for links that give none
+//     latency_ns: 500
+//     links:
+//       - [0, 1]                                            # full duplex, default bandwidth/latency
+//       - {from: 2, to: s0, bandwidth_gbps: 25, latency_ns: 800, bidirectional: false}
+//
+// Errors: ConfigError "FILE:LINE: topology.KEY: ..." (exit code 2): unknown kind or key, a non-finite,
+// zero or negative bandwidth, negative or non-finite latency, dims whose product is not `chips`, a link to a
+// missing chip or switch, a disconnected graph, a placement that is not a permutation.
 #pragma once
 
 #include "common/config.h"
@@ -19,12 +37,13 @@ namespace shardsim::topology {
 Topology load_topology(const ConfigNode& node);
 
 // ASTRA-sim's analytical network.yml, so users can bring their configs unchanged:
-//   topology: [ Ring, Ring ]     # one entry per dimension (dimension 0 innermost: NPU id = x0 + k0 x1 + ...)
-//   npus_count: [ 4, 4 ]
-//   bandwidth: [ 50.0, 50.0 ]    # GB/s per link and direction, ASTRA-sim's GB = 2^30 bytes (converted here)
-//   latency: [ 500.0, 500.0 ]    # ns per link
-// A stack of Rings becomes a torus (ours lists dimensions outermost first, so the order is reversed; chip ids
-// are the same). FullyConnected and Switch dimensions are not modelled yet: ConfigError naming the entry.
+//   topology: [ Ring, Switch ]   # one entry per dimension, dimension 0 innermost: NPU id = x0 + k0 x1 + ...
+//   npus_count: [ 4, 8 ]         # Ring | FullyConnected | Switch
+//   bandwidth: [ 50.0, 25.0 ]    # GB/s per link and direction, ASTRA-sim's GB = 2^30 bytes (converted here)
+//   latency: [ 500.0, 700.0 ]    # ns per link
+// ours lists dimensions outermost first, so the order is reversed; chip ids are the same as ASTRA-sim's NPU ids.
+// A stack of Rings becomes a torus. A Switch dimension crosses two links (chip -> switch -> chip), each with
+// the given bandwidth and latency, as ASTRA-sim's Switch does.
 bool is_astra_network(const ConfigNode& root);
 Topology load_astra_network(const ConfigNode& root);
 

@@ -83,8 +83,8 @@ if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench --topology net.yml 
   assert_out 'torus 2x2 \(4 chips\), 53.6871 GB/s, 500 ns per link' "ASTRA-sim's GB = 2^30 B converted"
   assert_out '^ +1024 +256 +fp32 +sum +-1 +torus +\| +2\.0[0-9] ' "2 latency steps of 500 ns each way plus 1 KiB/4 over the links"
 fi
-printf 'topology: [ Ring, Switch ]\nnpus_count: [ 2, 2 ]\nbandwidth: [ 50.0, 50.0 ]\nlatency: [ 500.0, 500.0 ]\n' >sw.yml
-expect_exit 2 "sw\.yml:1.*'Switch' dimensions are not modelled yet" -- shardsim_mpi 4 validate --topology sw.yml
+printf 'topology: [ Ring, Torus ]\nnpus_count: [ 2, 2 ]\nbandwidth: [ 50.0, 50.0 ]\nlatency: [ 500.0, 500.0 ]\n' >bad.yml
+expect_exit 2 "bad\.yml:1.*unknown ASTRA-sim topology 'Torus'" -- shardsim_mpi 4 validate --topology bad.yml
 
 e2e_case "bench"
 if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_reduce -b 1K -e 1M -f 32 -n 2 -w 1 --csv b1.csv --vs-mpi; then

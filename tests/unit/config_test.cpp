@@ -108,7 +108,7 @@ TEST(Config, TorusDimsAndPlan) {
   std::string torus = replace(kGood, "kind: ring\n  chips: 4", "kind: torus\n  dims: [2, 2]");
   auto c = parse_run_config(torus, "cfg.yaml");
   EXPECT_EQ(c.topology.num_chips(), 4);
-  EXPECT_NE(error_of(replace(torus, "dims: [2, 2]", "dims: [2, 2]\n  chips: 5")).find("product of dims"),
+  EXPECT_NE(error_of(replace(torus, "dims: [2, 2]", "dims: [2, 2]\n  chips: 5")).find("but dims 2x2 make 4"),
             std::string::npos);
   EXPECT_NE(error_of(std::string(kGood) + "parallel:\n  tp: 2\n").find("must equal the topology's chip count"),
             std::string::npos);

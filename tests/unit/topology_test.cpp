@@ -124,9 +124,11 @@ TEST(AstraNetwork, UnsupportedAndMalformedDimensionsNameTheLine) {
     }
     return std::string();
   };
-  const std::string sw = error_of("topology: [ Ring, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 5, 5 ]\n");
+  const std::string sw = error_of("topology: [ Ring, Torus ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 5, 5 ]\n");
   EXPECT_NE(sw.find("network.yml:1"), std::string::npos) << sw;
-  EXPECT_NE(sw.find("'Switch' dimensions are not modelled yet"), std::string::npos) << sw;
+  EXPECT_NE(sw.find("unknown ASTRA-sim topology 'Torus'"), std::string::npos) << sw;
+  const std::string nan = error_of("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ .nan ]\nlatency: [ 5 ]\n");
+  EXPECT_NE(nan.find("bandwidth[0]: must be a finite number"), std::string::npos) << nan;
   const std::string count = error_of("topology: [ Ring, Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50, 50 ]\nlatency: [ 5, 5 ]\n");
   EXPECT_NE(count.find("network.yml:2"), std::string::npos) << count;
   const std::string bw = error_of("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ -1 ]\nlatency: [ 5 ]\n");

@@ -1,0 +1,165 @@
+// `shardsim topo describe CONFIG [--dot FILE] [--json FILE]`: what a topology is, before anything runs on it.
+//
+// CONFIG is a YAML file with a `topology:` section (a workload config works), a bare topology map, or an
+// ASTRA-sim analytical network.yml. No MPI communication: rank 0 prints, the other ranks only check.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+struct TopoFlags {
+  std::string config, dot_path, json_path;
+};
+
+topology::Topology load(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw UsageError(path + ": is a directory, need a YAML file");
+  const ConfigNode root = ConfigNode::load_file(path);
+  if (topology::is_astra_network(root)) return topology::load_astra_network(root);
+  if (root.is_map() && root.has("topology")) return topology::load_topology(root.child("topology"));
+  if (root.is_map() && root.has("kind")) return topology::load_topology(root);
+  root.fail(path + ": no 'topology:' section, bare topology (kind: ...) or ASTRA-sim network (topology: [..])");
+}
+
+std::string num(double v, int prec = 3) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", prec + 3, v);
+  return b;
+}
+
+// Per-dimension rows: kind, size, lines, per-link bandwidth/latency, links per chip, hops across.
+nlohmann::json dimensions(const topology::Topology& t) {
+  nlohmann::json dims = nlohmann::json::array();
+  if (!t.is_grid()) return dims;
+  for (size_t d = 0; d < t.dims().size(); ++d) {
+    const auto& s = t.dim_specs()[d];
+    const int k = s.size;
+    int links = 0, per_chip = 0;
+    for (const auto& l : t.links())
+      if (l.dim == static_cast<int>(d)) {
+        ++links;
+        if (!t.is_switch(l.src) && l.src == 0) ++per_chip;
+      }
+    // Hops between chip 0 and every other chip of its line along d.
+    int worst = 0;
+    std::vector<int> xyz(t.dims().size(), 0);
+    for (int x = 1; x < k; ++x) {
+      xyz[d] = x;
+      worst = std::max(worst, std::max(t.hop_count(0, t.chip_at(xyz)), t.hop_count(t.chip_at(xyz), 0)));
+    }
+    dims.push_back({{"dim", d},
+                    {"kind", topology::dim_kind_name(s.kind)},
+                    {"size", k},
+                    {"lines", t.num_chips() / k},
+                    {"bandwidth_gbps", s.link.bandwidth_gbps},
+                    {"latency_ns", s.link.latency_ns},
+                    {"bidirectional", s.kind != topology::DimKind::ring || s.bidirectional},
+                    {"directed_links", links},
+                    {"links_out_of_chip0", per_chip},
+                    {"max_hops_in_line", worst}});
+  }
+  return dims;
+}
+
+nlohmann::json summary(const topology::Topology& t, const std::string& path) {
+  double bw_out = 0;  // injection bandwidth of chip 0
+  for (int id : t.out_links(0)) bw_out += t.link(id).bandwidth_gbps;
+  const auto bis = t.bisection_bandwidth_gbps();
+  nlohmann::json j = {{"config", path},
+                      {"description", t.describe()},
+                      {"kind", t.kind_name()},
+                      {"chips", t.num_chips()},
+                      {"switches", t.num_nodes() - t.num_chips()},
+                      {"directed_links", t.links().size()},
+                      {"diameter_hops", t.diameter()},
+                      {"average_hops", t.average_hop_count()},
+                      {"bisection_bandwidth_gbps", bis ? nlohmann::json(*bis) : nlohmann::json(nullptr)},
+                      {"injection_bandwidth_gbps_chip0", bw_out},
+                      {"dimensions", dimensions(t)}};
+  if (!t.identity_placement()) j["placement"] = t.placement();
+  return j;
+}
+
+void print(const nlohmann::json& j) {
+  std::printf("topology   %s\n", j["description"].get<std::string>().c_str());
+  std::printf("  config             %s\n", j["config"].get<std::string>().c_str());
+  std::printf("  chips              %d", j["chips"].get<int>());
+  if (j["switches"].get<int>() > 0) std::printf(" (+ %d switches)", j["switches"].get<int>());
+  std::printf("\n  directed links     %zu (each full bandwidth in its direction)\n", j["directed_links"].get<size_t>());
+  std::printf("  diameter           %d hops\n", j["diameter_hops"].get<int>());
+  std::printf("  average hop count  %.3f (over ordered pairs of distinct chips, routes as simulated)\n",
+              j["average_hops"].get<double>());
+  if (j["bisection_bandwidth_gbps"].is_null())
+    std::printf("  bisection          not computed (graph with more than 22 nodes)\n");
+  else
+    std::printf("  bisection          %s GB/s per direction (GB = 1e9 B)\n",
+                num(j["bisection_bandwidth_gbps"].get<double>()).c_str());
+  std::printf("  injection chip 0   %s GB/s (sum of its outgoing links)\n",
+              num(j["injection_bandwidth_gbps_chip0"].get<double>()).c_str());
+  if (j.contains("placement")) {
+    std::string p;
+    for (const auto& v : j["placement"]) p += (p.empty() ? "" : " ") + std::to_string(v.get<int>());
+    std::printf("  placement          rank -> chip: %s\n", p.c_str());
+  }
+  if (!j["dimensions"].empty()) {
+    std::printf("  %-4s %-16s %5s %6s %12s %10s %6s %11s %9s\n", "dim", "kind", "size", "lines", "GB/s/link",
+                "ns/hop", "bidir", "links/chip", "max hops");
+    for (const auto& d : j["dimensions"])
+      std::printf("  %-4d %-16s %5d %6d %12s %10s %6s %11d %9d\n", d["dim"].get<int>(),
+                  d["kind"].get<std::string>().c_str(), d["size"].get<int>(), d["lines"].get<int>(),
+                  num(d["bandwidth_gbps"].get<double>()).c_str(), num(d["latency_ns"].get<double>()).c_str(),
+                  d["bidirectional"].get<bool>() ? "yes" : "no", d["links_out_of_chip0"].get<int>(),
+                  d["max_hops_in_line"].get<int>());
+  }
+}
+
+}  // namespace
+
+Command add_topo(CLI::App& app, const runtime::World& world) {
+  auto* topo = app.add_subcommand("topo", "inspect a topology without running anything");
+  topo->require_subcommand(1);
+  auto* describe = topo->add_subcommand(
+      "describe", "chips, links, diameter, average hops, bisection bandwidth, per-dimension summary");
+  auto flags = std::make_shared<TopoFlags>();
+  describe->add_option("config", flags->config,
+                       "YAML with a topology: section (e.g. a workload), a bare topology, or an ASTRA-sim network.yml")
+      ->required();
+  describe->add_option("--dot", flags->dot_path, "also write the graph as Graphviz dot to this file");
+  describe->add_option("--json", flags->json_path, "also write the summary as JSON to this file");
+  Command c;
+  c.app = topo;
+  c.run = [flags, &world]() -> int {
+    topology::Topology t;
+    nlohmann::json j;
+    world.agree([&] {
+      std::vector<std::pair<std::string, std::string>> outputs;
+      if (!flags->dot_path.empty()) outputs.emplace_back("--dot", flags->dot_path);
+      if (!flags->json_path.empty()) outputs.emplace_back("--json", flags->json_path);
+      check_outputs(outputs);
+      t = load(flags->config);
+      j = summary(t, flags->config);
+    });
+    if (world.rank() != 0) return kExitOk;
+    print(j);
+    if (!flags->dot_path.empty()) {
+      write_file(flags->dot_path, t.to_dot());
+      std::printf("dot        %s (render: dot -Tsvg %s -o topology.svg)\n", flags->dot_path.c_str(),
+                  flags->dot_path.c_str());
+    }
+    if (!flags->json_path.empty()) write_file(flags->json_path, j.dump(2) + "\n");
+    return kExitOk;
+  };
+  return c;
+}
+
+}  // namespace shardsim::apps

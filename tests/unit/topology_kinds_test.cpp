@@ -1,0 +1,332 @@
+// Mesh, fully-connected, switch, stacked and graph topologies; metrics (hops, bisection); the loader's errors;
+// and the link model's contention claims (sim::Timeline).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "sim/timeline.h"
+#include "topology/topology.h"
+#include "topology/topology_yaml.h"
+
+using namespace shardsim;
+using topology::Dim;
+using topology::DimKind;
+using topology::Edge;
+using topology::Kind;
+using topology::LinkSpec;
+using topology::Topology;
+
+namespace {
+
+Topology load(const std::string& yaml) {
+  return topology::load_topology(ConfigNode::load_string(yaml, "topo.yaml").child("topology"));
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    load(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Sum of the latencies of a route.
+double latency(const Topology& t, int a, int b) {
+  double s = 0;
+  for (int id : t.route(a, b)) s += t.link(id).latency_ns;
+  return s;
+}
+
+}  // namespace
+
+TEST(Mesh, NoWrapAroundAndDimensionOrderRoutes) {
+  auto t = Topology::mesh({2, 3}, {LinkSpec{100, 10}});
+  EXPECT_EQ(t.kind(), Kind::mesh);
+  EXPECT_EQ(t.num_chips(), 6);
+  // 2x3 mesh: 2 rows of a 3-line (2 links each way) + 3 columns of a 2-line (1 each way) = (2*2 + 3*1) * 2
+  EXPECT_EQ(t.links().size(), 14u);
+  EXPECT_FALSE(t.link_between(0, 2).has_value());  // no wrap-around from (0,0) to (0,2)
+  EXPECT_EQ(t.hop_count(0, 2), 2);
+  EXPECT_EQ(t.hop_count(2, 3), 3);  // (0,2) -> (1,0): dimension 0 first, then back along dimension 1
+  EXPECT_EQ(t.link(t.route(2, 3).front()).dim, 0);
+  EXPECT_EQ(t.diameter(), 3);
+  // Average hops on a 1x3 line: pairs at distance 1,1,2 both ways -> 8/6.
+  EXPECT_NEAR(Topology::mesh({3}, {LinkSpec{1, 0}}).average_hop_count(), 8.0 / 6.0, 1e-12);
+}
+
+TEST(FullyConnected, OneHopEverywhere) {
+  auto t = Topology::fully_connected(5, LinkSpec{50, 300});
+  EXPECT_EQ(t.kind(), Kind::fully_connected);
+  EXPECT_EQ(t.links().size(), 20u);
+  EXPECT_EQ(t.diameter(), 1);
+  EXPECT_DOUBLE_EQ(t.average_hop_count(), 1.0);
+  EXPECT_EQ(t.neighbors(3), (std::vector<int>{0, 1, 2, 4}));
+}
+
+TEST(Switch, TwoHopsThroughTheSwitchNode) {
+  auto t = Topology::switched(8, LinkSpec{100, 250});
+  EXPECT_EQ(t.kind(), Kind::switch_);
+  EXPECT_EQ(t.num_chips(), 8);
+  EXPECT_EQ(t.num_nodes(), 9);
+  EXPECT_TRUE(t.is_switch(8));
+  EXPECT_EQ(t.out_links(0).size(), 1u);  // one uplink: every flow a chip sends shares it
+  const auto r = t.route(2, 5);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(t.link(r[0]).dst, 8);
+  EXPECT_EQ(t.link(r[1]).src, 8);
+  EXPECT_EQ(t.link(r[1]).dst, 5);
+  EXPECT_DOUBLE_EQ(latency(t, 2, 5), 500.0);
+  EXPECT_TRUE(t.neighbors(0).empty());  // no direct chip neighbours
+  EXPECT_EQ(t.diameter(), 2);
+}
+
+TEST(Stacked, RingInsideANodeTimesASwitchAcrossNodes) {
+  // 8 nodes on a switch (dimension 0, outermost) x a ring of 4 chips inside each node (dimension 1).
+  auto t = Topology::stacked({Dim{DimKind::switch_, 8, LinkSpec{50, 1000}, true},
+                              Dim{DimKind::ring, 4, LinkSpec{200, 100}, true}});
+  EXPECT_EQ(t.kind(), Kind::stacked);
+  EXPECT_EQ(t.num_chips(), 32);
+  EXPECT_EQ(t.num_nodes(), 32 + 4);  // one switch per line of dimension 0: 4 switches
+  // Chip 1 = (node 0, position 1) -> chip 6 = (node 1, position 2): switch first, then one ring hop.
+  const auto r = t.route(1, 6);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(t.link(r[0]).dim, 0);
+  EXPECT_TRUE(t.is_switch(t.link(r[0]).dst));
+  EXPECT_EQ(t.link(r[2]).dim, 1);
+  EXPECT_DOUBLE_EQ(latency(t, 1, 6), 1000.0 + 1000.0 + 100.0);
+  // Chips of one position share a switch; other positions use other switches.
+  EXPECT_EQ(t.link(t.route(0, 4).front()).dst, t.link(t.route(8, 12).front()).dst);
+  EXPECT_NE(t.link(t.route(0, 4).front()).dst, t.link(t.route(1, 5).front()).dst);
+  EXPECT_NE(t.describe().find("stacked switch 8 x ring 4"), std::string::npos) << t.describe();
+}
+
+TEST(Torus, OneDimensionAndSizeOneDimensionsWork) {
+  auto one = Topology::torus({5}, {LinkSpec{10, 1}});
+  EXPECT_EQ(one.kind(), Kind::torus);
+  EXPECT_EQ(one.diameter(), 2);
+  auto flat = Topology::torus({1, 4, 1}, {LinkSpec{10, 1}});
+  EXPECT_EQ(flat.num_chips(), 4);
+  EXPECT_EQ(flat.links().size(), 8u);
+}
+
+TEST(Graph, ShortestPathsThroughChipsAndSwitches) {
+  // Chips 0-1-2 in a line plus a switch s0 linking 0 and 3.
+  auto t = Topology::graph(4, 1,
+                           {Edge{0, 1, LinkSpec{100, 10}, true}, Edge{1, 2, LinkSpec{100, 10}, true},
+                            Edge{0, 4, LinkSpec{50, 20}, true}, Edge{4, 3, LinkSpec{50, 20}, true}});
+  EXPECT_EQ(t.kind(), Kind::graph);
+  EXPECT_EQ(t.hop_count(2, 3), 4);  // 2 -> 1 -> 0 -> s0 -> 3
+  EXPECT_EQ(t.hop_count(3, 1), 3);
+  EXPECT_EQ(t.diameter(), 4);
+  EXPECT_DOUBLE_EQ(latency(t, 2, 3), 60.0);
+  EXPECT_FALSE(t.bisection_bandwidth_gbps() == std::nullopt);
+  EXPECT_DOUBLE_EQ(*t.bisection_bandwidth_gbps(), 100.0);  // {0,3,s0} | {1,2}: only the link 0-1 crosses
+}
+
+TEST(Graph, BadEdgesAreRejected) {
+  EXPECT_THROW(Topology::graph(3, 0, {Edge{0, 3, LinkSpec{1, 0}, true}}), std::invalid_argument);  // no chip 3
+  EXPECT_THROW(Topology::graph(3, 0, {Edge{0, 1, LinkSpec{1, 0}, true}}), std::invalid_argument);  // 2 unreachable
+  EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 0, LinkSpec{1, 0}, true}}), std::invalid_argument);
+  EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{0, 0}, true}}), std::invalid_argument);
+  EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{NAN, 0}, true}}), std::invalid_argument);
+  // One-way links must still connect every chip to every other.
+  EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}}), std::invalid_argument);
+  EXPECT_NO_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}, Edge{1, 0, LinkSpec{1, 0}, false}}));
+}
+
+TEST(Bisection, GridFormulaMatchesTheExactSearch) {
+  const LinkSpec l{10, 0};
+  const std::vector<Topology> cases = {
+      Topology::ring(8, l),
+      Topology::ring(8, l, false),
+      Topology::torus({4, 4}, {l}),
+      Topology::torus({2, 4}, {l}),
+      Topology::mesh({4, 4}, {l}),
+      Topology::mesh({2, 3}, {l}),
+      Topology::ring(5, l),
+      Topology::torus({3, 3}, {l}),
+      Topology::fully_connected(6, l),
+      Topology::switched(8, l),
+      Topology::stacked({Dim{DimKind::switch_, 4, l, true}, Dim{DimKind::ring, 4, LinkSpec{20, 0}, true}}),
+  };
+  for (const auto& t : cases) {
+    const auto formula = t.bisection_bandwidth_gbps(), exact = t.bisection_bandwidth_exact_gbps();
+    ASSERT_TRUE(formula && exact) << t.describe();
+    EXPECT_DOUBLE_EQ(*formula, *exact) << t.describe();
+  }
+  EXPECT_DOUBLE_EQ(*Topology::torus({4, 4}, {l}).bisection_bandwidth_gbps(), 4 * 2 * 10.0);
+  EXPECT_DOUBLE_EQ(*Topology::fully_connected(6, l).bisection_bandwidth_gbps(), 9 * 10.0);
+  EXPECT_DOUBLE_EQ(*Topology::switched(8, l).bisection_bandwidth_gbps(), 4 * 10.0);
+}
+
+TEST(Placement, MustBeAPermutation) {
+  auto t = Topology::ring(4, LinkSpec{1, 0});
+  EXPECT_TRUE(t.identity_placement());
+  t.set_placement({3, 2, 1, 0});
+  EXPECT_EQ(t.placement()[0], 3);
+  EXPECT_FALSE(t.identity_placement());
+  EXPECT_THROW(t.set_placement({0, 1, 2}), std::invalid_argument);
+  EXPECT_THROW(t.set_placement({0, 1, 1, 2}), std::invalid_argument);
+  EXPECT_THROW(t.set_placement({0, 1, 2, 4}), std::invalid_argument);
+}
+
+TEST(Dot, ListsEveryNodeAndLink) {
+  auto t = Topology::switched(3, LinkSpec{25, 100});
+  const std::string dot = t.to_dot();
+  EXPECT_EQ(dot.rfind("graph shardsim {", 0), 0u) << dot;  // full duplex, equal specs: undirected
+  for (const char* s : {"c0 [", "c1 [", "c2 [", "s0 [", "c0 -- s0", "c2 -- s0", "25 GB/s"})
+    EXPECT_NE(dot.find(s), std::string::npos) << s << "\n" << dot;
+  const std::string one_way = Topology::ring(3, LinkSpec{1, 0}, false).to_dot();
+  EXPECT_EQ(one_way.rfind("digraph", 0), 0u);
+  EXPECT_NE(one_way.find("c2 -> c0"), std::string::npos);
+}
+
+// ---- the YAML loader ----
+
+TEST(TopologyYaml, EveryKindLoads) {
+  EXPECT_EQ(load("topology:\n  kind: mesh\n  dims: [2, 2]\n  bandwidth_gbps: 10\n").kind(), Kind::mesh);
+  EXPECT_EQ(load("topology:\n  kind: switch\n  chips: 8\n  bandwidth_gbps: 10\n  latency_ns: 5\n").num_nodes(), 9);
+  EXPECT_EQ(load("topology:\n  kind: fully_connected\n  chips: 4\n  bandwidth_gbps: 10\n").diameter(), 1);
+  const auto st = load(
+      "topology:\n  kind: stacked\n  dims:\n    - {kind: switch, size: 2, bandwidth_gbps: 25, latency_ns: 700}\n"
+      "    - {kind: ring, size: 4, bandwidth_gbps: 100, latency_ns: 100}\n");
+  EXPECT_EQ(st.num_chips(), 8);
+  EXPECT_EQ(st.kind(), Kind::stacked);
+  const auto g = load(
+      "topology:\n  kind: graph\n  chips: 3\n  switches: 1\n  bandwidth_gbps: 10\n  latency_ns: 1\n"
+      "  links:\n    - [0, 1]\n    - {from: 1, to: s0, bandwidth_gbps: 5}\n    - [s0, 2]\n  placement: [2, 0, 1]\n");
+  EXPECT_EQ(g.hop_count(0, 2), 3);
+  EXPECT_EQ(g.placement(), (std::vector<int>{2, 0, 1}));
+  EXPECT_DOUBLE_EQ(g.link(*g.link_between(1, 3)).bandwidth_gbps, 5.0);
+}
+
+TEST(TopologyYaml, BadInputNamesTheFieldAndLine) {
+  struct Case {
+    std::string yaml, expect;
+  };
+  const std::vector<Case> cases = {
+      {"topology:\n  kind: torus\n  dims: [2, 3]\n  chips: 8\n  bandwidth_gbps: 10\n",
+       "topo.yaml:4: topology.chips: 8 chips, but dims 2x3 make 6"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 0\n", "topo.yaml:4: topology.bandwidth_gbps: must be > 0"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: -5\n", "topology.bandwidth_gbps: must be > 0"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: .nan\n",
+       "topo.yaml:4: topology.bandwidth_gbps: must be a finite number"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: .inf\n",
+       "topo.yaml:5: topology.latency_ns: must be a finite number"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: -1\n",
+       "topology.latency_ns: must be >= 0"},
+      {"topology:\n  kind: torus\n  dims: [2, 2]\n  bandwidth_gbps: [10, .nan]\n",
+       "topology.bandwidth_gbps[1]: must be a finite number"},
+      {"topology:\n  kind: graph\n  chips: 3\n  bandwidth_gbps: 1\n  links:\n    - [0, 1]\n    - [1, 3]\n",
+       "topo.yaml:7: topology.links[1][1]: chip 3 does not exist (chips 0..2)"},
+      {"topology:\n  kind: graph\n  chips: 3\n  bandwidth_gbps: 1\n  links:\n    - [0, s1]\n",
+       "topology.links[0][1]: switch s1 does not exist (0 switches)"},
+      {"topology:\n  kind: graph\n  chips: 4\n  bandwidth_gbps: 1\n  links:\n    - [0, 1]\n    - [2, 3]\n",
+       "the graph is disconnected: chip 0 cannot reach chip 2"},
+      {"topology:\n  kind: graph\n  chips: 2\n  links:\n    - {from: 0, to: 1, bandwidth_gbps: .nan}\n",
+       "topology.links[0].bandwidth_gbps: must be a finite number"},
+      {"topology:\n  kind: stacked\n  dims:\n    - {kind: hypercube, size: 2, bandwidth_gbps: 1}\n",
+       "topo.yaml:4: topology.dims[0].kind: unknown dimension kind 'hypercube'"},
+      {"topology:\n  kind: stacked\n  dims:\n    - {kind: ring, size: 0, bandwidth_gbps: 1}\n", "topology.dims[0].size"},
+      {"topology:\n  kind: star\n  chips: 2\n", "topo.yaml:2: topology.kind: unknown kind 'star'"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1\n  placement: [0, 1, 1, 2]\n",
+       "topo.yaml:5: topology.placement[2]: chip 1 is already used by rank 1"},
+      {"topology:\n  kind: switch\n  chips: 4\n  bandwidth_gbps: 1\n  bidirectional: false\n",
+       "topology.bidirectional: only for kind 'ring'"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = error_of(c.yaml);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << "config:\n" << c.yaml << "error: " << e;
+  }
+}
+
+TEST(AstraNetwork, SwitchAndFullyConnectedDimensionsLoad) {
+  auto root = ConfigNode::load_string(
+      "topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n", "network.yml");
+  const auto sw = topology::load_astra_network(root);
+  EXPECT_EQ(sw.kind(), Kind::switch_);
+  EXPECT_EQ(sw.num_chips(), 8);
+  EXPECT_EQ(sw.hop_count(0, 7), 2);
+  EXPECT_DOUBLE_EQ(sw.link(sw.route(0, 7)[0]).bandwidth_gbps, 50.0 * 1.073741824);
+  root = ConfigNode::load_string(
+      "topology: [ Ring, FullyConnected, Switch ]\nnpus_count: [ 2, 4, 2 ]\nbandwidth: [ 100, 50, 25 ]\n"
+      "latency: [ 10, 20, 30 ]\n", "network.yml");
+  const auto st = topology::load_astra_network(root);
+  EXPECT_EQ(st.kind(), Kind::stacked);
+  EXPECT_EQ(st.dims(), (std::vector<int>{2, 4, 2}));
+  EXPECT_EQ(st.dim_specs()[0].kind, DimKind::switch_);  // ASTRA-sim's last dimension is our first
+  EXPECT_EQ(st.dim_specs()[2].kind, DimKind::ring);
+  EXPECT_EQ(st.hop_count(0, 1), 1);                      // NPU 0 -> 1: the Ring (x0)
+  EXPECT_DOUBLE_EQ(latency(st, 0, 2 * 3), 20.0);         // NPU 0 -> 6: x1 0 -> 3, one FullyConnected hop
+  EXPECT_DOUBLE_EQ(latency(st, 0, 8), 60.0);             // NPU 0 -> 8: x2 0 -> 1 through the Switch
+}
+
+// ---- contention (sim::Timeline): the claims docs/MODEL.md makes ----
+
+TEST(Contention, TwoFlowsOnOneLinkTakeTwiceAsLong) {
+  auto t = Topology::ring(4, LinkSpec{10, 100});  // 10 GB/s = 10 B/ns
+  sim::Timeline tl(0, t, sim::device_preset("generic"));
+  const double S = 1e6;
+  const auto a = tl.send("a", 1, S, 0);
+  const auto b = tl.send("b", 1, S, 0);
+  EXPECT_DOUBLE_EQ(a.end, 100 + S / 10);
+  EXPECT_DOUBLE_EQ(b.end, 100 + 2 * S / 10);  // the second waits for the link: twice as long
+}
+
+TEST(Contention, FlowsOnDisjointLinksDoNotSlowEachOther) {
+  auto t = Topology::ring(4, LinkSpec{10, 100});
+  sim::Timeline tl(0, t, sim::device_preset("generic"));
+  const auto a = tl.send("a", 1, 1e6, 0);  // + link
+  const auto b = tl.send("b", 3, 1e6, 0);  // - link
+  EXPECT_DOUBLE_EQ(a.end, b.end);
+  EXPECT_DOUBLE_EQ(a.end, 100 + 1e5);
+}
+
+TEST(Contention, ASwitchUplinkIsSharedByEveryFlowOfTheChip) {
+  // On a switch each chip has one uplink: flows to different chips still serialize on it.
+  auto t = Topology::switched(4, LinkSpec{10, 100});
+  sim::Timeline tl(0, t, sim::device_preset("generic"));
+  const auto a = tl.send("a", 1, 1e6, 0);
+  const auto b = tl.send("b", 2, 1e6, 0);
+  EXPECT_DOUBLE_EQ(a.end, 200 + 1e5);
+  EXPECT_DOUBLE_EQ(b.end, 200 + 2e5);
+  // On a fully-connected network the same two flows use two links: no slowdown.
+  auto fc = Topology::fully_connected(4, LinkSpec{10, 100});
+  sim::Timeline tf(0, fc, sim::device_preset("generic"));
+  EXPECT_DOUBLE_EQ(tf.send("a", 1, 1e6, 0).end, tf.send("b", 2, 1e6, 0).end);
+}
+
+TEST(Contention, FlowsOfOtherChipsAreInvisible) {
+  // Two chips injecting into the same switch down-link (incast) do not slow each other in this model: a known
+  // gap, documented in docs/MODEL.md. This test pins the behaviour so a change to it is deliberate.
+  auto t = Topology::switched(4, LinkSpec{10, 100});
+  sim::Timeline c0(0, t, sim::device_preset("generic")), c1(1, t, sim::device_preset("generic"));
+  const auto a = c0.send("a", 3, 1e6, 0);
+  const auto b = c1.send("b", 3, 1e6, 0);
+  EXPECT_DOUBLE_EQ(a.end, b.end);
+}
+
+TEST(Contention, MultiHopIsCutThroughWithPerHopLatency) {
+  auto t = Topology::mesh({4}, {LinkSpec{10, 100}});
+  sim::Timeline tl(0, t, sim::device_preset("generic"));
+  const auto a = tl.send("a", 3, 1e6, 0);  // 3 hops
+  EXPECT_DOUBLE_EQ(a.end, 3 * 100 + 1e5);
+  // A second flow to chip 1 shares only the first link: it waits for that link only.
+  const auto b = tl.send("b", 1, 1e6, 0);
+  EXPECT_DOUBLE_EQ(b.start, 1e5);
+}
+
+TEST(Determinism, SameScheduleSameTimes) {
+  auto run = [] {
+    auto t = Topology::stacked({Dim{DimKind::switch_, 2, LinkSpec{25, 700}, true},
+                                Dim{DimKind::ring, 4, LinkSpec{100, 100}, true}});
+    sim::Timeline tl(3, t, sim::device_preset("generic"));
+    std::vector<double> ends;
+    for (int i = 0; i < 50; ++i) ends.push_back(tl.send("x", (i * 5) % 8, 1000.0 * (i + 1), i * 10.0).end);
+    return ends;
+  };
+  EXPECT_EQ(run(), run());
+}
