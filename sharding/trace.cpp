@@ -1,70 +1,164 @@
 #include "sharding/trace.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <climits>
 #include <fstream>
+#include <vector>
 
 #include "common/error.h"
 
 namespace shardsim::sharding {
 
+namespace {
+
+using Ps = std::int64_t;  // picoseconds of simulated time
+
+// Nearest picosecond of a time in ns. Monotone, so spans that do not overlap in ns do not overlap in ps.
+Ps to_ps(double ns, const sim::Event& e, int chip) {
+  // 9e15 ps (2.5 h of simulated time) keeps every ps exact in the double the JSON number is read into.
+  if (!std::isfinite(ns) || ns < 0 || ns > 9e12)
+    throw RuntimeFault("trace: chip " + std::to_string(chip) + ", event '" + e.name + "': simulated time " +
+                       std::to_string(ns) + " ns cannot be written (must be finite, >= 0 and below 9e12 ns)");
+  return std::llround(ns * 1e3);
+}
+
+// Microseconds as a JSON number: an exact integer count of ps divided by 1e6 is the double nearest to the
+// decimal value, which nlohmann prints in its shortest form (at most 6 decimals).
+nlohmann::json us(Ps ps) { return static_cast<double>(ps) / 1e6; }
+
+// Counts (bytes, FLOPs) as JSON integers when they are whole numbers, else as doubles.
+nlohmann::json count(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<std::int64_t>(v);
+  return v;
+}
+
+}  // namespace
+
 nlohmann::json trace_events(const sim::Timeline& tl) {
+  const int chip = tl.chip();
+  const int pid = chip + 1;
+  const auto& events = tl.events();
+
+  struct Span {
+    Ps start, end;
+  };
+  std::vector<Span> spans;
+  spans.reserve(events.size());
+  for (const auto& e : events) {
+    Span s{to_ps(e.span.start, e, chip), to_ps(e.span.end, e, chip)};
+    if (s.end < s.start)
+      throw RuntimeFault("trace: chip " + std::to_string(chip) + ", event '" + e.name + "' ends before it starts");
+    spans.push_back(s);
+  }
+
+  // Collective regions: greedy interval partitioning in start order (the fewest tracks without overlap).
+  std::vector<size_t> regions;
+  for (size_t i = 0; i < events.size(); ++i)
+    if (events[i].engine < 0) regions.push_back(i);
+  std::stable_sort(regions.begin(), regions.end(), [&](size_t a, size_t b) {
+    return spans[a].start != spans[b].start ? spans[a].start < spans[b].start : spans[a].end > spans[b].end;
+  });
+  std::vector<int> lane_of(events.size(), -1);
+  std::vector<Ps> lane_free;  // end of the last region on each collectives track
+  for (size_t i : regions) {
+    size_t lane = 0;
+    while (lane < lane_free.size() && lane_free[lane] > spans[i].start) ++lane;
+    if (lane == lane_free.size()) lane_free.push_back(0);
+    lane_free[lane] = spans[i].end;
+    lane_of[i] = static_cast<int>(lane);
+  }
+  const int lanes = std::max<int>(1, static_cast<int>(lane_free.size()));
+  const int tracks = tl.num_engines() + lanes;
+  if (tracks >= kTraceTidStride)
+    throw RuntimeFault("trace: chip " + std::to_string(chip) + " needs " + std::to_string(tracks) +
+                       " tracks, more than " + std::to_string(kTraceTidStride - 1));
+  auto tid = [&](int track) { return pid * kTraceTidStride + track; };  // track: engine, then the lanes
+
   nlohmann::json ev = nlohmann::json::array();
-  const int pid = tl.chip();
-  const int collectives_tid = tl.num_engines();
-  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "chip " + std::to_string(pid)}}}});
-  ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
-  for (int e = 0; e < tl.num_engines(); ++e)
-    ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", e}, {"args", {{"name", tl.engine_name(e)}}}});
-  ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", collectives_tid},
-                {"args", {{"name", "collectives"}}}});
-  for (const auto& e : tl.events()) {
-    nlohmann::json args = {{"bytes", e.bytes}};
-    if (e.flops > 0) args["flops"] = e.flops;
+  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "chip " + std::to_string(chip)}}}});
+  ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", chip}}}});
+  for (int t = 0; t < tracks; ++t) {
+    std::string name = t < tl.num_engines() ? tl.engine_name(t) : std::string("collectives");
+    if (t > tl.num_engines()) name.append(" ").append(std::to_string(t - tl.num_engines() + 1));
+    ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"name", name}}}});
+    ev.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"sort_index", t}}}});
+  }
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    nlohmann::json args = nlohmann::json::object();
+    if (e.category == "compute") args["flops"] = count(e.flops);
+    args["bytes"] = count(e.bytes);
     if (e.peer >= 0) args["peer"] = e.peer;
+    const int track = e.engine >= 0 ? e.engine : tl.num_engines() + lane_of[i];
     ev.push_back({{"ph", "X"},
                   {"name", e.name},
                   {"cat", e.category},
                   {"pid", pid},
-                  {"tid", e.engine >= 0 ? e.engine : collectives_tid},
-                  {"ts", e.span.start / 1e3},
-                  {"dur", e.span.duration() / 1e3},
-                  {"args", args}});
+                  {"tid", tid(track)},
+                  {"ts", us(spans[i].start)},
+                  {"dur", us(spans[i].end - spans[i].start)},
+                  {"args", std::move(args)}});
   }
   return ev;
 }
 
 void write_trace(const runtime::World& world, const sim::Timeline& tl, const std::string& path) {
-  const std::string mine = trace_events(tl).dump();
+  // Each rank sends the inside of its JSON array; rank 0 splices them into one traceEvents array (no reparse).
+  // Invalid UTF-8 in a name (it may come from a config) becomes U+FFFD instead of an exception on one rank.
+  std::string mine = trace_events(tl).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  mine = mine.size() > 2 ? mine.substr(1, mine.size() - 2) : std::string();
+  if (mine.size() > static_cast<size_t>(INT_MAX))
+    throw RuntimeFault("trace: chip " + std::to_string(tl.chip()) + " has more than 2 GiB of events");
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<size_t>(world.size()));
   runtime::check_mpi(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "trace");
   std::vector<int> displs(lens.size(), 0);
   std::string all;
+  long long total = 0;
   if (world.rank() == 0) {
-    long total = 0;
     for (size_t i = 0; i < lens.size(); ++i) {
-      displs[i] = static_cast<int>(total);
+      displs[i] = static_cast<int>(std::min<long long>(total, INT_MAX));
       total += lens[i];
     }
-    all.resize(static_cast<size_t>(total));
   }
+  // MPI counts and displacements are ints: one gather carries at most 2 GiB. Every rank learns whether it fits.
+  runtime::check_mpi(MPI_Bcast(&total, 1, MPI_LONG_LONG, 0, world.comm()), world.rank(), "trace");
+  if (total > INT_MAX)
+    throw AgreedError("trace: " + std::to_string(total) + " bytes of events, more than one gather carries (2 GiB)",
+                      kExitRuntimeFault);
+  if (world.rank() == 0) all.resize(static_cast<size_t>(total));
   runtime::check_mpi(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
                                  world.comm()),
                      world.rank(), "trace");
   int failed = 0;
   if (world.rank() == 0) {
-    nlohmann::json doc = {{"displayTimeUnit", "ns"},
-                          {"otherData", {{"clock", "simulated"}, {"ts_unit", "us of simulated time"}}},
-                          {"traceEvents", nlohmann::json::array()}};
+    const nlohmann::json header = {
+        {"displayTimeUnit", "ns"},
+        {"otherData",
+         {{"clock", "simulated"},
+          {"time_unit", "ts/dur in us of simulated time, start and end rounded to 1 ps"},
+          {"processes", "pid = chip + 1, named 'chip N'"},
+          {"chips", world.size()}}}};
+    std::string head = header.dump();
+    head.pop_back();  // the closing brace: traceEvents follows
+    std::ofstream out(path, std::ios::binary);
+    out << head << ",\"traceEvents\":[";
+    bool first = true;
     for (size_t i = 0; i < lens.size(); ++i) {
-      auto part = nlohmann::json::parse(all.substr(static_cast<size_t>(displs[i]), static_cast<size_t>(lens[i])));
-      for (auto& e : part) doc["traceEvents"].push_back(std::move(e));
+      if (lens[i] == 0) continue;
+      if (!first) out << ",\n";
+      first = false;
+      out.write(all.data() + displs[i], lens[i]);
     }
-    std::ofstream out(path);
-    out << doc.dump() << "\n";
-    failed = out.good() ? 0 : 1;
+    out << "]}\n";
+    out.close();
+    failed = out.fail() ? 1 : 0;
   }
-  MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm());
-  if (failed) throw RuntimeFault("cannot write trace to '" + path + "'");
+  runtime::check_mpi(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()), world.rank(), "trace");
+  // Every rank knows: all exit with code 3 and rank 0 prints the message once.
+  if (failed) throw AgreedError("cannot write trace to '" + path + "'", kExitRuntimeFault);
 }
 
 }  // namespace shardsim::sharding
