@@ -130,7 +130,9 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
   return end;
 }
 
-// Halving-doubling with Thakur's fold for non-powers of two (halving_doubling.cpp), step by step.
+// Halving-doubling with Thakur's fold for non-powers of two (halving_doubling.cpp), step by step, with the
+// same ranges: all_reduce halves the buffer among the pow2 virtual ranks; reduce_scatter / all_gather move whole
+// chunks, and the first REM virtual ranks own two chunks each (so the halves are unequal when p is not 2^k).
 double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
   const int p = tp.size();
   if (p == 1 || bytes <= 0) return 0;
@@ -138,6 +140,13 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag)
   while (pow2 * 2 <= p) pow2 *= 2;
   const int rem = p - pow2;
   auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  const double chunk = bytes / p;
+  const bool whole_chunks = !(rs && ag);  // reduce_scatter or all_gather alone
+  auto range_bytes = [&](int va, int vb) {
+    if (!whole_chunks) return bytes * (vb - va) / pow2;
+    const int lo = va < rem ? 2 * va : va + rem, hi = vb - 1 < rem ? 2 * (vb - 1) + 1 : vb - 1 + rem;
+    return chunk * (hi - lo + 1);
+  };
   Replay rp(tp);
   std::vector<double> t(static_cast<size_t>(p), 0.0);
   auto exchange = [&](int a, int b, double ba, double bb) {  // a and b swap ba / bb bytes (sendrecv)
@@ -146,24 +155,22 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag)
     t[static_cast<size_t>(a)] = std::max(ta, at_a);
     t[static_cast<size_t>(b)] = std::max(tb, at_b);
   };
-  const double chunk = bytes / p;
   for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
     t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs ? bytes : chunk));
-  double part = bytes;
-  std::vector<double> sizes;
-  for (int dist = pow2 / 2; dist >= 1; dist /= 2) sizes.push_back(part /= 2);
-  if (rs) {
-    int i = 0;
-    for (int dist = pow2 / 2; dist >= 1; dist /= 2, ++i)
-      for (int v = 0; v < pow2; ++v)
-        if (v < (v ^ dist)) exchange(real(v), real(v ^ dist), sizes[static_cast<size_t>(i)], sizes[static_cast<size_t>(i)]);
-  }
-  if (ag) {
-    int i = static_cast<int>(sizes.size()) - 1;
-    for (int dist = 1; dist < pow2; dist *= 2, --i)
-      for (int v = 0; v < pow2; ++v)
-        if (v < (v ^ dist)) exchange(real(v), real(v ^ dist), sizes[static_cast<size_t>(i)], sizes[static_cast<size_t>(i)]);
-  }
+  if (rs)
+    for (int dist = pow2 / 2; dist >= 1; dist /= 2)
+      for (int v = 0; v < pow2; ++v) {
+        if (v & dist) continue;  // v is the lower partner: it keeps [va, mid), sends [mid, vb)
+        const int va = v & ~(2 * dist - 1), mid = va + dist, vb = va + 2 * dist;
+        exchange(real(v), real(v + dist), range_bytes(mid, vb), range_bytes(va, mid));
+      }
+  if (ag)
+    for (int dist = 1; dist < pow2; dist *= 2)
+      for (int v = 0; v < pow2; ++v) {
+        if (v & dist) continue;  // each sends the block of DIST virtual ranks it holds
+        const int mine = v & ~(dist - 1), theirs = mine ^ dist;
+        exchange(real(v), real(v ^ dist), range_bytes(mine, mine + dist), range_bytes(theirs, theirs + dist));
+      }
   for (int r = 0; r + 1 < 2 * rem; r += 2)  // unfold: the odd rank sends the result (or the even rank's chunk) back
     t[static_cast<size_t>(r)] = std::max(t[static_cast<size_t>(r)], rp.send(r + 1, r, t[static_cast<size_t>(r + 1)], ag ? bytes : chunk));
   return *std::max_element(t.begin(), t.end());
