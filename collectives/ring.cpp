@@ -104,9 +104,14 @@ std::string bidirectional_obstacle(const runtime::Transport& tp) {
   for (int r = 0; r < p; ++r) {
     const int c = tp.chip_of(r), next = tp.chip_of((r + 1) % p), prev = tp.chip_of((r + p - 1) % p);
     const auto a = topo.route(c, next), b = topo.route(c, prev);
-    if (!a.empty() && !b.empty() && a.front() == b.front())
+    if (!a.empty() && !b.empty() && a.front() == b.front()) {
+      const int via = topo.link(a.front()).dst;
+      const std::string link = topo.is_switch(via)
+                                   ? "the same link, its one uplink to switch " + std::to_string(via - topo.num_chips())
+                                   : "the same link (a unidirectional ring, or the end of a line)";
       return "chip " + std::to_string(c) + " reaches chips " + std::to_string(next) + " and " + std::to_string(prev) +
-             " through the same link (unidirectional or non-ring topology), so the two directions would share it";
+             " through " + link + ", so the two directions would share it";
+    }
   }
   return "";
 }
