@@ -109,13 +109,6 @@ std::string plan_text(const RunConfig& c) {
   return os.str();
 }
 
-std::string device_text(const sim::DeviceSpec& d) {
-  std::ostringstream os;
-  os << d.name << ": " << d.peak_tflops_fp32 << " TFLOP/s fp32, " << d.peak_tflops_bf16 << " TFLOP/s bf16, HBM "
-     << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
-  return os.str();
-}
-
 // Collective read of the full tensor onto rank 0 only (others read an empty block).
 Tensor read_full_on_root(const CheckpointReader& rd, const std::string& ds, runtime::DType dt, runtime::Shape shape,
                          bool root) {
@@ -179,7 +172,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.name = cfg.name;
   rep.config_file = cfg.file;
   rep.topology = cfg.topology.describe();
-  rep.device = device_text(cfg.device);
+  rep.device = sim::describe(cfg.device);
   rep.plan = plan_text(cfg);
   rep.chips = chips;
   rep.dtype = runtime::dtype_name(s.dtype);
@@ -353,7 +346,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     const double m = double(s.tokens * s.hidden) * double(runtime::dtype_size(s.dtype));
     rep.all_reduce_expected_bytes = 2.0 * (p - 1.0) / p * m;
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
-    rep.peak_tflops = p * (s.dtype == runtime::DType::fp32 ? cfg.device.peak_tflops_fp32 : cfg.device.peak_tflops_bf16);
+    rep.peak_tflops = p * cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
     for (int c = 0; c < chips; ++c) rep.per_chip[size_t(c)].peak_memory_bytes = mlp_tp_peak_bytes(s, cfg.tp, c);
     rep.hbm_capacity_bytes = cfg.device.hbm_gib * 1024.0 * 1024.0 * 1024.0;
