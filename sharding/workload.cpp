@@ -178,6 +178,11 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.dtype = runtime::dtype_name(s.dtype);
   rep.tolerance = cfg.tolerance;
 
+  // ---- this chip's simulated HBM: x and the weight shards stay resident for the whole run ----
+  // (check_mlp_fits already replayed these allocations for every chip while parsing, so they fit.)
+  sim::Memory memory(rank, cfg.device.hbm_bytes());
+  const MlpResident resident = allocate_mlp_resident(memory, s, len);
+
   // ---- inputs and this chip's weights: from the seed, or from a checkpoint ----
   Tensor x;
   MlpWeights w;
@@ -227,7 +232,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
   MlpTiming timing;
-  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm);
+  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm, &memory);
   world.sleepy_barrier();
   rep.wall_forward_s = seconds_since(t_fwd);
 
@@ -323,16 +328,20 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   // ---- gather every chip's simulated breakdown on rank 0 ----
   const sim::Breakdown b = tl.breakdown();
   rep.all_reduce_algorithm = timing.all_reduce_algorithm;  // the same on every chip (auto decides globally)
-  const double mine[8] = {b.total, b.compute, b.communication, b.exposed_comm, b.flops, b.bytes_sent,
-                          timing.all_reduce_ns, timing.all_reduce_bytes_sent};
-  std::vector<double> all(root ? 8 * static_cast<size_t>(chips) : 0);
-  runtime::check_mpi(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, world.comm()), rank, "report");
+  constexpr int kFields = 9;
+  const double mine[kFields] = {b.total,      b.compute,    b.communication,        b.exposed_comm,
+                                b.flops,      b.bytes_sent, timing.all_reduce_ns,   timing.all_reduce_bytes_sent,
+                                static_cast<double>(memory.peak())};
+  std::vector<double> all(root ? kFields * static_cast<size_t>(chips) : 0);
+  runtime::check_mpi(MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, world.comm()), rank,
+                     "report");
   if (root) {
     for (int c = 0; c < chips; ++c) {
-      const double* v = &all[8 * static_cast<size_t>(c)];
+      const double* v = &all[kFields * static_cast<size_t>(c)];
       ChipReport cr;
       cr.chip = c;
       cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[4], v[5]};
+      cr.peak_memory_bytes = v[8];  // from the chip's sim::Memory
       rep.per_chip.push_back(cr);
       rep.total_flops += v[4];
       if (v[0] > rep.critical.total) {
@@ -348,8 +357,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
     rep.peak_tflops = p * cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
-    for (int c = 0; c < chips; ++c) rep.per_chip[size_t(c)].peak_memory_bytes = mlp_tp_peak_bytes(s, cfg.tp, c);
-    rep.hbm_capacity_bytes = cfg.device.hbm_gib * 1024.0 * 1024.0 * 1024.0;
+    rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   }
   rep.wall_total_s = seconds_since(t_start);
   return rep;
