@@ -177,7 +177,8 @@ int64_t ConfigNode::get_int(std::string_view key, int64_t fallback) const {
 double ConfigNode::get_double(std::string_view key) const {
   auto c = child(key);
   double v = convert<double>(c.node_, file_, c.path_, "a number");
-  if (!std::isfinite(v)) c.fail(c.path_ + ": must be a finite number");
+  // yaml-cpp reads .nan/.inf/-.inf as NaN and infinities: never a valid size, rate or time.
+  if (!std::isfinite(v)) c.fail(c.path_ + ": must be a finite number (got " + c.node_.Scalar() + ")");
   return v;
 }
 double ConfigNode::get_double(std::string_view key, double fallback) const {

@@ -51,7 +51,9 @@ class ConfigNode {
   bool get_bool(std::string_view key, bool fallback) const;
   std::vector<int64_t> get_int_list(std::string_view key) const;
 
-  // Validators: throw "FILE:LINE: path.key: must be > 0 (got X)".
+  // get_double and the validators below reject NaN and infinities (.nan, .inf, -.inf in YAML) with
+  // "FILE:LINE: path.key: must be a finite number (got .nan)".
+  // Validators: throw "FILE:LINE: path.key: must be > 0 (got X)" / ">= 0".
   double get_positive_double(std::string_view key) const;
   double get_nonnegative_double(std::string_view key, double fallback) const;
   int64_t get_positive_int(std::string_view key) const;

@@ -187,7 +187,21 @@ double unit_roundoff(DType t) {
 }
 
 sim::Precision precision_of(DType t) {
-  return is_narrow_float(t) ? sim::Precision::bf16 : sim::Precision::fp32;
+  switch (t) {
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: return sim::Precision::fp8;
+    case DType::int8:
+    case DType::uint8: return sim::Precision::int8;
+    case DType::fp16: return sim::Precision::fp16;
+    case DType::bf16: return sim::Precision::bf16;
+    case DType::fp64:
+    case DType::int64:
+    case DType::uint64: return sim::Precision::fp64;
+    case DType::fp32:
+    case DType::int32:
+    case DType::uint32: return sim::Precision::fp32;
+  }
+  return sim::Precision::fp32;
 }
 
 double load_as_double(const void* base, size_t i, DType t) {

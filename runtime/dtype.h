@@ -40,7 +40,9 @@ bool is_narrow_float(DType t);
 double exact_integer_limit(DType t);
 // Unit roundoff u = 2^-(mantissa bits + 1) of a floating type (0 for integers).
 double unit_roundoff(DType t);
-// Precision the compute engine runs an op of this type at (fp16/fp8 -> the low-precision engine).
+// Precision the compute engine runs an op of this type at (sim/device_spec.h):
+//   fp8_e4m3, fp8_e5m2 -> fp8;  int8, uint8 -> int8;  fp16 -> fp16;  bf16 -> bf16;
+//   fp64, int64, uint64 -> fp64 (64-bit arithmetic);  fp32, int32, uint32 -> fp32.
 sim::Precision precision_of(DType t);
 
 // ---- bf16 (inline: hot in kernels) ----

@@ -20,6 +20,7 @@
 #include "kernels/elementwise.h"
 #include "runtime/tensor.h"
 #include "runtime/transport.h"
+#include "sim/memory.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
@@ -56,23 +57,49 @@ struct MlpTiming {
   double flops = 0;
 };
 
-// Simulated device memory (HBM) the tensor-parallel forward needs on chip RANK of TP, in bytes, at its peak
-// (during the down projection): weight shards 3·hidden·ffn_r, input x and output y (tokens·hidden each),
-// gate/up activations 2·tokens·ffn_r, and the ring's receive buffer of one chunk of y. TP = 1 is one device.
+// ---- Simulated device memory (HBM), counted in a sim::Memory per chip ----
+// Every tensor a chip holds is allocated in its sim::Memory under a fixed name (bytes = elements x dtype size;
+// ffn_r = this chip's FFN columns):
+//   resident, for the whole run (allocate_mlp_resident):
+//     "x [tokens, hidden]", "w_gate [hidden, ffn_r]", "w_up [hidden, ffn_r]", "w_down [ffn_r, hidden]"
+//   during the local forward (the lifetimes of the host tensors in mlp.cpp):
+//     "gate [tokens, ffn_r]", "up [tokens, ffn_r]" (freed when the local part ends), "y [tokens, hidden]" (the
+//     output, held until the forward returns)
+//   during the all_reduce, tp > 1 only:
+//     "all_reduce ring buffer": one chunk of y, ceil(tokens x hidden / tp) elements (the receive buffer of one
+//     ring step; the model charges this one chunk whatever the algorithm)
+// So the peak is max over the two phases:
+//     3 hidden ffn_r + 2 tokens hidden + max(2 tokens ffn_r, ceil(tokens hidden / tp))     (elements)
+// which mlp_tp_peak_bytes gives in closed form; plan_mlp_tp_memory replays the same allocations without data.
+
+struct MlpResident {
+  sim::Memory::Scoped x, w_gate, w_up, w_down;
+};
+// Allocates this chip's resident tensors (FFN_SIZE columns) in MEMORY. Throws sim::OutOfMemory.
+MlpResident allocate_mlp_resident(sim::Memory& memory, const MlpShape& s, int64_t ffn_size);
+
+// The allocations of chip RANK of TP for one forward, replayed in a fresh sim::Memory of CAPACITY_BYTES without
+// touching data (no host memory beyond the bookkeeping). Returns it with its peak; throws sim::OutOfMemory
+// naming RANK at the first allocation that does not fit.
+sim::Memory plan_mlp_tp_memory(const MlpShape& s, int tp, int rank, double capacity_bytes);
+
+// Closed form of plan_mlp_tp_memory(...).peak() (bytes); TP = 1 is one device. Tests check the two agree.
 double mlp_tp_peak_bytes(const MlpShape& s, int tp, int rank);
 
-// Throws ConfigError "simulated out of memory on chip N: needs X GiB, has Y GiB" for the first chip whose
-// peak exceeds CAPACITY_GIB (every rank computes the same answer, so the job fails before any work).
+// Runs plan_mlp_tp_memory for chips 0..TP-1 and rethrows the first sim::OutOfMemory (a ConfigError):
+// "simulated out of memory on chip N: needs X GiB, has Y GiB (allocating ...)". Every rank computes the same
+// answer from the config alone, so the job fails on every rank with one message before any real allocation.
 void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib);
 
-// Single-device forward. When TIMELINE is given, each kernel is charged to it (starting at 0).
+// Single-device forward. When TIMELINE is given, each kernel is charged to it (starting at 0). When MEMORY is
+// given, the forward's own tensors (gate, up, y) are allocated in it as listed above (x and W are the caller's).
 runtime::Tensor mlp_forward(const MlpShape& s, const runtime::Tensor& x, const MlpWeights& w,
-                            sim::Timeline* timeline, MlpTiming* timing);
+                            sim::Timeline* timeline, MlpTiming* timing, sim::Memory* memory = nullptr);
 
 // Tensor-parallel forward on this chip: W holds this chip's shard; returns the full y (after all_reduce with
-// ALL_REDUCE_ALGORITHM, see collectives/all_reduce.h).
+// ALL_REDUCE_ALGORITHM, see collectives/all_reduce.h). MEMORY as for mlp_forward, plus the ring buffer.
 runtime::Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const runtime::Tensor& x,
                                const MlpWeights& w, sim::TimeNs ready, MlpTiming* timing,
-                               const std::string& all_reduce_algorithm = "ring");
+                               const std::string& all_reduce_algorithm = "ring", sim::Memory* memory = nullptr);
 
 }  // namespace shardsim::sharding

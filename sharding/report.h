@@ -14,7 +14,7 @@ namespace shardsim::sharding {
 struct ChipReport {
   int chip = 0;
   sim::Breakdown breakdown;
-  double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak
+  double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak: sim::Memory::peak() of its run
 };
 
 struct RunReport {

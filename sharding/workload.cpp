@@ -109,13 +109,6 @@ std::string plan_text(const RunConfig& c) {
   return os.str();
 }
 
-std::string device_text(const sim::DeviceSpec& d) {
-  std::ostringstream os;
-  os << d.name << ": " << d.peak_tflops_fp32 << " TFLOP/s fp32, " << d.peak_tflops_bf16 << " TFLOP/s bf16, HBM "
-     << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
-  return os.str();
-}
-
 // Collective read of the full tensor onto rank 0 only (others read an empty block).
 Tensor read_full_on_root(const CheckpointReader& rd, const std::string& ds, runtime::DType dt, runtime::Shape shape,
                          bool root) {
@@ -179,11 +172,16 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.name = cfg.name;
   rep.config_file = cfg.file;
   rep.topology = cfg.topology.describe();
-  rep.device = device_text(cfg.device);
+  rep.device = sim::describe(cfg.device);
   rep.plan = plan_text(cfg);
   rep.chips = chips;
   rep.dtype = runtime::dtype_name(s.dtype);
   rep.tolerance = cfg.tolerance;
+
+  // ---- this chip's simulated HBM: x and the weight shards stay resident for the whole run ----
+  // (check_mlp_fits already replayed these allocations for every chip while parsing, so they fit.)
+  sim::Memory memory(rank, cfg.device.hbm_bytes());
+  const MlpResident resident = allocate_mlp_resident(memory, s, len);
 
   // ---- inputs and this chip's weights: from the seed, or from a checkpoint ----
   Tensor x;
@@ -234,7 +232,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
   MlpTiming timing;
-  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm);
+  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm, &memory);
   world.sleepy_barrier();
   rep.wall_forward_s = seconds_since(t_fwd);
 
@@ -330,16 +328,20 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   // ---- gather every chip's simulated breakdown on rank 0 ----
   const sim::Breakdown b = tl.breakdown();
   rep.all_reduce_algorithm = timing.all_reduce_algorithm;  // the same on every chip (auto decides globally)
-  const double mine[8] = {b.total, b.compute, b.communication, b.exposed_comm, b.flops, b.bytes_sent,
-                          timing.all_reduce_ns, timing.all_reduce_bytes_sent};
-  std::vector<double> all(root ? 8 * static_cast<size_t>(chips) : 0);
-  runtime::check_mpi(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, world.comm()), rank, "report");
+  constexpr int kFields = 9;
+  const double mine[kFields] = {b.total,      b.compute,    b.communication,        b.exposed_comm,
+                                b.flops,      b.bytes_sent, timing.all_reduce_ns,   timing.all_reduce_bytes_sent,
+                                static_cast<double>(memory.peak())};
+  std::vector<double> all(root ? kFields * static_cast<size_t>(chips) : 0);
+  runtime::check_mpi(MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, world.comm()), rank,
+                     "report");
   if (root) {
     for (int c = 0; c < chips; ++c) {
-      const double* v = &all[8 * static_cast<size_t>(c)];
+      const double* v = &all[kFields * static_cast<size_t>(c)];
       ChipReport cr;
       cr.chip = c;
       cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[4], v[5]};
+      cr.peak_memory_bytes = v[8];  // from the chip's sim::Memory
       rep.per_chip.push_back(cr);
       rep.total_flops += v[4];
       if (v[0] > rep.critical.total) {
@@ -353,10 +355,9 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     const double m = double(s.tokens * s.hidden) * double(runtime::dtype_size(s.dtype));
     rep.all_reduce_expected_bytes = 2.0 * (p - 1.0) / p * m;
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
-    rep.peak_tflops = p * (s.dtype == runtime::DType::fp32 ? cfg.device.peak_tflops_fp32 : cfg.device.peak_tflops_bf16);
+    rep.peak_tflops = p * cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
-    for (int c = 0; c < chips; ++c) rep.per_chip[size_t(c)].peak_memory_bytes = mlp_tp_peak_bytes(s, cfg.tp, c);
-    rep.hbm_capacity_bytes = cfg.device.hbm_gib * 1024.0 * 1024.0 * 1024.0;
+    rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   }
   rep.wall_total_s = seconds_since(t_start);
   return rep;

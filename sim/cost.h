@@ -2,6 +2,8 @@
 //
 // Compute (roofline, Williams, Waterman & Patterson, CACM 2009):
 //     t = launch_overhead + max(flops / peak_flops(precision), bytes / hbm_bandwidth)
+// where peak_flops(precision) is DeviceSpec::peak_tflops after the precision fallback (device_spec.h: an unset
+// fp16 runs at the bf16 rate, fp8 at fp16's, int8 at fp8's, fp64 at fp32's).
 // Transfer over a route of links l_1..l_h, cut-through (the message is pipelined through the hops):
 //     occupancy of the first link  = S / min_i B_i
 //     arrival after injection start = sum_i alpha_i + S / min_i B_i

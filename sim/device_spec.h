@@ -1,45 +1,78 @@
 // The modelled accelerator: peak compute per precision, HBM bandwidth and capacity, launch overhead.
 //
-// Units: FLOP/s as TFLOP/s (1e12); HBM bandwidth GB/s (1e9 B/s); capacity GiB (2^30 B); overhead ns.
-// Presets carry the public source of each number in a comment (device_spec.cpp).
+// Units: FLOP/s as TFLOP/s (1e12; for int8, tera-operations/s); HBM bandwidth GB/s (1e9 B/s); capacity GiB
+// (2^30 B); overhead ns. Presets carry the public source of each number in a comment (device_spec.cpp) and
+// say which numbers are assumptions. Peaks are dense (no structured-sparsity figures).
 //
 //   device:
-//     preset: trainium1        # trainium1 | generic; optional
-//     peak_tflops_fp32: 47.5   # any field overrides the preset
-//     peak_tflops_bf16: 190
+//     preset: trainium1        # trainium1 | tpu_v4 | h100 | generic; optional
+//     peak_tflops_fp32: 47.5   # any field overrides the preset; without a preset, fp32, bf16, hbm_gbps and
+//     peak_tflops_bf16: 190    # hbm_gib are required
+//     peak_tflops_fp64: 10     # optional (0 / absent: falls back, see Precision below)
+//     peak_tflops_fp16: 190    # optional
+//     peak_tflops_fp8: 190     # optional
+//     peak_tflops_int8: 380    # optional (TOPS)
 //     hbm_gbps: 820
 //     hbm_gib: 32
 //     launch_overhead_ns: 2000
 //
-// Errors: ConfigError for unknown presets/keys or non-positive numbers.
+// Errors: ConfigError "FILE:LINE: device.KEY: ..." for unknown presets/keys and for numbers that are not finite
+// and > 0 (launch_overhead_ns: >= 0), including .nan and .inf.
 #pragma once
 
+#include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/config.h"
 
 namespace shardsim::sim {
 
-// Arithmetic precision of a compute op (what the tensor engine runs at).
-enum class Precision { fp32, bf16 };
+// Arithmetic precision of a compute op: which peak of the chip it runs at (runtime::precision_of maps a DType).
+//   fp64  IEEE binary64 arithmetic            fp32  IEEE binary32 (not TF32: the kernels are exact fp32)
+//   fp16  IEEE binary16 inputs                bf16  bfloat16 inputs
+//   fp8   OCP FP8 (E4M3 or E5M2) inputs       int8  8-bit integer inputs (peak in TOPS)
+// A precision whose peak is unset (0) runs at the rate of the next one in its fallback chain:
+//   fp64 -> fp32;  fp16 -> bf16;  fp8 -> fp16 -> bf16;  int8 -> fp8 -> fp16 -> bf16.
+// fp32 and bf16 end every chain and must be set. So a config that gives only fp32 and bf16 (the format before
+// the other keys existed) runs fp16/fp8/int8 at the bf16 rate and fp64 at the fp32 rate.
+enum class Precision { fp64, fp32, fp16, bf16, fp8, int8 };
+
+inline constexpr std::array<Precision, 6> kAllPrecisions = {Precision::fp64, Precision::fp32, Precision::fp16,
+                                                            Precision::bf16, Precision::fp8,  Precision::int8};
+std::string precision_name(Precision p);  // "fp64", "fp32", ...
+// The precision P falls back to when its peak is unset; P itself for fp32 and bf16 (the ends of the chains).
+Precision fallback_of(Precision p);
 
 struct DeviceSpec {
   std::string name;
+  double peak_tflops_fp64 = 0;  // 0: the fp32 rate
   double peak_tflops_fp32 = 0;
+  double peak_tflops_fp16 = 0;  // 0: the bf16 rate
   double peak_tflops_bf16 = 0;
+  double peak_tflops_fp8 = 0;   // 0: the fp16 rate (and so on)
+  double peak_tflops_int8 = 0;  // TOPS; 0: the fp8 rate (and so on)
   double hbm_gbps = 0;
   double hbm_gib = 0;
   double launch_overhead_ns = 0;
   std::string source;  // where the numbers come from
 
-  double peak_flops_per_ns(Precision p) const {  // FLOP per simulated ns
-    return (p == Precision::fp32 ? peak_tflops_fp32 : peak_tflops_bf16) * 1e3;
-  }
+  // The peak as set for P (0 if unset), without fallback.
+  double explicit_peak_tflops(Precision p) const;
+  // The precision whose peak P actually runs at: P if set, else the first set one along P's fallback chain.
+  Precision effective_precision(Precision p) const;
+  // Peak TFLOP/s at P after the fallback (0 only if fp32/bf16 are unset, which load_device rejects).
+  double peak_tflops(Precision p) const { return explicit_peak_tflops(effective_precision(p)); }
+  double peak_flops_per_ns(Precision p) const { return peak_tflops(p) * 1e3; }  // FLOP per simulated ns
+  double hbm_bytes() const { return hbm_gib * 1073741824.0; }
 };
 
-DeviceSpec device_preset(const std::string& name);  // throws std::invalid_argument if unknown
-std::vector<std::string> device_preset_names();
+DeviceSpec device_preset(const std::string& name);  // throws std::invalid_argument listing the known names
+std::vector<std::string> device_preset_names();      // every name device_preset accepts (aliases excluded)
 DeviceSpec load_device(const ConfigNode& node);
+// One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
+// launch 2000 ns"; the parenthesis lists the other explicitly set peaks.
+std::string describe(const DeviceSpec& d);
 
 }  // namespace shardsim::sim

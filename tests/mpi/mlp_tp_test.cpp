@@ -40,7 +40,13 @@ TEST_P(TpMlp, MatchesSingleDevice) {
   const auto w = sharding::make_mlp_weights(s, int64_t(part.offset(size_t(rank))), int64_t(part.size(size_t(rank))));
   const Tensor x = sharding::make_mlp_input(s);
   sharding::MlpTiming timing;
-  const Tensor y = sharding::mlp_forward_tp(tp, s, x, w, 0.0, &timing);
+  // Simulated HBM: the real forward's allocations reach the same peak as the plan check_mlp_fits replays.
+  sim::Memory memory(rank, 1e9);
+  const auto resident = sharding::allocate_mlp_resident(memory, s, w.ffn_size);
+  const Tensor y = sharding::mlp_forward_tp(tp, s, x, w, 0.0, &timing, "ring", &memory);
+  EXPECT_EQ(memory.peak(), sharding::plan_mlp_tp_memory(s, p, rank, 1e9).peak()) << "p=" << p << " rank=" << rank;
+  EXPECT_EQ(double(memory.peak()), sharding::mlp_tp_peak_bytes(s, p, rank));
+  EXPECT_EQ(memory.live_count(), 4u);  // only the resident x and weights are left
   const Tensor ref = sharding::mlp_forward(s, x, sharding::make_mlp_weights(s, 0, s.ffn), nullptr, nullptr);
   // fp32: the bound. bf16: 2^-6 relative to max|y| (see docs/PERFORMANCE.md for the justification).
   const double tol = dtype == DType::fp32 ? 1e-5 : 1.0 / 64;

@@ -130,3 +130,31 @@ TEST(Config, ShippedConfigsParse) {
   EXPECT_EQ(llama.mlp.ffn, 11008);
   EXPECT_EQ(llama.topology.num_chips(), 8);
 }
+
+// NaN and infinities (YAML .nan, .inf, -.inf) are never valid numbers: every validator rejects them naming the key
+// (a NaN would pass a `v <= 0` check and poison every simulated time).
+TEST(Config, NanAndInfinityAreRejectedNamingTheKey) {
+  for (std::string v : {".nan", ".NaN", ".inf", "-.inf", ".Inf"}) {
+    const auto node =
+        shardsim::ConfigNode::load_string("device:\n  hbm_gbps: " + v + "\n", "c.yaml").child("device");
+    for (int which = 0; which < 3; ++which) {
+      try {
+        if (which == 0) node.get_positive_double("hbm_gbps");
+        if (which == 1) node.get_nonnegative_double("hbm_gbps", 1.0);
+        if (which == 2) node.get_double("hbm_gbps");
+        ADD_FAILURE() << v << " accepted by validator " << which;
+      } catch (const ConfigError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("c.yaml:2: device.hbm_gbps: must be a finite number (got " + v + ")"), std::string::npos)
+            << msg;
+      }
+    }
+  }
+  // Through the whole workload parser: the device and the topology numbers.
+  auto msg = error_of(replace(kGood, "preset: generic", "preset: generic\n  peak_tflops_fp8: .nan"));
+  EXPECT_NE(msg.find("cfg.yaml:9: device.peak_tflops_fp8: must be a finite number"), std::string::npos) << msg;
+  msg = error_of(replace(kGood, "preset: generic", "preset: generic\n  launch_overhead_ns: .inf"));
+  EXPECT_NE(msg.find("cfg.yaml:9: device.launch_overhead_ns: must be a finite number"), std::string::npos) << msg;
+  msg = error_of(replace(kGood, "latency_ns: 500", "latency_ns: .nan"));
+  EXPECT_NE(msg.find("cfg.yaml:6: topology.latency_ns"), std::string::npos) << msg;
+}

@@ -1,6 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "runtime/dtype.h"
 #include "sim/cost.h"
+#include "sim/device_spec.h"
 #include "sim/timeline.h"
 
 using namespace shardsim;
@@ -8,9 +17,10 @@ using topology::LinkSpec;
 using topology::Topology;
 
 namespace {
+// Not `d.name = "t"`: GCC 12 at -O2 warns (-Wrestrict, a known false positive, GCC bug 105329) on a short
+// literal assigned to a std::string here; the name does not matter to these tests.
 sim::DeviceSpec dev() {
   sim::DeviceSpec d;
-  d.name = "t";
   d.peak_tflops_fp32 = 10;   // 1e4 FLOP per ns
   d.peak_tflops_bf16 = 40;
   d.hbm_gbps = 100;          // 100 B per ns
@@ -18,6 +28,26 @@ sim::DeviceSpec dev() {
   d.launch_overhead_ns = 5;
   return d;
 }
+
+using P = sim::Precision;
+
+// The published (or documented as assumed) figures of every preset, written out independently of
+// sim/device_spec.cpp: peaks in TFLOP/s after the fallback, in kAllPrecisions order (fp64 fp32 fp16 bf16 fp8 int8).
+struct PresetRow {
+  const char* name;
+  double peak[6];
+  double hbm_gbps, hbm_gib, launch_ns;
+};
+const PresetRow kPresetTable[] = {
+    // AWS Neuron docs: 47.5 fp32, 190 fp16/bf16/cFP8, 380 int8; fp64 unset -> fp32.
+    {"trainium1", {47.5, 47.5, 190, 190, 190, 380}, 820, 32, 2000},
+    // Jouppi et al. ISCA 2023: 275 bf16/int8; fp32 assumed 275/6; fp64 -> fp32; fp16, fp8 -> bf16.
+    {"tpu_v4", {275.0 / 6, 275.0 / 6, 275, 275, 275, 275}, 1200, 32, 2000},
+    // H100 SXM datasheet, dense: 34 fp64, 67 fp32, 989 fp16/bf16, 1979 fp8/int8.
+    {"h100", {34, 67, 989, 989, 1979, 1979}, 3350, 80, 2000},
+    // Round numbers: fp64 -> fp32; fp16, fp8, int8 -> bf16.
+    {"generic", {100, 100, 400, 400, 400, 400}, 1000, 16, 1000},
+};
 }  // namespace
 
 TEST(Cost, RooflineTakesTheSlowerBound) {
@@ -27,6 +57,162 @@ TEST(Cost, RooflineTakesTheSlowerBound) {
   EXPECT_DOUBLE_EQ(sim::compute_time_ns(dev(), 1e6, 1000, sim::Precision::bf16), 30.0);
   // memory bound
   EXPECT_DOUBLE_EQ(sim::compute_time_ns(dev(), 1e3, 1e5, sim::Precision::fp32), 1005.0);
+}
+
+TEST(Precision, FallbackRules) {
+  sim::DeviceSpec d = dev();  // only fp32 (10) and bf16 (40) set: the pre-precision config format
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp64), 10);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp32), 10);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp16), 40);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::bf16), 40);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp8), 40);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::int8), 40);
+  EXPECT_EQ(d.effective_precision(P::int8), P::bf16);
+  EXPECT_EQ(d.effective_precision(P::fp64), P::fp32);
+  // fp16 set: fp8 and int8 follow it, bf16 does not.
+  d.peak_tflops_fp16 = 20;
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp16), 20);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp8), 20);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::int8), 20);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::bf16), 40);
+  EXPECT_EQ(d.effective_precision(P::int8), P::fp16);
+  // fp8 set: int8 follows it.
+  d.peak_tflops_fp8 = 80;
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::int8), 80);
+  EXPECT_EQ(d.effective_precision(P::int8), P::fp8);
+  // int8 and fp64 set: their own rates.
+  d.peak_tflops_int8 = 160;
+  d.peak_tflops_fp64 = 5;
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::int8), 160);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp64), 5);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp8), 80);
+  // The roofline uses the resolved rate: 1e6 FLOP at 160 TFLOP/s = 6.25 ns, memory 1000 B / 100 = 10 ns.
+  EXPECT_DOUBLE_EQ(sim::compute_time_ns(d, 1e6, 1000, P::int8), 15.0);
+  EXPECT_DOUBLE_EQ(sim::compute_time_ns(d, 1e6, 0, P::fp64), 205.0);
+  // The ends of the chains.
+  // Every chain ends at fp32 or bf16 within three steps.
+  for (P p : sim::kAllPrecisions) {
+    P end = p;
+    for (int i = 0; i < 3; ++i) end = sim::fallback_of(end);
+    EXPECT_TRUE(end == P::fp32 || end == P::bf16) << sim::precision_name(p);
+  }
+  EXPECT_EQ(sim::fallback_of(P::fp32), P::fp32);
+  EXPECT_EQ(sim::fallback_of(P::bf16), P::bf16);
+}
+
+TEST(Precision, OfEveryDType) {
+  using runtime::DType;
+  const std::pair<DType, P> expected[] = {
+      {DType::int8, P::int8},   {DType::uint8, P::int8},    {DType::int32, P::fp32},    {DType::uint32, P::fp32},
+      {DType::int64, P::fp64},  {DType::uint64, P::fp64},   {DType::fp16, P::fp16},     {DType::bf16, P::bf16},
+      {DType::fp32, P::fp32},   {DType::fp64, P::fp64},     {DType::fp8_e4m3, P::fp8},  {DType::fp8_e5m2, P::fp8},
+  };
+  EXPECT_EQ(std::size(expected), runtime::all_dtypes().size());
+  for (const auto& [t, p] : expected)
+    EXPECT_EQ(runtime::precision_of(t), p) << runtime::dtype_name(t) << " -> " << sim::precision_name(runtime::precision_of(t));
+}
+
+TEST(Presets, NamesAndErrorListEveryPreset) {
+  std::vector<std::string> want;
+  for (const auto& row : kPresetTable) want.emplace_back(row.name);
+  EXPECT_EQ(sim::device_preset_names(), want);
+  for (const auto& name : sim::device_preset_names()) {
+    const auto d = sim::device_preset(name);
+    EXPECT_EQ(d.name, name);
+    EXPECT_FALSE(d.source.empty()) << name;
+  }
+  try {
+    sim::device_preset("tpu_v9");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'tpu_v9'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(known: trainium1, tpu_v4, h100, generic)"), std::string::npos) << msg;
+  }
+}
+
+// Every preset at every precision: the compute-bound and the memory-bound side of the roofline.
+TEST(Presets, RooflinePerPrecision) {
+  for (const auto& row : kPresetTable) {
+    const auto d = sim::device_preset(row.name);
+    EXPECT_DOUBLE_EQ(d.hbm_gbps, row.hbm_gbps) << row.name;
+    EXPECT_DOUBLE_EQ(d.hbm_gib, row.hbm_gib) << row.name;
+    EXPECT_DOUBLE_EQ(d.launch_overhead_ns, row.launch_ns) << row.name;
+    for (size_t i = 0; i < sim::kAllPrecisions.size(); ++i) {
+      const P p = sim::kAllPrecisions[i];
+      const std::string what = std::string(row.name) + " " + sim::precision_name(p);
+      EXPECT_DOUBLE_EQ(d.peak_tflops(p), row.peak[i]) << what;
+      // Compute bound: 1 us of math at the peak (peak TFLOP/s = peak * 1e3 FLOP/ns), 0.25 us of HBM traffic.
+      const double flops = row.peak[i] * 1e3 * 1000.0;
+      EXPECT_NEAR(sim::compute_time_ns(d, flops, row.hbm_gbps * 250.0, p), row.launch_ns + 1000.0, 1e-9) << what;
+      // Memory bound: 3 us of HBM traffic, 1 us of math.
+      EXPECT_NEAR(sim::compute_time_ns(d, flops, row.hbm_gbps * 3000.0, p), row.launch_ns + 3000.0, 1e-9) << what;
+    }
+  }
+}
+
+TEST(Presets, DescribeListsTheExplicitPeaks) {
+  EXPECT_EQ(sim::describe(sim::device_preset("trainium1")),
+            "trainium1: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB, "
+            "launch 2000 ns");
+  EXPECT_EQ(sim::describe(sim::device_preset("generic")),
+            "generic: 100 TFLOP/s fp32, 400 TFLOP/s bf16, HBM 1000 GB/s 16 GiB, launch 1000 ns");
+}
+
+namespace {
+sim::DeviceSpec load_device_yaml(const std::string& body) {
+  return sim::load_device(ConfigNode::load_string("device:\n" + body, "dev.yaml").child("device"));
+}
+std::string device_error(const std::string& body) {
+  try {
+    load_device_yaml(body);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(DeviceYaml, PeaksPerPrecision) {
+  // Only the two old keys: everything else falls back (old configs keep working).
+  auto d = load_device_yaml("  peak_tflops_fp32: 10\n  peak_tflops_bf16: 40\n  hbm_gbps: 100\n  hbm_gib: 1\n");
+  EXPECT_EQ(d.name, "custom");
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp8), 40);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp64), 10);
+  // Every key.
+  d = load_device_yaml(
+      "  peak_tflops_fp64: 1\n  peak_tflops_fp32: 2\n  peak_tflops_fp16: 3\n  peak_tflops_bf16: 4\n"
+      "  peak_tflops_fp8: 5\n  peak_tflops_int8: 6\n  hbm_gbps: 100\n  hbm_gib: 1\n");
+  for (size_t i = 0; i < sim::kAllPrecisions.size(); ++i)
+    EXPECT_DOUBLE_EQ(d.peak_tflops(sim::kAllPrecisions[i]), double(i + 1)) << i;
+  // A preset with one override: only that precision changes.
+  d = load_device_yaml("  preset: h100\n  peak_tflops_fp8: 1000\n");
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::fp8), 1000);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::int8), 1979);
+  EXPECT_DOUBLE_EQ(d.peak_tflops(P::bf16), 989);
+  EXPECT_EQ(load_device_yaml("  preset: tpu_v4\n").name, "tpu_v4");
+}
+
+TEST(DeviceYaml, BadNumbersNameTheKey) {
+  for (std::string key : {"peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
+                          "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib"}) {
+    for (std::string bad : {"0", "-1", ".nan", ".inf", "-.inf"}) {
+      const auto msg = device_error("  preset: generic\n  " + key + ": " + bad + "\n");
+      EXPECT_NE(msg.find("dev.yaml:3: device." + key + ": must be"), std::string::npos) << key << "=" << bad << ": " << msg;
+    }
+  }
+  EXPECT_NE(device_error("  preset: generic\n  launch_overhead_ns: .nan\n").find("device.launch_overhead_ns: must be a finite"),
+            std::string::npos);
+  EXPECT_NE(device_error("  preset: generic\n  launch_overhead_ns: -1\n").find("device.launch_overhead_ns: must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(device_error("  preset: generic\n  peak_tflops_fp4: 1\n").find("unknown key 'device.peak_tflops_fp4'"),
+            std::string::npos);
+  const auto msg = device_error("  preset: a100\n");
+  EXPECT_NE(msg.find("dev.yaml:2: device.preset: unknown device preset 'a100' (known: trainium1, tpu_v4, h100, generic)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(device_error("  peak_tflops_fp32: 1\n  hbm_gbps: 1\n  hbm_gib: 1\n").find("'peak_tflops_bf16' is required"),
+            std::string::npos);
 }
 
 TEST(Cost, TransferIsAlphaPlusSizeOverBandwidthPerRoute) {
