@@ -180,7 +180,9 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
 
   // ---- this chip's simulated HBM: x and the weight shards stay resident for the whole run ----
   // (check_mlp_fits already replayed these allocations for every chip while parsing, so they fit.)
-  sim::Memory memory(rank, cfg.device.hbm_bytes());
+  const auto& placement = cfg.topology.placement();  // rank r (tensor-parallel shard r) runs on chip placement[r]
+  const int chip = placement.at(static_cast<size_t>(rank));
+  sim::Memory memory(chip, cfg.device.hbm_bytes());
   const MlpResident resident = allocate_mlp_resident(memory, s, len);
 
   // ---- inputs and this chip's weights: from the seed, or from a checkpoint ----
@@ -222,12 +224,8 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   }
 
   // ---- the sharded forward ----
-  sim::Timeline tl(rank, cfg.topology, cfg.device);
-  runtime::Transport tp(world.comm(), tl, [&] {
-    std::vector<int> ids(static_cast<size_t>(chips));
-    for (int i = 0; i < chips; ++i) ids[static_cast<size_t>(i)] = i;
-    return ids;
-  }());
+  sim::Timeline tl(chip, cfg.topology, cfg.device);
+  runtime::Transport tp(world.comm(), tl, placement);
   world.sleepy_barrier();
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
@@ -339,14 +337,14 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     for (int c = 0; c < chips; ++c) {
       const double* v = &all[kFields * static_cast<size_t>(c)];
       ChipReport cr;
-      cr.chip = c;
+      cr.chip = placement.at(static_cast<size_t>(c));
       cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[4], v[5]};
       cr.peak_memory_bytes = v[8];  // from the chip's sim::Memory
       rep.per_chip.push_back(cr);
       rep.total_flops += v[4];
       if (v[0] > rep.critical.total) {
         rep.critical = cr.breakdown;
-        rep.critical_chip = c;
+        rep.critical_chip = cr.chip;
         rep.all_reduce_ns = v[6];
         rep.all_reduce_bytes_per_chip = v[7];
       }

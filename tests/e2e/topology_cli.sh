@@ -52,6 +52,18 @@ printf 'topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 100\n  latency_ns
 expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 4 validate --topology placed.yaml -c all_reduce,broadcast -d fp32 \
   --counts 1031 -o sum
 
+e2e_case "the MLP workload on a switch with a permuted placement"
+sed 's/  latency_ns: 500/  latency_ns: 500\n  placement: [2, 0, 3, 1]/; s/kind: ring/kind: switch/' \
+  "$CONFIGS/workloads/small_mlp.yaml" >placed_mlp.yaml
+if expect_exit 0 '^PASS$' -- shardsim_mpi 4 run placed_mlp.yaml --no-checkpoint --json placed.json; then
+  assert_out 'topology +switch 4 chips' "switch topology from the workload"
+  if python3 -c "import json,sys; d=json.load(open('placed.json')); sys.exit([c['chip'] for c in d['simulated']['per_chip']] != [2,0,3,1])"; then
+    pass "report names each rank's chip from the placement"
+  else
+    fail "report chips do not follow the placement"
+  fi
+fi
+
 e2e_case "topo describe"
 if expect_exit 0 'bisection' -- "$SHARDSIM" topo describe "$TOPO/astra_ring4_switch8.yml" --dot g.dot --json g.json; then
   assert_out 'chips +32 \(\+ 4 switches\)' "chips and switches"

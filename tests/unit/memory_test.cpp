@@ -124,7 +124,7 @@ TEST(Memory, Deterministic) {
     Memory m(1, 10000);
     std::vector<Memory::Id> ids;
     for (int i = 0; i < 20; ++i) {
-      ids.push_back(m.allocate("a" + std::to_string(i), uint64_t(37 * (i % 7) + 1)));
+      ids.push_back(m.allocate(std::string("a").append(std::to_string(i)), uint64_t(37 * (i % 7) + 1)));
       if (i % 3 == 2) m.free(ids[size_t(i - 1)]);
     }
     std::string out = std::to_string(m.in_use()) + " " + std::to_string(m.peak()) + " " + m.peak_allocation();
