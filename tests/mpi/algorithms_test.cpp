@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 #include "common/error.h"
 
@@ -44,35 +45,12 @@ using Bytes = std::vector<unsigned char>;
 namespace {
 
 
-// One chip per rank on TOPO; rank r sits on CHIPS[r] (default: chip r).
-struct Fixture {
-  Topology topo;
-  sim::Timeline tl;
-  runtime::Transport tp;
-  explicit Fixture(Topology t, std::vector<int> chips = identity_chips(world_size()))
-      : topo(std::move(t)),
-        tl(chips.at(static_cast<size_t>(world_rank())), topo, sim::device_preset("generic")),
-        tp(MPI_COMM_WORLD, tl, std::move(chips)) {}
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
 
 Topology ring_topo(double bw, double lat, bool bidirectional = true) {
   return Topology::ring(world_size(), LinkSpec{bw, lat}, bidirectional);
 }
 
-CollectiveOptions opts(const std::string& algorithm, size_t chunk_bytes = 0, int root = 0) {
-  CollectiveOptions o;
-  o.algorithm = algorithm;
-  o.chunk_bytes = chunk_bytes;
-  o.root = root;
-  return o;
-}
 
-void expect_time(double got, double want, const std::string& what) {
-  EXPECT_NEAR(got, want, 0.01 * std::fabs(want) + 1e-6)
-      << what << ": simulated " << got << " ns, expected " << want << " ns";
-}
 
 // The route a -> b on a bidirectional ring of p chips: the shorter way, + on a tie; a 2-chip ring has one link
 // each way (topology.h).

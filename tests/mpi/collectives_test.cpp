@@ -9,6 +9,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "collectives/reference.h"
+#include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 
 using namespace shardsim;
@@ -20,14 +21,9 @@ using runtime::DType;
 namespace {
 
 
-struct Fixture {
-  topology::Topology topo;
-  sim::Timeline tl;
-  runtime::Transport tp;
-  Fixture(double bw, double lat)
-      : topo(topology::Topology::ring(world_size(), topology::LinkSpec{bw, lat})),
-        tl(world_rank(), topo, sim::device_preset("generic")),
-        tp(MPI_COMM_WORLD, tl, identity_chips(world_size())) {}
+// The shared fixture on a bidirectional ring of the world's size.
+struct RingFixture : Fixture {
+  RingFixture(double bw, double lat) : Fixture(topology::Topology::ring(world_size(), topology::LinkSpec{bw, lat})) {}
 };
 
 // "Verifiable" input of rank R (as nccl-tests does): small integers, so sums/products/min/max are exact in
@@ -64,7 +60,7 @@ std::string label(size_t count, DType t, ReduceOp op, bool in_place) {
 }  // namespace
 
 TEST(AllReduce, BitExactAgainstReference) {
-  Fixture f(100, 500);
+  RingFixture f(100, 500);
   const int r = world_rank();
   for (size_t count : kCounts)
     for (DType t : kTypes)
@@ -84,7 +80,7 @@ TEST(AllReduce, BitExactAgainstReference) {
 }
 
 TEST(ReduceScatter, BitExactAgainstReference) {
-  Fixture f(100, 500);
+  RingFixture f(100, 500);
   const int r = world_rank();
   const size_t p = size_t(world_size());
   for (size_t count : kCounts)
@@ -107,7 +103,7 @@ TEST(ReduceScatter, BitExactAgainstReference) {
 }
 
 TEST(AllGather, BitExactAgainstReference) {
-  Fixture f(100, 500);
+  RingFixture f(100, 500);
   const int r = world_rank();
   const size_t p = size_t(world_size());
   for (size_t count : kCounts)
@@ -145,7 +141,7 @@ TEST(ClosedForm, RingTimesMatchWithinOnePercent) {
       for (double alpha : {0.0, 500.0, 5000.0})
         for (size_t count : {size_t(1) << 10, size_t(1) << 16, size_t(3) << 18}) {
           if (count % size_t(2 * p) != 0) continue;  // the closed form assumes equal chunks
-          Fixture f(bw, alpha);
+          RingFixture f(bw, alpha);
           collectives::CollectiveOptions o;
           o.algorithm = algo;
           const double w = algo == "bidir_ring" && p > 2 ? 2 : 1;
@@ -173,7 +169,7 @@ TEST(ClosedForm, RingTimesMatchWithinOnePercent) {
 TEST(Determinism, SameInputsSameSimulatedTimes) {
   std::vector<double> times;
   for (int run = 0; run < 2; ++run) {
-    Fixture f(50, 700);
+    RingFixture f(50, 700);
     std::vector<float> buf(13440, 2.0f);  // divisible by 1..8: equal chunks, symmetric ranks
     auto a = collectives::all_reduce(f.tp, buf.data(), buf.data(), buf.size(), DType::fp32, ReduceOp::sum, 10.0);
     auto b = collectives::all_gather(f.tp, buf.data(), buf.data(), buf.size(), DType::fp32, a.span.end);

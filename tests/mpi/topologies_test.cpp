@@ -29,6 +29,7 @@
 
 #include "collectives/collectives.h"
 #include "common/error.h"
+#include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 
 using namespace shardsim;
@@ -43,31 +44,8 @@ using topology::Topology;
 
 namespace {
 
-// One chip per rank on TOPO; rank r sits on CHIPS[r] (default: chip r). As in algorithms_test.cpp.
-struct Fixture {
-  Topology topo;
-  sim::Timeline tl;
-  runtime::Transport tp;
-  explicit Fixture(Topology t, std::vector<int> chips = identity_chips(world_size()))
-      : topo(std::move(t)),
-        tl(chips.at(static_cast<size_t>(world_rank())), topo, sim::device_preset("generic")),
-        tp(MPI_COMM_WORLD, tl, std::move(chips)) {}
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-};
 
-CollectiveOptions opts(const std::string& algorithm, size_t chunk_bytes = 0) {
-  CollectiveOptions o;
-  o.algorithm = algorithm;
-  o.chunk_bytes = chunk_bytes;
-  return o;
-}
 
-// Closed forms: within 1% (relative), as algorithms_test.cpp's expect_time.
-void expect_time(double got, double want, const std::string& what) {
-  EXPECT_NEAR(got, want, 0.01 * std::fabs(want) + 1e-6)
-      << what << ": simulated " << got << " ns, expected " << want << " ns";
-}
 
 // Estimates are documented as equal to the simulated time: 1e-9 relative.
 void expect_same_time(double estimate, double simulated, const std::string& what) {
