@@ -1183,27 +1183,6 @@ TEST(Subgroups, ThreeWaySplitAndCachedSubgroup) {
 
 namespace {
 
-// Runs FN and checks it throws UsageError whose message contains every string in NEEDLES.
-void expect_usage_error(const std::function<void()>& fn, const std::vector<std::string>& needles,
-                        const std::string& what) {
-  try {
-    fn();
-    ADD_FAILURE() << what << ": no UsageError";
-  } catch (const UsageError& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << what << ": '" << n << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": threw something else: " << e.what();
-  }
-}
-
-// Every rank checks the communicator still carries exactly the messages it should.
-void expect_clean_communicator(runtime::Transport& tp) {
-  const int p = tp.size();
-  std::vector<int32_t> buf(10, tp.rank() + 1);
-  collectives::all_reduce(tp, buf.data(), buf.data(), buf.size(), DType::int32, ReduceOp::sum, 0.0, opts("ring"));
-  EXPECT_EQ(buf[9], p * (p + 1) / 2) << "communicator disturbed by a failed call";
-}
 
 }  // namespace
 
