@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -66,15 +67,14 @@ int64_t visible_keys(int64_t i, int64_t sk, const AttentionOptions& o) {
   return std::clamp<int64_t>(o.q_offset + i - o.k_offset + 1, 0, sk);
 }
 
-// e^x for x <= 0 (x - rowmax), 0 below -87 (where e^x is subnormal) and for -inf. Cephes' expf: x = n·ln2 + r,
-// |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent bits; ~1 ulp. Written branch-free so the loops
-// that call it vectorize (std::exp does not without -ffast-math).
+// e^x for x <= 0 (x = s - rowmax), 0 below -87 (where e^x is near fp32's subnormal range) and for -inf.
+// Cephes' expf: x = n·ln2 + r, |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent bits; ~1 ulp.
+// Branch-free so the loop that calls it vectorizes (std::exp does not without -ffast-math).
 inline float exp_nonpos(float x) {
-  const bool tiny = x < -87.0f;
-  x = tiny ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;
+  const float xc = std::max(x, -87.0f);
+  const float t = xc * 1.44269504088896341f;
   const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (|t| < 2^22)
-  float r = x - n * 0.693359375f;
+  float r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -84,40 +84,41 @@ inline float exp_nonpos(float x) {
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, 4);
-  return tiny ? 0.0f : y * two_n;
+  const float two_n = std::bit_cast<float>(bits);
+  return x < -87.0f ? 0.0f : y * two_n;
 }
 
-// Row max of s[0, n) (n >= 1), 8 independent lanes so the compiler can vectorize without reassociation flags.
-inline float row_max(const float* s, int64_t n) {
-  float lane[8];
-  for (int k = 0; k < 8; ++k) lane[k] = kNegInf;
+// The per-row softmax work, compiled for AVX-512, AVX2 and baseline x86-64 (picked at load time by the ifunc
+// resolver), because it is the only non-BLAS loop that matters: about one exp per 4·d FLOPs of the tile GEMMs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SHARDSIM_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SHARDSIM_SIMD_CLONES
+#endif
+
+// Row max of s[0, n) (n >= 1), 16 independent lanes so the compiler can vectorize without reassociation flags.
+SHARDSIM_SIMD_CLONES float row_max(const float* s, int64_t n) {
+  float lane[16];
+  for (int k = 0; k < 16; ++k) lane[k] = kNegInf;
   int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int k = 0; k < 8; ++k) lane[k] = s[c + k] > lane[k] ? s[c + k] : lane[k];
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) lane[k] = std::max(lane[k], s[c + k]);
   float m = kNegInf;
-  for (int k = 0; k < 8; ++k) m = lane[k] > m ? lane[k] : m;
-  for (; c < n; ++c) m = s[c] > m ? s[c] : m;
+  for (int k = 0; k < 16; ++k) m = std::max(m, lane[k]);
+  for (; c < n; ++c) m = std::max(m, s[c]);
   return m;
 }
 
-// p[c] = e^{s[c] - m} in place for c < n; returns their sum (8 lanes).
-inline float exp_row_sum(float* s, int64_t n, float m) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// p[c] = e^{s[c] - m} in place for c < n; returns their sum (16 lanes).
+SHARDSIM_SIMD_CLONES float exp_row_sum(float* __restrict s, int64_t n, float m) {
+  for (int64_t c = 0; c < n; ++c) s[c] = exp_nonpos(s[c] - m);
+  float lane[16] = {};
   int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int k = 0; k < 8; ++k) {
-      const float p = exp_nonpos(s[c + k] - m);
-      s[c + k] = p;
-      lane[k] += p;
-    }
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) lane[k] += s[c + k];
   float sum = 0;
-  for (; c < n; ++c) {
-    s[c] = exp_nonpos(s[c] - m);
-    sum += s[c];
-  }
-  for (int k = 0; k < 8; ++k) sum += lane[k];
+  for (int k = 0; k < 16; ++k) sum += lane[k];
+  for (; c < n; ++c) sum += s[c];
   return sum;
 }
 
