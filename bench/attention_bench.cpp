@@ -7,7 +7,7 @@
 //                                  allocating and after the call (getrusage), the kernel's workspace bytes, the
 //                                  input+output bytes, and what one seq x seq fp32 score matrix would take.
 //                                  Run each size in its own process (max RSS is a high-water mark):
-//                                  --benchmark_filter='BM_attention_memory/32768/0$'
+//                                  --benchmark_filter='BM_attention_memory/32768/0/'
 // OpenBLAS runs single-threaded (shardsim's per-rank default) unless OPENBLAS_NUM_THREADS is set.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
