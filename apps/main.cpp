@@ -17,6 +17,9 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "runtime/world.h"
+#include "apps/cli_common.h"
+#include "common/config.h"
+#include "sharding/transformer.h"
 #include "sharding/workload.h"
 
 namespace {
@@ -59,9 +62,44 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
   }
 }
 
+// `run` of a transformer_block workload (sharding/transformer.h).
+int cmd_run_block(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
+                  const shardsim::sharding::RunOptions& opt) {
+  using namespace shardsim;
+  sharding::BlockConfig cfg;
+  world.agree([&] {
+    cfg = sharding::parse_block_config(ConfigNode::load_file(config_path), config_path);
+    if (cfg.topology.num_chips() != world.size())
+      throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
+                        " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
+                        std::to_string(cfg.topology.num_chips()) + ")");
+    if (!opt.resume_from.empty() || opt.checkpoint_path)
+      throw UsageError("--resume/--checkpoint: transformer_block workloads do not checkpoint yet");
+    std::vector<std::pair<std::string, std::string>> outputs;
+    if (!json_path.empty()) outputs.emplace_back("--json", json_path);
+    if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
+    apps::check_outputs(outputs);
+  });
+  const auto report = sharding::run_block(world, cfg, opt.trace_path);
+  if (world.rank() == 0) {
+    std::cout << sharding::to_text(report) << std::flush;
+    if (!json_path.empty()) apps::write_file(json_path, sharding::to_json_text(report));
+  }
+  return report.passed ? kExitOk : kExitValidationFailed;
+}
+
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
             const shardsim::sharding::RunOptions& opt) {
   using namespace shardsim;
+  {
+    bool block = false;
+    try {
+      block = sharding::is_block_config(ConfigNode::load_file(config_path));
+    } catch (const Error&) {
+      // reported with context by the MLP path below
+    }
+    if (block) return cmd_run_block(world, config_path, json_path, opt);
+  }
   // Every rank parses the same file, so a bad config fails identically everywhere; report it once.
   sharding::RunConfig cfg;
   std::string error;

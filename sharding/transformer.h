@@ -1,0 +1,102 @@
+// A Llama-style transformer block, single-device and sharded, validated against one device.
+//
+//   x1  = x  + Wo · attention(rope(Wq·rmsnorm(x)), rope(Wk·rmsnorm(x)), Wv·rmsnorm(x))     (pre-norm)
+//   out = x1 + Wd · (silu(Wg·rmsnorm(x1)) ⊙ Wu·rmsnorm(x1))                                (SwiGLU MLP)
+// Shapes: x, out [seq, hidden]; heads Hq of head_dim d = hidden / Hq; Hkv KV heads (grouped-query attention when
+// Hkv < Hq); ffn columns in the MLP. Batch 1. Causal self-attention by default; RoPE optional.
+//
+// Parallel plans (Megatron-LM terms; Shoeybi et al. 2019, Korthikanti et al. 2022 for sequence parallelism):
+//   tp       tensor parallel: Wq/Wk/Wv column-parallel by heads (q heads [t·Hq/tp, ...); KV heads split when
+//            tp <= Hkv, else each chip holds the one KV head its q heads use: replicated), Wo row-parallel + an
+//            all_reduce; the MLP column-/row-parallel + an all_reduce. Needs Hq % tp == 0 and (Hkv % tp == 0 or
+//            tp % Hkv == 0): an uneven head split is rejected (exit 2), not approximated.
+//   sp       with tp: norms and residuals on a sequence shard (seq/tp rows); all_gather before each
+//            column-parallel GEMM, reduce_scatter after each row-parallel GEMM (instead of the all_reduce).
+//   cp       context parallel / ring attention (Liu et al., "Ring Attention with Blockwise Transformers", 2023):
+//            the sequence is split over cp chips, K/V blocks travel around the cp ring (cp-1 steps) while each
+//            chip computes its queries against the block it holds; partials merge by log-sum-exp. The send of
+//            the next block is issued before the compute on the current one, so they overlap in the simulated
+//            timeline. cp_split zigzag (default; chip c holds chunks c and 2cp-1-c of 2cp, the causal load
+//            balance of Megatron-LM's context parallelism) or contiguous (chip c holds chunk c).
+//   ulysses  DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-sharded activations, all_to_all to head-sharded
+//            q/k/v before attention and back after; needs Hq and Hkv divisible by the ulysses size.
+//   Combinations: tp x cp on a device mesh, ranks tp-major (rank = t·cp + c), so on a torus [tp, cp] each cp
+//   ring is a ring of the torus; sp only with tp; ulysses alone. tp·cp·ulysses = chips.
+// Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
+//   tp all_reduce 2(P-1)/P·M per all_reduce (two per block); sp all_gather and reduce_scatter (P-1)/P·M each
+//   (two of each); cp ring 2(P-1)/P·seq·Hkv·d·elem (K and V); ulysses all_to_all (P-1)/P of each local q, k, v,
+//   o (4 all_to_alls). Reported next to these formulas.
+// Errors: ConfigError (exit 2) naming the field for shapes or plans that do not fit.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "runtime/tensor.h"
+#include "runtime/world.h"
+#include "sim/device_spec.h"
+#include "topology/topology.h"
+
+namespace shardsim::sharding {
+
+struct BlockShape {
+  int64_t hidden = 0, heads = 0, kv_heads = 0, ffn = 0, seq = 0;
+  bool causal = true;
+  bool rope = true;
+  runtime::DType dtype = runtime::DType::fp32;
+  uint64_t seed = 1;
+  int64_t head_dim() const { return heads ? hidden / heads : 0; }
+};
+
+struct BlockPlan {
+  int tp = 1;
+  bool sp = false;
+  int cp = 1;
+  bool zigzag = true;
+  int ulysses = 1;
+  std::string describe() const;
+};
+
+struct BlockConfig {
+  std::string file, name, model;
+  topology::Topology topology;
+  sim::DeviceSpec device;
+  BlockShape shape;
+  BlockPlan plan;
+  bool validate = true;
+  double tolerance = 0;  // max|out - ref| / max|ref|; default 1e-4 fp32, 3e-2 bf16
+};
+
+bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
+BlockConfig parse_block_config(const ConfigNode& root, const std::string& file);
+
+struct CommStat {
+  double bytes = 0;     // bytes this chip sent
+  double expected = 0;  // the formula's bytes per chip
+  int calls = 0;
+};
+
+struct BlockReport {
+  std::string name, model, file, topology, device, plan;
+  int chips = 0;
+  double sim_total_ns = 0;  // slowest chip
+  int critical_chip = 0;
+  double compute_ns = 0, communication_ns = 0, exposed_ns = 0;  // of the critical chip
+  double attention_ns = 0;                                      // of the critical chip: attention kernels + ring
+  std::vector<double> per_chip_total_ns;
+  std::vector<double> per_chip_peak_bytes;
+  std::map<std::string, CommStat> comm;  // per collective, the critical chip's figures
+  double single_device_ns = 0;
+  bool validated = false, passed = true;
+  double max_abs_error = 0, max_abs_reference = 0, tolerance = 0;
+  double wall_s = 0;
+};
+
+// Runs the block on WORLD (collective); the report is complete on rank 0.
+BlockReport run_block(const runtime::World& world, const BlockConfig& config, const std::string& trace_path);
+std::string to_text(const BlockReport& r);
+std::string to_json_text(const BlockReport& r);
+
+}  // namespace shardsim::sharding
