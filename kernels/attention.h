@@ -42,9 +42,10 @@
 // (2·d for Q·K^T, 2·d for P·V): 4·seq_q·seq_k·d per head non-causal, 4·d·s(s+1)/2 per head for causal with
 // seq_q = seq_k = s and equal offsets. The softmax's exps and the masked entries of diagonal tiles that the
 // host computes and throws away are not counted (as in the FlashAttention papers' FLOP/s figures).
-// Bytes (HBM traffic of the tiled algorithm, per query head): Q read once, O written once, lse written once,
-// and K and V read once per query tile for every key tile that tile visits (causal skips fully masked key
-// tiles), with the tile height Br = options.block_q. With GQA every query head re-reads its kv head.
+// Bytes (HBM traffic of the tiled algorithm, per query head): Q read once, O written once, lse (fp32) written
+// once, and for every query tile of Br = options.block_q rows the K and V rows it needs read once: all seq_k
+// rows, or with causal only rows up to the last visible key of the tile's last row (keys wholly in the tile's
+// future are skipped). With GQA every query head re-reads its kv head (no sharing across the group).
 //
 // Errors: std::invalid_argument with the offending shapes for: tensors not 3-D, K/V shape mismatch, head_dim
 // mismatch or 0, Hkv = 0 or Hq not a multiple of Hkv, dtypes not fp32/bf16 or not shared by Q, K, V, O of the
@@ -70,8 +71,9 @@ struct AttentionOptions {
   // left untouched (lets a caller split heads across calls or chips without copying Q).
   int64_t head_begin = 0;
   int64_t head_end = -1;
-  // Tile sizes: Br query rows x Bc key rows per step. The defaults were the fastest on the development host
-  // (docs/PERFORMANCE.md, "Local attention kernel"); any values >= 1 give the same result up to fp32 rounding.
+  // Tile sizes: Br query rows x Bc key rows per step. The defaults come from the tile sweep in docs/PERFORMANCE.md
+  // ("Local attention kernel": within noise of the best, 128 KiB score tile); any values >= 1 give the same
+  // result up to fp32 rounding. block_q also sets the K/V re-read count in the reported bytes.
   int64_t block_q = 128;
   int64_t block_k = 256;
 };
