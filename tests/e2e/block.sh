@@ -30,7 +30,7 @@ PY
 e2e_case "every plan PASSes against one device"
 for spec in "tp4|4|  tp: 4" "tp4sp|4|  tp: 4\n  sp: true" "tp2gqa|2|  tp: 2" "tp8rep|8|  tp: 8" \
             "cp4|4|  cp: 4" "cp4c|4|  cp: 4\n  cp_split: contiguous" "ul2|2|  ulysses: 2" \
-            "tp2sp|2|  tp: 2\n  sp: true"; do
+            "tp2sp|2|  tp: 2\n  sp: true" "tpspcp|4|  tp: 2\n  sp: true\n  cp: 2"; do
   IFS='|' read -r name chips plan <<<"$spec"
   make "$name" "$chips" "$plan"
   if expect_exit 0 '^PASS$' -- shardsim_mpi "$chips" run "$name.yaml" --json "$name.json"; then formulas "$name"; fi
