@@ -269,17 +269,23 @@ std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks) {
 }
 
 // Local attention of Q (rows in Q_CHUNKS) against K/V (rows in K_CHUNKS), merged into ACC/LSE (fp32). On the
-// host it runs one kernel call per (q chunk, kv chunk) pair that is not fully masked; the simulated chip runs it as
-// ONE fused kernel (one launch; the FLOPs and bytes of the pieces and their merges), as a chip-side ring
-// attention kernel with a per-token position mask would.
+// host it runs one kernel call per (q chunk, kv chunk) pair that is not fully masked. The simulated chip runs it
+// as ONE fused kernel with a per-token position mask, as a chip-side ring-attention kernel would: one launch;
+// the FLOPs of the visible pairs; the HBM bytes of one call over all q rows x all kv rows, scaled by the visible
+// fraction (so cutting the rows into zig-zag chunks does not lower the tiles' arithmetic intensity); one merge
+// per q chunk.
 void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
             const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
             const std::string& name) {
   const int64_t nq = q.dim(1);
-  kernels::KernelCost total{name, 0, 0, q.dtype()};
+  double flops = 0, merge_flops = 0, merge_bytes = 0;
+  int64_t q_rows = 0, k_rows = 0;
+  for (const auto& c : q_chunks) q_rows += c.len;
+  for (const auto& c : k_chunks) k_rows += c.len;
   for (size_t a = 0; a < q_chunks.size(); ++a) {
     const Chunk& qc = q_chunks[a];
     const Tensor qa = rows_of(q, qc.local, qc.len);
+    bool merged = false;
     for (const Chunk& kc : k_chunks) {
       if (s.causal && qc.global + qc.len - 1 < kc.global) continue;  // fully masked: nothing to compute
       kernels::AttentionOptions o;
@@ -288,13 +294,19 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
       o.k_offset = kc.global;
       Tensor out(DType::fp32, {qc.len, nq, q.dim(2)}), l(DType::fp32, {nq, qc.len});
       const Tensor kb = rows_of(k, kc.local, kc.len), vb = rows_of(v, kc.local, kc.len);
-      for (const auto& c : {kernels::attention(qa, kb, vb, out, l, o), kernels::merge_attention_partials(acc[a], lse[a], out, l)}) {
-        total.flops += c.flops;
-        total.bytes += c.bytes;
+      flops += kernels::attention(qa, kb, vb, out, l, o).flops;
+      const auto m = kernels::merge_attention_partials(acc[a], lse[a], out, l);
+      if (!merged) {  // the fused kernel merges each q chunk once per call
+        merge_flops += m.flops;
+        merge_bytes += m.bytes;
+        merged = true;
       }
     }
   }
-  if (total.flops > 0 || total.bytes > 0) chip.charge(total, name, true);
+  if (flops <= 0) return;
+  const auto full = kernels::attention_cost(q_rows, k_rows, nq, k.dim(1), q.dim(2), q.dtype(), DType::fp32);
+  const double visible = full.flops > 0 ? flops / full.flops : 1.0;
+  chip.charge(kernels::KernelCost{name, flops + merge_flops, full.bytes * visible + merge_bytes, q.dtype()}, name, true);
 }
 
 void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
