@@ -314,23 +314,28 @@ AsyncOp Engine::submit(const std::string& name, Job job) {
   return op;
 }
 
+namespace {
+// Waits for OP if it was never waited for; errors are printed (a destructor cannot throw).
+void settle(AsyncOp& op, bool pending) {
+  if (!pending) return;
+  try {
+    op.wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardsim: error in an async op that was never waited for: %s\n", e.what());
+  }
+}
+}  // namespace
+
 AsyncOp& AsyncOp::operator=(AsyncOp&& other) noexcept {
   if (this != &other) {
-    this->~AsyncOp();
+    settle(*this, state_ && !state_->waited);
     engine_ = other.engine_;
     state_ = std::move(other.state_);
   }
   return *this;
 }
 
-AsyncOp::~AsyncOp() {
-  if (!state_ || state_->waited) return;
-  try {
-    wait();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "shardsim: error in an async op that was never waited for: %s\n", e.what());
-  }
-}
+AsyncOp::~AsyncOp() { settle(*this, state_ && !state_->waited); }
 
 const std::string& AsyncOp::name() const { return state_->name; }
 std::uint64_t AsyncOp::seq() const { return state_->seq; }
