@@ -5,6 +5,7 @@
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
+#include "collectives/async.h"
 #include "collectives/broadcast.h"
 #include "collectives/gather.h"
 #include "collectives/reduce.h"

@@ -1,9 +1,12 @@
 #include "runtime/transport.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
+#include "runtime/engine.h"
 #include "runtime/world.h"
 
 namespace shardsim::runtime {
@@ -42,7 +45,59 @@ Transport Transport::split(int color, int key) const {
   });
   t.bytes_sent_ = bytes_sent_;
   t.scratch_ = scratch_;
+  t.observer_ = observer_;
   return t;
+}
+
+Transport Transport::duplicate(sim::Timeline& timeline) const {
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(comm_, &dup), chip(), "communicator dup");
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  Transport t(dup, timeline, rank_to_chip_);
+  t.owned_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(dup), [](MPI_Comm* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(c);
+    delete c;
+  });
+  return t;
+}
+
+Engine& Transport::engine() {
+  if (!*engine_) *engine_ = std::make_shared<Engine>(*this);
+  return **engine_;
+}
+
+void Transport::wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op) {
+  if (!observer_) {
+    check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
+    return;
+  }
+  std::vector<int> done(reqs.size());
+  auto report = [&] {
+    std::vector<int> ranks;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (reqs[i] != MPI_REQUEST_NULL && std::find(ranks.begin(), ranks.end(), peers[i]) == ranks.end())
+        ranks.push_back(peers[i]);
+    observer_->pending(comm_, ranks);
+  };
+  report();
+  auto pause = std::chrono::microseconds(2);
+  while (true) {
+    int n = 0;
+    check_mpi(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &n, done.data(), MPI_STATUSES_IGNORE), chip(),
+              op);
+    if (n == MPI_UNDEFINED) break;  // no active request left
+    if (n > 0) {
+      observer_->progressed();
+      report();
+      pause = std::chrono::microseconds(2);
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(250)) pause *= 2;
+  }
+  observer_->pending(comm_, {});
 }
 
 unsigned char* Transport::scratch(int slot, size_t bytes) {
@@ -71,16 +126,19 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
 void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
   std::vector<Header> out(sends.size()), in(recvs.size());
   std::vector<MPI_Request> reqs;
+  std::vector<int> peers;  // rank of each request
   for (size_t i = 0; i < sends.size(); ++i) {
     const SendOp& s = sends[i];
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
     out[i] = {span.end, s.bytes};
     reqs.emplace_back();
+    peers.push_back(s.dst);
     check_mpi(MPI_Isend(&out[i], sizeof(Header), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs.back()), chip(), op);
     const auto* p = static_cast<const unsigned char*>(s.buf);
     for (size_t off = 0; off < s.bytes; off += kPiece) {
       reqs.emplace_back();
+      peers.push_back(s.dst);
       check_mpi(MPI_Isend(p + off, static_cast<int>(std::min(kPiece, s.bytes - off)), MPI_BYTE, s.dst, kPayloadTag,
                           comm_, &reqs.back()),
                 chip(), op);
@@ -90,17 +148,24 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
   // error, not a truncation fault inside MPI. Every send above is already posted, so this cannot deadlock.
   for (size_t i = 0; i < recvs.size(); ++i) {
     RecvOp& r = recvs[i];
-    check_mpi(MPI_Recv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, MPI_STATUS_IGNORE), chip(), op);
+    if (observer_) {
+      std::vector<MPI_Request> h(1);
+      check_mpi(MPI_Irecv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, h.data()), chip(), op);
+      wait_requests(h, {r.src}, op);
+    } else {
+      check_mpi(MPI_Recv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, MPI_STATUS_IGNORE), chip(), op);
+    }
     check_header(in[i], r.bytes, r.src, op);
     auto* p = static_cast<unsigned char*>(r.buf);
     for (size_t off = 0; off < r.bytes; off += kPiece) {
       reqs.emplace_back();
+      peers.push_back(r.src);
       check_mpi(MPI_Irecv(p + off, static_cast<int>(std::min(kPiece, r.bytes - off)), MPI_BYTE, r.src, kPayloadTag,
                           comm_, &reqs.back()),
                 chip(), op);
     }
   }
-  check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
+  wait_requests(reqs, peers, op);
   for (size_t i = 0; i < recvs.size(); ++i) recvs[i].arrival = in[i].arrival_ns;
 }
 

@@ -25,6 +25,20 @@
 
 namespace shardsim::runtime {
 
+class Engine;
+struct EngineOptions;
+
+// Watches a transport's MPI waits (the async Engine sets one on its own transport, for its watchdog). With an
+// observer set, waits become polling loops (MPI_Testsome, then a short sleep that backs off to 250 us) that
+// report the ranks still pending and every completion; without one (the default) they are plain MPI waits.
+class WaitObserver {
+ public:
+  virtual ~WaitObserver() = default;
+  // RANKS (of COMM, the waiting transport's communicator) that still have requests pending.
+  virtual void pending(MPI_Comm comm, const std::vector<int>& ranks) = 0;
+  virtual void progressed() = 0;                            // at least one request completed
+};
+
 // One outgoing message of an exchange: BYTES at BUF to rank DST, data ready at READY (simulated).
 struct SendOp {
   const void* buf = nullptr;
@@ -79,12 +93,24 @@ class Transport {
   // Bytes this chip has injected so far through this transport and its splits (communication-volume reports).
   double bytes_sent() const { return *bytes_sent_; }
 
+  // The chip's asynchronous communication engine for this communicator (runtime/engine.h), made on first use:
+  // that first call is collective (it duplicates the communicator). Copies of this transport share it; split()
+  // transports get their own.
+  Engine& engine();
+
+  // Waits for every request in REQS (PEERS[i]: the rank REQS[i] talks to), through the observer if one is set.
+  void wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op);
+
  private:
   struct Header {
     double arrival_ns;
     unsigned long long bytes;
   };
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
+  friend class Engine;
+  // A transport over a duplicate of this communicator, on TIMELINE, with its own scratch, byte counter and
+  // subgroups (nothing shared with this one: the engine's thread uses it while the main thread uses this).
+  Transport duplicate(sim::Timeline& timeline) const;
 
   std::shared_ptr<MPI_Comm> owned_;  // set when this transport owns its (split) communicator
   MPI_Comm comm_;
@@ -95,6 +121,8 @@ class Transport {
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
   std::shared_ptr<std::vector<std::vector<unsigned char>>> scratch_ =
       std::make_shared<std::vector<std::vector<unsigned char>>>(4);
+  std::shared_ptr<WaitObserver> observer_;  // inherited by split()
+  std::shared_ptr<std::shared_ptr<Engine>> engine_ = std::make_shared<std::shared_ptr<Engine>>();
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
 };
 

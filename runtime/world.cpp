@@ -11,9 +11,14 @@ namespace shardsim::runtime {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "shardsim: MPI_Init_thread failed\n");
     std::exit(kExitRuntimeFault);
+  }
+  if (provided < MPI_THREAD_FUNNELED) {
+    std::fprintf(stderr, "shardsim: MPI provides thread level %d, need at least MPI_THREAD_FUNNELED "
+                         "(MPI_THREAD_MULTIPLE for async collectives)\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }

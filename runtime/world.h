@@ -1,6 +1,8 @@
 // The MPI world: one rank = one simulated chip.
 //
-// MpiSession initialises MPI (thread level MPI_THREAD_FUNNELED: only the main thread calls MPI) and sets
+// MpiSession initialises MPI asking for MPI_THREAD_MULTIPLE (the async engine's thread calls MPI while the main
+// thread may too, see runtime/engine.h); it exits with code 3 and a message if MPI provides less than
+// MPI_THREAD_FUNNELED (what the synchronous code needs; the engine checks for MULTIPLE when it starts). It sets
 // MPI_ERRORS_RETURN so MPI failures become RuntimeFault exceptions that name the chip and op instead of
 // silent aborts. World wraps a communicator with the few agreement helpers the CLI needs.
 #pragma once

@@ -22,7 +22,8 @@ class QuietListener : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   shardsim::kernels::set_blas_threads(1);
-  MPI_Init(&argc, &argv);
+  int provided = 0;  // the async engine's thread calls MPI while the main thread may too (runtime/engine.h)
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
