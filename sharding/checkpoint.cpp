@@ -327,11 +327,13 @@ int parse_compression(const std::string& text) {
   throw UsageError("--compression '" + text + "': expected none, gzip or gzip:N with N = 1..9");
 }
 
-uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
-  const int64_t n = b.numel();
+namespace {
+// checksum_block over raw memory: BLOCK_SHAPE elements of DT at P.
+uint64_t checksum_raw(const void* data, DType dt, const Shape& block_shape, const Shape& off, const Shape& g) {
+  const int64_t n = runtime::shape_numel(block_shape);
   if (n == 0) return 0;
-  const size_t esz = runtime::dtype_size(b.dtype());
-  const auto* p = static_cast<const unsigned char*>(b.data());
+  const size_t esz = runtime::dtype_size(dt);
+  const auto* p = static_cast<const unsigned char*>(data);
   const size_t r = g.size();
   if (r == 0) {
     uint64_t bits = 0;
@@ -340,7 +342,7 @@ uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
   }
   std::vector<uint64_t> gstride(r, 1);
   for (size_t d = r - 1; d > 0; --d) gstride[d - 1] = gstride[d] * static_cast<uint64_t>(g[d]);
-  const int64_t inner = b.dim(r - 1);
+  const int64_t inner = block_shape[r - 1];
   const int64_t rows = n / inner;
   std::vector<int64_t> idx(r, 0);  // local index of the current row (dims 0..r-2)
   uint64_t sum = 0;
@@ -358,7 +360,7 @@ uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
       }
       sum += s;
       for (size_t d = r - 1; d-- > 0;) {  // next row: odometer over dims r-2..0
-        if (++idx[d] < b.dim(d)) break;
+        if (++idx[d] < block_shape[d]) break;
         idx[d] = 0;
       }
     }
@@ -370,6 +372,11 @@ uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
     default: run(uint64_t{}); break;
   }
   return sum;
+}
+}  // namespace
+
+uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
+  return checksum_raw(b.data(), b.dtype(), b.shape(), off, g);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -680,34 +687,39 @@ std::string CheckpointReader::root_attribute(const std::string& name) const {
 }
 
 void CheckpointReader::read_block(const std::string& dataset, const Shape& offset, Tensor& out) const {
+  read_raw(dataset, offset, out.shape(), out.dtype(), out.data());
+}
+
+void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset, const Shape& shape, DType dtype,
+                                void* data) const {
   const TensorInfo* ti = nullptr;
   agree(comm_, [&] {
     ti = &info(dataset);
     const Shape& g = ti->shape;
     const std::string at = tensor_where(path_, dataset);
-    if (ti->dtype != out.dtype())
+    if (ti->dtype != dtype)
       throw ConfigError(at + "is " + runtime::dtype_name(ti->dtype) + ", the workload expects " +
-                        runtime::dtype_name(out.dtype()));
-    if (g.size() != out.rank() || offset.size() != out.rank())
+                        runtime::dtype_name(dtype));
+    if (g.size() != shape.size() || offset.size() != shape.size())
       throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload expects rank " +
-                        std::to_string(out.rank()));
+                        std::to_string(shape.size()));
     for (size_t d = 0; d < g.size(); ++d)
-      if (offset[d] < 0 || offset[d] + out.dim(d) > g[d])
+      if (offset[d] < 0 || offset[d] + shape[d] > g[d])
         throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload needs block " +
-                          runtime::shape_str(out.shape()) + " at " + runtime::shape_str(offset));
+                          runtime::shape_str(shape) + " at " + runtime::shape_str(offset));
   });
   agree(comm_, [&] {
     Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
     if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());
     Id fspace{H5Dget_space(dset.id), H5Sclose};
     Id mtype{h5_type(ti->dtype), H5Tclose};
-    Id mspace{make_space(out.shape()), H5Sclose};
-    const bool any = out.numel() > 0;
-    select_block(fspace.id, offset, out.shape(), any);
+    Id mspace{make_space(shape), H5Sclose};
+    const bool any = runtime::shape_numel(shape) > 0;
+    select_block(fspace.id, offset, shape, any);
     if (!any) H5Sselect_none(mspace.id);
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
-    if (H5Dread(dset.id, mtype.id, mspace.id, fspace.id, dxpl.id, out.data()) < 0)
+    if (H5Dread(dset.id, mtype.id, mspace.id, fspace.id, dxpl.id, data) < 0)
       throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
                         h5_detail());
   });
@@ -721,6 +733,7 @@ std::vector<uint64_t> CheckpointReader::verify(const std::vector<std::string>& d
   if (names.empty())
     for (const auto& t : tensors_) names.push_back(t.name);
   std::vector<uint64_t> out;
+  std::vector<unsigned char> buffer;
   for (const auto& name : names) {
     const TensorInfo* ti = nullptr;
     agree(comm_, [&] { ti = &info(name); });
@@ -751,9 +764,11 @@ std::vector<uint64_t> CheckpointReader::verify(const std::vector<std::string>& d
           if (rank == 0) sum += checksum_block(one, {}, {});
           break;
         }
-        Tensor block(ti->dtype, bs);
-        read_block(name, off, block);
-        sum += checksum_block(block, off, g);
+        // One buffer for every slab of every tensor: fresh pages cost more than the reads on some hosts.
+        const size_t need = static_cast<size_t>(rn) * row_bytes;
+        if (buffer.size() < need) buffer.resize(need);
+        read_raw(name, off, bs, ti->dtype, buffer.data());
+        sum += checksum_raw(buffer.data(), ti->dtype, bs, off, g);
       }
     }
     MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, comm_);

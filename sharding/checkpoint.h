@@ -140,6 +140,8 @@ class CheckpointReader {
   std::vector<uint64_t> verify(const std::vector<std::string>& datasets = {}, uint64_t slab_bytes = 64u << 20) const;
 
  private:
+  void read_raw(const std::string& dataset, const runtime::Shape& offset, const runtime::Shape& shape,
+                runtime::DType dtype, void* data) const;
   MPI_Comm comm_;
   std::string path_;
   long long file_ = -1;  // hid_t, kept opaque here so callers need no HDF5 headers
