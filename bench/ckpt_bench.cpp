@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
     sharding::save_checkpoint(MPI_COMM_WORLD, path, entries, {{"bench", "1"}}, so);
     MPI_Barrier(MPI_COMM_WORLD);
     const double w = secs(t0);
+    if (rank == 0 && std::getenv("SHARDSIM_BENCH_DROP_CACHES") && std::string(std::getenv("SHARDSIM_BENCH_DROP_CACHES")) == "yes")
+      if (std::system("sync && echo 3 > /proc/sys/vm/drop_caches") != 0) std::fprintf(stderr, "could not drop caches\n");
+    MPI_Barrier(MPI_COMM_WORLD);
     t0 = clk::now();
     double rd_s = 0, vf_s = 0;
     {
@@ -89,6 +92,9 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "rank %d: tensor %d read back differently\n", rank, t);
           MPI_Abort(MPI_COMM_WORLD, 3);
         }
+      if (rank == 0 && std::getenv("SHARDSIM_BENCH_DROP_CACHES") && std::string(std::getenv("SHARDSIM_BENCH_DROP_CACHES")) == "yes")
+        if (std::system("sync && echo 3 > /proc/sys/vm/drop_caches") != 0) std::fprintf(stderr, "could not drop caches\n");
+      MPI_Barrier(MPI_COMM_WORLD);
       t0 = clk::now();
       rd.verify();
       MPI_Barrier(MPI_COMM_WORLD);
