@@ -25,7 +25,7 @@ rm -f "$DIR/ckpt_bench_dd.bin"
 # dd prints s; bandwidth = bytes / s
 bytes=$((MIB * 1048576))
 ddw_s=$(printf '%s\n' "${ddw[@]}" | median); ddr_s=$(printf '%s\n' "${ddr[@]}" | median)
-printf 'dd          write %.3f GB/s (conv=fsync)   read %.3f GB/s\n' "$(echo "$bytes / $ddw_s / 1e9" | bc -l)" "$(echo "$bytes / $ddr_s / 1e9" | bc -l)"
+printf 'dd          write %.3f GB/s (conv=fsync)   read %.3f GB/s\n' "$(echo "$bytes / $ddw_s / 1000000000" | bc -l)" "$(echo "$bytes / $ddr_s / 1000000000" | bc -l)"
 for np in 1 4; do
   out=$(mpirun -q -np "$np" --oversubscribe -x SHARDSIM_BENCH_DROP_CACHES="$cold" "$BENCH" --mib "$MIB" --reps "$REPS" --dir "$DIR")
   echo "$out" | sed 's/^/    /'
@@ -33,5 +33,5 @@ for np in 1 4; do
   r=$(echo "$out" | awk '/^[0-9]/{print $5}' | median)
   v=$(echo "$out" | awk '/^[0-9]/{print $7}' | median)
   printf 'ckpt np=%d  write %.3f GB/s = %.2f x dd   read %.3f GB/s = %.2f x dd   verify %.3f GB/s (median of %d)\n' \
-    "$np" "$w" "$(echo "$w / ($bytes / $ddw_s / 1e9)" | bc -l)" "$r" "$(echo "$r / ($bytes / $ddr_s / 1e9)" | bc -l)" "$v" "$REPS"
+    "$np" "$w" "$(echo "$w / ($bytes / $ddw_s / 1000000000)" | bc -l)" "$r" "$(echo "$r / ($bytes / $ddr_s / 1000000000)" | bc -l)" "$v" "$REPS"
 done
