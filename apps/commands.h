@@ -17,5 +17,6 @@ struct Command {
 Command add_validate(CLI::App& app, const runtime::World& world);
 Command add_bench(CLI::App& app, const runtime::World& world);
 Command add_topo(CLI::App& app, const runtime::World& world);
+Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
 
 }  // namespace shardsim::apps

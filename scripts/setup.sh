@@ -11,6 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libopenblas-dev librandom123-dev
   libgtest-dev googletest libbenchmark-dev
+  python3-h5py python3-numpy   # tests/e2e/ckpt.sh: an independent reader of the checkpoints
 )
 
 missing=()

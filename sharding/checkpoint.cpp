@@ -1,10 +1,20 @@
 #include "sharding/checkpoint.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "common/error.h"
@@ -17,153 +27,644 @@ using runtime::Tensor;
 
 namespace {
 
-[[noreturn]] void io_fail(const std::string& path, const std::string& what) {
-  throw RuntimeFault("checkpoint " + path + ": " + what);
+constexpr const char* kFormat = "shardsim-checkpoint";
+constexpr int64_t kFormatVersion = 1;
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr const char* kChecksumDefinition =
+    "sum mod 2^64 over elements i of fmix64(bits_i xor (i * 0x9E3779B97F4A7C15)); i = row-major index in the "
+    "global tensor, bits_i = the element's stored bytes as a little-endian unsigned integer, fmix64 = "
+    "MurmurHash3 64-bit finalizer";
+
+inline uint64_t fmix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
 }
 
-void ok(herr_t rc, const std::string& path, const std::string& what) {
-  if (rc < 0) io_fail(path, what + " failed");
+std::string where(const std::string& path) { return "checkpoint " + path + ": "; }
+std::string tensor_where(const std::string& path, const std::string& t) {
+  return "checkpoint " + path + ": tensor '" + t + "': ";
 }
-hid_t ok_id(hid_t id, const std::string& path, const std::string& what) {
-  if (id < 0) io_fail(path, what + " failed");
-  return id;
+
+// The innermost HDF5 error message of the current error stack (why an HDF5 call failed), or "".
+std::string h5_detail() {
+  std::string msg;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+        if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &msg);
+  return msg.empty() ? msg : " (HDF5: " + msg + ")";
+}
+
+// Runs F on every rank of COMM; if it throws on any rank, every rank throws the lowest failing rank's error
+// with the same class (ConfigError for exit 2, RuntimeFault otherwise). Callers use it before every collective
+// HDF5 call whose arguments depend on rank-local checks, so no rank enters a collective the others skip.
+void agree(MPI_Comm comm, const std::function<void()>& f) {
+  std::string msg;
+  int code = 0;
+  try {
+    f();
+  } catch (const Error& e) {
+    msg = e.what();
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    msg = e.what();
+    code = kExitRuntimeFault;
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = code != 0 ? rank : size, first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  MPI_Bcast(&code, 1, MPI_INT, first, comm);
+  long long n = static_cast<long long>(msg.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, comm);
+  msg.resize(static_cast<size_t>(n));
+  if (n > 0) MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, comm);
+  if (code == kExitBadInput) throw ConfigError(msg);
+  throw RuntimeFault(msg);
 }
 
 // RAII for HDF5 ids.
 struct Id {
   hid_t id;
   herr_t (*close)(hid_t);
+  Id(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
   ~Id() {
     if (id >= 0) close(id);
   }
 };
 
-hid_t bf16_type() {
+hid_t custom_float(int bits, size_t spos, size_t epos, size_t esize, size_t mpos, size_t msize, size_t bias) {
   hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-  H5Tset_fields(t, 15, 7, 8, 0, 7);
+  H5Tset_fields(t, spos, epos, esize, mpos, msize);
   H5Tset_offset(t, 0);
-  H5Tset_precision(t, 16);
-  H5Tset_size(t, 2);
-  H5Tset_ebias(t, 127);
+  H5Tset_precision(t, static_cast<size_t>(bits));
+  H5Tset_size(t, static_cast<size_t>(bits / 8));
+  H5Tset_ebias(t, bias);
   return t;
 }
 
-hid_t mem_type(DType t) { return t == DType::fp32 ? H5Tcopy(H5T_NATIVE_FLOAT) : bf16_type(); }
+// The HDF5 type a dtype is stored as (file and memory: no conversion on read or write). Caller closes it.
+hid_t h5_type(DType t) {
+  switch (t) {
+    case DType::int8: return H5Tcopy(H5T_STD_I8LE);
+    case DType::uint8: return H5Tcopy(H5T_STD_U8LE);
+    case DType::int32: return H5Tcopy(H5T_STD_I32LE);
+    case DType::uint32: return H5Tcopy(H5T_STD_U32LE);
+    case DType::int64: return H5Tcopy(H5T_STD_I64LE);
+    case DType::uint64: return H5Tcopy(H5T_STD_U64LE);
+    case DType::fp16: return custom_float(16, 15, 10, 5, 0, 10, 15);
+    case DType::bf16: return custom_float(16, 15, 7, 8, 0, 7, 127);
+    case DType::fp32: return H5Tcopy(H5T_IEEE_F32LE);
+    case DType::fp64: return H5Tcopy(H5T_IEEE_F64LE);
+    case DType::fp8_e4m3: return H5Tcopy(H5T_STD_U8LE);  // raw E4M3FN bits (see checkpoint.h)
+    case DType::fp8_e5m2: return custom_float(8, 7, 2, 5, 0, 2, 15);
+  }
+  return H5Tcopy(H5T_STD_U8LE);
+}
 
-void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& path) {
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value) {
   Id type{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(type.id, value.empty() ? 1 : value.size());
   H5Tset_strpad(type.id, H5T_STR_NULLTERM);
   Id space{H5Screate(H5S_SCALAR), H5Sclose};
-  Id attr{ok_id(H5Acreate2(obj, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), path,
-                "create attribute " + name),
-          H5Aclose};
+  Id attr{H5Acreate2(obj, name.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  if (attr.id < 0) throw RuntimeFault("create attribute " + name + " failed" + h5_detail());
   std::string padded = value.empty() ? std::string(1, '\0') : value;
-  ok(H5Awrite(attr.id, type.id, padded.data()), path, "write attribute " + name);
+  if (H5Awrite(attr.id, type.id, padded.data()) < 0) throw RuntimeFault("write attribute " + name + " failed");
 }
 
-std::string read_string_attr(hid_t obj, const std::string& name, const std::string& path) {
+template <typename T>
+void write_array_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<T>& v) {
+  hsize_t n = v.size();
+  Id space{n == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr), H5Sclose};
+  Id attr{H5Acreate2(obj, name.c_str(), file_type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  if (attr.id < 0) throw RuntimeFault("create attribute " + name + " failed" + h5_detail());
+  if (n > 0 && H5Awrite(attr.id, mem_type, v.data()) < 0) throw RuntimeFault("write attribute " + name + " failed");
+}
+
+template <typename T>
+void write_scalar_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type, T v) {
+  Id space{H5Screate(H5S_SCALAR), H5Sclose};
+  Id attr{H5Acreate2(obj, name.c_str(), file_type, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  if (attr.id < 0) throw RuntimeFault("create attribute " + name + " failed" + h5_detail());
+  if (H5Awrite(attr.id, mem_type, &v) < 0) throw RuntimeFault("write attribute " + name + " failed");
+}
+
+// Reads a string attribute; nullopt-like "" with *found = false when absent.
+std::string read_string_attr(hid_t obj, const std::string& name, bool* found = nullptr) {
+  if (found) *found = false;
   if (H5Aexists(obj, name.c_str()) <= 0) return "";
-  Id attr{ok_id(H5Aopen(obj, name.c_str(), H5P_DEFAULT), path, "open attribute " + name), H5Aclose};
+  Id attr{H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose};
+  if (attr.id < 0) return "";
   Id ftype{H5Aget_type(attr.id), H5Tclose};
+  if (H5Tget_class(ftype.id) != H5T_STRING || H5Tis_variable_str(ftype.id) > 0) return "";
   const size_t n = H5Tget_size(ftype.id);
   std::string out(n, '\0');
   Id mtype{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(mtype.id, n);
-  ok(H5Aread(attr.id, mtype.id, out.data()), path, "read attribute " + name);
+  if (H5Aread(attr.id, mtype.id, out.data()) < 0) return "";
   out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
+  if (found) *found = true;
   return out;
 }
 
-void write_dims_attr(hid_t obj, const Shape& shape, const std::string& path) {
-  hsize_t n = shape.size();
-  Id space{H5Screate_simple(1, &n, nullptr), H5Sclose};
-  Id attr{ok_id(H5Acreate2(obj, "global_shape", H5T_STD_I64LE, space.id, H5P_DEFAULT, H5P_DEFAULT), path,
-                "create attribute global_shape"),
-          H5Aclose};
-  ok(H5Awrite(attr.id, H5T_NATIVE_INT64, shape.data()), path, "write attribute global_shape");
+// Reads a numeric attribute (any size) into int64/uint64 values; false when absent or not an integer.
+template <typename T>
+bool read_int_attr(hid_t obj, const std::string& name, hid_t mem_type, std::vector<T>& out) {
+  if (H5Aexists(obj, name.c_str()) <= 0) return false;
+  Id attr{H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose};
+  if (attr.id < 0) return false;
+  Id ftype{H5Aget_type(attr.id), H5Tclose};
+  if (H5Tget_class(ftype.id) != H5T_INTEGER) return false;
+  Id space{H5Aget_space(attr.id), H5Sclose};
+  const hssize_t n = H5Sget_simple_extent_npoints(space.id);
+  if (n < 0) return false;
+  out.assign(static_cast<size_t>(n), 0);
+  if (n > 0 && H5Aread(attr.id, mem_type, out.data()) < 0) return false;
+  return true;
 }
 
-// Creates intermediate groups of "a/b/c" (collective in parallel HDF5).
-void ensure_groups(hid_t file, const std::string& dataset, const std::string& path) {
+// Creates the intermediate groups of "a/b/c" (collective in parallel HDF5).
+void ensure_groups(hid_t file, const std::string& dataset) {
   for (size_t pos = dataset.find('/'); pos != std::string::npos; pos = dataset.find('/', pos + 1)) {
     const std::string group = dataset.substr(0, pos);
     if (group.empty()) continue;
     if (H5Lexists(file, group.c_str(), H5P_DEFAULT) > 0) continue;
-    Id g{ok_id(H5Gcreate2(file, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path, "create group " + group),
-         H5Gclose};
+    Id g{H5Gcreate2(file, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+    if (g.id < 0) throw RuntimeFault("create group " + group + " failed" + h5_detail());
   }
 }
 
-hid_t selection(hid_t space, const Shape& offset, const Shape& count, bool any) {
-  if (!any) {
-    H5Sselect_none(space);
-    return space;
+bool link_exists(hid_t file, const std::string& dataset) {
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dataset.find('/', pos + 1);
+    const std::string part = dataset.substr(0, pos);
+    if (H5Lexists(file, part.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return true;
+}
+
+void select_block(hid_t space, const Shape& offset, const Shape& count, bool any) {
+  if (!any || count.empty()) {
+    if (!any) H5Sselect_none(space);
+    return;
   }
   std::vector<hsize_t> start(offset.begin(), offset.end()), cnt(count.begin(), count.end());
   H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr);
-  return space;
+}
+
+hid_t make_space(const Shape& s) {
+  if (s.empty()) return H5Screate(H5S_SCALAR);
+  std::vector<hsize_t> d(s.begin(), s.end());
+  return H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr);
+}
+
+// Chunk dimensions for a tensor of shape G (empty: contiguous).
+Shape chunk_dims(const Chunking& c, const Shape& g, size_t esize) {
+  if (c.kind == Chunking::Kind::contiguous || g.empty() || runtime::shape_numel(g) == 0) return {};
+  Shape chunk = g;
+  if (c.kind == Chunking::Kind::dims && c.dims.size() == g.size()) {
+    for (size_t d = 0; d < g.size(); ++d) chunk[d] = std::clamp<int64_t>(c.dims[d], 1, g[d]);
+    return chunk;
+  }
+  const uint64_t target = std::max<uint64_t>(c.bytes, 1);
+  for (size_t d = 0; d < g.size(); ++d) {
+    uint64_t row = esize;  // bytes of one index of dim d (the trailing dims whole)
+    for (size_t k = d + 1; k < g.size(); ++k) row *= static_cast<uint64_t>(chunk[k]);
+    if (row <= target) {
+      chunk[d] = std::clamp<int64_t>(static_cast<int64_t>(target / row), 1, g[d]);
+      break;
+    }
+    chunk[d] = 1;
+  }
+  // HDF5 limits a chunk to 4 GiB and 2^32-1 elements.
+  return chunk;
+}
+
+
+// Test hook: "RANK:N" -> rank RANK kills itself after writing its part of tensor N.
+std::pair<int, long> crash_hook() {
+  const char* v = std::getenv("SHARDSIM_TEST_CKPT_CRASH");
+  if (!v) return {-1, -1};
+  int r = -1;
+  long n = -1;
+  if (std::sscanf(v, "%d:%ld", &r, &n) != 2) return {-1, -1};
+  return {r, n};
+}
+
+void fsync_path(const std::string& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw RuntimeFault("cannot open " + p + " to fsync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw RuntimeFault("fsync " + p + " failed: " + std::strerror(err));
+}
+
+hid_t mpio_fapl(MPI_Comm comm) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
+  return fapl;
 }
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------------------
+Chunking parse_chunking(const std::string& text) {
+  Chunking c;
+  if (text == "auto" || text.empty()) return c;
+  if (text == "contiguous" || text == "none") {
+    c.kind = Chunking::Kind::contiguous;
+    return c;
+  }
+  const auto bad = [&] {
+    return UsageError("--chunk '" + text + "': expected auto, contiguous, a byte size (256K, 4M) or dims (64x128)");
+  };
+  if (text.find('x') != std::string::npos) {
+    c.kind = Chunking::Kind::dims;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      const size_t end = std::min(text.find('x', pos), text.size());
+      const std::string part = text.substr(pos, end - pos);
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 12) throw bad();
+      const int64_t v = std::stoll(part);
+      if (v <= 0) throw bad();
+      c.dims.push_back(v);
+      pos = end + 1;
+    }
+    return c;
+  }
+  size_t digits = text.find_first_not_of("0123456789");
+  if (digits == 0 || text.size() > 14) throw bad();
+  uint64_t v = std::stoull(text.substr(0, digits));
+  const std::string suffix = digits == std::string::npos ? "" : text.substr(digits);
+  if (suffix == "K" || suffix == "k") v <<= 10;
+  else if (suffix == "M" || suffix == "m") v <<= 20;
+  else if (suffix == "G" || suffix == "g") v <<= 30;
+  else if (!suffix.empty() && suffix != "B") throw bad();
+  if (v == 0) throw bad();
+  c.kind = Chunking::Kind::bytes;
+  c.bytes = v;
+  return c;
+}
+
+int parse_compression(const std::string& text) {
+  if (text == "none" || text.empty()) return 0;
+  if (text == "gzip") return 4;
+  if (text.size() == 6 && text.rfind("gzip:", 0) == 0 && text[5] >= '1' && text[5] <= '9') return text[5] - '0';
+  throw UsageError("--compression '" + text + "': expected none, gzip or gzip:N with N = 1..9");
+}
+
+namespace {
+// checksum_block over raw memory: BLOCK_SHAPE elements of DT at P.
+uint64_t checksum_raw(const void* data, DType dt, const Shape& block_shape, const Shape& off, const Shape& g) {
+  const int64_t n = runtime::shape_numel(block_shape);
+  if (n == 0) return 0;
+  const size_t esz = runtime::dtype_size(dt);
+  const auto* p = static_cast<const unsigned char*>(data);
+  const size_t r = g.size();
+  if (r == 0) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, p, esz);
+    return fmix64(bits);
+  }
+  std::vector<uint64_t> gstride(r, 1);
+  for (size_t d = r - 1; d > 0; --d) gstride[d - 1] = gstride[d] * static_cast<uint64_t>(g[d]);
+  const int64_t inner = block_shape[r - 1];
+  const int64_t rows = n / inner;
+  std::vector<int64_t> idx(r, 0);  // local index of the current row (dims 0..r-2)
+  uint64_t sum = 0;
+  auto run = [&](auto tag) {
+    using U = decltype(tag);
+    for (int64_t row = 0; row < rows; ++row) {
+      uint64_t base = static_cast<uint64_t>(off[r - 1]);
+      for (size_t d = 0; d + 1 < r; ++d) base += static_cast<uint64_t>(off[d] + idx[d]) * gstride[d];
+      const unsigned char* q = p + static_cast<size_t>(row * inner) * sizeof(U);
+      uint64_t s = 0;
+      for (int64_t j = 0; j < inner; ++j) {
+        U v;
+        std::memcpy(&v, q + static_cast<size_t>(j) * sizeof(U), sizeof(U));
+        s += fmix64(static_cast<uint64_t>(v) ^ ((base + static_cast<uint64_t>(j)) * kGolden));
+      }
+      sum += s;
+      for (size_t d = r - 1; d-- > 0;) {  // next row: odometer over dims r-2..0
+        if (++idx[d] < block_shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  };
+  switch (esz) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    default: run(uint64_t{}); break;
+  }
+  return sum;
+}
+}  // namespace
+
+uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
+  return checksum_raw(b.data(), b.dtype(), b.shape(), off, g);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<CheckpointEntry>& entries,
-                     const std::map<std::string, std::string>& root_attributes) {
+                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& opt) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our errors, not HDF5's stack dumps
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const std::string partial = path + ".partial";
-  {
-    Id fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
-    H5Pset_fapl_mpio(fapl.id, comm, MPI_INFO_NULL);
-    Id file{H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), H5Fclose};
-    if (file.id < 0) io_fail(path, "cannot create " + partial + " (is the directory writable?)");
-    for (const auto& [k, v] : root_attributes) write_string_attr(file.id, k, v, path);
+  const std::string at = where(path);
+
+  // Arguments, checked on every rank before anything collective.
+  agree(comm, [&] {
+    if (opt.gzip_level > 0 && opt.chunking.kind == Chunking::Kind::contiguous)
+      throw UsageError(at + "compression needs a chunked layout (got --chunk contiguous)");
+    if (opt.gzip_level > 0 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+      throw RuntimeFault(at + "this HDF5 library has no deflate (gzip) filter");
+    for (const auto& e : entries) {
+      const Shape& ls = e.local->shape();
+      if (ls.size() != e.global_shape.size() || e.offset.size() != ls.size())
+        throw RuntimeFault(at + "tensor '" + e.path + "': block rank differs from the global shape");
+      for (size_t d = 0; d < ls.size() && e.write; ++d)
+        if (e.offset[d] < 0 || e.offset[d] + ls[d] > e.global_shape[d])
+          throw RuntimeFault(at + "tensor '" + e.path + "': block " + runtime::shape_str(ls) + " at " +
+                             runtime::shape_str(e.offset) + " is outside " + runtime::shape_str(e.global_shape));
+    }
+  });
+
+  // Checksums first: every rank sums its own elements' terms; the sum is the same whatever the layout.
+  std::vector<uint64_t> sums(entries.size(), 0);
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].write) sums[i] = checksum_block(*entries[i].local, entries[i].offset, entries[i].global_shape);
+  if (!sums.empty()) MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+
+  const auto [crash_rank, crash_after] = crash_hook();
+  nlohmann::json manifest = nlohmann::json::array();
+  for (const auto& e : entries) manifest.push_back(e.path);
+
+  hid_t file = -1;
+  agree(comm, [&] {
+    Id fapl{mpio_fapl(comm), H5Pclose};
+    file = H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
+    if (file < 0) throw RuntimeFault(at + "cannot create " + partial + " (is the directory writable?)" + h5_detail());
+  });
+  bool written = false;
+  try {
+    Id f{file, H5Fclose};
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
-    for (const auto& e : entries) {
-      ensure_groups(file.id, e.path, path);
-      const DType dt = e.local->dtype();
-      std::vector<hsize_t> gdims(e.global_shape.begin(), e.global_shape.end());
-      Id fspace{H5Screate_simple(static_cast<int>(gdims.size()), gdims.data(), nullptr), H5Sclose};
-      Id ftype{mem_type(dt), H5Tclose};
-      Id dset{ok_id(H5Dcreate2(file.id, e.path.c_str(), ftype.id, fspace.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                    path, "create dataset " + e.path),
-              H5Dclose};
-      write_string_attr(dset.id, "dtype", runtime::dtype_name(dt), path);
-      write_string_attr(dset.id, "sharding", e.sharding, path);
-      write_dims_attr(dset.id, e.global_shape, path);
-      const bool any = e.write && e.local->numel() > 0;
-      std::vector<hsize_t> ldims(e.local->shape().begin(), e.local->shape().end());
-      Id mspace{H5Screate_simple(static_cast<int>(ldims.size()), ldims.data(), nullptr), H5Sclose};
-      selection(fspace.id, e.offset, e.local->shape(), any);
-      if (!any) H5Sselect_none(mspace.id);
-      ok(H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, dxpl.id, e.local->data()), path, "write " + e.path);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& e = entries[i];
+      agree(comm, [&] {
+        try {
+          ensure_groups(f.id, e.path);
+          const DType dt = e.local->dtype();
+          const size_t esize = runtime::dtype_size(dt);
+          Id fspace{make_space(e.global_shape), H5Sclose};
+          Id ftype{h5_type(dt), H5Tclose};
+          Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+          H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_NEVER);
+          const Shape chunk = chunk_dims(opt.chunking, e.global_shape, esize);
+          if (!chunk.empty()) {
+            std::vector<hsize_t> cd(chunk.begin(), chunk.end());
+            H5Pset_chunk(dcpl.id, static_cast<int>(cd.size()), cd.data());
+            if (opt.gzip_level > 0) H5Pset_deflate(dcpl.id, static_cast<unsigned>(opt.gzip_level));
+          }
+          Id dset{H5Dcreate2(f.id, e.path.c_str(), ftype.id, fspace.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT), H5Dclose};
+          if (dset.id < 0) throw RuntimeFault("create dataset failed" + h5_detail());
+          write_string_attr(dset.id, "dtype", runtime::dtype_name(dt));
+          write_array_attr(dset.id, "global_shape", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                           std::vector<int64_t>(e.global_shape.begin(), e.global_shape.end()));
+          write_string_attr(dset.id, "sharding", e.sharding);
+          write_string_attr(dset.id, "mesh", opt.mesh);
+          write_scalar_attr(dset.id, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, sums[i]);
+          const bool any = e.write && e.local->numel() > 0;
+          Id mspace{make_space(e.local->shape()), H5Sclose};
+          select_block(fspace.id, e.offset, e.local->shape(), any);
+          if (!any) H5Sselect_none(mspace.id);
+          if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, dxpl.id, e.local->data()) < 0)
+            throw RuntimeFault("write failed" + h5_detail());
+        } catch (const RuntimeFault& err) {
+          throw RuntimeFault(tensor_where(path, e.path) + err.what());
+        }
+      });
+      if (rank == crash_rank && static_cast<long>(i) == crash_after) {
+        std::fprintf(stderr, "shardsim: SHARDSIM_TEST_CKPT_CRASH: rank %d kills itself after tensor %zu of %s\n", rank,
+                     i, partial.c_str());
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
     }
-    ok(H5Fflush(file.id, H5F_SCOPE_GLOBAL), path, "flush");
-  }  // file closed (collective) here
-  MPI_Barrier(comm);
-  int failed = 0;
-  if (rank == 0 && std::rename(partial.c_str(), path.c_str()) != 0) {
-    failed = 1;
-    std::remove(partial.c_str());  // never leave a half-named copy behind
+    agree(comm, [&] {
+      write_string_attr(f.id, "format", kFormat);
+      write_scalar_attr(f.id, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, kFormatVersion);
+      write_scalar_attr(f.id, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, opt.step);
+      write_string_attr(f.id, "tensors", manifest.dump());
+      write_string_attr(f.id, "checksum_algorithm", kChecksumDefinition);
+      for (const auto& [k, v] : root_attributes) {
+        if (k == "format" || k == "format_version" || k == "step" || k == "tensors" || k == "checksum_algorithm" ||
+            k == "complete")
+          continue;
+        write_string_attr(f.id, k, v);
+      }
+      // Last: the marker a reader requires. A save that dies before this point leaves no `complete`.
+      write_scalar_attr(f.id, "complete", H5T_STD_I64LE, H5T_NATIVE_INT64, int64_t{1});
+    });
+    agree(comm, [&] {
+      const hid_t id = f.id;
+      f.id = -1;
+      if (H5Fclose(id) < 0) throw RuntimeFault(at + "closing " + partial + " failed" + h5_detail());
+    });
+    written = true;
+  } catch (...) {
+    // Every rank is here (errors are agreed) and the file is closed by Id's destructor: drop the partial file.
+    MPI_Barrier(comm);
+    if (rank == 0 && !written) std::remove(partial.c_str());
+    throw;
   }
-  MPI_Bcast(&failed, 1, MPI_INT, 0, comm);
-  if (failed) io_fail(path, "cannot rename " + partial + " to " + path);
+  // Durable, then visible: fsync the data, rename over PATH atomically, fsync the directory entry.
+  agree(comm, [&] {
+    if (rank != 0) return;
+    fsync_path(partial, false);
+    if (std::rename(partial.c_str(), path.c_str()) != 0) {
+      const std::string err = std::strerror(errno);
+      std::remove(partial.c_str());
+      throw RuntimeFault(at + "cannot rename " + partial + " to " + path + ": " + err);
+    }
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    fsync_path(dir.empty() ? "." : dir.string(), true);
+  });
 }
 
-CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : path_(path) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Id fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
-  H5Pset_fapl_mpio(fapl.id, comm, MPI_INFO_NULL);
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    std::fclose(f);
+// ---------------------------------------------------------------------------------------------------------
+namespace {
+
+// Rank 0's serial structural check of a checkpoint. Returns the description as JSON or throws ConfigError.
+nlohmann::json inspect_serial(const std::string& path) {
+  const std::string at = where(path);
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) throw ConfigError(at + "cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw ConfigError(at + "is a directory, not a checkpoint file");
+  if (FILE* fp = std::fopen(path.c_str(), "rb")) {
+    std::fclose(fp);
   } else {
-    throw ConfigError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
+    throw ConfigError(at + "cannot open: " + std::strerror(errno));
   }
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw ConfigError("checkpoint " + path + ": not an HDF5 file");
-  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id);
-  if (file_ < 0) throw ConfigError("checkpoint " + path + ": cannot open");
+  if (st.st_size < 8 || H5Fis_hdf5(path.c_str()) <= 0)
+    throw ConfigError(at + "not an HDF5 file (empty, truncated before the superblock, or another format)");
+  Id f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  if (f.id < 0)
+    throw ConfigError(at + "HDF5 cannot open it: truncated or corrupted (" + std::to_string(st.st_size) + " bytes)" +
+                      h5_detail());
+  bool found = false;
+  if (read_string_attr(f.id, "format", &found) != kFormat)
+    throw ConfigError(at + "not a shardsim checkpoint (no format = \"" + kFormat + "\" attribute)");
+  std::vector<int64_t> v;
+  if (!read_int_attr(f.id, "format_version", H5T_NATIVE_INT64, v) || v.size() != 1 || v[0] != kFormatVersion)
+    throw ConfigError(at + "unsupported format_version (this shardsim reads version " +
+                      std::to_string(kFormatVersion) + ")");
+  if (!read_int_attr(f.id, "complete", H5T_NATIVE_INT64, v) || v.size() != 1 || v[0] != 1)
+    throw ConfigError(at + "incomplete checkpoint: the save that wrote it did not finish (no 'complete' marker)");
+  nlohmann::json out;
+  out["step"] = read_int_attr(f.id, "step", H5T_NATIVE_INT64, v) && v.size() == 1 ? v[0] : 0;
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_string_attr(f.id, "tensors"));
+    if (!manifest.is_array()) throw std::invalid_argument("not an array");
+  } catch (const std::exception&) {
+    throw ConfigError(at + "the 'tensors' manifest attribute is missing or not a JSON array");
+  }
+  // Root string attributes.
+  nlohmann::json attrs = nlohmann::json::object();
+  H5Aiterate2(
+      f.id, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+      [](hid_t obj, const char* name, const H5A_info_t*, void* data) -> herr_t {
+        bool ok = false;
+        std::string s = read_string_attr(obj, name, &ok);
+        if (ok) (*static_cast<nlohmann::json*>(data))[name] = s;
+        return 0;
+      },
+      &attrs);
+  out["attrs"] = attrs;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& m : manifest) {
+    if (!m.is_string()) throw ConfigError(at + "the 'tensors' manifest holds a non-string entry");
+    const std::string name = m.get<std::string>();
+    const std::string tat = tensor_where(path, name);
+    if (!link_exists(f.id, name)) throw ConfigError(tat + "listed in the manifest but missing from the file");
+    Id d{H5Dopen2(f.id, name.c_str(), H5P_DEFAULT), H5Dclose};
+    if (d.id < 0) throw ConfigError(tat + "cannot open the dataset" + h5_detail());
+    const std::string dts = read_string_attr(d.id, "dtype", &found);
+    DType dt;
+    try {
+      dt = runtime::parse_dtype(dts);
+    } catch (const std::invalid_argument&) {
+      throw ConfigError(tat + (found ? "unknown dtype attribute '" + dts + "'" : std::string("no dtype attribute")));
+    }
+    std::vector<int64_t> gshape;
+    if (!read_int_attr(d.id, "global_shape", H5T_NATIVE_INT64, gshape))
+      throw ConfigError(tat + "no global_shape attribute");
+    std::vector<uint64_t> sum;
+    if (!read_int_attr(d.id, "checksum", H5T_NATIVE_UINT64, sum) || sum.size() != 1)
+      throw ConfigError(tat + "no checksum attribute");
+    Id space{H5Dget_space(d.id), H5Sclose};
+    const int nd = H5Sget_simple_extent_ndims(space.id);
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+    if (nd > 0) H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
+    const Shape ds(dims.begin(), dims.end());
+    if (nd < 0 || ds != Shape(gshape.begin(), gshape.end()))
+      throw ConfigError(tat + "its dataspace " + runtime::shape_str(ds) + " differs from its global_shape attribute " +
+                        runtime::shape_str(Shape(gshape.begin(), gshape.end())));
+    Id ftype{H5Dget_type(d.id), H5Tclose};
+    Id want{h5_type(dt), H5Tclose};
+    if (H5Tequal(ftype.id, want.id) <= 0)
+      throw ConfigError(tat + "its HDF5 element type does not match its dtype attribute '" + dts + "'");
+    Id dcpl{H5Dget_create_plist(d.id), H5Pclose};
+    nlohmann::json chunk = nlohmann::json::array();
+    int gzip = 0;
+    if (H5Pget_layout(dcpl.id) == H5D_CHUNKED) {
+      std::vector<hsize_t> cd(dims.size());
+      H5Pget_chunk(dcpl.id, static_cast<int>(cd.size()), cd.data());
+      for (hsize_t c : cd) chunk.push_back(static_cast<int64_t>(c));
+      const int nf = H5Pget_nfilters(dcpl.id);
+      for (int k = 0; k < nf; ++k) {
+        unsigned flags = 0, cd_values[8] = {};
+        size_t ncd = 8;
+        unsigned config = 0;
+        char fname[64];
+        const H5Z_filter_t id = H5Pget_filter2(dcpl.id, static_cast<unsigned>(k), &flags, &ncd, cd_values,
+                                               sizeof fname, fname, &config);
+        if (id == H5Z_FILTER_DEFLATE) gzip = ncd > 0 ? static_cast<int>(cd_values[0]) : 1;
+      }
+    }
+    tensors.push_back({{"name", name},
+                       {"dtype", runtime::dtype_name(dt)},
+                       {"shape", gshape},
+                       {"sharding", read_string_attr(d.id, "sharding")},
+                       {"mesh", read_string_attr(d.id, "mesh")},
+                       {"checksum", sum[0]},
+                       {"chunk", chunk},
+                       {"gzip", gzip},
+                       {"storage_bytes", static_cast<uint64_t>(H5Dget_storage_size(d.id))}});
+  }
+  out["tensors"] = tensors;
+  return out;
+}
+
+std::string bcast_string(MPI_Comm comm, std::string s) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  s.resize(static_cast<size_t>(n));
+  if (n > 0) MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return s;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : comm_(comm), path_(path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // 1. rank 0 checks the structure serially; everyone learns the verdict before any collective HDF5 call.
+  std::string desc;
+  agree(comm, [&] {
+    if (rank == 0) desc = inspect_serial(path).dump();
+  });
+  const nlohmann::json j = nlohmann::json::parse(bcast_string(comm, desc));
+  step_ = j.at("step").get<int64_t>();
+  for (const auto& [k, v] : j.at("attrs").items()) root_attrs_[k] = v.get<std::string>();
+  for (const auto& t : j.at("tensors")) {
+    TensorInfo ti;
+    ti.name = t.at("name").get<std::string>();
+    ti.dtype = runtime::parse_dtype(t.at("dtype").get<std::string>());
+    ti.shape = t.at("shape").get<Shape>();
+    ti.sharding = t.at("sharding").get<std::string>();
+    ti.mesh = t.at("mesh").get<std::string>();
+    ti.checksum = t.at("checksum").get<uint64_t>();
+    ti.chunk = t.at("chunk").get<Shape>();
+    ti.gzip_level = t.at("gzip").get<int>();
+    ti.storage_bytes = t.at("storage_bytes").get<uint64_t>();
+    tensors_.push_back(std::move(ti));
+  }
+  // 2. the collective open of a file that passed.
+  agree(comm, [&] {
+    Id fapl{mpio_fapl(comm), H5Pclose};
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id);
+    if (file_ < 0) throw ConfigError(where(path) + "cannot open it collectively" + h5_detail());
+  });
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -171,64 +672,115 @@ CheckpointReader::~CheckpointReader() {
 }
 
 bool CheckpointReader::has(const std::string& dataset) const {
-  const hid_t f = static_cast<hid_t>(file_);
-  for (size_t pos = 0; pos != std::string::npos;) {
-    pos = dataset.find('/', pos + 1);
-    const std::string part = dataset.substr(0, pos);
-    if (H5Lexists(f, part.c_str(), H5P_DEFAULT) <= 0) return false;
-  }
-  return true;
+  return std::any_of(tensors_.begin(), tensors_.end(), [&](const TensorInfo& t) { return t.name == dataset; });
 }
 
-Shape CheckpointReader::global_shape(const std::string& dataset) const {
-  if (!has(dataset)) throw ConfigError("checkpoint " + path_ + ": no dataset '" + dataset + "'");
-  Id dset{ok_id(H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), path_, "open " + dataset), H5Dclose};
-  Id space{H5Dget_space(dset.id), H5Sclose};
-  const int nd = H5Sget_simple_extent_ndims(space.id);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-  H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
-  return Shape(dims.begin(), dims.end());
-}
-
-DType CheckpointReader::dtype(const std::string& dataset) const {
-  if (!has(dataset)) throw ConfigError("checkpoint " + path_ + ": no dataset '" + dataset + "'");
-  Id dset{ok_id(H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), path_, "open " + dataset), H5Dclose};
-  const std::string name = read_string_attr(dset.id, "dtype", path_);
-  try {
-    return runtime::parse_dtype(name);
-  } catch (const std::invalid_argument&) {
-    throw ConfigError("checkpoint " + path_ + ": dataset '" + dataset + "' has unknown dtype attribute '" + name + "'");
-  }
+const TensorInfo& CheckpointReader::info(const std::string& dataset) const {
+  for (const auto& t : tensors_)
+    if (t.name == dataset) return t;
+  throw ConfigError(tensor_where(path_, dataset) + "missing (the checkpoint has no such tensor)");
 }
 
 std::string CheckpointReader::root_attribute(const std::string& name) const {
-  return read_string_attr(static_cast<hid_t>(file_), name, path_);
+  const auto it = root_attrs_.find(name);
+  return it == root_attrs_.end() ? "" : it->second;
 }
 
 void CheckpointReader::read_block(const std::string& dataset, const Shape& offset, Tensor& out) const {
-  const Shape g = global_shape(dataset);
-  const DType dt = dtype(dataset);
-  if (dt != out.dtype())
-    throw ConfigError("checkpoint " + path_ + ": dataset '" + dataset + "' is " + runtime::dtype_name(dt) +
-                      ", the workload expects " + runtime::dtype_name(out.dtype()));
-  if (g.size() != out.rank() || offset.size() != out.rank())
-    throw ConfigError("checkpoint " + path_ + ": dataset '" + dataset + "' has shape " + runtime::shape_str(g));
-  for (size_t d = 0; d < g.size(); ++d)
-    if (offset[d] < 0 || offset[d] + out.dim(d) > g[d])
-      throw ConfigError("checkpoint " + path_ + ": dataset '" + dataset + "' has shape " + runtime::shape_str(g) +
-                        ", the workload needs block " + runtime::shape_str(out.shape()) + " at " +
-                        runtime::shape_str(offset));
-  Id dset{ok_id(H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), path_, "open " + dataset), H5Dclose};
-  Id fspace{H5Dget_space(dset.id), H5Sclose};
-  Id mtype{mem_type(dt), H5Tclose};
-  std::vector<hsize_t> ldims(out.shape().begin(), out.shape().end());
-  Id mspace{H5Screate_simple(static_cast<int>(ldims.size()), ldims.data(), nullptr), H5Sclose};
-  const bool any = out.numel() > 0;
-  selection(fspace.id, offset, out.shape(), any);
-  if (!any) H5Sselect_none(mspace.id);
-  Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
-  H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
-  ok(H5Dread(dset.id, mtype.id, mspace.id, fspace.id, dxpl.id, out.data()), path_, "read " + dataset);
+  read_raw(dataset, offset, out.shape(), out.dtype(), out.data());
+}
+
+void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset, const Shape& shape, DType dtype,
+                                void* data) const {
+  const TensorInfo* ti = nullptr;
+  agree(comm_, [&] {
+    ti = &info(dataset);
+    const Shape& g = ti->shape;
+    const std::string at = tensor_where(path_, dataset);
+    if (ti->dtype != dtype)
+      throw ConfigError(at + "is " + runtime::dtype_name(ti->dtype) + ", the workload expects " +
+                        runtime::dtype_name(dtype));
+    if (g.size() != shape.size() || offset.size() != shape.size())
+      throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload expects rank " +
+                        std::to_string(shape.size()));
+    for (size_t d = 0; d < g.size(); ++d)
+      if (offset[d] < 0 || offset[d] + shape[d] > g[d])
+        throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload needs block " +
+                          runtime::shape_str(shape) + " at " + runtime::shape_str(offset));
+  });
+  agree(comm_, [&] {
+    Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
+    if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());
+    Id fspace{H5Dget_space(dset.id), H5Sclose};
+    Id mtype{h5_type(ti->dtype), H5Tclose};
+    Id mspace{make_space(shape), H5Sclose};
+    const bool any = runtime::shape_numel(shape) > 0;
+    select_block(fspace.id, offset, shape, any);
+    if (!any) H5Sselect_none(mspace.id);
+    Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+    H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
+    if (H5Dread(dset.id, mtype.id, mspace.id, fspace.id, dxpl.id, data) < 0)
+      throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
+                        h5_detail());
+  });
+}
+
+std::vector<uint64_t> CheckpointReader::verify(const std::vector<std::string>& datasets, uint64_t slab_bytes) const {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  std::vector<std::string> names = datasets;
+  if (names.empty())
+    for (const auto& t : tensors_) names.push_back(t.name);
+  std::vector<uint64_t> out;
+  std::vector<unsigned char> buffer;
+  for (const auto& name : names) {
+    const TensorInfo* ti = nullptr;
+    agree(comm_, [&] { ti = &info(name); });
+    const Shape& g = ti->shape;
+    uint64_t sum = 0;
+    if (runtime::shape_numel(g) > 0) {
+      // Rows (dim 0) split over the ranks; each rank reads its rows in slabs of at most slab_bytes. Every rank
+      // makes the same number of (collective) reads: the largest part's slab count.
+      const int64_t rows = g.empty() ? 1 : g[0];
+      const uint64_t row_bytes = runtime::dtype_size(ti->dtype) * static_cast<uint64_t>(runtime::shape_numel(g) / rows);
+      const int64_t per = rows / size, extra = rows % size;
+      const int64_t my_rows = per + (rank < extra ? 1 : 0);
+      const int64_t my_first = rank * per + std::min<int64_t>(rank, extra);
+      const int64_t max_rows = per + (extra ? 1 : 0);
+      const int64_t slab_rows = std::max<int64_t>(1, static_cast<int64_t>(slab_bytes / std::max<uint64_t>(row_bytes, 1)));
+      const int64_t nslabs = (max_rows + slab_rows - 1) / slab_rows;
+      for (int64_t s = 0; s < nslabs; ++s) {
+        const int64_t r0 = std::min(my_rows, s * slab_rows);
+        const int64_t rn = std::min(my_rows - r0, slab_rows);
+        Shape bs = g, off(g.size(), 0);
+        if (!g.empty()) {
+          bs[0] = rn;
+          off[0] = my_first + r0;
+        }
+        if (g.empty()) {  // a rank-0 tensor: one element; every rank reads it (collective), rank 0 counts it
+          Tensor one(ti->dtype, Shape{});
+          read_block(name, {}, one);
+          if (rank == 0) sum += checksum_block(one, {}, {});
+          break;
+        }
+        // One buffer for every slab of every tensor: fresh pages cost more than the reads on some hosts.
+        const size_t need = static_cast<size_t>(rn) * row_bytes;
+        if (buffer.size() < need) buffer.resize(need);
+        read_raw(name, off, bs, ti->dtype, buffer.data());
+        sum += checksum_raw(buffer.data(), ti->dtype, bs, off, g);
+      }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, comm_);
+    if (sum != ti->checksum) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "checksum mismatch (stored 0x%016llx, data gives 0x%016llx): the data is corrupted",
+                    static_cast<unsigned long long>(ti->checksum), static_cast<unsigned long long>(sum));
+      throw ConfigError(tensor_where(path_, name) + buf);
+    }
+    out.push_back(sum);
+  }
+  return out;
 }
 
 }  // namespace shardsim::sharding

@@ -1,23 +1,55 @@
 // HDF5 checkpoints in the global layout, written and read collectively with parallel HDF5 (MPI-IO).
 //
-// File layout: one dataset per tensor at its path (e.g. "/weights/w_gate") with the GLOBAL shape; each rank
-// writes the hyperslab it owns (a Shard(d) tensor: its block; a Replicate tensor: only the writer rank).
-// Each dataset has attributes: dtype ("fp32"/"bf16"), global_shape (int64[]), sharding (e.g.
-// "Shard(1) over tp=8"). bf16 is stored as an HDF5 16-bit float type with bfloat16's layout (sign bit 15,
-// 8-bit exponent with bias 127, 7-bit mantissa), so h5dump and h5py show its values. The root group holds
-// string attributes given by the caller (the config text, the version, ...).
+// ---- File format ("shardsim-checkpoint", format_version 1) ----
+// One HDF5 file per checkpoint (file format bounds: HDF5 1.10, so object headers, the superblock and the chunk
+// index carry HDF5's own metadata checksums). One dataset per tensor at its path (e.g. "/weights/w_gate") with
+// the tensor's GLOBAL shape; each rank writes only the hyperslab it owns (a Shard(d) block; a replicated
+// tensor is written by one rank). Layout: chunked (default: chunks of whole trailing rows up to ~4 MiB, see
+// Chunking) with optional gzip compression; zero-size and rank-0 tensors are contiguous.
 //
-// Crash safety: the file is written as PATH.partial and renamed to PATH by rank 0 only after every rank's
-// data is written and the file is closed, so PATH is either the previous complete checkpoint or the new one.
+// Root attributes: format = "shardsim-checkpoint", format_version (int64 1), step (int64), complete (int64 1,
+// written last, just before the file is closed), tensors (JSON array of the dataset paths, the manifest),
+// checksum_algorithm (text of the definition below), plus the caller's string attributes (the producing
+// version "shardsim_version", the config text "config", the device mesh, ...).
+// Dataset attributes: dtype (string, runtime/dtype.h name), global_shape (int64[]), sharding (e.g.
+// "Shard(1) over tp=8"), mesh (the device mesh at save, e.g. "tp=8 on chips [0..7] of ring 8"), checksum (uint64).
 //
-// Reading a block (read_block) works for any layout at load time: a checkpoint saved with tp=8 can be loaded
-// with tp=4 (each rank reads the hyperslab it needs).
-// Errors: RuntimeFault "checkpoint PATH: ..." on I/O failure; ConfigError when a dataset is missing or its
-// shape/dtype does not match what the workload expects (exit code 2).
+// Element types (HDF5 types chosen so h5dump / h5py show real values):
+//   int8..uint64 -> H5T_STD_{I,U}{8,32,64}LE;  fp32/fp64 -> H5T_IEEE_F{32,64}LE;
+//   fp16  -> 16-bit IEEE half (sign 15, exponent 10..14 bias 15, mantissa 0..9);
+//   bf16  -> 16-bit float with bfloat16's layout (sign 15, exponent 7..14 bias 127, mantissa 0..6), which
+//            h5py reads as float16 by default: read it with ds.astype('f4') to get exact values;
+//   fp8_e5m2 -> 8-bit float (sign 7, exponent 2..6 bias 15, mantissa 0..1), IEEE-like, exact;
+//   fp8_e4m3 -> H5T_STD_U8LE holding the raw OCP E4M3FN bits (HDF5 floats cannot express E4M3FN's
+//               "no infinities, only S.1111.111 is NaN" encoding); the dtype attribute says fp8_e4m3.
+//
+// Checksum (per tensor; layout-independent, so any mesh can verify it):
+//   checksum = SUM over all elements i of fmix64( bits_i XOR (i * 0x9E3779B97F4A7C15) )   (mod 2^64)
+//   i = the element's row-major linear index in the GLOBAL tensor; bits_i = the element's stored bytes read as
+//   a little-endian unsigned integer, zero-extended to 64 bits; fmix64 = MurmurHash3's 64-bit finalizer
+//   (x ^= x>>33; x *= 0xff51afd7ed558ccd; x ^= x>>33; x *= 0xc4ceb9fe1a85ec53; x ^= x>>33).
+//   Every term depends only on (global index, value), and addition commutes, so each rank sums the terms of its
+//   own hyperslab and an MPI_Allreduce(sum) gives the same value for every sharding. fmix64 is a bijection, so
+//   changing any single element always changes the checksum; moving an element to another index changes it too.
+//
+// ---- Crash safety ----
+// save_checkpoint writes PATH.partial, closes it (collective), fsyncs it, renames it to PATH atomically and
+// fsyncs PATH's directory. PATH is therefore always either the previous complete checkpoint or the new one; a
+// crash at any point leaves at most a PATH.partial, which the reader rejects (it lacks `complete`). Test hook:
+// SHARDSIM_TEST_CKPT_CRASH="RANK:N" makes rank RANK SIGKILL itself right after writing its part of tensor N
+// (0-based) of a save.
+//
+// ---- Errors (never a hang: every decision that precedes a collective HDF5 call is agreed across ranks) ----
+// Bad checkpoint (exit 2, ConfigError on EVERY rank, message names the file and the tensor): missing/unreadable
+// file, not HDF5, truncated, incomplete (interrupted save), not a shardsim checkpoint, a manifest tensor that
+// is missing, an HDF5 type or shape that disagrees with its attributes, checksum mismatch, a dtype or shape
+// that differs from what the caller expects, a block out of bounds. I/O failures while saving: RuntimeFault
+// (exit 3) on every rank. Bad --chunk/--compression text: UsageError (exit 2).
 #pragma once
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,28 +68,86 @@ struct CheckpointEntry {
   bool write = true;                 // false: this rank contributes nothing (replicated tensors)
 };
 
+// Dataset layout. auto_: chunked, chunks of whole trailing rows up to `bytes` (default 4 MiB);
+// bytes: the same with another target; dims: these chunk dimensions (clamped to the tensor; the rank must
+// match, else auto_); contiguous: no chunks (no compression possible).
+struct Chunking {
+  enum class Kind { auto_, bytes, dims, contiguous } kind = Kind::auto_;
+  uint64_t bytes = 4u << 20;
+  runtime::Shape dims;
+};
+// "auto" | "contiguous" | a byte size with K/M/G suffix ("1M") | dims "64x128". UsageError otherwise.
+Chunking parse_chunking(const std::string& text);
+
+// "none" | "gzip" (level 4) | "gzip:N" (N = 1..9). UsageError otherwise. Returns the gzip level, 0 for none.
+int parse_compression(const std::string& text);
+
+struct SaveOptions {
+  Chunking chunking;
+  int gzip_level = 0;          // 0: no compression; 1..9: deflate (needs chunking; collective writes)
+  int64_t step = 0;
+  std::string mesh;            // device mesh at save, stored on every dataset
+};
+
 // Collective over COMM: every rank passes the same entries (paths, shapes, attributes) in the same order.
 void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<CheckpointEntry>& entries,
-                     const std::map<std::string, std::string>& root_attributes);
+                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& options = {});
+
+// The checksum terms of one block: SUM of the terms (see above) of the elements of BLOCK, whose first element
+// sits at OFFSET of a tensor of shape GLOBAL. Add the results of disjoint blocks to get a tensor's checksum.
+uint64_t checksum_block(const runtime::Tensor& block, const runtime::Shape& offset, const runtime::Shape& global);
+
+// What the file says about one tensor (read and cross-checked when the reader opens the file).
+struct TensorInfo {
+  std::string name;               // dataset path without the leading '/'
+  runtime::DType dtype = runtime::DType::fp32;
+  runtime::Shape shape;           // global
+  std::string sharding, mesh;     // as saved
+  uint64_t checksum = 0;
+  runtime::Shape chunk;           // empty: contiguous
+  int gzip_level = 0;             // 0: no compression
+  uint64_t storage_bytes = 0;     // bytes on disk (after compression)
+};
 
 class CheckpointReader {
  public:
-  CheckpointReader(MPI_Comm comm, const std::string& path);  // collective
+  // Collective. Rank 0 first opens the file serially and checks its structure (HDF5 signature and size,
+  // `complete`, the manifest, every tensor's type and shape against its attributes); the verdict is broadcast,
+  // and only a file that passed is opened collectively. ConfigError on every rank otherwise.
+  CheckpointReader(MPI_Comm comm, const std::string& path);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
+  const std::string& path() const { return path_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
   bool has(const std::string& dataset) const;
-  runtime::Shape global_shape(const std::string& dataset) const;
-  runtime::DType dtype(const std::string& dataset) const;
+  const TensorInfo& info(const std::string& dataset) const;  // ConfigError naming file and tensor if missing
+  runtime::Shape global_shape(const std::string& dataset) const { return info(dataset).shape; }
+  runtime::DType dtype(const std::string& dataset) const { return info(dataset).dtype; }
+  int64_t step() const { return step_; }
+  // A root string attribute ("" when absent); all of them.
   std::string root_attribute(const std::string& name) const;
+  const std::map<std::string, std::string>& root_attributes() const { return root_attrs_; }
+
   // Reads the block of DATASET starting at OFFSET with OUT's shape. Collective (every rank calls it for the
-  // same dataset; ranks may ask for different or empty blocks). Checks dtype and bounds.
+  // same dataset; ranks may ask for different or empty blocks). Checks dtype and bounds on every rank first.
   void read_block(const std::string& dataset, const runtime::Shape& offset, runtime::Tensor& out) const;
 
+  // Collective: recomputes the checksum of each of DATASETS (all when empty) from the file, each rank reading
+  // a slice of dim 0 of at most `slab_bytes`, and compares it with the stored one. ConfigError on every rank
+  // naming the first mismatching tensor. Returns the computed checksums in the order of DATASETS.
+  std::vector<uint64_t> verify(const std::vector<std::string>& datasets = {}, uint64_t slab_bytes = 64u << 20) const;
+
  private:
+  void read_raw(const std::string& dataset, const runtime::Shape& offset, const runtime::Shape& shape,
+                runtime::DType dtype, void* data) const;
+  MPI_Comm comm_;
   std::string path_;
   long long file_ = -1;  // hid_t, kept opaque here so callers need no HDF5 headers
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> root_attrs_;
+  int64_t step_ = 0;
 };
 
 }  // namespace shardsim::sharding

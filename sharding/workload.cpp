@@ -202,6 +202,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
           throw ConfigError("checkpoint " + opt.resume_from + ": dataset '" + ds + "' is " +
                             runtime::dtype_name(reader->dtype(ds)) + " but the config's workload.dtype is " +
                             runtime::dtype_name(s.dtype));
+      reader->verify();  // every tensor's checksum, each rank reading a slice: corruption is caught here, agreed
       const std::string act = reader->root_attribute("activation");
       if (!act.empty() && act != kernels::activation_name(s.activation))
         throw ConfigError("checkpoint " + opt.resume_from + ": written with activation '" + act +
@@ -313,7 +314,13 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
         {"activation", kernels::activation_name(s.activation)},
         {"topology", rep.topology},
     };
-    save_checkpoint(world.comm(), path, entries, attrs);
+    SaveOptions so;
+    std::ostringstream mesh;
+    mesh << "tp=" << cfg.tp << " (rank r holds shard r; ranks on chips";
+    for (int c : placement) mesh << ' ' << c;
+    mesh << ") of " << rep.topology;
+    so.mesh = mesh.str();
+    save_checkpoint(world.comm(), path, entries, attrs, so);
     rep.checkpoint = path;
     rep.wall_checkpoint_s = seconds_since(t_ck);
   }

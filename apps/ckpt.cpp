@@ -1,0 +1,224 @@
+// `shardsim ckpt inspect FILE` and `shardsim ckpt convert IN OUT`: look into and rewrite HDF5 checkpoints
+// (format in sharding/checkpoint.h). Both run on any number of ranks (mpirun -np 1 or N); each rank reads only
+// its own slice of dim 0 of every tensor. A bad checkpoint fails every rank the same way: exit 2, one message
+// from rank 0 naming the file and the tensor.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/commands.h"
+#include "collectives/types.h"
+#include "common/error.h"
+#include "sharding/checkpoint.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+struct CkptFlags {
+  std::string file, json_path, dump;
+  bool no_verify = false;
+  std::string in, out, chunk = "auto", compression = "none";
+};
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string layout(const sharding::TensorInfo& t) {
+  std::string s = t.chunk.empty() ? "contiguous" : "chunk " + runtime::shape_str(t.chunk);
+  if (t.gzip_level > 0) s += " gzip:" + std::to_string(t.gzip_level);
+  return s;
+}
+
+std::string fixed(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+
+// Rank r's slice of dim 0 of a tensor of shape G: {offset, shape}.
+std::pair<runtime::Shape, runtime::Shape> row_slice(const runtime::Shape& g, int rank, int size) {
+  runtime::Shape off(g.size(), 0), shape = g;
+  if (!g.empty()) {
+    const collectives::Partition p{static_cast<size_t>(g[0]), static_cast<size_t>(size)};
+    off[0] = static_cast<int64_t>(p.offset(static_cast<size_t>(rank)));
+    shape[0] = static_cast<int64_t>(p.size(static_cast<size_t>(rank)));
+  }
+  return {off, shape};
+}
+
+int inspect(const runtime::World& world, const CkptFlags& f) {
+  std::unique_ptr<sharding::CheckpointReader> rd;
+  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.file); });
+  const bool root = world.rank() == 0;
+
+  if (!f.dump.empty()) {
+    // The whole tensor on rank 0 (others read nothing), after its checksum is verified.
+    runtime::Tensor t;
+    world.agree([&] {
+      const auto& info = rd->info(f.dump);
+      if (!f.no_verify) rd->verify({f.dump});
+      t = runtime::Tensor(info.dtype, root ? info.shape : runtime::Shape(info.shape.size(), 0));
+      if (info.shape.empty() && !root) t = runtime::Tensor(info.dtype, runtime::Shape{});
+      rd->read_block(f.dump, runtime::Shape(info.shape.size(), 0), t);
+    });
+    if (root) {
+      const auto& info = rd->info(f.dump);
+      std::ostringstream os;
+      os << "{\"file\": " << nlohmann::json(f.file).dump() << ", \"name\": " << nlohmann::json(f.dump).dump()
+         << ", \"dtype\": \"" << runtime::dtype_name(info.dtype) << "\", \"shape\": " << nlohmann::json(info.shape).dump()
+         << ", \"checksum\": \"" << hex(info.checksum) << "\", \"values\": [";
+      char buf[40];
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double v = runtime::load_as_double(t.data(), static_cast<size_t>(i), t.dtype());
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        os << (i ? ", " : "") << buf;
+      }
+      os << "]}\n";
+      std::cout << os.str() << std::flush;
+    }
+    return kExitOk;
+  }
+
+  // Verify tensor by tensor so the listing shows every tensor's verdict; errors are the same on every rank.
+  std::vector<std::string> verdict;
+  std::string first_error;
+  for (const auto& t : rd->tensors()) {
+    if (f.no_verify) {
+      verdict.push_back("not checked");
+      continue;
+    }
+    try {
+      rd->verify({t.name});
+      verdict.push_back("ok");
+    } catch (const ConfigError& e) {
+      verdict.push_back("MISMATCH");
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  if (root) {
+    std::ostringstream os;
+    const auto& tensors = rd->tensors();
+    os << "checkpoint " << f.file << "\n";
+    os << "  format     shardsim-checkpoint v1, step " << rd->step() << ", written by shardsim "
+       << rd->root_attribute("shardsim_version") << "\n";
+    if (!tensors.empty()) os << "  mesh       " << tensors.front().mesh << "\n";
+    if (!rd->root_attribute("parallel_plan").empty()) os << "  plan       " << rd->root_attribute("parallel_plan") << "\n";
+    os << "  " << fixed("tensor", 22) << fixed("dtype", 7) << fixed("shape", 15) << fixed("sharding", 22)
+       << fixed("layout", 26) << fixed("checksum", 20) << "verified\n";
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      os << "  " << fixed(t.name, 22) << fixed(runtime::dtype_name(t.dtype), 7) << fixed(runtime::shape_str(t.shape), 15)
+         << fixed(t.sharding, 22) << fixed(layout(t), 26) << fixed(hex(t.checksum), 20) << verdict[i] << "\n";
+    }
+    size_t ok = 0;
+    for (const auto& v : verdict) ok += v == "ok";
+    if (!f.no_verify)
+      os << "checksums  " << ok << " of " << tensors.size() << " verified (read by " << world.size() << " rank"
+         << (world.size() == 1 ? "" : "s") << ")\n";
+    std::cout << os.str() << std::flush;
+    if (!f.json_path.empty()) {
+      nlohmann::json j = {{"file", f.file}, {"step", rd->step()}, {"attributes", rd->root_attributes()}};
+      j["tensors"] = nlohmann::json::array();
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        j["tensors"].push_back({{"name", t.name}, {"dtype", runtime::dtype_name(t.dtype)}, {"shape", t.shape},
+                                {"sharding", t.sharding}, {"mesh", t.mesh}, {"checksum", hex(t.checksum)},
+                                {"chunk", t.chunk}, {"gzip", t.gzip_level}, {"storage_bytes", t.storage_bytes},
+                                {"verified", verdict[i]}});
+      }
+      std::ofstream out(f.json_path);
+      out << j.dump(2) << "\n";
+      if (!out) std::fprintf(stderr, "shardsim: warning: could not write %s\n", f.json_path.c_str());
+    }
+  }
+  if (!first_error.empty()) throw AgreedError(first_error, kExitBadInput);
+  return kExitOk;
+}
+
+int convert(const runtime::World& world, const CkptFlags& f) {
+  namespace fs = std::filesystem;
+  sharding::SaveOptions so;
+  world.agree([&] {
+    so.chunking = sharding::parse_chunking(f.chunk);
+    so.gzip_level = sharding::parse_compression(f.compression);
+    if (so.gzip_level > 0 && so.chunking.kind == sharding::Chunking::Kind::contiguous)
+      throw UsageError("--compression " + f.compression + " needs a chunked layout, not --chunk contiguous");
+    std::error_code ec;
+    if (fs::weakly_canonical(f.in, ec) == fs::weakly_canonical(f.out, ec))
+      throw UsageError("ckpt convert: IN and OUT are the same file (" + f.out + ")");
+    if (fs::is_directory(f.out)) throw UsageError("ckpt convert: OUT " + f.out + " is a directory");
+    fs::path dir = fs::path(f.out).parent_path();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw UsageError("ckpt convert: directory '" + dir.string() + "' of " + f.out + " is not writable: " +
+                       std::strerror(errno));
+  });
+  std::unique_ptr<sharding::CheckpointReader> rd;
+  world.agree([&] {
+    rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.in);
+    rd->verify();  // never copy corrupted data into a file with fresh checksums
+  });
+  // Each rank holds its dim-0 slice of every tensor (memory: the checkpoint / ranks).
+  std::vector<runtime::Tensor> blocks;
+  blocks.reserve(rd->tensors().size());
+  std::vector<sharding::CheckpointEntry> entries;
+  world.agree([&] {
+    for (const auto& t : rd->tensors()) {
+      auto [off, shape] = row_slice(t.shape, world.rank(), world.size());
+      blocks.emplace_back(t.dtype, shape);
+      rd->read_block(t.name, off, blocks.back());
+      // A rank-0 tensor: every rank read it, rank 0 writes it.
+      entries.push_back({t.name, &blocks.back(), t.shape, off, t.sharding, !t.shape.empty() || world.rank() == 0});
+    }
+  });
+  so.step = rd->step();
+  if (!rd->tensors().empty()) so.mesh = rd->tensors().front().mesh;
+  const auto attrs = rd->root_attributes();
+  uint64_t before = 0;
+  for (const auto& t : rd->tensors()) before += t.storage_bytes;
+  const size_t n = rd->tensors().size();
+  rd.reset();
+  world.agree([&] { sharding::save_checkpoint(world.comm(), f.out, entries, attrs, so); });
+  // Report what landed (and check it opens).
+  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.out); });
+  uint64_t after = 0;
+  for (const auto& t : rd->tensors()) after += t.storage_bytes;
+  if (world.rank() == 0)
+    std::printf("converted %s -> %s: %zu tensors, %llu -> %llu bytes of data on disk (chunk %s, compression %s)\n",
+                f.in.c_str(), f.out.c_str(), n, static_cast<unsigned long long>(before),
+                static_cast<unsigned long long>(after), f.chunk.c_str(), f.compression.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_ckpt(CLI::App& app, const runtime::World& world) {
+  auto flags = std::make_shared<CkptFlags>();
+  auto* sub = app.add_subcommand("ckpt", "inspect or convert HDF5 checkpoints (any number of ranks)");
+  sub->require_subcommand(1);
+  auto* ins = sub->add_subcommand("inspect", "list tensors, shapes, dtypes, shardings; verify every checksum");
+  ins->add_option("file", flags->file, "checkpoint (.h5)")->required();
+  ins->add_option("--json", flags->json_path, "also write the listing as JSON to this file");
+  ins->add_option("--dump", flags->dump, "print one tensor (verified) as JSON: shape, dtype, checksum, values");
+  ins->add_flag("--no-verify", flags->no_verify, "do not read the data to verify checksums");
+  auto* conv = sub->add_subcommand("convert", "rewrite a checkpoint with another chunking / compression");
+  conv->add_option("in", flags->in, "checkpoint to read")->required();
+  conv->add_option("out", flags->out, "checkpoint to write (atomically, like every save)")->required();
+  conv->add_option("--chunk", flags->chunk, "auto | contiguous | bytes per chunk (1M) | dims (64x128)");
+  conv->add_option("--compression", flags->compression, "none | gzip | gzip:N (N = 1..9)");
+  return {sub, [&world, flags, ins, conv]() -> int {
+            if (ins->parsed()) return inspect(world, *flags);
+            if (conv->parsed()) return convert(world, *flags);
+            return kExitBadInput;
+          }};
+}
+
+}  // namespace shardsim::apps
