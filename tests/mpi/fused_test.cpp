@@ -1,0 +1,136 @@
+// Fused GEMM + collective ops (sharding/fused.h): the same numbers as the unfused path at several chip counts,
+// chunk counts and uneven sizes, and the simulated overlap the fusion is for.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "collectives/collectives.h"
+#include "kernels/gemm.h"
+#include "mpi/collective_fixture.h"
+#include "mpi/mpi_util.h"
+#include "sharding/fused.h"
+#include "sharding/init.h"
+
+using namespace shardsim;
+using runtime::DType;
+using runtime::Tensor;
+
+namespace {
+
+Tensor random(int64_t rows, int64_t cols, uint32_t id, int64_t global_cols = -1, int64_t row0 = 0, int64_t col0 = 0) {
+  Tensor t(DType::fp32, {rows, cols});
+  sharding::fill_uniform_block(t, sharding::InitSpec{42, id, -1.0f, 1.0f}, global_cols < 0 ? cols : global_cols, row0, col0);
+  return t;
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  double err = 0, ref = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    err = std::max(err, std::fabs(double(a.get(i)) - b.get(i)));
+    ref = std::max(ref, std::fabs(double(b.get(i))));
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+topology::Topology ring(double bw, double lat) { return topology::Topology::ring(world_size(), {bw, lat}); }
+
+}  // namespace
+
+TEST(Fused, GemmAllReduceEqualsUnfusedAtEveryChunkCount) {
+  const int p = world_size(), r = world_rank();
+  for (int64_t M : {1, 7, 64, 101}) {
+    const int64_t K = 24, N = 40;  // K split over ranks (row-parallel): rank r holds K/p... use a local slice
+    const Tensor a = random(M, K, 1, K * p, 0, r * K), b = random(K, N, 2, N, r * K, 0);
+    Fixture f(ring(100, 500));
+    Tensor want(DType::fp32, {M, N});
+    kernels::gemm(a, b, want);
+    collectives::all_reduce(f.tp, want.data(), want.data(), static_cast<size_t>(want.numel()), DType::fp32,
+                            collectives::ReduceOp::sum, 0.0, opts("ring"));
+    for (int chunks : {1, 2, 3, 8}) {
+      if (chunks > M) continue;
+      Tensor got(DType::fp32, {M, N});
+      f.tl.reset();
+      sharding::gemm_all_reduce(f.tp, a, b, got, chunks, 0.0, "fused");
+      EXPECT_LE(max_rel_diff(got, want), 1e-5) << "M " << M << " chunks " << chunks << " p " << p;
+    }
+  }
+}
+
+TEST(Fused, AllGatherGemmAndGemmReduceScatterEqualUnfused) {
+  const int p = world_size(), r = world_rank();
+  for (int64_t m : {1, 5, 32}) {
+    const int64_t M = m * p, K = 16, N = 12;
+    Fixture f(ring(100, 500));
+    // all_gather + GEMM
+    const Tensor x = random(m, K, 3, K, r * m, 0), w = random(K, N, 4, N * p, 0, r * N);
+    Tensor full(DType::fp32, {M, K});
+    collectives::all_gather(f.tp, x.data(), full.data(), static_cast<size_t>(full.numel()), DType::fp32, 0.0, opts("ring"));
+    Tensor want(DType::fp32, {M, N}), got(DType::fp32, {M, N});
+    kernels::gemm(full, w, want);
+    sharding::all_gather_gemm(f.tp, x, w, got, 0.0, "ag_gemm");
+    EXPECT_LE(max_rel_diff(got, want), 1e-6) << "all_gather_gemm m " << m;  // BLAS may block rows differently
+    // GEMM + reduce_scatter
+    const Tensor a = random(M, K, 5, K * p, 0, r * K), b = random(K, N, 6, N, r * K, 0);
+    Tensor partial(DType::fp32, {M, N}), want_rs(DType::fp32, {m, N}), got_rs(DType::fp32, {m, N});
+    kernels::gemm(a, b, partial);
+    collectives::reduce_scatter(f.tp, partial.data(), want_rs.data(), static_cast<size_t>(partial.numel()), DType::fp32,
+                                collectives::ReduceOp::sum, 0.0, opts("ring"));
+    sharding::gemm_reduce_scatter(f.tp, a, b, got_rs, 0.0, "gemm_rs");
+    EXPECT_LE(max_rel_diff(got_rs, want_rs), 1e-5) << "gemm_reduce_scatter m " << m;
+  }
+}
+
+TEST(Fused, BadShapesAreUsageErrors) {
+  Fixture f(ring(100, 500));
+  Tensor a(DType::fp32, {4, 3}), b(DType::fp32, {5, 2}), c(DType::fp32, {4, 2});
+  expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b, c, 1, 0.0, "x"); }, {"x:", "do not fit"}, "shapes");
+  Tensor b2(DType::fp32, {3, 2});
+  expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b2, c, 0, 0.0, "x"); }, {"chunks 0"}, "chunks");
+}
+
+// Balanced GEMM and all_reduce (T_comm ~ T_compute): with enough chunks the fused time is close to the larger of
+// the two, and the chunk sweep shows the trade-off (1 chunk: no overlap; many: per-chunk launch and latency).
+// A slow compute-bound device (1 TFLOP/s, 100 ns launch) keeps the host work small and the GEMM chunks
+// compute-bound, so chunking does not change their FLOP time.
+TEST(Fused, OverlapOnABalancedConfigAndTheChunkTradeOff) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2+ ranks";
+  const int64_t M = 512, K = 256, N = 512;
+  const Tensor a = random(M, K, 7), b = random(K, N, 8);
+  sim::DeviceSpec dev = sim::device_preset("generic");
+  dev.peak_tflops_fp32 = 1.0;
+  dev.launch_overhead_ns = 100;
+  const double t_gemm = 2.0 * M * K * N / 1e3 + 100;  // ns at 1 TFLOP/s (compute-bound: 2 MB of HBM traffic)
+  const double alpha = 50, S = double(M * N * 4), steps = 2.0 * (p - 1);
+  const double bw = steps * S / p / (t_gemm - steps * alpha);  // ring all_reduce = t_gemm
+  auto topo = topology::Topology::ring(p, {bw, alpha});
+  sim::Timeline tl(world_rank(), topo, dev);
+  runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
+  Tensor c(DType::fp32, {M, N});
+  const auto cost = kernels::gemm(a, b, c);
+  const auto g = tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0);
+  const auto ar = collectives::all_reduce(tp, c.data(), c.data(), static_cast<size_t>(c.numel()), DType::fp32,
+                                          collectives::ReduceOp::sum, g.end, opts("ring"));
+  const double t_compute = g.duration(), t_comm = ar.span.duration(), unfused = ar.span.end;
+  EXPECT_NEAR(t_compute, t_gemm, 1e-6 * t_gemm);
+  EXPECT_NEAR(t_comm, t_gemm, 0.01 * t_gemm) << "the config is balanced";
+  std::vector<int> counts = {1, 2, 4, 8, 16, 64, 256};
+  std::vector<double> sweep;
+  for (int chunks : counts) {
+    tl.reset();
+    sweep.push_back(sharding::gemm_all_reduce(tp, a, b, c, chunks, 0.0, "fused").fused_ns);
+  }
+  EXPECT_NEAR(sweep[0], unfused, 1e-6 * unfused) << "one chunk = unfused";
+  const double best = *std::min_element(sweep.begin(), sweep.end());
+  EXPECT_LE(best, 1.15 * std::max(t_compute, t_comm)) << "compute " << t_compute << " comm " << t_comm;
+  EXPECT_GT(sharding::overlap_efficiency(t_compute, t_comm, best), 0.7);
+  EXPECT_LT(sweep[3], sweep[0]);                  // 8 chunks beat 1 ...
+  EXPECT_GT(sweep.back(), best * 1.1);           // ... and 256 chunks pay launch + latency per chunk
+  if (world_rank() == 0) {
+    std::printf("[fused sweep p=%d] T_compute %.2f us, T_comm %.2f us, unfused %.2f us; fused by chunks", p,
+                t_compute / 1e3, t_comm / 1e3, unfused / 1e3);
+    for (size_t i = 0; i < counts.size(); ++i) std::printf(" %d:%.2f", counts[i], sweep[i] / 1e3);
+    std::printf(" us; best: %.3f x max(T_compute, T_comm), overlap efficiency %.2f, speedup %.2fx\n",
+                best / std::max(t_compute, t_comm), sharding::overlap_efficiency(t_compute, t_comm, best), unfused / best);
+  }
+}
