@@ -1,5 +1,6 @@
 #include "runtime/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -56,6 +57,43 @@ Tensor Tensor::from_float(const std::vector<float>& values, DType dtype, Shape s
 
 bool Tensor::bit_equal(const Tensor& o) const {
   return dtype_ == o.dtype_ && shape_ == o.shape_ && bytes_ == o.bytes_;
+}
+
+namespace {
+size_t row_bytes(const Tensor& t) {
+  return t.rank() == 0 || t.dim(0) == 0 ? 0 : t.nbytes() / static_cast<size_t>(t.dim(0));
+}
+}  // namespace
+
+Tensor&& Tensor::reshaped(Shape shape) && {
+  if (shape_numel(shape) != numel_)
+    throw std::invalid_argument("reshape " + shape_str(shape_) + " to " + shape_str(shape) + ": element counts differ");
+  shape_ = std::move(shape);
+  return std::move(*this);
+}
+
+Tensor Tensor::rows(int64_t r0, int64_t n) const {
+  if (rank() == 0 || r0 < 0 || n < 0 || r0 + n > dim(0))
+    throw std::out_of_range("rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ") of a " +
+                            shape_str(shape_) + " tensor");
+  Shape s = shape_;
+  s[0] = n;
+  Tensor out(dtype_, s);
+  const size_t rb = row_bytes(*this);
+  if (n > 0) std::memcpy(out.data(), bytes_.data() + static_cast<size_t>(r0) * rb, static_cast<size_t>(n) * rb);
+  return out;
+}
+
+void Tensor::set_rows(int64_t r0, const Tensor& src) {
+  if (src.dtype_ != dtype_ || src.rank() != rank() || rank() == 0 ||
+      !std::equal(src.shape_.begin() + 1, src.shape_.end(), shape_.begin() + 1))
+    throw std::invalid_argument("set_rows: " + shape_str(src.shape_) + " " + dtype_name(src.dtype_) + " into " +
+                                shape_str(shape_) + " " + dtype_name(dtype_));
+  if (r0 < 0 || r0 + src.dim(0) > dim(0))
+    throw std::out_of_range("set_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r0 + src.dim(0)) +
+                            ") of a " + shape_str(shape_) + " tensor");
+  if (src.nbytes() > 0)
+    std::memcpy(bytes_.data() + static_cast<size_t>(r0) * row_bytes(*this), src.data(), src.nbytes());
 }
 
 }  // namespace shardsim::runtime

@@ -45,6 +45,16 @@ class Tensor {
 
   bool bit_equal(const Tensor& other) const;
 
+  // The same bytes under SHAPE (same number of elements; std::invalid_argument otherwise). No copy.
+  Tensor&& reshaped(Shape shape) &&;
+
+  // Rows [R0, R0+N) along the first dimension, as a new tensor (other dimensions kept). std::out_of_range if
+  // they are not all inside.
+  Tensor rows(int64_t r0, int64_t n) const;
+  // Copies SRC over rows [R0, R0 + SRC.dim(0)); SRC must match in dtype and in every other dimension
+  // (std::invalid_argument), and fit (std::out_of_range).
+  void set_rows(int64_t r0, const Tensor& src);
+
  private:
   DType dtype_ = DType::fp32;
   Shape shape_;

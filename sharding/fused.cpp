@@ -14,19 +14,7 @@ using runtime::Tensor;
 
 namespace {
 
-Tensor rows_of(const Tensor& t, int64_t r0, int64_t n) {
-  Tensor out(t.dtype(), {n, t.dim(1)});
-  const size_t row = static_cast<size_t>(t.dim(1)) * runtime::dtype_size(t.dtype());
-  std::memcpy(out.data(), static_cast<const unsigned char*>(t.data()) + static_cast<size_t>(r0) * row,
-              static_cast<size_t>(n) * row);
-  return out;
-}
 
-void put_rows(Tensor& dst, int64_t r0, const Tensor& src) {
-  const size_t row = static_cast<size_t>(src.dim(1)) * runtime::dtype_size(src.dtype());
-  std::memcpy(static_cast<unsigned char*>(dst.data()) + static_cast<size_t>(r0) * row, src.data(),
-              static_cast<size_t>(src.dim(0)) * row);
-}
 
 // A GEMM of A·B on the chip's compute engine after READY; returns C and its span.
 Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::TimeNs ready, const std::string& name,
@@ -64,7 +52,7 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
     const auto len = static_cast<int64_t>(rows.size(static_cast<size_t>(i)));
     if (len == 0) continue;
     sim::Span span;
-    Tensor ci = gemm_on(tp, rows_of(a, off, len), b, compute_at, name + ".gemm" + std::to_string(i), span);
+    Tensor ci = gemm_on(tp, a.rows(off, len), b, compute_at, name + ".gemm" + std::to_string(i), span);
     compute_at = span.end;  // the next chunk's GEMM does not wait for this chunk's all_reduce
     t.compute_ns += span.duration();
     collectives::CollectiveOptions o;
@@ -74,7 +62,7 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
                                            collectives::ReduceOp::sum, span.end, o);
     end = std::max(end, r.span.end);
     t.bytes_sent += r.bytes_sent;
-    put_rows(c, off, ci);
+    c.set_rows(off, ci);
   }
   t.fused_ns = std::max(end, compute_at) - ready;
   return t;
@@ -105,7 +93,7 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tenso
     Tensor part = gemm_on(tp, cur, w, std::max(compute_at, cur_ready), name + ".gemm.rows_of_" + std::to_string(src), span);
     compute_at = span.end;
     t.compute_ns += span.duration();
-    put_rows(c, src * m, part);
+    c.set_rows(src * m, part);
     if (s + 1 < p) {
       cur = std::move(next);
       cur_ready = next_ready;
@@ -131,7 +119,7 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
   for (int s = 0; s < p; ++s) {
     const int chunk = ((r - s - 1) % p + p) % p;  // s = p-1: this rank's own chunk
     sim::Span span;
-    Tensor part = gemm_on(tp, rows_of(a, chunk * m, m), b, compute_at, name + ".gemm.rows_of_" + std::to_string(chunk), span);
+    Tensor part = gemm_on(tp, a.rows(chunk * m, m), b, compute_at, name + ".gemm.rows_of_" + std::to_string(chunk), span);
     compute_at = span.end;
     t.compute_ns += span.duration();
     sim::TimeNs part_ready = span.end;

@@ -156,13 +156,12 @@ Tensor init_norm(const BlockShape& s, uint32_t id) {
 // The rows ROWS (global token ids) of the input x.
 Tensor init_x(const BlockShape& s, const std::vector<int64_t>& rows) {
   Tensor x(s.dtype, {static_cast<int64_t>(rows.size()), s.hidden});
-  const size_t es = runtime::dtype_size(s.dtype);
   for (size_t i = 0; i < rows.size();) {  // contiguous runs
     size_t j = i + 1;
     while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
     Tensor run(s.dtype, {static_cast<int64_t>(j - i), s.hidden});
     fill_uniform_block(run, InitSpec{s.seed, kIdX, -1.0f, 1.0f}, s.hidden, rows[i], 0);
-    std::memcpy(static_cast<unsigned char*>(x.data()) + i * static_cast<size_t>(s.hidden) * es, run.data(), run.nbytes());
+    x.set_rows(static_cast<int64_t>(i), run);
     i = j;
   }
   return x;
@@ -233,29 +232,6 @@ Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& 
   return y;
 }
 
-Tensor reshape3(Tensor t, int64_t heads, int64_t d) {
-  Tensor out(t.dtype(), {t.dim(0), heads, d});
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
-}
-
-Tensor reshape2(const Tensor& t) {
-  Tensor out(t.dtype(), {t.dim(0), t.dim(1) * t.dim(2)});
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
-}
-
-// Rows [r0, r0+n) of a [rows, ...] tensor.
-Tensor rows_of(const Tensor& t, int64_t r0, int64_t n) {
-  runtime::Shape shape = t.shape();
-  shape[0] = n;
-  Tensor out(t.dtype(), shape);
-  const size_t row_bytes = t.nbytes() / static_cast<size_t>(std::max<int64_t>(1, t.dim(0)));
-  std::memcpy(out.data(), static_cast<const unsigned char*>(t.data()) + static_cast<size_t>(r0) * row_bytes,
-              static_cast<size_t>(n) * row_bytes);
-  return out;
-}
-
 // A run of consecutive tokens a chip holds: local rows [local, local+len) are global positions [global, ...).
 struct Chunk {
   int64_t local = 0, global = 0, len = 0;
@@ -284,7 +260,7 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
   for (const auto& c : k_chunks) k_rows += c.len;
   for (size_t a = 0; a < q_chunks.size(); ++a) {
     const Chunk& qc = q_chunks[a];
-    const Tensor qa = rows_of(q, qc.local, qc.len);
+    const Tensor qa = q.rows(qc.local, qc.len);
     bool merged = false;
     for (const Chunk& kc : k_chunks) {
       if (s.causal && qc.global + qc.len - 1 < kc.global) continue;  // fully masked: nothing to compute
@@ -293,7 +269,7 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
       o.q_offset = qc.global;
       o.k_offset = kc.global;
       Tensor out(DType::fp32, {qc.len, nq, q.dim(2)}), l(DType::fp32, {nq, qc.len});
-      const Tensor kb = rows_of(k, kc.local, kc.len), vb = rows_of(v, kc.local, kc.len);
+      const Tensor kb = k.rows(kc.local, kc.len), vb = v.rows(kc.local, kc.len);
       flops += kernels::attention(qa, kb, vb, out, l, o).flops;
       const auto m = kernels::merge_attention_partials(acc[a], lse[a], out, l);
       if (!merged) {  // the fused kernel merges each q chunk once per call
@@ -340,9 +316,9 @@ Tensor mlp(Chip& chip, const Tensor& b, const Weights& w) {
 Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weights& w) {
   const int64_t T = s.seq, d = s.head_dim();
   Tensor a = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
-  Tensor q = reshape3(gemm(chip, a, w.wq, "gemm.q"), s.heads, d);
-  Tensor k = reshape3(gemm(chip, a, w.wk, "gemm.k"), s.kv_heads, d);
-  Tensor v = reshape3(gemm(chip, a, w.wv, "gemm.v"), s.kv_heads, d);
+  Tensor q = gemm(chip, a, w.wq, "gemm.q").reshaped({a.dim(0), s.heads, d});
+  Tensor k = gemm(chip, a, w.wk, "gemm.k").reshaped({a.dim(0), s.kv_heads, d});
+  Tensor v = gemm(chip, a, w.wv, "gemm.v").reshaped({a.dim(0), s.kv_heads, d});
   std::vector<Chunk> all{{0, 0, T}};
   if (s.rope) {
     chip.charge(kernels::rope_inplace(q, positions_of(all)), "rope.q");
@@ -351,7 +327,7 @@ Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weig
   std::vector<Tensor> acc, lse;
   init_acc(all, s.heads, d, acc, lse);
   attend(chip, s, q, all, k, v, all, acc, lse, "attention");
-  Tensor o = reshape2(finish_acc(all, acc, s.dtype, T));
+  Tensor o = finish_acc(all, acc, s.dtype, T).reshaped({T, s.heads * d});
   Tensor x1 = gemm(chip, o, w.wo, "gemm.o");
   chip.charge(kernels::add_inplace(x1, x), "residual");
   Tensor out = mlp(chip, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), w);
@@ -449,9 +425,9 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(a.nbytes()));
   }
   auto act_mem = memory.scoped("activations q/k/v", static_cast<uint64_t>(a.dim(0) * (w.nq + 2 * w.nkv) * d) * es);
-  Tensor q = reshape3(gemm(chip, a, w.wq, "gemm.q (column-parallel)"), w.nq, d);
-  Tensor k = reshape3(gemm(chip, a, w.wk, "gemm.k (column-parallel)"), w.nkv, d);
-  Tensor v = reshape3(gemm(chip, a, w.wv, "gemm.v (column-parallel)"), w.nkv, d);
+  Tensor q = gemm(chip, a, w.wq, "gemm.q (column-parallel)").reshaped({a.dim(0), w.nq, d});
+  Tensor k = gemm(chip, a, w.wk, "gemm.k (column-parallel)").reshaped({a.dim(0), w.nkv, d});
+  Tensor v = gemm(chip, a, w.wv, "gemm.v (column-parallel)").reshaped({a.dim(0), w.nkv, d});
   if (s.rope) {
     const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
     chip.charge(kernels::rope_inplace(q, pos), "rope.q");
@@ -547,7 +523,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
         }
       }
     }
-    o = reshape2(finish_acc(attn_chunks, acc, s.dtype, n_attn));
+    o = finish_acc(attn_chunks, acc, s.dtype, n_attn).reshaped({n_attn, w.nq * d});
   }
   Tensor y = gemm(chip, o, w.wo, "gemm.o (row-parallel)");
   auto reduce_tp = [&](Tensor& partial, const std::string& what) -> Tensor {
