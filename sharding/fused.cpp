@@ -1,20 +1,26 @@
 #include "sharding/fused.h"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "collectives/algorithms.h"
 #include "collectives/collectives.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
+#include "runtime/world.h"
+#include "sim/cost.h"
 
 namespace shardsim::sharding {
 
+using collectives::Collective;
 using runtime::Tensor;
 
 namespace {
-
-
 
 // A GEMM of A·B on the chip's compute engine after READY; returns C and its span.
 Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::TimeNs ready, const std::string& name,
@@ -23,6 +29,43 @@ Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::Ti
   const auto cost = kernels::gemm(a, b, c);
   span = tp.timeline().compute(name, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), ready);
   return c;
+}
+
+// The simulated time of one [M, K] x [K, N] GEMM kernel on this chip (kernels/gemm.h's cost).
+double gemm_ns(runtime::Transport& tp, runtime::DType dt, int64_t m, int64_t k, int64_t n) {
+  const double es = static_cast<double>(runtime::dtype_size(dt));
+  return sim::compute_time_ns(tp.timeline().device(), 2.0 * double(m) * double(k) * double(n),
+                              (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * es,
+                              runtime::precision_of(dt));
+}
+
+// The collective C alone on TP for a per-rank buffer of BYTES (nccl-tests sizing), ALGORITHM resolved as the
+// collective itself resolves it ("auto" = the lowest estimate).
+double collective_ns(runtime::Transport& tp, Collective c, const std::string& algorithm, double bytes) {
+  if (tp.size() == 1) return 0;
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm;
+  const std::string a = collectives::choose(c, o, tp, bytes).algorithm;
+  return collectives::estimate_ns(c, a, tp, bytes);
+}
+
+// Columns [c0, c0+n) of the 2-D tensor T, and the reverse.
+Tensor columns(const Tensor& t, int64_t c0, int64_t n) {
+  Tensor out(t.dtype(), {t.dim(0), n});
+  const size_t es = runtime::dtype_size(t.dtype());
+  for (int64_t r = 0; r < t.dim(0); ++r)
+    std::memcpy(static_cast<unsigned char*>(out.data()) + static_cast<size_t>(r * n) * es,
+                static_cast<const unsigned char*>(t.data()) + static_cast<size_t>(r * t.dim(1) + c0) * es,
+                static_cast<size_t>(n) * es);
+  return out;
+}
+void set_columns(Tensor& t, int64_t c0, const Tensor& src) {
+  const size_t es = runtime::dtype_size(t.dtype());
+  const int64_t n = src.dim(1);
+  for (int64_t r = 0; r < t.dim(0); ++r)
+    std::memcpy(static_cast<unsigned char*>(t.data()) + static_cast<size_t>(r * t.dim(1) + c0) * es,
+                static_cast<const unsigned char*>(src.data()) + static_cast<size_t>(r * n) * es,
+                static_cast<size_t>(n) * es);
 }
 
 void check(bool ok, const std::string& what) {
@@ -38,44 +81,93 @@ double overlap_efficiency(double compute_ns, double comm_ns, double fused_ns) {
   return m > 0 ? (compute_ns + comm_ns - fused_ns) / m : 0.0;
 }
 
+double FusedTiming::overlap_efficiency() const { return sharding::overlap_efficiency(compute_ns, comm_ns, fused_ns); }
+
 FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tensor& b, Tensor& c, int chunks,
-                            sim::TimeNs ready, const std::string& name) {
+                            sim::TimeNs ready, const std::string& name, const std::string& algorithm) {
   check(a.rank() == 2 && b.rank() == 2 && a.dim(1) == b.dim(0) && c.shape() == runtime::Shape{a.dim(0), b.dim(1)},
         name + ": A " + shape(a) + " x B " + shape(b) + " -> C " + shape(c) + " do not fit");
-  check(chunks >= 1 && chunks <= std::max<int64_t>(1, a.dim(0)),
-        name + ": chunks " + std::to_string(chunks) + " must be in 1.." + std::to_string(a.dim(0)));
+  const int64_t M = a.dim(0), K = a.dim(1), N = b.dim(1);
+  const bool by_cols = N > M;  // cut the longer side: the other operand is what each piece re-reads
+  const int64_t len = by_cols ? N : M;
+  check(chunks >= 0 && chunks <= std::max<int64_t>(1, len),
+        name + ": chunks " + std::to_string(chunks) + " must be in 0 (auto).." + std::to_string(std::max<int64_t>(1, len)) +
+            " (the " + (by_cols ? "columns" : "rows") + " of C " + shape(c) + ")");
+  const auto dt = a.dtype();
+  const double es = static_cast<double>(runtime::dtype_size(dt));
+  auto piece_gemm_ns = [&](int64_t l) { return by_cols ? gemm_ns(tp, dt, M, K, l) : gemm_ns(tp, dt, l, K, N); };
+  auto piece_bytes = [&](int64_t l) { return double(by_cols ? M : N) * double(l) * es; };
   FusedTiming t;
-  const collectives::Partition rows{static_cast<size_t>(a.dim(0)), static_cast<size_t>(chunks)};
+  t.cut = by_cols ? "columns" : "rows";
+  if (chunks == 0) {  // the model picks; ranks may differ (uneven K_r), so the max over ranks decides
+    std::vector<double> est;
+    for (int64_t n = 1; n <= std::min<int64_t>(64, std::max<int64_t>(1, len)); n *= 2) {
+      const collectives::Partition part{static_cast<size_t>(len), static_cast<size_t>(n)};
+      double g_end = 0, c_end = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto l = static_cast<int64_t>(part.size(static_cast<size_t>(i)));
+        g_end += piece_gemm_ns(l);
+        c_end = std::max(g_end, c_end) + collective_ns(tp, Collective::all_reduce, algorithm, piece_bytes(l));
+      }
+      est.push_back(c_end);
+    }
+    std::vector<double> worst(est.size());
+    runtime::check_mpi(MPI_Allreduce(est.data(), worst.data(), static_cast<int>(est.size()), MPI_DOUBLE, MPI_MAX,
+                                     tp.comm()),
+                       tp.rank(), name + ": choosing chunks");
+    const auto best = std::min_element(worst.begin(), worst.end()) - worst.begin();
+    chunks = 1 << best;
+    t.auto_chunks = true;
+  }
+  t.chunks = chunks;
+  const collectives::Partition part{static_cast<size_t>(len), static_cast<size_t>(chunks)};
   sim::TimeNs compute_at = ready, end = ready;
   for (int i = 0; i < chunks; ++i) {
-    const auto off = static_cast<int64_t>(rows.offset(static_cast<size_t>(i)));
-    const auto len = static_cast<int64_t>(rows.size(static_cast<size_t>(i)));
-    if (len == 0) continue;
+    const auto off = static_cast<int64_t>(part.offset(static_cast<size_t>(i)));
+    const auto l = static_cast<int64_t>(part.size(static_cast<size_t>(i)));
+    if (l == 0) continue;
     sim::Span span;
-    Tensor ci = gemm_on(tp, a.rows(off, len), b, compute_at, name + ".gemm" + std::to_string(i), span);
-    compute_at = span.end;  // the next chunk's GEMM does not wait for this chunk's all_reduce
+    const std::string gname = name + ".gemm" + std::to_string(i);
+    Tensor ci = by_cols ? gemm_on(tp, a, columns(b, off, l), compute_at, gname, span)
+                        : gemm_on(tp, a.rows(off, l), b, compute_at, gname, span);
+    compute_at = span.end;  // the next piece's GEMM does not wait for this piece's all_reduce
     t.compute_ns += span.duration();
     collectives::CollectiveOptions o;
-    o.algorithm = "ring";
+    o.algorithm = algorithm;
     o.name = name + ".all_reduce" + std::to_string(i);
     const auto r = collectives::all_reduce(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()), ci.dtype(),
                                            collectives::ReduceOp::sum, span.end, o);
     end = std::max(end, r.span.end);
     t.bytes_sent += r.bytes_sent;
-    c.set_rows(off, ci);
+    if (by_cols) set_columns(c, off, ci);
+    else c.set_rows(off, ci);
   }
   t.fused_ns = std::max(end, compute_at) - ready;
+  t.comm_ns = collective_ns(tp, Collective::all_reduce, algorithm, double(M) * double(N) * es);
+  t.unfused_ns = gemm_ns(tp, dt, M, K, N) + t.comm_ns;
   return t;
 }
 
 FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tensor& w, Tensor& c, sim::TimeNs ready,
                             const std::string& name) {
+  return all_gather_gemm(tp, x, std::vector<const Tensor*>{&w}, std::vector<Tensor*>{&c}, ready, name);
+}
+
+FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const std::vector<const Tensor*>& ws,
+                            const std::vector<Tensor*>& cs, sim::TimeNs ready, const std::string& name) {
   const int p = tp.size(), r = tp.rank();
   const int64_t m = x.dim(0);
-  check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0) && c.shape() == runtime::Shape{m * p, w.dim(1)},
-        name + ": X " + shape(x) + " (this rank's rows) x W " + shape(w) + " -> C " + shape(c) + " do not fit " +
-            std::to_string(p) + " ranks");
+  check(!ws.empty() && ws.size() == cs.size(), name + ": needs one output per weight");
+  for (size_t j = 0; j < ws.size(); ++j) {
+    const Tensor& w = *ws[j];
+    const Tensor& c = *cs[j];
+    check(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0) && c.shape() == runtime::Shape{m * p, w.dim(1)},
+          name + ": X " + shape(x) + " (this rank's rows) x W " + shape(w) + " -> C " + shape(c) + " do not fit " +
+              std::to_string(p) + " ranks");
+  }
   FusedTiming t;
+  t.cut = "ring shards";
+  t.chunks = p;
   Tensor cur = x;
   sim::TimeNs cur_ready = ready, compute_at = ready, last_arrival = ready;
   const size_t bytes = cur.nbytes();
@@ -83,17 +175,21 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tenso
     const int src = (r - s + p) % p;  // whose rows CUR holds
     Tensor next;
     sim::TimeNs next_ready = cur_ready;
-    if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMM
+    if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMMs
       next = Tensor(x.dtype(), x.shape());
       next_ready = tp.sendrecv(cur.data(), bytes, (r + 1) % p, next.data(), bytes, (r - 1 + p) % p, cur_ready,
                                name + ".all_gather.step" + std::to_string(s));
       last_arrival = std::max(last_arrival, next_ready);
     }
-    sim::Span span;
-    Tensor part = gemm_on(tp, cur, w, std::max(compute_at, cur_ready), name + ".gemm.rows_of_" + std::to_string(src), span);
-    compute_at = span.end;
-    t.compute_ns += span.duration();
-    c.set_rows(src * m, part);
+    for (size_t j = 0; j < ws.size(); ++j) {
+      sim::Span span;
+      Tensor part = gemm_on(tp, cur, *ws[j], std::max(compute_at, cur_ready),
+                            name + ".gemm" + (ws.size() > 1 ? std::to_string(j) : "") + ".rows_of_" + std::to_string(src),
+                            span);
+      compute_at = span.end;
+      t.compute_ns += span.duration();
+      cs[j]->set_rows(src * m, part);
+    }
     if (s + 1 < p) {
       cur = std::move(next);
       cur_ready = next_ready;
@@ -102,6 +198,9 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tenso
   t.bytes_sent = static_cast<double>(bytes) * (p - 1);
   if (p > 1) tp.timeline().record_region(name + ".all_gather", "collective", {ready, last_arrival}, t.bytes_sent);
   t.fused_ns = std::max(compute_at, last_arrival) - ready;
+  t.comm_ns = collective_ns(tp, Collective::all_gather, "ring", static_cast<double>(bytes) * p);
+  for (const Tensor* w : ws) t.unfused_ns += gemm_ns(tp, x.dtype(), m * p, x.dim(1), w->dim(1));
+  t.unfused_ns += t.comm_ns;
   return t;
 }
 
@@ -113,6 +212,8 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
         name + ": A " + shape(a) + " x B " + shape(b) + " -> C " + shape(c) + " (rows / " + std::to_string(p) +
             " ranks) do not fit");
   FusedTiming t;
+  t.cut = "ring shards";
+  t.chunks = p;
   const int64_t m = a.dim(0) / p;
   sim::TimeNs compute_at = ready, acc_ready = ready, last_arrival = ready;
   Tensor incoming;
@@ -123,12 +224,11 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
     compute_at = span.end;
     t.compute_ns += span.duration();
     sim::TimeNs part_ready = span.end;
-    if (s > 0) {  // add the accumulator of this chunk that arrived from r-1
-      const auto cost = kernels::add_inplace(part, incoming);
-      const auto add = tp.timeline().compute(name + ".accumulate", cost.flops, cost.bytes,
-                                             runtime::precision_of(cost.dtype), std::max(compute_at, acc_ready));
-      compute_at = add.end;
-      part_ready = add.end;
+    if (s > 0) {
+      // Add the accumulator of this chunk that arrived from r-1. Not charged: like the collectives' own
+      // reductions, the add is fused into the data movement (docs/MODEL.md); it only waits for the arrival.
+      kernels::add_inplace(part, incoming);
+      part_ready = std::max(part_ready, acc_ready);
     }
     if (s + 1 < p) {
       incoming = Tensor(part.dtype(), part.shape());
@@ -142,7 +242,130 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
   }
   if (p > 1) tp.timeline().record_region(name + ".reduce_scatter", "collective", {ready, last_arrival}, t.bytes_sent);
   t.fused_ns = std::max(compute_at, last_arrival) - ready;
+  t.comm_ns = collective_ns(tp, Collective::reduce_scatter, "ring",
+                            double(a.dim(0)) * double(b.dim(1)) * double(runtime::dtype_size(a.dtype())));
+  t.unfused_ns = gemm_ns(tp, a.dtype(), a.dim(0), a.dim(1), b.dim(1)) + t.comm_ns;
   return t;
+}
+
+// ------------------------------------------------------------------------------------------------ plans
+
+std::string FusedPlan::describe() const {
+  if (!enabled) return "";
+  return "chunks " + (chunks == 0 ? std::string("auto") : std::to_string(chunks));
+}
+
+FusedPlan parse_fused_plan(const ConfigNode& par, int tp) {
+  FusedPlan f;
+  f.enabled = par.get_bool("fused", false);
+  if (par.has("chunks")) {
+    if (!f.enabled) par.child("chunks").fail("parallel.chunks: only used with fused: true");
+    const std::string v = par.get_string("chunks");
+    if (v != "auto") {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 4096)
+        par.child("chunks").fail("parallel.chunks: '" + v + "' (auto, or a piece count 1..4096)");
+      f.chunks = static_cast<int>(n);
+    }
+  }
+  if (f.enabled && tp < 2)
+    par.child("fused").fail("parallel.fused: needs tp > 1 (it overlaps the tensor-parallel collectives with their "
+                            "GEMMs; tp is " + std::to_string(tp) + ")");
+  return f;
+}
+
+// ------------------------------------------------------------------------------------------------ reports
+
+std::vector<double> pack(const std::vector<FusedOp>& ops) {
+  std::vector<double> v;
+  for (const auto& o : ops) {
+    const double cut = o.t.cut == "rows" ? 0 : o.t.cut == "columns" ? 1 : 2;
+    for (double x : {o.t.compute_ns, o.t.comm_ns, o.t.fused_ns, o.t.unfused_ns, o.t.bytes_sent, double(o.t.chunks),
+                     o.t.auto_chunks ? 1.0 : 0.0, cut})
+      v.push_back(x);
+  }
+  return v;
+}
+
+std::vector<FusedOp> unpack(const double* v, const std::vector<FusedOp>& names) {
+  std::vector<FusedOp> out;
+  for (size_t i = 0; i < names.size(); ++i, v += kFusedFields) {
+    FusedOp o{names[i].name, {}};
+    o.t.compute_ns = v[0];
+    o.t.comm_ns = v[1];
+    o.t.fused_ns = v[2];
+    o.t.unfused_ns = v[3];
+    o.t.bytes_sent = v[4];
+    o.t.chunks = static_cast<int>(v[5]);
+    o.t.auto_chunks = v[6] != 0;
+    o.t.cut = v[7] == 0 ? "rows" : v[7] == 1 ? "columns" : "ring shards";
+    out.push_back(o);
+  }
+  return out;
+}
+
+namespace {
+FusedTiming sum_of(const std::vector<FusedOp>& ops) {
+  FusedTiming s;
+  for (const auto& o : ops) {
+    s.compute_ns += o.t.compute_ns;
+    s.comm_ns += o.t.comm_ns;
+    s.fused_ns += o.t.fused_ns;
+    s.unfused_ns += o.t.unfused_ns;
+    s.bytes_sent += o.t.bytes_sent;
+  }
+  return s;
+}
+}  // namespace
+
+std::string fused_text(const std::vector<FusedOp>& ops, double total_ns) {
+  if (ops.empty()) return "";
+  std::string out =
+      "fused collectives (critical chip; T_comm = the collective alone, unfused = whole GEMMs then the collective)\n";
+  char b[320];
+  std::snprintf(b, sizeof b, "  %-34s %-17s %11s %11s %11s %11s %8s %8s\n", "op", "chunks", "T_compute", "T_comm",
+                "T_fused", "unfused", "overlap", "speedup");
+  out += b;
+  auto row = [&](const std::string& name, const std::string& chunks, const FusedTiming& t) {
+    std::snprintf(b, sizeof b, "  %-34s %-17s %8.3f us %8.3f us %8.3f us %8.3f us %8.2f %7.2fx\n", name.c_str(),
+                  chunks.c_str(), t.compute_ns / 1e3, t.comm_ns / 1e3, t.fused_ns / 1e3, t.unfused_ns / 1e3,
+                  t.overlap_efficiency(), t.speedup());
+    out += b;
+  };
+  for (const auto& o : ops)
+    row(o.name, std::to_string(o.t.chunks) + (o.t.auto_chunks ? " auto" : "") + " " + o.t.cut, o.t);
+  const FusedTiming s = sum_of(ops);
+  if (ops.size() > 1) row("all fused ops", "", s);
+  const double unfused_total = total_ns - s.fused_ns + s.unfused_ns;
+  std::snprintf(b, sizeof b, "  run with these ops unfused      %.3f us -> fused speedup %.2fx\n", unfused_total / 1e3,
+                total_ns > 0 ? unfused_total / total_ns : 0.0);
+  out += b;
+  return out;
+}
+
+nlohmann::json fused_json(const std::vector<FusedOp>& ops, double total_ns) {
+  nlohmann::json arr = nlohmann::json::array();
+  auto obj = [](const FusedTiming& t) {
+    return nlohmann::json{{"compute_ns", t.compute_ns},         {"comm_ns", t.comm_ns},
+                          {"fused_ns", t.fused_ns},             {"unfused_ns", t.unfused_ns},
+                          {"overlap_efficiency", t.overlap_efficiency()}, {"speedup", t.speedup()},
+                          {"bytes_sent", t.bytes_sent}};
+  };
+  for (const auto& o : ops) {
+    auto j = obj(o.t);
+    j["name"] = o.name;
+    j["chunks"] = o.t.chunks;
+    j["auto_chunks"] = o.t.auto_chunks;
+    j["cut"] = o.t.cut;
+    arr.push_back(j);
+  }
+  const FusedTiming s = sum_of(ops);
+  const double unfused_total = total_ns - s.fused_ns + s.unfused_ns;
+  return {{"ops", arr},
+          {"sum", obj(s)},
+          {"run_unfused_ns", unfused_total},
+          {"run_speedup", total_ns > 0 ? unfused_total / total_ns : 0.0}};
 }
 
 }  // namespace shardsim::sharding

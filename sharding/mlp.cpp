@@ -113,9 +113,11 @@ namespace {
 
 // Runs the local part: returns y_partial = glu(x W_gate, x W_up) W_down; charges each kernel after READY. With
 // MEMORY, gate and up are allocated for the duration of this function and y's allocation goes to Y_ALLOCATION.
+// With ACTIVATION_ONLY the down projection is left out and the GLU activation [tokens, ffn_r] is returned (the
+// fused path multiplies it by W_down itself).
 Tensor local_mlp(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim::Timeline* tl, sim::TimeNs ready,
                  MlpTiming* timing, const std::string& prefix, sim::Memory* memory,
-                 sim::Memory::Scoped* y_allocation) {
+                 sim::Memory::Scoped* y_allocation, bool activation_only = false) {
   sim::TimeNs t = ready;
   auto charge = [&](const kernels::KernelCost& c, const std::string& name) {
     if (timing) timing->flops += c.flops;
@@ -129,9 +131,13 @@ Tensor local_mlp(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim::T
   charge(kernels::gemm(x, w.w_gate, gate), "gemm.gate (column-parallel)");
   charge(kernels::gemm(x, w.w_up, up), "gemm.up (column-parallel)");
   charge(kernels::glu_inplace(gate, up, s.activation), s.activation == kernels::Activation::silu ? "swiglu" : "geglu");
+  if (y_allocation) *y_allocation = std::move(held.y);
+  if (activation_only) {
+    if (timing) timing->end = t;
+    return gate;
+  }
   charge(kernels::gemm(gate, w.w_down, y), "gemm.down (row-parallel)");
   if (timing) timing->end = t;
-  if (y_allocation) *y_allocation = std::move(held.y);
   return y;
 }
 
@@ -144,9 +150,29 @@ Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim:
 
 Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x, const MlpWeights& w,
                       sim::TimeNs ready, MlpTiming* timing, const std::string& all_reduce_algorithm,
-                      sim::Memory* memory) {
+                      sim::Memory* memory, const FusedPlan& fused) {
   MlpTiming local;
   sim::Memory::Scoped y_allocation;  // the output, held until this forward returns
+  if (fused.enabled) {
+    // gate, up and the GLU as usual; then the down projection fused with the all_reduce (sharding/fused.h).
+    Tensor act = local_mlp(s, x, w, &tp.timeline(), ready, &local, "", memory, &y_allocation, true);
+    Tensor y(s.dtype, {s.tokens, s.hidden});
+    sim::Memory::Scoped ring;
+    if (memory) ring = allocate_ring_buffer(*memory, s, tp.size());
+    const FusedTiming f = gemm_all_reduce(tp, act, w.w_down, y, fused.chunks, local.end,
+                                          "gemm.down + all_reduce (fused)", all_reduce_algorithm);
+    if (timing) {
+      *timing = local;
+      timing->flops += 2.0 * double(s.tokens) * double(w.ffn_size) * double(s.hidden);
+      timing->end = local.end + f.fused_ns;
+      timing->all_reduce_ns = f.comm_ns;
+      timing->all_reduce_bytes_sent = f.bytes_sent;
+      timing->all_reduce_algorithm = all_reduce_algorithm + " per piece (fused)";
+      timing->fused = f;
+      timing->fused_used = true;
+    }
+    return y;
+  }
   Tensor y = local_mlp(s, x, w, &tp.timeline(), ready, &local, "", memory, &y_allocation);
   collectives::AllReduceOptions opt;
   opt.algorithm = all_reduce_algorithm;

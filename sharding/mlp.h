@@ -20,6 +20,7 @@
 #include "kernels/elementwise.h"
 #include "runtime/tensor.h"
 #include "runtime/transport.h"
+#include "sharding/fused.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
 
@@ -55,6 +56,8 @@ struct MlpTiming {
   double all_reduce_bytes_sent = 0;
   std::string all_reduce_algorithm;  // what ran ("auto" resolved)
   double flops = 0;
+  bool fused_used = false;  // the down projection ran fused with the all_reduce
+  FusedTiming fused;        // its T_compute, T_comm, T_fused, unfused (sharding/fused.h)
 };
 
 // ---- Simulated device memory (HBM), counted in a sim::Memory per chip ----
@@ -96,10 +99,13 @@ void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib);
 runtime::Tensor mlp_forward(const MlpShape& s, const runtime::Tensor& x, const MlpWeights& w,
                             sim::Timeline* timeline, MlpTiming* timing, sim::Memory* memory = nullptr);
 
-// Tensor-parallel forward on this chip: W holds this chip's shard; returns the full y (after all_reduce with
+// Tensor-parallel forward on this chip (FUSED.enabled: the down projection and the all_reduce run as one
+// gemm_all_reduce of FUSED.chunks pieces, each piece's all_reduce with ALL_REDUCE_ALGORITHM; TIMING's
+// all_reduce_ns is then the unfused all_reduce alone, T_comm): W holds this chip's shard; returns the full y (after all_reduce with
 // ALL_REDUCE_ALGORITHM, see collectives/all_reduce.h). MEMORY as for mlp_forward, plus the ring buffer.
 runtime::Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const runtime::Tensor& x,
                                const MlpWeights& w, sim::TimeNs ready, MlpTiming* timing,
-                               const std::string& all_reduce_algorithm = "ring", sim::Memory* memory = nullptr);
+                               const std::string& all_reduce_algorithm = "ring", sim::Memory* memory = nullptr,
+                               const FusedPlan& fused = {});
 
 }  // namespace shardsim::sharding

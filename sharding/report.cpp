@@ -82,6 +82,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"checkpoint_s", r.wall_checkpoint_s}}},
       {"verdict", r.ok() ? "PASS" : "FAIL"},
   };
+  if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.critical.total);
   if (!r.resumed_from.empty()) {
     auto& v = j["validation"];
     v["resume_bit_exact"] = r.resume_same_layout && r.resume_bit_exact;
@@ -109,7 +110,8 @@ std::string to_text(const RunReport& r) {
   std::snprintf(buf, sizeof buf, "  throughput         %.2f TFLOP/s = %.1f%% of %.1f TFLOP/s peak (%d chips)\n",
                 r.sim_tflops, 100.0 * r.peak_fraction, r.peak_tflops, r.chips);
   os << buf;
-  os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << " (" << r.all_reduce_algorithm << "), "
+  os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
+     << r.all_reduce_algorithm << "), "
      << mib(r.all_reduce_bytes_per_chip)
      << " sent per chip (2(p-1)/p*M = " << mib(r.all_reduce_expected_bytes) << ")\n";
   double peak_mem = 0;
@@ -128,6 +130,7 @@ std::string to_text(const RunReport& r) {
                   fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);
     os << buf;
   }
+  os << fused_text(r.fused, b.total);
   os << "wall (this host)\n";
   std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
                 r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);

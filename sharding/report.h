@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sharding/fused.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
@@ -39,6 +40,7 @@ struct RunReport {
   double all_reduce_expected_bytes = 0;   // 2(p-1)/p * M
   double single_device_ns = 0;             // the same workload on one modelled chip (0 if not validated)
   std::vector<ChipReport> per_chip;
+  std::vector<FusedOp> fused;              // fused collective+GEMM ops of the critical chip (parallel.fused)
   double hbm_capacity_bytes = 0;
 
   // Validation.

@@ -37,6 +37,9 @@ std::string BlockPlan::describe() const {
   if (ulysses > 1) return "ulysses=" + std::to_string(ulysses) + " (all_to_all sequence <-> heads)";
   os << "tp=" << tp << (sp ? " + sequence parallel" : "");
   if (cp > 1) os << " x cp=" << cp << " ring attention, " << (zigzag ? "zig-zag" : "contiguous") << " split";
+  if (fused.enabled)
+    os << "; fused tp collectives (" << (sp ? "all_gather_gemm, gemm_reduce_scatter" : "gemm_all_reduce, ")
+       << (sp ? "" : fused.describe()) << ")";
   return os.str();
 }
 
@@ -80,7 +83,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   const int chips = c.topology.num_chips();
   if (root.has("parallel")) {
     const auto par = root.child("parallel");
-    par.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses"});
+    par.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "fused", "chunks"});
     p.tp = static_cast<int>(par.get_positive_int("tp", 1));
     p.sp = par.get_bool("sp", false);
     p.cp = static_cast<int>(par.get_positive_int("cp", 1));
@@ -97,6 +100,10 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     if (p.ulysses > 1 && (p.tp > 1 || p.cp > 1))
       par.child("ulysses").fail("parallel.ulysses: combine with tp or cp is not supported; use ulysses alone");
     if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
+    p.fused = parse_fused_plan(par, p.tp);
+    if (p.fused.enabled && p.sp && par.has("chunks"))
+      par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "
+                               "chunks applies to the all_reduce form (sp: false)");
     if (s.heads % p.tp != 0)
       par.child("tp").fail("parallel.tp: " + std::to_string(s.heads) + " query heads are not divisible by tp " +
                            std::to_string(p.tp) + " (uneven head splits are not supported)");
@@ -417,17 +424,37 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   Tensor a_loc = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
   Tensor a = a_loc;
   const double P_tp = p.tp;
-  if (p.sp) {
+  const bool fused = p.fused.enabled;
+  std::vector<FusedOp> fused_ops;
+  auto fused_done = [&](const std::string& op, const FusedTiming& f, sim::TimeNs ready) {
+    chip.t = ready + f.fused_ns;
+    fused_ops.push_back({op, f});
+  };
+  if (p.sp && !fused) {
     a = Tensor(s.dtype, {n_attn, s.hidden});
     const auto r = collectives::all_gather(tp_group, a_loc.data(), a.data(), static_cast<size_t>(a.numel()), s.dtype,
                                            chip.t, ring_opts("sp all_gather (before QKV)"));
     chip.t = r.span.end;
     comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(a.nbytes()));
   }
-  auto act_mem = memory.scoped("activations q/k/v", static_cast<uint64_t>(a.dim(0) * (w.nq + 2 * w.nkv) * d) * es);
-  Tensor q = gemm(chip, a, w.wq, "gemm.q (column-parallel)").reshaped({a.dim(0), w.nq, d});
-  Tensor k = gemm(chip, a, w.wk, "gemm.k (column-parallel)").reshaped({a.dim(0), w.nkv, d});
-  Tensor v = gemm(chip, a, w.wv, "gemm.v (column-parallel)").reshaped({a.dim(0), w.nkv, d});
+  const int64_t qkv_rows = p.sp ? n_attn : a.dim(0);
+  auto act_mem = memory.scoped("activations q/k/v", static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
+  Tensor q, k, v;
+  if (p.sp && fused) {  // one ring all_gather of the normed shard feeds the three column-parallel GEMMs
+    Tensor q2(s.dtype, {n_attn, w.nq * d}), k2(s.dtype, {n_attn, w.nkv * d}), v2(s.dtype, {n_attn, w.nkv * d});
+    const sim::TimeNs ready = chip.t;
+    const auto f = all_gather_gemm(tp_group, a_loc, {&w.wq, &w.wk, &w.wv}, {&q2, &k2, &v2}, ready,
+                                   "sp all_gather + gemm.qkv");
+    fused_done("sp all_gather + gemm.q/k/v", f, ready);
+    comm.add("sp all_gather", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(n_attn * s.hidden) * es);
+    q = std::move(q2).reshaped({n_attn, w.nq, d});
+    k = std::move(k2).reshaped({n_attn, w.nkv, d});
+    v = std::move(v2).reshaped({n_attn, w.nkv, d});
+  } else {
+    q = gemm(chip, a, w.wq, "gemm.q (column-parallel)").reshaped({a.dim(0), w.nq, d});
+    k = gemm(chip, a, w.wk, "gemm.k (column-parallel)").reshaped({a.dim(0), w.nkv, d});
+    v = gemm(chip, a, w.wv, "gemm.v (column-parallel)").reshaped({a.dim(0), w.nkv, d});
+  }
   if (s.rope) {
     const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
     chip.charge(kernels::rope_inplace(q, pos), "rope.q");
@@ -525,7 +552,24 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     }
     o = finish_acc(attn_chunks, acc, s.dtype, n_attn).reshaped({n_attn, w.nq * d});
   }
-  Tensor y = gemm(chip, o, w.wo, "gemm.o (row-parallel)");
+  // A row-parallel GEMM and its tp reduction: fused (gemm_all_reduce / gemm_reduce_scatter) or one after the other.
+  auto row_parallel_fused = [&](const Tensor& in, const Tensor& wt, const std::string& gname,
+                                const std::string& what) -> Tensor {
+    const sim::TimeNs ready = chip.t;
+    if (p.sp) {
+      Tensor out(s.dtype, {n_resid, s.hidden});
+      const auto f = gemm_reduce_scatter(tp_group, in, wt, out, ready, gname + " + sp reduce_scatter (" + what + ")");
+      fused_done(gname + " + sp reduce_scatter", f, ready);
+      comm.add("sp reduce_scatter", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(in.dim(0) * s.hidden) * es);
+      return out;
+    }
+    Tensor out(s.dtype, {in.dim(0), s.hidden});
+    const auto f = gemm_all_reduce(tp_group, in, wt, out, p.fused.chunks, ready,
+                                   gname + " + tp all_reduce (" + what + ")");
+    fused_done(gname + " + tp all_reduce", f, ready);
+    comm.add("tp all_reduce", f.bytes_sent, 2 * (P_tp - 1) / P_tp * static_cast<double>(out.nbytes()));
+    return out;
+  };
   auto reduce_tp = [&](Tensor& partial, const std::string& what) -> Tensor {
     if (p.tp == 1) return partial;
     if (p.sp) {
@@ -544,23 +588,48 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     comm.add("tp all_reduce", coll_bytes(r), 2 * (P_tp - 1) / P_tp * static_cast<double>(partial.nbytes()));
     return partial;
   };
-  Tensor x1 = reduce_tp(y, "attention output");
+  Tensor x1;
+  if (fused) {
+    x1 = row_parallel_fused(o, w.wo, "gemm.o", "attention output");
+  } else {
+    Tensor y = gemm(chip, o, w.wo, "gemm.o (row-parallel)");
+    x1 = reduce_tp(y, "attention output");
+  }
   chip.charge(kernels::add_inplace(x1, x), "residual");
   act_mem.release();
 
   // ---- MLP sublayer ----
   Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
   Tensor b = b_loc;
-  if (p.sp) {
+  if (p.sp && !fused) {
     b = Tensor(s.dtype, {n_attn, s.hidden});
     const auto r = collectives::all_gather(tp_group, b_loc.data(), b.data(), static_cast<size_t>(b.numel()), s.dtype,
                                            chip.t, ring_opts("sp all_gather (before MLP)"));
     chip.t = r.span.end;
     comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(b.nbytes()));
   }
-  auto mlp_mem = memory.scoped("activations mlp", static_cast<uint64_t>(b.dim(0) * 2 * w.nf) * es);
-  Tensor z = mlp(chip, b, w);
-  Tensor out = reduce_tp(z, "MLP output");
+  const int64_t mlp_rows = p.sp ? n_attn : b.dim(0);
+  auto mlp_mem = memory.scoped("activations mlp", static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
+  Tensor out;
+  if (fused) {
+    Tensor g, u;
+    if (p.sp) {  // one ring all_gather feeds gate and up
+      g = Tensor(s.dtype, {n_attn, w.nf});
+      u = Tensor(s.dtype, {n_attn, w.nf});
+      const sim::TimeNs ready = chip.t;
+      const auto f = all_gather_gemm(tp_group, b_loc, {&w.wg, &w.wu}, {&g, &u}, ready, "sp all_gather + gemm.gate/up");
+      fused_done("sp all_gather + gemm.gate/up", f, ready);
+      comm.add("sp all_gather", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(n_attn * s.hidden) * es);
+    } else {
+      g = gemm(chip, b, w.wg, "gemm.gate (column-parallel)");
+      u = gemm(chip, b, w.wu, "gemm.up (column-parallel)");
+    }
+    chip.charge(kernels::glu_inplace(g, u, kernels::Activation::silu), "swiglu");
+    out = row_parallel_fused(g, w.wd, "gemm.down", "MLP output");
+  } else {
+    Tensor z = mlp(chip, b, w);
+    out = reduce_tp(z, "MLP output");
+  }
   chip.charge(kernels::add_inplace(out, x1), "residual");
   mlp_mem.release();
   world.sleepy_barrier();
@@ -613,6 +682,8 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     stats.push_back(it == comm.stats.end() ? 0 : it->second.expected);
     stats.push_back(it == comm.stats.end() ? 0 : it->second.calls);
   }
+  const size_t n_plain = stats.size();
+  for (double f : pack(fused_ops)) stats.push_back(f);
   const size_t nf = stats.size();
   std::vector<double> all_stats(rank == 0 ? nf * static_cast<size_t>(chips) : 0);
   runtime::check_mpi(MPI_Gather(stats.data(), static_cast<int>(nf), MPI_DOUBLE, all_stats.data(), static_cast<int>(nf),
@@ -634,6 +705,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
         rep.comm.clear();
         for (size_t k2 = 0; k2 < kCommKeys.size(); ++k2)
           if (v[8 + 3 * k2] > 0) rep.comm[kCommKeys[k2]] = CommStat{v[6 + 3 * k2], v[7 + 3 * k2], static_cast<int>(v[8 + 3 * k2])};
+        rep.fused = unpack(v + n_plain, fused_ops);
       }
     }
     if (cfg.validate) {
@@ -716,6 +788,7 @@ std::string to_text(const BlockReport& r) {
   if (r.single_device_ns > 0)
     os << "  single device      " << us(r.single_device_ns) << "  -> speedup "
        << (r.sim_total_ns > 0 ? r.single_device_ns / r.sim_total_ns : 0) << "x on " << r.chips << " chips\n";
+  os << fused_text(r.fused, r.sim_total_ns);
   std::snprintf(b, sizeof b, "wall (this host)\n  total %.3f s\n", r.wall_s);
   os << b;
   if (r.validated) {
@@ -755,6 +828,7 @@ std::string to_json_text(const BlockReport& r) {
                         {"tolerance", r.tolerance}}},
                       {"verdict", r.passed ? "PASS" : "FAIL"},
                       {"wall_s", r.wall_s}};
+  if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.sim_total_ns);
   return j.dump(2) + "\n";
 }
 

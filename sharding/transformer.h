@@ -20,6 +20,11 @@
 //            balance of Megatron-LM's context parallelism) or contiguous (chip c holds chunk c).
 //   ulysses  DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-sharded activations, all_to_all to head-sharded
 //            q/k/v before attention and back after; needs Hq and Hkv divisible by the ulysses size.
+//   fused    with tp (parallel.fused: true; sharding/fused.h): each tp collective runs fused with the GEMM it
+//            feeds or follows. Without sp: Wo and W_down + all_reduce as gemm_all_reduce (parallel.chunks pieces,
+//            auto by default). With sp: all_gather + Wq/Wk/Wv and all_gather + W_gate/W_up as all_gather_gemm (one
+//            gather feeds all the weights), Wo and W_down + reduce_scatter as gemm_reduce_scatter. The report gives
+//            T_compute, T_comm, T_fused, the unfused time, overlap efficiency and speedup per op.
 //   Combinations: tp x cp on a device mesh, ranks tp-major (rank = t·cp + c), so on a torus [tp, cp] each cp
 //   ring is a ring of the torus; sp only with tp; ulysses alone. tp·cp·ulysses = chips.
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
@@ -36,6 +41,7 @@
 #include "common/config.h"
 #include "runtime/tensor.h"
 #include "runtime/world.h"
+#include "sharding/fused.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 
@@ -56,6 +62,7 @@ struct BlockPlan {
   int cp = 1;
   bool zigzag = true;
   int ulysses = 1;
+  FusedPlan fused;  // parallel.fused / parallel.chunks: the tp collectives fused with their GEMMs
   std::string describe() const;
 };
 
@@ -88,6 +95,7 @@ struct BlockReport {
   std::vector<double> per_chip_total_ns;
   std::vector<double> per_chip_peak_bytes;
   std::map<std::string, CommStat> comm;  // per collective, the critical chip's figures
+  std::vector<FusedOp> fused;            // the critical chip's fused ops (parallel.fused)
   double single_device_ns = 0;
   bool validated = false, passed = true;
   double max_abs_error = 0, max_abs_reference = 0, tolerance = 0;

@@ -59,7 +59,7 @@ RunConfig parse(const ConfigNode& root) {
 
   if (root.has("parallel")) {
     const auto p = root.child("parallel");
-    p.expect_keys({"tp", "all_reduce"});
+    p.expect_keys({"tp", "all_reduce", "fused", "chunks"});
     c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
     if (p.has("all_reduce")) {
       const std::string a = p.get_string("all_reduce");
@@ -68,6 +68,7 @@ RunConfig parse(const ConfigNode& root) {
                                    "' (known: ring, bidir_ring, torus, halving_doubling, auto)");
       c.all_reduce_algorithm = a;
     }
+    c.fused = parse_fused_plan(p, c.tp);
   } else {
     c.tp = c.topology.num_chips();
   }
@@ -106,6 +107,8 @@ std::string plan_text(const RunConfig& c) {
   std::ostringstream os;
   os << "tensor parallel tp=" << c.tp << " (Megatron MLP: gate/up column-parallel Shard(1), down row-parallel "
      << "Shard(0), all_reduce(sum) of the output)";
+  if (c.fused.enabled)
+    os << "; fused: down projection + all_reduce as one gemm_all_reduce (" << c.fused.describe() << ")";
   return os.str();
 }
 
@@ -231,7 +234,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
   MlpTiming timing;
-  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm, &memory);
+  Tensor y = mlp_forward_tp(tp, s, x, w, 0.0, &timing, cfg.all_reduce_algorithm, &memory, cfg.fused);
   world.sleepy_barrier();
   rep.wall_forward_s = seconds_since(t_fwd);
 
@@ -337,12 +340,18 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   const double mine[kFields] = {b.total,      b.compute,    b.communication,        b.exposed_comm,
                                 b.flops,      b.bytes_sent, timing.all_reduce_ns,   timing.all_reduce_bytes_sent,
                                 static_cast<double>(memory.peak())};
-  std::vector<double> all(root ? kFields * static_cast<size_t>(chips) : 0);
-  runtime::check_mpi(MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, world.comm()), rank,
+  // Fused runs append the fused op's figures (the same count on every rank).
+  std::vector<FusedOp> fused_ops;
+  if (timing.fused_used) fused_ops.push_back({"gemm.down + all_reduce", timing.fused});
+  std::vector<double> mine_v(mine, mine + kFields);
+  for (double v : pack(fused_ops)) mine_v.push_back(v);
+  const int nf = static_cast<int>(mine_v.size());
+  std::vector<double> all(root ? static_cast<size_t>(nf) * static_cast<size_t>(chips) : 0);
+  runtime::check_mpi(MPI_Gather(mine_v.data(), nf, MPI_DOUBLE, all.data(), nf, MPI_DOUBLE, 0, world.comm()), rank,
                      "report");
   if (root) {
     for (int c = 0; c < chips; ++c) {
-      const double* v = &all[kFields * static_cast<size_t>(c)];
+      const double* v = &all[static_cast<size_t>(nf) * static_cast<size_t>(c)];
       ChipReport cr;
       cr.chip = placement.at(static_cast<size_t>(c));
       cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[4], v[5]};
@@ -354,6 +363,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
         rep.critical_chip = cr.chip;
         rep.all_reduce_ns = v[6];
         rep.all_reduce_bytes_per_chip = v[7];
+        rep.fused = unpack(v + kFields, fused_ops);
       }
     }
     const double p = chips;

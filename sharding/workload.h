@@ -16,6 +16,9 @@
 //     tp: 8                          # tensor-parallel size; must equal the chip count (for now)
 //     all_reduce: ring               # algorithm of the output all_reduce: ring (default), bidir_ring, torus,
 //                                    # halving_doubling or auto (collectives/algorithms.h)
+//     fused: false                   # true: the down projection runs fused with the all_reduce (gemm_all_reduce
+//                                    # of sharding/fused.h), each piece's all_reduce with the algorithm above
+//     chunks: auto                   # with fused: pieces, or auto (the modelled best of 1, 2, 4, ... 64)
 //   validate:
 //     enabled: true                  # compare against the single-device reference on rank 0
 //     tolerance: 1e-5                # max |y - y_ref| / max |y_ref|; default 1e-5 fp32, 2^-6 bf16
@@ -49,6 +52,7 @@ struct RunConfig {
   MlpShape mlp;
   int tp = 1;
   std::string all_reduce_algorithm = "ring";
+  FusedPlan fused;  // parallel.fused / parallel.chunks
   bool validate = true;
   double tolerance = 0;
   bool checkpoint = true;

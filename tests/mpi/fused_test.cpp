@@ -10,6 +10,7 @@
 #include "mpi/mpi_util.h"
 #include "sharding/fused.h"
 #include "sharding/init.h"
+#include "sharding/mlp.h"
 
 using namespace shardsim;
 using runtime::DType;
@@ -85,7 +86,118 @@ TEST(Fused, BadShapesAreUsageErrors) {
   Tensor a(DType::fp32, {4, 3}), b(DType::fp32, {5, 2}), c(DType::fp32, {4, 2});
   expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b, c, 1, 0.0, "x"); }, {"x:", "do not fit"}, "shapes");
   Tensor b2(DType::fp32, {3, 2});
-  expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b2, c, 0, 0.0, "x"); }, {"chunks 0"}, "chunks");
+  expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b2, c, -1, 0.0, "x"); }, {"chunks -1", "rows"}, "chunks");
+  expect_usage_error([&] { sharding::gemm_all_reduce(f.tp, a, b2, c, 5, 0.0, "x"); }, {"chunks 5", "0 (auto)..4"},
+                     "chunks > rows");
+}
+
+// The cut follows the longer side of C (columns when N > M), results still equal the unfused path; with one
+// piece the fused op IS the unfused path, so its modelled unfused time must equal what ran, and T_comm must
+// equal the all_reduce run alone.
+TEST(Fused, CutRuleAndTheReportedUnfusedAndCommTimesAreWhatTheUnfusedPathTakes) {
+  const int p = world_size(), r = world_rank();
+  for (auto [M, N] : {std::pair<int64_t, int64_t>{6, 50}, {50, 6}, {9, 9}}) {
+    const int64_t K = 20;
+    const Tensor a = random(M, K, 11, K * p, 0, r * K), b = random(K, N, 12, N, r * K, 0);
+    Fixture f(ring(100, 500));
+    Tensor want(DType::fp32, {M, N});
+    const auto cost = kernels::gemm(a, b, want);
+    const auto g = f.tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0);
+    const auto ar = collectives::all_reduce(f.tp, want.data(), want.data(), static_cast<size_t>(want.numel()),
+                                            DType::fp32, collectives::ReduceOp::sum, g.end, opts("ring"));
+    const double unfused = ar.span.end;
+    for (int chunks : {1, 3, 7}) {
+      Tensor got(DType::fp32, {M, N});
+      f.tl.reset();
+      const auto t = sharding::gemm_all_reduce(f.tp, a, b, got, chunks, 0.0, "fused");
+      EXPECT_EQ(t.cut, N > M ? "columns" : "rows") << M << "x" << N;
+      EXPECT_EQ(t.chunks, chunks);
+      EXPECT_LE(max_rel_diff(got, want), 1e-5) << M << "x" << N << " chunks " << chunks << " p " << p;
+      // The replay estimate takes S/p bytes per ring chunk: 9x9 = 81 elements split 21/20/20/20 over 4 ranks
+      // is off by up to one element per step (collectives/algorithms.h), hence 1e-4, not 1e-9.
+      EXPECT_NEAR(t.unfused_ns, unfused, 1e-4 * unfused) << "the model's unfused time = the unfused path";
+      EXPECT_NEAR(t.comm_ns, ar.span.duration(), 1e-4 * unfused) << "T_comm = the all_reduce alone";
+      if (chunks == 1) EXPECT_NEAR(t.fused_ns, unfused, 1e-9 * unfused) << "one piece = unfused";
+      if (M * N % p == 0) EXPECT_NEAR(t.comm_ns, ar.span.duration(), 1e-9 * unfused) << "even chunks: exact";
+    }
+  }
+}
+
+// chunks = 0: every rank picks the same count (else the pieces' all_reduces would not match and the test would
+// hang or fail the argument check), and the pick is close to the best of an explicit sweep.
+TEST(Fused, AutoChunksIsCloseToTheBestOfTheSweep) {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) GTEST_SKIP() << "needs 2+ ranks";
+  const int64_t M = 256, K = 96 + 8 * r, N = 384;  // uneven K_r: ranks model different GEMM times
+  const Tensor a = random(M, K, 13), b = random(K, N, 14);
+  auto topo = topology::Topology::ring(p, {20, 200});
+  sim::DeviceSpec dev = sim::device_preset("generic");
+  dev.peak_tflops_fp32 = 1.0;
+  dev.launch_overhead_ns = 100;
+  sim::Timeline tl(r, topo, dev);
+  runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
+  Tensor c(DType::fp32, {M, N});
+  double best = 1e300;
+  for (int chunks = 1; chunks <= 64; chunks *= 2) {
+    tl.reset();
+    best = std::min(best, sharding::gemm_all_reduce(tp, a, b, c, chunks, 0.0, "sweep").fused_ns);
+  }
+  tl.reset();
+  const auto t = sharding::gemm_all_reduce(tp, a, b, c, 0, 0.0, "auto");
+  EXPECT_TRUE(t.auto_chunks);
+  EXPECT_GT(t.chunks, 1) << "a balanced config gains from pieces";
+  int lo = t.chunks, hi = t.chunks;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi) << "every rank must pick the same count";
+  EXPECT_LE(t.fused_ns, 1.05 * best) << "auto picked " << t.chunks;
+  EXPECT_LT(t.fused_ns, t.unfused_ns);
+}
+
+// One gather feeding several weights (Q/K/V, gate/up) equals one all_gather_gemm per weight.
+TEST(Fused, AllGatherGemmWithSeveralWeightsEqualsOnePerWeight) {
+  const int p = world_size(), r = world_rank();
+  const int64_t m = 3, K = 16;
+  Fixture f(ring(100, 500));
+  const Tensor x = random(m, K, 15, K, r * m, 0), w1 = random(K, 5, 16), w2 = random(K, 9, 17);
+  Tensor c1(DType::fp32, {m * p, 5}), c2(DType::fp32, {m * p, 9}), want1(DType::fp32, {m * p, 5}),
+      want2(DType::fp32, {m * p, 9});
+  const auto both = sharding::all_gather_gemm(f.tp, x, {&w1, &w2}, {&c1, &c2}, 0.0, "both");
+  f.tl.reset();
+  const auto t1 = sharding::all_gather_gemm(f.tp, x, w1, want1, 0.0, "one");
+  f.tl.reset();
+  const auto t2 = sharding::all_gather_gemm(f.tp, x, w2, want2, 0.0, "two");
+  EXPECT_TRUE(c1.bit_equal(want1));
+  EXPECT_TRUE(c2.bit_equal(want2));
+  EXPECT_NEAR(both.compute_ns, t1.compute_ns + t2.compute_ns, 1e-6);
+  EXPECT_DOUBLE_EQ(both.bytes_sent, t1.bytes_sent);  // one gather, not two
+  EXPECT_NEAR(both.unfused_ns, t1.unfused_ns + t2.unfused_ns - t1.comm_ns, 1e-6);
+}
+
+// The MLP with parallel.fused: the same output as the unfused forward, and the unfused time the fused report
+// quotes is exactly the unfused forward's simulated time.
+TEST(Fused, MlpForwardFusedEqualsUnfused) {
+  const int p = world_size(), r = world_rank();
+  sharding::MlpShape s{12, 32, 50, kernels::Activation::silu, DType::fp32, 9};  // ffn 50: uneven over 3, 4, 8
+  const auto part = sharding::ffn_partition(s, p);
+  const auto w = sharding::make_mlp_weights(s, int64_t(part.offset(size_t(r))), int64_t(part.size(size_t(r))));
+  const Tensor x = sharding::make_mlp_input(s);
+  Fixture f(ring(100, 500));
+  sharding::MlpTiming plain;
+  const Tensor want = sharding::mlp_forward_tp(f.tp, s, x, w, 0.0, &plain, "ring");
+  for (int chunks : {0, 1, 5}) {
+    f.tl.reset();
+    sharding::MlpTiming fused;
+    const Tensor got = sharding::mlp_forward_tp(f.tp, s, x, w, 0.0, &fused, "ring", nullptr, {true, chunks});
+    ASSERT_TRUE(fused.fused_used);
+    EXPECT_LE(max_rel_diff(got, want), 1e-6) << "chunks " << chunks << " p " << p;
+    EXPECT_DOUBLE_EQ(fused.flops, plain.flops);
+    // T_comm is the all_reduce started on every rank at once; here the ranks' uneven FFN shares make them start
+    // the real one a little apart, so the unfused forward's end differs from the model by that skew (< 1e-3).
+    const double before_down = fused.end - fused.fused.fused_ns;
+    EXPECT_NEAR(before_down + fused.fused.unfused_ns, plain.end, 1e-3 * plain.end) << "chunks " << chunks;
+    EXPECT_NEAR(fused.all_reduce_ns, plain.all_reduce_ns, 1e-3 * plain.end) << "T_comm";
+  }
 }
 
 // Balanced GEMM and all_reduce (T_comm ~ T_compute): with enough chunks the fused time is close to the larger of
