@@ -6,6 +6,7 @@
 //   comm        sync all_reduce alone            async_comm  all_reduce_async + wait, nothing else
 //   compute     the gemm loop alone              sequential  gemm loop, then the sync all_reduce
 //   overlapped  all_reduce_async, gemm loop, wait
+// and the fused op sharding::gemm_all_reduce (--chunks pieces, default 8) against its GEMM then the sync all_reduce.
 // Run: mpirun -np 2 build/bench/shardsim_async_overlap --mib 128   (bench/async_overlap.sh runs 2 and 4 ranks)
 #include <mpi.h>
 
@@ -23,6 +24,7 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "runtime/world.h"
+#include "sharding/fused.h"
 #include "sim/device_spec.h"
 
 using namespace shardsim;
@@ -41,13 +43,15 @@ int run(int argc, char** argv, const runtime::World& world) {
   long gemm_n = 512;
   long reps = 0;
   int trials = 3;
+  int chunks = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib") mib = std::atof(argv[i + 1]);
     else if (a == "--gemm") gemm_n = std::atol(argv[i + 1]);
     else if (a == "--reps") reps = std::atol(argv[i + 1]);
     else if (a == "--trials") trials = std::atoi(argv[i + 1]);
-    else throw UsageError("unknown option " + a + " (--mib M --gemm N --reps R --trials T)");
+    else if (a == "--chunks") chunks = std::atoi(argv[i + 1]);
+    else throw UsageError("unknown option " + a + " (--mib M --gemm N --reps R --trials T --chunks C)");
   }
   const size_t count = static_cast<size_t>(mib * 1024 * 1024 / 4);
   const auto topo = topology::Topology::ring(world.size(), topology::LinkSpec{100, 500});
@@ -107,6 +111,42 @@ int run(int argc, char** argv, const runtime::World& world) {
   });
   if (recv[0] != static_cast<float>(world.size() * (world.size() + 1) / 2))
     throw RuntimeFault("all_reduce result wrong: " + std::to_string(recv[0]));
+
+  // The fused op (sharding/fused.h): C [1024, n] = A [1024, K] · B [K, n] then all_reduce(C), n so that C is
+  // --mib MiB and K so that the GEMM takes about as long as the all_reduce; unfused (GEMM, then the sync
+  // all_reduce) vs gemm_all_reduce with --chunks pieces (their all_reduces on the engine while the next piece's
+  // GEMM runs here).
+  const int64_t fm = 1024, fn = static_cast<int64_t>(count) / fm;
+  int64_t fk = 64;
+  runtime::Tensor fa, fb, fc(runtime::DType::fp32, {fm, fn});
+  auto make_ab = [&] {
+    fa = runtime::Tensor(runtime::DType::fp32, {fm, fk});
+    fb = runtime::Tensor(runtime::DType::fp32, {fk, fn});
+    for (int64_t i = 0; i < fa.numel(); ++i) fa.set(i, static_cast<float>((i + world.rank()) % 7) * 0.1f);
+    for (int64_t i = 0; i < fb.numel(); ++i) fb.set(i, static_cast<float>(i % 5) * 0.1f);
+  };
+  make_ab();
+  const double t_k64 = timed([&] { kernels::gemm(fa, fb, fc); });
+  fk = std::clamp<int64_t>(static_cast<int64_t>(std::lround(max_over_ranks(64.0 * t_comm / t_k64))), 8, 8192);
+  make_ab();
+  auto fused_comm = [&] {
+    collectives::all_reduce(tp, fc.data(), fc.data(), static_cast<size_t>(fc.numel()), runtime::DType::fp32,
+                            collectives::ReduceOp::sum, 0.0, opt);
+  };
+  const double t_fgemm = timed([&] { kernels::gemm(fa, fb, fc); });
+  const double t_fcomm = timed(fused_comm);
+  const double t_unfused = timed([&] {
+    kernels::gemm(fa, fb, fc);
+    fused_comm();
+  });
+  runtime::Tensor want = fc;
+  const double t_fused = timed([&] {
+    tl.reset();
+    sharding::gemm_all_reduce(tp, fa, fb, fc, chunks, 0.0, "fused");
+  });
+  double err = 0;
+  for (int64_t i = 0; i < fc.numel(); ++i) err = std::max(err, std::fabs(double(fc.get(i)) - want.get(i)) / (1 + std::fabs(double(want.get(i)))));
+  if (max_over_ranks(err) > 1e-5) throw RuntimeFault("gemm_all_reduce differs from the unfused path: " + std::to_string(err));
   if (world.rank() == 0) {
     std::printf("ranks %d, all_reduce %.0f MiB fp32 (ring), compute %ld x sgemm %ld^3, best of %d, wall seconds "
                 "(max over ranks)\n", world.size(), mib, reps, gemm_n, trials);
@@ -114,6 +154,11 @@ int run(int argc, char** argv, const runtime::World& world) {
                 "overlapped/sequential %.2f  hidden %.0f%%\n",
                 t_comm, t_async, t_compute, t_seq, t_overlap, t_overlap / t_seq,
                 100.0 * (t_seq - t_overlap) / std::min(t_comm, t_compute));
+    std::printf("fused gemm_all_reduce C[%lld, %lld] = A[.., %lld] B, %d pieces: gemm %.3f  comm %.3f  unfused %.3f  "
+                "fused %.3f  fused/unfused %.2f  hidden %.0f%%\n",
+                static_cast<long long>(fm), static_cast<long long>(fn), static_cast<long long>(fk), chunks, t_fgemm,
+                t_fcomm, t_unfused, t_fused, t_fused / t_unfused,
+                100.0 * (t_unfused - t_fused) / std::min(t_fgemm, t_fcomm));
   }
   return 0;
 }

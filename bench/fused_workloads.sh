@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fused vs unfused tensor-parallel collectives in whole workloads (issue 6), simulated: the Llama-2-7B MLP (tp 8)
 # at every chunk count and auto, on the default 8-chip ring (100 GB/s, 1 us per hop) and on a lower-latency ring
-# (75 GB/s, 200 ns) where the down projection and its all_reduce are balanced; and the Llama-2-7B block under tp8
+# (120 GB/s, 200 ns) where the down projection and its all_reduce are balanced; and the Llama-2-7B block under tp8
 # and tp4+sp. One line per run. Validation is switched off here (the fused paths are validated by the tests;
 # `shardsim run` of the same configs validates). For docs/PERFORMANCE.md. Usage: bash bench/fused_workloads.sh
 set -uo pipefail
@@ -38,7 +38,7 @@ PY
 printf '%-34s %10s %10s %9s %10s %10s %10s %10s %8s %9s %8s\n' run "total(us)" "exposed" chunks "T_comp" "T_comm" \
   "T_fused" "unfused" "overlap" "/max(c,m)" "speedup"
 MLP="$ROOT/configs/workloads/llama2_7b_mlp_tp8.yaml"
-for net in "default ring 100GB/s 1us|" "ring 75GB/s 200ns|s/bandwidth_gbps: 100/bandwidth_gbps: 75/; s/latency_ns: 1000/latency_ns: 200/"; do
+for net in "default ring 100GB/s 1us|" "ring 120GB/s 200ns|s/bandwidth_gbps: 100/bandwidth_gbps: 120/; s/latency_ns: 1000/latency_ns: 200/"; do
   IFS='|' read -r nlabel nsed <<<"$net"
   run "mlp tp8 $nlabel unfused" 8 "$MLP" "tp: 8" "$nsed"
   for c in 1 2 4 8 16 32 auto; do run "mlp tp8 $nlabel fused c=$c" 8 "$MLP" "tp: 8;fused: true;chunks: $c" "$nsed"; done

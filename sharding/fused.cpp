@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
+#include "collectives/async.h"
 #include "collectives/collectives.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
@@ -122,26 +123,47 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
   t.chunks = chunks;
   const collectives::Partition part{static_cast<size_t>(len), static_cast<size_t>(chunks)};
   sim::TimeNs compute_at = ready, end = ready;
+  // On the host too the pieces overlap: with several large pieces each all_reduce is issued on the chip's
+  // communication engine (collectives/async.h) and the next GEMM runs on this thread meanwhile. The simulated
+  // spans are those of the synchronous calls (async.h), so the choice changes wall time only.
+  // Only for pieces of 1 MiB or more: below that the engine's per-op cost (a sequence-number exchange, a thread
+  // hand-off) outweighs what there is to overlap.
+  const bool host_async = tp.size() > 1 && chunks > 1 && piece_bytes(len / chunks) >= double(1 << 20);
+  std::vector<Tensor> pieces;
+  pieces.reserve(static_cast<size_t>(chunks));  // the engine holds pointers into them: no reallocation
+  std::vector<collectives::AsyncHandle> inflight;
+  std::vector<int64_t> offsets;
+  auto finish = [&](const collectives::CollectiveResult& r, size_t k) {
+    end = std::max(end, r.span.end);
+    t.bytes_sent += r.bytes_sent;
+    if (by_cols) set_columns(c, offsets[k], pieces[k]);
+    else c.set_rows(offsets[k], pieces[k]);
+  };
   for (int i = 0; i < chunks; ++i) {
     const auto off = static_cast<int64_t>(part.offset(static_cast<size_t>(i)));
     const auto l = static_cast<int64_t>(part.size(static_cast<size_t>(i)));
     if (l == 0) continue;
     sim::Span span;
     const std::string gname = name + ".gemm" + std::to_string(i);
-    Tensor ci = by_cols ? gemm_on(tp, a, columns(b, off, l), compute_at, gname, span)
-                        : gemm_on(tp, a.rows(off, l), b, compute_at, gname, span);
+    pieces.push_back(by_cols ? gemm_on(tp, a, columns(b, off, l), compute_at, gname, span)
+                             : gemm_on(tp, a.rows(off, l), b, compute_at, gname, span));
+    offsets.push_back(off);
+    Tensor& ci = pieces.back();
     compute_at = span.end;  // the next piece's GEMM does not wait for this piece's all_reduce
     t.compute_ns += span.duration();
     collectives::CollectiveOptions o;
     o.algorithm = algorithm;
     o.name = name + ".all_reduce" + std::to_string(i);
-    const auto r = collectives::all_reduce(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()), ci.dtype(),
-                                           collectives::ReduceOp::sum, span.end, o);
-    end = std::max(end, r.span.end);
-    t.bytes_sent += r.bytes_sent;
-    if (by_cols) set_columns(c, off, ci);
-    else c.set_rows(off, ci);
+    if (host_async) {
+      inflight.push_back(collectives::all_reduce_async(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()),
+                                                       ci.dtype(), collectives::ReduceOp::sum, span.end, o));
+    } else {
+      finish(collectives::all_reduce(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()), ci.dtype(),
+                                     collectives::ReduceOp::sum, span.end, o),
+             pieces.size() - 1);
+    }
   }
+  for (size_t k = 0; k < inflight.size(); ++k) finish(inflight[k].wait(), k);
   t.fused_ns = std::max(end, compute_at) - ready;
   t.comm_ns = collective_ns(tp, Collective::all_reduce, algorithm, double(M) * double(N) * es);
   t.unfused_ns = gemm_ns(tp, dt, M, K, N) + t.comm_ns;

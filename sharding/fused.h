@@ -13,7 +13,10 @@
 //                        CHUNKS = 0 picks the count (1, 2, 4, ... 64) with the lowest modelled pipeline time:
 //                        sum of piece GEMMs, each piece's all_reduce estimate (collectives/algorithms.h) after
 //                        both its GEMM and the previous piece's all_reduce; the max over ranks decides, so every
-//                        rank picks the same count.
+//                        rank picks the same count. On the host, pieces of >= 1 MiB have their all_reduce issued
+//                        on the chip's communication engine (collectives/async.h) so the next piece's GEMM runs on
+//                        this thread meanwhile (real overlap; bench/async_overlap.sh measures it); the simulated
+//                        spans are the synchronous ones either way.
 //   all_gather_gemm      C_j = all_gather(X) · W_j for each weight j: X [M/P rows of this rank, K], W_j [K, N_j],
 //                        C_j [M, N_j]. Ring: the GEMMs on the shard already here start at once; shard (r - s)
 //                        mod P arrives at step s and is multiplied while it is forwarded (Flux / T3-style
