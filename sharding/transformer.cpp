@@ -92,6 +92,9 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     if (split != "zigzag" && split != "contiguous")
       par.child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
     p.zigzag = split == "zigzag";
+    if (par.has("cp_split") && p.cp == 1)
+      par.child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
+    if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
     const int64_t product = int64_t{p.tp} * p.cp * p.ulysses;
     if (product != chips)
       par.fail("parallel: tp " + std::to_string(p.tp) + " x cp " + std::to_string(p.cp) + " x ulysses " +
@@ -99,7 +102,6 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
                std::to_string(chips) + " chips (the device mesh must cover every chip once)");
     if (p.ulysses > 1 && (p.tp > 1 || p.cp > 1))
       par.child("ulysses").fail("parallel.ulysses: combine with tp or cp is not supported; use ulysses alone");
-    if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
     p.fused = parse_fused_plan(par, p.tp);
     if (p.fused.enabled && p.sp && par.has("chunks"))
       par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "

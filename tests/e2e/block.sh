@@ -73,6 +73,10 @@ make badul 4 "  ulysses: 4"
 expect_exit 2 'parallel\.ulysses: 8 query / 2 KV heads are not both divisible by 4' -- shardsim_mpi 4 run badul.yaml
 make badkv 4 "  tp: 4" "s/kv_heads: 2/kv_heads: 3/"
 expect_exit 2 'workload\.kv_heads: 8 query heads are not a multiple of 3 KV heads' -- shardsim_mpi 4 run badkv.yaml
+make badsplit 4 "  tp: 4\n  cp_split: contiguous"
+expect_exit 2 'badsplit\.yaml:[0-9]+: parallel\.cp_split: only used with context parallelism' -- shardsim_mpi 4 run badsplit.yaml
+make badsp 4 "  sp: true"
+expect_exit 2 'badsp\.yaml:[0-9]+: parallel\.sp: sequence parallelism needs tp > 1' -- shardsim_mpi 4 run badsp.yaml
 make badnp 4 "  tp: 4"
 expect_exit 2 'the topology has 4 chips but the job has 2 ranks' -- shardsim_mpi 2 run badnp.yaml
 
