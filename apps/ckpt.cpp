@@ -171,6 +171,15 @@ int convert(const runtime::World& world, const CkptFlags& f) {
   blocks.reserve(rd->tensors().size());
   std::vector<sharding::CheckpointEntry> entries;
   world.agree([&] {
+    // --chunk DxD...: one chunk shape for every tensor, so each tensor must have that many dimensions
+    // (scalars and empty tensors are stored contiguous whatever --chunk says).
+    if (so.chunking.kind == sharding::Chunking::Kind::dims)
+      for (const auto& t : rd->tensors())
+        if (!t.shape.empty() && runtime::shape_numel(t.shape) > 0 && t.shape.size() != so.chunking.dims.size())
+          throw UsageError("ckpt convert: --chunk " + f.chunk + " has " + std::to_string(so.chunking.dims.size()) +
+                           " dimensions but tensor '" + t.name + "' of " + f.in + " has " +
+                           std::to_string(t.shape.size()) + " (shape " + runtime::shape_str(t.shape) +
+                           "); use a byte size (e.g. --chunk 1M) for tensors of different ranks");
     for (const auto& t : rd->tensors()) {
       auto [off, shape] = row_slice(t.shape, world.rank(), world.size());
       blocks.emplace_back(t.dtype, shape);

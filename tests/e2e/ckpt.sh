@@ -85,6 +85,7 @@ for t in weights/w_gate weights/w_down activations/output; do
 done
 expect_exit 0 'output bit-identical to the stored output' -- shardsim_mpi 8 run c8.yaml --resume gz.h5 --no-checkpoint
 expect_exit 2 'needs a chunked layout' -- shardsim_mpi 2 ckpt convert fresh8.h5 x.h5 --chunk contiguous --compression gzip
+expect_exit 2 "--chunk 16x16x16 has 3 dimensions but tensor '[a-z_/]+' of fresh8.h5 has 2" -- shardsim_mpi 2 ckpt convert fresh8.h5 x3.h5 --chunk 16x16x16
 expect_exit 2 "--compression 'lz4'" -- shardsim_mpi 2 ckpt convert fresh8.h5 x.h5 --compression lz4
 expect_exit 2 'same file' -- shardsim_mpi 2 ckpt convert fresh8.h5 ./fresh8.h5
 
