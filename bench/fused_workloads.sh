@@ -4,6 +4,7 @@
 # (120 GB/s, 200 ns) where the down projection and its all_reduce are balanced; and the Llama-2-7B block under tp8
 # and tp4+sp. One line per run. Validation is switched off here (the fused paths are validated by the tests;
 # `shardsim run` of the same configs validates). For docs/PERFORMANCE.md. Usage: bash bench/fused_workloads.sh
+# (ONLY=REGEX runs only the lines whose label matches.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
@@ -13,6 +14,7 @@ trap 'rm -rf "$WORK"' EXIT
 # run LABEL NP CONFIG PARALLEL_LINES [SED]: CONFIG with its parallel: section replaced by PARALLEL_LINES.
 run() {
   local label=$1 np=$2 cfg=$3 par=$4 extra=${5:-}
+  if [ -n "${ONLY:-}" ] && ! [[ $label =~ $ONLY ]]; then return; fi
   awk -v par="$par" '/^parallel:/ {print "parallel:"; n = split(par, l, ";"); for (i = 1; i <= n; i++) print "  " l[i]; skip = 1; next}
        skip && /^  / {next} {skip = 0; print}' "$cfg" | sed 's/^  enabled: true/  enabled: false/' >"$WORK/c.yaml"
   [ -n "$extra" ] && sed -i "$extra" "$WORK/c.yaml"
