@@ -75,6 +75,7 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
                         std::to_string(cfg.topology.num_chips()) + ")");
     if (!opt.resume_from.empty() || opt.checkpoint_path)
       throw UsageError("--resume/--checkpoint: transformer_block workloads do not checkpoint yet");
+    sharding::check_host_memory(cfg);
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!json_path.empty()) outputs.emplace_back("--json", json_path);
     if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,69 @@ namespace shardsim::sharding {
 
 using runtime::DType;
 using runtime::Tensor;
+
+// ------------------------------------------------------------------------------------------------ memory
+
+BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t) {
+  const uint64_t es = runtime::dtype_size(s.dtype);
+  const int64_t d = s.head_dim(), T = s.seq;
+  const int64_t nq = s.heads / p.tp, nkv = p.tp <= s.kv_heads ? s.kv_heads / p.tp : 1;
+  const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(p.tp)};
+  const auto nf = static_cast<int64_t>(fp.size(static_cast<size_t>(t)));
+  const int64_t n_attn = p.ulysses > 1 ? T : T / p.cp;                               // q rows of attention
+  const int64_t n_resid = p.sp ? n_attn / p.tp : p.ulysses > 1 ? T / p.ulysses : n_attn;  // residual rows
+  const int64_t qkv_rows = p.sp ? n_attn : n_resid, mlp_rows = p.sp ? n_attn : n_resid;
+  BlockMemory m;
+  m.weights = es * static_cast<uint64_t>(2 * s.hidden + s.hidden * (nq + 2 * nkv) * d + nq * d * s.hidden +
+                                          3 * s.hidden * nf);
+  m.x = es * static_cast<uint64_t>(n_resid * s.hidden);
+  m.qkv = es * static_cast<uint64_t>(qkv_rows * (nq + 2 * nkv) * d);
+  m.ring = p.cp > 1 ? 2 * es * static_cast<uint64_t>(qkv_rows * nkv * d) : 0;
+  m.mlp = es * static_cast<uint64_t>(mlp_rows * 2 * nf);
+  return m;
+}
+
+namespace {
+// Replays one chip's allocations in MEMORY (throws sim::OutOfMemory at the first that does not fit).
+void replay(sim::Memory& memory, const BlockMemory& m) {
+  memory.allocate("weights", m.weights);
+  memory.allocate("x", m.x);
+  {
+    auto qkv = memory.scoped("activations q/k/v", m.qkv);
+    auto ring = memory.scoped("ring K/V receive buffers", m.ring);
+  }
+  auto mlp = memory.scoped("activations mlp", m.mlp);
+}
+}  // namespace
+
+double block_host_bytes(const BlockConfig& c) {
+  double total = 0;
+  const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses;
+  for (int r = 0; r < chips; ++r)
+    total += static_cast<double>(block_memory(c.shape, c.plan, c.plan.ulysses > 1 ? 0 : r / c.plan.cp).peak());
+  if (c.validate) total += static_cast<double>(block_memory(c.shape, BlockPlan{}, 0).peak());
+  return total;
+}
+
+void check_host_memory(const BlockConfig& c) {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") {
+      const double need = block_host_bytes(c), have = kib * 1024.0;
+      if (need > have) {
+        char b[256];
+        std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
+                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses,
+                      c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
+        throw ConfigError(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
+                          (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
+      }
+      return;
+    }
+}
 
 // ------------------------------------------------------------------------------------------------ config
 
@@ -138,6 +202,15 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     c.tolerance = v.has("tolerance") ? v.get_positive_double("tolerance") : 0;
   }
   if (c.tolerance == 0) c.tolerance = s.dtype == DType::bf16 ? 3e-2 : 1e-4;
+  // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
+  for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses; ++r) {
+    sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());
+    try {
+      replay(m, block_memory(s, p, p.ulysses > 1 ? 0 : r / p.cp));
+    } catch (const sim::OutOfMemory& e) {
+      root.child("workload").fail(std::string("workload: ") + e.what() + " (device " + c.device.name + ")");
+    }
+  }
   return c;
 }
 
@@ -414,8 +487,9 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
 
   Weights w = make_weights(s, p.tp, t_idx);
   const Tensor x = init_x(s, resid_rows);
-  memory.allocate("weights", weight_bytes(w));
-  memory.allocate("x", x.nbytes());
+  const BlockMemory mem_plan = block_memory(s, p, t_idx);
+  memory.allocate("weights", mem_plan.weights);
+  memory.allocate("x", mem_plan.x);
   world.sleepy_barrier();
 
   Chip chip{&tl, 0.0, 0.0};
@@ -439,8 +513,18 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     chip.t = r.span.end;
     comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(a.nbytes()));
   }
+  // The memory plan (block_memory, also checked at parse time) must be what this run holds.
+  const auto plan_mismatch = [&](const char* what, uint64_t planned, uint64_t actual) {
+    if (planned != actual)
+      throw RuntimeFault("chip " + std::to_string(chip_id) + ": internal: memory plan '" + what + "' " +
+                         std::to_string(planned) + " B differs from the run's " + std::to_string(actual) + " B");
+  };
+  plan_mismatch("weights", mem_plan.weights, weight_bytes(w));
+  plan_mismatch("x", mem_plan.x, x.nbytes());
   const int64_t qkv_rows = p.sp ? n_attn : a.dim(0);
-  auto act_mem = memory.scoped("activations q/k/v", static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
+  plan_mismatch("q/k/v", mem_plan.qkv, static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
+  if (p.cp > 1) plan_mismatch("ring", mem_plan.ring, 2 * static_cast<uint64_t>(qkv_rows * w.nkv * d) * es);
+  auto act_mem = memory.scoped("activations q/k/v", mem_plan.qkv);
   Tensor q, k, v;
   if (p.sp && fused) {  // one ring all_gather of the normed shard feeds the three column-parallel GEMMs
     Tensor q2(s.dtype, {n_attn, w.nq * d}), k2(s.dtype, {n_attn, w.nkv * d}), v2(s.dtype, {n_attn, w.nkv * d});
@@ -515,7 +599,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
       sim::TimeNs kv_ready = chip.t;
       const sim::TimeNs q_ready = chip.t;
       const size_t kvb = k.nbytes();
-      auto ring_mem = memory.scoped("ring K/V receive buffers", 2 * kvb);
+      auto ring_mem = memory.scoped("ring K/V receive buffers", mem_plan.ring);
       for (int step = 0; step < P; ++step) {
         const int owner = (c_idx - step + P) % P;  // whose chunks we hold now
         std::vector<Chunk> owner_chunks;
@@ -611,7 +695,8 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(b.nbytes()));
   }
   const int64_t mlp_rows = p.sp ? n_attn : b.dim(0);
-  auto mlp_mem = memory.scoped("activations mlp", static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
+  plan_mismatch("mlp", mem_plan.mlp, static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
+  auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
   Tensor out;
   if (fused) {
     Tensor g, u;

@@ -34,6 +34,8 @@
 // Errors: ConfigError (exit 2) naming the field for shapes or plans that do not fit.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -76,8 +78,29 @@ struct BlockConfig {
   double tolerance = 0;  // max|out - ref| / max|ref|; default 1e-4 fp32, 3e-2 bf16
 };
 
+// ---- Simulated HBM of one chip (sim::Memory), the allocations run_block makes, in bytes ----
+// resident: weights (this chip's shards of Wq/Wk/Wv/Wo/W_gate/W_up/W_down and both norm vectors) and x (its
+// residual rows); attention phase: q/k/v activations + (cp > 1) the ring's two receive buffers for K and V;
+// MLP phase (after q/k/v are freed): the gate and up activations. peak = weights + x + max(qkv + ring, mlp).
+struct BlockMemory {
+  uint64_t weights = 0, x = 0, qkv = 0, ring = 0, mlp = 0;
+  uint64_t peak() const { return weights + x + std::max(qkv + ring, mlp); }
+};
+struct BlockPlan;
+struct BlockShape;
+// For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
+BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
+
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
+// Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
+// memory on chip N: needs X GiB, has Y GiB (allocating ...)" (ConfigError, exit 2) before anything runs.
 BlockConfig parse_block_config(const ConfigNode& root, const std::string& file);
+
+// Host memory the run needs: every rank's block_memory peak plus, with validation, the single-device reference on
+// rank 0 (bytes; an estimate: host temporaries come on top). check_host_memory throws ConfigError naming the
+// config file when it exceeds MemAvailable (/proc/meminfo) of this host, instead of letting the OS kill ranks.
+double block_host_bytes(const BlockConfig& c);
+void check_host_memory(const BlockConfig& c);
 
 struct CommStat {
   double bytes = 0;     // bytes this chip sent

@@ -7,9 +7,13 @@
 
 namespace shardsim::sim {
 
+std::string format_bytes(double bytes);
+
 std::string format_gib(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f GiB", bytes / Memory::kGiB);
+  // Below 0.01 GiB three decimals say little ("0.000 GiB"): add the size in a readable unit.
+  if (bytes > 0 && bytes < 0.01 * Memory::kGiB) return std::string(buf) + " (" + format_bytes(bytes) + ")";
   return buf;
 }
 
