@@ -73,7 +73,7 @@ TEST(Mlp, PeakMemoryPerChip) {
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("simulated out of memory on chip 0: needs"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("GiB, has 0.000 GiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GiB (1.2 KiB), has 0.000 GiB (1.0 KiB)"), std::string::npos) << e.what();
   }
 }
 
