@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -68,10 +70,82 @@ Engine& Transport::engine() {
   return **engine_;
 }
 
+namespace {
+
+// SHARDSIM_WATCHDOG_S for synchronous waits, read once (a bad value is reported by the first engine or, for
+// runs without async ops, treated as the default so a wait never throws from here).
+double sync_watchdog_s() {
+  static const double s = [] {
+    try {
+      return watchdog_seconds_from_env(300);
+    } catch (const Error&) {
+      return 300.0;
+    }
+  }();
+  return s;
+}
+
+// Test hook: SHARDSIM_TEST_STALL_SYNC_RANK=R makes world rank R sleep forever at its first synchronous wait.
+void maybe_stall(const std::string& op) {
+  static bool fired = false;
+  const char* v = std::getenv("SHARDSIM_TEST_STALL_SYNC_RANK");
+  if (fired || !v || !*v) return;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (world_rank != std::atoi(v)) return;
+  fired = true;
+  std::fprintf(stderr, "shardsim: test hook SHARDSIM_TEST_STALL_SYNC_RANK: rank %d stalls in %s\n", world_rank,
+               op.c_str());
+  std::fflush(stderr);
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+}  // namespace
+
 void Transport::wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op) {
   if (!observer_) {
-    check_mpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), chip(), op);
-    return;
+    // Synchronous wait: poll, spinning for the first 20 us (low latency when the peer is there), then sleeping
+    // with a growing pause (up to 500 us) so that ranks sharing a core hand it to the peer they wait for instead
+    // of burning their time slice. No request completing for SHARDSIM_WATCHDOG_S seconds (default 300; 0 = never)
+    // aborts the job (exit 3) naming the op and the chips still pending: a stuck rank never hangs the job silently.
+    maybe_stall(op);
+    const double limit = sync_watchdog_s();
+    std::vector<int> done(reqs.size());
+    const auto start = std::chrono::steady_clock::now();
+    auto last_progress = start;
+    auto pause = std::chrono::microseconds(5);
+    while (true) {
+      int n = 0;
+      check_mpi(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &n, done.data(), MPI_STATUSES_IGNORE),
+                chip(), op);
+      if (n == MPI_UNDEFINED) return;  // no active request left
+      const auto now = std::chrono::steady_clock::now();
+      if (n > 0) {
+        last_progress = now;
+        pause = std::chrono::microseconds(5);
+        continue;
+      }
+      if (now - last_progress < std::chrono::microseconds(20)) continue;  // spin briefly
+      const double idle = std::chrono::duration<double>(now - last_progress).count();
+      if (limit > 0 && idle >= limit) {
+        std::vector<int> pending;
+        for (size_t i = 0; i < reqs.size(); ++i)
+          if (reqs[i] != MPI_REQUEST_NULL && std::find(pending.begin(), pending.end(), chip_of(peers[i])) == pending.end())
+            pending.push_back(chip_of(peers[i]));
+        std::string chips;
+        for (int c : pending) chips += (chips.empty() ? " " : ", ") + std::to_string(c);
+        int world_rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr,
+                     "shardsim: watchdog: chip %d (rank %d): %s made no progress for %.0f s (limit "
+                     "SHARDSIM_WATCHDOG_S=%g); still waiting on chip(s)%s\n",
+                     chip(), world_rank, op.c_str(), idle, limit, chips.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+      }
+      std::this_thread::sleep_for(pause);
+      if (pause < std::chrono::microseconds(500)) pause *= 2;
+    }
   }
   std::vector<int> done(reqs.size());
   auto report = [&] {
@@ -148,13 +222,9 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
   // error, not a truncation fault inside MPI. Every send above is already posted, so this cannot deadlock.
   for (size_t i = 0; i < recvs.size(); ++i) {
     RecvOp& r = recvs[i];
-    if (observer_) {
-      std::vector<MPI_Request> h(1);
-      check_mpi(MPI_Irecv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, h.data()), chip(), op);
-      wait_requests(h, {r.src}, op);
-    } else {
-      check_mpi(MPI_Recv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, MPI_STATUS_IGNORE), chip(), op);
-    }
+    std::vector<MPI_Request> h(1);  // through wait_requests: the watchdog sees this wait too
+    check_mpi(MPI_Irecv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, h.data()), chip(), op);
+    wait_requests(h, {r.src}, op);
     check_header(in[i], r.bytes, r.src, op);
     auto* p = static_cast<unsigned char*>(r.buf);
     for (size_t off = 0; off < r.bytes; off += kPiece) {

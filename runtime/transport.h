@@ -99,6 +99,10 @@ class Transport {
   Engine& engine();
 
   // Waits for every request in REQS (PEERS[i]: the rank REQS[i] talks to), through the observer if one is set.
+  // Without one (synchronous collectives) it polls with a short spin then growing sleeps, and aborts the job with
+  // exit code 3 and "shardsim: watchdog: chip C (rank R): OP made no progress for S s ...; still waiting on
+  // chip(s) ..." when nothing completes for SHARDSIM_WATCHDOG_S seconds (default 300, 0 = never). Test hook:
+  // SHARDSIM_TEST_STALL_SYNC_RANK=R makes world rank R sleep forever at its first such wait.
   void wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op);
 
  private:

@@ -83,7 +83,7 @@ e2e_case "(h) simulated out of memory"
 sed 's/^  preset: generic/  preset: generic\n  hbm_gib: 0.00001/' "$SMALL" >oom.yaml
 if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run oom.yaml; then
   one_error_line
-  assert_out 'simulated out of memory on chip 0: needs [0-9.]+ GiB, has 0\.000 GiB' "message names chip, need and capacity"
+  assert_out 'simulated out of memory on chip 0: needs [0-9.]+ GiB \([0-9.]+ KiB\), has 0\.000 GiB \([0-9.]+ KiB\)' "message names chip, need and capacity"
 fi
 
 # ---- (g) validation failure: bf16 against an impossible tolerance ----

@@ -109,4 +109,13 @@ expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 4 bench all_to_all -b 64 -e 64
 expect_exit 0 'ring' -- shardsim_mpi 4 bench broadcast -b 4M -e 4M -n 1 -w 0 -r 3 --explain && \
   assert_out 'auto for 4194304 B on 4 chips: binomial_tree .* ring .* \(chosen\)' "--explain lists the estimates"
 
+e2e_case "watchdog on synchronous collectives: rank 2 of 4 stalls (test hook), 3 s limit"
+ulimit -c unlimited 2>/dev/null || true
+if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_STALL_SYNC_RANK=2 \
+   expect_exit 3 'watchdog' -- shardsim_mpi 4 bench all_reduce -b 1K -e 1K -n 1 -w 0; then
+  assert_out 'watchdog: chip [013] \(rank [013]\): all_reduce\.[a-z_]+\.step[0-9] made no progress for 3 s \(limit SHARDSIM_WATCHDOG_S=3\); still waiting on chip\(s\) [0-9]' "names the op, the limit and the pending chip"
+  assert_out 'rank 2 stalls in all_reduce' "the test hook fired on rank 2"
+fi
+if compgen -G "core*" >/dev/null; then fail "core file left: $(ls core*)"; else pass "no core file"; fi
+
 e2e_finish
