@@ -1,4 +1,4 @@
-// Asynchronous collectives: the same algorithms, run on the chip's communication engine (runtime/engine.h) so the
+// Asynchronous collectives (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all): the same algorithms, run on the chip's communication engine (runtime/engine.h) so the
 // calling thread can compute while the data moves.
 //
 //   auto h = collectives::all_reduce_async(tp, send, recv, count, dtype, op, ready, options);
@@ -47,5 +47,17 @@ class AsyncHandle {
 
 AsyncHandle all_reduce_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                              ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options = {});
+// The same for the other collectives: arguments, sizes, algorithms and errors as in their headers
+// (reduce_scatter.h, all_gather.h, broadcast.h, reduce.h, all_to_all.h); semantics as above.
+AsyncHandle reduce_scatter_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
+                                 DType dtype, ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options = {});
+AsyncHandle all_gather_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                             sim::TimeNs ready, const CollectiveOptions& options = {});
+AsyncHandle broadcast_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                            sim::TimeNs ready, const CollectiveOptions& options = {});
+AsyncHandle reduce_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                         ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options = {});
+AsyncHandle all_to_all_async(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                             sim::TimeNs ready, const CollectiveOptions& options = {});
 
 }  // namespace shardsim::collectives

@@ -10,6 +10,11 @@
 #include <thread>
 
 #include "collectives/all_reduce.h"
+#include "collectives/reduce_scatter.h"
+#include "collectives/reduce.h"
+#include "collectives/broadcast.h"
+#include "collectives/all_to_all.h"
+#include "collectives/all_gather.h"
 #include "collectives/async.h"
 #include "common/error.h"
 #include "mpi/collective_fixture.h"
@@ -75,6 +80,53 @@ TEST(AsyncAllReduce, SameBytesAndSpansAsSync) {
         EXPECT_EQ(sync.tp.bytes_sent(), async.tp.bytes_sent()) << what;
         expect_same_events(sync.tl, async.tl, what);
       }
+}
+
+// The other async collectives: the same bytes and spans as their synchronous calls, several in flight at once.
+TEST(AsyncCollectives, EveryVariantMatchesItsSyncCall) {
+  const int r = world_rank(), p = world_size();
+  const size_t count = 6 * static_cast<size_t>(p) + 0;  // divisible by p (reduce_scatter/all_gather/all_to_all)
+  const auto in = data(count, DType::fp32, r);
+  const auto part = data(count / static_cast<size_t>(p), DType::fp32, r + 7);
+  Ring sync, async;
+  struct Out {
+    std::vector<unsigned char> want, got;
+    collectives::CollectiveResult a;
+  };
+  const size_t es = 4;
+  std::vector<Out> outs(5);
+  for (auto& o : outs) {
+    o.want.assign(count * es, 0);
+    o.got.assign(count * es, 0xAB);
+  }
+  auto o0 = opts("auto");
+  outs[0].a = collectives::reduce_scatter(sync.tp, in.data(), outs[0].want.data(), count, DType::fp32, ReduceOp::sum, 10, o0);
+  outs[1].a = collectives::all_gather(sync.tp, part.data(), outs[1].want.data(), count, DType::fp32, 20, o0);
+  outs[2].a = collectives::broadcast(sync.tp, in.data(), outs[2].want.data(), count, DType::fp32, 30, o0);
+  outs[3].a = collectives::reduce(sync.tp, in.data(), outs[3].want.data(), count, DType::fp32, ReduceOp::max, 40, o0);
+  outs[4].a = collectives::all_to_all(sync.tp, in.data(), outs[4].want.data(), count, DType::fp32, 50, o0);
+  std::vector<collectives::AsyncHandle> hs;
+  hs.push_back(collectives::reduce_scatter_async(async.tp, in.data(), outs[0].got.data(), count, DType::fp32, ReduceOp::sum, 10, o0));
+  hs.push_back(collectives::all_gather_async(async.tp, part.data(), outs[1].got.data(), count, DType::fp32, 20, o0));
+  hs.push_back(collectives::broadcast_async(async.tp, in.data(), outs[2].got.data(), count, DType::fp32, 30, o0));
+  hs.push_back(collectives::reduce_async(async.tp, in.data(), outs[3].got.data(), count, DType::fp32, ReduceOp::max, 40, o0));
+  hs.push_back(collectives::all_to_all_async(async.tp, in.data(), outs[4].got.data(), count, DType::fp32, 50, o0));
+  const char* names[] = {"reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
+  for (size_t i = 0; i < hs.size(); ++i) {
+    const auto b = hs[i].wait();
+    // Compare only what each collective defines on this rank (reduce_scatter: the first count/p elements;
+    // reduce: the root's buffer).
+    size_t n = count * es;
+    if (i == 0) n = count / static_cast<size_t>(p) * es;
+    if (i == 3 && r != 0) n = 0;
+    EXPECT_TRUE(std::equal(outs[i].want.begin(), outs[i].want.begin() + static_cast<long>(n), outs[i].got.begin()))
+        << names[i];
+    EXPECT_EQ(outs[i].a.span.start, b.span.start) << names[i];
+    EXPECT_EQ(outs[i].a.span.end, b.span.end) << names[i];
+    EXPECT_EQ(outs[i].a.algorithm, b.algorithm) << names[i];
+  }
+  EXPECT_EQ(sync.tp.bytes_sent(), async.tp.bytes_sent());
+  expect_same_events(sync.tl, async.tl, "five async collectives");
 }
 
 TEST(AsyncAllReduce, SeveralInFlightMatchSyncSequence) {
