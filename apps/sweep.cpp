@@ -495,6 +495,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
         if (j < list.size()) {
           const runtime::World sw(sub);
           Row r = run_point(sw, spec.points[list[j]], spec, N);
+          r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
           if (sw.rank() == 0) mine = row_to_text(r);
         }
       }

@@ -536,7 +536,7 @@ const std::vector<std::string>& result_columns() {
       "key",        "kind",          "topology",  "device",      "chips",     "collective", "algorithm",
       "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
       "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
-      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s"};
+      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks"};
   return cols;
 }
 

@@ -81,7 +81,7 @@ size_t parse_size(const std::string& text);
 // 1024 -> "1KiB", 1536 -> "1536B", 1<<30 -> "1GiB".
 std::string size_label(size_t bytes);
 
-// A result row: column -> value (strings as written to the CSV; numbers formatted with full precision).
+// A result row: column -> value (`ranks`: the world ranks the point ran on, e.g. "4-7"; empty if it did not run) (strings as written to the CSV; numbers formatted with full precision).
 using Row = std::map<std::string, std::string>;
 // The CSV columns, in order.
 const std::vector<std::string>& result_columns();

@@ -66,6 +66,16 @@ if expect_exit 0 "sweep grid: ran [0-9]+, skipped 0" -- shardsim_mpi 4 sweep gri
     || fail "small block tp4 on ring4 did not pass"
   grep -Eq "^all_gather\|ring\|ring4\|generic\|fp32\|262144#.*,replay,.*,not_run," out/results.csv \
     && pass "256 KiB > validate_max_bytes: timed by replay, verdict not_run" || fail "no replay row for 256K"
+  # Placement: 2-chip points went round-robin to the groups on ranks 0-1 and 2-3, 1-chip points to ranks 0..3.
+  if python3 - out/results.csv <<'PY'; then pass "points ran on the sub-communicators the schedule says"; else fail "placement"; fi
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["timing"] and r["kind"] == "collective"]
+by = {}
+for r in rows: by.setdefault(r["chips"], []).append(r["ranks"])
+assert by["1"] == ["0", "1", "2", "3", "0", "1", "2", "3"], by["1"]
+assert by["2"] == ["0-1", "2-3"] * 4, by["2"]
+assert set(by["4"]) == {"0-3"}, by["4"]
+PY
   check_json out/results.json sweep='"grid"'
   python3 -c "import json; d=json.load(open('out/results.json')); assert len(d['rows'])==$TOTAL" \
     && pass "results.json has $TOTAL rows" || fail "results.json row count"
