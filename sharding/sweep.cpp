@@ -634,8 +634,13 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
     if (dropped) ++*dropped;  // last line without its newline: an interrupted write
   }
   if (records.empty()) return rows;
-  const auto& cols = result_columns();
-  if (records[0] != cols)
+  // Columns are matched by name, so a file written before a column was added still resumes (the new column
+  // stays empty in its old rows).
+  const auto& known = result_columns();
+  const auto& cols = records[0];
+  bool ours = std::find(cols.begin(), cols.end(), "key") != cols.end();
+  for (const auto& c : cols) ours = ours && std::find(known.begin(), known.end(), c) != known.end();
+  if (!ours)
     throw ConfigError(file + ":1: not a shardsim sweep results file (unexpected header); move it away or use --force");
   for (size_t r = 1; r < records.size(); ++r) {
     if (records[r].size() != cols.size()) {
@@ -643,6 +648,7 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
       continue;
     }
     Row row;
+    for (const auto& c : known) row[c] = "";
     for (size_t k = 0; k < cols.size(); ++k) row[cols[k]] = records[r][k];
     rows.push_back(std::move(row));
   }
@@ -782,10 +788,18 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
   // Workload breakdown: stacked bars.
   std::string dat;
   int n = 0;
+  std::set<std::string> workloads, devs;
+  for (const auto& r : rows)
+    if (r.at("kind") == "workload" && has_number(r, "sim_time_us")) {
+      workloads.insert(r.at("workload"));
+      devs.insert(r.at("device"));
+    }
   for (const auto& r : rows) {
     if (r.at("kind") != "workload" || !has_number(r, "sim_time_us")) continue;
     const double total = num(r, "sim_time_us"), comp = num(r, "compute_us"), exp = num(r, "exposed_comm_us");
-    std::string label = r.at("workload") + " " + r.at("plan") + " " + r.at("topology");
+    // Only the axes that vary go into the bar labels.
+    std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
+                        (devs.size() > 1 ? " " + r.at("device") : "");
     std::string q = "\"";
     for (char ch : label) q += ch == '"' ? '\'' : ch;
     q += "\"";
@@ -798,9 +812,12 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
     write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us other_us (simulated)\n" + dat);
     write(fs::path(dir) / "breakdown.gp",
           "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
-              "set output 'breakdown.png'\nset title 'simulated time per workload, plan and topology'\n"
+              "set output 'breakdown.png'\nset title " +
+              gp_quote("simulated time per plan and topology" +
+                       (workloads.size() == 1 ? ": " + *workloads.begin() : std::string(" (per workload)"))) +
+              "\n"
               "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
-              "set boxwidth 0.75\nset xtics rotate by -35 scale 0\nset ylabel 'simulated time (us)'\n"
+              "set boxwidth 0.75\nset xtics rotate by 45 right scale 0\nset ylabel 'simulated time (us)'\n"
               "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
               "set bmargin 10\n"
               "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "

@@ -90,7 +90,8 @@ Row base_row(const SweepPoint& p);
 
 // CSV (RFC 4180 quoting). to_csv writes the header and ROWS. parse_csv returns the complete rows of TEXT: a
 // last line without its newline (an interrupted write) and rows with the wrong field count are dropped and
-// counted in DROPPED. A header that is not ours is a ConfigError naming FILE.
+// counted in DROPPED. Columns are matched by name (older files
+// lacking a newer column resume); a header with a column that is not ours, or without `key`, is a ConfigError naming FILE.
 std::string csv_line(const std::vector<std::string>& fields);
 std::string csv_header();
 std::string csv_row(const Row& row);

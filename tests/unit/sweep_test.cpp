@@ -180,6 +180,12 @@ TEST(Sweep, CsvRoundTripAndInterruptedLines) {
   EXPECT_EQ(rows.size(), 2u);
   EXPECT_EQ(dropped, 1);
   EXPECT_THROW(parse_csv("a,b\n1,2\n", "r.csv"), ConfigError);
+  // An older file without some columns still reads (by name); the missing ones are empty.
+  auto old_rows = parse_csv("key,verdict\nk1,pass\n", "r.csv", &dropped);
+  ASSERT_EQ(old_rows.size(), 1u);
+  EXPECT_EQ(old_rows[0]["key"], "k1");
+  EXPECT_EQ(old_rows[0]["verdict"], "pass");
+  EXPECT_EQ(old_rows[0]["ranks"], "");
   const std::string json = rows_to_json("t", rows);
   EXPECT_NE(json.find("\"sim_time_us\": 12.5"), std::string::npos) << json;
 }
