@@ -18,6 +18,10 @@
 // algorithm or more chips than the launch has, are recorded with verdict `error` and do not change it);
 // 1 some point failed validation; 2 bad input (sweep file, flags, an unreadable results file); 3 runtime fault,
 // or --plot-only when gnuplot is missing or fails (a full sweep only warns: its CSV/JSON are the product).
+//
+// Environment: SHARDSIM_GNUPLOT=PATH runs that gnuplot (default: `gnuplot` on the PATH). Test hook:
+// SHARDSIM_SWEEP_POINT_DELAY_MS=N makes rank 0 sleep N ms after each wave, so tests/e2e/sweep.sh can kill a
+// sweep mid-way reliably.
 #include <mpi.h>
 #include <unistd.h>
 

@@ -26,15 +26,15 @@ axes:
     - {kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000, label: ring4}
     - $CONFIGS/topologies/graph_4.yaml
     - {kind: ring, chips: 8, bandwidth_gbps: 100, latency_ns: 1000, label: ring8}
-  collective: [all_reduce, all_gather]
+  collective: [all_reduce]
   algorithm: [ring, torus]
   size: [4K, 256K]
   workload:
     - {config: $CONFIGS/blocks/small_block.yaml, label: small, set: {seq: 32}}
   plan: [{tp: chips}, {tp: 3}]
 EOF
-# 5 topologies x 2 collectives x 2 algorithms x 2 sizes = 40 collective points, 5 x 2 = 10 workload points.
-TOTAL=50
+# 5 topologies x 2 algorithms x 2 sizes = 20 collective points, 5 x 2 = 10 workload points.
+TOTAL=30
 
 # Simulated time of KEY's row in CSV (python3: exact text of the column).
 col() {  # CSV KEY_PREFIX COLUMN
@@ -55,16 +55,16 @@ if expect_exit 0 "sweep grid: ran [0-9]+, skipped 0" -- shardsim_mpi 4 sweep gri
   assert_out "\[$TOTAL/$TOTAL\] 100.0%" "progress reaches $TOTAL/$TOTAL"
   rows=$(($(wc -l <out/results.csv) - 1))
   [ "$rows" -eq $TOTAL ] && pass "results.csv has $TOTAL rows" || fail "results.csv has $rows rows, want $TOTAL"
-  # 8 collective points + the block tp8 on ring8 (the block tp3 on ring8 fails on its plan first)
+  # 4 collective points + the block tp8 on ring8 (the block tp3 on ring8 fails on its plan first)
   n=$(grep -c 'needs 8 chips, the launch has 4' out/results.csv)
-  [ "$n" -eq 9 ] && pass "9 points needing 8 chips recorded as errors" || fail "$n rows say 'needs 8 chips', want 9"
+  [ "$n" -eq 5 ] && pass "5 points needing 8 chips recorded as errors" || fail "$n rows say 'needs 8 chips', want 5"
   grep -q "all_reduce|torus|graph_4|generic|fp32|4096#.*,error,.*cannot run on graph_4: the topology is a graph" out/results.csv \
     && pass "torus on a graph recorded with its reason" || { fail "torus on a graph: no error row"; grep graph_4 out/results.csv | head -3; }
   grep -Eq "^workload\|small\|tp3\|ring2.*,error,.*parallel" out/results.csv \
     && pass "a plan that does not fit recorded with the parser's reason" || fail "tp3 on 2 chips: no error row"
   grep -Eq "^workload\|small\|tp4\|ring4.*,run,.*,pass," out/results.csv && pass "the 4-chip block ran and passed" \
     || fail "small block tp4 on ring4 did not pass"
-  grep -Eq "^all_gather\|ring\|ring4\|generic\|fp32\|262144#.*,replay,.*,not_run," out/results.csv \
+  grep -Eq "^all_reduce\|ring\|ring4\|generic\|fp32\|262144#.*,replay,.*,not_run," out/results.csv \
     && pass "256 KiB > validate_max_bytes: timed by replay, verdict not_run" || fail "no replay row for 256K"
   # Placement: 2-chip points went round-robin to the groups on ranks 0-1 and 2-3, 1-chip points to ranks 0..3.
   if python3 - out/results.csv <<'PY'; then pass "points ran on the sub-communicators the schedule says"; else fail "placement"; fi
@@ -72,8 +72,8 @@ import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["timing"] and r["kind"] == "collective"]
 by = {}
 for r in rows: by.setdefault(r["chips"], []).append(r["ranks"])
-assert by["1"] == ["0", "1", "2", "3", "0", "1", "2", "3"], by["1"]
-assert by["2"] == ["0-1", "2-3"] * 4, by["2"]
+assert by["1"] == ["0", "1", "2", "3"], by["1"]
+assert by["2"] == ["0-1", "2-3"] * 2, by["2"]
 assert set(by["4"]) == {"0-3"}, by["4"]
 PY
   check_json out/results.json sweep='"grid"'
@@ -86,7 +86,7 @@ e2e_case "simulated times equal shardsim bench for the same points"
 for spec in "1 ring1" "2 ring2" "4 ring4"; do
   set -- $spec
   np=$1 topo=$2
-  for coll in all_reduce all_gather; do
+  for coll in all_reduce; do
     if expect_exit 0 "Out of bounds values : 0 OK" -- shardsim_mpi "$np" bench "$coll" -b 4K -e 4K -a ring -n 1 -w 0 --json "b_${topo}_$coll.json"; then
       want=$(python3 -c "import json,sys; print(repr(json.load(open(sys.argv[1]))['rows'][0]['sim_time_us']))" "b_${topo}_$coll.json")
       got=$(col full.csv "$coll|ring|$topo|generic|fp32|4096" sim_time_us)
@@ -114,7 +114,7 @@ for k, r in run.items():
     a, b = float(r["sim_time_us"]), float(q["sim_time_us"])
     assert abs(a - b) <= 1e-9 * max(abs(a), 1e-30), (k, a, b)
     n += 1
-assert n >= 12, n
+assert n >= 6, n
 print(f"{n} points: replay == run")
 PY
 fi
@@ -146,7 +146,7 @@ SHARDSIM_SWEEP_POINT_DELAY_MS=400 setsid "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[
   --output killed --no-plots >killed.out 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
-  [ -f killed/results.csv ] && [ "$(wc -l <killed/results.csv)" -ge 20 ] && break
+  [ -f killed/results.csv ] && [ "$(wc -l <killed/results.csv)" -ge 16 ] && break
   sleep 0.1
 done
 kill -KILL -- -"$pid" 2>/dev/null
@@ -164,7 +164,7 @@ fi
 
 e2e_case "plots"
 if command -v gnuplot >/dev/null 2>&1; then
-  for p in busbw_all_reduce busbw_all_gather breakdown; do
+  for p in busbw_all_reduce breakdown; do
     [ -s "out/$p.png" ] && [ -s "out/$p.gp" ] && pass "out/$p.png and its script exist" || fail "out/$p.png missing"
   done
   rm -f out/*.png
@@ -172,7 +172,9 @@ if command -v gnuplot >/dev/null 2>&1; then
     && { [ -s out/breakdown.png ] && pass "--plot-only redrew the PNGs" || fail "--plot-only: no breakdown.png"; }
 fi
 SHARDSIM_GNUPLOT=/nonexistent/gnuplot expect_exit 3 "gnuplot not found" -- shardsim_mpi 1 sweep grid.yaml --plot-only
-SHARDSIM_GNUPLOT=/nonexistent/gnuplot expect_exit 0 "warning: gnuplot not found" -- shardsim_mpi 2 sweep grid.yaml
+# A sweep (here: complete already, so it only redraws) without gnuplot warns and keeps exit 0.
+SHARDSIM_GNUPLOT=/nonexistent/gnuplot expect_exit 0 "warning: gnuplot not found" -- shardsim_mpi 4 sweep grid.yaml \
+  && assert_out "ran 0, skipped $TOTAL" "nothing recomputed"
 expect_exit 2 "no results file" -- shardsim_mpi 1 sweep grid.yaml --plot-only --output nowhere
 
 e2e_case "bad input"
