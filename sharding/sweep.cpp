@@ -519,7 +519,14 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
                 if (w.block) (void)parse_block_config(node, where);
                 else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
               } catch (const Error& e) {
+                // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
+                // already carries the key.
                 p.error = e.what();
+                if (p.error.rfind(where + ":", 0) == 0) {
+                  const auto colon = p.error.find(": ", where.size());
+                  if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
+                }
+                p.error = "plan does not fit: " + p.error;
               }
             }
             add_point(std::move(p));
