@@ -18,5 +18,6 @@ Command add_validate(CLI::App& app, const runtime::World& world);
 Command add_bench(CLI::App& app, const runtime::World& world);
 Command add_topo(CLI::App& app, const runtime::World& world);
 Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
+Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 
 }  // namespace shardsim::apps

@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
   const apps::Command bench = apps::add_bench(app, world);
   const apps::Command topo = apps::add_topo(app, world);
   const apps::Command ckpt_cmd = apps::add_ckpt(app, world);
+  const apps::Command sweep = apps::add_sweep(app, world);
 
   try {
     app.parse(argc, argv);
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return cmd_run(world, config, json_path, opt);
-    for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd})
+    for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep})
       if (c->app->parsed()) return c->run();
   } catch (const AgreedError& e) {
     if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());

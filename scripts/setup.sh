@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev librandom123-dev
   libgtest-dev googletest libbenchmark-dev
   python3-h5py python3-numpy   # tests/e2e/ckpt.sh: an independent reader of the checkpoints
+  gnuplot-nox                  # shardsim sweep: the PNG plots
 )
 
 missing=()

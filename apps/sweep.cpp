@@ -1,0 +1,576 @@
+// `shardsim sweep SWEEP.yaml`: runs every point of a sweep grid (sharding/sweep.h) in one MPI launch.
+//
+// Scheduling: points are grouped by the chips they need (k, ascending). For each k the world is split into
+// floor(N/k) groups of k consecutive ranks (MPI_Comm_split; the remaining ranks idle) and the group's points go
+// round-robin to the groups, which run them side by side in waves; after each wave every row goes to rank 0,
+// which appends it to results.csv (flushed and fsynced per row: an interrupted sweep loses only the running
+// wave). Every point runs on a fresh simulated clock, so its simulated numbers do not depend on what runs
+// beside it. At the end rank 0 rewrites results.csv in grid order, writes results.json and draws the plots
+// with gnuplot.
+//
+// Collective points: sizes <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
+// `shardsim bench` runs its out-of-place column (same inputs, same fresh clock) and are checked element by
+// element (verdict pass/fail); larger ones are timed by the event-free replay of the chosen algorithm's schedule
+// (collectives::estimate_ns, the simulator's own rules) and recorded with timing `replay`, verdict `not_run`.
+// Workload points run `shardsim run`'s code (run_block / run_workload, no checkpoint) on the group.
+//
+// Exit codes: 0 every point passed or was timed by replay (points that cannot run, e.g. an inapplicable
+// algorithm or more chips than the launch has, are recorded with verdict `error` and do not change it);
+// 1 some point failed validation; 2 bad input (sweep file, flags, an unreadable results file); 3 runtime fault,
+// or --plot-only when gnuplot is missing or fails (a full sweep only warns: its CSV/JSON are the product).
+//
+// Environment: SHARDSIM_GNUPLOT=PATH runs that gnuplot (default: `gnuplot` on the PATH). Test hook:
+// SHARDSIM_SWEEP_POINT_DELAY_MS=N makes rank 0 sleep N ms after each wave, so tests/e2e/sweep.sh can kill a
+// sweep mid-way reliably.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "collectives/algorithms.h"
+#include "collectives/verify.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "sharding/sweep.h"
+#include "sharding/transformer.h"
+#include "sharding/workload.h"
+#include "sim/device_spec.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+namespace fs = std::filesystem;
+using sharding::Row;
+using sharding::SweepPoint;
+using sharding::SweepSpec;
+
+struct SweepFlags {
+  std::string file, output;
+  bool force = false, plot_only = false, no_plots = false;
+};
+
+std::string fmt(double v) {
+  char b[64];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  return std::string(b, r.ptr);
+}
+
+double available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+Row failed(Row row, const std::string& why) {
+  row["verdict"] = "error";
+  row["reason"] = why;
+  return row;
+}
+
+std::string describe(const SweepPoint& p) {
+  if (p.kind == sharding::PointKind::collective)
+    return p.collective + " " + p.algorithm + " " + p.topology + " " + sharding::size_label(p.size_bytes) + " " + p.dtype;
+  return p.workload + " " + p.plan + " " + p.topology;
+}
+
+double group_max(double v, MPI_Comm comm) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return out;
+}
+
+// One collective point on the group SW. The row is complete on SW's rank 0.
+Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+  Row row = sharding::base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  topology::Topology topo;
+  sim::DeviceSpec dev;
+  collectives::Case cs;
+  size_t bytes = 0;
+  try {
+    sw.agree([&] {
+      const ConfigNode tn = ConfigNode::load_string(pt.topology_yaml, where);
+      topo = topology::is_astra_network(tn) ? topology::load_astra_network(tn) : topology::load_topology(tn);
+      dev = sim::load_device(ConfigNode::load_string(pt.device_yaml, where));
+      if (topo.num_chips() != sw.size()) throw UsageError("internal: group of " + std::to_string(sw.size()) + " ranks");
+      cs.collective = collectives::parse_collective(pt.collective);
+      cs.dtype = runtime::parse_dtype(pt.dtype);
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  const int p = sw.size();
+  const auto c = cs.collective;
+  const size_t es = runtime::dtype_size(cs.dtype);
+  size_t count = c == collectives::Collective::barrier ? 0 : pt.size_bytes / es;
+  // As `shardsim bench`: block-structured collectives move COUNT/p per rank, so COUNT is rounded down to p's multiple.
+  const bool blocky = c == collectives::Collective::reduce_scatter || c == collectives::Collective::all_gather ||
+                      c == collectives::Collective::all_to_all || c == collectives::Collective::all_to_allv ||
+                      c == collectives::Collective::gather || c == collectives::Collective::scatter ||
+                      c == collectives::Collective::all_gatherv;
+  if (blocky) count = count / static_cast<size_t>(p) * static_cast<size_t>(p);
+  bytes = count * es;
+  cs.count = count;
+  cs.algorithm = pt.algorithm;
+  row["size_bytes"] = std::to_string(bytes);
+  const bool run = static_cast<double>(bytes) <= spec.validate_max_bytes;
+
+  sim::Timeline tl(topo.placement().at(static_cast<size_t>(sw.rank())), topo, dev);
+  runtime::Transport tp(sw.comm(), tl, topo.placement());
+  try {
+    sw.agree([&] {
+      if (count == 0 && c != collectives::Collective::barrier)
+        throw UsageError("size " + std::to_string(pt.size_bytes) + " B holds no " + pt.dtype + " element per rank");
+      if (pt.algorithm != "auto")
+        if (const auto why = collectives::obstacle(c, pt.algorithm, tp); !why.empty())
+          throw UsageError(pt.collective + ": algorithm '" + pt.algorithm + "' cannot run on " + pt.topology + ": " + why);
+      if (run) {
+        const double need = collectives::host_bytes_needed(cs, p);
+        const double avail = available_host_bytes();
+        if (avail > 0 && need * world_size > 0.9 * avail)
+          throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
+                           std::to_string(world_size) + " ranks; lower validate_max_bytes to time it by replay");
+      }
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  double sim_ns = 0;
+  if (run) {
+    collectives::CaseRunner runner(tp, cs);
+    runner.prepare();
+    tl.reset();
+    const auto r = runner.execute(0.0);
+    sim_ns = group_max(r.span.end, sw.comm());
+    const auto o = runner.check_local();
+    unsigned long long w = o.wrong, total = 0;
+    MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, sw.comm());
+    row["algorithm_used"] = r.algorithm;
+    row["timing"] = "run";
+    row["wrong"] = std::to_string(total);
+    row["verdict"] = total ? "fail" : "pass";
+    if (total) row["reason"] = std::to_string(total) + " wrong elements; first: " + o.first_wrong;
+  } else {
+    collectives::CollectiveOptions opt;
+    opt.algorithm = cs.algorithm;
+    const auto choice = collectives::choose(c, opt, tp, static_cast<double>(bytes));
+    sim_ns = collectives::estimate_ns(c, choice.algorithm, tp, static_cast<double>(bytes), 0);
+    row["algorithm_used"] = choice.algorithm;
+    row["timing"] = "replay";
+    row["verdict"] = "not_run";
+    row["reason"] = "size " + sharding::size_label(bytes) + " > validate_max_bytes " +
+                    sharding::size_label(static_cast<size_t>(spec.validate_max_bytes)) +
+                    ": timed by replaying the schedule, no data moved, not checked";
+  }
+  row["sim_time_us"] = fmt(sim_ns / 1e3);
+  if (sim_ns > 0) {
+    const double algbw = static_cast<double>(bytes) / sim_ns;  // bytes/ns = GB/s (1e9)
+    row["algbw_gbps"] = fmt(algbw);
+    row["busbw_gbps"] = fmt(algbw * collectives::busbw_factor(c, p));
+  }
+  row["comm_us"] = row["sim_time_us"];
+  return row;
+}
+
+Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec) {
+  Row row = sharding::base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  bool block = false;
+  sharding::BlockConfig bcfg;
+  sharding::RunConfig mcfg;
+  try {
+    sw.agree([&] {
+      const auto node = ConfigNode::load_string(pt.config_yaml, where);
+      block = sharding::is_block_config(node);
+      if (block) {
+        bcfg = sharding::parse_block_config(node, where);
+        if (bcfg.topology.num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
+      } else {
+        mcfg = sharding::parse_run_config(pt.config_yaml, where);
+        sharding::check_world_size(mcfg, sw.size());
+      }
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  row["timing"] = "run";
+  if (block) {
+    const auto r = sharding::run_block(sw, bcfg, "");
+    row["sim_time_us"] = fmt(r.sim_total_ns / 1e3);
+    row["compute_us"] = fmt(r.compute_ns / 1e3);
+    row["comm_us"] = fmt(r.communication_ns / 1e3);
+    row["exposed_comm_us"] = fmt(r.exposed_ns / 1e3);
+    double peak = 0;
+    for (double b : r.per_chip_peak_bytes) peak = std::max(peak, b);
+    row["peak_mem_bytes"] = fmt(peak);
+    row["max_rel_error"] = fmt(r.max_abs_reference > 0 ? r.max_abs_error / r.max_abs_reference : r.max_abs_error);
+    row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
+    if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
+  } else {
+    sharding::RunOptions o;
+    o.no_checkpoint = true;
+    const auto r = sharding::run_workload(sw, mcfg, o);
+    row["sim_time_us"] = fmt(r.critical.total / 1e3);
+    row["compute_us"] = fmt(r.critical.compute / 1e3);
+    row["comm_us"] = fmt(r.critical.communication / 1e3);
+    row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+    double peak = 0;
+    for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
+    row["peak_mem_bytes"] = fmt(peak);
+    row["max_rel_error"] = fmt(r.relative_error);
+    row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
+    if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
+  }
+  return row;
+}
+
+Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Row row = pt.kind == sharding::PointKind::collective ? run_collective(sw, pt, spec, world_size)
+                                                       : run_workload_point(sw, pt, spec);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  row["wall_s"] = fmt(group_max(wall, sw.comm()));
+  return row;
+}
+
+std::string row_to_text(const Row& r) { return nlohmann::json(r).dump(); }
+Row row_from_text(const std::string& s) { return nlohmann::json::parse(s).get<Row>(); }
+
+// Gathers one string per rank (empty for ranks with nothing) to rank 0 of COMM.
+std::vector<std::string> gather_strings(const std::string& mine, const runtime::World& world) {
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(world.size()));
+  runtime::check_mpi(MPI_Gather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "sweep gather");
+  std::vector<int> displs(lens.size());
+  int total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::string all(static_cast<size_t>(world.rank() == 0 ? total : 0), '\0');
+  runtime::check_mpi(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                                 world.comm()),
+                     world.rank(), "sweep gather");
+  std::vector<std::string> out;
+  if (world.rank() == 0)
+    for (size_t i = 0; i < lens.size(); ++i) out.push_back(all.substr(static_cast<size_t>(displs[i]), static_cast<size_t>(lens[i])));
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes TEXT to PATH via PATH.tmp + fsync + rename.
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw RuntimeFault("cannot write " + tmp + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFault("writing " + path + " failed (disk full?)");
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+// Writes the gnuplot scripts and runs gnuplot. Returns "" or what went wrong. PNGS gets the files drawn.
+std::string draw(const std::string& dir, const std::vector<Row>& rows, std::vector<std::string>* pngs) {
+  const auto scripts = sharding::write_plot_scripts(dir, rows);
+  if (scripts.empty()) return "";
+  const char* env = std::getenv("SHARDSIM_GNUPLOT");  // which gnuplot to run (default: gnuplot on the PATH)
+  const std::string gnuplot = env && *env ? env : "gnuplot";
+  if (std::system(("command -v " + shell_quote(gnuplot) + " >/dev/null 2>&1").c_str()) != 0)
+    return "gnuplot not found ('" + gnuplot + "'; apt-get install gnuplot-nox): " + std::to_string(scripts.size()) +
+           " plot(s) not drawn; the scripts and data are in " + dir;
+  for (const auto& s : scripts) {
+    const std::string cmd = "cd " + shell_quote(dir) + " && " + shell_quote(gnuplot) + " " + shell_quote(s) + " 2>" +
+                            shell_quote(s + ".log");
+    if (std::system(cmd.c_str()) != 0)
+      return "gnuplot failed on " + (fs::path(dir) / s).string() + " (see " + (fs::path(dir) / (s + ".log")).string() + ")";
+    fs::remove(fs::path(dir) / (s + ".log"));
+    pngs->push_back((fs::path(dir) / (fs::path(s).stem().string() + ".png")).string());
+  }
+  return "";
+}
+
+class Progress {
+ public:
+  Progress(int total, int done) : total_(total), done_(done), start_done_(done), tty_(::isatty(2) == 1) {}
+  void show(const std::string& current) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const int ran = done_ - start_done_, left = total_ - done_;
+    std::string eta = "--:--";
+    if (ran > 0) {
+      const int s = static_cast<int>(el / ran * left + 0.5);
+      char b[32];
+      std::snprintf(b, sizeof b, "%d:%02d", s / 60, s % 60);
+      eta = b;
+    }
+    char head[96];
+    std::snprintf(head, sizeof head, "[%d/%d] %5.1f%% ETA %s", done_, total_, total_ ? 100.0 * done_ / total_ : 100.0,
+                  eta.c_str());
+    if (tty_) {
+      const int width = 20, fill = total_ ? width * done_ / total_ : width;
+      std::fprintf(stderr, "\r%s [%s%s] %s\033[K", head, std::string(static_cast<size_t>(fill), '#').c_str(),
+                   std::string(static_cast<size_t>(width - fill), '.').c_str(), current.c_str());
+    } else {
+      std::fprintf(stderr, "%s  %s\n", head, current.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void advance(int n) { done_ += n; }
+  void finish() {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int total_, done_, start_done_;
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+int run_sweep(const runtime::World& world, const SweepFlags& f) {
+  const bool root = world.rank() == 0;
+  SweepSpec spec;
+  std::string csv_path, json_path;
+  world.agree([&] {
+    spec = sharding::load_sweep(f.file);
+    if (!f.output.empty()) spec.output = f.output;
+    std::error_code ec;
+    fs::create_directories(spec.output, ec);
+    if (!fs::is_directory(spec.output))
+      throw UsageError("output directory '" + spec.output + "' cannot be created" + (ec ? ": " + ec.message() : ""));
+    if (::access(spec.output.c_str(), W_OK) != 0)
+      throw UsageError("output directory '" + spec.output + "' is not writable: " + std::strerror(errno));
+    csv_path = (fs::path(spec.output) / "results.csv").string();
+    json_path = (fs::path(spec.output) / "results.json").string();
+    if (f.plot_only && f.force) throw UsageError("--plot-only and --force contradict each other");
+    if (f.plot_only && !fs::exists(csv_path)) throw UsageError("--plot-only: no results file " + csv_path);
+  });
+
+  if (f.plot_only) {
+    int code = kExitOk;
+    if (root) {
+      std::vector<Row> rows;
+      try {
+        rows = sharding::parse_csv(read_text(csv_path), csv_path);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "shardsim: error: %s\n", e.what());
+        code = e.exit_code();
+      }
+      if (code == kExitOk) {
+        std::vector<std::string> pngs;
+        const auto err = draw(spec.output, rows, &pngs);
+        if (!err.empty()) {
+          std::fprintf(stderr, "shardsim: error: %s\n", err.c_str());
+          code = kExitRuntimeFault;
+        }
+        for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+        if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
+      }
+    }
+    return std::stoi(world.broadcast(std::to_string(code), 0));
+  }
+
+  // Resume: rank 0 reads what is already done; every rank learns the mask.
+  const int N = world.size();
+  const size_t P = spec.points.size();
+  std::map<std::string, Row> done;  // rank 0: key -> row (this grid's keys)
+  std::vector<Row> foreign;         // rank 0: rows of keys not in this grid (kept)
+  std::string mask(P, '0');
+  FILE* out = nullptr;
+  int dropped = 0;
+  world.agree([&] {
+    if (!root) return;
+    std::vector<Row> rows;
+    if (fs::exists(csv_path)) rows = sharding::parse_csv(read_text(csv_path), csv_path, &dropped);
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < P; ++i) index[spec.points[i].key] = i;
+    for (auto& r : rows) {
+      const auto it = index.find(r["key"]);
+      if (it == index.end()) foreign.push_back(r);
+      else if (!f.force) {
+        mask[it->second] = '1';
+        done[r["key"]] = r;
+      }
+    }
+    // Rewrite what is kept (drops a half-written last line), then append to it.
+    std::string text = sharding::csv_header();
+    for (const auto& r : foreign) text += sharding::csv_row(r);
+    for (size_t i = 0; i < P; ++i)
+      if (mask[i] == '1') text += sharding::csv_row(done[spec.points[i].key]);
+    write_atomic(csv_path, text);
+    out = std::fopen(csv_path.c_str(), "a");
+    if (!out) throw RuntimeFault("cannot append to " + csv_path + ": " + std::strerror(errno));
+  });
+  mask = world.broadcast(mask, 0);
+
+  int skipped = 0;
+  for (char c : mask) skipped += c == '1';
+  std::vector<Row> fresh;  // rank 0: rows made by this run
+  auto record = [&](const Row& r) {
+    const std::string line = sharding::csv_row(r);
+    if (std::fputs(line.c_str(), out) < 0 || std::fflush(out) != 0 || ::fsync(fileno(out)) != 0)
+      throw RuntimeFault("appending to " + csv_path + " failed (disk full?)");
+    fresh.push_back(r);
+  };
+  Progress progress(static_cast<int>(P), skipped);
+  const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
+  if (root) {
+    std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d ranks\n", spec.name.c_str(), P,
+                skipped, csv_path.c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
+                P - static_cast<size_t>(skipped), N);
+    std::fflush(stdout);
+  }
+
+  // Points that cannot run are recorded at once; the others grouped by chip count.
+  std::map<int, std::vector<size_t>> by_chips;
+  for (size_t i = 0; i < P; ++i) {
+    if (mask[i] == '1') continue;
+    const auto& pt = spec.points[i];
+    std::string why = pt.error;
+    if (why.empty() && pt.chips > N)
+      why = "needs " + std::to_string(pt.chips) + " chips, the launch has " + std::to_string(N) + " (mpirun -np " +
+            std::to_string(pt.chips) + " or more)";
+    if (why.empty() && pt.chips < 1) why = "no chips";
+    if (!why.empty()) {
+      if (root) {
+        record(failed(sharding::base_row(pt), why));
+        progress.advance(1);
+      }
+      continue;
+    }
+    by_chips[pt.chips].push_back(i);
+  }
+  int ran = 0;
+  for (const auto& [k, list] : by_chips) {
+    const int groups = N / k;
+    const int color = world.rank() < groups * k ? world.rank() / k : MPI_UNDEFINED;
+    MPI_Comm sub = MPI_COMM_NULL;
+    runtime::check_mpi(MPI_Comm_split(world.comm(), color, world.rank(), &sub), world.rank(), "sweep split");
+    if (root) {
+      std::printf("chips %d: %zu point(s) on %d concurrent group(s) of %d rank(s)%s\n", k, list.size(), groups, k,
+                  groups * k < N ? (", " + std::to_string(N - groups * k) + " rank(s) idle").c_str() : "");
+      std::fflush(stdout);
+    }
+    const size_t waves = (list.size() + static_cast<size_t>(groups) - 1) / static_cast<size_t>(groups);
+    for (size_t w = 0; w < waves; ++w) {
+      if (root) {
+        std::string cur;
+        int n = 0;
+        for (int g = 0; g < groups; ++g) {
+          const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(g);
+          if (j >= list.size()) break;
+          if (n++ == 0) cur = describe(spec.points[list[j]]);
+        }
+        if (n > 1) cur += " (+" + std::to_string(n - 1) + " beside it)";
+        progress.show(cur);
+      }
+      std::string mine;
+      if (color != MPI_UNDEFINED) {
+        const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
+        if (j < list.size()) {
+          const runtime::World sw(sub);
+          Row r = run_point(sw, spec.points[list[j]], spec, N);
+          r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
+          if (sw.rank() == 0) mine = row_to_text(r);
+        }
+      }
+      world.sleepy_barrier();  // idle ranks and finished groups sleep instead of spinning in the gather
+      const auto rows = gather_strings(mine, world);
+      if (root) {
+        for (const auto& s : rows)
+          if (!s.empty()) {
+            record(row_from_text(s));
+            progress.advance(1);
+            ++ran;
+          }
+        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // test hook
+      }
+    }
+    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+  }
+
+  int code = kExitOk;
+  if (root) {
+    progress.show("done");
+    progress.finish();
+    std::fclose(out);
+    for (const auto& r : fresh) done[r.at("key")] = r;
+    std::vector<Row> rows;
+    int failed_validation = 0, errors = 0, replayed = 0;
+    for (const auto& pt : spec.points) {
+      const auto it = done.find(pt.key);
+      if (it == done.end()) continue;
+      rows.push_back(it->second);
+      const auto& v = it->second.at("verdict");
+      failed_validation += v == "fail";
+      errors += v == "error";
+      replayed += v == "not_run";
+    }
+    std::string text = sharding::csv_header();
+    for (const auto& r : rows) text += sharding::csv_row(r);
+    for (const auto& r : foreign) text += sharding::csv_row(r);
+    write_atomic(csv_path, text);
+    std::vector<Row> all = rows;
+    all.insert(all.end(), foreign.begin(), foreign.end());
+    write_atomic(json_path, sharding::rows_to_json(spec.name, all));
+    const int recorded_now = static_cast<int>(fresh.size()) - ran;
+    std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
+                "%zu rows: %d failed validation, %d could not run (verdict error), %d timed by replay (not_run)\n",
+                spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, replayed);
+    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
+    if (!f.no_plots) {
+      std::vector<std::string> pngs;
+      const auto err = draw(spec.output, all, &pngs);
+      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", err.c_str());
+    }
+    std::fflush(stdout);
+    code = failed_validation ? kExitValidationFailed : kExitOk;
+  }
+  return std::stoi(world.broadcast(std::to_string(code), 0));
+}
+
+}  // namespace
+
+Command add_sweep(CLI::App& app, const runtime::World& world) {
+  auto* sub = app.add_subcommand("sweep", "run a grid of topologies x collectives x sizes and workloads x plans; "
+                                          "results as CSV/JSON and gnuplot PNGs (resumable)");
+  auto f = std::make_shared<SweepFlags>();
+  sub->add_option("sweep", f->file, "sweep YAML (see configs/sweeps/)")->required();
+  sub->add_option("--output", f->output, "output directory (overrides the file's `output:`)");
+  sub->add_flag("--force", f->force, "recompute every point (default: skip points already in results.csv)");
+  sub->add_flag("--plot-only", f->plot_only, "redraw the plots from the existing results.csv; run nothing");
+  sub->add_flag("--no-plots", f->no_plots, "do not draw plots");
+  return {sub, [f, &world] { return run_sweep(world, *f); }};
+}
+
+}  // namespace shardsim::apps

@@ -1,0 +1,837 @@
+#include "sharding/sweep.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/algorithms.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "runtime/dtype.h"
+#include "sharding/transformer.h"
+#include "sharding/workload.h"
+#include "sim/device_spec.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::sharding {
+
+namespace fs = std::filesystem;
+
+std::string short_hash(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(h & 0xffffffffu));
+  return buf;
+}
+
+size_t parse_size(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("'" + text + "' is not a size (e.g. 1024, 8K, 4MiB, 1G)");
+  }
+  const std::string suffix = text.substr(pos);
+  double mult = 1;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
+  else if (suffix == "M" || suffix == "MiB") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty() && suffix != "B") throw std::invalid_argument("unknown size suffix in '" + text + "'");
+  const double bytes = v * mult;
+  if (!(bytes >= 1) || !std::isfinite(bytes) || bytes != std::floor(bytes) || bytes > 1e15)
+    throw std::invalid_argument("'" + text + "' must be a whole number of bytes >= 1");
+  return static_cast<size_t>(bytes);
+}
+
+std::string size_label(size_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  size_t v = b;
+  while (u < 4 && v >= 1024 && v % 1024 == 0) {
+    v /= 1024;
+    ++u;
+  }
+  return std::to_string(v) + units[u];
+}
+
+namespace {
+
+std::string flow(const YAML::Node& n) {
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+std::string block(const YAML::Node& n) {
+  YAML::Emitter e;
+  e << n;
+  return std::string(e.c_str()) + "\n";
+}
+
+// One entry of the topology axis.
+struct TopoEntry {
+  std::string label, yaml, origin;  // yaml: the topology section (or a whole ASTRA-sim network file)
+  bool astra = false;
+  int chips = 0;
+};
+
+struct DeviceEntry {
+  std::string label, yaml;  // yaml: a device section
+};
+
+struct WorkloadEntry {
+  std::string label, origin, file;
+  YAML::Node root;  // the whole config, `set` applied
+  bool block = false;
+};
+
+std::string resolve(const std::string& path, const std::string& sweep_file) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  const fs::path rel = fs::path(sweep_file).parent_path() / path;
+  if (fs::exists(rel)) return rel.lexically_normal().string();
+  return path;  // relative to the working directory
+}
+
+std::vector<ConfigNode> axis_items(const ConfigNode& axes, const std::string& name) {
+  const YAML::Node raw = axes.yaml()[name];
+  const ConfigNode node(raw, axes.file(), "axes." + name);
+  if (!raw.IsDefined() || raw.IsNull() || (raw.IsSequence() && raw.size() == 0))
+    node.fail("axes." + name + ": empty axis (list at least one value, or leave the axis out)");
+  std::vector<ConfigNode> out;
+  if (raw.IsSequence()) {
+    for (size_t i = 0; i < raw.size(); ++i)
+      out.emplace_back(raw[i], axes.file(), "axes." + name + "[" + std::to_string(i) + "]");
+  } else {
+    out.push_back(node);  // a single value
+  }
+  return out;
+}
+
+std::string scalar(const ConfigNode& n, const std::string& what) {
+  if (!n.yaml().IsScalar()) n.fail(n.path() + ": expected a " + what);
+  return n.yaml().as<std::string>();
+}
+
+std::string auto_topo_label(const YAML::Node& n, int chips) {
+  std::string kind = n["kind"] && n["kind"].IsScalar() ? n["kind"].as<std::string>() : "topology";
+  if (n["dims"] && n["dims"].IsSequence() && kind != "stacked") {
+    std::string s = kind;
+    for (size_t i = 0; i < n["dims"].size(); ++i) s += (i ? "x" : "") + n["dims"][i].as<std::string>();
+    return s;
+  }
+  return kind + std::to_string(chips);
+}
+
+std::vector<TopoEntry> parse_topologies(const ConfigNode& axes) {
+  std::vector<TopoEntry> out;
+  for (const auto& item : axis_items(axes, "topology")) {
+    TopoEntry e;
+    e.origin = item.where();
+    if (item.yaml().IsScalar()) {
+      const std::string path = resolve(item.yaml().as<std::string>(), axes.file());
+      std::ifstream in(path);
+      if (!in) item.fail(item.path() + ": cannot read topology file '" + path + "'");
+      const ConfigNode root = ConfigNode::load_file(path);
+      topology::Topology t;
+      if (topology::is_astra_network(root)) {
+        t = topology::load_astra_network(root);
+        e.astra = true;
+        e.yaml = root.text();
+      } else {
+        const ConfigNode sec = root.has("topology") ? root.child("topology") : root;
+        t = topology::load_topology(sec);
+        e.yaml = flow(sec.yaml());
+      }
+      e.chips = t.num_chips();
+      e.label = fs::path(path).stem().string();
+    } else {
+      if (!item.is_map()) item.fail(item.path() + ": expected a topology section (a map) or a file path");
+      YAML::Node n = YAML::Clone(item.yaml());
+      std::string label;
+      if (n["label"]) {
+        label = ConfigNode(item.yaml()["label"], item.file(), item.path() + ".label").yaml().as<std::string>();
+        n.remove("label");
+      }
+      // Validate with the original node (its line numbers), minus the label.
+      YAML::Node orig = item.yaml();
+      if (orig["label"]) orig.remove("label");
+      const auto t = topology::load_topology(ConfigNode(orig, item.file(), item.path()));
+      e.chips = t.num_chips();
+      e.yaml = flow(n);
+      e.label = label.empty() ? auto_topo_label(n, e.chips) : label;
+    }
+    for (const auto& o : out)
+      if (o.label == e.label)
+        item.fail(item.path() + ": topology label '" + e.label + "' is already used by the entry at " + o.origin +
+                  " (give them distinct `label:`s)");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
+  std::vector<DeviceEntry> out;
+  for (const auto& item : axis_items(axes, "device")) {
+    DeviceEntry e;
+    if (item.yaml().IsScalar()) {
+      e.label = item.yaml().as<std::string>();
+      try {
+        (void)sim::device_preset(e.label);
+      } catch (const std::invalid_argument& ex) {
+        item.fail(item.path() + ": " + ex.what());
+      }
+      e.yaml = "{preset: " + e.label + "}";
+    } else {
+      YAML::Node orig = item.yaml();
+      std::string label;
+      if (orig.IsMap() && orig["label"]) {
+        label = orig["label"].as<std::string>();
+        orig.remove("label");
+      }
+      (void)sim::load_device(ConfigNode(orig, item.file(), item.path()));
+      e.yaml = flow(orig);
+      if (label.empty()) label = orig["name"] ? orig["name"].as<std::string>()
+                                 : orig["preset"] ? orig["preset"].as<std::string>() : "custom";
+      e.label = label;
+    }
+    for (const auto& o : out)
+      if (o.label == e.label) item.fail(item.path() + ": device label '" + e.label + "' listed twice (add `label:`)");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+const std::set<std::string> kBlockKeys = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
+                                          "seq",  "causal", "rope", "dtype", "seed"};
+const std::set<std::string> kMlpKeys = {"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"};
+
+std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
+  std::vector<WorkloadEntry> out;
+  for (const auto& item : axis_items(axes, "workload")) {
+    WorkloadEntry e;
+    e.origin = item.where();
+    std::string path;
+    std::optional<ConfigNode> set;
+    if (item.yaml().IsScalar()) {
+      path = item.yaml().as<std::string>();
+    } else {
+      item.expect_keys({"config", "label", "set"});
+      path = item.get_string("config");
+      e.label = item.get_string("label", "");
+      set = item.maybe_child("set");
+    }
+    e.file = resolve(path, axes.file());
+    {
+      std::ifstream in(e.file);
+      if (!in) item.fail(item.path() + ": cannot read workload config '" + e.file + "'");
+    }
+    const ConfigNode root = ConfigNode::load_file(e.file);
+    if (!root.has("workload") || !root.child("workload").is_map())
+      root.fail("workload: missing (a sweep workload must be a `shardsim run` config)");
+    e.block = is_block_config(root);
+    e.root = YAML::Clone(root.yaml());
+    if (set) {
+      if (!set->is_map()) set->fail(set->path() + ": expected a map of workload fields");
+      const auto& allowed = e.block ? kBlockKeys : kMlpKeys;
+      for (const auto& kv : set->yaml()) {
+        const auto k = kv.first.as<std::string>();
+        if (!allowed.count(k) || k == "kind")
+          ConfigNode(kv.first, set->file(), set->path()).fail(set->path() + "." + k + ": not a settable workload field");
+        e.root["workload"][k] = YAML::Clone(kv.second);
+      }
+    }
+    if (e.label.empty()) e.label = fs::path(e.file).stem().string();
+    for (const auto& o : out)
+      if (o.label == e.label) item.fail(item.path() + ": workload label '" + e.label + "' listed twice (add `label:`)");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// A plan entry with `chips` substituted; and its label.
+YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label) {
+  YAML::Node out(YAML::NodeType::Map);
+  int tp = 1, cp = 1, ul = 1;
+  bool sp = false;
+  std::string split, ar;
+  for (const auto& kv : plan.yaml()) {
+    const auto k = kv.first.as<std::string>();
+    const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+    if (k == "tp" || k == "cp" || k == "ulysses") {
+      int n = 0;
+      if (v == "chips") n = chips;
+      else {
+        try {
+          n = std::stoi(v);
+        } catch (const std::exception&) {
+          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips` (got '" + v + "')");
+        }
+      }
+      out[k] = n;
+      (k == "tp" ? tp : k == "cp" ? cp : ul) = n;
+    } else if (k == "sp") {
+      out[k] = YAML::Clone(kv.second);
+      sp = v == "true";
+    } else if (k == "cp_split") {
+      out[k] = v;
+      split = v;
+    } else if (k == "all_reduce") {
+      out[k] = v;
+      ar = v;
+    }
+  }
+  std::string s;
+  auto add = [&](const std::string& name, int n, bool given) {
+    if (given) s += (s.empty() ? "" : "x") + name + std::to_string(n);
+  };
+  add("tp", tp, out["tp"].IsDefined());
+  add("cp", cp, out["cp"].IsDefined());
+  add("ulysses", ul, out["ulysses"].IsDefined());
+  if (s.empty()) s = "single";
+  if (sp) s += "+sp";
+  if (!split.empty()) s += "-" + split;
+  if (!ar.empty()) s += "-ar_" + ar;
+  *label = s;
+  return out;
+}
+
+}  // namespace
+
+SweepSpec load_sweep(const std::string& file) {
+  if (fs::is_directory(file)) throw UsageError(file + ": is a directory, need a sweep YAML file");
+  std::ifstream in(file);
+  if (!in) throw UsageError(file + ": cannot read the sweep file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_sweep(ss.str(), file);
+}
+
+SweepSpec parse_sweep(const std::string& text, const std::string& file) {
+  const ConfigNode root = ConfigNode::load_string(text, file);
+  root.expect_keys({"name", "output", "validate_max_bytes", "axes"});
+  SweepSpec spec;
+  spec.file = file;
+  spec.name = root.get_string("name", fs::path(file).stem().string());
+  spec.output = root.get_string("output", "out/sweeps/" + spec.name);
+  if (root.has("validate_max_bytes")) {
+    const auto n = root.child("validate_max_bytes");
+    try {
+      spec.validate_max_bytes = n.yaml().as<std::string>() == "0" ? 0.0
+                                                                   : static_cast<double>(parse_size(n.yaml().as<std::string>()));
+    } catch (const std::invalid_argument& e) {
+      n.fail("validate_max_bytes: " + std::string(e.what()));
+    }
+  }
+  if (!root.has("axes")) root.fail("axes: missing (the axes to sweep: topology, collective, size, ... or workload, plan)");
+  const ConfigNode axes = root.child("axes");
+  axes.expect_keys({"topology", "device", "collective", "algorithm", "size", "dtype", "workload", "plan"});
+  for (const auto& kv : axes.yaml()) spec.axes.push_back(kv.first.as<std::string>());
+  auto given = [&](const std::string& a) { return std::find(spec.axes.begin(), spec.axes.end(), a) != spec.axes.end(); };
+  // Empty axes are errors wherever they are.
+  for (const auto& a : spec.axes) (void)axis_items(axes, a);
+
+  const bool coll = given("collective"), wl = given("workload");
+  if (!coll && !wl) axes.fail("axes: nothing to sweep: give `collective` (with `size`, `topology`) or `workload` (with `plan`)");
+  for (const char* a : {"algorithm", "size", "dtype"})
+    if (given(a) && !coll) axes.fail(std::string("axes.") + a + ": only applies to collectives, and no `collective` axis is given");
+  if (given("plan") && !wl) axes.fail("axes.plan: only applies to workloads, and no `workload` axis is given");
+  if (coll && !given("size")) axes.fail("axes: the collective grid needs a `size` axis");
+  if (coll && !given("topology")) axes.fail("axes: the collective grid needs a `topology` axis");
+  if (wl && !given("plan")) axes.fail("axes: the workload grid needs a `plan` axis (e.g. [{tp: chips}, {cp: chips}])");
+
+  const std::vector<TopoEntry> topos = given("topology") ? parse_topologies(axes) : std::vector<TopoEntry>{};
+  const std::vector<DeviceEntry> devices = given("device") ? parse_devices(axes) : std::vector<DeviceEntry>{};
+
+  auto add_point = [&](SweepPoint p) {
+    p.index = static_cast<int>(spec.points.size());
+    for (const auto& q : spec.points)
+      if (q.key == p.key)
+        throw ConfigError(p.origin + ": point " + p.key + " appears twice (a value is listed twice in an axis)");
+    spec.points.push_back(std::move(p));
+  };
+
+  if (coll) {
+    std::vector<std::pair<collectives::Collective, std::string>> cs;
+    for (const auto& item : axis_items(axes, "collective")) {
+      const auto name = scalar(item, "collective name");
+      try {
+        cs.emplace_back(collectives::parse_collective(name), item.where());
+      } catch (const std::invalid_argument& e) {
+        item.fail(item.path() + ": " + e.what());
+      }
+    }
+    std::vector<std::string> algs = {"auto"};
+    if (given("algorithm")) {
+      algs.clear();
+      for (const auto& item : axis_items(axes, "algorithm")) {
+        const auto a = scalar(item, "algorithm name");
+        bool known = a == "auto";
+        for (const auto& c : cs) known = known || !collectives::canonical_algorithm(c.first, a).empty();
+        if (!known) item.fail(item.path() + ": no listed collective has an algorithm '" + a + "'");
+        algs.push_back(a);
+      }
+    }
+    std::vector<runtime::DType> dts = {runtime::DType::fp32};
+    if (given("dtype")) {
+      dts.clear();
+      for (const auto& item : axis_items(axes, "dtype")) {
+        try {
+          dts.push_back(runtime::parse_dtype(scalar(item, "dtype")));
+        } catch (const std::invalid_argument& e) {
+          item.fail(item.path() + ": " + e.what());
+        }
+      }
+    }
+    std::vector<size_t> sizes;
+    {
+      const YAML::Node raw = axes.yaml()["size"];
+      if (raw.IsMap()) {
+        const ConfigNode r(raw, file, "axes.size");
+        r.expect_keys({"from", "to", "factor"});
+        size_t from = 0, to = 0;
+        try {
+          from = parse_size(r.get_string("from"));
+        } catch (const std::invalid_argument& e) {
+          r.child("from").fail("axes.size.from: " + std::string(e.what()));
+        }
+        try {
+          to = parse_size(r.get_string("to"));
+        } catch (const std::invalid_argument& e) {
+          r.child("to").fail("axes.size.to: " + std::string(e.what()));
+        }
+        const int64_t factor = r.get_int("factor", 2);
+        if (factor < 2) r.child("factor").fail("axes.size.factor: must be an integer >= 2");
+        if (from > to) r.fail("axes.size: from is larger than to");
+        for (size_t s = from; s <= to; s *= static_cast<size_t>(factor)) sizes.push_back(s);
+      } else {
+        for (const auto& item : axis_items(axes, "size")) {
+          try {
+            sizes.push_back(parse_size(scalar(item, "size")));
+          } catch (const std::invalid_argument& e) {
+            item.fail(item.path() + ": " + e.what());
+          }
+        }
+      }
+    }
+    const std::vector<DeviceEntry> devs = devices.empty() ? std::vector<DeviceEntry>{{"generic", "{preset: generic}"}} : devices;
+    for (const auto& t : topos)
+      for (const auto& d : devs)
+        for (const auto& [c, corigin] : cs)
+          for (const auto& a : algs)
+            for (auto dt : dts)
+              for (size_t s : sizes) {
+                SweepPoint p;
+                p.kind = PointKind::collective;
+                p.chips = t.chips;
+                p.topology = t.label;
+                p.device = d.label;
+                p.collective = collectives::collective_name(c);
+                p.algorithm = a == "auto" ? a : collectives::canonical_algorithm(c, a);
+                if (p.algorithm.empty()) {
+                  p.algorithm = a;
+                  p.error = p.collective + " has no algorithm '" + a + "' (known: ";
+                  for (const auto& n : collectives::algorithm_names(c)) p.error += n + ", ";
+                  p.error += "auto)";
+                }
+                p.dtype = runtime::dtype_name(dt);
+                p.size_bytes = s;
+                p.topology_yaml = t.yaml;
+                p.device_yaml = d.yaml;
+                p.origin = corigin;
+                p.key = p.collective + "|" + p.algorithm + "|" + p.topology + "|" + p.device + "|" + p.dtype + "|" +
+                        std::to_string(s) + "#" + short_hash(t.yaml + "\n" + d.yaml);
+                add_point(std::move(p));
+              }
+  }
+
+  if (wl) {
+    const auto workloads = parse_workloads(axes);
+    std::vector<ConfigNode> plans;
+    for (const auto& item : axis_items(axes, "plan")) {
+      item.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "all_reduce"});
+      plans.push_back(item);
+    }
+    for (const auto& w : workloads) {
+      // Topology: the axis, else the workload file's own.
+      std::vector<TopoEntry> ts = topos;
+      if (ts.empty()) {
+        TopoEntry e;
+        const ConfigNode sec(w.root["topology"], w.file, "topology");
+        if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
+        e.chips = topology::load_topology(sec).num_chips();
+        e.yaml = flow(w.root["topology"]);
+        e.label = auto_topo_label(w.root["topology"], e.chips);
+        ts.push_back(e);
+      }
+      std::vector<DeviceEntry> ds = devices;
+      if (ds.empty()) {
+        DeviceEntry e;
+        if (w.root["device"]) {
+          e.yaml = flow(w.root["device"]);
+          e.label = w.root["device"]["preset"] ? w.root["device"]["preset"].as<std::string>() : "custom";
+        } else {
+          e.yaml = "{preset: generic}";
+          e.label = "generic";
+        }
+        ds.push_back(e);
+      }
+      for (const auto& t : ts)
+        for (const auto& d : ds)
+          for (const auto& plan : plans) {
+            SweepPoint p;
+            p.kind = PointKind::workload;
+            p.chips = t.chips;
+            p.topology = t.label;
+            p.device = d.label;
+            p.workload = w.label;
+            p.origin = plan.where();
+            YAML::Node cfg = YAML::Clone(w.root);
+            const YAML::Node par = plan_for(plan, t.chips, &p.plan);
+            cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
+            cfg["topology"] = YAML::Load(t.yaml);
+            cfg["device"] = YAML::Load(d.yaml);
+            cfg["parallel"] = par;
+            if (!w.block && cfg["checkpoint"]) cfg.remove("checkpoint");
+            p.config_yaml = block(cfg);
+            p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device + "#" +
+                    short_hash(p.config_yaml);
+            const std::string where = file + "[" + p.key + "]";
+            if (t.astra) {
+              p.error = "ASTRA-sim network files can only be used in collective sweeps";
+            } else {
+              try {
+                const auto node = ConfigNode::load_string(p.config_yaml, where);
+                if (w.block) (void)parse_block_config(node, where);
+                else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
+              } catch (const Error& e) {
+                // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
+                // already carries the key.
+                p.error = e.what();
+                if (p.error.rfind(where + ":", 0) == 0) {
+                  const auto colon = p.error.find(": ", where.size());
+                  if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
+                }
+                p.error = "plan does not fit: " + p.error;
+              }
+            }
+            add_point(std::move(p));
+          }
+    }
+  }
+  return spec;
+}
+
+// ---- rows and CSV ----
+
+const std::vector<std::string>& result_columns() {
+  static const std::vector<std::string> cols = {
+      "key",        "kind",          "topology",  "device",      "chips",     "collective", "algorithm",
+      "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
+      "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
+      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks"};
+  return cols;
+}
+
+Row base_row(const SweepPoint& p) {
+  Row r;
+  for (const auto& c : result_columns()) r[c] = "";
+  r["key"] = p.key;
+  r["kind"] = p.kind == PointKind::collective ? "collective" : "workload";
+  r["topology"] = p.topology;
+  r["device"] = p.device;
+  r["chips"] = std::to_string(p.chips);
+  if (p.kind == PointKind::collective) {
+    r["collective"] = p.collective;
+    r["algorithm"] = p.algorithm;
+    r["dtype"] = p.dtype;
+    r["size_bytes"] = std::to_string(p.size_bytes);
+  } else {
+    r["workload"] = p.workload;
+    r["plan"] = p.plan;
+  }
+  return r;
+}
+
+std::string csv_line(const std::vector<std::string>& fields) {
+  std::string out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ',';
+    const auto& f = fields[i];
+    if (f.find_first_of(",\"\n\r") == std::string::npos) {
+      out += f;
+    } else {
+      out += '"';
+      for (char c : f) {
+        if (c == '"') out += "\"\"";
+        else if (c == '\n' || c == '\r') out += ' ';
+        else out += c;
+      }
+      out += '"';
+    }
+  }
+  return out + "\n";
+}
+
+std::string csv_header() { return csv_line(result_columns()); }
+
+std::string csv_row(const Row& row) {
+  std::vector<std::string> f;
+  for (const auto& c : result_columns()) {
+    const auto it = row.find(c);
+    f.push_back(it == row.end() ? "" : it->second);
+  }
+  return csv_line(f);
+}
+
+std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped) {
+  if (dropped) *dropped = 0;
+  std::vector<Row> rows;
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> rec;
+  std::string field;
+  bool quoted = false, any = false;
+  size_t i = 0;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+      any = true;
+    } else if (c == ',') {
+      rec.push_back(field);
+      field.clear();
+      any = true;
+    } else if (c == '\n') {
+      rec.push_back(field);
+      records.push_back(rec);
+      rec.clear();
+      field.clear();
+      any = false;
+    } else if (c != '\r') {
+      field += c;
+      any = true;
+    }
+  }
+  if (any || !rec.empty()) {
+    if (dropped) ++*dropped;  // last line without its newline: an interrupted write
+  }
+  if (records.empty()) return rows;
+  // Columns are matched by name, so a file written before a column was added still resumes (the new column
+  // stays empty in its old rows).
+  const auto& known = result_columns();
+  const auto& cols = records[0];
+  bool ours = std::find(cols.begin(), cols.end(), "key") != cols.end();
+  for (const auto& c : cols) ours = ours && std::find(known.begin(), known.end(), c) != known.end();
+  if (!ours)
+    throw ConfigError(file + ":1: not a shardsim sweep results file (unexpected header); move it away or use --force");
+  for (size_t r = 1; r < records.size(); ++r) {
+    if (records[r].size() != cols.size()) {
+      if (dropped) ++*dropped;
+      continue;
+    }
+    Row row;
+    for (const auto& c : known) row[c] = "";
+    for (size_t k = 0; k < cols.size(); ++k) row[cols[k]] = records[r][k];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+namespace {
+bool numeric_column(const std::string& c) {
+  static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
+                                          "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
+                                          "max_rel_error", "wall_s"};
+  return n.count(c) > 0;
+}
+}  // namespace
+
+std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& c : result_columns()) {
+      const auto it = r.find(c);
+      const std::string v = it == r.end() ? "" : it->second;
+      if (numeric_column(c)) {
+        if (v.empty()) o[c] = nullptr;
+        else {
+          char* end = nullptr;
+          const double d = std::strtod(v.c_str(), &end);
+          if (end && *end == '\0') {
+            if (c == "chips" || c == "size_bytes" || c == "wrong" || c == "peak_mem_bytes") o[c] = static_cast<long long>(d);
+            else o[c] = d;
+          } else {
+            o[c] = v;
+          }
+        }
+      } else {
+        o[c] = v;
+      }
+    }
+    arr.push_back(o);
+  }
+  return nlohmann::json{{"sweep", name},
+                        {"units", {{"time", "us (simulated unless wall_s)"}, {"bandwidth", "GB/s, GB = 1e9 B"}}},
+                        {"rows", arr}}
+             .dump(2) +
+         "\n";
+}
+
+// ---- plots ----
+
+namespace {
+std::string gp_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
+  return o + "'";
+}
+std::string file_safe(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_';
+  return o;
+}
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+  out.close();
+  if (!out) throw RuntimeFault("cannot write " + p.string());
+}
+bool has_number(const Row& r, const std::string& c) {
+  const auto it = r.find(c);
+  return it != r.end() && !it->second.empty();
+}
+double num(const Row& r, const std::string& c) { return has_number(r, c) ? std::strtod(r.at(c).c_str(), nullptr) : 0.0; }
+}  // namespace
+
+std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows) {
+  std::vector<std::string> scripts;
+  const std::string term = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
+  // busbw vs size, one plot per collective.
+  std::vector<std::string> colls;
+  for (const auto& r : rows)
+    if (r.at("kind") == "collective" && has_number(r, "busbw_gbps") &&
+        std::find(colls.begin(), colls.end(), r.at("collective")) == colls.end())
+      colls.push_back(r.at("collective"));
+  for (const auto& c : colls) {
+    std::set<std::string> dtypes, devices;
+    for (const auto& r : rows)
+      if (r.at("collective") == c && has_number(r, "busbw_gbps")) {
+        dtypes.insert(r.at("dtype"));
+        devices.insert(r.at("device"));
+      }
+    std::vector<std::string> order, topos, algs;
+    std::map<std::string, std::vector<std::pair<double, double>>> series;
+    std::map<std::string, std::pair<size_t, size_t>> style;  // colour by topology, dash type by algorithm
+    auto index_of = [](std::vector<std::string>& v, const std::string& x) {
+      const auto it = std::find(v.begin(), v.end(), x);
+      if (it != v.end()) return static_cast<size_t>(it - v.begin());
+      v.push_back(x);
+      return v.size() - 1;
+    };
+    for (const auto& r : rows) {
+      if (r.at("kind") != "collective" || r.at("collective") != c || !has_number(r, "busbw_gbps")) continue;
+      std::string label = r.at("topology") + " " + r.at("algorithm");
+      if (dtypes.size() > 1) label += " " + r.at("dtype");
+      if (devices.size() > 1) label += " " + r.at("device");
+      if (!series.count(label)) {
+        order.push_back(label);
+        style[label] = {index_of(topos, r.at("topology")), index_of(algs, r.at("algorithm"))};
+      }
+      series[label].emplace_back(num(r, "size_bytes"), num(r, "busbw_gbps"));
+    }
+    std::string dat, plot;
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto pts = series[order[i]];
+      std::sort(pts.begin(), pts.end());
+      dat += "# " + order[i] + "\n";
+      for (const auto& [x, y] : pts) {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.0f %.9g\n", x, y);
+        dat += b;
+      }
+      dat += "\n\n";
+      plot += std::string(i ? ", \\\n     " : "plot ") + "'busbw_" + file_safe(c) + ".dat' index " + std::to_string(i) +
+              " using 1:2 with linespoints lw 2 lc " + std::to_string(style[order[i]].first + 1) + " dt " +
+              std::to_string(style[order[i]].second % 5 + 1) + " pt " + std::to_string(style[order[i]].second + 1) +
+              " title " + gp_quote(order[i]);
+    }
+    const std::string base = "busbw_" + file_safe(c);
+    write(fs::path(dir) / (base + ".dat"), dat);
+    write(fs::path(dir) / (base + ".gp"),
+          "# gnuplot script written by shardsim sweep; redraw with: gnuplot " + base + ".gp (in this directory)\n" + term +
+              "set output '" + base + ".png'\n" + "set title " +
+              gp_quote(c + ": simulated bus bandwidth vs message size (GB = 1e9 B)") + "\n" +
+              "set logscale x 2\nset format x '%.0b%B'\nset xlabel 'message size per rank (bytes)'\n"
+              "set ylabel 'busbw (GB/s, simulated)'\nset key top left\nset grid\nset yrange [0:*]\n" +
+              plot + "\n");
+    scripts.push_back(base + ".gp");
+  }
+  // Workload breakdown: stacked bars.
+  std::string dat;
+  int n = 0;
+  std::set<std::string> workloads, devs;
+  for (const auto& r : rows)
+    if (r.at("kind") == "workload" && has_number(r, "sim_time_us")) {
+      workloads.insert(r.at("workload"));
+      devs.insert(r.at("device"));
+    }
+  for (const auto& r : rows) {
+    if (r.at("kind") != "workload" || !has_number(r, "sim_time_us")) continue;
+    const double total = num(r, "sim_time_us"), comp = num(r, "compute_us"), exp = num(r, "exposed_comm_us");
+    // Only the axes that vary go into the bar labels.
+    std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
+                        (devs.size() > 1 ? " " + r.at("device") : "");
+    std::string q = "\"";
+    for (char ch : label) q += ch == '"' ? '\'' : ch;
+    q += "\"";
+    char b[160];
+    std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
+    dat += q + b;
+    ++n;
+  }
+  if (n > 0) {
+    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us other_us (simulated)\n" + dat);
+    write(fs::path(dir) / "breakdown.gp",
+          "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
+              "set output 'breakdown.png'\nset title " +
+              gp_quote("simulated time per plan and topology" +
+                       (workloads.size() == 1 ? ": " + *workloads.begin() : std::string(" (per workload)"))) +
+              "\n"
+              "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+              "set boxwidth 0.75\nset xtics rotate by 45 right scale 0\nset ylabel 'simulated time (us)'\n"
+              "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
+              "set bmargin 10\n"
+              "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "
+              "'' using 4 title 'other (waiting)'\n");
+    scripts.push_back("breakdown.gp");
+  }
+  return scripts;
+}
+
+}  // namespace shardsim::sharding

@@ -1,0 +1,110 @@
+// `shardsim sweep`: a grid of topologies x collectives x algorithms x sizes x dtypes and of workloads x parallel
+// plans, expanded into an ordered list of points (this file: parsing, expansion, result rows and CSV, gnuplot
+// scripts; pure, no MPI). Running the points on sub-communicators is apps/sweep.cpp.
+//
+//   name: collectives-16
+//   output: out/sweeps/collectives-16   # directory for results.csv, results.json, *.png (relative to the cwd;
+//                                       # default out/sweeps/NAME; --output overrides)
+//   validate_max_bytes: 4M              # (default 4M) collective points up to this size (per-rank buffer, the nccl-tests
+//                                       # size) run with real data and are checked; larger ones are timed by the
+//                                       # event-free replay of the schedule (timing: replay, verdict not_run)
+//   axes:
+//     topology:                         # inline topology sections (topology/topology_yaml.h) or file paths
+//       - {kind: ring, chips: 16, bandwidth_gbps: 100, latency_ns: 1000, label: ring16}   # label: optional
+//       - configs/topologies/switch_8.yaml            # relative to the sweep file's directory
+//     device: [trainium1, {preset: generic, hbm_gib: 64, name: big}]   # presets or device sections
+//     collective: [all_reduce, all_gather, reduce_scatter]
+//     algorithm: [auto, ring, bidir_ring, torus]      # per collective; auto = the lowest replayed estimate
+//     size: {from: 1K, to: 1G, factor: 4}             # or a list: [1K, 64K, 1048576]
+//     dtype: [fp32, bf16]
+//     workload:                                       # workload configs (`shardsim run` files) or
+//       - ../blocks/llama2_7b_tp8.yaml                #   {config: PATH, label: NAME, set: {seq: 256}}
+//     plan:                                           # `parallel:` sections; the value `chips` means the
+//       - {tp: chips}                                 #   point's chip count. Keys: tp, sp, cp, cp_split,
+//       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm)
+//
+// Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
+//   collectives: topology x device x collective x algorithm x dtype x size (innermost last)
+//   workloads:   workload x topology x device x plan   (topology/device default to the workload file's own)
+// Defaults: device [generic] for collectives, algorithm [auto], dtype [fp32]. A collective grid needs
+// collective, size and topology; a workload grid needs workload and plan.
+//
+// Every point has a stable key made of its axis values and a hash of its full specification (topology, device
+// and, for workloads, the whole config), used to resume: a changed topology gets a new key.
+//
+// Errors (ConfigError "FILE:LINE: ...", exit 2): unknown top-level key or axis, an empty axis, an unknown
+// collective / dtype / device preset, an algorithm no listed collective knows, a bad topology or size, an
+// unknown plan key, duplicate labels. Combinations that cannot run (an algorithm another listed collective knows,
+// a plan that does not fit the shape or chip count) are not errors: the point carries the reason and is
+// recorded as failed.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardsim::sharding {
+
+enum class PointKind { collective, workload };
+
+struct SweepPoint {
+  int index = 0;
+  PointKind kind = PointKind::collective;
+  std::string key;  // stable id: axis values + hash of the spec
+  int chips = 0;    // chips (ranks) the point needs
+  // Axis values (labels) as they appear in the results.
+  std::string topology, device;
+  std::string collective, algorithm, dtype;
+  size_t size_bytes = 0;  // as requested (the row reports the size actually used after rounding)
+  std::string workload, plan;
+  // What running it needs.
+  std::string topology_yaml;  // the topology section, one line of flow YAML
+  std::string device_yaml;    // the device section, one line of flow YAML
+  std::string config_yaml;    // workloads: the whole `shardsim run` config
+  std::string origin;         // "FILE:LINE" of the axis entry that made it (for messages)
+  std::string error;          // non-empty: cannot run (bad combination); recorded as failed with this reason
+};
+
+struct SweepSpec {
+  std::string file, name, output;
+  double validate_max_bytes = 4.0 * 1024 * 1024;
+  std::vector<std::string> axes;  // the axis names given, in file order
+  std::vector<SweepPoint> points;
+};
+
+SweepSpec load_sweep(const std::string& file);
+SweepSpec parse_sweep(const std::string& text, const std::string& file);
+
+// "1K", "4KiB", "1M", "1G", "1024": bytes (binary multiples). std::invalid_argument otherwise.
+size_t parse_size(const std::string& text);
+// 1024 -> "1KiB", 1536 -> "1536B", 1<<30 -> "1GiB".
+std::string size_label(size_t bytes);
+
+// A result row: column -> value (`ranks`: the world ranks the point ran on, e.g. "4-7"; empty if it did not run) (strings as written to the CSV; numbers formatted with full precision).
+using Row = std::map<std::string, std::string>;
+// The CSV columns, in order.
+const std::vector<std::string>& result_columns();
+// A row with the point's axis values filled in (key, kind, topology, ...).
+Row base_row(const SweepPoint& p);
+
+// CSV (RFC 4180 quoting). to_csv writes the header and ROWS. parse_csv returns the complete rows of TEXT: a
+// last line without its newline (an interrupted write) and rows with the wrong field count are dropped and
+// counted in DROPPED. Columns are matched by name (older files
+// lacking a newer column resume); a header with a column that is not ours, or without `key`, is a ConfigError naming FILE.
+std::string csv_line(const std::vector<std::string>& fields);
+std::string csv_header();
+std::string csv_row(const Row& row);
+std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped = nullptr);
+// The rows as a JSON document {"sweep": NAME, "rows": [...]} with numeric columns as numbers.
+std::string rows_to_json(const std::string& name, const std::vector<Row>& rows);
+
+// Gnuplot: writes FILE.dat/FILE.gp pairs for the plots the rows support into DIR and returns the script names
+// (relative to DIR): busbw_<collective>.gp (busbw vs size, log x, one line per topology/algorithm[/dtype/device])
+// and breakdown.gp (stacked bars of compute / exposed communication / rest per workload, plan, topology).
+std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows);
+
+// FNV-1a 64-bit of TEXT as 8 hex digits (the low 32 bits), for keys.
+std::string short_hash(const std::string& text);
+
+}  // namespace shardsim::sharding

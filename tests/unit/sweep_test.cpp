@@ -1,0 +1,191 @@
+// Sweep grid expansion, keys, input errors and the results CSV (sharding/sweep.h). No MPI.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "common/error.h"
+#include "sharding/sweep.h"
+
+using namespace shardsim;
+using namespace shardsim::sharding;
+
+namespace {
+
+const char* kGrid = R"(name: t
+axes:
+  topology:
+    - {kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000}
+    - {kind: torus, dims: [2, 2], bandwidth_gbps: 100, latency_ns: 1000}
+    - {kind: switch, chips: 8, bandwidth_gbps: 50}
+  collective: [all_reduce, broadcast]
+  algorithm: [auto, ring, binomial_tree]
+  size: {from: 1K, to: 64K, factor: 4}
+  dtype: [fp32, bf16]
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_sweep(text, "s.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
+  const auto s = parse_sweep(kGrid, "s.yaml");
+  // 3 topologies x 1 device x 2 collectives x 3 algorithms x 2 dtypes x 4 sizes (1K 4K 16K 64K)
+  ASSERT_EQ(s.points.size(), 3u * 2 * 3 * 2 * 4);
+  EXPECT_EQ(s.name, "t");
+  EXPECT_EQ(s.output, "out/sweeps/t");
+  // Innermost axis is size, then dtype, algorithm, collective, device, topology.
+  EXPECT_EQ(s.points[0].topology, "ring4");
+  EXPECT_EQ(s.points[0].collective, "all_reduce");
+  EXPECT_EQ(s.points[0].algorithm, "auto");
+  EXPECT_EQ(s.points[0].dtype, "fp32");
+  EXPECT_EQ(s.points[0].size_bytes, 1024u);
+  EXPECT_EQ(s.points[1].size_bytes, 4096u);
+  EXPECT_EQ(s.points[3].size_bytes, 65536u);
+  EXPECT_EQ(s.points[4].dtype, "bf16");
+  EXPECT_EQ(s.points[8].algorithm, "ring");
+  EXPECT_EQ(s.points[24].collective, "broadcast");
+  EXPECT_TRUE(s.points[24 + 16].error.empty()) << "broadcast has a binomial_tree";
+  EXPECT_EQ(s.points[48].topology, "torus2x2");
+  EXPECT_EQ(s.points[96].topology, "switch8");
+  EXPECT_EQ(s.points[96].chips, 8);
+  EXPECT_EQ(s.points[0].chips, 4);
+  EXPECT_EQ(s.points[0].device, "generic");
+  std::set<std::string> keys;
+  for (size_t i = 0; i < s.points.size(); ++i) {
+    EXPECT_EQ(s.points[i].index, static_cast<int>(i));
+    keys.insert(s.points[i].key);
+  }
+  EXPECT_EQ(keys.size(), s.points.size()) << "keys are unique";
+  // binomial_tree is not an all_reduce algorithm: a recorded failure, not an input error.
+  EXPECT_EQ(s.points[16].algorithm, "binomial_tree");
+  EXPECT_NE(s.points[16].error.find("all_reduce has no algorithm 'binomial_tree'"), std::string::npos);
+  EXPECT_TRUE(s.points[8].error.empty());
+}
+
+TEST(Sweep, KeysAreStableAndFollowTheSpec) {
+  const auto a = parse_sweep(kGrid, "s.yaml");
+  const auto b = parse_sweep(kGrid, "other.yaml");
+  for (size_t i = 0; i < a.points.size(); ++i) EXPECT_EQ(a.points[i].key, b.points[i].key);
+  EXPECT_EQ(a.points[0].key.substr(0, a.points[0].key.find('#')), "all_reduce|auto|ring4|generic|fp32|1024");
+  // A different bandwidth on the same label gives a different key (so a resume does not reuse stale rows).
+  std::string changed = kGrid;
+  changed.replace(changed.find("bandwidth_gbps: 100"), 19, "bandwidth_gbps: 200");
+  const auto c = parse_sweep(changed, "s.yaml");
+  EXPECT_NE(c.points[0].key, a.points[0].key);
+  EXPECT_EQ(c.points[48].key, a.points[48].key);  // the torus did not change
+}
+
+TEST(Sweep, SizeListsAndLabels) {
+  const auto s = parse_sweep(R"(axes:
+  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100, label: r2}]
+  collective: all_reduce
+  size: [8, 1K, 3MiB, 1G]
+)", "x/s.yaml");
+  ASSERT_EQ(s.points.size(), 4u);
+  EXPECT_EQ(s.name, "s");
+  EXPECT_EQ(s.points[0].topology, "r2");
+  EXPECT_EQ(s.points[2].size_bytes, 3u << 20);
+  EXPECT_EQ(s.points[3].size_bytes, 1u << 30);
+  EXPECT_EQ(size_label(1u << 30), "1GiB");
+  EXPECT_EQ(size_label(1536), "1536B");
+  EXPECT_EQ(parse_size("4KiB"), 4096u);
+  EXPECT_THROW(parse_size("4X"), std::invalid_argument);
+}
+
+TEST(Sweep, WorkloadGridSubstitutesChipsAndRecordsBadPlans) {
+  const std::string text = std::string(R"(axes:
+  workload: [{config: )") + SHARDSIM_CONFIG_DIR + R"(/blocks/small_block.yaml, label: small, set: {seq: 32}}]
+  topology:
+    - {kind: ring, chips: 2, bandwidth_gbps: 100}
+    - {kind: ring, chips: 4, bandwidth_gbps: 100}
+  plan: [{tp: chips}, {tp: chips, sp: true}, {cp: chips}, {ulysses: chips}, {tp: 3}]
+)";
+  const auto s = parse_sweep(text, "w.yaml");
+  ASSERT_EQ(s.points.size(), 10u);
+  EXPECT_EQ(s.points[0].plan, "tp2");
+  EXPECT_EQ(s.points[1].plan, "tp2+sp");
+  EXPECT_EQ(s.points[2].plan, "cp2");
+  EXPECT_EQ(s.points[3].plan, "ulysses2");
+  EXPECT_EQ(s.points[5].plan, "tp4");
+  EXPECT_EQ(s.points[5].chips, 4);
+  EXPECT_EQ(s.points[0].workload, "small");
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(s.points[i].error.empty()) << s.points[i].error;
+  // tp 3 on 2 chips: recorded as a failing point with the block parser's reason.
+  EXPECT_NE(s.points[4].error.find("parallel"), std::string::npos) << s.points[4].error;
+  EXPECT_NE(s.points[0].config_yaml.find("seq: 32"), std::string::npos);
+  EXPECT_NE(s.points[5].config_yaml.find("tp: 4"), std::string::npos);
+}
+
+TEST(Sweep, InputErrorsNameFileAndLine) {
+  // Unknown axis.
+  auto e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n  colour: [red]\n");
+  EXPECT_NE(e.find("s.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("colour"), std::string::npos) << e;
+  // Empty axis.
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: []\n  size: [1K]\n");
+  EXPECT_NE(e.find("s.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("empty axis"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size:\n");
+  EXPECT_NE(e.find("empty axis"), std::string::npos) << e;
+  // Unknown top-level key, unknown collective, dtype, algorithm, bad size, bad topology, plan key.
+  EXPECT_NE(error_of("nam: x\naxes: {}\n").find("s.yaml:1"), std::string::npos);
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduse]\n  size: [1K]\n");
+  EXPECT_NE(e.find("s.yaml:3"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n  dtype: [fp33]\n");
+  EXPECT_NE(e.find("s.yaml:5"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  algorithm: [rign]\n  size: [1K]\n");
+  EXPECT_NE(e.find("rign"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1Q]\n");
+  EXPECT_NE(e.find("s.yaml:4"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: rung, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n");
+  EXPECT_NE(e.find("s.yaml:2"), std::string::npos) << e;
+  e = error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}, {kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n");
+  EXPECT_NE(e.find("label"), std::string::npos) << e;
+  e = error_of("axes:\n  workload: [x.yaml]\n  plan: [{tq: 2}]\n");
+  EXPECT_NE(e.find("s.yaml:2"), std::string::npos) << e;  // the workload file is read first: it is missing
+  e = error_of(std::string("axes:\n  workload: [") + SHARDSIM_CONFIG_DIR + "/blocks/small_block.yaml]\n  plan: [{tq: 2}]\n");
+  EXPECT_NE(e.find("s.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("tq"), std::string::npos) << e;
+  // Axes that need a partner.
+  EXPECT_NE(error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n").find("size"),
+            std::string::npos);
+  EXPECT_NE(error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n").find("nothing to sweep"), std::string::npos);
+}
+
+TEST(Sweep, CsvRoundTripAndInterruptedLines) {
+  const auto s = parse_sweep(kGrid, "s.yaml");
+  Row r = base_row(s.points[0]);
+  r["reason"] = "a, \"quoted\"\nreason";
+  r["sim_time_us"] = "12.5";
+  Row r2 = base_row(s.points[1]);
+  std::string text = csv_header() + csv_row(r) + csv_row(r2);
+  int dropped = -1;
+  auto rows = parse_csv(text, "r.csv", &dropped);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(dropped, 0);
+  EXPECT_EQ(rows[0]["reason"], "a, \"quoted\" reason");
+  EXPECT_EQ(rows[0]["key"], s.points[0].key);
+  EXPECT_EQ(rows[1]["key"], s.points[1].key);
+  // A half-written last line is dropped, not misread.
+  const std::string cut = text + csv_row(base_row(s.points[2])).substr(0, 20);
+  rows = parse_csv(cut, "r.csv", &dropped);
+  EXPECT_EQ(rows.size(), 2u);
+  EXPECT_EQ(dropped, 1);
+  EXPECT_THROW(parse_csv("a,b\n1,2\n", "r.csv"), ConfigError);
+  // An older file without some columns still reads (by name); the missing ones are empty.
+  auto old_rows = parse_csv("key,verdict\nk1,pass\n", "r.csv", &dropped);
+  ASSERT_EQ(old_rows.size(), 1u);
+  EXPECT_EQ(old_rows[0]["key"], "k1");
+  EXPECT_EQ(old_rows[0]["verdict"], "pass");
+  EXPECT_EQ(old_rows[0]["ranks"], "");
+  const std::string json = rows_to_json("t", rows);
+  EXPECT_NE(json.find("\"sim_time_us\": 12.5"), std::string::npos) << json;
+}
