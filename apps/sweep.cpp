@@ -205,6 +205,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
       if (block) {
         bcfg = sharding::parse_block_config(node, where);
         if (bcfg.topology.num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
+        sharding::check_host_memory(bcfg);  // recorded as a failed point instead of ranks killed by the OS
       } else {
         mcfg = sharding::parse_run_config(pt.config_yaml, where);
         sharding::check_world_size(mcfg, sw.size());
