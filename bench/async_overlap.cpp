@@ -112,11 +112,11 @@ int run(int argc, char** argv, const runtime::World& world) {
   if (recv[0] != static_cast<float>(world.size() * (world.size() + 1) / 2))
     throw RuntimeFault("all_reduce result wrong: " + std::to_string(recv[0]));
 
-  // The fused op (sharding/fused.h): C [1024, n] = A [1024, K] · B [K, n] then all_reduce(C), n so that C is
+  // The fused op (sharding/fused.h): C [m, 1024] = A [m, K] · B [K, 1024] then all_reduce(C), m so that C is
   // --mib MiB and K so that the GEMM takes about as long as the all_reduce; unfused (GEMM, then the sync
   // all_reduce) vs gemm_all_reduce with --chunks pieces (their all_reduces on the engine while the next piece's
   // GEMM runs here).
-  const int64_t fm = 1024, fn = static_cast<int64_t>(count) / fm;
+  const int64_t fn = 1024, fm = static_cast<int64_t>(count) / fn;  // tall: the rows cut, pieces in place in C
   int64_t fk = 64;
   runtime::Tensor fa, fb, fc(runtime::DType::fp32, {fm, fn});
   auto make_ab = [&] {

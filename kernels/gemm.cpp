@@ -1,5 +1,8 @@
 #include "kernels/gemm.h"
 
+#include <cstring>
+#include <string>
+
 #include <cblas.h>
 
 #include <stdexcept>
@@ -43,6 +46,31 @@ KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& 
     auto* out = c.bf16();
     for (size_t i = 0; i < fc.size(); ++i) out[i] = runtime::float_to_bf16(fc[i]);
   }
+  return cost;
+}
+
+KernelCost gemm_rows(const Tensor& a, int64_t a_row0, int64_t rows, const Tensor& b, Tensor& c, int64_t c_row0) {
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2 || a.dtype() != b.dtype() || a.dtype() != c.dtype() ||
+      a.dim(1) != b.dim(0) || c.dim(1) != b.dim(1) || rows < 0 || a_row0 < 0 || c_row0 < 0 ||
+      a_row0 + rows > a.dim(0) || c_row0 + rows > c.dim(0))
+    throw std::invalid_argument("gemm_rows: rows [" + std::to_string(a_row0) + ", +" + std::to_string(rows) + ") of A " +
+                                runtime::shape_str(a.shape()) + " x B " + runtime::shape_str(b.shape()) +
+                                " -> rows from " + std::to_string(c_row0) + " of C " + runtime::shape_str(c.shape()) +
+                                " do not fit (or dtypes differ)");
+  const int64_t k = a.dim(1), n = b.dim(1);
+  KernelCost cost{"gemm", 2.0 * double(rows) * double(n) * double(k),
+                  double(rows * k + k * n + rows * n) * double(runtime::dtype_size(a.dtype())), a.dtype()};
+  if (rows == 0 || n == 0) return cost;
+  if (a.dtype() == DType::fp32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(rows), blasint(n), blasint(k), 1.0f,
+                a.f32() + a_row0 * k, blasint(k), b.f32(), blasint(n), 0.0f, c.f32() + c_row0 * n, blasint(n));
+    return cost;
+  }
+  // bf16: widen the row block, multiply in fp32, round once (as gemm does).
+  Tensor ab(a.dtype(), {rows, k}), cb(c.dtype(), {rows, n});
+  std::memcpy(ab.data(), static_cast<const unsigned char*>(a.data()) + static_cast<size_t>(a_row0 * k) * 2, ab.nbytes());
+  gemm(ab, b, cb);
+  std::memcpy(static_cast<unsigned char*>(c.data()) + static_cast<size_t>(c_row0 * n) * 2, cb.data(), cb.nbytes());
   return cost;
 }
 

@@ -20,6 +20,12 @@ struct GemmOptions {
 // C must already have shape [M, N] and the dtype of A and B.
 KernelCost gemm(const runtime::Tensor& a, const runtime::Tensor& b, runtime::Tensor& c, const GemmOptions& o = {});
 
+// C[c_row0 : c_row0 + rows] = A[a_row0 : a_row0 + rows] · B, in place in C (no copies of A or C): the row-block
+// form the fused ops use. A [*, K], B [K, N], C [*, N]; fp32 or bf16 as above. Cost: that of a [rows, K] x [K, N]
+// GEMM. Errors: std::invalid_argument naming the shapes and rows.
+KernelCost gemm_rows(const runtime::Tensor& a, int64_t a_row0, int64_t rows, const runtime::Tensor& b,
+                     runtime::Tensor& c, int64_t c_row0);
+
 // Threads OpenBLAS may use in this process (1 per rank when ranks share the host's cores).
 void set_blas_threads(int n);
 

@@ -50,15 +50,24 @@ double collective_ns(runtime::Transport& tp, Collective c, const std::string& al
   return collectives::estimate_ns(c, a, tp, bytes);
 }
 
-// Columns [c0, c0+n) of the 2-D tensor T, and the reverse.
-Tensor columns(const Tensor& t, int64_t c0, int64_t n) {
-  Tensor out(t.dtype(), {t.dim(0), n});
+// Host buffers for the pieces, kept across calls (grow-only, per thread): a fresh tensor per piece and call
+// costs its first-touch page faults, which on this kind of host cost more than the GEMM (docs/PERFORMANCE.md).
+// Returns a tensor of DTYPE and SHAPE whose contents are unspecified.
+Tensor& pooled(std::vector<Tensor>& pool, size_t i, runtime::DType dtype, const runtime::Shape& shape) {
+  if (pool.size() <= i) pool.resize(i + 1);
+  Tensor& t = pool[i];
+  if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
+  return t;
+}
+thread_local std::vector<Tensor> b_pool, c_pool;
+
+// Columns [c0, c0+n) of the 2-D tensor T into OUT ([rows, n]), and the reverse.
+void columns_into(const Tensor& t, int64_t c0, int64_t n, Tensor& out) {
   const size_t es = runtime::dtype_size(t.dtype());
   for (int64_t r = 0; r < t.dim(0); ++r)
     std::memcpy(static_cast<unsigned char*>(out.data()) + static_cast<size_t>(r * n) * es,
                 static_cast<const unsigned char*>(t.data()) + static_cast<size_t>(r * t.dim(1) + c0) * es,
                 static_cast<size_t>(n) * es);
-  return out;
 }
 void set_columns(Tensor& t, int64_t c0, const Tensor& src) {
   const size_t es = runtime::dtype_size(t.dtype());
@@ -129,38 +138,53 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
   // Only for pieces of 1 MiB or more: below that the engine's per-op cost (a sequence-number exchange, a thread
   // hand-off) outweighs what there is to overlap.
   const bool host_async = tp.size() > 1 && chunks > 1 && piece_bytes(len / chunks) >= double(1 << 20);
-  std::vector<Tensor> pieces;
-  pieces.reserve(static_cast<size_t>(chunks));  // the engine holds pointers into them: no reallocation
+  // Piece i's output lives in c_pool[i] until its all_reduce is done (the engine holds pointers into it); the
+  // pool is only resized before any is issued.
+  if (c_pool.size() < static_cast<size_t>(chunks)) c_pool.resize(static_cast<size_t>(chunks));
+  std::vector<Tensor*> pieces;
   std::vector<collectives::AsyncHandle> inflight;
   std::vector<int64_t> offsets;
   auto finish = [&](const collectives::CollectiveResult& r, size_t k) {
     end = std::max(end, r.span.end);
     t.bytes_sent += r.bytes_sent;
-    if (by_cols) set_columns(c, offsets[k], pieces[k]);
-    else c.set_rows(offsets[k], pieces[k]);
+    if (pieces[k]) set_columns(c, offsets[k], *pieces[k]);  // row pieces are already in C
   };
   for (int i = 0; i < chunks; ++i) {
     const auto off = static_cast<int64_t>(part.offset(static_cast<size_t>(i)));
     const auto l = static_cast<int64_t>(part.size(static_cast<size_t>(i)));
     if (l == 0) continue;
-    sim::Span span;
     const std::string gname = name + ".gemm" + std::to_string(i);
-    pieces.push_back(by_cols ? gemm_on(tp, a, columns(b, off, l), compute_at, gname, span)
-                             : gemm_on(tp, a.rows(off, l), b, compute_at, gname, span));
+    const size_t slot = pieces.size();
+    kernels::KernelCost cost;
+    void* buf = nullptr;  // the piece's all_reduce buffer
+    size_t count = 0;
+    if (by_cols) {  // a column block of C is strided: compute it into a pooled [M, l] tensor
+      Tensor& ci = pooled(c_pool, slot, dt, {M, l});
+      Tensor& bi = pooled(b_pool, 0, dt, {K, l});
+      columns_into(b, off, l, bi);
+      cost = kernels::gemm(a, bi, ci);
+      pieces.push_back(&ci);
+      buf = ci.data();
+      count = static_cast<size_t>(ci.numel());
+    } else {  // a row block of C is contiguous: compute and all_reduce it in place
+      cost = kernels::gemm_rows(a, off, l, b, c, off);
+      pieces.push_back(nullptr);
+      buf = static_cast<unsigned char*>(c.data()) + static_cast<size_t>(off * N) * runtime::dtype_size(dt);
+      count = static_cast<size_t>(l * N);
+    }
+    const sim::Span span =
+        tp.timeline().compute(gname, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), compute_at);
     offsets.push_back(off);
-    Tensor& ci = pieces.back();
     compute_at = span.end;  // the next piece's GEMM does not wait for this piece's all_reduce
     t.compute_ns += span.duration();
     collectives::CollectiveOptions o;
     o.algorithm = algorithm;
     o.name = name + ".all_reduce" + std::to_string(i);
     if (host_async) {
-      inflight.push_back(collectives::all_reduce_async(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()),
-                                                       ci.dtype(), collectives::ReduceOp::sum, span.end, o));
+      inflight.push_back(
+          collectives::all_reduce_async(tp, buf, buf, count, dt, collectives::ReduceOp::sum, span.end, o));
     } else {
-      finish(collectives::all_reduce(tp, ci.data(), ci.data(), static_cast<size_t>(ci.numel()), ci.dtype(),
-                                     collectives::ReduceOp::sum, span.end, o),
-             pieces.size() - 1);
+      finish(collectives::all_reduce(tp, buf, buf, count, dt, collectives::ReduceOp::sum, span.end, o), slot);
     }
   }
   for (size_t k = 0; k < inflight.size(); ++k) finish(inflight[k].wait(), k);
