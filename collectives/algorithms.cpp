@@ -196,25 +196,15 @@ double chain_estimate(const runtime::Transport& tp, double bytes, size_t chunk_b
   return end;
 }
 
-// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, replayed with the data left
-// after the dimensions before it (S, S/k0, S/(k0 k1), ...). Lines of one dimension use disjoint links.
+// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, in the algorithm's order
+// (torus::dim_order), replayed with the data left after the dimensions before it (S, S/k, ...). Lines of one
+// dimension use disjoint links.
 double torus_estimate(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes) {
   const auto& topo = tp.topology();
   double t = 0, s = bytes;
-  for (size_t d = 0; d < topo.dims().size(); ++d) {
-    const int k = topo.dims()[d];
-    if (k == 1) continue;
-    std::vector<int> line;
-    std::vector<int> xyz(topo.dims().size(), 0);
-    for (int x = 0; x < k; ++x) {
-      xyz[d] = x;
-      line.push_back(topo.chip_at(xyz));
-    }
-    const auto l = topo.route(line[0], line[1]);
-    const auto lb = topo.route(line[0], line[static_cast<size_t>(k - 1)]);
-    const bool bidir = k > 2 && lb.front() != l.front();
-    t += ring_estimate(Replay(topo, line), s / k, passes, bidir, chunk_bytes);
-    s /= k;
+  for (const auto& d : torus::dim_order(topo)) {
+    t += ring_estimate(Replay(topo, d.line), s / d.k, passes, d.bidirectional, chunk_bytes);
+    s /= d.k;
   }
   return t;
 }

@@ -17,9 +17,9 @@
 // port and own-link serialization, cut-through route latency, bottleneck bandwidth), so they equal the simulated
 // time of a lone collective started at time 0 on every chip (ring/bidir_ring incl. pipelining,
 // halving_doubling incl. the unequal chunk halves of non-powers of two, chains, binomial trees, direct); the
-// torus replays the ring of each dimension through chip 0 (exact when a dimension's lines are alike). Chunks
-// are taken as S/p bytes: with counts not divisible by p the estimate is off by up to one element per chunk
-// (about 1e-4 relative in the tests).
+// torus replays the ring of each dimension through chip 0 in torus::dim_order (exact when a dimension's lines are
+// alike). Chunks are taken as S/p bytes: with counts not divisible by p the estimate is off by up to one element
+// per chunk (about 1e-4 relative in the tests).
 #pragma once
 
 #include <string>

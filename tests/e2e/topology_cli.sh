@@ -33,6 +33,15 @@ if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 16 bench all_reduce --topol
   assert_out '^ +1024 +256 +fp32 +sum +-1 +torus +\| +6\.0[0-9] ' "12 latency steps of 500 ns + 1 KiB terms"
 fi
 
+e2e_case "ASTRA-sim ring 4 x switch 2: the torus all_reduce reduce-scatters the fast ring first"
+# 1 MiB, ring 200 GiB/s 100 ns (bidirectional, 4 chips), switch 25 GiB/s 1000 ns (2 links per step):
+# ring first 2[3(100 + S/(8 x 214.748)) + (2000 + (S/4)/(2 x 26.8435))] = 18.03 us; switch first would be 45.49 us.
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce --topology "$TOPO/astra_ring4_switch2.yml" \
+  -b 1M -e 1M -n 1 -w 0 -a hierarchical; then
+  assert_out 'stacked switch 2 x ring 4 \(8 chips, 4 switches\)' "loaded outermost first"
+  assert_out '^ +1048576 +262144 +fp32 +sum +-1 +torus +\| +18\.03 ' "fast ring first: 18.03 us (not 45.49)"
+fi
+
 e2e_case "every kind validates"
 for spec in "4 --mesh 2x2" "5 --switch" "4 --fully-connected" "8 --topology $TOPO/stacked_switch2_ring4.yaml" \
             "4 --topology $TOPO/graph_4.yaml" "8 --topology $TOPO/mesh_2x4.yaml" "3 --mesh 3"; do
@@ -49,8 +58,10 @@ if expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --topology "$TOPO/
   assert_out "^  all_reduce +torus" "torus algorithm ran on the stack"
 fi
 printf 'topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 100\n  latency_ns: 500\n  placement: [3, 1, 0, 2]\n' >placed.yaml
-expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 4 validate --topology placed.yaml -c all_reduce,broadcast -d fp32 \
-  --counts 1031 -o sum
+if expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 4 validate --topology placed.yaml -c all_reduce,broadcast -d fp32 \
+  --counts 1031 -o sum; then
+  assert_out "^  all_reduce +torus" "torus runs on a permuted placement (rings follow chip coordinates)"
+fi
 
 e2e_case "the MLP workload on a switch with a permuted placement"
 sed 's/  latency_ns: 500/  latency_ns: 500\n  placement: [2, 0, 3, 1]/; s/kind: ring/kind: switch/' \
