@@ -162,6 +162,36 @@ TEST(Bisection, GridFormulaMatchesTheExactSearch) {
   EXPECT_DOUBLE_EQ(*Topology::switched(8, l).bisection_bandwidth_gbps(), 4 * 10.0);
 }
 
+// hop_count, diameter and average_hop_count use closed forms on grids and the distance table on graphs
+// (topo describe must scale to thousands of chips); they must equal what the routes the simulator uses give.
+TEST(Metrics, ClosedFormsEqualRouteLengths) {
+  const LinkSpec l{10, 0};
+  const std::vector<Topology> cases = {
+      Topology::ring(1, l), Topology::ring(2, l), Topology::ring(7, l), Topology::ring(8, l), Topology::ring(6, l, false),
+      Topology::ring(2, l, false), Topology::torus({3, 4}, {l}), Topology::torus({2, 1, 5}, {l}),
+      Topology::mesh({4, 3}, {l}), Topology::mesh({1, 6}, {l}), Topology::fully_connected(5, l),
+      Topology::switched(6, l),
+      Topology::stacked({Dim{DimKind::switch_, 3, l, true}, Dim{DimKind::ring, 5, l, false},
+                         Dim{DimKind::line, 3, l, true}, Dim{DimKind::fully_connected, 2, l, true}}),
+      Topology::graph(4, 1, {Edge{0, 1, l, true}, Edge{1, 2, l, true}, Edge{0, 4, l, true}, Edge{4, 3, l, true}}),
+      Topology::graph(3, 0, {Edge{0, 1, l, false}, Edge{1, 2, l, false}, Edge{2, 0, l, false}}),
+  };
+  for (const auto& t : cases) {
+    int diameter = 0;
+    double sum = 0;
+    for (int a = 0; a < t.num_chips(); ++a)
+      for (int b = 0; b < t.num_chips(); ++b) {
+        const int hops = static_cast<int>(t.route(a, b).size());
+        ASSERT_EQ(t.hop_count(a, b), hops) << t.describe() << " " << a << " -> " << b;
+        diameter = std::max(diameter, hops);
+        sum += hops;
+      }
+    const double n = t.num_chips();
+    EXPECT_EQ(t.diameter(), diameter) << t.describe();
+    EXPECT_NEAR(t.average_hop_count(), n > 1 ? sum / (n * (n - 1)) : 0.0, 1e-12) << t.describe();
+  }
+}
+
 TEST(Placement, MustBeAPermutation) {
   auto t = Topology::ring(4, LinkSpec{1, 0});
   EXPECT_TRUE(t.identity_placement());
