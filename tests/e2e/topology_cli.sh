@@ -88,6 +88,18 @@ if expect_exit 0 'average hop count  2\.000' -- "$SHARDSIM" topo describe "$TOPO
   assert_out 'bisection +200 GB/s' "cut the 4-line dimension: 2 lines x 1 link x 100 GB/s"
   assert_out 'diameter +4 hops' "mesh 2x4 diameter 1 + 3"
 fi
+# Thousands of chips: hops in closed form on grids, one BFS per node on graphs (all-pairs routes took 42 s on the
+# 64x64 torus and 291 s on a 4096-chip graph; now well under a second). A generous timeout, not a benchmark.
+printf 'topology:\n  kind: torus\n  dims: [64, 64]\n  bandwidth_gbps: 100\n' >t4096.yaml
+{ printf 'topology:\n  kind: graph\n  chips: 4096\n  bandwidth_gbps: 100\n  links:\n'
+  for ((i = 0; i < 4096; i++)); do printf '    - [%d, %d]\n' "$i" $(((i + 1) % 4096)); done; } >g4096.yaml
+if expect_exit 0 'average hop count  32\.008' -- timeout -k 5 30 "$SHARDSIM" topo describe t4096.yaml; then
+  assert_out 'diameter +64 hops' "64x64 torus: 32 + 32"
+fi
+if expect_exit 0 'average hop count  1024\.250' -- timeout -k 5 30 "$SHARDSIM" topo describe g4096.yaml; then
+  assert_out 'diameter +2048 hops' "ring of 4096 as a graph"
+  assert_out 'bisection +not computed: exact search skipped above 22 nodes' "the exponential search is capped, and says so"
+fi
 if command -v dot >/dev/null 2>&1; then
   if dot -Tsvg g.dot -o g.svg 2>dot.err; then pass "Graphviz renders the dot file"; else fail "dot: $(cat dot.err)"; fi
 fi
