@@ -107,9 +107,10 @@ void print(const nlohmann::json& j) {
   std::printf("topology   %s\n", j["description"].get<std::string>().c_str());
   std::printf("  config             %s\n", j["config"].get<std::string>().c_str());
   std::printf("  chips              %d", j["chips"].get<int>());
-  if (j["switches"].get<int>() > 0) std::printf(" (+ %d switches)", j["switches"].get<int>());
+  if (j["switches"].get<int>() > 0)
+    std::printf(" (+ %d switch%s)", j["switches"].get<int>(), j["switches"].get<int>() == 1 ? "" : "es");
   std::printf("\n  directed links     %zu (each full bandwidth in its direction)\n", j["directed_links"].get<size_t>());
-  std::printf("  diameter           %d hops\n", j["diameter_hops"].get<int>());
+  std::printf("  diameter           %d hop%s\n", j["diameter_hops"].get<int>(), j["diameter_hops"].get<int>() == 1 ? "" : "s");
   std::printf("  average hop count  %.3f (over ordered pairs of distinct chips, routes as simulated)\n",
               j["average_hops"].get<double>());
   if (j["bisection_bandwidth_gbps"].is_null())

@@ -313,6 +313,18 @@ std::string canonical_algorithm(Collective c, const std::string& name) {
   return std::find(names.begin(), names.end(), n) != names.end() ? n : "";
 }
 
+std::string not_an_algorithm_of(Collective c, const std::string& name) {
+  std::string takes;
+  for (const auto& n : algorithm_names(c)) takes += n + ", ";
+  takes += "auto";
+  std::string other;
+  for (Collective o : all_collectives())
+    if (o != c && !canonical_algorithm(o, name).empty()) other += (other.empty() ? "" : ", ") + collective_name(o);
+  if (other.empty()) return "unknown algorithm '" + name + "' (known: " + takes + ")";
+  return "algorithm '" + name + "' is not applicable to " + collective_name(c) + " (it is an algorithm of " + other +
+         "); " + collective_name(c) + " takes: " + takes;
+}
+
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp) {
   if (algorithm == "bidir_ring") return ring::bidirectional_obstacle(tp);
   if (algorithm == "torus") return torus::obstacle(tp);
@@ -398,14 +410,9 @@ void check_args(Collective c, const runtime::Transport& tp, const CollectiveOpti
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   const std::string cname = collective_name(c);
   const auto& names = algorithm_names(c);
-  auto list = [&] {
-    std::string s;
-    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-    return s + ", auto";
-  };
   if (options.algorithm != "auto") {
     const std::string a = canonical_algorithm(c, options.algorithm);
-    if (a.empty()) throw UsageError(cname + ": unknown algorithm '" + options.algorithm + "' (known: " + list() + ")");
+    if (a.empty()) throw UsageError(cname + ": " + not_an_algorithm_of(c, options.algorithm));
     if (const std::string why = obstacle(c, a, tp); !why.empty())
       throw UsageError(cname + ": algorithm '" + a + "' cannot run on " + std::to_string(tp.size()) + " chips of " +
                        tp.topology().describe() + ": " + why);

@@ -44,6 +44,11 @@ bool is_rooted(Collective c);     // takes a root
 const std::vector<std::string>& algorithm_names(Collective c);
 // Canonical name for NAME or an alias; "" if unknown for C.
 std::string canonical_algorithm(Collective c, const std::string& name);
+// The message for NAME not being an algorithm of C (canonical_algorithm(C, NAME) empty): when NAME (or an alias)
+// is an algorithm of other collectives, "algorithm 'halving_doubling' is not applicable to broadcast (it is an
+// algorithm of all_reduce, ...); broadcast takes: binomial_tree, ring, auto", else "unknown algorithm 'warp'
+// (known: ..., auto)". No "C: " prefix.
+std::string not_an_algorithm_of(Collective c, const std::string& name);
 // Why ALGORITHM cannot run C on TP ("" when it can).
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp);
 // Closed-form simulated time (ns) of C with ALGORITHM for a per-rank buffer of BYTES (as nccl-tests sizes it:

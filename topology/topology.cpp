@@ -21,20 +21,26 @@ std::string dim_kind_name(DimKind k) {
 
 namespace {
 
-void check_spec(const LinkSpec& s, const std::string& where) {
-  if (!std::isfinite(s.bandwidth_gbps) || !(s.bandwidth_gbps > 0))
-    throw std::invalid_argument(where + "bandwidth must be a finite number > 0 GB/s");
-  if (!std::isfinite(s.latency_ns) || !(s.latency_ns >= 0))
-    throw std::invalid_argument(where + "latency must be a finite number >= 0 ns");
-}
-
 std::string fmt(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
 }
 
+void check_spec(const LinkSpec& s, const std::string& where) {
+  if (!(s.bandwidth_gbps >= kMinBandwidthGbps && s.bandwidth_gbps <= kMaxBandwidthGbps))
+    throw std::invalid_argument(where + "bandwidth must be " + bandwidth_range_text() + " (got " +
+                                fmt(s.bandwidth_gbps) + ")");
+  if (!(s.latency_ns >= 0 && s.latency_ns <= kMaxLatencyNs))
+    throw std::invalid_argument(where + "latency must be " + latency_range_text() + " (got " + fmt(s.latency_ns) + ")");
+}
+
 }  // namespace
+
+std::string bandwidth_range_text() {
+  return "a finite number > 0 within " + fmt(kMinBandwidthGbps) + ".." + fmt(kMaxBandwidthGbps) + " GB/s";
+}
+std::string latency_range_text() { return "a finite number >= 0 within 0.." + fmt(kMaxLatencyNs) + " ns"; }
 
 void Topology::add_link(int src, int dst, LinkSpec spec, int dim, int dir) {
   Link l;
@@ -525,14 +531,16 @@ std::string Topology::describe() const {
       for (size_t d = 0; d < dims_.size(); ++d)
         os << (d ? " x " : "") << dim_kind_name(dim_specs_[d].kind) << " " << dims_[d];
       os << " (" << num_chips_ << " chips";
-      if (num_nodes() > num_chips_) os << ", " << num_nodes() - num_chips_ << " switches";
+      if (num_nodes() > num_chips_)
+        os << ", " << num_nodes() - num_chips_ << (num_nodes() - num_chips_ == 1 ? " switch" : " switches");
       os << ")";
       break;
     }
     case Kind::graph: {
       os << "graph " << num_chips_ << " chips";
-      if (num_nodes() > num_chips_) os << ", " << num_nodes() - num_chips_ << " switches";
-      os << ", " << links_.size() << " directed links";
+      if (num_nodes() > num_chips_)
+        os << ", " << num_nodes() - num_chips_ << (num_nodes() - num_chips_ == 1 ? " switch" : " switches");
+      os << ", " << links_.size() << (links_.size() == 1 ? " directed link" : " directed links");
       return os.str() + " (GB = 1e9 B, per direction)";
     }
   }

@@ -34,9 +34,19 @@
 
 namespace shardsim::topology {
 
+// Accepted link parameters (everywhere: builders, YAML, ASTRA-sim files, --bandwidth/--latency). Values outside
+// are almost certainly unit mistakes and would make simulated times overflow or vanish: bandwidth from 1 MB/s to
+// 1 PB/s, latency from 0 to 1 s.
+inline constexpr double kMinBandwidthGbps = 1e-3;
+inline constexpr double kMaxBandwidthGbps = 1e6;
+inline constexpr double kMaxLatencyNs = 1e9;
+// "a finite number > 0 within 0.001..1e+06 GB/s" / "a finite number >= 0 within 0..1e+09 ns", for messages.
+std::string bandwidth_range_text();
+std::string latency_range_text();
+
 struct LinkSpec {
-  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes; must be finite and > 0
-  double latency_ns = 0;      // per hop; must be finite and >= 0
+  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes; kMinBandwidthGbps..kMaxBandwidthGbps
+  double latency_ns = 0;      // per hop; 0..kMaxLatencyNs
 };
 
 enum class DimKind { ring, line, fully_connected, switch_ };

@@ -132,6 +132,11 @@ TEST(Graph, BadEdgesAreRejected) {
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 0, LinkSpec{1, 0}, true}}), std::invalid_argument);
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{0, 0}, true}}), std::invalid_argument);
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{NAN, 0}, true}}), std::invalid_argument);
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1e308, 0}), std::invalid_argument);   // outside 1e-3..1e6 GB/s
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1e-300, 0}), std::invalid_argument);
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1, 2e9}), std::invalid_argument);     // outside 0..1e9 ns
+  EXPECT_NO_THROW(Topology::ring(2, LinkSpec{1e6, 1e9}));
+  EXPECT_NO_THROW(Topology::ring(2, LinkSpec{1e-3, 0}));
   // One-way links must still connect every chip to every other.
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}}), std::invalid_argument);
   EXPECT_NO_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}, Edge{1, 0, LinkSpec{1, 0}, false}}));
@@ -240,14 +245,19 @@ TEST(TopologyYaml, BadInputNamesTheFieldAndLine) {
   const std::vector<Case> cases = {
       {"topology:\n  kind: torus\n  dims: [2, 3]\n  chips: 8\n  bandwidth_gbps: 10\n",
        "topo.yaml:4: topology.chips: 8 chips, but dims 2x3 make 6"},
-      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 0\n", "topo.yaml:4: topology.bandwidth_gbps: must be > 0"},
-      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: -5\n", "topology.bandwidth_gbps: must be > 0"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 0\n", "topo.yaml:4: topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 0)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: -5\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got -5)"},
+      // Outside the sane range (topology.h: 1 MB/s .. 1 PB/s, 0 .. 1 s): unit mistakes, and times would overflow.
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1e308\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 1e308)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1e-300\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 1e-300)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: 1e300\n",
+       "topo.yaml:5: topology.latency_ns: must be a finite number >= 0 within 0..1e+09 ns (got 1e300)"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: .nan\n",
-       "topo.yaml:4: topology.bandwidth_gbps: must be a finite number"},
+       "topo.yaml:4: topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got .nan)"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: .inf\n",
        "topo.yaml:5: topology.latency_ns: must be a finite number"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: -1\n",
-       "topology.latency_ns: must be >= 0"},
+       "topology.latency_ns: must be a finite number >= 0 within 0..1e+09 ns (got -1)"},
       {"topology:\n  kind: torus\n  dims: [2, 2]\n  bandwidth_gbps: [10, .nan]\n",
        "topology.bandwidth_gbps[1]: must be a finite number"},
       {"topology:\n  kind: graph\n  chips: 3\n  bandwidth_gbps: 1\n  links:\n    - [0, 1]\n    - [1, 3]\n",
