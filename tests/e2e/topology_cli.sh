@@ -116,8 +116,8 @@ bad missing 'topology:\n  kind: graph\n  chips: 2\n  bandwidth_gbps: 10\n  links
   'missing\.yaml:6: topology\.links\[0\]\[1\]: chip 2 does not exist'
 bad disconnected 'topology:\n  kind: graph\n  chips: 2\n  switches: 1\n  bandwidth_gbps: 10\n  links:\n    - [0, s0]\n' \
   'disconnected\.yaml:2: topology: the graph is disconnected: chip 0 cannot reach chip 1'
-bad zero 'topology:\n  kind: ring\n  chips: 2\n  bandwidth_gbps: 0\n' 'zero\.yaml:4: topology\.bandwidth_gbps: must be > 0'
-bad negative 'topology:\n  kind: mesh\n  dims: [2]\n  bandwidth_gbps: -3\n' 'negative\.yaml:4: topology\.bandwidth_gbps: must be > 0'
+bad zero 'topology:\n  kind: ring\n  chips: 2\n  bandwidth_gbps: 0\n' 'zero\.yaml:4: topology\.bandwidth_gbps: must be a finite number > 0 within 0\.001\.\.1e\+06 GB/s'
+bad negative 'topology:\n  kind: mesh\n  dims: [2]\n  bandwidth_gbps: -3\n' 'negative\.yaml:4: topology\.bandwidth_gbps: must be a finite number > 0 within 0\.001\.\.1e\+06 GB/s'
 bad nan 'topology:\n  kind: switch\n  chips: 2\n  bandwidth_gbps: 10\n  latency_ns: .nan\n' \
   'nan\.yaml:5: topology\.latency_ns: must be a finite number'
 bad nanastra 'topology: [ Switch ]\nnpus_count: [ 2 ]\nbandwidth: [ .nan ]\nlatency: [ 1 ]\n' \
