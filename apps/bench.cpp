@@ -185,12 +185,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");
     if (f.gpus != 1) throw UsageError("-g/--ngpus: shardsim runs one simulated chip per rank; use mpirun -np N");
     if (!f.step_bytes.empty() && step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
-    if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty()) {
-      std::string known;
-      for (const auto& a : collectives::algorithm_names(c)) known += a + ", ";
-      throw UsageError(collectives::collective_name(c) + ": unknown algorithm '" + f.algo + "' (known: " + known +
-                       "auto)");
-    }
+    if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty())
+      throw UsageError(collectives::collective_name(c) + ": " + collectives::not_an_algorithm_of(c, f.algo));
   });
   connect(*net, world);
   runtime::Transport& g = *net->group;

@@ -20,9 +20,10 @@ void NetFlags::add_to(CLI::App* app) {
   app->add_option("--topology", topology_file,
                   "YAML file with a topology: section (and optionally device:), e.g. a workload config");
   app->add_option("--torus", torus, "torus dimensions instead of a ring, e.g. 2x4 or 2x2x2 (product = ranks)");
-  app->add_option("--bandwidth", bandwidth_gbps, "link bandwidth, GB/s per direction (GB = 1e9 B; default 100)")
+  app->add_option("--bandwidth", bandwidth_gbps,
+                  "link bandwidth, GB/s per direction (GB = 1e9 B; 0.001..1e6; default 100)")
       ->each([this](const std::string&) { bandwidth_given = true; });
-  app->add_option("--latency", latency_ns, "link latency, ns per hop (default 1000)")
+  app->add_option("--latency", latency_ns, "link latency, ns per hop (0..1e9; default 1000)")
       ->each([this](const std::string&) { latency_given = true; });
   app->add_option("--mesh", mesh, "mesh (no wrap-around) dimensions instead of a ring, e.g. 2x4");
   app->add_flag("--switch", switched, "every chip on one switch (chip -> switch -> chip, two links) instead of a ring");
@@ -154,10 +155,16 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
       net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
     net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
   } else {
-    if (!(f.bandwidth_gbps > 0) || !std::isfinite(f.bandwidth_gbps))
-      throw UsageError("--bandwidth: must be > 0 GB/s");
-    if (!(f.latency_ns >= 0) || !(f.latency_ns <= 1e12)) throw UsageError("--latency: must be in [0, 1e12] ns");
-    if (f.bandwidth_gbps > 1e12) throw UsageError("--bandwidth: must be <= 1e12 GB/s");
+    auto text = [](double v) {
+      std::ostringstream os;
+      os << v;
+      return os.str();
+    };
+    if (!(f.bandwidth_gbps >= topology::kMinBandwidthGbps && f.bandwidth_gbps <= topology::kMaxBandwidthGbps))
+      throw UsageError("--bandwidth: must be " + topology::bandwidth_range_text() + " (got " + text(f.bandwidth_gbps) +
+                       ")");
+    if (!(f.latency_ns >= 0 && f.latency_ns <= topology::kMaxLatencyNs))
+      throw UsageError("--latency: must be " + topology::latency_range_text() + " (got " + text(f.latency_ns) + ")");
     const topology::LinkSpec link{f.bandwidth_gbps, f.latency_ns};
     const int shapes = !f.torus.empty() + !f.mesh.empty() + f.switched + f.fully_connected;
     if (shapes > 1) throw UsageError("give at most one of --torus, --mesh, --switch, --fully-connected");
@@ -205,9 +212,14 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   };
   if (f.group.rfind("dim:", 0) == 0) {
     dim = number_after("dim:");
-    if (dim < 0 || dim >= static_cast<int>(net->topo.dims().size()))
-      throw UsageError("--group " + f.group + ": the " + net->topo.kind_name() + " has " +
-                       std::to_string(net->topo.dims().size()) + " dimension(s)");
+    if (!net->topo.is_grid())
+      throw UsageError("--group " + f.group + ": the topology is a " + net->topo.kind_name() +
+                       " (an explicit edge list) and has no dimensions; use world, mod:K or div:K");
+    const int nd = static_cast<int>(net->topo.dims().size());
+    if (dim < 0 || dim >= nd)
+      throw UsageError("--group " + f.group + ": the " + net->topo.kind_name() + " topology has " +
+                       std::to_string(nd) + (nd == 1 ? " dimension (dim:0)" : " dimensions (dim:0..dim:" +
+                       std::to_string(nd - 1) + ")"));
   } else if (f.group.rfind("mod:", 0) == 0) {
     color_mod = number_after("mod:");
     if (color_mod < 1 || n % color_mod != 0)

@@ -2,6 +2,7 @@
 //
 // CONFIG is a YAML file with a `topology:` section (a workload config works), a bare topology map, or an
 // ASTRA-sim analytical network.yml. No MPI communication: rank 0 prints, the other ranks only check.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -75,6 +76,17 @@ nlohmann::json summary(const topology::Topology& t, const std::string& path) {
   double bw_out = 0;  // injection bandwidth of chip 0
   for (int id : t.out_links(0)) bw_out += t.link(id).bandwidth_gbps;
   const auto bis = t.bisection_bandwidth_gbps();
+  // How the bisection was found (topology.h: bisection_bandwidth_gbps); the exact search is exponential.
+  std::string method;
+  const bool any_even = std::any_of(t.dims().begin(), t.dims().end(), [](int k) { return k % 2 == 0; });
+  if (t.num_chips() < 2) method = "one chip";
+  else if (t.is_grid() && any_even) method = "closed form: cheapest cut of an even dimension into halves";
+  else if (t.num_nodes() <= 22) method = "exact search over balanced cuts";
+  else if (t.is_grid())
+    method = "estimate: no even dimension, cheapest cut between lines (halves differ by one line); exact search "
+             "skipped above 22 nodes (" + std::to_string(t.num_nodes()) + " here)";
+  else
+    method = "not computed: exact search skipped above 22 nodes (" + std::to_string(t.num_nodes()) + " here)";
   nlohmann::json j = {{"config", path},
                       {"description", t.describe()},
                       {"kind", t.kind_name()},
@@ -84,6 +96,7 @@ nlohmann::json summary(const topology::Topology& t, const std::string& path) {
                       {"diameter_hops", t.diameter()},
                       {"average_hops", t.average_hop_count()},
                       {"bisection_bandwidth_gbps", bis ? nlohmann::json(*bis) : nlohmann::json(nullptr)},
+                      {"bisection_method", method},
                       {"injection_bandwidth_gbps_chip0", bw_out},
                       {"dimensions", dimensions(t)}};
   if (!t.identity_placement()) j["placement"] = t.placement();
@@ -94,16 +107,18 @@ void print(const nlohmann::json& j) {
   std::printf("topology   %s\n", j["description"].get<std::string>().c_str());
   std::printf("  config             %s\n", j["config"].get<std::string>().c_str());
   std::printf("  chips              %d", j["chips"].get<int>());
-  if (j["switches"].get<int>() > 0) std::printf(" (+ %d switches)", j["switches"].get<int>());
+  if (j["switches"].get<int>() > 0)
+    std::printf(" (+ %d switch%s)", j["switches"].get<int>(), j["switches"].get<int>() == 1 ? "" : "es");
   std::printf("\n  directed links     %zu (each full bandwidth in its direction)\n", j["directed_links"].get<size_t>());
-  std::printf("  diameter           %d hops\n", j["diameter_hops"].get<int>());
+  std::printf("  diameter           %d hop%s\n", j["diameter_hops"].get<int>(), j["diameter_hops"].get<int>() == 1 ? "" : "s");
   std::printf("  average hop count  %.3f (over ordered pairs of distinct chips, routes as simulated)\n",
               j["average_hops"].get<double>());
   if (j["bisection_bandwidth_gbps"].is_null())
-    std::printf("  bisection          not computed (graph with more than 22 nodes)\n");
+    std::printf("  bisection          %s\n", j["bisection_method"].get<std::string>().c_str());
   else
-    std::printf("  bisection          %s GB/s per direction (GB = 1e9 B)\n",
-                num(j["bisection_bandwidth_gbps"].get<double>()).c_str());
+    std::printf("  bisection          %s GB/s per direction (GB = 1e9 B; %s)\n",
+                num(j["bisection_bandwidth_gbps"].get<double>()).c_str(),
+                j["bisection_method"].get<std::string>().c_str());
   std::printf("  injection chip 0   %s GB/s (sum of its outgoing links)\n",
               num(j["injection_bandwidth_gbps_chip0"].get<double>()).c_str());
   if (j.contains("placement")) {

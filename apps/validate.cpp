@@ -91,8 +91,13 @@ Plan make_plan(const ValidateFlags& f, const runtime::Transport* group_probe, in
     }
     if (!runnable.empty()) p.algorithms[c] = runnable;
   }
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (!used[i]) throw UsageError("--algo: unknown algorithm '" + wanted[i] + "' for the selected collectives");
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (used[i]) continue;
+    if (p.collectives.size() == 1)  // say what it is for and what this collective takes
+      throw UsageError("--algo: " + collectives::collective_name(p.collectives[0]) + ": " +
+                       collectives::not_an_algorithm_of(p.collectives[0], wanted[i]));
+    throw UsageError("--algo: unknown algorithm '" + wanted[i] + "' for the selected collectives");
+  }
   return p;
 }
 

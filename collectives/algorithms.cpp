@@ -196,25 +196,15 @@ double chain_estimate(const runtime::Transport& tp, double bytes, size_t chunk_b
   return end;
 }
 
-// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, replayed with the data left
-// after the dimensions before it (S, S/k0, S/(k0 k1), ...). Lines of one dimension use disjoint links.
+// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, in the algorithm's order
+// (torus::dim_order), replayed with the data left after the dimensions before it (S, S/k, ...). Lines of one
+// dimension use disjoint links.
 double torus_estimate(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes) {
   const auto& topo = tp.topology();
   double t = 0, s = bytes;
-  for (size_t d = 0; d < topo.dims().size(); ++d) {
-    const int k = topo.dims()[d];
-    if (k == 1) continue;
-    std::vector<int> line;
-    std::vector<int> xyz(topo.dims().size(), 0);
-    for (int x = 0; x < k; ++x) {
-      xyz[d] = x;
-      line.push_back(topo.chip_at(xyz));
-    }
-    const auto l = topo.route(line[0], line[1]);
-    const auto lb = topo.route(line[0], line[static_cast<size_t>(k - 1)]);
-    const bool bidir = k > 2 && lb.front() != l.front();
-    t += ring_estimate(Replay(topo, line), s / k, passes, bidir, chunk_bytes);
-    s /= k;
+  for (const auto& d : torus::dim_order(topo)) {
+    t += ring_estimate(Replay(topo, d.line), s / d.k, passes, d.bidirectional, chunk_bytes);
+    s /= d.k;
   }
   return t;
 }
@@ -323,6 +313,18 @@ std::string canonical_algorithm(Collective c, const std::string& name) {
   return std::find(names.begin(), names.end(), n) != names.end() ? n : "";
 }
 
+std::string not_an_algorithm_of(Collective c, const std::string& name) {
+  std::string takes;
+  for (const auto& n : algorithm_names(c)) takes += n + ", ";
+  takes += "auto";
+  std::string other;
+  for (Collective o : all_collectives())
+    if (o != c && !canonical_algorithm(o, name).empty()) other += (other.empty() ? "" : ", ") + collective_name(o);
+  if (other.empty()) return "unknown algorithm '" + name + "' (known: " + takes + ")";
+  return "algorithm '" + name + "' is not applicable to " + collective_name(c) + " (it is an algorithm of " + other +
+         "); " + collective_name(c) + " takes: " + takes;
+}
+
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp) {
   if (algorithm == "bidir_ring") return ring::bidirectional_obstacle(tp);
   if (algorithm == "torus") return torus::obstacle(tp);
@@ -408,14 +410,9 @@ void check_args(Collective c, const runtime::Transport& tp, const CollectiveOpti
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   const std::string cname = collective_name(c);
   const auto& names = algorithm_names(c);
-  auto list = [&] {
-    std::string s;
-    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-    return s + ", auto";
-  };
   if (options.algorithm != "auto") {
     const std::string a = canonical_algorithm(c, options.algorithm);
-    if (a.empty()) throw UsageError(cname + ": unknown algorithm '" + options.algorithm + "' (known: " + list() + ")");
+    if (a.empty()) throw UsageError(cname + ": " + not_an_algorithm_of(c, options.algorithm));
     if (const std::string why = obstacle(c, a, tp); !why.empty())
       throw UsageError(cname + ": algorithm '" + a + "' cannot run on " + std::to_string(tp.size()) + " chips of " +
                        tp.topology().describe() + ": " + why);

@@ -17,9 +17,9 @@
 // port and own-link serialization, cut-through route latency, bottleneck bandwidth), so they equal the simulated
 // time of a lone collective started at time 0 on every chip (ring/bidir_ring incl. pipelining,
 // halving_doubling incl. the unequal chunk halves of non-powers of two, chains, binomial trees, direct); the
-// torus replays the ring of each dimension through chip 0 (exact when a dimension's lines are alike). Chunks
-// are taken as S/p bytes: with counts not divisible by p the estimate is off by up to one element per chunk
-// (about 1e-4 relative in the tests).
+// torus replays the ring of each dimension through chip 0 in torus::dim_order (exact when a dimension's lines are
+// alike). Chunks are taken as S/p bytes: with counts not divisible by p the estimate is off by up to one element
+// per chunk (about 1e-4 relative in the tests).
 #pragma once
 
 #include <string>
@@ -44,6 +44,11 @@ bool is_rooted(Collective c);     // takes a root
 const std::vector<std::string>& algorithm_names(Collective c);
 // Canonical name for NAME or an alias; "" if unknown for C.
 std::string canonical_algorithm(Collective c, const std::string& name);
+// The message for NAME not being an algorithm of C (canonical_algorithm(C, NAME) empty): when NAME (or an alias)
+// is an algorithm of other collectives, "algorithm 'halving_doubling' is not applicable to broadcast (it is an
+// algorithm of all_reduce, ...); broadcast takes: binomial_tree, ring, auto", else "unknown algorithm 'warp'
+// (known: ..., auto)". No "C: " prefix.
+std::string not_an_algorithm_of(Collective c, const std::string& name);
 // Why ALGORITHM cannot run C on TP ("" when it can).
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp);
 // Closed-form simulated time (ns) of C with ALGORITHM for a per-rank buffer of BYTES (as nccl-tests sizes it:

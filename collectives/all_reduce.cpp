@@ -6,6 +6,7 @@
 #include "collectives/flat.h"
 #include "collectives/halving_doubling.h"
 #include "collectives/ring.h"
+#include "collectives/torus.h"
 
 namespace shardsim::collectives {
 
@@ -33,7 +34,9 @@ CollectiveResult all_reduce(runtime::Transport& tp, const void* sendbuf, void* r
   if (choice.algorithm == "halving_doubling") {
     t = halving_doubling::all_reduce(tp, recvbuf, count, dtype, op, ready, name);
   } else {
-    const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
+    // torus: chunks in the algorithm's position order, so its passes run in place (torus.h).
+    const Partition part{count, static_cast<size_t>(tp.size())};
+    const Layout layout = choice.algorithm == "torus" ? torus::layout(tp, part) : Layout::from(part);
     t = flat::reduce_scatter(tp, choice.algorithm, recvbuf, layout, dtype, op, options.chunk_bytes, t, name);
     t = flat::all_gather(tp, choice.algorithm, recvbuf, layout, dtype, options.chunk_bytes, t, name);
   }

@@ -105,10 +105,20 @@ std::string bidirectional_obstacle(const runtime::Transport& tp) {
     const int c = tp.chip_of(r), next = tp.chip_of((r + 1) % p), prev = tp.chip_of((r + p - 1) % p);
     const auto a = topo.route(c, next), b = topo.route(c, prev);
     if (!a.empty() && !b.empty() && a.front() == b.front()) {
-      const int via = topo.link(a.front()).dst;
-      const std::string link = topo.is_switch(via)
-                                   ? "the same link, its one uplink to switch " + std::to_string(via - topo.num_chips())
-                                   : "the same link (a unidirectional ring, or the end of a line)";
+      const auto& l = topo.link(a.front());
+      const int via = l.dst;
+      const auto* dim = topo.is_grid() ? &topo.dim_specs().at(static_cast<size_t>(l.dim)) : nullptr;
+      const std::string hop = std::to_string(c) + " -> " + std::to_string(via);
+      std::string link;
+      if (topo.is_switch(via))
+        link = "the same link, its one uplink to switch " + std::to_string(via - topo.num_chips());
+      else if (dim && dim->kind == topology::DimKind::ring && !dim->bidirectional)
+        link = "the same link " + hop + " (the ring is one-way)";
+      else if (dim && dim->kind == topology::DimKind::line && topo.hop_count(c, next) + topo.hop_count(c, prev) > 2)
+        link = "the same link " + hop + " (the end of a line: no wrap-around link)";
+      else
+        link = "the same link " + hop + " (the rank order does not follow the topology's rings: with this placement "
+               "the routes to ring neighbours are multi-hop and start the same way)";
       return "chip " + std::to_string(c) + " reaches chips " + std::to_string(next) + " and " + std::to_string(prev) +
              " through " + link + ", so the two directions would share it";
     }

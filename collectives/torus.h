@@ -3,21 +3,43 @@
 // Classification at Supercomputer Scale", 2018, and Jouppi et al., "TPU v4", ISCA 2023).
 //
 // Needs a grid topology (torus, ring, mesh, switch, fully-connected or any stack of their dimensions, not an
-// edge-list graph) whose chips are all in the group, rank r on chip r (row-major order). On non-torus stacks
-// this is ASTRA-sim's multi-dimensional hierarchical collective (alias "hierarchical").
-// Along dimension d (size k_d) the chips sharing every other coordinate form a ring; it runs a bidirectional
-// ring when the two ring neighbours are reached over different first links (k_d > 2), else a one-way ring.
-// With S_d the data entering dimension d (S_0 = S, S_{d+1} = S_d / k_d), dimensions in order 0, 1, ...:
-//   ring / fully-connected dimension:  (k_d - 1)(alpha_d + S_d/(w_d k_d B_d)),  w_d = 2 if bidirectional else 1
-//   switch dimension (one uplink):     (k_d - 1)(2 alpha_d + S_d/(k_d B_d))     (each step crosses up + down)
-//   line (mesh) dimension, k_d > 2:    (k_d - 1) S_d/(k_d B_d) + (2 k_d - 3) alpha_d   (the wrap-around step
-//                                       crosses k_d - 1 hops; see tests/mpi/topologies_test.cpp)
-//   T_rs = sum over dimensions,  T_all_reduce = 2 T_rs
+// edge-list graph) whose chips are all in the group, one rank per chip. On non-torus stacks this is ASTRA-sim's
+// multi-dimensional hierarchical collective (alias "hierarchical").
+// Along dimension d (size k_d) the chips sharing every other coordinate form a ring, ordered by their coordinate
+// d, so ring neighbours are physical neighbours whatever the rank -> chip placement; it runs a bidirectional ring
+// when the two ring neighbours are reached over different first links (k_d > 2), else a one-way ring.
+//
+// Dimension order. The reduce-scatter visits the dimensions in dim_order() below; the all-gather visits them in
+// the reverse order. A dimension visited later carries less data: with S_i the data entering the i-th dimension
+// visited (S_0 = S, S_{i+1} = S_i / k_i), the time is
+//   ring / fully-connected dimension:  (k - 1)(alpha + S_i/(w k B)),  w = 2 if bidirectional else 1
+//   switch dimension (one uplink):     (k - 1)(2 alpha + S_i/(k B))     (each step crosses up + down)
+//   line (mesh) dimension, k > 2:      (k - 1) S_i/(k B) + (2k - 3) alpha   (the wrap-around step crosses k - 1
+//                                       hops; see tests/mpi/topologies_test.cpp)
+//   T_rs = sum over the dimensions in that order,  T_all_reduce = 2 T_rs
+// The latency terms do not depend on the order; the bandwidth terms do. Swapping two dimensions a, b visited
+// one after the other (data S_i entering the first) changes the time by
+//   S_i (k_a - 1)(k_b - 1) / (k_a k_b) * (1/c_a - 1/c_b),   c = w B (the ring bandwidth of one chip, GB/s)
+// so visiting the dimension with the larger c first is never slower, and the order sorted by c descending is the
+// fastest of all orders (bubble-sort argument). dim_order() is that order; ties (equal c, where the order does
+// not change the time) go innermost first, i.e. the last-listed shardsim dimension first, which is the first
+// dimension of an ASTRA-sim network.yml: ASTRA-sim's default ("ascending") order. On an ASTRA-style stack
+// [Ring 4 fast, Switch 8 slow] this reduce-scatters over the fast ring first, so the slow switch links carry
+// only 1/4 of the data (see docs/MODEL.md).
 // e.g. an X x Y torus has 2(X-1) + 2(Y-1) latency steps instead of a flat ring's 2(XY-1).
-// The layout must be packed in rank order; rank r ends with chunk r exactly as the ring algorithm leaves it.
+//
+// Chunks. The chunks are split hierarchically in dim_order(): a chip's *position* is its coordinates read as a
+// mixed-radix number, the first dimension visited most significant; the chip at position q ends the
+// reduce-scatter holding chunk q of the position-ordered buffer. When LAYOUT (indexed by rank) is packed in
+// that position order (layout() below, which all_reduce uses) the passes run in place. Otherwise (reduce_scatter
+// and all_gather(v), whose layouts are packed in rank order, when the placement or the dimension order is not the
+// identity) the chunks are first packed in position order into scratch slot 4 and copied back afterwards (a host
+// copy only: like every local copy of the collectives it costs no simulated time). Either way rank r ends with
+// chunk r of LAYOUT exactly as the ring algorithm leaves it.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "collectives/types.h"
 #include "runtime/transport.h"
@@ -26,6 +48,22 @@ namespace shardsim::collectives::torus {
 
 // Why the torus algorithm cannot run on TP (empty when it can).
 std::string obstacle(const runtime::Transport& tp);
+
+// One dimension's ring as the algorithm runs it, measured on the line through chip 0.
+struct DimRing {
+  int dim = 0;                 // index into topology.dims() (shardsim order: outermost first)
+  int k = 0;                   // its size (> 1)
+  bool bidirectional = false;  // k > 2 and chip 0 reaches its two ring neighbours over different first links
+  double bandwidth_gbps = 0;   // c = w B: 2 x the slower direction's bottleneck when bidirectional, else forward
+  std::vector<int> line;       // the chips of the line through chip 0, by coordinate
+};
+// The dimensions of size > 1 of grid TOPO in reduce-scatter order: bandwidth_gbps descending, ties innermost
+// (highest index) first. The all-gather runs them in reverse. Deterministic: depends on TOPO only.
+std::vector<DimRing> dim_order(const topology::Topology& topo);
+
+// PART laid out in position order: rank r's chunk is PART's chunk number position(chip of r). all_reduce uses it
+// so the passes run in place.
+Layout layout(const runtime::Transport& tp, const Partition& part);
 
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                            sim::TimeNs ready, size_t chunk_bytes, const std::string& name);

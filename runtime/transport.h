@@ -85,7 +85,7 @@ class Transport {
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
 
-  // Reusable host scratch memory: SLOT (0..3) grows to at least BYTES and is kept for later calls, so large
+  // Reusable host scratch memory: SLOT (0..4) grows to at least BYTES and is kept for later calls, so large
   // collectives do not pay for fresh pages every call (page faults dominate large-message wall time otherwise).
   // The pointer stays valid until the next scratch() call on the same slot. Shared with split() transports.
   unsigned char* scratch(int slot, size_t bytes);
@@ -124,7 +124,7 @@ class Transport {
   int size_ = 1;
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
   std::shared_ptr<std::vector<std::vector<unsigned char>>> scratch_ =
-      std::make_shared<std::vector<std::vector<unsigned char>>>(4);
+      std::make_shared<std::vector<std::vector<unsigned char>>>(5);
   std::shared_ptr<WaitObserver> observer_;  // inherited by split()
   std::shared_ptr<std::shared_ptr<Engine>> engine_ = std::make_shared<std::shared_ptr<Engine>>();
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();

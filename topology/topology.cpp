@@ -21,20 +21,26 @@ std::string dim_kind_name(DimKind k) {
 
 namespace {
 
-void check_spec(const LinkSpec& s, const std::string& where) {
-  if (!std::isfinite(s.bandwidth_gbps) || !(s.bandwidth_gbps > 0))
-    throw std::invalid_argument(where + "bandwidth must be a finite number > 0 GB/s");
-  if (!std::isfinite(s.latency_ns) || !(s.latency_ns >= 0))
-    throw std::invalid_argument(where + "latency must be a finite number >= 0 ns");
-}
-
 std::string fmt(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
 }
 
+void check_spec(const LinkSpec& s, const std::string& where) {
+  if (!(s.bandwidth_gbps >= kMinBandwidthGbps && s.bandwidth_gbps <= kMaxBandwidthGbps))
+    throw std::invalid_argument(where + "bandwidth must be " + bandwidth_range_text() + " (got " +
+                                fmt(s.bandwidth_gbps) + ")");
+  if (!(s.latency_ns >= 0 && s.latency_ns <= kMaxLatencyNs))
+    throw std::invalid_argument(where + "latency must be " + latency_range_text() + " (got " + fmt(s.latency_ns) + ")");
+}
+
 }  // namespace
+
+std::string bandwidth_range_text() {
+  return "a finite number > 0 within " + fmt(kMinBandwidthGbps) + ".." + fmt(kMaxBandwidthGbps) + " GB/s";
+}
+std::string latency_range_text() { return "a finite number >= 0 within 0.." + fmt(kMaxLatencyNs) + " ns"; }
 
 void Topology::add_link(int src, int dst, LinkSpec spec, int dim, int dir) {
   Link l;
@@ -384,20 +390,80 @@ std::vector<int> Topology::route(int src, int dst) const {
   return path;
 }
 
+// Hops of the route between coordinates A and B along one grid dimension (route() follows each dimension in
+// turn, so a grid route's length is the sum of these).
+int Topology::dim_hops(size_t d, int a, int b) const {
+  if (a == b) return 0;
+  const Dim& dim = dim_specs_[d];
+  const int n = dims_[d];
+  switch (dim.kind) {
+    case DimKind::ring: {
+      const int fwd = ((b - a) % n + n) % n, bwd = (n - fwd) % n;
+      return !dim.bidirectional || n <= 2 ? fwd : std::min(fwd, bwd);
+    }
+    case DimKind::line: return std::abs(b - a);
+    case DimKind::fully_connected: return 1;
+    case DimKind::switch_: return 2;
+  }
+  return 0;
+}
+
+int Topology::hop_count(int src, int dst) const {
+  check_chip(src);
+  check_chip(dst);
+  if (kind_ == Kind::graph) return dist_[static_cast<size_t>(src)][static_cast<size_t>(dst)];
+  int hops = 0;
+  for (int d = static_cast<int>(dims_.size()) - 1; d >= 0; --d) {  // coordinates, last dimension fastest
+    const int k = dims_[static_cast<size_t>(d)];
+    hops += dim_hops(static_cast<size_t>(d), src % k, dst % k);
+    src /= k;
+    dst /= k;
+  }
+  return hops;
+}
+
+// Grids: the per-dimension maxima add up (every combination of coordinates is a chip pair). Graphs: the largest
+// entry of the breadth-first distance table between chips (built once, O(nodes x links)).
 int Topology::diameter() const {
   int best = 0;
-  for (int s = 0; s < num_chips_; ++s)
-    for (int d = 0; d < num_chips_; ++d) best = std::max(best, hop_count(s, d));
+  if (kind_ == Kind::graph) {
+    for (int s = 0; s < num_chips_; ++s)
+      for (int d = 0; d < num_chips_; ++d) best = std::max(best, dist_[static_cast<size_t>(s)][static_cast<size_t>(d)]);
+    return best;
+  }
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    int worst = 0;
+    for (int delta = 1; delta < dims_[d]; ++delta)  // every dimension kind is translation invariant from 0,
+      worst = std::max(worst, std::max(dim_hops(d, 0, delta), dim_hops(d, delta, 0)));  // except lines: 0..k-1
+    best += worst;
+  }
   return best;
 }
 
+// Grids: over all ordered chip pairs (including equal ones, which add 0) dimension d contributes
+// (n/k_d)^2 x H_d hops, H_d = sum of dim_hops over ordered coordinate pairs of one line (O(k_d) each);
+// divided by the n(n-1) ordered pairs of distinct chips. Graphs: the distance table.
 double Topology::average_hop_count() const {
   if (num_chips_ < 2) return 0;
+  const double n = num_chips_;
   double sum = 0;
-  for (int s = 0; s < num_chips_; ++s)
-    for (int d = 0; d < num_chips_; ++d)
-      if (s != d) sum += hop_count(s, d);
-  return sum / (static_cast<double>(num_chips_) * (num_chips_ - 1));
+  if (kind_ == Kind::graph) {
+    for (int s = 0; s < num_chips_; ++s)
+      for (int d = 0; d < num_chips_; ++d) sum += dist_[static_cast<size_t>(s)][static_cast<size_t>(d)];
+    return sum / (n * (n - 1));
+  }
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    const int k = dims_[d];
+    double h = 0;  // sum over ordered pairs (a, b) of one line
+    if (dim_specs_[d].kind == DimKind::line) {
+      for (int delta = 1; delta < k; ++delta) h += 2.0 * delta * (k - delta);  // k - delta pairs each way
+    } else {
+      for (int delta = 1; delta < k; ++delta) h += static_cast<double>(k) * dim_hops(d, 0, delta);  // translation
+    }
+    const double lines = n / k;
+    sum += lines * lines * h;
+  }
+  return sum / (n * (n - 1));
 }
 
 std::optional<double> Topology::bisection_bandwidth_exact_gbps() const {
@@ -465,14 +531,16 @@ std::string Topology::describe() const {
       for (size_t d = 0; d < dims_.size(); ++d)
         os << (d ? " x " : "") << dim_kind_name(dim_specs_[d].kind) << " " << dims_[d];
       os << " (" << num_chips_ << " chips";
-      if (num_nodes() > num_chips_) os << ", " << num_nodes() - num_chips_ << " switches";
+      if (num_nodes() > num_chips_)
+        os << ", " << num_nodes() - num_chips_ << (num_nodes() - num_chips_ == 1 ? " switch" : " switches");
       os << ")";
       break;
     }
     case Kind::graph: {
       os << "graph " << num_chips_ << " chips";
-      if (num_nodes() > num_chips_) os << ", " << num_nodes() - num_chips_ << " switches";
-      os << ", " << links_.size() << " directed links";
+      if (num_nodes() > num_chips_)
+        os << ", " << num_nodes() - num_chips_ << (num_nodes() - num_chips_ == 1 ? " switch" : " switches");
+      os << ", " << links_.size() << (links_.size() == 1 ? " directed link" : " directed links");
       return os.str() + " (GB = 1e9 B, per direction)";
     }
   }

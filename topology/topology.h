@@ -34,9 +34,19 @@
 
 namespace shardsim::topology {
 
+// Accepted link parameters (everywhere: builders, YAML, ASTRA-sim files, --bandwidth/--latency). Values outside
+// are almost certainly unit mistakes and would make simulated times overflow or vanish: bandwidth from 1 MB/s to
+// 1 PB/s, latency from 0 to 1 s.
+inline constexpr double kMinBandwidthGbps = 1e-3;
+inline constexpr double kMaxBandwidthGbps = 1e6;
+inline constexpr double kMaxLatencyNs = 1e9;
+// "a finite number > 0 within 0.001..1e+06 GB/s" / "a finite number >= 0 within 0..1e+09 ns", for messages.
+std::string bandwidth_range_text();
+std::string latency_range_text();
+
 struct LinkSpec {
-  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes; must be finite and > 0
-  double latency_ns = 0;      // per hop; must be finite and >= 0
+  double bandwidth_gbps = 0;  // GB/s per direction, GB = 1e9 bytes; kMinBandwidthGbps..kMaxBandwidthGbps
+  double latency_ns = 0;      // per hop; 0..kMaxLatencyNs
 };
 
 enum class DimKind { ring, line, fully_connected, switch_ };
@@ -109,9 +119,15 @@ class Topology {
 
   // Link ids of the route SRC -> DST between chips (empty when SRC == DST).
   std::vector<int> route(int src, int dst) const;
-  int hop_count(int src, int dst) const { return static_cast<int>(route(src, dst).size()); }
-  int diameter() const;              // largest hop count between two chips
-  double average_hop_count() const;  // mean over ordered pairs of distinct chips (0 for one chip)
+  // route(src, dst).size() without building the route: O(dims) on grids, a table look-up on graphs.
+  int hop_count(int src, int dst) const;
+  // Largest hop count between two chips. Grids: sum of the per-dimension maxima, O(sum k_d); graphs: the
+  // breadth-first distance table built with the topology (O(nodes x links) once), O(chips^2).
+  int diameter() const;
+  // Mean hop count over ordered pairs of distinct chips (0 for one chip). Grids: closed form, sum over dimensions
+  // of (chips/k_d)^2 x (hops summed over ordered pairs of one line), O(sum k_d); graphs: the distance table.
+  // Both equal the averages of route() lengths (checked in tests/unit/topology_kinds_test.cpp).
+  double average_hop_count() const;
 
   // Bisection bandwidth per direction in GB/s: the least total bandwidth of the links from one half of the
   // chips to the other. Grids: the cheapest cut of one even-sized dimension into halves (the standard bisection
@@ -140,6 +156,7 @@ class Topology {
   void add_link(int src, int dst, LinkSpec spec, int dim, int dir);
   void check_chip(int chip) const;
   int switch_of(int dim, const std::vector<int>& xyz) const;
+  int dim_hops(size_t dim, int a, int b) const;  // route hops from coordinate A to B along grid dimension DIM
   void build_graph_routes();
 
   Kind kind_ = Kind::ring;

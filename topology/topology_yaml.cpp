@@ -9,9 +9,10 @@ namespace shardsim::topology {
 
 namespace {
 
-enum class Range { positive, nonnegative };
+// bandwidth: kMinBandwidthGbps..kMaxBandwidthGbps; latency: 0..kMaxLatencyNs (topology.h).
+enum class Range { bandwidth, latency };
 
-// One finite number at NODE (named PATH in errors).
+// One finite number at NODE (named PATH in errors) within RANGE.
 double number(const ConfigNode& node, Range range) {
   double v = 0;
   if (!node.yaml().IsScalar()) node.fail(node.path() + ": expected a number");
@@ -20,10 +21,11 @@ double number(const ConfigNode& node, Range range) {
   } catch (const YAML::Exception&) {
     node.fail(node.path() + ": expected a number, got '" + node.yaml().Scalar() + "'");
   }
-  if (!std::isfinite(v)) node.fail(node.path() + ": must be a finite number (got " + node.yaml().Scalar() + ")");
-  if (range == Range::positive ? !(v > 0) : v < 0)
-    node.fail(node.path() + (range == Range::positive ? ": must be > 0" : ": must be >= 0") + " (got " +
-              node.yaml().Scalar() + ")");
+  const bool ok = range == Range::bandwidth ? v >= kMinBandwidthGbps && v <= kMaxBandwidthGbps
+                                            : v >= 0 && v <= kMaxLatencyNs;  // false for NaN
+  if (!ok)
+    node.fail(node.path() + ": must be " + (range == Range::bandwidth ? bandwidth_range_text() : latency_range_text()) +
+              " (got " + node.yaml().Scalar() + ")");
   return v;
 }
 
@@ -49,8 +51,8 @@ std::vector<double> numbers(const ConfigNode& node, std::string_view key, size_t
 }
 
 std::vector<LinkSpec> link_specs(const ConfigNode& node, size_t ndims) {
-  const auto bw = numbers(node, "bandwidth_gbps", ndims, Range::positive);
-  const auto lat = numbers(node, "latency_ns", ndims, Range::nonnegative, 0.0);
+  const auto bw = numbers(node, "bandwidth_gbps", ndims, Range::bandwidth);
+  const auto lat = numbers(node, "latency_ns", ndims, Range::latency, 0.0);
   std::vector<LinkSpec> specs;
   const size_t n = std::max(bw.size(), lat.size());
   for (size_t i = 0; i < n; ++i) specs.push_back(LinkSpec{bw[bw.size() == 1 ? 0 : i], lat[lat.size() == 1 ? 0 : i]});
@@ -139,9 +141,9 @@ Topology load_graph(const ConfigNode& node) {
       e.b = graph_node(item.child("to"), chips, switches);
       if (!item.has("bandwidth_gbps") && !fallback)
         item.fail(item.path() + ": no bandwidth_gbps here and no default topology.bandwidth_gbps");
-      e.link.bandwidth_gbps = item.has("bandwidth_gbps") ? number(item.child("bandwidth_gbps"), Range::positive)
+      e.link.bandwidth_gbps = item.has("bandwidth_gbps") ? number(item.child("bandwidth_gbps"), Range::bandwidth)
                                                          : fallback->bandwidth_gbps;
-      e.link.latency_ns = item.has("latency_ns") ? number(item.child("latency_ns"), Range::nonnegative)
+      e.link.latency_ns = item.has("latency_ns") ? number(item.child("latency_ns"), Range::latency)
                                                  : (fallback ? fallback->latency_ns : 0.0);
       e.bidirectional = item.get_bool("bidirectional", true);
     } else {
@@ -251,8 +253,8 @@ Topology load_astra_network(const ConfigNode& root) {
   if (npus.size() != n)
     root.child("npus_count").fail("npus_count: " + std::to_string(npus.size()) + " entries for " + std::to_string(n) +
                                   " topology dimensions");
-  const auto bw = numbers(root, "bandwidth", n, Range::positive);
-  const auto lat = numbers(root, "latency", n, Range::nonnegative);
+  const auto bw = numbers(root, "bandwidth", n, Range::bandwidth);
+  const auto lat = numbers(root, "latency", n, Range::latency);
   constexpr double kAstraGB = 1073741824.0 / 1e9;  // ASTRA-sim's GB/s in shardsim's (1e9 B) GB/s
   std::vector<Dim> dims(n);
   int64_t product = 1;

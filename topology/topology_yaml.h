@@ -5,8 +5,10 @@
 //     chips: 8              # ring, fully_connected, switch, graph (torus/mesh: optional, must equal the product)
 //     dims: [2, 4]          # torus, mesh: any number of dimensions, outermost first
 //     bidirectional: true   # ring only, default true
-//     bandwidth_gbps: 100   # per link per direction, GB = 1e9 B; torus/mesh: or a list, one per dimension
-//     latency_ns: 500       # per hop (default 0); torus/mesh: or a list, one per dimension
+//     bandwidth_gbps: 100   # per link per direction, GB = 1e9 B, 0.001..1e6; torus/mesh: or a list, one per dim
+//     latency_ns: 500       # per hop, 0..1e9 (default 0); torus/mesh: or a list, one per dimension
+//                           # (every bandwidth/latency in any topology file, ASTRA-sim's too, must lie in these
+//                           #  ranges: ConfigError naming FILE:LINE, the field and the range)
 //     placement: [0, 1, ...]   # optional: rank r runs on chip placement[r] (a permutation; default identity)
 //
 //   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4

@@ -123,4 +123,50 @@ if expect_exit 0 'PASS' -- shardsim_mpi 4 run "$SMALL" --checkpoint silu.h5; the
   fi
 fi
 
+# ---- (k) network flags and fields out of range, groups and algorithms that do not apply ----
+e2e_case "(k) --group dim:0 on a graph"
+printf 'topology:\n  kind: graph\n  chips: 2\n  bandwidth_gbps: 10\n  links:\n    - [0, 1]\n' >graph2.yaml
+if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 2 validate --topology graph2.yaml --group dim:0 -c all_reduce --counts 7; then
+  one_error_line
+  assert_out '--group dim:0: the topology is a graph .*has no dimensions; use world, mod:K or div:K' "names the kind"
+fi
+expect_exit 2 '--group dim:2: the torus topology has 2 dimensions \(dim:0\.\.dim:1\)' -- \
+  shardsim_mpi 4 validate --torus 2x2 --group dim:2 -c all_reduce --counts 7
+e2e_case "(k) extreme bandwidth and latency"
+for v in 1e308 1e-300 nan inf -1 0; do
+  expect_exit 2 "--bandwidth: must be a finite number > 0 within 0\.001\.\.1e\+06 GB/s \(got " -- \
+    shardsim_mpi 2 validate --bandwidth "$v" -c all_reduce --counts 7
+done
+for v in 1e308 nan -5; do
+  expect_exit 2 "--latency: must be a finite number >= 0 within 0\.\.1e\+09 ns \(got " -- \
+    shardsim_mpi 2 validate --latency "$v" -c all_reduce --counts 7
+done
+for v in 1e308 1e-300 .nan; do
+  printf 'topology:\n  kind: ring\n  chips: 2\n  bandwidth_gbps: %s\n' "$v" >bw.yaml
+  expect_exit 2 "bw\.yaml:4: topology\.bandwidth_gbps: must be a finite number > 0 within 0\.001\.\.1e\+06 GB/s \(got $v\)" -- \
+    shardsim_mpi 2 validate --topology bw.yaml -c all_reduce --counts 7
+done
+printf 'topology:\n  kind: ring\n  chips: 2\n  bandwidth_gbps: 10\n  latency_ns: 1e300\n' >lat.yaml
+expect_exit 2 'lat\.yaml:5: topology\.latency_ns: must be a finite number >= 0 within 0\.\.1e\+09 ns \(got 1e300\)' -- \
+  "$SHARDSIM" topo describe lat.yaml
+printf 'topology: [ Ring ]\nnpus_count: [ 2 ]\nbandwidth: [ 1e308 ]\nlatency: [ 10 ]\n' >astra_bw.yml
+expect_exit 2 'astra_bw\.yml:3: bandwidth\[0\]: must be a finite number > 0 within' -- "$SHARDSIM" topo describe astra_bw.yml
+e2e_case "(k) an algorithm of another collective"
+expect_exit 2 "broadcast: algorithm 'halving_doubling' is not applicable to broadcast \(it is an algorithm of all_reduce, reduce_scatter, all_gather, all_gatherv\); broadcast takes: binomial_tree, ring, auto" -- \
+  shardsim_mpi 2 bench broadcast -a halving_doubling -b 8 -e 8 -n 1 -w 0
+expect_exit 2 "--algo: broadcast: algorithm 'halving_doubling' is not applicable to broadcast .*takes: binomial_tree, ring, auto" -- \
+  shardsim_mpi 2 validate -c broadcast -a halving_doubling --counts 7
+expect_exit 2 "unknown algorithm 'warp' \(known: binomial_tree, ring, auto\)" -- \
+  shardsim_mpi 2 bench broadcast -a warp -b 8 -e 8 -n 1 -w 0
+e2e_case "(k) wording: singular counts, bidir_ring refusal on a permuted torus placement"
+printf 'topology:\n  kind: stacked\n  dims:\n    - {kind: switch, size: 2, bandwidth_gbps: 10}\n' >one_switch.yaml
+if expect_exit 0 'diameter +2 hops' -- "$SHARDSIM" topo describe one_switch.yaml; then
+  assert_out 'chips +2 \(\+ 1 switch\)$' "1 switch, not 1 switches"
+fi
+printf 'topology:\n  kind: ring\n  chips: 2\n  bandwidth_gbps: 10\n' >ring2.yaml
+expect_exit 0 'diameter +1 hop$' -- "$SHARDSIM" topo describe ring2.yaml
+printf 'topology:\n  kind: torus\n  dims: [4]\n  bandwidth_gbps: 10\n  placement: [0, 2, 1, 3]\n' >permuted.yaml
+expect_exit 2 "bidir_ring. cannot run here: chip 1 reaches chips 3 and 2 through the same link 1 -> 2 \(the rank order does not follow the topology's rings" -- \
+  shardsim_mpi 4 validate --topology permuted.yaml -c all_reduce -a bidir_ring --counts 7
+
 e2e_finish

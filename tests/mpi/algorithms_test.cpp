@@ -285,8 +285,9 @@ const double kAlphas[] = {0.0, 700.0};
 // a. Closed-form simulated times
 // ================================================================================================================
 
-// torus.h: T_all_reduce = 2 sum_d (k_d - 1)(alpha_d + S_d/(w_d k_d B_d)), S_0 = S, S_{d+1} = S_d/k_d,
-// w_d = 2 when k_d > 2 (both directions), else 1. Every 2-D factorisation X x Y of the world size (and 2x2x2 at 8),
+// torus.h: T_all_reduce = 2 sum_i (k_i - 1)(alpha_i + S_i/(w_i k_i B_i)) over the dimensions in the algorithm's
+// order: ring bandwidth c = w B descending, ties innermost (last) dimension first; S_0 = S, S_{i+1} = S_i/k_i,
+// w = 2 when k > 2 (both directions), else 1. Every 2-D factorisation X x Y of the world size (and 2x2x2 at 8),
 // uniform and per-dimension link specs; reduce_scatter and all_gather are each half of it.
 TEST(ClosedForm, TorusAllReduceReduceScatterAllGather) {
   const int p = world_size(), r = world_rank();
@@ -313,10 +314,15 @@ TEST(ClosedForm, TorusAllReduceReduceScatterAllGather) {
       }
       const std::string what = "torus " + shape + (per_dim ? " per-dim links" : " uniform links");
 
+      auto spec = [&](size_t d) { return specs.size() == 1 ? specs[0] : specs[d]; };
+      auto ring_bw = [&](size_t d) { return (dims[d] > 2 ? 2.0 : 1.0) * spec(d).bandwidth_gbps; };
+      std::vector<size_t> order;
+      for (size_t d = dims.size(); d-- > 0;) order.push_back(d);  // innermost first, then by ring bandwidth
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ring_bw(a) > ring_bw(b); });
       double t_half = 0, s = S, sent = 0;
-      for (size_t d = 0; d < dims.size(); ++d) {
+      for (size_t d : order) {
         const double k = dims[d];
-        const LinkSpec& l = specs.size() == 1 ? specs[0] : specs[d];
+        const LinkSpec& l = spec(d);
         const double w = k > 2 ? 2 : 1;
         t_half += (k - 1) * (l.latency_ns + s / (w * k * l.bandwidth_gbps));
         sent += (k - 1) / k * s;
@@ -1312,21 +1318,64 @@ TEST(BadInput, TorusOnASubgroup) {
   expect_clean_communicator(f.tp);
 }
 
-TEST(BadInput, TorusNeedsRankROnChipR) {
-  const int p = world_size();
+// The torus algorithm builds each dimension's rings from chip coordinates, so any rank -> chip placement works
+// (torus.h): same results and the same simulated time as the identity placement, for all_reduce, reduce_scatter
+// and all_gather. Two ranks on one chip is refused, naming them.
+TEST(Correctness, TorusWithPermutedPlacement) {
+  const int p = world_size(), r = world_rank();
   if (p < 2) GTEST_SKIP() << "one rank is always on its own chip";
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> cases;  // torus dims, rank -> chip
   std::vector<int> reversed(static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) reversed[size_t(q)] = p - 1 - q;
-  Fixture f(Topology::torus({p}, {LinkSpec{100, 500}}), reversed);
+  cases.push_back({{p}, reversed});
+  if (p == 8) cases.push_back({{2, 4}, {5, 2, 7, 0, 3, 6, 1, 4}});
+  if (p == 4) cases.push_back({{2, 2}, {3, 0, 2, 1}});
+  const size_t count = 26880;  // divisible by 2p: equal chunks
+  for (const auto& [dims, chips] : cases) {
+    const std::vector<LinkSpec> specs = {LinkSpec{100, 500}, LinkSpec{40, 200}};
+    const std::vector<LinkSpec> used(specs.begin(), specs.begin() + static_cast<long>(dims.size()));
+    const std::string what = "torus of " + std::to_string(dims.size()) + " dims, chip of rank 0 = " +
+                             std::to_string(chips[0]);
+    std::vector<float> in(count), want(count);
+    for (size_t i = 0; i < count; ++i) {
+      in[i] = float((r * 7 + int(i)) % 13);
+      int sum = 0;
+      for (int q = 0; q < p; ++q) sum += (q * 7 + int(i)) % 13;
+      want[i] = float(sum);
+    }
+    double t_identity = 0;
+    {
+      Fixture id(Topology::torus(dims, used));
+      std::vector<float> out(count);
+      t_identity = collectives::all_reduce(id.tp, in.data(), out.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                           opts("torus")).span.duration();
+    }
+    Fixture f(Topology::torus(dims, used), chips);
+    std::vector<float> out(count, -1.0f);
+    const auto ar = collectives::all_reduce(f.tp, in.data(), out.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                            opts("torus"));
+    EXPECT_EQ(ar.algorithm, "torus") << what;
+    EXPECT_EQ(out, want) << what << ": all_reduce";
+    EXPECT_NEAR(ar.span.duration(), t_identity, 1e-9 * t_identity) << what << ": all_reduce time";
+    EXPECT_NEAR(collectives::estimate_ns(Collective::all_reduce, "torus", f.tp, count * 4.0), t_identity,
+                1e-9 * t_identity) << what << ": estimate";
+    const size_t n = count / size_t(p);
+    std::vector<float> mine(n);
+    collectives::reduce_scatter(f.tp, in.data(), mine.data(), count, DType::fp32, ReduceOp::sum, 0.0, opts("torus"));
+    EXPECT_TRUE(std::equal(mine.begin(), mine.end(), want.begin() + static_cast<long>(n * size_t(r))))
+        << what << ": reduce_scatter chunk of rank " << r;
+    std::vector<float> all(count, -1.0f);
+    collectives::all_gather(f.tp, mine.data(), all.data(), count, DType::fp32, 0.0, opts("torus"));
+    EXPECT_EQ(all, want) << what << ": all_gather";
+  }
+  // Two ranks on one chip: refused, naming them.
+  std::vector<int> doubled = identity_chips(p);
+  doubled[1] = 0;
+  Fixture g(Topology::torus({p}, {LinkSpec{100, 500}}), doubled);
   std::vector<float> a(64, 1.0f);
   expect_usage_error(
-      [&] { collectives::all_reduce(f.tp, a.data(), a.data(), 64, DType::fp32, ReduceOp::sum, 0, opts("torus")); },
-      {"torus", "rank 0 is on chip " + std::to_string(p - 1)}, "torus with permuted ranks");
-  // The permuted placement itself is fine for the ring algorithm: routes follow the chips.
-  const auto res =
-      collectives::all_reduce(f.tp, a.data(), a.data(), 64, DType::fp32, ReduceOp::sum, 0, opts("ring"));
-  EXPECT_EQ(a[63], float(p));
-  EXPECT_EQ(res.algorithm, "ring");
+      [&] { collectives::all_reduce(g.tp, a.data(), a.data(), 64, DType::fp32, ReduceOp::sum, 0, opts("torus")); },
+      {"torus", "ranks 0 and 1 are both on chip 0", "one rank on every chip"}, "torus with two ranks on a chip");
 }
 
 TEST(BadInput, BidirectionalRingOnAUnidirectionalRing) {

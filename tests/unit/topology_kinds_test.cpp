@@ -132,6 +132,11 @@ TEST(Graph, BadEdgesAreRejected) {
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 0, LinkSpec{1, 0}, true}}), std::invalid_argument);
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{0, 0}, true}}), std::invalid_argument);
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{NAN, 0}, true}}), std::invalid_argument);
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1e308, 0}), std::invalid_argument);   // outside 1e-3..1e6 GB/s
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1e-300, 0}), std::invalid_argument);
+  EXPECT_THROW(Topology::ring(2, LinkSpec{1, 2e9}), std::invalid_argument);     // outside 0..1e9 ns
+  EXPECT_NO_THROW(Topology::ring(2, LinkSpec{1e6, 1e9}));
+  EXPECT_NO_THROW(Topology::ring(2, LinkSpec{1e-3, 0}));
   // One-way links must still connect every chip to every other.
   EXPECT_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}}), std::invalid_argument);
   EXPECT_NO_THROW(Topology::graph(2, 0, {Edge{0, 1, LinkSpec{1, 0}, false}, Edge{1, 0, LinkSpec{1, 0}, false}}));
@@ -160,6 +165,36 @@ TEST(Bisection, GridFormulaMatchesTheExactSearch) {
   EXPECT_DOUBLE_EQ(*Topology::torus({4, 4}, {l}).bisection_bandwidth_gbps(), 4 * 2 * 10.0);
   EXPECT_DOUBLE_EQ(*Topology::fully_connected(6, l).bisection_bandwidth_gbps(), 9 * 10.0);
   EXPECT_DOUBLE_EQ(*Topology::switched(8, l).bisection_bandwidth_gbps(), 4 * 10.0);
+}
+
+// hop_count, diameter and average_hop_count use closed forms on grids and the distance table on graphs
+// (topo describe must scale to thousands of chips); they must equal what the routes the simulator uses give.
+TEST(Metrics, ClosedFormsEqualRouteLengths) {
+  const LinkSpec l{10, 0};
+  const std::vector<Topology> cases = {
+      Topology::ring(1, l), Topology::ring(2, l), Topology::ring(7, l), Topology::ring(8, l), Topology::ring(6, l, false),
+      Topology::ring(2, l, false), Topology::torus({3, 4}, {l}), Topology::torus({2, 1, 5}, {l}),
+      Topology::mesh({4, 3}, {l}), Topology::mesh({1, 6}, {l}), Topology::fully_connected(5, l),
+      Topology::switched(6, l),
+      Topology::stacked({Dim{DimKind::switch_, 3, l, true}, Dim{DimKind::ring, 5, l, false},
+                         Dim{DimKind::line, 3, l, true}, Dim{DimKind::fully_connected, 2, l, true}}),
+      Topology::graph(4, 1, {Edge{0, 1, l, true}, Edge{1, 2, l, true}, Edge{0, 4, l, true}, Edge{4, 3, l, true}}),
+      Topology::graph(3, 0, {Edge{0, 1, l, false}, Edge{1, 2, l, false}, Edge{2, 0, l, false}}),
+  };
+  for (const auto& t : cases) {
+    int diameter = 0;
+    double sum = 0;
+    for (int a = 0; a < t.num_chips(); ++a)
+      for (int b = 0; b < t.num_chips(); ++b) {
+        const int hops = static_cast<int>(t.route(a, b).size());
+        ASSERT_EQ(t.hop_count(a, b), hops) << t.describe() << " " << a << " -> " << b;
+        diameter = std::max(diameter, hops);
+        sum += hops;
+      }
+    const double n = t.num_chips();
+    EXPECT_EQ(t.diameter(), diameter) << t.describe();
+    EXPECT_NEAR(t.average_hop_count(), n > 1 ? sum / (n * (n - 1)) : 0.0, 1e-12) << t.describe();
+  }
 }
 
 TEST(Placement, MustBeAPermutation) {
@@ -210,14 +245,19 @@ TEST(TopologyYaml, BadInputNamesTheFieldAndLine) {
   const std::vector<Case> cases = {
       {"topology:\n  kind: torus\n  dims: [2, 3]\n  chips: 8\n  bandwidth_gbps: 10\n",
        "topo.yaml:4: topology.chips: 8 chips, but dims 2x3 make 6"},
-      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 0\n", "topo.yaml:4: topology.bandwidth_gbps: must be > 0"},
-      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: -5\n", "topology.bandwidth_gbps: must be > 0"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 0\n", "topo.yaml:4: topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 0)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: -5\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got -5)"},
+      // Outside the sane range (topology.h: 1 MB/s .. 1 PB/s, 0 .. 1 s): unit mistakes, and times would overflow.
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1e308\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 1e308)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1e-300\n", "topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got 1e-300)"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: 1e300\n",
+       "topo.yaml:5: topology.latency_ns: must be a finite number >= 0 within 0..1e+09 ns (got 1e300)"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: .nan\n",
-       "topo.yaml:4: topology.bandwidth_gbps: must be a finite number"},
+       "topo.yaml:4: topology.bandwidth_gbps: must be a finite number > 0 within 0.001..1e+06 GB/s (got .nan)"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: .inf\n",
        "topo.yaml:5: topology.latency_ns: must be a finite number"},
       {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  latency_ns: -1\n",
-       "topology.latency_ns: must be >= 0"},
+       "topology.latency_ns: must be a finite number >= 0 within 0..1e+09 ns (got -1)"},
       {"topology:\n  kind: torus\n  dims: [2, 2]\n  bandwidth_gbps: [10, .nan]\n",
        "topology.bandwidth_gbps[1]: must be a finite number"},
       {"topology:\n  kind: graph\n  chips: 3\n  bandwidth_gbps: 1\n  links:\n    - [0, 1]\n    - [1, 3]\n",
