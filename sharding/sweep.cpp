@@ -264,11 +264,11 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
 }
 
 // A plan entry with `chips` substituted; and its label.
-YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label) {
+YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel) {
   YAML::Node out(YAML::NodeType::Map);
   int tp = 1, cp = 1, ul = 1;
-  bool sp = false;
-  std::string split, ar;
+  bool sp = false, fused = false;
+  std::string split, ar, chunks;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
     const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
@@ -276,23 +276,49 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label) {
       int n = 0;
       if (v == "chips") n = chips;
       else {
+        size_t used = 0;
         try {
-          n = std::stoi(v);
+          n = std::stoi(v, &used);
         } catch (const std::exception&) {
-          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips` (got '" + v + "')");
+          used = 0;
         }
+        if (used == 0 || used != v.size())
+          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips` (got '" + v + "')");
       }
       out[k] = n;
       (k == "tp" ? tp : k == "cp" ? cp : ul) = n;
-    } else if (k == "sp") {
-      out[k] = YAML::Clone(kv.second);
-      sp = v == "true";
+    } else if (k == "sp" || k == "fused") {
+      bool b = false;
+      try {
+        b = kv.second.as<bool>();
+      } catch (const std::exception&) {
+        ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
+      }
+      out[k] = b;
+      (k == "sp" ? sp : fused) = b;
+    } else if (k == "chunks") {
+      out[k] = v;
+      chunks = v;
     } else if (k == "cp_split") {
       out[k] = v;
       split = v;
     } else if (k == "all_reduce") {
       out[k] = v;
       ar = v;
+    }
+  }
+  // The workload file's own fused/chunks carry over unless the plan sets them (values checked by the parser).
+  if (file_parallel && file_parallel.IsMap()) {
+    if (!out["fused"] && file_parallel["fused"] && file_parallel["fused"].IsScalar()) {
+      out["fused"] = YAML::Clone(file_parallel["fused"]);
+      try {
+        fused = file_parallel["fused"].as<bool>();
+      } catch (const std::exception&) {
+      }
+    }
+    if (!out["chunks"] && file_parallel["chunks"] && file_parallel["chunks"].IsScalar()) {
+      out["chunks"] = YAML::Clone(file_parallel["chunks"]);
+      chunks = file_parallel["chunks"].as<std::string>();
     }
   }
   std::string s;
@@ -306,6 +332,8 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label) {
   if (sp) s += "+sp";
   if (!split.empty()) s += "-" + split;
   if (!ar.empty()) s += "-ar_" + ar;
+  if (fused) s += "+fused";
+  if (!chunks.empty()) s += "-c" + chunks;
   *label = s;
   return out;
 }
@@ -463,7 +491,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
     const auto workloads = parse_workloads(axes);
     std::vector<ConfigNode> plans;
     for (const auto& item : axis_items(axes, "plan")) {
-      item.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "all_reduce"});
+      item.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "all_reduce", "fused", "chunks"});
       plans.push_back(item);
     }
     for (const auto& w : workloads) {
@@ -501,7 +529,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
             p.workload = w.label;
             p.origin = plan.where();
             YAML::Node cfg = YAML::Clone(w.root);
-            const YAML::Node par = plan_for(plan, t.chips, &p.plan);
+            // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
+            // sets them (so a fused workload file stays fused, and the label says so).
+            const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"]);
             cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
             cfg["topology"] = YAML::Load(t.yaml);
             cfg["device"] = YAML::Load(d.yaml);

@@ -21,7 +21,9 @@
 //       - ../blocks/llama2_7b_tp8.yaml                #   {config: PATH, label: NAME, set: {seq: 256}}
 //     plan:                                           # `parallel:` sections; the value `chips` means the
 //       - {tp: chips}                                 #   point's chip count. Keys: tp, sp, cp, cp_split,
-//       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm)
+//       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm),
+//       - {tp: chips, fused: true}                    #   fused, chunks (sharding/fused.h; a workload file's own
+//                                                     #   fused/chunks carry over unless the plan sets them)
 //
 // Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
 //   collectives: topology x device x collective x algorithm x dtype x size (innermost last)

@@ -188,4 +188,38 @@ printf 'not,a,results,file\n' >notours.csv
 mkdir -p notours && cp notours.csv notours/results.csv
 expect_exit 2 "not a shardsim sweep results file" -- shardsim_mpi 2 sweep ok.yaml --output notours
 
+e2e_case "fused plans: plan keys fused/chunks, labels, and a fused workload file stays fused"
+sed 's/^  tp: 4/  tp: 4\n  fused: true\n  chunks: 3/' "$CONFIGS/blocks/small_block.yaml" >fusedblk.yaml
+cat >fz.yaml <<EOF2
+name: fz
+output: fzout
+axes:
+  topology: [{kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000, label: ring4}]
+  workload:
+    - {config: $CONFIGS/blocks/small_block.yaml, label: small}
+    - {config: $PWD/fusedblk.yaml, label: fusedfile}
+  plan: [{tp: chips}, {tp: chips, sp: yes}, {tp: chips, fused: true, chunks: 2}]
+EOF2
+if expect_exit 0 "ran 5, skipped 0 .*recorded 1 without running" -- shardsim_mpi 4 sweep fz.yaml --no-plots; then
+  sed 's/^  tp: 4/  tp: 4\n  fused: true\n  chunks: 2/' "$CONFIGS/blocks/small_block.yaml" >runf.yaml
+  expect_exit 0 '^PASS$' -- shardsim_mpi 4 run runf.yaml --json runf.json
+  if python3 - fzout/results.csv runf.json <<'PY'; then pass "labels tp4 / tp4+sp / tp4+fused-c2; fused rows = run's total"; else fail "fused sweep rows"; fi
+import csv, json, sys
+rows = {(r["workload"], r["plan"]): r for r in csv.DictReader(open(sys.argv[1]))}
+want = json.load(open(sys.argv[2]))["simulated"]["total_ns"] / 1e3
+bad = []
+for k in [("small", "tp4"), ("small", "tp4+sp"), ("small", "tp4+fused-c2"), ("fusedfile", "tp4+fused-c3"), ("fusedfile", "tp4+fused-c2")]:
+    if k not in rows: bad.append(f"no row {k}; have {sorted(rows)}")
+for k in [("small", "tp4+fused-c2"), ("fusedfile", "tp4+fused-c2")]:
+    if k in rows and abs(float(rows[k]["sim_time_us"]) - want) > 1e-6 * want: bad.append(f"{k}: {rows[k]['sim_time_us']} vs run {want}")
+if ("fusedfile", "tp4+fused-c3") in rows and rows[("fusedfile", "tp4+fused-c3")]["sim_time_us"] == rows[("small", "tp4")]["sim_time_us"]:
+    bad.append("the fused workload file ran unfused")
+if ("small", "tp4") in rows and ("small", "tp4+sp") in rows and rows[("small", "tp4")]["sim_time_us"] == rows[("small", "tp4+sp")]["sim_time_us"]:
+    bad.append("tp4 and tp4+sp give the same time: sp not applied")
+if bad: sys.exit("; ".join(bad))
+PY
+fi
+printf 'axes:\n  workload: [{config: %s}]\n  plan: [{tp: 4abc}]\n' "$CONFIGS/blocks/small_block.yaml" >badplan.yaml
+expect_exit 2 "badplan.yaml:3:.*tp: a size or .chips. \\(got '4abc'\\)" -- shardsim_mpi 4 sweep badplan.yaml
+
 e2e_finish
