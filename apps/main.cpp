@@ -16,6 +16,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
+#include "runtime/engine.h"
 #include "runtime/world.h"
 #include "apps/cli_common.h"
 #include "common/config.h"
@@ -175,6 +176,8 @@ int main(int argc, char** argv) {
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;
 
   try {
+    // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
+    world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
     if (run->parsed()) return cmd_run(world, config, json_path, opt);
     for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep})
       if (c->app->parsed()) return c->run();

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -374,9 +375,10 @@ std::string fused_text(const std::vector<FusedOp>& ops, double total_ns) {
                 "T_fused", "unfused", "overlap", "speedup");
   out += b;
   auto row = [&](const std::string& name, const std::string& chunks, const FusedTiming& t) {
+    const double eff = std::fabs(t.overlap_efficiency()) < 0.005 ? 0.0 : t.overlap_efficiency();  // no "-0.00"
     std::snprintf(b, sizeof b, "  %-34s %-17s %8.3f us %8.3f us %8.3f us %8.3f us %8.2f %7.2fx\n", name.c_str(),
-                  chunks.c_str(), t.compute_ns / 1e3, t.comm_ns / 1e3, t.fused_ns / 1e3, t.unfused_ns / 1e3,
-                  t.overlap_efficiency(), t.speedup());
+                  chunks.c_str(), t.compute_ns / 1e3, t.comm_ns / 1e3, t.fused_ns / 1e3, t.unfused_ns / 1e3, eff,
+                  t.speedup());
     out += b;
   };
   for (const auto& o : ops)

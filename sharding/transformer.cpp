@@ -167,6 +167,13 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     if (p.ulysses > 1 && (p.tp > 1 || p.cp > 1))
       par.child("ulysses").fail("parallel.ulysses: combine with tp or cp is not supported; use ulysses alone");
     p.fused = parse_fused_plan(par, p.tp);
+    {  // gemm_all_reduce cuts the longer side of each output [rows, hidden] (rows: the chip's tokens)
+      const int64_t rows = s.seq / p.cp, longest = std::max(rows, s.hidden);
+      if (p.fused.chunks > longest)
+        par.child("chunks").fail("parallel.chunks: " + std::to_string(p.fused.chunks) + " pieces of outputs [" +
+                                 std::to_string(rows) + ", " + std::to_string(s.hidden) +
+                                 "] cut along the longer side (at most " + std::to_string(longest) + ")");
+    }
     if (p.fused.enabled && p.sp && par.has("chunks"))
       par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "
                                "chunks applies to the all_reduce form (sp: false)");

@@ -117,5 +117,7 @@ if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_STALL_SYNC_RANK=2 \
   assert_out 'rank 2 stalls in all_reduce' "the test hook fired on rank 2"
 fi
 if compgen -G "core*" >/dev/null; then fail "core file left: $(ls core*)"; else pass "no core file"; fi
+SHARDSIM_WATCHDOG_S=2s expect_exit 2 "SHARDSIM_WATCHDOG_S='2s': expected seconds" -- shardsim_mpi 2 bench all_reduce -b 1K -e 1K -n 1 -w 0 \
+  && assert_out_count "SHARDSIM_WATCHDOG_S" 1 "one message, up front"
 
 e2e_finish

@@ -100,5 +100,8 @@ block b4 "  tp: 4\n  sp: true\n  fused: true\n  chunks: 2"
 expect_exit 2 'b4\.yaml:[0-9]+: parallel\.chunks: with sp the fused ops are rings' -- shardsim_mpi 4 run b4.yaml
 block b5 "  tp: 4\n  fused: true\n  chunks: 100000"
 expect_exit 2 'parallel\.chunks' -- shardsim_mpi 4 run b5.yaml
+{ cat "$CONFIGS/workloads/small_mlp.yaml"; printf 'parallel:\n  tp: 4\n  fused: true\n  chunks: 65\n'; } >m65.yaml
+expect_exit 2 'm65\.yaml:[0-9]+: parallel\.chunks: 65 pieces of an output \[16, 64\] cut along its longer side \(at most 64\)' \
+  -- shardsim_mpi 4 run m65.yaml --no-checkpoint
 
 e2e_finish
