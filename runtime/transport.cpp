@@ -103,75 +103,60 @@ void maybe_stall(const std::string& op) {
 }  // namespace
 
 void Transport::wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op) {
-  if (!observer_) {
-    // Synchronous wait: poll, spinning for the first 20 us (low latency when the peer is there), then sleeping
-    // with a growing pause (up to 500 us) so that ranks sharing a core hand it to the peer they wait for instead
-    // of burning their time slice. No request completing for SHARDSIM_WATCHDOG_S seconds (default 300; 0 = never)
-    // aborts the job (exit 3) naming the op and the chips still pending: a stuck rank never hangs the job silently.
-    maybe_stall(op);
-    const double limit = sync_watchdog_s();
-    std::vector<int> done(reqs.size());
-    const auto start = std::chrono::steady_clock::now();
-    auto last_progress = start;
-    auto pause = std::chrono::microseconds(5);
-    while (true) {
-      int n = 0;
-      check_mpi(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &n, done.data(), MPI_STATUSES_IGNORE),
-                chip(), op);
-      if (n == MPI_UNDEFINED) return;  // no active request left
-      const auto now = std::chrono::steady_clock::now();
-      if (n > 0) {
-        last_progress = now;
-        pause = std::chrono::microseconds(5);
-        continue;
-      }
-      if (now - last_progress < std::chrono::microseconds(20)) continue;  // spin briefly
-      const double idle = std::chrono::duration<double>(now - last_progress).count();
-      if (limit > 0 && idle >= limit) {
-        std::vector<int> pending;
-        for (size_t i = 0; i < reqs.size(); ++i)
-          if (reqs[i] != MPI_REQUEST_NULL && std::find(pending.begin(), pending.end(), chip_of(peers[i])) == pending.end())
-            pending.push_back(chip_of(peers[i]));
-        std::string chips;
-        for (int c : pending) chips += (chips.empty() ? " " : ", ") + std::to_string(c);
-        int world_rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-        std::fprintf(stderr,
-                     "shardsim: watchdog: chip %d (rank %d): %s made no progress for %.0f s (limit "
-                     "SHARDSIM_WATCHDOG_S=%g); still waiting on chip(s)%s\n",
-                     chip(), world_rank, op.c_str(), idle, limit, chips.c_str());
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
-      }
-      std::this_thread::sleep_for(pause);
-      if (pause < std::chrono::microseconds(500)) pause *= 2;
-    }
-  }
-  std::vector<int> done(reqs.size());
-  auto report = [&] {
+  // One polling loop for both kinds of wait. Synchronous waits (no observer) spin for the first 20 us (low
+  // latency when the peer is there), then sleep with a growing pause (up to 500 us) so that ranks sharing a core
+  // hand it to the peer they wait for, and carry the watchdog: no request completing for SHARDSIM_WATCHDOG_S
+  // seconds (default 300; 0 = never) aborts the job (exit 3) naming the op and the chips still pending. The
+  // engine's waits report progress to its observer instead (its own watchdog thread watches them).
+  using us = std::chrono::microseconds;
+  const bool sync = !observer_;
+  if (sync) maybe_stall(op);
+  const double limit = sync ? sync_watchdog_s() : 0;
+  const us spin = sync ? us(20) : us(0), min_pause = sync ? us(5) : us(2), max_pause = sync ? us(500) : us(250);
+  auto pending = [&] {  // distinct ranks with a request still active
     std::vector<int> ranks;
     for (size_t i = 0; i < reqs.size(); ++i)
       if (reqs[i] != MPI_REQUEST_NULL && std::find(ranks.begin(), ranks.end(), peers[i]) == ranks.end())
         ranks.push_back(peers[i]);
-    observer_->pending(comm_, ranks);
+    return ranks;
   };
-  report();
-  auto pause = std::chrono::microseconds(2);
+  if (observer_) observer_->pending(comm_, pending());
+  std::vector<int> done(reqs.size());
+  auto last_progress = std::chrono::steady_clock::now();
+  us pause = min_pause;
   while (true) {
     int n = 0;
     check_mpi(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &n, done.data(), MPI_STATUSES_IGNORE), chip(),
               op);
     if (n == MPI_UNDEFINED) break;  // no active request left
+    const auto now = std::chrono::steady_clock::now();
     if (n > 0) {
-      observer_->progressed();
-      report();
-      pause = std::chrono::microseconds(2);
+      last_progress = now;
+      pause = min_pause;
+      if (observer_) {
+        observer_->progressed();
+        observer_->pending(comm_, pending());
+      }
       continue;
     }
+    if (now - last_progress < spin) continue;
+    const double idle = std::chrono::duration<double>(now - last_progress).count();
+    if (limit > 0 && idle >= limit) {
+      std::string chips;
+      for (int r : pending()) chips += (chips.empty() ? " " : ", ") + std::to_string(chip_of(r));
+      int world_rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+      std::fprintf(stderr,
+                   "shardsim: watchdog: chip %d (rank %d): %s made no progress for %.0f s (limit "
+                   "SHARDSIM_WATCHDOG_S=%g); still waiting on chip(s)%s\n",
+                   chip(), world_rank, op.c_str(), idle, limit, chips.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+    }
     std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(250)) pause *= 2;
+    if (pause < max_pause) pause *= 2;
   }
-  observer_->pending(comm_, {});
+  if (observer_) observer_->pending(comm_, {});
 }
 
 unsigned char* Transport::scratch(int slot, size_t bytes) {

@@ -302,7 +302,7 @@ std::string FusedPlan::describe() const {
   return "chunks " + (chunks == 0 ? std::string("auto") : std::to_string(chunks));
 }
 
-FusedPlan parse_fused_plan(const ConfigNode& par, int tp) {
+FusedPlan parse_fused_plan(const ConfigNode& par, int tp, int64_t out_rows, int64_t out_cols) {
   FusedPlan f;
   f.enabled = par.get_bool("fused", false);
   if (par.has("chunks")) {
@@ -316,6 +316,10 @@ FusedPlan parse_fused_plan(const ConfigNode& par, int tp) {
       f.chunks = static_cast<int>(n);
     }
   }
+  if (const int64_t longest = std::max(out_rows, out_cols); f.chunks > longest)
+    par.child("chunks").fail("parallel.chunks: " + std::to_string(f.chunks) + " pieces of an output [" +
+                             std::to_string(out_rows) + ", " + std::to_string(out_cols) +
+                             "] cut along its longer side (at most " + std::to_string(longest) + ")");
   if (f.enabled && tp < 2)
     par.child("fused").fail("parallel.fused: needs tp > 1 (it overlaps the tensor-parallel collectives with their "
                             "GEMMs; tp is " + std::to_string(tp) + ")");

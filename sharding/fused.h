@@ -71,8 +71,9 @@ struct FusedPlan {
 };
 // Reads `fused: true|false` and `chunks: auto|N` (N >= 1; only with fused: true) of a workload's `parallel:`
 // map. TP is the plan's tensor-parallel size: fused needs tp > 1 (there is no collective to hide otherwise).
-// Errors: ConfigError "FILE:LINE: parallel.chunks: ..." (exit 2).
-FusedPlan parse_fused_plan(const ConfigNode& parallel, int tp);
+// OUT_ROWS x OUT_COLS is the fused all_reduce's output: gemm_all_reduce cuts its longer side, so N may not exceed
+// that. Errors: ConfigError "FILE:LINE: parallel.chunks: ..." (exit 2).
+FusedPlan parse_fused_plan(const ConfigNode& parallel, int tp, int64_t out_rows, int64_t out_cols);
 
 FusedTiming gemm_all_reduce(runtime::Transport& tp, const runtime::Tensor& a, const runtime::Tensor& b,
                             runtime::Tensor& c, int chunks, sim::TimeNs ready, const std::string& name,

@@ -27,12 +27,13 @@ std::string pct(double part, double whole) {
   std::snprintf(buf, sizeof buf, "%5.1f%%", whole > 0 ? 100.0 * part / whole : 0.0);
   return buf;
 }
-std::string mib(double bytes) {
+}  // namespace
+
+std::string format_mib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f MiB", bytes / (1024.0 * 1024.0));
   return buf;
 }
-}  // namespace
 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json chips = nlohmann::json::array();
@@ -112,8 +113,8 @@ std::string to_text(const RunReport& r) {
   os << buf;
   os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
      << r.all_reduce_algorithm << "), "
-     << mib(r.all_reduce_bytes_per_chip)
-     << " sent per chip (2(p-1)/p*M = " << mib(r.all_reduce_expected_bytes) << ")\n";
+     << format_mib(r.all_reduce_bytes_per_chip)
+     << " sent per chip (2(p-1)/p*M = " << format_mib(r.all_reduce_expected_bytes) << ")\n";
   double peak_mem = 0;
   int peak_chip = 0;
   for (const auto& c : r.per_chip)

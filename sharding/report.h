@@ -68,6 +68,9 @@ struct RunReport {
   bool ok() const { return passed && resume_bit_exact; }
 };
 
+// "12.345 MiB" (bytes / 2^20, three decimals): the byte figures of the text reports.
+std::string format_mib(double bytes);
+
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);
 

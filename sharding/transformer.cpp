@@ -21,6 +21,7 @@
 #include "kernels/norm.h"
 #include "runtime/transport.h"
 #include "sharding/init.h"
+#include "sharding/report.h"
 #include "sharding/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
@@ -166,14 +167,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
                std::to_string(chips) + " chips (the device mesh must cover every chip once)");
     if (p.ulysses > 1 && (p.tp > 1 || p.cp > 1))
       par.child("ulysses").fail("parallel.ulysses: combine with tp or cp is not supported; use ulysses alone");
-    p.fused = parse_fused_plan(par, p.tp);
-    {  // gemm_all_reduce cuts the longer side of each output [rows, hidden] (rows: the chip's tokens)
-      const int64_t rows = s.seq / p.cp, longest = std::max(rows, s.hidden);
-      if (p.fused.chunks > longest)
-        par.child("chunks").fail("parallel.chunks: " + std::to_string(p.fused.chunks) + " pieces of outputs [" +
-                                 std::to_string(rows) + ", " + std::to_string(s.hidden) +
-                                 "] cut along the longer side (at most " + std::to_string(longest) + ")");
-    }
+    p.fused = parse_fused_plan(par, p.tp, s.seq / p.cp, s.hidden);  // outputs [this chip's tokens, hidden]
     if (p.fused.enabled && p.sp && par.has("chunks"))
       par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "
                                "chunks applies to the all_reduce form (sp: false)");
@@ -843,11 +837,6 @@ std::string us(double ns) {
   std::snprintf(b, sizeof b, "%.3f us", ns / 1e3);
   return b;
 }
-std::string mib(double bytes) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.3f MiB", bytes / 1048576.0);
-  return b;
-}
 }  // namespace
 
 std::string to_text(const BlockReport& r) {
@@ -877,8 +866,8 @@ std::string to_text(const BlockReport& r) {
   os << b;
   os << "communication per chip (bytes sent; formula in sharding/transformer.h)\n";
   for (const auto& [k, c] : r.comm)
-    os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << mib(c.bytes) << " in " << c.calls
-       << " call(s), formula " << mib(c.expected) << "\n";
+    os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in " << c.calls
+       << " call(s), formula " << format_mib(c.expected) << "\n";
   if (r.single_device_ns > 0)
     os << "  single device      " << us(r.single_device_ns) << "  -> speedup "
        << (r.sim_total_ns > 0 ? r.single_device_ns / r.sim_total_ns : 0) << "x on " << r.chips << " chips\n";

@@ -68,13 +68,7 @@ RunConfig parse(const ConfigNode& root) {
                                    "' (known: ring, bidir_ring, torus, halving_doubling, auto)");
       c.all_reduce_algorithm = a;
     }
-    c.fused = parse_fused_plan(p, c.tp);
-    // gemm_all_reduce cuts the longer side of the output [tokens, hidden] into the pieces.
-    if (c.fused.chunks > std::max(c.mlp.tokens, c.mlp.hidden))
-      p.child("chunks").fail("parallel.chunks: " + std::to_string(c.fused.chunks) + " pieces of an output [" +
-                             std::to_string(c.mlp.tokens) + ", " + std::to_string(c.mlp.hidden) +
-                             "] cut along its longer side (at most " +
-                             std::to_string(std::max(c.mlp.tokens, c.mlp.hidden)) + ")");
+    c.fused = parse_fused_plan(p, c.tp, c.mlp.tokens, c.mlp.hidden);  // the output y [tokens, hidden]
   } else {
     c.tp = c.topology.num_chips();
   }

@@ -117,8 +117,12 @@ TEST(Fused, CutRuleAndTheReportedUnfusedAndCommTimesAreWhatTheUnfusedPathTakes) 
       // is off by up to one element per step (collectives/algorithms.h), hence 1e-4, not 1e-9.
       EXPECT_NEAR(t.unfused_ns, unfused, 1e-4 * unfused) << "the model's unfused time = the unfused path";
       EXPECT_NEAR(t.comm_ns, ar.span.duration(), 1e-4 * unfused) << "T_comm = the all_reduce alone";
-      if (chunks == 1) EXPECT_NEAR(t.fused_ns, unfused, 1e-9 * unfused) << "one piece = unfused";
-      if (M * N % p == 0) EXPECT_NEAR(t.comm_ns, ar.span.duration(), 1e-9 * unfused) << "even chunks: exact";
+      if (chunks == 1) {
+        EXPECT_NEAR(t.fused_ns, unfused, 1e-9 * unfused) << "one piece = unfused";
+      }
+      if (M * N % p == 0) {
+        EXPECT_NEAR(t.comm_ns, ar.span.duration(), 1e-9 * unfused) << "even chunks: exact";
+      }
     }
   }
 }
