@@ -599,4 +599,20 @@ std::string Topology::to_dot() const {
   return os.str();
 }
 
+Topology Topology::scaled(double latency_factor, double bandwidth_factor, double latency_base_ns) const {
+  bool all_zero = true;
+  for (const auto& l : links_) all_zero = all_zero && l.latency_ns == 0;
+  auto lat = [&](double ns) { return latency_factor * (all_zero ? latency_base_ns : ns); };
+  Topology t = *this;
+  for (auto& l : t.links_) {
+    l.latency_ns = lat(l.latency_ns);
+    l.bandwidth_gbps *= bandwidth_factor;
+  }
+  for (auto& d : t.dim_specs_) {
+    d.link.latency_ns = lat(d.link.latency_ns);
+    d.link.bandwidth_gbps *= bandwidth_factor;
+  }
+  return t;
+}
+
 }  // namespace shardsim::topology

@@ -144,6 +144,12 @@ class Topology {
   void set_placement(const std::vector<int>& rank_to_chip);
   bool identity_placement() const;
 
+  // A copy with every link's latency set to LATENCY_FACTOR x its latency (or x LATENCY_BASE_NS when the
+  // topology's latencies are all 0, so a fit can move a zero latency) and its bandwidth to BANDWIDTH_FACTOR x its
+  // bandwidth; dimension specs follow. Not range-checked (calibration explores freely; the result is checked when
+  // it is written to a file and loaded again).
+  Topology scaled(double latency_factor, double bandwidth_factor, double latency_base_ns = 1.0) const;
+
   // One line, e.g. "ring 8 chips, bidirectional, 100 GB/s, 500 ns per link".
   std::string describe() const;
   // Graphviz (dot) text: chips as boxes, switches as ellipses, one edge per directed link (or one undirected

@@ -1,0 +1,135 @@
+// `shardsim calibrate LOG... [--predict LOG...] --topology FILE [--out FILE]`: fits the stated topology's link
+// latency and bandwidth to measured nccl-tests tables (collectives/calibrate.h) and prints the fit with the error
+// per size. Run it with as many ranks as the topology has chips (every rank computes the same fit; rank 0
+// prints). --out writes the fitted topology as a file that run, bench, validate and sweep accept (--topology).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "collectives/calibrate.h"
+#include "collectives/verify.h"
+#include "common/error.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+struct CalibrateFlags {
+  NetFlags net;
+  std::vector<std::string> logs, predict;
+  std::string collective, algorithm = "ring", min_bytes = "0", out;
+  bool out_given = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4 && std::fmod(b, 1024) == 0) b /= 1024, ++u;
+  char s[32];
+  std::snprintf(s, sizeof s, "%g %s", b, units[u]);
+  return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
+  std::unique_ptr<Net> net;
+  std::vector<collectives::NcclLog> fit, held;
+  collectives::CalibrationOptions opt;
+  world.agree([&] {
+    net = build_net(f.net, world);
+    if (f.logs.empty()) throw UsageError("calibrate: give at least one nccl-tests log to fit");
+    for (const auto& p : f.logs) fit.push_back(collectives::parse_nccl_tests_log(p, f.collective));
+    for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
+    opt.algorithm = f.algorithm;
+    opt.min_bytes = static_cast<double>(parse_bytes(f.min_bytes, "--min-bytes"));
+    if (f.algorithm != "auto") {
+      bool known = false;
+      for (auto c : collectives::all_collectives()) known = known || !collectives::canonical_algorithm(c, f.algorithm).empty();
+      if (!known) throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "'");
+    }
+    if (f.out_given) check_outputs({{"--out", f.out}});
+    if (f.out_given && !net->topo.is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
+  });
+  connect(*net, world);
+  collectives::Calibration cal;
+  world.agree([&] { cal = collectives::calibrate(net->topo, fit, held, opt, *net->world); });
+  const int n = net->topo.num_chips();
+  if (world.rank() == 0) {
+    std::printf("# shardsim calibrate: %zu log(s) fitted, %zu held out; topology %s\n", fit.size(), held.size(),
+                net->topo.describe().c_str());
+    std::printf("# model: every link latency x a, every bandwidth x b (ratios between dimensions as in the file); "
+                "algorithm %s; rows >= %s fitted\n",
+                f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str());
+    std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
+                "step(s)\n",
+                cal.latency_factor, cal.bandwidth_factor, cal.iterations);
+    const auto& dims = cal.fitted.dim_specs();
+    for (size_t d = 0; d < dims.size(); ++d)
+      std::printf("  dim%zu %-15s %3d chips  latency %.6g ns  bandwidth %.6g GB/s per direction (GB = 1e9 B)\n", d,
+                  topology::dim_kind_name(dims[d].kind).c_str(), dims[d].size, dims[d].link.latency_ns,
+                  dims[d].link.bandwidth_gbps);
+    std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
+                "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
+    std::vector<double> fit_big, held_big, fit_all;
+    for (const auto& p : cal.predictions) {
+      const double factor = collectives::busbw_factor(p.log->collective, n);
+      const double pred_busbw = p.row.bytes / (p.predicted_us * 1e3) * factor;
+      const double meas_busbw = p.row.bytes / (p.row.time_us * 1e3) * factor;
+      const std::string where = p.log->file + ":" + std::to_string(p.row.line);
+      const double e = std::fabs(p.rel_error());
+      const bool held_out = std::find_if(held.begin(), held.end(), [&](const auto& l) { return &l == p.log; }) !=
+                            held.end();
+      const char* use = p.fitted ? "fit" : held_out ? "held out" : "below --min-bytes";
+      std::printf("   %-28s %-15s %12.0f %12.3f %12.3f %+7.2f%% %10.2f %10.2f  %s\n", where.c_str(),
+                  collectives::collective_name(p.log->collective).c_str(), p.row.bytes, p.row.time_us, p.predicted_us,
+                  100 * p.rel_error(), meas_busbw, pred_busbw, use);
+      if (p.fitted) fit_all.push_back(e);
+      if (p.row.bytes >= 1 << 20) (held_out ? held_big : fit_big).push_back(e);
+    }
+    std::printf("#\nerror rms %.2f%% over the %zu fitted rows; median |error| %.2f%% over fitted rows\n",
+                100 * cal.rms_rel_error, fit_all.size(), 100 * median(fit_all));
+    if (!fit_big.empty())
+      std::printf("      median |error| %.2f%% over fitted rows >= 1 MiB (%zu rows)\n", 100 * median(fit_big), fit_big.size());
+    if (!held_big.empty())
+      std::printf("      median |error| %.2f%% over held-out rows >= 1 MiB (%zu rows)\n", 100 * median(held_big),
+                  held_big.size());
+  }
+  if (f.out_given) {
+    world.agree([&] {
+      if (world.rank() != 0) return;
+      std::string text = "# written by shardsim calibrate: the topology with every link latency x " +
+                         std::to_string(cal.latency_factor) + " and bandwidth x " +
+                         std::to_string(cal.bandwidth_factor) + "\n";
+      write_file(f.out, text + collectives::topology_yaml(cal.fitted));
+    });
+    if (world.rank() == 0) std::printf("wrote %s (use it with --topology)\n", f.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_calibrate(CLI::App& app, const runtime::World& world) {
+  auto* sub = app.add_subcommand("calibrate", "fit the topology's link latency/bandwidth to nccl-tests logs");
+  auto f = std::make_shared<CalibrateFlags>();
+  f->net.add_to(sub);
+  sub->add_option("logs", f->logs, "nccl-tests output files to fit (one table each)");
+  sub->add_option("--predict", f->predict, "nccl-tests output files to predict with the fit (held out)");
+  sub->add_option("--collective", f->collective, "the collective of logs without a 'Collective test starting' line");
+  sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed)");
+  sub->add_option("--min-bytes", f->min_bytes, "fit only rows at or above this size (K/M/G; default 0)");
+  sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
+      ->each([f](const std::string&) { f->out_given = true; });
+  return {sub, [f, &world] { return run_calibrate(world, *f); }};
+}
+
+}  // namespace shardsim::apps

@@ -1,0 +1,329 @@
+#include "collectives/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+#include "sim/device_spec.h"
+#include "sim/timeline.h"
+
+namespace shardsim::collectives {
+
+namespace {
+
+// "[0] ", "[1,0]<stdout>:" (mpirun --tag-output) and similar prefixes in front of a log line.
+std::string strip_prefix(const std::string& line) {
+  size_t i = 0;
+  while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+  if (i < line.size() && line[i] == '[') {
+    const size_t close = line.find(']', i);
+    if (close != std::string::npos) {
+      size_t j = close + 1;
+      const std::string tag = "<stdout>:";
+      if (line.compare(j, tag.size(), tag) == 0) j += tag.size();
+      return line.substr(j);
+    }
+  }
+  return line;
+}
+
+std::vector<std::string> tokens(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string t; in >> t;) out.push_back(t);
+  return out;
+}
+
+bool parse_number(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(v);
+}
+
+// nccl-tests program name -> our collective name.
+std::string collective_of_program(const std::string& program) {
+  static const std::map<std::string, std::string> names = {
+      {"all_reduce_perf", "all_reduce"}, {"all_gather_perf", "all_gather"},
+      {"reduce_scatter_perf", "reduce_scatter"}, {"broadcast_perf", "broadcast"},
+      {"reduce_perf", "reduce"}, {"alltoall_perf", "all_to_all"}, {"sendrecv_perf", "send_recv"},
+      {"gather_perf", "gather"}, {"scatter_perf", "scatter"}};
+  std::string p = program;
+  if (const size_t slash = p.rfind('/'); slash != std::string::npos) p = p.substr(slash + 1);
+  if (p.size() > 4 && p.compare(p.size() - 4, 4, "_mpi") == 0) p = p.substr(0, p.size() - 4);
+  const auto it = names.find(p);
+  return it == names.end() ? "" : it->second;
+}
+
+std::string fmt(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+}  // namespace
+
+NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& default_collective) {
+  NcclLog log;
+  log.file = file;
+  std::string collective;
+  int collective_line = 0;
+  bool has_root = true, root_known = false;
+  std::istringstream in(text);
+  std::string raw;
+  int line_no = 0;
+  auto fail = [&](const std::string& why) -> ConfigError {
+    return ConfigError(file + ":" + std::to_string(line_no) + ": " + why);
+  };
+  while (std::getline(in, raw)) {
+    ++line_no;
+    const std::string line = strip_prefix(raw);
+    const auto t = tokens(line);
+    if (t.empty()) continue;
+    if (t[0][0] == '#') {
+      const size_t at = line.find("Collective test starting:");
+      if (at != std::string::npos) {
+        const auto rest = tokens(line.substr(at + 25));
+        const std::string name = rest.empty() ? "" : collective_of_program(rest[0]);
+        if (name.empty())
+          throw fail("unknown nccl-tests program '" + (rest.empty() ? std::string() : rest[0]) +
+                     "' (known: all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, "
+                     "alltoall_perf, sendrecv_perf, gather_perf, scatter_perf)");
+        if (!collective.empty())
+          throw fail("a second 'Collective test starting' line (the first is on line " +
+                     std::to_string(collective_line) + "): give one table per file");
+        collective = name;
+        collective_line = line_no;
+      }
+      // "#  Rank  3 Group  0 Pid ..." lists the ranks.
+      if (t.size() >= 3 && t[0] == "#" && t[1] == "Rank") ++log.ranks;
+      else if (t.size() >= 2 && t[0] == "#Rank") ++log.ranks;
+      // The column header says whether there is a root column.
+      if (line.find("size") != std::string::npos && line.find("count") != std::string::npos &&
+          line.find("redop") != std::string::npos) {
+        has_root = line.find("root") != std::string::npos;
+        root_known = true;
+      }
+      continue;
+    }
+    double bytes = 0;
+    if (!parse_number(t[0], bytes)) continue;  // nccl-tests' own non-table lines (warnings, NCCL INFO, ...)
+    // Columns: size count type redop [root] time algbw busbw #wrong [time algbw busbw #wrong]
+    if (!root_known) {
+      if (t.size() != 8 && t.size() != 9 && t.size() != 12 && t.size() != 13)
+        throw fail("expected 9 or 13 columns (size count type redop root time algbw busbw #wrong [in-place: time "
+                   "algbw busbw #wrong]; 8 or 12 in logs without a root column), got " + std::to_string(t.size()));
+      has_root = t.size() == 9 || t.size() == 13;
+    }
+    const size_t base = has_root ? 5 : 4;
+    if (t.size() != base + 4 && t.size() != base + 8)
+      throw fail("expected " + std::to_string(base + 4) + " or " + std::to_string(base + 8) +
+                 " columns (size count type redop" + (has_root ? " root" : "") +
+                 " time algbw busbw #wrong [in-place: time algbw busbw #wrong]), got " + std::to_string(t.size()));
+    double count = 0, time_us = 0, algbw = 0, busbw = 0;
+    if (!(bytes > 0) || std::floor(bytes) != bytes) throw fail("size '" + t[0] + "' is not a positive byte count");
+    if (!parse_number(t[1], count) || count < 0) throw fail("count '" + t[1] + "' is not a number");
+    if (!parse_number(t[base], time_us) || !(time_us > 0))
+      throw fail("time '" + t[base] + "' is not a positive number of microseconds");
+    if (!parse_number(t[base + 1], algbw) || !parse_number(t[base + 2], busbw))
+      throw fail("algbw/busbw '" + t[base + 1] + "' '" + t[base + 2] + "' are not numbers");
+    for (size_t col = base + 3; col < t.size(); col += 4) {  // out of place, then in place
+      const std::string& wrong = t[col];
+      double nwrong = 0;
+      if (wrong != "N/A" && (!parse_number(wrong, nwrong) || nwrong != 0))
+        throw fail("#wrong is '" + wrong + "': a measurement with wrong results is not a calibration input");
+    }
+    if (log.rows.empty()) {
+      log.type = t[2];
+      log.redop = t[3];
+    } else {
+      if (t[2] != log.type || t[3] != log.redop)
+        throw fail("type/op '" + t[2] + " " + t[3] + "' differs from the table's '" + log.type + " " + log.redop +
+                   "' (line " + std::to_string(log.rows.front().line) + "): mixed logs, give one table per file");
+      if (bytes <= log.rows.back().bytes)
+        throw fail("size " + t[0] + " does not grow (previous row: " + fmt(log.rows.back().bytes) +
+                   "): a second table starts here, give one table per file");
+    }
+    log.rows.push_back({line_no, bytes, time_us, busbw});
+  }
+  if (collective.empty()) collective = default_collective;
+  if (collective.empty())
+    throw ConfigError(file + ": no '# Collective test starting: X_perf' line; name the collective (--collective)");
+  try {
+    log.collective = parse_collective(collective);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(file + ": " + e.what());
+  }
+  if (log.rows.empty()) throw ConfigError(file + ": no nccl-tests table rows found");
+  return log;
+}
+
+NcclLog parse_nccl_tests_log(const std::string& path, const std::string& default_collective) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": read error");
+  return parse_nccl_tests_text(ss.str(), path, default_collective);
+}
+
+namespace {
+
+std::string algorithm_for(Collective c, const std::string& wanted) {
+  if (wanted == "auto") return wanted;
+  const std::string a = canonical_algorithm(c, wanted);
+  return a.empty() ? algorithm_names(c).front() : a;
+}
+
+}  // namespace
+
+double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
+                  const runtime::Transport& tp) {
+  sim::Timeline timeline(tp.chip(), topo, sim::device_preset("generic"), /*record_events=*/false);
+  runtime::Transport t(tp.comm(), timeline, tp.rank_to_chip());
+  std::string a = algorithm_for(c, algorithm);
+  if (a == "auto") {
+    CollectiveOptions o;
+    a = choose(c, o, t, bytes).algorithm;
+  } else if (const std::string why = obstacle(c, a, t); !why.empty()) {
+    throw ConfigError(collective_name(c) + ": algorithm '" + a + "' cannot run on " + topo.describe() + ": " + why +
+                      " (choose another with --algorithm)");
+  }
+  return estimate_ns(c, a, t, bytes) / 1e3;
+}
+
+Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
+                      const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
+                      const runtime::Transport& tp) {
+  for (const auto* logs : {&fit, &held_out})
+    for (const auto& log : *logs)
+      if (log.ranks != 0 && log.ranks != topo.num_chips())
+        throw ConfigError(log.file + ": the log lists " + std::to_string(log.ranks) + " ranks but the topology has " +
+                          std::to_string(topo.num_chips()) + " chips");
+  if (tp.size() != topo.num_chips())
+    throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) + " chips; run it with mpirun -np " +
+                     std::to_string(topo.num_chips()) + " (the job has " + std::to_string(tp.size()) + " ranks)");
+
+  struct Point {
+    const NcclLog* log;
+    NcclRow row;
+    bool fitted;
+  };
+  std::vector<Point> points;
+  for (const auto& log : fit)
+    for (const auto& r : log.rows) points.push_back({&log, r, r.bytes >= options.min_bytes});
+  for (const auto& log : held_out)
+    for (const auto& r : log.rows) points.push_back({&log, r, false});
+  size_t n_fit = 0;
+  for (const auto& p : points) n_fit += p.fitted ? 1 : 0;
+  if (n_fit < 2)
+    throw ConfigError("calibrate: " + std::to_string(n_fit) + " row(s) at or above " + fmt(options.min_bytes) +
+                      " B to fit; need at least 2");
+
+  auto model = [&](double a, double b, const Point& p) {
+    return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp);
+  };
+  // Weighted linear start: for ring-family schedules t = a * L(S) + (1/b) * W(S) with L = the time at zero
+  // bandwidth cost and W = the time at zero latency (both at the file's parameters).
+  const double huge_bw = 1e12;
+  double s_ll = 0, s_lw = 0, s_ww = 0, s_lt = 0, s_wt = 0;
+  for (const auto& p : points) {
+    if (!p.fitted) continue;
+    const double L = model(1, huge_bw, p), W = model(0, 1, p), inv = 1 / p.row.time_us;
+    const double l = L * inv, w = W * inv;  // relative weighting: residual (pred - t) / t
+    s_ll += l * l, s_lw += l * w, s_ww += w * w, s_lt += l, s_wt += w;
+  }
+  double a = 1, inv_b = 1;
+  const double det = s_ll * s_ww - s_lw * s_lw;
+  if (det > 0) {
+    a = (s_lt * s_ww - s_wt * s_lw) / det;
+    inv_b = (s_ll * s_wt - s_lw * s_lt) / det;
+  }
+  if (!(inv_b > 0)) inv_b = s_ww > 0 ? s_wt / s_ww : 1;  // latency cannot be negative: refit bandwidth alone
+  if (!(a >= 0)) a = 0;
+  if (!(inv_b > 0)) inv_b = 1;
+
+  auto cost = [&](double aa, double ib) {
+    double s = 0;
+    for (const auto& p : points)
+      if (p.fitted) {
+        const double r = (model(aa, 1 / ib, p) - p.row.time_us) / p.row.time_us;
+        s += r * r;
+      }
+    return s;
+  };
+  // Gauss-Newton with step halving on the full model (exact when the schedule is linear; refines when a max
+  // over paths or `auto` makes it piecewise).
+  Calibration out;
+  double c0 = cost(a, inv_b);
+  for (int it = 0; it < 20; ++it) {
+    const double ha = std::max(a, 1e-3) * 1e-4, hb = inv_b * 1e-4;
+    double jtj[3] = {0, 0, 0}, jtr[2] = {0, 0};
+    for (const auto& p : points) {
+      if (!p.fitted) continue;
+      const double t = p.row.time_us, f = model(a, 1 / inv_b, p);
+      const double da = (model(a + ha, 1 / inv_b, p) - f) / ha / t;
+      const double db = (model(a, 1 / (inv_b + hb), p) - f) / hb / t;
+      const double r = (f - t) / t;
+      jtj[0] += da * da, jtj[1] += da * db, jtj[2] += db * db;
+      jtr[0] += da * r, jtr[1] += db * r;
+    }
+    const double d = jtj[0] * jtj[2] - jtj[1] * jtj[1];
+    if (!(d > 0)) break;
+    const double step_a = -(jtj[2] * jtr[0] - jtj[1] * jtr[1]) / d;
+    const double step_b = -(jtj[0] * jtr[1] - jtj[1] * jtr[0]) / d;
+    bool improved = false;
+    for (double f = 1; f > 1e-3; f /= 2) {
+      const double na = std::max(0.0, a + f * step_a), nb = inv_b + f * step_b;
+      if (!(nb > 0)) continue;
+      const double c1 = cost(na, nb);
+      if (c1 < c0) {
+        improved = c0 - c1 > 1e-12 * (1 + c0);
+        a = na, inv_b = nb, c0 = c1;
+        break;
+      }
+    }
+    out.iterations = it + 1;
+    if (!improved) break;
+  }
+  out.latency_factor = a;
+  out.bandwidth_factor = 1 / inv_b;
+  out.fitted = topo.scaled(a, out.bandwidth_factor);
+  double sum = 0;
+  for (const auto& p : points) {
+    Prediction pr;
+    pr.log = p.log;
+    pr.row = p.row;
+    pr.fitted = p.fitted;
+    pr.predicted_us = predict_us(out.fitted, p.log->collective, options.algorithm, p.row.bytes, tp);
+    if (p.fitted) sum += pr.rel_error() * pr.rel_error();
+    out.predictions.push_back(pr);
+  }
+  out.rms_rel_error = std::sqrt(sum / static_cast<double>(n_fit));
+  return out;
+}
+
+std::string topology_yaml(const topology::Topology& topo) {
+  using topology::DimKind;
+  if (!topo.is_grid()) throw std::invalid_argument("graph topologies cannot be written back yet");
+  std::ostringstream o;
+  o << "topology:\n  kind: stacked\n  dims:\n";
+  for (const auto& d : topo.dim_specs()) {
+    o << "    - {kind: " << topology::dim_kind_name(d.kind) << ", size: " << d.size
+      << ", bandwidth_gbps: " << fmt(d.link.bandwidth_gbps) << ", latency_ns: " << fmt(d.link.latency_ns);
+    if (d.kind == DimKind::ring) o << ", bidirectional: " << (d.bidirectional ? "true" : "false");
+    o << "}\n";
+  }
+  if (!topo.identity_placement()) {
+    o << "  placement: [";
+    for (size_t i = 0; i < topo.placement().size(); ++i) o << (i ? ", " : "") << topo.placement()[i];
+    o << "]\n";
+  }
+  return o.str();
+}
+
+}  // namespace shardsim::collectives

@@ -1,0 +1,103 @@
+// Fitting the link model to measured collective timings (`shardsim calibrate`).
+//
+// Input: the tables nccl-tests' *_perf programs print (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md):
+//
+//   # Collective test starting: all_reduce_perf
+//   #  Rank  0 Group  0 Pid 1234 on host device  0 [0x18] NVIDIA H100 80GB HBM3
+//   #       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw ...
+//          8192          2048     float     sum      -1    35.15    0.23    0.23       0    30.33    0.27 ...
+//
+// Columns: size (B), count (elements), type, redop, root, then out-of-place time (us), algbw, busbw (GB/s,
+// GB = 1e9 B), #wrong, then the same four in place. Versions before 2.13 have no root column (and print
+// "error" instead of "#wrong"); both are read. Lines may carry mpirun's "[0] " or "[1,0]<stdout>:" prefix.
+// The out-of-place time is the measurement. nccl-tests sizes a buffer as shardsim's estimate_ns does
+// (all_reduce the buffer, all_gather the output, reduce_scatter the input).
+//
+// Model fitted: the topology file's links with every latency scaled by one factor a and every bandwidth by one
+// factor b (so the ratios between dimensions stay as the file gives them; a single-dimension topology thus gets
+// its latency and bandwidth fitted outright). The prediction for a row is the collective's simulated time on that
+// topology (estimate_ns: the event-free replay of the algorithm's schedule, the same rules as a simulated run).
+// The fit minimises the sum of squared relative time errors over the rows at or above min_bytes: a weighted
+// linear least-squares start (time is linear in latency and 1/bandwidth for ring-family schedules), then
+// Gauss-Newton steps on the full replay (which may take a max over paths). b is the "efficiency": the fraction of
+// the file's line rate the measurement achieved (NCCL's protocol overhead, e.g. ~370 of 450 GB/s on H100 NVLink).
+//
+// Not fitted (the simulator has no such knob yet): a per-message overhead and a protocol switch between a
+// low-latency and a bandwidth protocol; small sizes dominated by them fit worse (see docs/MODEL.md).
+//
+// Errors: ConfigError (exit 2) "FILE:LINE: ..." for a malformed row, a row with #wrong > 0, a second table in one
+// file (sizes restart or a second "Collective test starting"), mixed types or ops in one table, an unknown
+// collective; "FILE: ..." for a file with no rows or no collective named (give one with `collective`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "runtime/transport.h"
+#include "topology/topology.h"
+
+namespace shardsim::collectives {
+
+struct NcclRow {
+  int line = 0;         // 1-based line in the file
+  double bytes = 0;     // "size" column
+  double time_us = 0;   // out-of-place time
+  double busbw = 0;     // out-of-place busbw as printed (GB/s)
+};
+
+struct NcclLog {
+  std::string file;
+  Collective collective = Collective::all_reduce;
+  std::string type;     // "float", "half", ...
+  std::string redop;    // "sum", "none", ...
+  int ranks = 0;        // "# Rank N" lines counted (0: the log does not list them)
+  std::vector<NcclRow> rows;
+};
+
+// Reads one nccl-tests output file. DEFAULT_COLLECTIVE ("" = none) names the collective when the file has no
+// "# Collective test starting: X_perf" line. Throws ConfigError as described above.
+NcclLog parse_nccl_tests_log(const std::string& path, const std::string& default_collective = "");
+NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file,
+                              const std::string& default_collective = "");
+
+struct CalibrationOptions {
+  std::string algorithm = "ring";  // the schedule the measured library ran (NCCL's default at large sizes)
+  double min_bytes = 0;            // rows below this size are predicted but not fitted
+};
+
+struct Prediction {
+  const NcclLog* log = nullptr;
+  NcclRow row;
+  double predicted_us = 0;
+  bool fitted = false;  // used in the fit (else held out or below min_bytes)
+  double rel_error() const { return (predicted_us - row.time_us) / row.time_us; }
+};
+
+struct Calibration {
+  double latency_factor = 1;    // a: fitted latency = a x the file's latency (x 1 ns when the file's are all 0)
+  double bandwidth_factor = 1;  // b: fitted bandwidth = b x the file's bandwidth ("efficiency")
+  topology::Topology fitted;    // the file's topology with the factors applied
+  int iterations = 0;
+  std::vector<Prediction> predictions;  // fit logs first, then held-out logs, rows in file order
+  double rms_rel_error = 0;            // over the fitted rows
+};
+
+// Fits TOPO's link parameters to FIT logs; HELD_OUT logs are only predicted. TP: a transport over as many ranks
+// as TOPO has chips (its timeline's topology is not used; every estimate runs on its own Timeline over a scaled
+// copy of TOPO). Deterministic: every rank computes the same result. ConfigError when a log's rank count differs
+// from TOPO's chips, when no row is at or above min_bytes, or when the algorithm cannot run a log's collective.
+Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
+                      const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
+                      const runtime::Transport& tp);
+
+// The simulated time (us) of LOG's collective on TOPO for BYTES with ALGORITHM (estimate_ns on a transport over
+// TP's communicator whose timeline is TOPO).
+double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
+                  const runtime::Transport& tp);
+
+// TOPO as a topology file (the `topology:` section, readable by load_topology), for `calibrate --out`. Grid
+// topologies only: std::invalid_argument for graphs.
+std::string topology_yaml(const topology::Topology& topo);
+
+}  // namespace shardsim::collectives

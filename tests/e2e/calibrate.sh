@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# e2e: `shardsim calibrate` fits a topology's link latency and bandwidth to nccl-tests tables.
+#  - round trip: tables made by shardsim's own bench on a ring with known links (37 GB/s, 2500 ns), rewritten in
+#    nccl-tests' format, fit back to those links within 1% from a nominal ring (100 GB/s, 1000 ns); a held-out
+#    all_gather table is predicted within 1%;
+#  - the fitted topology file (--out) loads in bench and gives the measured times again;
+#  - malformed, mixed, wrong-result and mismatched logs exit 2 naming FILE:LINE.
+# Usage: calibrate.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+E2E_TIMEOUT=${E2E_TIMEOUT_CALIBRATE:-240}
+
+# bench's table -> nccl-tests' (size count type redop root time algbw busbw #wrong, out of place then in place),
+# using the simulated time as the measurement.
+to_nccl() {  # PROGRAM < bench output
+  echo "# Collective test starting: $1"
+  echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
+  awk -F'|' '/^ +[0-9]+ / {
+      split($1, a, " "); split($2, o, " "); split($3, i, " ");
+      printf "%12s %12s %9s %7s %7s %9s %7s %7s %7s %9s %7s %7s %7s\n", a[1], a[2], "float", (a[4] == "-" ? "none" : a[4]), a[5], o[1], o[2], o[3], 0, i[1], i[2], i[3], 0
+    }'
+}
+
+e2e_case "round trip: a ring of 37 GB/s, 2500 ns per link"
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --bandwidth 37 --latency 2500 \
+  -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
+  to_nccl all_reduce_perf <"$E2E_STDOUT" >ar.log
+  rows=$(grep -c '^ ' ar.log)
+  [ "$rows" -eq 6 ] && pass "6 all_reduce rows" || fail "expected 6 rows in ar.log, got $rows"
+fi
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_gather -a ring --bandwidth 37 --latency 2500 \
+  -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
+  to_nccl all_gather_perf <"$E2E_STDOUT" >ag.log
+fi
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --predict ag.log --bandwidth 100 --latency 1000 \
+  --out fitted.yaml; then
+  # a = 2500/1000, b = 37/100, each within 1%
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a); ok = (a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737);
+                 exit ok ? 0 : 1 }' "$E2E_STDOUT" && pass "fitted a, b within 1% of 2.5, 0.37" ||
+    fail "fit line: $(grep '^fit ' "$E2E_STDOUT")"
+  assert_out 'latency 2500(\.[0-9]+)? ns +bandwidth 37(\.0+)? GB/s|latency 2[45][0-9][0-9]\.?[0-9]* ns +bandwidth 3[67]\.[0-9]+ GB/s' "per-dimension values"
+  # Every row, fitted and held out, within 1%.
+  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
+  assert_out_count 'held out$' 6 "6 held-out all_gather rows"
+  [ -f fitted.yaml ] && pass "--out written" || fail "no fitted.yaml"
+fi
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --topology fitted.yaml \
+  -b 1M -e 1M -n 1 -w 0 -c 0; then
+  want=$(awk '$1 == 1048576 { print $6 }' ar.log)
+  got=$(awk -F'|' '/^ +1048576 / { split($2, o, " "); print o[1] }' "$E2E_STDOUT")
+  awk -v w="$want" -v g="$got" 'BEGIN { d = (g - w) / w; exit (d < 0.01 && d > -0.01) ? 0 : 1 }' &&
+    pass "bench on the fitted topology: $got us vs measured $want us" || fail "fitted topology gives $got us, measured $want us"
+fi
+
+e2e_case "bad logs exit 2 naming the line"
+printf '# Collective test starting: all_reduce_perf\n     1048576  262144  float  sum  -1  12.5  83.8\n' >short.log
+expect_exit 2 'short.log:2: expected 9 or 13 columns' -- shardsim_mpi 8 calibrate short.log
+{ cat ar.log; sed -n '3p' ar.log; } >twice.log
+expect_exit 2 "twice.log:9: size .* does not grow.*a second table" -- shardsim_mpi 8 calibrate twice.log
+sed '4s/ 0 *$/ 3/' ar.log >wrong.log
+expect_exit 2 'wrong.log:4: #wrong is .3.' -- shardsim_mpi 8 calibrate wrong.log
+sed '5s/float/half /' ar.log >mixed.log
+expect_exit 2 'mixed.log:5: type/op .half sum. differs' -- shardsim_mpi 8 calibrate mixed.log
+grep -v 'Collective test starting' ar.log >anon.log
+expect_exit 2 'anon.log: no .# Collective test starting' -- shardsim_mpi 8 calibrate anon.log
+expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --collective all_reduce --bandwidth 100 --latency 1000
+{ echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  1 Group  0 Pid 2 on h device  1 [0x19] X'; cat ar.log; } >two.log
+expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 8 calibrate two.log
+expect_exit 2 'nothing.log: cannot open' -- shardsim_mpi 8 calibrate nothing.log
+expect_exit 2 'topology has 8 chips but the job has 4 ranks' -- shardsim_mpi 4 calibrate ar.log --topology fitted.yaml
+
+e2e_finish
