@@ -22,6 +22,7 @@ struct CalibrateFlags {
   std::vector<std::string> logs, predict;
   std::string collective, algorithm = "ring", min_bytes = "0", out;
   bool out_given = false;
+  int protocols = 1;
 };
 
 std::string human_bytes(double b) {
@@ -51,6 +52,8 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     opt.algorithm = f.algorithm;
     opt.min_bytes = static_cast<double>(parse_bytes(f.min_bytes, "--min-bytes"));
+    opt.protocols = f.protocols;
+    if (f.protocols != 1 && f.protocols != 2) throw UsageError("--protocols: 1 or 2 (got " + std::to_string(f.protocols) + ")");
     if (f.algorithm != "auto") {
       bool known = false;
       for (auto c : collectives::all_collectives()) known = known || !collectives::canonical_algorithm(c, f.algorithm).empty();
@@ -70,13 +73,19 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                 "algorithm %s; rows >= %s fitted\n",
                 f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str());
     std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
-                "step(s)\n",
-                cal.latency_factor, cal.bandwidth_factor, cal.iterations);
+                "step(s)%s\n",
+                cal.latency_factor, cal.bandwidth_factor, cal.iterations,
+                cal.low_latency ? " (bandwidth protocol; the low-latency one below)" : "");
     const auto& dims = cal.fitted.dim_specs();
+    const auto& proto = cal.fitted.protocol();
     for (size_t d = 0; d < dims.size(); ++d)
-      std::printf("  dim%zu %-15s %3d chips  latency %.6g ns  bandwidth %.6g GB/s per direction (GB = 1e9 B)\n", d,
-                  topology::dim_kind_name(dims[d].kind).c_str(), dims[d].size, dims[d].link.latency_ns,
-                  dims[d].link.bandwidth_gbps);
+      std::printf("  dim%zu %-15s %3d chips  latency %.6g ns  bandwidth %.6g GB/s effective (line rate %.6g GB/s x "
+                  "efficiency %.6g; per direction, GB = 1e9 B)\n",
+                  d, topology::dim_kind_name(dims[d].kind).c_str(), dims[d].size, dims[d].link.latency_ns,
+                  dims[d].link.bandwidth_gbps * proto.efficiency, dims[d].link.bandwidth_gbps, proto.efficiency);
+    if (cal.low_latency)
+      std::printf("  low-latency protocol for messages <= %.0f B: latency x %.6g, efficiency %.6g\n",
+                  proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all;
@@ -126,6 +135,9 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--predict", f->predict, "nccl-tests output files to predict with the fit (held out)");
   sub->add_option("--collective", f->collective, "the collective of logs without a 'Collective test starting' line");
   sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed)");
+  sub->add_option("--protocols", f->protocols,
+                  "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
+                  "fitted size (NCCL's LL/LL128 vs Simple)");
   sub->add_option("--min-bytes", f->min_bytes, "fit only rows at or above this size (K/M/G; default 0)");
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
       ->each([f](const std::string&) { f->out_given = true; });

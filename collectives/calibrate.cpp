@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -196,6 +197,111 @@ double predict_us(const topology::Topology& topo, Collective c, const std::strin
   return estimate_ns(c, a, t, bytes) / 1e3;
 }
 
+namespace {
+
+struct Point {
+  const NcclLog* log;
+  NcclRow row;
+  bool fitted;
+};
+
+struct Fit2 {
+  double a = 1, inv_b = 1, cost = 0;
+  int iterations = 0;
+};
+
+// Fits a (latency factor) and 1/b (inverse bandwidth factor) of TOPO to POINTS[i] for i in IDX: relative squared
+// errors, weighted linear start, then Gauss-Newton with step halving on the full replay.
+Fit2 fit_two(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
+             const CalibrationOptions& options, const runtime::Transport& tp) {
+  auto model = [&](double a, double b, const Point& p) {
+    return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp);
+  };
+  // For ring-family schedules t = a * L(S) + (1/b) * W(S), L = the time at the file's latencies and unlimited
+  // bandwidth, W = the time at zero latency.
+  const double huge_bw = 1e12;
+  double s_ll = 0, s_lw = 0, s_ww = 0, s_lt = 0, s_wt = 0;
+  for (size_t i : idx) {
+    const auto& p = points[i];
+    const double L = model(1, huge_bw, p), W = model(0, 1, p), inv = 1 / p.row.time_us;
+    const double l = L * inv, w = W * inv;  // relative weighting: residual (pred - t) / t
+    s_ll += l * l, s_lw += l * w, s_ww += w * w, s_lt += l, s_wt += w;
+  }
+  Fit2 f;
+  const double det = s_ll * s_ww - s_lw * s_lw;
+  if (det > 0) {
+    f.a = (s_lt * s_ww - s_wt * s_lw) / det;
+    f.inv_b = (s_ll * s_wt - s_lw * s_lt) / det;
+  }
+  if (!(f.a >= 0)) {  // latency cannot be negative: refit bandwidth alone
+    f.a = 0;
+    f.inv_b = s_ww > 0 ? s_wt / s_ww : 1;
+  }
+  if (!(f.inv_b > 0)) f.inv_b = 1;
+  auto cost = [&](double aa, double ib) {
+    double sum = 0;
+    for (size_t i : idx) {
+      const auto& p = points[i];
+      const double r = (model(aa, 1 / ib, p) - p.row.time_us) / p.row.time_us;
+      sum += r * r;
+    }
+    return sum;
+  };
+  // Gauss-Newton (exact start when the schedule is linear; refines when a max over paths or `auto` makes it
+  // piecewise).
+  f.cost = cost(f.a, f.inv_b);
+  for (int it = 0; it < 20; ++it) {
+    const double ha = std::max(f.a, 1e-3) * 1e-4, hb = f.inv_b * 1e-4;
+    double jtj[3] = {0, 0, 0}, jtr[2] = {0, 0};
+    for (size_t i : idx) {
+      const auto& p = points[i];
+      const double t = p.row.time_us, v = model(f.a, 1 / f.inv_b, p);
+      const double da = (model(f.a + ha, 1 / f.inv_b, p) - v) / ha / t;
+      const double db = (model(f.a, 1 / (f.inv_b + hb), p) - v) / hb / t;
+      const double r = (v - t) / t;
+      jtj[0] += da * da, jtj[1] += da * db, jtj[2] += db * db;
+      jtr[0] += da * r, jtr[1] += db * r;
+    }
+    const double d = jtj[0] * jtj[2] - jtj[1] * jtj[1];
+    f.iterations = it + 1;
+    if (!(d > 0)) break;
+    const double step_a = -(jtj[2] * jtr[0] - jtj[1] * jtr[1]) / d;
+    const double step_b = -(jtj[0] * jtr[1] - jtj[1] * jtr[0]) / d;
+    bool improved = false;
+    for (double k = 1; k > 1e-3; k /= 2) {
+      const double na = std::max(0.0, f.a + k * step_a), nb = f.inv_b + k * step_b;
+      if (!(nb > 0)) continue;
+      const double c1 = cost(na, nb);
+      if (c1 < f.cost) {
+        improved = f.cost - c1 > 1e-12 * (1 + f.cost);
+        f.a = na, f.inv_b = nb, f.cost = c1;
+        break;
+      }
+    }
+    if (!improved) break;
+  }
+  return f;
+}
+
+// TOPO with link latencies x A and the protocol's efficiency B (the links keep their line rate; when B > 1 the
+// measurement beat the file's line rate, so the links' bandwidth is raised instead and the efficiency is 1).
+topology::Topology with_protocol(const topology::Topology& topo, double a, double b, const topology::Protocol* ll) {
+  double scale = std::max(1.0, b);
+  if (ll) scale = std::max(scale, ll->low_latency_efficiency);
+  topology::Topology t = topo.scaled(a, scale);
+  topology::Protocol p;
+  p.efficiency = b / scale;
+  if (ll) {
+    p.low_latency_max_bytes = ll->low_latency_max_bytes;
+    p.low_latency_efficiency = ll->low_latency_efficiency / scale;
+    p.low_latency_latency_factor = ll->low_latency_latency_factor;
+  }
+  t.set_protocol(p);
+  return t;
+}
+
+}  // namespace
+
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
                       const runtime::Transport& tp) {
@@ -207,92 +313,66 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
   if (tp.size() != topo.num_chips())
     throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) + " chips; run it with mpirun -np " +
                      std::to_string(topo.num_chips()) + " (the job has " + std::to_string(tp.size()) + " ranks)");
+  if (options.protocols != 1 && options.protocols != 2)
+    throw UsageError("--protocols: 1 or 2 (got " + std::to_string(options.protocols) + ")");
+  if (!topo.protocol().is_default())
+    throw ConfigError("calibrate: the topology already has a protocol section; give the plain link model to fit");
 
-  struct Point {
-    const NcclLog* log;
-    NcclRow row;
-    bool fitted;
-  };
   std::vector<Point> points;
   for (const auto& log : fit)
     for (const auto& r : log.rows) points.push_back({&log, r, r.bytes >= options.min_bytes});
   for (const auto& log : held_out)
     for (const auto& r : log.rows) points.push_back({&log, r, false});
-  size_t n_fit = 0;
-  for (const auto& p : points) n_fit += p.fitted ? 1 : 0;
-  if (n_fit < 2)
-    throw ConfigError("calibrate: " + std::to_string(n_fit) + " row(s) at or above " + fmt(options.min_bytes) +
-                      " B to fit; need at least 2");
+  std::vector<size_t> fitted;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (points[i].fitted) fitted.push_back(i);
+  const size_t need = options.protocols == 1 ? 2 : 4;
+  if (fitted.size() < need)
+    throw ConfigError("calibrate: " + std::to_string(fitted.size()) + " row(s) at or above " + fmt(options.min_bytes) +
+                      " B to fit; need at least " + std::to_string(need));
 
-  auto model = [&](double a, double b, const Point& p) {
-    return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp);
-  };
-  // Weighted linear start: for ring-family schedules t = a * L(S) + (1/b) * W(S) with L = the time at zero
-  // bandwidth cost and W = the time at zero latency (both at the file's parameters).
-  const double huge_bw = 1e12;
-  double s_ll = 0, s_lw = 0, s_ww = 0, s_lt = 0, s_wt = 0;
-  for (const auto& p : points) {
-    if (!p.fitted) continue;
-    const double L = model(1, huge_bw, p), W = model(0, 1, p), inv = 1 / p.row.time_us;
-    const double l = L * inv, w = W * inv;  // relative weighting: residual (pred - t) / t
-    s_ll += l * l, s_lw += l * w, s_ww += w * w, s_lt += l, s_wt += w;
-  }
-  double a = 1, inv_b = 1;
-  const double det = s_ll * s_ww - s_lw * s_lw;
-  if (det > 0) {
-    a = (s_lt * s_ww - s_wt * s_lw) / det;
-    inv_b = (s_ll * s_wt - s_lw * s_lt) / det;
-  }
-  if (!(inv_b > 0)) inv_b = s_ww > 0 ? s_wt / s_ww : 1;  // latency cannot be negative: refit bandwidth alone
-  if (!(a >= 0)) a = 0;
-  if (!(inv_b > 0)) inv_b = 1;
-
-  auto cost = [&](double aa, double ib) {
-    double s = 0;
-    for (const auto& p : points)
-      if (p.fitted) {
-        const double r = (model(aa, 1 / ib, p) - p.row.time_us) / p.row.time_us;
-        s += r * r;
-      }
-    return s;
-  };
-  // Gauss-Newton with step halving on the full model (exact when the schedule is linear; refines when a max
-  // over paths or `auto` makes it piecewise).
   Calibration out;
-  double c0 = cost(a, inv_b);
-  for (int it = 0; it < 20; ++it) {
-    const double ha = std::max(a, 1e-3) * 1e-4, hb = inv_b * 1e-4;
-    double jtj[3] = {0, 0, 0}, jtr[2] = {0, 0};
-    for (const auto& p : points) {
-      if (!p.fitted) continue;
-      const double t = p.row.time_us, f = model(a, 1 / inv_b, p);
-      const double da = (model(a + ha, 1 / inv_b, p) - f) / ha / t;
-      const double db = (model(a, 1 / (inv_b + hb), p) - f) / hb / t;
-      const double r = (f - t) / t;
-      jtj[0] += da * da, jtj[1] += da * db, jtj[2] += db * db;
-      jtr[0] += da * r, jtr[1] += db * r;
-    }
-    const double d = jtj[0] * jtj[2] - jtj[1] * jtj[1];
-    if (!(d > 0)) break;
-    const double step_a = -(jtj[2] * jtr[0] - jtj[1] * jtr[1]) / d;
-    const double step_b = -(jtj[0] * jtr[1] - jtj[1] * jtr[0]) / d;
-    bool improved = false;
-    for (double f = 1; f > 1e-3; f /= 2) {
-      const double na = std::max(0.0, a + f * step_a), nb = inv_b + f * step_b;
-      if (!(nb > 0)) continue;
-      const double c1 = cost(na, nb);
-      if (c1 < c0) {
-        improved = c0 - c1 > 1e-12 * (1 + c0);
-        a = na, inv_b = nb, c0 = c1;
-        break;
+  if (options.protocols == 1) {
+    const Fit2 f = fit_two(topo, points, fitted, options, tp);
+    out.latency_factor = f.a;
+    out.bandwidth_factor = 1 / f.inv_b;
+    out.iterations = f.iterations;
+    out.fitted = with_protocol(topo, f.a, out.bandwidth_factor, nullptr);
+  } else {
+    // Two protocols: the rows below a size use the low-latency one. Every split between distinct fitted sizes
+    // with at least two rows on each side is fitted (each side is an independent two-parameter fit, since a
+    // ring-family row's messages are all of one size); the split with the least total cost wins.
+    std::vector<double> sizes;
+    for (size_t i : fitted) sizes.push_back(points[i].row.bytes);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    double best = std::numeric_limits<double>::infinity();
+    Fit2 lo_best, hi_best;
+    double split_lo = 0, split_hi = 0;
+    for (size_t k = 1; k < sizes.size(); ++k) {
+      std::vector<size_t> lo, hi;
+      for (size_t i : fitted) (points[i].row.bytes < sizes[k] ? lo : hi).push_back(i);
+      if (lo.size() < 2 || hi.size() < 2) continue;
+      const Fit2 fl = fit_two(topo, points, lo, options, tp), fh = fit_two(topo, points, hi, options, tp);
+      if (fl.cost + fh.cost < best) {
+        best = fl.cost + fh.cost;
+        lo_best = fl, hi_best = fh, split_lo = sizes[k - 1], split_hi = sizes[k];
       }
     }
-    out.iterations = it + 1;
-    if (!improved) break;
+    if (!std::isfinite(best))
+      throw ConfigError("calibrate: --protocols 2 needs at least two fitted rows of distinct sizes on each side");
+    out.latency_factor = hi_best.a;
+    out.bandwidth_factor = 1 / hi_best.inv_b;
+    out.iterations = lo_best.iterations + hi_best.iterations;
+    topology::Protocol ll;
+    // A ring-family row of S bytes sends messages of about S/p bytes: the threshold lies between the two rows.
+    ll.low_latency_max_bytes = std::floor((split_lo + split_hi) / 2 / topo.num_chips());
+    ll.low_latency_efficiency = 1 / lo_best.inv_b;
+    const double a_hi = std::max(hi_best.a, 1e-9);
+    ll.low_latency_latency_factor = lo_best.a / a_hi;
+    out.fitted = with_protocol(topo, a_hi, out.bandwidth_factor, &ll);
+    out.low_latency = true;
   }
-  out.latency_factor = a;
-  out.bandwidth_factor = 1 / inv_b;
-  out.fitted = topo.scaled(a, out.bandwidth_factor);
   double sum = 0;
   for (const auto& p : points) {
     Prediction pr;
@@ -303,7 +383,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     if (p.fitted) sum += pr.rel_error() * pr.rel_error();
     out.predictions.push_back(pr);
   }
-  out.rms_rel_error = std::sqrt(sum / static_cast<double>(n_fit));
+  out.rms_rel_error = std::sqrt(sum / static_cast<double>(fitted.size()));
   return out;
 }
 
@@ -316,6 +396,13 @@ std::string topology_yaml(const topology::Topology& topo) {
     o << "    - {kind: " << topology::dim_kind_name(d.kind) << ", size: " << d.size
       << ", bandwidth_gbps: " << fmt(d.link.bandwidth_gbps) << ", latency_ns: " << fmt(d.link.latency_ns);
     if (d.kind == DimKind::ring) o << ", bidirectional: " << (d.bidirectional ? "true" : "false");
+    o << "}\n";
+  }
+  if (const auto& p = topo.protocol(); !p.is_default()) {
+    o << "  protocol: {efficiency: " << fmt(p.efficiency);
+    if (p.low_latency_max_bytes > 0)
+      o << ", low_latency_max_bytes: " << fmt(p.low_latency_max_bytes) << ", low_latency_efficiency: "
+        << fmt(p.low_latency_efficiency) << ", low_latency_latency_factor: " << fmt(p.low_latency_latency_factor);
     o << "}\n";
   }
   if (!topo.identity_placement()) {

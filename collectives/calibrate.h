@@ -22,8 +22,9 @@
 // Gauss-Newton steps on the full replay (which may take a max over paths). b is the "efficiency": the fraction of
 // the file's line rate the measurement achieved (NCCL's protocol overhead, e.g. ~370 of 450 GB/s on H100 NVLink).
 //
-// Not fitted (the simulator has no such knob yet): a per-message overhead and a protocol switch between a
-// low-latency and a bandwidth protocol; small sizes dominated by them fit worse (see docs/MODEL.md).
+// With protocols = 2 the rows split at a size into a low-latency protocol (smaller rows: own latency factor and
+// efficiency) and the bandwidth protocol (NCCL's LL/LL128 vs Simple): every split is tried, the least squares wins.
+// Not fitted: a per-message overhead (for single-hop ring steps it is indistinguishable from latency).
 //
 // Errors: ConfigError (exit 2) "FILE:LINE: ..." for a malformed row, a row with #wrong > 0, a second table in one
 // file (sizes restart or a second "Collective test starting"), mixed types or ops in one table, an unknown
@@ -64,6 +65,9 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file,
 struct CalibrationOptions {
   std::string algorithm = "ring";  // the schedule the measured library ran (NCCL's default at large sizes)
   double min_bytes = 0;            // rows below this size are predicted but not fitted
+  // 1: one latency and one bandwidth factor for every message. 2: also a low-latency protocol (topology.h,
+  // Protocol) for the rows below a fitted size, with its own latency factor and efficiency.
+  int protocols = 1;
 };
 
 struct Prediction {
@@ -77,7 +81,11 @@ struct Prediction {
 struct Calibration {
   double latency_factor = 1;    // a: fitted latency = a x the file's latency (x 1 ns when the file's are all 0)
   double bandwidth_factor = 1;  // b: fitted bandwidth = b x the file's bandwidth ("efficiency")
-  topology::Topology fitted;    // the file's topology with the factors applied
+  bool low_latency = false;     // protocols == 2: fitted.protocol() holds the low-latency protocol
+  // The file's topology with link latencies x a and a protocol of efficiency b (links keep their line rate unless
+  // the fit beat it, b > 1: then their bandwidth is raised and the efficiency is 1); with two protocols, the
+  // low-latency one as fitted.
+  topology::Topology fitted;
   int iterations = 0;
   std::vector<Prediction> predictions;  // fit logs first, then held-out logs, rows in file order
   double rms_rel_error = 0;            // over the fitted rows

@@ -20,7 +20,10 @@ TransferCost transfer_cost(const topology::Topology& topo, const std::vector<int
     c.latency_ns += l.latency_ns;
     bottleneck = std::min(bottleneck, l.bandwidth_gbps);
   }
-  c.occupancy_ns = bytes / bottleneck;
+  const auto& proto = topo.protocol();
+  const bool ll = proto.low_latency(bytes);
+  c.occupancy_ns = bytes / (bottleneck * (ll ? proto.low_latency_efficiency : proto.efficiency));
+  if (ll) c.latency_ns *= proto.low_latency_latency_factor;
   return c;
 }
 

@@ -7,7 +7,9 @@
 // Transfer over a route of links l_1..l_h, cut-through (the message is pipelined through the hops):
 //     occupancy of the first link  = S / min_i B_i
 //     arrival after injection start = sum_i alpha_i + S / min_i B_i
-// Bandwidth B in GB/s = bytes per ns, so S / B is directly in ns.
+// Bandwidth B in GB/s = bytes per ns, so S / B is directly in ns. The topology's message protocol (topology.h,
+// Protocol) scales B by its efficiency and, for low-latency messages, the latencies by its factor; the default
+// protocol changes nothing.
 #pragma once
 
 #include <cstdint>

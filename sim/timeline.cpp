@@ -56,15 +56,20 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
 Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready) {
   if (dst == chip_) return {ready, ready};
   const Route& r = route_to(dst);
-  const double occupancy = bytes / r.bottleneck_gbps;  // S / B_min, as sim::transfer_cost
+  // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1.
+  const auto& proto = topo_->protocol();
+  const bool ll = proto.low_latency(bytes);
+  const double efficiency = ll ? proto.low_latency_efficiency : proto.efficiency;
+  const double lat = ll ? proto.low_latency_latency_factor : 1.0;
+  const double occupancy = bytes / (r.bottleneck_gbps * efficiency);  // S / B_min, as sim::transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
   for (size_t i = 0; i < r.links.size(); ++i)  // every link must be free when the head reaches it
-    start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i]);
+    start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i] * lat);
   for (size_t i = 0; i < r.links.size(); ++i)
-    link_free_[static_cast<size_t>(r.links[i])] = start + r.offset[i] + occupancy;
+    link_free_[static_cast<size_t>(r.links[i])] = start + r.offset[i] * lat + occupancy;
   free_[static_cast<size_t>(r.port)] = start + occupancy;
   if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
-  return {start, start + r.latency_ns + occupancy};
+  return {start, start + r.latency_ns * lat + occupancy};
 }
 
 void Timeline::reset() {

@@ -511,6 +511,37 @@ std::optional<double> Topology::bisection_bandwidth_gbps() const {
   return best;
 }
 
+namespace {
+// ", protocol: efficiency 0.8; messages <= 65536 B low-latency (efficiency 0.5, latency x 0.3)"; "" by default.
+std::string protocol_text(const Protocol& p) {
+  if (p.is_default()) return "";
+  std::string s = ", protocol: efficiency " + fmt(p.efficiency);
+  if (p.low_latency_max_bytes > 0)
+    s += "; messages <= " + fmt(p.low_latency_max_bytes) + " B low-latency (efficiency " +
+         fmt(p.low_latency_efficiency) + ", latency x " + fmt(p.low_latency_latency_factor) + ")";
+  return s;
+}
+}  // namespace
+
+void Protocol::check() const {
+  auto frac = [](double v, const char* name) {
+    if (!(v > 0 && v <= 1)) throw std::invalid_argument(std::string(name) + " must be in (0, 1] (got " + fmt(v) + ")");
+  };
+  frac(efficiency, "efficiency");
+  frac(low_latency_efficiency, "low_latency_efficiency");
+  if (!(low_latency_max_bytes >= 0 && low_latency_max_bytes <= 1e15))
+    throw std::invalid_argument("low_latency_max_bytes must be a byte count >= 0 (got " + fmt(low_latency_max_bytes) +
+                                ")");
+  if (!(low_latency_latency_factor >= 0 && low_latency_latency_factor <= 1e6))
+    throw std::invalid_argument("low_latency_latency_factor must be a finite number >= 0 (got " +
+                                fmt(low_latency_latency_factor) + ")");
+}
+
+void Topology::set_protocol(const Protocol& p) {
+  p.check();
+  protocol_ = p;
+}
+
 std::string Topology::describe() const {
   std::ostringstream os;
   auto dims_text = [&] {
@@ -541,7 +572,7 @@ std::string Topology::describe() const {
       if (num_nodes() > num_chips_)
         os << ", " << num_nodes() - num_chips_ << (num_nodes() - num_chips_ == 1 ? " switch" : " switches");
       os << ", " << links_.size() << (links_.size() == 1 ? " directed link" : " directed links");
-      return os.str() + " (GB = 1e9 B, per direction)";
+      return os.str() + " (GB = 1e9 B, per direction)" + protocol_text(protocol_);
     }
   }
   bool uniform = true;
@@ -557,7 +588,7 @@ std::string Topology::describe() const {
          << fmt(dim_specs_[d].link.latency_ns) << " ns";
   }
   os << " (GB = 1e9 B, per direction)";
-  return os.str();
+  return os.str() + protocol_text(protocol_);
 }
 
 std::string Topology::to_dot() const {

@@ -79,6 +79,26 @@ struct Edge {
 
 enum class Kind { ring, torus, mesh, fully_connected, switch_, stacked, graph };
 
+// How a message uses the line rate of the links it crosses: NCCL's protocols in two classes (NCCL's Simple for
+// bandwidth; LL/LL128 for latency: lower per-hop latency, but flags in every line cost part of the bandwidth).
+// A message of S bytes with S <= low_latency_max_bytes (when that is > 0) travels with the low-latency protocol:
+// per-hop latency x low_latency_latency_factor, occupancy S / (B x low_latency_efficiency); any other message
+// occupies S / (B x efficiency) after the links' own latency. The defaults are the plain link model (every message
+// at the full line rate), bit for bit. Set by the topology file's `protocol:` section or by `shardsim calibrate`.
+struct Protocol {
+  double efficiency = 1;                  // bandwidth protocol: fraction of the line rate, (0, 1]
+  double low_latency_max_bytes = 0;       // 0: no low-latency protocol
+  double low_latency_efficiency = 1;      // (0, 1]
+  double low_latency_latency_factor = 1;  // >= 0
+  bool is_default() const {
+    return efficiency == 1 && low_latency_max_bytes == 0 && low_latency_efficiency == 1 &&
+           low_latency_latency_factor == 1;
+  }
+  // std::invalid_argument naming the field when a value is outside its range (or not finite).
+  void check() const;
+  bool low_latency(double bytes) const { return low_latency_max_bytes > 0 && bytes <= low_latency_max_bytes; }
+};
+
 class Topology {
  public:
   static Topology ring(int chips, LinkSpec link, bool bidirectional = true);
@@ -150,7 +170,11 @@ class Topology {
   // it is written to a file and loaded again).
   Topology scaled(double latency_factor, double bandwidth_factor, double latency_base_ns = 1.0) const;
 
-  // One line, e.g. "ring 8 chips, bidirectional, 100 GB/s, 500 ns per link".
+  // The message protocol model (default: the plain link model).
+  const Protocol& protocol() const { return protocol_; }
+  void set_protocol(const Protocol& p);  // p.check() first
+
+  // One line, e.g. "ring 8 chips, bidirectional, 100 GB/s, 500 ns per link" (plus the protocol when not default).
   std::string describe() const;
   // Graphviz (dot) text: chips as boxes, switches as ellipses, one edge per directed link (or one undirected
   // edge per full-duplex pair with equal specs), labelled with bandwidth and latency.
@@ -173,6 +197,7 @@ class Topology {
   std::vector<Link> links_;
   std::vector<std::vector<int>> out_;
   std::vector<std::vector<int>> dist_;
+  Protocol protocol_;
   std::vector<int> placement_;  // graphs: hop distance node -> node (-1 unreachable)
 };
 

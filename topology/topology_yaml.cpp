@@ -117,7 +117,7 @@ int graph_node(const ConfigNode& node, int chips, int switches) {
 }
 
 Topology load_graph(const ConfigNode& node) {
-  node.expect_keys({"kind", "chips", "switches", "bandwidth_gbps", "latency_ns", "links", "placement"});
+  node.expect_keys({"kind", "chips", "switches", "bandwidth_gbps", "latency_ns", "links", "placement", "protocol"});
   const int chips = positive_int(node, "chips");
   const int switches = node.has("switches") ? static_cast<int>(node.get_int("switches")) : 0;
   if (switches < 0 || switches > (1 << 20)) node.child("switches").fail(node.child("switches").path() + ": must be >= 0");
@@ -178,10 +178,29 @@ void apply_placement(const ConfigNode& node, Topology& t) {
   }
 }
 
+void apply_protocol(const ConfigNode& node, Topology& t) {
+  const auto pn = node.maybe_child("protocol");
+  if (!pn) return;
+  if (!pn->is_map()) pn->fail(pn->path() + ": expected a map {efficiency, low_latency_max_bytes, ...}");
+  pn->expect_keys({"efficiency", "low_latency_max_bytes", "low_latency_efficiency", "low_latency_latency_factor"});
+  Protocol p;
+  p.efficiency = pn->get_double("efficiency", 1.0);
+  p.low_latency_max_bytes = pn->get_double("low_latency_max_bytes", 0.0);
+  p.low_latency_efficiency = pn->get_double("low_latency_efficiency", 1.0);
+  p.low_latency_latency_factor = pn->get_double("low_latency_latency_factor", 1.0);
+  try {
+    t.set_protocol(p);
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    const std::string key = what.substr(0, what.find(' '));
+    (pn->has(key) ? pn->child(key) : *pn).fail(pn->path() + "." + what);
+  }
+}
+
 Topology load_grid(const ConfigNode& node, const std::string& kind) {
   try {
     if (kind == "ring" || kind == "fully_connected" || kind == "switch") {
-      node.expect_keys({"kind", "chips", "bidirectional", "bandwidth_gbps", "latency_ns", "placement"});
+      node.expect_keys({"kind", "chips", "bidirectional", "bandwidth_gbps", "latency_ns", "placement", "protocol"});
       if (kind != "ring" && node.has("bidirectional"))
         node.child("bidirectional").fail(node.path() + ".bidirectional: only for kind 'ring' (links are full duplex)");
       const int chips = positive_int(node, "chips");
@@ -191,13 +210,13 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
       return Topology::switched(chips, link);
     }
     if (kind == "torus" || kind == "mesh") {
-      node.expect_keys({"kind", "chips", "dims", "bandwidth_gbps", "latency_ns", "placement"});
+      node.expect_keys({"kind", "chips", "dims", "bandwidth_gbps", "latency_ns", "placement", "protocol"});
       const auto dims = dims_of(node);
       const auto specs = link_specs(node, dims.size());
       return kind == "torus" ? Topology::torus(dims, specs) : Topology::mesh(dims, specs);
     }
     if (kind == "stacked") {
-      node.expect_keys({"kind", "chips", "dims", "placement"});
+      node.expect_keys({"kind", "chips", "dims", "placement", "protocol"});
       const auto list = node.child("dims");
       if (!list.yaml().IsSequence() || list.yaml().size() == 0)
         list.fail(list.path() + ": expected a list of dimensions {kind, size, bandwidth_gbps, latency_ns}");
@@ -237,6 +256,7 @@ Topology load_topology(const ConfigNode& node) {
   const std::string kind = node.get_string("kind");
   Topology t = kind == "graph" ? load_graph(node) : load_grid(node, kind);
   apply_placement(node, t);
+  apply_protocol(node, t);
   return t;
 }
 

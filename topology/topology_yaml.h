@@ -10,6 +10,11 @@
 //                           # (every bandwidth/latency in any topology file, ASTRA-sim's too, must lie in these
 //                           #  ranges: ConfigError naming FILE:LINE, the field and the range)
 //     placement: [0, 1, ...]   # optional: rank r runs on chip placement[r] (a permutation; default identity)
+//     protocol:             # optional, any kind: how messages use the line rate (topology.h, Protocol)
+//       efficiency: 0.82                  # bandwidth protocol: fraction of the line rate, (0, 1]; default 1
+//       low_latency_max_bytes: 65536      # messages up to this size use the low-latency protocol; default 0 (none)
+//       low_latency_efficiency: 0.5       # its fraction of the line rate, (0, 1]; default 1
+//       low_latency_latency_factor: 0.3   # its per-hop latency as a multiple of the link's, >= 0; default 1
 //
 //   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4
 //     dims:

@@ -4,6 +4,7 @@
 #    nccl-tests' format, fit back to those links within 1% from a nominal ring (100 GB/s, 1000 ns); a held-out
 #    all_gather table is predicted within 1%;
 #  - the fitted topology file (--out) loads in bench and gives the measured times again;
+#  - a log made with a two-protocol link model (low-latency below 16 KiB per message) fits back with --protocols 2;
 #  - malformed, mixed, wrong-result and mismatched logs exit 2 naming FILE:LINE.
 # Usage: calibrate.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -38,9 +39,9 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --predict ag.log --b
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a); ok = (a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737);
                  exit ok ? 0 : 1 }' "$E2E_STDOUT" && pass "fitted a, b within 1% of 2.5, 0.37" ||
     fail "fit line: $(grep '^fit ' "$E2E_STDOUT")"
-  assert_out 'latency 2500(\.[0-9]+)? ns +bandwidth 37(\.0+)? GB/s|latency 2[45][0-9][0-9]\.?[0-9]* ns +bandwidth 3[67]\.[0-9]+ GB/s' "per-dimension values"
+  assert_out 'latency 2[45][0-9][0-9](\.[0-9]+)? ns +bandwidth 3[67](\.[0-9]+)? GB/s effective \(line rate 100 GB/s' "per-dimension values"
   # Every row, fitted and held out, within 1%.
-  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
   assert_out_count 'held out$' 6 "6 held-out all_gather rows"
   [ -f fitted.yaml ] && pass "--out written" || fail "no fitted.yaml"
@@ -51,6 +52,38 @@ if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring 
   got=$(awk -F'|' '/^ +1048576 / { split($2, o, " "); print o[1] }' "$E2E_STDOUT")
   awk -v w="$want" -v g="$got" 'BEGIN { d = (g - w) / w; exit (d < 0.01 && d > -0.01) ? 0 : 1 }' &&
     pass "bench on the fitted topology: $got us vs measured $want us" || fail "fitted topology gives $got us, measured $want us"
+fi
+
+e2e_case "two protocols: a low-latency one for messages up to 16 KiB"
+cat >proto.yaml <<'EOF'
+topology:
+  kind: ring
+  chips: 8
+  bandwidth_gbps: 100
+  latency_ns: 1000
+  protocol: {efficiency: 0.8, low_latency_max_bytes: 16384, low_latency_efficiency: 0.4, low_latency_latency_factor: 0.3}
+EOF
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --topology proto.yaml \
+  -b 8K -e 64M -f 2 -n 1 -w 0 -c 0; then
+  assert_out 'protocol: efficiency 0.8; messages <= 16384 B low-latency \(efficiency 0.4, latency x 0.3\)' "protocol described"
+  to_nccl all_reduce_perf <"$E2E_STDOUT" >proto.log
+fi
+# From the plain ring: one protocol cannot fit both regimes; two recover every parameter within 1%.
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate proto.log --bandwidth 100 --latency 1000; then
+  awk '/^error rms/ { e = $3; gsub("%", "", e); exit (e + 0 > 5) ? 0 : 1 }' "$E2E_STDOUT" &&
+    pass "one protocol leaves > 5% rms error" || fail "one protocol fitted too well: $(grep '^error rms' "$E2E_STDOUT")"
+fi
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate proto.log --bandwidth 100 --latency 1000 --protocols 2 \
+  --out proto_fit.yaml; then
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a) }
+       /low-latency protocol for messages/ { t = $6; f = $10; e = $12; gsub(",", "", f) }
+       END { ok = a > 0.99 && a < 1.01 && b > 0.792 && b < 0.808 && f > 0.297 && f < 0.303 && e > 0.396 && e < 0.404 &&
+                  t >= 16384 && t < 32768; exit ok ? 0 : 1 }' "$E2E_STDOUT" &&
+    pass "a, b, low-latency factor and efficiency within 1%, threshold in [16 KiB, 32 KiB)" ||
+    fail "fit: $(grep -E '^fit |low-latency' "$E2E_STDOUT")"
+  bad=$(awk '$NF == "fit" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
+  grep -Eq "protocol: [{]efficiency: 0[.](79|80)" proto_fit.yaml && pass "--out has the protocol" || fail "$(cat proto_fit.yaml)"
 fi
 
 e2e_case "bad logs exit 2 naming the line"
@@ -67,6 +100,8 @@ expect_exit 2 'anon.log: no .# Collective test starting' -- shardsim_mpi 8 calib
 expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --collective all_reduce --bandwidth 100 --latency 1000
 { echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  1 Group  0 Pid 2 on h device  1 [0x19] X'; cat ar.log; } >two.log
 expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 8 calibrate two.log
+expect_exit 2 'protocols: 1 or 2' -- shardsim_mpi 8 calibrate ar.log --protocols 3
+expect_exit 2 'already has a protocol section' -- shardsim_mpi 8 calibrate ar.log --topology proto.yaml
 expect_exit 2 'nothing.log: cannot open' -- shardsim_mpi 8 calibrate nothing.log
 expect_exit 2 'topology has 8 chips but the job has 4 ranks' -- shardsim_mpi 4 calibrate ar.log --topology fitted.yaml
 

@@ -11,6 +11,7 @@
 #include "sim/cost.h"
 #include "sim/device_spec.h"
 #include "sim/timeline.h"
+#include "topology/topology_yaml.h"
 
 using namespace shardsim;
 using topology::LinkSpec;
@@ -226,6 +227,73 @@ TEST(Cost, TransferIsAlphaPlusSizeOverBandwidthPerRoute) {
   auto ct = sim::transfer_cost(torus, torus.route(0, torus.chip_at({1, 1})), 1000);
   EXPECT_DOUBLE_EQ(ct.latency_ns, 110);
   EXPECT_DOUBLE_EQ(ct.occupancy_ns, 1000.0 / 25);  // bottleneck link
+}
+
+TEST(Protocol, EfficiencyAndLowLatencyMessages) {
+  auto t = Topology::ring(8, LinkSpec{100, 500});
+  topology::Protocol p;
+  p.efficiency = 0.5;
+  p.low_latency_max_bytes = 4096;
+  p.low_latency_efficiency = 0.25;
+  p.low_latency_latency_factor = 0.2;
+  t.set_protocol(p);
+  // Bandwidth protocol: S / (B x 0.5) after the full latency, over three hops.
+  auto big = sim::transfer_cost(t, t.route(0, 3), 1e6);
+  EXPECT_DOUBLE_EQ(big.latency_ns, 1500);
+  EXPECT_DOUBLE_EQ(big.occupancy_ns, 1e6 / 50);
+  // Up to low_latency_max_bytes inclusive: the low-latency protocol; one byte more: the bandwidth one.
+  auto small = sim::transfer_cost(t, t.route(0, 3), 4096);
+  EXPECT_DOUBLE_EQ(small.latency_ns, 1500 * 0.2);
+  EXPECT_DOUBLE_EQ(small.occupancy_ns, 4096 / 25.0);
+  auto edge = sim::transfer_cost(t, t.route(0, 3), 4097);
+  EXPECT_DOUBLE_EQ(edge.latency_ns, 1500);
+  // The timeline charges the same: port busy for the occupancy, arrival after latency + occupancy.
+  sim::Timeline tl(0, t, dev());
+  auto a = tl.send("a", 3, 4096, 0);
+  EXPECT_DOUBLE_EQ(a.end, small.total_ns());
+  auto b = tl.send("b", 3, 1e6, 0);
+  EXPECT_DOUBLE_EQ(b.start, small.occupancy_ns);
+  EXPECT_DOUBLE_EQ(b.end, small.occupancy_ns + big.total_ns());
+  EXPECT_NE(t.describe().find("protocol: efficiency 0.5; messages <= 4096 B low-latency"), std::string::npos);
+}
+
+TEST(Protocol, DefaultIsThePlainLinkModel) {
+  auto plain = Topology::torus({2, 4}, {LinkSpec{50, 100}, LinkSpec{25, 10}});
+  auto with = plain;
+  with.set_protocol(topology::Protocol{});
+  EXPECT_EQ(with.describe(), plain.describe());
+  sim::Timeline a(0, plain, dev()), b(0, with, dev());
+  for (double bytes : {0.0, 1.0, 3.0, 4096.0, 1e6 / 3})
+    for (int dst = 1; dst < 8; ++dst) {
+      const auto x = a.send("x", dst, bytes, 7), y = b.send("y", dst, bytes, 7);
+      EXPECT_EQ(x.start, y.start);  // bit for bit
+      EXPECT_EQ(x.end, y.end);
+    }
+}
+
+TEST(Protocol, TopologyFileErrorsNameTheKey) {
+  auto err = [](const std::string& proto) {
+    try {
+      topology::load_topology(
+          ConfigNode::load_string("topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n  protocol: " + proto +
+                                      "\n",
+                                  "t.yaml")
+              .child("topology"));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err("{efficiency: 1.5}").find("t.yaml:5: topology.protocol.efficiency must be in (0, 1]"),
+            std::string::npos)
+      << err("{efficiency: 1.5}");
+  EXPECT_NE(err("{low_latency_efficiency: 0}").find("low_latency_efficiency must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(err("{low_latency_max_bytes: -1}").find("low_latency_max_bytes must be"), std::string::npos);
+  EXPECT_NE(err("{efficiency: .nan}").find("must be a finite number"), std::string::npos);
+  EXPECT_NE(err("{overhead: 3}").find("unknown key"), std::string::npos);
+  EXPECT_EQ(err("{efficiency: 0.8, low_latency_max_bytes: 65536, low_latency_efficiency: 0.5, "
+                "low_latency_latency_factor: 0.3}"),
+            "");
 }
 
 TEST(Timeline, SendsOnOnePortSerialize) {
