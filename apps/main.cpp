@@ -27,6 +27,18 @@ namespace {
 
 constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
 
+// The default config lives in the source tree this binary was built from. Reports name it relative to the working
+// directory when that lies inside the tree (configs/... from the root, ../configs/... from out/), else by the path
+// it is read from.
+std::string default_config_path() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  const fs::path tree = fs::path(SHARDSIM_CONFIG_DIR).parent_path();
+  if (ec || cwd.lexically_relative(tree).empty() || *cwd.lexically_relative(tree).begin() == "..") return kDefaultConfig;
+  return fs::path(kDefaultConfig).lexically_relative(cwd).string();
+}
+
 // Fail before any work when the output cannot be written or the checkpoint to resume from cannot be read.
 void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt,
                  const std::string& json_path) {
@@ -146,7 +158,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank"};
   app.require_subcommand(1);
   auto* run = app.add_subcommand("run", "run a sharded workload, validate it against one device, checkpoint it");
-  std::string config = kDefaultConfig, json_path;
+  std::string config = default_config_path(), json_path;
   sharding::RunOptions opt;
   std::string ckpt;
   run->add_option("config", config, "workload YAML (default: the Llama-2-7B MLP on an 8-chip ring)");

@@ -29,6 +29,7 @@ struct ValidateFlags {
   int root = -1;
   uint64_t seed = 1;
   bool no_random = false, verbose = false, explain = false;
+  bool special = false, only_special = false, no_in_place = false;
   bool inject_count_mismatch = false, inject_wrong_result = false;  // hidden test hooks
 };
 
@@ -138,10 +139,21 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
   });
   const bool root0 = world.rank() == 0;
   const int root = f.root >= 0 ? f.root : g.size() - 1;
+  // Input passes: 0 verifiable, 1 random (floating reductions), 2 special values (collectives/verify.h).
+  const bool special = f.special || f.only_special;
+  std::vector<int> passes;
+  if (!f.only_special) passes.push_back(0);
+  if (!f.only_special && !f.no_random) passes.push_back(1);
+  if (special) passes.push_back(2);
+  static const char* const kPassName[] = {"verifiable", "random", "special"};
   if (root0) {
     std::printf("# shardsim validate: %s\n", net->describe().c_str());
-    std::printf("# inputs: verifiable (bit-exact check)%s; chunk %zu B; root %d; counts", f.no_random ? "" :
-                " and random (tolerance 2(p-1)u sum|x|)", plan.chunk_bytes, root);
+    std::string inputs;
+    for (int ps : passes)
+      inputs += std::string(inputs.empty() ? "" : " and ") +
+                (ps == 0 ? "verifiable (bit-exact check)" : ps == 1 ? "random (tolerance 2(p-1)u sum|x|)"
+                 : "special (NaN, +-Inf, -0, subnormals, largest finite; bit-exact, NaN matches NaN)");
+    std::printf("# inputs: %s; chunk %zu B; root %d; counts", inputs.c_str(), plan.chunk_bytes, root);
     for (size_t c : plan.counts) std::printf(" %zu", c);
     std::printf("\n#\n# %-15s %-17s %-9s %-5s %7s %11s %7s\n", "collective", "algorithm", "dtype", "op", "cases",
                 "checked", "#wrong");
@@ -164,8 +176,11 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
           for (size_t count : plan.counts) {
             const size_t bytes = count * runtime::dtype_size(dt);
             if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
-            for (int in_place = 0; in_place <= (has_in_place ? 1 : 0); ++in_place)
-              for (int random = 0; random <= (reduction && runtime::is_floating(dt) && !f.no_random ? 1 : 0); ++random) {
+            for (int in_place = 0; in_place <= (has_in_place && !f.no_in_place ? 1 : 0); ++in_place)
+              for (int pass : passes) {
+                const bool random = pass == 1;
+                if (random && !(reduction && runtime::is_floating(dt))) continue;
+                if (pass == 2 && c == Collective::barrier) continue;
                 collectives::Case cs;
                 cs.collective = c;
                 cs.dtype = dt;
@@ -175,6 +190,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.in_place = in_place;
                 cs.root = root;
                 cs.random_input = random;
+                cs.special_input = pass == 2;
                 cs.chunk_bytes = plan.chunk_bytes;
                 cs.seed = f.seed;
                 cs.inject_count_mismatch = f.inject_count_mismatch;
@@ -192,19 +208,19 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 row.checked += o.checked;
                 row.wrong += o.wrong;
                 row.max_error = std::max(row.max_error, o.max_error);
-                if (f.explain && root0 && !o.explanation.empty() && !in_place && !random)
+                if (f.explain && root0 && !o.explanation.empty() && !in_place && pass == passes.front())
                   std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
                 if (o.wrong) {
                   std::ostringstream os;
                   os << row.collective << " " << o.algorithm << " " << row.dtype << " " << row.op << " count " << count
-                     << (in_place ? " in-place" : " out-of-place") << (random ? " random" : " verifiable") << ": "
+                     << (in_place ? " in-place" : " out-of-place") << " " << kPassName[pass] << ": "
                      << o.wrong << " wrong, first: " << o.first_wrong;
                   failures.push_back(os.str());
                 }
                 if (f.verbose && root0)
                   std::printf("    %-15s %-17s %-9s %-5s count %-9zu %-12s %-10s %s sim %.3f us\n",
                               row.collective.c_str(), o.algorithm.c_str(), row.dtype.c_str(), row.op.c_str(), count,
-                              in_place ? "in-place" : "out-of-place", random ? "random" : "verifiable",
+                              in_place ? "in-place" : "out-of-place", kPassName[pass],
                               o.wrong ? "WRONG" : "ok", o.sim_time_ns / 1e3);
                 if (c == Collective::barrier) break;
               }
@@ -234,6 +250,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
       j["checked"] = total_checked;
       j["wrong"] = total_wrong;
       j["skipped"] = plan.skipped;
+      for (int ps : passes) j["inputs"].push_back(kPassName[ps]);
       j["failures"] = failures;
       for (const auto& r : rows)
         j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
@@ -261,7 +278,12 @@ Command add_validate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 4K, so large counts are pipelined)");
   sub->add_option("--root", f->root, "root rank of rooted collectives (default: the group's last rank)");
   sub->add_option("--seed", f->seed, "input seed");
-  sub->add_flag("--no-random", f->no_random, "only the verifiable (bit-exact) pass");
+  sub->add_flag("--no-random", f->no_random, "no random-input pass (verifiable, and special with --special)");
+  sub->add_flag("--special", f->special,
+                "also a special-values pass: NaN, +-Inf, -0, subnormals and the largest finite value, placed so the "
+                "result is exact in any reduction order; checked bit-exactly (any NaN matches any NaN)");
+  sub->add_flag("--only-special", f->only_special, "only the special-values pass");
+  sub->add_flag("--no-in-place", f->no_in_place, "out-of-place cases only (in-place aliasing is not exercised)");
   sub->add_flag("-v,--verbose", f->verbose, "one line per case");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose each algorithm");
   sub->add_option("--json", f->json, "also write the results as JSON");

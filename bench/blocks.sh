@@ -5,6 +5,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 printf '%-28s %5s %12s %12s %12s %12s %8s %10s %9s %s\n' config chips "total(us)" "compute(us)" "attn(us)" \

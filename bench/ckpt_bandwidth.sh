@@ -10,6 +10,7 @@ MIB="${1:-512}" REPS="${2:-3}" DIR="${3:-/tmp}"
 BENCH="$ROOT/build/bench/shardsim_ckpt_bench"
 [ -x "$BENCH" ] || { echo "build first: bash scripts/build.sh" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 cold=no
 if sync && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cold=yes; fi
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); dir $DIR ($(df -T "$DIR" | awk 'NR==2{print $2}')); $MIB MiB; page cache dropped before reads: $cold"

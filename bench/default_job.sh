@@ -7,6 +7,7 @@ RUNS="${1:-3}"
 CONFIG="$(realpath "${2:-$ROOT/configs/workloads/llama2_7b_mlp_tp8.yaml}")"
 NP="${NP:-8}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"

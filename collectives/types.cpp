@@ -1,6 +1,7 @@
 #include "collectives/types.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <type_traits>
 
@@ -31,6 +32,25 @@ ReduceOp parse_reduce_op(const std::string& name) {
 
 namespace {
 
+// max/min of floating types as IEEE 754-2019 maximum/minimum (sec. 9.6): NaN if either operand is NaN, and
+// -0 < +0. std::max/std::min return their first argument when the comparison is false, so they drop a NaN in
+// the second position and pick a zero's sign by argument order: an algorithm that folds in another order would
+// then give another answer (issue 14: halving_doubling's non-power-of-two fold lost NaN this way).
+template <class T>
+inline T max_ieee(T a, T b) {
+  if (a != a) return a + b;  // NaN (quiet); a + b keeps a NaN operand's payload
+  if (b != b) return b + a;
+  if (a == b) return std::signbit(a) ? b : a;  // equal, or +-0: +0 wins
+  return a > b ? a : b;
+}
+template <class T>
+inline T min_ieee(T a, T b) {
+  if (a != a) return a + b;
+  if (b != b) return b + a;
+  if (a == b) return std::signbit(a) ? a : b;  // -0 wins
+  return a < b ? a : b;
+}
+
 template <class T>
 inline T apply(T a, T b, ReduceOp op) {
   if constexpr (std::is_integral_v<T>) {
@@ -47,8 +67,8 @@ inline T apply(T a, T b, ReduceOp op) {
       case ReduceOp::sum:
       case ReduceOp::avg: return a + b;
       case ReduceOp::prod: return a * b;
-      case ReduceOp::min: return std::min(a, b);  // NaN handling follows std::min/max (first argument wins)
-      case ReduceOp::max: return std::max(a, b);
+      case ReduceOp::min: return min_ieee(a, b);
+      case ReduceOp::max: return max_ieee(a, b);
     }
   }
   return a;
@@ -69,10 +89,10 @@ void reduce_native(void* out, const void* a_, const void* b_, size_t n, ReduceOp
       for (size_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i], ReduceOp::prod);
       break;
     case ReduceOp::min:
-      for (size_t i = 0; i < n; ++i) o[i] = std::min(a[i], b[i]);
+      for (size_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i], ReduceOp::min);
       break;
     case ReduceOp::max:
-      for (size_t i = 0; i < n; ++i) o[i] = std::max(a[i], b[i]);
+      for (size_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i], ReduceOp::max);
       break;
   }
 }

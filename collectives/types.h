@@ -67,6 +67,10 @@ struct Layout {
 // ACC[i] = ACC[i] op IN[i] for i < N. Integers wrap modulo 2^bits (sum, prod); fp32/fp64 compute in their own
 // type; fp16, bf16 and fp8 compute in fp32 and round once per call (NCCL does the same per reduction step).
 // avg reduces as sum; finish_avg divides afterwards.
+// Special values (floating types) propagate the same through every algorithm, because each op below is
+// commutative (bit for bit, except that NaN results may differ in payload and sign): sum/prod follow IEEE 754 (NaN in, NaN out; Inf + -Inf = NaN; 0 * Inf = NaN);
+// min/max are IEEE 754-2019 minimum/maximum: NaN if either operand is NaN, and -0 < +0. fp8 results that
+// overflow saturate to the largest finite value (runtime/dtype.h), fp16/bf16 overflow to infinity.
 void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op);
 // OUT[i] = A[i] op B[i] with the same arithmetic (OUT may be A).
 void reduce_to(void* out, const void* a, const void* b, size_t n, DType t, ReduceOp op);

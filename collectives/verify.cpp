@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "collectives/collectives.h"
@@ -212,8 +213,80 @@ struct CaseRunner::Impl {
     return 0;
   }
 
+  // Stores rank R's element I at DST[K]: value(R, I), or in special mode possibly a special value.
+  void put(unsigned char* dst, size_t k, int r, size_t i) const {
+    if (!c.special_input || !put_special(dst, k, r, i)) runtime::store_from_double(dst, k, c.dtype, value(r, i));
+  }
+
+  // Special-value patterns (verify.h). Returns false where rank R's element I is the verifiable value.
+  bool put_special(unsigned char* dst, size_t k, int r, size_t i) const {
+    const DType t = c.dtype;
+    size_t kind = i % 8;
+    if (kind == 0) return false;
+    const size_t s = i / 8;
+    const int j = static_cast<int>(s % static_cast<size_t>(p)), j1 = (j + 1) % p;
+    const bool reduction = is_reduction(c.collective);
+    // Which rank holds this pattern's first / second special value (data movement: every rank).
+    const bool first = !reduction || r == j, second = !reduction || (p > 1 && r == j1 && !first);
+    if (runtime::is_integer(t)) {
+      if (kind > 3) return false;
+      const bool hi = (kind == 1 || kind == 3) && first, lo = (kind == 2 && first) || (kind == 3 && second);
+      if (!hi && !lo) return false;
+      put_int_extreme(dst, k, hi);
+      return true;
+    }
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    const double mx = runtime::max_finite(t), eta = runtime::min_subnormal(t);
+    if (!runtime::has_infinity(t)) {
+      if (kind == 2 || kind == 3) kind = 6;
+      if (kind == 7) kind = 1;
+    }
+    auto store = [&](double v) {
+      runtime::store_from_double(dst, k, t, v);
+      return true;
+    };
+    switch (kind) {
+      case 1: return first ? store(s % 2 ? -nan : nan) : false;
+      case 2: return first ? store(inf) : false;
+      case 3: return first ? store(-inf) : second ? store(inf) : false;
+      case 4: return (s % 2 == 0 || first) ? store(-0.0) : store(0.0);
+      case 5:
+        if (!reduction) return store((1 + static_cast<double>(s % 7)) * eta * (s % 2 ? -1 : 1));
+        if (c.op == ReduceOp::prod) {
+          if (!first) return false;  // the others' +-1, +-2, 0
+          const double largest_sub = runtime::exact_integer_limit(t) / 2 - 1;  // 2^mant - 1
+          return store(largest_sub * eta * (s % 2 ? -1 : 1));
+        }
+        return store(value(r, i) * eta);  // |partial sums| <= M: multiples of eta below 2^(emin+1), exact
+      case 6:
+        if (!reduction) return store(s % 2 ? -mx : mx);
+        switch (c.op) {
+          case ReduceOp::sum:
+          case ReduceOp::avg: return store(s % 2 ? -mx : mx);
+          case ReduceOp::prod: return store(first ? -mx : mx);
+          default: return first ? store(mx) : second ? store(-mx) : false;
+        }
+      case 7: return first ? store(nan) : second ? store(inf) : false;
+    }
+    return false;
+  }
+
+  // The largest (HI) or smallest value of the integer type, written directly (64-bit extremes are not doubles).
+  void put_int_extreme(unsigned char* dst, size_t k, bool hi) const {
+    auto w = [&](auto v) { std::memcpy(dst + k * es, &v, sizeof v); };
+    switch (c.dtype) {
+      case DType::int8: return w(hi ? std::numeric_limits<int8_t>::max() : std::numeric_limits<int8_t>::min());
+      case DType::uint8: return w(hi ? std::numeric_limits<uint8_t>::max() : uint8_t{0});
+      case DType::int32: return w(hi ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int32_t>::min());
+      case DType::uint32: return w(hi ? std::numeric_limits<uint32_t>::max() : uint32_t{0});
+      case DType::int64: return w(hi ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min());
+      case DType::uint64: return w(hi ? std::numeric_limits<uint64_t>::max() : uint64_t{0});
+      default: return;
+    }
+  }
+
   void fill(unsigned char* dst, int r, size_t first_index, size_t count) const {
-    for (size_t k = 0; k < count; ++k) runtime::store_from_double(dst, k, c.dtype, value(r, first_index + k));
+    for (size_t k = 0; k < count; ++k) put(dst, k, r, first_index + k);
   }
 
   void prepare() {
@@ -352,7 +425,7 @@ struct CaseRunner::Impl {
       } else {
         for (size_t k = 0; k < n_blk; ++k) {
           const auto [r, i] = source(k0 + k);
-          runtime::store_from_double(want.data(), k, c.dtype, value(r, i));
+          put(want.data(), k, r, i);
         }
       }
       const unsigned char* got = recv + k0 * es;
@@ -360,6 +433,7 @@ struct CaseRunner::Impl {
         ++o.checked;
         bool ok = std::memcmp(got + k * es, want.data() + k * es, es) == 0;
         const double g = runtime::load_as_double(got, k, c.dtype), w = runtime::load_as_double(want.data(), k, c.dtype);
+        if (!ok && is_reduce_output() && std::isnan(g) && std::isnan(w)) ok = true;  // any NaN matches any NaN
         if (!ok && c.random_input && is_reduce_output() && runtime::is_floating(c.dtype) && std::isfinite(g)) {
           double tol = 0;
           switch (c.op) {
@@ -398,6 +472,7 @@ size_t CaseRunner::send_count() const { return impl_->send_n; }
 size_t CaseRunner::recv_count() const { return impl_->recv_n; }
 
 Outcome run_case(runtime::Transport& tp, const Case& c) {
+  if (c.special_input && c.random_input) throw UsageError("special-value input is verifiable, not random");
   CaseRunner runner(tp, c);
   runner.prepare();
   tp.timeline().reset();

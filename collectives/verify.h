@@ -22,6 +22,23 @@
 //               Stability of Numerical Algorithms" (2002), sec. 4.2, for two different reduction orders:
 //               |got - want| <= 2 (p-1) u sum_r |x_r|  (+ 2u |want| for avg; prod: 2p (u |prod| + eta)), u = unit
 //               roundoff of the storage type (narrow types round at every step), eta its smallest subnormal.
+//   special:    verifiable input in which element i of every group of 8 (i % 8 = 1..7) carries special values,
+//               placed on rank j = (i / 8) % p (and j + 1) so that the result is exact and the same in every
+//               reduction order (each pattern lists what every rank holds):
+//                 1 NaN on rank j                          -> NaN for every op
+//                 2 +Inf on rank j                         -> sum/avg +Inf, prod +-Inf or NaN (0 * Inf)
+//                 3 -Inf on rank j, +Inf on rank j+1       -> sum NaN, max +Inf, min -Inf
+//                 4 -0 on every rank (even i/8) or on rank j, +0 elsewhere -> the IEEE signs of zero
+//                 5 subnormals: multiples of the smallest subnormal (sum/min/max, exact), or the largest
+//                   subnormal on rank j times the verifiable +-1/+-2 of the others (prod, exact)
+//                 6 the largest finite value (sum/avg: on every rank, one sign -> overflow: Inf, fp8: saturated;
+//                   prod: -max on rank j, +max elsewhere; min/max: +max on rank j, -max on rank j+1)
+//                 7 NaN on rank j and +Inf on rank j+1      -> NaN (max(Inf, NaN) is NaN)
+//               e4m3 has no infinity: patterns 2 and 3 use 6, 7 uses 1. Integers: the type's largest value on
+//               rank j (pattern 1, 3) and its smallest on rank j+1 (2, 3), wrap-around arithmetic is exact.
+//               Data-movement collectives carry the special value on every rank (bit-exact transport).
+//               The check is bit-exact, except that any NaN matches any NaN (payloads and signs of NaNs
+//               produced by arithmetic are not specified by IEEE 754).
 #pragma once
 
 #include <string>
@@ -41,7 +58,8 @@ struct Case {
   size_t count = 0;
   bool in_place = false;
   int root = 0;
-  bool random_input = false;  // false: verifiable (bit-exact) input
+  bool random_input = false;   // false: verifiable (bit-exact) input
+  bool special_input = false;  // verifiable input with special values (above); not with random_input
   size_t chunk_bytes = 0;
   uint64_t seed = 1;
   // Test hooks (hidden CLI flags), to prove the failure paths: rank 0 passes COUNT + 1 to the collective

@@ -1,11 +1,14 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -53,14 +56,128 @@ int unclosed_flow_line(const std::string& text, int err_line) {
   return open_lines.empty() ? -1 : open_lines.back();
 }
 
+// Where a quoted scalar ('...' or "...") opens and is not closed on the same line: yaml-cpp folds such a string
+// into the following lines (a missing closing quote then surfaces as a missing key further down, or as an
+// error where the next quote happens to close it). Returns {line, column} (0-based) of the first such quote
+// before line LIMIT, or {-1, -1}. A quote opens a scalar only where a value can start: at the start of a line's
+// content or after ': ', '- ', '[', '{', ',', '? '. Block scalars (| and >) are skipped.
+std::pair<int, int> open_quote(const std::string& text, int limit) {
+  std::vector<std::string> lines;
+  {
+    std::string cur;
+    for (char c : text) {
+      if (c == '\n') {
+        lines.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    lines.push_back(cur);
+  }
+  int block_indent = -1;  // inside a block scalar: lines indented more than this belong to it
+  for (int ln = 0; ln < static_cast<int>(lines.size()) && ln < limit; ++ln) {
+    const std::string& l = lines[static_cast<size_t>(ln)];
+    const size_t first = l.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    if (block_indent >= 0) {
+      if (static_cast<int>(first) > block_indent) continue;
+      block_indent = -1;
+    }
+    char prev = '\0';  // last non-blank character before the current position on this line
+    for (size_t i = first; i < l.size(); ++i) {
+      const char c = l[i];
+      if (c == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) break;  // comment
+      const bool value_start = prev == '\0' || prev == '[' || prev == '{' || prev == ',' ||
+                               ((prev == ':' || prev == '-' || prev == '?') && i > 0 &&
+                                (l[i - 1] == ' ' || l[i - 1] == '\t'));
+      if ((c == '"' || c == '\'') && value_start) {
+        size_t j = i + 1;
+        bool closed = false;
+        for (; j < l.size(); ++j) {
+          if (c == '"' && l[j] == '\\') {
+            ++j;
+          } else if (l[j] == c) {
+            if (c == '\'' && j + 1 < l.size() && l[j + 1] == '\'') {
+              ++j;  // '' inside single quotes
+            } else {
+              closed = true;
+              break;
+            }
+          }
+        }
+        if (!closed) return {ln, static_cast<int>(i)};
+        i = j;
+        prev = c;
+        continue;
+      }
+      if ((c == '|' || c == '>') && ((prev == ':' || prev == '-') || prev == '\0')) {
+        const size_t rest = l.find_first_not_of("+-0123456789 \t", i + 1);
+        if (rest == std::string::npos || l[rest] == '#') {
+          block_indent = static_cast<int>(first);
+          break;
+        }
+      }
+      if (c != ' ' && c != '\t') prev = c;
+    }
+  }
+  return {-1, -1};
+}
+
+// Line (0-based) of the '---' that starts the second document, searching from line FROM; -1 if none.
+int document_marker_line(const std::string& text, int from) {
+  int line = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string l = text.substr(pos, end - pos);
+    if (line > from && l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r'))
+      return line;
+    pos = end + 1;
+    ++line;
+  }
+  return -1;
+}
+
 }  // namespace
+
+std::string ConfigNode::control_character(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char b[64];
+      std::snprintf(b, sizeof b, "control character U+%04X at position %zu", c, i + 1);
+      return b;
+    }
+  }
+  return "";
+}
+
+std::string ConfigNode::printable_text() const {
+  if (!node_.IsScalar()) fail((path_.empty() ? std::string("value") : path_) + ": expected a string");
+  const std::string& v = node_.Scalar();
+  if (const auto bad = control_character(v); !bad.empty())
+    fail(path_ + ": contains a " + bad + " (names and labels must be printable text on one line)");
+  return v;
+}
 
 ConfigNode::ConfigNode(YAML::Node node, std::string file, std::string path)
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
 
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& file) {
   try {
-    YAML::Node root = YAML::Load(text);
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      const int first = docs[0].Mark().line;
+      const int marker = document_marker_line(text, std::max(first, 0));
+      throw ConfigError(file + (marker >= 0 ? ":" + std::to_string(marker + 1) : std::string()) +
+                        ": a second YAML document ('---'): a config file holds exactly one document (" +
+                        std::to_string(docs.size()) + " found)");
+    }
+    if (const auto [ql, qc] = open_quote(text, 1 << 30); ql >= 0)
+      throw ConfigError(file + ":" + std::to_string(ql + 1) + ":" + std::to_string(qc + 1) +
+                        ": unterminated quote: the quoted string starting here is not closed on its line");
+    YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
     if (!root.IsMap()) {
       throw ConfigError(file + ":1: the config must be a YAML mapping (key: value pairs) at the top level");
     }
@@ -73,7 +190,11 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
     const int flow_line = e.msg.find("flow") != std::string::npos && e.mark.line >= 0
                               ? unclosed_flow_line(text, e.mark.line)
                               : -1;
-    if (flow_line >= 0) {
+    const auto [ql, qc] = e.mark.line >= 0 ? open_quote(text, e.mark.line + 1) : std::pair<int, int>{-1, -1};
+    if (ql >= 0) {
+      os << ":" << ql + 1 << ":" << qc + 1 << ": unterminated quote: the quoted string starting here is not closed on"
+         << " its line (YAML then failed at line " << e.mark.line + 1 << ": " << e.msg << ")";
+    } else if (flow_line >= 0) {
       os << ":" << flow_line + 1 << ": malformed YAML: " << e.msg << " (unclosed '[' or '{' on this line)";
     } else {
       if (e.mark.line >= 0) os << ":" << e.mark.line + 1 << ":" << e.mark.column + 1;
@@ -84,6 +205,9 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
 }
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw ConfigError("config file '" + file + "' is a directory (expected a YAML file)");
   std::ifstream in(file);
   if (!in) {
     throw ConfigError("cannot open config file '" + file + "': " + std::strerror(errno));
@@ -159,11 +283,7 @@ T convert(const YAML::Node& n, const std::string& file, const std::string& path,
 }
 }  // namespace
 
-std::string ConfigNode::get_string(std::string_view key) const {
-  auto c = child(key);
-  if (!c.node_.IsScalar()) c.fail(c.path_ + ": expected a string");
-  return c.node_.Scalar();
-}
+std::string ConfigNode::get_string(std::string_view key) const { return child(key).printable_text(); }
 std::string ConfigNode::get_string(std::string_view key, const std::string& fallback) const {
   return has(key) ? get_string(key) : fallback;
 }

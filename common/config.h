@@ -21,7 +21,8 @@ class ConfigNode {
  public:
   ConfigNode(YAML::Node node, std::string file, std::string path);
 
-  // Parses FILE. Missing/unreadable file or malformed YAML -> ConfigError naming FILE (and line).
+  // Parses FILE. Missing/unreadable file, a directory, malformed YAML, more than one YAML document ('---'), or
+  // a quoted string not closed on its line -> ConfigError naming FILE (and line).
   static ConfigNode load_file(const std::string& file);
   // Parses TEXT as if it came from FILE (for tests and embedded configs).
   static ConfigNode load_string(const std::string& text, const std::string& file);
@@ -42,6 +43,9 @@ class ConfigNode {
   ConfigNode child(std::string_view key) const;  // required
   std::optional<ConfigNode> maybe_child(std::string_view key) const;
 
+  // Strings: a scalar holding a control character (newline, tab, ESC, DEL...) is an error naming FILE:LINE and
+  // the key: every string a config gives is a name, label, path or enum value, and may end up in a report,
+  // a CSV or a plot script (docs/SECURITY.md).
   std::string get_string(std::string_view key) const;
   std::string get_string(std::string_view key, const std::string& fallback) const;
   int64_t get_int(std::string_view key) const;
@@ -58,6 +62,12 @@ class ConfigNode {
   double get_nonnegative_double(std::string_view key, double fallback) const;
   int64_t get_positive_int(std::string_view key) const;
   int64_t get_positive_int(std::string_view key, int64_t fallback) const;
+
+  // This node as printable text (a scalar without control characters), else ConfigError naming FILE:LINE.
+  std::string printable_text() const;
+  // "" if S is free of control characters (C0 and DEL), else which one and where ("control character U+000A
+  // at position 5").
+  static std::string control_character(const std::string& s);
 
   // Throws ConfigError with this node's location prefixed.
   [[noreturn]] void fail(const std::string& message) const;

@@ -42,6 +42,7 @@ struct MiniFormat {
   int exp_bits;
   int man_bits;
   bool ieee;
+  bool saturate;  // finite overflow gives the largest finite value (fp8) instead of infinity (fp16, bf16)
   int bias() const { return (1 << (exp_bits - 1)) - 1; }
   uint32_t exp_mask() const { return (1u << exp_bits) - 1; }
   uint32_t sign_bit() const { return 1u << (exp_bits + man_bits); }
@@ -52,19 +53,22 @@ struct MiniFormat {
   }
 };
 
-constexpr MiniFormat kFp16{5, 10, true};
-constexpr MiniFormat kE4M3{4, 3, false};
-constexpr MiniFormat kE5M2{5, 2, true};
-constexpr MiniFormat kBf16{8, 7, true};
+constexpr MiniFormat kFp16{5, 10, true, false};
+constexpr MiniFormat kE4M3{4, 3, false, true};
+constexpr MiniFormat kE5M2{5, 2, true, true};
+constexpr MiniFormat kBf16{8, 7, true, false};
 
 uint32_t encode(double x, const MiniFormat& F) {
   const uint32_t sign = std::signbit(x) ? F.sign_bit() : 0u;
   const uint32_t all_exp = F.exp_mask() << F.man_bits;
-  if (std::isnan(x)) return F.ieee ? sign | all_exp | (1u << (F.man_bits - 1)) : sign | all_exp | ((1u << F.man_bits) - 1);
   const double a = std::fabs(x);
   const double maxf = F.max_finite();
-  auto overflow = [&]() { return F.ieee ? sign | all_exp : sign | encode(maxf, F); };
-  if (std::isinf(a)) return overflow();
+  const uint32_t nan = F.ieee ? sign | all_exp | (1u << (F.man_bits - 1)) : sign | all_exp | ((1u << F.man_bits) - 1);
+  // An infinite input stays infinite (e4m3 has no infinity: NaN); a finite one that rounds beyond the largest
+  // finite value saturates (fp8) or becomes infinite (fp16, bf16). See dtype.h.
+  if (std::isnan(x)) return nan;
+  if (std::isinf(a)) return F.ieee ? sign | all_exp : nan;
+  auto overflow = [&]() { return F.saturate ? sign | encode(maxf, F) : sign | all_exp; };
   if (a == 0) return sign;
   const int emin = 1 - F.bias();
   int e = 0;
@@ -185,6 +189,38 @@ double unit_roundoff(DType t) {
     default: return 0;
   }
 }
+
+double max_finite(DType t) {
+  switch (t) {
+    case DType::int8: return 127;
+    case DType::uint8: return 255;
+    case DType::int32: return 2147483647.0;
+    case DType::uint32: return 4294967295.0;
+    case DType::int64: return static_cast<double>(std::numeric_limits<int64_t>::max());
+    case DType::uint64: return static_cast<double>(std::numeric_limits<uint64_t>::max());
+    case DType::fp16: return kFp16.max_finite();
+    case DType::bf16: return kBf16.max_finite();
+    case DType::fp32: return std::numeric_limits<float>::max();
+    case DType::fp64: return std::numeric_limits<double>::max();
+    case DType::fp8_e4m3: return kE4M3.max_finite();
+    case DType::fp8_e5m2: return kE5M2.max_finite();
+  }
+  return 0;
+}
+
+double min_subnormal(DType t) {
+  switch (t) {
+    case DType::fp16: return std::ldexp(1.0, 1 - kFp16.bias() - kFp16.man_bits);
+    case DType::bf16: return std::ldexp(1.0, 1 - kBf16.bias() - kBf16.man_bits);
+    case DType::fp32: return std::numeric_limits<float>::denorm_min();
+    case DType::fp64: return std::numeric_limits<double>::denorm_min();
+    case DType::fp8_e4m3: return std::ldexp(1.0, 1 - kE4M3.bias() - kE4M3.man_bits);
+    case DType::fp8_e5m2: return std::ldexp(1.0, 1 - kE5M2.bias() - kE5M2.man_bits);
+    default: return 0;
+  }
+}
+
+bool has_infinity(DType t) { return is_floating(t) && t != DType::fp8_e4m3; }
 
 sim::Precision precision_of(DType t) {
   switch (t) {

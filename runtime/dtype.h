@@ -8,10 +8,16 @@
 //   fp8_e5m2  OCP FP8 E5M2: bias 15, IEEE-like with infinities and NaNs, largest finite 57344
 //   (OCP "8-bit Floating Point Specification (OFP8)" rev 1.0, 2023; Micikevicius et al., arXiv:2209.05433.)
 //
-// Conversions from float round to nearest, ties to even; NaN stays NaN. Overflow: fp16/bf16/e5m2 give
-// infinity (IEEE); e4m3 has no infinity and saturates to +-448 (the "SATFINITE" mode of CUDA's converters),
-// so reductions that overflow in e4m3 clamp instead of turning into NaN. Storage types narrower than fp32
-// (fp16, bf16, fp8) are always *computed* in fp32 and rounded once when stored.
+// Conversions from float round to nearest, ties to even; NaN stays NaN (quiet). Overflow of a finite value:
+//   fp16, bf16: infinity (IEEE 754 round-to-nearest).
+//   fp8 (e4m3 and e5m2 alike): the largest finite value of the sign, +-448 / +-57344: the default of NVIDIA's
+//     cuda_fp8 converters (__nv_cvt_*_to_fp8 with __NV_SATFINITE), so a sum that overflows in fp8 clamps in
+//     both formats (summing 448 on 4 ranks gives 448 in e4m3; 57344 on 4 ranks gives 57344 in e5m2).
+//   An infinite input is not finite and is not clamped (this departs from __NV_SATFINITE, which also maps
+//   infinities to the largest finite value): e5m2 keeps +-Inf, e4m3, which has no infinity, gives NaN.
+//   So in fp8 an infinity or NaN comes only from an infinite or NaN operand (or Inf - Inf, 0 * Inf).
+// Storage types narrower than fp32 (fp16, bf16, fp8) are always *computed* in fp32 and rounded once when
+// stored. tests/unit/dtype_test.cpp checks these conventions.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +46,14 @@ bool is_narrow_float(DType t);
 double exact_integer_limit(DType t);
 // Unit roundoff u = 2^-(mantissa bits + 1) of a floating type (0 for integers).
 double unit_roundoff(DType t);
+// Largest finite value of a floating type (448 for e4m3, 57344 for e5m2, 65504 for fp16...); for integers the
+// largest value of the type as a double (rounded for 64-bit types).
+double max_finite(DType t);
+// Smallest positive subnormal of a floating type (2^-9 for e4m3, 2^-24 for fp16, 2^-149 for fp32...); 0 for
+// integers.
+double min_subnormal(DType t);
+// Whether the type has infinities (every floating type except fp8_e4m3).
+bool has_infinity(DType t);
 // Precision the compute engine runs an op of this type at (sim/device_spec.h):
 //   fp8_e4m3, fp8_e5m2 -> fp8;  int8, uint8 -> int8;  fp16 -> fp16;  bf16 -> bf16;
 //   fp64, int64, uint64 -> fp64 (64-bit arithmetic);  fp32, int32, uint32 -> fp32.

@@ -4,5 +4,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/build.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only (the tests set the same in CMake)
 cd "$ROOT/build"
 ctest --output-on-failure --timeout 600 "$@"

@@ -124,7 +124,7 @@ std::vector<ConfigNode> axis_items(const ConfigNode& axes, const std::string& na
 
 std::string scalar(const ConfigNode& n, const std::string& what) {
   if (!n.yaml().IsScalar()) n.fail(n.path() + ": expected a " + what);
-  return n.yaml().as<std::string>();
+  return n.printable_text();
 }
 
 std::string auto_topo_label(const YAML::Node& n, int chips) {
@@ -143,7 +143,7 @@ std::vector<TopoEntry> parse_topologies(const ConfigNode& axes) {
     TopoEntry e;
     e.origin = item.where();
     if (item.yaml().IsScalar()) {
-      const std::string path = resolve(item.yaml().as<std::string>(), axes.file());
+      const std::string path = resolve(item.printable_text(), axes.file());  // the file stem becomes the label
       std::ifstream in(path);
       if (!in) item.fail(item.path() + ": cannot read topology file '" + path + "'");
       const ConfigNode root = ConfigNode::load_file(path);
@@ -164,7 +164,7 @@ std::vector<TopoEntry> parse_topologies(const ConfigNode& axes) {
       YAML::Node n = YAML::Clone(item.yaml());
       std::string label;
       if (n["label"]) {
-        label = ConfigNode(item.yaml()["label"], item.file(), item.path() + ".label").yaml().as<std::string>();
+        label = ConfigNode(item.yaml()["label"], item.file(), item.path() + ".label").printable_text();
         n.remove("label");
       }
       // Validate with the original node (its line numbers), minus the label.
@@ -189,7 +189,7 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
   for (const auto& item : axis_items(axes, "device")) {
     DeviceEntry e;
     if (item.yaml().IsScalar()) {
-      e.label = item.yaml().as<std::string>();
+      e.label = item.printable_text();
       try {
         (void)sim::device_preset(e.label);
       } catch (const std::invalid_argument& ex) {
@@ -200,13 +200,15 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
       YAML::Node orig = item.yaml();
       std::string label;
       if (orig.IsMap() && orig["label"]) {
-        label = orig["label"].as<std::string>();
+        label = ConfigNode(orig["label"], item.file(), item.path() + ".label").printable_text();
         orig.remove("label");
       }
       (void)sim::load_device(ConfigNode(orig, item.file(), item.path()));
       e.yaml = flow(orig);
-      if (label.empty()) label = orig["name"] ? orig["name"].as<std::string>()
-                                 : orig["preset"] ? orig["preset"].as<std::string>() : "custom";
+      if (label.empty())
+        label = orig["name"]     ? ConfigNode(orig["name"], item.file(), item.path() + ".name").printable_text()
+                : orig["preset"] ? ConfigNode(orig["preset"], item.file(), item.path() + ".preset").printable_text()
+                                 : "custom";
       e.label = label;
     }
     for (const auto& o : out)
@@ -228,7 +230,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     std::string path;
     std::optional<ConfigNode> set;
     if (item.yaml().IsScalar()) {
-      path = item.yaml().as<std::string>();
+      path = item.printable_text();  // the file stem becomes the label
     } else {
       item.expect_keys({"config", "label", "set"});
       path = item.get_string("config");
@@ -264,14 +266,16 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
 }
 
 // A plan entry with `chips` substituted; and its label.
-YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel) {
+YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel,
+                    const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
   int tp = 1, cp = 1, ul = 1;
   bool sp = false, fused = false;
   std::string split, ar, chunks;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
-    const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+    // Every value can end up in the plan's label (plots, CSV): printable text only.
+    const std::string v = kv.second.IsScalar() ? ConfigNode(kv.second, plan.file(), plan.path() + "." + k).printable_text() : "";
     if (k == "tp" || k == "cp" || k == "ulysses") {
       int n = 0;
       if (v == "chips") n = chips;
@@ -318,7 +322,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
     }
     if (!out["chunks"] && file_parallel["chunks"] && file_parallel["chunks"].IsScalar()) {
       out["chunks"] = YAML::Clone(file_parallel["chunks"]);
-      chunks = file_parallel["chunks"].as<std::string>();
+      chunks = ConfigNode(file_parallel["chunks"], workload_file, "parallel.chunks").printable_text();
     }
   }
   std::string s;
@@ -511,7 +515,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
         DeviceEntry e;
         if (w.root["device"]) {
           e.yaml = flow(w.root["device"]);
-          e.label = w.root["device"]["preset"] ? w.root["device"]["preset"].as<std::string>() : "custom";
+          e.label = w.root["device"]["preset"]
+                        ? ConfigNode(w.root["device"]["preset"], w.file, "device.preset").printable_text()
+                        : "custom";
         } else {
           e.yaml = "{preset: generic}";
           e.label = "generic";
@@ -531,7 +537,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
             YAML::Node cfg = YAML::Clone(w.root);
             // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
             // sets them (so a fused workload file stays fused, and the label says so).
-            const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"]);
+            const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
             cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
             cfg["topology"] = YAML::Load(t.yaml);
             cfg["device"] = YAML::Load(d.yaml);
@@ -736,10 +742,37 @@ std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) 
 // ---- plots ----
 
 namespace {
+// Plot scripts never interpret text from configs or results files (docs/SECURITY.md): series titles and bar
+// labels are data (read from the .dat files with columnheader / xtic), and the few strings written into a
+// script go through gp_quote: a gnuplot single-quoted string, in which gnuplot performs no backquote command
+// substitution, no @macro expansion and no backslash escapes (the terminal is 'noenhanced'); a quote is
+// doubled, and control characters (a newline would end the command) become '?'.
 std::string gp_quote(const std::string& s) {
   std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    o += c == '\'' ? std::string("''") : (u < 0x20 || u == 0x7f) ? std::string("?") : std::string(1, c);
+  }
   return o + "'";
+}
+// A string as one data-file field: in double quotes, with '"' (which a data file cannot escape) as '\'' and
+// control characters (which would end the record) as '?'.
+std::string gp_data_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    o += c == '"' ? '\'' : (u < 0x20 || u == 0x7f) ? '?' : c;
+  }
+  return o + "\"";
+}
+// Collective names from a results file are plotted only when they are names this program knows.
+bool known_collective(const std::string& name) {
+  try {
+    (void)collectives::parse_collective(name);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 std::string file_safe(const std::string& s) {
   std::string o;
@@ -765,7 +798,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
   // busbw vs size, one plot per collective.
   std::vector<std::string> colls;
   for (const auto& r : rows)
-    if (r.at("kind") == "collective" && has_number(r, "busbw_gbps") &&
+    if (r.at("kind") == "collective" && has_number(r, "busbw_gbps") && known_collective(r.at("collective")) &&
         std::find(colls.begin(), colls.end(), r.at("collective")) == colls.end())
       colls.push_back(r.at("collective"));
   for (const auto& c : colls) {
@@ -799,7 +832,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
     for (size_t i = 0; i < order.size(); ++i) {
       auto pts = series[order[i]];
       std::sort(pts.begin(), pts.end());
-      dat += "# " + order[i] + "\n";
+      dat += gp_data_string(order[i]) + " busbw_gbps\n";  // the block's column headers: its title
       for (const auto& [x, y] : pts) {
         char b[64];
         std::snprintf(b, sizeof b, "%.0f %.9g\n", x, y);
@@ -809,7 +842,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
       plot += std::string(i ? ", \\\n     " : "plot ") + "'busbw_" + file_safe(c) + ".dat' index " + std::to_string(i) +
               " using 1:2 with linespoints lw 2 lc " + std::to_string(style[order[i]].first + 1) + " dt " +
               std::to_string(style[order[i]].second % 5 + 1) + " pt " + std::to_string(style[order[i]].second + 1) +
-              " title " + gp_quote(order[i]);
+              " title columnheader(1)";
     }
     const std::string base = "busbw_" + file_safe(c);
     write(fs::path(dir) / (base + ".dat"), dat);
@@ -837,9 +870,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
     // Only the axes that vary go into the bar labels.
     std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
                         (devs.size() > 1 ? " " + r.at("device") : "");
-    std::string q = "\"";
-    for (char ch : label) q += ch == '"' ? '\'' : ch;
-    q += "\"";
+    const std::string q = gp_data_string(label);
     char b[160];
     std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
     dat += q + b;

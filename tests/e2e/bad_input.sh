@@ -169,4 +169,39 @@ printf 'topology:\n  kind: torus\n  dims: [4]\n  bandwidth_gbps: 10\n  placement
 expect_exit 2 "bidir_ring. cannot run here: chip 1 reaches chips 3 and 2 through the same link 1 -> 2 \(the rank order does not follow the topology's rings" -- \
   shardsim_mpi 4 validate --topology permuted.yaml -c all_reduce -a bidir_ring --counts 7
 
+# ---- (l) YAML that yaml-cpp accepts but that does not mean what it says (issue 14, item 10) ----
+e2e_case "(l) two YAML documents"
+{ cat "$SMALL"; printf -- '---\nworkload:\n  ffn: 4096\n'; } >two_docs.yaml
+doc_line=$(grep -n '^---$' two_docs.yaml | tail -n 1 | cut -d: -f1)
+if expect_exit 2 "^shardsim: error: (.*/)?two_docs\\.yaml:$doc_line: a second YAML document" -- \
+    shardsim_mpi 2 run two_docs.yaml --no-checkpoint; then
+  one_error_line
+fi
+e2e_case "(l) a directory as the config"
+mkdir -p cfgdir.yaml
+expect_exit 2 "^shardsim: error: config file 'cfgdir\\.yaml' is a directory" -- shardsim_mpi 2 run cfgdir.yaml \
+  && one_error_line
+expect_exit 2 "cfgdir\\.yaml'?:? is a directory" -- "$SHARDSIM" topo describe cfgdir.yaml
+e2e_case "(l) unterminated quote"
+# name: "small-mlp  (no closing quote): yaml-cpp folds the next lines into the string and used to report a
+# missing key further down; the error must point at the quote.
+sed -E '0,/^name:.*/s//name: "small-mlp/' "$SMALL" >open_quote.yaml
+q_line=$(line_of open_quote.yaml 'name: "small-mlp')
+if [ -z "$q_line" ]; then
+  fail "test bug: could not insert the open quote"
+elif expect_exit 2 "^shardsim: error: (.*/)?open_quote\\.yaml:$q_line:7: unterminated quote" -- \
+    shardsim_mpi 2 run open_quote.yaml --no-checkpoint; then
+  one_error_line
+fi
+# The same with a later quote that closes it: yaml-cpp fails further down; the message still names the quote.
+sed -E '0,/^name:.*/s//name: "small-mlp/; 0,/^([[:space:]]+)kind: ring/s//\1kind: "ring"/' "$SMALL" >open_quote2.yaml
+q_line=$(line_of open_quote2.yaml 'name: "small-mlp')
+expect_exit 2 "^shardsim: error: (.*/)?open_quote2\\.yaml:$q_line:7: unterminated quote" -- \
+  shardsim_mpi 2 run open_quote2.yaml --no-checkpoint
+e2e_case "(l) control characters in a name"
+printf 'name: "bad\\nname"\n' >ctl.yaml
+grep -v '^name:' "$SMALL" >>ctl.yaml
+expect_exit 2 "^shardsim: error: (.*/)?ctl\\.yaml:1: name: contains a control character U\\+000A" -- \
+  shardsim_mpi 2 run ctl.yaml --no-checkpoint
+
 e2e_finish

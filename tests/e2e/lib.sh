@@ -14,6 +14,8 @@
 # and e2e_finish exits 1 if any failed, so one run shows every broken case.
 
 set -u
+# One host: shared memory only, no TCP listeners on the ranks (unless the caller set these variables).
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/mpi_env.sh"
 
 E2E_NAME=$(basename "$0" .sh)
 E2E_FAILS=0

@@ -184,3 +184,43 @@ TEST(Determinism, SameInputsSameSimulatedTimes) {
   MPI_Allreduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lo, hi);
 }
+
+// Issue 14: with 3 ranks, fp32, count 3, rank r holding NaN at element r and r + 1 elsewhere, op max,
+// halving_doubling returned "3 nan nan" (the non-power-of-two fold compared with std::max, which drops a NaN
+// in its second argument). Every algorithm must give NaN in every element, for max and min, every float dtype.
+// Count = world size, so every rank holds exactly one NaN at every rank count the suite runs (1, 2, 3, 4, 8).
+TEST(AllReduce, NaNSurvivesEveryAlgorithmAndOp) {
+  RingFixture f(100, 500);
+  const int r = world_rank(), p = world_size();
+  const size_t count = static_cast<size_t>(p);
+  for (DType t : {DType::fp32, DType::fp64, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2})
+    for (ReduceOp op : kOps)
+      for (const std::string& algo : collectives::algorithm_names(collectives::Collective::all_reduce)) {
+        if (!collectives::obstacle(collectives::Collective::all_reduce, algo, f.tp).empty()) continue;
+        Buffer send(count * runtime::dtype_size(t)), recv(send.size(), 0);
+        for (size_t i = 0; i < count; ++i)
+          runtime::store_from_double(send.data(), i, t, i == size_t(r) ? std::nan("") : r + 1.0);
+        collectives::all_reduce(f.tp, send.data(), recv.data(), count, t, op, 0.0, opts(algo));
+        for (size_t i = 0; i < count; ++i)
+          EXPECT_TRUE(std::isnan(runtime::load_as_double(recv.data(), i, t)))
+              << algo << " " << runtime::dtype_name(t) << " " << collectives::reduce_op_name(op) << " element " << i
+              << " on " << p << " ranks: " << runtime::load_as_double(recv.data(), i, t);
+      }
+}
+
+// The same input through reduce (binomial tree and chain) to the last rank.
+TEST(Reduce, NaNSurvivesTreeAndChain) {
+  RingFixture f(100, 500);
+  const int r = world_rank(), p = world_size();
+  const size_t count = static_cast<size_t>(p);
+  for (ReduceOp op : {ReduceOp::max, ReduceOp::min, ReduceOp::sum})
+    for (const std::string& algo : collectives::algorithm_names(collectives::Collective::reduce)) {
+      Buffer send(count * 4), recv(send.size(), 0);
+      for (size_t i = 0; i < count; ++i) runtime::store_from_double(send.data(), i, DType::fp32, i == size_t(r) ? std::nan("") : r + 1.0);
+      collectives::reduce(f.tp, send.data(), recv.data(), count, DType::fp32, op, 0.0, opts(algo, 0, p - 1));
+      if (r == p - 1)
+        for (size_t i = 0; i < count; ++i)
+          EXPECT_TRUE(std::isnan(runtime::load_as_double(recv.data(), i, DType::fp32)))
+              << algo << " " << collectives::reduce_op_name(op) << " element " << i;
+    }
+}

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "sharding/workload.h"
 
@@ -157,4 +158,65 @@ TEST(Config, NanAndInfinityAreRejectedNamingTheKey) {
   EXPECT_NE(msg.find("cfg.yaml:9: device.launch_overhead_ns: must be a finite number"), std::string::npos) << msg;
   msg = error_of(replace(kGood, "latency_ns: 500", "latency_ns: .nan"));
   EXPECT_NE(msg.find("cfg.yaml:6: topology.latency_ns"), std::string::npos) << msg;
+}
+
+// ---- issue 14: YAML that yaml-cpp accepts but that would not mean what it says; control characters ----
+
+namespace {
+std::string load_error(const std::string& text) {
+  try {
+    (void)shardsim::ConfigNode::load_string(text, "c.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(ConfigText, SecondDocumentIsAnErrorAtItsMarker) {
+  EXPECT_EQ(load_error("a: 1\n---\nb: 2\n"),
+            "c.yaml:2: a second YAML document ('---'): a config file holds exactly one document (2 found)");
+  EXPECT_NE(load_error("---\na: 1\n---\n").find("c.yaml:3: a second YAML document"), std::string::npos)
+      << load_error("---\na: 1\n---\n");
+  EXPECT_EQ(load_error("---\na: 1\n...\n"), "") << "a leading '---' and a closing '...' are one document";
+  EXPECT_EQ(load_error("a: 1\n# ---\nb: '---'\n"), "") << "--- in a comment or a string is no marker";
+}
+
+TEST(ConfigText, UnterminatedQuoteIsReportedAtTheQuote) {
+  // yaml-cpp folds the following lines into the string and parses without complaint.
+  EXPECT_EQ(load_error("a: 1\nb: \"abc\nc: 2\nd: 3\n"),
+            "c.yaml:2:4: unterminated quote: the quoted string starting here is not closed on its line");
+  // A later quote closes it and yaml-cpp fails further down: the message still names the open quote.
+  const std::string e = load_error("a: 1\nb: 'abc\nc: 2\nd: 'x'\ne: 4\n");
+  EXPECT_EQ(e.rfind("c.yaml:2:4: unterminated quote", 0), 0u) << e;
+  // Not quotes that open a scalar: apostrophes inside plain text, quotes in comments, closed quotes, flow lists.
+  EXPECT_EQ(load_error("name: it's fine\n# don't \"worry\nb: \"x # y\"\nc: ['a', \"b\"]\nd: 'it''s'\n"), "");
+  // Quotes inside a block scalar are text.
+  EXPECT_EQ(load_error("a: |\n  he said \"hi\n  it's\nb: 1\n"), "");
+}
+
+TEST(ConfigText, ControlCharactersInStringsAreRefusedWithFileLineAndKey) {
+  const auto root = shardsim::ConfigNode::load_string("a: ok\nlabel: \"x\\ny\"\nt: \"tab\\there\"\n", "c.yaml");
+  EXPECT_EQ(root.get_string("a"), "ok");
+  try {
+    (void)root.get_string("label");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "c.yaml:2: label: contains a control character U+000A at position 2 (names and labels must be "
+              "printable text on one line)");
+  }
+  EXPECT_THROW((void)root.get_string("t"), ConfigError);
+  EXPECT_EQ(shardsim::ConfigNode::control_character("plain text `with` @quotes' \"and\" ;"), "");
+  EXPECT_EQ(shardsim::ConfigNode::control_character("a\x7f"), "control character U+007F at position 2");
+  EXPECT_EQ(shardsim::ConfigNode::control_character("\x1b[31m"), "control character U+001B at position 1");
+}
+
+TEST(ConfigText, DirectoryIsNamedAsSuch) {
+  try {
+    (void)shardsim::ConfigNode::load_file(SHARDSIM_CONFIG_DIR);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "config file '" SHARDSIM_CONFIG_DIR "' is a directory (expected a YAML file)");
+  }
 }

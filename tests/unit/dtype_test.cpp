@@ -182,14 +182,14 @@ TEST(E4M3, KnownBitPatternsAndSaturation) {
   EXPECT_EQ(float_to_e4m3(-0.0f), 0x80);  // -0, not NaN (that is the FNUZ variant)
   EXPECT_EQ(float_to_e4m3(kNaN) & 0x7F, 0x7F);
   EXPECT_EQ(float_to_e4m3(-kNaN) & 0x7F, 0x7F);
-  // No infinities: overflow and infinities saturate to +-448.
+  // No infinities: finite overflow saturates to +-448 (SATFINITE); an infinity is not finite and gives NaN.
   EXPECT_EQ(float_to_e4m3(449.0f), 0x7E);
   EXPECT_EQ(float_to_e4m3(464.0f), 0x7E);  // halfway to the (non-existent) 480
   EXPECT_EQ(float_to_e4m3(480.0f), 0x7E);
   EXPECT_EQ(float_to_e4m3(1e6f), 0x7E);
-  EXPECT_EQ(float_to_e4m3(kInf), 0x7E);
+  EXPECT_EQ(float_to_e4m3(kInf), 0x7F);
   EXPECT_EQ(float_to_e4m3(-1e6f), 0xFE);
-  EXPECT_EQ(float_to_e4m3(-kInf), 0xFE);
+  EXPECT_EQ(float_to_e4m3(-kInf), 0xFF);
   // 1/3 = 1.0101..b x 2^-2: 3 mantissa bits 010|101.. round up to 011 -> 1.375/4; exponent -2 + 7 = 5.
   EXPECT_EQ(float_to_e4m3(1.0f / 3.0f), 0x2B);
 
@@ -239,10 +239,12 @@ TEST(E5M2, KnownBitPatternsRoundingAndOverflow) {
   EXPECT_EQ(float_to_e5m2(1.375f), 0x3E);
   EXPECT_EQ(float_to_e5m2(std::ldexp(1.0f, -17)), 0x00);
   EXPECT_EQ(float_to_e5m2(3 * std::ldexp(1.0f, -17)), 0x02);
-  // Overflow (IEEE): 61440 is halfway between 57344 (odd mantissa) and 2^16: up, to infinity.
+  // Finite overflow saturates (SATFINITE, as e4m3): 61440 is halfway between 57344 (odd mantissa) and 2^16,
+  // which IEEE rounding would take to infinity; here it clamps to 57344. Only infinite inputs give infinity.
   EXPECT_EQ(float_to_e5m2(61439.0f), 0x7B);
-  EXPECT_EQ(float_to_e5m2(61440.0f), 0x7C);
-  EXPECT_EQ(float_to_e5m2(-1e9f), 0xFC);
+  EXPECT_EQ(float_to_e5m2(61440.0f), 0x7B);
+  EXPECT_EQ(float_to_e5m2(-1e9f), 0xFB);
+  EXPECT_EQ(float_to_e5m2(std::numeric_limits<float>::max()), 0x7B);
 
   EXPECT_EQ(e5m2_to_float(0x3C), 1.0f);
   EXPECT_EQ(e5m2_to_float(0x7B), 57344.0f);
@@ -438,8 +440,9 @@ TEST(ReduceInto, NarrowFloatsComputeInFp32AndRoundOnce) {
   // tie between 1.125 (odd) and 1.25 -> 1.25.
   EXPECT_EQ(reduced<uint8_t>({0x38, 0x38}, {0x18, 0x24}, DType::fp8_e4m3, ReduceOp::sum),
             (std::vector<uint8_t>{0x38, 0x3A}));
-  // e5m2 overflows to infinity: 57344 + 57344.
-  EXPECT_EQ(reduced<uint8_t>({0x7B}, {0x7B}, DType::fp8_e5m2, ReduceOp::sum), (std::vector<uint8_t>{0x7C}));
+  // e5m2 saturates like e4m3 (SATFINITE): 57344 + 57344 -> 57344; an infinite operand stays infinite.
+  EXPECT_EQ(reduced<uint8_t>({0x7B, 0x7C}, {0x7B, 0x7B}, DType::fp8_e5m2, ReduceOp::sum),
+            (std::vector<uint8_t>{0x7B, 0x7C}));
   // e5m2 min/max of 1 and -2.
   EXPECT_EQ(reduced<uint8_t>({0x3C}, {0xC0}, DType::fp8_e5m2, ReduceOp::min), (std::vector<uint8_t>{0xC0}));
   EXPECT_EQ(reduced<uint8_t>({0x3C}, {0xC0}, DType::fp8_e5m2, ReduceOp::max), (std::vector<uint8_t>{0x3C}));
@@ -570,4 +573,143 @@ TEST(FinishAvg, DividesByTheRankCountItself) {
       },
       ::testing::ExitedWithCode(0), "")
       << "finish_avg(uint8, ranks = 256) must give 255 / 256 = 0 (and not crash)";
+}
+
+// ---- special values (issue 14): one fp8 overflow convention; NaN, +-Inf, -0 through every op ----
+
+namespace {
+using shardsim::collectives::reduce_to;
+
+// Folds VALUE into itself N times the way an all_reduce over N ranks does (rank order).
+uint8_t fold_fp8(uint8_t value, int n, DType t, ReduceOp op) {
+  uint8_t acc = value;
+  for (int r = 1; r < n; ++r) reduce_into(&acc, &value, 1, t, op);
+  return acc;
+}
+
+// Bit pattern of one value of type T (in a uint64 for comparison).
+uint64_t bits_of(const void* p, DType t) {
+  uint64_t b = 0;
+  std::memcpy(&b, p, dtype_size(t));
+  return b;
+}
+}  // namespace
+
+TEST(Fp8Convention, OverflowSaturatesInBothFormats) {
+  // The issue's input: the largest finite value summed on 4 ranks. Before: e4m3 448, e5m2 +Inf.
+  EXPECT_EQ(fold_fp8(0x7E, 4, DType::fp8_e4m3, ReduceOp::sum), 0x7E);  // 448
+  EXPECT_EQ(fold_fp8(0x7B, 4, DType::fp8_e5m2, ReduceOp::sum), 0x7B);  // 57344
+  EXPECT_EQ(fold_fp8(0xFE, 4, DType::fp8_e4m3, ReduceOp::sum), 0xFE);  // -448
+  EXPECT_EQ(fold_fp8(0xFB, 4, DType::fp8_e5m2, ReduceOp::sum), 0xFB);  // -57344
+  EXPECT_EQ(fold_fp8(0x7E, 4, DType::fp8_e4m3, ReduceOp::prod), 0x7E);
+  EXPECT_EQ(fold_fp8(0x7B, 4, DType::fp8_e5m2, ReduceOp::prod), 0x7B);
+  // avg = saturated sum / ranks, the same in both formats: 448 / 4 = 112, 57344 / 4 = 14336.
+  for (auto [t, mx] : {std::pair{DType::fp8_e4m3, uint8_t{0x7E}}, std::pair{DType::fp8_e5m2, uint8_t{0x7B}}}) {
+    uint8_t acc = fold_fp8(mx, 4, t, ReduceOp::avg);
+    finish_avg(&acc, 1, t, 4);
+    EXPECT_EQ(load_as_double(&acc, 0, t), max_finite(t) / 4) << dtype_name(t);
+  }
+  // Every finite fp8 pair: a sum or product of finite values is finite (never Inf, never NaN), and it is the
+  // largest finite value of its sign exactly when the exact result is beyond it.
+  for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    const double mx = max_finite(t);
+    for (uint32_t a = 0; a < 256; ++a)
+      for (uint32_t b = 0; b < 256; ++b) {
+        const uint8_t x = uint8_t(a), y = uint8_t(b);
+        const double fx = load_as_double(&x, 0, t), fy = load_as_double(&y, 0, t);
+        if (!std::isfinite(fx) || !std::isfinite(fy)) continue;
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod}) {
+          uint8_t out = 0;
+          reduce_to(&out, &x, &y, 1, t, op);
+          const double got = load_as_double(&out, 0, t);
+          const double exact = op == ReduceOp::sum ? double(float(fx) + float(fy)) : double(float(fx) * float(fy));
+          ASSERT_TRUE(std::isfinite(got)) << dtype_name(t) << " " << hex(a) << " op " << hex(b);
+          if (std::fabs(exact) > mx) {
+            ASSERT_EQ(got, std::copysign(mx, exact)) << dtype_name(t) << " " << hex(a) << " " << hex(b);
+          }
+        }
+      }
+  }
+}
+
+TEST(Fp8Convention, InfinityOnlyFromInfinityAndNaNFromNaN) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  uint8_t b = 0;
+  // e5m2 keeps infinities; e4m3 has none and gives NaN (an infinity never becomes a finite value).
+  store_from_double(&b, 0, DType::fp8_e5m2, inf);
+  EXPECT_EQ(b, 0x7C);
+  store_from_double(&b, 0, DType::fp8_e5m2, -inf);
+  EXPECT_EQ(b, 0xFC);
+  store_from_double(&b, 0, DType::fp8_e4m3, inf);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(b)));
+  store_from_double(&b, 0, DType::fp8_e4m3, -inf);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(b)));
+  for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    store_from_double(&b, 0, t, nan);
+    EXPECT_TRUE(std::isnan(load_as_double(&b, 0, t))) << dtype_name(t);
+  }
+  // Inf + finite = Inf, Inf + -Inf = NaN, 0 * Inf = NaN (e5m2).
+  EXPECT_EQ(reduced<uint8_t>({0x7C, 0x7C, 0x7C, 0x00}, {0x7B, 0xFC, 0x3C, 0x7C}, DType::fp8_e5m2, ReduceOp::sum)[0],
+            0x7C);
+  const auto r = reduced<uint8_t>({0x7C, 0x00}, {0xFC, 0x7C}, DType::fp8_e5m2, ReduceOp::sum);
+  EXPECT_TRUE(std::isnan(e5m2_to_float(r[0])));
+  EXPECT_EQ(r[1], 0x7C);
+  EXPECT_TRUE(std::isnan(e5m2_to_float(reduced<uint8_t>({0x00}, {0x7C}, DType::fp8_e5m2, ReduceOp::prod)[0])));
+  // fp16 and bf16 keep IEEE overflow to infinity (what NCCL's half and bfloat16 sums give).
+  EXPECT_EQ(reduced<uint16_t>({0x7BFF}, {0x7BFF}, DType::fp16, ReduceOp::sum)[0], 0x7C00);
+  EXPECT_EQ(reduced<uint16_t>({0x7F7F}, {0x7F7F}, DType::bf16, ReduceOp::sum)[0], 0x7F80);
+  EXPECT_FALSE(has_infinity(DType::fp8_e4m3));
+  EXPECT_TRUE(has_infinity(DType::fp8_e5m2));
+  EXPECT_EQ(max_finite(DType::fp8_e4m3), 448.0);
+  EXPECT_EQ(max_finite(DType::fp8_e5m2), 57344.0);
+  EXPECT_EQ(max_finite(DType::fp16), 65504.0);
+  EXPECT_EQ(min_subnormal(DType::fp8_e4m3), std::ldexp(1.0, -9));
+  EXPECT_EQ(min_subnormal(DType::fp8_e5m2), std::ldexp(1.0, -16));
+  EXPECT_EQ(min_subnormal(DType::bf16), std::ldexp(1.0, -133));
+}
+
+// Every op on every pair of special and ordinary values, both argument orders, every floating dtype: the result
+// does not depend on the order (NaN counts as one value), NaN in gives NaN out, and max/min order -0 < +0.
+// This is what makes every algorithm (any fold order) agree with the single-device reference.
+TEST(ReduceOps, SpecialValuesAreOrderIndependentAndNaNPropagates) {
+  for (DType t : {DType::fp16, DType::bf16, DType::fp32, DType::fp64, DType::fp8_e4m3, DType::fp8_e5m2}) {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> vals = {std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
+                                0.0, -0.0, 1.0, -1.0, 2.0, min_subnormal(t), -min_subnormal(t),
+                                max_finite(t), -max_finite(t)};
+    if (has_infinity(t)) {
+      vals.push_back(inf);
+      vals.push_back(-inf);
+    }
+    const size_t es = dtype_size(t);
+    std::vector<unsigned char> enc(vals.size() * es);
+    for (size_t i = 0; i < vals.size(); ++i) store_from_double(enc.data(), i, t, vals[i]);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+      for (size_t i = 0; i < vals.size(); ++i)
+        for (size_t j = 0; j < vals.size(); ++j) {
+          unsigned char ab[8], ba[8];
+          reduce_to(ab, enc.data() + i * es, enc.data() + j * es, 1, t, op);
+          reduce_to(ba, enc.data() + j * es, enc.data() + i * es, 1, t, op);
+          const double x = load_as_double(ab, 0, t), y = load_as_double(ba, 0, t);
+          const std::string what = dtype_name(t) + " op " + std::to_string(int(op)) + " on " +
+                                   std::to_string(vals[i]) + ", " + std::to_string(vals[j]);
+          if (std::isnan(vals[i]) || std::isnan(vals[j])) {
+            EXPECT_TRUE(std::isnan(x) && std::isnan(y)) << what << ": NaN dropped: " << x << " / " << y;
+          } else if (std::isnan(x) || std::isnan(y)) {
+            EXPECT_TRUE(std::isnan(x) && std::isnan(y)) << what;
+          } else {
+            EXPECT_EQ(bits_of(ab, t), bits_of(ba, t)) << what << ": " << x << " vs " << y;
+          }
+        }
+    // IEEE 754-2019 maximum/minimum on zeros: max(-0, +0) = +0, min(+0, -0) = -0, in both orders.
+    unsigned char out[8];
+    for (int order = 0; order < 2; ++order) {
+      const unsigned char* pz = enc.data() + 2 * es;  // +0
+      const unsigned char* nz = enc.data() + 3 * es;  // -0
+      reduce_to(out, order ? pz : nz, order ? nz : pz, 1, t, ReduceOp::max);
+      EXPECT_FALSE(std::signbit(load_as_double(out, 0, t))) << dtype_name(t) << " max(+-0)";
+      reduce_to(out, order ? pz : nz, order ? nz : pz, 1, t, ReduceOp::min);
+      EXPECT_TRUE(std::signbit(load_as_double(out, 0, t))) << dtype_name(t) << " min(+-0)";
+    }
+  }
 }
