@@ -20,6 +20,7 @@
 #include "apps/commands.h"
 #include "collectives/verify.h"
 #include "common/error.h"
+#include "common/output_file.h"
 
 namespace shardsim::apps {
 
@@ -241,7 +242,41 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     if (f.vs_mpi) std::printf(" %10s %8s |", "(us)", "(GB/s)");
     std::printf("\n");
   }
+  // --csv / --json: landed atomically after every size (common/output_file.h), so an interrupted bench keeps every
+  // row it printed; a failed write (e.g. a full disk) stops every rank with one line and exit 3.
+  const std::vector<std::string> csv_cols = {"collective", "size_bytes", "count", "dtype", "op", "root", "placement",
+                                             "algorithm", "ranks", "sim_time_us", "sim_algbw_gbps", "sim_busbw_gbps",
+                                             "wall_time_us", "wall_busbw_gbps", "wrong", "mpi_time_us",
+                                             "mpi_busbw_gbps"};
+  auto csv_row = [&](const nlohmann::json& r) {
+    std::string line;
+    for (size_t i = 0; i < csv_cols.size(); ++i) {
+      if (i) line += ',';
+      if (!r.contains(csv_cols[i]) || r[csv_cols[i]].is_null()) continue;
+      line += r[csv_cols[i]].is_string() ? r[csv_cols[i]].get<std::string>() : r[csv_cols[i]].dump();
+    }
+    return line + "\n";
+  };
+  GrowingOutput csv;
+  if (root0 && !f.csv.empty()) {
+    std::string head;
+    for (size_t i = 0; i < csv_cols.size(); ++i) head += (i ? "," : "") + csv_cols[i];
+    csv.reset(f.csv, head + "\n");
+  }
   nlohmann::json rows = nlohmann::json::array();
+  auto land_outputs = [&](size_t first_new_row) {
+    world.agree([&] {
+      if (!root0) return;
+      if (!f.csv.empty()) {
+        std::string text;
+        for (size_t i = first_new_row; i < rows.size(); ++i) text += csv_row(rows[i]);
+        csv.append(text);
+      }
+      if (!f.json.empty())
+        write_file_atomic(f.json, nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) + "\n");
+    });
+  };
+  if (!f.csv.empty() || !f.json.empty()) land_outputs(0);  // the header (and an empty JSON) before the first row
   double sum_sim_busbw = 0, sum_wall_busbw = 0, sum_mpi_busbw = 0;
   int n_bw = 0, n_mpi = 0;
   size_t wrong_total = 0;
@@ -261,6 +296,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         cs.root = f.root;
         cs.chunk_bytes = chunk;
         Measure m[2];
+        const size_t first_new_row = rows.size();
         for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
           cs.in_place = k == 1;
           m[k] = measure(g, cs, f);
@@ -311,6 +347,11 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
           if (!has_in_place) std::printf(" %10s %8s %8s %10s %8s %6s |", "", "", "", "", "", "");
           if (f.vs_mpi && m[0].mpi_us >= 0) std::printf(" %10.2f %8.2f |", m[0].mpi_us, size / (m[0].mpi_us * 1e3) * busf);
           else if (f.vs_mpi) std::printf(" %10s %8s |", "n/a", "n/a");
+        }
+        // The rows land in the files before their line is finished and flushed on stdout, so whatever a signal
+        // interrupts, every row printed is in --csv / --json.
+        if (!f.csv.empty() || !f.json.empty()) land_outputs(first_new_row);
+        if (root0) {
           std::printf("\n");
           std::fflush(stdout);
         }
@@ -335,28 +376,6 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     std::printf("# Avg bus bandwidth    : %.4f GB/s simulated, %.4f GB/s wall%s\n", n_bw ? sum_sim_busbw / n_bw : 0.0,
                 n_bw ? sum_wall_busbw / n_bw : 0.0,
                 n_mpi ? (", " + std::to_string(sum_mpi_busbw / n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
-    if (!f.json.empty()) {
-      write_file(f.json, nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) + "\n");
-    }
-    if (!f.csv.empty()) {
-      std::ostringstream out;
-      const std::vector<std::string> cols = {"collective", "size_bytes", "count", "dtype", "op", "root", "placement",
-                                             "algorithm", "ranks", "sim_time_us", "sim_algbw_gbps", "sim_busbw_gbps",
-                                             "wall_time_us", "wall_busbw_gbps", "wrong", "mpi_time_us",
-                                             "mpi_busbw_gbps"};
-      for (size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
-      out << "\n";
-      for (const auto& r : rows) {
-        for (size_t i = 0; i < cols.size(); ++i) {
-          out << (i ? "," : "");
-          if (!r.contains(cols[i]) || r[cols[i]].is_null()) continue;
-          if (r[cols[i]].is_string()) out << r[cols[i]].get<std::string>();
-          else out << r[cols[i]].dump();
-        }
-        out << "\n";
-      }
-      write_file(f.csv, out.str());
-    }
   }
   return wrong_total ? kExitValidationFailed : kExitOk;
 }

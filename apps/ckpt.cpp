@@ -17,6 +17,7 @@
 #include "apps/commands.h"
 #include "collectives/types.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "sharding/checkpoint.h"
 
 namespace shardsim::apps {
@@ -56,7 +57,10 @@ std::pair<runtime::Shape, runtime::Shape> row_slice(const runtime::Shape& g, int
 
 int inspect(const runtime::World& world, const CkptFlags& f) {
   std::unique_ptr<sharding::CheckpointReader> rd;
-  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.file); });
+  world.agree([&] {
+    if (!f.json_path.empty()) check_outputs_distinct({{"--json", f.json_path}}, {{"the checkpoint", f.file}});
+    rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.file);
+  });
   const bool root = world.rank() == 0;
 
   if (!f.dump.empty()) {
@@ -103,6 +107,7 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
       if (first_error.empty()) first_error = e.what();
     }
   }
+  std::string json_text;
   if (root) {
     std::ostringstream os;
     const auto& tensors = rd->tensors();
@@ -134,38 +139,33 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
                                 {"chunk", t.chunk}, {"gzip", t.gzip_level}, {"storage_bytes", t.storage_bytes},
                                 {"verified", verdict[i]}});
       }
-      std::ofstream out(f.json_path);
-      out << j.dump(2) << "\n";
-      if (!out) std::fprintf(stderr, "shardsim: warning: could not write %s\n", f.json_path.c_str());
+      json_text = j.dump(2) + "\n";
     }
   }
+  world.agree([&] {  // a failed write (e.g. a full disk): exit 3 on every rank, one line
+    if (root && !f.json_path.empty()) write_file_atomic(f.json_path, json_text);
+  });
   if (!first_error.empty()) throw AgreedError(first_error, kExitBadInput);
   return kExitOk;
 }
 
 int convert(const runtime::World& world, const CkptFlags& f) {
-  namespace fs = std::filesystem;
   sharding::SaveOptions so;
   world.agree([&] {
     so.chunking = sharding::parse_chunking(f.chunk);
     so.gzip_level = sharding::parse_compression(f.compression);
     if (so.gzip_level > 0 && so.chunking.kind == sharding::Chunking::Kind::contiguous)
       throw UsageError("--compression " + f.compression + " needs a chunked layout, not --chunk contiguous");
-    std::error_code ec;
-    if (fs::weakly_canonical(f.in, ec) == fs::weakly_canonical(f.out, ec))
-      throw UsageError("ckpt convert: IN and OUT are the same file (" + f.out + ")");
-    if (fs::is_directory(f.out)) throw UsageError("ckpt convert: OUT " + f.out + " is a directory");
-    fs::path dir = fs::path(f.out).parent_path();
-    if (dir.empty()) dir = ".";
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw UsageError("ckpt convert: directory '" + dir.string() + "' of " + f.out + " is not writable: " +
-                       std::strerror(errno));
+    try {
+      check_outputs_distinct({{"ckpt convert: OUT", f.out}}, {{"IN", f.in}});
+    } catch (const UsageError& e) {
+      if (std::string(e.what()).find("would overwrite IN") != std::string::npos)
+        throw UsageError("ckpt convert: IN and OUT are the same file (" + f.out + ")");
+      throw;
+    }
   });
   std::unique_ptr<sharding::CheckpointReader> rd;
-  world.agree([&] {
-    rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.in);
-    rd->verify();  // never copy corrupted data into a file with fresh checksums
-  });
+  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.in); });
   // Each rank holds its dim-0 slice of every tensor (memory: the checkpoint / ranks).
   std::vector<runtime::Tensor> blocks;
   blocks.reserve(rd->tensors().size());
@@ -183,7 +183,9 @@ int convert(const runtime::World& world, const CkptFlags& f) {
     for (const auto& t : rd->tensors()) {
       auto [off, shape] = row_slice(t.shape, world.rank(), world.size());
       blocks.emplace_back(t.dtype, shape);
-      rd->read_block(t.name, off, blocks.back());
+      // Read once, checksum verified from the row slices just read: corrupted data is never copied into a file
+      // with fresh checksums.
+      rd->read_block_verified(t.name, off, blocks.back(), !t.shape.empty() || world.rank() == 0);
       // A rank-0 tensor: every rank read it, rank 0 writes it.
       entries.push_back({t.name, &blocks.back(), t.shape, off, t.sharding, !t.shape.empty() || world.rank() == 0});
     }

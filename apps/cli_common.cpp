@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::apps {
@@ -34,13 +35,7 @@ void NetFlags::add_to(CLI::App* app) {
                   "r%K, data-parallel style) | div:K (blocks of K consecutive ranks, tensor-parallel style)");
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) throw RuntimeFault("cannot write " + path + ": " + std::strerror(errno));
-  out << text;
-  out.close();
-  if (!out) throw RuntimeFault("writing " + path + " failed (disk full?)");
-}
+void write_file(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -101,25 +96,7 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
                      " is available; use a smaller size or fewer ranks per host");
 }
 
-void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
-  namespace fs = std::filesystem;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const auto& [flag, path] = outputs[i];
-    if (path.empty()) throw UsageError(flag + ": empty path");
-    if (fs::is_directory(path)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
-    fs::path dir = fs::path(path).parent_path();
-    if (dir.empty()) dir = ".";
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw UsageError(flag + " " + path + ": directory '" + dir.string() + "' is not writable: " + std::strerror(errno));
-    if (fs::exists(path) && ::access(path.c_str(), W_OK) != 0)
-      throw UsageError(flag + " " + path + ": not writable: " + std::strerror(errno));
-    for (size_t j = 0; j < i; ++j) {
-      std::error_code ec;
-      if (fs::weakly_canonical(path, ec) == fs::weakly_canonical(outputs[j].second, ec))
-        throw UsageError(flag + " and " + outputs[j].first + " both write " + path);
-    }
-  }
-}
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) { check_outputs_distinct(outputs); }
 
 void connect(Net& net, const runtime::World& world) {
   MPI_Comm local = MPI_COMM_NULL;

@@ -55,10 +55,12 @@ void connect(Net& net, const runtime::World& world);
 // (every rank on the host needs them; the kernel would kill the job instead). Local, no communication: call
 // inside World::agree.
 void check_memory(const Net& net, double bytes_per_rank, double device_bytes, const std::string& what);
-// Output files: not empty, not a directory, directory writable, all distinct. UsageError otherwise.
+// Output files: not empty, not a directory, directory writable, all distinct (common/output_file.h's
+// output_identity, so two names of one not-yet-existing file are caught too). UsageError otherwise.
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& flag_and_path);
 
-// Writes TEXT to PATH; RuntimeFault (exit 3) naming the file when opening or writing fails (e.g. disk full).
+// Writes TEXT to PATH atomically (temporary + fsync + rename, common/output_file.h); RuntimeFault (exit 3) with
+// one line naming the file and the cause when anything fails (e.g. "No space left on device").
 void write_file(const std::string& path, const std::string& text);
 
 // "a,b,c" -> {"a","b","c"}; an empty item ("a,,b", "a,") is a UsageError.

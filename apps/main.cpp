@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,10 +22,38 @@
 #include "runtime/world.h"
 #include "apps/cli_common.h"
 #include "common/config.h"
+#include "common/output_file.h"
 #include "sharding/transformer.h"
 #include "sharding/workload.h"
 
 namespace {
+
+// SIGINT / SIGTERM (Ctrl-C, `kill`, mpirun or a batch system passing a signal on): every output lands atomically,
+// so there is nothing half written to repair; the handler removes the temporaries in flight, rank 0 prints one
+// line, and the process exits with 128 + the signal number, as shells report it (130 for SIGINT, 143 for SIGTERM).
+int g_world_rank = 0;
+extern "C" void on_terminating_signal(int sig) {
+  shardsim::unlink_registered_temps();
+  if (g_world_rank == 0) {
+    const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
+                                      "they were before the interrupted write)\n"
+                                    : "shardsim: terminated by SIGTERM; exiting with code 143 (outputs are left as "
+                                      "they were before the interrupted write)\n";
+    ssize_t rc = ::write(STDERR_FILENO, msg, std::strlen(msg));
+    (void)rc;
+  }
+  ::_exit(128 + sig);
+}
+
+void install_signal_handlers(int world_rank) {
+  g_world_rank = world_rank;
+  struct sigaction sa{};
+  sa.sa_handler = on_terminating_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
 
@@ -42,37 +72,19 @@ std::string default_config_path() {
 // Fail before any work when the output cannot be written or the checkpoint to resume from cannot be read.
 void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt,
                  const std::string& json_path) {
-  namespace fs = std::filesystem;
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
 
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
-  // and the config) may be the same file. Resuming from the checkpoint path itself is fine: it is replaced
-  // atomically only after the run.
+  // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
+  // checkpoint path itself is fine: it is replaced atomically only after the run.
   std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
   if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt)) outputs.emplace_back("checkpoint", *ckpt);
   if (!json_path.empty()) outputs.emplace_back("--json", json_path);
   if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
-  auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ec;
-    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
-  };
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const auto& [what, path] = outputs[i];
-    if (path.empty()) throw shardsim::UsageError(what + ": empty path");
-    if (fs::is_directory(path)) throw shardsim::UsageError(what + " " + path + ": is a directory, need a file path");
-    fs::path dir = fs::path(path).parent_path();
-    if (dir.empty()) dir = ".";
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw shardsim::UsageError(what + " " + path + ": directory '" + dir.string() + "' is not writable: " +
-                                 std::strerror(errno));
-    if (same(path, cfg.file)) throw shardsim::UsageError(what + " " + path + ": would overwrite the config file");
-    for (size_t j = 0; j < i; ++j)
-      if (same(path, outputs[j].second))
-        throw shardsim::UsageError(what + " and " + outputs[j].first + " both write " + path);
-  }
+  shardsim::check_outputs_distinct(outputs, {{"the config file", cfg.file}});
 }
 
 // `run` of a transformer_block workload (sharding/transformer.h).
@@ -92,13 +104,14 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!json_path.empty()) outputs.emplace_back("--json", json_path);
     if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
-    apps::check_outputs(outputs);
+    check_outputs_distinct(outputs, {{"the config file", config_path}});
   });
   const auto report = sharding::run_block(world, cfg, opt.trace_path);
-  if (world.rank() == 0) {
-    std::cout << sharding::to_text(report) << std::flush;
-    if (!json_path.empty()) apps::write_file(json_path, sharding::to_json_text(report));
-  }
+  if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
+  // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
+  world.agree([&] {
+    if (world.rank() == 0 && !json_path.empty()) write_file_atomic(json_path, sharding::to_json_text(report));
+  });
   return report.passed ? kExitOk : kExitValidationFailed;
 }
 
@@ -136,14 +149,10 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
     return code;
   }
   const auto report = sharding::run_workload(world, cfg, opt);
-  if (world.rank() == 0) {
-    std::cout << sharding::to_text(report) << std::flush;
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      if (!out) throw RuntimeFault("cannot write JSON report to '" + json_path + "'");
-      out << sharding::to_json(report).dump(2) << "\n";
-    }
-  }
+  if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
+  world.agree([&] {
+    if (world.rank() == 0 && !json_path.empty()) write_file_atomic(json_path, sharding::to_json(report).dump(2) + "\n");
+  });
   return report.ok() ? kExitOk : kExitValidationFailed;
 }
 
@@ -154,6 +163,7 @@ int main(int argc, char** argv) {
   if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
   runtime::MpiSession mpi(&argc, &argv);
   runtime::World world;
+  install_signal_handlers(world.rank());
 
   CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank"};
   app.require_subcommand(1);

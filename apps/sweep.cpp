@@ -3,8 +3,8 @@
 // Scheduling: points are grouped by the chips they need (k, ascending). For each k the world is split into
 // floor(N/k) groups of k consecutive ranks (MPI_Comm_split; the remaining ranks idle) and the group's points go
 // round-robin to the groups, which run them side by side in waves; after each wave every row goes to rank 0,
-// which appends it to results.csv (flushed and fsynced per row: an interrupted sweep loses only the running
-// wave). Every point runs on a fresh simulated clock, so its simulated numbers do not depend on what runs
+// which lands results.csv again with the new row (temporary + fsync + rename per row, common/output_file.h: the
+// file is always complete, and an interrupted sweep loses only the running wave). Every point runs on a fresh simulated clock, so its simulated numbers do not depend on what runs
 // beside it. At the end rank 0 rewrites results.csv in grid order, writes results.json and draws the plots
 // with gnuplot.
 //
@@ -49,6 +49,7 @@
 #include "collectives/verify.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "sharding/sweep.h"
 #include "sharding/transformer.h"
 #include "sharding/workload.h"
@@ -288,16 +289,6 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// Writes TEXT to PATH via PATH.tmp + fsync + rename.
-void write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) throw RuntimeFault("cannot write " + tmp + ": " + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFault("writing " + path + " failed (disk full?)");
-}
-
 // Runs GNUPLOT SCRIPT in DIR with stderr to LOG (relative to DIR), without a shell: posix_spawnp with an
 // argument vector, so no path, name or label is ever parsed by /bin/sh. Returns the exit status, 127 when the
 // program cannot be started (ENOENT: not found), or -1 when it died of a signal.
@@ -420,7 +411,12 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       }
       if (code == kExitOk) {
         std::vector<std::string> pngs;
-        const auto err = draw(spec.output, rows, &pngs);
+        std::string err;
+        try {
+          err = draw(spec.output, rows, &pngs);
+        } catch (const Error& e) {  // writing a script or its data failed (e.g. a full disk)
+          err = e.what();
+        }
         if (!err.empty()) {
           std::fprintf(stderr, "shardsim: error: %s\n", err.c_str());
           code = kExitRuntimeFault;
@@ -438,7 +434,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   std::map<std::string, Row> done;  // rank 0: key -> row (this grid's keys)
   std::vector<Row> foreign;         // rank 0: rows of keys not in this grid (kept)
   std::string mask(P, '0');
-  FILE* out = nullptr;
+  GrowingOutput out;  // rank 0: results.csv, landed atomically after every recorded row
   int dropped = 0;
   world.agree([&] {
     if (!root) return;
@@ -459,19 +455,16 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     for (const auto& r : foreign) text += sharding::csv_row(r);
     for (size_t i = 0; i < P; ++i)
       if (mask[i] == '1') text += sharding::csv_row(done[spec.points[i].key]);
-    write_atomic(csv_path, text);
-    out = std::fopen(csv_path.c_str(), "a");
-    if (!out) throw RuntimeFault("cannot append to " + csv_path + ": " + std::strerror(errno));
+    out.reset(csv_path, text);
+    out.land();
   });
   mask = world.broadcast(mask, 0);
 
   int skipped = 0;
   for (char c : mask) skipped += c == '1';
   std::vector<Row> fresh;  // rank 0: rows made by this run
-  auto record = [&](const Row& r) {
-    const std::string line = sharding::csv_row(r);
-    if (std::fputs(line.c_str(), out) < 0 || std::fflush(out) != 0 || ::fsync(fileno(out)) != 0)
-      throw RuntimeFault("appending to " + csv_path + " failed (disk full?)");
+  auto record = [&](const Row& r) {  // rank 0; call inside world.agree so a failed write stops every rank
+    out.append(sharding::csv_row(r));
     fresh.push_back(r);
   };
   Progress progress(static_cast<int>(P), skipped);
@@ -485,6 +478,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
 
   // Points that cannot run are recorded at once; the others grouped by chip count.
   std::map<int, std::vector<size_t>> by_chips;
+  std::vector<Row> cannot_run;
   for (size_t i = 0; i < P; ++i) {
     if (mask[i] == '1') continue;
     const auto& pt = spec.points[i];
@@ -494,14 +488,17 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
             std::to_string(pt.chips) + " or more)";
     if (why.empty() && pt.chips < 1) why = "no chips";
     if (!why.empty()) {
-      if (root) {
-        record(failed(sharding::base_row(pt), why));
-        progress.advance(1);
-      }
+      if (root) cannot_run.push_back(failed(sharding::base_row(pt), why));
       continue;
     }
     by_chips[pt.chips].push_back(i);
   }
+  world.agree([&] {
+    for (const auto& r : cannot_run) {
+      record(r);
+      progress.advance(1);
+    }
+  });
   int ran = 0;
   for (const auto& [k, list] : by_chips) {
     const int groups = N / k;
@@ -538,7 +535,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       }
       world.sleepy_barrier();  // idle ranks and finished groups sleep instead of spinning in the gather
       const auto rows = gather_strings(mine, world);
-      if (root) {
+      world.agree([&] {
+        if (!root) return;
         for (const auto& s : rows)
           if (!s.empty()) {
             record(row_from_text(s));
@@ -546,16 +544,16 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
             ++ran;
           }
         if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // test hook
-      }
+      });
     }
     if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   }
 
   int code = kExitOk;
-  if (root) {
+  world.agree([&] {  // a failed write (e.g. a full disk) is exit 3 on every rank with one line
+    if (!root) return;
     progress.show("done");
     progress.finish();
-    std::fclose(out);
     for (const auto& r : fresh) done[r.at("key")] = r;
     std::vector<Row> rows;
     int failed_validation = 0, errors = 0, replayed = 0;
@@ -571,10 +569,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     std::string text = sharding::csv_header();
     for (const auto& r : rows) text += sharding::csv_row(r);
     for (const auto& r : foreign) text += sharding::csv_row(r);
-    write_atomic(csv_path, text);
+    write_file_atomic(csv_path, text);
     std::vector<Row> all = rows;
     all.insert(all.end(), foreign.begin(), foreign.end());
-    write_atomic(json_path, sharding::rows_to_json(spec.name, all));
+    write_file_atomic(json_path, sharding::rows_to_json(spec.name, all));
     const int recorded_now = static_cast<int>(fresh.size()) - ran;
     std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
                 "%zu rows: %d failed validation, %d could not run (verdict error), %d timed by replay (not_run)\n",
@@ -588,7 +586,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     }
     std::fflush(stdout);
     code = failed_validation ? kExitValidationFailed : kExitOk;
-  }
+  });
   return std::stoi(world.broadcast(std::to_string(code), 0));
 }
 

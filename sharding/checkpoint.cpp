@@ -3,21 +3,29 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "common/error.h"
+#include "common/output_file.h"
+#include "runtime/engine.h"
 
 namespace shardsim::sharding {
 
@@ -62,6 +70,85 @@ std::string h5_detail() {
   return msg.empty() ? msg : " (HDF5: " + msg + ")";
 }
 
+// ---- the last-resort watchdog over collective HDF5 / MPI-IO calls ----
+// Every collective HDF5 step of a save or a read runs under a Watch: if it has not returned after
+// SHARDSIM_WATCHDOG_S seconds (default 300, 0 = never), one thread of the stuck process prints one line naming the
+// file, the step, the chip and the I/O error this rank saw (if any), and aborts the job with exit code 3. It only
+// fires when ranks disagree inside HDF5 (e.g. an I/O error that reached some ranks mid-collective); the space
+// reservation below makes that rare. A rank that saw an error fires at the limit, the others 2 s later, so the
+// line that names the cause is usually the one printed.
+class IoWatchdog {
+ public:
+  static IoWatchdog& get() {
+    static IoWatchdog* w = new IoWatchdog();  // never destroyed: its thread may outlive main's statics
+    return *w;
+  }
+  void arm(const std::string& what) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (limit_s_ <= 0) return;
+    what_ = what;
+    error_.clear();
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(limit_s_));
+    armed_ = true;
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    cv_.notify_all();
+  }
+  void note_error(const std::string& e) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (error_.empty()) error_ = e;
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(m_);
+    armed_ = false;
+  }
+
+ private:
+  IoWatchdog() {
+    try {
+      limit_s_ = runtime::watchdog_seconds_from_env(300);
+    } catch (const Error&) {
+      limit_s_ = 300;  // a bad value is reported up front by the CLI
+    }
+  }
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    while (true) {
+      if (!armed_) {
+        cv_.wait(lock);
+        continue;
+      }
+      const auto fire_at = deadline_ + (error_.empty() ? std::chrono::seconds(2) : std::chrono::seconds(0));
+      if (cv_.wait_until(lock, fire_at) != std::cv_status::timeout) continue;
+      if (!armed_ || std::chrono::steady_clock::now() < fire_at) continue;
+      int rank = 0, level = MPI_THREAD_SINGLE;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Query_thread(&level);
+      std::fprintf(stderr,
+                   "shardsim: error: %s: no progress for %.0f s on chip %d (limit SHARDSIM_WATCHDOG_S=%g)%s%s; "
+                   "aborting\n",
+                   what_.c_str(), limit_s_, rank, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
+      std::fflush(stderr);
+      if (level >= MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+      std::_Exit(kExitRuntimeFault);
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  double limit_s_ = 300;
+  bool armed_ = false;
+  std::string what_, error_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+struct Watch {
+  explicit Watch(const std::string& what) { IoWatchdog::get().arm(what); }
+  ~Watch() { IoWatchdog::get().disarm(); }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+};
+
 // Runs F on every rank of COMM; if it throws on any rank, every rank throws the lowest failing rank's error
 // with the same class (ConfigError for exit 2, RuntimeFault otherwise). Callers use it before every collective
 // HDF5 call whose arguments depend on rank-local checks, so no rank enters a collective the others skip.
@@ -77,6 +164,7 @@ void agree(MPI_Comm comm, const std::function<void()>& f) {
     msg = e.what();
     code = kExitRuntimeFault;
   }
+  if (code != 0) IoWatchdog::get().note_error(msg);
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -201,7 +289,9 @@ void ensure_groups(hid_t file, const std::string& dataset) {
     const std::string group = dataset.substr(0, pos);
     if (group.empty()) continue;
     if (H5Lexists(file, group.c_str(), H5P_DEFAULT) > 0) continue;
-    Id g{H5Gcreate2(file, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+    Id gcpl{H5Pcreate(H5P_GROUP_CREATE), H5Pclose};
+    H5Pset_obj_track_times(gcpl.id, false);  // no timestamps: the same data gives the same bytes
+    Id g{H5Gcreate2(file, group.c_str(), H5P_DEFAULT, gcpl.id, H5P_DEFAULT), H5Gclose};
     if (g.id < 0) throw RuntimeFault("create group " + group + " failed" + h5_detail());
   }
 }
@@ -263,16 +353,118 @@ std::pair<int, long> crash_hook() {
   return {r, n};
 }
 
-void fsync_path(const std::string& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) throw RuntimeFault("cannot open " + p + " to fsync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw RuntimeFault("fsync " + p + " failed: " + std::strerror(err));
+std::string bcast_string(MPI_Comm comm, std::string s) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  s.resize(static_cast<size_t>(n));
+  if (n > 0) MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return s;
 }
 
-hid_t mpio_fapl(MPI_Comm comm) {
+// Space kept free beyond a save's estimate while the HDF5 file is created, so that even a failed save can close it
+// (the close writes the superblock and the root group).
+constexpr uint64_t kCloseSlack = 1u << 20;
+
+// Bytes a save needs on disk at most: the raw data (+0.2% and 1 KiB per chunk for deflate's worst case), the
+// attributes, and per-object metadata. Reserved before the first collective write, see save_checkpoint.
+uint64_t space_needed(const std::vector<CheckpointEntry>& entries, const std::map<std::string, std::string>& attrs,
+                      const SaveOptions& opt) {
+  uint64_t total = 256u << 10;  // superblock, root group, root attributes' headers, the manifest's slack
+  for (const auto& [k, v] : attrs) total += k.size() + v.size() + 256;
+  for (const auto& e : entries) {
+    const size_t esize = runtime::dtype_size(e.local->dtype());
+    const uint64_t raw = static_cast<uint64_t>(runtime::shape_numel(e.global_shape)) * esize;
+    total += raw + (32u << 10) + e.path.size() * 4 + e.sharding.size() + opt.mesh.size();
+    const Shape chunk = chunk_dims(opt.chunking, e.global_shape, esize);
+    if (!chunk.empty()) {
+      const uint64_t cbytes = static_cast<uint64_t>(runtime::shape_numel(chunk)) * esize;
+      const uint64_t nchunks = cbytes ? (raw + cbytes - 1) / cbytes : 0;
+      total += nchunks * 64;                                            // chunk index entries
+      if (opt.gzip_level > 0) total += raw / 500 + nchunks * 1024;  // deflate never grows data more than this
+    }
+  }
+  return total;
+}
+
+std::string mib(uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return b;
+}
+
+// Rank 0: reserves BYTES for FILE (fallocate(2): the blocks are the file's from now on, so no later write of this
+// save can meet a full disk or a quota). File systems without fallocate: compares with statvfs instead.
+// RuntimeFault naming PATH and the cause ("No space left on device") when the space is not there.
+void reserve_space(const std::string& file, const std::string& path, uint64_t bytes) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFault(where(path) + "cannot open " + file + ": " + std::strerror(errno));
+  int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  ::close(fd);
+  if (rc == EOPNOTSUPP || rc == ENOSYS || rc == EINVAL) {
+    struct statvfs vfs{};
+    rc = 0;
+    if (::statvfs(file.c_str(), &vfs) == 0 && static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < bytes) rc = ENOSPC;
+  }
+  if (rc == 0) return;
+  std::string free_text;
+  struct statvfs vfs{};
+  if (::statvfs(file.c_str(), &vfs) == 0)
+    free_text = ", " + mib(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) + " free";
+  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(bytes) + free_text + ")");
+}
+
+// Rank 0 after the file is closed: cuts the reservation's unused tail, i.e. the file becomes exactly as long as
+// HDF5's end-of-file address in the superblock (version 2/3, 8-byte addresses: bytes 28..35). A superblock it
+// does not recognise is left alone (the file is valid either way; only the size differs).
+void trim_to_superblock_eoa(const std::string& file, const std::string& path) {
+  const int fd = ::open(file.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFault(where(path) + "cannot open " + file + ": " + std::strerror(errno));
+  unsigned char sb[48] = {};
+  static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  struct stat st{};
+  const bool ok = ::pread(fd, sb, sizeof sb, 0) == static_cast<ssize_t>(sizeof sb) && ::fstat(fd, &st) == 0 &&
+                  std::memcmp(sb, sig, 8) == 0 && (sb[8] == 2 || sb[8] == 3) && sb[9] == 8;
+  uint64_t base = 0, eoa = 0;
+  for (int i = 7; i >= 0; --i) {
+    base = (base << 8) | sb[12 + i];
+    eoa = (eoa << 8) | sb[28 + i];
+  }
+  int rc = 0;
+  if (ok && base == 0 && eoa > 0 && eoa < static_cast<uint64_t>(st.st_size) && ::ftruncate(fd, static_cast<off_t>(eoa)) != 0)
+    rc = errno;
+  ::close(fd);
+  if (rc != 0) throw RuntimeFault(where(path) + "cannot trim " + file + ": " + std::strerror(rc));
+}
+
+// Closes every HDF5 object still open in this process (after a failed H5Fclose, so nothing is left for HDF5's
+// shutdown inside MPI_Finalize to flush into an MPI file that is already in an error state).
+void close_everything(hid_t) {
+  const ssize_t n = H5Fget_obj_count(static_cast<hid_t>(H5F_OBJ_ALL), H5F_OBJ_ALL);
+  if (n <= 0) return;
+  std::vector<hid_t> ids(static_cast<size_t>(n));
+  const ssize_t got = H5Fget_obj_ids(static_cast<hid_t>(H5F_OBJ_ALL), H5F_OBJ_ALL, static_cast<size_t>(n), ids.data());
+  for (ssize_t i = 0; i < got; ++i) {
+    switch (H5Iget_type(ids[static_cast<size_t>(i)])) {
+      case H5I_DATASET: H5Dclose(ids[static_cast<size_t>(i)]); break;
+      case H5I_GROUP: H5Gclose(ids[static_cast<size_t>(i)]); break;
+      case H5I_ATTR: H5Aclose(ids[static_cast<size_t>(i)]); break;
+      case H5I_DATATYPE: H5Tclose(ids[static_cast<size_t>(i)]); break;
+      default: break;
+    }
+  }
+  for (ssize_t i = 0; i < got; ++i)
+    if (H5Iget_type(ids[static_cast<size_t>(i)]) == H5I_FILE) H5Fclose(ids[static_cast<size_t>(i)]);
+}
+
+// Why an I/O call failed, in the C library's words when errno says so, else FALLBACK.
+std::string last_os_error(const std::string& fallback) {
+  const int e = errno;
+  if (e == ENOSPC || e == EDQUOT || e == EFBIG || e == EROFS || e == EIO || e == EACCES || e == EPERM)
+    return std::strerror(e);
+  return fallback;
+}
+
+hid_t mpio_fapl(MPI_Comm comm, bool /*write*/ = false) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
@@ -385,7 +577,6 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our errors, not HDF5's stack dumps
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  const std::string partial = path + ".partial";
   const std::string at = where(path);
 
   // Arguments, checked on every rank before anything collective.
@@ -405,29 +596,101 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
     }
   });
 
-  // Checksums first: every rank sums its own elements' terms; the sum is the same whatever the layout.
+  // Checksums while writing: a thread sums this rank's elements' terms (memory-bound) while the main thread writes
+  // (I/O-bound); the sums are reduced and stored as attributes after the data. No MPI and no HDF5 in the thread.
   std::vector<uint64_t> sums(entries.size(), 0);
-  for (size_t i = 0; i < entries.size(); ++i)
-    if (entries[i].write) sums[i] = checksum_block(*entries[i].local, entries[i].offset, entries[i].global_shape);
-  if (!sums.empty()) MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+  std::thread summer([&] {
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].write) sums[i] = checksum_block(*entries[i].local, entries[i].offset, entries[i].global_shape);
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join_summer{summer};
 
   const auto [crash_rank, crash_after] = crash_hook();
   nlohmann::json manifest = nlohmann::json::array();
   for (const auto& e : entries) manifest.push_back(e.path);
 
+  // The temporary: "PATH.partial.XXXXXX", a fresh random name chosen by rank 0 and created by H5Fcreate with
+  // H5F_ACC_EXCL (O_CREAT|O_EXCL: nothing that already exists under that name, e.g. a planted symlink, is ever
+  // opened or followed).
+  //
+  // Space first, before HDF5 or MPI-IO touch the disk: rank 0 reserves what the save needs (plus slack for the
+  // close) in a side file "TEMP.space" with fallocate(2). A full disk or quota is then one agreed error before
+  // anything collective. Once the HDF5 file exists (H5Fcreate writes nothing yet), rank 0 releases the side file
+  // and at once reserves the same space in the HDF5 file itself: no later write of this save can run out of space,
+  // so no error can reach some ranks in the middle of a collective MPI-IO write (which would hang the others).
+  const uint64_t need = space_needed(entries, root_attributes, opt);
+  std::string partial, space;
+  {
+    Watch w(at + "reserving space");
+    agree(comm, [&] {
+      if (rank != 0) return;
+      partial = temp_name_for(path);
+      space = partial + ".space";
+      const int fd = ::open(space.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0) throw RuntimeFault("cannot write " + path + ": creating " + space + ": " + std::strerror(errno));
+      ::close(fd);
+      register_temp(space);
+      try {
+        reserve_space(space, path, need + kCloseSlack);
+      } catch (...) {
+        ::unlink(space.c_str());
+        unregister_temp(space);
+        throw;
+      }
+    });
+    partial = bcast_string(comm, partial);
+  }
+  struct Cleanup {  // rank 0: the side file and the temporary never outlive the save
+    int rank;
+    const std::string &space, &partial;
+    bool keep_partial = false;
+    ~Cleanup() {
+      if (rank != 0) return;
+      ::unlink(space.c_str());
+      unregister_temp(space);
+      if (!keep_partial) ::unlink(partial.c_str());
+      unregister_temp(partial);
+    }
+  } cleanup{rank, space, partial};
+  if (rank == 0) register_temp(partial);  // a SIGINT/SIGTERM handler removes it (apps/main.cpp)
   hid_t file = -1;
-  agree(comm, [&] {
-    Id fapl{mpio_fapl(comm), H5Pclose};
-    file = H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
-    if (file < 0) throw RuntimeFault(at + "cannot create " + partial + " (is the directory writable?)" + h5_detail());
-  });
-  bool written = false;
+  {
+    Watch w(at + "creating " + partial);
+    try {
+      agree(comm, [&] {
+        Id fapl{mpio_fapl(comm, true), H5Pclose};
+        Id fcpl{H5Pcreate(H5P_FILE_CREATE), H5Pclose};
+        H5Pset_obj_track_times(fcpl.id, false);  // the root group without timestamps either
+        file = H5Fcreate(partial.c_str(), H5F_ACC_EXCL, fcpl.id, fapl.id);
+        if (file < 0)
+          throw RuntimeFault(at + "cannot create " + partial + ": " + last_os_error("is the directory writable?") +
+                             h5_detail());
+      });
+    } catch (...) {
+      if (file >= 0) H5Fclose(file);  // created here but not on another rank
+      throw;
+    }
+  }
   try {
     Id f{file, H5Fclose};
+    {
+      Watch w(at + "reserving space");
+      agree(comm, [&] {
+        if (rank != 0) return;
+        ::unlink(space.c_str());  // hand the side file's blocks over to the HDF5 file
+        reserve_space(partial, path, need);
+      });
+    }
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
     for (size_t i = 0; i < entries.size(); ++i) {
       const auto& e = entries[i];
+      Watch w(tensor_where(path, e.path) + "collective write");
       agree(comm, [&] {
         try {
           ensure_groups(f.id, e.path);
@@ -437,6 +700,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
           Id ftype{h5_type(dt), H5Tclose};
           Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
           H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_NEVER);
+          H5Pset_obj_track_times(dcpl.id, false);
           const Shape chunk = chunk_dims(opt.chunking, e.global_shape, esize);
           if (!chunk.empty()) {
             std::vector<hsize_t> cd(chunk.begin(), chunk.end());
@@ -450,13 +714,12 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
                            std::vector<int64_t>(e.global_shape.begin(), e.global_shape.end()));
           write_string_attr(dset.id, "sharding", e.sharding);
           write_string_attr(dset.id, "mesh", opt.mesh);
-          write_scalar_attr(dset.id, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, sums[i]);
           const bool any = e.write && e.local->numel() > 0;
           Id mspace{make_space(e.local->shape()), H5Sclose};
           select_block(fspace.id, e.offset, e.local->shape(), any);
           if (!any) H5Sselect_none(mspace.id);
           if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, dxpl.id, e.local->data()) < 0)
-            throw RuntimeFault("write failed" + h5_detail());
+            throw RuntimeFault("write failed: " + last_os_error("") + h5_detail());
         } catch (const RuntimeFault& err) {
           throw RuntimeFault(tensor_where(path, e.path) + err.what());
         }
@@ -468,44 +731,56 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
         std::raise(SIGKILL);
       }
     }
-    agree(comm, [&] {
-      write_string_attr(f.id, "format", kFormat);
-      write_scalar_attr(f.id, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, kFormatVersion);
-      write_scalar_attr(f.id, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, opt.step);
-      write_string_attr(f.id, "tensors", manifest.dump());
-      write_string_attr(f.id, "checksum_algorithm", kChecksumDefinition);
-      for (const auto& [k, v] : root_attributes) {
-        if (k == "format" || k == "format_version" || k == "step" || k == "tensors" || k == "checksum_algorithm" ||
-            k == "complete")
-          continue;
-        write_string_attr(f.id, k, v);
-      }
-      // Last: the marker a reader requires. A save that dies before this point leaves no `complete`.
-      write_scalar_attr(f.id, "complete", H5T_STD_I64LE, H5T_NATIVE_INT64, int64_t{1});
-    });
-    agree(comm, [&] {
-      const hid_t id = f.id;
-      f.id = -1;
-      if (H5Fclose(id) < 0) throw RuntimeFault(at + "closing " + partial + " failed" + h5_detail());
-    });
-    written = true;
+    summer.join();
+    if (!sums.empty())
+      MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+    {
+      Watch w(at + "writing the checksums and the root attributes");
+      agree(comm, [&] {
+        for (size_t i = 0; i < entries.size(); ++i) {
+          Id dset{H5Dopen2(f.id, entries[i].path.c_str(), H5P_DEFAULT), H5Dclose};
+          if (dset.id < 0) throw RuntimeFault(tensor_where(path, entries[i].path) + "reopening failed" + h5_detail());
+          write_scalar_attr(dset.id, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, sums[i]);
+        }
+        write_string_attr(f.id, "format", kFormat);
+        write_scalar_attr(f.id, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, kFormatVersion);
+        write_scalar_attr(f.id, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, opt.step);
+        write_string_attr(f.id, "tensors", manifest.dump());
+        write_string_attr(f.id, "checksum_algorithm", kChecksumDefinition);
+        for (const auto& [k, v] : root_attributes) {
+          if (k == "format" || k == "format_version" || k == "step" || k == "tensors" || k == "checksum_algorithm" ||
+              k == "complete")
+            continue;
+          write_string_attr(f.id, k, v);
+        }
+        // Last: the marker a reader requires. A save that dies before this point leaves no `complete`.
+        write_scalar_attr(f.id, "complete", H5T_STD_I64LE, H5T_NATIVE_INT64, int64_t{1});
+      });
+    }
+    {
+      Watch w(at + "closing " + partial);
+      agree(comm, [&] {
+        const hid_t id = f.id;
+        f.id = -1;
+        if (H5Fclose(id) < 0) {
+          const std::string why = last_os_error("") + h5_detail();
+          close_everything(id);
+          throw RuntimeFault(at + "closing " + partial + " failed: " + why);
+        }
+      });
+    }
   } catch (...) {
-    // Every rank is here (errors are agreed) and the file is closed by Id's destructor: drop the partial file.
+    // Every rank is here (errors are agreed) and the file is closed by Id's destructor; Cleanup drops the
+    // temporary once every rank has closed it.
     MPI_Barrier(comm);
-    if (rank == 0 && !written) std::remove(partial.c_str());
     throw;
   }
-  // Durable, then visible: fsync the data, rename over PATH atomically, fsync the directory entry.
+  // Durable, then visible: trim the reservation, fsync the data, rename over PATH atomically, fsync the directory.
   agree(comm, [&] {
     if (rank != 0) return;
-    fsync_path(partial, false);
-    if (std::rename(partial.c_str(), path.c_str()) != 0) {
-      const std::string err = std::strerror(errno);
-      std::remove(partial.c_str());
-      throw RuntimeFault(at + "cannot rename " + partial + " to " + path + ": " + err);
-    }
-    std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    fsync_path(dir.empty() ? "." : dir.string(), true);
+    trim_to_superblock_eoa(partial, path);
+    commit_temp(partial, path);
+    cleanup.keep_partial = true;  // renamed: nothing to remove
   });
 }
 
@@ -624,14 +899,6 @@ nlohmann::json inspect_serial(const std::string& path) {
   return out;
 }
 
-std::string bcast_string(MPI_Comm comm, std::string s) {
-  long long n = static_cast<long long>(s.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
-  s.resize(static_cast<size_t>(n));
-  if (n > 0) MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
-  return s;
-}
-
 }  // namespace
 
 CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : comm_(comm), path_(path) {
@@ -660,6 +927,7 @@ CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : com
     tensors_.push_back(std::move(ti));
   }
   // 2. the collective open of a file that passed.
+  Watch w(where(path) + "collective open");
   agree(comm, [&] {
     Id fapl{mpio_fapl(comm), H5Pclose};
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id);
@@ -690,6 +958,26 @@ void CheckpointReader::read_block(const std::string& dataset, const Shape& offse
   read_raw(dataset, offset, out.shape(), out.dtype(), out.data());
 }
 
+void CheckpointReader::read_block_verified(const std::string& dataset, const Shape& offset, Tensor& out,
+                                           bool counts) const {
+  read_raw(dataset, offset, out.shape(), out.dtype(), out.data());
+  const TensorInfo& ti = info(dataset);  // read_raw agreed that it exists
+  uint64_t v[2] = {counts ? checksum_block(out, offset, ti.shape) : 0,
+                   counts ? static_cast<uint64_t>(out.numel()) : 0};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM, comm_);
+  const auto numel = static_cast<uint64_t>(runtime::shape_numel(ti.shape));  // 1 for a scalar
+  if (v[1] != numel) {
+    verify({dataset});
+    return;
+  }
+  if (v[0] != ti.checksum) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "checksum mismatch (stored 0x%016llx, data gives 0x%016llx): the data is corrupted",
+                  static_cast<unsigned long long>(ti.checksum), static_cast<unsigned long long>(v[0]));
+    throw ConfigError(tensor_where(path_, dataset) + buf);
+  }
+}
+
 void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset, const Shape& shape, DType dtype,
                                 void* data) const {
   const TensorInfo* ti = nullptr;
@@ -708,6 +996,7 @@ void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset,
         throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload needs block " +
                           runtime::shape_str(shape) + " at " + runtime::shape_str(offset));
   });
+  Watch w(tensor_where(path_, dataset) + "collective read");
   agree(comm_, [&] {
     Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
     if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());

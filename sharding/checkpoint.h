@@ -32,12 +32,19 @@
 //   own hyperslab and an MPI_Allreduce(sum) gives the same value for every sharding. fmix64 is a bijection, so
 //   changing any single element always changes the checksum; moving an element to another index changes it too.
 //
-// ---- Crash safety ----
-// save_checkpoint writes PATH.partial, closes it (collective), fsyncs it, renames it to PATH atomically and
-// fsyncs PATH's directory. PATH is therefore always either the previous complete checkpoint or the new one; a
-// crash at any point leaves at most a PATH.partial, which the reader rejects (it lacks `complete`). Test hook:
-// SHARDSIM_TEST_CKPT_CRASH="RANK:N" makes rank RANK SIGKILL itself right after writing its part of tensor N
-// (0-based) of a save.
+// ---- Crash safety, full disks, reproducibility (docs/RELIABILITY.md) ----
+// save_checkpoint first reserves the space the save needs (rank 0, fallocate(2); statvfs where fallocate is not
+// supported): a full disk or quota is one agreed RuntimeFault ("... No space left on device (the checkpoint needs
+// about N MiB, M MiB free)") before anything collective touches the disk, so no I/O error can reach some ranks in
+// the middle of a collective MPI-IO write. It then writes PATH.partial.XXXXXX (a fresh random name, created by
+// H5Fcreate with H5F_ACC_EXCL: a planted file or symlink is never followed), closes it (collective), trims the
+// reservation's unused tail, fsyncs it, renames it to PATH atomically and fsyncs PATH's directory. PATH is
+// therefore always either the previous complete checkpoint or the new one; a crash leaves at most a
+// PATH.partial.XXXXXX, which the reader rejects (it lacks `complete`). Every collective HDF5 step runs under a
+// last-resort watchdog (SHARDSIM_WATCHDOG_S, default 300 s): a step that does not return in time aborts the job
+// with exit code 3 and one line naming the file, the step and the chip. The same data saved twice gives
+// byte-identical files (object timestamps off). Test hook: SHARDSIM_TEST_CKPT_CRASH="RANK:N" makes rank RANK
+// SIGKILL itself right after writing its part of tensor N (0-based) of a save.
 //
 // ---- Errors (never a hang: every decision that precedes a collective HDF5 call is agreed across ranks) ----
 // Bad checkpoint (exit 2, ConfigError on EVERY rank, message names the file and the tensor): missing/unreadable
@@ -133,6 +140,13 @@ class CheckpointReader {
   // Reads the block of DATASET starting at OFFSET with OUT's shape. Collective (every rank calls it for the
   // same dataset; ranks may ask for different or empty blocks). Checks dtype and bounds on every rank first.
   void read_block(const std::string& dataset, const runtime::Shape& offset, runtime::Tensor& out) const;
+
+  // read_block, and the tensor's checksum verified from the blocks just read (no second pass over the file):
+  // collective; COUNTS is true on the ranks whose blocks together hold every element exactly once (Shard(d)
+  // blocks on every rank, or one rank's whole copy of a replicated tensor). When the counted blocks do not add up
+  // to the tensor's element count it falls back to verify({DATASET}). ConfigError on every rank on a mismatch.
+  void read_block_verified(const std::string& dataset, const runtime::Shape& offset, runtime::Tensor& out,
+                           bool counts) const;
 
   // Collective: recomputes the checksum of each of DATASETS (all when empty) from the file, each rank reading
   // a slice of dim 0 of at most `slab_bytes`, and compares it with the stored one. ConfigError on every rank

@@ -15,6 +15,7 @@
 #include "collectives/algorithms.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/output_file.h"
 #include "runtime/dtype.h"
 #include "sharding/transformer.h"
 #include "sharding/workload.h"
@@ -779,12 +780,7 @@ std::string file_safe(const std::string& s) {
   for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_';
   return o;
 }
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  out << text;
-  out.close();
-  if (!out) throw RuntimeFault("cannot write " + p.string());
-}
+void write(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
 bool has_number(const Row& r, const std::string& c) {
   const auto it = r.find(c);
   return it != r.end() && !it->second.empty();

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <climits>
-#include <fstream>
 #include <vector>
 
 #include "common/error.h"
+#include "common/output_file.h"
 
 namespace shardsim::sharding {
 
@@ -132,8 +132,10 @@ void write_trace(const runtime::World& world, const sim::Timeline& tl, const std
   runtime::check_mpi(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
                                  world.comm()),
                      world.rank(), "trace");
-  int failed = 0;
-  if (world.rank() == 0) {
+  // Rank 0 writes the file atomically (common/output_file.h); every rank learns the outcome, so a failure (e.g. a
+  // full disk) is exit 3 everywhere with one line from rank 0.
+  world.agree([&] {
+    if (world.rank() != 0) return;
     const nlohmann::json header = {
         {"displayTimeUnit", "ns"},
         {"otherData",
@@ -143,22 +145,19 @@ void write_trace(const runtime::World& world, const sim::Timeline& tl, const std
           {"chips", world.size()}}}};
     std::string head = header.dump();
     head.pop_back();  // the closing brace: traceEvents follows
-    std::ofstream out(path, std::ios::binary);
-    out << head << ",\"traceEvents\":[";
+    OutputFile out(path);
+    out.write(head);
+    out.write(",\"traceEvents\":[");
     bool first = true;
     for (size_t i = 0; i < lens.size(); ++i) {
       if (lens[i] == 0) continue;
-      if (!first) out << ",\n";
+      if (!first) out.write(",\n");
       first = false;
-      out.write(all.data() + displs[i], lens[i]);
+      out.write(std::string_view(all.data() + displs[i], static_cast<size_t>(lens[i])));
     }
-    out << "]}\n";
-    out.close();
-    failed = out.fail() ? 1 : 0;
-  }
-  runtime::check_mpi(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()), world.rank(), "trace");
-  // Every rank knows: all exit with code 3 and rank 0 prints the message once.
-  if (failed) throw AgreedError("cannot write trace to '" + path + "'", kExitRuntimeFault);
+    out.write("]}\n");
+    out.commit();
+  });
 }
 
 }  // namespace shardsim::sharding

@@ -205,22 +205,24 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
           throw ConfigError("checkpoint " + opt.resume_from + ": dataset '" + ds + "' is " +
                             runtime::dtype_name(reader->dtype(ds)) + " but the config's workload.dtype is " +
                             runtime::dtype_name(s.dtype));
-      reader->verify();  // every tensor's checksum, each rank reading a slice: corruption is caught here, agreed
       const std::string act = reader->root_attribute("activation");
       if (!act.empty() && act != kernels::activation_name(s.activation))
         throw ConfigError("checkpoint " + opt.resume_from + ": written with activation '" + act +
                           "' but the config's workload.activation is '" + kernels::activation_name(s.activation) + "'");
+      // The file is read once: each rank reads its own blocks, and every tensor's checksum is verified from
+      // those blocks (the weights' shards partition them; the replicated input counts on rank 0 only). A
+      // corrupted tensor fails here, on every rank, before the data is used.
+      x = Tensor(s.dtype, {s.tokens, s.hidden});
+      reader->read_block_verified("activations/input", {0, 0}, x, root);
+      w.ffn_offset = off;
+      w.ffn_size = len;
+      w.w_gate = Tensor(s.dtype, {s.hidden, len});
+      w.w_up = Tensor(s.dtype, {s.hidden, len});
+      w.w_down = Tensor(s.dtype, {len, s.hidden});
+      reader->read_block_verified("weights/w_gate", {0, off}, w.w_gate, true);
+      reader->read_block_verified("weights/w_up", {0, off}, w.w_up, true);
+      reader->read_block_verified("weights/w_down", {off, 0}, w.w_down, true);
     });
-    x = Tensor(s.dtype, {s.tokens, s.hidden});
-    reader->read_block("activations/input", {0, 0}, x);
-    w.ffn_offset = off;
-    w.ffn_size = len;
-    w.w_gate = Tensor(s.dtype, {s.hidden, len});
-    w.w_up = Tensor(s.dtype, {s.hidden, len});
-    w.w_down = Tensor(s.dtype, {len, s.hidden});
-    reader->read_block("weights/w_gate", {0, off}, w.w_gate);
-    reader->read_block("weights/w_up", {0, off}, w.w_up);
-    reader->read_block("weights/w_down", {off, 0}, w.w_down);
     rep.resumed_from = opt.resume_from;
   } else {
     x = make_mlp_input(s);
@@ -276,9 +278,11 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   // ---- resumed runs must reproduce the stored output bit for bit ----
   if (reader) {
     if (reader->has("activations/output")) {
-      expect_shape(*reader, opt.resume_from, "activations/output", {s.tokens, s.hidden});
       Tensor stored(s.dtype, {s.tokens, s.hidden});
-      reader->read_block("activations/output", {0, 0}, stored);
+      world.agree([&] {
+        expect_shape(*reader, opt.resume_from, "activations/output", {s.tokens, s.hidden});
+        reader->read_block_verified("activations/output", {0, 0}, stored, root);
+      });
       const std::string saved_tp = reader->root_attribute("tp");
       rep.resume_saved_tp = std::atoi(saved_tp.c_str());  // 0 when missing or not a number: treated as resharded
       rep.resume_same_layout = rep.resume_saved_tp == cfg.tp;
@@ -323,7 +327,8 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     for (int c : placement) mesh << ' ' << c;
     mesh << ") of " << rep.topology;
     so.mesh = mesh.str();
-    save_checkpoint(world.comm(), path, entries, attrs, so);
+    // save_checkpoint's errors are the same on every rank (it agrees them): one line from rank 0, not an abort.
+    world.agree([&] { save_checkpoint(world.comm(), path, entries, attrs, so); });
     rep.checkpoint = path;
     rep.wall_checkpoint_s = seconds_since(t_ck);
   }

@@ -3,8 +3,9 @@
 #   1. resharding: a tp=8 checkpoint resumed at tp=4, then tp=1, and at 3 chips (uneven FFN split) gives
 #      bit-identical weights and the same output, bit for bit, as a fresh run at that chip count;
 #   2. `ckpt inspect` at 1 and N ranks; `ckpt convert` (gzip, chunks, contiguous) keeps every checksum;
-#   3. a rank SIGKILLed in the middle of a save: the previous checkpoint is intact and loads, the half-written
-#      .partial is rejected (exit 2), at two crash points;
+#   3. a rank SIGKILLed in the middle of a save: the previous checkpoint is intact and loads, at two crash points;
+#      rank 2 killed: rank 0's SIGTERM handler (mpirun ends the job) removes the temporary; rank 0 killed: the
+#      half-written .partial.XXXXXX stays behind and is rejected (exit 2);
 #   4. corruption: truncated, flipped bytes, missing tensor, shape and dtype mismatch -> exit 2 naming file+tensor;
 #   5. h5py (python3-h5py) reads an fp32 and a bf16 tensor and matches the C++ values and checksums.
 # Usage: ckpt.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
@@ -92,29 +93,34 @@ expect_exit 2 'same file' -- shardsim_mpi 2 ckpt convert fresh8.h5 ./fresh8.h5
 # ---- 3. a writer killed mid-save ----
 sed 's/seed: 7/seed: 8/' c4.yaml >c4_other.yaml
 grep -q 'seed: 8' c4_other.yaml || fail "test bug: could not change the seed"
-for point in 1 4; do
-  e2e_case "rank 2 SIGKILLed after tensor $point of a save"
-  rm -f keep.h5 keep.h5.partial
+for crash in 2:1 0:4; do
+  victim=${crash%%:*} point=${crash##*:}
+  e2e_case "rank $victim SIGKILLed after tensor $point of a save"
+  rm -f keep.h5 keep.h5.partial*
   expect_exit 0 'validation PASS' -- shardsim_mpi 4 run c4.yaml --checkpoint keep.h5
   before=$(checksums 1 keep.h5)
   t0=$SECONDS
-  SHARDSIM_TEST_CKPT_CRASH=2:$point shardsim_mpi 4 run c4_other.yaml --checkpoint keep.h5 >crash.out 2>&1
+  SHARDSIM_TEST_CKPT_CRASH=$crash shardsim_mpi 4 run c4_other.yaml --checkpoint keep.h5 >crash.out 2>&1
   rc=$?
-  if [ $rc -ne 0 ] && [ $((SECONDS - t0)) -lt "$E2E_TIMEOUT" ] && grep -q 'SHARDSIM_TEST_CKPT_CRASH: rank 2 kills itself' crash.out; then
+  if [ $rc -ne 0 ] && [ $((SECONDS - t0)) -lt "$E2E_TIMEOUT" ] && grep -q "SHARDSIM_TEST_CKPT_CRASH: rank $victim kills itself" crash.out; then
     pass "the save died (exit $rc) without hanging"
   else
-    fail "expected rank 2 to die mid-save (exit $rc, $((SECONDS - t0))s): $(tail -n 3 crash.out)"
+    fail "expected rank $victim to die mid-save (exit $rc, $((SECONDS - t0))s): $(tail -n 3 crash.out)"
   fi
   after=$(checksums 1 keep.h5)
   if [ -n "$before" ] && [ "$before" = "$after" ]; then pass "the previous checkpoint is untouched and verifies"; else
     fail "keep.h5 changed or does not verify: before '$before' after '$after'"; fi
-  if [ -f keep.h5.partial ]; then
-    pass "the interrupted save left keep.h5.partial"
-    expect_exit 2 'checkpoint keep.h5.partial: (incomplete|not an HDF5|HDF5 cannot open|.*truncated)' -- \
-      shardsim_mpi 2 ckpt inspect keep.h5.partial
-    expect_exit 2 'checkpoint keep.h5.partial' -- shardsim_mpi 4 run c4.yaml --resume keep.h5.partial --no-checkpoint
+  left=$(compgen -G 'keep.h5.partial.*' | head -n 1)
+  if [ "$victim" != 0 ]; then
+    if [ -z "$left" ]; then pass "rank 0 removed the temporary when the job was ended"; else
+      fail "temporary $left left behind although rank 0 was only terminated"; fi
+  elif [ -n "$left" ] && [ -f "$left" ]; then
+    pass "the interrupted save left its temporary $left"
+    expect_exit 2 "checkpoint $left: (incomplete|not an HDF5|HDF5 cannot open|.*truncated)" -- \
+      shardsim_mpi 2 ckpt inspect "$left"
+    expect_exit 2 "checkpoint $left" -- shardsim_mpi 4 run c4.yaml --resume "$left" --no-checkpoint
   else
-    fail "no keep.h5.partial after the crash"
+    fail "no keep.h5.partial.* after the crash"
   fi
   expect_exit 0 'output bit-identical to the stored output' -- shardsim_mpi 4 run c4.yaml --resume keep.h5 --no-checkpoint
 done

@@ -1,0 +1,222 @@
+#include "common/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include "common/error.h"
+
+namespace shardsim {
+
+namespace {
+
+std::string cause(int err) { return std::strerror(err); }
+
+// dirname / basename without touching the file system ("a/b" -> "a","b"; "b" -> ".","b"; "/b" -> "/","b").
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return {".", path};
+  size_t end = slash;  // drop repeated slashes before the basename ("a//b" -> "a")
+  while (end > 0 && path[end - 1] == '/') --end;
+  return {end == 0 ? std::string("/") : std::string(path, 0, end), std::string(path, slash + 1)};
+}
+
+mode_t file_mode() {
+  static const mode_t mode = [] {
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    return static_cast<mode_t>(0666 & ~mask);
+  }();
+  return mode;
+}
+
+void fsync_dir(const std::string& dir, const std::string& path) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFault("cannot write " + path + ": opening its directory to sync it: " + cause(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory (EINVAL); the rename is still atomic there.
+  if (rc != 0 && err != EINVAL && err != EROFS)
+    throw RuntimeFault("cannot write " + path + ": syncing its directory: " + cause(err));
+}
+
+// The registry of temporaries: fixed slots, so the signal handler reads it without locks or allocation.
+constexpr int kSlots = 16;
+char g_temp[kSlots][PATH_MAX];
+std::atomic<int> g_used[kSlots];
+
+}  // namespace
+
+void register_temp(const std::string& name) {
+  if (name.size() >= PATH_MAX) return;
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = 0;
+    if (g_used[i].compare_exchange_strong(expected, 2)) {  // 2: being filled
+      std::memcpy(g_temp[i], name.c_str(), name.size() + 1);
+      g_used[i].store(1);
+      return;
+    }
+  }
+}
+
+void unregister_temp(const std::string& name) {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_used[i].load() == 1 && name == g_temp[i]) {
+      g_used[i].store(0);
+      return;
+    }
+}
+
+void unlink_registered_temps() noexcept {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_used[i].load() == 1) ::unlink(g_temp[i]);
+}
+
+std::string output_identity(const std::string& path, const std::string& flag) {
+  if (path.empty()) throw UsageError(flag + ": empty path");
+  auto [dir, base] = split_path(path);
+  if (base.empty() || base == "." || base == "..")
+    throw UsageError(flag + " " + path + ": is a directory, need a file path");
+  char buf[PATH_MAX];
+  if (!::realpath(dir.c_str(), buf))
+    throw UsageError(flag + " " + path + ": directory '" + dir + "': " + cause(errno));
+  std::string real = buf;
+  return real == "/" ? "/" + base : real + "/" + base;
+}
+
+void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
+                            const std::vector<std::pair<std::string, std::string>>& inputs) {
+  std::vector<std::string> ids;
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) throw UsageError(flag + ": empty path");
+    struct stat st{};
+    const bool exists = ::stat(path.c_str(), &st) == 0;
+    if (exists && S_ISDIR(st.st_mode)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
+    const std::string dir = split_path(path).first;
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw UsageError(flag + " " + path + ": directory '" + dir + "' is not writable: " + cause(errno));
+    // A read-only file says "do not replace me" (rename could, since only the directory's permission counts).
+    if (exists && ::access(path.c_str(), W_OK) != 0)
+      throw UsageError(flag + " " + path + ": not writable: " + cause(errno));
+    const std::string id = output_identity(path, flag);
+    for (size_t j = 0; j < ids.size(); ++j)
+      if (ids[j] == id) throw UsageError(flag + " and " + outputs[j].first + " both write " + id);
+    for (const auto& [what, in] : inputs) {
+      if (in.empty()) continue;
+      char buf[PATH_MAX];
+      bool same = ::realpath(in.c_str(), buf) && id == buf;  // the file the input names
+      try {
+        same = same || output_identity(in, what) == id;  // or the very same name (a symlink to elsewhere)
+      } catch (const UsageError&) {
+        // the input's directory does not exist: it cannot be this output
+      }
+      if (same) throw UsageError(flag + " " + path + ": would overwrite " + what + " " + in);
+    }
+    ids.push_back(id);
+  }
+}
+
+TempFile create_temp_for(const std::string& path) {
+  TempFile t;
+  std::string name = path + ".partial.XXXXXX";
+  // mkostemp opens with O_CREAT|O_EXCL (never an existing file or symlink); O_NOFOLLOW for good measure.
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw RuntimeFault("cannot write " + path + ": creating a temporary file next to it: " + cause(errno));
+  if (::fchmod(fd, file_mode()) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(name.c_str());
+    throw RuntimeFault("cannot write " + path + ": " + cause(err));
+  }
+  t.fd = fd;
+  t.name = std::move(name);
+  return t;
+}
+
+std::string temp_name_for(const std::string& path) {
+  static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = path + ".partial.";
+    for (int i = 0; i < 6; ++i) name += chars[rd() % (sizeof chars - 1)];
+    struct stat st{};
+    if (::lstat(name.c_str(), &st) != 0 && errno == ENOENT) return name;
+  }
+  throw RuntimeFault("cannot write " + path + ": no free temporary name next to it");
+}
+
+void commit_temp(const std::string& temp, const std::string& path, bool fsync_temp) {
+  auto fail = [&](const std::string& what, int err) {
+    ::unlink(temp.c_str());
+    throw RuntimeFault("cannot write " + path + ": " + what + cause(err));
+  };
+  if (fsync_temp) {
+    const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) fail("", errno);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    if (::close(fd) != 0 && rc == 0) fail("", errno);
+    if (rc != 0) fail("", err);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming " + temp + " over it: ", errno);
+  fsync_dir(split_path(path).first, path);
+}
+
+OutputFile::OutputFile(std::string path) : path_(std::move(path)), tmp_(create_temp_for(path_)) {
+  register_temp(tmp_.name);
+}
+
+OutputFile::~OutputFile() {
+  unregister_temp(tmp_.name);
+  if (committed_) return;
+  if (tmp_.fd >= 0) ::close(tmp_.fd);
+  ::unlink(tmp_.name.c_str());
+}
+
+void OutputFile::write(std::string_view data) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(tmp_.fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw RuntimeFault("cannot write " + path_ + ": " + cause(errno));
+    }
+    if (n == 0) throw RuntimeFault("cannot write " + path_ + ": " + cause(ENOSPC));
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void OutputFile::commit() {
+  if (committed_) return;
+  const int fd = tmp_.fd;
+  tmp_.fd = -1;
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw RuntimeFault("cannot write " + path_ + ": " + cause(err));
+  }
+  if (::close(fd) != 0) throw RuntimeFault("cannot write " + path_ + ": " + cause(errno));
+  commit_temp(tmp_.name, path_, false);
+  committed_ = true;
+}
+
+void write_file_atomic(const std::string& path, std::string_view text) {
+  OutputFile f(path);
+  f.write(text);
+  f.commit();
+}
+
+}  // namespace shardsim

@@ -1,0 +1,105 @@
+// Safe output files: every file shardsim writes (reports, traces, CSV, JSON, plot scripts, checkpoints) lands
+// through this module, so a reader never sees a half file and every write error is reported.
+//
+// The recipe (see docs/RELIABILITY.md for the promises and the tests that check them):
+//   1. a temporary next to the target, created EXCLUSIVELY: "PATH.partial.XXXXXX" with a random suffix,
+//      O_CREAT|O_EXCL|O_NOFOLLOW (mkostemp), so a file or symlink planted under any predictable name is never
+//      opened, followed or truncated; its mode is 0666 minus the umask, like a plain open(2);
+//   2. every write(2) checked (short writes retried, EINTR retried), then fsync(2) and close(2) checked;
+//   3. rename(2) over PATH (atomic on POSIX file systems: PATH is the old file or the new one, never a mix),
+//      then fsync of PATH's directory so the rename itself is durable.
+// On any failure the temporary is removed and RuntimeFault (exit 3) is thrown with ONE line naming PATH and the
+// cause in the C library's words, e.g. "cannot write out/results.csv: No space left on device".
+//
+// Two outputs are "the same file" when their output_identity() is equal: realpath(parent directory) + "/" +
+// basename. That works before either file exists (rename replaces the directory entry, so a symlink at PATH
+// is replaced, not followed: the name, not its target, is what gets written).
+//
+// No MPI here: in a parallel job exactly one rank writes each output (checkpoints use the helpers below for
+// their temporary name and the final rename, see sharding/checkpoint.h).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace shardsim {
+
+// realpath(dirname(PATH)) + "/" + basename(PATH). UsageError (exit 2) naming FLAG when the directory does not
+// exist or PATH names a directory-like entry ("", ".", "..", ending in '/').
+std::string output_identity(const std::string& path, const std::string& flag = "output");
+
+// Every output of one command, checked before any work: not empty, not an existing directory, its directory
+// writable, an existing file writable, no two with the same output_identity, and none the same file as one of
+// INPUTS (realpath, e.g. the config). UsageError (exit 2) naming the flags otherwise.
+void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
+                            const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
+
+// "PATH.partial.XXXXXX" created exclusively (see above); the descriptor is open for writing. RuntimeFault.
+struct TempFile {
+  int fd = -1;
+  std::string name;
+};
+TempFile create_temp_for(const std::string& path);
+
+// A fresh name "PATH.partial.XXXXXX" (random suffix) that does not exist yet, for a caller that creates the file
+// itself with O_CREAT|O_EXCL (the checkpoint writer: H5Fcreate with H5F_ACC_EXCL).
+std::string temp_name_for(const std::string& path);
+
+// fsync(TEMP) (when FSYNC_TEMP), rename(TEMP, PATH), fsync(PATH's directory). On failure TEMP is removed and
+// RuntimeFault names PATH and the cause.
+void commit_temp(const std::string& temp, const std::string& path, bool fsync_temp = true);
+
+// An output written in one piece: create, write(), commit(). Destroyed without commit() (an exception, an
+// early return): the temporary is closed and removed, PATH is untouched.
+class OutputFile {
+ public:
+  explicit OutputFile(std::string path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  void write(std::string_view data);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  TempFile tmp_;
+  bool committed_ = false;
+};
+
+// Temporaries in flight, so a signal handler can remove them (the final names are never half written anyway;
+// this only avoids leaving PATH.partial.XXXXXX behind). OutputFile and the checkpoint writer register theirs.
+void register_temp(const std::string& name);
+void unregister_temp(const std::string& name);
+// Async-signal-safe: unlink(2) every registered temporary.
+void unlink_registered_temps() noexcept;
+
+// OutputFile in one call.
+void write_file_atomic(const std::string& path, std::string_view text);
+
+// An output that grows row by row and must survive an interruption with every finished row (bench --csv,
+// sweep results.csv): each append() lands the whole content so far atomically, so PATH always holds a complete
+// prefix of the rows. Cost: the file is rewritten per row (fine for the hundreds of rows these outputs have).
+class GrowingOutput {
+ public:
+  GrowingOutput() = default;
+  explicit GrowingOutput(std::string path, std::string head = "") : path_(std::move(path)), text_(std::move(head)) {}
+  void reset(std::string path, std::string head) {
+    path_ = std::move(path);
+    text_ = std::move(head);
+  }
+  void land() const { write_file_atomic(path_, text_); }
+  void append(const std::string& rows) {
+    text_ += rows;
+    land();
+  }
+  const std::string& text() const { return text_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, text_;
+};
+
+}  // namespace shardsim

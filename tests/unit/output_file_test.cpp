@@ -1,0 +1,143 @@
+// common/output_file.h: atomic outputs, exclusive temporaries, output identity.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/error.h"
+#include "common/output_file.h"
+
+namespace fs = std::filesystem;
+using namespace shardsim;
+
+namespace {
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    char tmpl[] = "/tmp/shardsim_output_file_test.XXXXXX";
+    dir = ::mkdtemp(tmpl);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string operator/(const std::string& name) const { return (dir / name).string(); }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t temporaries(const fs::path& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".partial") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST(OutputFile, WritesAndReplacesAtomically) {
+  Scratch s;
+  const std::string p = s / "a.json";
+  write_file_atomic(p, "first\n");
+  EXPECT_EQ(slurp(p), "first\n");
+  write_file_atomic(p, "second, longer\n");
+  EXPECT_EQ(slurp(p), "second, longer\n");
+  EXPECT_EQ(temporaries(s.dir), 0u);
+}
+
+TEST(OutputFile, AbandonedWriteLeavesTheOldFileAndNoTemporary) {
+  Scratch s;
+  const std::string p = s / "r.csv";
+  write_file_atomic(p, "old\n");
+  {
+    OutputFile f(p);
+    f.write("new half");
+    EXPECT_EQ(temporaries(s.dir), 1u);
+    // no commit(): an exception or an early return
+  }
+  EXPECT_EQ(slurp(p), "old\n");
+  EXPECT_EQ(temporaries(s.dir), 0u);
+}
+
+TEST(OutputFile, WriteErrorIsOneLineNamingTheFileAndCause) {
+  // (A full disk is checked for real by tests/e2e/full_disk.sh; here: a directory that vanished.)
+  Scratch s;
+  const std::string p = s / "gone/x.csv";
+  try {
+    write_file_atomic(p, "a\n");
+    FAIL() << "expected RuntimeFault";
+  } catch (const RuntimeFault& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(p), std::string::npos) << m;
+    EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(OutputFile, PlantedSymlinksAreNotFollowed) {
+  Scratch s;
+  const std::string victim = s / "victim.txt";
+  write_file_atomic(victim, "precious\n");
+  const std::string p = s / "out.json";
+  // A link at the final name and at the old predictable temporary name.
+  fs::create_symlink(victim, p + ".partial");
+  fs::create_symlink(victim, p);
+  write_file_atomic(p, "report\n");
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::is_symlink(p)) << "the final name is replaced, not written through";
+  EXPECT_EQ(slurp(p), "report\n");
+  EXPECT_TRUE(fs::is_symlink(p + ".partial")) << "a planted file is left alone";
+}
+
+TEST(OutputFile, TemporaryIsCreatedExclusivelyWithTheUsualMode) {
+  Scratch s;
+  const std::string p = s / "m.txt";
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  TempFile t = create_temp_for(p);
+  struct stat st{};
+  ASSERT_EQ(::fstat(t.fd, &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask) << "like open(2) with 0666, not mkstemp's 0600";
+  EXPECT_EQ(t.name.rfind(p + ".partial.", 0), 0u) << t.name;
+  ::close(t.fd);
+  commit_temp(t.name, p);
+  EXPECT_TRUE(fs::exists(p));
+  EXPECT_EQ(temporaries(s.dir), 0u);
+}
+
+TEST(OutputFile, GrowingOutputAlwaysHoldsCompleteRows) {
+  Scratch s;
+  const std::string p = s / "rows.csv";
+  GrowingOutput g(p, "a,b\n");
+  g.land();
+  EXPECT_EQ(slurp(p), "a,b\n");
+  g.append("1,2\n");
+  EXPECT_EQ(slurp(p), "a,b\n1,2\n");
+  g.append("3,4\n");
+  EXPECT_EQ(slurp(p), "a,b\n1,2\n3,4\n");
+}
+
+TEST(OutputIdentity, SameFileBeforeItExists) {
+  Scratch s;
+  const std::string cwd = fs::current_path().string();
+  fs::current_path(s.dir);
+  EXPECT_EQ(output_identity("b.json"), output_identity("./b.json"));
+  fs::create_directory("d");
+  EXPECT_EQ(output_identity("d/../b.json"), output_identity("b.json"));
+  EXPECT_NE(output_identity("d/b.json"), output_identity("b.json"));
+  EXPECT_THROW(check_outputs_distinct({{"--trace", "b.json"}, {"--json", "./b.json"}}), UsageError);
+  EXPECT_NO_THROW(check_outputs_distinct({{"--trace", "t.json"}, {"--json", "./b.json"}}));
+  write_file_atomic("cfg.yaml", "x: 1\n");
+  EXPECT_THROW(check_outputs_distinct({{"--json", "./d/../cfg.yaml"}}, {{"the config file", "cfg.yaml"}}), UsageError);
+  EXPECT_THROW(output_identity("no/such/dir/x.json"), UsageError);
+  EXPECT_THROW(output_identity("d/"), UsageError);
+  fs::current_path(cwd);
+}
