@@ -8,7 +8,7 @@
 #   SHARDSIM=path/to/shardsim (default build/apps/shardsim); needs a built tree (bash scripts/build.sh).
 #   SHARDSIM="before=/path/a after=/path/b" compares builds: their runs interleave (rep 1 of each, rep 2 of
 #   each, ...) so both see the same host load, and each gets its own table.
-#   Small sizes (4 KiB - 256 KiB) run -n 400 -w 20 iterations, large ones (1 MiB - 256 MiB) -n 10 -w 2.
+#   Small sizes (4 KiB - 256 KiB) run -n 200 -w 10 iterations, large ones (1 MiB - 256 MiB) -n 5 -w 1.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPS="${1:-3}"
@@ -27,9 +27,9 @@ for np in "${RANKS[@]}"; do
       name=${spec%%=*} bin=${spec#*=}
       # --mca btl self,vader: shared memory only (no TCP listener); the same transport MPI_Allreduce uses.
       mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 4K -e 256K -f 4 \
-        -n 400 -w 20 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
+        -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
       mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 1M -e 256M -f 4 \
-        -n 10 -w 2 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
+        -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
     done
   done
 done
