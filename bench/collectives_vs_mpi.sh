@@ -1,38 +1,63 @@
 #!/usr/bin/env bash
 # Wall-clock all_reduce bus bandwidth of shardsim's collectives against MPI_Allreduce on the same buffers, in the
-# same run, at 2 and 4 ranks, 4 MiB - 256 MiB, next to this host's memcpy bandwidth. For docs/PERFORMANCE.md.
-# Usage: bash bench/collectives_vs_mpi.sh [ITERS]      (needs a built tree: bash scripts/build.sh)
+# same process and run (the ratio is measured side by side, so host load shared by both cancels), at 2 and 4
+# ranks (4 ranks are oversubscribed on a 2-core host), 4 KiB - 256 MiB, fp32 sum, out of place, algorithm auto.
+# Each configuration runs REPS times; the table prints the median shardsim/MPI busbw ratio and the median busbw
+# of each. For docs/PERFORMANCE.md.
+# Usage: bash bench/collectives_vs_mpi.sh [REPS] [RANKS...]     e.g. bash bench/collectives_vs_mpi.sh 3 2 4
+#   SHARDSIM=path/to/shardsim (default build/apps/shardsim); needs a built tree (bash scripts/build.sh).
+#   SHARDSIM="before=/path/a after=/path/b" compares builds: their runs interleave (rep 1 of each, rep 2 of
+#   each, ...) so both see the same host load, and each gets its own table.
+#   Small sizes (4 KiB - 256 KiB) run -n 200 -w 10 iterations, large ones (1 MiB - 256 MiB) -n 5 -w 1.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ITERS="${1:-10}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+REPS="${1:-3}"
+shift || true
+RANKS=("$@")
+[ ${#RANKS[@]} -gt 0 ] || RANKS=(2 4)
+read -r -a BINS <<<"${SHARDSIM:-now=$ROOT/build/apps/shardsim}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(mpirun --version | head -1)"
-if [ -x "$ROOT/build/bench/shardsim_memcpy_bench" ]; then
-  "$ROOT/build/bench/shardsim_memcpy_bench" --benchmark_format=csv 2>/dev/null >"$WORK/memcpy.csv"
-  python3 - "$WORK/memcpy.csv" <<'PY'
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0].startswith("BM_memcpy/")]
-print("memcpy: " + ", ".join(f'{int(r[0].split("/")[1]) >> 20} MiB {float(r[5]) / 1e9:.2f} GB/s' for r in rows))
-PY
-fi
-for np in 2 4; do
-  for algo in auto ring; do
-    mpirun -np "$np" --oversubscribe "$ROOT/build/apps/shardsim" bench all_reduce -b 4M -e 256M -f 4 \
-      -n "$ITERS" -w 2 -a "$algo" --vs-mpi --csv "$WORK/np$np.$algo.csv" >/dev/null
+echo "checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $REPS runs per configuration; ${BINS[*]}"
+for np in "${RANKS[@]}"; do
+  for rep in $(seq 1 "$REPS"); do
+    for spec in "${BINS[@]}"; do
+      name=${spec%%=*} bin=${spec#*=}
+      # --mca btl self,vader: shared memory only (no TCP listener); the same transport MPI_Allreduce uses.
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 4K -e 256K -f 4 \
+        -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 1M -e 256M -f 4 \
+        -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
+    done
   done
-  python3 - "$np" "$WORK/np$np.auto.csv" "$WORK/np$np.ring.csv" <<'PY'
-import csv, sys
-np_ = sys.argv[1]
-auto = [r for r in csv.DictReader(open(sys.argv[2])) if r["placement"] == "out-of-place"]
-ring = [r for r in csv.DictReader(open(sys.argv[3])) if r["placement"] == "out-of-place"]
-print(f"\nall_reduce fp32 sum, {np_} ranks, out-of-place, wall busbw (GB/s; busbw = algbw x 2(n-1)/n)")
-print(f'{"size":>10} {"shardsim auto":>14} {"(algorithm)":>14} {"shardsim ring":>14} {"MPI_Allreduce":>14} {"auto/MPI":>9} {"ring/MPI":>9}')
-for a, r in zip(auto, ring):
-    m = float(a["mpi_busbw_gbps"])
-    print(f'{int(a["size_bytes"]) >> 20:>7} MiB {float(a["wall_busbw_gbps"]):>14.2f} {a["algorithm"]:>14} {float(r["wall_busbw_gbps"]):>14.2f} '
-          f'{m:>14.2f} {float(a["wall_busbw_gbps"]) / m:>9.2f} {float(r["wall_busbw_gbps"]) / m:>9.2f}')
+done
+for spec in "${BINS[@]}"; do
+  python3 - "$WORK/${spec%%=*}" "$REPS" "${spec%%=*}" "${RANKS[@]}" <<'PY'
+import csv, statistics, sys
+work, reps, name, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+def size(b):
+    b = int(b)
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+for np_ in ranks:
+    rows = {}  # size -> list of (shardsim busbw, mpi busbw, algorithm)
+    for rep in range(1, reps + 1):
+        for part in ("small", "large"):
+            for r in csv.DictReader(open(f"{work}.np{np_}.{part}.{rep}.csv")):
+                if r["placement"] != "out-of-place":
+                    continue
+                rows.setdefault(int(r["size_bytes"]), []).append(
+                    (float(r["wall_busbw_gbps"]), float(r["mpi_busbw_gbps"]), r["algorithm"]))
+    print(f"\n[{name}] all_reduce fp32 sum, {np_} ranks, out-of-place, algorithm auto: wall busbw (GB/s), "
+          f"median of {reps}")
+    print(f'{"size":>8} {"algorithm":>12} {"shardsim":>9} {"MPI":>9} {"ratio":>7}  {"ratios of each run":<24}')
+    for b in sorted(rows):
+        v = rows[b]
+        ratios = [s / m for s, m, _ in v]
+        print(f'{size(b):>8} {v[0][2]:>12} {statistics.median(s for s, _, _ in v):>9.3f} '
+              f'{statistics.median(m for _, m, _ in v):>9.3f} {statistics.median(ratios):>6.2f}x  '
+              + " ".join(f"{x:.2f}" for x in ratios))
 PY
 done

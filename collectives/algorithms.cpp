@@ -1,7 +1,11 @@
 #include "collectives/algorithms.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -369,30 +373,48 @@ double estimate_ns(Collective c, const std::string& a, const runtime::Transport&
   return std::numeric_limits<double>::infinity();
 }
 
-void check_args(Collective c, const runtime::Transport& tp, const CollectiveOptions& o, uint64_t count, DType dtype,
-                int op) {
-  if (!o.check_args || tp.size() == 1) return;
-  const uint64_t algo_hash = std::hash<std::string>{}(o.algorithm) & 0xffffffffffffull;
-  const std::vector<std::pair<const char*, int64_t>> mine = {
+runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& o, uint64_t count,
+                                  DType dtype, int op) {
+  runtime::CallSignature sig;
+  sig.collective = static_cast<int32_t>(c);
+  sig.dtype = static_cast<int32_t>(dtype);
+  sig.op = op;
+  sig.root = is_rooted(c) ? o.root : 0;
+  sig.count = count;
+  sig.algorithm = std::hash<std::string>{}(o.algorithm) & 0xffffffffffffull;
+  if (!o.check_args || tp.size() == 1) return sig;
+  // Agreed once per (communicator, signature): a signature every rank agreed on before needs no new round; a
+  // later mismatch is then caught by the receivers, which compare every message header's signature with their
+  // own (runtime/transport.h). A new signature is agreed here, in one small non-blocking all-reduce that the
+  // watchdog watches.
+  const uint64_t h = sig.hash();
+  if (tp.agreed(h)) return sig;
+  const std::pair<const char*, int64_t> mine[] = {
       {"collective", static_cast<int64_t>(c)},  {"count", static_cast<int64_t>(count)},
       {"dtype", static_cast<int64_t>(dtype)},   {"op", op},
-      {"root", is_rooted(c) ? o.root : 0},      {"algorithm", static_cast<int64_t>(algo_hash)}};
-  const size_t k = mine.size();
-  std::vector<int64_t> both(2 * k), out(2 * k);
+      {"root", sig.root},                       {"algorithm", static_cast<int64_t>(sig.algorithm)}};
+  constexpr size_t k = std::size(mine);
+  int64_t both[2 * k], out[2 * k];
   for (size_t i = 0; i < k; ++i) {
     both[i] = mine[i].second;
     both[k + i] = -mine[i].second;
   }
-  runtime::check_mpi(MPI_Allreduce(both.data(), out.data(), static_cast<int>(2 * k), MPI_INT64_T, MPI_MAX, tp.comm()),
-                     tp.chip(), collective_name(c) + ": argument check");
+  const std::string what = collective_name(c) + ": argument check";
+  std::vector<MPI_Request> req(1);
+  runtime::check_mpi(MPI_Iallreduce(both, out, static_cast<int>(2 * k), MPI_INT64_T, MPI_MAX, tp.comm(), req.data()),
+                     tp.chip(), what);
+  tp.wait_requests(req, {-1}, what);
   size_t bad = k;
   for (size_t i = 0; i < k && bad == k; ++i)
     if (out[i] != -out[k + i]) bad = i;
-  if (bad == k) return;
+  if (bad == k) {
+    tp.mark_agreed(h);
+    return sig;
+  }
   // Who has what: gather the disagreeing field from every rank (all ranks are here, so this cannot hang).
   std::vector<int64_t> all(static_cast<size_t>(tp.size()));
   runtime::check_mpi(MPI_Allgather(&both[bad], 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, tp.comm()), tp.chip(),
-                     collective_name(c) + ": argument check");
+                     what);
   std::string msg = collective_name(c) + ": ranks disagree on " + mine[bad].first + ":";
   for (int r = 0; r < tp.size() && r < 16; ++r) {
     msg += " chip " + std::to_string(tp.chip_of(r)) + " ";
@@ -418,6 +440,12 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
                        tp.topology().describe() + ": " + why);
     return {a, ""};
   }
+  // The choice depends only on the group, its topology, the size and the chunk size: memoised per transport.
+  const std::array<uint64_t, 4> key = {static_cast<uint64_t>(c), std::bit_cast<uint64_t>(bytes), options.chunk_bytes,
+                                       std::hash<std::string>{}(options.algorithm)};
+  auto& memo = tp.choice_memo();
+  if (auto it = memo.find(key); it != memo.end()) return {it->second.first, it->second.second};
+  if (memo.size() >= 4096) memo.clear();
   Choice best;
   double best_ns = std::numeric_limits<double>::infinity();
   std::string why = "auto for " + std::to_string(static_cast<long long>(bytes)) + " B on " +
@@ -439,6 +467,7 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
     why += " " + a + " " + text + (a == best.algorithm ? " (chosen)" : "") + ";";
   why.pop_back();
   best.explanation = why;
+  memo.emplace(key, std::make_pair(best.algorithm, best.explanation));
   return best;
 }
 

@@ -58,9 +58,13 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
                    size_t chunk_bytes = 0);
 
 // When OPTIONS.check_args: every rank of TP must pass the same arguments (COUNT is what must agree: the
-// total count, or a hash of per-rank counts for the v-variants). Throws AgreedError(exit 2) on every rank.
-void check_args(Collective c, const runtime::Transport& tp, const CollectiveOptions& options, uint64_t count,
-                DType dtype, int op);
+// total count, or a hash of per-rank counts for the v-variants). The first call with a given signature on a
+// communicator agrees in one small all-reduce and throws AgreedError(exit 2) on every rank on a mismatch; later
+// calls with that signature skip the round, and a mismatch then surfaces where a rank receives a message whose
+// header carries another signature (UsageError, exit 2, on the receiving ranks; runtime/transport.h). Returns
+// the call's signature: the collective holds it in a runtime::SignatureScope while it moves data.
+runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& options,
+                                  uint64_t count, DType dtype, int op);
 
 struct Choice {
   std::string algorithm;

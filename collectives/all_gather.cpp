@@ -16,7 +16,7 @@ CollectiveResult gather_layout(runtime::Transport& tp, Collective c, const void*
   const double bytes = static_cast<double>(layout.total() * es);
   uint64_t sig = layout.total();
   for (size_t n : layout.size) sig = sig * 1000003u + n;  // the v-variant's counts must agree too
-  check_args(c, tp, o, sig & 0x7fffffffffffffffull, dtype, 0);
+  const runtime::SignatureScope signature_scope(check_args(c, tp, o, sig & 0x7fffffffffffffffull, dtype, 0));
   const Choice choice = choose(c, o, tp, bytes);
   const std::string name = o.name.empty() ? collective_name(c) : o.name;
   const double sent_before = tp.bytes_sent();

@@ -18,7 +18,7 @@ void check_root(const runtime::Transport& tp, int root, const std::string& op) {
 CollectiveResult broadcast(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                            sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t bytes = count * runtime::dtype_size(dtype);
-  check_args(Collective::broadcast, tp, options, count, dtype, 0);
+  const runtime::SignatureScope signature_scope(check_args(Collective::broadcast, tp, options, count, dtype, 0));
   check_root(tp, options.root, "broadcast");
   const Choice choice = choose(Collective::broadcast, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "broadcast" : options.name;

@@ -16,7 +16,7 @@ CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void*
                                DType dtype, sim::TimeNs ready, const CollectiveOptions& o) {
   const std::string cname = collective_name(c);
   const size_t es = runtime::dtype_size(dtype), block = count * es, p = static_cast<size_t>(tp.size());
-  check_args(c, tp, o, count, dtype, 0);
+  const runtime::SignatureScope signature_scope(check_args(c, tp, o, count, dtype, 0));
   check_root(tp, o.root, cname);
   const Choice choice = choose(c, o, tp, static_cast<double>(block * p));
   const std::string name = o.name.empty() ? cname : o.name;

@@ -29,8 +29,10 @@ struct CollectiveOptions {
   size_t chunk_bytes = 0;
   int root = 0;       // broadcast, reduce, gather, scatter: the root's rank in this transport
   // Before moving data, all ranks compare their arguments (collective, count, dtype, op, root, algorithm) in one
-  // small MPI_Allreduce (host time only, never simulated). A mismatch, which would otherwise hang or corrupt
-  // data as it does in NCCL, becomes an AgreedError (exit 2) on every rank naming the chips that disagree.
+  // small all-reduce the first time this signature is used on the communicator (host time only, never
+  // simulated); a mismatch, which would otherwise hang or corrupt data as it does in NCCL, becomes an AgreedError
+  // (exit 2) on every rank naming the chips that disagree. Later calls with an agreed signature skip the round:
+  // message headers carry the signature and a receiver seeing another one raises UsageError (exit 2).
   bool check_args = true;
   std::string name;   // event-name prefix on the timeline; empty = the collective's name
 };

@@ -7,7 +7,10 @@
 #include <cstring>
 #include <thread>
 
+#include <sched.h>
+
 #include "common/error.h"
+#include "runtime/dtype.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
 
@@ -26,6 +29,15 @@ Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> ra
   if (static_cast<int>(rank_to_chip_.size()) != size_)
     throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip_.size()) +
                        " entries for a communicator of " + std::to_string(size_));
+  rank_to_world_.resize(static_cast<size_t>(size_));
+  std::vector<int> mine(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) mine[static_cast<size_t>(r)] = r;
+  MPI_Group g, wg;
+  MPI_Comm_group(comm_, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  MPI_Group_translate_ranks(g, size_, mine.data(), wg, rank_to_world_.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&wg);
 }
 
 Transport Transport::split(int color, int key) const {
@@ -72,6 +84,8 @@ Engine& Transport::engine() {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // SHARDSIM_WATCHDOG_S for synchronous waits, read once (a bad value is reported by the first engine or, for
 // runs without async ops, treated as the default so a wait never throws from here).
 double sync_watchdog_s() {
@@ -87,12 +101,15 @@ double sync_watchdog_s() {
 
 // Test hook: SHARDSIM_TEST_STALL_SYNC_RANK=R makes world rank R sleep forever at its first synchronous wait.
 void maybe_stall(const std::string& op) {
+  static const int stall_rank = [] {
+    const char* v = std::getenv("SHARDSIM_TEST_STALL_SYNC_RANK");
+    return v && *v ? std::atoi(v) : -1;
+  }();
   static bool fired = false;
-  const char* v = std::getenv("SHARDSIM_TEST_STALL_SYNC_RANK");
-  if (fired || !v || !*v) return;
+  if (fired || stall_rank < 0) return;
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  if (world_rank != std::atoi(v)) return;
+  if (world_rank != stall_rank) return;
   fired = true;
   std::fprintf(stderr, "shardsim: test hook SHARDSIM_TEST_STALL_SYNC_RANK: rank %d stalls in %s\n", world_rank,
                op.c_str());
@@ -100,62 +117,222 @@ void maybe_stall(const std::string& op) {
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+thread_local CallSignature t_signature;
+
+std::string chip_list(const std::vector<int>& chips) {
+  std::string s;
+  for (int c : chips) s += (s.empty() ? "" : ", ") + std::to_string(c);
+  return s;
+}
+
 }  // namespace
 
+uint64_t CallSignature::hash() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+  for (uint64_t v : {static_cast<uint64_t>(static_cast<uint32_t>(collective)), static_cast<uint64_t>(dtype),
+                     static_cast<uint64_t>(static_cast<uint32_t>(op)), static_cast<uint64_t>(static_cast<uint32_t>(root)),
+                     count, algorithm})
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+SignatureScope::SignatureScope(const CallSignature& sig) : saved_(t_signature) { t_signature = sig; }
+SignatureScope::~SignatureScope() { t_signature = saved_; }
+const CallSignature& SignatureScope::current() { return t_signature; }
+
+const char* wait_mode_name(WaitMode m) {
+  switch (m) {
+    case WaitMode::spin: return "spin";
+    case WaitMode::yield: return "yield";
+    case WaitMode::sleep: return "sleep";
+  }
+  return "?";
+}
+
+WaitMode wait_mode() {
+  static const WaitMode m = [] {
+    const char* v = std::getenv("SHARDSIM_WAIT");
+    const std::string s = v ? v : "";
+    if (s == "spin") return WaitMode::spin;
+    if (s == "yield") return WaitMode::yield;
+    if (s == "sleep") return WaitMode::sleep;
+    if (!s.empty() && s != "auto")  // warn once, per process, and carry on: a wait strategy never changes results
+      std::fprintf(stderr, "shardsim: warning: SHARDSIM_WAIT='%s' is not spin, yield, sleep or auto; using auto\n",
+                   s.c_str());
+    return WaitMode::spin;  // measured best on this 2-core host also with 4 oversubscribed ranks (PERFORMANCE.md)
+  }();
+  return m;
+}
+
+void Transport::mark_agreed(uint64_t hash) const {
+  if (agreed_->size() >= 4096) agreed_->clear();  // every rank clears at the same call: the sets stay equal
+  agreed_->insert(hash);
+}
+
 void Transport::wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op) {
-  // One polling loop for both kinds of wait. Synchronous waits (no observer) spin for the first 20 us (low
-  // latency when the peer is there), then sleep with a growing pause (up to 500 us) so that ranks sharing a core
-  // hand it to the peer they wait for, and carry the watchdog: no request completing for SHARDSIM_WATCHDOG_S
-  // seconds (default 300; 0 = never) aborts the job (exit 3) naming the op and the chips still pending. The
-  // engine's waits report progress to its observer instead (its own watchdog thread watches them).
+  wait(reqs, peers, op, nullptr);
+}
+
+void Transport::publish_wait(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers) {
+  std::vector<int> worlds, chips;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    for (int r = 0; r < size_; ++r) {
+      if (!(peers[i] == r || (peers[i] < 0 && r != rank_))) continue;
+      const int w = world_rank_of(r);
+      if (std::find(worlds.begin(), worlds.end(), w) != worlds.end()) continue;
+      worlds.push_back(w);
+      chips.push_back(chip_of(r));
+    }
+  }
+  wait_board::publish(world_rank_of(rank_), chip(), worlds, chips);
+}
+
+void Transport::watchdog_fire(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers,
+                              const std::string& op, double idle, double limit) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  publish_wait(reqs, peers);  // so the others see this rank as waiting, whatever its wait's age
+  std::vector<int> pending_chips, pending_worlds;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    for (int r = 0; r < size_; ++r)
+      if ((peers[i] == r || (peers[i] < 0 && r != rank_)) &&
+          std::find(pending_worlds.begin(), pending_worlds.end(), world_rank_of(r)) == pending_worlds.end()) {
+        pending_worlds.push_back(world_rank_of(r));
+        pending_chips.push_back(chip_of(r));
+      }
+  }
+  char head[512];
+  std::snprintf(head, sizeof head, "shardsim: watchdog: chip %d (rank %d): %s made no progress for %.0f s (limit "
+                "SHARDSIM_WATCHDOG_S=%g); ", chip(), world_rank, op.c_str(), idle, limit);
+  std::string line = head;
+  if (!wait_board::available()) {
+    line += "still waiting on chip(s) " + chip_list(pending_chips);
+  } else {
+    const wait_board::Finding f = wait_board::follow(world_rank, pending_worlds);
+    auto described = [&](const std::vector<int>& worlds) {
+      std::string s;
+      for (int w : worlds) {
+        const int c = f.chip_of(w);
+        s += (s.empty() ? "" : ", ") + (c >= 0 ? "chip " + std::to_string(c) + " " : std::string()) + "(rank " +
+             std::to_string(w) + ")";
+      }
+      return s;
+    };
+    std::vector<int> waiters;
+    for (int w : f.waiting) waiters.push_back(f.chip_of(w));
+    if (!f.stalled.empty())
+      line += "stalled: " + described(f.stalled) +
+              ", not waiting for any message (busy or hung outside communication); waiting on it: chip(s) " +
+              chip_list(waiters);
+    if (!f.remote.empty())
+      line += std::string(f.stalled.empty() ? "" : "; ") + "waiting on " + described(f.remote) +
+              " on another host (not inspectable from here)";
+    if (f.cycle)
+      line += "deadlock: chip(s) " + chip_list(waiters) +
+              " all wait on each other (ranks calling different collectives, or in different orders?)";
+    if (!wait_board::claim()) {
+      // Another rank of this node reports and takes the job down; wait for that, then make sure of it.
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+      std::_Exit(kExitRuntimeFault);
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+  std::_Exit(kExitRuntimeFault);
+}
+
+void Transport::wait(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op,
+                     WaitHook* hook) {
+  // Synchronous waits (no observer) poll as wait_mode() says and carry the watchdog: no request completing for
+  // SHARDSIM_WATCHDOG_S seconds (default 300; 0 = never) aborts the job (exit 3) with one line naming the stalled
+  // chips (watchdog_fire). A wait that lasts 10 ms is published on the node's wait board for that. The engine's
+  // waits report progress to its observer instead (its own watchdog thread watches them) and sleep 2-250 us.
   using us = std::chrono::microseconds;
   const bool sync = !observer_;
   if (sync) maybe_stall(op);
+  const WaitMode mode = sync ? wait_mode() : WaitMode::sleep;
   const double limit = sync ? sync_watchdog_s() : 0;
-  const us spin = sync ? us(20) : us(0), min_pause = sync ? us(5) : us(2), max_pause = sync ? us(500) : us(250);
+  // Phases of an idle wait: poll back to back until SPIN, poll with sched_yield() until YIELD, then sleep with a
+  // pause growing from MIN_PAUSE to MAX_PAUSE (a rank waiting on a long serial job must not steal its core).
+  const us spin = !sync ? us(0) : mode == WaitMode::spin ? us(50) : mode == WaitMode::sleep ? us(20) : us(0);
+  const us yield = !sync ? us(0) : mode == WaitMode::spin ? us(1000) : mode == WaitMode::yield ? us(200) : us(0);
+  const us min_pause = !sync ? us(2) : mode == WaitMode::sleep ? us(5) : us(20);
+  const us max_pause = !sync ? us(250) : us(500);
   auto pending = [&] {  // distinct ranks with a request still active
     std::vector<int> ranks;
     for (size_t i = 0; i < reqs.size(); ++i)
-      if (reqs[i] != MPI_REQUEST_NULL && std::find(ranks.begin(), ranks.end(), peers[i]) == ranks.end())
-        ranks.push_back(peers[i]);
+      if (reqs[i] != MPI_REQUEST_NULL)
+        for (int r = 0; r < size_; ++r)
+          if ((peers[i] == r || (peers[i] < 0 && r != rank_)) && std::find(ranks.begin(), ranks.end(), r) == ranks.end())
+            ranks.push_back(r);
     return ranks;
   };
   if (observer_) observer_->pending(comm_, pending());
-  std::vector<int> done(reqs.size());
-  auto last_progress = std::chrono::steady_clock::now();
+  const int n_reqs = static_cast<int>(reqs.size());
+  if (done_.size() < reqs.size()) {
+    done_.resize(reqs.size());
+    statuses_.resize(reqs.size());
+  }
+  bool idle = false, published = false;
+  Clock::time_point idle_since;
   us pause = min_pause;
   while (true) {
     int n = 0;
-    check_mpi(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &n, done.data(), MPI_STATUSES_IGNORE), chip(),
-              op);
+    const int rc = MPI_Testsome(n_reqs, reqs.data(), &n, done_.data(), statuses_.data());
+    if (rc != MPI_SUCCESS) {
+      if (hook && rc == MPI_ERR_IN_STATUS)
+        for (int k = 0; k < n; ++k) hook->failed(static_cast<size_t>(done_[static_cast<size_t>(k)]),
+                                                 statuses_[static_cast<size_t>(k)].MPI_ERROR);
+      check_mpi(rc, chip(), op);
+    }
     if (n == MPI_UNDEFINED) break;  // no active request left
-    const auto now = std::chrono::steady_clock::now();
     if (n > 0) {
-      last_progress = now;
+      if (hook)
+        for (int k = 0; k < n; ++k) hook->completed(static_cast<size_t>(done_[static_cast<size_t>(k)]));
+      idle = false;
       pause = min_pause;
+      if (published) {
+        wait_board::clear();
+        published = false;
+      }
       if (observer_) {
         observer_->progressed();
         observer_->pending(comm_, pending());
       }
       continue;
     }
-    if (now - last_progress < spin) continue;
-    const double idle = std::chrono::duration<double>(now - last_progress).count();
-    if (limit > 0 && idle >= limit) {
-      std::string chips;
-      for (int r : pending()) chips += (chips.empty() ? " " : ", ") + std::to_string(chip_of(r));
-      int world_rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-      std::fprintf(stderr,
-                   "shardsim: watchdog: chip %d (rank %d): %s made no progress for %.0f s (limit "
-                   "SHARDSIM_WATCHDOG_S=%g); still waiting on chip(s)%s\n",
-                   chip(), world_rank, op.c_str(), idle, limit, chips.c_str());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+    if (mode == WaitMode::spin && sync && idle) {
+      // cheap path: read the clock only every 64 polls while spinning
+      static thread_local unsigned polls = 0;
+      if ((++polls & 63) != 0) continue;
+    }
+    const auto now = Clock::now();
+    if (!idle) {
+      idle = true;
+      idle_since = now;
+    }
+    const auto waited = now - idle_since;
+    if (sync) {
+      if (!published && waited >= std::chrono::milliseconds(10) && wait_board::available()) {
+        publish_wait(reqs, peers);
+        published = true;
+      }
+      const double idle_s = std::chrono::duration<double>(waited).count();
+      if (limit > 0 && idle_s >= limit) watchdog_fire(reqs, peers, op, idle_s, limit);
+    }
+    if (waited < spin) continue;
+    if (waited < yield) {
+      sched_yield();
+      continue;
     }
     std::this_thread::sleep_for(pause);
     if (pause < max_pause) pause *= 2;
   }
+  if (published) wait_board::clear();
   if (observer_) observer_->pending(comm_, {});
 }
 
@@ -176,6 +353,26 @@ Transport& Transport::subgroup(const std::string& name, int color, int key) {
 }
 
 void Transport::check_header(const Header& h, size_t bytes, int src, const std::string& op) const {
+  const CallSignature& mine = SignatureScope::current();
+  if (h.sig.collective >= 0 && mine.collective >= 0 && !(h.sig == mine)) {
+    const char* field = h.sig.collective != mine.collective ? "collective"
+                        : h.sig.count != mine.count         ? "count"
+                        : h.sig.dtype != mine.dtype         ? "dtype"
+                        : h.sig.op != mine.op               ? "op"
+                        : h.sig.root != mine.root           ? "root"
+                                                            : "algorithm";
+    auto value = [&](const CallSignature& s) -> std::string {
+      if (std::string(field) == "count") return std::to_string(s.count);
+      if (std::string(field) == "dtype") return dtype_name(static_cast<DType>(s.dtype));
+      if (std::string(field) == "op") return std::to_string(s.op);
+      if (std::string(field) == "root") return std::to_string(s.root);
+      if (std::string(field) == "collective") return "#" + std::to_string(s.collective);
+      return "(another name)";
+    };
+    throw UsageError("chip " + std::to_string(chip()) + ": " + op + ": ranks disagree on " + field + ": chip " +
+                     std::to_string(chip()) + " " + value(mine) + ", chip " + std::to_string(chip_of(src)) + " " +
+                     value(h.sig) + " (every rank must call the collective with the same arguments)");
+  }
   if (h.bytes != bytes)
     throw UsageError("chip " + std::to_string(chip()) + ": " + op + ": expected " + std::to_string(bytes) +
                      " bytes from chip " + std::to_string(chip_of(src)) + ", got " + std::to_string(h.bytes) +
@@ -183,51 +380,103 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
 }
 
 void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
-  std::vector<Header> out(sends.size()), in(recvs.size());
-  std::vector<MPI_Request> reqs;
-  std::vector<int> peers;  // rank of each request
-  for (size_t i = 0; i < sends.size(); ++i) {
+  // Receives first (an eager message then lands in a posted buffer), then sends. Each receive is one header
+  // message into this transport's staging area (the payload packed behind it when it is at most kPackBytes) and,
+  // for a larger payload, its pieces straight into the caller's buffer, all posted at once. A header is checked
+  // as soon as it is here, so a size mismatch is an error even if the payload it announces never comes.
+  constexpr size_t kH = sizeof(Header), kSlot = kH + kPackBytes;
+  const size_t ns = sends.size(), nr = recvs.size();
+  const CallSignature& sig = SignatureScope::current();
+  out_.resize(ns);
+  in_.resize(nr);
+  reqs_.clear();
+  peers_.clear();
+  recv_of_.clear();
+  size_t packed = 0;
+  for (const SendOp& s : sends) packed += s.bytes <= kPackBytes ? kH + s.bytes : 0;
+  if (pack_out_.size() < packed) pack_out_.resize(packed);
+  if (pack_in_.size() < nr * kSlot) pack_in_.resize(nr * kSlot);
+  for (size_t i = 0; i < nr; ++i) {
+    RecvOp& r = recvs[i];
+    reqs_.emplace_back();
+    peers_.push_back(r.src);
+    recv_of_.push_back(static_cast<int>(i));
+    check_mpi(MPI_Irecv(pack_in_.data() + i * kSlot, static_cast<int>(kSlot), MPI_BYTE, r.src, kHeaderTag, comm_,
+                        &reqs_.back()),
+              chip(), op);
+    if (r.bytes <= kPackBytes) continue;
+    auto* p = static_cast<unsigned char*>(r.buf);
+    for (size_t off = 0; off < r.bytes; off += kPiece) {
+      reqs_.emplace_back();
+      peers_.push_back(r.src);
+      recv_of_.push_back(-2 - static_cast<int>(i));
+      check_mpi(MPI_Irecv(p + off, static_cast<int>(std::min(kPiece, r.bytes - off)), MPI_BYTE, r.src, kPayloadTag,
+                          comm_, &reqs_.back()),
+                chip(), op);
+    }
+  }
+  unsigned char* stage = pack_out_.data();
+  for (size_t i = 0; i < ns; ++i) {
     const SendOp& s = sends[i];
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    out[i] = {span.end, s.bytes};
-    reqs.emplace_back();
-    peers.push_back(s.dst);
-    check_mpi(MPI_Isend(&out[i], sizeof(Header), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs.back()), chip(), op);
+    out_[i] = {span.end, s.bytes, sig};
+    reqs_.emplace_back();
+    peers_.push_back(s.dst);
+    recv_of_.push_back(-1);
+    if (s.bytes <= kPackBytes) {
+      std::memcpy(stage, &out_[i], kH);
+      if (s.bytes) std::memcpy(stage + kH, s.buf, s.bytes);
+      check_mpi(MPI_Isend(stage, static_cast<int>(kH + s.bytes), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs_.back()),
+                chip(), op);
+      stage += kH + s.bytes;
+      continue;
+    }
+    check_mpi(MPI_Isend(&out_[i], static_cast<int>(kH), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs_.back()), chip(),
+              op);
     const auto* p = static_cast<const unsigned char*>(s.buf);
     for (size_t off = 0; off < s.bytes; off += kPiece) {
-      reqs.emplace_back();
-      peers.push_back(s.dst);
+      reqs_.emplace_back();
+      peers_.push_back(s.dst);
+      recv_of_.push_back(-1);
       check_mpi(MPI_Isend(p + off, static_cast<int>(std::min(kPiece, s.bytes - off)), MPI_BYTE, s.dst, kPayloadTag,
-                          comm_, &reqs.back()),
+                          comm_, &reqs_.back()),
                 chip(), op);
     }
   }
-  // Each header is received and checked before its payload is posted: a size mismatch must become a clear
-  // error, not a truncation fault inside MPI. Every send above is already posted, so this cannot deadlock.
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    RecvOp& r = recvs[i];
-    std::vector<MPI_Request> h(1);  // through wait_requests: the watchdog sees this wait too
-    check_mpi(MPI_Irecv(&in[i], sizeof(Header), MPI_BYTE, r.src, kHeaderTag, comm_, h.data()), chip(), op);
-    wait_requests(h, {r.src}, op);
-    check_header(in[i], r.bytes, r.src, op);
-    auto* p = static_cast<unsigned char*>(r.buf);
-    for (size_t off = 0; off < r.bytes; off += kPiece) {
-      reqs.emplace_back();
-      peers.push_back(r.src);
-      check_mpi(MPI_Irecv(p + off, static_cast<int>(std::min(kPiece, r.bytes - off)), MPI_BYTE, r.src, kPayloadTag,
-                          comm_, &reqs.back()),
-                chip(), op);
+  struct Hook : WaitHook {
+    Transport& t;
+    std::span<RecvOp> recvs;
+    const std::string& op;
+    Hook(Transport& tt, std::span<RecvOp> r, const std::string& o) : t(tt), recvs(r), op(o) {}
+    void completed(size_t index) override {
+      const int i = t.recv_of_[index];
+      if (i < 0) return;
+      const unsigned char* slot = t.pack_in_.data() + static_cast<size_t>(i) * kSlot;
+      Header& h = t.in_[static_cast<size_t>(i)];
+      std::memcpy(&h, slot, kH);
+      RecvOp& r = recvs[static_cast<size_t>(i)];
+      t.check_header(h, r.bytes, r.src, op);
+      if (r.bytes && r.bytes <= kPackBytes) std::memcpy(r.buf, slot + kH, r.bytes);
     }
-  }
-  wait_requests(reqs, peers, op);
-  for (size_t i = 0; i < recvs.size(); ++i) recvs[i].arrival = in[i].arrival_ns;
+    void failed(size_t index, int error) override {
+      int cls = error;
+      MPI_Error_class(error, &cls);
+      const int i = t.recv_of_[index];
+      if (cls != MPI_ERR_TRUNCATE || i >= -1) return;
+      const RecvOp& r = recvs[static_cast<size_t>(-2 - i)];
+      throw UsageError("chip " + std::to_string(t.chip()) + ": " + op + ": expected " + std::to_string(r.bytes) +
+                       " bytes from chip " + std::to_string(t.chip_of(r.src)) + ", got more (counts differ across ranks?)");
+    }
+  } hook(*this, recvs, op);
+  wait(reqs_, peers_, op, &hook);
+  for (size_t i = 0; i < nr; ++i) recvs[i].arrival = in_[i].arrival_ns;
 }
 
 sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
                                 sim::TimeNs ready, const std::string& op) {
   if (dst == rank_ && src == rank_) {
-    if (sbytes != rbytes) check_header(Header{0, sbytes}, rbytes, src, op);
+    if (sbytes != rbytes) check_header(Header{0, sbytes, SignatureScope::current()}, rbytes, src, op);
     if (sbytes && sbuf != rbuf) std::memmove(rbuf, sbuf, sbytes);
     return ready;
   }

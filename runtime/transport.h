@@ -1,24 +1,36 @@
 // Point-to-point transport between chips: real bytes over MPI, simulated time with them.
 //
-// Every message is a header {simulated arrival time, byte count} followed by the payload, sent in pieces of
-// at most 1 GiB so sizes beyond MPI's int counts work. The sender books the transfer on its own Timeline
-// (injection port busy for S/B, arrival after sum(alpha) + S/B, see sim/cost.h) and ships the arrival time;
-// the receiver takes it as the time the data exists at its chip. Simulated time thus crosses ranks only
-// through messages (Lamport clocks) and never depends on host timing.
+// Every message carries a header {simulated arrival time, byte count, the sender's call signature}. A payload of
+// at most kPackBytes travels inside the header's message (one MPI message, packed through a reusable staging
+// buffer); a larger one follows in pieces of at most 1 GiB (so sizes beyond MPI's int counts work), received
+// straight into the caller's buffer and posted together with the header receive (no round trip between them).
+// The sender books the transfer on its own Timeline (injection port busy for S/B, arrival after
+// sum(alpha) + S/B, see sim/cost.h) and ships the arrival time; the receiver takes it as the time the data exists
+// at its chip. Simulated time thus crosses ranks only through messages (Lamport clocks) and never depends on host
+// timing.
 //
 // Ranks here are ranks of this transport's communicator; rank_to_chip maps them to topology chips. split()
 // makes a transport over a subgroup (MPI_Comm_split semantics) that shares the chip's Timeline.
 // Errors: UsageError (exit 2) "chip C: OP: expected N bytes from chip D, got M" when sender and receiver
-// disagree on a size (mismatched counts across ranks); RuntimeFault "chip C: OP: MPI error: ..." otherwise.
+// disagree on a size (mismatched counts across ranks), or "chip C: OP: ranks disagree on FIELD: ..." when the
+// signatures of the collective calls (CallSignature, set by SignatureScope) differ; RuntimeFault
+// "chip C: OP: MPI error: ..." otherwise.
+//
+// Waiting (wait_requests): see WaitMode. Hot path: exchange() allocates nothing once its reusable vectors and
+// staging buffers have grown to the largest exchange seen.
 #pragma once
 
 #include <mpi.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <unordered_set>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/timeline.h"
@@ -38,6 +50,48 @@ class WaitObserver {
   virtual void pending(MPI_Comm comm, const std::vector<int>& ranks) = 0;
   virtual void progressed() = 0;                            // at least one request completed
 };
+
+// What a collective call was asked to do, as each rank sees it (collectives::check_args fills it). Carried in
+// every message header sent while a SignatureScope is active on the sending thread, and compared on receipt with
+// the receiver's own: a mismatch is a UsageError naming the field and both chips (exit 2). collective < 0: no
+// signature (plain point-to-point traffic), never compared.
+struct CallSignature {
+  int32_t collective = -1;
+  int32_t dtype = 0;
+  int32_t op = 0;
+  int32_t root = 0;
+  uint64_t count = 0;
+  uint64_t algorithm = 0;  // hash of the algorithm name as given
+  uint64_t hash() const;
+  bool operator==(const CallSignature&) const = default;
+};
+
+// Sets the calling thread's current call signature for the scope's lifetime (restores the previous one after).
+class SignatureScope {
+ public:
+  explicit SignatureScope(const CallSignature& sig);
+  ~SignatureScope();
+  SignatureScope(const SignatureScope&) = delete;
+  SignatureScope& operator=(const SignatureScope&) = delete;
+  static const CallSignature& current();
+
+ private:
+  CallSignature saved_;
+};
+
+// How synchronous waits (no WaitObserver) wait for MPI requests. Chosen once per process from SHARDSIM_WAIT
+// (spin | yield | sleep | auto; default auto). Every mode polls MPI_Testsome; while nothing completes it
+//   spin:  polls back to back for 50 us, then calls sched_yield() between polls up to 1 ms of idleness;
+//   yield: calls sched_yield() between polls from the start (a rank sharing a core hands it to the peer it waits
+//          for), up to 200 us of idleness;
+//   sleep: polls for 20 us, then sleeps (the behaviour before issue 15);
+//   auto:  spin. Measured side by side against yield with 4 ranks on 2 shared cores (docs/PERFORMANCE.md),
+//          spin's short spin-then-yield phases won at 4-64 KiB, so auto does not switch on node_ranks() > cores.
+// After those phases every mode sleeps, with pauses growing from 20 us (sleep: 5 us) to 500 us, so ranks waiting
+// on a long serial job (a reference computation) do not steal its core.
+enum class WaitMode { spin, yield, sleep };
+WaitMode wait_mode();
+const char* wait_mode_name(WaitMode m);
 
 // One outgoing message of an exchange: BYTES at BUF to rank DST, data ready at READY (simulated).
 struct SendOp {
@@ -90,6 +144,16 @@ class Transport {
   // The pointer stays valid until the next scratch() call on the same slot. Shared with split() transports.
   unsigned char* scratch(int slot, size_t bytes);
 
+  // Agreed call signatures (collectives::check_args): true if every rank already agreed on HASH here.
+  bool agreed(uint64_t hash) const { return agreed_->count(hash) != 0; }
+  void mark_agreed(uint64_t hash) const;
+  // Memo of per-communicator decisions that depend only on the group and its topology (collectives::choose keys
+  // the auto algorithm by collective, bytes, chunk size and option hash). Shared by copies; split() gets its own.
+  using ChoiceMemo = std::map<std::array<uint64_t, 4>, std::pair<std::string, std::string>>;
+  ChoiceMemo& choice_memo() const { return *choices_; }
+  // The world rank of rank R of this transport.
+  int world_rank_of(int r) const { return rank_to_world_.at(static_cast<size_t>(r)); }
+
   // Bytes this chip has injected so far through this transport and its splits (communication-volume reports).
   double bytes_sent() const { return *bytes_sent_; }
 
@@ -99,18 +163,33 @@ class Transport {
   Engine& engine();
 
   // Waits for every request in REQS (PEERS[i]: the rank REQS[i] talks to), through the observer if one is set.
-  // Without one (synchronous collectives) it polls with a short spin then growing sleeps, and aborts the job with
-  // exit code 3 and "shardsim: watchdog: chip C (rank R): OP made no progress for S s ...; still waiting on
-  // chip(s) ..." when nothing completes for SHARDSIM_WATCHDOG_S seconds (default 300, 0 = never). Test hook:
-  // SHARDSIM_TEST_STALL_SYNC_RANK=R makes world rank R sleep forever at its first such wait.
+  // Without one (synchronous collectives) it polls as wait_mode() says, and when nothing completes for
+  // SHARDSIM_WATCHDOG_S seconds (default 300, 0 = never) aborts the job with exit code 3 and ONE line for the
+  // whole job (runtime/world.h, WaitBoard): "shardsim: watchdog: OP made no progress for S s (limit ...);
+  // stalled: chip C (rank R) ...; waiting on it: chips ...". Test hook: SHARDSIM_TEST_STALL_SYNC_RANK=R makes
+  // world rank R sleep forever at its first such wait.
   void wait_requests(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op);
 
  private:
   struct Header {
     double arrival_ns;
     unsigned long long bytes;
+    CallSignature sig;
   };
+  // Largest payload packed into its header's message.
+  static constexpr size_t kPackBytes = 4096;
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
+  // Called by wait() when request I completes (e.g. to check a header early, so a size mismatch cannot leave the
+  // receiver waiting for a payload that never comes).
+  struct WaitHook {
+    virtual void completed(size_t index) = 0;
+    virtual void failed(size_t index, int error) = 0;  // request INDEX completed with MPI error ERROR
+    virtual ~WaitHook() = default;
+  };
+  void wait(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op, WaitHook* hook);
+  void publish_wait(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers);
+  [[noreturn]] void watchdog_fire(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers,
+                                  const std::string& op, double idle, double limit);
   friend class Engine;
   // A transport over a duplicate of this communicator, on TIMELINE, with its own scratch, byte counter and
   // subgroups (nothing shared with this one: the engine's thread uses it while the main thread uses this).
@@ -128,6 +207,17 @@ class Transport {
   std::shared_ptr<WaitObserver> observer_;  // inherited by split()
   std::shared_ptr<std::shared_ptr<Engine>> engine_ = std::make_shared<std::shared_ptr<Engine>>();
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
+  std::vector<int> rank_to_world_;  // this communicator's ranks as MPI_COMM_WORLD ranks (watchdog)
+  // Signatures every rank of this communicator has agreed on (collectives::check_args); shared by copies.
+  std::shared_ptr<std::unordered_set<uint64_t>> agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
+  std::shared_ptr<ChoiceMemo> choices_ = std::make_shared<ChoiceMemo>();
+  // exchange()'s reusable state (not shared: each copy of a transport is used by one thread).
+  std::vector<Header> out_, in_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<int> peers_, recv_of_;  // recv_of_[i]: index of the receive whose header request I is, else -1
+  std::vector<unsigned char> pack_out_, pack_in_;
+  std::vector<int> done_;
+  std::vector<MPI_Status> statuses_;
 };
 
 }  // namespace shardsim::runtime

@@ -1,13 +1,184 @@
 #include "runtime/world.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <thread>
 
 #include "common/error.h"
 
 namespace shardsim::runtime {
+
+namespace {
+
+int g_node_ranks = 0;  // from MpiSession; 0 = unknown
+
+// The wait board: a header and one slot per node-local rank in an MPI shared-memory window.
+constexpr int kMaxPeers = 16;
+struct Slot {
+  std::atomic<long long> since{0};  // steady-clock ns when the wait was published; 0 = not waiting
+  std::atomic<int> chip{-1};
+  std::atomic<int> npeers{0};
+  std::atomic<int> peers[kMaxPeers];
+  std::atomic<int> peer_chips[kMaxPeers];
+};
+struct Board {
+  MPI_Win win = MPI_WIN_NULL;
+  MPI_Comm node = MPI_COMM_NULL;
+  std::atomic<int>* claim = nullptr;
+  Slot* slots = nullptr;
+  std::vector<int> world_to_local;  // -1 for ranks on other nodes
+  int local = -1;
+};
+Board g_board;
+
+static_assert(std::atomic<long long>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the wait board needs address-free atomics");
+
+void board_init() {
+  int wr = 0, ws = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm_size(MPI_COMM_WORLD, &ws);
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, wr, MPI_INFO_NULL, &g_board.node) != MPI_SUCCESS)
+    return;
+  int n = 1, me = 0;
+  MPI_Comm_size(g_board.node, &n);
+  MPI_Comm_rank(g_board.node, &me);
+  g_node_ranks = n;
+  std::vector<int> worlds(static_cast<size_t>(n));
+  if (MPI_Allgather(&wr, 1, MPI_INT, worlds.data(), 1, MPI_INT, g_board.node) != MPI_SUCCESS) return;
+  const MPI_Aint bytes = me == 0 ? static_cast<MPI_Aint>(64 + sizeof(Slot) * static_cast<size_t>(n)) : 0;
+  void* base = nullptr;
+  if (MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, g_board.node, &base, &g_board.win) != MPI_SUCCESS) {
+    g_board.win = MPI_WIN_NULL;
+    return;
+  }
+  MPI_Aint size = 0;
+  int disp = 1;
+  if (MPI_Win_shared_query(g_board.win, 0, &size, &disp, &base) != MPI_SUCCESS || !base) return;
+  auto* p = static_cast<unsigned char*>(base);
+  if (me == 0) {
+    new (p) std::atomic<int>(0);
+    for (int i = 0; i < n; ++i) {
+      auto* slot = new (p + 64 + sizeof(Slot) * static_cast<size_t>(i)) Slot;
+      for (auto& q : slot->peers) q.store(-1);
+      for (auto& q : slot->peer_chips) q.store(-1);
+    }
+  }
+  MPI_Barrier(g_board.node);
+  g_board.claim = reinterpret_cast<std::atomic<int>*>(p);
+  g_board.slots = reinterpret_cast<Slot*>(p + 64);
+  g_board.world_to_local.assign(static_cast<size_t>(ws), -1);
+  for (int i = 0; i < n; ++i) g_board.world_to_local[static_cast<size_t>(worlds[static_cast<size_t>(i)])] = i;
+  g_board.local = me;
+}
+
+void board_free() {
+  if (g_board.win != MPI_WIN_NULL) MPI_Win_free(&g_board.win);
+  if (g_board.node != MPI_COMM_NULL) MPI_Comm_free(&g_board.node);
+  g_board = Board{};
+}
+
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Slot* slot_of(int world_rank) {
+  if (!g_board.slots || world_rank < 0 || world_rank >= static_cast<int>(g_board.world_to_local.size())) return nullptr;
+  const int l = g_board.world_to_local[static_cast<size_t>(world_rank)];
+  return l < 0 ? nullptr : &g_board.slots[l];
+}
+
+}  // namespace
+
+int node_ranks() {
+  if (g_node_ranks > 0) return g_node_ranks;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* s = std::getenv(v); s && std::atoi(s) > 0) return std::atoi(s);
+  return 1;
+}
+
+int node_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+namespace wait_board {
+
+bool available() { return g_board.slots != nullptr; }
+
+void publish(int me, int chip, const std::vector<int>& world_peers, const std::vector<int>& peer_chips) {
+  Slot* sp = slot_of(me);
+  if (!sp) return;
+  Slot& s = *sp;
+  s.since.store(0, std::memory_order_relaxed);
+  const int n = static_cast<int>(std::min<size_t>(world_peers.size(), kMaxPeers));
+  for (int i = 0; i < n; ++i) {
+    s.peers[i].store(world_peers[static_cast<size_t>(i)], std::memory_order_relaxed);
+    s.peer_chips[i].store(peer_chips[static_cast<size_t>(i)], std::memory_order_relaxed);
+  }
+  s.npeers.store(n, std::memory_order_relaxed);
+  s.chip.store(chip, std::memory_order_relaxed);
+  s.since.store(std::max(1LL, now_ns()), std::memory_order_release);
+}
+
+void clear() {
+  if (g_board.slots) g_board.slots[g_board.local].since.store(0, std::memory_order_release);
+}
+
+int Finding::chip_of(int world_rank) const {
+  for (const auto& [w, c] : chips)
+    if (w == world_rank) return c;
+  return -1;
+}
+
+Finding follow(int my_world_rank, const std::vector<int>& world_peers) {
+  Finding f;
+  std::vector<int> seen = {my_world_rank}, todo = world_peers;
+  f.waiting.push_back(my_world_rank);
+  auto note_peers = [&](const Slot& s) {
+    const int n = std::min(s.npeers.load(std::memory_order_relaxed), kMaxPeers);
+    for (int i = 0; i < n; ++i) {
+      const int peer = s.peers[i].load(std::memory_order_relaxed);
+      todo.push_back(peer);
+      if (f.chip_of(peer) < 0) f.chips.emplace_back(peer, s.peer_chips[i].load(std::memory_order_relaxed));
+    }
+  };
+  if (const Slot* me = slot_of(my_world_rank)) {
+    f.chips.emplace_back(my_world_rank, me->chip.load(std::memory_order_relaxed));
+    note_peers(*me);
+  }
+  while (!todo.empty()) {
+    const int w = todo.back();
+    todo.pop_back();
+    if (std::find(seen.begin(), seen.end(), w) != seen.end()) continue;
+    seen.push_back(w);
+    const Slot* s = slot_of(w);
+    if (!s) {
+      f.remote.push_back(w);
+      continue;
+    }
+    if (s->since.load(std::memory_order_acquire) == 0) {
+      f.stalled.push_back(w);
+      continue;
+    }
+    f.waiting.push_back(w);
+    if (f.chip_of(w) < 0) f.chips.emplace_back(w, s->chip.load(std::memory_order_relaxed));
+    note_peers(*s);
+  }
+  for (auto* v : {&f.stalled, &f.waiting, &f.remote}) std::sort(v->begin(), v->end());
+  f.cycle = f.stalled.empty() && f.remote.empty();
+  return f;
+}
+
+bool claim() {
+  if (!g_board.claim) return true;
+  int expected = 0;
+  return g_board.claim->compare_exchange_strong(expected, 1);
+}
+
+}  // namespace wait_board
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
@@ -21,12 +192,16 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  board_init();
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) {
+    board_free();
+    MPI_Finalize();
+  }
 }
 
 void check_mpi(int rc, int rank, const std::string& op) {

@@ -11,9 +11,12 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shardsim::runtime {
 
+// MpiSession also learns which ranks share this node (MPI_COMM_TYPE_SHARED) and sets up the node's WaitBoard.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -21,6 +24,34 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
+
+// Ranks of this job on this node: from MpiSession (MPI_COMM_TYPE_SHARED), else the launcher's environment
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS), else 1. Cores: std::thread::hardware_concurrency().
+int node_ranks();
+int node_cores();
+
+// The node's board of synchronous waits, for the watchdog (one MPI shared-memory window per node, made by
+// MpiSession; without a session every call is a no-op and available() is false). A rank that has waited a while
+// publishes what it waits on (world ranks); a rank whose watchdog fires follows that wait-for graph from its own
+// pending peers to the ranks that are NOT waiting (busy or hung outside communication: the stalled ones), or finds
+// a cycle of waiters (a deadlock), and exactly one rank per node (claim()) prints the one line. Reads and writes
+// are lock-free atomics: nothing here can block.
+namespace wait_board {
+bool available();
+// World rank ME (chip CHIP) now waits on WORLD_PEERS (chips PEER_CHIPS).
+void publish(int me, int chip, const std::vector<int>& world_peers, const std::vector<int>& peer_chips);
+void clear();                                                 // ... and no longer
+struct Finding {
+  std::vector<int> stalled;  // world ranks reached that are not waiting
+  std::vector<int> waiting;  // world ranks reached (incl. this one) that are waiting
+  std::vector<int> remote;   // world ranks reached on other nodes (not inspectable)
+  bool cycle = false;        // every rank reached is waiting: a deadlock among them
+  std::vector<std::pair<int, int>> chips;  // (world rank, chip) as the waiters published them
+  int chip_of(int world_rank) const;       // -1 if unknown
+};
+Finding follow(int my_world_rank, const std::vector<int>& world_peers);
+bool claim();                 // true for exactly one caller per node, ever
+}  // namespace wait_board
 
 // Throws RuntimeFault "chip R: OP: MPI error: ..." when RC is not MPI_SUCCESS.
 void check_mpi(int rc, int rank, const std::string& op);

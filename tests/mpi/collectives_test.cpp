@@ -224,3 +224,56 @@ TEST(Reduce, NaNSurvivesTreeAndChain) {
               << algo << " " << collectives::reduce_op_name(op) << " element " << i;
     }
 }
+
+namespace {
+
+// Issue 15: arguments are agreed once per (communicator, signature); a later mismatch between two signatures
+// that were each agreed before skips the agreement round and must still be an exit-2 error, raised where a
+// rank receives a message whose header carries the other signature (2 ranks: each receives from the other).
+TEST(ArgumentCheck, CachedSignatureMismatchIsCaughtOnReceipt) {
+  if (world_size() != 2) GTEST_SKIP() << "two ranks: each receives from the other, so both detect it";
+  RingFixture f(100, 1000);
+  // A private communicator: the mismatched call leaves nothing behind on the fixture's one.
+  runtime::Transport tp = f.tp.split(0, world_rank());
+  std::vector<float> a(64, 1.0f), b(128, 1.0f);
+  auto call = [&](std::vector<float>& v) {
+    collectives::all_reduce(tp, v.data(), v.data(), v.size(), DType::fp32, ReduceOp::sum, 0.0, opts("ring"));
+  };
+  call(a);  // agreed: 64
+  call(b);  // agreed: 128
+  EXPECT_EQ(b[0], 2.0f);
+  try {
+    call(world_rank() == 0 ? a : b);  // rank 0: 64, rank 1: 128, both signatures already agreed
+    ADD_FAILURE() << "no error from mismatched counts";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.exit_code(), kExitBadInput) << msg;
+    EXPECT_NE(msg.find("ranks disagree on count"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("64"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("128"), std::string::npos) << msg;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The first call with a new signature still agrees in one round: every rank throws the same AgreedError.
+TEST(ArgumentCheck, NewSignatureMismatchIsAgreed) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  RingFixture f(100, 1000);
+  runtime::Transport tp = f.tp.split(0, world_rank());
+  const size_t count = 40 + static_cast<size_t>(world_rank() == 1);
+  std::vector<float> v(count, 1.0f);
+  try {
+    collectives::all_reduce(tp, v.data(), v.data(), count, DType::fp32, ReduceOp::sum, 0.0, opts("ring"));
+    ADD_FAILURE() << "no error from mismatched counts";
+  } catch (const AgreedError& e) {
+    EXPECT_EQ(e.exit_code(), kExitBadInput);
+    EXPECT_NE(std::string(e.what()).find("ranks disagree on count: chip 0 40, chip 1 41"), std::string::npos)
+        << e.what();
+  }
+  // The communicator stays usable, and the agreed call runs.
+  std::vector<float> ok(40, 1.0f);
+  collectives::all_reduce(tp, ok.data(), ok.data(), ok.size(), DType::fp32, ReduceOp::sum, 0.0, opts("ring"));
+  EXPECT_EQ(ok[39], static_cast<float>(world_size()));
+}
+
+}  // namespace
