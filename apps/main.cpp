@@ -23,6 +23,7 @@
 #include "apps/cli_common.h"
 #include "common/config.h"
 #include "common/output_file.h"
+#include "sharding/engine_config.h"
 #include "sharding/transformer.h"
 #include "sharding/workload.h"
 
@@ -89,11 +90,12 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
 
 // `run` of a transformer_block workload (sharding/transformer.h).
 int cmd_run_block(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
-                  const shardsim::sharding::RunOptions& opt) {
+                  const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;
   sharding::BlockConfig cfg;
   world.agree([&] {
-    cfg = sharding::parse_block_config(ConfigNode::load_file(config_path), config_path);
+    const ConfigNode root = sharding::load_workload_config(config_path, overrides);
+    cfg = sharding::parse_block_config(root, root.file());
     if (cfg.topology.num_chips() != world.size())
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
@@ -116,23 +118,23 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
 }
 
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
-            const shardsim::sharding::RunOptions& opt) {
+            const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;
   {
     bool block = false;
     try {
-      block = sharding::is_block_config(ConfigNode::load_file(config_path));
+      block = sharding::is_block_config(sharding::load_workload_config(config_path, overrides));
     } catch (const Error&) {
       // reported with context by the MLP path below
     }
-    if (block) return cmd_run_block(world, config_path, json_path, opt);
+    if (block) return cmd_run_block(world, config_path, json_path, opt, overrides);
   }
   // Every rank parses the same file, so a bad config fails identically everywhere; report it once.
   sharding::RunConfig cfg;
   std::string error;
   int code = kExitOk;
   try {
-    cfg = sharding::load_run_config(config_path);
+    cfg = sharding::parse_run_config(sharding::load_workload_config(config_path, overrides));
     sharding::check_world_size(cfg, world.size());
     check_paths(cfg, opt, json_path);
   } catch (const Error& e) {
@@ -177,6 +179,26 @@ int main(int argc, char** argv) {
   run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
   run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
+  // Overrides of the config (sharding/engine_config.h); the network flags have bench's names.
+  sharding::ConfigOverrides ov;
+  run->add_option("--topology", ov.topology_file,
+                  "topology from this file instead of the config's (a file with a topology: section, e.g. "
+                  "configs/topologies/*.yaml, or an ASTRA-sim network.yml)");
+  run->add_option("--ring", ov.ring, "a bidirectional ring of N chips instead of the config's topology")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--torus", ov.torus, "a torus of these dimensions instead, e.g. 2x4");
+  run->add_option("--mesh", ov.mesh, "a mesh (no wrap-around) of these dimensions instead, e.g. 2x4");
+  run->add_option("--bandwidth", ov.bandwidth_gbps,
+                  "link bandwidth, GB/s per direction (GB = 1e9 B; default: the config's, else 100)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--device", ov.device, "device preset instead of the config's (trainium1, tpu_v4, h100, generic)");
+  run->add_option("--plan", ov.plan,
+                  "parallel plan instead of the config's axis keys, e.g. tp=2,cp=4 or tp=4,sp=true or ulysses=8");
+  run->add_option("--set", ov.set, "set a config key, e.g. --set model.seq=2048 --set parallel.mesh_dims=[1,0] "
+                  "(repeatable; a YAML value)")
+      ->allow_extra_args(false);
 
   const apps::Command validate = apps::add_validate(app, world);
   const apps::Command bench = apps::add_bench(app, world);
@@ -201,7 +223,7 @@ int main(int argc, char** argv) {
   try {
     // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
     world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
-    if (run->parsed()) return cmd_run(world, config, json_path, opt);
+    if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
     for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate})
       if (c->app->parsed()) return c->run();
   } catch (const AgreedError& e) {

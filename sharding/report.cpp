@@ -45,6 +45,7 @@ nlohmann::json to_json(const RunReport& r) {
       {"topology", r.topology},
       {"device", r.device},
       {"plan", r.plan},
+      {"mesh", r.mesh},
       {"chips", r.chips},
       {"dtype", r.dtype},
       {"units", {{"time", "ns (simulated) / s (wall)"}, {"bandwidth", "GB/s, GB = 1e9 bytes"}}},
@@ -102,6 +103,7 @@ std::string to_text(const RunReport& r) {
   os << "  topology   " << r.topology << "\n";
   os << "  device     " << r.device << "\n";
   os << "  plan       " << r.plan << ", dtype " << r.dtype << "\n";
+  if (!r.mesh.empty()) os << "  mesh       " << r.mesh << "\n";
   os << "simulated (modelled hardware; critical chip " << r.critical_chip << ")\n";
   os << "  total              " << fmt_ns(b.total) << "\n";
   os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";

@@ -24,6 +24,7 @@ struct RunReport {
   std::string topology;  // one-line description
   std::string device;    // one-line description
   std::string plan;      // one-line description
+  std::string mesh;      // DeviceMesh::mapping_text(): the axes and where they lie on the topology
   int chips = 0;
   std::string dtype;
 

@@ -20,7 +20,13 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "runtime/transport.h"
+#include "sharding/engine_config.h"
 #include "sharding/init.h"
+#include "sharding/placement.h"
+#include "sharding/plans/block_ops.h"
+#include "sharding/plans/context_parallel.h"
+#include "sharding/plans/tensor_parallel.h"
+#include "sharding/plans/ulysses.h"
 #include "sharding/report.h"
 #include "sharding/trace.h"
 #include "sim/memory.h"
@@ -70,7 +76,7 @@ double block_host_bytes(const BlockConfig& c) {
   double total = 0;
   const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses;
   for (int r = 0; r < chips; ++r)
-    total += static_cast<double>(block_memory(c.shape, c.plan, c.plan.ulysses > 1 ? 0 : r / c.plan.cp).peak());
+    total += static_cast<double>(block_memory(c.shape, c.plan, c.mesh.coordinate("tp", r)).peak());
   if (c.validate) total += static_cast<double>(block_memory(c.shape, BlockPlan{}, 0).peak());
   return total;
 }
@@ -99,7 +105,13 @@ void check_host_memory(const BlockConfig& c) {
 
 std::string BlockPlan::describe() const {
   std::ostringstream os;
-  if (ulysses > 1) return "ulysses=" + std::to_string(ulysses) + " (all_to_all sequence <-> heads)";
+  if (ulysses > 1) {
+    if (tp > 1) os << "tp=" << tp << " x ";
+    os << "ulysses=" << ulysses << " (all_to_all sequence <-> heads)";
+    if (tp == 1) return os.str();
+    if (fused.enabled) os << "; fused tp collectives (gemm_all_reduce, " << fused.describe() << ")";
+    return os.str();
+  }
   os << "tp=" << tp << (sp ? " + sequence parallel" : "");
   if (cp > 1) os << " x cp=" << cp << " ring attention, " << (zigzag ? "zig-zag" : "contiguous") << " split";
   if (fused.enabled)
@@ -118,8 +130,8 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   BlockConfig c;
   c.file = file;
   c.name = root.get_string("name", "transformer-block");
-  c.topology = topology::load_topology(root.child("topology"));
-  c.device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
+  c.topology = load_workload_topology(root);
+  c.device = load_workload_device(root);
   const auto w = root.child("workload");
   w.expect_keys({"kind", "model", "hidden", "heads", "kv_heads", "ffn", "seq", "causal", "rope", "dtype", "seed"});
   c.model = w.get_string("model", "");
@@ -148,7 +160,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   const int chips = c.topology.num_chips();
   if (root.has("parallel")) {
     const auto par = root.child("parallel");
-    par.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "fused", "chunks"});
+    par.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "fused", "chunks", "mesh_dims"});
     p.tp = static_cast<int>(par.get_positive_int("tp", 1));
     p.sp = par.get_bool("sp", false);
     p.cp = static_cast<int>(par.get_positive_int("cp", 1));
@@ -165,9 +177,13 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
       par.fail("parallel: tp " + std::to_string(p.tp) + " x cp " + std::to_string(p.cp) + " x ulysses " +
                std::to_string(p.ulysses) + " = " + std::to_string(product) + " does not match the topology's " +
                std::to_string(chips) + " chips (the device mesh must cover every chip once)");
-    if (p.ulysses > 1 && (p.tp > 1 || p.cp > 1))
-      par.child("ulysses").fail("parallel.ulysses: combine with tp or cp is not supported; use ulysses alone");
-    p.fused = parse_fused_plan(par, p.tp, s.seq / p.cp, s.hidden);  // outputs [this chip's tokens, hidden]
+    if (p.ulysses > 1 && p.cp > 1)
+      par.child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
+                                "use one of them");
+    if (p.ulysses > 1 && p.sp)
+      par.child("sp").fail("parallel.sp: not with ulysses (ulysses already shards the sequence outside attention)");
+    // outputs [this chip's tokens, hidden]
+    p.fused = parse_fused_plan(par, p.tp, s.seq / (int64_t{p.cp} * p.ulysses), s.hidden);
     if (p.fused.enabled && p.sp && par.has("chunks"))
       par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "
                                "chunks applies to the all_reduce form (sp: false)");
@@ -185,10 +201,12 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
                            (p.zigzag ? "2*cp = " + std::to_string(2 * p.cp) + " (zig-zag split)"
                                      : "cp = " + std::to_string(p.cp)));
     if (p.ulysses > 1) {
-      if (s.heads % p.ulysses != 0 || s.kv_heads % p.ulysses != 0)
-        par.child("ulysses").fail("parallel.ulysses: " + std::to_string(s.heads) + " query / " +
-                                  std::to_string(s.kv_heads) + " KV heads are not both divisible by " +
-                                  std::to_string(p.ulysses));
+      // Each tp shard's heads are split over the ulysses ranks (KV heads replicated across tp shards cannot be).
+      const int64_t hq = s.heads / p.tp, hkv = p.tp <= s.kv_heads ? s.kv_heads / p.tp : 0;
+      if (hq % p.ulysses != 0 || hkv % p.ulysses != 0 || hkv == 0)
+        par.child("ulysses").fail("parallel.ulysses: " + std::to_string(hq) + " query / " +
+                                  std::to_string(hkv) + " KV heads" + (p.tp > 1 ? " per tp shard" : "") +
+                                  " are not both divisible by " + std::to_string(p.ulysses));
       if (s.seq % p.ulysses != 0)
         par.child("ulysses").fail("parallel.ulysses: seq " + std::to_string(s.seq) + " is not divisible by " +
                                   std::to_string(p.ulysses));
@@ -203,11 +221,13 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     c.tolerance = v.has("tolerance") ? v.get_positive_double("tolerance") : 0;
   }
   if (c.tolerance == 0) c.tolerance = s.dtype == DType::bf16 ? 3e-2 : 1e-4;
+  // The device mesh (ulysses shards the sequence on the cp axis) and its placement on the topology.
+  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}}, c.topology);
   // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
   for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses; ++r) {
     sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());
     try {
-      replay(m, block_memory(s, p, p.ulysses > 1 ? 0 : r / p.cp));
+      replay(m, block_memory(s, p, c.mesh.coordinate("tp", r)));
     } catch (const sim::OutOfMemory& e) {
       root.child("workload").fail(std::string("workload: ") + e.what() + " (device " + c.device.name + ")");
     }
@@ -218,6 +238,17 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
 // ------------------------------------------------------------------------------------------------ pieces
 
 namespace {
+
+// The shared pieces and the plan units (sharding/plans/).
+using plans::Chip;
+using plans::Chunk;
+using plans::Comm;
+using plans::attend;
+using plans::finish_acc;
+using plans::gemm;
+using plans::init_acc;
+using plans::positions_of;
+using plans::rmsnorm;
 
 constexpr uint32_t kIdX = 1, kIdNorm1 = 2, kIdWq = 3, kIdWk = 4, kIdWv = 5, kIdWo = 6, kIdNorm2 = 7, kIdWg = 8,
                    kIdWu = 9, kIdWd = 10;
@@ -290,109 +321,12 @@ uint64_t weight_bytes(const Weights& w) {
   return b;
 }
 
-// Charges kernels to a chip's compute engine, in order.
-struct Chip {
-  sim::Timeline* tl = nullptr;
-  sim::TimeNs t = 0;
-  double attention_ns = 0;
-  void charge(const kernels::KernelCost& c, const std::string& name, bool attention = false) {
-    if (!tl) return;
-    const auto span = tl->compute(name, c.flops, c.bytes, runtime::precision_of(c.dtype), t);
-    t = span.end;
-    if (attention) attention_ns += span.duration();
-  }
-};
-
-Tensor gemm(Chip& chip, const Tensor& a, const Tensor& b, const std::string& name) {
-  Tensor c(a.dtype(), {a.dim(0), b.dim(1)});
-  chip.charge(kernels::gemm(a, b, c), name);
-  return c;
-}
-
-Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name) {
-  Tensor y(x.dtype(), x.shape());
-  chip.charge(kernels::rmsnorm(x, w, y), name);
-  return y;
-}
-
-// A run of consecutive tokens a chip holds: local rows [local, local+len) are global positions [global, ...).
-struct Chunk {
-  int64_t local = 0, global = 0, len = 0;
-};
-
-std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks) {
-  std::vector<int64_t> p;
-  for (const auto& c : chunks)
-    for (int64_t i = 0; i < c.len; ++i) p.push_back(c.global + i);
-  return p;
-}
-
-// Local attention of Q (rows in Q_CHUNKS) against K/V (rows in K_CHUNKS), merged into ACC/LSE (fp32). On the
-// host it runs one kernel call per (q chunk, kv chunk) pair that is not fully masked. The simulated chip runs it
-// as ONE fused kernel with a per-token position mask, as a chip-side ring-attention kernel would: one launch;
-// the FLOPs of the visible pairs; the HBM bytes of one call over all q rows x all kv rows, scaled by the visible
-// fraction (so cutting the rows into zig-zag chunks does not lower the tiles' arithmetic intensity); one merge
-// per q chunk.
-void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
-            const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
-            const std::string& name) {
-  const int64_t nq = q.dim(1);
-  double flops = 0, merge_flops = 0, merge_bytes = 0;
-  int64_t q_rows = 0, k_rows = 0;
-  for (const auto& c : q_chunks) q_rows += c.len;
-  for (const auto& c : k_chunks) k_rows += c.len;
-  for (size_t a = 0; a < q_chunks.size(); ++a) {
-    const Chunk& qc = q_chunks[a];
-    const Tensor qa = q.rows(qc.local, qc.len);
-    bool merged = false;
-    for (const Chunk& kc : k_chunks) {
-      if (s.causal && qc.global + qc.len - 1 < kc.global) continue;  // fully masked: nothing to compute
-      kernels::AttentionOptions o;
-      o.causal = s.causal;
-      o.q_offset = qc.global;
-      o.k_offset = kc.global;
-      Tensor out(DType::fp32, {qc.len, nq, q.dim(2)}), l(DType::fp32, {nq, qc.len});
-      const Tensor kb = k.rows(kc.local, kc.len), vb = v.rows(kc.local, kc.len);
-      flops += kernels::attention(qa, kb, vb, out, l, o).flops;
-      const auto m = kernels::merge_attention_partials(acc[a], lse[a], out, l);
-      if (!merged) {  // the fused kernel merges each q chunk once per call
-        merge_flops += m.flops;
-        merge_bytes += m.bytes;
-        merged = true;
-      }
-    }
-  }
-  if (flops <= 0) return;
-  const auto full = kernels::attention_cost(q_rows, k_rows, nq, k.dim(1), q.dim(2), q.dtype(), DType::fp32);
-  const double visible = full.flops > 0 ? flops / full.flops : 1.0;
-  chip.charge(kernels::KernelCost{name, flops + merge_flops, full.bytes * visible + merge_bytes, q.dtype()}, name, true);
-}
-
-void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
-              std::vector<Tensor>& lse) {
-  for (const auto& c : q_chunks) {
-    acc.emplace_back(DType::fp32, runtime::Shape{c.len, nq, d});
-    Tensor l(DType::fp32, {nq, c.len});
-    for (int64_t i = 0; i < l.numel(); ++i) l.f32()[i] = -std::numeric_limits<float>::infinity();
-    lse.push_back(std::move(l));
-  }
-}
-
-Tensor finish_acc(const std::vector<Chunk>& q_chunks, std::vector<Tensor>& acc, DType dtype, int64_t rows) {
-  Tensor o(dtype, {rows, acc.empty() ? 0 : acc[0].dim(1), acc.empty() ? 0 : acc[0].dim(2)});
-  for (size_t a = 0; a < q_chunks.size(); ++a) {
-    const auto f = acc[a].to_float();
-    const int64_t off = q_chunks[a].local * o.dim(1) * o.dim(2);
-    for (size_t i = 0; i < f.size(); ++i) o.set(off + static_cast<int64_t>(i), f[i]);
-  }
-  return o;
-}
-
-Tensor mlp(Chip& chip, const Tensor& b, const Weights& w) {
-  Tensor g = gemm(chip, b, w.wg, "gemm.gate (column-parallel)");
-  Tensor u = gemm(chip, b, w.wu, "gemm.up (column-parallel)");
+// COL / ROW: the GEMM labels' suffixes (" (column-parallel)", ...; empty on one device).
+Tensor mlp(Chip& chip, const Tensor& b, const Weights& w, const std::string& col = "", const std::string& row = "") {
+  Tensor g = gemm(chip, b, w.wg, "gemm.gate" + col);
+  Tensor u = gemm(chip, b, w.wu, "gemm.up" + col);
   chip.charge(kernels::glu_inplace(g, u, kernels::Activation::silu), "swiglu");
-  return gemm(chip, g, w.wd, "gemm.down (row-parallel)");
+  return gemm(chip, g, w.wd, "gemm.down" + row);
 }
 
 // The single-device block (the reference), charged to CHIP.
@@ -421,23 +355,6 @@ Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weig
 const std::vector<std::string> kCommKeys = {"tp all_reduce", "sp all_gather", "sp reduce_scatter", "cp ring K/V",
                                             "ulysses all_to_all"};
 
-struct Comm {
-  std::map<std::string, CommStat> stats;
-  void add(const std::string& key, double bytes, double expected) {
-    auto& s = stats[key];
-    s.bytes += bytes;
-    s.expected += expected;
-    ++s.calls;
-  }
-};
-
-collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring") {
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm;
-  o.name = name;
-  return o;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ run
@@ -450,39 +367,31 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   const int chip_id = cfg.topology.placement().at(static_cast<size_t>(rank));
   const int64_t d = s.head_dim(), T = s.seq;
   const size_t es = runtime::dtype_size(s.dtype);
-  // Mesh coordinates: tp-major (rank = t*cp + c), ulysses alone.
-  const int t_idx = p.ulysses > 1 ? 0 : rank / p.cp, c_idx = p.ulysses > 1 ? 0 : rank % p.cp;
+  // Mesh coordinates (sharding/device_mesh.h: tp innermost); ulysses shards the sequence on the cp axis.
+  DeviceMesh mesh = cfg.mesh;
+  const int t_idx = mesh.coordinate("tp", rank), u_idx = mesh.coordinate("cp", rank);
+  const int c_idx = p.ulysses > 1 ? 0 : u_idx;
 
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
-  runtime::Transport world_tp(world.comm(), tl, cfg.topology.placement());
-  runtime::Transport& tp_group = world_tp.subgroup("block.tp", c_idx, t_idx);
-  runtime::Transport& cp_group = world_tp.subgroup("block.cp", t_idx, c_idx);
+  runtime::Transport world_tp(world.comm(), tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
+  mesh.bind(world_tp);
+  runtime::Transport& tp_group = mesh["tp"];
+  runtime::Transport& cp_group = mesh["cp"];  // the cp ring, or the ulysses all_to_all group
   sim::Memory memory(chip_id, cfg.device.hbm_bytes());
 
-  // Which tokens this chip's attention covers (q rows), and which residual rows it holds.
-  std::vector<Chunk> attn_chunks;
-  if (p.ulysses > 1) {
-    attn_chunks.push_back({0, 0, T});
-  } else if (p.cp == 1) {
-    attn_chunks.push_back({0, 0, T});
-  } else if (p.zigzag) {
-    const int64_t n = T / (2 * p.cp);
-    attn_chunks.push_back({0, c_idx * n, n});
-    attn_chunks.push_back({n, (2 * p.cp - 1 - c_idx) * n, n});
-  } else {
-    attn_chunks.push_back({0, c_idx * (T / p.cp), T / p.cp});
-  }
+  // Which tokens this chip's attention covers (q rows: the cp unit's chunks), and which residual rows it holds.
+  const std::vector<Chunk> attn_chunks = plans::cp_chunks(T, p.cp, c_idx, p.zigzag);
   int64_t n_attn = 0;
   for (const auto& c : attn_chunks) n_attn += c.len;
   const auto attn_rows = positions_of(attn_chunks);
   std::vector<int64_t> resid_rows = attn_rows;
-  if (p.sp) {
+  if (p.sp) {  // sequence parallel: a Shard(0) over tp of the attention rows
     const int64_t n = n_attn / p.tp;
     resid_rows.assign(attn_rows.begin() + t_idx * n, attn_rows.begin() + (t_idx + 1) * n);
-  } else if (p.ulysses > 1) {
+  } else if (p.ulysses > 1) {  // ulysses: a Shard(0) of the sequence over the cp axis
     const int64_t n = T / p.ulysses;
     resid_rows.clear();
-    for (int64_t i = 0; i < n; ++i) resid_rows.push_back(rank * n + i);
+    for (int64_t i = 0; i < n; ++i) resid_rows.push_back(u_idx * n + i);
   }
   const int64_t n_resid = static_cast<int64_t>(resid_rows.size());
 
@@ -495,25 +404,9 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
 
   Chip chip{&tl, 0.0, 0.0};
   Comm comm;
-  auto coll_bytes = [](const collectives::CollectiveResult& r) { return r.bytes_sent; };
-
-  // ---- attention sublayer ----
-  Tensor a_loc = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
-  Tensor a = a_loc;
-  const double P_tp = p.tp;
-  const bool fused = p.fused.enabled;
   std::vector<FusedOp> fused_ops;
-  auto fused_done = [&](const std::string& op, const FusedTiming& f, sim::TimeNs ready) {
-    chip.t = ready + f.fused_ns;
-    fused_ops.push_back({op, f});
-  };
-  if (p.sp && !fused) {
-    a = Tensor(s.dtype, {n_attn, s.hidden});
-    const auto r = collectives::all_gather(tp_group, a_loc.data(), a.data(), static_cast<size_t>(a.numel()), s.dtype,
-                                           chip.t, ring_opts("sp all_gather (before QKV)"));
-    chip.t = r.span.end;
-    comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(a.nbytes()));
-  }
+  plans::PlanContext ctx{s, p, tp_group, cp_group, chip, comm, fused_ops, n_attn, n_resid};
+
   // The memory plan (block_memory, also checked at parse time) must be what this run holds.
   const auto plan_mismatch = [&](const char* what, uint64_t planned, uint64_t actual) {
     if (planned != actual)
@@ -522,202 +415,39 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   };
   plan_mismatch("weights", mem_plan.weights, weight_bytes(w));
   plan_mismatch("x", mem_plan.x, x.nbytes());
-  const int64_t qkv_rows = p.sp ? n_attn : a.dim(0);
+  const int64_t qkv_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("q/k/v", mem_plan.qkv, static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
   if (p.cp > 1) plan_mismatch("ring", mem_plan.ring, 2 * static_cast<uint64_t>(qkv_rows * w.nkv * d) * es);
+
+  // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
+  // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
+  Tensor a_loc = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
   auto act_mem = memory.scoped("activations q/k/v", mem_plan.qkv);
-  Tensor q, k, v;
-  if (p.sp && fused) {  // one ring all_gather of the normed shard feeds the three column-parallel GEMMs
-    Tensor q2(s.dtype, {n_attn, w.nq * d}), k2(s.dtype, {n_attn, w.nkv * d}), v2(s.dtype, {n_attn, w.nkv * d});
-    const sim::TimeNs ready = chip.t;
-    const auto f = all_gather_gemm(tp_group, a_loc, {&w.wq, &w.wk, &w.wv}, {&q2, &k2, &v2}, ready,
-                                   "sp all_gather + gemm.qkv");
-    fused_done("sp all_gather + gemm.q/k/v", f, ready);
-    comm.add("sp all_gather", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(n_attn * s.hidden) * es);
-    q = std::move(q2).reshaped({n_attn, w.nq, d});
-    k = std::move(k2).reshaped({n_attn, w.nkv, d});
-    v = std::move(v2).reshaped({n_attn, w.nkv, d});
-  } else {
-    q = gemm(chip, a, w.wq, "gemm.q (column-parallel)").reshaped({a.dim(0), w.nq, d});
-    k = gemm(chip, a, w.wk, "gemm.k (column-parallel)").reshaped({a.dim(0), w.nkv, d});
-    v = gemm(chip, a, w.wv, "gemm.v (column-parallel)").reshaped({a.dim(0), w.nkv, d});
-  }
+  auto qkv = plans::column_parallel(ctx, a_loc, {&w.wq, &w.wk, &w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
+                                    "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v");
+  Tensor q = std::move(qkv[0]).reshaped({qkv_rows, w.nq, d});
+  Tensor k = std::move(qkv[1]).reshaped({qkv_rows, w.nkv, d});
+  Tensor v = std::move(qkv[2]).reshaped({qkv_rows, w.nkv, d});
   if (s.rope) {
     const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
     chip.charge(kernels::rope_inplace(q, pos), "rope.q");
     chip.charge(kernels::rope_inplace(k, pos), "rope.k");
   }
-
-  Tensor o;  // [rows, nq*d] in the row order of a
-  if (p.ulysses > 1) {
-    // Sequence-sharded [n, H, d] -> head-sharded [T, H/u, d]: block j = my rows x heads of rank j.
-    const int u = p.ulysses;
-    const int64_t n = n_resid;
-    auto to_heads = [&](const Tensor& t, int64_t heads, const std::string& what) {
-      const int64_t hpu = heads / u;
-      Tensor send(s.dtype, {static_cast<int64_t>(u) * n, hpu, d}), recv(s.dtype, {T, hpu, d});
-      for (int j = 0; j < u; ++j)
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(static_cast<unsigned char*>(send.data()) + ((j * n + i) * hpu) * d * es,
-                      static_cast<const unsigned char*>(t.data()) + ((i * heads) + j * hpu) * d * es,
-                      static_cast<size_t>(hpu * d) * es);
-      const auto r = collectives::all_to_all(world_tp, send.data(), recv.data(), static_cast<size_t>(send.numel()),
-                                             s.dtype, chip.t, ring_opts("ulysses all_to_all (" + what + ")", "direct"));
-      chip.t = r.span.end;
-      comm.add("ulysses all_to_all", coll_bytes(r), (u - 1.0) / u * static_cast<double>(t.nbytes()));
-      return recv;
-    };
-    Tensor qh = to_heads(q, s.heads, "q"), kh = to_heads(k, s.kv_heads, "k"), vh = to_heads(v, s.kv_heads, "v");
-    std::vector<Chunk> all{{0, 0, T}};
-    std::vector<Tensor> acc, lse;
-    init_acc(all, s.heads / u, d, acc, lse);
-    attend(chip, s, qh, all, kh, vh, all, acc, lse, "attention (ulysses heads)");
-    Tensor oh = finish_acc(all, acc, s.dtype, T);  // [T, H/u, d]: block j = rows of rank j
-    Tensor back(s.dtype, {static_cast<int64_t>(u) * n, s.heads / u, d});
-    const auto r = collectives::all_to_all(world_tp, oh.data(), back.data(), static_cast<size_t>(oh.numel()), s.dtype,
-                                           chip.t, ring_opts("ulysses all_to_all (o)", "direct"));
-    chip.t = r.span.end;
-    comm.add("ulysses all_to_all", coll_bytes(r), (u - 1.0) / u * static_cast<double>(oh.nbytes()));
-    o = Tensor(s.dtype, {n, s.heads * d});
-    const int64_t hpu = s.heads / u;
-    for (int j = 0; j < u; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<unsigned char*>(o.data()) + (i * s.heads + j * hpu) * d * es,
-                    static_cast<const unsigned char*>(back.data()) + ((j * n + i) * hpu) * d * es,
-                    static_cast<size_t>(hpu * d) * es);
-  } else {
-    std::vector<Tensor> acc, lse;
-    init_acc(attn_chunks, w.nq, d, acc, lse);
-    // Local chunk layout of q/k/v follows attn_chunks (a's rows are attn_rows).
-    if (p.cp == 1) {
-      attend(chip, s, q, attn_chunks, k, v, attn_chunks, acc, lse, "attention");
-    } else {
-      // Ring attention: the K/V block (with the chunk positions of its owner) goes around the cp ring.
-      const int P = p.cp;
-      const int next = (c_idx + 1) % P, prev = (c_idx + P - 1) % P;
-      Tensor kcur = k, vcur = v;
-      std::vector<Chunk> kchunks = attn_chunks;
-      sim::TimeNs kv_ready = chip.t;
-      const sim::TimeNs q_ready = chip.t;
-      const size_t kvb = k.nbytes();
-      auto ring_mem = memory.scoped("ring K/V receive buffers", mem_plan.ring);
-      for (int step = 0; step < P; ++step) {
-        const int owner = (c_idx - step + P) % P;  // whose chunks we hold now
-        std::vector<Chunk> owner_chunks;
-        if (p.zigzag) {
-          const int64_t n = T / (2 * P);
-          owner_chunks = {{0, owner * n, n}, {n, (2 * P - 1 - owner) * n, n}};
-        } else {
-          owner_chunks = {{0, owner * (T / P), T / P}};
-        }
-        Tensor knext, vnext;
-        sim::TimeNs next_ready = kv_ready;
-        if (step + 1 < P) {  // post the exchange first: it overlaps the compute below in simulated time
-          knext = Tensor(s.dtype, k.shape());
-          vnext = Tensor(s.dtype, v.shape());
-          std::vector<unsigned char> sbuf(2 * kvb), rbuf(2 * kvb);
-          std::memcpy(sbuf.data(), kcur.data(), kvb);
-          std::memcpy(sbuf.data() + kvb, vcur.data(), kvb);
-          const double before = cp_group.bytes_sent();
-          next_ready = cp_group.sendrecv(sbuf.data(), sbuf.size(), next, rbuf.data(), rbuf.size(), prev, kv_ready,
-                                         "cp ring K/V step" + std::to_string(step));
-          tl.record_region("cp ring K/V step" + std::to_string(step), "collective", {kv_ready, next_ready},
-                           static_cast<double>(sbuf.size()));
-          comm.add("cp ring K/V", cp_group.bytes_sent() - before, static_cast<double>(sbuf.size()));
-          std::memcpy(knext.data(), rbuf.data(), kvb);
-          std::memcpy(vnext.data(), rbuf.data() + kvb, kvb);
-        }
-        chip.t = std::max(chip.t, std::max(q_ready, kv_ready));
-        attend(chip, s, q, attn_chunks, kcur, vcur, owner_chunks, acc, lse,
-               "ring attention (block of chip " + std::to_string(owner) + ")");
-        if (step + 1 < P) {
-          kcur = std::move(knext);
-          vcur = std::move(vnext);
-          kv_ready = next_ready;
-        }
-      }
-    }
-    o = finish_acc(attn_chunks, acc, s.dtype, n_attn).reshaped({n_attn, w.nq * d});
-  }
-  // A row-parallel GEMM and its tp reduction: fused (gemm_all_reduce / gemm_reduce_scatter) or one after the other.
-  auto row_parallel_fused = [&](const Tensor& in, const Tensor& wt, const std::string& gname,
-                                const std::string& what) -> Tensor {
-    const sim::TimeNs ready = chip.t;
-    if (p.sp) {
-      Tensor out(s.dtype, {n_resid, s.hidden});
-      const auto f = gemm_reduce_scatter(tp_group, in, wt, out, ready, gname + " + sp reduce_scatter (" + what + ")");
-      fused_done(gname + " + sp reduce_scatter", f, ready);
-      comm.add("sp reduce_scatter", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(in.dim(0) * s.hidden) * es);
-      return out;
-    }
-    Tensor out(s.dtype, {in.dim(0), s.hidden});
-    const auto f = gemm_all_reduce(tp_group, in, wt, out, p.fused.chunks, ready,
-                                   gname + " + tp all_reduce (" + what + ")");
-    fused_done(gname + " + tp all_reduce", f, ready);
-    comm.add("tp all_reduce", f.bytes_sent, 2 * (P_tp - 1) / P_tp * static_cast<double>(out.nbytes()));
-    return out;
-  };
-  auto reduce_tp = [&](Tensor& partial, const std::string& what) -> Tensor {
-    if (p.tp == 1) return partial;
-    if (p.sp) {
-      Tensor out(s.dtype, {n_resid, s.hidden});
-      const auto r = collectives::reduce_scatter(tp_group, partial.data(), out.data(), static_cast<size_t>(partial.numel()),
-                                                 s.dtype, collectives::ReduceOp::sum, chip.t,
-                                                 ring_opts("sp reduce_scatter (" + what + ")"));
-      chip.t = r.span.end;
-      comm.add("sp reduce_scatter", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(partial.nbytes()));
-      return out;
-    }
-    const auto r = collectives::all_reduce(tp_group, partial.data(), partial.data(), static_cast<size_t>(partial.numel()),
-                                           s.dtype, collectives::ReduceOp::sum, chip.t,
-                                           ring_opts("tp all_reduce (" + what + ")"));
-    chip.t = r.span.end;
-    comm.add("tp all_reduce", coll_bytes(r), 2 * (P_tp - 1) / P_tp * static_cast<double>(partial.nbytes()));
-    return partial;
-  };
-  Tensor x1;
-  if (fused) {
-    x1 = row_parallel_fused(o, w.wo, "gemm.o", "attention output");
-  } else {
-    Tensor y = gemm(chip, o, w.wo, "gemm.o (row-parallel)");
-    x1 = reduce_tp(y, "attention output");
-  }
+  const Tensor o = p.ulysses > 1 ? plans::ulysses_attention(ctx, q, k, v)
+                                 : plans::ring_attention(ctx, q, k, v, attn_chunks, c_idx, memory, mem_plan.ring);
+  Tensor x1 = plans::row_parallel(ctx, o, w.wo, "gemm.o", "attention output");
   chip.charge(kernels::add_inplace(x1, x), "residual");
   act_mem.release();
 
-  // ---- MLP sublayer ----
+  // ---- MLP sublayer: norm, column-parallel gate/up, SwiGLU, row-parallel down and its reduction, residual ----
   Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
-  Tensor b = b_loc;
-  if (p.sp && !fused) {
-    b = Tensor(s.dtype, {n_attn, s.hidden});
-    const auto r = collectives::all_gather(tp_group, b_loc.data(), b.data(), static_cast<size_t>(b.numel()), s.dtype,
-                                           chip.t, ring_opts("sp all_gather (before MLP)"));
-    chip.t = r.span.end;
-    comm.add("sp all_gather", coll_bytes(r), (P_tp - 1) / P_tp * static_cast<double>(b.nbytes()));
-  }
-  const int64_t mlp_rows = p.sp ? n_attn : b.dim(0);
+  const int64_t mlp_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("mlp", mem_plan.mlp, static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
   auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
-  Tensor out;
-  if (fused) {
-    Tensor g, u;
-    if (p.sp) {  // one ring all_gather feeds gate and up
-      g = Tensor(s.dtype, {n_attn, w.nf});
-      u = Tensor(s.dtype, {n_attn, w.nf});
-      const sim::TimeNs ready = chip.t;
-      const auto f = all_gather_gemm(tp_group, b_loc, {&w.wg, &w.wu}, {&g, &u}, ready, "sp all_gather + gemm.gate/up");
-      fused_done("sp all_gather + gemm.gate/up", f, ready);
-      comm.add("sp all_gather", f.bytes_sent, (P_tp - 1) / P_tp * static_cast<double>(n_attn * s.hidden) * es);
-    } else {
-      g = gemm(chip, b, w.wg, "gemm.gate (column-parallel)");
-      u = gemm(chip, b, w.wu, "gemm.up (column-parallel)");
-    }
-    chip.charge(kernels::glu_inplace(g, u, kernels::Activation::silu), "swiglu");
-    out = row_parallel_fused(g, w.wd, "gemm.down", "MLP output");
-  } else {
-    Tensor z = mlp(chip, b, w);
-    out = reduce_tp(z, "MLP output");
-  }
+  auto gu = plans::column_parallel(ctx, b_loc, {&w.wg, &w.wu}, {"gemm.gate", "gemm.up"}, "before MLP",
+                                   "sp all_gather + gemm.gate/up", "sp all_gather + gemm.gate/up");
+  chip.charge(kernels::glu_inplace(gu[0], gu[1], kernels::Activation::silu), "swiglu");
+  Tensor out = plans::row_parallel(ctx, gu[0], w.wd, "gemm.down", "MLP output");
   chip.charge(kernels::add_inplace(out, x1), "residual");
   mlp_mem.release();
   world.sleepy_barrier();
@@ -727,12 +457,13 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   rep.model = cfg.model;
   rep.file = cfg.file;
   rep.topology = cfg.topology.describe();
-  rep.device = cfg.device.name;
+  rep.device = sim::describe(cfg.device);
   rep.plan = p.describe();
+  rep.mesh = cfg.mesh.mapping_text();
   rep.chips = chips;
 
   // ---- validation: gather the distinct residual rows on rank 0 ----
-  const bool owner = p.sp || p.ulysses > 1 || t_idx == 0;
+  const bool owner = p.sp || t_idx == 0;  // without sp the tp shards hold the same rows
   std::vector<float> mine;
   std::vector<double> mine_rows;
   if (owner) {
@@ -844,6 +575,7 @@ std::string to_text(const BlockReport& r) {
   char b[256];
   os << "shardsim run: " << r.name << (r.model.empty() ? "" : " (" + r.model + ")") << "  (" << r.file << ")\n";
   os << "  topology   " << r.topology << "\n  device     " << r.device << "\n  plan       " << r.plan << "\n";
+  if (!r.mesh.empty()) os << "  mesh       " << r.mesh << "\n";
   os << "simulated (modelled hardware; critical chip " << r.critical_chip << ")\n";
   os << "  total              " << us(r.sim_total_ns) << "\n";
   auto pct = [&](double v) {
@@ -890,8 +622,10 @@ std::string to_json_text(const BlockReport& r) {
   nlohmann::json j = {{"name", r.name},
                       {"model", r.model},
                       {"plan", r.plan},
+                      {"mesh", r.mesh},
                       {"chips", r.chips},
                       {"topology", r.topology},
+                      {"device", r.device},
                       {"simulated",
                        {{"total_ns", r.sim_total_ns},
                         {"critical_chip", r.critical_chip},

@@ -25,8 +25,12 @@
 //            auto by default). With sp: all_gather + Wq/Wk/Wv and all_gather + W_gate/W_up as all_gather_gemm (one
 //            gather feeds all the weights), Wo and W_down + reduce_scatter as gemm_reduce_scatter. The report gives
 //            T_compute, T_comm, T_fused, the unfused time, overlap efficiency and speedup per op.
-//   Combinations: tp x cp on a device mesh, ranks tp-major (rank = t·cp + c), so on a torus [tp, cp] each cp
-//   ring is a ring of the torus; sp only with tp; ulysses alone. tp·cp·ulysses = chips.
+//   Combinations on the device mesh (sharding/device_mesh.h; ulysses and cp both shard the sequence, so both use
+//   the mesh's cp axis): tp x cp, tp+sp x cp, tp x ulysses (heads split by tp first, then each tp shard's heads
+//   by the ulysses all_to_all: needs (Hq/tp) and (Hkv/tp) divisible by ulysses). Mesh rank r has tp = r % tp
+//   (tp innermost, Megatron's order); the mesh's placement on the topology decides which chips each group spans
+//   (on a torus [2, 4], tp=2 x cp=4 puts tp on the size-2 dimension and each cp ring on a ring of the torus).
+//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips.
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
 //   tp all_reduce 2(P-1)/P·M per all_reduce (two per block); sp all_gather and reduce_scatter (P-1)/P·M each
 //   (two of each); cp ring 2(P-1)/P·seq·Hkv·d·elem (K and V); ulysses all_to_all (P-1)/P of each local q, k, v,
@@ -43,6 +47,7 @@
 #include "common/config.h"
 #include "runtime/tensor.h"
 #include "runtime/world.h"
+#include "sharding/device_mesh.h"
 #include "sharding/fused.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
@@ -74,6 +79,7 @@ struct BlockConfig {
   sim::DeviceSpec device;
   BlockShape shape;
   BlockPlan plan;
+  DeviceMesh mesh;  // tp x cp (ulysses on the cp axis), placed on the topology (its placement() is the mesh's)
   bool validate = true;
   double tolerance = 0;  // max|out - ref| / max|ref|; default 1e-4 fp32, 3e-2 bf16
 };
@@ -86,14 +92,13 @@ struct BlockMemory {
   uint64_t weights = 0, x = 0, qkv = 0, ring = 0, mlp = 0;
   uint64_t peak() const { return weights + x + std::max(qkv + ring, mlp); }
 };
-struct BlockPlan;
-struct BlockShape;
 // For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
 BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
 // Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
 // memory on chip N: needs X GiB, has Y GiB (allocating ...)" (ConfigError, exit 2) before anything runs.
+// ROOT as load_workload_config (sharding/engine_config.h) returns it: topology and device inline or by name.
 BlockConfig parse_block_config(const ConfigNode& root, const std::string& file);
 
 // Host memory the run needs: every rank's block_memory peak plus, with validation, the single-device reference on
@@ -110,6 +115,7 @@ struct CommStat {
 
 struct BlockReport {
   std::string name, model, file, topology, device, plan;
+  std::string mesh;  // DeviceMesh::mapping_text(): the axes and where they lie on the topology
   int chips = 0;
   double sim_total_ns = 0;  // slowest chip
   int critical_chip = 0;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "sharding/checkpoint.h"
+#include "sharding/engine_config.h"
 #include "sharding/trace.h"
 #include "topology/topology_yaml.h"
 
@@ -32,8 +33,8 @@ RunConfig parse(const ConfigNode& root) {
   c.text = root.text();
   root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate", "checkpoint"});
   c.name = root.get_string("name", "");
-  c.topology = topology::load_topology(root.child("topology"));
-  c.device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
+  c.topology = load_workload_topology(root);
+  c.device = load_workload_device(root);
 
   const auto w = root.child("workload");
   w.expect_keys({"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"});
@@ -59,7 +60,7 @@ RunConfig parse(const ConfigNode& root) {
 
   if (root.has("parallel")) {
     const auto p = root.child("parallel");
-    p.expect_keys({"tp", "all_reduce", "fused", "chunks"});
+    p.expect_keys({"tp", "all_reduce", "fused", "chunks", "mesh_dims"});
     c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
     if (p.has("all_reduce")) {
       const std::string a = p.get_string("all_reduce");
@@ -76,6 +77,7 @@ RunConfig parse(const ConfigNode& root) {
     root.child("parallel").fail("parallel.tp: " + std::to_string(c.tp) + " must equal the topology's chip count (" +
                                 std::to_string(c.topology.num_chips()) +
                                 "): so far the MLP is sharded by tensor parallelism over all chips");
+  c.mesh = mesh_from_config(root, {{"tp", c.tp}}, c.topology);
   if (c.mlp.ffn < c.tp)
     root.child("workload").fail("workload.ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
                                 std::to_string(c.tp) + ": some chips would hold no FFN column");
@@ -103,10 +105,14 @@ RunConfig parse(const ConfigNode& root) {
   return c;
 }
 
+// Generated from the placements: the style of each weight on the tp axis and the reduction of the partial output.
 std::string plan_text(const RunConfig& c) {
+  const MlpTensorSpecs t = mlp_tensor_specs(c.mlp);
+  const Placement up = t.w_gate.on("tp"), down = t.w_down.on("tp"), y = t.y_partial.on("tp");
   std::ostringstream os;
-  os << "tensor parallel tp=" << c.tp << " (Megatron MLP: gate/up column-parallel Shard(1), down row-parallel "
-     << "Shard(0), all_reduce(sum) of the output)";
+  os << "tensor parallel tp=" << c.tp << " (Megatron MLP: gate/up " << parallel_style(up) << " " << to_string(up)
+     << ", down " << parallel_style(down) << " " << to_string(down) << ", all_reduce("
+     << collectives::reduce_op_name(std::get<Partial>(y).op) << ") of the output)";
   if (c.fused.enabled)
     os << "; fused: down projection + all_reduce as one gemm_all_reduce (" << c.fused.describe() << ")";
   return os.str();
@@ -131,11 +137,24 @@ void expect_shape(const CheckpointReader& rd, const std::string& path, const std
 }  // namespace
 
 RunConfig parse_run_config(const std::string& text, const std::string& file) {
-  return parse(ConfigNode::load_string(text, file));
+  return parse(workload_config_from_text(text, file));
 }
 
+RunConfig parse_run_config(const ConfigNode& root) { return parse(root); }
+
 RunConfig load_run_config(const std::string& file) {
-  return parse(ConfigNode::load_file(file));
+  return parse(load_workload_config(file));
+}
+
+MlpTensorSpecs mlp_tensor_specs(const MlpShape& s) {
+  MlpTensorSpecs t;
+  t.x = {"activations/input", {s.tokens, s.hidden}, {}};
+  t.w_gate = {"weights/w_gate", {s.hidden, s.ffn}, {{"tp", Shard{1}}}};
+  t.w_up = {"weights/w_up", {s.hidden, s.ffn}, {{"tp", Shard{1}}}};
+  t.w_down = {"weights/w_down", {s.ffn, s.hidden}, {{"tp", Shard{0}}}};
+  t.y_partial = {"y (before the all_reduce)", {s.tokens, s.hidden}, {{"tp", Partial{collectives::ReduceOp::sum}}}};
+  t.y = {"activations/output", {s.tokens, s.hidden}, {}};
+  return t;
 }
 
 std::optional<std::string> checkpoint_target(const RunConfig& cfg, const RunOptions& opt) {
@@ -177,6 +196,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   rep.topology = cfg.topology.describe();
   rep.device = sim::describe(cfg.device);
   rep.plan = plan_text(cfg);
+  rep.mesh = cfg.mesh.mapping_text();
   rep.chips = chips;
   rep.dtype = runtime::dtype_name(s.dtype);
   rep.tolerance = cfg.tolerance;
@@ -302,13 +322,16 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   if (const auto target = checkpoint_target(cfg, opt)) {
     const auto t_ck = std::chrono::steady_clock::now();
     const std::string& path = *target;
-    const std::string tp_spec = " over tp=" + std::to_string(cfg.tp);
+    // Global shapes, this chip's offsets and the placement attributes all come from the tensor specs.
+    const MlpTensorSpecs ts = mlp_tensor_specs(s);
+    auto entry = [&](const TensorSpec& spec, const Tensor* t, bool writer) {
+      std::vector<int64_t> offset;
+      (void)spec.local_shape(cfg.mesh, rank, &offset);
+      return CheckpointEntry{spec.name, t, spec.shape, offset, spec.describe(cfg.mesh), writer};
+    };
     std::vector<CheckpointEntry> entries = {
-        {"weights/w_gate", &w.w_gate, {s.hidden, s.ffn}, {0, off}, "Shard(1)" + tp_spec, true},
-        {"weights/w_up", &w.w_up, {s.hidden, s.ffn}, {0, off}, "Shard(1)" + tp_spec, true},
-        {"weights/w_down", &w.w_down, {s.ffn, s.hidden}, {off, 0}, "Shard(0)" + tp_spec, true},
-        {"activations/input", &x, {s.tokens, s.hidden}, {0, 0}, "Replicate", root},
-        {"activations/output", &y, {s.tokens, s.hidden}, {0, 0}, "Replicate", root},
+        entry(ts.w_gate, &w.w_gate, true), entry(ts.w_up, &w.w_up, true), entry(ts.w_down, &w.w_down, true),
+        entry(ts.x, &x, root),             entry(ts.y, &y, root),
     };
     std::map<std::string, std::string> attrs = {
         {"shardsim_version", "0.1.0"},
@@ -323,9 +346,9 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     };
     SaveOptions so;
     std::ostringstream mesh;
-    mesh << "tp=" << cfg.tp << " (rank r holds shard r; ranks on chips";
+    mesh << cfg.mesh.describe() << " (rank r holds shard r; ranks on chips";
     for (int c : placement) mesh << ' ' << c;
-    mesh << ") of " << rep.topology;
+    mesh << ") of " << rep.topology << "; " << rep.mesh;
     so.mesh = mesh.str();
     // save_checkpoint's errors are the same on every rank (it agrees them): one line from rank 0, not an abort.
     world.agree([&] { save_checkpoint(world.comm(), path, entries, attrs, so); });

@@ -14,6 +14,7 @@
 //     seed: 1234
 //   parallel:
 //     tp: 8                          # tensor-parallel size; must equal the chip count (for now)
+//     mesh_dims: [0]                 # optional: topology dimensions the mesh fills (sharding/device_mesh.h)
 //     all_reduce: ring               # algorithm of the output all_reduce: ring (default), bidir_ring, torus,
 //                                    # halving_doubling or auto (collectives/algorithms.h)
 //     fused: false                   # true: the down projection runs fused with the all_reduce (gemm_all_reduce
@@ -35,7 +36,9 @@
 
 #include "common/config.h"
 #include "runtime/world.h"
+#include "sharding/device_mesh.h"
 #include "sharding/mlp.h"
+#include "sharding/placement.h"
 #include "sharding/report.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
@@ -51,6 +54,7 @@ struct RunConfig {
   sim::DeviceSpec device;
   MlpShape mlp;
   int tp = 1;
+  DeviceMesh mesh;  // tp over every chip, placed on the topology (its placement() is the mesh's)
   std::string all_reduce_algorithm = "ring";
   FusedPlan fused;  // parallel.fused / parallel.chunks
   bool validate = true;
@@ -62,6 +66,16 @@ struct RunConfig {
 RunConfig load_run_config(const std::string& file);
 // Parses a config given as text (FILE is used in messages).
 RunConfig parse_run_config(const std::string& text, const std::string& file);
+// Parses a loaded config (sharding/engine_config.h's load_workload_config: new-style sections, overrides).
+RunConfig parse_run_config(const ConfigNode& root);
+
+// The placements of the MLP's tensors on the mesh (Megatron: W_gate/W_up column-parallel Shard(1), W_down
+// row-parallel Shard(0), x replicated, y Partial(sum) before the all_reduce): the plan line and the checkpoint's
+// placement attributes are generated from them.
+struct MlpTensorSpecs {
+  TensorSpec x, w_gate, w_up, w_down, y_partial, y;
+};
+MlpTensorSpecs mlp_tensor_specs(const MlpShape& s);
 
 struct RunOptions {
   std::string resume_from;          // load weights (and input) from this checkpoint instead of the seed

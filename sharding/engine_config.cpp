@@ -1,0 +1,262 @@
+#include "sharding/engine_config.h"
+
+#include <cmath>
+#include <optional>
+#include <filesystem>
+#include <sstream>
+
+#include "common/error.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::sharding {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// "2x4" -> [2, 4]; UsageError naming FLAG otherwise.
+std::vector<int> parse_dims(const std::string& text, const std::string& flag) {
+  std::vector<int> dims;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, 'x')) {
+    size_t pos = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (item.empty() || pos != item.size() || v < 1)
+      throw UsageError(flag + " " + text + ": expected dimensions like 2x4 (positive integers joined by 'x')");
+    dims.push_back(v);
+  }
+  if (dims.empty()) throw UsageError(flag + ": empty dimensions");
+  return dims;
+}
+
+// The value of a --set / --plan item as YAML (so 2 is a number, true a bool, [0, 1] a list).
+YAML::Node yaml_value(const std::string& text, const std::string& flag) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(flag + ": '" + text + "' is not a YAML value: " + e.msg);
+  }
+}
+
+void apply_set(YAML::Node root, const std::string& item) {
+  const auto eq = item.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError("--set " + item + ": expected key.path=value (e.g. model.seq=2048)");
+  std::string path = item.substr(0, eq);
+  std::vector<std::string> keys;
+  std::stringstream ss(path);
+  std::string k;
+  while (std::getline(ss, k, '.')) {
+    if (k.empty()) throw UsageError("--set " + item + ": empty key in '" + path + "'");
+    keys.push_back(k);
+  }
+  if (!keys.empty() && keys[0] == "model") keys[0] = "workload";  // model: is read as workload:
+  YAML::Node n = root;
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    YAML::Node next = n[keys[i]];
+    if (next && !next.IsMap())
+      throw UsageError("--set " + item + ": '" + keys[i] + "' is not a section (it holds a value)");
+    if (!next) n[keys[i]] = YAML::Node(YAML::NodeType::Map);
+    n.reset(n[keys[i]]);  // (operator= would overwrite the node n refers to)
+  }
+  n[keys.back()] = yaml_value(item.substr(eq + 1), "--set " + item);
+}
+
+void apply_plan(YAML::Node root, const std::string& plan) {
+  // The plan's axis keys are replaced; algorithm keys (all_reduce, fused, chunks, mesh_dims) stay.
+  if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node par = root["parallel"];
+  for (const char* k : {"tp", "cp", "sp", "ulysses", "cp_split"}) par.remove(k);
+  std::stringstream ss(plan);
+  std::string item;
+  bool any = false;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw UsageError("--plan " + plan + ": expected key=value items, e.g. tp=2,cp=4 or tp=4,sp=true");
+    par[item.substr(0, eq)] = yaml_value(item.substr(eq + 1), "--plan " + plan);
+    any = true;
+  }
+  if (!any) throw UsageError("--plan: empty plan (e.g. --plan tp=2,cp=4)");
+}
+
+// The link figures of a generated topology: the flags, else the config's scalar ones, else 100 GB/s and 1 us.
+void apply_topology_flags(YAML::Node root, const ConfigOverrides& o) {
+  const int shapes = (o.ring > 0) + !o.torus.empty() + !o.mesh.empty() + o.switched + o.fully_connected +
+                     !o.topology_file.empty();
+  if (shapes > 1)
+    throw UsageError("--topology, --ring, --torus, --mesh, --switch and --fully-connected exclude each other");
+  YAML::Node old = root["topology"];
+  auto scalar = [&](const char* key, double fallback) {
+    if (old && old.IsMap() && old[key] && old[key].IsScalar()) {
+      try {
+        return old[key].as<double>();
+      } catch (const YAML::Exception&) {
+      }
+    }
+    return fallback;
+  };
+  if (!o.topology_file.empty()) {
+    root["topology"] = fs::absolute(o.topology_file).string();
+  } else if (shapes == 1) {
+    YAML::Node t(YAML::NodeType::Map);
+    if (o.ring > 0) {
+      t["kind"] = "ring";
+      t["chips"] = o.ring;
+    } else if (!o.torus.empty() || !o.mesh.empty()) {
+      t["kind"] = o.torus.empty() ? "mesh" : "torus";
+      YAML::Node dims(YAML::NodeType::Sequence);
+      for (int d : parse_dims(o.torus.empty() ? o.mesh : o.torus, o.torus.empty() ? "--mesh" : "--torus"))
+        dims.push_back(d);
+      dims.SetStyle(YAML::EmitterStyle::Flow);
+      t["dims"] = dims;
+    } else {
+      throw UsageError("--switch / --fully-connected need a chip count: give it with --set topology.chips=N "
+                       "after --ring N, or use --topology FILE");
+    }
+    t["bandwidth_gbps"] = o.bandwidth_gbps > 0 ? o.bandwidth_gbps : scalar("bandwidth_gbps", 100);
+    t["latency_ns"] = o.latency_ns >= 0 ? o.latency_ns : scalar("latency_ns", 1000);
+    root["topology"] = t;
+    return;
+  }
+  if (o.bandwidth_gbps > 0 || o.latency_ns >= 0) {
+    YAML::Node t = root["topology"];
+    if (!t || !t.IsMap() || !(t["kind"] && t["kind"].IsScalar()) ||
+        (t["kind"].as<std::string>() == "stacked" || t["kind"].as<std::string>() == "graph"))
+      throw UsageError("--bandwidth/--latency: only for a ring, torus, mesh, switch or fully-connected topology "
+                       "given inline or by --ring/--torus/--mesh");
+    if (o.bandwidth_gbps > 0) t["bandwidth_gbps"] = o.bandwidth_gbps;
+    if (o.latency_ns >= 0) t["latency_ns"] = o.latency_ns;
+  }
+}
+
+std::string dir_of(const std::string& file) {
+  const fs::path p = fs::path(file).parent_path();
+  return p.empty() ? std::string(".") : p.string();
+}
+
+}  // namespace
+
+std::string ConfigOverrides::describe() const {
+  std::ostringstream os;
+  if (!topology_file.empty()) os << " --topology " << topology_file;
+  if (ring > 0) os << " --ring " << ring;
+  if (!torus.empty()) os << " --torus " << torus;
+  if (!mesh.empty()) os << " --mesh " << mesh;
+  if (bandwidth_gbps > 0) os << " --bandwidth " << bandwidth_gbps;
+  if (latency_ns >= 0) os << " --latency " << latency_ns;
+  if (!device.empty()) os << " --device " << device;
+  if (!plan.empty()) os << " --plan " << plan;
+  for (const auto& s : set) os << " --set " << s;
+  return os.str();
+}
+
+namespace {
+ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
+  ConfigNode root = loaded;
+  if (!root.is_map()) root.fail(root.file() + ": expected a map with topology:, model: (or workload:) and parallel:");
+  YAML::Node y = root.yaml();
+  if (root.has("model")) {
+    if (root.has("workload"))
+      root.child("model").fail("model: and workload: are the same section (workload: is its older name); keep one");
+    y["workload"] = y["model"];
+    y.remove("model");
+  }
+  // A relative topology path is relative to the config's folder when the file is there.
+  if (y["topology"] && y["topology"].IsScalar()) {
+    const std::string p = y["topology"].as<std::string>();
+    const fs::path near = fs::path(dir_of(root.file())) / p;
+    if (fs::path(p).is_relative() && fs::exists(near)) y["topology"] = near.string();
+  }
+  if (!o.any()) return root;
+  apply_topology_flags(y, o);
+  if (!o.device.empty()) {
+    try {
+      (void)sim::device_preset(o.device);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--device: ") + e.what());
+    }
+    y["device"] = o.device;
+  }
+  if (!o.plan.empty()) apply_plan(y, o.plan);
+  for (const auto& s : o.set) apply_set(y, s);
+  YAML::Emitter out;
+  out << y;
+  return ConfigNode::load_string(std::string(out.c_str()) + "\n# run with overrides:" + o.describe() + "\n",
+                                 root.file() + " (with command-line overrides)");
+}
+}  // namespace
+
+ConfigNode load_workload_config(const std::string& file, const ConfigOverrides& o) {
+  return normalise(ConfigNode::load_file(file), o);
+}
+
+ConfigNode workload_config_from_text(const std::string& text, const std::string& file) {
+  return normalise(ConfigNode::load_string(text, file), {});
+}
+
+topology::Topology load_workload_topology(const ConfigNode& root) {
+  if (!root.has("topology")) root.fail("topology: missing (a map, or a path to a topology file)");
+  const ConfigNode t = root.child("topology");
+  if (!t.yaml().IsScalar()) return topology::load_topology(t);
+  const std::string path = t.yaml().as<std::string>();
+  ConfigNode file = [&] {
+    try {
+      return ConfigNode::load_file(path);
+    } catch (const ConfigError& e) {
+      t.fail(std::string("topology: ") + e.what());
+    }
+  }();
+  if (topology::is_astra_network(file)) return topology::load_astra_network(file);
+  if (!file.has("topology"))
+    t.fail("topology: " + path + " has no topology: section (and is not an ASTRA-sim network file)");
+  return topology::load_topology(file.child("topology"));
+}
+
+sim::DeviceSpec load_workload_device(const ConfigNode& root) {
+  if (!root.has("device")) return sim::device_preset(kDefaultDevice);
+  const ConfigNode d = root.child("device");
+  if (d.yaml().IsScalar()) {
+    const std::string name = d.yaml().as<std::string>();
+    try {
+      return sim::device_preset(name);
+    } catch (const std::invalid_argument& e) {
+      d.fail(std::string("device: ") + e.what());
+    }
+  }
+  return sim::load_device(d);
+}
+
+DeviceMesh mesh_from_config(const ConfigNode& root, const std::map<std::string, int>& sizes,
+                            topology::Topology& topo) {
+  std::vector<int> order;
+  std::optional<ConfigNode> dims_node;
+  if (root.has("parallel") && root.child("parallel").is_map() && root.child("parallel").has("mesh_dims")) {
+    dims_node = root.child("parallel").child("mesh_dims");
+    for (int64_t d : root.child("parallel").get_int_list("mesh_dims")) {
+      if (d < 0 || d >= static_cast<int64_t>(topo.dims().size()))
+        dims_node->fail("parallel.mesh_dims: dimension " + std::to_string(d) + " is not one of the topology's " +
+                        std::to_string(topo.dims().size()) + " dimensions (0.." +
+                        std::to_string(topo.dims().size() - 1) + ")");
+      order.push_back(static_cast<int>(d));
+    }
+    if (!topo.is_grid()) dims_node->fail("parallel.mesh_dims: a graph topology has no dimensions to choose");
+  }
+  try {
+    DeviceMesh mesh(sizes, topo, order);
+    if (!mesh.explicit_placement()) topo.set_placement(mesh.placement());
+    return mesh;
+  } catch (const std::invalid_argument& e) {
+    if (dims_node) dims_node->fail(std::string("parallel.mesh_dims: ") + e.what());
+    if (root.has("parallel")) root.child("parallel").fail(std::string("parallel: ") + e.what());
+    root.fail(std::string("parallel: ") + e.what());
+  }
+}
+
+}  // namespace shardsim::sharding

@@ -1,0 +1,73 @@
+// The workload config schema every `shardsim run` file follows, and the command-line overrides of `run`.
+//
+//   name: my-run                     # optional
+//   topology: {kind: ring, ...}      # inline (topology/topology_yaml.h), or a path to a file: a shardsim file with
+//                                    # a topology: section (configs/topologies/*.yaml) or an ASTRA-sim network.yml;
+//                                    # a relative path is looked up next to the config, then in the working dir
+//   device: trainium1                # a preset name (sim/device_spec.h: trainium1 | tpu_v4 | h100 | generic), or
+//                                    # inline keys {preset: ..., peak_tflops_fp32: ...}. Default: generic (the
+//                                    # documented default device; every report prints the device line)
+//   model:                           # the model (the older name of this section, workload:, is still read)
+//     kind: mlp | transformer_block  # the gated MLP (sharding/mlp.h) or a Llama block (sharding/transformer.h)
+//     ...                            # their shape keys
+//   parallel:                        # the plan on the device mesh (sharding/device_mesh.h):
+//     tp: 2                          # axes tp, cp (and ulysses: a cp axis whose attention is all_to_all)
+//     mesh_dims: [0, 1]              # optional: the topology dimensions the mesh fills, innermost axis first
+//     ...                            # plan keys of the workload (sp, cp_split, fused, chunks, all_reduce)
+//   validate: {...}
+//   checkpoint: {...}                # MLP only
+//
+// Errors: ConfigError "FILE:LINE: key: ..." (exit 2).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "sharding/device_mesh.h"
+#include "sim/device_spec.h"
+#include "topology/topology.h"
+
+namespace shardsim::sharding {
+
+// `run`'s overrides (the flags bench and validate use have the same names).
+struct ConfigOverrides {
+  std::string topology_file;  // --topology FILE
+  int ring = 0;               // --ring N: a bidirectional ring of N chips
+  std::string torus;          // --torus AxB[xC...]
+  std::string mesh;           // --mesh AxB (no wrap-around)
+  bool switched = false;      // --switch
+  bool fully_connected = false;  // --fully-connected
+  double bandwidth_gbps = 0;  // --bandwidth (0: the config's, else 100)
+  double latency_ns = -1;     // --latency (<0: the config's, else 1000)
+  std::string device;         // --device PRESET
+  std::string plan;           // --plan tp=2,cp=4[,sp=true,...]: replaces the plan's axis keys
+  std::vector<std::string> set;  // --set key.path=value (a YAML value)
+  bool any() const {
+    return !topology_file.empty() || ring > 0 || !torus.empty() || !mesh.empty() || switched || fully_connected ||
+           bandwidth_gbps > 0 || latency_ns >= 0 || !device.empty() || !plan.empty() || !set.empty();
+  }
+  // " --plan tp=2,cp=4 --device h100" (for the report and the checkpoint).
+  std::string describe() const;
+};
+
+// Loads FILE, reads the model: section as workload:, applies OVERRIDES. With overrides the returned node is the
+// re-emitted YAML of what runs, under the name "FILE (with command-line overrides)", so messages and the
+// stored config say what ran. ConfigError / UsageError (exit 2) for bad files and overrides.
+ConfigNode load_workload_config(const std::string& file, const ConfigOverrides& overrides = {});
+// The same for a config given as text (the sweep's generated points).
+ConfigNode workload_config_from_text(const std::string& text, const std::string& file);
+
+// The topology: section, inline or a path (see above).
+topology::Topology load_workload_topology(const ConfigNode& root);
+// The device: section, a preset name or a map; the default device when absent.
+sim::DeviceSpec load_workload_device(const ConfigNode& root);
+inline constexpr const char* kDefaultDevice = "generic";
+
+// The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
+// topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).
+// ConfigError naming parallel (or parallel.mesh_dims) for a mesh that does not fit.
+DeviceMesh mesh_from_config(const ConfigNode& root, const std::map<std::string, int>& sizes,
+                            topology::Topology& topology);
+
+}  // namespace shardsim::sharding

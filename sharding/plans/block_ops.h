@@ -1,0 +1,84 @@
+// Pieces every parallel plan of the transformer block shares (sharding/plans/*.h): the chip's compute clock, the
+// per-collective byte counts, token chunks, the attention kernel with log-sum-exp merging, and PlanContext, what
+// one chip's plan units see while the block forward runs. Internal to sharding/ (no stable API).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "kernels/attention.h"
+#include "runtime/tensor.h"
+#include "runtime/transport.h"
+#include "sharding/fused.h"
+#include "sharding/transformer.h"
+#include "sim/memory.h"
+#include "sim/timeline.h"
+
+namespace shardsim::sharding::plans {
+
+using runtime::DType;
+using runtime::Tensor;
+
+// Charges kernels to a chip's compute engine, in order.
+struct Chip {
+  sim::Timeline* tl = nullptr;
+  sim::TimeNs t = 0;
+  double attention_ns = 0;
+  void charge(const kernels::KernelCost& c, const std::string& name, bool attention = false) {
+    if (!tl) return;
+    const auto span = tl->compute(name, c.flops, c.bytes, runtime::precision_of(c.dtype), t);
+    t = span.end;
+    if (attention) attention_ns += span.duration();
+  }
+};
+
+// A run of consecutive tokens a chip holds: local rows [local, local+len) are global positions [global, ...).
+struct Chunk {
+  int64_t local = 0, global = 0, len = 0;
+};
+
+struct Comm {
+  std::map<std::string, CommStat> stats;
+  void add(const std::string& key, double bytes, double expected) {
+    auto& s = stats[key];
+    s.bytes += bytes;
+    s.expected += expected;
+    ++s.calls;
+  }
+};
+
+
+Tensor gemm(Chip& chip, const Tensor& a, const Tensor& b, const std::string& name);
+Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name);
+std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
+// Local attention of Q (rows in Q_CHUNKS) against K/V (rows in K_CHUNKS), merged into ACC/LSE (fp32); charged to
+// CHIP as one fused kernel (see block_ops.cpp).
+void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
+            const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
+            const std::string& name);
+void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
+              std::vector<Tensor>& lse);
+Tensor finish_acc(const std::vector<Chunk>& q_chunks, std::vector<Tensor>& acc, DType dtype, int64_t rows);
+collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring");
+
+// What the plan units of one chip share during the block forward.
+struct PlanContext {
+  const BlockShape& s;
+  const BlockPlan& p;
+  runtime::Transport& tp;   // the mesh's tp sub-group
+  runtime::Transport& cp;   // the mesh's cp sub-group (ring attention or the ulysses all_to_all)
+  Chip& chip;
+  Comm& comm;
+  std::vector<FusedOp>& fused_ops;
+  int64_t n_attn = 0;   // rows this chip's attention covers (q rows; the gathered rows with sp)
+  int64_t n_resid = 0;  // rows of the residual stream this chip holds
+  // A fused op took F from READY on: the chip continues after it.
+  void fused_done(const std::string& op, const FusedTiming& f, sim::TimeNs ready) {
+    chip.t = ready + f.fused_ns;
+    fused_ops.push_back({op, f});
+  }
+};
+
+}  // namespace shardsim::sharding::plans

@@ -1,0 +1,71 @@
+#include "sharding/plans/tensor_parallel.h"
+
+#include "sharding/plans/sequence_parallel.h"
+
+namespace shardsim::sharding::plans {
+
+Placement column_weight_placement(const BlockPlan& p) {
+  return p.tp > 1 ? Placement{Shard{1}} : Placement{Replicate{}};
+}
+Placement row_weight_placement(const BlockPlan& p) {
+  return p.tp > 1 ? Placement{Shard{0}} : Placement{Replicate{}};
+}
+
+std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                    const std::vector<std::string>& names, const std::string& gather_what,
+                                    const std::string& fused_op, const std::string& fused_name) {
+  const auto& s = ctx.s;
+  const auto& p = ctx.p;
+  std::vector<Tensor> out;
+  if (p.sp && p.fused.enabled) {  // one ring all_gather of the normed shard feeds every column-parallel GEMM
+    std::vector<Tensor*> outs;
+    for (const Tensor* w : weights) out.emplace_back(s.dtype, runtime::Shape{ctx.n_attn, w->dim(1)});
+    for (auto& t : out) outs.push_back(&t);
+    const sim::TimeNs ready = ctx.chip.t;
+    const auto f = all_gather_gemm(ctx.tp, in, weights, outs, ready, fused_op);
+    ctx.fused_done(fused_name, f, ready);
+    const double P = p.tp;
+    ctx.comm.add("sp all_gather", f.bytes_sent,
+                 (P - 1) / P * static_cast<double>(ctx.n_attn * s.hidden) * static_cast<double>(runtime::dtype_size(s.dtype)));
+    return out;
+  }
+  const Tensor gathered = p.sp ? sp_all_gather(ctx, in, gather_what) : Tensor();
+  const Tensor& x = p.sp ? gathered : in;
+  const std::string label = " (" + parallel_style(column_weight_placement(p)) + ")";
+  for (size_t i = 0; i < weights.size(); ++i) out.push_back(gemm(ctx.chip, x, *weights[i], names[i] + label));
+  return out;
+}
+
+Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const std::string& gname,
+                    const std::string& what) {
+  const auto& s = ctx.s;
+  const auto& p = ctx.p;
+  const double P = p.tp;
+  const double es = static_cast<double>(runtime::dtype_size(s.dtype));
+  if (p.fused.enabled) {  // the GEMM and its reduction as one fused op
+    const sim::TimeNs ready = ctx.chip.t;
+    if (p.sp) {
+      Tensor out(s.dtype, {ctx.n_resid, s.hidden});
+      const auto f = gemm_reduce_scatter(ctx.tp, in, w, out, ready, gname + " + sp reduce_scatter (" + what + ")");
+      ctx.fused_done(gname + " + sp reduce_scatter", f, ready);
+      ctx.comm.add("sp reduce_scatter", f.bytes_sent, (P - 1) / P * static_cast<double>(in.dim(0) * s.hidden) * es);
+      return out;
+    }
+    Tensor out(s.dtype, {in.dim(0), s.hidden});
+    const auto f = gemm_all_reduce(ctx.tp, in, w, out, p.fused.chunks, ready, gname + " + tp all_reduce (" + what + ")");
+    ctx.fused_done(gname + " + tp all_reduce", f, ready);
+    ctx.comm.add("tp all_reduce", f.bytes_sent, 2 * (P - 1) / P * static_cast<double>(out.nbytes()));
+    return out;
+  }
+  Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
+  if (p.tp == 1) return partial;
+  if (p.sp) return sp_reduce_scatter(ctx, partial, what);
+  const auto r = collectives::all_reduce(ctx.tp, partial.data(), partial.data(), static_cast<size_t>(partial.numel()),
+                                         s.dtype, collectives::ReduceOp::sum, ctx.chip.t,
+                                         ring_opts("tp all_reduce (" + what + ")"));
+  ctx.chip.t = r.span.end;
+  ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()));
+  return partial;
+}
+
+}  // namespace shardsim::sharding::plans

@@ -1,0 +1,35 @@
+// Plan unit: Megatron-LM tensor parallelism (Shoeybi et al. 2019) on the mesh's tp axis, with sequence
+// parallelism (sequence_parallel.h) and fused collectives (sharding/fused.h) as its variants.
+//   column_parallel  weights Shard(1) over tp: Y_i = X · W_i for the chip's columns; X is Replicate over tp (with
+//                    sp first all_gathered from its Shard(0) shard; fused: one all_gather_gemm feeds every W_i)
+//   row_parallel     weight Shard(0) over tp: the output X · W is Partial(sum) over tp, then all_reduced (or
+//                    reduce_scattered with sp; fused: gemm_all_reduce / gemm_reduce_scatter)
+// With tp = 1 the weights are Replicate and no collective runs. GEMM labels in the trace follow the placements
+// (" (column-parallel)", " (row-parallel)", " (replicated)": placement.h's parallel_style).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sharding/placement.h"
+#include "sharding/plans/block_ops.h"
+
+namespace shardsim::sharding::plans {
+
+// The placements of the column- and row-parallel weights on tp (Replicate when tp = 1).
+Placement column_weight_placement(const BlockPlan& p);
+Placement row_weight_placement(const BlockPlan& p);
+
+// IN: this chip's rows of the input (its sp shard with sp). Returns X · W_i for each weight, [n_attn or rows of IN,
+// cols of W_i]. NAMES: the GEMMs' names ("gemm.q", ...); GATHER_WHAT: the sp all_gather's label ("before QKV");
+// FUSED_OP / FUSED_NAME: the fused all_gather_gemm's op label and its report name.
+std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                    const std::vector<std::string>& names, const std::string& gather_what,
+                                    const std::string& fused_op, const std::string& fused_name);
+
+// IN · W and its reduction over tp, "GNAME + tp all_reduce (WHAT)" etc. Returns the full (Replicate) output, or
+// with sp this chip's Shard(0) rows.
+Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const std::string& gname,
+                    const std::string& what);
+
+}  // namespace shardsim::sharding::plans
