@@ -453,8 +453,9 @@ std::string mib(uint64_t bytes) {
 
 // Rank 0: reserves BYTES for FILE (fallocate(2): the blocks are the file's from now on, so no later write of this
 // save can meet a full disk or a quota). File systems without fallocate: compares with statvfs instead.
-// RuntimeFault naming PATH and the cause ("No space left on device") when the space is not there.
-void reserve_space(const std::string& file, const std::string& path, uint64_t bytes) {
+// RuntimeFault naming PATH and the cause ("No space left on device") when the space is not there; the message
+// quotes SHOWN bytes as what the checkpoint needs (BYTES may include slack).
+void reserve_space(const std::string& file, const std::string& path, uint64_t bytes, uint64_t shown) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) throw RuntimeFault(where(path) + "cannot open " + file + ": " + std::strerror(errno));
   int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
@@ -469,7 +470,7 @@ void reserve_space(const std::string& file, const std::string& path, uint64_t by
   struct statvfs vfs{};
   if (::statvfs(file.c_str(), &vfs) == 0)
     free_text = ", " + mib(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) + " free";
-  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(bytes) + free_text + ")");
+  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(shown) + free_text + ")");
 }
 
 // Rank 0 after the file is closed: cuts the reservation's unused tail, i.e. the file becomes exactly as long as
@@ -733,7 +734,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       ::close(fd);
       register_temp(space);
       try {
-        reserve_space(space, path, need + kCloseSlack);
+        reserve_space(space, path, need + kCloseSlack, need);
       } catch (...) {
         ::unlink(space.c_str());
         unregister_temp(space);
@@ -780,7 +781,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       agree(comm, [&] {
         if (rank != 0) return;
         ::unlink(space.c_str());  // hand the side file's blocks over to the HDF5 file
-        reserve_space(partial, path, need);
+        reserve_space(partial, path, need, need);
       });
     }
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
