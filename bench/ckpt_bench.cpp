@@ -1,6 +1,6 @@
 // Checkpoint write/read wall bandwidth (not a test): every rank holds a Shard(1) block of TENSORS fp32 tensors
-// [rows, cols] (TOTAL MiB in all), saves them with sharding::save_checkpoint (checksums, collective HDF5 writes,
-// fsync, rename, directory fsync) and loads them back with CheckpointReader (structure check on rank 0, each rank
+// [rows, cols] (TOTAL MiB in all), saves them with sharding::save_checkpoint (space reservation, checksums, HDF5
+// writes through MPI-IO, fsync, rename, directory fsync) and loads them back with CheckpointReader (structure check on rank 0, each rank
 // reads its own hyperslab), then verifies every checksum (each rank reads a slice of rows). Rank 0 prints one
 // line per repetition; GB = 1e9 bytes of tensor data. bench/ckpt_bandwidth.sh compares it with dd.
 //   mpirun -np 4 build/bench/shardsim_ckpt_bench --mib 512 --reps 3 --dir /tmp [--chunk auto] [--compression none]

@@ -129,6 +129,7 @@ class IoWatchdog {
                    "aborting\n",
                    what_.c_str(), limit_s_, rank, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
       std::fflush(stderr);
+      unlink_registered_temps();  // the final names are untouched anyway; drop the temporaries too
       if (level >= MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
       std::_Exit(kExitRuntimeFault);
     }
@@ -343,6 +344,57 @@ Shape chunk_dims(const Chunking& c, const Shape& g, size_t esize) {
 }
 
 
+// One rank's block of a tensor, as every rank learns it before a save (the layout and the transfer mode of each
+// tensor are decided from all the blocks, identically on every rank).
+struct Block {
+  Shape offset, shape;
+};
+
+// `auto` layout without compression: when the writers' blocks all have one shape and tile the tensor on a grid
+// (Shard(d) over equal shards, or one rank writing a replicated tensor), the chunk IS that block, split along
+// dim 0 (by a divisor of its rows) to at most kMaxAlignedChunk: every chunk then has exactly one writer, who
+// writes it independently, as one contiguous piece of the file, with no shuffle between ranks. Empty: no such
+// layout (uneven shards); the caller falls back to chunk_dims.
+constexpr uint64_t kMaxAlignedChunk = 64u << 20, kMinAlignedChunk = 256u << 10;
+Shape aligned_chunk(const Shape& g, size_t esize, const std::vector<Block>& writers) {
+  if (g.empty() || writers.empty() || runtime::shape_numel(g) == 0) return {};
+  const Shape& b = writers.front().shape;
+  int64_t covered = 0;
+  for (const auto& w : writers) {
+    if (w.shape != b) return {};
+    for (size_t d = 0; d < g.size(); ++d)
+      if (b[d] == 0 || w.offset[d] % b[d] != 0) return {};
+    covered += runtime::shape_numel(w.shape);
+  }
+  if (covered != runtime::shape_numel(g)) return {};
+  const uint64_t row = static_cast<uint64_t>(runtime::shape_numel(b) / b[0]) * esize;
+  if (row > kMaxAlignedChunk) return {};
+  int64_t rows = b[0];
+  while (rows > 1 && static_cast<uint64_t>(rows) * row > kMaxAlignedChunk) {
+    int64_t next = rows - 1;  // the largest proper divisor of b[0] below rows
+    while (next > 1 && b[0] % next != 0) --next;
+    rows = next;
+  }
+  Shape c = b;
+  c[0] = rows;
+  if (static_cast<uint64_t>(rows) * row < kMinAlignedChunk && static_cast<uint64_t>(runtime::shape_numel(g)) * esize >
+                                                                      kMinAlignedChunk)
+    return {};  // tiny blocks of a big tensor: fewer, bigger chunks (chunk_dims) read back faster
+  return c;
+}
+
+// True when every chunk of CHUNK (empty: contiguous) is written by at most one of WRITERS, so independent writes
+// never touch a chunk two ranks share.
+bool single_writer_per_chunk(const Shape& chunk, const Shape& g, const std::vector<Block>& writers) {
+  if (chunk.empty()) return true;  // contiguous: disjoint byte ranges
+  for (const auto& w : writers)
+    for (size_t d = 0; d < g.size(); ++d) {
+      if (w.offset[d] % chunk[d] != 0) return false;
+      if (w.shape[d] % chunk[d] != 0 && w.offset[d] + w.shape[d] != g[d]) return false;
+    }
+  return true;
+}
+
 // Test hook: "RANK:N" -> rank RANK kills itself after writing its part of tensor N.
 std::pair<int, long> crash_hook() {
   const char* v = std::getenv("SHARDSIM_TEST_CKPT_CRASH");
@@ -364,6 +416,13 @@ std::string bcast_string(MPI_Comm comm, std::string s) {
 // Space kept free beyond a save's estimate while the HDF5 file is created, so that even a failed save can close it
 // (the close writes the superblock and the root group).
 constexpr uint64_t kCloseSlack = 1u << 20;
+
+// Test hook: SHARDSIM_TEST_CKPT_STALL=RANK makes rank RANK stop forever inside the first tensor's write step, so the
+// I/O watchdog's bounded exit can be tested. -1 when unset.
+int stall_hook() {
+  const char* v = std::getenv("SHARDSIM_TEST_CKPT_STALL");
+  return v && *v ? std::atoi(v) : -1;
+}
 
 // Bytes a save needs on disk at most: the raw data (+0.2% and 1 KiB per chunk for deflate's worst case), the
 // attributes, and per-object metadata. Reserved before the first collective write, see save_checkpoint.
@@ -394,8 +453,9 @@ std::string mib(uint64_t bytes) {
 
 // Rank 0: reserves BYTES for FILE (fallocate(2): the blocks are the file's from now on, so no later write of this
 // save can meet a full disk or a quota). File systems without fallocate: compares with statvfs instead.
-// RuntimeFault naming PATH and the cause ("No space left on device") when the space is not there.
-void reserve_space(const std::string& file, const std::string& path, uint64_t bytes) {
+// RuntimeFault naming PATH and the cause ("No space left on device") when the space is not there; the message
+// quotes SHOWN bytes as what the checkpoint needs (BYTES may include slack).
+void reserve_space(const std::string& file, const std::string& path, uint64_t bytes, uint64_t shown) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) throw RuntimeFault(where(path) + "cannot open " + file + ": " + std::strerror(errno));
   int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
@@ -410,7 +470,7 @@ void reserve_space(const std::string& file, const std::string& path, uint64_t by
   struct statvfs vfs{};
   if (::statvfs(file.c_str(), &vfs) == 0)
     free_text = ", " + mib(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) + " free";
-  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(bytes) + free_text + ")");
+  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(shown) + free_text + ")");
 }
 
 // Rank 0 after the file is closed: cuts the reservation's unused tail, i.e. the file becomes exactly as long as
@@ -610,6 +670,44 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
     }
   } join_summer{summer};
 
+  // Every rank's block of every tensor, so each tensor's layout and transfer mode are decided the same way
+  // everywhere: chunks aligned to the writers' blocks when they tile it (see aligned_chunk), and independent
+  // writes when no chunk has two writers (no collective in the data path; compression needs collective writes).
+  const int nranks = [&] {
+    int n = 1;
+    MPI_Comm_size(comm, &n);
+    return n;
+  }();
+  std::vector<Shape> chunks(entries.size());
+  std::vector<char> independent(entries.size(), 0);
+  {
+    std::vector<int64_t> mine;
+    for (const auto& e : entries) {
+      mine.push_back(e.write && e.local->numel() > 0 ? 1 : 0);
+      for (size_t d = 0; d < e.global_shape.size(); ++d) mine.push_back(d < e.offset.size() ? e.offset[d] : 0);
+      for (size_t d = 0; d < e.global_shape.size(); ++d)
+        mine.push_back(d < e.local->shape().size() ? e.local->shape()[d] : 0);
+    }
+    std::vector<int64_t> all(mine.size() * static_cast<size_t>(nranks));
+    MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
+                  MPI_INT64_T, comm);
+    size_t pos = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& e = entries[i];
+      const size_t r = e.global_shape.size(), esize = runtime::dtype_size(e.local->dtype());
+      std::vector<Block> writers;
+      for (int q = 0; q < nranks; ++q) {
+        const int64_t* p = all.data() + static_cast<size_t>(q) * mine.size() + pos;
+        if (p[0]) writers.push_back({Shape(p + 1, p + 1 + r), Shape(p + 1 + r, p + 1 + 2 * r)});
+      }
+      pos += 1 + 2 * r;
+      chunks[i] = chunk_dims(opt.chunking, e.global_shape, esize);
+      if (opt.chunking.kind == Chunking::Kind::auto_ && opt.gzip_level == 0 && !chunks[i].empty())
+        if (Shape a = aligned_chunk(e.global_shape, esize, writers); !a.empty()) chunks[i] = a;
+      independent[i] = opt.gzip_level == 0 && single_writer_per_chunk(chunks[i], e.global_shape, writers);
+    }
+  }
+
   const auto [crash_rank, crash_after] = crash_hook();
   nlohmann::json manifest = nlohmann::json::array();
   for (const auto& e : entries) manifest.push_back(e.path);
@@ -636,7 +734,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       ::close(fd);
       register_temp(space);
       try {
-        reserve_space(space, path, need + kCloseSlack);
+        reserve_space(space, path, need + kCloseSlack, need);
       } catch (...) {
         ::unlink(space.c_str());
         unregister_temp(space);
@@ -683,11 +781,13 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       agree(comm, [&] {
         if (rank != 0) return;
         ::unlink(space.c_str());  // hand the side file's blocks over to the HDF5 file
-        reserve_space(partial, path, need);
+        reserve_space(partial, path, need, need);
       });
     }
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
     H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
+    Id indep{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+    H5Pset_dxpl_mpio(indep.id, H5FD_MPIO_INDEPENDENT);
     for (size_t i = 0; i < entries.size(); ++i) {
       const auto& e = entries[i];
       Watch w(tensor_where(path, e.path) + "collective write");
@@ -695,13 +795,12 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
         try {
           ensure_groups(f.id, e.path);
           const DType dt = e.local->dtype();
-          const size_t esize = runtime::dtype_size(dt);
           Id fspace{make_space(e.global_shape), H5Sclose};
           Id ftype{h5_type(dt), H5Tclose};
           Id dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
           H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_NEVER);
           H5Pset_obj_track_times(dcpl.id, false);
-          const Shape chunk = chunk_dims(opt.chunking, e.global_shape, esize);
+          const Shape& chunk = chunks[i];
           if (!chunk.empty()) {
             std::vector<hsize_t> cd(chunk.begin(), chunk.end());
             H5Pset_chunk(dcpl.id, static_cast<int>(cd.size()), cd.data());
@@ -718,12 +817,19 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
           Id mspace{make_space(e.local->shape()), H5Sclose};
           select_block(fspace.id, e.offset, e.local->shape(), any);
           if (!any) H5Sselect_none(mspace.id);
-          if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, dxpl.id, e.local->data()) < 0)
+          if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, independent[i] ? indep.id : dxpl.id,
+                       e.local->data()) < 0)
             throw RuntimeFault("write failed: " + last_os_error("") + h5_detail());
         } catch (const RuntimeFault& err) {
           throw RuntimeFault(tensor_where(path, e.path) + err.what());
         }
       });
+      if (i == 0 && stall_hook() == rank) {  // test hook: a rank that never returns from the write step
+        Watch stalled(tensor_where(path, e.path) + "collective write (SHARDSIM_TEST_CKPT_STALL)");
+        std::fprintf(stderr, "shardsim: SHARDSIM_TEST_CKPT_STALL: rank %d stops inside a checkpoint write\n", rank);
+        std::fflush(stderr);
+        while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
       if (rank == crash_rank && static_cast<long>(i) == crash_after) {
         std::fprintf(stderr, "shardsim: SHARDSIM_TEST_CKPT_CRASH: rank %d kills itself after tensor %zu of %s\n", rank,
                      i, partial.c_str());
@@ -1006,8 +1112,10 @@ void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset,
     const bool any = runtime::shape_numel(shape) > 0;
     select_block(fspace.id, offset, shape, any);
     if (!any) H5Sselect_none(mspace.id);
+    // Unfiltered data: each rank reads its own block independently (no shuffle through aggregators, and an error
+    // stays local until agreed); compressed chunks: collectively.
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
-    H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_COLLECTIVE);
+    H5Pset_dxpl_mpio(dxpl.id, ti->gzip_level > 0 ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
     if (H5Dread(dset.id, mtype.id, mspace.id, fspace.id, dxpl.id, data) < 0)
       throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
                         h5_detail());

@@ -4,8 +4,10 @@
 // One HDF5 file per checkpoint (file format bounds: HDF5 1.10, so object headers, the superblock and the chunk
 // index carry HDF5's own metadata checksums). One dataset per tensor at its path (e.g. "/weights/w_gate") with
 // the tensor's GLOBAL shape; each rank writes only the hyperslab it owns (a Shard(d) block; a replicated
-// tensor is written by one rank). Layout: chunked (default: chunks of whole trailing rows up to ~4 MiB, see
-// Chunking) with optional gzip compression; zero-size and rank-0 tensors are contiguous.
+// tensor is written by one rank). Layout: chunked (see Chunking; default without compression: each writer's block
+// is its own chunk when the blocks tile the tensor, else chunks of whole trailing rows up to ~4 MiB) with optional
+// gzip compression; zero-size and rank-0 tensors are contiguous. Data of unfiltered datasets is written and read
+// with independent MPI-IO when no chunk has two writers; compressed data collectively.
 //
 // Root attributes: format = "shardsim-checkpoint", format_version (int64 1), step (int64), complete (int64 1,
 // written last, just before the file is closed), tensors (JSON array of the dataset paths, the manifest),
@@ -43,8 +45,9 @@
 // PATH.partial.XXXXXX, which the reader rejects (it lacks `complete`). Every collective HDF5 step runs under a
 // last-resort watchdog (SHARDSIM_WATCHDOG_S, default 300 s): a step that does not return in time aborts the job
 // with exit code 3 and one line naming the file, the step and the chip. The same data saved twice gives
-// byte-identical files (object timestamps off). Test hook: SHARDSIM_TEST_CKPT_CRASH="RANK:N" makes rank RANK
-// SIGKILL itself right after writing its part of tensor N (0-based) of a save.
+// byte-identical files (object timestamps off). Test hooks: SHARDSIM_TEST_CKPT_CRASH="RANK:N" makes rank RANK
+// SIGKILL itself right after writing its part of tensor N (0-based) of a save; SHARDSIM_TEST_CKPT_STALL=RANK makes
+// rank RANK stop forever inside the first tensor's write step (the watchdog ends the job).
 //
 // ---- Errors (never a hang: every decision that precedes a collective HDF5 call is agreed across ranks) ----
 // Bad checkpoint (exit 2, ConfigError on EVERY rank, message names the file and the tensor): missing/unreadable
@@ -75,7 +78,10 @@ struct CheckpointEntry {
   bool write = true;                 // false: this rank contributes nothing (replicated tensors)
 };
 
-// Dataset layout. auto_: chunked, chunks of whole trailing rows up to `bytes` (default 4 MiB);
+// Dataset layout. auto_: chunked; without compression, when the writers' blocks all have one shape and tile the
+// tensor (Shard(d) over equal shards, one rank writing a replicated tensor), the chunk is that block (split along
+// dim 0 to at most 64 MiB), so every chunk has one writer; otherwise chunks of whole trailing rows up to `bytes`
+// (default 4 MiB);
 // bytes: the same with another target; dims: these chunk dimensions (clamped to the tensor; the rank must
 // match, else auto_); contiguous: no chunks (no compression possible).
 struct Chunking {

@@ -5,6 +5,7 @@
 #    links' targets are unchanged and PATH becomes a regular file;
 #  - SIGTERM / SIGINT to bench, sweep and run exit with 128 + the signal (143 / 130) and one line; an interrupted
 #    bench --csv keeps every row it printed; no temporary is left;
+#  - a rank stuck inside a collective checkpoint write: the I/O watchdog ends the job with exit 3 (bounded time);
 #  - two saves of the same run give byte-identical checkpoints (1 and 4 ranks).
 # Usage: output_safety.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -153,6 +154,17 @@ else
   kill -KILL $pid 2>/dev/null
   wait $pid 2>/dev/null
 fi
+
+# ---- the last-resort watchdog over collective checkpoint I/O ----
+e2e_case "a rank stuck inside a checkpoint write: the I/O watchdog ends the job (exit 3)"
+t0=$SECONDS
+if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_CKPT_STALL=1 expect_exit 3 'no progress for 3 s' -- \
+    shardsim_mpi 4 run c4.yaml --checkpoint stalled.h5; then
+  assert_out "checkpoint stalled.h5: tensor '[a-z_/]+': collective write.*no progress for 3 s on chip [0-3]" \
+    "the line names the file, the step and the chip"
+  pass "ended after $((SECONDS - t0)) s (limit 3 s + start-up; the timeout would have caught a hang)"
+fi
+if [ -e stalled.h5 ]; then fail "stalled.h5 exists"; else pass "nothing under the final name"; fi
 
 # ---- 4. byte-identical checkpoints ----
 for np in 1 4; do
