@@ -75,6 +75,7 @@ struct BlockPlan {
 
 struct BlockConfig {
   std::string file, name, model;
+  std::string text;  // the YAML as run (stored in checkpoints)
   topology::Topology topology;
   sim::DeviceSpec device;
   BlockShape shape;
@@ -129,9 +130,26 @@ struct BlockReport {
   bool validated = false, passed = true;
   double max_abs_error = 0, max_abs_reference = 0, tolerance = 0;
   double wall_s = 0;
+  std::string checkpoint;    // written ("" none)
+  std::string resumed_from;  // weights read from this checkpoint ("" seeded)
 };
 
-// Runs the block on WORLD (collective); the report is complete on rank 0.
+// Checkpoints of a block (sharding/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
+// writing its shard (placements: Wq/Wk/Wv/W_gate/W_up Shard(1) over tp, Wo/W_down Shard(0) over tp, norms
+// Replicate; replicas over cp and repeated KV heads are written once), root attributes workload, heads, kv_heads,
+// seed, plan, mesh, config. Any plan reads any plan's checkpoint (resharding by reading each shard's block).
+//   weights/norm1 [hidden], weights/wq [hidden, heads·d], weights/wk, wv [hidden, kv_heads·d],
+//   weights/wo [heads·d, hidden], weights/norm2 [hidden], weights/w_gate, w_up [hidden, ffn], weights/w_down [ffn, hidden]
+struct BlockRunOptions {
+  std::string trace_path;
+  std::string checkpoint_path;  // write the weights here after the run ("" none)
+  std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
+                                // single-device reference then uses the checkpoint's weights too
+};
+
+// Runs the block on WORLD (collective); the report is complete on rank 0. A checkpoint that does not fit the
+// config (shapes, dtype, heads) is a ConfigError on every rank (exit 2).
+BlockReport run_block(const runtime::World& world, const BlockConfig& config, const BlockRunOptions& options);
 BlockReport run_block(const runtime::World& world, const BlockConfig& config, const std::string& trace_path);
 std::string to_text(const BlockReport& r);
 std::string to_json_text(const BlockReport& r);
