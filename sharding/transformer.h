@@ -30,7 +30,9 @@
 //   by the ulysses all_to_all: needs (Hq/tp) and (Hkv/tp) divisible by ulysses). Mesh rank r has tp = r % tp
 //   (tp innermost, Megatron's order); the mesh's placement on the topology decides which chips each group spans
 //   (on a torus [2, 4], tp=2 x cp=4 puts tp on the size-2 dimension and each cp ring on a ring of the torus).
-//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips.
+//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips. parallel.mesh_dims: [d0, ...]
+//   chooses the topology dimensions the mesh fills, innermost axis first (device_mesh.h).
+//   The plan units live in sharding/plans/ (tensor_parallel, sequence_parallel, context_parallel, ulysses).
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
 //   tp all_reduce 2(P-1)/P·M per all_reduce (two per block); sp all_gather and reduce_scatter (P-1)/P·M each
 //   (two of each); cp ring 2(P-1)/P·seq·Hkv·d·elem (K and V); ulysses all_to_all (P-1)/P of each local q, k, v,
