@@ -100,15 +100,21 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
                         std::to_string(cfg.topology.num_chips()) + ")");
-    if (!opt.resume_from.empty() || opt.checkpoint_path)
-      throw UsageError("--resume/--checkpoint: transformer_block workloads do not checkpoint yet");
+    if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
+      throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
     sharding::check_host_memory(cfg);
     std::vector<std::pair<std::string, std::string>> outputs;
+    // A block writes a checkpoint only when asked (--checkpoint): its weights come from the seed.
+    if (opt.checkpoint_path && !opt.no_checkpoint) outputs.emplace_back("--checkpoint", *opt.checkpoint_path);
     if (!json_path.empty()) outputs.emplace_back("--json", json_path);
     if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
     check_outputs_distinct(outputs, {{"the config file", config_path}});
   });
-  const auto report = sharding::run_block(world, cfg, opt.trace_path);
+  sharding::BlockRunOptions bo;
+  bo.trace_path = opt.trace_path;
+  bo.resume_from = opt.resume_from;
+  if (opt.checkpoint_path && !opt.no_checkpoint) bo.checkpoint_path = *opt.checkpoint_path;
+  const auto report = sharding::run_block(world, cfg, bo);
   if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
   // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
   world.agree([&] {

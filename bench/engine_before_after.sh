@@ -26,7 +26,7 @@ print(t.get('chips') or math.prod(t['dims']))" "$cfg")
   out="$WORK/out.txt" json="$WORK/r.json"
   rm -f "$json"
   mpirun -q -np "$np" --oversubscribe "$BIN" run "$cfg" --json "$json" --no-checkpoint >"$out" 2>&1
-  python3 - "$json" "$name" "$np" <<'PY' || echo "$name: failed: $(tail -2 "$out")"
+  python3 - "$json" "$name" "$np" 2>/dev/null <<'PY' || echo "$name: failed: $(grep -m1 'error' "$out")"
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r["simulated"]

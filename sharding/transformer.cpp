@@ -20,6 +20,7 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "runtime/transport.h"
+#include "sharding/checkpoint.h"
 #include "sharding/engine_config.h"
 #include "sharding/init.h"
 #include "sharding/placement.h"
@@ -129,6 +130,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate"});
   BlockConfig c;
   c.file = file;
+  c.text = root.text();
   c.name = root.get_string("name", "transformer-block");
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
@@ -359,7 +361,42 @@ const std::vector<std::string> kCommKeys = {"tp all_reduce", "sp all_gather", "s
 
 // ------------------------------------------------------------------------------------------------ run
 
+namespace {
+
+// One weight of the block for the checkpoint: this chip's tensor, where it sits in the global one, its placement.
+struct WeightSlot {
+  std::string name;
+  Tensor* t;
+  runtime::Shape global, offset;
+  Placement on_tp;
+  bool kv = false;  // Wk/Wv: whole KV heads repeated over tp/kv_heads chips when tp > kv_heads
+};
+
+std::vector<WeightSlot> weight_slots(const BlockShape& s, Weights& w) {
+  const int64_t d = s.head_dim(), H = s.hidden;
+  return {
+      {"weights/norm1", &w.norm1, {H}, {0}, Replicate{}},
+      {"weights/wq", &w.wq, {H, s.heads * d}, {0, w.q0 * d}, Shard{1}},
+      {"weights/wk", &w.wk, {H, s.kv_heads * d}, {0, w.g0 * d}, Shard{1}, true},
+      {"weights/wv", &w.wv, {H, s.kv_heads * d}, {0, w.g0 * d}, Shard{1}, true},
+      {"weights/wo", &w.wo, {s.heads * d, H}, {w.q0 * d, 0}, Shard{0}},
+      {"weights/norm2", &w.norm2, {H}, {0}, Replicate{}},
+      {"weights/w_gate", &w.wg, {H, s.ffn}, {0, w.f0}, Shard{1}},
+      {"weights/w_up", &w.wu, {H, s.ffn}, {0, w.f0}, Shard{1}},
+      {"weights/w_down", &w.wd, {s.ffn, H}, {w.f0, 0}, Shard{0}},
+  };
+}
+
+}  // namespace
+
 BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const std::string& trace_path) {
+  BlockRunOptions o;
+  o.trace_path = trace_path;
+  return run_block(world, cfg, o);
+}
+
+BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const BlockRunOptions& opt) {
+  const std::string& trace_path = opt.trace_path;
   const auto t_start = std::chrono::steady_clock::now();
   const BlockShape& s = cfg.shape;
   const BlockPlan& p = cfg.plan;
@@ -396,6 +433,36 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   const int64_t n_resid = static_cast<int64_t>(resid_rows.size());
 
   Weights w = make_weights(s, p.tp, t_idx);
+  // ---- resume: this chip's shards from a checkpoint of any plan ----
+  std::unique_ptr<CheckpointReader> reader;
+  if (!opt.resume_from.empty()) {
+    const std::string& path = opt.resume_from;
+    world.agree([&] {
+      reader = std::make_unique<CheckpointReader>(world.comm(), path);
+      const std::string kind = reader->root_attribute("workload");
+      if (kind != "transformer_block")
+        throw ConfigError("checkpoint " + path + ": written by a '" + (kind.empty() ? "?" : kind) +
+                          "' workload, not a transformer_block");
+      for (const char* key : {"heads", "kv_heads"}) {
+        const std::string saved = reader->root_attribute(key);
+        const int64_t want = std::string(key) == "heads" ? s.heads : s.kv_heads;
+        if (saved != std::to_string(want))
+          throw ConfigError("checkpoint " + path + ": written with " + key + " " + saved + " but the config has " +
+                            std::to_string(want));
+      }
+      for (const auto& slot : weight_slots(s, w)) {
+        if (reader->global_shape(slot.name) != slot.global)
+          throw ConfigError("checkpoint " + path + ": dataset '" + slot.name + "' has shape " +
+                            runtime::shape_str(reader->global_shape(slot.name)) + " but the config's block needs " +
+                            runtime::shape_str(slot.global));
+        if (reader->dtype(slot.name) != s.dtype)
+          throw ConfigError("checkpoint " + path + ": dataset '" + slot.name + "' is " +
+                            runtime::dtype_name(reader->dtype(slot.name)) + " but the config's dtype is " +
+                            runtime::dtype_name(s.dtype));
+      }
+    });
+    for (auto& slot : weight_slots(s, w)) reader->read_block(slot.name, slot.offset, *slot.t);
+  }
   const Tensor x = init_x(s, resid_rows);
   const BlockMemory mem_plan = block_memory(s, p, t_idx);
   memory.allocate("weights", mem_plan.weights);
@@ -509,6 +576,42 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
                                 MPI_DOUBLE, 0, world.comm()), rank, "block report");
   if (!trace_path.empty()) write_trace(world, tl, trace_path);
 
+  // ---- checkpoint: every weight with its global shape; each shard written once ----
+  if (!opt.checkpoint_path.empty()) {
+    std::vector<CheckpointEntry> entries;
+    for (const auto& slot : weight_slots(s, w)) {
+      const bool repeated_kv = slot.kv && p.tp > s.kv_heads;
+      bool writer = u_idx == 0;  // cp / ulysses ranks hold replicas
+      if (std::holds_alternative<Replicate>(slot.on_tp)) writer = writer && t_idx == 0;
+      if (repeated_kv) writer = writer && t_idx % (p.tp / s.kv_heads) == 0;
+      std::string sharding = TensorSpec{slot.name, slot.global, {{"tp", p.tp > 1 ? slot.on_tp : Placement{Replicate{}}}}}
+                                 .describe(cfg.mesh);
+      if (repeated_kv) sharding += " (each KV head repeated on tp/kv_heads chips)";
+      entries.push_back({slot.name, slot.t, slot.global, slot.offset, sharding, writer});
+    }
+    const std::map<std::string, std::string> attrs = {
+        {"shardsim_version", "0.1.0"}, {"workload", "transformer_block"}, {"model", cfg.model},
+        {"config", cfg.text},          {"config_file", cfg.file},         {"parallel_plan", p.describe()},
+        {"heads", std::to_string(s.heads)}, {"kv_heads", std::to_string(s.kv_heads)},
+        {"seed", std::to_string(s.seed)},   {"topology", cfg.topology.describe()},
+    };
+    SaveOptions so;
+    so.mesh = cfg.mesh.mapping_text();
+    save_checkpoint(world.comm(), opt.checkpoint_path, entries, attrs, so);
+  }
+  // The reference's weights: the checkpoint's when resumed (read collectively; whole tensors on rank 0).
+  std::unique_ptr<Weights> ckpt_full;
+  if (reader && cfg.validate) {
+    ckpt_full = std::make_unique<Weights>(rank == 0 ? make_weights(s, 1, 0) : Weights{});
+    Weights& f = *ckpt_full;
+    for (auto& slot : weight_slots(s, f)) {
+      Tensor block(s.dtype, rank == 0 ? slot.global : runtime::Shape(slot.global.size(), 0));
+      reader->read_block(slot.name, runtime::Shape(slot.global.size(), 0), block);
+      if (rank == 0) *slot.t = std::move(block);
+    }
+  }
+  reader.reset();
+
   if (rank == 0) {
     for (int r = 0; r < chips; ++r) {
       const double* v = &all_stats[nf * static_cast<size_t>(r)];
@@ -530,7 +633,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
-      const Weights full = make_weights(s, 1, 0);
+      const Weights full = ckpt_full ? std::move(*ckpt_full) : make_weights(s, 1, 0);
       std::vector<int64_t> rows(static_cast<size_t>(T));
       for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = i;
       sim::Timeline ref_tl(chip_id, cfg.topology, cfg.device);
@@ -556,6 +659,8 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
       if (!every_row_once) rep.max_abs_error = std::numeric_limits<double>::infinity();
     }
   }
+  rep.checkpoint = opt.checkpoint_path;
+  rep.resumed_from = opt.resume_from;
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return rep;
 }
@@ -612,6 +717,8 @@ std::string to_text(const BlockReport& r) {
                   r.max_abs_reference > 0 ? r.max_abs_error / r.max_abs_reference : r.max_abs_error, r.tolerance);
     os << b;
   }
+  if (!r.resumed_from.empty()) os << "resume     weights from " << r.resumed_from << "\n";
+  if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
   os << (r.passed ? "PASS" : "FAIL") << "\n";
   return os.str();
 }
@@ -644,6 +751,8 @@ std::string to_json_text(const BlockReport& r) {
                         {"max_abs_reference", r.max_abs_reference},
                         {"tolerance", r.tolerance}}},
                       {"verdict", r.passed ? "PASS" : "FAIL"},
+                      {"checkpoint", r.checkpoint},
+                      {"resumed_from", r.resumed_from},
                       {"wall_s", r.wall_s}};
   if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.sim_total_ns);
   return j.dump(2) + "\n";

@@ -30,7 +30,9 @@
 //   by the ulysses all_to_all: needs (Hq/tp) and (Hkv/tp) divisible by ulysses). Mesh rank r has tp = r % tp
 //   (tp innermost, Megatron's order); the mesh's placement on the topology decides which chips each group spans
 //   (on a torus [2, 4], tp=2 x cp=4 puts tp on the size-2 dimension and each cp ring on a ring of the torus).
-//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips.
+//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips. parallel.mesh_dims: [d0, ...]
+//   chooses the topology dimensions the mesh fills, innermost axis first (device_mesh.h).
+//   The plan units live in sharding/plans/ (tensor_parallel, sequence_parallel, context_parallel, ulysses).
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
 //   tp all_reduce 2(P-1)/P·M per all_reduce (two per block); sp all_gather and reduce_scatter (P-1)/P·M each
 //   (two of each); cp ring 2(P-1)/P·seq·Hkv·d·elem (K and V); ulysses all_to_all (P-1)/P of each local q, k, v,
@@ -75,6 +77,7 @@ struct BlockPlan {
 
 struct BlockConfig {
   std::string file, name, model;
+  std::string text;  // the YAML as run (stored in checkpoints)
   topology::Topology topology;
   sim::DeviceSpec device;
   BlockShape shape;
@@ -129,9 +132,26 @@ struct BlockReport {
   bool validated = false, passed = true;
   double max_abs_error = 0, max_abs_reference = 0, tolerance = 0;
   double wall_s = 0;
+  std::string checkpoint;    // written ("" none)
+  std::string resumed_from;  // weights read from this checkpoint ("" seeded)
 };
 
-// Runs the block on WORLD (collective); the report is complete on rank 0.
+// Checkpoints of a block (sharding/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
+// writing its shard (placements: Wq/Wk/Wv/W_gate/W_up Shard(1) over tp, Wo/W_down Shard(0) over tp, norms
+// Replicate; replicas over cp and repeated KV heads are written once), root attributes workload, heads, kv_heads,
+// seed, plan, mesh, config. Any plan reads any plan's checkpoint (resharding by reading each shard's block).
+//   weights/norm1 [hidden], weights/wq [hidden, heads·d], weights/wk, wv [hidden, kv_heads·d],
+//   weights/wo [heads·d, hidden], weights/norm2 [hidden], weights/w_gate, w_up [hidden, ffn], weights/w_down [ffn, hidden]
+struct BlockRunOptions {
+  std::string trace_path;
+  std::string checkpoint_path;  // write the weights here after the run ("" none)
+  std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
+                                // single-device reference then uses the checkpoint's weights too
+};
+
+// Runs the block on WORLD (collective); the report is complete on rank 0. A checkpoint that does not fit the
+// config (shapes, dtype, heads) is a ConfigError on every rank (exit 2).
+BlockReport run_block(const runtime::World& world, const BlockConfig& config, const BlockRunOptions& options);
 BlockReport run_block(const runtime::World& world, const BlockConfig& config, const std::string& trace_path);
 std::string to_text(const BlockReport& r);
 std::string to_json_text(const BlockReport& r);
