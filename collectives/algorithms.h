@@ -61,7 +61,9 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
 // total count, or a hash of per-rank counts for the v-variants). The first call with a given signature on a
 // communicator agrees in one small all-reduce and throws AgreedError(exit 2) on every rank on a mismatch; later
 // calls with that signature skip the round, and a mismatch then surfaces where a rank receives a message whose
-// header carries another signature (UsageError, exit 2, on the receiving ranks; runtime/transport.h). Returns
+// header carries another signature (UsageError, exit 2, on the receiving ranks; runtime/transport.h). One case
+// stays uncaught: a rank with a never-agreed signature while the others use an agreed one waits in the agreement
+// while they wait for its data, until the watchdog (SHARDSIM_WATCHDOG_S) ends the job with exit 3. Returns
 // the call's signature: the collective holds it in a runtime::SignatureScope while it moves data.
 runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& options,
                                   uint64_t count, DType dtype, int op);

@@ -13,7 +13,8 @@ namespace shardsim::collectives {
 CollectiveResult all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                             ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t bytes = count * runtime::dtype_size(dtype);
-  const runtime::SignatureScope signature_scope(check_args(Collective::all_reduce, tp, options, count, dtype, static_cast<int>(op)));
+  const runtime::SignatureScope signature_scope(
+      check_args(Collective::all_reduce, tp, options, count, dtype, static_cast<int>(op)));
   const Choice choice = choose(Collective::all_reduce, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "all_reduce" : options.name;
   const double sent_before = tp.bytes_sent();

@@ -25,7 +25,8 @@ CollectiveResult pairwise(runtime::Transport& tp, Collective c, const unsigned c
   double bytes = 0;
   for (size_t n : sendcounts) bytes += static_cast<double>(n * es);
   // all_to_allv counts legitimately differ per rank (the header check catches sender/receiver mismatches).
-  const runtime::SignatureScope signature_scope(check_args(c, tp, o, c == Collective::all_to_all ? static_cast<uint64_t>(sendcounts[0]) : 0, dtype, 0));
+  const runtime::SignatureScope signature_scope(
+      check_args(c, tp, o, c == Collective::all_to_all ? static_cast<uint64_t>(sendcounts[0]) : 0, dtype, 0));
   const Choice choice = choose(c, o, tp, bytes);
   const std::string name = o.name.empty() ? collective_name(c) : o.name;
   const double sent_before = tp.bytes_sent();

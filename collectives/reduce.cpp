@@ -12,7 +12,8 @@ namespace shardsim::collectives {
 CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                         ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t bytes = count * runtime::dtype_size(dtype);
-  const runtime::SignatureScope signature_scope(check_args(Collective::reduce, tp, options, count, dtype, static_cast<int>(op)));
+  const runtime::SignatureScope signature_scope(
+      check_args(Collective::reduce, tp, options, count, dtype, static_cast<int>(op)));
   check_root(tp, options.root, "reduce");
   const Choice choice = choose(Collective::reduce, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "reduce" : options.name;

@@ -10,7 +10,8 @@ namespace shardsim::collectives {
 CollectiveResult reduce_scatter(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
                                 DType dtype, ReduceOp op, sim::TimeNs ready, const CollectiveOptions& options) {
   const size_t es = runtime::dtype_size(dtype);
-  const runtime::SignatureScope signature_scope(check_args(Collective::reduce_scatter, tp, options, count, dtype, static_cast<int>(op)));
+  const runtime::SignatureScope signature_scope(
+      check_args(Collective::reduce_scatter, tp, options, count, dtype, static_cast<int>(op)));
   const Choice choice = choose(Collective::reduce_scatter, options, tp, static_cast<double>(count * es));
   const std::string name = options.name.empty() ? "reduce_scatter" : options.name;
   const double sent_before = tp.bytes_sent();

@@ -130,7 +130,8 @@ std::string chip_list(const std::vector<int>& chips) {
 uint64_t CallSignature::hash() const {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
   for (uint64_t v : {static_cast<uint64_t>(static_cast<uint32_t>(collective)), static_cast<uint64_t>(dtype),
-                     static_cast<uint64_t>(static_cast<uint32_t>(op)), static_cast<uint64_t>(static_cast<uint32_t>(root)),
+                     static_cast<uint64_t>(static_cast<uint32_t>(op)),
+                     static_cast<uint64_t>(static_cast<uint32_t>(root)),
                      count, algorithm})
     for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
   return h;
@@ -267,7 +268,8 @@ void Transport::wait(std::vector<MPI_Request>& reqs, const std::vector<int>& pee
     for (size_t i = 0; i < reqs.size(); ++i)
       if (reqs[i] != MPI_REQUEST_NULL)
         for (int r = 0; r < size_; ++r)
-          if ((peers[i] == r || (peers[i] < 0 && r != rank_)) && std::find(ranks.begin(), ranks.end(), r) == ranks.end())
+          if ((peers[i] == r || (peers[i] < 0 && r != rank_)) &&
+              std::find(ranks.begin(), ranks.end(), r) == ranks.end())
             ranks.push_back(r);
     return ranks;
   };
@@ -466,7 +468,8 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
       if (cls != MPI_ERR_TRUNCATE || i >= -1) return;
       const RecvOp& r = recvs[static_cast<size_t>(-2 - i)];
       throw UsageError("chip " + std::to_string(t.chip()) + ": " + op + ": expected " + std::to_string(r.bytes) +
-                       " bytes from chip " + std::to_string(t.chip_of(r.src)) + ", got more (counts differ across ranks?)");
+                       " bytes from chip " + std::to_string(t.chip_of(r.src)) +
+                       ", got more (counts differ across ranks?)");
     }
   } hook(*this, recvs, op);
   wait(reqs_, peers_, op, &hook);
