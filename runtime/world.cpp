@@ -77,9 +77,11 @@ void board_init() {
 }
 
 void board_free() {
-  if (g_board.win != MPI_WIN_NULL) MPI_Win_free(&g_board.win);
-  if (g_board.node != MPI_COMM_NULL) MPI_Comm_free(&g_board.node);
+  // Forget the board before its memory goes away, so nothing in this process can touch it after the unmap.
+  Board b = std::move(g_board);
   g_board = Board{};
+  if (b.win != MPI_WIN_NULL) MPI_Win_free(&b.win);
+  if (b.node != MPI_COMM_NULL) MPI_Comm_free(&b.node);
 }
 
 long long now_ns() {
