@@ -1,5 +1,7 @@
 #include "apps/cli_common.h"
 
+#include "common/byte_size.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,21 +52,11 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 size_t parse_bytes(const std::string& text, const std::string& flag) {
-  size_t pos = 0;
-  double v = 0;
   try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw UsageError(flag + ": '" + text + "' is not a size (e.g. 1024, 8K, 4M, 1G)");
+    return parse_byte_size(text);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(flag + ": " + e.what());
   }
-  std::string suffix = text.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty() && suffix != "B") throw UsageError(flag + ": unknown size suffix in '" + text + "'");
-  if (!(v >= 0) || !std::isfinite(v)) throw UsageError(flag + ": '" + text + "' must be >= 0");
-  return static_cast<size_t>(v * mult);
 }
 
 namespace {
@@ -126,10 +118,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     if (std::filesystem::is_directory(f.topology_file))
       throw UsageError("--topology " + f.topology_file + ": is a directory, need a YAML file");
     const ConfigNode root = ConfigNode::load_file(f.topology_file);
-    if (topology::is_astra_network(root))
-      net->topo = topology::load_astra_network(root);  // an ASTRA-sim analytical network.yml, unchanged
-    else
-      net->topo = topology::load_topology(root.has("topology") ? root.child("topology") : root);
+    net->topo = topology::load_topology_document(root);  // ASTRA-sim network.yml, topology: section or bare map
     net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
   } else {
     auto text = [](double v) {

@@ -114,7 +114,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   try {
     sw.agree([&] {
       const ConfigNode tn = ConfigNode::load_string(pt.topology_yaml, where);
-      topo = topology::is_astra_network(tn) ? topology::load_astra_network(tn) : topology::load_topology(tn);
+      topo = topology::load_topology_document(tn);
       dev = sim::load_device(ConfigNode::load_string(pt.device_yaml, where));
       if (topo.num_chips() != sw.size()) throw UsageError("internal: group of " + std::to_string(sw.size()) + " ranks");
       cs.collective = collectives::parse_collective(pt.collective);

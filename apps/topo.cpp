@@ -25,11 +25,7 @@ struct TopoFlags {
 
 topology::Topology load(const std::string& path) {
   if (std::filesystem::is_directory(path)) throw UsageError(path + ": is a directory, need a YAML file");
-  const ConfigNode root = ConfigNode::load_file(path);
-  if (topology::is_astra_network(root)) return topology::load_astra_network(root);
-  if (root.is_map() && root.has("topology")) return topology::load_topology(root.child("topology"));
-  if (root.is_map() && root.has("kind")) return topology::load_topology(root);
-  root.fail(path + ": no 'topology:' section, bare topology (kind: ...) or ASTRA-sim network (topology: [..])");
+  return topology::load_topology_file(path);
 }
 
 std::string num(double v, int prec = 3) {

@@ -213,10 +213,7 @@ topology::Topology load_workload_topology(const ConfigNode& root) {
       t.fail(std::string("topology: ") + e.what());
     }
   }();
-  if (topology::is_astra_network(file)) return topology::load_astra_network(file);
-  if (!file.has("topology"))
-    t.fail("topology: " + path + " has no topology: section (and is not an ASTRA-sim network file)");
-  return topology::load_topology(file.child("topology"));
+  return topology::load_topology_document(file);
 }
 
 sim::DeviceSpec load_workload_device(const ConfigNode& root) {

@@ -1,5 +1,7 @@
 #include "sharding/sweep.h"
 
+#include "common/byte_size.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -37,25 +39,7 @@ std::string short_hash(const std::string& text) {
   return buf;
 }
 
-size_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("'" + text + "' is not a size (e.g. 1024, 8K, 4MiB, 1G)");
-  }
-  const std::string suffix = text.substr(pos);
-  double mult = 1;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
-  else if (suffix == "M" || suffix == "MiB") mult = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty() && suffix != "B") throw std::invalid_argument("unknown size suffix in '" + text + "'");
-  const double bytes = v * mult;
-  if (!(bytes >= 1) || !std::isfinite(bytes) || bytes != std::floor(bytes) || bytes > 1e15)
-    throw std::invalid_argument("'" + text + "' must be a whole number of bytes >= 1");
-  return static_cast<size_t>(bytes);
-}
+size_t parse_size(const std::string& text) { return parse_byte_size(text, 1); }
 
 std::string size_label(size_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -148,15 +132,12 @@ std::vector<TopoEntry> parse_topologies(const ConfigNode& axes) {
       std::ifstream in(path);
       if (!in) item.fail(item.path() + ": cannot read topology file '" + path + "'");
       const ConfigNode root = ConfigNode::load_file(path);
-      topology::Topology t;
+      const topology::Topology t = topology::load_topology_document(root);
       if (topology::is_astra_network(root)) {
-        t = topology::load_astra_network(root);
         e.astra = true;
         e.yaml = root.text();
       } else {
-        const ConfigNode sec = root.has("topology") ? root.child("topology") : root;
-        t = topology::load_topology(sec);
-        e.yaml = flow(sec.yaml());
+        e.yaml = flow((root.has("topology") ? root.child("topology") : root).yaml());
       }
       e.chips = t.num_chips();
       e.label = fs::path(path).stem().string();

@@ -78,7 +78,7 @@ struct SweepSpec {
 SweepSpec load_sweep(const std::string& file);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);
 
-// "1K", "4KiB", "1M", "1G", "1024": bytes (binary multiples). std::invalid_argument otherwise.
+// common/byte_size.h's parse_byte_size with a minimum of 1 B (the one size parser, shared with the CLI).
 size_t parse_size(const std::string& text);
 // 1024 -> "1KiB", 1536 -> "1536B", 1<<30 -> "1GiB".
 std::string size_label(size_t bytes);

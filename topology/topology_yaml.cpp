@@ -1,5 +1,7 @@
 #include "topology/topology_yaml.h"
 
+#include <filesystem>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -258,6 +260,19 @@ Topology load_topology(const ConfigNode& node) {
   apply_placement(node, t);
   apply_protocol(node, t);
   return t;
+}
+
+Topology load_topology_document(const ConfigNode& root) {
+  if (is_astra_network(root)) return load_astra_network(root);
+  if (root.is_map() && root.has("topology")) return load_topology(root.child("topology"));
+  if (root.is_map() && root.has("kind")) return load_topology(root);
+  root.fail("no 'topology:' section, bare topology (kind: ...) or ASTRA-sim network (topology: [..])");
+}
+
+Topology load_topology_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path + ": is a directory, need a YAML file");
+  return load_topology_document(ConfigNode::load_file(path));
 }
 
 bool is_astra_network(const ConfigNode& root) {

@@ -43,6 +43,13 @@ namespace shardsim::topology {
 
 Topology load_topology(const ConfigNode& node);
 
+// The one rule for a topology *document* (a whole YAML file or text), used by run, bench, validate, calibrate,
+// sweep and topo describe alike: an ASTRA-sim network.yml (below), a map with a `topology:` section (a workload
+// config or a topology file), or a bare topology map (`kind: ...`). ConfigError naming FILE:LINE otherwise.
+Topology load_topology_document(const ConfigNode& root);
+// load_topology_document of the file at PATH; ConfigError when PATH is a directory or cannot be read.
+Topology load_topology_file(const std::string& path);
+
 // ASTRA-sim's analytical network.yml, so users can bring their configs unchanged:
 //   topology: [ Ring, Switch ]   # one entry per dimension, dimension 0 innermost: NPU id = x0 + k0 x1 + ...
 //   npus_count: [ 4, 8 ]         # Ring | FullyConnected | Switch

@@ -3,7 +3,10 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/byte_size.h"
 #include "common/error.h"
+#include "sharding/sweep.h"
+#include "topology/topology_yaml.h"
 #include "sharding/workload.h"
 
 using shardsim::ConfigError;
@@ -218,5 +221,47 @@ TEST(ConfigText, DirectoryIsNamedAsSuch) {
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "config file '" SHARDSIM_CONFIG_DIR "' is a directory (expected a YAML file)");
+  }
+}
+
+// The one byte-size parser (common/byte_size.h): the CLI's flags and the sweep's sizes accept the same texts.
+TEST(ByteSize, OneParserForFlagsAndSweeps) {
+  using shardsim::parse_byte_size;
+  EXPECT_EQ(parse_byte_size("1024"), 1024u);
+  EXPECT_EQ(parse_byte_size("8K"), 8192u);
+  EXPECT_EQ(parse_byte_size("8k"), 8192u);
+  EXPECT_EQ(parse_byte_size("4KiB"), 4096u);
+  EXPECT_EQ(parse_byte_size("4m"), 4u << 20);
+  EXPECT_EQ(parse_byte_size("1.5K"), 1536u);
+  EXPECT_EQ(parse_byte_size("1G"), size_t{1} << 30);
+  EXPECT_EQ(parse_byte_size("512B"), 512u);
+  EXPECT_EQ(parse_byte_size("0"), 0u);
+  EXPECT_THROW(parse_byte_size("0", 1), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("4X"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("4abc"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("0.3"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("-1K"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("nan"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size("1e300"), std::invalid_argument);
+  EXPECT_THROW(parse_byte_size(""), std::invalid_argument);
+  EXPECT_EQ(shardsim::sharding::parse_size("4KiB"), parse_byte_size("4K"));
+}
+
+// The one topology loader (topology_yaml.h): a topology: section, a bare map and an ASTRA-sim file all load.
+TEST(TopologyDocument, SectionBareAndAstra) {
+  using shardsim::ConfigNode;
+  const auto a = shardsim::topology::load_topology_document(
+      ConfigNode::load_string("topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 10\n", "a.yaml"));
+  const auto b = shardsim::topology::load_topology_document(
+      ConfigNode::load_string("kind: ring\nchips: 4\nbandwidth_gbps: 10\n", "b.yaml"));
+  EXPECT_EQ(a.describe(), b.describe());
+  const auto c = shardsim::topology::load_topology_document(ConfigNode::load_string(
+      "topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 10 ]\nlatency: [ 500 ]\n", "c.yml"));
+  EXPECT_EQ(c.num_chips(), 4);
+  try {
+    shardsim::topology::load_topology_document(ConfigNode::load_string("devices: 3\n", "d.yaml"));
+    ADD_FAILURE() << "no error";
+  } catch (const shardsim::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("d.yaml:1: no 'topology:' section"), std::string::npos) << e.what();
   }
 }
