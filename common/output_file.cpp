@@ -1,6 +1,8 @@
 #include "common/output_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -173,11 +175,38 @@ void commit_temp(const std::string& temp, const std::string& path, bool fsync_te
   fsync_dir(split_path(path).first, path);
 }
 
-OutputFile::OutputFile(std::string path) : path_(std::move(path)), tmp_(create_temp_for(path_)) {
-  register_temp(tmp_.name);
+namespace {
+// SIGINT/SIGTERM held back while a temporary is created and registered, or unregistered and removed: the
+// handler (apps/main.cpp) removes registered temporaries, so a signal between the two steps would leave one.
+class TerminatingSignalsBlocked {
+ public:
+  TerminatingSignalsBlocked() {
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old_);
+  }
+  ~TerminatingSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  TerminatingSignalsBlocked(const TerminatingSignalsBlocked&) = delete;
+  TerminatingSignalsBlocked& operator=(const TerminatingSignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+TempFile create_registered_temp(const std::string& path) {
+  TerminatingSignalsBlocked hold;
+  TempFile t = create_temp_for(path);
+  register_temp(t.name);
+  return t;
 }
+}  // namespace
+
+OutputFile::OutputFile(std::string path) : path_(std::move(path)), tmp_(create_registered_temp(path_)) {}
 
 OutputFile::~OutputFile() {
+  TerminatingSignalsBlocked hold;
   unregister_temp(tmp_.name);
   if (committed_) return;
   if (tmp_.fd >= 0) ::close(tmp_.fd);
