@@ -52,8 +52,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     opt.algorithm = f.algorithm;
     opt.min_bytes = static_cast<double>(parse_bytes(f.min_bytes, "--min-bytes"));
-    opt.protocols = f.protocols;
-    if (f.protocols != 1 && f.protocols != 2) throw UsageError("--protocols: 1 or 2 (got " + std::to_string(f.protocols) + ")");
+    opt.protocols = f.protocols;  // checked by collectives::calibrate
     if (f.algorithm != "auto") {
       bool known = false;
       for (auto c : collectives::all_collectives()) known = known || !collectives::canonical_algorithm(c, f.algorithm).empty();

@@ -23,11 +23,6 @@ struct TopoFlags {
   std::string config, dot_path, json_path;
 };
 
-topology::Topology load(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw UsageError(path + ": is a directory, need a YAML file");
-  return topology::load_topology_file(path);
-}
-
 std::string num(double v, int prec = 3) {
   char b[64];
   std::snprintf(b, sizeof b, "%.*g", prec + 3, v);
@@ -157,7 +152,7 @@ Command add_topo(CLI::App& app, const runtime::World& world) {
       if (!flags->dot_path.empty()) outputs.emplace_back("--dot", flags->dot_path);
       if (!flags->json_path.empty()) outputs.emplace_back("--json", flags->json_path);
       check_outputs(outputs);
-      t = load(flags->config);
+      t = topology::load_topology_file(flags->config);
       j = summary(t, flags->config);
     });
     if (world.rank() != 0) return kExitOk;

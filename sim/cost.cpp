@@ -20,10 +20,8 @@ TransferCost transfer_cost(const topology::Topology& topo, const std::vector<int
     c.latency_ns += l.latency_ns;
     bottleneck = std::min(bottleneck, l.bandwidth_gbps);
   }
-  const auto& proto = topo.protocol();
-  const bool ll = proto.low_latency(bytes);
-  c.occupancy_ns = bytes / (bottleneck * (ll ? proto.low_latency_efficiency : proto.efficiency));
-  if (ll) c.latency_ns *= proto.low_latency_latency_factor;
+  c.occupancy_ns = bytes / (bottleneck * topo.protocol().efficiency_for(bytes));
+  c.latency_ns *= topo.protocol().latency_factor_for(bytes);
   return c;
 }
 

@@ -57,11 +57,8 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
   if (dst == chip_) return {ready, ready};
   const Route& r = route_to(dst);
   // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1.
-  const auto& proto = topo_->protocol();
-  const bool ll = proto.low_latency(bytes);
-  const double efficiency = ll ? proto.low_latency_efficiency : proto.efficiency;
-  const double lat = ll ? proto.low_latency_latency_factor : 1.0;
-  const double occupancy = bytes / (r.bottleneck_gbps * efficiency);  // S / B_min, as sim::transfer_cost
+  const double lat = topo_->protocol().latency_factor_for(bytes);
+  const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
   for (size_t i = 0; i < r.links.size(); ++i)  // every link must be free when the head reaches it
     start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i] * lat);

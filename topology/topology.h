@@ -97,6 +97,10 @@ struct Protocol {
   // std::invalid_argument naming the field when a value is outside its range (or not finite).
   void check() const;
   bool low_latency(double bytes) const { return low_latency_max_bytes > 0 && bytes <= low_latency_max_bytes; }
+  // What a message of BYTES gets: the fraction of the line rate, and the factor on every per-hop latency
+  // (exactly 1 and 1 with the default protocol).
+  double efficiency_for(double bytes) const { return low_latency(bytes) ? low_latency_efficiency : efficiency; }
+  double latency_factor_for(double bytes) const { return low_latency(bytes) ? low_latency_latency_factor : 1.0; }
 };
 
 class Topology {

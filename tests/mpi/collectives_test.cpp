@@ -218,10 +218,11 @@ TEST(Reduce, NaNSurvivesTreeAndChain) {
       Buffer send(count * 4), recv(send.size(), 0);
       for (size_t i = 0; i < count; ++i) runtime::store_from_double(send.data(), i, DType::fp32, i == size_t(r) ? std::nan("") : r + 1.0);
       collectives::reduce(f.tp, send.data(), recv.data(), count, DType::fp32, op, 0.0, opts(algo, 0, p - 1));
-      if (r == p - 1)
+      if (r == p - 1) {
         for (size_t i = 0; i < count; ++i)
           EXPECT_TRUE(std::isnan(runtime::load_as_double(recv.data(), i, DType::fp32)))
               << algo << " " << collectives::reduce_op_name(op) << " element " << i;
+      }
     }
 }
 
