@@ -33,8 +33,12 @@ namespace {
 // so there is nothing half written to repair; the handler removes the temporaries in flight, rank 0 prints one
 // line, and the process exits with 128 + the signal number, as shells report it (130 for SIGINT, 143 for SIGTERM).
 int g_world_rank = 0;
+// Set once the command has its outcome: a signal after that (mpirun taking the other ranks down when one of them
+// has already exited non-zero) must not add a second line or change the exit code.
+volatile sig_atomic_t g_decided_exit = -1;
 extern "C" void on_terminating_signal(int sig) {
   shardsim::unlink_registered_temps();
+  if (g_decided_exit >= 0) ::_exit(g_decided_exit);
   if (g_world_rank == 0) {
     const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
                                       "they were before the interrupted write)\n"
@@ -226,20 +230,24 @@ int main(int argc, char** argv) {
   }
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;
 
-  try {
-    // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
-    world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
-    if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
-    for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate})
-      if (c->app->parsed()) return c->run();
-  } catch (const AgreedError& e) {
-    if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());
-    return e.exit_code();
-  } catch (const Error& e) {
-    // Raised after the agreement point: other ranks may be waiting on us, so take the job down.
-    world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
-  } catch (const std::exception& e) {
-    world.abort(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
-  }
-  return kExitOk;
+  const int code = [&]() -> int {
+    try {
+      // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
+      world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
+      if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
+      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate})
+        if (c->app->parsed()) return c->run();
+    } catch (const AgreedError& e) {
+      if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());
+      return e.exit_code();
+    } catch (const Error& e) {
+      // Raised after the agreement point: other ranks may be waiting on us, so take the job down.
+      world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
+    } catch (const std::exception& e) {
+      world.abort(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
+    }
+    return kExitOk;
+  }();
+  g_decided_exit = code;
+  return code;
 }
