@@ -20,7 +20,7 @@ namespace {
 struct CalibrateFlags {
   NetFlags net;
   std::vector<std::string> logs, predict;
-  std::string collective, algorithm = "ring", min_bytes = "0", out;
+  std::string collective, algorithm = "ring", min_bytes = "0", max_bytes = "0", out;
   bool out_given = false;
   int protocols = 1;
 };
@@ -47,11 +47,18 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
   collectives::CalibrationOptions opt;
   world.agree([&] {
     net = build_net(f.net, world);
-    if (f.logs.empty()) throw UsageError("calibrate: give at least one nccl-tests log to fit");
+    if (f.logs.empty() && f.predict.empty())
+      throw UsageError("calibrate: give at least one nccl-tests log to fit (or --predict LOG alone for the "
+                       "topology's predictions without a fit)");
+    if (f.logs.empty() && f.out_given) throw UsageError("--out: nothing is fitted without a log to fit");
     for (const auto& p : f.logs) fit.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     opt.algorithm = f.algorithm;
     opt.min_bytes = static_cast<double>(parse_bytes(f.min_bytes, "--min-bytes"));
+    if (f.max_bytes != "0") {
+      opt.max_bytes = static_cast<double>(parse_bytes(f.max_bytes, "--max-bytes"));
+      if (opt.max_bytes < opt.min_bytes) throw UsageError("--max-bytes: below --min-bytes");
+    }
     opt.protocols = f.protocols;  // checked by collectives::calibrate
     if (f.algorithm != "auto") {
       bool known = false;
@@ -69,9 +76,13 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     std::printf("# shardsim calibrate: %zu log(s) fitted, %zu held out; topology %s\n", fit.size(), held.size(),
                 net->topo.describe().c_str());
     std::printf("# model: every link latency x a, every bandwidth x b (ratios between dimensions as in the file); "
-                "algorithm %s; rows >= %s fitted\n",
-                f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str());
-    std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
+                "algorithm %s; rows >= %s%s%s fitted\n",
+                f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str(), opt.max_bytes > 0 ? " and <= " : "",
+                opt.max_bytes > 0 ? human_bytes(opt.max_bytes).c_str() : "");
+    if (fit.empty())
+      std::printf("no fit: every row predicted on the topology as given (a = b = 1)\n");
+    else
+      std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
                 "step(s)%s\n",
                 cal.latency_factor, cal.bandwidth_factor, cal.iterations,
                 cal.low_latency ? " (bandwidth protocol; the low-latency one below)" : "");
@@ -87,7 +98,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                   proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
-    std::vector<double> fit_big, held_big, fit_all;
+    std::vector<double> fit_big, held_big, fit_all, above_all;
     for (const auto& p : cal.predictions) {
       const double factor = collectives::busbw_factor(p.log->collective, n);
       const double pred_busbw = p.row.bytes / (p.predicted_us * 1e3) * factor;
@@ -96,17 +107,28 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       const double e = std::fabs(p.rel_error());
       const bool held_out = std::find_if(held.begin(), held.end(), [&](const auto& l) { return &l == p.log; }) !=
                             held.end();
-      const char* use = p.fitted ? "fit" : held_out ? "held out" : "below --min-bytes";
+      const char* use = p.fitted                                              ? "fit"
+                        : held_out                                            ? "held out"
+                        : opt.max_bytes > 0 && p.row.bytes > opt.max_bytes ? "above --max-bytes"
+                                                                              : "below --min-bytes";
       std::printf("   %-28s %-15s %12.0f %12.3f %12.3f %+7.2f%% %10.2f %10.2f  %s\n", where.c_str(),
                   collectives::collective_name(p.log->collective).c_str(), p.row.bytes, p.row.time_us, p.predicted_us,
                   100 * p.rel_error(), meas_busbw, pred_busbw, use);
       if (p.fitted) fit_all.push_back(e);
-      if (p.row.bytes >= 1 << 20) (held_out ? held_big : fit_big).push_back(e);
+      const bool above = !p.fitted && !held_out && opt.max_bytes > 0 && p.row.bytes > opt.max_bytes;
+      if (p.row.bytes >= 1 << 20) {
+        if (p.fitted) fit_big.push_back(e);
+        else if (held_out) held_big.push_back(e);
+      }
+      if (above) above_all.push_back(e);
     }
     std::printf("#\nerror rms %.2f%% over the %zu fitted rows; median |error| %.2f%% over fitted rows\n",
                 100 * cal.rms_rel_error, fit_all.size(), 100 * median(fit_all));
     if (!fit_big.empty())
       std::printf("      median |error| %.2f%% over fitted rows >= 1 MiB (%zu rows)\n", 100 * median(fit_big), fit_big.size());
+    if (!above_all.empty())
+      std::printf("      median |error| %.2f%% over rows above --max-bytes (%zu rows, predicted from the fit)\n",
+                  100 * median(above_all), above_all.size());
     if (!held_big.empty())
       std::printf("      median |error| %.2f%% over held-out rows >= 1 MiB (%zu rows)\n", 100 * median(held_big),
                   held_big.size());
@@ -138,6 +160,9 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
                   "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
                   "fitted size (NCCL's LL/LL128 vs Simple)");
   sub->add_option("--min-bytes", f->min_bytes, "fit only rows at or above this size (K/M/G; default 0)");
+  sub->add_option("--max-bytes", f->max_bytes,
+                  "fit only rows at or below this size (K/M/G; default: no limit); larger rows are predicted from "
+                  "the fit (a held-out size range)");
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
       ->each([f](const std::string&) { f->out_given = true; });
   return {sub, [f, &world] { return run_calibrate(world, *f); }};

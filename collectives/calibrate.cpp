@@ -320,19 +320,26 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
 
   std::vector<Point> points;
   for (const auto& log : fit)
-    for (const auto& r : log.rows) points.push_back({&log, r, r.bytes >= options.min_bytes});
+    for (const auto& r : log.rows)
+      points.push_back({&log, r, r.bytes >= options.min_bytes && (options.max_bytes <= 0 || r.bytes <= options.max_bytes)});
   for (const auto& log : held_out)
     for (const auto& r : log.rows) points.push_back({&log, r, false});
   std::vector<size_t> fitted;
   for (size_t i = 0; i < points.size(); ++i)
     if (points[i].fitted) fitted.push_back(i);
   const size_t need = options.protocols == 1 ? 2 : 4;
-  if (fitted.size() < need)
-    throw ConfigError("calibrate: " + std::to_string(fitted.size()) + " row(s) at or above " + fmt(options.min_bytes) +
-                      " B to fit; need at least " + std::to_string(need));
-
   Calibration out;
-  if (options.protocols == 1) {
+  if (fit.empty()) {
+    // Prediction only: the topology as given (a = b = 1), every row held out.
+    if (held_out.empty()) throw UsageError("calibrate: give a log to fit or one to predict");
+    out.fitted = topo;
+  } else if (fitted.size() < need)
+    throw ConfigError("calibrate: " + std::to_string(fitted.size()) + " row(s) at or above " + fmt(options.min_bytes) +
+                      " B" + (options.max_bytes > 0 ? " and at or below " + fmt(options.max_bytes) + " B" : "") +
+                      " to fit; need at least " + std::to_string(need));
+
+  if (fit.empty()) {
+  } else if (options.protocols == 1) {
     const Fit2 f = fit_two(topo, points, fitted, options, tp);
     out.latency_factor = f.a;
     out.bandwidth_factor = 1 / f.inv_b;
@@ -383,7 +390,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     if (p.fitted) sum += pr.rel_error() * pr.rel_error();
     out.predictions.push_back(pr);
   }
-  out.rms_rel_error = std::sqrt(sum / static_cast<double>(fitted.size()));
+  out.rms_rel_error = fitted.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(fitted.size()));
   return out;
 }
 

@@ -65,6 +65,7 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file,
 struct CalibrationOptions {
   std::string algorithm = "ring";  // the schedule the measured library ran (NCCL's default at large sizes)
   double min_bytes = 0;            // rows below this size are predicted but not fitted
+  double max_bytes = 0;            // rows above this size are predicted but not fitted (0: no upper limit)
   // 1: one latency and one bandwidth factor for every message. 2: also a low-latency protocol (topology.h,
   // Protocol) for the rows below a fitted size, with its own latency factor and efficiency.
   int protocols = 1;
@@ -74,7 +75,7 @@ struct Prediction {
   const NcclLog* log = nullptr;
   NcclRow row;
   double predicted_us = 0;
-  bool fitted = false;  // used in the fit (else held out or below min_bytes)
+  bool fitted = false;  // used in the fit (else held out, below min_bytes or above max_bytes)
   double rel_error() const { return (predicted_us - row.time_us) / row.time_us; }
 };
 
@@ -91,7 +92,8 @@ struct Calibration {
   double rms_rel_error = 0;            // over the fitted rows
 };
 
-// Fits TOPO's link parameters to FIT logs; HELD_OUT logs are only predicted. TP: a transport over as many ranks
+// Fits TOPO's link parameters to FIT logs; HELD_OUT logs are only predicted (with FIT empty: no fit, every row
+// predicted on TOPO as given, factors 1). TP: a transport over as many ranks
 // as TOPO has chips (its timeline's topology is not used; every estimate runs on its own Timeline over a scaled
 // copy of TOPO). Deterministic: every rank computes the same result. ConfigError when a log's rank count differs
 // from TOPO's chips, when no row is at or above min_bytes, or when the algorithm cannot run a log's collective.
