@@ -221,10 +221,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same command line; rank 0 speaks for all of them.
+    // The outcome is decided here: a SIGTERM from mpirun (another rank already exited) must not add a line.
     if (e.get_exit_code() == 0) {
+      g_decided_exit = kExitOk;
       if (world.rank() == 0) app.exit(e);  // --help
       return kExitOk;
     }
+    g_decided_exit = kExitBadInput;
     if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", e.what());
     return kExitBadInput;
   }
