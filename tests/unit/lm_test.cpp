@@ -1,0 +1,142 @@
+// The single-device language-model reference (models/lm_*): whole-model gradient check, training makes the loss
+// fall, runs are bit-identical, the synthetic data follow their pattern.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "models/lm_data.h"
+#include "models/lm_model.h"
+#include "models/lm_train.h"
+
+using namespace shardsim;
+using namespace shardsim::models;
+using runtime::Tensor;
+
+namespace {
+
+LmConfig tiny() {
+  LmConfig c;
+  c.vocab = 11;
+  c.hidden = 8;
+  c.layers = 2;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 4;
+  c.ffn = 12;
+  c.seq = 5;
+  c.batch = 2;
+  c.seed = 3;
+  return c;
+}
+
+}  // namespace
+
+// Directional finite differences, one random direction u per weight tensor (entries ±1):
+//   D(ε) = (L(w + εu) − L(w − εu)) / 2ε,   compared with <∇L, u> from lm_backward.
+// The model runs in fp32, so D(ε) carries the loss's fp32 rounding divided by 2ε as well as an O(ε²) truncation
+// error; Richardson's (4·D(ε/2) − D(ε)) / 3 removes the ε² term, and ε = 1e-2 keeps the rounding part small
+// (|L| ~ 2.4, fp32 rounding of the loss ~1e-7 relative, so ~1e-5 absolute in D). Tolerance: 2e-3 relative to
+// max(|<∇L, u>|, 1e-2) (measured: at most 1.5e-4 over the 21 weight tensors). A wrong backward term gives O(1)
+// relative errors.
+TEST(LmModel, GradientMatchesFiniteDifferences) {
+  const LmConfig c = tiny();
+  const LmWeights w = lm_init(c);
+  const LmBatch batch = lm_synthetic_batch(c, 5, 0);
+  LmCache cache;
+  lm_forward(c, w, batch, &cache);
+  LmWeights g = lm_zeros(c);
+  lm_backward(c, w, batch, cache, g);
+  std::mt19937 gen(99);
+  const auto gw = g.named_weights();
+  double worst = 0;
+  for (size_t k = 0; k < gw.size(); ++k) {
+    std::vector<float> u(static_cast<size_t>(gw[k].second->numel()));
+    for (auto& x : u) x = (gen() & 1) ? 1.0f : -1.0f;
+    double analytic = 0;
+    for (size_t i = 0; i < u.size(); ++i) analytic += double(gw[k].second->get(int64_t(i))) * u[i];
+    auto loss_at = [&](double eps) {
+      LmWeights p = w;
+      Tensor* t = p.named_weights()[k].second;
+      for (size_t i = 0; i < u.size(); ++i) t->set(int64_t(i), float(double(t->get(int64_t(i))) + eps * u[i]));
+      return lm_forward(c, p, batch);
+    };
+    auto D = [&](double eps) { return (loss_at(eps) - loss_at(-eps)) / (2 * eps); };
+    const double eps = 1e-2;
+    const double fd = (4 * D(eps / 2) - D(eps)) / 3;
+    const double err = std::fabs(fd - analytic) / std::max(std::fabs(analytic), 1e-2);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 2e-3) << gw[k].first << ": backward " << analytic << ", finite difference " << fd;
+  }
+  RecordProperty("worst_rel_err", std::to_string(worst));
+  std::printf("worst relative error over %zu weight tensors: %.3g\n", gw.size(), worst);
+}
+
+TEST(LmModel, TrainingMakesTheLossFall) {
+  const LmConfig c;  // vocab 32, hidden 16, 2 layers, 4/2 heads, seq 8, batch 2
+  LmTrainConfig t;
+  t.steps = 40;
+  LmTrainState st = lm_train_init(c);
+  const auto r = lm_train(c, t, st);
+  ASSERT_EQ(r.size(), 40u);
+  const double first = r.front().loss;
+  double last5 = 0;
+  for (size_t i = r.size() - 5; i < r.size(); ++i) last5 += r[i].loss / 5;
+  std::printf("loss: step 1 %.4f, steps 36-40 mean %.4f (log V = %.4f)\n", first, last5, std::log(double(c.vocab)));
+  EXPECT_NEAR(first, std::log(double(c.vocab)), 0.5);  // untrained: about uniform over the vocabulary
+  EXPECT_LT(last5, 0.25 * first);                        // the pattern is learned
+  for (const auto& s : r) EXPECT_GT(s.flops, 0);
+}
+
+TEST(LmModel, TwoRunsAreBitIdentical) {
+  const LmConfig c = tiny();
+  LmTrainConfig t;
+  t.steps = 5;
+  LmTrainState a = lm_train_init(c), b = lm_train_init(c);
+  const auto ra = lm_train(c, t, a), rb = lm_train(c, t, b);
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ra[i].loss, &rb[i].loss, sizeof(double)), 0) << "step " << i + 1;
+    EXPECT_EQ(std::memcmp(&ra[i].grad_norm, &rb[i].grad_norm, sizeof(double)), 0) << "step " << i + 1;
+  }
+  auto wa = a.weights.named_weights(), wb = b.weights.named_weights();
+  for (size_t k = 0; k < wa.size(); ++k) EXPECT_TRUE(wa[k].second->bit_equal(*wb[k].second)) << wa[k].first;
+  EXPECT_NE(ra.front().loss, ra.back().loss);  // the steps did change something
+}
+
+TEST(LmData, TokensFollowThePatternAndDependOnStepAndSeed) {
+  const LmConfig c;
+  const LmBatch b0 = lm_synthetic_batch(c, 7, 0);
+  ASSERT_EQ(b0.inputs.size(), size_t(c.batch * c.seq));
+  for (size_t i = 0; i < b0.inputs.size(); ++i) {
+    EXPECT_EQ(b0.targets[i], lm_pattern_next(b0.inputs[i], c.vocab));
+    if (i % size_t(c.seq) != 0) {
+      EXPECT_EQ(b0.inputs[i], b0.targets[i - 1]);
+    }
+    EXPECT_GE(b0.inputs[i], 0);
+    EXPECT_LT(b0.inputs[i], c.vocab);
+  }
+  EXPECT_EQ(lm_synthetic_batch(c, 7, 0).inputs, b0.inputs);
+  // Other steps and seeds start elsewhere (first tokens of 8 steps: not all equal).
+  bool differs = false;
+  for (int64_t s = 1; s < 8; ++s) differs = differs || lm_synthetic_batch(c, 7, s).inputs != b0.inputs;
+  EXPECT_TRUE(differs);
+  EXPECT_THROW(lm_synthetic_batch(c, 7, -1), std::invalid_argument);
+}
+
+TEST(LmModel, BadConfigAndBatchAreErrors) {
+  LmConfig c = tiny();
+  c.kv_heads = 3;
+  EXPECT_THROW(lm_init(c), std::invalid_argument);
+  c = tiny();
+  c.head_dim = 3;
+  EXPECT_THROW(lm_init(c), std::invalid_argument);
+  c = tiny();
+  LmBatch b = lm_synthetic_batch(c, 1, 0);
+  b.inputs[2] = c.vocab;  // outside the vocabulary
+  EXPECT_THROW(lm_forward(c, lm_init(c), b), std::invalid_argument);
+  b.inputs.pop_back();
+  EXPECT_THROW(lm_forward(c, lm_init(c), b), std::invalid_argument);
+}
