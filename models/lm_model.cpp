@@ -75,6 +75,15 @@ int64_t lm_param_count(const LmConfig& c) {
   return 2 * c.vocab * c.hidden + c.layers * per_layer + c.hidden;
 }
 
+int64_t lm_matmul_param_count(const LmConfig& c) {
+  const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  return c.layers * (c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + 3 * c.hidden * c.ffn) + c.hidden * c.vocab;
+}
+
+double lm_model_flops_per_token(const LmConfig& c) {
+  return 6.0 * double(lm_matmul_param_count(c)) + 12.0 * double(c.layers * c.heads * c.head_dim * c.seq);
+}
+
 std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {
   std::vector<std::pair<std::string, Tensor*>> out{{"embed", &embed}};
   for (size_t l = 0; l < layers.size(); ++l) {

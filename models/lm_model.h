@@ -48,8 +48,15 @@ struct LmConfig {
 
 void check_lm_config(const LmConfig& c);
 
-// Number of weights (N in the 6·N·tokens FLOP rule counts all of them, the embedding included).
+// Number of weights, all of them (embedding, norms, projections, head).
 int64_t lm_param_count(const LmConfig& c);
+// The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
+// embedding table (a lookup) nor the norm weights. The N of the 6·N·tokens rule (docs/MODEL.md, "Training").
+int64_t lm_matmul_param_count(const LmConfig& c);
+// Model FLOPs per token of one training step (forward + backward), PaLM's MFU numerator (Chowdhery et al. 2022,
+// app. B): 6·N + 12·layers·heads·head_dim·seq, N = lm_matmul_param_count. The attention term counts the full
+// seq x seq score matrix as published MFU figures do, although causal kernels compute about half of it.
+double lm_model_flops_per_token(const LmConfig& c);
 
 struct LmLayer {
   runtime::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;

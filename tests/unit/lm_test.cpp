@@ -140,3 +140,29 @@ TEST(LmModel, BadConfigAndBatchAreErrors) {
   b.inputs.pop_back();
   EXPECT_THROW(lm_forward(c, lm_init(c), b), std::invalid_argument);
 }
+
+TEST(LmModel, GemmFlopsAreSixNPerToken) {
+  // The forward's GEMMs do 2·N FLOPs per token and the backward's 4·N (dX and dW): the 6·N of the MFU formula is
+  // exactly what the GEMM kernels report. Attention is the rest: the kernels count the causal half (and the
+  // backward's recomputation), the formula the full square.
+  const LmConfig c = tiny();
+  const LmWeights w = lm_init(c);
+  const LmBatch batch = lm_synthetic_batch(c, 5, 0);
+  std::vector<kernels::KernelCost> costs;
+  LmCache cache;
+  lm_forward(c, w, batch, &cache, &costs);
+  LmWeights g = lm_zeros(c);
+  lm_backward(c, w, batch, cache, g, &costs);
+  double gemm = 0, attn = 0;
+  for (const auto& k : costs) {
+    if (k.name == "gemm" || k.name == "gemm_backward") gemm += k.flops;
+    if (k.name.rfind("attention", 0) == 0) attn += k.flops;
+  }
+  const double tokens = double(c.batch * c.seq);
+  EXPECT_DOUBLE_EQ(gemm, 6.0 * double(lm_matmul_param_count(c)) * tokens);
+  // Causal kernels: forward 4·d and backward 10·d per visible pair per head, s(s+1)/2 pairs per sequence.
+  EXPECT_DOUBLE_EQ(attn, double(c.layers * c.heads * c.batch) * 14.0 * double(c.head_dim) * (c.seq * (c.seq + 1) / 2));
+  EXPECT_DOUBLE_EQ(lm_model_flops_per_token(c) * tokens - gemm,
+                   12.0 * double(c.layers * c.heads * c.head_dim * c.seq) * tokens);
+  EXPECT_EQ(lm_param_count(c), lm_matmul_param_count(c) + c.vocab * c.hidden + (2 * c.layers + 1) * c.hidden);
+}
