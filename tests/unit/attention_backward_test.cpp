@@ -148,3 +148,25 @@ TEST(AttentionBackward, CostAndWorkspaceAreLinearInSequence) {
   EXPECT_DOUBLE_EQ(c.flops, 8 * 10.0 * 16 * (64.0 * 65 / 2));
   EXPECT_THROW(kernels::attention_backward_cost(64, 64, 8, 3, 16, DType::fp32, DType::fp32), std::invalid_argument);
 }
+
+TEST(AttentionBackward, Bf16InputsAreWidenedExactlyAndGradientsRoundedOnce) {
+  // bf16 Q, K, V (and O, dO) are widened exactly and the arithmetic is fp32: the fp32 gradients equal, bit for
+  // bit, those of fp32 tensors holding the same values; bf16 gradients are those rounded once.
+  const int64_t s = 6, hq = 2, hkv = 1, d = 4;
+  auto to_bf16 = [](const Tensor& t) { return Tensor::from_float(t.to_float(), DType::bf16, t.shape()); };
+  auto to_f32 = [](const Tensor& t) { return Tensor::from_float(t.to_float(), DType::fp32, t.shape()); };
+  const Tensor qb = to_bf16(random_tensor({s, hq, d}, 43)), kb = to_bf16(random_tensor({s, hkv, d}, 44));
+  const Tensor vb = to_bf16(random_tensor({s, hkv, d}, 45)), dob = to_bf16(random_tensor({s, hq, d}, 46));
+  const AttentionOptions o = opts(true, 0, 0, 4, 4);
+  Tensor ob(DType::bf16, {s, hq, d}), lse(DType::fp32, {hq, s});
+  kernels::attention(qb, kb, vb, ob, lse, o);
+  // Reference: fp32 tensors with the bf16 values.
+  Tensor dq(DType::fp32, qb.shape()), dk(DType::fp32, kb.shape()), dv(DType::fp32, vb.shape());
+  kernels::attention_backward(to_f32(qb), to_f32(kb), to_f32(vb), to_f32(ob), lse, to_f32(dob), dq, dk, dv, o);
+  Tensor dq1(DType::fp32, qb.shape()), dk1(DType::fp32, kb.shape()), dv1(DType::fp32, vb.shape());
+  kernels::attention_backward(qb, kb, vb, ob, lse, dob, dq1, dk1, dv1, o);
+  EXPECT_TRUE(dq1.bit_equal(dq) && dk1.bit_equal(dk) && dv1.bit_equal(dv));
+  Tensor dq2(DType::bf16, qb.shape()), dk2(DType::bf16, kb.shape()), dv2(DType::bf16, vb.shape());
+  kernels::attention_backward(qb, kb, vb, ob, lse, dob, dq2, dk2, dv2, o);
+  EXPECT_TRUE(dq2.bit_equal(to_bf16(dq)) && dk2.bit_equal(to_bf16(dk)) && dv2.bit_equal(to_bf16(dv)));
+}

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -165,4 +168,23 @@ TEST(LmModel, GemmFlopsAreSixNPerToken) {
   EXPECT_DOUBLE_EQ(lm_model_flops_per_token(c) * tokens - gemm,
                    12.0 * double(c.layers * c.heads * c.head_dim * c.seq) * tokens);
   EXPECT_EQ(lm_param_count(c), lm_matmul_param_count(c) + c.vocab * c.hidden + (2 * c.layers + 1) * c.hidden);
+}
+
+TEST(LmModel, NaNWeightStopsTrainingWithAClearError) {
+  // A NaN in one weight makes the loss and the gradient norm NaN: the step is refused (not applied) with an error
+  // naming the step, instead of writing NaN into every weight through AdamW.
+  const LmConfig c = tiny();
+  LmTrainConfig t;
+  t.steps = 3;
+  LmTrainState st = lm_train_init(c);
+  st.weights.layers[1].w_up.set(5, std::numeric_limits<float>::quiet_NaN());
+  const Tensor before = st.weights.head;
+  try {
+    lm_train(c, t, st);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient norm is nan at step 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(st.step, 0);
+  EXPECT_TRUE(st.weights.head.bit_equal(before));
 }
