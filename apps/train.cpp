@@ -4,7 +4,7 @@
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
 // no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
-// of the model's dtype, fp32); HFU uses the FLOPs the kernels report instead.
+// of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -39,7 +39,7 @@ TrainSetup load(const TrainFlags& f) {
   TrainSetup s;
   s.device = sharding::load_workload_device(root);
   const ConfigNode m = root.child("model");
-  m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed"});
+  m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed", "dtype"});
   auto& c = s.model;
   c.vocab = m.get_positive_int("vocab");
   c.hidden = m.get_positive_int("hidden");
@@ -50,6 +50,16 @@ TrainSetup load(const TrainFlags& f) {
   c.ffn = m.get_positive_int("ffn");
   c.seq = m.get_positive_int("seq");
   c.batch = m.get_positive_int("batch");
+  if (m.has("dtype")) {
+    const std::string name = m.get_string("dtype");
+    try {
+      c.dtype = runtime::parse_dtype(name);
+    } catch (const std::invalid_argument&) {
+      c.dtype = runtime::DType::int8;  // refused just below
+    }
+    if (c.dtype != runtime::DType::fp32 && c.dtype != runtime::DType::bf16)
+      m.child("dtype").fail("model.dtype: must be fp32 or bf16 (bf16: mixed precision with fp32 master weights), got '" + name + "'");
+  }
   const int64_t seed = m.get_int("seed", 1);
   if (seed < 0) m.fail("seed: must be >= 0 (got " + std::to_string(seed) + ")");
   c.seed = static_cast<uint64_t>(seed);
@@ -57,7 +67,7 @@ TrainSetup load(const TrainFlags& f) {
     (m.has("kv_heads") ? m.child("kv_heads") : m.child("heads"))
         .fail("heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" +
               std::to_string(c.kv_heads) + ")");
-  if (c.head_dim % 2 != 0) m.child("head_dim").fail("must be even (RoPE rotates pairs), got " + std::to_string(c.head_dim));
+  if (c.head_dim % 2 != 0) m.child("head_dim").fail("model.head_dim: must be even (RoPE rotates pairs), got " + std::to_string(c.head_dim));
   try {
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
@@ -94,14 +104,16 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   const auto& c = s.model;
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
-  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(runtime::DType::fp32));
+  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
+  const std::string dt = runtime::dtype_name(c.dtype);
   std::printf("shardsim train: %s\n", f.config.c_str());
   std::printf("device: %s\n", sim::describe(s.device).c_str());
   std::printf("model: vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
-              "(%lld in GEMMs); fp32\n",
+              "(%lld in GEMMs); %s\n",
               (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
               (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
-              (long long)models::lm_matmul_param_count(c));
+              (long long)models::lm_matmul_param_count(c),
+              c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
   std::printf("data: batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g\n\n",
               (long long)c.batch, (long long)c.seq, tokens, double(s.train.adamw.lr),
               double(s.train.adamw.weight_decay), s.train.max_grad_norm);
@@ -127,8 +139,8 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
               (long long)steps, std::log(double(c.vocab)));
   std::printf("simulated step time: %.3f us; tokens/s: %.4g\n", step_ns / 1e3, tokens / step_ns * 1e9);
-  std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %s fp32 peak\n", model_flops,
-              100.0 * model_flops / (step_ns * peak), s.device.name.c_str());
+  std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %s %s peak\n", model_flops,
+              100.0 * model_flops / (step_ns * peak), s.device.name.c_str(), dt.c_str());
   std::printf("kernel FLOPs per step: %.6g (forward, backward, optimizer); HFU %.4f%%\n", total_flops / double(steps),
               100.0 * (total_flops / double(steps)) / (step_ns * peak));
   return kExitOk;

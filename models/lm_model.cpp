@@ -48,12 +48,38 @@ void check_batch(const LmConfig& c, const LmBatch& b) {
 
 // y = x · w for x [N, in] and w [in, out], into a fresh [N, out].
 Tensor matmul(const Tensor& x, const Tensor& w, std::vector<kernels::KernelCost>* costs) {
-  Tensor y = f32({x.dim(0), w.dim(1)});
+  Tensor y(x.dtype(), {x.dim(0), w.dim(1)});
   log_cost(costs, kernels::gemm(x, w, y));
   return y;
 }
 
+void check_weights(const LmConfig& c, const LmWeights& w) {
+  const LmWeights want = lm_zeros(c, c.dtype);
+  const auto a = w.named_weights(), b = want.named_weights();
+  if (a.size() != b.size())
+    throw std::invalid_argument("lm: weights have " + std::to_string(a.size()) + " tensors, the config needs " +
+                                std::to_string(b.size()));
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].second->shape() != b[i].second->shape() || a[i].second->dtype() != c.dtype)
+      throw std::invalid_argument("lm: weight " + a[i].first + " is " + runtime::dtype_name(a[i].second->dtype()) +
+                                  " " + runtime::shape_str(a[i].second->shape()) + ", the config needs " +
+                                  runtime::dtype_name(c.dtype) + " " + runtime::shape_str(b[i].second->shape()));
+}
+
 }  // namespace
+
+LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
+  LmWeights out = lm_zeros(c, c.dtype);
+  auto dst = out.named_weights();
+  const auto src = master.named_weights();
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const Tensor& m = *src[i].second;
+    if (m.shape() != dst[i].second->shape())
+      throw std::invalid_argument("lm_compute_copy: " + src[i].first + " has shape " + runtime::shape_str(m.shape()));
+    for (int64_t k = 0; k < m.numel(); ++k) dst[i].second->set(k, m.get(k));
+  }
+  return out;
+}
 
 void check_lm_config(const LmConfig& c) {
   auto need = [](bool ok, const std::string& what) {
@@ -65,6 +91,8 @@ void check_lm_config(const LmConfig& c) {
        "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
   need(c.head_dim >= 2 && c.head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs), got " +
                                                    std::to_string(c.head_dim));
+  need(c.dtype == DType::fp32 || c.dtype == DType::bf16,
+       "dtype must be fp32 or bf16, got " + runtime::dtype_name(c.dtype));
   need(std::isfinite(c.rope_theta) && c.rope_theta > 0 && std::isfinite(c.norm_eps) && c.norm_eps > 0,
        "rope_theta and norm_eps must be finite and > 0");
 }
@@ -105,7 +133,8 @@ std::vector<std::pair<std::string, const Tensor*>> LmWeights::named_weights() co
   return out;
 }
 
-LmWeights lm_zeros(const LmConfig& c) {
+LmWeights lm_zeros(const LmConfig& c, DType dtype) {
+  auto f32 = [dtype](runtime::Shape sh) { return Tensor(dtype, std::move(sh)); };
   check_lm_config(c);
   const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
   LmWeights w;
@@ -119,7 +148,7 @@ LmWeights lm_zeros(const LmConfig& c) {
 }
 
 LmWeights lm_init(const LmConfig& c) {
-  LmWeights w = lm_zeros(c);
+  LmWeights w = lm_zeros(c, DType::fp32);
   uint32_t id = 1;
   for (auto& [name, t] : w.named_weights()) {
     const uint32_t tensor_id = id++;
@@ -140,27 +169,29 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
   const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const auto pos = positions(c);
+  check_weights(c, w);
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
   LmCache local;
   LmCache& C = cache ? *cache : local;
   C.layers.assign(static_cast<size_t>(c.layers), {});
 
-  Tensor x = f32({N, h});
+  Tensor x = act({N, h});
   log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
   for (int64_t l = 0; l < c.layers; ++l) {
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
     auto& S = C.layers[static_cast<size_t>(l)];
     S.x_in = x;
-    S.a = f32({N, h});
+    S.a = act({N, h});
     log_cost(costs, kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps));
     S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
     S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
     S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
     log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
     log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
-    S.o = f32({N, hq, d});
+    S.o = act({N, hq, d});
     S.lse.clear();
     for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor ob = f32({T, hq, d}), lse = f32({hq, T});
+      Tensor ob = act({T, hq, d}), lse = f32({hq, T});
       log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()));
       S.o.set_rows(b * T, ob);
       S.lse.push_back(std::move(lse));
@@ -169,7 +200,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     Tensor attn = matmul(o2, L.wo, costs);
     log_cost(costs, kernels::add_inplace(x, attn));
     S.x_mid = x;
-    S.m = f32({N, h});
+    S.m = act({N, h});
     log_cost(costs, kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps));
     S.gate = matmul(S.m, L.w_gate, costs);
     S.up = matmul(S.m, L.w_up, costs);
@@ -179,7 +210,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     log_cost(costs, kernels::add_inplace(x, mlp));
   }
   C.x_final = x;
-  C.xf = f32({N, h});
+  C.xf = act({N, h});
   log_cost(costs, kernels::rmsnorm(x, w.final_norm, C.xf, c.norm_eps));
   C.logits = matmul(C.xf, w.head, costs);
   // Cross-entropy as one vocabulary shard (the all_reduces of the vocab-parallel form are identities here).
@@ -203,13 +234,16 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   if (C.layers.size() != static_cast<size_t>(c.layers) || g.layers.size() != static_cast<size_t>(c.layers))
     throw std::invalid_argument("lm_backward: cache or gradients do not match the config's layers");
   const auto pos = positions(c);
+  check_weights(c, w);
+  check_weights(c, g);
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
 
-  Tensor dlogits = f32({N, c.vocab});
+  Tensor dlogits = act({N, c.vocab});
   log_cost(costs, kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, 0, c.vocab,
                                        1.0f / static_cast<float>(N), dlogits));
-  Tensor dxf = f32({N, h});
+  Tensor dxf = act({N, h});
   log_cost(costs, kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head));
-  Tensor dx = f32({N, h});  // gradient of the residual stream
+  Tensor dx = act({N, h});  // gradient of the residual stream
   log_cost(costs, kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf, dx, &g.final_norm, c.norm_eps));
 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
@@ -217,10 +251,10 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     LmLayer& G = g.layers[static_cast<size_t>(l)];
     const auto& S = C.layers[static_cast<size_t>(l)];
     // MLP branch: x_out = x_mid + act · w_down
-    Tensor dact = f32({N, c.ffn}), dgate = f32({N, c.ffn}), dup = f32({N, c.ffn});
+    Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
     log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
-    Tensor dm = f32({N, h}), dm_up = f32({N, h}), dnorm = f32({N, h});
+    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
     log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
     log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up));
     log_cost(costs, kernels::add_inplace(dm, dm_up));
@@ -228,12 +262,12 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // dx is now the gradient at x_mid
     // Attention branch: x_mid = x_in + o · wo
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
-    Tensor do2 = f32({N, hq * d});
+    Tensor do2 = act({N, hq * d});
     log_cost(costs, kernels::gemm_backward(o2, L.wo, dx, &do2, &G.wo));
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
-    Tensor dq = f32({N, hq, d}), dk = f32({N, hkv, d}), dv = f32({N, hkv, d});
+    Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor dqb = f32({T, hq, d}), dkb = f32({T, hkv, d}), dvb = f32({T, hkv, d});
+      Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       log_cost(costs, kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
                                                   S.o.rows(b * T, T), S.lse[static_cast<size_t>(b)],
                                                   dout.rows(b * T, T), dqb, dkb, dvb, causal()));
@@ -245,7 +279,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::rope_backward_inplace(dk, pos, c.rope_theta));
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
-    Tensor da = f32({N, h}), da_k = f32({N, h}), da_v = f32({N, h});
+    Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
     log_cost(costs, kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq));
     log_cost(costs, kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk));
     log_cost(costs, kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv));

@@ -44,6 +44,10 @@ struct LmConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;
+  // Compute dtype of weights, activations and gradients in lm_forward/lm_backward: fp32, or bf16 (mixed
+  // precision: the training loop keeps fp32 master weights and AdamW state, and bf16 compute copies). Per-token
+  // statistics (lse, row max, sum-exp, losses) are fp32 either way.
+  runtime::DType dtype = runtime::DType::fp32;
 };
 
 void check_lm_config(const LmConfig& c);
@@ -73,10 +77,12 @@ struct LmWeights {
   std::vector<std::pair<std::string, const runtime::Tensor*>> named_weights() const;
 };
 
-// Zero-filled weights of the config's shapes (gradients, optimizer moments).
-LmWeights lm_zeros(const LmConfig& c);
-// The seeded initialisation described above.
+// Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32).
+LmWeights lm_zeros(const LmConfig& c, runtime::DType dtype);
+// The seeded initialisation described above: fp32 (the master weights).
 LmWeights lm_init(const LmConfig& c);
+// MASTER rounded once to the config's compute dtype (a copy when that is fp32).
+LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master);
 
 // One step's data: batch sequences of seq + 1 tokens; inputs are tokens [0, seq) of each, targets [1, seq + 1).
 struct LmBatch {
@@ -94,12 +100,13 @@ struct LmCache {
   runtime::Tensor x_final, xf, logits, row_max, sumexp;
 };
 
-// Forward: returns the mean loss (per-token fp32 losses summed in fp64). CACHE (optional) receives what
+// Forward: W in the config's compute dtype (std::invalid_argument naming a weight otherwise). Returns the mean
+// loss (per-token fp32 losses summed in fp64). CACHE (optional) receives what
 // lm_backward needs; COSTS (optional) receives every kernel's cost in call order.
 double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
                   std::vector<kernels::KernelCost>* costs = nullptr);
 
-// Backward of the mean loss: writes every weight's gradient into GRADS (shapes of lm_zeros, overwritten).
+// Backward of the mean loss: writes every weight's gradient into GRADS (lm_zeros(c, c.dtype), overwritten).
 void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& cache, LmWeights& grads,
                  std::vector<kernels::KernelCost>* costs = nullptr);
 

@@ -1,6 +1,9 @@
 // The single-device training loop of the reference language model: forward, backward, global-norm clipping and
-// AdamW with fp32 master weights (kernels/optimizer.h). Deterministic: two runs of the same config give
-// bit-identical losses and weights.
+// AdamW with fp32 master weights (kernels/optimizer.h). With LmConfig::dtype = bf16 the forward and backward run
+// on a bf16 compute copy of the weights with bf16 activations and gradients, and AdamW updates the fp32 masters
+// and refreshes the copy (mixed precision, Micikevicius et al. 2018): 4 + 4 + 4 bytes of master and moments plus
+// 2 + 2 of copy and gradient = 16 per parameter, as in ZeRO's accounting; fp32 holds 4 + 4 + 4 + 4 = 16 as well.
+// Deterministic: two runs of the same config give bit-identical losses and weights.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +33,11 @@ struct LmStepResult {
 
 struct LmTrainState {
   LmWeights weights;     // fp32 master weights
-  LmWeights m, v;        // AdamW moments
+  LmWeights m, v;        // AdamW moments, fp32
   int64_t step = 0;      // updates done
+  LmWeights compute;     // bf16 compute copy (refreshed by every AdamW step); empty for fp32, which computes on
+                         // the masters
+  const LmWeights& compute_weights() const { return compute.layers.empty() && compute.embed.numel() == 0 ? weights : compute; }
 };
 
 LmTrainState lm_train_init(const LmConfig& c);

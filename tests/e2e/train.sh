@@ -26,6 +26,12 @@ if expect_exit 0 '^simulated step time: [0-9.]+ us; tokens/s: ' -- shardsim_mpi 
   fi
 fi
 
+e2e_case "(a2) bf16 mixed precision"
+sed -E 's/^(  dtype:).*/\1 bf16/' "$TRAIN" >bf16.yaml
+if expect_exit 0 'bf16 compute, fp32 master weights' -- shardsim_mpi 1 train bf16.yaml --steps 12; then
+  assert_out 'MFU [0-9.]+% of trainium1 bf16 peak' "MFU against the bf16 peak"
+fi
+
 e2e_case "(b) more than one rank"
 if expect_exit 2 '^shardsim: error: .*one chip.*2 ranks' -- shardsim_mpi 2 train "$TRAIN"; then one_error_line; fi
 
@@ -42,6 +48,11 @@ then one_error_line; fi
 e2e_case "(e) a NaN learning rate"
 sed -E 's/^(  lr:).*/\1 .nan/' "$TRAIN" >nan_lr.yaml
 if expect_exit 2 '^shardsim: error: .*nan_lr\.yaml:[0-9]+: .*lr.*finite' -- shardsim_mpi 1 train nan_lr.yaml
+then one_error_line; fi
+
+e2e_case "(f) an unsupported dtype"
+sed -E 's/^(  dtype:).*/\1 fp8_e4m3/' "$TRAIN" >fp8.yaml
+if expect_exit 2 '^shardsim: error: .*fp8\.yaml:[0-9]+: .*dtype.*fp32 or bf16' -- shardsim_mpi 1 train fp8.yaml
 then one_error_line; fi
 
 e2e_finish

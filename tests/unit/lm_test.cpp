@@ -51,7 +51,7 @@ TEST(LmModel, GradientMatchesFiniteDifferences) {
   const LmBatch batch = lm_synthetic_batch(c, 5, 0);
   LmCache cache;
   lm_forward(c, w, batch, &cache);
-  LmWeights g = lm_zeros(c);
+  LmWeights g = lm_zeros(c, c.dtype);
   lm_backward(c, w, batch, cache, g);
   std::mt19937 gen(99);
   const auto gw = g.named_weights();
@@ -154,7 +154,7 @@ TEST(LmModel, GemmFlopsAreSixNPerToken) {
   std::vector<kernels::KernelCost> costs;
   LmCache cache;
   lm_forward(c, w, batch, &cache, &costs);
-  LmWeights g = lm_zeros(c);
+  LmWeights g = lm_zeros(c, c.dtype);
   lm_backward(c, w, batch, cache, g, &costs);
   double gemm = 0, attn = 0;
   for (const auto& k : costs) {
@@ -187,4 +187,43 @@ TEST(LmModel, NaNWeightStopsTrainingWithAClearError) {
   }
   EXPECT_EQ(st.step, 0);
   EXPECT_TRUE(st.weights.head.bit_equal(before));
+}
+
+TEST(LmModel, MixedPrecisionTrainsAndHolds16BytesPerParameter) {
+  // bf16 compute copies, activations and gradients; fp32 masters and moments.
+  LmConfig c;
+  c.dtype = runtime::DType::bf16;
+  LmTrainConfig t;
+  t.steps = 40;
+  LmTrainState st = lm_train_init(c);
+  ASSERT_EQ(st.compute.head.dtype(), runtime::DType::bf16);
+  const auto r = lm_train(c, t, st);
+  double last5 = 0;
+  for (size_t i = r.size() - 5; i < r.size(); ++i) last5 += r[i].loss / 5;
+  // The first loss is the fp32 model's up to bf16 rounding of weights and activations (~2^-8 relative each).
+  LmConfig c32 = c;
+  c32.dtype = runtime::DType::fp32;
+  LmTrainState st32 = lm_train_init(c32);
+  LmTrainConfig one = t;
+  one.steps = 1;
+  const double first32 = lm_train(c32, one, st32).front().loss;
+  std::printf("bf16: loss step 1 %.4f (fp32 %.4f), steps 36-40 mean %.4f\n", r.front().loss, first32, last5);
+  EXPECT_NEAR(r.front().loss, first32, 0.02 * first32);
+  EXPECT_LT(last5, 0.25 * r.front().loss);
+  // The copy is the masters rounded once.
+  auto w = st.weights.named_weights();
+  auto cw = st.compute.named_weights();
+  for (size_t k = 0; k < w.size(); ++k)
+    for (int64_t i = 0; i < w[k].second->numel(); ++i)
+      ASSERT_EQ(cw[k].second->bf16()[i], runtime::float_to_bf16(w[k].second->f32()[i])) << w[k].first;
+  // Bytes held per parameter: masters + m + v + copy + gradients = 16 (ZeRO's 16Ψ), and 16 for fp32 too.
+  auto bytes = [](const LmWeights& x) {
+    double b = 0;
+    for (const auto& [n, t] : x.named_weights()) b += double(t->nbytes());
+    return b;
+  };
+  const double psi = double(lm_param_count(c));
+  EXPECT_EQ(bytes(st.weights) + bytes(st.m) + bytes(st.v) + bytes(st.compute) + bytes(lm_zeros(c, c.dtype)), 16 * psi);
+  EXPECT_EQ(bytes(st32.weights) + bytes(st32.m) + bytes(st32.v) + bytes(st32.compute) + bytes(lm_zeros(c32, c32.dtype)),
+            16 * psi);
 }
