@@ -20,5 +20,6 @@ Command add_topo(CLI::App& app, const runtime::World& world);
 Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
 Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
+Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
 
 }  // namespace shardsim::apps

@@ -1,0 +1,161 @@
+// `shardsim train [CONFIG] [--steps N]`: k training steps of the single-device reference language model
+// (models/lm_*) on one chip, with the losses, the simulated step time on the config's device, tokens/s and MFU.
+//
+// The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
+// launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
+// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
+// of the model's dtype); HFU uses the FLOPs the kernels report instead.
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "apps/commands.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "models/lm_model.h"
+#include "models/lm_train.h"
+#include "runtime/dtype.h"
+#include "sharding/engine_config.h"
+#include "sim/cost.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+struct TrainFlags {
+  std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
+  int64_t steps = 0;  // 0: the config's
+};
+
+struct TrainSetup {
+  models::LmConfig model;
+  models::LmTrainConfig train;
+  sim::DeviceSpec device;
+};
+
+TrainSetup load(const TrainFlags& f) {
+  const ConfigNode root = ConfigNode::load_file(f.config);
+  root.expect_keys({"device", "model", "train"});
+  TrainSetup s;
+  s.device = sharding::load_workload_device(root);
+  const ConfigNode m = root.child("model");
+  m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed", "dtype"});
+  auto& c = s.model;
+  c.vocab = m.get_positive_int("vocab");
+  c.hidden = m.get_positive_int("hidden");
+  c.layers = m.get_positive_int("layers");
+  c.heads = m.get_positive_int("heads");
+  c.kv_heads = m.get_positive_int("kv_heads", c.heads);
+  c.head_dim = m.get_positive_int("head_dim");
+  c.ffn = m.get_positive_int("ffn");
+  c.seq = m.get_positive_int("seq");
+  c.batch = m.get_positive_int("batch");
+  if (m.has("dtype")) {
+    const std::string name = m.get_string("dtype");
+    try {
+      c.dtype = runtime::parse_dtype(name);
+    } catch (const std::invalid_argument&) {
+      c.dtype = runtime::DType::int8;  // refused just below
+    }
+    if (c.dtype != runtime::DType::fp32 && c.dtype != runtime::DType::bf16)
+      m.child("dtype").fail("model.dtype: must be fp32 or bf16 (bf16: mixed precision with fp32 master weights), got '" + name + "'");
+  }
+  const int64_t seed = m.get_int("seed", 1);
+  if (seed < 0) m.fail("seed: must be >= 0 (got " + std::to_string(seed) + ")");
+  c.seed = static_cast<uint64_t>(seed);
+  if (c.heads % c.kv_heads != 0)
+    (m.has("kv_heads") ? m.child("kv_heads") : m.child("heads"))
+        .fail("heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" +
+              std::to_string(c.kv_heads) + ")");
+  if (c.head_dim % 2 != 0) m.child("head_dim").fail("model.head_dim: must be even (RoPE rotates pairs), got " + std::to_string(c.head_dim));
+  try {
+    models::check_lm_config(c);
+  } catch (const std::invalid_argument& e) {
+    m.fail(e.what());
+  }
+  auto& t = s.train;
+  if (const auto tr = root.maybe_child("train")) {
+    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed"});
+    t.steps = tr->get_positive_int("steps", t.steps);
+    t.adamw.lr = static_cast<float>(tr->get_nonnegative_double("lr", t.adamw.lr));
+    t.adamw.beta1 = static_cast<float>(tr->get_nonnegative_double("beta1", t.adamw.beta1));
+    t.adamw.beta2 = static_cast<float>(tr->get_nonnegative_double("beta2", t.adamw.beta2));
+    t.adamw.eps = static_cast<float>(tr->get_nonnegative_double("eps", t.adamw.eps));
+    t.adamw.weight_decay = static_cast<float>(tr->get_nonnegative_double("weight_decay", t.adamw.weight_decay));
+    t.max_grad_norm = tr->get_nonnegative_double("max_grad_norm", t.max_grad_norm);
+    const int64_t ds = tr->get_int("data_seed", static_cast<int64_t>(t.data_seed));
+    if (ds < 0) tr->fail("data_seed: must be >= 0 (got " + std::to_string(ds) + ")");
+    t.data_seed = static_cast<uint64_t>(ds);
+    if (t.adamw.beta1 >= 1 || t.adamw.beta2 >= 1 || !(t.adamw.eps > 0))
+      tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
+  }
+  if (f.steps > 0) t.steps = f.steps;
+  return s;
+}
+
+int run_train(const runtime::World& world, const TrainFlags& f) {
+  TrainSetup s;
+  world.agree([&] {  // config errors: one clean message and exit 2
+    if (world.size() != 1)
+      throw UsageError("train runs the single-device reference on one chip; start it without mpirun or with -np 1 "
+                       "(got " + std::to_string(world.size()) + " ranks)");
+    s = load(f);
+  });
+  const auto& c = s.model;
+  const double tokens = static_cast<double>(c.batch * c.seq);
+  const double model_flops = models::lm_model_flops_per_token(c) * tokens;
+  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
+  const std::string dt = runtime::dtype_name(c.dtype);
+  std::printf("shardsim train: %s\n", f.config.c_str());
+  std::printf("device: %s\n", sim::describe(s.device).c_str());
+  std::printf("model: vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
+              "(%lld in GEMMs); %s\n",
+              (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
+              (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
+              (long long)models::lm_matmul_param_count(c),
+              c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+  std::printf("data: batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g\n\n",
+              (long long)c.batch, (long long)c.seq, tokens, double(s.train.adamw.lr),
+              double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+  std::printf("%6s %10s %10s %14s\n", "step", "loss", "grad_norm", "sim_step_us");
+  double total_ns = 0, total_flops = 0;
+  int64_t steps = 0;
+  models::LmTrainState st = models::lm_train_init(c);
+  std::vector<double> losses;
+  try {
+    models::lm_train(c, s.train, st, [&](const models::LmStepResult& r) {
+      double ns = 0;
+      for (const auto& k : r.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
+      total_ns += ns;
+      total_flops += r.flops;
+      ++steps;
+      losses.push_back(r.loss);
+      std::printf("%6lld %10.4f %10.4f %14.3f\n", (long long)r.step, r.loss, r.grad_norm, ns / 1e3);
+    });
+  } catch (const std::runtime_error& e) {
+    throw RuntimeFault(e.what());
+  }
+  const double step_ns = total_ns / double(steps);
+  std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
+              (long long)steps, std::log(double(c.vocab)));
+  std::printf("simulated step time: %.3f us; tokens/s: %.4g\n", step_ns / 1e3, tokens / step_ns * 1e9);
+  std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %s %s peak\n", model_flops,
+              100.0 * model_flops / (step_ns * peak), s.device.name.c_str(), dt.c_str());
+  std::printf("kernel FLOPs per step: %.6g (forward, backward, optimizer); HFU %.4f%%\n", total_flops / double(steps),
+              100.0 * (total_flops / double(steps)) / (step_ns * peak));
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& app, const runtime::World& world) {
+  auto* sub = app.add_subcommand("train", "train the single-device reference language model for k steps (losses, "
+                                          "simulated step time, tokens/s, MFU)");
+  auto flags = std::make_shared<TrainFlags>();
+  sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
+  sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
+      ->check(CLI::PositiveNumber);
+  return {sub, [&world, flags] { return run_train(world, *flags); }};
+}
+
+}  // namespace shardsim::apps

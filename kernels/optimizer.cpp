@@ -1,0 +1,77 @@
+#include "kernels/optimizer.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace shardsim::kernels {
+
+using runtime::DType;
+using runtime::shape_str;
+using runtime::Tensor;
+
+KernelCost adamw_step(Tensor& master, Tensor& m, Tensor& v, const Tensor& grad, int64_t step, const AdamWConfig& c,
+                      float grad_scale, Tensor* copy) {
+  if (master.dtype() != DType::fp32 || m.dtype() != DType::fp32 || v.dtype() != DType::fp32)
+    throw std::invalid_argument("adamw_step: master weights and moments must be fp32");
+  if (m.shape() != master.shape() || v.shape() != master.shape() || grad.shape() != master.shape() ||
+      (copy && copy->shape() != master.shape()))
+    throw std::invalid_argument("adamw_step: master " + shape_str(master.shape()) + ", m " + shape_str(m.shape()) +
+                                ", v " + shape_str(v.shape()) + ", grad " + shape_str(grad.shape()) +
+                                (copy ? ", compute copy " + shape_str(copy->shape()) : std::string()) +
+                                " must have one shape");
+  if (grad.dtype() != DType::fp32 && grad.dtype() != DType::bf16)
+    throw std::invalid_argument("adamw_step: grad must be fp32 or bf16, got " + runtime::dtype_name(grad.dtype()));
+  if (copy && !runtime::is_floating(copy->dtype()))
+    throw std::invalid_argument("adamw_step: the compute copy must be a floating type, got " +
+                                runtime::dtype_name(copy->dtype()));
+  if (step < 1) throw std::invalid_argument("adamw_step: step must be >= 1, got " + std::to_string(step));
+  const bool ok = std::isfinite(c.lr) && c.lr >= 0 && std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1 &&
+                  std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1 && std::isfinite(c.eps) && c.eps > 0 &&
+                  std::isfinite(c.weight_decay) && c.weight_decay >= 0 && std::isfinite(grad_scale);
+  if (!ok)
+    throw std::invalid_argument("adamw_step: need finite lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0 "
+                                "and a finite grad_scale");
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(c.beta1), double(step)));
+  const float bc2 = static_cast<float>(1.0 - std::pow(double(c.beta2), double(step)));
+  const float decay = 1.0f - c.lr * c.weight_decay;
+  float *p = master.f32(), *pm = m.f32(), *pv = v.f32();
+  const bool g32 = grad.dtype() == DType::fp32;
+  for (int64_t i = 0; i < master.numel(); ++i) {
+    const float g = grad_scale * (g32 ? grad.f32()[i] : grad.get(i));
+    pm[i] = c.beta1 * pm[i] + (1.0f - c.beta1) * g;
+    pv[i] = c.beta2 * pv[i] + (1.0f - c.beta2) * g * g;
+    const float mhat = pm[i] / bc1, vhat = pv[i] / bc2;
+    p[i] = p[i] * decay - c.lr * mhat / (std::sqrt(vhat) + c.eps);
+    if (copy) copy->set(i, p[i]);
+  }
+  const double n = static_cast<double>(master.numel());
+  const double gb = static_cast<double>(runtime::dtype_size(grad.dtype()));
+  const double cb = copy ? static_cast<double>(runtime::dtype_size(copy->dtype())) : 0.0;
+  return {"adamw", 14.0 * n, n * (24.0 + gb + cb), DType::fp32};
+}
+
+double grad_sq_norm_local(const std::vector<GradNormTerm>& terms) {
+  double s = 0;
+  for (const auto& t : terms) {
+    if (!t.grad) throw std::invalid_argument("grad_sq_norm_local: a term has no gradient");
+    bool counted = true;
+    for (int64_t c : t.replica_coords) counted = counted && c == 0;
+    if (!counted) continue;
+    for (int64_t i = 0; i < t.grad->numel(); ++i) {
+      const double g = t.grad->get(i);
+      s += g * g;
+    }
+  }
+  return s;
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  if (!std::isfinite(max_norm) || max_norm <= 0)
+    throw std::invalid_argument("clip_coefficient: max_norm must be finite and > 0, got " + std::to_string(max_norm));
+  if (!std::isfinite(norm)) return std::numeric_limits<double>::quiet_NaN();
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+}  // namespace shardsim::kernels

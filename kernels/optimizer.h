@@ -1,0 +1,69 @@
+// Optimizer kernels: the AdamW update with fp32 master weights, and global-norm gradient clipping whose norm is
+// assembled from per-shard pieces on a device mesh.
+//
+// AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019; Kingma & Ba, "Adam", ICLR 2015;
+// the update order of PyTorch's torch.optim.AdamW), for step t >= 1 (the number of updates including this one)
+// and every element, with g = grad_scale · grad:
+//   p ← p · (1 − lr · weight_decay)                       decoupled decay, not added to g
+//   m ← β1 · m + (1 − β1) · g          v ← β2 · v + (1 − β2) · g²
+//   p ← p − lr · (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + eps)      (bias-corrected moments)
+// Mixed precision (Micikevicius et al., "Mixed Precision Training", ICLR 2018): p, m and v are fp32 (the master
+// copy and the moments); the forward/backward use a bf16 compute copy, which the step refreshes when given
+// (rounded once from the updated master), and may pass bf16 gradients (widened exactly).
+// Arithmetic is fp32 per element except the bias corrections 1 − β^t, computed in fp64 and rounded once.
+// Cost: 14 FLOPs per element; bytes = master, m, v read and written (fp32), grad read, the copy written.
+// Errors: std::invalid_argument naming the shapes/dtypes, a step < 1 or a hyper-parameter outside its range
+// (lr >= 0, 0 <= β < 1, eps > 0, weight_decay >= 0, all finite).
+//
+// Gradient clipping by the global norm (Pascanu, Mikolov & Bengio, ICML 2013; torch.nn.utils.clip_grad_norm_;
+// Megatron-LM's clip_grad_norm_fp32): ‖g‖² = Σ_parameters Σ_elements g². On a mesh a chip holds a piece of
+// each parameter's gradient: the parameter is *sharded* over some mesh axes (the chips along such an axis hold
+// disjoint pieces) and *replicated* over the others (they hold identical copies, e.g. a norm weight over tp, or
+// any parameter over dp after the gradient all_reduce). The rule:
+//   1. every chip sums the squares of its pieces, counting a parameter only if its coordinate is 0 on every
+//      mesh axis that replicates that parameter (grad_sq_norm_local, fp64);
+//   2. the caller all_reduce(sum)s that number over every axis of the mesh (the axes that shard something);
+//   3. norm = sqrt of the sum; every chip scales its gradients by clip_coefficient(norm, max_norm).
+// Every element is counted exactly once. Summing every chip's pieces without step 1 counts a parameter
+// replicated r times r times (e.g. RMSNorm weights tp times under tensor parallelism): the double-count bug that
+// tests/unit/optimizer_test.cpp (GradClip.ReplicatedParametersAreCountedOnce) demonstrates.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel_cost.h"
+#include "runtime/tensor.h"
+
+namespace shardsim::kernels {
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+// master, m, v: fp32, one shape; grad: fp32 or bf16 of that shape; compute_copy: nullptr or that shape (any
+// floating dtype, usually bf16).
+KernelCost adamw_step(runtime::Tensor& master, runtime::Tensor& m, runtime::Tensor& v, const runtime::Tensor& grad,
+                      int64_t step, const AdamWConfig& config, float grad_scale = 1.0f,
+                      runtime::Tensor* compute_copy = nullptr);
+
+// One parameter's gradient piece on this chip, and this chip's coordinate on each mesh axis that replicates the
+// parameter (empty when no axis replicates it: unsplit on a single chip, or sharded on every axis).
+struct GradNormTerm {
+  const runtime::Tensor* grad = nullptr;
+  std::vector<int64_t> replica_coords;
+};
+
+// Step 1 of the rule above: Σ g² over the terms this chip counts, accumulated in fp64. A NaN or Inf in a counted
+// gradient gives NaN or Inf.
+double grad_sq_norm_local(const std::vector<GradNormTerm>& terms);
+
+// min(1, max_norm / (norm + 1e-6)) (PyTorch's formula); NaN when norm is NaN or Inf, so the caller can skip the
+// step or fail instead of scaling by 0. std::invalid_argument when max_norm is not finite and > 0.
+double clip_coefficient(double global_norm, double max_norm);
+
+}  // namespace shardsim::kernels

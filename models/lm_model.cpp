@@ -1,0 +1,294 @@
+#include "models/lm_model.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/attention.h"
+#include "kernels/attention_backward.h"
+#include "kernels/backward.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+#include "sharding/init.h"
+
+namespace shardsim::models {
+
+using runtime::DType;
+using runtime::Tensor;
+
+namespace {
+
+Tensor f32(runtime::Shape s) { return Tensor(DType::fp32, std::move(s)); }
+
+void log_cost(std::vector<kernels::KernelCost>* costs, const kernels::KernelCost& c) {
+  if (costs) costs->push_back(c);
+}
+
+std::vector<int64_t> positions(const LmConfig& c) {
+  std::vector<int64_t> p(static_cast<size_t>(c.batch * c.seq));
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int64_t>(i) % c.seq;
+  return p;
+}
+
+kernels::AttentionOptions causal() {
+  kernels::AttentionOptions o;
+  o.causal = true;
+  return o;
+}
+
+void check_batch(const LmConfig& c, const LmBatch& b) {
+  const auto n = static_cast<size_t>(c.batch * c.seq);
+  if (b.inputs.size() != n || b.targets.size() != n)
+    throw std::invalid_argument("lm: a batch needs " + std::to_string(n) + " input and target tokens (batch " +
+                                std::to_string(c.batch) + " x seq " + std::to_string(c.seq) + "), got " +
+                                std::to_string(b.inputs.size()) + " and " + std::to_string(b.targets.size()));
+}
+
+// y = x · w for x [N, in] and w [in, out], into a fresh [N, out].
+Tensor matmul(const Tensor& x, const Tensor& w, std::vector<kernels::KernelCost>* costs) {
+  Tensor y(x.dtype(), {x.dim(0), w.dim(1)});
+  log_cost(costs, kernels::gemm(x, w, y));
+  return y;
+}
+
+void check_weights(const LmConfig& c, const LmWeights& w) {
+  const LmWeights want = lm_zeros(c, c.dtype);
+  const auto a = w.named_weights(), b = want.named_weights();
+  if (a.size() != b.size())
+    throw std::invalid_argument("lm: weights have " + std::to_string(a.size()) + " tensors, the config needs " +
+                                std::to_string(b.size()));
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].second->shape() != b[i].second->shape() || a[i].second->dtype() != c.dtype)
+      throw std::invalid_argument("lm: weight " + a[i].first + " is " + runtime::dtype_name(a[i].second->dtype()) +
+                                  " " + runtime::shape_str(a[i].second->shape()) + ", the config needs " +
+                                  runtime::dtype_name(c.dtype) + " " + runtime::shape_str(b[i].second->shape()));
+}
+
+}  // namespace
+
+LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
+  LmWeights out = lm_zeros(c, c.dtype);
+  auto dst = out.named_weights();
+  const auto src = master.named_weights();
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const Tensor& m = *src[i].second;
+    if (m.shape() != dst[i].second->shape())
+      throw std::invalid_argument("lm_compute_copy: " + src[i].first + " has shape " + runtime::shape_str(m.shape()));
+    for (int64_t k = 0; k < m.numel(); ++k) dst[i].second->set(k, m.get(k));
+  }
+  return out;
+}
+
+void check_lm_config(const LmConfig& c) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("lm config: " + what);
+  };
+  need(c.vocab >= 1 && c.hidden >= 1 && c.layers >= 0 && c.ffn >= 1 && c.seq >= 1 && c.batch >= 1,
+       "vocab, hidden, ffn, seq, batch must be >= 1 and layers >= 0");
+  need(c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0,
+       "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
+  need(c.head_dim >= 2 && c.head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs), got " +
+                                                   std::to_string(c.head_dim));
+  need(c.dtype == DType::fp32 || c.dtype == DType::bf16,
+       "dtype must be fp32 or bf16, got " + runtime::dtype_name(c.dtype));
+  need(std::isfinite(c.rope_theta) && c.rope_theta > 0 && std::isfinite(c.norm_eps) && c.norm_eps > 0,
+       "rope_theta and norm_eps must be finite and > 0");
+}
+
+int64_t lm_param_count(const LmConfig& c) {
+  const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  const int64_t per_layer = 2 * c.hidden + c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + 3 * c.hidden * c.ffn;
+  return 2 * c.vocab * c.hidden + c.layers * per_layer + c.hidden;
+}
+
+int64_t lm_matmul_param_count(const LmConfig& c) {
+  const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  return c.layers * (c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + 3 * c.hidden * c.ffn) + c.hidden * c.vocab;
+}
+
+double lm_model_flops_per_token(const LmConfig& c) {
+  return 6.0 * double(lm_matmul_param_count(c)) + 12.0 * double(c.layers * c.heads * c.head_dim * c.seq);
+}
+
+std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {
+  std::vector<std::pair<std::string, Tensor*>> out{{"embed", &embed}};
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto& L = layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    for (auto [n, t] : std::initializer_list<std::pair<const char*, Tensor*>>{
+             {"attn_norm", &L.attn_norm}, {"wq", &L.wq}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo},
+             {"mlp_norm", &L.mlp_norm}, {"w_gate", &L.w_gate}, {"w_up", &L.w_up}, {"w_down", &L.w_down}})
+      out.emplace_back(p + n, t);
+  }
+  out.emplace_back("final_norm", &final_norm);
+  out.emplace_back("head", &head);
+  return out;
+}
+
+std::vector<std::pair<std::string, const Tensor*>> LmWeights::named_weights() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (auto& [n, t] : const_cast<LmWeights*>(this)->named_weights()) out.emplace_back(n, t);
+  return out;
+}
+
+LmWeights lm_zeros(const LmConfig& c, DType dtype) {
+  auto f32 = [dtype](runtime::Shape sh) { return Tensor(dtype, std::move(sh)); };
+  check_lm_config(c);
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  LmWeights w;
+  w.embed = f32({c.vocab, h});
+  for (int64_t l = 0; l < c.layers; ++l)
+    w.layers.push_back({f32({h}), f32({h, qd}), f32({h, kvd}), f32({h, kvd}), f32({qd, h}), f32({h}),
+                        f32({h, c.ffn}), f32({h, c.ffn}), f32({c.ffn, h})});
+  w.final_norm = f32({h});
+  w.head = f32({h, c.vocab});
+  return w;
+}
+
+LmWeights lm_init(const LmConfig& c) {
+  LmWeights w = lm_zeros(c, DType::fp32);
+  uint32_t id = 1;
+  for (auto& [name, t] : w.named_weights()) {
+    const uint32_t tensor_id = id++;
+    if (t->rank() == 1) {  // norm weights
+      for (int64_t i = 0; i < t->numel(); ++i) t->set(i, 1.0f);
+      continue;
+    }
+    const float a = name == "embed" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(t->dim(0)));
+    sharding::fill_uniform_block(*t, {c.seed, tensor_id, -a, a}, t->dim(1), 0, 0);
+  }
+  return w;
+}
+
+double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache,
+                  std::vector<kernels::KernelCost>* costs) {
+  check_lm_config(c);
+  check_batch(c, batch);
+  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
+  const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  const auto pos = positions(c);
+  check_weights(c, w);
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  LmCache local;
+  LmCache& C = cache ? *cache : local;
+  C.layers.assign(static_cast<size_t>(c.layers), {});
+
+  Tensor x = act({N, h});
+  log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const LmLayer& L = w.layers[static_cast<size_t>(l)];
+    auto& S = C.layers[static_cast<size_t>(l)];
+    S.x_in = x;
+    S.a = act({N, h});
+    log_cost(costs, kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps));
+    S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
+    S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
+    S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
+    log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
+    log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
+    S.o = act({N, hq, d});
+    S.lse.clear();
+    for (int64_t b = 0; b < c.batch; ++b) {
+      Tensor ob = act({T, hq, d}), lse = f32({hq, T});
+      log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()));
+      S.o.set_rows(b * T, ob);
+      S.lse.push_back(std::move(lse));
+    }
+    Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+    Tensor attn = matmul(o2, L.wo, costs);
+    log_cost(costs, kernels::add_inplace(x, attn));
+    S.x_mid = x;
+    S.m = act({N, h});
+    log_cost(costs, kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps));
+    S.gate = matmul(S.m, L.w_gate, costs);
+    S.up = matmul(S.m, L.w_up, costs);
+    S.act = S.gate;
+    log_cost(costs, kernels::glu_inplace(S.act, S.up, kernels::Activation::silu));
+    Tensor mlp = matmul(S.act, L.w_down, costs);
+    log_cost(costs, kernels::add_inplace(x, mlp));
+  }
+  C.x_final = x;
+  C.xf = act({N, h});
+  log_cost(costs, kernels::rmsnorm(x, w.final_norm, C.xf, c.norm_eps));
+  C.logits = matmul(C.xf, w.head, costs);
+  // Cross-entropy as one vocabulary shard (the all_reduces of the vocab-parallel form are identities here).
+  C.row_max = f32({N});
+  C.sumexp = f32({N});
+  Tensor target = f32({N}), loss = f32({N});
+  log_cost(costs, kernels::ce_shard_max(C.logits, C.row_max));
+  log_cost(costs, kernels::ce_shard_stats(C.logits, C.row_max, batch.targets, 0, c.vocab, C.sumexp, target));
+  log_cost(costs, kernels::ce_loss(C.row_max, C.sumexp, target, loss));
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
+  return total / static_cast<double>(N);
+}
+
+void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& C, LmWeights& g,
+                 std::vector<kernels::KernelCost>* costs) {
+  check_lm_config(c);
+  check_batch(c, batch);
+  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
+  const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  if (C.layers.size() != static_cast<size_t>(c.layers) || g.layers.size() != static_cast<size_t>(c.layers))
+    throw std::invalid_argument("lm_backward: cache or gradients do not match the config's layers");
+  const auto pos = positions(c);
+  check_weights(c, w);
+  check_weights(c, g);
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+
+  Tensor dlogits = act({N, c.vocab});
+  log_cost(costs, kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, 0, c.vocab,
+                                       1.0f / static_cast<float>(N), dlogits));
+  Tensor dxf = act({N, h});
+  log_cost(costs, kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head));
+  Tensor dx = act({N, h});  // gradient of the residual stream
+  log_cost(costs, kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf, dx, &g.final_norm, c.norm_eps));
+
+  for (int64_t l = c.layers - 1; l >= 0; --l) {
+    const LmLayer& L = w.layers[static_cast<size_t>(l)];
+    LmLayer& G = g.layers[static_cast<size_t>(l)];
+    const auto& S = C.layers[static_cast<size_t>(l)];
+    // MLP branch: x_out = x_mid + act · w_down
+    Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
+    log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
+    log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
+    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
+    log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
+    log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up));
+    log_cost(costs, kernels::add_inplace(dm, dm_up));
+    log_cost(costs, kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, c.norm_eps));
+    log_cost(costs, kernels::add_inplace(dx, dnorm));  // dx is now the gradient at x_mid
+    // Attention branch: x_mid = x_in + o · wo
+    const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+    Tensor do2 = act({N, hq * d});
+    log_cost(costs, kernels::gemm_backward(o2, L.wo, dx, &do2, &G.wo));
+    const Tensor dout = std::move(do2).reshaped({N, hq, d});
+    Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
+    for (int64_t b = 0; b < c.batch; ++b) {
+      Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
+      log_cost(costs, kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
+                                                  S.o.rows(b * T, T), S.lse[static_cast<size_t>(b)],
+                                                  dout.rows(b * T, T), dqb, dkb, dvb, causal()));
+      dq.set_rows(b * T, dqb);
+      dk.set_rows(b * T, dkb);
+      dv.set_rows(b * T, dvb);
+    }
+    log_cost(costs, kernels::rope_backward_inplace(dq, pos, c.rope_theta));
+    log_cost(costs, kernels::rope_backward_inplace(dk, pos, c.rope_theta));
+    const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
+                 dv2 = std::move(dv).reshaped({N, hkv * d});
+    Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
+    log_cost(costs, kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq));
+    log_cost(costs, kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk));
+    log_cost(costs, kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv));
+    log_cost(costs, kernels::add_inplace(da, da_k));
+    log_cost(costs, kernels::add_inplace(da, da_v));
+    log_cost(costs, kernels::rmsnorm_backward(S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, c.norm_eps));
+    log_cost(costs, kernels::add_inplace(dx, dnorm));  // gradient at x_in
+  }
+  log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
+}
+
+}  // namespace shardsim::models

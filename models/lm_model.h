@@ -1,0 +1,113 @@
+// A single-device reference of a decoder-only language model (Llama-style), forward and full backward, built from
+// the kernels of kernels/. It is the reference the sharded training step will be compared against (issue 18).
+//
+//   x_0     = embed[tokens]                                                   [N, h]   N = batch · seq tokens
+//   for each of the L blocks:
+//     a     = rmsnorm(x, attn_norm)
+//     q, k, v = a·wq [N, Hq, d], a·wk [N, Hkv, d], a·wv [N, Hkv, d];  q, k = rope(q), rope(k) (position in sequence)
+//     o     = causal attention(q, k, v) per sequence (GQA: Hq a multiple of Hkv)          [N, Hq·d]
+//     x     = x + o·wo
+//     m     = rmsnorm(x, mlp_norm)
+//     x     = x + (silu(m·w_gate) · (m·w_up))·w_down                                      (SwiGLU MLP)
+//   logits  = rmsnorm(x, final_norm) · head                                              [N, V]  (head not tied)
+//   loss    = mean over the N tokens of the softmax cross-entropy against the next token
+//
+// Weights are stored [in, out] (y = x·W), fp32. Initialisation from the seeded Philox generator
+// (sharding/init.h, one tensor id per weight in the order of named_weights()): embed U(−1, 1), every projection
+// U(−1/sqrt(fan_in), 1/sqrt(fan_in)), norm weights 1. Everything is deterministic: the same config and seed give
+// bit-identical losses and weights (tested).
+//
+// Errors: std::invalid_argument naming the field for a config that does not fit (sizes < 1, Hq not a multiple of
+// Hkv, odd head_dim) or a batch of the wrong shape or with a token outside [0, vocab).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/kernel_cost.h"
+#include "runtime/tensor.h"
+
+namespace shardsim::models {
+
+struct LmConfig {
+  int64_t vocab = 32;
+  int64_t hidden = 16;
+  int64_t layers = 2;
+  int64_t heads = 4;     // query heads Hq
+  int64_t kv_heads = 2;  // Hkv
+  int64_t head_dim = 4;  // d (even, for RoPE)
+  int64_t ffn = 32;      // SwiGLU inner size
+  int64_t seq = 8;       // tokens per sequence
+  int64_t batch = 2;     // sequences per step
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  uint64_t seed = 1;
+  // Compute dtype of weights, activations and gradients in lm_forward/lm_backward: fp32, or bf16 (mixed
+  // precision: the training loop keeps fp32 master weights and AdamW state, and bf16 compute copies). Per-token
+  // statistics (lse, row max, sum-exp, losses) are fp32 either way.
+  runtime::DType dtype = runtime::DType::fp32;
+};
+
+void check_lm_config(const LmConfig& c);
+
+// Number of weights, all of them (embedding, norms, projections, head).
+int64_t lm_param_count(const LmConfig& c);
+// The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
+// embedding table (a lookup) nor the norm weights. The N of the 6·N·tokens rule (docs/MODEL.md, "Training").
+int64_t lm_matmul_param_count(const LmConfig& c);
+// Model FLOPs per token of one training step (forward + backward), PaLM's MFU numerator (Chowdhery et al. 2022,
+// app. B): 6·N + 12·layers·heads·head_dim·seq, N = lm_matmul_param_count. The attention term counts the full
+// seq x seq score matrix as published MFU figures do, although causal kernels compute about half of it.
+double lm_model_flops_per_token(const LmConfig& c);
+
+struct LmLayer {
+  runtime::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+};
+
+struct LmWeights {
+  runtime::Tensor embed;  // [V, h]
+  std::vector<LmLayer> layers;
+  runtime::Tensor final_norm;  // [h]
+  runtime::Tensor head;        // [h, V]
+
+  // Every weight with a stable name ("embed", "layers.0.wq", ..., "final_norm", "head"), in one fixed order.
+  std::vector<std::pair<std::string, runtime::Tensor*>> named_weights();
+  std::vector<std::pair<std::string, const runtime::Tensor*>> named_weights() const;
+};
+
+// Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32).
+LmWeights lm_zeros(const LmConfig& c, runtime::DType dtype);
+// The seeded initialisation described above: fp32 (the master weights).
+LmWeights lm_init(const LmConfig& c);
+// MASTER rounded once to the config's compute dtype (a copy when that is fp32).
+LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master);
+
+// One step's data: batch sequences of seq + 1 tokens; inputs are tokens [0, seq) of each, targets [1, seq + 1).
+struct LmBatch {
+  std::vector<int64_t> inputs;   // batch · seq, sequence-major
+  std::vector<int64_t> targets;  // batch · seq
+};
+
+// What the backward needs from the forward (kept whole: this is the small reference model).
+struct LmCache {
+  struct Layer {
+    runtime::Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
+    std::vector<runtime::Tensor> lse;  // per sequence, fp32 [Hq, seq]
+  };
+  std::vector<Layer> layers;
+  runtime::Tensor x_final, xf, logits, row_max, sumexp;
+};
+
+// Forward: W in the config's compute dtype (std::invalid_argument naming a weight otherwise). Returns the mean
+// loss (per-token fp32 losses summed in fp64). CACHE (optional) receives what
+// lm_backward needs; COSTS (optional) receives every kernel's cost in call order.
+double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
+                  std::vector<kernels::KernelCost>* costs = nullptr);
+
+// Backward of the mean loss: writes every weight's gradient into GRADS (lm_zeros(c, c.dtype), overwritten).
+void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& cache, LmWeights& grads,
+                 std::vector<kernels::KernelCost>* costs = nullptr);
+
+}  // namespace shardsim::models
