@@ -1,7 +1,6 @@
 #include "common/output_file.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,6 +56,8 @@ void fsync_dir(const std::string& dir, const std::string& path) {
 constexpr int kSlots = 16;
 char g_temp[kSlots][PATH_MAX];
 std::atomic<int> g_used[kSlots];
+// Set by unlink_registered_temps (the signal handler, on whichever thread the signal reached) before it scans.
+std::atomic<int> g_dying{0};
 
 }  // namespace
 
@@ -81,6 +82,7 @@ void unregister_temp(const std::string& name) {
 }
 
 void unlink_registered_temps() noexcept {
+  g_dying.store(1);
   for (int i = 0; i < kSlots; ++i)
     if (g_used[i].load() == 1) ::unlink(g_temp[i]);
 }
@@ -175,42 +177,54 @@ void commit_temp(const std::string& temp, const std::string& path, bool fsync_te
   fsync_dir(split_path(path).first, path);
 }
 
+void settle_registered_temp(const std::string& name) noexcept {
+  if (g_dying.load() == 0) return;
+  // The handler is removing temporaries and about to end the process; it may have scanned before NAME was
+  // registered, so remove it here and wait for the end.
+  ::unlink(name.c_str());
+  for (;;) ::pause();
+}
+
 namespace {
-// SIGINT/SIGTERM held back while a temporary is created and registered, or unregistered and removed: the
-// handler (apps/main.cpp) removes registered temporaries, so a signal between the two steps would leave one.
-class TerminatingSignalsBlocked {
- public:
-  TerminatingSignalsBlocked() {
-    sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old_);
-  }
-  ~TerminatingSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
-  TerminatingSignalsBlocked(const TerminatingSignalsBlocked&) = delete;
-  TerminatingSignalsBlocked& operator=(const TerminatingSignalsBlocked&) = delete;
-
- private:
-  sigset_t old_;
-};
-
+// Registered before it exists and unregistered after it is gone (no signal masks: a process-directed signal may
+// run the handler on any thread, e.g. one of MPI's). With settle_registered_temp after the file exists, every
+// order of "handler scans" and "this thread registers / creates" removes the file: either the scan sees the
+// registration after the file exists, or this thread sees g_dying after creating it.
 TempFile create_registered_temp(const std::string& path) {
-  TerminatingSignalsBlocked hold;
-  TempFile t = create_temp_for(path);
-  register_temp(t.name);
-  return t;
+  for (int attempt = 0;; ++attempt) {
+    std::string name = temp_name_for(path);
+    register_temp(name);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      const int err = errno;
+      unregister_temp(name);
+      if (err == EEXIST && attempt < 100) continue;  // another writer took the name since temp_name_for looked
+      throw RuntimeFault("cannot write " + path + ": creating a temporary file next to it: " + cause(err));
+    }
+    settle_registered_temp(name);
+    if (::fchmod(fd, file_mode()) != 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(name.c_str());
+      unregister_temp(name);
+      throw RuntimeFault("cannot write " + path + ": " + cause(err));
+    }
+    TempFile t;
+    t.fd = fd;
+    t.name = std::move(name);
+    return t;
+  }
 }
 }  // namespace
 
 OutputFile::OutputFile(std::string path) : path_(std::move(path)), tmp_(create_registered_temp(path_)) {}
 
 OutputFile::~OutputFile() {
-  TerminatingSignalsBlocked hold;
+  if (!committed_) {  // removed first, then unregistered (a signal in between unlinks a name that is gone)
+    if (tmp_.fd >= 0) ::close(tmp_.fd);
+    ::unlink(tmp_.name.c_str());
+  }
   unregister_temp(tmp_.name);
-  if (committed_) return;
-  if (tmp_.fd >= 0) ::close(tmp_.fd);
-  ::unlink(tmp_.name.c_str());
 }
 
 void OutputFile::write(std::string_view data) {

@@ -73,8 +73,12 @@ class OutputFile {
 // this only avoids leaving PATH.partial.XXXXXX behind). OutputFile and the checkpoint writer register theirs.
 void register_temp(const std::string& name);
 void unregister_temp(const std::string& name);
-// Async-signal-safe: unlink(2) every registered temporary.
+// Async-signal-safe: unlink(2) every registered temporary. Callable from a handler on any thread.
 void unlink_registered_temps() noexcept;
+// Register a temporary BEFORE creating it, call this right after creating it, and unregister it only after
+// removing or renaming it: then a handler running unlink_registered_temps on another thread at any moment
+// still removes it (if the handler already ran, this removes NAME and waits for the process to end).
+void settle_registered_temp(const std::string& name) noexcept;
 
 // OutputFile in one call.
 void write_file_atomic(const std::string& path, std::string_view text);

@@ -729,10 +729,15 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       if (rank != 0) return;
       partial = temp_name_for(path);
       space = partial + ".space";
+      register_temp(space);  // before it exists (common/output_file.h, settle_registered_temp)
       const int fd = ::open(space.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-      if (fd < 0) throw RuntimeFault("cannot write " + path + ": creating " + space + ": " + std::strerror(errno));
+      if (fd < 0) {
+        const int err = errno;
+        unregister_temp(space);
+        throw RuntimeFault("cannot write " + path + ": creating " + space + ": " + std::strerror(err));
+      }
+      settle_registered_temp(space);
       ::close(fd);
-      register_temp(space);
       try {
         reserve_space(space, path, need + kCloseSlack, need);
       } catch (...) {
@@ -768,6 +773,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
         if (file < 0)
           throw RuntimeFault(at + "cannot create " + partial + ": " + last_os_error("is the directory writable?") +
                              h5_detail());
+        if (rank == 0) settle_registered_temp(partial);
       });
     } catch (...) {
       if (file >= 0) H5Fclose(file);  // created here but not on another rank
