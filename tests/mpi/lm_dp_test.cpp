@@ -99,6 +99,10 @@ TEST_P(LmDp, MatchesSingleDeviceAndRepeats) {
                 loss_err, w_err);
   EXPECT_LT(loss_err, 1e-5);
   EXPECT_LT(w_err, 1e-4);
+  if (world_size() == 1) {  // one replica: the same sums in the same order, so bit for bit
+    EXPECT_EQ(loss_err, 0.0);
+    EXPECT_TRUE(bit_equal(a.weights, ref.weights));
+  }
   EXPECT_LT(a.losses.back(), 0.9 * a.losses.front()) << "the loss falls";
   EXPECT_EQ(a.losses, b.losses) << "two runs are bit-identical";
   EXPECT_TRUE(bit_equal(a.weights, b.weights));
@@ -151,4 +155,26 @@ TEST(LmDpBuckets, BucketingLowersExposedCommunication) {
     EXPECT_LT(bucketed.exposed_comm, unbucketed.exposed_comm) << "zero " << zero;
     EXPECT_LT(bucketed.total, unbucketed.total) << "zero " << zero;
   }
+}
+
+// A diverging run (lr 1e30 makes the weights infinite after step 1) stops at step 2 on every rank with an error
+// naming the step, and does not apply that step.
+TEST(LmDpFaults, NonFiniteGradientNormStopsEveryRank) {
+  if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
+  const int p = world_size(), rank = world_rank();
+  auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
+  sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
+  runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
+  auto t = train_config();
+  t.adamw.lr = 1e30f;
+  t.max_grad_norm = 0;  // no clipping
+  models::LmDpTrainer tr(small_config(), t, {2, 512, "auto"}, tp, tl);
+  tr.step();
+  try {
+    tr.step();
+    ADD_FAILURE() << "step 2 should fail";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("at step 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tr.steps_done(), 1);
 }
