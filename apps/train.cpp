@@ -1,5 +1,13 @@
-// `shardsim train [CONFIG] [--steps N]`: k training steps of the single-device reference language model
-// (models/lm_*) on one chip, with the losses, the simulated step time on the config's device, tokens/s and MFU.
+// `shardsim train [CONFIG] [--steps N]`: k training steps of the reference language model (models/lm_*), with the
+// losses, the simulated step time on the config's device, tokens/s and MFU.
+//
+// Without a parallel: section on one rank: the single-device reference (models/lm_train.h), timed as below.
+// With a parallel: section or on N ranks (mpirun -np N): data parallelism, dp = N replicas with ZeRO
+// (models/lm_dp.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
+// (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
+// 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
+// chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
+// memory of the training state next to ZeRO's formulas.
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
@@ -7,16 +15,20 @@
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
+#include "runtime/transport.h"
 #include "sim/cost.h"
+#include "topology/topology.h"
 
 namespace shardsim::apps {
 
@@ -31,13 +43,39 @@ struct TrainSetup {
   models::LmConfig model;
   models::LmTrainConfig train;
   sim::DeviceSpec device;
+  bool data_parallel = false;  // a parallel: section or more than one rank
+  models::LmDpConfig dp;
+  std::optional<topology::Topology> topology;  // the topology: section when given
 };
 
-TrainSetup load(const TrainFlags& f) {
+TrainSetup load(const TrainFlags& f, int ranks) {
   const ConfigNode root = ConfigNode::load_file(f.config);
-  root.expect_keys({"device", "model", "train"});
+  root.expect_keys({"device", "topology", "model", "train", "parallel"});
   TrainSetup s;
   s.device = sharding::load_workload_device(root);
+  s.data_parallel = ranks > 1 || root.has("parallel");
+  if (const auto p = root.maybe_child("parallel")) {
+    p->expect_keys({"dp", "tp", "zero", "bucket_bytes", "algorithm"});
+    const int64_t dp = p->get_positive_int("dp", ranks);
+    if (dp != ranks)
+      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas need " + std::to_string(dp) +
+                          " ranks (mpirun -np " + std::to_string(dp) + "); the job has " + std::to_string(ranks));
+    if (p->get_positive_int("tp", 1) != 1)
+      p->child("tp").fail("parallel.tp: train supports data parallelism only (tp: 1) so far");
+    const int64_t zero = p->get_int("zero", 0);
+    if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
+    s.dp.zero = static_cast<int>(zero);
+    const int64_t bb = p->get_int("bucket_bytes", s.dp.bucket_bytes);
+    if (bb < 0) p->child("bucket_bytes").fail("parallel.bucket_bytes: must be >= 0 (0 = one reduction after backward), got " + std::to_string(bb));
+    s.dp.bucket_bytes = bb;
+    if (p->has("algorithm")) s.dp.algorithm = p->get_string("algorithm");
+  }
+  if (root.has("topology")) {
+    s.topology = sharding::load_workload_topology(root);
+    if (s.topology->num_chips() != ranks)
+      root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
+                                  " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
+  }
   const ConfigNode m = root.child("model");
   m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed", "dtype"});
   auto& c = s.model;
@@ -90,17 +128,100 @@ TrainSetup load(const TrainFlags& f) {
       tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
   }
   if (f.steps > 0) t.steps = f.steps;
+  if (s.data_parallel && c.batch % ranks != 0)
+    m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
+                          " sequences) must be a multiple of dp (" + std::to_string(ranks) + ")");
   return s;
+}
+
+int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
+  const auto& c = s.model;
+  const int n = world.size();
+  const bool root = world.rank() == 0;
+  const topology::Topology topo =
+      s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
+  sim::Timeline tl(world.rank(), topo, s.device);
+  std::vector<int> chips(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) chips[size_t(i)] = i;
+  runtime::Transport tp(world.comm(), tl, chips);
+  std::optional<models::LmDpTrainer> trainer;
+  world.agree([&] {
+    try {
+      trainer.emplace(c, s.train, s.dp, tp, tl);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  });
+  const double tokens = static_cast<double>(c.batch * c.seq);
+  const double model_flops = models::lm_model_flops_per_token(c) * tokens;
+  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
+  const std::string dt = runtime::dtype_name(c.dtype);
+  if (root) {
+    std::printf("shardsim train: %s\n", f.config.c_str());
+    std::printf("device: %s\n", sim::describe(s.device).c_str());
+    std::printf("topology: %s\n", s.topology ? topo.describe().c_str()
+                                              : (topo.describe() + " (default: 100 GB/s, 1 us per hop)").c_str());
+    std::printf("model: vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
+                "(%lld in GEMMs); %s\n",
+                (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads,
+                (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
+                (long long)models::lm_matmul_param_count(c),
+                c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+    std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
+                trainer->buckets(), trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
+                s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
+    std::printf("data: global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW lr %g, "
+                "weight decay %g, clip %g\n\n",
+                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / n), double(s.train.adamw.lr),
+                double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+    std::printf("%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us", "compute_us",
+                "exposed_us", "idle_us");
+  }
+  std::vector<double> losses;
+  models::LmDpStepResult last;
+  for (int64_t i = 0; i < s.train.steps; ++i) {
+    try {
+      last = trainer->step();
+    } catch (const std::runtime_error& e) {
+      throw RuntimeFault(e.what());
+    }
+    losses.push_back(last.loss);
+    const auto& b = last.breakdown;
+    if (root)
+      std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
+                  last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
+  }
+  const auto mem = trainer->memory();
+  if (root) {
+    const auto& b = last.breakdown;
+    std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
+                (long long)losses.size(), std::log(double(c.vocab)));
+    std::printf("simulated step time: %.3f us (chip 0: compute %.3f, exposed communication %.3f, idle %.3f; "
+                "communication %.3f of which %.3f hidden under compute); tokens/s: %.4g\n",
+                b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3, b.communication / 1e3,
+                (b.communication - b.exposed_comm) / 1e3, tokens / b.total * 1e9);
+    std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %d x %s %s peak\n",
+                model_flops, 100.0 * model_flops / (b.total * peak * n), n, s.device.name.c_str(), dt.c_str());
+    const double psi = double(models::lm_param_count(c));
+    std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
+    auto row = [](const char* what, double v, double formula, const char* rule) {
+      std::printf("  %-16s %14.0f  formula %14.0f  %s\n", what, v, formula, rule);
+    };
+    const bool mixed = c.dtype != runtime::DType::fp32;
+    row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+    row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+    row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
+    row("total", mem.total(), mem.formula_total(), "");
+    std::printf("  %-16s %14.0f  (the forward's saved tensors for %lld sequences; not in the formula)\n",
+                "activations", mem.activations, (long long)(c.batch / n));
+  }
+  return kExitOk;
 }
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
-  world.agree([&] {  // config errors: one clean message and exit 2
-    if (world.size() != 1)
-      throw UsageError("train runs the single-device reference on one chip; start it without mpirun or with -np 1 "
-                       "(got " + std::to_string(world.size()) + " ranks)");
-    s = load(f);
-  });
+  world.agree([&] { s = load(f, world.size()); });  // config errors: one clean message and exit 2
+  if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
@@ -149,8 +270,8 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 }  // namespace
 
 Command add_train(CLI::App& app, const runtime::World& world) {
-  auto* sub = app.add_subcommand("train", "train the single-device reference language model for k steps (losses, "
-                                          "simulated step time, tokens/s, MFU)");
+  auto* sub = app.add_subcommand("train", "train the reference language model for k steps, on one chip or data-parallel "
+                                          "with ZeRO over the ranks (losses, simulated step time, tokens/s, MFU, memory)");
   auto flags = std::make_shared<TrainFlags>();
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")

@@ -163,7 +163,11 @@ LmWeights lm_init(const LmConfig& c) {
 }
 
 double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache,
-                  std::vector<kernels::KernelCost>* costs) {
+                  std::vector<kernels::KernelCost>* costs, std::vector<size_t>* unit_marks) {
+  auto mark = [&] {
+    if (unit_marks) unit_marks->push_back(costs ? costs->size() : 0);
+  };
+  if (unit_marks) unit_marks->clear();
   check_lm_config(c);
   check_batch(c, batch);
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
@@ -176,8 +180,10 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   C.layers.assign(static_cast<size_t>(c.layers), {});
 
   Tensor x = act({N, h});
+  mark();
   log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
   for (int64_t l = 0; l < c.layers; ++l) {
+    mark();
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
     auto& S = C.layers[static_cast<size_t>(l)];
     S.x_in = x;
@@ -209,6 +215,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     Tensor mlp = matmul(S.act, L.w_down, costs);
     log_cost(costs, kernels::add_inplace(x, mlp));
   }
+  mark();
   C.x_final = x;
   C.xf = act({N, h});
   log_cost(costs, kernels::rmsnorm(x, w.final_norm, C.xf, c.norm_eps));
@@ -220,13 +227,18 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   log_cost(costs, kernels::ce_shard_max(C.logits, C.row_max));
   log_cost(costs, kernels::ce_shard_stats(C.logits, C.row_max, batch.targets, 0, c.vocab, C.sumexp, target));
   log_cost(costs, kernels::ce_loss(C.row_max, C.sumexp, target, loss));
+  mark();
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
   return total / static_cast<double>(N);
 }
 
 void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& C, LmWeights& g,
-                 std::vector<kernels::KernelCost>* costs) {
+                 std::vector<kernels::KernelCost>* costs, std::vector<size_t>* unit_marks) {
+  auto mark = [&] {
+    if (unit_marks) unit_marks->push_back(costs ? costs->size() : 0);
+  };
+  if (unit_marks) unit_marks->clear();
   check_lm_config(c);
   check_batch(c, batch);
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
@@ -245,6 +257,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   log_cost(costs, kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head));
   Tensor dx = act({N, h});  // gradient of the residual stream
   log_cost(costs, kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf, dx, &g.final_norm, c.norm_eps));
+  mark();  // final_norm and head gradients complete
 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
@@ -287,8 +300,10 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::add_inplace(da, da_v));
     log_cost(costs, kernels::rmsnorm_backward(S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, c.norm_eps));
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // gradient at x_in
+    mark();  // layer l's gradients complete
   }
   log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
+  mark();
 }
 
 }  // namespace shardsim::models

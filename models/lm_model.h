@@ -103,11 +103,18 @@ struct LmCache {
 // Forward: W in the config's compute dtype (std::invalid_argument naming a weight otherwise). Returns the mean
 // loss (per-token fp32 losses summed in fp64). CACHE (optional) receives what
 // lm_backward needs; COSTS (optional) receives every kernel's cost in call order.
+// Units (the granularity at which data parallelism gathers parameters and reduces gradients): unit 0 = embed,
+// unit 1 + l = block l, unit layers + 1 = final_norm and head. UNIT_MARKS (optional, with COSTS) receives
+// layers + 3 indices into COSTS: entry u is where unit u's forward kernels begin (u = 0 .. layers + 1), and the
+// last one is COSTS' size at the end.
 double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
-                  std::vector<kernels::KernelCost>* costs = nullptr);
+                  std::vector<kernels::KernelCost>* costs = nullptr, std::vector<size_t>* unit_marks = nullptr);
 
 // Backward of the mean loss: writes every weight's gradient into GRADS (lm_zeros(c, c.dtype), overwritten).
+// UNIT_MARKS (optional, with COSTS): layers + 2 indices into COSTS, in backward order: entry k is the size of
+// COSTS once the gradients of unit layers + 1 − k are complete (head and final_norm first, then blocks
+// layers − 1 .. 0, then the embedding).
 void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& cache, LmWeights& grads,
-                 std::vector<kernels::KernelCost>* costs = nullptr);
+                 std::vector<kernels::KernelCost>* costs = nullptr, std::vector<size_t>* unit_marks = nullptr);
 
 }  // namespace shardsim::models

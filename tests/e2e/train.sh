@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # e2e: `shardsim train` runs the single-device reference language model: losses fall, the report has the
-# simulated step time, tokens/s and MFU, two runs print the same bytes; bad configs exit 2 with one line.
+# simulated step time, tokens/s and MFU, two runs print the same bytes; on 2 ranks it trains data-parallel with
+# ZeRO (models/lm_dp.h) and prints the same losses as one chip; bad configs exit 2 with one line.
 # Usage: train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -32,8 +33,29 @@ if expect_exit 0 'bf16 compute, fp32 master weights' -- shardsim_mpi 1 train bf1
   assert_out 'MFU [0-9.]+% of trainium1 bf16 peak' "MFU against the bf16 peak"
 fi
 
-e2e_case "(b) more than one rank"
-if expect_exit 2 '^shardsim: error: .*one chip.*2 ranks' -- shardsim_mpi 2 train "$TRAIN"; then one_error_line; fi
+e2e_case "(b) data parallel on 2 ranks, ZeRO-2: the single-device losses, the step split and the memory"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 2\n  bucket_bytes: 2048/' "$TRAIN" >dp.yaml
+if expect_exit 0 '^simulated step time: [0-9.]+ us \(chip 0: compute [0-9.]+, exposed communication [0-9.]+, idle [0-9.]+' \
+    -- shardsim_mpi 2 train dp.yaml --steps 12; then
+  assert_out 'dp 2, ZeRO stage 2, [0-9]+ gradient buckets' "the plan line"
+  assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi/N_d' "optimizer state next to ZeRO's formula"
+  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2}' "$E2E_STDOUT" >dp_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && NF == 4 {print $1, $2}' first_run.txt >one_losses.txt
+  if [[ -s dp_losses.txt ]] && cmp -s dp_losses.txt one_losses.txt; then
+    pass "12 per-step losses equal one chip's (4 decimals)"
+  else
+    fail "dp losses differ from one chip's"
+    paste one_losses.txt dp_losses.txt | head -n 12 >&2
+  fi
+fi
+
+e2e_case "(b2) parallel.dp different from the ranks, and a bad ZeRO stage"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  dp: 4/' "$TRAIN" >dp4.yaml
+if expect_exit 2 '^shardsim: error: .*dp4\.yaml:[0-9]+: .*parallel.dp: 4 replicas need 4 ranks' -- shardsim_mpi 2 train dp4.yaml
+then one_error_line; fi
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 4/' "$TRAIN" >zero4.yaml
+if expect_exit 2 '^shardsim: error: .*zero4\.yaml:[0-9]+: .*parallel.zero: must be 0, 1, 2 or 3' -- shardsim_mpi 2 train zero4.yaml
+then one_error_line; fi
 
 e2e_case "(c) heads not a multiple of kv_heads"
 sed -E 's/^(  kv_heads:).*/\1 3/' "$TRAIN" >bad_heads.yaml
