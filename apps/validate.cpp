@@ -197,9 +197,8 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.inject_wrong_result = f.inject_wrong_result;
                 auto o = collectives::run_case(g, cs);
                 if (g.size() != world.size()) {  // every group ran this case: count all of them
-                  unsigned long long mine[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0}, all[2];
-                  runtime::check_mpi(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.comm()),
-                                     world.rank(), "validate");
+                  unsigned long long all[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0};
+                  net->world->allreduce(std::span<unsigned long long>(all, 2), runtime::Reduce::sum, "validate");
                   if (all[1] && !o.wrong) o.first_wrong = "(in another group)";
                   o.checked = all[0];
                   o.wrong = all[1];
