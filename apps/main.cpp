@@ -83,6 +83,18 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
     throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
+  if (shardsim::runtime::chips_per_rank() > 1) {
+    // Not yet with several chips per rank: HDF5's parallel I/O and the trace gather are per MPI rank.
+    const std::string k = std::to_string(shardsim::runtime::chips_per_rank());
+    if (!opt.resume_from.empty())
+      throw shardsim::UsageError("--resume: checkpoints need one chip per rank (this run has " + k +
+                                 " chips per rank; drop --chips-per-rank/--chips)");
+    if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt))
+      throw shardsim::UsageError("checkpoint " + *ckpt + ": checkpoints need one chip per rank (this run has " + k +
+                                 " chips per rank); add --no-checkpoint or drop --chips-per-rank/--chips");
+    if (!opt.trace_path.empty())
+      throw shardsim::UsageError("--trace: traces need one chip per rank (this run has " + k + " chips per rank)");
+  }
 
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
@@ -102,6 +114,9 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
   world.agree([&] {
     const ConfigNode root = sharding::load_workload_config(config_path, overrides);
     cfg = sharding::parse_block_config(root, root.file());
+    if (runtime::chips_per_rank() > 1)
+      throw UsageError(config_path + ": transformer_block workloads need one chip per rank for now (this run has " +
+                       std::to_string(runtime::chips_per_rank()) + " chips per rank; drop --chips-per-rank/--chips)");
     if (cfg.topology.num_chips() != world.size())
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
@@ -310,6 +325,11 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
+      if (runtime::chips_per_rank() > 1)
+        for (const auto* c : {&topo, &ckpt_cmd, &sweep, &calibrate})
+          if (c->app->parsed())
+            throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips work "
+                             "with run, bench and validate)");
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate})
         if (c->app->parsed()) return c->run();

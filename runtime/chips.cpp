@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -197,9 +198,17 @@ void switch_out(Chip& c) {
   SignatureScope::set_current(saved);
 }
 
+extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
+
 [[noreturn]] void watchdog_fire(double idle, double limit) {
+  // The outcome is decided: mpirun's SIGTERM (after another rank's abort) must not add a second line.
+  std::signal(SIGTERM, quiet_exit);
+  std::signal(SIGINT, quiet_exit);
+  // Targets: chips the waiting chips of this rank wait on, each with its waiters. A local chip that is neither
+  // waiting nor finished while nothing moves is stalled (busy or hung outside communication).
   std::string op;
-  std::vector<int> stalled, finished, waiters, remote;
+  std::map<int, std::vector<int>> waiters_of;  // target chip -> local chips waiting on it
+  std::vector<int> waiters;
   for (size_t i = 0; i < g->chips.size(); ++i) {
     const Chip& c = g->chips[i];
     if (!c.waiting) continue;
@@ -207,44 +216,50 @@ void switch_out(Chip& c) {
     const int me = g->wrank * g->k + static_cast<int>(i);
     waiters.push_back(me);
     for (int p : c.peers) {
-      auto add = [&](std::vector<int>& v) {
-        if (std::find(v.begin(), v.end(), p) == v.end()) v.push_back(p);
-      };
-      if (!g->local(p)) add(remote);
-      else if (g->chips[static_cast<size_t>(p % g->k)].done) add(finished);
-      else if (!g->chips[static_cast<size_t>(p % g->k)].waiting) add(stalled);
+      auto& w = waiters_of[p];
+      if (std::find(w.begin(), w.end(), me) == w.end()) w.push_back(me);
     }
   }
-  auto described = [&](const std::vector<int>& v) {
-    std::string s;
-    for (int c : v) s += (s.empty() ? "" : ", ") + ("chip " + std::to_string(c) + " (rank " +
-                                                   std::to_string(g->rank_of(c)) + ")");
-    return s;
-  };
+  auto described = [&](int c) { return "chip " + std::to_string(c) + " (rank " + std::to_string(g->rank_of(c)) + ")"; };
   char head[512];
   std::snprintf(head, sizeof head, "shardsim: watchdog: %s made no progress for %.0f s (limit "
                 "SHARDSIM_WATCHDOG_S=%g); ", op.empty() ? "chip" : op.c_str(), idle, limit);
-  std::string line = head;
-  std::string sep;
-  if (!stalled.empty()) {
-    line += "stalled: " + described(stalled) +
-            ", not waiting for any message (busy or hung outside communication); waiting on it: chip(s) " +
-            chip_list(waiters);
+  std::string line = head, sep;
+  bool local_finding = false;
+  for (size_t i = 0; i < g->chips.size(); ++i) {
+    const Chip& c = g->chips[i];
+    if (c.done || c.waiting) continue;
+    const int chip = g->wrank * g->k + static_cast<int>(i);
+    line += sep + "stalled: " + described(chip) + ", not waiting for any message (busy or hung outside communication)";
+    auto it = waiters_of.find(chip);
+    line += it != waiters_of.end() ? "; waiting on it: chip(s) " + chip_list(it->second)
+                                   : "; waited on from other ranks";
     sep = "; ";
+    local_finding = true;
   }
-  if (!finished.empty()) {
-    line += sep + "chip(s) " + chip_list(waiters) + " wait on " + described(finished) +
-            ", which already finished (a chip that skipped a collective?)";
-    sep = "; ";
+  for (const auto& [target, w] : waiters_of) {
+    if (g->local(target) && g->chips[static_cast<size_t>(target % g->k)].done) {
+      line += sep + "chip(s) " + chip_list(w) + " wait on " + described(target) +
+              ", which already finished (a chip that skipped a collective?)";
+      sep = "; ";
+      local_finding = true;
+    }
   }
-  if (!remote.empty()) {
-    line += sep + "chip(s) " + chip_list(waiters) + " wait on " + described(remote) + " on another rank";
-    sep = "; ";
-  }
-  if (sep.empty())
+  const bool all_local_waiting = !waiters_of.empty() &&
+      std::all_of(waiters_of.begin(), waiters_of.end(), [](const auto& kv) {
+        return g->local(kv.first) && g->chips[static_cast<size_t>(kv.first % g->k)].waiting;
+      });
+  if (sep.empty() && all_local_waiting) {
     line += "deadlock: chip(s) " + chip_list(waiters) +
             " all wait on each other (chips calling different collectives, or in different orders?)";
-  const bool local_finding = !stalled.empty() || !finished.empty() || remote.empty();
+    local_finding = true;
+  } else if (sep.empty()) {
+    for (const auto& [target, w] : waiters_of)
+      if (!g->local(target)) {
+        line += sep + "chip(s) " + chip_list(w) + " wait on " + described(target) + " on another rank";
+        sep = "; ";
+      }
+  }
   // The rank that sees the stalled chip itself speaks; a rank that only waits on other ranks gives it time.
   if (!local_finding) std::this_thread::sleep_for(std::chrono::seconds(10));
   if (!wait_board::available() || wait_board::claim()) {
