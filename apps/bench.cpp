@@ -209,7 +209,9 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     big.collective = c;
     big.count = hi / widest;
     big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-    const double need = collectives::host_bytes_needed(big, g.size());
+    double need = collectives::host_bytes_needed(big, g.size());
+    // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
+    if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
     check_memory(*net, need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
     if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
       throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +

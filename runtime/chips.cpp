@@ -74,7 +74,7 @@ struct Chip {
   ctx::fiber fib;
   ctx::fiber sink;  // the scheduler while this chip runs
   bool started = false, done = false, waiting = false, busy = false;
-  uint64_t seen = 0;  // events counter when it last found nothing to do
+  bool queued = false;  // in Sched::ready
   std::string op;
   std::vector<int> peers;
   int code = 0;
@@ -86,6 +86,7 @@ struct Sched {
   std::vector<Chip> chips;
   int cur = -1;
   uint64_t events = 0;
+  std::vector<int> ready, running;  // chips to resume: not started yet, or a message arrived for a waiting one
   std::unordered_map<Key, std::deque<Msg>, KeyHash> mail;
   std::map<int, Msg> assembling;  // source rank -> message whose pieces are still arriving
   std::map<int, Key> assembling_key;
@@ -101,6 +102,12 @@ struct Sched {
   void deliver(const Key& key, Msg&& m) {
     mail[key].push_back(std::move(m));
     ++events;
+    // Only the destination can be waiting for it (every wait is for messages to the waiting chip).
+    Chip& c = chips[static_cast<size_t>(key.dst % k)];
+    if (c.waiting && !c.queued) {
+      c.queued = true;
+      ready.push_back(key.dst % k);
+    }
   }
 
   // Receives what has arrived and retires finished sends. True if anything happened.
@@ -304,13 +311,9 @@ void wait_until(const std::function<bool()>& done, const std::string& op, const 
   c.waiting = true;
   c.op = op;
   c.peers = peers;
-  while (!done()) {
-    c.seen = g->events;
-    switch_out(c);
-  }
+  while (!done()) switch_out(c);
   c.waiting = false;
   c.peers.clear();
-  ++g->events;  // it consumed something: chips waiting on it may move
 }
 
 void post(uint64_t cx, int src, int dst, const void* header, size_t hlen, const void* buf, size_t bytes) {
@@ -457,6 +460,10 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
                          return std::move(c.sink);
                        });
   }
+  for (int i = 0; i < k; ++i) {
+    s.ready.push_back(i);
+    s.chips[static_cast<size_t>(i)].queued = true;
+  }
   using Clock = std::chrono::steady_clock;
   const double limit = watchdog_limit();
   bool idle = false;
@@ -466,9 +473,12 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   unsigned polls = 0;
   while (live > 0) {
     const uint64_t before = s.events;
-    for (int i = 0; i < k; ++i) {
+    s.running.swap(s.ready);
+    s.ready.clear();
+    for (const int i : s.running) {
       Chip& c = s.chips[static_cast<size_t>(i)];
-      if (c.done || c.busy || (c.waiting && c.seen == s.events)) continue;
+      c.queued = false;
+      if (c.done || c.busy) continue;
       s.cur = i;
       c.fib = std::move(c.fib).resume();
       s.cur = -1;
