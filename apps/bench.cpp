@@ -21,6 +21,7 @@
 #include "collectives/verify.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/chips.h"
 
 namespace shardsim::apps {
 
@@ -112,20 +113,20 @@ bool mpi_call(Collective c, collectives::CaseRunner& r, const collectives::Case&
   return true;
 }
 
-double slowest(double v, MPI_Comm comm) {
+double slowest(double v, runtime::Transport& g) {
   double out = v;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
+  g.allreduce(std::span<double>(&out, 1), runtime::Reduce::max, "bench");
   return out;
 }
 
 template <class F>
-double time_us(MPI_Comm comm, int warmup, int iters, F&& f) {
+double time_us(runtime::Transport& g, int warmup, int iters, F&& f) {
   for (int i = 0; i < warmup; ++i) f();
-  MPI_Barrier(comm);
+  g.barrier("bench");
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) f();
   const auto t1 = std::chrono::steady_clock::now();
-  return slowest(std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(iters, 1), comm);
+  return slowest(std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(iters, 1), g);
 }
 
 Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchFlags& f) {
@@ -134,22 +135,23 @@ Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchF
   runner.prepare();
   g.timeline().reset();
   const auto first = runner.execute(0.0);
-  m.sim_us = slowest(first.span.end, g.comm()) / 1e3;
+  m.sim_us = slowest(first.span.end, g) / 1e3;
   m.algorithm = first.algorithm;
   m.explanation = first.explanation;
   if (f.check) {
     const auto o = runner.check_local();
-    unsigned long long w = o.wrong, total = 0;
-    MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, g.comm());
+    unsigned long long total = o.wrong;
+    g.allreduce(std::span<unsigned long long>(&total, 1), runtime::Reduce::sum, "bench");
     m.wrong = total;
   }
-  m.wall_us = time_us(g.comm(), f.warmup, f.iters, [&] {
+  m.wall_us = time_us(g, f.warmup, f.iters, [&] {
     g.timeline().reset();
     runner.execute(0.0);
   });
   // MPI only out of place: its in-place form needs MPI_IN_PLACE, and aliased buffers are erroneous in MPI.
-  if (f.vs_mpi && !cs.in_place && mpi_call(cs.collective, runner, cs, g.comm(), g.size(), false))
-    m.mpi_us = time_us(g.comm(), f.warmup, f.iters, [&] { mpi_call(cs.collective, runner, cs, g.comm(), g.size(), true); });
+  // (Not in chip mode: MPI's collectives run between ranks, not between the chips of a rank.)
+  if (f.vs_mpi && !cs.in_place && !g.chip_mode() && mpi_call(cs.collective, runner, cs, g.comm(), g.size(), false))
+    m.mpi_us = time_us(g, f.warmup, f.iters, [&] { mpi_call(cs.collective, runner, cs, g.comm(), g.size(), true); });
   return m;
 }
 
@@ -184,7 +186,10 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     if (step_bytes == 0 && !(factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
     if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
     if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");
-    if (f.gpus != 1) throw UsageError("-g/--ngpus: shardsim runs one simulated chip per rank; use mpirun -np N");
+    if (f.gpus != 1 && f.gpus != runtime::chips_per_rank())
+      throw UsageError("-g/--ngpus: chips per rank are set with --chips-per-rank K (before the command); got -g " +
+                       std::to_string(f.gpus) + " with " + std::to_string(runtime::chips_per_rank()) +
+                       " chip(s) per rank");
     if (!f.step_bytes.empty() && step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
     if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty())
       throw UsageError(collectives::collective_name(c) + ": " + collectives::not_an_algorithm_of(c, f.algo));
@@ -204,7 +209,9 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     big.collective = c;
     big.count = hi / widest;
     big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-    const double need = collectives::host_bytes_needed(big, g.size());
+    double need = collectives::host_bytes_needed(big, g.size());
+    // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
+    if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
     check_memory(*net, need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
     if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
       throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
@@ -363,9 +370,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         bytes = next;
       }
   {  // every group checked its own results; the verdict covers all of them
-    unsigned long long mine = g.rank() == 0 ? wrong_total : 0, all = 0;
-    runtime::check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.comm()), world.rank(),
-                       "bench");
+    unsigned long long all = g.rank() == 0 ? wrong_total : 0;
+    net->world->allreduce(std::span<unsigned long long>(&all, 1), runtime::Reduce::sum, "bench");
     wrong_total = all;
   }
   if (root0) {

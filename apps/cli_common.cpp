@@ -1,5 +1,7 @@
 #include "apps/cli_common.h"
 
+#include "runtime/chips.h"
+
 #include "common/byte_size.h"
 
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/chips.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::apps {
@@ -91,15 +94,20 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) { check_outputs_distinct(outputs); }
 
 void connect(Net& net, const runtime::World& world) {
-  MPI_Comm local = MPI_COMM_NULL;
-  runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
-                     world.rank(), "host rank count");
-  MPI_Comm_size(local, &net.ranks_on_host);
-  MPI_Comm_free(&local);
+  if (world.vcomm()) {
+    // Chip mode: the chips of this host's ranks (runtime/chips.h); no MPI collective from a chip's fiber.
+    net.ranks_on_host = runtime::node_ranks() * runtime::chips_per_rank();
+  } else {
+    MPI_Comm local = MPI_COMM_NULL;
+    runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
+                       world.rank(), "host rank count");
+    MPI_Comm_size(local, &net.ranks_on_host);
+    MPI_Comm_free(&local);
+  }
   // Rank r runs on chip placement[r] (identity unless the topology file sets one).
   const auto& ids = net.topo.placement();
   net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo, net.device);
-  net.world = std::make_unique<runtime::Transport>(world.comm(), *net.timeline, ids);
+  net.world = std::make_unique<runtime::Transport>(world, *net.timeline, ids);
   net.group = net.split_color >= 0 ? &net.world->subgroup("cli.group", net.split_color, net.split_key)
                                    : net.world.get();
 }
@@ -160,6 +168,11 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     else net->topo = topology::Topology::ring(n, link, !f.unidirectional);
     net->device = sim::device_preset("generic");
   }
+  if (net->topo.num_chips() != n && world.vcomm())
+    throw UsageError("the topology has " + std::to_string(net->topo.num_chips()) + " chips but the job has " +
+                     std::to_string(n) + " (" + std::to_string(n / runtime::chips_per_rank()) + " ranks x " +
+                     std::to_string(runtime::chips_per_rank()) + " chips per rank; --chips " +
+                     std::to_string(net->topo.num_chips()) + " or --chips-per-rank)");
   if (net->topo.num_chips() != n)
     throw UsageError("the topology has " + std::to_string(net->topo.num_chips()) + " chips but the job has " +
                      std::to_string(n) + " ranks (one rank per chip: mpirun -np " +

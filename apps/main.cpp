@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include <vector>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
+#include "runtime/chips.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
 #include "apps/cli_common.h"
@@ -81,6 +83,18 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
     throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
+  if (shardsim::runtime::chips_per_rank() > 1) {
+    // Not yet with several chips per rank: HDF5's parallel I/O and the trace gather are per MPI rank.
+    const std::string k = std::to_string(shardsim::runtime::chips_per_rank());
+    if (!opt.resume_from.empty())
+      throw shardsim::UsageError("--resume: checkpoints need one chip per rank (this run has " + k +
+                                 " chips per rank; drop --chips-per-rank/--chips)");
+    if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt))
+      throw shardsim::UsageError("checkpoint " + *ckpt + ": checkpoints need one chip per rank (this run has " + k +
+                                 " chips per rank); add --no-checkpoint or drop --chips-per-rank/--chips");
+    if (!opt.trace_path.empty())
+      throw shardsim::UsageError("--trace: traces need one chip per rank (this run has " + k + " chips per rank)");
+  }
 
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
@@ -100,6 +114,9 @@ int cmd_run_block(const shardsim::runtime::World& world, const std::string& conf
   world.agree([&] {
     const ConfigNode root = sharding::load_workload_config(config_path, overrides);
     cfg = sharding::parse_block_config(root, root.file());
+    if (runtime::chips_per_rank() > 1)
+      throw UsageError(config_path + ": transformer_block workloads need one chip per rank for now (this run has " +
+                       std::to_string(runtime::chips_per_rank()) + " chips per rank; drop --chips-per-rank/--chips)");
     if (cfg.topology.num_chips() != world.size())
       throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
                         " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
@@ -168,16 +185,88 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
   return report.ok() ? kExitOk : kExitValidationFailed;
 }
 
+// --chips-per-rank K / --chips N (anywhere on the command line): how many chips each rank hosts
+// (runtime/chips.h). Taken out of ARGS before the command line is parsed, because the chips must exist before
+// the command runs on each of them. Returns K, or -1 after rank 0 printed why the flags are bad.
+int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank) {
+  long per_rank = 0, total = 0;
+  std::string bad;
+  auto number = [&](const std::string& flag, const std::string& v, long& out) {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || n < 1 || n > (1 << 20)) bad = flag + ": '" + v + "' is not a positive chip count";
+    else out = n;
+  };
+  for (size_t i = 1; i < args.size();) {
+    const std::string a = args[i];
+    std::string flag, value;
+    bool two = false;
+    for (const char* f : {"--chips-per-rank", "--chips"}) {
+      if (a == f) {
+        flag = f;
+        two = true;
+      } else if (a.rfind(std::string(f) + "=", 0) == 0) {
+        flag = f;
+        value = a.substr(std::string(f).size() + 1);
+      }
+      if (!flag.empty()) break;
+    }
+    if (flag.empty()) {
+      ++i;
+      continue;
+    }
+    if (two) {
+      if (i + 1 >= args.size()) {
+        bad = flag + " needs a number";
+        break;
+      }
+      value = args[i + 1];
+    }
+    number(flag, value, flag == "--chips" ? total : per_rank);
+    args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i + (two ? 2 : 1)));
+  }
+  if (bad.empty() && total && total % ranks != 0)
+    bad = "--chips " + std::to_string(total) + ": must be a multiple of the " + std::to_string(ranks) +
+          " MPI ranks (each rank hosts --chips / ranks chips)";
+  if (bad.empty() && total && per_rank && total != per_rank * ranks)
+    bad = "--chips " + std::to_string(total) + " and --chips-per-rank " + std::to_string(per_rank) + " disagree with " +
+          std::to_string(ranks) + " ranks";
+  if (!bad.empty()) {
+    if (world_rank == 0) std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", bad.c_str());
+    return -1;
+  }
+  return total ? static_cast<int>(total / ranks) : per_rank ? static_cast<int>(per_rank) : 1;
+}
+
+// The command line as one chip runs it (every chip of every rank parses the same arguments).
+int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace shardsim;
   if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
   runtime::MpiSession mpi(&argc, &argv);
-  runtime::World world;
-  install_signal_handlers(world.rank());
+  int world_rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  install_signal_handlers(world_rank);
+  std::vector<std::string> args(argv, argv + argc);
+  const int k = take_chip_flags(args, ranks, world_rank);
+  if (k < 0) return kExitBadInput;
+  const int code = runtime::run_chips(k, [&](const runtime::World& world) { return run_cli(world, args); });
+  g_decided_exit = code;
+  return code;
+}
 
-  CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank"};
+namespace {
+
+int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args) {
+  using namespace shardsim;
+  CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank by default "
+               "(--chips-per-rank K or --chips N before or after the command: K chips per rank, each in its own "
+               "fiber; see docs/ARCHITECTURE.md)"};
   app.require_subcommand(1);
   auto* run = app.add_subcommand("run", "run a sharded workload, validate it against one device, checkpoint it");
   std::string config = default_config_path(), json_path;
@@ -218,8 +307,10 @@ int main(int argc, char** argv) {
   const apps::Command calibrate = apps::add_calibrate(app, world);
   const apps::Command train = apps::add_train(app, world);
 
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same command line; rank 0 speaks for all of them.
     // The outcome is decided here: a SIGTERM from mpirun (another rank already exited) must not add a line.
@@ -238,6 +329,11 @@ int main(int argc, char** argv) {
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
+      if (runtime::chips_per_rank() > 1)
+        for (const auto* c : {&topo, &ckpt_cmd, &sweep, &calibrate})
+          if (c->app->parsed())
+            throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips work "
+                             "with run, bench and validate)");
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train})
         if (c->app->parsed()) return c->run();
@@ -252,6 +348,7 @@ int main(int argc, char** argv) {
     }
     return kExitOk;
   }();
-  g_decided_exit = code;
   return code;
 }
+
+}  // namespace

@@ -106,6 +106,8 @@ struct Row {
   std::string collective, algorithm, dtype, op;
   size_t cases = 0, checked = 0, wrong = 0;
   double max_error = 0;
+  unsigned long long digest = 0;  // sum of the cases' output digests (collectives::Outcome::digest)
+  double sim_ns = 0;              // sum of the cases' simulated times
 };
 
 int run_validate(const runtime::World& world, const ValidateFlags& f) {
@@ -197,9 +199,8 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.inject_wrong_result = f.inject_wrong_result;
                 auto o = collectives::run_case(g, cs);
                 if (g.size() != world.size()) {  // every group ran this case: count all of them
-                  unsigned long long mine[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0}, all[2];
-                  runtime::check_mpi(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, world.comm()),
-                                     world.rank(), "validate");
+                  unsigned long long all[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0};
+                  net->world->allreduce(std::span<unsigned long long>(all, 2), runtime::Reduce::sum, "validate");
                   if (all[1] && !o.wrong) o.first_wrong = "(in another group)";
                   o.checked = all[0];
                   o.wrong = all[1];
@@ -208,6 +209,8 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 row.checked += o.checked;
                 row.wrong += o.wrong;
                 row.max_error = std::max(row.max_error, o.max_error);
+                row.digest += o.digest;
+                row.sim_ns += o.sim_time_ns;
                 if (f.explain && root0 && !o.explanation.empty() && !in_place && pass == passes.front())
                   std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
                 if (o.wrong) {
@@ -255,7 +258,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
       for (const auto& r : rows)
         j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
                              {"op", r.op}, {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong},
-                             {"max_error", r.max_error}});
+                             {"max_error", r.max_error}, {"output_digest", r.digest}, {"sim_ns", r.sim_ns}});
       write_file(f.json, j.dump(2) + "\n");
     }
   }

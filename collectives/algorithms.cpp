@@ -400,10 +400,8 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
     both[k + i] = -mine[i].second;
   }
   const std::string what = collective_name(c) + ": argument check";
-  std::vector<MPI_Request> req(1);
-  runtime::check_mpi(MPI_Iallreduce(both, out, static_cast<int>(2 * k), MPI_INT64_T, MPI_MAX, tp.comm(), req.data()),
-                     tp.chip(), what);
-  tp.wait_requests(req, {-1}, what);
+  std::copy(both, both + 2 * k, out);
+  tp.allreduce(std::span<int64_t>(out, 2 * k), runtime::Reduce::max, what);
   size_t bad = k;
   for (size_t i = 0; i < k && bad == k; ++i)
     if (out[i] != -out[k + i]) bad = i;
@@ -412,9 +410,7 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
     return sig;
   }
   // Who has what: gather the disagreeing field from every rank (all ranks are here, so this cannot hang).
-  std::vector<int64_t> all(static_cast<size_t>(tp.size()));
-  runtime::check_mpi(MPI_Allgather(&both[bad], 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, tp.comm()), tp.chip(),
-                     what);
+  const std::vector<int64_t> all = tp.allgather(both[bad], what);
   std::string msg = collective_name(c) + ": ranks disagree on " + mine[bad].first + ":";
   for (int r = 0; r < tp.size() && r < 16; ++r) {
     msg += " chip " + std::to_string(tp.chip_of(r)) + " ";

@@ -79,6 +79,9 @@ struct Outcome {
   double bytes_sent = 0;    // bytes the busiest chip injected
   std::string algorithm;    // what ran ("auto" resolved)
   std::string explanation;  // why auto chose it
+  // Fingerprint of the outputs: sum over ranks of (2r+1) * FNV-1a-64(rank r's output bytes), mod 2^64. Equal
+  // digests across runs (e.g. 1 or K chips per rank) mean bit-identical outputs on every rank, with high odds.
+  unsigned long long digest = 0;
 };
 
 // Runs the case on TP from a fresh simulated clock (the Timeline is reset), checks the result, aggregates.

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "runtime/dtype.h"
+#include "runtime/chips.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
 
@@ -40,7 +41,62 @@ Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> ra
   MPI_Group_free(&wg);
 }
 
+Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<int> rank_to_chip)
+    : comm_(world.comm()), timeline_(&timeline), rank_to_chip_(std::move(rank_to_chip)) {
+  if (!world.vcomm()) {
+    *this = Transport(world.comm(), timeline, std::move(rank_to_chip_));
+    return;
+  }
+  vc_ = world.vcomm();
+  comm_ = MPI_COMM_NULL;
+  rank_ = vc_->rank;
+  size_ = vc_->size();
+  if (static_cast<int>(rank_to_chip_.size()) != size_)
+    throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip_.size()) +
+                       " entries for a communicator of " + std::to_string(size_) + " chips");
+  const int k = chips_per_rank();
+  rank_to_world_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) rank_to_world_[static_cast<size_t>(r)] = vc_->members[static_cast<size_t>(r)] / k;
+}
+
 Transport Transport::split(int color, int key) const {
+  if (vc_) {
+    // Chip mode: every member learns every (color, key); the new context mixes the parent's, its split count
+    // and the color, so it is the same on every member of the new group and differs between groups.
+    std::vector<int64_t> all = const_cast<Transport*>(this)->allgather(
+        (static_cast<int64_t>(color) << 32) | static_cast<uint32_t>(key), "communicator split");
+    std::vector<std::pair<int, int>> members;  // (key, parent rank)
+    for (int r = 0; r < size_; ++r) {
+      const int64_t v = all[static_cast<size_t>(r)];
+      if (static_cast<int>(v >> 32) == color) members.emplace_back(static_cast<int>(static_cast<int32_t>(v)), r);
+    }
+    std::stable_sort(members.begin(), members.end());
+    auto vc = std::make_shared<VComm>();
+    uint64_t h = vc_->ctx ^ (0x9e3779b97f4a7c15ull * (vc_->splits + 1)) ^ (static_cast<uint64_t>(color) << 20);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    vc->ctx = (h ^ (h >> 31)) & ~(uint64_t{1} << 63);
+    ++vc_->splits;
+    std::vector<int> chips;
+    for (const auto& [k, r] : members) {
+      if (r == rank_) vc->rank = static_cast<int>(vc->members.size());
+      vc->members.push_back(vc_->members[static_cast<size_t>(r)]);
+      chips.push_back(chip_of(r));
+    }
+    Transport t(*this);
+    t.vc_ = vc;
+    t.rank_ = vc->rank;
+    t.size_ = vc->size();
+    t.rank_to_chip_ = std::move(chips);
+    t.rank_to_world_.clear();
+    for (int m : vc->members) t.rank_to_world_.push_back(m / chips_per_rank());
+    t.owned_.reset();
+    t.engine_ = std::make_shared<std::shared_ptr<Engine>>();
+    t.subgroups_ = std::make_shared<std::map<std::string, Transport>>();
+    t.agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
+    t.choices_ = std::make_shared<ChoiceMemo>();
+    return t;
+  }
   MPI_Comm sub = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color, key, &sub), chip(), "communicator split");
   MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
@@ -78,6 +134,9 @@ Transport Transport::duplicate(sim::Timeline& timeline) const {
 }
 
 Engine& Transport::engine() {
+  if (vc_)
+    throw UsageError("chip " + std::to_string(chip()) + ": async collectives need one chip per rank "
+                     "(--chips-per-rank 1)");
   if (!*engine_) *engine_ = std::make_shared<Engine>(*this);
   return **engine_;
 }
@@ -140,6 +199,7 @@ uint64_t CallSignature::hash() const {
 SignatureScope::SignatureScope(const CallSignature& sig) : saved_(t_signature) { t_signature = sig; }
 SignatureScope::~SignatureScope() { t_signature = saved_; }
 const CallSignature& SignatureScope::current() { return t_signature; }
+void SignatureScope::set_current(const CallSignature& sig) { t_signature = sig; }
 
 const char* wait_mode_name(WaitMode m) {
   switch (m) {
@@ -381,7 +441,106 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
                      " (counts differ across ranks?)");
 }
 
+void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
+  // Chip mode: the same bookings and headers as the MPI path, carried by the chip router (runtime/chips.h).
+  const CallSignature& sig = SignatureScope::current();
+  const int me = vc_->members[static_cast<size_t>(rank_)];
+  for (const SendOp& s : sends) {
+    const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
+    *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
+    const Header h{span.end, s.bytes, sig};
+    chips::post(vc_->ctx, me, vc_->members[static_cast<size_t>(s.dst)], &h, sizeof h, s.buf, s.bytes);
+  }
+  const size_t nr = recvs.size();
+  if (nr == 0) return;
+  done_.assign(nr, 0);
+  size_t left = nr;
+  auto poll = [&] {
+    for (size_t i = 0; i < nr; ++i) {
+      if (done_[i]) continue;
+      RecvOp& r = recvs[i];
+      const int src = vc_->members[static_cast<size_t>(r.src)];
+      Header h{};
+      if (!chips::peek(vc_->ctx, src, me, &h, sizeof h, nullptr)) continue;
+      check_header(h, r.bytes, r.src, op);
+      chips::take(vc_->ctx, src, me, r.bytes ? r.buf : nullptr);
+      r.arrival = h.arrival_ns;
+      done_[i] = 1;
+      --left;
+    }
+    return left == 0;
+  };
+  if (poll()) return;
+  std::vector<int> peers;
+  for (const RecvOp& r : recvs) peers.push_back(vc_->members[static_cast<size_t>(r.src)]);
+  chips::wait_until(poll, op, peers);
+}
+
+template <class T>
+void Transport::allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const std::string& op) {
+  if (vc_) {
+    const auto all = chips::allgather(*vc_, v.data(), v.size_bytes(), op);
+    const T* a = reinterpret_cast<const T*>(all.data());
+    for (size_t i = 0; i < v.size(); ++i) {
+      T x = a[i];
+      for (int q = 1; q < size_; ++q) {
+        const T y = a[static_cast<size_t>(q) * v.size() + i];
+        x = r == Reduce::sum ? x + y : r == Reduce::max ? std::max(x, y) : std::min(x, y);
+      }
+      v[i] = x;
+    }
+    return;
+  }
+  std::vector<T> out(v.size());
+  const MPI_Op mop = r == Reduce::sum ? MPI_SUM : r == Reduce::max ? MPI_MAX : MPI_MIN;
+  std::vector<MPI_Request> req(1);
+  check_mpi(MPI_Iallreduce(v.data(), out.data(), static_cast<int>(v.size()), t, mop, comm_, req.data()), chip(), op);
+  wait_requests(req, {-1}, op);
+  std::copy(out.begin(), out.end(), v.begin());
+}
+
+void Transport::allreduce(std::span<int64_t> v, Reduce r, const std::string& op) {
+  allreduce_impl(v, r, MPI_INT64_T, op);
+}
+void Transport::allreduce(std::span<unsigned long long> v, Reduce r, const std::string& op) {
+  allreduce_impl(v, r, MPI_UNSIGNED_LONG_LONG, op);
+}
+void Transport::allreduce(std::span<double> v, Reduce r, const std::string& op) {
+  allreduce_impl(v, r, MPI_DOUBLE, op);
+}
+
+std::vector<int64_t> Transport::allgather(int64_t v, const std::string& op) {
+  std::vector<int64_t> all(static_cast<size_t>(size_));
+  if (vc_) {
+    const auto bytes = chips::allgather(*vc_, &v, sizeof v, op);
+    std::memcpy(all.data(), bytes.data(), bytes.size());
+    return all;
+  }
+  check_mpi(MPI_Allgather(&v, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, comm_), chip(), op);
+  return all;
+}
+
+std::string Transport::broadcast(const std::string& value, int root, const std::string& op) {
+  if (vc_) {
+    const auto out = chips::broadcast(*vc_, std::vector<unsigned char>(value.begin(), value.end()), root, op);
+    return std::string(out.begin(), out.end());
+  }
+  return World(comm_).broadcast(value, root);
+}
+
+void Transport::barrier(const std::string& op) {
+  if (vc_) {
+    chips::allgather(*vc_, nullptr, 0, op);
+    return;
+  }
+  check_mpi(MPI_Barrier(comm_), chip(), op);
+}
+
 void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
+  if (vc_) {
+    exchange_chips(sends, recvs, op);
+    return;
+  }
   // Receives first (an eager message then lands in a posted buffer), then sends. Each receive is one header
   // message into this transport's staging area (the payload packed behind it when it is at most kPackBytes) and,
   // for a larger payload, its pieces straight into the caller's buffer, all posted at once. A header is checked

@@ -39,6 +39,8 @@ namespace shardsim::runtime {
 
 class Engine;
 struct EngineOptions;
+class World;
+struct VComm;
 
 // Watches a transport's MPI waits (the async Engine sets one on its own transport, for its watchdog). With an
 // observer set, waits become polling loops (MPI_Testsome, then a short sleep that backs off to 250 us) that
@@ -74,6 +76,8 @@ class SignatureScope {
   SignatureScope(const SignatureScope&) = delete;
   SignatureScope& operator=(const SignatureScope&) = delete;
   static const CallSignature& current();
+  // Replaces the calling thread's current signature (runtime/chips: each chip fiber keeps its own).
+  static void set_current(const CallSignature& sig);
 
  private:
   CallSignature saved_;
@@ -108,16 +112,37 @@ struct RecvOp {
   sim::TimeNs arrival = 0;
 };
 
+// Reduction of the control-plane helpers (Transport::allreduce).
+enum class Reduce { sum, max, min };
+
 class Transport {
  public:
   Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> rank_to_chip);
+  // Over WORLD's communicator: MPI (as above) with one chip per rank; in chip mode (runtime/chips.h) the chip-level
+  // world communicator, messages between chips of one rank through memory, to other ranks through MPI.
+  Transport(const World& world, sim::Timeline& timeline, std::vector<int> rank_to_chip);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   int chip_of(int rank) const { return rank_to_chip_.at(rank); }
   int chip() const { return chip_of(rank_); }
   const std::vector<int>& rank_to_chip() const { return rank_to_chip_; }
+  // The MPI communicator (MPI_COMM_NULL in chip mode: use the helpers below instead of raw MPI collectives).
   MPI_Comm comm() const { return comm_; }
+  bool chip_mode() const { return static_cast<bool>(vc_); }
+
+  // Control-plane collectives over this communicator (no simulated time, no byte counts), for agreement, verdicts
+  // and wall-clock maxima: V becomes the element-wise reduction over all ranks. MPI: MPI_Iallreduce waited for as
+  // wait_requests() does (watchdog included); chip mode: through the chip router.
+  void allreduce(std::span<int64_t> v, Reduce r, const std::string& op);
+  void allreduce(std::span<unsigned long long> v, Reduce r, const std::string& op);
+  void allreduce(std::span<double> v, Reduce r, const std::string& op);
+  // Every rank's V, in rank order.
+  std::vector<int64_t> allgather(int64_t v, const std::string& op);
+  // ROOT's VALUE on every rank (World::broadcast over this communicator).
+  std::string broadcast(const std::string& value, int root, const std::string& op);
+  // MPI_Barrier (chip mode: an empty allgather).
+  void barrier(const std::string& op);
   sim::Timeline& timeline() { return *timeline_; }
   const topology::Topology& topology() const { return timeline_->topology(); }
 
@@ -179,6 +204,9 @@ class Transport {
   // Largest payload packed into its header's message.
   static constexpr size_t kPackBytes = 4096;
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
+  void exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
+  template <class T>
+  void allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const std::string& op);
   // Called by wait() when request I completes (e.g. to check a header early, so a size mismatch cannot leave the
   // receiver waiting for a payload that never comes).
   struct WaitHook {
@@ -196,6 +224,7 @@ class Transport {
   Transport duplicate(sim::Timeline& timeline) const;
 
   std::shared_ptr<MPI_Comm> owned_;  // set when this transport owns its (split) communicator
+  std::shared_ptr<VComm> vc_;        // chip mode: the chip-level communicator (comm_ is MPI_COMM_NULL)
   MPI_Comm comm_;
   sim::Timeline* timeline_;
   std::vector<int> rank_to_chip_;

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <thread>
 
 #include "common/error.h"
+#include "runtime/chips.h"
 
 namespace shardsim::runtime {
 
@@ -219,6 +221,9 @@ World::World(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_size(comm_, &size_);
 }
 
+World::World(std::shared_ptr<VComm> chips)
+    : comm_(MPI_COMM_WORLD), rank_(chips->rank), size_(chips->size()), vc_(std::move(chips)) {}
+
 namespace {
 void sleepy_wait(MPI_Request* req, int rank, const char* op) {
   int done = 0;
@@ -233,6 +238,11 @@ void sleepy_wait(MPI_Request* req, int rank, const char* op) {
 }  // namespace
 
 bool World::any(bool flag) const {
+  if (vc_) {
+    const unsigned char mine = flag ? 1 : 0;
+    const auto all = chips::allgather(*vc_, &mine, 1, "agree");
+    return std::find(all.begin(), all.end(), 1) != all.end();
+  }
   int local = flag ? 1 : 0, global = 0;
   MPI_Request req;
   check_mpi(MPI_Iallreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm_, &req), rank_, "agree");
@@ -241,12 +251,20 @@ bool World::any(bool flag) const {
 }
 
 void World::sleepy_barrier() const {
+  if (vc_) {
+    chips::allgather(*vc_, nullptr, 0, "barrier");
+    return;
+  }
   MPI_Request req;
   check_mpi(MPI_Ibarrier(comm_, &req), rank_, "barrier");
   sleepy_wait(&req, rank_, "barrier");
 }
 
 std::string World::broadcast(const std::string& value, int root) const {
+  if (vc_) {
+    const auto out = chips::broadcast(*vc_, std::vector<unsigned char>(value.begin(), value.end()), root, "broadcast");
+    return std::string(out.begin(), out.end());
+  }
   long long n = static_cast<long long>(value.size());
   MPI_Request req;
   check_mpi(MPI_Ibcast(&n, 1, MPI_LONG_LONG, root, comm_, &req), rank_, "broadcast");
@@ -269,6 +287,19 @@ void World::agree(const std::function<void()>& check) const {
     code = e.exit_code();
   }
   int mine = code != 0 ? rank_ : size_, first = size_;
+  if (vc_) {
+    const auto all = chips::allgather(*vc_, &mine, sizeof mine, "agree");
+    for (int r = 0; r < size_; ++r) {
+      int v = 0;
+      std::memcpy(&v, all.data() + sizeof(int) * static_cast<size_t>(r), sizeof v);
+      first = std::min(first, v);
+    }
+    if (first == size_) return;
+    std::string payload = std::to_string(code) + ":" + message;
+    payload = broadcast(payload, first);
+    const size_t colon = payload.find(':');
+    throw AgreedError(payload.substr(colon + 1), std::atoi(payload.substr(0, colon).c_str()));
+  }
   MPI_Request req;
   check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_, &req), rank_, "agree");
   sleepy_wait(&req, rank_, "agree");

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,10 +57,18 @@ bool claim();                 // true for exactly one caller per node, ever
 // Throws RuntimeFault "chip R: OP: MPI error: ..." when RC is not MPI_SUCCESS.
 void check_mpi(int rc, int rank, const std::string& op);
 
+struct VComm;
+
+// In chip mode (runtime/chips.h, K > 1 chips per rank) a World is one chip's view: rank() is the chip-level world
+// rank, size() the number of chips, the helpers below run over the chip-level communicator, and comm() is
+// MPI_COMM_WORLD (for abort only: raw MPI collectives on it are not chip-aware).
 class World {
  public:
   explicit World(MPI_Comm comm = MPI_COMM_WORLD);
+  explicit World(std::shared_ptr<VComm> chips);
   MPI_Comm comm() const { return comm_; }
+  // The chip-level communicator in chip mode, else null.
+  const std::shared_ptr<VComm>& vcomm() const { return vc_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -82,6 +91,7 @@ class World {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  std::shared_ptr<VComm> vc_;
 };
 
 }  // namespace shardsim::runtime

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
-  libboost-dev
+  libboost-dev libboost-context-dev   # Boost.Context: one fiber per chip (runtime/chips.h)
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libopenblas-dev librandom123-dev
   libgtest-dev googletest libbenchmark-dev

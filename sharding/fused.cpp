@@ -122,10 +122,8 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
       }
       est.push_back(c_end);
     }
-    std::vector<double> worst(est.size());
-    runtime::check_mpi(MPI_Allreduce(est.data(), worst.data(), static_cast<int>(est.size()), MPI_DOUBLE, MPI_MAX,
-                                     tp.comm()),
-                       tp.rank(), name + ": choosing chunks");
+    std::vector<double> worst = est;
+    tp.allreduce(std::span<double>(worst), runtime::Reduce::max, name + ": choosing chunks");
     const auto best = std::min_element(worst.begin(), worst.end()) - worst.begin();
     chunks = 1 << best;
     t.auto_chunks = true;

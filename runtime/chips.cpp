@@ -1,0 +1,526 @@
+#include "runtime/chips.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/protected_fixedsize_stack.hpp>
+#include <sched.h>
+
+#include "common/error.h"
+#include "runtime/engine.h"
+#include "runtime/transport.h"
+#include "runtime/world.h"
+
+namespace shardsim::runtime {
+
+namespace ctx = boost::context;
+
+namespace {
+
+constexpr int kChipTag = 7101;
+constexpr size_t kPiece = size_t{1} << 30;   // payload bytes per MPI message (int counts)
+constexpr size_t kMaxHeader = 128;
+constexpr uint64_t kControl = uint64_t{1} << 63;  // context bit of control-plane messages
+// Fiber stacks: collectives, kernels and the CLI run on them. Guard page below (overflow faults, never corrupts).
+constexpr size_t kStackBytes = size_t{1} << 20;
+
+// What travels in front of every piece over MPI.
+struct Wire {
+  uint64_t ctx;
+  int32_t src, dst;
+  uint64_t bytes;     // payload bytes of the whole message (0: header only)
+  uint32_t piece, npieces;
+  uint32_t hlen;
+  uint32_t pad;
+  unsigned char header[kMaxHeader];
+};
+
+struct Msg {
+  unsigned char header[kMaxHeader];
+  size_t hlen = 0;
+  size_t bytes = 0;                     // payload bytes
+  std::vector<unsigned char> storage;   // payload at storage.data() + offset
+  size_t offset = 0;
+};
+
+struct Key {
+  uint64_t ctx;
+  int src, dst;
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = k.ctx * 0x9e3779b97f4a7c15ull;
+    h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.src)) << 32 | static_cast<uint32_t>(k.dst)) +
+         0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Chip {
+  ctx::fiber fib;
+  ctx::fiber sink;  // the scheduler while this chip runs
+  bool started = false, done = false, waiting = false, busy = false;
+  bool queued = false;  // in Sched::ready
+  std::string op;
+  std::vector<int> peers;
+  int code = 0;
+};
+
+struct Sched {
+  int k = 1, wrank = 0, wsize = 1;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<Chip> chips;
+  int cur = -1;
+  uint64_t events = 0;
+  std::vector<int> ready, running;  // chips to resume: not started yet, or a message arrived for a waiting one
+  std::unordered_map<Key, std::deque<Msg>, KeyHash> mail;
+  std::map<int, Msg> assembling;  // source rank -> message whose pieces are still arriving
+  std::map<int, Key> assembling_key;
+  std::vector<MPI_Request> send_reqs;
+  std::vector<std::vector<unsigned char>> send_bufs;
+  std::vector<int> done_idx;
+  std::vector<std::shared_ptr<VComm>> worlds;
+  int stall_chip = -1;
+
+  bool local(int g) const { return g / k == wrank; }
+  int rank_of(int g) const { return g / k; }
+
+  void deliver(const Key& key, Msg&& m) {
+    mail[key].push_back(std::move(m));
+    ++events;
+    // Only the destination can be waiting for it (every wait is for messages to the waiting chip).
+    Chip& c = chips[static_cast<size_t>(key.dst % k)];
+    if (c.waiting && !c.queued) {
+      c.queued = true;
+      ready.push_back(key.dst % k);
+    }
+  }
+
+  // Receives what has arrived and retires finished sends. True if anything happened.
+  bool progress() {
+    bool any = false;
+    while (true) {
+      int flag = 0;
+      MPI_Message mh;
+      MPI_Status st;
+      check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kChipTag, comm, &flag, &mh, &st), wrank, "chip router");
+      if (!flag) break;
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      std::vector<unsigned char> buf(static_cast<size_t>(count));
+      check_mpi(MPI_Mrecv(buf.data(), count, MPI_BYTE, &mh, &st), wrank, "chip router");
+      any = true;
+      Wire w;
+      std::memcpy(&w, buf.data(), sizeof(Wire));
+      const Key key{w.ctx, w.src, w.dst};
+      const size_t piece_bytes = buf.size() - sizeof(Wire);
+      if (w.npieces <= 1) {
+        Msg m;
+        std::memcpy(m.header, w.header, w.hlen);
+        m.hlen = w.hlen;
+        m.bytes = w.bytes;
+        m.offset = sizeof(Wire);
+        m.storage = std::move(buf);
+        deliver(key, std::move(m));
+        continue;
+      }
+      // Pieces of one message come back to back from one source rank (posted without a yield in between).
+      if (w.piece == 0) {
+        Msg m;
+        std::memcpy(m.header, w.header, w.hlen);
+        m.hlen = w.hlen;
+        m.bytes = w.bytes;
+        m.storage.resize(w.bytes);
+        assembling[st.MPI_SOURCE] = std::move(m);
+        assembling_key[st.MPI_SOURCE] = key;
+      }
+      Msg& m = assembling.at(st.MPI_SOURCE);
+      std::memcpy(m.storage.data() + static_cast<size_t>(w.piece) * kPiece, buf.data() + sizeof(Wire), piece_bytes);
+      if (w.piece + 1 == w.npieces) {
+        deliver(assembling_key.at(st.MPI_SOURCE), std::move(m));
+        assembling.erase(st.MPI_SOURCE);
+        assembling_key.erase(st.MPI_SOURCE);
+      }
+    }
+    if (!send_reqs.empty()) {
+      int n = 0;
+      done_idx.resize(send_reqs.size());
+      check_mpi(MPI_Testsome(static_cast<int>(send_reqs.size()), send_reqs.data(), &n, done_idx.data(),
+                             MPI_STATUSES_IGNORE),
+                wrank, "chip router");
+      if (n > 0 && n != MPI_UNDEFINED) {
+        size_t j = 0;
+        for (size_t i = 0; i < send_reqs.size(); ++i) {
+          if (send_reqs[i] == MPI_REQUEST_NULL) continue;
+          send_reqs[j] = send_reqs[i];
+          if (j != i) send_bufs[j] = std::move(send_bufs[i]);
+          ++j;
+        }
+        send_reqs.resize(j);
+        send_bufs.resize(j);
+      } else if (n == MPI_UNDEFINED) {
+        send_reqs.clear();
+        send_bufs.clear();
+      }
+    }
+    return any;
+  }
+};
+
+Sched* g = nullptr;
+
+std::string chip_list(const std::vector<int>& v) {
+  std::string s;
+  for (int c : v) s += (s.empty() ? "" : ", ") + std::to_string(c);
+  return s;
+}
+
+double watchdog_limit() {
+  try {
+    return watchdog_seconds_from_env(300);
+  } catch (const Error&) {
+    return 300.0;
+  }
+}
+
+// Back to the scheduler; the chip's call signature (thread-local, runtime/transport.h) is saved and restored
+// around the switch, so each chip keeps its own.
+void switch_out(Chip& c) {
+  const CallSignature saved = SignatureScope::current();
+  c.sink = std::move(c.sink).resume();
+  SignatureScope::set_current(saved);
+}
+
+extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
+
+[[noreturn]] void watchdog_fire(double idle, double limit) {
+  // The outcome is decided: mpirun's SIGTERM (after another rank's abort) must not add a second line.
+  std::signal(SIGTERM, quiet_exit);
+  std::signal(SIGINT, quiet_exit);
+  // Targets: chips the waiting chips of this rank wait on, each with its waiters. A local chip that is neither
+  // waiting nor finished while nothing moves is stalled (busy or hung outside communication).
+  std::string op;
+  std::map<int, std::vector<int>> waiters_of;  // target chip -> local chips waiting on it
+  std::vector<int> waiters;
+  for (size_t i = 0; i < g->chips.size(); ++i) {
+    const Chip& c = g->chips[i];
+    if (!c.waiting) continue;
+    if (op.empty()) op = c.op;
+    const int me = g->wrank * g->k + static_cast<int>(i);
+    waiters.push_back(me);
+    for (int p : c.peers) {
+      auto& w = waiters_of[p];
+      if (std::find(w.begin(), w.end(), me) == w.end()) w.push_back(me);
+    }
+  }
+  auto described = [&](int c) { return "chip " + std::to_string(c) + " (rank " + std::to_string(g->rank_of(c)) + ")"; };
+  char head[512];
+  std::snprintf(head, sizeof head, "shardsim: watchdog: %s made no progress for %.0f s (limit "
+                "SHARDSIM_WATCHDOG_S=%g); ", op.empty() ? "chip" : op.c_str(), idle, limit);
+  std::string line = head, sep;
+  bool local_finding = false;
+  for (size_t i = 0; i < g->chips.size(); ++i) {
+    const Chip& c = g->chips[i];
+    if (c.done || c.waiting) continue;
+    const int chip = g->wrank * g->k + static_cast<int>(i);
+    line += sep + "stalled: " + described(chip) + ", not waiting for any message (busy or hung outside communication)";
+    auto it = waiters_of.find(chip);
+    line += it != waiters_of.end() ? "; waiting on it: chip(s) " + chip_list(it->second)
+                                   : "; waited on from other ranks";
+    sep = "; ";
+    local_finding = true;
+  }
+  for (const auto& [target, w] : waiters_of) {
+    if (g->local(target) && g->chips[static_cast<size_t>(target % g->k)].done) {
+      line += sep + "chip(s) " + chip_list(w) + " wait on " + described(target) +
+              ", which already finished (a chip that skipped a collective?)";
+      sep = "; ";
+      local_finding = true;
+    }
+  }
+  const bool all_local_waiting = !waiters_of.empty() &&
+      std::all_of(waiters_of.begin(), waiters_of.end(), [](const auto& kv) {
+        return g->local(kv.first) && g->chips[static_cast<size_t>(kv.first % g->k)].waiting;
+      });
+  if (sep.empty() && all_local_waiting) {
+    line += "deadlock: chip(s) " + chip_list(waiters) +
+            " all wait on each other (chips calling different collectives, or in different orders?)";
+    local_finding = true;
+  } else if (sep.empty()) {
+    for (const auto& [target, w] : waiters_of)
+      if (!g->local(target)) {
+        line += sep + "chip(s) " + chip_list(w) + " wait on " + described(target) + " on another rank";
+        sep = "; ";
+      }
+  }
+  // The rank that sees the stalled chip itself speaks; a rank that only waits on other ranks gives it time.
+  if (!local_finding) std::this_thread::sleep_for(std::chrono::seconds(10));
+  if (!wait_board::available() || wait_board::claim()) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+  }
+  MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+  std::_Exit(kExitRuntimeFault);
+}
+
+[[noreturn]] void chip_failed(int chip, int code, const std::string& what) {
+  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace
+
+int chips_per_rank() { return g ? g->k : 1; }
+bool chip_mode() { return g != nullptr; }
+
+namespace chips {
+
+int current() { return g && g->cur >= 0 ? g->wrank * g->k + g->cur : -1; }
+
+std::shared_ptr<VComm> world_comm(int chip) { return g->worlds.at(static_cast<size_t>(chip % g->k)); }
+
+void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers) {
+  if (done()) return;
+  Chip& c = g->chips.at(static_cast<size_t>(g->cur));
+  if (g->stall_chip == current()) {
+    std::fprintf(stderr, "shardsim: test hook SHARDSIM_TEST_STALL_CHIP: chip %d stalls in %s\n", current(),
+                 op.c_str());
+    std::fflush(stderr);
+    g->stall_chip = -1;
+    c.busy = true;
+    while (true) switch_out(c);
+  }
+  c.waiting = true;
+  c.op = op;
+  c.peers = peers;
+  while (!done()) switch_out(c);
+  c.waiting = false;
+  c.peers.clear();
+}
+
+void post(uint64_t cx, int src, int dst, const void* header, size_t hlen, const void* buf, size_t bytes) {
+  if (hlen > kMaxHeader) throw RuntimeFault("chip router: header of " + std::to_string(hlen) + " bytes");
+  if (g->local(dst)) {
+    Msg m;
+    std::memcpy(m.header, header, hlen);
+    m.hlen = hlen;
+    m.bytes = buf ? bytes : 0;
+    if (buf && bytes) m.storage.assign(static_cast<const unsigned char*>(buf),
+                                       static_cast<const unsigned char*>(buf) + bytes);
+    g->deliver(Key{cx, src, dst}, std::move(m));
+    return;
+  }
+  const size_t payload = buf ? bytes : 0;
+  const uint32_t npieces = payload <= kPiece ? 1u : static_cast<uint32_t>((payload + kPiece - 1) / kPiece);
+  for (uint32_t p = 0; p < npieces; ++p) {
+    const size_t off = static_cast<size_t>(p) * kPiece;
+    const size_t n = payload ? std::min(kPiece, payload - off) : 0;
+    std::vector<unsigned char> wire(sizeof(Wire) + n);
+    Wire w{};
+    w.ctx = cx;
+    w.src = src;
+    w.dst = dst;
+    w.bytes = payload;
+    w.piece = p;
+    w.npieces = npieces;
+    w.hlen = static_cast<uint32_t>(hlen);
+    std::memcpy(w.header, header, hlen);
+    std::memcpy(wire.data(), &w, sizeof(Wire));
+    if (n) std::memcpy(wire.data() + sizeof(Wire), static_cast<const unsigned char*>(buf) + off, n);
+    g->send_reqs.emplace_back();
+    check_mpi(MPI_Isend(wire.data(), static_cast<int>(wire.size()), MPI_BYTE, g->rank_of(dst), kChipTag, g->comm,
+                        &g->send_reqs.back()),
+              src, "chip router");
+    g->send_bufs.push_back(std::move(wire));
+  }
+}
+
+bool peek(uint64_t cx, int src, int dst, void* header, size_t hlen, size_t* bytes) {
+  auto it = g->mail.find(Key{cx, src, dst});
+  if (it == g->mail.end() || it->second.empty()) return false;
+  const Msg& m = it->second.front();
+  if (header && hlen) std::memcpy(header, m.header, std::min(hlen, m.hlen));
+  if (bytes) *bytes = m.bytes;
+  return true;
+}
+
+void take(uint64_t cx, int src, int dst, void* buf) {
+  auto it = g->mail.find(Key{cx, src, dst});
+  Msg& m = it->second.front();
+  if (buf && m.bytes) std::memcpy(buf, m.storage.data() + m.offset, m.bytes);
+  it->second.pop_front();
+  if (it->second.empty()) g->mail.erase(it);
+}
+
+std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op) {
+  const int me = c.members[static_cast<size_t>(c.rank)];
+  const uint64_t cx = c.ctx | kControl;
+  const int root = c.members[0];
+  std::vector<unsigned char> all(n * c.members.size());
+  if (c.rank != 0) {
+    post(cx, me, root, nullptr, 0, n ? mine : all.data(), n);
+    wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
+    take(cx, root, me, all.data());
+    return all;
+  }
+  if (n) std::memcpy(all.data(), mine, n);
+  for (size_t r = 1; r < c.members.size(); ++r) {
+    const int src = c.members[r];
+    wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
+    take(cx, src, me, all.data() + r * n);
+  }
+  for (size_t r = 1; r < c.members.size(); ++r) post(cx, me, c.members[r], nullptr, 0, all.data(), all.size());
+  return all;
+}
+
+std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
+                                     const std::string& op) {
+  const int me = c.members[static_cast<size_t>(c.rank)];
+  const uint64_t cx = c.ctx | kControl;
+  const int rg = c.members[static_cast<size_t>(root)];
+  if (c.rank == root) {
+    const uint64_t len = value.size();
+    for (size_t r = 0; r < c.members.size(); ++r)
+      if (static_cast<int>(r) != root) post(cx, me, c.members[r], &len, sizeof len, value.data(), value.size());
+    return value;
+  }
+  size_t bytes = 0;
+  uint64_t len = 0;
+  wait_until([&] { return peek(cx, rg, me, &len, sizeof len, &bytes); }, op, {rg});
+  std::vector<unsigned char> out(len);
+  take(cx, rg, me, out.data());
+  return out;
+}
+
+}  // namespace chips
+
+int run_chips(int k, const std::function<int(const World&)>& body) {
+  if (k <= 1) {
+    const World world(MPI_COMM_WORLD);
+    return body(world);
+  }
+  Sched s;
+  s.k = k;
+  MPI_Comm_rank(MPI_COMM_WORLD, &s.wrank);
+  MPI_Comm_size(MPI_COMM_WORLD, &s.wsize);
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm), s.wrank, "chip router");
+  MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);
+  if (const char* v = std::getenv("SHARDSIM_TEST_STALL_CHIP"); v && *v) s.stall_chip = std::atoi(v);
+  const int n = k * s.wsize;
+  s.chips.resize(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    auto w = std::make_shared<VComm>();
+    w->ctx = 1;
+    w->members.resize(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) w->members[static_cast<size_t>(j)] = j;
+    w->rank = s.wrank * k + i;
+    s.worlds.push_back(std::move(w));
+  }
+  g = &s;
+  for (int i = 0; i < k; ++i) {
+    Chip& c = s.chips[static_cast<size_t>(i)];
+    const int chip = s.wrank * k + i;
+    c.fib = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
+                       [&c, chip, &body](ctx::fiber&& sink) {
+                         c.sink = std::move(sink);
+                         int code = 0;
+                         std::string what;
+                         try {
+                           const World world(chips::world_comm(chip));
+                           c.code = body(world);
+                         } catch (const ctx::detail::forced_unwind&) {
+                           throw;
+                         } catch (const Error& e) {
+                           code = e.exit_code();
+                           what = e.what();
+                         } catch (const std::exception& e) {
+                           code = kExitRuntimeFault;
+                           what = std::string("internal error: ") + e.what();
+                         }
+                         if (code) chip_failed(chip, code, what);
+                         c.done = true;
+                         return std::move(c.sink);
+                       });
+  }
+  for (int i = 0; i < k; ++i) {
+    s.ready.push_back(i);
+    s.chips[static_cast<size_t>(i)].queued = true;
+  }
+  using Clock = std::chrono::steady_clock;
+  const double limit = watchdog_limit();
+  bool idle = false;
+  Clock::time_point idle_since;
+  auto pause = std::chrono::microseconds(20);
+  int live = k;
+  unsigned polls = 0;
+  while (live > 0) {
+    const uint64_t before = s.events;
+    s.running.swap(s.ready);
+    s.ready.clear();
+    for (const int i : s.running) {
+      Chip& c = s.chips[static_cast<size_t>(i)];
+      c.queued = false;
+      if (c.done || c.busy) continue;
+      s.cur = i;
+      c.fib = std::move(c.fib).resume();
+      s.cur = -1;
+      if (c.done) {
+        --live;
+        ++s.events;
+      }
+    }
+    if (s.progress() || s.events != before) {
+      idle = false;
+      pause = std::chrono::microseconds(20);
+      continue;
+    }
+    if (live == 0) break;
+    if (idle && (++polls & 63) != 0) continue;
+    const auto now = Clock::now();
+    if (!idle) {
+      idle = true;
+      idle_since = now;
+    }
+    const auto waited = now - idle_since;
+    const double idle_s = std::chrono::duration<double>(waited).count();
+    if (limit > 0 && idle_s >= limit) watchdog_fire(idle_s, limit);
+    if (waited < std::chrono::microseconds(50)) continue;
+    if (waited < std::chrono::milliseconds(1)) {
+      sched_yield();
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(500)) pause *= 2;
+  }
+  // Every send has left before the router goes away.
+  while (!s.send_reqs.empty()) {
+    s.progress();
+    if (!s.send_reqs.empty()) sched_yield();
+  }
+  int code = 0;
+  for (const Chip& c : s.chips)
+    if (c.code && !code) code = c.code;
+  g = nullptr;
+  MPI_Comm_free(&s.comm);
+  return code;
+}
+
+}  // namespace shardsim::runtime

@@ -1,0 +1,84 @@
+// Several chips per MPI rank (issue 17): each chip runs in its own cooperative execution context (a
+// Boost.Context fiber) and talks to the other chips through chip-level virtual communicators.
+//
+// Numbering: with K chips per rank, chip-level world rank g = world_rank * K + slot (slot 0..K-1 on that rank);
+// the chip-level world has ranks * K members. Subgroups (Transport::split) are chip-level too.
+//
+// Messages: a chip's Transport (runtime/transport.h) in chip mode hands every message to the rank's Router.
+// A message to a chip of the same rank is appended to an in-memory mailbox keyed by (communicator context,
+// source chip, destination chip); one to a chip of another rank goes over MPI (one MPI message per piece of at
+// most 1 GiB, tag kChipTag on the router's duplicate of MPI_COMM_WORLD) whose wire header names the context and
+// both chips, and lands in the same kind of mailbox on arrival. Mailboxes are FIFO per key, which keeps MPI's
+// non-overtaking order per (sender, receiver, communicator). The payload is copied into the mailbox (buffered
+// send), so a send never waits; a receive waits until its message is in the mailbox.
+//
+// Waiting: a chip that waits yields to the scheduler (never blocks the OS thread in MPI while a local chip could
+// run). The scheduler, on the rank's main context, resumes the chips whose wait may have ended and runs the one
+// progress loop of the rank (MPI_Improbe/MPI_Mrecv for arrivals, MPI_Testsome for sends). Only the scheduler
+// calls MPI for chip traffic. When a whole round changes nothing it backs off (spin, sched_yield, then sleeps up
+// to 500 us), and when nothing changes for SHARDSIM_WATCHDOG_S seconds it prints one line naming the stalled
+// chip(s) and the chips waiting on them, and aborts the job with exit code 3.
+//
+// Simulated time is untouched by any of this: a chip books its sends on its own Timeline in the order the code
+// issues them and ships the arrival time in the header, exactly as with one chip per rank, so data and simulated
+// times never depend on K.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardsim::runtime {
+
+class World;
+
+// A chip-level communicator: CTX is the same on every member; MEMBERS maps member rank -> chip-level world rank.
+struct VComm {
+  uint64_t ctx = 0;
+  std::vector<int> members;
+  int rank = 0;
+  uint64_t splits = 0;  // splits made from this communicator so far (the same on every member)
+  int size() const { return static_cast<int>(members.size()); }
+};
+
+// Chips per rank of the running job (1 outside run_chips or with K = 1).
+int chips_per_rank();
+// True while chips run as fibers (K > 1): Transport and World then use chip-level communicators.
+bool chip_mode();
+
+// Runs BODY once per chip of this rank, each in its own fiber, and returns the first non-zero code any chip
+// returned (0 if none). With K == 1 BODY runs directly on World(MPI_COMM_WORLD) (no fibers, no router): nothing
+// changes. An exception escaping BODY is printed with its chip and takes the job down with its exit code
+// (shardsim::Error) or 3. Collective over MPI_COMM_WORLD; every rank passes the same K >= 1.
+int run_chips(int k, const std::function<int(const World&)>& body);
+
+namespace chips {
+// The chip-level world rank of the chip running now (-1 outside chip mode).
+int current();
+// Waits (yielding to the other chips) until DONE() is true. OP and PEERS (chip-level world ranks) describe the
+// wait for the watchdog.
+void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers);
+
+// One message between chips (chip mode only): posts BYTES at BUF (nullptr: header only, the byte count still
+// travels) with HEADER (opaque, HEADER_BYTES <= 128) from chip SRC to chip DST under communicator context CTX.
+void post(uint64_t ctx, int src, int dst, const void* header, size_t header_bytes, const void* buf, size_t bytes);
+// The oldest message from SRC to DST under CTX, if it is here: copies its header to HEADER (HEADER_BYTES) and
+// returns true; BYTES gets its payload size (0 for a header-only message). take() then copies the payload to
+// BUF (nullptr: drops it) and removes the message.
+bool peek(uint64_t ctx, int src, int dst, void* header, size_t header_bytes, size_t* bytes);
+void take(uint64_t ctx, int src, int dst, void* buf);
+
+// Control-plane collectives over a chip-level communicator (no simulated time, no byte counts): every member
+// contributes N bytes, every member gets all of them in member order (allgather through member 0).
+std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op);
+// ROOT's VALUE on every member.
+std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
+                                     const std::string& op);
+// The chip-level world communicator of this rank's chips (chip mode only).
+std::shared_ptr<VComm> world_comm(int chip);
+}  // namespace chips
+
+}  // namespace shardsim::runtime
