@@ -24,8 +24,8 @@
 #include "common/config.h"
 #include "common/output_file.h"
 #include "sharding/engine_config.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "models/transformer.h"
+#include "models/workload.h"
 
 namespace {
 
@@ -92,7 +92,7 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
   shardsim::check_outputs_distinct(outputs, {{"the config file", cfg.file}});
 }
 
-// `run` of a transformer_block workload (sharding/transformer.h).
+// `run` of a transformer_block workload (models/transformer.h).
 int cmd_run_block(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
                   const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;

@@ -1,4 +1,4 @@
-// `shardsim sweep SWEEP.yaml`: runs every point of a sweep grid (sharding/sweep.h) in one MPI launch.
+// `shardsim sweep SWEEP.yaml`: runs every point of a sweep grid (experiments/sweep.h) in one MPI launch.
 //
 // Scheduling: points are grouped by the chips they need (k, ascending). For each k the world is split into
 // floor(N/k) groups of k consecutive ranks (MPI_Comm_split; the remaining ranks idle) and the group's points go
@@ -50,9 +50,9 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
-#include "sharding/sweep.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "experiments/sweep.h"
+#include "models/transformer.h"
+#include "models/workload.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 

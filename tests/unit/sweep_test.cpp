@@ -1,11 +1,11 @@
-// Sweep grid expansion, keys, input errors and the results CSV (sharding/sweep.h). No MPI.
+// Sweep grid expansion, keys, input errors and the results CSV (experiments/sweep.h). No MPI.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
 #include "common/error.h"
-#include "sharding/sweep.h"
+#include "experiments/sweep.h"
 
 using namespace shardsim;
 using namespace shardsim::sharding;

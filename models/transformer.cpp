@@ -1,4 +1,4 @@
-#include "sharding/transformer.h"
+#include "models/transformer.h"
 
 #include <mpi.h>
 
@@ -20,16 +20,16 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "runtime/transport.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
-#include "sharding/init.h"
+#include "models/init.h"
 #include "sharding/placement.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
-#include "sharding/report.h"
-#include "sharding/trace.h"
+#include "models/report.h"
+#include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
 #include "topology/topology_yaml.h"
@@ -701,7 +701,7 @@ std::string to_text(const BlockReport& r) {
   for (double v : r.per_chip_peak_bytes) peak = std::max(peak, v);
   std::snprintf(b, sizeof b, "  peak memory        %.3f GiB (largest chip)\n", peak / 1073741824.0);
   os << b;
-  os << "communication per chip (bytes sent; formula in sharding/transformer.h)\n";
+  os << "communication per chip (bytes sent; formula in models/transformer.h)\n";
   for (const auto& [k, c] : r.comm)
     os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in " << c.calls
        << " call(s), formula " << format_mib(c.expected) << "\n";

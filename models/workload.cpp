@@ -1,4 +1,4 @@
-#include "sharding/workload.h"
+#include "models/workload.h"
 
 #include "collectives/algorithms.h"
 
@@ -12,9 +12,9 @@
 #include "collectives/algorithms.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
-#include "sharding/trace.h"
+#include "models/trace.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::sharding {

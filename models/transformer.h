@@ -136,7 +136,7 @@ struct BlockReport {
   std::string resumed_from;  // weights read from this checkpoint ("" seeded)
 };
 
-// Checkpoints of a block (sharding/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
+// Checkpoints of a block (checkpoint/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
 // writing its shard (placements: Wq/Wk/Wv/W_gate/W_up Shard(1) over tp, Wo/W_down Shard(0) over tp, norms
 // Replicate; replicas over cp and repeated KV heads are written once), root attributes workload, heads, kv_heads,
 // seed, plan, mesh, config. Any plan reads any plan's checkpoint (resharding by reading each shard's block).

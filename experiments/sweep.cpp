@@ -1,4 +1,4 @@
-#include "sharding/sweep.h"
+#include "experiments/sweep.h"
 
 #include "common/byte_size.h"
 
@@ -19,8 +19,8 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "models/transformer.h"
+#include "models/workload.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 

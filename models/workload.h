@@ -4,7 +4,7 @@
 //   topology: {...}                  # topology/topology_yaml.h
 //   device: {...}                    # sim/device_spec.h
 //   workload:
-//     kind: mlp                      # the gated MLP of sharding/mlp.h
+//     kind: mlp                      # the gated MLP of models/mlp.h
 //     model: llama-2-7b              # optional label
 //     hidden: 4096
 //     ffn: 11008
@@ -37,9 +37,9 @@
 #include "common/config.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
-#include "sharding/mlp.h"
+#include "models/mlp.h"
 #include "sharding/placement.h"
-#include "sharding/report.h"
+#include "models/report.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 

@@ -1,4 +1,4 @@
-#include "sharding/report.h"
+#include "models/report.h"
 
 #include <cstdio>
 #include <sstream>
