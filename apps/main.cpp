@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
   const apps::Command ckpt_cmd = apps::add_ckpt(app, world);
   const apps::Command sweep = apps::add_sweep(app, world);
   const apps::Command calibrate = apps::add_calibrate(app, world);
+  const apps::Command help = apps::add_help(app, world);
 
   try {
     app.parse(argc, argv);
@@ -235,7 +236,7 @@ int main(int argc, char** argv) {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
-      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate})
+      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &help})
         if (c->app->parsed()) return c->run();
     } catch (const AgreedError& e) {
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());

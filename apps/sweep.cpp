@@ -93,8 +93,9 @@ Row failed(Row row, const std::string& why) {
 
 std::string describe(const SweepPoint& p) {
   if (p.kind == sharding::PointKind::collective)
-    return p.collective + " " + p.algorithm + " " + p.topology + " " + sharding::size_label(p.size_bytes) + " " + p.dtype;
-  return p.workload + " " + p.plan + " " + p.topology;
+    return p.collective + " " + p.algorithm + " " + p.topology + " " + p.device + " " +
+           sharding::size_label(p.size_bytes) + " " + p.dtype;
+  return p.workload + " " + p.plan + " " + p.topology + " " + p.device;
 }
 
 double group_max(double v, MPI_Comm comm) {
@@ -225,6 +226,10 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
     row["compute_us"] = fmt(r.compute_ns / 1e3);
     row["comm_us"] = fmt(r.communication_ns / 1e3);
     row["exposed_comm_us"] = fmt(r.exposed_ns / 1e3);
+    row["idle_us"] = fmt(r.idle_ns / 1e3);
+    row["tflops"] = fmt(r.sim_tflops);
+    row["peak_fraction"] = fmt(r.peak_fraction);
+    row["tokens_per_s"] = fmt(r.tokens_per_s);
     double peak = 0;
     for (double b : r.per_chip_peak_bytes) peak = std::max(peak, b);
     row["peak_mem_bytes"] = fmt(peak);
@@ -239,6 +244,10 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
     row["compute_us"] = fmt(r.critical.compute / 1e3);
     row["comm_us"] = fmt(r.critical.communication / 1e3);
     row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+    row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+    row["tflops"] = fmt(r.sim_tflops);
+    row["peak_fraction"] = fmt(r.peak_fraction);
+    row["tokens_per_s"] = fmt(r.tokens_per_s);
     double peak = 0;
     for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
     row["peak_mem_bytes"] = fmt(peak);
@@ -577,6 +586,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
                 "%zu rows: %d failed validation, %d could not run (verdict error), %d timed by replay (not_run)\n",
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, replayed);
+    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
     std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;

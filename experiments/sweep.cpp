@@ -6,8 +6,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -214,7 +216,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     if (item.yaml().IsScalar()) {
       path = item.printable_text();  // the file stem becomes the label
     } else {
-      item.expect_keys({"config", "label", "set"});
+      item.expect_keys(kSweepWorkloadKeys);
       path = item.get_string("config");
       e.label = item.get_string("label", "");
       set = item.maybe_child("set");
@@ -337,7 +339,7 @@ SweepSpec load_sweep(const std::string& file) {
 
 SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   const ConfigNode root = ConfigNode::load_string(text, file);
-  root.expect_keys({"name", "output", "validate_max_bytes", "axes"});
+  root.expect_keys(kSweepRootKeys);
   SweepSpec spec;
   spec.file = file;
   spec.name = root.get_string("name", fs::path(file).stem().string());
@@ -353,7 +355,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   }
   if (!root.has("axes")) root.fail("axes: missing (the axes to sweep: topology, collective, size, ... or workload, plan)");
   const ConfigNode axes = root.child("axes");
-  axes.expect_keys({"topology", "device", "collective", "algorithm", "size", "dtype", "workload", "plan"});
+  axes.expect_keys(kSweepAxisKeys);
   for (const auto& kv : axes.yaml()) spec.axes.push_back(kv.first.as<std::string>());
   auto given = [&](const std::string& a) { return std::find(spec.axes.begin(), spec.axes.end(), a) != spec.axes.end(); };
   // Empty axes are errors wherever they are.
@@ -416,7 +418,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
       const YAML::Node raw = axes.yaml()["size"];
       if (raw.IsMap()) {
         const ConfigNode r(raw, file, "axes.size");
-        r.expect_keys({"from", "to", "factor"});
+        r.expect_keys(kSweepRangeKeys);
         size_t from = 0, to = 0;
         try {
           from = parse_size(r.get_string("from"));
@@ -477,7 +479,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
     const auto workloads = parse_workloads(axes);
     std::vector<ConfigNode> plans;
     for (const auto& item : axis_items(axes, "plan")) {
-      item.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "all_reduce", "fused", "chunks"});
+      item.expect_keys(kSweepPlanKeys);
       plans.push_back(item);
     }
     for (const auto& w : workloads) {
@@ -561,7 +563,8 @@ const std::vector<std::string>& result_columns() {
       "key",        "kind",          "topology",  "device",      "chips",     "collective", "algorithm",
       "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
       "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
-      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks"};
+      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks",
+      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s"};
   return cols;
 }
 
@@ -684,10 +687,115 @@ namespace {
 bool numeric_column(const std::string& c) {
   static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
                                           "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
-                                          "max_rel_error", "wall_s"};
+                                          "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
+                                          "tokens_per_s"};
   return n.count(c) > 0;
 }
+nlohmann::json best_json(const std::vector<BestPlan>& best) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& b : best) {
+    nlohmann::json o = {{"workload", b.workload}, {"topology", b.topology}, {"device", b.device},
+                        {"compared", b.compared}};
+    if (b.best.empty()) {
+      o["best_plan"] = nullptr;
+    } else {
+      o["best_plan"] = b.best.at("plan");
+      o["key"] = b.best.at("key");
+      for (const char* c : {"sim_time_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "tflops",
+                            "peak_fraction", "tokens_per_s"}) {
+        const auto it = b.best.find(c);
+        o[c] = it == b.best.end() || it->second.empty() ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(std::strtod(it->second.c_str(), nullptr));
+      }
+    }
+    nlohmann::json sk = nlohmann::json::array(), fl = nlohmann::json::array();
+    for (const auto& [p, w] : b.skipped) sk.push_back({{"plan", p}, {"reason", w}});
+    for (const auto& [p, w] : b.failed) fl.push_back({{"plan", p}, {"reason", w}});
+    o["skipped"] = sk;
+    o["failed_validation"] = fl;
+    a.push_back(o);
+  }
+  return a;
+}
 }  // namespace
+
+std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
+  std::vector<BestPlan> out;
+  std::map<std::string, size_t> at;  // group key -> index in OUT
+  for (const auto& r : rows) {
+    auto get = [&](const char* c) {
+      const auto it = r.find(c);
+      return it == r.end() ? std::string() : it->second;
+    };
+    if (get("kind") != "workload") continue;
+    const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device");
+    auto [it, fresh] = at.emplace(key, out.size());
+    if (fresh) out.push_back({get("workload"), get("topology"), get("device"), {}, 0, {}, {}});
+    BestPlan& b = out[it->second];
+    const std::string v = get("verdict");
+    if (v == "error") {
+      b.skipped.emplace_back(get("plan"), get("reason"));
+      continue;
+    }
+    if (v == "fail") {
+      b.failed.emplace_back(get("plan"), get("reason"));
+      continue;
+    }
+    if (v != "pass" && v != "not_validated") continue;
+    char* end = nullptr;
+    const std::string t = get("sim_time_us");
+    const double us = std::strtod(t.c_str(), &end);
+    if (t.empty() || !end || *end != '\0') continue;
+    ++b.compared;
+    if (b.best.empty() || us < std::strtod(b.best.at("sim_time_us").c_str(), nullptr)) b.best = r;
+  }
+  return out;
+}
+
+std::string best_plans_text(const std::vector<BestPlan>& best) {
+  if (best.empty()) return "";
+  std::ostringstream os;
+  os << "best plan per topology x device (lowest simulated time among the plans that ran and passed; critical "
+        "chip's breakdown in us)\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n", "workload",
+                "topology", "device", "best plan", "total", "compute", "comm", "exposed", "idle", "TFLOP/s", "%peak",
+                "compared");
+  os << buf;
+  auto col = [](const Row& r, const char* c) {
+    const auto it = r.find(c);
+    return it == r.end() || it->second.empty() ? std::string("-") : it->second;
+  };
+  auto num = [&](const Row& r, const char* c, const char* f, double scale) {
+    const std::string v = col(r, c);
+    if (v == "-") return v;
+    char b[64];
+    std::snprintf(b, sizeof b, f, std::strtod(v.c_str(), nullptr) * scale);
+    return std::string(b);
+  };
+  for (const auto& b : best) {
+    std::string tail = std::to_string(b.compared) + " plan(s)";
+    if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
+    if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
+    if (b.best.empty()) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s  %s\n", b.workload.c_str(), b.topology.c_str(),
+                    b.device.c_str(), "(none ran)", tail.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n",
+                    b.workload.c_str(), b.topology.c_str(), b.device.c_str(), col(b.best, "plan").c_str(),
+                    num(b.best, "sim_time_us", "%.3f", 1).c_str(), num(b.best, "compute_us", "%.3f", 1).c_str(),
+                    num(b.best, "comm_us", "%.3f", 1).c_str(), num(b.best, "exposed_comm_us", "%.3f", 1).c_str(),
+                    num(b.best, "idle_us", "%.3f", 1).c_str(), num(b.best, "tflops", "%.2f", 1).c_str(),
+                    num(b.best, "peak_fraction", "%.1f", 100).c_str(), tail.c_str());
+    }
+    os << buf;
+    for (const auto& [plan, why] : b.skipped)
+      os << "    skipped " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+    for (const auto& [plan, why] : b.failed)
+      os << "    failed  " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+  }
+  return os.str();
+}
 
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
   nlohmann::json arr = nlohmann::json::array();
@@ -716,7 +824,8 @@ std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) 
   }
   return nlohmann::json{{"sweep", name},
                         {"units", {{"time", "us (simulated unless wall_s)"}, {"bandwidth", "GB/s, GB = 1e9 B"}}},
-                        {"rows", arr}}
+                        {"rows", arr},
+                        {"best_plans", best_json(best_plans(rows))}}
              .dump(2) +
          "\n";
 }
@@ -842,19 +951,23 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
       devs.insert(r.at("device"));
     }
   for (const auto& r : rows) {
-    if (r.at("kind") != "workload" || !has_number(r, "sim_time_us")) continue;
-    const double total = num(r, "sim_time_us"), comp = num(r, "compute_us"), exp = num(r, "exposed_comm_us");
+    if (r.at("kind") != "workload") continue;
+    // A point that could not run (e.g. a plan that cannot fill the chips) stays on the plot as an empty bar
+    // labelled "(skipped)", so the grid's gaps are visible; the reason is in the CSV and the best-plan table.
+    const bool ran = has_number(r, "sim_time_us");
+    const double total = ran ? num(r, "sim_time_us") : 0, comp = ran ? num(r, "compute_us") : 0,
+                 exp = ran ? num(r, "exposed_comm_us") : 0;
     // Only the axes that vary go into the bar labels.
     std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
-                        (devs.size() > 1 ? " " + r.at("device") : "");
+                        (devs.size() > 1 ? " " + r.at("device") : "") + (ran ? "" : " (skipped)");
     const std::string q = gp_data_string(label);
     char b[160];
     std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
     dat += q + b;
     ++n;
   }
-  if (n > 0) {
-    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us other_us (simulated)\n" + dat);
+  if (!workloads.empty() && n > 0) {
+    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us idle_us (simulated)\n" + dat);
     write(fs::path(dir) / "breakdown.gp",
           "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
               "set output 'breakdown.png'\nset title " +
@@ -866,7 +979,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
               "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
               "set bmargin 10\n"
               "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "
-              "'' using 4 title 'other (waiting)'\n");
+              "'' using 4 title 'idle'\n");
     scripts.push_back("breakdown.gp");
   }
   return scripts;

@@ -63,6 +63,15 @@ struct RunConfig {
   std::string checkpoint_path;
 };
 
+// The keys the MLP's parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
+// checks). The model: section is read as workload: (sharding/engine_config.h).
+inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "device",  "workload",
+                                                    "parallel", "validate", "checkpoint"};
+inline constexpr std::string_view kMlpModelKeys[] = {"kind",  "model",      "hidden", "ffn",
+                                                     "tokens", "activation", "dtype",  "seed"};
+inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "all_reduce", "fused", "chunks", "mesh_dims"};
+inline constexpr std::string_view kCheckpointKeys[] = {"path", "enabled"};
+
 RunConfig load_run_config(const std::string& file);
 // Parses a config given as text (FILE is used in messages).
 RunConfig parse_run_config(const std::string& text, const std::string& file);

@@ -63,6 +63,8 @@ topology::Topology load_workload_topology(const ConfigNode& root);
 // The device: section, a preset name or a map; the default device when absent.
 sim::DeviceSpec load_workload_device(const ConfigNode& root);
 inline constexpr const char* kDefaultDevice = "generic";
+// The validate: section of every run config (docs/CONFIG.md).
+inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 
 // The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
 // topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).

@@ -33,6 +33,53 @@ std::string error_of(const std::string& text) {
   return "(no error)";
 }
 
+TEST(Sweep, BestPlanPerTopologyAndDeviceIsTheFastestPassingRow) {
+  auto row = [](const char* kind, const char* topo, const char* dev, const char* plan, const char* us,
+                const char* verdict, const char* reason = "") {
+    Row r;
+    r["kind"] = kind;
+    r["workload"] = "w";
+    r["topology"] = topo;
+    r["device"] = dev;
+    r["plan"] = plan;
+    r["key"] = std::string(plan) + "@" + topo + "/" + dev;
+    r["sim_time_us"] = us;
+    r["verdict"] = verdict;
+    r["reason"] = reason;
+    return r;
+  };
+  const std::vector<Row> rows = {
+      row("workload", "ring8", "h100", "tp8", "30.5", "pass"),
+      row("workload", "ring8", "h100", "cp8", "20.25", "pass"),
+      row("workload", "ring8", "h100", "ulysses8", "10", "fail", "relative error above tolerance"),  // not a winner
+      row("workload", "ring8", "h100", "tp4+sp", "", "error", "does not fill 8 chips"),
+      row("workload", "torus2x4", "h100", "tp8", "25", "not_validated"),
+      row("workload", "ring8", "trainium1", "tp8", "", "error", "out of memory"),
+      row("collective", "ring8", "h100", "", "1", "pass"),  // collective rows are not plans
+  };
+  const auto best = best_plans(rows);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_EQ(best[0].topology, "ring8");
+  EXPECT_EQ(best[0].device, "h100");
+  EXPECT_EQ(best[0].best.at("plan"), "cp8");
+  EXPECT_EQ(best[0].compared, 2);
+  ASSERT_EQ(best[0].skipped.size(), 1u);
+  EXPECT_EQ(best[0].skipped[0].first, "tp4+sp");
+  ASSERT_EQ(best[0].failed.size(), 1u);
+  EXPECT_EQ(best[0].failed[0].first, "ulysses8");
+  EXPECT_EQ(best[1].topology, "torus2x4");
+  EXPECT_EQ(best[1].best.at("plan"), "tp8");
+  EXPECT_EQ(best[2].device, "trainium1");
+  EXPECT_TRUE(best[2].best.empty());
+  const std::string text = best_plans_text(best);
+  EXPECT_NE(text.find("skipped tp4+sp on ring8 / h100: does not fill 8 chips"), std::string::npos) << text;
+  EXPECT_NE(text.find("(none ran)"), std::string::npos) << text;
+  const std::string json = rows_to_json("t", rows);
+  EXPECT_NE(json.find("\"best_plan\": \"cp8\""), std::string::npos) << json;
+  EXPECT_EQ(best_plans_text(best_plans({rows.back()})), "");
+}
+
+
 }  // namespace
 
 TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
