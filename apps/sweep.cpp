@@ -53,6 +53,7 @@
 #include "experiments/sweep.h"
 #include "models/transformer.h"
 #include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -205,7 +206,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   sharding::RunConfig mcfg;
   try {
     sw.agree([&] {
-      const auto node = ConfigNode::load_string(pt.config_yaml, where);
+      const auto node = sharding::workload_config_from_text(pt.config_yaml, where);  // as `run` loads
       block = sharding::is_block_config(node);
       if (block) {
         bcfg = sharding::parse_block_config(node, where);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "runtime/dtype.h"
 #include "models/transformer.h"
 #include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -202,9 +204,9 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
   return out;
 }
 
-const std::set<std::string> kBlockKeys = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
-                                          "seq",  "causal", "rope", "dtype", "seed"};
-const std::set<std::string> kMlpKeys = {"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"};
+// The model keys `set:` may change: the parsers' own lists (models/transformer.h, models/workload.h).
+const std::set<std::string_view> kBlockKeys(std::begin(kBlockModelKeys), std::end(kBlockModelKeys));
+const std::set<std::string_view> kMlpKeys(std::begin(kMlpModelKeys), std::end(kMlpModelKeys));
 
 std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
   std::vector<WorkloadEntry> out;
@@ -226,9 +228,11 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
       std::ifstream in(e.file);
       if (!in) item.fail(item.path() + ": cannot read workload config '" + e.file + "'");
     }
-    const ConfigNode root = ConfigNode::load_file(e.file);
+    // The loader `run` uses (sharding/engine_config.h): model: is read as workload:, a relative topology path is
+    // resolved next to the file.
+    const ConfigNode root = load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
-      root.fail("workload: missing (a sweep workload must be a `shardsim run` config)");
+      root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
     e.block = is_block_config(root);
     e.root = YAML::Clone(root.yaml());
     if (set) {
@@ -487,11 +491,12 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
       std::vector<TopoEntry> ts = topos;
       if (ts.empty()) {
         TopoEntry e;
-        const ConfigNode sec(w.root["topology"], w.file, "topology");
         if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
-        e.chips = topology::load_topology(sec).num_chips();
+        // Inline or a path to a topology file, as `run` reads it.
+        e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
         e.yaml = flow(w.root["topology"]);
-        e.label = auto_topo_label(w.root["topology"], e.chips);
+        e.label = w.root["topology"].IsScalar() ? fs::path(w.root["topology"].as<std::string>()).stem().string()
+                                                : auto_topo_label(w.root["topology"], e.chips);
         ts.push_back(e);
       }
       std::vector<DeviceEntry> ds = devices;
@@ -499,7 +504,10 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
         DeviceEntry e;
         if (w.root["device"]) {
           e.yaml = flow(w.root["device"]);
-          e.label = w.root["device"]["preset"]
+          // A preset name (as `run` accepts it) or a section.
+          e.label = w.root["device"].IsScalar()
+                        ? ConfigNode(w.root["device"], w.file, "device").printable_text()
+                    : w.root["device"]["preset"]
                         ? ConfigNode(w.root["device"]["preset"], w.file, "device.preset").printable_text()
                         : "custom";
         } else {
@@ -535,7 +543,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
               p.error = "ASTRA-sim network files can only be used in collective sweeps";
             } else {
               try {
-                const auto node = ConfigNode::load_string(p.config_yaml, where);
+                const auto node = workload_config_from_text(p.config_yaml, where);
                 if (w.block) (void)parse_block_config(node, where);
                 else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
               } catch (const Error& e) {

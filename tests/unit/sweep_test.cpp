@@ -1,8 +1,12 @@
 // Sweep grid expansion, keys, input errors and the results CSV (experiments/sweep.h). No MPI.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "experiments/sweep.h"
@@ -169,6 +173,32 @@ TEST(Sweep, WorkloadGridSubstitutesChipsAndRecordsBadPlans) {
   EXPECT_NE(s.points[4].error.find("parallel"), std::string::npos) << s.points[4].error;
   EXPECT_NE(s.points[0].config_yaml.find("seq: 32"), std::string::npos);
   EXPECT_NE(s.points[5].config_yaml.find("tp: 4"), std::string::npos);
+}
+
+TEST(Sweep, WorkloadFilesLoadAsRunLoadsThem) {
+  // A workload file in the current schema (model:, topology: a path next to the file) loads through the same
+  // loader as `run` (sharding/engine_config.h): the sweep used to require workload:, an inline topology and a
+  // device map.
+  const auto dir = std::filesystem::temp_directory_path() / ("shardsim_sweep_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "ring4.yaml") << "topology: {kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000}\n";
+    std::ofstream(dir / "block.yaml")
+        << "topology: ring4.yaml\ndevice: h100\nmodel: {kind: transformer_block, hidden: 64, heads: 4, ffn: 128, "
+           "seq: 16}\nparallel: {tp: 4}\n";
+  }
+  const std::string text = "axes:\n  workload: [{config: " + (dir / "block.yaml").string() +
+                           ", label: b, set: {seq: 32}}]\n  plan: [{tp: chips}, {cp: chips}]\n";
+  const auto s = parse_sweep(text, (dir / "s.yaml").string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(s.points.size(), 2u);
+  for (const auto& p : s.points) {
+    EXPECT_TRUE(p.error.empty()) << p.error;
+    EXPECT_EQ(p.chips, 4);
+    EXPECT_EQ(p.topology, "ring4");
+    EXPECT_EQ(p.device, "h100");  // a preset name given as the device:, as `run` reads it
+  }
+  EXPECT_NE(s.points[0].config_yaml.find("seq: 32"), std::string::npos) << s.points[0].config_yaml;
 }
 
 TEST(Sweep, InputErrorsNameFileAndLine) {
