@@ -1,5 +1,5 @@
 // `shardsim ckpt inspect FILE` and `shardsim ckpt convert IN OUT`: look into and rewrite HDF5 checkpoints
-// (format in sharding/checkpoint.h). Both run on any number of ranks (mpirun -np 1 or N); each rank reads only
+// (format in checkpoint/checkpoint.h). Both run on any number of ranks (mpirun -np 1 or N); each rank reads only
 // its own slice of dim 0 of every tensor. A bad checkpoint fails every rank the same way: exit 2, one message
 // from rank 0 naming the file and the tensor.
 #include <unistd.h>
@@ -18,7 +18,7 @@
 #include "collectives/types.h"
 #include "common/error.h"
 #include "common/output_file.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace shardsim::apps {
 

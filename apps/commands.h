@@ -21,5 +21,6 @@ Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
 Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
 Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
+Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 
 }  // namespace shardsim::apps

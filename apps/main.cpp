@@ -26,8 +26,8 @@
 #include "common/config.h"
 #include "common/output_file.h"
 #include "sharding/engine_config.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "models/transformer.h"
+#include "models/workload.h"
 
 namespace {
 
@@ -106,7 +106,7 @@ void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::shard
   shardsim::check_outputs_distinct(outputs, {{"the config file", cfg.file}});
 }
 
-// `run` of a transformer_block workload (sharding/transformer.h).
+// `run` of a transformer_block workload (models/transformer.h).
 int cmd_run_block(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
                   const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;
@@ -306,6 +306,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   const apps::Command sweep = apps::add_sweep(app, world);
   const apps::Command calibrate = apps::add_calibrate(app, world);
   const apps::Command train = apps::add_train(app, world);
+  const apps::Command help = apps::add_help(app, world);
 
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -335,7 +336,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
             throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips work "
                              "with run, bench and validate)");
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
-      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train})
+      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})
         if (c->app->parsed()) return c->run();
     } catch (const AgreedError& e) {
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());

@@ -1,4 +1,4 @@
-// `shardsim sweep SWEEP.yaml`: runs every point of a sweep grid (sharding/sweep.h) in one MPI launch.
+// `shardsim sweep SWEEP.yaml`: runs every point of a sweep grid (experiments/sweep.h) in one MPI launch.
 //
 // Scheduling: points are grouped by the chips they need (k, ascending). For each k the world is split into
 // floor(N/k) groups of k consecutive ranks (MPI_Comm_split; the remaining ranks idle) and the group's points go
@@ -50,9 +50,10 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
-#include "sharding/sweep.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "experiments/sweep.h"
+#include "models/transformer.h"
+#include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -93,8 +94,9 @@ Row failed(Row row, const std::string& why) {
 
 std::string describe(const SweepPoint& p) {
   if (p.kind == sharding::PointKind::collective)
-    return p.collective + " " + p.algorithm + " " + p.topology + " " + sharding::size_label(p.size_bytes) + " " + p.dtype;
-  return p.workload + " " + p.plan + " " + p.topology;
+    return p.collective + " " + p.algorithm + " " + p.topology + " " + p.device + " " +
+           sharding::size_label(p.size_bytes) + " " + p.dtype;
+  return p.workload + " " + p.plan + " " + p.topology + " " + p.device;
 }
 
 double group_max(double v, MPI_Comm comm) {
@@ -204,7 +206,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   sharding::RunConfig mcfg;
   try {
     sw.agree([&] {
-      const auto node = ConfigNode::load_string(pt.config_yaml, where);
+      const auto node = sharding::workload_config_from_text(pt.config_yaml, where);  // as `run` loads
       block = sharding::is_block_config(node);
       if (block) {
         bcfg = sharding::parse_block_config(node, where);
@@ -225,6 +227,10 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
     row["compute_us"] = fmt(r.compute_ns / 1e3);
     row["comm_us"] = fmt(r.communication_ns / 1e3);
     row["exposed_comm_us"] = fmt(r.exposed_ns / 1e3);
+    row["idle_us"] = fmt(r.idle_ns / 1e3);
+    row["tflops"] = fmt(r.sim_tflops);
+    row["peak_fraction"] = fmt(r.peak_fraction);
+    row["tokens_per_s"] = fmt(r.tokens_per_s);
     double peak = 0;
     for (double b : r.per_chip_peak_bytes) peak = std::max(peak, b);
     row["peak_mem_bytes"] = fmt(peak);
@@ -239,6 +245,10 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
     row["compute_us"] = fmt(r.critical.compute / 1e3);
     row["comm_us"] = fmt(r.critical.communication / 1e3);
     row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+    row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+    row["tflops"] = fmt(r.sim_tflops);
+    row["peak_fraction"] = fmt(r.peak_fraction);
+    row["tokens_per_s"] = fmt(r.tokens_per_s);
     double peak = 0;
     for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
     row["peak_mem_bytes"] = fmt(peak);
@@ -577,6 +587,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
                 "%zu rows: %d failed validation, %d could not run (verdict error), %d timed by replay (not_run)\n",
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, replayed);
+    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
     std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collectives/types.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 using namespace shardsim;
 

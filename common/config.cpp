@@ -237,6 +237,10 @@ YAML::Node ConfigNode::raw(std::string_view key) const {
 }
 
 void ConfigNode::expect_keys(std::initializer_list<std::string_view> allowed) const {
+  expect_keys(std::span<const std::string_view>(allowed.begin(), allowed.size()));
+}
+
+void ConfigNode::expect_keys(std::span<const std::string_view> allowed) const {
   if (!node_.IsMap()) fail((path_.empty() ? std::string("config") : path_) + ": expected a mapping");
   std::vector<std::pair<std::string, std::string>> seen;  // key, where
   for (const auto& kv : node_) {

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,7 @@ class ConfigNode {
   bool has(std::string_view key) const;
   // Throws if this node is not a map or holds a key outside ALLOWED.
   void expect_keys(std::initializer_list<std::string_view> allowed) const;
+  void expect_keys(std::span<const std::string_view> allowed) const;
 
   ConfigNode child(std::string_view key) const;  // required
   std::optional<ConfigNode> maybe_child(std::string_view key) const;

@@ -16,7 +16,7 @@
 // is replaced, not followed: the name, not its target, is what gets written).
 //
 // No MPI here: in a parallel job exactly one rank writes each output (checkpoints use the helpers below for
-// their temporary name and the final rename, see sharding/checkpoint.h).
+// their temporary name and the final rename, see checkpoint/checkpoint.h).
 #pragma once
 
 #include <string>

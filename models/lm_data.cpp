@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "sharding/init.h"
+#include "models/init.h"
 
 namespace shardsim::models {
 

@@ -1,5 +1,5 @@
 // Synthetic training data for the reference language model: token sequences with a learnable pattern, from the
-// seeded Philox generator (sharding/init.h), so any step's batch can be made without making the ones before it.
+// seeded Philox generator (models/init.h), so any step's batch can be made without making the ones before it.
 //
 // Sequence number s (= step · batch + b: the data position) starts with one token drawn uniformly from
 // [0, vocab) (Philox element (s, 0) of tensor id kLmDataTensorId under the data seed); every later token is

@@ -11,7 +11,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
-#include "sharding/init.h"
+#include "models/init.h"
 
 namespace shardsim::models {
 

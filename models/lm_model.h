@@ -13,7 +13,7 @@
 //   loss    = mean over the N tokens of the softmax cross-entropy against the next token
 //
 // Weights are stored [in, out] (y = x·W), fp32. Initialisation from the seeded Philox generator
-// (sharding/init.h, one tensor id per weight in the order of named_weights()): embed U(−1, 1), every projection
+// (models/init.h, one tensor id per weight in the order of named_weights()): embed U(−1, 1), every projection
 // U(−1/sqrt(fan_in), 1/sqrt(fan_in)), norm weights 1. Everything is deterministic: the same config and seed give
 // bit-identical losses and weights (tested).
 //

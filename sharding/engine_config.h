@@ -8,7 +8,7 @@
 //                                    # inline keys {preset: ..., peak_tflops_fp32: ...}. Default: generic (the
 //                                    # documented default device; every report prints the device line)
 //   model:                           # the model (the older name of this section, workload:, is still read)
-//     kind: mlp | transformer_block  # the gated MLP (sharding/mlp.h) or a Llama block (sharding/transformer.h)
+//     kind: mlp | transformer_block  # the gated MLP (models/mlp.h) or a Llama block (models/transformer.h)
 //     ...                            # their shape keys
 //   parallel:                        # the plan on the device mesh (sharding/device_mesh.h):
 //     tp: 2                          # axes tp, cp (and ulysses: a cp axis whose attention is all_to_all)
@@ -63,6 +63,8 @@ topology::Topology load_workload_topology(const ConfigNode& root);
 // The device: section, a preset name or a map; the default device when absent.
 sim::DeviceSpec load_workload_device(const ConfigNode& root);
 inline constexpr const char* kDefaultDevice = "generic";
+// The validate: section of every run config (docs/CONFIG.md).
+inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 
 // The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
 // topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).

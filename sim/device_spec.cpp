@@ -165,9 +165,7 @@ DeviceSpec device_preset(const std::string& name) {
 }
 
 DeviceSpec load_device(const ConfigNode& node) {
-  node.expect_keys({"preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16",
-                    "peak_tflops_bf16", "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib",
-                    "launch_overhead_ns"});
+  node.expect_keys(kDeviceKeys);
   DeviceSpec d;
   if (node.has("preset")) {
     try {

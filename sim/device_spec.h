@@ -71,6 +71,10 @@ struct DeviceSpec {
 DeviceSpec device_preset(const std::string& name);  // throws std::invalid_argument listing the known names
 std::vector<std::string> device_preset_names();      // every name device_preset accepts (aliases excluded)
 DeviceSpec load_device(const ConfigNode& node);
+// The keys a device: section accepts (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp checks).
+inline constexpr std::string_view kDeviceKeys[] = {
+    "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
+    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "launch_overhead_ns"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
 // launch 2000 ns"; the parenthesis lists the other explicitly set peaks.
 std::string describe(const DeviceSpec& d);

@@ -119,7 +119,7 @@ int graph_node(const ConfigNode& node, int chips, int switches) {
 }
 
 Topology load_graph(const ConfigNode& node) {
-  node.expect_keys({"kind", "chips", "switches", "bandwidth_gbps", "latency_ns", "links", "placement", "protocol"});
+  node.expect_keys(kTopologyGraphKeys);
   const int chips = positive_int(node, "chips");
   const int switches = node.has("switches") ? static_cast<int>(node.get_int("switches")) : 0;
   if (switches < 0 || switches > (1 << 20)) node.child("switches").fail(node.child("switches").path() + ": must be >= 0");
@@ -138,7 +138,7 @@ Topology load_graph(const ConfigNode& node) {
       if (!fallback) item.fail(item.path() + ": no bandwidth_gbps here and no default topology.bandwidth_gbps");
       e.link = *fallback;
     } else if (item.yaml().IsMap()) {
-      item.expect_keys({"from", "to", "bandwidth_gbps", "latency_ns", "bidirectional"});
+      item.expect_keys(kTopologyLinkKeys);
       e.a = graph_node(item.child("from"), chips, switches);
       e.b = graph_node(item.child("to"), chips, switches);
       if (!item.has("bandwidth_gbps") && !fallback)
@@ -184,7 +184,7 @@ void apply_protocol(const ConfigNode& node, Topology& t) {
   const auto pn = node.maybe_child("protocol");
   if (!pn) return;
   if (!pn->is_map()) pn->fail(pn->path() + ": expected a map {efficiency, low_latency_max_bytes, ...}");
-  pn->expect_keys({"efficiency", "low_latency_max_bytes", "low_latency_efficiency", "low_latency_latency_factor"});
+  pn->expect_keys(kTopologyProtocolKeys);
   Protocol p;
   p.efficiency = pn->get_double("efficiency", 1.0);
   p.low_latency_max_bytes = pn->get_double("low_latency_max_bytes", 0.0);
@@ -202,7 +202,7 @@ void apply_protocol(const ConfigNode& node, Topology& t) {
 Topology load_grid(const ConfigNode& node, const std::string& kind) {
   try {
     if (kind == "ring" || kind == "fully_connected" || kind == "switch") {
-      node.expect_keys({"kind", "chips", "bidirectional", "bandwidth_gbps", "latency_ns", "placement", "protocol"});
+      node.expect_keys(kTopologySimpleKeys);
       if (kind != "ring" && node.has("bidirectional"))
         node.child("bidirectional").fail(node.path() + ".bidirectional: only for kind 'ring' (links are full duplex)");
       const int chips = positive_int(node, "chips");
@@ -212,13 +212,13 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
       return Topology::switched(chips, link);
     }
     if (kind == "torus" || kind == "mesh") {
-      node.expect_keys({"kind", "chips", "dims", "bandwidth_gbps", "latency_ns", "placement", "protocol"});
+      node.expect_keys(kTopologyGridKeys);
       const auto dims = dims_of(node);
       const auto specs = link_specs(node, dims.size());
       return kind == "torus" ? Topology::torus(dims, specs) : Topology::mesh(dims, specs);
     }
     if (kind == "stacked") {
-      node.expect_keys({"kind", "chips", "dims", "placement", "protocol"});
+      node.expect_keys(kTopologyStackedKeys);
       const auto list = node.child("dims");
       if (!list.yaml().IsSequence() || list.yaml().size() == 0)
         list.fail(list.path() + ": expected a list of dimensions {kind, size, bandwidth_gbps, latency_ns}");
@@ -227,7 +227,7 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
       for (size_t i = 0; i < list.yaml().size(); ++i) {
         ConfigNode d(list.yaml()[i], list.file(), list.path() + "[" + std::to_string(i) + "]");
         if (!d.is_map()) d.fail(d.path() + ": expected {kind, size, bandwidth_gbps, latency_ns}");
-        d.expect_keys({"kind", "size", "bandwidth_gbps", "latency_ns", "bidirectional"});
+        d.expect_keys(kTopologyDimKeys);
         Dim dim;
         dim.kind = dim_kind(d);
         dim.size = positive_int(d, "size");
@@ -280,7 +280,7 @@ bool is_astra_network(const ConfigNode& root) {
 }
 
 Topology load_astra_network(const ConfigNode& root) {
-  root.expect_keys({"topology", "npus_count", "bandwidth", "latency"});
+  root.expect_keys(kAstraNetworkKeys);
   const auto kinds = root.child("topology");
   const size_t n = kinds.yaml().size();
   if (n == 0) kinds.fail("topology: needs at least one dimension");

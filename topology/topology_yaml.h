@@ -42,6 +42,23 @@
 namespace shardsim::topology {
 
 Topology load_topology(const ConfigNode& node);
+// The keys each kind of topology section accepts (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
+// checks): ring / fully_connected / switch, torus / mesh, stacked and its dims[] entries, graph and its links[]
+// entries, protocol:, and an ASTRA-sim network.yml.
+inline constexpr std::string_view kTopologySimpleKeys[] = {"kind",       "chips",     "bidirectional", "bandwidth_gbps",
+                                                           "latency_ns", "placement", "protocol"};
+inline constexpr std::string_view kTopologyGridKeys[] = {"kind",       "chips",     "dims",    "bandwidth_gbps",
+                                                         "latency_ns", "placement", "protocol"};
+inline constexpr std::string_view kTopologyStackedKeys[] = {"kind", "chips", "dims", "placement", "protocol"};
+inline constexpr std::string_view kTopologyDimKeys[] = {"kind", "size", "bandwidth_gbps", "latency_ns",
+                                                        "bidirectional"};
+inline constexpr std::string_view kTopologyGraphKeys[] = {"kind",       "chips", "switches",  "bandwidth_gbps",
+                                                          "latency_ns", "links", "placement", "protocol"};
+inline constexpr std::string_view kTopologyLinkKeys[] = {"from", "to", "bandwidth_gbps", "latency_ns",
+                                                         "bidirectional"};
+inline constexpr std::string_view kTopologyProtocolKeys[] = {"efficiency", "low_latency_max_bytes",
+                                                             "low_latency_efficiency", "low_latency_latency_factor"};
+inline constexpr std::string_view kAstraNetworkKeys[] = {"topology", "npus_count", "bandwidth", "latency"};
 
 // The one rule for a topology *document* (a whole YAML file or text), used by run, bench, validate, calibrate,
 // sweep and topo describe alike: an ASTRA-sim network.yml (below), a map with a `topology:` section (a workload

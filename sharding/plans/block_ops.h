@@ -12,7 +12,7 @@
 #include "runtime/tensor.h"
 #include "runtime/transport.h"
 #include "sharding/fused.h"
-#include "sharding/transformer.h"
+#include "models/transformer.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
 

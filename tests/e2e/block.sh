@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e: the transformer block workload (sharding/transformer.h) under every parallel plan, validated against
+# e2e: the transformer block workload (models/transformer.h) under every parallel plan, validated against
 # the single-device block; per-collective bytes equal their formulas; zig-zag ring attention beats the
 # contiguous split where attention dominates; bad plans exit 2 naming the field.
 # Usage: block.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]

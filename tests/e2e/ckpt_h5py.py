@@ -4,7 +4,7 @@
 usage: ckpt_h5py.py CHECKPOINT.h5 DUMP.json [CHECKPOINT.h5 DUMP.json ...]
 DUMP.json is `shardsim ckpt inspect CHECKPOINT --dump TENSOR` output (the values the C++ reader reports).
 For each pair: h5py's values of the tensor equal the dump's exactly; the checksum recomputed here with numpy
-from h5py's data (definition in sharding/checkpoint.h) equals the stored attribute and the dump's; the dataset's
+from h5py's data (definition in checkpoint/checkpoint.h) equals the stored attribute and the dump's; the dataset's
 shape, dtype attribute and HDF5 element size agree. bf16 is read through HDF5's conversion to float32
 (ds.astype('f4')), which is exact. Exit 0 if all hold, 1 otherwise (each problem printed).
 """

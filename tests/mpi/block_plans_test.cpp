@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "runtime/world.h"
 #include "sharding/engine_config.h"
-#include "sharding/transformer.h"
+#include "models/transformer.h"
 
 using namespace shardsim;
 

@@ -10,8 +10,8 @@
 #include "collectives/types.h"
 #include "mpi_util.h"
 #include "common/error.h"
-#include "sharding/checkpoint.h"
-#include "sharding/init.h"
+#include "checkpoint/checkpoint.h"
+#include "models/init.h"
 
 using namespace shardsim;
 using runtime::DType;
@@ -90,7 +90,7 @@ TEST(Checkpoint, MissingFileIsAConfigError) {
 
 #include <filesystem>
 
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace {
 

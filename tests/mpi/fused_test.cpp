@@ -9,8 +9,8 @@
 #include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 #include "sharding/fused.h"
-#include "sharding/init.h"
-#include "sharding/mlp.h"
+#include "models/init.h"
+#include "models/mlp.h"
 
 using namespace shardsim;
 using runtime::DType;

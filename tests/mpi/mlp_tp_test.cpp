@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "sharding/mlp.h"
+#include "models/mlp.h"
 
 using namespace shardsim;
 using runtime::DType;

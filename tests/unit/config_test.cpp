@@ -5,9 +5,9 @@
 #include "common/config.h"
 #include "common/byte_size.h"
 #include "common/error.h"
-#include "sharding/sweep.h"
+#include "experiments/sweep.h"
 #include "topology/topology_yaml.h"
-#include "sharding/workload.h"
+#include "models/workload.h"
 
 using shardsim::ConfigError;
 using shardsim::sharding::parse_run_config;

@@ -2,7 +2,7 @@
 
 #include <Random123/philox.h>
 
-#include "sharding/init.h"
+#include "models/init.h"
 
 using namespace shardsim;
 using runtime::DType;

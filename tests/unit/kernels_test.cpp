@@ -4,7 +4,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
-#include "sharding/init.h"
+#include "models/init.h"
 
 using namespace shardsim;
 using runtime::DType;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "sharding/mlp.h"
+#include "models/mlp.h"
 
 using namespace shardsim;
 using runtime::DType;

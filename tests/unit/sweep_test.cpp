@@ -1,11 +1,15 @@
-// Sweep grid expansion, keys, input errors and the results CSV (sharding/sweep.h). No MPI.
+// Sweep grid expansion, keys, input errors and the results CSV (experiments/sweep.h). No MPI.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
+#include <unistd.h>
+
 #include "common/error.h"
-#include "sharding/sweep.h"
+#include "experiments/sweep.h"
 
 using namespace shardsim;
 using namespace shardsim::sharding;
@@ -32,6 +36,53 @@ std::string error_of(const std::string& text) {
   }
   return "(no error)";
 }
+
+TEST(Sweep, BestPlanPerTopologyAndDeviceIsTheFastestPassingRow) {
+  auto row = [](const char* kind, const char* topo, const char* dev, const char* plan, const char* us,
+                const char* verdict, const char* reason = "") {
+    Row r;
+    r["kind"] = kind;
+    r["workload"] = "w";
+    r["topology"] = topo;
+    r["device"] = dev;
+    r["plan"] = plan;
+    r["key"] = std::string(plan) + "@" + topo + "/" + dev;
+    r["sim_time_us"] = us;
+    r["verdict"] = verdict;
+    r["reason"] = reason;
+    return r;
+  };
+  const std::vector<Row> rows = {
+      row("workload", "ring8", "h100", "tp8", "30.5", "pass"),
+      row("workload", "ring8", "h100", "cp8", "20.25", "pass"),
+      row("workload", "ring8", "h100", "ulysses8", "10", "fail", "relative error above tolerance"),  // not a winner
+      row("workload", "ring8", "h100", "tp4+sp", "", "error", "does not fill 8 chips"),
+      row("workload", "torus2x4", "h100", "tp8", "25", "not_validated"),
+      row("workload", "ring8", "trainium1", "tp8", "", "error", "out of memory"),
+      row("collective", "ring8", "h100", "", "1", "pass"),  // collective rows are not plans
+  };
+  const auto best = best_plans(rows);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_EQ(best[0].topology, "ring8");
+  EXPECT_EQ(best[0].device, "h100");
+  EXPECT_EQ(best[0].best.at("plan"), "cp8");
+  EXPECT_EQ(best[0].compared, 2);
+  ASSERT_EQ(best[0].skipped.size(), 1u);
+  EXPECT_EQ(best[0].skipped[0].first, "tp4+sp");
+  ASSERT_EQ(best[0].failed.size(), 1u);
+  EXPECT_EQ(best[0].failed[0].first, "ulysses8");
+  EXPECT_EQ(best[1].topology, "torus2x4");
+  EXPECT_EQ(best[1].best.at("plan"), "tp8");
+  EXPECT_EQ(best[2].device, "trainium1");
+  EXPECT_TRUE(best[2].best.empty());
+  const std::string text = best_plans_text(best);
+  EXPECT_NE(text.find("skipped tp4+sp on ring8 / h100: does not fill 8 chips"), std::string::npos) << text;
+  EXPECT_NE(text.find("(none ran)"), std::string::npos) << text;
+  const std::string json = rows_to_json("t", rows);
+  EXPECT_NE(json.find("\"best_plan\": \"cp8\""), std::string::npos) << json;
+  EXPECT_EQ(best_plans_text(best_plans({rows.back()})), "");
+}
+
 
 }  // namespace
 
@@ -122,6 +173,32 @@ TEST(Sweep, WorkloadGridSubstitutesChipsAndRecordsBadPlans) {
   EXPECT_NE(s.points[4].error.find("parallel"), std::string::npos) << s.points[4].error;
   EXPECT_NE(s.points[0].config_yaml.find("seq: 32"), std::string::npos);
   EXPECT_NE(s.points[5].config_yaml.find("tp: 4"), std::string::npos);
+}
+
+TEST(Sweep, WorkloadFilesLoadAsRunLoadsThem) {
+  // A workload file in the current schema (model:, topology: a path next to the file) loads through the same
+  // loader as `run` (sharding/engine_config.h): the sweep used to require workload:, an inline topology and a
+  // device map.
+  const auto dir = std::filesystem::temp_directory_path() / ("shardsim_sweep_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "ring4.yaml") << "topology: {kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000}\n";
+    std::ofstream(dir / "block.yaml")
+        << "topology: ring4.yaml\ndevice: h100\nmodel: {kind: transformer_block, hidden: 64, heads: 4, ffn: 128, "
+           "seq: 16}\nparallel: {tp: 4}\n";
+  }
+  const std::string text = "axes:\n  workload: [{config: " + (dir / "block.yaml").string() +
+                           ", label: b, set: {seq: 32}}]\n  plan: [{tp: chips}, {cp: chips}]\n";
+  const auto s = parse_sweep(text, (dir / "s.yaml").string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(s.points.size(), 2u);
+  for (const auto& p : s.points) {
+    EXPECT_TRUE(p.error.empty()) << p.error;
+    EXPECT_EQ(p.chips, 4);
+    EXPECT_EQ(p.topology, "ring4");
+    EXPECT_EQ(p.device, "h100");  // a preset name given as the device:, as `run` reads it
+  }
+  EXPECT_NE(s.points[0].config_yaml.find("seq: 32"), std::string::npos) << s.points[0].config_yaml;
 }
 
 TEST(Sweep, InputErrorsNameFileAndLine) {

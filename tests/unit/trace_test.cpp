@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "sharding/trace.h"
+#include "models/trace.h"
 
 using namespace shardsim;
 

@@ -4,7 +4,7 @@
 //   topology: {...}                  # topology/topology_yaml.h
 //   device: {...}                    # sim/device_spec.h
 //   workload:
-//     kind: mlp                      # the gated MLP of sharding/mlp.h
+//     kind: mlp                      # the gated MLP of models/mlp.h
 //     model: llama-2-7b              # optional label
 //     hidden: 4096
 //     ffn: 11008
@@ -37,9 +37,9 @@
 #include "common/config.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
-#include "sharding/mlp.h"
+#include "models/mlp.h"
 #include "sharding/placement.h"
-#include "sharding/report.h"
+#include "models/report.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 
@@ -62,6 +62,15 @@ struct RunConfig {
   bool checkpoint = true;
   std::string checkpoint_path;
 };
+
+// The keys the MLP's parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
+// checks). The model: section is read as workload: (sharding/engine_config.h).
+inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "device",  "workload",
+                                                    "parallel", "validate", "checkpoint"};
+inline constexpr std::string_view kMlpModelKeys[] = {"kind",  "model",      "hidden", "ffn",
+                                                     "tokens", "activation", "dtype",  "seed"};
+inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "all_reduce", "fused", "chunks", "mesh_dims"};
+inline constexpr std::string_view kCheckpointKeys[] = {"path", "enabled"};
 
 RunConfig load_run_config(const std::string& file);
 // Parses a config given as text (FILE is used in messages).

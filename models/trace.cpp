@@ -1,4 +1,4 @@
-#include "sharding/trace.h"
+#include "models/trace.h"
 
 #include <algorithm>
 #include <cmath>

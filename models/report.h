@@ -7,10 +7,35 @@
 #include <string>
 #include <vector>
 
+#include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
+
+// Where one chip's simulated time went, per kernel and per collective (docs/MODEL.md, "Report breakdown").
+// Built from the chip's sim::Timeline events: a kernel is a "compute" event, a collective a "collective" region;
+// events whose names differ only in numbers (ring steps, chunks, the chip whose K/V block is attended) are one
+// row, the numbers written as N. time_ns sums the events' durations (ns of simulated time; collective regions of
+// one row may overlap each other and compute, so rows do not add up to the total); flops and bytes sum the events'
+// FLOPs and bytes (bytes: a region's recorded bytes, 0 when the collective records none).
+struct OpStat {
+  std::string name;
+  std::string kind;  // "kernel" | "collective"
+  int calls = 0;
+  double time_ns = 0;
+  double flops = 0;
+  double bytes = 0;
+};
+std::vector<OpStat> op_breakdown(const sim::Timeline& tl);
+// The op rows of world rank CRITICAL_RANK on every rank (collective over WORLD: every rank calls it).
+std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<OpStat>& mine, int critical_rank);
+// The rank whose chip finishes last (lowest rank among ties), on every rank (collective).
+int critical_rank(const runtime::World& world, double my_total_ns);
+// Rows sorted by time, kernels first: calls, time, % of TOTAL_NS, and for kernels TFLOP/s and % of
+// PEAK_TFLOPS_PER_CHIP (the device's peak at the workload's precision).
+std::string ops_text(const std::vector<OpStat>& ops, double total_ns, double peak_tflops_per_chip);
+nlohmann::json ops_json(const std::vector<OpStat>& ops, double total_ns, double peak_tflops_per_chip);
 
 struct ChipReport {
   int chip = 0;
@@ -35,6 +60,9 @@ struct RunReport {
   double sim_tflops = 0;             // total_flops / critical.total
   double peak_tflops = 0;            // chips x per-chip peak at the workload's precision
   double peak_fraction = 0;
+  double peak_tflops_per_chip = 0;   // the device's peak at the workload's precision
+  double tokens_per_s = 0;           // tokens / critical.total (simulated)
+  std::vector<OpStat> ops;           // the critical chip's time per kernel and per collective
   double all_reduce_ns = 0;
   std::string all_reduce_algorithm;
   double all_reduce_bytes_per_chip = 0;   // bytes each chip injects in the all_reduce

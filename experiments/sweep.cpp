@@ -1,4 +1,4 @@
-#include "sharding/sweep.h"
+#include "experiments/sweep.h"
 
 #include "common/byte_size.h"
 
@@ -6,8 +6,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -19,8 +22,9 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
-#include "sharding/transformer.h"
-#include "sharding/workload.h"
+#include "models/transformer.h"
+#include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -200,9 +204,9 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
   return out;
 }
 
-const std::set<std::string> kBlockKeys = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
-                                          "seq",  "causal", "rope", "dtype", "seed"};
-const std::set<std::string> kMlpKeys = {"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"};
+// The model keys `set:` may change: the parsers' own lists (models/transformer.h, models/workload.h).
+const std::set<std::string_view> kBlockKeys(std::begin(kBlockModelKeys), std::end(kBlockModelKeys));
+const std::set<std::string_view> kMlpKeys(std::begin(kMlpModelKeys), std::end(kMlpModelKeys));
 
 std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
   std::vector<WorkloadEntry> out;
@@ -214,7 +218,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     if (item.yaml().IsScalar()) {
       path = item.printable_text();  // the file stem becomes the label
     } else {
-      item.expect_keys({"config", "label", "set"});
+      item.expect_keys(kSweepWorkloadKeys);
       path = item.get_string("config");
       e.label = item.get_string("label", "");
       set = item.maybe_child("set");
@@ -224,9 +228,11 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
       std::ifstream in(e.file);
       if (!in) item.fail(item.path() + ": cannot read workload config '" + e.file + "'");
     }
-    const ConfigNode root = ConfigNode::load_file(e.file);
+    // The loader `run` uses (sharding/engine_config.h): model: is read as workload:, a relative topology path is
+    // resolved next to the file.
+    const ConfigNode root = load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
-      root.fail("workload: missing (a sweep workload must be a `shardsim run` config)");
+      root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
     e.block = is_block_config(root);
     e.root = YAML::Clone(root.yaml());
     if (set) {
@@ -337,7 +343,7 @@ SweepSpec load_sweep(const std::string& file) {
 
 SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   const ConfigNode root = ConfigNode::load_string(text, file);
-  root.expect_keys({"name", "output", "validate_max_bytes", "axes"});
+  root.expect_keys(kSweepRootKeys);
   SweepSpec spec;
   spec.file = file;
   spec.name = root.get_string("name", fs::path(file).stem().string());
@@ -353,7 +359,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   }
   if (!root.has("axes")) root.fail("axes: missing (the axes to sweep: topology, collective, size, ... or workload, plan)");
   const ConfigNode axes = root.child("axes");
-  axes.expect_keys({"topology", "device", "collective", "algorithm", "size", "dtype", "workload", "plan"});
+  axes.expect_keys(kSweepAxisKeys);
   for (const auto& kv : axes.yaml()) spec.axes.push_back(kv.first.as<std::string>());
   auto given = [&](const std::string& a) { return std::find(spec.axes.begin(), spec.axes.end(), a) != spec.axes.end(); };
   // Empty axes are errors wherever they are.
@@ -416,7 +422,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
       const YAML::Node raw = axes.yaml()["size"];
       if (raw.IsMap()) {
         const ConfigNode r(raw, file, "axes.size");
-        r.expect_keys({"from", "to", "factor"});
+        r.expect_keys(kSweepRangeKeys);
         size_t from = 0, to = 0;
         try {
           from = parse_size(r.get_string("from"));
@@ -477,7 +483,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
     const auto workloads = parse_workloads(axes);
     std::vector<ConfigNode> plans;
     for (const auto& item : axis_items(axes, "plan")) {
-      item.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "all_reduce", "fused", "chunks"});
+      item.expect_keys(kSweepPlanKeys);
       plans.push_back(item);
     }
     for (const auto& w : workloads) {
@@ -485,11 +491,12 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
       std::vector<TopoEntry> ts = topos;
       if (ts.empty()) {
         TopoEntry e;
-        const ConfigNode sec(w.root["topology"], w.file, "topology");
         if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
-        e.chips = topology::load_topology(sec).num_chips();
+        // Inline or a path to a topology file, as `run` reads it.
+        e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
         e.yaml = flow(w.root["topology"]);
-        e.label = auto_topo_label(w.root["topology"], e.chips);
+        e.label = w.root["topology"].IsScalar() ? fs::path(w.root["topology"].as<std::string>()).stem().string()
+                                                : auto_topo_label(w.root["topology"], e.chips);
         ts.push_back(e);
       }
       std::vector<DeviceEntry> ds = devices;
@@ -497,7 +504,10 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
         DeviceEntry e;
         if (w.root["device"]) {
           e.yaml = flow(w.root["device"]);
-          e.label = w.root["device"]["preset"]
+          // A preset name (as `run` accepts it) or a section.
+          e.label = w.root["device"].IsScalar()
+                        ? ConfigNode(w.root["device"], w.file, "device").printable_text()
+                    : w.root["device"]["preset"]
                         ? ConfigNode(w.root["device"]["preset"], w.file, "device.preset").printable_text()
                         : "custom";
         } else {
@@ -533,7 +543,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
               p.error = "ASTRA-sim network files can only be used in collective sweeps";
             } else {
               try {
-                const auto node = ConfigNode::load_string(p.config_yaml, where);
+                const auto node = workload_config_from_text(p.config_yaml, where);
                 if (w.block) (void)parse_block_config(node, where);
                 else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
               } catch (const Error& e) {
@@ -561,7 +571,8 @@ const std::vector<std::string>& result_columns() {
       "key",        "kind",          "topology",  "device",      "chips",     "collective", "algorithm",
       "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
       "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
-      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks"};
+      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks",
+      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s"};
   return cols;
 }
 
@@ -684,10 +695,115 @@ namespace {
 bool numeric_column(const std::string& c) {
   static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
                                           "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
-                                          "max_rel_error", "wall_s"};
+                                          "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
+                                          "tokens_per_s"};
   return n.count(c) > 0;
 }
+nlohmann::json best_json(const std::vector<BestPlan>& best) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& b : best) {
+    nlohmann::json o = {{"workload", b.workload}, {"topology", b.topology}, {"device", b.device},
+                        {"compared", b.compared}};
+    if (b.best.empty()) {
+      o["best_plan"] = nullptr;
+    } else {
+      o["best_plan"] = b.best.at("plan");
+      o["key"] = b.best.at("key");
+      for (const char* c : {"sim_time_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "tflops",
+                            "peak_fraction", "tokens_per_s"}) {
+        const auto it = b.best.find(c);
+        o[c] = it == b.best.end() || it->second.empty() ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(std::strtod(it->second.c_str(), nullptr));
+      }
+    }
+    nlohmann::json sk = nlohmann::json::array(), fl = nlohmann::json::array();
+    for (const auto& [p, w] : b.skipped) sk.push_back({{"plan", p}, {"reason", w}});
+    for (const auto& [p, w] : b.failed) fl.push_back({{"plan", p}, {"reason", w}});
+    o["skipped"] = sk;
+    o["failed_validation"] = fl;
+    a.push_back(o);
+  }
+  return a;
+}
 }  // namespace
+
+std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
+  std::vector<BestPlan> out;
+  std::map<std::string, size_t> at;  // group key -> index in OUT
+  for (const auto& r : rows) {
+    auto get = [&](const char* c) {
+      const auto it = r.find(c);
+      return it == r.end() ? std::string() : it->second;
+    };
+    if (get("kind") != "workload") continue;
+    const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device");
+    auto [it, fresh] = at.emplace(key, out.size());
+    if (fresh) out.push_back({get("workload"), get("topology"), get("device"), {}, 0, {}, {}});
+    BestPlan& b = out[it->second];
+    const std::string v = get("verdict");
+    if (v == "error") {
+      b.skipped.emplace_back(get("plan"), get("reason"));
+      continue;
+    }
+    if (v == "fail") {
+      b.failed.emplace_back(get("plan"), get("reason"));
+      continue;
+    }
+    if (v != "pass" && v != "not_validated") continue;
+    char* end = nullptr;
+    const std::string t = get("sim_time_us");
+    const double us = std::strtod(t.c_str(), &end);
+    if (t.empty() || !end || *end != '\0') continue;
+    ++b.compared;
+    if (b.best.empty() || us < std::strtod(b.best.at("sim_time_us").c_str(), nullptr)) b.best = r;
+  }
+  return out;
+}
+
+std::string best_plans_text(const std::vector<BestPlan>& best) {
+  if (best.empty()) return "";
+  std::ostringstream os;
+  os << "best plan per topology x device (lowest simulated time among the plans that ran and passed; critical "
+        "chip's breakdown in us)\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n", "workload",
+                "topology", "device", "best plan", "total", "compute", "comm", "exposed", "idle", "TFLOP/s", "%peak",
+                "compared");
+  os << buf;
+  auto col = [](const Row& r, const char* c) {
+    const auto it = r.find(c);
+    return it == r.end() || it->second.empty() ? std::string("-") : it->second;
+  };
+  auto num = [&](const Row& r, const char* c, const char* f, double scale) {
+    const std::string v = col(r, c);
+    if (v == "-") return v;
+    char b[64];
+    std::snprintf(b, sizeof b, f, std::strtod(v.c_str(), nullptr) * scale);
+    return std::string(b);
+  };
+  for (const auto& b : best) {
+    std::string tail = std::to_string(b.compared) + " plan(s)";
+    if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
+    if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
+    if (b.best.empty()) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s  %s\n", b.workload.c_str(), b.topology.c_str(),
+                    b.device.c_str(), "(none ran)", tail.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n",
+                    b.workload.c_str(), b.topology.c_str(), b.device.c_str(), col(b.best, "plan").c_str(),
+                    num(b.best, "sim_time_us", "%.3f", 1).c_str(), num(b.best, "compute_us", "%.3f", 1).c_str(),
+                    num(b.best, "comm_us", "%.3f", 1).c_str(), num(b.best, "exposed_comm_us", "%.3f", 1).c_str(),
+                    num(b.best, "idle_us", "%.3f", 1).c_str(), num(b.best, "tflops", "%.2f", 1).c_str(),
+                    num(b.best, "peak_fraction", "%.1f", 100).c_str(), tail.c_str());
+    }
+    os << buf;
+    for (const auto& [plan, why] : b.skipped)
+      os << "    skipped " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+    for (const auto& [plan, why] : b.failed)
+      os << "    failed  " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+  }
+  return os.str();
+}
 
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
   nlohmann::json arr = nlohmann::json::array();
@@ -716,7 +832,8 @@ std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) 
   }
   return nlohmann::json{{"sweep", name},
                         {"units", {{"time", "us (simulated unless wall_s)"}, {"bandwidth", "GB/s, GB = 1e9 B"}}},
-                        {"rows", arr}}
+                        {"rows", arr},
+                        {"best_plans", best_json(best_plans(rows))}}
              .dump(2) +
          "\n";
 }
@@ -842,19 +959,23 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
       devs.insert(r.at("device"));
     }
   for (const auto& r : rows) {
-    if (r.at("kind") != "workload" || !has_number(r, "sim_time_us")) continue;
-    const double total = num(r, "sim_time_us"), comp = num(r, "compute_us"), exp = num(r, "exposed_comm_us");
+    if (r.at("kind") != "workload") continue;
+    // A point that could not run (e.g. a plan that cannot fill the chips) stays on the plot as an empty bar
+    // labelled "(skipped)", so the grid's gaps are visible; the reason is in the CSV and the best-plan table.
+    const bool ran = has_number(r, "sim_time_us");
+    const double total = ran ? num(r, "sim_time_us") : 0, comp = ran ? num(r, "compute_us") : 0,
+                 exp = ran ? num(r, "exposed_comm_us") : 0;
     // Only the axes that vary go into the bar labels.
     std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
-                        (devs.size() > 1 ? " " + r.at("device") : "");
+                        (devs.size() > 1 ? " " + r.at("device") : "") + (ran ? "" : " (skipped)");
     const std::string q = gp_data_string(label);
     char b[160];
     std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
     dat += q + b;
     ++n;
   }
-  if (n > 0) {
-    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us other_us (simulated)\n" + dat);
+  if (!workloads.empty() && n > 0) {
+    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us idle_us (simulated)\n" + dat);
     write(fs::path(dir) / "breakdown.gp",
           "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
               "set output 'breakdown.png'\nset title " +
@@ -866,7 +987,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
               "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
               "set bmargin 10\n"
               "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "
-              "'' using 4 title 'other (waiting)'\n");
+              "'' using 4 title 'idle'\n");
     scripts.push_back("breakdown.gp");
   }
   return scripts;

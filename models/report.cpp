@@ -1,7 +1,13 @@
-#include "sharding/report.h"
+#include "models/report.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <map>
 #include <sstream>
+
+#include <mpi.h>
+
 
 namespace shardsim::sharding {
 
@@ -35,6 +41,105 @@ std::string format_mib(double bytes) {
   return buf;
 }
 
+std::vector<OpStat> op_breakdown(const sim::Timeline& tl) {
+  std::map<std::pair<std::string, std::string>, OpStat> rows;
+  for (const auto& e : tl.events()) {
+    std::string kind;
+    if (e.category == "compute") {
+      kind = "kernel";
+    } else if (e.category == "collective") {
+      kind = "collective";
+    } else {
+      continue;
+    }
+    std::string name;
+    for (size_t i = 0; i < e.name.size();) {
+      if (std::isdigit(static_cast<unsigned char>(e.name[i]))) {
+        name += 'N';
+        while (i < e.name.size() && std::isdigit(static_cast<unsigned char>(e.name[i]))) ++i;
+      } else {
+        name += e.name[i++];
+      }
+    }
+    OpStat& r = rows[{kind, name}];
+    r.name = name;
+    r.kind = kind;
+    ++r.calls;
+    r.time_ns += e.span.duration();
+    r.flops += e.flops;
+    r.bytes += e.bytes;
+  }
+  std::vector<OpStat> out;
+  for (auto& [k, v] : rows) out.push_back(v);
+  std::stable_sort(out.begin(), out.end(), [](const OpStat& a, const OpStat& b) {
+    if (a.kind != b.kind) return a.kind == "kernel";
+    return a.time_ns > b.time_ns;
+  });
+  return out;
+}
+
+int critical_rank(const runtime::World& world, double my_total_ns) {
+  struct {
+    double v;
+    int r;
+  } in{my_total_ns, world.rank()}, out{0, 0};
+  runtime::check_mpi(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world.comm()), world.rank(),
+                     "report: critical chip");
+  return out.r;
+}
+
+std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<OpStat>& mine, int critical) {
+  nlohmann::json j = nlohmann::json::array();
+  if (world.rank() == critical)
+    for (const auto& o : mine) j.push_back({o.name, o.kind, o.calls, o.time_ns, o.flops, o.bytes});
+  const std::string text = world.broadcast(world.rank() == critical ? j.dump() : std::string(), critical);
+  std::vector<OpStat> out;
+  for (const auto& r : nlohmann::json::parse(text))
+    out.push_back({r[0].get<std::string>(), r[1].get<std::string>(), r[2].get<int>(), r[3].get<double>(),
+                   r[4].get<double>(), r[5].get<double>()});
+  return out;
+}
+
+namespace {
+double op_tflops(const OpStat& o) { return o.time_ns > 0 ? o.flops / o.time_ns / 1e3 : 0; }
+}  // namespace
+
+std::string ops_text(const std::vector<OpStat>& ops, double total_ns, double peak) {
+  if (ops.empty()) return "";
+  std::ostringstream os;
+  char buf[320];
+  os << "time by op (critical chip; kernels: simulated TFLOP/s and % of the chip's peak)\n";
+  for (const auto& o : ops) {
+    const std::string name = o.name.size() > 34 ? o.name.substr(0, 31) + "..." : o.name;
+    if (o.kind == "kernel") {
+      std::snprintf(buf, sizeof buf, "  %-10s %-34s %4d x %14s %s  %9.2f TFLOP/s %5.1f%% of peak\n", o.kind.c_str(),
+                    name.c_str(), o.calls, fmt_ns(o.time_ns).c_str(), pct(o.time_ns, total_ns).c_str(), op_tflops(o),
+                    peak > 0 ? 100.0 * op_tflops(o) / peak : 0.0);
+    } else {
+      std::snprintf(buf, sizeof buf, "  %-10s %-34s %4d x %14s %s  %s\n", o.kind.c_str(), name.c_str(), o.calls,
+                    fmt_ns(o.time_ns).c_str(), pct(o.time_ns, total_ns).c_str(),
+                    o.bytes > 0 ? format_mib(o.bytes).c_str() : "");
+    }
+    os << buf;
+  }
+  return os.str();
+}
+
+nlohmann::json ops_json(const std::vector<OpStat>& ops, double total_ns, double peak) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& o : ops) {
+    nlohmann::json r = {{"name", o.name},       {"kind", o.kind},   {"calls", o.calls},
+                        {"time_ns", o.time_ns}, {"flops", o.flops}, {"bytes", o.bytes},
+                        {"fraction_of_total", total_ns > 0 ? o.time_ns / total_ns : 0.0}};
+    if (o.kind == "kernel") {
+      r["tflops"] = op_tflops(o);
+      r["peak_fraction"] = peak > 0 ? op_tflops(o) / peak : 0.0;
+    }
+    a.push_back(r);
+  }
+  return a;
+}
+
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json chips = nlohmann::json::array();
   for (const auto& c : r.per_chip)
@@ -56,6 +161,9 @@ nlohmann::json to_json(const RunReport& r) {
         {"tflops", r.sim_tflops},
         {"peak_tflops", r.peak_tflops},
         {"peak_fraction", r.peak_fraction},
+        {"idle_ns", std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm)},
+        {"tokens_per_s", r.tokens_per_s},
+        {"ops", ops_json(r.ops, r.critical.total, r.peak_tflops_per_chip)},
         {"all_reduce_ns", r.all_reduce_ns},
         {"all_reduce_algorithm", r.all_reduce_algorithm},
         {"all_reduce_bytes_per_chip", r.all_reduce_bytes_per_chip},
@@ -109,9 +217,13 @@ std::string to_text(const RunReport& r) {
   os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";
   os << "  communication      " << fmt_ns(b.communication) << "  " << pct(b.communication, b.total) << "\n";
   os << "  exposed comm       " << fmt_ns(b.exposed_comm) << "  " << pct(b.exposed_comm, b.total) << "\n";
+  const double idle = std::max(0.0, b.total - b.compute - b.exposed_comm);
+  os << "  idle               " << fmt_ns(idle) << "  " << pct(idle, b.total) << "\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "  throughput         %.2f TFLOP/s = %.1f%% of %.1f TFLOP/s peak (%d chips)\n",
                 r.sim_tflops, 100.0 * r.peak_fraction, r.peak_tflops, r.chips);
+  os << buf;
+  std::snprintf(buf, sizeof buf, "  tokens/s           %.4g (simulated)\n", r.tokens_per_s);
   os << buf;
   os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
      << r.all_reduce_algorithm << "), "
@@ -134,6 +246,7 @@ std::string to_text(const RunReport& r) {
     os << buf;
   }
   os << fused_text(r.fused, b.total);
+  os << ops_text(r.ops, b.total, r.peak_tflops_per_chip);
   os << "wall (this host)\n";
   std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
                 r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);

@@ -50,6 +50,7 @@
 #include "runtime/tensor.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
+#include "models/report.h"
 #include "sharding/fused.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
@@ -98,6 +99,14 @@ struct BlockMemory {
 // For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
 BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 
+// The keys the block's parser accepts per section (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks);
+// validate: takes sharding/engine_config.h's kValidateKeys.
+inline constexpr std::string_view kBlockRootKeys[] = {"name", "topology", "device", "workload", "parallel", "validate"};
+inline constexpr std::string_view kBlockModelKeys[] = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
+                                                       "seq",  "causal", "rope",  "dtype", "seed"};
+inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split",
+                                                          "ulysses", "fused", "chunks", "mesh_dims"};
+
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
 // Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
 // memory on chip N: needs X GiB, has Y GiB (allocating ...)" (ConfigError, exit 2) before anything runs.
@@ -124,6 +133,14 @@ struct BlockReport {
   int critical_chip = 0;
   double compute_ns = 0, communication_ns = 0, exposed_ns = 0;  // of the critical chip
   double attention_ns = 0;                                      // of the critical chip: attention kernels + ring
+  double idle_ns = 0;          // of the critical chip: total - compute - exposed (docs/MODEL.md)
+  double total_flops = 0;      // over all chips
+  double sim_tflops = 0;       // total_flops / sim_total_ns
+  double peak_tflops = 0;      // chips x the device's peak at the block's precision
+  double peak_tflops_per_chip = 0;
+  double peak_fraction = 0;    // sim_tflops / peak_tflops
+  double tokens_per_s = 0;     // seq / sim_total_ns (batch 1)
+  std::vector<OpStat> ops;     // the critical chip's time per kernel and per collective (models/report.h)
   std::vector<double> per_chip_total_ns;
   std::vector<double> per_chip_peak_bytes;
   std::map<std::string, CommStat> comm;  // per collective, the critical chip's figures
@@ -136,7 +153,7 @@ struct BlockReport {
   std::string resumed_from;  // weights read from this checkpoint ("" seeded)
 };
 
-// Checkpoints of a block (sharding/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
+// Checkpoints of a block (checkpoint/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
 // writing its shard (placements: Wq/Wk/Wv/W_gate/W_up Shard(1) over tp, Wo/W_down Shard(0) over tp, norms
 // Replicate; replicas over cp and repeated KV heads are written once), root attributes workload, heads, kv_heads,
 // seed, plan, mesh, config. Any plan reads any plan's checkpoint (resharding by reading each shard's block).

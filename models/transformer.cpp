@@ -1,4 +1,4 @@
-#include "sharding/transformer.h"
+#include "models/transformer.h"
 
 #include <mpi.h>
 
@@ -20,16 +20,16 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "runtime/transport.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
-#include "sharding/init.h"
+#include "models/init.h"
 #include "sharding/placement.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
-#include "sharding/report.h"
-#include "sharding/trace.h"
+#include "models/report.h"
+#include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
 #include "topology/topology_yaml.h"
@@ -127,7 +127,7 @@ bool is_block_config(const ConfigNode& root) {
 }
 
 BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) {
-  root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate"});
+  root.expect_keys(kBlockRootKeys);
   BlockConfig c;
   c.file = file;
   c.text = root.text();
@@ -135,7 +135,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
   const auto w = root.child("workload");
-  w.expect_keys({"kind", "model", "hidden", "heads", "kv_heads", "ffn", "seq", "causal", "rope", "dtype", "seed"});
+  w.expect_keys(kBlockModelKeys);
   c.model = w.get_string("model", "");
   auto& s = c.shape;
   s.hidden = w.get_positive_int("hidden");
@@ -162,7 +162,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   const int chips = c.topology.num_chips();
   if (root.has("parallel")) {
     const auto par = root.child("parallel");
-    par.expect_keys({"tp", "sp", "cp", "cp_split", "ulysses", "fused", "chunks", "mesh_dims"});
+    par.expect_keys(kBlockParallelKeys);
     p.tp = static_cast<int>(par.get_positive_int("tp", 1));
     p.sp = par.get_bool("sp", false);
     p.cp = static_cast<int>(par.get_positive_int("cp", 1));
@@ -218,7 +218,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   }
   if (root.has("validate")) {
     const auto v = root.child("validate");
-    v.expect_keys({"enabled", "tolerance"});
+    v.expect_keys(kValidateKeys);
     c.validate = v.get_bool("enabled", true);
     c.tolerance = v.has("tolerance") ? v.get_positive_double("tolerance") : 0;
   }
@@ -574,6 +574,9 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   std::vector<double> all_stats(rank == 0 ? nf * static_cast<size_t>(chips) : 0);
   runtime::check_mpi(MPI_Gather(stats.data(), static_cast<int>(nf), MPI_DOUBLE, all_stats.data(), static_cast<int>(nf),
                                 MPI_DOUBLE, 0, world.comm()), rank, "block report");
+  double flops_sum = 0;
+  runtime::check_mpi(MPI_Reduce(&bd.flops, &flops_sum, 1, MPI_DOUBLE, MPI_SUM, 0, world.comm()), rank, "block report");
+  rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
   if (!trace_path.empty()) write_trace(world, tl, trace_path);
 
   // ---- checkpoint: every weight with its global shape; each shard written once ----
@@ -630,6 +633,13 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
         rep.fused = unpack(v + n_plain, fused_ops);
       }
     }
+    rep.idle_ns = std::max(0.0, rep.sim_total_ns - rep.compute_ns - rep.exposed_ns);  // rounding: never below 0
+    rep.total_flops = flops_sum;
+    rep.sim_tflops = rep.sim_total_ns > 0 ? flops_sum / rep.sim_total_ns / 1e3 : 0;
+    rep.peak_tflops_per_chip = cfg.device.peak_tflops(runtime::precision_of(s.dtype));
+    rep.peak_tflops = chips * rep.peak_tflops_per_chip;
+    rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
+    rep.tokens_per_s = rep.sim_total_ns > 0 ? double(s.seq) / rep.sim_total_ns * 1e9 : 0;
     if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
@@ -691,6 +701,12 @@ std::string to_text(const BlockReport& r) {
      << us(r.attention_ns) << ")\n";
   os << "  communication      " << us(r.communication_ns) << "  " << pct(r.communication_ns) << "\n";
   os << "  exposed comm       " << us(r.exposed_ns) << "  " << pct(r.exposed_ns) << "\n";
+  os << "  idle               " << us(r.idle_ns) << "  " << pct(r.idle_ns) << "\n";
+  std::snprintf(b, sizeof b, "  throughput         %.2f TFLOP/s = %.1f%% of %.1f TFLOP/s peak (%d chips)\n",
+                r.sim_tflops, 100.0 * r.peak_fraction, r.peak_tflops, r.chips);
+  os << b;
+  std::snprintf(b, sizeof b, "  tokens/s           %.4g (simulated)\n", r.tokens_per_s);
+  os << b;
   double lo = r.per_chip_total_ns.empty() ? 0 : r.per_chip_total_ns[0], hi = lo;
   for (double t : r.per_chip_total_ns) {
     lo = std::min(lo, t);
@@ -701,7 +717,7 @@ std::string to_text(const BlockReport& r) {
   for (double v : r.per_chip_peak_bytes) peak = std::max(peak, v);
   std::snprintf(b, sizeof b, "  peak memory        %.3f GiB (largest chip)\n", peak / 1073741824.0);
   os << b;
-  os << "communication per chip (bytes sent; formula in sharding/transformer.h)\n";
+  os << "communication per chip (bytes sent; formula in models/transformer.h)\n";
   for (const auto& [k, c] : r.comm)
     os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in " << c.calls
        << " call(s), formula " << format_mib(c.expected) << "\n";
@@ -709,6 +725,7 @@ std::string to_text(const BlockReport& r) {
     os << "  single device      " << us(r.single_device_ns) << "  -> speedup "
        << (r.sim_total_ns > 0 ? r.single_device_ns / r.sim_total_ns : 0) << "x on " << r.chips << " chips\n";
   os << fused_text(r.fused, r.sim_total_ns);
+  os << ops_text(r.ops, r.sim_total_ns, r.peak_tflops_per_chip);
   std::snprintf(b, sizeof b, "wall (this host)\n  total %.3f s\n", r.wall_s);
   os << b;
   if (r.validated) {
@@ -740,6 +757,13 @@ std::string to_json_text(const BlockReport& r) {
                         {"communication_ns", r.communication_ns},
                         {"exposed_comm_ns", r.exposed_ns},
                         {"attention_ns", r.attention_ns},
+                        {"idle_ns", r.idle_ns},
+                        {"total_flops", r.total_flops},
+                        {"tflops", r.sim_tflops},
+                        {"peak_tflops", r.peak_tflops},
+                        {"peak_fraction", r.peak_fraction},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"ops", ops_json(r.ops, r.sim_total_ns, r.peak_tflops_per_chip)},
                         {"per_chip_total_ns", r.per_chip_total_ns},
                         {"per_chip_peak_memory_bytes", r.per_chip_peak_bytes},
                         {"single_device_ns", r.single_device_ns}}},

@@ -44,6 +44,8 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardsim::sharding {
@@ -75,6 +77,16 @@ struct SweepSpec {
   std::vector<SweepPoint> points;
 };
 
+// The keys the sweep parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
+// checks): the file, axes:, a workload entry {config, label, set}, a size range {from, to, factor}, a plan entry.
+inline constexpr std::string_view kSweepRootKeys[] = {"name", "output", "validate_max_bytes", "axes"};
+inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "collective", "algorithm",
+                                                      "size",     "dtype",  "workload",   "plan"};
+inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
+inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
+inline constexpr std::string_view kSweepPlanKeys[] = {"tp",  "sp",         "cp",    "cp_split",
+                                                      "ulysses", "all_reduce", "fused", "chunks"};
+
 SweepSpec load_sweep(const std::string& file);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);
 
@@ -98,7 +110,22 @@ std::string csv_line(const std::vector<std::string>& fields);
 std::string csv_header();
 std::string csv_row(const Row& row);
 std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped = nullptr);
-// The rows as a JSON document {"sweep": NAME, "rows": [...]} with numeric columns as numbers.
+// The answer of a workload sweep: per workload x topology x device, the plan with the lowest simulated time
+// among the points that ran and did not fail validation (verdict pass or not_validated), with its breakdown
+// (the row), how many plans were compared, and the plans that could not run with their reasons (verdict error:
+// e.g. a plan that cannot fill the chips). Groups in the rows' order of first appearance.
+struct BestPlan {
+  std::string workload, topology, device;
+  Row best;        // empty when no plan of the group ran
+  int compared = 0;
+  std::vector<std::pair<std::string, std::string>> skipped;  // plan, reason
+  std::vector<std::pair<std::string, std::string>> failed;   // plan, reason (validation failed)
+};
+std::vector<BestPlan> best_plans(const std::vector<Row>& rows);
+// The "best plan per topology x device" table ("" when the rows hold no workload point).
+std::string best_plans_text(const std::vector<BestPlan>& best);
+
+// The rows as a JSON document {"sweep": NAME, "rows": [...], "best_plans": [...]} with numeric columns as numbers.
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows);
 
 // Gnuplot: writes FILE.dat/FILE.gp pairs for the plots the rows support into DIR and returns the script names

@@ -1,4 +1,4 @@
-#include "sharding/init.h"
+#include "models/init.h"
 
 #include <Random123/philox.h>
 

@@ -1,4 +1,4 @@
-#include "sharding/workload.h"
+#include "models/workload.h"
 
 #include "collectives/algorithms.h"
 
@@ -14,9 +14,9 @@
 #include "common/error.h"
 #include "runtime/chips.h"
 #include "kernels/gemm.h"
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
-#include "sharding/trace.h"
+#include "models/trace.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::sharding {
@@ -33,13 +33,13 @@ RunConfig parse(const ConfigNode& root) {
   RunConfig c;
   c.file = root.file();
   c.text = root.text();
-  root.expect_keys({"name", "topology", "device", "workload", "parallel", "validate", "checkpoint"});
+  root.expect_keys(kMlpRootKeys);
   c.name = root.get_string("name", "");
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
 
   const auto w = root.child("workload");
-  w.expect_keys({"kind", "model", "hidden", "ffn", "tokens", "activation", "dtype", "seed"});
+  w.expect_keys(kMlpModelKeys);
   const std::string kind = w.get_string("kind");
   if (kind != "mlp") w.child("kind").fail("workload.kind: unknown workload '" + kind + "' (known: mlp)");
   c.model = w.get_string("model", "");
@@ -62,7 +62,7 @@ RunConfig parse(const ConfigNode& root) {
 
   if (root.has("parallel")) {
     const auto p = root.child("parallel");
-    p.expect_keys({"tp", "all_reduce", "fused", "chunks", "mesh_dims"});
+    p.expect_keys(kMlpParallelKeys);
     c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
     if (p.has("all_reduce")) {
       const std::string a = p.get_string("all_reduce");
@@ -93,14 +93,14 @@ RunConfig parse(const ConfigNode& root) {
   c.tolerance = c.mlp.dtype == runtime::DType::fp32 ? 1e-5 : 1.0 / 64.0;
   if (root.has("validate")) {
     const auto v = root.child("validate");
-    v.expect_keys({"enabled", "tolerance"});
+    v.expect_keys(kValidateKeys);
     c.validate = v.get_bool("enabled", true);
     if (v.has("tolerance")) c.tolerance = v.get_positive_double("tolerance");
   }
   c.checkpoint_path = (c.name.empty() ? std::string("shardsim_run") : c.name) + ".h5";
   if (root.has("checkpoint")) {
     const auto k = root.child("checkpoint");
-    k.expect_keys({"path", "enabled"});
+    k.expect_keys(kCheckpointKeys);
     c.checkpoint = k.get_bool("enabled", true);
     c.checkpoint_path = k.get_string("path", c.checkpoint_path);
   }
@@ -366,6 +366,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
 
   // ---- gather every chip's simulated breakdown on rank 0 ----
   const sim::Breakdown b = tl.breakdown();
+  rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, b.total));
   rep.all_reduce_algorithm = timing.all_reduce_algorithm;  // the same on every chip (auto decides globally)
   constexpr int kFields = 9;
   const double mine[kFields] = {b.total,      b.compute,    b.communication,        b.exposed_comm,
@@ -409,6 +410,8 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
     rep.peak_tflops = p * cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
+    rep.peak_tflops_per_chip = cfg.device.peak_tflops(runtime::precision_of(s.dtype));
+    rep.tokens_per_s = rep.critical.total > 0 ? double(s.tokens) / rep.critical.total * 1e9 : 0;
     rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   }
   rep.wall_total_s = seconds_since(t_start);

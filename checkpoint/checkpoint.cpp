@@ -1,4 +1,4 @@
-#include "sharding/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <hdf5.h>

@@ -1,4 +1,4 @@
-#include "sharding/mlp.h"
+#include "models/mlp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "collectives/all_reduce.h"
 #include "kernels/gemm.h"
-#include "sharding/init.h"
+#include "models/init.h"
 
 namespace shardsim::sharding {
 

@@ -1,0 +1,40 @@
+#include "experiments/config_keys.h"
+
+#include "experiments/sweep.h"
+#include "models/transformer.h"
+#include "models/workload.h"
+#include "sharding/engine_config.h"
+#include "sim/device_spec.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::sharding {
+
+const std::vector<ConfigKeySection>& config_key_sections() {
+  static const std::vector<ConfigKeySection> sections = {
+      {"run", "run configs, model.kind: mlp", kMlpRootKeys},
+      {"run", "run configs, model.kind: transformer_block", kBlockRootKeys},
+      {"model", "model.kind: mlp", kMlpModelKeys},
+      {"model", "model.kind: transformer_block", kBlockModelKeys},
+      {"parallel", "model.kind: mlp", kMlpParallelKeys},
+      {"parallel", "model.kind: transformer_block", kBlockParallelKeys},
+      {"validate", "run configs", kValidateKeys},
+      {"checkpoint", "run configs, model.kind: mlp", kCheckpointKeys},
+      {"device", "run configs, sweep device axis", sim::kDeviceKeys},
+      {"topology", "kind: ring | fully_connected | switch", topology::kTopologySimpleKeys},
+      {"topology", "kind: torus | mesh", topology::kTopologyGridKeys},
+      {"topology", "kind: stacked", topology::kTopologyStackedKeys},
+      {"topology", "kind: graph", topology::kTopologyGraphKeys},
+      {"topology.dims[]", "kind: stacked", topology::kTopologyDimKeys},
+      {"topology.links[]", "kind: graph", topology::kTopologyLinkKeys},
+      {"topology.protocol", "every topology kind", topology::kTopologyProtocolKeys},
+      {"ASTRA-sim network.yml", "topology files", topology::kAstraNetworkKeys},
+      {"sweep", "sweep files", kSweepRootKeys},
+      {"sweep.axes", "sweep files", kSweepAxisKeys},
+      {"sweep.axes.workload[]", "sweep files", kSweepWorkloadKeys},
+      {"sweep.axes.size", "sweep files (a range)", kSweepRangeKeys},
+      {"sweep.axes.plan[]", "sweep files", kSweepPlanKeys},
+  };
+  return sections;
+}
+
+}  // namespace shardsim::sharding
