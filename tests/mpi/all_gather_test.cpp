@@ -1,0 +1,14 @@
+// all_gather, all_gatherv over real ranks (ctest runs them at np 1, 2, 3, 4 and 8): every algorithm the registry lists for
+// them (and auto) x dtypes x ops x counts, checked bit-exactly against the single-device reference,
+// special values included (tests/mpi/collective_params.h). A new algorithm is covered by registering it.
+#include "mpi/collective_params.h"
+
+using shardsim::collectives::Collective;
+
+class AllGatherMatrix : public CollectiveTest {};
+TEST_P(AllGatherMatrix, MatchesReference) { run_matrix(); }
+SHARDSIM_REGISTRY_SUITES(AllGatherMatrix, Collective::all_gather);
+
+class AllGathervMatrix : public CollectiveTest {};
+TEST_P(AllGathervMatrix, MatchesReference) { run_matrix(); }
+SHARDSIM_REGISTRY_SUITES(AllGathervMatrix, Collective::all_gatherv);
