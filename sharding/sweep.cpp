@@ -459,7 +459,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
                 p.algorithm = a == "auto" ? a : collectives::canonical_algorithm(c, a);
                 if (p.algorithm.empty()) {
                   p.algorithm = a;
-                  p.error = p.collective + ": " + collectives::not_an_algorithm_of(c, a);
+                  p.error = p.collective;
+                  p.error += ": ";
+                  p.error += collectives::not_an_algorithm_of(c, a);
                 }
                 p.dtype = runtime::dtype_name(dt);
                 p.size_bytes = s;

@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -67,9 +69,16 @@ inline std::vector<CollectiveParam> count_params(shardsim::collectives::Collecti
 inline std::string param_name(const ::testing::TestParamInfo<CollectiveParam>& info) {
   using namespace shardsim;
   const auto& p = info.param;
-  std::string s = p.algorithm + "_" + runtime::dtype_name(p.dtype);
-  if (collectives::is_reduction(p.collective)) s += "_" + collectives::reduce_op_name(p.op);
-  return s + "_n" + std::to_string(p.count);
+  std::string s = p.algorithm;
+  s += '_';
+  s += runtime::dtype_name(p.dtype);
+  if (collectives::is_reduction(p.collective)) {
+    s += '_';
+    s += collectives::reduce_op_name(p.op);
+  }
+  s += "_n";
+  s += std::to_string(p.count);
+  return s;
 }
 
 inline bool has_in_place(shardsim::collectives::Collective c) {
@@ -128,19 +137,18 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       }
     }
     for (const auto& c : cases) {
-      const std::string what = collectives::collective_name(c.collective) + " " + c.algorithm + " " +
-                               runtime::dtype_name(c.dtype) + " " + collectives::reduce_op_name(c.op) + " count " +
-                               std::to_string(c.count) + " root " + std::to_string(c.root) +
-                               (c.in_place ? " in-place" : "") + (c.special_input ? " special" : "") + " chunk " +
-                               std::to_string(c.chunk_bytes);
+      std::ostringstream what;
+      what << collectives::collective_name(c.collective) << ' ' << c.algorithm << ' ' << runtime::dtype_name(c.dtype)
+           << ' ' << collectives::reduce_op_name(c.op) << " count " << c.count << " root " << c.root
+           << (c.in_place ? " in-place" : "") << (c.special_input ? " special" : "") << " chunk " << c.chunk_bytes;
       const collectives::Outcome o = collectives::run_case(f.tp, c);
-      EXPECT_EQ(o.wrong, 0u) << what << ": " << o.first_wrong;
+      EXPECT_EQ(o.wrong, 0u) << what.str() << ": " << o.first_wrong;
       const auto& names = collectives::algorithm_names(c.collective);
       if (c.algorithm == "auto")
-        EXPECT_NE(std::find(names.begin(), names.end(), o.algorithm), names.end()) << what << " ran " << o.algorithm;
+        EXPECT_NE(std::find(names.begin(), names.end(), o.algorithm), names.end()) << what.str() << " ran " << o.algorithm;
       else
-        EXPECT_EQ(o.algorithm, c.algorithm) << what;
-      EXPECT_GE(o.sim_time_ns, 0.0) << what;
+        EXPECT_EQ(o.algorithm, c.algorithm) << what.str();
+      EXPECT_GE(o.sim_time_ns, 0.0) << what.str();
     }
   }
 };
