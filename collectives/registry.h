@@ -4,8 +4,9 @@
 // tie-break order (algorithm_names), alias resolution (canonical_algorithm), "auto" selection and its
 // explanation (choose: applicability check, then the lowest cost estimate), error messages for unknown or
 // inapplicable names (not_an_algorithm_of), the catalogue (`shardsim bench --list`, catalogue_text), workload
-// and sweep validation, and the dispatch of the collectives themselves (all_reduce.cpp, flat.cpp, broadcast.cpp,
-// reduce.cpp call the descriptor's run hooks; no algorithm name is compared as a string outside this file).
+// and sweep validation, and the dispatch of the collectives themselves (all_reduce.cpp, reduce_scatter.cpp,
+// all_gather.cpp, broadcast.cpp, reduce.cpp call the descriptor's run hooks; no algorithm name is compared as a
+// string outside registry.cpp).
 // The parametrised MPI tests (tests/mpi/collective_params.h) enumerate the registry, so a new algorithm is
 // tested without editing a test. Recipe: docs/ARCHITECTURE.md, "Add a collective algorithm".
 //

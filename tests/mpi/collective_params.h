@@ -101,9 +101,11 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
     // because its communicator must not be freed after MPI_Finalize.
     static Fixture* shared = new Fixture(topology::Topology::ring(world_size(), topology::LinkSpec{100, 500}));
     Fixture& f = *shared;
-    if (p.algorithm != "auto")
-      if (const std::string why = collectives::obstacle(p.collective, p.algorithm, f.tp); !why.empty())
+    if (p.algorithm != "auto") {
+      if (const std::string why = collectives::obstacle(p.collective, p.algorithm, f.tp); !why.empty()) {
         GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
+      }
+    }
     std::vector<collectives::Case> cases;
     collectives::Case base;
     base.collective = p.collective;
@@ -144,10 +146,11 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       const collectives::Outcome o = collectives::run_case(f.tp, c);
       EXPECT_EQ(o.wrong, 0u) << what.str() << ": " << o.first_wrong;
       const auto& names = collectives::algorithm_names(c.collective);
-      if (c.algorithm == "auto")
+      if (c.algorithm == "auto") {
         EXPECT_NE(std::find(names.begin(), names.end(), o.algorithm), names.end()) << what.str() << " ran " << o.algorithm;
-      else
+      } else {
         EXPECT_EQ(o.algorithm, c.algorithm) << what.str();
+      }
       EXPECT_GE(o.sim_time_ns, 0.0) << what.str();
     }
   }

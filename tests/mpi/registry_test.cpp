@@ -24,11 +24,21 @@ TEST(Registry, NamesAndAliasesAreUniqueAndEveryCollectiveHasAnAlgorithm) {
     EXPECT_NE(a.estimate_ns, nullptr) << a.name;
     for (Collective c : a.collectives) {
       // The run hooks the collective's file calls must be there.
-      if (c == Collective::all_reduce) EXPECT_NE(a.all_reduce, nullptr) << a.name;
-      if (c == Collective::reduce_scatter) EXPECT_NE(a.reduce_scatter, nullptr) << a.name;
-      if (c == Collective::all_gather || c == Collective::all_gatherv) EXPECT_NE(a.all_gather, nullptr) << a.name;
-      if (c == Collective::broadcast) EXPECT_NE(a.broadcast, nullptr) << a.name;
-      if (c == Collective::reduce) EXPECT_NE(a.reduce, nullptr) << a.name;
+      if (c == Collective::all_reduce) {
+        EXPECT_NE(a.all_reduce, nullptr) << a.name;
+      }
+      if (c == Collective::reduce_scatter) {
+        EXPECT_NE(a.reduce_scatter, nullptr) << a.name;
+      }
+      if (c == Collective::all_gather || c == Collective::all_gatherv) {
+        EXPECT_NE(a.all_gather, nullptr) << a.name;
+      }
+      if (c == Collective::broadcast) {
+        EXPECT_NE(a.broadcast, nullptr) << a.name;
+      }
+      if (c == Collective::reduce) {
+        EXPECT_NE(a.reduce, nullptr) << a.name;
+      }
     }
   }
   for (Collective c : collectives::all_collectives()) EXPECT_FALSE(collectives::algorithm_names(c).empty());
@@ -67,7 +77,9 @@ TEST(Registry, CatalogueAndEstimatesCoverEveryAlgorithm) {
       if (!collectives::obstacle(c, a.name, f.tp).empty()) continue;
       const double t = collectives::estimate_ns(c, a.name, f.tp, 1 << 20);
       EXPECT_TRUE(std::isfinite(t) && t >= 0) << a.name << " " << collectives::collective_name(c) << ": " << t;
-      if (world_size() > 1 && c != Collective::barrier) EXPECT_GT(t, 0) << a.name;
+      if (world_size() > 1 && c != Collective::barrier) {
+        EXPECT_GT(t, 0) << a.name;
+      }
     }
   }
 }
