@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,6 +37,13 @@ struct CollectiveParam {
   shardsim::collectives::ReduceOp op = shardsim::collectives::ReduceOp::sum;
   bool all_forms = false;  // the Count suite: in and out of place, pipelined too
 };
+
+// gtest prints a failing parameter with this (instead of its bytes).
+inline void PrintTo(const CollectiveParam& p, std::ostream* os) {
+  *os << shardsim::collectives::collective_name(p.collective) << ' ' << p.algorithm << ' '
+      << shardsim::runtime::dtype_name(p.dtype) << ' ' << shardsim::collectives::reduce_op_name(p.op) << " count "
+      << p.count << (p.all_forms ? " (all forms)" : "");
+}
 
 inline std::vector<std::string> registry_algorithms_and_auto(shardsim::collectives::Collective c) {
   auto v = shardsim::collectives::algorithm_names(c);
