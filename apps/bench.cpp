@@ -18,6 +18,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "collectives/registry.h"
 #include "collectives/verify.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -36,7 +37,7 @@ struct BenchFlags {
   std::string min_bytes = "8", max_bytes = "32M", step_factor = "2", step_bytes, dtypes = "fp32", ops = "sum";
   std::string algo = "auto", chunk_bytes = "0", csv, json;
   int iters = 20, warmup = 5, check = 1, root = 0;
-  bool vs_mpi = false, explain = false;
+  bool vs_mpi = false, explain = false, list = false;
   bool csv_given = false, json_given = false;  // an empty path given explicitly is an error, not "no file"
   int gpus = 1;                                // nccl-tests' -g: one simulated chip per rank, so only 1
 };
@@ -196,6 +197,12 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   });
   connect(*net, world);
   runtime::Transport& g = *net->group;
+  if (f.list) {  // the registry's catalogue, with applicability and estimates on this group
+    if (world.rank() == 0)
+      std::printf("# shardsim bench --list: collective algorithms on %s; estimates for %zu B per rank\n%s",
+                  net->describe().c_str(), hi, collectives::catalogue_text(&g, static_cast<double>(hi)).c_str());
+    return kExitOk;
+  }
   size_t chunk = 0;
   world.agree([&] {
     chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
@@ -407,6 +414,8 @@ Command add_bench(CLI::App& app, const runtime::World& world) {
   sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 0: none)");
   sub->add_flag("--vs-mpi", f->vs_mpi, "also time MPI's own collective on the same buffers");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
+  sub->add_flag("--list", f->list, "print the algorithm catalogue (aliases, collectives, applicability and estimate "
+                                   "at -e bytes on this topology) and exit");
   sub->add_option("-g,--ngpus", f->gpus, "nccl-tests habit: chips per rank, always 1 here");
   sub->add_option("--csv", f->csv, "also write the rows as CSV")->each([f](const std::string&) { f->csv_given = true; });
   sub->add_option("--json", f->json, "also write the rows as JSON")->each([f](const std::string&) { f->json_given = true; });

@@ -10,6 +10,7 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "collectives/calibrate.h"
+#include "collectives/registry.h"
 #include "collectives/verify.h"
 #include "common/error.h"
 
@@ -61,9 +62,8 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     }
     opt.protocols = f.protocols;  // checked by collectives::calibrate
     if (f.algorithm != "auto") {
-      bool known = false;
-      for (auto c : collectives::all_collectives()) known = known || !collectives::canonical_algorithm(c, f.algorithm).empty();
-      if (!known) throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "'");
+      if (!collectives::find_algorithm(f.algorithm))
+        throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "' (shardsim bench --list shows the catalogue)");
     }
     if (f.out_given) check_outputs({{"--out", f.out}});
     if (f.out_given && !net->topo.is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");

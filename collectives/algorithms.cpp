@@ -13,8 +13,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "collectives/ring.h"
-#include "collectives/torus.h"
+#include "collectives/registry.h"
 #include "common/error.h"
 #include "runtime/world.h"
 
@@ -25,253 +24,21 @@ namespace {
 struct Entry {
   Collective c;
   const char* name;
-  std::vector<std::string> algorithms;
 };
 
 const std::vector<Entry>& catalogue() {
-  static const std::vector<std::string> flat = {"ring", "bidir_ring", "torus", "halving_doubling"};
-  static const std::vector<std::string> rooted = {"binomial_tree", "ring"};
   static const std::vector<Entry> v = {
-      {Collective::all_reduce, "all_reduce", flat},       {Collective::reduce_scatter, "reduce_scatter", flat},
-      {Collective::all_gather, "all_gather", flat},       {Collective::all_gatherv, "all_gatherv", flat},
-      {Collective::broadcast, "broadcast", rooted},       {Collective::reduce, "reduce", rooted},
-      {Collective::all_to_all, "all_to_all", {"direct"}}, {Collective::all_to_allv, "all_to_allv", {"direct"}},
-      {Collective::gather, "gather", {"direct"}},         {Collective::scatter, "scatter", {"direct"}},
-      {Collective::send_recv, "send_recv", {"direct"}},   {Collective::barrier, "barrier", {"dissemination"}},
+      {Collective::all_reduce, "all_reduce"}, {Collective::reduce_scatter, "reduce_scatter"},
+      {Collective::all_gather, "all_gather"}, {Collective::all_gatherv, "all_gatherv"},
+      {Collective::broadcast, "broadcast"},   {Collective::reduce, "reduce"},
+      {Collective::all_to_all, "all_to_all"}, {Collective::all_to_allv, "all_to_allv"},
+      {Collective::gather, "gather"},         {Collective::scatter, "scatter"},
+      {Collective::send_recv, "send_recv"},   {Collective::barrier, "barrier"},
   };
   return v;
 }
 
 const Entry& entry(Collective c) { return catalogue().at(static_cast<size_t>(c)); }
-
-const std::map<std::string, std::string>& aliases() {
-  static const std::map<std::string, std::string> m = {
-      {"bidirectional_ring", "bidir_ring"}, {"hd", "halving_doubling"},
-      {"rabenseifner", "halving_doubling"}, {"recursive_halving_doubling", "halving_doubling"},
-      {"tree", "binomial_tree"},            {"binomial", "binomial_tree"},
-      {"chain", "ring"},                    {"pairwise", "direct"},
-      {"hierarchical", "torus"},            {"multi_dim", "torus"},
-  };
-  return m;
-}
-
-// Route between the chips of two ranks: summed latency and bottleneck bandwidth.
-struct Path {
-  double latency_ns = 0;
-  double bandwidth = std::numeric_limits<double>::infinity();  // GB/s = bytes/ns
-  double time(double bytes) const { return latency_ns + (bytes > 0 ? bytes / bandwidth : 0); }
-};
-
-Path path(const runtime::Transport& tp, int a, int b) {
-  Path p;
-  const auto& topo = tp.topology();
-  for (int id : topo.route(tp.chip_of(a), tp.chip_of(b))) {
-    p.latency_ns += topo.link(id).latency_ns;
-    p.bandwidth = std::min(p.bandwidth, topo.link(id).bandwidth_gbps);
-  }
-  return p;
-}
-
-// Slowest time over all ranks r of a message of BYTES from r to r + DIST (mod p).
-double worst_step(const runtime::Transport& tp, int dist, double bytes) {
-  double worst = 0;
-  const int p = tp.size();
-  for (int r = 0; r < p; ++r) worst = std::max(worst, path(tp, r, ((r + dist) % p + p) % p).time(bytes));
-  return worst;
-}
-
-// Exact replays of the schedules the algorithms run, on the group's routes, through the same sim::Timeline
-// rules the simulation uses (one event-free timeline per sending rank), in the same issue order as the code.
-struct Replay {
-  const topology::Topology& topo;
-  std::vector<int> chips;  // rank -> chip
-  std::vector<std::unique_ptr<sim::Timeline>> tl;
-  Replay(const topology::Topology& t, std::vector<int> rank_to_chip)
-      : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()) {}
-  explicit Replay(const runtime::Transport& t) : Replay(t.topology(), t.rank_to_chip()) {}
-  int size() const { return static_cast<int>(chips.size()); }
-  double send(int from, int to, double ready, double bytes) {
-    if (from == to) return ready;
-    auto& mine = tl[static_cast<size_t>(from)];
-    if (!mine) mine = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(from)], topo, sim::DeviceSpec{}, false);
-    return mine->send("", chips[static_cast<size_t>(to)], bytes, ready).end;
-  }
-};
-
-// Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them.
-double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
-  const int p = rp.size();
-  if (p == 1 || chunk <= 0) return 0;
-  const int dirs = bidir ? 2 : 1;
-  const double per_dir = chunk / dirs;
-  const int m = chunk_bytes == 0 ? 1
-                                 : static_cast<int>(std::clamp(std::ceil(per_dir / static_cast<double>(chunk_bytes)),
-                                                               1.0, 64.0));
-  const double piece = per_dir / m;
-  const int lanes = dirs * m;
-  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), 0.0));
-  for (int pass = 0; pass < passes; ++pass) {
-    for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
-      double mx = 0;
-      for (auto& l : t) mx = std::max(mx, l[static_cast<size_t>(r)]);
-      for (auto& l : t) l[static_cast<size_t>(r)] = mx;
-    }
-    for (int step = 0; step < p - 1; ++step) {
-      auto next = t;
-      for (int r = 0; r < p; ++r)
-        for (int l = 0; l < lanes; ++l) {
-          const int d = l < m ? 1 : -1, dst = ((r + d) % p + p) % p;
-          const double arrive = rp.send(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece);
-          double& at = next[static_cast<size_t>(l)][static_cast<size_t>(dst)];
-          at = std::max(at, arrive);
-        }
-      t = std::move(next);
-    }
-  }
-  double end = 0;
-  for (const auto& l : t)
-    for (double x : l) end = std::max(end, x);
-  return end;
-}
-
-// Halving-doubling with Thakur's fold for non-powers of two (halving_doubling.cpp), step by step, with the
-// same ranges: all_reduce halves the buffer among the pow2 virtual ranks; reduce_scatter / all_gather move whole
-// chunks, and the first REM virtual ranks own two chunks each (so the halves are unequal when p is not 2^k).
-double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
-  const int p = tp.size();
-  if (p == 1 || bytes <= 0) return 0;
-  int pow2 = 1;
-  while (pow2 * 2 <= p) pow2 *= 2;
-  const int rem = p - pow2;
-  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
-  const double chunk = bytes / p;
-  const bool whole_chunks = !(rs && ag);  // reduce_scatter or all_gather alone
-  auto range_bytes = [&](int va, int vb) {
-    if (!whole_chunks) return bytes * (vb - va) / pow2;
-    const int lo = va < rem ? 2 * va : va + rem, hi = vb - 1 < rem ? 2 * (vb - 1) + 1 : vb - 1 + rem;
-    return chunk * (hi - lo + 1);
-  };
-  Replay rp(tp);
-  std::vector<double> t(static_cast<size_t>(p), 0.0);
-  auto exchange = [&](int a, int b, double ba, double bb) {  // a and b swap ba / bb bytes (sendrecv)
-    const double ta = t[static_cast<size_t>(a)], tb = t[static_cast<size_t>(b)];
-    const double at_b = rp.send(a, b, ta, ba), at_a = rp.send(b, a, tb, bb);
-    t[static_cast<size_t>(a)] = std::max(ta, at_a);
-    t[static_cast<size_t>(b)] = std::max(tb, at_b);
-  };
-  for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
-    t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs ? bytes : chunk));
-  if (rs)
-    for (int dist = pow2 / 2; dist >= 1; dist /= 2)
-      for (int v = 0; v < pow2; ++v) {
-        if (v & dist) continue;  // v is the lower partner: it keeps [va, mid), sends [mid, vb)
-        const int va = v & ~(2 * dist - 1), mid = va + dist, vb = va + 2 * dist;
-        exchange(real(v), real(v + dist), range_bytes(mid, vb), range_bytes(va, mid));
-      }
-  if (ag)
-    for (int dist = 1; dist < pow2; dist *= 2)
-      for (int v = 0; v < pow2; ++v) {
-        if (v & dist) continue;  // each sends the block of DIST virtual ranks it holds
-        const int mine = v & ~(dist - 1), theirs = mine ^ dist;
-        exchange(real(v), real(v ^ dist), range_bytes(mine, mine + dist), range_bytes(theirs, theirs + dist));
-      }
-  for (int r = 0; r + 1 < 2 * rem; r += 2)  // unfold: the odd rank sends the result (or the even rank's chunk) back
-    t[static_cast<size_t>(r)] = std::max(t[static_cast<size_t>(r)], rp.send(r + 1, r, t[static_cast<size_t>(r + 1)], ag ? bytes : chunk));
-  return *std::max_element(t.begin(), t.end());
-}
-
-// Pipelined chain (tree.cpp): pieces of PIECE bytes flow along ORDER[0] -> ORDER[1] -> ...
-double chain_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
-  const int p = tp.size();
-  const double piece_bytes = static_cast<double>(chunk_bytes ? chunk_bytes : (size_t{1} << 20));
-  const int m = static_cast<int>(std::clamp(std::ceil(bytes / piece_bytes), 1.0, 1024.0));
-  const double piece = bytes / m;
-  Replay rp(tp);
-  std::vector<double> t(static_cast<size_t>(m), 0.0);
-  double end = 0;
-  for (int w = 0; w + 1 < p; ++w) {
-    // Broadcast from rank 0 runs 0 -> 1 -> ... -> p-1; reduce to rank 0 runs 1 -> 2 -> ... -> p-1 -> 0.
-    const int from = reduce ? w + 1 : w, to = reduce ? (w + 2) % p : w + 1;
-    for (int j = 0; j < m; ++j) {
-      t[static_cast<size_t>(j)] = rp.send(from, to, t[static_cast<size_t>(j)], piece);
-      end = std::max(end, t[static_cast<size_t>(j)]);
-    }
-  }
-  return end;
-}
-
-// Per-dimension rings (torus.cpp): the ring along each dimension through chip 0, in the algorithm's order
-// (torus::dim_order), replayed with the data left after the dimensions before it (S, S/k, ...). Lines of one
-// dimension use disjoint links.
-double torus_estimate(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes) {
-  const auto& topo = tp.topology();
-  double t = 0, s = bytes;
-  for (const auto& d : torus::dim_order(topo)) {
-    t += ring_estimate(Replay(topo, d.line), s / d.k, passes, d.bidirectional, chunk_bytes);
-    s /= d.k;
-  }
-  return t;
-}
-
-// Direct exchange: every rank injects the given bytes to every peer at once (peer r+1 first, as the code
-// issues them); the timeline serializes what shares a port or a link.
-double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs) {
-  const int p = tp.size();
-  Replay rp(tp);
-  double worst = 0;
-  for (int r = 0; r < p; ++r) {
-    if (root_only_sends && r != 0) break;
-    for (int s = 1; s < p; ++s) {
-      const int dst = (r + s) % p;
-      if (root_only_recvs && dst != 0) continue;
-      worst = std::max(worst, rp.send(r, dst, 0.0, per_peer));
-    }
-  }
-  return worst;
-}
-
-// The binomial tree's schedule replayed on the topology (root 0; every chip's sends queue on its ports in the
-// order the tree code issues them), so sends that share a first link are charged, as the simulator does.
-double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
-  const int p = tp.size();
-  const double m = chunk_bytes ? std::clamp(std::ceil(bytes / static_cast<double>(chunk_bytes)), 1.0, 1024.0) : 1.0;
-  const double piece = bytes / m;  // pieces as tree.cpp cuts them (at most 1024)
-  auto children = [p](int v) {
-    std::vector<int> out;
-    int mask = 1;
-    while (mask < p && !(v & mask)) mask <<= 1;
-    for (mask >>= 1; mask > 0; mask >>= 1)
-      if (v + mask < p) out.push_back(v + mask);
-    return out;
-  };
-  std::vector<std::vector<double>> ready(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(m), 0.0));
-  Replay rp(tp);
-  auto send = [&](int a, int b, double t) { return rp.send(a, b, t, piece); };
-  double end = 0;
-  if (!reduce) {
-    for (int v = 0; v < p; ++v)  // parents before children: a child's index is larger
-      for (int ch : children(v))
-        for (size_t j = 0; j < ready[0].size(); ++j) {
-          ready[static_cast<size_t>(ch)][j] = send(v, ch, ready[static_cast<size_t>(v)][j]);
-          end = std::max(end, ready[static_cast<size_t>(ch)][j]);
-        }
-    return end;
-  }
-  for (int v = p - 1; v > 0; --v) {  // children before parents; each sends all pieces to its parent
-    int parent = v;
-    for (int mask = 1; mask < p; mask <<= 1)
-      if (v & mask) {
-        parent = v - mask;
-        break;
-      }
-    for (size_t j = 0; j < ready[0].size(); ++j) {
-      const double arrive = send(v, parent, ready[static_cast<size_t>(v)][j]);
-      ready[static_cast<size_t>(parent)][j] = std::max(ready[static_cast<size_t>(parent)][j], arrive);
-    }
-  }
-  for (double t : ready[0]) end = std::max(end, t);
-  return end;
-}
 
 std::string us(double ns) {
   char b[32];
@@ -308,13 +75,19 @@ bool is_rooted(Collective c) {
   return c == Collective::broadcast || c == Collective::reduce || c == Collective::gather || c == Collective::scatter;
 }
 
-const std::vector<std::string>& algorithm_names(Collective c) { return entry(c).algorithms; }
+const std::vector<std::string>& algorithm_names(Collective c) {
+  static const std::vector<std::vector<std::string>> by_collective = [] {
+    std::vector<std::vector<std::string>> v(catalogue().size());
+    for (const auto& a : registered_algorithms())
+      for (Collective x : a.collectives) v.at(static_cast<size_t>(x)).push_back(a.name);
+    return v;
+  }();
+  return by_collective.at(static_cast<size_t>(c));
+}
 
 std::string canonical_algorithm(Collective c, const std::string& name) {
-  std::string n = name;
-  if (auto it = aliases().find(n); it != aliases().end()) n = it->second;
-  const auto& names = algorithm_names(c);
-  return std::find(names.begin(), names.end(), n) != names.end() ? n : "";
+  const AlgorithmDescriptor* a = find_algorithm(name);
+  return a && a->implements(c) ? a->name : "";
 }
 
 std::string not_an_algorithm_of(Collective c, const std::string& name) {
@@ -330,47 +103,17 @@ std::string not_an_algorithm_of(Collective c, const std::string& name) {
 }
 
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp) {
-  if (algorithm == "bidir_ring") return ring::bidirectional_obstacle(tp);
-  if (algorithm == "torus") return torus::obstacle(tp);
-  (void)c;
-  return "";
+  const AlgorithmDescriptor* a = find_algorithm(algorithm);
+  if (!a || !a->implements(c)) return "it is not an algorithm of " + collective_name(c);
+  return a->obstacle ? a->obstacle(c, tp) : "";
 }
 
-double estimate_ns(Collective c, const std::string& a, const runtime::Transport& tp, double bytes,
+double estimate_ns(Collective c, const std::string& algorithm, const runtime::Transport& tp, double bytes,
                    size_t chunk_bytes) {
-  const int p = tp.size();
-  if (p == 1) return 0;
-  switch (c) {
-    case Collective::all_reduce:
-    case Collective::reduce_scatter:
-    case Collective::all_gather:
-    case Collective::all_gatherv: {
-      const int passes = c == Collective::all_reduce ? 2 : 1;
-      const bool rs = c != Collective::all_gather && c != Collective::all_gatherv;
-      const bool ag = c != Collective::reduce_scatter;
-      if (a == "ring" || a == "bidir_ring") return ring_estimate(Replay(tp), bytes / p, passes, a == "bidir_ring", chunk_bytes);
-      if (a == "torus") return torus_estimate(tp, bytes, passes, chunk_bytes);
-      if (a == "halving_doubling") return hd_estimate(tp, bytes, rs, ag);
-      break;
-    }
-    case Collective::broadcast:
-    case Collective::reduce: {
-      if (a == "ring") return chain_estimate(tp, bytes, chunk_bytes, c == Collective::reduce);
-      if (a == "binomial_tree") return binomial_estimate(tp, bytes, chunk_bytes, c == Collective::reduce);
-      break;
-    }
-    case Collective::all_to_all:
-    case Collective::all_to_allv: return direct_estimate(tp, bytes / p, false, false);
-    case Collective::gather: return direct_estimate(tp, bytes / p, false, true);
-    case Collective::scatter: return direct_estimate(tp, bytes / p, true, false);
-    case Collective::send_recv: return worst_step(tp, 1, bytes);
-    case Collective::barrier: {
-      double t = 0;
-      for (int dist = 1; dist < p; dist *= 2) t += worst_step(tp, dist, 0);
-      return t;
-    }
-  }
-  return std::numeric_limits<double>::infinity();
+  if (tp.size() == 1) return 0;
+  const AlgorithmDescriptor* a = find_algorithm(algorithm);
+  if (!a || !a->implements(c) || !a->estimate_ns) return std::numeric_limits<double>::infinity();
+  return a->estimate_ns(c, tp, bytes, chunk_bytes);
 }
 
 runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& o, uint64_t count,
@@ -434,13 +177,14 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
     if (const std::string why = obstacle(c, a, tp); !why.empty())
       throw UsageError(cname + ": algorithm '" + a + "' cannot run on " + std::to_string(tp.size()) + " chips of " +
                        tp.topology().describe() + ": " + why);
-    return {a, ""};
+    return {a, find_algorithm(a), ""};
   }
   // The choice depends only on the group, its topology, the size and the chunk size: memoised per transport.
   const std::array<uint64_t, 4> key = {static_cast<uint64_t>(c), std::bit_cast<uint64_t>(bytes), options.chunk_bytes,
                                        std::hash<std::string>{}(options.algorithm)};
   auto& memo = tp.choice_memo();
-  if (auto it = memo.find(key); it != memo.end()) return {it->second.first, it->second.second};
+  if (auto it = memo.find(key); it != memo.end())
+    return {it->second.first, find_algorithm(it->second.first), it->second.second};
   if (memo.size() >= 4096) memo.clear();
   Choice best;
   double best_ns = std::numeric_limits<double>::infinity();
@@ -463,6 +207,7 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
     why += " " + a + " " + text + (a == best.algorithm ? " (chosen)" : "") + ";";
   why.pop_back();
   best.explanation = why;
+  best.descriptor = find_algorithm(best.algorithm);
   memo.emplace(key, std::make_pair(best.algorithm, best.explanation));
   return best;
 }

@@ -1,6 +1,7 @@
 // The collective catalogue and algorithm selection.
 //
-// Every collective has a list of algorithms (names below). A caller either forces one (an unknown name or
+// Every collective has a list of algorithms, derived from the registry (collectives/registry.h, one descriptor per
+// algorithm); at present: A caller either forces one (an unknown name or
 // one that cannot run on the group/topology is a UsageError, exit 2, saying which and why) or asks for
 // "auto": each applicable algorithm's simulated time is estimated by replaying its schedule on the group's
 // routes (below), and the lowest estimate wins (ties: the earlier name in the list). The explanation lists
@@ -68,8 +69,11 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
 runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& options,
                                   uint64_t count, DType dtype, int op);
 
+struct AlgorithmDescriptor;  // collectives/registry.h
+
 struct Choice {
-  std::string algorithm;
+  std::string algorithm;  // canonical name
+  const AlgorithmDescriptor* descriptor = nullptr;  // its registry entry (run hooks)
   std::string explanation;  // "auto: ring 12.3 us, bidir_ring 6.4 us (chosen), torus n/a (...)"
 };
 // Resolves OPTIONS.algorithm for C. Throws UsageError for unknown or inapplicable algorithms.

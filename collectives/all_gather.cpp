@@ -4,6 +4,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/flat.h"
+#include "collectives/registry.h"
 #include "common/error.h"
 
 namespace shardsim::collectives {
@@ -23,7 +24,7 @@ CollectiveResult gather_layout(runtime::Transport& tp, Collective c, const void*
   const size_t me = static_cast<size_t>(tp.rank());
   auto* mine = static_cast<unsigned char*>(recvbuf) + layout.offset[me] * es;
   if (sendbuf != mine && layout.size[me]) std::memmove(mine, sendbuf, layout.size[me] * es);
-  const sim::TimeNs t = flat::all_gather(tp, choice.algorithm, recvbuf, layout, dtype, o.chunk_bytes, ready, name);
+  const sim::TimeNs t = choice.descriptor->all_gather(tp, recvbuf, layout, dtype, o.chunk_bytes, ready, name);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, bytes, sent_before);
 }
 

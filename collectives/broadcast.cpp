@@ -4,7 +4,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/flat.h"
-#include "collectives/tree.h"
+#include "collectives/registry.h"
 #include "common/error.h"
 
 namespace shardsim::collectives {
@@ -25,9 +25,7 @@ CollectiveResult broadcast(runtime::Transport& tp, const void* sendbuf, void* re
   const double sent_before = tp.bytes_sent();
   if (tp.rank() == options.root && sendbuf != recvbuf && bytes) std::memcpy(recvbuf, sendbuf, bytes);
   const sim::TimeNs t =
-      choice.algorithm == "ring"
-          ? tree::broadcast_chain(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, ready, name)
-          : tree::broadcast_binomial(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, ready, name);
+      choice.descriptor->broadcast(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, ready, name);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
                       sent_before);
 }

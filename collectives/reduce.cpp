@@ -5,7 +5,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/broadcast.h"
 #include "collectives/flat.h"
-#include "collectives/tree.h"
+#include "collectives/registry.h"
 
 namespace shardsim::collectives {
 
@@ -21,9 +21,7 @@ CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvb
   unsigned char* acc = tp.scratch(1, bytes);  // slot 1: the tree uses slot 2 for what children send
   if (bytes) std::memcpy(acc, sendbuf, bytes);
   const sim::TimeNs t =
-      choice.algorithm == "ring"
-          ? tree::reduce_chain(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name)
-          : tree::reduce_binomial(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name);
+      choice.descriptor->reduce(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name);
   if (tp.rank() == options.root) {
     if (op == ReduceOp::avg) finish_avg(acc, count, dtype, static_cast<size_t>(tp.size()));
     if (bytes) std::memcpy(recvbuf, acc, bytes);

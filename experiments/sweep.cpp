@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collectives/algorithms.h"
+#include "collectives/registry.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -401,7 +402,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
       for (const auto& item : axis_items(axes, "algorithm")) {
         const auto a = scalar(item, "algorithm name");
         bool known = a == "auto";
-        for (const auto& c : cs) known = known || !collectives::canonical_algorithm(c.first, a).empty();
+        for (const auto& c : cs) known = known || collectives::algorithm_name_error(c.first, a).empty();
         if (!known) item.fail(item.path() + ": no listed collective has an algorithm '" + a + "'");
         algs.push_back(a);
       }
@@ -464,9 +465,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
                 p.algorithm = a == "auto" ? a : collectives::canonical_algorithm(c, a);
                 if (p.algorithm.empty()) {
                   p.algorithm = a;
-                  p.error = p.collective + " has no algorithm '" + a + "' (known: ";
-                  for (const auto& n : collectives::algorithm_names(c)) p.error += n + ", ";
-                  p.error += "auto)";
+                  p.error = p.collective;
+                  p.error += ": ";
+                  p.error += collectives::not_an_algorithm_of(c, a);
                 }
                 p.dtype = runtime::dtype_name(dt);
                 p.size_bytes = s;

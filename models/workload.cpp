@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "collectives/algorithms.h"
+#include "collectives/registry.h"
 #include "common/error.h"
 #include "runtime/chips.h"
 #include "kernels/gemm.h"
@@ -66,9 +67,8 @@ RunConfig parse(const ConfigNode& root) {
     c.tp = static_cast<int>(p.get_positive_int("tp", c.topology.num_chips()));
     if (p.has("all_reduce")) {
       const std::string a = p.get_string("all_reduce");
-      if (a != "auto" && collectives::canonical_algorithm(collectives::Collective::all_reduce, a).empty())
-        p.child("all_reduce").fail("parallel.all_reduce: unknown algorithm '" + a +
-                                   "' (known: ring, bidir_ring, torus, halving_doubling, auto)");
+      if (const auto why = collectives::algorithm_name_error(collectives::Collective::all_reduce, a); !why.empty())
+        p.child("all_reduce").fail("parallel.all_reduce: " + why);
       c.all_reduce_algorithm = a;
     }
     c.fused = parse_fused_plan(p, c.tp, c.mlp.tokens, c.mlp.hidden);  // the output y [tokens, hidden]

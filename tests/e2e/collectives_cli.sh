@@ -65,6 +65,16 @@ expect_exit 0 'all_reduce .*\(halving_doubling\)' -- shardsim_mpi 4 run algo.yam
 sed 's/all_reduce: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
 expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unknown algorithm 'warp'" -- \
   shardsim_mpi 4 run warp.yaml --no-checkpoint
+sed 's/all_reduce: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
+expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, torus, halving_doubling, auto" -- \
+  shardsim_mpi 4 run tree.yaml --no-checkpoint
+
+e2e_case "algorithm catalogue (bench --list, from the registry)"
+if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
+  assert_out '^  all_reduce      n/a \(.*same link' "bidir_ring is not applicable on a one-way ring, with the reason"
+  assert_out '^  all_reduce: ring bidir_ring torus halving_doubling auto$' "auto's tie-break order per collective"
+  assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
+fi
 
 e2e_case "sub-group verdicts and resource checks"
 if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all_reduce -d fp32 -o sum --counts 7 \

@@ -117,7 +117,7 @@ TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
   EXPECT_EQ(keys.size(), s.points.size()) << "keys are unique";
   // binomial_tree is not an all_reduce algorithm: a recorded failure, not an input error.
   EXPECT_EQ(s.points[16].algorithm, "binomial_tree");
-  EXPECT_NE(s.points[16].error.find("all_reduce has no algorithm 'binomial_tree'"), std::string::npos);
+  EXPECT_NE(s.points[16].error.find("all_reduce: algorithm 'binomial_tree' is not applicable to all_reduce (it is an algorithm of broadcast, reduce)"), std::string::npos);
   EXPECT_TRUE(s.points[8].error.empty());
 }
 

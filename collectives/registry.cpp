@@ -1,0 +1,274 @@
+#include "collectives/registry.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "collectives/cost_model.h"
+#include "collectives/halving_doubling.h"
+#include "collectives/ring.h"
+#include "collectives/torus.h"
+#include "collectives/tree.h"
+#include "common/error.h"
+
+namespace shardsim::collectives {
+
+namespace {
+
+using C = Collective;
+
+// Reduce-scatter and all-gather passes and which a collective needs (all_reduce: both).
+bool has_rs(C c) { return c == C::all_reduce || c == C::reduce_scatter; }
+bool has_ag(C c) { return c == C::all_reduce || c == C::all_gather || c == C::all_gatherv; }
+int passes(C c) { return c == C::all_reduce ? 2 : 1; }
+
+void copy_in(const void* sendbuf, void* recvbuf, size_t count, DType t) {
+  const size_t bytes = count * runtime::dtype_size(t);
+  if (sendbuf != recvbuf && bytes) std::memcpy(recvbuf, sendbuf, bytes);
+}
+
+// --- ring / bidir_ring (ring.h) ---
+template <bool Bidir>
+sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
+                    size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+  return std::max(ready, ring::reduce_scatter(tp, base, lanes, t, op, name));
+}
+template <bool Bidir>
+sim::TimeNs ring_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t chunk_bytes,
+                    sim::TimeNs ready, const std::string& name) {
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+  return std::max(ready, ring::all_gather(tp, base, lanes, t, name));
+}
+template <bool Bidir>
+sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
+                    size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
+  if (tp.size() > 1 && sendbuf != recvbuf) {
+    // Out of place: read SENDBUF directly in the reduce-scatter pass (no initial copy of S bytes).
+    auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+    const sim::TimeNs mid = std::max(ready, ring::reduce_scatter(tp, recvbuf, lanes, t, op, name, sendbuf));
+    return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
+  }
+  copy_in(sendbuf, recvbuf, count, t);
+  const sim::TimeNs mid = ring_rs<Bidir>(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
+  return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
+}
+template <bool Bidir>
+double ring_cost(C c, const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
+  if (c == C::broadcast || c == C::reduce) return cost::chain(tp, bytes, chunk_bytes, c == C::reduce);
+  return cost::ring(tp, bytes / tp.size(), passes(c), Bidir, chunk_bytes);
+}
+
+// --- torus (torus.h) ---
+sim::TimeNs torus_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
+                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  return torus::reduce_scatter(tp, base, layout, t, op, ready, chunk_bytes, name);
+}
+sim::TimeNs torus_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t chunk_bytes,
+                     sim::TimeNs ready, const std::string& name) {
+  return torus::all_gather(tp, base, layout, t, ready, chunk_bytes, name);
+}
+sim::TimeNs torus_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
+                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  copy_in(sendbuf, recvbuf, count, t);
+  // Chunks in the algorithm's position order, so its passes run in place (torus.h).
+  const Layout layout = torus::layout(tp, Partition{count, static_cast<size_t>(tp.size())});
+  const sim::TimeNs mid = torus_rs(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
+  return torus_ag(tp, recvbuf, layout, t, chunk_bytes, mid, name);
+}
+
+// --- halving_doubling (halving_doubling.h) ---
+sim::TimeNs hd_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op, size_t,
+                  sim::TimeNs ready, const std::string& name) {
+  return halving_doubling::reduce_scatter(tp, base, layout, t, op, ready, name);
+}
+sim::TimeNs hd_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t, sim::TimeNs ready,
+                  const std::string& name) {
+  return halving_doubling::all_gather(tp, base, layout, t, ready, name);
+}
+sim::TimeNs hd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
+                  size_t, sim::TimeNs ready, const std::string& name) {
+  copy_in(sendbuf, recvbuf, count, t);
+  return halving_doubling::all_reduce(tp, recvbuf, count, t, op, ready, name);
+}
+
+// --- direct and dissemination (the one-algorithm collectives' own files) ---
+double direct_cost(C c, const runtime::Transport& tp, double bytes, size_t) {
+  const double per_peer = bytes / tp.size();
+  switch (c) {
+    case C::gather: return cost::direct(tp, per_peer, false, true);
+    case C::scatter: return cost::direct(tp, per_peer, true, false);
+    case C::send_recv: return cost::worst_step(tp, 1, bytes);
+    default: return cost::direct(tp, per_peer, false, false);  // all_to_all(v)
+  }
+}
+double dissemination_cost(C, const runtime::Transport& tp, double, size_t) {
+  double t = 0;
+  for (int dist = 1; dist < tp.size(); dist *= 2) t += cost::worst_step(tp, dist, 0);
+  return t;
+}
+
+const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C::all_gatherv};
+
+// THE registration: one entry per algorithm. Order = tie-break order of "auto" within each collective.
+std::vector<AlgorithmDescriptor> make_registry() {
+  std::vector<AlgorithmDescriptor> v;
+  {
+    AlgorithmDescriptor a;
+    a.name = "binomial_tree";
+    a.aliases = {"tree", "binomial"};
+    a.summary = "binomial tree from/to the root, ceil(log2 p) rounds (tree.h); wins for small messages";
+    a.collectives = {C::broadcast, C::reduce};
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::binomial(tp, bytes, chunk, c == C::reduce);
+    };
+    a.broadcast = tree::broadcast_binomial;
+    a.reduce = tree::reduce_binomial;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "ring";
+    a.aliases = {"chain"};
+    a.summary = "one-way ring passes (ring.h); broadcast/reduce: pipelined chain along the ring (tree.h)";
+    a.collectives = kFlat;
+    a.collectives.insert(a.collectives.end(), {C::broadcast, C::reduce});
+    a.estimate_ns = ring_cost<false>;
+    a.reduce_scatter = ring_rs<false>;
+    a.all_gather = ring_ag<false>;
+    a.all_reduce = ring_ar<false>;
+    a.broadcast = tree::broadcast_chain;
+    a.reduce = tree::reduce_chain;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "bidir_ring";
+    a.aliases = {"bidirectional_ring"};
+    a.summary = "ring with half of every chunk going each way (ring.h); needs distinct links to both neighbours";
+    a.collectives = kFlat;
+    a.obstacle = [](C, const runtime::Transport& tp) { return ring::bidirectional_obstacle(tp); };
+    a.estimate_ns = ring_cost<true>;
+    a.reduce_scatter = ring_rs<true>;
+    a.all_gather = ring_ag<true>;
+    a.all_reduce = ring_ar<true>;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "torus";
+    a.aliases = {"hierarchical", "multi_dim"};
+    a.summary = "one ring per grid dimension, fastest dimension first (torus.h); needs a grid topology";
+    a.collectives = kFlat;
+    a.obstacle = [](C, const runtime::Transport& tp) { return torus::obstacle(tp); };
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::torus(tp, bytes, passes(c), chunk);
+    };
+    a.reduce_scatter = torus_rs;
+    a.all_gather = torus_ag;
+    a.all_reduce = torus_ar;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "halving_doubling";
+    a.aliases = {"hd", "rabenseifner", "recursive_halving_doubling"};
+    a.summary = "recursive halving / doubling, log2 p steps, Thakur's fold for non-powers of two (halving_doubling.h)";
+    a.collectives = kFlat;
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t) {
+      return cost::halving_doubling(tp, bytes, has_rs(c), has_ag(c));
+    };
+    a.reduce_scatter = hd_rs;
+    a.all_gather = hd_ag;
+    a.all_reduce = hd_ar;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "direct";
+    a.aliases = {"pairwise"};
+    a.summary = "every rank sends to every peer at once (all_to_all.cpp, gather.cpp, send_recv.cpp)";
+    a.collectives = {C::all_to_all, C::all_to_allv, C::gather, C::scatter, C::send_recv};
+    a.estimate_ns = direct_cost;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "dissemination";
+    a.summary = "dissemination barrier: ceil(log2 p) rounds of empty messages at distances 1, 2, 4, ...";
+    a.collectives = {C::barrier};
+    a.estimate_ns = dissemination_cost;
+    v.push_back(a);
+  }
+  return v;
+}
+
+std::string us(double ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f us", ns / 1e3);
+  return b;
+}
+
+}  // namespace
+
+bool AlgorithmDescriptor::implements(Collective c) const {
+  return std::find(collectives.begin(), collectives.end(), c) != collectives.end();
+}
+
+const std::vector<AlgorithmDescriptor>& registered_algorithms() {
+  static const std::vector<AlgorithmDescriptor> v = make_registry();
+  return v;
+}
+
+const AlgorithmDescriptor* find_algorithm(const std::string& name) {
+  for (const auto& a : registered_algorithms())
+    if (a.name == name) return &a;
+  for (const auto& a : registered_algorithms())
+    if (std::find(a.aliases.begin(), a.aliases.end(), name) != a.aliases.end()) return &a;
+  return nullptr;
+}
+
+const AlgorithmDescriptor& algorithm_of(Collective c, const std::string& name) {
+  const AlgorithmDescriptor* a = find_algorithm(name);
+  if (!a || !a->implements(c)) throw UsageError(collective_name(c) + ": " + not_an_algorithm_of(c, name));
+  return *a;
+}
+
+std::string algorithm_name_error(Collective c, const std::string& name) {
+  if (name == "auto" || !canonical_algorithm(c, name).empty()) return "";
+  return not_an_algorithm_of(c, name);
+}
+
+std::string catalogue_text(const runtime::Transport* tp, double bytes) {
+  std::string out;
+  for (const auto& a : registered_algorithms()) {
+    out += a.name;
+    if (!a.aliases.empty()) {
+      out += " (aliases:";
+      for (const auto& s : a.aliases) out += " " + s;
+      out += ")";
+    }
+    out += "\n  " + a.summary + "\n";
+    for (Collective c : a.collectives) {
+      char line[64];
+      std::snprintf(line, sizeof line, "  %-15s", collective_name(c).c_str());
+      out += line;
+      if (tp) {
+        const std::string why = obstacle(c, a.name, *tp);
+        out += why.empty() ? " " + us(estimate_ns(c, a.name, *tp, bytes)) : " n/a (" + why + ")";
+      }
+      out += "\n";
+    }
+  }
+  out += "per collective (auto's tie-break order):\n";
+  for (Collective c : all_collectives()) {
+    out += "  " + collective_name(c) + ":";
+    for (const auto& n : algorithm_names(c)) out += " " + n;
+    out += " auto\n";
+  }
+  return out;
+}
+
+}  // namespace shardsim::collectives
