@@ -1,5 +1,9 @@
 #include "models/report.h"
 
+#include <cstring>
+
+#include "runtime/chips.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -79,6 +83,15 @@ std::vector<OpStat> op_breakdown(const sim::Timeline& tl) {
 }
 
 int critical_rank(const runtime::World& world, double my_total_ns) {
+  if (world.vcomm()) {  // chip mode (runtime/chips.h): every chip's total through the chip router
+    const auto bytes = runtime::chips::allgather(*world.vcomm(), &my_total_ns, sizeof my_total_ns, "report: critical chip");
+    std::vector<double> totals(bytes.size() / sizeof(double));
+    std::memcpy(totals.data(), bytes.data(), totals.size() * sizeof(double));
+    int best = 0;  // MPI_MAXLOC's rule: the largest value, the lowest rank among equals
+    for (int r = 1; r < static_cast<int>(totals.size()); ++r)
+      if (totals[static_cast<size_t>(r)] > totals[static_cast<size_t>(best)]) best = r;
+    return best;
+  }
   struct {
     double v;
     int r;
