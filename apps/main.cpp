@@ -330,11 +330,13 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
-      if (runtime::chips_per_rank() > 1)
-        for (const auto* c : {&topo, &ckpt_cmd, &sweep, &calibrate})
-          if (c->app->parsed())
-            throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips work "
-                             "with run, bench and validate)");
+      world.agree([&] {
+        if (runtime::chips_per_rank() > 1)
+          for (const auto* c : {&topo, &ckpt_cmd, &sweep, &calibrate, &train})
+            if (c->app->parsed())
+              throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips "
+                               "work with run, bench and validate)");
+      });
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})
         if (c->app->parsed()) return c->run();
