@@ -16,6 +16,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -318,7 +319,7 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   auto flags = std::make_shared<TrainFlags>();
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }
 

@@ -93,4 +93,8 @@ if expect_exit 2 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* 
     -- shardsim_mpi 2 train huge_dims.yaml
 then one_error_line; fi
 
+e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber said '0 not in range 0.000000 to 1.8e308')"
+if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0
+then one_error_line; fi
+
 e2e_finish
