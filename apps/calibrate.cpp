@@ -98,7 +98,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                   proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
-    std::vector<double> fit_big, held_big, fit_all, above_all;
+    std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
     for (const auto& p : cal.predictions) {
       const double factor = collectives::busbw_factor(p.log->collective, n);
       const double pred_busbw = p.row.bytes / (p.predicted_us * 1e3) * factor;
@@ -121,9 +121,14 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
         else if (held_out) held_big.push_back(e);
       }
       if (above) above_all.push_back(e);
+      if (held_out) held_all.push_back(e);
     }
-    std::printf("#\nerror rms %.2f%% over the %zu fitted rows; median |error| %.2f%% over fitted rows\n",
-                100 * cal.rms_rel_error, fit_all.size(), 100 * median(fit_all));
+    if (fit_all.empty())  // --predict alone: no fit, so no fitted-row statistics (their median was "nan%")
+      std::printf("#\nno fitted rows; median |error| %.2f%% over the %zu held-out rows\n", 100 * median(held_all),
+                  held_all.size());
+    else
+      std::printf("#\nerror rms %.2f%% over the %zu fitted rows; median |error| %.2f%% over fitted rows\n",
+                  100 * cal.rms_rel_error, fit_all.size(), 100 * median(fit_all));
     if (!fit_big.empty())
       std::printf("      median |error| %.2f%% over fitted rows >= 1 MiB (%zu rows)\n", 100 * median(fit_big), fit_big.size());
     if (!above_all.empty())

@@ -62,7 +62,6 @@ size_t parse_bytes(const std::string& text, const std::string& flag) {
   }
 }
 
-namespace {
 double available_host_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -72,6 +71,8 @@ double available_host_bytes() {
     if (key == "MemAvailable:") return kb * 1024.0;
   return 0;  // unknown: do not check
 }
+
+namespace {
 std::string gib(double bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);

@@ -55,6 +55,8 @@ void connect(Net& net, const runtime::World& world);
 // (every rank on the host needs them; the kernel would kill the job instead). Local, no communication: call
 // inside World::agree.
 void check_memory(const Net& net, double bytes_per_rank, double device_bytes, const std::string& what);
+// This host's MemAvailable (/proc/meminfo) in bytes; 0 when unknown (then do not check).
+double available_host_bytes();
 // Output files: not empty, not a directory, directory writable, all distinct (common/output_file.h's
 // output_identity, so two names of one not-yet-existing file are caught too). UsageError otherwise.
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& flag_and_path);

@@ -13,11 +13,14 @@
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
 // no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
+#include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -46,12 +49,14 @@ struct TrainSetup {
   bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
   std::optional<topology::Topology> topology;  // the topology: section when given
+  std::string config_name;                     // the config file, for messages
 };
 
 TrainSetup load(const TrainFlags& f, int ranks) {
   const ConfigNode root = ConfigNode::load_file(f.config);
   root.expect_keys({"device", "topology", "model", "train", "parallel"});
   TrainSetup s;
+  s.config_name = f.config;
   s.device = sharding::load_workload_device(root);
   s.data_parallel = ranks > 1 || root.has("parallel");
   if (const auto p = root.maybe_child("parallel")) {
@@ -124,6 +129,11 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     const int64_t ds = tr->get_int("data_seed", static_cast<int64_t>(t.data_seed));
     if (ds < 0) tr->fail("data_seed: must be >= 0 (got " + std::to_string(ds) + ")");
     t.data_seed = static_cast<uint64_t>(ds);
+    // AdamW runs in fp32: a finite double beyond FLT_MAX (lr: 1e300) would become inf there.
+    for (const char* k : {"lr", "eps", "weight_decay"})
+      if (tr->has(k) && tr->get_double(k) > FLT_MAX)
+        tr->child(k).fail(std::string("train.") + k + ": must be at most 3.4e38 (AdamW works in fp32), got " +
+                          tr->child(k).printable_text());
     if (t.adamw.beta1 >= 1 || t.adamw.beta2 >= 1 || !(t.adamw.eps > 0))
       tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
   }
@@ -132,6 +142,31 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
                           " sequences) must be a multiple of dp (" + std::to_string(ranks) + ")");
   return s;
+}
+
+// Before allocating: a lower bound of what one rank keeps on the host, in double (sizes whose counts overflow
+// int64 are refused too): 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v; every rank
+// holds them whole while building its replica) and the fp32 activations the backward keeps per token (per layer
+// the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their gradient).
+// UsageError when that exceeds 90% of the host's available memory shared by its ranks (the kernel would kill
+// the job instead).
+void check_host_memory(const TrainSetup& s, int ranks_on_host) {
+  const auto& c = s.model;
+  const double h = double(c.hidden), qd = double(c.heads) * double(c.head_dim),
+               kvd = double(c.kv_heads) * double(c.head_dim), ffn = double(c.ffn), v = double(c.vocab);
+  const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
+  const double tokens = double(c.batch) * double(c.seq);
+  const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
+  const double need = 16 * params + 4 * acts;
+  const double avail = available_host_bytes();
+  if (avail > 0 && need * ranks_on_host > 0.9 * avail) {
+    char b[256];
+    std::snprintf(b, sizeof b,
+                  "%s: model: needs at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
+                  "activations) x %d ranks on this host, but only %.3g GiB is available; use smaller sizes",
+                  s.config_name.c_str(), need / 1073741824.0, params, ranks_on_host, avail / 1073741824.0);
+    throw UsageError(b);
+  }
 }
 
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
@@ -220,7 +255,16 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
-  world.agree([&] { s = load(f, world.size()); });  // config errors: one clean message and exit 2
+  MPI_Comm local = MPI_COMM_NULL;
+  runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
+                     world.rank(), "host rank count");
+  int ranks_on_host = 1;
+  MPI_Comm_size(local, &ranks_on_host);
+  MPI_Comm_free(&local);
+  world.agree([&] {  // config errors: one clean message and exit 2
+    s = load(f, world.size());
+    check_host_memory(s, ranks_on_host);
+  });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
   const double tokens = static_cast<double>(c.batch * c.seq);
@@ -275,7 +319,7 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   auto flags = std::make_shared<TrainFlags>();
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }
 

@@ -127,9 +127,13 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, 
                  " time algbw busbw #wrong [in-place: time algbw busbw #wrong]), got " + std::to_string(t.size()));
     double count = 0, time_us = 0, algbw = 0, busbw = 0;
     if (!(bytes > 0) || std::floor(bytes) != bytes) throw fail("size '" + t[0] + "' is not a positive byte count");
+    // The --min-bytes/--max-bytes range; a size of 1e300 made the fit's error rms 'inf%' (exit 0).
+    if (bytes > 1e15) throw fail("size '" + t[0] + "' is above 1e15 bytes: not a measured message size");
     if (!parse_number(t[1], count) || count < 0) throw fail("count '" + t[1] + "' is not a number");
     if (!parse_number(t[base], time_us) || !(time_us > 0))
       throw fail("time '" + t[base] + "' is not a positive number of microseconds");
+    // No collective completes in under a nanosecond; a time like 1e-300 made the fit's error rms 'inf%' (exit 0).
+    if (time_us < 1e-3) throw fail("time '" + t[base] + "' us is below 1 ns: not a measured collective time");
     if (!parse_number(t[base + 1], algbw) || !parse_number(t[base + 2], busbw))
       throw fail("algbw/busbw '" + t[base + 1] + "' '" + t[base + 2] + "' are not numbers");
     for (size_t col = base + 3; col < t.size(); col += 4) {  // out of place, then in place

@@ -101,6 +101,11 @@ if expect_exit 0 '^no fit: ' -- shardsim_mpi 2 calibrate --predict "$PUB" --coll
   --latency 1000; then
   close=$(awk '/ held out$/ { e = $6; gsub("[%+]", "", e); e = e + 0; if (e > -50) print }' "$E2E_STDOUT")
   [ -z "$close" ] && pass "--predict alone: every row at line rate >50% too fast" || fail "rows within 50%: $close"
+  # No fit, so no fitted-row statistics (was "error rms 0.00% over the 0 fitted rows; median |error| nan%").
+  assert_out '^no fitted rows; median \|error\| [0-9.]+% over the [0-9]+ held-out rows$' "summary over the held-out rows"
+  if grep -qi 'nan' "$E2E_STDOUT"; then fail "a NaN in the report: $(grep -i nan "$E2E_STDOUT" | head -n 1)"; else
+    pass "no NaN in the report"
+  fi
 fi
 expect_exit 2 'max-bytes: below --min-bytes' -- shardsim_mpi 2 calibrate "$PUB" --collective all_reduce \
   --min-bytes 1M --max-bytes 64K

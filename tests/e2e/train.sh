@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e: `shardsim train` runs the single-device reference language model: losses fall, the report has the
 # simulated step time, tokens/s and MFU, two runs print the same bytes; on 2 ranks it trains data-parallel with
-# ZeRO (models/lm_dp.h) and prints the same losses as one chip; bad configs exit 2 with one line.
+# ZeRO (models/lm_dp.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32, sizes
+# beyond host memory) exit 2 with one line.
 # Usage: train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -75,6 +76,25 @@ then one_error_line; fi
 e2e_case "(f) an unsupported dtype"
 sed -E 's/^(  dtype:).*/\1 fp8_e4m3/' "$TRAIN" >fp8.yaml
 if expect_exit 2 '^shardsim: error: .*fp8\.yaml:[0-9]+: .*dtype.*fp32 or bf16' -- shardsim_mpi 1 train fp8.yaml
+then one_error_line; fi
+
+e2e_case "(g) a finite lr beyond fp32's range (1e300 became inf in AdamW: exit 3 'internal error')"
+sed -E 's/^(  lr:).*/\1 1e300/' "$TRAIN" >huge_lr.yaml
+if expect_exit 2 '^shardsim: error: .*huge_lr\.yaml:[0-9]+: train.lr: must be at most 3.4e38' -- shardsim_mpi 1 train huge_lr.yaml
+then one_error_line; fi
+
+e2e_case "(h) sizes that cannot fit in host memory are refused before allocating (was std::bad_alloc, exit 3)"
+sed -E 's/^(  ffn:).*/\1 99999999999/' "$TRAIN" >huge_ffn.yaml
+if expect_exit 2 '^shardsim: error: .*huge_ffn\.yaml: model: needs at least .* GiB of host memory per rank' \
+    -- shardsim_mpi 1 train huge_ffn.yaml
+then one_error_line; fi
+sed -E 's/^(  hidden:).*/\1 4000000000/; s/^(  vocab:).*/\1 4000000000/' "$TRAIN" >huge_dims.yaml
+if expect_exit 2 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
+    -- shardsim_mpi 2 train huge_dims.yaml
+then one_error_line; fi
+
+e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber said '0 not in range 0.000000 to 1.8e308')"
+if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0
 then one_error_line; fi
 
 e2e_finish

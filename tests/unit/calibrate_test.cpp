@@ -69,6 +69,12 @@ TEST(NcclTestsLog, RefusesWithFileAndLine) {
             std::string::npos);
   EXPECT_NE(error_of(head + "  1024  256  float  sum  -1  nan  0.10  0.18  0\n").find("t.log:2: time"),
             std::string::npos);
+  // A time below 1 ns (was accepted: the fit's error rms came out as 'inf%' with exit 0).
+  EXPECT_NE(error_of(head + "  1024  256  float  sum  -1  1e-300  0.10  0.18  0\n").find("t.log:2: time '1e-300' us is below 1 ns"),
+            std::string::npos);
+  EXPECT_EQ(error_of(head + "  1024  256  float  sum  -1  0.01  0.10  0.18  0\n"), "");
+  EXPECT_NE(error_of(head + "  1e300  256  float  sum  -1  10  0.10  0.18  0\n").find("t.log:2: size '1e300' is above 1e15 bytes"),
+            std::string::npos);
   EXPECT_NE(error_of(head + "  1024  256  float  sum  -1  10  0.10  0.18  2\n").find("t.log:2: #wrong is '2'"),
             std::string::npos);
   EXPECT_NE(error_of(head + head + row).find("t.log:2: a second 'Collective test starting'"), std::string::npos);
