@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "runtime/chips.h"
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -83,22 +81,13 @@ std::vector<OpStat> op_breakdown(const sim::Timeline& tl) {
 }
 
 int critical_rank(const runtime::World& world, double my_total_ns) {
-  if (world.vcomm()) {  // chip mode (runtime/chips.h): every chip's total through the chip router
-    const auto bytes = runtime::chips::allgather(*world.vcomm(), &my_total_ns, sizeof my_total_ns, "report: critical chip");
-    std::vector<double> totals(bytes.size() / sizeof(double));
-    std::memcpy(totals.data(), bytes.data(), totals.size() * sizeof(double));
-    int best = 0;  // MPI_MAXLOC's rule: the largest value, the lowest rank among equals
-    for (int r = 1; r < static_cast<int>(totals.size()); ++r)
-      if (totals[static_cast<size_t>(r)] > totals[static_cast<size_t>(best)]) best = r;
-    return best;
-  }
-  struct {
-    double v;
-    int r;
-  } in{my_total_ns, world.rank()}, out{0, 0};
-  runtime::check_mpi(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, world.comm()), world.rank(),
-                     "report: critical chip");
-  return out.r;
+  const auto bytes = world.allgather(&my_total_ns, sizeof my_total_ns, "report: critical chip");
+  std::vector<double> totals(bytes.size() / sizeof(double));
+  std::memcpy(totals.data(), bytes.data(), totals.size() * sizeof(double));
+  int best = 0;  // the largest total, the lowest rank among equals (MPI_MAXLOC's rule)
+  for (int r = 1; r < static_cast<int>(totals.size()); ++r)
+    if (totals[static_cast<size_t>(r)] > totals[static_cast<size_t>(best)]) best = r;
+  return best;
 }
 
 std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<OpStat>& mine, int critical) {

@@ -291,8 +291,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
       ok = rep.passed ? 1 : 0;
     }
     world.sleepy_barrier();
-    if (world.vcomm()) ok = world.broadcast(ok ? "1" : "0", 0) == "1";  // chip mode (runtime/chips.h)
-    else MPI_Bcast(&ok, 1, MPI_INT, 0, world.comm());
+    ok = world.broadcast(ok ? "1" : "0", 0) == "1";
     rep.validated = true;
     rep.passed = ok != 0;
     rep.wall_reference_s = seconds_since(t_ref);
@@ -379,13 +378,9 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   for (double v : pack(fused_ops)) mine_v.push_back(v);
   const int nf = static_cast<int>(mine_v.size());
   std::vector<double> all(root ? static_cast<size_t>(nf) * static_cast<size_t>(chips) : 0);
-  if (world.vcomm()) {  // chip mode: every chip's figures through the chip router; rank 0 keeps them
-    const auto bytes = runtime::chips::allgather(*world.vcomm(), mine_v.data(), mine_v.size() * sizeof(double),
-                                                 "report");
+  {  // every chip's figures (through the chip router in chip mode); rank 0 keeps them
+    const auto bytes = world.allgather(mine_v.data(), mine_v.size() * sizeof(double), "report");
     if (root) std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
-  } else {
-    runtime::check_mpi(MPI_Gather(mine_v.data(), nf, MPI_DOUBLE, all.data(), nf, MPI_DOUBLE, 0, world.comm()), rank,
-                       "report");
   }
   if (root) {
     for (int c = 0; c < chips; ++c) {

@@ -277,6 +277,17 @@ std::string World::broadcast(const std::string& value, int root) const {
   return out;
 }
 
+std::vector<unsigned char> World::allgather(const void* mine, size_t n, const std::string& op) const {
+  if (vc_) return chips::allgather(*vc_, mine, n, op);
+  std::vector<unsigned char> out(n * static_cast<size_t>(size_));
+  if (n == 0) return out;
+  MPI_Request req;
+  check_mpi(MPI_Iallgather(mine, static_cast<int>(n), MPI_BYTE, out.data(), static_cast<int>(n), MPI_BYTE, comm_, &req),
+            rank_, op);
+  sleepy_wait(&req, rank_, op.c_str());
+  return out;
+}
+
 void World::agree(const std::function<void()>& check) const {
   std::string message;
   int code = 0;

@@ -79,6 +79,9 @@ class World {
   void sleepy_barrier() const;
   // Broadcasts a string from ROOT (sleepy as above).
   std::string broadcast(const std::string& value, int root) const;
+  // Every rank's N bytes at MINE, in rank order, on every rank (sleepy as above; through the chip router in chip
+  // mode). N must be the same on every rank. OP names the call in errors.
+  std::vector<unsigned char> allgather(const void* mine, size_t n, const std::string& op) const;
 
   // Runs CHECK on every rank. If it throws a shardsim::Error on any rank, every rank throws AgreedError with
   // the message and exit code of the lowest failing rank, so the job fails once, cleanly, with one message.

@@ -28,16 +28,7 @@
 #include "mpi/mpi_util.h"
 #include "common/error.h"
 
-using namespace shardsim;
-using collectives::Collective;
-using collectives::CollectiveOptions;
-using collectives::CollectiveResult;
-using collectives::ReduceOp;
-using runtime::DType;
-using topology::LinkSpec;
-using topology::Topology;
-using Bytes = std::vector<unsigned char>;
-using namespace algtest;
+using namespace algtest;  // shardsim, the collectives' names, DType, Topology, Bytes (algorithm_helpers.h)
 
 // ================================================================================================================
 // a. Closed-form simulated times
