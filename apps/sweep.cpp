@@ -12,7 +12,7 @@
 // `shardsim bench` runs its out-of-place column (same inputs, same fresh clock) and are checked element by
 // element (verdict pass/fail); larger ones are timed by the event-free replay of the chosen algorithm's schedule
 // (collectives::estimate_ns, the simulator's own rules) and recorded with timing `replay`, verdict `not_run`.
-// Workload points run `shardsim run`'s code (run_block / run_workload, no checkpoint) on the group.
+// Workload points run `shardsim run`'s code (models/runner.h's run_model, no checkpoint) on the group.
 //
 // Exit codes: 0 every point passed or was timed by replay (points that cannot run, e.g. an inapplicable
 // algorithm or more chips than the launch has, are recorded with verdict `error` and do not change it);
@@ -51,8 +51,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "experiments/sweep.h"
-#include "models/transformer.h"
-#include "models/workload.h"
+#include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
@@ -201,61 +200,35 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
 Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec) {
   Row row = sharding::base_row(pt);
   const std::string where = spec.file + "[" + pt.key + "]";
-  bool block = false;
-  sharding::BlockConfig bcfg;
-  sharding::RunConfig mcfg;
+  sharding::ModelConfig cfg;
+  sharding::RunOptions o;
+  o.no_checkpoint = true;
   try {
     sw.agree([&] {
-      const auto node = sharding::workload_config_from_text(pt.config_yaml, where);  // as `run` loads
-      block = sharding::is_block_config(node);
-      if (block) {
-        bcfg = sharding::parse_block_config(node, where);
-        if (bcfg.topology.num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
-        sharding::check_host_memory(bcfg);  // recorded as a failed point instead of ranks killed by the OS
-      } else {
-        mcfg = sharding::parse_run_config(pt.config_yaml, where);
-        sharding::check_world_size(mcfg, sw.size());
-      }
+      cfg = sharding::parse_model_config(sharding::workload_config_from_text(pt.config_yaml, where));  // as `run`
+      if (cfg.topology().num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
+      if (cfg.kind == sharding::ModelConfig::Kind::transformer_block)
+        sharding::check_host_memory(cfg.block);  // recorded as a failed point instead of ranks killed by the OS
     });
   } catch (const AgreedError& e) {
     return failed(row, e.what());
   }
   row["timing"] = "run";
-  if (block) {
-    const auto r = sharding::run_block(sw, bcfg, "");
-    row["sim_time_us"] = fmt(r.sim_total_ns / 1e3);
-    row["compute_us"] = fmt(r.compute_ns / 1e3);
-    row["comm_us"] = fmt(r.communication_ns / 1e3);
-    row["exposed_comm_us"] = fmt(r.exposed_ns / 1e3);
-    row["idle_us"] = fmt(r.idle_ns / 1e3);
-    row["tflops"] = fmt(r.sim_tflops);
-    row["peak_fraction"] = fmt(r.peak_fraction);
-    row["tokens_per_s"] = fmt(r.tokens_per_s);
-    double peak = 0;
-    for (double b : r.per_chip_peak_bytes) peak = std::max(peak, b);
-    row["peak_mem_bytes"] = fmt(peak);
-    row["max_rel_error"] = fmt(r.max_abs_reference > 0 ? r.max_abs_error / r.max_abs_reference : r.max_abs_error);
-    row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
-    if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
-  } else {
-    sharding::RunOptions o;
-    o.no_checkpoint = true;
-    const auto r = sharding::run_workload(sw, mcfg, o);
-    row["sim_time_us"] = fmt(r.critical.total / 1e3);
-    row["compute_us"] = fmt(r.critical.compute / 1e3);
-    row["comm_us"] = fmt(r.critical.communication / 1e3);
-    row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
-    row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
-    row["tflops"] = fmt(r.sim_tflops);
-    row["peak_fraction"] = fmt(r.peak_fraction);
-    row["tokens_per_s"] = fmt(r.tokens_per_s);
-    double peak = 0;
-    for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
-    row["peak_mem_bytes"] = fmt(peak);
-    row["max_rel_error"] = fmt(r.relative_error);
-    row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
-    if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
-  }
+  const auto r = sharding::run_model(sw, cfg, o);
+  row["sim_time_us"] = fmt(r.critical.total / 1e3);
+  row["compute_us"] = fmt(r.critical.compute / 1e3);
+  row["comm_us"] = fmt(r.critical.communication / 1e3);
+  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+  row["tflops"] = fmt(r.sim_tflops);
+  row["peak_fraction"] = fmt(r.peak_fraction);
+  row["tokens_per_s"] = fmt(r.tokens_per_s);
+  double peak = 0;
+  for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
+  row["peak_mem_bytes"] = fmt(peak);
+  row["max_rel_error"] = fmt(r.relative_error);
+  row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
+  if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
   return row;
 }
 
