@@ -23,7 +23,9 @@
 //       - {tp: chips}                                 #   point's chip count. Keys: tp, sp, cp, cp_split,
 //       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm),
 //       - {tp: chips, fused: true}                    #   fused, chunks (sharding/fused.h; a workload file's own
-//                                                     #   fused/chunks carry over unless the plan sets them)
+//       - {tp: 4, sp: true, dp: fill}                 #   fused/chunks carry over unless the plan sets them), dp
+//                                                     #   (blocks: a size, `chips`, or `fill` = the replicas that
+//                                                     #   fill the point's chips, chips / (tp·cp·ulysses))
 //
 // Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
 //   collectives: topology x device x collective x algorithm x dtype x size (innermost last)
@@ -84,8 +86,8 @@ inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "col
                                                       "size",     "dtype",  "workload",   "plan"};
 inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
 inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
-inline constexpr std::string_view kSweepPlanKeys[] = {"tp",  "sp",         "cp",    "cp_split",
-                                                      "ulysses", "all_reduce", "fused", "chunks"};
+inline constexpr std::string_view kSweepPlanKeys[] = {"tp",         "sp",    "cp",     "cp_split", "ulysses",
+                                                      "all_reduce", "fused", "chunks", "dp"};
 
 SweepSpec load_sweep(const std::string& file);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);

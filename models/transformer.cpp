@@ -76,7 +76,7 @@ void replay(sim::Memory& memory, const BlockMemory& m) {
 
 double block_host_bytes(const BlockConfig& c) {
   double total = 0;
-  const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses;
+  const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp;
   for (int r = 0; r < chips; ++r)
     total += static_cast<double>(block_memory(c.shape, c.plan, c.mesh.coordinate("tp", r)).peak());
   if (c.validate) total += static_cast<double>(block_memory(c.shape, BlockPlan{}, 0).peak());
@@ -94,7 +94,7 @@ void check_host_memory(const BlockConfig& c) {
       if (need > have) {
         char b[256];
         std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
-                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses,
+                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp,
                       c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
         throw ConfigError(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
                           (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
@@ -106,6 +106,11 @@ void check_host_memory(const BlockConfig& c) {
 // ------------------------------------------------------------------------------------------------ config
 
 std::string BlockPlan::describe() const {
+  if (dp > 1) {
+    BlockPlan one = *this;
+    one.dp = 1;
+    return one.describe() + " x dp=" + std::to_string(dp) + " (data parallel replicas)";
+  }
   std::ostringstream os;
   if (ulysses > 1) {
     if (tp > 1) os << "tp=" << tp << " x ";
@@ -168,6 +173,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     p.sp = par.get_bool("sp", false);
     p.cp = static_cast<int>(par.get_positive_int("cp", 1));
     p.ulysses = static_cast<int>(par.get_positive_int("ulysses", 1));
+    p.dp = static_cast<int>(par.get_positive_int("dp", 1));
     const std::string split = par.get_string("cp_split", "zigzag");
     if (split != "zigzag" && split != "contiguous")
       par.child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
@@ -175,10 +181,10 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     if (par.has("cp_split") && p.cp == 1)
       par.child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
     if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
-    const int64_t product = int64_t{p.tp} * p.cp * p.ulysses;
+    const int64_t product = int64_t{p.tp} * p.cp * p.ulysses * p.dp;
     if (product != chips)
       par.fail("parallel: tp " + std::to_string(p.tp) + " x cp " + std::to_string(p.cp) + " x ulysses " +
-               std::to_string(p.ulysses) + " = " + std::to_string(product) + " does not match the topology's " +
+               std::to_string(p.ulysses) + (p.dp > 1 ? " x dp " + std::to_string(p.dp) : std::string()) + " = " + std::to_string(product) + " does not match the topology's " +
                std::to_string(chips) + " chips (the device mesh must cover every chip once)");
     if (p.ulysses > 1 && p.cp > 1)
       par.child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
@@ -225,9 +231,9 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   }
   if (c.tolerance == 0) c.tolerance = s.dtype == DType::bf16 ? 3e-2 : 1e-4;
   // The device mesh (ulysses shards the sequence on the cp axis) and its placement on the topology.
-  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}}, c.topology);
+  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}, {"dp", p.dp}}, c.topology);
   // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
-  for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses; ++r) {
+  for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses * p.dp; ++r) {
     sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());
     try {
       replay(m, block_memory(s, p, c.mesh.coordinate("tp", r)));
@@ -400,6 +406,12 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   // Mesh coordinates (sharding/device_mesh.h: tp innermost); ulysses shards the sequence on the cp axis.
   DeviceMesh mesh = cfg.mesh;
   const int t_idx = mesh.coordinate("tp", rank), u_idx = mesh.coordinate("cp", rank);
+  const int d_idx = mesh.coordinate("dp", rank);  // the replica: sequence d_idx of the batch
+  // Rows of the seeded [dp·seq, hidden] input: sequence d's token i is row d·seq + i.
+  const auto batch_rows = [&](std::vector<int64_t> rows) {
+    for (auto& r : rows) r += int64_t{d_idx} * s.seq;
+    return rows;
+  };
   const int c_idx = p.ulysses > 1 ? 0 : u_idx;
 
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
@@ -456,7 +468,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     });
     for (auto& slot : weight_slots(s, w)) reader->read_block(slot.name, slot.offset, *slot.t);
   }
-  const Tensor x = init_x(s, resid_rows);
+  const Tensor x = init_x(s, batch_rows(resid_rows));
   const BlockMemory mem_plan = block_memory(s, p, t_idx);
   memory.allocate("weights", mem_plan.weights);
   memory.allocate("x", mem_plan.x);
@@ -528,7 +540,8 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   std::vector<double> mine_rows;
   if (owner) {
     mine = out.to_float();
-    mine_rows.assign(resid_rows.begin(), resid_rows.end());
+    const auto rows = batch_rows(resid_rows);
+    mine_rows.assign(rows.begin(), rows.end());
   }
   int nrows = static_cast<int>(mine_rows.size());
   std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
@@ -579,7 +592,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     std::vector<CheckpointEntry> entries;
     for (const auto& slot : weight_slots(s, w)) {
       const bool repeated_kv = slot.kv && p.tp > s.kv_heads;
-      bool writer = u_idx == 0;  // cp / ulysses ranks hold replicas
+      bool writer = u_idx == 0 && d_idx == 0;  // cp / ulysses ranks and dp replicas hold replicas
       if (std::holds_alternative<Replicate>(slot.on_tp)) writer = writer && t_idx == 0;
       if (repeated_kv) writer = writer && t_idx % (p.tp / s.kv_heads) == 0;
       std::string sharding = TensorSpec{slot.name, slot.global, {{"tp", p.tp > 1 ? slot.on_tp : Placement{Replicate{}}}}}
@@ -640,19 +653,22 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     rep.peak_tflops_per_chip = cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_tflops = chips * rep.peak_tflops_per_chip;
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
-    rep.tokens_per_s = rep.critical.total > 0 ? double(s.seq) / rep.critical.total * 1e9 : 0;
+    rep.tokens_per_s = rep.critical.total > 0 ? double(s.seq) * p.dp / rep.critical.total * 1e9 : 0;
     if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
       const Weights full = ckpt_full ? std::move(*ckpt_full) : make_weights(s, 1, 0);
-      std::vector<int64_t> rows(static_cast<size_t>(T));
-      for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = i;
       sim::Timeline ref_tl(chip_id, cfg.topology, cfg.device);
       Chip ref{&ref_tl, 0.0, 0.0};
-      const Tensor want = block_single(ref, s, init_x(s, rows), full);
+      std::vector<float> wf;  // [dp·seq, hidden]: the dp sequences one after the other on one device
+      for (int64_t b = 0; b < p.dp; ++b) {
+        std::vector<int64_t> rows(static_cast<size_t>(T));
+        for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = b * T + i;
+        const auto want = block_single(ref, s, init_x(s, rows), full).to_float();
+        wf.insert(wf.end(), want.begin(), want.end());
+      }
       rep.single_device_ns = ref_tl.end_time();
-      const auto wf = want.to_float();
-      std::vector<int> seen(static_cast<size_t>(T), 0);
+      std::vector<int> seen(static_cast<size_t>(T * p.dp), 0);
       for (int i = 0; i < total; ++i) {
         const auto row = static_cast<int64_t>(all_rows[static_cast<size_t>(i)]);
         ++seen[static_cast<size_t>(row)];

@@ -30,7 +30,11 @@
 //   by the ulysses all_to_all: needs (Hq/tp) and (Hkv/tp) divisible by ulysses). Mesh rank r has tp = r % tp
 //   (tp innermost, Megatron's order); the mesh's placement on the topology decides which chips each group spans
 //   (on a torus [2, 4], tp=2 x cp=4 puts tp on the size-2 dimension and each cp ring on a ring of the torus).
-//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips. parallel.mesh_dims: [d0, ...]
+//   dp       data parallel (the mesh's dp axis, outside tp and cp): dp replicas of the tp x cp (or ulysses) plan,
+//            replica d runs the block on sequence d of a batch of dp sequences (x rows d·seq .. of the seeded
+//            [dp·seq, hidden] input), with the same weights; a forward has no dp communication. Validated against
+//            one device running the dp sequences one after the other (its time is single_device_ns).
+//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses·dp = chips. parallel.mesh_dims: [d0, ...]
 //   chooses the topology dimensions the mesh fills, innermost axis first (device_mesh.h).
 //   The plan units live in sharding/plans/ (tensor_parallel, sequence_parallel, context_parallel, ulysses).
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
@@ -74,6 +78,7 @@ struct BlockPlan {
   int cp = 1;
   bool zigzag = true;
   int ulysses = 1;
+  int dp = 1;  // data parallel: dp replicas of the tp x cp plan, replica d runs sequence d of a batch of dp
   FusedPlan fused;  // parallel.fused / parallel.chunks: the tp collectives fused with their GEMMs
   std::string all_reduce = "ring";  // algorithm of the row-parallel all_reduces (collectives/algorithms.h)
   std::string describe() const;
@@ -107,8 +112,8 @@ BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 inline constexpr std::string_view kBlockRootKeys[] = {"name", "topology", "device", "workload", "parallel", "validate"};
 inline constexpr std::string_view kBlockModelKeys[] = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
                                                        "seq",  "causal", "rope",  "dtype", "seed"};
-inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split",
-                                                          "ulysses", "fused", "chunks", "mesh_dims"};
+inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split", "ulysses",
+                                                          "dp",      "fused", "chunks", "mesh_dims"};
 
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
 // Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
