@@ -200,12 +200,12 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
 Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec) {
   Row row = sharding::base_row(pt);
   const std::string where = spec.file + "[" + pt.key + "]";
-  sharding::ModelConfig cfg;
   sharding::RunOptions o;
   o.no_checkpoint = true;
+  if (!pt.model) return failed(row, "internal: workload point without its config (" + where + ")");
+  const sharding::ModelConfig& cfg = *pt.model;  // typed, parsed once by `run`'s loader (experiments/sweep.h)
   try {
     sw.agree([&] {
-      cfg = sharding::parse_model_config(sharding::workload_config_from_text(pt.config_yaml, where));  // as `run`
       if (cfg.topology().num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
       if (cfg.kind == sharding::ModelConfig::Kind::transformer_block)
         sharding::check_host_memory(cfg.block);  // recorded as a failed point instead of ranks killed by the OS

@@ -23,8 +23,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
-#include "models/transformer.h"
-#include "models/workload.h"
+#include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
@@ -555,9 +554,10 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
               p.error = "ASTRA-sim network files can only be used in collective sweeps";
             } else {
               try {
-                const auto node = workload_config_from_text(p.config_yaml, where);
-                if (w.block) (void)parse_block_config(node, where);
-                else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
+                auto model = std::make_shared<ModelConfig>(
+                    parse_model_config(workload_config_from_text(p.config_yaml, where)));
+                if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
+                p.model = std::move(model);
               } catch (const Error& e) {
                 // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
                 // already carries the key.

@@ -45,12 +45,15 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace shardsim::sharding {
+
+struct ModelConfig;  // models/runner.h
 
 enum class PointKind { collective, workload };
 
@@ -67,7 +70,10 @@ struct SweepPoint {
   // What running it needs.
   std::string topology_yaml;  // the topology section, one line of flow YAML
   std::string device_yaml;    // the device section, one line of flow YAML
-  std::string config_yaml;    // workloads: the whole `shardsim run` config
+  std::string config_yaml;    // workloads: the whole `shardsim run` config as generated (the key's hash; a record)
+  // Workloads that can run: the typed config, parsed once from config_yaml by `run`'s loader when the sweep is
+  // loaded (models/runner.h's parse_model_config); the point runs it as is. Null when error is set.
+  std::shared_ptr<const ModelConfig> model;
   std::string origin;         // "FILE:LINE" of the axis entry that made it (for messages)
   std::string error;          // non-empty: cannot run (bad combination); recorded as failed with this reason
 };
