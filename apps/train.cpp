@@ -24,6 +24,8 @@
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/output_file.h"
+#include "models/lm_checkpoint.h"
 #include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
@@ -40,6 +42,9 @@ namespace {
 struct TrainFlags {
   std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
   int64_t steps = 0;  // 0: the config's
+  std::string checkpoint;  // training-state checkpoint written every save_every steps and after the last one
+  int64_t save_every = 0;  // 0: only after the last step
+  std::string resume;      // continue from this training-state checkpoint
 };
 
 struct TrainSetup {
@@ -50,6 +55,7 @@ struct TrainSetup {
   models::LmDpConfig dp;
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
+  std::string config_text;                     // stored in checkpoints
 };
 
 TrainSetup load(const TrainFlags& f, int ranks) {
@@ -57,6 +63,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   root.expect_keys({"device", "topology", "model", "train", "parallel"});
   TrainSetup s;
   s.config_name = f.config;
+  s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   s.data_parallel = ranks > 1 || root.has("parallel");
   if (const auto p = root.maybe_child("parallel")) {
@@ -169,6 +176,34 @@ void check_host_memory(const TrainSetup& s, int ranks_on_host) {
   }
 }
 
+// Training-state checkpoints (models/lm_checkpoint.h): --checkpoint PATH saves after every --save-every K steps
+// (step numbers that are multiples of K) and after the last step; --resume PATH continues from a checkpoint
+// (steps = the step to stop at, so `--steps 6 --resume <step-3 file>` runs steps 4-6).
+bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
+  return !f.checkpoint.empty() && (step == last || (f.save_every > 0 && step % f.save_every == 0));
+}
+
+void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
+                const models::LmTrainSnapshot& snap, const std::string& mesh) {
+  world.agree([&] { models::save_lm_train_state(world.comm(), f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
+  if (world.rank() == 0)
+    std::printf("checkpoint: step %lld saved to %s\n", (long long)snap.step, f.checkpoint.c_str());
+}
+
+std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, const TrainFlags& f,
+                                                   const TrainSetup& s) {
+  if (f.resume.empty()) return std::nullopt;
+  std::optional<models::LmTrainSnapshot> snap;
+  world.agree([&] {
+    snap = models::load_lm_train_state(world.comm(), f.resume, s.model, s.train);
+    if (snap->step >= s.train.steps)
+      throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
+                       " and the run stops at step " + std::to_string(s.train.steps) +
+                       " (train.steps or --steps is the last step, not a count): nothing to run");
+  });
+  return snap;
+}
+
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
@@ -187,6 +222,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       throw UsageError(e.what());
     }
   });
+  const auto resumed = load_resume(world, f, s);
+  if (resumed) trainer->restore(*resumed);
+  const std::string mesh = "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
   const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
@@ -209,12 +247,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 "weight decay %g, clip %g\n\n",
                 (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / n), double(s.train.adamw.lr),
                 double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+    if (resumed)
+      std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
+                  resumed->mesh.c_str());
     std::printf("%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us", "compute_us",
                 "exposed_us", "idle_us");
   }
   std::vector<double> losses;
   models::LmDpStepResult last;
-  for (int64_t i = 0; i < s.train.steps; ++i) {
+  for (int64_t i = trainer->steps_done(); i < s.train.steps; ++i) {
     try {
       last = trainer->step();
     } catch (const std::runtime_error& e) {
@@ -225,6 +266,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (root)
       std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
                   last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
+    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, trainer->gather_state(), mesh);
   }
   const auto mem = trainer->memory();
   if (root) {
@@ -262,11 +304,14 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   MPI_Comm_size(local, &ranks_on_host);
   MPI_Comm_free(&local);
   world.agree([&] {  // config errors: one clean message and exit 2
+    if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
+    if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
     s = load(f, world.size());
     check_host_memory(s, ranks_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
+  const auto resumed = load_resume(world, f, s);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
   const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
@@ -282,13 +327,18 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   std::printf("data: batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g\n\n",
               (long long)c.batch, (long long)c.seq, tokens, double(s.train.adamw.lr),
               double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+  if (resumed)
+    std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
+                resumed->mesh.c_str());
   std::printf("%6s %10s %10s %14s\n", "step", "loss", "grad_norm", "sim_step_us");
   double total_ns = 0, total_flops = 0;
   int64_t steps = 0;
-  models::LmTrainState st = models::lm_train_init(c);
+  models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
+  models::LmTrainConfig run = s.train;
+  run.steps = s.train.steps - st.step;  // lm_train runs a count of steps from the state's step
   std::vector<double> losses;
   try {
-    models::lm_train(c, s.train, st, [&](const models::LmStepResult& r) {
+    models::lm_train(c, run, st, [&](const models::LmStepResult& r) {
       double ns = 0;
       for (const auto& k : r.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
       total_ns += ns;
@@ -296,6 +346,10 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
       ++steps;
       losses.push_back(r.loss);
       std::printf("%6lld %10.4f %10.4f %14.3f\n", (long long)r.step, r.loss, r.grad_norm, ns / 1e3);
+      if (save_due(f, r.step, s.train.steps)) {
+        std::fflush(stdout);
+        save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip");
+      }
     });
   } catch (const std::runtime_error& e) {
     throw RuntimeFault(e.what());
@@ -320,6 +374,14 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+  sub->add_option("--checkpoint", flags->checkpoint,
+                  "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
+                  "after the last step and every --save-every steps");
+  sub->add_option("--save-every", flags->save_every, "also save after every K-th step (needs --checkpoint)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  sub->add_option("--resume", flags->resume,
+                  "continue from a training-state checkpoint (any dp / ZeRO stage); the run stops at step "
+                  "train.steps (or --steps)");
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }
 

@@ -284,21 +284,65 @@ LmDpStepResult LmDpTrainer::step() {
   return r;
 }
 
-LmWeights LmDpTrainer::gather_master() {
+LmWeights LmDpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
   LmWeights w = lm_zeros(global_, DType::fp32);
   for (Bucket& b : buckets_) {
     if (dp_.zero == 0) {
-      unpack(b, b.master, w);
+      unpack(b, b.*field, w);
       continue;
     }
     Tensor flat(DType::fp32, {int64_t(b.count)});
     collectives::CollectiveOptions o;
     o.algorithm = dp_.algorithm;
-    o.name = "all_gather.master";
-    collectives::all_gather(tp_, b.master.data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
+    o.name = name;
+    collectives::all_gather(tp_, (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
     unpack(b, flat, w);
   }
   return w;
+}
+
+LmWeights LmDpTrainer::gather_master() { return gather_field(&Bucket::master, "all_gather.master"); }
+
+LmTrainSnapshot LmDpTrainer::gather_state() {
+  LmTrainSnapshot s;
+  s.master = gather_field(&Bucket::master, "all_gather.master");
+  s.m = gather_field(&Bucket::m, "all_gather.adam_m");
+  s.v = gather_field(&Bucket::v, "all_gather.adam_v");
+  s.step = step_;
+  return s;
+}
+
+void LmDpTrainer::restore(const LmTrainSnapshot& s) {
+  const LmWeights shapes = lm_zeros(global_, DType::fp32);
+  const auto want = shapes.named_weights();
+  for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
+    const auto got = w->named_weights();
+    if (got.size() != want.size())
+      throw std::invalid_argument("lm_dp restore: " + std::to_string(got.size()) + " tensors, the model has " +
+                                  std::to_string(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != want[i].second->shape())
+        throw std::invalid_argument("lm_dp restore: " + want[i].first + " is " +
+                                    runtime::dtype_name(got[i].second->dtype()) + " " +
+                                    runtime::shape_str(got[i].second->shape()) + ", need fp32 " +
+                                    runtime::shape_str(want[i].second->shape()));
+  }
+  if (s.step < 0) throw std::invalid_argument("lm_dp restore: negative step");
+  work_ = lm_compute_copy(global_, s.master);
+  const size_t esize = runtime::dtype_size(global_.dtype);
+  for (Bucket& b : buckets_) {
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    for (auto [src, dst] : {std::pair{&s.master, &b.master}, std::pair{&s.m, &b.m}, std::pair{&s.v, &b.v}}) {
+      pack(b, *src, flat);
+      std::memcpy(dst->data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
+    }
+    if (global_.dtype != DType::fp32) {
+      Tensor wflat(global_.dtype, {int64_t(b.count)});
+      pack(b, work_, wflat);
+      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
+    }
+  }
+  step_ = s.step;
 }
 
 LmDpMemory LmDpTrainer::memory() const {

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "collectives/types.h"
+#include "models/lm_checkpoint.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "runtime/transport.h"
@@ -96,6 +97,14 @@ class LmDpTrainer {
   LmDpStepResult step();
   // The fp32 master weights, whole (stages 1-3: all_gathered over dp; collective, every rank must call it).
   LmWeights gather_master();
+  // The whole training state (master, AdamW moments, steps done), all_gathered over dp at stages 1-3; collective.
+  // What a training-state checkpoint holds (models/lm_checkpoint.h).
+  LmTrainSnapshot gather_state();
+  // Continues from SNAPSHOT (whole fp32 tensors of the global model, e.g. a checkpoint saved under any dp and ZeRO
+  // stage): keeps this rank's chunk of each bucket, rebuilds the compute copy from the master (rounded once, as
+  // AdamW's refresh does) and sets the step. Local (every rank passes the same snapshot); std::invalid_argument
+  // for a shape mismatch.
+  void restore(const LmTrainSnapshot& snapshot);
   LmDpMemory memory() const;
   int buckets() const { return static_cast<int>(buckets_.size()); }
   int64_t steps_done() const { return step_; }
@@ -120,6 +129,7 @@ class LmDpTrainer {
   void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
   void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
   sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // all_gather of the chunk into work_
+  LmWeights gather_field(runtime::Tensor Bucket::*field, const char* name);  // fp32 chunks, whole
   void replay(const std::vector<kernels::KernelCost>& costs, size_t from, size_t to, sim::TimeNs& t);
 
   LmConfig global_, local_;

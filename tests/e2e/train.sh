@@ -97,4 +97,52 @@ e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber
 if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0
 then one_error_line; fi
 
+e2e_case "(j) training-state checkpoints: resume at step 3 of 6 equals the uninterrupted run, byte for byte"
+if expect_exit 0 '^checkpoint: step 6 saved to full\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 6 --save-every 3 --checkpoint full.h5; then
+  assert_out '^checkpoint: step 3 saved to full\.h5' "--save-every 3 saves at step 3 too"
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >full_456.txt
+fi
+if expect_exit 0 '^checkpoint: step 3 saved to part\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 3 --checkpoint part.h5 &&
+   expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under one chip\)' \
+     -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume part.h5 --checkpoint resumed.h5; then
+  assert_out_count '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' 3 "only steps 4-6 run"
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >resumed_456.txt
+  if [[ -s full_456.txt ]] && cmp -s full_456.txt resumed_456.txt; then pass "losses and grad norms of steps 4-6 equal"; else
+    fail "resumed steps 4-6 differ"; paste full_456.txt resumed_456.txt >&2
+  fi
+  # Masters, moments, step, data position and attributes: the whole state, bit for bit.
+  if cmp -s full.h5 resumed.h5; then pass "the step-6 checkpoints are byte-identical"; else fail "step-6 checkpoints differ"; fi
+fi
+
+e2e_case "(k) resume under another mesh: one chip's step 3 on dp 2 ZeRO-3, and dp 2 ZeRO-2's step 3 on one chip"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 3/' "$TRAIN" >dp_z3.yaml
+if expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under one chip\)' -- shardsim_mpi 2 train dp_z3.yaml --steps 6 --resume part.h5; then
+  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dp_456.txt
+  if cmp -s full_456.txt dp_456.txt; then pass "dp 2 ZeRO-3 continues with one chip's losses (4 decimals)"; else
+    fail "dp resume differs"; paste full_456.txt dp_456.txt >&2
+  fi
+fi
+if expect_exit 0 '^checkpoint: step 3 saved to dp_part\.h5' -- shardsim_mpi 2 train dp.yaml --steps 3 --checkpoint dp_part.h5 &&
+   expect_exit 0 '^resumed: dp_part\.h5 at step 3 \(saved under dp=2, ZeRO stage 2\)' \
+     -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume dp_part.h5; then
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >one_456.txt
+  if cmp -s full_456.txt one_456.txt; then pass "one chip continues dp 2 ZeRO-2's run (4 decimals)"; else
+    fail "one-chip resume differs"; paste full_456.txt one_456.txt >&2
+  fi
+fi
+
+e2e_case "(l) checkpoint refusals: nothing left to run, another model, --save-every alone, not a checkpoint"
+if expect_exit 2 '^shardsim: error: --resume: part\.h5 is at step 3 and the run stops at step 3' \
+    -- shardsim_mpi 1 train "$TRAIN" --steps 3 --resume part.h5
+then one_error_line; fi
+sed -E 's/^(  hidden:).*/\1 32/' "$TRAIN" >wide.yaml
+if expect_exit 2 "^shardsim: error: checkpoint part\\.h5: saved for model 'vocab 32 hidden 16 .*' but the config's model is 'vocab 32 hidden 32" \
+    -- shardsim_mpi 2 train wide.yaml --steps 6 --resume part.h5
+then one_error_line; fi
+if expect_exit 2 '^shardsim: error: --save-every: needs --checkpoint' -- shardsim_mpi 1 train "$TRAIN" --save-every 2
+then one_error_line; fi
+printf 'not hdf5\n' >junk.h5
+if expect_exit 2 '^shardsim: error: .*junk\.h5' -- shardsim_mpi 1 train "$TRAIN" --resume junk.h5
+then one_error_line; fi
+
 e2e_finish
