@@ -7,7 +7,11 @@
 // (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
-// memory of the training state next to ZeRO's formulas.
+// memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
+// parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T, ZeRO stage 0).
+// Checkpoints: --checkpoint PATH [--save-every K] writes the training state (models/lm_checkpoint.h) after every
+// K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
+// to stop at).
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
@@ -28,6 +32,8 @@
 #include "models/lm_checkpoint.h"
 #include "models/lm_dp.h"
 #include "models/lm_model.h"
+#include "models/lm_tp.h"
+#include "sharding/device_mesh.h"
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
@@ -53,6 +59,7 @@ struct TrainSetup {
   sim::DeviceSpec device;
   bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
+  int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -68,15 +75,23 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.data_parallel = ranks > 1 || root.has("parallel");
   if (const auto p = root.maybe_child("parallel")) {
     p->expect_keys({"dp", "tp", "zero", "bucket_bytes", "algorithm"});
-    const int64_t dp = p->get_positive_int("dp", ranks);
-    if (dp != ranks)
-      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas need " + std::to_string(dp) +
-                          " ranks (mpirun -np " + std::to_string(dp) + "); the job has " + std::to_string(ranks));
-    if (p->get_positive_int("tp", 1) != 1)
-      p->child("tp").fail("parallel.tp: train supports data parallelism only (tp: 1) so far");
+    const int64_t tp = p->get_positive_int("tp", 1);
+    if (ranks % tp != 0)
+      p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
+                          std::to_string(ranks) + " ranks (dp x tp must equal them)");
+    s.tp = static_cast<int>(tp);
+    const int64_t dp = p->get_positive_int("dp", ranks / tp);
+    if (dp * tp != ranks)
+      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
+                          (tp > 1 ? " x tp " + std::to_string(tp) : std::string()) + " need " +
+                          std::to_string(dp * tp) + " ranks (mpirun -np " + std::to_string(dp * tp) +
+                          "); the job has " + std::to_string(ranks));
     const int64_t zero = p->get_int("zero", 0);
     if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
     s.dp.zero = static_cast<int>(zero);
+    if (tp > 1 && zero != 0)
+      p->child("zero").fail("parallel.zero: ZeRO stages 1-3 with tp > 1 are not built (tp x dp trains with DDP, "
+                            "zero: 0)");
     const int64_t bb = p->get_int("bucket_bytes", s.dp.bucket_bytes);
     if (bb < 0) p->child("bucket_bytes").fail("parallel.bucket_bytes: must be >= 0 (0 = one reduction after backward), got " + std::to_string(bb));
     s.dp.bucket_bytes = bb;
@@ -145,9 +160,19 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
   }
   if (f.steps > 0) t.steps = f.steps;
-  if (s.data_parallel && c.batch % ranks != 0)
+  const int dp_size = ranks / s.tp;
+  if (s.data_parallel && c.batch % dp_size != 0)
     m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
-                          " sequences) must be a multiple of dp (" + std::to_string(ranks) + ")");
+                          " sequences) must be a multiple of dp (" + std::to_string(dp_size) + ")");
+  if (s.tp > 1)
+    for (const char* k : {"heads", "kv_heads", "ffn", "vocab"}) {
+      const int64_t v = std::string(k) == "heads" ? c.heads : std::string(k) == "kv_heads" ? c.kv_heads
+                        : std::string(k) == "ffn" ? c.ffn : c.vocab;
+      if (v % s.tp != 0)
+        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
+                                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
+                                         "): tensor parallelism splits whole heads, ffn columns and vocabulary rows");
+    }
   return s;
 }
 
@@ -210,21 +235,44 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const bool root = world.rank() == 0;
   const topology::Topology topo =
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sim::Timeline tl(world.rank(), topo, s.device);
-  std::vector<int> chips(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) chips[size_t(i)] = i;
-  runtime::Transport tp(world.comm(), tl, chips);
-  std::optional<models::LmDpTrainer> trainer;
+  // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
+  std::optional<sharding::DeviceMesh> mesh;
   world.agree([&] {
     try {
-      trainer.emplace(c, s.train, s.dp, tp, tl);
+      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(s.config_name + ": parallel: " + e.what());
+    }
+  });
+  // tp = 1 keeps rank r on chip r (the data-parallel trainer's placement, whatever the topology).
+  std::vector<int> chips = mesh->placement();
+  if (s.tp == 1)
+    for (int i = 0; i < n; ++i) chips[size_t(i)] = i;
+  sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
+  runtime::Transport tp(world.comm(), tl, chips);
+  mesh->bind(tp);
+  std::optional<models::LmDpTrainer> dp_trainer;
+  std::optional<models::LmTpTrainer> tp_trainer;
+  world.agree([&] {
+    try {
+      if (s.tp > 1)
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp.algorithm);
+      else
+        dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
   });
+  auto step = [&] { return tp_trainer ? tp_trainer->step() : dp_trainer->step(); };
+  auto gather_state = [&] { return tp_trainer ? tp_trainer->gather_state() : dp_trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
-  if (resumed) trainer->restore(*resumed);
-  const std::string mesh = "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
+  if (resumed) {
+    if (tp_trainer) tp_trainer->restore(*resumed);
+    else dp_trainer->restore(*resumed);
+  }
+  const int dp_size = n / s.tp;
+  const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp)
+                                         : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
   const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
@@ -240,12 +288,18 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
                 (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
-    std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
-                trainer->buckets(), trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
-                s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
+    if (tp_trainer)
+      std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
+                  "q/k/v and gate/up, row-parallel wo and w_down), ZeRO stage 0, one gradient all_reduce over dp "
+                  "after backward (bucket_bytes ignored)\n",
+                  dp_size, s.tp);
+    else
+      std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
+                  dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
+                  s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
     std::printf("data: global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW lr %g, "
                 "weight decay %g, clip %g\n\n",
-                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / n), double(s.train.adamw.lr),
+                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / dp_size), double(s.train.adamw.lr),
                 double(s.train.adamw.weight_decay), s.train.max_grad_norm);
     if (resumed)
       std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
@@ -255,9 +309,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   }
   std::vector<double> losses;
   models::LmDpStepResult last;
-  for (int64_t i = trainer->steps_done(); i < s.train.steps; ++i) {
+  for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
     try {
-      last = trainer->step();
+      last = step();
     } catch (const std::runtime_error& e) {
       throw RuntimeFault(e.what());
     }
@@ -266,9 +320,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (root)
       std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
                   last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
-    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, trainer->gather_state(), mesh);
+    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text);
   }
-  const auto mem = trainer->memory();
+  const auto mem = tp_trainer ? tp_trainer->memory() : dp_trainer->memory();
   if (root) {
     const auto& b = last.breakdown;
     std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
@@ -280,17 +334,26 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %d x %s %s peak\n",
                 model_flops, 100.0 * model_flops / (b.total * peak * n), n, s.device.name.c_str(), dt.c_str());
     const double psi = double(models::lm_param_count(c));
-    std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
     auto row = [](const char* what, double v, double formula, const char* rule) {
       std::printf("  %-16s %14.0f  formula %14.0f  %s\n", what, v, formula, rule);
     };
     const bool mixed = c.dtype != runtime::DType::fp32;
-    row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-    row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-    row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
+    if (tp_trainer) {
+      const double psi_l = mem.formula_grads / double(runtime::dtype_size(c.dtype));
+      std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
+                  "replicated norms; ZeRO stage 0):\n", psi_l, psi);
+      row("parameters", mem.params, mem.formula_params, mixed ? "2*Psi_tp" : "4*Psi_tp");
+      row("gradients", mem.grads, mem.formula_grads, mixed ? "2*Psi_tp" : "4*Psi_tp");
+      row("optimizer state", mem.optimizer, mem.formula_optimizer, mixed ? "12*Psi_tp" : "8*Psi_tp");
+    } else {
+      std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
+      row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+      row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+      row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
+    }
     row("total", mem.total(), mem.formula_total(), "");
     std::printf("  %-16s %14.0f  (the forward's saved tensors for %lld sequences; not in the formula)\n",
-                "activations", mem.activations, (long long)(c.batch / n));
+                "activations", mem.activations, (long long)(c.batch / dp_size));
   }
   return kExitOk;
 }

@@ -46,6 +46,7 @@
 // gradient norm (the step is not applied).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,7 +87,7 @@ struct LmDpStepResult {
   double grad_norm = 0;  // global norm before clipping
   double clip = 1;
   sim::Breakdown breakdown;  // this chip's simulated step
-  double idle_ns() const { return breakdown.total - breakdown.compute - breakdown.exposed_comm; }
+  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
 };
 
 class LmDpTrainer {

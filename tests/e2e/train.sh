@@ -145,4 +145,30 @@ printf 'not hdf5\n' >junk.h5
 if expect_exit 2 '^shardsim: error: .*junk\.h5' -- shardsim_mpi 1 train "$TRAIN" --resume junk.h5
 then one_error_line; fi
 
+e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 on 4 print one chip's losses; a tp checkpoint resumes on one chip"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2/' "$TRAIN" >tp2.yaml
+if expect_exit 0 '^parallel: dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
+  awk '$1 ~ /^[1-6]$/ && NF == 4 {print $1, $2, $3}' first_run.txt >one_6.txt
+  if [[ -s tp2_losses.txt ]] && cmp -s one_6.txt tp2_losses.txt; then pass "tp 2: losses and grad norms equal one chip's (4 decimals)"; else
+    fail "tp 2 differs from one chip"; paste one_6.txt tp2_losses.txt >&2
+  fi
+  assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi_tp' "per-chip optimizer state of the tp shards"
+fi
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron' -- shardsim_mpi 4 train tp2.yaml --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
+  if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2: losses equal one chip's (4 decimals)"; else
+    fail "dp2 x tp2 differs"; paste one_6.txt dptp_losses.txt >&2
+  fi
+fi
+if expect_exit 0 '^resumed: tp2\.h5 at step 6 \(saved under dp=1 x tp=2\)' -- shardsim_mpi 1 train "$TRAIN" --steps 8 --resume tp2.h5; then
+  pass "a tp 2 checkpoint continues on one chip"
+fi
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 4/' "$TRAIN" >tp4.yaml
+if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp \(4\)' -- shardsim_mpi 4 train tp4.yaml
+then one_error_line; fi
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2\n  zero: 1/' "$TRAIN" >tpz1.yaml
+if expect_exit 2 '^shardsim: error: .*tpz1\.yaml:[0-9]+: parallel.zero: ZeRO stages 1-3 with tp > 1 are not built' -- shardsim_mpi 2 train tpz1.yaml
+then one_error_line; fi
+
 e2e_finish
