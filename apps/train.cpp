@@ -45,6 +45,10 @@ namespace shardsim::apps {
 
 namespace {
 
+// Upper limit of train.steps / --steps: every step computes on the host with real data (the default config takes
+// ~4 ms per step here, so a million steps is about an hour); beyond that a typo (1e12) would run for years.
+constexpr int64_t kMaxSteps = 1000000;
+
 struct TrainFlags {
   std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
   int64_t steps = 0;  // 0: the config's
@@ -142,6 +146,9 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (const auto tr = root.maybe_child("train")) {
     tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed"});
     t.steps = tr->get_positive_int("steps", t.steps);
+    if (t.steps > kMaxSteps)
+      tr->child("steps").fail("train.steps: at most " + std::to_string(kMaxSteps) + " (got " + std::to_string(t.steps) +
+                              "); every step runs on the host with real data");
     t.adamw.lr = static_cast<float>(tr->get_nonnegative_double("lr", t.adamw.lr));
     t.adamw.beta1 = static_cast<float>(tr->get_nonnegative_double("beta1", t.adamw.beta1));
     t.adamw.beta2 = static_cast<float>(tr->get_nonnegative_double("beta2", t.adamw.beta2));
@@ -436,7 +443,7 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   auto flags = std::make_shared<TrainFlags>();
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+      ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
   sub->add_option("--checkpoint", flags->checkpoint,
                   "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
                   "after the last step and every --save-every steps");
