@@ -144,7 +144,11 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   }
   auto& t = s.train;
   if (const auto tr = root.maybe_child("train")) {
-    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed"});
+    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed", "recompute"});
+    s.dp.recompute = tr->get_bool("recompute", false);
+    if (s.dp.recompute && s.tp > 1)
+      tr->child("recompute").fail("train.recompute: activation recomputation with tp > 1 is not built (tp: 1)");
+    if (s.dp.recompute) s.data_parallel = true;  // the data-parallel trainer (dp = 1 on one rank) recomputes
     t.steps = tr->get_positive_int("steps", t.steps);
     if (t.steps > kMaxSteps)
       tr->child("steps").fail("train.steps: at most " + std::to_string(kMaxSteps) + " (got " + std::to_string(t.steps) +
@@ -304,6 +308,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
                   dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
+    if (s.dp.recompute)
+      std::printf("recompute: per block (each block's forward runs again right before its backward)\n");
     std::printf("data: global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW lr %g, "
                 "weight decay %g, clip %g\n\n",
                 (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / dp_size), double(s.train.adamw.lr),
@@ -359,8 +365,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
     }
     row("total", mem.total(), mem.formula_total(), "");
-    std::printf("  %-16s %14.0f  (the forward's saved tensors for %lld sequences; not in the formula)\n",
-                "activations", mem.activations, (long long)(c.batch / dp_size));
+    std::printf("  %-16s %14.0f  (%s for %lld sequences; not in the formula)\n", "activations", mem.activations,
+                s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
+                               : "the forward's saved tensors",
+                (long long)(c.batch / dp_size));
   }
   return kExitOk;
 }

@@ -38,6 +38,22 @@ double cache_bytes(const LmCache& C) {
   return b;
 }
 
+// With per-block recomputation: every block's input, the largest block's other saved tensors (one block is
+// rebuilt at a time) and the head's tensors.
+double cache_bytes_recompute(const LmCache& C) {
+  double b = 0, largest = 0;
+  for (const auto& L : C.layers) {
+    b += static_cast<double>(L.x_in.nbytes());
+    double rest = 0;
+    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
+      rest += static_cast<double>(t->nbytes());
+    for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
+    largest = std::max(largest, rest);
+  }
+  for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
+  return b + largest;
+}
+
 bool same_costs(const std::vector<kernels::KernelCost>& a, const std::vector<kernels::KernelCost>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -126,7 +142,7 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
   LmCache cache;
   lm_forward(local_, work_, lb, &cache, &fwd_costs_, &fwd_marks_);
   lm_backward(local_, work_, lb, cache, grads_, &bwd_costs_, &bwd_marks_);
-  activation_bytes_ = cache_bytes(cache);
+  activation_bytes_ = dp.recompute ? cache_bytes_recompute(cache) : cache_bytes(cache);
 }
 
 void LmDpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
@@ -198,8 +214,22 @@ LmDpStepResult LmDpTrainer::step() {
       t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(u)])],
                                     k == 0 ? fwd_start[size_t(units - 1)] : bwd_start[size_t(u + 1)]));
     bwd_start[size_t(u)] = std::max(t, tl_.free_at(sim::Timeline::kComputeEngine));
+    if (dp_.recompute && u >= 1 && u <= int(global_.layers))  // block u - 1's forward again, then its backward
+      replay(fwd_costs_, fwd_marks_[size_t(u)], fwd_marks_[size_t(u + 1)], t);
     replay(bwd_costs_, k == 0 ? 0 : bwd_marks_[size_t(k - 1)], bwd_marks_[size_t(k)], t);
     grad_ready[size_t(u)] = t;
+  }
+  if (dp_.recompute) {
+    // Keep the block inputs only, then rebuild each block from its input (host order: all blocks before the
+    // backward, which takes the whole cache; the timeline above charges each one right before its backward).
+    lm_drop_block_activations(cache);
+    for (int64_t l = global_.layers - 1; l >= 0; --l) {
+      costs.clear();
+      lm_recompute_block(local_, work_, l, cache, &costs);
+      const std::vector<kernels::KernelCost> want(fwd_costs_.begin() + long(fwd_marks_[size_t(l + 1)]),
+                                                  fwd_costs_.begin() + long(fwd_marks_[size_t(l + 2)]));
+      if (!same_costs(costs, want)) throw std::logic_error("lm_dp: a recomputed block ran other kernels");
+    }
   }
   costs.clear();
   lm_backward(local_, work_, lb, cache, grads_, &costs, &marks);

@@ -64,6 +64,12 @@ struct LmDpConfig {
   int zero = 0;                           // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
   std::string algorithm = "auto";         // collective algorithm (collectives/algorithms.h)
+  // Activation recomputation per block (lm_model.h): the forward keeps only each block's input; before a block's
+  // backward its forward runs again (on the host for real, and on the timeline: its forward kernels are replayed
+  // on the compute engine right before its backward kernels, after its ZeRO-3 gather). Activations then count the
+  // block inputs, one block's saved tensors (the one being differentiated) and the head's; the step gains one
+  // forward of every block.
+  bool recompute = false;
 };
 
 // Per-chip bytes the training state occupies between steps, measured from the buffers this rank holds, next to

@@ -175,4 +175,13 @@ sed -E 's/^(  steps:).*/\1 2000000/' "$TRAIN" >many_steps.yaml
 if expect_exit 2 '^shardsim: error: .*many_steps\.yaml:[0-9]+: train.steps: at most 1000000' -- shardsim_mpi 1 train many_steps.yaml
 then one_error_line; fi
 
+e2e_case "(o) train.recompute: the same losses as one chip; the report says recompute (numbers: LmDpRecompute)"
+sed -E 's/^(  data_seed:.*)$/\1\n  recompute: true/' dp.yaml >dp_rc.yaml
+if expect_exit 0 '^recompute: per block' -- shardsim_mpi 2 train dp_rc.yaml --steps 12; then
+  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >rc_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && NF == 4 {print $1, $2, $3}' first_run.txt >one_12.txt
+  if cmp -s one_12.txt rc_losses.txt; then pass "12 losses equal one chip's"; else fail "recompute changed the losses"; fi
+  assert_out '^  activations +[0-9]+  \(recompute per block' "the activation line says recompute"
+fi
+
 e2e_finish

@@ -15,6 +15,7 @@
 #include "models/lm_tp.h"
 #include "models/lm_train.h"
 #include "mpi_util.h"
+#include "sim/cost.h"
 
 using namespace shardsim;
 using models::LmCache;
@@ -47,12 +48,13 @@ struct DpRun {
   std::vector<models::LmDpStepResult> results;
 };
 
-DpRun run_dp(const LmConfig& c, int zero, int64_t bucket_bytes, int steps, double link_gbps = 100) {
+DpRun run_dp(const LmConfig& c, int zero, int64_t bucket_bytes, int steps, double link_gbps = 100,
+            bool recompute = false) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{link_gbps, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
   runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
-  models::LmDpTrainer tr(c, train_config(), {zero, bucket_bytes, "auto"}, tp, tl);
+  models::LmDpTrainer tr(c, train_config(), {zero, bucket_bytes, "auto", recompute}, tp, tl);
   DpRun run;
   for (int i = 0; i < steps; ++i) {
     run.results.push_back(tr.step());
@@ -423,5 +425,42 @@ TEST(LmTp, MatchesSingleDevice) {
         if (name.find("norm") != std::string::npos) norms += v;
       }
     EXPECT_GT(norms / all, 1e-4) << "the double-count would be visible";
+  }
+}
+
+// Activation recomputation per block: the same losses and weights bit for bit (the recomputed blocks are the
+// same deterministic kernels), activations drop to the block inputs + one block + the head's tensors, and the
+// simulated compute time rises by exactly one forward of every block (their kernels' roofline times, recomputed
+// here from lm_forward's own cost list). ZeRO 0 and 3 (3: the recompute follows the unit's gather).
+TEST(LmDpRecompute, SameNumbersLessMemoryOneMoreForward) {
+  if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
+  const LmConfig c = small_config();
+  // One forward of the blocks on this replica's micro-batch, on the device the trainer uses.
+  LmConfig local = c;
+  local.batch = c.batch / world_size();
+  std::vector<kernels::KernelCost> costs;
+  std::vector<size_t> marks;
+  LmCache cache;
+  const models::LmWeights w = models::lm_init(local);
+  models::lm_forward(local, w, models::lm_synthetic_batch(local, 7, 0), &cache, &costs, &marks);
+  const auto dev = sim::device_preset("trainium1");
+  double blocks_ns = 0;
+  for (size_t i = marks[1]; i < marks[size_t(c.layers) + 1]; ++i)
+    blocks_ns += sim::compute_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype));
+  for (int zero : {0, 3}) {
+    const DpRun plain = run_dp(c, zero, 512, 3);
+    const DpRun rc = run_dp(c, zero, 512, 3, 100, true);
+    EXPECT_EQ(rc.losses, plain.losses) << "zero " << zero;
+    EXPECT_TRUE(bit_equal(rc.weights, plain.weights)) << "zero " << zero;
+    EXPECT_LT(rc.memory.activations, plain.memory.activations) << "zero " << zero;
+    const double extra = rc.results.back().breakdown.compute - plain.results.back().breakdown.compute;
+    EXPECT_NEAR(extra, blocks_ns, 1e-6 * blocks_ns) << "zero " << zero;
+    EXPECT_GT(rc.results.back().breakdown.total, plain.results.back().breakdown.total) << "zero " << zero;
+    if (world_rank() == 0)
+      std::printf("[lm_recompute] dp=%d zero=%d: activations %.0f -> %.0f bytes, compute %.3f -> %.3f us "
+                  "(+%.3f = one forward of the blocks), step %.3f -> %.3f us\n",
+                  world_size(), zero, plain.memory.activations, rc.memory.activations,
+                  plain.results.back().breakdown.compute / 1e3, rc.results.back().breakdown.compute / 1e3,
+                  blocks_ns / 1e3, plain.results.back().breakdown.total / 1e3, rc.results.back().breakdown.total / 1e3);
   }
 }
