@@ -64,6 +64,7 @@ struct TrainSetup {
   bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
   int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
+  bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -78,12 +79,14 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.device = sharding::load_workload_device(root);
   s.data_parallel = ranks > 1 || root.has("parallel");
   if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "zero", "bucket_bytes", "algorithm"});
+    p->expect_keys({"dp", "tp", "sp", "zero", "bucket_bytes", "algorithm"});
     const int64_t tp = p->get_positive_int("tp", 1);
     if (ranks % tp != 0)
       p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
                           std::to_string(ranks) + " ranks (dp x tp must equal them)");
     s.tp = static_cast<int>(tp);
+    s.sp = p->get_bool("sp", false);
+    if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
     const int64_t dp = p->get_positive_int("dp", ranks / tp);
     if (dp * tp != ranks)
       p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
@@ -175,6 +178,9 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (s.data_parallel && c.batch % dp_size != 0)
     m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
                           " sequences) must be a multiple of dp (" + std::to_string(dp_size) + ")");
+  if (s.sp && c.seq % s.tp != 0)
+    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of parallel.tp (" +
+                        std::to_string(s.tp) + ") for sequence parallelism (parallel.sp)");
   if (s.tp > 1)
     for (const char* k : {"heads", "kv_heads", "ffn", "vocab"}) {
       const int64_t v = std::string(k) == "heads" ? c.heads : std::string(k) == "kv_heads" ? c.kv_heads
@@ -267,7 +273,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   world.agree([&] {
     try {
       if (s.tp > 1)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp.algorithm);
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp.algorithm, s.sp);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
@@ -282,7 +288,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     else dp_trainer->restore(*resumed);
   }
   const int dp_size = n / s.tp;
-  const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp)
+  const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp) +
+                                               (s.sp ? " (sequence parallel)" : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
@@ -301,9 +308,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
     if (tp_trainer)
       std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
-                  "q/k/v and gate/up, row-parallel wo and w_down), ZeRO stage 0, one gradient all_reduce over dp "
+                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage 0, one gradient all_reduce over dp "
                   "after backward (bucket_bytes ignored)\n",
-                  dp_size, s.tp);
+                  dp_size, s.tp, s.sp ? "; sequence parallel: reduce_scatter/all_gather around the norms" : "");
     else
       std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
                   dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,

@@ -9,6 +9,7 @@
 
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
+#include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
 #include "kernels/backward.h"
@@ -47,9 +48,9 @@ LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
 }
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
-                         runtime::Transport& world, sim::Timeline& timeline, std::string algorithm)
+                         runtime::Transport& world, sim::Timeline& timeline, std::string algorithm, bool sequence_parallel)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline),
-      algorithm_(std::move(algorithm)) {
+      algorithm_(std::move(algorithm)), sp_(sequence_parallel) {
   check_lm_config(global);
   for (const auto& a : mesh.axes())
     if (a.size > 1 && a.name != "tp" && a.name != "dp")
@@ -72,6 +73,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
+  if (sp_ && global.seq % tp_size_ != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) +
+                                " must be a multiple of parallel.tp (" + std::to_string(tp_size_) +
+                                ") for sequence parallelism");
   local_.heads /= tp_size_;
   local_.kv_heads /= tp_size_;
   local_.ffn /= tp_size_;
@@ -189,6 +194,33 @@ void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs
   t = collectives::all_reduce(mesh_["tp"], x.data(), x.data(), size_t(x.numel()), x.dtype(), op, t, o).span.end;
 }
 
+Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
+  if (!sp_) {
+    all_reduce_tp(partial, collectives::ReduceOp::sum, t, name);
+    return partial;
+  }
+  // Sequence parallel: reduce_scatter(sum) over tp; rank r keeps token rows [r·N/T, (r+1)·N/T).
+  const int64_t rows = partial.dim(0) / tp_size_;
+  Tensor out(partial.dtype(), {rows, partial.dim(1)});
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm_;
+  o.name = std::string("reduce_scatter.") + name;
+  t = collectives::reduce_scatter(mesh_["tp"], partial.data(), out.data(), size_t(partial.numel()), partial.dtype(),
+                                  collectives::ReduceOp::sum, t, o)
+          .span.end;
+  return out;
+}
+
+Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* name) {
+  if (!sp_) return shard;
+  Tensor out(shard.dtype(), {shard.dim(0) * tp_size_, shard.dim(1)});
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm_;
+  o.name = std::string("all_gather.") + name;
+  t = collectives::all_gather(mesh_["tp"], shard.data(), out.data(), size_t(out.numel()), shard.dtype(), t, o).span.end;
+  return out;
+}
+
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
@@ -204,15 +236,17 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   };
   using collectives::ReduceOp;
   C.layers.assign(size_t(c.layers), {});
+  const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   Tensor x = act({N, h});
   charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
-  all_reduce_tp(x, ReduceOp::sum, t, "all_reduce.embed");
+  x = to_seq(std::move(x), t, "embed");
   for (int64_t l = 0; l < c.layers; ++l) {
     const LmLayer& L = w.layers[size_t(l)];
     auto& S = C.layers[size_t(l)];
     S.x_in = x;
-    S.a = act({N, h});
-    charge(kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps), t);
+    Tensor a = act({Nr, h});
+    charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
+    S.a = from_seq(a, t, "attn_in");
     S.q = mm(S.a, L.wq).reshaped({N, hq, d});
     S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
     S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
@@ -226,23 +260,23 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
       S.o.set_rows(b * T, ob);
       S.lse.push_back(std::move(lse));
     }
-    Tensor attn = mm(Tensor(S.o).reshaped({N, hq * d}), L.wo);
-    all_reduce_tp(attn, ReduceOp::sum, t, "all_reduce.attn_out");
+    const Tensor attn = to_seq(mm(Tensor(S.o).reshaped({N, hq * d}), L.wo), t, "attn_out");
     charge(kernels::add_inplace(x, attn), t);
     S.x_mid = x;
-    S.m = act({N, h});
-    charge(kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps), t);
+    Tensor m = act({Nr, h});
+    charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
+    S.m = from_seq(m, t, "mlp_in");
     S.gate = mm(S.m, L.w_gate);
     S.up = mm(S.m, L.w_up);
     S.act = S.gate;
     charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
-    Tensor mlp = mm(S.act, L.w_down);
-    all_reduce_tp(mlp, ReduceOp::sum, t, "all_reduce.mlp_out");
+    const Tensor mlp = to_seq(mm(S.act, L.w_down), t, "mlp_out");
     charge(kernels::add_inplace(x, mlp), t);
   }
   C.x_final = x;
-  C.xf = act({N, h});
-  charge(kernels::rmsnorm(x, w.final_norm, C.xf, c.norm_eps), t);
+  Tensor xf = act({Nr, h});
+  charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
+  C.xf = from_seq(xf, t, "head_in");
   C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
   C.row_max = Tensor(DType::fp32, {N});
   C.sumexp = Tensor(DType::fp32, {N});
@@ -277,28 +311,36 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
 
   Tensor dlogits = act({N, c.vocab});
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / float(N), dlogits), t);
+  const int64_t Nr = sp_ ? N / tp_size_ : N;
   Tensor dxf = act({N, h});
   charge(kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head), t);
-  all_reduce_tp(dxf, ReduceOp::sum, t, "all_reduce.dxf");  // column-parallel head: partial input gradient
-  Tensor dx = act({N, h});
-  charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf, dx, &g.final_norm, c.norm_eps), t);
+  // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
+  const Tensor dxf_r = to_seq(std::move(dxf), t, "dhead_in");
+  Tensor dx = act({Nr, h});
+  charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const LmLayer& L = w.layers[size_t(l)];
     LmLayer& G = g.layers[size_t(l)];
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
-    charge(kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down), t);  // row-parallel: local
+    {
+      const Tensor dx_full = from_seq(dx, t, "dmlp_out");  // sp: all_gather (the reduce_scatter's backward)
+      charge(kernels::gemm_backward(S.act, L.w_down, dx_full, &dact, &G.w_down), t);  // row-parallel: local
+    }
     charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), t);
-    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
+    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({Nr, h});
     charge(kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate), t);
     charge(kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up), t);
     charge(kernels::add_inplace(dm, dm_up), t);
-    all_reduce_tp(dm, ReduceOp::sum, t, "all_reduce.dmlp_in");  // column-parallel gate/up
-    charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, c.norm_eps), t);
+    const Tensor dm_r = to_seq(std::move(dm), t, "dmlp_in");  // column-parallel gate/up
+    charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
-    charge(kernels::gemm_backward(o2, L.wo, dx, &do2, &G.wo), t);  // row-parallel: local
+    {
+      const Tensor dx_full = from_seq(dx, t, "dattn_out");
+      charge(kernels::gemm_backward(o2, L.wo, dx_full, &do2, &G.wo), t);  // row-parallel: local
+    }
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     for (int64_t b = 0; b < c.batch; ++b) {
@@ -321,11 +363,33 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
     charge(kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv), t);
     charge(kernels::add_inplace(da, da_k), t);
     charge(kernels::add_inplace(da, da_v), t);
-    all_reduce_tp(da, ReduceOp::sum, t, "all_reduce.dattn_in");  // column-parallel q/k/v
-    charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, c.norm_eps), t);
+    const Tensor da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
+    charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
   }
-  charge(kernels::embedding_backward(dx, batch.inputs, v0, V, g.embed), t);
+  charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
+  if (sp_) {
+    // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
+    // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
+    std::vector<Tensor*> norms;
+    for (auto& [name, gt] : g.named_weights())
+      if (split_of(name) == Split::replicate) norms.push_back(gt);
+    int64_t total = 0;
+    for (Tensor* n : norms) total += n->numel();
+    Tensor flat(c.dtype, {total});
+    const size_t es = runtime::dtype_size(c.dtype);
+    size_t off = 0;
+    for (Tensor* n : norms) {
+      std::memcpy(static_cast<char*>(flat.data()) + off * es, n->data(), size_t(n->numel()) * es);
+      off += size_t(n->numel());
+    }
+    all_reduce_tp(flat, collectives::ReduceOp::sum, t, "all_reduce.norm_grads");
+    off = 0;
+    for (Tensor* n : norms) {
+      std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
+      off += size_t(n->numel());
+    }
+  }
 }
 
 LmDpStepResult LmTpTrainer::step() {

@@ -18,6 +18,14 @@
 // partial sums over the local heads / ffn columns / vocabulary slice, all_reduce(sum) over tp before the norm's
 // backward (Megatron's f/g conjugate operators). Replicated norm weights get identical gradients on every tp rank.
 //
+// Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+// arXiv:2205.05198), SEQUENCE_PARALLEL: the residual stream, the norms and the residual adds are split over tp by
+// token rows ([N/T, h] per rank, N = local tokens; seq must be a multiple of T): each all_reduce after a
+// row-parallel layer becomes a reduce_scatter(sum) to the rows and an all_gather rebuilds the full [N, h] input
+// of the next column-parallel layer; in backward the roles swap (all_gather of the residual gradient before a
+// row-parallel layer's backward, reduce_scatter of a column-parallel layer's partial input gradient). The norm
+// weights' gradients, computed over each rank's rows only, are all_reduce(sum)ed over tp after backward.
+//
 // Data parallelism across the dp axis: replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in
 // lm_dp.h); after backward every local gradient is all_reduce(avg)ed over dp in one flat buffer (DDP without
 // buckets, ZeRO stage 0; ZeRO and bucketing on a tp mesh are not built). Global-norm clipping follows
@@ -51,7 +59,8 @@ class LmTpTrainer {
  public:
   // MESH: dp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
-              runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto");
+              runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
+              bool sequence_parallel = false);
   LmDpStepResult step();
   // Whole fp32 masters (all_gather over tp; collective).
   LmWeights gather_master();
@@ -61,6 +70,7 @@ class LmTpTrainer {
   int64_t steps_done() const { return step_; }
   const LmConfig& local_config() const { return local_; }
   int tp() const { return tp_size_; }
+  bool sequence_parallel() const { return sp_; }
   int dp() const { return dp_size_; }
   // Per-chip bytes of the training state between steps: local shards of parameters (compute dtype), gradients
   // (compute dtype) and optimizer state (fp32 master + m + v for bf16, m + v for fp32); the activations this
@@ -74,6 +84,11 @@ class LmTpTrainer {
   double forward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
   void backward(const LmBatch& b, const LmCache& C, sim::TimeNs& t);
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
+  // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
+  // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
+  runtime::Tensor to_seq(runtime::Tensor partial, sim::TimeNs& t, const char* name);
+  // The residual stream's rows to the full [N, h] a column-parallel layer reads: identity, or with sp all_gather.
+  runtime::Tensor from_seq(const runtime::Tensor& rows, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
@@ -84,6 +99,7 @@ class LmTpTrainer {
   runtime::Transport& world_;
   sim::Timeline& tl_;
   std::string algorithm_;
+  bool sp_ = false;
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1;
   int64_t step_ = 0;
   LmWeights master_, m_, v_, work_, grads_;

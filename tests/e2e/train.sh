@@ -142,7 +142,7 @@ then one_error_line; fi
 if expect_exit 2 '^shardsim: error: --save-every: needs --checkpoint' -- shardsim_mpi 1 train "$TRAIN" --save-every 2
 then one_error_line; fi
 
-e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 on 4 print one chip's losses; a tp checkpoint resumes on one chip"
+e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 + sp on 4 print one chip's losses; a tp checkpoint resumes on one chip"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2/' "$TRAIN" >tp2.yaml
 if expect_exit 0 '^parallel: dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
@@ -152,10 +152,11 @@ if expect_exit 0 '^parallel: dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2
   fi
   assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi_tp' "per-chip optimizer state of the tp shards"
 fi
-if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron' -- shardsim_mpi 4 train tp2.yaml --steps 6; then
+sed -E 's/^(  tp: 2)$/\1\n  sp: true/' tp2.yaml >tp2sp.yaml
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*; sequence parallel: reduce_scatter/all_gather around the norms' -- shardsim_mpi 4 train tp2sp.yaml --steps 6; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
-  if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2: losses equal one chip's (4 decimals)"; else
-    fail "dp2 x tp2 differs"; paste one_6.txt dptp_losses.txt >&2
+  if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2 with sequence parallelism: losses equal one chip's (4 decimals)"; else
+    fail "dp2 x tp2 sp differs"; paste one_6.txt dptp_losses.txt >&2
   fi
 fi
 if expect_exit 0 '^resumed: tp2\.h5 at step 6 \(saved under dp=1 x tp=2\)' -- shardsim_mpi 1 train "$TRAIN" --steps 8 --resume tp2.h5; then

@@ -350,14 +350,14 @@ struct TpRun {
   models::LmWeights weights;
 };
 
-TpRun run_tp(const LmConfig& c, int tp, int steps) {
+TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
   runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(p));
   sharding::DeviceMesh mesh({{"tp", tp}, {"dp", p / tp}}, topo);
   mesh.bind(world);
-  models::LmTpTrainer tr(c, train_config(), mesh, world, tl);
+  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, "auto", sp);
   TpRun run;
   for (int i = 0; i < steps; ++i) run.steps.push_back(tr.step());
   run.weights = tr.gather_master();
@@ -366,7 +366,8 @@ TpRun run_tp(const LmConfig& c, int tp, int steps) {
 
 }  // namespace
 
-// 5 fp32 steps on tp = world (tp2, tp4, tp8 skipped: kv_heads 4) and dp2 x tp(world/2) equal the single-device
+// 5 fp32 steps on tp = world (tp2, tp4, tp8 skipped: kv_heads 4) and dp2 x tp(world/2), each without and with
+// sequence parallelism (reduce_scatter / all_gather around the norms, norm-weight gradients all_reduced), equal the single-device
 // reference within the dp tolerance of LmDp (1e-5 loss, 1e-4 weights): only fp32 summation orders differ (the
 // all_reduce(sum) of the row-parallel partial products and of the column-parallel input gradients, the split
 // softmax sums). The gradient norm agrees to 1e-5 relative, which it would not if the replicated RMSNorm weights
@@ -382,8 +383,9 @@ TEST(LmTp, MatchesSingleDevice) {
   std::vector<int> tps;
   if (p <= 4) tps.push_back(p);          // tp2, tp4
   if (p >= 4) tps.push_back(p / 2);      // dp2 x tp2, dp2 x tp4
-  for (int tp : tps) {
-    const TpRun run = run_tp(c, tp, 5);
+  for (int tp : tps)
+   for (bool sp : {false, true}) {
+    const TpRun run = run_tp(c, tp, 5, sp);
     double le = 0, ne = 0;
     for (size_t i = 0; i < 5; ++i) {
       le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
@@ -400,11 +402,11 @@ TEST(LmTp, MatchesSingleDevice) {
       }
     }
     if (world_rank() == 0)
-      std::printf("[lm_tp] dp=%d x tp=%d: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
-                  p / tp, tp, le, ne, we);
-    EXPECT_LT(le, 1e-5) << "tp " << tp;
-    EXPECT_LT(ne, 1e-5) << "tp " << tp;
-    EXPECT_LT(we, 1e-4) << "tp " << tp;
+      std::printf("[lm_tp] dp=%d x tp=%d%s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
+                  p / tp, tp, sp ? " sp" : "", le, ne, we);
+    EXPECT_LT(le, 1e-5) << "tp " << tp << " sp " << sp;
+    EXPECT_LT(ne, 1e-5) << "tp " << tp << " sp " << sp;
+    EXPECT_LT(we, 1e-4) << "tp " << tp << " sp " << sp;
     EXPECT_GT(run.steps.back().breakdown.communication, 0) << "tp all_reduces on the timeline";
   }
   // The norm weights' share of the gradient norm: counting them tp times would move the norm by more than 1e-5.
