@@ -254,20 +254,20 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
   std::optional<sharding::DeviceMesh> mesh;
-  world.agree([&] {
-    try {
-      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": parallel: " + e.what());
-    }
-  });
+  if (s.tp > 1)
+    world.agree([&] {
+      try {
+        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(s.config_name + ": parallel: " + e.what());
+      }
+    });
   // tp = 1 keeps rank r on chip r (the data-parallel trainer's placement, whatever the topology).
-  std::vector<int> chips = mesh->placement();
-  if (s.tp == 1)
-    for (int i = 0; i < n; ++i) chips[size_t(i)] = i;
+  std::vector<int> chips(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world.comm(), tl, chips);
-  mesh->bind(tp);
+  if (mesh) mesh->bind(tp);
   std::optional<models::LmDpTrainer> dp_trainer;
   std::optional<models::LmTpTrainer> tp_trainer;
   world.agree([&] {
