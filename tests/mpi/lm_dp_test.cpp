@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "common/error.h"
 #include "models/lm_checkpoint.h"
@@ -465,4 +466,49 @@ TEST(LmDpRecompute, SameNumbersLessMemoryOneMoreForward) {
                   plain.results.back().breakdown.compute / 1e3, rc.results.back().breakdown.compute / 1e3,
                   blocks_ns / 1e3, plain.results.back().breakdown.total / 1e3, rc.results.back().breakdown.total / 1e3);
   }
+}
+
+// A tp (and dp x tp with sp) run resumed from its own step-3 checkpoint continues bit-identically: the file holds
+// the whole tensors (all_gather over tp at save) and each rank slices its shards back (exact copies).
+TEST(LmTpResume, SameMeshIsBitIdentical) {
+  const int p = world_size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
+  const std::string path = resume_temp_path("lm_tp_resume");
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  const int rank = world_rank(), tp = 2;
+  const bool sp = p == 4;
+  auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
+  auto make = [&](sim::Timeline& tl, runtime::Transport& world, sharding::DeviceMesh& mesh) {
+    mesh.bind(world);
+    return std::make_unique<models::LmTpTrainer>(c, train_config(), mesh, world, tl, "auto", sp);
+  };
+  std::vector<double> full_losses, rest_losses;
+  models::LmWeights full_w, rest_w;
+  {
+    sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
+    runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(p));
+    sharding::DeviceMesh mesh({{"tp", tp}, {"dp", p / tp}}, topo);
+    auto tr = make(tl, world, mesh);
+    for (int i = 0; i < 6; ++i) {
+      full_losses.push_back(tr->step().loss);
+      if (i == 2) models::save_lm_train_state(MPI_COMM_WORLD, path, c, train_config(), tr->gather_state(), "test", "");
+    }
+    full_w = tr->gather_master();
+  }
+  {
+    const auto snap = models::load_lm_train_state(MPI_COMM_WORLD, path, c, train_config());
+    sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
+    runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(p));
+    sharding::DeviceMesh mesh({{"tp", tp}, {"dp", p / tp}}, topo);
+    auto tr = make(tl, world, mesh);
+    tr->restore(snap);
+    EXPECT_EQ(tr->steps_done(), 3);
+    for (int i = 3; i < 6; ++i) rest_losses.push_back(tr->step().loss);
+    rest_w = tr->gather_master();
+  }
+  EXPECT_EQ(rest_losses, std::vector<double>(full_losses.begin() + 3, full_losses.end()));
+  EXPECT_TRUE(bit_equal(rest_w, full_w));
+  if (world_rank() == 0) std::remove(path.c_str());
 }
