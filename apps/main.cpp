@@ -40,6 +40,9 @@ volatile sig_atomic_t g_decided_exit = -1;
 extern "C" void on_terminating_signal(int sig) {
   shardsim::unlink_registered_temps();
   if (g_decided_exit >= 0) ::_exit(g_decided_exit);
+  // A watchdog on this node has claimed the one report line and is taking the job down (exit 3): mpirun's SIGTERM
+  // to the other ranks is part of that, not an interruption to report.
+  if (shardsim::runtime::wait_board::claimed()) ::_exit(shardsim::kExitRuntimeFault);
   if (g_world_rank == 0) {
     const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
                                       "they were before the interrupted write)\n"

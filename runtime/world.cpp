@@ -182,6 +182,8 @@ bool claim() {
   return g_board.claim->compare_exchange_strong(expected, 1);
 }
 
+bool claimed() { return g_board.claim && g_board.claim->load() != 0; }
+
 }  // namespace wait_board
 
 MpiSession::MpiSession(int* argc, char*** argv) {

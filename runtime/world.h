@@ -52,6 +52,7 @@ struct Finding {
 };
 Finding follow(int my_world_rank, const std::vector<int>& world_peers);
 bool claim();                 // true for exactly one caller per node, ever
+bool claimed();               // whether some rank of this node claimed (async-signal-safe: one atomic load)
 }  // namespace wait_board
 
 // Throws RuntimeFault "chip R: OP: MPI error: ..." when RC is not MPI_SUCCESS.
