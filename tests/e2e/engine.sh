@@ -26,17 +26,21 @@ fi
 
 e2e_case "the new schema: model:, topology: PATH, device: NAME (and no device: means generic)"
 cp "$CONFIGS/topologies/mesh_2x4.yaml" topo.yaml
-sed '/^topology:/,/^workload:/{/^workload:/!d}; s/^workload:/model:/' "$BASE" >new.yaml
+sed '/^topology:/,/^model:/{/^model:/!d}' "$BASE" >new.yaml
 printf 'topology: topo.yaml\ndevice: trainium1\n' >>new.yaml
 sed -i 's/  tp: 4/  tp: 8/' new.yaml
 if expect_exit 0 '^PASS$' -- shardsim_mpi 8 run new.yaml; then
   assert_out '^  topology +mesh 2x4' "topology read from the file next to the config"
   assert_out '^  device +trainium1' "device by preset name"
 fi
-sed '/^device:/,/^workload:/{/^workload:/!d}' "$BASE" >nodevice.yaml
+sed '/^device:/,/^model:/{/^model:/!d}' "$BASE" >nodevice.yaml
 if expect_exit 0 '^PASS$' -- shardsim_mpi 4 run nodevice.yaml; then
   assert_out '^  device +generic' "the default device is generic and printed"
 fi
+# The older name of the model: section still loads (configs/ use model:).
+sed 's/^model:/workload:/' "$BASE" >old.yaml
+grep -q '^workload:' old.yaml || fail "test bug: no model: section in $BASE"
+expect_exit 0 '^PASS$' -- shardsim_mpi 4 run old.yaml
 
 e2e_case "a plan's mesh on a torus with a fast and a slow dimension: two mappings, two times"
 cat >boards.yaml <<'EOF'
