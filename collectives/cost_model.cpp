@@ -38,20 +38,59 @@ double worst_step_impl(const runtime::Transport& tp, int dist, double bytes) {
 }
 
 // Exact replays of the schedules the algorithms run, on the group's routes, through the same sim::Timeline
-// rules the simulation uses (one event-free timeline per sending rank), in the same issue order as the code.
+// rules the simulation uses (one event-free timeline per rank: its send side books the rank's injected flows, its
+// receive side the flows addressed to it), in the same issue order as the code. Receive-side booking follows the
+// transport's rule: the flows of one exchange in (sender start, source chip, issue) order, exchanges in program
+// order. send() is a flow received alone; post() + flush() are the flows of one exchange.
 struct Replay {
   const topology::Topology& topo;
   std::vector<int> chips;  // rank -> chip
   std::vector<std::unique_ptr<sim::Timeline>> tl;
+  struct Flow {
+    int from, to;
+    double bytes;
+    sim::Span span;
+    size_t seq;
+    double* out;  // *out = max(*out, arrival)
+  };
+  std::vector<Flow> pending;
+  size_t posted = 0;
   Replay(const topology::Topology& t, std::vector<int> rank_to_chip)
       : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()) {}
   explicit Replay(const runtime::Transport& t) : Replay(t.topology(), t.rank_to_chip()) {}
   int size() const { return static_cast<int>(chips.size()); }
+  sim::Timeline& of(int rank) {
+    auto& t = tl[static_cast<size_t>(rank)];
+    if (!t) t = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(rank)], topo, sim::DeviceSpec{}, false);
+    return *t;
+  }
+  double deliver(int from, int to, double bytes, sim::Span span) {
+    return of(to).receive(chips[static_cast<size_t>(from)], bytes, span.start, span.end);
+  }
   double send(int from, int to, double ready, double bytes) {
     if (from == to) return ready;
-    auto& mine = tl[static_cast<size_t>(from)];
-    if (!mine) mine = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(from)], topo, sim::DeviceSpec{}, false);
-    return mine->send("", chips[static_cast<size_t>(to)], bytes, ready).end;
+    return deliver(from, to, bytes, of(from).send("", chips[static_cast<size_t>(to)], bytes, ready));
+  }
+  void post(int from, int to, double ready, double bytes, double* out) {
+    if (from == to) {
+      *out = std::max(*out, ready);
+      return;
+    }
+    const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
+    pending.push_back({from, to, bytes, span, posted++, out});
+  }
+  // Books the posted flows whose receiver is TO (every receiver if TO < 0), as one exchange per receiver.
+  void flush(int to = -1) {
+    std::vector<Flow> now, later;
+    for (auto& f : pending) (to < 0 || f.to == to ? now : later).push_back(f);
+    pending = std::move(later);
+    std::sort(now.begin(), now.end(), [&](const Flow& a, const Flow& b) {
+      if (a.to != b.to) return a.to < b.to;
+      if (a.span.start != b.span.start) return a.span.start < b.span.start;
+      const int ca = chips[static_cast<size_t>(a.from)], cb = chips[static_cast<size_t>(b.from)];
+      return ca != cb ? ca < cb : a.seq < b.seq;
+    });
+    for (const auto& f : now) *f.out = std::max(*f.out, deliver(f.from, f.to, f.bytes, f.span));
   }
 };
 
@@ -78,10 +117,10 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
       for (int r = 0; r < p; ++r)
         for (int l = 0; l < lanes; ++l) {
           const int d = l < m ? 1 : -1, dst = ((r + d) % p + p) % p;
-          const double arrive = rp.send(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece);
-          double& at = next[static_cast<size_t>(l)][static_cast<size_t>(dst)];
-          at = std::max(at, arrive);
+          rp.post(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece,
+                  &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
         }
+      rp.flush();  // a step is one exchange of all lanes
       t = std::move(next);
     }
   }
@@ -176,14 +215,18 @@ double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_
   const int p = tp.size();
   Replay rp(tp);
   double worst = 0;
-  for (int r = 0; r < p; ++r) {
-    if (root_only_sends && r != 0) break;
-    for (int s = 1; s < p; ++s) {
+  // all_to_all: step s is one exchange (send to r + s, receive from r - s); scatter / gather: one exchange at the
+  // root. Each sender issues its sends in step order.
+  for (int s = 1; s < p; ++s) {
+    for (int r = 0; r < p; ++r) {
+      if (root_only_sends && r != 0) continue;
       const int dst = (r + s) % p;
       if (root_only_recvs && dst != 0) continue;
-      worst = std::max(worst, rp.send(r, dst, 0.0, per_peer));
+      rp.post(r, dst, 0.0, per_peer, &worst);
     }
+    if (!root_only_sends && !root_only_recvs) rp.flush();
   }
+  rp.flush();
   return worst;
 }
 
@@ -215,17 +258,17 @@ double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chun
     return end;
   }
   for (int v = p - 1; v > 0; --v) {  // children before parents; each sends all pieces to its parent
+    rp.flush(v);                       // v's children's pieces: one exchange at v
     int parent = v;
     for (int mask = 1; mask < p; mask <<= 1)
       if (v & mask) {
         parent = v - mask;
         break;
       }
-    for (size_t j = 0; j < ready[0].size(); ++j) {
-      const double arrive = send(v, parent, ready[static_cast<size_t>(v)][j]);
-      ready[static_cast<size_t>(parent)][j] = std::max(ready[static_cast<size_t>(parent)][j], arrive);
-    }
+    for (size_t j = 0; j < ready[0].size(); ++j)
+      rp.post(v, parent, ready[static_cast<size_t>(v)][j], piece, &ready[static_cast<size_t>(parent)][j]);
   }
+  rp.flush(0);
   for (double t : ready[0]) end = std::max(end, t);
   return end;
 }

@@ -449,12 +449,13 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   for (const SendOp& s : sends) {
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    const Header h{span.end, s.bytes, sig};
+    const Header h{span.end, s.bytes, sig, span.start};
     chips::post(vc_->ctx, me, vc_->members[static_cast<size_t>(s.dst)], &h, sizeof h, s.buf, s.bytes);
   }
   const size_t nr = recvs.size();
   if (nr == 0) return;
   done_.assign(nr, 0);
+  in_.resize(nr);
   size_t left = nr;
   auto poll = [&] {
     for (size_t i = 0; i < nr; ++i) {
@@ -465,16 +466,37 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
       if (!chips::peek(vc_->ctx, src, me, &h, sizeof h, nullptr)) continue;
       check_header(h, r.bytes, r.src, op);
       chips::take(vc_->ctx, src, me, r.bytes ? r.buf : nullptr);
-      r.arrival = h.arrival_ns;
+      in_[i] = h;
       done_[i] = 1;
       --left;
     }
     return left == 0;
   };
-  if (poll()) return;
-  std::vector<int> peers;
-  for (const RecvOp& r : recvs) peers.push_back(vc_->members[static_cast<size_t>(r.src)]);
-  chips::wait_until(poll, op, peers);
+  if (!poll()) {
+    std::vector<int> peers;
+    for (const RecvOp& r : recvs) peers.push_back(vc_->members[static_cast<size_t>(r.src)]);
+    chips::wait_until(poll, op, peers);
+  }
+  book_arrivals(recvs);
+}
+
+void Transport::book_arrivals(std::span<RecvOp> recvs) {
+  const size_t nr = recvs.size();
+  if (nr == 1) {  // the common case (ring steps): no sort
+    const Header& h = in_[0];
+    recvs[0].arrival = timeline_->receive(chip_of(recvs[0].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns);
+    return;
+  }
+  order_.resize(nr);
+  for (size_t i = 0; i < nr; ++i) order_[i] = i;
+  std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+    if (in_[a].start_ns != in_[b].start_ns) return in_[a].start_ns < in_[b].start_ns;
+    return chip_of(recvs[a].src) != chip_of(recvs[b].src) ? chip_of(recvs[a].src) < chip_of(recvs[b].src) : a < b;
+  });
+  for (size_t i : order_) {
+    const Header& h = in_[i];
+    recvs[i].arrival = timeline_->receive(chip_of(recvs[i].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns);
+  }
 }
 
 template <class T>
@@ -631,7 +653,7 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
     const SendOp& s = sends[i];
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    out_[i] = {span.end, s.bytes, sig};
+    out_[i] = {span.end, s.bytes, sig, span.start};
     reqs_.emplace_back();
     peers_.push_back(s.dst);
     recv_of_.push_back(-1);
@@ -683,7 +705,7 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
   } hook(*this, recvs, op);
   for (size_t index : early_slots) hook.completed(index);
   wait(reqs_, peers_, op, &hook);
-  for (size_t i = 0; i < nr; ++i) recvs[i].arrival = in_[i].arrival_ns;
+  if (nr) book_arrivals(recvs);
 }
 
 sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,

@@ -5,9 +5,11 @@
 // buffer); a larger one follows in pieces of at most 1 GiB (so sizes beyond MPI's int counts work), received
 // straight into the caller's buffer and posted together with the header receive (no round trip between them).
 // The sender books the transfer on its own Timeline (injection port busy for S/B, arrival after
-// sum(alpha) + S/B, see sim/cost.h) and ships the arrival time; the receiver takes it as the time the data exists
-// at its chip. Simulated time thus crosses ranks only through messages (Lamport clocks) and never depends on host
-// timing.
+// sum(alpha) + S/B, see sim/cost.h) and ships its start and arrival time; the receiver books the flow on the links
+// of its route against the other flows addressed to it (sim::Timeline::receive: per exchange in (start, source
+// chip) order, exchanges in program order), which can only delay it, and takes the result as the time the data
+// exists at its chip. Simulated time thus crosses ranks only through messages (Lamport clocks) and never depends
+// on host timing.
 //
 // Ranks here are ranks of this transport's communicator; rank_to_chip maps them to topology chips. split()
 // makes a transport over a subgroup (MPI_Comm_split semantics) that shares the chip's Timeline.
@@ -204,13 +206,17 @@ class Transport {
 
  private:
   struct Header {
-    double arrival_ns;
+    double arrival_ns;  // at the receiver, without other senders' flows (sim::Timeline::send().end)
     unsigned long long bytes;
     CallSignature sig;
+    double start_ns = 0;  // the sender's start (send().start): the receiver books the flow from here
   };
   // Largest payload packed into its header's message.
   static constexpr size_t kPackBytes = 4096;
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
+  // Receive side of the contention model: books the received flows (headers in_[0..n)) on this chip's timeline
+  // in the deterministic order (sender start, source chip) and sets every recvs[i].arrival.
+  void book_arrivals(std::span<RecvOp> recvs);
   void exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   template <class T>
   void allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const std::string& op);
@@ -264,6 +270,7 @@ class Transport {
   std::vector<int> peers_, recv_of_;  // recv_of_[i]: index of the receive whose header request I is, else -1
   std::vector<unsigned char> pack_out_, pack_in_;
   std::vector<int> done_;
+  std::vector<size_t> order_;  // book_arrivals()' sort buffer
   std::vector<MPI_Status> statuses_;
 };
 

@@ -16,6 +16,71 @@ Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device, 
   have_route_.assign(static_cast<size_t>(topo.num_chips()), false);
 }
 
+const Timeline::Route& Timeline::route_from(int src) {
+  if (in_routes_.empty()) {  // the receive side's state is made on first use (event-free replays may never need it)
+    in_routes_.resize(static_cast<size_t>(topo_->num_chips()));
+    have_in_route_.assign(static_cast<size_t>(topo_->num_chips()), false);
+    in_busy_.resize(topo_->links().size());
+  }
+  Route& r = in_routes_.at(static_cast<size_t>(src));
+  if (have_in_route_[static_cast<size_t>(src)]) return r;
+  r.links = topo_->route(src, chip_);
+  double at = 0;
+  for (int id : r.links) {
+    r.offset.push_back(at);
+    at += topo_->link(id).latency_ns;
+  }
+  r.bottleneck_gbps = std::numeric_limits<double>::infinity();
+  for (int id : r.links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
+  r.latency_ns = at;
+  have_in_route_[static_cast<size_t>(src)] = true;
+  return r;
+}
+
+void Timeline::book_interval(int link, Span s) {
+  auto& v = in_busy_[static_cast<size_t>(link)];
+  // First interval ending at or after s.start: everything before it ends earlier.
+  auto it = std::lower_bound(v.begin(), v.end(), s.start, [](const Span& x, TimeNs t) { return x.end < t; });
+  auto last = it;  // merge every interval that overlaps or touches s
+  while (last != v.end() && last->start <= s.end) {
+    s.start = std::min(s.start, last->start);
+    s.end = std::max(s.end, last->end);
+    ++last;
+  }
+  it = v.erase(it, last);
+  v.insert(it, s);
+  if (v.size() > kMaxIntervals) {
+    v[1].start = v[0].start;
+    v.erase(v.begin());
+  }
+}
+
+TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
+  if (src == chip_ || !(bytes > 0)) return arrival;
+  const Route& r = route_from(src);
+  const double lat = topo_->protocol().latency_factor_for(bytes);
+  const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as send()
+  TimeNs t = start;
+  // Earliest t >= START at which every link l_i is free over [t + offset_i, t + offset_i + occupancy).
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t i = 0; i < r.links.size(); ++i) {
+      const auto& v = in_busy_[static_cast<size_t>(r.links[i])];
+      const double off = r.offset[i] * lat, a = t + off, b = a + occupancy;
+      auto it = std::upper_bound(v.begin(), v.end(), a, [](TimeNs x, const Span& s) { return x < s.end; });
+      if (it != v.end() && it->start < b && it->end - off > t) {
+        t = it->end - off;
+        moved = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    const double a = t + r.offset[i] * lat;
+    book_interval(r.links[i], {a, a + occupancy});
+  }
+  return t == start ? arrival : arrival + (t - start);
+}
+
 const Timeline::Route& Timeline::route_to(int dst) {
   Route& r = routes_.at(static_cast<size_t>(dst));
   if (have_route_[static_cast<size_t>(dst)]) return r;
@@ -72,6 +137,7 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
   std::fill(link_free_.begin(), link_free_.end(), 0.0);
+  for (auto& v : in_busy_) v.clear();
   events_.clear();
 }
 

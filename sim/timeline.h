@@ -5,13 +5,20 @@
 // caller) and starts at max(ready, engine free time); the engine is then busy until start + duration.
 // Ops on different engines overlap freely; ops on one engine serialize in the order they were issued.
 //
-// Contention the timeline sees: the flows this chip injects. A transfer over links l_1..l_h is cut-through:
-// its head reaches l_i at start + (alpha_1 + ... + alpha_{i-1}) and it occupies every l_i for S / min_j B_j.
-// The timeline keeps a busy-until time for every link of the topology *as used by this chip's own flows*, and
-// a transfer starts at the earliest time at which all of its links are free when its head gets there. So two
-// flows of one chip that share any link of their routes serialize on it; flows on disjoint links do not slow
-// each other. Flows of other chips are invisible here (each rank keeps its own timeline): two chips sending
-// through one shared link do not slow each other. See docs/MODEL.md, "Contention".
+// Contention the timeline sees, on two sides (docs/MODEL.md, "Links and contention"):
+// - Send side: the flows this chip injects. A transfer over links l_1..l_h is cut-through: its head reaches l_i
+//   at start + (alpha_1 + ... + alpha_{i-1}) and it occupies every l_i for S / min_j B_j. The timeline keeps a
+//   busy-until time for every link *as used by this chip's own flows*, and a transfer starts at the earliest
+//   time at which all of its links are free when its head gets there (send()).
+// - Receive side: the flows addressed to this chip, whoever sent them (receive()). The receiver books each
+//   incoming flow on every link of its route, as a busy interval, at the earliest time >= the sender's start at
+//   which the flow fits into the gaps left by the flows it booked before; the data arrives that much later. The
+//   receiver books in a deterministic order (Transport: per exchange sorted by (sender start, source chip),
+//   across exchanges in program order), so incast into a chip (every flow that shares a switch down-link or
+//   any link near the receiver) queues, independently of MPI timing and of how chips are grouped on ranks. One
+//   sender's flows never overlap each other (send() serialized them), so where no two senders' flows overlap
+//   on a link nothing moves, bit for bit.
+// Not seen: flows of different senders to different receivers that cross on a multi-hop route.
 //
 // Simulated time never comes from the host clock: it is advanced only by cost functions and by the
 // timestamps carried in messages (Lamport-style), so it is bit-identical from run to run.
@@ -76,6 +83,13 @@ class Timeline {
   // for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free and instantaneous.
   Span send(const std::string& name, int dst, double bytes, TimeNs ready);
 
+  // Receive side: books the flow of BYTES from chip SRC that its sender started at START and that would arrive
+  // here at ARRIVAL without other senders' flows (the sender's send().start / .end). Returns the arrival after
+  // queueing behind the flows this chip booked before on any link of the route: ARRIVAL itself (bit for bit)
+  // when the flow fits where the sender put it, else ARRIVAL + the delay. Self-messages and empty messages are
+  // not booked. Call it in a deterministic order (see above).
+  TimeNs receive(int src, double bytes, TimeNs start, TimeNs arrival);
+
   // Records an op-level region (e.g. a whole all_reduce) for the breakdown and the trace.
   void record_region(const std::string& name, const std::string& category, Span span, double bytes = 0);
 
@@ -97,12 +111,20 @@ class Timeline {
     double latency_ns = 0;        // sum of latencies
   };
   const Route& route_to(int dst);
+  const Route& route_from(int src);
+  void book_interval(int link, Span s);
+  // At most this many busy intervals are kept per link on the receive side: beyond it the two earliest are merged
+  // (the gap between them counts as busy), so memory stays bounded on long runs; deterministic.
+  static constexpr size_t kMaxIntervals = 256;
 
   bool record_ = true;
   std::vector<TimeNs> free_;
   std::vector<TimeNs> link_free_;     // per topology link, busy-until by this chip's own flows
   std::vector<Route> routes_;         // per destination chip, filled on first use
   std::vector<bool> have_route_;
+  std::vector<Route> in_routes_;      // per source chip, filled on first use (receive side)
+  std::vector<bool> have_in_route_;
+  std::vector<std::vector<Span>> in_busy_;  // per topology link: sorted, disjoint busy intervals (receive side)
   std::vector<Event> events_;
 };
 

@@ -20,8 +20,13 @@ SHARDSIM_REGISTRY_SUITES(ScatterMatrix, Collective::scatter);
 
 // ---- closed forms and gather scatter-specific cases (moved from algorithms_test.cpp) ----
 
-// gather.h: every non-root rank injects its block at once; T_gather = max over ranks of (hops alpha + S/(pB)) at
-// the root (the root's ingress is not a bottleneck in the model).
+// gather.h: every non-root rank injects its block at once; the root books them (docs/MODEL.md, "Receive side")
+// in (start, chip) order, i.e. chip order here (all start at 0). On a ring the flows reach the root over its two
+// ingress links, from the chips below it (+ direction, ties included) and above it; flows of one side share the
+// last link and every link they have in common lies on the same chain, so in terms of tau = the time a flow's
+// head reaches the root's ingress link (its desired tau = (hops - 1) alpha) every link reduces to that one link:
+// each flow takes the earliest gap of S/B at or after its desired tau, in chip order, and arrives at
+// tau + alpha + S/B. Without contention (alpha >= S/B, or one flow per side) this is max(hops alpha + S/B).
 TEST(ClosedForm, GatherMaxRoute) {
   const int p = world_size(), r = world_rank();
   const size_t count = 1000;  // per rank, int32
@@ -33,10 +38,25 @@ TEST(ClosedForm, GatherMaxRoute) {
         const auto res = collectives::gather(f.tp, in.data(), out.data(), count, DType::int32, 0.0,
                                              opts("direct", 0, root));
         if (r != root) continue;
-        double want = 0;
-        for (int q = 0; q < p; ++q)
-          if (q != root) want = std::max(want, ring_hops(p, q, root) * alpha + count * 4.0 / bw);
+        const double o = count * 4.0 / bw;
+        std::vector<std::pair<double, double>> busy[2];  // per side: booked [tau, tau + o)
+        double want = 0, contention_free = 0;
+        for (int q = 0; q < p; ++q) {
+          if (q == root) continue;
+          const int fwd = (root - q + p) % p, side = fwd <= p - fwd ? 0 : 1;
+          double tau = (ring_hops(p, q, root) - 1) * alpha;
+          for (bool moved = true; moved;) {
+            moved = false;
+            for (const auto& [a, b] : busy[side])
+              if (a < tau + o && tau < b) tau = b, moved = true;
+          }
+          busy[side].push_back({tau, tau + o});
+          want = std::max(want, tau + alpha + o);
+          contention_free = std::max(contention_free, ring_hops(p, q, root) * alpha + o);
+        }
         expect_time(res.span.duration(), want, "gather root " + std::to_string(root));
+        if (p <= 3 || alpha >= o) EXPECT_EQ(want, contention_free);  // one flow per side, or no overlap
+        if (p == 8 && alpha == 0) EXPECT_NEAR(want, 4 * o, 1e-9 * o);  // 4 flows share the + side's link
       }
 }
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# e2e: contention between chips (issue 19, docs/MODEL.md "Receive side"). 8 chips on one switch (100 GB/s, 1000 ns):
+# gather of 64 KiB blocks to chip 0 is incast on chip 0's down-link, so it takes 2 alpha + 7 S/B (7 transfers, not
+# one); all_to_all's shifted order puts one flow per step on each down-link, so it keeps (p-1) S/B + 2 alpha. Every
+# simulated time is the same at 1 chip per rank (8 ranks) and 8 chips per rank (1 rank), and over 5 repeated runs.
+# Usage: contention.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+sim_us() {  # JSON -> the out-of-place row's simulated time (us), full precision
+  python3 -c 'import json,sys; print(repr([r["sim_time_us"] for r in json.load(open(sys.argv[1]))["rows"] if r["placement"] == "out-of-place"][0]))' "$1"
+}
+close() {  # A B -> success if |A - B| <= 1e-9 |B|
+  python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-9 * abs(b) else 1)' "$1" "$2"
+}
+B=(-b 512K -e 512K -n 1 -w 0 -c 0 --switch --bandwidth 100 --latency 1000)
+S=65536
+for coll in gather all_to_all; do
+  if [ "$coll" = gather ]; then want=$(python3 -c "print(2000 / 1e3 + 7 * $S / 100 / 1e3)"); what="2a + 7 S/B (incast)"
+  else want=$(python3 -c "print(2000 / 1e3 + 7 * $S / 100 / 1e3)"); what="(p-1) S/B + 2a (no incast)"; fi
+  e2e_case "$coll on a switch of 8: $what, 8 ranks x 1 chip and 1 rank x 8 chips (gather: 5 runs)"
+  expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench "$coll" "${B[@]}" --json "${coll}_k1.json" || continue
+  ref=$(sim_us "${coll}_k1.json")
+  if close "$ref" "$want"; then pass "K=1: $ref us = $want us"; else fail "K=1: $ref us, want $want us"; fi
+  runs="1 2 3 4 5"; [ "$coll" = gather ] || runs=1
+  for i in $runs; do
+    expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 1 --chips 8 bench "$coll" "${B[@]}" --json "${coll}_k8_$i.json" || continue
+    got=$(sim_us "${coll}_k8_$i.json")
+    if [ "$got" = "$ref" ]; then pass "K=8 run $i: $got us, identical to K=1"; else fail "K=8 run $i: $got us, K=1 $ref us"; fi
+  done
+done
+
+e2e_case "all_to_all on a 2x4 mesh: identical at K=1 and K=8, slower than without incast (45.94 us at 8 MiB)"
+M=(-b 8M -e 8M -n 1 -w 0 -c 0 --mesh 2x4 --bandwidth 100 --latency 1000)
+if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_to_all "${M[@]}" --json m1.json &&
+   expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 1 --chips 8 bench all_to_all "${M[@]}" --json m8.json; then
+  a=$(sim_us m1.json); b=$(sim_us m8.json)
+  if [ "$a" = "$b" ]; then pass "K=1 and K=8: $a us"; else fail "K=1 $a us, K=8 $b us"; fi
+  if python3 -c "import sys; sys.exit(0 if float('$a') > 45.94 * 1.2 else 1)"; then pass "$a us > 1.2 x 45.94 us"
+  else fail "$a us: incast on the mesh's ingress links not charged"; fi
+fi
+e2e_finish
