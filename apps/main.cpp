@@ -26,8 +26,7 @@
 #include "common/config.h"
 #include "common/output_file.h"
 #include "sharding/engine_config.h"
-#include "models/transformer.h"
-#include "models/workload.h"
+#include "models/runner.h"
 
 namespace {
 
@@ -76,109 +75,20 @@ std::string default_config_path() {
   return fs::path(kDefaultConfig).lexically_relative(cwd).string();
 }
 
-// Fail before any work when the output cannot be written or the checkpoint to resume from cannot be read.
-void check_paths(const shardsim::sharding::RunConfig& cfg, const shardsim::sharding::RunOptions& opt,
-                 const std::string& json_path) {
-  if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
-    throw shardsim::UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
-  if (opt.no_checkpoint && opt.checkpoint_path.has_value())
-    throw shardsim::UsageError("--checkpoint and --no-checkpoint contradict each other");
-  if (shardsim::runtime::chips_per_rank() > 1) {
-    // Not yet with several chips per rank: HDF5's parallel I/O and the trace gather are per MPI rank.
-    const std::string k = std::to_string(shardsim::runtime::chips_per_rank());
-    if (!opt.resume_from.empty())
-      throw shardsim::UsageError("--resume: checkpoints need one chip per rank (this run has " + k +
-                                 " chips per rank; drop --chips-per-rank/--chips)");
-    if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt))
-      throw shardsim::UsageError("checkpoint " + *ckpt + ": checkpoints need one chip per rank (this run has " + k +
-                                 " chips per rank); add --no-checkpoint or drop --chips-per-rank/--chips");
-    if (!opt.trace_path.empty())
-      throw shardsim::UsageError("--trace: traces need one chip per rank (this run has " + k + " chips per rank)");
-  }
-
-  // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
-  // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
-  // checkpoint path itself is fine: it is replaced atomically only after the run.
-  std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
-  if (const auto ckpt = shardsim::sharding::checkpoint_target(cfg, opt)) outputs.emplace_back("checkpoint", *ckpt);
-  if (!json_path.empty()) outputs.emplace_back("--json", json_path);
-  if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
-  shardsim::check_outputs_distinct(outputs, {{"the config file", cfg.file}});
-}
-
-// `run` of a transformer_block workload (models/transformer.h).
-int cmd_run_block(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
-                  const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
-  using namespace shardsim;
-  sharding::BlockConfig cfg;
-  world.agree([&] {
-    const ConfigNode root = sharding::load_workload_config(config_path, overrides);
-    cfg = sharding::parse_block_config(root, root.file());
-    if (runtime::chips_per_rank() > 1)
-      throw UsageError(config_path + ": transformer_block workloads need one chip per rank for now (this run has " +
-                       std::to_string(runtime::chips_per_rank()) + " chips per rank; drop --chips-per-rank/--chips)");
-    if (cfg.topology.num_chips() != world.size())
-      throw ConfigError(config_path + ": the topology has " + std::to_string(cfg.topology.num_chips()) +
-                        " chips but the job has " + std::to_string(world.size()) + " ranks (mpirun -np " +
-                        std::to_string(cfg.topology.num_chips()) + ")");
-    if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
-      throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
-    sharding::check_host_memory(cfg);
-    std::vector<std::pair<std::string, std::string>> outputs;
-    // A block writes a checkpoint only when asked (--checkpoint): its weights come from the seed.
-    if (opt.checkpoint_path && !opt.no_checkpoint) outputs.emplace_back("--checkpoint", *opt.checkpoint_path);
-    if (!json_path.empty()) outputs.emplace_back("--json", json_path);
-    if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
-    check_outputs_distinct(outputs, {{"the config file", config_path}});
-  });
-  sharding::BlockRunOptions bo;
-  bo.trace_path = opt.trace_path;
-  bo.resume_from = opt.resume_from;
-  if (opt.checkpoint_path && !opt.no_checkpoint) bo.checkpoint_path = *opt.checkpoint_path;
-  const auto report = sharding::run_block(world, cfg, bo);
-  if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
-  // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
-  world.agree([&] {
-    if (world.rank() == 0 && !json_path.empty()) write_file_atomic(json_path, sharding::to_json_text(report));
-  });
-  return report.passed ? kExitOk : kExitValidationFailed;
-}
-
+// `run`: one model config, one runner, one report, one error protocol. Every rank loads and checks the same
+// config inside World::agree, so a bad input is one line from rank 0 and exit 2 on every rank (failures that
+// differ between ranks too); after that point the run's own failures are exit 3 (models/runner.h).
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
             const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;
-  {
-    bool block = false;
-    try {
-      block = sharding::is_block_config(sharding::load_workload_config(config_path, overrides));
-    } catch (const Error&) {
-      // reported with context by the MLP path below
-    }
-    if (block) return cmd_run_block(world, config_path, json_path, opt, overrides);
-  }
-  // Every rank parses the same file, so a bad config fails identically everywhere; report it once.
-  sharding::RunConfig cfg;
-  std::string error;
-  int code = kExitOk;
-  try {
-    cfg = sharding::parse_run_config(sharding::load_workload_config(config_path, overrides));
-    sharding::check_world_size(cfg, world.size());
-    check_paths(cfg, opt, json_path);
-  } catch (const Error& e) {
-    error = e.what();
-    code = e.exit_code();
-  }
-  if (world.any(code != kExitOk)) {
-    // Did every rank fail the same way? Then one message from rank 0; otherwise the failing ranks speak.
-    if (world.any(code == kExitOk)) {
-      if (code != kExitOk) world.abort(code, "shardsim: error on chip " + std::to_string(world.rank()) + ": " + error);
-      world.sleepy_barrier();  // never reached: the abort takes the job down
-    }
-    if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", error.c_str());
-    return code;
-  }
-  const auto report = sharding::run_workload(world, cfg, opt);
+  sharding::ModelConfig cfg;
+  world.agree([&] {
+    cfg = sharding::load_model_config(config_path, overrides);
+    sharding::check_run(world, cfg, opt, json_path);
+  });
+  const auto report = sharding::run_model(world, cfg, opt);
   if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
+  // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
   world.agree([&] {
     if (world.rank() == 0 && !json_path.empty()) write_file_atomic(json_path, sharding::to_json(report).dump(2) + "\n");
   });

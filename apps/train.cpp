@@ -7,7 +7,11 @@
 // (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
-// memory of the training state next to ZeRO's formulas.
+// memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
+// parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T, ZeRO stage 0).
+// Checkpoints: --checkpoint PATH [--save-every K] writes the training state (models/lm_checkpoint.h) after every
+// K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
+// to stop at).
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
@@ -24,8 +28,12 @@
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/output_file.h"
+#include "models/lm_checkpoint.h"
 #include "models/lm_dp.h"
 #include "models/lm_model.h"
+#include "models/lm_tp.h"
+#include "sharding/device_mesh.h"
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
@@ -37,9 +45,16 @@ namespace shardsim::apps {
 
 namespace {
 
+// Upper limit of train.steps / --steps: every step computes on the host with real data (the default config takes
+// ~4 ms per step here, so a million steps is about an hour); beyond that a typo (1e12) would run for years.
+constexpr int64_t kMaxSteps = 1000000;
+
 struct TrainFlags {
   std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
   int64_t steps = 0;  // 0: the config's
+  std::string checkpoint;  // training-state checkpoint written every save_every steps and after the last one
+  int64_t save_every = 0;  // 0: only after the last step
+  std::string resume;      // continue from this training-state checkpoint
 };
 
 struct TrainSetup {
@@ -48,8 +63,11 @@ struct TrainSetup {
   sim::DeviceSpec device;
   bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
+  int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
+  bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
+  std::string config_text;                     // stored in checkpoints
 };
 
 TrainSetup load(const TrainFlags& f, int ranks) {
@@ -57,19 +75,30 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   root.expect_keys({"device", "topology", "model", "train", "parallel"});
   TrainSetup s;
   s.config_name = f.config;
+  s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   s.data_parallel = ranks > 1 || root.has("parallel");
   if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "zero", "bucket_bytes", "algorithm"});
-    const int64_t dp = p->get_positive_int("dp", ranks);
-    if (dp != ranks)
-      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas need " + std::to_string(dp) +
-                          " ranks (mpirun -np " + std::to_string(dp) + "); the job has " + std::to_string(ranks));
-    if (p->get_positive_int("tp", 1) != 1)
-      p->child("tp").fail("parallel.tp: train supports data parallelism only (tp: 1) so far");
+    p->expect_keys({"dp", "tp", "sp", "zero", "bucket_bytes", "algorithm"});
+    const int64_t tp = p->get_positive_int("tp", 1);
+    if (ranks % tp != 0)
+      p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
+                          std::to_string(ranks) + " ranks (dp x tp must equal them)");
+    s.tp = static_cast<int>(tp);
+    s.sp = p->get_bool("sp", false);
+    if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
+    const int64_t dp = p->get_positive_int("dp", ranks / tp);
+    if (dp * tp != ranks)
+      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
+                          (tp > 1 ? " x tp " + std::to_string(tp) : std::string()) + " need " +
+                          std::to_string(dp * tp) + " ranks (mpirun -np " + std::to_string(dp * tp) +
+                          "); the job has " + std::to_string(ranks));
     const int64_t zero = p->get_int("zero", 0);
     if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
     s.dp.zero = static_cast<int>(zero);
+    if (tp > 1 && zero != 0)
+      p->child("zero").fail("parallel.zero: ZeRO stages 1-3 with tp > 1 are not built (tp x dp trains with DDP, "
+                            "zero: 0)");
     const int64_t bb = p->get_int("bucket_bytes", s.dp.bucket_bytes);
     if (bb < 0) p->child("bucket_bytes").fail("parallel.bucket_bytes: must be >= 0 (0 = one reduction after backward), got " + std::to_string(bb));
     s.dp.bucket_bytes = bb;
@@ -118,8 +147,15 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   }
   auto& t = s.train;
   if (const auto tr = root.maybe_child("train")) {
-    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed"});
+    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed", "recompute"});
+    s.dp.recompute = tr->get_bool("recompute", false);
+    if (s.dp.recompute && s.tp > 1)
+      tr->child("recompute").fail("train.recompute: activation recomputation with tp > 1 is not built (tp: 1)");
+    if (s.dp.recompute) s.data_parallel = true;  // the data-parallel trainer (dp = 1 on one rank) recomputes
     t.steps = tr->get_positive_int("steps", t.steps);
+    if (t.steps > kMaxSteps)
+      tr->child("steps").fail("train.steps: at most " + std::to_string(kMaxSteps) + " (got " + std::to_string(t.steps) +
+                              "); every step runs on the host with real data");
     t.adamw.lr = static_cast<float>(tr->get_nonnegative_double("lr", t.adamw.lr));
     t.adamw.beta1 = static_cast<float>(tr->get_nonnegative_double("beta1", t.adamw.beta1));
     t.adamw.beta2 = static_cast<float>(tr->get_nonnegative_double("beta2", t.adamw.beta2));
@@ -138,9 +174,22 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
   }
   if (f.steps > 0) t.steps = f.steps;
-  if (s.data_parallel && c.batch % ranks != 0)
+  const int dp_size = ranks / s.tp;
+  if (s.data_parallel && c.batch % dp_size != 0)
     m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
-                          " sequences) must be a multiple of dp (" + std::to_string(ranks) + ")");
+                          " sequences) must be a multiple of dp (" + std::to_string(dp_size) + ")");
+  if (s.sp && c.seq % s.tp != 0)
+    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of parallel.tp (" +
+                        std::to_string(s.tp) + ") for sequence parallelism (parallel.sp)");
+  if (s.tp > 1)
+    for (const char* k : {"heads", "kv_heads", "ffn", "vocab"}) {
+      const int64_t v = std::string(k) == "heads" ? c.heads : std::string(k) == "kv_heads" ? c.kv_heads
+                        : std::string(k) == "ffn" ? c.ffn : c.vocab;
+      if (v % s.tp != 0)
+        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
+                                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
+                                         "): tensor parallelism splits whole heads, ffn columns and vocabulary rows");
+    }
   return s;
 }
 
@@ -169,24 +218,79 @@ void check_host_memory(const TrainSetup& s, int ranks_on_host) {
   }
 }
 
+// Training-state checkpoints (models/lm_checkpoint.h): --checkpoint PATH saves after every --save-every K steps
+// (step numbers that are multiples of K) and after the last step; --resume PATH continues from a checkpoint
+// (steps = the step to stop at, so `--steps 6 --resume <step-3 file>` runs steps 4-6).
+bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
+  return !f.checkpoint.empty() && (step == last || (f.save_every > 0 && step % f.save_every == 0));
+}
+
+void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
+                const models::LmTrainSnapshot& snap, const std::string& mesh) {
+  world.agree([&] { models::save_lm_train_state(world.comm(), f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
+  if (world.rank() == 0)
+    std::printf("checkpoint: step %lld saved to %s\n", (long long)snap.step, f.checkpoint.c_str());
+}
+
+std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, const TrainFlags& f,
+                                                   const TrainSetup& s) {
+  if (f.resume.empty()) return std::nullopt;
+  std::optional<models::LmTrainSnapshot> snap;
+  world.agree([&] {
+    snap = models::load_lm_train_state(world.comm(), f.resume, s.model, s.train);
+    if (snap->step >= s.train.steps)
+      throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
+                       " and the run stops at step " + std::to_string(s.train.steps) +
+                       " (train.steps or --steps is the last step, not a count): nothing to run");
+  });
+  return snap;
+}
+
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
   const bool root = world.rank() == 0;
   const topology::Topology topo =
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sim::Timeline tl(world.rank(), topo, s.device);
+  // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
+  std::optional<sharding::DeviceMesh> mesh;
+  if (s.tp > 1)
+    world.agree([&] {
+      try {
+        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(s.config_name + ": parallel: " + e.what());
+      }
+    });
+  // tp = 1 keeps rank r on chip r (the data-parallel trainer's placement, whatever the topology).
   std::vector<int> chips(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) chips[size_t(i)] = i;
+  for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
+  sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world.comm(), tl, chips);
-  std::optional<models::LmDpTrainer> trainer;
+  if (mesh) mesh->bind(tp);
+  std::optional<models::LmDpTrainer> dp_trainer;
+  std::optional<models::LmTpTrainer> tp_trainer;
   world.agree([&] {
     try {
-      trainer.emplace(c, s.train, s.dp, tp, tl);
+      if (s.tp > 1)
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp.algorithm, s.sp);
+      else
+        dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
   });
+  auto step = [&] { return tp_trainer ? tp_trainer->step() : dp_trainer->step(); };
+  auto gather_state = [&] { return tp_trainer ? tp_trainer->gather_state() : dp_trainer->gather_state(); };
+  const auto resumed = load_resume(world, f, s);
+  if (resumed) {
+    if (tp_trainer) tp_trainer->restore(*resumed);
+    else dp_trainer->restore(*resumed);
+  }
+  const int dp_size = n / s.tp;
+  const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp) +
+                                               (s.sp ? " (sequence parallel)" : "")
+                                         : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
   const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
@@ -202,21 +306,32 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
                 (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
-    std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
-                trainer->buckets(), trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
-                s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
+    if (tp_trainer)
+      std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
+                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage 0, one gradient all_reduce over dp "
+                  "after backward (bucket_bytes ignored)\n",
+                  dp_size, s.tp, s.sp ? "; sequence parallel: reduce_scatter/all_gather around the norms" : "");
+    else
+      std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
+                  dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
+                  s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
+    if (s.dp.recompute)
+      std::printf("recompute: per block (each block's forward runs again right before its backward)\n");
     std::printf("data: global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW lr %g, "
                 "weight decay %g, clip %g\n\n",
-                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / n), double(s.train.adamw.lr),
+                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / dp_size), double(s.train.adamw.lr),
                 double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+    if (resumed)
+      std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
+                  resumed->mesh.c_str());
     std::printf("%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us", "compute_us",
                 "exposed_us", "idle_us");
   }
   std::vector<double> losses;
   models::LmDpStepResult last;
-  for (int64_t i = 0; i < s.train.steps; ++i) {
+  for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
     try {
-      last = trainer->step();
+      last = step();
     } catch (const std::runtime_error& e) {
       throw RuntimeFault(e.what());
     }
@@ -225,8 +340,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (root)
       std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
                   last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
+    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text);
   }
-  const auto mem = trainer->memory();
+  const auto mem = tp_trainer ? tp_trainer->memory() : dp_trainer->memory();
   if (root) {
     const auto& b = last.breakdown;
     std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
@@ -238,17 +354,28 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %d x %s %s peak\n",
                 model_flops, 100.0 * model_flops / (b.total * peak * n), n, s.device.name.c_str(), dt.c_str());
     const double psi = double(models::lm_param_count(c));
-    std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
     auto row = [](const char* what, double v, double formula, const char* rule) {
       std::printf("  %-16s %14.0f  formula %14.0f  %s\n", what, v, formula, rule);
     };
     const bool mixed = c.dtype != runtime::DType::fp32;
-    row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-    row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-    row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
+    if (tp_trainer) {
+      const double psi_l = mem.formula_grads / double(runtime::dtype_size(c.dtype));
+      std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
+                  "replicated norms; ZeRO stage 0):\n", psi_l, psi);
+      row("parameters", mem.params, mem.formula_params, mixed ? "2*Psi_tp" : "4*Psi_tp");
+      row("gradients", mem.grads, mem.formula_grads, mixed ? "2*Psi_tp" : "4*Psi_tp");
+      row("optimizer state", mem.optimizer, mem.formula_optimizer, mixed ? "12*Psi_tp" : "8*Psi_tp");
+    } else {
+      std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
+      row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+      row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
+      row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
+    }
     row("total", mem.total(), mem.formula_total(), "");
-    std::printf("  %-16s %14.0f  (the forward's saved tensors for %lld sequences; not in the formula)\n",
-                "activations", mem.activations, (long long)(c.batch / n));
+    std::printf("  %-16s %14.0f  (%s for %lld sequences; not in the formula)\n", "activations", mem.activations,
+                s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
+                               : "the forward's saved tensors",
+                (long long)(c.batch / dp_size));
   }
   return kExitOk;
 }
@@ -262,11 +389,14 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   MPI_Comm_size(local, &ranks_on_host);
   MPI_Comm_free(&local);
   world.agree([&] {  // config errors: one clean message and exit 2
+    if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
+    if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
     s = load(f, world.size());
     check_host_memory(s, ranks_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
+  const auto resumed = load_resume(world, f, s);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
   const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
@@ -282,13 +412,18 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   std::printf("data: batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g\n\n",
               (long long)c.batch, (long long)c.seq, tokens, double(s.train.adamw.lr),
               double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+  if (resumed)
+    std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
+                resumed->mesh.c_str());
   std::printf("%6s %10s %10s %14s\n", "step", "loss", "grad_norm", "sim_step_us");
   double total_ns = 0, total_flops = 0;
   int64_t steps = 0;
-  models::LmTrainState st = models::lm_train_init(c);
+  models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
+  models::LmTrainConfig run = s.train;
+  run.steps = s.train.steps - st.step;  // lm_train runs a count of steps from the state's step
   std::vector<double> losses;
   try {
-    models::lm_train(c, s.train, st, [&](const models::LmStepResult& r) {
+    models::lm_train(c, run, st, [&](const models::LmStepResult& r) {
       double ns = 0;
       for (const auto& k : r.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
       total_ns += ns;
@@ -296,6 +431,10 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
       ++steps;
       losses.push_back(r.loss);
       std::printf("%6lld %10.4f %10.4f %14.3f\n", (long long)r.step, r.loss, r.grad_norm, ns / 1e3);
+      if (save_due(f, r.step, s.train.steps)) {
+        std::fflush(stdout);
+        save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip");
+      }
     });
   } catch (const std::runtime_error& e) {
     throw RuntimeFault(e.what());
@@ -319,7 +458,15 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   auto flags = std::make_shared<TrainFlags>();
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
-      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+      ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+  sub->add_option("--checkpoint", flags->checkpoint,
+                  "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
+                  "after the last step and every --save-every steps");
+  sub->add_option("--save-every", flags->save_every, "also save after every K-th step (needs --checkpoint)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  sub->add_option("--resume", flags->resume,
+                  "continue from a training-state checkpoint (any dp / ZeRO stage); the run stops at step "
+                  "train.steps (or --steps)");
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }
 

@@ -23,8 +23,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
-#include "models/transformer.h"
-#include "models/workload.h"
+#include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
@@ -258,14 +257,16 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
 YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel,
                     const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
-  int tp = 1, cp = 1, ul = 1;
-  bool sp = false, fused = false;
+  int tp = 1, cp = 1, ul = 1, dp = 1;
+  bool sp = false, fused = false, dp_fill = false;
   std::string split, ar, chunks;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
     // Every value can end up in the plan's label (plots, CSV): printable text only.
     const std::string v = kv.second.IsScalar() ? ConfigNode(kv.second, plan.file(), plan.path() + "." + k).printable_text() : "";
-    if (k == "tp" || k == "cp" || k == "ulysses") {
+    if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
+      dp_fill = true;
+    } else if (k == "tp" || k == "cp" || k == "ulysses" || k == "dp") {
       int n = 0;
       if (v == "chips") n = chips;
       else {
@@ -276,10 +277,11 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
           used = 0;
         }
         if (used == 0 || used != v.size())
-          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips` (got '" + v + "')");
+          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips`" +
+                                                               (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
       }
       out[k] = n;
-      (k == "tp" ? tp : k == "cp" ? cp : ul) = n;
+      (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : ul) = n;
     } else if (k == "sp" || k == "fused") {
       bool b = false;
       try {
@@ -299,6 +301,13 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
       out[k] = v;
       ar = v;
     }
+  }
+  // dp: fill = chips / (tp x cp x ulysses) replicas; when that does not divide, dp stays 1 and the point is
+  // skipped with the parser's reason (the mesh does not cover the chips).
+  if (dp_fill) {
+    const int model = tp * cp * ul;
+    dp = model > 0 && chips % model == 0 ? chips / model : 1;
+    if (dp > 1) out["dp"] = dp;
   }
   // The workload file's own fused/chunks carry over unless the plan sets them (values checked by the parser).
   if (file_parallel && file_parallel.IsMap()) {
@@ -321,6 +330,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   add("tp", tp, out["tp"].IsDefined());
   add("cp", cp, out["cp"].IsDefined());
   add("ulysses", ul, out["ulysses"].IsDefined());
+  add("dp", dp, out["dp"].IsDefined());
   if (s.empty()) s = "single";
   if (sp) s += "+sp";
   if (!split.empty()) s += "-" + split;
@@ -544,9 +554,10 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
               p.error = "ASTRA-sim network files can only be used in collective sweeps";
             } else {
               try {
-                const auto node = workload_config_from_text(p.config_yaml, where);
-                if (w.block) (void)parse_block_config(node, where);
-                else check_world_size(parse_run_config(p.config_yaml, where), t.chips);
+                auto model = std::make_shared<ModelConfig>(
+                    parse_model_config(workload_config_from_text(p.config_yaml, where)));
+                if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
+                p.model = std::move(model);
               } catch (const Error& e) {
                 // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
                 // already carries the key.

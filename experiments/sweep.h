@@ -23,7 +23,9 @@
 //       - {tp: chips}                                 #   point's chip count. Keys: tp, sp, cp, cp_split,
 //       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm),
 //       - {tp: chips, fused: true}                    #   fused, chunks (sharding/fused.h; a workload file's own
-//                                                     #   fused/chunks carry over unless the plan sets them)
+//       - {tp: 4, sp: true, dp: fill}                 #   fused/chunks carry over unless the plan sets them), dp
+//                                                     #   (blocks: a size, `chips`, or `fill` = the replicas that
+//                                                     #   fill the point's chips, chips / (tp·cp·ulysses))
 //
 // Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
 //   collectives: topology x device x collective x algorithm x dtype x size (innermost last)
@@ -43,12 +45,15 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace shardsim::sharding {
+
+struct ModelConfig;  // models/runner.h
 
 enum class PointKind { collective, workload };
 
@@ -65,7 +70,10 @@ struct SweepPoint {
   // What running it needs.
   std::string topology_yaml;  // the topology section, one line of flow YAML
   std::string device_yaml;    // the device section, one line of flow YAML
-  std::string config_yaml;    // workloads: the whole `shardsim run` config
+  std::string config_yaml;    // workloads: the whole `shardsim run` config as generated (the key's hash; a record)
+  // Workloads that can run: the typed config, parsed once from config_yaml by `run`'s loader when the sweep is
+  // loaded (models/runner.h's parse_model_config); the point runs it as is. Null when error is set.
+  std::shared_ptr<const ModelConfig> model;
   std::string origin;         // "FILE:LINE" of the axis entry that made it (for messages)
   std::string error;          // non-empty: cannot run (bad combination); recorded as failed with this reason
 };
@@ -84,8 +92,8 @@ inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "col
                                                       "size",     "dtype",  "workload",   "plan"};
 inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
 inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
-inline constexpr std::string_view kSweepPlanKeys[] = {"tp",  "sp",         "cp",    "cp_split",
-                                                      "ulysses", "all_reduce", "fused", "chunks"};
+inline constexpr std::string_view kSweepPlanKeys[] = {"tp",         "sp",    "cp",     "cp_split", "ulysses",
+                                                      "all_reduce", "fused", "chunks", "dp"};
 
 SweepSpec load_sweep(const std::string& file);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);

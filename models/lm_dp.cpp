@@ -38,6 +38,22 @@ double cache_bytes(const LmCache& C) {
   return b;
 }
 
+// With per-block recomputation: every block's input, the largest block's other saved tensors (one block is
+// rebuilt at a time) and the head's tensors.
+double cache_bytes_recompute(const LmCache& C) {
+  double b = 0, largest = 0;
+  for (const auto& L : C.layers) {
+    b += static_cast<double>(L.x_in.nbytes());
+    double rest = 0;
+    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
+      rest += static_cast<double>(t->nbytes());
+    for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
+    largest = std::max(largest, rest);
+  }
+  for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
+  return b + largest;
+}
+
 bool same_costs(const std::vector<kernels::KernelCost>& a, const std::vector<kernels::KernelCost>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -126,7 +142,7 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
   LmCache cache;
   lm_forward(local_, work_, lb, &cache, &fwd_costs_, &fwd_marks_);
   lm_backward(local_, work_, lb, cache, grads_, &bwd_costs_, &bwd_marks_);
-  activation_bytes_ = cache_bytes(cache);
+  activation_bytes_ = dp.recompute ? cache_bytes_recompute(cache) : cache_bytes(cache);
 }
 
 void LmDpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
@@ -198,8 +214,22 @@ LmDpStepResult LmDpTrainer::step() {
       t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(u)])],
                                     k == 0 ? fwd_start[size_t(units - 1)] : bwd_start[size_t(u + 1)]));
     bwd_start[size_t(u)] = std::max(t, tl_.free_at(sim::Timeline::kComputeEngine));
+    if (dp_.recompute && u >= 1 && u <= int(global_.layers))  // block u - 1's forward again, then its backward
+      replay(fwd_costs_, fwd_marks_[size_t(u)], fwd_marks_[size_t(u + 1)], t);
     replay(bwd_costs_, k == 0 ? 0 : bwd_marks_[size_t(k - 1)], bwd_marks_[size_t(k)], t);
     grad_ready[size_t(u)] = t;
+  }
+  if (dp_.recompute) {
+    // Keep the block inputs only, then rebuild each block from its input (host order: all blocks before the
+    // backward, which takes the whole cache; the timeline above charges each one right before its backward).
+    lm_drop_block_activations(cache);
+    for (int64_t l = global_.layers - 1; l >= 0; --l) {
+      costs.clear();
+      lm_recompute_block(local_, work_, l, cache, &costs);
+      const std::vector<kernels::KernelCost> want(fwd_costs_.begin() + long(fwd_marks_[size_t(l + 1)]),
+                                                  fwd_costs_.begin() + long(fwd_marks_[size_t(l + 2)]));
+      if (!same_costs(costs, want)) throw std::logic_error("lm_dp: a recomputed block ran other kernels");
+    }
   }
   costs.clear();
   lm_backward(local_, work_, lb, cache, grads_, &costs, &marks);
@@ -284,21 +314,65 @@ LmDpStepResult LmDpTrainer::step() {
   return r;
 }
 
-LmWeights LmDpTrainer::gather_master() {
+LmWeights LmDpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
   LmWeights w = lm_zeros(global_, DType::fp32);
   for (Bucket& b : buckets_) {
     if (dp_.zero == 0) {
-      unpack(b, b.master, w);
+      unpack(b, b.*field, w);
       continue;
     }
     Tensor flat(DType::fp32, {int64_t(b.count)});
     collectives::CollectiveOptions o;
     o.algorithm = dp_.algorithm;
-    o.name = "all_gather.master";
-    collectives::all_gather(tp_, b.master.data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
+    o.name = name;
+    collectives::all_gather(tp_, (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
     unpack(b, flat, w);
   }
   return w;
+}
+
+LmWeights LmDpTrainer::gather_master() { return gather_field(&Bucket::master, "all_gather.master"); }
+
+LmTrainSnapshot LmDpTrainer::gather_state() {
+  LmTrainSnapshot s;
+  s.master = gather_field(&Bucket::master, "all_gather.master");
+  s.m = gather_field(&Bucket::m, "all_gather.adam_m");
+  s.v = gather_field(&Bucket::v, "all_gather.adam_v");
+  s.step = step_;
+  return s;
+}
+
+void LmDpTrainer::restore(const LmTrainSnapshot& s) {
+  const LmWeights shapes = lm_zeros(global_, DType::fp32);
+  const auto want = shapes.named_weights();
+  for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
+    const auto got = w->named_weights();
+    if (got.size() != want.size())
+      throw std::invalid_argument("lm_dp restore: " + std::to_string(got.size()) + " tensors, the model has " +
+                                  std::to_string(want.size()));
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != want[i].second->shape())
+        throw std::invalid_argument("lm_dp restore: " + want[i].first + " is " +
+                                    runtime::dtype_name(got[i].second->dtype()) + " " +
+                                    runtime::shape_str(got[i].second->shape()) + ", need fp32 " +
+                                    runtime::shape_str(want[i].second->shape()));
+  }
+  if (s.step < 0) throw std::invalid_argument("lm_dp restore: negative step");
+  work_ = lm_compute_copy(global_, s.master);
+  const size_t esize = runtime::dtype_size(global_.dtype);
+  for (Bucket& b : buckets_) {
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    for (auto [src, dst] : {std::pair{&s.master, &b.master}, std::pair{&s.m, &b.m}, std::pair{&s.v, &b.v}}) {
+      pack(b, *src, flat);
+      std::memcpy(dst->data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
+    }
+    if (global_.dtype != DType::fp32) {
+      Tensor wflat(global_.dtype, {int64_t(b.count)});
+      pack(b, work_, wflat);
+      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
+    }
+  }
+  step_ = s.step;
 }
 
 LmDpMemory LmDpTrainer::memory() const {

@@ -46,11 +46,13 @@
 // gradient norm (the step is not applied).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "collectives/types.h"
+#include "models/lm_checkpoint.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "runtime/transport.h"
@@ -62,6 +64,12 @@ struct LmDpConfig {
   int zero = 0;                           // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
   std::string algorithm = "auto";         // collective algorithm (collectives/algorithms.h)
+  // Activation recomputation per block (lm_model.h): the forward keeps only each block's input; before a block's
+  // backward its forward runs again (on the host for real, and on the timeline: its forward kernels are replayed
+  // on the compute engine right before its backward kernels, after its ZeRO-3 gather). Activations then count the
+  // block inputs, one block's saved tensors (the one being differentiated) and the head's; the step gains one
+  // forward of every block.
+  bool recompute = false;
 };
 
 // Per-chip bytes the training state occupies between steps, measured from the buffers this rank holds, next to
@@ -85,7 +93,7 @@ struct LmDpStepResult {
   double grad_norm = 0;  // global norm before clipping
   double clip = 1;
   sim::Breakdown breakdown;  // this chip's simulated step
-  double idle_ns() const { return breakdown.total - breakdown.compute - breakdown.exposed_comm; }
+  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
 };
 
 class LmDpTrainer {
@@ -96,6 +104,14 @@ class LmDpTrainer {
   LmDpStepResult step();
   // The fp32 master weights, whole (stages 1-3: all_gathered over dp; collective, every rank must call it).
   LmWeights gather_master();
+  // The whole training state (master, AdamW moments, steps done), all_gathered over dp at stages 1-3; collective.
+  // What a training-state checkpoint holds (models/lm_checkpoint.h).
+  LmTrainSnapshot gather_state();
+  // Continues from SNAPSHOT (whole fp32 tensors of the global model, e.g. a checkpoint saved under any dp and ZeRO
+  // stage): keeps this rank's chunk of each bucket, rebuilds the compute copy from the master (rounded once, as
+  // AdamW's refresh does) and sets the step. Local (every rank passes the same snapshot); std::invalid_argument
+  // for a shape mismatch.
+  void restore(const LmTrainSnapshot& snapshot);
   LmDpMemory memory() const;
   int buckets() const { return static_cast<int>(buckets_.size()); }
   int64_t steps_done() const { return step_; }
@@ -120,6 +136,7 @@ class LmDpTrainer {
   void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
   void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
   sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // all_gather of the chunk into work_
+  LmWeights gather_field(runtime::Tensor Bucket::*field, const char* name);  // fp32 chunks, whole
   void replay(const std::vector<kernels::KernelCost>& costs, size_t from, size_t to, sim::TimeNs& t);
 
   LmConfig global_, local_;

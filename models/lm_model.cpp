@@ -66,6 +66,42 @@ void check_weights(const LmConfig& c, const LmWeights& w) {
                                   runtime::dtype_name(c.dtype) + " " + runtime::shape_str(b[i].second->shape()));
 }
 
+// One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
+void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
+                   std::vector<kernels::KernelCost>* costs) {
+  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
+  const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  S.x_in = x;
+  S.a = act({N, h});
+  log_cost(costs, kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps));
+  S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
+  S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
+  S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
+  log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
+  log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
+  S.o = act({N, hq, d});
+  S.lse.clear();
+  for (int64_t b = 0; b < c.batch; ++b) {
+    Tensor ob = act({T, hq, d}), lse = f32({hq, T});
+    log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()));
+    S.o.set_rows(b * T, ob);
+    S.lse.push_back(std::move(lse));
+  }
+  Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+  Tensor attn = matmul(o2, L.wo, costs);
+  log_cost(costs, kernels::add_inplace(x, attn));
+  S.x_mid = x;
+  S.m = act({N, h});
+  log_cost(costs, kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps));
+  S.gate = matmul(S.m, L.w_gate, costs);
+  S.up = matmul(S.m, L.w_up, costs);
+  S.act = S.gate;
+  log_cost(costs, kernels::glu_inplace(S.act, S.up, kernels::Activation::silu));
+  Tensor mlp = matmul(S.act, L.w_down, costs);
+  log_cost(costs, kernels::add_inplace(x, mlp));
+}
+
 }  // namespace
 
 LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
@@ -170,8 +206,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   if (unit_marks) unit_marks->clear();
   check_lm_config(c);
   check_batch(c, batch);
-  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
-  const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  const int64_t N = c.batch * c.seq, h = c.hidden;
   const auto pos = positions(c);
   check_weights(c, w);
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
@@ -184,36 +219,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
   for (int64_t l = 0; l < c.layers; ++l) {
     mark();
-    const LmLayer& L = w.layers[static_cast<size_t>(l)];
-    auto& S = C.layers[static_cast<size_t>(l)];
-    S.x_in = x;
-    S.a = act({N, h});
-    log_cost(costs, kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps));
-    S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
-    S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
-    S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
-    log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
-    log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
-    S.o = act({N, hq, d});
-    S.lse.clear();
-    for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor ob = act({T, hq, d}), lse = f32({hq, T});
-      log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()));
-      S.o.set_rows(b * T, ob);
-      S.lse.push_back(std::move(lse));
-    }
-    Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
-    Tensor attn = matmul(o2, L.wo, costs);
-    log_cost(costs, kernels::add_inplace(x, attn));
-    S.x_mid = x;
-    S.m = act({N, h});
-    log_cost(costs, kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps));
-    S.gate = matmul(S.m, L.w_gate, costs);
-    S.up = matmul(S.m, L.w_up, costs);
-    S.act = S.gate;
-    log_cost(costs, kernels::glu_inplace(S.act, S.up, kernels::Activation::silu));
-    Tensor mlp = matmul(S.act, L.w_down, costs);
-    log_cost(costs, kernels::add_inplace(x, mlp));
+    forward_block(c, w.layers[static_cast<size_t>(l)], C.layers[static_cast<size_t>(l)], x, pos, costs);
   }
   mark();
   C.x_final = x;
@@ -231,6 +237,26 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
   return total / static_cast<double>(N);
+}
+
+void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
+                        std::vector<kernels::KernelCost>* costs) {
+  check_lm_config(c);
+  if (layer < 0 || layer >= c.layers || cache.layers.size() != static_cast<size_t>(c.layers))
+    throw std::invalid_argument("lm_recompute_block: layer " + std::to_string(layer) + " of " +
+                                std::to_string(c.layers) + " (cache of " + std::to_string(cache.layers.size()) + ")");
+  check_weights(c, w);
+  auto& S = cache.layers[static_cast<size_t>(layer)];
+  Tensor x = S.x_in;
+  forward_block(c, w.layers[static_cast<size_t>(layer)], S, x, positions(c), costs);
+}
+
+void lm_drop_block_activations(LmCache& cache) {
+  for (auto& S : cache.layers) {
+    Tensor keep = std::move(S.x_in);
+    S = LmCache::Layer{};
+    S.x_in = std::move(keep);
+  }
 }
 
 void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& C, LmWeights& g,

@@ -110,6 +110,14 @@ struct LmCache {
 double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
                   std::vector<kernels::KernelCost>* costs = nullptr, std::vector<size_t>* unit_marks = nullptr);
 
+// Activation recomputation per block (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
+// Megatron's full recompute): lm_drop_block_activations keeps only each block's input x_in in CACHE;
+// lm_recompute_block re-runs block LAYER's forward from it and refills its saved tensors (bit-identical to the
+// first forward: the kernels are deterministic). COSTS receives the recomputed kernels.
+void lm_drop_block_activations(LmCache& cache);
+void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
+                        std::vector<kernels::KernelCost>* costs = nullptr);
+
 // Backward of the mean loss: writes every weight's gradient into GRADS (lm_zeros(c, c.dtype), overwritten).
 // UNIT_MARKS (optional, with COSTS): layers + 2 indices into COSTS, in backward order: entry k is the size of
 // COSTS once the gradients of unit layers + 1 − k are complete (head and final_norm first, then blocks

@@ -10,6 +10,8 @@
 #include "collectives/all_reduce.h"
 #include "kernels/gemm.h"
 #include "models/init.h"
+#include "models/layers.h"
+#include "models/transformer.h"
 
 namespace shardsim::sharding {
 
@@ -111,83 +113,72 @@ void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib) {
 
 namespace {
 
-// Runs the local part: returns y_partial = glu(x W_gate, x W_up) W_down; charges each kernel after READY. With
-// MEMORY, gate and up are allocated for the duration of this function and y's allocation goes to Y_ALLOCATION.
-// With ACTIVATION_ONLY the down projection is left out and the GLU activation [tokens, ffn_r] is returned (the
-// fused path multiplies it by W_down itself).
-Tensor local_mlp(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim::Timeline* tl, sim::TimeNs ready,
-                 MlpTiming* timing, const std::string& prefix, sim::Memory* memory,
-                 sim::Memory::Scoped* y_allocation, bool activation_only = false) {
-  sim::TimeNs t = ready;
-  auto charge = [&](const kernels::KernelCost& c, const std::string& name) {
-    if (timing) timing->flops += c.flops;
-    if (tl) t = tl->compute(prefix + name, c.flops, c.bytes, runtime::precision_of(c.dtype), t).end;
-  };
-  LocalAllocations held;
-  if (memory) held = allocate_local(*memory, s, w.ffn_size);
-  Tensor gate(s.dtype, {s.tokens, w.ffn_size});
-  Tensor up(s.dtype, {s.tokens, w.ffn_size});
-  Tensor y(s.dtype, {s.tokens, s.hidden});
-  charge(kernels::gemm(x, w.w_gate, gate), "gemm.gate (column-parallel)");
-  charge(kernels::gemm(x, w.w_up, up), "gemm.up (column-parallel)");
-  charge(kernels::glu_inplace(gate, up, s.activation), s.activation == kernels::Activation::silu ? "swiglu" : "geglu");
-  if (y_allocation) *y_allocation = std::move(held.y);
-  if (activation_only) {
-    if (timing) timing->end = t;
-    return gate;
-  }
-  charge(kernels::gemm(gate, w.w_down, y), "gemm.down (row-parallel)");
-  if (timing) timing->end = t;
-  return y;
+// The MLP layer's plan on tp chips (models/layers.h): tokens rows of [tokens, hidden], the FFN on tp.
+BlockShape layer_shape(const MlpShape& s) {
+  BlockShape b;
+  b.hidden = s.hidden;
+  b.ffn = s.ffn;
+  b.seq = s.tokens;
+  b.dtype = s.dtype;
+  b.seed = s.seed;
+  b.activation = s.activation;
+  return b;
 }
 
 }  // namespace
 
 Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim::Timeline* timeline,
                    MlpTiming* timing, sim::Memory* memory) {
-  return local_mlp(s, x, w, timeline, 0.0, timing, "", memory, nullptr);
+  LocalAllocations held;  // gate, up and y for the duration of the forward
+  if (memory) held = allocate_local(*memory, s, w.ffn_size);
+  plans::Chip chip{timeline, 0.0, 0.0};
+  Tensor y = mlp_layer(chip, nullptr, x, {&w.w_gate, &w.w_up, &w.w_down}, s.activation);
+  if (timing) {
+    timing->end = chip.t;
+    timing->flops = timeline ? timeline->breakdown().flops : 0;
+  }
+  return y;
 }
 
 Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x, const MlpWeights& w,
                       sim::TimeNs ready, MlpTiming* timing, const std::string& all_reduce_algorithm,
                       sim::Memory* memory, const FusedPlan& fused) {
-  MlpTiming local;
-  sim::Memory::Scoped y_allocation;  // the output, held until this forward returns
-  if (fused.enabled) {
-    // gate, up and the GLU as usual; then the down projection fused with the all_reduce (sharding/fused.h).
-    Tensor act = local_mlp(s, x, w, &tp.timeline(), ready, &local, "", memory, &y_allocation, true);
-    Tensor y(s.dtype, {s.tokens, s.hidden});
-    sim::Memory::Scoped ring;
-    if (memory) ring = allocate_ring_buffer(*memory, s, tp.size());
-    const FusedTiming f = gemm_all_reduce(tp, act, w.w_down, y, fused.chunks, local.end,
-                                          "gemm.down + all_reduce (fused)", all_reduce_algorithm);
-    if (timing) {
-      *timing = local;
-      timing->flops += 2.0 * double(s.tokens) * double(w.ffn_size) * double(s.hidden);
-      timing->end = local.end + f.fused_ns;
-      timing->all_reduce_ns = f.comm_ns;
-      timing->all_reduce_bytes_sent = f.bytes_sent;
-      timing->all_reduce_algorithm = all_reduce_algorithm + " per piece (fused)";
-      timing->fused = f;
-      timing->fused_used = true;
-    }
-    return y;
+  const BlockShape shape = layer_shape(s);
+  BlockPlan plan;
+  plan.tp = tp.size();
+  plan.fused = fused;
+  plan.all_reduce = all_reduce_algorithm;
+  plans::Chip chip{&tp.timeline(), ready, 0.0};
+  plans::Comm comm;
+  std::vector<FusedOp> fused_ops;
+  plans::PlanContext ctx{shape, plan, tp, tp, chip, comm, fused_ops, s.tokens, s.tokens};
+  // Simulated HBM: gate, up and y during the local part, then y and one ring chunk during the all_reduce (the
+  // peak is the same as holding them in that order: see mlp.h).
+  sim::Memory::Scoped y_allocation, ring;
+  if (memory) {
+    LocalAllocations local = allocate_local(*memory, s, w.ffn_size);
+    y_allocation = std::move(local.y);
+    local.gate.release();
+    local.up.release();
+    ring = allocate_ring_buffer(*memory, s, tp.size());
   }
-  Tensor y = local_mlp(s, x, w, &tp.timeline(), ready, &local, "", memory, &y_allocation);
-  collectives::AllReduceOptions opt;
-  opt.algorithm = all_reduce_algorithm;
-  opt.name = "all_reduce (row-parallel output)";
-  sim::Memory::Scoped ring;
-  if (memory) ring = allocate_ring_buffer(*memory, s, tp.size());
-  const auto r = collectives::all_reduce(tp, y.data(), y.data(), static_cast<size_t>(y.numel()), s.dtype,
-                                         collectives::ReduceOp::sum, local.end, opt);
+  const double flops0 = tp.timeline().breakdown().flops;
+  Tensor y = mlp_layer(chip, &ctx, x, {&w.w_gate, &w.w_up, &w.w_down}, s.activation);
   ring.release();
   if (timing) {
-    *timing = local;
-    timing->end = r.span.end;
-    timing->all_reduce_ns = r.span.duration();
-    timing->all_reduce_bytes_sent = r.bytes_sent;
-    timing->all_reduce_algorithm = r.algorithm;
+    *timing = MlpTiming{};
+    timing->end = chip.t;
+    timing->flops = tp.timeline().breakdown().flops - flops0;
+    const auto it = comm.stats.find("tp all_reduce");
+    if (it != comm.stats.end()) {
+      timing->all_reduce_ns = it->second.ns;
+      timing->all_reduce_bytes_sent = it->second.bytes;
+      timing->all_reduce_algorithm = it->second.algorithm;
+    }
+    if (!fused_ops.empty()) {
+      timing->fused_used = true;
+      timing->fused = fused_ops.back().t;
+    }
   }
   return y;
 }

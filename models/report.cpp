@@ -143,11 +143,22 @@ nlohmann::json ops_json(const std::vector<OpStat>& ops, double total_ns, double 
 }
 
 nlohmann::json to_json(const RunReport& r) {
+  nlohmann::json comm = nlohmann::json::object();
+  for (const auto& [k, c] : r.comm) {
+    comm[k] = {{"bytes_per_chip", c.bytes}, {"formula_bytes", c.expected}, {"calls", c.calls}, {"ns", c.ns}};
+    if (!c.algorithm.empty()) comm[k]["algorithm"] = c.algorithm;
+  }
+  std::vector<double> per_chip_total, per_chip_peak;
+  for (const auto& c : r.per_chip) {
+    per_chip_total.push_back(c.breakdown.total);
+    per_chip_peak.push_back(c.peak_memory_bytes);
+  }
   nlohmann::json chips = nlohmann::json::array();
   for (const auto& c : r.per_chip)
     chips.push_back({{"chip", c.chip}, {"simulated", breakdown_json(c.breakdown)}, {"peak_memory_bytes", c.peak_memory_bytes}});
   nlohmann::json j = {
       {"name", r.name},
+      {"model", r.model},
       {"config", r.config_file},
       {"topology", r.topology},
       {"device", r.device},
@@ -175,7 +186,16 @@ nlohmann::json to_json(const RunReport& r) {
         {"speedup_vs_single_device", r.single_device_ns > 0 && r.critical.total > 0
                                          ? r.single_device_ns / r.critical.total
                                          : 0.0},
-        {"per_chip", chips}}},
+        {"per_chip", chips},
+        // the breakdown's figures flat, and every chip's total and peak memory as lists (the block report's keys)
+        {"total_ns", r.critical.total},
+        {"compute_ns", r.critical.compute},
+        {"communication_ns", r.critical.communication},
+        {"exposed_comm_ns", r.critical.exposed_comm},
+        {"attention_ns", r.attention_ns},
+        {"per_chip_total_ns", per_chip_total},
+        {"per_chip_peak_memory_bytes", per_chip_peak}}},
+      {"communication", comm},
       {"validation",
        {{"enabled", r.validated},
         {"passed", r.passed},
@@ -185,6 +205,7 @@ nlohmann::json to_json(const RunReport& r) {
         {"tolerance", r.tolerance},
         {"resumed_from", r.resumed_from}}},
       {"checkpoint", r.checkpoint},
+      {"resumed_from", r.resumed_from},
       {"trace", r.trace},
       {"wall",
        {{"total_s", r.wall_total_s},
@@ -209,14 +230,17 @@ nlohmann::json to_json(const RunReport& r) {
 std::string to_text(const RunReport& r) {
   std::ostringstream os;
   const auto& b = r.critical;
-  os << "shardsim run" << (r.name.empty() ? "" : ": " + r.name) << "  (" << r.config_file << ")\n";
+  os << "shardsim run" << (r.name.empty() ? "" : ": " + r.name) << (r.model.empty() ? "" : " (" + r.model + ")")
+     << "  (" << r.config_file << ")\n";
   os << "  topology   " << r.topology << "\n";
   os << "  device     " << r.device << "\n";
   os << "  plan       " << r.plan << ", dtype " << r.dtype << "\n";
   if (!r.mesh.empty()) os << "  mesh       " << r.mesh << "\n";
   os << "simulated (modelled hardware; critical chip " << r.critical_chip << ")\n";
   os << "  total              " << fmt_ns(b.total) << "\n";
-  os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";
+  os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total);
+  if (r.attention_ns > 0) os << "   (attention " << fmt_ns(r.attention_ns) << ")";
+  os << "\n";
   os << "  communication      " << fmt_ns(b.communication) << "  " << pct(b.communication, b.total) << "\n";
   os << "  exposed comm       " << fmt_ns(b.exposed_comm) << "  " << pct(b.exposed_comm, b.total) << "\n";
   const double idle = std::max(0.0, b.total - b.compute - b.exposed_comm);
@@ -227,10 +251,19 @@ std::string to_text(const RunReport& r) {
   os << buf;
   std::snprintf(buf, sizeof buf, "  tokens/s           %.4g (simulated)\n", r.tokens_per_s);
   os << buf;
-  os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
-     << r.all_reduce_algorithm << "), "
-     << format_mib(r.all_reduce_bytes_per_chip)
-     << " sent per chip (2(p-1)/p*M = " << format_mib(r.all_reduce_expected_bytes) << ")\n";
+  if (!r.all_reduce_algorithm.empty())  // the MLP: its one all_reduce
+    os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
+       << r.all_reduce_algorithm << "), " << format_mib(r.all_reduce_bytes_per_chip)
+       << " sent per chip (2(p-1)/p*M = " << format_mib(r.all_reduce_expected_bytes) << ")\n";
+  if (!r.per_chip.empty()) {
+    double lo = r.per_chip[0].breakdown.total, hi = lo;
+    for (const auto& c : r.per_chip) {
+      lo = std::min(lo, c.breakdown.total);
+      hi = std::max(hi, c.breakdown.total);
+    }
+    os << "  chip totals        " << fmt_ns(lo) << " .. " << fmt_ns(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0)
+         << ")\n";
+  }
   double peak_mem = 0;
   int peak_chip = 0;
   for (const auto& c : r.per_chip)
@@ -247,15 +280,26 @@ std::string to_text(const RunReport& r) {
                   fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);
     os << buf;
   }
+  if (r.all_reduce_algorithm.empty() && !r.comm.empty()) {
+    os << "communication per chip (bytes sent; formulas in models/transformer.h)\n";
+    for (const auto& [k, c] : r.comm)
+      os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in "
+         << c.calls << " call(s), formula " << format_mib(c.expected) << "\n";
+  }
   os << fused_text(r.fused, b.total);
   os << ops_text(r.ops, b.total, r.peak_tflops_per_chip);
   os << "wall (this host)\n";
-  std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
-                r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);
+  if (r.wall_forward_s > 0)
+    std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",
+                  r.wall_total_s, r.wall_init_s, r.wall_forward_s, r.wall_reference_s, r.wall_checkpoint_s);
+  else
+    std::snprintf(buf, sizeof buf, "  total %.3f s\n", r.wall_total_s);
   os << buf;
   if (!r.resumed_from.empty()) {
     os << "resume     weights from " << r.resumed_from;
-    if (r.resume_same_layout) {
+    if (!r.resume_compared) {
+      os << "\n";
+    } else if (r.resume_same_layout) {
       os << ": output " << (r.resume_bit_exact ? "bit-identical to" : "DIFFERS from") << " the stored output\n";
     } else {
       std::snprintf(buf, sizeof buf, ": resharded from tp=%d to tp=%d, output %s the stored output (relative %.3g)\n",

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,20 @@ struct ChipReport {
   double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak: sim::Memory::peak() of its run
 };
 
+// One collective's figures on the critical chip (bytes sent by this chip; the plan's formula for them).
+struct CommStat {
+  double bytes = 0;     // bytes this chip sent
+  double expected = 0;  // the formula's bytes per chip
+  int calls = 0;
+  double ns = 0;          // simulated time of the calls (the unfused collective alone for fused ops)
+  std::string algorithm;  // what ran ("auto" resolved), when recorded
+};
+
+// The one report of `shardsim run` for every model (MLP, transformer block) and plan: text (to_text) and JSON
+// (to_json). Complete on rank 0.
 struct RunReport {
   std::string name;
+  std::string model;  // the config's model label ("" none)
   std::string config_file;
   std::string topology;  // one-line description
   std::string device;    // one-line description
@@ -63,6 +76,8 @@ struct RunReport {
   double peak_tflops_per_chip = 0;   // the device's peak at the workload's precision
   double tokens_per_s = 0;           // tokens / critical.total (simulated)
   std::vector<OpStat> ops;           // the critical chip's time per kernel and per collective
+  double attention_ns = 0;           // of the critical chip: attention kernels + ring (0 without attention)
+  std::map<std::string, CommStat> comm;  // per collective of the plan ("tp all_reduce", ...), the critical chip's
   double all_reduce_ns = 0;
   std::string all_reduce_algorithm;
   double all_reduce_bytes_per_chip = 0;   // bytes each chip injects in the all_reduce
@@ -80,6 +95,7 @@ struct RunReport {
   double relative_error = 0;  // max_abs_error / max_abs_reference
   double tolerance = 0;
   std::string resumed_from;
+  bool resume_compared = false;   // the checkpoint held an output the resumed run was compared with
   bool resume_bit_exact = true;   // same layout: output bit-identical to the stored one; resharded: within tolerance
   bool resume_same_layout = true; // the checkpoint was written with the same tp
   int resume_saved_tp = 0;        // tp recorded in the checkpoint (0 if unknown)

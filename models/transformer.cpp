@@ -23,6 +23,7 @@
 #include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
 #include "models/init.h"
+#include "models/layers.h"
 #include "sharding/placement.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/context_parallel.h"
@@ -75,7 +76,7 @@ void replay(sim::Memory& memory, const BlockMemory& m) {
 
 double block_host_bytes(const BlockConfig& c) {
   double total = 0;
-  const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses;
+  const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp;
   for (int r = 0; r < chips; ++r)
     total += static_cast<double>(block_memory(c.shape, c.plan, c.mesh.coordinate("tp", r)).peak());
   if (c.validate) total += static_cast<double>(block_memory(c.shape, BlockPlan{}, 0).peak());
@@ -93,7 +94,7 @@ void check_host_memory(const BlockConfig& c) {
       if (need > have) {
         char b[256];
         std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
-                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses,
+                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp,
                       c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
         throw ConfigError(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
                           (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
@@ -105,6 +106,11 @@ void check_host_memory(const BlockConfig& c) {
 // ------------------------------------------------------------------------------------------------ config
 
 std::string BlockPlan::describe() const {
+  if (dp > 1) {
+    BlockPlan one = *this;
+    one.dp = 1;
+    return one.describe() + " x dp=" + std::to_string(dp) + " (data parallel replicas)";
+  }
   std::ostringstream os;
   if (ulysses > 1) {
     if (tp > 1) os << "tp=" << tp << " x ";
@@ -167,6 +173,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     p.sp = par.get_bool("sp", false);
     p.cp = static_cast<int>(par.get_positive_int("cp", 1));
     p.ulysses = static_cast<int>(par.get_positive_int("ulysses", 1));
+    p.dp = static_cast<int>(par.get_positive_int("dp", 1));
     const std::string split = par.get_string("cp_split", "zigzag");
     if (split != "zigzag" && split != "contiguous")
       par.child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
@@ -174,10 +181,10 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     if (par.has("cp_split") && p.cp == 1)
       par.child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
     if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
-    const int64_t product = int64_t{p.tp} * p.cp * p.ulysses;
+    const int64_t product = int64_t{p.tp} * p.cp * p.ulysses * p.dp;
     if (product != chips)
       par.fail("parallel: tp " + std::to_string(p.tp) + " x cp " + std::to_string(p.cp) + " x ulysses " +
-               std::to_string(p.ulysses) + " = " + std::to_string(product) + " does not match the topology's " +
+               std::to_string(p.ulysses) + (p.dp > 1 ? " x dp " + std::to_string(p.dp) : std::string()) + " = " + std::to_string(product) + " does not match the topology's " +
                std::to_string(chips) + " chips (the device mesh must cover every chip once)");
     if (p.ulysses > 1 && p.cp > 1)
       par.child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
@@ -224,9 +231,9 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   }
   if (c.tolerance == 0) c.tolerance = s.dtype == DType::bf16 ? 3e-2 : 1e-4;
   // The device mesh (ulysses shards the sequence on the cp axis) and its placement on the topology.
-  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}}, c.topology);
+  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}, {"dp", p.dp}}, c.topology);
   // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
-  for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses; ++r) {
+  for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses * p.dp; ++r) {
     sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());
     try {
       replay(m, block_memory(s, p, c.mesh.coordinate("tp", r)));
@@ -323,14 +330,6 @@ uint64_t weight_bytes(const Weights& w) {
   return b;
 }
 
-// COL / ROW: the GEMM labels' suffixes (" (column-parallel)", ...; empty on one device).
-Tensor mlp(Chip& chip, const Tensor& b, const Weights& w, const std::string& col = "", const std::string& row = "") {
-  Tensor g = gemm(chip, b, w.wg, "gemm.gate" + col);
-  Tensor u = gemm(chip, b, w.wu, "gemm.up" + col);
-  chip.charge(kernels::glu_inplace(g, u, kernels::Activation::silu), "swiglu");
-  return gemm(chip, g, w.wd, "gemm.down" + row);
-}
-
 // The single-device block (the reference), charged to CHIP.
 Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weights& w) {
   const int64_t T = s.seq, d = s.head_dim();
@@ -349,7 +348,7 @@ Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weig
   Tensor o = finish_acc(all, acc, s.dtype, T).reshaped({T, s.heads * d});
   Tensor x1 = gemm(chip, o, w.wo, "gemm.o");
   chip.charge(kernels::add_inplace(x1, x), "residual");
-  Tensor out = mlp(chip, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), w);
+  Tensor out = mlp_layer(chip, nullptr, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), {&w.wg, &w.wu, &w.wd}, s.activation);
   chip.charge(kernels::add_inplace(out, x1), "residual");
   return out;
 }
@@ -389,13 +388,13 @@ std::vector<WeightSlot> weight_slots(const BlockShape& s, Weights& w) {
 
 }  // namespace
 
-BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const std::string& trace_path) {
+RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const std::string& trace_path) {
   BlockRunOptions o;
   o.trace_path = trace_path;
   return run_block(world, cfg, o);
 }
 
-BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const BlockRunOptions& opt) {
+RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const BlockRunOptions& opt) {
   const std::string& trace_path = opt.trace_path;
   const auto t_start = std::chrono::steady_clock::now();
   const BlockShape& s = cfg.shape;
@@ -407,6 +406,12 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   // Mesh coordinates (sharding/device_mesh.h: tp innermost); ulysses shards the sequence on the cp axis.
   DeviceMesh mesh = cfg.mesh;
   const int t_idx = mesh.coordinate("tp", rank), u_idx = mesh.coordinate("cp", rank);
+  const int d_idx = mesh.coordinate("dp", rank);  // the replica: sequence d_idx of the batch
+  // Rows of the seeded [dp·seq, hidden] input: sequence d's token i is row d·seq + i.
+  const auto batch_rows = [&](std::vector<int64_t> rows) {
+    for (auto& r : rows) r += int64_t{d_idx} * s.seq;
+    return rows;
+  };
   const int c_idx = p.ulysses > 1 ? 0 : u_idx;
 
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
@@ -463,7 +468,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     });
     for (auto& slot : weight_slots(s, w)) reader->read_block(slot.name, slot.offset, *slot.t);
   }
-  const Tensor x = init_x(s, resid_rows);
+  const Tensor x = init_x(s, batch_rows(resid_rows));
   const BlockMemory mem_plan = block_memory(s, p, t_idx);
   memory.allocate("weights", mem_plan.weights);
   memory.allocate("x", mem_plan.x);
@@ -511,18 +516,18 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   const int64_t mlp_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("mlp", mem_plan.mlp, static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
   auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
-  auto gu = plans::column_parallel(ctx, b_loc, {&w.wg, &w.wu}, {"gemm.gate", "gemm.up"}, "before MLP",
-                                   "sp all_gather + gemm.gate/up", "sp all_gather + gemm.gate/up");
-  chip.charge(kernels::glu_inplace(gu[0], gu[1], kernels::Activation::silu), "swiglu");
-  Tensor out = plans::row_parallel(ctx, gu[0], w.wd, "gemm.down", "MLP output");
+  Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
   chip.charge(kernels::add_inplace(out, x1), "residual");
   mlp_mem.release();
   world.sleepy_barrier();
 
-  BlockReport rep;
+  RunReport rep;
   rep.name = cfg.name;
   rep.model = cfg.model;
-  rep.file = cfg.file;
+  rep.config_file = cfg.file;
+  rep.dtype = runtime::dtype_name(s.dtype);
+  rep.tolerance = cfg.tolerance;
+  rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   rep.topology = cfg.topology.describe();
   rep.device = sim::describe(cfg.device);
   rep.plan = p.describe();
@@ -535,7 +540,8 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   std::vector<double> mine_rows;
   if (owner) {
     mine = out.to_float();
-    mine_rows.assign(resid_rows.begin(), resid_rows.end());
+    const auto rows = batch_rows(resid_rows);
+    mine_rows.assign(rows.begin(), rows.end());
   }
   int nrows = static_cast<int>(mine_rows.size());
   std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
@@ -561,12 +567,14 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   // ---- per-chip simulated figures ----
   const sim::Breakdown bd = tl.breakdown();
   std::vector<double> stats = {bd.total, bd.compute, bd.communication, bd.exposed_comm, chip.attention_ns,
-                               static_cast<double>(memory.peak())};
+                               static_cast<double>(memory.peak()), bd.flops, bd.bytes_sent};
+  constexpr size_t kComm0 = 8;  // the per-collective figures start here, 4 per key
   for (const auto& key : kCommKeys) {
     const auto it = comm.stats.find(key);
     stats.push_back(it == comm.stats.end() ? 0 : it->second.bytes);
     stats.push_back(it == comm.stats.end() ? 0 : it->second.expected);
     stats.push_back(it == comm.stats.end() ? 0 : it->second.calls);
+    stats.push_back(it == comm.stats.end() ? 0 : it->second.ns);
   }
   const size_t n_plain = stats.size();
   for (double f : pack(fused_ops)) stats.push_back(f);
@@ -584,7 +592,7 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
     std::vector<CheckpointEntry> entries;
     for (const auto& slot : weight_slots(s, w)) {
       const bool repeated_kv = slot.kv && p.tp > s.kv_heads;
-      bool writer = u_idx == 0;  // cp / ulysses ranks hold replicas
+      bool writer = u_idx == 0 && d_idx == 0;  // cp / ulysses ranks and dp replicas hold replicas
       if (std::holds_alternative<Replicate>(slot.on_tp)) writer = writer && t_idx == 0;
       if (repeated_kv) writer = writer && t_idx % (p.tp / s.kv_heads) == 0;
       std::string sharding = TensorSpec{slot.name, slot.global, {{"tp", p.tp > 1 ? slot.on_tp : Placement{Replicate{}}}}}
@@ -618,40 +626,49 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
   if (rank == 0) {
     for (int r = 0; r < chips; ++r) {
       const double* v = &all_stats[nf * static_cast<size_t>(r)];
-      rep.per_chip_total_ns.push_back(v[0]);
-      rep.per_chip_peak_bytes.push_back(v[5]);
-      if (r == 0 || v[0] > rep.sim_total_ns) {
-        rep.sim_total_ns = v[0];
-        rep.critical_chip = cfg.topology.placement()[static_cast<size_t>(r)];
-        rep.compute_ns = v[1];
-        rep.communication_ns = v[2];
-        rep.exposed_ns = v[3];
+      ChipReport cr;
+      cr.chip = cfg.topology.placement()[static_cast<size_t>(r)];
+      cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[6], v[7]};
+      cr.peak_memory_bytes = v[5];
+      rep.per_chip.push_back(cr);
+      if (r == 0 || v[0] > rep.critical.total) {
+        rep.critical = cr.breakdown;
+        rep.critical_chip = cr.chip;
         rep.attention_ns = v[4];
         rep.comm.clear();
-        for (size_t k2 = 0; k2 < kCommKeys.size(); ++k2)
-          if (v[8 + 3 * k2] > 0) rep.comm[kCommKeys[k2]] = CommStat{v[6 + 3 * k2], v[7 + 3 * k2], static_cast<int>(v[8 + 3 * k2])};
+        for (size_t k2 = 0; k2 < kCommKeys.size(); ++k2) {
+          const double* c = v + kComm0 + 4 * k2;
+          if (c[2] > 0) rep.comm[kCommKeys[k2]] = CommStat{c[0], c[1], static_cast<int>(c[2]), c[3], {}};
+        }
         rep.fused = unpack(v + n_plain, fused_ops);
       }
     }
-    rep.idle_ns = std::max(0.0, rep.sim_total_ns - rep.compute_ns - rep.exposed_ns);  // rounding: never below 0
+    if (const auto it = rep.comm.find("tp all_reduce"); it != rep.comm.end()) {
+      rep.all_reduce_ns = it->second.ns;
+      rep.all_reduce_bytes_per_chip = it->second.bytes;
+      rep.all_reduce_expected_bytes = it->second.expected;
+    }
     rep.total_flops = flops_sum;
-    rep.sim_tflops = rep.sim_total_ns > 0 ? flops_sum / rep.sim_total_ns / 1e3 : 0;
+    rep.sim_tflops = rep.critical.total > 0 ? flops_sum / rep.critical.total / 1e3 : 0;
     rep.peak_tflops_per_chip = cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_tflops = chips * rep.peak_tflops_per_chip;
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
-    rep.tokens_per_s = rep.sim_total_ns > 0 ? double(s.seq) / rep.sim_total_ns * 1e9 : 0;
+    rep.tokens_per_s = rep.critical.total > 0 ? double(s.seq) * p.dp / rep.critical.total * 1e9 : 0;
     if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
       const Weights full = ckpt_full ? std::move(*ckpt_full) : make_weights(s, 1, 0);
-      std::vector<int64_t> rows(static_cast<size_t>(T));
-      for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = i;
       sim::Timeline ref_tl(chip_id, cfg.topology, cfg.device);
       Chip ref{&ref_tl, 0.0, 0.0};
-      const Tensor want = block_single(ref, s, init_x(s, rows), full);
+      std::vector<float> wf;  // [dp·seq, hidden]: the dp sequences one after the other on one device
+      for (int64_t b = 0; b < p.dp; ++b) {
+        std::vector<int64_t> rows(static_cast<size_t>(T));
+        for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = b * T + i;
+        const auto want = block_single(ref, s, init_x(s, rows), full).to_float();
+        wf.insert(wf.end(), want.begin(), want.end());
+      }
       rep.single_device_ns = ref_tl.end_time();
-      const auto wf = want.to_float();
-      std::vector<int> seen(static_cast<size_t>(T), 0);
+      std::vector<int> seen(static_cast<size_t>(T * p.dp), 0);
       for (int i = 0; i < total; ++i) {
         const auto row = static_cast<int64_t>(all_rows[static_cast<size_t>(i)]);
         ++seen[static_cast<size_t>(row)];
@@ -667,119 +684,14 @@ BlockReport run_block(const runtime::World& world, const BlockConfig& cfg, const
       const double rel = rep.max_abs_reference > 0 ? rep.max_abs_error / rep.max_abs_reference : rep.max_abs_error;
       rep.passed = every_row_once && rel <= cfg.tolerance;
       if (!every_row_once) rep.max_abs_error = std::numeric_limits<double>::infinity();
+      rep.relative_error = every_row_once ? rel : std::numeric_limits<double>::infinity();
     }
   }
   rep.checkpoint = opt.checkpoint_path;
   rep.resumed_from = opt.resume_from;
-  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  rep.trace = trace_path;
+  rep.wall_total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return rep;
-}
-
-// ------------------------------------------------------------------------------------------------ report
-
-namespace {
-std::string us(double ns) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.3f us", ns / 1e3);
-  return b;
-}
-}  // namespace
-
-std::string to_text(const BlockReport& r) {
-  std::ostringstream os;
-  char b[256];
-  os << "shardsim run: " << r.name << (r.model.empty() ? "" : " (" + r.model + ")") << "  (" << r.file << ")\n";
-  os << "  topology   " << r.topology << "\n  device     " << r.device << "\n  plan       " << r.plan << "\n";
-  if (!r.mesh.empty()) os << "  mesh       " << r.mesh << "\n";
-  os << "simulated (modelled hardware; critical chip " << r.critical_chip << ")\n";
-  os << "  total              " << us(r.sim_total_ns) << "\n";
-  auto pct = [&](double v) {
-    std::snprintf(b, sizeof b, "%5.1f%%", r.sim_total_ns > 0 ? 100.0 * v / r.sim_total_ns : 0.0);
-    return std::string(b);
-  };
-  os << "  compute            " << us(r.compute_ns) << "  " << pct(r.compute_ns) << "   (attention "
-     << us(r.attention_ns) << ")\n";
-  os << "  communication      " << us(r.communication_ns) << "  " << pct(r.communication_ns) << "\n";
-  os << "  exposed comm       " << us(r.exposed_ns) << "  " << pct(r.exposed_ns) << "\n";
-  os << "  idle               " << us(r.idle_ns) << "  " << pct(r.idle_ns) << "\n";
-  std::snprintf(b, sizeof b, "  throughput         %.2f TFLOP/s = %.1f%% of %.1f TFLOP/s peak (%d chips)\n",
-                r.sim_tflops, 100.0 * r.peak_fraction, r.peak_tflops, r.chips);
-  os << b;
-  std::snprintf(b, sizeof b, "  tokens/s           %.4g (simulated)\n", r.tokens_per_s);
-  os << b;
-  double lo = r.per_chip_total_ns.empty() ? 0 : r.per_chip_total_ns[0], hi = lo;
-  for (double t : r.per_chip_total_ns) {
-    lo = std::min(lo, t);
-    hi = std::max(hi, t);
-  }
-  os << "  chip totals        " << us(lo) << " .. " << us(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0) << ")\n";
-  double peak = 0;
-  for (double v : r.per_chip_peak_bytes) peak = std::max(peak, v);
-  std::snprintf(b, sizeof b, "  peak memory        %.3f GiB (largest chip)\n", peak / 1073741824.0);
-  os << b;
-  os << "communication per chip (bytes sent; formula in models/transformer.h)\n";
-  for (const auto& [k, c] : r.comm)
-    os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in " << c.calls
-       << " call(s), formula " << format_mib(c.expected) << "\n";
-  if (r.single_device_ns > 0)
-    os << "  single device      " << us(r.single_device_ns) << "  -> speedup "
-       << (r.sim_total_ns > 0 ? r.single_device_ns / r.sim_total_ns : 0) << "x on " << r.chips << " chips\n";
-  os << fused_text(r.fused, r.sim_total_ns);
-  os << ops_text(r.ops, r.sim_total_ns, r.peak_tflops_per_chip);
-  std::snprintf(b, sizeof b, "wall (this host)\n  total %.3f s\n", r.wall_s);
-  os << b;
-  if (r.validated) {
-    std::snprintf(b, sizeof b, "validation %s  max|out-ref| = %.3g, max|ref| = %.3g, relative %.3g (tolerance %.3g)\n",
-                  r.passed ? "PASS" : "FAIL", r.max_abs_error, r.max_abs_reference,
-                  r.max_abs_reference > 0 ? r.max_abs_error / r.max_abs_reference : r.max_abs_error, r.tolerance);
-    os << b;
-  }
-  if (!r.resumed_from.empty()) os << "resume     weights from " << r.resumed_from << "\n";
-  if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
-  os << (r.passed ? "PASS" : "FAIL") << "\n";
-  return os.str();
-}
-
-std::string to_json_text(const BlockReport& r) {
-  nlohmann::json comm = nlohmann::json::object();
-  for (const auto& [k, c] : r.comm) comm[k] = {{"bytes_per_chip", c.bytes}, {"formula_bytes", c.expected}, {"calls", c.calls}};
-  nlohmann::json j = {{"name", r.name},
-                      {"model", r.model},
-                      {"plan", r.plan},
-                      {"mesh", r.mesh},
-                      {"chips", r.chips},
-                      {"topology", r.topology},
-                      {"device", r.device},
-                      {"simulated",
-                       {{"total_ns", r.sim_total_ns},
-                        {"critical_chip", r.critical_chip},
-                        {"compute_ns", r.compute_ns},
-                        {"communication_ns", r.communication_ns},
-                        {"exposed_comm_ns", r.exposed_ns},
-                        {"attention_ns", r.attention_ns},
-                        {"idle_ns", r.idle_ns},
-                        {"total_flops", r.total_flops},
-                        {"tflops", r.sim_tflops},
-                        {"peak_tflops", r.peak_tflops},
-                        {"peak_fraction", r.peak_fraction},
-                        {"tokens_per_s", r.tokens_per_s},
-                        {"ops", ops_json(r.ops, r.sim_total_ns, r.peak_tflops_per_chip)},
-                        {"per_chip_total_ns", r.per_chip_total_ns},
-                        {"per_chip_peak_memory_bytes", r.per_chip_peak_bytes},
-                        {"single_device_ns", r.single_device_ns}}},
-                      {"communication", comm},
-                      {"validation",
-                       {{"enabled", r.validated},
-                        {"passed", r.passed},
-                        {"max_abs_error", r.max_abs_error},
-                        {"max_abs_reference", r.max_abs_reference},
-                        {"tolerance", r.tolerance}}},
-                      {"verdict", r.passed ? "PASS" : "FAIL"},
-                      {"checkpoint", r.checkpoint},
-                      {"resumed_from", r.resumed_from},
-                      {"wall_s", r.wall_s}};
-  if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.sim_total_ns);
-  return j.dump(2) + "\n";
 }
 
 }  // namespace shardsim::sharding

@@ -30,7 +30,11 @@
 //   by the ulysses all_to_all: needs (Hq/tp) and (Hkv/tp) divisible by ulysses). Mesh rank r has tp = r % tp
 //   (tp innermost, Megatron's order); the mesh's placement on the topology decides which chips each group spans
 //   (on a torus [2, 4], tp=2 x cp=4 puts tp on the size-2 dimension and each cp ring on a ring of the torus).
-//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses = chips. parallel.mesh_dims: [d0, ...]
+//   dp       data parallel (the mesh's dp axis, outside tp and cp): dp replicas of the tp x cp (or ulysses) plan,
+//            replica d runs the block on sequence d of a batch of dp sequences (x rows d·seq .. of the seeded
+//            [dp·seq, hidden] input), with the same weights; a forward has no dp communication. Validated against
+//            one device running the dp sequences one after the other (its time is single_device_ns).
+//   sp only with tp and not with ulysses; ulysses not with cp. tp·cp·ulysses·dp = chips. parallel.mesh_dims: [d0, ...]
 //   chooses the topology dimensions the mesh fills, innermost axis first (device_mesh.h).
 //   The plan units live in sharding/plans/ (tensor_parallel, sequence_parallel, context_parallel, ulysses).
 // Communication per chip (bytes sent, M = seq·hidden·elem; ring algorithms):
@@ -47,6 +51,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/elementwise.h"
 #include "runtime/tensor.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
@@ -63,6 +68,7 @@ struct BlockShape {
   bool rope = true;
   runtime::DType dtype = runtime::DType::fp32;
   uint64_t seed = 1;
+  kernels::Activation activation = kernels::Activation::silu;  // the MLP's GLU (the block: SwiGLU)
   int64_t head_dim() const { return heads ? hidden / heads : 0; }
 };
 
@@ -72,7 +78,9 @@ struct BlockPlan {
   int cp = 1;
   bool zigzag = true;
   int ulysses = 1;
+  int dp = 1;  // data parallel: dp replicas of the tp x cp plan, replica d runs sequence d of a batch of dp
   FusedPlan fused;  // parallel.fused / parallel.chunks: the tp collectives fused with their GEMMs
+  std::string all_reduce = "ring";  // algorithm of the row-parallel all_reduces (collectives/algorithms.h)
   std::string describe() const;
 };
 
@@ -104,8 +112,8 @@ BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 inline constexpr std::string_view kBlockRootKeys[] = {"name", "topology", "device", "workload", "parallel", "validate"};
 inline constexpr std::string_view kBlockModelKeys[] = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
                                                        "seq",  "causal", "rope",  "dtype", "seed"};
-inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split",
-                                                          "ulysses", "fused", "chunks", "mesh_dims"};
+inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split", "ulysses",
+                                                          "dp",      "fused", "chunks", "mesh_dims"};
 
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
 // Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
@@ -118,40 +126,6 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file);
 // config file when it exceeds MemAvailable (/proc/meminfo) of this host, instead of letting the OS kill ranks.
 double block_host_bytes(const BlockConfig& c);
 void check_host_memory(const BlockConfig& c);
-
-struct CommStat {
-  double bytes = 0;     // bytes this chip sent
-  double expected = 0;  // the formula's bytes per chip
-  int calls = 0;
-};
-
-struct BlockReport {
-  std::string name, model, file, topology, device, plan;
-  std::string mesh;  // DeviceMesh::mapping_text(): the axes and where they lie on the topology
-  int chips = 0;
-  double sim_total_ns = 0;  // slowest chip
-  int critical_chip = 0;
-  double compute_ns = 0, communication_ns = 0, exposed_ns = 0;  // of the critical chip
-  double attention_ns = 0;                                      // of the critical chip: attention kernels + ring
-  double idle_ns = 0;          // of the critical chip: total - compute - exposed (docs/MODEL.md)
-  double total_flops = 0;      // over all chips
-  double sim_tflops = 0;       // total_flops / sim_total_ns
-  double peak_tflops = 0;      // chips x the device's peak at the block's precision
-  double peak_tflops_per_chip = 0;
-  double peak_fraction = 0;    // sim_tflops / peak_tflops
-  double tokens_per_s = 0;     // seq / sim_total_ns (batch 1)
-  std::vector<OpStat> ops;     // the critical chip's time per kernel and per collective (models/report.h)
-  std::vector<double> per_chip_total_ns;
-  std::vector<double> per_chip_peak_bytes;
-  std::map<std::string, CommStat> comm;  // per collective, the critical chip's figures
-  std::vector<FusedOp> fused;            // the critical chip's fused ops (parallel.fused)
-  double single_device_ns = 0;
-  bool validated = false, passed = true;
-  double max_abs_error = 0, max_abs_reference = 0, tolerance = 0;
-  double wall_s = 0;
-  std::string checkpoint;    // written ("" none)
-  std::string resumed_from;  // weights read from this checkpoint ("" seeded)
-};
 
 // Checkpoints of a block (checkpoint/checkpoint.h format): the nine weights with their GLOBAL shapes, each rank
 // writing its shard (placements: Wq/Wk/Wv/W_gate/W_up Shard(1) over tp, Wo/W_down Shard(0) over tp, norms
@@ -168,9 +142,8 @@ struct BlockRunOptions {
 
 // Runs the block on WORLD (collective); the report is complete on rank 0. A checkpoint that does not fit the
 // config (shapes, dtype, heads) is a ConfigError on every rank (exit 2).
-BlockReport run_block(const runtime::World& world, const BlockConfig& config, const BlockRunOptions& options);
-BlockReport run_block(const runtime::World& world, const BlockConfig& config, const std::string& trace_path);
-std::string to_text(const BlockReport& r);
-std::string to_json_text(const BlockReport& r);
+// The report is models/report.h's RunReport (one report type for every model).
+RunReport run_block(const runtime::World& world, const BlockConfig& config, const BlockRunOptions& options);
+RunReport run_block(const runtime::World& world, const BlockConfig& config, const std::string& trace_path);
 
 }  // namespace shardsim::sharding

@@ -168,7 +168,7 @@ void check_world_size(const RunConfig& cfg, int world_size) {
   const int chips = cfg.topology.num_chips();
   if (world_size != chips)
     throw ConfigError(cfg.file + ": the topology has " + std::to_string(chips) + " chips but the job has " +
-                      std::to_string(world_size) + " MPI ranks; run it with mpirun -np " + std::to_string(chips));
+                      std::to_string(world_size) + " ranks; run it with mpirun -np " + std::to_string(chips));
 }
 
 ErrorStats compare(const Tensor& y, const Tensor& ref) {
@@ -194,6 +194,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
 
   RunReport rep;
   rep.name = cfg.name;
+  rep.model = cfg.model;
   rep.config_file = cfg.file;
   rep.topology = cfg.topology.describe();
   rep.device = sim::describe(cfg.device);
@@ -308,6 +309,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
       const std::string saved_tp = reader->root_attribute("tp");
       rep.resume_saved_tp = std::atoi(saved_tp.c_str());  // 0 when missing or not a number: treated as resharded
       rep.resume_same_layout = rep.resume_saved_tp == cfg.tp;
+      rep.resume_compared = true;
       if (rep.resume_same_layout) {
         // Same sharding, same kernels, same reduction order: the output must be bit-identical.
         rep.resume_bit_exact = !world.any(!stored.bit_equal(y));
@@ -402,6 +404,8 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     const double p = chips;
     const double m = double(s.tokens * s.hidden) * double(runtime::dtype_size(s.dtype));
     rep.all_reduce_expected_bytes = 2.0 * (p - 1.0) / p * m;
+    if (cfg.tp > 1)
+      rep.comm["tp all_reduce"] = CommStat{rep.all_reduce_bytes_per_chip, rep.all_reduce_expected_bytes, 1, rep.all_reduce_ns, rep.all_reduce_algorithm};
     rep.sim_tflops = rep.critical.total > 0 ? rep.total_flops / rep.critical.total / 1e3 : 0;
     rep.peak_tflops = p * cfg.device.peak_tflops(runtime::precision_of(s.dtype));
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;

@@ -47,6 +47,12 @@ struct Comm {
     s.expected += expected;
     ++s.calls;
   }
+  // ADD, plus the calls' simulated time and the algorithm that ran.
+  void add(const std::string& key, double bytes, double expected, double ns, const std::string& algorithm) {
+    add(key, bytes, expected);
+    stats[key].ns += ns;
+    stats[key].algorithm = algorithm;
+  }
 };
 
 

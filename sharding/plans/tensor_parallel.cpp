@@ -52,9 +52,11 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
       return out;
     }
     Tensor out(s.dtype, {in.dim(0), s.hidden});
-    const auto f = gemm_all_reduce(ctx.tp, in, w, out, p.fused.chunks, ready, gname + " + tp all_reduce (" + what + ")");
+    const auto f = gemm_all_reduce(ctx.tp, in, w, out, p.fused.chunks, ready, gname + " + tp all_reduce (" + what + ")",
+                                   p.all_reduce);
     ctx.fused_done(gname + " + tp all_reduce", f, ready);
-    ctx.comm.add("tp all_reduce", f.bytes_sent, 2 * (P - 1) / P * static_cast<double>(out.nbytes()));
+    ctx.comm.add("tp all_reduce", f.bytes_sent, 2 * (P - 1) / P * static_cast<double>(out.nbytes()), f.comm_ns,
+                 p.all_reduce + " per piece (fused)");
     return out;
   }
   Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
@@ -62,9 +64,10 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   if (p.sp) return sp_reduce_scatter(ctx, partial, what);
   const auto r = collectives::all_reduce(ctx.tp, partial.data(), partial.data(), static_cast<size_t>(partial.numel()),
                                          s.dtype, collectives::ReduceOp::sum, ctx.chip.t,
-                                         ring_opts("tp all_reduce (" + what + ")"));
+                                         ring_opts("tp all_reduce (" + what + ")", p.all_reduce));
   ctx.chip.t = r.span.end;
-  ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()));
+  ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
+               r.span.duration(), r.algorithm);
   return partial;
 }
 

@@ -97,4 +97,92 @@ e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber
 if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0
 then one_error_line; fi
 
+e2e_case "(j) training-state checkpoints: resume at step 3 of 6 equals the uninterrupted run, byte for byte"
+if expect_exit 0 '^checkpoint: step 6 saved to full\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 6 --save-every 3 --checkpoint full.h5; then
+  assert_out '^checkpoint: step 3 saved to full\.h5' "--save-every 3 saves at step 3 too"
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >full_456.txt
+fi
+if expect_exit 0 '^checkpoint: step 3 saved to part\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 3 --checkpoint part.h5 &&
+   expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under one chip\)' \
+     -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume part.h5 --checkpoint resumed.h5; then
+  assert_out_count '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' 3 "only steps 4-6 run"
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >resumed_456.txt
+  if [[ -s full_456.txt ]] && cmp -s full_456.txt resumed_456.txt; then pass "losses and grad norms of steps 4-6 equal"; else
+    fail "resumed steps 4-6 differ"; paste full_456.txt resumed_456.txt >&2
+  fi
+  # Masters, moments, step, data position and attributes: the whole state, bit for bit.
+  if cmp -s full.h5 resumed.h5; then pass "the step-6 checkpoints are byte-identical"; else fail "step-6 checkpoints differ"; fi
+fi
+
+e2e_case "(k) resume under another mesh: one chip's step 3 on dp 2 ZeRO-3, and dp 2 ZeRO-2's step 3 on one chip"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 3/' "$TRAIN" >dp_z3.yaml
+if expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under one chip\)' -- shardsim_mpi 2 train dp_z3.yaml --steps 6 --resume part.h5; then
+  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dp_456.txt
+  if cmp -s full_456.txt dp_456.txt; then pass "dp 2 ZeRO-3 continues with one chip's losses (4 decimals)"; else
+    fail "dp resume differs"; paste full_456.txt dp_456.txt >&2
+  fi
+fi
+if expect_exit 0 '^checkpoint: step 3 saved to dp_part\.h5' -- shardsim_mpi 2 train dp.yaml --steps 3 --checkpoint dp_part.h5 &&
+   expect_exit 0 '^resumed: dp_part\.h5 at step 3 \(saved under dp=2, ZeRO stage 2\)' \
+     -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume dp_part.h5; then
+  awk '$1 ~ /^[4-6]$/ && NF == 4 {print $1, $2, $3}' "$E2E_STDOUT" >one_456.txt
+  if cmp -s full_456.txt one_456.txt; then pass "one chip continues dp 2 ZeRO-2's run (4 decimals)"; else
+    fail "one-chip resume differs"; paste full_456.txt one_456.txt >&2
+  fi
+fi
+
+e2e_case "(l) checkpoint refusals: nothing left to run, another model, --save-every alone (damaged files: e2e.ckpt, LmResume)"
+if expect_exit 2 '^shardsim: error: --resume: part\.h5 is at step 3 and the run stops at step 3' \
+    -- shardsim_mpi 1 train "$TRAIN" --steps 3 --resume part.h5
+then one_error_line; fi
+sed -E 's/^(  hidden:).*/\1 32/' "$TRAIN" >wide.yaml
+if expect_exit 2 "^shardsim: error: checkpoint part\\.h5: saved for model 'vocab 32 hidden 16 .*' but the config's model is 'vocab 32 hidden 32" \
+    -- shardsim_mpi 2 train wide.yaml --steps 6 --resume part.h5
+then one_error_line; fi
+if expect_exit 2 '^shardsim: error: --save-every: needs --checkpoint' -- shardsim_mpi 1 train "$TRAIN" --save-every 2
+then one_error_line; fi
+
+e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 + sp on 4 print one chip's losses; a tp checkpoint resumes on one chip"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2/' "$TRAIN" >tp2.yaml
+if expect_exit 0 '^parallel: dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
+  awk '$1 ~ /^[1-6]$/ && NF == 4 {print $1, $2, $3}' first_run.txt >one_6.txt
+  if [[ -s tp2_losses.txt ]] && cmp -s one_6.txt tp2_losses.txt; then pass "tp 2: losses and grad norms equal one chip's (4 decimals)"; else
+    fail "tp 2 differs from one chip"; paste one_6.txt tp2_losses.txt >&2
+  fi
+  assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi_tp' "per-chip optimizer state of the tp shards"
+fi
+sed -E 's/^(  tp: 2)$/\1\n  sp: true/' tp2.yaml >tp2sp.yaml
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*; sequence parallel: reduce_scatter/all_gather around the norms' -- shardsim_mpi 4 train tp2sp.yaml --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
+  if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2 with sequence parallelism: losses equal one chip's (4 decimals)"; else
+    fail "dp2 x tp2 sp differs"; paste one_6.txt dptp_losses.txt >&2
+  fi
+fi
+if expect_exit 0 '^resumed: tp2\.h5 at step 6 \(saved under dp=1 x tp=2\)' -- shardsim_mpi 1 train "$TRAIN" --steps 8 --resume tp2.h5; then
+  pass "a tp 2 checkpoint continues on one chip"
+fi
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 4/' "$TRAIN" >tp4.yaml
+if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp \(4\)' -- shardsim_mpi 4 train tp4.yaml
+then one_error_line; fi
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2\n  zero: 1/' "$TRAIN" >tpz1.yaml
+if expect_exit 2 '^shardsim: error: .*tpz1\.yaml:[0-9]+: parallel.zero: ZeRO stages 1-3 with tp > 1 are not built' -- shardsim_mpi 2 train tpz1.yaml
+then one_error_line; fi
+
+e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
+if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
+then one_error_line; fi
+sed -E 's/^(  steps:).*/\1 2000000/' "$TRAIN" >many_steps.yaml
+if expect_exit 2 '^shardsim: error: .*many_steps\.yaml:[0-9]+: train.steps: at most 1000000' -- shardsim_mpi 1 train many_steps.yaml
+then one_error_line; fi
+
+e2e_case "(o) train.recompute: the same losses as one chip; the report says recompute (numbers: LmDpRecompute)"
+sed -E 's/^(  data_seed:.*)$/\1\n  recompute: true/' dp.yaml >dp_rc.yaml
+if expect_exit 0 '^recompute: per block' -- shardsim_mpi 2 train dp_rc.yaml --steps 12; then
+  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >rc_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && NF == 4 {print $1, $2, $3}' first_run.txt >one_12.txt
+  if cmp -s one_12.txt rc_losses.txt; then pass "12 losses equal one chip's"; else fail "recompute changed the losses"; fi
+  assert_out '^  activations +[0-9]+  \(recompute per block' "the activation line says recompute"
+fi
+
 e2e_finish

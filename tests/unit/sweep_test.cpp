@@ -175,6 +175,26 @@ TEST(Sweep, WorkloadGridSubstitutesChipsAndRecordsBadPlans) {
   EXPECT_NE(s.points[5].config_yaml.find("tp: 4"), std::string::npos);
 }
 
+TEST(Sweep, DpFillReplicatesAPlanUntilItFillsTheChips) {
+  const std::string text = std::string(R"(axes:
+  workload: [{config: )") + SHARDSIM_CONFIG_DIR + R"(/blocks/small_block.yaml, label: small, set: {seq: 32}}]
+  topology:
+    - {kind: ring, chips: 8, bandwidth_gbps: 100}
+    - {kind: ring, chips: 6, bandwidth_gbps: 100}
+  plan: [{tp: 4, sp: true, dp: fill}, {tp: 2, cp: 2, dp: fill}]
+)";
+  const auto s = parse_sweep(text, "w.yaml");
+  ASSERT_EQ(s.points.size(), 4u);
+  EXPECT_EQ(s.points[0].plan, "tp4xdp2+sp");
+  EXPECT_EQ(s.points[1].plan, "tp2xcp2xdp2");
+  EXPECT_TRUE(s.points[0].error.empty()) << s.points[0].error;
+  EXPECT_TRUE(s.points[1].error.empty()) << s.points[1].error;
+  EXPECT_NE(s.points[0].config_yaml.find("dp: 2"), std::string::npos);
+  // 6 chips are no multiple of tp 4: no dp fills them, the point is skipped with the parser's reason.
+  EXPECT_EQ(s.points[2].plan, "tp4+sp");
+  EXPECT_NE(s.points[2].error.find("does not match the topology"), std::string::npos) << s.points[2].error;
+}
+
 TEST(Sweep, WorkloadFilesLoadAsRunLoadsThem) {
   // A workload file in the current schema (model:, topology: a path next to the file) loads through the same
   // loader as `run` (sharding/engine_config.h): the sweep used to require workload:, an inline topology and a

@@ -1,0 +1,276 @@
+#include "experiments/scheduler.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/algorithms.h"
+#include "collectives/verify.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "models/runner.h"
+#include "runtime/transport.h"
+#include "sim/timeline.h"
+#include "sim/device_spec.h"
+#include "topology/topology_yaml.h"
+
+namespace shardsim::sharding {
+
+Row failed_row(Row row, const std::string& why) {
+  row["verdict"] = "error";
+  row["reason"] = why;
+  return row;
+}
+
+std::string point_text(const SweepPoint& p) {
+  if (p.kind == PointKind::collective)
+    return p.collective + " " + p.algorithm + " " + p.topology + " " + p.device + " " + size_label(p.size_bytes) +
+           " " + p.dtype;
+  return p.workload + " " + p.plan + " " + p.topology + " " + p.device;
+}
+
+namespace {
+
+std::string fmt(double v) {
+  char b[64];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  return std::string(b, r.ptr);
+}
+
+double available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+Row failed(Row row, const std::string& why) { return failed_row(std::move(row), why); }
+
+double group_max(double v, MPI_Comm comm) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return out;
+}
+
+// One collective point on the group SW. The row is complete on SW's rank 0.
+Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+  Row row = base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  topology::Topology topo;
+  sim::DeviceSpec dev;
+  collectives::Case cs;
+  size_t bytes = 0;
+  try {
+    sw.agree([&] {
+      const ConfigNode tn = ConfigNode::load_string(pt.topology_yaml, where);
+      topo = topology::load_topology_document(tn);
+      dev = sim::load_device(ConfigNode::load_string(pt.device_yaml, where));
+      if (topo.num_chips() != sw.size()) throw UsageError("internal: group of " + std::to_string(sw.size()) + " ranks");
+      cs.collective = collectives::parse_collective(pt.collective);
+      cs.dtype = runtime::parse_dtype(pt.dtype);
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  const int p = sw.size();
+  const auto c = cs.collective;
+  const size_t es = runtime::dtype_size(cs.dtype);
+  size_t count = c == collectives::Collective::barrier ? 0 : pt.size_bytes / es;
+  // As `shardsim bench`: block-structured collectives move COUNT/p per rank, so COUNT is rounded down to p's multiple.
+  const bool blocky = c == collectives::Collective::reduce_scatter || c == collectives::Collective::all_gather ||
+                      c == collectives::Collective::all_to_all || c == collectives::Collective::all_to_allv ||
+                      c == collectives::Collective::gather || c == collectives::Collective::scatter ||
+                      c == collectives::Collective::all_gatherv;
+  if (blocky) count = count / static_cast<size_t>(p) * static_cast<size_t>(p);
+  bytes = count * es;
+  cs.count = count;
+  cs.algorithm = pt.algorithm;
+  row["size_bytes"] = std::to_string(bytes);
+  const bool run = static_cast<double>(bytes) <= spec.validate_max_bytes;
+
+  sim::Timeline tl(topo.placement().at(static_cast<size_t>(sw.rank())), topo, dev);
+  runtime::Transport tp(sw.comm(), tl, topo.placement());
+  try {
+    sw.agree([&] {
+      if (count == 0 && c != collectives::Collective::barrier)
+        throw UsageError("size " + std::to_string(pt.size_bytes) + " B holds no " + pt.dtype + " element per rank");
+      if (pt.algorithm != "auto")
+        if (const auto why = collectives::obstacle(c, pt.algorithm, tp); !why.empty())
+          throw UsageError(pt.collective + ": algorithm '" + pt.algorithm + "' cannot run on " + pt.topology + ": " + why);
+      if (run) {
+        const double need = collectives::host_bytes_needed(cs, p);
+        const double avail = available_host_bytes();
+        if (avail > 0 && need * world_size > 0.9 * avail)
+          throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
+                           std::to_string(world_size) + " ranks; lower validate_max_bytes to time it by replay");
+      }
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  double sim_ns = 0;
+  if (run) {
+    collectives::CaseRunner runner(tp, cs);
+    runner.prepare();
+    tl.reset();
+    const auto r = runner.execute(0.0);
+    sim_ns = group_max(r.span.end, sw.comm());
+    const auto o = runner.check_local();
+    unsigned long long w = o.wrong, total = 0;
+    MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, sw.comm());
+    row["algorithm_used"] = r.algorithm;
+    row["timing"] = "run";
+    row["wrong"] = std::to_string(total);
+    row["verdict"] = total ? "fail" : "pass";
+    if (total) row["reason"] = std::to_string(total) + " wrong elements; first: " + o.first_wrong;
+  } else {
+    collectives::CollectiveOptions opt;
+    opt.algorithm = cs.algorithm;
+    const auto choice = collectives::choose(c, opt, tp, static_cast<double>(bytes));
+    sim_ns = collectives::estimate_ns(c, choice.algorithm, tp, static_cast<double>(bytes), 0);
+    row["algorithm_used"] = choice.algorithm;
+    row["timing"] = "replay";
+    row["verdict"] = "not_run";
+    row["reason"] = "size " + size_label(bytes) + " > validate_max_bytes " +
+                    size_label(static_cast<size_t>(spec.validate_max_bytes)) +
+                    ": timed by replaying the schedule, no data moved, not checked";
+  }
+  row["sim_time_us"] = fmt(sim_ns / 1e3);
+  if (sim_ns > 0) {
+    const double algbw = static_cast<double>(bytes) / sim_ns;  // bytes/ns = GB/s (1e9)
+    row["algbw_gbps"] = fmt(algbw);
+    row["busbw_gbps"] = fmt(algbw * collectives::busbw_factor(c, p));
+  }
+  row["comm_us"] = row["sim_time_us"];
+  return row;
+}
+
+Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec) {
+  Row row = base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  RunOptions o;
+  o.no_checkpoint = true;
+  if (!pt.model) return failed(row, "internal: workload point without its config (" + where + ")");
+  const ModelConfig& cfg = *pt.model;  // typed, parsed once by `run`'s loader (experiments/sweep.h)
+  try {
+    sw.agree([&] {
+      if (cfg.topology().num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
+      if (cfg.kind == ModelConfig::Kind::transformer_block)
+        check_host_memory(cfg.block);  // recorded as a failed point instead of ranks killed by the OS
+    });
+  } catch (const AgreedError& e) {
+    return failed(row, e.what());
+  }
+  row["timing"] = "run";
+  const auto r = run_model(sw, cfg, o);
+  row["sim_time_us"] = fmt(r.critical.total / 1e3);
+  row["compute_us"] = fmt(r.critical.compute / 1e3);
+  row["comm_us"] = fmt(r.critical.communication / 1e3);
+  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+  row["tflops"] = fmt(r.sim_tflops);
+  row["peak_fraction"] = fmt(r.peak_fraction);
+  row["tokens_per_s"] = fmt(r.tokens_per_s);
+  double peak = 0;
+  for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
+  row["peak_mem_bytes"] = fmt(peak);
+  row["max_rel_error"] = fmt(r.relative_error);
+  row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
+  if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
+  return row;
+}
+
+Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
+                                                       : run_workload_point(sw, pt, spec);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  row["wall_s"] = fmt(group_max(wall, sw.comm()));
+  return row;
+}
+
+std::string row_to_text(const Row& r) { return nlohmann::json(r).dump(); }
+Row row_from_text(const std::string& s) { return nlohmann::json::parse(s).get<Row>(); }
+
+// Gathers one string per rank (empty for ranks with nothing) to rank 0 of COMM.
+std::vector<std::string> gather_strings(const std::string& mine, const runtime::World& world) {
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(world.size()));
+  runtime::check_mpi(MPI_Gather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "sweep gather");
+  std::vector<int> displs(lens.size());
+  int total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::string all(static_cast<size_t>(world.rank() == 0 ? total : 0), '\0');
+  runtime::check_mpi(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                                 world.comm()),
+                     world.rank(), "sweep gather");
+  std::vector<std::string> out;
+  if (world.rank() == 0)
+    for (size_t i = 0; i < lens.size(); ++i) out.push_back(all.substr(static_cast<size_t>(displs[i]), static_cast<size_t>(lens[i])));
+  return out;
+}
+
+}  // namespace
+
+Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+  return run_point_impl(sw, pt, spec, world_size);
+}
+
+void run_in_groups(const runtime::World& world, const SweepSpec& spec,
+                   const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& cb) {
+  const bool root = world.rank() == 0;
+  const int N = world.size();
+  for (const auto& [k, list] : by_chips) {
+    const int groups = N / k;
+    const int color = world.rank() < groups * k ? world.rank() / k : MPI_UNDEFINED;
+    MPI_Comm sub = MPI_COMM_NULL;
+    runtime::check_mpi(MPI_Comm_split(world.comm(), color, world.rank(), &sub), world.rank(), "sweep split");
+    if (root && cb.on_chips) cb.on_chips(k, list.size(), groups);
+    const size_t waves = (list.size() + static_cast<size_t>(groups) - 1) / static_cast<size_t>(groups);
+    for (size_t w = 0; w < waves; ++w) {
+      if (root && cb.on_wave) {
+        std::vector<size_t> wave;
+        for (int g = 0; g < groups; ++g) {
+          const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(g);
+          if (j >= list.size()) break;
+          wave.push_back(list[j]);
+        }
+        cb.on_wave(wave);
+      }
+      std::string mine;
+      if (color != MPI_UNDEFINED) {
+        const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
+        if (j < list.size()) {
+          const runtime::World sw(sub);
+          Row r = run_point(sw, spec.points[list[j]], spec, N);
+          r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
+          if (sw.rank() == 0) mine = row_to_text(r);
+        }
+      }
+      world.sleepy_barrier();  // idle ranks and finished groups sleep instead of spinning in the gather
+      const auto texts = gather_strings(mine, world);
+      world.agree([&] {
+        if (!root) return;
+        std::vector<Row> rows;
+        for (const auto& t : texts)
+          if (!t.empty()) rows.push_back(row_from_text(t));
+        if (cb.on_rows) cb.on_rows(rows);
+      });
+    }
+    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+  }
+
+}
+
+}  // namespace shardsim::sharding

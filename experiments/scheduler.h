@@ -1,0 +1,46 @@
+// Running a sweep's points on one MPI launch (experiments/sweep.h builds them; apps/sweep.cpp parses the command
+// line, resumes results.csv and prints).
+//
+// run_point: one point on a group of ranks (GROUP: a runtime::World over exactly the point's chips). Collective
+// points with size <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
+// `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail); larger
+// ones are timed by the event-free replay of the chosen algorithm's schedule (timing `replay`, verdict
+// `not_run`). Workload points run the typed config (SweepPoint::model) through models/runner.h's run_model, no
+// checkpoint. A point that cannot run gives a row with verdict `error` and the reason. The row is complete on
+// GROUP's rank 0. WORLD_SIZE: ranks of the whole launch (host-memory estimate).
+//
+// run_in_groups, the group scheduler: points are grouped by the chips they need (BY_CHIPS: k -> indices into
+// SPEC.points, k ascending). For each k the world is split into floor(N/k) groups of k consecutive ranks
+// (MPI_Comm_split; the remaining ranks idle) and the points go round-robin to the groups, which run them side by
+// side in waves; after each wave every row goes to rank 0 (on_rows, inside World::agree so a failed write stops
+// every rank with one line). Every point runs on a fresh simulated clock, so its simulated numbers do not depend
+// on what runs beside it. Collective over WORLD.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "experiments/sweep.h"
+#include "runtime/world.h"
+
+namespace shardsim::sharding {
+
+Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size);
+
+// ROW with verdict `error` and REASON.
+Row failed_row(Row row, const std::string& reason);
+// "all_reduce ring ring8 generic 1KiB fp32" / "llama2_7b tp8 ring8 trainium1": the progress line's point.
+std::string point_text(const SweepPoint& point);
+
+struct GroupCallbacks {
+  std::function<void(int chips, size_t points, int groups)> on_chips;  // rank 0, before each chip count
+  std::function<void(const std::vector<size_t>& wave)> on_wave;        // rank 0, the wave's points, before it runs
+  std::function<void(const std::vector<Row>& rows)> on_rows;           // rank 0, the wave's rows (inside agree)
+};
+void run_in_groups(const runtime::World& world, const SweepSpec& spec,
+                   const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);
+
+}  // namespace shardsim::sharding

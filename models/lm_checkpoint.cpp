@@ -1,0 +1,139 @@
+#include "models/lm_checkpoint.h"
+
+#include <sstream>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "common/error.h"
+
+namespace shardsim::models {
+
+using runtime::DType;
+using runtime::Tensor;
+
+namespace {
+
+constexpr const char* kGroups[3] = {"master/", "adam_m/", "adam_v/"};
+
+std::string adamw_text(const LmTrainConfig& t) {
+  std::ostringstream os;
+  os.precision(9);
+  os << "lr " << t.adamw.lr << " beta1 " << t.adamw.beta1 << " beta2 " << t.adamw.beta2 << " eps " << t.adamw.eps
+     << " weight_decay " << t.adamw.weight_decay << " max_grad_norm " << t.max_grad_norm;
+  return os.str();
+}
+
+}  // namespace
+
+std::string lm_model_text(const LmConfig& c) {
+  std::ostringstream os;
+  os << "vocab " << c.vocab << " hidden " << c.hidden << " layers " << c.layers << " heads " << c.heads
+     << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " ffn " << c.ffn << " seq " << c.seq;
+  return os.str();
+}
+
+void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
+                         const LmTrainSnapshot& s, const std::string& mesh, const std::string& config_text) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const bool writer = rank == 0;
+  // Every rank passes the same entries; only rank 0's data is written (an empty block elsewhere).
+  const LmWeights* parts[3] = {&s.master, &s.m, &s.v};
+  std::vector<std::pair<std::string, const Tensor*>> named[3];
+  for (int g = 0; g < 3; ++g) named[g] = parts[g]->named_weights();
+  const LmWeights ref = lm_zeros(c, DType::fp32);  // shapes, for ranks whose snapshot is empty
+  const auto shapes = ref.named_weights();
+  std::vector<Tensor> empty;  // stable storage for the non-writers' empty blocks
+  empty.reserve(3 * shapes.size());
+  std::vector<sharding::CheckpointEntry> entries;
+  for (int g = 0; g < 3; ++g)
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const runtime::Shape& shape = shapes[i].second->shape();
+      const Tensor* local;
+      if (writer) {
+        if (i >= named[g].size() || named[g][i].second->shape() != shape || named[g][i].second->dtype() != DType::fp32)
+          throw std::logic_error("save_lm_train_state: " + std::string(kGroups[g]) + shapes[i].first +
+                                 " is not fp32 " + runtime::shape_str(shape));
+        local = named[g][i].second;
+      } else {
+        empty.emplace_back(DType::fp32, runtime::Shape(shape.size(), 0));
+        local = &empty.back();
+      }
+      entries.push_back({kGroups[g] + shapes[i].first, local, shape, runtime::Shape(shape.size(), 0),
+                         "Replicate (whole, global layout)", writer});
+    }
+  const std::map<std::string, std::string> attrs = {
+      {"shardsim_version", "0.1.0"},
+      {"workload", "lm_train"},
+      {"model", lm_model_text(c)},
+      {"batch", std::to_string(c.batch)},
+      {"dtype", runtime::dtype_name(c.dtype)},
+      {"init_seed", std::to_string(c.seed)},
+      {"data_seed", std::to_string(t.data_seed)},
+      {"data_position", std::to_string(s.step * c.batch)},
+      {"rng", "synthetic data: Philox4x32-10 keyed by data_seed, counter = sequence index; the next sequence is "
+              "data_position (models/lm_data.h)"},
+      {"adamw", adamw_text(t)},
+      {"config", config_text},
+  };
+  sharding::SaveOptions so;
+  so.step = s.step;
+  so.mesh = mesh;
+  sharding::save_checkpoint(comm, path, entries, attrs, so);
+}
+
+LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c,
+                                    const LmTrainConfig& t) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const std::string where = "checkpoint " + path + ": ";
+  sharding::CheckpointReader rd(comm, path);
+  const std::string workload = rd.root_attribute("workload");
+  if (workload != "lm_train")
+    throw ConfigError(where + "not a training checkpoint of `shardsim train` (workload '" + workload +
+                      "'; need 'lm_train')");
+  const std::string model = rd.root_attribute("model");
+  if (model != lm_model_text(c))
+    throw ConfigError(where + "saved for model '" + model + "' but the config's model is '" + lm_model_text(c) + "'");
+  if (rd.root_attribute("data_seed") != std::to_string(t.data_seed))
+    throw ConfigError(where + "saved with train.data_seed " + rd.root_attribute("data_seed") +
+                      " but the config's is " + std::to_string(t.data_seed) + " (the data would not continue)");
+  const int64_t step = rd.step();
+  if (step < 0) throw ConfigError(where + "step " + std::to_string(step) + " is negative");
+  const std::string pos = rd.root_attribute("data_position");
+  if (pos != std::to_string(step * c.batch))
+    throw ConfigError(where + "data position " + pos + " sequences at step " + std::to_string(step) + " (batch " +
+                      rd.root_attribute("batch") + ") but the config's global batch is " + std::to_string(c.batch) +
+                      " (resuming needs the same global batch)");
+  LmTrainSnapshot s;
+  s.step = step;
+  s.master = lm_zeros(c, DType::fp32);
+  s.m = lm_zeros(c, DType::fp32);
+  s.v = lm_zeros(c, DType::fp32);
+  LmWeights* parts[3] = {&s.master, &s.m, &s.v};
+  for (int g = 0; g < 3; ++g)
+    for (auto& [name, tensor] : parts[g]->named_weights()) {
+      const std::string ds = kGroups[g] + name;
+      if (!rd.has(ds)) throw ConfigError(where + "dataset '" + ds + "' is missing");
+      if (rd.dtype(ds) != DType::fp32 || rd.global_shape(ds) != tensor->shape())
+        throw ConfigError(where + "dataset '" + ds + "' is " + runtime::dtype_name(rd.dtype(ds)) + " " +
+                          runtime::shape_str(rd.global_shape(ds)) + " but the model needs fp32 " +
+                          runtime::shape_str(tensor->shape()));
+      // Every rank reads the whole tensor; rank 0's copy counts for the checksum.
+      rd.read_block_verified(ds, runtime::Shape(tensor->shape().size(), 0), *tensor, rank == 0);
+      if (s.mesh.empty()) s.mesh = rd.info(ds).mesh;
+    }
+  return s;
+}
+
+LmTrainState lm_train_state_from(const LmConfig& c, LmTrainSnapshot s) {
+  LmTrainState st;
+  st.weights = std::move(s.master);
+  st.m = std::move(s.m);
+  st.v = std::move(s.v);
+  st.step = s.step;
+  if (c.dtype != DType::fp32) st.compute = lm_compute_copy(c, st.weights);
+  return st;
+}
+
+}  // namespace shardsim::models

@@ -1,0 +1,86 @@
+#include "models/runner.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/output_file.h"
+#include "runtime/chips.h"
+
+namespace shardsim::sharding {
+
+ModelConfig parse_model_config(const ConfigNode& root) {
+  ModelConfig c;
+  if (is_block_config(root)) {
+    c.kind = ModelConfig::Kind::transformer_block;
+    c.block = parse_block_config(root, root.file());
+  } else {
+    c.kind = ModelConfig::Kind::mlp;
+    c.mlp = parse_run_config(root);
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& file, const ConfigOverrides& overrides) {
+  return parse_model_config(load_workload_config(file, overrides));
+}
+
+std::optional<std::string> model_checkpoint_target(const ModelConfig& c, const RunOptions& opt) {
+  if (c.kind == ModelConfig::Kind::mlp) return checkpoint_target(c.mlp, opt);
+  // A block writes a checkpoint only when asked (--checkpoint): its weights come from the seed.
+  if (opt.checkpoint_path && !opt.no_checkpoint) return *opt.checkpoint_path;
+  return std::nullopt;
+}
+
+void check_run(const runtime::World& world, const ModelConfig& c, const RunOptions& opt,
+               const std::string& json_path) {
+  const int chips = c.topology().num_chips();
+  if (chips != world.size())
+    throw ConfigError(c.file() + ": the topology has " + std::to_string(chips) + " chips but the job has " +
+                      std::to_string(world.size()) + " ranks; run it with mpirun -np " + std::to_string(chips));
+  if (opt.no_checkpoint && opt.checkpoint_path.has_value())
+    throw UsageError("--checkpoint and --no-checkpoint contradict each other");
+  const int k = runtime::chips_per_rank();
+  if (k > 1) {
+    // Not yet with several chips per rank: HDF5's parallel I/O, the trace gather and the block's report gathers
+    // are per MPI rank.
+    const std::string ks = std::to_string(k);
+    if (c.kind == ModelConfig::Kind::transformer_block)
+      throw UsageError(c.file() + ": transformer_block workloads need one chip per rank for now (this run has " + ks +
+                       " chips per rank; drop --chips-per-rank/--chips)");
+    if (!opt.resume_from.empty())
+      throw UsageError("--resume: checkpoints need one chip per rank (this run has " + ks +
+                       " chips per rank; drop --chips-per-rank/--chips)");
+    if (const auto ckpt = model_checkpoint_target(c, opt))
+      throw UsageError("checkpoint " + *ckpt + ": checkpoints need one chip per rank (this run has " + ks +
+                       " chips per rank); add --no-checkpoint or drop --chips-per-rank/--chips");
+    if (!opt.trace_path.empty())
+      throw UsageError("--trace: traces need one chip per rank (this run has " + ks + " chips per rank)");
+  }
+  if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
+    throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
+  if (c.kind == ModelConfig::Kind::transformer_block) check_host_memory(c.block);
+  // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
+  // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
+  // checkpoint path itself is fine: it is replaced atomically only after the run.
+  std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
+  if (const auto ckpt = model_checkpoint_target(c, opt)) outputs.emplace_back("checkpoint", *ckpt);
+  if (!json_path.empty()) outputs.emplace_back("--json", json_path);
+  if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
+  check_outputs_distinct(outputs, {{"the config file", c.file()}});
+}
+
+RunReport run_model(const runtime::World& world, const ModelConfig& c, const RunOptions& opt) {
+  if (c.kind == ModelConfig::Kind::mlp) return run_workload(world, c.mlp, opt);
+  BlockRunOptions bo;
+  bo.trace_path = opt.trace_path;
+  bo.resume_from = opt.resume_from;
+  if (const auto ckpt = model_checkpoint_target(c, opt)) bo.checkpoint_path = *ckpt;
+  return run_block(world, c.block, bo);
+}
+
+}  // namespace shardsim::sharding

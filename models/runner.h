@@ -1,0 +1,53 @@
+// The one runner of `shardsim run` and the sweep: a model config (a stack of layers: the MLP workload is one MLP
+// layer, a transformer_block an attention sublayer then the MLP sublayer, both with models/layers.h's mlp_layer)
+// is loaded by one function, checked by one function and run by one function, which returns the one report
+// type (models/report.h's RunReport: to_text, to_json).
+//
+// Compute or only charge cost: every layer charges its kernels to the chip's simulated timeline through
+// sharding/plans/block_ops.h's plans::Chip (plans::gemm, plans::rmsnorm, mlp_layer, the plan units) and its
+// collectives through runtime::Transport, computing the real data in the same calls. That is the one place a
+// shape-only mode decides "compute or only charge cost" (no flag exists yet).
+//
+// Errors: ConfigError / UsageError (exit 2) from load/check, identical on every rank; run_model's own
+// failures after the agreement point are RuntimeFault (exit 3).
+#pragma once
+
+#include <string>
+
+#include "common/config.h"
+#include "models/report.h"
+#include "models/transformer.h"
+#include "models/workload.h"
+#include "runtime/world.h"
+#include "sharding/engine_config.h"
+
+namespace shardsim::sharding {
+
+struct ModelConfig {
+  enum class Kind { mlp, transformer_block };
+  Kind kind = Kind::mlp;
+  RunConfig mlp;      // kind == mlp: the MLP layer alone
+  BlockConfig block;  // kind == transformer_block
+  const std::string& file() const { return kind == Kind::mlp ? mlp.file : block.file; }
+  const topology::Topology& topology() const { return kind == Kind::mlp ? mlp.topology : block.topology; }
+};
+
+// ROOT as load_workload_config returns it (model:/workload: section, overrides applied); dispatches on
+// model.kind (mlp | transformer_block) to the layer stack's parser. ConfigError naming FILE:LINE.
+ModelConfig parse_model_config(const ConfigNode& root);
+ModelConfig load_model_config(const std::string& file, const ConfigOverrides& overrides = {});
+
+// Everything `run` checks before anything runs (collective: call on every rank inside World::agree): the world
+// size equals the chip count; one chip per rank where the model needs it; --resume readable; outputs (checkpoint,
+// --json JSON_PATH, --trace) distinct, writable and not the config; host memory. Throws ConfigError/UsageError.
+void check_run(const runtime::World& world, const ModelConfig& config, const RunOptions& options,
+               const std::string& json_path);
+
+// The checkpoint this run writes, or none: MLP as checkpoint_target (config's checkpoint: section or
+// --checkpoint); a transformer block only with --checkpoint.
+std::optional<std::string> model_checkpoint_target(const ModelConfig& config, const RunOptions& options);
+
+// Runs the model on WORLD (collective); the report is complete on rank 0.
+RunReport run_model(const runtime::World& world, const ModelConfig& config, const RunOptions& options);
+
+}  // namespace shardsim::sharding
