@@ -38,6 +38,7 @@ struct BenchFlags {
   std::string algo = "auto", chunk_bytes = "0", csv, json;
   int iters = 20, warmup = 5, check = 1, root = 0;
   bool vs_mpi = false, explain = false, list = false;
+  bool shape_only = false;  // --shape-only: timing headers only, no storage, not checked
   bool csv_given = false, json_given = false;  // an empty path given explicitly is an error, not "no file"
   int gpus = 1;                                // nccl-tests' -g: one simulated chip per rank, so only 1
 };
@@ -192,9 +193,12 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
                        std::to_string(f.gpus) + " with " + std::to_string(runtime::chips_per_rank()) +
                        " chip(s) per rank");
     if (!f.step_bytes.empty() && step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
+    if (f.shape_only && f.vs_mpi) throw UsageError("--shape-only moves no data: it cannot be timed against MPI (--vs-mpi)");
     if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty())
       throw UsageError(collectives::collective_name(c) + ": " + collectives::not_an_algorithm_of(c, f.algo));
   });
+  // Shape-only runs aim at thousands of chips per rank: no per-message event list (nothing here reads it).
+  net->record_events = !f.shape_only;
   connect(*net, world);
   runtime::Transport& g = *net->group;
   if (f.list) {  // the registry's catalogue, with applicability and estimates on this group
@@ -219,7 +223,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     double need = collectives::host_bytes_needed(big, g.size());
     // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
     if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
-    check_memory(*net, need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
+    // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers.
+    check_memory(*net, f.shape_only ? 0.0 : need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
     if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
       throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
                        " ranks");
@@ -235,11 +240,17 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   const bool blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
                       c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
                       c == Collective::all_gatherv;
-  const bool has_in_place = c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+  // Shape-only: no in-place column (no buffers: the same schedule and simulated time as out of place).
+  const bool has_in_place =
+      !f.shape_only && c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+  const bool checked = f.check && !f.shape_only;
   if (root0) {
     std::printf("# shardsim bench %s: %s\n", collectives::collective_name(c).c_str(), net->describe().c_str());
     std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
-                f.algo.c_str(), chunk, f.iters, f.warmup, f.check, f.vs_mpi ? ", mpi = MPI's own collective" : "");
+                f.algo.c_str(), chunk, f.iters, f.warmup, checked ? 1 : 0,
+                f.vs_mpi ? ", mpi = MPI's own collective" : "");
+    if (f.shape_only)
+      std::printf("# shape-only: buffers carry no data, messages only their timing headers; not validated\n");
     std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B; on links both ways\n"
                 "# (bidir_ring, torus) busbw can reach twice the per-direction link bandwidth\n", busf, p);
     if (g.size() != world.size())
@@ -309,6 +320,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         cs.count = count;
         cs.root = f.root;
         cs.chunk_bytes = chunk;
+        cs.shape_only = f.shape_only;
         Measure m[2];
         const size_t first_new_row = rows.size();
         for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
@@ -330,7 +342,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
           ++n_bw;
           if (root0) {
             std::printf(" %10.2f %8.2f %8.2f %10.2f %8.2f %6s |", m[k].sim_us, algbw, algbw * busf, m[k].wall_us,
-                        walg * busf, f.check ? std::to_string(m[k].wrong).c_str() : "N/A");
+                        walg * busf, checked ? std::to_string(m[k].wrong).c_str() : "N/A");
           }
           nlohmann::json row = {{"collective", collectives::collective_name(c)},
                                 {"size_bytes", size},
@@ -346,7 +358,8 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
                                 {"sim_busbw_gbps", algbw * busf},
                                 {"wall_time_us", m[k].wall_us},
                                 {"wall_busbw_gbps", walg * busf},
-                                {"wrong", f.check ? nlohmann::json(m[k].wrong) : nlohmann::json(nullptr)}};
+                                {"wrong", checked ? nlohmann::json(m[k].wrong) : nlohmann::json(nullptr)}};
+          if (f.shape_only) row["shape_only"] = true;
           if (f.vs_mpi && k == 0) {
             row["mpi_time_us"] = m[0].mpi_us >= 0 ? nlohmann::json(m[0].mpi_us) : nlohmann::json(nullptr);
             row["mpi_busbw_gbps"] = m[0].mpi_us > 0 ? nlohmann::json(size / (m[0].mpi_us * 1e3) * busf) : nlohmann::json(nullptr);
@@ -382,7 +395,9 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
     wrong_total = all;
   }
   if (root0) {
-    if (f.check)
+    if (f.shape_only)
+      std::printf("# Out of bounds values : N/A (not validated: shape-only)\n");
+    else if (f.check)
       std::printf("# Out of bounds values : %zu %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
     else
       std::printf("# Out of bounds values : N/A (not checked: -c 0)\n");
@@ -413,6 +428,9 @@ Command add_bench(CLI::App& app, const runtime::World& world) {
   sub->add_option("-a,--algo", f->algo, "algorithm (default auto)");
   sub->add_option("--chunk-bytes", f->chunk_bytes, "pipelining piece size (default 0: none)");
   sub->add_flag("--vs-mpi", f->vs_mpi, "also time MPI's own collective on the same buffers");
+  sub->add_flag("--shape-only", f->shape_only,
+                "buffers without storage: every algorithm runs its schedule moving only timing headers (same simulated "
+                "times as real data, no host memory per byte, nothing checked); for 1,000s of chips use -n 1 -w 0");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
   sub->add_flag("--list", f->list, "print the algorithm catalogue (aliases, collectives, applicability and estimate "
                                    "at -e bytes on this topology) and exit");

@@ -107,7 +107,8 @@ void connect(Net& net, const runtime::World& world) {
   }
   // Rank r runs on chip placement[r] (identity unless the topology file sets one).
   const auto& ids = net.topo.placement();
-  net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo, net.device);
+  net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo, net.device,
+                                                 net.record_events);
   net.world = std::make_unique<runtime::Transport>(world, *net.timeline, ids);
   net.group = net.split_color >= 0 ? &net.world->subgroup("cli.group", net.split_color, net.split_key)
                                    : net.world.get();

@@ -42,6 +42,7 @@ struct Net {
   std::string group_text;                     // "world (8 chips)", "lines along dimension 1: ...", ...
   int split_color = -1, split_key = 0;        // the sub-group this rank joins (color -1: the world)
   int ranks_on_host = 1;                      // ranks sharing this host's memory (set by connect)
+  bool record_events = true;                  // the timeline keeps its events (off: times only, e.g. shape-only)
   std::string describe() const;
 };
 

@@ -30,6 +30,7 @@ struct ValidateFlags {
   uint64_t seed = 1;
   bool no_random = false, verbose = false, explain = false;
   bool special = false, only_special = false, no_in_place = false;
+  bool shape_only_check = false;  // also run each case shape-only and compare its simulated time and bytes
   bool inject_count_mismatch = false, inject_wrong_result = false;  // hidden test hooks
   // hidden test hook: rank 0 calls count - 1 for every count after the first, so its call has a signature the
   // communicator agreed on before while the others' is new (the mixed case of collectives::check_args)
@@ -111,6 +112,7 @@ struct Row {
   double max_error = 0;
   unsigned long long digest = 0;  // sum of the cases' output digests (collectives::Outcome::digest)
   double sim_ns = 0;              // sum of the cases' simulated times
+  double shape_only_sim_ns = 0;   // the same in shape-only mode (--shape-only-check)
 };
 
 int run_validate(const runtime::World& world, const ValidateFlags& f) {
@@ -202,6 +204,23 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                     f.inject_count_mismatch || (f.inject_late_count_mismatch && count != plan.counts.front());
                 cs.inject_wrong_result = f.inject_wrong_result;
                 auto o = collectives::run_case(g, cs);
+                if (f.shape_only_check) {
+                  // The same case without storage (runtime/transport.h): its simulated time and bytes sent must
+                  // equal the real run's exactly (both are maxima over the group, so every rank decides alike).
+                  collectives::Case so = cs;
+                  so.shape_only = true;
+                  so.inject_wrong_result = false;
+                  const auto s = collectives::run_case(g, so);
+                  row.shape_only_sim_ns += s.sim_time_ns;
+                  if (s.sim_time_ns != o.sim_time_ns || s.bytes_sent != o.bytes_sent) {
+                    std::ostringstream os;
+                    os.precision(17);
+                    os << "shape-only differs from real data: simulated " << s.sim_time_ns << " ns vs "
+                       << o.sim_time_ns << " ns, bytes sent " << s.bytes_sent << " vs " << o.bytes_sent;
+                    if (!o.wrong) o.first_wrong = os.str();
+                    ++o.wrong;
+                  }
+                }
                 if (g.size() != world.size()) {  // every group ran this case: count all of them
                   unsigned long long all[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0};
                   net->world->allreduce(std::span<unsigned long long>(all, 2), runtime::Reduce::sum, "validate");
@@ -259,10 +278,12 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
       j["skipped"] = plan.skipped;
       for (int ps : passes) j["inputs"].push_back(kPassName[ps]);
       j["failures"] = failures;
-      for (const auto& r : rows)
+      for (const auto& r : rows) {
         j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
                              {"op", r.op}, {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong},
                              {"max_error", r.max_error}, {"output_digest", r.digest}, {"sim_ns", r.sim_ns}});
+        if (f.shape_only_check) j["rows"].back()["shape_only_sim_ns"] = r.shape_only_sim_ns;
+      }
       write_file(f.json, j.dump(2) + "\n");
     }
   }
@@ -292,6 +313,9 @@ Command add_validate(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--only-special", f->only_special, "only the special-values pass");
   sub->add_flag("--no-in-place", f->no_in_place, "out-of-place cases only (in-place aliasing is not exercised)");
   sub->add_flag("-v,--verbose", f->verbose, "one line per case");
+  sub->add_flag("--shape-only-check", f->shape_only_check,
+                "also run every case in shape-only mode (no storage, timing headers only) and count it wrong unless "
+                "its simulated time and bytes sent equal the real-data run's exactly");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose each algorithm");
   sub->add_option("--json", f->json, "also write the results as JSON");
   sub->add_flag("--inject-count-mismatch", f->inject_count_mismatch)->group("");  // test hook

@@ -125,6 +125,7 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
   sig.root = is_rooted(c) ? o.root : 0;
   sig.count = count;
   sig.algorithm = std::hash<std::string>{}(o.algorithm) & 0xffffffffffffull;
+  sig.shape_only = tp.shape_only() ? 1 : 0;
   if (!o.check_args || tp.size() == 1) return sig;
   // Agreed once per (communicator, signature): a signature every rank agreed on before needs no new round; a
   // later mismatch is then caught by the receivers, which compare every message header's signature with their

@@ -33,7 +33,7 @@ CollectiveResult pairwise(runtime::Transport& tp, Collective c, const unsigned c
   if (recvcounts[r] != sendcounts[r])
     throw UsageError(collective_name(c) + ": chip " + std::to_string(tp.chip()) + " sends itself " +
                      std::to_string(sendcounts[r]) + " elements but expects " + std::to_string(recvcounts[r]));
-  if (sendcounts[r]) std::memmove(recv + rdispls[r] * es, send + sdispls[r] * es, sendcounts[r] * es);
+  if (sendcounts[r] && !tp.shape_only()) std::memmove(recv + rdispls[r] * es, send + sdispls[r] * es, sendcounts[r] * es);
   sim::TimeNs end = ready;
   for (int s = 1; s < p; ++s) {
     const int dst = (r + s) % p, src = (r - s + p) % p;
@@ -58,7 +58,7 @@ CollectiveResult all_to_all(runtime::Transport& tp, const void* sendbuf, void* r
   for (size_t j = 0; j < p; ++j) displs[j] = j * block;
   // In place: send from a copy so incoming blocks cannot overwrite blocks not yet sent.
   const void* src = sendbuf;
-  if (sendbuf == recvbuf && count) {
+  if (sendbuf == recvbuf && count && !tp.shape_only()) {
     unsigned char* copy = tp.scratch(3, count * es);
     std::memcpy(copy, sendbuf, count * es);
     src = copy;

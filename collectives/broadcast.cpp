@@ -23,7 +23,7 @@ CollectiveResult broadcast(runtime::Transport& tp, const void* sendbuf, void* re
   const Choice choice = choose(Collective::broadcast, options, tp, static_cast<double>(bytes));
   const std::string name = options.name.empty() ? "broadcast" : options.name;
   const double sent_before = tp.bytes_sent();
-  if (tp.rank() == options.root && sendbuf != recvbuf && bytes) std::memcpy(recvbuf, sendbuf, bytes);
+  if (tp.rank() == options.root && sendbuf != recvbuf && bytes && !tp.shape_only()) std::memcpy(recvbuf, sendbuf, bytes);
   const sim::TimeNs t =
       choice.descriptor->broadcast(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, ready, name);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),

@@ -27,7 +27,7 @@ CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void*
     auto* all = static_cast<unsigned char*>(is_gather ? recvbuf : const_cast<void*>(sendbuf));
     unsigned char* mine = all + static_cast<size_t>(o.root) * block;
     void* local = is_gather ? const_cast<void*>(sendbuf) : recvbuf;
-    if (block && local != mine) {
+    if (block && local != mine && !tp.shape_only()) {
       if (is_gather) std::memmove(mine, local, block);
       else std::memmove(local, mine, block);
     }

@@ -53,7 +53,7 @@ sim::TimeNs core_rs(Io& io, const Plan& plan, const RangeFn& range, ReduceOp op,
     const int peer = plan.real(lower ? v + dist : v - dist);
     unsigned char* scratch = io.tp.scratch(0, (keep.second - keep.first) * io.es);
     t = sendrecv_range(io, give, keep, peer, scratch, t, ".reduce_scatter.step" + std::to_string(step));
-    reduce_into(io.base + keep.first * io.es, scratch, keep.second - keep.first, io.t, op);
+    if (!io.tp.shape_only()) reduce_into(io.base + keep.first * io.es, scratch, keep.second - keep.first, io.t, op);
     if (lower) vb = mid; else va = mid;
   }
   return t;
@@ -93,7 +93,7 @@ sim::TimeNs fold_reduce(Io& io, const Plan& plan, size_t offset, size_t n, Reduc
   }
   unsigned char* in = io.tp.scratch(0, n * io.es);
   now = std::max(now, io.tp.recv(in, n * io.es, r - 1, io.name + ".fold"));
-  reduce_into(at, in, n, io.t, op);
+  if (!io.tp.shape_only()) reduce_into(at, in, n, io.t, op);
   return now;
 }
 

@@ -19,10 +19,11 @@ CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvb
   const std::string name = options.name.empty() ? "reduce" : options.name;
   const double sent_before = tp.bytes_sent();
   unsigned char* acc = tp.scratch(1, bytes);  // slot 1: the tree uses slot 2 for what children send
-  if (bytes) std::memcpy(acc, sendbuf, bytes);
+  const bool data = !tp.shape_only();  // shape-only: no copies, no arithmetic (runtime/transport.h)
+  if (bytes && data) std::memcpy(acc, sendbuf, bytes);
   const sim::TimeNs t =
       choice.descriptor->reduce(tp, acc, count, dtype, op, options.root, options.chunk_bytes, ready, name);
-  if (tp.rank() == options.root) {
+  if (tp.rank() == options.root && data) {
     if (op == ReduceOp::avg) finish_avg(acc, count, dtype, static_cast<size_t>(tp.size()));
     if (bytes) std::memcpy(recvbuf, acc, bytes);
   }

@@ -20,11 +20,12 @@ CollectiveResult reduce_scatter(runtime::Transport& tp, const void* sendbuf, voi
   const size_t me = static_cast<size_t>(tp.rank());
   // The algorithms work in place on a full-size buffer; SENDBUF stays untouched.
   unsigned char* work = tp.scratch(1, count * es);  // slot 1: the algorithms use slot 0 for receives
-  if (count) std::memcpy(work, sendbuf, count * es);
+  const bool data = !tp.shape_only();  // shape-only: no copies, no arithmetic (runtime/transport.h)
+  if (count && data) std::memcpy(work, sendbuf, count * es);
   const sim::TimeNs t = choice.descriptor->reduce_scatter(tp, work, Layout::from(part), dtype, op,
                                                        options.chunk_bytes, ready, name);
-  if (op == ReduceOp::avg) finish_avg(work + part.offset(me) * es, part.size(me), dtype, part.parts);
-  if (part.size(me)) std::memmove(recvbuf, work + part.offset(me) * es, part.size(me) * es);
+  if (op == ReduceOp::avg && data) finish_avg(work + part.offset(me) * es, part.size(me), dtype, part.parts);
+  if (part.size(me) && data) std::memmove(recvbuf, work + part.offset(me) * es, part.size(me) * es);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(count * es),
                       sent_before);
 }

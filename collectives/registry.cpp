@@ -23,9 +23,9 @@ bool has_rs(C c) { return c == C::all_reduce || c == C::reduce_scatter; }
 bool has_ag(C c) { return c == C::all_reduce || c == C::all_gather || c == C::all_gatherv; }
 int passes(C c) { return c == C::all_reduce ? 2 : 1; }
 
-void copy_in(const void* sendbuf, void* recvbuf, size_t count, DType t) {
+void copy_in(const runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t) {
   const size_t bytes = count * runtime::dtype_size(t);
-  if (sendbuf != recvbuf && bytes) std::memcpy(recvbuf, sendbuf, bytes);
+  if (sendbuf != recvbuf && bytes && !tp.shape_only()) std::memcpy(recvbuf, sendbuf, bytes);
 }
 
 // --- ring / bidir_ring (ring.h) ---
@@ -51,7 +51,7 @@ sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, 
     const sim::TimeNs mid = std::max(ready, ring::reduce_scatter(tp, recvbuf, lanes, t, op, name, sendbuf));
     return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
   }
-  copy_in(sendbuf, recvbuf, count, t);
+  copy_in(tp, sendbuf, recvbuf, count, t);
   const sim::TimeNs mid = ring_rs<Bidir>(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
   return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
 }
@@ -72,7 +72,7 @@ sim::TimeNs torus_ag(runtime::Transport& tp, void* base, const Layout& layout, D
 }
 sim::TimeNs torus_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
                      size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  copy_in(sendbuf, recvbuf, count, t);
+  copy_in(tp, sendbuf, recvbuf, count, t);
   // Chunks in the algorithm's position order, so its passes run in place (torus.h).
   const Layout layout = torus::layout(tp, Partition{count, static_cast<size_t>(tp.size())});
   const sim::TimeNs mid = torus_rs(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
@@ -90,7 +90,7 @@ sim::TimeNs hd_ag(runtime::Transport& tp, void* base, const Layout& layout, DTyp
 }
 sim::TimeNs hd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
                   size_t, sim::TimeNs ready, const std::string& name) {
-  copy_in(sendbuf, recvbuf, count, t);
+  copy_in(tp, sendbuf, recvbuf, count, t);
   return halving_doubling::all_reduce(tp, recvbuf, count, t, op, ready, name);
 }
 

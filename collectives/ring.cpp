@@ -76,7 +76,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       if (reduce) {
         const size_t rc = mod(r - l.dir * (s + 2), p);
         const size_t at = l.layout.offset[rc] * es;
-        reduce_to(base + at, src + at, scratch[i], l.layout.size[rc], t, *reduce);
+        if (!tp.shape_only()) reduce_to(base + at, src + at, scratch[i], l.layout.size[rc], t, *reduce);
       }
       l.t = std::max(l.t, recvs[i].arrival);
       end = std::max(end, l.t);

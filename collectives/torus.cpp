@@ -189,12 +189,12 @@ sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& lay
   unsigned char* work = tp.scratch(4, layout.total() * es);
   auto* b = static_cast<unsigned char*>(base);
   for (size_t q = 0; q < pos.parts(); ++q)
-    if (pos.size[q]) std::memcpy(work + work_layout.offset[q] * es, b + pos.offset[q] * es, pos.size[q] * es);
+    if (pos.size[q] && !tp.shape_only()) std::memcpy(work + work_layout.offset[q] * es, b + pos.offset[q] * es, pos.size[q] * es);
   const sim::TimeNs end = rs_passes(pl, work, work_layout, t, op, ready, chunk_bytes, name);
   const size_t me = static_cast<size_t>(tp.rank());
   size_t q = 0;
   while (pl.rank_at[q] != me) ++q;
-  if (layout.size[me]) std::memcpy(b + layout.offset[me] * es, work + work_layout.offset[q] * es, layout.size[me] * es);
+  if (layout.size[me] && !tp.shape_only()) std::memcpy(b + layout.offset[me] * es, work + work_layout.offset[q] * es, layout.size[me] * es);
   return end;
 }
 
@@ -211,10 +211,10 @@ sim::TimeNs all_gather(runtime::Transport& tp, void* base, const Layout& layout,
   const size_t me = static_cast<size_t>(tp.rank());
   size_t mine = 0;
   while (pl.rank_at[mine] != me) ++mine;
-  if (pos.size[mine]) std::memcpy(work + work_layout.offset[mine] * es, b + pos.offset[mine] * es, pos.size[mine] * es);
+  if (pos.size[mine] && !tp.shape_only()) std::memcpy(work + work_layout.offset[mine] * es, b + pos.offset[mine] * es, pos.size[mine] * es);
   const sim::TimeNs end = ag_passes(pl, work, work_layout, t, ready, chunk_bytes, name);
   for (size_t q = 0; q < pos.parts(); ++q)
-    if (pos.size[q]) std::memcpy(b + pos.offset[q] * es, work + work_layout.offset[q] * es, pos.size[q] * es);
+    if (pos.size[q] && !tp.shape_only()) std::memcpy(b + pos.offset[q] * es, work + work_layout.offset[q] * es, pos.size[q] * es);
   return end;
 }
 

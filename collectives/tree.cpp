@@ -109,7 +109,7 @@ void gather_children(runtime::Transport& tp, unsigned char* acc, size_t es, cons
       recvs.push_back({from(c) + part.offset(j) * es, part.size(j) * es, children[c], 0});
   tp.exchange({}, recvs, label);
   for (size_t c = 0; c < children.size(); ++c) {
-    reduce_into(acc, from(c), part.count, dt, op);
+    if (!tp.shape_only()) reduce_into(acc, from(c), part.count, dt, op);
     for (size_t j = 0; j < part.parts; ++j) t[j] = std::max(t[j], recvs[c * part.parts + j].arrival);
   }
 }

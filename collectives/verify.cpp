@@ -68,18 +68,23 @@ struct CaseRunner::Impl {
   unsigned char* recv = nullptr;
   size_t send_n = 0, recv_n = 0;
 
+  // Storage of BYTES in V (shape-only cases keep none: their buffer pointers stay null, runtime/transport.h).
+  void grow(std::vector<unsigned char>& v, size_t bytes) const {
+    if (!c.shape_only) v.resize(bytes);
+  }
+
   // Buffers for a collective whose one side (OUTER_N elements) contains the other (INNER_N elements at element
   // INNER_AT) when in place: e.g. reduce_scatter's output inside its input. INNER_IS_SEND: the contained side
   // is the send buffer (all_gather) rather than the receive buffer (reduce_scatter).
   void embed(size_t outer_n, size_t inner_n, size_t inner_at, bool inner_is_send) {
     unsigned char*& outer = inner_is_send ? recv : send;
     unsigned char*& inner = inner_is_send ? send : recv;
-    a.resize(outer_n * es);
+    grow(a, outer_n * es);
     outer = a.data();
     if (c.in_place) {
       inner = outer + inner_at * es;
     } else {
-      b.resize(inner_n * es);
+      grow(b, inner_n * es);
       inner = b.data();
     }
     (inner_is_send ? recv_n : send_n) = outer_n;
@@ -136,8 +141,8 @@ struct CaseRunner::Impl {
           rdispl[j] = ro;
           ro += rcount[j];
         }
-        a.resize(so * es);
-        b.resize(ro * es);
+        grow(a, so * es);
+        grow(b, ro * es);
         send = a.data();
         recv = b.data();
         send_n = so;
@@ -150,13 +155,13 @@ struct CaseRunner::Impl {
         n = block * P;
         const bool g = c.collective == Collective::gather;
         // The root's big buffer (p blocks) and everyone's block.
-        a.resize((me == c.root ? n : 0) * es);
+        grow(a, (me == c.root ? n : 0) * es);
         unsigned char* big = a.data();
         unsigned char* root_block = big + R * block * es;
         if (c.in_place && me == c.root) {
           (g ? send : recv) = root_block;
         } else {
-          b.resize(block * es);
+          grow(b, block * es);
           (g ? send : recv) = b.data();
         }
         (g ? recv : send) = big;
@@ -165,8 +170,8 @@ struct CaseRunner::Impl {
         break;
       }
       case Collective::send_recv:
-        a.resize(n * es);
-        b.resize(n * es);
+        grow(a, n * es);
+        grow(b, n * es);
         send = a.data();
         recv = b.data();
         send_n = recv_n = n;
@@ -290,6 +295,7 @@ struct CaseRunner::Impl {
   }
 
   void prepare() {
+    if (c.shape_only) return;  // no storage, nothing to fill
     const size_t P = static_cast<size_t>(p), M = static_cast<size_t>(me);
     switch (c.collective) {
       case Collective::all_reduce:
@@ -321,6 +327,13 @@ struct CaseRunner::Impl {
   }
 
   CollectiveResult execute(sim::TimeNs ready) {
+    // The case's mode on the transport for this call (shared by its family: restored afterwards).
+    struct Mode {
+      runtime::Transport& tp;
+      bool saved;
+      Mode(runtime::Transport& t, bool on) : tp(t), saved(t.shape_only()) { tp.set_shape_only(on); }
+      ~Mode() { tp.set_shape_only(saved); }
+    } mode(tp, c.shape_only);
     CollectiveOptions o;
     o.algorithm = c.algorithm;
     o.chunk_bytes = c.chunk_bytes;
@@ -401,6 +414,7 @@ struct CaseRunner::Impl {
   // Compares the output block by block (bounded memory: the reference is rebuilt per block of 1 Mi elements).
   Outcome check() const {
     Outcome o;
+    if (c.shape_only) return o;  // nothing to check: checked = 0
     const size_t total = output_count();
     const double u = runtime::unit_roundoff(c.dtype);
     // Smallest positive subnormal of the type (the encoding 0...01): products that underflow lose this much.
@@ -485,7 +499,7 @@ Outcome run_case(runtime::Transport& tp, const Case& c) {
   unsigned long long fnv = 1469598103934665603ull;
   {
     const auto* p = static_cast<const unsigned char*>(runner.recv_buffer());
-    const size_t n = p ? runner.recv_count() * runtime::dtype_size(c.dtype) : 0;
+    const size_t n = p && !c.shape_only ? runner.recv_count() * runtime::dtype_size(c.dtype) : 0;
     for (size_t i = 0; i < n; ++i) fnv = (fnv ^ p[i]) * 1099511628211ull;
   }
   const unsigned long long digest = fnv * (2ull * static_cast<unsigned long long>(tp.rank()) + 1);

@@ -62,6 +62,10 @@ struct Case {
   bool special_input = false;  // verifiable input with special values (above); not with random_input
   size_t chunk_bytes = 0;
   uint64_t seed = 1;
+  // Shape-only (runtime/transport.h): no buffers are allocated (send/recv buffers are null), the collective runs
+  // its schedule moving only timing headers, nothing is checked (Outcome.checked = 0, digest of nothing). The
+  // simulated time and bytes sent equal those of the same case with real data.
+  bool shape_only = false;
   // Test hooks (hidden CLI flags), to prove the failure paths: rank 0 passes COUNT + 1 to the collective
   // (mismatched counts across ranks); rank 0 flips a bit of its output before the check.
   bool inject_count_mismatch = false;

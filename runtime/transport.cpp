@@ -1,6 +1,8 @@
 #include "runtime/transport.h"
 
 #include <algorithm>
+#include <bit>
+#include <unordered_map>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,42 @@ namespace {
 constexpr int kHeaderTag = 7001;
 constexpr int kPayloadTag = 7002;
 constexpr size_t kPiece = size_t{1} << 30;  // bytes per MPI message: keeps counts within int
+
+// FNV-1a over a sequence of 64-bit words.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  void add(double v) { add(std::bit_cast<uint64_t>(v)); }
+};
+
+// Chip mode: the auto-choice memo of a chip-level communicator, shared by the chips of this rank that are members
+// of it (they are fibers of one thread: no locking). A choice depends only on the group (CTX and its
+// rank -> chip map) and the topology's links, so the key hashes those; chips whose topologies differ never
+// share. Without this every chip of a rank replayed every candidate schedule itself (O(chips^3) per rank).
+std::shared_ptr<Transport::ChoiceMemo> rank_choice_memo(uint64_t ctx, const topology::Topology& topo,
+                                                        const std::vector<int>& rank_to_chip) {
+  Fnv f;
+  f.add(ctx);
+  f.add(static_cast<uint64_t>(topo.num_chips()));
+  for (const auto& l : topo.links()) {
+    f.add((static_cast<uint64_t>(static_cast<uint32_t>(l.src)) << 32) | static_cast<uint32_t>(l.dst));
+    f.add(l.bandwidth_gbps);
+    f.add(l.latency_ns);
+  }
+  for (char ch : topo.describe()) f.add(static_cast<uint64_t>(static_cast<unsigned char>(ch)));
+  for (int c : rank_to_chip) f.add(static_cast<uint64_t>(static_cast<uint32_t>(c)));
+  static std::unordered_map<uint64_t, std::weak_ptr<Transport::ChoiceMemo>> memos;
+  auto& slot = memos[f.h];
+  auto memo = slot.lock();
+  if (!memo) {
+    if (memos.size() > 4096) std::erase_if(memos, [](const auto& kv) { return kv.second.expired(); });
+    memo = std::make_shared<Transport::ChoiceMemo>();
+    memos[f.h] = memo;
+  }
+  return memo;
+}
 }  // namespace
 
 Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> rank_to_chip)
@@ -57,6 +95,7 @@ Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<in
   const int k = chips_per_rank();
   rank_to_world_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) rank_to_world_[static_cast<size_t>(r)] = vc_->members[static_cast<size_t>(r)] / k;
+  choices_ = rank_choice_memo(vc_->ctx, timeline.topology(), rank_to_chip_);
 }
 
 Transport Transport::split(int color, int key) const {
@@ -94,7 +133,7 @@ Transport Transport::split(int color, int key) const {
     t.engine_ = std::make_shared<std::shared_ptr<Engine>>();
     t.subgroups_ = std::make_shared<std::map<std::string, Transport>>();
     t.agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
-    t.choices_ = std::make_shared<ChoiceMemo>();
+    t.choices_ = rank_choice_memo(vc->ctx, timeline_->topology(), t.rank_to_chip_);
     return t;
   }
   MPI_Comm sub = MPI_COMM_NULL;
@@ -116,6 +155,7 @@ Transport Transport::split(int color, int key) const {
   t.bytes_sent_ = bytes_sent_;
   t.scratch_ = scratch_;
   t.observer_ = observer_;
+  t.shape_only_ = shape_only_;
   return t;
 }
 
@@ -124,6 +164,7 @@ Transport Transport::duplicate(sim::Timeline& timeline) const {
   check_mpi(MPI_Comm_dup(comm_, &dup), chip(), "communicator dup");
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   Transport t(dup, timeline, rank_to_chip_);
+  t.shape_only_ = shape_only_;
   t.owned_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(dup), [](MPI_Comm* c) {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -191,7 +232,7 @@ uint64_t CallSignature::hash() const {
   for (uint64_t v : {static_cast<uint64_t>(static_cast<uint32_t>(collective)), static_cast<uint64_t>(dtype),
                      static_cast<uint64_t>(static_cast<uint32_t>(op)),
                      static_cast<uint64_t>(static_cast<uint32_t>(root)),
-                     count, algorithm})
+                     count, algorithm, static_cast<uint64_t>(static_cast<uint32_t>(shape_only))})
     for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
   return h;
 }
@@ -400,6 +441,7 @@ void Transport::wait(std::vector<MPI_Request>& reqs, const std::vector<int>& pee
 }
 
 unsigned char* Transport::scratch(int slot, size_t bytes) {
+  if (*shape_only_) return nullptr;  // shape-only: no storage proportional to bytes
   auto& buf = scratch_->at(static_cast<size_t>(slot));
   if (buf.size() < bytes) {
     buf.clear();
@@ -423,12 +465,14 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
                         : h.sig.dtype != mine.dtype         ? "dtype"
                         : h.sig.op != mine.op               ? "op"
                         : h.sig.root != mine.root           ? "root"
+                        : h.sig.shape_only != mine.shape_only ? "shape_only"
                                                             : "algorithm";
     auto value = [&](const CallSignature& s) -> std::string {
       if (std::string(field) == "count") return std::to_string(s.count);
       if (std::string(field) == "dtype") return dtype_name(static_cast<DType>(s.dtype));
       if (std::string(field) == "op") return std::to_string(s.op);
       if (std::string(field) == "root") return std::to_string(s.root);
+      if (std::string(field) == "shape_only") return std::to_string(s.shape_only);
       if (std::string(field) == "collective") return "#" + std::to_string(s.collective);
       return "(another name)";
     };
@@ -450,7 +494,8 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
     const Header h{span.end, s.bytes, sig, span.start};
-    chips::post(vc_->ctx, me, vc_->members[static_cast<size_t>(s.dst)], &h, sizeof h, s.buf, s.bytes);
+    chips::post(vc_->ctx, me, vc_->members[static_cast<size_t>(s.dst)], &h, sizeof h, *shape_only_ ? nullptr : s.buf,
+                s.bytes);
   }
   const size_t nr = recvs.size();
   if (nr == 0) return;
@@ -465,7 +510,7 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
       Header h{};
       if (!chips::peek(vc_->ctx, src, me, &h, sizeof h, nullptr)) continue;
       check_header(h, r.bytes, r.src, op);
-      chips::take(vc_->ctx, src, me, r.bytes ? r.buf : nullptr);
+      chips::take(vc_->ctx, src, me, r.bytes && !*shape_only_ ? r.buf : nullptr);
       in_[i] = h;
       done_[i] = 1;
       --left;
@@ -609,13 +654,14 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
   constexpr size_t kH = sizeof(Header), kSlot = kH + kPackBytes;
   const size_t ns = sends.size(), nr = recvs.size();
   const CallSignature& sig = SignatureScope::current();
+  const bool header_only = *shape_only_;  // shape-only: every message is its header alone
   out_.resize(ns);
   in_.resize(nr);
   reqs_.clear();
   peers_.clear();
   recv_of_.clear();
   size_t packed = 0;
-  for (const SendOp& s : sends) packed += s.bytes <= kPackBytes ? kH + s.bytes : 0;
+  for (const SendOp& s : sends) packed += header_only ? kH : s.bytes <= kPackBytes ? kH + s.bytes : 0;
   if (pack_out_.size() < packed) pack_out_.resize(packed);
   if (pack_in_.size() < nr * kSlot) pack_in_.resize(nr * kSlot);
   std::vector<size_t> early_slots;  // receives whose header allreduce_agreement already took (rare)
@@ -637,7 +683,7 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
                           &reqs_.back()),
                 chip(), op);
     }
-    if (r.bytes <= kPackBytes) continue;
+    if (r.bytes <= kPackBytes || header_only) continue;
     auto* p = static_cast<unsigned char*>(r.buf);
     for (size_t off = 0; off < r.bytes; off += kPiece) {
       reqs_.emplace_back();
@@ -657,12 +703,13 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
     reqs_.emplace_back();
     peers_.push_back(s.dst);
     recv_of_.push_back(-1);
-    if (s.bytes <= kPackBytes) {
+    if (s.bytes <= kPackBytes || header_only) {
+      const size_t payload = header_only ? 0 : s.bytes;
       std::memcpy(stage, &out_[i], kH);
-      if (s.bytes) std::memcpy(stage + kH, s.buf, s.bytes);
-      check_mpi(MPI_Isend(stage, static_cast<int>(kH + s.bytes), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs_.back()),
+      if (payload) std::memcpy(stage + kH, s.buf, payload);
+      check_mpi(MPI_Isend(stage, static_cast<int>(kH + payload), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs_.back()),
                 chip(), op);
-      stage += kH + s.bytes;
+      stage += kH + payload;
       continue;
     }
     check_mpi(MPI_Isend(&out_[i], static_cast<int>(kH), MPI_BYTE, s.dst, kHeaderTag, comm_, &reqs_.back()), chip(),
@@ -690,7 +737,7 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
       std::memcpy(&h, slot, kH);
       RecvOp& r = recvs[static_cast<size_t>(i)];
       t.check_header(h, r.bytes, r.src, op);
-      if (r.bytes && r.bytes <= kPackBytes) std::memcpy(r.buf, slot + kH, r.bytes);
+      if (r.bytes && r.bytes <= kPackBytes && !t.shape_only()) std::memcpy(r.buf, slot + kH, r.bytes);
     }
     void failed(size_t index, int error) override {
       int cls = error;
@@ -712,7 +759,7 @@ sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* 
                                 sim::TimeNs ready, const std::string& op) {
   if (dst == rank_ && src == rank_) {
     if (sbytes != rbytes) check_header(Header{0, sbytes, SignatureScope::current()}, rbytes, src, op);
-    if (sbytes && sbuf != rbuf) std::memmove(rbuf, sbuf, sbytes);
+    if (sbytes && sbuf != rbuf && !*shape_only_) std::memmove(rbuf, sbuf, sbytes);
     return ready;
   }
   const SendOp s{sbuf, sbytes, dst, ready};

@@ -66,6 +66,7 @@ struct CallSignature {
   int32_t root = 0;
   uint64_t count = 0;
   uint64_t algorithm = 0;  // hash of the algorithm name as given
+  int32_t shape_only = 0;  // 1: the call runs in shape-only mode (Transport::shape_only)
   uint64_t hash() const;
   bool operator==(const CallSignature&) const = default;
 };
@@ -173,6 +174,18 @@ class Transport {
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
 
+  // Shape-only mode (issue 17; PyTorch's "meta device" idea): while set, every message of exchange()/send()/
+  // recv()/sendrecv() moves only its timing header. The sender still books its full byte count on the Timeline
+  // and in bytes_sent(), the header still carries the byte count and call signature (and a receiver still checks
+  // them), so simulated times equal those of real data exactly; no payload is read or written, whatever the
+  // buffer pointers (they may be null or point nowhere), and scratch() allocates nothing and returns nullptr.
+  // Collectives skip their reductions and copies (collectives/types.h: data_ops). Shared by copies, split() and
+  // subgroup() transports of this communicator (set it before or after making them: one flag for the family).
+  // Every rank must set the same mode: it is part of each collective's CallSignature, so a mismatch is a
+  // UsageError (exit 2) rather than a hang.
+  bool shape_only() const { return *shape_only_; }
+  void set_shape_only(bool on) { *shape_only_ = on; }
+
   // Reusable host scratch memory: SLOT (0..4) grows to at least BYTES and is kept for later calls, so large
   // collectives do not pay for fresh pages every call (page faults dominate large-message wall time otherwise).
   // The pointer stays valid until the next scratch() call on the same slot. Shared with split() transports.
@@ -183,6 +196,8 @@ class Transport {
   void mark_agreed(uint64_t hash) const;
   // Memo of per-communicator decisions that depend only on the group and its topology (collectives::choose keys
   // the auto algorithm by collective, bytes, chunk size and option hash). Shared by copies; split() gets its own.
+  // In chip mode one memo per (communicator, rank -> chip map, topology links) is shared by all chips of this
+  // rank, so a group's candidates are replayed once per rank, not once per chip.
   using ChoiceMemo = std::map<std::array<uint64_t, 4>, std::pair<std::string, std::string>>;
   ChoiceMemo& choice_memo() const { return *choices_; }
   // The world rank of rank R of this transport.
@@ -247,6 +262,7 @@ class Transport {
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
+  std::shared_ptr<bool> shape_only_ = std::make_shared<bool>(false);
   std::shared_ptr<std::vector<std::vector<unsigned char>>> scratch_ =
       std::make_shared<std::vector<std::vector<unsigned char>>>(5);
   std::shared_ptr<WaitObserver> observer_;  // inherited by split()

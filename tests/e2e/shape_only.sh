@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# e2e: shape-only collectives (issue 17, runtime/transport.h). Buffers without storage, messages that carry only
+# their timing header: every collective x algorithm at 8 chips (a 2x4 torus), K = 1 and K = 8 chips per rank,
+# must give exactly the simulated time and bytes sent of the same case with real data (validate
+# --shape-only-check counts any difference as wrong); bench --shape-only prints the same simulated times as bench
+# with real data, and a 1 GiB all_reduce in shape-only mode needs no host memory per byte.
+# Usage: shape_only.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+# Counts: empty, odd, and one above the 4 KiB packing threshold (the MPI path's separate payload messages).
+V=(validate -c all -a all -d fp32 -o sum,avg --counts 0,7,1031,4099 --torus 2x4 --no-random --shape-only-check)
+for k in 1 8; do
+  e2e_case "validate --shape-only-check: every collective x algorithm, 8 chips as $((8 / k)) rank(s) x $k"
+  if expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi $((8 / k)) --chips-per-rank $k "${V[@]}" --json "v$k.json"; then
+    if python3 - "v$k.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = j["rows"]
+algos = {(r["collective"], r["algorithm"]) for r in rows}
+bad = [r for r in rows if r["shape_only_sim_ns"] != r["sim_ns"]]
+assert not bad, f"shape-only != real: {bad[:2]}"
+assert sum(r["sim_ns"] > 0 for r in rows) >= len(rows) - 2, "simulated times are trivially zero"
+need = {("all_reduce", a) for a in ("ring", "bidir_ring", "torus", "halving_doubling")} | \
+       {("broadcast", "binomial_tree"), ("broadcast", "ring"), ("reduce", "binomial_tree"), ("reduce", "ring"),
+        ("all_to_all", "direct"), ("all_to_allv", "direct"), ("gather", "direct"), ("scatter", "direct"),
+        ("reduce_scatter", "torus"), ("all_gather", "halving_doubling"), ("all_gatherv", "bidir_ring"),
+        ("send_recv", "direct"), ("barrier", "dissemination")}
+assert need <= algos, f"missing: {sorted(need - algos)}"
+print(f"{len(rows)} rows, {len(algos)} collective x algorithm pairs")
+PY
+    then pass "K=$k: shape_only_sim_ns == sim_ns in every row, every collective x algorithm covered"
+    else fail "K=$k: JSON check failed"
+    fi
+  fi
+done
+
+e2e_case "bench --shape-only: the same simulated times as bench with real data"
+B=(bench all_reduce -b 1K -e 1M -f 8 -n 1 -w 0 --torus 2x4 --chunk-bytes 64K)
+expect_exit 0 'Out of bounds values : 0 OK' -- shardsim_mpi 1 --chips-per-rank 8 "${B[@]}" --json real.json
+if expect_exit 0 'Out of bounds values : N/A \(not validated: shape-only\)' -- \
+  shardsim_mpi 1 --chips-per-rank 8 "${B[@]}" --shape-only --json shape.json; then
+  assert_out 'shape-only: buffers carry no data' "the header says shape-only"
+  if python3 - real.json shape.json <<'PY'
+import json, sys
+real = {r["size_bytes"]: r["sim_time_us"] for r in json.load(open(sys.argv[1]))["rows"] if r["placement"] == "out-of-place"}
+shape = {r["size_bytes"]: r["sim_time_us"] for r in json.load(open(sys.argv[2]))["rows"]}
+assert real and real == shape, (real, shape)
+PY
+  then pass "per size: shape-only sim_time_us == real-data sim_time_us"
+  else fail "bench sim times differ between real data and shape-only"
+  fi
+fi
+expect_exit 2 '^shardsim: error: --shape-only moves no data' -- shardsim_mpi 1 bench all_reduce --shape-only --vs-mpi
+
+e2e_case "bench --shape-only -e 1G at 8 chips on 1 rank: no host memory per byte"
+if [ -x /usr/bin/time ]; then
+  if expect_exit 0 'N/A \(not validated: shape-only\)' -- /usr/bin/time -v timeout -k 10 "$E2E_TIMEOUT" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np 1 "$SHARDSIM" \
+    --chips-per-rank 8 bench all_reduce -b 1G -e 1G -n 1 -w 0 --shape-only; then
+    rss_kb=$(grep -o "Maximum resident set size (kbytes): [0-9]*" "$E2E_OUT" | grep -o '[0-9]*$' | sort -n | tail -n 1)
+    if [ -n "$rss_kb" ] && [ "$rss_kb" -lt 262144 ]; then
+      pass "peak RSS ${rss_kb} KiB < 256 MiB for 8 chips x 1 GiB buffers"
+    else
+      fail "peak RSS '${rss_kb}' KiB: shape-only allocated per byte?"
+    fi
+  fi
+else
+  pass "(no /usr/bin/time: RSS check skipped)"
+fi
+
+e2e_finish
