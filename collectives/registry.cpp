@@ -49,7 +49,9 @@ sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, 
     // Out of place: read SENDBUF directly in the reduce-scatter pass (no initial copy of S bytes).
     auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
     const sim::TimeNs mid = std::max(ready, ring::reduce_scatter(tp, recvbuf, lanes, t, op, name, sendbuf));
-    return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
+    // The all-gather pass runs on the same lanes (make_lanes of the same layout), all ready at MID.
+    for (auto& lane : lanes) lane.t = mid;
+    return std::max(mid, ring::all_gather(tp, recvbuf, lanes, t, name));
   }
   copy_in(tp, sendbuf, recvbuf, count, t);
   const sim::TimeNs mid = ring_rs<Bidir>(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);

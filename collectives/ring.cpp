@@ -1,6 +1,10 @@
 #include "collectives/ring.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
+#include <span>
+#include <string>
 
 namespace shardsim::collectives::ring {
 
@@ -18,11 +22,14 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
   const size_t pieces =
       chunk_bytes == 0 ? 1 : std::clamp<size_t>((per_dir_bytes + chunk_bytes - 1) / chunk_bytes, 1, kMaxPieces);
   std::vector<Lane> lanes;
+  lanes.reserve(dirs * pieces);
   for (size_t d = 0; d < dirs; ++d) {
     for (size_t j = 0; j < pieces; ++j) {
       Lane lane;
       lane.dir = d == 0 ? 1 : -1;
       lane.t = ready;
+      lane.layout.offset.reserve(layout.parts());
+      lane.layout.size.reserve(layout.parts());
       for (size_t r = 0; r < layout.parts(); ++r) {
         const Partition sub{layout.size[r], dirs * pieces};
         lane.layout.offset.push_back(layout.offset[r] + sub.offset(d * pieces + j));
@@ -46,8 +53,25 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   const size_t es = runtime::dtype_size(t);
   auto* base = static_cast<unsigned char*>(basep);
   const auto* src = srcp ? static_cast<const unsigned char*>(srcp) : base;
+  // Per-pass arrays on the stack for up to kInline lanes (no allocation on the common path; a fiber may switch
+  // inside exchange(), so thread-local reuse would not be safe in chip mode).
+  constexpr size_t kInline = 8;
+  const size_t nl = lanes.size();
+  std::array<unsigned char*, kInline> scratch_inline{};
+  std::array<runtime::SendOp, kInline> sends_inline{};
+  std::array<runtime::RecvOp, kInline> recvs_inline{};
+  std::vector<unsigned char*> scratch_heap;
+  std::vector<runtime::SendOp> sends_heap;
+  std::vector<runtime::RecvOp> recvs_heap;
+  if (nl > kInline) {
+    scratch_heap.resize(nl);
+    sends_heap.resize(nl);
+    recvs_heap.resize(nl);
+  }
+  const std::span<unsigned char*> scratch(nl > kInline ? scratch_heap.data() : scratch_inline.data(), nl);
+  const std::span<runtime::SendOp> sends(nl > kInline ? sends_heap.data() : sends_inline.data(), nl);
+  const std::span<runtime::RecvOp> recvs(nl > kInline ? recvs_heap.data() : recvs_inline.data(), nl);
   // Receive space for every lane, carved out of the transport's reusable scratch (slot 0).
-  std::vector<unsigned char*> scratch(reduce ? lanes.size() : 0);
   if (reduce) {
     size_t total = 0;
     for (const auto& l : lanes) total += l.layout.max_size() * es;
@@ -57,8 +81,11 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       block += lanes[i].layout.max_size() * es;
     }
   }
-  std::vector<runtime::SendOp> sends(lanes.size());
-  std::vector<runtime::RecvOp> recvs(lanes.size());
+  // "LABEL.stepS", built in one buffer (the names are longer than the short-string buffer).
+  std::string step_label = label;
+  step_label += ".step";
+  const size_t stem = step_label.size();
+  char digits[24];
   for (long s = 0; s < p - 1; ++s) {
     for (size_t i = 0; i < lanes.size(); ++i) {
       const Lane& l = lanes[i];
@@ -70,7 +97,9 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       void* into = reduce ? static_cast<void*>(scratch[i]) : base + l.layout.offset[rc] * es;
       recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
     }
-    tp.exchange(sends, recvs, label + ".step" + std::to_string(s));
+    step_label.resize(stem);
+    step_label.append(digits, static_cast<size_t>(std::snprintf(digits, sizeof digits, "%ld", s)));
+    tp.exchange(sends, recvs, step_label);
     for (size_t i = 0; i < lanes.size(); ++i) {
       Lane& l = lanes[i];
       if (reduce) {

@@ -164,6 +164,8 @@ namespace shardsim::collectives {
 
 Layout Layout::from(const Partition& p) {
   Layout l;
+  l.offset.reserve(p.parts);  // one allocation per vector (this is on every collective call's path)
+  l.size.reserve(p.parts);
   for (size_t i = 0; i < p.parts; ++i) {
     l.offset.push_back(p.offset(i));
     l.size.push_back(p.size(i));
@@ -173,6 +175,8 @@ Layout Layout::from(const Partition& p) {
 
 Layout Layout::from_counts(const std::vector<size_t>& counts) {
   Layout l;
+  l.offset.reserve(counts.size());
+  l.size.reserve(counts.size());
   size_t off = 0;
   for (size_t c : counts) {
     l.offset.push_back(off);
