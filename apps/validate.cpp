@@ -32,9 +32,6 @@ struct ValidateFlags {
   bool special = false, only_special = false, no_in_place = false;
   bool shape_only_check = false;  // also run each case shape-only and compare its simulated time and bytes
   bool inject_count_mismatch = false, inject_wrong_result = false;  // hidden test hooks
-  // hidden test hook: rank 0 calls count - 1 for every count after the first, so its call has a signature the
-  // communicator agreed on before while the others' is new (the mixed case of collectives::check_args)
-  bool inject_late_count_mismatch = false;
 };
 
 struct Plan {
@@ -200,8 +197,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
                 cs.special_input = pass == 2;
                 cs.chunk_bytes = plan.chunk_bytes;
                 cs.seed = f.seed;
-                cs.inject_count_mismatch =
-                    f.inject_count_mismatch || (f.inject_late_count_mismatch && count != plan.counts.front());
+                cs.inject_count_mismatch = f.inject_count_mismatch;
                 cs.inject_wrong_result = f.inject_wrong_result;
                 auto o = collectives::run_case(g, cs);
                 if (f.shape_only_check) {
@@ -320,7 +316,6 @@ Command add_validate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--json", f->json, "also write the results as JSON");
   sub->add_flag("--inject-count-mismatch", f->inject_count_mismatch)->group("");  // test hook
   sub->add_flag("--inject-wrong-result", f->inject_wrong_result)->group("");      // test hook
-  sub->add_flag("--inject-late-count-mismatch", f->inject_late_count_mismatch)->group("");  // test hook
   return {sub, [f, &world] { return run_validate(world, *f); }};
 }
 

@@ -408,7 +408,6 @@ void Transport::wait(std::vector<MPI_Request>& reqs, const std::vector<int>& pee
       }
       continue;
     }
-    if (agreeing_ && sync) probe_header_during_agreement(op);
     if (mode == WaitMode::spin && sync && idle) {
       // cheap path: read the clock only every 64 polls while spinning
       static thread_local unsigned polls = 0;
@@ -570,44 +569,6 @@ void Transport::allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const s
 void Transport::allreduce(std::span<int64_t> v, Reduce r, const std::string& op) {
   allreduce_impl(v, r, MPI_INT64_T, op);
 }
-
-void Transport::allreduce_agreement(std::span<int64_t> v, const CallSignature& sig, const std::string& op) {
-  struct Scope {
-    const CallSignature*& slot;
-    ~Scope() { slot = nullptr; }
-  } scope{agreeing_ = &sig};
-  allreduce_impl(v, Reduce::max, MPI_INT64_T, op);
-}
-
-void Transport::probe_header_during_agreement(const std::string& op) {
-  probe_header_during_agreement(op, *agreeing_);
-}
-
-void Transport::probe_header_during_agreement(const std::string& op, const CallSignature& agreeing) {
-  // Algorithms that run on cached subgroups (torus dimensions) send their first header there.
-  for (auto& [name, sub] : *subgroups_)
-    if (sub.comm_ != MPI_COMM_NULL) sub.probe_header_during_agreement(op, agreeing);
-  int flag = 0;
-  MPI_Message msg = MPI_MESSAGE_NULL;
-  MPI_Status st;
-  check_mpi(MPI_Improbe(MPI_ANY_SOURCE, kHeaderTag, comm_, &flag, &msg, &st), chip(), op);
-  if (!flag) return;
-  int n = 0;
-  MPI_Get_count(&st, MPI_BYTE, &n);
-  std::vector<unsigned char> message(static_cast<size_t>(std::max(n, 0)));
-  check_mpi(MPI_Mrecv(message.data(), n, MPI_BYTE, &msg, &st), chip(), op);
-  Header h{};
-  if (message.size() < sizeof h)
-    throw RuntimeFault("chip " + std::to_string(chip()) + ": " + op + ": a " + std::to_string(n) +
-                       "-byte message is not a header");
-  std::memcpy(&h, message.data(), sizeof h);
-  if (!(h.sig == agreeing)) {  // the peer is in a different collective call: name the field, exit 2
-    const CallSignature mine = agreeing;
-    const SignatureScope scope(mine);
-    check_header(h, h.bytes, st.MPI_SOURCE, op);
-  }
-  early_->push_back({st.MPI_SOURCE, std::move(message)});
-}
 void Transport::allreduce(std::span<unsigned long long> v, Reduce r, const std::string& op) {
   allreduce_impl(v, r, MPI_UNSIGNED_LONG_LONG, op);
 }
@@ -664,25 +625,14 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
   for (const SendOp& s : sends) packed += header_only ? kH : s.bytes <= kPackBytes ? kH + s.bytes : 0;
   if (pack_out_.size() < packed) pack_out_.resize(packed);
   if (pack_in_.size() < nr * kSlot) pack_in_.resize(nr * kSlot);
-  std::vector<size_t> early_slots;  // receives whose header allreduce_agreement already took (rare)
   for (size_t i = 0; i < nr; ++i) {
     RecvOp& r = recvs[i];
     reqs_.emplace_back();
     peers_.push_back(r.src);
     recv_of_.push_back(static_cast<int>(i));
-    auto early = early_->empty() ? early_->end()
-                                 : std::find_if(early_->begin(), early_->end(),
-                                                [&](const EarlyHeader& e) { return e.src == r.src; });
-    if (early != early_->end()) {  // its header message is here already: the same bytes an Irecv would land
-      std::memcpy(pack_in_.data() + i * kSlot, early->message.data(), std::min(kSlot, early->message.size()));
-      early_->erase(early);
-      reqs_.back() = MPI_REQUEST_NULL;
-      early_slots.push_back(reqs_.size() - 1);
-    } else {
-      check_mpi(MPI_Irecv(pack_in_.data() + i * kSlot, static_cast<int>(kSlot), MPI_BYTE, r.src, kHeaderTag, comm_,
-                          &reqs_.back()),
-                chip(), op);
-    }
+    check_mpi(MPI_Irecv(pack_in_.data() + i * kSlot, static_cast<int>(kSlot), MPI_BYTE, r.src, kHeaderTag, comm_,
+                        &reqs_.back()),
+              chip(), op);
     if (r.bytes <= kPackBytes || header_only) continue;
     auto* p = static_cast<unsigned char*>(r.buf);
     for (size_t off = 0; off < r.bytes; off += kPiece) {
@@ -750,7 +700,6 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
                        ", got more (counts differ across ranks?)");
     }
   } hook(*this, recvs, op);
-  for (size_t index : early_slots) hook.completed(index);
   wait(reqs_, peers_, op, &hook);
   if (nr) book_arrivals(recvs);
 }

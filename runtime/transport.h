@@ -140,13 +140,6 @@ class Transport {
   void allreduce(std::span<int64_t> v, Reduce r, const std::string& op);
   void allreduce(std::span<unsigned long long> v, Reduce r, const std::string& op);
   void allreduce(std::span<double> v, Reduce r, const std::string& op);
-  // allreduce(V, max, OP) for the argument agreement of collectives::check_args, which runs only for a SIG this
-  // communicator has not agreed on before. A peer that skipped the agreement (its own signature was agreed
-  // earlier) is already in the collective and sends its first header: while this waits, such a header with a
-  // different signature becomes the UsageError naming the differing field (exit 2) instead of a hang ended by the
-  // watchdog; a header with SIG itself (a peer that saw the agreement finish first) is kept for the next
-  // exchange(). MPI mode only (chip mode: as allreduce).
-  void allreduce_agreement(std::span<int64_t> v, const CallSignature& sig, const std::string& op);
   // Every rank's V, in rank order.
   std::vector<int64_t> allgather(int64_t v, const std::string& op);
   // ROOT's VALUE on every rank (World::broadcast over this communicator).
@@ -244,9 +237,6 @@ class Transport {
   };
   void wait(std::vector<MPI_Request>& reqs, const std::vector<int>& peers, const std::string& op, WaitHook* hook);
   void publish_wait(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers);
-  // During allreduce_agreement: takes one header message that has already arrived, if any (see there).
-  void probe_header_during_agreement(const std::string& op);
-  void probe_header_during_agreement(const std::string& op, const CallSignature& agreeing);  // + subgroups
   [[noreturn]] void watchdog_fire(const std::vector<MPI_Request>& reqs, const std::vector<int>& peers,
                                   const std::string& op, double idle, double limit);
   friend class Engine;
@@ -272,14 +262,6 @@ class Transport {
   // Signatures every rank of this communicator has agreed on (collectives::check_args); shared by copies.
   std::shared_ptr<std::unordered_set<uint64_t>> agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
   std::shared_ptr<ChoiceMemo> choices_ = std::make_shared<ChoiceMemo>();
-  // allreduce_agreement: the signature being agreed while it waits, and header messages (header + packed
-  // payload) it took from peers that finished the agreement first, per source in arrival order, for exchange().
-  const CallSignature* agreeing_ = nullptr;
-  struct EarlyHeader {
-    int src;
-    std::vector<unsigned char> message;
-  };
-  std::shared_ptr<std::vector<EarlyHeader>> early_ = std::make_shared<std::vector<EarlyHeader>>();
   // exchange()'s reusable state (not shared: each copy of a transport is used by one thread).
   std::vector<Header> out_, in_;
   std::vector<MPI_Request> reqs_;
