@@ -267,18 +267,7 @@ LmDpStepResult LmDpTrainer::step() {
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(tp_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
   r.grad_norm = std::sqrt(norm_sq);
-  // The reported loss: every replica's local mean, summed in rank order (host-side reporting, not simulated).
-  std::vector<double> losses(size_t(size_), 0.0);
-  runtime::check_mpi(MPI_Allgather(&local_loss, 1, MPI_DOUBLE, losses.data(), 1, MPI_DOUBLE, tp_.comm()), rank_,
-                     "lm_dp loss");
-  for (double l : losses) r.loss += l;
-  r.loss /= double(size_);
-  if (!std::isfinite(r.grad_norm)) {
-    std::ostringstream msg;
-    msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss
-        << "); the step was not applied";
-    throw std::runtime_error(msg.str());
-  }
+  finish_step_loss(r, local_loss, tp_.comm(), size_, rank_, "lm_dp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
 
   // AdamW on the chunks this rank owns, charged as one multi-tensor kernel over every bucket (as fused optimizers
@@ -394,6 +383,19 @@ LmDpMemory LmDpTrainer::memory() const {
   m.formula_grads = P * psi / (dp_.zero >= 2 ? n : 1);
   m.formula_optimizer = K * psi / (dp_.zero >= 1 ? n : 1);
   return m;
+}
+
+void finish_step_loss(LmDpStepResult& r, double local_loss, MPI_Comm comm, int n, int rank, const char* op) {
+  std::vector<double> losses(size_t(n), 0.0);
+  runtime::check_mpi(MPI_Allgather(&local_loss, 1, MPI_DOUBLE, losses.data(), 1, MPI_DOUBLE, comm), rank, op);
+  for (double l : losses) r.loss += l;
+  r.loss /= double(n);
+  if (!std::isfinite(r.grad_norm)) {
+    std::ostringstream msg;
+    msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss
+        << "); the step was not applied";
+    throw std::runtime_error(msg.str());
+  }
 }
 
 }  // namespace shardsim::models

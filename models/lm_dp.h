@@ -96,6 +96,11 @@ struct LmDpStepResult {
   double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
 };
 
+// R.loss = the mean of every replica's LOCAL_LOSS (gathered over COMM, N replicas, summed in rank order:
+// host-side reporting, not simulated); throws std::runtime_error when R.grad_norm is not finite (the step is
+// then not applied). Shared by the dp and the dp x tp trainers.
+void finish_step_loss(LmDpStepResult& r, double local_loss, MPI_Comm comm, int n, int rank, const char* op);
+
 class LmDpTrainer {
  public:
   // GLOBAL: the model with the global batch; TP: the dp group (one rank per replica), TIMELINE: TP's timeline.

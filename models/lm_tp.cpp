@@ -453,17 +453,7 @@ LmDpStepResult LmTpTrainer::step() {
   t = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, t, o).span.end;
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
-  std::vector<double> losses(size_t(dp_size_), 0.0);
-  runtime::check_mpi(MPI_Allgather(&local_loss, 1, MPI_DOUBLE, losses.data(), 1, MPI_DOUBLE, mesh_["dp"].comm()),
-                     world_.rank(), "lm_tp loss");
-  for (double l : losses) r.loss += l;
-  r.loss /= double(dp_size_);
-  if (!std::isfinite(r.grad_norm)) {
-    std::ostringstream msg;
-    msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss
-        << "); the step was not applied";
-    throw std::runtime_error(msg.str());
-  }
+  finish_step_loss(r, local_loss, mesh_["dp"].comm(), dp_size_, world_.rank(), "lm_tp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
   const bool copy = global_.dtype != DType::fp32;
   auto ms = master_.named_weights(), m1 = m_.named_weights(), m2 = v_.named_weights(), ws = work_.named_weights();

@@ -16,15 +16,8 @@ Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device, 
   have_route_.assign(static_cast<size_t>(topo.num_chips()), false);
 }
 
-const Timeline::Route& Timeline::route_from(int src) {
-  if (in_routes_.empty()) {  // the receive side's state is made on first use (event-free replays may never need it)
-    in_routes_.resize(static_cast<size_t>(topo_->num_chips()));
-    have_in_route_.assign(static_cast<size_t>(topo_->num_chips()), false);
-    in_busy_.resize(topo_->links().size());
-  }
-  Route& r = in_routes_.at(static_cast<size_t>(src));
-  if (have_in_route_[static_cast<size_t>(src)]) return r;
-  r.links = topo_->route(src, chip_);
+void Timeline::fill_route(Route& r, std::vector<int> links) const {
+  r.links = std::move(links);
   double at = 0;
   for (int id : r.links) {
     r.offset.push_back(at);
@@ -33,6 +26,17 @@ const Timeline::Route& Timeline::route_from(int src) {
   r.bottleneck_gbps = std::numeric_limits<double>::infinity();
   for (int id : r.links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
   r.latency_ns = at;
+}
+
+const Timeline::Route& Timeline::route_from(int src) {
+  if (in_routes_.empty()) {  // the receive side's state is made on first use (event-free replays may never need it)
+    in_routes_.resize(static_cast<size_t>(topo_->num_chips()));
+    have_in_route_.assign(static_cast<size_t>(topo_->num_chips()), false);
+    in_busy_.resize(topo_->links().size());
+  }
+  Route& r = in_routes_.at(static_cast<size_t>(src));
+  if (have_in_route_[static_cast<size_t>(src)]) return r;
+  fill_route(r, topo_->route(src, chip_));
   have_in_route_[static_cast<size_t>(src)] = true;
   return r;
 }
@@ -84,17 +88,9 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
 const Timeline::Route& Timeline::route_to(int dst) {
   Route& r = routes_.at(static_cast<size_t>(dst));
   if (have_route_[static_cast<size_t>(dst)]) return r;
-  r.links = topo_->route(chip_, dst);
+  fill_route(r, topo_->route(chip_, dst));
   const auto& outs = topo_->out_links(chip_);
   r.port = 1 + static_cast<int>(std::find(outs.begin(), outs.end(), r.links.front()) - outs.begin());
-  double at = 0;
-  for (int id : r.links) {
-    r.offset.push_back(at);
-    at += topo_->link(id).latency_ns;
-  }
-  r.bottleneck_gbps = std::numeric_limits<double>::infinity();
-  for (int id : r.links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
-  r.latency_ns = at;
   have_route_[static_cast<size_t>(dst)] = true;
   return r;
 }

@@ -110,6 +110,7 @@ class Timeline {
     double bottleneck_gbps = 0;   // min bandwidth over the route
     double latency_ns = 0;        // sum of latencies
   };
+  void fill_route(Route& r, std::vector<int> links) const;  // links, offsets, bottleneck and latency of LINKS
   const Route& route_to(int dst);
   const Route& route_from(int src);
   void book_interval(int link, Span s);
