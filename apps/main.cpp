@@ -84,12 +84,12 @@ std::string default_config_path() {
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
             const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
   using namespace shardsim;
-  sharding::ModelConfig cfg;
+  std::shared_ptr<const sharding::ModelConfig> cfg;  // one per rank with several chips per rank
   world.agree([&] {
-    cfg = sharding::load_model_config(config_path, overrides);
-    sharding::check_run(world, cfg, opt, json_path);
+    cfg = sharding::load_model_config_shared(config_path, overrides);
+    sharding::check_run(world, *cfg, opt, json_path);
   });
-  const auto report = sharding::run_model(world, cfg, opt);
+  const auto report = sharding::run_model(world, *cfg, opt);
   if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
   // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
   world.agree([&] {
@@ -191,6 +191,9 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
   run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
+  run->add_flag("--shape-only", opt.shape_only,
+                "shape-only mode (as the config's mode: shape_only): no data, kernels and collectives only charge "
+                "their cost; the same simulated figures, not validated");
   // Overrides of the config (sharding/engine_config.h); the network flags have bench's names.
   sharding::ConfigOverrides ov;
   run->add_option("--topology", ov.topology_file,

@@ -61,11 +61,6 @@ int64_t key_end(int64_t i0, int64_t rows, int64_t sk, const AttentionOptions& o)
   return std::clamp<int64_t>(last + 1, 0, sk);
 }
 
-// Keys visible to query row i among [0, sk).
-int64_t visible_keys(int64_t i, int64_t sk, const AttentionOptions& o) {
-  if (!o.causal) return sk;
-  return std::clamp<int64_t>(o.q_offset + i - o.k_offset + 1, 0, sk);
-}
 
 // e^x for x <= 0 (x = s - rowmax), 0 below -87 (where e^x is near fp32's subnormal range) and for -inf.
 // Cephes' expf: x = n·ln2 + r, |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent bits; ~1 ulp.
@@ -124,13 +119,23 @@ SHARDSIM_SIMD_CLONES float exp_row_sum(float* __restrict s, int64_t n, float m) 
 
 }  // namespace
 
+int64_t attention_visible_pairs(int64_t sq, int64_t sk, const AttentionOptions& o) {
+  if (sq <= 0 || sk <= 0) return 0;
+  if (!o.causal) return sq * sk;
+  // Row i sees clamp(a + i, 0, sk) keys, a = q_offset - k_offset + 1: none for i < lo, all sk for i >= hi, a + i
+  // in between.
+  const int64_t a = o.q_offset - o.k_offset + 1;
+  const int64_t lo = std::clamp<int64_t>(1 - a, 0, sq);
+  const int64_t hi = std::max(lo, std::clamp<int64_t>(sk - a, 0, sq));
+  return (hi - lo) * a + (lo + hi - 1) * (hi - lo) / 2 + (sq - hi) * sk;
+}
+
 KernelCost attention_cost(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d, DType in, DType out,
                           const AttentionOptions& o) {
   const auto heads = check_numbers(sq, sk, hq, hkv, d, in, out, o);
   const double nh = double(heads.end - heads.begin);
   // Visible (i, j) pairs and key rows loaded per query tile; both the same for every head.
-  double pairs = 0;
-  for (int64_t i = 0; i < sq; ++i) pairs += double(visible_keys(i, sk, o));
+  const double pairs = double(attention_visible_pairs(sq, sk, o));
   double kv_rows = 0;
   for (int64_t i0 = 0; i0 < sq; i0 += o.block_q) kv_rows += double(key_end(i0, std::min(o.block_q, sq - i0), sk, o));
   const double es_in = double(runtime::dtype_size(in)), es_out = double(runtime::dtype_size(out));

@@ -87,6 +87,11 @@ KernelCost attention(const runtime::Tensor& q, const runtime::Tensor& k, const r
 KernelCost attention_cost(int64_t seq_q, int64_t seq_k, int64_t hq, int64_t hkv, int64_t d, runtime::DType in_dtype,
                           runtime::DType out_dtype, const AttentionOptions& options = {});
 
+// The number of visible (query row, key row) pairs of one head: seq_q·seq_k, or with causal masking
+// Σ_i clamp(q_offset + i − k_offset + 1, 0, seq_k), in closed form (O(1): the cost of a long sequence is charged
+// many times per run in shape-only mode). The FLOPs of attention() are 4·d times this per query head.
+int64_t attention_visible_pairs(int64_t seq_q, int64_t seq_k, const AttentionOptions& options = {});
+
 // Host bytes of scratch attention() allocates for these shapes (score tile, accumulator, row stats, bf16
 // widening buffers). Independent of the number of heads; linear in seq_k only for bf16 inputs.
 int64_t attention_workspace_bytes(int64_t seq_k, int64_t d, runtime::DType in_dtype,

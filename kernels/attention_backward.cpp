@@ -65,8 +65,7 @@ const float* as_f32(const Tensor& t, std::vector<float>& keep) {
 KernelCost attention_backward_cost(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d, DType in, DType grad,
                                    const AttentionOptions& o) {
   check_numbers(sq, sk, hq, hkv, d, in, grad, o);
-  double pairs = 0;
-  for (int64_t i = 0; i < sq; ++i) pairs += double(visible_keys(i, sk, o));
+  const double pairs = double(attention_visible_pairs(sq, sk, o));
   double q_rows = 0;  // query rows visited, summed over key tiles
   for (int64_t j0 = 0; j0 < sk; j0 += o.block_k) q_rows += double(sq - first_query(j0, sq, o));
   const double es = double(runtime::dtype_size(in)), eg = double(runtime::dtype_size(grad));

@@ -17,16 +17,23 @@ namespace shardsim::sharding {
 
 using runtime::Tensor;
 
-Tensor make_mlp_input(const MlpShape& s) {
+Tensor make_mlp_input(const MlpShape& s, bool storage) {
+  if (!storage) return Tensor::shape_only({s.tokens, s.hidden}, s.dtype);
   Tensor x(s.dtype, {s.tokens, s.hidden});
   fill_uniform_block(x, InitSpec{s.seed, 1, -1.0f, 1.0f}, s.hidden, 0, 0);
   return x;
 }
 
-MlpWeights make_mlp_weights(const MlpShape& s, int64_t ffn_offset, int64_t ffn_size) {
+MlpWeights make_mlp_weights(const MlpShape& s, int64_t ffn_offset, int64_t ffn_size, bool storage) {
   MlpWeights w;
   w.ffn_offset = ffn_offset;
   w.ffn_size = ffn_size;
+  if (!storage) {
+    w.w_gate = Tensor::shape_only({s.hidden, ffn_size}, s.dtype);
+    w.w_up = Tensor::shape_only({s.hidden, ffn_size}, s.dtype);
+    w.w_down = Tensor::shape_only({ffn_size, s.hidden}, s.dtype);
+    return w;
+  }
   const float a_in = 1.0f / std::sqrt(static_cast<float>(s.hidden));
   const float a_ffn = 1.0f / std::sqrt(static_cast<float>(s.ffn));
   w.w_gate = Tensor(s.dtype, {s.hidden, ffn_size});

@@ -44,8 +44,9 @@ struct MlpWeights {
   runtime::Tensor w_down;  // [ffn_size, hidden]
 };
 
-runtime::Tensor make_mlp_input(const MlpShape& s);
-MlpWeights make_mlp_weights(const MlpShape& s, int64_t ffn_offset, int64_t ffn_size);
+// STORAGE false: shape-only tensors of the same shapes (runtime/tensor.h), for mode: shape_only.
+runtime::Tensor make_mlp_input(const MlpShape& s, bool storage = true);
+MlpWeights make_mlp_weights(const MlpShape& s, int64_t ffn_offset, int64_t ffn_size, bool storage = true);
 // The FFN slice chip RANK of TP holds.
 collectives::Partition ffn_partition(const MlpShape& s, int tp);
 

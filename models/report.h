@@ -87,6 +87,15 @@ struct RunReport {
   std::vector<FusedOp> fused;              // fused collective+GEMM ops of the critical chip (parallel.fused)
   double hbm_capacity_bytes = 0;
 
+  // Layers run in sequence (workload.layers; 1 for the MLP): the critical chip's simulated time per layer, whose
+  // sum is critical.total up to the time before the first layer starts.
+  int layers = 1;
+  std::vector<double> layer_ns;
+
+  // Shape-only mode (mode: shape_only / --shape-only): every simulated figure as in real-data mode, nothing
+  // validated (validated false; the text says "not validated (shape-only)").
+  bool shape_only = false;
+
   // Validation.
   bool validated = false;
   bool passed = true;

@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -29,7 +31,37 @@ ModelConfig load_model_config(const std::string& file, const ConfigOverrides& ov
   return parse_model_config(load_workload_config(file, overrides));
 }
 
+std::shared_ptr<const ModelConfig> load_model_config_shared(const std::string& file,
+                                                            const ConfigOverrides& overrides) {
+  if (!runtime::chip_mode()) return std::make_shared<const ModelConfig>(load_model_config(file, overrides));
+  struct Entry {
+    std::shared_ptr<const ModelConfig> config;
+    std::exception_ptr error;
+  };
+  // Fibers of one thread: no locking. Keyed by what was asked, so a different request parses again.
+  static std::map<std::string, Entry> memo;
+  const std::string key = file + "\n" + overrides.describe() + (overrides.switched ? " --switch" : "") +
+                          (overrides.fully_connected ? " --fully-connected" : "");
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    Entry e;
+    try {
+      e.config = std::make_shared<const ModelConfig>(load_model_config(file, overrides));
+    } catch (...) {
+      e.error = std::current_exception();
+    }
+    it = memo.emplace(key, std::move(e)).first;
+  }
+  if (it->second.error) std::rethrow_exception(it->second.error);
+  return it->second.config;
+}
+
 std::optional<std::string> model_checkpoint_target(const ModelConfig& c, const RunOptions& opt) {
+  // Shape-only runs hold no data: no checkpoint unless one is asked for (which check_run refuses).
+  if (c.shape_only() || opt.shape_only) {
+    if (opt.checkpoint_path && !opt.no_checkpoint) return *opt.checkpoint_path;
+    return std::nullopt;
+  }
   if (c.kind == ModelConfig::Kind::mlp) return checkpoint_target(c.mlp, opt);
   // A block writes a checkpoint only when asked (--checkpoint): its weights come from the seed.
   if (opt.checkpoint_path && !opt.no_checkpoint) return *opt.checkpoint_path;
@@ -44,14 +76,23 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
                       std::to_string(world.size()) + " ranks; run it with mpirun -np " + std::to_string(chips));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw UsageError("--checkpoint and --no-checkpoint contradict each other");
+  const bool shape_only = c.shape_only() || opt.shape_only;
+  if (shape_only) {
+    const std::string why = opt.shape_only ? "--shape-only" : c.file() + ": mode: shape_only";
+    if (opt.checkpoint_path)
+      throw UsageError("--checkpoint: a shape-only run (" + why + ") holds no data to checkpoint; drop --checkpoint");
+    if (!opt.resume_from.empty())
+      throw UsageError("--resume: a shape-only run (" + why + ") loads no weights; drop --resume");
+  }
+  if (c.kind == ModelConfig::Kind::transformer_block && c.block.shape.layers > 1) {
+    if (!opt.resume_from.empty() || opt.checkpoint_path)
+      throw UsageError(c.file() + ": checkpoints of a transformer_block hold one layer; workload.layers is " +
+                       std::to_string(c.block.shape.layers) + " (drop --checkpoint/--resume or set layers: 1)");
+  }
   const int k = runtime::chips_per_rank();
   if (k > 1) {
-    // Not yet with several chips per rank: HDF5's parallel I/O, the trace gather and the block's report gathers
-    // are per MPI rank.
+    // Not yet with several chips per rank: HDF5's parallel I/O and the trace gather are per MPI rank.
     const std::string ks = std::to_string(k);
-    if (c.kind == ModelConfig::Kind::transformer_block)
-      throw UsageError(c.file() + ": transformer_block workloads need one chip per rank for now (this run has " + ks +
-                       " chips per rank; drop --chips-per-rank/--chips)");
     if (!opt.resume_from.empty())
       throw UsageError("--resume: checkpoints need one chip per rank (this run has " + ks +
                        " chips per rank; drop --chips-per-rank/--chips)");
@@ -63,7 +104,7 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   }
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
-  if (c.kind == ModelConfig::Kind::transformer_block) check_host_memory(c.block);
+  if (c.kind == ModelConfig::Kind::transformer_block && !shape_only) check_host_memory(c.block);
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
   // checkpoint path itself is fine: it is replaced atomically only after the run.
@@ -75,10 +116,12 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
 }
 
 RunReport run_model(const runtime::World& world, const ModelConfig& c, const RunOptions& opt) {
+  // --shape-only (opt.shape_only) overrides the config's mode: in both runners.
   if (c.kind == ModelConfig::Kind::mlp) return run_workload(world, c.mlp, opt);
   BlockRunOptions bo;
   bo.trace_path = opt.trace_path;
   bo.resume_from = opt.resume_from;
+  bo.shape_only = opt.shape_only;
   if (const auto ckpt = model_checkpoint_target(c, opt)) bo.checkpoint_path = *ckpt;
   return run_block(world, c.block, bo);
 }

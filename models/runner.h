@@ -5,13 +5,17 @@
 //
 // Compute or only charge cost: every layer charges its kernels to the chip's simulated timeline through
 // sharding/plans/block_ops.h's plans::Chip (plans::gemm, plans::rmsnorm, mlp_layer, the plan units) and its
-// collectives through runtime::Transport, computing the real data in the same calls. That is the one place a
-// shape-only mode decides "compute or only charge cost" (no flag exists yet).
+// collectives through runtime::Transport, computing the real data in the same calls. Shape-only mode (config
+// mode: shape_only or run --shape-only) makes the weights and inputs shape-only tensors (runtime/tensor.h) and the
+// Transport header-only: the same calls then only charge their cost (kernels/kernel_cost.h's rule), so every
+// simulated figure equals the real-data run's (tests/e2e/shape_only_models.sh checks every config). No
+// validation, no checkpoint (--checkpoint and --resume are refused, exit 2).
 //
 // Errors: ConfigError / UsageError (exit 2) from load/check, identical on every rank; run_model's own
 // failures after the agreement point are RuntimeFault (exit 3).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "common/config.h"
@@ -30,12 +34,19 @@ struct ModelConfig {
   BlockConfig block;  // kind == transformer_block
   const std::string& file() const { return kind == Kind::mlp ? mlp.file : block.file; }
   const topology::Topology& topology() const { return kind == Kind::mlp ? mlp.topology : block.topology; }
+  bool shape_only() const { return kind == Kind::mlp ? mlp.shape_only : block.shape_only; }
 };
 
 // ROOT as load_workload_config returns it (model:/workload: section, overrides applied); dispatches on
 // model.kind (mlp | transformer_block) to the layer stack's parser. ConfigError naming FILE:LINE.
 ModelConfig parse_model_config(const ConfigNode& root);
 ModelConfig load_model_config(const std::string& file, const ConfigOverrides& overrides = {});
+// The same, shared: with several chips per rank (runtime/chips.h) the rank's chips (fibers of one thread) all load
+// the same FILE and OVERRIDES, and only the first parses it (YAML, topology, the parse-time HBM replay of every
+// chip: O(chips) each, so O(chips^2) per rank otherwise); the others get the same immutable config, or the same
+// error. With one chip per rank: load_model_config.
+std::shared_ptr<const ModelConfig> load_model_config_shared(const std::string& file,
+                                                            const ConfigOverrides& overrides = {});
 
 // Everything `run` checks before anything runs (collective: call on every rank inside World::agree): the world
 // size equals the chip count; one chip per rank where the model needs it; --resume readable; outputs (checkpoint,

@@ -52,8 +52,8 @@ BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t) {
   const int64_t n_resid = p.sp ? n_attn / p.tp : p.ulysses > 1 ? T / p.ulysses : n_attn;  // residual rows
   const int64_t qkv_rows = p.sp ? n_attn : n_resid, mlp_rows = p.sp ? n_attn : n_resid;
   BlockMemory m;
-  m.weights = es * static_cast<uint64_t>(2 * s.hidden + s.hidden * (nq + 2 * nkv) * d + nq * d * s.hidden +
-                                          3 * s.hidden * nf);
+  m.weights = es * static_cast<uint64_t>(s.layers) *
+              static_cast<uint64_t>(2 * s.hidden + s.hidden * (nq + 2 * nkv) * d + nq * d * s.hidden + 3 * s.hidden * nf);
   m.x = es * static_cast<uint64_t>(n_resid * s.hidden);
   m.qkv = es * static_cast<uint64_t>(qkv_rows * (nq + 2 * nkv) * d);
   m.ring = p.cp > 1 ? 2 * es * static_cast<uint64_t>(qkv_rows * nkv * d) : 0;
@@ -140,6 +140,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   c.name = root.get_string("name", "transformer-block");
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
+  c.shape_only = load_workload_shape_only(root);
   const auto w = root.child("workload");
   w.expect_keys(kBlockModelKeys);
   c.model = w.get_string("model", "");
@@ -149,6 +150,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   s.kv_heads = w.get_positive_int("kv_heads", s.heads);
   s.ffn = w.get_positive_int("ffn");
   s.seq = w.get_positive_int("seq");
+  s.layers = w.get_positive_int("layers", 1);
   s.causal = w.get_bool("causal", true);
   s.rope = w.get_bool("rope", true);
   s.seed = static_cast<uint64_t>(w.get_int("seed", 1));
@@ -264,20 +266,23 @@ constexpr uint32_t kIdX = 1, kIdNorm1 = 2, kIdWq = 3, kIdWk = 4, kIdWv = 5, kIdW
 
 // The block of the global [*, global_cols] tensor ID at (row0, col0), scaled for a fan-in of FAN_IN.
 Tensor init_block(const BlockShape& s, uint32_t id, int64_t rows, int64_t cols, int64_t global_cols, int64_t row0,
-                  int64_t col0, double fan_in) {
+                  int64_t col0, double fan_in, bool storage) {
+  if (!storage) return Tensor::shape_only({rows, cols}, s.dtype);
   Tensor t(s.dtype, {rows, cols});
   const float a = static_cast<float>(1.0 / std::sqrt(fan_in));
   fill_uniform_block(t, InitSpec{s.seed, id, -a, a}, global_cols, row0, col0);
   return t;
 }
-Tensor init_norm(const BlockShape& s, uint32_t id) {
+Tensor init_norm(const BlockShape& s, uint32_t id, bool storage) {
+  if (!storage) return Tensor::shape_only({s.hidden}, s.dtype);
   Tensor t(s.dtype, {1, s.hidden});
   fill_uniform_block(t, InitSpec{s.seed, id, 0.9f, 1.1f}, s.hidden, 0, 0);
   return Tensor::from_float(t.to_float(), s.dtype, {s.hidden});
 }
 
 // The rows ROWS (global token ids) of the input x.
-Tensor init_x(const BlockShape& s, const std::vector<int64_t>& rows) {
+Tensor init_x(const BlockShape& s, const std::vector<int64_t>& rows, bool storage = true) {
+  if (!storage) return Tensor::shape_only({static_cast<int64_t>(rows.size()), s.hidden}, s.dtype);
   Tensor x(s.dtype, {static_cast<int64_t>(rows.size()), s.hidden});
   for (size_t i = 0; i < rows.size();) {  // contiguous runs
     size_t j = i + 1;
@@ -296,8 +301,11 @@ struct Weights {
   Tensor norm1, wq, wk, wv, wo, norm2, wg, wu, wd;
 };
 
-Weights make_weights(const BlockShape& s, int tp, int t) {
+// Layer L's weights (layer 0: the tensor ids above; layer l adds 16·l, so every layer has its own seeded values).
+// Shape-only (STORAGE false): the same shapes without storage.
+Weights make_weights(const BlockShape& s, int tp, int t, int64_t layer = 0, bool storage = true) {
   Weights w;
+  const auto id = [layer](uint32_t base) { return base + 16u * static_cast<uint32_t>(layer); };
   const int64_t d = s.head_dim();
   w.nq = s.heads / tp;
   w.q0 = t * w.nq;
@@ -312,15 +320,15 @@ Weights make_weights(const BlockShape& s, int tp, int t) {
   w.f0 = static_cast<int64_t>(fp.offset(static_cast<size_t>(t)));
   w.nf = static_cast<int64_t>(fp.size(static_cast<size_t>(t)));
   const double h = static_cast<double>(s.hidden);
-  w.norm1 = init_norm(s, kIdNorm1);
-  w.norm2 = init_norm(s, kIdNorm2);
-  w.wq = init_block(s, kIdWq, s.hidden, w.nq * d, s.heads * d, 0, w.q0 * d, h);
-  w.wk = init_block(s, kIdWk, s.hidden, w.nkv * d, s.kv_heads * d, 0, w.g0 * d, h);
-  w.wv = init_block(s, kIdWv, s.hidden, w.nkv * d, s.kv_heads * d, 0, w.g0 * d, h);
-  w.wo = init_block(s, kIdWo, w.nq * d, s.hidden, s.hidden, w.q0 * d, 0, static_cast<double>(s.heads * d));
-  w.wg = init_block(s, kIdWg, s.hidden, w.nf, s.ffn, 0, w.f0, h);
-  w.wu = init_block(s, kIdWu, s.hidden, w.nf, s.ffn, 0, w.f0, h);
-  w.wd = init_block(s, kIdWd, w.nf, s.hidden, s.hidden, w.f0, 0, static_cast<double>(s.ffn));
+  w.norm1 = init_norm(s, id(kIdNorm1), storage);
+  w.norm2 = init_norm(s, id(kIdNorm2), storage);
+  w.wq = init_block(s, id(kIdWq), s.hidden, w.nq * d, s.heads * d, 0, w.q0 * d, h, storage);
+  w.wk = init_block(s, id(kIdWk), s.hidden, w.nkv * d, s.kv_heads * d, 0, w.g0 * d, h, storage);
+  w.wv = init_block(s, id(kIdWv), s.hidden, w.nkv * d, s.kv_heads * d, 0, w.g0 * d, h, storage);
+  w.wo = init_block(s, id(kIdWo), w.nq * d, s.hidden, s.hidden, w.q0 * d, 0, static_cast<double>(s.heads * d), storage);
+  w.wg = init_block(s, id(kIdWg), s.hidden, w.nf, s.ffn, 0, w.f0, h, storage);
+  w.wu = init_block(s, id(kIdWu), s.hidden, w.nf, s.ffn, 0, w.f0, h, storage);
+  w.wd = init_block(s, id(kIdWd), w.nf, s.hidden, s.hidden, w.f0, 0, static_cast<double>(s.ffn), storage);
   return w;
 }
 
@@ -343,7 +351,7 @@ Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weig
     chip.charge(kernels::rope_inplace(k, positions_of(all)), "rope.k");
   }
   std::vector<Tensor> acc, lse;
-  init_acc(all, s.heads, d, acc, lse);
+  init_acc(all, s.heads, d, acc, lse, q.has_storage());
   attend(chip, s, q, all, k, v, all, acc, lse, "attention");
   Tensor o = finish_acc(all, acc, s.dtype, T).reshaped({T, s.heads * d});
   Tensor x1 = gemm(chip, o, w.wo, "gemm.o");
@@ -414,8 +422,11 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   };
   const int c_idx = p.ulysses > 1 ? 0 : u_idx;
 
+  const bool shape_only = cfg.shape_only || opt.shape_only;
+  const bool real = !shape_only;  // shape-only: no storage anywhere (runtime/tensor.h), header-only messages
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
-  runtime::Transport world_tp(world.comm(), tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
+  runtime::Transport world_tp(world, tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
+  world_tp.set_shape_only(shape_only);  // shared with the mesh's sub-groups split from it
   mesh.bind(world_tp);
   runtime::Transport& tp_group = mesh["tp"];
   runtime::Transport& cp_group = mesh["cp"];  // the cp ring, or the ulysses all_to_all group
@@ -437,7 +448,9 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   }
   const int64_t n_resid = static_cast<int64_t>(resid_rows.size());
 
-  Weights w = make_weights(s, p.tp, t_idx);
+  std::vector<Weights> layer_w;
+  for (int64_t l = 0; l < s.layers; ++l) layer_w.push_back(make_weights(s, p.tp, t_idx, l, real));
+  Weights& w = layer_w[0];  // checkpoints and --resume: one layer (check_run refuses them with layers > 1)
   // ---- resume: this chip's shards from a checkpoint of any plan ----
   std::unique_ptr<CheckpointReader> reader;
   if (!opt.resume_from.empty()) {
@@ -468,7 +481,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     });
     for (auto& slot : weight_slots(s, w)) reader->read_block(slot.name, slot.offset, *slot.t);
   }
-  const Tensor x = init_x(s, batch_rows(resid_rows));
+  const Tensor x = init_x(s, batch_rows(resid_rows), real);
   const BlockMemory mem_plan = block_memory(s, p, t_idx);
   memory.allocate("weights", mem_plan.weights);
   memory.allocate("x", mem_plan.x);
@@ -485,40 +498,53 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       throw RuntimeFault("chip " + std::to_string(chip_id) + ": internal: memory plan '" + what + "' " +
                          std::to_string(planned) + " B differs from the run's " + std::to_string(actual) + " B");
   };
-  plan_mismatch("weights", mem_plan.weights, weight_bytes(w));
+  uint64_t all_weight_bytes = 0;
+  for (const auto& lw : layer_w) all_weight_bytes += weight_bytes(lw);
+  plan_mismatch("weights", mem_plan.weights, all_weight_bytes);
   plan_mismatch("x", mem_plan.x, x.nbytes());
   const int64_t qkv_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("q/k/v", mem_plan.qkv, static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
   if (p.cp > 1) plan_mismatch("ring", mem_plan.ring, 2 * static_cast<uint64_t>(qkv_rows * w.nkv * d) * es);
 
-  // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
-  // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
-  Tensor a_loc = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
-  auto act_mem = memory.scoped("activations q/k/v", mem_plan.qkv);
-  auto qkv = plans::column_parallel(ctx, a_loc, {&w.wq, &w.wk, &w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
-                                    "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v");
-  Tensor q = std::move(qkv[0]).reshaped({qkv_rows, w.nq, d});
-  Tensor k = std::move(qkv[1]).reshaped({qkv_rows, w.nkv, d});
-  Tensor v = std::move(qkv[2]).reshaped({qkv_rows, w.nkv, d});
-  if (s.rope) {
-    const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
-    chip.charge(kernels::rope_inplace(q, pos), "rope.q");
-    chip.charge(kernels::rope_inplace(k, pos), "rope.k");
-  }
-  const Tensor o = p.ulysses > 1 ? plans::ulysses_attention(ctx, q, k, v)
-                                 : plans::ring_attention(ctx, q, k, v, attn_chunks, c_idx, memory, mem_plan.ring);
-  Tensor x1 = plans::row_parallel(ctx, o, w.wo, "gemm.o", "attention output");
-  chip.charge(kernels::add_inplace(x1, x), "residual");
-  act_mem.release();
+  // One layer of the block, on input XIN with weights W (the same code for every layer).
+  const auto run_layer = [&](const Tensor& xin, const Weights& w) {
+    // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
+    // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
+    Tensor a_loc = rmsnorm(chip, xin, w.norm1, "rmsnorm.attn");
+    auto act_mem = memory.scoped("activations q/k/v", mem_plan.qkv);
+    auto qkv = plans::column_parallel(ctx, a_loc, {&w.wq, &w.wk, &w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
+                                      "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v");
+    Tensor q = std::move(qkv[0]).reshaped({qkv_rows, w.nq, d});
+    Tensor k = std::move(qkv[1]).reshaped({qkv_rows, w.nkv, d});
+    Tensor v = std::move(qkv[2]).reshaped({qkv_rows, w.nkv, d});
+    if (s.rope) {
+      const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
+      chip.charge(kernels::rope_inplace(q, pos), "rope.q");
+      chip.charge(kernels::rope_inplace(k, pos), "rope.k");
+    }
+    const Tensor o = p.ulysses > 1 ? plans::ulysses_attention(ctx, q, k, v)
+                                   : plans::ring_attention(ctx, q, k, v, attn_chunks, c_idx, memory, mem_plan.ring);
+    Tensor x1 = plans::row_parallel(ctx, o, w.wo, "gemm.o", "attention output");
+    chip.charge(kernels::add_inplace(x1, xin), "residual");
+    act_mem.release();
 
-  // ---- MLP sublayer: norm, column-parallel gate/up, SwiGLU, row-parallel down and its reduction, residual ----
-  Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
+    // ---- MLP sublayer: norm, column-parallel gate/up, SwiGLU, row-parallel down and its reduction, residual ----
+    Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
+    auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
+    Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
+    chip.charge(kernels::add_inplace(out, x1), "residual");
+    mlp_mem.release();
+    return out;
+  };
   const int64_t mlp_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("mlp", mem_plan.mlp, static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
-  auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
-  Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
-  chip.charge(kernels::add_inplace(out, x1), "residual");
-  mlp_mem.release();
+  std::vector<double> layer_end;  // this chip's simulated time at the end of each layer
+  Tensor out = run_layer(x, layer_w[0]);
+  layer_end.push_back(chip.t);
+  for (int64_t l = 1; l < s.layers; ++l) {
+    out = run_layer(out, layer_w[static_cast<size_t>(l)]);
+    layer_end.push_back(chip.t);
+  }
   world.sleepy_barrier();
 
   RunReport rep;
@@ -534,35 +560,72 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   rep.mesh = cfg.mesh.mapping_text();
   rep.chips = chips;
 
-  // ---- validation: gather the distinct residual rows on rank 0 ----
+  // ---- validation: gather the distinct residual rows on rank 0 (real data only) ----
   const bool owner = p.sp || t_idx == 0;  // without sp the tp shards hold the same rows
-  std::vector<float> mine;
-  std::vector<double> mine_rows;
-  if (owner) {
-    mine = out.to_float();
-    const auto rows = batch_rows(resid_rows);
-    mine_rows.assign(rows.begin(), rows.end());
-  }
-  int nrows = static_cast<int>(mine_rows.size());
-  std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
-  runtime::check_mpi(MPI_Gather(&nrows, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world.comm()), rank, "block gather");
-  int total = 0;
-  for (int r = 0; r < chips; ++r) {
-    displs[static_cast<size_t>(r)] = total;
-    total += counts[static_cast<size_t>(r)];
-  }
-  std::vector<double> all_rows(rank == 0 ? static_cast<size_t>(total) : 0);
-  runtime::check_mpi(MPI_Gatherv(mine_rows.data(), nrows, MPI_DOUBLE, all_rows.data(), counts.data(), displs.data(),
-                                 MPI_DOUBLE, 0, world.comm()), rank, "block gather");
   const int h = static_cast<int>(s.hidden);
-  std::vector<int> vcounts(counts), vdispls(displs);
-  for (int r = 0; r < chips; ++r) {
-    vcounts[static_cast<size_t>(r)] *= h;
-    vdispls[static_cast<size_t>(r)] *= h;
+  int total = 0;
+  std::vector<double> all_rows;
+  std::vector<float> all_vals;
+  if (cfg.validate && real && !world.vcomm()) {  // one chip per rank: MPI gathers to rank 0
+    std::vector<float> mine;
+    std::vector<double> mine_rows;
+    if (owner) {
+      mine = out.to_float();
+      const auto rows = batch_rows(resid_rows);
+      mine_rows.assign(rows.begin(), rows.end());
+    }
+    int nrows = static_cast<int>(mine_rows.size());
+    std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
+    runtime::check_mpi(MPI_Gather(&nrows, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world.comm()), rank, "block gather");
+    for (int r = 0; r < chips; ++r) {
+      displs[static_cast<size_t>(r)] = total;
+      total += counts[static_cast<size_t>(r)];
+    }
+    all_rows.resize(rank == 0 ? static_cast<size_t>(total) : 0);
+    runtime::check_mpi(MPI_Gatherv(mine_rows.data(), nrows, MPI_DOUBLE, all_rows.data(), counts.data(), displs.data(),
+                                   MPI_DOUBLE, 0, world.comm()), rank, "block gather");
+    std::vector<int> vcounts(counts), vdispls(displs);
+    for (int r = 0; r < chips; ++r) {
+      vcounts[static_cast<size_t>(r)] *= h;
+      vdispls[static_cast<size_t>(r)] *= h;
+    }
+    all_vals.resize(rank == 0 ? static_cast<size_t>(total) * static_cast<size_t>(h) : 0);
+    runtime::check_mpi(MPI_Gatherv(mine.data(), nrows * h, MPI_FLOAT, all_vals.data(), vcounts.data(), vdispls.data(),
+                                   MPI_FLOAT, 0, world.comm()), rank, "block gather");
+  } else if (cfg.validate && real) {
+    // Several chips per rank: every chip holds n_resid rows (the same count on every chip), so one fixed-size
+    // allgather through the chip router carries [owner flag, row ids, values] per chip; rank 0 keeps the owners'.
+    const size_t n = static_cast<size_t>(n_resid), per = sizeof(double) * (1 + n) + sizeof(float) * n * size_t(h);
+    std::vector<unsigned char> mine(per, 0);
+    const double flag = owner ? 1.0 : 0.0;
+    std::memcpy(mine.data(), &flag, sizeof flag);
+    if (owner) {
+      const auto rows = batch_rows(resid_rows);
+      for (size_t i = 0; i < n; ++i) {
+        const double r = static_cast<double>(rows[i]);
+        std::memcpy(mine.data() + sizeof(double) * (1 + i), &r, sizeof r);
+      }
+      const auto vals = out.to_float();
+      std::memcpy(mine.data() + sizeof(double) * (1 + n), vals.data(), sizeof(float) * vals.size());
+    }
+    const auto all = world.allgather(mine.data(), per, "block gather");
+    if (rank == 0)
+      for (int r = 0; r < chips; ++r) {
+        const unsigned char* b = all.data() + per * static_cast<size_t>(r);
+        double f;
+        std::memcpy(&f, b, sizeof f);
+        if (f == 0) continue;
+        for (size_t i = 0; i < n; ++i) {
+          double row;
+          std::memcpy(&row, b + sizeof(double) * (1 + i), sizeof row);
+          all_rows.push_back(row);
+        }
+        const size_t v0 = all_vals.size();
+        all_vals.resize(v0 + n * size_t(h));
+        std::memcpy(all_vals.data() + v0, b + sizeof(double) * (1 + n), sizeof(float) * n * size_t(h));
+        total += static_cast<int>(n);
+      }
   }
-  std::vector<float> all_vals(rank == 0 ? static_cast<size_t>(total) * static_cast<size_t>(h) : 0);
-  runtime::check_mpi(MPI_Gatherv(mine.data(), nrows * h, MPI_FLOAT, all_vals.data(), vcounts.data(), vdispls.data(),
-                                 MPI_FLOAT, 0, world.comm()), rank, "block gather");
 
   // ---- per-chip simulated figures ----
   const sim::Breakdown bd = tl.breakdown();
@@ -578,12 +641,18 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   }
   const size_t n_plain = stats.size();
   for (double f : pack(fused_ops)) stats.push_back(f);
+  const size_t n_layers0 = stats.size();
+  for (double t : layer_end) stats.push_back(t);
   const size_t nf = stats.size();
+  // Every chip's figures (the same count on every chip), through the chip router in chip mode; rank 0 keeps them.
   std::vector<double> all_stats(rank == 0 ? nf * static_cast<size_t>(chips) : 0);
-  runtime::check_mpi(MPI_Gather(stats.data(), static_cast<int>(nf), MPI_DOUBLE, all_stats.data(), static_cast<int>(nf),
-                                MPI_DOUBLE, 0, world.comm()), rank, "block report");
-  double flops_sum = 0;
-  runtime::check_mpi(MPI_Reduce(&bd.flops, &flops_sum, 1, MPI_DOUBLE, MPI_SUM, 0, world.comm()), rank, "block report");
+  {
+    const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "block report");
+    if (rank == 0) std::memcpy(all_stats.data(), bytes.data(), all_stats.size() * sizeof(double));
+  }
+  double flops_sum = 0;  // integer-valued FLOP counts: the sum is exact in any order
+  if (rank == 0)
+    for (int r = 0; r < chips; ++r) flops_sum += all_stats[nf * static_cast<size_t>(r) + 6];
   rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
   if (!trace_path.empty()) write_trace(world, tl, trace_path);
 
@@ -641,6 +710,9 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
           if (c[2] > 0) rep.comm[kCommKeys[k2]] = CommStat{c[0], c[1], static_cast<int>(c[2]), c[3], {}};
         }
         rep.fused = unpack(v + n_plain, fused_ops);
+        rep.layer_ns.clear();
+        for (size_t l = 0; l < layer_end.size(); ++l)
+          rep.layer_ns.push_back(v[n_layers0 + l] - (l == 0 ? 0.0 : v[n_layers0 + l - 1]));
       }
     }
     if (const auto it = rep.comm.find("tp all_reduce"); it != rep.comm.end()) {
@@ -654,7 +726,17 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     rep.peak_tflops = chips * rep.peak_tflops_per_chip;
     rep.peak_fraction = rep.peak_tflops > 0 ? rep.sim_tflops / rep.peak_tflops : 0;
     rep.tokens_per_s = rep.critical.total > 0 ? double(s.seq) * p.dp / rep.critical.total * 1e9 : 0;
-    if (cfg.validate) {
+    if (cfg.validate && !real) {
+      // Shape-only: no reference values, but the reference's schedule costs nothing to charge, so the
+      // single-device time (and the speedup) are the real-data run's.
+      sim::Timeline ref_tl(chip_id, cfg.topology, cfg.device);
+      Chip ref{&ref_tl, 0.0, 0.0};
+      for (int64_t b = 0; b < p.dp; ++b) {
+        Tensor y = init_x(s, std::vector<int64_t>(static_cast<size_t>(T)), false);
+        for (int64_t l = 0; l < s.layers; ++l) y = block_single(ref, s, y, make_weights(s, 1, 0, l, false));
+      }
+      rep.single_device_ns = ref_tl.end_time();
+    } else if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
       const Weights full = ckpt_full ? std::move(*ckpt_full) : make_weights(s, 1, 0);
@@ -664,7 +746,9 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       for (int64_t b = 0; b < p.dp; ++b) {
         std::vector<int64_t> rows(static_cast<size_t>(T));
         for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = b * T + i;
-        const auto want = block_single(ref, s, init_x(s, rows), full).to_float();
+        Tensor y = block_single(ref, s, init_x(s, rows), full);
+        for (int64_t l = 1; l < s.layers; ++l) y = block_single(ref, s, y, make_weights(s, 1, 0, l));
+        const auto want = y.to_float();
         wf.insert(wf.end(), want.begin(), want.end());
       }
       rep.single_device_ns = ref_tl.end_time();
@@ -687,6 +771,8 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       rep.relative_error = every_row_once ? rel : std::numeric_limits<double>::infinity();
     }
   }
+  rep.shape_only = shape_only;
+  rep.layers = static_cast<int>(s.layers);
   rep.checkpoint = opt.checkpoint_path;
   rep.resumed_from = opt.resume_from;
   rep.trace = trace_path;

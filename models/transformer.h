@@ -69,6 +69,9 @@ struct BlockShape {
   runtime::DType dtype = runtime::DType::fp32;
   uint64_t seed = 1;
   kernels::Activation activation = kernels::Activation::silu;  // the MLP's GLU (the block: SwiGLU)
+  // workload.layers: L identical blocks in sequence (each with its own seeded weights; layer l's output is layer
+  // l+1's input), run by the same code one after the other. The report's totals are the L layers' sum.
+  int64_t layers = 1;
   int64_t head_dim() const { return heads ? hidden / heads : 0; }
 };
 
@@ -94,11 +97,14 @@ struct BlockConfig {
   DeviceMesh mesh;  // tp x cp (ulysses on the cp axis), placed on the topology (its placement() is the mesh's)
   bool validate = true;
   double tolerance = 0;  // max|out - ref| / max|ref|; default 1e-4 fp32, 3e-2 bf16
+  // mode: shape_only (or run --shape-only): storage-less tensors, cost-only kernels, header-only collectives; the
+  // same schedule and simulated figures as real data, no validation (docs/ARCHITECTURE.md, "Shape-only mode").
+  bool shape_only = false;
 };
 
 // ---- Simulated HBM of one chip (sim::Memory), the allocations run_block makes, in bytes ----
-// resident: weights (this chip's shards of Wq/Wk/Wv/Wo/W_gate/W_up/W_down and both norm vectors) and x (its
-// residual rows); attention phase: q/k/v activations + (cp > 1) the ring's two receive buffers for K and V;
+// resident: weights (this chip's shards of Wq/Wk/Wv/Wo/W_gate/W_up/W_down and both norm vectors, times
+// workload.layers) and x (its residual rows); attention phase: q/k/v activations + (cp > 1) the ring's two receive buffers for K and V;
 // MLP phase (after q/k/v are freed): the gate and up activations. peak = weights + x + max(qkv + ring, mlp).
 struct BlockMemory {
   uint64_t weights = 0, x = 0, qkv = 0, ring = 0, mlp = 0;
@@ -109,9 +115,10 @@ BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 
 // The keys the block's parser accepts per section (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks);
 // validate: takes sharding/engine_config.h's kValidateKeys.
-inline constexpr std::string_view kBlockRootKeys[] = {"name", "topology", "device", "workload", "parallel", "validate"};
+inline constexpr std::string_view kBlockRootKeys[] = {"name",     "topology", "device", "workload",
+                                                      "parallel", "validate", "mode"};
 inline constexpr std::string_view kBlockModelKeys[] = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
-                                                       "seq",  "causal", "rope",  "dtype", "seed"};
+                                                       "seq",  "causal", "rope",  "dtype", "seed", "layers"};
 inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split", "ulysses",
                                                           "dp",      "fused", "chunks", "mesh_dims"};
 
@@ -138,6 +145,7 @@ struct BlockRunOptions {
   std::string checkpoint_path;  // write the weights here after the run ("" none)
   std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
                                 // single-device reference then uses the checkpoint's weights too
+  bool shape_only = false;      // run --shape-only (BlockConfig::shape_only, whatever the config's mode: says)
 };
 
 // Runs the block on WORLD (collective); the report is complete on rank 0. A checkpoint that does not fit the

@@ -38,6 +38,7 @@ RunConfig parse(const ConfigNode& root) {
   c.name = root.get_string("name", "");
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
+  c.shape_only = load_workload_shape_only(root);
 
   const auto w = root.child("workload");
   w.expect_keys(kMlpModelKeys);
@@ -160,6 +161,7 @@ MlpTensorSpecs mlp_tensor_specs(const MlpShape& s) {
 }
 
 std::optional<std::string> checkpoint_target(const RunConfig& cfg, const RunOptions& opt) {
+  if ((cfg.shape_only || opt.shape_only) && !opt.checkpoint_path) return std::nullopt;  // no data to write
   if (opt.no_checkpoint || (!cfg.checkpoint && !opt.checkpoint_path)) return std::nullopt;
   return opt.checkpoint_path.value_or(cfg.checkpoint_path);
 }
@@ -184,6 +186,7 @@ ErrorStats compare(const Tensor& y, const Tensor& ref) {
 RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const RunOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const int chips = cfg.topology.num_chips();
+  const bool shape_only = cfg.shape_only || opt.shape_only;  // mode: shape_only or --shape-only
   check_world_size(cfg, world.size());
   const int rank = world.rank();
   const bool root = rank == 0;
@@ -248,13 +251,14 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     });
     rep.resumed_from = opt.resume_from;
   } else {
-    x = make_mlp_input(s);
-    w = make_mlp_weights(s, off, len);
+    x = make_mlp_input(s, !shape_only);
+    w = make_mlp_weights(s, off, len, !shape_only);
   }
 
   // ---- the sharded forward ----
   sim::Timeline tl(chip, cfg.topology, cfg.device);
   runtime::Transport tp(world, tl, placement);
+  tp.set_shape_only(shape_only);  // header-only messages; the collectives take the null buffers
   world.sleepy_barrier();
   rep.wall_init_s = seconds_since(t_start);
   const auto t_fwd = std::chrono::steady_clock::now();
@@ -263,8 +267,16 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
   world.sleepy_barrier();
   rep.wall_forward_s = seconds_since(t_fwd);
 
+  // ---- shape-only: no reference values, but its schedule is free to charge: the single-device time ----
+  if (cfg.validate && shape_only && root) {
+    const auto one_chip = topology::Topology::ring(1, topology::LinkSpec{1.0, 0.0});
+    sim::Timeline ref_tl(0, one_chip, cfg.device);
+    MlpTiming ref_timing;
+    (void)mlp_forward(s, x, make_mlp_weights(s, 0, s.ffn, false), &ref_tl, &ref_timing);
+    rep.single_device_ns = ref_timing.end;
+  }
   // ---- validation against one device (rank 0) ----
-  if (cfg.validate) {
+  if (cfg.validate && !shape_only) {
     const auto t_ref = std::chrono::steady_clock::now();
     MlpWeights full;
     if (reader) {
@@ -413,6 +425,7 @@ RunReport run_workload(const runtime::World& world, const RunConfig& cfg, const 
     rep.tokens_per_s = rep.critical.total > 0 ? double(s.tokens) / rep.critical.total * 1e9 : 0;
     rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   }
+  rep.shape_only = shape_only;
   rep.wall_total_s = seconds_since(t_start);
   return rep;
 }

@@ -57,6 +57,7 @@ struct RunConfig {
   DeviceMesh mesh;  // tp over every chip, placed on the topology (its placement() is the mesh's)
   std::string all_reduce_algorithm = "ring";
   FusedPlan fused;  // parallel.fused / parallel.chunks
+  bool shape_only = false;  // mode: shape_only (models/transformer.h's BlockConfig::shape_only)
   bool validate = true;
   double tolerance = 0;
   bool checkpoint = true;
@@ -65,8 +66,8 @@ struct RunConfig {
 
 // The keys the MLP's parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
 // checks). The model: section is read as workload: (sharding/engine_config.h).
-inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "device",  "workload",
-                                                    "parallel", "validate", "checkpoint"};
+inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "device",     "workload",
+                                                    "parallel", "validate", "checkpoint", "mode"};
 inline constexpr std::string_view kMlpModelKeys[] = {"kind",  "model",      "hidden", "ffn",
                                                      "tokens", "activation", "dtype",  "seed"};
 inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "all_reduce", "fused", "chunks", "mesh_dims"};
@@ -91,6 +92,7 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // overrides the config's
   bool no_checkpoint = false;
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
+  bool shape_only = false;          // --shape-only: run the config in shape-only mode whatever its mode: says
 };
 
 // The checkpoint this run writes: --checkpoint, else the config's path; none with --no-checkpoint or when the

@@ -216,6 +216,13 @@ topology::Topology load_workload_topology(const ConfigNode& root) {
   return topology::load_topology_document(file);
 }
 
+bool load_workload_shape_only(const ConfigNode& root) {
+  if (!root.has("mode")) return false;
+  const std::string m = root.get_string("mode");
+  if (m != "real" && m != "shape_only") root.child("mode").fail("mode: '" + m + "' (real | shape_only)");
+  return m == "shape_only";
+}
+
 sim::DeviceSpec load_workload_device(const ConfigNode& root) {
   if (!root.has("device")) return sim::device_preset(kDefaultDevice);
   const ConfigNode d = root.child("device");

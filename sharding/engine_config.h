@@ -63,6 +63,9 @@ topology::Topology load_workload_topology(const ConfigNode& root);
 // The device: section, a preset name or a map; the default device when absent.
 sim::DeviceSpec load_workload_device(const ConfigNode& root);
 inline constexpr const char* kDefaultDevice = "generic";
+// The mode: key of a run config: "real" (default: real data, validated) or "shape_only" (true; shape-only
+// tensors, cost-only kernels, header-only collectives: docs/ARCHITECTURE.md). ConfigError naming mode otherwise.
+bool load_workload_shape_only(const ConfigNode& root);
 // The validate: section of every run config (docs/CONFIG.md).
 inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "collectives/algorithms.h"
 #include "collectives/async.h"
@@ -14,6 +15,7 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
+#include "runtime/chips.h"
 #include "runtime/world.h"
 #include "sim/cost.h"
 
@@ -27,7 +29,7 @@ namespace {
 // A GEMM of A·B on the chip's compute engine after READY; returns C and its span.
 Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::TimeNs ready, const std::string& name,
                sim::Span& span) {
-  Tensor c(a.dtype(), {a.dim(0), b.dim(1)});
+  Tensor c = Tensor::make(a.dtype(), {a.dim(0), b.dim(1)}, a.has_storage() && b.has_storage());
   const auto cost = kernels::gemm(a, b, c);
   span = tp.timeline().compute(name, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), ready);
   return c;
@@ -60,7 +62,16 @@ Tensor& pooled(std::vector<Tensor>& pool, size_t i, runtime::DType dtype, const 
   if (t.dtype() != dtype || t.shape() != shape) t = Tensor(dtype, shape);
   return t;
 }
-thread_local std::vector<Tensor> b_pool, c_pool;
+// One pair of pools per chip: with several chips per rank (runtime/chips.h) the chips are fibers of one thread,
+// and a chip switches away inside a piece's all_reduce while its output still sits in the pool, so a shared
+// thread_local pool let another chip overwrite it (wrong results with fused: true at K > 1).
+struct PiecePools {
+  std::vector<Tensor> b, c;
+};
+PiecePools& piece_pools() {
+  thread_local std::unordered_map<int, PiecePools> pools;  // chip-level world rank (-1: one chip per rank)
+  return pools[runtime::chips::current()];
+}
 
 // Columns [c0, c0+n) of the 2-D tensor T into OUT ([rows, n]), and the reverse.
 void columns_into(const Tensor& t, int64_t c0, int64_t n, Tensor& out) {
@@ -139,14 +150,18 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
   const bool host_async = tp.size() > 1 && chunks > 1 && piece_bytes(len / chunks) >= double(1 << 20);
   // Piece i's output lives in c_pool[i] until its all_reduce is done (the engine holds pointers into it); the
   // pool is only resized before any is issued.
+  std::vector<Tensor>& c_pool = piece_pools().c;
+  std::vector<Tensor>& b_pool = piece_pools().b;
   if (c_pool.size() < static_cast<size_t>(chunks)) c_pool.resize(static_cast<size_t>(chunks));
+  // Shape-only operands (runtime/tensor.h): shape-only pieces, no copies, null collective buffers.
+  const bool real = a.has_storage() && b.has_storage() && c.has_storage();
   std::vector<Tensor*> pieces;
   std::vector<collectives::AsyncHandle> inflight;
   std::vector<int64_t> offsets;
   auto finish = [&](const collectives::CollectiveResult& r, size_t k) {
     end = std::max(end, r.span.end);
     t.bytes_sent += r.bytes_sent;
-    if (pieces[k]) set_columns(c, offsets[k], *pieces[k]);  // row pieces are already in C
+    if (pieces[k] && real) set_columns(c, offsets[k], *pieces[k]);  // row pieces are already in C
   };
   for (int i = 0; i < chunks; ++i) {
     const auto off = static_cast<int64_t>(part.offset(static_cast<size_t>(i)));
@@ -158,17 +173,23 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
     void* buf = nullptr;  // the piece's all_reduce buffer
     size_t count = 0;
     if (by_cols) {  // a column block of C is strided: compute it into a pooled [M, l] tensor
-      Tensor& ci = pooled(c_pool, slot, dt, {M, l});
-      Tensor& bi = pooled(b_pool, 0, dt, {K, l});
-      columns_into(b, off, l, bi);
+      Tensor meta_b, meta_c;
+      if (!real) {
+        meta_b = Tensor::shape_only({K, l}, dt);
+        meta_c = Tensor::shape_only({M, l}, dt);
+      }
+      Tensor& ci = real ? pooled(c_pool, slot, dt, {M, l}) : meta_c;
+      Tensor& bi = real ? pooled(b_pool, 0, dt, {K, l}) : meta_b;
+      if (real) columns_into(b, off, l, bi);
       cost = kernels::gemm(a, bi, ci);
-      pieces.push_back(&ci);
-      buf = ci.data();
+      pieces.push_back(real ? &ci : nullptr);
+      buf = ci.data_if_stored();
       count = static_cast<size_t>(ci.numel());
     } else {  // a row block of C is contiguous: compute and all_reduce it in place
       cost = kernels::gemm_rows(a, off, l, b, c, off);
       pieces.push_back(nullptr);
-      buf = static_cast<unsigned char*>(c.data()) + static_cast<size_t>(off * N) * runtime::dtype_size(dt);
+      buf = real ? static_cast<unsigned char*>(c.data()) + static_cast<size_t>(off * N) * runtime::dtype_size(dt)
+                 : nullptr;
       count = static_cast<size_t>(l * N);
     }
     const sim::Span span =
@@ -221,8 +242,9 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const std::
     Tensor next;
     sim::TimeNs next_ready = cur_ready;
     if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMMs
-      next = Tensor(x.dtype(), x.shape());
-      next_ready = tp.sendrecv(cur.data(), bytes, (r + 1) % p, next.data(), bytes, (r - 1 + p) % p, cur_ready,
+      next = Tensor::make(x.dtype(), x.shape(), x.has_storage());
+      next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
+                               cur_ready,
                                name + ".all_gather.step" + std::to_string(s));
       last_arrival = std::max(last_arrival, next_ready);
     }
@@ -276,8 +298,9 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
       part_ready = std::max(part_ready, acc_ready);
     }
     if (s + 1 < p) {
-      incoming = Tensor(part.dtype(), part.shape());
-      acc_ready = tp.sendrecv(part.data(), part.nbytes(), (r + 1) % p, incoming.data(), incoming.nbytes(),
+      incoming = Tensor::make(part.dtype(), part.shape(), part.has_storage());
+      acc_ready = tp.sendrecv(part.data_if_stored(), part.nbytes(), (r + 1) % p, incoming.data_if_stored(),
+                              incoming.nbytes(),
                               (r - 1 + p) % p, part_ready, name + ".reduce_scatter.step" + std::to_string(s));
       last_arrival = std::max(last_arrival, acc_ready);
       t.bytes_sent += static_cast<double>(part.nbytes());

@@ -1,5 +1,6 @@
 #include "sharding/plans/block_ops.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/gemm.h"
@@ -8,13 +9,13 @@
 namespace shardsim::sharding::plans {
 
 Tensor gemm(Chip& chip, const Tensor& a, const Tensor& b, const std::string& name) {
-  Tensor c(a.dtype(), {a.dim(0), b.dim(1)});
+  Tensor c = Tensor::make(a.dtype(), {a.dim(0), b.dim(1)}, a.has_storage() && b.has_storage());
   chip.charge(kernels::gemm(a, b, c), name);
   return c;
 }
 
 Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name) {
-  Tensor y(x.dtype(), x.shape());
+  Tensor y = Tensor::make(x.dtype(), x.shape(), x.has_storage() && w.has_storage());
   chip.charge(kernels::rmsnorm(x, w, y), name);
   return y;
 }
@@ -50,7 +51,8 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
       o.causal = s.causal;
       o.q_offset = qc.global;
       o.k_offset = kc.global;
-      Tensor out(DType::fp32, {qc.len, nq, q.dim(2)}), l(DType::fp32, {nq, qc.len});
+      const bool real = q.has_storage() && k.has_storage() && v.has_storage();
+      Tensor out = Tensor::make(DType::fp32, {qc.len, nq, q.dim(2)}, real), l = Tensor::make(DType::fp32, {nq, qc.len}, real);
       const Tensor kb = k.rows(kc.local, kc.len), vb = v.rows(kc.local, kc.len);
       flops += kernels::attention(qa, kb, vb, out, l, o).flops;
       const auto m = kernels::merge_attention_partials(acc[a], lse[a], out, l);
@@ -68,17 +70,20 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
 }
 
 void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
-              std::vector<Tensor>& lse) {
+              std::vector<Tensor>& lse, bool storage) {
   for (const auto& c : q_chunks) {
-    acc.emplace_back(DType::fp32, runtime::Shape{c.len, nq, d});
-    Tensor l(DType::fp32, {nq, c.len});
-    for (int64_t i = 0; i < l.numel(); ++i) l.f32()[i] = -std::numeric_limits<float>::infinity();
+    acc.push_back(Tensor::make(DType::fp32, runtime::Shape{c.len, nq, d}, storage));
+    Tensor l = Tensor::make(DType::fp32, {nq, c.len}, storage);
+    if (storage)
+      for (int64_t i = 0; i < l.numel(); ++i) l.f32()[i] = -std::numeric_limits<float>::infinity();
     lse.push_back(std::move(l));
   }
 }
 
 Tensor finish_acc(const std::vector<Chunk>& q_chunks, std::vector<Tensor>& acc, DType dtype, int64_t rows) {
-  Tensor o(dtype, {rows, acc.empty() ? 0 : acc[0].dim(1), acc.empty() ? 0 : acc[0].dim(2)});
+  const bool storage = std::all_of(acc.begin(), acc.end(), [](const Tensor& t) { return t.has_storage(); });
+  Tensor o = Tensor::make(dtype, {rows, acc.empty() ? 0 : acc[0].dim(1), acc.empty() ? 0 : acc[0].dim(2)}, storage);
+  if (!storage) return o;
   for (size_t a = 0; a < q_chunks.size(); ++a) {
     const auto f = acc[a].to_float();
     const int64_t off = q_chunks[a].local * o.dim(1) * o.dim(2);

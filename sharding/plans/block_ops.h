@@ -64,8 +64,12 @@ std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
 void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
             const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
             const std::string& name);
+// Shape-only (STORAGE false; runtime/tensor.h): the accumulators carry shapes only, and every plan piece below
+// follows its inputs: shape-only inputs give shape-only outputs, collectives get null buffers
+// (Tensor::data_if_stored) and move only their timing headers, kernels only charge their cost
+// (kernels/kernel_cost.h). The charged schedule is the same call for call.
 void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
-              std::vector<Tensor>& lse);
+              std::vector<Tensor>& lse, bool storage = true);
 Tensor finish_acc(const std::vector<Chunk>& q_chunks, std::vector<Tensor>& acc, DType dtype, int64_t rows);
 collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring");
 

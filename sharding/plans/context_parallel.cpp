@@ -23,7 +23,8 @@ Tensor ring_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, const 
   int64_t n_attn = 0;
   for (const auto& c : attn_chunks) n_attn += c.len;
   std::vector<Tensor> acc, lse;
-  init_acc(attn_chunks, nq, d, acc, lse);
+  const bool real = q.has_storage();
+  init_acc(attn_chunks, nq, d, acc, lse, real);
   // Local chunk layout of q/k/v follows attn_chunks.
   if (p.cp == 1) {
     attend(chip, s, q, attn_chunks, k, v, attn_chunks, acc, lse, "attention");
@@ -43,19 +44,24 @@ Tensor ring_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, const 
       Tensor knext, vnext;
       sim::TimeNs next_ready = kv_ready;
       if (step + 1 < P) {  // post the exchange first: it overlaps the compute below in simulated time
-        knext = Tensor(s.dtype, k.shape());
-        vnext = Tensor(s.dtype, v.shape());
-        std::vector<unsigned char> sbuf(2 * kvb), rbuf(2 * kvb);
-        std::memcpy(sbuf.data(), kcur.data(), kvb);
-        std::memcpy(sbuf.data() + kvb, vcur.data(), kvb);
+        knext = Tensor::make(s.dtype, k.shape(), real);
+        vnext = Tensor::make(s.dtype, v.shape(), real);
+        // Shape-only: no staging buffers, null pointers, and only the header travels (runtime/transport.h).
+        std::vector<unsigned char> sbuf(real ? 2 * kvb : 0), rbuf(real ? 2 * kvb : 0);
+        if (real) {
+          std::memcpy(sbuf.data(), kcur.data(), kvb);
+          std::memcpy(sbuf.data() + kvb, vcur.data(), kvb);
+        }
         const double before = cp_group.bytes_sent();
-        next_ready = cp_group.sendrecv(sbuf.data(), sbuf.size(), next, rbuf.data(), rbuf.size(), prev, kv_ready,
-                                       "cp ring K/V step" + std::to_string(step));
+        next_ready = cp_group.sendrecv(real ? sbuf.data() : nullptr, 2 * kvb, next, real ? rbuf.data() : nullptr,
+                                       2 * kvb, prev, kv_ready, "cp ring K/V step" + std::to_string(step));
         chip.tl->record_region("cp ring K/V step" + std::to_string(step), "collective", {kv_ready, next_ready},
-                               static_cast<double>(sbuf.size()));
-        ctx.comm.add("cp ring K/V", cp_group.bytes_sent() - before, static_cast<double>(sbuf.size()));
-        std::memcpy(knext.data(), rbuf.data(), kvb);
-        std::memcpy(vnext.data(), rbuf.data() + kvb, kvb);
+                               static_cast<double>(2 * kvb));
+        ctx.comm.add("cp ring K/V", cp_group.bytes_sent() - before, static_cast<double>(2 * kvb));
+        if (real) {
+          std::memcpy(knext.data(), rbuf.data(), kvb);
+          std::memcpy(vnext.data(), rbuf.data() + kvb, kvb);
+        }
       }
       chip.t = std::max(chip.t, std::max(q_ready, kv_ready));
       attend(chip, s, q, attn_chunks, kcur, vcur, owner_chunks, acc, lse,

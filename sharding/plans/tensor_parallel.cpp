@@ -19,7 +19,8 @@ std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const st
   std::vector<Tensor> out;
   if (p.sp && p.fused.enabled) {  // one ring all_gather of the normed shard feeds every column-parallel GEMM
     std::vector<Tensor*> outs;
-    for (const Tensor* w : weights) out.emplace_back(s.dtype, runtime::Shape{ctx.n_attn, w->dim(1)});
+    for (const Tensor* w : weights)
+      out.push_back(Tensor::make(s.dtype, runtime::Shape{ctx.n_attn, w->dim(1)}, in.has_storage() && w->has_storage()));
     for (auto& t : out) outs.push_back(&t);
     const sim::TimeNs ready = ctx.chip.t;
     const auto f = all_gather_gemm(ctx.tp, in, weights, outs, ready, fused_op);
@@ -45,13 +46,13 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   if (p.fused.enabled) {  // the GEMM and its reduction as one fused op
     const sim::TimeNs ready = ctx.chip.t;
     if (p.sp) {
-      Tensor out(s.dtype, {ctx.n_resid, s.hidden});
+      Tensor out = Tensor::make(s.dtype, {ctx.n_resid, s.hidden}, in.has_storage() && w.has_storage());
       const auto f = gemm_reduce_scatter(ctx.tp, in, w, out, ready, gname + " + sp reduce_scatter (" + what + ")");
       ctx.fused_done(gname + " + sp reduce_scatter", f, ready);
       ctx.comm.add("sp reduce_scatter", f.bytes_sent, (P - 1) / P * static_cast<double>(in.dim(0) * s.hidden) * es);
       return out;
     }
-    Tensor out(s.dtype, {in.dim(0), s.hidden});
+    Tensor out = Tensor::make(s.dtype, {in.dim(0), s.hidden}, in.has_storage() && w.has_storage());
     const auto f = gemm_all_reduce(ctx.tp, in, w, out, p.fused.chunks, ready, gname + " + tp all_reduce (" + what + ")",
                                    p.all_reduce);
     ctx.fused_done(gname + " + tp all_reduce", f, ready);
@@ -62,7 +63,8 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
   if (p.tp == 1) return partial;
   if (p.sp) return sp_reduce_scatter(ctx, partial, what);
-  const auto r = collectives::all_reduce(ctx.tp, partial.data(), partial.data(), static_cast<size_t>(partial.numel()),
+  const auto r = collectives::all_reduce(ctx.tp, partial.data_if_stored(), partial.data_if_stored(),
+                                         static_cast<size_t>(partial.numel()),
                                          s.dtype, collectives::ReduceOp::sum, ctx.chip.t,
                                          ring_opts("tp all_reduce (" + what + ")", p.all_reduce));
   ctx.chip.t = r.span.end;

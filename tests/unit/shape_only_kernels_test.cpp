@@ -3,6 +3,7 @@
 // Every kernel in kernels/ (forward, backward, optimizer), small shapes, fp32 and bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -265,4 +266,26 @@ TEST(ShapeOnlyTensor, HasShapeAndSizeButNoBytes) {
   real2.drop_storage();
   EXPECT_FALSE(real2.has_storage());
   EXPECT_EQ(real2.nbytes(), 16u);
+}
+
+// The closed form of the visible pairs (what the attention costs charge) against counting them row by row.
+TEST(ShapeOnlyKernels, VisiblePairsClosedFormEqualsTheRowCount) {
+  int checked = 0;
+  for (int64_t sq : {0, 1, 5, 64, 257})
+    for (int64_t sk : {0, 1, 7, 64, 300})
+      for (int64_t qo : {0, 3, 64, 500})
+        for (int64_t ko : {0, 5, 64, 700})
+          for (bool causal : {false, true}) {
+            kernels::AttentionOptions o;
+            o.causal = causal;
+            o.q_offset = qo;
+            o.k_offset = ko;
+            int64_t want = 0;
+            for (int64_t i = 0; i < sq; ++i)
+              want += causal ? std::clamp<int64_t>(qo + i - ko + 1, 0, sk) : sk;
+            ASSERT_EQ(kernels::attention_visible_pairs(sq, sk, o), want)
+                << "sq " << sq << " sk " << sk << " q_offset " << qo << " k_offset " << ko << " causal " << causal;
+            ++checked;
+          }
+  EXPECT_EQ(checked, 5 * 5 * 4 * 4 * 2);
 }
