@@ -38,7 +38,9 @@
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
+#include "runtime/chips.h"
 #include "runtime/transport.h"
+#include "runtime/world.h"
 #include "sim/cost.h"
 #include "topology/topology.h"
 
@@ -262,7 +264,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   std::vector<int> chips(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
-  runtime::Transport tp(world.comm(), tl, chips);
+  runtime::Transport tp(world, tl, chips);
   if (mesh) mesh->bind(tp);
   std::optional<models::LmDpTrainer> dp_trainer;
   std::optional<models::LmTpTrainer> tp_trainer;
@@ -383,17 +385,16 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
-  MPI_Comm local = MPI_COMM_NULL;
-  runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
-                     world.rank(), "host rank count");
-  int ranks_on_host = 1;
-  MPI_Comm_size(local, &ranks_on_host);
-  MPI_Comm_free(&local);
+  const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
   world.agree([&] {  // config errors: one clean message and exit 2
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
+    if (runtime::chip_mode() && (!f.checkpoint.empty() || !f.resume.empty()))
+      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
+                       ": training-state checkpoints need one chip per rank (the HDF5 writer is MPI-parallel); "
+                       "drop --chips-per-rank / --chips or the checkpoint flag");
     if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
     s = load(f, world.size());
-    check_host_memory(s, ranks_on_host);
+    check_host_memory(s, chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;

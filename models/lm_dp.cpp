@@ -234,7 +234,7 @@ LmDpStepResult LmDpTrainer::step() {
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(tp_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
   r.grad_norm = std::sqrt(norm_sq);
-  finish_step_loss(r, local_loss, tp_.comm(), size_, rank_, "lm_dp loss");
+  finish_step_loss(r, local_loss, tp_, "lm_dp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
 
   // AdamW on the chunks this rank owns, charged as one multi-tensor kernel over every bucket (as fused optimizers
@@ -352,11 +352,16 @@ LmDpMemory LmDpTrainer::memory() const {
   return m;
 }
 
-void finish_step_loss(LmDpStepResult& r, double local_loss, MPI_Comm comm, int n, int rank, const char* op) {
-  std::vector<double> losses(size_t(n), 0.0);
-  runtime::check_mpi(MPI_Allgather(&local_loss, 1, MPI_DOUBLE, losses.data(), 1, MPI_DOUBLE, comm), rank, op);
-  for (double l : losses) r.loss += l;
-  r.loss /= double(n);
+void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& replicas, const char* op) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &local_loss, sizeof bits);
+  const std::vector<int64_t> all = replicas.allgather(bits, op);
+  for (int64_t b : all) {
+    double l = 0;
+    std::memcpy(&l, &b, sizeof l);
+    r.loss += l;
+  }
+  r.loss /= double(all.size());
   if (!std::isfinite(r.grad_norm)) {
     std::ostringstream msg;
     msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss

@@ -618,7 +618,7 @@ LmDpStepResult LmTpTrainer::step() {
   t = std::max(t, nr.span.end);
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
-  finish_step_loss(r, local_loss, mesh_["dp"].comm(), dp_size_, world_.rank(), "lm_tp loss");
+  finish_step_loss(r, local_loss, mesh_["dp"], "lm_tp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
 
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back (stages 1-2: all_gather over

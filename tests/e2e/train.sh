@@ -175,6 +175,16 @@ if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*ZeRO stage 3 over dp on eac
   assert_out '^  parameters +[0-9]+  formula +[0-9]+  4\*Psi_tp/N_d' "per-chip parameters of the tp shards over dp (ZeRO-3)"
   assert_out '^recompute: per block' "the report says recompute"
 fi
+awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_rows.txt
+# The same job with the 4 chips as fibers of one rank (runtime/chips.h): the same losses and simulated times.
+if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_chips.txt
+  if [[ -s tpz3_rows.txt ]] && cmp -s tpz3_rows.txt tpz3_chips.txt; then pass "4 chips on one rank: every step row equals the 4-rank run's"; else
+    fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
+  fi
+fi
+if expect_exit 2 '^shardsim: error: --checkpoint: training-state checkpoints need one chip per rank' -- shardsim_mpi 1 train tpz3.yaml --chips 4 --checkpoint c.h5
+then one_error_line; fi
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
