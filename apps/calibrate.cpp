@@ -66,15 +66,15 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
         throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "' (shardsim bench --list shows the catalogue)");
     }
     if (f.out_given) check_outputs({{"--out", f.out}});
-    if (f.out_given && !net->topo.is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
+    if (f.out_given && !net->topo().is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
   });
   connect(*net, world);
   collectives::Calibration cal;
-  world.agree([&] { cal = collectives::calibrate(net->topo, fit, held, opt, *net->world); });
-  const int n = net->topo.num_chips();
+  world.agree([&] { cal = collectives::calibrate(net->topo(), fit, held, opt, *net->world); });
+  const int n = net->topo().num_chips();
   if (world.rank() == 0) {
     std::printf("# shardsim calibrate: %zu log(s) fitted, %zu held out; topology %s\n", fit.size(), held.size(),
-                net->topo.describe().c_str());
+                net->topo().describe().c_str());
     std::printf("# model: every link latency x a, every bandwidth x b (ratios between dimensions as in the file); "
                 "algorithm %s; rows >= %s%s%s fitted\n",
                 f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str(), opt.max_bytes > 0 ? " and <= " : "",

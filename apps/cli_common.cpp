@@ -106,19 +106,48 @@ void connect(Net& net, const runtime::World& world) {
     MPI_Comm_free(&local);
   }
   // Rank r runs on chip placement[r] (identity unless the topology file sets one).
-  const auto& ids = net.topo.placement();
-  net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo, net.device,
+  const auto& ids = net.topo().placement();
+  net.timeline = std::make_unique<sim::Timeline>(ids.at(static_cast<size_t>(world.rank())), net.topo(), net.device,
                                                  net.record_events);
   net.world = std::make_unique<runtime::Transport>(world, *net.timeline, ids);
   net.group = net.split_color >= 0 ? &net.world->subgroup("cli.group", net.split_color, net.split_key)
                                    : net.world.get();
 }
 
-std::string Net::describe() const { return topo.describe() + "; device " + device.name + "; group " + group_text; }
+std::string Net::describe() const { return topo().describe() + "; device " + device.name + "; group " + group_text; }
+
+namespace {
+bool same_topology(const topology::Topology& a, const topology::Topology& b) {
+  if (a.num_chips() != b.num_chips() || a.describe() != b.describe() || a.placement() != b.placement() ||
+      a.links().size() != b.links().size())
+    return false;
+  for (size_t i = 0; i < a.links().size(); ++i) {
+    const auto &x = a.links()[i], &y = b.links()[i];
+    if (x.src != y.src || x.dst != y.dst || x.bandwidth_gbps != y.bandwidth_gbps || x.latency_ns != y.latency_ns ||
+        x.dim != y.dim || x.dir != y.dir)
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::shared_ptr<const topology::Topology> per_rank_topology(topology::Topology topo) {
+  if (!runtime::chip_mode()) return std::make_shared<const topology::Topology>(std::move(topo));
+  // The chips of a rank are fibers of one thread: no locking. Holds weak references, so a finished run's
+  // topologies go when their last Net does.
+  static std::vector<std::weak_ptr<const topology::Topology>> known;
+  std::erase_if(known, [](const auto& w) { return w.expired(); });
+  for (const auto& w : known)
+    if (auto t = w.lock(); t && same_topology(*t, topo)) return t;
+  auto t = std::make_shared<const topology::Topology>(std::move(topo));
+  known.push_back(t);
+  return t;
+}
 
 std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   auto net = std::make_unique<Net>();
   const int n = world.size();
+  topology::Topology topo;  // built here, then shared with the rank's other chips (per_rank_topology)
   if (!f.topology_file.empty()) {
     if (!f.torus.empty() || !f.mesh.empty() || f.switched || f.fully_connected || f.unidirectional ||
         f.bandwidth_given || f.latency_given)
@@ -128,7 +157,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     if (std::filesystem::is_directory(f.topology_file))
       throw UsageError("--topology " + f.topology_file + ": is a directory, need a YAML file");
     const ConfigNode root = ConfigNode::load_file(f.topology_file);
-    net->topo = topology::load_topology_document(root);  // ASTRA-sim network.yml, topology: section or bare map
+    topo = topology::load_topology_document(root);  // ASTRA-sim network.yml, topology: section or bare map
     net->device = root.has("device") ? sim::load_device(root.child("device")) : sim::device_preset("generic");
   } else {
     auto text = [](double v) {
@@ -163,22 +192,22 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
       }
       return dims;
     };
-    if (!f.torus.empty()) net->topo = topology::Topology::torus(parse_dims("--torus", f.torus), {link});
-    else if (!f.mesh.empty()) net->topo = topology::Topology::mesh(parse_dims("--mesh", f.mesh), {link});
-    else if (f.switched) net->topo = topology::Topology::switched(n, link);
-    else if (f.fully_connected) net->topo = topology::Topology::fully_connected(n, link);
-    else net->topo = topology::Topology::ring(n, link, !f.unidirectional);
+    if (!f.torus.empty()) topo = topology::Topology::torus(parse_dims("--torus", f.torus), {link});
+    else if (!f.mesh.empty()) topo = topology::Topology::mesh(parse_dims("--mesh", f.mesh), {link});
+    else if (f.switched) topo = topology::Topology::switched(n, link);
+    else if (f.fully_connected) topo = topology::Topology::fully_connected(n, link);
+    else topo = topology::Topology::ring(n, link, !f.unidirectional);
     net->device = sim::device_preset("generic");
   }
-  if (net->topo.num_chips() != n && world.vcomm())
-    throw UsageError("the topology has " + std::to_string(net->topo.num_chips()) + " chips but the job has " +
+  if (topo.num_chips() != n && world.vcomm())
+    throw UsageError("the topology has " + std::to_string(topo.num_chips()) + " chips but the job has " +
                      std::to_string(n) + " (" + std::to_string(n / runtime::chips_per_rank()) + " ranks x " +
                      std::to_string(runtime::chips_per_rank()) + " chips per rank; --chips " +
-                     std::to_string(net->topo.num_chips()) + " or --chips-per-rank)");
-  if (net->topo.num_chips() != n)
-    throw UsageError("the topology has " + std::to_string(net->topo.num_chips()) + " chips but the job has " +
+                     std::to_string(topo.num_chips()) + " or --chips-per-rank)");
+  if (topo.num_chips() != n)
+    throw UsageError("the topology has " + std::to_string(topo.num_chips()) + " chips but the job has " +
                      std::to_string(n) + " ranks (one rank per chip: mpirun -np " +
-                     std::to_string(net->topo.num_chips()) + ")");
+                     std::to_string(topo.num_chips()) + ")");
   // Validate the group flag before any communication.
   int color_mod = 0, color_div = 0, dim = -1;
   auto number_after = [&](const std::string& prefix) {
@@ -193,12 +222,12 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   };
   if (f.group.rfind("dim:", 0) == 0) {
     dim = number_after("dim:");
-    if (!net->topo.is_grid())
-      throw UsageError("--group " + f.group + ": the topology is a " + net->topo.kind_name() +
+    if (!topo.is_grid())
+      throw UsageError("--group " + f.group + ": the topology is a " + topo.kind_name() +
                        " (an explicit edge list) and has no dimensions; use world, mod:K or div:K");
-    const int nd = static_cast<int>(net->topo.dims().size());
+    const int nd = static_cast<int>(topo.dims().size());
     if (dim < 0 || dim >= nd)
-      throw UsageError("--group " + f.group + ": the " + net->topo.kind_name() + " topology has " +
+      throw UsageError("--group " + f.group + ": the " + topo.kind_name() + " topology has " +
                        std::to_string(nd) + (nd == 1 ? " dimension (dim:0)" : " dimensions (dim:0..dim:" +
                        std::to_string(nd - 1) + ")"));
   } else if (f.group.rfind("mod:", 0) == 0) {
@@ -215,13 +244,13 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   const int r = world.rank();
   net->group_text = "world (" + std::to_string(n) + " chips)";
   if (dim >= 0) {
-    auto xyz = net->topo.coords(net->topo.placement().at(static_cast<size_t>(r)));
+    auto xyz = topo.coords(topo.placement().at(static_cast<size_t>(r)));
     net->split_key = xyz[static_cast<size_t>(dim)];
     xyz[static_cast<size_t>(dim)] = 0;
-    net->split_color = net->topo.chip_at(xyz);
+    net->split_color = topo.chip_at(xyz);
     net->group_text = "lines along dimension " + std::to_string(dim) + ": " +
-                      std::to_string(n / net->topo.dims()[static_cast<size_t>(dim)]) + " groups of " +
-                      std::to_string(net->topo.dims()[static_cast<size_t>(dim)]);
+                      std::to_string(n / topo.dims()[static_cast<size_t>(dim)]) + " groups of " +
+                      std::to_string(topo.dims()[static_cast<size_t>(dim)]);
   } else if (color_mod) {
     net->split_color = r % color_mod;
     net->split_key = r;
@@ -233,6 +262,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     net->group_text = "blocks of " + std::to_string(color_div) + " consecutive ranks: " +
                       std::to_string(n / color_div) + " groups";
   }
+  net->topo_ = per_rank_topology(std::move(topo));
   return net;
 }
 

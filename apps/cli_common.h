@@ -34,7 +34,10 @@ struct NetFlags {
 
 // The simulated machine of one rank plus its transports. Built identically on every rank.
 struct Net {
-  topology::Topology topo;
+  // The topology, shared by the chips of a rank (per_rank_topology): one copy per rank, not per chip (a 4,096-chip
+  // ring's topology is ~0.5 MiB, issue 17's host-memory target is 1 MiB per chip).
+  std::shared_ptr<const topology::Topology> topo_;
+  const topology::Topology& topo() const { return *topo_; }
   sim::DeviceSpec device;
   std::unique_ptr<sim::Timeline> timeline;
   std::unique_ptr<runtime::Transport> world;  // all chips, rank r on chip r
@@ -45,6 +48,10 @@ struct Net {
   bool record_events = true;                  // the timeline keeps its events (off: times only, e.g. shape-only)
   std::string describe() const;
 };
+
+// TOPO as a shared, immutable topology: with several chips per rank, the copy an earlier chip of this rank made of
+// an identical topology (same chips, links, placement), else a new one. One chip per rank: a new one.
+std::shared_ptr<const topology::Topology> per_rank_topology(topology::Topology topo);
 
 // Reads the flags and files; no communication. Throws ConfigError/UsageError (call inside World::agree).
 std::unique_ptr<Net> build_net(const NetFlags& flags, const runtime::World& world);
