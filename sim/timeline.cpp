@@ -1,6 +1,7 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -195,6 +196,29 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
   free_[static_cast<size_t>(r.port)] = start + occupancy;
   if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
   return {start, start + r.latency_ns * lat + occupancy};
+}
+
+Span Timeline::replay_send(const Event& e) {
+  if (e.peer == chip_) return e.span;
+  const Route& r = route_to(e.peer);
+  const double lat = topo_->protocol().latency_factor_for(e.bytes);
+  const double start = e.span.start;
+  // The occupancy exactly as send() computed it: the plain one, or k times it for a flow of a step (k flows on
+  // its busiest link; the same expression as shared_occupancy on a route of equal bandwidths); else the span.
+  const double eff = topo_->protocol().efficiency_for(e.bytes);
+  double occupancy = e.bytes / (r.bottleneck_gbps * eff);
+  if (start + occupancy != e.span.end) {
+    const double k = std::round((e.span.end - start) / occupancy);
+    const double shared = k * e.bytes / (r.bottleneck_gbps * eff);
+    occupancy = k >= 1 && start + shared == e.span.end ? shared : e.span.end - start;
+  }
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    TimeNs& f = link_free_[static_cast<size_t>(r.links[i])];
+    f = std::max(f, start + r.offset[i] * lat + occupancy);
+  }
+  free_[static_cast<size_t>(r.port)] = std::max(free_[static_cast<size_t>(r.port)], start + occupancy);
+  if (record_) events_.push_back(Event{e.name, "send", r.port, e.span, 0, e.bytes, e.peer});
+  return e.span;
 }
 
 void Timeline::reset() {

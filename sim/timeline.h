@@ -102,6 +102,11 @@ class Timeline {
   // for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free and instantaneous.
   Span send(const std::string& name, int dst, double bytes, TimeNs ready);
 
+  // Books send event E (recorded on another timeline of this chip, e.g. the async engine's) exactly as recorded:
+  // the port and the route's links busy from E's start for its occupancy (end - start: the share a step charged it,
+  // if any), E recorded with the same span. Returns E's span.
+  Span replay_send(const Event& e);
+
   // Receive side: books the flow of BYTES from chip SRC that its sender started at START and that would arrive
   // here at ARRIVAL without other senders' flows (the sender's send().start / .end). Returns the arrival after
   // queueing behind the flows this chip booked before on any link of the route: ARRIVAL itself (bit for bit)
