@@ -8,7 +8,8 @@
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
 // memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
-// parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T, ZeRO stage 0).
+// parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T), with the same ZeRO stages, buckets and
+// recompute over the dp axis of each tp shard.
 // Checkpoints: --checkpoint PATH [--save-every K] writes the training state (models/lm_checkpoint.h) after every
 // K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
 // to stop at).
@@ -37,7 +38,9 @@
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
+#include "runtime/chips.h"
 #include "runtime/transport.h"
+#include "runtime/world.h"
 #include "sim/cost.h"
 #include "topology/topology.h"
 
@@ -96,9 +99,6 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     const int64_t zero = p->get_int("zero", 0);
     if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
     s.dp.zero = static_cast<int>(zero);
-    if (tp > 1 && zero != 0)
-      p->child("zero").fail("parallel.zero: ZeRO stages 1-3 with tp > 1 are not built (tp x dp trains with DDP, "
-                            "zero: 0)");
     const int64_t bb = p->get_int("bucket_bytes", s.dp.bucket_bytes);
     if (bb < 0) p->child("bucket_bytes").fail("parallel.bucket_bytes: must be >= 0 (0 = one reduction after backward), got " + std::to_string(bb));
     s.dp.bucket_bytes = bb;
@@ -149,8 +149,6 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (const auto tr = root.maybe_child("train")) {
     tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed", "recompute"});
     s.dp.recompute = tr->get_bool("recompute", false);
-    if (s.dp.recompute && s.tp > 1)
-      tr->child("recompute").fail("train.recompute: activation recomputation with tp > 1 is not built (tp: 1)");
     if (s.dp.recompute) s.data_parallel = true;  // the data-parallel trainer (dp = 1 on one rank) recomputes
     t.steps = tr->get_positive_int("steps", t.steps);
     if (t.steps > kMaxSteps)
@@ -266,14 +264,14 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   std::vector<int> chips(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
-  runtime::Transport tp(world.comm(), tl, chips);
+  runtime::Transport tp(world, tl, chips);
   if (mesh) mesh->bind(tp);
   std::optional<models::LmDpTrainer> dp_trainer;
   std::optional<models::LmTpTrainer> tp_trainer;
   world.agree([&] {
     try {
       if (s.tp > 1)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp.algorithm, s.sp);
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
@@ -289,7 +287,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   }
   const int dp_size = n / s.tp;
   const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp) +
-                                               (s.sp ? " (sequence parallel)" : "")
+                                               (s.sp ? " (sequence parallel)" : "") +
+                                               (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
   const double model_flops = models::lm_model_flops_per_token(c) * tokens;
@@ -308,9 +307,12 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
     if (tp_trainer)
       std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
-                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage 0, one gradient all_reduce over dp "
-                  "after backward (bucket_bytes ignored)\n",
-                  dp_size, s.tp, s.sp ? "; sequence parallel: reduce_scatter/all_gather around the norms" : "");
+                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %d "
+                  "gradient bucket%s (bucket_bytes %lld%s)\n",
+                  dp_size, s.tp, s.sp ? "; sequence parallel: reduce_scatter/all_gather around the norms" : "",
+                  s.dp.zero, tp_trainer->buckets(), tp_trainer->buckets() == 1 ? "" : "s",
+                  (long long)s.dp.bucket_bytes,
+                  s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
     else
       std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
                   dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
@@ -359,12 +361,13 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     };
     const bool mixed = c.dtype != runtime::DType::fp32;
     if (tp_trainer) {
-      const double psi_l = mem.formula_grads / double(runtime::dtype_size(c.dtype));
+      const int z = s.dp.zero;
       std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
-                  "replicated norms; ZeRO stage 0):\n", psi_l, psi);
-      row("parameters", mem.params, mem.formula_params, mixed ? "2*Psi_tp" : "4*Psi_tp");
-      row("gradients", mem.grads, mem.formula_grads, mixed ? "2*Psi_tp" : "4*Psi_tp");
-      row("optimizer state", mem.optimizer, mem.formula_optimizer, mixed ? "12*Psi_tp" : "8*Psi_tp");
+                  "replicated norms; ZeRO formula, N_d = %d, stage %d):\n", tp_trainer->local_param_count(), psi,
+                  dp_size, z);
+      row("parameters", mem.params, mem.formula_params, z >= 3 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
+      row("gradients", mem.grads, mem.formula_grads, z >= 2 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
+      row("optimizer state", mem.optimizer, mem.formula_optimizer, z >= 1 ? (mixed ? "12*Psi_tp/N_d" : "8*Psi_tp/N_d") : (mixed ? "12*Psi_tp" : "8*Psi_tp"));
     } else {
       std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
       row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
@@ -382,17 +385,16 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
-  MPI_Comm local = MPI_COMM_NULL;
-  runtime::check_mpi(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local),
-                     world.rank(), "host rank count");
-  int ranks_on_host = 1;
-  MPI_Comm_size(local, &ranks_on_host);
-  MPI_Comm_free(&local);
+  const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
   world.agree([&] {  // config errors: one clean message and exit 2
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
+    if (runtime::chip_mode() && (!f.checkpoint.empty() || !f.resume.empty()))
+      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
+                       ": training-state checkpoints need one chip per rank (the HDF5 writer is MPI-parallel); "
+                       "drop --chips-per-rank / --chips or the checkpoint flag");
     if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
     s = load(f, world.size());
-    check_host_memory(s, ranks_on_host);
+    check_host_memory(s, chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;

@@ -712,7 +712,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
   nlohmann::json manifest = nlohmann::json::array();
   for (const auto& e : entries) manifest.push_back(e.path);
 
-  // The temporary: "PATH.partial.XXXXXX", a fresh random name chosen by rank 0 and created by H5Fcreate with
+  // The temporary: "PATH.partial.p<PID>h<HOST>.XXXXXX", a fresh random name chosen by rank 0 and created by H5Fcreate with
   // H5F_ACC_EXCL (O_CREAT|O_EXCL: nothing that already exists under that name, e.g. a planted symlink, is ever
   // opened or followed).
   //
@@ -727,6 +727,9 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
     Watch w(at + "reserving space");
     agree(comm, [&] {
       if (rank != 0) return;
+      // Temporaries of earlier saves whose rank 0 was killed (kill -9: no handler ran) are removed first.
+      for (const auto& f : sweep_stale_temps(path))
+        std::fprintf(stderr, "shardsim: note: removed %s, the temporary of a save whose writer is gone\n", f.c_str());
       partial = temp_name_for(path);
       space = partial + ".space";
       register_temp(space);  // before it exists (common/output_file.h, settle_registered_temp)

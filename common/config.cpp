@@ -220,8 +220,14 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
 std::string ConfigNode::where() const { return line_of(node_, file_); }
 
 std::string ConfigNode::key_path(std::string_view key) const {
-  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  if (path_.empty()) {
+    const auto it = shown_->find(key);
+    return it == shown_->end() ? std::string(key) : it->second;
+  }
+  return path_ + "." + std::string(key);
 }
+
+void ConfigNode::show_key_as(const std::string& key, const std::string& shown) { (*shown_)[key] = shown; }
 
 void ConfigNode::fail(const std::string& message) const {
   throw ConfigError(where() + ": " + message);
@@ -267,6 +273,7 @@ ConfigNode ConfigNode::child(std::string_view key) const {
   if (!n.IsDefined() || n.IsNull()) fail("missing required key '" + key_path(key) + "'");
   ConfigNode c(n, file_, key_path(key));
   c.text_ = text_;
+  c.shown_ = shown_;
   return c;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -71,6 +72,10 @@ class ConfigNode {
   // at position 5").
   static std::string control_character(const std::string& s);
 
+  // Error messages name the root key KEY as SHOWN (normalise reads `model:` as `workload:` and shows "model").
+  // Shared by every node of the document.
+  void show_key_as(const std::string& key, const std::string& shown);
+
   // Throws ConfigError with this node's location prefixed.
   [[noreturn]] void fail(const std::string& message) const;
 
@@ -82,6 +87,8 @@ class ConfigNode {
   std::string file_;
   std::string path_;
   std::shared_ptr<const std::string> text_ = std::make_shared<const std::string>();
+  std::shared_ptr<std::map<std::string, std::string, std::less<>>> shown_ =
+      std::make_shared<std::map<std::string, std::string, std::less<>>>();
 };
 
 }  // namespace shardsim

@@ -1,17 +1,21 @@
 #include "common/output_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <unordered_set>
 
 #include "common/error.h"
 
@@ -132,27 +136,79 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
 }
 
 TempFile create_temp_for(const std::string& path) {
-  TempFile t;
-  std::string name = path + ".partial.XXXXXX";
-  // mkostemp opens with O_CREAT|O_EXCL (never an existing file or symlink); O_NOFOLLOW for good measure.
-  const int fd = ::mkostemp(name.data(), O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw RuntimeFault("cannot write " + path + ": creating a temporary file next to it: " + cause(errno));
-  if (::fchmod(fd, file_mode()) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(name.c_str());
-    throw RuntimeFault("cannot write " + path + ": " + cause(err));
+  for (int attempt = 0;; ++attempt) {
+    std::string name = temp_name_for(path);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EEXIST && attempt < 100) continue;  // another writer took the name since temp_name_for looked
+      throw RuntimeFault("cannot write " + path + ": creating a temporary file next to it: " + cause(err));
+    }
+    if (::fchmod(fd, file_mode()) != 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(name.c_str());
+      throw RuntimeFault("cannot write " + path + ": " + cause(err));
+    }
+    return TempFile{fd, std::move(name)};
   }
-  t.fd = fd;
-  t.name = std::move(name);
-  return t;
+}
+
+namespace {
+// "h" + 8 hex digits of a hash of this host's name: which host a temporary's writer ran on.
+std::string host_tag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char* c = host; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
+    char out[16];
+    std::snprintf(out, sizeof out, "h%08x", h);
+    return std::string(out);
+  }();
+  return tag;
+}
+}  // namespace
+
+std::string temp_owner_tag() {
+  std::string tag(1, 'p');
+  tag += std::to_string(::getpid());
+  tag += host_tag();
+  return tag;
+}
+
+std::vector<std::string> sweep_stale_temps(const std::string& path) {
+  std::vector<std::string> removed;
+  const auto [dir, base] = split_path(path);
+  const std::string prefix = base + ".partial.p";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return removed;  // the writer reports an unusable directory itself
+  const std::string mine = host_tag();
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    // PREFIX <pid> h<8 hex> . <suffix>[.space]
+    size_t i = prefix.size(), j = i;
+    while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
+    if (j == i || j - i > 9 || name.compare(j, mine.size(), mine) != 0 || name.size() <= j + mine.size() ||
+        name[j + mine.size()] != '.')
+      continue;  // another host's writer, or not our name: never touched
+    const pid_t pid = static_cast<pid_t>(std::stol(name.substr(i, j - i)));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or unknown)
+    const std::string full = (dir == "/" ? "/" : dir + "/") + name;
+    struct stat st{};
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // only plain files, never a link
+    if (::unlink(full.c_str()) == 0) removed.push_back(full);
+  }
+  ::closedir(d);
+  return removed;
 }
 
 std::string temp_name_for(const std::string& path) {
   static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::random_device rd;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string name = path + ".partial.";
+    std::string name = path + ".partial." + temp_owner_tag() + ".";
     for (int i = 0; i < 6; ++i) name += chars[rd() % (sizeof chars - 1)];
     struct stat st{};
     if (::lstat(name.c_str(), &st) != 0 && errno == ENOENT) return name;
@@ -190,7 +246,21 @@ namespace {
 // run the handler on any thread, e.g. one of MPI's). With settle_registered_temp after the file exists, every
 // order of "handler scans" and "this thread registers / creates" removes the file: either the scan sees the
 // registration after the file exists, or this thread sees g_dying after creating it.
+// The first write of PATH in this process sweeps its dead writers' temporaries (GrowingOutput rewrites PATH per
+// row: one directory scan per path, not per row), with a note per removed file.
+void sweep_once(const std::string& path) {
+  static std::mutex m;
+  static std::unordered_set<std::string> swept;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (!swept.insert(path).second) return;
+  }
+  for (const auto& f : sweep_stale_temps(path))
+    std::fprintf(stderr, "shardsim: note: removed %s, the temporary of a writer that is gone\n", f.c_str());
+}
+
 TempFile create_registered_temp(const std::string& path) {
+  sweep_once(path);
   for (int attempt = 0;; ++attempt) {
     std::string name = temp_name_for(path);
     register_temp(name);

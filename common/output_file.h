@@ -2,9 +2,11 @@
 // through this module, so a reader never sees a half file and every write error is reported.
 //
 // The recipe (see docs/RELIABILITY.md for the promises and the tests that check them):
-//   1. a temporary next to the target, created EXCLUSIVELY: "PATH.partial.XXXXXX" with a random suffix,
-//      O_CREAT|O_EXCL|O_NOFOLLOW (mkostemp), so a file or symlink planted under any predictable name is never
-//      opened, followed or truncated; its mode is 0666 minus the umask, like a plain open(2);
+//   1. a temporary next to the target, created EXCLUSIVELY: "PATH.partial.p<PID>h<HOST>.XXXXXX" (the writer's
+//      process id, a hash of its host name, a random suffix), O_CREAT|O_EXCL|O_NOFOLLOW, so a file or symlink
+//      planted under any predictable name is never opened, followed or truncated; its mode is 0666 minus the
+//      umask, like a plain open(2). Temporaries of writers that died without cleaning up (kill -9) are swept by
+//      the next writer of the same PATH on the same host (sweep_stale_temps);
 //   2. every write(2) checked (short writes retried, EINTR retried), then fsync(2) and close(2) checked;
 //   3. rename(2) over PATH (atomic on POSIX file systems: PATH is the old file or the new one, never a mix),
 //      then fsync of PATH's directory so the rename itself is durable.
@@ -36,16 +38,27 @@ std::string output_identity(const std::string& path, const std::string& flag = "
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
                             const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
 
-// "PATH.partial.XXXXXX" created exclusively (see above); the descriptor is open for writing. RuntimeFault.
+// "PATH.partial.p<PID>h<HOST>.XXXXXX" created exclusively (see above); the descriptor is open for writing.
+// RuntimeFault.
 struct TempFile {
   int fd = -1;
   std::string name;
 };
 TempFile create_temp_for(const std::string& path);
 
-// A fresh name "PATH.partial.XXXXXX" (random suffix) that does not exist yet, for a caller that creates the file
-// itself with O_CREAT|O_EXCL (the checkpoint writer: H5Fcreate with H5F_ACC_EXCL).
+// A fresh name "PATH.partial.p<PID>h<HOST>.XXXXXX" (random suffix) that does not exist yet, for a caller that
+// creates the file itself with O_CREAT|O_EXCL (the checkpoint writer: H5Fcreate with H5F_ACC_EXCL).
 std::string temp_name_for(const std::string& path);
+
+// "p<PID>h<HOST>": this process's id and an 8-hex-digit FNV-1a hash of gethostname(2), as temp names carry it.
+std::string temp_owner_tag();
+
+// Removes the temporaries of PATH left by writers that are gone: every plain file in PATH's directory named
+// "BASENAME.partial.p<PID>h<HOST>.*" (with ".space" companions) whose HOST is this host and whose PID no longer
+// exists (kill(PID, 0) fails with ESRCH). Never touches another host's, a live process's, a symlink or an
+// old-style name without an owner (a reused PID keeps a stale file: conservative). Returns the removed paths.
+// Errors (unreadable directory) are ignored: the write that follows reports them. The sweep is a directory scan.
+std::vector<std::string> sweep_stale_temps(const std::string& path);
 
 // fsync(TEMP) (when FSYNC_TEMP), rename(TEMP, PATH), fsync(PATH's directory). On failure TEMP is removed and
 // RuntimeFault names PATH and the cause.

@@ -174,6 +174,7 @@ KernelCost attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& 
                                 ", got " + runtime::dtype_name(lse.dtype()) + " " + runtime::shape_str(lse.shape()));
 
   KernelCost cost = attention_cost(sq, sk, hq, hkv, d, q.dtype(), out.dtype(), o);
+  if (cost_only({&q, &k, &v}, {&out, &lse})) return cost;
   if (heads.begin == heads.end || sq == 0) return cost;
 
   const float scale = o.scale ? *o.scale : 1.0f / std::sqrt(static_cast<float>(d));
@@ -296,6 +297,14 @@ KernelCost merge_attention_partials(Tensor& out_a, Tensor& lse_a, const Tensor& 
       throw std::invalid_argument("merge_attention_partials: lse must be fp32 [H, seq] = " +
                                   runtime::shape_str({h, seq}) + ", got " + runtime::dtype_name(t->dtype()) + " " +
                                   runtime::shape_str(t->shape()));
+  const double n = double(out_a.numel());
+  KernelCost cost;
+  cost.name = "attention_merge";
+  cost.dtype = out_a.dtype();
+  cost.flops = 3.0 * n;
+  cost.bytes = n * double(2 * runtime::dtype_size(out_a.dtype()) + runtime::dtype_size(out_b.dtype())) +
+               double(lse_a.numel()) * 4.0 * 3.0;
+  if (cost_only({&out_a, &lse_a, &out_b, &lse_b}, {&out_a, &lse_a})) return cost;
   float* la = lse_a.f32();
   const float* lb = lse_b.f32();
   const bool a32 = out_a.dtype() == DType::fp32, b32 = out_b.dtype() == DType::fp32;
@@ -324,14 +333,7 @@ KernelCost merge_attention_partials(Tensor& out_a, Tensor& lse_a, const Tensor& 
       }
       la[hh * seq + i] = lse;
     }
-  const double n = double(out_a.numel());
-  KernelCost c;
-  c.name = "attention_merge";
-  c.dtype = out_a.dtype();
-  c.flops = 3.0 * n;
-  c.bytes = n * double(2 * runtime::dtype_size(out_a.dtype()) + runtime::dtype_size(out_b.dtype())) +
-            double(lse_a.numel()) * 4.0 * 3.0;
-  return c;
+  return cost;
 }
 
 }  // namespace shardsim::kernels

@@ -108,6 +108,7 @@ KernelCost attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     throw std::invalid_argument("attention_backward: lse must be fp32 [Hq, seq_q] = " + shape_str({hq, sq}) +
                                 ", got " + runtime::dtype_name(lse.dtype()) + " " + shape_str(lse.shape()));
   const KernelCost cost = attention_backward_cost(sq, sk, hq, hkv, d, q.dtype(), dq.dtype(), o);
+  if (cost_only({&q, &k, &v, &out, &lse, &dout}, {&dq, &dk, &dv})) return cost;
 
   std::vector<float> kq, kk, kv, ko, kdo;
   const float *qp = as_f32(q, kq), *kp = as_f32(k, kk), *vp = as_f32(v, kv), *op = as_f32(out, ko),

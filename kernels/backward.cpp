@@ -31,6 +31,8 @@ KernelCost gemm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
     throw std::invalid_argument("gemm_backward: X " + shape_str(x.shape()) + ", W " + shape_str(w.shape()) +
                                 ", dY " + shape_str(dy.shape()) + " (want X [M, K], W [K, N], dY [M, N])");
   KernelCost cost{"gemm_backward", 0, 0, x.dtype()};
+  // Shape-only: dX and dW become shape-only here, so the two gemm() calls below only charge their cost.
+  cost_only({&x, &w, &dy}, {dx, dw});
   if (dx) {
     if (dx->shape() != x.shape())
       throw std::invalid_argument("gemm_backward: dX " + shape_str(dx->shape()) + " must have X's shape " +
@@ -55,6 +57,9 @@ KernelCost swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& d
   check_like(gate, dout, "swiglu_backward", "gate", "dOut");
   check_like(gate, dgate, "swiglu_backward", "gate", "dGate");
   check_like(gate, dup, "swiglu_backward", "gate", "dUp");
+  const double n = static_cast<double>(gate.numel());
+  const KernelCost cost{"swiglu_backward", 10.0 * n, 5.0 * n * esize(gate), gate.dtype()};
+  if (cost_only({&gate, &up, &dout}, {&dgate, &dup})) return cost;
   for (int64_t i = 0; i < gate.numel(); ++i) {
     const float g = gate.get(i), u = up.get(i), d = dout.get(i);
     const float sg = 1.0f / (1.0f + std::exp(-g));
@@ -62,8 +67,7 @@ KernelCost swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& d
     dgate.set(i, d * u * (sg * (1.0f + g * (1.0f - sg))));
     dup.set(i, d * silu);
   }
-  const double n = static_cast<double>(gate.numel());
-  return {"swiglu_backward", 10.0 * n, 5.0 * n * esize(gate), gate.dtype()};
+  return cost;
 }
 
 KernelCost rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw, float eps) {
@@ -74,6 +78,9 @@ KernelCost rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
                                 (dw ? ", dw " + shape_str(dw->shape()) : std::string()) +
                                 " (want x, dy, dx [T, h] and w, dw [h])");
   const int64_t T = x.dim(0), h = x.dim(1);
+  const double n = static_cast<double>(T * h);
+  const KernelCost cost{"rmsnorm_backward", 12.0 * n, (3.0 * n + 2.0 * double(h)) * esize(x), x.dtype()};
+  if (cost_only({&x, &w, &dy}, {&dx, dw})) return cost;
   const auto wf = w.to_float();
   std::vector<double> dw_acc(static_cast<size_t>(h), 0.0);
   std::vector<float> xr(static_cast<size_t>(h)), gr(static_cast<size_t>(h));
@@ -97,8 +104,7 @@ KernelCost rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
   }
   if (dw)
     for (int64_t i = 0; i < h; ++i) dw->set(i, static_cast<float>(dw_acc[static_cast<size_t>(i)]));
-  const double n = static_cast<double>(T * h);
-  return {"rmsnorm_backward", 12.0 * n, (3.0 * n + 2.0 * double(h)) * esize(x), x.dtype()};
+  return cost;
 }
 
 KernelCost rope_backward_inplace(Tensor& dx, const std::vector<int64_t>& positions, float theta) {
@@ -116,9 +122,11 @@ KernelCost rope_backward_inplace(Tensor& dx, const std::vector<int64_t>& positio
 KernelCost add_backward(const Tensor& dy, Tensor& da, Tensor& db) {
   check_like(dy, da, "add_backward", "dy", "da");
   check_like(dy, db, "add_backward", "dy", "db");
+  const KernelCost cost{"add_backward", 0.0, 3.0 * double(dy.numel()) * esize(dy), dy.dtype()};
+  if (cost_only({&dy}, {&da, &db})) return cost;
   std::memcpy(da.data(), dy.data(), dy.nbytes());
   std::memcpy(db.data(), dy.data(), dy.nbytes());
-  return {"add_backward", 0.0, 3.0 * double(dy.numel()) * esize(dy), dy.dtype()};
+  return cost;
 }
 
 }  // namespace shardsim::kernels

@@ -49,6 +49,8 @@ KernelCost ce_shard_max(const Tensor& z, Tensor& m_local) {
   check_logits(z, "ce_shard_max");
   const int64_t T = z.dim(0), vs = z.dim(1);
   check_stat(m_local, T, "ce_shard_max", "m_local");
+  const KernelCost cost{"ce_max", double(T * vs), double(T * vs) * esize(z) + 4.0 * double(T), z.dtype()};
+  if (cost_only({&z}, {&m_local})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t v = 0; v < vs; ++v) {
@@ -61,7 +63,7 @@ KernelCost ce_shard_max(const Tensor& z, Tensor& m_local) {
     }
     m_local.f32()[t] = m;
   }
-  return {"ce_max", double(T * vs), double(T * vs) * esize(z) + 4.0 * double(T), z.dtype()};
+  return cost;
 }
 
 KernelCost ce_shard_stats(const Tensor& z, const Tensor& m, const std::vector<int64_t>& targets, int64_t v0,
@@ -72,6 +74,8 @@ KernelCost ce_shard_stats(const Tensor& z, const Tensor& m, const std::vector<in
   check_stat(sumexp_local, T, "ce_shard_stats", "sumexp_local");
   check_stat(target_local, T, "ce_shard_stats", "target_local");
   check_targets(targets, T, v0, vs, vocab, "ce_shard_stats");
+  const KernelCost cost{"ce_stats", 3.0 * double(T * vs), double(T * vs) * esize(z) + 12.0 * double(T), z.dtype()};
+  if (cost_only({&z, &m}, {&sumexp_local, &target_local})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     const float mt = m.f32()[t];
     double s = 0;
@@ -80,7 +84,7 @@ KernelCost ce_shard_stats(const Tensor& z, const Tensor& m, const std::vector<in
     const int64_t y = targets[static_cast<size_t>(t)] - v0;
     target_local.f32()[t] = (y >= 0 && y < vs) ? z.get(t * vs + y) : 0.0f;
   }
-  return {"ce_stats", 3.0 * double(T * vs), double(T * vs) * esize(z) + 12.0 * double(T), z.dtype()};
+  return cost;
 }
 
 KernelCost ce_loss(const Tensor& m, const Tensor& sumexp, const Tensor& target, Tensor& loss) {
@@ -91,9 +95,11 @@ KernelCost ce_loss(const Tensor& m, const Tensor& sumexp, const Tensor& target, 
   check_stat(sumexp, T, "ce_loss", "sumexp");
   check_stat(target, T, "ce_loss", "target");
   check_stat(loss, T, "ce_loss", "loss");
+  const KernelCost cost{"ce_loss", 3.0 * double(T), 16.0 * double(T), DType::fp32};
+  if (cost_only({&m, &sumexp, &target}, {&loss})) return cost;
   for (int64_t t = 0; t < T; ++t)
     loss.f32()[t] = static_cast<float>(double(m.f32()[t]) + std::log(double(sumexp.f32()[t])) - double(target.f32()[t]));
-  return {"ce_loss", 3.0 * double(T), 16.0 * double(T), DType::fp32};
+  return cost;
 }
 
 KernelCost ce_backward(const Tensor& z, const Tensor& m, const Tensor& sumexp, const std::vector<int64_t>& targets,
@@ -106,6 +112,9 @@ KernelCost ce_backward(const Tensor& z, const Tensor& m, const Tensor& sumexp, c
   check_stat(m, T, "ce_backward", "m");
   check_stat(sumexp, T, "ce_backward", "sumexp");
   check_targets(targets, T, v0, vs, vocab, "ce_backward");
+  const KernelCost cost{"ce_backward", 4.0 * double(T * vs), 2.0 * double(T * vs) * esize(z) + 8.0 * double(T),
+                        z.dtype()};
+  if (cost_only({&z, &m, &sumexp}, {&dz})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     const double mt = m.f32()[t], inv = 1.0 / double(sumexp.f32()[t]);
     const int64_t y = targets[static_cast<size_t>(t)] - v0;
@@ -114,7 +123,7 @@ KernelCost ce_backward(const Tensor& z, const Tensor& m, const Tensor& sumexp, c
       dz.set(t * vs + v, static_cast<float>(double(scale) * (p - (v == y ? 1.0 : 0.0))));
     }
   }
-  return {"ce_backward", 4.0 * double(T * vs), 2.0 * double(T * vs) * esize(z) + 8.0 * double(T), z.dtype()};
+  return cost;
 }
 
 }  // namespace shardsim::kernels

@@ -36,6 +36,11 @@ KernelCost embedding_forward(const Tensor& table, const std::vector<int64_t>& to
                              Tensor& out) {
   check(table, tokens, v0, vocab, out, "embedding_forward", "table", "out");
   const int64_t vs = table.dim(0), h = table.dim(1);
+  {
+    const double n = static_cast<double>(out.numel()), es = static_cast<double>(runtime::dtype_size(table.dtype()));
+    const KernelCost cost{"embedding", 0.0, 2.0 * n * es + 8.0 * double(tokens.size()), table.dtype()};
+    if (cost_only({&table}, {&out})) return cost;
+  }
   const size_t row_bytes = static_cast<size_t>(h) * runtime::dtype_size(table.dtype());
   auto* dst = static_cast<unsigned char*>(out.data());
   const auto* src = static_cast<const unsigned char*>(table.data());
@@ -54,6 +59,12 @@ KernelCost embedding_backward(const Tensor& dout, const std::vector<int64_t>& to
                               Tensor& dtable) {
   check(dtable, tokens, v0, vocab, dout, "embedding_backward", "dtable", "dout");
   const int64_t vs = dtable.dim(0), h = dtable.dim(1);
+  {
+    const double n = static_cast<double>(dout.numel()), es = static_cast<double>(runtime::dtype_size(dout.dtype()));
+    const KernelCost cost{"embedding_backward", n, (2.0 * n + double(vs * h)) * es + 8.0 * double(tokens.size()),
+                          dout.dtype()};
+    if (cost_only({&dout}, {&dtable})) return cost;
+  }
   std::vector<float> acc(static_cast<size_t>(vs * h), 0.0f);
   for (size_t t = 0; t < tokens.size(); ++t) {
     const int64_t r = tokens[t] - v0;

@@ -13,6 +13,10 @@ KernelCost rmsnorm(const Tensor& x, const Tensor& w, Tensor& y, float eps) {
     throw std::invalid_argument("rmsnorm: x " + shape_str(x.shape()) + ", w " + shape_str(w.shape()) + ", y " +
                                 shape_str(y.shape()) + " (want x [T, h], w [h], y [T, h])");
   const int64_t T = x.dim(0), h = x.dim(1);
+  const double es = static_cast<double>(runtime::dtype_size(x.dtype()));
+  const KernelCost cost{"rmsnorm", 4.0 * static_cast<double>(T * h),
+                        (2.0 * static_cast<double>(T * h) + static_cast<double>(h)) * es, x.dtype()};
+  if (cost_only({&x, &w}, {&y})) return cost;
   const auto wf = w.to_float();
   std::vector<float> row(static_cast<size_t>(h));
   for (int64_t t = 0; t < T; ++t) {
@@ -24,9 +28,7 @@ KernelCost rmsnorm(const Tensor& x, const Tensor& w, Tensor& y, float eps) {
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
     for (int64_t i = 0; i < h; ++i) y.set(t * h + i, row[static_cast<size_t>(i)] * inv * wf[static_cast<size_t>(i)]);
   }
-  const double es = static_cast<double>(runtime::dtype_size(x.dtype()));
-  return {"rmsnorm", 4.0 * static_cast<double>(T * h), (2.0 * static_cast<double>(T * h) + static_cast<double>(h)) * es,
-          x.dtype()};
+  return cost;
 }
 
 KernelCost rope_inplace(Tensor& x, const std::vector<int64_t>& positions, float theta) {
@@ -34,6 +36,9 @@ KernelCost rope_inplace(Tensor& x, const std::vector<int64_t>& positions, float 
     throw std::invalid_argument("rope: x " + shape_str(x.shape()) + " with " + std::to_string(positions.size()) +
                                 " positions (want x [T, H, d] with d even and one position per token)");
   const int64_t T = x.dim(0), H = x.dim(1), d = x.dim(2);
+  const double n = static_cast<double>(x.numel());
+  const KernelCost cost{"rope", 3.0 * n, 2.0 * n * static_cast<double>(runtime::dtype_size(x.dtype())), x.dtype()};
+  if (cost_only({&x}, {&x})) return cost;
   std::vector<double> inv_freq(static_cast<size_t>(d / 2));
   for (int64_t i = 0; i < d / 2; ++i)
     inv_freq[static_cast<size_t>(i)] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(d));
@@ -48,13 +53,15 @@ KernelCost rope_inplace(Tensor& x, const std::vector<int64_t>& positions, float 
         x.set(base + 1, x0 * s + x1 * c);
       }
     }
-  const double n = static_cast<double>(x.numel());
-  return {"rope", 3.0 * n, 2.0 * n * static_cast<double>(runtime::dtype_size(x.dtype())), x.dtype()};
+  return cost;
 }
 
 KernelCost add_inplace(Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape())
     throw std::invalid_argument("add: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) + " differ");
+  const double n = static_cast<double>(a.numel());
+  const KernelCost cost{"add", n, 3.0 * n * static_cast<double>(runtime::dtype_size(a.dtype())), a.dtype()};
+  if (cost_only({&a, &b}, {&a})) return cost;
   if (a.dtype() == runtime::DType::fp32 && b.dtype() == runtime::DType::fp32) {
     float* pa = a.f32();
     const float* pb = b.f32();
@@ -62,8 +69,7 @@ KernelCost add_inplace(Tensor& a, const Tensor& b) {
   } else {
     for (int64_t i = 0; i < a.numel(); ++i) a.set(i, a.get(i) + b.get(i));
   }
-  const double n = static_cast<double>(a.numel());
-  return {"add", n, 3.0 * n * static_cast<double>(runtime::dtype_size(a.dtype())), a.dtype()};
+  return cost;
 }
 
 }  // namespace shardsim::kernels

@@ -33,6 +33,11 @@ KernelCost adamw_step(Tensor& master, Tensor& m, Tensor& v, const Tensor& grad, 
   if (!ok)
     throw std::invalid_argument("adamw_step: need finite lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0 "
                                 "and a finite grad_scale");
+  const double n = static_cast<double>(master.numel());
+  const double gb = static_cast<double>(runtime::dtype_size(grad.dtype()));
+  const double cb = copy ? static_cast<double>(runtime::dtype_size(copy->dtype())) : 0.0;
+  const KernelCost cost{"adamw", 14.0 * n, n * (24.0 + gb + cb), DType::fp32};
+  if (cost_only({&master, &m, &v, &grad}, {&master, &m, &v, copy})) return cost;
   const float bc1 = static_cast<float>(1.0 - std::pow(double(c.beta1), double(step)));
   const float bc2 = static_cast<float>(1.0 - std::pow(double(c.beta2), double(step)));
   const float decay = 1.0f - c.lr * c.weight_decay;
@@ -46,10 +51,7 @@ KernelCost adamw_step(Tensor& master, Tensor& m, Tensor& v, const Tensor& grad, 
     p[i] = p[i] * decay - c.lr * mhat / (std::sqrt(vhat) + c.eps);
     if (copy) copy->set(i, p[i]);
   }
-  const double n = static_cast<double>(master.numel());
-  const double gb = static_cast<double>(runtime::dtype_size(grad.dtype()));
-  const double cb = copy ? static_cast<double>(runtime::dtype_size(copy->dtype())) : 0.0;
-  return {"adamw", 14.0 * n, n * (24.0 + gb + cb), DType::fp32};
+  return cost;
 }
 
 double grad_sq_norm_local(const std::vector<GradNormTerm>& terms) {
@@ -58,7 +60,7 @@ double grad_sq_norm_local(const std::vector<GradNormTerm>& terms) {
     if (!t.grad) throw std::invalid_argument("grad_sq_norm_local: a term has no gradient");
     bool counted = true;
     for (int64_t c : t.replica_coords) counted = counted && c == 0;
-    if (!counted) continue;
+    if (!counted || !t.grad->has_storage()) continue;  // shape-only: no values, contributes 0
     for (int64_t i = 0; i < t.grad->numel(); ++i) {
       const double g = t.grad->get(i);
       s += g * g;

@@ -59,7 +59,8 @@ struct GradNormTerm {
 };
 
 // Step 1 of the rule above: Σ g² over the terms this chip counts, accumulated in fp64. A NaN or Inf in a counted
-// gradient gives NaN or Inf.
+// gradient gives NaN or Inf. A shape-only gradient (no storage, no values) contributes 0, so a shape-only run's
+// norm is 0 and its clip coefficient 1 (the schedule, which is all such a run measures, does not depend on it).
 double grad_sq_norm_local(const std::vector<GradNormTerm>& terms);
 
 // min(1, max_norm / (norm + 1e-6)) (PyTorch's formula); NaN when norm is NaN or Inf, so the caller can skip the

@@ -21,39 +21,6 @@ using runtime::Tensor;
 
 namespace {
 
-int unit_of(const std::string& name, int64_t layers) {
-  if (name == "embed") return 0;
-  if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
-  return static_cast<int>(layers) + 1;  // final_norm, head
-}
-
-double cache_bytes(const LmCache& C) {
-  double b = 0;
-  for (const auto& L : C.layers) {
-    for (const Tensor* t : {&L.x_in, &L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
-      b += static_cast<double>(t->nbytes());
-    for (const auto& t : L.lse) b += static_cast<double>(t.nbytes());
-  }
-  for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
-  return b;
-}
-
-// With per-block recomputation: every block's input, the largest block's other saved tensors (one block is
-// rebuilt at a time) and the head's tensors.
-double cache_bytes_recompute(const LmCache& C) {
-  double b = 0, largest = 0;
-  for (const auto& L : C.layers) {
-    b += static_cast<double>(L.x_in.nbytes());
-    double rest = 0;
-    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
-      rest += static_cast<double>(t->nbytes());
-    for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
-    largest = std::max(largest, rest);
-  }
-  for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
-  return b + largest;
-}
-
 bool same_costs(const std::vector<kernels::KernelCost>& a, const std::vector<kernels::KernelCost>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -96,7 +63,7 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
   std::vector<Slot> order;
   for (int u = units - 1; u >= 0; --u)
     for (size_t i = 0; i < named.size(); ++i)
-      if (unit_of(named[i].first, global.layers) == u) order.push_back({i, u, 0, size_t(named[i].second->numel())});
+      if (lm_unit_of(named[i].first, global.layers) == u) order.push_back({i, u, 0, size_t(named[i].second->numel())});
   unit_bucket_.assign(size_t(units), -1);
   for (const Slot& s : order) {
     const bool new_bucket =
@@ -142,7 +109,7 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
   LmCache cache;
   lm_forward(local_, work_, lb, &cache, &fwd_costs_, &fwd_marks_);
   lm_backward(local_, work_, lb, cache, grads_, &bwd_costs_, &bwd_marks_);
-  activation_bytes_ = dp.recompute ? cache_bytes_recompute(cache) : cache_bytes(cache);
+  activation_bytes_ = lm_cache_bytes(cache, dp.recompute);
 }
 
 void LmDpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
@@ -267,7 +234,7 @@ LmDpStepResult LmDpTrainer::step() {
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(tp_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
   r.grad_norm = std::sqrt(norm_sq);
-  finish_step_loss(r, local_loss, tp_.comm(), size_, rank_, "lm_dp loss");
+  finish_step_loss(r, local_loss, tp_, "lm_dp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
 
   // AdamW on the chunks this rank owns, charged as one multi-tensor kernel over every bucket (as fused optimizers
@@ -385,11 +352,16 @@ LmDpMemory LmDpTrainer::memory() const {
   return m;
 }
 
-void finish_step_loss(LmDpStepResult& r, double local_loss, MPI_Comm comm, int n, int rank, const char* op) {
-  std::vector<double> losses(size_t(n), 0.0);
-  runtime::check_mpi(MPI_Allgather(&local_loss, 1, MPI_DOUBLE, losses.data(), 1, MPI_DOUBLE, comm), rank, op);
-  for (double l : losses) r.loss += l;
-  r.loss /= double(n);
+void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& replicas, const char* op) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &local_loss, sizeof bits);
+  const std::vector<int64_t> all = replicas.allgather(bits, op);
+  for (int64_t b : all) {
+    double l = 0;
+    std::memcpy(&l, &b, sizeof l);
+    r.loss += l;
+  }
+  r.loss /= double(all.size());
   if (!std::isfinite(r.grad_norm)) {
     std::ostringstream msg;
     msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss

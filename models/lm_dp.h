@@ -96,10 +96,11 @@ struct LmDpStepResult {
   double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
 };
 
-// R.loss = the mean of every replica's LOCAL_LOSS (gathered over COMM, N replicas, summed in rank order:
-// host-side reporting, not simulated); throws std::runtime_error when R.grad_norm is not finite (the step is
-// then not applied). Shared by the dp and the dp x tp trainers.
-void finish_step_loss(LmDpStepResult& r, double local_loss, MPI_Comm comm, int n, int rank, const char* op);
+// R.loss = the mean of every replica's LOCAL_LOSS (gathered over REPLICAS, one rank per replica, summed in rank
+// order: host-side reporting through the transport's control plane, not simulated; works with several chips per
+// rank); throws std::runtime_error when R.grad_norm is not finite (the step is then not applied). Shared by the
+// dp and the dp x tp trainers.
+void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& replicas, const char* op);
 
 class LmDpTrainer {
  public:

@@ -1,5 +1,6 @@
 #include "models/lm_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -249,6 +250,26 @@ void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, Lm
   auto& S = cache.layers[static_cast<size_t>(layer)];
   Tensor x = S.x_in;
   forward_block(c, w.layers[static_cast<size_t>(layer)], S, x, positions(c), costs);
+}
+
+double lm_cache_bytes(const LmCache& C, bool recompute) {
+  double b = 0, largest = 0;
+  for (const auto& L : C.layers) {
+    double rest = 0;
+    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
+      rest += static_cast<double>(t->nbytes());
+    for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
+    b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : rest);
+    largest = std::max(largest, rest);
+  }
+  for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
+  return recompute ? b + largest : b;
+}
+
+int lm_unit_of(const std::string& name, int64_t layers) {
+  if (name == "embed") return 0;
+  if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
+  return static_cast<int>(layers) + 1;  // final_norm, head
 }
 
 void lm_drop_block_activations(LmCache& cache) {

@@ -115,6 +115,12 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
 // lm_recompute_block re-runs block LAYER's forward from it and refills its saved tensors (bit-identical to the
 // first forward: the kernels are deterministic). COSTS receives the recomputed kernels.
 void lm_drop_block_activations(LmCache& cache);
+// Bytes of the activations a forward keeps for the backward, from CACHE as the forward filled it: every saved
+// tensor; with RECOMPUTE, every block's input, the largest block's other saved tensors (one block is rebuilt at a
+// time) and the head's tensors.
+double lm_cache_bytes(const LmCache& cache, bool recompute);
+// The unit a weight belongs to (see lm_forward): 0 = "embed", 1 + l = "layers.<l>.*", layers + 1 = final_norm, head.
+int lm_unit_of(const std::string& name, int64_t layers);
 void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
                         std::vector<kernels::KernelCost>* costs = nullptr);
 

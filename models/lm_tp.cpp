@@ -49,9 +49,19 @@ LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, std::string algorithm, bool sequence_parallel)
-    : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline),
-      algorithm_(std::move(algorithm)), sp_(sequence_parallel) {
+    : LmTpTrainer(global, train, mesh, world, timeline, LmDpConfig{0, 0, std::move(algorithm), false},
+                  sequence_parallel) {}
+
+LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+                         runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
+                         bool sequence_parallel)
+    : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
+      algorithm_(dp.algorithm), sp_(sequence_parallel) {
   check_lm_config(global);
+  if (dp.zero < 0 || dp.zero > 3)
+    throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
+  if (dp.bucket_bytes < 0)
+    throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(dp.bucket_bytes) + ")");
   for (const auto& a : mesh.axes())
     if (a.size > 1 && a.name != "tp" && a.name != "dp")
       throw std::invalid_argument("parallel: train's tensor parallelism runs on dp x tp meshes only (got " +
@@ -86,11 +96,97 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   (void)mesh_["tp"];
   (void)mesh_["dp"];
 
-  master_ = shard(lm_init(global));
-  m_ = lm_zeros(local_, DType::fp32);
-  v_ = lm_zeros(local_, DType::fp32);
-  work_ = lm_compute_copy(local_, master_);
+  const LmWeights master = shard(lm_init(global));
+  work_ = lm_compute_copy(local_, master);
   grads_ = lm_zeros(local_, global.dtype);
+
+  // Buckets over the local shards, as lm_dp.cpp: flat order = units in backward order, named order within a unit.
+  const auto named = master.named_weights();
+  const int units = static_cast<int>(global.layers) + 2;
+  const size_t esize = runtime::dtype_size(global.dtype);
+  unit_bucket_.assign(size_t(units), -1);
+  for (int u = units - 1; u >= 0; --u)
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (lm_unit_of(named[i].first, global.layers) != u) continue;
+      const bool new_bucket =
+          buckets_.empty() ||
+          (dp.zero == 3 ? buckets_.back().last_unit != u
+                        : dp.bucket_bytes > 0 && double(buckets_.back().count * esize) >= double(dp.bucket_bytes));
+      if (new_bucket) buckets_.emplace_back();
+      Bucket& b = buckets_.back();
+      b.slots.push_back({i, u, b.count, size_t(named[i].second->numel()), split_of(named[i].first) == Split::replicate});
+      b.count += size_t(named[i].second->numel());
+      b.last_unit = u;
+      unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
+    }
+  for (Bucket& b : buckets_) {
+    const collectives::Partition p{b.count, size_t(dp_size_)};
+    b.own_off = dp.zero >= 1 ? p.offset(size_t(dp_rank_)) : 0;
+    b.own_n = dp.zero >= 1 ? p.size(size_t(dp_rank_)) : b.count;
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    pack(b, master, flat);
+    b.master = Tensor(DType::fp32, {int64_t(b.own_n)});
+    std::memcpy(b.master.data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
+    b.m = Tensor(DType::fp32, {int64_t(b.own_n)});
+    b.v = Tensor(DType::fp32, {int64_t(b.own_n)});
+    if (global.dtype != DType::fp32) {
+      Tensor wflat(global.dtype, {int64_t(b.count)});
+      pack(b, work_, wflat);
+      b.copy = Tensor(global.dtype, {int64_t(b.own_n)});
+      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
+    }
+    b.grad = Tensor(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
+  }
+}
+
+void LmTpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
+  const auto named = w.named_weights();
+  const size_t es = runtime::dtype_size(flat.dtype());
+  for (const Slot& s : b.slots) {
+    const Tensor& t = *named[s.index].second;
+    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_tp: pack dtype mismatch");
+    std::memcpy(static_cast<char*>(flat.data()) + s.offset * es, t.data(), s.numel * es);
+  }
+}
+
+void LmTpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) const {
+  auto named = w.named_weights();
+  const size_t es = runtime::dtype_size(flat.dtype());
+  for (const Slot& s : b.slots) {
+    Tensor& t = *named[s.index].second;
+    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_tp: unpack dtype mismatch");
+    std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
+  }
+}
+
+sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
+  const Tensor& src = global_.dtype == DType::fp32 ? b.master : b.copy;
+  if (dp_size_ == 1) {  // the chunk is the whole bucket
+    unpack(b, src, work_);
+    return ready;
+  }
+  Tensor flat(global_.dtype, {int64_t(b.count)});
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm_;
+  o.name = "all_gather.params";
+  const auto r = collectives::all_gather(mesh_["dp"], src.data(), flat.data(), b.count, global_.dtype, ready, o);
+  unpack(b, flat, work_);
+  return r.span.end;
+}
+
+void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) {
+  if (dp_.zero == 3)
+    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])],
+                                  unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
+  fwd_start_[size_t(unit)] = t;
+}
+
+void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) {
+  const int units = static_cast<int>(global_.layers) + 2;
+  if (dp_.zero == 3)
+    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])],
+                                  unit == units - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)]));
+  bwd_start_[size_t(unit)] = t;
 }
 
 LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
@@ -153,13 +249,30 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
   return out;
 }
 
-LmWeights LmTpTrainer::gather_master() { return gather(master_); }
+LmWeights LmTpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
+  LmWeights w = lm_zeros(local_, DType::fp32);
+  for (Bucket& b : buckets_) {
+    if (dp_.zero == 0 || dp_size_ == 1) {
+      unpack(b, b.*field, w);
+      continue;
+    }
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm_;
+    o.name = name;
+    collectives::all_gather(mesh_["dp"], (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
+    unpack(b, flat, w);
+  }
+  return w;
+}
+
+LmWeights LmTpTrainer::gather_master() { return gather(gather_field(&Bucket::master, "all_gather.master")); }
 
 LmTrainSnapshot LmTpTrainer::gather_state() {
   LmTrainSnapshot s;
-  s.master = gather(master_);
-  s.m = gather(m_);
-  s.v = gather(v_);
+  s.master = gather(gather_field(&Bucket::master, "all_gather.master"));
+  s.m = gather(gather_field(&Bucket::m, "all_gather.adam_m"));
+  s.v = gather(gather_field(&Bucket::v, "all_gather.adam_v"));
   s.step = step_;
   return s;
 }
@@ -175,10 +288,22 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
         throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
                                     runtime::shape_str(got[i].second->shape()));
   }
-  master_ = shard(s.master);
-  m_ = shard(s.m);
-  v_ = shard(s.v);
-  work_ = lm_compute_copy(local_, master_);
+  if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
+  const LmWeights master = shard(s.master), m = shard(s.m), v = shard(s.v);
+  work_ = lm_compute_copy(local_, master);
+  const size_t esize = runtime::dtype_size(global_.dtype);
+  for (Bucket& b : buckets_) {
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    for (auto [src, dst] : {std::pair{&master, &b.master}, std::pair{&m, &b.m}, std::pair{&v, &b.v}}) {
+      pack(b, *src, flat);
+      std::memcpy(dst->data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
+    }
+    if (global_.dtype != DType::fp32) {
+      Tensor wflat(global_.dtype, {int64_t(b.count)});
+      pack(b, work_, wflat);
+      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
+    }
+  }
   step_ = s.step;
 }
 
@@ -221,10 +346,53 @@ Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* na
   return out;
 }
 
+void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
+                                sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  const LmLayer& L = work_.layers[size_t(l)];
+  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
+  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  auto mm = [&](const Tensor& a, const Tensor& wt) {
+    Tensor y(a.dtype(), {a.dim(0), wt.dim(1)});
+    charge(kernels::gemm(a, wt, y), t);
+    return y;
+  };
+  S.x_in = x;
+  Tensor a = act({Nr, h});
+  charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
+  S.a = from_seq(a, t, "attn_in");
+  S.q = mm(S.a, L.wq).reshaped({N, hq, d});
+  S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
+  S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
+  charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
+  charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
+  S.o = act({N, hq, d});
+  S.lse.clear();
+  for (int64_t b = 0; b < c.batch; ++b) {
+    Tensor ob = act({T, hq, d}), lse(DType::fp32, {hq, T});
+    charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
+    S.o.set_rows(b * T, ob);
+    S.lse.push_back(std::move(lse));
+  }
+  const Tensor attn = to_seq(mm(Tensor(S.o).reshaped({N, hq * d}), L.wo), t, "attn_out");
+  charge(kernels::add_inplace(x, attn), t);
+  S.x_mid = x;
+  Tensor m = act({Nr, h});
+  charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
+  S.m = from_seq(m, t, "mlp_in");
+  S.gate = mm(S.m, L.w_gate);
+  S.up = mm(S.m, L.w_up);
+  S.act = S.gate;
+  charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
+  const Tensor mlp = to_seq(mm(S.act, L.w_down), t, "mlp_out");
+  charge(kernels::add_inplace(x, mlp), t);
+}
+
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
-  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
+  const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
   std::vector<int64_t> pos(static_cast<size_t>(N));
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
@@ -237,42 +405,15 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   using collectives::ReduceOp;
   C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
+  begin_forward(0, t);
   Tensor x = act({N, h});
   charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
   x = to_seq(std::move(x), t, "embed");
   for (int64_t l = 0; l < c.layers; ++l) {
-    const LmLayer& L = w.layers[size_t(l)];
-    auto& S = C.layers[size_t(l)];
-    S.x_in = x;
-    Tensor a = act({Nr, h});
-    charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
-    S.a = from_seq(a, t, "attn_in");
-    S.q = mm(S.a, L.wq).reshaped({N, hq, d});
-    S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
-    S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
-    charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
-    charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
-    S.o = act({N, hq, d});
-    S.lse.clear();
-    for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor ob = act({T, hq, d}), lse(DType::fp32, {hq, T});
-      charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
-      S.o.set_rows(b * T, ob);
-      S.lse.push_back(std::move(lse));
-    }
-    const Tensor attn = to_seq(mm(Tensor(S.o).reshaped({N, hq * d}), L.wo), t, "attn_out");
-    charge(kernels::add_inplace(x, attn), t);
-    S.x_mid = x;
-    Tensor m = act({Nr, h});
-    charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
-    S.m = from_seq(m, t, "mlp_in");
-    S.gate = mm(S.m, L.w_gate);
-    S.up = mm(S.m, L.w_up);
-    S.act = S.gate;
-    charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
-    const Tensor mlp = to_seq(mm(S.act, L.w_down), t, "mlp_out");
-    charge(kernels::add_inplace(x, mlp), t);
+    begin_forward(int(l) + 1, t);
+    block_forward(l, x, C.layers[size_t(l)], pos, t);
   }
+  begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   Tensor xf = act({Nr, h});
   charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
@@ -298,7 +439,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   return total / double(N);
 }
 
-void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& t) {
+void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
   LmWeights& g = grads_;
@@ -308,7 +449,9 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
+  const int head_unit = int(c.layers) + 1;
 
+  begin_backward(head_unit, t);
   Tensor dlogits = act({N, c.vocab});
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / float(N), dlogits), t);
   const int64_t Nr = sp_ ? N / tp_size_ : N;
@@ -318,9 +461,15 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
   const Tensor dxf_r = to_seq(std::move(dxf), t, "dhead_in");
   Tensor dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
+  grad_ready_[size_t(head_unit)] = t;
   for (int64_t l = c.layers - 1; l >= 0; --l) {
+    begin_backward(int(l) + 1, t);
     const LmLayer& L = w.layers[size_t(l)];
     LmLayer& G = g.layers[size_t(l)];
+    if (dp_.recompute) {  // the block's forward again from its saved input (its kernels and tp collectives)
+      Tensor x = C.layers[size_t(l)].x_in;
+      block_forward(l, x, C.layers[size_t(l)], pos, t);
+    }
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     {
@@ -366,8 +515,16 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
     const Tensor da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
+    grad_ready_[size_t(l) + 1] = t;
+    if (dp_.recompute) {  // the rebuilt block is freed again after its backward
+      Tensor keep = std::move(C.layers[size_t(l)].x_in);
+      C.layers[size_t(l)] = LmCache::Layer{};
+      C.layers[size_t(l)].x_in = std::move(keep);
+    }
   }
+  begin_backward(0, t);
   charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
+  grad_ready_[0] = t;
   if (sp_) {
     // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
@@ -389,6 +546,7 @@ void LmTpTrainer::backward(const LmBatch& batch, const LmCache& C, sim::TimeNs& 
       std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
       off += size_t(n->numel());
     }
+    for (auto& r : grad_ready_) r = t;  // every unit holds a norm weight: complete after this all_reduce
   }
 }
 
@@ -397,6 +555,10 @@ LmDpStepResult LmTpTrainer::step() {
   r.step = step_ + 1;
   tl_.reset();
   sim::TimeNs t = 0;
+  const int units = static_cast<int>(global_.layers) + 2;
+  fwd_start_.assign(size_t(units), 0);
+  bwd_start_.assign(size_t(units), 0);
+  grad_ready_.assign(size_t(units), 0);
   const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
   LmBatch lb;
   const int64_t first = dp_rank_ * local_.batch * global_.seq, n = local_.batch * global_.seq;
@@ -405,87 +567,111 @@ LmDpStepResult LmTpTrainer::step() {
 
   LmCache cache;
   const double local_loss = forward(lb, cache, t);
-  if (activation_bytes_ == 0) {
-    for (const auto& L : cache.layers) {
-      for (const Tensor* x : {&L.x_in, &L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
-        activation_bytes_ += double(x->nbytes());
-      for (const auto& x : L.lse) activation_bytes_ += double(x.nbytes());
-    }
-    for (const Tensor* x : {&cache.x_final, &cache.xf, &cache.logits, &cache.row_max, &cache.sumexp})
-      activation_bytes_ += double(x->nbytes());
-  }
+  if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(cache, dp_.recompute);
+  if (dp_.recompute) lm_drop_block_activations(cache);  // keep the block inputs only
   backward(lb, cache, t);
 
+  // Gradient reduction over dp per bucket, each issued when its last unit's gradients are ready; the squares of
+  // the reduced elements this rank counts (its dp chunk; replicated norm weights on tp coordinate 0 only).
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
-  auto named = grads_.named_weights();
-  if (dp_size_ > 1) {  // DDP: every local gradient averaged over dp, one flat buffer after backward
-    int64_t total = 0;
-    for (auto& [name, gt] : named) total += gt->numel();
-    Tensor flat(global_.dtype, {total});
-    const size_t es = runtime::dtype_size(global_.dtype);
-    size_t off = 0;
-    for (auto& [name, gt] : named) {
-      std::memcpy(static_cast<char*>(flat.data()) + off, gt->data(), gt->nbytes());
-      off += gt->nbytes();
+  sim::TimeNs reduced = t;
+  double sq = 0;
+  for (Bucket& b : buckets_) {
+    const sim::TimeNs ready = grad_ready_[size_t(b.last_unit)];
+    const collectives::Partition p{b.count, size_t(dp_size_)};
+    const size_t own_off = p.offset(size_t(dp_rank_)), own_n = p.size(size_t(dp_rank_));
+    size_t base = 0;  // element of the bucket at b.grad's index 0
+    if (dp_.zero >= 2) {
+      Tensor flat(global_.dtype, {int64_t(b.count)});
+      pack(b, grads_, flat);
+      if (dp_size_ == 1) {
+        b.grad = flat;
+      } else {
+        o.name = "reduce_scatter.grads";
+        const auto res = collectives::reduce_scatter(mesh_["dp"], flat.data(), b.grad.data(), b.count, global_.dtype,
+                                                     collectives::ReduceOp::avg, ready, o);
+        reduced = std::max(reduced, res.span.end);
+      }
+      base = own_off;
+    } else {
+      pack(b, grads_, b.grad);
+      if (dp_size_ > 1) {
+        o.name = "all_reduce.grads";
+        const auto res = collectives::all_reduce(mesh_["dp"], b.grad.data(), b.grad.data(), b.count, global_.dtype,
+                                                 collectives::ReduceOp::avg, ready, o);
+        reduced = std::max(reduced, res.span.end);
+      }
     }
-    o.name = "all_reduce.grads";
-    t = collectives::all_reduce(mesh_["dp"], flat.data(), flat.data(), size_t(total), global_.dtype,
-                                collectives::ReduceOp::avg, t, o)
-            .span.end;
-    off = 0;
-    for (auto& [name, gt] : named) {
-      std::memcpy(gt->data(), static_cast<const char*>(flat.data()) + off, gt->nbytes());
-      off += gt->nbytes();
+    for (const Slot& s : b.slots) {
+      if (s.replicated && tp_rank_ != 0) continue;
+      const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
+      for (size_t i = lo; i < hi; ++i) {
+        const double g = b.grad.get(int64_t(i - base));
+        sq += g * g;
+      }
     }
-    (void)es;
   }
-  // Global norm (kernels/optimizer.h's rule): replicated over dp (after the average) and, for the norm weights,
-  // over tp; counted on coordinate 0 of every axis that replicates the parameter.
-  std::vector<kernels::GradNormTerm> terms;
-  for (auto& [name, gt] : named) {
-    kernels::GradNormTerm term{gt, {dp_rank_}};
-    if (split_of(name) == Split::replicate) term.replica_coords.push_back(tp_rank_);
-    terms.push_back(term);
-  }
-  double sq = kernels::grad_sq_norm_local(terms), norm_sq = 0;
+  double norm_sq = 0;
   o.name = "all_reduce.grad_norm";
-  t = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, t, o).span.end;
+  const auto nr = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
+  t = std::max(t, nr.span.end);
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
-  finish_step_loss(r, local_loss, mesh_["dp"].comm(), dp_size_, world_.rank(), "lm_tp loss");
+  finish_step_loss(r, local_loss, mesh_["dp"], "lm_tp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
+
+  // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back (stages 1-2: all_gather over
+  // dp per bucket; stage 0: every rank updated everything; stage 3: gathered before the next use).
   const bool copy = global_.dtype != DType::fp32;
-  auto ms = master_.named_weights(), m1 = m_.named_weights(), m2 = v_.named_weights(), ws = work_.named_weights();
   kernels::KernelCost opt{"adamw", 0, 0, DType::fp32};
-  for (size_t k = 0; k < ms.size(); ++k) {
-    const auto kc = kernels::adamw_step(*ms[k].second, *m1[k].second, *m2[k].second, *named[k].second, r.step,
-                                        train_.adamw, float(r.clip), copy ? ws[k].second : nullptr);
-    opt.flops += kc.flops;
-    opt.bytes += kc.bytes;
+  const size_t es = runtime::dtype_size(global_.dtype);
+  for (Bucket& b : buckets_) {
+    Tensor g;
+    if (dp_.zero == 1) {
+      g = Tensor(global_.dtype, {int64_t(b.own_n)});
+      std::memcpy(g.data(), static_cast<const char*>(b.grad.data()) + b.own_off * es, b.own_n * es);
+    } else {
+      g = b.grad;
+    }
+    const auto k = kernels::adamw_step(b.master, b.m, b.v, g, r.step, train_.adamw, float(r.clip),
+                                       copy ? &b.copy : nullptr);
+    opt.flops += k.flops;
+    opt.bytes += k.bytes;
   }
-  if (!copy) work_ = master_;  // fp32 computes on the masters
   charge(opt, t);
+  for (Bucket& b : buckets_) {
+    if (dp_.zero == 0)
+      unpack(b, copy ? b.copy : b.master, work_);
+    else if (dp_.zero <= 2)
+      gather_bucket(b, t);
+  }
   step_ = r.step;
   r.breakdown = tl_.breakdown();
   return r;
 }
 
+double LmTpTrainer::local_param_count() const {
+  double psi = 0;
+  for (const Bucket& b : buckets_) psi += double(b.count);
+  return psi;
+}
+
 LmDpMemory LmTpTrainer::memory() const {
   LmDpMemory m;
   const bool mixed = global_.dtype != DType::fp32;
-  for (const auto& [name, x] : work_.named_weights()) m.params += double(x->nbytes());
-  for (const auto& [name, x] : grads_.named_weights()) m.grads += double(x->nbytes());
-  for (const LmWeights* w : {&m_, &v_}) for (const auto& [name, x] : w->named_weights()) m.optimizer += double(x->nbytes());
-  if (mixed) for (const auto& [name, x] : master_.named_weights()) m.optimizer += double(x->nbytes());
+  const double P = double(runtime::dtype_size(global_.dtype)), K = mixed ? 12 : 8;
+  for (const Bucket& b : buckets_) {
+    m.params += dp_.zero == 3 ? double(b.own_n) * P : double(b.count) * P;
+    m.grads += double(b.grad.nbytes());
+    m.optimizer += double(b.m.nbytes() + b.v.nbytes()) + (mixed ? double(b.master.nbytes()) : 0.0);
+  }
   m.activations = activation_bytes_;
-  // Formula: Ψ_local = the shards' element count (replicated norms whole), P and K as in lm_dp.h, no ZeRO division.
-  double psi = 0;
-  for (const auto& [name, x] : master_.named_weights()) psi += double(x->numel());
-  const double P = double(runtime::dtype_size(global_.dtype));
-  m.formula_params = P * psi;
-  m.formula_grads = P * psi;
-  m.formula_optimizer = (mixed ? 12 : 8) * psi;
+  // ZeRO's formulas (lm_dp.h) with Ψ = Ψ_tp (the shards' element count, replicated norms whole), N_d = dp.
+  const double psi = local_param_count(), nd = double(dp_size_);
+  m.formula_params = P * psi / (dp_.zero >= 3 ? nd : 1);
+  m.formula_grads = P * psi / (dp_.zero >= 2 ? nd : 1);
+  m.formula_optimizer = K * psi / (dp_.zero >= 1 ? nd : 1);
   return m;
 }
 

@@ -26,18 +26,38 @@
 // row-parallel layer's backward, reduce_scatter of a column-parallel layer's partial input gradient). The norm
 // weights' gradients, computed over each rank's rows only, are all_reduce(sum)ed over tp after backward.
 //
-// Data parallelism across the dp axis: replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in
-// lm_dp.h); after backward every local gradient is all_reduce(avg)ed over dp in one flat buffer (DDP without
-// buckets, ZeRO stage 0; ZeRO and bucketing on a tp mesh are not built). Global-norm clipping follows
-// kernels/optimizer.h's rule: a sharded weight's gradient counts on dp coordinate 0, a replicated norm weight's on
-// dp and tp coordinates 0; the pieces are all_reduce(sum)ed over the whole mesh. AdamW (fp32 masters and moments
-// of the local shards, bf16 compute copy in mixed precision) is the single-device step's, per element.
+// Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
+// rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
+// (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
+// norm + head) and cut into buckets of >= bucket_bytes (0: one bucket; ZeRO-3: one bucket per unit); each bucket is
+// split over the dp axis by collectives::Partition and dp rank d owns chunk d. Stage 0: all_reduce(avg) over dp per
+// bucket, every rank updates its whole tp shard. Stage 1: the fp32 master and moments of the owned chunk only,
+// AdamW on it, all_gather over dp of the updated parameters. Stage 2: reduce_scatter(avg) instead of all_reduce.
+// Stage 3: between steps only the chunk of each unit's parameters; a unit is all_gathered over dp before its
+// forward and again before its backward (issued when the previous unit starts: FSDP's one-unit prefetch). A
+// bucket's reduction is issued when its last unit's backward has ended (with sp: when the backward has ended,
+// since the norm weights' gradients are all_reduced over tp after it). So each tp rank runs ZeRO over its own dp
+// group on Ψ_tp = its shards' parameter count, and the memory formulas are lm_dp.h's with Ψ = Ψ_tp.
+// Global-norm clipping follows kernels/optimizer.h's rule: every rank adds the squares of the reduced gradient
+// elements of its dp chunk (stage 0: the chunk it would own, so each element counts once over dp), skipping the
+// replicated norm weights unless its tp coordinate is 0; the pieces are all_reduce(sum)ed over the whole mesh.
+// AdamW (fp32 masters and moments of the owned chunks, bf16 compute copy in mixed precision) is the single-device
+// step's, per element.
+//
+// Activation recomputation (LmDpConfig::recompute, Megatron's full recomputation): the forward keeps only each
+// block's input; right before a block's backward (after its ZeRO-3 gather) the block's forward runs again from it,
+// for real on the host and on the timeline, with its tp collectives (all_reduce, or with sp all_gather /
+// reduce_scatter). Losses and weights are bit-identical to the run without it; the step gains one forward of every
+// block (kernels and tp collectives); activations drop to lm_cache_bytes(cache, true).
 //
 // Initialisation: each rank's shards are slices of lm_init(global), so the model is the single-device one. The
 // simulated step: kernels and collectives in program order on the timeline (tp's all_reduces are on the
-// critical path, as in Megatron), then the dp all_reduce, the 8-byte grad-norm all_reduce and AdamW.
+// critical path, as in Megatron; ZeRO-3's dp gathers issued one unit ahead), each bucket's dp reduction when its
+// last unit's gradients are ready, the 8-byte grad-norm all_reduce over the mesh, AdamW (one multi-tensor kernel
+// over the owned chunks), then the stage 1-2 parameter all_gathers over dp.
 //
-// Errors: std::invalid_argument naming the field when heads, kv_heads, ffn or vocab is not a multiple of tp, or
+// Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0, heads, kv_heads, ffn
+// or vocab is not a multiple of tp, or
 // the global batch is not a multiple of dp, or the mesh has axes other than dp and tp; collective errors
 // propagate; std::runtime_error for a non-finite gradient norm (the step is not applied).
 #pragma once
@@ -58,11 +78,17 @@ namespace shardsim::models {
 class LmTpTrainer {
  public:
   // MESH: dp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
+  // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
+  // field for a stage outside 0..3 or bucket_bytes < 0.
+  LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+              runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
+              bool sequence_parallel = false);
+  // DDP (ZeRO 0, one bucket after backward, no recompute) with ALGORITHM.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
               bool sequence_parallel = false);
   LmDpStepResult step();
-  // Whole fp32 masters (all_gather over tp; collective).
+  // Whole fp32 masters (all_gather over dp at stages 1-3, then over tp; collective).
   LmWeights gather_master();
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
   LmTrainSnapshot gather_state();
@@ -72,17 +98,47 @@ class LmTpTrainer {
   int tp() const { return tp_size_; }
   bool sequence_parallel() const { return sp_; }
   int dp() const { return dp_size_; }
-  // Per-chip bytes of the training state between steps: local shards of parameters (compute dtype), gradients
-  // (compute dtype) and optimizer state (fp32 master + m + v for bf16, m + v for fp32); the activations this
-  // rank's forward keeps.
+  int zero() const { return dp_.zero; }
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+  // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
+  // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
+  // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (lm_dp.h)
+  // with Ψ = Ψ_tp, this chip's tp shards (replicated norms whole), and N_d = dp; the activations this rank's
+  // forward keeps (lm_cache_bytes).
   LmDpMemory memory() const;
+  // Ψ_tp: the parameters of this chip's tp shards.
+  double local_param_count() const;
 
   enum class Split { replicate, rows, cols };
   static Split split_of(const std::string& name);
 
  private:
+  struct Slot {  // one local weight in the flat order
+    size_t index;   // into named_weights()
+    int unit;
+    size_t offset;  // in its bucket, elements
+    size_t numel;
+    bool replicated;  // a norm weight (Replicate on tp)
+  };
+  struct Bucket {
+    std::vector<Slot> slots;
+    size_t count = 0;   // elements
+    int last_unit = 0;  // the unit whose backward completes it
+    size_t own_off = 0, own_n = 0;  // this rank's dp chunk (stage 0: the whole bucket)
+    runtime::Tensor master, m, v;   // fp32 [own_n]
+    runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
+    runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
+  };
+  void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
+  void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
+  sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // stages 1-3: all_gather over dp of the chunk into work_
+  LmWeights gather_field(runtime::Tensor Bucket::*field, const char* name);  // local fp32 shards, whole over dp
+  void begin_forward(int unit, sim::TimeNs& t);   // stage 3: the unit's gather; records the unit's start
+  void begin_backward(int unit, sim::TimeNs& t);
+  void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
+                     sim::TimeNs& t);
   double forward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
-  void backward(const LmBatch& b, const LmCache& C, sim::TimeNs& t);
+  void backward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
   // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
@@ -98,11 +154,15 @@ class LmTpTrainer {
   sharding::DeviceMesh& mesh_;
   runtime::Transport& world_;
   sim::Timeline& tl_;
+  LmDpConfig dp_;
   std::string algorithm_;
   bool sp_ = false;
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1;
   int64_t step_ = 0;
-  LmWeights master_, m_, v_, work_, grads_;
+  LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
+  std::vector<Bucket> buckets_;
+  std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
+  std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
   double activation_bytes_ = 0;
 };
 

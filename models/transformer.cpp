@@ -155,14 +155,14 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   const std::string dt = w.get_string("dtype", "fp32");
   if (dt == "fp32") s.dtype = DType::fp32;
   else if (dt == "bf16") s.dtype = DType::bf16;
-  else w.child("dtype").fail("workload.dtype: '" + dt + "' (transformer_block supports fp32, bf16)");
+  else w.child("dtype").fail(w.path() + ".dtype: '" + dt + "' (transformer_block supports fp32, bf16)");
   if (s.hidden % s.heads != 0)
-    w.child("heads").fail("workload.heads: hidden " + std::to_string(s.hidden) + " is not a multiple of " +
+    w.child("heads").fail(w.path() + ".heads: hidden " + std::to_string(s.hidden) + " is not a multiple of " +
                           std::to_string(s.heads) + " heads");
   if (s.heads % s.kv_heads != 0)
-    w.child("kv_heads").fail("workload.kv_heads: " + std::to_string(s.heads) + " query heads are not a multiple of " +
+    w.child("kv_heads").fail(w.path() + ".kv_heads: " + std::to_string(s.heads) + " query heads are not a multiple of " +
                              std::to_string(s.kv_heads) + " KV heads");
-  if (s.rope && s.head_dim() % 2 != 0) w.child("rope").fail("workload.rope: needs an even head_dim");
+  if (s.rope && s.head_dim() % 2 != 0) w.child("rope").fail(w.path() + ".rope: needs an even head_dim");
 
   auto& p = c.plan;
   const int chips = c.topology.num_chips();
@@ -238,7 +238,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
     try {
       replay(m, block_memory(s, p, c.mesh.coordinate("tp", r)));
     } catch (const sim::OutOfMemory& e) {
-      root.child("workload").fail(std::string("workload: ") + e.what() + " (device " + c.device.name + ")");
+      root.child("workload").fail(root.child("workload").path() + ": " + e.what() + " (device " + c.device.name + ")");
     }
   }
   return c;

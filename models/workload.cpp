@@ -42,7 +42,7 @@ RunConfig parse(const ConfigNode& root) {
   const auto w = root.child("workload");
   w.expect_keys(kMlpModelKeys);
   const std::string kind = w.get_string("kind");
-  if (kind != "mlp") w.child("kind").fail("workload.kind: unknown workload '" + kind + "' (known: mlp)");
+  if (kind != "mlp") w.child("kind").fail(w.path() + ".kind: unknown workload '" + kind + "' (known: mlp)");
   c.model = w.get_string("model", "");
   c.mlp.hidden = w.get_positive_int("hidden");
   c.mlp.ffn = w.get_positive_int("ffn");
@@ -50,15 +50,15 @@ RunConfig parse(const ConfigNode& root) {
   try {
     c.mlp.activation = kernels::parse_activation(w.get_string("activation", "silu"));
   } catch (const std::invalid_argument& e) {
-    w.child("activation").fail(std::string("workload.activation: ") + e.what());
+    w.child("activation").fail(w.path() + ".activation: " + e.what());
   }
   try {
     c.mlp.dtype = runtime::parse_dtype(w.get_string("dtype", "fp32"));
   } catch (const std::invalid_argument& e) {
-    w.child("dtype").fail(std::string("workload.dtype: ") + e.what());
+    w.child("dtype").fail(w.path() + ".dtype: " + e.what());
   }
   const int64_t seed = w.get_int("seed", 1234);
-  if (seed < 0) w.child("seed").fail("workload.seed: must be >= 0");
+  if (seed < 0) w.child("seed").fail(w.path() + ".seed: must be >= 0");
   c.mlp.seed = static_cast<uint64_t>(seed);
 
   if (root.has("parallel")) {
@@ -81,7 +81,7 @@ RunConfig parse(const ConfigNode& root) {
                                 "): so far the MLP is sharded by tensor parallelism over all chips");
   c.mesh = mesh_from_config(root, {{"tp", c.tp}}, c.topology);
   if (c.mlp.ffn < c.tp)
-    root.child("workload").fail("workload.ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
+    root.child("workload").fail(w.path() + ".ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
                                 std::to_string(c.tp) + ": some chips would hold no FFN column");
 
   try {

@@ -25,18 +25,40 @@ Tensor::Tensor(DType dtype, Shape shape)
     : dtype_(dtype), shape_(std::move(shape)), numel_(shape_numel(shape_)),
       bytes_(static_cast<size_t>(numel_) * dtype_size(dtype), 0) {}
 
+Tensor Tensor::shape_only(Shape shape, DType dtype) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = shape_numel(t.shape_);
+  t.storage_ = false;
+  return t;
+}
+
+void Tensor::drop_storage() {
+  std::vector<unsigned char>().swap(bytes_);
+  storage_ = false;
+}
+
+void Tensor::no_storage(const char* what) const {
+  throw std::logic_error(std::string("tensor ") + shape_str(shape_) + " " + dtype_name(dtype_) +
+                         " is shape-only (no storage): " + what + " is not available");
+}
+
 float* Tensor::f32() {
   if (dtype_ != DType::fp32) throw std::logic_error("tensor is " + dtype_name(dtype_) + ", not fp32");
+  if (!storage_) no_storage("f32()");
   return reinterpret_cast<float*>(bytes_.data());
 }
 const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
 uint16_t* Tensor::bf16() {
   if (dtype_ != DType::bf16) throw std::logic_error("tensor is " + dtype_name(dtype_) + ", not bf16");
+  if (!storage_) no_storage("bf16()");
   return reinterpret_cast<uint16_t*>(bytes_.data());
 }
 const uint16_t* Tensor::bf16() const { return const_cast<Tensor*>(this)->bf16(); }
 
 std::vector<float> Tensor::to_float() const {
+  if (!storage_) no_storage("to_float()");
   std::vector<float> out(static_cast<size_t>(numel_));
   if (dtype_ == DType::fp32) {
     std::memcpy(out.data(), bytes_.data(), bytes_.size());
@@ -56,7 +78,7 @@ Tensor Tensor::from_float(const std::vector<float>& values, DType dtype, Shape s
 }
 
 bool Tensor::bit_equal(const Tensor& o) const {
-  return dtype_ == o.dtype_ && shape_ == o.shape_ && bytes_ == o.bytes_;
+  return dtype_ == o.dtype_ && shape_ == o.shape_ && storage_ == o.storage_ && bytes_ == o.bytes_;
 }
 
 namespace {
@@ -78,6 +100,7 @@ Tensor Tensor::rows(int64_t r0, int64_t n) const {
                             shape_str(shape_) + " tensor");
   Shape s = shape_;
   s[0] = n;
+  if (!storage_) return shape_only(std::move(s), dtype_);
   Tensor out(dtype_, s);
   const size_t rb = row_bytes(*this);
   if (n > 0) std::memcpy(out.data(), bytes_.data() + static_cast<size_t>(r0) * rb, static_cast<size_t>(n) * rb);
@@ -92,6 +115,10 @@ void Tensor::set_rows(int64_t r0, const Tensor& src) {
   if (r0 < 0 || r0 + src.dim(0) > dim(0))
     throw std::out_of_range("set_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r0 + src.dim(0)) +
                             ") of a " + shape_str(shape_) + " tensor");
+  if (!storage_ && !src.storage_) return;
+  if (!storage_ || !src.storage_)
+    throw std::logic_error("set_rows: " + std::string(storage_ ? "a shape-only " : "a real ") + shape_str(src.shape_) +
+                           " into a " + (storage_ ? "real " : "shape-only ") + shape_str(shape_) + " tensor");
   if (src.nbytes() > 0)
     std::memcpy(bytes_.data() + static_cast<size_t>(r0) * row_bytes(*this), src.data(), src.nbytes());
 }

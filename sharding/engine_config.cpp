@@ -167,6 +167,7 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
       root.child("model").fail("model: and workload: are the same section (workload: is its older name); keep one");
     y["workload"] = y["model"];
     y.remove("model");
+    root.show_key_as("workload", "model");  // errors name the section as the file spells it
   }
   // A relative topology path is relative to the config's folder when the file is there.
   if (y["topology"] && y["topology"].IsScalar()) {

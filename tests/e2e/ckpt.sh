@@ -5,7 +5,7 @@
 #   2. `ckpt inspect` at 1 and N ranks; `ckpt convert` (gzip, chunks, contiguous) keeps every checksum;
 #   3. a rank SIGKILLed in the middle of a save: the previous checkpoint is intact and loads, at two crash points;
 #      rank 2 killed: rank 0's SIGTERM handler (mpirun ends the job) removes the temporary; rank 0 killed: the
-#      half-written .partial.XXXXXX stays behind and is rejected (exit 2);
+#      half-written .partial.p<PID>h<HOST>.XXXXXX stays behind, is rejected (exit 2) and the next save sweeps it;
 #   4. corruption: truncated, flipped bytes, missing tensor, shape and dtype mismatch -> exit 2 naming file+tensor;
 #   5. h5py (python3-h5py) reads an fp32 and a bf16 tensor and matches the C++ values and checksums.
 # Usage: ckpt.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
@@ -125,6 +125,12 @@ for crash in 2:1 0:4; do
     expect_exit 2 "checkpoint $left: (incomplete|not an HDF5|HDF5 cannot open|.*truncated)" -- \
       shardsim_mpi 2 ckpt inspect "$left"
     expect_exit 2 "checkpoint $left" -- shardsim_mpi 4 run c4.yaml --resume "$left" --no-checkpoint
+    # Its writer is gone: the next save of keep.h5 on this host sweeps it (common/output_file.h).
+    cp keep.h5 keep_before_sweep.h5
+    expect_exit 0 "removed .*$(basename "$left")" -- shardsim_mpi 4 run c4.yaml --checkpoint keep.h5
+    if compgen -G 'keep.h5.partial.*' >/dev/null; then fail "stale temporaries left: $(compgen -G 'keep.h5.partial.*')"
+    else pass "the next save removed the dead writer's temporary"; fi
+    cp keep_before_sweep.h5 keep.h5  # the resume below checks the pre-crash checkpoint
   else
     fail "no keep.h5.partial.* after the crash"
   fi

@@ -165,8 +165,25 @@ fi
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 4/' "$TRAIN" >tp4.yaml
 if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp \(4\)' -- shardsim_mpi 4 train tp4.yaml
 then one_error_line; fi
-sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2\n  zero: 1/' "$TRAIN" >tpz1.yaml
-if expect_exit 2 '^shardsim: error: .*tpz1\.yaml:[0-9]+: parallel.zero: ZeRO stages 1-3 with tp > 1 are not built' -- shardsim_mpi 2 train tpz1.yaml
+# ZeRO-3 and recompute on the dp x tp mesh (numbers: LmTpZero, LmTpRecompute): one chip's losses again.
+sed -E 's/^(  sp: true)$/\1\n  zero: 3/; s/^(  data_seed:.*)$/\1\n  recompute: true/' tp2sp.yaml >tpz3.yaml
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*ZeRO stage 3 over dp on each tp shard' -- shardsim_mpi 4 train tpz3.yaml --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tpz3_losses.txt
+  if cmp -s one_6.txt tpz3_losses.txt; then pass "dp 2 x tp 2, sp, ZeRO-3, recompute: losses equal one chip's (4 decimals)"; else
+    fail "dp2 x tp2 ZeRO-3 recompute differs"; paste one_6.txt tpz3_losses.txt >&2
+  fi
+  assert_out '^  parameters +[0-9]+  formula +[0-9]+  4\*Psi_tp/N_d' "per-chip parameters of the tp shards over dp (ZeRO-3)"
+  assert_out '^recompute: per block' "the report says recompute"
+fi
+awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_rows.txt
+# The same job with the 4 chips as fibers of one rank (runtime/chips.h): the same losses and simulated times.
+if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_chips.txt
+  if [[ -s tpz3_rows.txt ]] && cmp -s tpz3_rows.txt tpz3_chips.txt; then pass "4 chips on one rank: every step row equals the 4-rank run's"; else
+    fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
+  fi
+fi
+if expect_exit 2 '^shardsim: error: --checkpoint: training-state checkpoints need one chip per rank' -- shardsim_mpi 1 train tpz3.yaml --chips 4 --checkpoint c.h5
 then one_error_line; fi
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"

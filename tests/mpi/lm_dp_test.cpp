@@ -349,19 +349,25 @@ namespace {
 struct TpRun {
   std::vector<models::LmDpStepResult> steps;
   models::LmWeights weights;
+  models::LmDpMemory memory;
+  double psi_tp = 0;
+  int buckets = 0;
 };
 
-TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false) {
+TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDpConfig dp = {0, 0, "auto", false}) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
   runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(p));
   sharding::DeviceMesh mesh({{"tp", tp}, {"dp", p / tp}}, topo);
   mesh.bind(world);
-  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, "auto", sp);
+  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, dp, sp);
   TpRun run;
   for (int i = 0; i < steps; ++i) run.steps.push_back(tr.step());
   run.weights = tr.gather_master();
+  run.memory = tr.memory();
+  run.psi_tp = tr.local_param_count();
+  run.buckets = tr.buckets();
   return run;
 }
 
@@ -470,9 +476,11 @@ TEST(LmDpRecompute, SameNumbersLessMemoryOneMoreForward) {
 
 // A tp (and dp x tp with sp) run resumed from its own step-3 checkpoint continues bit-identically: the file holds
 // the whole tensors (all_gather over tp at save) and each rank slices its shards back (exact copies).
+// ZeRO 0 and 3 (3: the state is all_gathered over dp, then over tp, and each rank keeps its dp chunk of its shards).
 TEST(LmTpResume, SameMeshIsBitIdentical) {
   const int p = world_size();
   if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
+  for (int zero : {0, 3}) {
   const std::string path = resume_temp_path("lm_tp_resume");
   LmConfig c = small_config();
   c.heads = 8;
@@ -482,7 +490,8 @@ TEST(LmTpResume, SameMeshIsBitIdentical) {
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
   auto make = [&](sim::Timeline& tl, runtime::Transport& world, sharding::DeviceMesh& mesh) {
     mesh.bind(world);
-    return std::make_unique<models::LmTpTrainer>(c, train_config(), mesh, world, tl, "auto", sp);
+    return std::make_unique<models::LmTpTrainer>(c, train_config(), mesh, world, tl,
+                                                 models::LmDpConfig{zero, 512, "auto", false}, sp);
   };
   std::vector<double> full_losses, rest_losses;
   models::LmWeights full_w, rest_w;
@@ -508,7 +517,115 @@ TEST(LmTpResume, SameMeshIsBitIdentical) {
     for (int i = 3; i < 6; ++i) rest_losses.push_back(tr->step().loss);
     rest_w = tr->gather_master();
   }
-  EXPECT_EQ(rest_losses, std::vector<double>(full_losses.begin() + 3, full_losses.end()));
-  EXPECT_TRUE(bit_equal(rest_w, full_w));
+  EXPECT_EQ(rest_losses, std::vector<double>(full_losses.begin() + 3, full_losses.end())) << "zero " << zero;
+  EXPECT_TRUE(bit_equal(rest_w, full_w)) << "zero " << zero;
   if (world_rank() == 0) std::remove(path.c_str());
+  }
+}
+
+// ZeRO 1-3 on dp x tp meshes (dp2 x tp2 on 4 ranks, dp2 x tp4 on 8): each tp shard's gradients, optimizer state
+// and (stage 3) parameters are partitioned over its dp group. 5 fp32 steps with 512-byte buckets (several
+// buckets) equal the single-device reference within LmTp's tolerance (1e-5 loss, 1e-5 relative grad norm, 1e-4
+// weights: only fp32 summation orders differ, as for LmDp and LmTp); the gradient norm checks that the chunks are
+// counted once over dp and the replicated norm weights once over tp. Per-chip memory matches ZeRO's formulas with
+// Ψ = Ψ_tp (the chip's tp shards) within 1% for fp32 and bf16 (16 Ψ_tp / chip at stage 0 in bf16).
+TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
+  const int p = world_size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks (dp2 x tp2, dp2 x tp4)";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  const int tp = p / 2;
+  models::LmTrainState ref = models::lm_train_init(c);
+  const auto ref_steps = models::lm_train(c, train_config(), ref);
+  for (int zero : {0, 1, 2, 3})
+    for (bool sp : {false, true}) {
+      if (sp && zero != 3 && zero != 1) continue;  // sp with the per-unit (3) and the sharded-optimizer (1) paths
+      const TpRun run = run_tp(c, tp, 5, sp, {zero, 512, "auto", false});
+      double le = 0, ne = 0;
+      for (size_t i = 0; i < 5; ++i) {
+        le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
+        ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+      }
+      const double we = max_abs_diff(run.weights, ref.weights);
+      if (world_rank() == 0)
+        std::printf("[lm_tp_zero] dp=2 x tp=%d%s zero=%d, %d buckets: max |loss - ref| = %.3g, max rel |norm - ref| = "
+                    "%.3g, max |w - ref| = %.3g\n", tp, sp ? " sp" : "", zero, run.buckets, le, ne, we);
+      EXPECT_LT(le, 1e-5) << "zero " << zero << " sp " << sp;
+      EXPECT_LT(ne, 1e-5) << "zero " << zero << " sp " << sp;
+      EXPECT_LT(we, 1e-4) << "zero " << zero << " sp " << sp;
+      EXPECT_GT(run.buckets, 1) << "512-byte buckets";
+      const auto& m = run.memory;
+      const double psi = run.psi_tp, nd = 2;
+      EXPECT_NEAR(m.params, 4 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "zero " << zero;
+      EXPECT_NEAR(m.grads, 4 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "zero " << zero;
+      EXPECT_NEAR(m.optimizer, 8 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "zero " << zero;
+    }
+  // bf16: 2 + 2 + 12 bytes per parameter of the chip's shards, with the stage's divisions.
+  LmConfig b = c;
+  b.dtype = runtime::DType::bf16;
+  for (int zero : {0, 1, 2, 3}) {
+    const TpRun run = run_tp(b, tp, 1, false, {zero, 512, "auto", false});
+    const auto& m = run.memory;
+    const double psi = run.psi_tp, nd = 2;
+    EXPECT_NEAR(m.params, 2 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "bf16 zero " << zero;
+    EXPECT_NEAR(m.grads, 2 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "bf16 zero " << zero;
+    EXPECT_NEAR(m.optimizer, 12 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "bf16 zero " << zero;
+    if (zero == 0) {
+      EXPECT_NEAR(m.total(), 16 * psi, 0.01 * 16 * psi);
+    }
+    EXPECT_TRUE(std::isfinite(run.steps[0].loss));
+    if (world_rank() == 0)
+      std::printf("[lm_tp_zero] bf16 dp=2 x tp=%d zero=%d: params %.0f grads %.0f optimizer %.0f bytes (Psi_tp %.0f)\n",
+                  tp, zero, m.params, m.grads, m.optimizer, psi);
+  }
+  // A sharded chip holds fewer parameters than the model: Ψ_tp is the shards, not Ψ.
+  EXPECT_LT(run_tp(c, tp, 1).psi_tp, double(models::lm_param_count(c)) / tp * 1.1);
+}
+
+// Recompute on a tp mesh (tp2, dp = ranks / 2; ZeRO 0 and 3, without and with sp): losses and weights are
+// bit-identical to the run without it; the activations drop; the compute time rises by exactly one forward of
+// the blocks (their kernels' roofline times on this rank's shards, from lm_forward of the local config, which
+// runs the same block kernels), and the communication by the blocks' tp collectives, replayed with the forward.
+TEST(LmTpRecompute, SameNumbersLessMemoryOneMoreForward) {
+  const int p = world_size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  const int tp = 2;
+  LmConfig local = c;
+  local.heads /= tp;
+  local.kv_heads /= tp;
+  local.ffn /= tp;
+  local.vocab /= tp;
+  local.batch = c.batch / (p / tp);
+  std::vector<kernels::KernelCost> costs;
+  std::vector<size_t> marks;
+  LmCache cache;
+  models::lm_forward(local, models::lm_init(local), models::lm_synthetic_batch(local, 7, 0), &cache, &costs, &marks);
+  const auto dev = sim::device_preset("trainium1");
+  double blocks_ns = 0;
+  for (size_t i = marks[1]; i < marks[size_t(c.layers) + 1]; ++i)
+    blocks_ns += sim::compute_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype));
+  for (int zero : {0, 3})
+    for (bool sp : {false, true}) {
+      const TpRun plain = run_tp(c, tp, 3, sp, {zero, 512, "auto", false});
+      const TpRun rc = run_tp(c, tp, 3, sp, {zero, 512, "auto", true});
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rc.steps[i].loss, plain.steps[i].loss) << "zero " << zero << " sp " << sp;
+      EXPECT_TRUE(bit_equal(rc.weights, plain.weights)) << "zero " << zero << " sp " << sp;
+      EXPECT_LT(rc.memory.activations, plain.memory.activations) << "zero " << zero;
+      const auto& a = plain.steps.back().breakdown;
+      const auto& r = rc.steps.back().breakdown;
+      if (!sp) EXPECT_NEAR(r.compute - a.compute, blocks_ns, 1e-6 * blocks_ns) << "zero " << zero;
+      else EXPECT_GT(r.compute, a.compute);  // sp: the norms and adds run on N/tp rows, not lm_forward's
+      EXPECT_GT(r.communication, a.communication) << "the blocks' tp collectives run again";
+      EXPECT_GT(r.total, a.total);
+      if (world_rank() == 0)
+        std::printf("[lm_tp_recompute] dp=%d x tp=%d%s zero=%d: activations %.0f -> %.0f bytes, compute %.3f -> %.3f us "
+                    "(one forward of the blocks %.3f), communication %.3f -> %.3f us, step %.3f -> %.3f us\n",
+                    p / tp, tp, sp ? " sp" : "", zero, plain.memory.activations, rc.memory.activations,
+                    a.compute / 1e3, r.compute / 1e3, blocks_ns / 1e3, a.communication / 1e3, r.communication / 1e3,
+                    a.total / 1e3, r.total / 1e3);
+    }
 }

@@ -100,6 +100,15 @@ TEST(Config, WrongTypes) {
 TEST(Config, MissingKeyAndMissingFile) {
   EXPECT_NE(error_of(replace(kGood, "  hidden: 8\n", "")).find("missing required key 'workload.hidden'"),
             std::string::npos);
+  // A config written with model: (the section's current name) hears about model.KEY, not workload.KEY.
+  const std::string as_model = replace(kGood, "workload:", "model:");
+  EXPECT_NE(error_of(replace(as_model, "  hidden: 8\n", "")).find("missing required key 'model.hidden'"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(as_model, "tokens: 2", "tokens: -2")).find("model.tokens: must be > 0"),
+            std::string::npos)
+      << error_of(replace(as_model, "tokens: 2", "tokens: -2"));
+  EXPECT_NE(error_of(replace(as_model, "tokens: 2", "tokens: 2\n  seed: -1")).find("model.seed: must be >= 0"),
+            std::string::npos);
   try {
     shardsim::sharding::load_run_config("/nonexistent/x.yaml");
     FAIL() << "no error";

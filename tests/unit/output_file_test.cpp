@@ -1,6 +1,7 @@
 // common/output_file.h: atomic outputs, exclusive temporaries, output identity.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -111,6 +112,42 @@ TEST(OutputFile, TemporaryIsCreatedExclusivelyWithTheUsualMode) {
   commit_temp(t.name, p);
   EXPECT_TRUE(fs::exists(p));
   EXPECT_EQ(temporaries(s.dir), 0u);
+}
+
+// A pid that existed and is gone now: a child that exited and was reaped.
+pid_t dead_pid() {
+  const pid_t c = ::fork();
+  if (c == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(c, &st, 0);
+  return c;
+}
+
+TEST(OutputFile, SweepsOnlyDeadWritersTemporaries) {
+  Scratch s;
+  const std::string p = s / "keep.h5";
+  const std::string mine = temp_owner_tag();  // p<PID>h<HOST>
+  const std::string host = mine.substr(mine.find('h'));
+  const std::string dead = p + ".partial.p" + std::to_string(dead_pid()) + host + ".Ab12Cd";
+  const std::string dead_space = dead + ".space";
+  const std::string live = p + ".partial." + mine + ".Zz99Yy";                     // this process: alive
+  const std::string other_host = p + ".partial.p" + std::to_string(dead_pid()) + "h00000000.Qq11Ww";
+  const std::string old_style = p + ".partial.Xy12Ab";                              // no owner: unknown
+  for (const auto& f : {dead, dead_space, live, other_host, old_style}) write_file_atomic(f, "x");
+  if (host == "h00000000") GTEST_SKIP() << "this host's name hashes to the test's 'other host'";
+  const std::string link = p + ".partial.p" + std::to_string(dead_pid()) + host + ".Ln00Ln";
+  fs::create_symlink(s / "victim", link);
+  const auto removed = sweep_stale_temps(p);
+  EXPECT_EQ(removed.size(), 2u);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(dead_space));
+  for (const auto& f : {live, other_host, old_style}) EXPECT_TRUE(fs::exists(f)) << f;
+  EXPECT_TRUE(fs::is_symlink(link)) << "a symlink is never removed";
+  // New temporaries carry this process's owner tag, so a later sweep can judge them.
+  TempFile t = create_temp_for(p);
+  EXPECT_EQ(t.name.rfind(p + ".partial." + mine + ".", 0), 0u) << t.name;
+  ::close(t.fd);
+  ::unlink(t.name.c_str());
 }
 
 TEST(OutputFile, GrowingOutputAlwaysHoldsCompleteRows) {
