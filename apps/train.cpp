@@ -10,6 +10,10 @@
 // memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
 // parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T), with the same ZeRO stages, buckets and
 // recompute over the dp axis of each tp shard.
+// --shape-only (or mode: shape_only): the dp x tp trainer on storage-less tensors (runtime/tensor.h), cost-only
+// kernels and header-only collectives (Transport::set_shape_only): the simulated fields of a real run without its
+// data, for full-size models; no losses, nothing validated, no checkpoints. --validate (real data): the losses
+// against the single-device reference on chip 0, PASS or FAIL (exit 1).
 // Checkpoints: --checkpoint PATH [--save-every K] writes the training state (models/lm_checkpoint.h) after every
 // K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
 // to stop at).
@@ -58,6 +62,8 @@ struct TrainFlags {
   std::string checkpoint;  // training-state checkpoint written every save_every steps and after the last one
   int64_t save_every = 0;  // 0: only after the last step
   std::string resume;      // continue from this training-state checkpoint
+  bool shape_only = false; // --shape-only: no data (mode: shape_only in the config does the same)
+  bool validate = false;   // --validate: compare the losses with the single-device reference
 };
 
 struct TrainSetup {
@@ -71,16 +77,25 @@ struct TrainSetup {
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
+  bool shape_only = false;                     // mode: shape_only or --shape-only
 };
 
 TrainSetup load(const TrainFlags& f, int ranks) {
   const ConfigNode root = ConfigNode::load_file(f.config);
-  root.expect_keys({"device", "topology", "model", "train", "parallel"});
+  root.expect_keys({"device", "topology", "model", "train", "parallel", "mode"});
   TrainSetup s;
   s.config_name = f.config;
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
-  s.data_parallel = ranks > 1 || root.has("parallel");
+  if (root.has("mode")) {
+    const std::string mode = root.get_string("mode");
+    if (mode != "real" && mode != "shape_only")
+      root.child("mode").fail("mode: must be real or shape_only (got '" + mode + "')");
+    s.shape_only = mode == "shape_only";
+  }
+  s.shape_only = s.shape_only || f.shape_only;
+  // Shape-only runs on the dp x tp trainer (models/lm_tp.h, tp = 1 included): it alone has the cost-only path.
+  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only;
   if (const auto p = root.maybe_child("parallel")) {
     p->expect_keys({"dp", "tp", "sp", "zero", "bucket_bytes", "algorithm"});
     const int64_t tp = p->get_positive_int("tp", 1);
@@ -252,7 +267,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
   std::optional<sharding::DeviceMesh> mesh;
-  if (s.tp > 1)
+  const bool use_tp = s.tp > 1 || s.shape_only;  // the dp x tp trainer (shape-only: also at tp = 1)
+  if (use_tp)
     world.agree([&] {
       try {
         mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
@@ -265,12 +281,13 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world, tl, chips);
+  tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
   if (mesh) mesh->bind(tp);
   std::optional<models::LmDpTrainer> dp_trainer;
   std::optional<models::LmTpTrainer> tp_trainer;
   world.agree([&] {
     try {
-      if (s.tp > 1)
+      if (use_tp)
         tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
@@ -305,6 +322,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
                 (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+    if (s.shape_only)
+      std::printf("mode: shape-only (storage-less tensors, cost-only kernels, collectives move timing headers only: "
+                  "the simulated fields are those of a real-data run; no values, no losses: NOT VALIDATED)\n");
     if (tp_trainer)
       std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
                   "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %d "
@@ -339,7 +359,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     }
     losses.push_back(last.loss);
     const auto& b = last.breakdown;
-    if (root)
+    if (root && s.shape_only)
+      std::printf("%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, "-", "-", b.total / 1e3,
+                  b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
+    else if (root)
       std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
                   last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text);
@@ -347,8 +370,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const auto mem = tp_trainer ? tp_trainer->memory() : dp_trainer->memory();
   if (root) {
     const auto& b = last.breakdown;
-    std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
-                (long long)losses.size(), std::log(double(c.vocab)));
+    if (s.shape_only)
+      std::printf("\nloss: not computed (shape-only) over %lld steps\n", (long long)losses.size());
+    else
+      std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
+                  (long long)losses.size(), std::log(double(c.vocab)));
     std::printf("simulated step time: %.3f us (chip 0: compute %.3f, exposed communication %.3f, idle %.3f; "
                 "communication %.3f of which %.3f hidden under compute); tokens/s: %.4g\n",
                 b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3, b.communication / 1e3,
@@ -379,8 +405,39 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                 s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
                                : "the forward's saved tensors",
                 (long long)(c.batch / dp_size));
+    const double chip_bytes = mem.total() + mem.activations;
+    std::printf("  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.", chip_bytes,
+                chip_bytes / 1073741824.0, s.device.hbm_gib,
+                chip_bytes <= s.device.hbm_bytes() ? "fits" : "does NOT fit");
   }
-  return kExitOk;
+  if (!f.validate) return kExitOk;
+  // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
+  // batch on one chip, computed on chip 0). Limits: fp32 1e-5 (only fp32 summation orders differ: LmDp/LmTp
+  // measure <= 4.5e-8); bf16 2e-3 relative, about one bf16 rounding (2^-9): the shards' partial sums are rounded
+  // to bf16 before their reductions, which moves losses by a few 1e-5 to 1e-4 relative (docs/PERFORMANCE.md).
+  const bool fp32 = c.dtype == runtime::DType::fp32;
+  const double limit = fp32 ? 1e-5 : 2e-3;
+  std::string verdict;
+  if (root) {
+    models::LmTrainState ref = models::lm_train_init(c);
+    models::LmTrainConfig t = s.train;
+    const auto ref_steps = models::lm_train(c, t, ref);
+    const size_t first = size_t(s.train.steps) - losses.size();
+    double worst = 0;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const double r = ref_steps.at(first + i).loss;
+      const double e = std::fabs(losses[i] - r) / (fp32 ? 1.0 : std::fabs(r));
+      worst = std::isnan(e) ? e : std::max(worst, e);
+    }
+    char b[256];
+    std::snprintf(b, sizeof b, "validation: %s (max %s|loss - reference| = %.3g over %zu steps, limit %g; reference: "
+                  "the single-device model, models/lm_train.h)", worst <= limit ? "PASS" : "FAIL",
+                  fp32 ? "" : "relative ", worst, losses.size(), limit);
+    verdict = b;
+  }
+  verdict = world.broadcast(verdict, 0);
+  if (root) std::printf("%s\n", verdict.c_str());
+  return verdict.rfind("validation: PASS", 0) == 0 ? kExitOk : kExitValidationFailed;
 }
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
@@ -388,13 +445,21 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
   world.agree([&] {  // config errors: one clean message and exit 2
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
+    if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
+    s = load(f, world.size());
+    if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
+      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
+                       ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
     if (runtime::chip_mode() && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": training-state checkpoints need one chip per rank (the HDF5 writer is MPI-parallel); "
                        "drop --chips-per-rank / --chips or the checkpoint flag");
-    if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
-    s = load(f, world.size());
-    check_host_memory(s, chips_on_host);
+    if (s.shape_only && f.validate)
+      throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
+                       "reduced size with real data");
+    if (f.validate && !s.data_parallel)
+      throw UsageError("--validate: one chip without a parallel: section is the reference itself");
+    if (!s.shape_only) check_host_memory(s, chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
@@ -461,6 +526,11 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
       ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+  sub->add_flag("--shape-only", flags->shape_only,
+                "no data (mode: shape_only): storage-less tensors, cost-only kernels and header-only collectives give "
+                "the simulated step, tokens/s, MFU and memory of a real run at any size; nothing is validated");
+  sub->add_flag("--validate", flags->validate,
+                "compare the per-step losses with the single-device reference (chip 0 trains it); exit 1 on FAIL");
   sub->add_option("--checkpoint", flags->checkpoint,
                   "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
                   "after the last step and every --save-every steps");

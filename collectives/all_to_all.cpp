@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/flat.h"
@@ -34,14 +35,22 @@ CollectiveResult pairwise(runtime::Transport& tp, Collective c, const unsigned c
     throw UsageError(collective_name(c) + ": chip " + std::to_string(tp.chip()) + " sends itself " +
                      std::to_string(sendcounts[r]) + " elements but expects " + std::to_string(recvcounts[r]));
   if (sendcounts[r] && !tp.shape_only()) std::memmove(recv + rdispls[r] * es, send + sdispls[r] * es, sendcounts[r] * es);
+  // One step of every pair (direct): rank r sends to r + 1, r + 2, ... (in that order on its ports) and
+  // receives from r - 1, r - 2, ...; the global pattern (every rank to every other) lets flows of different
+  // senders that cross on a link share it (crossing-flow contention, docs/MODEL.md).
   sim::TimeNs end = ready;
+  std::vector<runtime::SendOp> sends;
+  std::vector<runtime::RecvOp> recvs;
+  sends.reserve(static_cast<size_t>(p));
+  recvs.reserve(static_cast<size_t>(p));
   for (int s = 1; s < p; ++s) {
     const int dst = (r + s) % p, src = (r - s + p) % p;
-    const runtime::SendOp so{send + sdispls[dst] * es, sendcounts[dst] * es, dst, ready};
-    runtime::RecvOp ro{recv + rdispls[src] * es, recvcounts[src] * es, src, 0};
-    tp.exchange({&so, 1}, {&ro, 1}, name + ".step" + std::to_string(s));
-    end = std::max(end, ro.arrival);
+    sends.push_back({send + sdispls[dst] * es, sendcounts[dst] * es, dst, ready});
+    recvs.push_back({recv + rdispls[src] * es, recvcounts[src] * es, src, 0});
   }
+  const runtime::FlowPattern pattern = runtime::FlowPattern::all_pairs();
+  tp.exchange(sends, recvs, name, &pattern);
+  for (const auto& ro : recvs) end = std::max(end, ro.arrival);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, end}, bytes, sent_before);
 }
 

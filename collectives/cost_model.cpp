@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -55,14 +56,43 @@ struct Replay {
   };
   std::vector<Flow> pending;
   size_t posted = 0;
+  // Crossing-flow contention: the current step's link sharing (as Transport::exchange with a pattern does).
+  std::map<uint64_t, std::shared_ptr<const sim::StepShare>> shares;
+  const sim::StepShare* step_share = nullptr;
   Replay(const topology::Topology& t, std::vector<int> rank_to_chip)
       : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()) {}
   explicit Replay(const runtime::Transport& t) : Replay(t.topology(), t.rank_to_chip()) {}
   int size() const { return static_cast<int>(chips.size()); }
   sim::Timeline& of(int rank) {
     auto& t = tl[static_cast<size_t>(rank)];
-    if (!t) t = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(rank)], topo, sim::DeviceSpec{}, false);
+    if (!t) {
+      t = std::make_unique<sim::Timeline>(chips[static_cast<size_t>(rank)], topo, sim::DeviceSpec{}, false);
+      if (step_share) t->begin_step(step_share);
+    }
     return *t;
+  }
+  // The flows until end_step() form one step with the global pattern PATTERN (every rank's timeline).
+  void begin_step(const runtime::FlowPattern& pattern) {
+    auto it = shares.find(pattern.key);
+    if (it == shares.end()) {
+      auto pairs = pattern.pairs(size());
+      for (auto& [a, b] : pairs) {
+        a = chips[static_cast<size_t>(a)];
+        b = chips[static_cast<size_t>(b)];
+      }
+      auto share = std::make_shared<const sim::StepShare>(sim::StepShare::make(topo, pairs));
+      it = shares.emplace(pattern.key, share->any_shared ? share : nullptr).first;
+    }
+    step_share = it->second.get();
+    if (step_share)
+      for (auto& t : tl)
+        if (t) t->begin_step(step_share);
+  }
+  void end_step() {
+    if (step_share)
+      for (auto& t : tl)
+        if (t) t->end_step();
+    step_share = nullptr;
   }
   double deliver(int from, int to, double bytes, sim::Span span) {
     return of(to).receive(chips[static_cast<size_t>(from)], bytes, span.start, span.end);
@@ -106,6 +136,7 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
   const double piece = per_dir / m;
   const int lanes = dirs * m;
   std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), 0.0));
+  const runtime::FlowPattern pattern = runtime::FlowPattern::shift(1, bidir ? -1 : 0, m);  // as ring.cpp
   for (int pass = 0; pass < passes; ++pass) {
     for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
       double mx = 0;
@@ -113,6 +144,7 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
       for (auto& l : t) l[static_cast<size_t>(r)] = mx;
     }
     for (int step = 0; step < p - 1; ++step) {
+      rp.begin_step(pattern);
       auto next = t;
       for (int r = 0; r < p; ++r)
         for (int l = 0; l < lanes; ++l) {
@@ -121,6 +153,7 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
                   &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
         }
       rp.flush();  // a step is one exchange of all lanes
+      rp.end_step();
       t = std::move(next);
     }
   }
@@ -158,19 +191,25 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag)
   for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
     t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs ? bytes : chunk));
   if (rs)
-    for (int dist = pow2 / 2; dist >= 1; dist /= 2)
+    for (int dist = pow2 / 2; dist >= 1; dist /= 2) {
+      rp.begin_step(runtime::FlowPattern::halving_doubling(dist, false));  // as halving_doubling.cpp
       for (int v = 0; v < pow2; ++v) {
         if (v & dist) continue;  // v is the lower partner: it keeps [va, mid), sends [mid, vb)
         const int va = v & ~(2 * dist - 1), mid = va + dist, vb = va + 2 * dist;
         exchange(real(v), real(v + dist), range_bytes(mid, vb), range_bytes(va, mid));
       }
+      rp.end_step();
+    }
   if (ag)
-    for (int dist = 1; dist < pow2; dist *= 2)
+    for (int dist = 1; dist < pow2; dist *= 2) {
+      rp.begin_step(runtime::FlowPattern::halving_doubling(dist, false));
       for (int v = 0; v < pow2; ++v) {
         if (v & dist) continue;  // each sends the block of DIST virtual ranks it holds
         const int mine = v & ~(dist - 1), theirs = mine ^ dist;
         exchange(real(v), real(v ^ dist), range_bytes(mine, mine + dist), range_bytes(theirs, theirs + dist));
       }
+      rp.end_step();
+    }
   for (int r = 0; r + 1 < 2 * rem; r += 2)  // unfold: the odd rank sends the result (or the even rank's chunk) back
     t[static_cast<size_t>(r)] = std::max(t[static_cast<size_t>(r)], rp.send(r + 1, r, t[static_cast<size_t>(r + 1)], ag ? bytes : chunk));
   return *std::max_element(t.begin(), t.end());
@@ -215,8 +254,10 @@ double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_
   const int p = tp.size();
   Replay rp(tp);
   double worst = 0;
-  // all_to_all: step s is one exchange (send to r + s, receive from r - s); scatter / gather: one exchange at the
-  // root. Each sender issues its sends in step order.
+  // all_to_all: one exchange of every pair with the all-pairs pattern (all_to_all.cpp); scatter / gather: one
+  // exchange at the root, no pattern. Each sender issues its sends to r + 1, r + 2, ... in that order.
+  const bool all = !root_only_sends && !root_only_recvs;
+  if (all) rp.begin_step(runtime::FlowPattern::all_pairs());
   for (int s = 1; s < p; ++s) {
     for (int r = 0; r < p; ++r) {
       if (root_only_sends && r != 0) continue;
@@ -224,9 +265,9 @@ double direct_estimate(const runtime::Transport& tp, double per_peer, bool root_
       if (root_only_recvs && dst != 0) continue;
       rp.post(r, dst, 0.0, per_peer, &worst);
     }
-    if (!root_only_sends && !root_only_recvs) rp.flush();
   }
   rp.flush();
+  if (all) rp.end_step();
   return worst;
 }
 

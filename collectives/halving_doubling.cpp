@@ -34,10 +34,12 @@ struct Io {
   std::string name;
 };
 
+// DIST: the step's XOR distance among virtual ranks (its global pattern, FlowPattern::halving_doubling).
 sim::TimeNs sendrecv_range(Io& io, std::pair<size_t, size_t> send, std::pair<size_t, size_t> recv, int peer,
-                           void* into, sim::TimeNs t, const std::string& step) {
+                           void* into, sim::TimeNs t, const std::string& step, int dist) {
+  const runtime::FlowPattern pattern = runtime::FlowPattern::halving_doubling(dist, false);
   return io.tp.sendrecv(io.base + send.first * io.es, (send.second - send.first) * io.es, peer, into,
-                        (recv.second - recv.first) * io.es, peer, t, io.name + step);
+                        (recv.second - recv.first) * io.es, peer, t, io.name + step, &pattern);
 }
 
 // Core recursive halving among virtual ranks: afterwards virtual rank v holds the reduced range(v, v+1).
@@ -52,7 +54,7 @@ sim::TimeNs core_rs(Io& io, const Plan& plan, const RangeFn& range, ReduceOp op,
     const auto give = lower ? range(mid, vb) : range(va, mid);
     const int peer = plan.real(lower ? v + dist : v - dist);
     unsigned char* scratch = io.tp.scratch(0, (keep.second - keep.first) * io.es);
-    t = sendrecv_range(io, give, keep, peer, scratch, t, ".reduce_scatter.step" + std::to_string(step));
+    t = sendrecv_range(io, give, keep, peer, scratch, t, ".reduce_scatter.step" + std::to_string(step), dist);
     if (!io.tp.shape_only()) reduce_into(io.base + keep.first * io.es, scratch, keep.second - keep.first, io.t, op);
     if (lower) vb = mid; else va = mid;
   }
@@ -67,7 +69,7 @@ sim::TimeNs core_ag(Io& io, const Plan& plan, const RangeFn& range, sim::TimeNs 
     const int mine = v & ~(dist - 1), theirs = mine ^ dist;
     const auto send = range(mine, mine + dist), recv = range(theirs, theirs + dist);
     t = sendrecv_range(io, send, recv, plan.real(v ^ dist), io.base + recv.first * io.es, t,
-                       ".all_gather.step" + std::to_string(step));
+                       ".all_gather.step" + std::to_string(step), dist);
   }
   return t;
 }

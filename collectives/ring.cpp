@@ -86,6 +86,12 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   step_label += ".step";
   const size_t stem = step_label.size();
   char digits[24];
+  // The step's global pattern: every rank sends its lanes to r + 1 (and r - 1): the same shift on every rank.
+  int fwd = 0, bwd = 0;
+  for (const auto& l : lanes) (l.dir > 0 ? fwd : bwd) += 1;
+  const runtime::FlowPattern pattern =
+      fwd == bwd || bwd == 0 ? runtime::FlowPattern::shift(1, bwd ? -1 : 0, fwd)
+                             : runtime::FlowPattern::shift(fwd ? 1 : -1, 0, fwd ? fwd : bwd);
   for (long s = 0; s < p - 1; ++s) {
     for (size_t i = 0; i < lanes.size(); ++i) {
       const Lane& l = lanes[i];
@@ -99,7 +105,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
     }
     step_label.resize(stem);
     step_label.append(digits, static_cast<size_t>(std::snprintf(digits, sizeof digits, "%ld", s)));
-    tp.exchange(sends, recvs, step_label);
+    tp.exchange(sends, recvs, step_label, &pattern);
     for (size_t i = 0; i < lanes.size(); ++i) {
       Lane& l = lanes[i];
       if (reduce) {

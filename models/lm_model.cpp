@@ -170,8 +170,8 @@ std::vector<std::pair<std::string, const Tensor*>> LmWeights::named_weights() co
   return out;
 }
 
-LmWeights lm_zeros(const LmConfig& c, DType dtype) {
-  auto f32 = [dtype](runtime::Shape sh) { return Tensor(dtype, std::move(sh)); };
+LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
+  auto f32 = [dtype, storage](runtime::Shape sh) { return Tensor::make(dtype, std::move(sh), storage); };
   check_lm_config(c);
   const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
   LmWeights w;

@@ -77,8 +77,9 @@ struct LmWeights {
   std::vector<std::pair<std::string, const runtime::Tensor*>> named_weights() const;
 };
 
-// Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32).
-LmWeights lm_zeros(const LmConfig& c, runtime::DType dtype);
+// Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32);
+// STORAGE false: shape-only tensors of those shapes (runtime/tensor.h), nothing allocated.
+LmWeights lm_zeros(const LmConfig& c, runtime::DType dtype, bool storage = true);
 // The seeded initialisation described above: fp32 (the master weights).
 LmWeights lm_init(const LmConfig& c);
 // MASTER rounded once to the config's compute dtype (a copy when that is fp32).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -56,7 +57,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                          runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
                          bool sequence_parallel)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
-      algorithm_(dp.algorithm), sp_(sequence_parallel) {
+      algorithm_(dp.algorithm), sp_(sequence_parallel), store_(!world.shape_only()) {
   check_lm_config(global);
   if (dp.zero < 0 || dp.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
@@ -96,9 +97,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   (void)mesh_["tp"];
   (void)mesh_["dp"];
 
-  const LmWeights master = shard(lm_init(global));
-  work_ = lm_compute_copy(local_, master);
-  grads_ = lm_zeros(local_, global.dtype);
+  // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
+  const LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
+  work_ = store_ ? lm_compute_copy(local_, master) : lm_zeros(local_, global.dtype, false);
+  grads_ = lm_zeros(local_, global.dtype, store_);
 
   // Buckets over the local shards, as lm_dp.cpp: flat order = units in backward order, named order within a unit.
   const auto named = master.named_weights();
@@ -123,23 +125,27 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     const collectives::Partition p{b.count, size_t(dp_size_)};
     b.own_off = dp.zero >= 1 ? p.offset(size_t(dp_rank_)) : 0;
     b.own_n = dp.zero >= 1 ? p.size(size_t(dp_rank_)) : b.count;
+    b.master = make(DType::fp32, {int64_t(b.own_n)});
+    b.m = make(DType::fp32, {int64_t(b.own_n)});
+    b.v = make(DType::fp32, {int64_t(b.own_n)});
+    if (global.dtype != DType::fp32) b.copy = make(global.dtype, {int64_t(b.own_n)});
+    b.grad = make(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
+    if (!store_) continue;
     Tensor flat(DType::fp32, {int64_t(b.count)});
     pack(b, master, flat);
-    b.master = Tensor(DType::fp32, {int64_t(b.own_n)});
     std::memcpy(b.master.data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
-    b.m = Tensor(DType::fp32, {int64_t(b.own_n)});
-    b.v = Tensor(DType::fp32, {int64_t(b.own_n)});
     if (global.dtype != DType::fp32) {
       Tensor wflat(global.dtype, {int64_t(b.count)});
       pack(b, work_, wflat);
-      b.copy = Tensor(global.dtype, {int64_t(b.own_n)});
       std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
     }
-    b.grad = Tensor(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
   }
 }
 
+Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
+
 void LmTpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
+  if (!store_) return;  // shape-only: no bytes to move
   const auto named = w.named_weights();
   const size_t es = runtime::dtype_size(flat.dtype());
   for (const Slot& s : b.slots) {
@@ -150,6 +156,7 @@ void LmTpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const 
 }
 
 void LmTpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) const {
+  if (!store_) return;
   auto named = w.named_weights();
   const size_t es = runtime::dtype_size(flat.dtype());
   for (const Slot& s : b.slots) {
@@ -165,11 +172,12 @@ sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
     unpack(b, src, work_);
     return ready;
   }
-  Tensor flat(global_.dtype, {int64_t(b.count)});
+  Tensor flat = make(global_.dtype, {int64_t(b.count)});
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
   o.name = "all_gather.params";
-  const auto r = collectives::all_gather(mesh_["dp"], src.data(), flat.data(), b.count, global_.dtype, ready, o);
+  const auto r = collectives::all_gather(mesh_["dp"], src.data_if_stored(), flat.data_if_stored(), b.count,
+                                         global_.dtype, ready, o);
   unpack(b, flat, work_);
   return r.span.end;
 }
@@ -217,6 +225,7 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
 }
 
 LmWeights LmTpTrainer::gather(const LmWeights& local) {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run has no weights to gather");
   const DType dt = local.embed.dtype();
   LmWeights out = lm_zeros(global_, dt);
   auto dst = out.named_weights();
@@ -250,6 +259,7 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
 }
 
 LmWeights LmTpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run has no state to gather");
   LmWeights w = lm_zeros(local_, DType::fp32);
   for (Bucket& b : buckets_) {
     if (dp_.zero == 0 || dp_size_ == 1) {
@@ -278,6 +288,7 @@ LmTrainSnapshot LmTpTrainer::gather_state() {
 }
 
 void LmTpTrainer::restore(const LmTrainSnapshot& s) {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
   const LmWeights want = lm_zeros(global_, DType::fp32);
   const auto wn = want.named_weights();
   for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
@@ -316,7 +327,8 @@ void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
   o.name = name;
-  t = collectives::all_reduce(mesh_["tp"], x.data(), x.data(), size_t(x.numel()), x.dtype(), op, t, o).span.end;
+  t = collectives::all_reduce(mesh_["tp"], x.data_if_stored(), x.data_if_stored(), size_t(x.numel()), x.dtype(), op, t,
+                              o).span.end;
 }
 
 Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
@@ -326,11 +338,12 @@ Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
   }
   // Sequence parallel: reduce_scatter(sum) over tp; rank r keeps token rows [r·N/T, (r+1)·N/T).
   const int64_t rows = partial.dim(0) / tp_size_;
-  Tensor out(partial.dtype(), {rows, partial.dim(1)});
+  Tensor out = make(partial.dtype(), {rows, partial.dim(1)});
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
   o.name = std::string("reduce_scatter.") + name;
-  t = collectives::reduce_scatter(mesh_["tp"], partial.data(), out.data(), size_t(partial.numel()), partial.dtype(),
+  t = collectives::reduce_scatter(mesh_["tp"], partial.data_if_stored(), out.data_if_stored(), size_t(partial.numel()),
+                                  partial.dtype(),
                                   collectives::ReduceOp::sum, t, o)
           .span.end;
   return out;
@@ -338,11 +351,12 @@ Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
 
 Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* name) {
   if (!sp_) return shard;
-  Tensor out(shard.dtype(), {shard.dim(0) * tp_size_, shard.dim(1)});
+  Tensor out = make(shard.dtype(), {shard.dim(0) * tp_size_, shard.dim(1)});
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
   o.name = std::string("all_gather.") + name;
-  t = collectives::all_gather(mesh_["tp"], shard.data(), out.data(), size_t(out.numel()), shard.dtype(), t, o).span.end;
+  t = collectives::all_gather(mesh_["tp"], shard.data_if_stored(), out.data_if_stored(), size_t(out.numel()),
+                              shard.dtype(), t, o).span.end;
   return out;
 }
 
@@ -352,9 +366,9 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   const LmLayer& L = work_.layers[size_t(l)];
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
-  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto mm = [&](const Tensor& a, const Tensor& wt) {
-    Tensor y(a.dtype(), {a.dim(0), wt.dim(1)});
+    Tensor y = make(a.dtype(), {a.dim(0), wt.dim(1)});
     charge(kernels::gemm(a, wt, y), t);
     return y;
   };
@@ -370,7 +384,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   S.o = act({N, hq, d});
   S.lse.clear();
   for (int64_t b = 0; b < c.batch; ++b) {
-    Tensor ob = act({T, hq, d}), lse(DType::fp32, {hq, T});
+    Tensor ob = act({T, hq, d}), lse = make(DType::fp32, {hq, T});
     charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
     S.o.set_rows(b * T, ob);
     S.lse.push_back(std::move(lse));
@@ -396,9 +410,9 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
   std::vector<int64_t> pos(static_cast<size_t>(N));
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
-  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto mm = [&](const Tensor& x, const Tensor& wt) {
-    Tensor y(x.dtype(), {x.dim(0), wt.dim(1)});
+    Tensor y = make(x.dtype(), {x.dim(0), wt.dim(1)});
     charge(kernels::gemm(x, wt, y), t);
     return y;
   };
@@ -419,21 +433,26 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
   C.xf = from_seq(xf, t, "head_in");
   C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
-  C.row_max = Tensor(DType::fp32, {N});
-  C.sumexp = Tensor(DType::fp32, {N});
-  Tensor target(DType::fp32, {N}), loss(DType::fp32, {N});
+  C.row_max = make(DType::fp32, {N});
+  C.sumexp = make(DType::fp32, {N});
+  Tensor target = make(DType::fp32, {N}), loss = make(DType::fp32, {N});
   charge(kernels::ce_shard_max(C.logits, C.row_max), t);
   all_reduce_tp(C.row_max, ReduceOp::max, t, "all_reduce.ce_max");
   charge(kernels::ce_shard_stats(C.logits, C.row_max, batch.targets, v0, V, C.sumexp, target), t);
   if (tp_size_ > 1) {  // sum of exponentials and the target logit in one buffer
-    Tensor both(DType::fp32, {2 * N});
-    std::memcpy(both.f32(), C.sumexp.f32(), size_t(N) * 4);
-    std::memcpy(both.f32() + N, target.f32(), size_t(N) * 4);
+    Tensor both = make(DType::fp32, {2 * N});
+    if (store_) {
+      std::memcpy(both.f32(), C.sumexp.f32(), size_t(N) * 4);
+      std::memcpy(both.f32() + N, target.f32(), size_t(N) * 4);
+    }
     all_reduce_tp(both, ReduceOp::sum, t, "all_reduce.ce_stats");
-    std::memcpy(C.sumexp.f32(), both.f32(), size_t(N) * 4);
-    std::memcpy(target.f32(), both.f32() + N, size_t(N) * 4);
+    if (store_) {
+      std::memcpy(C.sumexp.f32(), both.f32(), size_t(N) * 4);
+      std::memcpy(target.f32(), both.f32() + N, size_t(N) * 4);
+    }
   }
   charge(kernels::ce_loss(C.row_max, C.sumexp, target, loss), t);
+  if (!store_) return std::numeric_limits<double>::quiet_NaN();  // shape-only: no loss
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
   return total / double(N);
@@ -447,7 +466,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
   std::vector<int64_t> pos(static_cast<size_t>(N));
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
-  auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
+  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
   const int head_unit = int(c.layers) + 1;
 
@@ -533,17 +552,17 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
       if (split_of(name) == Split::replicate) norms.push_back(gt);
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
-    Tensor flat(c.dtype, {total});
+    Tensor flat = make(c.dtype, {total});
     const size_t es = runtime::dtype_size(c.dtype);
     size_t off = 0;
     for (Tensor* n : norms) {
-      std::memcpy(static_cast<char*>(flat.data()) + off * es, n->data(), size_t(n->numel()) * es);
+      if (store_) std::memcpy(static_cast<char*>(flat.data()) + off * es, n->data(), size_t(n->numel()) * es);
       off += size_t(n->numel());
     }
     all_reduce_tp(flat, collectives::ReduceOp::sum, t, "all_reduce.norm_grads");
     off = 0;
     for (Tensor* n : norms) {
-      std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
+      if (store_) std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
       off += size_t(n->numel());
     }
     for (auto& r : grad_ready_) r = t;  // every unit holds a norm weight: complete after this all_reduce
@@ -559,11 +578,16 @@ LmDpStepResult LmTpTrainer::step() {
   fwd_start_.assign(size_t(units), 0);
   bwd_start_.assign(size_t(units), 0);
   grad_ready_.assign(size_t(units), 0);
-  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
   LmBatch lb;
   const int64_t first = dp_rank_ * local_.batch * global_.seq, n = local_.batch * global_.seq;
-  lb.inputs.assign(gb.inputs.begin() + first, gb.inputs.begin() + first + n);
-  lb.targets.assign(gb.targets.begin() + first, gb.targets.begin() + first + n);
+  if (store_) {
+    const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
+    lb.inputs.assign(gb.inputs.begin() + first, gb.inputs.begin() + first + n);
+    lb.targets.assign(gb.targets.begin() + first, gb.targets.begin() + first + n);
+  } else {  // shape-only: the kernels read no token; only the count matters
+    lb.inputs.assign(size_t(n), 0);
+    lb.targets.assign(size_t(n), 0);
+  }
 
   LmCache cache;
   const double local_loss = forward(lb, cache, t);
@@ -583,13 +607,14 @@ LmDpStepResult LmTpTrainer::step() {
     const size_t own_off = p.offset(size_t(dp_rank_)), own_n = p.size(size_t(dp_rank_));
     size_t base = 0;  // element of the bucket at b.grad's index 0
     if (dp_.zero >= 2) {
-      Tensor flat(global_.dtype, {int64_t(b.count)});
+      Tensor flat = make(global_.dtype, {int64_t(b.count)});
       pack(b, grads_, flat);
       if (dp_size_ == 1) {
         b.grad = flat;
       } else {
         o.name = "reduce_scatter.grads";
-        const auto res = collectives::reduce_scatter(mesh_["dp"], flat.data(), b.grad.data(), b.count, global_.dtype,
+        const auto res = collectives::reduce_scatter(mesh_["dp"], flat.data_if_stored(), b.grad.data_if_stored(), b.count,
+                                                     global_.dtype,
                                                      collectives::ReduceOp::avg, ready, o);
         reduced = std::max(reduced, res.span.end);
       }
@@ -598,13 +623,14 @@ LmDpStepResult LmTpTrainer::step() {
       pack(b, grads_, b.grad);
       if (dp_size_ > 1) {
         o.name = "all_reduce.grads";
-        const auto res = collectives::all_reduce(mesh_["dp"], b.grad.data(), b.grad.data(), b.count, global_.dtype,
+        const auto res = collectives::all_reduce(mesh_["dp"], b.grad.data_if_stored(), b.grad.data_if_stored(), b.count,
+                                                 global_.dtype,
                                                  collectives::ReduceOp::avg, ready, o);
         reduced = std::max(reduced, res.span.end);
       }
     }
     for (const Slot& s : b.slots) {
-      if (s.replicated && tp_rank_ != 0) continue;
+      if (!store_ || (s.replicated && tp_rank_ != 0)) continue;  // shape-only: no values, the norm is 0
       const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
       for (size_t i = lo; i < hi; ++i) {
         const double g = b.grad.get(int64_t(i - base));
@@ -629,8 +655,8 @@ LmDpStepResult LmTpTrainer::step() {
   for (Bucket& b : buckets_) {
     Tensor g;
     if (dp_.zero == 1) {
-      g = Tensor(global_.dtype, {int64_t(b.own_n)});
-      std::memcpy(g.data(), static_cast<const char*>(b.grad.data()) + b.own_off * es, b.own_n * es);
+      g = make(global_.dtype, {int64_t(b.own_n)});
+      if (store_) std::memcpy(g.data(), static_cast<const char*>(b.grad.data()) + b.own_off * es, b.own_n * es);
     } else {
       g = b.grad;
     }

@@ -129,6 +129,7 @@ class LmTpTrainer {
     runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
     runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
   };
+  runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
   void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
   void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
   sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // stages 1-3: all_gather over dp of the chunk into work_
@@ -157,6 +158,7 @@ class LmTpTrainer {
   LmDpConfig dp_;
   std::string algorithm_;
   bool sp_ = false;
+  bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1;
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients

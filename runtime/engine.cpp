@@ -45,12 +45,12 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-// Books EVENTS (an op's sends and regions, as recorded on another timeline) on TL, in order. A send booked at its
-// recorded start on a timeline in the same state lands at the same start: the bookings replay exactly.
+// Books EVENTS (an op's sends and regions, as recorded on another timeline) on TL, in order, each send at its
+// recorded span (Timeline::replay_send: also a flow of a crossing-flow step, whose share send() alone cannot see).
 void replay(const std::vector<sim::Event>& events, sim::Timeline& tl) {
   for (const auto& e : events) {
     if (e.category == "send")
-      tl.send(e.name, e.peer, e.bytes, e.span.start);
+      tl.replay_send(e);
     else if (e.engine < 0)
       tl.record_region(e.name, e.category, e.span, e.bytes);
     else  // no collective charges compute today; replaying it would need the event's precision

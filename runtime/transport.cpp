@@ -33,12 +33,8 @@ struct Fnv {
   void add(double v) { add(std::bit_cast<uint64_t>(v)); }
 };
 
-// Chip mode: the auto-choice memo of a chip-level communicator, shared by the chips of this rank that are members
-// of it (they are fibers of one thread: no locking). A choice depends only on the group (CTX and its
-// rank -> chip map) and the topology's links, so the key hashes those; chips whose topologies differ never
-// share. Without this every chip of a rank replayed every candidate schedule itself (O(chips^3) per rank).
-std::shared_ptr<Transport::ChoiceMemo> rank_choice_memo(uint64_t ctx, const topology::Topology& topo,
-                                                        const std::vector<int>& rank_to_chip) {
+// Chip mode: a key for a chip-level communicator's group (CTX and its rank -> chip map) on a topology (its links).
+uint64_t group_key(uint64_t ctx, const topology::Topology& topo, const std::vector<int>& rank_to_chip) {
   Fnv f;
   f.add(ctx);
   f.add(static_cast<uint64_t>(topo.num_chips()));
@@ -49,16 +45,26 @@ std::shared_ptr<Transport::ChoiceMemo> rank_choice_memo(uint64_t ctx, const topo
   }
   for (char ch : topo.describe()) f.add(static_cast<uint64_t>(static_cast<unsigned char>(ch)));
   for (int c : rank_to_chip) f.add(static_cast<uint64_t>(static_cast<uint32_t>(c)));
-  static std::unordered_map<uint64_t, std::weak_ptr<Transport::ChoiceMemo>> memos;
-  auto& slot = memos[f.h];
+  return f.h;
+}
+
+// Chip mode: a memo shared by the chips of this rank that are members of one group (they are fibers of one thread:
+// no locking). What it holds depends only on the group and the topology's links (group_key), so chips whose
+// topologies differ never share. Without this every chip of a rank would recompute it (O(chips^3) per rank for
+// the auto choice).
+template <class Memo>
+std::shared_ptr<Memo> rank_memo(uint64_t key) {
+  static std::unordered_map<uint64_t, std::weak_ptr<Memo>> memos;
+  auto& slot = memos[key];
   auto memo = slot.lock();
   if (!memo) {
     if (memos.size() > 4096) std::erase_if(memos, [](const auto& kv) { return kv.second.expired(); });
-    memo = std::make_shared<Transport::ChoiceMemo>();
-    memos[f.h] = memo;
+    memo = std::make_shared<Memo>();
+    memos[key] = memo;
   }
   return memo;
 }
+using ShareMemo = std::map<uint64_t, std::shared_ptr<const sim::StepShare>>;
 }  // namespace
 
 Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> rank_to_chip)
@@ -95,7 +101,9 @@ Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<in
   const int k = chips_per_rank();
   rank_to_world_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) rank_to_world_[static_cast<size_t>(r)] = vc_->members[static_cast<size_t>(r)] / k;
-  choices_ = rank_choice_memo(vc_->ctx, timeline.topology(), rank_to_chip_);
+  const uint64_t key = group_key(vc_->ctx, timeline.topology(), rank_to_chip_);
+  choices_ = rank_memo<ChoiceMemo>(key);
+  shares_ = rank_memo<ShareMemo>(key);
 }
 
 Transport Transport::split(int color, int key) const {
@@ -133,7 +141,9 @@ Transport Transport::split(int color, int key) const {
     t.engine_ = std::make_shared<std::shared_ptr<Engine>>();
     t.subgroups_ = std::make_shared<std::map<std::string, Transport>>();
     t.agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
-    t.choices_ = rank_choice_memo(vc->ctx, timeline_->topology(), t.rank_to_chip_);
+    const uint64_t key = group_key(vc->ctx, timeline_->topology(), t.rank_to_chip_);
+    t.choices_ = rank_memo<ChoiceMemo>(key);
+    t.shares_ = rank_memo<ShareMemo>(key);
     return t;
   }
   MPI_Comm sub = MPI_COMM_NULL;
@@ -603,7 +613,85 @@ void Transport::barrier(const std::string& op) {
   check_mpi(MPI_Barrier(comm_), chip(), op);
 }
 
-void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
+namespace {
+void expand_shift(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) {
+  const int d1 = static_cast<int16_t>(arg & 0xffff), d2 = static_cast<int16_t>((arg >> 16) & 0xffff);
+  const int lanes = static_cast<int>(arg >> 32);
+  for (int r = 0; r < p; ++r)
+    for (int d : {d1, d2})
+      if (d != 0)
+        for (int l = 0; l < lanes; ++l) out.emplace_back(r, ((r + d) % p + p) % p);
+}
+void expand_all_pairs(int p, uint64_t, std::vector<std::pair<int, int>>& out) {
+  for (int r = 0; r < p; ++r)
+    for (int q = 0; q < p; ++q)
+      if (q != r) out.emplace_back(r, q);
+}
+void expand_hd(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) {
+  const int dist = static_cast<int>(arg & 0xffffffff);
+  const bool reverse = (arg >> 32) != 0;
+  int pow2 = 1;
+  while (pow2 * 2 <= p) pow2 *= 2;
+  const int rem = p - pow2;
+  if (dist == 0) {
+    for (int i = 0; i < rem; ++i) out.emplace_back(reverse ? 2 * i + 1 : 2 * i, reverse ? 2 * i : 2 * i + 1);
+    return;
+  }
+  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  for (int v = 0; v < pow2; ++v)
+    if ((v ^ dist) < pow2) out.emplace_back(real(v), real(v ^ dist));
+}
+}  // namespace
+
+FlowPattern FlowPattern::shift(int d1, int d2, int lanes) {
+  const uint64_t arg = static_cast<uint64_t>(static_cast<uint16_t>(d1)) |
+                       static_cast<uint64_t>(static_cast<uint16_t>(d2)) << 16 |
+                       static_cast<uint64_t>(static_cast<uint32_t>(lanes)) << 32;
+  return {arg * 4 + 1, &expand_shift, arg};
+}
+FlowPattern FlowPattern::all_pairs() { return {2, &expand_all_pairs, 0}; }
+FlowPattern FlowPattern::halving_doubling(int dist, bool reverse) {
+  const uint64_t arg = static_cast<uint64_t>(static_cast<uint32_t>(dist)) | (reverse ? uint64_t{1} << 32 : 0);
+  return {arg * 4 + 3, &expand_hd, arg};
+}
+std::vector<std::pair<int, int>> FlowPattern::pairs(int p) const {
+  std::vector<std::pair<int, int>> out;
+  if (expand) expand(p, arg, out);
+  return out;
+}
+
+const sim::StepShare* Transport::step_share(const FlowPattern& pattern) const {
+  auto it = shares_->find(pattern.key);
+  if (it == shares_->end()) {
+    auto pairs = pattern.pairs(size_);
+    for (auto& [a, b] : pairs) {
+      a = chip_of(a);
+      b = chip_of(b);
+    }
+    auto share = std::make_shared<const sim::StepShare>(sim::StepShare::make(topology(), pairs));
+    it = shares_->emplace(pattern.key, share->any_shared ? share : nullptr).first;
+  }
+  return it->second.get();
+}
+
+void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op,
+                         const FlowPattern* pattern) {
+  const sim::StepShare* share = pattern ? step_share(*pattern) : nullptr;
+  if (!share) {
+    exchange_impl(sends, recvs, op);
+    return;
+  }
+  timeline_->begin_step(share);
+  try {
+    exchange_impl(sends, recvs, op);
+  } catch (...) {
+    timeline_->end_step();
+    throw;
+  }
+  timeline_->end_step();
+}
+
+void Transport::exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
   if (vc_) {
     exchange_chips(sends, recvs, op);
     return;
@@ -705,7 +793,7 @@ void Transport::exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs,
 }
 
 sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
-                                sim::TimeNs ready, const std::string& op) {
+                                sim::TimeNs ready, const std::string& op, const FlowPattern* pattern) {
   if (dst == rank_ && src == rank_) {
     if (sbytes != rbytes) check_header(Header{0, sbytes, SignatureScope::current()}, rbytes, src, op);
     if (sbytes && sbuf != rbuf && !*shape_only_) std::memmove(rbuf, sbuf, sbytes);
@@ -713,7 +801,7 @@ sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* 
   }
   const SendOp s{sbuf, sbytes, dst, ready};
   RecvOp r{rbuf, rbytes, src, 0};
-  exchange({&s, 1}, {&r, 1}, op);
+  exchange({&s, 1}, {&r, 1}, op, pattern);
   return std::max(ready, r.arrival);
 }
 

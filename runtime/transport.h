@@ -115,6 +115,26 @@ struct RecvOp {
   sim::TimeNs arrival = 0;
 };
 
+// The global flow pattern of one exchange step (crossing-flow contention, docs/MODEL.md "Links and contention"):
+// the (source rank, destination rank) pairs of every rank's sends in the step, identical on every rank and known
+// without communication (SPMD algorithms: ring shift r -> r +- 1, all_to_all r -> every other rank,
+// halving-doubling's XOR partner). KEY names the pattern uniquely within a communicator (the memo key: the link
+// sharing is computed once per communicator and key); EXPAND(p, out) appends the pairs for a group of P ranks.
+struct FlowPattern {
+  uint64_t key = 0;
+  void (*expand)(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) = nullptr;
+  uint64_t arg = 0;  // passed to EXPAND (the pattern's parameters)
+  // Every rank r sends LANES flows to r + d for each d of D1 and (if nonzero) D2, mod p (ring steps).
+  static FlowPattern shift(int d1, int d2, int lanes);
+  // Every rank sends one flow to every other rank (all_to_all as one step).
+  static FlowPattern all_pairs();
+  // Halving-doubling: virtual rank v and v ^ DIST exchange, virtual ranks mapped to ranks by Thakur's fold
+  // (the first 2*(p - pow2) ranks pair up; v < rem is rank 2v + 1, else v + rem); DIST == 0: the fold step
+  // (rank 2i -> 2i + 1 for i < rem) and, with REVERSE, the unfold (2i + 1 -> 2i).
+  static FlowPattern halving_doubling(int dist, bool reverse);
+  std::vector<std::pair<int, int>> pairs(int p) const;
+};
+
 // Reduction of the control-plane helpers (Transport::allreduce).
 enum class Reduce { sum, max, min };
 
@@ -158,12 +178,18 @@ class Transport {
 
   // Posts every send and every receive at once and waits for all (no ordering deadlock is possible).
   // Sends are booked on the timeline in the order given. Self-messages (dst/src == rank) are allowed.
-  void exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
+  // PATTERN (optional): the step's global flow pattern; flows that meet flows of other senders on a link are then
+  // charged their share of it (sim::Timeline::begin_step). Every rank of the step must pass the same pattern.
+  void exchange(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op,
+                const FlowPattern* pattern = nullptr);
+  // The link sharing of PATTERN on this communicator's chips (memoized per key; nullptr when no two senders'
+  // flows meet on any link, i.e. the pattern changes nothing).
+  const sim::StepShare* step_share(const FlowPattern& pattern) const;
 
   // Sends SBYTES at SBUF to rank DST (data ready at READY) and receives RBYTES into RBUF from rank SRC, both at
   // once (a ring step never deadlocks). Returns the simulated time the received data is at this chip.
   sim::TimeNs sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
-                       sim::TimeNs ready, const std::string& op);
+                       sim::TimeNs ready, const std::string& op, const FlowPattern* pattern = nullptr);
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
 
@@ -225,6 +251,7 @@ class Transport {
   // Receive side of the contention model: books the received flows (headers in_[0..n)) on this chip's timeline
   // in the deterministic order (sender start, source chip) and sets every recvs[i].arrival.
   void book_arrivals(std::span<RecvOp> recvs);
+  void exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   void exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   template <class T>
   void allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const std::string& op);
@@ -262,6 +289,9 @@ class Transport {
   // Signatures every rank of this communicator has agreed on (collectives::check_args); shared by copies.
   std::shared_ptr<std::unordered_set<uint64_t>> agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
   std::shared_ptr<ChoiceMemo> choices_ = std::make_shared<ChoiceMemo>();
+  // step_share()'s memo: pattern key -> link sharing (null: nothing shared). Shared by copies.
+  std::shared_ptr<std::map<uint64_t, std::shared_ptr<const sim::StepShare>>> shares_ =
+      std::make_shared<std::map<uint64_t, std::shared_ptr<const sim::StepShare>>>();
   // exchange()'s reusable state (not shared: each copy of a transport is used by one thread).
   std::vector<Header> out_, in_;
   std::vector<MPI_Request> reqs_;

@@ -1,6 +1,7 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -63,7 +64,9 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
   if (src == chip_ || !(bytes > 0)) return arrival;
   const Route& r = route_from(src);
   const double lat = topo_->protocol().latency_factor_for(bytes);
-  const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as send()
+  const bool shared = step_ != nullptr;  // a flow of a step with crossing flows: charged as send() charged it
+  const double occupancy = shared ? shared_occupancy(r, bytes)
+                                  : bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as send()
   TimeNs t = start;
   // Earliest t >= START at which every link l_i is free over [t + offset_i, t + offset_i + occupancy).
   for (bool moved = true; moved;) {
@@ -80,9 +83,60 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
   }
   for (size_t i = 0; i < r.links.size(); ++i) {
     const double a = t + r.offset[i] * lat;
-    book_interval(r.links[i], {a, a + occupancy});
+    if (shared) {  // the step's other flows are in k_l already: book after the step
+      step_booked_.push_back({r.links[i], {a, a + occupancy}});
+    } else {
+      book_interval(r.links[i], {a, a + occupancy});
+    }
   }
   return t == start ? arrival : arrival + (t - start);
+}
+
+StepShare StepShare::make(const topology::Topology& topo, const std::vector<std::pair<int, int>>& pairs) {
+  StepShare s;
+  const size_t n = topo.links().size();
+  s.flows.assign(n, 0);
+  std::vector<int> first(n, -1);  // first sender seen on each link
+  for (const auto& [a, b] : pairs) {
+    if (a == b) continue;
+    for (int id : topo.route(a, b)) {
+      const size_t l = static_cast<size_t>(id);
+      ++s.flows[l];
+      if (first[l] < 0) {
+        first[l] = a;
+      } else if (first[l] != a) {
+        s.any_shared = true;
+      }
+    }
+  }
+  return s;
+}
+
+void Timeline::begin_step(const StepShare* share) {
+  step_ = share && share->any_shared ? share : nullptr;
+  step_free_.clear();
+  step_booked_.clear();
+}
+
+void Timeline::end_step() {
+  for (const auto& [at, t] : step_free_) {
+    TimeNs& f = at >= 0 ? free_[static_cast<size_t>(at)] : link_free_[static_cast<size_t>(-1 - at)];
+    f = std::max(f, t);
+  }
+  for (const auto& [link, s] : step_booked_) book_interval(link, s);
+  step_free_.clear();
+  step_booked_.clear();
+  step_ = nullptr;
+}
+
+double Timeline::shared_occupancy(const Route& r, double bytes) const {
+  const double eff = topo_->protocol().efficiency_for(bytes);
+  double occ = 0;
+  for (int id : r.links) {
+    const double k = static_cast<double>(std::max<uint32_t>(1, step_->flows[static_cast<size_t>(id)]));
+    occ = std::max(occ, k * bytes / (topo_->link(id).bandwidth_gbps * eff));
+  }
+  return occ;
 }
 
 const Timeline::Route& Timeline::route_to(int dst) {
@@ -119,6 +173,20 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
   const Route& r = route_to(dst);
   // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1.
   const double lat = topo_->protocol().latency_factor_for(bytes);
+  if (step_) {
+    // A flow of a step with crossing flows: B_l / k_l on every link, starting when port and links were free
+    // before the step (the step's other flows, its own included, are in k_l); the times it leaves busy apply at
+    // end_step(), so no flow of the step queues behind another.
+    const double occupancy = shared_occupancy(r, bytes);
+    TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
+    for (size_t i = 0; i < r.links.size(); ++i)
+      start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i] * lat);
+    step_free_.push_back({r.port, start + occupancy});
+    for (size_t i = 0; i < r.links.size(); ++i)
+      step_free_.push_back({-1 - r.links[i], start + r.offset[i] * lat + occupancy});
+    if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
+    return {start, start + r.latency_ns * lat + occupancy};
+  }
   const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
   for (size_t i = 0; i < r.links.size(); ++i)  // every link must be free when the head reaches it
@@ -130,11 +198,37 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
   return {start, start + r.latency_ns * lat + occupancy};
 }
 
+Span Timeline::replay_send(const Event& e) {
+  if (e.peer == chip_) return e.span;
+  const Route& r = route_to(e.peer);
+  const double lat = topo_->protocol().latency_factor_for(e.bytes);
+  const double start = e.span.start;
+  // The occupancy exactly as send() computed it: the plain one, or k times it for a flow of a step (k flows on
+  // its busiest link; the same expression as shared_occupancy on a route of equal bandwidths); else the span.
+  const double eff = topo_->protocol().efficiency_for(e.bytes);
+  double occupancy = e.bytes / (r.bottleneck_gbps * eff);
+  if (start + occupancy != e.span.end) {
+    const double k = std::round((e.span.end - start) / occupancy);
+    const double shared = k * e.bytes / (r.bottleneck_gbps * eff);
+    occupancy = k >= 1 && start + shared == e.span.end ? shared : e.span.end - start;
+  }
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    TimeNs& f = link_free_[static_cast<size_t>(r.links[i])];
+    f = std::max(f, start + r.offset[i] * lat + occupancy);
+  }
+  free_[static_cast<size_t>(r.port)] = std::max(free_[static_cast<size_t>(r.port)], start + occupancy);
+  if (record_) events_.push_back(Event{e.name, "send", r.port, e.span, 0, e.bytes, e.peer});
+  return e.span;
+}
+
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
   std::fill(link_free_.begin(), link_free_.end(), 0.0);
   for (auto& v : in_busy_) v.clear();
   events_.clear();
+  step_ = nullptr;
+  step_free_.clear();
+  step_booked_.clear();
 }
 
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {

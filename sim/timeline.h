@@ -18,14 +18,22 @@
 //   any link near the receiver) queues, independently of MPI timing and of how chips are grouped on ranks. One
 //   sender's flows never overlap each other (send() serialized them), so where no two senders' flows overlap
 //   on a link nothing moves, bit for bit.
-// Not seen: flows of different senders to different receivers that cross on a multi-hop route.
+// - Crossing flows (steps, begin_step()): an exchange whose global flow pattern is known to every chip (SPMD
+//   algorithms know it without communication) runs as a step with a StepShare: how many of the step's flows use
+//   each link. When flows of two or more senders meet on some link of the step, every flow of the step is charged
+//   at B_l / k_l on every link l of its route (occupancy max_l k_l * S / B_l: the time its busiest link needs for
+//   the step's flows of its size), starts when its port and links were free before the step (the step's other
+//   flows, its own included, are in k_l) and, on the receive side, waits only for bookings of earlier exchanges;
+//   what it leaves busy is applied at end_step(). A step where no two senders meet changes nothing, bit for bit.
 //
 // Simulated time never comes from the host clock: it is advanced only by cost functions and by the
 // timestamps carried in messages (Lamport-style), so it is bit-identical from run to run.
 // Units: ns of simulated time (double).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/cost.h"
@@ -62,6 +70,17 @@ struct Breakdown {
   double bytes_sent = 0;      // bytes injected into links
 };
 
+// How the flows of one step (an exchange with a known global pattern) share the links: per topology link id,
+// the number of the step's flows whose route uses it. Built identically on every chip from the step's
+// (source chip, destination chip) pairs (make()).
+struct StepShare {
+  std::vector<uint32_t> flows;   // per link: flows of the step on it
+  bool any_shared = false;       // flows of >= 2 senders meet on some link; false: the step changes nothing
+  // PAIRS: (source chip, destination chip) of every flow of the step (self-pairs are ignored; a pair listed
+  // twice is two flows).
+  static StepShare make(const topology::Topology& topo, const std::vector<std::pair<int, int>>& pairs);
+};
+
 class Timeline {
  public:
   // RECORD_EVENTS false: keep only the engines' and links' busy times (for cost estimates that replay
@@ -83,12 +102,24 @@ class Timeline {
   // for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free and instantaneous.
   Span send(const std::string& name, int dst, double bytes, TimeNs ready);
 
+  // Books send event E (recorded on another timeline of this chip, e.g. the async engine's) exactly as recorded:
+  // the port and the route's links busy from E's start for its occupancy (end - start: the share a step charged it,
+  // if any), E recorded with the same span. Returns E's span.
+  Span replay_send(const Event& e);
+
   // Receive side: books the flow of BYTES from chip SRC that its sender started at START and that would arrive
   // here at ARRIVAL without other senders' flows (the sender's send().start / .end). Returns the arrival after
   // queueing behind the flows this chip booked before on any link of the route: ARRIVAL itself (bit for bit)
   // when the flow fits where the sender put it, else ARRIVAL + the delay. Self-messages and empty messages are
   // not booked. Call it in a deterministic order (see above).
   TimeNs receive(int src, double bytes, TimeNs start, TimeNs arrival);
+
+  // Crossing-flow contention: the sends and receives until end_step() are the flows of one step whose global
+  // pattern SHARE describes (see the header comment). SHARE == nullptr or !SHARE->any_shared: nothing changes.
+  // SHARE must outlive the step. Steps do not nest.
+  void begin_step(const StepShare* share);
+  // Ends the step: applies the shared flows' port / link times and receive-side bookings deferred until now.
+  void end_step();
 
   // Records an op-level region (e.g. a whole all_reduce) for the breakdown and the trace.
   void record_region(const std::string& name, const std::string& category, Span span, double bytes = 0);
@@ -114,6 +145,7 @@ class Timeline {
   const Route& route_to(int dst);
   const Route& route_from(int src);
   void book_interval(int link, Span s);
+  double shared_occupancy(const Route& r, double bytes) const;  // in a step: max_l k_l * S / (B_l * efficiency)
   // At most this many busy intervals are kept per link on the receive side: beyond it the two earliest are merged
   // (the gap between them counts as busy), so memory stays bounded on long runs; deterministic.
   static constexpr size_t kMaxIntervals = 256;
@@ -127,6 +159,9 @@ class Timeline {
   std::vector<bool> have_in_route_;
   std::vector<std::vector<Span>> in_busy_;  // per topology link: sorted, disjoint busy intervals (receive side)
   std::vector<Event> events_;
+  const StepShare* step_ = nullptr;                  // the current step's sharing (begin_step), if any
+  std::vector<std::pair<int, TimeNs>> step_free_;    // deferred: port engine (>= 0) or -1 - link id, busy until
+  std::vector<std::pair<int, Span>> step_booked_;    // deferred receive-side bookings: link, interval
 };
 
 }  // namespace shardsim::sim

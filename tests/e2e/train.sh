@@ -167,15 +167,17 @@ if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: model.kv_heads: 2 must b
 then one_error_line; fi
 # ZeRO-3 and recompute on the dp x tp mesh (numbers: LmTpZero, LmTpRecompute): one chip's losses again.
 sed -E 's/^(  sp: true)$/\1\n  zero: 3/; s/^(  data_seed:.*)$/\1\n  recompute: true/' tp2sp.yaml >tpz3.yaml
-if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*ZeRO stage 3 over dp on each tp shard' -- shardsim_mpi 4 train tpz3.yaml --steps 6; then
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*ZeRO stage 3 over dp on each tp shard' -- shardsim_mpi 4 train tpz3.yaml --steps 6 --validate; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tpz3_losses.txt
   if cmp -s one_6.txt tpz3_losses.txt; then pass "dp 2 x tp 2, sp, ZeRO-3, recompute: losses equal one chip's (4 decimals)"; else
     fail "dp2 x tp2 ZeRO-3 recompute differs"; paste one_6.txt tpz3_losses.txt >&2
   fi
   assert_out '^  parameters +[0-9]+  formula +[0-9]+  4\*Psi_tp/N_d' "per-chip parameters of the tp shards over dp (ZeRO-3)"
   assert_out '^recompute: per block' "the report says recompute"
+  assert_out '^validation: PASS \(max \|loss - reference\| = ' "--validate: PASS against the single-device reference"
 fi
 awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_rows.txt
+cp "$E2E_STDOUT" tpz3_real.txt
 # The same job with the 4 chips as fibers of one rank (runtime/chips.h): the same losses and simulated times.
 if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
   awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_chips.txt
@@ -184,6 +186,30 @@ if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --s
   fi
 fi
 if expect_exit 2 '^shardsim: error: --checkpoint: training-state checkpoints need one chip per rank' -- shardsim_mpi 1 train tpz3.yaml --chips 4 --checkpoint c.h5
+then one_error_line; fi
+# (the shape-only and refusal runs below also use 4 chips on one rank: one process starts faster than four)
+
+e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
+if expect_exit 0 '^mode: shape-only .*NOT VALIDATED' -- shardsim_mpi 1 train tpz3.yaml --steps 2 --shape-only --chips 4; then
+  awk '$1 ~ /^[12]$/ && NF == 7 {print $1, $4, $5, $6, $7}' "$E2E_STDOUT" >so_rows.txt
+  awk '$1 ~ /^[12]$/ && NF == 7 {print $1, $4, $5, $6, $7}' tpz3_real.txt >real_rows.txt
+  if [[ -s so_rows.txt ]] && cmp -s so_rows.txt real_rows.txt; then pass "step time, compute, exposed, idle equal the real-data run's"; else
+    fail "shape-only simulated fields differ"; paste real_rows.txt so_rows.txt >&2
+  fi
+  grep -E '^  (parameters|gradients|optimizer state|total|activations) ' "$E2E_STDOUT" >so_mem.txt
+  grep -E '^  (parameters|gradients|optimizer state|total|activations) ' tpz3_real.txt >real_mem.txt
+  if [[ -s so_mem.txt ]] && cmp -s so_mem.txt real_mem.txt; then pass "the memory rows equal the real-data run's"; else
+    fail "shape-only memory differs"; paste real_mem.txt so_mem.txt >&2
+  fi
+  assert_out '^ +1 +- +- ' "no loss, no grad norm"
+fi
+sed -E 's/^(device:.*)$/\1\nmode: shape_only/' tpz3.yaml >tpz3_so.yaml
+if expect_exit 2 '^shardsim: error: --checkpoint: a shape-only run has no training state' -- shardsim_mpi 1 train tpz3_so.yaml --chips 4 --checkpoint so.h5
+then one_error_line; fi
+if expect_exit 2 '^shardsim: error: --validate: a shape-only run computes no values' -- shardsim_mpi 1 train tpz3_so.yaml --chips 4 --validate
+then one_error_line; fi
+sed -E 's/^(device:.*)$/\1\nmode: shapeonly/' tpz3.yaml >tpz3_bad.yaml
+if expect_exit 2 "^shardsim: error: .*tpz3_bad\\.yaml:[0-9]+: mode: must be real or shape_only \\(got 'shapeonly'\\)" -- shardsim_mpi 1 train tpz3_bad.yaml --chips 4
 then one_error_line; fi
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"

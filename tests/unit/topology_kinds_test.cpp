@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <algorithm>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -419,6 +421,88 @@ TEST(Contention, MultiHopIsCutThroughWithPerHopLatency) {
   // A second flow to chip 1 shares only the first link: it waits for that link only.
   const auto b = tl.send("b", 1, 1e6, 0);
   EXPECT_DOUBLE_EQ(b.start, 1e5);
+}
+
+// Crossing flows (sim::Timeline::begin_step): the step's global pattern says which links flows of several
+// senders share. On a line 0-1-2-3, 0 -> 2 and 1 -> 3 both cross 1 -> 2.
+namespace {
+struct StepRun {  // every chip of TOPO runs one step: the flows PAIRS (all of them, sent at time 0)
+  std::vector<double> arrivals;  // per flow, at its receiver
+};
+StepRun run_step(const Topology& t, const std::vector<std::pair<int, int>>& pairs, double bytes, bool with_pattern) {
+  const auto share = sim::StepShare::make(t, pairs);
+  std::vector<std::unique_ptr<sim::Timeline>> tl;
+  for (int c = 0; c < t.num_chips(); ++c) {
+    tl.push_back(std::make_unique<sim::Timeline>(c, t, sim::device_preset("generic")));
+    if (with_pattern) tl.back()->begin_step(&share);
+  }
+  std::vector<sim::Span> spans;
+  for (const auto& [a, b] : pairs) spans.push_back(tl[static_cast<size_t>(a)]->send("x", b, bytes, 0));
+  StepRun out;
+  for (size_t i = 0; i < pairs.size(); ++i)
+    out.arrivals.push_back(tl[static_cast<size_t>(pairs[i].second)]->receive(pairs[i].first, bytes, spans[i].start,
+                                                                              spans[i].end));
+  for (auto& x : tl) x->end_step();
+  return out;
+}
+}  // namespace
+
+TEST(Contention, CrossingFlowsOfDifferentSendersAndReceiversTakeTwiceAsLong) {
+  auto t = Topology::mesh({4}, {LinkSpec{10, 100}});
+  const double S = 1e6, one = S / 10;
+  const std::vector<std::pair<int, int>> crossing{{0, 2}, {1, 3}};
+  const auto share = sim::StepShare::make(t, crossing);
+  EXPECT_TRUE(share.any_shared);
+  const auto before = run_step(t, crossing, S, false);  // no pattern: each as if alone
+  EXPECT_DOUBLE_EQ(before.arrivals[0], 200 + one);
+  EXPECT_DOUBLE_EQ(before.arrivals[1], 200 + one);
+  const auto now = run_step(t, crossing, S, true);  // link 1->2 carries both: B/2 each
+  EXPECT_DOUBLE_EQ(now.arrivals[0], 200 + 2 * one);
+  EXPECT_DOUBLE_EQ(now.arrivals[1], 200 + 2 * one);
+  // Three flows over 1->2 (0->2, 1->3, 0->3): 3 transfers for each.
+  const auto three = run_step(t, {{0, 2}, {1, 3}, {0, 3}}, S, true);
+  EXPECT_DOUBLE_EQ(three.arrivals[1], 200 + 3 * one);
+  EXPECT_DOUBLE_EQ(three.arrivals[2], 300 + 3 * one);
+}
+
+TEST(Contention, StepPatternLeavesDisjointAndOneSenderLinksBitForBit) {
+  auto t = Topology::mesh({4}, {LinkSpec{10, 100}});
+  // Disjoint routes: nothing shared, the step is a no-op.
+  const std::vector<std::pair<int, int>> disjoint{{0, 1}, {2, 3}, {3, 2}};
+  EXPECT_FALSE(sim::StepShare::make(t, disjoint).any_shared);
+  EXPECT_EQ(run_step(t, disjoint, 1e6, true).arrivals, run_step(t, disjoint, 1e6, false).arrivals);
+  // A ring shift (one sender per link, several lanes each): nothing shared, own flows still serialize.
+  auto ring = Topology::ring(8, LinkSpec{10, 100});
+  std::vector<std::pair<int, int>> shift;
+  for (int r = 0; r < 8; ++r)
+    for (int lane = 0; lane < 3; ++lane) shift.emplace_back(r, (r + 1) % 8);
+  EXPECT_FALSE(sim::StepShare::make(ring, shift).any_shared);
+  EXPECT_EQ(run_step(ring, shift, 1e5, true).arrivals, run_step(ring, shift, 1e5, false).arrivals);
+  // Crossing on 1->2 does not touch 2->3's own flow 2->3 (route without a shared link): bit for bit.
+  const std::vector<std::pair<int, int>> mixed{{0, 2}, {1, 2}, {2, 3}};
+  EXPECT_TRUE(sim::StepShare::make(t, mixed).any_shared);
+  EXPECT_EQ(run_step(t, mixed, 1e6, true).arrivals[2], run_step(t, mixed, 1e6, false).arrivals[2]);
+}
+
+TEST(Contention, AllToAllOnA2x4MeshMeetsTheFullContentionBound) {
+  // Every chip sends S to every other at once. With dimension-order routes, link (0,1)->(0,2) carries 8 flows
+  // ((0,0),(0,1),(1,0),(1,1) to (0,2),(0,3)): the step takes 8 S/B plus the longest such route, 4 alpha.
+  auto t = Topology::mesh({2, 4}, {LinkSpec{100, 1000}, LinkSpec{100, 1000}});
+  const double S = 1 << 20;
+  std::vector<std::pair<int, int>> all;
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      if (a != b) all.emplace_back(a, b);
+  const auto share = sim::StepShare::make(t, all);
+  EXPECT_EQ(*std::max_element(share.flows.begin(), share.flows.end()), 8u);
+  const auto now = run_step(t, all, S, true);
+  EXPECT_DOUBLE_EQ(*std::max_element(now.arrivals.begin(), now.arrivals.end()), 4 * 1000 + 8 * S / 100);
+  // No flow beats the bound of its own busiest link.
+  for (size_t i = 0; i < all.size(); ++i) {
+    uint32_t k = 0;
+    for (int id : t.route(all[i].first, all[i].second)) k = std::max(k, share.flows[static_cast<size_t>(id)]);
+    EXPECT_GE(now.arrivals[i], k * S / 100) << all[i].first << "->" << all[i].second;
+  }
 }
 
 TEST(Determinism, SameScheduleSameTimes) {
