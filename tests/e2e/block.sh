@@ -72,13 +72,13 @@ expect_exit 2 'badmesh\.yaml:[0-9]+: parallel: tp 2 x cp 4 x ulysses 1 = 8 does 
 make badul 4 "  ulysses: 4"
 expect_exit 2 'parallel\.ulysses: 8 query / 2 KV heads are not both divisible by 4' -- shardsim_mpi 4 run badul.yaml
 make badkv 4 "  tp: 4" "s/kv_heads: 2/kv_heads: 3/"
-expect_exit 2 'workload\.kv_heads: 8 query heads are not a multiple of 3 KV heads' -- shardsim_mpi 4 run badkv.yaml
+expect_exit 2 '(model|workload)\.kv_heads: 8 query heads are not a multiple of 3 KV heads' -- shardsim_mpi 4 run badkv.yaml
 make badsplit 4 "  tp: 4\n  cp_split: contiguous"
 expect_exit 2 'badsplit\.yaml:[0-9]+: parallel\.cp_split: only used with context parallelism' -- shardsim_mpi 4 run badsplit.yaml
 make badsp 4 "  sp: true"
 expect_exit 2 'badsp\.yaml:[0-9]+: parallel\.sp: sequence parallelism needs tp > 1' -- shardsim_mpi 4 run badsp.yaml
 make oom 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 0.0001/"
-expect_exit 2 'oom\.yaml:[0-9]+: workload: simulated out of memory on chip 0: needs 0\.000 GiB \(178\.0 KiB\), has 0\.000 GiB \(104\.9 KiB\) \(allocating .weights.' -- shardsim_mpi 4 run oom.yaml
+expect_exit 2 'oom\.yaml:[0-9]+: (model|workload): simulated out of memory on chip 0: needs 0\.000 GiB \(178\.0 KiB\), has 0\.000 GiB \(104\.9 KiB\) \(allocating .weights.' -- shardsim_mpi 4 run oom.yaml
 make hostmem 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 100000/; s/hidden: 128/hidden: 8192/; s/heads: 8/heads: 64/; s/kv_heads: 2/kv_heads: 8/; s/ffn: 344/ffn: 28672/; s/seq: 64/seq: 262144/"
 expect_exit 2 'hostmem\.yaml: needs about [0-9.]+ GiB of host memory \(the 4 ranks. shards and the single-device reference on rank 0\) but this host has [0-9.]+ GiB available' -- shardsim_mpi 4 run hostmem.yaml
 make badnp 4 "  tp: 4"
