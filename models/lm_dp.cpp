@@ -113,23 +113,11 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
 }
 
 void LmDpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
-  const auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : b.slots) {
-    const Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_dp: pack dtype mismatch");
-    std::memcpy(static_cast<char*>(flat.data()) + s.offset * es, t.data(), s.numel * es);
-  }
+  lm_pack_slots(b.slots, w, flat, "lm_dp");
 }
 
 void LmDpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) const {
-  auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : b.slots) {
-    Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_dp: unpack dtype mismatch");
-    std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
-  }
+  lm_unpack_slots(b.slots, flat, w, "lm_dp");
 }
 
 sim::TimeNs LmDpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {

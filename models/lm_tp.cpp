@@ -145,25 +145,11 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
 
 void LmTpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
-  if (!store_) return;  // shape-only: no bytes to move
-  const auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : b.slots) {
-    const Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_tp: pack dtype mismatch");
-    std::memcpy(static_cast<char*>(flat.data()) + s.offset * es, t.data(), s.numel * es);
-  }
+  if (store_) lm_pack_slots(b.slots, w, flat, "lm_tp");  // shape-only: no bytes to move
 }
 
 void LmTpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) const {
-  if (!store_) return;
-  auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : b.slots) {
-    Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error("lm_tp: unpack dtype mismatch");
-    std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
-  }
+  if (store_) lm_unpack_slots(b.slots, flat, w, "lm_tp");
 }
 
 sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
