@@ -88,17 +88,13 @@ LmDpTrainer::LmDpTrainer(const LmConfig& global, const LmTrainConfig& train, con
       b.own_off = 0;
       b.own_n = b.count;
     }
-    Tensor flat(DType::fp32, {int64_t(b.count)});
-    pack(b, master, flat);
     b.master = Tensor(DType::fp32, {int64_t(b.own_n)});
-    std::memcpy(b.master.data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
+    lm_take_bucket_chunk(b, master, DType::fp32, b.master, "lm_dp");
     b.m = Tensor(DType::fp32, {int64_t(b.own_n)});
     b.v = Tensor(DType::fp32, {int64_t(b.own_n)});
     if (global.dtype != DType::fp32) {
-      Tensor wflat(global.dtype, {int64_t(b.count)});
-      pack(b, work_, wflat);
       b.copy = Tensor(global.dtype, {int64_t(b.own_n)});
-      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
+      lm_take_bucket_chunk(b, work_, global.dtype, b.copy, "lm_dp");
     }
     b.grad = Tensor(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
   }
@@ -303,18 +299,10 @@ void LmDpTrainer::restore(const LmTrainSnapshot& s) {
   }
   if (s.step < 0) throw std::invalid_argument("lm_dp restore: negative step");
   work_ = lm_compute_copy(global_, s.master);
-  const size_t esize = runtime::dtype_size(global_.dtype);
   for (Bucket& b : buckets_) {
-    Tensor flat(DType::fp32, {int64_t(b.count)});
-    for (auto [src, dst] : {std::pair{&s.master, &b.master}, std::pair{&s.m, &b.m}, std::pair{&s.v, &b.v}}) {
-      pack(b, *src, flat);
-      std::memcpy(dst->data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
-    }
-    if (global_.dtype != DType::fp32) {
-      Tensor wflat(global_.dtype, {int64_t(b.count)});
-      pack(b, work_, wflat);
-      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
-    }
+    for (auto [src, dst] : {std::pair{&s.master, &b.master}, std::pair{&s.m, &b.m}, std::pair{&s.v, &b.v}})
+      lm_take_bucket_chunk(b, *src, DType::fp32, *dst, "lm_dp");
+    if (global_.dtype != DType::fp32) lm_take_bucket_chunk(b, work_, global_.dtype, b.copy, "lm_dp");
   }
   step_ = s.step;
 }

@@ -149,6 +149,16 @@ void lm_unpack_slots(const std::vector<Slot>& slots, const runtime::Tensor& flat
     std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
   }
 }
+// Bucket B's own chunk [own_off, own_off + own_n) of W (in B's slot order, DTYPE elements) copied into DST (own_n
+// elements of DTYPE): how both trainers load masters, moments and the compute copy into their buckets.
+template <class Bucket>
+void lm_take_bucket_chunk(const Bucket& b, const LmWeights& w, runtime::DType dtype, runtime::Tensor& dst,
+                          const char* who) {
+  runtime::Tensor flat(dtype, {int64_t(b.count)});
+  lm_pack_slots(b.slots, w, flat, who);
+  const size_t es = runtime::dtype_size(dtype);
+  std::memcpy(dst.data(), static_cast<const char*>(flat.data()) + b.own_off * es, b.own_n * es);
+}
 void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
                         std::vector<kernels::KernelCost>* costs = nullptr);
 

@@ -131,14 +131,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     if (global.dtype != DType::fp32) b.copy = make(global.dtype, {int64_t(b.own_n)});
     b.grad = make(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
     if (!store_) continue;
-    Tensor flat(DType::fp32, {int64_t(b.count)});
-    pack(b, master, flat);
-    std::memcpy(b.master.data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
-    if (global.dtype != DType::fp32) {
-      Tensor wflat(global.dtype, {int64_t(b.count)});
-      pack(b, work_, wflat);
-      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
-    }
+    lm_take_bucket_chunk(b, master, DType::fp32, b.master, "lm_tp");
+    if (global.dtype != DType::fp32) lm_take_bucket_chunk(b, work_, global.dtype, b.copy, "lm_tp");
   }
 }
 
@@ -288,18 +282,10 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
   const LmWeights master = shard(s.master), m = shard(s.m), v = shard(s.v);
   work_ = lm_compute_copy(local_, master);
-  const size_t esize = runtime::dtype_size(global_.dtype);
   for (Bucket& b : buckets_) {
-    Tensor flat(DType::fp32, {int64_t(b.count)});
-    for (auto [src, dst] : {std::pair{&master, &b.master}, std::pair{&m, &b.m}, std::pair{&v, &b.v}}) {
-      pack(b, *src, flat);
-      std::memcpy(dst->data(), flat.f32() + b.own_off, b.own_n * sizeof(float));
-    }
-    if (global_.dtype != DType::fp32) {
-      Tensor wflat(global_.dtype, {int64_t(b.count)});
-      pack(b, work_, wflat);
-      std::memcpy(b.copy.data(), static_cast<const char*>(wflat.data()) + b.own_off * esize, b.own_n * esize);
-    }
+    for (auto [src, dst] : {std::pair{&master, &b.master}, std::pair{&m, &b.m}, std::pair{&v, &b.v}})
+      lm_take_bucket_chunk(b, *src, DType::fp32, *dst, "lm_tp");
+    if (global_.dtype != DType::fp32) lm_take_bucket_chunk(b, work_, global_.dtype, b.copy, "lm_tp");
   }
   step_ = s.step;
 }
