@@ -74,15 +74,7 @@ struct Replay {
   // The flows until end_step() form one step with the global pattern PATTERN (every rank's timeline).
   void begin_step(const runtime::FlowPattern& pattern) {
     auto it = shares.find(pattern.key);
-    if (it == shares.end()) {
-      auto pairs = pattern.pairs(size());
-      for (auto& [a, b] : pairs) {
-        a = chips[static_cast<size_t>(a)];
-        b = chips[static_cast<size_t>(b)];
-      }
-      auto share = std::make_shared<const sim::StepShare>(sim::StepShare::make(topo, pairs));
-      it = shares.emplace(pattern.key, share->any_shared ? share : nullptr).first;
-    }
+    if (it == shares.end()) it = shares.emplace(pattern.key, pattern.share_on(topo, chips)).first;
     step_share = it->second.get();
     if (step_share)
       for (auto& t : tl)

@@ -778,17 +778,20 @@ std::vector<std::pair<int, int>> FlowPattern::pairs(int p) const {
   return out;
 }
 
+std::shared_ptr<const sim::StepShare> FlowPattern::share_on(const topology::Topology& topo,
+                                                            const std::vector<int>& rank_to_chip) const {
+  auto flows = pairs(static_cast<int>(rank_to_chip.size()));
+  for (auto& [a, b] : flows) {
+    a = rank_to_chip[static_cast<size_t>(a)];
+    b = rank_to_chip[static_cast<size_t>(b)];
+  }
+  auto share = std::make_shared<const sim::StepShare>(sim::StepShare::make(topo, flows));
+  return share->any_shared ? share : nullptr;
+}
+
 const sim::StepShare* Transport::step_share(const FlowPattern& pattern) const {
   auto it = shares_->find(pattern.key);
-  if (it == shares_->end()) {
-    auto pairs = pattern.pairs(size_);
-    for (auto& [a, b] : pairs) {
-      a = chip_of(a);
-      b = chip_of(b);
-    }
-    auto share = std::make_shared<const sim::StepShare>(sim::StepShare::make(topology(), pairs));
-    it = shares_->emplace(pattern.key, share->any_shared ? share : nullptr).first;
-  }
+  if (it == shares_->end()) it = shares_->emplace(pattern.key, pattern.share_on(topology(), rank_to_chip_)).first;
   return it->second.get();
 }
 

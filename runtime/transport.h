@@ -133,6 +133,11 @@ struct FlowPattern {
   // (rank 2i -> 2i + 1 for i < rem) and, with REVERSE, the unfold (2i + 1 -> 2i).
   static FlowPattern halving_doubling(int dist, bool reverse);
   std::vector<std::pair<int, int>> pairs(int p) const;
+  // The link sharing of this pattern on a group whose rank r is chip RANK_TO_CHIP[r] of TOPO (sim::StepShare);
+  // nullptr when no two senders' flows meet on any link (the pattern changes nothing). Used by
+  // Transport::step_share and the cost model's replay, which memoize it by KEY.
+  std::shared_ptr<const sim::StepShare> share_on(const topology::Topology& topo,
+                                                 const std::vector<int>& rank_to_chip) const;
 };
 
 // Reduction of the control-plane helpers (Transport::allreduce).
