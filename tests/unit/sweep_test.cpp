@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "experiments/sweep.h"
+#include "experiments/scheduler.h"
 #include "models/runner.h"
 
 using namespace shardsim;
@@ -342,4 +343,39 @@ TEST(Sweep, ValidateKeyRejectsOtherValuesWithFileAndLine) {
   EXPECT_NE(e.find("'always'"), std::string::npos) << e;
   e = error_of("validate: {every: true}\n" + axes);
   EXPECT_NE(e.find("s.yaml:1"), std::string::npos) << e;
+}
+
+TEST(Sweep, ShapeOnlyRowsTakeTheirPlansValidationVerdict) {
+  Row row;
+  row["verdict"] = "not_validated";  // as a shape-only run reports itself
+  row["validated_at"] = "hidden=64,ffn=128";
+  Row v;
+  v["verdict"] = "pass";
+  v["max_rel_error"] = "2.5e-07";
+  v["reason"] = "";
+  Row r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "pass");
+  EXPECT_EQ(r["max_rel_error"], "2.5e-07");
+  EXPECT_EQ(r["validated_at"], "hidden=64,ffn=128");
+  // A failed validation fails every point of the plan (exit 1), with the reason.
+  v["verdict"] = "fail";
+  v["reason"] = "relative error above tolerance 0.0001";
+  r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "fail");
+  EXPECT_NE(r["reason"].find("failed validation at hidden=64,ffn=128: relative error"), std::string::npos) << r["reason"];
+  // A validation that could not run, or none: not validated, and validated_at says so (empty).
+  v["verdict"] = "error";
+  v["reason"] = "needs 8 chips";
+  r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "not_validated");
+  EXPECT_EQ(r["validated_at"], "");
+  EXPECT_NE(r["reason"].find("could not run: needs 8 chips"), std::string::npos) << r["reason"];
+  r = apply_validation(row, nullptr);
+  EXPECT_EQ(r["verdict"], "not_validated");
+  // The full-size point's own error (e.g. simulated out of memory) stays.
+  Row err = row;
+  err["verdict"] = "error";
+  err["reason"] = "simulated out of memory";
+  v["verdict"] = "pass";
+  EXPECT_EQ(apply_validation(err, &v)["verdict"], "error");
 }
