@@ -6,7 +6,7 @@
 // At the end rank 0 rewrites results.csv in grid order, writes results.json and draws the plots with gnuplot.
 // This file: the command line, resuming, the CSV/JSON files, progress and the plots.
 //
-// Exit codes: 0 every point passed or was timed by replay (points that cannot run, e.g. an inapplicable
+// Exit codes: 0 every point passed or was timed shape-only (points that cannot run, e.g. an inapplicable
 // algorithm or more chips than the launch has, are recorded with verdict `error` and do not change it);
 // 1 some point failed validation; 2 bad input (sweep file, flags, an unreadable results file); 3 runtime fault,
 // or --plot-only when gnuplot is missing or fails (a full sweep only warns: its CSV/JSON are the product).
@@ -59,7 +59,7 @@ using sharding::SweepSpec;
 
 struct SweepFlags {
   std::string file, output;
-  bool force = false, plot_only = false, no_plots = false;
+  bool force = false, plot_only = false, no_plots = false, validate_every = false;
 };
 
 std::string read_text(const std::string& path) {
@@ -167,6 +167,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   world.agree([&] {
     spec = sharding::load_sweep(f.file);
     if (!f.output.empty()) spec.output = f.output;
+    if (f.validate_every) spec.validate_every = true;
     std::error_code ec;
     fs::create_directories(spec.output, ec);
     if (!fs::is_directory(spec.output))
@@ -224,8 +225,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     for (size_t i = 0; i < P; ++i) index[spec.points[i].key] = i;
     for (auto& r : rows) {
       const auto it = index.find(r["key"]);
+      // validate: every re-runs rows that took their verdict from a smaller validation run (validate once).
+      const bool validated_elsewhere = !r["validated_at"].empty() && r["validated_at"] != "self";
       if (it == index.end()) foreign.push_back(r);
-      else if (!f.force) {
+      else if (!f.force && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
         mask[it->second] = '1';
         done[r["key"]] = r;
       }
@@ -279,6 +282,46 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       progress.advance(1);
     }
   });
+  // Validate once: each distinct plan of the points to run is validated first, with real data on its shrunk
+  // config (experiments/sweep.h); the full-size points then run shape-only and take that run's verdict.
+  std::vector<size_t> todo;
+  for (const auto& [k, list] : by_chips) todo.insert(todo.end(), list.begin(), list.end());
+  SweepSpec vspec;
+  vspec.file = spec.file;
+  vspec.name = spec.name;
+  vspec.validate_max_bytes = spec.validate_max_bytes;
+  vspec.points = sharding::validation_points(spec, todo);
+  std::map<std::string, Row> validations;  // rank 0: validation key -> its row
+  if (!vspec.points.empty()) {
+    std::map<int, std::vector<size_t>> vby_chips;
+    for (size_t i = 0; i < vspec.points.size(); ++i) vby_chips[vspec.points[i].chips].push_back(i);
+    if (root) {
+      std::printf("validate once: %zu distinct plan(s) validated with real data at a small size; the full-size "
+                  "points run shape-only (validate: every or --validate-every to validate each point)\n",
+                  vspec.points.size());
+      std::fflush(stdout);
+    }
+    sharding::GroupCallbacks vcb;
+    vcb.on_wave = [&](const std::vector<size_t>& wave) {
+      std::string cur = "validating " + sharding::point_text(vspec.points[wave.front()]);
+      if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
+      progress.show(cur);
+    };
+    vcb.on_rows = [&](const std::vector<Row>& rows) {
+      for (const auto& r : rows) {
+        validations[r.at("key")] = r;
+        const auto& v = r.at("verdict");
+        if (v != "pass")
+          std::fprintf(stderr, "%svalidation of %s at %s: %s%s%s\n", ::isatty(2) == 1 ? "\n" : "", r.at("plan").c_str(),
+                       r.at("topology").c_str(), v.c_str(), r.at("reason").empty() ? "" : ": ", r.at("reason").c_str());
+      }
+    };
+    sharding::run_in_groups(world, vspec, vby_chips, vcb);
+  }
+  std::map<std::string, size_t> point_of;  // rank 0: key -> index in spec.points
+  if (root)
+    for (size_t i = 0; i < P; ++i) point_of[spec.points[i].key] = i;
+
   int ran = 0;
   sharding::GroupCallbacks cb;
   cb.on_chips = [&](int k, size_t n, int groups) {
@@ -292,7 +335,13 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.show(cur);
   };
   cb.on_rows = [&](const std::vector<Row>& rows) {
-    for (const auto& r : rows) {
+    for (const auto& r0 : rows) {
+      Row r = r0;
+      const auto& pt = spec.points[point_of.at(r.at("key"))];
+      if (sharding::validated_separately(pt, spec)) {
+        const auto v = validations.find(pt.validation_key);
+        r = sharding::apply_validation(std::move(r), v == validations.end() ? nullptr : &v->second);
+      }
       record(r);
       progress.advance(1);
       ++ran;
@@ -308,7 +357,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.finish();
     for (const auto& r : fresh) done[r.at("key")] = r;
     std::vector<Row> rows;
-    int failed_validation = 0, errors = 0, replayed = 0;
+    int failed_validation = 0, errors = 0, shape_only = 0, validated_small = 0;
     for (const auto& pt : spec.points) {
       const auto it = done.find(pt.key);
       if (it == done.end()) continue;
@@ -316,7 +365,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       const auto& v = it->second.at("verdict");
       failed_validation += v == "fail";
       errors += v == "error";
-      replayed += v == "not_run";
+      shape_only += it->second.at("timing") == "shape_only";
+      validated_small += !it->second.at("validated_at").empty() && it->second.at("validated_at") != "self";
     }
     std::string text = sharding::csv_header();
     for (const auto& r : rows) text += sharding::csv_row(r);
@@ -327,8 +377,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     write_file_atomic(json_path, sharding::rows_to_json(spec.name, all));
     const int recorded_now = static_cast<int>(fresh.size()) - ran;
     std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
-                "%zu rows: %d failed validation, %d could not run (verdict error), %d timed by replay (not_run)\n",
-                spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, replayed);
+                "%zu rows: %d failed validation, %d could not run (verdict error), %d timed shape-only (%d of them "
+                "with their plan validated at a small size)\n",
+                spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
+                validated_small);
     std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
     std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
     if (!f.no_plots) {
@@ -354,6 +406,9 @@ Command add_sweep(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--force", f->force, "recompute every point (default: skip points already in results.csv)");
   sub->add_flag("--plot-only", f->plot_only, "redraw the plots from the existing results.csv; run nothing");
   sub->add_flag("--no-plots", f->no_plots, "do not draw plots");
+  sub->add_flag("--validate-every", f->validate_every,
+                "validate every workload point with real data at full size (the file's `validate: every`; default "
+                "`once`: each distinct plan validated at a small size, full-size points timed shape-only)");
   return {sub, [f, &world] { return run_sweep(world, *f); }};
 }
 

@@ -96,7 +96,8 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   row["size_bytes"] = std::to_string(bytes);
   const bool run = static_cast<double>(bytes) <= spec.validate_max_bytes;
 
-  sim::Timeline tl(topo.placement().at(static_cast<size_t>(sw.rank())), topo, dev);
+  // Above validate_max_bytes: the same schedule in shape-only mode (no per-message event list: nothing reads it).
+  sim::Timeline tl(topo.placement().at(static_cast<size_t>(sw.rank())), topo, dev, run);
   runtime::Transport tp(sw.comm(), tl, topo.placement());
   try {
     sw.agree([&] {
@@ -110,38 +111,37 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
         const double avail = available_host_bytes();
         if (avail > 0 && need * world_size > 0.9 * avail)
           throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
-                           std::to_string(world_size) + " ranks; lower validate_max_bytes to time it by replay");
+                           std::to_string(world_size) + " ranks; lower validate_max_bytes to time it shape-only");
       }
     });
   } catch (const AgreedError& e) {
     return failed(row, e.what());
   }
   double sim_ns = 0;
+  // Real data (checked) or shape-only (the same CaseRunner and schedule with timing headers only, as `shardsim
+  // bench --shape-only`): one schedule code, so the simulated time equals the real-data run's.
+  cs.shape_only = !run;
+  collectives::CaseRunner runner(tp, cs);
+  runner.prepare();
+  tl.reset();
+  const auto r = runner.execute(0.0);
+  sim_ns = group_max(r.span.end, sw.comm());
+  row["algorithm_used"] = r.algorithm;
   if (run) {
-    collectives::CaseRunner runner(tp, cs);
-    runner.prepare();
-    tl.reset();
-    const auto r = runner.execute(0.0);
-    sim_ns = group_max(r.span.end, sw.comm());
     const auto o = runner.check_local();
     unsigned long long w = o.wrong, total = 0;
     MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, sw.comm());
-    row["algorithm_used"] = r.algorithm;
     row["timing"] = "run";
     row["wrong"] = std::to_string(total);
     row["verdict"] = total ? "fail" : "pass";
+    row["validated_at"] = "self";
     if (total) row["reason"] = std::to_string(total) + " wrong elements; first: " + o.first_wrong;
   } else {
-    collectives::CollectiveOptions opt;
-    opt.algorithm = cs.algorithm;
-    const auto choice = collectives::choose(c, opt, tp, static_cast<double>(bytes));
-    sim_ns = collectives::estimate_ns(c, choice.algorithm, tp, static_cast<double>(bytes), 0);
-    row["algorithm_used"] = choice.algorithm;
-    row["timing"] = "replay";
-    row["verdict"] = "not_run";
+    row["timing"] = "shape_only";
+    row["verdict"] = "not_validated";
     row["reason"] = "size " + size_label(bytes) + " > validate_max_bytes " +
                     size_label(static_cast<size_t>(spec.validate_max_bytes)) +
-                    ": timed by replaying the schedule, no data moved, not checked";
+                    ": shape-only run (the schedule moved timing headers only), not checked";
   }
   row["sim_time_us"] = fmt(sim_ns / 1e3);
   if (sim_ns > 0) {
@@ -163,13 +163,17 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   try {
     sw.agree([&] {
       if (cfg.topology().num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
-      if (cfg.kind == ModelConfig::Kind::transformer_block)
+      if (cfg.kind == ModelConfig::Kind::transformer_block && !validated_separately(pt, spec) && !cfg.shape_only())
         check_host_memory(cfg.block);  // recorded as a failed point instead of ranks killed by the OS
     });
   } catch (const AgreedError& e) {
     return failed(row, e.what());
   }
-  row["timing"] = "run";
+  // Validate once: the plan was validated by a smaller real-data run (apps/sweep.cpp merges its verdict); the
+  // full-size point runs the same code in shape-only mode.
+  o.shape_only = validated_separately(pt, spec);
+  const bool shape_only = o.shape_only || cfg.shape_only();
+  row["timing"] = shape_only ? "shape_only" : "run";
   const auto r = run_model(sw, cfg, o);
   row["sim_time_us"] = fmt(r.critical.total / 1e3);
   row["compute_us"] = fmt(r.critical.compute / 1e3);
@@ -182,7 +186,11 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   double peak = 0;
   for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
   row["peak_mem_bytes"] = fmt(peak);
-  row["max_rel_error"] = fmt(r.relative_error);
+  if (r.validated) {
+    row["max_rel_error"] = fmt(r.relative_error);
+    row["validated_at"] = "self";
+  }
+  if (o.shape_only) row["validated_at"] = pt.validation_dims;  // verdict: apply_validation on rank 0
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
   if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
   return row;
@@ -225,6 +233,43 @@ std::vector<std::string> gather_strings(const std::string& mine, const runtime::
 
 Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
   return run_point_impl(sw, pt, spec, world_size);
+}
+
+Row apply_validation(Row row, const Row* v) {
+  if (row["verdict"] == "error") return row;  // the full-size point itself could not run (e.g. out of HBM)
+  const std::string at = row["validated_at"];
+  const std::string vv = v ? v->at("verdict") : "";
+  if (vv == "pass" || vv == "fail") {
+    row["verdict"] = vv;
+    row["max_rel_error"] = v->at("max_rel_error");
+    if (vv == "fail") row["reason"] = "the plan failed validation at " + at + ": " + v->at("reason");
+    return row;
+  }
+  row["validated_at"] = "";
+  row["verdict"] = "not_validated";
+  row["reason"] = !v                ? "internal: no validation run for this plan"
+                  : vv == "error"   ? "the plan's validation run at " + at + " could not run: " + v->at("reason")
+                                    : "the workload's validation is disabled (validate.enabled: false)";
+  return row;
+}
+
+std::vector<SweepPoint> validation_points(const SweepSpec& spec, const std::vector<size_t>& todo) {
+  std::vector<SweepPoint> out;
+  std::map<std::string, size_t> seen;
+  for (size_t i : todo) {
+    const SweepPoint& p = spec.points.at(i);
+    if (!validated_separately(p, spec) || seen.count(p.validation_key)) continue;
+    seen[p.validation_key] = out.size();
+    SweepPoint v = p;
+    v.index = static_cast<int>(out.size());
+    v.key = p.validation_key;
+    v.model = p.validation_model;
+    v.validation_model = nullptr;
+    v.validation_key.clear();
+    v.plan = p.plan + " @" + p.validation_dims;  // progress lines
+    out.push_back(std::move(v));
+  }
+  return out;
 }
 
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,

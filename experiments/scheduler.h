@@ -3,10 +3,13 @@
 //
 // run_point: one point on a group of ranks (GROUP: a runtime::World over exactly the point's chips). Collective
 // points with size <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
-// `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail); larger
-// ones are timed by the event-free replay of the chosen algorithm's schedule (timing `replay`, verdict
-// `not_run`). Workload points run the typed config (SweepPoint::model) through models/runner.h's run_model, no
-// checkpoint. A point that cannot run gives a row with verdict `error` and the reason. The row is complete on
+// `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail,
+// validated_at self); larger ones run the same CaseRunner and schedule in shape-only mode, as `bench --shape-only`
+// (runtime/transport.h: messages carry only their timing headers; timing `shape_only`, verdict `not_validated`),
+// so their simulated time equals the real-data run's (bench/sweep_vs_bench.sh). Workload points run the typed
+// config (SweepPoint::model) through models/runner.h's run_model, no checkpoint: with real data (validated against
+// one device, validated_at self), or, when validated_separately (validate once), in shape-only mode with
+// validated_at = the shrunk dimensions; the caller then merges the plan's validation row (apply_validation). A point that cannot run gives a row with verdict `error` and the reason. The row is complete on
 // GROUP's rank 0. WORLD_SIZE: ranks of the whole launch (host-memory estimate).
 //
 // run_in_groups, the group scheduler: points are grouped by the chips they need (BY_CHIPS: k -> indices into
@@ -29,6 +32,14 @@
 namespace shardsim::sharding {
 
 Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size);
+
+// Validate once: ROW (a shape-only workload row) with the verdict and max_rel_error of its plan's validation row
+// V (null: none ran). A failed validation fails the row; a validation that could not run, or a workload with
+// validation disabled, leaves it not_validated with the reason and an empty validated_at.
+Row apply_validation(Row row, const Row* v);
+// The distinct validation runs the points TODO (indices into SPEC.points) need, one per validation_key: copies of
+// the first such point with its validation_model as the model and the validation_key as the key.
+std::vector<SweepPoint> validation_points(const SweepSpec& spec, const std::vector<size_t>& todo);
 
 // ROW with verdict `error` and REASON.
 Row failed_row(Row row, const std::string& reason);

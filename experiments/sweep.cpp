@@ -341,7 +341,79 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   return out;
 }
 
+// Validate once: CFG (a workload point's whole config, as generated) with its model shrunk for the real-data
+// validation run (experiments/sweep.h: the rule); DIMS gets "hidden=256,ffn=512,..." (the fields changed). Returns
+// false when nothing shrinks (the point is small already) or a field is not a plain integer.
+bool shrink_for_validation(YAML::Node& cfg, bool block_kind, int chips, std::string* dims) {
+  YAML::Node w = cfg["workload"];
+  if (!w || !w.IsMap() || chips < 1) return false;
+  auto get = [&](const char* k, long long* v) {
+    if (!w[k]) return false;
+    try {
+      *v = w[k].as<long long>();
+    } catch (const std::exception&) {
+      return false;
+    }
+    return *v > 0;
+  };
+  std::vector<std::pair<std::string, long long>> changed;
+  auto set_if_smaller = [&](const char* k, long long now, long long small) {
+    if (small >= now) return;
+    w[k] = small;
+    changed.emplace_back(k, small);
+  };
+  const long long c = chips;
+  if (block_kind) {
+    long long heads = 0, hidden = 0, ffn = 0, seq = 0, layers = 1;
+    if (!get("heads", &heads) || !get("hidden", &hidden) || !get("ffn", &ffn) || !get("seq", &seq)) return false;
+    if (w["layers"] && !get("layers", &layers)) return false;
+    const long long hidden_s = std::min(hidden, heads * 8);
+    set_if_smaller("hidden", hidden, hidden_s);
+    set_if_smaller("ffn", ffn, 2 * hidden_s);
+    const long long step = 2 * c;
+    set_if_smaller("seq", seq, step * ((64 + step - 1) / step));
+    set_if_smaller("layers", layers, 2);
+  } else {
+    long long hidden = 0, ffn = 0, tokens = 0;
+    if (!get("hidden", &hidden) || !get("ffn", &ffn) || !get("tokens", &tokens)) return false;
+    set_if_smaller("hidden", hidden, 128);
+    set_if_smaller("ffn", ffn, c * ((256 + c - 1) / c));
+    set_if_smaller("tokens", tokens, 32);
+  }
+  if (changed.empty()) return false;
+  dims->clear();
+  for (const auto& [k, v] : changed) *dims += (dims->empty() ? "" : ",") + k + "=" + std::to_string(v);
+  return true;
+}
+
+// Validate once: P's validation run (experiments/sweep.h), when its config shrinks and the shrunk config still
+// fits the plan; otherwise P validates itself. A workload file with mode: shape_only is never validated.
+void add_validation(SweepPoint& p, const YAML::Node& cfg, bool block_kind, int chips, const std::string& file) {
+  if (!p.model || p.model->shape_only()) return;
+  YAML::Node small = YAML::Clone(cfg);
+  std::string dims;
+  if (!shrink_for_validation(small, block_kind, chips, &dims)) return;
+  small["name"] = cfg["name"].as<std::string>() + "/validate";
+  YAML::Node id = YAML::Clone(small);
+  id.remove("name");
+  const std::string key = "validate|" + short_hash(block(id));
+  try {
+    const std::string text = block(small);
+    auto model = std::make_shared<ModelConfig>(parse_model_config(workload_config_from_text(text, file + "[" + key + "]")));
+    if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, chips);
+    p.validation_model = std::move(model);
+    p.validation_key = key;
+    p.validation_dims = dims;
+  } catch (const Error&) {
+    // The shrunk shape does not fit the plan: the full-size point runs with real data (validated_at self).
+  }
+}
+
 }  // namespace
+
+bool validated_separately(const SweepPoint& p, const SweepSpec& spec) {
+  return p.kind == PointKind::workload && !spec.validate_every && p.validation_model != nullptr;
+}
 
 SweepSpec load_sweep(const std::string& file) {
   if (fs::is_directory(file)) throw UsageError(file + ": is a directory, need a sweep YAML file");
@@ -367,6 +439,15 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
     } catch (const std::invalid_argument& e) {
       n.fail("validate_max_bytes: " + std::string(e.what()));
     }
+  }
+  if (root.has("validate")) {
+    const auto n = root.child("validate");
+    const std::string v = n.yaml().IsScalar() ? n.printable_text() : std::string();
+    if (v == "every") spec.validate_every = true;
+    else if (v != "once")
+      n.fail("validate: 'once' (default: each distinct plan validated with real data at a small size, full-size "
+             "points timed shape-only) or 'every' (every point validated at full size)" +
+             (v.empty() ? std::string(" (got a non-scalar)") : " (got '" + v + "')"));
   }
   if (!root.has("axes")) root.fail("axes: missing (the axes to sweep: topology, collective, size, ... or workload, plan)");
   const ConfigNode axes = root.child("axes");
@@ -558,6 +639,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
                     parse_model_config(workload_config_from_text(p.config_yaml, where)));
                 if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
                 p.model = std::move(model);
+                add_validation(p, cfg, w.block, t.chips, file);
               } catch (const Error& e) {
                 // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
                 // already carries the key.
@@ -584,7 +666,7 @@ const std::vector<std::string>& result_columns() {
       "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
       "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
       "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks",
-      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s"};
+      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s", "validated_at"};
   return cols;
 }
 
@@ -721,6 +803,8 @@ nlohmann::json best_json(const std::vector<BestPlan>& best) {
     } else {
       o["best_plan"] = b.best.at("plan");
       o["key"] = b.best.at("key");
+      const auto at = b.best.find("validated_at");
+      o["validated_at"] = at == b.best.end() ? std::string() : at->second;
       for (const char* c : {"sim_time_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "tflops",
                             "peak_fraction", "tokens_per_s"}) {
         const auto it = b.best.find(c);
@@ -780,7 +864,7 @@ std::string best_plans_text(const std::vector<BestPlan>& best) {
   char buf[512];
   std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n", "workload",
                 "topology", "device", "best plan", "total", "compute", "comm", "exposed", "idle", "TFLOP/s", "%peak",
-                "compared");
+                "compared; validated at");
   os << buf;
   auto col = [](const Row& r, const char* c) {
     const auto it = r.find(c);
@@ -797,6 +881,10 @@ std::string best_plans_text(const std::vector<BestPlan>& best) {
     std::string tail = std::to_string(b.compared) + " plan(s)";
     if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
     if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
+    if (!b.best.empty()) {
+      const std::string at = col(b.best, "validated_at");
+      tail += "; " + (at == "-" ? std::string("not validated") : at);
+    }
     if (b.best.empty()) {
       std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s  %s\n", b.workload.c_str(), b.topology.c_str(),
                     b.device.c_str(), "(none ran)", tail.c_str());

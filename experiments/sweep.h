@@ -6,8 +6,12 @@
 //   output: out/sweeps/collectives-16   # directory for results.csv, results.json, *.png (relative to the cwd;
 //                                       # default out/sweeps/NAME; --output overrides)
 //   validate_max_bytes: 4M              # (default 4M) collective points up to this size (per-rank buffer, the nccl-tests
-//                                       # size) run with real data and are checked; larger ones are timed by the
-//                                       # event-free replay of the schedule (timing: replay, verdict not_run)
+//                                       # size) run with real data and are checked; larger ones run the same schedule
+//                                       # in shape-only mode (timing: shape_only, verdict not_validated)
+//   validate: once                      # (default) workload points: each distinct plan is validated once with real
+//                                       # data on a shrunk copy of the workload, every full-size point is timed in
+//                                       # shape-only mode (below); `every`: every point runs and is validated with
+//                                       # real data at full size (also `shardsim sweep --validate-every`)
 //   axes:
 //     topology:                         # inline topology sections (topology/topology_yaml.h) or file paths
 //       - {kind: ring, chips: 16, bandwidth_gbps: 100, latency_ns: 1000, label: ring16}   # label: optional
@@ -34,7 +38,17 @@
 // collective, size and topology; a workload grid needs workload and plan.
 //
 // Every point has a stable key made of its axis values and a hash of its full specification (topology, device
-// and, for workloads, the whole config), used to resume: a changed topology gets a new key.
+// and, for workloads, the whole config), used to resume: a changed topology gets a new key. The validation mode is
+// not part of the key: results files written before `validate:` existed (every point validated at full size)
+// still resume, and with validate: every, rows timed shape_only are run again (apps/sweep.cpp).
+//
+// Validate once (workloads): the point's config is shrunk (shrink rule below) and parsed with the same plan,
+// topology and device; points whose shrunk configs are identical share one validation run (validation_key). The
+// shrink keeps the plan's divisibility: blocks: hidden = heads x 8 (head_dim 8), ffn = 2 x hidden, seq = the
+// smallest multiple of 2 x chips >= 64, layers <= 2 (heads and kv_heads kept); MLP: hidden 128, ffn 256 rounded
+// up to a multiple of the chips, tokens 32; a dimension already smaller stays. When nothing shrinks, or the
+// shrunk config does not fit the plan, the point itself runs with real data (validated_at `self`). A workload file
+// with mode: shape_only is never validated (verdict not_validated, validated_at empty).
 //
 // Errors (ConfigError "FILE:LINE: ...", exit 2): unknown top-level key or axis, an empty axis, an unknown
 // collective / dtype / device preset, an algorithm no listed collective knows, a bad topology or size, an
@@ -76,18 +90,24 @@ struct SweepPoint {
   std::shared_ptr<const ModelConfig> model;
   std::string origin;         // "FILE:LINE" of the axis entry that made it (for messages)
   std::string error;          // non-empty: cannot run (bad combination); recorded as failed with this reason
+  // Workloads, validate once: the shrunk config that validates this point's plan with real data (null: the point
+  // validates itself, or is never validated), the id shared by the points it validates, and the shrunk dimensions
+  // ("hidden=256,ffn=512,seq=64,layers=2": the results' validated_at column).
+  std::shared_ptr<const ModelConfig> validation_model;
+  std::string validation_key, validation_dims;
 };
 
 struct SweepSpec {
   std::string file, name, output;
   double validate_max_bytes = 4.0 * 1024 * 1024;
+  bool validate_every = false;  // validate: every (or --validate-every): workload points validate at full size
   std::vector<std::string> axes;  // the axis names given, in file order
   std::vector<SweepPoint> points;
 };
 
 // The keys the sweep parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
 // checks): the file, axes:, a workload entry {config, label, set}, a size range {from, to, factor}, a plan entry.
-inline constexpr std::string_view kSweepRootKeys[] = {"name", "output", "validate_max_bytes", "axes"};
+inline constexpr std::string_view kSweepRootKeys[] = {"name", "output", "validate_max_bytes", "validate", "axes"};
 inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "collective", "algorithm",
                                                       "size",     "dtype",  "workload",   "plan"};
 inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
@@ -96,6 +116,9 @@ inline constexpr std::string_view kSweepPlanKeys[] = {"tp",         "sp",    "cp
                                                       "all_reduce", "fused", "chunks", "dp"};
 
 SweepSpec load_sweep(const std::string& file);
+// True when POINT runs in shape-only mode and takes its verdict from its plan's validation run (validate once, a
+// workload point with a validation_model).
+bool validated_separately(const SweepPoint& point, const SweepSpec& spec);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);
 
 // common/byte_size.h's parse_byte_size with a minimum of 1 B (the one size parser, shared with the CLI).
@@ -103,7 +126,13 @@ size_t parse_size(const std::string& text);
 // 1024 -> "1KiB", 1536 -> "1536B", 1<<30 -> "1GiB".
 std::string size_label(size_t bytes);
 
-// A result row: column -> value (`ranks`: the world ranks the point ran on, e.g. "4-7"; empty if it did not run) (strings as written to the CSV; numbers formatted with full precision).
+// A result row: column -> value (strings as written to the CSV; numbers formatted with full precision).
+// `ranks`: the world ranks the point ran on, e.g. "4-7" (empty if it did not run). `timing`: `run` (real data)
+// or `shape_only` (the same schedule and kernels, no data). `validated_at`: where the point's code was checked
+// against one device with real data: `self` (this point, at full size), the shrunk dimensions of its plan's
+// validation run ("hidden=256,ffn=512,seq=64,layers=2"; the row's verdict and max_rel_error are that run's),
+// or empty (not validated: collective points above validate_max_bytes, workloads with mode: shape_only, and rows
+// written before the column existed). `verdict`: pass | fail | not_validated | error.
 using Row = std::map<std::string, std::string>;
 // The CSV columns, in order.
 const std::vector<std::string>& result_columns();

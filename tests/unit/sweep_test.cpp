@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "experiments/sweep.h"
+#include "experiments/scheduler.h"
+#include "models/runner.h"
 
 using namespace shardsim;
 using namespace shardsim::sharding;
@@ -285,4 +287,95 @@ TEST(Sweep, CsvRoundTripAndInterruptedLines) {
   EXPECT_EQ(old_rows[0]["ranks"], "");
   const std::string json = rows_to_json("t", rows);
   EXPECT_NE(json.find("\"sim_time_us\": 12.5"), std::string::npos) << json;
+}
+
+TEST(Sweep, ValidateOnceShrinksEachDistinctPlanOnce) {
+  // Two sizes of one block shrink to the same validation config: one validation per plan x topology; a 3-layer
+  // block shrinks to 2 layers, a different validation.
+  const std::string text = std::string(R"(axes:
+  workload:
+    - {config: )") + SHARDSIM_CONFIG_DIR + R"(/blocks/small_block.yaml, label: s64}
+    - {config: )" + SHARDSIM_CONFIG_DIR + R"(/blocks/small_block.yaml, label: s256, set: {seq: 256}}
+    - {config: )" + SHARDSIM_CONFIG_DIR + R"(/blocks/small_block.yaml, label: l3, set: {seq: 256, layers: 3}}
+  topology:
+    - {kind: ring, chips: 2, bandwidth_gbps: 100}
+    - {kind: ring, chips: 4, bandwidth_gbps: 100}
+  plan: [{tp: chips}, {cp: chips}]
+)";
+  const auto s = parse_sweep(text, "w.yaml");
+  ASSERT_EQ(s.points.size(), 12u);
+  EXPECT_FALSE(s.validate_every);
+  std::set<std::string> keys;
+  for (const auto& p : s.points) {
+    ASSERT_TRUE(p.error.empty()) << p.key << ": " << p.error;
+    ASSERT_NE(p.validation_model, nullptr) << p.key;
+    EXPECT_TRUE(validated_separately(p, s));
+    EXPECT_EQ(p.validation_model->block.shape.hidden, 64) << p.key;  // heads 8 x head_dim 8
+    EXPECT_EQ(p.validation_model->block.shape.ffn, 128) << p.key;
+    EXPECT_EQ(p.validation_model->block.shape.seq, 64) << p.key;
+    EXPECT_EQ(p.model->block.shape.hidden, 128) << p.key;  // the point itself stays full size
+    keys.insert(p.validation_key);
+  }
+  EXPECT_EQ(keys.size(), 8u);  // 2 plans x 2 topologies, shared by s64 and s256; l3's own
+  EXPECT_EQ(s.points[0].validation_dims, "hidden=64,ffn=128");
+  EXPECT_EQ(s.points[4].validation_dims, "hidden=64,ffn=128,seq=64");
+  EXPECT_EQ(s.points[8].validation_dims, "hidden=64,ffn=128,seq=64,layers=2");
+  EXPECT_EQ(s.points[8].validation_model->block.shape.layers, 2);
+  EXPECT_EQ(s.points[0].validation_key, s.points[4].validation_key);
+  EXPECT_NE(s.points[0].validation_key, s.points[8].validation_key);
+
+  // validate: every: the same points, each validated at full size; keys unchanged (old results files resume).
+  const auto e = parse_sweep("validate: every\n" + text, "w.yaml");
+  ASSERT_EQ(e.points.size(), 12u);
+  EXPECT_TRUE(e.validate_every);
+  for (size_t i = 0; i < e.points.size(); ++i) {
+    EXPECT_FALSE(validated_separately(e.points[i], e));
+    EXPECT_EQ(e.points[i].key, s.points[i].key);
+  }
+  const auto o = parse_sweep("validate: once\n" + text, "w.yaml");
+  EXPECT_FALSE(o.validate_every);
+}
+
+TEST(Sweep, ValidateKeyRejectsOtherValuesWithFileAndLine) {
+  const std::string axes = "axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n";
+  std::string e = error_of("name: x\nvalidate: always\n" + axes);
+  EXPECT_NE(e.find("s.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("'always'"), std::string::npos) << e;
+  e = error_of("validate: {every: true}\n" + axes);
+  EXPECT_NE(e.find("s.yaml:1"), std::string::npos) << e;
+}
+
+TEST(Sweep, ShapeOnlyRowsTakeTheirPlansValidationVerdict) {
+  Row row;
+  row["verdict"] = "not_validated";  // as a shape-only run reports itself
+  row["validated_at"] = "hidden=64,ffn=128";
+  Row v;
+  v["verdict"] = "pass";
+  v["max_rel_error"] = "2.5e-07";
+  v["reason"] = "";
+  Row r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "pass");
+  EXPECT_EQ(r["max_rel_error"], "2.5e-07");
+  EXPECT_EQ(r["validated_at"], "hidden=64,ffn=128");
+  // A failed validation fails every point of the plan (exit 1), with the reason.
+  v["verdict"] = "fail";
+  v["reason"] = "relative error above tolerance 0.0001";
+  r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "fail");
+  EXPECT_NE(r["reason"].find("failed validation at hidden=64,ffn=128: relative error"), std::string::npos) << r["reason"];
+  // A validation that could not run, or none: not validated, and validated_at says so (empty).
+  v["verdict"] = "error";
+  v["reason"] = "needs 8 chips";
+  r = apply_validation(row, &v);
+  EXPECT_EQ(r["verdict"], "not_validated");
+  EXPECT_EQ(r["validated_at"], "");
+  EXPECT_NE(r["reason"].find("could not run: needs 8 chips"), std::string::npos) << r["reason"];
+  r = apply_validation(row, nullptr);
+  EXPECT_EQ(r["verdict"], "not_validated");
+  // The full-size point's own error (e.g. simulated out of memory) stays.
+  Row err = row;
+  err["verdict"] = "error";
+  err["reason"] = "simulated out of memory";
+  v["verdict"] = "pass";
+  EXPECT_EQ(apply_validation(err, &v)["verdict"], "error");
 }
