@@ -578,19 +578,29 @@ LmDpStepResult LmTpTrainer::step() {
     const collectives::Partition p{b.count, size_t(dp_size_)};
     const size_t own_off = p.offset(size_t(dp_rank_)), own_n = p.size(size_t(dp_rank_));
     size_t base = 0;  // element of the bucket at b.grad's index 0
-    if (dp_.zero >= 2) {
-      Tensor flat = make(global_.dtype, {int64_t(b.count)});
-      pack(b, grads_, flat);
-      if (dp_size_ == 1) {
-        b.grad = flat;
+    if (dp_.zero >= 1) {
+      // ZeRO-1/2: reduce_scatter(avg) over dp to the owned chunk (stage 1 keeps the whole local gradient buffer
+      // and receives the chunk in place at own_off; stages 2-3 keep the chunk only). reduce_scatter copies SENDBUF
+      // before it writes RECVBUF, so the two may overlap.
+      Tensor flat;
+      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
+        flat = make(global_.dtype, {int64_t(b.count)});
+        pack(b, grads_, flat);
       } else {
+        pack(b, grads_, b.grad);
+      }
+      const Tensor& whole = dp_.zero >= 2 ? flat : b.grad;
+      if (dp_size_ == 1) {
+        if (dp_.zero >= 2) b.grad = flat;
+      } else {
+        const size_t es = runtime::dtype_size(global_.dtype);
+        void* out = store_ ? static_cast<char*>(b.grad.data()) + (dp_.zero == 1 ? own_off : 0) * es : nullptr;
         o.name = "reduce_scatter.grads";
-        const auto res = collectives::reduce_scatter(mesh_["dp"], flat.data_if_stored(), b.grad.data_if_stored(), b.count,
-                                                     global_.dtype,
-                                                     collectives::ReduceOp::avg, ready, o);
+        const auto res = collectives::reduce_scatter(mesh_["dp"], whole.data_if_stored(), out, b.count,
+                                                     global_.dtype, collectives::ReduceOp::avg, ready, o);
         reduced = std::max(reduced, res.span.end);
       }
-      base = own_off;
+      base = dp_.zero >= 2 ? own_off : 0;
     } else {
       pack(b, grads_, b.grad);
       if (dp_size_ > 1) {

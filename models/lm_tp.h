@@ -31,8 +31,9 @@
 // (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
 // norm + head) and cut into buckets of >= bucket_bytes (0: one bucket; ZeRO-3: one bucket per unit); each bucket is
 // split over the dp axis by collectives::Partition and dp rank d owns chunk d. Stage 0: all_reduce(avg) over dp per
-// bucket, every rank updates its whole tp shard. Stage 1: the fp32 master and moments of the owned chunk only,
-// AdamW on it, all_gather over dp of the updated parameters. Stage 2: reduce_scatter(avg) instead of all_reduce.
+// bucket, every rank updates its whole tp shard. Stage 1: reduce_scatter(avg) over dp per bucket, the fp32 master
+// and moments of the owned chunk only, AdamW on it, all_gather over dp of the updated parameters (the whole local
+// gradient buffer stays allocated). Stage 2: as 1, but only the reduced chunk of the gradient persists.
 // Stage 3: between steps only the chunk of each unit's parameters; a unit is all_gathered over dp before its
 // forward and again before its backward (issued when the previous unit starts: FSDP's one-unit prefetch). A
 // bucket's reduction is issued when its last unit's backward has ended (with sp: when the backward has ended,
