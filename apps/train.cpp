@@ -429,10 +429,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
     }
     row("total", mem.total(), mem.formula_total(), "");
-    std::printf("  %-16s %14.0f  (%s for %lld sequences; not in the formula)\n", "activations", mem.activations,
+    std::printf("  %-16s %14.0f  (%s for %lld sequences%s; not in the formula)\n", "activations", mem.activations,
                 s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
                                : "the forward's saved tensors",
-                (long long)(c.batch / dp_size));
+                (long long)(c.batch / dp_size), s.cp > 1 ? " (this chip's 1/cp of each)" : "");
     const double chip_bytes = mem.total() + mem.activations;
     std::printf("  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.", chip_bytes,
                 chip_bytes / 1073741824.0, s.device.hbm_gib,

@@ -735,7 +735,7 @@ Tensor LmTpTrainer::to_compute(const Tensor& f32, runtime::Shape shape) const {
   return Tensor::from_float(f32.to_float(), local_.dtype, std::move(shape));
 }
 
-void LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part, sim::TimeNs& t) {
+kernels::KernelCost LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part) {
   if (store_) {
     const int64_t per_row = part.numel() / std::max<int64_t>(1, part.dim(0));
     float* a = acc.f32() + r0 * per_row;
@@ -743,8 +743,27 @@ void LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part, sim::Tim
     for (int64_t i = 0; i < part.numel(); ++i) a[i] += p[i];
   }
   const double n = double(part.numel());
-  charge(kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32}, t);
+  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32};
 }
+
+namespace {
+
+// The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel
+// over the step's chunk pairs, one correction / accumulation kernel), as the non-cp path charges one attention
+// per sequence: the per-pair launches of this host loop are not what a device runs.
+struct Fused {
+  kernels::KernelCost k;
+  void add(const kernels::KernelCost& c) {
+    if (k.name.empty()) {
+      k = c;
+    } else {
+      k.flops += c.flops;
+      k.bytes += c.bytes;
+    }
+  }
+};
+
+}  // namespace
 
 sim::TimeNs LmTpTrainer::ring_pass(std::vector<Tensor*> send, std::vector<Tensor*> recv, sim::TimeNs ready,
                                    const std::string& name) {
@@ -793,7 +812,8 @@ void LmTpTrainer::cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t) {
       next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.kv_step" + std::to_string(step));
     }
     t = std::max(t, kv_ready);
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < B; ++b) {
+      Fused attn, merge;
       for (size_t qi = 0; qi < nc; ++qi) {
         const CpChunk& qc = chunks_[qi];
         const Tensor qb = S.q.rows(b * Tl + qc.local, qc.len);
@@ -803,19 +823,21 @@ void LmTpTrainer::cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t) {
           o.q_offset = qc.global;
           o.k_offset = kc.global;
           Tensor ob = make(DType::fp32, {qc.len, hq, d}), lb = make(DType::fp32, {hq, qc.len});
-          charge(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
-                                    ob, lb, o),
-                 t);
+          attn.add(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
+                                      ob, lb, o));
           const size_t i = size_t(b) * nc + qi;
           if (!has[i]) {
             acc[i] = std::move(ob);
             lse[i] = std::move(lb);
             has[i] = 1;
           } else {
-            charge(kernels::merge_attention_partials(acc[i], lse[i], ob, lb), t);
+            merge.add(kernels::merge_attention_partials(acc[i], lse[i], ob, lb));
           }
         }
       }
+      if (!attn.k.name.empty()) charge(attn.k, t);
+      if (!merge.k.name.empty()) charge(merge.k, t);
+    }
     if (step + 1 < P) {
       kcur = std::move(knext);
       vcur = std::move(vnext);
@@ -853,7 +875,8 @@ void LmTpTrainer::cp_attention_backward(const LmCache::Layer& S, const Tensor& d
       next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.bwd_kv_step" + std::to_string(step));
     }
     t = std::max(t, std::max(kv_ready, dkv_ready));
-    for (int64_t b = 0; b < B; ++b)
+    for (int64_t b = 0; b < B; ++b) {
+      Fused bwd, accum;
       for (size_t qi = 0; qi < nc; ++qi) {
         const CpChunk& qc = chunks_[qi];
         const int64_t qr = b * Tl + qc.local;
@@ -866,14 +889,16 @@ void LmTpTrainer::cp_attention_backward(const LmCache::Layer& S, const Tensor& d
           const int64_t kr = b * Tl + kc.local;
           Tensor dqp = make(DType::fp32, {qc.len, hq, d}), dkp = make(DType::fp32, {kc.len, hkv, d}),
                  dvp = make(DType::fp32, {kc.len, hkv, d});
-          charge(kernels::attention_backward(qb, kcur.rows(kr, kc.len), vcur.rows(kr, kc.len), ob,
-                                             S.lse[size_t(b) * nc + qi], dob, dqp, dkp, dvp, o),
-                 t);
-          add_rows(dq_acc, qr, dqp, t);
-          add_rows(dkcur, kr, dkp, t);
-          add_rows(dvcur, kr, dvp, t);
+          bwd.add(kernels::attention_backward(qb, kcur.rows(kr, kc.len), vcur.rows(kr, kc.len), ob,
+                                              S.lse[size_t(b) * nc + qi], dob, dqp, dkp, dvp, o));
+          accum.add(add_rows(dq_acc, qr, dqp));
+          accum.add(add_rows(dkcur, kr, dkp));
+          accum.add(add_rows(dvcur, kr, dvp));
         }
       }
+      if (!bwd.k.name.empty()) charge(bwd.k, t);
+      if (!accum.k.name.empty()) charge(accum.k, t);
+    }
     // dK/dV of the block travel with it (fp32 accumulators): after the last step they reach its owner.
     Tensor dknext = make(DType::fp32, {N, hkv, d}), dvnext = make(DType::fp32, {N, hkv, d});
     dkv_ready = ring_pass({&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp_ring.dkv_step" + std::to_string(step));

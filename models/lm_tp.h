@@ -184,7 +184,8 @@ class LmTpTrainer {
   sim::TimeNs ring_pass(std::vector<runtime::Tensor*> send, std::vector<runtime::Tensor*> recv, sim::TimeNs ready,
                         const std::string& name);
   runtime::Tensor to_compute(const runtime::Tensor& f32, runtime::Shape shape) const;  // fp32 -> compute dtype
-  void add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part, sim::TimeNs& t);  // fp32 += part
+  // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
+  kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
 
