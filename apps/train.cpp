@@ -77,6 +77,7 @@ struct TrainSetup {
   bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
   int cp = 1;                                  // parallel.cp: context parallelism (ring attention) when > 1
   bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
+  bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -100,15 +101,23 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // Shape-only runs on the dp x tp trainer (models/lm_tp.h, tp = 1 included): it alone has the cost-only path.
   s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only;
   if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "sp", "cp", "cp_split", "zero", "bucket_bytes", "algorithm"});
+    p->expect_keys({"dp", "tp", "sp", "cp", "cp_split", "ulysses", "zero", "bucket_bytes", "algorithm"});
     const int64_t tp = p->get_positive_int("tp", 1);
     if (ranks % tp != 0)
       p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
                           std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
     s.tp = static_cast<int>(tp);
-    const int64_t cp = p->get_positive_int("cp", 1);
+    const int64_t ulysses = p->get_positive_int("ulysses", 1);
+    if (ulysses > 1 && p->has("cp") && p->get_positive_int("cp", 1) > 1)
+      p->child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
+                               "use one of them");
+    if (ulysses > 1 && p->has("cp_split"))
+      p->child("cp_split").fail("parallel.cp_split: only used with ring attention (cp > 1); ulysses splits the "
+                                "sequence contiguously");
+    s.ulysses = ulysses > 1;
+    const int64_t cp = s.ulysses ? ulysses : p->get_positive_int("cp", 1);
     if ((ranks / tp) % cp != 0)
-      p->child("cp").fail("parallel.cp: " + std::to_string(cp) + " x tp " + std::to_string(tp) +
+      p->child(s.ulysses ? "ulysses" : "cp").fail(std::string(s.ulysses ? "parallel.ulysses: " : "parallel.cp: ") + std::to_string(cp) + " x tp " + std::to_string(tp) +
                           " does not divide the job's " + std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
     s.cp = static_cast<int>(cp);
     const std::string split = p->get_string("cp_split", "zigzag");
@@ -116,7 +125,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       p->child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
     if (p->has("cp_split") && cp == 1)
       p->child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
-    s.cp_zigzag = split == "zigzag";
+    s.cp_zigzag = split == "zigzag" && !s.ulysses;
     s.sp = p->get_bool("sp", false);
     if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
     const int64_t dp = p->get_positive_int("dp", ranks / (tp * cp));
@@ -209,8 +218,17 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   const int64_t pieces = int64_t(s.cp) * (s.cp > 1 && s.cp_zigzag ? 2 : 1);
   if (c.seq % pieces != 0)
     m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of " + std::to_string(pieces) +
-                        " for context parallelism (parallel.cp " + std::to_string(s.cp) +
-                        (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")"));
+                        (s.ulysses ? " for Ulysses (parallel.ulysses " + std::to_string(s.cp) + ")"
+                                   : " for context parallelism (parallel.cp " + std::to_string(s.cp) +
+                                         (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")")));
+  if (s.ulysses)
+    for (const char* k : {"heads", "kv_heads"}) {
+      const int64_t v = std::string(k) == "heads" ? c.heads : c.kv_heads;
+      if (v % (int64_t(s.tp) * s.cp) != 0)
+        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
+                                         " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                         std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
+    }
   if (s.sp && (c.seq / s.cp) % s.tp != 0)
     m.child("seq").fail("model.seq: " + std::to_string(c.seq) + (s.cp > 1 ? " / parallel.cp" : "") +
                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
@@ -309,7 +327,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   world.agree([&] {
     try {
       if (use_tp)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag);
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
@@ -326,7 +344,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const int dp_size = n / (s.tp * s.cp);
   const std::string mesh_text = s.tp > 1 || s.cp > 1
                                     ? "dp=" + std::to_string(dp_size) +
-                                          (s.cp > 1 ? " x cp=" + std::to_string(s.cp) : std::string()) +
+                                          (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
                                           " x tp=" + std::to_string(s.tp) +
                                                (s.sp ? " (sequence parallel)" : "") +
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
@@ -357,7 +375,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                   s.dp.zero, tp_trainer->buckets(), tp_trainer->buckets() == 1 ? "" : "s",
                   (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
-    if (tp_trainer && s.cp > 1)
+    if (tp_trainer && s.cp > 1 && s.ulysses)
+      std::printf("context parallel: ulysses %d, all_to_all tokens -> heads around attention, forward and backward "
+                  "(contiguous split); gradients averaged and ZeRO over dp x ulysses = %d\n", s.cp, dp_size * s.cp);
+    else if (tp_trainer && s.cp > 1)
       std::printf("context parallel: cp %d, ring attention forward and backward (%s split; K/V blocks round the cp "
                   "ring, dK/dV travel with them back to their owner); gradients averaged and ZeRO over dp x cp = %d\n",
                   s.cp, s.cp_zigzag ? "zigzag" : "contiguous", dp_size * s.cp);

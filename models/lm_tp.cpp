@@ -10,6 +10,7 @@
 
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
+#include "collectives/all_to_all.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -56,9 +57,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-                         bool sequence_parallel, bool cp_zigzag)
+                         bool sequence_parallel, bool cp_zigzag, bool ulysses)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
-      algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag), store_(!world.shape_only()) {
+      algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag && !ulysses), ulysses_(ulysses),
+      store_(!world.shape_only()) {
   check_lm_config(global);
   if (dp.zero < 0 || dp.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
@@ -88,6 +90,12 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
+  if (ulysses_ && cp_size_ > 1)
+    for (auto [v, field] : {std::pair{global.heads, "heads"}, std::pair{global.kv_heads, "kv_heads"}})
+      if (v % (int64_t(tp_size_) * cp_size_) != 0)
+        throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
+                                    " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                    std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
   const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
   if (global.seq % pieces != 0)
     throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
@@ -377,7 +385,23 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
   charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
   charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
-  if (cp_size_ > 1) {
+  if (cp_size_ > 1 && ulysses_) {
+    // Ulysses: tokens -> heads, whole-sequence attention on this chip's heads, heads -> tokens.
+    S.q = seq_to_heads(S.q, t, "q");
+    S.k = seq_to_heads(S.k, t, "k");
+    S.v = seq_to_heads(S.v, t, "v");
+    const int64_t Tg = global_.seq, hu = hq / cp_size_;
+    S.o_heads = act({c.batch * Tg, hu, d});
+    S.lse.clear();
+    for (int64_t b = 0; b < c.batch; ++b) {
+      Tensor ob = act({Tg, hu, d}), lse = make(DType::fp32, {hu, Tg});
+      charge(kernels::attention(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg), ob, lse, causal()),
+             t);
+      S.o_heads.set_rows(b * Tg, ob);
+      S.lse.push_back(std::move(lse));
+    }
+    S.o = heads_to_seq(S.o_heads, t, "o");
+  } else if (cp_size_ > 1) {
     cp_attention_forward(S, t);
   } else {
    S.o = act({N, hq, d});
@@ -509,7 +533,24 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     }
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
-    if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
+    if (cp_size_ > 1 && ulysses_) {
+      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = hkv / cp_size_;
+      const Tensor doh = seq_to_heads(dout, t, "do");
+      Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
+      for (int64_t b = 0; b < c.batch; ++b) {
+        Tensor dqb = act({Tg, hu, d}), dkb = act({Tg, hku, d}), dvb = act({Tg, hku, d});
+        charge(kernels::attention_backward(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg),
+                                           S.o_heads.rows(b * Tg, Tg), S.lse[size_t(b)], doh.rows(b * Tg, Tg), dqb,
+                                           dkb, dvb, causal()),
+               t);
+        dqh.set_rows(b * Tg, dqb);
+        dkh.set_rows(b * Tg, dkb);
+        dvh.set_rows(b * Tg, dvb);
+      }
+      dq = heads_to_seq(dqh, t, "dq");
+      dk = heads_to_seq(dkh, t, "dk");
+      dv = heads_to_seq(dvh, t, "dv");
+    } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
     else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
@@ -718,6 +759,57 @@ LmDpMemory LmTpTrainer::memory() const {
 }
 
 // ---- context parallelism (ring attention) ----
+
+Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
+  const int U = cp_size_;
+  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = H / U, B = local_.batch, Tl = local_.seq;
+  const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
+  Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, (j+1)·H/U)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
+                    static_cast<const char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es, row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
+                              x.dtype(), t, o)
+          .span.end;
+  // Block i holds chip i's tokens (its contiguous chunk of every local sequence) for this chip's heads.
+  Tensor y = make(x.dtype(), {B * Tl * U, hu, d});
+  if (store_)
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row,
+                    static_cast<const char*>(recv.data()) + size_t(i * n + b * Tl) * row, size_t(Tl) * row);
+  return y;
+}
+
+Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::string& name) {
+  const int U = cp_size_;
+  const int64_t hu = y.dim(1), d = y.dim(2), H = hu * U, B = local_.batch, Tl = local_.seq, n = B * Tl;
+  const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
+  Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
+  if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(i * n + b * Tl) * row,
+                    static_cast<const char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row, size_t(Tl) * row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
+                              y.dtype(), t, o)
+          .span.end;
+  Tensor x = make(y.dtype(), {n, H, d});
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, ...)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es,
+                    static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
+  return x;
+}
 
 std::vector<LmTpTrainer::CpChunk> LmTpTrainer::cp_chunks_of(int cp_rank) const {
   std::vector<CpChunk> out;

@@ -44,6 +44,13 @@
 // the average over the group is the global mean). Requires seq a multiple of cp (zigzag: 2cp; with sp also
 // (seq/cp) a multiple of tp).
 //
+// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509) on the same cp axis (parallel.ulysses: U): the
+// sequence is split contiguously over U as above; around attention an all_to_all over cp turns q, k, v [tokens/U,
+// H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
+// flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
+// to heads, dQ, dK, dV back to tokens). The head-sharded q, k, v, O and lse are what the backward keeps. Needs
+// the local (per tp rank) q and kv heads to be multiples of U. Gradients and ZeRO as for cp.
+//
 // Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
 // rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
 // (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
@@ -99,12 +106,13 @@ namespace shardsim::models {
 class LmTpTrainer {
  public:
   // MESH: dp × cp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
-  // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1.
+  // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1. ULYSSES: the cp axis runs
+  // DeepSpeed-Ulysses instead of ring attention (contiguous split; CP_ZIGZAG ignored).
   // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
   // field for a stage outside 0..3 or bucket_bytes < 0.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-              bool sequence_parallel = false, bool cp_zigzag = true);
+              bool sequence_parallel = false, bool cp_zigzag = true, bool ulysses = false);
   // DDP (ZeRO 0, one bucket after backward, no recompute) with ALGORITHM.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
@@ -122,6 +130,7 @@ class LmTpTrainer {
   int dp() const { return dp_size_; }
   int cp() const { return cp_size_; }
   bool cp_zigzag() const { return zigzag_; }
+  bool ulysses() const { return ulysses_; }
   int zero() const { return dp_.zero; }
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
@@ -184,6 +193,10 @@ class LmTpTrainer {
   sim::TimeNs ring_pass(std::vector<runtime::Tensor*> send, std::vector<runtime::Tensor*> recv, sim::TimeNs ready,
                         const std::string& name);
   runtime::Tensor to_compute(const runtime::Tensor& f32, runtime::Shape shape) const;  // fp32 -> compute dtype
+  // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
+  // token, this chip's heads), and back.
+  runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
+  runtime::Tensor heads_to_seq(const runtime::Tensor& y, sim::TimeNs& t, const std::string& name);
   // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
   kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
@@ -198,6 +211,7 @@ class LmTpTrainer {
   std::string algorithm_;
   bool sp_ = false;
   bool zigzag_ = true;
+  bool ulysses_ = false;
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)

@@ -243,6 +243,21 @@ sed -E 's/^(  tp: 2)$/\1\n  cp: 8/' tp2.yaml >cp8.yaml
 if expect_exit 2 '^shardsim: error: .*cp8\.yaml:[0-9]+: model.seq: 8 must be a multiple of 16 for context parallelism' -- shardsim_mpi 1 train cp8.yaml --chips 16
 then one_error_line; fi
 
+e2e_case "(r) Ulysses (all_to_all tokens <-> heads around attention, fwd + bwd): one chip's losses; bad ulysses keys exit 2"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  ulysses: 2/' "$TRAIN" >uly2.yaml
+if expect_exit 0 '^context parallel: ulysses 2, all_to_all tokens -> heads' -- shardsim_mpi 1 train uly2.yaml --steps 6 --chips 2; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_losses.txt
+  if [[ -s uly_losses.txt ]] && cmp -s one_6.txt uly_losses.txt; then pass "ulysses 2: losses and grad norms equal one chip's (4 decimals)"; else
+    fail "ulysses 2 differs from one chip"; paste one_6.txt uly_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  tp: 2)$/\1\n  ulysses: 2/' tp2.yaml >uly_tp2.yaml
+if expect_exit 2 '^shardsim: error: .*uly_tp2\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp x parallel.ulysses \(4\)' -- shardsim_mpi 1 train uly_tp2.yaml --chips 4
+then one_error_line; fi
+sed -E 's/^(  ulysses: 2)$/\1\n  cp: 2/' uly2.yaml >uly_cp.yaml
+if expect_exit 2 '^shardsim: error: .*uly_cp\.yaml:[0-9]+: .*parallel.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 1 train uly_cp.yaml --chips 4
+then one_error_line; fi
+
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
 then one_error_line; fi
