@@ -9,7 +9,8 @@
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
 // memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
 // parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T), with the same ZeRO stages, buckets and
-// recompute over the dp axis of each tp shard.
+// recompute over the dp axis of each tp shard. parallel: {cp: C, cp_split: zigzag | contiguous} adds context
+// parallelism by ring attention, forward and backward (models/lm_tp.h; mesh tp-cp-dp, dp = ranks / (tp·cp)).
 // --shape-only (or mode: shape_only): the dp x tp trainer on storage-less tensors (runtime/tensor.h), cost-only
 // kernels and header-only collectives (Transport::set_shape_only): the simulated fields of a real run without its
 // data, for full-size models; no losses, nothing validated, no checkpoints. --validate (real data): the losses
@@ -74,6 +75,9 @@ struct TrainSetup {
   models::LmDpConfig dp;
   int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
   bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
+  int cp = 1;                                  // parallel.cp: context parallelism (ring attention) when > 1
+  bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
+  bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -97,19 +101,39 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // Shape-only runs on the dp x tp trainer (models/lm_tp.h, tp = 1 included): it alone has the cost-only path.
   s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only;
   if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "sp", "zero", "bucket_bytes", "algorithm"});
+    p->expect_keys({"dp", "tp", "sp", "cp", "cp_split", "ulysses", "zero", "bucket_bytes", "algorithm"});
     const int64_t tp = p->get_positive_int("tp", 1);
     if (ranks % tp != 0)
       p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
-                          std::to_string(ranks) + " ranks (dp x tp must equal them)");
+                          std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
     s.tp = static_cast<int>(tp);
+    const int64_t ulysses = p->get_positive_int("ulysses", 1);
+    if (ulysses > 1 && p->has("cp") && p->get_positive_int("cp", 1) > 1)
+      p->child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
+                               "use one of them");
+    if (ulysses > 1 && p->has("cp_split"))
+      p->child("cp_split").fail("parallel.cp_split: only used with ring attention (cp > 1); ulysses splits the "
+                                "sequence contiguously");
+    s.ulysses = ulysses > 1;
+    const int64_t cp = s.ulysses ? ulysses : p->get_positive_int("cp", 1);
+    if ((ranks / tp) % cp != 0)
+      p->child(s.ulysses ? "ulysses" : "cp").fail(std::string(s.ulysses ? "parallel.ulysses: " : "parallel.cp: ") + std::to_string(cp) + " x tp " + std::to_string(tp) +
+                          " does not divide the job's " + std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
+    s.cp = static_cast<int>(cp);
+    const std::string split = p->get_string("cp_split", "zigzag");
+    if (split != "zigzag" && split != "contiguous")
+      p->child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
+    if (p->has("cp_split") && cp == 1)
+      p->child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
+    s.cp_zigzag = split == "zigzag" && !s.ulysses;
     s.sp = p->get_bool("sp", false);
     if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
-    const int64_t dp = p->get_positive_int("dp", ranks / tp);
-    if (dp * tp != ranks)
+    const int64_t dp = p->get_positive_int("dp", ranks / (tp * cp));
+    if (dp * tp * cp != ranks)
       p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
+                          (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
                           (tp > 1 ? " x tp " + std::to_string(tp) : std::string()) + " need " +
-                          std::to_string(dp * tp) + " ranks (mpirun -np " + std::to_string(dp * tp) +
+                          std::to_string(dp * tp * cp) + " ranks (mpirun -np " + std::to_string(dp * tp * cp) +
                           "); the job has " + std::to_string(ranks));
     const int64_t zero = p->get_int("zero", 0);
     if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
@@ -187,13 +211,28 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
   }
   if (f.steps > 0) t.steps = f.steps;
-  const int dp_size = ranks / s.tp;
+  const int dp_size = ranks / (s.tp * s.cp);
   if (s.data_parallel && c.batch % dp_size != 0)
     m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
                           " sequences) must be a multiple of dp (" + std::to_string(dp_size) + ")");
-  if (s.sp && c.seq % s.tp != 0)
-    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of parallel.tp (" +
-                        std::to_string(s.tp) + ") for sequence parallelism (parallel.sp)");
+  const int64_t pieces = int64_t(s.cp) * (s.cp > 1 && s.cp_zigzag ? 2 : 1);
+  if (c.seq % pieces != 0)
+    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of " + std::to_string(pieces) +
+                        (s.ulysses ? " for Ulysses (parallel.ulysses " + std::to_string(s.cp) + ")"
+                                   : " for context parallelism (parallel.cp " + std::to_string(s.cp) +
+                                         (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")")));
+  if (s.ulysses)
+    for (const char* k : {"heads", "kv_heads"}) {
+      const int64_t v = std::string(k) == "heads" ? c.heads : c.kv_heads;
+      if (v % (int64_t(s.tp) * s.cp) != 0)
+        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
+                                         " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                         std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
+    }
+  if (s.sp && (c.seq / s.cp) % s.tp != 0)
+    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + (s.cp > 1 ? " / parallel.cp" : "") +
+                        " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
+                        ") for sequence parallelism (parallel.sp)");
   if (s.tp > 1)
     for (const char* k : {"heads", "kv_heads", "ffn", "vocab"}) {
       const int64_t v = std::string(k) == "heads" ? c.heads : std::string(k) == "kv_heads" ? c.kv_heads
@@ -267,11 +306,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
   std::optional<sharding::DeviceMesh> mesh;
-  const bool use_tp = s.tp > 1 || s.shape_only;  // the dp x tp trainer (shape-only: also at tp = 1)
+  const bool use_tp = s.tp > 1 || s.cp > 1 || s.shape_only;  // the dp x cp x tp trainer (shape-only: also at tp = 1)
   if (use_tp)
     world.agree([&] {
       try {
-        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"dp", n / s.tp}}, topo);
+        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
       } catch (const std::invalid_argument& e) {
         throw UsageError(s.config_name + ": parallel: " + e.what());
       }
@@ -288,7 +327,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   world.agree([&] {
     try {
       if (use_tp)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp);
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
@@ -302,8 +341,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (tp_trainer) tp_trainer->restore(*resumed);
     else dp_trainer->restore(*resumed);
   }
-  const int dp_size = n / s.tp;
-  const std::string mesh_text = s.tp > 1 ? "dp=" + std::to_string(dp_size) + " x tp=" + std::to_string(s.tp) +
+  const int dp_size = n / (s.tp * s.cp);
+  const std::string mesh_text = s.tp > 1 || s.cp > 1
+                                    ? "dp=" + std::to_string(dp_size) +
+                                          (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
+                                          " x tp=" + std::to_string(s.tp) +
                                                (s.sp ? " (sequence parallel)" : "") +
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
@@ -333,7 +375,14 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                   s.dp.zero, tp_trainer->buckets(), tp_trainer->buckets() == 1 ? "" : "s",
                   (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
-    else
+    if (tp_trainer && s.cp > 1 && s.ulysses)
+      std::printf("context parallel: ulysses %d, all_to_all tokens -> heads around attention, forward and backward "
+                  "(contiguous split); gradients averaged and ZeRO over dp x ulysses = %d\n", s.cp, dp_size * s.cp);
+    else if (tp_trainer && s.cp > 1)
+      std::printf("context parallel: cp %d, ring attention forward and backward (%s split; K/V blocks round the cp "
+                  "ring, dK/dV travel with them back to their owner); gradients averaged and ZeRO over dp x cp = %d\n",
+                  s.cp, s.cp_zigzag ? "zigzag" : "contiguous", dp_size * s.cp);
+    if (!tp_trainer)
       std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
                   dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
@@ -390,7 +439,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       const int z = s.dp.zero;
       std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
                   "replicated norms; ZeRO formula, N_d = %d, stage %d):\n", tp_trainer->local_param_count(), psi,
-                  dp_size, z);
+                  dp_size * s.cp, z);
       row("parameters", mem.params, mem.formula_params, z >= 3 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
       row("gradients", mem.grads, mem.formula_grads, z >= 2 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
       row("optimizer state", mem.optimizer, mem.formula_optimizer, z >= 1 ? (mixed ? "12*Psi_tp/N_d" : "8*Psi_tp/N_d") : (mixed ? "12*Psi_tp" : "8*Psi_tp"));
@@ -401,10 +450,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
     }
     row("total", mem.total(), mem.formula_total(), "");
-    std::printf("  %-16s %14.0f  (%s for %lld sequences; not in the formula)\n", "activations", mem.activations,
+    std::printf("  %-16s %14.0f  (%s for %lld sequences%s; not in the formula)\n", "activations", mem.activations,
                 s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
                                : "the forward's saved tensors",
-                (long long)(c.batch / dp_size));
+                (long long)(c.batch / dp_size), s.cp > 1 ? " (this chip's 1/cp of each)" : "");
     const double chip_bytes = mem.total() + mem.activations;
     std::printf("  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.", chip_bytes,
                 chip_bytes / 1073741824.0, s.device.hbm_gib,

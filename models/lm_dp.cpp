@@ -193,14 +193,28 @@ LmDpStepResult LmDpTrainer::step() {
   double sq = 0;
   for (Bucket& b : buckets_) {
     const sim::TimeNs ready = grad_ready[size_t(b.last_unit)];
-    if (dp_.zero >= 2) {
-      Tensor flat(global_.dtype, {int64_t(b.count)});
-      pack(b, grads_, flat);
+    if (dp_.zero >= 1) {
+      // ZeRO-1/2: reduce_scatter(avg), each rank receives the reduced chunk it owns (the paper's stage 1/2
+      // traffic: Ψ for the reduce_scatter plus Ψ for the parameter all_gather, not all_reduce's 2Ψ plus Ψ).
+      // Stage 1 keeps the whole (local) gradient buffer, as the formula P·Ψ counts, and receives its chunk in
+      // place at own_off; stages 2-3 keep only the chunk.
+      // (reduce_scatter copies SENDBUF before it writes RECVBUF, so the two may overlap.)
+      Tensor flat;
+      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
+        flat = Tensor(global_.dtype, {int64_t(b.count)});
+        pack(b, grads_, flat);
+      } else {
+        pack(b, grads_, b.grad);
+      }
+      const size_t es = runtime::dtype_size(global_.dtype), base = dp_.zero == 1 ? b.own_off : 0;
+      const void* in = dp_.zero >= 2 ? flat.data() : b.grad.data();
+      void* out = static_cast<char*>(b.grad.data()) + base * es;
       o.name = "reduce_scatter.grads";
-      const auto res = collectives::reduce_scatter(tp_, flat.data(), b.grad.data(), b.count, global_.dtype,
+      const auto res = collectives::reduce_scatter(tp_, in, out, b.count, global_.dtype,
                                                    collectives::ReduceOp::avg, ready, o);
       reduced = std::max(reduced, res.span.end);
-      for (int64_t i = 0; i < b.grad.numel(); ++i) sq += double(b.grad.get(i)) * double(b.grad.get(i));
+      for (size_t i = base; i < base + b.own_n; ++i)
+        sq += double(b.grad.get(int64_t(i))) * double(b.grad.get(int64_t(i)));
     } else {
       pack(b, grads_, b.grad);
       o.name = "all_reduce.grads";

@@ -20,10 +20,12 @@
 // dp ranks by collectives::Partition{n, dp}; rank r owns chunk r of every bucket.
 //   0  plain DDP: all_reduce(avg) per bucket; every rank holds the whole fp32 master, moments and gradients and
 //      runs AdamW on all of them.
-//   1  optimizer state sharded: all_reduce(avg) per bucket; each rank keeps the fp32 master and moments of its
-//      chunk only, runs AdamW on it, then all_gather of the updated parameters (compute dtype) per bucket.
-//   2  also gradients: reduce_scatter(avg) per bucket instead of all_reduce, so only the chunk's reduced
-//      gradient persists; then as 1.
+//   1  optimizer state sharded: reduce_scatter(avg) per bucket (the paper's stage 1: each rank needs only the
+//      reduced gradient of the chunk it updates; the whole local gradient buffer stays allocated and receives the
+//      chunk in place); each rank keeps the fp32 master and moments of its chunk only, runs AdamW on it, then
+//      all_gather of the updated parameters (compute dtype) per bucket. Traffic per step: Ψ + Ψ, as stage 0's
+//      all_reduce (2Ψ), not 1.5x of it.
+//   2  also gradients: reduce_scatter(avg) per bucket as 1, but only the chunk's reduced gradient persists.
 //   3  also parameters (FSDP): between steps a rank holds only its chunk of each unit's parameters; before a
 //      unit's forward and again before its backward the unit is all_gathered (issued one unit ahead, the
 //      prefetch of FSDP) into a working buffer that is freed after use.

@@ -256,7 +256,7 @@ double lm_cache_bytes(const LmCache& C, bool recompute) {
   double b = 0, largest = 0;
   for (const auto& L : C.layers) {
     double rest = 0;
-    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act})
+    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act, &L.o_heads})
       rest += static_cast<double>(t->nbytes());
     for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
     b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : rest);

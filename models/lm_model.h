@@ -98,6 +98,9 @@ struct LmCache {
   struct Layer {
     runtime::Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
     std::vector<runtime::Tensor> lse;  // per sequence, fp32 [Hq, seq]
+    // Ulysses (models/lm_tp.h) only: the attention output in the head-sharded layout its backward reads (q, k, v
+    // are then head-sharded too; o stays in the token layout the output projection's backward reads). Else empty.
+    runtime::Tensor o_heads;
   };
   std::vector<Layer> layers;
   runtime::Tensor x_final, xf, logits, row_max, sumexp;

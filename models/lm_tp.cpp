@@ -10,6 +10,7 @@
 
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
+#include "collectives/all_to_all.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -21,6 +22,7 @@
 #include "kernels/norm.h"
 #include "models/lm_data.h"
 #include "runtime/world.h"
+#include "sharding/plans/context_parallel.h"
 
 namespace shardsim::models {
 
@@ -51,27 +53,31 @@ LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, std::string algorithm, bool sequence_parallel)
     : LmTpTrainer(global, train, mesh, world, timeline, LmDpConfig{0, 0, std::move(algorithm), false},
-                  sequence_parallel) {}
+                  sequence_parallel, true) {}
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-                         bool sequence_parallel)
+                         bool sequence_parallel, bool cp_zigzag, bool ulysses)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
-      algorithm_(dp.algorithm), sp_(sequence_parallel), store_(!world.shape_only()) {
+      algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag && !ulysses), ulysses_(ulysses),
+      store_(!world.shape_only()) {
   check_lm_config(global);
   if (dp.zero < 0 || dp.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
   if (dp.bucket_bytes < 0)
     throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(dp.bucket_bytes) + ")");
   for (const auto& a : mesh.axes())
-    if (a.size > 1 && a.name != "tp" && a.name != "dp")
-      throw std::invalid_argument("parallel: train's tensor parallelism runs on dp x tp meshes only (got " +
-                                  mesh.describe() + ")");
+    if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp")
+      throw std::invalid_argument("parallel: train runs on dp x cp x tp meshes only (got " + mesh.describe() + ")");
   tp_size_ = mesh.size("tp");
   dp_size_ = mesh.size("dp");
   const int r = world.rank();
   tp_rank_ = mesh.coordinate("tp", r);
   dp_rank_ = mesh.coordinate("dp", r);
+  cp_size_ = mesh.size("cp");
+  cp_rank_ = mesh.coordinate("cp", r);
+  rep_size_ = dp_size_ * cp_size_;
+  rep_rank_ = cp_rank_ + cp_size_ * dp_rank_;
   auto need = [&](int64_t v, const char* field) {
     if (v % tp_size_ != 0)
       throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
@@ -84,8 +90,19 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
-  if (sp_ && global.seq % tp_size_ != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) +
+  if (ulysses_ && cp_size_ > 1)
+    for (auto [v, field] : {std::pair{global.heads, "heads"}, std::pair{global.kv_heads, "kv_heads"}})
+      if (v % (int64_t(tp_size_) * cp_size_) != 0)
+        throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
+                                    " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                    std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
+  const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
+  if (global.seq % pieces != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
+                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp_size_) +
+                                (cp_size_ > 1 && zigzag_ ? ", zigzag: 2 chunks per chip" : "") + ")");
+  if (sp_ && (global.seq / cp_size_) % tp_size_ != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp_size_ > 1 ? " / parallel.cp" : "") +
                                 " must be a multiple of parallel.tp (" + std::to_string(tp_size_) +
                                 ") for sequence parallelism");
   local_.heads /= tp_size_;
@@ -93,9 +110,24 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   local_.ffn /= tp_size_;
   local_.vocab /= tp_size_;
   local_.batch /= dp_size_;
+  local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
   (void)mesh_["dp"];
+  if (cp_size_ > 1) {
+    (void)mesh_["cp"];
+    // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group), ordered
+    // cp-innermost. Gradients are averaged and ZeRO state partitioned over it.
+    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_, rep_rank_);
+  } else {
+    rep_ = &mesh_["dp"];
+  }
+  for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
+    chunks_.push_back({ch.local, ch.global, ch.len});
+  pos_.resize(size_t(local_.batch * local_.seq));
+  for (int64_t b = 0; b < local_.batch; ++b)
+    for (const CpChunk& ch : chunks_)
+      for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
   const LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
@@ -122,9 +154,9 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
     }
   for (Bucket& b : buckets_) {
-    const collectives::Partition p{b.count, size_t(dp_size_)};
-    b.own_off = dp.zero >= 1 ? p.offset(size_t(dp_rank_)) : 0;
-    b.own_n = dp.zero >= 1 ? p.size(size_t(dp_rank_)) : b.count;
+    const collectives::Partition p{b.count, size_t(rep_size_)};
+    b.own_off = dp.zero >= 1 ? p.offset(size_t(rep_rank_)) : 0;
+    b.own_n = dp.zero >= 1 ? p.size(size_t(rep_rank_)) : b.count;
     b.master = make(DType::fp32, {int64_t(b.own_n)});
     b.m = make(DType::fp32, {int64_t(b.own_n)});
     b.v = make(DType::fp32, {int64_t(b.own_n)});
@@ -148,7 +180,7 @@ void LmTpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) cons
 
 sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
   const Tensor& src = global_.dtype == DType::fp32 ? b.master : b.copy;
-  if (dp_size_ == 1) {  // the chunk is the whole bucket
+  if (rep_size_ == 1) {  // the chunk is the whole bucket
     unpack(b, src, work_);
     return ready;
   }
@@ -156,7 +188,7 @@ sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
   o.name = "all_gather.params";
-  const auto r = collectives::all_gather(mesh_["dp"], src.data_if_stored(), flat.data_if_stored(), b.count,
+  const auto r = collectives::all_gather(*rep_, src.data_if_stored(), flat.data_if_stored(), b.count,
                                          global_.dtype, ready, o);
   unpack(b, flat, work_);
   return r.span.end;
@@ -242,7 +274,7 @@ LmWeights LmTpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no state to gather");
   LmWeights w = lm_zeros(local_, DType::fp32);
   for (Bucket& b : buckets_) {
-    if (dp_.zero == 0 || dp_size_ == 1) {
+    if (dp_.zero == 0 || rep_size_ == 1) {
       unpack(b, b.*field, w);
       continue;
     }
@@ -250,7 +282,7 @@ LmWeights LmTpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
     collectives::CollectiveOptions o;
     o.algorithm = algorithm_;
     o.name = name;
-    collectives::all_gather(mesh_["dp"], (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
+    collectives::all_gather(*rep_, (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
     unpack(b, flat, w);
   }
   return w;
@@ -353,13 +385,33 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
   charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
   charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
-  S.o = act({N, hq, d});
-  S.lse.clear();
-  for (int64_t b = 0; b < c.batch; ++b) {
+  if (cp_size_ > 1 && ulysses_) {
+    // Ulysses: tokens -> heads, whole-sequence attention on this chip's heads, heads -> tokens.
+    S.q = seq_to_heads(S.q, t, "q");
+    S.k = seq_to_heads(S.k, t, "k");
+    S.v = seq_to_heads(S.v, t, "v");
+    const int64_t Tg = global_.seq, hu = hq / cp_size_;
+    S.o_heads = act({c.batch * Tg, hu, d});
+    S.lse.clear();
+    for (int64_t b = 0; b < c.batch; ++b) {
+      Tensor ob = act({Tg, hu, d}), lse = make(DType::fp32, {hu, Tg});
+      charge(kernels::attention(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg), ob, lse, causal()),
+             t);
+      S.o_heads.set_rows(b * Tg, ob);
+      S.lse.push_back(std::move(lse));
+    }
+    S.o = heads_to_seq(S.o_heads, t, "o");
+  } else if (cp_size_ > 1) {
+    cp_attention_forward(S, t);
+  } else {
+   S.o = act({N, hq, d});
+   S.lse.clear();
+   for (int64_t b = 0; b < c.batch; ++b) {
     Tensor ob = act({T, hq, d}), lse = make(DType::fp32, {hq, T});
     charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
     S.o.set_rows(b * T, ob);
     S.lse.push_back(std::move(lse));
+   }
   }
   const Tensor attn = to_seq(mm(Tensor(S.o).reshaped({N, hq * d}), L.wo), t, "attn_out");
   charge(kernels::add_inplace(x, attn), t);
@@ -380,8 +432,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  std::vector<int64_t> pos(static_cast<size_t>(N));
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
+  const std::vector<int64_t>& pos = pos_;  // global positions of the local tokens (cp: this chip's chunks)
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto mm = [&](const Tensor& x, const Tensor& wt) {
     Tensor y = make(x.dtype(), {x.dim(0), wt.dim(1)});
@@ -436,8 +487,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   LmWeights& g = grads_;
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  std::vector<int64_t> pos(static_cast<size_t>(N));
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i) % c.seq;
+  const std::vector<int64_t>& pos = pos_;
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
   const int head_unit = int(c.layers) + 1;
@@ -483,6 +533,25 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     }
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
+    if (cp_size_ > 1 && ulysses_) {
+      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = hkv / cp_size_;
+      const Tensor doh = seq_to_heads(dout, t, "do");
+      Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
+      for (int64_t b = 0; b < c.batch; ++b) {
+        Tensor dqb = act({Tg, hu, d}), dkb = act({Tg, hku, d}), dvb = act({Tg, hku, d});
+        charge(kernels::attention_backward(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg),
+                                           S.o_heads.rows(b * Tg, Tg), S.lse[size_t(b)], doh.rows(b * Tg, Tg), dqb,
+                                           dkb, dvb, causal()),
+               t);
+        dqh.set_rows(b * Tg, dqb);
+        dkh.set_rows(b * Tg, dkb);
+        dvh.set_rows(b * Tg, dvb);
+      }
+      dq = heads_to_seq(dqh, t, "dq");
+      dk = heads_to_seq(dkh, t, "dk");
+      dv = heads_to_seq(dvh, t, "dv");
+    } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
+    else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
@@ -551,11 +620,17 @@ LmDpStepResult LmTpTrainer::step() {
   bwd_start_.assign(size_t(units), 0);
   grad_ready_.assign(size_t(units), 0);
   LmBatch lb;
-  const int64_t first = dp_rank_ * local_.batch * global_.seq, n = local_.batch * global_.seq;
-  if (store_) {
+  const int64_t n = local_.batch * local_.seq;
+  if (store_) {  // this replica's sequences; of each, this cp rank's chunks (positions pos_)
     const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
-    lb.inputs.assign(gb.inputs.begin() + first, gb.inputs.begin() + first + n);
-    lb.targets.assign(gb.targets.begin() + first, gb.targets.begin() + first + n);
+    lb.inputs.resize(size_t(n));
+    lb.targets.resize(size_t(n));
+    for (int64_t b = 0; b < local_.batch; ++b)
+      for (int64_t i = 0; i < local_.seq; ++i) {
+        const size_t src = size_t((dp_rank_ * local_.batch + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
+        lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
+        lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
+      }
   } else {  // shape-only: the kernels read no token; only the count matters
     lb.inputs.assign(size_t(n), 0);
     lb.targets.assign(size_t(n), 0);
@@ -575,27 +650,37 @@ LmDpStepResult LmTpTrainer::step() {
   double sq = 0;
   for (Bucket& b : buckets_) {
     const sim::TimeNs ready = grad_ready_[size_t(b.last_unit)];
-    const collectives::Partition p{b.count, size_t(dp_size_)};
-    const size_t own_off = p.offset(size_t(dp_rank_)), own_n = p.size(size_t(dp_rank_));
+    const collectives::Partition p{b.count, size_t(rep_size_)};
+    const size_t own_off = p.offset(size_t(rep_rank_)), own_n = p.size(size_t(rep_rank_));
     size_t base = 0;  // element of the bucket at b.grad's index 0
-    if (dp_.zero >= 2) {
-      Tensor flat = make(global_.dtype, {int64_t(b.count)});
-      pack(b, grads_, flat);
-      if (dp_size_ == 1) {
-        b.grad = flat;
+    if (dp_.zero >= 1) {
+      // ZeRO-1/2: reduce_scatter(avg) over dp to the owned chunk (stage 1 keeps the whole local gradient buffer
+      // and receives the chunk in place at own_off; stages 2-3 keep the chunk only). reduce_scatter copies SENDBUF
+      // before it writes RECVBUF, so the two may overlap.
+      Tensor flat;
+      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
+        flat = make(global_.dtype, {int64_t(b.count)});
+        pack(b, grads_, flat);
       } else {
+        pack(b, grads_, b.grad);
+      }
+      const Tensor& whole = dp_.zero >= 2 ? flat : b.grad;
+      if (rep_size_ == 1) {
+        if (dp_.zero >= 2) b.grad = flat;
+      } else {
+        const size_t es = runtime::dtype_size(global_.dtype);
+        void* out = store_ ? static_cast<char*>(b.grad.data()) + (dp_.zero == 1 ? own_off : 0) * es : nullptr;
         o.name = "reduce_scatter.grads";
-        const auto res = collectives::reduce_scatter(mesh_["dp"], flat.data_if_stored(), b.grad.data_if_stored(), b.count,
-                                                     global_.dtype,
-                                                     collectives::ReduceOp::avg, ready, o);
+        const auto res = collectives::reduce_scatter(*rep_, whole.data_if_stored(), out, b.count,
+                                                     global_.dtype, collectives::ReduceOp::avg, ready, o);
         reduced = std::max(reduced, res.span.end);
       }
-      base = own_off;
+      base = dp_.zero >= 2 ? own_off : 0;
     } else {
       pack(b, grads_, b.grad);
-      if (dp_size_ > 1) {
+      if (rep_size_ > 1) {
         o.name = "all_reduce.grads";
-        const auto res = collectives::all_reduce(mesh_["dp"], b.grad.data_if_stored(), b.grad.data_if_stored(), b.count,
+        const auto res = collectives::all_reduce(*rep_, b.grad.data_if_stored(), b.grad.data_if_stored(), b.count,
                                                  global_.dtype,
                                                  collectives::ReduceOp::avg, ready, o);
         reduced = std::max(reduced, res.span.end);
@@ -616,7 +701,7 @@ LmDpStepResult LmTpTrainer::step() {
   t = std::max(t, nr.span.end);
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
-  finish_step_loss(r, local_loss, mesh_["dp"], "lm_tp loss");
+  finish_step_loss(r, local_loss, *rep_, "lm_tp loss");
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
 
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back (stages 1-2: all_gather over
@@ -666,11 +751,261 @@ LmDpMemory LmTpTrainer::memory() const {
   }
   m.activations = activation_bytes_;
   // ZeRO's formulas (lm_dp.h) with Ψ = Ψ_tp (the shards' element count, replicated norms whole), N_d = dp.
-  const double psi = local_param_count(), nd = double(dp_size_);
+  const double psi = local_param_count(), nd = double(rep_size_);
   m.formula_params = P * psi / (dp_.zero >= 3 ? nd : 1);
   m.formula_grads = P * psi / (dp_.zero >= 2 ? nd : 1);
   m.formula_optimizer = K * psi / (dp_.zero >= 1 ? nd : 1);
   return m;
+}
+
+// ---- context parallelism (ring attention) ----
+
+Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
+  const int U = cp_size_;
+  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = H / U, B = local_.batch, Tl = local_.seq;
+  const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
+  Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, (j+1)·H/U)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
+                    static_cast<const char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es, row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
+                              x.dtype(), t, o)
+          .span.end;
+  // Block i holds chip i's tokens (its contiguous chunk of every local sequence) for this chip's heads.
+  Tensor y = make(x.dtype(), {B * Tl * U, hu, d});
+  if (store_)
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row,
+                    static_cast<const char*>(recv.data()) + size_t(i * n + b * Tl) * row, size_t(Tl) * row);
+  return y;
+}
+
+Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::string& name) {
+  const int U = cp_size_;
+  const int64_t hu = y.dim(1), d = y.dim(2), H = hu * U, B = local_.batch, Tl = local_.seq, n = B * Tl;
+  const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
+  Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
+  if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(i * n + b * Tl) * row,
+                    static_cast<const char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row, size_t(Tl) * row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
+                              y.dtype(), t, o)
+          .span.end;
+  Tensor x = make(y.dtype(), {n, H, d});
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, ...)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es,
+                    static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
+  return x;
+}
+
+std::vector<LmTpTrainer::CpChunk> LmTpTrainer::cp_chunks_of(int cp_rank) const {
+  std::vector<CpChunk> out;
+  for (const auto& ch : sharding::plans::cp_chunks(global_.seq, cp_size_, cp_rank, zigzag_))
+    out.push_back({ch.local, ch.global, ch.len});
+  return out;
+}
+
+Tensor LmTpTrainer::to_compute(const Tensor& f32, runtime::Shape shape) const {
+  if (!store_) return make(local_.dtype, std::move(shape));
+  if (local_.dtype == DType::fp32) {
+    Tensor out = f32;
+    return std::move(out).reshaped(std::move(shape));
+  }
+  return Tensor::from_float(f32.to_float(), local_.dtype, std::move(shape));
+}
+
+kernels::KernelCost LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part) {
+  if (store_) {
+    const int64_t per_row = part.numel() / std::max<int64_t>(1, part.dim(0));
+    float* a = acc.f32() + r0 * per_row;
+    const float* p = part.f32();
+    for (int64_t i = 0; i < part.numel(); ++i) a[i] += p[i];
+  }
+  const double n = double(part.numel());
+  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32};
+}
+
+namespace {
+
+// The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel
+// over the step's chunk pairs, one correction / accumulation kernel), as the non-cp path charges one attention
+// per sequence: the per-pair launches of this host loop are not what a device runs.
+struct Fused {
+  kernels::KernelCost k;
+  void add(const kernels::KernelCost& c) {
+    if (k.name.empty()) {
+      k = c;
+    } else {
+      k.flops += c.flops;
+      k.bytes += c.bytes;
+    }
+  }
+};
+
+}  // namespace
+
+sim::TimeNs LmTpTrainer::ring_pass(std::vector<Tensor*> send, std::vector<Tensor*> recv, sim::TimeNs ready,
+                                   const std::string& name) {
+  runtime::Transport& ring = mesh_["cp"];
+  const int P = cp_size_, next = (cp_rank_ + 1) % P, prev = (cp_rank_ + P - 1) % P;
+  size_t bytes = 0;
+  for (const Tensor* s : send) bytes += s->nbytes();
+  std::vector<unsigned char> sbuf(store_ ? bytes : 0), rbuf(store_ ? bytes : 0);
+  if (store_) {
+    size_t off = 0;
+    for (const Tensor* s : send) {
+      std::memcpy(sbuf.data() + off, s->data(), s->nbytes());
+      off += s->nbytes();
+    }
+  }
+  const sim::TimeNs arrival = ring.sendrecv(store_ ? sbuf.data() : nullptr, bytes, next,
+                                            store_ ? rbuf.data() : nullptr, bytes, prev, ready, name);
+  tl_.record_region(name, "collective", {ready, arrival}, double(bytes));
+  if (store_) {
+    size_t off = 0;
+    for (Tensor* r : recv) {
+      std::memcpy(r->data(), rbuf.data() + off, r->nbytes());
+      off += r->nbytes();
+    }
+  }
+  return arrival;
+}
+
+void LmTpTrainer::cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
+  const int P = cp_size_;
+  const size_t nc = chunks_.size();
+  std::vector<Tensor> acc(size_t(B) * nc), lse(size_t(B) * nc);
+  std::vector<char> has(acc.size(), 0);
+  Tensor kcur = S.k, vcur = S.v;
+  sim::TimeNs kv_ready = t;
+  for (int step = 0; step < P; ++step) {
+    const int owner = (cp_rank_ - step + P) % P;  // whose K/V block this chip holds now
+    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
+    Tensor knext, vnext;
+    sim::TimeNs next_ready = kv_ready;
+    if (step + 1 < P) {  // posted before the compute on the current block: the transfer overlaps it
+      knext = make(c.dtype, {N, hkv, d});
+      vnext = make(c.dtype, {N, hkv, d});
+      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.kv_step" + std::to_string(step));
+    }
+    t = std::max(t, kv_ready);
+    for (int64_t b = 0; b < B; ++b) {
+      Fused attn, merge;
+      for (size_t qi = 0; qi < nc; ++qi) {
+        const CpChunk& qc = chunks_[qi];
+        const Tensor qb = S.q.rows(b * Tl + qc.local, qc.len);
+        for (const CpChunk& kc : kv_chunks) {
+          if (kc.global > qc.global + qc.len - 1) continue;  // every key in the future of every query: masked
+          kernels::AttentionOptions o = causal();
+          o.q_offset = qc.global;
+          o.k_offset = kc.global;
+          Tensor ob = make(DType::fp32, {qc.len, hq, d}), lb = make(DType::fp32, {hq, qc.len});
+          attn.add(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
+                                      ob, lb, o));
+          const size_t i = size_t(b) * nc + qi;
+          if (!has[i]) {
+            acc[i] = std::move(ob);
+            lse[i] = std::move(lb);
+            has[i] = 1;
+          } else {
+            merge.add(kernels::merge_attention_partials(acc[i], lse[i], ob, lb));
+          }
+        }
+      }
+      if (!attn.k.name.empty()) charge(attn.k, t);
+      if (!merge.k.name.empty()) charge(merge.k, t);
+    }
+    if (step + 1 < P) {
+      kcur = std::move(knext);
+      vcur = std::move(vnext);
+      kv_ready = next_ready;
+    }
+  }
+  S.o = make(c.dtype, {N, hq, d});
+  S.lse.clear();
+  for (int64_t b = 0; b < B; ++b)
+    for (size_t qi = 0; qi < nc; ++qi) {
+      const size_t i = size_t(b) * nc + qi;
+      S.o.set_rows(b * Tl + chunks_[qi].local, to_compute(acc[i], {chunks_[qi].len, hq, d}));
+      S.lse.push_back(std::move(lse[i]));  // per (sequence, chunk): fp32 [Hq, len], the merged log-sum-exp
+    }
+}
+
+void LmTpTrainer::cp_attention_backward(const LmCache::Layer& S, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                        Tensor& dv, sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
+  const int P = cp_size_;
+  const size_t nc = chunks_.size();
+  Tensor dq_acc = make(DType::fp32, {N, hq, d});
+  Tensor kcur = S.k, vcur = S.v;
+  Tensor dkcur = make(DType::fp32, {N, hkv, d}), dvcur = make(DType::fp32, {N, hkv, d});
+  sim::TimeNs kv_ready = t, dkv_ready = t;
+  for (int step = 0; step < P; ++step) {
+    const int owner = (cp_rank_ - step + P) % P;
+    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
+    Tensor knext, vnext;
+    sim::TimeNs next_ready = kv_ready;
+    if (step + 1 < P) {  // K/V for the next step, posted first (it does not depend on this step's compute)
+      knext = make(c.dtype, {N, hkv, d});
+      vnext = make(c.dtype, {N, hkv, d});
+      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.bwd_kv_step" + std::to_string(step));
+    }
+    t = std::max(t, std::max(kv_ready, dkv_ready));
+    for (int64_t b = 0; b < B; ++b) {
+      Fused bwd, accum;
+      for (size_t qi = 0; qi < nc; ++qi) {
+        const CpChunk& qc = chunks_[qi];
+        const int64_t qr = b * Tl + qc.local;
+        const Tensor qb = S.q.rows(qr, qc.len), ob = S.o.rows(qr, qc.len), dob = dout.rows(qr, qc.len);
+        for (const CpChunk& kc : kv_chunks) {
+          if (kc.global > qc.global + qc.len - 1) continue;
+          kernels::AttentionOptions o = causal();
+          o.q_offset = qc.global;
+          o.k_offset = kc.global;
+          const int64_t kr = b * Tl + kc.local;
+          Tensor dqp = make(DType::fp32, {qc.len, hq, d}), dkp = make(DType::fp32, {kc.len, hkv, d}),
+                 dvp = make(DType::fp32, {kc.len, hkv, d});
+          bwd.add(kernels::attention_backward(qb, kcur.rows(kr, kc.len), vcur.rows(kr, kc.len), ob,
+                                              S.lse[size_t(b) * nc + qi], dob, dqp, dkp, dvp, o));
+          accum.add(add_rows(dq_acc, qr, dqp));
+          accum.add(add_rows(dkcur, kr, dkp));
+          accum.add(add_rows(dvcur, kr, dvp));
+        }
+      }
+      if (!bwd.k.name.empty()) charge(bwd.k, t);
+      if (!accum.k.name.empty()) charge(accum.k, t);
+    }
+    // dK/dV of the block travel with it (fp32 accumulators): after the last step they reach its owner.
+    Tensor dknext = make(DType::fp32, {N, hkv, d}), dvnext = make(DType::fp32, {N, hkv, d});
+    dkv_ready = ring_pass({&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp_ring.dkv_step" + std::to_string(step));
+    dkcur = std::move(dknext);
+    dvcur = std::move(dvnext);
+    if (step + 1 < P) {
+      kcur = std::move(knext);
+      vcur = std::move(vnext);
+      kv_ready = next_ready;
+    }
+  }
+  t = std::max(t, dkv_ready);
+  dq = to_compute(dq_acc, {N, hq, d});
+  dk = to_compute(dkcur, {N, hkv, d});
+  dv = to_compute(dvcur, {N, hkv, d});
 }
 
 }  // namespace shardsim::models

@@ -26,18 +26,45 @@
 // row-parallel layer's backward, reduce_scatter of a column-parallel layer's partial input gradient). The norm
 // weights' gradients, computed over each rank's rows only, are all_reduce(sum)ed over tp after backward.
 //
+// Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp): ring attention (Liu et
+// al., arXiv:2310.01889) forward AND backward. Each sequence is Shard(0) over cp: cp rank c holds the tokens of
+// sharding::plans::cp_chunks (zigzag: chunks c and 2cp-1-c of 2cp, Megatron's causal load balance; contiguous:
+// chunk c of cp), so every token-wise layer (embedding, norms, GEMMs, RoPE at the tokens' global positions, the
+// head and cross-entropy) runs on seq/cp tokens per sequence with no communication. Attention: the chip's K/V
+// block (all its local sequences, compute dtype) travels round the cp ring in cp-1 sendrecv steps, each posted
+// before the compute on the block in hand so it overlaps it; each (query chunk, key chunk) pair that has a
+// visible pair is attended with its global offsets into fp32 partials merged by log-sum-exp; O (rounded once to
+// the compute dtype) and the merged log-sum-exp per (sequence, chunk) are saved. Backward recomputes from them
+// (kernels/attention_backward.h with the final lse, exact for any split): the K/V blocks go round the ring again
+// and with each travel its fp32 dK/dV accumulators, to which every chip adds its queries' contributions; after
+// cp steps (the last one a dK/dV-only send) they are back at their owner. dQ stays local. Traffic per chip and
+// layer: forward cp-1 K/V blocks, backward cp-1 K/V blocks + cp fp32 dK/dV blocks. Weights are replicated
+// over cp: gradients are averaged and ZeRO state partitioned over the dp x cp group of each tp coordinate (the
+// replicas below are its dp·cp ranks; each chip's loss is the mean over its own seq/cp tokens of each sequence, so
+// the average over the group is the global mean). Requires seq a multiple of cp (zigzag: 2cp; with sp also
+// (seq/cp) a multiple of tp).
+//
+// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509) on the same cp axis (parallel.ulysses: U): the
+// sequence is split contiguously over U as above; around attention an all_to_all over cp turns q, k, v [tokens/U,
+// H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
+// flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
+// to heads, dQ, dK, dV back to tokens). The head-sharded q, k, v, O and lse are what the backward keeps. Needs
+// the local (per tp rank) q and kv heads to be multiples of U. Gradients and ZeRO as for cp.
+//
 // Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
 // rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
 // (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
 // norm + head) and cut into buckets of >= bucket_bytes (0: one bucket; ZeRO-3: one bucket per unit); each bucket is
 // split over the dp axis by collectives::Partition and dp rank d owns chunk d. Stage 0: all_reduce(avg) over dp per
-// bucket, every rank updates its whole tp shard. Stage 1: the fp32 master and moments of the owned chunk only,
-// AdamW on it, all_gather over dp of the updated parameters. Stage 2: reduce_scatter(avg) instead of all_reduce.
+// bucket, every rank updates its whole tp shard. Stage 1: reduce_scatter(avg) over dp per bucket, the fp32 master
+// and moments of the owned chunk only, AdamW on it, all_gather over dp of the updated parameters (the whole local
+// gradient buffer stays allocated). Stage 2: as 1, but only the reduced chunk of the gradient persists.
 // Stage 3: between steps only the chunk of each unit's parameters; a unit is all_gathered over dp before its
 // forward and again before its backward (issued when the previous unit starts: FSDP's one-unit prefetch). A
 // bucket's reduction is issued when its last unit's backward has ended (with sp: when the backward has ended,
 // since the norm weights' gradients are all_reduced over tp after it). So each tp rank runs ZeRO over its own dp
-// group on Ψ_tp = its shards' parameter count, and the memory formulas are lm_dp.h's with Ψ = Ψ_tp.
+// group (with cp: its dp x cp group) on Ψ_tp = its shards' parameter count, and the memory formulas are
+// lm_dp.h's with Ψ = Ψ_tp and N_d = dp·cp.
 // Global-norm clipping follows kernels/optimizer.h's rule: every rank adds the squares of the reduced gradient
 // elements of its dp chunk (stage 0: the chunk it would own, so each element counts once over dp), skipping the
 // replicated norm weights unless its tp coordinate is 0; the pieces are all_reduce(sum)ed over the whole mesh.
@@ -58,7 +85,8 @@
 //
 // Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0, heads, kv_heads, ffn
 // or vocab is not a multiple of tp, or
-// the global batch is not a multiple of dp, or the mesh has axes other than dp and tp; collective errors
+// the global batch is not a multiple of dp, seq is not a multiple of cp (2cp zigzag; with sp, seq/cp of tp), or
+// the mesh has axes other than dp, cp and tp; collective errors
 // propagate; std::runtime_error for a non-finite gradient norm (the step is not applied).
 #pragma once
 
@@ -77,12 +105,14 @@ namespace shardsim::models {
 
 class LmTpTrainer {
  public:
-  // MESH: dp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
+  // MESH: dp × cp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
+  // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1. ULYSSES: the cp axis runs
+  // DeepSpeed-Ulysses instead of ring attention (contiguous split; CP_ZIGZAG ignored).
   // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
   // field for a stage outside 0..3 or bucket_bytes < 0.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-              bool sequence_parallel = false);
+              bool sequence_parallel = false, bool cp_zigzag = true, bool ulysses = false);
   // DDP (ZeRO 0, one bucket after backward, no recompute) with ALGORITHM.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
@@ -98,6 +128,9 @@ class LmTpTrainer {
   int tp() const { return tp_size_; }
   bool sequence_parallel() const { return sp_; }
   int dp() const { return dp_size_; }
+  int cp() const { return cp_size_; }
+  bool cp_zigzag() const { return zigzag_; }
+  bool ulysses() const { return ulysses_; }
   int zero() const { return dp_.zero; }
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
@@ -147,6 +180,25 @@ class LmTpTrainer {
   // The residual stream's rows to the full [N, h] a column-parallel layer reads: identity, or with sp all_gather.
   runtime::Tensor from_seq(const runtime::Tensor& rows, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
+  // Context parallelism (see above). A chunk of each local sequence: local row offset, global position, length.
+  struct CpChunk {
+    int64_t local = 0, global = 0, len = 0;
+  };
+  std::vector<CpChunk> cp_chunks_of(int cp_rank) const;
+  void cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t);
+  void cp_attention_backward(const LmCache::Layer& S, const runtime::Tensor& dout, runtime::Tensor& dq,
+                             runtime::Tensor& dk, runtime::Tensor& dv, sim::TimeNs& t);
+  // One cp ring step: SEND's tensors (concatenated) to the next cp rank, RECV's (same sizes) from the previous,
+  // data ready at READY; recorded as a collective region NAME. Returns the arrival time.
+  sim::TimeNs ring_pass(std::vector<runtime::Tensor*> send, std::vector<runtime::Tensor*> recv, sim::TimeNs ready,
+                        const std::string& name);
+  runtime::Tensor to_compute(const runtime::Tensor& f32, runtime::Shape shape) const;  // fp32 -> compute dtype
+  // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
+  // token, this chip's heads), and back.
+  runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
+  runtime::Tensor heads_to_seq(const runtime::Tensor& y, sim::TimeNs& t, const std::string& name);
+  // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
+  kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
 
@@ -158,8 +210,14 @@ class LmTpTrainer {
   LmDpConfig dp_;
   std::string algorithm_;
   bool sp_ = false;
+  bool zigzag_ = true;
+  bool ulysses_ = false;
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
-  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1;
+  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
+  int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
+  runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
+  std::vector<CpChunk> chunks_;         // this chip's chunks of each sequence ({0, 0, seq} without cp)
+  std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
   std::vector<Bucket> buckets_;

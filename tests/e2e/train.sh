@@ -212,6 +212,52 @@ sed -E 's/^(device:.*)$/\1\nmode: shapeonly/' tpz3.yaml >tpz3_bad.yaml
 if expect_exit 2 "^shardsim: error: .*tpz3_bad\\.yaml:[0-9]+: mode: must be real or shape_only \\(got 'shapeonly'\\)" -- shardsim_mpi 1 train tpz3_bad.yaml --chips 4
 then one_error_line; fi
 
+e2e_case "(q) context parallelism (ring attention fwd + bwd): cp 2 x tp 2 prints one chip's losses, its checkpoint resumes on one chip; bad cp keys exit 2"
+sed -E 's/^(  tp: 2)$/\1\n  cp: 2/' tp2.yaml >cp2tp2.yaml
+if expect_exit 0 '^context parallel: cp 2, ring attention forward and backward \(zigzag split' -- shardsim_mpi 4 train cp2tp2.yaml --steps 6 --save-every 3 --checkpoint cp.h5; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cp_losses.txt
+  if [[ -s cp_losses.txt ]] && cmp -s one_6.txt cp_losses.txt; then pass "cp 2 x tp 2: losses and grad norms equal one chip's (4 decimals)"; else
+    fail "cp 2 x tp 2 differs from one chip"; paste one_6.txt cp_losses.txt >&2
+  fi
+fi
+if expect_exit 0 '^resumed: cp\.h5 at step 6 \(saved under dp=1 x cp=2 x tp=2\)' -- shardsim_mpi 1 train "$TRAIN" --steps 8 --resume cp.h5; then
+  pass "a cp 2 x tp 2 checkpoint continues on one chip"
+fi
+sed -E 's/^(  cp: 2)$/\1\n  cp_split: contiguous/' cp2tp2.yaml >cp_contig.yaml
+if expect_exit 0 '^context parallel: cp 2, .*\(contiguous split' -- shardsim_mpi 1 train cp_contig.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cpc_losses.txt
+  if cmp -s one_6.txt cpc_losses.txt; then pass "contiguous split, 4 chips on one rank: one chip's losses"; else
+    fail "contiguous cp differs"; paste one_6.txt cpc_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  cp: 2)$/\1\n  cp_split: diagonal/' cp2tp2.yaml >cp_bad_split.yaml
+if expect_exit 2 "^shardsim: error: .*cp_bad_split\\.yaml:[0-9]+: .*parallel.cp_split: 'diagonal' \\(zigzag \\| contiguous\\)" -- shardsim_mpi 1 train cp_bad_split.yaml --chips 4
+then one_error_line; fi
+sed -E 's/^(  tp: 2)$/\1\n  cp_split: zigzag/' tp2.yaml >cp1_split.yaml
+if expect_exit 2 '^shardsim: error: .*cp1_split\.yaml:[0-9]+: .*parallel.cp_split: only used with context parallelism' -- shardsim_mpi 1 train cp1_split.yaml --chips 2
+then one_error_line; fi
+sed -E 's/^(  tp: 2)$/\1\n  cp: 3/' tp2.yaml >cp3.yaml
+if expect_exit 2 '^shardsim: error: .*cp3\.yaml:[0-9]+: .*parallel.cp: 3 x tp 2 does not divide' -- shardsim_mpi 1 train cp3.yaml --chips 4
+then one_error_line; fi
+sed -E 's/^(  tp: 2)$/\1\n  cp: 8/' tp2.yaml >cp8.yaml
+if expect_exit 2 '^shardsim: error: .*cp8\.yaml:[0-9]+: model.seq: 8 must be a multiple of 16 for context parallelism' -- shardsim_mpi 1 train cp8.yaml --chips 16
+then one_error_line; fi
+
+e2e_case "(r) Ulysses (all_to_all tokens <-> heads around attention, fwd + bwd): one chip's losses; bad ulysses keys exit 2"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  ulysses: 2/' "$TRAIN" >uly2.yaml
+if expect_exit 0 '^context parallel: ulysses 2, all_to_all tokens -> heads' -- shardsim_mpi 1 train uly2.yaml --steps 6 --chips 2; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_losses.txt
+  if [[ -s uly_losses.txt ]] && cmp -s one_6.txt uly_losses.txt; then pass "ulysses 2: losses and grad norms equal one chip's (4 decimals)"; else
+    fail "ulysses 2 differs from one chip"; paste one_6.txt uly_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  tp: 2)$/\1\n  ulysses: 2/' tp2.yaml >uly_tp2.yaml
+if expect_exit 2 '^shardsim: error: .*uly_tp2\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp x parallel.ulysses \(4\)' -- shardsim_mpi 1 train uly_tp2.yaml --chips 4
+then one_error_line; fi
+sed -E 's/^(  ulysses: 2)$/\1\n  cp: 2/' uly2.yaml >uly_cp.yaml
+if expect_exit 2 '^shardsim: error: .*uly_cp\.yaml:[0-9]+: .*parallel.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 1 train uly_cp.yaml --chips 4
+then one_error_line; fi
+
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
 then one_error_line; fi

@@ -355,15 +355,15 @@ struct TpRun {
 };
 
 TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDpConfig dp = {0, 0, "auto", false},
-             bool shape_only = false) {
+             bool shape_only = false, int cp = 1, bool zigzag = true, bool ulysses = false) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
   runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(p));
-  sharding::DeviceMesh mesh({{"tp", tp}, {"dp", p / tp}}, topo);
+  sharding::DeviceMesh mesh({{"tp", tp}, {"cp", cp}, {"dp", p / (tp * cp)}}, topo);
   world.set_shape_only(shape_only);
   mesh.bind(world);
-  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, dp, sp);
+  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, dp, sp, zigzag, ulysses);
   TpRun run;
   for (int i = 0; i < steps; ++i) run.steps.push_back(tr.step());
   if (!shape_only) run.weights = tr.gather_master();
@@ -658,4 +658,128 @@ TEST(LmTpShapeOnly, SimulatedFieldsEqualTheRealRun) {
       EXPECT_TRUE(std::isfinite(real.steps[0].loss));
       EXPECT_TRUE(std::isnan(shape.steps[0].loss)) << "no data, no loss";
     }
+}
+
+// Context parallelism, ring attention forward and backward (models/lm_tp.h): 5 fp32 steps on cp = world (8: cp8,
+// 4: cp4), tp2 x cp(world/2) and dp2 x cp2 x tp2 (8 ranks; 4 ranks: dp2 x cp2), zigzag and contiguous splits, with
+// ZeRO-1 / sp / 512-byte buckets in some, equal the single-device reference within LmTp's tolerance (1e-5 loss,
+// 1e-5 relative grad norm, 1e-4 weights). Only fp32 summation orders differ: the attention softmax is merged from
+// per-block partials by log-sum-exp, dQ sums the blocks' contributions and dK/dV are accumulated in a different
+// order as they travel round the ring, each a few ulps; a wrong causal offset, a missing block, a dK/dV left at
+// the wrong chip or RoPE at local positions moves the loss by > 1e-3. The K/V ring is on the timeline.
+TEST(LmCp, RingAttentionMatchesSingleDevice) {
+  const int p = world_size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  c.seq = 16;  // zigzag cp8: 16 chunks of 1 token
+  models::LmTrainState ref = models::lm_train_init(c);
+  const auto ref_steps = models::lm_train(c, train_config(), ref);
+  struct Case {
+    int tp, cp;
+    bool zigzag, sp;
+    int zero;
+  };
+  std::vector<Case> cases = {{1, p, true, false, 0}, {2, p / 2, false, true, 0}, {2, p / 2, true, false, 1}};
+  if (p == 8) cases.push_back({2, 2, true, false, 1});   // dp2 x cp2 x tp2
+  else cases.push_back({1, 2, true, false, 2});          // dp2 x cp2
+  for (const Case& k : cases) {
+    const TpRun run = run_tp(c, k.tp, 5, k.sp, {k.zero, 512, "auto", false}, false, k.cp, k.zigzag);
+    double le = 0, ne = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
+      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+    }
+    const double we = max_abs_diff(run.weights, ref.weights);
+    const std::string what = "dp" + std::to_string(p / (k.tp * k.cp)) + " x cp" + std::to_string(k.cp) + " x tp" +
+                             std::to_string(k.tp) + (k.zigzag ? " zigzag" : " contiguous") + (k.sp ? " sp" : "") +
+                             " zero" + std::to_string(k.zero);
+    if (world_rank() == 0)
+      std::printf("[lm_cp] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
+                  what.c_str(), le, ne, we);
+    EXPECT_LT(le, 1e-5) << what;
+    EXPECT_LT(ne, 1e-5) << what;
+    EXPECT_LT(we, 1e-4) << what;
+    EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
+    EXPECT_GT(run.steps.back().breakdown.communication, 0) << what;
+  }
+}
+
+// Shape-only with cp (tp2 x cp2 on 4 ranks, cp2 on 2; bf16, ZeRO 1, sp off and on): the simulated step and the
+// memory equal the real run's exactly, as LmTpShapeOnly for dp x tp.
+TEST(LmCpShapeOnly, SimulatedFieldsEqualTheRealRun) {
+  const int p = world_size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  c.seq = 16;
+  c.dtype = runtime::DType::bf16;
+  const int tp = p / 2;
+  for (bool sp : {false, true}) {
+    if (sp && tp == 1) continue;
+    const TpRun real = run_tp(c, tp, 1, sp, {1, 512, "auto", false}, false, 2, true);
+    const TpRun shape = run_tp(c, tp, 1, sp, {1, 512, "auto", false}, true, 2, true);
+    const auto& a = real.steps[0].breakdown;
+    const auto& b = shape.steps[0].breakdown;
+    EXPECT_EQ(a.total, b.total) << "sp " << sp;
+    EXPECT_EQ(a.compute, b.compute) << "sp " << sp;
+    EXPECT_EQ(a.communication, b.communication) << "sp " << sp;
+    EXPECT_EQ(a.exposed_comm, b.exposed_comm) << "sp " << sp;
+    EXPECT_EQ(real.memory.total(), shape.memory.total());
+    EXPECT_EQ(real.memory.activations, shape.memory.activations);
+    EXPECT_TRUE(std::isfinite(real.steps[0].loss));
+  }
+}
+
+// Ulysses on the cp axis (models/lm_tp.h): all_to_all tokens -> heads around attention, forward and backward.
+// 5 fp32 steps on ulysses = world (8 or 4), tp2 x ulysses(world/2) (with sp, and with ZeRO-1) and dp2 x
+// ulysses2 x tp2 (8 ranks; 4 ranks: dp2 x ulysses2, ZeRO-2) equal the single-device reference within LmTp's
+// tolerance (1e-5 loss, 1e-5 relative grad norm, 1e-4 weights): attention itself runs on whole sequences, so only
+// the reductions' fp32 order differs. heads 16 / kv_heads 8 so that every mesh splits whole GQA groups.
+TEST(LmUlysses, MatchesSingleDevice) {
+  const int p = world_size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
+  LmConfig c = small_config();
+  c.heads = 16;
+  c.kv_heads = 8;
+  c.seq = 16;
+  models::LmTrainState ref = models::lm_train_init(c);
+  const auto ref_steps = models::lm_train(c, train_config(), ref);
+  struct Case {
+    int tp, u;
+    bool sp;
+    int zero;
+  };
+  std::vector<Case> cases = {{1, p, false, 0}, {2, p / 2, true, 0}, {2, p / 2, false, 1}};
+  if (p == 8) cases.push_back({2, 2, false, 1});  // dp2 x ulysses2 x tp2
+  else cases.push_back({1, 2, false, 2});         // dp2 x ulysses2
+  for (const Case& k : cases) {
+    const TpRun run = run_tp(c, k.tp, 5, k.sp, {k.zero, 512, "auto", false}, false, k.u, false, true);
+    double le = 0, ne = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
+      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+    }
+    const double we = max_abs_diff(run.weights, ref.weights);
+    const std::string what = "dp" + std::to_string(p / (k.tp * k.u)) + " x ulysses" + std::to_string(k.u) + " x tp" +
+                             std::to_string(k.tp) + (k.sp ? " sp" : "") + " zero" + std::to_string(k.zero);
+    if (world_rank() == 0)
+      std::printf("[lm_ulysses] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
+                  what.c_str(), le, ne, we);
+    EXPECT_LT(le, 1e-5) << what;
+    EXPECT_LT(ne, 1e-5) << what;
+    EXPECT_LT(we, 1e-4) << what;
+    EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
+  }
+  // Shape-only equals the real run's simulated fields and memory (bf16, ulysses over the whole world).
+  LmConfig b = c;
+  b.dtype = runtime::DType::bf16;
+  const TpRun real = run_tp(b, 1, 1, false, {1, 512, "auto", false}, false, p, false, true);
+  const TpRun shape = run_tp(b, 1, 1, false, {1, 512, "auto", false}, true, p, false, true);
+  EXPECT_EQ(real.steps[0].breakdown.total, shape.steps[0].breakdown.total);
+  EXPECT_EQ(real.steps[0].breakdown.exposed_comm, shape.steps[0].breakdown.exposed_comm);
+  EXPECT_EQ(real.memory.total(), shape.memory.total());
+  EXPECT_EQ(real.memory.activations, shape.memory.activations);
 }
