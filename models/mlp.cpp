@@ -118,11 +118,10 @@ void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib) {
   for (int r = 0; r < tp; ++r) plan_mlp_tp_memory(s, tp, r, capacity_gib * sim::Memory::kGiB);
 }
 
-namespace {
-
-// The MLP layer's plan on tp chips (models/layers.h): tokens rows of [tokens, hidden], the FFN on tp.
-BlockShape layer_shape(const MlpShape& s) {
+BlockShape mlp_block_shape(const MlpShape& s) {
   BlockShape b;
+  b.attention = false;
+  b.heads = b.kv_heads = 0;
   b.hidden = s.hidden;
   b.ffn = s.ffn;
   b.seq = s.tokens;
@@ -132,7 +131,16 @@ BlockShape layer_shape(const MlpShape& s) {
   return b;
 }
 
-}  // namespace
+MlpShape mlp_shape_of(const BlockShape& b) {
+  MlpShape s;
+  s.tokens = b.seq;
+  s.hidden = b.hidden;
+  s.ffn = b.ffn;
+  s.activation = b.activation;
+  s.dtype = b.dtype;
+  s.seed = b.seed;
+  return s;
+}
 
 Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim::Timeline* timeline,
                    MlpTiming* timing, sim::Memory* memory) {
@@ -150,7 +158,7 @@ Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim:
 Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x, const MlpWeights& w,
                       sim::TimeNs ready, MlpTiming* timing, const std::string& all_reduce_algorithm,
                       sim::Memory* memory, const FusedPlan& fused) {
-  const BlockShape shape = layer_shape(s);
+  const BlockShape shape = mlp_block_shape(s);
   BlockPlan plan;
   plan.tp = tp.size();
   plan.fused = fused;

@@ -23,6 +23,7 @@ ModelConfig parse_model_config(const ConfigNode& root) {
   } else {
     c.kind = ModelConfig::Kind::mlp;
     c.mlp = parse_run_config(root);
+    c.block = mlp_block_config(c.mlp);
   }
   return c;
 }
@@ -104,7 +105,7 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   }
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
-  if (c.kind == ModelConfig::Kind::transformer_block && !shape_only) check_host_memory(c.block);
+  if (!shape_only) check_host_memory(c.block);
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
   // checkpoint path itself is fine: it is replaced atomically only after the run.
@@ -116,8 +117,8 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
 }
 
 RunReport run_model(const runtime::World& world, const ModelConfig& c, const RunOptions& opt) {
-  // --shape-only (opt.shape_only) overrides the config's mode: in both runners.
-  if (c.kind == ModelConfig::Kind::mlp) return run_workload(world, c.mlp, opt);
+  // One runner for every model: the MLP is a layer stack without attention (models/workload.h's mlp_block_config).
+  // --shape-only (opt.shape_only) overrides the config's mode.
   BlockRunOptions bo;
   bo.trace_path = opt.trace_path;
   bo.resume_from = opt.resume_from;

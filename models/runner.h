@@ -27,14 +27,17 @@
 
 namespace shardsim::sharding {
 
+// The model description run_model runs: BLOCK, a stack of layers (models/transformer.h's BlockConfig; the MLP
+// workload is one layer without attention, shape.attention false). MLP keeps what only the MLP's config schema
+// says (its checkpoint: section; the sweep's chip-count check).
 struct ModelConfig {
   enum class Kind { mlp, transformer_block };
   Kind kind = Kind::mlp;
-  RunConfig mlp;      // kind == mlp: the MLP layer alone
-  BlockConfig block;  // kind == transformer_block
-  const std::string& file() const { return kind == Kind::mlp ? mlp.file : block.file; }
-  const topology::Topology& topology() const { return kind == Kind::mlp ? mlp.topology : block.topology; }
-  bool shape_only() const { return kind == Kind::mlp ? mlp.shape_only : block.shape_only; }
+  RunConfig mlp;      // kind == mlp: the MLP config as parsed
+  BlockConfig block;  // every kind: the layer stack that runs
+  const std::string& file() const { return block.file; }
+  const topology::Topology& topology() const { return block.topology; }
+  bool shape_only() const { return block.shape_only; }
 };
 
 // ROOT as load_workload_config returns it (model:/workload: section, overrides applied); dispatches on

@@ -12,6 +12,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
+#include <cstdlib>
 
 #include "collectives/collectives.h"
 #include "common/error.h"
@@ -24,6 +26,8 @@
 #include "sharding/engine_config.h"
 #include "models/init.h"
 #include "models/layers.h"
+#include "models/mlp.h"
+#include "models/workload.h"
 #include "sharding/placement.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/context_parallel.h"
@@ -45,6 +49,17 @@ using runtime::Tensor;
 BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t) {
   const uint64_t es = runtime::dtype_size(s.dtype);
   const int64_t d = s.head_dim(), T = s.seq;
+  if (!s.attention) {  // the MLP workload (models/mlp.h's accounting): no sequence sharding, tp and dp only
+    const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(p.tp)};
+    const auto nf = static_cast<uint64_t>(fp.size(static_cast<size_t>(t)));
+    const auto rows = static_cast<uint64_t>(T), h = static_cast<uint64_t>(s.hidden);
+    BlockMemory m;
+    m.weights = es * static_cast<uint64_t>(s.layers) * 3 * h * nf;
+    m.x = m.out = es * rows * h;
+    m.mlp = es * 2 * rows * nf;
+    if (p.tp > 1) m.ring = es * collectives::Partition{rows * h, static_cast<size_t>(p.tp)}.max_size();
+    return m;
+  }
   const int64_t nq = s.heads / p.tp, nkv = p.tp <= s.kv_heads ? s.kv_heads / p.tp : 1;
   const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(p.tp)};
   const auto nf = static_cast<int64_t>(fp.size(static_cast<size_t>(t)));
@@ -66,6 +81,7 @@ namespace {
 void replay(sim::Memory& memory, const BlockMemory& m) {
   memory.allocate("weights", m.weights);
   memory.allocate("x", m.x);
+  auto out = memory.scoped("output", m.out);
   {
     auto qkv = memory.scoped("activations q/k/v", m.qkv);
     auto ring = memory.scoped("ring K/V receive buffers", m.ring);
@@ -305,6 +321,16 @@ struct Weights {
 // Shape-only (STORAGE false): the same shapes without storage.
 Weights make_weights(const BlockShape& s, int tp, int t, int64_t layer = 0, bool storage = true) {
   Weights w;
+  const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(tp)};
+  w.f0 = static_cast<int64_t>(fp.offset(static_cast<size_t>(t)));
+  w.nf = static_cast<int64_t>(fp.size(static_cast<size_t>(t)));
+  if (!s.attention) {  // the MLP workload: models/mlp.h's seeded weights (one layer)
+    MlpWeights m = make_mlp_weights(mlp_shape_of(s), w.f0, w.nf, storage);
+    w.wg = std::move(m.w_gate);
+    w.wu = std::move(m.w_up);
+    w.wd = std::move(m.w_down);
+    return w;
+  }
   const auto id = [layer](uint32_t base) { return base + 16u * static_cast<uint32_t>(layer); };
   const int64_t d = s.head_dim();
   w.nq = s.heads / tp;
@@ -316,9 +342,6 @@ Weights make_weights(const BlockShape& s, int tp, int t, int64_t layer = 0, bool
     w.nkv = 1;  // replicated: the KV head this chip's q heads use
     w.g0 = w.q0 / (s.heads / s.kv_heads);
   }
-  const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(tp)};
-  w.f0 = static_cast<int64_t>(fp.offset(static_cast<size_t>(t)));
-  w.nf = static_cast<int64_t>(fp.size(static_cast<size_t>(t)));
   const double h = static_cast<double>(s.hidden);
   w.norm1 = init_norm(s, id(kIdNorm1), storage);
   w.norm2 = init_norm(s, id(kIdNorm2), storage);
@@ -340,6 +363,7 @@ uint64_t weight_bytes(const Weights& w) {
 
 // The single-device block (the reference), charged to CHIP.
 Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weights& w) {
+  if (!s.attention) return mlp_layer(chip, nullptr, x, {&w.wg, &w.wu, &w.wd}, s.activation);
   const int64_t T = s.seq, d = s.head_dim();
   Tensor a = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
   Tensor q = gemm(chip, a, w.wq, "gemm.q").reshaped({a.dim(0), s.heads, d});
@@ -370,6 +394,22 @@ const std::vector<std::string> kCommKeys = {"tp all_reduce", "sp all_gather", "s
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// max |y - reference| / max |reference| over all elements (max |y - reference| when the reference is all zero); a
+// non-finite y counts as an infinite error.
+double relative_error(const Tensor& y, const Tensor& ref) {
+  double err = 0, mag = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double a = y.get(i), b = ref.get(i);
+    err = std::isfinite(a) ? std::max(err, std::fabs(a - b)) : INFINITY;
+    mag = std::max(mag, std::fabs(b));
+  }
+  return mag > 0 ? err / mag : err;
+}
+
 // One weight of the block for the checkpoint: this chip's tensor, where it sits in the global one, its placement.
 struct WeightSlot {
   std::string name;
@@ -381,6 +421,12 @@ struct WeightSlot {
 
 std::vector<WeightSlot> weight_slots(const BlockShape& s, Weights& w) {
   const int64_t d = s.head_dim(), H = s.hidden;
+  if (!s.attention)
+    return {
+        {"weights/w_gate", &w.wg, {H, s.ffn}, {0, w.f0}, Shard{1}},
+        {"weights/w_up", &w.wu, {H, s.ffn}, {0, w.f0}, Shard{1}},
+        {"weights/w_down", &w.wd, {s.ffn, H}, {w.f0, 0}, Shard{0}},
+    };
   return {
       {"weights/norm1", &w.norm1, {H}, {0}, Replicate{}},
       {"weights/wq", &w.wq, {H, s.heads * d}, {0, w.q0 * d}, Shard{1}},
@@ -451,41 +497,76 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   std::vector<Weights> layer_w;
   for (int64_t l = 0; l < s.layers; ++l) layer_w.push_back(make_weights(s, p.tp, t_idx, l, real));
   Weights& w = layer_w[0];  // checkpoints and --resume: one layer (check_run refuses them with layers > 1)
-  // ---- resume: this chip's shards from a checkpoint of any plan ----
+  // Who writes each weight's block in a checkpoint (and counts it when a resumed run verifies the checksums): each
+  // shard once. cp / ulysses ranks and dp replicas hold replicas; replicated tensors come from tp rank 0; a KV head
+  // repeated over tp/kv_heads chips from the first of them.
+  const auto writes = [&](const WeightSlot& slot) {
+    bool writer = u_idx == 0 && d_idx == 0;
+    if (std::holds_alternative<Replicate>(slot.on_tp)) writer = writer && t_idx == 0;
+    if (slot.kv && p.tp > s.kv_heads) writer = writer && t_idx % (p.tp / s.kv_heads) == 0;
+    return writer;
+  };
+  // Without attention (the MLP) every chip of replica d holds the stack's input and output rows d·seq.. whole; the
+  // checkpoint stores both ([dp·seq, hidden], Shard(0) over dp, written by tp rank 0): a resumed run reads its input
+  // from there and must reproduce the output.
+  const bool activations = !s.attention;
+  const runtime::Shape act_global{int64_t{p.dp} * T, s.hidden}, act_offset{int64_t{d_idx} * T, 0};
+  const bool act_writer = t_idx == 0 && u_idx == 0;
+  const std::string kind = s.attention ? "transformer_block" : "mlp";
+  const std::string needs = s.attention ? "block" : "workload";
+  const auto expect_dataset = [&](const CheckpointReader& rd, const std::string& path, const std::string& ds,
+                                  const runtime::Shape& want) {
+    if (rd.global_shape(ds) != want)
+      throw ConfigError("checkpoint " + path + ": dataset '" + ds + "' has shape " +
+                        runtime::shape_str(rd.global_shape(ds)) + " but the config's " + needs + " needs " +
+                        runtime::shape_str(want));
+    if (rd.dtype(ds) != s.dtype)
+      throw ConfigError("checkpoint " + path + ": dataset '" + ds + "' is " + runtime::dtype_name(rd.dtype(ds)) +
+                        " but the config's workload.dtype is " + runtime::dtype_name(s.dtype));
+  };
+  // ---- resume: this chip's shards (and, without attention, its input rows) from a checkpoint of any plan ----
   std::unique_ptr<CheckpointReader> reader;
+  Tensor x;
   if (!opt.resume_from.empty()) {
     const std::string& path = opt.resume_from;
+    // Every rank checks the file; a bad checkpoint fails the job once, with one message (World::agree).
     world.agree([&] {
       reader = std::make_unique<CheckpointReader>(world.comm(), path);
-      const std::string kind = reader->root_attribute("workload");
-      if (kind != "transformer_block")
-        throw ConfigError("checkpoint " + path + ": written by a '" + (kind.empty() ? "?" : kind) +
-                          "' workload, not a transformer_block");
-      for (const char* key : {"heads", "kv_heads"}) {
-        const std::string saved = reader->root_attribute(key);
-        const int64_t want = std::string(key) == "heads" ? s.heads : s.kv_heads;
-        if (saved != std::to_string(want))
-          throw ConfigError("checkpoint " + path + ": written with " + key + " " + saved + " but the config has " +
-                            std::to_string(want));
-      }
-      for (const auto& slot : weight_slots(s, w)) {
-        if (reader->global_shape(slot.name) != slot.global)
-          throw ConfigError("checkpoint " + path + ": dataset '" + slot.name + "' has shape " +
-                            runtime::shape_str(reader->global_shape(slot.name)) + " but the config's block needs " +
-                            runtime::shape_str(slot.global));
-        if (reader->dtype(slot.name) != s.dtype)
-          throw ConfigError("checkpoint " + path + ": dataset '" + slot.name + "' is " +
-                            runtime::dtype_name(reader->dtype(slot.name)) + " but the config's dtype is " +
-                            runtime::dtype_name(s.dtype));
+      const std::string saved = reader->root_attribute("workload");
+      if (saved != kind && !(saved.empty() && !s.attention))
+        throw ConfigError("checkpoint " + path + ": written by a '" + (saved.empty() ? "?" : saved) +
+                          "' workload, not a " + kind);
+      if (s.attention)
+        for (const char* key : {"heads", "kv_heads"}) {
+          const std::string v = reader->root_attribute(key);
+          const int64_t want = std::string(key) == "heads" ? s.heads : s.kv_heads;
+          if (v != std::to_string(want))
+            throw ConfigError("checkpoint " + path + ": written with " + key + " " + v + " but the config has " +
+                              std::to_string(want));
+        }
+      const std::string act = reader->root_attribute("activation");
+      if (!act.empty() && act != kernels::activation_name(s.activation))
+        throw ConfigError("checkpoint " + path + ": written with activation '" + act +
+                          "' but the config's workload.activation is '" + kernels::activation_name(s.activation) + "'");
+      if (activations) expect_dataset(*reader, path, "activations/input", act_global);
+      for (const auto& slot : weight_slots(s, w)) expect_dataset(*reader, path, slot.name, slot.global);
+      // The file is read once: each rank reads its own blocks, and every tensor's checksum is verified from the
+      // blocks of its writers (which partition it). A corrupted tensor fails here, on every rank, before use.
+      for (auto& slot : weight_slots(s, w)) reader->read_block_verified(slot.name, slot.offset, *slot.t, writes(slot));
+      if (activations) {
+        x = Tensor(s.dtype, {T, s.hidden});
+        reader->read_block_verified("activations/input", act_offset, x, act_writer);
       }
     });
-    for (auto& slot : weight_slots(s, w)) reader->read_block(slot.name, slot.offset, *slot.t);
   }
-  const Tensor x = init_x(s, batch_rows(resid_rows), real);
+  if (!(reader && activations)) x = init_x(s, batch_rows(resid_rows), real);
   const BlockMemory mem_plan = block_memory(s, p, t_idx);
   memory.allocate("weights", mem_plan.weights);
   memory.allocate("x", mem_plan.x);
   world.sleepy_barrier();
+  RunReport rep;
+  rep.wall_init_s = seconds_since(t_start);
+  const auto t_fwd = std::chrono::steady_clock::now();
 
   Chip chip{&tl, 0.0, 0.0};
   Comm comm;
@@ -506,8 +587,16 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   plan_mismatch("q/k/v", mem_plan.qkv, static_cast<uint64_t>(qkv_rows * (w.nq + 2 * w.nkv) * d) * es);
   if (p.cp > 1) plan_mismatch("ring", mem_plan.ring, 2 * static_cast<uint64_t>(qkv_rows * w.nkv * d) * es);
 
-  // One layer of the block, on input XIN with weights W (the same code for every layer).
+  // One layer of the stack, on input XIN with weights W (the same code for every layer).
   const auto run_layer = [&](const Tensor& xin, const Weights& w) {
+    if (!s.attention) {
+      // The MLP alone (models/mlp.h's HBM accounting): y held through the layer; gate and up during the local
+      // part, then one ring chunk of y during the all_reduce (the same peak as holding them in that order).
+      auto out_mem = memory.scoped("output", mem_plan.out);
+      memory.scoped("activations mlp", mem_plan.mlp).release();
+      auto ring_mem = memory.scoped("all_reduce ring buffer", mem_plan.ring);
+      return mlp_layer(chip, &ctx, xin, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
+    }
     // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
     // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
     Tensor a_loc = rmsnorm(chip, xin, w.norm1, "rmsnorm.attn");
@@ -546,8 +635,8 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     layer_end.push_back(chip.t);
   }
   world.sleepy_barrier();
+  rep.wall_forward_s = seconds_since(t_fwd);
 
-  RunReport rep;
   rep.name = cfg.name;
   rep.model = cfg.model;
   rep.config_file = cfg.file;
@@ -556,7 +645,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   rep.topology = cfg.topology.describe();
   rep.device = sim::describe(cfg.device);
-  rep.plan = p.describe();
+  rep.plan = s.attention ? p.describe() : mlp_plan_text(mlp_shape_of(s), p);
   rep.mesh = cfg.mesh.mapping_text();
   rep.chips = chips;
 
@@ -656,42 +745,80 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
   if (!trace_path.empty()) write_trace(world, tl, trace_path);
 
-  // ---- checkpoint: every weight with its global shape; each shard written once ----
+  // ---- resumed without attention: the output must reproduce the stored one ----
+  if (reader && activations && reader->has("activations/output")) {
+    Tensor stored(s.dtype, {T, s.hidden});
+    world.agree([&] {
+      expect_dataset(*reader, opt.resume_from, "activations/output", act_global);
+      reader->read_block_verified("activations/output", act_offset, stored, act_writer);
+    });
+    rep.resume_saved_tp = std::atoi(reader->root_attribute("tp").c_str());  // 0 when missing: treated as resharded
+    rep.resume_same_layout = rep.resume_saved_tp == p.tp;
+    rep.resume_compared = true;
+    if (rep.resume_same_layout) {
+      // Same sharding, same kernels, same reduction order: the output must be bit-identical.
+      rep.resume_bit_exact = !world.any(!stored.bit_equal(out));
+    } else {
+      // Resharded: the all_reduce sums the partials in another order, so only the tolerance applies.
+      rep.resume_relative_error = relative_error(out, stored);
+      rep.resume_bit_exact = !world.any(!(rep.resume_relative_error <= cfg.tolerance));
+    }
+  }
+
+  // ---- checkpoint: every weight with its global shape, each shard written once (and the activations) ----
   if (!opt.checkpoint_path.empty()) {
+    const auto t_ck = std::chrono::steady_clock::now();
     std::vector<CheckpointEntry> entries;
     for (const auto& slot : weight_slots(s, w)) {
-      const bool repeated_kv = slot.kv && p.tp > s.kv_heads;
-      bool writer = u_idx == 0 && d_idx == 0;  // cp / ulysses ranks and dp replicas hold replicas
-      if (std::holds_alternative<Replicate>(slot.on_tp)) writer = writer && t_idx == 0;
-      if (repeated_kv) writer = writer && t_idx % (p.tp / s.kv_heads) == 0;
-      std::string sharding = TensorSpec{slot.name, slot.global, {{"tp", p.tp > 1 ? slot.on_tp : Placement{Replicate{}}}}}
-                                 .describe(cfg.mesh);
-      if (repeated_kv) sharding += " (each KV head repeated on tp/kv_heads chips)";
-      entries.push_back({slot.name, slot.t, slot.global, slot.offset, sharding, writer});
+      std::string sharding = TensorSpec{slot.name, slot.global, {{"tp", slot.on_tp}}}.describe(cfg.mesh);
+      if (slot.kv && p.tp > s.kv_heads) sharding += " (each KV head repeated on tp/kv_heads chips)";
+      entries.push_back({slot.name, slot.t, slot.global, slot.offset, sharding, writes(slot)});
     }
-    const std::map<std::string, std::string> attrs = {
-        {"shardsim_version", "0.1.0"}, {"workload", "transformer_block"}, {"model", cfg.model},
-        {"config", cfg.text},          {"config_file", cfg.file},         {"parallel_plan", p.describe()},
-        {"heads", std::to_string(s.heads)}, {"kv_heads", std::to_string(s.kv_heads)},
-        {"seed", std::to_string(s.seed)},   {"topology", cfg.topology.describe()},
+    if (activations) {
+      const std::string sharding = TensorSpec{"", act_global, {{"dp", Shard{0}}}}.describe(cfg.mesh);
+      entries.push_back({"activations/input", &x, act_global, act_offset, sharding, act_writer});
+      entries.push_back({"activations/output", &out, act_global, act_offset, sharding, act_writer});
+    }
+    std::map<std::string, std::string> attrs = {
+        {"shardsim_version", "0.1.0"}, {"workload", kind},  {"model", cfg.model},
+        {"config", cfg.text},          {"config_file", cfg.file},  {"parallel_plan", rep.plan},
+        {"tp", std::to_string(p.tp)},  {"activation", kernels::activation_name(s.activation)},
+        {"seed", std::to_string(s.seed)}, {"topology", rep.topology},
     };
+    if (s.attention) {
+      attrs["heads"] = std::to_string(s.heads);
+      attrs["kv_heads"] = std::to_string(s.kv_heads);
+    }
     SaveOptions so;
-    so.mesh = cfg.mesh.mapping_text();
-    save_checkpoint(world.comm(), opt.checkpoint_path, entries, attrs, so);
+    std::ostringstream mesh_attr;
+    mesh_attr << cfg.mesh.describe() << " (ranks on chips";
+    for (int c : cfg.topology.placement()) mesh_attr << ' ' << c;
+    mesh_attr << ") of " << rep.topology << "; " << rep.mesh;
+    so.mesh = mesh_attr.str();
+    // save_checkpoint's errors are the same on every rank (it agrees them): one line from rank 0, not an abort.
+    world.agree([&] { save_checkpoint(world.comm(), opt.checkpoint_path, entries, attrs, so); });
+    rep.wall_checkpoint_s = seconds_since(t_ck);
   }
-  // The reference's weights: the checkpoint's when resumed (read collectively; whole tensors on rank 0).
+  // The reference's weights (and input, without attention): the checkpoint's when resumed (read collectively;
+  // whole tensors on rank 0).
   std::unique_ptr<Weights> ckpt_full;
+  std::unique_ptr<Tensor> ckpt_x;
   if (reader && cfg.validate) {
+    const auto read_full = [&](const std::string& name, const runtime::Shape& global) {
+      Tensor block(s.dtype, rank == 0 ? global : runtime::Shape(global.size(), 0));
+      reader->read_block(name, runtime::Shape(global.size(), 0), block);
+      return block;
+    };
     ckpt_full = std::make_unique<Weights>(rank == 0 ? make_weights(s, 1, 0) : Weights{});
-    Weights& f = *ckpt_full;
-    for (auto& slot : weight_slots(s, f)) {
-      Tensor block(s.dtype, rank == 0 ? slot.global : runtime::Shape(slot.global.size(), 0));
-      reader->read_block(slot.name, runtime::Shape(slot.global.size(), 0), block);
+    for (auto& slot : weight_slots(s, *ckpt_full)) {
+      Tensor block = read_full(slot.name, slot.global);
       if (rank == 0) *slot.t = std::move(block);
     }
+    if (activations) ckpt_x = std::make_unique<Tensor>(read_full("activations/input", act_global));
   }
   reader.reset();
 
+  const auto t_ref = std::chrono::steady_clock::now();
   if (rank == 0) {
     for (int r = 0; r < chips; ++r) {
       const double* v = &all_stats[nf * static_cast<size_t>(r)];
@@ -719,6 +846,11 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       rep.all_reduce_ns = it->second.ns;
       rep.all_reduce_bytes_per_chip = it->second.bytes;
       rep.all_reduce_expected_bytes = it->second.expected;
+      if (!s.attention) {
+        // The MLP's one all_reduce: the algorithm that ran ("auto" decides the same on every chip).
+        it->second.algorithm = comm.stats.at("tp all_reduce").algorithm;
+        rep.all_reduce_algorithm = it->second.algorithm;
+      }
     }
     rep.total_flops = flops_sum;
     rep.sim_tflops = rep.critical.total > 0 ? flops_sum / rep.critical.total / 1e3 : 0;
@@ -739,6 +871,10 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     } else if (cfg.validate) {
       rep.validated = true;
       rep.tolerance = cfg.tolerance;
+      // The MLP's reference has always run its GEMMs on every core of rank 0 (its published errors come from
+      // that); the block's on one thread. Multi-threaded OpenBLAS sums in another order, so each keeps its own.
+      if (!s.attention)
+        kernels::set_blas_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
       const Weights full = ckpt_full ? std::move(*ckpt_full) : make_weights(s, 1, 0);
       sim::Timeline ref_tl(chip_id, cfg.topology, cfg.device);
       Chip ref{&ref_tl, 0.0, 0.0};
@@ -746,11 +882,12 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       for (int64_t b = 0; b < p.dp; ++b) {
         std::vector<int64_t> rows(static_cast<size_t>(T));
         for (int64_t i = 0; i < T; ++i) rows[static_cast<size_t>(i)] = b * T + i;
-        Tensor y = block_single(ref, s, init_x(s, rows), full);
+        Tensor y = block_single(ref, s, ckpt_x ? ckpt_x->rows(b * T, T) : init_x(s, rows), full);
         for (int64_t l = 1; l < s.layers; ++l) y = block_single(ref, s, y, make_weights(s, 1, 0, l));
         const auto want = y.to_float();
         wf.insert(wf.end(), want.begin(), want.end());
       }
+      kernels::set_blas_threads(1);
       rep.single_device_ns = ref_tl.end_time();
       std::vector<int> seen(static_cast<size_t>(T * p.dp), 0);
       for (int i = 0; i < total; ++i) {
@@ -771,12 +908,17 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       rep.relative_error = every_row_once ? rel : std::numeric_limits<double>::infinity();
     }
   }
+  if (cfg.validate && real) {  // the verdict on every rank (the exit code)
+    rep.validated = true;
+    rep.passed = world.broadcast(rep.passed ? "1" : "0", 0) == "1";
+    rep.wall_reference_s = seconds_since(t_ref);
+  }
   rep.shape_only = shape_only;
   rep.layers = static_cast<int>(s.layers);
   rep.checkpoint = opt.checkpoint_path;
   rep.resumed_from = opt.resume_from;
   rep.trace = trace_path;
-  rep.wall_total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  rep.wall_total_s = seconds_since(t_start);
   return rep;
 }
 

@@ -72,6 +72,11 @@ struct BlockShape {
   // workload.layers: L identical blocks in sequence (each with its own seeded weights; layer l's output is layer
   // l+1's input), run by the same code one after the other. The report's totals are the L layers' sum.
   int64_t layers = 1;
+  // false: a layer is the MLP alone (models/layers.h's mlp_layer: no attention, no norms, no residuals), the MLP
+  // workload (workload.kind: mlp, models/workload.h's parser; heads = kv_heads = 0, seq = workload.tokens). Its
+  // weights and input are seeded as models/mlp.h says (make_mlp_weights, make_mlp_input), its checkpoints also
+  // hold activations/input and activations/output (the input a resumed run reads, the output it must reproduce).
+  bool attention = true;
   int64_t head_dim() const { return heads ? hidden / heads : 0; }
 };
 
@@ -105,10 +110,13 @@ struct BlockConfig {
 // ---- Simulated HBM of one chip (sim::Memory), the allocations run_block makes, in bytes ----
 // resident: weights (this chip's shards of Wq/Wk/Wv/Wo/W_gate/W_up/W_down and both norm vectors, times
 // workload.layers) and x (its residual rows); attention phase: q/k/v activations + (cp > 1) the ring's two receive buffers for K and V;
-// MLP phase (after q/k/v are freed): the gate and up activations. peak = weights + x + max(qkv + ring, mlp).
+// MLP phase (after q/k/v are freed): the gate and up activations. peak = weights + x + out + max(qkv + ring, mlp).
+// Without attention (the MLP workload; models/mlp.h's accounting, the same bytes): weights W_gate/W_up/W_down, x,
+// out = y [tokens, hidden] held through the layer, mlp = gate and up, ring = one all_reduce ring chunk of y
+// (tp > 1), qkv = 0.
 struct BlockMemory {
-  uint64_t weights = 0, x = 0, qkv = 0, ring = 0, mlp = 0;
-  uint64_t peak() const { return weights + x + std::max(qkv + ring, mlp); }
+  uint64_t weights = 0, x = 0, qkv = 0, ring = 0, mlp = 0, out = 0;
+  uint64_t peak() const { return weights + x + out + std::max(qkv + ring, mlp); }
 };
 // For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
 BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);

@@ -1,4 +1,5 @@
-// A workload config (the file `shardsim run` takes) and running it on the MPI world.
+// The MLP workload's config (a file `shardsim run` takes with model.kind: mlp) and its translation into the one
+// runner's model description (mlp_block_config: a layer stack without attention, run by models/runner.h's run_model).
 //
 //   name: llama2-7b-mlp-tp8          # optional, for the report
 //   topology: {...}                  # topology/topology_yaml.h
@@ -13,7 +14,9 @@
 //     dtype: fp32                    # fp32 | bf16
 //     seed: 1234
 //   parallel:
-//     tp: 8                          # tensor-parallel size; must equal the chip count (for now)
+//     tp: 8                          # tensor-parallel size; tp x dp must equal the chip count (default chips / dp)
+//     dp: 1                          # data-parallel replicas: replica d runs rows d·tokens.. of a seeded
+//                                    # [dp·tokens, hidden] input with the same weights (no dp communication)
 //     mesh_dims: [0]                 # optional: topology dimensions the mesh fills (sharding/device_mesh.h)
 //     all_reduce: ring               # algorithm of the output all_reduce: ring (default), bidir_ring, torus,
 //                                    # halving_doubling or auto (collectives/algorithms.h)
@@ -54,7 +57,8 @@ struct RunConfig {
   sim::DeviceSpec device;
   MlpShape mlp;
   int tp = 1;
-  DeviceMesh mesh;  // tp over every chip, placed on the topology (its placement() is the mesh's)
+  int dp = 1;       // data-parallel replicas of the tp plan
+  DeviceMesh mesh;  // tp (innermost) x dp over every chip, placed on the topology (its placement() is the mesh's)
   std::string all_reduce_algorithm = "ring";
   FusedPlan fused;  // parallel.fused / parallel.chunks
   bool shape_only = false;  // mode: shape_only (models/transformer.h's BlockConfig::shape_only)
@@ -70,7 +74,7 @@ inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "dev
                                                     "parallel", "validate", "checkpoint", "mode"};
 inline constexpr std::string_view kMlpModelKeys[] = {"kind",  "model",      "hidden", "ffn",
                                                      "tokens", "activation", "dtype",  "seed"};
-inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "all_reduce", "fused", "chunks", "mesh_dims"};
+inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "dp", "all_reduce", "fused", "chunks", "mesh_dims"};
 inline constexpr std::string_view kCheckpointKeys[] = {"path", "enabled"};
 
 RunConfig load_run_config(const std::string& file);
@@ -102,16 +106,13 @@ std::optional<std::string> checkpoint_target(const RunConfig& config, const RunO
 // Throws ConfigError naming the config file when WORLD_SIZE differs from the topology's chip count.
 void check_world_size(const RunConfig& config, int world_size);
 
-// max |y - reference| and max |reference| over all elements; a non-finite y counts as an infinite error.
-struct ErrorStats {
-  double max_abs_error = 0;
-  double max_abs_reference = 0;
-  double relative() const { return max_abs_reference > 0 ? max_abs_error / max_abs_reference : max_abs_error; }
-};
-ErrorStats compare(const runtime::Tensor& y, const runtime::Tensor& reference);
+// The one-line plan of the report and the checkpoint, generated from mlp_tensor_specs' placements (dp > 1 adds
+// " x dp=N (data parallel replicas)").
+std::string mlp_plan_text(const MlpShape& s, const BlockPlan& plan);
 
-// Runs the workload on WORLD (collective). The report is complete on rank 0; other ranks get a partial one.
-// Throws ConfigError when the world size differs from the config's chip count (on every rank, same message).
-RunReport run_workload(const runtime::World& world, const RunConfig& config, const RunOptions& options);
+// The MLP as the one runner's model description: a layer stack without attention (models/transformer.h's
+// BlockConfig with shape.attention false), run by run_block (models/runner.h's run_model) with the same schedule,
+// simulated figures, report, validation and checkpoint format as before the runners were merged.
+BlockConfig mlp_block_config(const RunConfig& config);
 
 }  // namespace shardsim::sharding

@@ -83,7 +83,7 @@ e2e_case "MLP: down projection + all_reduce fused"
 { cat "$CONFIGS/workloads/small_mlp.yaml"; printf 'parallel:\n  tp: 4\n  fused: true\n  chunks: 3\n'; } >mlpf.yaml
 grep -q 'fused: true' mlpf.yaml || fail "test bug: could not add fused to small_mlp.yaml"
 if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run mlpf.yaml --json mlpf.json --no-checkpoint; then
-  assert_out 'gemm\.down \+ all_reduce +3 ' "MLP per-op line with 3 pieces"
+  assert_out 'gemm\.down \+ tp all_reduce +3 ' "MLP per-op line with 3 pieces"
   if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run "$CONFIGS/workloads/small_mlp.yaml" --json mlp.json --no-checkpoint; then
     consistent mlpf.json mlp.json
   fi
