@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iterator>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -131,21 +132,47 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
   // later mismatch is then caught by the receivers, which compare every message header's signature with their
   // own (runtime/transport.h). A new signature is agreed here, in one small non-blocking all-reduce that the
   // watchdog watches.
+  // A rank that skips the round while another agrees on a new signature (the mixed case) is told by the
+  // agreement messages themselves (runtime::Transport::agreed()).
+  static constexpr const char* names[] = {"collective", "count", "dtype", "op", "root", "algorithm"};
+  constexpr size_t k = std::size(names);
+  int64_t mine[k] = {static_cast<int64_t>(c), static_cast<int64_t>(count), static_cast<int64_t>(dtype), op,
+                           sig.root, static_cast<int64_t>(sig.algorithm)};
+  // SHARDSIM_TEST_NEW_SIGNATURE (algorithms.h): this rank's call turns into a never-agreed signature.
+  static const auto hook = [] {
+    std::pair<std::vector<int>, int64_t> r{{}, -1};
+    const char* v = std::getenv("SHARDSIM_TEST_NEW_SIGNATURE");
+    if (!v) return r;
+    const std::string s = v;
+    const size_t at = s.find('@');
+    if (at == std::string::npos) return r;
+    for (size_t b = 0; b < at;) {
+      const size_t e = std::min(s.find(',', b), at);
+      r.first.push_back(std::atoi(s.substr(b, e - b).c_str()));
+      b = e + 1;
+    }
+    r.second = std::atoll(s.c_str() + at + 1);
+    return r;
+  }();
+  const bool forced = hook.second >= 0 && tp.calls() == hook.second &&
+                      std::find(hook.first.begin(), hook.first.end(), tp.world_rank_of(tp.rank())) != hook.first.end();
+  if (forced) {
+    sig.count = count + 1;
+    mine[1] = static_cast<int64_t>(sig.count);
+  }
   const uint64_t h = sig.hash();
-  if (tp.agreed(h)) return sig;
-  const std::pair<const char*, int64_t> mine[] = {
-      {"collective", static_cast<int64_t>(c)},  {"count", static_cast<int64_t>(count)},
-      {"dtype", static_cast<int64_t>(dtype)},   {"op", op},
-      {"root", sig.root},                       {"algorithm", static_cast<int64_t>(sig.algorithm)}};
-  constexpr size_t k = std::size(mine);
+  if (tp.agreed(h)) {
+    tp.note_skipped(mine, names);
+    return sig;
+  }
   int64_t both[2 * k], out[2 * k];
   for (size_t i = 0; i < k; ++i) {
-    both[i] = mine[i].second;
-    both[k + i] = -mine[i].second;
+    both[i] = mine[i];
+    both[k + i] = -mine[i];
   }
   const std::string what = collective_name(c) + ": argument check";
   std::copy(both, both + 2 * k, out);
-  tp.allreduce(std::span<int64_t>(out, 2 * k), runtime::Reduce::max, what);
+  tp.agree_max(std::span<int64_t>(out, 2 * k), names, what);
   size_t bad = k;
   for (size_t i = 0; i < k && bad == k; ++i)
     if (out[i] != -out[k + i]) bad = i;
@@ -155,13 +182,13 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
   }
   // Who has what: gather the disagreeing field from every rank (all ranks are here, so this cannot hang).
   const std::vector<int64_t> all = tp.allgather(both[bad], what);
-  std::string msg = collective_name(c) + ": ranks disagree on " + mine[bad].first + ":";
+  std::string msg = collective_name(c) + ": ranks disagree on " + names[bad] + ":";
   for (int r = 0; r < tp.size() && r < 16; ++r) {
     msg += " chip " + std::to_string(tp.chip_of(r)) + " ";
     const int64_t v = all[static_cast<size_t>(r)];
-    if (std::string(mine[bad].first) == "dtype") msg += runtime::dtype_name(static_cast<DType>(v));
-    else if (std::string(mine[bad].first) == "collective") msg += collective_name(static_cast<Collective>(v));
-    else if (std::string(mine[bad].first) == "algorithm") msg += "(another name)";
+    if (std::string(names[bad]) == "dtype") msg += runtime::dtype_name(static_cast<DType>(v));
+    else if (std::string(names[bad]) == "collective") msg += collective_name(static_cast<Collective>(v));
+    else if (std::string(names[bad]) == "algorithm") msg += "(another name)";
     else msg += std::to_string(v);
     msg += r + 1 < tp.size() ? "," : "";
   }

@@ -60,12 +60,15 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
 
 // When OPTIONS.check_args: every rank of TP must pass the same arguments (COUNT is what must agree: the
 // total count, or a hash of per-rank counts for the v-variants). The first call with a given signature on a
-// communicator agrees in one small all-reduce and throws AgreedError(exit 2) on every rank on a mismatch; later
-// calls with that signature skip the round, and a mismatch then surfaces where a rank receives a message whose
-// header carries another signature (UsageError, exit 2, on the receiving ranks; runtime/transport.h). One case
-// stays uncaught: a rank with a never-agreed signature while the others use an agreed one waits in the agreement
-// while they wait for its data, until the watchdog (SHARDSIM_WATCHDOG_S) ends the job with exit 3. Returns
-// the call's signature: the collective holds it in a runtime::SignatureScope while it moves data.
+// communicator agrees in one small round (runtime::Transport::agree_max) and throws AgreedError(exit 2) on every
+// rank on a mismatch; later calls with that signature skip the round, and a mismatch then surfaces where a rank
+// receives a message whose header carries another signature (UsageError, exit 2, on the receiving ranks;
+// runtime/transport.h). The mixed case (some ranks with a signature agreed before, others with a new one) is a
+// UsageError (exit 2) on a skipping rank that sees the others' agreement messages (Transport::agreed() says when
+// that is guaranteed; otherwise, and in chip mode, the watchdog ends the job with exit 3). Returns the call's
+// signature: the collective holds it in a runtime::SignatureScope while it moves data.
+// Test hook: SHARDSIM_TEST_NEW_SIGNATURE="R1,R2,...@N" makes world ranks R1, R2, ... call the N-th argument check
+// (0-based, per communicator) with count + 1 as a new signature (the mixed case, tests/e2e/collectives_cli.sh).
 runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& options,
                                   uint64_t count, DType dtype, int op);
 

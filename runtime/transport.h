@@ -210,9 +210,29 @@ class Transport {
   // The pointer stays valid until the next scratch() call on the same slot. Shared with split() transports.
   unsigned char* scratch(int slot, size_t bytes);
 
-  // Agreed call signatures (collectives::check_args): true if every rank already agreed on HASH here.
-  bool agreed(uint64_t hash) const { return agreed_->count(hash) != 0; }
+  // ---- Argument agreement of collective calls (collectives::check_args; issue 15) ----
+  // Every check_args call on this communicator takes the next call number (program order: the same on every rank
+  // that makes the same calls). A call whose signature HASH every rank agreed on before (agreed(HASH)) skips the
+  // round: note_skipped(FIELDS, NAMES) only records the call's fields (no communication). A new signature is agreed
+  // by agree_max(V, ...): V becomes the element-wise max over all ranks, by recursive doubling over point-to-point
+  // messages on a duplicate of the communicator (made by the first agreement, which every rank makes), tagged with
+  // the call number (for a size p that is not a power of two, each of the p - 2^k extra ranks first swaps values
+  // with its partner below 2^k, both ways, and gets the result from it at the end).
+  // The mixed case: some ranks call with a signature agreed before (they skip the round) while others call with a
+  // new one (they wait in the round). A skipping rank that, while it waits on this communicator (wait_requests),
+  // finds an agreement message for its current call, or for an earlier one, throws UsageError (exit 2) "chip C: OP:
+  // ranks disagree on FIELD: chip C V (agreed before), chip D W (new)": in the smallest aligned block of 2^j ranks
+  // that holds both kinds, an agreeing rank always sends to a skipping one before it waits, so a skipping rank that
+  // waits on this communicator during or after the call is told. It ends the job (apps abort on Error), also
+  // releasing the agreeing ranks. A skipping rank that never waits on this communicator again still ends by the
+  // watchdog (exit 3). Chip mode (K > 1 chips per rank) agrees through the chip router's allgather and does not
+  // detect the mixed case yet (watchdog). Call numbers are compared modulo 2^15 (MPI's minimum tag bound): ranks
+  // may drift apart by up to 16,383 calls.
+  bool agreed(uint64_t hash) const { return agree_->agreed.count(hash) != 0; }
+  int64_t calls() const { return agree_->calls; }  // argument checks so far on this communicator
   void mark_agreed(uint64_t hash) const;
+  void note_skipped(std::span<const int64_t> fields, const char* const* names);
+  void agree_max(std::span<int64_t> v, const char* const* names, const std::string& op);
   // Memo of per-communicator decisions that depend only on the group and its topology (collectives::choose keys
   // the auto algorithm by collective, bytes, chunk size and option hash). Shared by copies; split() gets its own.
   // In chip mode one memo per (communicator, rank -> chip map, topology links) is shared by all chips of this
@@ -288,8 +308,25 @@ class Transport {
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
   // This communicator's ranks as MPI_COMM_WORLD ranks (watchdog); chip mode: empty (member(r) / K instead).
   std::vector<int> rank_to_world_;
-  // Signatures every rank of this communicator has agreed on (collectives::check_args); shared by copies.
-  std::shared_ptr<std::unordered_set<uint64_t>> agreed_ = std::make_shared<std::unordered_set<uint64_t>>();
+  // Argument agreement state of this communicator (see agreed()); shared by copies, split() gets its own.
+  struct Agreement {
+    std::unordered_set<uint64_t> agreed;  // signature hashes every rank has agreed on
+    int64_t calls = 0;                    // check_args calls so far
+    int64_t current = -1;                 // number of the latest call
+    bool in_progress = false;             // this rank is agreeing on call `current`
+    std::array<int64_t, 8> fields{};      // the latest skipped call's fields (for the error message)
+    size_t n_fields = 0;
+    const char* const* names = nullptr;
+    MPI_Comm comm = MPI_COMM_NULL;        // the duplicate communicator of the agreement messages
+    Agreement() = default;
+    Agreement(const Agreement&) = delete;
+    Agreement& operator=(const Agreement&) = delete;
+    ~Agreement();
+  };
+  std::shared_ptr<Agreement> agree_ = std::make_shared<Agreement>();
+  // wait()'s check for the mixed case (see agreed()); throws UsageError.
+  void probe_agreement(const std::string& op);
+  [[noreturn]] void report_skipped_mismatch(const MPI_Status& st, const std::string& op);
   std::shared_ptr<ChoiceMemo> choices_ = std::make_shared<ChoiceMemo>();
   // step_share()'s memo: pattern key -> link sharing (null: nothing shared). Shared by copies.
   std::shared_ptr<std::map<uint64_t, std::shared_ptr<const sim::StepShare>>> shares_ =

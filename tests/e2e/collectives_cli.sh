@@ -128,6 +128,19 @@ if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_STALL_SYNC_RANK=2 \
   assert_out 'rank 2 stalls in all_reduce' "the test hook fired on rank 2"
 fi
 if compgen -G "core*" >/dev/null; then fail "core file left: $(ls core*)"; else pass "no core file"; fi
+e2e_case "mixed agreed/new signatures: ranks that skipped the argument check are told (exit 2, no watchdog)"
+# SHARDSIM_TEST_NEW_SIGNATURE (collectives/algorithms.h): the listed ranks make argument check N (0-based) with a
+# never-agreed signature (count + 1) while the others skip it; a 30 s watchdog (exit 3) would mean the hang is back.
+for spec in "2 1@2" "3 2@3" "3 0@3" "4 2,3@2" "4 0,1,2@3" "5 4@2" "5 0,1,2,3@3"; do
+  np=${spec%% *}; ranks=${spec#* }
+  if SHARDSIM_WATCHDOG_S=30 SHARDSIM_TEST_NEW_SIGNATURE="$ranks" \
+     expect_exit 2 'ranks disagree on' -- shardsim_mpi "$np" bench all_reduce -b 4K -e 4K -n 4 -w 1 -a ring; then
+    assert_out 'ranks disagree on count: chip [0-9]+ 1024 \(agreed before\), chip [0-9]+ 1025 \(new\)' \
+      "np $np, new signature on ranks $ranks: names the field and both values"
+    assert_out_count "watchdog" 0 "np $np: not the watchdog"
+  fi
+done
+
 SHARDSIM_WATCHDOG_S=2s expect_exit 2 "SHARDSIM_WATCHDOG_S='2s': expected seconds" -- shardsim_mpi 2 bench all_reduce -b 1K -e 1K -n 1 -w 0 \
   && assert_out_count "SHARDSIM_WATCHDOG_S" 1 "one message, up front"
 

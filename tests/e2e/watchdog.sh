@@ -26,7 +26,7 @@ e2e_case "synchronous watchdog: rank 3 of 4 stalls before its first synchronous 
 export SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_STALL_SYNC_RANK=3
 if expect_exit 3 "watchdog" -- shardsim_mpi 4 --mib 1 --gemm 32 --reps 1 --trials 1; then
   assert_out_count "^shardsim: watchdog" 1 "exactly one watchdog line for the whole job"
-  assert_out "^shardsim: watchdog: chip [0-2] \(rank [0-2]\): [a-z_.0-9]+ made no progress for 3 s \(limit SHARDSIM_WATCHDOG_S=3\); stalled: chip 3 \(rank 3\), not waiting for any message" \
+  assert_out "^shardsim: watchdog: chip [0-2] \(rank [0-2]\): [a-z_.0-9: ]+ made no progress for 3 s \(limit SHARDSIM_WATCHDOG_S=3\); stalled: chip 3 \(rank 3\), not waiting for any message" \
     "names the stalled chip 3"
   assert_out "waiting on it: chip\(s\) ([0-9], )*[0-2]$" "names the waiting chips"
   assert_out "rank 3 stalls in " "the test hook fired on rank 3"
