@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "common/config.h"
@@ -148,6 +150,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   auto net = std::make_unique<Net>();
   const int n = world.size();
   topology::Topology topo;  // built here, then shared with the rank's other chips (per_rank_topology)
+  std::shared_ptr<const topology::Topology> shared;  // chip mode: the copy another chip of this rank built
   if (!f.topology_file.empty()) {
     if (!f.torus.empty() || !f.mesh.empty() || f.switched || f.fully_connected || f.unidirectional ||
         f.bandwidth_given || f.latency_given)
@@ -192,22 +195,40 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
       }
       return dims;
     };
-    if (!f.torus.empty()) topo = topology::Topology::torus(parse_dims("--torus", f.torus), {link});
+    // Chip mode: the rank's chips ask for the same network; the first builds it, the others take its copy (building
+    // it per chip is O(chips) each, O(chips^2) per rank). Keyed by everything the build reads; weak, so it goes
+    // with the last Net that holds it.
+    static std::map<std::string, std::weak_ptr<const topology::Topology>> built;
+    std::ostringstream key;
+    key.precision(17);
+    key << n << '|' << f.torus << '|' << f.mesh << '|' << f.switched << f.fully_connected << f.unidirectional << '|'
+        << f.bandwidth_gbps << '|' << f.latency_ns;
+    if (runtime::chip_mode())
+      if (auto it = built.find(key.str()); it != built.end()) shared = it->second.lock();
+    if (shared) {
+      // another chip of this rank built it
+    } else if (!f.torus.empty()) topo = topology::Topology::torus(parse_dims("--torus", f.torus), {link});
     else if (!f.mesh.empty()) topo = topology::Topology::mesh(parse_dims("--mesh", f.mesh), {link});
     else if (f.switched) topo = topology::Topology::switched(n, link);
     else if (f.fully_connected) topo = topology::Topology::fully_connected(n, link);
     else topo = topology::Topology::ring(n, link, !f.unidirectional);
+    if (runtime::chip_mode() && !shared) {
+      shared = per_rank_topology(std::move(topo));
+      std::erase_if(built, [](const auto& kv) { return kv.second.expired(); });
+      built[key.str()] = shared;
+    }
     net->device = sim::device_preset("generic");
   }
-  if (topo.num_chips() != n && world.vcomm())
-    throw UsageError("the topology has " + std::to_string(topo.num_chips()) + " chips but the job has " +
+  const topology::Topology& tp = shared ? *shared : topo;
+  if (tp.num_chips() != n && world.vcomm())
+    throw UsageError("the topology has " + std::to_string(tp.num_chips()) + " chips but the job has " +
                      std::to_string(n) + " (" + std::to_string(n / runtime::chips_per_rank()) + " ranks x " +
                      std::to_string(runtime::chips_per_rank()) + " chips per rank; --chips " +
-                     std::to_string(topo.num_chips()) + " or --chips-per-rank)");
-  if (topo.num_chips() != n)
-    throw UsageError("the topology has " + std::to_string(topo.num_chips()) + " chips but the job has " +
+                     std::to_string(tp.num_chips()) + " or --chips-per-rank)");
+  if (tp.num_chips() != n)
+    throw UsageError("the topology has " + std::to_string(tp.num_chips()) + " chips but the job has " +
                      std::to_string(n) + " ranks (one rank per chip: mpirun -np " +
-                     std::to_string(topo.num_chips()) + ")");
+                     std::to_string(tp.num_chips()) + ")");
   // Validate the group flag before any communication.
   int color_mod = 0, color_div = 0, dim = -1;
   auto number_after = [&](const std::string& prefix) {
@@ -222,12 +243,12 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   };
   if (f.group.rfind("dim:", 0) == 0) {
     dim = number_after("dim:");
-    if (!topo.is_grid())
-      throw UsageError("--group " + f.group + ": the topology is a " + topo.kind_name() +
+    if (!tp.is_grid())
+      throw UsageError("--group " + f.group + ": the topology is a " + tp.kind_name() +
                        " (an explicit edge list) and has no dimensions; use world, mod:K or div:K");
-    const int nd = static_cast<int>(topo.dims().size());
+    const int nd = static_cast<int>(tp.dims().size());
     if (dim < 0 || dim >= nd)
-      throw UsageError("--group " + f.group + ": the " + topo.kind_name() + " topology has " +
+      throw UsageError("--group " + f.group + ": the " + tp.kind_name() + " topology has " +
                        std::to_string(nd) + (nd == 1 ? " dimension (dim:0)" : " dimensions (dim:0..dim:" +
                        std::to_string(nd - 1) + ")"));
   } else if (f.group.rfind("mod:", 0) == 0) {
@@ -244,13 +265,13 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   const int r = world.rank();
   net->group_text = "world (" + std::to_string(n) + " chips)";
   if (dim >= 0) {
-    auto xyz = topo.coords(topo.placement().at(static_cast<size_t>(r)));
+    auto xyz = tp.coords(tp.placement().at(static_cast<size_t>(r)));
     net->split_key = xyz[static_cast<size_t>(dim)];
     xyz[static_cast<size_t>(dim)] = 0;
-    net->split_color = topo.chip_at(xyz);
+    net->split_color = tp.chip_at(xyz);
     net->group_text = "lines along dimension " + std::to_string(dim) + ": " +
-                      std::to_string(n / topo.dims()[static_cast<size_t>(dim)]) + " groups of " +
-                      std::to_string(topo.dims()[static_cast<size_t>(dim)]);
+                      std::to_string(n / tp.dims()[static_cast<size_t>(dim)]) + " groups of " +
+                      std::to_string(tp.dims()[static_cast<size_t>(dim)]);
   } else if (color_mod) {
     net->split_color = r % color_mod;
     net->split_key = r;
@@ -262,7 +283,7 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     net->group_text = "blocks of " + std::to_string(color_div) + " consecutive ranks: " +
                       std::to_string(n / color_div) + " groups";
   }
-  net->topo_ = per_rank_topology(std::move(topo));
+  net->topo_ = shared ? shared : per_rank_topology(std::move(topo));
   return net;
 }
 

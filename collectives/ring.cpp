@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -104,7 +105,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
       recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
     }
     step_label.resize(stem);
-    step_label.append(digits, static_cast<size_t>(std::snprintf(digits, sizeof digits, "%ld", s)));
+    step_label.append(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, s).ptr - digits));
     tp.exchange(sends, recvs, step_label, &pattern);
     for (size_t i = 0; i < lanes.size(); ++i) {
       Lane& l = lanes[i];

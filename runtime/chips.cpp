@@ -94,6 +94,8 @@ struct Sched {
   std::vector<std::vector<unsigned char>> send_bufs;
   std::vector<int> done_idx;
   std::vector<std::shared_ptr<VComm>> worlds;
+  // chips::shared_ints: hash of the contents -> the shared copies (weak: a copy goes with its last holder).
+  std::unordered_map<uint64_t, std::vector<std::weak_ptr<const std::vector<int>>>> shared_ints;
   int stall_chip = -1;
 
   bool local(int g) const { return g / k == wrank; }
@@ -297,6 +299,24 @@ int current() { return g && g->cur >= 0 ? g->wrank * g->k + g->cur : -1; }
 
 std::shared_ptr<VComm> world_comm(int chip) { return g->worlds.at(static_cast<size_t>(chip % g->k)); }
 
+std::shared_ptr<const std::vector<int>> shared_ints(std::vector<int> v) {
+  if (!g) return std::make_shared<const std::vector<int>>(std::move(v));
+  uint64_t h = 1469598103934665603ull ^ v.size();  // FNV-1a over the values
+  for (int x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+  if (g->shared_ints.size() > 4096)
+    for (auto it = g->shared_ints.begin(); it != g->shared_ints.end();) {
+      std::erase_if(it->second, [](const auto& w) { return w.expired(); });
+      it = it->second.empty() ? g->shared_ints.erase(it) : std::next(it);
+    }
+  auto& slots = g->shared_ints[h];  // equal hashes: compare the contents
+  std::erase_if(slots, [](const auto& w) { return w.expired(); });
+  for (const auto& w : slots)
+    if (auto p = w.lock(); p && *p == v) return p;
+  auto p = std::make_shared<const std::vector<int>>(std::move(v));
+  slots.push_back(p);
+  return p;
+}
+
 void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers) {
   if (done()) return;
   Chip& c = g->chips.at(static_cast<size_t>(g->cur));
@@ -371,10 +391,10 @@ void take(uint64_t cx, int src, int dst, void* buf) {
 }
 
 std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op) {
-  const int me = c.members[static_cast<size_t>(c.rank)];
+  const int me = c.member(c.rank);
   const uint64_t cx = c.ctx | kControl;
-  const int root = c.members[0];
-  std::vector<unsigned char> all(n * c.members.size());
+  const int root = c.member(0);
+  std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
   if (c.rank != 0) {
     post(cx, me, root, nullptr, 0, n ? mine : all.data(), n);
     wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
@@ -382,24 +402,47 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
     return all;
   }
   if (n) std::memcpy(all.data(), mine, n);
-  for (size_t r = 1; r < c.members.size(); ++r) {
-    const int src = c.members[r];
+  for (int r = 1; r < c.size(); ++r) {
+    const int src = c.member(r);
     wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
-    take(cx, src, me, all.data() + r * n);
+    take(cx, src, me, all.data() + static_cast<size_t>(r) * n);
   }
-  for (size_t r = 1; r < c.members.size(); ++r) post(cx, me, c.members[r], nullptr, 0, all.data(), all.size());
+  for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, all.data(), all.size());
   return all;
+}
+
+void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<void(void*, const void*)>& combine,
+                   const std::string& op) {
+  const int me = c.member(c.rank);
+  const uint64_t cx = c.ctx | kControl;
+  const int root = c.member(0);
+  unsigned char dummy = 0;
+  void* buf = n ? data : &dummy;
+  if (c.rank != 0) {
+    post(cx, me, root, nullptr, 0, buf, n);
+    wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
+    take(cx, root, me, n ? data : nullptr);
+    return;
+  }
+  std::vector<unsigned char> other(n);
+  for (int r = 1; r < c.size(); ++r) {
+    const int src = c.member(r);
+    wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
+    take(cx, src, me, n ? other.data() : nullptr);
+    if (n) combine(data, other.data());
+  }
+  for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, buf, n);
 }
 
 std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
                                      const std::string& op) {
-  const int me = c.members[static_cast<size_t>(c.rank)];
+  const int me = c.member(c.rank);
   const uint64_t cx = c.ctx | kControl;
-  const int rg = c.members[static_cast<size_t>(root)];
+  const int rg = c.member(root);
   if (c.rank == root) {
     const uint64_t len = value.size();
-    for (size_t r = 0; r < c.members.size(); ++r)
-      if (static_cast<int>(r) != root) post(cx, me, c.members[r], &len, sizeof len, value.data(), value.size());
+    for (int r = 0; r < c.size(); ++r)
+      if (r != root) post(cx, me, c.member(r), &len, sizeof len, value.data(), value.size());
     return value;
   }
   size_t bytes = 0;
@@ -426,11 +469,13 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   if (const char* v = std::getenv("SHARDSIM_TEST_STALL_CHIP"); v && *v) s.stall_chip = std::atoi(v);
   const int n = k * s.wsize;
   s.chips.resize(static_cast<size_t>(k));
+  g = &s;  // shared_ints below shares the world's member map among this rank's chips
   for (int i = 0; i < k; ++i) {
     auto w = std::make_shared<VComm>();
     w->ctx = 1;
-    w->members.resize(static_cast<size_t>(n));
-    for (int j = 0; j < n; ++j) w->members[static_cast<size_t>(j)] = j;
+    std::vector<int> members(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) members[static_cast<size_t>(j)] = j;
+    w->members = chips::shared_ints(std::move(members));
     w->rank = s.wrank * k + i;
     s.worlds.push_back(std::move(w));
   }

@@ -36,12 +36,15 @@ namespace shardsim::runtime {
 class World;
 
 // A chip-level communicator: CTX is the same on every member; MEMBERS maps member rank -> chip-level world rank.
+// The map is immutable and shared by the members of this rank that hold an equal one (chips::shared_ints), so a
+// rank hosting K chips of an N-chip group keeps one copy, not K.
 struct VComm {
   uint64_t ctx = 0;
-  std::vector<int> members;
+  std::shared_ptr<const std::vector<int>> members = std::make_shared<const std::vector<int>>();
   int rank = 0;
   uint64_t splits = 0;  // splits made from this communicator so far (the same on every member)
-  int size() const { return static_cast<int>(members.size()); }
+  int size() const { return static_cast<int>(members->size()); }
+  int member(int r) const { return (*members)[static_cast<size_t>(r)]; }
 };
 
 // Chips per rank of the running job (1 outside run_chips or with K = 1).
@@ -74,11 +77,20 @@ void take(uint64_t ctx, int src, int dst, void* buf);
 // Control-plane collectives over a chip-level communicator (no simulated time, no byte counts): every member
 // contributes N bytes, every member gets all of them in member order (allgather through member 0).
 std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op);
+// Every member contributes N bytes at DATA; member 0 folds them in member order (COMBINE(acc, other): member 0's
+// bytes first, then member 1's, ...) and every member gets the result in DATA. O(members x N) bytes per call for
+// the whole rank (an allgather would be O(members^2 x N)): the control-plane reductions (agreement, verdicts).
+void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<void(void*, const void*)>& combine,
+                   const std::string& op);
 // ROOT's VALUE on every member.
 std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
                                      const std::string& op);
 // The chip-level world communicator of this rank's chips (chip mode only).
 std::shared_ptr<VComm> world_comm(int chip);
+// V as an immutable vector shared with every earlier call on this rank that passed an equal one and whose result is
+// still held (chip mode: the chips of a rank are fibers of one thread, so no locking; outside chip mode a fresh
+// copy). For per-chip maps of a group's size (Transport's rank -> chip map, VComm::members): one copy per rank.
+std::shared_ptr<const std::vector<int>> shared_ints(std::vector<int> v);
 }  // namespace chips
 
 }  // namespace shardsim::runtime

@@ -68,11 +68,11 @@ using ShareMemo = std::map<uint64_t, std::shared_ptr<const sim::StepShare>>;
 }  // namespace
 
 Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> rank_to_chip)
-    : comm_(comm), timeline_(&timeline), rank_to_chip_(std::move(rank_to_chip)) {
+    : comm_(comm), timeline_(&timeline), rank_to_chip_(std::make_shared<const std::vector<int>>(std::move(rank_to_chip))) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  if (static_cast<int>(rank_to_chip_.size()) != size_)
-    throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip_.size()) +
+  if (static_cast<int>(rank_to_chip_->size()) != size_)
+    throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip_->size()) +
                        " entries for a communicator of " + std::to_string(size_));
   rank_to_world_.resize(static_cast<size_t>(size_));
   std::vector<int> mine(static_cast<size_t>(size_));
@@ -86,22 +86,20 @@ Transport::Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> ra
 }
 
 Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<int> rank_to_chip)
-    : comm_(world.comm()), timeline_(&timeline), rank_to_chip_(std::move(rank_to_chip)) {
+    : comm_(world.comm()), timeline_(&timeline) {
   if (!world.vcomm()) {
-    *this = Transport(world.comm(), timeline, std::move(rank_to_chip_));
+    *this = Transport(world.comm(), timeline, std::move(rank_to_chip));
     return;
   }
   vc_ = world.vcomm();
   comm_ = MPI_COMM_NULL;
   rank_ = vc_->rank;
   size_ = vc_->size();
-  if (static_cast<int>(rank_to_chip_.size()) != size_)
-    throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip_.size()) +
+  if (static_cast<int>(rank_to_chip.size()) != size_)
+    throw RuntimeFault("transport: rank_to_chip has " + std::to_string(rank_to_chip.size()) +
                        " entries for a communicator of " + std::to_string(size_) + " chips");
-  const int k = chips_per_rank();
-  rank_to_world_.resize(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) rank_to_world_[static_cast<size_t>(r)] = vc_->members[static_cast<size_t>(r)] / k;
-  const uint64_t key = group_key(vc_->ctx, timeline.topology(), rank_to_chip_);
+  rank_to_chip_ = chips::shared_ints(std::move(rank_to_chip));
+  const uint64_t key = group_key(vc_->ctx, timeline.topology(), *rank_to_chip_);
   choices_ = rank_memo<ChoiceMemo>(key);
   shares_ = rank_memo<ShareMemo>(key);
 }
@@ -125,23 +123,23 @@ Transport Transport::split(int color, int key) const {
     vc->ctx = (h ^ (h >> 31)) & ~(uint64_t{1} << 63);
     ++vc_->splits;
     std::vector<int> chips;
+    std::vector<int> world_ranks;
     for (const auto& [k, r] : members) {
-      if (r == rank_) vc->rank = static_cast<int>(vc->members.size());
-      vc->members.push_back(vc_->members[static_cast<size_t>(r)]);
+      if (r == rank_) vc->rank = static_cast<int>(world_ranks.size());
+      world_ranks.push_back(vc_->member(r));
       chips.push_back(chip_of(r));
     }
+    vc->members = chips::shared_ints(std::move(world_ranks));
     Transport t(*this);
     t.vc_ = vc;
     t.rank_ = vc->rank;
     t.size_ = vc->size();
-    t.rank_to_chip_ = std::move(chips);
-    t.rank_to_world_.clear();
-    for (int m : vc->members) t.rank_to_world_.push_back(m / chips_per_rank());
+    t.rank_to_chip_ = chips::shared_ints(std::move(chips));
     t.owned_.reset();
     t.engine_ = std::make_shared<std::shared_ptr<Engine>>();
     t.subgroups_ = std::make_shared<std::map<std::string, Transport>>();
     t.agree_ = std::make_shared<Agreement>();
-    const uint64_t key = group_key(vc->ctx, timeline_->topology(), t.rank_to_chip_);
+    const uint64_t key = group_key(vc->ctx, timeline_->topology(), *t.rank_to_chip_);
     t.choices_ = rank_memo<ChoiceMemo>(key);
     t.shares_ = rank_memo<ShareMemo>(key);
     return t;
@@ -173,7 +171,7 @@ Transport Transport::duplicate(sim::Timeline& timeline) const {
   MPI_Comm dup = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(comm_, &dup), chip(), "communicator dup");
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  Transport t(dup, timeline, rank_to_chip_);
+  Transport t(dup, timeline, *rank_to_chip_);
   t.shape_only_ = shape_only_;
   t.owned_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(dup), [](MPI_Comm* c) {
     int finalized = 0;
@@ -274,6 +272,11 @@ WaitMode wait_mode() {
     return WaitMode::spin;  // measured best on this 2-core host also with 4 oversubscribed ranks (PERFORMANCE.md)
   }();
   return m;
+}
+
+int Transport::world_rank_of(int r) const {
+  if (vc_) return vc_->members->at(static_cast<size_t>(r)) / chips_per_rank();
+  return rank_to_world_.at(static_cast<size_t>(r));
 }
 
 void Transport::mark_agreed(uint64_t hash) const {
@@ -616,12 +619,12 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
 void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op) {
   // Chip mode: the same bookings and headers as the MPI path, carried by the chip router (runtime/chips.h).
   const CallSignature& sig = SignatureScope::current();
-  const int me = vc_->members[static_cast<size_t>(rank_)];
+  const int me = vc_->member(rank_);
   for (const SendOp& s : sends) {
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
     const Header h{span.end, s.bytes, sig, span.start};
-    chips::post(vc_->ctx, me, vc_->members[static_cast<size_t>(s.dst)], &h, sizeof h, *shape_only_ ? nullptr : s.buf,
+    chips::post(vc_->ctx, me, vc_->member(s.dst), &h, sizeof h, *shape_only_ ? nullptr : s.buf,
                 s.bytes);
   }
   const size_t nr = recvs.size();
@@ -633,7 +636,7 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
     for (size_t i = 0; i < nr; ++i) {
       if (done_[i]) continue;
       RecvOp& r = recvs[i];
-      const int src = vc_->members[static_cast<size_t>(r.src)];
+      const int src = vc_->member(r.src);
       Header h{};
       if (!chips::peek(vc_->ctx, src, me, &h, sizeof h, nullptr)) continue;
       check_header(h, r.bytes, r.src, op);
@@ -646,7 +649,7 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   };
   if (!poll()) {
     std::vector<int> peers;
-    for (const RecvOp& r : recvs) peers.push_back(vc_->members[static_cast<size_t>(r.src)]);
+    for (const RecvOp& r : recvs) peers.push_back(vc_->member(r.src));
     chips::wait_until(poll, op, peers);
   }
   book_arrivals(recvs);
@@ -673,17 +676,14 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
 
 template <class T>
 void Transport::allreduce_impl(std::span<T> v, Reduce r, MPI_Datatype t, const std::string& op) {
-  if (vc_) {
-    const auto all = chips::allgather(*vc_, v.data(), v.size_bytes(), op);
-    const T* a = reinterpret_cast<const T*>(all.data());
-    for (size_t i = 0; i < v.size(); ++i) {
-      T x = a[i];
-      for (int q = 1; q < size_; ++q) {
-        const T y = a[static_cast<size_t>(q) * v.size() + i];
-        x = r == Reduce::sum ? x + y : r == Reduce::max ? std::max(x, y) : std::min(x, y);
-      }
-      v[i] = x;
-    }
+  if (vc_) {  // folded in member order on member 0 (as before: element i = ((a_0 op a_1) op a_2) ...)
+    const size_t n = v.size();
+    chips::reduce_to_all(*vc_, v.data(), v.size_bytes(), [n, r](void* acc, const void* in) {
+      T* x = static_cast<T*>(acc);
+      const T* y = static_cast<const T*>(in);
+      for (size_t i = 0; i < n; ++i)
+        x[i] = r == Reduce::sum ? x[i] + y[i] : r == Reduce::max ? std::max(x[i], y[i]) : std::min(x[i], y[i]);
+    }, op);
     return;
   }
   std::vector<T> out(v.size());
@@ -791,7 +791,7 @@ std::shared_ptr<const sim::StepShare> FlowPattern::share_on(const topology::Topo
 
 const sim::StepShare* Transport::step_share(const FlowPattern& pattern) const {
   auto it = shares_->find(pattern.key);
-  if (it == shares_->end()) it = shares_->emplace(pattern.key, pattern.share_on(topology(), rank_to_chip_)).first;
+  if (it == shares_->end()) it = shares_->emplace(pattern.key, pattern.share_on(topology(), *rank_to_chip_)).first;
   return it->second.get();
 }
 

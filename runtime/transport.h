@@ -152,9 +152,9 @@ class Transport {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  int chip_of(int rank) const { return rank_to_chip_.at(rank); }
+  int chip_of(int rank) const { return rank_to_chip_->at(static_cast<size_t>(rank)); }
   int chip() const { return chip_of(rank_); }
-  const std::vector<int>& rank_to_chip() const { return rank_to_chip_; }
+  const std::vector<int>& rank_to_chip() const { return *rank_to_chip_; }
   // The MPI communicator (MPI_COMM_NULL in chip mode: use the helpers below instead of raw MPI collectives).
   MPI_Comm comm() const { return comm_; }
   bool chip_mode() const { return static_cast<bool>(vc_); }
@@ -245,7 +245,7 @@ class Transport {
   using ChoiceMemo = std::map<std::array<uint64_t, 4>, std::pair<std::string, std::string>>;
   ChoiceMemo& choice_memo() const { return *choices_; }
   // The world rank of rank R of this transport.
-  int world_rank_of(int r) const { return rank_to_world_.at(static_cast<size_t>(r)); }
+  int world_rank_of(int r) const;
 
   // Bytes this chip has injected so far through this transport and its splits (communication-volume reports).
   double bytes_sent() const { return *bytes_sent_; }
@@ -300,7 +300,8 @@ class Transport {
   std::shared_ptr<VComm> vc_;        // chip mode: the chip-level communicator (comm_ is MPI_COMM_NULL)
   MPI_Comm comm_;
   sim::Timeline* timeline_;
-  std::vector<int> rank_to_chip_;
+  // Immutable; in chip mode shared by the chips of this rank that hold an equal map (chips::shared_ints).
+  std::shared_ptr<const std::vector<int>> rank_to_chip_;
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
@@ -310,7 +311,8 @@ class Transport {
   std::shared_ptr<WaitObserver> observer_;  // inherited by split()
   std::shared_ptr<std::shared_ptr<Engine>> engine_ = std::make_shared<std::shared_ptr<Engine>>();
   std::shared_ptr<std::map<std::string, Transport>> subgroups_ = std::make_shared<std::map<std::string, Transport>>();
-  std::vector<int> rank_to_world_;  // this communicator's ranks as MPI_COMM_WORLD ranks (watchdog)
+  // This communicator's ranks as MPI_COMM_WORLD ranks (watchdog); chip mode: empty (member(r) / K instead).
+  std::vector<int> rank_to_world_;
   // Argument agreement state of this communicator (see agreed()); shared by copies, split() gets its own.
   struct Agreement {
     std::unordered_set<uint64_t> agreed;  // signature hashes every rank has agreed on

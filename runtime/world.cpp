@@ -241,9 +241,11 @@ void sleepy_wait(MPI_Request* req, int rank, const char* op) {
 
 bool World::any(bool flag) const {
   if (vc_) {
-    const unsigned char mine = flag ? 1 : 0;
-    const auto all = chips::allgather(*vc_, &mine, 1, "agree");
-    return std::find(all.begin(), all.end(), 1) != all.end();
+    unsigned char any = flag ? 1 : 0;
+    chips::reduce_to_all(*vc_, &any, 1, [](void* acc, const void* in) {
+      *static_cast<unsigned char*>(acc) |= *static_cast<const unsigned char*>(in);
+    }, "agree");
+    return any != 0;
   }
   int local = flag ? 1 : 0, global = 0;
   MPI_Request req;
@@ -301,12 +303,11 @@ void World::agree(const std::function<void()>& check) const {
   }
   int mine = code != 0 ? rank_ : size_, first = size_;
   if (vc_) {
-    const auto all = chips::allgather(*vc_, &mine, sizeof mine, "agree");
-    for (int r = 0; r < size_; ++r) {
-      int v = 0;
-      std::memcpy(&v, all.data() + sizeof(int) * static_cast<size_t>(r), sizeof v);
-      first = std::min(first, v);
-    }
+    first = mine;
+    chips::reduce_to_all(*vc_, &first, sizeof first, [](void* acc, const void* in) {
+      int& a = *static_cast<int*>(acc);
+      a = std::min(a, *static_cast<const int*>(in));
+    }, "agree");
     if (first == size_) return;
     std::string payload = std::to_string(code) + ":" + message;
     payload = broadcast(payload, first);

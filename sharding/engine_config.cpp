@@ -149,6 +149,8 @@ std::string ConfigOverrides::describe() const {
   if (ring > 0) os << " --ring " << ring;
   if (!torus.empty()) os << " --torus " << torus;
   if (!mesh.empty()) os << " --mesh " << mesh;
+  if (switched) os << " --switch";
+  if (fully_connected) os << " --fully-connected";
   if (bandwidth_gbps > 0) os << " --bandwidth " << bandwidth_gbps;
   if (latency_ns >= 0) os << " --latency " << latency_ns;
   if (!device.empty()) os << " --device " << device;

@@ -12,51 +12,67 @@ Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device, 
   if (chip < 0 || chip >= topo.num_chips())
     throw std::out_of_range("timeline: chip " + std::to_string(chip) + " not in topology");
   free_.assign(1 + topo.out_links(chip).size(), 0.0);
-  link_free_.assign(topo.links().size(), 0.0);
-  routes_.resize(static_cast<size_t>(topo.num_chips()));
-  have_route_.assign(static_cast<size_t>(topo.num_chips()), false);
 }
 
-void Timeline::fill_route(Route& r, std::vector<int> links) const {
-  r.links = std::move(links);
+int Timeline::slot_of(int link) {
+  const auto [it, added] = slot_.try_emplace(link, static_cast<int>(link_free_.size()));
+  if (added) {
+    link_free_.push_back(0.0);
+    in_busy_.emplace_back();
+  }
+  return it->second;
+}
+
+void Timeline::fill_route(Route& r, const std::vector<int>& links) {
+  r.hops.reserve(links.size());
   double at = 0;
-  for (int id : r.links) {
-    r.offset.push_back(at);
+  for (int id : links) {
+    r.hops.push_back(Hop{id, slot_of(id), at});
     at += topo_->link(id).latency_ns;
   }
   r.bottleneck_gbps = std::numeric_limits<double>::infinity();
-  for (int id : r.links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
+  for (int id : links) r.bottleneck_gbps = std::min(r.bottleneck_gbps, topo_->link(id).bandwidth_gbps);
   r.latency_ns = at;
 }
 
 const Timeline::Route& Timeline::route_from(int src) {
-  if (in_routes_.empty()) {  // the receive side's state is made on first use (event-free replays may never need it)
-    in_routes_.resize(static_cast<size_t>(topo_->num_chips()));
-    have_in_route_.assign(static_cast<size_t>(topo_->num_chips()), false);
-    in_busy_.resize(topo_->links().size());
-  }
-  Route& r = in_routes_.at(static_cast<size_t>(src));
-  if (have_in_route_[static_cast<size_t>(src)]) return r;
+  if (auto it = in_routes_.find(src); it != in_routes_.end()) return it->second;
+  if (src < 0 || src >= topo_->num_chips())
+    throw std::out_of_range("timeline: chip " + std::to_string(src) + " not in topology");
+  Route& r = in_routes_[src];
   fill_route(r, topo_->route(src, chip_));
-  have_in_route_[static_cast<size_t>(src)] = true;
   return r;
 }
 
-void Timeline::book_interval(int link, Span s) {
-  auto& v = in_busy_[static_cast<size_t>(link)];
+void Timeline::Intervals::drop_front() {
+  ++head;
+  if (head >= 64 && head * 2 >= v.size()) {
+    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(head));
+    head = 0;
+  }
+}
+
+void Timeline::book_interval(int slot, Span s) {
+  Intervals& iv = in_busy_[static_cast<size_t>(slot)];
+  auto& v = iv.v;
+  const auto begin = v.begin() + static_cast<std::ptrdiff_t>(iv.head);
   // First interval ending at or after s.start: everything before it ends earlier.
-  auto it = std::lower_bound(v.begin(), v.end(), s.start, [](const Span& x, TimeNs t) { return x.end < t; });
+  auto it = std::lower_bound(begin, v.end(), s.start, [](const Span& x, TimeNs t) { return x.end < t; });
   auto last = it;  // merge every interval that overlaps or touches s
   while (last != v.end() && last->start <= s.end) {
     s.start = std::min(s.start, last->start);
     s.end = std::max(s.end, last->end);
     ++last;
   }
-  it = v.erase(it, last);
-  v.insert(it, s);
-  if (v.size() > kMaxIntervals) {
-    v[1].start = v[0].start;
-    v.erase(v.begin());
+  if (it != last) {  // replace the merged ones by S
+    *it = s;
+    v.erase(it + 1, last);
+  } else {
+    v.insert(it, s);
+  }
+  if (iv.size() > kMaxIntervals) {
+    v[iv.head + 1].start = v[iv.head].start;
+    iv.drop_front();
   }
 }
 
@@ -71,22 +87,23 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
   // Earliest t >= START at which every link l_i is free over [t + offset_i, t + offset_i + occupancy).
   for (bool moved = true; moved;) {
     moved = false;
-    for (size_t i = 0; i < r.links.size(); ++i) {
-      const auto& v = in_busy_[static_cast<size_t>(r.links[i])];
-      const double off = r.offset[i] * lat, a = t + off, b = a + occupancy;
-      auto it = std::upper_bound(v.begin(), v.end(), a, [](TimeNs x, const Span& s) { return x < s.end; });
-      if (it != v.end() && it->start < b && it->end - off > t) {
+    for (const Hop& h : r.hops) {
+      const Intervals& iv = in_busy_[static_cast<size_t>(h.slot)];
+      const double off = h.offset * lat, a = t + off, b = a + occupancy;
+      auto it = std::upper_bound(iv.v.begin() + static_cast<std::ptrdiff_t>(iv.head), iv.v.end(), a,
+                                 [](TimeNs x, const Span& s) { return x < s.end; });
+      if (it != iv.v.end() && it->start < b && it->end - off > t) {
         t = it->end - off;
         moved = true;
       }
     }
   }
-  for (size_t i = 0; i < r.links.size(); ++i) {
-    const double a = t + r.offset[i] * lat;
+  for (const Hop& h : r.hops) {
+    const double a = t + h.offset * lat;
     if (shared) {  // the step's other flows are in k_l already: book after the step
-      step_booked_.push_back({r.links[i], {a, a + occupancy}});
+      step_booked_.push_back({h.slot, {a, a + occupancy}});
     } else {
-      book_interval(r.links[i], {a, a + occupancy});
+      book_interval(h.slot, {a, a + occupancy});
     }
   }
   return t == start ? arrival : arrival + (t - start);
@@ -123,7 +140,7 @@ void Timeline::end_step() {
     TimeNs& f = at >= 0 ? free_[static_cast<size_t>(at)] : link_free_[static_cast<size_t>(-1 - at)];
     f = std::max(f, t);
   }
-  for (const auto& [link, s] : step_booked_) book_interval(link, s);
+  for (const auto& [slot, s] : step_booked_) book_interval(slot, s);
   step_free_.clear();
   step_booked_.clear();
   step_ = nullptr;
@@ -132,20 +149,21 @@ void Timeline::end_step() {
 double Timeline::shared_occupancy(const Route& r, double bytes) const {
   const double eff = topo_->protocol().efficiency_for(bytes);
   double occ = 0;
-  for (int id : r.links) {
-    const double k = static_cast<double>(std::max<uint32_t>(1, step_->flows[static_cast<size_t>(id)]));
-    occ = std::max(occ, k * bytes / (topo_->link(id).bandwidth_gbps * eff));
+  for (const Hop& h : r.hops) {
+    const double k = static_cast<double>(std::max<uint32_t>(1, step_->flows[static_cast<size_t>(h.link)]));
+    occ = std::max(occ, k * bytes / (topo_->link(h.link).bandwidth_gbps * eff));
   }
   return occ;
 }
 
 const Timeline::Route& Timeline::route_to(int dst) {
-  Route& r = routes_.at(static_cast<size_t>(dst));
-  if (have_route_[static_cast<size_t>(dst)]) return r;
+  if (auto it = routes_.find(dst); it != routes_.end()) return it->second;
+  if (dst < 0 || dst >= topo_->num_chips())
+    throw std::out_of_range("timeline: chip " + std::to_string(dst) + " not in topology");
+  Route& r = routes_[dst];
   fill_route(r, topo_->route(chip_, dst));
   const auto& outs = topo_->out_links(chip_);
-  r.port = 1 + static_cast<int>(std::find(outs.begin(), outs.end(), r.links.front()) - outs.begin());
-  have_route_[static_cast<size_t>(dst)] = true;
+  r.port = 1 + static_cast<int>(std::find(outs.begin(), outs.end(), r.hops.front().link) - outs.begin());
   return r;
 }
 
@@ -179,20 +197,17 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
     // end_step(), so no flow of the step queues behind another.
     const double occupancy = shared_occupancy(r, bytes);
     TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
-    for (size_t i = 0; i < r.links.size(); ++i)
-      start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i] * lat);
+    for (const Hop& h : r.hops) start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat);
     step_free_.push_back({r.port, start + occupancy});
-    for (size_t i = 0; i < r.links.size(); ++i)
-      step_free_.push_back({-1 - r.links[i], start + r.offset[i] * lat + occupancy});
+    for (const Hop& h : r.hops) step_free_.push_back({-1 - h.slot, start + h.offset * lat + occupancy});
     if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
     return {start, start + r.latency_ns * lat + occupancy};
   }
   const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
-  for (size_t i = 0; i < r.links.size(); ++i)  // every link must be free when the head reaches it
-    start = std::max(start, link_free_[static_cast<size_t>(r.links[i])] - r.offset[i] * lat);
-  for (size_t i = 0; i < r.links.size(); ++i)
-    link_free_[static_cast<size_t>(r.links[i])] = start + r.offset[i] * lat + occupancy;
+  for (const Hop& h : r.hops)  // every link must be free when the head reaches it
+    start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat);
+  for (const Hop& h : r.hops) link_free_[static_cast<size_t>(h.slot)] = start + h.offset * lat + occupancy;
   free_[static_cast<size_t>(r.port)] = start + occupancy;
   if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
   return {start, start + r.latency_ns * lat + occupancy};
@@ -212,9 +227,9 @@ Span Timeline::replay_send(const Event& e) {
     const double shared = k * e.bytes / (r.bottleneck_gbps * eff);
     occupancy = k >= 1 && start + shared == e.span.end ? shared : e.span.end - start;
   }
-  for (size_t i = 0; i < r.links.size(); ++i) {
-    TimeNs& f = link_free_[static_cast<size_t>(r.links[i])];
-    f = std::max(f, start + r.offset[i] * lat + occupancy);
+  for (const Hop& h : r.hops) {
+    TimeNs& f = link_free_[static_cast<size_t>(h.slot)];
+    f = std::max(f, start + h.offset * lat + occupancy);
   }
   free_[static_cast<size_t>(r.port)] = std::max(free_[static_cast<size_t>(r.port)], start + occupancy);
   if (record_) events_.push_back(Event{e.name, "send", r.port, e.span, 0, e.bytes, e.peer});
@@ -224,7 +239,10 @@ Span Timeline::replay_send(const Event& e) {
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
   std::fill(link_free_.begin(), link_free_.end(), 0.0);
-  for (auto& v : in_busy_) v.clear();
+  for (auto& iv : in_busy_) {
+    iv.v.clear();
+    iv.head = 0;
+  }
   events_.clear();
   step_ = nullptr;
   step_free_.clear();

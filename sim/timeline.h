@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -134,17 +135,32 @@ class Timeline {
   int chip_;
   const topology::Topology* topo_;
   DeviceSpec device_;
+  // One hop of a route: topology link id, this chip's slot for it (link_free_, in_busy_) and the head's arrival
+  // at the link relative to the start (sum of the earlier links' latencies).
+  struct Hop {
+    int link = 0;
+    int slot = 0;
+    double offset = 0;
+  };
   struct Route {
     int port = 0;                 // engine of the first link
-    std::vector<int> links;       // link ids
-    std::vector<double> offset;   // head arrival at link i relative to the start: sum of earlier latencies
+    std::vector<Hop> hops;
     double bottleneck_gbps = 0;   // min bandwidth over the route
     double latency_ns = 0;        // sum of latencies
   };
-  void fill_route(Route& r, std::vector<int> links) const;  // links, offsets, bottleneck and latency of LINKS
+  // Receive-side busy intervals of one link: sorted, disjoint, v[head..) live (dropping the earliest one is O(1)
+  // amortized: the dead prefix is erased once it is as long as the live part).
+  struct Intervals {
+    std::vector<Span> v;
+    size_t head = 0;
+    size_t size() const { return v.size() - head; }
+    void drop_front();
+  };
+  void fill_route(Route& r, const std::vector<int>& links);  // hops, bottleneck and latency of LINKS
+  int slot_of(int link);                                      // this chip's slot of LINK, made on first use
   const Route& route_to(int dst);
   const Route& route_from(int src);
-  void book_interval(int link, Span s);
+  void book_interval(int slot, Span s);
   double shared_occupancy(const Route& r, double bytes) const;  // in a step: max_l k_l * S / (B_l * efficiency)
   // At most this many busy intervals are kept per link on the receive side: beyond it the two earliest are merged
   // (the gap between them counts as busy), so memory stays bounded on long runs; deterministic.
@@ -152,16 +168,17 @@ class Timeline {
 
   bool record_ = true;
   std::vector<TimeNs> free_;
-  std::vector<TimeNs> link_free_;     // per topology link, busy-until by this chip's own flows
-  std::vector<Route> routes_;         // per destination chip, filled on first use
-  std::vector<bool> have_route_;
-  std::vector<Route> in_routes_;      // per source chip, filled on first use (receive side)
-  std::vector<bool> have_in_route_;
-  std::vector<std::vector<Span>> in_busy_;  // per topology link: sorted, disjoint busy intervals (receive side)
+  // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
+  // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.
+  std::unordered_map<int, int> slot_;  // topology link id -> slot
+  std::vector<TimeNs> link_free_;      // per slot: busy-until by this chip's own flows
+  std::vector<Intervals> in_busy_;     // per slot: the receive side's busy intervals
+  std::unordered_map<int, Route> routes_;     // per destination chip used (send side)
+  std::unordered_map<int, Route> in_routes_;  // per source chip used (receive side)
   std::vector<Event> events_;
   const StepShare* step_ = nullptr;                  // the current step's sharing (begin_step), if any
-  std::vector<std::pair<int, TimeNs>> step_free_;    // deferred: port engine (>= 0) or -1 - link id, busy until
-  std::vector<std::pair<int, Span>> step_booked_;    // deferred receive-side bookings: link, interval
+  std::vector<std::pair<int, TimeNs>> step_free_;    // deferred: port engine (>= 0) or -1 - slot, busy until
+  std::vector<std::pair<int, Span>> step_booked_;    // deferred receive-side bookings: slot, interval
 };
 
 }  // namespace shardsim::sim

@@ -145,6 +145,33 @@ TEST(EngineConfig, ModelSectionDevicePresetAndOverrides) {
   EXPECT_THROW(sharding::load_workload_config(file, bad), UsageError);
 }
 
+// describe() names every override that is set (the report's and checkpoint's "run with overrides" line), each
+// flag as the command line spells it, and nothing for overrides left at their defaults.
+TEST(EngineConfig, OverridesDescribeEveryFlag) {
+  EXPECT_EQ(sharding::ConfigOverrides{}.describe(), "");
+  sharding::ConfigOverrides sw;
+  sw.switched = true;
+  EXPECT_EQ(sw.describe(), " --switch");
+  sharding::ConfigOverrides fc;
+  fc.fully_connected = true;
+  fc.bandwidth_gbps = 25;
+  EXPECT_EQ(fc.describe(), " --fully-connected --bandwidth 25");
+  sharding::ConfigOverrides all;
+  all.topology_file = "t.yaml";
+  all.ring = 8;
+  all.torus = "2x4";
+  all.mesh = "2x2";
+  all.switched = true;
+  all.fully_connected = true;
+  all.bandwidth_gbps = 50;
+  all.latency_ns = 0;
+  all.device = "h100";
+  all.plan = "tp=2";
+  all.set = {"model.seq=32"};
+  EXPECT_EQ(all.describe(), " --topology t.yaml --ring 8 --torus 2x4 --mesh 2x2 --switch --fully-connected "
+                            "--bandwidth 50 --latency 0 --device h100 --plan tp=2 --set model.seq=32");
+}
+
 TEST(EngineConfig, TopologyByPath) {
   write("engine_topo_test.yaml", "topology: {kind: torus, dims: [2, 2], bandwidth_gbps: 10}\n");
   const auto file = write("engine_cfg_path_test.yaml", std::string(kBlock).replace(
