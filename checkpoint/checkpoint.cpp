@@ -89,6 +89,7 @@ class IoWatchdog {
     std::lock_guard<std::mutex> lock(m_);
     if (limit_s_ <= 0) return;
     what_ = what;
+    k_ = runtime::chips_per_rank();  // read here, on the rank's thread (chip mode's state is not for other threads)
     error_.clear();
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                        std::chrono::duration<double>(limit_s_));
@@ -126,10 +127,16 @@ class IoWatchdog {
       int rank = 0, level = MPI_THREAD_SINGLE;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Query_thread(&level);
+      // With several chips per rank the rank's chip 0 does the I/O for all of them: name the rank and its chips.
+      char who[96];
+      if (k_ > 1)
+        std::snprintf(who, sizeof who, "rank %d (chips %d..%d)", rank, rank * k_, rank * k_ + k_ - 1);
+      else
+        std::snprintf(who, sizeof who, "chip %d", rank);
       std::fprintf(stderr,
-                   "shardsim: error: %s: no progress for %.0f s on chip %d (limit SHARDSIM_WATCHDOG_S=%g)%s%s; "
+                   "shardsim: error: %s: no progress for %.0f s on %s (limit SHARDSIM_WATCHDOG_S=%g)%s%s; "
                    "aborting\n",
-                   what_.c_str(), limit_s_, rank, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
+                   what_.c_str(), limit_s_, who, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
       std::fflush(stderr);
       unlink_registered_temps();  // the final names are untouched anyway; drop the temporaries too
       if (level >= MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
@@ -140,6 +147,7 @@ class IoWatchdog {
   std::condition_variable cv_;
   std::thread thread_;
   double limit_s_ = 300;
+  int k_ = 1;
   bool armed_ = false;
   std::string what_, error_;
   std::chrono::steady_clock::time_point deadline_;

@@ -4,7 +4,8 @@
 # (every dataset's data and attributes, as h5dump prints them) and the same --trace file; a checkpoint written at
 # one K resumes at another bit-identically: the MLP (8 chips: 8 x 1, 2 x 4, 1 x 8), a transformer block with tp
 # (4 chips: 4 x 1, 1 x 4) and `train` on dp 2 x tp 2 with ZeRO-1 (4 chips: 4 x 1, 1 x 4). Bad files and unwritable
-# paths fail with the same exit code and one line at K > 1.
+# paths fail with the same exit code and one line at K > 1, and a rank stuck in the collective write is ended by the
+# I/O watchdog (exit 3).
 # Usage: ckpt_chips.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -121,7 +122,12 @@ if expect_exit 2 '^shardsim: error: .*nodir/' -- \
   shardsim_mpi 2 --chips 8 run mlp8.yaml --checkpoint nodir/x.h5; then
   assert_out_count '^shardsim: error' 1 "exactly one error line"
 fi
-if expect_exit 2 '^shardsim: error: .*nodir/' -- shardsim_mpi 1 --chips 4 train tz1.yaml --steps 1 --checkpoint nodir/s.h5
-then assert_out_count '^shardsim: error' 1 "exactly one error line"; fi
+# A rank stuck inside the collective write (test hook): the I/O watchdog ends the job, naming the rank's chips.
+if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_CKPT_STALL=1 expect_exit 3 'no progress for 3 s' -- \
+  shardsim_mpi 2 --chips 8 run mlp8.yaml --checkpoint stalled.h5; then
+  assert_out "checkpoint stalled\.h5: tensor '[a-z_/]+': collective write.*no progress for 3 s on rank [01] \(chips [04]\.\.[37]\)" \
+    "the line names the file, the step and the rank's chips"
+fi
+if [ -e stalled.h5 ]; then fail "stalled.h5 exists"; else pass "nothing under the final name"; fi
 
 e2e_finish
