@@ -5,7 +5,7 @@
 # one K resumes at another bit-identically: the MLP (8 chips: 8 x 1, 2 x 4, 1 x 8), a transformer block with tp
 # (4 chips: 4 x 1, 1 x 4) and `train` on dp 2 x tp 2 with ZeRO-1 (4 chips: 4 x 1, 1 x 4). Bad files and unwritable
 # paths fail with the same exit code and one line at K > 1, and a rank stuck in the collective write is ended by the
-# I/O watchdog (exit 3).
+# I/O watchdog (exit 3); `ckpt inspect` / `ckpt convert` (gzip: collective writes) work at K > 1.
 # Usage: ckpt_chips.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -92,6 +92,13 @@ else
   fail "resumed rows differ"; paste full45.txt res1.txt res4.txt >&2
 fi
 
+e2e_case "ckpt inspect and convert at K > 1"
+expect_exit 0 'checksums  5 of 5 verified \(read by 1 rank for 4 chips\)' -- shardsim_mpi 1 --chips 4 ckpt inspect m4.h5
+expect_exit 0 '^converted m1\.h5 -> g4\.h5: 5 tensors' -- \
+  shardsim_mpi 2 --chips 6 ckpt convert m1.h5 g4.h5 --chunk 4K --compression gzip:2
+expect_exit 0 '^converted m1\.h5 -> g1\.h5: 5 tensors' -- shardsim_mpi 1 ckpt convert m1.h5 g1.h5 --chunk 4K --compression gzip:2
+same_content g1.h5 g4.h5 "gzip convert at 2 ranks x 3 chips vs 1 rank"
+
 e2e_case "errors at K = 4: one line, the K = 1 exit codes, no hang"
 head -c 3000 m1.h5 >trunc.h5
 if expect_exit 2 '^shardsim: error: checkpoint trunc\.h5: .*truncated' -- \
@@ -113,6 +120,11 @@ PY
 then
   if expect_exit 2 "^shardsim: error: checkpoint bad\.h5: tensor 'weights/w_down': checksum mismatch" -- \
     shardsim_mpi 2 --chips 8 run mlp8.yaml --resume bad.h5 --no-checkpoint; then
+    assert_out_count '^shardsim: error' 1 "exactly one error line"
+  fi
+  if expect_exit 2 "^shardsim: error: checkpoint bad\.h5: tensor 'weights/w_down': checksum mismatch" -- \
+    shardsim_mpi 1 --chips 4 ckpt inspect bad.h5; then
+    assert_out "^  weights/w_down .*MISMATCH$" "ckpt inspect at K=4 lists w_down as MISMATCH"
     assert_out_count '^shardsim: error' 1 "exactly one error line"
   fi
 else
