@@ -946,11 +946,24 @@ void save_parts(MPI_Comm comm, const std::string& path, const std::vector<std::v
                            std::vector<int64_t>(e.global_shape.begin(), e.global_shape.end()));
           write_string_attr(dset.id, "sharding", e.sharding);
           write_string_attr(dset.id, "mesh", opt.mesh);
-          // The parts that write something; one (or none) is written straight from its tensor, as with one chip
-          // per rank; several (chips of one rank) through one packed buffer over the union of their blocks.
+          // The parts that write something. One (or none) is written straight from its tensor, as with one chip
+          // per rank. Several (chips of one rank): with independent writes (no chunk has two writers) one H5Dwrite
+          // per part, each straight from its tensor (independent transfers are not collective, so the count per
+          // rank is free; one call per block also keeps HDF5 off its element-wise path for irregular selections);
+          // with collective writes (compression, shared chunks) one H5Dwrite per rank of the union of the blocks
+          // from a packed buffer, so every rank makes the one collective call.
           std::vector<const CheckpointEntry*> active;
           for (const CheckpointEntry* p : parts[i])
             if (p->write && p->local->numel() > 0) active.push_back(p);
+          if (active.size() > 1 && independent[i]) {
+            for (const CheckpointEntry* p : active) {
+              Id ms{make_space(p->local->shape()), H5Sclose};
+              select_block(fspace.id, p->offset, p->local->shape(), true);
+              if (H5Dwrite(dset.id, ftype.id, ms.id, fspace.id, indep.id, p->local->data()) < 0)
+                throw RuntimeFault("write failed: " + last_os_error("") + h5_detail());
+            }
+            return;
+          }
           const CheckpointEntry& b = active.empty() ? e : *active.front();
           const bool any = !active.empty();
           std::vector<unsigned char> packed;
@@ -1289,7 +1302,7 @@ void CheckpointReader::read_block_verified(const std::string& dataset, const Sha
       std::vector<Part> parts;
       for (void* p : all) parts.push_back(*static_cast<Part*>(p));
       rank_->read_parts_verified(dataset, out.dtype(), parts);
-    }, "checkpoint read");
+    }, "checkpoint verified read");
     return;
   }
   read_parts_verified(dataset, out.dtype(), {part});
@@ -1355,10 +1368,40 @@ void CheckpointReader::read_parts(const std::string& dataset, DType dtype, const
     }
   });
   // One part that reads something (or none): straight into it, as with one chip per rank. Several (chips of one
-  // rank): one read of the union of their blocks into a packed buffer, then each block copied out.
+  // rank) of an unfiltered tensor (independent reads, not collective): each distinct block read straight into its
+  // chip's tensor, one H5Dread each, and copied to the chips that ask for the same block. Several of a compressed
+  // tensor (collective reads): one read of the union of their blocks into a packed buffer, then each block copied
+  // out, so every rank makes the one collective call.
   std::vector<Piece> pieces;
   for (const Part& p : parts)
     if (runtime::shape_numel(p.shape) > 0) pieces.push_back({static_cast<unsigned char*>(p.data), p.offset, p.shape});
+  if (pieces.size() > 1 && ti->gzip_level == 0) {
+    Watch w(tensor_where(path_, dataset) + "read");
+    const size_t esize = runtime::dtype_size(dtype);
+    agree(comm_, [&] {
+      Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
+      if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());
+      Id fspace{H5Dget_space(dset.id), H5Sclose};
+      Id mtype{h5_type(ti->dtype), H5Tclose};
+      Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+      H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_INDEPENDENT);
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const Piece& pc = pieces[j];
+        const auto same = std::find_if(pieces.begin(), pieces.begin() + static_cast<std::ptrdiff_t>(j),
+                                       [&](const Piece& o) { return o.offset == pc.offset && o.shape == pc.shape; });
+        if (same != pieces.begin() + static_cast<std::ptrdiff_t>(j)) {
+          std::memcpy(pc.data, same->data, static_cast<size_t>(runtime::shape_numel(pc.shape)) * esize);
+          continue;
+        }
+        Id ms{make_space(pc.shape), H5Sclose};
+        select_block(fspace.id, pc.offset, pc.shape, true);
+        if (H5Dread(dset.id, mtype.id, ms.id, fspace.id, dxpl.id, pc.data) < 0)
+          throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
+                            h5_detail());
+      }
+    });
+    return;
+  }
   const Part& one = pieces.size() == 1 ? *std::find_if(parts.begin(), parts.end(), [](const Part& p) {
     return runtime::shape_numel(p.shape) > 0;
   }) : parts.front();

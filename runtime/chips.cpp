@@ -466,17 +466,30 @@ std::vector<std::vector<unsigned char>> gather(const VComm& c, const void* mine,
 void rank_handover(void* mine, const std::function<void(const std::vector<void*>&)>& fn, const std::string& op) {
   if (!g || g->cur < 0) throw std::logic_error("rank_handover: not on a chip fiber");
   const VComm& c = *g->locals.at(static_cast<size_t>(g->cur));
-  const auto got = gather(c, &mine, sizeof mine, 0, op);
+  // Each chip sends its pointer and the name of the hand-over it is in (chips that diverged are an error, never a
+  // pointer taken for another kind of contribution).
+  std::vector<unsigned char> me(sizeof mine + op.size());
+  std::memcpy(me.data(), &mine, sizeof mine);
+  std::memcpy(me.data() + sizeof mine, op.data(), op.size());
+  const auto got = gather(c, me.data(), me.size(), 0, op);
   // The outcome, "" or "<class>:<exit code>:<message>", sent from slot 0 to the others.
   std::string outcome;
   if (c.rank == 0) {
     std::vector<void*> ptrs(got.size());
-    for (size_t i = 0; i < got.size(); ++i) std::memcpy(&ptrs[i], got[i].data(), sizeof(void*));
     char cls = 0;
     int code = 0;
     std::string what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::memcpy(&ptrs[i], got[i].data(), sizeof(void*));
+      const std::string theirs(got[i].begin() + sizeof(void*), got[i].end());
+      if (theirs != op && !cls) {
+        cls = 'R', code = kExitRuntimeFault;
+        what = "internal error: chip " + std::to_string(c.member(static_cast<int>(i))) + " is in hand-over '" +
+               theirs + "' while chip " + std::to_string(c.member(0)) + " is in '" + op + "'";
+      }
+    }
     try {
-      fn(ptrs);
+      if (!cls) fn(ptrs);
     } catch (const AgreedError& e) {
       cls = 'A', code = e.exit_code(), what = e.what();
     } catch (const ConfigError& e) {
