@@ -53,10 +53,12 @@
 // The World overloads below work at any K. With K = 1 they are the MPI_Comm functions on world.comm(). With K > 1
 // every chip of a rank calls them (same arguments apart from its own blocks), and the rank's chip 0 makes the
 // collective HDF5 calls for all K chips through runtime::chips::rank_handover: a save hands the K chips' entries
-// over, and each tensor is written by one H5Dwrite per rank whose file selection is the union of the K chips'
-// hyperslabs, from one buffer holding their elements in the union's row-major order (HDF5 transfers a selection in
-// that order); the checksum is each rank's fold of its chips' terms, then the same MPI_Allreduce. A read is the
-// same in reverse (blocks that several chips of a rank ask for are read once). Every rank thus makes the same
+// over; an unfiltered tensor with one writer per chunk is written with one independent H5Dwrite per chip block (as
+// at K = 1, independent transfers are not collective), any other (compressed, shared chunks: collective) with one
+// H5Dwrite per rank whose file selection is the union of the K chips' hyperslabs, from one buffer holding their
+// elements in the union's row-major order (HDF5 transfers a selection in that order); the checksum is each rank's
+// fold of its chips' terms, then the same MPI_Allreduce. A read is the same in reverse (a block that several chips
+// of a rank ask for is read once). Every rank thus makes the same
 // collective calls in the same order as with one chip per rank, and the file has the same datasets, chunks,
 // attributes and checksums as the file of the same run at K = 1, so either resumes the other.
 //
