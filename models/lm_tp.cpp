@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
+#include "models/lm_grad_bucket.h"
 #include "runtime/world.h"
 #include "sharding/plans/context_parallel.h"
 
@@ -648,53 +649,11 @@ LmDpStepResult LmTpTrainer::step() {
   o.algorithm = algorithm_;
   sim::TimeNs reduced = t;
   double sq = 0;
-  for (Bucket& b : buckets_) {
-    const sim::TimeNs ready = grad_ready_[size_t(b.last_unit)];
-    const collectives::Partition p{b.count, size_t(rep_size_)};
-    const size_t own_off = p.offset(size_t(rep_rank_)), own_n = p.size(size_t(rep_rank_));
-    size_t base = 0;  // element of the bucket at b.grad's index 0
-    if (dp_.zero >= 1) {
-      // ZeRO-1/2: reduce_scatter(avg) over dp to the owned chunk (stage 1 keeps the whole local gradient buffer
-      // and receives the chunk in place at own_off; stages 2-3 keep the chunk only). reduce_scatter copies SENDBUF
-      // before it writes RECVBUF, so the two may overlap.
-      Tensor flat;
-      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
-        flat = make(global_.dtype, {int64_t(b.count)});
-        pack(b, grads_, flat);
-      } else {
-        pack(b, grads_, b.grad);
-      }
-      const Tensor& whole = dp_.zero >= 2 ? flat : b.grad;
-      if (rep_size_ == 1) {
-        if (dp_.zero >= 2) b.grad = flat;
-      } else {
-        const size_t es = runtime::dtype_size(global_.dtype);
-        void* out = store_ ? static_cast<char*>(b.grad.data()) + (dp_.zero == 1 ? own_off : 0) * es : nullptr;
-        o.name = "reduce_scatter.grads";
-        const auto res = collectives::reduce_scatter(*rep_, whole.data_if_stored(), out, b.count,
-                                                     global_.dtype, collectives::ReduceOp::avg, ready, o);
-        reduced = std::max(reduced, res.span.end);
-      }
-      base = dp_.zero >= 2 ? own_off : 0;
-    } else {
-      pack(b, grads_, b.grad);
-      if (rep_size_ > 1) {
-        o.name = "all_reduce.grads";
-        const auto res = collectives::all_reduce(*rep_, b.grad.data_if_stored(), b.grad.data_if_stored(), b.count,
-                                                 global_.dtype,
-                                                 collectives::ReduceOp::avg, ready, o);
-        reduced = std::max(reduced, res.span.end);
-      }
-    }
-    for (const Slot& s : b.slots) {
-      if (!store_ || (s.replicated && tp_rank_ != 0)) continue;  // shape-only: no values, the norm is 0
-      const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
-      for (size_t i = lo; i < hi; ++i) {
-        const double g = b.grad.get(int64_t(i - base));
-        sq += g * g;
-      }
-    }
-  }
+  for (Bucket& b : buckets_)  // models/lm_grad_bucket.h: all_reduce or ZeRO's reduce_scatter, and the norm piece
+    reduced = std::max(reduced, lm_reduce_grad_bucket(b, grads_, dp_.zero, *rep_, global_.dtype,
+                                                      grad_ready_[size_t(b.last_unit)], o,
+                                                      [&](const Slot& s) { return !s.replicated || tp_rank_ == 0; },
+                                                      sq, "lm_tp"));
   double norm_sq = 0;
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
