@@ -258,6 +258,18 @@ sed -E 's/^(  ulysses: 2)$/\1\n  cp: 2/' uly2.yaml >uly_cp.yaml
 if expect_exit 2 '^shardsim: error: .*uly_cp\.yaml:[0-9]+: .*parallel.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 1 train uly_cp.yaml --chips 4
 then one_error_line; fi
 
+e2e_case "(s) parallel.fused: the sp collectives fused with their GEMMs (numbers: LmTpFused); fused without sp exits 2"
+sed -E 's/^(  sp: true)$/\1\n  fused: true/' tp2sp.yaml >tp2fused.yaml
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter' -- shardsim_mpi 1 train tp2fused.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >fused_losses.txt
+  if [[ -s fused_losses.txt ]] && cmp -s one_6.txt fused_losses.txt; then pass "dp 2 x tp 2, sp, fused: losses equal one chip's (4 decimals)"; else
+    fail "fused differs from one chip"; paste one_6.txt fused_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  tp: 2)$/\1\n  fused: true/' tp2.yaml >tp2_fused_nosp.yaml
+if expect_exit 2 '^shardsim: error: .*tp2_fused_nosp\.yaml:[0-9]+: parallel.fused: .*needs sp: true' -- shardsim_mpi 1 train tp2_fused_nosp.yaml --chips 4
+then one_error_line; fi
+
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
 then one_error_line; fi
