@@ -228,14 +228,19 @@ TrainSetup load(const TrainFlags& f, int ranks) {
                         (s.ulysses ? " for Ulysses (parallel.ulysses " + std::to_string(s.cp) + ")"
                                    : " for context parallelism (parallel.cp " + std::to_string(s.cp) +
                                          (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")")));
-  if (s.ulysses)
-    for (const char* k : {"heads", "kv_heads"}) {
-      const int64_t v = std::string(k) == "heads" ? c.heads : c.kv_heads;
-      if (v % (int64_t(s.tp) * s.cp) != 0)
-        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
-                                         " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                         std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
-    }
+  if (s.ulysses) {
+    if (c.heads % (int64_t(s.tp) * s.cp) != 0)
+      (m.has("heads") ? m.child("heads") : m).fail("model.heads: " + std::to_string(c.heads) +
+                                                   " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                                   std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
+    // kv heads per tp rank: split over ulysses, or replicated when fewer than ulysses (models/lm_tp.h)
+    const int64_t kv_l = c.kv_heads / s.tp;
+    if (c.kv_heads % s.tp == 0 && kv_l % s.cp != 0 && s.cp % kv_l != 0)
+      (m.has("kv_heads") ? m.child("kv_heads") : m)
+          .fail("model.kv_heads: " + std::to_string(c.kv_heads) + " over parallel.tp " + std::to_string(s.tp) +
+                " leaves " + std::to_string(kv_l) + " kv heads per tp rank, neither a multiple nor a divisor of "
+                "parallel.ulysses (" + std::to_string(s.cp) + "): Ulysses splits or replicates them");
+  }
   if (s.sp && (c.seq / s.cp) % s.tp != 0)
     m.child("seq").fail("model.seq: " + std::to_string(c.seq) + (s.cp > 1 ? " / parallel.cp" : "") +
                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +

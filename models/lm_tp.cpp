@@ -95,12 +95,21 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
-  if (ulysses_ && cp_size_ > 1)
-    for (auto [v, field] : {std::pair{global.heads, "heads"}, std::pair{global.kv_heads, "kv_heads"}})
-      if (v % (int64_t(tp_size_) * cp_size_) != 0)
-        throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
-                                    " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                    std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
+  if (ulysses_ && cp_size_ > 1) {
+    if (global.heads % (int64_t(tp_size_) * cp_size_) != 0)
+      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
+                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                  std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
+    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
+    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
+    // groups when a parallel degree exceeds them).
+    const int64_t kv_l = global.kv_heads / tp_size_;
+    if (global.kv_heads % tp_size_ == 0 && kv_l % cp_size_ != 0 && cp_size_ % kv_l != 0)
+      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
+                                  std::to_string(tp_size_) + " leaves " + std::to_string(kv_l) +
+                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
+                                  std::to_string(cp_size_) + "): Ulysses splits or replicates them");
+  }
   const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
   if (global.seq % pieces != 0)
     throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
@@ -425,7 +434,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
       S.o_heads.set_rows(b * Tg, ob);
       S.lse.push_back(std::move(lse));
     }
-    S.o = heads_to_seq(S.o_heads, t, "o");
+    S.o = heads_to_seq(S.o_heads, hq, t, "o");
   } else if (cp_size_ > 1) {
     cp_attention_forward(S, t);
   } else {
@@ -593,7 +602,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     if (cp_size_ > 1 && ulysses_) {
-      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = hkv / cp_size_;
+      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = std::max<int64_t>(1, hkv / cp_size_);
       const Tensor doh = seq_to_heads(dout, t, "do");
       Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
       for (int64_t b = 0; b < c.batch; ++b) {
@@ -606,9 +615,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
         dkh.set_rows(b * Tg, dkb);
         dvh.set_rows(b * Tg, dvb);
       }
-      dq = heads_to_seq(dqh, t, "dq");
-      dk = heads_to_seq(dkh, t, "dk");
-      dv = heads_to_seq(dvh, t, "dv");
+      dq = heads_to_seq(dqh, hq, t, "dq");
+      dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
+      dv = heads_to_seq(dvh, hkv, t, "dv");
     } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
     else
     for (int64_t b = 0; b < c.batch; ++b) {
@@ -787,14 +796,16 @@ LmDpMemory LmTpTrainer::memory() const {
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
   const int U = cp_size_;
-  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = H / U, B = local_.batch, Tl = local_.seq;
+  // hu heads per chip: H/U, or 1 when H < U (kv heads replicated: chip j takes head j·H/U, its GQA group's).
+  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = std::max<int64_t>(1, H / U), B = local_.batch,
+                Tl = local_.seq;
   const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
   Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, (j+1)·H/U)
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, j·H/U + hu)
     for (int j = 0; j < U; ++j)
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
-                    static_cast<const char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es, row);
+                    static_cast<const char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es, row);
   collectives::CollectiveOptions o;
   o.algorithm = "auto";
   o.name = "all_to_all.ulysses_" + name;
@@ -811,9 +822,9 @@ Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::str
   return y;
 }
 
-Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::string& name) {
+Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
   const int U = cp_size_;
-  const int64_t hu = y.dim(1), d = y.dim(2), H = hu * U, B = local_.batch, Tl = local_.seq, n = B * Tl;
+  const int64_t hu = y.dim(1), d = y.dim(2), B = local_.batch, Tl = local_.seq, n = B * Tl;
   const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
   Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
   if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
@@ -828,11 +839,18 @@ Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::str
                               y.dtype(), t, o)
           .span.end;
   Tensor x = make(y.dtype(), {n, H, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, ...)
+  if (store_ && H >= U)  // block j: this chip's tokens, heads [j·H/U, ...)
     for (int j = 0; j < U; ++j)
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es,
+        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es,
                     static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
+  else if (store_)  // replicated heads (H < U): U/H chips hold partial gradients of one head; summed in chip order
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t at = (i * H + (j * H) / U) * d + e;
+          x.set(at, x.get(at) + recv.get((j * n + i) * d + e));
+        }
   return x;
 }
 

@@ -62,7 +62,10 @@
 // H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
 // flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
 // to heads, dQ, dK, dV back to tokens). The head-sharded q, k, v, O and lse are what the backward keeps. Needs
-// the local (per tp rank) q and kv heads to be multiples of U. Gradients and ZeRO as for cp.
+// the local (per tp rank) q heads to be a multiple of U and the local kv heads a multiple or a divisor of U: with
+// fewer kv heads than U each is replicated to the U/kv chips whose query heads form its GQA group (as Megatron
+// replicates the query groups when a parallel degree exceeds them), and their partial dK/dV are summed on the
+// way back. Gradients and ZeRO as for cp.
 //
 // Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
 // rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
@@ -217,7 +220,9 @@ class LmTpTrainer {
   // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
   // token, this chip's heads), and back.
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
-  runtime::Tensor heads_to_seq(const runtime::Tensor& y, sim::TimeNs& t, const std::string& name);
+  // H: the token layout's head count. With fewer heads than U (replicated kv heads) seq_to_heads sends chip j the
+  // one head j·H/U and heads_to_seq sums the U/H chips' blocks of each head (the partial dK / dV).
+  runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
   // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
   kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
