@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ int current();
 // Waits (yielding to the other chips) until DONE() is true. OP and PEERS (chip-level world ranks) describe the
 // wait for the watchdog.
 void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers);
+// As wait_until, for a wait that DONE() ends exactly when one message from each (context, source chip) in MISSING
+// has been posted to this chip: the chip is resumed once, when the last of them arrives, not on every delivery.
+void wait_until_all(const std::function<bool()>& done, const std::string& op, std::span<const int> peers,
+                    std::span<const std::pair<uint64_t, int>> missing);
 
 // One message between chips (chip mode only): posts BYTES at BUF (nullptr: header only, the byte count still
 // travels) with HEADER (opaque, HEADER_BYTES <= 128) from chip SRC to chip DST under communicator context CTX.
