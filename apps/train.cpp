@@ -291,7 +291,7 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
 
 void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
                 const models::LmTrainSnapshot& snap, const std::string& mesh) {
-  world.agree([&] { models::save_lm_train_state(world.comm(), f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
+  world.agree([&] { models::save_lm_train_state(world, f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
   if (world.rank() == 0)
     std::printf("checkpoint: step %lld saved to %s\n", (long long)snap.step, f.checkpoint.c_str());
 }
@@ -301,7 +301,7 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
   if (f.resume.empty()) return std::nullopt;
   std::optional<models::LmTrainSnapshot> snap;
   world.agree([&] {
-    snap = models::load_lm_train_state(world.comm(), f.resume, s.model, s.train);
+    snap = models::load_lm_train_state(world, f.resume, s.model, s.train);
     if (snap->step >= s.train.steps)
       throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
                        " and the run stops at step " + std::to_string(s.train.steps) +
@@ -515,10 +515,6 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
-    if (runtime::chip_mode() && (!f.checkpoint.empty() || !f.resume.empty()))
-      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
-                       ": training-state checkpoints need one chip per rank (the HDF5 writer is MPI-parallel); "
-                       "drop --chips-per-rank / --chips or the checkpoint flag");
     if (s.shape_only && f.validate)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");

@@ -34,6 +34,9 @@ constexpr int kChipTag = 7101;
 constexpr size_t kPiece = size_t{1} << 30;   // payload bytes per MPI message (int counts)
 constexpr size_t kMaxHeader = 128;
 constexpr uint64_t kControl = uint64_t{1} << 63;  // context bit of control-plane messages
+// Context of the per-rank hand-over communicators (rank_handover; "ChkpHand" without the top bit). Split contexts
+// are 63-bit hashes (Transport::split) and the world's is 1: a collision is as unlikely as one between two splits.
+constexpr uint64_t kHandoverCtx = 0x43686b7048616e64ull & ~kControl;
 // Fiber stacks: collectives, kernels and the CLI run on them. Guard page below (overflow faults, never corrupts).
 constexpr size_t kStackBytes = size_t{1} << 20;
 
@@ -104,6 +107,7 @@ struct Sched {
   std::vector<std::vector<unsigned char>> send_bufs;
   std::vector<int> done_idx;
   std::vector<std::shared_ptr<VComm>> worlds;
+  std::vector<std::shared_ptr<VComm>> locals;  // per chip: this rank's K chips (rank_handover)
   // chips::shared_ints: hash of the contents -> the shared copies (weak: a copy goes with its last holder).
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const std::vector<int>>>> shared_ints;
   int stall_chip = -1;
@@ -484,6 +488,87 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
   for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, buf, n);
 }
 
+std::vector<std::vector<unsigned char>> gather(const VComm& c, const void* mine, size_t n, int root,
+                                               const std::string& op) {
+  const int me = c.member(c.rank);
+  const uint64_t cx = c.ctx | kControl;
+  std::vector<std::vector<unsigned char>> all;
+  if (c.rank != root) {
+    unsigned char dummy = 0;
+    post(cx, me, c.member(root), nullptr, 0, n ? mine : &dummy, n);
+    return all;
+  }
+  all.resize(static_cast<size_t>(c.size()));
+  if (n) all[static_cast<size_t>(root)].assign(static_cast<const unsigned char*>(mine),
+                                               static_cast<const unsigned char*>(mine) + n);
+  for (int r = 0; r < c.size(); ++r) {
+    if (r == root) continue;
+    const int src = c.member(r);
+    size_t bytes = 0;
+    wait_until([&] { return peek(cx, src, me, nullptr, 0, &bytes); }, op, {src});
+    auto& out = all[static_cast<size_t>(r)];
+    out.resize(bytes);
+    take(cx, src, me, bytes ? out.data() : nullptr);
+  }
+  return all;
+}
+
+void rank_handover(void* mine, const std::function<void(const std::vector<void*>&)>& fn, const std::string& op) {
+  if (!g || g->cur < 0) throw std::logic_error("rank_handover: not on a chip fiber");
+  const VComm& c = *g->locals.at(static_cast<size_t>(g->cur));
+  // Each chip sends its pointer and the name of the hand-over it is in (chips that diverged are an error, never a
+  // pointer taken for another kind of contribution).
+  std::vector<unsigned char> me(sizeof mine + op.size());
+  std::memcpy(me.data(), &mine, sizeof mine);
+  std::memcpy(me.data() + sizeof mine, op.data(), op.size());
+  const auto got = gather(c, me.data(), me.size(), 0, op);
+  // The outcome, "" or "<class>:<exit code>:<message>", sent from slot 0 to the others.
+  std::string outcome;
+  if (c.rank == 0) {
+    std::vector<void*> ptrs(got.size());
+    char cls = 0;
+    int code = 0;
+    std::string what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::memcpy(&ptrs[i], got[i].data(), sizeof(void*));
+      const std::string theirs(got[i].begin() + sizeof(void*), got[i].end());
+      if (theirs != op && !cls) {
+        cls = 'R', code = kExitRuntimeFault;
+        what = "internal error: chip " + std::to_string(c.member(static_cast<int>(i))) + " is in hand-over '" +
+               theirs + "' while chip " + std::to_string(c.member(0)) + " is in '" + op + "'";
+      }
+    }
+    try {
+      if (!cls) fn(ptrs);
+    } catch (const AgreedError& e) {
+      cls = 'A', code = e.exit_code(), what = e.what();
+    } catch (const ConfigError& e) {
+      cls = 'C', code = e.exit_code(), what = e.what();
+    } catch (const UsageError& e) {
+      cls = 'U', code = e.exit_code(), what = e.what();
+    } catch (const RuntimeFault& e) {
+      cls = 'R', code = e.exit_code(), what = e.what();
+    } catch (const Error& e) {
+      cls = 'A', code = e.exit_code(), what = e.what();
+    } catch (const std::exception& e) {
+      cls = 'R', code = kExitRuntimeFault, what = std::string("internal error: ") + e.what();
+    }
+    if (cls) outcome = std::string(1, cls) + ":" + std::to_string(code) + ":" + what;
+  }
+  const auto out = broadcast(c, std::vector<unsigned char>(outcome.begin(), outcome.end()), 0, op);
+  if (out.empty()) return;
+  outcome.assign(out.begin(), out.end());
+  const size_t colon = outcome.find(':', 2);
+  const int code = std::atoi(outcome.substr(2, colon - 2).c_str());
+  const std::string what = outcome.substr(colon + 1);
+  switch (outcome[0]) {
+    case 'C': throw ConfigError(what);
+    case 'U': throw UsageError(what);
+    case 'R': throw RuntimeFault(what);
+    default: throw AgreedError(what, code);
+  }
+}
+
 std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
                                      const std::string& op) {
   const int me = c.member(c.rank);
@@ -528,6 +613,18 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
     w->members = chips::shared_ints(std::move(members));
     w->rank = s.wrank * k + i;
     s.worlds.push_back(std::move(w));
+  }
+  {
+    std::vector<int> mine(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.wrank * k + i;
+    const auto members = std::make_shared<const std::vector<int>>(std::move(mine));
+    for (int i = 0; i < k; ++i) {
+      auto l = std::make_shared<VComm>();
+      l->ctx = kHandoverCtx;
+      l->members = members;
+      l->rank = i;
+      s.locals.push_back(std::move(l));
+    }
   }
   g = &s;
   for (int i = 0; i < k; ++i) {

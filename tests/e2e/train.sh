@@ -185,8 +185,6 @@ if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --s
     fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
   fi
 fi
-if expect_exit 2 '^shardsim: error: --checkpoint: training-state checkpoints need one chip per rank' -- shardsim_mpi 1 train tpz3.yaml --chips 4 --checkpoint c.h5
-then one_error_line; fi
 # (the shape-only and refusal runs below also use 4 chips on one rank: one process starts faster than four)
 
 e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
