@@ -5,6 +5,8 @@
 #    all_gather table is predicted within 1%;
 #  - the fitted topology file (--out) loads in bench and gives the measured times again;
 #  - a log made with a two-protocol link model (low-latency below 16 KiB per message) fits back with --protocols 2;
+#  - published logs: the NVLink pair's held-out sizes within 15%; a PCIe pair's all_reduce fit predicts its
+#    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/MODEL.md reports;
 #  - malformed, mixed, wrong-result and mismatched logs exit 2 naming FILE:LINE.
 # Usage: calibrate.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -106,6 +108,22 @@ if expect_exit 0 '^no fit: ' -- shardsim_mpi 2 calibrate --predict "$PUB" --coll
   if grep -qi 'nan' "$E2E_STDOUT"; then fail "a NaN in the report: $(grep -i nan "$E2E_STDOUT" | head -n 1)"; else
     pass "no NaN in the report"
   fi
+fi
+
+e2e_case "published held-out collective: 2x RTX 2080 Ti on a PCIe switch, fit all_reduce, predict all_gather"
+# docs/MODEL.md (held-out collective): the all_reduce table fits within 2% median at >= 1 MiB; the same machine's
+# all_gather table, never fitted, is predicted 6-22% too fast at every size >= 1 MiB (the known gap: its measured
+# busbw is 3.2-3.8 GB/s where all_reduce reaches 4.0).
+AR="$CONFIGS/../tests/data/published/autodl_2080ti_pcie_all_reduce.log"
+AG="$CONFIGS/../tests/data/published/autodl_2080ti_pcie_all_gather.log"
+if expect_exit 0 '^fit ' -- shardsim_mpi 2 calibrate "$AR" --predict "$AG" --switch --bandwidth 15.754 \
+  --latency 1000 --protocols 2; then
+  assert_out 'median \|error\| 0\.[0-9]+% over fitted rows >= 1 MiB \(11 rows\)' "all_reduce fitted within 1% median"
+  n=$(awk '/ held out$/ && $2 == "all_gather" && $3 >= 1048576' "$E2E_STDOUT" | wc -l)
+  bad=$(awk '/ held out$/ && $2 == "all_gather" && $3 >= 1048576 { e = $6; gsub("[%]", "", e); e = e + 0;
+             if (e > -3 || e < -25) print }' "$E2E_STDOUT")
+  [ "$n" -eq 11 ] && [ -z "$bad" ] && pass "11 held-out all_gather sizes >= 1 MiB predicted 3-25% too fast" ||
+    fail "$n rows; outside -25%..-3%: $bad"
 fi
 expect_exit 2 'max-bytes: below --min-bytes' -- shardsim_mpi 2 calibrate "$PUB" --collective all_reduce \
   --min-bytes 1M --max-bytes 64K
