@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "checkpoint/checkpoint.h"
+#include "runtime/chips.h"
 
 namespace shardsim::apps {
 
@@ -59,7 +60,7 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
   std::unique_ptr<sharding::CheckpointReader> rd;
   world.agree([&] {
     if (!f.json_path.empty()) check_outputs_distinct({{"--json", f.json_path}}, {{"the checkpoint", f.file}});
-    rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.file);
+    rd = std::make_unique<sharding::CheckpointReader>(world, f.file);
   });
   const bool root = world.rank() == 0;
 
@@ -125,7 +126,11 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
     }
     size_t ok = 0;
     for (const auto& v : verdict) ok += v == "ok";
-    if (!f.no_verify)
+    const int k = runtime::chips_per_rank();  // several chips per rank: each rank's chip 0 reads for its chips
+    if (!f.no_verify && k > 1)
+      os << "checksums  " << ok << " of " << tensors.size() << " verified (read by " << world.size() / k << " rank"
+         << (world.size() / k == 1 ? "" : "s") << " for " << world.size() << " chips)\n";
+    else if (!f.no_verify)
       os << "checksums  " << ok << " of " << tensors.size() << " verified (read by " << world.size() << " rank"
          << (world.size() == 1 ? "" : "s") << ")\n";
     std::cout << os.str() << std::flush;
@@ -165,7 +170,7 @@ int convert(const runtime::World& world, const CkptFlags& f) {
     }
   });
   std::unique_ptr<sharding::CheckpointReader> rd;
-  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.in); });
+  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world, f.in); });
   // Each rank holds its dim-0 slice of every tensor (memory: the checkpoint / ranks).
   std::vector<runtime::Tensor> blocks;
   blocks.reserve(rd->tensors().size());
@@ -197,9 +202,9 @@ int convert(const runtime::World& world, const CkptFlags& f) {
   for (const auto& t : rd->tensors()) before += t.storage_bytes;
   const size_t n = rd->tensors().size();
   rd.reset();
-  world.agree([&] { sharding::save_checkpoint(world.comm(), f.out, entries, attrs, so); });
+  world.agree([&] { sharding::save_checkpoint(world, f.out, entries, attrs, so); });
   // Report what landed (and check it opens).
-  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world.comm(), f.out); });
+  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world, f.out); });
   uint64_t after = 0;
   for (const auto& t : rd->tensors()) after += t.storage_bytes;
   if (world.rank() == 0)

@@ -248,10 +248,10 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
       world.agree([&] {
         if (runtime::chips_per_rank() > 1)
-          for (const auto* c : {&topo, &ckpt_cmd, &sweep, &calibrate})
+          for (const auto* c : {&topo, &sweep, &calibrate})
             if (c->app->parsed())
               throw UsageError(c->app->get_name() + ": needs one chip per rank for now (--chips-per-rank/--chips "
-                               "work with run, bench, validate and train)");
+                               "work with run, bench, validate, train and ckpt)");
       });
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})

@@ -11,6 +11,8 @@
 // parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T), with the same ZeRO stages, buckets and
 // recompute over the dp axis of each tp shard. parallel: {cp: C, cp_split: zigzag | contiguous} adds context
 // parallelism by ring attention, forward and backward (models/lm_tp.h; mesh tp-cp-dp, dp = ranks / (tp·cp)).
+// parallel: {sp: true, fused: true} runs the sequence-parallel collectives as the fused ops of sharding/fused.h
+// (all_gather_gemm, gemm_reduce_scatter and their backward counterparts), overlapped with the GEMMs.
 // --shape-only (or mode: shape_only): the dp x tp trainer on storage-less tensors (runtime/tensor.h), cost-only
 // kernels and header-only collectives (Transport::set_shape_only): the simulated fields of a real run without its
 // data, for full-size models; no losses, nothing validated, no checkpoints. --validate (real data): the losses
@@ -78,6 +80,7 @@ struct TrainSetup {
   int cp = 1;                                  // parallel.cp: context parallelism (ring attention) when > 1
   bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
   bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
+  bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -101,7 +104,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // Shape-only runs on the dp x tp trainer (models/lm_tp.h, tp = 1 included): it alone has the cost-only path.
   s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only;
   if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "sp", "cp", "cp_split", "ulysses", "zero", "bucket_bytes", "algorithm"});
+    p->expect_keys({"dp", "tp", "sp", "fused", "cp", "cp_split", "ulysses", "zero", "bucket_bytes", "algorithm"});
     const int64_t tp = p->get_positive_int("tp", 1);
     if (ranks % tp != 0)
       p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
@@ -128,6 +131,10 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     s.cp_zigzag = split == "zigzag" && !s.ulysses;
     s.sp = p->get_bool("sp", false);
     if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
+    s.fused = p->get_bool("fused", false);
+    if (s.fused && !s.sp)
+      p->child("fused").fail("parallel.fused: the trainer fuses the sequence-parallel collectives with their GEMMs "
+                             "(all_gather + column-parallel GEMM, GEMM + reduce_scatter); needs sp: true (and tp > 1)");
     const int64_t dp = p->get_positive_int("dp", ranks / (tp * cp));
     if (dp * tp * cp != ranks)
       p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
@@ -221,14 +228,19 @@ TrainSetup load(const TrainFlags& f, int ranks) {
                         (s.ulysses ? " for Ulysses (parallel.ulysses " + std::to_string(s.cp) + ")"
                                    : " for context parallelism (parallel.cp " + std::to_string(s.cp) +
                                          (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")")));
-  if (s.ulysses)
-    for (const char* k : {"heads", "kv_heads"}) {
-      const int64_t v = std::string(k) == "heads" ? c.heads : c.kv_heads;
-      if (v % (int64_t(s.tp) * s.cp) != 0)
-        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
-                                         " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                         std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
-    }
+  if (s.ulysses) {
+    if (c.heads % (int64_t(s.tp) * s.cp) != 0)
+      (m.has("heads") ? m.child("heads") : m).fail("model.heads: " + std::to_string(c.heads) +
+                                                   " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                                   std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
+    // kv heads per tp rank: split over ulysses, or replicated when fewer than ulysses (models/lm_tp.h)
+    const int64_t kv_l = c.kv_heads / s.tp;
+    if (c.kv_heads % s.tp == 0 && kv_l % s.cp != 0 && s.cp % kv_l != 0)
+      (m.has("kv_heads") ? m.child("kv_heads") : m)
+          .fail("model.kv_heads: " + std::to_string(c.kv_heads) + " over parallel.tp " + std::to_string(s.tp) +
+                " leaves " + std::to_string(kv_l) + " kv heads per tp rank, neither a multiple nor a divisor of "
+                "parallel.ulysses (" + std::to_string(s.cp) + "): Ulysses splits or replicates them");
+  }
   if (s.sp && (c.seq / s.cp) % s.tp != 0)
     m.child("seq").fail("model.seq: " + std::to_string(c.seq) + (s.cp > 1 ? " / parallel.cp" : "") +
                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
@@ -279,7 +291,7 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
 
 void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
                 const models::LmTrainSnapshot& snap, const std::string& mesh) {
-  world.agree([&] { models::save_lm_train_state(world.comm(), f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
+  world.agree([&] { models::save_lm_train_state(world, f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
   if (world.rank() == 0)
     std::printf("checkpoint: step %lld saved to %s\n", (long long)snap.step, f.checkpoint.c_str());
 }
@@ -289,7 +301,7 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
   if (f.resume.empty()) return std::nullopt;
   std::optional<models::LmTrainSnapshot> snap;
   world.agree([&] {
-    snap = models::load_lm_train_state(world.comm(), f.resume, s.model, s.train);
+    snap = models::load_lm_train_state(world, f.resume, s.model, s.train);
     if (snap->step >= s.train.steps)
       throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
                        " and the run stops at step " + std::to_string(s.train.steps) +
@@ -327,7 +339,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   world.agree([&] {
     try {
       if (use_tp)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses);
+        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
       else
         dp_trainer.emplace(c, s.train, s.dp, tp, tl);
     } catch (const std::invalid_argument& e) {
@@ -346,7 +358,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                                     ? "dp=" + std::to_string(dp_size) +
                                           (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
                                           " x tp=" + std::to_string(s.tp) +
-                                               (s.sp ? " (sequence parallel)" : "") +
+                                               (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   const double tokens = static_cast<double>(c.batch * c.seq);
@@ -371,7 +383,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
                   "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %d "
                   "gradient bucket%s (bucket_bytes %lld%s)\n",
-                  dp_size, s.tp, s.sp ? "; sequence parallel: reduce_scatter/all_gather around the norms" : "",
+                  dp_size, s.tp,
+                  s.fused ? "; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter forward and their "
+                            "backward counterparts overlap the sp collectives with the GEMMs"
+                  : s.sp  ? "; sequence parallel: reduce_scatter/all_gather around the norms"
+                          : "",
                   s.dp.zero, tp_trainer->buckets(), tp_trainer->buckets() == 1 ? "" : "s",
                   (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
@@ -499,10 +515,6 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
-    if (runtime::chip_mode() && (!f.checkpoint.empty() || !f.resume.empty()))
-      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
-                       ": training-state checkpoints need one chip per rank (the HDF5 writer is MPI-parallel); "
-                       "drop --chips-per-rank / --chips or the checkpoint flag");
     if (s.shape_only && f.validate)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");

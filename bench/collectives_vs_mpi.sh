@@ -9,6 +9,9 @@
 #   SHARDSIM="before=/path/a after=/path/b" compares builds: their runs interleave (rep 1 of each, rep 2 of
 #   each, ...) so both see the same host load, and each gets its own table.
 #   Small sizes (4 KiB - 256 KiB) run -n 200 -w 10 iterations, large ones (1 MiB - 256 MiB) -n 5 -w 1.
+#   ALGORITHM=ring (default auto) picks shardsim's algorithm; MPI_ALGORITHM=ring (default: Open MPI's own choice,
+#   recursive doubling at small sizes) locks MPI_Allreduce to one of Open MPI's coll/tuned algorithms
+#   (recursive_doubling, ring, segmented_ring, rabenseifner, ...), so both sides can run the same schedule.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPS="${1:-3}"
@@ -16,27 +19,39 @@ shift || true
 RANKS=("$@")
 [ ${#RANKS[@]} -gt 0 ] || RANKS=(2 4)
 read -r -a BINS <<<"${SHARDSIM:-now=$ROOT/build/apps/shardsim}"
+ALGORITHM="${ALGORITHM:-auto}"
+MPI_ALGO_ARGS=()
+if [ -n "${MPI_ALGORITHM:-}" ]; then
+  case "$MPI_ALGORITHM" in
+    basic_linear|nonoverlapping|recursive_doubling|ring|segmented_ring|rabenseifner) ;;
+    *) echo "collectives_vs_mpi.sh: MPI_ALGORITHM='$MPI_ALGORITHM' is not one of Open MPI's allreduce algorithms" >&2
+       exit 2 ;;
+  esac
+  MPI_ALGO_ARGS=(--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$MPI_ALGORITHM")
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(mpirun --version | head -1)"
 echo "checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $REPS runs per configuration; ${BINS[*]}"
+echo "shardsim algorithm: $ALGORITHM; MPI_Allreduce algorithm: ${MPI_ALGORITHM:-Open MPI default}"
 for np in "${RANKS[@]}"; do
   for rep in $(seq 1 "$REPS"); do
     for spec in "${BINS[@]}"; do
       name=${spec%%=*} bin=${spec#*=}
       # --mca btl self,vader: shared memory only (no TCP listener); the same transport MPI_Allreduce uses.
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 4K -e 256K -f 4 \
-        -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "$bin" bench all_reduce -b 1M -e 256M -f 4 \
-        -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "$bin" bench all_reduce -b 4K -e 256K -f 4 \
+        -a "$ALGORITHM" -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "$bin" bench all_reduce -b 1M -e 256M -f 4 \
+        -a "$ALGORITHM" -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
     done
   done
 done
 for spec in "${BINS[@]}"; do
-  python3 - "$WORK/${spec%%=*}" "$REPS" "${spec%%=*}" "${RANKS[@]}" <<'PY'
-import csv, statistics, sys
+  ALGORITHM="$ALGORITHM" MPI_ALGORITHM="${MPI_ALGORITHM:-Open MPI default}" python3 - "$WORK/${spec%%=*}" "$REPS" "${spec%%=*}" "${RANKS[@]}" <<'PY'
+import csv, os, statistics, sys
+algo = f"{os.environ['ALGORITHM']} (MPI: {os.environ['MPI_ALGORITHM']})"
 work, reps, name, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def size(b):
     b = int(b)
@@ -50,7 +65,7 @@ for np_ in ranks:
                     continue
                 rows.setdefault(int(r["size_bytes"]), []).append(
                     (float(r["wall_busbw_gbps"]), float(r["mpi_busbw_gbps"]), r["algorithm"]))
-    print(f"\n[{name}] all_reduce fp32 sum, {np_} ranks, out-of-place, algorithm auto: wall busbw (GB/s), "
+    print(f"\n[{name}] all_reduce fp32 sum, {np_} ranks, out-of-place, algorithm {algo}: wall busbw (GB/s), "
           f"median of {reps}")
     print(f'{"size":>8} {"algorithm":>12} {"shardsim":>9} {"MPI":>9} {"ratio":>7}  {"ratios of each run":<24}')
     for b in sorted(rows):

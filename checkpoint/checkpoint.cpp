@@ -25,7 +25,9 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/chips.h"
 #include "runtime/engine.h"
+#include "runtime/world.h"
 
 namespace shardsim::sharding {
 
@@ -87,6 +89,7 @@ class IoWatchdog {
     std::lock_guard<std::mutex> lock(m_);
     if (limit_s_ <= 0) return;
     what_ = what;
+    k_ = runtime::chips_per_rank();  // read here, on the rank's thread (chip mode's state is not for other threads)
     error_.clear();
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                        std::chrono::duration<double>(limit_s_));
@@ -124,10 +127,16 @@ class IoWatchdog {
       int rank = 0, level = MPI_THREAD_SINGLE;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Query_thread(&level);
+      // With several chips per rank the rank's chip 0 does the I/O for all of them: name the rank and its chips.
+      char who[96];
+      if (k_ > 1)
+        std::snprintf(who, sizeof who, "rank %d (chips %d..%d)", rank, rank * k_, rank * k_ + k_ - 1);
+      else
+        std::snprintf(who, sizeof who, "chip %d", rank);
       std::fprintf(stderr,
-                   "shardsim: error: %s: no progress for %.0f s on chip %d (limit SHARDSIM_WATCHDOG_S=%g)%s%s; "
+                   "shardsim: error: %s: no progress for %.0f s on %s (limit SHARDSIM_WATCHDOG_S=%g)%s%s; "
                    "aborting\n",
-                   what_.c_str(), limit_s_, rank, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
+                   what_.c_str(), limit_s_, who, limit_s_, error_.empty() ? "" : ": ", error_.c_str());
       std::fflush(stderr);
       unlink_registered_temps();  // the final names are untouched anyway; drop the temporaries too
       if (level >= MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
@@ -138,6 +147,7 @@ class IoWatchdog {
   std::condition_variable cv_;
   std::thread thread_;
   double limit_s_ = 300;
+  int k_ = 1;
   bool armed_ = false;
   std::string what_, error_;
   std::chrono::steady_clock::time_point deadline_;
@@ -395,6 +405,102 @@ bool single_writer_per_chunk(const Shape& chunk, const Shape& g, const std::vect
   return true;
 }
 
+// Several blocks of one tensor moved by one HDF5 transfer (several chips per rank, runtime/chips.h): the file
+// selection is the union of the blocks' hyperslabs, and memory is one buffer holding the union's elements in the
+// order HDF5 transfers a selection, row-major in the dataset. The blocks are cut into runs (their rows along the
+// last dimension: contiguous in memory and in the global row-major index); the union is the merged runs, and each
+// run's place in the buffer is its merged interval's offset plus its distance from the interval's start.
+// Overlapping blocks (chips of a rank reading the same replicated block) are transferred once.
+struct Piece {
+  unsigned char* data;
+  Shape offset, shape;
+};
+class Packed {
+ public:
+  Packed(const std::vector<Piece>& pieces, const Shape& g, size_t esize) : pieces_(pieces), g_(g), esize_(esize) {
+    const size_t r = g.size();
+    std::vector<uint64_t> gstride(r, 1);
+    for (size_t d = r; d-- > 1;) gstride[d - 1] = gstride[d] * static_cast<uint64_t>(g[d]);
+    for (const auto& p : pieces) {
+      const int64_t n = runtime::shape_numel(p.shape);
+      if (n <= 0) continue;
+      if (r == 0) {
+        runs_.push_back({0, 1, p.data});
+        continue;
+      }
+      const int64_t inner = p.shape[r - 1], rows = n / inner;
+      std::vector<int64_t> idx(r, 0);
+      for (int64_t row = 0; row < rows; ++row) {
+        uint64_t start = static_cast<uint64_t>(p.offset[r - 1]);
+        for (size_t d = 0; d + 1 < r; ++d) start += static_cast<uint64_t>(p.offset[d] + idx[d]) * gstride[d];
+        runs_.push_back({start, static_cast<uint64_t>(inner), p.data + static_cast<size_t>(row * inner) * esize});
+        for (size_t d = r - 1; d-- > 0;) {
+          if (++idx[d] < p.shape[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+    std::vector<Run> sorted = runs_;
+    std::sort(sorted.begin(), sorted.end(), [](const Run& a, const Run& b) { return a.start < b.start; });
+    for (const auto& run : sorted) {
+      if (!merged_.empty() && run.start <= merged_.back().start + merged_.back().len) {
+        auto& m = merged_.back();
+        m.len = std::max(m.len, run.start + run.len - m.start);
+      } else {
+        merged_.push_back({run.start, run.len, 0});
+      }
+    }
+    for (auto& m : merged_) {
+      m.packed = elements_;
+      elements_ += m.len;
+    }
+  }
+  uint64_t elements() const { return elements_; }
+  // FSPACE's selection becomes the union of the pieces (none when they are all empty).
+  void select(hid_t fspace) const {
+    H5Sselect_none(fspace);
+    if (elements_ == 0) return;
+    if (g_.empty()) {
+      H5Sselect_all(fspace);
+      return;
+    }
+    bool first = true;
+    for (const auto& p : pieces_) {
+      if (runtime::shape_numel(p.shape) <= 0) continue;
+      std::vector<hsize_t> start(p.offset.begin(), p.offset.end()), cnt(p.shape.begin(), p.shape.end());
+      H5Sselect_hyperslab(fspace, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr, cnt.data(), nullptr);
+      first = false;
+    }
+  }
+  void pack(unsigned char* buf) const {
+    for (const auto& run : runs_) std::memcpy(buf + place(run.start) * esize_, run.p, run.len * esize_);
+  }
+  void unpack(const unsigned char* buf) const {
+    for (const auto& run : runs_) std::memcpy(run.p, buf + place(run.start) * esize_, run.len * esize_);
+  }
+
+ private:
+  struct Run {
+    uint64_t start, len;
+    unsigned char* p;
+  };
+  struct Interval {
+    uint64_t start, len, packed;
+  };
+  uint64_t place(uint64_t start) const {
+    auto it = std::upper_bound(merged_.begin(), merged_.end(), start,
+                               [](uint64_t v, const Interval& m) { return v < m.start; });
+    --it;  // the interval holding START (runs never straddle two: merged intervals are maximal)
+    return it->packed + (start - it->start);
+  }
+  std::vector<Piece> pieces_;
+  Shape g_;
+  size_t esize_;
+  std::vector<Run> runs_;
+  std::vector<Interval> merged_;
+  uint64_t elements_ = 0;
+};
+
 // Test hook: "RANK:N" -> rank RANK kills itself after writing its part of tensor N.
 std::pair<int, long> crash_hook() {
   const char* v = std::getenv("SHARDSIM_TEST_CKPT_CRASH");
@@ -426,11 +532,12 @@ int stall_hook() {
 
 // Bytes a save needs on disk at most: the raw data (+0.2% and 1 KiB per chunk for deflate's worst case), the
 // attributes, and per-object metadata. Reserved before the first collective write, see save_checkpoint.
-uint64_t space_needed(const std::vector<CheckpointEntry>& entries, const std::map<std::string, std::string>& attrs,
-                      const SaveOptions& opt) {
+uint64_t space_needed(const std::vector<const CheckpointEntry*>& entries,
+                      const std::map<std::string, std::string>& attrs, const SaveOptions& opt) {
   uint64_t total = 256u << 10;  // superblock, root group, root attributes' headers, the manifest's slack
   for (const auto& [k, v] : attrs) total += k.size() + v.size() + 256;
-  for (const auto& e : entries) {
+  for (const auto* ep : entries) {
+    const CheckpointEntry& e = *ep;
     const size_t esize = runtime::dtype_size(e.local->dtype());
     const uint64_t raw = static_cast<uint64_t>(runtime::shape_numel(e.global_shape)) * esize;
     total += raw + (32u << 10) + e.path.size() * 4 + e.sharding.size() + opt.mesh.size();
@@ -632,36 +739,49 @@ uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<CheckpointEntry>& entries,
-                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& opt) {
+namespace {
+
+// The save of one MPI rank. PARTS[i] holds the rank's blocks of tensor i: one with one chip per rank, one per chip
+// (in slot order) with several; PARTS[i][0] gives the tensor's path, global shape, dtype and sharding. MISMATCH
+// (when not empty): the chips of this rank passed different entries, an agreed RuntimeFault before any I/O.
+void save_parts(MPI_Comm comm, const std::string& path, const std::vector<std::vector<const CheckpointEntry*>>& parts,
+                const std::map<std::string, std::string>& root_attributes, const SaveOptions& opt,
+                const std::string& mismatch) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our errors, not HDF5's stack dumps
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const std::string at = where(path);
+  std::vector<const CheckpointEntry*> entries;  // the tensors (each one's first part)
+  for (const auto& p : parts) entries.push_back(p.front());
+  size_t k_parts = parts.empty() ? 1 : parts.front().size();
 
   // Arguments, checked on every rank before anything collective.
   agree(comm, [&] {
+    if (!mismatch.empty()) throw RuntimeFault(at + mismatch);
     if (opt.gzip_level > 0 && opt.chunking.kind == Chunking::Kind::contiguous)
       throw UsageError(at + "compression needs a chunked layout (got --chunk contiguous)");
     if (opt.gzip_level > 0 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
       throw RuntimeFault(at + "this HDF5 library has no deflate (gzip) filter");
-    for (const auto& e : entries) {
-      const Shape& ls = e.local->shape();
-      if (ls.size() != e.global_shape.size() || e.offset.size() != ls.size())
-        throw RuntimeFault(at + "tensor '" + e.path + "': block rank differs from the global shape");
-      for (size_t d = 0; d < ls.size() && e.write; ++d)
-        if (e.offset[d] < 0 || e.offset[d] + ls[d] > e.global_shape[d])
-          throw RuntimeFault(at + "tensor '" + e.path + "': block " + runtime::shape_str(ls) + " at " +
-                             runtime::shape_str(e.offset) + " is outside " + runtime::shape_str(e.global_shape));
-    }
+    for (const auto& p : parts)
+      for (const CheckpointEntry* ep : p) {
+        const CheckpointEntry& e = *ep;
+        const Shape& ls = e.local->shape();
+        if (ls.size() != e.global_shape.size() || e.offset.size() != ls.size())
+          throw RuntimeFault(at + "tensor '" + e.path + "': block rank differs from the global shape");
+        for (size_t d = 0; d < ls.size() && e.write; ++d)
+          if (e.offset[d] < 0 || e.offset[d] + ls[d] > e.global_shape[d])
+            throw RuntimeFault(at + "tensor '" + e.path + "': block " + runtime::shape_str(ls) + " at " +
+                               runtime::shape_str(e.offset) + " is outside " + runtime::shape_str(e.global_shape));
+      }
   });
 
   // Checksums while writing: a thread sums this rank's elements' terms (memory-bound) while the main thread writes
   // (I/O-bound); the sums are reduced and stored as attributes after the data. No MPI and no HDF5 in the thread.
   std::vector<uint64_t> sums(entries.size(), 0);
   std::thread summer([&] {
-    for (size_t i = 0; i < entries.size(); ++i)
-      if (entries[i].write) sums[i] = checksum_block(*entries[i].local, entries[i].offset, entries[i].global_shape);
+    for (size_t i = 0; i < parts.size(); ++i)
+      for (const CheckpointEntry* e : parts[i])
+        if (e->write) sums[i] += checksum_block(*e->local, e->offset, e->global_shape);
   });
   struct Join {
     std::thread& t;
@@ -681,26 +801,30 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
   std::vector<Shape> chunks(entries.size());
   std::vector<char> independent(entries.size(), 0);
   {
+    // Every rank has the same number of parts per tensor (chips per rank), so the records have one size.
     std::vector<int64_t> mine;
-    for (const auto& e : entries) {
-      mine.push_back(e.write && e.local->numel() > 0 ? 1 : 0);
-      for (size_t d = 0; d < e.global_shape.size(); ++d) mine.push_back(d < e.offset.size() ? e.offset[d] : 0);
-      for (size_t d = 0; d < e.global_shape.size(); ++d)
-        mine.push_back(d < e.local->shape().size() ? e.local->shape()[d] : 0);
-    }
+    for (const auto& p : parts)
+      for (const CheckpointEntry* ep : p) {
+        const CheckpointEntry& e = *ep;
+        const size_t r = p.front()->global_shape.size();
+        mine.push_back(e.write && e.local->numel() > 0 ? 1 : 0);
+        for (size_t d = 0; d < r; ++d) mine.push_back(d < e.offset.size() ? e.offset[d] : 0);
+        for (size_t d = 0; d < r; ++d) mine.push_back(d < e.local->shape().size() ? e.local->shape()[d] : 0);
+      }
     std::vector<int64_t> all(mine.size() * static_cast<size_t>(nranks));
     MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
                   MPI_INT64_T, comm);
     size_t pos = 0;
     for (size_t i = 0; i < entries.size(); ++i) {
-      const auto& e = entries[i];
+      const auto& e = *entries[i];
       const size_t r = e.global_shape.size(), esize = runtime::dtype_size(e.local->dtype());
       std::vector<Block> writers;
-      for (int q = 0; q < nranks; ++q) {
-        const int64_t* p = all.data() + static_cast<size_t>(q) * mine.size() + pos;
-        if (p[0]) writers.push_back({Shape(p + 1, p + 1 + r), Shape(p + 1 + r, p + 1 + 2 * r)});
-      }
-      pos += 1 + 2 * r;
+      for (int q = 0; q < nranks; ++q)
+        for (size_t j = 0; j < k_parts; ++j) {
+          const int64_t* p = all.data() + static_cast<size_t>(q) * mine.size() + pos + j * (1 + 2 * r);
+          if (p[0]) writers.push_back({Shape(p + 1, p + 1 + r), Shape(p + 1 + r, p + 1 + 2 * r)});
+        }
+      pos += k_parts * (1 + 2 * r);
       chunks[i] = chunk_dims(opt.chunking, e.global_shape, esize);
       if (opt.chunking.kind == Chunking::Kind::auto_ && opt.gzip_level == 0 && !chunks[i].empty())
         if (Shape a = aligned_chunk(e.global_shape, esize, writers); !a.empty()) chunks[i] = a;
@@ -710,7 +834,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
 
   const auto [crash_rank, crash_after] = crash_hook();
   nlohmann::json manifest = nlohmann::json::array();
-  for (const auto& e : entries) manifest.push_back(e.path);
+  for (const auto* e : entries) manifest.push_back(e->path);
 
   // The temporary: "PATH.partial.p<PID>h<HOST>.XXXXXX", a fresh random name chosen by rank 0 and created by H5Fcreate with
   // H5F_ACC_EXCL (O_CREAT|O_EXCL: nothing that already exists under that name, e.g. a planted symlink, is ever
@@ -798,7 +922,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
     Id indep{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
     H5Pset_dxpl_mpio(indep.id, H5FD_MPIO_INDEPENDENT);
     for (size_t i = 0; i < entries.size(); ++i) {
-      const auto& e = entries[i];
+      const auto& e = *entries[i];
       Watch w(tensor_where(path, e.path) + "collective write");
       agree(comm, [&] {
         try {
@@ -822,12 +946,50 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
                            std::vector<int64_t>(e.global_shape.begin(), e.global_shape.end()));
           write_string_attr(dset.id, "sharding", e.sharding);
           write_string_attr(dset.id, "mesh", opt.mesh);
-          const bool any = e.write && e.local->numel() > 0;
-          Id mspace{make_space(e.local->shape()), H5Sclose};
-          select_block(fspace.id, e.offset, e.local->shape(), any);
-          if (!any) H5Sselect_none(mspace.id);
-          if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, independent[i] ? indep.id : dxpl.id,
-                       e.local->data()) < 0)
+          // The parts that write something. One (or none) is written straight from its tensor, as with one chip
+          // per rank. Several (chips of one rank): with independent writes (no chunk has two writers) one H5Dwrite
+          // per part, each straight from its tensor (independent transfers are not collective, so the count per
+          // rank is free; one call per block also keeps HDF5 off its element-wise path for irregular selections);
+          // with collective writes (compression, shared chunks) one H5Dwrite per rank of the union of the blocks
+          // from a packed buffer, so every rank makes the one collective call.
+          std::vector<const CheckpointEntry*> active;
+          for (const CheckpointEntry* p : parts[i])
+            if (p->write && p->local->numel() > 0) active.push_back(p);
+          if (active.size() > 1 && independent[i]) {
+            for (const CheckpointEntry* p : active) {
+              Id ms{make_space(p->local->shape()), H5Sclose};
+              select_block(fspace.id, p->offset, p->local->shape(), true);
+              if (H5Dwrite(dset.id, ftype.id, ms.id, fspace.id, indep.id, p->local->data()) < 0)
+                throw RuntimeFault("write failed: " + last_os_error("") + h5_detail());
+            }
+            return;
+          }
+          const CheckpointEntry& b = active.empty() ? e : *active.front();
+          const bool any = !active.empty();
+          std::vector<unsigned char> packed;
+          const void* src = b.local->data();
+          Id mspace{-1, H5Sclose};
+          if (active.size() <= 1) {
+            mspace.id = make_space(b.local->shape());
+            select_block(fspace.id, b.offset, b.local->shape(), any);
+            if (!any) H5Sselect_none(mspace.id);
+          } else {
+            std::vector<Piece> pieces;
+            for (const CheckpointEntry* p : active)
+              pieces.push_back({static_cast<unsigned char*>(const_cast<void*>(p->local->data())), p->offset,
+                                p->local->shape()});
+            const Packed pk(pieces, e.global_shape, runtime::dtype_size(dt));
+            pk.select(fspace.id);
+            if (H5Sget_select_npoints(fspace.id) != static_cast<hssize_t>(pk.elements()))
+              throw RuntimeFault("internal: the union of the chips' blocks has " +
+                                 std::to_string(H5Sget_select_npoints(fspace.id)) + " elements, packed " +
+                                 std::to_string(pk.elements()));
+            packed.resize(static_cast<size_t>(pk.elements()) * runtime::dtype_size(dt));
+            pk.pack(packed.data());
+            mspace.id = make_space(Shape{static_cast<int64_t>(pk.elements())});
+            src = packed.data();
+          }
+          if (H5Dwrite(dset.id, ftype.id, mspace.id, fspace.id, independent[i] ? indep.id : dxpl.id, src) < 0)
             throw RuntimeFault("write failed: " + last_os_error("") + h5_detail());
         } catch (const RuntimeFault& err) {
           throw RuntimeFault(tensor_where(path, e.path) + err.what());
@@ -853,8 +1015,8 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
       Watch w(at + "writing the checksums and the root attributes");
       agree(comm, [&] {
         for (size_t i = 0; i < entries.size(); ++i) {
-          Id dset{H5Dopen2(f.id, entries[i].path.c_str(), H5P_DEFAULT), H5Dclose};
-          if (dset.id < 0) throw RuntimeFault(tensor_where(path, entries[i].path) + "reopening failed" + h5_detail());
+          Id dset{H5Dopen2(f.id, entries[i]->path.c_str(), H5P_DEFAULT), H5Dclose};
+          if (dset.id < 0) throw RuntimeFault(tensor_where(path, entries[i]->path) + "reopening failed" + h5_detail());
           write_scalar_attr(dset.id, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, sums[i]);
         }
         write_string_attr(f.id, "format", kFormat);
@@ -897,6 +1059,44 @@ void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<C
     commit_temp(partial, path);
     cleanup.keep_partial = true;  // renamed: nothing to remove
   });
+}
+
+}  // namespace
+
+void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<CheckpointEntry>& entries,
+                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& opt) {
+  std::vector<std::vector<const CheckpointEntry*>> parts;
+  for (const auto& e : entries) parts.push_back({&e});
+  save_parts(comm, path, parts, root_attributes, opt, "");
+}
+
+void save_checkpoint(const runtime::World& world, const std::string& path, const std::vector<CheckpointEntry>& entries,
+                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& opt) {
+  if (!world.vcomm()) return save_checkpoint(world.comm(), path, entries, root_attributes, opt);
+  // Several chips per rank: the rank's chip 0 saves for all of them (runtime/chips.h, rank_handover).
+  runtime::chips::rank_handover(const_cast<std::vector<CheckpointEntry>*>(&entries), [&](const std::vector<void*>& all) {
+    std::vector<const std::vector<CheckpointEntry>*> chips;
+    for (void* p : all) chips.push_back(static_cast<const std::vector<CheckpointEntry>*>(p));
+    std::string mismatch;
+    std::vector<std::vector<const CheckpointEntry*>> parts(entries.size());
+    for (size_t c = 0; c < chips.size(); ++c) {
+      const auto& theirs = *chips[c];
+      if (theirs.size() != entries.size()) {
+        mismatch = "internal: the chips of a rank save different tensor lists";
+        break;
+      }
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const CheckpointEntry& a = theirs[i];
+        const CheckpointEntry& b = entries[i];
+        if (a.path != b.path || a.global_shape != b.global_shape || a.local->dtype() != b.local->dtype())
+          mismatch = "internal: the chips of a rank save tensor '" + a.path + "' and '" + b.path + "' at one place";
+        parts[i].push_back(&a);
+      }
+    }
+    if (!mismatch.empty())  // still one save (with its agreed error): the other ranks must not wait
+      for (size_t i = 0; i < entries.size(); ++i) parts[i].resize(1);
+    save_parts(world.comm(), path, parts, root_attributes, opt, mismatch);
+  }, "checkpoint save");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1016,7 +1216,28 @@ nlohmann::json inspect_serial(const std::string& path) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : comm_(comm), path_(path) {
+CheckpointReader::CheckpointReader(MPI_Comm comm, const std::string& path) : comm_(comm), path_(path) { open(path); }
+
+CheckpointReader::CheckpointReader(const runtime::World& world, const std::string& path)
+    : comm_(world.comm()), path_(path) {
+  if (!world.vcomm()) {
+    open(path);
+    return;
+  }
+  // Several chips per rank: the rank's chip 0 opens the file for all of them; they share that reader.
+  std::shared_ptr<CheckpointReader> mine;
+  runtime::chips::rank_handover(&mine, [&](const std::vector<void*>& all) {
+    auto r = std::make_shared<CheckpointReader>(world.comm(), path);
+    for (void* p : all) *static_cast<std::shared_ptr<CheckpointReader>*>(p) = r;
+  }, "checkpoint open");
+  rank_ = std::move(mine);
+  tensors_ = rank_->tensors_;
+  root_attrs_ = rank_->root_attrs_;
+  step_ = rank_->step_;
+}
+
+void CheckpointReader::open(const std::string& path) {
+  MPI_Comm comm = comm_;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -1075,10 +1296,27 @@ void CheckpointReader::read_block(const std::string& dataset, const Shape& offse
 
 void CheckpointReader::read_block_verified(const std::string& dataset, const Shape& offset, Tensor& out,
                                            bool counts) const {
-  read_raw(dataset, offset, out.shape(), out.dtype(), out.data());
-  const TensorInfo& ti = info(dataset);  // read_raw agreed that it exists
-  uint64_t v[2] = {counts ? checksum_block(out, offset, ti.shape) : 0,
-                   counts ? static_cast<uint64_t>(out.numel()) : 0};
+  Part part{offset, out.shape(), out.data(), counts, &dataset, out.dtype(), nullptr};
+  if (rank_) {  // several chips per rank: the rank's chip 0 reads for all of them
+    runtime::chips::rank_handover(&part, [&](const std::vector<void*>& all) {
+      std::vector<Part> parts;
+      for (void* p : all) parts.push_back(*static_cast<Part*>(p));
+      rank_->read_parts_verified(dataset, out.dtype(), parts);
+    }, "checkpoint verified read");
+    return;
+  }
+  read_parts_verified(dataset, out.dtype(), {part});
+}
+
+void CheckpointReader::read_parts_verified(const std::string& dataset, DType dtype, const std::vector<Part>& parts) const {
+  read_parts(dataset, dtype, parts);
+  const TensorInfo& ti = info(dataset);  // read_parts agreed that it exists
+  uint64_t v[2] = {0, 0};
+  for (const Part& p : parts)
+    if (p.counts) {
+      v[0] += checksum_raw(p.data, dtype, p.shape, p.offset, ti.shape);
+      v[1] += static_cast<uint64_t>(runtime::shape_numel(p.shape));
+    }
   MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM, comm_);
   const auto numel = static_cast<uint64_t>(runtime::shape_numel(ti.shape));  // 1 for a scalar
   if (v[1] != numel) {
@@ -1095,32 +1333,107 @@ void CheckpointReader::read_block_verified(const std::string& dataset, const Sha
 
 void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset, const Shape& shape, DType dtype,
                                 void* data) const {
+  Part part{offset, shape, data, false, &dataset, dtype, nullptr};
+  if (rank_) {  // several chips per rank: the rank's chip 0 reads for all of them
+    runtime::chips::rank_handover(&part, [&](const std::vector<void*>& all) {
+      std::vector<Part> parts;
+      for (void* p : all) parts.push_back(*static_cast<Part*>(p));
+      rank_->read_parts(dataset, dtype, parts);
+    }, "checkpoint read");
+    return;
+  }
+  read_parts(dataset, dtype, {part});
+}
+
+void CheckpointReader::read_parts(const std::string& dataset, DType dtype, const std::vector<Part>& parts) const {
   const TensorInfo* ti = nullptr;
   agree(comm_, [&] {
     ti = &info(dataset);
     const Shape& g = ti->shape;
     const std::string at = tensor_where(path_, dataset);
-    if (ti->dtype != dtype)
-      throw ConfigError(at + "is " + runtime::dtype_name(ti->dtype) + ", the workload expects " +
-                        runtime::dtype_name(dtype));
-    if (g.size() != shape.size() || offset.size() != shape.size())
-      throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload expects rank " +
-                        std::to_string(shape.size()));
-    for (size_t d = 0; d < g.size(); ++d)
-      if (offset[d] < 0 || offset[d] + shape[d] > g[d])
-        throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload needs block " +
-                          runtime::shape_str(shape) + " at " + runtime::shape_str(offset));
+    for (const Part& p : parts) {
+      const Shape &offset = p.offset, &shape = p.shape;
+      if ((p.dataset && *p.dataset != dataset) || p.dtype != dtype)
+        throw RuntimeFault(at + "internal: the chips of a rank read different tensors at one place");
+      if (ti->dtype != dtype)
+        throw ConfigError(at + "is " + runtime::dtype_name(ti->dtype) + ", the workload expects " +
+                          runtime::dtype_name(dtype));
+      if (g.size() != shape.size() || offset.size() != shape.size())
+        throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload expects rank " +
+                          std::to_string(shape.size()));
+      for (size_t d = 0; d < g.size(); ++d)
+        if (offset[d] < 0 || offset[d] + shape[d] > g[d])
+          throw ConfigError(at + "has shape " + runtime::shape_str(g) + ", the workload needs block " +
+                            runtime::shape_str(shape) + " at " + runtime::shape_str(offset));
+    }
   });
+  // One part that reads something (or none): straight into it, as with one chip per rank. Several (chips of one
+  // rank) of an unfiltered tensor (independent reads, not collective): each distinct block read straight into its
+  // chip's tensor, one H5Dread each, and copied to the chips that ask for the same block. Several of a compressed
+  // tensor (collective reads): one read of the union of their blocks into a packed buffer, then each block copied
+  // out, so every rank makes the one collective call.
+  std::vector<Piece> pieces;
+  for (const Part& p : parts)
+    if (runtime::shape_numel(p.shape) > 0) pieces.push_back({static_cast<unsigned char*>(p.data), p.offset, p.shape});
+  if (pieces.size() > 1 && ti->gzip_level == 0) {
+    Watch w(tensor_where(path_, dataset) + "read");
+    const size_t esize = runtime::dtype_size(dtype);
+    agree(comm_, [&] {
+      Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
+      if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());
+      Id fspace{H5Dget_space(dset.id), H5Sclose};
+      Id mtype{h5_type(ti->dtype), H5Tclose};
+      Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+      H5Pset_dxpl_mpio(dxpl.id, H5FD_MPIO_INDEPENDENT);
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const Piece& pc = pieces[j];
+        const auto same = std::find_if(pieces.begin(), pieces.begin() + static_cast<std::ptrdiff_t>(j),
+                                       [&](const Piece& o) { return o.offset == pc.offset && o.shape == pc.shape; });
+        if (same != pieces.begin() + static_cast<std::ptrdiff_t>(j)) {
+          std::memcpy(pc.data, same->data, static_cast<size_t>(runtime::shape_numel(pc.shape)) * esize);
+          continue;
+        }
+        Id ms{make_space(pc.shape), H5Sclose};
+        select_block(fspace.id, pc.offset, pc.shape, true);
+        if (H5Dread(dset.id, mtype.id, ms.id, fspace.id, dxpl.id, pc.data) < 0)
+          throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
+                            h5_detail());
+      }
+    });
+    return;
+  }
+  const Part& one = pieces.size() == 1 ? *std::find_if(parts.begin(), parts.end(), [](const Part& p) {
+    return runtime::shape_numel(p.shape) > 0;
+  }) : parts.front();
+  const Shape &offset = one.offset, &shape = one.shape;
+  void* data = one.data;
+  std::unique_ptr<Packed> packed;
+  std::vector<unsigned char> buffer;
+  if (pieces.size() > 1) {
+    packed = std::make_unique<Packed>(pieces, ti->shape, runtime::dtype_size(dtype));
+    buffer.resize(static_cast<size_t>(packed->elements()) * runtime::dtype_size(dtype));
+  }
   Watch w(tensor_where(path_, dataset) + "collective read");
   agree(comm_, [&] {
     Id dset{H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), H5Dclose};
     if (dset.id < 0) throw ConfigError(tensor_where(path_, dataset) + "cannot open the dataset" + h5_detail());
     Id fspace{H5Dget_space(dset.id), H5Sclose};
     Id mtype{h5_type(ti->dtype), H5Tclose};
-    Id mspace{make_space(shape), H5Sclose};
-    const bool any = runtime::shape_numel(shape) > 0;
-    select_block(fspace.id, offset, shape, any);
-    if (!any) H5Sselect_none(mspace.id);
+    Id mspace{-1, H5Sclose};
+    if (packed) {
+      packed->select(fspace.id);
+      if (H5Sget_select_npoints(fspace.id) != static_cast<hssize_t>(packed->elements()))
+        throw RuntimeFault(tensor_where(path_, dataset) + "internal: the union of the chips' blocks has " +
+                           std::to_string(H5Sget_select_npoints(fspace.id)) + " elements, packed " +
+                           std::to_string(packed->elements()));
+      mspace.id = make_space(Shape{static_cast<int64_t>(packed->elements())});
+      data = buffer.data();
+    } else {
+      mspace.id = make_space(shape);
+      const bool any = runtime::shape_numel(shape) > 0;
+      select_block(fspace.id, offset, shape, any);
+      if (!any) H5Sselect_none(mspace.id);
+    }
     // Unfiltered data: each rank reads its own block independently (no shuffle through aggregators, and an error
     // stays local until agreed); compressed chunks: collectively.
     Id dxpl{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
@@ -1129,9 +1442,20 @@ void CheckpointReader::read_raw(const std::string& dataset, const Shape& offset,
       throw ConfigError(tensor_where(path_, dataset) + "reading the data failed (corrupted or truncated file?)" +
                         h5_detail());
   });
+  if (packed) packed->unpack(buffer.data());
 }
 
 std::vector<uint64_t> CheckpointReader::verify(const std::vector<std::string>& datasets, uint64_t slab_bytes) const {
+  if (rank_) {  // several chips per rank: the rank's chip 0 verifies (every rank's share), every chip gets the sums
+    std::vector<uint64_t> out;
+    Part part{};
+    part.verified = &out;
+    runtime::chips::rank_handover(&part, [&](const std::vector<void*>& all) {
+      const auto sums = rank_->verify(datasets, slab_bytes);
+      for (void* p : all) *static_cast<Part*>(p)->verified = sums;
+    }, "checkpoint verify");
+    return out;
+  }
   int rank = 0, size = 1;
   MPI_Comm_rank(comm_, &rank);
   MPI_Comm_size(comm_, &size);

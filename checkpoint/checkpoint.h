@@ -49,6 +49,19 @@
 // SIGKILL itself right after writing its part of tensor N (0-based) of a save; SHARDSIM_TEST_CKPT_STALL=RANK makes
 // rank RANK stop forever inside the first tensor's write step (the watchdog ends the job).
 //
+// ---- Several chips per rank (runtime/chips.h) ----
+// The World overloads below work at any K. With K = 1 they are the MPI_Comm functions on world.comm(). With K > 1
+// every chip of a rank calls them (same arguments apart from its own blocks), and the rank's chip 0 makes the
+// collective HDF5 calls for all K chips through runtime::chips::rank_handover: a save hands the K chips' entries
+// over; an unfiltered tensor with one writer per chunk is written with one independent H5Dwrite per chip block (as
+// at K = 1, independent transfers are not collective), any other (compressed, shared chunks: collective) with one
+// H5Dwrite per rank whose file selection is the union of the K chips' hyperslabs, from one buffer holding their
+// elements in the union's row-major order (HDF5 transfers a selection in that order); the checksum is each rank's
+// fold of its chips' terms, then the same MPI_Allreduce. A read is the same in reverse (a block that several chips
+// of a rank ask for is read once). Every rank thus makes the same
+// collective calls in the same order as with one chip per rank, and the file has the same datasets, chunks,
+// attributes and checksums as the file of the same run at K = 1, so either resumes the other.
+//
 // ---- Errors (never a hang: every decision that precedes a collective HDF5 call is agreed across ranks) ----
 // Bad checkpoint (exit 2, ConfigError on EVERY rank, message names the file and the tensor): missing/unreadable
 // file, not HDF5, truncated, incomplete (interrupted save), not a shardsim checkpoint, a manifest tensor that
@@ -66,6 +79,10 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+
+namespace shardsim::runtime {
+class World;
+}
 
 namespace shardsim::sharding {
 
@@ -105,6 +122,10 @@ struct SaveOptions {
 // Collective over COMM: every rank passes the same entries (paths, shapes, attributes) in the same order.
 void save_checkpoint(MPI_Comm comm, const std::string& path, const std::vector<CheckpointEntry>& entries,
                      const std::map<std::string, std::string>& root_attributes, const SaveOptions& options = {});
+// The same over the chips of WORLD, at any number of chips per rank (see "Several chips per rank" above): every chip
+// passes the same entries (paths, global shapes, dtypes, attributes) in the same order, each with its own block.
+void save_checkpoint(const runtime::World& world, const std::string& path, const std::vector<CheckpointEntry>& entries,
+                     const std::map<std::string, std::string>& root_attributes, const SaveOptions& options = {});
 
 // The checksum terms of one block: SUM of the terms (see above) of the elements of BLOCK, whose first element
 // sits at OFFSET of a tensor of shape GLOBAL. Add the results of disjoint blocks to get a tensor's checksum.
@@ -128,6 +149,9 @@ class CheckpointReader {
   // `complete`, the manifest, every tensor's type and shape against its attributes); the verdict is broadcast,
   // and only a file that passed is opened collectively. ConfigError on every rank otherwise.
   CheckpointReader(MPI_Comm comm, const std::string& path);
+  // The same over the chips of WORLD (any chips per rank; with K > 1 every chip of a rank holds a reader sharing the
+  // rank's one open file, and every collective call below goes through the rank's chip 0). Collective per chip.
+  CheckpointReader(const runtime::World& world, const std::string& path);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
@@ -159,9 +183,25 @@ class CheckpointReader {
   // naming the first mismatching tensor. Returns the computed checksums in the order of DATASETS.
   std::vector<uint64_t> verify(const std::vector<std::string>& datasets = {}, uint64_t slab_bytes = 64u << 20) const;
 
+  // One block of a rank-level read (internal: with K chips per rank, one per chip).
+  struct Part {
+    runtime::Shape offset, shape;
+    void* data = nullptr;
+    bool counts = false;             // read_block_verified: this block counts for the checksum
+    const std::string* dataset = nullptr;
+    runtime::DType dtype = runtime::DType::fp32;
+    std::vector<uint64_t>* verified = nullptr;  // verify(): where the result goes
+  };
+
  private:
+  void open(const std::string& path);
   void read_raw(const std::string& dataset, const runtime::Shape& offset, const runtime::Shape& shape,
                 runtime::DType dtype, void* data) const;
+  // Rank level: reads every part of DATASET (one collective read of their union).
+  void read_parts(const std::string& dataset, runtime::DType dtype, const std::vector<Part>& parts) const;
+  void read_parts_verified(const std::string& dataset, runtime::DType dtype, const std::vector<Part>& parts) const;
+  // Chip mode: the rank's reader, shared by the rank's chips (null with one chip per rank).
+  std::shared_ptr<CheckpointReader> rank_;
   MPI_Comm comm_;
   std::string path_;
   long long file_ = -1;  // hid_t, kept opaque here so callers need no HDF5 headers

@@ -32,11 +32,10 @@ std::string lm_model_text(const LmConfig& c) {
   return os.str();
 }
 
-void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
-                         const LmTrainSnapshot& s, const std::string& mesh, const std::string& config_text) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  const bool writer = rank == 0;
+void save_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c,
+                         const LmTrainConfig& t, const LmTrainSnapshot& s, const std::string& mesh,
+                         const std::string& config_text) {
+  const bool writer = world.rank() == 0;
   // Every rank passes the same entries; only rank 0's data is written (an empty block elsewhere).
   const LmWeights* parts[3] = {&s.master, &s.m, &s.v};
   std::vector<std::pair<std::string, const Tensor*>> named[3];
@@ -79,15 +78,14 @@ void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig&
   sharding::SaveOptions so;
   so.step = s.step;
   so.mesh = mesh;
-  sharding::save_checkpoint(comm, path, entries, attrs, so);
+  sharding::save_checkpoint(world, path, entries, attrs, so);
 }
 
-LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c,
+LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c,
                                     const LmTrainConfig& t) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = world.rank();
   const std::string where = "checkpoint " + path + ": ";
-  sharding::CheckpointReader rd(comm, path);
+  sharding::CheckpointReader rd(world, path);
   const std::string workload = rd.root_attribute("workload");
   if (workload != "lm_train")
     throw ConfigError(where + "not a training checkpoint of `shardsim train` (workload '" + workload +
@@ -124,6 +122,16 @@ LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, cons
       if (s.mesh.empty()) s.mesh = rd.info(ds).mesh;
     }
   return s;
+}
+
+void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
+                         const LmTrainSnapshot& s, const std::string& mesh, const std::string& config_text) {
+  save_lm_train_state(runtime::World(comm), path, c, t, s, mesh, config_text);
+}
+
+LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c,
+                                    const LmTrainConfig& t) {
+  return load_lm_train_state(runtime::World(comm), path, c, t);
 }
 
 LmTrainState lm_train_state_from(const LmConfig& c, LmTrainSnapshot s) {

@@ -12,6 +12,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "models/lm_data.h"
+#include "models/lm_grad_bucket.h"
 #include "runtime/world.h"
 
 namespace shardsim::models {
@@ -191,42 +192,10 @@ LmDpStepResult LmDpTrainer::step() {
   o.algorithm = dp_.algorithm;
   sim::TimeNs reduced = t;
   double sq = 0;
-  for (Bucket& b : buckets_) {
-    const sim::TimeNs ready = grad_ready[size_t(b.last_unit)];
-    if (dp_.zero >= 1) {
-      // ZeRO-1/2: reduce_scatter(avg), each rank receives the reduced chunk it owns (the paper's stage 1/2
-      // traffic: Ψ for the reduce_scatter plus Ψ for the parameter all_gather, not all_reduce's 2Ψ plus Ψ).
-      // Stage 1 keeps the whole (local) gradient buffer, as the formula P·Ψ counts, and receives its chunk in
-      // place at own_off; stages 2-3 keep only the chunk.
-      // (reduce_scatter copies SENDBUF before it writes RECVBUF, so the two may overlap.)
-      Tensor flat;
-      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
-        flat = Tensor(global_.dtype, {int64_t(b.count)});
-        pack(b, grads_, flat);
-      } else {
-        pack(b, grads_, b.grad);
-      }
-      const size_t es = runtime::dtype_size(global_.dtype), base = dp_.zero == 1 ? b.own_off : 0;
-      const void* in = dp_.zero >= 2 ? flat.data() : b.grad.data();
-      void* out = static_cast<char*>(b.grad.data()) + base * es;
-      o.name = "reduce_scatter.grads";
-      const auto res = collectives::reduce_scatter(tp_, in, out, b.count, global_.dtype,
-                                                   collectives::ReduceOp::avg, ready, o);
-      reduced = std::max(reduced, res.span.end);
-      for (size_t i = base; i < base + b.own_n; ++i)
-        sq += double(b.grad.get(int64_t(i))) * double(b.grad.get(int64_t(i)));
-    } else {
-      pack(b, grads_, b.grad);
-      o.name = "all_reduce.grads";
-      const auto res = collectives::all_reduce(tp_, b.grad.data(), b.grad.data(), b.count, global_.dtype,
-                                               collectives::ReduceOp::avg, ready, o);
-      reduced = std::max(reduced, res.span.end);
-      // Count every element once over dp: the chunk Partition gives this rank (stage 0 owns all but counts its chunk).
-      const collectives::Partition p{b.count, size_t(size_)};
-      const size_t off = p.offset(size_t(rank_)), n = p.size(size_t(rank_));
-      for (size_t i = off; i < off + n; ++i) sq += double(b.grad.get(int64_t(i))) * double(b.grad.get(int64_t(i)));
-    }
-  }
+  for (Bucket& b : buckets_)  // models/lm_grad_bucket.h: all_reduce or ZeRO's reduce_scatter, and the norm piece
+    reduced = std::max(reduced, lm_reduce_grad_bucket(b, grads_, dp_.zero, tp_, global_.dtype,
+                                                      grad_ready[size_t(b.last_unit)], o,
+                                                      [](const Slot&) { return true; }, sq, "lm_dp"));
   // Global norm: all_reduce(sum) of the per-rank pieces (8 bytes).
   double norm_sq = 0;
   o.name = "all_reduce.grad_norm";

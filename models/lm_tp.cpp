@@ -21,7 +21,9 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
+#include "models/lm_grad_bucket.h"
 #include "runtime/world.h"
+#include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
 
 namespace shardsim::models {
@@ -57,10 +59,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-                         bool sequence_parallel, bool cp_zigzag, bool ulysses)
+                         bool sequence_parallel, bool cp_zigzag, bool ulysses, bool fused)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
       algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag && !ulysses), ulysses_(ulysses),
-      store_(!world.shape_only()) {
+      fused_(fused), store_(!world.shape_only()) {
   check_lm_config(global);
   if (dp.zero < 0 || dp.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
@@ -71,6 +73,9 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       throw std::invalid_argument("parallel: train runs on dp x cp x tp meshes only (got " + mesh.describe() + ")");
   tp_size_ = mesh.size("tp");
   dp_size_ = mesh.size("dp");
+  if (fused_ && (!sp_ || tp_size_ < 2))
+    throw std::invalid_argument("parallel.fused: the trainer fuses the sequence-parallel collectives with their GEMMs "
+                                "(all_gather + column-parallel GEMM, GEMM + reduce_scatter); needs tp > 1 and sp: true");
   const int r = world.rank();
   tp_rank_ = mesh.coordinate("tp", r);
   dp_rank_ = mesh.coordinate("dp", r);
@@ -90,12 +95,21 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
-  if (ulysses_ && cp_size_ > 1)
-    for (auto [v, field] : {std::pair{global.heads, "heads"}, std::pair{global.kv_heads, "kv_heads"}})
-      if (v % (int64_t(tp_size_) * cp_size_) != 0)
-        throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
-                                    " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                    std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
+  if (ulysses_ && cp_size_ > 1) {
+    if (global.heads % (int64_t(tp_size_) * cp_size_) != 0)
+      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
+                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                  std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
+    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
+    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
+    // groups when a parallel degree exceeds them).
+    const int64_t kv_l = global.kv_heads / tp_size_;
+    if (global.kv_heads % tp_size_ == 0 && kv_l % cp_size_ != 0 && cp_size_ % kv_l != 0)
+      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
+                                  std::to_string(tp_size_) + " leaves " + std::to_string(kv_l) +
+                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
+                                  std::to_string(cp_size_) + "): Ulysses splits or replicates them");
+  }
   const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
   if (global.seq % pieces != 0)
     throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
@@ -364,6 +378,17 @@ Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* na
   return out;
 }
 
+Tensor LmTpTrainer::row_parallel(const Tensor& in, const Tensor& w, sim::TimeNs& t, const char* name) {
+  if (fused_) {  // the GEMM's row chunks with the ring reduce_scatter (sharding/fused.h)
+    Tensor out = make(in.dtype(), {in.dim(0) / tp_size_, w.dim(1)});
+    t += sharding::gemm_reduce_scatter(mesh_["tp"], in, w, out, t, std::string("fused.") + name).fused_ns;
+    return out;
+  }
+  Tensor y = make(in.dtype(), {in.dim(0), w.dim(1)});
+  charge(kernels::gemm(in, w, y), t);
+  return to_seq(std::move(y), t, name);
+}
+
 void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                                 sim::TimeNs& t) {
   const LmConfig& c = local_;
@@ -379,10 +404,19 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   S.x_in = x;
   Tensor a = act({Nr, h});
   charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
-  S.a = from_seq(a, t, "attn_in");
-  S.q = mm(S.a, L.wq).reshaped({N, hq, d});
-  S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
-  S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
+  if (fused_) {  // one ring all_gather of the normed rows feeds q, k and v; S.a keeps this rank's rows only
+    Tensor q = act({N, hq * d}), k = act({N, hkv * d}), v = act({N, hkv * d});
+    t += sharding::all_gather_gemm(mesh_["tp"], a, {&L.wq, &L.wk, &L.wv}, {&q, &k, &v}, t, "fused.qkv").fused_ns;
+    S.a = std::move(a);
+    S.q = std::move(q).reshaped({N, hq, d});
+    S.k = std::move(k).reshaped({N, hkv, d});
+    S.v = std::move(v).reshaped({N, hkv, d});
+  } else {
+    S.a = from_seq(a, t, "attn_in");
+    S.q = mm(S.a, L.wq).reshaped({N, hq, d});
+    S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
+    S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
+  }
   charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
   charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
   if (cp_size_ > 1 && ulysses_) {
@@ -400,7 +434,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
       S.o_heads.set_rows(b * Tg, ob);
       S.lse.push_back(std::move(lse));
     }
-    S.o = heads_to_seq(S.o_heads, t, "o");
+    S.o = heads_to_seq(S.o_heads, hq, t, "o");
   } else if (cp_size_ > 1) {
     cp_attention_forward(S, t);
   } else {
@@ -413,17 +447,25 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
     S.lse.push_back(std::move(lse));
    }
   }
-  const Tensor attn = to_seq(mm(Tensor(S.o).reshaped({N, hq * d}), L.wo), t, "attn_out");
+  const Tensor attn = row_parallel(Tensor(S.o).reshaped({N, hq * d}), L.wo, t, "attn_out");
   charge(kernels::add_inplace(x, attn), t);
   S.x_mid = x;
   Tensor m = act({Nr, h});
   charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
-  S.m = from_seq(m, t, "mlp_in");
-  S.gate = mm(S.m, L.w_gate);
-  S.up = mm(S.m, L.w_up);
+  if (fused_) {
+    S.gate = act({N, c.ffn});
+    S.up = act({N, c.ffn});
+    t += sharding::all_gather_gemm(mesh_["tp"], m, {&L.w_gate, &L.w_up}, {&S.gate, &S.up}, t, "fused.gate_up")
+             .fused_ns;
+    S.m = std::move(m);
+  } else {
+    S.m = from_seq(m, t, "mlp_in");
+    S.gate = mm(S.m, L.w_gate);
+    S.up = mm(S.m, L.w_up);
+  }
   S.act = S.gate;
   charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
-  const Tensor mlp = to_seq(mm(S.act, L.w_down), t, "mlp_out");
+  const Tensor mlp = row_parallel(S.act, L.w_down, t, "mlp_out");
   charge(kernels::add_inplace(x, mlp), t);
 }
 
@@ -454,8 +496,14 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   C.x_final = x;
   Tensor xf = act({Nr, h});
   charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
-  C.xf = from_seq(xf, t, "head_in");
-  C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
+  if (fused_) {  // C.xf keeps this rank's rows; the head's backward re-gathers them
+    C.logits = act({N, c.vocab});
+    t += sharding::all_gather_gemm(mesh_["tp"], xf, w.head, C.logits, t, "fused.head").fused_ns;
+    C.xf = std::move(xf);
+  } else {
+    C.xf = from_seq(xf, t, "head_in");
+    C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
+  }
   C.row_max = make(DType::fp32, {N});
   C.sumexp = make(DType::fp32, {N});
   Tensor target = make(DType::fp32, {N}), loss = make(DType::fp32, {N});
@@ -481,6 +529,16 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   return total / double(N);
 }
 
+void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                                        sim::TimeNs& t, const char* name) {
+  if (fused_) {  // the all_gather of dY with the dX GEMM's row chunks, then dW (sharding/fused.h)
+    t += sharding::all_gather_gemm_backward(mesh_["tp"], dy, x, w, dx, dw, t, std::string("fused.") + name).fused_ns;
+    return;
+  }
+  const Tensor dy_full = from_seq(dy, t, name);  // sp: all_gather (the reduce_scatter's backward)
+  charge(kernels::gemm_backward(x, w, dy_full, &dx, &dw), t);  // row-parallel: local
+}
+
 void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
@@ -496,10 +554,18 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   Tensor dlogits = act({N, c.vocab});
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / float(N), dlogits), t);
   const int64_t Nr = sp_ ? N / tp_size_ : N;
-  Tensor dxf = act({N, h});
-  charge(kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head), t);
-  // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
-  const Tensor dxf_r = to_seq(std::move(dxf), t, "dhead_in");
+  Tensor dxf_r;
+  if (fused_) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
+    dxf_r = act({Nr, h});
+    t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], C.xf, {&w.head}, {&dlogits}, dxf_r, {&g.head}, t,
+                                                "fused.head_backward")
+             .fused_ns;
+  } else {
+    Tensor dxf = act({N, h});
+    charge(kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head), t);
+    // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
+    dxf_r = to_seq(std::move(dxf), t, "dhead_in");
+  }
   Tensor dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
   grad_ready_[size_t(head_unit)] = t;
@@ -513,28 +579,30 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     }
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
-    {
-      const Tensor dx_full = from_seq(dx, t, "dmlp_out");  // sp: all_gather (the reduce_scatter's backward)
-      charge(kernels::gemm_backward(S.act, L.w_down, dx_full, &dact, &G.w_down), t);  // row-parallel: local
-    }
+    row_parallel_backward(S.act, L.w_down, dx, dact, G.w_down, t, "dmlp_out");
     charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), t);
-    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({Nr, h});
-    charge(kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate), t);
-    charge(kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up), t);
-    charge(kernels::add_inplace(dm, dm_up), t);
-    const Tensor dm_r = to_seq(std::move(dm), t, "dmlp_in");  // column-parallel gate/up
+    Tensor dnorm = act({Nr, h}), dm_r;
+    if (fused_) {
+      dm_r = act({Nr, h});
+      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup}, dm_r,
+                                                  {&G.w_gate, &G.w_up}, t, "fused.gate_up_backward")
+               .fused_ns;
+    } else {
+      Tensor dm = act({N, h}), dm_up = act({N, h});
+      charge(kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate), t);
+      charge(kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up), t);
+      charge(kernels::add_inplace(dm, dm_up), t);
+      dm_r = to_seq(std::move(dm), t, "dmlp_in");  // column-parallel gate/up
+    }
     charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
-    {
-      const Tensor dx_full = from_seq(dx, t, "dattn_out");
-      charge(kernels::gemm_backward(o2, L.wo, dx_full, &do2, &G.wo), t);  // row-parallel: local
-    }
+    row_parallel_backward(o2, L.wo, dx, do2, G.wo, t, "dattn_out");
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     if (cp_size_ > 1 && ulysses_) {
-      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = hkv / cp_size_;
+      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = std::max<int64_t>(1, hkv / cp_size_);
       const Tensor doh = seq_to_heads(dout, t, "do");
       Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
       for (int64_t b = 0; b < c.batch; ++b) {
@@ -547,9 +615,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
         dkh.set_rows(b * Tg, dkb);
         dvh.set_rows(b * Tg, dvb);
       }
-      dq = heads_to_seq(dqh, t, "dq");
-      dk = heads_to_seq(dkh, t, "dk");
-      dv = heads_to_seq(dvh, t, "dv");
+      dq = heads_to_seq(dqh, hq, t, "dq");
+      dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
+      dv = heads_to_seq(dvh, hkv, t, "dv");
     } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
     else
     for (int64_t b = 0; b < c.batch; ++b) {
@@ -566,13 +634,21 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
-    Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
-    charge(kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq), t);
-    charge(kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk), t);
-    charge(kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv), t);
-    charge(kernels::add_inplace(da, da_k), t);
-    charge(kernels::add_inplace(da, da_v), t);
-    const Tensor da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
+    Tensor da_r;
+    if (fused_) {
+      da_r = act({Nr, h});
+      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2}, da_r,
+                                                  {&G.wq, &G.wk, &G.wv}, t, "fused.qkv_backward")
+               .fused_ns;
+    } else {
+      Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
+      charge(kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq), t);
+      charge(kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk), t);
+      charge(kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv), t);
+      charge(kernels::add_inplace(da, da_k), t);
+      charge(kernels::add_inplace(da, da_v), t);
+      da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
+    }
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     grad_ready_[size_t(l) + 1] = t;
@@ -648,53 +724,11 @@ LmDpStepResult LmTpTrainer::step() {
   o.algorithm = algorithm_;
   sim::TimeNs reduced = t;
   double sq = 0;
-  for (Bucket& b : buckets_) {
-    const sim::TimeNs ready = grad_ready_[size_t(b.last_unit)];
-    const collectives::Partition p{b.count, size_t(rep_size_)};
-    const size_t own_off = p.offset(size_t(rep_rank_)), own_n = p.size(size_t(rep_rank_));
-    size_t base = 0;  // element of the bucket at b.grad's index 0
-    if (dp_.zero >= 1) {
-      // ZeRO-1/2: reduce_scatter(avg) over dp to the owned chunk (stage 1 keeps the whole local gradient buffer
-      // and receives the chunk in place at own_off; stages 2-3 keep the chunk only). reduce_scatter copies SENDBUF
-      // before it writes RECVBUF, so the two may overlap.
-      Tensor flat;
-      if (dp_.zero >= 2) {  // stages 2-3: b.grad is the chunk
-        flat = make(global_.dtype, {int64_t(b.count)});
-        pack(b, grads_, flat);
-      } else {
-        pack(b, grads_, b.grad);
-      }
-      const Tensor& whole = dp_.zero >= 2 ? flat : b.grad;
-      if (rep_size_ == 1) {
-        if (dp_.zero >= 2) b.grad = flat;
-      } else {
-        const size_t es = runtime::dtype_size(global_.dtype);
-        void* out = store_ ? static_cast<char*>(b.grad.data()) + (dp_.zero == 1 ? own_off : 0) * es : nullptr;
-        o.name = "reduce_scatter.grads";
-        const auto res = collectives::reduce_scatter(*rep_, whole.data_if_stored(), out, b.count,
-                                                     global_.dtype, collectives::ReduceOp::avg, ready, o);
-        reduced = std::max(reduced, res.span.end);
-      }
-      base = dp_.zero >= 2 ? own_off : 0;
-    } else {
-      pack(b, grads_, b.grad);
-      if (rep_size_ > 1) {
-        o.name = "all_reduce.grads";
-        const auto res = collectives::all_reduce(*rep_, b.grad.data_if_stored(), b.grad.data_if_stored(), b.count,
-                                                 global_.dtype,
-                                                 collectives::ReduceOp::avg, ready, o);
-        reduced = std::max(reduced, res.span.end);
-      }
-    }
-    for (const Slot& s : b.slots) {
-      if (!store_ || (s.replicated && tp_rank_ != 0)) continue;  // shape-only: no values, the norm is 0
-      const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
-      for (size_t i = lo; i < hi; ++i) {
-        const double g = b.grad.get(int64_t(i - base));
-        sq += g * g;
-      }
-    }
-  }
+  for (Bucket& b : buckets_)  // models/lm_grad_bucket.h: all_reduce or ZeRO's reduce_scatter, and the norm piece
+    reduced = std::max(reduced, lm_reduce_grad_bucket(b, grads_, dp_.zero, *rep_, global_.dtype,
+                                                      grad_ready_[size_t(b.last_unit)], o,
+                                                      [&](const Slot& s) { return !s.replicated || tp_rank_ == 0; },
+                                                      sq, "lm_tp"));
   double norm_sq = 0;
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
@@ -762,14 +796,16 @@ LmDpMemory LmTpTrainer::memory() const {
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
   const int U = cp_size_;
-  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = H / U, B = local_.batch, Tl = local_.seq;
+  // hu heads per chip: H/U, or 1 when H < U (kv heads replicated: chip j takes head j·H/U, its GQA group's).
+  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = std::max<int64_t>(1, H / U), B = local_.batch,
+                Tl = local_.seq;
   const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
   Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, (j+1)·H/U)
+  if (store_)  // block j: this chip's tokens, heads [j·H/U, j·H/U + hu)
     for (int j = 0; j < U; ++j)
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
-                    static_cast<const char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es, row);
+                    static_cast<const char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es, row);
   collectives::CollectiveOptions o;
   o.algorithm = "auto";
   o.name = "all_to_all.ulysses_" + name;
@@ -786,9 +822,9 @@ Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::str
   return y;
 }
 
-Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::string& name) {
+Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
   const int U = cp_size_;
-  const int64_t hu = y.dim(1), d = y.dim(2), H = hu * U, B = local_.batch, Tl = local_.seq, n = B * Tl;
+  const int64_t hu = y.dim(1), d = y.dim(2), B = local_.batch, Tl = local_.seq, n = B * Tl;
   const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
   Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
   if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
@@ -803,11 +839,18 @@ Tensor LmTpTrainer::heads_to_seq(const Tensor& y, sim::TimeNs& t, const std::str
                               y.dtype(), t, o)
           .span.end;
   Tensor x = make(y.dtype(), {n, H, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, ...)
+  if (store_ && H >= U)  // block j: this chip's tokens, heads [j·H/U, ...)
     for (int j = 0; j < U; ++j)
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + j * hu) * size_t(d)) * es,
+        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es,
                     static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
+  else if (store_)  // replicated heads (H < U): U/H chips hold partial gradients of one head; summed in chip order
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t at = (i * H + (j * H) / U) * d + e;
+          x.set(at, x.get(at) + recv.get((j * n + i) * d + e));
+        }
   return x;
 }
 

@@ -26,6 +26,19 @@
 // row-parallel layer's backward, reduce_scatter of a column-parallel layer's partial input gradient). The norm
 // weights' gradients, computed over each rank's rows only, are all_reduce(sum)ed over tp after backward.
 //
+// Fused collectives (FUSED, parallel.fused: true; with sequence parallelism): the tp collectives around the
+// GEMMs become the fused ops of sharding/fused.h, the block plans' (issue 6), so their transfers overlap the GEMMs'
+// row chunks in the simulated timeline. Forward: all_gather + the column-parallel GEMMs (q/k/v in one gather,
+// gate/up in one, the head) = all_gather_gemm; the row-parallel GEMM + reduce_scatter (wo, w_down) =
+// gemm_reduce_scatter. Backward: a row-parallel layer's all_gather of dY with its dX GEMM (row chunks as they
+// arrive) then its dW GEMM = all_gather_gemm_backward; a column-parallel layer's dX GEMMs with the reduce_scatter
+// of dX, and the all_gather of its input (re-gathered: the forward keeps only this rank's rows of the norm
+// outputs, as Megatron does, so activations shrink) before its dW GEMMs = gemm_reduce_scatter_backward. The dW
+// GEMMs and the row chunks of every GEMM compute what the unfused path computes; the fused reduce_scatters add
+// the partial sums in ring order, a different fp32 order than the reduce_scatter collective. The embedding's
+// reduce_scatter and all_gather (no GEMM), the cross-entropy all_reduces and the norm-gradient all_reduce stay
+// unfused.
+//
 // Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp): ring attention (Liu et
 // al., arXiv:2310.01889) forward AND backward. Each sequence is Shard(0) over cp: cp rank c holds the tokens of
 // sharding::plans::cp_chunks (zigzag: chunks c and 2cp-1-c of 2cp, Megatron's causal load balance; contiguous:
@@ -49,7 +62,10 @@
 // H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
 // flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
 // to heads, dQ, dK, dV back to tokens). The head-sharded q, k, v, O and lse are what the backward keeps. Needs
-// the local (per tp rank) q and kv heads to be multiples of U. Gradients and ZeRO as for cp.
+// the local (per tp rank) q heads to be a multiple of U and the local kv heads a multiple or a divisor of U: with
+// fewer kv heads than U each is replicated to the U/kv chips whose query heads form its GQA group (as Megatron
+// replicates the query groups when a parallel degree exceeds them), and their partial dK/dV are summed on the
+// way back. Gradients and ZeRO as for cp.
 //
 // Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
 // rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
@@ -109,10 +125,12 @@ class LmTpTrainer {
   // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1. ULYSSES: the cp axis runs
   // DeepSpeed-Ulysses instead of ring attention (contiguous split; CP_ZIGZAG ignored).
   // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
-  // field for a stage outside 0..3 or bucket_bytes < 0.
+  // field for a stage outside 0..3 or bucket_bytes < 0. FUSED (parallel.fused, needs SEQUENCE_PARALLEL; else
+  // std::invalid_argument naming parallel.fused): the tp collectives around the GEMMs as the fused ops of
+  // sharding/fused.h (see "Fused collectives" above).
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
-              bool sequence_parallel = false, bool cp_zigzag = true, bool ulysses = false);
+              bool sequence_parallel = false, bool cp_zigzag = true, bool ulysses = false, bool fused = false);
   // DDP (ZeRO 0, one bucket after backward, no recompute) with ALGORITHM.
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
@@ -131,6 +149,7 @@ class LmTpTrainer {
   int cp() const { return cp_size_; }
   bool cp_zigzag() const { return zigzag_; }
   bool ulysses() const { return ulysses_; }
+  bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
@@ -180,6 +199,11 @@ class LmTpTrainer {
   // The residual stream's rows to the full [N, h] a column-parallel layer reads: identity, or with sp all_gather.
   runtime::Tensor from_seq(const runtime::Tensor& rows, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
+  // A row-parallel layer Y = X · W: the GEMM then to_seq, or fused (gemm_reduce_scatter). Its backward from the
+  // residual-stream gradient DY: from_seq then gemm_backward into DX, DW, or fused (all_gather_gemm_backward).
+  runtime::Tensor row_parallel(const runtime::Tensor& in, const runtime::Tensor& w, sim::TimeNs& t, const char* name);
+  void row_parallel_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
+                             runtime::Tensor& dx, runtime::Tensor& dw, sim::TimeNs& t, const char* name);
   // Context parallelism (see above). A chunk of each local sequence: local row offset, global position, length.
   struct CpChunk {
     int64_t local = 0, global = 0, len = 0;
@@ -196,7 +220,9 @@ class LmTpTrainer {
   // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
   // token, this chip's heads), and back.
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
-  runtime::Tensor heads_to_seq(const runtime::Tensor& y, sim::TimeNs& t, const std::string& name);
+  // H: the token layout's head count. With fewer heads than U (replicated kv heads) seq_to_heads sends chip j the
+  // one head j·H/U and heads_to_seq sums the U/H chips' blocks of each head (the partial dK / dV).
+  runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
   // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
   kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
@@ -212,6 +238,7 @@ class LmTpTrainer {
   bool sp_ = false;
   bool zigzag_ = true;
   bool ulysses_ = false;
+  bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)

@@ -90,19 +90,6 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
       throw UsageError(c.file() + ": checkpoints of a transformer_block hold one layer; workload.layers is " +
                        std::to_string(c.block.shape.layers) + " (drop --checkpoint/--resume or set layers: 1)");
   }
-  const int k = runtime::chips_per_rank();
-  if (k > 1) {
-    // Not yet with several chips per rank: HDF5's parallel I/O and the trace gather are per MPI rank.
-    const std::string ks = std::to_string(k);
-    if (!opt.resume_from.empty())
-      throw UsageError("--resume: checkpoints need one chip per rank (this run has " + ks +
-                       " chips per rank; drop --chips-per-rank/--chips)");
-    if (const auto ckpt = model_checkpoint_target(c, opt))
-      throw UsageError("checkpoint " + *ckpt + ": checkpoints need one chip per rank (this run has " + ks +
-                       " chips per rank); add --no-checkpoint or drop --chips-per-rank/--chips");
-    if (!opt.trace_path.empty())
-      throw UsageError("--trace: traces need one chip per rank (this run has " + ks + " chips per rank)");
-  }
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (!shape_only) check_host_memory(c.block);

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdint>
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/chips.h"
 
 namespace shardsim::sharding {
 
@@ -109,29 +111,50 @@ void write_trace(const runtime::World& world, const sim::Timeline& tl, const std
   // Invalid UTF-8 in a name (it may come from a config) becomes U+FFFD instead of an exception on one rank.
   std::string mine = trace_events(tl).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   mine = mine.size() > 2 ? mine.substr(1, mine.size() - 2) : std::string();
-  if (mine.size() > static_cast<size_t>(INT_MAX))
+  if (!world.vcomm() && mine.size() > static_cast<size_t>(INT_MAX))
     throw RuntimeFault("trace: chip " + std::to_string(tl.chip()) + " has more than 2 GiB of events");
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<size_t>(world.size()));
-  runtime::check_mpi(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "trace");
-  std::vector<int> displs(lens.size(), 0);
+  // Chip c's events at all[displs[c]], lens[c] bytes (on rank 0).
+  std::vector<size_t> lens(static_cast<size_t>(world.size())), displs(lens.size(), 0);
   std::string all;
-  long long total = 0;
-  if (world.rank() == 0) {
+  if (world.vcomm()) {
+    // Several chips per rank: through the chip router to chip 0 (variable-length, no 2 GiB limit).
+    const auto parts = runtime::chips::gather(*world.vcomm(), mine.data(), mine.size(), 0, "trace");
+    if (world.rank() == 0) {
+      size_t total = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        displs[i] = total;
+        lens[i] = parts[i].size();
+        total += lens[i];
+      }
+      all.resize(total);
+      for (size_t i = 0; i < parts.size(); ++i)
+        if (lens[i]) std::memcpy(all.data() + displs[i], parts[i].data(), lens[i]);
+    }
+  } else {
+    int len = static_cast<int>(mine.size());
+    std::vector<int> ilens(lens.size()), idispls(lens.size(), 0);
+    runtime::check_mpi(MPI_Gather(&len, 1, MPI_INT, ilens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "trace");
+    long long total = 0;
+    if (world.rank() == 0) {
+      for (size_t i = 0; i < ilens.size(); ++i) {
+        idispls[i] = static_cast<int>(std::min<long long>(total, INT_MAX));
+        total += ilens[i];
+      }
+    }
+    // MPI counts and displacements are ints: one gather carries at most 2 GiB. Every rank learns whether it fits.
+    runtime::check_mpi(MPI_Bcast(&total, 1, MPI_LONG_LONG, 0, world.comm()), world.rank(), "trace");
+    if (total > INT_MAX)
+      throw AgreedError("trace: " + std::to_string(total) + " bytes of events, more than one gather carries (2 GiB)",
+                        kExitRuntimeFault);
+    if (world.rank() == 0) all.resize(static_cast<size_t>(total));
+    runtime::check_mpi(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), ilens.data(), idispls.data(), MPI_CHAR, 0,
+                                   world.comm()),
+                       world.rank(), "trace");
     for (size_t i = 0; i < lens.size(); ++i) {
-      displs[i] = static_cast<int>(std::min<long long>(total, INT_MAX));
-      total += lens[i];
+      lens[i] = static_cast<size_t>(ilens[i]);
+      displs[i] = static_cast<size_t>(idispls[i]);
     }
   }
-  // MPI counts and displacements are ints: one gather carries at most 2 GiB. Every rank learns whether it fits.
-  runtime::check_mpi(MPI_Bcast(&total, 1, MPI_LONG_LONG, 0, world.comm()), world.rank(), "trace");
-  if (total > INT_MAX)
-    throw AgreedError("trace: " + std::to_string(total) + " bytes of events, more than one gather carries (2 GiB)",
-                      kExitRuntimeFault);
-  if (world.rank() == 0) all.resize(static_cast<size_t>(total));
-  runtime::check_mpi(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-                                 world.comm()),
-                     world.rank(), "trace");
   // Rank 0 writes the file atomically (common/output_file.h); every rank learns the outcome, so a failure (e.g. a
   // full disk) is exit 3 everywhere with one line from rank 0.
   world.agree([&] {
@@ -153,7 +176,7 @@ void write_trace(const runtime::World& world, const sim::Timeline& tl, const std
       if (lens[i] == 0) continue;
       if (!first) out.write(",\n");
       first = false;
-      out.write(std::string_view(all.data() + displs[i], static_cast<size_t>(lens[i])));
+      out.write(std::string_view(all.data() + displs[i], lens[i]));
     }
     out.write("]}\n");
     out.commit();

@@ -39,7 +39,8 @@ inline constexpr int kTraceTidStride = 10000;  // tracks per chip at most (compu
 // kTraceTidStride tracks.
 nlohmann::json trace_events(const sim::Timeline& timeline);
 
-// Collective: gathers every chip's events on rank 0, which writes PATH. Throws AgreedError (exit code 3) on every
+// Collective: gathers every chip's events on rank 0 (MPI_Gatherv with one chip per rank, the chip router's gather
+// with several), which writes PATH (the same file at any chips per rank). Throws AgreedError (exit code 3) on every
 // rank if rank 0 cannot write PATH or the events exceed 2 GiB; RuntimeFault as trace_events does.
 void write_trace(const runtime::World& world, const sim::Timeline& timeline, const std::string& path);
 

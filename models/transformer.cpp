@@ -531,7 +531,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     const std::string& path = opt.resume_from;
     // Every rank checks the file; a bad checkpoint fails the job once, with one message (World::agree).
     world.agree([&] {
-      reader = std::make_unique<CheckpointReader>(world.comm(), path);
+      reader = std::make_unique<CheckpointReader>(world, path);
       const std::string saved = reader->root_attribute("workload");
       if (saved != kind && !(saved.empty() && !s.attention))
         throw ConfigError("checkpoint " + path + ": written by a '" + (saved.empty() ? "?" : saved) +
@@ -796,7 +796,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     mesh_attr << ") of " << rep.topology << "; " << rep.mesh;
     so.mesh = mesh_attr.str();
     // save_checkpoint's errors are the same on every rank (it agrees them): one line from rank 0, not an abort.
-    world.agree([&] { save_checkpoint(world.comm(), opt.checkpoint_path, entries, attrs, so); });
+    world.agree([&] { save_checkpoint(world, opt.checkpoint_path, entries, attrs, so); });
     rep.wall_checkpoint_s = seconds_since(t_ck);
   }
   // The reference's weights (and input, without attention): the checkpoint's when resumed (read collectively;

@@ -34,6 +34,9 @@ constexpr int kChipTag = 7101;
 constexpr size_t kPiece = size_t{1} << 30;   // payload bytes per MPI message (int counts)
 constexpr size_t kMaxHeader = 128;
 constexpr uint64_t kControl = uint64_t{1} << 63;  // context bit of control-plane messages
+// Context of the per-rank hand-over communicators (rank_handover; "ChkpHand" without the top bit). Split contexts
+// are 63-bit hashes (Transport::split) and the world's is 1: a collision is as unlikely as one between two splits.
+constexpr uint64_t kHandoverCtx = 0x43686b7048616e64ull & ~kControl;
 // Fiber stacks: collectives, kernels and the CLI run on them. Guard page below (overflow faults, never corrupts).
 constexpr size_t kStackBytes = size_t{1} << 20;
 
@@ -77,6 +80,10 @@ struct Chip {
   bool queued = false;  // in Sched::ready
   std::string op;
   std::vector<int> peers;
+  // wait_until_all: the (context, source) messages this chip still misses; it is queued only when the last of
+  // them is delivered (a woken chip whose wait is still unmet would cost a resume for nothing). Empty: any
+  // delivery to the chip queues it.
+  std::vector<std::pair<uint64_t, int>> missing;
   int code = 0;
 };
 
@@ -86,14 +93,21 @@ struct Sched {
   std::vector<Chip> chips;
   int cur = -1;
   uint64_t events = 0;
-  std::vector<int> ready, running;  // chips to resume: not started yet, or a message arrived for a waiting one
-  std::unordered_map<Key, std::deque<Msg>, KeyHash> mail;
+  std::vector<int> ready, running;  // chips to resume: not started yet, or every awaited message arrived
+  using Mail = std::unordered_map<Key, std::deque<Msg>, KeyHash>;
+  Mail mail;
+  // Emptied mailboxes kept for reuse (map node and deque storage): each message would otherwise allocate a map
+  // node, a deque map and a deque block, and free them again when it is taken. Bounded, so an all_to_all's p^2
+  // keys do not stay allocated.
+  std::vector<Mail::node_type> spare_boxes;
+  static constexpr size_t kMaxSpareBoxes = 4096;
   std::map<int, Msg> assembling;  // source rank -> message whose pieces are still arriving
   std::map<int, Key> assembling_key;
   std::vector<MPI_Request> send_reqs;
   std::vector<std::vector<unsigned char>> send_bufs;
   std::vector<int> done_idx;
   std::vector<std::shared_ptr<VComm>> worlds;
+  std::vector<std::shared_ptr<VComm>> locals;  // per chip: this rank's K chips (rank_handover)
   // chips::shared_ints: hash of the contents -> the shared copies (weak: a copy goes with its last holder).
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const std::vector<int>>>> shared_ints;
   int stall_chip = -1;
@@ -101,15 +115,36 @@ struct Sched {
   bool local(int g) const { return g / k == wrank; }
   int rank_of(int g) const { return g / k; }
 
+  std::deque<Msg>& box(const Key& key) {
+    auto it = mail.find(key);
+    if (it != mail.end()) return it->second;
+    if (spare_boxes.empty()) return mail[key];
+    Mail::node_type n = std::move(spare_boxes.back());
+    spare_boxes.pop_back();
+    n.key() = key;
+    return mail.insert(std::move(n)).position->second;
+  }
+
+  void retire(Mail::iterator it) {
+    if (spare_boxes.size() < kMaxSpareBoxes) spare_boxes.push_back(mail.extract(it));
+    else mail.erase(it);
+  }
+
   void deliver(const Key& key, Msg&& m) {
-    mail[key].push_back(std::move(m));
+    box(key).push_back(std::move(m));
     ++events;
     // Only the destination can be waiting for it (every wait is for messages to the waiting chip).
     Chip& c = chips[static_cast<size_t>(key.dst % k)];
-    if (c.waiting && !c.queued) {
-      c.queued = true;
-      ready.push_back(key.dst % k);
+    if (!c.waiting || c.queued) return;
+    if (!c.missing.empty()) {
+      auto it = std::find(c.missing.begin(), c.missing.end(), std::pair{key.ctx, key.src});
+      if (it == c.missing.end()) return;
+      *it = c.missing.back();
+      c.missing.pop_back();
+      if (!c.missing.empty()) return;
     }
+    c.queued = true;
+    ready.push_back(key.dst % k);
   }
 
   // Receives what has arrived and retires finished sends. True if anything happened.
@@ -336,6 +371,25 @@ void wait_until(const std::function<bool()>& done, const std::string& op, const 
   c.peers.clear();
 }
 
+void wait_until_all(const std::function<bool()>& done, const std::string& op, std::span<const int> peers,
+                    std::span<const std::pair<uint64_t, int>> missing) {
+  if (done()) return;
+  Chip& c = g->chips.at(static_cast<size_t>(g->cur));
+  if (g->stall_chip == current() || missing.empty())
+    return wait_until(done, op, std::vector<int>(peers.begin(), peers.end()));
+  c.waiting = true;
+  c.op = op;  // (assign: keeps the string's and the vectors' storage from the last wait)
+  c.peers.assign(peers.begin(), peers.end());
+  c.missing.assign(missing.begin(), missing.end());
+  switch_out(c);
+  // Woken by the last missing message, or by the watchdog's view of things; if DONE() still does not hold (it
+  // should not happen: every missing message is here), fall back to waking on any delivery.
+  c.missing.clear();
+  while (!done()) switch_out(c);
+  c.waiting = false;
+  c.peers.clear();
+}
+
 void post(uint64_t cx, int src, int dst, const void* header, size_t hlen, const void* buf, size_t bytes) {
   if (hlen > kMaxHeader) throw RuntimeFault("chip router: header of " + std::to_string(hlen) + " bytes");
   if (g->local(dst)) {
@@ -387,7 +441,7 @@ void take(uint64_t cx, int src, int dst, void* buf) {
   Msg& m = it->second.front();
   if (buf && m.bytes) std::memcpy(buf, m.storage.data() + m.offset, m.bytes);
   it->second.pop_front();
-  if (it->second.empty()) g->mail.erase(it);
+  if (it->second.empty()) g->retire(it);
 }
 
 std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op) {
@@ -432,6 +486,87 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
     if (n) combine(data, other.data());
   }
   for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, buf, n);
+}
+
+std::vector<std::vector<unsigned char>> gather(const VComm& c, const void* mine, size_t n, int root,
+                                               const std::string& op) {
+  const int me = c.member(c.rank);
+  const uint64_t cx = c.ctx | kControl;
+  std::vector<std::vector<unsigned char>> all;
+  if (c.rank != root) {
+    unsigned char dummy = 0;
+    post(cx, me, c.member(root), nullptr, 0, n ? mine : &dummy, n);
+    return all;
+  }
+  all.resize(static_cast<size_t>(c.size()));
+  if (n) all[static_cast<size_t>(root)].assign(static_cast<const unsigned char*>(mine),
+                                               static_cast<const unsigned char*>(mine) + n);
+  for (int r = 0; r < c.size(); ++r) {
+    if (r == root) continue;
+    const int src = c.member(r);
+    size_t bytes = 0;
+    wait_until([&] { return peek(cx, src, me, nullptr, 0, &bytes); }, op, {src});
+    auto& out = all[static_cast<size_t>(r)];
+    out.resize(bytes);
+    take(cx, src, me, bytes ? out.data() : nullptr);
+  }
+  return all;
+}
+
+void rank_handover(void* mine, const std::function<void(const std::vector<void*>&)>& fn, const std::string& op) {
+  if (!g || g->cur < 0) throw std::logic_error("rank_handover: not on a chip fiber");
+  const VComm& c = *g->locals.at(static_cast<size_t>(g->cur));
+  // Each chip sends its pointer and the name of the hand-over it is in (chips that diverged are an error, never a
+  // pointer taken for another kind of contribution).
+  std::vector<unsigned char> me(sizeof mine + op.size());
+  std::memcpy(me.data(), &mine, sizeof mine);
+  std::memcpy(me.data() + sizeof mine, op.data(), op.size());
+  const auto got = gather(c, me.data(), me.size(), 0, op);
+  // The outcome, "" or "<class>:<exit code>:<message>", sent from slot 0 to the others.
+  std::string outcome;
+  if (c.rank == 0) {
+    std::vector<void*> ptrs(got.size());
+    char cls = 0;
+    int code = 0;
+    std::string what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::memcpy(&ptrs[i], got[i].data(), sizeof(void*));
+      const std::string theirs(got[i].begin() + sizeof(void*), got[i].end());
+      if (theirs != op && !cls) {
+        cls = 'R', code = kExitRuntimeFault;
+        what = "internal error: chip " + std::to_string(c.member(static_cast<int>(i))) + " is in hand-over '" +
+               theirs + "' while chip " + std::to_string(c.member(0)) + " is in '" + op + "'";
+      }
+    }
+    try {
+      if (!cls) fn(ptrs);
+    } catch (const AgreedError& e) {
+      cls = 'A', code = e.exit_code(), what = e.what();
+    } catch (const ConfigError& e) {
+      cls = 'C', code = e.exit_code(), what = e.what();
+    } catch (const UsageError& e) {
+      cls = 'U', code = e.exit_code(), what = e.what();
+    } catch (const RuntimeFault& e) {
+      cls = 'R', code = e.exit_code(), what = e.what();
+    } catch (const Error& e) {
+      cls = 'A', code = e.exit_code(), what = e.what();
+    } catch (const std::exception& e) {
+      cls = 'R', code = kExitRuntimeFault, what = std::string("internal error: ") + e.what();
+    }
+    if (cls) outcome = std::string(1, cls) + ":" + std::to_string(code) + ":" + what;
+  }
+  const auto out = broadcast(c, std::vector<unsigned char>(outcome.begin(), outcome.end()), 0, op);
+  if (out.empty()) return;
+  outcome.assign(out.begin(), out.end());
+  const size_t colon = outcome.find(':', 2);
+  const int code = std::atoi(outcome.substr(2, colon - 2).c_str());
+  const std::string what = outcome.substr(colon + 1);
+  switch (outcome[0]) {
+    case 'C': throw ConfigError(what);
+    case 'U': throw UsageError(what);
+    case 'R': throw RuntimeFault(what);
+    default: throw AgreedError(what, code);
+  }
 }
 
 std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
@@ -479,6 +614,18 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
     w->rank = s.wrank * k + i;
     s.worlds.push_back(std::move(w));
   }
+  {
+    std::vector<int> mine(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.wrank * k + i;
+    const auto members = std::make_shared<const std::vector<int>>(std::move(mine));
+    for (int i = 0; i < k; ++i) {
+      auto l = std::make_shared<VComm>();
+      l->ctx = kHandoverCtx;
+      l->members = members;
+      l->rank = i;
+      s.locals.push_back(std::move(l));
+    }
+  }
   g = &s;
   for (int i = 0; i < k; ++i) {
     Chip& c = s.chips[static_cast<size_t>(i)];
@@ -518,6 +665,9 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   unsigned polls = 0;
   while (live > 0) {
     const uint64_t before = s.events;
+    // Rounds in queue order. (Resuming the last-woken chip first keeps caches hot and halves a bidirectional
+    // ring's wall time at 512 chips, but it runs a one-way ring one step per resume where rounds let chip i run
+    // i steps in one resume: 3-4x slower there, and in the control plane's reductions; measured, not kept.)
     s.running.swap(s.ready);
     s.ready.clear();
     for (const int i : s.running) {

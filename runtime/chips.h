@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ int current();
 // Waits (yielding to the other chips) until DONE() is true. OP and PEERS (chip-level world ranks) describe the
 // wait for the watchdog.
 void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers);
+// As wait_until, for a wait that DONE() ends exactly when one message from each (context, source chip) in MISSING
+// has been posted to this chip: the chip is resumed once, when the last of them arrives, not on every delivery.
+void wait_until_all(const std::function<bool()>& done, const std::string& op, std::span<const int> peers,
+                    std::span<const std::pair<uint64_t, int>> missing);
 
 // One message between chips (chip mode only): posts BYTES at BUF (nullptr: header only, the byte count still
 // travels) with HEADER (opaque, HEADER_BYTES <= 128) from chip SRC to chip DST under communicator context CTX.
@@ -85,8 +90,27 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
 // ROOT's VALUE on every member.
 std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned char>& value, int root,
                                      const std::string& op);
+// Every member's bytes on ROOT, in member order (other members get an empty result). Members may contribute
+// different sizes (MINE, N): a variable-length gather through the router (one message per member, no reply).
+std::vector<std::vector<unsigned char>> gather(const VComm& c, const void* mine, size_t n, int root,
+                                               const std::string& op);
 // The chip-level world communicator of this rank's chips (chip mode only).
 std::shared_ptr<VComm> world_comm(int chip);
+
+// Per-rank hand-over (chip mode only), for work that must be done once per MPI rank for all K chips of the rank,
+// such as the collective calls of parallel HDF5 (MPI-IO is collective per MPI rank, and the chips are fibers of
+// one rank). Every chip of the rank calls rank_handover with its own contribution MINE (any pointer; it must stay
+// valid until the call returns), in the same order as its other rank-level work. The rank's chip 0 (slot 0) waits
+// until all K chips have arrived (a gather of the K pointers through the router), then runs FN once with the K
+// pointers in slot order (FN may write results through them), then tells every chip the outcome. Every chip then
+// returns, or throws an error of the same class and message as the one FN threw (shardsim::Error subclasses keep
+// their class and exit code; any other exception becomes RuntimeFault "internal error: ...").
+// Why it cannot deadlock: FN runs only after every chip of the rank reached the same point, so every message
+// these chips send before that point has been posted; while FN blocks the OS thread in an MPI call, MPI's progress
+// rule completes those posted sends (and the other ranks' routers keep receiving), so a chip of another rank that
+// still needs one of them reaches its own hand-over. The other ranks' FNs make the same MPI calls in the same order,
+// since every rank's chips make the same hand-over calls in the same order.
+void rank_handover(void* mine, const std::function<void(const std::vector<void*>&)>& fn, const std::string& op);
 // V as an immutable vector shared with every earlier call on this rank that passed an equal one and whose result is
 // still held (chip mode: the chips of a rank are fibers of one thread, so no locking; outside chip mode a fresh
 // copy). For per-chip maps of a group's size (Transport's rank -> chip map, VComm::members): one copy per rank.

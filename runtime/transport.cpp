@@ -1,6 +1,7 @@
 #include "runtime/transport.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <unordered_map>
 #include <chrono>
@@ -648,9 +649,25 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
     return left == 0;
   };
   if (!poll()) {
-    std::vector<int> peers;
-    for (const RecvOp& r : recvs) peers.push_back(vc_->member(r.src));
-    chips::wait_until(poll, op, peers);
+    // On the stack for up to 8 receives (ring steps have 1 or 2): no allocation per wait.
+    constexpr size_t kInline = 8;
+    std::array<int, kInline> peers_inline;
+    std::array<std::pair<uint64_t, int>, kInline> missing_inline;
+    std::vector<int> peers_heap;
+    std::vector<std::pair<uint64_t, int>> missing_heap;
+    if (nr > kInline) {
+      peers_heap.resize(nr);
+      missing_heap.resize(nr);
+    }
+    int* peers = nr > kInline ? peers_heap.data() : peers_inline.data();
+    auto* missing = nr > kInline ? missing_heap.data() : missing_inline.data();
+    size_t nm = 0;
+    for (size_t i = 0; i < nr; ++i) {
+      peers[i] = vc_->member(recvs[i].src);
+      if (!done_[i]) missing[nm++] = {vc_->ctx, peers[i]};
+    }
+    // One resume, when the last missing message is here.
+    chips::wait_until_all(poll, op, std::span<const int>(peers, nr), std::span(missing, nm));
   }
   book_arrivals(recvs);
 }

@@ -230,8 +230,9 @@ class Transport {
   // that holds both kinds, an agreeing rank always sends to a skipping one before it waits, so a skipping rank that
   // waits on this communicator during or after the call is told. It ends the job (apps abort on Error), also
   // releasing the agreeing ranks. A skipping rank that never waits on this communicator again still ends by the
-  // watchdog (exit 3). Chip mode (K > 1 chips per rank) agrees through the chip router's allgather and does not
-  // detect the mixed case yet (watchdog). Call numbers are compared modulo 2^15 (MPI's minimum tag bound): ranks
+  // watchdog (exit 3). Chip mode (K > 1 chips per rank) agrees every call through the chip router's fold
+  // (collectives::check_args never skips there), so the mixed case cannot arise: a changed signature is an
+  // ordinary disagreement (exit 2). Call numbers are compared modulo 2^15 (MPI's minimum tag bound): ranks
   // may drift apart by up to 16,383 calls.
   bool agreed(uint64_t hash) const { return agree_->agreed.count(hash) != 0; }
   int64_t calls() const { return agree_->calls; }  // argument checks so far on this communicator

@@ -316,6 +316,165 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
   return t;
 }
 
+FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     Tensor& dx, Tensor& dw, sim::TimeNs ready, const std::string& name) {
+  const int p = tp.size(), r = tp.rank();
+  const int64_t m = dy.dim(0);
+  check(dy.rank() == 2 && x.rank() == 2 && w.rank() == 2 && x.dim(0) == m * p && x.dim(1) == w.dim(0) &&
+            dy.dim(1) == w.dim(1) && dx.shape() == x.shape() && dw.shape() == w.shape(),
+        name + ": dY " + shape(dy) + " (this rank's rows) with X " + shape(x) + ", W " + shape(w) + " -> dX " +
+            shape(dx) + ", dW " + shape(dw) + " do not fit " + std::to_string(p) + " ranks");
+  const bool real = dy.has_storage() && x.has_storage() && w.has_storage();
+  if (!real) {  // shape-only: the outputs carry no values (kernels/kernel_cost.h's rule)
+    if (dx.has_storage()) dx.drop_storage();
+    if (dw.has_storage()) dw.drop_storage();
+  }
+  FusedTiming t;
+  t.cut = "ring shards";
+  t.chunks = p;
+  Tensor dy_full = Tensor::make(dy.dtype(), {m * p, dy.dim(1)}, real);
+  Tensor cur = dy;
+  sim::TimeNs cur_ready = ready, compute_at = ready, last_arrival = ready;
+  const size_t bytes = cur.nbytes();
+  for (int s = 0; s < p; ++s) {
+    const int src = (r - s + p) % p;  // whose rows CUR holds
+    Tensor next;
+    sim::TimeNs next_ready = cur_ready;
+    if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMM
+      next = Tensor::make(dy.dtype(), dy.shape(), real);
+      next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
+                               cur_ready, name + ".all_gather.step" + std::to_string(s));
+      last_arrival = std::max(last_arrival, next_ready);
+    }
+    Tensor part = Tensor::make(dx.dtype(), {m, dx.dim(1)}, real);
+    const auto cost = kernels::gemm(cur, w, part, {.trans_a = false, .trans_b = true});  // dY_src · Wᵀ
+    const sim::Span span = tp.timeline().compute(name + ".gemm_dx.rows_of_" + std::to_string(src), cost.flops,
+                                                 cost.bytes, runtime::precision_of(cost.dtype),
+                                                 std::max(compute_at, cur_ready));
+    compute_at = span.end;
+    t.compute_ns += span.duration();
+    dx.set_rows(src * m, part);
+    dy_full.set_rows(src * m, cur);
+    if (s + 1 < p) {
+      cur = std::move(next);
+      cur_ready = next_ready;
+    }
+  }
+  // dW = Xᵀ · dY over the whole gathered dY: one GEMM, as unfused (the same call, the same values).
+  const auto cost = kernels::gemm(x, dy_full, dw, {.trans_a = true, .trans_b = false});
+  const sim::Span span = tp.timeline().compute(name + ".gemm_dw", cost.flops, cost.bytes,
+                                               runtime::precision_of(cost.dtype), std::max(compute_at, last_arrival));
+  compute_at = span.end;
+  t.compute_ns += span.duration();
+  t.bytes_sent = static_cast<double>(bytes) * (p - 1);
+  if (p > 1) tp.timeline().record_region(name + ".all_gather", "collective", {ready, last_arrival}, t.bytes_sent);
+  t.fused_ns = compute_at - ready;
+  t.comm_ns = collective_ns(tp, Collective::all_gather, "ring", static_cast<double>(bytes) * p);
+  t.unfused_ns = 2 * gemm_ns(tp, dy.dtype(), m * p, x.dim(1), w.dim(1)) + t.comm_ns;
+  return t;
+}
+
+FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x,
+                                         const std::vector<const Tensor*>& ws, const std::vector<const Tensor*>& dys,
+                                         Tensor& dx, const std::vector<Tensor*>& dws, sim::TimeNs ready,
+                                         const std::string& name) {
+  const int p = tp.size(), r = tp.rank();
+  const int64_t m = x.dim(0);
+  check(!ws.empty() && ws.size() == dys.size() && ws.size() == dws.size(), name + ": needs one dY and dW per weight");
+  bool real = x.has_storage();
+  for (size_t j = 0; j < ws.size(); ++j) {
+    const Tensor &w = *ws[j], &g = *dys[j];
+    check(x.rank() == 2 && w.rank() == 2 && g.rank() == 2 && x.dim(1) == w.dim(0) &&
+              g.shape() == runtime::Shape{m * p, w.dim(1)} && dws[j]->shape() == w.shape() && dx.shape() == x.shape(),
+          name + ": X " + shape(x) + " (this rank's rows), W " + shape(w) + ", dY " + shape(g) + " -> dX " +
+              shape(dx) + ", dW " + shape(*dws[j]) + " do not fit " + std::to_string(p) + " ranks");
+    real = real && w.has_storage() && g.has_storage();
+  }
+  if (!real) {
+    if (dx.has_storage()) dx.drop_storage();
+    for (Tensor* d : dws)
+      if (d->has_storage()) d->drop_storage();
+  }
+  FusedTiming t;
+  t.cut = "ring shards";
+  t.chunks = p;
+  const auto dt = x.dtype();
+  const size_t xbytes = x.nbytes();
+  Tensor x_full = Tensor::make(dt, {m * p, x.dim(1)}, real);
+  x_full.set_rows(r * m, x);
+  Tensor xcur = x, incoming;
+  sim::TimeNs xcur_ready = ready, x_arrival = ready, compute_at = ready, acc_ready = ready, rs_arrival = ready;
+  double rs_bytes = 0;
+  for (int s = 0; s < p; ++s) {
+    // The all_gather of X: shard (r - s) mod P is here; pass it on (it is only needed by the dW GEMMs at the end).
+    if (s + 1 < p) {
+      Tensor next = Tensor::make(dt, x.shape(), real);
+      xcur_ready = tp.sendrecv(xcur.data_if_stored(), xbytes, (r + 1) % p, next.data_if_stored(), xbytes,
+                               (r - 1 + p) % p, xcur_ready, name + ".all_gather.step" + std::to_string(s));
+      x_arrival = std::max(x_arrival, xcur_ready);
+      xcur = std::move(next);
+      x_full.set_rows(((r - s - 1) % p + p) % p * m, xcur);
+    }
+    // The reduce_scatter of dX (gemm_reduce_scatter's ring): the partial of row chunk (r - s - 1) mod P.
+    const int chunk = ((r - s - 1) % p + p) % p;  // s = p-1: this rank's own chunk
+    Tensor part = Tensor::make(dt, {m, x.dim(1)}, real);
+    auto charge = [&](const kernels::KernelCost& cost, const std::string& what) {
+      const sim::Span span = tp.timeline().compute(name + what + ".rows_of_" + std::to_string(chunk), cost.flops,
+                                                   cost.bytes, runtime::precision_of(cost.dtype), compute_at);
+      compute_at = span.end;
+      t.compute_ns += span.duration();
+    };
+    for (size_t j = 0; j < ws.size(); ++j) {
+      const Tensor rows = dys[j]->rows(chunk * m, m);
+      const std::string g = ".gemm_dx" + (ws.size() > 1 ? std::to_string(j) : std::string());
+      if (j == 0) {
+        charge(kernels::gemm(rows, *ws[j], part, {.trans_a = false, .trans_b = true}), g);
+      } else {  // the next weight's contribution, added as the unfused path adds the whole tensors
+        Tensor more = Tensor::make(dt, {m, x.dim(1)}, real);
+        charge(kernels::gemm(rows, *ws[j], more, {.trans_a = false, .trans_b = true}), g);
+        charge(kernels::add_inplace(part, more), ".add_dx");
+      }
+    }
+    sim::TimeNs part_ready = compute_at;
+    if (s > 0) {  // the accumulator from r - 1 (the add is fused into the data movement: not charged)
+      kernels::add_inplace(part, incoming);
+      part_ready = std::max(part_ready, acc_ready);
+    }
+    if (s + 1 < p) {
+      incoming = Tensor::make(dt, part.shape(), real);
+      acc_ready = tp.sendrecv(part.data_if_stored(), part.nbytes(), (r + 1) % p, incoming.data_if_stored(),
+                              incoming.nbytes(), (r - 1 + p) % p, part_ready,
+                              name + ".reduce_scatter.step" + std::to_string(s));
+      rs_arrival = std::max(rs_arrival, acc_ready);
+      rs_bytes += static_cast<double>(part.nbytes());
+    } else {
+      dx = std::move(part);
+      rs_arrival = std::max(rs_arrival, part_ready);
+    }
+  }
+  // dW_j = all_gather(X)ᵀ · dY_j once X is whole: the unfused path's GEMMs (the same values).
+  for (size_t j = 0; j < ws.size(); ++j) {
+    const auto cost = kernels::gemm(x_full, *dys[j], *dws[j], {.trans_a = true, .trans_b = false});
+    const sim::Span span =
+        tp.timeline().compute(name + ".gemm_dw" + (ws.size() > 1 ? std::to_string(j) : ""), cost.flops, cost.bytes,
+                              runtime::precision_of(cost.dtype), std::max(compute_at, x_arrival));
+    compute_at = span.end;
+    t.compute_ns += span.duration();
+  }
+  t.bytes_sent = static_cast<double>(xbytes) * (p - 1) + rs_bytes;
+  if (p > 1) {
+    tp.timeline().record_region(name + ".all_gather", "collective", {ready, x_arrival},
+                                static_cast<double>(xbytes) * (p - 1));
+    tp.timeline().record_region(name + ".reduce_scatter", "collective", {ready, rs_arrival}, rs_bytes);
+  }
+  t.fused_ns = std::max(compute_at, rs_arrival) - ready;
+  t.comm_ns = collective_ns(tp, Collective::all_gather, "ring", static_cast<double>(xbytes) * p) +
+              collective_ns(tp, Collective::reduce_scatter, "ring", static_cast<double>(xbytes) * p);
+  for (const Tensor* w : ws) t.unfused_ns += 2 * gemm_ns(tp, dt, m * p, x.dim(1), w->dim(1));
+  t.unfused_ns += t.comm_ns;
+  return t;
+}
+
 // ------------------------------------------------------------------------------------------------ plans
 
 std::string FusedPlan::describe() const {

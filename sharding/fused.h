@@ -25,6 +25,23 @@
 //                        the partial of row chunk (r - s - 1) mod P is computed, added to the accumulator that
 //                        arrives from r - 1 and passed on to r + 1; rank r ends with its chunk. The add is not
 //                        charged: as in the collectives, reduction arithmetic is fused into the data movement.
+// The backward of the two sequence-parallel forms (the trainer's, models/lm_tp.h; Korthikanti et al.,
+// arXiv:2205.05198, and Megatron-LM's overlap of the sequence-parallel backward collectives with its GEMMs):
+//   all_gather_gemm_backward      backward of Y = reduce_scatter(X · W), a row-parallel GEMM (gemm_reduce_scatter):
+//                        dY is this rank's rows [M/P, N], X [M, K_r] and W [K_r, N] local. dX = all_gather(dY) · Wᵀ
+//                        [M, K_r] and dW = Xᵀ · all_gather(dY) [K_r, N]. Ring: shard (r - s) mod P of dY arrives
+//                        at step s and its rows of dX are computed while it is forwarded; dW is one GEMM over the
+//                        gathered dY after the last arrival (the unfused path's GEMM: the same values).
+//   gemm_reduce_scatter_backward  backward of Y_j = all_gather(X) · W_j, column-parallel GEMMs (all_gather_gemm):
+//                        X this rank's rows [M/P, K], W_j [K, N_j], dY_j [M, N_j]. dX = reduce_scatter(Σ_j dY_j ·
+//                        W_jᵀ) [M/P, K] and dW_j = all_gather(X)ᵀ · dY_j [K, N_j]. Two rings run together: the
+//                        all_gather of X (re-gathered: the forward keeps only the rows) issued at READY, hidden
+//                        behind the dX GEMMs, and the reduce_scatter of dX as in gemm_reduce_scatter (row chunk
+//                        (r - s - 1) mod P of Σ_j dY_j · W_jᵀ, the adds of several weights charged as the unfused
+//                        path's add kernels); the dW GEMMs (the unfused path's, on the whole X) run once X is whole
+//                        and hide the reduce_scatter's last transfers.
+// Both: T_comm = the ring collective(s) alone, unfused = the whole dX and dW GEMMs then the collective(s). Shape-only
+// operands: cost only, shape-only outputs.
 // M must be divisible by P for the all_gather / reduce_scatter forms (the row chunks are the shards); CHUNKS
 // in 0..(the cut side's length) for gemm_all_reduce. Dtypes: fp32 or bf16 (all tensors alike). Errors:
 // UsageError naming the op and the shapes.
@@ -85,6 +102,14 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const runtime::Tensor& x,
                             sim::TimeNs ready, const std::string& name);
 FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const runtime::Tensor& a, const runtime::Tensor& b,
                                 runtime::Tensor& c, sim::TimeNs ready, const std::string& name);
+FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const runtime::Tensor& dy, const runtime::Tensor& x,
+                                     const runtime::Tensor& w, runtime::Tensor& dx, runtime::Tensor& dw,
+                                     sim::TimeNs ready, const std::string& name);
+FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const runtime::Tensor& x,
+                                         const std::vector<const runtime::Tensor*>& ws,
+                                         const std::vector<const runtime::Tensor*>& dys, runtime::Tensor& dx,
+                                         const std::vector<runtime::Tensor*>& dws, sim::TimeNs ready,
+                                         const std::string& name);
 
 // (T_compute + T_comm - T_fused) / min(T_compute, T_comm); 0 when either is 0.
 double overlap_efficiency(double compute_ns, double comm_ns, double fused_ns);

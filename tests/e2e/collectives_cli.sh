@@ -141,6 +141,16 @@ for spec in "2 1@2" "3 2@3" "3 0@3" "4 2,3@2" "4 0,1,2@3" "5 4@2" "5 0,1,2,3@3";
   fi
 done
 
+# Several chips per rank: every call is agreed (no skipping), so a chip's changed signature is a plain
+# disagreement; the hook then names chips. 2 ranks x 4 chips: chip 5 (on rank 1) and chip 2 (on rank 0).
+for spec in "5@2" "2@3"; do
+  if SHARDSIM_WATCHDOG_S=30 SHARDSIM_TEST_NEW_SIGNATURE="$spec" \
+     expect_exit 2 'ranks disagree on' -- shardsim_mpi 2 --chips 8 bench all_reduce -b 4K -e 4K -n 4 -w 1 -a ring; then
+    assert_out "ranks disagree on count: .*chip ${spec%@*} 1025" "chips per rank 4, new signature on chip ${spec%@*}: named with its value"
+    assert_out_count "watchdog" 0 "chips per rank 4, chip ${spec%@*}: not the watchdog"
+  fi
+done
+
 SHARDSIM_WATCHDOG_S=2s expect_exit 2 "SHARDSIM_WATCHDOG_S='2s': expected seconds" -- shardsim_mpi 2 bench all_reduce -b 1K -e 1K -n 1 -w 0 \
   && assert_out_count "SHARDSIM_WATCHDOG_S" 1 "one message, up front"
 

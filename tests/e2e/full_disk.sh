@@ -6,6 +6,7 @@
 #     sweep (results.csv; results.json after the CSV landed) must each exit 3 within the watchdog time
 #     (SHARDSIM_WATCHDOG_S=5, the timeout catches hangs) with exactly ONE "shardsim: error" line that says
 #     "No space left on device" and names the file, and no HDF5 / MPI-IO error noise;
+#     (and checkpoint save and --trace at 2 ranks x 4 chips per rank);
 #   - no file appears under the final name half written (no new file at all), no temporary is left behind,
 #     and the previous checkpoint still verifies (ckpt inspect) and is byte for byte unchanged.
 # Usage: full_disk.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
@@ -140,6 +141,17 @@ for np in 1 4 8; do
     fi
   fi
 done
+
+e2e_case "2 ranks x 4 chips (runtime/chips.h): checkpoint save and --trace onto a full disk"
+fill 4
+if expect_exit 3 'No space left on device' -- shardsim_mpi 2 --chips 8 run c8.yaml --checkpoint "$FULL/new.h5"; then
+  after_fault "save at 4 chips per rank" "$FULL/new.h5"
+fi
+prev_ok
+fill 0
+if expect_exit 3 'No space left on device' -- shardsim_mpi 2 --chips 8 run c8.yaml --no-checkpoint --trace "$FULL/t.json"; then
+  after_fault "--trace at 4 chips per rank" "$FULL/t.json"
+fi
 rm -f "$FULL/filler"
 
 e2e_finish

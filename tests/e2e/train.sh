@@ -185,8 +185,6 @@ if expect_exit 0 '^parallel: dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --s
     fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
   fi
 fi
-if expect_exit 2 '^shardsim: error: --checkpoint: training-state checkpoints need one chip per rank' -- shardsim_mpi 1 train tpz3.yaml --chips 4 --checkpoint c.h5
-then one_error_line; fi
 # (the shape-only and refusal runs below also use 4 chips on one rank: one process starts faster than four)
 
 e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
@@ -251,11 +249,31 @@ if expect_exit 0 '^context parallel: ulysses 2, all_to_all tokens -> heads' -- s
     fail "ulysses 2 differs from one chip"; paste one_6.txt uly_losses.txt >&2
   fi
 fi
+# tp 2 x ulysses 2 with kv_heads 2: one kv head per tp rank, replicated to both Ulysses ranks of its GQA group.
 sed -E 's/^(  tp: 2)$/\1\n  ulysses: 2/' tp2.yaml >uly_tp2.yaml
-if expect_exit 2 '^shardsim: error: .*uly_tp2\.yaml:[0-9]+: model.kv_heads: 2 must be a multiple of parallel.tp x parallel.ulysses \(4\)' -- shardsim_mpi 1 train uly_tp2.yaml --chips 4
+if expect_exit 0 '^context parallel: ulysses 2, ' -- shardsim_mpi 1 train uly_tp2.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_tp2_losses.txt
+  if [[ -s uly_tp2_losses.txt ]] && cmp -s one_6.txt uly_tp2_losses.txt; then pass "tp 2 x ulysses 2, kv heads replicated: losses equal one chip's (4 decimals)"; else
+    fail "tp 2 x ulysses 2 (replicated kv heads) differs from one chip"; paste one_6.txt uly_tp2_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  heads:).*/\1 6/; s/^(  kv_heads:).*/\1 3/' uly2.yaml >uly_kv3.yaml
+if expect_exit 2 '^shardsim: error: .*uly_kv3\.yaml:[0-9]+: model.kv_heads: 3 over parallel.tp 1 leaves 3 kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses \(2\)' -- shardsim_mpi 1 train uly_kv3.yaml --chips 2
 then one_error_line; fi
 sed -E 's/^(  ulysses: 2)$/\1\n  cp: 2/' uly2.yaml >uly_cp.yaml
 if expect_exit 2 '^shardsim: error: .*uly_cp\.yaml:[0-9]+: .*parallel.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 1 train uly_cp.yaml --chips 4
+then one_error_line; fi
+
+e2e_case "(s) parallel.fused: the sp collectives fused with their GEMMs (numbers: LmTpFused); fused without sp exits 2"
+sed -E 's/^(  sp: true)$/\1\n  fused: true/' tp2sp.yaml >tp2fused.yaml
+if expect_exit 0 '^parallel: dp 2 x tp 2 \(Megatron.*; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter' -- shardsim_mpi 1 train tp2fused.yaml --steps 6 --chips 4; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >fused_losses.txt
+  if [[ -s fused_losses.txt ]] && cmp -s one_6.txt fused_losses.txt; then pass "dp 2 x tp 2, sp, fused: losses equal one chip's (4 decimals)"; else
+    fail "fused differs from one chip"; paste one_6.txt fused_losses.txt >&2
+  fi
+fi
+sed -E 's/^(  tp: 2)$/\1\n  fused: true/' tp2.yaml >tp2_fused_nosp.yaml
+if expect_exit 2 '^shardsim: error: .*tp2_fused_nosp\.yaml:[0-9]+: parallel.fused: .*needs sp: true' -- shardsim_mpi 1 train tp2_fused_nosp.yaml --chips 4
 then one_error_line; fi
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"

@@ -335,3 +335,79 @@ TEST(CheckpointV1, EveryIntegrityFailureIsAConfigErrorOnEveryRankNamingFileAndTe
     std::remove(bad.c_str());
   }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Several chips per rank (runtime/chips.h): the rank's chip 0 writes and reads the union of its K chips' blocks.
+#include "runtime/chips.h"
+#include "runtime/world.h"
+
+TEST(CheckpointChips, KChipsPerRankWriteAndReadTheUnionOfTheirBlocks) {
+  const int rank = world_rank(), p = world_size();
+  constexpr int K = 3;
+  const int64_t R = 7, C = 10;  // with 12 or 24 chips some chips hold no column of the Shard(1) tensor
+  for (const char* comp : {"none", "gzip:1"}) {
+    const std::string path = temp_path((std::string("chips_") + comp[0]).c_str());
+    const int code = runtime::run_chips(K, [&](const runtime::World& w) {
+      const int me = w.rank(), n = w.size();
+      const auto [ao, as] = part(1, R, C, me, n);  // Shard(1) over the chips: rows cut into runs per chip
+      const auto [bo, bs] = part(0, R, C, me, n);  // Shard(0), bf16
+      const Tensor a = global_block(DType::fp32, as, ao, 1);
+      const Tensor b = global_block(DType::bf16, bs, bo, 2);
+      const Tensor rep = global_block(DType::fp32, {3, 4}, {0, 0}, 3);  // replicated, written by the last chip
+      Tensor scalar(DType::fp32, runtime::Shape{});
+      scalar.set(0, 2.5f);
+      sharding::SaveOptions so;
+      so.gzip_level = sharding::parse_compression(comp);
+      sharding::save_checkpoint(w, path,
+                                {{"w/a", &a, {R, C}, ao, "Shard(1)", true},
+                                 {"w/b", &b, {R, C}, bo, "Shard(0)", true},
+                                 {"rep", &rep, {3, 4}, {0, 0}, "Replicate", me == n - 1},
+                                 {"scalar", &scalar, {}, {}, "Replicate", me == 1}},
+                                {{"note", "chips"}}, so);
+      sharding::CheckpointReader rd(w, path);
+      EXPECT_EQ(rd.root_attribute("note"), "chips");
+      EXPECT_EQ(rd.info("w/a").gzip_level, so.gzip_level);
+      // Windows that overlap partly between the chips of a rank (read once as a union, copied to each chip).
+      const runtime::Shape wo{me % (R - 2), (me * 3) % (C - 3)};
+      Tensor win(DType::fp32, {3, 4});
+      rd.read_block("w/a", wo, win);
+      EXPECT_TRUE(win.bit_equal(global_block(DType::fp32, {3, 4}, wo, 1))) << "chip " << me << " " << comp;
+      // The Shard(0) blocks, verified: they partition the tensor, so their checksum terms give its checksum.
+      Tensor b_back(DType::bf16, bs);
+      rd.read_block_verified("w/b", bo, b_back, true);
+      EXPECT_TRUE(b_back.bit_equal(b)) << "chip " << me;
+      // A replicated tensor every chip reads whole (one chip counts), and the scalar.
+      Tensor rep_back(DType::fp32, {3, 4});
+      rd.read_block_verified("rep", {0, 0}, rep_back, me == 0);
+      EXPECT_TRUE(rep_back.bit_equal(rep));
+      Tensor s_back(DType::fp32, runtime::Shape{});
+      rd.read_block_verified("scalar", {}, s_back, me == n - 1);
+      EXPECT_EQ(s_back.get(0), 2.5f);
+      // verify(): every chip gets the same sums, equal to the stored ones.
+      const auto sums = rd.verify();
+      EXPECT_EQ(sums.size(), 4u);
+      for (size_t i = 0; i < sums.size() && i < rd.tensors().size(); ++i) EXPECT_EQ(sums[i], rd.tensors()[i].checksum);
+      // One chip's block out of bounds: a ConfigError on every chip (agreed), no hang.
+      Tensor oob(DType::fp32, {me == n - 1 ? R + 1 : 1, C});
+      EXPECT_THROW(rd.read_block("w/a", {0, 0}, oob), ConfigError) << "chip " << me;
+      return ::testing::Test::HasFailure() ? 1 : 0;
+    });
+    EXPECT_EQ(code, 0) << comp;
+    // Read back at one chip per rank: the whole tensors and their stored checksums.
+    {
+      sharding::CheckpointReader rd(MPI_COMM_WORLD, path);
+      Tensor a_all(DType::fp32, {R, C}), b_all(DType::bf16, {R, C});
+      rd.read_block("w/a", {0, 0}, a_all);
+      rd.read_block("w/b", {0, 0}, b_all);
+      const Tensor a_ref = global_block(DType::fp32, {R, C}, {0, 0}, 1);
+      const Tensor b_ref = global_block(DType::bf16, {R, C}, {0, 0}, 2);
+      EXPECT_TRUE(a_all.bit_equal(a_ref)) << comp;
+      EXPECT_TRUE(b_all.bit_equal(b_ref)) << comp;
+      EXPECT_EQ(rd.info("w/a").checksum, sharding::checksum_block(a_ref, {0, 0}, {R, C}));
+      EXPECT_EQ(rd.info("w/b").checksum, sharding::checksum_block(b_ref, {0, 0}, {R, C}));
+      rd.verify();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) std::remove(path.c_str());
+  }
+}

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "collectives/collectives.h"
+#include "kernels/backward.h"
 #include "kernels/gemm.h"
+#include "kernels/norm.h"
 #include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 #include "sharding/fused.h"
@@ -78,6 +80,59 @@ TEST(Fused, AllGatherGemmAndGemmReduceScatterEqualUnfused) {
                                 collectives::ReduceOp::sum, 0.0, opts("ring"));
     sharding::gemm_reduce_scatter(f.tp, a, b, got_rs, 0.0, "gemm_rs");
     EXPECT_LE(max_rel_diff(got_rs, want_rs), 1e-5) << "gemm_reduce_scatter m " << m;
+  }
+}
+
+// The backward counterparts (the trainer's, models/lm_tp.h): all_gather_gemm_backward = all_gather(dY), then
+// dX = dY·Wᵀ and dW = Xᵀ·dY; gemm_reduce_scatter_backward = reduce_scatter(Σ_j dY_j·W_jᵀ) and dW_j = all_gather(X)ᵀ·dY_j,
+// against those collectives and gemm_backward run unfused; uneven per-rank values, 1 and 2 weights. The dW GEMMs
+// are the unfused path's own call (exactly equal); dX rows may differ by BLAS blocking / the ring's add order.
+TEST(Fused, BackwardFormsEqualUnfused) {
+  const int p = world_size(), r = world_rank();
+  for (int64_t m : {1, 6}) {
+    const int64_t M = m * p, K = 10, N = 7;
+    Fixture f(ring(100, 500));
+    // Row-parallel layer: dY rows of this rank, X [M, K] and W [K, N] local.
+    const Tensor dy = random(m, N, 21, N, r * m, 0), x = random(M, K, 22 + uint32_t(r)), w = random(K, N, 30 + uint32_t(r));
+    Tensor dy_full(DType::fp32, {M, N});
+    collectives::all_gather(f.tp, dy.data(), dy_full.data(), static_cast<size_t>(dy_full.numel()), DType::fp32, 0.0,
+                            opts("ring"));
+    Tensor want_dx(DType::fp32, {M, K}), want_dw(DType::fp32, {K, N}), dx(DType::fp32, {M, K}), dw(DType::fp32, {K, N});
+    kernels::gemm_backward(x, w, dy_full, &want_dx, &want_dw);
+    const auto t1 = sharding::all_gather_gemm_backward(f.tp, dy, x, w, dx, dw, 0.0, "ag_bwd");
+    EXPECT_LE(max_rel_diff(dx, want_dx), 1e-6) << "all_gather_gemm_backward dX m " << m;
+    EXPECT_TRUE(dw.bit_equal(want_dw)) << "all_gather_gemm_backward dW m " << m;
+    EXPECT_GT(t1.fused_ns, 0);
+    // Column-parallel layers: X this rank's rows, W_j and dY_j local.
+    const Tensor xr = random(m, K, 41, K, r * m, 0);
+    const Tensor w0 = random(K, N, 50 + uint32_t(r)), w1 = random(K, 3, 60 + uint32_t(r));
+    const Tensor g0 = random(M, N, 70 + uint32_t(r)), g1 = random(M, 3, 80 + uint32_t(r));
+    Tensor x_full(DType::fp32, {M, K});
+    collectives::all_gather(f.tp, xr.data(), x_full.data(), static_cast<size_t>(x_full.numel()), DType::fp32, 0.0,
+                            opts("ring"));
+    for (int nw : {1, 2}) {
+      Tensor part(DType::fp32, {M, K}), more(DType::fp32, {M, K}), want_x(DType::fp32, {m, K});
+      Tensor want_w0(DType::fp32, {K, N}), want_w1(DType::fp32, {K, 3});
+      kernels::gemm_backward(x_full, w0, g0, &part, &want_w0);
+      if (nw == 2) {
+        kernels::gemm_backward(x_full, w1, g1, &more, &want_w1);
+        kernels::add_inplace(part, more);
+      }
+      collectives::reduce_scatter(f.tp, part.data(), want_x.data(), static_cast<size_t>(part.numel()), DType::fp32,
+                                  collectives::ReduceOp::sum, 0.0, opts("ring"));
+      Tensor got_x(DType::fp32, {m, K}), d0(DType::fp32, {K, N}), d1(DType::fp32, {K, 3});
+      std::vector<const Tensor*> ws{&w0}, gs{&g0};
+      std::vector<Tensor*> dws{&d0};
+      if (nw == 2) {
+        ws.push_back(&w1);
+        gs.push_back(&g1);
+        dws.push_back(&d1);
+      }
+      sharding::gemm_reduce_scatter_backward(f.tp, xr, ws, gs, got_x, dws, 0.0, "rs_bwd");
+      EXPECT_LE(max_rel_diff(got_x, want_x), 1e-5) << "gemm_reduce_scatter_backward dX m " << m << " weights " << nw;
+      EXPECT_TRUE(d0.bit_equal(want_w0)) << "dW0 m " << m;
+      if (nw == 2) EXPECT_TRUE(d1.bit_equal(want_w1)) << "dW1 m " << m;
+    }
   }
 }
 

@@ -355,7 +355,7 @@ struct TpRun {
 };
 
 TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDpConfig dp = {0, 0, "auto", false},
-             bool shape_only = false, int cp = 1, bool zigzag = true, bool ulysses = false) {
+             bool shape_only = false, int cp = 1, bool zigzag = true, bool ulysses = false, bool fused = false) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
@@ -363,7 +363,7 @@ TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDp
   sharding::DeviceMesh mesh({{"tp", tp}, {"cp", cp}, {"dp", p / (tp * cp)}}, topo);
   world.set_shape_only(shape_only);
   mesh.bind(world);
-  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, dp, sp, zigzag, ulysses);
+  models::LmTpTrainer tr(c, train_config(), mesh, world, tl, dp, sp, zigzag, ulysses, fused);
   TpRun run;
   for (int i = 0; i < steps; ++i) run.steps.push_back(tr.step());
   if (!shape_only) run.weights = tr.gather_master();
@@ -782,4 +782,152 @@ TEST(LmUlysses, MatchesSingleDevice) {
   EXPECT_EQ(real.steps[0].breakdown.exposed_comm, shape.steps[0].breakdown.exposed_comm);
   EXPECT_EQ(real.memory.total(), shape.memory.total());
   EXPECT_EQ(real.memory.activations, shape.memory.activations);
+}
+
+// Fused collectives in the trainer (parallel.fused with sp; sharding/fused.h's all_gather_gemm, gemm_reduce_scatter
+// and their backward counterparts): 5 fp32 steps on tp = world (2, 4) and dp2 x tp(world/2) (4, 8 ranks; once
+// with ZeRO-1 and recompute) equal the single-device reference within LmTp's limits (1e-5 loss, 1e-5 relative grad
+// norm, 1e-4 weights) and the unfused sp run within the same limits: the fused reduce_scatters add the tp partial
+// sums in ring order, the only other fp32 order; the GEMM row chunks and the dW GEMMs compute what the unfused
+// path computes. The simulated step exposes less communication than the unfused sp run (the transfers overlap the
+// GEMMs' row chunks), and the forward keeps only its rows of the norm outputs (re-gathered in backward), so
+// activations shrink. Shape-only equals the real run's simulated fields and memory (bf16). An unfused trainer
+// asked for fused without sp is refused naming parallel.fused.
+TEST(LmTpFused, MatchesUnfusedAndSingleDeviceLessExposed) {
+  const int p = world_size();
+  if (p != 2 && p != 4 && p != 8) GTEST_SKIP() << "2, 4 or 8 ranks";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 4;
+  models::LmTrainState ref = models::lm_train_init(c);
+  const auto ref_steps = models::lm_train(c, train_config(), ref);
+  struct Case {
+    int tp, cp;
+    models::LmDpConfig dp;
+  };
+  std::vector<Case> cases;
+  if (p <= 4) cases.push_back({p, 1, {0, 0, "auto", false}});
+  if (p >= 4) cases.push_back({p / 2, 1, {0, 512, "auto", false}});
+  if (p >= 4) cases.push_back({p / 2, 1, {1, 512, "auto", true}});
+  if (p >= 4) cases.push_back({2, 2, {1, 512, "auto", false}});  // (dp2 x) cp2 x tp2, ring attention (zigzag)
+  for (const Case& k : cases) {
+    const TpRun fused = run_tp(c, k.tp, 5, true, k.dp, false, k.cp, true, false, true);
+    const TpRun plain = run_tp(c, k.tp, 5, true, k.dp, false, k.cp);
+    double le = 0, ne = 0, lu = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      le = std::max(le, std::fabs(fused.steps[i].loss - ref_steps[i].loss));
+      ne = std::max(ne, std::fabs(fused.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+      lu = std::max(lu, std::fabs(fused.steps[i].loss - plain.steps[i].loss));
+    }
+    const double we = max_abs_diff(fused.weights, ref.weights), wu = max_abs_diff(fused.weights, plain.weights);
+    const auto& f = fused.steps.back().breakdown;
+    const auto& u = plain.steps.back().breakdown;
+    const std::string what = "dp" + std::to_string(p / (k.tp * k.cp)) + (k.cp > 1 ? " x cp2" : "") + " x tp" +
+                             std::to_string(k.tp) + " sp fused zero" +
+                             std::to_string(k.dp.zero) + (k.dp.recompute ? " recompute" : "");
+    if (world_rank() == 0)
+      std::printf("[lm_tp_fused] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g; "
+                  "vs unfused: loss %.3g, w %.3g; exposed %.3f -> %.3f us, step %.3f -> %.3f us, activations "
+                  "%.0f -> %.0f B\n",
+                  what.c_str(), le, ne, we, lu, wu, u.exposed_comm / 1e3, f.exposed_comm / 1e3, u.total / 1e3,
+                  f.total / 1e3, plain.memory.activations, fused.memory.activations);
+    EXPECT_LT(le, 1e-5) << what;
+    EXPECT_LT(ne, 1e-5) << what;
+    EXPECT_LT(we, 1e-4) << what;
+    EXPECT_LT(lu, 1e-5) << what;
+    EXPECT_LT(wu, 1e-4) << what;
+    EXPECT_LT(fused.steps.back().loss, fused.steps.front().loss) << what;
+    EXPECT_LT(f.exposed_comm, u.exposed_comm) << what;
+    if (!k.dp.recompute) {
+      EXPECT_LT(fused.memory.activations, plain.memory.activations) << what;
+    }
+    EXPECT_EQ(fused.memory.params, plain.memory.params) << what;
+  }
+  if (p <= 4) {  // shape-only = real (bf16, tp2, ZeRO 1 and 3 with recompute)
+    LmConfig b = c;
+    b.dtype = runtime::DType::bf16;
+    for (int zero : {1, 3}) {
+      const models::LmDpConfig dp{zero, 512, "auto", zero == 3};
+      const TpRun real = run_tp(b, 2, 1, true, dp, false, 1, true, false, true);
+      const TpRun shape = run_tp(b, 2, 1, true, dp, true, 1, true, false, true);
+      const auto& x = real.steps[0].breakdown;
+      const auto& y = shape.steps[0].breakdown;
+      EXPECT_EQ(x.total, y.total) << "zero " << zero;
+      EXPECT_EQ(x.compute, y.compute) << "zero " << zero;
+      EXPECT_EQ(x.communication, y.communication) << "zero " << zero;
+      EXPECT_EQ(x.exposed_comm, y.exposed_comm) << "zero " << zero;
+      EXPECT_EQ(real.memory.total(), shape.memory.total());
+      EXPECT_EQ(real.memory.activations, shape.memory.activations);
+      EXPECT_TRUE(std::isfinite(real.steps[0].loss));
+    }
+  }
+  try {
+    run_tp(c, p <= 4 ? p : p / 2, 1, false, {0, 0, "auto", false}, false, 1, true, false, true);
+    ADD_FAILURE() << "fused without sp must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.fused"), std::string::npos) << e.what();
+  }
+}
+
+// Ulysses with fewer kv heads per tp rank than Ulysses ranks (models/lm_tp.h): each kv head is replicated to the
+// Ulysses ranks whose query heads form its GQA group and their partial dK/dV are summed on the way back. heads 8,
+// kv_heads 2: tp2 x ulysses2 (one kv head per tp rank, replicated twice) and ulysses4 (two kv heads, each twice)
+// on 4 ranks; tp2 x ulysses4 (each kv head 4 times, with sp) and ulysses8 on 8 ranks. 5 fp32 steps equal the
+// single-device reference within LmTp's limits (1e-5 loss, 1e-5 relative grad norm, 1e-4 weights): attention runs
+// on whole sequences as before, the summed dK/dV add the ranks' partials in another fp32 order than one kernel;
+// a wrong GQA mapping (a rank attending with another group's kv head) or a dropped partial moves the loss by
+// > 1e-3. Shape-only equals the real run's simulated fields (bf16, tp2 x ulysses2).
+TEST(LmUlysses, ReplicatedKvHeadsMatchSingleDevice) {
+  const int p = world_size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
+  LmConfig c = small_config();
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.seq = 16;
+  models::LmTrainState ref = models::lm_train_init(c);
+  const auto ref_steps = models::lm_train(c, train_config(), ref);
+  struct Case {
+    int tp, u;
+    bool sp;
+  };
+  const std::vector<Case> cases = p == 4 ? std::vector<Case>{{2, 2, false}, {1, 4, false}}
+                                         : std::vector<Case>{{2, 4, true}, {1, 8, false}};
+  for (const Case& k : cases) {
+    const TpRun run = run_tp(c, k.tp, 5, k.sp, {1, 512, "auto", false}, false, k.u, false, true);
+    double le = 0, ne = 0;
+    for (size_t i = 0; i < 5; ++i) {
+      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
+      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+    }
+    const double we = max_abs_diff(run.weights, ref.weights);
+    const std::string what = "ulysses" + std::to_string(k.u) + " x tp" + std::to_string(k.tp) + (k.sp ? " sp" : "") +
+                             " kv_heads 2";
+    if (world_rank() == 0)
+      std::printf("[lm_ulysses_kv] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
+                  what.c_str(), le, ne, we);
+    EXPECT_LT(le, 1e-5) << what;
+    EXPECT_LT(ne, 1e-5) << what;
+    EXPECT_LT(we, 1e-4) << what;
+    EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
+  }
+  if (p == 4) {
+    LmConfig b = c;
+    b.dtype = runtime::DType::bf16;
+    const TpRun real = run_tp(b, 2, 1, false, {1, 512, "auto", false}, false, 2, false, true);
+    const TpRun shape = run_tp(b, 2, 1, false, {1, 512, "auto", false}, true, 2, false, true);
+    EXPECT_EQ(real.steps[0].breakdown.total, shape.steps[0].breakdown.total);
+    EXPECT_EQ(real.steps[0].breakdown.exposed_comm, shape.steps[0].breakdown.exposed_comm);
+    EXPECT_EQ(real.memory.total(), shape.memory.total());
+    EXPECT_EQ(real.memory.activations, shape.memory.activations);
+  }
+  // Neither a multiple nor a divisor: kv_heads 6 over tp 1 against ulysses 4 is refused naming model.kv_heads.
+  LmConfig bad = c;
+  bad.heads = 12;
+  bad.kv_heads = 6;
+  try {
+    run_tp(bad, 1, 1, false, {0, 0, "auto", false}, false, 4, false, true);
+    ADD_FAILURE() << "kv_heads 6 with ulysses 4 must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.kv_heads"), std::string::npos) << e.what();
+  }
 }
