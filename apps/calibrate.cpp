@@ -21,8 +21,8 @@ namespace {
 struct CalibrateFlags {
   NetFlags net;
   std::vector<std::string> logs, predict;
-  std::string collective, algorithm = "ring", min_bytes = "0", max_bytes = "0", out;
-  bool out_given = false;
+  std::string collective, algorithm = "ring", min_bytes = "0", max_bytes = "0", out, chunk_bytes = "0";
+  bool out_given = false, fit_overhead = false;
   int protocols = 1;
 };
 
@@ -61,6 +61,8 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       if (opt.max_bytes < opt.min_bytes) throw UsageError("--max-bytes: below --min-bytes");
     }
     opt.protocols = f.protocols;  // checked by collectives::calibrate
+    opt.fit_overhead = f.fit_overhead;
+    opt.chunk_bytes = parse_bytes(f.chunk_bytes, "--chunk-bytes");
     if (f.algorithm != "auto") {
       if (!collectives::find_algorithm(f.algorithm))
         throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "' (shardsim bench --list shows the catalogue)");
@@ -96,6 +98,9 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     if (cal.low_latency)
       std::printf("  low-latency protocol for messages <= %.0f B: latency x %.6g, efficiency %.6g\n",
                   proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
+    if (f.fit_overhead)
+      std::printf("  message overhead o = %.6g ns per message (at the sender, once, not per hop)\n",
+                  cal.message_overhead_ns);
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
@@ -164,6 +169,11 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--protocols", f->protocols,
                   "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
                   "fitted size (NCCL's LL/LL128 vs Simple)");
+  sub->add_flag("--fit-overhead", f->fit_overhead,
+               "also fit the per-message overhead (protocol.message_overhead_ns; --protocols 1); exit 2 when the rows "
+               "cannot tell it from latency");
+  sub->add_option("--chunk-bytes", f->chunk_bytes,
+                  "the pipelining piece size the measured schedule used (K/M/G; default 0: none), as bench's");
   sub->add_option("--min-bytes", f->min_bytes, "fit only rows at or above this size (K/M/G; default 0)");
   sub->add_option("--max-bytes", f->max_bytes,
                   "fit only rows at or below this size (K/M/G; default: no limit); larger rows are predicted from "

@@ -2,7 +2,8 @@
 # Validation against published nccl-tests measurements (docs/MODEL.md, "Validation against published
 # measurements"): for each cited table in tests/data/published/, shardsim's prediction at the hardware's line rate
 # (before calibration) and after `shardsim calibrate` fitted on the small sizes only, next to the measured busbw,
-# with the error. The rows above the fit's --max-bytes are predictions for a size range the fit never saw.
+# with the error. The rows above the fit's --max-bytes are predictions for a size range the fit never saw; a
+# held-out case fits one collective's table and predicts another collective's table of the same machine.
 # Usage: bench/validation_table.sh [BUILD_DIR]   (prints a markdown table)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,8 +39,42 @@ run_case() {
        }' "$TMP/before" "$TMP/after"
 }
 
+# HELD-OUT COLLECTIVE: label | fit log | predicted log | topology flags (line rate, latency, kind) -- calibrate flags.
+# Fits the first table only and predicts the second one (a collective the fit never saw).
+run_heldout_case() {
+  local label="$1" fitlog="$2" heldlog="$3"; shift 3
+  local net=()
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do net+=("$1"); shift; done
+  [ "$#" -gt 0 ] && shift
+  local np
+  np=$(grep -c '^#  *Rank  *[0-9]' "$fitlog")
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate --predict "$fitlog" --predict "$heldlog" "${net[@]}" |
+    awk '/ held out$/ { print $2, $3, $5, $8 }' >"$TMP/before"
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate "$fitlog" --predict "$heldlog" "${net[@]}" "$@" >"$TMP/after"
+  local fit
+  fit=$(grep '^fit ' "$TMP/after" | sed 's/, [0-9]* Gauss-Newton.*//')
+  echo
+  echo "**$label** — fitted on $(basename "$fitlog"), predicted $(basename "$heldlog"); topology ${net[*]}; calibrate $*; $fit"
+  echo
+  echo "| collective | size (B) | measured busbw (GB/s) | before: predicted busbw | time error | after: predicted busbw | time error | rows |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---|"
+  awk 'NR == FNR { bt[$1 " " $2] = $3; bb[$1 " " $2] = $4; next }
+       $NF == "fit" || / held out$/ {
+         key = $2 " " $3; meas_t = $4; pred_t = $5; mb = $7; pb = $8;
+         use = ($NF == "fit") ? "fit" : "predicted (collective not fitted)";
+         eb = (bt[key] - meas_t) / meas_t * 100; ea = (pred_t - meas_t) / meas_t * 100;
+         printf "| %s | %s | %.2f | %.2f | %+.0f%% | %.2f | %+.1f%% | %s |\n", $2, $3, mb, bb[key], eb, pb, ea, use
+       }' "$TMP/before" "$TMP/after"
+  # The fit's and the held-out collective's summaries (markdown line breaks).
+  echo
+  grep -E '^error rms|median [|]error[|]' "$TMP/after" | sed -E 's/^ +//; s/$/  /'
+}
+
 echo "# shardsim validation table ($(date -u +%F), $(git -C "$ROOT" rev-parse --short HEAD))"
 run_case "2x RTX 2080 Ti, 2-link NVLink bridge, NCCL 2.6.4 (nccl-tests#44)" \
   "$DATA/nccl_tests_44_rtx2080ti_nvlink_all_reduce.log" 51.562 --max-bytes 1M --protocols 2
 run_case "2x H100 PCIe, NVLink bridges (nccl#1161)" \
   "$DATA/nccl_1161_h100pcie_nvlink_all_reduce.log" 300 --max-bytes 2G
+run_heldout_case "2x RTX 2080 Ti behind one PCIe Gen3 switch, no peer-to-peer (AutoDL blog post, 2025-06-05)" \
+  "$DATA/autodl_2080ti_pcie_all_reduce.log" "$DATA/autodl_2080ti_pcie_all_gather.log" \
+  --switch --bandwidth 15.754 --latency 1000 -- --protocols 2

@@ -187,18 +187,19 @@ std::string algorithm_for(Collective c, const std::string& wanted) {
 }  // namespace
 
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp) {
+                  const runtime::Transport& tp, size_t chunk_bytes) {
   sim::Timeline timeline(tp.chip(), topo, sim::device_preset("generic"), /*record_events=*/false);
   runtime::Transport t(tp.comm(), timeline, tp.rank_to_chip());
   std::string a = algorithm_for(c, algorithm);
   if (a == "auto") {
     CollectiveOptions o;
+    o.chunk_bytes = chunk_bytes;
     a = choose(c, o, t, bytes).algorithm;
   } else if (const std::string why = obstacle(c, a, t); !why.empty()) {
     throw ConfigError(collective_name(c) + ": algorithm '" + a + "' cannot run on " + topo.describe() + ": " + why +
                       " (choose another with --algorithm)");
   }
-  return estimate_ns(c, a, t, bytes) / 1e3;
+  return estimate_ns(c, a, t, bytes, chunk_bytes) / 1e3;
 }
 
 namespace {
@@ -219,7 +220,7 @@ struct Fit2 {
 Fit2 fit_two(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
              const CalibrationOptions& options, const runtime::Transport& tp) {
   auto model = [&](double a, double b, const Point& p) {
-    return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp);
+    return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp, options.chunk_bytes);
   };
   // For ring-family schedules t = a * L(S) + (1/b) * W(S), L = the time at the file's latencies and unlimited
   // bandwidth, W = the time at zero latency.
@@ -287,6 +288,128 @@ Fit2 fit_two(const topology::Topology& topo, const std::vector<Point>& points, c
   return f;
 }
 
+// TOPO with its protocol's per-message overhead set to O ns (TOPO itself when O is 0).
+topology::Topology with_overhead(const topology::Topology& topo, double o) {
+  if (o == 0) return topo;
+  topology::Topology t = topo;
+  topology::Protocol p = t.protocol();
+  p.message_overhead_ns = o;
+  t.set_protocol(p);
+  return t;
+}
+
+// Solves the 3x3 system M x = V (Gaussian elimination with partial pivoting); false when singular.
+bool solve3(double m[3][3], double v[3], double x[3]) {
+  for (int c = 0; c < 3; ++c) {
+    int piv = c;
+    for (int r = c + 1; r < 3; ++r)
+      if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) piv = r;
+    if (!(std::fabs(m[piv][c]) > 0)) return false;
+    if (piv != c) {
+      std::swap(m[piv], m[c]);
+      std::swap(v[piv], v[c]);
+    }
+    for (int r = c + 1; r < 3; ++r) {
+      const double f = m[r][c] / m[c][c];
+      for (int k = c; k < 3; ++k) m[r][k] -= f * m[c][k];
+      v[r] -= f * v[c];
+    }
+  }
+  for (int c = 2; c >= 0; --c) {
+    double s = v[c];
+    for (int k = c + 1; k < 3; ++k) s -= m[c][k] * x[k];
+    x[c] = s / m[c][c];
+  }
+  return true;
+}
+
+struct Fit3 {
+  double a = 1, inv_b = 1, o = 0, cost = 0;
+  int iterations = 0;
+};
+
+// Fits a, 1/b and the per-message overhead o (ns) to POINTS[i] for i in IDX: relative squared errors; the weighted
+// linear start t = a L + o M + W / b (L: the file's latencies, unlimited bandwidth; M: per ns of overhead alone;
+// W: zero latency), refused when L and M are proportional over the rows (o cannot be told from latency); then
+// Gauss-Newton with step halving on the full replay, a and o kept >= 0.
+Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
+               const CalibrationOptions& options, const runtime::Transport& tp) {
+  auto model = [&](double a, double inv_b, double o, const Point& p) {
+    return predict_us(with_overhead(topo.scaled(a, 1 / inv_b), o), p.log->collective, options.algorithm,
+                      p.row.bytes, tp, options.chunk_bytes);
+  };
+  const double tiny_inv_b = 1e-12, o_unit = 1000;  // unlimited bandwidth; 1 us of overhead per message
+  double g[3][3] = {}, v[3] = {};
+  for (size_t i : idx) {
+    const auto& p = points[i];
+    const double inv = 1 / p.row.time_us;
+    const double col[3] = {model(1, tiny_inv_b, 0, p) * inv, model(0, tiny_inv_b, o_unit, p) / o_unit * inv,
+                           model(0, 1, 0, p) * inv};
+    for (int r = 0; r < 3; ++r) {
+      v[r] += col[r];
+      for (int c = 0; c < 3; ++c) g[r][c] += col[r] * col[c];
+    }
+  }
+  // Identifiable when the latency and overhead columns are not parallel: 1 - cos^2 of their angle.
+  const double sep = g[0][0] > 0 && g[1][1] > 0 ? 1 - g[0][1] * g[0][1] / (g[0][0] * g[1][1]) : 0;
+  if (!(sep > 1e-9))
+    throw ConfigError(
+        "calibrate --fit-overhead: the per-message overhead cannot be told from the latency in these rows: every "
+        "fitted row charges messages and hop latencies in one ratio (e.g. unpipelined ring steps, one message per "
+        "hop), so o and a are one parameter. Fit without --fit-overhead (the latency then absorbs the overhead) or "
+        "give rows where the ratio differs (--chunk-bytes: pipelined pieces pay one overhead each but overlap their "
+        "latencies)");
+  Fit3 f;
+  double x[3] = {1, 0, 1};
+  if (solve3(g, v, x)) f.a = x[0], f.o = x[1] * o_unit, f.inv_b = x[2];
+  f.a = std::max(0.0, f.a), f.o = std::max(0.0, f.o);
+  if (!(f.inv_b > 0)) f.inv_b = 1;
+  auto cost = [&](double a, double ib, double o) {
+    double sum = 0;
+    for (size_t i : idx) {
+      const auto& p = points[i];
+      const double r = (model(a, ib, o, p) - p.row.time_us) / p.row.time_us;
+      sum += r * r;
+    }
+    return sum;
+  };
+  f.cost = cost(f.a, f.inv_b, f.o);
+  for (int it = 0; it < 30; ++it) {
+    const double h[3] = {std::max(f.a, 1e-3) * 1e-4, f.inv_b * 1e-4, std::max(f.o, 1.0) * 1e-4};
+    double jtj[3][3] = {}, jtr[3] = {};
+    for (size_t i : idx) {
+      const auto& p = points[i];
+      const double t = p.row.time_us, base = model(f.a, f.inv_b, f.o, p);
+      const double d[3] = {(model(f.a + h[0], f.inv_b, f.o, p) - base) / h[0] / t,
+                           (model(f.a, f.inv_b + h[1], f.o, p) - base) / h[1] / t,
+                           (model(f.a, f.inv_b, f.o + h[2], p) - base) / h[2] / t};
+      const double r = (base - t) / t;
+      for (int q = 0; q < 3; ++q) {
+        jtr[q] += d[q] * r;
+        for (int c = 0; c < 3; ++c) jtj[q][c] += d[q] * d[c];
+      }
+    }
+    double step[3];
+    f.iterations = it + 1;
+    for (double& s : jtr) s = -s;
+    if (!solve3(jtj, jtr, step)) break;
+    bool improved = false;
+    for (double k = 1; k > 1e-3; k /= 2) {
+      const double na = std::max(0.0, f.a + k * step[0]), nb = f.inv_b + k * step[1],
+                   no = std::max(0.0, f.o + k * step[2]);
+      if (!(nb > 0)) continue;
+      const double c1 = cost(na, nb, no);
+      if (c1 < f.cost) {
+        improved = f.cost - c1 > 1e-14 * (1 + f.cost);
+        f.a = na, f.inv_b = nb, f.o = no, f.cost = c1;
+        break;
+      }
+    }
+    if (!improved) break;
+  }
+  return f;
+}
+
 // TOPO with link latencies x A and the protocol's efficiency B (the links keep their line rate; when B > 1 the
 // measurement beat the file's line rate, so the links' bandwidth is raised instead and the efficiency is 1).
 topology::Topology with_protocol(const topology::Topology& topo, double a, double b, const topology::Protocol* ll) {
@@ -319,6 +442,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
                      std::to_string(topo.num_chips()) + " (the job has " + std::to_string(tp.size()) + " ranks)");
   if (options.protocols != 1 && options.protocols != 2)
     throw UsageError("--protocols: 1 or 2 (got " + std::to_string(options.protocols) + ")");
+  if (options.fit_overhead && options.protocols != 1)
+    throw UsageError("--fit-overhead: with --protocols 1 only (one overhead for both protocols is not fitted yet)");
+  if (options.fit_overhead && fit.empty()) throw UsageError("--fit-overhead: give a log to fit");
   if (!topo.protocol().is_default())
     throw ConfigError("calibrate: the topology already has a protocol section; give the plain link model to fit");
 
@@ -343,6 +469,13 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
                       " to fit; need at least " + std::to_string(need));
 
   if (fit.empty()) {
+  } else if (options.fit_overhead) {
+    const Fit3 f = fit_three(topo, points, fitted, options, tp);
+    out.latency_factor = f.a;
+    out.bandwidth_factor = 1 / f.inv_b;
+    out.message_overhead_ns = f.o;
+    out.iterations = f.iterations;
+    out.fitted = with_overhead(with_protocol(topo, f.a, out.bandwidth_factor, nullptr), f.o);
   } else if (options.protocols == 1) {
     const Fit2 f = fit_two(topo, points, fitted, options, tp);
     out.latency_factor = f.a;
@@ -390,7 +523,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     pr.log = p.log;
     pr.row = p.row;
     pr.fitted = p.fitted;
-    pr.predicted_us = predict_us(out.fitted, p.log->collective, options.algorithm, p.row.bytes, tp);
+    pr.predicted_us = predict_us(out.fitted, p.log->collective, options.algorithm, p.row.bytes, tp, options.chunk_bytes);
     if (p.fitted) sum += pr.rel_error() * pr.rel_error();
     out.predictions.push_back(pr);
   }
@@ -414,6 +547,7 @@ std::string topology_yaml(const topology::Topology& topo) {
     if (p.low_latency_max_bytes > 0)
       o << ", low_latency_max_bytes: " << fmt(p.low_latency_max_bytes) << ", low_latency_efficiency: "
         << fmt(p.low_latency_efficiency) << ", low_latency_latency_factor: " << fmt(p.low_latency_latency_factor);
+    if (p.message_overhead_ns > 0) o << ", message_overhead_ns: " << fmt(p.message_overhead_ns);
     o << "}\n";
   }
   if (!topo.identity_placement()) {

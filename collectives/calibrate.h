@@ -24,7 +24,13 @@
 //
 // With protocols = 2 the rows split at a size into a low-latency protocol (smaller rows: own latency factor and
 // efficiency) and the bandwidth protocol (NCCL's LL/LL128 vs Simple): every split is tried, the least squares wins.
-// Not fitted: a per-message overhead (for single-hop ring steps it is indistinguishable from latency).
+// With fit_overhead the protocol's per-message overhead o (topology.h, Protocol::message_overhead_ns: once per
+// message at the sender, not per hop) is a third parameter: t = a x L(S) + o x M(S) + W(S) / b, M = the number of
+// messages on the critical path. It is identifiable only when the fitted rows do not all charge messages and hop
+// latencies in one ratio: single-hop ring steps (one message per hop), or any one schedule whose message and hop
+// counts do not change with size, make o and a one parameter (ConfigError saying so; without fit_overhead o stays
+// 0 and the fitted latency absorbs it). Pipelined pieces (chunk_bytes: k pieces per step pay k overheads on the
+// port but overlap their latencies) or rows of schedules with different hop/message ratios separate them.
 //
 // Errors: ConfigError (exit 2) "FILE:LINE: ..." for a malformed row, a row with #wrong > 0, a second table in one
 // file (sizes restart or a second "Collective test starting"), mixed types or ops in one table, an unknown
@@ -69,6 +75,8 @@ struct CalibrationOptions {
   // 1: one latency and one bandwidth factor for every message. 2: also a low-latency protocol (topology.h,
   // Protocol) for the rows below a fitted size, with its own latency factor and efficiency.
   int protocols = 1;
+  bool fit_overhead = false;  // also fit the per-message overhead o (protocols == 1 only)
+  size_t chunk_bytes = 0;     // the schedule's pipelining piece size (CollectiveOptions::chunk_bytes; 0: none)
 };
 
 struct Prediction {
@@ -83,6 +91,7 @@ struct Calibration {
   double latency_factor = 1;    // a: fitted latency = a x the file's latency (x 1 ns when the file's are all 0)
   double bandwidth_factor = 1;  // b: fitted bandwidth = b x the file's bandwidth ("efficiency")
   bool low_latency = false;     // protocols == 2: fitted.protocol() holds the low-latency protocol
+  double message_overhead_ns = 0;  // fit_overhead: the fitted o (also in fitted.protocol())
   // The file's topology with link latencies x a and a protocol of efficiency b (links keep their line rate unless
   // the fit beat it, b > 1: then their bandwidth is raised and the efficiency is 1); with two protocols, the
   // low-latency one as fitted.
@@ -102,9 +111,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
                       const runtime::Transport& tp);
 
 // The simulated time (us) of LOG's collective on TOPO for BYTES with ALGORITHM (estimate_ns on a transport over
-// TP's communicator whose timeline is TOPO).
+// TP's communicator whose timeline is TOPO), pipelined in pieces of CHUNK_BYTES (0: none).
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp);
+                  const runtime::Transport& tp, size_t chunk_bytes = 0);
 
 // TOPO as a topology file (the `topology:` section, readable by load_topology), for `calibrate --out`. Grid
 // topologies only: std::invalid_argument for graphs.

@@ -13,17 +13,27 @@ namespace shardsim::collectives::cost {
 
 namespace {
 
-// Route between the chips of two ranks: summed latency and bottleneck bandwidth.
+// Route between the chips of two ranks: summed latency and bottleneck bandwidth, and the topology's message
+// protocol (topology.h: efficiency, low-latency latency factor, per-message overhead), as sim::Timeline::send
+// charges a lone message: o + latency x factor + S / (B x efficiency).
 struct Path {
   double latency_ns = 0;
   double bandwidth = std::numeric_limits<double>::infinity();  // GB/s = bytes/ns
-  double time(double bytes) const { return latency_ns + (bytes > 0 ? bytes / bandwidth : 0); }
+  const topology::Protocol* protocol = nullptr;
+  bool to_self = true;
+  double time(double bytes) const {
+    if (to_self) return 0;
+    return protocol->message_overhead_ns + latency_ns * protocol->latency_factor_for(bytes) +
+           (bytes > 0 ? bytes / (bandwidth * protocol->efficiency_for(bytes)) : 0);
+  }
 };
 
 Path path(const runtime::Transport& tp, int a, int b) {
   Path p;
   const auto& topo = tp.topology();
+  p.protocol = &topo.protocol();
   for (int id : topo.route(tp.chip_of(a), tp.chip_of(b))) {
+    p.to_self = false;
     p.latency_ns += topo.link(id).latency_ns;
     p.bandwidth = std::min(p.bandwidth, topo.link(id).bandwidth_gbps);
   }

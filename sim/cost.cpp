@@ -22,6 +22,7 @@ TransferCost transfer_cost(const topology::Topology& topo, const std::vector<int
   }
   c.occupancy_ns = bytes / (bottleneck * topo.protocol().efficiency_for(bytes));
   c.latency_ns *= topo.protocol().latency_factor_for(bytes);
+  c.overhead_ns = topo.protocol().message_overhead_ns;
   return c;
 }
 

@@ -8,8 +8,9 @@
 //     occupancy of the first link  = S / min_i B_i
 //     arrival after injection start = sum_i alpha_i + S / min_i B_i
 // Bandwidth B in GB/s = bytes per ns, so S / B is directly in ns. The topology's message protocol (topology.h,
-// Protocol) scales B by its efficiency and, for low-latency messages, the latencies by its factor; the default
-// protocol changes nothing.
+// Protocol) scales B by its efficiency and, for low-latency messages, the latencies by its factor, and charges its
+// per-message overhead o once at the sender (arrival = o + sum_i alpha_i + S / min_i B_i); the default protocol
+// changes nothing.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +24,10 @@ namespace shardsim::sim {
 double compute_time_ns(const DeviceSpec& dev, double flops, double bytes, Precision p);
 
 struct TransferCost {
-  double occupancy_ns = 0;  // how long the injection port is busy (S / bottleneck bandwidth)
+  double occupancy_ns = 0;  // how long the link is busy (S / bottleneck bandwidth); the port: overhead + this
   double latency_ns = 0;    // sum of per-hop latencies
-  double total_ns() const { return occupancy_ns + latency_ns; }
+  double overhead_ns = 0;   // the protocol's per-message overhead, once at the sender (0 to self)
+  double total_ns() const { return overhead_ns + latency_ns + occupancy_ns; }
 };
 
 TransferCost transfer_cost(const topology::Topology& topo, const std::vector<int>& route, double bytes);

@@ -80,6 +80,7 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
   if (src == chip_ || !(bytes > 0)) return arrival;
   const Route& r = route_from(src);
   const double lat = topo_->protocol().latency_factor_for(bytes);
+  const double o = topo_->protocol().message_overhead_ns;  // the sender's: the data enters its route o after START
   const bool shared = step_ != nullptr;  // a flow of a step with crossing flows: charged as send() charged it
   const double occupancy = shared ? shared_occupancy(r, bytes)
                                   : bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as send()
@@ -89,7 +90,7 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
     moved = false;
     for (const Hop& h : r.hops) {
       const Intervals& iv = in_busy_[static_cast<size_t>(h.slot)];
-      const double off = h.offset * lat, a = t + off, b = a + occupancy;
+      const double off = o + h.offset * lat, a = t + off, b = a + occupancy;
       auto it = std::upper_bound(iv.v.begin() + static_cast<std::ptrdiff_t>(iv.head), iv.v.end(), a,
                                  [](TimeNs x, const Span& s) { return x < s.end; });
       if (it != iv.v.end() && it->start < b && it->end - off > t) {
@@ -99,7 +100,7 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
     }
   }
   for (const Hop& h : r.hops) {
-    const double a = t + h.offset * lat;
+    const double a = t + (o + h.offset * lat);
     if (shared) {  // the step's other flows are in k_l already: book after the step
       step_booked_.push_back({h.slot, {a, a + occupancy}});
     } else {
@@ -189,35 +190,38 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
 Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready) {
   if (dst == chip_) return {ready, ready};
   const Route& r = route_to(dst);
-  // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1.
+  // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1 and the
+  // per-message overhead o is 0. The port is busy for o before the data enters the route (once, not per hop).
   const double lat = topo_->protocol().latency_factor_for(bytes);
+  const double o = topo_->protocol().message_overhead_ns;
   if (step_) {
     // A flow of a step with crossing flows: B_l / k_l on every link, starting when port and links were free
     // before the step (the step's other flows, its own included, are in k_l); the times it leaves busy apply at
     // end_step(), so no flow of the step queues behind another.
     const double occupancy = shared_occupancy(r, bytes);
     TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
-    for (const Hop& h : r.hops) start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat);
-    step_free_.push_back({r.port, start + occupancy});
-    for (const Hop& h : r.hops) step_free_.push_back({-1 - h.slot, start + h.offset * lat + occupancy});
-    if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
-    return {start, start + r.latency_ns * lat + occupancy};
+    for (const Hop& h : r.hops)
+      start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat - o);
+    step_free_.push_back({r.port, start + o + occupancy});
+    for (const Hop& h : r.hops) step_free_.push_back({-1 - h.slot, start + o + h.offset * lat + occupancy});
+    if (record_) events_.push_back(Event{name, "send", r.port, {start, start + o + occupancy}, 0, bytes, dst});
+    return {start, start + o + r.latency_ns * lat + occupancy};
   }
   const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
-  for (const Hop& h : r.hops)  // every link must be free when the head reaches it
-    start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat);
-  for (const Hop& h : r.hops) link_free_[static_cast<size_t>(h.slot)] = start + h.offset * lat + occupancy;
-  free_[static_cast<size_t>(r.port)] = start + occupancy;
-  if (record_) events_.push_back(Event{name, "send", r.port, {start, start + occupancy}, 0, bytes, dst});
-  return {start, start + r.latency_ns * lat + occupancy};
+  for (const Hop& h : r.hops)  // every link must be free when the head reaches it (o after the start)
+    start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat - o);
+  for (const Hop& h : r.hops) link_free_[static_cast<size_t>(h.slot)] = start + o + h.offset * lat + occupancy;
+  free_[static_cast<size_t>(r.port)] = start + o + occupancy;
+  if (record_) events_.push_back(Event{name, "send", r.port, {start, start + o + occupancy}, 0, bytes, dst});
+  return {start, start + o + r.latency_ns * lat + occupancy};
 }
 
 Span Timeline::replay_send(const Event& e) {
   if (e.peer == chip_) return e.span;
   const Route& r = route_to(e.peer);
   const double lat = topo_->protocol().latency_factor_for(e.bytes);
-  const double start = e.span.start;
+  const double start = e.span.start + topo_->protocol().message_overhead_ns;  // the data's start (send(): o first)
   // The occupancy exactly as send() computed it: the plain one, or k times it for a flow of a step (k flows on
   // its busiest link; the same expression as shared_occupancy on a route of equal bandwidths); else the span.
   const double eff = topo_->protocol().efficiency_for(e.bytes);

@@ -519,6 +519,7 @@ std::string protocol_text(const Protocol& p) {
   if (p.low_latency_max_bytes > 0)
     s += "; messages <= " + fmt(p.low_latency_max_bytes) + " B low-latency (efficiency " +
          fmt(p.low_latency_efficiency) + ", latency x " + fmt(p.low_latency_latency_factor) + ")";
+  if (p.message_overhead_ns > 0) s += "; " + fmt(p.message_overhead_ns) + " ns overhead per message";
   return s;
 }
 }  // namespace
@@ -535,6 +536,8 @@ void Protocol::check() const {
   if (!(low_latency_latency_factor >= 0 && low_latency_latency_factor <= 1e6))
     throw std::invalid_argument("low_latency_latency_factor must be a finite number >= 0 (got " +
                                 fmt(low_latency_latency_factor) + ")");
+  if (!(message_overhead_ns >= 0 && message_overhead_ns <= 1e9))
+    throw std::invalid_argument("message_overhead_ns must be in [0, 1e9] ns (got " + fmt(message_overhead_ns) + ")");
 }
 
 void Topology::set_protocol(const Protocol& p) {

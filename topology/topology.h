@@ -85,14 +85,21 @@ enum class Kind { ring, torus, mesh, fully_connected, switch_, stacked, graph };
 // per-hop latency x low_latency_latency_factor, occupancy S / (B x low_latency_efficiency); any other message
 // occupies S / (B x efficiency) after the links' own latency. The defaults are the plain link model (every message
 // at the full line rate), bit for bit. Set by the topology file's `protocol:` section or by `shardsim calibrate`.
+//
+// message_overhead_ns (o, either protocol): a fixed cost per message at its sender, charged once however many hops
+// the message crosses (LogGP's o; e.g. a kernel's per-step flag handling or a proxy's per-send work). The sender's
+// injection port is busy for o before the data enters the first link, so a message arrives o + sum of the hops'
+// latencies + S / (B x efficiency) after it starts, and k messages from one port pay k overheads while their
+// per-hop latencies overlap. Default 0: no charge, bit for bit.
 struct Protocol {
   double efficiency = 1;                  // bandwidth protocol: fraction of the line rate, (0, 1]
   double low_latency_max_bytes = 0;       // 0: no low-latency protocol
   double low_latency_efficiency = 1;      // (0, 1]
   double low_latency_latency_factor = 1;  // >= 0
+  double message_overhead_ns = 0;         // per message at the sender, once (not per hop); ns, 0..1e9
   bool is_default() const {
     return efficiency == 1 && low_latency_max_bytes == 0 && low_latency_efficiency == 1 &&
-           low_latency_latency_factor == 1;
+           low_latency_latency_factor == 1 && message_overhead_ns == 0;
   }
   // std::invalid_argument naming the field when a value is outside its range (or not finite).
   void check() const;

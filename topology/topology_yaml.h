@@ -15,6 +15,7 @@
 //       low_latency_max_bytes: 65536      # messages up to this size use the low-latency protocol; default 0 (none)
 //       low_latency_efficiency: 0.5       # its fraction of the line rate, (0, 1]; default 1
 //       low_latency_latency_factor: 0.3   # its per-hop latency as a multiple of the link's, >= 0; default 1
+//       message_overhead_ns: 2000         # per message at the sender, once (not per hop), 0..1e9; default 0
 //
 //   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4
 //     dims:
@@ -57,7 +58,8 @@ inline constexpr std::string_view kTopologyGraphKeys[] = {"kind",       "chips",
 inline constexpr std::string_view kTopologyLinkKeys[] = {"from", "to", "bandwidth_gbps", "latency_ns",
                                                          "bidirectional"};
 inline constexpr std::string_view kTopologyProtocolKeys[] = {"efficiency", "low_latency_max_bytes",
-                                                             "low_latency_efficiency", "low_latency_latency_factor"};
+                                                             "low_latency_efficiency", "low_latency_latency_factor",
+                                                             "message_overhead_ns"};
 inline constexpr std::string_view kAstraNetworkKeys[] = {"topology", "npus_count", "bandwidth", "latency"};
 
 // The one rule for a topology *document* (a whole YAML file or text), used by run, bench, validate, calibrate,

@@ -273,6 +273,35 @@ TEST(Protocol, DefaultIsThePlainLinkModel) {
     }
 }
 
+TEST(Protocol, MessageOverheadOncePerMessageAtTheSender) {
+  auto t = Topology::ring(8, LinkSpec{100, 500});
+  topology::Protocol p;
+  p.message_overhead_ns = 2000;
+  t.set_protocol(p);
+  // Three hops: o once, then the three latencies and the occupancy (not o per hop).
+  const auto c3 = sim::transfer_cost(t, t.route(0, 3), 1e6);
+  EXPECT_DOUBLE_EQ(c3.overhead_ns, 2000);
+  EXPECT_DOUBLE_EQ(c3.latency_ns, 1500);
+  EXPECT_DOUBLE_EQ(c3.occupancy_ns, 1e6 / 100);
+  EXPECT_DOUBLE_EQ(c3.total_ns(), 2000 + 1500 + 1e4);
+  sim::Timeline tl(0, t, dev());
+  const auto a = tl.send("a", 3, 1e6, 0);
+  EXPECT_DOUBLE_EQ(a.start, 0);
+  EXPECT_DOUBLE_EQ(a.end, 2000 + 1500 + 1e4);
+  // A second message on the same port waits for the first one's overhead and occupancy, then pays its own
+  // overhead: two overheads, two occupancies, one route latency.
+  const auto b = tl.send("b", 3, 1e6, 0);
+  EXPECT_DOUBLE_EQ(b.start, 2000 + 1e4);
+  EXPECT_DOUBLE_EQ(b.end, 2 * (2000 + 1e4) + 1500);
+  // One hop costs the same overhead: the hop count changes only the latency term.
+  sim::Timeline near(0, t, dev());
+  EXPECT_DOUBLE_EQ(near.send("n", 1, 1e6, 0).end - a.end, -1000);
+  // The receiver books the flow's links from the data's start (o after the sender's): a lone flow is not moved.
+  sim::Timeline rx(3, t, dev());
+  EXPECT_DOUBLE_EQ(rx.receive(0, 1e6, a.start, a.end), a.end);
+  EXPECT_NE(t.describe().find("2000 ns overhead per message"), std::string::npos) << t.describe();
+}
+
 TEST(Protocol, TopologyFileErrorsNameTheKey) {
   auto err = [](const std::string& proto) {
     try {
@@ -293,6 +322,10 @@ TEST(Protocol, TopologyFileErrorsNameTheKey) {
   EXPECT_NE(err("{low_latency_max_bytes: -1}").find("low_latency_max_bytes must be"), std::string::npos);
   EXPECT_NE(err("{efficiency: .nan}").find("must be a finite number"), std::string::npos);
   EXPECT_NE(err("{overhead: 3}").find("unknown key"), std::string::npos);
+  EXPECT_NE(err("{message_overhead_ns: -1}").find("t.yaml:5: topology.protocol.message_overhead_ns must be in [0, 1e9]"),
+            std::string::npos)
+      << err("{message_overhead_ns: -1}");
+  EXPECT_EQ(err("{message_overhead_ns: 2500}"), "");
   EXPECT_EQ(err("{efficiency: 0.8, low_latency_max_bytes: 65536, low_latency_efficiency: 0.5, "
                 "low_latency_latency_factor: 0.3}"),
             "");
