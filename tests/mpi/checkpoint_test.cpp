@@ -342,7 +342,7 @@ TEST(CheckpointV1, EveryIntegrityFailureIsAConfigErrorOnEveryRankNamingFileAndTe
 #include "runtime/world.h"
 
 TEST(CheckpointChips, KChipsPerRankWriteAndReadTheUnionOfTheirBlocks) {
-  const int rank = world_rank(), p = world_size();
+  const int rank = world_rank();
   constexpr int K = 3;
   const int64_t R = 7, C = 10;  // with 12 or 24 chips some chips hold no column of the Shard(1) tensor
   for (const char* comp : {"none", "gzip:1"}) {

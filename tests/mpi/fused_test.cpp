@@ -131,7 +131,9 @@ TEST(Fused, BackwardFormsEqualUnfused) {
       sharding::gemm_reduce_scatter_backward(f.tp, xr, ws, gs, got_x, dws, 0.0, "rs_bwd");
       EXPECT_LE(max_rel_diff(got_x, want_x), 1e-5) << "gemm_reduce_scatter_backward dX m " << m << " weights " << nw;
       EXPECT_TRUE(d0.bit_equal(want_w0)) << "dW0 m " << m;
-      if (nw == 2) EXPECT_TRUE(d1.bit_equal(want_w1)) << "dW1 m " << m;
+      if (nw == 2) {
+        EXPECT_TRUE(d1.bit_equal(want_w1)) << "dW1 m " << m;
+      }
     }
   }
 }

@@ -44,7 +44,9 @@ TEST(MlpDataParallel, EveryTpDpSplitMatchesOneDevice) {
     const auto cfg = mlp_config(p, tp, dp);
     ASSERT_EQ(cfg.block.plan.dp, dp);
     ASSERT_FALSE(cfg.block.shape.attention);
-    const auto rep = sharding::run_model(world, cfg, sharding::RunOptions{{}, {}, true});
+    sharding::RunOptions no_ckpt;
+    no_ckpt.no_checkpoint = true;
+    const auto rep = sharding::run_model(world, cfg, no_ckpt);
     // The verdict reaches every rank (run's exit code).
     EXPECT_TRUE(everywhere(rep.validated && rep.passed)) << "tp=" << tp << " dp=" << dp;
     if (world.rank() != 0) continue;
