@@ -214,6 +214,37 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
   return t;
 }
 
+namespace {
+// The ring all_gather a fused op overlaps with its compute: at step s this rank holds the rows of rank
+// (r - s) mod p (its own, OWN, at s = 0), sends them on to r + 1 first, so the transfer overlaps the work, then
+// calls ON_SHARD(src, shard, shard_ready) and takes the next shard from r - 1. Received shards have storage if
+// STORAGE. Returns the last arrival (READY when p == 1).
+template <class OnShard>
+sim::TimeNs ring_all_gather_overlapped(runtime::Transport& tp, const Tensor& own, bool storage, sim::TimeNs ready,
+                                       const std::string& name, OnShard&& on_shard) {
+  const int p = tp.size(), r = tp.rank();
+  const size_t bytes = own.nbytes();
+  Tensor cur = own;
+  sim::TimeNs cur_ready = ready, last_arrival = ready;
+  for (int s = 0; s < p; ++s) {
+    Tensor next;
+    sim::TimeNs next_ready = cur_ready;
+    if (s + 1 < p) {
+      next = Tensor::make(own.dtype(), own.shape(), storage);
+      next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
+                               cur_ready, name + ".all_gather.step" + std::to_string(s));
+      last_arrival = std::max(last_arrival, next_ready);
+    }
+    on_shard((r - s + p) % p, static_cast<const Tensor&>(cur), cur_ready);
+    if (s + 1 < p) {
+      cur = std::move(next);
+      cur_ready = next_ready;
+    }
+  }
+  return last_arrival;
+}
+}  // namespace
+
 FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tensor& w, Tensor& c, sim::TimeNs ready,
                             const std::string& name) {
   return all_gather_gemm(tp, x, std::vector<const Tensor*>{&w}, std::vector<Tensor*>{&c}, ready, name);
@@ -221,7 +252,7 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const Tenso
 
 FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const std::vector<const Tensor*>& ws,
                             const std::vector<Tensor*>& cs, sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), r = tp.rank();
+  const int p = tp.size();
   const int64_t m = x.dim(0);
   check(!ws.empty() && ws.size() == cs.size(), name + ": needs one output per weight");
   for (size_t j = 0; j < ws.size(); ++j) {
@@ -234,34 +265,21 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const std::
   FusedTiming t;
   t.cut = "ring shards";
   t.chunks = p;
-  Tensor cur = x;
-  sim::TimeNs cur_ready = ready, compute_at = ready, last_arrival = ready;
-  const size_t bytes = cur.nbytes();
-  for (int s = 0; s < p; ++s) {
-    const int src = (r - s + p) % p;  // whose rows CUR holds
-    Tensor next;
-    sim::TimeNs next_ready = cur_ready;
-    if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMMs
-      next = Tensor::make(x.dtype(), x.shape(), x.has_storage());
-      next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
-                               cur_ready,
-                               name + ".all_gather.step" + std::to_string(s));
-      last_arrival = std::max(last_arrival, next_ready);
-    }
-    for (size_t j = 0; j < ws.size(); ++j) {
-      sim::Span span;
-      Tensor part = gemm_on(tp, cur, *ws[j], std::max(compute_at, cur_ready),
-                            name + ".gemm" + (ws.size() > 1 ? std::to_string(j) : "") + ".rows_of_" + std::to_string(src),
-                            span);
-      compute_at = span.end;
-      t.compute_ns += span.duration();
-      cs[j]->set_rows(src * m, part);
-    }
-    if (s + 1 < p) {
-      cur = std::move(next);
-      cur_ready = next_ready;
-    }
-  }
+  sim::TimeNs compute_at = ready;
+  const size_t bytes = x.nbytes();
+  const sim::TimeNs last_arrival = ring_all_gather_overlapped(
+      tp, x, x.has_storage(), ready, name, [&](int src, const Tensor& cur, sim::TimeNs cur_ready) {
+        for (size_t j = 0; j < ws.size(); ++j) {
+          sim::Span span;
+          Tensor part = gemm_on(tp, cur, *ws[j], std::max(compute_at, cur_ready),
+                                name + ".gemm" + (ws.size() > 1 ? std::to_string(j) : "") + ".rows_of_" +
+                                    std::to_string(src),
+                                span);
+          compute_at = span.end;
+          t.compute_ns += span.duration();
+          cs[j]->set_rows(src * m, part);
+        }
+      });
   t.bytes_sent = static_cast<double>(bytes) * (p - 1);
   if (p > 1) tp.timeline().record_region(name + ".all_gather", "collective", {ready, last_arrival}, t.bytes_sent);
   t.fused_ns = std::max(compute_at, last_arrival) - ready;
@@ -318,7 +336,7 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
 
 FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const Tensor& dy, const Tensor& x, const Tensor& w,
                                      Tensor& dx, Tensor& dw, sim::TimeNs ready, const std::string& name) {
-  const int p = tp.size(), r = tp.rank();
+  const int p = tp.size();
   const int64_t m = dy.dim(0);
   check(dy.rank() == 2 && x.rank() == 2 && w.rank() == 2 && x.dim(0) == m * p && x.dim(1) == w.dim(0) &&
             dy.dim(1) == w.dim(1) && dx.shape() == x.shape() && dw.shape() == w.shape(),
@@ -333,33 +351,20 @@ FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const Tensor& dy, c
   t.cut = "ring shards";
   t.chunks = p;
   Tensor dy_full = Tensor::make(dy.dtype(), {m * p, dy.dim(1)}, real);
-  Tensor cur = dy;
-  sim::TimeNs cur_ready = ready, compute_at = ready, last_arrival = ready;
-  const size_t bytes = cur.nbytes();
-  for (int s = 0; s < p; ++s) {
-    const int src = (r - s + p) % p;  // whose rows CUR holds
-    Tensor next;
-    sim::TimeNs next_ready = cur_ready;
-    if (s + 1 < p) {  // forward first: the transfer overlaps this step's GEMM
-      next = Tensor::make(dy.dtype(), dy.shape(), real);
-      next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
-                               cur_ready, name + ".all_gather.step" + std::to_string(s));
-      last_arrival = std::max(last_arrival, next_ready);
-    }
-    Tensor part = Tensor::make(dx.dtype(), {m, dx.dim(1)}, real);
-    const auto cost = kernels::gemm(cur, w, part, {.trans_a = false, .trans_b = true});  // dY_src · Wᵀ
-    const sim::Span span = tp.timeline().compute(name + ".gemm_dx.rows_of_" + std::to_string(src), cost.flops,
-                                                 cost.bytes, runtime::precision_of(cost.dtype),
-                                                 std::max(compute_at, cur_ready));
-    compute_at = span.end;
-    t.compute_ns += span.duration();
-    dx.set_rows(src * m, part);
-    dy_full.set_rows(src * m, cur);
-    if (s + 1 < p) {
-      cur = std::move(next);
-      cur_ready = next_ready;
-    }
-  }
+  sim::TimeNs compute_at = ready;
+  const size_t bytes = dy.nbytes();
+  const sim::TimeNs last_arrival = ring_all_gather_overlapped(
+      tp, dy, real, ready, name, [&](int src, const Tensor& cur, sim::TimeNs cur_ready) {
+        Tensor part = Tensor::make(dx.dtype(), {m, dx.dim(1)}, real);
+        const auto cost = kernels::gemm(cur, w, part, {.trans_a = false, .trans_b = true});  // dY_src · Wᵀ
+        const sim::Span span = tp.timeline().compute(name + ".gemm_dx.rows_of_" + std::to_string(src), cost.flops,
+                                                     cost.bytes, runtime::precision_of(cost.dtype),
+                                                     std::max(compute_at, cur_ready));
+        compute_at = span.end;
+        t.compute_ns += span.duration();
+        dx.set_rows(src * m, part);
+        dy_full.set_rows(src * m, cur);
+      });
   // dW = Xᵀ · dY over the whole gathered dY: one GEMM, as unfused (the same call, the same values).
   const auto cost = kernels::gemm(x, dy_full, dw, {.trans_a = true, .trans_b = false});
   const sim::Span span = tp.timeline().compute(name + ".gemm_dw", cost.flops, cost.bytes,
