@@ -157,9 +157,10 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
     return r;
   }();
   // The hook names MPI ranks, or chips (chip-level world ranks) when a rank hosts several chips.
-  const int who = tp.chip_mode() ? runtime::chips::current() : tp.world_rank_of(tp.rank());
   const bool forced = hook.second >= 0 && tp.calls() == hook.second &&
-                      std::find(hook.first.begin(), hook.first.end(), who) != hook.first.end();
+                      std::find(hook.first.begin(), hook.first.end(),
+                                tp.chip_mode() ? runtime::chips::current() : tp.world_rank_of(tp.rank())) !=
+                          hook.first.end();
   if (forced) {
     sig.count = count + 1;
     mine[1] = static_cast<int64_t>(sig.count);
