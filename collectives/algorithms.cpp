@@ -233,6 +233,10 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
       continue;
     }
     const double t = estimate_ns(c, a, tp, bytes, options.chunk_bytes);
+    if (!find_algorithm(a)->in_auto) {
+      parts.emplace_back(a, us(t) + " (opt-in only)");
+      continue;
+    }
     parts.emplace_back(a, us(t));
     if (t < best_ns) {
       best_ns = t;

@@ -168,7 +168,9 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
 // Halving-doubling with Thakur's fold for non-powers of two (halving_doubling.cpp), step by step, with the
 // same ranges: all_reduce halves the buffer among the pow2 virtual ranks; reduce_scatter / all_gather move whole
 // chunks, and the first REM virtual ranks own two chunks each (so the halves are unequal when p is not 2^k).
-double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
+// WHOLE: recursive doubling all_reduce (halving_doubling.h): the same fold, doubling steps and unfold, every one
+// moving the whole vector.
+double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag, bool whole = false) {
   const int p = tp.size();
   if (p == 1 || bytes <= 0) return 0;
   int pow2 = 1;
@@ -178,6 +180,7 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag)
   const double chunk = bytes / p;
   const bool whole_chunks = !(rs && ag);  // reduce_scatter or all_gather alone
   auto range_bytes = [&](int va, int vb) {
+    if (whole) return bytes;
     if (!whole_chunks) return bytes * (vb - va) / pow2;
     const int lo = va < rem ? 2 * va : va + rem, hi = vb - 1 < rem ? 2 * (vb - 1) + 1 : vb - 1 + rem;
     return chunk * (hi - lo + 1);
@@ -191,7 +194,7 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag)
     t[static_cast<size_t>(b)] = std::max(tb, at_b);
   };
   for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
-    t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs ? bytes : chunk));
+    t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs || whole ? bytes : chunk));
   if (rs)
     for (int dist = pow2 / 2; dist >= 1; dist /= 2) {
       rp.begin_step(runtime::FlowPattern::halving_doubling(dist, false));  // as halving_doubling.cpp
@@ -325,6 +328,7 @@ double ring(const runtime::Transport& tp, double chunk, int passes, bool bidir, 
 double halving_doubling(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
   return hd_estimate(tp, bytes, rs, ag);
 }
+double recursive_doubling(const runtime::Transport& tp, double bytes) { return hd_estimate(tp, bytes, false, true, true); }
 double chain(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
   return chain_estimate(tp, bytes, chunk_bytes, reduce);
 }

@@ -19,6 +19,8 @@ double worst_step(const runtime::Transport& tp, int dist, double bytes);
 double ring(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes);
 // Halving-doubling (Thakur's fold for non-powers of two) of a BYTES buffer: RS and/or AG phases.
 double halving_doubling(const runtime::Transport& tp, double bytes, bool rs, bool ag);
+// Recursive doubling all_reduce of a BYTES buffer (whole-vector swaps; same fold as halving-doubling).
+double recursive_doubling(const runtime::Transport& tp, double bytes);
 // Pipelined chain (broadcast from rank 0 or REDUCE to rank 0) of BYTES.
 double chain(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce);
 // Per-dimension rings of the torus algorithm for a BYTES buffer.

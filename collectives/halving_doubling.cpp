@@ -136,6 +136,31 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
   return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
 }
 
+sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op,
+                                          sim::TimeNs ready, const std::string& name) {
+  const Plan plan(tp.size());
+  const int r = tp.rank();
+  if (plan.p == 1 || count == 0) return ready;
+  Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
+  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready);
+  if (!plan.sits_out(r)) {
+    const int v = plan.vrank(r);
+    const size_t bytes = count * io.es;
+    int step = 0;
+    for (int dist = 1; dist < plan.pow2; dist *= 2, ++step) {
+      // Both partners hold the same two vectors; each combines them as (lower virtual rank) op (higher), so
+      // the two results agree bit for bit even where the operator is not (NaN payloads).
+      unsigned char* in = io.tp.scratch(0, bytes);
+      now = sendrecv_range(io, {0, count}, {0, count}, plan.real(v ^ dist), in, now,
+                           ".all_reduce.step" + std::to_string(step), dist);
+      if (io.tp.shape_only()) continue;
+      if (v & dist) reduce_to(io.base, in, io.base, count, t, op);
+      else reduce_into(io.base, in, count, t, op);
+    }
+  }
+  return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
+}
+
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                            sim::TimeNs ready, const std::string& name) {
   const Plan plan(tp.size());

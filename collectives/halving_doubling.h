@@ -24,6 +24,14 @@ namespace shardsim::collectives::halving_doubling {
 // In place on BASE (COUNT elements). Returns the time this chip's output is complete.
 sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op, sim::TimeNs ready,
                        const std::string& name);
+// Recursive doubling all_reduce (Thakur et al. 2005, section 4.4; MPICH's and Open MPI's small-message
+// all_reduce): log2(p') steps in which partners at XOR distance 1, 2, 4, ... among the p' virtual ranks swap their
+// whole COUNT-element vectors and both reduce, plus the fold/unfold steps above for non-powers of two.
+//   T = sum_i (alpha_i + S/B) = log2(p) alpha + log2(p) S/B  (uniform links): fewest steps, most bytes; it wins
+// only where latency dominates (and always at p = 2: one exchange against the ring's two).
+// In place on BASE. Returns the time this chip's output is complete.
+sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op,
+                                          sim::TimeNs ready, const std::string& name);
 // After the call chunk r of LAYOUT on rank r holds the reduction (other chunks: scratch).
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                            sim::TimeNs ready, const std::string& name);

@@ -96,6 +96,12 @@ sim::TimeNs hd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, si
   return halving_doubling::all_reduce(tp, recvbuf, count, t, op, ready, name);
 }
 
+sim::TimeNs rd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
+                  size_t, sim::TimeNs ready, const std::string& name) {
+  copy_in(tp, sendbuf, recvbuf, count, t);
+  return halving_doubling::recursive_doubling_all_reduce(tp, recvbuf, count, t, op, ready, name);
+}
+
 // --- direct and dissemination (the one-algorithm collectives' own files) ---
 double direct_cost(C c, const runtime::Transport& tp, double bytes, size_t) {
   const double per_peer = bytes / tp.size();
@@ -189,6 +195,24 @@ std::vector<AlgorithmDescriptor> make_registry() {
   }
   {
     AlgorithmDescriptor a;
+    a.name = "recursive_doubling";
+    a.aliases = {"rd"};
+    a.summary = "all_reduce by log2 p whole-vector swaps at XOR distances 1, 2, 4, ... (halving_doubling.h); "
+                "fewest steps; opt-in only, auto never picks it (MPI's small-message schedule)";
+    a.collectives = {C::all_reduce};
+    a.estimate_ns = [](C, const runtime::Transport& tp, double bytes, size_t) {
+      return cost::recursive_doubling(tp, bytes);
+    };
+    a.all_reduce = rd_ar;
+    // Not in auto: the link model charges no reduction compute, and this algorithm reduces the whole vector at
+    // every step (log2 p times the ring's S/p), so its estimate is optimistic; and the vendor libraries users
+    // calibrate against (NCCL, RCCL) never run it, so auto picking it would move every 2-chip all_reduce away
+    // from what they measure. It is here to run MPI's small-message schedule on purpose (bench -a rd --vs-mpi).
+    a.in_auto = false;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
     a.name = "direct";
     a.aliases = {"pairwise"};
     a.summary = "every rank sends to every peer at once (all_to_all.cpp, gather.cpp, send_recv.cpp)";
@@ -267,8 +291,11 @@ std::string catalogue_text(const runtime::Transport* tp, double bytes) {
   out += "per collective (auto's tie-break order):\n";
   for (Collective c : all_collectives()) {
     out += "  " + collective_name(c) + ":";
-    for (const auto& n : algorithm_names(c)) out += " " + n;
-    out += " auto\n";
+    std::string opt_in;
+    for (const auto& n : algorithm_names(c)) (find_algorithm(n)->in_auto ? out : opt_in) += " " + n;
+    out += " auto";
+    if (!opt_in.empty()) out += " (opt-in only:" + opt_in + ")";
+    out += "\n";
   }
   return out;
 }

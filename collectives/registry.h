@@ -59,6 +59,8 @@ struct AlgorithmDescriptor {
   AllReduceFn all_reduce = nullptr;
   BroadcastFn broadcast = nullptr;
   ReduceFn reduce = nullptr;
+  // False: runs only when named (-a NAME, a config's algorithm); "auto" shows its estimate but never picks it.
+  bool in_auto = true;
 
   bool implements(Collective c) const;
 };

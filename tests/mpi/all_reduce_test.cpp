@@ -174,6 +174,77 @@ TEST(ClosedForm, HalvingDoublingNonPowerOfTwo) {
     }
 }
 
+// Recursive doubling on a bidirectional ring, power-of-two p: step i swaps the WHOLE buffer with the rank at XOR
+// distance d = 2^i (ring_hops hops, one alpha each), and d flows of different senders share the busiest link of
+// every route (the halving-doubling case above), so T = sum_d (hops(d) alpha + d S/B): log2(p) steps, against the
+// ring's 2(p-1). bytes_sent is log2(p) S.
+TEST(ClosedForm, RecursiveDoublingOnRing) {
+  const int p = world_size();
+  if (p & (p - 1)) GTEST_SKIP() << "power-of-two p only (p = 3 is covered by RecursiveDoublingNonPowerOfTwo)";
+  const size_t count = 26880;
+  const double S = count * 4.0;
+  for (double bw : kBws)
+    for (double alpha : kAlphas) {
+      Fixture f(ring_topo(bw, alpha));
+      double want = 0;
+      int steps = 0;
+      for (int dist = 1; dist < p; dist *= 2, ++steps) want += ring_hops(p, 0, dist) * alpha + dist * S / bw;
+      const std::string what = "rd p=" + std::to_string(p) + " B=" + std::to_string(bw) + " a=" + std::to_string(alpha);
+      std::vector<float> buf(count, 3.0f);
+      const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                              opts("rd"));
+      EXPECT_EQ(ar.algorithm, "recursive_doubling") << what;
+      expect_time(ar.span.duration(), want, what + " all_reduce");
+      EXPECT_DOUBLE_EQ(ar.bytes_sent, steps * S) << what;
+      EXPECT_EQ(buf[count - 1], 3.0f * float(p)) << what;
+      expect_time(collectives::estimate_ns(Collective::all_reduce, "recursive_doubling", f.tp, S), want,
+                  what + " estimate_ns");
+    }
+}
+
+// p = 3 on a 3-ring: rank 0 folds S into rank 1 (arrives a + S/B); ranks 1 and 2 swap S (rank 2's leaves at 0 and
+// arrives at rank 1 at a + S/B; rank 1's leaves at a + S/B and arrives at rank 2 at 2a + 2 S/B); rank 1 sends
+// the result back to rank 0 over its other link: 2a + 2 S/B.
+TEST(ClosedForm, RecursiveDoublingNonPowerOfTwo) {
+  const int p = world_size(), r = world_rank();
+  if (p != 3) GTEST_SKIP() << "worked example for p = 3";
+  const size_t count = 26880;
+  const double S = count * 4.0;
+  for (double bw : kBws)
+    for (double alpha : kAlphas) {
+      Fixture f(ring_topo(bw, alpha));
+      std::vector<float> buf(count, float(r));
+      const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                              opts("recursive_doubling"));
+      const double want[3] = {2 * alpha + 2 * S / bw, alpha + S / bw, 2 * alpha + 2 * S / bw};
+      expect_time(ar.span.end, want[r], "rd p=3 rank " + std::to_string(r));
+      EXPECT_EQ(buf[0], 3.0f);
+      expect_time(collectives::estimate_ns(Collective::all_reduce, "recursive_doubling", f.tp, S), want[0],
+                  "rd p=3 estimate_ns");
+    }
+}
+
+// auto never picks an opt-in algorithm (registry.h: in_auto), even where its estimate is the lowest: recursive
+// doubling beats the ring on 2 chips at every size (one exchange against two), yet auto keeps the ring and says so.
+TEST(Registry, AutoSkipsOptInRecursiveDoubling) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  Fixture f(ring_topo(100, 1000));
+  const size_t count = 64;
+  const double S = count * 4.0;
+  const double rd = collectives::estimate_ns(Collective::all_reduce, "recursive_doubling", f.tp, S);
+  if (p == 2) {
+    EXPECT_LT(rd, collectives::estimate_ns(Collective::all_reduce, "ring", f.tp, S));
+  }
+  std::vector<float> buf(count, 1.0f);
+  const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                          opts("auto"));
+  EXPECT_NE(ar.algorithm, "recursive_doubling");
+  EXPECT_NE(ar.explanation.find("recursive_doubling"), std::string::npos) << ar.explanation;
+  EXPECT_NE(ar.explanation.find("(opt-in only)"), std::string::npos) << ar.explanation;
+  EXPECT_EQ(buf[0], float(p));
+}
+
 // The torus algorithm on real multi-dimensional tori (every factorisation of p, and 2x2x2) with uneven counts:
 // all_reduce, reduce_scatter and all_gatherv, unpipelined and with small pieces.
 TEST(Correctness, TorusAlgorithmOnToriUnevenCounts) {
