@@ -27,9 +27,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -44,6 +46,7 @@
 #include "common/output_file.h"
 #include "experiments/sweep.h"
 #include "experiments/scheduler.h"
+#include "runtime/chips.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
@@ -160,14 +163,45 @@ class Progress {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
+// The sweep file as F asks for it (its `output:` and `validate:` overridden by the flags). With several chips per
+// rank the rank's chips share one copy (they are fibers of one thread: no locking): every workload point holds
+// its parsed run config, topology included, so a copy per chip would cost O(chips) per chip. A load that failed
+// fails every chip of the rank with the same error.
+std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
+  auto load = [&] {
+    auto spec = std::make_shared<SweepSpec>(sharding::load_sweep(f.file));
+    if (!f.output.empty()) spec->output = f.output;
+    if (f.validate_every) spec->validate_every = true;
+    return std::shared_ptr<const SweepSpec>(std::move(spec));
+  };
+  if (!runtime::chip_mode()) return load();
+  struct Entry {
+    std::shared_ptr<const SweepSpec> spec;
+    std::exception_ptr error;
+  };
+  static std::map<std::string, Entry> memo;  // keyed by what was asked
+  const std::string key = f.file + "\n" + f.output + "\n" + (f.validate_every ? "every" : "");
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    Entry e;
+    try {
+      e.spec = load();
+    } catch (...) {
+      e.error = std::current_exception();
+    }
+    it = memo.emplace(key, std::move(e)).first;
+  }
+  if (it->second.error) std::rethrow_exception(it->second.error);
+  return it->second.spec;
+}
+
 int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const bool root = world.rank() == 0;
-  SweepSpec spec;
+  std::shared_ptr<const SweepSpec> shared_spec;
   std::string csv_path, json_path;
   world.agree([&] {
-    spec = sharding::load_sweep(f.file);
-    if (!f.output.empty()) spec.output = f.output;
-    if (f.validate_every) spec.validate_every = true;
+    shared_spec = load_spec(f);
+    const SweepSpec& spec = *shared_spec;
     std::error_code ec;
     fs::create_directories(spec.output, ec);
     if (!fs::is_directory(spec.output))
@@ -179,6 +213,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     if (f.plot_only && f.force) throw UsageError("--plot-only and --force contradict each other");
     if (f.plot_only && !fs::exists(csv_path)) throw UsageError("--plot-only: no results file " + csv_path);
   });
+  const SweepSpec& spec = *shared_spec;
 
   if (f.plot_only) {
     int code = kExitOk;
@@ -209,7 +244,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     return std::stoi(world.broadcast(std::to_string(code), 0));
   }
 
-  // Resume: rank 0 reads what is already done; every rank learns the mask.
+  // Resume: rank 0 reads what is already done; every rank learns the mask. N: chips (= ranks with one chip per rank).
   const int N = world.size();
   const size_t P = spec.points.size();
   std::map<std::string, Row> done;  // rank 0: key -> row (this grid's keys)
@@ -253,9 +288,12 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   Progress progress(static_cast<int>(P), skipped);
   const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
   if (root) {
-    std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d ranks\n", spec.name.c_str(), P,
+    std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d chip(s)%s\n", spec.name.c_str(), P,
                 skipped, csv_path.c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
-                P - static_cast<size_t>(skipped), N);
+                P - static_cast<size_t>(skipped), N,
+                runtime::chips_per_rank() > 1 ? (" (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
+                                                 std::to_string(runtime::chips_per_rank()) + " chips)").c_str()
+                                              : "");
     std::fflush(stdout);
   }
 
@@ -268,7 +306,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     std::string why = pt.error;
     if (why.empty() && pt.chips > N)
       why = "needs " + std::to_string(pt.chips) + " chips, the launch has " + std::to_string(N) + " (mpirun -np " +
-            std::to_string(pt.chips) + " or more)";
+            std::to_string(pt.chips) + " or more, or --chips " + std::to_string(pt.chips) + " or more)";
     if (why.empty() && pt.chips < 1) why = "no chips";
     if (!why.empty()) {
       if (root) cannot_run.push_back(sharding::failed_row(sharding::base_row(pt), why));
@@ -325,8 +363,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   int ran = 0;
   sharding::GroupCallbacks cb;
   cb.on_chips = [&](int k, size_t n, int groups) {
-    std::printf("chips %d: %zu point(s) on %d concurrent group(s) of %d rank(s)%s\n", k, n, groups, k,
-                groups * k < N ? (", " + std::to_string(N - groups * k) + " rank(s) idle").c_str() : "");
+    std::printf("chips %d: %zu point(s) on %d concurrent group(s) of %d chip(s)%s\n", k, n, groups, k,
+                groups * k < N ? (", " + std::to_string(N - groups * k) + " chip(s) idle").c_str() : "");
     std::fflush(stdout);
   };
   cb.on_wave = [&](const std::vector<size_t>& wave) {

@@ -1,7 +1,8 @@
 // `shardsim topo describe CONFIG [--dot FILE] [--json FILE]`: what a topology is, before anything runs on it.
 //
 // CONFIG is a YAML file with a `topology:` section (a workload config works), a bare topology map, or an
-// ASTRA-sim analytical network.yml. No MPI communication: rank 0 prints, the other ranks only check.
+// ASTRA-sim analytical network.yml. No communication but the agreement on errors: rank 0 (chip 0 with several chips
+// per rank) loads, describes and prints; the other ranks and chips only learn its verdict.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -148,6 +149,9 @@ Command add_topo(CLI::App& app, const runtime::World& world) {
     topology::Topology t;
     nlohmann::json j;
     world.agree([&] {
+      // Rank 0 alone reads and describes (the agreement gives every rank its error): with several chips per rank
+      // a copy per chip would cost O(chips) each (the metrics of a graph: O(chips^2) each).
+      if (world.rank() != 0) return;
       std::vector<std::pair<std::string, std::string>> outputs;
       if (!flags->dot_path.empty()) outputs.emplace_back("--dot", flags->dot_path);
       if (!flags->json_path.empty()) outputs.emplace_back("--json", flags->json_path);

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <span>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "models/runner.h"
+#include "runtime/chip_split.h"
 #include "runtime/transport.h"
 #include "sim/timeline.h"
 #include "sim/device_spec.h"
@@ -54,9 +57,17 @@ double available_host_bytes() {
 
 Row failed(Row row, const std::string& why) { return failed_row(std::move(row), why); }
 
-double group_max(double v, MPI_Comm comm) {
+// The maximum of V over the group W (wall times): MPI_Allreduce with one chip per rank, the chip router otherwise.
+double group_max(double v, const runtime::World& w) {
+  if (w.vcomm()) {
+    runtime::chips::reduce_to_all(*w.vcomm(), &v, sizeof v, [](void* acc, const void* in) {
+      double& a = *static_cast<double*>(acc);
+      a = std::max(a, *static_cast<const double*>(in));
+    }, "sweep wall time");
+    return v;
+  }
   double out = v;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm);
+  runtime::check_mpi(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, w.comm()), w.rank(), "sweep wall time");
   return out;
 }
 
@@ -98,7 +109,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
 
   // Above validate_max_bytes: the same schedule in shape-only mode (no per-message event list: nothing reads it).
   sim::Timeline tl(topo.placement().at(static_cast<size_t>(sw.rank())), topo, dev, run);
-  runtime::Transport tp(sw.comm(), tl, topo.placement());
+  runtime::Transport tp(sw, tl, topo.placement());  // MPI, or the chip router with several chips per rank
   try {
     sw.agree([&] {
       if (count == 0 && c != collectives::Collective::barrier)
@@ -125,12 +136,13 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   runner.prepare();
   tl.reset();
   const auto r = runner.execute(0.0);
-  sim_ns = group_max(r.span.end, sw.comm());
+  sim_ns = r.span.end;
+  tp.allreduce(std::span<double>(&sim_ns, 1), runtime::Reduce::max, "sweep time");
   row["algorithm_used"] = r.algorithm;
   if (run) {
     const auto o = runner.check_local();
-    unsigned long long w = o.wrong, total = 0;
-    MPI_Allreduce(&w, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, sw.comm());
+    unsigned long long total = o.wrong;
+    tp.allreduce(std::span<unsigned long long>(&total, 1), runtime::Reduce::sum, "sweep check");
     row["timing"] = "run";
     row["wrong"] = std::to_string(total);
     row["verdict"] = total ? "fail" : "pass";
@@ -201,15 +213,22 @@ Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
                                                        : run_workload_point(sw, pt, spec);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  row["wall_s"] = fmt(group_max(wall, sw.comm()));
+  row["wall_s"] = fmt(group_max(wall, sw));
   return row;
 }
 
 std::string row_to_text(const Row& r) { return nlohmann::json(r).dump(); }
 Row row_from_text(const std::string& s) { return nlohmann::json::parse(s).get<Row>(); }
 
-// Gathers one string per rank (empty for ranks with nothing) to rank 0 of COMM.
+// Gathers one string per rank (empty for ranks with nothing) to rank 0 of WORLD (MPI_Gatherv, or the chip router's
+// variable-length gather with several chips per rank).
 std::vector<std::string> gather_strings(const std::string& mine, const runtime::World& world) {
+  if (world.vcomm()) {
+    const auto parts = runtime::chips::gather(*world.vcomm(), mine.data(), mine.size(), 0, "sweep gather");
+    std::vector<std::string> out;
+    for (const auto& p : parts) out.emplace_back(p.begin(), p.end());
+    return out;
+  }
   const int n = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<size_t>(world.size()));
   runtime::check_mpi(MPI_Gather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world.comm()), world.rank(), "sweep gather");
@@ -228,6 +247,35 @@ std::vector<std::string> gather_strings(const std::string& mine, const runtime::
     for (size_t i = 0; i < lens.size(); ++i) out.push_back(all.substr(static_cast<size_t>(displs[i]), static_cast<size_t>(lens[i])));
   return out;
 }
+
+// The groups of one chip count: WORLD's ranks with equal COLOR (>= 0) form a group, ordered by rank; a rank with a
+// negative color joins none (idle). One chip per rank: MPI_Comm_split of WORLD's communicator (freed with the
+// group). Several chips per rank: a chip-level split of WORLD's communicator (runtime/chip_split.h), so a group's
+// chips may sit on one rank or on several, and the rank's chips run their groups' points side by side as fibers.
+class Group {
+ public:
+  Group(const runtime::World& world, int color) {
+    if (world.vcomm()) {
+      auto vc = runtime::chips::split(*world.vcomm(), color < 0 ? -1 : color, world.rank(), "sweep split");
+      if (color >= 0) world_.emplace(std::move(vc));
+      return;
+    }
+    runtime::check_mpi(MPI_Comm_split(world.comm(), color < 0 ? MPI_UNDEFINED : color, world.rank(), &comm_),
+                       world.rank(), "sweep split");
+    if (comm_ != MPI_COMM_NULL) world_.emplace(comm_);
+  }
+  ~Group() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  // This rank's group, or null when it idles.
+  const runtime::World* world() const { return world_ ? &*world_ : nullptr; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::optional<runtime::World> world_;
+};
 
 }  // namespace
 
@@ -278,9 +326,8 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
   const int N = world.size();
   for (const auto& [k, list] : by_chips) {
     const int groups = N / k;
-    const int color = world.rank() < groups * k ? world.rank() / k : MPI_UNDEFINED;
-    MPI_Comm sub = MPI_COMM_NULL;
-    runtime::check_mpi(MPI_Comm_split(world.comm(), color, world.rank(), &sub), world.rank(), "sweep split");
+    const int color = world.rank() < groups * k ? world.rank() / k : -1;
+    const Group group(world, color);
     if (root && cb.on_chips) cb.on_chips(k, list.size(), groups);
     const size_t waves = (list.size() + static_cast<size_t>(groups) - 1) / static_cast<size_t>(groups);
     for (size_t w = 0; w < waves; ++w) {
@@ -294,13 +341,12 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
         cb.on_wave(wave);
       }
       std::string mine;
-      if (color != MPI_UNDEFINED) {
+      if (const runtime::World* sw = group.world()) {
         const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
         if (j < list.size()) {
-          const runtime::World sw(sub);
-          Row r = run_point(sw, spec.points[list[j]], spec, N);
+          Row r = run_point(*sw, spec.points[list[j]], spec, N);
           r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
-          if (sw.rank() == 0) mine = row_to_text(r);
+          if (sw->rank() == 0) mine = row_to_text(r);
         }
       }
       world.sleepy_barrier();  // idle ranks and finished groups sleep instead of spinning in the gather
@@ -313,7 +359,6 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
         if (cb.on_rows) cb.on_rows(rows);
       });
     }
-    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   }
 
 }

@@ -1,6 +1,12 @@
 // Running a sweep's points on one MPI launch (experiments/sweep.h builds them; apps/sweep.cpp parses the command
 // line, resumes results.csv and prints).
 //
+// Chips, not ranks: with one chip per rank (the default) a chip is an MPI rank; with several chips per rank
+// (runtime/chips.h, --chips-per-rank K / --chips N) WORLD and the groups are chip-level and every sentence below
+// reads "chip" for "rank": a group may sit on one MPI rank or span several, and the chips of a rank run their
+// groups' points side by side as fibers. The rows do not depend on K: the same grouping of the same chip-level
+// ranks, the same points on the same groups, the same simulated numbers (tests/e2e/sweep_chips.sh).
+//
 // run_point: one point on a group of ranks (GROUP: a runtime::World over exactly the point's chips). Collective
 // points with size <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
 // `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail,
@@ -14,7 +20,7 @@
 //
 // run_in_groups, the group scheduler: points are grouped by the chips they need (BY_CHIPS: k -> indices into
 // SPEC.points, k ascending). For each k the world is split into floor(N/k) groups of k consecutive ranks
-// (MPI_Comm_split; the remaining ranks idle) and the points go round-robin to the groups, which run them side by
+// (MPI_Comm_split, or runtime/chip_split.h's chips::split with several chips per rank; the remaining ranks idle) and the points go round-robin to the groups, which run them side by
 // side in waves; after each wave every row goes to rank 0 (on_rows, inside World::agree so a failed write stops
 // every rank with one line). Every point runs on a fresh simulated clock, so its simulated numbers do not depend
 // on what runs beside it. Collective over WORLD.

@@ -20,6 +20,7 @@
 #include <sched.h>
 
 #include "common/error.h"
+#include "runtime/chip_split.h"
 #include "runtime/engine.h"
 #include "runtime/transport.h"
 #include "runtime/world.h"
@@ -463,6 +464,35 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
   }
   for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, all.data(), all.size());
   return all;
+}
+
+std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::string& op, std::vector<int>* parent_ranks) {
+  // Every member learns every (color, key).
+  const int64_t mine = (static_cast<int64_t>(color) << 32) | static_cast<uint32_t>(key);
+  const auto bytes = allgather(parent, &mine, sizeof mine, op);
+  std::vector<int64_t> all(static_cast<size_t>(parent.size()));
+  std::memcpy(all.data(), bytes.data(), bytes.size());
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (int r = 0; r < parent.size(); ++r) {
+    const int64_t v = all[static_cast<size_t>(r)];
+    if (static_cast<int>(v >> 32) == color) members.emplace_back(static_cast<int>(static_cast<int32_t>(v)), r);
+  }
+  std::stable_sort(members.begin(), members.end());
+  auto vc = std::make_shared<VComm>();
+  uint64_t h = parent.ctx ^ (0x9e3779b97f4a7c15ull * (parent.splits + 1)) ^ (static_cast<uint64_t>(color) << 20);
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  vc->ctx = (h ^ (h >> 31)) & ~kControl;
+  ++parent.splits;
+  std::vector<int> world_ranks;
+  if (parent_ranks) parent_ranks->clear();
+  for (const auto& [k, r] : members) {
+    if (r == parent.rank) vc->rank = static_cast<int>(world_ranks.size());
+    world_ranks.push_back(parent.member(r));
+    if (parent_ranks) parent_ranks->push_back(r);
+  }
+  vc->members = shared_ints(std::move(world_ranks));
+  return vc;
 }
 
 void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<void(void*, const void*)>& combine,

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "runtime/dtype.h"
+#include "runtime/chip_split.h"
 #include "runtime/chips.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
@@ -107,30 +108,11 @@ Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<in
 
 Transport Transport::split(int color, int key) const {
   if (vc_) {
-    // Chip mode: every member learns every (color, key); the new context mixes the parent's, its split count
-    // and the color, so it is the same on every member of the new group and differs between groups.
-    std::vector<int64_t> all = const_cast<Transport*>(this)->allgather(
-        (static_cast<int64_t>(color) << 32) | static_cast<uint32_t>(key), "communicator split");
-    std::vector<std::pair<int, int>> members;  // (key, parent rank)
-    for (int r = 0; r < size_; ++r) {
-      const int64_t v = all[static_cast<size_t>(r)];
-      if (static_cast<int>(v >> 32) == color) members.emplace_back(static_cast<int>(static_cast<int32_t>(v)), r);
-    }
-    std::stable_sort(members.begin(), members.end());
-    auto vc = std::make_shared<VComm>();
-    uint64_t h = vc_->ctx ^ (0x9e3779b97f4a7c15ull * (vc_->splits + 1)) ^ (static_cast<uint64_t>(color) << 20);
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    vc->ctx = (h ^ (h >> 31)) & ~(uint64_t{1} << 63);
-    ++vc_->splits;
+    // Chip mode (runtime/chip_split.h): the new context is the same on every member of the group.
+    std::vector<int> parent_ranks;
+    auto vc = chips::split(*vc_, color, key, "communicator split", &parent_ranks);
     std::vector<int> chips;
-    std::vector<int> world_ranks;
-    for (const auto& [k, r] : members) {
-      if (r == rank_) vc->rank = static_cast<int>(world_ranks.size());
-      world_ranks.push_back(vc_->member(r));
-      chips.push_back(chip_of(r));
-    }
-    vc->members = chips::shared_ints(std::move(world_ranks));
+    for (int r : parent_ranks) chips.push_back(chip_of(r));
     Transport t(*this);
     t.vc_ = vc;
     t.rank_ = vc->rank;

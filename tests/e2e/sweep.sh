@@ -49,9 +49,9 @@ PY
 e2e_case "one launch, 1/2/4-chip points on sub-communicators, failures recorded"
 if expect_exit 0 "sweep grid: ran [0-9]+, skipped 0" -- shardsim_mpi 4 sweep grid.yaml; then
   assert_out "^sweep grid: $TOTAL points, 0 already in" "announces $TOTAL points"
-  assert_out "^chips 1: .* on 4 concurrent group\(s\) of 1 rank" "1-chip points: 4 groups side by side"
-  assert_out "^chips 2: .* on 2 concurrent group\(s\) of 2 rank" "2-chip points: 2 groups side by side"
-  assert_out "^chips 4: .* on 1 concurrent group\(s\) of 4 rank" "4-chip points: one group"
+  assert_out "^chips 1: .* on 4 concurrent group\(s\) of 1 chip" "1-chip points: 4 groups side by side"
+  assert_out "^chips 2: .* on 2 concurrent group\(s\) of 2 chip" "2-chip points: 2 groups side by side"
+  assert_out "^chips 4: .* on 1 concurrent group\(s\) of 4 chip" "4-chip points: one group"
   assert_out "\[$TOTAL/$TOTAL\] 100.0%" "progress reaches $TOTAL/$TOTAL"
   rows=$(($(wc -l <out/results.csv) - 1))
   [ "$rows" -eq $TOTAL ] && pass "results.csv has $TOTAL rows" || fail "results.csv has $rows rows, want $TOTAL"
