@@ -39,22 +39,24 @@ run_case() {
        }' "$TMP/before" "$TMP/after"
 }
 
-# HELD-OUT COLLECTIVE: label | fit log | predicted log | topology flags (line rate, latency, kind) -- calibrate flags.
-# Fits the first table only and predicts the second one (a collective the fit never saw).
+# HELD-OUT COLLECTIVE: label | fit log | predicted log(s), ':'-separated | topology flags (line rate, latency, kind)
+# -- calibrate flags. Fits the first table only and predicts the others (collectives the fit never saw).
 run_heldout_case() {
-  local label="$1" fitlog="$2" heldlog="$3"; shift 3
+  local label="$1" fitlog="$2" held=() predict=() names=() h; shift 2
+  IFS=: read -ra held <<<"$1"; shift
+  for h in "${held[@]}"; do predict+=(--predict "$h"); names+=("$(basename "$h")"); done
   local net=()
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do net+=("$1"); shift; done
   [ "$#" -gt 0 ] && shift
   local np
   np=$(grep -c '^#  *Rank  *[0-9]' "$fitlog")
-  mpirun -np "$np" --oversubscribe "$BIN" calibrate --predict "$fitlog" --predict "$heldlog" "${net[@]}" |
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate --predict "$fitlog" "${predict[@]}" "${net[@]}" |
     awk '/ held out$/ { print $2, $3, $5, $8 }' >"$TMP/before"
-  mpirun -np "$np" --oversubscribe "$BIN" calibrate "$fitlog" --predict "$heldlog" "${net[@]}" "$@" >"$TMP/after"
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate "$fitlog" "${predict[@]}" "${net[@]}" "$@" >"$TMP/after"
   local fit
   fit=$(grep '^fit ' "$TMP/after" | sed 's/, [0-9]* Gauss-Newton.*//')
   echo
-  echo "**$label** — fitted on $(basename "$fitlog"), predicted $(basename "$heldlog"); topology ${net[*]}; calibrate $*; $fit"
+  echo "**$label** — fitted on $(basename "$fitlog"), predicted ${names[*]}; topology ${net[*]}; calibrate $*; $fit"
   echo
   echo "| collective | size (B) | measured busbw (GB/s) | before: predicted busbw | time error | after: predicted busbw | time error | rows |"
   echo "|---|---:|---:|---:|---:|---:|---:|---|"
@@ -65,9 +67,24 @@ run_heldout_case() {
          eb = (bt[key] - meas_t) / meas_t * 100; ea = (pred_t - meas_t) / meas_t * 100;
          printf "| %s | %s | %.2f | %.2f | %+.0f%% | %.2f | %+.1f%% | %s |\n", $2, $3, mb, bb[key], eb, pb, ea, use
        }' "$TMP/before" "$TMP/after"
-  # The fit's and the held-out collective's summaries (markdown line breaks).
+  # The fit's summaries (markdown line breaks), then the median |time error| per collective before and after,
+  # over all rows and over the rows >= 1 MiB.
   echo
-  grep -E '^error rms|median [|]error[|]' "$TMP/after" | sed -E 's/^ +//; s/$/  /'
+  grep -E '^error rms|median [|]error[|] .*fitted' "$TMP/after" | sed -E 's/^ +//; s/$/  /'
+  awk 'function med(list,   n, v, i, j, t) { n = split(list, v, " "); if (n == 0) return "-";
+         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+         return sprintf("%.1f%%", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) }
+       function abs(x) { return x < 0 ? -x : x }
+       NR == FNR { bt[$1 " " $2] = $3; next }
+       / held out$/ || $NF == "fit" {
+         c = $2; key = $2 " " $3; meas = $4; if (!(c in seen)) { seen[c] = 1; order[++nc] = c }
+         eb = abs(bt[key] - meas) / meas * 100; ea = abs($5 - meas) / meas * 100;
+         allb[c] = allb[c] " " eb; alla[c] = alla[c] " " ea;
+         if ($3 >= 1048576) { bigb[c] = bigb[c] " " eb; biga[c] = biga[c] " " ea }
+       }
+       END { for (i = 1; i <= nc; i++) { c = order[i];
+               printf "%s: median |time error| before %s, after %s over all rows; before %s, after %s over rows >= 1 MiB  \n",
+                      c, med(allb[c]), med(alla[c]), med(bigb[c]), med(biga[c]) } }' "$TMP/before" "$TMP/after"
 }
 
 echo "# shardsim validation table ($(date -u +%F), $(git -C "$ROOT" rev-parse --short HEAD))"
@@ -78,3 +95,11 @@ run_case "2x H100 PCIe, NVLink bridges (nccl#1161)" \
 run_heldout_case "2x RTX 2080 Ti behind one PCIe Gen3 switch, no peer-to-peer (AutoDL blog post, 2025-06-05)" \
   "$DATA/autodl_2080ti_pcie_all_reduce.log" "$DATA/autodl_2080ti_pcie_all_gather.log" \
   --switch --bandwidth 15.754 --latency 1000 -- --protocols 2
+run_heldout_case "8x H100 SXM on one NVSwitch board, NCCL 2.26.2, NCCL_ALGO=RING (Together AI's nccl-tests results, 2026-03-05)" \
+  "$DATA/together_h100x8_ring_all_reduce.log" \
+  "$DATA/together_h100x8_ring_reduce_scatter.log:$DATA/together_h100x8_ring_all_gather.log" \
+  --switch --bandwidth 450 --latency 1000 -- --protocols 2
+run_heldout_case "4x H100 SXM of an NVSwitch host, NCCL 2.29.2, NCCL's own algorithm choice (nccl-collectives-bench)" \
+  "$DATA/ncclbench_h100x4_all_reduce.log" \
+  "$DATA/ncclbench_h100x4_reduce_scatter.log:$DATA/ncclbench_h100x4_all_gather.log" \
+  --switch --bandwidth 450 --latency 1000 -- --protocols 2
