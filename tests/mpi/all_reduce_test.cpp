@@ -5,6 +5,9 @@
 //  - ClosedForm / Correctness: simulated times against closed forms or first-principles schedules of the
 //    documented cost model (docs/MODEL.md), and cases the matrix does not reach (every root, uneven counts,
 //    other topologies), checked against expectations computed here (tests/mpi/algorithm_helpers.h).
+#include <array>
+#include <functional>
+
 #include "mpi/algorithm_helpers.h"
 #include "mpi/collective_params.h"
 
@@ -148,15 +151,11 @@ TEST(ClosedForm, HalvingDoublingOnRing) {
     }
 }
 
-// p = 3 on a 3-ring (every pair one hop apart): rank 0 folds its S bytes into rank 1, ranks 1 and 2 run one
-// halving and one doubling step with S/2, rank 1 sends the result back to rank 0. Worked through:
-//   rank 1 has rank 0's data at a + S/B and sends S/2 to rank 2 (port busy until a + 1.5 S/B);
-//   rank 2 sends its half at 0 -> rank 1 at a + S/(2B); rank 1's half arrives at rank 2 at 2a + 1.5 S/B;
-//   all-gather: rank 1's port is still busy until a + 1.5 S/B, so its half reaches rank 2 at 2a + 2 S/B;
-//   rank 2 sends at 2a + 1.5 S/B, arriving at rank 1 at 3a + 2 S/B; the unfold reaches rank 0 at 4a + 3 S/B.
-TEST(ClosedForm, HalvingDoublingNonPowerOfTwo) {
-  const int p = world_size(), r = world_rank();
-  if (p != 3) GTEST_SKIP() << "worked example for p = 3";
+// The p = 3 worked examples below: every rank's end time WANT(S, B, alpha)[rank] on a 3-ring (every pair one hop
+// apart) for each bandwidth and latency, the sum is right, and estimate_ns is the slowest rank's (rank 0's) time.
+void expect_p3_worked_example(const std::string& algorithm,
+                              const std::function<std::array<double, 3>(double S, double bw, double alpha)>& want) {
+  const int r = world_rank();
   const size_t count = 26880;
   const double S = count * 4.0;
   for (double bw : kBws)
@@ -164,14 +163,26 @@ TEST(ClosedForm, HalvingDoublingNonPowerOfTwo) {
       Fixture f(ring_topo(bw, alpha));
       std::vector<float> buf(count, float(r));
       const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
-                                              opts("halving_doubling"));
-      const double want[3] = {4 * alpha + 3 * S / bw, 3 * alpha + 2 * S / bw, 2 * alpha + 2 * S / bw};
-      expect_time(ar.span.end, want[r], "hd p=3 rank " + std::to_string(r));
+                                              opts(algorithm));
+      const auto w = want(S, bw, alpha);
+      expect_time(ar.span.end, w[static_cast<size_t>(r)], algorithm + " p=3 rank " + std::to_string(r));
       EXPECT_EQ(buf[0], 3.0f);
-      // The estimate is the slowest rank's time.
-      expect_time(collectives::estimate_ns(Collective::all_reduce, "halving_doubling", f.tp, S), want[0],
-                  "hd p=3 estimate_ns");
+      expect_time(collectives::estimate_ns(Collective::all_reduce, algorithm, f.tp, S), w[0],
+                  algorithm + " p=3 estimate_ns");
     }
+}
+
+// p = 3 on a 3-ring (every pair one hop apart): rank 0 folds its S bytes into rank 1, ranks 1 and 2 run one
+// halving and one doubling step with S/2, rank 1 sends the result back to rank 0. Worked through:
+//   rank 1 has rank 0's data at a + S/B and sends S/2 to rank 2 (port busy until a + 1.5 S/B);
+//   rank 2 sends its half at 0 -> rank 1 at a + S/(2B); rank 1's half arrives at rank 2 at 2a + 1.5 S/B;
+//   all-gather: rank 1's port is still busy until a + 1.5 S/B, so its half reaches rank 2 at 2a + 2 S/B;
+//   rank 2 sends at 2a + 1.5 S/B, arriving at rank 1 at 3a + 2 S/B; the unfold reaches rank 0 at 4a + 3 S/B.
+TEST(ClosedForm, HalvingDoublingNonPowerOfTwo) {
+  if (world_size() != 3) GTEST_SKIP() << "worked example for p = 3";
+  expect_p3_worked_example("halving_doubling", [](double S, double bw, double alpha) {
+    return std::array<double, 3>{4 * alpha + 3 * S / bw, 3 * alpha + 2 * S / bw, 2 * alpha + 2 * S / bw};
+  });
 }
 
 // Recursive doubling on a bidirectional ring, power-of-two p: step i swaps the WHOLE buffer with the rank at XOR
@@ -206,22 +217,10 @@ TEST(ClosedForm, RecursiveDoublingOnRing) {
 // arrives at rank 1 at a + S/B; rank 1's leaves at a + S/B and arrives at rank 2 at 2a + 2 S/B); rank 1 sends
 // the result back to rank 0 over its other link: 2a + 2 S/B.
 TEST(ClosedForm, RecursiveDoublingNonPowerOfTwo) {
-  const int p = world_size(), r = world_rank();
-  if (p != 3) GTEST_SKIP() << "worked example for p = 3";
-  const size_t count = 26880;
-  const double S = count * 4.0;
-  for (double bw : kBws)
-    for (double alpha : kAlphas) {
-      Fixture f(ring_topo(bw, alpha));
-      std::vector<float> buf(count, float(r));
-      const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
-                                              opts("recursive_doubling"));
-      const double want[3] = {2 * alpha + 2 * S / bw, alpha + S / bw, 2 * alpha + 2 * S / bw};
-      expect_time(ar.span.end, want[r], "rd p=3 rank " + std::to_string(r));
-      EXPECT_EQ(buf[0], 3.0f);
-      expect_time(collectives::estimate_ns(Collective::all_reduce, "recursive_doubling", f.tp, S), want[0],
-                  "rd p=3 estimate_ns");
-    }
+  if (world_size() != 3) GTEST_SKIP() << "worked example for p = 3";
+  expect_p3_worked_example("recursive_doubling", [](double S, double bw, double alpha) {
+    return std::array<double, 3>{2 * alpha + 2 * S / bw, alpha + S / bw, 2 * alpha + 2 * S / bw};
+  });
 }
 
 // auto never picks an opt-in algorithm (registry.h: in_auto), even where its estimate is the lowest: recursive
