@@ -1,6 +1,7 @@
 #include "collectives/halving_doubling.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -136,26 +137,47 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
   return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
 }
 
-sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op,
-                                          sim::TimeNs ready, const std::string& name) {
+sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
+                                          DType t, ReduceOp op, sim::TimeNs ready, const std::string& name) {
   const Plan plan(tp.size());
   const int r = tp.rank();
-  if (plan.p == 1 || count == 0) return ready;
-  Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
-  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready);
+  const size_t es = runtime::dtype_size(t), bytes = count * es;
+  auto* out = static_cast<unsigned char*>(recvbuf);
+  const auto* in0 = static_cast<const unsigned char*>(sendbuf);
+  if (plan.p == 1 || count == 0) {
+    if (in0 != out && bytes && !tp.shape_only()) std::memcpy(out, in0, bytes);
+    return ready;
+  }
+  Io io{tp, out, es, t, name};
+  // SRC: where this rank's current vector is; the first reduction reads SENDBUF and writes RECVBUF, so out of
+  // place costs no initial copy (a rank that only sends, or only receives the result, never needs one either).
+  const unsigned char* src = in0;
+  sim::TimeNs now = ready;
+  if (r < 2 * plan.rem) {  // fold: the even rank of a pair hands its vector to the odd one, which reduces it
+    if (r % 2 == 0) {
+      io.tp.send(in0, bytes, r + 1, now, io.name + ".fold");
+    } else {
+      unsigned char* in = io.tp.scratch(0, bytes);
+      now = std::max(now, io.tp.recv(in, bytes, r - 1, io.name + ".fold"));
+      if (!io.tp.shape_only()) reduce_to(out, src, in, count, t, op);  // (own) op (even rank's), as fold_reduce
+      src = out;
+    }
+  }
   if (!plan.sits_out(r)) {
     const int v = plan.vrank(r);
-    const size_t bytes = count * io.es;
     int step = 0;
     for (int dist = 1; dist < plan.pow2; dist *= 2, ++step) {
       // Both partners hold the same two vectors; each combines them as (lower virtual rank) op (higher), so
       // the two results agree bit for bit even where the operator is not (NaN payloads).
       unsigned char* in = io.tp.scratch(0, bytes);
-      now = sendrecv_range(io, {0, count}, {0, count}, plan.real(v ^ dist), in, now,
-                           ".all_reduce.step" + std::to_string(step), dist);
+      const runtime::FlowPattern pattern = runtime::FlowPattern::halving_doubling(dist, false);
+      const int peer = plan.real(v ^ dist);
+      now = io.tp.sendrecv(src, bytes, peer, in, bytes, peer, now, io.name + ".all_reduce.step" + std::to_string(step),
+                           &pattern);
       if (io.tp.shape_only()) continue;
-      if (v & dist) reduce_to(io.base, in, io.base, count, t, op);
-      else reduce_into(io.base, in, count, t, op);
+      if (v & dist) reduce_to(out, in, src, count, t, op);
+      else reduce_to(out, src, in, count, t, op);
+      src = out;
     }
   }
   return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back

@@ -29,8 +29,10 @@ sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t
 // whole COUNT-element vectors and both reduce, plus the fold/unfold steps above for non-powers of two.
 //   T = sum_i (alpha_i + S/B) = log2(p) alpha + log2(p) S/B  (uniform links): fewest steps, most bytes; it wins
 // only where latency dominates (and always at p = 2: one exchange against the ring's two).
-// In place on BASE. Returns the time this chip's output is complete.
-sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op,
+// Reads SENDBUF, writes RECVBUF (COUNT elements each; equal pointers = in place; out of place costs no copy).
+// Returns the time this chip's output is complete.
+sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
+                                          DType t, ReduceOp op,
                                           sim::TimeNs ready, const std::string& name);
 // After the call chunk r of LAYOUT on rank r holds the reduction (other chunks: scratch).
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
