@@ -8,7 +8,8 @@
 #  - a log made with a per-message overhead (3000 ns) and pipelined pieces fits a, b and the overhead back within
 #    1% (--fit-overhead --chunk-bytes); without pieces the overhead is refused as not identifiable;
 #  - logs made with a per-call overhead (8000 ns) fit a, b and c back within 1% from all_reduce + all_gather
-#    together and predict reduce_scatter within 1% (also with --protocols 2); one log alone is refused;
+#    together and predict reduce_scatter within 1% (also with --protocols 2, and together with o in pieces);
+#    one log alone is refused;
 #  - published logs: the NVLink pair's held-out sizes within 15%; a PCIe pair's all_reduce fit predicts its
 #    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/MODEL.md reports; an 8x H100
 #    board's all_reduce fit predicts its reduce_scatter and all_gather within 5% at 1-8 GiB and half the time
@@ -166,6 +167,28 @@ expect_exit 2 'per-call overhead cannot be told from the latency' -- shardsim_mp
   --bandwidth 100 --latency 1000 --fit-call-overhead
 expect_exit 2 'fit-call-overhead: give a log to fit' -- shardsim_mpi 8 calibrate --predict call_all_reduce.log \
   --bandwidth 100 --latency 1000 --fit-call-overhead
+# Both overheads at once: pipelined pieces separate o, two collectives separate c (a, b, o, c within 1%).
+cat >both.yaml <<'EOF'
+topology:
+  kind: ring
+  chips: 8
+  bandwidth_gbps: 37
+  latency_ns: 2500
+  protocol: {message_overhead_ns: 3000, call_overhead_ns: 8000}
+EOF
+for c in all_reduce all_gather; do
+  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology both.yaml --chunk-bytes 16K \
+    -b 16K -e 4M -f 4 -n 1 -w 0 -c 0; then
+    to_nccl ${c}_perf <"$E2E_STDOUT" >both_$c.log
+  fi
+done
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate both_all_reduce.log both_all_gather.log --bandwidth 100 \
+  --latency 1000 --chunk-bytes 16K --fit-overhead --fit-call-overhead; then
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /message overhead o = / { o = $5 } /call overhead c = / { c = $5 }
+       END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && o > 2970 && o < 3030 && c > 7920 && c < 8080;
+             exit ok ? 0 : 1 }' "$E2E_STDOUT" && pass "--fit-overhead --fit-call-overhead: a, b, o, c within 1%" ||
+    fail "fit: $(grep -E '^fit |overhead' "$E2E_STDOUT")"
+fi
 # Two protocols and one c: logs made with a low-latency protocol below 16 KiB per message and c = 8000 ns.
 cat >call2.yaml <<'EOF'
 topology:

@@ -832,3 +832,24 @@ TEST(TopologiesProtocol, RingAllReduceAtFourChipsIsOldPlusC) {
   EXPECT_EQ(start, 0);
   EXPECT_NEAR(end, 2 * 3 * (alpha + s / 4 / bw) + c, 1e-9 * end);
 }
+
+// The async form runs the same call on the engine's transport: it pays c once as well (same span as the sync call).
+TEST(TopologiesProtocol, AsyncCallPaysTheSameOverhead) {
+  const int p = world_size(), r = world_rank();
+  if (p == 1) GTEST_SKIP() << "a group of one chip pays nothing";
+  const Topology charged = with_call_overhead(Topology::ring(p, LinkSpec{50, 700}), 6000);
+  const size_t n = 1680 * 4;
+  std::vector<float> a = make_input(r, n, 5), b = a;
+  Fixture sync(charged), async(charged);
+  const auto s = collectives::all_reduce(sync.tp, a.data(), a.data(), n, DType::fp32, ReduceOp::sum, 1000.0, opts("ring"));
+  auto h = collectives::all_reduce_async(async.tp, b.data(), b.data(), n, DType::fp32, ReduceOp::sum, 1000.0,
+                                         opts("ring"));
+  const auto x = h.wait();
+  EXPECT_EQ(x.span.start, s.span.start);
+  EXPECT_EQ(x.span.end, s.span.end);
+  Fixture plain(Topology::ring(p, LinkSpec{50, 700}));
+  std::vector<float> c = make_input(r, n, 5);
+  const auto z = collectives::all_reduce(plain.tp, c.data(), c.data(), n, DType::fp32, ReduceOp::sum, 1000.0, opts("ring"));
+  EXPECT_NEAR(x.span.end - z.span.end, 6000, 1e-9 * x.span.end);
+  EXPECT_EQ(count_mismatches(b, a), 0u);
+}
