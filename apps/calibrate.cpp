@@ -22,7 +22,7 @@ struct CalibrateFlags {
   NetFlags net;
   std::vector<std::string> logs, predict;
   std::string collective, algorithm = "ring", min_bytes = "0", max_bytes = "0", out, chunk_bytes = "0";
-  bool out_given = false, fit_overhead = false;
+  bool out_given = false, fit_overhead = false, fit_call_overhead = false;
   int protocols = 1;
 };
 
@@ -62,6 +62,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     }
     opt.protocols = f.protocols;  // checked by collectives::calibrate
     opt.fit_overhead = f.fit_overhead;
+    opt.fit_call_overhead = f.fit_call_overhead;
     opt.chunk_bytes = parse_bytes(f.chunk_bytes, "--chunk-bytes");
     if (f.algorithm != "auto") {
       if (!collectives::find_algorithm(f.algorithm))
@@ -101,6 +102,9 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     if (f.fit_overhead)
       std::printf("  message overhead o = %.6g ns per message (at the sender, once, not per hop)\n",
                   cal.message_overhead_ns);
+    if (f.fit_call_overhead)
+      std::printf("  call overhead c = %.6g ns per collective call (once, on every chip, before the first step)\n",
+                  cal.call_overhead_ns);
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
@@ -172,6 +176,9 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--fit-overhead", f->fit_overhead,
                "also fit the per-message overhead (protocol.message_overhead_ns; --protocols 1); exit 2 when the rows "
                "cannot tell it from latency");
+  sub->add_flag("--fit-call-overhead", f->fit_call_overhead,
+               "also fit the per-call overhead (protocol.call_overhead_ns, one for both --protocols); exit 2 when the "
+               "rows cannot tell it from latency (one collective's log alone: fit logs of two collectives together)");
   sub->add_option("--chunk-bytes", f->chunk_bytes,
                   "the pipelining piece size the measured schedule used (K/M/G; default 0: none), as bench's");
   sub->add_option("--min-bytes", f->min_bytes, "fit only rows at or above this size (K/M/G; default 0)");

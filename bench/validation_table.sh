@@ -39,24 +39,32 @@ run_case() {
        }' "$TMP/before" "$TMP/after"
 }
 
-# HELD-OUT COLLECTIVE: label | fit log | predicted log(s), ':'-separated | topology flags (line rate, latency, kind)
-# -- calibrate flags. Fits the first table only and predicts the others (collectives the fit never saw).
+# HELD-OUT COLLECTIVE: label | fit log(s), ':'-separated | predicted log(s), ':'-separated | topology flags (line
+# rate, latency, kind) -- calibrate flags. Fits the first tables only and predicts the others (collectives the fit
+# never saw).
 run_heldout_case() {
-  local label="$1" fitlog="$2" held=() predict=() names=() h; shift 2
+  local label="$1" fits=() held=() predict=() names=() fitnames=() h; shift
+  IFS=: read -ra fits <<<"$1"; shift
   IFS=: read -ra held <<<"$1"; shift
+  for h in "${fits[@]}"; do fitnames+=("$(basename "$h")"); done
+  local fitlog="${fits[0]}"
   for h in "${held[@]}"; do predict+=(--predict "$h"); names+=("$(basename "$h")"); done
   local net=()
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do net+=("$1"); shift; done
   [ "$#" -gt 0 ] && shift
   local np
   np=$(grep -c '^#  *Rank  *[0-9]' "$fitlog")
-  mpirun -np "$np" --oversubscribe "$BIN" calibrate --predict "$fitlog" "${predict[@]}" "${net[@]}" |
+  local fitpredict=()
+  for h in "${fits[@]}"; do fitpredict+=(--predict "$h"); done
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate "${fitpredict[@]}" "${predict[@]}" "${net[@]}" |
     awk '/ held out$/ { print $2, $3, $5, $8 }' >"$TMP/before"
-  mpirun -np "$np" --oversubscribe "$BIN" calibrate "$fitlog" "${predict[@]}" "${net[@]}" "$@" >"$TMP/after"
+  mpirun -np "$np" --oversubscribe "$BIN" calibrate "${fits[@]}" "${predict[@]}" "${net[@]}" "$@" >"$TMP/after"
   local fit
   fit=$(grep '^fit ' "$TMP/after" | sed 's/, [0-9]* Gauss-Newton.*//')
+  fit+=$(grep 'call overhead c = ' "$TMP/after" | sed -E 's/^ +call overhead/; call overhead/; s/ per collective call.*//' ||
+    true)
   echo
-  echo "**$label** — fitted on $(basename "$fitlog"), predicted ${names[*]}; topology ${net[*]}; calibrate $*; $fit"
+  echo "**$label** — fitted on ${fitnames[*]}, predicted ${names[*]}; topology ${net[*]}; calibrate $*; $fit"
   echo
   echo "| collective | size (B) | measured busbw (GB/s) | before: predicted busbw | time error | after: predicted busbw | time error | rows |"
   echo "|---|---:|---:|---:|---:|---:|---:|---|"
@@ -103,3 +111,15 @@ run_heldout_case "4x H100 SXM of an NVSwitch host, NCCL 2.29.2, NCCL's own algor
   "$DATA/ncclbench_h100x4_all_reduce.log" \
   "$DATA/ncclbench_h100x4_reduce_scatter.log:$DATA/ncclbench_h100x4_all_gather.log" \
   --switch --bandwidth 450 --latency 1000 -- --protocols 2
+# The per-call overhead c (docs/MODEL.md, "Per-call overhead"): fitted with all_reduce and ONE other collective of
+# the same session (two step counts make c identifiable), the third collective held out.
+for board in "8x H100 SXM, NCCL_ALGO=RING (Together AI)|together_h100x8_ring" \
+             "4x H100 SXM, NCCL's own choice (nccl-collectives-bench)|ncclbench_h100x4"; do
+  name="${board%%|*}" stem="${board##*|}"
+  run_heldout_case "$name, with a per-call overhead: reduce_scatter held out" \
+    "$DATA/${stem}_all_reduce.log:$DATA/${stem}_all_gather.log" "$DATA/${stem}_reduce_scatter.log" \
+    --switch --bandwidth 450 --latency 1000 -- --protocols 2 --fit-call-overhead
+  run_heldout_case "$name, with a per-call overhead: all_gather held out" \
+    "$DATA/${stem}_all_reduce.log:$DATA/${stem}_reduce_scatter.log" "$DATA/${stem}_all_gather.log" \
+    --switch --bandwidth 450 --latency 1000 -- --protocols 2 --fit-call-overhead
+done

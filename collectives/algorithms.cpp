@@ -116,7 +116,14 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
   if (tp.size() == 1) return 0;
   const AlgorithmDescriptor* a = find_algorithm(algorithm);
   if (!a || !a->implements(c) || !a->estimate_ns) return std::numeric_limits<double>::infinity();
-  return a->estimate_ns(c, tp, bytes, chunk_bytes);
+  const double t = a->estimate_ns(c, tp, bytes, chunk_bytes);
+  const double overhead = call_overhead_ns(c, tp);
+  return overhead > 0 ? t + overhead : t;  // the replay starts at time 0; the run starts its first step at c
+}
+
+double call_overhead_ns(Collective c, const runtime::Transport& tp) {
+  if (tp.size() == 1 || c == Collective::send_recv || c == Collective::barrier) return 0;
+  return tp.topology().protocol().call_overhead_ns;
 }
 
 runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const CollectiveOptions& o, uint64_t count,
@@ -213,14 +220,14 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
     if (const std::string why = obstacle(c, a, tp); !why.empty())
       throw UsageError(cname + ": algorithm '" + a + "' cannot run on " + std::to_string(tp.size()) + " chips of " +
                        tp.topology().describe() + ": " + why);
-    return {a, find_algorithm(a), ""};
+    return {a, find_algorithm(a), "", call_overhead_ns(c, tp)};
   }
   // The choice depends only on the group, its topology, the size and the chunk size: memoised per transport.
   const std::array<uint64_t, 4> key = {static_cast<uint64_t>(c), std::bit_cast<uint64_t>(bytes), options.chunk_bytes,
                                        std::hash<std::string>{}(options.algorithm)};
   auto& memo = tp.choice_memo();
   if (auto it = memo.find(key); it != memo.end())
-    return {it->second.first, find_algorithm(it->second.first), it->second.second};
+    return {it->second.first, find_algorithm(it->second.first), it->second.second, call_overhead_ns(c, tp)};
   if (memo.size() >= 4096) memo.clear();
   Choice best;
   double best_ns = std::numeric_limits<double>::infinity();
@@ -248,6 +255,7 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
   why.pop_back();
   best.explanation = why;
   best.descriptor = find_algorithm(best.algorithm);
+  best.call_overhead_ns = call_overhead_ns(c, tp);
   memo.emplace(key, std::make_pair(best.algorithm, best.explanation));
   return best;
 }

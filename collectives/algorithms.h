@@ -55,8 +55,16 @@ std::string obstacle(Collective c, const std::string& algorithm, const runtime::
 // Closed-form simulated time (ns) of C with ALGORITHM for a per-rank buffer of BYTES (as nccl-tests sizes it:
 // all_reduce/broadcast/reduce the buffer; reduce_scatter the input; all_gather the output; all_to_all the
 // send buffer; gather the root's buffer).
+// Includes call_overhead_ns(C, TP) (below), as the simulated run does.
 double estimate_ns(Collective c, const std::string& algorithm, const runtime::Transport& tp, double bytes,
                    size_t chunk_bytes = 0);
+
+// The fixed cost of one call of C on TP's group (ns): the topology's Protocol::call_overhead_ns (topology.h) for
+// every collective on p > 1 chips, 0 for send_recv and barrier (point-to-point and host synchronisation, not a
+// device collective call) and for a group of one chip (nothing moves, as estimate_ns's 0). The one rule: choose()
+// puts it in Choice::call_overhead_ns, which every collective adds to its ready time before the first step
+// (Choice::start), and estimate_ns adds it to the replay.
+double call_overhead_ns(Collective c, const runtime::Transport& tp);
 
 // When OPTIONS.check_args: every rank of TP must pass the same arguments (COUNT is what must agree: the
 // total count, or a hash of per-rank counts for the v-variants). The first call with a given signature on a
@@ -78,6 +86,10 @@ struct Choice {
   std::string algorithm;  // canonical name
   const AlgorithmDescriptor* descriptor = nullptr;  // its registry entry (run hooks)
   std::string explanation;  // "auto: ring 12.3 us, bidir_ring 6.4 us (chosen), torus n/a (...)"
+  double call_overhead_ns = 0;  // call_overhead_ns(C, TP): charged once per call, before the first step
+  // When the call's first step may start on this chip: READY + call_overhead_ns (READY itself, bit for bit, at 0).
+  // The collective's span still starts at READY, so the overhead counts as the call's (communication) time.
+  sim::TimeNs start(sim::TimeNs ready) const { return call_overhead_ns > 0 ? ready + call_overhead_ns : ready; }
 };
 // Resolves OPTIONS.algorithm for C. Throws UsageError for unknown or inapplicable algorithms.
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes);

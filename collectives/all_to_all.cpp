@@ -38,14 +38,15 @@ CollectiveResult pairwise(runtime::Transport& tp, Collective c, const unsigned c
   // One step of every pair (direct): rank r sends to r + 1, r + 2, ... (in that order on its ports) and
   // receives from r - 1, r - 2, ...; the global pattern (every rank to every other) lets flows of different
   // senders that cross on a link share it (crossing-flow contention, docs/MODEL.md).
-  sim::TimeNs end = ready;
+  const sim::TimeNs start = choice.start(ready);  // after the call's fixed cost (algorithms.h)
+  sim::TimeNs end = start;
   std::vector<runtime::SendOp> sends;
   std::vector<runtime::RecvOp> recvs;
   sends.reserve(static_cast<size_t>(p));
   recvs.reserve(static_cast<size_t>(p));
   for (int s = 1; s < p; ++s) {
     const int dst = (r + s) % p, src = (r - s + p) % p;
-    sends.push_back({send + sdispls[dst] * es, sendcounts[dst] * es, dst, ready});
+    sends.push_back({send + sdispls[dst] * es, sendcounts[dst] * es, dst, start});
     recvs.push_back({recv + rdispls[src] * es, recvcounts[src] * es, src, 0});
   }
   const runtime::FlowPattern pattern = runtime::FlowPattern::all_pairs();

@@ -427,6 +427,313 @@ topology::Topology with_protocol(const topology::Topology& topo, double a, doubl
   return t;
 }
 
+// Solves the NxN system M x = V (Gaussian elimination with partial pivoting); false when singular.
+bool solve_n(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>& x) {
+  const size_t n = v.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < n; ++r)
+      if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) piv = r;
+    if (!(std::fabs(m[piv][c]) > 1e-300)) return false;
+    std::swap(m[piv], m[c]);
+    std::swap(v[piv], v[c]);
+    for (size_t r = c + 1; r < n; ++r) {
+      const double f = m[r][c] / m[c][c];
+      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
+      v[r] -= f * v[c];
+    }
+  }
+  x.assign(n, 0);
+  for (size_t c = n; c-- > 0;) {
+    double s = v[c];
+    for (size_t k = c + 1; k < n; ++k) s -= m[c][k] * x[k];
+    x[c] = s / m[c][c];
+  }
+  return std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); });
+}
+
+using Matrix = std::vector<std::vector<double>>;
+
+// The part of column Q of the Gram matrix G that the other columns cannot express, relative to its length:
+// 1 - R^2 of regressing column Q on the others (0: Q is a combination of them, so not identifiable).
+double separation(const Matrix& g, size_t q) {
+  if (!(g[q][q] > 0)) return 0;
+  Matrix m;
+  std::vector<double> v, beta;
+  for (size_t r = 0; r < g.size(); ++r) {
+    if (r == q) continue;
+    std::vector<double> row;
+    for (size_t c = 0; c < g.size(); ++c)
+      if (c != q) row.push_back(g[r][c]);
+    m.push_back(row);
+    v.push_back(g[r][q]);
+  }
+  if (m.empty()) return 1;
+  if (!solve_n(m, v, beta)) return 0;  // the others are degenerate already
+  double explained = 0;
+  for (size_t i = 0; i < v.size(); ++i) explained += v[i] * beta[i];
+  return std::max(0.0, 1 - explained / g[q][q]);
+}
+
+// TOPO with its protocol's per-message overhead O and per-call overhead C (ns).
+topology::Topology with_costs(topology::Topology t, double o_ns, double c_ns) {
+  topology::Protocol p = t.protocol();
+  p.message_overhead_ns = o_ns;
+  p.call_overhead_ns = c_ns;
+  t.set_protocol(p);
+  return t;
+}
+
+// The fit with the per-call overhead c (fit_call_overhead; calibrate.h). Parameters x: protocols 1: a, 1/b, c
+// [, o]; protocols 2: a_lo, 1/b_lo, a, 1/b, c (lo: the rows below the split). o and c in us.
+struct FitC {
+  std::vector<double> x;
+  double cost = 0;
+  int iterations = 0;
+  double split_lo = 0, split_hi = 0;  // protocols 2
+  bool ok = false;
+};
+
+class CallFitter {
+ public:
+  CallFitter(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
+             const CalibrationOptions& options, const runtime::Transport& tp)
+      : topo_(topo), points_(points), idx_(idx), opt_(options), tp_(tp) {
+    // The linear model's basis per fitted row (us): L = the file's latencies at unlimited bandwidth, W = zero
+    // latency at the file's bandwidth, M = 1 us of overhead per message alone, per us; c's column is 1.
+    const double huge_bw = 1e12, o_unit = 1000;
+    for (size_t i : idx_) {
+      const auto& p = points_[i];
+      Basis b;
+      b.L = predict_us(topo_.scaled(1, huge_bw), p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
+      b.W = predict_us(topo_.scaled(0, 1), p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
+      if (opt_.fit_overhead)
+        b.M = predict_us(with_costs(topo_.scaled(0, huge_bw), o_unit, 0), p.log->collective, opt_.algorithm,
+                         p.row.bytes, tp_, opt_.chunk_bytes);
+      basis_.push_back(b);
+    }
+  }
+
+  // Refuses (ConfigError) when c, or o, cannot be told from the other parameters over every fitted row with one
+  // protocol (a split into two protocols only adds parameters).
+  void check_identifiable() const {
+    // One protocol's columns: L, W, 1 [, M].
+    const size_t n = opt_.fit_overhead ? 4 : 3;
+    Matrix g(n, std::vector<double>(n, 0));
+    for (size_t k = 0; k < idx_.size(); ++k) {
+      const double inv = 1 / points_[idx_[k]].row.time_us;
+      const double r[4] = {basis_[k].L * inv, basis_[k].W * inv, inv, basis_[k].M * inv};
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < n; ++j) g[i][j] += r[i] * r[j];
+    }
+    if (!(separation(g, 2) > 1e-9))
+      throw ConfigError(
+          "calibrate --fit-call-overhead: the per-call overhead cannot be told from the latency in these rows: every "
+          "fitted row's latency term is the same multiple of the link latency (one unpipelined schedule of one "
+          "collective at one chip count: steps x hops x alpha for every size), so c and a x L are one intercept. "
+          "Fit logs of collectives with different step counts together (e.g. all_reduce_perf and all_gather_perf "
+          "logs: 2(p-1) and p-1 ring steps), or fit without --fit-call-overhead (the latency then absorbs it)");
+    if (opt_.fit_overhead && !(separation(g, 3) > 1e-9))
+      throw ConfigError(
+          "calibrate --fit-overhead: the per-message overhead cannot be told from the latency and the per-call "
+          "overhead in these rows (every fitted row charges messages and hop latencies in one ratio); fit without "
+          "--fit-overhead or give rows where the ratio differs (--chunk-bytes)");
+  }
+
+  FitC fit() const {
+    FitC best;
+    if (opt_.protocols == 1) {
+      best = linear(0);
+    } else {
+      std::vector<double> sizes;
+      for (size_t i : idx_) sizes.push_back(points_[i].row.bytes);
+      std::sort(sizes.begin(), sizes.end());
+      sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+      best.cost = std::numeric_limits<double>::infinity();
+      for (size_t k = 1; k < sizes.size(); ++k) {
+        size_t lo = 0;
+        for (size_t i : idx_) lo += points_[i].row.bytes < sizes[k];
+        if (lo < 2 || idx_.size() - lo < 2) continue;
+        FitC f = linear(sizes[k]);
+        if (f.ok && f.cost < best.cost) {
+          best = f;
+          best.split_lo = sizes[k - 1], best.split_hi = sizes[k];
+        }
+      }
+      if (!best.ok)
+        throw ConfigError("calibrate: --protocols 2 --fit-call-overhead needs at least two fitted rows of distinct "
+                          "sizes on each side of some split where the per-call overhead is identifiable");
+    }
+    refine(best);
+    return best;
+  }
+
+  // The fitted topology of parameters X (protocols 2: with the low-latency protocol below F's split).
+  topology::Topology build(const std::vector<double>& x, const FitC& f) const {
+    const double c_ns = x[kC] * 1000, o_ns = opt_.fit_overhead && opt_.protocols == 1 ? x[3] * 1000 : 0;
+    if (opt_.protocols == 1) return with_costs(with_protocol(topo_, x[0], 1 / x[1], nullptr), o_ns, c_ns);
+    topology::Protocol ll;
+    ll.low_latency_max_bytes = std::floor((f.split_lo + f.split_hi) / 2 / topo_.num_chips());
+    ll.low_latency_efficiency = 1 / x[1];
+    const double a_hi = std::max(x[3], 1e-9);
+    ll.low_latency_latency_factor = std::min(x[0] / a_hi, 1e6);
+    return with_costs(with_protocol(topo_, a_hi, 1 / x[4], &ll), 0, c_ns);
+  }
+
+  static constexpr size_t kC = 2;  // protocols 1: a, 1/b, c, [o]; protocols 2: a_lo, 1/b_lo, c, a, 1/b
+
+ private:
+  struct Basis {
+    double L = 0, W = 0, M = 0;
+  };
+  size_t nparams() const { return opt_.protocols == 2 ? 5 : (opt_.fit_overhead ? 4 : 3); }
+
+  // Per fitted row its design row, divided by the measured time (relative errors). Protocols 2: rows below
+  // SPLIT_SIZE use the low-latency columns.
+  Matrix rows(double split_size) const {
+    Matrix out;
+    for (size_t k = 0; k < idx_.size(); ++k) {
+      const auto& b = basis_[k];
+      const double inv = 1 / points_[idx_[k]].row.time_us;
+      std::vector<double> r(nparams(), 0);
+      r[kC] = inv;
+      if (opt_.protocols == 1) {
+        r[0] = b.L * inv, r[1] = b.W * inv;
+        if (opt_.fit_overhead) r[3] = b.M * inv;
+      } else if (points_[idx_[k]].row.bytes < split_size) {
+        r[0] = b.L * inv, r[1] = b.W * inv;
+      } else {
+        r[3] = b.L * inv, r[4] = b.W * inv;
+      }
+      out.push_back(r);
+    }
+    return out;
+  }
+
+  // Weighted linear least squares of the basis model (exact for ring-family schedules), parameters that come out
+  // negative (a, c, o) fixed at 0 and the rest refitted.
+  FitC linear(double split_size) const {
+    const Matrix design = rows(split_size);
+    const size_t n = nparams();
+    std::vector<bool> fixed(n, false);
+    FitC f;
+    for (int round = 0; round < 8; ++round) {
+      Matrix g;
+      std::vector<double> v;
+      std::vector<size_t> free;
+      for (size_t i = 0; i < n; ++i)
+        if (!fixed[i]) free.push_back(i);
+      for (size_t i : free) {
+        std::vector<double> row;
+        double vi = 0;
+        for (size_t j : free) {
+          double s = 0;
+          for (const auto& r : design) s += r[i] * r[j];
+          row.push_back(s);
+        }
+        for (const auto& r : design) vi += r[i];
+        g.push_back(row);
+        v.push_back(vi);
+      }
+      std::vector<double> sol;
+      if (!solve_n(g, v, sol)) return f;
+      f.x.assign(n, 0);
+      for (size_t k = 0; k < free.size(); ++k) f.x[free[k]] = sol[k];
+      bool changed = false;
+      for (size_t i = 0; i < n; ++i)
+        if (!fixed[i] && !is_inverse_bandwidth(i) && f.x[i] < 0) fixed[i] = changed = true;
+      if (!changed) break;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (is_inverse_bandwidth(i) && !(f.x[i] > 0)) f.x[i] = 1;
+      if (!is_inverse_bandwidth(i)) f.x[i] = std::max(0.0, f.x[i]);
+    }
+    f.cost = 0;
+    for (const auto& r : design) {
+      double pred = 0;
+      for (size_t i = 0; i < n; ++i) pred += r[i] * f.x[i];
+      f.cost += (pred - 1) * (pred - 1);
+    }
+    f.ok = true;
+    return f;
+  }
+  bool is_inverse_bandwidth(size_t i) const { return i == 1 || (opt_.protocols == 2 && i == 4); }
+
+  double cost(const std::vector<double>& x, const FitC& f) const {
+    const topology::Topology t = build(x, f);
+    double sum = 0;
+    for (size_t i : idx_) {
+      const auto& p = points_[i];
+      const double r =
+          (predict_us(t, p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes) - p.row.time_us) /
+          p.row.time_us;
+      sum += r * r;
+    }
+    return sum;
+  }
+
+  // Gauss-Newton with step halving on the full replay (refines where a max over paths, `auto` or the protocol
+  // threshold makes the model piecewise), a, c, o kept >= 0 and 1/b > 0.
+  void refine(FitC& f) const {
+    const size_t n = f.x.size();
+    f.cost = cost(f.x, f);
+    for (int it = 0; it < 30; ++it) {
+      f.iterations = it + 1;
+      const topology::Topology base_t = build(f.x, f);
+      std::vector<topology::Topology> moved;
+      std::vector<double> h(n);
+      for (size_t q = 0; q < n; ++q) {
+        h[q] = std::max(std::fabs(f.x[q]), 1e-3) * 1e-4;
+        std::vector<double> y = f.x;
+        y[q] += h[q];
+        moved.push_back(build(y, f));
+      }
+      Matrix jtj(n, std::vector<double>(n, 0));
+      std::vector<double> jtr(n, 0);
+      for (size_t i : idx_) {
+        const auto& p = points_[i];
+        auto pred = [&](const topology::Topology& t) {
+          return predict_us(t, p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
+        };
+        const double t = p.row.time_us, v = pred(base_t), r = (v - t) / t;
+        std::vector<double> d(n);
+        for (size_t q = 0; q < n; ++q) d[q] = (pred(moved[q]) - v) / h[q] / t;
+        for (size_t q = 0; q < n; ++q) {
+          jtr[q] -= d[q] * r;
+          for (size_t c = 0; c < n; ++c) jtj[q][c] += d[q] * d[c];
+        }
+      }
+      std::vector<double> step;
+      if (!solve_n(jtj, jtr, step)) break;
+      bool improved = false;
+      for (double k = 1; k > 1e-3; k /= 2) {
+        std::vector<double> y = f.x;
+        bool valid = true;
+        for (size_t q = 0; q < n; ++q) {
+          y[q] += k * step[q];
+          if (is_inverse_bandwidth(q)) valid = valid && y[q] > 0;
+          else y[q] = std::max(0.0, y[q]);
+        }
+        if (!valid) continue;
+        const double c1 = cost(y, f);
+        if (c1 < f.cost) {
+          improved = f.cost - c1 > 1e-14 * (1 + f.cost);
+          f.x = y, f.cost = c1;
+          break;
+        }
+      }
+      if (!improved) break;
+    }
+  }
+
+  const topology::Topology& topo_;
+  const std::vector<Point>& points_;
+  const std::vector<size_t>& idx_;
+  const CalibrationOptions& opt_;
+  const runtime::Transport& tp_;
+  std::vector<Basis> basis_;
+};
+
 }  // namespace
 
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
@@ -445,6 +752,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
   if (options.fit_overhead && options.protocols != 1)
     throw UsageError("--fit-overhead: with --protocols 1 only (one overhead for both protocols is not fitted yet)");
   if (options.fit_overhead && fit.empty()) throw UsageError("--fit-overhead: give a log to fit");
+  if (options.fit_call_overhead && fit.empty()) throw UsageError("--fit-call-overhead: give a log to fit");
   if (!topo.protocol().is_default())
     throw ConfigError("calibrate: the topology already has a protocol section; give the plain link model to fit");
 
@@ -457,7 +765,8 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
   std::vector<size_t> fitted;
   for (size_t i = 0; i < points.size(); ++i)
     if (points[i].fitted) fitted.push_back(i);
-  const size_t need = options.protocols == 1 ? 2 : 4;
+  const size_t need = (options.protocols == 1 ? 2 : 4) + (options.fit_overhead ? 1 : 0) +
+                      (options.fit_call_overhead ? 1 : 0);
   Calibration out;
   if (fit.empty()) {
     // Prediction only: the topology as given (a = b = 1), every row held out.
@@ -469,6 +778,22 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
                       " to fit; need at least " + std::to_string(need));
 
   if (fit.empty()) {
+  } else if (options.fit_call_overhead) {
+    const CallFitter cf(topo, points, fitted, options, tp);
+    cf.check_identifiable();
+    const FitC f = cf.fit();
+    out.call_overhead_ns = f.x[CallFitter::kC] * 1000;
+    out.iterations = f.iterations;
+    out.fitted = cf.build(f.x, f);
+    if (options.protocols == 1) {
+      out.latency_factor = f.x[0];
+      out.bandwidth_factor = 1 / f.x[1];
+      if (options.fit_overhead) out.message_overhead_ns = f.x[3] * 1000;
+    } else {
+      out.latency_factor = std::max(f.x[3], 1e-9);
+      out.bandwidth_factor = 1 / f.x[4];
+      out.low_latency = true;
+    }
   } else if (options.fit_overhead) {
     const Fit3 f = fit_three(topo, points, fitted, options, tp);
     out.latency_factor = f.a;
@@ -548,6 +873,7 @@ std::string topology_yaml(const topology::Topology& topo) {
       o << ", low_latency_max_bytes: " << fmt(p.low_latency_max_bytes) << ", low_latency_efficiency: "
         << fmt(p.low_latency_efficiency) << ", low_latency_latency_factor: " << fmt(p.low_latency_latency_factor);
     if (p.message_overhead_ns > 0) o << ", message_overhead_ns: " << fmt(p.message_overhead_ns);
+    if (p.call_overhead_ns > 0) o << ", call_overhead_ns: " << fmt(p.call_overhead_ns);
     o << "}\n";
   }
   if (!topo.identity_placement()) {

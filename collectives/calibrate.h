@@ -32,6 +32,17 @@
 // 0 and the fitted latency absorbs it). Pipelined pieces (chunk_bytes: k pieces per step pay k overheads on the
 // port but overlap their latencies) or rows of schedules with different hop/message ratios separate them.
 //
+// With fit_call_overhead the protocol's per-call overhead c (Protocol::call_overhead_ns: once per collective call,
+// however many steps) is one more parameter: t = a x L(S) + c + W(S) / b (+ o x M(S) with fit_overhead). With
+// protocols = 2 there is one c for both protocols (a kernel launch does not depend on the protocol the call then
+// uses): t = a_lo x L + c + W / b_lo below the split, a x L + c + W / b above it, fitted jointly for every split.
+// c is identifiable only when the fitted rows' latency terms L(S) are not all one multiple of 1 (checked as the
+// part of c's column that the other columns cannot express, relative, > 1e-9; else ConfigError saying why): one
+// unpipelined schedule of one collective at one p has L(S) = steps x hops x alpha for every size, so c and a x L
+// are one intercept. Logs of two collectives whose schedules take different step counts (all_reduce's 2(p-1) ring
+// steps and all_gather's or reduce_scatter's p-1) separate them; fit those together (LOG1 LOG2 ...).
+// Without fit_call_overhead c stays 0 and the fitted latency absorbs it (per step).
+//
 // Errors: ConfigError (exit 2) "FILE:LINE: ..." for a malformed row, a row with #wrong > 0, a second table in one
 // file (sizes restart or a second "Collective test starting"), mixed types or ops in one table, an unknown
 // collective; "FILE: ..." for a file with no rows or no collective named (give one with `collective`).
@@ -76,6 +87,7 @@ struct CalibrationOptions {
   // Protocol) for the rows below a fitted size, with its own latency factor and efficiency.
   int protocols = 1;
   bool fit_overhead = false;  // also fit the per-message overhead o (protocols == 1 only)
+  bool fit_call_overhead = false;  // also fit the per-call overhead c (either protocols; one c for both)
   size_t chunk_bytes = 0;     // the schedule's pipelining piece size (CollectiveOptions::chunk_bytes; 0: none)
 };
 
@@ -92,6 +104,7 @@ struct Calibration {
   double bandwidth_factor = 1;  // b: fitted bandwidth = b x the file's bandwidth ("efficiency")
   bool low_latency = false;     // protocols == 2: fitted.protocol() holds the low-latency protocol
   double message_overhead_ns = 0;  // fit_overhead: the fitted o (also in fitted.protocol())
+  double call_overhead_ns = 0;     // fit_call_overhead: the fitted c (also in fitted.protocol())
   // The file's topology with link latencies x a and a protocol of efficiency b (links keep their line rate unless
   // the fit beat it, b > 1: then their bandwidth is raised and the efficiency is 1); with two protocols, the
   // low-latency one as fitted.

@@ -22,7 +22,8 @@ CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void*
   const std::string name = o.name.empty() ? cname : o.name;
   const double sent_before = tp.bytes_sent();
   const bool is_gather = c == Collective::gather;
-  sim::TimeNs end = ready;
+  const sim::TimeNs start = choice.start(ready);  // after the call's fixed cost (algorithms.h)
+  sim::TimeNs end = start;
   if (tp.rank() == o.root) {
     auto* all = static_cast<unsigned char*>(is_gather ? recvbuf : const_cast<void*>(sendbuf));
     unsigned char* mine = all + static_cast<size_t>(o.root) * block;
@@ -37,12 +38,12 @@ CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void*
       const int peer = static_cast<int>((static_cast<size_t>(o.root) + j) % p);
       unsigned char* at = all + static_cast<size_t>(peer) * block;
       if (is_gather) recvs.push_back({at, block, peer, 0});
-      else sends.push_back({at, block, peer, ready});
+      else sends.push_back({at, block, peer, start});
     }
     tp.exchange(sends, recvs, name);
     for (const auto& r : recvs) end = std::max(end, r.arrival);
   } else if (is_gather) {
-    tp.send(sendbuf, block, o.root, ready, name);
+    tp.send(sendbuf, block, o.root, start, name);
   } else {
     end = std::max(end, tp.recv(recvbuf, block, o.root, name));
   }

@@ -520,6 +520,7 @@ std::string protocol_text(const Protocol& p) {
     s += "; messages <= " + fmt(p.low_latency_max_bytes) + " B low-latency (efficiency " +
          fmt(p.low_latency_efficiency) + ", latency x " + fmt(p.low_latency_latency_factor) + ")";
   if (p.message_overhead_ns > 0) s += "; " + fmt(p.message_overhead_ns) + " ns overhead per message";
+  if (p.call_overhead_ns > 0) s += "; " + fmt(p.call_overhead_ns) + " ns overhead per collective call";
   return s;
 }
 }  // namespace
@@ -538,6 +539,8 @@ void Protocol::check() const {
                                 fmt(low_latency_latency_factor) + ")");
   if (!(message_overhead_ns >= 0 && message_overhead_ns <= 1e9))
     throw std::invalid_argument("message_overhead_ns must be in [0, 1e9] ns (got " + fmt(message_overhead_ns) + ")");
+  if (!(call_overhead_ns >= 0 && call_overhead_ns <= 1e9))
+    throw std::invalid_argument("call_overhead_ns must be in [0, 1e9] ns (got " + fmt(call_overhead_ns) + ")");
 }
 
 void Topology::set_protocol(const Protocol& p) {

@@ -91,15 +91,23 @@ enum class Kind { ring, torus, mesh, fully_connected, switch_, stacked, graph };
 // injection port is busy for o before the data enters the first link, so a message arrives o + sum of the hops'
 // latencies + S / (B x efficiency) after it starts, and k messages from one port pay k overheads while their
 // per-hop latencies overlap. Default 0: no charge, bit for bit.
+//
+// call_overhead_ns (c): a fixed cost per collective call (a kernel launch and its setup: the floor nccl-tests
+// measures at small sizes, once per call however many steps the schedule has). Every collective on a group of
+// p > 1 chips (all_reduce, reduce_scatter, all_gather(v), broadcast, reduce, all_to_all(v), gather, scatter; every
+// algorithm) starts its first step c after its ready time on every participating chip; no engine or link is busy
+// for it. Point-to-point (send, recv, send_recv) and the barrier do not pay it. collectives::estimate_ns adds the
+// same c, so estimates still equal simulated times (collectives/algorithms.h). Default 0: no charge, bit for bit.
 struct Protocol {
   double efficiency = 1;                  // bandwidth protocol: fraction of the line rate, (0, 1]
   double low_latency_max_bytes = 0;       // 0: no low-latency protocol
   double low_latency_efficiency = 1;      // (0, 1]
   double low_latency_latency_factor = 1;  // >= 0
   double message_overhead_ns = 0;         // per message at the sender, once (not per hop); ns, 0..1e9
+  double call_overhead_ns = 0;            // per collective call, once, on every chip of the group; ns, 0..1e9
   bool is_default() const {
     return efficiency == 1 && low_latency_max_bytes == 0 && low_latency_efficiency == 1 &&
-           low_latency_latency_factor == 1 && message_overhead_ns == 0;
+           low_latency_latency_factor == 1 && message_overhead_ns == 0 && call_overhead_ns == 0;
   }
   // std::invalid_argument naming the field when a value is outside its range (or not finite).
   void check() const;

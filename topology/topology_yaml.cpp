@@ -191,6 +191,7 @@ void apply_protocol(const ConfigNode& node, Topology& t) {
   p.low_latency_efficiency = pn->get_double("low_latency_efficiency", 1.0);
   p.low_latency_latency_factor = pn->get_double("low_latency_latency_factor", 1.0);
   p.message_overhead_ns = pn->get_double("message_overhead_ns", 0.0);
+  p.call_overhead_ns = pn->get_double("call_overhead_ns", 0.0);
   try {
     t.set_protocol(p);
   } catch (const std::invalid_argument& e) {

@@ -16,6 +16,8 @@
 //       low_latency_efficiency: 0.5       # its fraction of the line rate, (0, 1]; default 1
 //       low_latency_latency_factor: 0.3   # its per-hop latency as a multiple of the link's, >= 0; default 1
 //       message_overhead_ns: 2000         # per message at the sender, once (not per hop), 0..1e9; default 0
+//       call_overhead_ns: 6000            # per collective call, once on every chip (not send/recv, barrier),
+//                                         # 0..1e9; default 0
 //
 //   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4
 //     dims:
@@ -59,7 +61,7 @@ inline constexpr std::string_view kTopologyLinkKeys[] = {"from", "to", "bandwidt
                                                          "bidirectional"};
 inline constexpr std::string_view kTopologyProtocolKeys[] = {"efficiency", "low_latency_max_bytes",
                                                              "low_latency_efficiency", "low_latency_latency_factor",
-                                                             "message_overhead_ns"};
+                                                             "message_overhead_ns", "call_overhead_ns"};
 inline constexpr std::string_view kAstraNetworkKeys[] = {"topology", "npus_count", "bandwidth", "latency"};
 
 // The one rule for a topology *document* (a whole YAML file or text), used by run, bench, validate, calibrate,

@@ -7,6 +7,9 @@
 #  - a log made with a two-protocol link model (low-latency below 16 KiB per message) fits back with --protocols 2;
 #  - a log made with a per-message overhead (3000 ns) and pipelined pieces fits a, b and the overhead back within
 #    1% (--fit-overhead --chunk-bytes); without pieces the overhead is refused as not identifiable;
+#  - logs made with a per-call overhead (8000 ns) fit a, b and c back within 1% from all_reduce + all_gather
+#    together and predict reduce_scatter within 1% (also with --protocols 2, and together with o in pieces);
+#    one log alone is refused;
 #  - published logs: the NVLink pair's held-out sizes within 15%; a PCIe pair's all_reduce fit predicts its
 #    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/MODEL.md reports; an 8x H100
 #    board's all_reduce fit predicts its reduce_scatter and all_gather within 5% at 1-8 GiB and half the time
@@ -122,6 +125,97 @@ fi
 expect_exit 2 'overhead cannot be told from the latency' -- shardsim_mpi 8 calibrate ar.log --bandwidth 100 \
   --latency 1000 --fit-overhead
 expect_exit 2 'fit-overhead: with --protocols 1 only' -- shardsim_mpi 8 calibrate oh.log --fit-overhead --protocols 2
+
+e2e_case "per-call overhead: 8000 ns per collective call, fitted from all_reduce + all_gather"
+cat >call.yaml <<'EOF'
+topology:
+  kind: ring
+  chips: 8
+  bandwidth_gbps: 37
+  latency_ns: 2500
+  protocol: {call_overhead_ns: 8000}
+EOF
+for c in all_reduce all_gather reduce_scatter; do
+  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology call.yaml \
+    -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
+    to_nccl ${c}_perf <"$E2E_STDOUT" >call_$c.log
+  fi
+done
+assert_out '8000 ns overhead per collective call' "protocol described"
+# all_reduce (2(p-1) ring steps) and all_gather (p-1) together separate c from a x alpha: a, b, c within 1%, and
+# the reduce_scatter table (not fitted) is predicted within 1%.
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log call_all_gather.log \
+  --predict call_reduce_scatter.log --bandwidth 100 --latency 1000 --fit-call-overhead --out call_fit.yaml; then
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /call overhead c = / { c = $5 }
+       END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && c > 7920 && c < 8080; exit ok ? 0 : 1 }' \
+    "$E2E_STDOUT" && pass "a, b, c within 1% of 2.5, 0.37, 8000 ns" ||
+    fail "fit: $(grep -E '^fit |call overhead' "$E2E_STDOUT")"
+  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  [ -z "$bad" ] && pass "every row (fitted and held-out reduce_scatter) within 1%" || fail "rows off by more than 1%: $bad"
+  grep -Eq "call_overhead_ns: (79[2-9][0-9]|80[0-7][0-9])" call_fit.yaml && pass "--out has the call overhead" ||
+    fail "$(cat call_fit.yaml)"
+fi
+# Without c the latency absorbs the floor per step: the held-out reduce_scatter's small rows are predicted too fast.
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log --predict call_reduce_scatter.log \
+  --bandwidth 100 --latency 1000; then
+  slow=$(awk '/ held out$/ && $3 <= 65536 { e = $6; gsub("[%+]", "", e); if (e + 0 > -5) print }' "$E2E_STDOUT")
+  [ -z "$slow" ] && pass "without --fit-call-overhead the small held-out reduce_scatter rows are >5% too fast" ||
+    fail "rows not too fast: $slow"
+fi
+# One collective's unpipelined log alone: c and a x alpha are one intercept (exit 2 saying so).
+expect_exit 2 'per-call overhead cannot be told from the latency' -- shardsim_mpi 8 calibrate call_all_reduce.log \
+  --bandwidth 100 --latency 1000 --fit-call-overhead
+expect_exit 2 'fit-call-overhead: give a log to fit' -- shardsim_mpi 8 calibrate --predict call_all_reduce.log \
+  --bandwidth 100 --latency 1000 --fit-call-overhead
+# Both overheads at once: pipelined pieces separate o, two collectives separate c (a, b, o, c within 1%).
+cat >both.yaml <<'EOF'
+topology:
+  kind: ring
+  chips: 8
+  bandwidth_gbps: 37
+  latency_ns: 2500
+  protocol: {message_overhead_ns: 3000, call_overhead_ns: 8000}
+EOF
+for c in all_reduce all_gather; do
+  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology both.yaml --chunk-bytes 16K \
+    -b 16K -e 4M -f 4 -n 1 -w 0 -c 0; then
+    to_nccl ${c}_perf <"$E2E_STDOUT" >both_$c.log
+  fi
+done
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate both_all_reduce.log both_all_gather.log --bandwidth 100 \
+  --latency 1000 --chunk-bytes 16K --fit-overhead --fit-call-overhead; then
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /message overhead o = / { o = $5 } /call overhead c = / { c = $5 }
+       END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && o > 2970 && o < 3030 && c > 7920 && c < 8080;
+             exit ok ? 0 : 1 }' "$E2E_STDOUT" && pass "--fit-overhead --fit-call-overhead: a, b, o, c within 1%" ||
+    fail "fit: $(grep -E '^fit |overhead' "$E2E_STDOUT")"
+fi
+# Two protocols and one c: logs made with a low-latency protocol below 16 KiB per message and c = 8000 ns.
+cat >call2.yaml <<'EOF'
+topology:
+  kind: ring
+  chips: 8
+  bandwidth_gbps: 100
+  latency_ns: 1000
+  protocol: {efficiency: 0.8, low_latency_max_bytes: 16384, low_latency_efficiency: 0.4, low_latency_latency_factor: 0.3, call_overhead_ns: 8000}
+EOF
+for c in all_reduce all_gather; do
+  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology call2.yaml \
+    -b 8K -e 64M -f 2 -n 1 -w 0 -c 0; then
+    to_nccl ${c}_perf <"$E2E_STDOUT" >call2_$c.log
+  fi
+done
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call2_all_reduce.log call2_all_gather.log --bandwidth 100 \
+  --latency 1000 --protocols 2 --fit-call-overhead; then
+  awk '/^fit / { a = $4; b = $8; gsub(",", "", a) }
+       /low-latency protocol for messages/ { t = $6; f = $10; e = $12; gsub(",", "", f) }
+       /call overhead c = / { c = $5 }
+       END { ok = a > 0.99 && a < 1.01 && b > 0.792 && b < 0.808 && f > 0.297 && f < 0.303 && e > 0.396 && e < 0.404 &&
+                  t >= 16384 && t < 32768 && c > 7920 && c < 8080; exit ok ? 0 : 1 }' "$E2E_STDOUT" &&
+    pass "--protocols 2: a, b, low-latency factor and efficiency, c within 1%" ||
+    fail "fit: $(grep -E '^fit |low-latency|call overhead' "$E2E_STDOUT")"
+  bad=$(awk '$NF == "fit" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
+fi
 
 e2e_case "published measurement: 2x RTX 2080 Ti over an NVLink bridge (nccl-tests#44)"
 # Fitted on the rows up to 1 MiB with two protocols, the 2-64 MiB rows (never seen by the fit) are predicted

@@ -719,3 +719,137 @@ TEST(TopologiesDeterminism, SwitchFullyConnectedMeshBitIdentical) {
     expect_bit_identical(run_sequence(tc.topo, false), run_sequence(tc.topo, true), tc.name);
   }
 }
+
+// ================================================================================================================
+// 8. The fixed cost per collective call (topology.h, Protocol::call_overhead_ns; docs/MODEL.md, "Message protocols")
+// ================================================================================================================
+
+namespace {
+
+// Every collective except send_recv / barrier, its per-rank buffer as estimate_ns sizes it.
+struct CallCase {
+  Collective c;
+  double bytes;  // what estimate_ns is given
+};
+
+// Runs C with ALGORITHM on TOPO from READY on fresh clocks: {slowest rank's end, this rank's span start}.
+std::pair<double, double> run_call(const Topology& topo, Collective c, const std::string& algorithm, double ready) {
+  const int p = world_size(), r = world_rank();
+  const size_t n = 1680 * 4;  // divisible by 2 lcm(1..8): equal chunks at p = 1..8
+  Fixture f(topo);
+  std::vector<float> a = make_input(r, n * static_cast<size_t>(p), 3), b(n * static_cast<size_t>(p));
+  const auto o = opts(algorithm);
+  collectives::CollectiveResult res;
+  switch (c) {
+    case Collective::all_reduce:
+      res = collectives::all_reduce(f.tp, a.data(), b.data(), n, DType::fp32, ReduceOp::sum, ready, o);
+      break;
+    case Collective::reduce_scatter:
+      res = collectives::reduce_scatter(f.tp, a.data(), b.data(), n, DType::fp32, ReduceOp::sum, ready, o);
+      break;
+    case Collective::all_gather:
+      res = collectives::all_gather(f.tp, a.data(), b.data(), n, DType::fp32, ready, o);
+      break;
+    case Collective::broadcast: res = collectives::broadcast(f.tp, a.data(), b.data(), n, DType::fp32, ready, o); break;
+    case Collective::reduce:
+      res = collectives::reduce(f.tp, a.data(), b.data(), n, DType::fp32, ReduceOp::sum, ready, o);
+      break;
+    case Collective::all_to_all: res = collectives::all_to_all(f.tp, a.data(), b.data(), n, DType::fp32, ready, o); break;
+    case Collective::gather: res = collectives::gather(f.tp, a.data(), b.data(), n, DType::fp32, ready, o); break;
+    case Collective::scatter: res = collectives::scatter(f.tp, a.data(), b.data(), n, DType::fp32, ready, o); break;
+    default: ADD_FAILURE() << "not a case: " << collectives::collective_name(c);
+  }
+  return {max_over_ranks(res.span.end), res.span.start};
+}
+
+Topology with_call_overhead(Topology t, double c) {
+  topology::Protocol p;
+  p.call_overhead_ns = c;
+  t.set_protocol(p);
+  return t;
+}
+
+}  // namespace
+
+// c = 6 us on a ring of p chips: every collective and every applicable algorithm ends exactly c later than without
+// it (from ready 0 and from ready 2500 ns), its span still starts at READY (the overhead is the call's time), and
+// estimate_ns moves by the same c, so estimate == simulated holds where it held before (to 1e-9 relative).
+// Fails if the overhead is charged per step (ring all_reduce would move by 2(p-1) c), per algorithm hook (all_reduce
+// = reduce_scatter + all_gather hooks: 2c), or by the run and not the estimate.
+TEST(TopologiesProtocol, CallOverheadOncePerCollectiveCall) {
+  const int p = world_size();
+  if (p == 1) GTEST_SKIP() << "a group of one chip pays nothing (nothing moves)";
+  const double c = 6000, n_bytes = 1680 * 4 * 4.0;
+  const Topology plain = Topology::ring(p, LinkSpec{50, 700});
+  const Topology charged = with_call_overhead(plain, c);
+  const std::vector<CallCase> cases = {
+      {Collective::all_reduce, n_bytes}, {Collective::reduce_scatter, n_bytes}, {Collective::all_gather, n_bytes},
+      {Collective::broadcast, n_bytes},  {Collective::reduce, n_bytes},         {Collective::all_to_all, n_bytes},
+      {Collective::gather, n_bytes * p}, {Collective::scatter, n_bytes * p}};
+  int checked = 0;
+  for (const auto& cc : cases)
+    for (const auto& a : collectives::algorithm_names(cc.c)) {
+      const std::string where = collectives::collective_name(cc.c) + " " + a + " p=" + std::to_string(p);
+      Fixture probe0(plain), probe1(charged);
+      if (!collectives::obstacle(cc.c, a, probe0.tp).empty()) continue;
+      EXPECT_EQ(collectives::call_overhead_ns(cc.c, probe1.tp), c) << where;
+      const double est0 = collectives::estimate_ns(cc.c, a, probe0.tp, cc.bytes);
+      const double est1 = collectives::estimate_ns(cc.c, a, probe1.tp, cc.bytes);
+      EXPECT_NEAR(est1 - est0, c, 1e-9 * est1) << where << ": estimate_ns";
+      for (double ready : {0.0, 2500.0}) {
+        const auto [end0, start0] = run_call(plain, cc.c, a, ready);
+        const auto [end1, start1] = run_call(charged, cc.c, a, ready);
+        EXPECT_EQ(start1, ready) << where;
+        EXPECT_NEAR(end1 - end0, c, 1e-9 * end1) << where << " ready " << ready << ": simulated";
+        // Whatever estimate_ns and the run agreed on without the overhead, they agree on with it.
+        EXPECT_NEAR(est1 - (end1 - ready), est0 - (end0 - ready), 1e-9 * end1) << where << " ready " << ready;
+      }
+      ++checked;
+    }
+  EXPECT_GE(checked, 10);
+  // The default (0) is the plain link model bit for bit; point-to-point and the barrier never pay it.
+  const auto [plain_end, plain_start] = run_call(plain, Collective::all_reduce, "ring", 0);
+  const auto [zero_end, zero_start] = run_call(with_call_overhead(plain, 0), Collective::all_reduce, "ring", 0);
+  EXPECT_EQ(zero_end, plain_end);
+  EXPECT_EQ(zero_start, plain_start);
+  Fixture f(charged);
+  EXPECT_EQ(collectives::call_overhead_ns(Collective::send_recv, f.tp), 0);
+  EXPECT_EQ(collectives::call_overhead_ns(Collective::barrier, f.tp), 0);
+  Fixture f0(plain);
+  EXPECT_EQ(collectives::estimate_ns(Collective::send_recv, "direct", f.tp, n_bytes),
+            collectives::estimate_ns(Collective::send_recv, "direct", f0.tp, n_bytes));
+  EXPECT_EQ(collectives::barrier(f.tp, 0.0, opts("dissemination")).span.end,
+            collectives::barrier(f0.tp, 0.0, opts("dissemination")).span.end);
+}
+
+// The closed form of the task's worked case: a ring all_reduce of S bytes on 4 chips costs
+// 2(p-1) (alpha + S/(p B)) + c: the fixed cost once, not once per step.
+TEST(TopologiesProtocol, RingAllReduceAtFourChipsIsOldPlusC) {
+  if (world_size() != 4) GTEST_SKIP() << "p = 4 only";
+  const double c = 6000, alpha = 700, bw = 50, s = 1680 * 4 * 4.0;
+  const auto [end, start] = run_call(with_call_overhead(Topology::ring(4, LinkSpec{bw, alpha}), c),
+                                     Collective::all_reduce, "ring", 0);
+  EXPECT_EQ(start, 0);
+  EXPECT_NEAR(end, 2 * 3 * (alpha + s / 4 / bw) + c, 1e-9 * end);
+}
+
+// The async form runs the same call on the engine's transport: it pays c once as well (same span as the sync call).
+TEST(TopologiesProtocol, AsyncCallPaysTheSameOverhead) {
+  const int p = world_size(), r = world_rank();
+  if (p == 1) GTEST_SKIP() << "a group of one chip pays nothing";
+  const Topology charged = with_call_overhead(Topology::ring(p, LinkSpec{50, 700}), 6000);
+  const size_t n = 1680 * 4;
+  std::vector<float> a = make_input(r, n, 5), b = a;
+  Fixture sync(charged), async(charged);
+  const auto s = collectives::all_reduce(sync.tp, a.data(), a.data(), n, DType::fp32, ReduceOp::sum, 1000.0, opts("ring"));
+  auto h = collectives::all_reduce_async(async.tp, b.data(), b.data(), n, DType::fp32, ReduceOp::sum, 1000.0,
+                                         opts("ring"));
+  const auto x = h.wait();
+  EXPECT_EQ(x.span.start, s.span.start);
+  EXPECT_EQ(x.span.end, s.span.end);
+  Fixture plain(Topology::ring(p, LinkSpec{50, 700}));
+  std::vector<float> c = make_input(r, n, 5);
+  const auto z = collectives::all_reduce(plain.tp, c.data(), c.data(), n, DType::fp32, ReduceOp::sum, 1000.0, opts("ring"));
+  EXPECT_NEAR(x.span.end - z.span.end, 6000, 1e-9 * x.span.end);
+  EXPECT_EQ(count_mismatches(b, a), 0u);
+}

@@ -302,6 +302,27 @@ TEST(Protocol, MessageOverheadOncePerMessageAtTheSender) {
   EXPECT_NE(t.describe().find("2000 ns overhead per message"), std::string::npos) << t.describe();
 }
 
+// The per-call overhead is not a per-message cost: a Timeline's sends do not see it (collectives charge it once per
+// call, collectives/algorithms.h; tests/mpi/topologies_test.cpp, TopologiesProtocol); describe() names it.
+TEST(Protocol, CallOverheadIsNotChargedPerMessage) {
+  auto plain = Topology::ring(8, LinkSpec{100, 500});
+  auto with = plain;
+  topology::Protocol p;
+  p.call_overhead_ns = 6000;
+  with.set_protocol(p);
+  EXPECT_FALSE(with.protocol().is_default());
+  sim::Timeline a(0, plain, dev()), b(0, with, dev());
+  for (double bytes : {0.0, 4096.0, 1e6})
+    for (int dst = 1; dst < 8; ++dst) {
+      const auto x = a.send("x", dst, bytes, 7), y = b.send("y", dst, bytes, 7);
+      EXPECT_EQ(x.start, y.start);
+      EXPECT_EQ(x.end, y.end);
+    }
+  EXPECT_EQ(sim::transfer_cost(with, with.route(0, 3), 1e6).total_ns(),
+            sim::transfer_cost(plain, plain.route(0, 3), 1e6).total_ns());
+  EXPECT_NE(with.describe().find("6000 ns overhead per collective call"), std::string::npos) << with.describe();
+}
+
 TEST(Protocol, TopologyFileErrorsNameTheKey) {
   auto err = [](const std::string& proto) {
     try {
@@ -326,6 +347,11 @@ TEST(Protocol, TopologyFileErrorsNameTheKey) {
             std::string::npos)
       << err("{message_overhead_ns: -1}");
   EXPECT_EQ(err("{message_overhead_ns: 2500}"), "");
+  EXPECT_NE(err("{call_overhead_ns: -1}").find("t.yaml:5: topology.protocol.call_overhead_ns must be in [0, 1e9]"),
+            std::string::npos)
+      << err("{call_overhead_ns: -1}");
+  EXPECT_NE(err("{call_overhead_ns: 2e9}").find("call_overhead_ns must be in [0, 1e9]"), std::string::npos);
+  EXPECT_EQ(err("{call_overhead_ns: 6000}"), "");
   EXPECT_EQ(err("{efficiency: 0.8, low_latency_max_bytes: 65536, low_latency_efficiency: 0.5, "
                 "low_latency_latency_factor: 0.3}"),
             "");
