@@ -59,7 +59,8 @@ done
 # (the identity placement: 2 S/B + 3a). A line of 6 with ranks on chips 0 2 1 3 4 5: recursive_doubling's fold
 # (0 -> 2 and 1 -> 3) and unfold (2 -> 0 and 3 -> 1) cross (each send 2 S/B: asserted per send by the MPI test
 # TopologiesCrossing.FoldAndUnfoldShareTheLinkTheyCross; here only: slower than the identity placement, which the
-# longer routes alone would also give). Both identical at K=1 and one rank holding every chip, over 5 runs.
+# longer routes alone would also give). Both identical at K=1, one rank holding every chip (5 runs) and 2 ranks
+# holding half the chips each.
 printf 'topology:\n  kind: mesh\n  dims: [4]\n  bandwidth_gbps: 100\n  latency_ns: 1000\n  placement: [0, 2, 1, 3]\n' >line4_crossed.yaml
 printf 'topology:\n  kind: mesh\n  dims: [6]\n  bandwidth_gbps: 100\n  latency_ns: 1000\n  placement: [0, 2, 1, 3, 4, 5]\n' >line6_crossed.yaml
 for c in "broadcast binomial_tree 4 line4_crossed.yaml" "all_reduce recursive_doubling 6 line6_crossed.yaml"; do
@@ -87,5 +88,10 @@ for c in "broadcast binomial_tree 4 line4_crossed.yaml" "all_reduce recursive_do
     b=$(sim_us "xk_${coll}_$i.json")
     if [ "$a" = "$b" ]; then pass "K=$n run $i: $b us, identical to K=1"; else fail "K=$n run $i: $b us, K=1 $a us"; fi
   done
+  # Two ranks of n/2 chips: some of the crossing flows stay inside a rank, some go through MPI.
+  expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 2 --chips-per-rank "$((n / 2))" bench "$coll" --topology "$file" "${T[@]}" \
+    --json "x2_$coll.json" || continue
+  b=$(sim_us "x2_$coll.json")
+  if [ "$a" = "$b" ]; then pass "2 ranks x K=$((n / 2)): $b us, identical to K=1"; else fail "2 x K=$((n / 2)): $b us, K=1 $a us"; fi
 done
 e2e_finish
