@@ -82,10 +82,14 @@ struct Replay {
     return *t;
   }
   // The flows until end_step() form one step with the global pattern PATTERN (every rank's timeline).
-  void begin_step(const runtime::FlowPattern& pattern) {
+  // PATTERN's link sharing on this group (memoized by key; nullptr: no two senders meet, the pattern is a no-op).
+  const sim::StepShare* share_of(const runtime::FlowPattern& pattern) {
     auto it = shares.find(pattern.key);
     if (it == shares.end()) it = shares.emplace(pattern.key, pattern.share_on(topo, chips)).first;
-    step_share = it->second.get();
+    return it->second.get();
+  }
+  void begin_step(const runtime::FlowPattern& pattern) {
+    step_share = share_of(pattern);
     if (step_share)
       for (auto& t : tl)
         if (t) t->begin_step(step_share);
@@ -111,10 +115,11 @@ struct Replay {
     const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
     pending.push_back({from, to, bytes, span, posted++, out});
   }
-  // Books the posted flows whose receiver is TO (every receiver if TO < 0), as one exchange per receiver.
-  void flush(int to = -1) {
+  // Books the posted flows whose receiver is TO (every receiver if TO < 0) and, if FROM >= 0, whose sender is
+  // FROM, as one exchange per receiver.
+  void flush(int to = -1, int from = -1) {
     std::vector<Flow> now, later;
-    for (auto& f : pending) (to < 0 || f.to == to ? now : later).push_back(f);
+    for (auto& f : pending) ((to < 0 || f.to == to) && (from < 0 || f.from == from) ? now : later).push_back(f);
     pending = std::move(later);
     std::sort(now.begin(), now.end(), [&](const Flow& a, const Flow& b) {
       if (a.to != b.to) return a.to < b.to;
@@ -193,8 +198,10 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag,
     t[static_cast<size_t>(a)] = std::max(ta, at_a);
     t[static_cast<size_t>(b)] = std::max(tb, at_b);
   };
-  for (int r = 0; r + 1 < 2 * rem; r += 2)  // fold: the even rank hands its data to the odd one
+  rp.begin_step(runtime::FlowPattern::halving_doubling(0, false));  // fold: the even rank hands its data to the odd one
+  for (int r = 0; r + 1 < 2 * rem; r += 2)
     t[static_cast<size_t>(r + 1)] = std::max(t[static_cast<size_t>(r + 1)], rp.send(r, r + 1, 0, rs || whole ? bytes : chunk));
+  rp.end_step();
   if (rs)
     for (int dist = pow2 / 2; dist >= 1; dist /= 2) {
       rp.begin_step(runtime::FlowPattern::halving_doubling(dist, false));  // as halving_doubling.cpp
@@ -215,8 +222,10 @@ double hd_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag,
       }
       rp.end_step();
     }
-  for (int r = 0; r + 1 < 2 * rem; r += 2)  // unfold: the odd rank sends the result (or the even rank's chunk) back
+  rp.begin_step(runtime::FlowPattern::halving_doubling(0, true));  // unfold: the odd rank sends the result back
+  for (int r = 0; r + 1 < 2 * rem; r += 2)
     t[static_cast<size_t>(r)] = std::max(t[static_cast<size_t>(r)], rp.send(r + 1, r, t[static_cast<size_t>(r + 1)], ag ? bytes : chunk));
+  rp.end_step();
   return *std::max_element(t.begin(), t.end());
 }
 
@@ -293,28 +302,53 @@ double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chun
   std::vector<std::vector<double>> ready(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(m), 0.0));
   Replay rp(tp);
   auto send = [&](int a, int b, double t) { return rp.send(a, b, t, piece); };
+  // One piece: every send / receive is a step with its tree level's pattern, as tree.cpp runs it.
+  const bool one_piece = ready[0].size() == 1;
+  auto level = [reduce](int parent, int child) { return runtime::FlowPattern::binomial(child - parent, 0, reduce); };
   double end = 0;
   if (!reduce) {
     for (int v = 0; v < p; ++v)  // parents before children: a child's index is larger
-      for (int ch : children(v))
+      for (int ch : children(v)) {
+        if (one_piece) rp.begin_step(level(v, ch));
         for (size_t j = 0; j < ready[0].size(); ++j) {
           ready[static_cast<size_t>(ch)][j] = send(v, ch, ready[static_cast<size_t>(v)][j]);
           end = std::max(end, ready[static_cast<size_t>(ch)][j]);
         }
+        if (one_piece) rp.end_step();
+      }
     return end;
   }
+  // V's children's pieces: one exchange at V, or (one piece, some child's level shared) one exchange per child,
+  // smallest subtree first, each a step with the child's level pattern (tree.cpp reduce_binomial).
+  auto receive_children = [&](int v) {
+    auto kids = children(v);
+    std::reverse(kids.begin(), kids.end());
+    bool split = false;
+    for (int c : kids) split = split || (one_piece && rp.share_of(level(v, c)) != nullptr);
+    if (!split) {
+      rp.flush(v);
+      return;
+    }
+    for (int c : kids) {
+      rp.begin_step(level(v, c));
+      rp.flush(v, c);
+      rp.end_step();
+    }
+  };
   for (int v = p - 1; v > 0; --v) {  // children before parents; each sends all pieces to its parent
-    rp.flush(v);                       // v's children's pieces: one exchange at v
+    receive_children(v);
     int parent = v;
     for (int mask = 1; mask < p; mask <<= 1)
       if (v & mask) {
         parent = v - mask;
         break;
       }
+    if (one_piece) rp.begin_step(level(parent, v));
     for (size_t j = 0; j < ready[0].size(); ++j)
       rp.post(v, parent, ready[static_cast<size_t>(v)][j], piece, &ready[static_cast<size_t>(parent)][j]);
+    if (one_piece) rp.end_step();
   }
-  rp.flush(0);
+  receive_children(0);
   for (double t : ready[0]) end = std::max(end, t);
   return end;
 }

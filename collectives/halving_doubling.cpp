@@ -85,23 +85,26 @@ RangeFn layout_range(const Plan& plan, const Layout& layout) {
 }
 
 // Non-power-of-two entry: the even rank of a pair (r < 2 rem) hands N elements at OFFSET to the odd rank above,
-// which reduces them into its own. Returns the odd rank's new ready time.
+// which reduces them into its own. Returns the odd rank's new ready time. The step's global pattern is the fold
+// (FlowPattern::halving_doubling(0, false): 2i -> 2i + 1 for every i < rem), passed by both ends.
 sim::TimeNs fold_reduce(Io& io, const Plan& plan, size_t offset, size_t n, ReduceOp op, sim::TimeNs now) {
   const int r = io.tp.rank();
   if (r >= 2 * plan.rem) return now;
   unsigned char* at = io.base + offset * io.es;
+  const runtime::FlowPattern fold = runtime::FlowPattern::halving_doubling(0, false);
   if (r % 2 == 0) {
-    io.tp.send(at, n * io.es, r + 1, now, io.name + ".fold");
+    io.tp.send(at, n * io.es, r + 1, now, io.name + ".fold", &fold);
     return now;
   }
   unsigned char* in = io.tp.scratch(0, n * io.es);
-  now = std::max(now, io.tp.recv(in, n * io.es, r - 1, io.name + ".fold"));
+  now = std::max(now, io.tp.recv(in, n * io.es, r - 1, io.name + ".fold", &fold));
   if (!io.tp.shape_only()) reduce_into(at, in, n, io.t, op);
   return now;
 }
 
 // Moves N elements at OFFSET between the two ranks of a pair (r < 2 rem): from the even rank to the odd one
-// when EVEN_SENDS, else back. Returns the receiver's new ready time (the sender's is unchanged).
+// when EVEN_SENDS, else back. Returns the receiver's new ready time (the sender's is unchanged). The step's
+// global pattern: the fold (even -> odd) or the unfold (odd -> even) of every pair.
 sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool even_sends, const char* label,
                       sim::TimeNs now) {
   const int r = io.tp.rank();
@@ -109,11 +112,12 @@ sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool ev
   unsigned char* at = io.base + offset * io.es;
   const bool sender = (r % 2 == 0) == even_sends;
   const int peer = r % 2 ? r - 1 : r + 1;
+  const runtime::FlowPattern pattern = runtime::FlowPattern::halving_doubling(0, !even_sends);
   if (sender) {
-    io.tp.send(at, n * io.es, peer, now, io.name + label);
+    io.tp.send(at, n * io.es, peer, now, io.name + label, &pattern);
     return now;
   }
-  return std::max(now, io.tp.recv(at, n * io.es, peer, io.name + label));
+  return std::max(now, io.tp.recv(at, n * io.es, peer, io.name + label, &pattern));
 }
 
 }  // namespace

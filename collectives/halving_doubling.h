@@ -10,8 +10,9 @@
 // end the odd ranks send the result back. That adds one full-size step before and one after.
 // The data layout must be packed in rank order (Layout::from(Partition) or from_counts): each virtual rank then
 // owns a contiguous range of chunks.
-// On a ring topology the partners are up to p/2 hops apart: alpha_i includes every hop's latency, and the model
-// does not see links shared by concurrent routes (see docs/MODEL.md).
+// On a ring topology the partners are up to p/2 hops apart: alpha_i includes every hop's latency. Every step,
+// the fold and the unfold included, declares its global pattern (runtime::FlowPattern::halving_doubling), so
+// concurrent routes that share a link are charged B/k each (docs/MODEL.md "Crossing flows").
 #pragma once
 
 #include <string>

@@ -11,6 +11,9 @@
 // that are forwarded as soon as they arrive, so the chain is a pipeline:
 //   T_chain = (p-1)(alpha + c/B) + (m-1) c/B,  m = ceil(S/c) pieces of c bytes
 // which tends to S/B for large S (bandwidth-optimal), while the tree wins for small S.
+// Crossing flows (docs/MODEL.md): a one-piece binomial tree declares each level's pattern
+// (runtime::FlowPattern::binomial), so a level's flows of different senders that share a link get B/k each; the
+// pipelined tree and the chain declare none (their pieces do not move together), keeping the send and receive rules.
 #pragma once
 
 #include <string>

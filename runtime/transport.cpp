@@ -758,6 +758,15 @@ void expand_hd(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) {
   for (int v = 0; v < pow2; ++v)
     if ((v ^ dist) < pow2) out.emplace_back(real(v), real(v ^ dist));
 }
+void expand_binomial(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) {
+  const int mask = static_cast<int>(arg & 0xffffff), root = static_cast<int>((arg >> 24) & 0xffffff);
+  const bool up = (arg >> 48) != 0;
+  if (mask <= 0) return;
+  for (int v = 0; v + mask < p; v += 2 * mask) {
+    const int parent = (v + root) % p, child = (v + mask + root) % p;
+    out.emplace_back(up ? child : parent, up ? parent : child);
+  }
+}
 }  // namespace
 
 FlowPattern FlowPattern::shift(int d1, int d2, int lanes) {
@@ -770,6 +779,11 @@ FlowPattern FlowPattern::all_pairs() { return {2, &expand_all_pairs, 0}; }
 FlowPattern FlowPattern::halving_doubling(int dist, bool reverse) {
   const uint64_t arg = static_cast<uint64_t>(static_cast<uint32_t>(dist)) | (reverse ? uint64_t{1} << 32 : 0);
   return {arg * 4 + 3, &expand_hd, arg};
+}
+FlowPattern FlowPattern::binomial(int mask, int root, bool up) {
+  const uint64_t arg = (static_cast<uint64_t>(mask) & 0xffffff) | (static_cast<uint64_t>(root) & 0xffffff) << 24 |
+                       (up ? uint64_t{1} << 48 : 0);
+  return {arg * 16 + 4, &expand_binomial, arg};
 }
 std::vector<std::pair<int, int>> FlowPattern::pairs(int p) const {
   std::vector<std::pair<int, int>> out;
@@ -925,15 +939,16 @@ sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* 
   return std::max(ready, r.arrival);
 }
 
-sim::TimeNs Transport::send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op) {
+sim::TimeNs Transport::send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op,
+                            const FlowPattern* pattern) {
   const SendOp s{buf, bytes, dst, ready};
-  exchange({&s, 1}, {}, op);
+  exchange({&s, 1}, {}, op, pattern);
   return ready;
 }
 
-sim::TimeNs Transport::recv(void* buf, size_t bytes, int src, const std::string& op) {
+sim::TimeNs Transport::recv(void* buf, size_t bytes, int src, const std::string& op, const FlowPattern* pattern) {
   RecvOp r{buf, bytes, src, 0};
-  exchange({}, {&r, 1}, op);
+  exchange({}, {&r, 1}, op, pattern);
   return r.arrival;
 }
 

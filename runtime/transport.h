@@ -117,9 +117,13 @@ struct RecvOp {
 
 // The global flow pattern of one exchange step (crossing-flow contention, docs/MODEL.md "Links and contention"):
 // the (source rank, destination rank) pairs of every rank's sends in the step, identical on every rank and known
-// without communication (SPMD algorithms: ring shift r -> r +- 1, all_to_all r -> every other rank,
-// halving-doubling's XOR partner). KEY names the pattern uniquely within a communicator (the memo key: the link
-// sharing is computed once per communicator and key); EXPAND(p, out) appends the pairs for a group of P ranks.
+// without communication (SPMD algorithms: ring shift r -> r +- 1 (collective and fused rings), all_to_all r ->
+// every other rank, halving-doubling's / recursive doubling's XOR partner and Thakur's fold / unfold, one level of
+// a binomial tree). A pair listed N times is N flows: list one per message the step sends on that pair, since a
+// step's flows are charged together (sim::Timeline::begin_step), not one after the other. KEY names the pattern
+// uniquely within a communicator (the memo key: the link sharing is computed once per communicator and key);
+// EXPAND(p, out) appends the pairs for a group of P ranks. Keys: shift 1 (mod 4), all_pairs 2, halving_doubling
+// 3 (mod 4), binomial 4 (mod 16).
 struct FlowPattern {
   uint64_t key = 0;
   void (*expand)(int p, uint64_t arg, std::vector<std::pair<int, int>>& out) = nullptr;
@@ -132,6 +136,11 @@ struct FlowPattern {
   // (the first 2*(p - pow2) ranks pair up; v < rem is rank 2v + 1, else v + rem); DIST == 0: the fold step
   // (rank 2i -> 2i + 1 for i < rem) and, with REVERSE, the unfold (2i + 1 -> 2i).
   static FlowPattern halving_doubling(int dist, bool reverse);
+  // One level of a binomial tree rooted at rank ROOT (collectives/tree.cpp), in root-relative ranks
+  // v = (r - ROOT) mod p: every v with v % (2 MASK) == 0 and v + MASK < p sends one flow to v + MASK (broadcast:
+  // the level at which v + MASK receives); UP: v + MASK sends to v instead (reduce). MASK: a power of two < p;
+  // ROOT: 0 <= ROOT < p (p <= 2^24).
+  static FlowPattern binomial(int mask, int root, bool up);
   std::vector<std::pair<int, int>> pairs(int p) const;
   // The link sharing of this pattern on a group whose rank r is chip RANK_TO_CHIP[r] of TOPO (sim::StepShare);
   // nullptr when no two senders' flows meet on any link (the pattern changes nothing). Used by
@@ -195,8 +204,11 @@ class Transport {
   // once (a ring step never deadlocks). Returns the simulated time the received data is at this chip.
   sim::TimeNs sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
                        sim::TimeNs ready, const std::string& op, const FlowPattern* pattern = nullptr);
-  sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op);
-  sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op);
+  // One message each way as an exchange of its own; PATTERN as in exchange() (the sender and the receiver of a
+  // step both pass it).
+  sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op,
+                   const FlowPattern* pattern = nullptr);
+  sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op, const FlowPattern* pattern = nullptr);
 
   // Shape-only mode (issue 17; PyTorch's "meta device" idea): while set, every message of exchange()/send()/
   // recv()/sendrecv() moves only its timing header. The sender still books its full byte count on the Timeline

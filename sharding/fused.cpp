@@ -215,6 +215,10 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
 }
 
 namespace {
+// Every ring step of a fused op sends to r + 1 and receives from r - 1: the global pattern of the step is the
+// ring shift (crossing flows, docs/MODEL.md), as collectives/ring.cpp passes it.
+const runtime::FlowPattern kRingShift = runtime::FlowPattern::shift(1, 0, 1);
+
 // The ring all_gather a fused op overlaps with its compute: at step s this rank holds the rows of rank
 // (r - s) mod p (its own, OWN, at s = 0), sends them on to r + 1 first, so the transfer overlaps the work, then
 // calls ON_SHARD(src, shard, shard_ready) and takes the next shard from r - 1. Received shards have storage if
@@ -232,7 +236,7 @@ sim::TimeNs ring_all_gather_overlapped(runtime::Transport& tp, const Tensor& own
     if (s + 1 < p) {
       next = Tensor::make(own.dtype(), own.shape(), storage);
       next_ready = tp.sendrecv(cur.data_if_stored(), bytes, (r + 1) % p, next.data_if_stored(), bytes, (r - 1 + p) % p,
-                               cur_ready, name + ".all_gather.step" + std::to_string(s));
+                               cur_ready, name + ".all_gather.step" + std::to_string(s), &kRingShift);
       last_arrival = std::max(last_arrival, next_ready);
     }
     on_shard((r - s + p) % p, static_cast<const Tensor&>(cur), cur_ready);
@@ -319,7 +323,8 @@ FusedTiming gemm_reduce_scatter(runtime::Transport& tp, const Tensor& a, const T
       incoming = Tensor::make(part.dtype(), part.shape(), part.has_storage());
       acc_ready = tp.sendrecv(part.data_if_stored(), part.nbytes(), (r + 1) % p, incoming.data_if_stored(),
                               incoming.nbytes(),
-                              (r - 1 + p) % p, part_ready, name + ".reduce_scatter.step" + std::to_string(s));
+                              (r - 1 + p) % p, part_ready, name + ".reduce_scatter.step" + std::to_string(s),
+                              &kRingShift);
       last_arrival = std::max(last_arrival, acc_ready);
       t.bytes_sent += static_cast<double>(part.nbytes());
     } else {
@@ -415,7 +420,8 @@ FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x
     if (s + 1 < p) {
       Tensor next = Tensor::make(dt, x.shape(), real);
       xcur_ready = tp.sendrecv(xcur.data_if_stored(), xbytes, (r + 1) % p, next.data_if_stored(), xbytes,
-                               (r - 1 + p) % p, xcur_ready, name + ".all_gather.step" + std::to_string(s));
+                               (r - 1 + p) % p, xcur_ready, name + ".all_gather.step" + std::to_string(s),
+                               &kRingShift);
       x_arrival = std::max(x_arrival, xcur_ready);
       xcur = std::move(next);
       x_full.set_rows(((r - s - 1) % p + p) % p * m, xcur);
@@ -449,7 +455,7 @@ FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x
       incoming = Tensor::make(dt, part.shape(), real);
       acc_ready = tp.sendrecv(part.data_if_stored(), part.nbytes(), (r + 1) % p, incoming.data_if_stored(),
                               incoming.nbytes(), (r - 1 + p) % p, part_ready,
-                              name + ".reduce_scatter.step" + std::to_string(s));
+                              name + ".reduce_scatter.step" + std::to_string(s), &kRingShift);
       rs_arrival = std::max(rs_arrival, acc_ready);
       rs_bytes += static_cast<double>(part.nbytes());
     } else {

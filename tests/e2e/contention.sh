@@ -52,4 +52,46 @@ for topo in "mesh 2x4" "mesh 4"; do
     if [ "$a" = "$b" ]; then pass "K=$n run $i: $b us, identical to K=1"; else fail "K=$n run $i: $b us, K=1 $a us"; fi
   done
 done
+
+# Crossing flows of a binomial tree level and of Thakur's fold (FlowPattern::binomial, halving_doubling(0, ...)):
+# they only cross where the placement is not monotone. A line of 4 with ranks on chips 0 2 1 3: broadcast from 0
+# (one piece) sends 0 -> v2 (one hop), then level 1 runs chip 0 -> 2 and 1 -> 3, both over link 1 -> 2: 3 S/B + 3a
+# (the identity placement: 2 S/B + 3a). A line of 6 with ranks on chips 0 2 1 3 4 5: recursive_doubling's fold
+# (0 -> 2 and 1 -> 3) and unfold (2 -> 0 and 3 -> 1) cross (each send 2 S/B: asserted per send by the MPI test
+# TopologiesCrossing.FoldAndUnfoldShareTheLinkTheyCross; here only: slower than the identity placement, which the
+# longer routes alone would also give). Both identical at K=1, one rank holding every chip (5 runs) and 2 ranks
+# holding half the chips each.
+printf 'topology:\n  kind: mesh\n  dims: [4]\n  bandwidth_gbps: 100\n  latency_ns: 1000\n  placement: [0, 2, 1, 3]\n' >line4_crossed.yaml
+printf 'topology:\n  kind: mesh\n  dims: [6]\n  bandwidth_gbps: 100\n  latency_ns: 1000\n  placement: [0, 2, 1, 3, 4, 5]\n' >line6_crossed.yaml
+for c in "broadcast binomial_tree 4 line4_crossed.yaml" "all_reduce recursive_doubling 6 line6_crossed.yaml"; do
+  read -r coll algo n file <<<"$c"
+  T=(-b 4M -e 4M -n 1 -w 0 -c 0 -a "$algo")
+  e2e_case "$coll $algo on a line of $n with a crossing placement: K=1 and K=$n x 5 runs"
+  expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi "$n" bench "$coll" --mesh "$n" --bandwidth 100 --latency 1000 "${T[@]}" \
+    --json "id_$coll.json" || continue
+  expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi "$n" bench "$coll" --topology "$file" "${T[@]}" --json "x1_$coll.json" || continue
+  id=$(sim_us "id_$coll.json")
+  a=$(sim_us "x1_$coll.json")
+  if [ "$coll" = broadcast ]; then
+    want=$(python3 -c "print((3 * 4 * 2**20 / 100 + 3000) / 1e3)")
+    if close "$a" "$want"; then pass "K=1: $a us = 3 S/B + 3a = $want us"; else fail "K=1: $a us, want $want us"; fi
+    want=$(python3 -c "print((2 * 4 * 2**20 / 100 + 3000) / 1e3)")
+    if close "$id" "$want"; then pass "identity: $id us = 2 S/B + 3a"; else fail "identity: $id us, want $want us"; fi
+  elif python3 -c "import sys; sys.exit(0 if float('$a') > float('$id') else 1)"; then
+    pass "K=1: $a us > $id us on the identity placement (fold and unfold cross)"
+  else
+    fail "K=1: $a us, not above $id us on the identity placement"
+  fi
+  for i in 1 2 3 4 5; do
+    expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 1 --chips "$n" bench "$coll" --topology "$file" "${T[@]}" \
+      --json "xk_${coll}_$i.json" || continue
+    b=$(sim_us "xk_${coll}_$i.json")
+    if [ "$a" = "$b" ]; then pass "K=$n run $i: $b us, identical to K=1"; else fail "K=$n run $i: $b us, K=1 $a us"; fi
+  done
+  # Two ranks of n/2 chips: some of the crossing flows stay inside a rank, some go through MPI.
+  expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 2 --chips-per-rank "$((n / 2))" bench "$coll" --topology "$file" "${T[@]}" \
+    --json "x2_$coll.json" || continue
+  b=$(sim_us "x2_$coll.json")
+  if [ "$a" = "$b" ]; then pass "2 ranks x K=$((n / 2)): $b us, identical to K=1"; else fail "2 x K=$((n / 2)): $b us, K=1 $a us"; fi
+done
 e2e_finish

@@ -307,3 +307,33 @@ TEST(Fused, OverlapOnABalancedConfigAndTheChunkTradeOff) {
                 best / std::max(t_compute, t_comm), sharding::overlap_efficiency(t_compute, t_comm, best), unfused / best);
   }
 }
+
+// Crossing flows (docs/MODEL.md): a fused op's ring step declares the ring shift r -> r + 1, as the collective ring
+// does. On a line of 4 whose ranks sit on chips 0 2 1 3 the shift runs chip 0 -> 2 and 1 -> 3 (both over link
+// 1 -> 2) and 2 -> 1 and 3 -> 0 (both over 2 -> 1), so every ring send takes 2 S/B; with rank r on chip r the
+// forward flows and the wrap-around 3 -> 0 use disjoint links and each send takes S/B.
+TEST(Fused, RingStepsShareTheLinksTheirFlowsCross) {
+  const int p = world_size(), r = world_rank();
+  if (p != 4) GTEST_SKIP() << "needs 4 ranks";
+  const double bw = 100;
+  for (bool crossed : {true, false}) {
+    const std::vector<int> chips = crossed ? std::vector<int>{0, 2, 1, 3} : identity_chips(4);
+    Fixture f(topology::Topology::mesh({4}, {{bw, 500}}), chips);
+    const int64_t m = 32, K = 16, N = 12;
+    const Tensor x = random(m, K, 3, K, r * m, 0), w = random(K, N, 4, N * p, 0, r * N);
+    Tensor got(DType::fp32, {m * p, N});
+    sharding::all_gather_gemm(f.tp, x, w, got, 0.0, "ag_gemm");
+    const Tensor a = random(m * p, K, 5, K * p, 0, r * K), b = random(K, N, 6, N, r * K, 0);
+    Tensor got_rs(DType::fp32, {m, N});
+    sharding::gemm_reduce_scatter(f.tp, a, b, got_rs, 0.0, "gemm_rs");
+    int sends = 0;
+    for (const auto& e : f.tl.events()) {
+      if (e.category != "send") continue;
+      ++sends;
+      const double one = e.bytes / bw;
+      EXPECT_NEAR(e.span.duration(), crossed ? 2 * one : one, 1e-9 * one)
+          << (crossed ? "chips 0 2 1 3 " : "identity ") << e.name;
+    }
+    EXPECT_EQ(sends, 2 * (p - 1)) << "p - 1 ring steps in each fused op";
+  }
+}

@@ -615,6 +615,129 @@ TEST(TopologiesAuto, ReduceScatterAllGatherEstimatesEqualSimulatedTimes) {
 }
 
 // ================================================================================================================
+// 5b. Crossing flows of tree levels and of Thakur's fold / unfold (runtime::FlowPattern::binomial,
+//     halving_doubling(0, ...)): on a line whose ranks sit on chips 0, 2, 1, 3, ... the two flows of tree level 1
+//     (and of the fold) both cross link 1 -> 2 and each takes 2 S/B; with rank r on chip r nothing moves.
+// ================================================================================================================
+
+namespace {
+// Group-wide maximum (the world may hold several groups).
+double max_over(runtime::Transport& tp, double mine) {
+  double v[1] = {mine};
+  tp.allreduce(std::span<double>(v, 1), runtime::Reduce::max, "test.max");
+  return v[0];
+}
+}  // namespace
+
+// p = 4, line of 4, one piece (chunk 0): broadcast from 0 sends 0 -> v2 (one hop), then level 1: 0 -> v1 and
+// v2 -> v3. On chips 0, 2, 1, 3 level 1 is chip 0 -> 2 and 1 -> 3, sharing link 1 -> 2: S/B + (2 S/B + 2 alpha)
+// after the first hop, 3 S/B + 3 alpha; on the identity placement 2 S/B + 3 alpha. Reduce mirrors it (level 1:
+// chip 2 -> 0 and 3 -> 1 share link 2 -> 1, then v2 -> 0): the same two closed forms. estimate_ns (what auto and
+// --explain use) equals the simulated time in both placements, pipelined (chunked) or not.
+TEST(TopologiesCrossing, BinomialTreeLevelsShareTheLinkTheyCross) {
+  const int p = world_size(), r = world_rank();
+  if (p != 4) GTEST_SKIP() << "needs 4 ranks";
+  const LinkSpec l = kSpecs[0];
+  const double sb = kS / l.bandwidth_gbps, a = l.latency_ns;
+  for (bool crossed : {true, false}) {
+    const std::vector<int> chips = crossed ? std::vector<int>{0, 2, 1, 3} : identity_chips(4);
+    const double want = crossed ? 3 * sb + 3 * a : 2 * sb + 3 * a;
+    const std::string where = crossed ? "chips 0 2 1 3" : "identity placement";
+    {
+      Fixture f(Topology::mesh({4}, {l}), chips);
+      std::vector<float> buf = make_input(r, kCount, 21);
+      const auto res = collectives::broadcast(f.tp, buf.data(), buf.data(), kCount, DType::fp32, 0.0,
+                                              opts("binomial_tree"));
+      const double sim = max_over_ranks(res.span.end);
+      expect_time(sim, want, where + " broadcast");
+      expect_same_time(collectives::estimate_ns(Collective::broadcast, "binomial_tree", f.tp, kS, 0), sim,
+                       where + " broadcast estimate");
+      EXPECT_EQ(count_mismatches(buf, make_input(0, kCount, 21)), 0u) << where << " broadcast";
+    }
+    {
+      Fixture f(Topology::mesh({4}, {l}), chips);
+      const std::vector<float> in = make_input(r, kCount, 22);
+      std::vector<float> out(kCount, -1.0f);
+      const auto res = collectives::reduce(f.tp, in.data(), out.data(), kCount, DType::fp32, ReduceOp::sum, 0.0,
+                                           opts("binomial_tree"));
+      const double sim = max_over_ranks(res.span.end);
+      expect_time(sim, want, where + " reduce");
+      expect_same_time(collectives::estimate_ns(Collective::reduce, "binomial_tree", f.tp, kS, 0), sim,
+                       where + " reduce estimate");
+      if (r == 0) {
+        EXPECT_EQ(count_mismatches(out, expected_sum(p, kCount, 22)), 0u) << where << " reduce";
+      }
+    }
+    for (bool reduce : {false, true}) {  // pipelined: no pattern, estimate still equals the simulated time
+      Fixture f(Topology::mesh({4}, {l}), chips);
+      std::vector<float> buf = make_input(r, kCount, 23), out(kCount);
+      const auto res = reduce ? collectives::reduce(f.tp, buf.data(), out.data(), kCount, DType::fp32, ReduceOp::sum,
+                                                    0.0, opts("binomial_tree", 128 << 10))
+                              : collectives::broadcast(f.tp, buf.data(), buf.data(), kCount, DType::fp32, 0.0,
+                                                       opts("binomial_tree", 128 << 10));
+      expect_same_time(collectives::estimate_ns(reduce ? Collective::reduce : Collective::broadcast, "binomial_tree",
+                                                f.tp, kS, 128 << 10),
+                       max_over_ranks(res.span.end), where + (reduce ? " reduce" : " broadcast") + " chunked");
+    }
+  }
+}
+
+// p = 8 split into ranks 0-5 and 6-7, on a line of 8 with ranks 0-5 on chips 0, 2, 1, 3, 4, 5: at p = 6 Thakur's
+// fold is rank 0 -> 1 and 2 -> 3 (chips 0 -> 2 and 1 -> 3) and the unfold 1 -> 0 and 3 -> 2 (chips 2 -> 0 and 3 -> 1):
+// each pair shares one link, so every fold / unfold send of the 6-group takes 2 S/B (the whole vector for
+// recursive_doubling and halving_doubling all_reduce) instead of S/B. estimate_ns equals the simulated time for
+// all_reduce (both algorithms), reduce_scatter and all_gather (halving_doubling).
+TEST(TopologiesCrossing, FoldAndUnfoldShareTheLinkTheyCross) {
+  const int p = world_size(), r = world_rank();
+  if (p != 8) GTEST_SKIP() << "needs 8 ranks";
+  const LinkSpec l = kSpecs[0];
+  const double sb = kS / l.bandwidth_gbps;
+  for (bool crossed : {true, false}) {
+    const std::vector<int> chips = crossed ? std::vector<int>{0, 2, 1, 3, 4, 5, 6, 7} : identity_chips(8);
+    const std::string where = crossed ? "chips 0 2 1 3 4 5" : "identity placement";
+    for (const char* a : {"recursive_doubling", "halving_doubling"}) {
+      Fixture f(Topology::mesh({8}, {l}), chips);
+      runtime::Transport g = f.tp.split(r < 6 ? 0 : 1, r);
+      std::vector<float> buf = make_input(r, kCount, 31);
+      const auto res = collectives::all_reduce(g, buf.data(), buf.data(), kCount, DType::fp32, ReduceOp::sum, 0.0,
+                                               opts(a));
+      const double sim = max_over(g, res.span.end);
+      expect_same_time(collectives::estimate_ns(Collective::all_reduce, a, g, kS), sim, where + " " + a);
+      std::vector<float> want(kCount, 0.0f);
+      for (int q = (r < 6 ? 0 : 6); q < (r < 6 ? 6 : 8); ++q) {
+        const auto in = make_input(q, kCount, 31);
+        for (size_t i = 0; i < kCount; ++i) want[i] += in[i];
+      }
+      EXPECT_EQ(count_mismatches(buf, want), 0u) << where << " " << a;
+      if (r >= 4) continue;  // ranks 0-3 of the 6-group fold and unfold
+      int folds = 0;
+      for (const auto& e : f.tl.events()) {
+        if (e.category != "send") continue;
+        const bool fold = e.name.ends_with(".fold"), unfold = e.name.ends_with(".unfold");
+        if (!fold && !unfold) continue;
+        ++folds;
+        EXPECT_NEAR(e.span.duration(), crossed ? 2 * sb : sb, 1e-9 * sb) << where << " " << a << " " << e.name;
+      }
+      EXPECT_EQ(folds, 1) << where << " " << a << ": rank " << r << " sends once in the fold or the unfold";
+    }
+    Fixture f(Topology::mesh({8}, {l}), chips);
+    runtime::Transport g = f.tp.split(r < 6 ? 0 : 1, r);
+    const size_t n = kCount / static_cast<size_t>(g.size());
+    std::vector<float> buf = make_input(r, kCount, 32), part(n);
+    const auto rs = collectives::reduce_scatter(g, buf.data(), part.data(), kCount, DType::fp32, ReduceOp::sum, 0.0,
+                                                opts("halving_doubling"));
+    expect_same_time(collectives::estimate_ns(Collective::reduce_scatter, "halving_doubling", g, kS),
+                     max_over(g, rs.span.end), where + " reduce_scatter");
+    Fixture h(Topology::mesh({8}, {l}), chips);
+    runtime::Transport gh = h.tp.split(r < 6 ? 0 : 1, r);
+    const auto ag =
+        collectives::all_gather(gh, part.data(), buf.data(), kCount, DType::fp32, 0.0, opts("halving_doubling"));
+    expect_same_time(collectives::estimate_ns(Collective::all_gather, "halving_doubling", gh, kS),
+                     max_over(gh, ag.span.end), where + " all_gather");
+  }
+}
+
+// ================================================================================================================
 // 6. Results: exact sums with every algorithm, on every topology, with and without a permuted placement
 // ================================================================================================================
 

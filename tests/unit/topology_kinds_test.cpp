@@ -8,6 +8,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "runtime/transport.h"
 #include "sim/timeline.h"
 #include "topology/topology.h"
 #include "topology/topology_yaml.h"
@@ -482,6 +483,109 @@ TEST(Contention, StepPatternLeavesDisjointAndOneSenderLinksBitForBit) {
   const std::vector<std::pair<int, int>> mixed{{0, 2}, {1, 2}, {2, 3}};
   EXPECT_TRUE(sim::StepShare::make(t, mixed).any_shared);
   EXPECT_EQ(run_step(t, mixed, 1e6, true).arrivals[2], run_step(t, mixed, 1e6, false).arrivals[2]);
+}
+
+// The patterns of the remaining SPMD steps (runtime::FlowPattern): Thakur's fold / unfold (halving-doubling and
+// recursive doubling at p != 2^k) and one level of a binomial tree. On a line whose ranks sit on chips
+// 0, 2, 1, 3, ... the fold 0 -> 1, 2 -> 3 runs chip 0 -> 2 and 1 -> 3, and tree level 1 (v -> v + 1 for even v)
+// does the same: both cross link 1 -> 2, so each flow takes 2 S/B; with rank r on chip r their routes are
+// disjoint and the pattern is a no-op (share_on returns nullptr: nothing moves, bit for bit).
+std::vector<std::pair<int, int>> on_chips(std::vector<std::pair<int, int>> pairs, const std::vector<int>& chips) {
+  for (auto& [a, b] : pairs) {
+    a = chips[static_cast<size_t>(a)];
+    b = chips[static_cast<size_t>(b)];
+  }
+  return pairs;
+}
+
+TEST(Contention, FoldAndUnfoldStepsCrossOnlyWhereThePlacementMakesThemCross) {
+  using runtime::FlowPattern;
+  using Pairs = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(FlowPattern::halving_doubling(0, false).pairs(6), (Pairs{{0, 1}, {2, 3}}));
+  EXPECT_EQ(FlowPattern::halving_doubling(0, true).pairs(6), (Pairs{{1, 0}, {3, 2}}));
+  EXPECT_EQ(FlowPattern::halving_doubling(0, false).pairs(7), (Pairs{{0, 1}, {2, 3}, {4, 5}}));
+  EXPECT_TRUE(FlowPattern::halving_doubling(0, false).pairs(8).empty());  // 2^k: no fold
+  auto line = Topology::mesh({6}, {LinkSpec{10, 100}});
+  const double S = 1e6, one = S / 10;
+  const std::vector<int> crossed{0, 2, 1, 3, 4, 5};
+  for (bool unfold : {false, true}) {
+    const auto pattern = FlowPattern::halving_doubling(0, unfold);
+    ASSERT_NE(pattern.share_on(line, crossed), nullptr) << "unfold " << unfold;
+    const auto flows = on_chips(pattern.pairs(6), crossed);  // 0->2, 1->3 (fold); 2->0, 3->1 (unfold)
+    const auto now = run_step(line, flows, S, true), before = run_step(line, flows, S, false);
+    for (size_t i = 0; i < flows.size(); ++i) {
+      EXPECT_DOUBLE_EQ(before.arrivals[i], 200 + one) << "unfold " << unfold << " flow " << i;
+      EXPECT_DOUBLE_EQ(now.arrivals[i], 200 + 2 * one) << "unfold " << unfold << " flow " << i;  // 2x: they cross
+    }
+    EXPECT_EQ(pattern.share_on(line, {0, 1, 2, 3, 4, 5}), nullptr) << "unfold " << unfold;  // disjoint: no-op
+  }
+}
+
+TEST(Contention, BinomialTreeLevelsCrossOnlyWhereThePlacementMakesThemCross) {
+  using runtime::FlowPattern;
+  using Pairs = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(FlowPattern::binomial(2, 0, false).pairs(4), (Pairs{{0, 2}}));
+  EXPECT_EQ(FlowPattern::binomial(1, 0, false).pairs(4), (Pairs{{0, 1}, {2, 3}}));
+  EXPECT_EQ(FlowPattern::binomial(1, 1, false).pairs(4), (Pairs{{1, 2}, {3, 0}}));  // root-relative ranks
+  EXPECT_EQ(FlowPattern::binomial(1, 1, true).pairs(4), (Pairs{{2, 1}, {0, 3}}));   // reduce: child -> parent
+  EXPECT_EQ(FlowPattern::binomial(4, 0, false).pairs(6), (Pairs{{0, 4}}));
+  EXPECT_EQ(FlowPattern::binomial(2, 0, false).pairs(6), (Pairs{{0, 2}}));           // 4 + 2 >= 6: no flow
+  EXPECT_NE(FlowPattern::binomial(1, 0, false).key, FlowPattern::binomial(1, 0, true).key);
+  EXPECT_NE(FlowPattern::binomial(1, 0, false).key, FlowPattern::binomial(1, 1, false).key);
+  auto line = Topology::mesh({4}, {LinkSpec{10, 100}});
+  const double S = 1e6, one = S / 10;
+  const std::vector<int> crossed{0, 2, 1, 3};
+  for (bool up : {false, true}) {
+    const auto level = FlowPattern::binomial(1, 0, up);
+    ASSERT_NE(level.share_on(line, crossed), nullptr) << "up " << up;
+    const auto flows = on_chips(level.pairs(4), crossed);  // 0->2, 1->3 (broadcast); 2->0, 3->1 (reduce)
+    const auto now = run_step(line, flows, S, true);
+    for (size_t i = 0; i < flows.size(); ++i) EXPECT_DOUBLE_EQ(now.arrivals[i], 200 + 2 * one) << "up " << up;
+    EXPECT_EQ(FlowPattern::binomial(2, 0, up).share_on(line, crossed), nullptr);  // one flow: nothing to share
+  }
+}
+
+// Rank r on chip r, any root: a tree level's flows v -> v + mask for v = 0, 2 mask, ... are disjoint intervals of
+// the rank order and the fold's pairs are neighbours, so on a line, a two-way ring, a 2x4 mesh, a switch and the
+// full 2x4 torus no two senders meet and these patterns change nothing (bit for bit). Where they do meet with
+// rank r on chip r: a one-way ring, whose flows against its direction (the reduce tree's child -> parent, the
+// unfold's odd -> even) all go the long way round and overlap; and a torus that the group fills only in part
+// (2x4 with p = 7: root 2's level 1 runs 6 -> 0 through (0,2) -> (0,3), the link of 2 -> 3).
+TEST(Contention, TreeAndFoldPatternsMeetOnlyWhereFlowsOverlap) {
+  using runtime::FlowPattern;
+  const LinkSpec l{10, 100};
+  auto identity = [](int p) {
+    std::vector<int> chips(static_cast<size_t>(p));
+    for (int r = 0; r < p; ++r) chips[static_cast<size_t>(r)] = r;
+    return chips;
+  };
+  const std::vector<std::pair<std::string, Topology>> topos = {
+      {"line 8", Topology::mesh({8}, {l})}, {"ring 8", Topology::ring(8, l)},
+      {"mesh 2x4", Topology::mesh({2, 4}, {l, l})}, {"switch 8", Topology::switched(8, l)},
+      {"torus 2x4", Topology::torus({2, 4}, {l, l})}};
+  for (const auto& [name, t] : topos)
+    for (int p = name == "torus 2x4" ? 8 : 2; p <= 8; ++p) {
+      const auto chips = identity(p);
+      for (bool rev : {false, true})
+        EXPECT_EQ(FlowPattern::halving_doubling(0, rev).share_on(t, chips), nullptr) << name << " p " << p;
+      for (int root = 0; root < p; ++root)
+        for (int mask = 1; mask < p; mask *= 2)
+          for (bool up : {false, true})
+            EXPECT_EQ(FlowPattern::binomial(mask, root, up).share_on(t, chips), nullptr)
+                << name << " p " << p << " root " << root << " mask " << mask << " up " << up;
+    }
+  const auto one_way = Topology::ring(8, l, false);
+  for (int p = 4; p <= 8; ++p) {  // p = 3: level 1 is one flow
+    const auto chips = identity(p);
+    EXPECT_EQ(FlowPattern::binomial(1, 0, false).share_on(one_way, chips), nullptr) << "one-way p " << p;
+    EXPECT_NE(FlowPattern::binomial(1, 0, true).share_on(one_way, chips), nullptr) << "one-way p " << p;
+    if (p == 4 || p == 8) continue;
+    EXPECT_EQ(FlowPattern::halving_doubling(0, false).share_on(one_way, chips), nullptr) << "one-way p " << p;
+    if (p >= 6) {  // p = 5: one pair
+      EXPECT_NE(FlowPattern::halving_doubling(0, true).share_on(one_way, chips), nullptr) << "one-way p " << p;
+    }
+  }
+  EXPECT_NE(FlowPattern::binomial(1, 2, false).share_on(Topology::torus({2, 4}, {l, l}), identity(7)), nullptr);
 }
 
 TEST(Contention, AllToAllOnA2x4MeshMeetsTheFullContentionBound) {
