@@ -87,18 +87,22 @@ RangeFn layout_range(const Plan& plan, const Layout& layout) {
 // Non-power-of-two entry: the even rank of a pair (r < 2 rem) hands N elements at OFFSET to the odd rank above,
 // which reduces them into its own. Returns the odd rank's new ready time. The step's global pattern is the fold
 // (FlowPattern::halving_doubling(0, false): 2i -> 2i + 1 for every i < rem), passed by both ends.
-sim::TimeNs fold_reduce(Io& io, const Plan& plan, size_t offset, size_t n, ReduceOp op, sim::TimeNs now) {
+// OWN (default: the N elements at OFFSET) is this rank's vector: the even rank sends it, the odd rank writes
+// OWN op (even rank's) at OFFSET, so an out-of-place caller needs no copy first.
+sim::TimeNs fold_reduce(Io& io, const Plan& plan, size_t offset, size_t n, ReduceOp op, sim::TimeNs now,
+                        const unsigned char* own = nullptr) {
   const int r = io.tp.rank();
   if (r >= 2 * plan.rem) return now;
   unsigned char* at = io.base + offset * io.es;
+  if (own == nullptr) own = at;
   const runtime::FlowPattern fold = runtime::FlowPattern::halving_doubling(0, false);
   if (r % 2 == 0) {
-    io.tp.send(at, n * io.es, r + 1, now, io.name + ".fold", &fold);
+    io.tp.send(own, n * io.es, r + 1, now, io.name + ".fold", &fold);
     return now;
   }
   unsigned char* in = io.tp.scratch(0, n * io.es);
   now = std::max(now, io.tp.recv(in, n * io.es, r - 1, io.name + ".fold", &fold));
-  if (!io.tp.shape_only()) reduce_into(at, in, n, io.t, op);
+  if (!io.tp.shape_only()) reduce_to(at, own, in, n, io.t, op);
   return now;
 }
 
@@ -156,17 +160,8 @@ sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* se
   // SRC: where this rank's current vector is; the first reduction reads SENDBUF and writes RECVBUF, so out of
   // place costs no initial copy (a rank that only sends, or only receives the result, never needs one either).
   const unsigned char* src = in0;
-  sim::TimeNs now = ready;
-  if (r < 2 * plan.rem) {  // fold: the even rank of a pair hands its vector to the odd one, which reduces it
-    if (r % 2 == 0) {
-      io.tp.send(in0, bytes, r + 1, now, io.name + ".fold");
-    } else {
-      unsigned char* in = io.tp.scratch(0, bytes);
-      now = std::max(now, io.tp.recv(in, bytes, r - 1, io.name + ".fold"));
-      if (!io.tp.shape_only()) reduce_to(out, src, in, count, t, op);  // (own) op (even rank's), as fold_reduce
-      src = out;
-    }
-  }
+  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready, in0);  // the odd rank of a pair now holds it in OUT
+  if (r < 2 * plan.rem && r % 2 == 1 && !tp.shape_only()) src = out;
   if (!plan.sits_out(r)) {
     const int v = plan.vrank(r);
     int step = 0;
