@@ -33,13 +33,16 @@ struct Io {
   size_t es;
   DType t;
   std::string name;
+  // Out of place: the rank's input until the first reduction has written BASE (null: BASE holds it).
+  const unsigned char* src = nullptr;
+  const unsigned char* from() const { return src ? src : base; }
 };
 
 // DIST: the step's XOR distance among virtual ranks (its global pattern, FlowPattern::halving_doubling).
 sim::TimeNs sendrecv_range(Io& io, std::pair<size_t, size_t> send, std::pair<size_t, size_t> recv, int peer,
                            void* into, sim::TimeNs t, const std::string& step, int dist) {
   const runtime::FlowPattern pattern = runtime::FlowPattern::halving_doubling(dist, false);
-  return io.tp.sendrecv(io.base + send.first * io.es, (send.second - send.first) * io.es, peer, into,
+  return io.tp.sendrecv(io.from() + send.first * io.es, (send.second - send.first) * io.es, peer, into,
                         (recv.second - recv.first) * io.es, peer, t, io.name + step, &pattern);
 }
 
@@ -56,7 +59,10 @@ sim::TimeNs core_rs(Io& io, const Plan& plan, const RangeFn& range, ReduceOp op,
     const int peer = plan.real(lower ? v + dist : v - dist);
     unsigned char* scratch = io.tp.scratch(0, (keep.second - keep.first) * io.es);
     t = sendrecv_range(io, give, keep, peer, scratch, t, ".reduce_scatter.step" + std::to_string(step), dist);
-    if (!io.tp.shape_only()) reduce_into(io.base + keep.first * io.es, scratch, keep.second - keep.first, io.t, op);
+    if (!io.tp.shape_only())
+      reduce_to(io.base + keep.first * io.es, io.from() + keep.first * io.es, scratch, keep.second - keep.first,
+                io.t, op);
+    io.src = nullptr;  // BASE holds everything later steps send or reduce (the ranges this step kept)
     if (lower) vb = mid; else va = mid;
   }
   return t;
@@ -126,13 +132,22 @@ sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool ev
 
 }  // namespace
 
-sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op, sim::TimeNs ready,
-                       const std::string& name) {
+sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
+                       ReduceOp op, sim::TimeNs ready, const std::string& name) {
   const Plan plan(tp.size());
   const int r = tp.rank();
-  if (plan.p == 1 || count == 0) return ready;
-  Io io{tp, static_cast<unsigned char*>(base), runtime::dtype_size(t), t, name};
-  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready);  // even ranks hand over their whole buffer
+  const size_t es = runtime::dtype_size(t);
+  auto* out = static_cast<unsigned char*>(recvbuf);
+  const auto* in0 = static_cast<const unsigned char*>(sendbuf);
+  if (plan.p == 1 || count == 0) {
+    if (in0 != out && count && !tp.shape_only()) std::memcpy(out, in0, count * es);
+    return ready;
+  }
+  Io io{tp, out, es, t, name};
+  // Even ranks hand over their whole input; the odd rank of a pair writes (own) op (even's) into RECVBUF.
+  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready, in0);
+  // The core's first step reads the rest of the input from SENDBUF (no initial copy out of place).
+  if (r >= 2 * plan.rem && in0 != out) io.src = in0;
   if (!plan.sits_out(r)) {
     const Partition part{count, static_cast<size_t>(plan.pow2)};
     const RangeFn range = [&part](int va, int vb) {

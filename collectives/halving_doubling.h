@@ -22,9 +22,10 @@
 
 namespace shardsim::collectives::halving_doubling {
 
-// In place on BASE (COUNT elements). Returns the time this chip's output is complete.
-sim::TimeNs all_reduce(runtime::Transport& tp, void* base, size_t count, DType t, ReduceOp op, sim::TimeNs ready,
-                       const std::string& name);
+// Reads SENDBUF, writes RECVBUF (COUNT elements each; equal pointers = in place; out of place costs no copy).
+// Returns the time this chip's output is complete.
+sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
+                       ReduceOp op, sim::TimeNs ready, const std::string& name);
 // Recursive doubling all_reduce (Thakur et al. 2005, section 4.4; MPICH's and Open MPI's small-message
 // all_reduce): log2(p') steps in which partners at XOR distance 1, 2, 4, ... among the p' virtual ranks swap their
 // whole COUNT-element vectors and both reduce, plus the fold/unfold steps above for non-powers of two.

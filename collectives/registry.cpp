@@ -92,8 +92,7 @@ sim::TimeNs hd_ag(runtime::Transport& tp, void* base, const Layout& layout, DTyp
 }
 sim::TimeNs hd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
                   size_t, sim::TimeNs ready, const std::string& name) {
-  copy_in(tp, sendbuf, recvbuf, count, t);
-  return halving_doubling::all_reduce(tp, recvbuf, count, t, op, ready, name);
+  return halving_doubling::all_reduce(tp, sendbuf, recvbuf, count, t, op, ready, name);
 }
 
 sim::TimeNs rd_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
