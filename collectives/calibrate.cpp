@@ -298,29 +298,33 @@ topology::Topology with_overhead(const topology::Topology& topo, double o) {
   return t;
 }
 
-// Solves the 3x3 system M x = V (Gaussian elimination with partial pivoting); false when singular.
-bool solve3(double m[3][3], double v[3], double x[3]) {
-  for (int c = 0; c < 3; ++c) {
-    int piv = c;
-    for (int r = c + 1; r < 3; ++r)
+// Solves the NxN system M x = V (Gaussian elimination with partial pivoting); false when singular.
+bool solve_n(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>& x) {
+  const size_t n = v.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < n; ++r)
       if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) piv = r;
-    if (!(std::fabs(m[piv][c]) > 0)) return false;
-    if (piv != c) {
-      std::swap(m[piv], m[c]);
-      std::swap(v[piv], v[c]);
-    }
-    for (int r = c + 1; r < 3; ++r) {
+    if (!(std::fabs(m[piv][c]) > 1e-300)) return false;
+    std::swap(m[piv], m[c]);
+    std::swap(v[piv], v[c]);
+    for (size_t r = c + 1; r < n; ++r) {
       const double f = m[r][c] / m[c][c];
-      for (int k = c; k < 3; ++k) m[r][k] -= f * m[c][k];
+      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
       v[r] -= f * v[c];
     }
   }
-  for (int c = 2; c >= 0; --c) {
+  x.assign(n, 0);
+  for (size_t c = n; c-- > 0;) {
     double s = v[c];
-    for (int k = c + 1; k < 3; ++k) s -= m[c][k] * x[k];
+    for (size_t k = c + 1; k < n; ++k) s -= m[c][k] * x[k];
     x[c] = s / m[c][c];
   }
-  return true;
+  return std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); });
+}
+
+std::vector<std::vector<double>> to_matrix(const double m[3][3]) {
+  return {{m[0][0], m[0][1], m[0][2]}, {m[1][0], m[1][1], m[1][2]}, {m[2][0], m[2][1], m[2][2]}};
 }
 
 struct Fit3 {
@@ -360,8 +364,8 @@ Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points,
         "give rows where the ratio differs (--chunk-bytes: pipelined pieces pay one overhead each but overlap their "
         "latencies)");
   Fit3 f;
-  double x[3] = {1, 0, 1};
-  if (solve3(g, v, x)) f.a = x[0], f.o = x[1] * o_unit, f.inv_b = x[2];
+  std::vector<double> x;
+  if (solve_n(to_matrix(g), {v, v + 3}, x)) f.a = x[0], f.o = x[1] * o_unit, f.inv_b = x[2];
   f.a = std::max(0.0, f.a), f.o = std::max(0.0, f.o);
   if (!(f.inv_b > 0)) f.inv_b = 1;
   auto cost = [&](double a, double ib, double o) {
@@ -389,10 +393,10 @@ Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points,
         for (int c = 0; c < 3; ++c) jtj[q][c] += d[q] * d[c];
       }
     }
-    double step[3];
+    std::vector<double> step;
     f.iterations = it + 1;
     for (double& s : jtr) s = -s;
-    if (!solve3(jtj, jtr, step)) break;
+    if (!solve_n(to_matrix(jtj), {jtr, jtr + 3}, step)) break;
     bool improved = false;
     for (double k = 1; k > 1e-3; k /= 2) {
       const double na = std::max(0.0, f.a + k * step[0]), nb = f.inv_b + k * step[1],
@@ -427,30 +431,6 @@ topology::Topology with_protocol(const topology::Topology& topo, double a, doubl
   return t;
 }
 
-// Solves the NxN system M x = V (Gaussian elimination with partial pivoting); false when singular.
-bool solve_n(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>& x) {
-  const size_t n = v.size();
-  for (size_t c = 0; c < n; ++c) {
-    size_t piv = c;
-    for (size_t r = c + 1; r < n; ++r)
-      if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) piv = r;
-    if (!(std::fabs(m[piv][c]) > 1e-300)) return false;
-    std::swap(m[piv], m[c]);
-    std::swap(v[piv], v[c]);
-    for (size_t r = c + 1; r < n; ++r) {
-      const double f = m[r][c] / m[c][c];
-      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
-      v[r] -= f * v[c];
-    }
-  }
-  x.assign(n, 0);
-  for (size_t c = n; c-- > 0;) {
-    double s = v[c];
-    for (size_t k = c + 1; k < n; ++k) s -= m[c][k] * x[k];
-    x[c] = s / m[c][c];
-  }
-  return std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); });
-}
 
 using Matrix = std::vector<std::vector<double>>;
 
