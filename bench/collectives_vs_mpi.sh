@@ -12,13 +12,26 @@
 #   ALGORITHM=ring (default auto) picks shardsim's algorithm; MPI_ALGORITHM=ring (default: Open MPI's own choice,
 #   recursive doubling at small sizes) locks MPI_Allreduce to one of Open MPI's coll/tuned algorithms
 #   (recursive_doubling, ring, segmented_ring, rabenseifner, ...), so both sides can run the same schedule.
+#   WAIT_MODES="spin yield" runs every build once per SHARDSIM_WAIT mode (runtime/transport.h), interleaved like
+#   builds, each with its own table named BUILD.MODE.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPS="${1:-3}"
 shift || true
 RANKS=("$@")
 [ ${#RANKS[@]} -gt 0 ] || RANKS=(2 4)
-read -r -a BINS <<<"${SHARDSIM:-now=$ROOT/build/apps/shardsim}"
+read -r -a SPECS <<<"${SHARDSIM:-now=$ROOT/build/apps/shardsim}"
+read -r -a MODES <<<"${WAIT_MODES:-}"
+BINS=()  # name=binary or name.mode=binary
+for spec in "${SPECS[@]}"; do
+  if [ ${#MODES[@]} -eq 0 ]; then BINS+=("$spec"); continue; fi
+  for mode in "${MODES[@]}"; do
+    case "$mode" in spin|yield|sleep|auto) ;;
+      *) echo "collectives_vs_mpi.sh: WAIT_MODES: '$mode' is not spin, yield, sleep or auto" >&2; exit 2 ;;
+    esac
+    BINS+=("${spec%%=*}.$mode=${spec#*=}")
+  done
+done
 ALGORITHM="${ALGORITHM:-auto}"
 MPI_ALGO_ARGS=()
 if [ -n "${MPI_ALGORITHM:-}" ]; then
@@ -40,10 +53,12 @@ for np in "${RANKS[@]}"; do
   for rep in $(seq 1 "$REPS"); do
     for spec in "${BINS[@]}"; do
       name=${spec%%=*} bin=${spec#*=}
+      wait_env=()
+      case "$name" in *.*) wait_env=(-x "SHARDSIM_WAIT=${name##*.}") ;; esac
       # --mca btl self,vader: shared memory only (no TCP listener); the same transport MPI_Allreduce uses.
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "$bin" bench all_reduce -b 4K -e 256K -f 4 \
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 4K -e 256K -f 4 \
         -a "$ALGORITHM" -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "$bin" bench all_reduce -b 1M -e 256M -f 4 \
+      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 1M -e 256M -f 4 \
         -a "$ALGORITHM" -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
     done
   done

@@ -94,6 +94,8 @@ class SignatureScope {
 //   sleep: polls for 20 us, then sleeps (the behaviour before issue 15);
 //   auto:  spin. Measured side by side against yield with 4 ranks on 2 shared cores (docs/PERFORMANCE.md),
 //          spin's short spin-then-yield phases won at 4-64 KiB, so auto does not switch on node_ranks() > cores.
+//          (On an oversubscribed node Open MPI turns on mpi_yield_when_idle, so every MPI_Testsome that completes
+//          nothing already yields the core; a futex doorbell that slept in the kernel instead measured no better.)
 // After those phases every mode sleeps, with pauses growing from 20 us (sleep: 5 us) to 500 us, so ranks waiting
 // on a long serial job (a reference computation) do not steal its core.
 enum class WaitMode { spin, yield, sleep };
