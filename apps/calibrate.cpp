@@ -13,6 +13,7 @@
 #include "collectives/registry.h"
 #include "collectives/verify.h"
 #include "common/error.h"
+#include "common/output_file.h"
 
 namespace shardsim::apps {
 
@@ -68,7 +69,12 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       if (!collectives::find_algorithm(f.algorithm))
         throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "' (shardsim bench --list shows the catalogue)");
     }
-    if (f.out_given) check_outputs({{"--out", f.out}});
+    if (f.out_given) {  // never over a log being read or the topology file (it would be lost, exit 0)
+      std::vector<std::pair<std::string, std::string>> inputs = {{"the --topology file", f.net.topology_file}};
+      for (const auto& l : f.logs) inputs.emplace_back("the log", l);
+      for (const auto& l : f.predict) inputs.emplace_back("the --predict log", l);
+      check_outputs_distinct({{"--out", f.out}}, inputs);
+    }
     if (f.out_given && !net->topo().is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
   });
   connect(*net, world);

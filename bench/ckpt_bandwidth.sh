@@ -10,6 +10,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MIB="${1:-512}" REPS="${2:-3}" DIR="${3:-/tmp}"
 shift $(($# < 3 ? $# : 3))
+bad() { echo "ckpt_bandwidth.sh: $*" >&2; exit 2; }
+case "$MIB" in ''|*[!0-9]*) bad "MIB must be a positive multiple of 4, got '$MIB'" ;; esac
+[ "$MIB" -ge 4 ] && [ $((MIB % 4)) -eq 0 ] || bad "MIB must be a positive multiple of 4, got '$MIB'"
+case "$REPS" in ''|*[!0-9]*|0) bad "REPS must be a positive integer, got '$REPS'" ;; esac
+[ -d "$DIR" ] && [ -w "$DIR" ] || bad "DIR '$DIR' is not a writable directory"
 BENCH="$ROOT/build/bench/shardsim_ckpt_bench"
 [ -x "$BENCH" ] || { echo "build first: bash scripts/build.sh" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -20,6 +20,9 @@ REPS="${1:-3}"
 shift || true
 RANKS=("$@")
 [ ${#RANKS[@]} -gt 0 ] || RANKS=(2 4)
+bad() { echo "collectives_vs_mpi.sh: $*" >&2; exit 2; }
+case "$REPS" in ''|*[!0-9]*|0) bad "REPS must be a positive integer, got '$REPS'" ;; esac
+for np in "${RANKS[@]}"; do case "$np" in ''|*[!0-9]*|0) bad "RANKS must be positive integers, got '$np'" ;; esac; done
 read -r -a SPECS <<<"${SHARDSIM:-now=$ROOT/build/apps/shardsim}"
 read -r -a MODES <<<"${WAIT_MODES:-}"
 BINS=()  # name=binary or name.mode=binary
@@ -27,12 +30,13 @@ for spec in "${SPECS[@]}"; do
   if [ ${#MODES[@]} -eq 0 ]; then BINS+=("$spec"); continue; fi
   for mode in "${MODES[@]}"; do
     case "$mode" in spin|yield|sleep|auto) ;;
-      *) echo "collectives_vs_mpi.sh: WAIT_MODES: '$mode' is not spin, yield, sleep or auto" >&2; exit 2 ;;
+      *) bad "WAIT_MODES: '$mode' is not spin, yield, sleep or auto" ;;
     esac
     BINS+=("${spec%%=*}.$mode=${spec#*=}")
   done
 done
 ALGORITHM="${ALGORITHM:-auto}"
+case "$ALGORITHM" in ''|*[!a-z0-9_]*) bad "ALGORITHM must be one algorithm name (shardsim bench --list), got '$ALGORITHM'" ;; esac
 MPI_ALGO_ARGS=()
 if [ -n "${MPI_ALGORITHM:-}" ]; then
   case "$MPI_ALGORITHM" in
@@ -42,6 +46,9 @@ if [ -n "${MPI_ALGORITHM:-}" ]; then
   esac
   MPI_ALGO_ARGS=(--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$MPI_ALGORITHM")
 fi
+for spec in "${BINS[@]}"; do
+  [ -x "${spec#*=}" ] && [ -f "${spec#*=}" ] || bad "${spec#*=} is not an executable (build first: bash scripts/build.sh)"
+done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/scripts/mpi_env.sh"  # one host: shared memory only
 WORK="$(mktemp -d)"
@@ -56,9 +63,9 @@ for np in "${RANKS[@]}"; do
       wait_env=()
       case "$name" in *.*) wait_env=(-x "SHARDSIM_WAIT=${name##*.}") ;; esac
       # --mca btl self,vader: shared memory only (no TCP listener); the same transport MPI_Allreduce uses.
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 4K -e 256K -f 4 \
+      mpirun -q -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 4K -e 256K -f 4 \
         -a "$ALGORITHM" -n 200 -w 10 --vs-mpi --csv "$WORK/$name.np$np.small.$rep.csv" >/dev/null
-      mpirun -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 1M -e 256M -f 4 \
+      mpirun -q -np "$np" --oversubscribe --mca btl self,vader "${MPI_ALGO_ARGS[@]}" "${wait_env[@]}" "$bin" bench all_reduce -b 1M -e 256M -f 4 \
         -a "$ALGORITHM" -n 5 -w 1 --vs-mpi --csv "$WORK/$name.np$np.large.$rep.csv" >/dev/null
     done
   done

@@ -7,7 +7,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPS="${1:-3}" MIB="${2:-512}" DIR="${3:-/tmp}"
-case "$REPS" in ''|*[!0-9]*|0) echo "host_speed.sh: REPS must be a positive integer, got '$REPS'" >&2; exit 2 ;; esac
+bad() { echo "host_speed.sh: $*" >&2; exit 2; }
+# Checked here too, so a bad checkpoint argument is not found after the collectives' minutes.
+case "$REPS" in ''|*[!0-9]*|0) bad "REPS must be a positive integer, got '$REPS'" ;; esac
+case "$MIB" in ''|*[!0-9]*) bad "CKPT_MIB must be a positive multiple of 4, got '$MIB'" ;; esac
+[ "$MIB" -ge 4 ] && [ $((MIB % 4)) -eq 0 ] || bad "CKPT_MIB must be a positive multiple of 4, got '$MIB'"
+[ -d "$DIR" ] && [ -w "$DIR" ] || bad "CKPT_DIR '$DIR' is not a writable directory"
 echo "== collectives: shardsim all_reduce vs MPI_Allreduce (ratio > 1: shardsim faster)"
 bash "$ROOT/bench/collectives_vs_mpi.sh" "$REPS" 2 4
 echo

@@ -1,6 +1,7 @@
 #include "collectives/calibrate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -112,7 +113,18 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, 
       continue;
     }
     double bytes = 0;
-    if (!parse_number(t[0], bytes)) continue;  // nccl-tests' own non-table lines (warnings, NCCL INFO, ...)
+    if (!parse_number(t[0], bytes)) {
+      // nccl-tests' own non-table lines (warnings, NCCL INFO, ...) are skipped, but a row of table width whose
+      // size is spelled like a number that does not parse (1e400, nan, inf) is a malformed row, not a comment.
+      std::string low;
+      for (char ch : t[0]) low += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const std::string word = low.substr(std::min(low.find_first_not_of("+-"), low.size()));
+      const bool numeric_like = low.find_first_not_of("0123456789.e+-") == std::string::npos || word == "nan" ||
+                                word == "inf" || word == "infinity";
+      if (numeric_like && (t.size() == 8 || t.size() == 9 || t.size() == 12 || t.size() == 13))
+        throw fail("size '" + t[0] + "' is not a finite byte count");
+      continue;
+    }
     // Columns: size count type redop [root] time algbw busbw #wrong [time algbw busbw #wrong]
     if (!root_known) {
       if (t.size() != 8 && t.size() != 9 && t.size() != 12 && t.size() != 13)
@@ -134,6 +146,8 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, 
       throw fail("time '" + t[base] + "' is not a positive number of microseconds");
     // No collective completes in under a nanosecond; a time like 1e-300 made the fit's error rms 'inf%' (exit 0).
     if (time_us < 1e-3) throw fail("time '" + t[base] + "' us is below 1 ns: not a measured collective time");
+    // ... nor in more than a day (1e308 fitted silently, printing a 300-digit time at -100% error).
+    if (time_us > 8.64e10) throw fail("time '" + t[base] + "' us is above one day: not a measured collective time");
     if (!parse_number(t[base + 1], algbw) || !parse_number(t[base + 2], busbw))
       throw fail("algbw/busbw '" + t[base + 1] + "' '" + t[base + 2] + "' are not numbers");
     for (size_t col = base + 3; col < t.size(); col += 4) {  // out of place, then in place
@@ -733,7 +747,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     throw UsageError("--fit-overhead: with --protocols 1 only (one overhead for both protocols is not fitted yet)");
   if (options.fit_overhead && fit.empty()) throw UsageError("--fit-overhead: give a log to fit");
   if (options.fit_call_overhead && fit.empty()) throw UsageError("--fit-call-overhead: give a log to fit");
-  if (!topo.protocol().is_default())
+  if (!fit.empty() && !topo.protocol().is_default())  // --predict alone uses the topology as given, protocol and all
     throw ConfigError("calibrate: the topology already has a protocol section; give the plain link model to fit");
 
   std::vector<Point> points;

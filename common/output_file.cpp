@@ -103,6 +103,13 @@ std::string output_identity(const std::string& path, const std::string& flag) {
   return real == "/" ? "/" + base : real + "/" + base;
 }
 
+void check_replaceable(const std::string& path, const std::string& flag) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return;
+  throw UsageError(flag + " " + path + ": exists and is not a regular file (a device, FIFO or socket); refusing to "
+                   "replace it");
+}
+
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
                             const std::vector<std::pair<std::string, std::string>>& inputs) {
   std::vector<std::string> ids;
@@ -111,6 +118,7 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
     struct stat st{};
     const bool exists = ::stat(path.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
+    check_replaceable(path, flag);
     const std::string dir = split_path(path).first;
     if (::access(dir.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": directory '" + dir + "' is not writable: " + cause(errno));
@@ -228,6 +236,12 @@ void commit_temp(const std::string& temp, const std::string& path, bool fsync_te
     const int err = errno;
     if (::close(fd) != 0 && rc == 0) fail("", errno);
     if (rc != 0) fail("", err);
+  }
+  try {
+    check_replaceable(path, "cannot write");  // the last line of defence for writers that did not check first
+  } catch (...) {
+    ::unlink(temp.c_str());
+    throw;
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming " + temp + " over it: ", errno);
   fsync_dir(split_path(path).first, path);

@@ -32,9 +32,14 @@ namespace shardsim {
 // exist or PATH names a directory-like entry ("", ".", "..", ending in '/').
 std::string output_identity(const std::string& path, const std::string& flag = "output");
 
-// Every output of one command, checked before any work: not empty, not an existing directory, its directory
-// writable, an existing file writable, no two with the same output_identity, and none the same file as one of
-// INPUTS (realpath, e.g. the config). UsageError (exit 2) naming the flags otherwise.
+// UsageError (exit 2) naming FLAG when PATH exists and is neither a regular file, a symlink (replaced, as above)
+// nor a directory: rename(2) would replace a device node, FIFO or socket with a plain file. commit_temp checks it
+// too, as the last line of defence.
+void check_replaceable(const std::string& path, const std::string& flag);
+
+// Every output of one command, checked before any work: not empty, not an existing directory or special file,
+// its directory writable, an existing file writable, no two with the same output_identity, and none the same
+// file as one of INPUTS (realpath, e.g. the config). UsageError (exit 2) naming the flags otherwise.
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
                             const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
 

@@ -249,7 +249,11 @@ WaitMode wait_mode() {
     if (s == "spin") return WaitMode::spin;
     if (s == "yield") return WaitMode::yield;
     if (s == "sleep") return WaitMode::sleep;
-    if (!s.empty() && s != "auto")  // warn once, per process, and carry on: a wait strategy never changes results
+    int initialized = 0, world_rank = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    // Warn once per job (world rank 0) and carry on: a wait strategy never changes results.
+    if (!s.empty() && s != "auto" && world_rank == 0)
       std::fprintf(stderr, "shardsim: warning: SHARDSIM_WAIT='%s' is not spin, yield, sleep or auto; using auto\n",
                    s.c_str());
     return WaitMode::spin;  // measured best on this 2-core host also with 4 oversubscribed ranks (PERFORMANCE.md)

@@ -296,6 +296,17 @@ expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --collective all_redu
 expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 8 calibrate two.log
 expect_exit 2 'protocols: 1 or 2' -- shardsim_mpi 8 calibrate ar.log --protocols 3
 expect_exit 2 'already has a protocol section' -- shardsim_mpi 8 calibrate ar.log --topology proto.yaml
+# ... but --predict alone takes a topology as given, protocol section and all (calibrate's own --out included).
+expect_exit 0 'held-out rows' -- shardsim_mpi 8 calibrate --predict ar.log --topology proto.yaml
+# --out never replaces a log being read or the topology file (both were overwritten, exit 0).
+cp ar.log ar_keep.log
+expect_exit 2 '--out ar_keep.log: would overwrite the log ar_keep.log' -- shardsim_mpi 8 calibrate ar_keep.log \
+  --bandwidth 100 --latency 1000 --out ar_keep.log
+cmp -s ar.log ar_keep.log && pass "the log is intact" || fail "ar_keep.log changed"
+cp fitted.yaml fitted_keep.yaml
+expect_exit 2 'would overwrite the --topology file' -- shardsim_mpi 8 calibrate ar.log --topology fitted_keep.yaml \
+  --out fitted_keep.yaml
+cmp -s fitted.yaml fitted_keep.yaml && pass "the topology file is intact" || fail "fitted_keep.yaml changed"
 expect_exit 2 'nothing.log: cannot open' -- shardsim_mpi 8 calibrate nothing.log
 expect_exit 2 'topology has 8 chips but the job has 4 ranks' -- shardsim_mpi 4 calibrate ar.log --topology fitted.yaml
 

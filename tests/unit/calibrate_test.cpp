@@ -75,6 +75,18 @@ TEST(NcclTestsLog, RefusesWithFileAndLine) {
   EXPECT_EQ(error_of(head + "  1024  256  float  sum  -1  0.01  0.10  0.18  0\n"), "");
   EXPECT_NE(error_of(head + "  1e300  256  float  sum  -1  10  0.10  0.18  0\n").find("t.log:2: size '1e300' is above 1e15 bytes"),
             std::string::npos);
+  // Sizes that look like numbers but do not parse to a finite one are malformed rows, not skipped lines (they were
+  // dropped silently, exit 0); a word of table width (an NCCL INFO line) is still skipped.
+  for (const std::string size : {"1e400", "nan", "inf", "-Inf", "1.2.3"})
+    EXPECT_NE(error_of(head + "  " + size + "  256  float  sum  -1  10  0.10  0.18  0\n" + row)
+                  .find("t.log:2: size '" + size + "' is not a finite byte count"),
+              std::string::npos)
+        << size;
+  EXPECT_EQ(error_of(head + "nanny:12:34 [0] NCCL INFO Using network Socket\n" + row), "");
+  // A time above a day (1e308 was fitted, printing a 300-digit time at -100% error, exit 0).
+  EXPECT_NE(error_of(head + "  1024  256  float  sum  -1  1e308  0.10  0.18  0\n").find("t.log:2: time '1e308' us is above one day"),
+            std::string::npos);
+  EXPECT_EQ(error_of(head + "  1024  256  float  sum  -1  8e10  0.10  0.18  0\n"), "");
   EXPECT_NE(error_of(head + "  1024  256  float  sum  -1  10  0.10  0.18  2\n").find("t.log:2: #wrong is '2'"),
             std::string::npos);
   EXPECT_NE(error_of(head + head + row).find("t.log:2: a second 'Collective test starting'"), std::string::npos);

@@ -97,6 +97,30 @@ TEST(OutputFile, PlantedSymlinksAreNotFollowed) {
   EXPECT_TRUE(fs::is_symlink(p + ".partial")) << "a planted file is left alone";
 }
 
+TEST(OutputFile, SpecialFilesAreNeverReplaced) {
+  // As root, rename(2) replaced /dev/full with a YAML file (calibrate --out /dev/full, exit 0). A FIFO stands in
+  // for a device here: the up-front check and the commit both refuse with exit 2, naming the path.
+  Scratch s;
+  const std::string fifo = s / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    check_outputs_distinct({{"--out", fifo}});
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--out " + fifo + ": exists and is not a regular file"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(write_file_atomic(fifo, "data\n"), UsageError);
+  struct stat st{};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO is still there";
+  EXPECT_EQ(temporaries(s.dir), 0u) << "the refused write left no temporary";
+  // Regular files and symlinks (replaced, not followed) are still fine.
+  const std::string plain = s / "plain.txt";
+  write_file_atomic(plain, "x\n");
+  EXPECT_NO_THROW(check_outputs_distinct({{"--out", plain}}));
+}
+
 TEST(OutputFile, TemporaryIsCreatedExclusivelyWithTheUsualMode) {
   Scratch s;
   const std::string p = s / "m.txt";
