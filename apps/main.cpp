@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <filesystem>
+#include <new>
 #include <vector>
 #include <cstdlib>
 #include <fstream>
@@ -259,9 +260,17 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", e.what());
       return e.exit_code();
     } catch (const Error& e) {
-      // Raised after the agreement point: other ranks may be waiting on us, so take the job down.
+      // Raised after the agreement point: other ranks may be waiting on us, so take the job down. Claiming the
+      // node's report line first makes mpirun's SIGTERM to the other ranks end them quietly (no second line).
+      runtime::wait_board::claim();
       world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
+    } catch (const std::bad_alloc&) {
+      runtime::wait_board::claim();
+      world.abort(kExitRuntimeFault, "shardsim: error on chip " + std::to_string(world.rank()) +
+                                         ": out of host memory (a buffer of this command does not fit in this "
+                                         "machine's RAM; use smaller sizes, fewer ranks per host, or shape-only mode)");
     } catch (const std::exception& e) {
+      runtime::wait_board::claim();
       world.abort(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
     }
     return kExitOk;

@@ -204,4 +204,13 @@ grep -v '^name:' "$SMALL" >>ctl.yaml
 expect_exit 2 "^shardsim: error: (.*/)?ctl\\.yaml:1: name: contains a control character U\\+000A" -- \
   shardsim_mpi 2 run ctl.yaml --no-checkpoint
 
+# Host memory running out (a 2 GiB buffer under a 3 GB address-space limit): one line naming the chip and the
+# cause, exit 3 (was a raw "internal error on chip 1: std::bad_alloc" plus a peer's "terminated by SIGTERM").
+lowmem_mpi() { (ulimit -v 3000000 && shardsim_mpi "$@"); }
+if expect_exit 3 '^shardsim: error on chip [01]: out of host memory' -- lowmem_mpi 2 bench all_reduce -b 2G -e 2G \
+  -n 1 -w 0; then
+  n=$(grep -c '^shardsim' "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
+fi
+
 e2e_finish
