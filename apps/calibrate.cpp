@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
@@ -53,6 +54,13 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       throw UsageError("calibrate: give at least one nccl-tests log to fit (or --predict LOG alone for the "
                        "topology's predictions without a fit)");
     if (f.logs.empty() && f.out_given) throw UsageError("--out: nothing is fitted without a log to fit");
+    if (!f.collective.empty()) {  // checked even when every log names its own collective (it was ignored, exit 0)
+      try {
+        (void)collectives::parse_collective(f.collective);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--collective: ") + e.what());
+      }
+    }
     for (const auto& p : f.logs) fit.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
     opt.algorithm = f.algorithm;

@@ -295,6 +295,7 @@ expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --collective all_redu
 { echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  1 Group  0 Pid 2 on h device  1 [0x19] X'; cat ar.log; } >two.log
 expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 8 calibrate two.log
 expect_exit 2 'protocols: 1 or 2' -- shardsim_mpi 8 calibrate ar.log --protocols 3
+expect_exit 2 'collective: unknown collective .warp_drive.' -- shardsim_mpi 8 calibrate ar.log --collective warp_drive
 expect_exit 2 'already has a protocol section' -- shardsim_mpi 8 calibrate ar.log --topology proto.yaml
 # ... but --predict alone takes a topology as given, protocol section and all (calibrate's own --out included).
 expect_exit 0 'held-out rows' -- shardsim_mpi 8 calibrate --predict ar.log --topology proto.yaml
