@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace shardsim::collectives::halving_doubling {
@@ -130,25 +131,39 @@ sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool ev
   return std::max(now, io.tp.recv(at, n * io.es, peer, io.name + label, &pattern));
 }
 
-}  // namespace
-
-sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
-                       ReduceOp op, sim::TimeNs ready, const std::string& name) {
-  const Plan plan(tp.size());
-  const int r = tp.rank();
+// The entry both all_reduces share. Empty for one chip or no elements (out of place, the input is copied to the
+// output). Otherwise IO over RECVBUF after the non-power-of-two fold (the even rank of a pair has handed its whole
+// input over; the odd rank holds (own) op (even's) in RECVBUF) and the rank's ready time. A rank whose input is
+// still in SENDBUF reads it from there (io.src) until its first reduction: out of place costs no initial copy.
+struct Entry {
+  Io io;
+  sim::TimeNs now;
+};
+std::optional<Entry> enter(runtime::Transport& tp, const Plan& plan, const void* sendbuf, void* recvbuf,
+                           size_t count, DType t, ReduceOp op, sim::TimeNs ready, const std::string& name) {
   const size_t es = runtime::dtype_size(t);
   auto* out = static_cast<unsigned char*>(recvbuf);
   const auto* in0 = static_cast<const unsigned char*>(sendbuf);
   if (plan.p == 1 || count == 0) {
     if (in0 != out && count && !tp.shape_only()) std::memcpy(out, in0, count * es);
-    return ready;
+    return std::nullopt;
   }
-  Io io{tp, out, es, t, name};
-  // Even ranks hand over their whole input; the odd rank of a pair writes (own) op (even's) into RECVBUF.
-  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready, in0);
-  // The core's first step reads the rest of the input from SENDBUF (no initial copy out of place).
-  if (r >= 2 * plan.rem && in0 != out) io.src = in0;
-  if (!plan.sits_out(r)) {
+  Entry e{Io{tp, out, es, t, name}, 0};
+  e.now = fold_reduce(e.io, plan, 0, count, op, ready, in0);
+  if (tp.rank() >= 2 * plan.rem && in0 != out) e.io.src = in0;
+  return e;
+}
+
+}  // namespace
+
+sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
+                       ReduceOp op, sim::TimeNs ready, const std::string& name) {
+  const Plan plan(tp.size());
+  auto e = enter(tp, plan, sendbuf, recvbuf, count, t, op, ready, name);
+  if (!e) return ready;
+  Io& io = e->io;
+  sim::TimeNs now = e->now;
+  if (!plan.sits_out(tp.rank())) {
     const Partition part{count, static_cast<size_t>(plan.pow2)};
     const RangeFn range = [&part](int va, int vb) {
       return std::make_pair(part.offset(static_cast<size_t>(va)),
@@ -163,35 +178,23 @@ sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbu
 sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
                                           DType t, ReduceOp op, sim::TimeNs ready, const std::string& name) {
   const Plan plan(tp.size());
-  const int r = tp.rank();
-  const size_t es = runtime::dtype_size(t), bytes = count * es;
-  auto* out = static_cast<unsigned char*>(recvbuf);
-  const auto* in0 = static_cast<const unsigned char*>(sendbuf);
-  if (plan.p == 1 || count == 0) {
-    if (in0 != out && bytes && !tp.shape_only()) std::memcpy(out, in0, bytes);
-    return ready;
-  }
-  Io io{tp, out, es, t, name};
-  // SRC: where this rank's current vector is; the first reduction reads SENDBUF and writes RECVBUF, so out of
-  // place costs no initial copy (a rank that only sends, or only receives the result, never needs one either).
-  const unsigned char* src = in0;
-  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready, in0);  // the odd rank of a pair now holds it in OUT
-  if (r < 2 * plan.rem && r % 2 == 1 && !tp.shape_only()) src = out;
-  if (!plan.sits_out(r)) {
-    const int v = plan.vrank(r);
+  auto e = enter(tp, plan, sendbuf, recvbuf, count, t, op, ready, name);
+  if (!e) return ready;
+  Io& io = e->io;
+  sim::TimeNs now = e->now;
+  if (!plan.sits_out(tp.rank())) {
+    const int v = plan.vrank(tp.rank());
     int step = 0;
     for (int dist = 1; dist < plan.pow2; dist *= 2, ++step) {
       // Both partners hold the same two vectors; each combines them as (lower virtual rank) op (higher), so
       // the two results agree bit for bit even where the operator is not (NaN payloads).
-      unsigned char* in = io.tp.scratch(0, bytes);
-      const runtime::FlowPattern pattern = runtime::FlowPattern::halving_doubling(dist, false);
-      const int peer = plan.real(v ^ dist);
-      now = io.tp.sendrecv(src, bytes, peer, in, bytes, peer, now, io.name + ".all_reduce.step" + std::to_string(step),
-                           &pattern);
+      unsigned char* in = io.tp.scratch(0, count * io.es);
+      now = sendrecv_range(io, {0, count}, {0, count}, plan.real(v ^ dist), in, now,
+                           ".all_reduce.step" + std::to_string(step), dist);
       if (io.tp.shape_only()) continue;
-      if (v & dist) reduce_to(out, in, src, count, t, op);
-      else reduce_to(out, src, in, count, t, op);
-      src = out;
+      if (v & dist) reduce_to(io.base, in, io.from(), count, t, op);
+      else reduce_to(io.base, io.from(), in, count, t, op);
+      io.src = nullptr;  // BASE holds the vector from here on
     }
   }
   return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
