@@ -31,6 +31,12 @@ to_nccl() {  # PROGRAM < bench output
     }'
 }
 
+# The last calibrate's table rows selected by the awk condition SELECT whose |error| exceeds PCT percent.
+rows_off() {  # SELECT PCT
+  awk "$1"' { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > pct) print }' pct="$2" "$E2E_STDOUT"
+}
+FITTED='$NF == "fit"' FITTED_OR_HELD='$NF == "fit" || $(NF-1) " " $NF == "held out"'
+
 e2e_case "round trip: a ring of 37 GB/s, 2500 ns per link"
 if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --bandwidth 37 --latency 2500 \
   -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
@@ -50,7 +56,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --predict ag.log --b
     fail "fit line: $(grep '^fit ' "$E2E_STDOUT")"
   assert_out 'latency 2[45][0-9][0-9](\.[0-9]+)? ns +bandwidth 3[67](\.[0-9]+)? GB/s effective \(line rate 100 GB/s' "per-dimension values"
   # Every row, fitted and held out, within 1%.
-  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(rows_off "$FITTED_OR_HELD" 1)
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
   assert_out_count 'held out$' 6 "6 held-out all_gather rows"
   [ -f fitted.yaml ] && pass "--out written" || fail "no fitted.yaml"
@@ -90,7 +96,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate proto.log --bandwidth 100 -
                   t >= 16384 && t < 32768; exit ok ? 0 : 1 }' "$E2E_STDOUT" &&
     pass "a, b, low-latency factor and efficiency within 1%, threshold in [16 KiB, 32 KiB)" ||
     fail "fit: $(grep -E '^fit |low-latency' "$E2E_STDOUT")"
-  bad=$(awk '$NF == "fit" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(rows_off "$FITTED" 1)
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
   grep -Eq "protocol: [{]efficiency: 0[.](79|80)" proto_fit.yaml && pass "--out has the protocol" || fail "$(cat proto_fit.yaml)"
 fi
@@ -116,7 +122,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate oh.log --bandwidth 100 --la
        END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && o > 2970 && o < 3030; exit ok ? 0 : 1 }' \
     "$E2E_STDOUT" && pass "a, b, o within 1% of 2.5, 0.37, 3000 ns" ||
     fail "fit: $(grep -E '^fit |message overhead' "$E2E_STDOUT")"
-  bad=$(awk '$NF == "fit" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(rows_off "$FITTED" 1)
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
   grep -Eq "message_overhead_ns: (29[7-9][0-9]|30[0-2][0-9])" oh_fit.yaml && pass "--out has the overhead" ||
     fail "$(cat oh_fit.yaml)"
@@ -150,7 +156,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log call_al
        END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && c > 7920 && c < 8080; exit ok ? 0 : 1 }' \
     "$E2E_STDOUT" && pass "a, b, c within 1% of 2.5, 0.37, 8000 ns" ||
     fail "fit: $(grep -E '^fit |call overhead' "$E2E_STDOUT")"
-  bad=$(awk '$NF == "fit" || $(NF-1) " " $NF == "held out" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(rows_off "$FITTED_OR_HELD" 1)
   [ -z "$bad" ] && pass "every row (fitted and held-out reduce_scatter) within 1%" || fail "rows off by more than 1%: $bad"
   grep -Eq "call_overhead_ns: (79[2-9][0-9]|80[0-7][0-9])" call_fit.yaml && pass "--out has the call overhead" ||
     fail "$(cat call_fit.yaml)"
@@ -213,7 +219,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call2_all_reduce.log call2_
                   t >= 16384 && t < 32768 && c > 7920 && c < 8080; exit ok ? 0 : 1 }' "$E2E_STDOUT" &&
     pass "--protocols 2: a, b, low-latency factor and efficiency, c within 1%" ||
     fail "fit: $(grep -E '^fit |low-latency|call overhead' "$E2E_STDOUT")"
-  bad=$(awk '$NF == "fit" { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 1) print }' "$E2E_STDOUT")
+  bad=$(rows_off "$FITTED" 1)
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
 fi
 
@@ -225,7 +231,7 @@ PUB="$CONFIGS/../tests/data/published/nccl_tests_44_rtx2080ti_nvlink_all_reduce.
 if expect_exit 0 '^fit ' -- shardsim_mpi 2 calibrate "$PUB" --collective all_reduce --bandwidth 51.562 \
   --latency 1000 --max-bytes 1M --protocols 2; then
   n=$(grep -c 'above --max-bytes$' "$E2E_STDOUT")
-  bad=$(awk '/above --max-bytes$/ { e = $6; gsub("[%+]", "", e); e = e + 0; if (e < 0) e = -e; if (e > 15) print }' "$E2E_STDOUT")
+  bad=$(rows_off '/above --max-bytes$/' 15)
   [ "$n" -eq 6 ] && [ -z "$bad" ] && pass "6 held-out sizes (2-64 MiB) within 15%" || fail "$n rows; off by more than 15%: $bad"
 fi
 if expect_exit 0 '^no fit: ' -- shardsim_mpi 2 calibrate --predict "$PUB" --collective all_reduce --bandwidth 51.562 \
