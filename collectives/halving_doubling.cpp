@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <vector>
 
 namespace shardsim::collectives::halving_doubling {
@@ -131,59 +130,49 @@ sim::TimeNs pair_move(Io& io, const Plan& plan, size_t offset, size_t n, bool ev
   return std::max(now, io.tp.recv(at, n * io.es, peer, io.name + label, &pattern));
 }
 
-// The entry both all_reduces share. Empty for one chip or no elements (out of place, the input is copied to the
-// output). Otherwise IO over RECVBUF after the non-power-of-two fold (the even rank of a pair has handed its whole
-// input over; the odd rank holds (own) op (even's) in RECVBUF) and the rank's ready time. A rank whose input is
-// still in SENDBUF reads it from there (io.src) until its first reduction: out of place costs no initial copy.
-struct Entry {
-  Io io;
-  sim::TimeNs now;
-};
-std::optional<Entry> enter(runtime::Transport& tp, const Plan& plan, const void* sendbuf, void* recvbuf,
-                           size_t count, DType t, ReduceOp op, sim::TimeNs ready, const std::string& name) {
+// The frame both all_reduces share: one chip or no elements: the input copied to the output (out of place).
+// Otherwise the non-power-of-two fold (the even rank of a pair hands its whole input over; the odd rank writes
+// (own) op (even's) into RECVBUF), CORE(io, plan, now) on the ranks that take part, then the unfold. IO works on
+// RECVBUF; a rank whose input is still in SENDBUF reads it from there (io.src) until its first reduction, so out
+// of place costs no initial copy.
+template <class Core>
+sim::TimeNs fold_core_unfold(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
+                             ReduceOp op, sim::TimeNs ready, const std::string& name, const Core& core) {
+  const Plan plan(tp.size());
   const size_t es = runtime::dtype_size(t);
   auto* out = static_cast<unsigned char*>(recvbuf);
   const auto* in0 = static_cast<const unsigned char*>(sendbuf);
   if (plan.p == 1 || count == 0) {
     if (in0 != out && count && !tp.shape_only()) std::memcpy(out, in0, count * es);
-    return std::nullopt;
+    return ready;
   }
-  Entry e{Io{tp, out, es, t, name}, 0};
-  e.now = fold_reduce(e.io, plan, 0, count, op, ready, in0);
-  if (tp.rank() >= 2 * plan.rem && in0 != out) e.io.src = in0;
-  return e;
+  Io io{tp, out, es, t, name};
+  sim::TimeNs now = fold_reduce(io, plan, 0, count, op, ready, in0);
+  if (tp.rank() >= 2 * plan.rem && in0 != out) io.src = in0;
+  if (!plan.sits_out(tp.rank())) now = core(io, plan, now);
+  return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
 }
 
 }  // namespace
 
 sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t,
                        ReduceOp op, sim::TimeNs ready, const std::string& name) {
-  const Plan plan(tp.size());
-  auto e = enter(tp, plan, sendbuf, recvbuf, count, t, op, ready, name);
-  if (!e) return ready;
-  Io& io = e->io;
-  sim::TimeNs now = e->now;
-  if (!plan.sits_out(tp.rank())) {
+  const auto core = [&](Io& io, const Plan& plan, sim::TimeNs now) {
     const Partition part{count, static_cast<size_t>(plan.pow2)};
     const RangeFn range = [&part](int va, int vb) {
       return std::make_pair(part.offset(static_cast<size_t>(va)),
                             part.offset(static_cast<size_t>(vb - 1)) + part.size(static_cast<size_t>(vb - 1)));
     };
     now = core_rs(io, plan, range, op, now);
-    now = core_ag(io, plan, range, now);
-  }
-  return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
+    return core_ag(io, plan, range, now);
+  };
+  return fold_core_unfold(tp, sendbuf, recvbuf, count, t, op, ready, name, core);
 }
 
 sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count,
                                           DType t, ReduceOp op, sim::TimeNs ready, const std::string& name) {
-  const Plan plan(tp.size());
-  auto e = enter(tp, plan, sendbuf, recvbuf, count, t, op, ready, name);
-  if (!e) return ready;
-  Io& io = e->io;
-  sim::TimeNs now = e->now;
-  if (!plan.sits_out(tp.rank())) {
-    const int v = plan.vrank(tp.rank());
+  const auto core = [&](Io& io, const Plan& plan, sim::TimeNs now) {
+    const int v = plan.vrank(io.tp.rank());
     int step = 0;
     for (int dist = 1; dist < plan.pow2; dist *= 2, ++step) {
       // Both partners hold the same two vectors; each combines them as (lower virtual rank) op (higher), so
@@ -196,8 +185,9 @@ sim::TimeNs recursive_doubling_all_reduce(runtime::Transport& tp, const void* se
       else reduce_to(io.base, io.from(), in, count, t, op);
       io.src = nullptr;  // BASE holds the vector from here on
     }
-  }
-  return pair_move(io, plan, 0, count, false, ".unfold", now);  // the odd ranks send the result back
+    return now;
+  };
+  return fold_core_unfold(tp, sendbuf, recvbuf, count, t, op, ready, name, core);
 }
 
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
