@@ -45,6 +45,7 @@
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
 #include "runtime/chips.h"
 #include "runtime/transport.h"
 #include "runtime/world.h"
@@ -57,7 +58,7 @@ namespace {
 
 // Upper limit of train.steps / --steps: every step computes on the host with real data (the default config takes
 // ~4 ms per step here, so a million steps is about an hour); beyond that a typo (1e12) would run for years.
-constexpr int64_t kMaxSteps = 1000000;
+constexpr int64_t kMaxSteps = sharding::SpecBounds::steps;
 
 struct TrainFlags {
   std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
@@ -87,173 +88,65 @@ struct TrainSetup {
   bool shape_only = false;                     // mode: shape_only or --shape-only
 };
 
+// The config through the one parser of every command (sharding/model_spec.h): the model:, parallel: and train:
+// sections, the topology (a path relative to the config's folder) and the device as `run` reads them.
 TrainSetup load(const TrainFlags& f, int ranks) {
-  const ConfigNode root = ConfigNode::load_file(f.config);
-  root.expect_keys({"device", "topology", "model", "train", "parallel", "mode"});
+  const ConfigNode root = sharding::load_workload_config(f.config);
+  root.expect_keys(sharding::kTrainRootKeys);
   TrainSetup s;
   s.config_name = f.config;
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
-  if (root.has("mode")) {
-    const std::string mode = root.get_string("mode");
-    if (mode != "real" && mode != "shape_only")
-      root.child("mode").fail("mode: must be real or shape_only (got '" + mode + "')");
-    s.shape_only = mode == "shape_only";
-  }
-  s.shape_only = s.shape_only || f.shape_only;
-  // Shape-only runs on the dp x tp trainer (models/lm_tp.h, tp = 1 included): it alone has the cost-only path.
-  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only;
-  if (const auto p = root.maybe_child("parallel")) {
-    p->expect_keys({"dp", "tp", "sp", "fused", "cp", "cp_split", "ulysses", "zero", "bucket_bytes", "algorithm"});
-    const int64_t tp = p->get_positive_int("tp", 1);
-    if (ranks % tp != 0)
-      p->child("tp").fail("parallel.tp: " + std::to_string(tp) + " does not divide the job's " +
-                          std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
-    s.tp = static_cast<int>(tp);
-    const int64_t ulysses = p->get_positive_int("ulysses", 1);
-    if (ulysses > 1 && p->has("cp") && p->get_positive_int("cp", 1) > 1)
-      p->child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
-                               "use one of them");
-    if (ulysses > 1 && p->has("cp_split"))
-      p->child("cp_split").fail("parallel.cp_split: only used with ring attention (cp > 1); ulysses splits the "
-                                "sequence contiguously");
-    s.ulysses = ulysses > 1;
-    const int64_t cp = s.ulysses ? ulysses : p->get_positive_int("cp", 1);
-    if ((ranks / tp) % cp != 0)
-      p->child(s.ulysses ? "ulysses" : "cp").fail(std::string(s.ulysses ? "parallel.ulysses: " : "parallel.cp: ") + std::to_string(cp) + " x tp " + std::to_string(tp) +
-                          " does not divide the job's " + std::to_string(ranks) + " ranks (dp x cp x tp must equal them)");
-    s.cp = static_cast<int>(cp);
-    const std::string split = p->get_string("cp_split", "zigzag");
-    if (split != "zigzag" && split != "contiguous")
-      p->child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
-    if (p->has("cp_split") && cp == 1)
-      p->child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
-    s.cp_zigzag = split == "zigzag" && !s.ulysses;
-    s.sp = p->get_bool("sp", false);
-    if (s.sp && tp == 1) p->child("sp").fail("parallel.sp: sequence parallelism splits the tp axis; needs tp > 1");
-    s.fused = p->get_bool("fused", false);
-    if (s.fused && !s.sp)
-      p->child("fused").fail("parallel.fused: the trainer fuses the sequence-parallel collectives with their GEMMs "
-                             "(all_gather + column-parallel GEMM, GEMM + reduce_scatter); needs sp: true (and tp > 1)");
-    const int64_t dp = p->get_positive_int("dp", ranks / (tp * cp));
-    if (dp * tp * cp != ranks)
-      p->child("dp").fail("parallel.dp: " + std::to_string(dp) + " replicas" +
-                          (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
-                          (tp > 1 ? " x tp " + std::to_string(tp) : std::string()) + " need " +
-                          std::to_string(dp * tp * cp) + " ranks (mpirun -np " + std::to_string(dp * tp * cp) +
-                          "); the job has " + std::to_string(ranks));
-    const int64_t zero = p->get_int("zero", 0);
-    if (zero < 0 || zero > 3) p->child("zero").fail("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
-    s.dp.zero = static_cast<int>(zero);
-    const int64_t bb = p->get_int("bucket_bytes", s.dp.bucket_bytes);
-    if (bb < 0) p->child("bucket_bytes").fail("parallel.bucket_bytes: must be >= 0 (0 = one reduction after backward), got " + std::to_string(bb));
-    s.dp.bucket_bytes = bb;
-    if (p->has("algorithm")) s.dp.algorithm = p->get_string("algorithm");
-  }
+  s.shape_only = sharding::load_workload_shape_only(root) || f.shape_only;
+  if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
+  const ConfigNode m = root.child("workload");
+  if (sharding::spec_use_of(m) != sharding::SpecUse::train)
+    m.child("kind").fail(m.path() + ".kind: train runs the language model (no kind, or kind: lm); model.kind mlp and "
+                         "transformer_block run with `shardsim run`");
+  const sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
+      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root));
+  s.train = sharding::parse_train_spec(root);
+  if (f.steps > 0) s.train.steps = f.steps;
   if (root.has("topology")) {
     s.topology = sharding::load_workload_topology(root);
     if (s.topology->num_chips() != ranks)
       root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
                                   " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
   }
-  const ConfigNode m = root.child("model");
-  m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed", "dtype"});
   auto& c = s.model;
-  c.vocab = m.get_positive_int("vocab");
-  c.hidden = m.get_positive_int("hidden");
-  c.layers = m.get_positive_int("layers");
-  c.heads = m.get_positive_int("heads");
-  c.kv_heads = m.get_positive_int("kv_heads", c.heads);
-  c.head_dim = m.get_positive_int("head_dim");
-  c.ffn = m.get_positive_int("ffn");
-  c.seq = m.get_positive_int("seq");
-  c.batch = m.get_positive_int("batch");
-  if (m.has("dtype")) {
-    const std::string name = m.get_string("dtype");
-    try {
-      c.dtype = runtime::parse_dtype(name);
-    } catch (const std::invalid_argument&) {
-      c.dtype = runtime::DType::int8;  // refused just below
-    }
-    if (c.dtype != runtime::DType::fp32 && c.dtype != runtime::DType::bf16)
-      m.child("dtype").fail("model.dtype: must be fp32 or bf16 (bf16: mixed precision with fp32 master weights), got '" + name + "'");
-  }
-  const int64_t seed = m.get_int("seed", 1);
-  if (seed < 0) m.fail("seed: must be >= 0 (got " + std::to_string(seed) + ")");
-  c.seed = static_cast<uint64_t>(seed);
-  if (c.heads % c.kv_heads != 0)
-    (m.has("kv_heads") ? m.child("kv_heads") : m.child("heads"))
-        .fail("heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" +
-              std::to_string(c.kv_heads) + ")");
-  if (c.head_dim % 2 != 0) m.child("head_dim").fail("model.head_dim: must be even (RoPE rotates pairs), got " + std::to_string(c.head_dim));
+  c.vocab = spec.vocab;
+  c.hidden = spec.hidden;
+  c.layers = spec.layers;
+  c.heads = spec.heads;
+  c.kv_heads = spec.kv_heads;
+  c.head_dim = spec.head_dim;
+  c.ffn = spec.ffn;
+  c.seq = spec.seq;
+  c.batch = spec.batch;
+  c.rope_theta = static_cast<float>(spec.rope_theta);
+  c.norm_eps = static_cast<float>(spec.norm_eps);
+  c.seed = spec.seed;
+  c.dtype = spec.dtype;
   try {
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
     m.fail(e.what());
   }
-  auto& t = s.train;
-  if (const auto tr = root.maybe_child("train")) {
-    tr->expect_keys({"steps", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "data_seed", "recompute"});
-    s.dp.recompute = tr->get_bool("recompute", false);
-    if (s.dp.recompute) s.data_parallel = true;  // the data-parallel trainer (dp = 1 on one rank) recomputes
-    t.steps = tr->get_positive_int("steps", t.steps);
-    if (t.steps > kMaxSteps)
-      tr->child("steps").fail("train.steps: at most " + std::to_string(kMaxSteps) + " (got " + std::to_string(t.steps) +
-                              "); every step runs on the host with real data");
-    t.adamw.lr = static_cast<float>(tr->get_nonnegative_double("lr", t.adamw.lr));
-    t.adamw.beta1 = static_cast<float>(tr->get_nonnegative_double("beta1", t.adamw.beta1));
-    t.adamw.beta2 = static_cast<float>(tr->get_nonnegative_double("beta2", t.adamw.beta2));
-    t.adamw.eps = static_cast<float>(tr->get_nonnegative_double("eps", t.adamw.eps));
-    t.adamw.weight_decay = static_cast<float>(tr->get_nonnegative_double("weight_decay", t.adamw.weight_decay));
-    t.max_grad_norm = tr->get_nonnegative_double("max_grad_norm", t.max_grad_norm);
-    const int64_t ds = tr->get_int("data_seed", static_cast<int64_t>(t.data_seed));
-    if (ds < 0) tr->fail("data_seed: must be >= 0 (got " + std::to_string(ds) + ")");
-    t.data_seed = static_cast<uint64_t>(ds);
-    // AdamW runs in fp32: a finite double beyond FLT_MAX (lr: 1e300) would become inf there.
-    for (const char* k : {"lr", "eps", "weight_decay"})
-      if (tr->has(k) && tr->get_double(k) > FLT_MAX)
-        tr->child(k).fail(std::string("train.") + k + ": must be at most 3.4e38 (AdamW works in fp32), got " +
-                          tr->child(k).printable_text());
-    if (t.adamw.beta1 >= 1 || t.adamw.beta2 >= 1 || !(t.adamw.eps > 0))
-      tr->fail("need beta1 < 1, beta2 < 1 and eps > 0");
-  }
-  if (f.steps > 0) t.steps = f.steps;
-  const int dp_size = ranks / (s.tp * s.cp);
-  if (s.data_parallel && c.batch % dp_size != 0)
-    m.child("batch").fail("model.batch: the global batch (" + std::to_string(c.batch) +
-                          " sequences) must be a multiple of dp (" + std::to_string(dp_size) + ")");
-  const int64_t pieces = int64_t(s.cp) * (s.cp > 1 && s.cp_zigzag ? 2 : 1);
-  if (c.seq % pieces != 0)
-    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + " must be a multiple of " + std::to_string(pieces) +
-                        (s.ulysses ? " for Ulysses (parallel.ulysses " + std::to_string(s.cp) + ")"
-                                   : " for context parallelism (parallel.cp " + std::to_string(s.cp) +
-                                         (s.cp_zigzag ? ", cp_split zigzag: 2 chunks per chip)" : ")")));
-  if (s.ulysses) {
-    if (c.heads % (int64_t(s.tp) * s.cp) != 0)
-      (m.has("heads") ? m.child("heads") : m).fail("model.heads: " + std::to_string(c.heads) +
-                                                   " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                                   std::to_string(s.tp * s.cp) + "): Ulysses splits each tp rank's heads");
-    // kv heads per tp rank: split over ulysses, or replicated when fewer than ulysses (models/lm_tp.h)
-    const int64_t kv_l = c.kv_heads / s.tp;
-    if (c.kv_heads % s.tp == 0 && kv_l % s.cp != 0 && s.cp % kv_l != 0)
-      (m.has("kv_heads") ? m.child("kv_heads") : m)
-          .fail("model.kv_heads: " + std::to_string(c.kv_heads) + " over parallel.tp " + std::to_string(s.tp) +
-                " leaves " + std::to_string(kv_l) + " kv heads per tp rank, neither a multiple nor a divisor of "
-                "parallel.ulysses (" + std::to_string(s.cp) + "): Ulysses splits or replicates them");
-  }
-  if (s.sp && (c.seq / s.cp) % s.tp != 0)
-    m.child("seq").fail("model.seq: " + std::to_string(c.seq) + (s.cp > 1 ? " / parallel.cp" : "") +
-                        " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
-                        ") for sequence parallelism (parallel.sp)");
-  if (s.tp > 1)
-    for (const char* k : {"heads", "kv_heads", "ffn", "vocab"}) {
-      const int64_t v = std::string(k) == "heads" ? c.heads : std::string(k) == "kv_heads" ? c.kv_heads
-                        : std::string(k) == "ffn" ? c.ffn : c.vocab;
-      if (v % s.tp != 0)
-        (m.has(k) ? m.child(k) : m).fail(std::string("model.") + k + ": " + std::to_string(v) +
-                                         " must be a multiple of parallel.tp (" + std::to_string(s.tp) +
-                                         "): tensor parallelism splits whole heads, ffn columns and vocabulary rows");
-    }
+  s.tp = plan.tp;
+  s.sp = plan.sp;
+  s.ulysses = plan.ulysses > 1;
+  s.cp = s.ulysses ? plan.ulysses : plan.cp;  // the trainer runs Ulysses on its cp axis
+  s.cp_zigzag = plan.zigzag && !s.ulysses;
+  s.fused = plan.fused.enabled;
+  s.dp.zero = plan.zero;
+  s.dp.bucket_bytes = plan.bucket_bytes;
+  s.dp.recompute = plan.recompute;
+  // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
+  // ParallelPlan::algorithm_for is the rule the plan units follow).
+  s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
+  // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
+  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute;
   return s;
 }
 

@@ -347,5 +347,15 @@ int64_t ConfigNode::get_positive_int(std::string_view key) const {
 int64_t ConfigNode::get_positive_int(std::string_view key, int64_t fallback) const {
   return has(key) ? get_positive_int(key) : fallback;
 }
+int64_t ConfigNode::get_int_in(std::string_view key, int64_t lo, int64_t hi) const {
+  const int64_t v = get_int(key);
+  if (v < lo || v > hi)
+    child(key).fail(key_path(key) + ": must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                    " (got " + std::to_string(v) + ")");
+  return v;
+}
+int64_t ConfigNode::get_int_in(std::string_view key, int64_t lo, int64_t hi, int64_t fallback) const {
+  return has(key) ? get_int_in(key, lo, hi) : fallback;
+}
 
 }  // namespace shardsim

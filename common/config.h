@@ -65,6 +65,10 @@ class ConfigNode {
   double get_nonnegative_double(std::string_view key, double fallback) const;
   int64_t get_positive_int(std::string_view key) const;
   int64_t get_positive_int(std::string_view key, int64_t fallback) const;
+  // An integer in [LO, HI]: "FILE:LINE: path.key: must be between LO and HI (got X)" otherwise (the documented
+  // bound of a size or count; docs/CONFIG.md).
+  int64_t get_int_in(std::string_view key, int64_t lo, int64_t hi) const;
+  int64_t get_int_in(std::string_view key, int64_t lo, int64_t hi, int64_t fallback) const;
 
   // This node as printable text (a scalar without control characters), else ConfigError naming FILE:LINE.
   std::string printable_text() const;

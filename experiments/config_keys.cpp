@@ -4,6 +4,7 @@
 #include "models/transformer.h"
 #include "models/workload.h"
 #include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -13,10 +14,10 @@ const std::vector<ConfigKeySection>& config_key_sections() {
   static const std::vector<ConfigKeySection> sections = {
       {"run", "run configs, model.kind: mlp", kMlpRootKeys},
       {"run", "run configs, model.kind: transformer_block", kBlockRootKeys},
-      {"model", "model.kind: mlp", kMlpModelKeys},
-      {"model", "model.kind: transformer_block", kBlockModelKeys},
-      {"parallel", "model.kind: mlp", kMlpParallelKeys},
-      {"parallel", "model.kind: transformer_block", kBlockParallelKeys},
+      {"train config", "train configs", kTrainRootKeys},
+      {"model", "run and train configs (sharding/model_spec.h)", kModelKeys},
+      {"parallel", "run and train configs (sharding/model_spec.h)", kParallelKeys},
+      {"train", "train configs", kTrainKeys},
       {"validate", "run configs", kValidateKeys},
       {"checkpoint", "run configs, model.kind: mlp", kCheckpointKeys},
       {"device", "run configs, sweep device axis", sim::kDeviceKeys},

@@ -25,6 +25,7 @@
 #include "runtime/dtype.h"
 #include "models/runner.h"
 #include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -204,9 +205,8 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
   return out;
 }
 
-// The model keys `set:` may change: the parsers' own lists (models/transformer.h, models/workload.h).
-const std::set<std::string_view> kBlockKeys(std::begin(kBlockModelKeys), std::end(kBlockModelKeys));
-const std::set<std::string_view> kMlpKeys(std::begin(kMlpModelKeys), std::end(kMlpModelKeys));
+// The model keys `set:` may change: the one parser's list (sharding/model_spec.h), which then checks them.
+const std::set<std::string_view> kSettableModelKeys(std::begin(kModelKeys), std::end(kModelKeys));
 
 std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
   std::vector<WorkloadEntry> out;
@@ -237,7 +237,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     e.root = YAML::Clone(root.yaml());
     if (set) {
       if (!set->is_map()) set->fail(set->path() + ": expected a map of workload fields");
-      const auto& allowed = e.block ? kBlockKeys : kMlpKeys;
+      const auto& allowed = kSettableModelKeys;
       for (const auto& kv : set->yaml()) {
         const auto k = kv.first.as<std::string>();
         if (!allowed.count(k) || k == "kind")

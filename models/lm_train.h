@@ -12,15 +12,12 @@
 
 #include "kernels/optimizer.h"
 #include "models/lm_model.h"
+#include "sharding/model_spec.h"
 
 namespace shardsim::models {
 
-struct LmTrainConfig {
-  int64_t steps = 30;
-  kernels::AdamWConfig adamw{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
-  double max_grad_norm = 1.0;  // global-norm clipping; <= 0 turns it off
-  uint64_t data_seed = 7;
-};
+// The train: section's settings (steps, AdamW, clipping, data seed): sharding/model_spec.h's TrainSpec.
+using LmTrainConfig = sharding::TrainSpec;
 
 struct LmStepResult {
   int64_t step = 0;          // 1-based

@@ -24,6 +24,7 @@
 #include "runtime/transport.h"
 #include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
 #include "models/init.h"
 #include "models/layers.h"
 #include "models/mlp.h"
@@ -157,90 +158,33 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   c.topology = load_workload_topology(root);
   c.device = load_workload_device(root);
   c.shape_only = load_workload_shape_only(root);
+  // The model and the plan through the one parser (sharding/model_spec.h).
   const auto w = root.child("workload");
-  w.expect_keys(kBlockModelKeys);
-  c.model = w.get_string("model", "");
+  const ModelSpec spec = parse_model_spec(w, SpecUse::block);
+  c.model = spec.label;
   auto& s = c.shape;
-  s.hidden = w.get_positive_int("hidden");
-  s.heads = w.get_positive_int("heads");
-  s.kv_heads = w.get_positive_int("kv_heads", s.heads);
-  s.ffn = w.get_positive_int("ffn");
-  s.seq = w.get_positive_int("seq");
-  s.layers = w.get_positive_int("layers", 1);
-  s.causal = w.get_bool("causal", true);
-  s.rope = w.get_bool("rope", true);
-  s.seed = static_cast<uint64_t>(w.get_int("seed", 1));
-  const std::string dt = w.get_string("dtype", "fp32");
-  if (dt == "fp32") s.dtype = DType::fp32;
-  else if (dt == "bf16") s.dtype = DType::bf16;
-  else w.child("dtype").fail(w.path() + ".dtype: '" + dt + "' (transformer_block supports fp32, bf16)");
-  if (s.hidden % s.heads != 0)
-    w.child("heads").fail(w.path() + ".heads: hidden " + std::to_string(s.hidden) + " is not a multiple of " +
-                          std::to_string(s.heads) + " heads");
-  if (s.heads % s.kv_heads != 0)
-    w.child("kv_heads").fail(w.path() + ".kv_heads: " + std::to_string(s.heads) + " query heads are not a multiple of " +
-                             std::to_string(s.kv_heads) + " KV heads");
-  if (s.rope && s.head_dim() % 2 != 0) w.child("rope").fail(w.path() + ".rope: needs an even head_dim");
-
-  auto& p = c.plan;
+  s.hidden = spec.hidden;
+  s.heads = spec.heads;
+  s.kv_heads = spec.kv_heads;
+  s.ffn = spec.ffn;
+  s.seq = spec.seq;
+  s.layers = spec.layers;
+  s.causal = spec.causal;
+  s.rope = spec.position == PositionKind::rope;
+  s.seed = spec.seed;
+  s.dtype = spec.dtype;
+  s.activation = spec.glu_activation();
   const int chips = c.topology.num_chips();
-  if (root.has("parallel")) {
-    const auto par = root.child("parallel");
-    par.expect_keys(kBlockParallelKeys);
-    p.tp = static_cast<int>(par.get_positive_int("tp", 1));
-    p.sp = par.get_bool("sp", false);
-    p.cp = static_cast<int>(par.get_positive_int("cp", 1));
-    p.ulysses = static_cast<int>(par.get_positive_int("ulysses", 1));
-    p.dp = static_cast<int>(par.get_positive_int("dp", 1));
-    const std::string split = par.get_string("cp_split", "zigzag");
-    if (split != "zigzag" && split != "contiguous")
-      par.child("cp_split").fail("parallel.cp_split: '" + split + "' (zigzag | contiguous)");
-    p.zigzag = split == "zigzag";
-    if (par.has("cp_split") && p.cp == 1)
-      par.child("cp_split").fail("parallel.cp_split: only used with context parallelism (cp > 1)");
-    if (p.sp && p.tp == 1) par.child("sp").fail("parallel.sp: sequence parallelism needs tp > 1");
-    const int64_t product = int64_t{p.tp} * p.cp * p.ulysses * p.dp;
-    if (product != chips)
-      par.fail("parallel: tp " + std::to_string(p.tp) + " x cp " + std::to_string(p.cp) + " x ulysses " +
-               std::to_string(p.ulysses) + (p.dp > 1 ? " x dp " + std::to_string(p.dp) : std::string()) + " = " + std::to_string(product) + " does not match the topology's " +
-               std::to_string(chips) + " chips (the device mesh must cover every chip once)");
-    if (p.ulysses > 1 && p.cp > 1)
-      par.child("ulysses").fail("parallel.ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; "
-                                "use one of them");
-    if (p.ulysses > 1 && p.sp)
-      par.child("sp").fail("parallel.sp: not with ulysses (ulysses already shards the sequence outside attention)");
-    // outputs [this chip's tokens, hidden]
-    p.fused = parse_fused_plan(par, p.tp, s.seq / (int64_t{p.cp} * p.ulysses), s.hidden);
-    if (p.fused.enabled && p.sp && par.has("chunks"))
-      par.child("chunks").fail("parallel.chunks: with sp the fused ops are rings over the tp shards (tp pieces); "
-                               "chunks applies to the all_reduce form (sp: false)");
-    if (s.heads % p.tp != 0)
-      par.child("tp").fail("parallel.tp: " + std::to_string(s.heads) + " query heads are not divisible by tp " +
-                           std::to_string(p.tp) + " (uneven head splits are not supported)");
-    if (s.kv_heads % p.tp != 0 && p.tp % s.kv_heads != 0)
-      par.child("tp").fail("parallel.tp: " + std::to_string(s.kv_heads) + " KV heads and tp " + std::to_string(p.tp) +
-                           ": one must divide the other (KV heads are split or replicated whole)");
-    if (p.sp && (s.seq / p.cp) % p.tp != 0)
-      par.child("sp").fail("parallel.sp: the " + std::to_string(s.seq / p.cp) +
-                           " tokens per context shard are not divisible by tp " + std::to_string(p.tp));
-    if (p.cp > 1 && s.seq % (p.zigzag ? 2 * p.cp : p.cp) != 0)
-      par.child("cp").fail("parallel.cp: seq " + std::to_string(s.seq) + " is not divisible by " +
-                           (p.zigzag ? "2*cp = " + std::to_string(2 * p.cp) + " (zig-zag split)"
-                                     : "cp = " + std::to_string(p.cp)));
-    if (p.ulysses > 1) {
-      // Each tp shard's heads are split over the ulysses ranks (KV heads replicated across tp shards cannot be).
-      const int64_t hq = s.heads / p.tp, hkv = p.tp <= s.kv_heads ? s.kv_heads / p.tp : 0;
-      if (hq % p.ulysses != 0 || hkv % p.ulysses != 0 || hkv == 0)
-        par.child("ulysses").fail("parallel.ulysses: " + std::to_string(hq) + " query / " +
-                                  std::to_string(hkv) + " KV heads" + (p.tp > 1 ? " per tp shard" : "") +
-                                  " are not both divisible by " + std::to_string(p.ulysses));
-      if (s.seq % p.ulysses != 0)
-        par.child("ulysses").fail("parallel.ulysses: seq " + std::to_string(s.seq) + " is not divisible by " +
-                                  std::to_string(p.ulysses));
-    }
-  } else if (chips != 1) {
-    root.fail("parallel: missing (a " + std::to_string(chips) + "-chip topology needs a plan: tp, cp or ulysses)");
-  }
+  const ParallelPlan plan = parse_parallel_plan(root, spec, SpecUse::block, chips);
+  auto& p = c.plan;
+  p.tp = plan.tp;
+  p.sp = plan.sp;
+  p.cp = plan.cp;
+  p.zigzag = plan.zigzag;
+  p.ulysses = plan.ulysses;
+  p.dp = plan.dp;
+  p.fused = plan.fused;
+  p.all_reduce = plan.algorithm_for(PlanCollective::tp_all_reduce);
   if (root.has("validate")) {
     const auto v = root.child("validate");
     v.expect_keys(kValidateKeys);

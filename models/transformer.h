@@ -121,15 +121,11 @@ struct BlockMemory {
 // For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
 BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
 
-// The keys the block's parser accepts per section (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks);
-// validate: takes sharding/engine_config.h's kValidateKeys.
+// The root keys of a block config (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks); model: and parallel:
+// take sharding/model_spec.h's kModelKeys and kParallelKeys (the one parser), validate: engine_config.h's
+// kValidateKeys.
 inline constexpr std::string_view kBlockRootKeys[] = {"name",     "topology", "device", "workload",
                                                       "parallel", "validate", "mode"};
-inline constexpr std::string_view kBlockModelKeys[] = {"kind", "model", "hidden", "heads", "kv_heads", "ffn",
-                                                       "seq",  "causal", "rope",  "dtype", "seed", "layers"};
-inline constexpr std::string_view kBlockParallelKeys[] = {"tp",      "sp",    "cp",     "cp_split", "ulysses",
-                                                          "dp",      "fused", "chunks", "mesh_dims"};
-
 bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_block
 // Also checks that every chip's block_memory fits the device's HBM: "FILE:LINE: workload: simulated out of
 // memory on chip N: needs X GiB, has Y GiB (allocating ...)" (ConfigError, exit 2) before anything runs.

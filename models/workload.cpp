@@ -17,6 +17,7 @@
 #include "kernels/gemm.h"
 #include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
 #include "models/trace.h"
 #include "topology/topology_yaml.h"
 
@@ -36,56 +37,23 @@ RunConfig parse(const ConfigNode& root) {
   c.device = load_workload_device(root);
   c.shape_only = load_workload_shape_only(root);
 
+  // The model and the plan through the one parser (sharding/model_spec.h).
   const auto w = root.child("workload");
-  w.expect_keys(kMlpModelKeys);
-  const std::string kind = w.get_string("kind");
-  if (kind != "mlp") w.child("kind").fail(w.path() + ".kind: unknown workload '" + kind + "' (known: mlp)");
-  c.model = w.get_string("model", "");
-  c.mlp.hidden = w.get_positive_int("hidden");
-  c.mlp.ffn = w.get_positive_int("ffn");
-  c.mlp.tokens = w.get_positive_int("tokens");
-  try {
-    c.mlp.activation = kernels::parse_activation(w.get_string("activation", "silu"));
-  } catch (const std::invalid_argument& e) {
-    w.child("activation").fail(w.path() + ".activation: " + e.what());
-  }
-  try {
-    c.mlp.dtype = runtime::parse_dtype(w.get_string("dtype", "fp32"));
-  } catch (const std::invalid_argument& e) {
-    w.child("dtype").fail(w.path() + ".dtype: " + e.what());
-  }
-  const int64_t seed = w.get_int("seed", 1234);
-  if (seed < 0) w.child("seed").fail(w.path() + ".seed: must be >= 0");
-  c.mlp.seed = static_cast<uint64_t>(seed);
-
-  const int chips = c.topology.num_chips();
-  if (root.has("parallel")) {
-    const auto p = root.child("parallel");
-    p.expect_keys(kMlpParallelKeys);
-    c.dp = static_cast<int>(p.get_positive_int("dp", 1));
-    if (chips % c.dp != 0)
-      p.child("dp").fail("parallel.dp: " + std::to_string(c.dp) + " does not divide the topology's " +
-                         std::to_string(chips) + " chips");
-    c.tp = static_cast<int>(p.get_positive_int("tp", chips / c.dp));
-    if (p.has("all_reduce")) {
-      const std::string a = p.get_string("all_reduce");
-      if (const auto why = collectives::algorithm_name_error(collectives::Collective::all_reduce, a); !why.empty())
-        p.child("all_reduce").fail("parallel.all_reduce: " + why);
-      c.all_reduce_algorithm = a;
-    }
-    c.fused = parse_fused_plan(p, c.tp, c.mlp.tokens, c.mlp.hidden);  // the output y [tokens, hidden]
-  } else {
-    c.tp = chips;
-  }
-  if (int64_t{c.tp} * c.dp != chips)
-    root.child("parallel").fail("parallel.tp: tp " + std::to_string(c.tp) +
-                                (c.dp > 1 ? " x dp " + std::to_string(c.dp) : std::string()) + " must equal the topology's chip count (" +
-                                std::to_string(chips) +
-                                "): the MLP is sharded by tensor parallelism over all chips of a data-parallel replica");
+  if (spec_use_of(w) != SpecUse::mlp) w.child("kind").fail(w.path() + ".kind: expected mlp");
+  const ModelSpec spec = parse_model_spec(w, SpecUse::mlp);
+  c.model = spec.label;
+  c.mlp.hidden = spec.hidden;
+  c.mlp.ffn = spec.ffn;
+  c.mlp.tokens = spec.seq;
+  c.mlp.activation = spec.glu_activation();
+  c.mlp.dtype = spec.dtype;
+  c.mlp.seed = spec.seed;
+  const ParallelPlan plan = parse_parallel_plan(root, spec, SpecUse::mlp, c.topology.num_chips());
+  c.tp = plan.tp;
+  c.dp = plan.dp;
+  c.all_reduce_algorithm = plan.algorithm_for(PlanCollective::tp_all_reduce);
+  c.fused = plan.fused;
   c.mesh = mesh_from_config(root, {{"tp", c.tp}, {"dp", c.dp}}, c.topology);
-  if (c.mlp.ffn < c.tp)
-    root.child("workload").fail(w.path() + ".ffn: " + std::to_string(c.mlp.ffn) + " is smaller than tp=" +
-                                std::to_string(c.tp) + ": some chips would hold no FFN column");
 
   try {
     check_mlp_fits(c.mlp, c.tp, c.device.hbm_gib);

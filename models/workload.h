@@ -72,9 +72,6 @@ struct RunConfig {
 // checks). The model: section is read as workload: (sharding/engine_config.h).
 inline constexpr std::string_view kMlpRootKeys[] = {"name",     "topology", "device",     "workload",
                                                     "parallel", "validate", "checkpoint", "mode"};
-inline constexpr std::string_view kMlpModelKeys[] = {"kind",  "model",      "hidden", "ffn",
-                                                     "tokens", "activation", "dtype",  "seed"};
-inline constexpr std::string_view kMlpParallelKeys[] = {"tp", "dp", "all_reduce", "fused", "chunks", "mesh_dims"};
 inline constexpr std::string_view kCheckpointKeys[] = {"path", "enabled"};
 
 RunConfig load_run_config(const std::string& file);

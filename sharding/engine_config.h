@@ -68,6 +68,9 @@ inline constexpr const char* kDefaultDevice = "generic";
 bool load_workload_shape_only(const ConfigNode& root);
 // The validate: section of every run config (docs/CONFIG.md).
 inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
+// The root keys of a training config (`shardsim train`; model: is read as workload:).
+inline constexpr std::string_view kTrainRootKeys[] = {"name",  "topology", "device", "workload",
+                                                      "train", "parallel", "mode"};
 
 // The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
 // topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).

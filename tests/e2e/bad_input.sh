@@ -204,6 +204,30 @@ grep -v '^name:' "$SMALL" >>ctl.yaml
 expect_exit 2 "^shardsim: error: (.*/)?ctl\\.yaml:1: name: contains a control character U\\+000A" -- \
   shardsim_mpi 2 run ctl.yaml --no-checkpoint
 
+# Sizes and plans of the model: and parallel: sections (one parser for run and train): a value out of its documented
+# bound, or a product of sizes that would wrap int64, is exit 2 at parse naming FILE:LINE and the key; an unknown
+# collective algorithm too, listing the known ones (they were found at run time, or wrapped to negative counts).
+e2e_case "(sizes) bounds and products of sizes, unknown algorithm: FILE:LINE and the key, before anything runs"
+LM="$CONFIGS/lm_train.yaml"
+size_case() {  # NAME SED_EXPR REGEX [RANKS]
+  sed -E "$2" "$LM" >"$1.yaml"
+  if expect_exit 2 "^shardsim: error: (.*/)?$1\\.yaml:[0-9]+: $3" -- shardsim_mpi "${4:-1}" train "$1.yaml"; then
+    one_error_line
+  fi
+}
+size_case ffn2e17 's/^(  ffn:).*/\1 200000000000000000/' 'model\.ffn: must be between 1 and 4194304'
+size_case hidden1e9 's/^(  hidden:).*/\1 1000000000/' 'model\.hidden: must be between 1 and 1048576'
+size_case vocab9e18 's/^(  vocab:).*/\1 9000000000000000000/; s/^(  hidden:).*/\1 9000000000000000000/' \
+  'model\.vocab: must be between 1 and 16777216'
+size_case seq1e12 's/^(  seq:).*/\1 1000000000000/; s/^(  batch:).*/\1 1000000000000/' 'model\.seq: must be between'
+size_case seq1e8 's/^(  seq:).*/\1 100000000/' 'model\.seq: must be between 1 and 16777216'
+size_case tokens 's/^(  seq:).*/\1 16777216/; s/^(  batch:).*/\1 16777216/' \
+  'model\.batch x seq \(tokens per step\) = 16777216 x 16777216 = 281474976710656 is above the limit 4294967296'
+size_case layers 's/^(  layers:).*/\1 4096/; s/^(  hidden:).*/\1 262144/; s/^(  ffn:).*/\1 1048576/' \
+  'model\.layers x parameters per layer'
+size_case algo 's/^(train:)$/parallel:\n  algorithm: bogus\n\1/' \
+  "parallel\\.algorithm: unknown algorithm 'bogus' \\(known: .*ring.*\\)" 2
+
 # Host memory running out (a 2 GiB buffer under a 3 GB address-space limit): one line naming the chip and the
 # cause, exit 3 (was a raw "internal error on chip 1: std::bad_alloc" plus a peer's "terminated by SIGTERM").
 lowmem_mpi() { (ulimit -v 3000000 && shardsim_mpi "$@"); }

@@ -107,8 +107,8 @@ expect_exit 2 '--device: unknown device preset .tpu_v9.' -- shardsim_mpi 4 run "
 expect_exit 2 'exclude each other' -- shardsim_mpi 4 run "$BASE" --ring 4 --torus 2x2
 expect_exit 2 'parallel\.mesh_dims: .*must list each topology dimension' -- \
   shardsim_mpi 4 run "$BASE" --torus 2x2 --set 'parallel.mesh_dims=[0]'
-expect_exit 2 'parallel: tp 2 x cp 1 x ulysses 1 = 2 does not match the topology.s 4 chips' -- \
-  shardsim_mpi 4 run "$BASE" --plan tp=2
+expect_exit 2 'parallel: tp 3 x cp 1 x ulysses 1 = 3 does not match the topology.s 4 chips' -- \
+  shardsim_mpi 4 run "$BASE" --plan tp=3
 expect_exit 2 'parallel\.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 4 run "$BASE" --plan cp=2,ulysses=2
 
 e2e_finish

@@ -1,0 +1,466 @@
+#include "sharding/model_spec.h"
+
+#include <cfloat>
+#include <cstdint>
+#include <stdexcept>
+
+#include "collectives/algorithms.h"
+#include "collectives/registry.h"
+#include "common/checked.h"
+
+namespace shardsim::sharding {
+
+const char* position_name(PositionKind k) {
+  switch (k) {
+    case PositionKind::rope: return "rope";
+    case PositionKind::learned: return "learned";
+    case PositionKind::none: return "none";
+  }
+  return "?";
+}
+
+const char* norm_name(NormKind k) { return k == NormKind::rmsnorm ? "rmsnorm" : "layernorm"; }
+
+const char* mlp_name(MlpKind k) {
+  switch (k) {
+    case MlpKind::swiglu: return "swiglu";
+    case MlpKind::geglu: return "geglu";
+    case MlpKind::gelu: return "gelu";
+  }
+  return "?";
+}
+
+std::string ParallelPlan::algorithm_for(PlanCollective what) const {
+  using collectives::Collective;
+  Collective c = Collective::all_reduce;
+  const char* rule = "auto";
+  switch (what) {
+    case PlanCollective::tp_all_reduce:
+      if (!tp_all_reduce.empty()) return tp_all_reduce;
+      rule = "ring";
+      break;
+    case PlanCollective::sp_all_gather:
+      c = Collective::all_gather;
+      rule = "ring";
+      break;
+    case PlanCollective::sp_reduce_scatter:
+      c = Collective::reduce_scatter;
+      rule = "ring";
+      break;
+    case PlanCollective::ulysses_all_to_all:
+      c = Collective::all_to_all;
+      rule = "direct";
+      break;
+    case PlanCollective::dp_gradients:
+    case PlanCollective::loss: break;
+  }
+  if (algorithm == "auto") return algorithm;
+  if (!algorithm.empty() && !collectives::canonical_algorithm(c, algorithm).empty()) return algorithm;
+  return rule;
+}
+
+}  // namespace shardsim::sharding
+
+// ------------------------------------------------------------------------------------------------ parser
+
+namespace shardsim::sharding {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// "FILE:LINE: model.KEY: ... not implemented yet" for a variant USE's executor does not run.
+[[noreturn]] void not_implemented(const ConfigNode& at, const std::string& what, SpecUse use) {
+  at.fail(what + ": not implemented yet in " + spec_use_name(use));
+}
+
+// The node to blame for KEY of SECTION: the key when given, else the section.
+ConfigNode at_key(const ConfigNode& section, std::string_view key) {
+  return section.has(key) ? section.child(key) : section;
+}
+
+// A product of sizes within LIMIT, else "FILE:LINE: WHAT = A x B ... is above LIMIT" at NODE.
+int64_t bounded_product(const ConfigNode& node, const std::string& what, std::initializer_list<int64_t> factors,
+                        int64_t limit) {
+  const auto p = checked_product(factors);
+  if (!p || *p > limit) {
+    std::string terms;
+    for (int64_t f : factors) terms += (terms.empty() ? "" : " x ") + str(f);
+    node.fail(what + " = " + terms + (p ? " = " + str(*p) : std::string(" (beyond 2^63)")) + " is above the limit " +
+              str(limit) + " (docs/CONFIG.md, Bounds)");
+  }
+  return *p;
+}
+
+runtime::DType parse_spec_dtype(const ConfigNode& m, SpecUse use) {
+  const std::string name = m.get_string("dtype", "fp32");
+  runtime::DType t{};
+  try {
+    t = runtime::parse_dtype(name);
+  } catch (const std::invalid_argument& e) {
+    m.child("dtype").fail(m.path() + ".dtype: " + e.what());
+  }
+  if (use != SpecUse::mlp && t != runtime::DType::fp32 && t != runtime::DType::bf16)
+    m.child("dtype").fail(m.path() + ".dtype: '" + name + "' (" + spec_use_name(use) + " computes in fp32 or bf16" +
+                          (use == SpecUse::train ? "; bf16: mixed precision with fp32 master weights)" : ")"));
+  return t;
+}
+
+void parse_position(const ConfigNode& m, ModelSpec& s) {
+  if (m.has("rope") && m.has("position"))
+    m.child("rope").fail(m.path() + ".rope: and position: say the same thing (rope: false is position: none); keep "
+                         "position");
+  if (m.has("rope")) s.position = m.get_bool("rope", true) ? PositionKind::rope : PositionKind::none;
+  const std::string p = m.get_string("position", position_name(s.position));
+  if (p == "rope") s.position = PositionKind::rope;
+  else if (p == "learned") s.position = PositionKind::learned;
+  else if (p == "none") s.position = PositionKind::none;
+  else m.child("position").fail(m.path() + ".position: '" + p + "' (rope | learned | none)");
+  if (m.has("rope_theta")) {
+    s.rope_theta = m.get_positive_double("rope_theta");
+    if (s.rope_theta > 1e12) m.child("rope_theta").fail(m.path() + ".rope_theta: must be at most 1e12");
+  }
+}
+
+void parse_mlp_kind(const ConfigNode& m, ModelSpec& s) {
+  if (m.has("activation") && m.has("mlp"))
+    m.child("activation").fail(m.path() + ".activation: and mlp: say the same thing (activation silu is mlp swiglu, "
+                               "gelu is geglu); keep mlp");
+  if (m.has("activation")) {
+    const std::string a = m.get_string("activation");
+    if (a == "silu") s.mlp = MlpKind::swiglu;
+    else if (a == "gelu") s.mlp = MlpKind::geglu;
+    else m.child("activation").fail(m.path() + ".activation: '" + a + "' (silu | gelu: the gated MLP's activation)");
+  }
+  const std::string k = m.get_string("mlp", mlp_name(s.mlp));
+  if (k == "swiglu") s.mlp = MlpKind::swiglu;
+  else if (k == "geglu") s.mlp = MlpKind::geglu;
+  else if (k == "gelu") s.mlp = MlpKind::gelu;
+  else m.child("mlp").fail(m.path() + ".mlp: '" + k + "' (swiglu | geglu | gelu)");
+}
+
+// What USE's executor runs today (model_spec.h's table); everything else is refused naming its key.
+void check_implemented(const ConfigNode& m, const ModelSpec& s, SpecUse use) {
+  const std::string w = m.path() + ".";
+  if (s.norm == NormKind::layernorm) not_implemented(m.child("norm"), w + "norm: layernorm", use);
+  if (s.mlp == MlpKind::gelu) not_implemented(m.child("mlp"), w + "mlp: gelu (an ungated MLP)", use);
+  if (s.position == PositionKind::learned) not_implemented(m.child("position"), w + "position: learned", use);
+  if (s.tied_embeddings) not_implemented(m.child("tied_embeddings"), w + "tied_embeddings: true", use);
+  if (s.micro_batch != 0) not_implemented(m.child("micro_batch"), w + "micro_batch (gradient accumulation)", use);
+  if (use == SpecUse::train) {
+    if (s.mlp != MlpKind::swiglu) not_implemented(at_key(m, "mlp"), w + "mlp: " + mlp_name(s.mlp), use);
+    if (s.position != PositionKind::rope) not_implemented(at_key(m, "position"), w + "position: none", use);
+    if (!s.causal) not_implemented(m.child("causal"), w + "causal: false", use);
+    return;
+  }
+  if (s.vocab != 0)
+    not_implemented(m.child("vocab"), w + "vocab (the embedding, head and loss; `shardsim train` runs them)", use);
+  if (s.has_attention()) {
+    if (s.rope_theta != 10000.0) not_implemented(m.child("rope_theta"), w + "rope_theta other than 10000", use);
+    if (s.norm_eps != 1e-5) not_implemented(m.child("norm_eps"), w + "norm_eps other than 1e-5", use);
+  }
+}
+
+}  // namespace
+
+const char* spec_use_name(SpecUse use) {
+  switch (use) {
+    case SpecUse::mlp: return "run (model.kind mlp)";
+    case SpecUse::block: return "run (model.kind transformer_block)";
+    case SpecUse::train: return "train";
+  }
+  return "?";
+}
+
+SpecUse spec_use_of(const ConfigNode& m) {
+  if (!m.is_map()) m.fail(m.path() + ": expected a map of model keys");
+  if (!m.has("kind")) return SpecUse::train;
+  const std::string k = m.get_string("kind");
+  if (k == "mlp") return SpecUse::mlp;
+  if (k == "transformer_block") return SpecUse::block;
+  if (k == "lm") return SpecUse::train;
+  m.child("kind").fail(m.path() + ".kind: unknown model kind '" + k + "' (known: mlp, transformer_block, lm)");
+}
+
+ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
+  m.expect_keys(kModelKeys);
+  const std::string w = m.path() + ".";
+  ModelSpec s;
+  s.label = m.get_string("model", "");
+  const bool mlp = use == SpecUse::mlp;
+  // Attention: the MLP workload has none; the block and the language model have it.
+  s.attention = m.get_bool("attention", !mlp);
+  if (mlp && s.attention) m.child("attention").fail(w + "attention: model.kind mlp has no attention");
+  if (!mlp && !s.attention)
+    not_implemented(m.child("attention"), w + "attention: false (use model.kind: mlp for MLP-only layers)", use);
+  if (mlp)
+    for (const char* k : {"heads", "kv_heads", "head_dim", "causal", "position", "rope", "rope_theta", "norm",
+                          "norm_eps"})
+      if (m.has(k)) m.child(k).fail(w + k + ": model.kind mlp has no attention and no norms");
+  s.vocab = m.get_int_in("vocab", use == SpecUse::train ? 1 : 0, SpecBounds::vocab, use == SpecUse::train ? -1 : 0);
+  if (s.vocab < 0) m.fail("missing required key '" + w + "vocab'");
+  s.hidden = m.get_int_in("hidden", 1, SpecBounds::hidden);
+  s.layers = m.get_int_in("layers", 1, SpecBounds::layers, 1);
+  if (mlp && s.layers != 1) not_implemented(m.child("layers"), w + "layers > 1 for model.kind mlp", use);
+  s.ffn = m.get_int_in("ffn", 1, SpecBounds::ffn);
+  // seq: the MLP's older name is tokens (rows of one replica's input).
+  if (m.has("tokens") && m.has("seq")) m.child("tokens").fail(w + "tokens: and seq: are the same key; keep seq");
+  if (m.has("tokens") && !mlp) m.child("tokens").fail(w + "tokens: model.kind mlp's name for seq; use seq");
+  s.seq = m.get_int_in(m.has("tokens") ? "tokens" : "seq", 1, SpecBounds::seq);
+  s.batch = m.get_int_in("batch", use == SpecUse::train ? 1 : 0, SpecBounds::batch, use == SpecUse::train ? -1 : 0);
+  if (s.batch < 0) m.fail("missing required key '" + w + "batch'");
+  s.micro_batch = m.get_int_in("micro_batch", 0, SpecBounds::batch, 0);
+  if (s.micro_batch > 0 && s.batch > 0 && s.batch % s.micro_batch != 0)
+    m.child("micro_batch").fail(w + "micro_batch: " + str(s.micro_batch) + " does not divide batch " + str(s.batch));
+  if (s.attention) {
+    s.heads = m.get_int_in("heads", 1, SpecBounds::heads);
+    s.kv_heads = m.get_int_in("kv_heads", 1, s.heads, s.heads);
+    if (s.heads % s.kv_heads != 0)
+      m.child("kv_heads").fail(w + "kv_heads: " + str(s.heads) + " query heads are not a multiple of " +
+                               str(s.kv_heads) + " KV heads");
+    // head_dim: run's block derives it (hidden / heads); the language model takes it (default the same).
+    const bool even = s.hidden % s.heads == 0;
+    if (use == SpecUse::block && !even)
+      m.child("heads").fail(w + "heads: hidden " + str(s.hidden) + " is not a multiple of " + str(s.heads) + " heads");
+    s.head_dim = m.get_int_in("head_dim", 1, SpecBounds::head_dim, even ? s.hidden / s.heads : -1);
+    if (s.head_dim < 0) m.fail("missing required key '" + w + "head_dim' (hidden is not a multiple of heads)");
+    if (use == SpecUse::block && s.head_dim != s.hidden / s.heads)
+      not_implemented(m.child("head_dim"), w + "head_dim other than hidden / heads", use);
+    s.causal = m.get_bool("causal", true);
+    parse_position(m, s);
+    if (s.position == PositionKind::rope && s.head_dim % 2 != 0)
+      at_key(m, m.has("head_dim") ? "head_dim" : "heads")
+          .fail(w + "head_dim: " + str(s.head_dim) + " must be even for RoPE (it rotates pairs)");
+    const std::string norm = m.get_string("norm", "rmsnorm");
+    if (norm == "rmsnorm") s.norm = NormKind::rmsnorm;
+    else if (norm == "layernorm") s.norm = NormKind::layernorm;
+    else m.child("norm").fail(w + "norm: '" + norm + "' (rmsnorm | layernorm)");
+    if (m.has("norm_eps")) {
+      s.norm_eps = m.get_positive_double("norm_eps");
+      if (s.norm_eps >= 1) m.child("norm_eps").fail(w + "norm_eps: must be below 1");
+    }
+  }
+  parse_mlp_kind(m, s);
+  s.tied_embeddings = m.get_bool("tied_embeddings", false);
+  s.dtype = parse_spec_dtype(m, use);
+  s.seed = static_cast<uint64_t>(m.get_int_in("seed", 0, INT64_MAX, mlp ? 1234 : 1));
+  // Products of sizes (overflow-safe): every weight matrix, the parameters, the tokens of a step.
+  bounded_product(at_key(m, "ffn"), w + "hidden x ffn (elements of W_gate)", {s.hidden, s.ffn}, SpecBounds::weight);
+  if (s.attention)
+    bounded_product(at_key(m, "heads"), w + "hidden x heads x head_dim (elements of Wq)",
+                    {s.hidden, s.heads, s.head_dim}, SpecBounds::weight);
+  if (s.vocab > 0)
+    bounded_product(at_key(m, "vocab"), w + "vocab x hidden (elements of the embedding)", {s.vocab, s.hidden},
+                    SpecBounds::weight);
+  const int64_t per_layer = 3 * s.hidden * s.ffn + 2 * s.hidden * (s.heads + s.kv_heads) * s.head_dim + 2 * s.hidden;
+  bounded_product(at_key(m, "layers"), w + "layers x parameters per layer", {s.layers, per_layer}, SpecBounds::params);
+  bounded_product(at_key(m, "seq"), w + "batch x seq (tokens per step)", {std::max<int64_t>(s.batch, 1), s.seq},
+                  SpecBounds::tokens);
+  check_implemented(m, s, use);
+  return s;
+}
+
+}  // namespace shardsim::sharding
+
+namespace shardsim::sharding {
+
+namespace {
+
+// The checks that depend on the model's shape, one per plan unit (tensor_parallel, sequence_parallel,
+// context_parallel, ulysses).
+void check_plan_fits_model(const ConfigNode& par, const ModelSpec& s, const ParallelPlan& p, SpecUse use) {
+  const std::string w = "parallel.";
+  if (use != SpecUse::train && s.batch != 0 && s.batch != p.dp)
+    not_implemented(at_key(par, "dp"), "model.batch other than dp (one sequence per replica)", use);
+  if (use == SpecUse::mlp) {
+    if (s.ffn < p.tp)
+      at_key(par, "tp").fail(w + "tp: model.ffn " + str(s.ffn) + " is smaller than tp=" + str(p.tp) +
+                           ": some chips would hold no FFN column");
+    return;
+  }
+  // tensor parallel: whole heads per chip; KV heads split, or (tp above their count) replicated whole.
+  if (s.heads % p.tp != 0)
+    at_key(par, "tp").fail(w + "tp: " + str(s.heads) + " query heads are not divisible by tp " + str(p.tp) +
+                           " (uneven head splits are not supported)");
+  if (s.kv_heads % p.tp != 0) {
+    if (p.tp % s.kv_heads != 0)
+      at_key(par, "tp").fail(w + "tp: " + str(s.kv_heads) + " KV heads and tp " + str(p.tp) +
+                             ": one must divide the other (KV heads are split or replicated whole)");
+    if (use == SpecUse::train)
+      not_implemented(at_key(par, "tp"), w + "tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)",
+                      use);
+  }
+  if (use == SpecUse::train) {
+    for (const char* k : {"ffn", "vocab"}) {
+      const int64_t v = std::string(k) == "ffn" ? s.ffn : s.vocab;
+      if (v % p.tp != 0)
+        at_key(par, "tp").fail(w + "tp: model." + k + " " + str(v) + " is not a multiple of tp " + str(p.tp) +
+                               " (the trainer splits whole ffn columns and vocabulary rows)");
+    }
+  }
+  const int64_t seq_shards = int64_t{p.cp} * p.ulysses;
+  if (p.cp > 1 && s.seq % (p.zigzag ? 2 * p.cp : p.cp) != 0)
+    at_key(par, "cp").fail(w + "cp: seq " + str(s.seq) + " is not divisible by " +
+                           (p.zigzag ? "2*cp = " + str(2 * p.cp) + " (zig-zag split)" : "cp = " + str(p.cp)));
+  if (p.sp && (s.seq / seq_shards) % p.tp != 0)
+    par.child("sp").fail(w + "sp: the " + str(s.seq / seq_shards) + " tokens per context shard are not divisible by tp " +
+                         str(p.tp));
+  if (p.ulysses > 1) {
+    if (s.seq % p.ulysses != 0)
+      par.child("ulysses").fail(w + "ulysses: seq " + str(s.seq) + " is not divisible by " + str(p.ulysses));
+    // Each tp shard's heads are split over the ulysses ranks; KV heads split, or replicated when fewer.
+    const int64_t hq = s.heads / p.tp, hkv = s.kv_heads % p.tp == 0 ? s.kv_heads / p.tp : 0;
+    if (hq % p.ulysses != 0)
+      par.child("ulysses").fail(w + "ulysses: " + str(hq) + " query heads" + (p.tp > 1 ? " per tp shard" : "") +
+                                " are not divisible by " + str(p.ulysses));
+    if (hkv == 0 || (hkv % p.ulysses != 0 && p.ulysses % hkv != 0))
+      par.child("ulysses").fail(w + "ulysses: " + str(hkv) + " KV heads" + (p.tp > 1 ? " per tp shard" : "") +
+                                " are neither a multiple nor a divisor of " + str(p.ulysses) +
+                                " (Ulysses splits or replicates them)");
+    if (hkv % p.ulysses != 0 && use == SpecUse::block)
+      not_implemented(par.child("ulysses"), w + "ulysses above the " + str(hkv) + " KV heads" +
+                                                (p.tp > 1 ? " per tp shard" : "") + " (replicated KV heads)",
+                      use);
+  }
+  if (use == SpecUse::train && s.batch % p.dp != 0)
+    at_key(par, "dp").fail(w + "dp: the global batch (model.batch " + str(s.batch) +
+                           " sequences) must be a multiple of dp (" + str(p.dp) + ")");
+}
+
+}  // namespace
+
+ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, SpecUse use, int64_t chips,
+                                 bool train_recompute) {
+  ParallelPlan p;
+  p.recompute = train_recompute;
+  const bool has = root.has("parallel");
+  const ConfigNode par = has ? root.child("parallel") : root;
+  const std::string w = "parallel.";
+  if (!has) {
+    if (use == SpecUse::block && chips != 1)
+      root.fail("parallel: missing (a " + str(chips) + "-chip topology needs a plan: tp, cp or ulysses)");
+    if (use == SpecUse::mlp) p.tp = static_cast<int>(chips);
+    else p.dp = static_cast<int>(chips);
+  } else {
+    par.expect_keys(kParallelKeys);
+    const auto axis = [&](const char* k) { return static_cast<int>(par.get_int_in(k, 1, SpecBounds::axis, 1)); };
+    p.tp = axis("tp");
+    p.cp = axis("cp");
+    p.ulysses = axis("ulysses");
+    p.pp = axis("pp");
+    if (p.pp > 1) not_implemented(par.child("pp"), w + "pp (pipeline parallelism)", use);
+    const int64_t inner = bounded_product(par, "parallel: tp x cp x ulysses x pp", {p.tp, p.cp, p.ulysses, p.pp},
+                                          SpecBounds::axis);
+    if (use == SpecUse::mlp) {
+      p.dp = axis("dp");
+      if (chips % p.dp != 0)
+        par.child("dp").fail(w + "dp: " + str(p.dp) + " does not divide the topology's " + str(chips) + " chips");
+      if (!par.has("tp")) p.tp = static_cast<int>(chips / p.dp);
+    } else {
+      p.dp = static_cast<int>(par.get_int_in("dp", 1, SpecBounds::axis, chips % inner == 0 ? chips / inner : 1));
+    }
+    const int64_t product =
+        bounded_product(par, "parallel: tp x cp x ulysses x pp x dp", {p.tp, p.cp, p.ulysses, p.pp, p.dp},
+                        SpecBounds::axis);
+    if (product != chips)
+      par.fail("parallel: tp " + str(p.tp) + " x cp " + str(p.cp) + " x ulysses " + str(p.ulysses) +
+               (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) + " = " + str(product) + " does not match the " +
+               (use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank" + ")"
+                                      : "topology's " + str(chips) + " chips") +
+               " (the device mesh must cover every chip once)");
+    p.sp = par.get_bool("sp", false);
+    if (p.sp && p.tp == 1) par.child("sp").fail(w + "sp: sequence parallelism needs tp > 1 (it splits the tp axis)");
+    if (p.ulysses > 1 && p.cp > 1)
+      par.child("ulysses").fail(w + "ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; use one "
+                                "of them");
+    if (p.ulysses > 1 && p.sp)
+      par.child("sp").fail(w + "sp: not with ulysses (ulysses already shards the sequence outside attention)");
+    const std::string split = par.get_string("cp_split", "zigzag");
+    if (split != "zigzag" && split != "contiguous")
+      par.child("cp_split").fail(w + "cp_split: '" + split + "' (zigzag | contiguous)");
+    if (par.has("cp_split") && p.cp == 1)
+      par.child("cp_split").fail(w + "cp_split: only used with context parallelism (cp > 1)");
+    p.zigzag = split == "zigzag";
+    // fused: the output [this chip's tokens, hidden] is what gemm_all_reduce cuts into chunks.
+    p.fused = parse_fused_plan(par, p.tp, s.seq / (int64_t{p.cp} * p.ulysses), s.hidden);
+    if (p.fused.enabled && p.sp && par.has("chunks"))
+      par.child("chunks").fail(w + "chunks: with sp the fused ops are rings over the tp shards (tp pieces); chunks "
+                               "applies to the all_reduce form (sp: false)");
+    if (use == SpecUse::mlp && (p.cp > 1 || p.ulysses > 1 || p.sp))
+      not_implemented(par.child(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses"),
+                      w + (p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") + " (the MLP shards no sequence)", use);
+    if (use == SpecUse::train && p.fused.enabled && !p.sp)
+      not_implemented(par.child("fused"), w + "fused without sp (gemm_all_reduce; the trainer fuses the "
+                                          "sequence-parallel collectives: set sp: true)", use);
+    if (use == SpecUse::train && par.has("chunks"))
+      not_implemented(par.child("chunks"), w + "chunks (the trainer's fused ops are rings of tp pieces)", use);
+    // Training only.
+    p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
+    p.bucket_bytes = par.get_int_in("bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
+    if (par.has("recompute")) {
+      if (root.has("train") && root.child("train").is_map() && root.child("train").has("recompute"))
+        par.child("recompute").fail(w + "recompute: and train.recompute: are the same key; keep parallel.recompute");
+      p.recompute = par.get_bool("recompute", false);
+    }
+    if (use != SpecUse::train)
+      for (const char* k : {"zero", "bucket_bytes", "recompute"})
+        if (par.has(k)) par.child(k).fail(w + k + ": training only (run's forward has no gradients or optimizer state)");
+    for (const char* k : {"algorithm", "all_reduce"}) {
+      if (!par.has(k)) continue;
+      const std::string a = par.get_string(k);
+      // algorithm: any registered name (each collective takes it where implemented); all_reduce: the tp's.
+      const std::string why =
+          std::string(k) == "all_reduce" ? collectives::algorithm_name_error(collectives::Collective::all_reduce, a)
+          : a == "auto" || collectives::find_algorithm(a) ? std::string()
+                                                          : collectives::not_an_algorithm_of(
+                                                                collectives::Collective::all_reduce, a);
+      if (!why.empty()) par.child(k).fail(w + k + ": " + why);
+      (std::string(k) == "all_reduce" ? p.tp_all_reduce : p.algorithm) = a;
+    }
+    if (use == SpecUse::train && par.has("all_reduce"))
+      not_implemented(par.child("all_reduce"), w + "all_reduce (the tp all_reduce's own algorithm; use algorithm)",
+                      use);
+    if (par.has("mesh_dims"))
+      for (int64_t d : par.get_int_list("mesh_dims")) {
+        if (d < 0 || d > 64) par.child("mesh_dims").fail(w + "mesh_dims: dimension " + str(d) + " out of range");
+        p.mesh_dims.push_back(static_cast<int>(d));
+      }
+  }
+  if (p.recompute && use != SpecUse::train)
+    root.child("parallel").fail(w + "recompute: training only");
+  check_plan_fits_model(par, s, p, use);
+  return p;
+}
+
+bool train_section_recompute(const ConfigNode& root) {
+  return root.has("train") && root.child("train").is_map() && root.child("train").get_bool("recompute", false);
+}
+
+TrainSpec parse_train_spec(const ConfigNode& root) {
+  TrainSpec t;
+  if (!root.has("train")) return t;
+  const ConfigNode tr = root.child("train");
+  tr.expect_keys(kTrainKeys);
+  t.steps = tr.get_int_in("steps", 1, SpecBounds::steps, t.steps);
+  const auto real = [&](const char* k, float fallback) {
+    const double v = tr.get_nonnegative_double(k, fallback);
+    // AdamW runs in fp32: a finite double beyond FLT_MAX (lr: 1e300) would become inf there.
+    if (v > FLT_MAX)
+      tr.child(k).fail(std::string("train.") + k + ": must be at most 3.4e38 (AdamW works in fp32), got " +
+                       tr.child(k).printable_text());
+    return static_cast<float>(v);
+  };
+  t.adamw.lr = real("lr", t.adamw.lr);
+  t.adamw.beta1 = real("beta1", t.adamw.beta1);
+  t.adamw.beta2 = real("beta2", t.adamw.beta2);
+  t.adamw.eps = real("eps", t.adamw.eps);
+  t.adamw.weight_decay = real("weight_decay", t.adamw.weight_decay);
+  t.max_grad_norm = tr.get_nonnegative_double("max_grad_norm", t.max_grad_norm);
+  t.data_seed = static_cast<uint64_t>(tr.get_int_in("data_seed", 0, INT64_MAX, static_cast<int64_t>(t.data_seed)));
+  if (t.adamw.beta1 >= 1) tr.child("beta1").fail("train.beta1: must be below 1");
+  if (t.adamw.beta2 >= 1) tr.child("beta2").fail("train.beta2: must be below 1");
+  if (!(t.adamw.eps > 0)) at_key(tr, "eps").fail("train.eps: must be > 0");
+  return t;
+}
+
+}  // namespace shardsim::sharding

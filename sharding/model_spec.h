@@ -1,0 +1,211 @@
+// The one description of a workload's model and of its parallel plan, below the plan units that read them.
+//
+// ModelSpec describes a decoder-only language model (Llama-style; Touvron et al. 2023, Llama Team 2024
+// arXiv:2407.21783):
+//
+//   tokens [batch, seq]  ─► embedding [vocab, hidden] (vocab > 0 only)
+//                        ─► layers x block: x + attention(norm(x)) (attention on only), x + mlp(norm(x))
+//                        ─► final norm, head [hidden, vocab], softmax cross-entropy (vocab > 0 only)
+//
+// The MLP-only and block-only workloads of `run` are this model with pieces off: vocab 0 drops the embedding, the
+// final norm, the head and the loss (the input is a seeded [batch·seq, hidden] activation instead of tokens);
+// attention false (or heads 0) makes every layer the MLP alone. Field names and defaults follow the two
+// descriptions this one replaces, models::LmConfig (models/lm_model.h, the training model) and
+// sharding::BlockShape (models/transformer.h, the forward engine), so each is a ModelSpec with a subset of keys.
+//
+// Units and shapes (all sizes are element counts; "per step" = one optimizer step in training, one forward in run):
+//   vocab        tokens in the vocabulary V; 0 = no embedding, final norm, head or loss
+//   hidden       model dimension h; activations are [tokens, h]
+//   layers       blocks L, each with its own weights
+//   heads        query heads Hq; 0 = MLP-only layers (as attention false)
+//   kv_heads     key/value heads Hkv (grouped-query attention when Hkv < Hq); Hq must be a multiple of Hkv
+//   head_dim     d; q is [tokens, Hq·d], k and v [tokens, Hkv·d]. `run`'s block configs leave it out: d = h / Hq
+//   ffn          the MLP's inner size (columns of W_gate and W_up, rows of W_down)
+//   seq          tokens per sequence (the MLP workload's `tokens`: rows of one replica's input)
+//   batch        sequences per step, global (over every data-parallel replica); 0 = one per dp replica (`run`)
+//   micro_batch  sequences per micro-batch for gradient accumulation; 0 = none (one micro-batch of batch / dp)
+//   causal       causal attention mask (decoder); false = full attention
+//   position     rope (rotary embedding, theta rope_theta; needs an even head_dim) | learned | none
+//   norm         rmsnorm (epsilon norm_eps) | layernorm
+//   mlp          swiglu (silu(x·W_gate) ⊙ x·W_up)·W_down | geglu (gelu in place of silu) | gelu (two matrices,
+//                gelu(x·W_up)·W_down)
+//   tied_embeddings  the head is the embedding's transpose (one weight)
+//   dtype        compute dtype of weights, activations and gradients: fp32 | bf16 (training keeps fp32 masters)
+//   seed         seeds the Philox initialisation of every weight and input (models/init.h)
+//
+// What each executor implements today (the parser refuses the rest with exit 2 naming the key, "not implemented
+// yet"; the fidelity and pipeline work fills them in):
+//   run, MLP-only (attention off, vocab 0): mlp swiglu or geglu; layers 1; batch = dp (one input per replica)
+//   run, block (attention on, vocab 0): rmsnorm, swiglu, rope or none, any layers; batch = dp
+//   train (vocab > 0, attention on): rmsnorm, swiglu, rope, untied head, micro_batch 0
+//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, micro_batch != 0, parallel.pp > 1.
+//
+// Status: these are the types the one parser fills and the plan units will take; until the executors take them
+// directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
+// trainers' options), so a field not listed above as implemented is refused at parse, never ignored.
+//
+// ParallelPlan is the plan on the device mesh (sharding/device_mesh.h: axes tp innermost, then cp, then dp;
+// Ulysses uses the cp axis): see each field. Which mode reads which field is said next to it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "kernels/elementwise.h"
+#include "kernels/optimizer.h"
+#include "runtime/dtype.h"
+#include "sharding/fused.h"
+
+namespace shardsim::sharding {
+
+enum class PositionKind { rope, learned, none };
+enum class NormKind { rmsnorm, layernorm };
+enum class MlpKind { swiglu, geglu, gelu };
+
+struct ModelSpec {
+  std::string label;  // model.model: a free-form name for reports ("llama-3-8b"); "" none
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t layers = 1;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // 0 in a parsed spec only when heads is 0
+  int64_t head_dim = 0;  // 0 in a parsed spec only when heads is 0
+  int64_t ffn = 0;
+  int64_t seq = 0;
+  int64_t batch = 0;
+  int64_t micro_batch = 0;
+  bool causal = true;
+  PositionKind position = PositionKind::rope;
+  double rope_theta = 10000.0;
+  NormKind norm = NormKind::rmsnorm;
+  double norm_eps = 1e-5;
+  MlpKind mlp = MlpKind::swiglu;
+  bool tied_embeddings = false;
+  bool attention = true;  // false: MLP-only layers (then heads, kv_heads and head_dim are 0)
+  runtime::DType dtype = runtime::DType::fp32;
+  uint64_t seed = 1;
+
+  bool has_attention() const { return attention && heads > 0; }
+  bool has_embedding() const { return vocab > 0; }
+  // The GLU activation of a gated MLP (swiglu: silu, geglu: gelu); gelu (ungated) has none.
+  kernels::Activation glu_activation() const {
+    return mlp == MlpKind::geglu ? kernels::Activation::gelu : kernels::Activation::silu;
+  }
+};
+
+const char* position_name(PositionKind k);  // "rope" | "learned" | "none"
+const char* norm_name(NormKind k);          // "rmsnorm" | "layernorm"
+const char* mlp_name(MlpKind k);            // "swiglu" | "geglu" | "gelu"
+
+// The collectives a plan issues, for the one algorithm rule (ParallelPlan::algorithm_for).
+enum class PlanCollective {
+  tp_all_reduce,       // row-parallel output reduction (forward) / column-parallel input-gradient reduction
+  sp_all_gather,       // sequence parallel: gather before a column-parallel GEMM
+  sp_reduce_scatter,   // sequence parallel: reduce-scatter after a row-parallel GEMM
+  ulysses_all_to_all,  // Ulysses: sequence <-> heads
+  dp_gradients,        // data parallel: gradient all_reduce / reduce_scatter and ZeRO's parameter all_gather
+  loss,                // vocab-parallel cross-entropy statistics (max, sum-exp, target logit) over tp
+};
+
+struct ParallelPlan {
+  // Mesh axis sizes; dp·tp·cp·ulysses·pp = the chips. Read by both modes.
+  int dp = 1;       // data parallel replicas (outermost axis)
+  int tp = 1;       // tensor parallel (Megatron column/row-parallel GEMMs; innermost axis)
+  int cp = 1;       // context parallel, ring attention (the cp axis)
+  int ulysses = 1;  // DeepSpeed-Ulysses all_to_all attention (also on the cp axis; not together with cp > 1)
+  int pp = 1;       // pipeline stages: parsed, > 1 refused (not implemented yet)
+  bool sp = false;  // sequence parallelism on the tp axis (needs tp > 1, not with ulysses)
+  bool zigzag = true;  // parallel.cp_split: zigzag (chip c holds chunks c and 2cp-1-c) | contiguous
+  FusedPlan fused;     // parallel.fused / parallel.chunks (sharding/fused.h); needs tp > 1
+  // Training only (refused by run, which has no gradients or optimizer state):
+  int zero = 0;                                // ZeRO stage 0-3 over the dp (x cp) replicas
+  int64_t bucket_bytes = 25LL * 1024 * 1024;   // gradient bucket bytes (PyTorch DDP's 25 MiB); 0 = one reduction
+  bool recompute = false;                      // full activation recomputation per block
+  // The collective algorithm rule: "" = the default rule of algorithm_for; a registry name (collectives/registry.h)
+  // or "auto" = that algorithm for every collective of the plan that implements it (else the default rule's).
+  // Read from parallel.algorithm; parallel.all_reduce (older `run` key) sets the tp all_reduce's alone.
+  std::string algorithm;
+  std::string tp_all_reduce;  // parallel.all_reduce; "" = follow algorithm / the default rule
+  std::vector<int> mesh_dims;  // topology dimensions the mesh fills, innermost axis first; empty = automatic
+
+  int chips() const { return dp * tp * cp * ulysses * pp; }
+  // The algorithm a collective of kind WHAT runs under this plan. The default rule (no parallel.algorithm): ring
+  // for tp all_reduce and the sp all_gather / reduce_scatter (the published `run` figures), direct for the Ulysses
+  // all_to_all, auto (the cost model's choice, collectives/registry.h) for the data-parallel gradient collectives
+  // and the loss statistics.
+  std::string algorithm_for(PlanCollective what) const;
+};
+
+// The training loop's settings (the train: section; models/lm_train.h's LmTrainConfig is this type).
+struct TrainSpec {
+  int64_t steps = 30;  // the step to stop at (a resumed run continues to it)
+  kernels::AdamWConfig adamw{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
+  double max_grad_norm = 1.0;  // global-norm clipping; <= 0 turns it off
+  uint64_t data_seed = 7;
+};
+
+// ---- The one parser and validator of the model:, parallel: and train: sections ----
+//
+// Every command reads these sections through the functions below: `run` (model.kind mlp and transformer_block),
+// `train`, the sweeps' generated points and `--plan` / `--set` (which rewrite the YAML before it is parsed:
+// sharding/engine_config.h). The model: section arrives as workload: (its older name, still read) after
+// load_workload_config. Errors: ConfigError "FILE:LINE: key: ..." (exit 2) naming the key, for an unknown key, a
+// value out of its documented bound (docs/CONFIG.md, "Bounds"), a product of sizes out of bounds (computed with
+// common/checked.h, never wrapped), a plan that does not fit the model or the chips, and a variant the executor
+// of USE does not implement yet ("not implemented yet").
+
+// Which executor reads the spec: run's MLP (model.kind: mlp), run's transformer block stack (kind:
+// transformer_block), or train's language model (no kind, or kind: lm).
+enum class SpecUse { mlp, block, train };
+const char* spec_use_name(SpecUse use);  // "model.kind mlp" | "model.kind transformer_block" | "train"
+// The use a model: section asks for (its kind: key; no kind = train). ConfigError naming kind otherwise.
+SpecUse spec_use_of(const ConfigNode& model);
+
+// The keys of each section, for every use (docs/CONFIG.md has a row per key; tests/unit/config_doc_test.cpp).
+inline constexpr std::string_view kModelKeys[] = {
+    "kind",     "model",      "vocab",     "hidden",   "layers",     "heads", "kv_heads", "head_dim",
+    "ffn",      "seq",        "tokens",    "batch",    "micro_batch", "causal", "position", "rope",
+    "rope_theta", "norm",     "norm_eps",  "mlp",      "activation", "tied_embeddings", "attention", "dtype",
+    "seed"};
+inline constexpr std::string_view kParallelKeys[] = {"dp",     "tp",   "cp",           "ulysses",   "pp",
+                                                     "sp",     "cp_split", "fused",    "chunks",    "zero",
+                                                     "bucket_bytes", "recompute", "algorithm", "all_reduce",
+                                                     "mesh_dims"};
+inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",
+                                                  "weight_decay", "max_grad_norm", "data_seed", "recompute"};
+
+// Upper bounds of the sizes (inclusive; docs/CONFIG.md lists them with their reasons).
+struct SpecBounds {
+  static constexpr int64_t vocab = int64_t{1} << 24;        // 16,777,216 tokens
+  static constexpr int64_t hidden = int64_t{1} << 20;       // 1,048,576
+  static constexpr int64_t layers = 4096;
+  static constexpr int64_t heads = 4096;                    // query and KV heads
+  static constexpr int64_t head_dim = 4096;
+  static constexpr int64_t ffn = int64_t{1} << 22;          // 4,194,304
+  static constexpr int64_t seq = int64_t{1} << 24;          // 16,777,216 tokens per sequence
+  static constexpr int64_t batch = int64_t{1} << 24;        // sequences per step
+  static constexpr int64_t tokens = int64_t{1} << 32;       // batch x seq per step
+  static constexpr int64_t weight = int64_t{1} << 40;       // elements of one weight matrix
+  static constexpr int64_t params = int64_t{1} << 50;       // parameters of the whole model
+  static constexpr int64_t axis = int64_t{1} << 20;         // a mesh axis size (the chip limit)
+  static constexpr int64_t bucket_bytes = int64_t{1} << 50; // 1 PiB
+  static constexpr int64_t steps = 1000000;                 // every step runs on the host
+};
+
+// Parses the model section MODEL for USE: the keys, their bounds and products, the shape rules (heads a multiple
+// of kv_heads, head_dim even under RoPE, ...) and what USE implements.
+ModelSpec parse_model_spec(const ConfigNode& model, SpecUse use);
+// Parses ROOT's parallel: section (absent: the defaults below) for MODEL on CHIPS chips: every axis and option,
+// the product of the axes = CHIPS, the divisibility rules of each plan unit, and what USE implements. Defaults:
+// MLP: tp = CHIPS / dp; block and train: dp = CHIPS / (tp·cp·ulysses·pp). TRAIN_RECOMPUTE: the older
+// train.recompute key when given (the plan's recompute).
+ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& model, SpecUse use, int64_t chips,
+                                 bool train_recompute = false);
+// Parses the train: section (absent: the defaults).
+TrainSpec parse_train_spec(const ConfigNode& root);
+// The train: section's recompute: (older spelling of parallel.recompute); false when absent.
+bool train_section_recompute(const ConfigNode& root);
+
+}  // namespace shardsim::sharding
