@@ -287,7 +287,7 @@ void check_plan_fits_model(const ConfigNode& par, const ModelSpec& s, const Para
       at_key(par, "tp").fail(w + "tp: " + str(s.kv_heads) + " KV heads and tp " + str(p.tp) +
                              ": one must divide the other (KV heads are split or replicated whole)");
     if (use == SpecUse::train)
-      not_implemented(at_key(par, "tp"), w + "tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)",
+      not_implemented(at_key(par, "tp"), w + "tp: tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)",
                       use);
   }
   if (use == SpecUse::train) {
@@ -318,7 +318,7 @@ void check_plan_fits_model(const ConfigNode& par, const ModelSpec& s, const Para
                                 " are neither a multiple nor a divisor of " + str(p.ulysses) +
                                 " (Ulysses splits or replicates them)");
     if (hkv % p.ulysses != 0 && use == SpecUse::block)
-      not_implemented(par.child("ulysses"), w + "ulysses above the " + str(hkv) + " KV heads" +
+      not_implemented(par.child("ulysses"), w + "ulysses: ulysses above the " + str(hkv) + " KV heads" +
                                                 (p.tp > 1 ? " per tp shard" : "") + " (replicated KV heads)",
                       use);
   }
@@ -348,7 +348,7 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     p.cp = axis("cp");
     p.ulysses = axis("ulysses");
     p.pp = axis("pp");
-    if (p.pp > 1) not_implemented(par.child("pp"), w + "pp (pipeline parallelism)", use);
+    if (p.pp > 1) not_implemented(par.child("pp"), w + "pp: pipeline parallelism", use);
     const int64_t inner = bounded_product(par, "parallel: tp x cp x ulysses x pp", {p.tp, p.cp, p.ulysses, p.pp},
                                           SpecBounds::axis);
     if (use == SpecUse::mlp) {
@@ -388,12 +388,12 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                                "applies to the all_reduce form (sp: false)");
     if (use == SpecUse::mlp && (p.cp > 1 || p.ulysses > 1 || p.sp))
       not_implemented(par.child(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses"),
-                      w + (p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") + " (the MLP shards no sequence)", use);
+                      w + (p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") + ": the MLP shards no sequence", use);
     if (use == SpecUse::train && p.fused.enabled && !p.sp)
-      not_implemented(par.child("fused"), w + "fused without sp (gemm_all_reduce; the trainer fuses the "
+      not_implemented(par.child("fused"), w + "fused: fused without sp (gemm_all_reduce; the trainer fuses the "
                                           "sequence-parallel collectives: set sp: true)", use);
     if (use == SpecUse::train && par.has("chunks"))
-      not_implemented(par.child("chunks"), w + "chunks (the trainer's fused ops are rings of tp pieces)", use);
+      not_implemented(par.child("chunks"), w + "chunks: (the trainer's fused ops are rings of tp pieces)", use);
     // Training only.
     p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
     p.bucket_bytes = par.get_int_in("bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
@@ -418,7 +418,7 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
       (std::string(k) == "all_reduce" ? p.tp_all_reduce : p.algorithm) = a;
     }
     if (use == SpecUse::train && par.has("all_reduce"))
-      not_implemented(par.child("all_reduce"), w + "all_reduce (the tp all_reduce's own algorithm; use algorithm)",
+      not_implemented(par.child("all_reduce"), w + "all_reduce: (the tp all_reduce's own algorithm; use algorithm)",
                       use);
     if (par.has("mesh_dims"))
       for (int64_t d : par.get_int_list("mesh_dims")) {

@@ -35,9 +35,12 @@
 //
 // What each executor implements today (the parser refuses the rest with exit 2 naming the key, "not implemented
 // yet"; the fidelity and pipeline work fills them in):
-//   run, MLP-only (attention off, vocab 0): mlp swiglu or geglu; layers 1; batch = dp (one input per replica)
-//   run, block (attention on, vocab 0): rmsnorm, swiglu, rope or none, any layers; batch = dp
-//   train (vocab > 0, attention on): rmsnorm, swiglu, rope, untied head, micro_batch 0
+//   run, MLP-only (attention off, vocab 0): mlp swiglu or geglu; layers 1; batch = dp (one input per replica);
+//        plan tp x dp (fused, all_reduce / algorithm for the tp all_reduce)
+//   run, block (attention on, vocab 0): rmsnorm (eps 1e-5), swiglu or geglu, rope (theta 10000) or none,
+//        head_dim = hidden / heads, any layers; batch = dp; Ulysses with replicated KV heads not yet
+//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, micro_batch 0;
+//        tp above the KV heads not yet; fused only with sp; one algorithm for all collectives (see algorithm)
 //   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, micro_batch != 0, parallel.pp > 1.
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them

@@ -60,7 +60,7 @@ then one_error_line; fi
 
 e2e_case "(c) heads not a multiple of kv_heads"
 sed -E 's/^(  kv_heads:).*/\1 3/' "$TRAIN" >bad_heads.yaml
-if expect_exit 2 '^shardsim: error: .*bad_heads\.yaml:[0-9]+: .*multiple of kv_heads' -- shardsim_mpi 1 train bad_heads.yaml
+if expect_exit 2 '^shardsim: error: .*bad_heads\.yaml:[0-9]+: model.kv_heads: 4 query heads are not a multiple of 3 KV heads' -- shardsim_mpi 1 train bad_heads.yaml
 then one_error_line; fi
 
 e2e_case "(d) a typo in train:"
@@ -85,10 +85,10 @@ then one_error_line; fi
 
 e2e_case "(h) sizes that cannot fit in host memory are refused before allocating (was std::bad_alloc, exit 3)"
 sed -E 's/^(  ffn:).*/\1 99999999999/' "$TRAIN" >huge_ffn.yaml
-if expect_exit 2 '^shardsim: error: .*huge_ffn\.yaml: model: needs at least .* GiB of host memory per rank' \
+if expect_exit 2 '^shardsim: error: .*huge_ffn\.yaml:[0-9]+: model.ffn: must be between 1 and 4194304' \
     -- shardsim_mpi 1 train huge_ffn.yaml
 then one_error_line; fi
-sed -E 's/^(  hidden:).*/\1 4000000000/; s/^(  vocab:).*/\1 4000000000/' "$TRAIN" >huge_dims.yaml
+sed -E 's/^(  hidden:).*/\1 1048576/; s/^(  ffn:).*/\1 1048576/' "$TRAIN" >huge_dims.yaml  # within the bounds
 if expect_exit 2 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
     -- shardsim_mpi 2 train huge_dims.yaml
 then one_error_line; fi
