@@ -23,9 +23,10 @@ std::string algorithm_for(Collective c, const std::string& wanted) {
 }  // namespace
 
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp, size_t chunk_bytes) {
-  sim::Timeline timeline(tp.chip(), topo, sim::device_preset("generic"), /*record_events=*/false);
-  runtime::Transport t(tp.comm(), timeline, tp.rank_to_chip());
+                  const EstimateGroup& tp, size_t chunk_bytes) {
+  const int chip = tp.rank_to_chip.at(static_cast<size_t>(tp.world->rank()));
+  sim::Timeline timeline(chip, topo, sim::device_preset("generic"), /*record_events=*/false);
+  runtime::Transport t(*tp.world, timeline, tp.rank_to_chip);
   std::string a = algorithm_for(c, algorithm);
   if (a == "auto") {
     CollectiveOptions o;
@@ -54,7 +55,7 @@ struct Fit2 {
 // Fits a (latency factor) and 1/b (inverse bandwidth factor) of TOPO to POINTS[i] for i in IDX: relative squared
 // errors, weighted linear start, then Gauss-Newton with step halving on the full replay.
 Fit2 fit_two(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-             const CalibrationOptions& options, const runtime::Transport& tp) {
+             const CalibrationOptions& options, const EstimateGroup& tp) {
   auto model = [&](double a, double b, const Point& p) {
     return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp, options.chunk_bytes);
   };
@@ -173,7 +174,7 @@ struct Fit3 {
 // W: zero latency), refused when L and M are proportional over the rows (o cannot be told from latency); then
 // Gauss-Newton with step halving on the full replay, a and o kept >= 0.
 Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-               const CalibrationOptions& options, const runtime::Transport& tp) {
+               const CalibrationOptions& options, const EstimateGroup& tp) {
   auto model = [&](double a, double inv_b, double o, const Point& p) {
     return predict_us(with_overhead(topo.scaled(a, 1 / inv_b), o), p.log->collective, options.algorithm,
                       p.row.bytes, tp, options.chunk_bytes);
@@ -313,7 +314,7 @@ struct FitC {
 class CallFitter {
  public:
   CallFitter(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-             const CalibrationOptions& options, const runtime::Transport& tp)
+             const CalibrationOptions& options, const EstimateGroup& tp)
       : topo_(topo), points_(points), idx_(idx), opt_(options), tp_(tp) {
     // The linear model's basis per fitted row (us): L = the file's latencies at unlimited bandwidth, W = zero
     // latency at the file's bandwidth, M = 1 us of overhead per message alone, per us; c's column is 1.
@@ -546,22 +547,57 @@ class CallFitter {
   const std::vector<Point>& points_;
   const std::vector<size_t>& idx_;
   const CalibrationOptions& opt_;
-  const runtime::Transport& tp_;
+  const EstimateGroup& tp_;
   std::vector<Basis> basis_;
 };
+
+// What makes a fit physically impossible (calibrate.h, Calibration::warnings).
+std::vector<std::string> physical_warnings(const Calibration& cal, const CalibrationOptions& options) {
+  std::vector<std::string> out;
+  const std::string models = "--algorithm " + options.algorithm;
+  auto above_line_rate = [&](const std::string& what, double e) {
+    out.push_back(what + " " + format_number(e) + " is above 1: the fit needs " + format_number(e) +
+                  " x the topology file's line rate, which no link gives (the file's bandwidth is too low, or the "
+                  "measured library used more links at once than " + models + " models: several channels or rails, "
+                  "in-switch reduction)");
+  };
+  if (cal.bandwidth_factor > 1 + 1e-6) above_line_rate("efficiency b =", cal.bandwidth_factor);
+  if (cal.low_latency && cal.low_latency_efficiency > 1 + 1e-6)
+    above_line_rate("the low-latency protocol's efficiency", cal.low_latency_efficiency);
+  if (cal.latency_factor < 1e-6)
+    out.push_back("latency factor a = " + format_number(cal.latency_factor) +
+                  " sits at its bound 0: the rows want a negative latency (the small sizes are faster than the "
+                  "model's hops allow: check " + models + " and the topology's hop count)");
+  if (cal.low_latency && !cal.fitted.links().empty()) {
+    // At its own threshold the low-latency protocol must not be slower than the bandwidth protocol: a library
+    // switches to it because it is faster there.
+    const auto& p = cal.fitted.protocol();
+    const auto& link = cal.fitted.link(0);
+    const double m = p.low_latency_max_bytes, b = link.bandwidth_gbps;
+    const double t_ll = link.latency_ns * p.low_latency_latency_factor + m / (b * p.low_latency_efficiency);
+    const double t_bw = link.latency_ns + m / (b * p.efficiency);
+    if (t_ll > t_bw * (1 + 1e-6))
+      out.push_back("the low-latency protocol (efficiency " + format_number(cal.low_latency_efficiency) +
+                    ") is slower than the bandwidth protocol at its own threshold (" + format_number(t_ll) + " ns vs " +
+                    format_number(t_bw) + " ns per " + format_number(m) + "-byte message on one link): no library "
+                    "would switch to it there, so the split is an artefact of the rows (fit with --protocols 1)");
+  }
+  return out;
+}
 
 }  // namespace
 
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
-                      const runtime::Transport& tp) {
+                      const EstimateGroup& tp) {
   for (const auto* logs : {&fit, &held_out})
     for (const auto& log : *logs)
       if (log.ranks != 0 && log.ranks != topo.num_chips())
         throw ConfigError(log.file + ": the log lists " + std::to_string(log.ranks) + " ranks but the topology has " +
                           std::to_string(topo.num_chips()) + " chips");
   if (tp.size() != topo.num_chips())
-    throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) + " chips; run it with mpirun -np " +
+    throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) +
+                     " chips; run it with mpirun -np " + std::to_string(topo.num_chips()) + " or --chips " +
                      std::to_string(topo.num_chips()) + " (the job has " + std::to_string(tp.size()) + " ranks)");
   if (options.protocols != 1 && options.protocols != 2)
     throw UsageError("--protocols: 1 or 2 (got " + std::to_string(options.protocols) + ")");
@@ -610,6 +646,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
       out.latency_factor = std::max(f.x[3], 1e-9);
       out.bandwidth_factor = 1 / f.x[4];
       out.low_latency = true;
+      out.low_latency_efficiency = 1 / f.x[1];
     }
   } else if (options.fit_overhead) {
     const Fit3 f = fit_three(topo, points, fitted, options, tp);
@@ -658,7 +695,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     ll.low_latency_latency_factor = lo_best.a / a_hi;
     out.fitted = with_protocol(topo, a_hi, out.bandwidth_factor, &ll);
     out.low_latency = true;
+    out.low_latency_efficiency = ll.low_latency_efficiency;
   }
+  if (!fit.empty()) out.warnings = physical_warnings(out, options);
   double sum = 0;
   for (const auto& p : points) {
     Prediction pr;

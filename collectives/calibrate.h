@@ -39,9 +39,18 @@
 #include "collectives/algorithms.h"
 #include "collectives/nccl_log.h"
 #include "runtime/transport.h"
+#include "runtime/world.h"
 #include "topology/topology.h"
 
 namespace shardsim::collectives {
+
+// The chips the estimates run on: WORLD's (one per MPI rank, or several per rank with --chips), rank r on chip
+// RANK_TO_CHIP[r]. Estimates communicate nothing (a transport over WORLD on a timeline of the topology asked).
+struct EstimateGroup {
+  const runtime::World* world = nullptr;
+  std::vector<int> rank_to_chip;
+  int size() const { return static_cast<int>(rank_to_chip.size()); }
+};
 
 struct CalibrationOptions {
   std::string algorithm = "ring";  // the schedule the measured library ran (NCCL's default at large sizes)
@@ -76,21 +85,27 @@ struct Calibration {
   int iterations = 0;
   std::vector<Prediction> predictions;  // fit logs first, then held-out logs, rows in file order
   double rms_rel_error = 0;            // over the fitted rows
+  double low_latency_efficiency = 0;   // protocols == 2: the low-latency protocol's fraction of the line rate
+  // Why the fit is physically impossible, one line each (empty when it is not): an efficiency above 1 (more than
+  // the file's line rate), the latency factor at its bound 0 (the rows want a negative latency), a low-latency
+  // protocol slower than the bandwidth protocol at its own threshold. `calibrate` prints them as warnings and
+  // exits 2 with --strict.
+  std::vector<std::string> warnings;
 };
 
 // Fits TOPO's link parameters to FIT logs; HELD_OUT logs are only predicted (with FIT empty: no fit, every row
-// predicted on TOPO as given, factors 1). TP: a transport over as many ranks
-// as TOPO has chips (its timeline's topology is not used; every estimate runs on its own Timeline over a scaled
-// copy of TOPO). Deterministic: every rank computes the same result. ConfigError when a log's rank count differs
+// predicted on TOPO as given, factors 1). TP: as many chips as TOPO has (every estimate runs on its own Timeline
+// over a scaled copy of TOPO; UsageError otherwise). Deterministic: any rank computes the same result (the app
+// computes it on rank 0 alone). ConfigError when a log's rank count differs
 // from TOPO's chips, when no row is at or above min_bytes, or when the algorithm cannot run a log's collective.
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
-                      const runtime::Transport& tp);
+                      const EstimateGroup& tp);
 
 // The simulated time (us) of LOG's collective on TOPO for BYTES with ALGORITHM (estimate_ns on a transport over
-// TP's communicator whose timeline is TOPO), pipelined in pieces of CHUNK_BYTES (0: none).
+// TP's chips whose timeline is TOPO), pipelined in pieces of CHUNK_BYTES (0: none).
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp, size_t chunk_bytes = 0);
+                  const EstimateGroup& tp, size_t chunk_bytes = 0);
 
 // TOPO as a topology file (the `topology:` section, readable by load_topology), for `calibrate --out`. Grid
 // topologies only: std::invalid_argument for graphs.
