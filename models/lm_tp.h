@@ -67,20 +67,13 @@
 // replicates the query groups when a parallel degree exceeds them), and their partial dK/dV are summed on the
 // way back. Gradients and ZeRO as for cp.
 //
-// Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
-// rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
-// (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
-// norm + head) and cut into buckets of >= bucket_bytes (0: one bucket; ZeRO-3: one bucket per unit); each bucket is
-// split over the dp axis by collectives::Partition and dp rank d owns chunk d. Stage 0: all_reduce(avg) over dp per
-// bucket, every rank updates its whole tp shard. Stage 1: reduce_scatter(avg) over dp per bucket, the fp32 master
-// and moments of the owned chunk only, AdamW on it, all_gather over dp of the updated parameters (the whole local
-// gradient buffer stays allocated). Stage 2: as 1, but only the reduced chunk of the gradient persists.
-// Stage 3: between steps only the chunk of each unit's parameters; a unit is all_gathered over dp before its
-// forward and again before its backward (issued when the previous unit starts: FSDP's one-unit prefetch). A
-// bucket's reduction is issued when its last unit's backward has ended (with sp: when the backward has ended,
-// since the norm weights' gradients are all_reduced over tp after it). So each tp rank runs ZeRO over its own dp
-// group (with cp: its dp x cp group) on Ψ_tp = its shards' parameter count, and the memory formulas are
-// lm_dp.h's with Ψ = Ψ_tp and N_d = dp·cp.
+// Data parallelism across the dp axis, with ZeRO: the plan unit sharding/plans/data_parallel.h (stages 0-3,
+// gradient buckets overlapping backward, stage-3 gathers one unit ahead) over the dp group of each tp coordinate
+// (with cp: its dp x cp group), on this rank's tp shards: Ψ_tp = their parameter count, N_d = dp·cp. Replica d
+// takes sequences [d·B/dp, (d+1)·B/dp) of the global batch, so the global batch is identical for any dp. Units:
+// 0 = embed, 1 + l = block l, layers + 1 = final norm + head. With sp a bucket's reduction waits for the end of
+// backward (the norm weights' gradients are all_reduced over tp after it). A dp-only mesh (tp = cp = 1) is this
+// trainer with every tp and cp collective absent.
 // Global-norm clipping follows kernels/optimizer.h's rule: every rank adds the squares of the reduced gradient
 // elements of its dp chunk (stage 0: the chunk it would own, so each element counts once over dp), skipping the
 // replicated norm weights unless its tp coordinate is 0; the pieces are all_reduce(sum)ed over the whole mesh.
@@ -110,21 +103,50 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+#include <memory>
+
+#include "collectives/types.h"
 #include "models/lm_checkpoint.h"
-#include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/data_parallel.h"
 #include "sim/timeline.h"
 
 namespace shardsim::models {
+
+// The trainer's data-parallel settings: the ZeRO stage, buckets and collective algorithm of the data-parallel plan
+// unit (sharding/plans/data_parallel.h) and activation recomputation per block (lm_model.h): the forward keeps
+// only each block's input; right before a block's backward (after its ZeRO-3 gather) its forward runs again.
+struct LmDpConfig {
+  int zero = 0;                             // ZeRO stage 0..3
+  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
+  std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
+  bool recompute = false;
+};
+
+// Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
+// and the activations this rank's forward keeps (lm_cache_bytes; not in the formula).
+struct LmDpMemory : sharding::plans::DpMemory {
+  double activations = 0;
+};
+
+struct LmDpStepResult {
+  int64_t step = 0;      // 1-based
+  double loss = 0;       // global mean loss before the update
+  double grad_norm = 0;  // global norm before clipping
+  double clip = 1;
+  sim::Breakdown breakdown;  // this chip's simulated step
+  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
+};
 
 class LmTpTrainer {
  public:
   // MESH: dp × cp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
   // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1. ULYSSES: the cp axis runs
   // DeepSpeed-Ulysses instead of ring attention (contiguous split; CP_ZIGZAG ignored).
-  // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
+  // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (LmDpConfig); std::invalid_argument naming the
   // field for a stage outside 0..3 or bucket_bytes < 0. FUSED (parallel.fused, needs SEQUENCE_PARALLEL; else
   // std::invalid_argument naming parallel.fused): the tp collectives around the GEMMs as the fused ops of
   // sharding/fused.h (see "Fused collectives" above).
@@ -151,10 +173,10 @@ class LmTpTrainer {
   bool ulysses() const { return ulysses_; }
   bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
-  int buckets() const { return static_cast<int>(buckets_.size()); }
+  int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
-  // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (lm_dp.h)
+  // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (sharding/plans/data_parallel.h)
   // with Ψ = Ψ_tp, this chip's tp shards (replicated norms whole), and N_d = dp; the activations this rank's
   // forward keeps (lm_cache_bytes).
   LmDpMemory memory() const;
@@ -165,28 +187,9 @@ class LmTpTrainer {
   static Split split_of(const std::string& name);
 
  private:
-  struct Slot {  // one local weight in the flat order
-    size_t index;   // into named_weights()
-    int unit;
-    size_t offset;  // in its bucket, elements
-    size_t numel;
-    bool replicated;  // a norm weight (Replicate on tp)
-  };
-  struct Bucket {
-    std::vector<Slot> slots;
-    size_t count = 0;   // elements
-    int last_unit = 0;  // the unit whose backward completes it
-    size_t own_off = 0, own_n = 0;  // this rank's dp chunk (stage 0: the whole bucket)
-    runtime::Tensor master, m, v;   // fp32 [own_n]
-    runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
-    runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
-  };
   runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
-  void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
-  void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
-  sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // stages 1-3: all_gather over dp of the chunk into work_
-  LmWeights gather_field(runtime::Tensor Bucket::*field, const char* name);  // local fp32 shards, whole over dp
-  void begin_forward(int unit, sim::TimeNs& t);   // stage 3: the unit's gather; records the unit's start
+  LmWeights gather_field(sharding::plans::DataParallel::Field field);  // local fp32 shards, whole over dp
+  void begin_forward(int unit, sim::TimeNs& t);   // the data-parallel unit's hooks (stage 3: the unit's gather)
   void begin_backward(int unit, sim::TimeNs& t);
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                      sim::TimeNs& t);
@@ -247,9 +250,7 @@ class LmTpTrainer {
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
-  std::vector<Bucket> buckets_;
-  std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
-  std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
+  std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
 };
 
