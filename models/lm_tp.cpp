@@ -24,6 +24,7 @@
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
+#include "sharding/plans/ulysses.h"
 
 namespace shardsim::models {
 
@@ -158,11 +159,9 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   } else {
     rep_ = &mesh_["dp"];
   }
-  for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
-    chunks_.push_back({ch.local, ch.global, ch.len});
   pos_.resize(size_t(local_.batch * local_.seq));
   for (int64_t b = 0; b < local_.batch; ++b)
-    for (const CpChunk& ch : chunks_)
+    for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
       for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
@@ -384,8 +383,9 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
       S.lse.push_back(std::move(lse));
     }
     S.o = heads_to_seq(S.o_heads, hq, t, "o");
-  } else if (cp_size_ > 1) {
-    cp_attention_forward(S, t);
+  } else if (cp_size_ > 1) {  // ring attention (sharding/plans/context_parallel.h)
+    auto ring = cp_ring();
+    S.o = sharding::plans::ring_attention_forward(ring, seq_shard(), S.q, S.k, S.v, S.lse, t);
   } else {
    S.o = act({N, hq, d});
    S.lse.clear();
@@ -567,8 +567,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
       dq = heads_to_seq(dqh, hq, t, "dq");
       dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
       dv = heads_to_seq(dvh, hkv, t, "dv");
-    } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
-    else
+    } else if (cp_size_ > 1) {
+      auto ring = cp_ring();
+      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, t);
+    } else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
@@ -695,263 +697,20 @@ LmDpMemory LmTpTrainer::memory() const {
   return m;
 }
 
-// ---- context parallelism (ring attention) ----
+sharding::plans::SeqShard LmTpTrainer::seq_shard() const {
+  return {local_.batch, local_.seq, local_.heads, local_.kv_heads, local_.head_dim, local_.dtype};
+}
+
+sharding::plans::CpRing LmTpTrainer::cp_ring() {
+  return {mesh_["cp"], zigzag_, global_.seq, tl_, store_};
+}
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
-  const int U = cp_size_;
-  // hu heads per chip: H/U, or 1 when H < U (kv heads replicated: chip j takes head j·H/U, its GQA group's).
-  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = std::max<int64_t>(1, H / U), B = local_.batch,
-                Tl = local_.seq;
-  const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
-  Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, j·H/U + hu)
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
-                    static_cast<const char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es, row);
-  collectives::CollectiveOptions o;
-  o.algorithm = "auto";
-  o.name = "all_to_all.ulysses_" + name;
-  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
-                              x.dtype(), t, o)
-          .span.end;
-  // Block i holds chip i's tokens (its contiguous chunk of every local sequence) for this chip's heads.
-  Tensor y = make(x.dtype(), {B * Tl * U, hu, d});
-  if (store_)
-    for (int i = 0; i < U; ++i)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(static_cast<char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row,
-                    static_cast<const char*>(recv.data()) + size_t(i * n + b * Tl) * row, size_t(Tl) * row);
-  return y;
+  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name);
 }
 
 Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
-  const int U = cp_size_;
-  const int64_t hu = y.dim(1), d = y.dim(2), B = local_.batch, Tl = local_.seq, n = B * Tl;
-  const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
-  Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
-    for (int i = 0; i < U; ++i)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(static_cast<char*>(send.data()) + size_t(i * n + b * Tl) * row,
-                    static_cast<const char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row, size_t(Tl) * row);
-  collectives::CollectiveOptions o;
-  o.algorithm = "auto";
-  o.name = "all_to_all.ulysses_" + name;
-  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
-                              y.dtype(), t, o)
-          .span.end;
-  Tensor x = make(y.dtype(), {n, H, d});
-  if (store_ && H >= U)  // block j: this chip's tokens, heads [j·H/U, ...)
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es,
-                    static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
-  else if (store_)  // replicated heads (H < U): U/H chips hold partial gradients of one head; summed in chip order
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t e = 0; e < d; ++e) {
-          const int64_t at = (i * H + (j * H) / U) * d + e;
-          x.set(at, x.get(at) + recv.get((j * n + i) * d + e));
-        }
-  return x;
-}
-
-std::vector<LmTpTrainer::CpChunk> LmTpTrainer::cp_chunks_of(int cp_rank) const {
-  std::vector<CpChunk> out;
-  for (const auto& ch : sharding::plans::cp_chunks(global_.seq, cp_size_, cp_rank, zigzag_))
-    out.push_back({ch.local, ch.global, ch.len});
-  return out;
-}
-
-Tensor LmTpTrainer::to_compute(const Tensor& f32, runtime::Shape shape) const {
-  if (!store_) return make(local_.dtype, std::move(shape));
-  if (local_.dtype == DType::fp32) {
-    Tensor out = f32;
-    return std::move(out).reshaped(std::move(shape));
-  }
-  return Tensor::from_float(f32.to_float(), local_.dtype, std::move(shape));
-}
-
-kernels::KernelCost LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part) {
-  if (store_) {
-    const int64_t per_row = part.numel() / std::max<int64_t>(1, part.dim(0));
-    float* a = acc.f32() + r0 * per_row;
-    const float* p = part.f32();
-    for (int64_t i = 0; i < part.numel(); ++i) a[i] += p[i];
-  }
-  const double n = double(part.numel());
-  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32};
-}
-
-namespace {
-
-// The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel
-// over the step's chunk pairs, one correction / accumulation kernel), as the non-cp path charges one attention
-// per sequence: the per-pair launches of this host loop are not what a device runs.
-struct Fused {
-  kernels::KernelCost k;
-  void add(const kernels::KernelCost& c) {
-    if (k.name.empty()) {
-      k = c;
-    } else {
-      k.flops += c.flops;
-      k.bytes += c.bytes;
-    }
-  }
-};
-
-}  // namespace
-
-sim::TimeNs LmTpTrainer::ring_pass(std::vector<Tensor*> send, std::vector<Tensor*> recv, sim::TimeNs ready,
-                                   const std::string& name) {
-  runtime::Transport& ring = mesh_["cp"];
-  const int P = cp_size_, next = (cp_rank_ + 1) % P, prev = (cp_rank_ + P - 1) % P;
-  size_t bytes = 0;
-  for (const Tensor* s : send) bytes += s->nbytes();
-  std::vector<unsigned char> sbuf(store_ ? bytes : 0), rbuf(store_ ? bytes : 0);
-  if (store_) {
-    size_t off = 0;
-    for (const Tensor* s : send) {
-      std::memcpy(sbuf.data() + off, s->data(), s->nbytes());
-      off += s->nbytes();
-    }
-  }
-  const sim::TimeNs arrival = ring.sendrecv(store_ ? sbuf.data() : nullptr, bytes, next,
-                                            store_ ? rbuf.data() : nullptr, bytes, prev, ready, name);
-  tl_.record_region(name, "collective", {ready, arrival}, double(bytes));
-  if (store_) {
-    size_t off = 0;
-    for (Tensor* r : recv) {
-      std::memcpy(r->data(), rbuf.data() + off, r->nbytes());
-      off += r->nbytes();
-    }
-  }
-  return arrival;
-}
-
-void LmTpTrainer::cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t) {
-  const LmConfig& c = local_;
-  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
-  const int P = cp_size_;
-  const size_t nc = chunks_.size();
-  std::vector<Tensor> acc(size_t(B) * nc), lse(size_t(B) * nc);
-  std::vector<char> has(acc.size(), 0);
-  Tensor kcur = S.k, vcur = S.v;
-  sim::TimeNs kv_ready = t;
-  for (int step = 0; step < P; ++step) {
-    const int owner = (cp_rank_ - step + P) % P;  // whose K/V block this chip holds now
-    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
-    Tensor knext, vnext;
-    sim::TimeNs next_ready = kv_ready;
-    if (step + 1 < P) {  // posted before the compute on the current block: the transfer overlaps it
-      knext = make(c.dtype, {N, hkv, d});
-      vnext = make(c.dtype, {N, hkv, d});
-      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.kv_step" + std::to_string(step));
-    }
-    t = std::max(t, kv_ready);
-    for (int64_t b = 0; b < B; ++b) {
-      Fused attn, merge;
-      for (size_t qi = 0; qi < nc; ++qi) {
-        const CpChunk& qc = chunks_[qi];
-        const Tensor qb = S.q.rows(b * Tl + qc.local, qc.len);
-        for (const CpChunk& kc : kv_chunks) {
-          if (kc.global > qc.global + qc.len - 1) continue;  // every key in the future of every query: masked
-          kernels::AttentionOptions o = causal();
-          o.q_offset = qc.global;
-          o.k_offset = kc.global;
-          Tensor ob = make(DType::fp32, {qc.len, hq, d}), lb = make(DType::fp32, {hq, qc.len});
-          attn.add(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
-                                      ob, lb, o));
-          const size_t i = size_t(b) * nc + qi;
-          if (!has[i]) {
-            acc[i] = std::move(ob);
-            lse[i] = std::move(lb);
-            has[i] = 1;
-          } else {
-            merge.add(kernels::merge_attention_partials(acc[i], lse[i], ob, lb));
-          }
-        }
-      }
-      if (!attn.k.name.empty()) charge(attn.k, t);
-      if (!merge.k.name.empty()) charge(merge.k, t);
-    }
-    if (step + 1 < P) {
-      kcur = std::move(knext);
-      vcur = std::move(vnext);
-      kv_ready = next_ready;
-    }
-  }
-  S.o = make(c.dtype, {N, hq, d});
-  S.lse.clear();
-  for (int64_t b = 0; b < B; ++b)
-    for (size_t qi = 0; qi < nc; ++qi) {
-      const size_t i = size_t(b) * nc + qi;
-      S.o.set_rows(b * Tl + chunks_[qi].local, to_compute(acc[i], {chunks_[qi].len, hq, d}));
-      S.lse.push_back(std::move(lse[i]));  // per (sequence, chunk): fp32 [Hq, len], the merged log-sum-exp
-    }
-}
-
-void LmTpTrainer::cp_attention_backward(const LmCache::Layer& S, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                        Tensor& dv, sim::TimeNs& t) {
-  const LmConfig& c = local_;
-  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
-  const int P = cp_size_;
-  const size_t nc = chunks_.size();
-  Tensor dq_acc = make(DType::fp32, {N, hq, d});
-  Tensor kcur = S.k, vcur = S.v;
-  Tensor dkcur = make(DType::fp32, {N, hkv, d}), dvcur = make(DType::fp32, {N, hkv, d});
-  sim::TimeNs kv_ready = t, dkv_ready = t;
-  for (int step = 0; step < P; ++step) {
-    const int owner = (cp_rank_ - step + P) % P;
-    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
-    Tensor knext, vnext;
-    sim::TimeNs next_ready = kv_ready;
-    if (step + 1 < P) {  // K/V for the next step, posted first (it does not depend on this step's compute)
-      knext = make(c.dtype, {N, hkv, d});
-      vnext = make(c.dtype, {N, hkv, d});
-      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.bwd_kv_step" + std::to_string(step));
-    }
-    t = std::max(t, std::max(kv_ready, dkv_ready));
-    for (int64_t b = 0; b < B; ++b) {
-      Fused bwd, accum;
-      for (size_t qi = 0; qi < nc; ++qi) {
-        const CpChunk& qc = chunks_[qi];
-        const int64_t qr = b * Tl + qc.local;
-        const Tensor qb = S.q.rows(qr, qc.len), ob = S.o.rows(qr, qc.len), dob = dout.rows(qr, qc.len);
-        for (const CpChunk& kc : kv_chunks) {
-          if (kc.global > qc.global + qc.len - 1) continue;
-          kernels::AttentionOptions o = causal();
-          o.q_offset = qc.global;
-          o.k_offset = kc.global;
-          const int64_t kr = b * Tl + kc.local;
-          Tensor dqp = make(DType::fp32, {qc.len, hq, d}), dkp = make(DType::fp32, {kc.len, hkv, d}),
-                 dvp = make(DType::fp32, {kc.len, hkv, d});
-          bwd.add(kernels::attention_backward(qb, kcur.rows(kr, kc.len), vcur.rows(kr, kc.len), ob,
-                                              S.lse[size_t(b) * nc + qi], dob, dqp, dkp, dvp, o));
-          accum.add(add_rows(dq_acc, qr, dqp));
-          accum.add(add_rows(dkcur, kr, dkp));
-          accum.add(add_rows(dvcur, kr, dvp));
-        }
-      }
-      if (!bwd.k.name.empty()) charge(bwd.k, t);
-      if (!accum.k.name.empty()) charge(accum.k, t);
-    }
-    // dK/dV of the block travel with it (fp32 accumulators): after the last step they reach its owner.
-    Tensor dknext = make(DType::fp32, {N, hkv, d}), dvnext = make(DType::fp32, {N, hkv, d});
-    dkv_ready = ring_pass({&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp_ring.dkv_step" + std::to_string(step));
-    dkcur = std::move(dknext);
-    dvcur = std::move(dvnext);
-    if (step + 1 < P) {
-      kcur = std::move(knext);
-      vcur = std::move(vnext);
-      kv_ready = next_ready;
-    }
-  }
-  t = std::max(t, dkv_ready);
-  dq = to_compute(dq_acc, {N, hq, d});
-  dk = to_compute(dkcur, {N, hkv, d});
-  dv = to_compute(dvcur, {N, hkv, d});
+  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name);
 }
 
 }  // namespace shardsim::models

@@ -39,7 +39,8 @@
 // reduce_scatter and all_gather (no GEMM), the cross-entropy all_reduces and the norm-gradient all_reduce stay
 // unfused.
 //
-// Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp): ring attention (Liu et
+// Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp; the plan unit
+// sharding/plans/context_parallel.h, ring_attention_forward / _backward): ring attention (Liu et
 // al., arXiv:2310.01889) forward AND backward. Each sequence is Shard(0) over cp: cp rank c holds the tokens of
 // sharding::plans::cp_chunks (zigzag: chunks c and 2cp-1-c of 2cp, Megatron's causal load balance; contiguous:
 // chunk c of cp), so every token-wise layer (embedding, norms, GEMMs, RoPE at the tokens' global positions, the
@@ -57,7 +58,8 @@
 // the average over the group is the global mean). Requires seq a multiple of cp (zigzag: 2cp; with sp also
 // (seq/cp) a multiple of tp).
 //
-// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509) on the same cp axis (parallel.ulysses: U): the
+// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509; the plan unit sharding/plans/ulysses.h,
+// ulysses_seq_to_heads / _heads_to_seq) on the same cp axis (parallel.ulysses: U): the
 // sequence is split contiguously over U as above; around attention an all_to_all over cp turns q, k, v [tokens/U,
 // H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
 // flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
@@ -111,6 +113,7 @@
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
 #include "sim/timeline.h"
 
@@ -207,27 +210,14 @@ class LmTpTrainer {
   runtime::Tensor row_parallel(const runtime::Tensor& in, const runtime::Tensor& w, sim::TimeNs& t, const char* name);
   void row_parallel_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
                              runtime::Tensor& dx, runtime::Tensor& dw, sim::TimeNs& t, const char* name);
-  // Context parallelism (see above). A chunk of each local sequence: local row offset, global position, length.
-  struct CpChunk {
-    int64_t local = 0, global = 0, len = 0;
-  };
-  std::vector<CpChunk> cp_chunks_of(int cp_rank) const;
-  void cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t);
-  void cp_attention_backward(const LmCache::Layer& S, const runtime::Tensor& dout, runtime::Tensor& dq,
-                             runtime::Tensor& dk, runtime::Tensor& dv, sim::TimeNs& t);
-  // One cp ring step: SEND's tensors (concatenated) to the next cp rank, RECV's (same sizes) from the previous,
-  // data ready at READY; recorded as a collective region NAME. Returns the arrival time.
-  sim::TimeNs ring_pass(std::vector<runtime::Tensor*> send, std::vector<runtime::Tensor*> recv, sim::TimeNs ready,
-                        const std::string& name);
-  runtime::Tensor to_compute(const runtime::Tensor& f32, runtime::Shape shape) const;  // fp32 -> compute dtype
+  // Context parallelism and Ulysses: the plan units' views of this chip (sharding/plans/context_parallel.h,
+  // ulysses.h).
+  sharding::plans::SeqShard seq_shard() const;
+  sharding::plans::CpRing cp_ring();
   // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
-  // token, this chip's heads), and back.
+  // token, this chip's heads), and back (H: the token layout's head count; replicated kv heads are summed).
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
-  // H: the token layout's head count. With fewer heads than U (replicated kv heads) seq_to_heads sends chip j the
-  // one head j·H/U and heads_to_seq sums the U/H chips' blocks of each head (the partial dK / dV).
   runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
-  // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
-  kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
 
@@ -246,7 +236,6 @@ class LmTpTrainer {
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
-  std::vector<CpChunk> chunks_;         // this chip's chunks of each sequence ({0, 0, seq} without cp)
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
