@@ -73,11 +73,8 @@ models::LmConfig config_of(const PlanCase& k) {
   return c;
 }
 
-models::LmTrainConfig five_steps() {
-  models::LmTrainConfig t;
-  t.steps = 5;
-  return t;
-}
+// 5 steps, the trainer's defaults otherwise.
+const models::LmTrainConfig kFiveSteps{.steps = 5};
 
 struct Reference {
   std::vector<models::LmStepResult> steps;
@@ -93,7 +90,7 @@ const Reference& reference(int64_t kv_heads) {
   const models::LmConfig c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
-  r.steps = models::lm_train(c, five_steps(), st);
+  r.steps = models::lm_train(c, kFiveSteps, st);
   r.weights = st.weights;
   return refs.emplace(kv_heads, std::move(r)).first->second;
 }
@@ -115,7 +112,7 @@ Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, five_steps(), mesh, t, tl, {k.zero, 512, "auto", k.recompute}, k.sp, k.zigzag,
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
   const Reference& ref = reference(k.kv_heads);
   Deviation d;
