@@ -297,7 +297,7 @@ e2e_case "logs as nccl-tests prints them: 0-byte rows, NCCL INFO lines; --collec
 { echo 'host:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>'; echo 'host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0'
   awk '/^#  *\(B\)/ { print; print "           0             0     float     sum      -1     0.15    0.00    0.00       0      N/A     N/A     N/A     N/A"; next } { print }' "$CONFIGS/../tests/data/published/nccl_tests_44_rtx2080ti_nvlink_all_reduce.log"
   echo 'host:1:1 [0] NCCL INFO comm 0x55 rank 0 nranks 2 - Destroy COMPLETE'; } >raw44.log
-if expect_exit 0 '^fit ' -- shardsim_mpi 2 calibrate raw44.log --collective all_reduce --bandwidth 51.562 \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 2 calibrate raw44.log --collective all_reduce --bandwidth 51.562 \
   --latency 1000 --max-bytes 1M --protocols 2; then
   assert_out '^# note: raw44.log: 1 row\(s\) of 0 bytes skipped \(first on line [0-9]+\)' "0-byte row skipped with a note"
   assert_out '^# note: raw44.log: 3 NCCL log line\(s\)' "NCCL INFO lines skipped with a note"
@@ -308,14 +308,14 @@ fi
 grep -v 'Collective test starting' ar.log >anon.log
 grep -v 'Collective test starting' ag.log >anon_ag.log
 expect_exit 2 'anon_ag.log:[0-9]+: the table.s op is .none.* read as all_reduce \(named by --collective\)' -- \
-  shardsim_mpi 8 calibrate anon.log anon_ag.log --collective all_reduce --bandwidth 100 --latency 1000
-expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --predict anon_ag.log --collective anon.log=all_reduce \
+  shardsim_mpi 1 --chips 8 calibrate anon.log anon_ag.log --collective all_reduce --bandwidth 100 --latency 1000
+expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate anon.log --predict anon_ag.log --collective anon.log=all_reduce \
   --collective anon_ag.log=all_gather --bandwidth 100 --latency 1000
 assert_out_count 'all_gather .* held out$' 6 "anon_ag.log predicted as all_gather"
 expect_exit 2 'ar.log:1: the log says all_reduce_perf but --collective ar.log=all_gather' -- \
-  shardsim_mpi 8 calibrate ar.log --collective ar.log=all_gather --bandwidth 100 --latency 1000
+  shardsim_mpi 1 --chips 8 calibrate ar.log --collective ar.log=all_gather --bandwidth 100 --latency 1000
 expect_exit 2 'collective other.log=all_gather: other.log is not one of the logs given' -- \
-  shardsim_mpi 8 calibrate ar.log --collective other.log=all_gather --bandwidth 100 --latency 1000
+  shardsim_mpi 1 --chips 8 calibrate ar.log --collective other.log=all_gather --bandwidth 100 --latency 1000
 # One rank with --chips 8 fits what 8 ranks fit (it was refused: a 16-GPU log needed 16 MPI ranks).
 if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --bandwidth 100 --latency 1000 --json fit8.json; then
   grep '^fit ' "$E2E_STDOUT" >fit_np8.txt
@@ -327,20 +327,20 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidt
     fail "--chips 8: $(grep '^fit ' "$E2E_STDOUT") vs $(cat fit_np8.txt)"
 fi
 # A physically impossible fit: the 37 GB/s measurement against a file saying 10 GB/s needs 3.7 x the line rate.
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --bandwidth 10 --latency 1000; then
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 10 --latency 1000; then
   assert_out '^warning: physically impossible fit: efficiency b = 3\.[67][0-9]* is above 1' "efficiency above 1 warned"
 fi
 expect_exit 2 'calibrate --strict: the fit is physically impossible: efficiency b = 3\.[67]' -- \
-  shardsim_mpi 8 calibrate ar.log --bandwidth 10 --latency 1000 --strict
-expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --bandwidth 100 --latency 1000 --strict
+  shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 10 --latency 1000 --strict
+expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 100 --latency 1000 --strict
 
 e2e_case "calibrate inputs are bounded: a directory, a FIFO, a device exit 2 at once"
 mkdir -p logdir && mkfifo fifo.log
-expect_exit 2 'logdir: is a directory' -- shardsim_mpi 2 calibrate logdir --collective all_reduce
-expect_exit 2 'fifo.log: is not a regular file' -- shardsim_mpi 2 calibrate fifo.log --collective all_reduce
-expect_exit 2 '/dev/zero: is not a regular file' -- shardsim_mpi 2 calibrate /dev/zero --collective all_reduce
+expect_exit 2 'logdir: is a directory' -- shardsim_mpi 1 --chips 2 calibrate logdir --collective all_reduce
+expect_exit 2 'fifo.log: is not a regular file' -- shardsim_mpi 1 --chips 2 calibrate fifo.log --collective all_reduce
+expect_exit 2 '/dev/zero: is not a regular file' -- shardsim_mpi 1 --chips 2 calibrate /dev/zero --collective all_reduce
 { head -n 1 ar.log; echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  0 Group  0 Pid 2 on h device  1 [0x19] X'; tail -n +2 ar.log; } >rank_twice.log
-expect_exit 2 'rank_twice.log:3: rank 0 is listed twice' -- shardsim_mpi 8 calibrate rank_twice.log
+expect_exit 2 'rank_twice.log:3: rank 0 is listed twice' -- shardsim_mpi 1 --chips 8 calibrate rank_twice.log
 
 e2e_case "bad logs exit 2 naming the line"
 printf '# Collective test starting: all_reduce_perf\n     1048576  262144  float  sum  -1  12.5  83.8\n' >short.log
