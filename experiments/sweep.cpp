@@ -424,6 +424,203 @@ SweepSpec load_sweep(const std::string& file) {
   return parse_sweep(ss.str(), file);
 }
 
+namespace {
+
+// Appends P to SPEC's points (its index set); ConfigError when its key is already there.
+void add_point(SweepSpec& spec, SweepPoint p) {
+  p.index = static_cast<int>(spec.points.size());
+  for (const auto& q : spec.points)
+    if (q.key == p.key)
+      throw ConfigError(p.origin + ": point " + p.key + " appears twice (a value is listed twice in an axis)");
+  spec.points.push_back(std::move(p));
+}
+
+// The collective grid: topology x device x collective x algorithm x dtype x size.
+void add_collective_points(SweepSpec& spec, const ConfigNode& axes, const std::vector<TopoEntry>& topos,
+                           const std::vector<DeviceEntry>& devices, const std::string& file) {
+  auto given = [&](const std::string& a) { return std::find(spec.axes.begin(), spec.axes.end(), a) != spec.axes.end(); };
+  std::vector<std::pair<collectives::Collective, std::string>> cs;
+  for (const auto& item : axis_items(axes, "collective")) {
+    const auto name = scalar(item, "collective name");
+    try {
+      cs.emplace_back(collectives::parse_collective(name), item.where());
+    } catch (const std::invalid_argument& e) {
+      item.fail(item.path() + ": " + e.what());
+    }
+  }
+  std::vector<std::string> algs = {"auto"};
+  if (given("algorithm")) {
+    algs.clear();
+    for (const auto& item : axis_items(axes, "algorithm")) {
+      const auto a = scalar(item, "algorithm name");
+      bool known = a == "auto";
+      for (const auto& c : cs) known = known || collectives::algorithm_name_error(c.first, a).empty();
+      if (!known) item.fail(item.path() + ": no listed collective has an algorithm '" + a + "'");
+      algs.push_back(a);
+    }
+  }
+  std::vector<runtime::DType> dts = {runtime::DType::fp32};
+  if (given("dtype")) {
+    dts.clear();
+    for (const auto& item : axis_items(axes, "dtype")) {
+      try {
+        dts.push_back(runtime::parse_dtype(scalar(item, "dtype")));
+      } catch (const std::invalid_argument& e) {
+        item.fail(item.path() + ": " + e.what());
+      }
+    }
+  }
+  std::vector<size_t> sizes;
+  {
+    const YAML::Node raw = axes.yaml()["size"];
+    if (raw.IsMap()) {
+      const ConfigNode r(raw, file, "axes.size");
+      r.expect_keys(kSweepRangeKeys);
+      size_t from = 0, to = 0;
+      try {
+        from = parse_size(r.get_string("from"));
+      } catch (const std::invalid_argument& e) {
+        r.child("from").fail("axes.size.from: " + std::string(e.what()));
+      }
+      try {
+        to = parse_size(r.get_string("to"));
+      } catch (const std::invalid_argument& e) {
+        r.child("to").fail("axes.size.to: " + std::string(e.what()));
+      }
+      const int64_t factor = r.get_int("factor", 2);
+      if (factor < 2) r.child("factor").fail("axes.size.factor: must be an integer >= 2");
+      if (from > to) r.fail("axes.size: from is larger than to");
+      for (size_t s = from; s <= to; s *= static_cast<size_t>(factor)) sizes.push_back(s);
+    } else {
+      for (const auto& item : axis_items(axes, "size")) {
+        try {
+          sizes.push_back(parse_size(scalar(item, "size")));
+        } catch (const std::invalid_argument& e) {
+          item.fail(item.path() + ": " + e.what());
+        }
+      }
+    }
+  }
+  const std::vector<DeviceEntry> devs = devices.empty() ? std::vector<DeviceEntry>{{"generic", "{preset: generic}"}} : devices;
+  for (const auto& t : topos)
+    for (const auto& d : devs)
+      for (const auto& [c, corigin] : cs)
+        for (const auto& a : algs)
+          for (auto dt : dts)
+            for (size_t s : sizes) {
+              SweepPoint p;
+              p.kind = PointKind::collective;
+              p.chips = t.chips;
+              p.topology = t.label;
+              p.device = d.label;
+              p.collective = collectives::collective_name(c);
+              p.algorithm = a == "auto" ? a : collectives::canonical_algorithm(c, a);
+              if (p.algorithm.empty()) {
+                p.algorithm = a;
+                p.error = p.collective;
+                p.error += ": ";
+                p.error += collectives::not_an_algorithm_of(c, a);
+              }
+              p.dtype = runtime::dtype_name(dt);
+              p.size_bytes = s;
+              p.topology_yaml = t.yaml;
+              p.device_yaml = d.yaml;
+              p.origin = corigin;
+              p.key = p.collective + "|" + p.algorithm + "|" + p.topology + "|" + p.device + "|" + p.dtype + "|" +
+                      std::to_string(s) + "#" + short_hash(t.yaml + "\n" + d.yaml);
+              add_point(spec, std::move(p));
+            }
+}
+
+// The workload grid: workload x topology x device x plan (topology and device default to the workload file's own).
+void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vector<TopoEntry>& topos,
+                         const std::vector<DeviceEntry>& devices, const std::string& file) {
+  const auto workloads = parse_workloads(axes);
+  std::vector<ConfigNode> plans;
+  for (const auto& item : axis_items(axes, "plan")) {
+    item.expect_keys(kSweepPlanKeys);
+    plans.push_back(item);
+  }
+  for (const auto& w : workloads) {
+    // Topology: the axis, else the workload file's own.
+    std::vector<TopoEntry> ts = topos;
+    if (ts.empty()) {
+      TopoEntry e;
+      if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
+      // Inline or a path to a topology file, as `run` reads it.
+      e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
+      e.yaml = flow(w.root["topology"]);
+      e.label = w.root["topology"].IsScalar() ? fs::path(w.root["topology"].as<std::string>()).stem().string()
+                                              : auto_topo_label(w.root["topology"], e.chips);
+      ts.push_back(e);
+    }
+    std::vector<DeviceEntry> ds = devices;
+    if (ds.empty()) {
+      DeviceEntry e;
+      if (w.root["device"]) {
+        e.yaml = flow(w.root["device"]);
+        // A preset name (as `run` accepts it) or a section.
+        e.label = w.root["device"].IsScalar()
+                      ? ConfigNode(w.root["device"], w.file, "device").printable_text()
+                  : w.root["device"]["preset"]
+                      ? ConfigNode(w.root["device"]["preset"], w.file, "device.preset").printable_text()
+                      : "custom";
+      } else {
+        e.yaml = "{preset: generic}";
+        e.label = "generic";
+      }
+      ds.push_back(e);
+    }
+    for (const auto& t : ts)
+      for (const auto& d : ds)
+        for (const auto& plan : plans) {
+          SweepPoint p;
+          p.kind = PointKind::workload;
+          p.chips = t.chips;
+          p.topology = t.label;
+          p.device = d.label;
+          p.workload = w.label;
+          p.origin = plan.where();
+          YAML::Node cfg = YAML::Clone(w.root);
+          // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
+          // sets them (so a fused workload file stays fused, and the label says so).
+          const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
+          cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
+          cfg["topology"] = YAML::Load(t.yaml);
+          cfg["device"] = YAML::Load(d.yaml);
+          cfg["parallel"] = par;
+          if (!w.block && cfg["checkpoint"]) cfg.remove("checkpoint");
+          p.config_yaml = block(cfg);
+          p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device + "#" +
+                  short_hash(p.config_yaml);
+          const std::string where = file + "[" + p.key + "]";
+          if (t.astra) {
+            p.error = "ASTRA-sim network files can only be used in collective sweeps";
+          } else {
+            try {
+              auto model = std::make_shared<ModelConfig>(
+                  parse_model_config(workload_config_from_text(p.config_yaml, where)));
+              if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
+              p.model = std::move(model);
+              add_validation(p, cfg, w.block, t.chips, file);
+            } catch (const Error& e) {
+              // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
+              // already carries the key.
+              p.error = e.what();
+              if (p.error.rfind(where + ":", 0) == 0) {
+                const auto colon = p.error.find(": ", where.size());
+                if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
+              }
+              p.error = "plan does not fit: " + p.error;
+            }
+          }
+          add_point(spec, std::move(p));
+        }
+  }
+}
+
+}  // namespace
+
 SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   const ConfigNode root = ConfigNode::load_string(text, file);
   root.expect_keys(kSweepRootKeys);
@@ -468,629 +665,9 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
 
   const std::vector<TopoEntry> topos = given("topology") ? parse_topologies(axes) : std::vector<TopoEntry>{};
   const std::vector<DeviceEntry> devices = given("device") ? parse_devices(axes) : std::vector<DeviceEntry>{};
-
-  auto add_point = [&](SweepPoint p) {
-    p.index = static_cast<int>(spec.points.size());
-    for (const auto& q : spec.points)
-      if (q.key == p.key)
-        throw ConfigError(p.origin + ": point " + p.key + " appears twice (a value is listed twice in an axis)");
-    spec.points.push_back(std::move(p));
-  };
-
-  if (coll) {
-    std::vector<std::pair<collectives::Collective, std::string>> cs;
-    for (const auto& item : axis_items(axes, "collective")) {
-      const auto name = scalar(item, "collective name");
-      try {
-        cs.emplace_back(collectives::parse_collective(name), item.where());
-      } catch (const std::invalid_argument& e) {
-        item.fail(item.path() + ": " + e.what());
-      }
-    }
-    std::vector<std::string> algs = {"auto"};
-    if (given("algorithm")) {
-      algs.clear();
-      for (const auto& item : axis_items(axes, "algorithm")) {
-        const auto a = scalar(item, "algorithm name");
-        bool known = a == "auto";
-        for (const auto& c : cs) known = known || collectives::algorithm_name_error(c.first, a).empty();
-        if (!known) item.fail(item.path() + ": no listed collective has an algorithm '" + a + "'");
-        algs.push_back(a);
-      }
-    }
-    std::vector<runtime::DType> dts = {runtime::DType::fp32};
-    if (given("dtype")) {
-      dts.clear();
-      for (const auto& item : axis_items(axes, "dtype")) {
-        try {
-          dts.push_back(runtime::parse_dtype(scalar(item, "dtype")));
-        } catch (const std::invalid_argument& e) {
-          item.fail(item.path() + ": " + e.what());
-        }
-      }
-    }
-    std::vector<size_t> sizes;
-    {
-      const YAML::Node raw = axes.yaml()["size"];
-      if (raw.IsMap()) {
-        const ConfigNode r(raw, file, "axes.size");
-        r.expect_keys(kSweepRangeKeys);
-        size_t from = 0, to = 0;
-        try {
-          from = parse_size(r.get_string("from"));
-        } catch (const std::invalid_argument& e) {
-          r.child("from").fail("axes.size.from: " + std::string(e.what()));
-        }
-        try {
-          to = parse_size(r.get_string("to"));
-        } catch (const std::invalid_argument& e) {
-          r.child("to").fail("axes.size.to: " + std::string(e.what()));
-        }
-        const int64_t factor = r.get_int("factor", 2);
-        if (factor < 2) r.child("factor").fail("axes.size.factor: must be an integer >= 2");
-        if (from > to) r.fail("axes.size: from is larger than to");
-        for (size_t s = from; s <= to; s *= static_cast<size_t>(factor)) sizes.push_back(s);
-      } else {
-        for (const auto& item : axis_items(axes, "size")) {
-          try {
-            sizes.push_back(parse_size(scalar(item, "size")));
-          } catch (const std::invalid_argument& e) {
-            item.fail(item.path() + ": " + e.what());
-          }
-        }
-      }
-    }
-    const std::vector<DeviceEntry> devs = devices.empty() ? std::vector<DeviceEntry>{{"generic", "{preset: generic}"}} : devices;
-    for (const auto& t : topos)
-      for (const auto& d : devs)
-        for (const auto& [c, corigin] : cs)
-          for (const auto& a : algs)
-            for (auto dt : dts)
-              for (size_t s : sizes) {
-                SweepPoint p;
-                p.kind = PointKind::collective;
-                p.chips = t.chips;
-                p.topology = t.label;
-                p.device = d.label;
-                p.collective = collectives::collective_name(c);
-                p.algorithm = a == "auto" ? a : collectives::canonical_algorithm(c, a);
-                if (p.algorithm.empty()) {
-                  p.algorithm = a;
-                  p.error = p.collective;
-                  p.error += ": ";
-                  p.error += collectives::not_an_algorithm_of(c, a);
-                }
-                p.dtype = runtime::dtype_name(dt);
-                p.size_bytes = s;
-                p.topology_yaml = t.yaml;
-                p.device_yaml = d.yaml;
-                p.origin = corigin;
-                p.key = p.collective + "|" + p.algorithm + "|" + p.topology + "|" + p.device + "|" + p.dtype + "|" +
-                        std::to_string(s) + "#" + short_hash(t.yaml + "\n" + d.yaml);
-                add_point(std::move(p));
-              }
-  }
-
-  if (wl) {
-    const auto workloads = parse_workloads(axes);
-    std::vector<ConfigNode> plans;
-    for (const auto& item : axis_items(axes, "plan")) {
-      item.expect_keys(kSweepPlanKeys);
-      plans.push_back(item);
-    }
-    for (const auto& w : workloads) {
-      // Topology: the axis, else the workload file's own.
-      std::vector<TopoEntry> ts = topos;
-      if (ts.empty()) {
-        TopoEntry e;
-        if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
-        // Inline or a path to a topology file, as `run` reads it.
-        e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
-        e.yaml = flow(w.root["topology"]);
-        e.label = w.root["topology"].IsScalar() ? fs::path(w.root["topology"].as<std::string>()).stem().string()
-                                                : auto_topo_label(w.root["topology"], e.chips);
-        ts.push_back(e);
-      }
-      std::vector<DeviceEntry> ds = devices;
-      if (ds.empty()) {
-        DeviceEntry e;
-        if (w.root["device"]) {
-          e.yaml = flow(w.root["device"]);
-          // A preset name (as `run` accepts it) or a section.
-          e.label = w.root["device"].IsScalar()
-                        ? ConfigNode(w.root["device"], w.file, "device").printable_text()
-                    : w.root["device"]["preset"]
-                        ? ConfigNode(w.root["device"]["preset"], w.file, "device.preset").printable_text()
-                        : "custom";
-        } else {
-          e.yaml = "{preset: generic}";
-          e.label = "generic";
-        }
-        ds.push_back(e);
-      }
-      for (const auto& t : ts)
-        for (const auto& d : ds)
-          for (const auto& plan : plans) {
-            SweepPoint p;
-            p.kind = PointKind::workload;
-            p.chips = t.chips;
-            p.topology = t.label;
-            p.device = d.label;
-            p.workload = w.label;
-            p.origin = plan.where();
-            YAML::Node cfg = YAML::Clone(w.root);
-            // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
-            // sets them (so a fused workload file stays fused, and the label says so).
-            const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
-            cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
-            cfg["topology"] = YAML::Load(t.yaml);
-            cfg["device"] = YAML::Load(d.yaml);
-            cfg["parallel"] = par;
-            if (!w.block && cfg["checkpoint"]) cfg.remove("checkpoint");
-            p.config_yaml = block(cfg);
-            p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device + "#" +
-                    short_hash(p.config_yaml);
-            const std::string where = file + "[" + p.key + "]";
-            if (t.astra) {
-              p.error = "ASTRA-sim network files can only be used in collective sweeps";
-            } else {
-              try {
-                auto model = std::make_shared<ModelConfig>(
-                    parse_model_config(workload_config_from_text(p.config_yaml, where)));
-                if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
-                p.model = std::move(model);
-                add_validation(p, cfg, w.block, t.chips, file);
-              } catch (const Error& e) {
-                // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
-                // already carries the key.
-                p.error = e.what();
-                if (p.error.rfind(where + ":", 0) == 0) {
-                  const auto colon = p.error.find(": ", where.size());
-                  if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
-                }
-                p.error = "plan does not fit: " + p.error;
-              }
-            }
-            add_point(std::move(p));
-          }
-    }
-  }
+  if (coll) add_collective_points(spec, axes, topos, devices, file);
+  if (wl) add_workload_points(spec, axes, topos, devices, file);
   return spec;
-}
-
-// ---- rows and CSV ----
-
-const std::vector<std::string>& result_columns() {
-  static const std::vector<std::string> cols = {
-      "key",        "kind",          "topology",  "device",      "chips",     "collective", "algorithm",
-      "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
-      "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
-      "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks",
-      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s", "validated_at"};
-  return cols;
-}
-
-Row base_row(const SweepPoint& p) {
-  Row r;
-  for (const auto& c : result_columns()) r[c] = "";
-  r["key"] = p.key;
-  r["kind"] = p.kind == PointKind::collective ? "collective" : "workload";
-  r["topology"] = p.topology;
-  r["device"] = p.device;
-  r["chips"] = std::to_string(p.chips);
-  if (p.kind == PointKind::collective) {
-    r["collective"] = p.collective;
-    r["algorithm"] = p.algorithm;
-    r["dtype"] = p.dtype;
-    r["size_bytes"] = std::to_string(p.size_bytes);
-  } else {
-    r["workload"] = p.workload;
-    r["plan"] = p.plan;
-  }
-  return r;
-}
-
-std::string csv_line(const std::vector<std::string>& fields) {
-  std::string out;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    if (i) out += ',';
-    const auto& f = fields[i];
-    if (f.find_first_of(",\"\n\r") == std::string::npos) {
-      out += f;
-    } else {
-      out += '"';
-      for (char c : f) {
-        if (c == '"') out += "\"\"";
-        else if (c == '\n' || c == '\r') out += ' ';
-        else out += c;
-      }
-      out += '"';
-    }
-  }
-  return out + "\n";
-}
-
-std::string csv_header() { return csv_line(result_columns()); }
-
-std::string csv_row(const Row& row) {
-  std::vector<std::string> f;
-  for (const auto& c : result_columns()) {
-    const auto it = row.find(c);
-    f.push_back(it == row.end() ? "" : it->second);
-  }
-  return csv_line(f);
-}
-
-std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped) {
-  if (dropped) *dropped = 0;
-  std::vector<Row> rows;
-  std::vector<std::vector<std::string>> records;
-  std::vector<std::string> rec;
-  std::string field;
-  bool quoted = false, any = false;
-  size_t i = 0;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < text.size() && text[i + 1] == '"') {
-          field += '"';
-          ++i;
-        } else {
-          quoted = false;
-        }
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-      any = true;
-    } else if (c == ',') {
-      rec.push_back(field);
-      field.clear();
-      any = true;
-    } else if (c == '\n') {
-      rec.push_back(field);
-      records.push_back(rec);
-      rec.clear();
-      field.clear();
-      any = false;
-    } else if (c != '\r') {
-      field += c;
-      any = true;
-    }
-  }
-  if (any || !rec.empty()) {
-    if (dropped) ++*dropped;  // last line without its newline: an interrupted write
-  }
-  if (records.empty()) return rows;
-  // Columns are matched by name, so a file written before a column was added still resumes (the new column
-  // stays empty in its old rows).
-  const auto& known = result_columns();
-  const auto& cols = records[0];
-  bool ours = std::find(cols.begin(), cols.end(), "key") != cols.end();
-  for (const auto& c : cols) ours = ours && std::find(known.begin(), known.end(), c) != known.end();
-  if (!ours)
-    throw ConfigError(file + ":1: not a shardsim sweep results file (unexpected header); move it away or use --force");
-  for (size_t r = 1; r < records.size(); ++r) {
-    if (records[r].size() != cols.size()) {
-      if (dropped) ++*dropped;
-      continue;
-    }
-    Row row;
-    for (const auto& c : known) row[c] = "";
-    for (size_t k = 0; k < cols.size(); ++k) row[cols[k]] = records[r][k];
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-namespace {
-bool numeric_column(const std::string& c) {
-  static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
-                                          "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
-                                          "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
-                                          "tokens_per_s"};
-  return n.count(c) > 0;
-}
-nlohmann::json best_json(const std::vector<BestPlan>& best) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& b : best) {
-    nlohmann::json o = {{"workload", b.workload}, {"topology", b.topology}, {"device", b.device},
-                        {"compared", b.compared}};
-    if (b.best.empty()) {
-      o["best_plan"] = nullptr;
-    } else {
-      o["best_plan"] = b.best.at("plan");
-      o["key"] = b.best.at("key");
-      const auto at = b.best.find("validated_at");
-      o["validated_at"] = at == b.best.end() ? std::string() : at->second;
-      for (const char* c : {"sim_time_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "tflops",
-                            "peak_fraction", "tokens_per_s"}) {
-        const auto it = b.best.find(c);
-        o[c] = it == b.best.end() || it->second.empty() ? nlohmann::json(nullptr)
-                                                         : nlohmann::json(std::strtod(it->second.c_str(), nullptr));
-      }
-    }
-    nlohmann::json sk = nlohmann::json::array(), fl = nlohmann::json::array();
-    for (const auto& [p, w] : b.skipped) sk.push_back({{"plan", p}, {"reason", w}});
-    for (const auto& [p, w] : b.failed) fl.push_back({{"plan", p}, {"reason", w}});
-    o["skipped"] = sk;
-    o["failed_validation"] = fl;
-    a.push_back(o);
-  }
-  return a;
-}
-}  // namespace
-
-std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
-  std::vector<BestPlan> out;
-  std::map<std::string, size_t> at;  // group key -> index in OUT
-  for (const auto& r : rows) {
-    auto get = [&](const char* c) {
-      const auto it = r.find(c);
-      return it == r.end() ? std::string() : it->second;
-    };
-    if (get("kind") != "workload") continue;
-    const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device");
-    auto [it, fresh] = at.emplace(key, out.size());
-    if (fresh) out.push_back({get("workload"), get("topology"), get("device"), {}, 0, {}, {}});
-    BestPlan& b = out[it->second];
-    const std::string v = get("verdict");
-    if (v == "error") {
-      b.skipped.emplace_back(get("plan"), get("reason"));
-      continue;
-    }
-    if (v == "fail") {
-      b.failed.emplace_back(get("plan"), get("reason"));
-      continue;
-    }
-    if (v != "pass" && v != "not_validated") continue;
-    char* end = nullptr;
-    const std::string t = get("sim_time_us");
-    const double us = std::strtod(t.c_str(), &end);
-    if (t.empty() || !end || *end != '\0') continue;
-    ++b.compared;
-    if (b.best.empty() || us < std::strtod(b.best.at("sim_time_us").c_str(), nullptr)) b.best = r;
-  }
-  return out;
-}
-
-std::string best_plans_text(const std::vector<BestPlan>& best) {
-  if (best.empty()) return "";
-  std::ostringstream os;
-  os << "best plan per topology x device (lowest simulated time among the plans that ran and passed; critical "
-        "chip's breakdown in us)\n";
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n", "workload",
-                "topology", "device", "best plan", "total", "compute", "comm", "exposed", "idle", "TFLOP/s", "%peak",
-                "compared; validated at");
-  os << buf;
-  auto col = [](const Row& r, const char* c) {
-    const auto it = r.find(c);
-    return it == r.end() || it->second.empty() ? std::string("-") : it->second;
-  };
-  auto num = [&](const Row& r, const char* c, const char* f, double scale) {
-    const std::string v = col(r, c);
-    if (v == "-") return v;
-    char b[64];
-    std::snprintf(b, sizeof b, f, std::strtod(v.c_str(), nullptr) * scale);
-    return std::string(b);
-  };
-  for (const auto& b : best) {
-    std::string tail = std::to_string(b.compared) + " plan(s)";
-    if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
-    if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
-    if (!b.best.empty()) {
-      const std::string at = col(b.best, "validated_at");
-      tail += "; " + (at == "-" ? std::string("not validated") : at);
-    }
-    if (b.best.empty()) {
-      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s  %s\n", b.workload.c_str(), b.topology.c_str(),
-                    b.device.c_str(), "(none ran)", tail.c_str());
-    } else {
-      std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-22s %11s %11s %11s %11s %11s %8s %6s  %s\n",
-                    b.workload.c_str(), b.topology.c_str(), b.device.c_str(), col(b.best, "plan").c_str(),
-                    num(b.best, "sim_time_us", "%.3f", 1).c_str(), num(b.best, "compute_us", "%.3f", 1).c_str(),
-                    num(b.best, "comm_us", "%.3f", 1).c_str(), num(b.best, "exposed_comm_us", "%.3f", 1).c_str(),
-                    num(b.best, "idle_us", "%.3f", 1).c_str(), num(b.best, "tflops", "%.2f", 1).c_str(),
-                    num(b.best, "peak_fraction", "%.1f", 100).c_str(), tail.c_str());
-    }
-    os << buf;
-    for (const auto& [plan, why] : b.skipped)
-      os << "    skipped " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
-    for (const auto& [plan, why] : b.failed)
-      os << "    failed  " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
-  }
-  return os.str();
-}
-
-std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
-  nlohmann::json arr = nlohmann::json::array();
-  for (const auto& r : rows) {
-    nlohmann::json o = nlohmann::json::object();
-    for (const auto& c : result_columns()) {
-      const auto it = r.find(c);
-      const std::string v = it == r.end() ? "" : it->second;
-      if (numeric_column(c)) {
-        if (v.empty()) o[c] = nullptr;
-        else {
-          char* end = nullptr;
-          const double d = std::strtod(v.c_str(), &end);
-          if (end && *end == '\0') {
-            if (c == "chips" || c == "size_bytes" || c == "wrong" || c == "peak_mem_bytes") o[c] = static_cast<long long>(d);
-            else o[c] = d;
-          } else {
-            o[c] = v;
-          }
-        }
-      } else {
-        o[c] = v;
-      }
-    }
-    arr.push_back(o);
-  }
-  return nlohmann::json{{"sweep", name},
-                        {"units", {{"time", "us (simulated unless wall_s)"}, {"bandwidth", "GB/s, GB = 1e9 B"}}},
-                        {"rows", arr},
-                        {"best_plans", best_json(best_plans(rows))}}
-             .dump(2) +
-         "\n";
-}
-
-// ---- plots ----
-
-namespace {
-// Plot scripts never interpret text from configs or results files (docs/SECURITY.md): series titles and bar
-// labels are data (read from the .dat files with columnheader / xtic), and the few strings written into a
-// script go through gp_quote: a gnuplot single-quoted string, in which gnuplot performs no backquote command
-// substitution, no @macro expansion and no backslash escapes (the terminal is 'noenhanced'); a quote is
-// doubled, and control characters (a newline would end the command) become '?'.
-std::string gp_quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    o += c == '\'' ? std::string("''") : (u < 0x20 || u == 0x7f) ? std::string("?") : std::string(1, c);
-  }
-  return o + "'";
-}
-// A string as one data-file field: in double quotes, with '"' (which a data file cannot escape) as '\'' and
-// control characters (which would end the record) as '?'.
-std::string gp_data_string(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    o += c == '"' ? '\'' : (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  return o + "\"";
-}
-// Collective names from a results file are plotted only when they are names this program knows.
-bool known_collective(const std::string& name) {
-  try {
-    (void)collectives::parse_collective(name);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-std::string file_safe(const std::string& s) {
-  std::string o;
-  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_';
-  return o;
-}
-void write(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
-bool has_number(const Row& r, const std::string& c) {
-  const auto it = r.find(c);
-  return it != r.end() && !it->second.empty();
-}
-double num(const Row& r, const std::string& c) { return has_number(r, c) ? std::strtod(r.at(c).c_str(), nullptr) : 0.0; }
-}  // namespace
-
-std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows) {
-  std::vector<std::string> scripts;
-  const std::string term = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
-  // busbw vs size, one plot per collective.
-  std::vector<std::string> colls;
-  for (const auto& r : rows)
-    if (r.at("kind") == "collective" && has_number(r, "busbw_gbps") && known_collective(r.at("collective")) &&
-        std::find(colls.begin(), colls.end(), r.at("collective")) == colls.end())
-      colls.push_back(r.at("collective"));
-  for (const auto& c : colls) {
-    std::set<std::string> dtypes, devices;
-    for (const auto& r : rows)
-      if (r.at("collective") == c && has_number(r, "busbw_gbps")) {
-        dtypes.insert(r.at("dtype"));
-        devices.insert(r.at("device"));
-      }
-    std::vector<std::string> order, topos, algs;
-    std::map<std::string, std::vector<std::pair<double, double>>> series;
-    std::map<std::string, std::pair<size_t, size_t>> style;  // colour by topology, dash type by algorithm
-    auto index_of = [](std::vector<std::string>& v, const std::string& x) {
-      const auto it = std::find(v.begin(), v.end(), x);
-      if (it != v.end()) return static_cast<size_t>(it - v.begin());
-      v.push_back(x);
-      return v.size() - 1;
-    };
-    for (const auto& r : rows) {
-      if (r.at("kind") != "collective" || r.at("collective") != c || !has_number(r, "busbw_gbps")) continue;
-      std::string label = r.at("topology") + " " + r.at("algorithm");
-      if (dtypes.size() > 1) label += " " + r.at("dtype");
-      if (devices.size() > 1) label += " " + r.at("device");
-      if (!series.count(label)) {
-        order.push_back(label);
-        style[label] = {index_of(topos, r.at("topology")), index_of(algs, r.at("algorithm"))};
-      }
-      series[label].emplace_back(num(r, "size_bytes"), num(r, "busbw_gbps"));
-    }
-    std::string dat, plot;
-    for (size_t i = 0; i < order.size(); ++i) {
-      auto pts = series[order[i]];
-      std::sort(pts.begin(), pts.end());
-      dat += gp_data_string(order[i]) + " busbw_gbps\n";  // the block's column headers: its title
-      for (const auto& [x, y] : pts) {
-        char b[64];
-        std::snprintf(b, sizeof b, "%.0f %.9g\n", x, y);
-        dat += b;
-      }
-      dat += "\n\n";
-      plot += std::string(i ? ", \\\n     " : "plot ") + "'busbw_" + file_safe(c) + ".dat' index " + std::to_string(i) +
-              " using 1:2 with linespoints lw 2 lc " + std::to_string(style[order[i]].first + 1) + " dt " +
-              std::to_string(style[order[i]].second % 5 + 1) + " pt " + std::to_string(style[order[i]].second + 1) +
-              " title columnheader(1)";
-    }
-    const std::string base = "busbw_" + file_safe(c);
-    write(fs::path(dir) / (base + ".dat"), dat);
-    write(fs::path(dir) / (base + ".gp"),
-          "# gnuplot script written by shardsim sweep; redraw with: gnuplot " + base + ".gp (in this directory)\n" + term +
-              "set output '" + base + ".png'\n" + "set title " +
-              gp_quote(c + ": simulated bus bandwidth vs message size (GB = 1e9 B)") + "\n" +
-              "set logscale x 2\nset format x '%.0b%B'\nset xlabel 'message size per rank (bytes)'\n"
-              "set ylabel 'busbw (GB/s, simulated)'\nset key top left\nset grid\nset yrange [0:*]\n" +
-              plot + "\n");
-    scripts.push_back(base + ".gp");
-  }
-  // Workload breakdown: stacked bars.
-  std::string dat;
-  int n = 0;
-  std::set<std::string> workloads, devs;
-  for (const auto& r : rows)
-    if (r.at("kind") == "workload" && has_number(r, "sim_time_us")) {
-      workloads.insert(r.at("workload"));
-      devs.insert(r.at("device"));
-    }
-  for (const auto& r : rows) {
-    if (r.at("kind") != "workload") continue;
-    // A point that could not run (e.g. a plan that cannot fill the chips) stays on the plot as an empty bar
-    // labelled "(skipped)", so the grid's gaps are visible; the reason is in the CSV and the best-plan table.
-    const bool ran = has_number(r, "sim_time_us");
-    const double total = ran ? num(r, "sim_time_us") : 0, comp = ran ? num(r, "compute_us") : 0,
-                 exp = ran ? num(r, "exposed_comm_us") : 0;
-    // Only the axes that vary go into the bar labels.
-    std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
-                        (devs.size() > 1 ? " " + r.at("device") : "") + (ran ? "" : " (skipped)");
-    const std::string q = gp_data_string(label);
-    char b[160];
-    std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
-    dat += q + b;
-    ++n;
-  }
-  if (!workloads.empty() && n > 0) {
-    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us idle_us (simulated)\n" + dat);
-    write(fs::path(dir) / "breakdown.gp",
-          "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
-              "set output 'breakdown.png'\nset title " +
-              gp_quote("simulated time per plan and topology" +
-                       (workloads.size() == 1 ? ": " + *workloads.begin() : std::string(" (per workload)"))) +
-              "\n"
-              "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
-              "set boxwidth 0.75\nset xtics rotate by 45 right scale 0\nset ylabel 'simulated time (us)'\n"
-              "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
-              "set bmargin 10\n"
-              "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "
-              "'' using 4 title 'idle'\n");
-    scripts.push_back("breakdown.gp");
-  }
-  return scripts;
 }
 
 }  // namespace shardsim::sharding

@@ -1,0 +1,170 @@
+// Sweep plots: gnuplot scripts and their data files written from result rows (experiments/sweep.h).
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "collectives/registry.h"
+#include "common/output_file.h"
+#include "experiments/sweep.h"
+
+namespace shardsim::sharding {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Plot scripts never interpret text from configs or results files (docs/SECURITY.md): series titles and bar
+// labels are data (read from the .dat files with columnheader / xtic), and the few strings written into a
+// script go through gp_quote: a gnuplot single-quoted string, in which gnuplot performs no backquote command
+// substitution, no @macro expansion and no backslash escapes (the terminal is 'noenhanced'); a quote is
+// doubled, and control characters (a newline would end the command) become '?'.
+std::string gp_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    o += c == '\'' ? std::string("''") : (u < 0x20 || u == 0x7f) ? std::string("?") : std::string(1, c);
+  }
+  return o + "'";
+}
+// A string as one data-file field: in double quotes, with '"' (which a data file cannot escape) as '\'' and
+// control characters (which would end the record) as '?'.
+std::string gp_data_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    o += c == '"' ? '\'' : (u < 0x20 || u == 0x7f) ? '?' : c;
+  }
+  return o + "\"";
+}
+// Collective names from a results file are plotted only when they are names this program knows.
+bool known_collective(const std::string& name) {
+  try {
+    (void)collectives::parse_collective(name);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+std::string file_safe(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ? c : '_';
+  return o;
+}
+void write(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
+bool has_number(const Row& r, const std::string& c) {
+  const auto it = r.find(c);
+  return it != r.end() && !it->second.empty();
+}
+double num(const Row& r, const std::string& c) { return has_number(r, c) ? std::strtod(r.at(c).c_str(), nullptr) : 0.0; }
+}  // namespace
+
+std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows) {
+  std::vector<std::string> scripts;
+  const std::string term = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
+  // busbw vs size, one plot per collective.
+  std::vector<std::string> colls;
+  for (const auto& r : rows)
+    if (r.at("kind") == "collective" && has_number(r, "busbw_gbps") && known_collective(r.at("collective")) &&
+        std::find(colls.begin(), colls.end(), r.at("collective")) == colls.end())
+      colls.push_back(r.at("collective"));
+  for (const auto& c : colls) {
+    std::set<std::string> dtypes, devices;
+    for (const auto& r : rows)
+      if (r.at("collective") == c && has_number(r, "busbw_gbps")) {
+        dtypes.insert(r.at("dtype"));
+        devices.insert(r.at("device"));
+      }
+    std::vector<std::string> order, topos, algs;
+    std::map<std::string, std::vector<std::pair<double, double>>> series;
+    std::map<std::string, std::pair<size_t, size_t>> style;  // colour by topology, dash type by algorithm
+    auto index_of = [](std::vector<std::string>& v, const std::string& x) {
+      const auto it = std::find(v.begin(), v.end(), x);
+      if (it != v.end()) return static_cast<size_t>(it - v.begin());
+      v.push_back(x);
+      return v.size() - 1;
+    };
+    for (const auto& r : rows) {
+      if (r.at("kind") != "collective" || r.at("collective") != c || !has_number(r, "busbw_gbps")) continue;
+      std::string label = r.at("topology") + " " + r.at("algorithm");
+      if (dtypes.size() > 1) label += " " + r.at("dtype");
+      if (devices.size() > 1) label += " " + r.at("device");
+      if (!series.count(label)) {
+        order.push_back(label);
+        style[label] = {index_of(topos, r.at("topology")), index_of(algs, r.at("algorithm"))};
+      }
+      series[label].emplace_back(num(r, "size_bytes"), num(r, "busbw_gbps"));
+    }
+    std::string dat, plot;
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto pts = series[order[i]];
+      std::sort(pts.begin(), pts.end());
+      dat += gp_data_string(order[i]) + " busbw_gbps\n";  // the block's column headers: its title
+      for (const auto& [x, y] : pts) {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.0f %.9g\n", x, y);
+        dat += b;
+      }
+      dat += "\n\n";
+      plot += std::string(i ? ", \\\n     " : "plot ") + "'busbw_" + file_safe(c) + ".dat' index " + std::to_string(i) +
+              " using 1:2 with linespoints lw 2 lc " + std::to_string(style[order[i]].first + 1) + " dt " +
+              std::to_string(style[order[i]].second % 5 + 1) + " pt " + std::to_string(style[order[i]].second + 1) +
+              " title columnheader(1)";
+    }
+    const std::string base = "busbw_" + file_safe(c);
+    write(fs::path(dir) / (base + ".dat"), dat);
+    write(fs::path(dir) / (base + ".gp"),
+          "# gnuplot script written by shardsim sweep; redraw with: gnuplot " + base + ".gp (in this directory)\n" + term +
+              "set output '" + base + ".png'\n" + "set title " +
+              gp_quote(c + ": simulated bus bandwidth vs message size (GB = 1e9 B)") + "\n" +
+              "set logscale x 2\nset format x '%.0b%B'\nset xlabel 'message size per rank (bytes)'\n"
+              "set ylabel 'busbw (GB/s, simulated)'\nset key top left\nset grid\nset yrange [0:*]\n" +
+              plot + "\n");
+    scripts.push_back(base + ".gp");
+  }
+  // Workload breakdown: stacked bars.
+  std::string dat;
+  int n = 0;
+  std::set<std::string> workloads, devs;
+  for (const auto& r : rows)
+    if (r.at("kind") == "workload" && has_number(r, "sim_time_us")) {
+      workloads.insert(r.at("workload"));
+      devs.insert(r.at("device"));
+    }
+  for (const auto& r : rows) {
+    if (r.at("kind") != "workload") continue;
+    // A point that could not run (e.g. a plan that cannot fill the chips) stays on the plot as an empty bar
+    // labelled "(skipped)", so the grid's gaps are visible; the reason is in the CSV and the best-plan table.
+    const bool ran = has_number(r, "sim_time_us");
+    const double total = ran ? num(r, "sim_time_us") : 0, comp = ran ? num(r, "compute_us") : 0,
+                 exp = ran ? num(r, "exposed_comm_us") : 0;
+    // Only the axes that vary go into the bar labels.
+    std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") + " " + r.at("topology") +
+                        (devs.size() > 1 ? " " + r.at("device") : "") + (ran ? "" : " (skipped)");
+    const std::string q = gp_data_string(label);
+    char b[160];
+    std::snprintf(b, sizeof b, " %.6f %.6f %.6f\n", comp, exp, std::max(0.0, total - comp - exp));
+    dat += q + b;
+    ++n;
+  }
+  if (!workloads.empty() && n > 0) {
+    write(fs::path(dir) / "breakdown.dat", "# label compute_us exposed_comm_us idle_us (simulated)\n" + dat);
+    write(fs::path(dir) / "breakdown.gp",
+          "# gnuplot script written by shardsim sweep; redraw with: gnuplot breakdown.gp (in this directory)\n" + term +
+              "set output 'breakdown.png'\nset title " +
+              gp_quote("simulated time per plan and topology" +
+                       (workloads.size() == 1 ? ": " + *workloads.begin() : std::string(" (per workload)"))) +
+              "\n"
+              "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+              "set boxwidth 0.75\nset xtics rotate by 45 right scale 0\nset ylabel 'simulated time (us)'\n"
+              "set key outside top center horizontal\nset grid ytics\nset yrange [0:*]\n"
+              "set bmargin 10\n"
+              "plot 'breakdown.dat' using 2:xtic(1) title 'compute', '' using 3 title 'exposed communication', "
+              "'' using 4 title 'idle'\n");
+    scripts.push_back("breakdown.gp");
+  }
+  return scripts;
+}
+
+}  // namespace shardsim::sharding
