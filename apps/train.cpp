@@ -46,6 +46,7 @@
 #include "models/lm_tp.h"
 #include "sharding/device_mesh.h"
 #include "models/lm_train.h"
+#include "models/lm_validate.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
 #include "runtime/chips.h"
@@ -433,34 +434,31 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
 }
 
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
-// batch on one chip, computed on chip 0). Limits: fp32 1e-5 (only fp32 summation orders differ: LmDp/LmTp
-// measure <= 4.5e-8); bf16 2e-3 relative, about one bf16 rounding (2^-9): the shards' partial sums are rounded
-// to bf16 before their reductions, which moves losses by a few 1e-5 to 1e-4 relative (docs/PERFORMANCE.md).
+// batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
 void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r) {
   const auto& c = s.model;
   auto& t = r.train;
-  const bool fp32 = c.dtype == runtime::DType::fp32;
-  t.loss_limit = fp32 ? 1e-5 : 2e-3;
-  t.loss_limit_rule = fp32 ? "fp32: absolute, summation order only" : "bf16: relative, about one bf16 rounding";
-  t.loss_error_relative = !fp32;
-  t.validated_steps = static_cast<int64_t>(t.steps.size());
   std::string verdict;
   if (world.rank() == 0) {
     models::LmTrainState ref = models::lm_train_init(c);
-    const auto ref_steps = models::lm_train(c, s.train, ref);
-    double worst = 0;
-    for (const auto& st : t.steps) {
-      const double want = ref_steps.at(size_t(st.step - 1)).loss;
-      const double e = std::fabs(st.loss - want) / (fp32 ? 1.0 : std::fabs(want));
-      worst = std::isnan(e) ? e : std::max(worst, e);
-    }
-    verdict = std::to_string(worst <= t.loss_limit ? 1 : 0) + " " + std::to_string(worst);
+    std::vector<double> reference;
+    for (const auto& x : models::lm_train(c, s.train, ref)) reference.push_back(x.loss);
+    std::vector<std::pair<int64_t, double>> losses;
+    for (const auto& st : t.steps) losses.emplace_back(st.step, st.loss);
+    const models::LossCheck check = models::check_losses(c.dtype, losses, reference);
+    nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
+                        check.tolerance.rule, check.step};
+    verdict = j.dump();
   }
-  verdict = world.broadcast(verdict, 0);
+  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
   r.validated = true;
-  r.passed = verdict[0] == '1';
-  t.max_loss_error = std::stod(verdict.substr(2));
-  r.tolerance = t.loss_limit;
+  r.passed = v[0].get<bool>();
+  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
+  t.loss_limit = r.tolerance = v[2].get<double>();
+  t.loss_error_relative = v[3].get<bool>();
+  t.loss_limit_rule = v[4].get<std::string>() + " (the limit at step " + std::to_string(v[5].get<int64_t>()) +
+                      ", the step closest to its limit)";
+  t.validated_steps = static_cast<int64_t>(t.steps.size());
   (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
 }
 

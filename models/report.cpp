@@ -320,7 +320,7 @@ std::string train_tail_text(const RunReport& r) {
   }
   if (r.validated) {
     std::snprintf(buf, sizeof buf,
-                  "validation: %s (max %s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
+                  "validation: %s (%s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
                   "single-device model, models/lm_train.h)\n",
                   r.passed ? "PASS" : "FAIL", t.loss_error_relative ? "relative " : "", t.max_loss_error,
                   (long long)t.validated_steps, t.loss_limit, t.loss_limit_rule.c_str());
