@@ -3,7 +3,7 @@
 //
 // Without a parallel: section on one rank: the single-device reference (models/lm_train.h), timed as below.
 // With a parallel: section or on N ranks (mpirun -np N): data parallelism, dp = N replicas with ZeRO
-// (models/lm_dp.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
+// (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
 // (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
@@ -41,7 +41,6 @@
 #include "models/lm_checkpoint.h"
 #include "models/report.h"
 #include "models/trace.h"
-#include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_tp.h"
 #include "sharding/device_mesh.h"
@@ -491,43 +490,35 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const int n = world.size();
   const topology::Topology topo =
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
+  // dp x cp x tp mesh (tp innermost, Megatron's order); one trainer for every mesh (tp = cp = 1: data parallelism
+  // alone, sharding/plans/data_parallel.h).
   std::optional<sharding::DeviceMesh> mesh;
-  const bool use_tp = s.tp > 1 || s.cp > 1 || s.shape_only;  // the dp x cp x tp trainer (shape-only: also at tp = 1)
-  if (use_tp)
-    world.agree([&] {
-      try {
-        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(s.config_name + ": parallel: " + e.what());
-      }
-    });
-  // tp = 1 keeps rank r on chip r (the data-parallel trainer's placement, whatever the topology).
-  std::vector<int> chips(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
+  world.agree([&] {
+    try {
+      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(s.config_name + ": parallel: " + e.what());
+    }
+  });
+  const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
-  if (mesh) mesh->bind(tp);
-  std::optional<models::LmDpTrainer> dp_trainer;
-  std::optional<models::LmTpTrainer> tp_trainer;
+  mesh->bind(tp);
+  std::optional<models::LmTpTrainer> trainer;
   world.agree([&] {
     try {
-      if (use_tp)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
-      else
-        dp_trainer.emplace(c, s.train, s.dp, tp, tl);
+      trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
   });
-  auto step = [&] { return tp_trainer ? tp_trainer->step() : dp_trainer->step(); };
-  auto gather_state = [&] { return tp_trainer ? tp_trainer->gather_state() : dp_trainer->gather_state(); };
+  // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.shape_only;
+  auto step = [&] { return trainer->step(); };
+  auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
-  if (resumed) {
-    if (tp_trainer) tp_trainer->restore(*resumed);
-    else dp_trainer->restore(*resumed);
-  }
+  if (resumed) trainer->restore(*resumed);
   const int dp_size = n / (s.tp * s.cp);
   const std::string mesh_text = s.tp > 1 || s.cp > 1
                                     ? "dp=" + std::to_string(dp_size) +
@@ -538,14 +529,14 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   sharding::RunReport r = train_report(f, s, n);
   r.topology = s.topology ? topo.describe() : topo.describe() + " (default: 100 GB/s, 1 us per hop)";
-  if (mesh) r.mesh = mesh->mapping_text();
-  const int buckets = tp_trainer ? tp_trainer->buckets() : dp_trainer->buckets();
+  r.mesh = mesh->mapping_text();
+  const int buckets = trainer->buckets();
   char b[1024];
   const std::string bucket_text =
       std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s") + " (bucket_bytes " +
       std::to_string(s.dp.bucket_bytes) +
       (s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "") + ")";
-  if (tp_trainer)
+  if (tp_mesh)
     std::snprintf(b, sizeof b, "dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
                   "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %s",
                   dp_size, s.tp,
@@ -557,11 +548,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   else
     std::snprintf(b, sizeof b, "dp %d, ZeRO stage %d, %s", n, s.dp.zero, bucket_text.c_str());
   r.plan = b;
-  if (tp_trainer && s.cp > 1 && s.ulysses)
+  if (tp_mesh && s.cp > 1 && s.ulysses)
     r.plan += "; context parallel: ulysses " + std::to_string(s.cp) + ", all_to_all tokens -> heads around "
               "attention, forward and backward (contiguous split); gradients averaged and ZeRO over dp x ulysses = " +
               std::to_string(dp_size * s.cp);
-  else if (tp_trainer && s.cp > 1)
+  else if (tp_mesh && s.cp > 1)
     r.plan += "; context parallel: cp " + std::to_string(s.cp) + ", ring attention forward and backward (" +
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
@@ -583,16 +574,16 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   }
   auto& rep = log.report();
   finish_simulated(rep, last.breakdown);
-  const auto mem = tp_trainer ? tp_trainer->memory() : dp_trainer->memory();
+  const auto mem = trainer->memory();
   const double psi = double(models::lm_param_count(c));
-  if (tp_trainer)
+  if (tp_mesh)
     std::snprintf(b, sizeof b, "Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
-                  "replicated norms; ZeRO formula, N_d = %d, stage %d", tp_trainer->local_param_count(), psi,
+                  "replicated norms; ZeRO formula, N_d = %d, stage %d", trainer->local_param_count(), psi,
                   dp_size * s.cp, s.dp.zero);
   else
     std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
   rep.train.has_memory = true;
-  rep.train.memory = memory_of(mem, s, b, tp_trainer ? "Psi_tp" : "Psi", dp_size);
+  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
   if (!f.trace_path.empty()) sharding::write_trace(world, tl, f.trace_path);
   if (f.validate) validate_losses(world, s, rep);
   return log.finish();
