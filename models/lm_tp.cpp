@@ -24,6 +24,7 @@
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
+#include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
 
 namespace shardsim::models {
@@ -430,7 +431,6 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     charge(kernels::gemm(x, wt, y), t);
     return y;
   };
-  using collectives::ReduceOp;
   C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   begin_forward(0, t);
@@ -453,29 +453,9 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     C.xf = from_seq(xf, t, "head_in");
     C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
   }
-  C.row_max = make(DType::fp32, {N});
-  C.sumexp = make(DType::fp32, {N});
-  Tensor target = make(DType::fp32, {N}), loss = make(DType::fp32, {N});
-  charge(kernels::ce_shard_max(C.logits, C.row_max), t);
-  all_reduce_tp(C.row_max, ReduceOp::max, t, "all_reduce.ce_max");
-  charge(kernels::ce_shard_stats(C.logits, C.row_max, batch.targets, v0, V, C.sumexp, target), t);
-  if (tp_size_ > 1) {  // sum of exponentials and the target logit in one buffer
-    Tensor both = make(DType::fp32, {2 * N});
-    if (store_) {
-      std::memcpy(both.f32(), C.sumexp.f32(), size_t(N) * 4);
-      std::memcpy(both.f32() + N, target.f32(), size_t(N) * 4);
-    }
-    all_reduce_tp(both, ReduceOp::sum, t, "all_reduce.ce_stats");
-    if (store_) {
-      std::memcpy(C.sumexp.f32(), both.f32(), size_t(N) * 4);
-      std::memcpy(target.f32(), both.f32() + N, size_t(N) * 4);
-    }
-  }
-  charge(kernels::ce_loss(C.row_max, C.sumexp, target, loss), t);
-  if (!store_) return std::numeric_limits<double>::quiet_NaN();  // shape-only: no loss
-  double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
-  return total / double(N);
+  // Vocab-parallel cross-entropy (the tp plan unit, sharding/plans/tensor_parallel.h).
+  return sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets, v0, V,
+                                                       C.row_max, C.sumexp, t);
 }
 
 void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
