@@ -3,7 +3,7 @@
 //
 // Without a parallel: section on one rank: the single-device reference (models/lm_train.h), timed as below.
 // With a parallel: section or on N ranks (mpirun -np N): data parallelism, dp = N replicas with ZeRO
-// (models/lm_dp.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
+// (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
 // (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
@@ -38,7 +38,6 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "models/lm_checkpoint.h"
-#include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_tp.h"
 #include "sharding/device_mesh.h"
@@ -316,43 +315,35 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const bool root = world.rank() == 0;
   const topology::Topology topo =
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  // dp x tp mesh (tp innermost, Megatron's order); tp = 1 is the ZeRO data-parallel trainer of models/lm_dp.h.
+  // dp x cp x tp mesh (tp innermost, Megatron's order); one trainer for every mesh (tp = cp = 1: data parallelism
+  // alone, sharding/plans/data_parallel.h).
   std::optional<sharding::DeviceMesh> mesh;
-  const bool use_tp = s.tp > 1 || s.cp > 1 || s.shape_only;  // the dp x cp x tp trainer (shape-only: also at tp = 1)
-  if (use_tp)
-    world.agree([&] {
+  world.agree([&] {
       try {
         mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
       } catch (const std::invalid_argument& e) {
         throw UsageError(s.config_name + ": parallel: " + e.what());
       }
     });
-  // tp = 1 keeps rank r on chip r (the data-parallel trainer's placement, whatever the topology).
-  std::vector<int> chips(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) chips[size_t(i)] = mesh ? mesh->placement()[size_t(i)] : i;
+  const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
-  if (mesh) mesh->bind(tp);
-  std::optional<models::LmDpTrainer> dp_trainer;
-  std::optional<models::LmTpTrainer> tp_trainer;
+  mesh->bind(tp);
+  std::optional<models::LmTpTrainer> trainer;
   world.agree([&] {
     try {
-      if (use_tp)
-        tp_trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
-      else
-        dp_trainer.emplace(c, s.train, s.dp, tp, tl);
+      trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
   });
-  auto step = [&] { return tp_trainer ? tp_trainer->step() : dp_trainer->step(); };
-  auto gather_state = [&] { return tp_trainer ? tp_trainer->gather_state() : dp_trainer->gather_state(); };
+  // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.shape_only;
+  auto step = [&] { return trainer->step(); };
+  auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
-  if (resumed) {
-    if (tp_trainer) tp_trainer->restore(*resumed);
-    else dp_trainer->restore(*resumed);
-  }
+  if (resumed) trainer->restore(*resumed);
   const int dp_size = n / (s.tp * s.cp);
   const std::string mesh_text = s.tp > 1 || s.cp > 1
                                     ? "dp=" + std::to_string(dp_size) +
@@ -379,7 +370,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (s.shape_only)
       std::printf("mode: shape-only (storage-less tensors, cost-only kernels, collectives move timing headers only: "
                   "the simulated fields are those of a real-data run; no values, no losses: NOT VALIDATED)\n");
-    if (tp_trainer)
+    if (tp_mesh)
       std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
                   "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %d "
                   "gradient bucket%s (bucket_bytes %lld%s)\n",
@@ -388,19 +379,19 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                             "backward counterparts overlap the sp collectives with the GEMMs"
                   : s.sp  ? "; sequence parallel: reduce_scatter/all_gather around the norms"
                           : "",
-                  s.dp.zero, tp_trainer->buckets(), tp_trainer->buckets() == 1 ? "" : "s",
+                  s.dp.zero, trainer->buckets(), trainer->buckets() == 1 ? "" : "s",
                   (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
-    if (tp_trainer && s.cp > 1 && s.ulysses)
+    if (tp_mesh && s.cp > 1 && s.ulysses)
       std::printf("context parallel: ulysses %d, all_to_all tokens -> heads around attention, forward and backward "
                   "(contiguous split); gradients averaged and ZeRO over dp x ulysses = %d\n", s.cp, dp_size * s.cp);
-    else if (tp_trainer && s.cp > 1)
+    else if (tp_mesh && s.cp > 1)
       std::printf("context parallel: cp %d, ring attention forward and backward (%s split; K/V blocks round the cp "
                   "ring, dK/dV travel with them back to their owner); gradients averaged and ZeRO over dp x cp = %d\n",
                   s.cp, s.cp_zigzag ? "zigzag" : "contiguous", dp_size * s.cp);
-    if (!tp_trainer)
+    if (!tp_mesh)
       std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
-                  dp_trainer->buckets(), dp_trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
+                  trainer->buckets(), trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
                   s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
     if (s.dp.recompute)
       std::printf("recompute: per block (each block's forward runs again right before its backward)\n");
@@ -432,7 +423,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                   last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text);
   }
-  const auto mem = tp_trainer ? tp_trainer->memory() : dp_trainer->memory();
+  const auto mem = trainer->memory();
   if (root) {
     const auto& b = last.breakdown;
     if (s.shape_only)
@@ -451,10 +442,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       std::printf("  %-16s %14.0f  formula %14.0f  %s\n", what, v, formula, rule);
     };
     const bool mixed = c.dtype != runtime::DType::fp32;
-    if (tp_trainer) {
+    if (tp_mesh) {
       const int z = s.dp.zero;
       std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
-                  "replicated norms; ZeRO formula, N_d = %d, stage %d):\n", tp_trainer->local_param_count(), psi,
+                  "replicated norms; ZeRO formula, N_d = %d, stage %d):\n", trainer->local_param_count(), psi,
                   dp_size * s.cp, z);
       row("parameters", mem.params, mem.formula_params, z >= 3 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
       row("gradients", mem.grads, mem.formula_grads, z >= 2 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));

@@ -14,9 +14,9 @@
 // config (the config file's text) and shardsim_version.
 //
 // Layout independence. The file holds whole tensors in the global layout whatever the mesh was: a ZeRO-sharded
-// run (stages 1-3) all_gathers master, m and v over dp before saving (LmDpTrainer::gather_state) and rank 0
+// run (stages 1-3) all_gathers master, m and v over dp before saving (LmTpTrainer::gather_state) and rank 0
 // writes them; at load every rank reads the whole tensors and keeps the chunks its own mesh gives it
-// (LmDpTrainer::restore). So any dp size and ZeRO stage can resume any checkpoint, including the single-device
+// (LmTpTrainer::restore). So any dp size and ZeRO stage can resume any checkpoint, including the single-device
 // reference's. The price is one whole fp32 copy of master + m + v per rank during save and load (12Ψ bytes),
 // acceptable for the reference-sized model this trains.
 //

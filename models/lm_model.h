@@ -22,8 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -127,41 +125,6 @@ void lm_drop_block_activations(LmCache& cache);
 double lm_cache_bytes(const LmCache& cache, bool recompute);
 // The unit a weight belongs to (see lm_forward): 0 = "embed", 1 + l = "layers.<l>.*", layers + 1 = final_norm, head.
 int lm_unit_of(const std::string& name, int64_t layers);
-// The flat buckets of the dp and dp x tp trainers (models/lm_dp.h, lm_tp.h): SLOTS name weights of W (index into
-// named_weights(), offset and numel in elements of FLAT); pack copies them into FLAT, unpack back out of it. Every
-// weight must have FLAT's dtype (std::logic_error naming WHO otherwise). Shape-only tensors: nothing to copy.
-template <class Slot>
-void lm_pack_slots(const std::vector<Slot>& slots, const LmWeights& w, runtime::Tensor& flat, const char* who) {
-  if (!flat.has_storage()) return;
-  const auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : slots) {
-    const runtime::Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error(std::string(who) + ": pack dtype mismatch");
-    std::memcpy(static_cast<char*>(flat.data()) + s.offset * es, t.data(), s.numel * es);
-  }
-}
-template <class Slot>
-void lm_unpack_slots(const std::vector<Slot>& slots, const runtime::Tensor& flat, LmWeights& w, const char* who) {
-  if (!flat.has_storage()) return;
-  auto named = w.named_weights();
-  const size_t es = runtime::dtype_size(flat.dtype());
-  for (const Slot& s : slots) {
-    runtime::Tensor& t = *named[s.index].second;
-    if (t.dtype() != flat.dtype()) throw std::logic_error(std::string(who) + ": unpack dtype mismatch");
-    std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
-  }
-}
-// Bucket B's own chunk [own_off, own_off + own_n) of W (in B's slot order, DTYPE elements) copied into DST (own_n
-// elements of DTYPE): how both trainers load masters, moments and the compute copy into their buckets.
-template <class Bucket>
-void lm_take_bucket_chunk(const Bucket& b, const LmWeights& w, runtime::DType dtype, runtime::Tensor& dst,
-                          const char* who) {
-  runtime::Tensor flat(dtype, {int64_t(b.count)});
-  lm_pack_slots(b.slots, w, flat, who);
-  const size_t es = runtime::dtype_size(dtype);
-  std::memcpy(dst.data(), static_cast<const char*>(flat.data()) + b.own_off * es, b.own_n * es);
-}
 void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
                         std::vector<kernels::KernelCost>* costs = nullptr);
 

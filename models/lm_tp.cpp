@@ -21,10 +21,11 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
-#include "models/lm_grad_bucket.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
+#include "sharding/plans/tensor_parallel.h"
+#include "sharding/plans/ulysses.h"
 
 namespace shardsim::models {
 
@@ -40,6 +41,33 @@ kernels::AttentionOptions causal() {
 }
 
 bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+
+sharding::plans::TensorRefs refs(LmWeights& w) {
+  sharding::plans::TensorRefs out;
+  for (auto& [name, t] : w.named_weights()) out.push_back(t);
+  return out;
+}
+
+// R.loss = the mean of every replica's LOCAL_LOSS (gathered over REPLICAS, one rank per replica, summed in rank
+// order: host-side reporting through the transport's control plane, not simulated); std::runtime_error when
+// R.grad_norm is not finite (the step is then not applied).
+void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& replicas) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &local_loss, sizeof bits);
+  const std::vector<int64_t> all = replicas.allgather(bits, "lm loss");
+  for (int64_t b : all) {
+    double l = 0;
+    std::memcpy(&l, &b, sizeof l);
+    r.loss += l;
+  }
+  r.loss /= double(all.size());
+  if (!std::isfinite(r.grad_norm)) {
+    std::ostringstream msg;
+    msg << "lm training: gradient norm is " << r.grad_norm << " at step " << r.step << " (loss " << r.loss
+        << "); the step was not applied";
+    throw std::runtime_error(msg.str());
+  }
+}
 
 }  // namespace
 
@@ -64,10 +92,6 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag && !ulysses), ulysses_(ulysses),
       fused_(fused), store_(!world.shape_only()) {
   check_lm_config(global);
-  if (dp.zero < 0 || dp.zero > 3)
-    throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(dp.zero) + ")");
-  if (dp.bucket_bytes < 0)
-    throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(dp.bucket_bytes) + ")");
   for (const auto& a : mesh.axes())
     if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp")
       throw std::invalid_argument("parallel: train runs on dp x cp x tp meshes only (got " + mesh.describe() + ")");
@@ -136,92 +160,31 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   } else {
     rep_ = &mesh_["dp"];
   }
-  for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
-    chunks_.push_back({ch.local, ch.global, ch.len});
   pos_.resize(size_t(local_.batch * local_.seq));
   for (int64_t b = 0; b < local_.batch; ++b)
-    for (const CpChunk& ch : chunks_)
+    for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
       for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
-  const LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
+  LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
   work_ = store_ ? lm_compute_copy(local_, master) : lm_zeros(local_, global.dtype, false);
   grads_ = lm_zeros(local_, global.dtype, store_);
-
-  // Buckets over the local shards, as lm_dp.cpp: flat order = units in backward order, named order within a unit.
-  const auto named = master.named_weights();
-  const int units = static_cast<int>(global.layers) + 2;
-  const size_t esize = runtime::dtype_size(global.dtype);
-  unit_bucket_.assign(size_t(units), -1);
-  for (int u = units - 1; u >= 0; --u)
-    for (size_t i = 0; i < named.size(); ++i) {
-      if (lm_unit_of(named[i].first, global.layers) != u) continue;
-      const bool new_bucket =
-          buckets_.empty() ||
-          (dp.zero == 3 ? buckets_.back().last_unit != u
-                        : dp.bucket_bytes > 0 && double(buckets_.back().count * esize) >= double(dp.bucket_bytes));
-      if (new_bucket) buckets_.emplace_back();
-      Bucket& b = buckets_.back();
-      b.slots.push_back({i, u, b.count, size_t(named[i].second->numel()), split_of(named[i].first) == Split::replicate});
-      b.count += size_t(named[i].second->numel());
-      b.last_unit = u;
-      unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
-    }
-  for (Bucket& b : buckets_) {
-    const collectives::Partition p{b.count, size_t(rep_size_)};
-    b.own_off = dp.zero >= 1 ? p.offset(size_t(rep_rank_)) : 0;
-    b.own_n = dp.zero >= 1 ? p.size(size_t(rep_rank_)) : b.count;
-    b.master = make(DType::fp32, {int64_t(b.own_n)});
-    b.m = make(DType::fp32, {int64_t(b.own_n)});
-    b.v = make(DType::fp32, {int64_t(b.own_n)});
-    if (global.dtype != DType::fp32) b.copy = make(global.dtype, {int64_t(b.own_n)});
-    b.grad = make(global.dtype, {int64_t(dp.zero >= 2 ? b.own_n : b.count)});
-    if (!store_) continue;
-    lm_take_bucket_chunk(b, master, DType::fp32, b.master, "lm_tp");
-    if (global.dtype != DType::fp32) lm_take_bucket_chunk(b, work_, global.dtype, b.copy, "lm_tp");
-  }
+  // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
+  std::vector<sharding::plans::DpParam> params;
+  for (const auto& [name, t] : master.named_weights())
+    params.push_back({lm_unit_of(name, global.layers), size_t(t->numel()),
+                      split_of(name) != Split::replicate || tp_rank_ == 0});
+  data_ = std::make_unique<sharding::plans::DataParallel>(
+      std::move(params), static_cast<int>(global.layers) + 2,
+      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm}, *rep_, global.dtype, store_);
+  data_->load(refs(master), nullptr, nullptr, refs(work_));
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
 
-void LmTpTrainer::pack(const Bucket& b, const LmWeights& w, Tensor& flat) const {
-  if (store_) lm_pack_slots(b.slots, w, flat, "lm_tp");  // shape-only: no bytes to move
-}
+void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) { t = data_->begin_forward(unit, refs(work_), t); }
 
-void LmTpTrainer::unpack(const Bucket& b, const Tensor& flat, LmWeights& w) const {
-  if (store_) lm_unpack_slots(b.slots, flat, w, "lm_tp");
-}
-
-sim::TimeNs LmTpTrainer::gather_bucket(Bucket& b, sim::TimeNs ready) {
-  const Tensor& src = global_.dtype == DType::fp32 ? b.master : b.copy;
-  if (rep_size_ == 1) {  // the chunk is the whole bucket
-    unpack(b, src, work_);
-    return ready;
-  }
-  Tensor flat = make(global_.dtype, {int64_t(b.count)});
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = "all_gather.params";
-  const auto r = collectives::all_gather(*rep_, src.data_if_stored(), flat.data_if_stored(), b.count,
-                                         global_.dtype, ready, o);
-  unpack(b, flat, work_);
-  return r.span.end;
-}
-
-void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) {
-  if (dp_.zero == 3)
-    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])],
-                                  unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
-  fwd_start_[size_t(unit)] = t;
-}
-
-void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) {
-  const int units = static_cast<int>(global_.layers) + 2;
-  if (dp_.zero == 3)
-    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])],
-                                  unit == units - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)]));
-  bwd_start_[size_t(unit)] = t;
-}
+void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_backward(unit, refs(work_), t); }
 
 LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
   LmWeights out = lm_zeros(local_, whole.embed.dtype());
@@ -284,31 +247,20 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
   return out;
 }
 
-LmWeights LmTpTrainer::gather_field(Tensor Bucket::*field, const char* name) {
+LmWeights LmTpTrainer::gather_field(sharding::plans::DataParallel::Field field) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no state to gather");
   LmWeights w = lm_zeros(local_, DType::fp32);
-  for (Bucket& b : buckets_) {
-    if (dp_.zero == 0 || rep_size_ == 1) {
-      unpack(b, b.*field, w);
-      continue;
-    }
-    Tensor flat(DType::fp32, {int64_t(b.count)});
-    collectives::CollectiveOptions o;
-    o.algorithm = algorithm_;
-    o.name = name;
-    collectives::all_gather(*rep_, (b.*field).data(), flat.data(), b.count, DType::fp32, tl_.end_time(), o);
-    unpack(b, flat, w);
-  }
+  data_->gather_state(field, refs(w));
   return w;
 }
 
-LmWeights LmTpTrainer::gather_master() { return gather(gather_field(&Bucket::master, "all_gather.master")); }
+LmWeights LmTpTrainer::gather_master() { return gather(gather_field(sharding::plans::DataParallel::Field::master)); }
 
 LmTrainSnapshot LmTpTrainer::gather_state() {
   LmTrainSnapshot s;
-  s.master = gather(gather_field(&Bucket::master, "all_gather.master"));
-  s.m = gather(gather_field(&Bucket::m, "all_gather.adam_m"));
-  s.v = gather(gather_field(&Bucket::v, "all_gather.adam_v"));
+  s.master = gather(gather_field(sharding::plans::DataParallel::Field::master));
+  s.m = gather(gather_field(sharding::plans::DataParallel::Field::m));
+  s.v = gather(gather_field(sharding::plans::DataParallel::Field::v));
   s.step = step_;
   return s;
 }
@@ -326,13 +278,10 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
                                     runtime::shape_str(got[i].second->shape()));
   }
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
-  const LmWeights master = shard(s.master), m = shard(s.m), v = shard(s.v);
+  LmWeights master = shard(s.master), m = shard(s.m), v = shard(s.v);
   work_ = lm_compute_copy(local_, master);
-  for (Bucket& b : buckets_) {
-    for (auto [src, dst] : {std::pair{&master, &b.master}, std::pair{&m, &b.m}, std::pair{&v, &b.v}})
-      lm_take_bucket_chunk(b, *src, DType::fp32, *dst, "lm_tp");
-    if (global_.dtype != DType::fp32) lm_take_bucket_chunk(b, work_, global_.dtype, b.copy, "lm_tp");
-  }
+  const auto mr = refs(m), vr = refs(v);
+  data_->load(refs(master), &mr, &vr, refs(work_));
   step_ = s.step;
 }
 
@@ -435,8 +384,9 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
       S.lse.push_back(std::move(lse));
     }
     S.o = heads_to_seq(S.o_heads, hq, t, "o");
-  } else if (cp_size_ > 1) {
-    cp_attention_forward(S, t);
+  } else if (cp_size_ > 1) {  // ring attention (sharding/plans/context_parallel.h)
+    auto ring = cp_ring();
+    S.o = sharding::plans::ring_attention_forward(ring, seq_shard(), S.q, S.k, S.v, S.lse, t);
   } else {
    S.o = act({N, hq, d});
    S.lse.clear();
@@ -481,7 +431,6 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     charge(kernels::gemm(x, wt, y), t);
     return y;
   };
-  using collectives::ReduceOp;
   C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   begin_forward(0, t);
@@ -504,29 +453,9 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     C.xf = from_seq(xf, t, "head_in");
     C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
   }
-  C.row_max = make(DType::fp32, {N});
-  C.sumexp = make(DType::fp32, {N});
-  Tensor target = make(DType::fp32, {N}), loss = make(DType::fp32, {N});
-  charge(kernels::ce_shard_max(C.logits, C.row_max), t);
-  all_reduce_tp(C.row_max, ReduceOp::max, t, "all_reduce.ce_max");
-  charge(kernels::ce_shard_stats(C.logits, C.row_max, batch.targets, v0, V, C.sumexp, target), t);
-  if (tp_size_ > 1) {  // sum of exponentials and the target logit in one buffer
-    Tensor both = make(DType::fp32, {2 * N});
-    if (store_) {
-      std::memcpy(both.f32(), C.sumexp.f32(), size_t(N) * 4);
-      std::memcpy(both.f32() + N, target.f32(), size_t(N) * 4);
-    }
-    all_reduce_tp(both, ReduceOp::sum, t, "all_reduce.ce_stats");
-    if (store_) {
-      std::memcpy(C.sumexp.f32(), both.f32(), size_t(N) * 4);
-      std::memcpy(target.f32(), both.f32() + N, size_t(N) * 4);
-    }
-  }
-  charge(kernels::ce_loss(C.row_max, C.sumexp, target, loss), t);
-  if (!store_) return std::numeric_limits<double>::quiet_NaN();  // shape-only: no loss
-  double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
-  return total / double(N);
+  // Vocab-parallel cross-entropy (the tp plan unit, sharding/plans/tensor_parallel.h).
+  return sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets, v0, V,
+                                                       C.row_max, C.sumexp, t);
 }
 
 void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -568,7 +497,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   }
   Tensor dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
-  grad_ready_[size_t(head_unit)] = t;
+  data_->grads_ready(head_unit, t);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     begin_backward(int(l) + 1, t);
     const LmLayer& L = w.layers[size_t(l)];
@@ -618,8 +547,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
       dq = heads_to_seq(dqh, hq, t, "dq");
       dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
       dv = heads_to_seq(dvh, hkv, t, "dv");
-    } else if (cp_size_ > 1) cp_attention_backward(S, dout, dq, dk, dv, t);
-    else
+    } else if (cp_size_ > 1) {
+      auto ring = cp_ring();
+      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, t);
+    } else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
@@ -651,7 +582,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     }
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
-    grad_ready_[size_t(l) + 1] = t;
+    data_->grads_ready(int(l) + 1, t);
     if (dp_.recompute) {  // the rebuilt block is freed again after its backward
       Tensor keep = std::move(C.layers[size_t(l)].x_in);
       C.layers[size_t(l)] = LmCache::Layer{};
@@ -660,7 +591,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   }
   begin_backward(0, t);
   charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
-  grad_ready_[0] = t;
+  data_->grads_ready(0, t);
   if (sp_) {
     // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
@@ -682,7 +613,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
       if (store_) std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
       off += size_t(n->numel());
     }
-    for (auto& r : grad_ready_) r = t;  // every unit holds a norm weight: complete after this all_reduce
+    data_->all_grads_ready(t);  // every unit holds a norm weight: complete after this all_reduce
   }
 }
 
@@ -691,10 +622,7 @@ LmDpStepResult LmTpTrainer::step() {
   r.step = step_ + 1;
   tl_.reset();
   sim::TimeNs t = 0;
-  const int units = static_cast<int>(global_.layers) + 2;
-  fwd_start_.assign(size_t(units), 0);
-  bwd_start_.assign(size_t(units), 0);
-  grad_ready_.assign(size_t(units), 0);
+  data_->begin_step();
   LmBatch lb;
   const int64_t n = local_.batch * local_.seq;
   if (store_) {  // this replica's sequences; of each, this cp rank's chunks (positions pos_)
@@ -718,337 +646,51 @@ LmDpStepResult LmTpTrainer::step() {
   if (dp_.recompute) lm_drop_block_activations(cache);  // keep the block inputs only
   backward(lb, cache, t);
 
-  // Gradient reduction over dp per bucket, each issued when its last unit's gradients are ready; the squares of
-  // the reduced elements this rank counts (its dp chunk; replicated norm weights on tp coordinate 0 only).
+  // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
+  // the squares of the reduced elements this rank counts, all_reduce(sum) over the whole mesh.
+  double sq = 0;
+  const sim::TimeNs reduced = data_->reduce_gradients(refs(grads_), sq, t);
+  double norm_sq = 0;
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
-  sim::TimeNs reduced = t;
-  double sq = 0;
-  for (Bucket& b : buckets_)  // models/lm_grad_bucket.h: all_reduce or ZeRO's reduce_scatter, and the norm piece
-    reduced = std::max(reduced, lm_reduce_grad_bucket(b, grads_, dp_.zero, *rep_, global_.dtype,
-                                                      grad_ready_[size_t(b.last_unit)], o,
-                                                      [&](const Slot& s) { return !s.replicated || tp_rank_ == 0; },
-                                                      sq, "lm_tp"));
-  double norm_sq = 0;
   o.name = "all_reduce.grad_norm";
   const auto nr = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
   t = std::max(t, nr.span.end);
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
-  finish_step_loss(r, local_loss, *rep_, "lm_tp loss");
+  finish_step_loss(r, local_loss, *rep_);
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
-
-  // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back (stages 1-2: all_gather over
-  // dp per bucket; stage 0: every rank updated everything; stage 3: gathered before the next use).
-  const bool copy = global_.dtype != DType::fp32;
-  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32};
-  const size_t es = runtime::dtype_size(global_.dtype);
-  for (Bucket& b : buckets_) {
-    Tensor g;
-    if (dp_.zero == 1) {
-      g = make(global_.dtype, {int64_t(b.own_n)});
-      if (store_) std::memcpy(g.data(), static_cast<const char*>(b.grad.data()) + b.own_off * es, b.own_n * es);
-    } else {
-      g = b.grad;
-    }
-    const auto k = kernels::adamw_step(b.master, b.m, b.v, g, r.step, train_.adamw, float(r.clip),
-                                       copy ? &b.copy : nullptr);
-    opt.flops += k.flops;
-    opt.bytes += k.bytes;
-  }
-  charge(opt, t);
-  for (Bucket& b : buckets_) {
-    if (dp_.zero == 0)
-      unpack(b, copy ? b.copy : b.master, work_);
-    else if (dp_.zero <= 2)
-      gather_bucket(b, t);
-  }
+  // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
+  charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
+  data_->publish(refs(work_), t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();
   return r;
 }
 
-double LmTpTrainer::local_param_count() const {
-  double psi = 0;
-  for (const Bucket& b : buckets_) psi += double(b.count);
-  return psi;
-}
+double LmTpTrainer::local_param_count() const { return data_->param_count(); }
 
 LmDpMemory LmTpTrainer::memory() const {
   LmDpMemory m;
-  const bool mixed = global_.dtype != DType::fp32;
-  const double P = double(runtime::dtype_size(global_.dtype)), K = mixed ? 12 : 8;
-  for (const Bucket& b : buckets_) {
-    m.params += dp_.zero == 3 ? double(b.own_n) * P : double(b.count) * P;
-    m.grads += double(b.grad.nbytes());
-    m.optimizer += double(b.m.nbytes() + b.v.nbytes()) + (mixed ? double(b.master.nbytes()) : 0.0);
-  }
+  static_cast<sharding::plans::DpMemory&>(m) = data_->memory();  // Ψ = Ψ_tp, N_d = dp·cp
   m.activations = activation_bytes_;
-  // ZeRO's formulas (lm_dp.h) with Ψ = Ψ_tp (the shards' element count, replicated norms whole), N_d = dp.
-  const double psi = local_param_count(), nd = double(rep_size_);
-  m.formula_params = P * psi / (dp_.zero >= 3 ? nd : 1);
-  m.formula_grads = P * psi / (dp_.zero >= 2 ? nd : 1);
-  m.formula_optimizer = K * psi / (dp_.zero >= 1 ? nd : 1);
   return m;
 }
 
-// ---- context parallelism (ring attention) ----
+sharding::plans::SeqShard LmTpTrainer::seq_shard() const {
+  return {local_.batch, local_.seq, local_.heads, local_.kv_heads, local_.head_dim, local_.dtype};
+}
+
+sharding::plans::CpRing LmTpTrainer::cp_ring() {
+  return {mesh_["cp"], zigzag_, global_.seq, tl_, store_};
+}
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
-  const int U = cp_size_;
-  // hu heads per chip: H/U, or 1 when H < U (kv heads replicated: chip j takes head j·H/U, its GQA group's).
-  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = std::max<int64_t>(1, H / U), B = local_.batch,
-                Tl = local_.seq;
-  const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
-  Tensor send = make(x.dtype(), {int64_t(U) * n, hu, d}), recv = make(x.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block j: this chip's tokens, heads [j·H/U, j·H/U + hu)
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
-                    static_cast<const char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es, row);
-  collectives::CollectiveOptions o;
-  o.algorithm = "auto";
-  o.name = "all_to_all.ulysses_" + name;
-  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
-                              x.dtype(), t, o)
-          .span.end;
-  // Block i holds chip i's tokens (its contiguous chunk of every local sequence) for this chip's heads.
-  Tensor y = make(x.dtype(), {B * Tl * U, hu, d});
-  if (store_)
-    for (int i = 0; i < U; ++i)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(static_cast<char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row,
-                    static_cast<const char*>(recv.data()) + size_t(i * n + b * Tl) * row, size_t(Tl) * row);
-  return y;
+  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name);
 }
 
 Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
-  const int U = cp_size_;
-  const int64_t hu = y.dim(1), d = y.dim(2), B = local_.batch, Tl = local_.seq, n = B * Tl;
-  const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
-  Tensor send = make(y.dtype(), {int64_t(U) * n, hu, d}), recv = make(y.dtype(), {int64_t(U) * n, hu, d});
-  if (store_)  // block i: chip i's tokens of every sequence, this chip's heads
-    for (int i = 0; i < U; ++i)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(static_cast<char*>(send.data()) + size_t(i * n + b * Tl) * row,
-                    static_cast<const char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row, size_t(Tl) * row);
-  collectives::CollectiveOptions o;
-  o.algorithm = "auto";
-  o.name = "all_to_all.ulysses_" + name;
-  t = collectives::all_to_all(mesh_["cp"], send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()),
-                              y.dtype(), t, o)
-          .span.end;
-  Tensor x = make(y.dtype(), {n, H, d});
-  if (store_ && H >= U)  // block j: this chip's tokens, heads [j·H/U, ...)
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es,
-                    static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
-  else if (store_)  // replicated heads (H < U): U/H chips hold partial gradients of one head; summed in chip order
-    for (int j = 0; j < U; ++j)
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t e = 0; e < d; ++e) {
-          const int64_t at = (i * H + (j * H) / U) * d + e;
-          x.set(at, x.get(at) + recv.get((j * n + i) * d + e));
-        }
-  return x;
-}
-
-std::vector<LmTpTrainer::CpChunk> LmTpTrainer::cp_chunks_of(int cp_rank) const {
-  std::vector<CpChunk> out;
-  for (const auto& ch : sharding::plans::cp_chunks(global_.seq, cp_size_, cp_rank, zigzag_))
-    out.push_back({ch.local, ch.global, ch.len});
-  return out;
-}
-
-Tensor LmTpTrainer::to_compute(const Tensor& f32, runtime::Shape shape) const {
-  if (!store_) return make(local_.dtype, std::move(shape));
-  if (local_.dtype == DType::fp32) {
-    Tensor out = f32;
-    return std::move(out).reshaped(std::move(shape));
-  }
-  return Tensor::from_float(f32.to_float(), local_.dtype, std::move(shape));
-}
-
-kernels::KernelCost LmTpTrainer::add_rows(Tensor& acc, int64_t r0, const Tensor& part) {
-  if (store_) {
-    const int64_t per_row = part.numel() / std::max<int64_t>(1, part.dim(0));
-    float* a = acc.f32() + r0 * per_row;
-    const float* p = part.f32();
-    for (int64_t i = 0; i < part.numel(); ++i) a[i] += p[i];
-  }
-  const double n = double(part.numel());
-  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32};
-}
-
-namespace {
-
-// The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel
-// over the step's chunk pairs, one correction / accumulation kernel), as the non-cp path charges one attention
-// per sequence: the per-pair launches of this host loop are not what a device runs.
-struct Fused {
-  kernels::KernelCost k;
-  void add(const kernels::KernelCost& c) {
-    if (k.name.empty()) {
-      k = c;
-    } else {
-      k.flops += c.flops;
-      k.bytes += c.bytes;
-    }
-  }
-};
-
-}  // namespace
-
-sim::TimeNs LmTpTrainer::ring_pass(std::vector<Tensor*> send, std::vector<Tensor*> recv, sim::TimeNs ready,
-                                   const std::string& name) {
-  runtime::Transport& ring = mesh_["cp"];
-  const int P = cp_size_, next = (cp_rank_ + 1) % P, prev = (cp_rank_ + P - 1) % P;
-  size_t bytes = 0;
-  for (const Tensor* s : send) bytes += s->nbytes();
-  std::vector<unsigned char> sbuf(store_ ? bytes : 0), rbuf(store_ ? bytes : 0);
-  if (store_) {
-    size_t off = 0;
-    for (const Tensor* s : send) {
-      std::memcpy(sbuf.data() + off, s->data(), s->nbytes());
-      off += s->nbytes();
-    }
-  }
-  const sim::TimeNs arrival = ring.sendrecv(store_ ? sbuf.data() : nullptr, bytes, next,
-                                            store_ ? rbuf.data() : nullptr, bytes, prev, ready, name);
-  tl_.record_region(name, "collective", {ready, arrival}, double(bytes));
-  if (store_) {
-    size_t off = 0;
-    for (Tensor* r : recv) {
-      std::memcpy(r->data(), rbuf.data() + off, r->nbytes());
-      off += r->nbytes();
-    }
-  }
-  return arrival;
-}
-
-void LmTpTrainer::cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t) {
-  const LmConfig& c = local_;
-  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
-  const int P = cp_size_;
-  const size_t nc = chunks_.size();
-  std::vector<Tensor> acc(size_t(B) * nc), lse(size_t(B) * nc);
-  std::vector<char> has(acc.size(), 0);
-  Tensor kcur = S.k, vcur = S.v;
-  sim::TimeNs kv_ready = t;
-  for (int step = 0; step < P; ++step) {
-    const int owner = (cp_rank_ - step + P) % P;  // whose K/V block this chip holds now
-    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
-    Tensor knext, vnext;
-    sim::TimeNs next_ready = kv_ready;
-    if (step + 1 < P) {  // posted before the compute on the current block: the transfer overlaps it
-      knext = make(c.dtype, {N, hkv, d});
-      vnext = make(c.dtype, {N, hkv, d});
-      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.kv_step" + std::to_string(step));
-    }
-    t = std::max(t, kv_ready);
-    for (int64_t b = 0; b < B; ++b) {
-      Fused attn, merge;
-      for (size_t qi = 0; qi < nc; ++qi) {
-        const CpChunk& qc = chunks_[qi];
-        const Tensor qb = S.q.rows(b * Tl + qc.local, qc.len);
-        for (const CpChunk& kc : kv_chunks) {
-          if (kc.global > qc.global + qc.len - 1) continue;  // every key in the future of every query: masked
-          kernels::AttentionOptions o = causal();
-          o.q_offset = qc.global;
-          o.k_offset = kc.global;
-          Tensor ob = make(DType::fp32, {qc.len, hq, d}), lb = make(DType::fp32, {hq, qc.len});
-          attn.add(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
-                                      ob, lb, o));
-          const size_t i = size_t(b) * nc + qi;
-          if (!has[i]) {
-            acc[i] = std::move(ob);
-            lse[i] = std::move(lb);
-            has[i] = 1;
-          } else {
-            merge.add(kernels::merge_attention_partials(acc[i], lse[i], ob, lb));
-          }
-        }
-      }
-      if (!attn.k.name.empty()) charge(attn.k, t);
-      if (!merge.k.name.empty()) charge(merge.k, t);
-    }
-    if (step + 1 < P) {
-      kcur = std::move(knext);
-      vcur = std::move(vnext);
-      kv_ready = next_ready;
-    }
-  }
-  S.o = make(c.dtype, {N, hq, d});
-  S.lse.clear();
-  for (int64_t b = 0; b < B; ++b)
-    for (size_t qi = 0; qi < nc; ++qi) {
-      const size_t i = size_t(b) * nc + qi;
-      S.o.set_rows(b * Tl + chunks_[qi].local, to_compute(acc[i], {chunks_[qi].len, hq, d}));
-      S.lse.push_back(std::move(lse[i]));  // per (sequence, chunk): fp32 [Hq, len], the merged log-sum-exp
-    }
-}
-
-void LmTpTrainer::cp_attention_backward(const LmCache::Layer& S, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                        Tensor& dv, sim::TimeNs& t) {
-  const LmConfig& c = local_;
-  const int64_t Tl = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim, B = c.batch, N = B * Tl;
-  const int P = cp_size_;
-  const size_t nc = chunks_.size();
-  Tensor dq_acc = make(DType::fp32, {N, hq, d});
-  Tensor kcur = S.k, vcur = S.v;
-  Tensor dkcur = make(DType::fp32, {N, hkv, d}), dvcur = make(DType::fp32, {N, hkv, d});
-  sim::TimeNs kv_ready = t, dkv_ready = t;
-  for (int step = 0; step < P; ++step) {
-    const int owner = (cp_rank_ - step + P) % P;
-    const std::vector<CpChunk> kv_chunks = cp_chunks_of(owner);
-    Tensor knext, vnext;
-    sim::TimeNs next_ready = kv_ready;
-    if (step + 1 < P) {  // K/V for the next step, posted first (it does not depend on this step's compute)
-      knext = make(c.dtype, {N, hkv, d});
-      vnext = make(c.dtype, {N, hkv, d});
-      next_ready = ring_pass({&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.bwd_kv_step" + std::to_string(step));
-    }
-    t = std::max(t, std::max(kv_ready, dkv_ready));
-    for (int64_t b = 0; b < B; ++b) {
-      Fused bwd, accum;
-      for (size_t qi = 0; qi < nc; ++qi) {
-        const CpChunk& qc = chunks_[qi];
-        const int64_t qr = b * Tl + qc.local;
-        const Tensor qb = S.q.rows(qr, qc.len), ob = S.o.rows(qr, qc.len), dob = dout.rows(qr, qc.len);
-        for (const CpChunk& kc : kv_chunks) {
-          if (kc.global > qc.global + qc.len - 1) continue;
-          kernels::AttentionOptions o = causal();
-          o.q_offset = qc.global;
-          o.k_offset = kc.global;
-          const int64_t kr = b * Tl + kc.local;
-          Tensor dqp = make(DType::fp32, {qc.len, hq, d}), dkp = make(DType::fp32, {kc.len, hkv, d}),
-                 dvp = make(DType::fp32, {kc.len, hkv, d});
-          bwd.add(kernels::attention_backward(qb, kcur.rows(kr, kc.len), vcur.rows(kr, kc.len), ob,
-                                              S.lse[size_t(b) * nc + qi], dob, dqp, dkp, dvp, o));
-          accum.add(add_rows(dq_acc, qr, dqp));
-          accum.add(add_rows(dkcur, kr, dkp));
-          accum.add(add_rows(dvcur, kr, dvp));
-        }
-      }
-      if (!bwd.k.name.empty()) charge(bwd.k, t);
-      if (!accum.k.name.empty()) charge(accum.k, t);
-    }
-    // dK/dV of the block travel with it (fp32 accumulators): after the last step they reach its owner.
-    Tensor dknext = make(DType::fp32, {N, hkv, d}), dvnext = make(DType::fp32, {N, hkv, d});
-    dkv_ready = ring_pass({&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp_ring.dkv_step" + std::to_string(step));
-    dkcur = std::move(dknext);
-    dvcur = std::move(dvnext);
-    if (step + 1 < P) {
-      kcur = std::move(knext);
-      vcur = std::move(vnext);
-      kv_ready = next_ready;
-    }
-  }
-  t = std::max(t, dkv_ready);
-  dq = to_compute(dq_acc, {N, hq, d});
-  dk = to_compute(dkcur, {N, hkv, d});
-  dv = to_compute(dvcur, {N, hkv, d});
+  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name);
 }
 
 }  // namespace shardsim::models

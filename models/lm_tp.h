@@ -39,7 +39,8 @@
 // reduce_scatter and all_gather (no GEMM), the cross-entropy all_reduces and the norm-gradient all_reduce stay
 // unfused.
 //
-// Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp): ring attention (Liu et
+// Context parallelism (mesh axis cp, between tp and dp: Megatron's rank order tp-cp-dp; the plan unit
+// sharding/plans/context_parallel.h, ring_attention_forward / _backward): ring attention (Liu et
 // al., arXiv:2310.01889) forward AND backward. Each sequence is Shard(0) over cp: cp rank c holds the tokens of
 // sharding::plans::cp_chunks (zigzag: chunks c and 2cp-1-c of 2cp, Megatron's causal load balance; contiguous:
 // chunk c of cp), so every token-wise layer (embedding, norms, GEMMs, RoPE at the tokens' global positions, the
@@ -57,7 +58,8 @@
 // the average over the group is the global mean). Requires seq a multiple of cp (zigzag: 2cp; with sp also
 // (seq/cp) a multiple of tp).
 //
-// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509) on the same cp axis (parallel.ulysses: U): the
+// Ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv:2309.14509; the plan unit sharding/plans/ulysses.h,
+// ulysses_seq_to_heads / _heads_to_seq) on the same cp axis (parallel.ulysses: U): the
 // sequence is split contiguously over U as above; around attention an all_to_all over cp turns q, k, v [tokens/U,
 // H, d] into [all tokens, H/U, d] (each chip's query heads and their GQA kv heads), attention (forward and the
 // flash backward from the saved lse) runs locally on whole sequences, and an all_to_all turns O back (backward: dO
@@ -67,20 +69,13 @@
 // replicates the query groups when a parallel degree exceeds them), and their partial dK/dV are summed on the
 // way back. Gradients and ZeRO as for cp.
 //
-// Data parallelism across the dp axis, with ZeRO (LmDpConfig, the stages and buckets of lm_dp.h applied to this
-// rank's tp shards): replica d takes sequences [d·B/dp, (d+1)·B/dp) of the global batch (as in lm_dp.h). The local
-// (tp-shard) weights are laid out flat in backward unit order (unit 0 = embed, 1 + l = block l, layers + 1 = final
-// norm + head) and cut into buckets of >= bucket_bytes (0: one bucket; ZeRO-3: one bucket per unit); each bucket is
-// split over the dp axis by collectives::Partition and dp rank d owns chunk d. Stage 0: all_reduce(avg) over dp per
-// bucket, every rank updates its whole tp shard. Stage 1: reduce_scatter(avg) over dp per bucket, the fp32 master
-// and moments of the owned chunk only, AdamW on it, all_gather over dp of the updated parameters (the whole local
-// gradient buffer stays allocated). Stage 2: as 1, but only the reduced chunk of the gradient persists.
-// Stage 3: between steps only the chunk of each unit's parameters; a unit is all_gathered over dp before its
-// forward and again before its backward (issued when the previous unit starts: FSDP's one-unit prefetch). A
-// bucket's reduction is issued when its last unit's backward has ended (with sp: when the backward has ended,
-// since the norm weights' gradients are all_reduced over tp after it). So each tp rank runs ZeRO over its own dp
-// group (with cp: its dp x cp group) on Ψ_tp = its shards' parameter count, and the memory formulas are
-// lm_dp.h's with Ψ = Ψ_tp and N_d = dp·cp.
+// Data parallelism across the dp axis, with ZeRO: the plan unit sharding/plans/data_parallel.h (stages 0-3,
+// gradient buckets overlapping backward, stage-3 gathers one unit ahead) over the dp group of each tp coordinate
+// (with cp: its dp x cp group), on this rank's tp shards: Ψ_tp = their parameter count, N_d = dp·cp. Replica d
+// takes sequences [d·B/dp, (d+1)·B/dp) of the global batch, so the global batch is identical for any dp. Units:
+// 0 = embed, 1 + l = block l, layers + 1 = final norm + head. With sp a bucket's reduction waits for the end of
+// backward (the norm weights' gradients are all_reduced over tp after it). A dp-only mesh (tp = cp = 1) is this
+// trainer with every tp and cp collective absent.
 // Global-norm clipping follows kernels/optimizer.h's rule: every rank adds the squares of the reduced gradient
 // elements of its dp chunk (stage 0: the chunk it would own, so each element counts once over dp), skipping the
 // replicated norm weights unless its tp coordinate is 0; the pieces are all_reduce(sum)ed over the whole mesh.
@@ -110,21 +105,51 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+#include <memory>
+
+#include "collectives/types.h"
 #include "models/lm_checkpoint.h"
-#include "models/lm_dp.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/context_parallel.h"
+#include "sharding/plans/data_parallel.h"
 #include "sim/timeline.h"
 
 namespace shardsim::models {
+
+// The trainer's data-parallel settings: the ZeRO stage, buckets and collective algorithm of the data-parallel plan
+// unit (sharding/plans/data_parallel.h) and activation recomputation per block (lm_model.h): the forward keeps
+// only each block's input; right before a block's backward (after its ZeRO-3 gather) its forward runs again.
+struct LmDpConfig {
+  int zero = 0;                             // ZeRO stage 0..3
+  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
+  std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
+  bool recompute = false;
+};
+
+// Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
+// and the activations this rank's forward keeps (lm_cache_bytes; not in the formula).
+struct LmDpMemory : sharding::plans::DpMemory {
+  double activations = 0;
+};
+
+struct LmDpStepResult {
+  int64_t step = 0;      // 1-based
+  double loss = 0;       // global mean loss before the update
+  double grad_norm = 0;  // global norm before clipping
+  double clip = 1;
+  sim::Breakdown breakdown;  // this chip's simulated step
+  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
+};
 
 class LmTpTrainer {
  public:
   // MESH: dp × cp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
   // CP_ZIGZAG: the cp split (zigzag or contiguous), used when the mesh has cp > 1. ULYSSES: the cp axis runs
   // DeepSpeed-Ulysses instead of ring attention (contiguous split; CP_ZIGZAG ignored).
-  // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (lm_dp.h); std::invalid_argument naming the
+  // DP: ZeRO stage, bucket_bytes, collective algorithm and recompute (LmDpConfig); std::invalid_argument naming the
   // field for a stage outside 0..3 or bucket_bytes < 0. FUSED (parallel.fused, needs SEQUENCE_PARALLEL; else
   // std::invalid_argument naming parallel.fused): the tp collectives around the GEMMs as the fused ops of
   // sharding/fused.h (see "Fused collectives" above).
@@ -151,10 +176,10 @@ class LmTpTrainer {
   bool ulysses() const { return ulysses_; }
   bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
-  int buckets() const { return static_cast<int>(buckets_.size()); }
+  int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
-  // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (lm_dp.h)
+  // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (sharding/plans/data_parallel.h)
   // with Ψ = Ψ_tp, this chip's tp shards (replicated norms whole), and N_d = dp; the activations this rank's
   // forward keeps (lm_cache_bytes).
   LmDpMemory memory() const;
@@ -165,28 +190,9 @@ class LmTpTrainer {
   static Split split_of(const std::string& name);
 
  private:
-  struct Slot {  // one local weight in the flat order
-    size_t index;   // into named_weights()
-    int unit;
-    size_t offset;  // in its bucket, elements
-    size_t numel;
-    bool replicated;  // a norm weight (Replicate on tp)
-  };
-  struct Bucket {
-    std::vector<Slot> slots;
-    size_t count = 0;   // elements
-    int last_unit = 0;  // the unit whose backward completes it
-    size_t own_off = 0, own_n = 0;  // this rank's dp chunk (stage 0: the whole bucket)
-    runtime::Tensor master, m, v;   // fp32 [own_n]
-    runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
-    runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
-  };
   runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
-  void pack(const Bucket& b, const LmWeights& w, runtime::Tensor& flat) const;
-  void unpack(const Bucket& b, const runtime::Tensor& flat, LmWeights& w) const;
-  sim::TimeNs gather_bucket(Bucket& b, sim::TimeNs ready);  // stages 1-3: all_gather over dp of the chunk into work_
-  LmWeights gather_field(runtime::Tensor Bucket::*field, const char* name);  // local fp32 shards, whole over dp
-  void begin_forward(int unit, sim::TimeNs& t);   // stage 3: the unit's gather; records the unit's start
+  LmWeights gather_field(sharding::plans::DataParallel::Field field);  // local fp32 shards, whole over dp
+  void begin_forward(int unit, sim::TimeNs& t);   // the data-parallel unit's hooks (stage 3: the unit's gather)
   void begin_backward(int unit, sim::TimeNs& t);
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                      sim::TimeNs& t);
@@ -204,27 +210,14 @@ class LmTpTrainer {
   runtime::Tensor row_parallel(const runtime::Tensor& in, const runtime::Tensor& w, sim::TimeNs& t, const char* name);
   void row_parallel_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
                              runtime::Tensor& dx, runtime::Tensor& dw, sim::TimeNs& t, const char* name);
-  // Context parallelism (see above). A chunk of each local sequence: local row offset, global position, length.
-  struct CpChunk {
-    int64_t local = 0, global = 0, len = 0;
-  };
-  std::vector<CpChunk> cp_chunks_of(int cp_rank) const;
-  void cp_attention_forward(LmCache::Layer& S, sim::TimeNs& t);
-  void cp_attention_backward(const LmCache::Layer& S, const runtime::Tensor& dout, runtime::Tensor& dq,
-                             runtime::Tensor& dk, runtime::Tensor& dv, sim::TimeNs& t);
-  // One cp ring step: SEND's tensors (concatenated) to the next cp rank, RECV's (same sizes) from the previous,
-  // data ready at READY; recorded as a collective region NAME. Returns the arrival time.
-  sim::TimeNs ring_pass(std::vector<runtime::Tensor*> send, std::vector<runtime::Tensor*> recv, sim::TimeNs ready,
-                        const std::string& name);
-  runtime::Tensor to_compute(const runtime::Tensor& f32, runtime::Shape shape) const;  // fp32 -> compute dtype
+  // Context parallelism and Ulysses: the plan units' views of this chip (sharding/plans/context_parallel.h,
+  // ulysses.h).
+  sharding::plans::SeqShard seq_shard() const;
+  sharding::plans::CpRing cp_ring();
   // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
-  // token, this chip's heads), and back.
+  // token, this chip's heads), and back (H: the token layout's head count; replicated kv heads are summed).
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
-  // H: the token layout's head count. With fewer heads than U (replicated kv heads) seq_to_heads sends chip j the
-  // one head j·H/U and heads_to_seq sums the U/H chips' blocks of each head (the partial dK / dV).
   runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
-  // fp32 ACC rows [R0, ...) += PART; returns its cost (charged fused per ring step and sequence).
-  kernels::KernelCost add_rows(runtime::Tensor& acc, int64_t r0, const runtime::Tensor& part);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
 
@@ -243,13 +236,10 @@ class LmTpTrainer {
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
-  std::vector<CpChunk> chunks_;         // this chip's chunks of each sequence ({0, 0, seq} without cp)
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
-  std::vector<Bucket> buckets_;
-  std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
-  std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
+  std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
 };
 

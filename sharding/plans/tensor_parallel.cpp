@@ -1,5 +1,9 @@
 #include "sharding/plans/tensor_parallel.h"
 
+#include <cstring>
+#include <limits>
+
+#include "kernels/cross_entropy.h"
 #include "sharding/plans/sequence_parallel.h"
 
 namespace shardsim::sharding::plans {
@@ -71,6 +75,51 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
                r.span.duration(), r.algorithm);
   return partial;
+}
+
+}  // namespace shardsim::sharding::plans
+
+namespace shardsim::sharding::plans {
+
+double vocab_parallel_cross_entropy(runtime::Transport& tp, sim::Timeline& tl, const std::string& algorithm,
+                                    const Tensor& logits, const std::vector<int64_t>& targets, int64_t v0, int64_t V,
+                                    Tensor& row_max, Tensor& sumexp, sim::TimeNs& t) {
+  const int64_t N = logits.dim(0);
+  const bool store = logits.has_storage();
+  auto charge = [&](const kernels::KernelCost& k) {
+    t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t).end;
+  };
+  auto all_reduce = [&](Tensor& x, collectives::ReduceOp op, const char* name) {
+    if (tp.size() == 1) return;
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm;
+    o.name = name;
+    t = collectives::all_reduce(tp, x.data_if_stored(), x.data_if_stored(), size_t(x.numel()), x.dtype(), op, t, o)
+            .span.end;
+  };
+  row_max = Tensor::make(DType::fp32, {N}, store);
+  sumexp = Tensor::make(DType::fp32, {N}, store);
+  Tensor target = Tensor::make(DType::fp32, {N}, store), loss = Tensor::make(DType::fp32, {N}, store);
+  charge(kernels::ce_shard_max(logits, row_max));
+  all_reduce(row_max, collectives::ReduceOp::max, "all_reduce.ce_max");
+  charge(kernels::ce_shard_stats(logits, row_max, targets, v0, V, sumexp, target));
+  if (tp.size() > 1) {  // sum of exponentials and the target logit in one buffer
+    Tensor both = Tensor::make(DType::fp32, {2 * N}, store);
+    if (store) {
+      std::memcpy(both.f32(), sumexp.f32(), size_t(N) * 4);
+      std::memcpy(both.f32() + N, target.f32(), size_t(N) * 4);
+    }
+    all_reduce(both, collectives::ReduceOp::sum, "all_reduce.ce_stats");
+    if (store) {
+      std::memcpy(sumexp.f32(), both.f32(), size_t(N) * 4);
+      std::memcpy(target.f32(), both.f32() + N, size_t(N) * 4);
+    }
+  }
+  charge(kernels::ce_loss(row_max, sumexp, target, loss));
+  if (!store) return std::numeric_limits<double>::quiet_NaN();  // shape-only: no loss
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
+  return total / double(N);
 }
 
 }  // namespace shardsim::sharding::plans

@@ -32,4 +32,15 @@ std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const st
 Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const std::string& gname,
                     const std::string& what);
 
+// Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
+// vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are
+// all_reduce(max)ed over TP ("all_reduce.ce_max"), then the sums of exponentials and the target logits in one
+// [2N] all_reduce(sum) ("all_reduce.ce_stats"), so no rank holds the full logits; with one tp rank no collective
+// runs. Kernels and collectives are charged to TL from T (T = the end). Fills ROW_MAX and SUMEXP (fp32 [N], what
+// kernels::ce_backward reads: the backward is local) and returns the mean loss (per-token fp32 losses summed in
+// fp64), NaN when the logits are shape-only.
+double vocab_parallel_cross_entropy(runtime::Transport& tp, sim::Timeline& tl, const std::string& algorithm,
+                                    const Tensor& logits, const std::vector<int64_t>& targets, int64_t v0, int64_t V,
+                                    Tensor& row_max, Tensor& sumexp, sim::TimeNs& t);
+
 }  // namespace shardsim::sharding::plans

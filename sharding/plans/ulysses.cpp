@@ -1,5 +1,6 @@
 #include "sharding/plans/ulysses.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace shardsim::sharding::plans {
@@ -48,6 +49,73 @@ Tensor ulysses_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, con
                   static_cast<const unsigned char*>(back.data()) + ((j * n + i) * hpu) * d * es,
                   static_cast<size_t>(hpu * d) * es);
   return o;
+}
+
+}  // namespace shardsim::sharding::plans
+
+namespace shardsim::sharding::plans {
+
+Tensor ulysses_seq_to_heads(runtime::Transport& group, const Tensor& x, int64_t batch, int64_t seq_local, bool store,
+                            sim::TimeNs& t, const std::string& name) {
+  const int U = group.size();
+  const int64_t n = x.dim(0), H = x.dim(1), d = x.dim(2), hu = std::max<int64_t>(1, H / U), B = batch,
+                Tl = seq_local;
+  const size_t es = runtime::dtype_size(x.dtype()), row = size_t(hu * d) * es;
+  Tensor send = Tensor::make(x.dtype(), {int64_t(U) * n, hu, d}, store),
+         recv = Tensor::make(x.dtype(), {int64_t(U) * n, hu, d}, store);
+  if (store)  // block j: this chip's tokens, heads [j·H/U, j·H/U + hu)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(j * n + i) * row,
+                    static_cast<const char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es, row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(group, send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()), x.dtype(), t,
+                              o)
+          .span.end;
+  // Block i holds chip i's tokens (its contiguous chunk of every local sequence) for this chip's heads.
+  Tensor y = Tensor::make(x.dtype(), {B * Tl * U, hu, d}, store);
+  if (store)
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row,
+                    static_cast<const char*>(recv.data()) + size_t(i * n + b * Tl) * row, size_t(Tl) * row);
+  return y;
+}
+
+Tensor ulysses_heads_to_seq(runtime::Transport& group, const Tensor& y, int64_t H, int64_t batch, int64_t seq_local,
+                            bool store, sim::TimeNs& t, const std::string& name) {
+  const int U = group.size();
+  const int64_t hu = y.dim(1), d = y.dim(2), B = batch, Tl = seq_local, n = B * Tl;
+  const size_t es = runtime::dtype_size(y.dtype()), row = size_t(hu * d) * es;
+  Tensor send = Tensor::make(y.dtype(), {int64_t(U) * n, hu, d}, store),
+         recv = Tensor::make(y.dtype(), {int64_t(U) * n, hu, d}, store);
+  if (store)  // block i: chip i's tokens of every sequence, this chip's heads
+    for (int i = 0; i < U; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(static_cast<char*>(send.data()) + size_t(i * n + b * Tl) * row,
+                    static_cast<const char*>(y.data()) + size_t(b * Tl * U + i * Tl) * row, size_t(Tl) * row);
+  collectives::CollectiveOptions o;
+  o.algorithm = "auto";
+  o.name = "all_to_all.ulysses_" + name;
+  t = collectives::all_to_all(group, send.data_if_stored(), recv.data_if_stored(), size_t(send.numel()), y.dtype(), t,
+                              o)
+          .span.end;
+  Tensor x = Tensor::make(y.dtype(), {n, H, d}, store);
+  if (store && H >= U)  // block j: this chip's tokens, heads [j·H/U, ...)
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(static_cast<char*>(x.data()) + (size_t(i * H + (j * H) / U) * size_t(d)) * es,
+                    static_cast<const char*>(recv.data()) + size_t(j * n + i) * row, row);
+  else if (store)  // replicated heads (H < U): U/H chips hold partial gradients of one head; summed in chip order
+    for (int j = 0; j < U; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t at = (i * H + (j * H) / U) * d + e;
+          x.set(at, x.get(at) + recv.get((j * n + i) * d + e));
+        }
+  return x;
 }
 
 }  // namespace shardsim::sharding::plans

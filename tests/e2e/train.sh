@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e: `shardsim train` runs the single-device reference language model: losses fall, the report has the
 # simulated step time, tokens/s and MFU, two runs print the same bytes; on 2 ranks it trains data-parallel with
-# ZeRO (models/lm_dp.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32, sizes
+# ZeRO (sharding/plans/data_parallel.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32, sizes
 # beyond host memory) exit 2 with one line.
 # Usage: train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

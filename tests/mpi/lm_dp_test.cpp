@@ -1,5 +1,6 @@
-// Data parallelism with ZeRO for the reference LM (models/lm_dp.h) on real ranks: dp = 1, 2, 4 (other rank counts
-// skip) against the single-device training loop (models/lm_train.h), computed on every rank.
+// The reference LM's trainer (models/lm_tp.h) on real ranks against the single-device training loop
+// (models/lm_train.h), computed on every rank. Data parallelism with ZeRO (sharding/plans/data_parallel.h) on a
+// dp-only mesh: dp = 1, 2, 4 (other rank counts skip); then tp, sp, cp, Ulysses, fused and their compositions.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,7 +13,6 @@
 #include "common/error.h"
 #include "models/lm_checkpoint.h"
 #include "models/lm_data.h"
-#include "models/lm_dp.h"
 #include "models/lm_tp.h"
 #include "models/lm_train.h"
 #include "mpi_util.h"
@@ -49,13 +49,29 @@ struct DpRun {
   std::vector<models::LmDpStepResult> results;
 };
 
+// The trainer on a dp-only mesh over COMM's ranks (tp = cp = 1): data parallelism alone, on a ring of LINK_GBPS.
+struct DpTrainer {
+  topology::Topology topo;
+  sim::Timeline tl;
+  runtime::Transport world;
+  sharding::DeviceMesh mesh;
+  std::unique_ptr<models::LmTpTrainer> tr;
+  DpTrainer(MPI_Comm comm, int p, int rank, const LmConfig& c, const LmTrainConfig& t, models::LmDpConfig dp,
+            double link_gbps = 100)
+      : topo(topology::Topology::ring(p, topology::LinkSpec{link_gbps, 1000})),
+        tl(rank, topo, sim::device_preset("trainium1")),
+        world(comm, tl, identity_chips(p)),
+        mesh({{"dp", p}}, topo) {
+    mesh.bind(world);
+    tr = std::make_unique<models::LmTpTrainer>(c, t, mesh, world, tl, dp);
+  }
+};
+
 DpRun run_dp(const LmConfig& c, int zero, int64_t bucket_bytes, int steps, double link_gbps = 100,
             bool recompute = false) {
-  const int p = world_size(), rank = world_rank();
-  auto topo = topology::Topology::ring(p, topology::LinkSpec{link_gbps, 1000});
-  sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
-  runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
-  models::LmDpTrainer tr(c, train_config(), {zero, bucket_bytes, "auto", recompute}, tp, tl);
+  DpTrainer d(MPI_COMM_WORLD, world_size(), world_rank(), c, train_config(), {zero, bucket_bytes, "auto", recompute},
+              link_gbps);
+  models::LmTpTrainer& tr = *d.tr;
   DpRun run;
   for (int i = 0; i < steps; ++i) {
     run.results.push_back(tr.step());
@@ -173,14 +189,11 @@ TEST(LmDpBuckets, BucketingLowersExposedCommunication) {
 // naming the step, and does not apply that step.
 TEST(LmDpFaults, NonFiniteGradientNormStopsEveryRank) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
-  const int p = world_size(), rank = world_rank();
-  auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
-  sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
-  runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
   auto t = train_config();
   t.adamw.lr = 1e30f;
   t.max_grad_norm = 0;  // no clipping
-  models::LmDpTrainer tr(small_config(), t, {2, 512, "auto"}, tp, tl);
+  DpTrainer d(MPI_COMM_WORLD, world_size(), world_rank(), small_config(), t, {2, 512, "auto"});
+  models::LmTpTrainer& tr = *d.tr;
   tr.step();
   try {
     tr.step();
@@ -212,10 +225,8 @@ Trained train_dp(MPI_Comm comm, const LmConfig& c, int zero, const models::LmTra
   int p = 0, rank = 0;
   MPI_Comm_size(comm, &p);
   MPI_Comm_rank(comm, &rank);
-  auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
-  sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
-  runtime::Transport tp(comm, tl, identity_chips(p));
-  models::LmDpTrainer tr(c, train_config(), {zero, 512, "auto"}, tp, tl);
+  DpTrainer d(comm, p, rank, c, train_config(), {zero, 512, "auto"});
+  models::LmTpTrainer& tr = *d.tr;
   if (from) tr.restore(*from);
   Trained out;
   while (tr.steps_done() < to) {

@@ -1,0 +1,271 @@
+#include "sharding/plans/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "collectives/all_gather.h"
+#include "collectives/all_reduce.h"
+#include "collectives/reduce_scatter.h"
+#include "collectives/types.h"
+
+namespace shardsim::sharding::plans {
+
+using runtime::DType;
+using runtime::Tensor;
+
+DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroConfig& config,
+                           runtime::Transport& replicas, DType compute, bool store)
+    : config_(config), group_(replicas), dtype_(compute), store_(store), rank_(replicas.rank()),
+      size_(replicas.size()), units_(units) {
+  if (config.zero < 0 || config.zero > 3)
+    throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(config.zero) + ")");
+  if (config.bucket_bytes < 0)
+    throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(config.bucket_bytes) +
+                                ")");
+  // Flat order: units in backward order, parameters in list order within a unit.
+  const size_t esize = runtime::dtype_size(compute);
+  unit_bucket_.assign(size_t(units), -1);
+  for (int u = units - 1; u >= 0; --u)
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].unit != u) continue;
+      const bool new_bucket =
+          buckets_.empty() ||
+          (config.zero == 3 ? buckets_.back().last_unit != u
+                            : config.bucket_bytes > 0 &&
+                                  double(buckets_.back().count * esize) >= double(config.bucket_bytes));
+      if (new_bucket) buckets_.emplace_back();
+      Bucket& b = buckets_.back();
+      b.slots.push_back({i, u, b.count, params[i].numel, params[i].counted});
+      b.count += params[i].numel;
+      b.last_unit = u;  // flat order visits units downwards: the last one is the latest completed
+      unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
+    }
+  for (Bucket& b : buckets_) {
+    const collectives::Partition p{b.count, size_t(size_)};
+    b.own_off = config.zero >= 1 ? p.offset(size_t(rank_)) : 0;
+    b.own_n = config.zero >= 1 ? p.size(size_t(rank_)) : b.count;
+    b.master = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
+    b.m = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
+    b.v = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
+    if (compute != DType::fp32) b.copy = Tensor::make(compute, {int64_t(b.own_n)}, store_);
+    b.grad = Tensor::make(compute, {int64_t(config.zero >= 2 ? b.own_n : b.count)}, store_);
+  }
+}
+
+void DataParallel::pack(const Bucket& b, const TensorRefs& w, Tensor& flat) const {
+  if (!flat.has_storage()) return;  // shape-only: no bytes to move
+  const size_t es = runtime::dtype_size(flat.dtype());
+  for (const Slot& s : b.slots) {
+    const Tensor& t = *w.at(s.index);
+    if (t.dtype() != flat.dtype()) throw std::logic_error("data_parallel: pack dtype mismatch");
+    std::memcpy(static_cast<char*>(flat.data()) + s.offset * es, t.data(), s.numel * es);
+  }
+}
+
+void DataParallel::unpack(const Bucket& b, const Tensor& flat, const TensorRefs& w) const {
+  if (!flat.has_storage()) return;
+  const size_t es = runtime::dtype_size(flat.dtype());
+  for (const Slot& s : b.slots) {
+    Tensor& t = *w.at(s.index);
+    if (t.dtype() != flat.dtype()) throw std::logic_error("data_parallel: unpack dtype mismatch");
+    std::memcpy(t.data(), static_cast<const char*>(flat.data()) + s.offset * es, s.numel * es);
+  }
+}
+
+void DataParallel::take_chunk(const Bucket& b, const TensorRefs& w, DType dtype, Tensor& dst) const {
+  Tensor flat(dtype, {int64_t(b.count)});
+  pack(b, w, flat);
+  const size_t es = runtime::dtype_size(dtype);
+  std::memcpy(dst.data(), static_cast<const char*>(flat.data()) + b.own_off * es, b.own_n * es);
+}
+
+void DataParallel::load(const TensorRefs& master, const TensorRefs* m, const TensorRefs* v, const TensorRefs& work) {
+  if (!store_) return;  // shape-only: nothing to hold
+  for (Bucket& b : buckets_) {
+    take_chunk(b, master, DType::fp32, b.master);
+    if (m) take_chunk(b, *m, DType::fp32, b.m);
+    if (v) take_chunk(b, *v, DType::fp32, b.v);
+    if (dtype_ != DType::fp32) take_chunk(b, work, dtype_, b.copy);
+  }
+}
+
+sim::TimeNs DataParallel::gather_bucket(Bucket& b, const TensorRefs& work, sim::TimeNs ready) {
+  const Tensor& src = dtype_ == DType::fp32 ? b.master : b.copy;
+  if (size_ == 1) {  // the chunk is the whole bucket
+    unpack(b, src, work);
+    return ready;
+  }
+  Tensor flat = Tensor::make(dtype_, {int64_t(b.count)}, store_);
+  collectives::CollectiveOptions o;
+  o.algorithm = config_.algorithm;
+  o.name = "all_gather.params";
+  const auto r = collectives::all_gather(group_, src.data_if_stored(), flat.data_if_stored(), b.count, dtype_, ready, o);
+  unpack(b, flat, work);
+  return r.span.end;
+}
+
+void DataParallel::begin_step() {
+  fwd_start_.assign(size_t(units_), 0);
+  bwd_start_.assign(size_t(units_), 0);
+  grad_ready_.assign(size_t(units_), 0);
+}
+
+sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::TimeNs t) {
+  if (config_.zero == 3)  // issued when the previous unit started: one unit ahead
+    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
+                                  unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
+  fwd_start_[size_t(unit)] = t;
+  return t;
+}
+
+sim::TimeNs DataParallel::begin_backward(int unit, const TensorRefs& work, sim::TimeNs t) {
+  if (config_.zero == 3)
+    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
+                                  unit == units_ - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)]));
+  bwd_start_[size_t(unit)] = t;
+  return t;
+}
+
+void DataParallel::grads_ready(int unit, sim::TimeNs t) { grad_ready_[size_t(unit)] = t; }
+
+void DataParallel::all_grads_ready(sim::TimeNs t) {
+  for (auto& r : grad_ready_) r = t;
+}
+
+// Stage 0: B.grad (the whole bucket) = all_reduce(avg). Stage 1: the packed gradients go into B.grad (the whole
+// bucket) and reduce_scatter(avg) writes the owned chunk in place at own_off (reduce_scatter copies its send buffer
+// before it writes the receive buffer, so the two may overlap). Stages 2-3: reduce_scatter(avg) of the packed
+// gradients into B.grad (the chunk). A single replica issues none (the average of one gradient is itself).
+sim::TimeNs DataParallel::reduce_bucket(Bucket& b, const TensorRefs& grads, double& sq, sim::TimeNs ready) {
+  const bool store = b.grad.has_storage();
+  const int zero = config_.zero;
+  collectives::CollectiveOptions o;
+  o.algorithm = config_.algorithm;
+  const collectives::Partition p{b.count, size_t(size_)};
+  const size_t own_off = p.offset(size_t(rank_)), own_n = p.size(size_t(rank_));
+  sim::TimeNs end = ready;
+  size_t base = 0;  // the bucket element at b.grad's index 0
+  if (zero >= 1) {
+    Tensor flat;
+    if (zero >= 2) {  // b.grad is the chunk: pack into a whole-bucket buffer
+      flat = Tensor::make(dtype_, {int64_t(b.count)}, store);
+      pack(b, grads, flat);
+    } else {
+      pack(b, grads, b.grad);
+    }
+    if (size_ == 1) {
+      if (zero >= 2) b.grad = std::move(flat);
+    } else {
+      const Tensor& whole = zero >= 2 ? flat : b.grad;
+      void* out = store ? static_cast<char*>(b.grad.data()) + (zero == 1 ? own_off : 0) * runtime::dtype_size(dtype_)
+                        : nullptr;
+      o.name = "reduce_scatter.grads";
+      end = collectives::reduce_scatter(group_, whole.data_if_stored(), out, b.count, dtype_,
+                                        collectives::ReduceOp::avg, ready, o)
+                .span.end;
+    }
+    base = zero >= 2 ? own_off : 0;
+  } else {
+    pack(b, grads, b.grad);
+    if (size_ > 1) {
+      o.name = "all_reduce.grads";
+      end = collectives::all_reduce(group_, b.grad.data_if_stored(), b.grad.data_if_stored(), b.count, dtype_,
+                                    collectives::ReduceOp::avg, ready, o)
+                .span.end;
+    }
+  }
+  if (!store) return end;  // shape-only: no values, the norm piece is 0
+  for (const Slot& s : b.slots) {
+    if (!s.counted) continue;
+    const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
+    for (size_t i = lo; i < hi; ++i) {
+      const double g = b.grad.get(int64_t(i - base));
+      sq += g * g;
+    }
+  }
+  return end;
+}
+
+sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, sim::TimeNs t) {
+  sim::TimeNs reduced = t;
+  for (Bucket& b : buckets_)
+    reduced = std::max(reduced, reduce_bucket(b, grads, sq, grad_ready_[size_t(b.last_unit)]));
+  return reduced;
+}
+
+kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip) {
+  const bool copy = dtype_ != DType::fp32;
+  const size_t es = runtime::dtype_size(dtype_);
+  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32};
+  for (Bucket& b : buckets_) {
+    Tensor g;
+    if (config_.zero == 1) {  // the owned chunk of the whole local gradient buffer
+      g = Tensor::make(dtype_, {int64_t(b.own_n)}, store_);
+      if (store_) std::memcpy(g.data(), static_cast<const char*>(b.grad.data()) + b.own_off * es, b.own_n * es);
+    } else {
+      g = b.grad;
+    }
+    const auto k = kernels::adamw_step(b.master, b.m, b.v, g, step, adamw, clip, copy ? &b.copy : nullptr);
+    opt.flops += k.flops;
+    opt.bytes += k.bytes;
+  }
+  return opt;
+}
+
+void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {
+  const bool copy = dtype_ != DType::fp32;
+  for (Bucket& b : buckets_) {
+    if (config_.zero == 0)
+      unpack(b, copy ? b.copy : b.master, work);
+    else if (config_.zero <= 2)
+      gather_bucket(b, work, t);
+  }
+}
+
+void DataParallel::gather_state(Field field, const TensorRefs& out) {
+  if (!store_) throw std::logic_error("data_parallel: a shape-only run has no state to gather");
+  Tensor Bucket::*member = field == Field::master ? &Bucket::master : field == Field::m ? &Bucket::m : &Bucket::v;
+  const char* name = field == Field::master ? "all_gather.master" : field == Field::m ? "all_gather.adam_m"
+                                                                                       : "all_gather.adam_v";
+  for (Bucket& b : buckets_) {
+    if (config_.zero == 0 || size_ == 1) {
+      unpack(b, b.*member, out);
+      continue;
+    }
+    Tensor flat(DType::fp32, {int64_t(b.count)});
+    collectives::CollectiveOptions o;
+    o.algorithm = config_.algorithm;
+    o.name = name;
+    collectives::all_gather(group_, (b.*member).data(), flat.data(), b.count, DType::fp32,
+                            group_.timeline().end_time(), o);
+    unpack(b, flat, out);
+  }
+}
+
+double DataParallel::param_count() const {
+  double psi = 0;
+  for (const Bucket& b : buckets_) psi += double(b.count);
+  return psi;
+}
+
+DpMemory DataParallel::memory() const {
+  DpMemory m;
+  const bool mixed = dtype_ != DType::fp32;
+  const double P = double(runtime::dtype_size(dtype_)), K = mixed ? 12 : 8;
+  for (const Bucket& b : buckets_) {
+    // Parameters: the whole compute-dtype weights between steps, except at stage 3 (the chunk; the gathered unit
+    // is a working buffer). fp32: the master chunk is the parameters' and is counted there.
+    m.params += config_.zero == 3 ? double(b.own_n) * P : double(b.count) * P;
+    m.grads += double(b.grad.nbytes());
+    m.optimizer += double(b.m.nbytes() + b.v.nbytes()) + (mixed ? double(b.master.nbytes()) : 0.0);
+  }
+  const double psi = param_count(), nd = double(size_);
+  m.formula_params = P * psi / (config_.zero >= 3 ? nd : 1);
+  m.formula_grads = P * psi / (config_.zero >= 2 ? nd : 1);
+  m.formula_optimizer = K * psi / (config_.zero >= 1 ? nd : 1);
+  return m;
+}
+
+}  // namespace shardsim::sharding::plans

@@ -1,0 +1,157 @@
+// Data parallelism with ZeRO stages 0-3 and gradient buckets: the plan unit every trainer uses (the dp group of a
+// dp-only mesh, or the dp x cp ranks of one tp coordinate). It owns the fp32 master weights, the AdamW moments and
+// the reduced gradients of the parameters it is given, partitions them over REPLICAS, reduces the local gradients
+// bucket by bucket as the backward completes them, gathers parameters (stage 3: before each unit's forward and
+// backward, one unit ahead) and runs AdamW on the chunk this rank owns. It knows no model: parameters are a list of
+// (unit, element count) in a fixed order, and every call receives the model's tensors in that order.
+//
+// Units: the granularity of gathers and FSDP buckets, numbered in forward order 0 .. units-1 (the language model:
+// 0 = embedding, 1 + l = block l, units-1 = final norm + head). The flat gradient order is the backward order
+// (unit units-1 first, then downwards), parameters in list order within a unit.
+//
+// Buckets (PyTorch DDP's design): whole parameters in flat order are appended to a bucket until it holds >=
+// bucket_bytes of gradient (compute dtype); a bucket's reduction is issued on the simulated timeline when its last
+// unit's gradients are ready (grads_ready), so it overlaps the backward of the units before it. bucket_bytes = 0:
+// one bucket, one reduction after backward. ZeRO-3 always uses one bucket per unit (FSDP's units).
+//
+// ZeRO stages (Rajbhandari et al., "ZeRO", SC'20, arXiv:1910.02054). Each bucket of n elements is split over the
+// replicas by collectives::Partition{n, replicas}; rank r owns chunk r.
+//   0  plain DDP: all_reduce(avg) per bucket; every rank keeps the whole fp32 master, moments and gradient and runs
+//      AdamW on all of it.
+//   1  optimizer state sharded: reduce_scatter(avg) per bucket into the owned chunk of the whole local gradient
+//      buffer (which stays allocated); master and moments of the chunk only; AdamW on it, then all_gather of the
+//      updated parameters (compute dtype) per bucket. Traffic Ψ + Ψ, as stage 0's all_reduce.
+//   2  as 1, but only the chunk's reduced gradient persists.
+//   3  also parameters (FSDP): between steps only the chunk of each unit's parameters; before a unit's forward and
+//      again before its backward the unit is all_gathered into the model's working tensors, issued when the
+//      previous unit starts (FSDP's one-unit prefetch).
+// Norm piece (kernels/optimizer.h's global-norm rule): the squares of the reduced gradient elements of this rank's
+// Partition chunk (stage 0 holds the whole bucket but counts its chunk only), for the parameters marked counted
+// (a tensor-parallel trainer marks replicated norm weights counted on one tp coordinate only); the caller
+// all_reduces the pieces over the whole mesh.
+//
+// Mixed precision (compute dtype bf16): compute copy and gradients bf16, masters and moments fp32 (K = 12 bytes of
+// optimizer state per parameter in ZeRO's notation); fp32: the fp32 parameters are the masters (K = 8).
+// Shape-only (STORE false): storage-less buffers; collectives move headers only; the simulated schedule is the
+// real run's.
+//
+// Collective names on the timeline: all_reduce.grads / reduce_scatter.grads, all_gather.params; state gathers
+// all_gather.master / all_gather.adam_m / all_gather.adam_v. Errors: std::invalid_argument naming parallel.zero
+// (not 0..3) or parallel.bucket_bytes (< 0); std::logic_error for a tensor of the wrong dtype or a shape-only
+// state request; collective errors propagate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_cost.h"
+#include "kernels/optimizer.h"
+#include "runtime/tensor.h"
+#include "runtime/transport.h"
+#include "sim/timeline.h"
+
+namespace shardsim::sharding::plans {
+
+struct ZeroConfig {
+  int zero = 0;                             // ZeRO stage 0..3
+  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
+  std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
+};
+
+// One parameter tensor, in the model's fixed order.
+struct DpParam {
+  int unit = 0;         // 0 .. units-1, forward order
+  size_t numel = 0;     // elements of this rank's tensor
+  bool counted = true;  // its reduced gradient counts in this rank's norm piece
+};
+
+// The model's tensors in DpParam order (weights, gradients or state of the local shapes).
+using TensorRefs = std::vector<runtime::Tensor*>;
+
+// Bytes of the state kept between steps, measured from the buffers, next to ZeRO's formulas (paper §5.1) for
+// Ψ = param_count() parameters on N_d = replicas: params P·Ψ (stage 3: /N_d), grads P·Ψ (stages 2-3: /N_d),
+// optimizer K·Ψ (stages 1-3: /N_d); P = bytes of the compute dtype, K = 12 mixed precision, 8 fp32. Uneven
+// partitions differ from the formula by at most one element per bucket.
+struct DpMemory {
+  double params = 0, grads = 0, optimizer = 0;
+  double formula_params = 0, formula_grads = 0, formula_optimizer = 0;
+  double total() const { return params + grads + optimizer; }
+  double formula_total() const { return formula_params + formula_grads + formula_optimizer; }
+};
+
+class DataParallel {
+ public:
+  // PARAMS: every parameter of this rank (its shards); UNITS: their unit count; REPLICAS: the group the state is
+  // partitioned over and gradients averaged over (shares the chip's timeline); COMPUTE: the compute dtype.
+  DataParallel(std::vector<DpParam> params, int units, const ZeroConfig& config, runtime::Transport& replicas,
+               runtime::DType compute, bool store);
+
+  // Takes this rank's chunks of the fp32 MASTER and, when given, moments M and V (else zero), and of the compute
+  // copy WORK (bf16 only). Local: every replica passes the same tensors.
+  void load(const TensorRefs& master, const TensorRefs* m, const TensorRefs* v, const TensorRefs& work);
+
+  // The step's schedule. begin_step resets the per-unit times. begin_forward / begin_backward return the time the
+  // unit may start (stage 3: after its gather into WORK, issued one unit ahead; else T); grads_ready(u, t): unit
+  // u's gradients are complete at T (all_grads_ready: every unit's).
+  void begin_step();
+  sim::TimeNs begin_forward(int unit, const TensorRefs& work, sim::TimeNs t);
+  sim::TimeNs begin_backward(int unit, const TensorRefs& work, sim::TimeNs t);
+  void grads_ready(int unit, sim::TimeNs t);
+  void all_grads_ready(sim::TimeNs t);
+  // Every bucket's reduction of GRADS (compute dtype), each issued when its last unit's gradients were ready; adds
+  // this rank's norm piece to SQ. Returns max(T, the last reduction's end).
+  sim::TimeNs reduce_gradients(const TensorRefs& grads, double& sq, sim::TimeNs t);
+  // AdamW on the owned chunks with the gradients scaled by CLIP; returns the cost of one multi-tensor kernel over
+  // all of them (the caller charges it), so the optimizer's time does not depend on the bucket count.
+  kernels::KernelCost optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
+  // After the optimizer (ended at T): the updated parameters into WORK (stage 0: local copy; 1-2: all_gather per
+  // bucket; 3: nothing, gathered before the next use).
+  void publish(const TensorRefs& work, sim::TimeNs t);
+
+  enum class Field { master, m, v };
+  // The fp32 FIELD of this rank's parameters, whole over the replicas (all_gather at stages 1-3), into OUT.
+  // Collective over the replicas; std::logic_error when shape-only.
+  void gather_state(Field field, const TensorRefs& out);
+
+  DpMemory memory() const;
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+  double param_count() const;  // Ψ: elements of every parameter given
+  int replicas() const { return size_; }
+  const ZeroConfig& config() const { return config_; }
+
+ private:
+  struct Slot {
+    size_t index;   // into the parameter list
+    int unit;
+    size_t offset;  // in its bucket, elements
+    size_t numel;
+    bool counted;
+  };
+  struct Bucket {
+    std::vector<Slot> slots;
+    size_t count = 0;     // elements
+    int last_unit = 0;    // the unit whose backward completes it (the lowest unit index)
+    size_t own_off = 0, own_n = 0;  // this rank's chunk (stage 0: the whole bucket)
+    runtime::Tensor master, m, v;   // fp32 [own_n] (fp32 compute: master = the parameters' chunk)
+    runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
+    runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
+  };
+  void pack(const Bucket& b, const TensorRefs& w, runtime::Tensor& flat) const;
+  void unpack(const Bucket& b, const runtime::Tensor& flat, const TensorRefs& w) const;
+  void take_chunk(const Bucket& b, const TensorRefs& w, runtime::DType dtype, runtime::Tensor& dst) const;
+  sim::TimeNs gather_bucket(Bucket& b, const TensorRefs& work, sim::TimeNs ready);
+  sim::TimeNs reduce_bucket(Bucket& b, const TensorRefs& grads, double& sq, sim::TimeNs ready);
+
+  ZeroConfig config_;
+  runtime::Transport& group_;
+  runtime::DType dtype_;
+  bool store_ = true;
+  int rank_ = 0, size_ = 1, units_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
+  std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
+};
+
+}  // namespace shardsim::sharding::plans

@@ -1,0 +1,171 @@
+// Every parallel plan and composition of the trainer (models/lm_tp.h with the plan units of sharding/plans/)
+// validates against one device: 5 fp32 training steps equal the single-device loop (models/lm_train.h) within the
+// trainer's tolerances (|loss - ref| < 1e-5, relative |grad norm - ref| < 1e-5, |w - ref| < 1e-4: only fp32
+// summation orders differ; tests/mpi/lm_dp_test.cpp explains the limits). One parametrised case per plan: data
+// parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
+// heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
+// ranks tp2 x cp2 is dp2 x cp2 x tp2. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
+// and dp divides the batch), and, on one rank, with 8 chips on that rank (runtime/chips.h).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "models/lm_tp.h"
+#include "models/lm_train.h"
+#include "mpi_util.h"
+#include "runtime/chips.h"
+#include "runtime/world.h"
+#include "sim/device_spec.h"
+#include "topology/topology.h"
+
+using namespace shardsim;
+
+namespace {
+
+struct PlanCase {
+  const char* name;
+  int tp = 1, cp = 1;
+  bool ulysses = false, sp = false, zigzag = true, fused = false;
+  int zero = 0;
+  bool recompute = false;
+  int64_t kv_heads = 8;
+};
+
+std::ostream& operator<<(std::ostream& os, const PlanCase& c) { return os << c.name; }
+
+const PlanCase kCases[] = {
+    {"dp_zero0", 1, 1, false, false, true, false, 0},
+    {"dp_zero1", 1, 1, false, false, true, false, 1},
+    {"dp_zero2", 1, 1, false, false, true, false, 2},
+    {"dp_zero3_recompute", 1, 1, false, false, true, false, 3, true},
+    {"tp2", 2, 1},
+    {"tp4_zero2", 4, 1, false, false, true, false, 2},
+    {"tp8", 8, 1},
+    {"tp2_sp_zero3", 2, 1, false, true, true, false, 3},
+    {"tp4_sp", 4, 1, false, true},
+    {"tp2_recompute_zero1", 2, 1, false, false, true, false, 1, true},
+    {"cp2_zigzag", 1, 2},
+    {"cp4_zigzag_zero1", 1, 4, false, false, true, false, 1},
+    {"cp2_contiguous", 1, 2, false, false, false},
+    {"cp8_contiguous", 1, 8, false, false, false},
+    {"ulysses2", 1, 2, true, false, false},
+    {"ulysses8", 1, 8, true, false, false},
+    {"ulysses4_kv_replicated", 1, 4, true, false, false, false, 0, false, 2},
+    {"ulysses2_x_tp2_sp", 2, 2, true, true, false},
+    {"tp2_x_cp2", 2, 2},
+    {"tp2_sp_x_cp2_contiguous_zero1", 2, 2, false, true, false, false, 1},
+    {"tp2_sp_fused", 2, 1, false, true, true, true},
+    {"tp4_sp_fused_zero1_recompute", 4, 1, false, true, true, true, 1, true},
+    {"tp2_sp_fused_x_cp2", 2, 2, false, true, true, true},
+};
+
+models::LmConfig config_of(const PlanCase& k) {
+  models::LmConfig c;  // vocab 32, hidden 16, 2 layers, head_dim 4, ffn 32
+  c.heads = 16;
+  c.kv_heads = k.kv_heads;
+  c.seq = 16;   // zigzag over 8 chips: 16 chunks of one token
+  c.batch = 24;  // dp 1, 2, 3, 4, 6, 8 divide it
+  return c;
+}
+
+// 5 steps, the trainer's defaults otherwise.
+const models::LmTrainConfig kFiveSteps{.steps = 5};
+
+struct Reference {
+  std::vector<models::LmStepResult> steps;
+  models::LmWeights weights;
+};
+
+const Reference& reference(int64_t kv_heads) {
+  static std::map<int64_t, Reference> refs;
+  auto it = refs.find(kv_heads);
+  if (it != refs.end()) return it->second;
+  PlanCase k{"ref"};
+  k.kv_heads = kv_heads;
+  const models::LmConfig c = config_of(k);
+  models::LmTrainState st = models::lm_train_init(c);
+  Reference r;
+  r.steps = models::lm_train(c, kFiveSteps, st);
+  r.weights = st.weights;
+  return refs.emplace(kv_heads, std::move(r)).first->second;
+}
+
+// Whether the case fits N chips: tp·cp divides N and the remaining dp divides the batch.
+bool fits(const PlanCase& k, int n) {
+  return n % (k.tp * k.cp) == 0 && config_of(k).batch % (n / (k.tp * k.cp)) == 0;
+}
+
+// 5 steps of case K on N chips (this chip = RANK of WORLD): the worst deviations from the reference. Collective.
+struct Deviation {
+  double loss = 0, norm = 0, weights = 0;
+};
+template <class World>
+Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
+  const models::LmConfig c = config_of(k);
+  auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp)}}, topo);
+  sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
+  runtime::Transport t(world, tl, mesh.placement());
+  mesh.bind(t);
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute}, k.sp, k.zigzag,
+                         k.ulysses, k.fused);
+  const Reference& ref = reference(k.kv_heads);
+  Deviation d;
+  for (size_t i = 0; i < 5; ++i) {
+    const auto r = tr.step();
+    d.loss = std::max(d.loss, std::fabs(r.loss - ref.steps[i].loss));
+    d.norm = std::max(d.norm, std::fabs(r.grad_norm - ref.steps[i].grad_norm) / ref.steps[i].grad_norm);
+  }
+  const models::LmWeights w = tr.gather_master();
+  const auto na = w.named_weights(), nb = ref.weights.named_weights();
+  for (size_t j = 0; j < na.size(); ++j)
+    for (int64_t i = 0; i < na[j].second->numel(); ++i)
+      d.weights = std::max(d.weights, std::fabs(double(na[j].second->get(i)) - nb[j].second->get(i)));
+  return d;
+}
+
+bool within(const Deviation& d) { return d.loss < 1e-5 && d.norm < 1e-5 && d.weights < 1e-4; }
+
+}  // namespace
+
+class TrainPlans : public ::testing::TestWithParam<PlanCase> {};
+
+// One chip per rank on the MPI world.
+TEST_P(TrainPlans, MatchSingleDeviceOneChipPerRank) {
+  const PlanCase& k = GetParam();
+  const int p = world_size();
+  if (!fits(k, p)) GTEST_SKIP() << k.name << " does not fit " << p << " ranks";
+  (void)reference(k.kv_heads);  // outside any collective: every rank computes it
+  const Deviation d = train_case(k, MPI_COMM_WORLD, p, world_rank());
+  if (world_rank() == 0)
+    std::printf("[train_plans] %s on %d ranks: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = "
+                "%.3g\n", k.name, p, d.loss, d.norm, d.weights);
+  EXPECT_LT(d.loss, 1e-5);
+  EXPECT_LT(d.norm, 1e-5);
+  EXPECT_LT(d.weights, 1e-4);
+}
+
+// 8 chips on one rank (one MPI rank only: the other rank counts run the case above).
+TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
+  const PlanCase& k = GetParam();
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
+  if (!fits(k, 8)) GTEST_SKIP() << k.name << " does not fit 8 chips";
+  (void)reference(k.kv_heads);
+  std::vector<Deviation> devs(8);
+  const int code = runtime::run_chips(8, [&](const runtime::World& w) {
+    devs[size_t(w.rank())] = train_case(k, w, w.size(), w.rank());
+    return 0;
+  });
+  ASSERT_EQ(code, 0);
+  std::printf("[train_plans] %s on 8 chips of one rank: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max "
+              "|w - ref| = %.3g\n", k.name, devs[0].loss, devs[0].norm, devs[0].weights);
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(within(devs[size_t(i)])) << "chip " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, TrainPlans, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<PlanCase>& i) { return std::string(i.param.name); });
