@@ -44,31 +44,13 @@ extern "C" void on_terminating_signal(int sig) {
   if (g_decided_exit >= 0) ::_exit(g_decided_exit);
   // A watchdog on this node has claimed the one report line and is taking the job down (exit 3): mpirun's SIGTERM
   // to the other ranks is part of that, not an interruption to report.
-  namespace board = shardsim::runtime::wait_board;
-  // A report line on this node is already out (a watchdog's, an error's, or another rank's signal line): mpirun's
-  // SIGTERM taking this rank down follows from it, so leave quietly.
-  if (board::claimed()) ::_exit(shardsim::kExitRuntimeFault);
-  // The first rank of the node to receive a signal speaks (without a board: rank 0), naming itself and the code it
-  // exits with; with one signalled rank, that is the code mpirun reports.
-  if (board::available() ? board::claim() : g_world_rank == 0) {
-    // Built by hand: snprintf is not async-signal-safe.
-    char msg[200];
-    size_t n = 0;
-    const auto put = [&](const char* t) {
-      while (*t && n + 1 < sizeof msg) msg[n++] = *t++;
-    };
-    const auto put_int = [&](int v) {
-      char d[12];
-      int k = 0;
-      do d[k++] = static_cast<char>('0' + v % 10); while ((v /= 10) > 0 && k < 11);
-      while (k > 0 && n + 1 < sizeof msg) msg[n++] = d[--k];
-    };
-    put(sig == SIGINT ? "shardsim: interrupted by SIGINT on rank " : "shardsim: terminated by SIGTERM on rank ");
-    put_int(g_world_rank);
-    put("; exiting with code ");
-    put_int(128 + sig);
-    put(" (outputs are left as they were before the interrupted write)\n");
-    ssize_t rc = ::write(STDERR_FILENO, msg, n);
+  if (shardsim::runtime::wait_board::claimed()) ::_exit(shardsim::kExitRuntimeFault);
+  if (g_world_rank == 0) {
+    const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
+                                      "they were before the interrupted write)\n"
+                                    : "shardsim: terminated by SIGTERM; exiting with code 143 (outputs are left as "
+                                      "they were before the interrupted write)\n";
+    ssize_t rc = ::write(STDERR_FILENO, msg, std::strlen(msg));
     (void)rc;
   }
   ::_exit(128 + sig);
@@ -118,13 +100,13 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
   return report.ok() ? kExitOk : kExitValidationFailed;
 }
 
-// --chips-per-rank K / --chips N (anywhere on the command line): how many chips each rank hosts
-// (runtime/chips.h). Taken out of ARGS before the command line is parsed, because the chips must exist before
-// the command runs on each of them. Returns K, or -1 after rank 0 printed why the flags are bad.
-// The most chips one rank hosts (docs/RELIABILITY.md): the chips' fibers and their per-peer state grow with the
+// The most chips one rank hosts (docs/SECURITY.md): the chips' fibers and their per-peer state grow with the
 // square of the chip count (1,024 chips: 7.6 s for an 8-byte all_reduce; 2,048: 31 s).
 constexpr long kMaxChipsPerRank = 4096;
 
+// --chips-per-rank K / --chips N (anywhere on the command line): how many chips each rank hosts
+// (runtime/chips.h). Taken out of ARGS before the command line is parsed, because the chips must exist before
+// the command runs on each of them. Returns K, or -1 after rank 0 printed why the flags are bad.
 int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank) {
   long per_rank = 0, total = 0;
   std::string bad;
