@@ -1,12 +1,17 @@
-// `shardsim calibrate LOG... [--predict LOG...] --topology FILE [--out FILE]`: fits the stated topology's link
-// latency and bandwidth to measured nccl-tests tables (collectives/calibrate.h) and prints the fit with the error
-// per size. Run it with as many ranks as the topology has chips (every rank computes the same fit; rank 0
-// prints). --out writes the fitted topology as a file that run, bench, validate and sweep accept (--topology).
+// `shardsim calibrate LOG... [--predict LOG...] --topology FILE [--out FILE] [--json FILE] [--strict]`: fits the
+// stated topology's link latency and bandwidth to measured nccl-tests tables (collectives/calibrate.h) and prints
+// the fit with the error per size. Run it with as many chips as the topology has (mpirun -np N, or --chips N on
+// one rank); rank 0 computes the fit and prints, every rank agrees on its errors. --out writes the fitted topology
+// as a file that run, bench, validate and sweep accept (--topology); --json the fit and every row as JSON.
+// Physically impossible fits (Calibration::warnings) are printed as warnings, exit 2 with --strict.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
@@ -22,9 +27,9 @@ namespace {
 
 struct CalibrateFlags {
   NetFlags net;
-  std::vector<std::string> logs, predict;
-  std::string collective, algorithm = "ring", min_bytes = "0", max_bytes = "0", out, chunk_bytes = "0";
-  bool out_given = false, fit_overhead = false, fit_call_overhead = false;
+  std::vector<std::string> logs, predict, collective;
+  std::string algorithm = "ring", min_bytes = "0", max_bytes = "0", out, chunk_bytes = "0", json;
+  bool out_given = false, json_given = false, fit_overhead = false, fit_call_overhead = false, strict = false;
   int protocols = 1;
 };
 
@@ -44,6 +49,100 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// --collective values: NAME (every log without a "Collective test starting" line) or FILE=NAME (that log; must
+// agree with its line). Returns, per log path, the name and whether it was named for that file.
+struct CollectiveNames {
+  std::string all;
+  std::map<std::string, std::string> per_file;
+  std::pair<std::string, bool> of(const std::string& log) const {
+    const auto it = per_file.find(log);
+    return it == per_file.end() ? std::make_pair(all, false) : std::make_pair(it->second, true);
+  }
+};
+
+CollectiveNames collective_names(const CalibrateFlags& f) {
+  CollectiveNames out;
+  for (const auto& v : f.collective) {
+    const size_t eq = v.rfind('=');
+    const std::string file = eq == std::string::npos ? "" : v.substr(0, eq);
+    const std::string name = eq == std::string::npos ? v : v.substr(eq + 1);
+    try {
+      (void)collectives::parse_collective(name);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--collective: ") + e.what());
+    }
+    if (file.empty()) {
+      if (!out.all.empty() && out.all != name)
+        throw UsageError("--collective: " + out.all + " and " + name + " both given for every log; name each log's "
+                         "collective with --collective FILE=NAME");
+      out.all = name;
+      continue;
+    }
+    if (std::find(f.logs.begin(), f.logs.end(), file) == f.logs.end() &&
+        std::find(f.predict.begin(), f.predict.end(), file) == f.predict.end())
+      throw UsageError("--collective " + v + ": " + file + " is not one of the logs given");
+    if (const auto it = out.per_file.find(file); it != out.per_file.end() && it->second != name)
+      throw UsageError("--collective: " + file + " named twice (" + it->second + ", " + name + ")");
+    out.per_file[file] = name;
+  }
+  return out;
+}
+
+std::vector<collectives::NcclLog> read_logs(const std::vector<std::string>& paths, const CollectiveNames& names) {
+  std::vector<collectives::NcclLog> out;
+  for (const auto& p : paths) {
+    const auto [name, named_for_file] = names.of(p);
+    out.push_back(collectives::parse_nccl_tests_log(p, name, named_for_file));
+  }
+  return out;
+}
+
+nlohmann::json calibration_json(const collectives::Calibration& cal, const std::vector<collectives::NcclLog>& fit,
+                                const std::vector<collectives::NcclLog>& held,
+                                const collectives::CalibrationOptions& opt, int chips) {
+  using nlohmann::json;
+  const auto& proto = cal.fitted.protocol();
+  json j = {{"algorithm", opt.algorithm},
+            {"topology", cal.fitted.describe()},
+            {"fitted", !fit.empty()},
+            {"latency_factor", cal.latency_factor},
+            {"bandwidth_factor", cal.bandwidth_factor},
+            {"efficiency", proto.efficiency},
+            {"message_overhead_ns", cal.message_overhead_ns},
+            {"call_overhead_ns", cal.call_overhead_ns},
+            {"rms_rel_error", cal.rms_rel_error},
+            {"warnings", cal.warnings}};
+  if (cal.low_latency)
+    j["low_latency"] = {{"max_bytes", proto.low_latency_max_bytes},
+                        {"efficiency", cal.low_latency_efficiency},
+                        {"latency_factor", proto.low_latency_latency_factor}};
+  json logs = json::array();
+  for (const auto* group : {&fit, &held})
+    for (const auto& l : *group)
+      logs.push_back({{"file", l.file},
+                      {"collective", collectives::collective_name(l.collective)},
+                      {"use", group == &fit ? "fit" : "held out"},
+                      {"ranks", l.ranks},
+                      {"notes", l.notes}});
+  j["logs"] = logs;
+  json rows = json::array();
+  for (const auto& p : cal.predictions) {
+    const double factor = collectives::busbw_factor(p.log->collective, chips);
+    rows.push_back({{"file", p.log->file},
+                    {"line", p.row.line},
+                    {"collective", collectives::collective_name(p.log->collective)},
+                    {"bytes", p.row.bytes},
+                    {"measured_us", p.row.time_us},
+                    {"predicted_us", p.predicted_us},
+                    {"rel_error", p.rel_error()},
+                    {"busbw_measured_gbps", p.row.bytes / (p.row.time_us * 1e3) * factor},
+                    {"busbw_predicted_gbps", p.row.bytes / (p.predicted_us * 1e3) * factor},
+                    {"fitted", p.fitted}});
+  }
+  j["rows"] = rows;
+  return j;
+}
+
 int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
   std::unique_ptr<Net> net;
   std::vector<collectives::NcclLog> fit, held;
@@ -54,15 +153,10 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       throw UsageError("calibrate: give at least one nccl-tests log to fit (or --predict LOG alone for the "
                        "topology's predictions without a fit)");
     if (f.logs.empty() && f.out_given) throw UsageError("--out: nothing is fitted without a log to fit");
-    if (!f.collective.empty()) {  // checked even when every log names its own collective (it was ignored, exit 0)
-      try {
-        (void)collectives::parse_collective(f.collective);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(std::string("--collective: ") + e.what());
-      }
-    }
-    for (const auto& p : f.logs) fit.push_back(collectives::parse_nccl_tests_log(p, f.collective));
-    for (const auto& p : f.predict) held.push_back(collectives::parse_nccl_tests_log(p, f.collective));
+    // Checked even when every log names its own collective (an unknown name was ignored, exit 0).
+    const CollectiveNames names = collective_names(f);
+    fit = read_logs(f.logs, names);
+    held = read_logs(f.predict, names);
     opt.algorithm = f.algorithm;
     opt.min_bytes = static_cast<double>(parse_bytes(f.min_bytes, "--min-bytes"));
     if (f.max_bytes != "0") {
@@ -77,19 +171,33 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       if (!collectives::find_algorithm(f.algorithm))
         throw UsageError("--algorithm: unknown algorithm '" + f.algorithm + "' (shardsim bench --list shows the catalogue)");
     }
-    if (f.out_given) {  // never over a log being read or the topology file (it would be lost, exit 0)
+    if (f.out_given || f.json_given) {  // never over a log being read or the topology file (lost, exit 0)
       std::vector<std::pair<std::string, std::string>> inputs = {{"the --topology file", f.net.topology_file}};
       for (const auto& l : f.logs) inputs.emplace_back("the log", l);
       for (const auto& l : f.predict) inputs.emplace_back("the --predict log", l);
-      check_outputs_distinct({{"--out", f.out}}, inputs);
+      std::vector<std::pair<std::string, std::string>> outs;
+      if (f.out_given) outs.emplace_back("--out", f.out);
+      if (f.json_given) outs.emplace_back("--json", f.json);
+      check_outputs_distinct(outs, inputs);
     }
     if (f.out_given && !net->topo().is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
   });
   connect(*net, world);
   collectives::Calibration cal;
-  world.agree([&] { cal = collectives::calibrate(net->topo(), fit, held, opt, *net->world); });
+  // Rank 0 alone fits (every estimate is a replay without communication; with --chips N every chip would repeat
+  // it); errors reach every rank through the agreement.
+  world.agree([&] {
+    if (world.rank() != 0) return;
+    cal = collectives::calibrate(net->topo(), fit, held, opt, {&world, net->world->rank_to_chip()});
+    if (f.strict && !cal.warnings.empty())
+      throw ConfigError("calibrate --strict: the fit is physically impossible: " + cal.warnings.front() +
+                        (cal.warnings.size() > 1 ? " (and " + std::to_string(cal.warnings.size() - 1) + " more)" : ""));
+  });
   const int n = net->topo().num_chips();
   if (world.rank() == 0) {
+    for (const auto* logs : {&fit, &held})
+      for (const auto& l : *logs)
+        for (const auto& note : l.notes) std::printf("# note: %s: %s\n", l.file.c_str(), note.c_str());
     std::printf("# shardsim calibrate: %zu log(s) fitted, %zu held out; topology %s\n", fit.size(), held.size(),
                 net->topo().describe().c_str());
     std::printf("# model: every link latency x a, every bandwidth x b (ratios between dimensions as in the file); "
@@ -119,6 +227,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     if (f.fit_call_overhead)
       std::printf("  call overhead c = %.6g ns per collective call (once, on every chip, before the first step)\n",
                   cal.call_overhead_ns);
+    for (const auto& w : cal.warnings) std::printf("warning: physically impossible fit: %s\n", w.c_str());
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
@@ -161,6 +270,9 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       std::printf("      median |error| %.2f%% over held-out rows >= 1 MiB (%zu rows)\n", 100 * median(held_big),
                   held_big.size());
   }
+  if (f.json_given) world.agree([&] {
+    if (world.rank() == 0) write_file(f.json, calibration_json(cal, fit, held, opt, n).dump(2) + "\n");
+  });
   if (f.out_given) {
     world.agree([&] {
       if (world.rank() != 0) return;
@@ -182,7 +294,9 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   f->net.add_to(sub);
   sub->add_option("logs", f->logs, "nccl-tests output files to fit (one table each)");
   sub->add_option("--predict", f->predict, "nccl-tests output files to predict with the fit (held out)");
-  sub->add_option("--collective", f->collective, "the collective of logs without a 'Collective test starting' line");
+  sub->add_option("--collective", f->collective,
+                  "NAME: the collective of every log without a 'Collective test starting' line; FILE=NAME: that "
+                  "log's (must agree with its line); repeatable");
   sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed)");
   sub->add_option("--protocols", f->protocols,
                   "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
@@ -199,6 +313,11 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--max-bytes", f->max_bytes,
                   "fit only rows at or below this size (K/M/G; default: no limit); larger rows are predicted from "
                   "the fit (a held-out size range)");
+  sub->add_flag("--strict", f->strict,
+                "exit 2 when the fit is physically impossible (efficiency above 1, latency at 0, a low-latency "
+                "protocol slower than the bandwidth one at its threshold); without it these are warnings");
+  sub->add_option("--json", f->json, "also write the fit and every row as JSON")
+      ->each([f](const std::string&) { f->json_given = true; });
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
       ->each([f](const std::string&) { f->out_given = true; });
   return {sub, [f, &world] { return run_calibrate(world, *f); }};

@@ -256,12 +256,6 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
-      world.agree([&] {
-        if (runtime::chips_per_rank() > 1 && calibrate.app->parsed())
-          throw UsageError("calibrate: needs one chip per rank (mpirun -np CHIPS, without --chips/--chips-per-rank): "
-                           "its fit replays the schedules on an MPI communicator of the topology's size; "
-                           "--chips-per-rank/--chips work with run, bench, validate, sweep, topo, train and ckpt");
-      });
       if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})
         if (c->app->parsed()) return c->run();

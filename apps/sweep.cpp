@@ -71,7 +71,7 @@ struct SweepFlags {
 // results.csv as read for a resume or --plot-only: a regular file (a FIFO cannot block, a directory is said as
 // such) of at most kMaxResultsBytes.
 constexpr uint64_t kMaxResultsBytes = 1ull << 30;
-std::string read_text(const std::string& path) { return read_regular_file(path, kMaxResultsBytes, "results file"); }
+std::string read_text(const std::string& path) { return read_input_file(path, kMaxResultsBytes, "a sweep results file"); }
 
 // Runs GNUPLOT SCRIPT in DIR with stderr to LOG (relative to DIR), without a shell: posix_spawnp with an
 // argument vector, so no path, name or label is ever parsed by /bin/sh. Returns the exit status, 127 when the

@@ -1,12 +1,9 @@
 #include "collectives/calibrate.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <map>
 #include <sstream>
 
 #include "common/error.h"
@@ -14,181 +11,6 @@
 #include "sim/timeline.h"
 
 namespace shardsim::collectives {
-
-namespace {
-
-// "[0] ", "[1,0]<stdout>:" (mpirun --tag-output) and similar prefixes in front of a log line.
-std::string strip_prefix(const std::string& line) {
-  size_t i = 0;
-  while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-  if (i < line.size() && line[i] == '[') {
-    const size_t close = line.find(']', i);
-    if (close != std::string::npos) {
-      size_t j = close + 1;
-      const std::string tag = "<stdout>:";
-      if (line.compare(j, tag.size(), tag) == 0) j += tag.size();
-      return line.substr(j);
-    }
-  }
-  return line;
-}
-
-std::vector<std::string> tokens(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string t; in >> t;) out.push_back(t);
-  return out;
-}
-
-bool parse_number(const std::string& s, double& v) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(v);
-}
-
-// nccl-tests program name -> our collective name.
-std::string collective_of_program(const std::string& program) {
-  static const std::map<std::string, std::string> names = {
-      {"all_reduce_perf", "all_reduce"}, {"all_gather_perf", "all_gather"},
-      {"reduce_scatter_perf", "reduce_scatter"}, {"broadcast_perf", "broadcast"},
-      {"reduce_perf", "reduce"}, {"alltoall_perf", "all_to_all"}, {"sendrecv_perf", "send_recv"},
-      {"gather_perf", "gather"}, {"scatter_perf", "scatter"}};
-  std::string p = program;
-  if (const size_t slash = p.rfind('/'); slash != std::string::npos) p = p.substr(slash + 1);
-  if (p.size() > 4 && p.compare(p.size() - 4, 4, "_mpi") == 0) p = p.substr(0, p.size() - 4);
-  const auto it = names.find(p);
-  return it == names.end() ? "" : it->second;
-}
-
-std::string fmt(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-}  // namespace
-
-NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& default_collective) {
-  NcclLog log;
-  log.file = file;
-  std::string collective;
-  int collective_line = 0;
-  bool has_root = true, root_known = false;
-  std::istringstream in(text);
-  std::string raw;
-  int line_no = 0;
-  auto fail = [&](const std::string& why) -> ConfigError {
-    return ConfigError(file + ":" + std::to_string(line_no) + ": " + why);
-  };
-  while (std::getline(in, raw)) {
-    ++line_no;
-    const std::string line = strip_prefix(raw);
-    const auto t = tokens(line);
-    if (t.empty()) continue;
-    if (t[0][0] == '#') {
-      const size_t at = line.find("Collective test starting:");
-      if (at != std::string::npos) {
-        const auto rest = tokens(line.substr(at + 25));
-        const std::string name = rest.empty() ? "" : collective_of_program(rest[0]);
-        if (name.empty())
-          throw fail("unknown nccl-tests program '" + (rest.empty() ? std::string() : rest[0]) +
-                     "' (known: all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, "
-                     "alltoall_perf, sendrecv_perf, gather_perf, scatter_perf)");
-        if (!collective.empty())
-          throw fail("a second 'Collective test starting' line (the first is on line " +
-                     std::to_string(collective_line) + "): give one table per file");
-        collective = name;
-        collective_line = line_no;
-      }
-      // "#  Rank  3 Group  0 Pid ..." lists the ranks.
-      if (t.size() >= 3 && t[0] == "#" && t[1] == "Rank") ++log.ranks;
-      else if (t.size() >= 2 && t[0] == "#Rank") ++log.ranks;
-      // The column header says whether there is a root column.
-      if (line.find("size") != std::string::npos && line.find("count") != std::string::npos &&
-          line.find("redop") != std::string::npos) {
-        has_root = line.find("root") != std::string::npos;
-        root_known = true;
-      }
-      continue;
-    }
-    double bytes = 0;
-    if (!parse_number(t[0], bytes)) {
-      // nccl-tests' own non-table lines (warnings, NCCL INFO, ...) are skipped, but a row of table width whose
-      // size is spelled like a number that does not parse (1e400, nan, inf) is a malformed row, not a comment.
-      std::string low;
-      for (char ch : t[0]) low += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      const std::string word = low.substr(std::min(low.find_first_not_of("+-"), low.size()));
-      const bool numeric_like = low.find_first_not_of("0123456789.e+-") == std::string::npos || word == "nan" ||
-                                word == "inf" || word == "infinity";
-      if (numeric_like && (t.size() == 8 || t.size() == 9 || t.size() == 12 || t.size() == 13))
-        throw fail("size '" + t[0] + "' is not a finite byte count");
-      continue;
-    }
-    // Columns: size count type redop [root] time algbw busbw #wrong [time algbw busbw #wrong]
-    if (!root_known) {
-      if (t.size() != 8 && t.size() != 9 && t.size() != 12 && t.size() != 13)
-        throw fail("expected 9 or 13 columns (size count type redop root time algbw busbw #wrong [in-place: time "
-                   "algbw busbw #wrong]; 8 or 12 in logs without a root column), got " + std::to_string(t.size()));
-      has_root = t.size() == 9 || t.size() == 13;
-    }
-    const size_t base = has_root ? 5 : 4;
-    if (t.size() != base + 4 && t.size() != base + 8)
-      throw fail("expected " + std::to_string(base + 4) + " or " + std::to_string(base + 8) +
-                 " columns (size count type redop" + (has_root ? " root" : "") +
-                 " time algbw busbw #wrong [in-place: time algbw busbw #wrong]), got " + std::to_string(t.size()));
-    double count = 0, time_us = 0, algbw = 0, busbw = 0;
-    if (!(bytes > 0) || std::floor(bytes) != bytes) throw fail("size '" + t[0] + "' is not a positive byte count");
-    // The --min-bytes/--max-bytes range; a size of 1e300 made the fit's error rms 'inf%' (exit 0).
-    if (bytes > 1e15) throw fail("size '" + t[0] + "' is above 1e15 bytes: not a measured message size");
-    if (!parse_number(t[1], count) || count < 0) throw fail("count '" + t[1] + "' is not a number");
-    if (!parse_number(t[base], time_us) || !(time_us > 0))
-      throw fail("time '" + t[base] + "' is not a positive number of microseconds");
-    // No collective completes in under a nanosecond; a time like 1e-300 made the fit's error rms 'inf%' (exit 0).
-    if (time_us < 1e-3) throw fail("time '" + t[base] + "' us is below 1 ns: not a measured collective time");
-    // ... nor in more than a day (1e308 fitted silently, printing a 300-digit time at -100% error).
-    if (time_us > 8.64e10) throw fail("time '" + t[base] + "' us is above one day: not a measured collective time");
-    if (!parse_number(t[base + 1], algbw) || !parse_number(t[base + 2], busbw))
-      throw fail("algbw/busbw '" + t[base + 1] + "' '" + t[base + 2] + "' are not numbers");
-    for (size_t col = base + 3; col < t.size(); col += 4) {  // out of place, then in place
-      const std::string& wrong = t[col];
-      double nwrong = 0;
-      if (wrong != "N/A" && (!parse_number(wrong, nwrong) || nwrong != 0))
-        throw fail("#wrong is '" + wrong + "': a measurement with wrong results is not a calibration input");
-    }
-    if (log.rows.empty()) {
-      log.type = t[2];
-      log.redop = t[3];
-    } else {
-      if (t[2] != log.type || t[3] != log.redop)
-        throw fail("type/op '" + t[2] + " " + t[3] + "' differs from the table's '" + log.type + " " + log.redop +
-                   "' (line " + std::to_string(log.rows.front().line) + "): mixed logs, give one table per file");
-      if (bytes <= log.rows.back().bytes)
-        throw fail("size " + t[0] + " does not grow (previous row: " + fmt(log.rows.back().bytes) +
-                   "): a second table starts here, give one table per file");
-    }
-    log.rows.push_back({line_no, bytes, time_us, busbw});
-  }
-  if (collective.empty()) collective = default_collective;
-  if (collective.empty())
-    throw ConfigError(file + ": no '# Collective test starting: X_perf' line; name the collective (--collective)");
-  try {
-    log.collective = parse_collective(collective);
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(file + ": " + e.what());
-  }
-  if (log.rows.empty()) throw ConfigError(file + ": no nccl-tests table rows found");
-  return log;
-}
-
-NcclLog parse_nccl_tests_log(const std::string& path, const std::string& default_collective) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError(path + ": read error");
-  return parse_nccl_tests_text(ss.str(), path, default_collective);
-}
 
 namespace {
 
@@ -201,9 +23,10 @@ std::string algorithm_for(Collective c, const std::string& wanted) {
 }  // namespace
 
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp, size_t chunk_bytes) {
-  sim::Timeline timeline(tp.chip(), topo, sim::device_preset("generic"), /*record_events=*/false);
-  runtime::Transport t(tp.comm(), timeline, tp.rank_to_chip());
+                  const EstimateGroup& tp, size_t chunk_bytes) {
+  const int chip = tp.rank_to_chip.at(static_cast<size_t>(tp.world->rank()));
+  sim::Timeline timeline(chip, topo, sim::device_preset("generic"), /*record_events=*/false);
+  runtime::Transport t(*tp.world, timeline, tp.rank_to_chip);
   std::string a = algorithm_for(c, algorithm);
   if (a == "auto") {
     CollectiveOptions o;
@@ -232,7 +55,7 @@ struct Fit2 {
 // Fits a (latency factor) and 1/b (inverse bandwidth factor) of TOPO to POINTS[i] for i in IDX: relative squared
 // errors, weighted linear start, then Gauss-Newton with step halving on the full replay.
 Fit2 fit_two(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-             const CalibrationOptions& options, const runtime::Transport& tp) {
+             const CalibrationOptions& options, const EstimateGroup& tp) {
   auto model = [&](double a, double b, const Point& p) {
     return predict_us(topo.scaled(a, b), p.log->collective, options.algorithm, p.row.bytes, tp, options.chunk_bytes);
   };
@@ -351,7 +174,7 @@ struct Fit3 {
 // W: zero latency), refused when L and M are proportional over the rows (o cannot be told from latency); then
 // Gauss-Newton with step halving on the full replay, a and o kept >= 0.
 Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-               const CalibrationOptions& options, const runtime::Transport& tp) {
+               const CalibrationOptions& options, const EstimateGroup& tp) {
   auto model = [&](double a, double inv_b, double o, const Point& p) {
     return predict_us(with_overhead(topo.scaled(a, 1 / inv_b), o), p.log->collective, options.algorithm,
                       p.row.bytes, tp, options.chunk_bytes);
@@ -491,7 +314,7 @@ struct FitC {
 class CallFitter {
  public:
   CallFitter(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-             const CalibrationOptions& options, const runtime::Transport& tp)
+             const CalibrationOptions& options, const EstimateGroup& tp)
       : topo_(topo), points_(points), idx_(idx), opt_(options), tp_(tp) {
     // The linear model's basis per fitted row (us): L = the file's latencies at unlimited bandwidth, W = zero
     // latency at the file's bandwidth, M = 1 us of overhead per message alone, per us; c's column is 1.
@@ -724,22 +547,57 @@ class CallFitter {
   const std::vector<Point>& points_;
   const std::vector<size_t>& idx_;
   const CalibrationOptions& opt_;
-  const runtime::Transport& tp_;
+  const EstimateGroup& tp_;
   std::vector<Basis> basis_;
 };
+
+// What makes a fit physically impossible (calibrate.h, Calibration::warnings).
+std::vector<std::string> physical_warnings(const Calibration& cal, const CalibrationOptions& options) {
+  std::vector<std::string> out;
+  const std::string models = "--algorithm " + options.algorithm;
+  auto above_line_rate = [&](const std::string& what, double e) {
+    out.push_back(what + " " + format_number(e) + " is above 1: the fit needs " + format_number(e) +
+                  " x the topology file's line rate, which no link gives (the file's bandwidth is too low, or the "
+                  "measured library used more links at once than " + models + " models: several channels or rails, "
+                  "in-switch reduction)");
+  };
+  if (cal.bandwidth_factor > 1 + 1e-6) above_line_rate("efficiency b =", cal.bandwidth_factor);
+  if (cal.low_latency && cal.low_latency_efficiency > 1 + 1e-6)
+    above_line_rate("the low-latency protocol's efficiency", cal.low_latency_efficiency);
+  if (cal.latency_factor < 1e-6)
+    out.push_back("latency factor a = " + format_number(cal.latency_factor) +
+                  " sits at its bound 0: the rows want a negative latency (the small sizes are faster than the "
+                  "model's hops allow: check " + models + " and the topology's hop count)");
+  if (cal.low_latency && !cal.fitted.links().empty()) {
+    // At its own threshold the low-latency protocol must not be slower than the bandwidth protocol: a library
+    // switches to it because it is faster there.
+    const auto& p = cal.fitted.protocol();
+    const auto& link = cal.fitted.link(0);
+    const double m = p.low_latency_max_bytes, b = link.bandwidth_gbps;
+    const double t_ll = link.latency_ns * p.low_latency_latency_factor + m / (b * p.low_latency_efficiency);
+    const double t_bw = link.latency_ns + m / (b * p.efficiency);
+    if (t_ll > t_bw * (1 + 1e-6))
+      out.push_back("the low-latency protocol (efficiency " + format_number(cal.low_latency_efficiency) +
+                    ") is slower than the bandwidth protocol at its own threshold (" + format_number(t_ll) + " ns vs " +
+                    format_number(t_bw) + " ns per " + format_number(m) + "-byte message on one link): no library "
+                    "would switch to it there, so the split is an artefact of the rows (fit with --protocols 1)");
+  }
+  return out;
+}
 
 }  // namespace
 
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
-                      const runtime::Transport& tp) {
+                      const EstimateGroup& tp) {
   for (const auto* logs : {&fit, &held_out})
     for (const auto& log : *logs)
       if (log.ranks != 0 && log.ranks != topo.num_chips())
         throw ConfigError(log.file + ": the log lists " + std::to_string(log.ranks) + " ranks but the topology has " +
                           std::to_string(topo.num_chips()) + " chips");
   if (tp.size() != topo.num_chips())
-    throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) + " chips; run it with mpirun -np " +
+    throw UsageError("calibrate: the topology has " + std::to_string(topo.num_chips()) +
+                     " chips; run it with mpirun -np " + std::to_string(topo.num_chips()) + " or --chips " +
                      std::to_string(topo.num_chips()) + " (the job has " + std::to_string(tp.size()) + " ranks)");
   if (options.protocols != 1 && options.protocols != 2)
     throw UsageError("--protocols: 1 or 2 (got " + std::to_string(options.protocols) + ")");
@@ -767,8 +625,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     if (held_out.empty()) throw UsageError("calibrate: give a log to fit or one to predict");
     out.fitted = topo;
   } else if (fitted.size() < need)
-    throw ConfigError("calibrate: " + std::to_string(fitted.size()) + " row(s) at or above " + fmt(options.min_bytes) +
-                      " B" + (options.max_bytes > 0 ? " and at or below " + fmt(options.max_bytes) + " B" : "") +
+    throw ConfigError("calibrate: " + std::to_string(fitted.size()) + " row(s) at or above " +
+                      format_number(options.min_bytes) + " B" +
+                      (options.max_bytes > 0 ? " and at or below " + format_number(options.max_bytes) + " B" : "") +
                       " to fit; need at least " + std::to_string(need));
 
   if (fit.empty()) {
@@ -787,6 +646,7 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
       out.latency_factor = std::max(f.x[3], 1e-9);
       out.bandwidth_factor = 1 / f.x[4];
       out.low_latency = true;
+      out.low_latency_efficiency = 1 / f.x[1];
     }
   } else if (options.fit_overhead) {
     const Fit3 f = fit_three(topo, points, fitted, options, tp);
@@ -835,7 +695,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     ll.low_latency_latency_factor = lo_best.a / a_hi;
     out.fitted = with_protocol(topo, a_hi, out.bandwidth_factor, &ll);
     out.low_latency = true;
+    out.low_latency_efficiency = ll.low_latency_efficiency;
   }
+  if (!fit.empty()) out.warnings = physical_warnings(out, options);
   double sum = 0;
   for (const auto& p : points) {
     Prediction pr;
@@ -857,17 +719,19 @@ std::string topology_yaml(const topology::Topology& topo) {
   o << "topology:\n  kind: stacked\n  dims:\n";
   for (const auto& d : topo.dim_specs()) {
     o << "    - {kind: " << topology::dim_kind_name(d.kind) << ", size: " << d.size
-      << ", bandwidth_gbps: " << fmt(d.link.bandwidth_gbps) << ", latency_ns: " << fmt(d.link.latency_ns);
+      << ", bandwidth_gbps: " << format_number(d.link.bandwidth_gbps)
+      << ", latency_ns: " << format_number(d.link.latency_ns);
     if (d.kind == DimKind::ring) o << ", bidirectional: " << (d.bidirectional ? "true" : "false");
     o << "}\n";
   }
   if (const auto& p = topo.protocol(); !p.is_default()) {
-    o << "  protocol: {efficiency: " << fmt(p.efficiency);
+    o << "  protocol: {efficiency: " << format_number(p.efficiency);
     if (p.low_latency_max_bytes > 0)
-      o << ", low_latency_max_bytes: " << fmt(p.low_latency_max_bytes) << ", low_latency_efficiency: "
-        << fmt(p.low_latency_efficiency) << ", low_latency_latency_factor: " << fmt(p.low_latency_latency_factor);
-    if (p.message_overhead_ns > 0) o << ", message_overhead_ns: " << fmt(p.message_overhead_ns);
-    if (p.call_overhead_ns > 0) o << ", call_overhead_ns: " << fmt(p.call_overhead_ns);
+      o << ", low_latency_max_bytes: " << format_number(p.low_latency_max_bytes) << ", low_latency_efficiency: "
+        << format_number(p.low_latency_efficiency)
+        << ", low_latency_latency_factor: " << format_number(p.low_latency_latency_factor);
+    if (p.message_overhead_ns > 0) o << ", message_overhead_ns: " << format_number(p.message_overhead_ns);
+    if (p.call_overhead_ns > 0) o << ", call_overhead_ns: " << format_number(p.call_overhead_ns);
     o << "}\n";
   }
   if (!topo.identity_placement()) {

@@ -1,17 +1,5 @@
-// Fitting the link model to measured collective timings (`shardsim calibrate`).
-//
-// Input: the tables nccl-tests' *_perf programs print (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md):
-//
-//   # Collective test starting: all_reduce_perf
-//   #  Rank  0 Group  0 Pid 1234 on host device  0 [0x18] NVIDIA H100 80GB HBM3
-//   #       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw ...
-//          8192          2048     float     sum      -1    35.15    0.23    0.23       0    30.33    0.27 ...
-//
-// Columns: size (B), count (elements), type, redop, root, then out-of-place time (us), algbw, busbw (GB/s,
-// GB = 1e9 B), #wrong, then the same four in place. Versions before 2.13 have no root column (and print
-// "error" instead of "#wrong"); both are read. Lines may carry mpirun's "[0] " or "[1,0]<stdout>:" prefix.
-// The out-of-place time is the measurement. nccl-tests sizes a buffer as shardsim's estimate_ns does
-// (all_reduce the buffer, all_gather the output, reduce_scatter the input).
+// Fitting the link model to measured collective timings (`shardsim calibrate`). Its input,
+// nccl-tests tables, is read by collectives/nccl_log.h.
 //
 // Model fitted: the topology file's links with every latency scaled by one factor a and every bandwidth by one
 // factor b (so the ratios between dimensions stay as the file gives them; a single-dimension topology thus gets
@@ -43,41 +31,26 @@
 // steps and all_gather's or reduce_scatter's p-1) separate them; fit those together (LOG1 LOG2 ...).
 // Without fit_call_overhead c stays 0 and the fitted latency absorbs it (per step).
 //
-// Errors: ConfigError (exit 2) "FILE:LINE: ..." for a malformed row, a row with #wrong > 0, a second table in one
-// file (sizes restart or a second "Collective test starting"), mixed types or ops in one table, an unknown
-// collective; "FILE: ..." for a file with no rows or no collective named (give one with `collective`).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "collectives/algorithms.h"
+#include "collectives/nccl_log.h"
 #include "runtime/transport.h"
+#include "runtime/world.h"
 #include "topology/topology.h"
 
 namespace shardsim::collectives {
 
-struct NcclRow {
-  int line = 0;         // 1-based line in the file
-  double bytes = 0;     // "size" column
-  double time_us = 0;   // out-of-place time
-  double busbw = 0;     // out-of-place busbw as printed (GB/s)
+// The chips the estimates run on: WORLD's (one per MPI rank, or several per rank with --chips), rank r on chip
+// RANK_TO_CHIP[r]. Estimates communicate nothing (a transport over WORLD on a timeline of the topology asked).
+struct EstimateGroup {
+  const runtime::World* world = nullptr;
+  std::vector<int> rank_to_chip;
+  int size() const { return static_cast<int>(rank_to_chip.size()); }
 };
-
-struct NcclLog {
-  std::string file;
-  Collective collective = Collective::all_reduce;
-  std::string type;     // "float", "half", ...
-  std::string redop;    // "sum", "none", ...
-  int ranks = 0;        // "# Rank N" lines counted (0: the log does not list them)
-  std::vector<NcclRow> rows;
-};
-
-// Reads one nccl-tests output file. DEFAULT_COLLECTIVE ("" = none) names the collective when the file has no
-// "# Collective test starting: X_perf" line. Throws ConfigError as described above.
-NcclLog parse_nccl_tests_log(const std::string& path, const std::string& default_collective = "");
-NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file,
-                              const std::string& default_collective = "");
 
 struct CalibrationOptions {
   std::string algorithm = "ring";  // the schedule the measured library ran (NCCL's default at large sizes)
@@ -112,21 +85,27 @@ struct Calibration {
   int iterations = 0;
   std::vector<Prediction> predictions;  // fit logs first, then held-out logs, rows in file order
   double rms_rel_error = 0;            // over the fitted rows
+  double low_latency_efficiency = 0;   // protocols == 2: the low-latency protocol's fraction of the line rate
+  // Why the fit is physically impossible, one line each (empty when it is not): an efficiency above 1 (more than
+  // the file's line rate), the latency factor at its bound 0 (the rows want a negative latency), a low-latency
+  // protocol slower than the bandwidth protocol at its own threshold. `calibrate` prints them as warnings and
+  // exits 2 with --strict.
+  std::vector<std::string> warnings;
 };
 
 // Fits TOPO's link parameters to FIT logs; HELD_OUT logs are only predicted (with FIT empty: no fit, every row
-// predicted on TOPO as given, factors 1). TP: a transport over as many ranks
-// as TOPO has chips (its timeline's topology is not used; every estimate runs on its own Timeline over a scaled
-// copy of TOPO). Deterministic: every rank computes the same result. ConfigError when a log's rank count differs
+// predicted on TOPO as given, factors 1). TP: as many chips as TOPO has (every estimate runs on its own Timeline
+// over a scaled copy of TOPO; UsageError otherwise). Deterministic: any rank computes the same result (the app
+// computes it on rank 0 alone). ConfigError when a log's rank count differs
 // from TOPO's chips, when no row is at or above min_bytes, or when the algorithm cannot run a log's collective.
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
-                      const runtime::Transport& tp);
+                      const EstimateGroup& tp);
 
 // The simulated time (us) of LOG's collective on TOPO for BYTES with ALGORITHM (estimate_ns on a transport over
-// TP's communicator whose timeline is TOPO), pipelined in pieces of CHUNK_BYTES (0: none).
+// TP's chips whose timeline is TOPO), pipelined in pieces of CHUNK_BYTES (0: none).
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
-                  const runtime::Transport& tp, size_t chunk_bytes = 0);
+                  const EstimateGroup& tp, size_t chunk_bytes = 0);
 
 // TOPO as a topology file (the `topology:` section, readable by load_topology), for `calibrate --out`. Grid
 // topologies only: std::invalid_argument for graphs.

@@ -131,10 +131,11 @@ struct Replay {
   }
 };
 
-// Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them.
-double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
+// Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them, every rank starting at
+// START on RP's timelines (which keep what earlier passes left busy).
+double ring_estimate(Replay& rp, double chunk, int passes, bool bidir, size_t chunk_bytes, double start = 0) {
   const int p = rp.size();
-  if (p == 1 || chunk <= 0) return 0;
+  if (p == 1 || chunk <= 0) return start;
   const int dirs = bidir ? 2 : 1;
   const double per_dir = chunk / dirs;
   const int m = chunk_bytes == 0 ? 1
@@ -142,7 +143,7 @@ double ring_estimate(Replay rp, double chunk, int passes, bool bidir, size_t chu
                                                                1.0, 64.0));
   const double piece = per_dir / m;
   const int lanes = dirs * m;
-  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), 0.0));
+  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), start));
   const runtime::FlowPattern pattern = runtime::FlowPattern::shift(1, bidir ? -1 : 0, m);  // as ring.cpp
   for (int pass = 0; pass < passes; ++pass) {
     for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
@@ -256,10 +257,44 @@ double torus_estimate(const runtime::Transport& tp, double bytes, int passes, si
   const auto& topo = tp.topology();
   double t = 0, s = bytes;
   for (const auto& d : torus::dim_order(topo)) {
-    t += ring_estimate(Replay(topo, d.line), s / d.k, passes, d.bidirectional, chunk_bytes);
+    Replay line(topo, d.line);
+    t += ring_estimate(line, s / d.k, passes, d.bidirectional, chunk_bytes);
     s /= d.k;
   }
   return t;
+}
+
+// Concurrent-dimension torus (torus_concurrent.h): part j (S/D bytes) visits the dimensions in dim_order()
+// rotated by j, phase by phase and part by part as the code issues them. A phase is the ring along its dimension
+// through chip 0, started when the part's previous phase ended, on that dimension's timelines, which keep what the
+// phases before it left busy (the simulator books a link's messages in issue order; dimensions share no link).
+double torus_concurrent_estimate(const runtime::Transport& tp, double bytes, bool rs, bool ag, size_t chunk_bytes) {
+  const auto& topo = tp.topology();
+  const auto order = torus::dim_order(topo);
+  const size_t parts = order.size();
+  std::vector<Replay> lines;  // per entry of ORDER: its line's timelines, kept across phases
+  for (const auto& d : order) lines.emplace_back(topo, d.line);
+  std::vector<double> now(parts, 0.0);
+  std::vector<std::vector<double>> entering(parts);  // [part][phase]: the data entering that phase's dimension
+  for (size_t j = 0; j < parts; ++j) {
+    double s = bytes / static_cast<double>(parts);
+    for (size_t i = 0; i < parts; ++i) {
+      entering[j].push_back(s);
+      s /= order[(i + j) % parts].k;
+    }
+  }
+  auto phase = [&](size_t j, size_t i) {
+    const size_t e = (i + j) % parts;
+    const auto& d = order[e];
+    now[j] = ring_estimate(lines[e], entering[j][i] / d.k, 1, d.bidirectional, chunk_bytes, now[j]);
+  };
+  if (rs)
+    for (size_t i = 0; i < parts; ++i)
+      for (size_t j = 0; j < parts; ++j) phase(j, i);
+  if (ag)
+    for (size_t i = parts; i-- > 0;)
+      for (size_t j = 0; j < parts; ++j) phase(j, i);
+  return *std::max_element(now.begin(), now.end());
 }
 
 // Direct exchange: every rank injects the given bytes to every peer at once (peer r+1 first, as the code
@@ -357,7 +392,8 @@ double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chun
 
 double worst_step(const runtime::Transport& tp, int dist, double bytes) { return worst_step_impl(tp, dist, bytes); }
 double ring(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
-  return ring_estimate(Replay(tp), chunk, passes, bidir, chunk_bytes);
+  Replay rp(tp);
+  return ring_estimate(rp, chunk, passes, bidir, chunk_bytes);
 }
 double halving_doubling(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
   return hd_estimate(tp, bytes, rs, ag);
@@ -368,6 +404,29 @@ double chain(const runtime::Transport& tp, double bytes, size_t chunk_bytes, boo
 }
 double torus(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes) {
   return torus_estimate(tp, bytes, passes, chunk_bytes);
+}
+double torus_concurrent(const runtime::Transport& tp, double bytes, bool rs, bool ag, size_t chunk_bytes) {
+  return torus_concurrent_estimate(tp, bytes, rs, ag, chunk_bytes);
+}
+double lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes) {
+  const int p = tp.size();
+  if (p < 2 || bytes <= 0) return 0;
+  const auto& topo = tp.topology();
+  double slowest = std::numeric_limits<double>::infinity();  // the smallest egress of a member chip, GB/s
+  for (int r = 0; r < p; ++r) {
+    double egress = 0;
+    for (const auto& l : topo.links())
+      if (l.src == tp.chip_of(r)) egress += l.bandwidth_gbps;
+    slowest = std::min(slowest, egress);
+  }
+  const double share = static_cast<double>(p - 1) / p;
+  switch (c) {
+    case Collective::all_reduce: return 2 * share * bytes / slowest;
+    case Collective::reduce_scatter:
+    case Collective::all_gather:
+    case Collective::all_gatherv: return share * bytes / slowest;
+    default: return 0;
+  }
 }
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs) {
   return direct_estimate(tp, per_peer, root_only_sends, root_only_recvs);

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 
+#include "collectives/algorithms.h"
 #include "runtime/transport.h"
 
 namespace shardsim::collectives::cost {
@@ -25,6 +26,16 @@ double recursive_doubling(const runtime::Transport& tp, double bytes);
 double chain(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce);
 // Per-dimension rings of the torus algorithm for a BYTES buffer.
 double torus(const runtime::Transport& tp, double bytes, int passes, size_t chunk_bytes);
+// Concurrent-dimension torus (torus_concurrent.h) for a BYTES buffer: reduce-scatter phases (RS), all-gather
+// phases (AG) or both.
+double torus_concurrent(const runtime::Transport& tp, double bytes, bool rs, bool ag, size_t chunk_bytes);
+// The physical lower bound (ns) of C on BYTES (sized as estimate_ns sizes them) for any algorithm that moves data
+// only between chips (no in-network reduction): every chip must send at least (p-1)/p x BYTES of reduce-scatter
+// and / or all-gather traffic over its outgoing links, so T >= passes x (p-1)/p x BYTES / E, E = the smallest
+// total outgoing line rate of a member chip (Chan et al., "Collective communication: theory, practice, and
+// experience", CCPE 2007; Patarasuk & Yuan, JPDC 2009). all_reduce: 2 passes; reduce_scatter, all_gather(v): 1;
+// other collectives: 0 (no bound stated). Latency is not counted (a bound, not an estimate).
+double lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes);
 // Direct exchange of PER_PEER bytes between every pair (optionally only from / only to rank 0).
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs);
 // Binomial tree broadcast from / REDUCE to rank 0 of BYTES.

@@ -9,6 +9,7 @@
 #include "collectives/halving_doubling.h"
 #include "collectives/ring.h"
 #include "collectives/torus.h"
+#include "collectives/torus_concurrent.h"
 #include "collectives/tree.h"
 #include "common/error.h"
 
@@ -175,6 +176,22 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.reduce_scatter = torus_rs;
     a.all_gather = torus_ag;
     a.all_reduce = torus_ar;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "torus_concurrent";
+    a.aliases = {"concurrent_torus", "torus_2d"};
+    a.summary = "the data split by dimension, each part a torus pass in its own rotated dimension order, every "
+                "dimension busy at once (torus_concurrent.h); needs a grid with 2+ dimensions";
+    a.collectives = kFlat;
+    a.obstacle = [](C, const runtime::Transport& tp) { return torus_concurrent::obstacle(tp); };
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::torus_concurrent(tp, bytes, has_rs(c), has_ag(c), chunk);
+    };
+    a.reduce_scatter = torus_concurrent::reduce_scatter;
+    a.all_gather = torus_concurrent::all_gather;
+    a.all_reduce = torus_concurrent::all_reduce;
     v.push_back(a);
   }
   {

@@ -58,9 +58,6 @@ std::vector<DimRing> dim_order(const topology::Topology& topo) {
   return out;
 }
 
-namespace {
-
-// Position of CHIP: its coordinates as a mixed-radix number, the first dimension of ORDER most significant.
 size_t position(const topology::Topology& topo, const std::vector<DimRing>& order, int chip) {
   const auto xyz = topo.coords(chip);
   size_t q = 0;
@@ -68,22 +65,8 @@ size_t position(const topology::Topology& topo, const std::vector<DimRing>& orde
   return q;
 }
 
-struct DimStep {
-  runtime::Transport* group;  // the ring along this dimension through this chip
-  int dim;                    // topology dimension
-  size_t lo, stride, k;       // position range [lo, lo + k*stride) split into k blocks of STRIDE positions
-  bool bidirectional;
-};
-
-struct Plan {
-  std::vector<DimStep> steps;    // in reduce-scatter order
-  std::vector<size_t> rank_at;   // position -> rank
-};
-
-// The per-dimension rings this chip takes part in, in dim_order(), with the position blocks they split.
-Plan plan(runtime::Transport& tp) {
+Plan plan(runtime::Transport& tp, const std::vector<DimRing>& order) {
   const auto& topo = tp.topology();
-  const auto order = dim_order(topo);
   const auto xyz = topo.coords(tp.chip());
   Plan pl;
   size_t lo = 0, span = static_cast<size_t>(tp.size());
@@ -103,7 +86,6 @@ Plan plan(runtime::Transport& tp) {
   return pl;
 }
 
-// LAYOUT (indexed by rank) re-indexed by position.
 Layout by_position(const Layout& layout, const Plan& pl) {
   Layout out;
   for (size_t r : pl.rank_at) {
@@ -112,6 +94,8 @@ Layout by_position(const Layout& layout, const Plan& pl) {
   }
   return out;
 }
+
+namespace {
 
 bool packed(const Layout& l) {
   for (size_t q = 0; q + 1 < l.parts(); ++q)
@@ -131,24 +115,33 @@ Layout block_layout(const Layout& pos, const DimStep& s) {
   return out;
 }
 
+}  // namespace
+
+sim::TimeNs rs_pass(const DimStep& s, void* base, const Layout& pos, DType t, ReduceOp op, sim::TimeNs ready,
+                    size_t chunk_bytes, const std::string& name) {
+  auto lanes = ring::make_lanes(block_layout(pos, s), runtime::dtype_size(t), s.bidirectional, chunk_bytes, ready);
+  return std::max(ready, ring::reduce_scatter(*s.group, base, lanes, t, op, name + ".dim" + std::to_string(s.dim)));
+}
+
+sim::TimeNs ag_pass(const DimStep& s, void* base, const Layout& pos, DType t, sim::TimeNs ready, size_t chunk_bytes,
+                    const std::string& name) {
+  auto lanes = ring::make_lanes(block_layout(pos, s), runtime::dtype_size(t), s.bidirectional, chunk_bytes, ready);
+  return std::max(ready, ring::all_gather(*s.group, base, lanes, t, name + ".dim" + std::to_string(s.dim)));
+}
+
+namespace {
+
 sim::TimeNs rs_passes(const Plan& pl, void* base, const Layout& pos, DType t, ReduceOp op, sim::TimeNs ready,
                       size_t chunk_bytes, const std::string& name) {
   sim::TimeNs now = ready;
-  for (const auto& s : pl.steps) {
-    auto lanes = ring::make_lanes(block_layout(pos, s), runtime::dtype_size(t), s.bidirectional, chunk_bytes, now);
-    now = std::max(now, ring::reduce_scatter(*s.group, base, lanes, t, op, name + ".dim" + std::to_string(s.dim)));
-  }
+  for (const auto& s : pl.steps) now = rs_pass(s, base, pos, t, op, now, chunk_bytes, name);
   return now;
 }
 
 sim::TimeNs ag_passes(const Plan& pl, void* base, const Layout& pos, DType t, sim::TimeNs ready, size_t chunk_bytes,
                       const std::string& name) {
   sim::TimeNs now = ready;
-  for (size_t i = pl.steps.size(); i-- > 0;) {
-    const auto& s = pl.steps[i];
-    auto lanes = ring::make_lanes(block_layout(pos, s), runtime::dtype_size(t), s.bidirectional, chunk_bytes, now);
-    now = std::max(now, ring::all_gather(*s.group, base, lanes, t, name + ".dim" + std::to_string(s.dim)));
-  }
+  for (size_t i = pl.steps.size(); i-- > 0;) now = ag_pass(pl.steps[i], base, pos, t, now, chunk_bytes, name);
   return now;
 }
 
@@ -167,8 +160,11 @@ Layout packed_from_zero(const Layout& pos) {
 }  // namespace
 
 Layout layout(const runtime::Transport& tp, const Partition& part) {
+  return layout(tp, part, dim_order(tp.topology()));
+}
+
+Layout layout(const runtime::Transport& tp, const Partition& part, const std::vector<DimRing>& order) {
   const auto& topo = tp.topology();
-  const auto order = dim_order(topo);
   Layout out;
   for (int r = 0; r < tp.size(); ++r) {
     const size_t q = position(topo, order, tp.chip_of(r));
@@ -180,7 +176,7 @@ Layout layout(const runtime::Transport& tp, const Partition& part) {
 
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                            sim::TimeNs ready, size_t chunk_bytes, const std::string& name) {
-  const Plan pl = plan(tp);
+  const Plan pl = plan(tp, dim_order(tp.topology()));
   const Layout pos = by_position(layout, pl);
   if (packed(pos)) return rs_passes(pl, base, pos, t, op, ready, chunk_bytes, name);
   // Pack the chunks in position order, run there, and bring this rank's reduced chunk back.
@@ -200,7 +196,7 @@ sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& lay
 
 sim::TimeNs all_gather(runtime::Transport& tp, void* base, const Layout& layout, DType t, sim::TimeNs ready,
                        size_t chunk_bytes, const std::string& name) {
-  const Plan pl = plan(tp);
+  const Plan pl = plan(tp, dim_order(tp.topology()));
   const Layout pos = by_position(layout, pl);
   if (packed(pos)) return ag_passes(pl, base, pos, t, ready, chunk_bytes, name);
   // Put this rank's chunk at its position in a packed copy, gather there, and copy every chunk back.

@@ -65,6 +65,35 @@ std::vector<DimRing> dim_order(const topology::Topology& topo);
 // so the passes run in place.
 Layout layout(const runtime::Transport& tp, const Partition& part);
 
+// Building blocks shared with the concurrent-dimension algorithm (torus_concurrent.h), which runs several
+// reduce-scatter orders at once.
+// Position of CHIP for reduce-scatter ORDER: its coordinates as a mixed-radix number, ORDER's first dimension
+// most significant.
+size_t position(const topology::Topology& topo, const std::vector<DimRing>& order, int chip);
+// PART laid out in ORDER's position order (layout() above is this with dim_order()).
+Layout layout(const runtime::Transport& tp, const Partition& part, const std::vector<DimRing>& order);
+// One dimension's ring as this chip runs it.
+struct DimStep {
+  runtime::Transport* group;  // the ring along this dimension through this chip
+  int dim;                    // topology dimension
+  size_t lo, stride, k;       // position range [lo, lo + k*stride) split into k blocks of STRIDE positions
+  bool bidirectional;
+};
+struct Plan {
+  std::vector<DimStep> steps;    // in reduce-scatter order
+  std::vector<size_t> rank_at;   // position -> rank
+};
+// The per-dimension rings this chip takes part in for reduce-scatter ORDER (a permutation of dim_order()'s
+// entries), with the position blocks they split. Collective over TP (sub-groups "torus.dim<d>").
+Plan plan(runtime::Transport& tp, const std::vector<DimRing>& order);
+// LAYOUT (indexed by rank) re-indexed by position.
+Layout by_position(const Layout& layout, const Plan& pl);
+// One dimension's reduce-scatter / all-gather pass over POS (position-ordered and packed), from READY.
+sim::TimeNs rs_pass(const DimStep& s, void* base, const Layout& pos, DType t, ReduceOp op, sim::TimeNs ready,
+                    size_t chunk_bytes, const std::string& name);
+sim::TimeNs ag_pass(const DimStep& s, void* base, const Layout& pos, DType t, sim::TimeNs ready, size_t chunk_bytes,
+                    const std::string& name);
+
 sim::TimeNs reduce_scatter(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                            sim::TimeNs ready, size_t chunk_bytes, const std::string& name);
 sim::TimeNs all_gather(runtime::Transport& tp, void* base, const Layout& layout, DType t, sim::TimeNs ready,

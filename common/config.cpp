@@ -214,7 +214,7 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
   if (std::filesystem::is_directory(file, ec))
     throw ConfigError("config file '" + file + "' is a directory (expected a YAML file)");
   // A regular file of at most kMaxConfigFileBytes (a FIFO or a device cannot block or exhaust the reader).
-  return load_string(read_regular_file(file, kMaxConfigFileBytes, "config file"), file);
+  return load_string(read_input_file(file, kMaxConfigFileBytes, "a config file"), file);
 }
 
 std::string ConfigNode::where() const { return line_of(node_, file_); }

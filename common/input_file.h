@@ -1,20 +1,22 @@
-// Reading input files that may come from someone else: only regular files, of bounded size, never blocking.
-//   read_regular_file: opens PATH with O_NONBLOCK (a FIFO with no writer cannot block the open) and checks with
-//   fstat that it is a regular file before reading: a directory, FIFO, socket or device is ConfigError "FLAG PATH:
-//   is a directory" / "is not a regular file (a FIFO ...)"; a file larger than MAX_BYTES is ConfigError naming the
-//   limit (so /dev/zero-like inputs and runaway files cannot exhaust memory). Missing or unreadable: ConfigError
-//   with the C library's reason. All exit 2.
+// Bounded input files: a file a command reads whole (an nccl-tests log for `calibrate`) is a regular file of
+// bounded size, so /dev/zero, /dev/urandom, a FIFO with no writer or a directory given by mistake end in one clear
+// line (exit 2) instead of exhausting host memory or blocking forever (docs/SECURITY.md, docs/RELIABILITY.md).
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <string>
 
 namespace shardsim {
 
-std::string read_regular_file(const std::string& path, uint64_t max_bytes, const std::string& what);
+// PATH's whole contents. ConfigError (exit 2) "PATH: ..." when PATH does not exist or cannot be opened ("cannot
+// open: " and the C library's words), is a directory ("is a directory"), is not a regular file (a FIFO, device or
+// socket: "is not a regular file"; checked with stat(2) before opening and again on the descriptor, which is
+// opened O_NONBLOCK, so a FIFO never blocks), holds more than MAX_BYTES bytes (the limit and WHAT, e.g. "an
+// nccl-tests log", in the message), or cannot be read.
+std::string read_input_file(const std::string& path, size_t max_bytes, const std::string& what);
 
-// Why PATH, when it exists, cannot be read as a regular file ("" when it is one or does not exist): "is a
-// directory", "is not a regular file (a FIFO)". For checks made before any work.
+// Why PATH, when it exists, cannot be read as a regular file ("is a directory", "is not a regular file (...)"), or
+// "" when it is one or does not exist: for checks made before any work (a sweep's results.csv).
 std::string not_a_regular_file(const std::string& path);
 
 }  // namespace shardsim

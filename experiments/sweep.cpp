@@ -418,7 +418,7 @@ bool validated_separately(const SweepPoint& p, const SweepSpec& spec) {
 
 SweepSpec load_sweep(const std::string& file) {
   if (fs::is_directory(file)) throw UsageError(file + ": is a directory, need a sweep YAML file");
-  return parse_sweep(read_regular_file(file, 16u << 20, "sweep file"), file);  // a regular file, at most 16 MiB
+  return parse_sweep(read_input_file(file, 16u << 20, "a sweep file"), file);  // a regular file, at most 16 MiB
 }
 
 namespace {

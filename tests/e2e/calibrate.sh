@@ -14,6 +14,10 @@
 #    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/MODEL.md reports; an 8x H100
 #    board's all_reduce fit predicts its reduce_scatter and all_gather within 5% at 1-8 GiB and half the time
 #    below 256 KiB (the missing per-call floor);
+#  - logs as printed (0-byte rows, NCCL INFO lines) fit with a note per kind skipped; --collective FILE=NAME names
+#    each log, a table read as the wrong collective exits 2; --chips 8 on one rank fits what 8 ranks fit; --json;
+#    a physically impossible fit is warned, exit 2 with --strict;
+#  - a directory, a FIFO and /dev/zero as a log exit 2 at once; a rank listed twice exits 2;
 #  - malformed, mixed, wrong-result and mismatched logs exit 2 naming FILE:LINE.
 # Usage: calibrate.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -21,13 +25,15 @@ e2e_init "$@"
 E2E_TIMEOUT=${E2E_TIMEOUT_CALIBRATE:-240}
 
 # bench's table -> nccl-tests' (size count type redop root time algbw busbw #wrong, out of place then in place),
-# using the simulated time as the measurement.
+# using the simulated time as the measurement. nccl-tests' count is one rank's part for all_gather and
+# reduce_scatter (size = count x 4 B x 8 ranks), bench's the whole buffer's.
 to_nccl() {  # PROGRAM < bench output
   echo "# Collective test starting: $1"
   echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
-  awk -F'|' '/^ +[0-9]+ / {
+  case $1 in all_gather_perf | reduce_scatter_perf) div=8 ;; *) div=1 ;; esac
+  awk -F'|' -v div="$div" '/^ +[0-9]+ / {
       split($1, a, " "); split($2, o, " "); split($3, i, " ");
-      printf "%12s %12s %9s %7s %7s %9s %7s %7s %7s %9s %7s %7s %7s\n", a[1], a[2], "float", (a[4] == "-" ? "none" : a[4]), a[5], o[1], o[2], o[3], 0, i[1], i[2], i[3], 0
+      printf "%12s %12s %9s %7s %7s %9s %7s %7s %7s %9s %7s %7s %7s\n", a[1], a[2] / div, "float", (a[4] == "-" ? "none" : a[4]), a[5], o[1], o[2], o[3], 0, i[1], i[2], i[3], 0
     }'
 }
 
@@ -285,6 +291,56 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate "${H8}_all_reduce.log" --pr
       fail "$c: $small rows < 256 KiB; outside -65%..-30%: $badsmall"
   done
 fi
+
+e2e_case "logs as nccl-tests prints them: 0-byte rows, NCCL INFO lines; --collective per file; --chips; --json"
+# The published NVLink pair's log with what an unedited run adds: NCCL_DEBUG=INFO lines and the 0-byte rows of -b 0.
+{ echo 'host:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>'; echo 'host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0'
+  awk '/^#  *\(B\)/ { print; print "           0             0     float     sum      -1     0.15    0.00    0.00       0      N/A     N/A     N/A     N/A"; next } { print }' "$CONFIGS/../tests/data/published/nccl_tests_44_rtx2080ti_nvlink_all_reduce.log"
+  echo 'host:1:1 [0] NCCL INFO comm 0x55 rank 0 nranks 2 - Destroy COMPLETE'; } >raw44.log
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 2 calibrate raw44.log --collective all_reduce --bandwidth 51.562 \
+  --latency 1000 --max-bytes 1M --protocols 2; then
+  assert_out '^# note: raw44.log: 1 row\(s\) of 0 bytes skipped \(first on line [0-9]+\)' "0-byte row skipped with a note"
+  assert_out '^# note: raw44.log: 3 NCCL log line\(s\)' "NCCL INFO lines skipped with a note"
+  assert_out_count 'above --max-bytes$' 6 "the same 6 held-out rows as the edited log"
+fi
+# Every log of one fit named at once (--collective NAME) could fit an all_gather table as all_reduce (exit 0):
+# the table's op says it is not one; --collective FILE=NAME names each.
+grep -v 'Collective test starting' ar.log >anon.log
+grep -v 'Collective test starting' ag.log >anon_ag.log
+expect_exit 2 'anon_ag.log:[0-9]+: the table.s op is .none.* read as all_reduce \(named by --collective\)' -- \
+  shardsim_mpi 1 --chips 8 calibrate anon.log anon_ag.log --collective all_reduce --bandwidth 100 --latency 1000
+expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate anon.log --predict anon_ag.log --collective anon.log=all_reduce \
+  --collective anon_ag.log=all_gather --bandwidth 100 --latency 1000
+assert_out_count 'all_gather .* held out$' 6 "anon_ag.log predicted as all_gather"
+expect_exit 2 'ar.log:1: the log says all_reduce_perf but --collective ar.log=all_gather' -- \
+  shardsim_mpi 1 --chips 8 calibrate ar.log --collective ar.log=all_gather --bandwidth 100 --latency 1000
+expect_exit 2 'collective other.log=all_gather: other.log is not one of the logs given' -- \
+  shardsim_mpi 1 --chips 8 calibrate ar.log --collective other.log=all_gather --bandwidth 100 --latency 1000
+# One rank with --chips 8 fits what 8 ranks fit (it was refused: a 16-GPU log needed 16 MPI ranks).
+if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --bandwidth 100 --latency 1000 --json fit8.json; then
+  grep '^fit ' "$E2E_STDOUT" >fit_np8.txt
+  grep -q '"latency_factor": 2\.[45]' fit8.json && grep -q '"rows": \[' fit8.json && pass "--json has the fit and rows" ||
+    fail "fit8.json: $(head -c 400 fit8.json)"
+fi
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 100 --latency 1000; then
+  grep '^fit ' "$E2E_STDOUT" | cmp -s - fit_np8.txt && pass "--chips 8 on one rank: the same fit line" ||
+    fail "--chips 8: $(grep '^fit ' "$E2E_STDOUT") vs $(cat fit_np8.txt)"
+fi
+# A physically impossible fit: the 37 GB/s measurement against a file saying 10 GB/s needs 3.7 x the line rate.
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 10 --latency 1000; then
+  assert_out '^warning: physically impossible fit: efficiency b = 3\.[67][0-9]* is above 1' "efficiency above 1 warned"
+fi
+expect_exit 2 'calibrate --strict: the fit is physically impossible: efficiency b = 3\.[67]' -- \
+  shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 10 --latency 1000 --strict
+expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 100 --latency 1000 --strict
+
+e2e_case "calibrate inputs are bounded: a directory, a FIFO, a device exit 2 at once"
+mkdir -p logdir && mkfifo fifo.log
+expect_exit 2 'logdir: is a directory' -- shardsim_mpi 1 --chips 2 calibrate logdir --collective all_reduce
+expect_exit 2 'fifo.log: is not a regular file' -- shardsim_mpi 1 --chips 2 calibrate fifo.log --collective all_reduce
+expect_exit 2 '/dev/zero: is not a regular file' -- shardsim_mpi 1 --chips 2 calibrate /dev/zero --collective all_reduce
+{ head -n 1 ar.log; echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  0 Group  0 Pid 2 on h device  1 [0x19] X'; tail -n +2 ar.log; } >rank_twice.log
+expect_exit 2 'rank_twice.log:3: rank 0 is listed twice' -- shardsim_mpi 1 --chips 8 calibrate rank_twice.log
 
 e2e_case "bad logs exit 2 naming the line"
 printf '# Collective test starting: all_reduce_perf\n     1048576  262144  float  sum  -1  12.5  83.8\n' >short.log

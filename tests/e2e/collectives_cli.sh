@@ -22,9 +22,10 @@ for np in 1 2 3 5 8; do
 done
 
 e2e_case "validate on tori and sub-groups"
-expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x4 "${SLICE[@]}" && assert_out "^  all_reduce +torus"
+expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x4 "${SLICE[@]}" && assert_out "^  all_reduce +torus" \
+  && assert_out "^  all_reduce +torus_concurrent" "the concurrent-dimension torus ran"
 expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x2x2 -c all_reduce,reduce_scatter,all_gather "${SLICE[@]}" \
-  && assert_out "^  reduce_scatter +torus"
+  && assert_out "^  reduce_scatter +torus" && assert_out "^  all_gather +torus_concurrent"
 expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 8 validate --torus 2x4 --group dim:1 -c all_reduce,broadcast,all_to_all "${SLICE[@]}" \
   && assert_out 'group lines along dimension 1: 2 groups of 4'
 expect_exit 0 ' 0 wrong: PASS$' -- shardsim_mpi 6 validate --group mod:2 -c all_reduce,reduce,all_gatherv "${SLICE[@]}" \

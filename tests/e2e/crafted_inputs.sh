@@ -137,8 +137,8 @@ pass "the folder is free again once the holder exits"
 e2e_case "results.csv that is a FIFO or a directory"
 mkdir -p fifo && mkfifo fifo/results.csv
 sed 's/^output: out/output: fifo/' s.yaml >f.yaml
-expect_exit 2 'results.csv: is not a regular file \(a FIFO\)' -- shardsim_mpi 1 sweep f.yaml --plot-only
-expect_exit 2 'results.csv: is not a regular file \(a FIFO\)' -- shardsim_mpi 1 sweep f.yaml --no-plots
+expect_exit 2 'results.csv: is not a regular file' -- shardsim_mpi 1 sweep f.yaml --plot-only
+expect_exit 2 'results.csv: is not a regular file' -- shardsim_mpi 1 sweep f.yaml --no-plots
 mkdir -p dir/results.csv
 sed 's/^output: out/output: dir/' s.yaml >d.yaml
 expect_exit 2 'results.csv: is a directory' -- shardsim_mpi 2 sweep d.yaml --no-plots

@@ -21,7 +21,8 @@ algos = {(r["collective"], r["algorithm"]) for r in rows}
 bad = [r for r in rows if r["shape_only_sim_ns"] != r["sim_ns"]]
 assert not bad, f"shape-only != real: {bad[:2]}"
 assert sum(r["sim_ns"] > 0 for r in rows) >= len(rows) - 2, "simulated times are trivially zero"
-need = {("all_reduce", a) for a in ("ring", "bidir_ring", "torus", "halving_doubling")} | \
+need = {("all_reduce", a) for a in ("ring", "bidir_ring", "torus", "torus_concurrent", "halving_doubling")} | \
+       {(c, "torus_concurrent") for c in ("reduce_scatter", "all_gather", "all_gatherv")} | \
        {("broadcast", "binomial_tree"), ("broadcast", "ring"), ("reduce", "binomial_tree"), ("reduce", "ring"),
         ("all_to_all", "direct"), ("all_to_allv", "direct"), ("gather", "direct"), ("scatter", "direct"),
         ("reduce_scatter", "torus"), ("all_gather", "halving_doubling"), ("all_gatherv", "bidir_ring"),

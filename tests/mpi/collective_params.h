@@ -11,7 +11,8 @@
 //                                 place, unpipelined and (large count) pipelined in small pieces.
 // Every case runs through collectives::run_case (collectives/verify.h: inputs every rank can rebuild, and a
 // bit-exact check against the single-device reference; any NaN matches any NaN) on a bidirectional ring of the
-// world's size, where every registered algorithm can run (an algorithm that cannot is skipped on every rank
+// world's size, where every registered algorithm but those needing two grid dimensions can run; those run on a
+// 2-D torus of the world's size when it has one (an algorithm that can run on neither is skipped on every rank
 // alike, with the registry's reason). Rooted collectives run at root 0 and at the last rank.
 #pragma once
 
@@ -108,12 +109,23 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
     // One fixture for every case of the binary (run_case starts each case from a fresh clock); never destroyed,
     // because its communicator must not be freed after MPI_Finalize.
     static Fixture* shared = new Fixture(topology::Topology::ring(world_size(), topology::LinkSpec{100, 500}));
-    Fixture& f = *shared;
+    // Algorithms that need two or more grid dimensions (torus_concurrent) run on an a x b torus of the world's
+    // size (p = 4: 2x2, p = 8: 2x4) when it has one.
+    static Fixture* grid = [] {
+      for (int a = 2; a * a <= world_size(); ++a)
+        if (world_size() % a == 0)
+          return new Fixture(topology::Topology::torus({a, world_size() / a}, {topology::LinkSpec{100, 500}}));
+      return static_cast<Fixture*>(nullptr);
+    }();
+    Fixture* chosen = shared;
     if (p.algorithm != "auto") {
-      if (const std::string why = collectives::obstacle(p.collective, p.algorithm, f.tp); !why.empty()) {
-        GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
+      if (const std::string why = collectives::obstacle(p.collective, p.algorithm, shared->tp); !why.empty()) {
+        if (!grid || !collectives::obstacle(p.collective, p.algorithm, grid->tp).empty())
+          GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
+        chosen = grid;
       }
     }
+    Fixture& f = *chosen;
     std::vector<collectives::Case> cases;
     collectives::Case base;
     base.collective = p.collective;

@@ -2,6 +2,10 @@
 // over its versions, mpirun's output prefixes, and the inputs that must be refused with FILE:LINE. No MPI.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 
 #include "collectives/calibrate.h"
@@ -95,6 +99,118 @@ TEST(NcclTestsLog, RefusesWithFileAndLine) {
   EXPECT_NE(error_of(row).find("t.log: no '# Collective test starting"), std::string::npos);
   EXPECT_NE(error_of(head).find("t.log: no nccl-tests table rows"), std::string::npos);
   EXPECT_NE(error_of(row, "warp_drive").find("unknown collective"), std::string::npos);
+}
+
+// A log as nccl-tests prints it with -b 0 and NCCL_DEBUG=INFO: the 0-byte rows and NCCL's lines are skipped, each
+// kind counted in a note (an unmodified log was refused for its 0-byte rows).
+TEST(NcclTestsLog, TakesLogsAsPrinted) {
+  const std::string text =
+      "# Collective test starting: all_gather_perf\n"
+      "#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] GPU\n"
+      "#  Rank  1 Group  0 Pid 2 on h device  1 [0x19] GPU\n"
+      "h:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+      "h:1:1 [1] NCCL INFO comm 0x55 rank 1 nranks 2 - Init COMPLETE\n"
+      "           0             0     float    none      -1     0.14    0.00    0.00      0     0.13    0.00    0.00      0\n"
+      "           0             0     float    none      -1     0.15    0.00    0.00      0     0.14    0.00    0.00      0\n"
+      "          32             4     float    none      -1    10.52    0.00    0.00      0    10.01    0.00    0.00      0\n"
+      "Some other text\n"
+      "          64             8     float    none      -1    10.01    0.01    0.00      0    10.07    0.01    0.00      0\n";
+  const NcclLog log = parse_nccl_tests_text(text, "t.log");
+  EXPECT_EQ(log.collective, Collective::all_gather);
+  EXPECT_EQ(log.ranks, 2);
+  ASSERT_EQ(log.rows.size(), 2u);
+  EXPECT_EQ(log.rows[0].line, 8);
+  ASSERT_EQ(log.notes.size(), 3u);
+  EXPECT_NE(log.notes[0].find("2 row(s) of 0 bytes skipped (first on line 6)"), std::string::npos) << log.notes[0];
+  EXPECT_NE(log.notes[1].find("2 NCCL log line(s)"), std::string::npos) << log.notes[1];
+  EXPECT_NE(log.notes[2].find("1 other line(s) that are not table rows skipped (first on line 9)"), std::string::npos)
+      << log.notes[2];
+}
+
+// "Rank" lines are parsed, not counted: a rank twice, a rank that is not a number, a gap are refused.
+TEST(NcclTestsLog, RankLinesParsed) {
+  const std::string head = "# Collective test starting: all_reduce_perf\n";
+  const std::string row = "  1024  256  float  sum  -1  10.0  0.10  0.18  0  10.0  0.10  0.18  0\n";
+  auto rank = [](const std::string& r) { return "#  Rank " + r + " Group  0 Pid 1 on h device  0 [0x18] GPU\n"; };
+  EXPECT_NE(error_of(head + rank("0") + rank("0") + row).find("t.log:3: rank 0 is listed twice (first on line 2)"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + rank("0") + rank("1e20") + row).find("t.log:3: rank '1e20' is not a rank number"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + rank("-1") + row).find("rank '-1' is not a rank number"), std::string::npos);
+  EXPECT_NE(error_of(head + rank("0") + rank("2") + row).find("t.log:3: rank 2 is listed but rank 1 is not"),
+            std::string::npos);
+  // Older nccl-tests print "#   Rank  1 Pid ..." without a group; the order of the lines does not matter.
+  const NcclLog log = parse_nccl_tests_text(head + "#   Rank  1 Pid 2 on h\n#   Rank  0 Pid 1 on h\n" + row, "t.log");
+  EXPECT_EQ(log.ranks, 2);
+}
+
+// The collective a log is read as must fit its table (an all_gather table was fitted as all_reduce, exit 0), and
+// --collective FILE=NAME must agree with the log's own line.
+TEST(NcclTestsLog, CollectiveMustFitTheTable) {
+  const std::string header =
+      "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   "
+      "busbw  #wrong\n";
+  const std::string ag_row = "  64  8  float  none  -1  10.0  0.01  0.00  0  10.0  0.01  0.00  0\n";  // 2 ranks
+  EXPECT_NE(error_of(header + ag_row, "all_reduce")
+                .find("t.log:2: the table's op is 'none' (a collective without reduction, e.g. all_gather_perf) but "
+                      "the log is read as all_reduce (named by --collective); name each log's collective with "
+                      "--collective FILE=NAME"),
+            std::string::npos);
+  EXPECT_EQ(error_of(header + ag_row, "all_gather"), "");
+  // reduce_scatter's size is count x 4 B x ranks; read as all_reduce (size = count x 4 B) it does not fit.
+  const std::string rs_row = "  64  8  float  sum  -1  10.0  0.01  0.00  0  10.0  0.01  0.00  0\n";
+  EXPECT_NE(error_of(header + rs_row, "all_reduce").find("t.log:2: size 64 is 2 x count x 4 B, but all_reduce's"),
+            std::string::npos);
+  EXPECT_EQ(error_of(header + rs_row, "reduce_scatter"), "");
+  const std::string all_reduce = "# Collective test starting: all_reduce_perf\n" + header +
+                                 "  1024  256  float  sum  -1  10.0  0.10  0.18  0  10.0  0.10  0.18  0\n";
+  try {
+    parse_nccl_tests_text(all_reduce, "t.log", "all_gather", /*named_for_file=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.log:1: the log says all_reduce_perf but --collective t.log=all_gather"),
+              std::string::npos)
+        << e.what();
+  }
+  // A plain --collective NAME is only the default: the log's own line wins.
+  EXPECT_EQ(parse_nccl_tests_text(all_reduce, "t.log", "all_gather").collective, Collective::all_reduce);
+}
+
+// Inputs are bounded: regular files only (a directory said as such, a FIFO never blocks), at most kMaxLogBytes,
+// lines of at most 64 KiB.
+TEST(NcclTestsLog, InputsBounded) {
+  auto log_error = [](const std::string& path) {
+    try {
+      parse_nccl_tests_log(path, "all_reduce");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string dir = ::testing::TempDir() + "calibrate_inputs_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  EXPECT_EQ(log_error(dir), dir + ": is a directory");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(log_error(fifo), fifo + ": is not a regular file (a FIFO, device or socket)");
+  EXPECT_EQ(log_error("/dev/zero"), "/dev/zero: is not a regular file (a FIFO, device or socket)");
+  EXPECT_NE(log_error(dir + "/missing").find(dir + "/missing: cannot open: No such file or directory"),
+            std::string::npos);
+  const std::string big = dir + "/big.log";
+  ASSERT_EQ(::truncate(big.c_str(), 0), -1);  // does not exist yet
+  {
+    FILE* f = std::fopen(big.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+    ASSERT_EQ(::truncate(big.c_str(), static_cast<off_t>(kMaxLogBytes + 1)), 0);  // sparse: nothing is written
+  }
+  EXPECT_NE(log_error(big).find(big + ": larger than 67108864 bytes, the limit for an nccl-tests log"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(70000, 'x') + "\n").find("t.log:1: a line longer than 65536 bytes"),
+            std::string::npos);
+  std::remove(big.c_str());
+  std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(NcclTestsLog, FittedTopologyFileLoadsBack) {
