@@ -124,6 +124,7 @@ expect_exit 0 '2 already in' -- shardsim_mpi 2 sweep s.yaml --no-plots
 pass "a resume reads the neutralised label back as the same point (nothing re-run)"
 
 e2e_case "a second sweep into a locked output folder"
+rm -f out/.shardsim.lock  # the holder text of the earlier sweeps: wait for the new holder's own
 SHARDSIM_SWEEP_POINT_DELAY_MS=4000 shardsim_mpi 2 sweep s.yaml --no-plots --force >first.out 2>&1 &
 first=$!
 for _ in $(seq 50); do grep -q pid out/.shardsim.lock 2>/dev/null && break; sleep 0.2; done
