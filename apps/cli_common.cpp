@@ -287,4 +287,25 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   return net;
 }
 
+void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov) {
+  app->add_option("--topology", ov.topology_file,
+                  "topology from this file instead of the config's (a file with a topology: section, e.g. "
+                  "configs/topologies/*.yaml, or an ASTRA-sim network.yml)");
+  app->add_option("--ring", ov.ring, "a bidirectional ring of N chips instead of the config's topology")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--torus", ov.torus, "a torus of these dimensions instead, e.g. 2x4");
+  app->add_option("--mesh", ov.mesh, "a mesh (no wrap-around) of these dimensions instead, e.g. 2x4");
+  app->add_option("--bandwidth", ov.bandwidth_gbps,
+                  "link bandwidth, GB/s per direction (GB = 1e9 B; default: the config's, else 100)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--device", ov.device, "device preset instead of the config's (trainium1, tpu_v4, h100, generic)");
+  app->add_option("--plan", ov.plan,
+                  "parallel plan instead of the config's axis keys, e.g. tp=2,cp=4 or tp=4,sp=true or ulysses=8");
+  app->add_option("--set", ov.set, "set a config key, e.g. --set model.seq=2048 --set parallel.mesh_dims=[1,0] "
+                  "(repeatable; a YAML value)")
+      ->allow_extra_args(false);
+}
+
 }  // namespace shardsim::apps

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/transport.h"
+#include "sharding/engine_config.h"
 #include "runtime/world.h"
 #include "sim/device_spec.h"
 #include "sim/timeline.h"
@@ -31,6 +32,12 @@ struct NetFlags {
   std::string group = "world";  // world | dim:D | mod:K | div:K
   void add_to(CLI::App* app);
 };
+
+// The overrides of a workload config that `run` and `train` share, with the same names and meaning (the network
+// flags have bench's names): --topology FILE, --ring N, --torus AxB, --mesh AxB, --bandwidth GBPS, --latency NS,
+// --device PRESET, --plan tp=2,cp=4 and --set key.path=value, stored in OV and applied to the YAML tree by
+// sharding::load_workload_config.
+void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov);
 
 // The simulated machine of one rank plus its transports. Built identically on every rank.
 struct Net {

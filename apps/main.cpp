@@ -203,26 +203,9 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   run->add_flag("--shape-only", opt.shape_only,
                 "shape-only mode (as the config's mode: shape_only): no data, kernels and collectives only charge "
                 "their cost; the same simulated figures, not validated");
-  // Overrides of the config (sharding/engine_config.h); the network flags have bench's names.
+  // Overrides of the config (sharding/engine_config.h); `train` takes the same ones.
   sharding::ConfigOverrides ov;
-  run->add_option("--topology", ov.topology_file,
-                  "topology from this file instead of the config's (a file with a topology: section, e.g. "
-                  "configs/topologies/*.yaml, or an ASTRA-sim network.yml)");
-  run->add_option("--ring", ov.ring, "a bidirectional ring of N chips instead of the config's topology")
-      ->check(CLI::PositiveNumber);
-  run->add_option("--torus", ov.torus, "a torus of these dimensions instead, e.g. 2x4");
-  run->add_option("--mesh", ov.mesh, "a mesh (no wrap-around) of these dimensions instead, e.g. 2x4");
-  run->add_option("--bandwidth", ov.bandwidth_gbps,
-                  "link bandwidth, GB/s per direction (GB = 1e9 B; default: the config's, else 100)")
-      ->check(CLI::PositiveNumber);
-  run->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
-      ->check(CLI::NonNegativeNumber);
-  run->add_option("--device", ov.device, "device preset instead of the config's (trainium1, tpu_v4, h100, generic)");
-  run->add_option("--plan", ov.plan,
-                  "parallel plan instead of the config's axis keys, e.g. tp=2,cp=4 or tp=4,sp=true or ulysses=8");
-  run->add_option("--set", ov.set, "set a config key, e.g. --set model.seq=2048 --set parallel.mesh_dims=[1,0] "
-                  "(repeatable; a YAML value)")
-      ->allow_extra_args(false);
+  apps::add_config_override_flags(run, ov);
 
   const apps::Command validate = apps::add_validate(app, world);
   const apps::Command bench = apps::add_bench(app, world);

@@ -28,6 +28,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -38,10 +39,13 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "models/lm_checkpoint.h"
+#include "models/report.h"
+#include "models/trace.h"
 #include "models/lm_model.h"
 #include "models/lm_tp.h"
 #include "sharding/device_mesh.h"
 #include "models/lm_train.h"
+#include "models/lm_validate.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
 #include "runtime/chips.h"
@@ -66,6 +70,10 @@ struct TrainFlags {
   std::string resume;      // continue from this training-state checkpoint
   bool shape_only = false; // --shape-only: no data (mode: shape_only in the config does the same)
   bool validate = false;   // --validate: compare the losses with the single-device reference
+  std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
+  std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
+  sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
+                                        // --device/--plan/--set
 };
 
 struct TrainSetup {
@@ -87,10 +95,11 @@ struct TrainSetup {
 };
 
 TrainSetup load(const TrainFlags& f, int ranks) {
-  const ConfigNode root = ConfigNode::load_file(f.config);
-  root.expect_keys({"device", "topology", "model", "train", "parallel", "mode"});
+  // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
+  const ConfigNode root = sharding::load_workload_config(f.config, f.overrides);
+  root.expect_keys({"device", "topology", "workload", "train", "parallel", "mode"});
   TrainSetup s;
-  s.config_name = f.config;
+  s.config_name = root.file();
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   if (root.has("mode")) {
@@ -155,7 +164,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
                                   " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
   }
-  const ConfigNode m = root.child("model");
+  const ConfigNode m = root.child("workload");
   m.expect_keys({"vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "ffn", "seq", "batch", "seed", "dtype"});
   auto& c = s.model;
   c.vocab = m.get_positive_int("vocab");
@@ -288,11 +297,77 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
   return !f.checkpoint.empty() && (step == last || (f.save_every > 0 && step % f.save_every == 0));
 }
 
+// The run's one report (models/report.h, run_mode "train"). Its head is printed before the first step, each step's
+// row and each checkpoint line as it happens, flushed, so a run that ends early (a signal, a diverging loss) keeps
+// every row it printed; the tail at the end; --json writes the same report. Rank 0 prints; progress lines go to
+// stderr (models/report.h's Progress), never into stdout or the JSON.
+class TrainLog {
+ public:
+  TrainLog(const runtime::World& world, const TrainFlags& f, sharding::RunReport r)
+      : world_(world), f_(f), r_(std::move(r)), progress_("train", world.rank() == 0) {}
+  sharding::RunReport& report() { return r_; }
+  void head() { print(sharding::train_head_text(r_)); }
+  void step(const sharding::TrainStep& st, int64_t last_step) {
+    r_.train.steps.push_back(st);
+    print(sharding::train_step_text(r_, st));
+    progress_.update(st.step, last_step, "steps");
+  }
+  void saved(int64_t step) {
+    r_.train.saved.emplace_back(step, f_.checkpoint);
+    print(sharding::train_saved_text(step, f_.checkpoint));
+  }
+  // The tail, then the JSON (agreed: a failed write is one line and exit 3 on every rank).
+  int finish() {
+    r_.wall_total_s = progress_.elapsed_s();
+    print(sharding::train_tail_text(r_));
+    world_.agree([&] {
+      if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, sharding::to_json(r_).dump(2) + "\n");
+    });
+    return r_.ok() ? kExitOk : kExitValidationFailed;
+  }
+
+ private:
+  void print(const std::string& text) const {
+    if (world_.rank() != 0) return;
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const runtime::World& world_;
+  const TrainFlags& f_;
+  sharding::RunReport r_;
+  sharding::Progress progress_;
+};
+
+// A diverging run: the trainers throw std::runtime_error (never a shardsim::Error) only for a non-finite gradient
+// norm, which is all-reduced, so every chip meets it at the same step. Agreed into one line naming the chip, the
+// step and the value, and exit 1 (the run's numbers are not usable: as a failed validation), with no MPI_Abort.
+[[noreturn]] void throw_diverged(const runtime::World& world, const std::string& what) {
+  std::string msg = what;
+  const std::string prefix = "lm training: ";
+  if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+  throw AgreedError("training diverged on chip " + std::to_string(world.rank()) + ": " + msg, kExitValidationFailed);
+}
+template <class Step>
+auto agreed_step(const runtime::World& world, Step&& step) {
+  decltype(step()) r{};
+  std::string diverged;
+  try {
+    r = step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    diverged = e.what();
+  }
+  world.agree([&] {
+    if (!diverged.empty()) throw_diverged(world, diverged);
+  });
+  return r;
+}
+
 void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
-                const models::LmTrainSnapshot& snap, const std::string& mesh) {
+                const models::LmTrainSnapshot& snap, const std::string& mesh, TrainLog& log) {
   world.agree([&] { models::save_lm_train_state(world, f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
-  if (world.rank() == 0)
-    std::printf("checkpoint: step %lld saved to %s\n", (long long)snap.step, f.checkpoint.c_str());
+  log.saved(snap.step);
 }
 
 std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, const TrainFlags& f,
@@ -309,22 +384,122 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
   return snap;
 }
 
+// The report's fields every training run has (models/report.h).
+sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
+  const auto& c = s.model;
+  sharding::RunReport r;
+  r.run_mode = "train";
+  r.name = std::filesystem::path(f.config).stem().string();
+  r.config_file = s.config_name;
+  r.device = sim::describe(s.device);
+  r.dtype = runtime::dtype_name(c.dtype);
+  r.chips = chips;
+  r.shape_only = s.shape_only;
+  r.peak_tflops_per_chip = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype)) / 1e3;
+  r.peak_tflops = r.peak_tflops_per_chip * chips;
+  r.hbm_capacity_bytes = s.device.hbm_bytes();
+  r.trace = f.trace_path;
+  char b[512];
+  std::snprintf(b, sizeof b, "vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
+                "(%lld in GEMMs); %s", (long long)c.vocab, (long long)c.hidden, (long long)c.layers,
+                (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn,
+                (long long)models::lm_param_count(c), (long long)models::lm_matmul_param_count(c),
+                c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+  r.train.model = b;
+  r.train.log_vocab = std::log(double(c.vocab));
+  r.train.tokens_per_step = double(c.batch) * double(c.seq);
+  r.train.model_flops_per_step = models::lm_model_flops_per_token(c) * r.train.tokens_per_step;
+  return r;
+}
+
+// The summary of the last step (or the mean step on one chip): step time, tokens/s, MFU.
+void finish_simulated(sharding::RunReport& r, const sim::Breakdown& b) {
+  auto& t = r.train;
+  r.critical = b;
+  r.critical_chip = 0;
+  t.step_ns = b.total;
+  r.tokens_per_s = b.total > 0 ? t.tokens_per_step / b.total * 1e9 : 0;
+  r.total_flops = t.model_flops_per_step;
+  r.sim_tflops = b.total > 0 ? t.model_flops_per_step / b.total / 1e3 : 0;
+  t.mfu = r.peak_tflops > 0 ? r.sim_tflops / r.peak_tflops : 0;
+  r.peak_fraction = t.mfu;
+}
+
+void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
+  if (!snap) return;
+  r.resumed_from = r.train.resumed_from = f.resume;
+  r.train.resumed_step = snap->step;
+  r.train.resumed_mesh = snap->mesh;
+}
+
+// --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
+// batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
+void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r) {
+  const auto& c = s.model;
+  auto& t = r.train;
+  std::string verdict;
+  if (world.rank() == 0) {
+    models::LmTrainState ref = models::lm_train_init(c);
+    std::vector<double> reference;
+    for (const auto& x : models::lm_train(c, s.train, ref)) reference.push_back(x.loss);
+    std::vector<std::pair<int64_t, double>> losses;
+    for (const auto& st : t.steps) losses.emplace_back(st.step, st.loss);
+    const models::LossCheck check = models::check_losses(c.dtype, losses, reference);
+    nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
+                        check.tolerance.rule, check.step};
+    verdict = j.dump();
+  }
+  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
+  r.validated = true;
+  r.passed = v[0].get<bool>();
+  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
+  t.loss_limit = r.tolerance = v[2].get<double>();
+  t.loss_error_relative = v[3].get<bool>();
+  t.loss_limit_rule = v[4].get<std::string>() + " (the limit at step " + std::to_string(v[5].get<int64_t>()) +
+                      ", the step closest to its limit)";
+  t.validated_steps = static_cast<int64_t>(t.steps.size());
+  (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
+}
+
+std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
+  const std::string w = what;
+  const int per = w == "optimizer state" ? (mixed ? 12 : 8) : (mixed ? 2 : 4);
+  const int from = w == "parameters" ? 3 : w == "gradients" ? 2 : 1;
+  return std::to_string(per) + "*" + psi + (zero >= from ? "/N_d" : "");
+}
+
+sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
+                                const char* psi, int dp_size) {
+  sharding::TrainMemory m;
+  const bool mixed = s.model.dtype != runtime::DType::fp32;
+  m.basis = basis;
+  m.rows = {{"parameters", mem.params, mem.formula_params, zero_rule("parameters", s.dp.zero, mixed, psi)},
+            {"gradients", mem.grads, mem.formula_grads, zero_rule("gradients", s.dp.zero, mixed, psi)},
+            {"optimizer state", mem.optimizer, mem.formula_optimizer, zero_rule("optimizer state", s.dp.zero, mixed, psi)}};
+  m.activations = mem.activations;
+  m.activations_note = std::string(s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's "
+                                                    "saved tensors"
+                                                  : "the forward's saved tensors") +
+                       " for " + std::to_string(s.model.batch / dp_size) + " sequences" +
+                       (s.cp > 1 ? " (this chip's 1/cp of each)" : "");
+  return m;
+}
+
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
-  const bool root = world.rank() == 0;
   const topology::Topology topo =
       s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   // dp x cp x tp mesh (tp innermost, Megatron's order); one trainer for every mesh (tp = cp = 1: data parallelism
   // alone, sharding/plans/data_parallel.h).
   std::optional<sharding::DeviceMesh> mesh;
   world.agree([&] {
-      try {
-        mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(s.config_name + ": parallel: " + e.what());
-      }
-    });
+    try {
+      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(s.config_name + ": parallel: " + e.what());
+    }
+  });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   runtime::Transport tp(world, tl, chips);
@@ -352,148 +527,66 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                                                (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
-  const double tokens = static_cast<double>(c.batch * c.seq);
-  const double model_flops = models::lm_model_flops_per_token(c) * tokens;
-  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
-  const std::string dt = runtime::dtype_name(c.dtype);
-  if (root) {
-    std::printf("shardsim train: %s\n", f.config.c_str());
-    std::printf("device: %s\n", sim::describe(s.device).c_str());
-    std::printf("topology: %s\n", s.topology ? topo.describe().c_str()
-                                              : (topo.describe() + " (default: 100 GB/s, 1 us per hop)").c_str());
-    std::printf("model: vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
-                "(%lld in GEMMs); %s\n",
-                (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads,
-                (long long)c.kv_heads, (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
-                (long long)models::lm_matmul_param_count(c),
-                c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
-    if (s.shape_only)
-      std::printf("mode: shape-only (storage-less tensors, cost-only kernels, collectives move timing headers only: "
-                  "the simulated fields are those of a real-data run; no values, no losses: NOT VALIDATED)\n");
-    if (tp_mesh)
-      std::printf("parallel: dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
-                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %d "
-                  "gradient bucket%s (bucket_bytes %lld%s)\n",
+  sharding::RunReport r = train_report(f, s, n);
+  r.topology = s.topology ? topo.describe() : topo.describe() + " (default: 100 GB/s, 1 us per hop)";
+  r.mesh = mesh->mapping_text();
+  const int buckets = trainer->buckets();
+  char b[1024];
+  const std::string bucket_text =
+      std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s") + " (bucket_bytes " +
+      std::to_string(s.dp.bucket_bytes) +
+      (s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "") + ")";
+  if (tp_mesh)
+    std::snprintf(b, sizeof b, "dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
+                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %s",
                   dp_size, s.tp,
                   s.fused ? "; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter forward and their "
                             "backward counterparts overlap the sp collectives with the GEMMs"
                   : s.sp  ? "; sequence parallel: reduce_scatter/all_gather around the norms"
                           : "",
-                  s.dp.zero, trainer->buckets(), trainer->buckets() == 1 ? "" : "s",
-                  (long long)s.dp.bucket_bytes,
-                  s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
-    if (tp_mesh && s.cp > 1 && s.ulysses)
-      std::printf("context parallel: ulysses %d, all_to_all tokens -> heads around attention, forward and backward "
-                  "(contiguous split); gradients averaged and ZeRO over dp x ulysses = %d\n", s.cp, dp_size * s.cp);
-    else if (tp_mesh && s.cp > 1)
-      std::printf("context parallel: cp %d, ring attention forward and backward (%s split; K/V blocks round the cp "
-                  "ring, dK/dV travel with them back to their owner); gradients averaged and ZeRO over dp x cp = %d\n",
-                  s.cp, s.cp_zigzag ? "zigzag" : "contiguous", dp_size * s.cp);
-    if (!tp_mesh)
-      std::printf("parallel: dp %d, ZeRO stage %d, %d gradient bucket%s (bucket_bytes %lld%s)\n", n, s.dp.zero,
-                  trainer->buckets(), trainer->buckets() == 1 ? "" : "s", (long long)s.dp.bucket_bytes,
-                  s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "");
-    if (s.dp.recompute)
-      std::printf("recompute: per block (each block's forward runs again right before its backward)\n");
-    std::printf("data: global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW lr %g, "
-                "weight decay %g, clip %g\n\n",
-                (long long)c.batch, (long long)c.seq, tokens, (long long)(c.batch / dp_size), double(s.train.adamw.lr),
-                double(s.train.adamw.weight_decay), s.train.max_grad_norm);
-    if (resumed)
-      std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
-                  resumed->mesh.c_str());
-    std::printf("%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us", "compute_us",
-                "exposed_us", "idle_us");
-  }
-  std::vector<double> losses;
+                  s.dp.zero, bucket_text.c_str());
+  else
+    std::snprintf(b, sizeof b, "dp %d, ZeRO stage %d, %s", n, s.dp.zero, bucket_text.c_str());
+  r.plan = b;
+  if (tp_mesh && s.cp > 1 && s.ulysses)
+    r.plan += "; context parallel: ulysses " + std::to_string(s.cp) + ", all_to_all tokens -> heads around "
+              "attention, forward and backward (contiguous split); gradients averaged and ZeRO over dp x ulysses = " +
+              std::to_string(dp_size * s.cp);
+  else if (tp_mesh && s.cp > 1)
+    r.plan += "; context parallel: cp " + std::to_string(s.cp) + ", ring attention forward and backward (" +
+              (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
+              "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
+  if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
+  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW "
+                "lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
+                (long long)(c.batch / dp_size), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
+                s.train.max_grad_norm);
+  r.train.data = b;
+  resumed_into(r, f, resumed);
+  TrainLog log(world, f, std::move(r));
+  log.head();
   models::LmDpStepResult last;
   for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
-    try {
-      last = step();
-    } catch (const std::runtime_error& e) {
-      throw RuntimeFault(e.what());
-    }
-    losses.push_back(last.loss);
-    const auto& b = last.breakdown;
-    if (root && s.shape_only)
-      std::printf("%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, "-", "-", b.total / 1e3,
-                  b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
-    else if (root)
-      std::printf("%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)last.step, last.loss,
-                  last.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3);
-    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text);
+    last = agreed_step(world, step);
+    log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
+             s.train.steps);
+    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
   }
+  auto& rep = log.report();
+  finish_simulated(rep, last.breakdown);
   const auto mem = trainer->memory();
-  if (root) {
-    const auto& b = last.breakdown;
-    if (s.shape_only)
-      std::printf("\nloss: not computed (shape-only) over %lld steps\n", (long long)losses.size());
-    else
-      std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
-                  (long long)losses.size(), std::log(double(c.vocab)));
-    std::printf("simulated step time: %.3f us (chip 0: compute %.3f, exposed communication %.3f, idle %.3f; "
-                "communication %.3f of which %.3f hidden under compute); tokens/s: %.4g\n",
-                b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, last.idle_ns() / 1e3, b.communication / 1e3,
-                (b.communication - b.exposed_comm) / 1e3, tokens / b.total * 1e9);
-    std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %d x %s %s peak\n",
-                model_flops, 100.0 * model_flops / (b.total * peak * n), n, s.device.name.c_str(), dt.c_str());
-    const double psi = double(models::lm_param_count(c));
-    auto row = [](const char* what, double v, double formula, const char* rule) {
-      std::printf("  %-16s %14.0f  formula %14.0f  %s\n", what, v, formula, rule);
-    };
-    const bool mixed = c.dtype != runtime::DType::fp32;
-    if (tp_mesh) {
-      const int z = s.dp.zero;
-      std::printf("memory per chip (bytes; Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
-                  "replicated norms; ZeRO formula, N_d = %d, stage %d):\n", trainer->local_param_count(), psi,
-                  dp_size * s.cp, z);
-      row("parameters", mem.params, mem.formula_params, z >= 3 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
-      row("gradients", mem.grads, mem.formula_grads, z >= 2 ? (mixed ? "2*Psi_tp/N_d" : "4*Psi_tp/N_d") : (mixed ? "2*Psi_tp" : "4*Psi_tp"));
-      row("optimizer state", mem.optimizer, mem.formula_optimizer, z >= 1 ? (mixed ? "12*Psi_tp/N_d" : "8*Psi_tp/N_d") : (mixed ? "12*Psi_tp" : "8*Psi_tp"));
-    } else {
-      std::printf("memory per chip (bytes; ZeRO formula for Psi = %.0f, N_d = %d, stage %d):\n", psi, n, s.dp.zero);
-      row("parameters", mem.params, mem.formula_params, s.dp.zero >= 3 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-      row("gradients", mem.grads, mem.formula_grads, s.dp.zero >= 2 ? (mixed ? "2*Psi/N_d" : "4*Psi/N_d") : (mixed ? "2*Psi" : "4*Psi"));
-      row("optimizer state", mem.optimizer, mem.formula_optimizer, s.dp.zero >= 1 ? (mixed ? "12*Psi/N_d" : "8*Psi/N_d") : (mixed ? "12*Psi" : "8*Psi"));
-    }
-    row("total", mem.total(), mem.formula_total(), "");
-    std::printf("  %-16s %14.0f  (%s for %lld sequences%s; not in the formula)\n", "activations", mem.activations,
-                s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's saved tensors"
-                               : "the forward's saved tensors",
-                (long long)(c.batch / dp_size), s.cp > 1 ? " (this chip's 1/cp of each)" : "");
-    const double chip_bytes = mem.total() + mem.activations;
-    std::printf("  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.", chip_bytes,
-                chip_bytes / 1073741824.0, s.device.hbm_gib,
-                chip_bytes <= s.device.hbm_bytes() ? "fits" : "does NOT fit");
-  }
-  if (!f.validate) return kExitOk;
-  // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
-  // batch on one chip, computed on chip 0). Limits: fp32 1e-5 (only fp32 summation orders differ: LmDp/LmTp
-  // measure <= 4.5e-8); bf16 2e-3 relative, about one bf16 rounding (2^-9): the shards' partial sums are rounded
-  // to bf16 before their reductions, which moves losses by a few 1e-5 to 1e-4 relative (docs/PERFORMANCE.md).
-  const bool fp32 = c.dtype == runtime::DType::fp32;
-  const double limit = fp32 ? 1e-5 : 2e-3;
-  std::string verdict;
-  if (root) {
-    models::LmTrainState ref = models::lm_train_init(c);
-    models::LmTrainConfig t = s.train;
-    const auto ref_steps = models::lm_train(c, t, ref);
-    const size_t first = size_t(s.train.steps) - losses.size();
-    double worst = 0;
-    for (size_t i = 0; i < losses.size(); ++i) {
-      const double r = ref_steps.at(first + i).loss;
-      const double e = std::fabs(losses[i] - r) / (fp32 ? 1.0 : std::fabs(r));
-      worst = std::isnan(e) ? e : std::max(worst, e);
-    }
-    char b[256];
-    std::snprintf(b, sizeof b, "validation: %s (max %s|loss - reference| = %.3g over %zu steps, limit %g; reference: "
-                  "the single-device model, models/lm_train.h)", worst <= limit ? "PASS" : "FAIL",
-                  fp32 ? "" : "relative ", worst, losses.size(), limit);
-    verdict = b;
-  }
-  verdict = world.broadcast(verdict, 0);
-  if (root) std::printf("%s\n", verdict.c_str());
-  return verdict.rfind("validation: PASS", 0) == 0 ? kExitOk : kExitValidationFailed;
+  const double psi = double(models::lm_param_count(c));
+  if (tp_mesh)
+    std::snprintf(b, sizeof b, "Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
+                  "replicated norms; ZeRO formula, N_d = %d, stage %d", trainer->local_param_count(), psi,
+                  dp_size * s.cp, s.dp.zero);
+  else
+    std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
+  rep.train.has_memory = true;
+  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
+  if (!f.trace_path.empty()) sharding::write_trace(world, tl, f.trace_path);
+  if (f.validate) validate_losses(world, s, rep);
+  return log.finish();
 }
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
@@ -501,7 +594,11 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
   world.agree([&] {  // config errors: one clean message and exit 2
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
-    if (!f.checkpoint.empty()) check_outputs_distinct({{"--checkpoint", f.checkpoint}}, {{"the config file", f.config}});
+    std::vector<std::pair<std::string, std::string>> outputs;
+    if (!f.checkpoint.empty()) outputs.emplace_back("--checkpoint", f.checkpoint);
+    if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
+    if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
+    if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
@@ -511,62 +608,56 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
                        "reduced size with real data");
     if (f.validate && !s.data_parallel)
       throw UsageError("--validate: one chip without a parallel: section is the reference itself");
+    if (!f.trace_path.empty() && !s.data_parallel)
+      throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
+                       "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
     if (!s.shape_only) check_host_memory(s, chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
   const auto resumed = load_resume(world, f, s);
-  const double tokens = static_cast<double>(c.batch * c.seq);
-  const double model_flops = models::lm_model_flops_per_token(c) * tokens;
-  const double peak = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype));
-  const std::string dt = runtime::dtype_name(c.dtype);
-  std::printf("shardsim train: %s\n", f.config.c_str());
-  std::printf("device: %s\n", sim::describe(s.device).c_str());
-  std::printf("model: vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
-              "(%lld in GEMMs); %s\n",
-              (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
-              (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
-              (long long)models::lm_matmul_param_count(c),
-              c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
-  std::printf("data: batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g\n\n",
-              (long long)c.batch, (long long)c.seq, tokens, double(s.train.adamw.lr),
-              double(s.train.adamw.weight_decay), s.train.max_grad_norm);
-  if (resumed)
-    std::printf("resumed: %s at step %lld (saved under %s)\n\n", f.resume.c_str(), (long long)resumed->step,
-                resumed->mesh.c_str());
-  std::printf("%6s %10s %10s %14s\n", "step", "loss", "grad_norm", "sim_step_us");
+  sharding::RunReport r = train_report(f, s, 1);
+  r.topology = "one chip (no links)";
+  r.plan = "none: the single-device reference (models/lm_train.h), each step the sum of its kernels' roofline times";
+  char b[512];
+  std::snprintf(b, sizeof b, "batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g",
+                (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, double(s.train.adamw.lr),
+                double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+  r.train.data = b;
+  r.train.step_split = false;
+  resumed_into(r, f, resumed);
+  TrainLog log(world, f, std::move(r));
+  log.head();
   double total_ns = 0, total_flops = 0;
   int64_t steps = 0;
   models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
   models::LmTrainConfig run = s.train;
   run.steps = s.train.steps - st.step;  // lm_train runs a count of steps from the state's step
-  std::vector<double> losses;
   try {
-    models::lm_train(c, run, st, [&](const models::LmStepResult& r) {
+    models::lm_train(c, run, st, [&](const models::LmStepResult& res) {
       double ns = 0;
-      for (const auto& k : r.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
+      for (const auto& k : res.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
       total_ns += ns;
-      total_flops += r.flops;
+      total_flops += res.flops;
       ++steps;
-      losses.push_back(r.loss);
-      std::printf("%6lld %10.4f %10.4f %14.3f\n", (long long)r.step, r.loss, r.grad_norm, ns / 1e3);
-      if (save_due(f, r.step, s.train.steps)) {
-        std::fflush(stdout);
-        save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip");
-      }
+      sim::Breakdown bd;
+      bd.total = bd.compute = ns;
+      bd.flops = res.flops;
+      log.step({res.step, res.loss, res.grad_norm, bd}, s.train.steps);
+      if (save_due(f, res.step, s.train.steps)) save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip", log);
     });
+  } catch (const Error&) {
+    throw;
   } catch (const std::runtime_error& e) {
-    throw RuntimeFault(e.what());
+    throw_diverged(world, e.what());  // one chip: agreed by itself
   }
-  const double step_ns = total_ns / double(steps);
-  std::printf("\nloss: %.4f -> %.4f over %lld steps (log vocab = %.4f)\n", losses.front(), losses.back(),
-              (long long)steps, std::log(double(c.vocab)));
-  std::printf("simulated step time: %.3f us; tokens/s: %.4g\n", step_ns / 1e3, tokens / step_ns * 1e9);
-  std::printf("model FLOPs per step: %.6g (6N + 12*L*H*d*s per token); MFU %.4f%% of %s %s peak\n", model_flops,
-              100.0 * model_flops / (step_ns * peak), s.device.name.c_str(), dt.c_str());
-  std::printf("kernel FLOPs per step: %.6g (forward, backward, optimizer); HFU %.4f%%\n", total_flops / double(steps),
-              100.0 * (total_flops / double(steps)) / (step_ns * peak));
-  return kExitOk;
+  auto& rep = log.report();
+  sim::Breakdown mean;
+  mean.total = mean.compute = total_ns / double(steps);
+  finish_simulated(rep, mean);
+  rep.train.kernel_flops_per_step = total_flops / double(steps);
+  rep.train.hfu = rep.peak_tflops > 0 ? rep.train.kernel_flops_per_step / mean.total / 1e3 / rep.peak_tflops : 0;
+  return log.finish();
 }
 
 }  // namespace
@@ -591,6 +682,9 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   sub->add_option("--resume", flags->resume,
                   "continue from a training-state checkpoint (any dp / ZeRO stage); the run stops at step "
                   "train.steps (or --steps)");
+  sub->add_option("--json", flags->json_path, "also write the report as JSON to this file (run's report fields)");
+  sub->add_option("--trace", flags->trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  add_config_override_flags(sub, flags->overrides);
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }
 

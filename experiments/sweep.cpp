@@ -234,6 +234,10 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     const ConfigNode root = load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
+    if (root.has("train"))
+      root.child("train").fail("train: " + e.file + " is a training config; sweeps time forward passes (`shardsim "
+                               "run` configs) and cannot sweep training plans yet: compare plans with `shardsim "
+                               "train " + e.file + " --plan ... --json FILE` per plan");
     e.block = is_block_config(root);
     e.root = YAML::Clone(root.yaml());
     if (set) {

@@ -1,5 +1,7 @@
 #include "models/report.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <algorithm>
@@ -36,6 +38,27 @@ std::string pct(double part, double whole) {
   return buf;
 }
 }  // namespace
+
+namespace {
+double wall_now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Progress::Progress(std::string what, bool enabled) : what_(std::move(what)), enabled_(enabled), start_s_(wall_now_s()) {}
+
+double Progress::elapsed_s() const { return wall_now_s() - start_s_; }
+
+void Progress::update(int64_t done, int64_t total, const char* unit) {
+  if (!enabled_ || done >= total) return;  // the last unit: the report follows
+  const double now = elapsed_s();
+  if (now < kFirstS || (last_print_s_ >= 0 && now - last_print_s_ < kEveryS)) return;
+  last_print_s_ = now;
+  const double left = done > 0 ? now / double(done) * double(total - done) : 0;
+  std::fprintf(stderr, "shardsim: %s: %lld of %lld %s done, %.0f s elapsed, about %.0f s left (wall)\n",
+               what_.c_str(), (long long)done, (long long)total, unit, now, left);
+  std::fflush(stderr);
+}
 
 std::string format_mib(double bytes) {
   char buf[32];
@@ -142,6 +165,177 @@ nlohmann::json ops_json(const std::vector<OpStat>& ops, double total_ns, double 
   return a;
 }
 
+double TrainMemory::total() const {
+  double t = 0;
+  for (const auto& row : rows) t += row.bytes;
+  return t;
+}
+double TrainMemory::formula_total() const {
+  double t = 0;
+  for (const auto& row : rows) t += row.formula;
+  return t;
+}
+
+namespace {
+// NaN (a shape-only step computes no loss) is JSON null.
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+bool fits_hbm(const RunReport& r) { return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes; }
+
+nlohmann::json train_json(const RunReport& r) {
+  const TrainReport& t = r.train;
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& st : t.steps)
+    steps.push_back({{"step", st.step},
+                     {"loss", number_or_null(st.loss)},
+                     {"grad_norm", number_or_null(st.grad_norm)},
+                     {"total_ns", st.breakdown.total},
+                     {"compute_ns", st.breakdown.compute},
+                     {"communication_ns", st.breakdown.communication},
+                     {"exposed_comm_ns", st.breakdown.exposed_comm},
+                     {"idle_ns", st.idle_ns()}});
+  nlohmann::json saved = nlohmann::json::array();
+  for (const auto& [step, path] : t.saved) saved.push_back({{"step", step}, {"path", path}});
+  nlohmann::json j = {{"model", t.model},
+                      {"data", t.data},
+                      {"steps", steps},
+                      {"step_ns", t.step_ns},
+                      {"tokens_per_step", t.tokens_per_step},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"model_flops_per_step", t.model_flops_per_step},
+                      {"mfu", t.mfu},
+                      {"kernel_flops_per_step", t.kernel_flops_per_step},
+                      {"hfu", t.hfu},
+                      {"checkpoints", saved},
+                      {"resumed_from", t.resumed_from},
+                      {"resumed_step", t.resumed_step}};
+  if (t.has_memory) {
+    nlohmann::json m = {{"basis", t.memory.basis}};
+    for (const auto& row : t.memory.rows)
+      m[row.what == "optimizer state" ? "optimizer" : row.what] = {
+          {"bytes", row.bytes}, {"formula_bytes", row.formula}, {"formula", row.rule}};
+    m["total_bytes"] = t.memory.total();
+    m["formula_total_bytes"] = t.memory.formula_total();
+    m["activations_bytes"] = t.memory.activations;
+    m["chip_bytes"] = t.memory.chip_bytes();
+    m["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
+    m["fits"] = fits_hbm(r);
+    j["memory_per_chip"] = m;
+  }
+  return j;
+}
+}  // namespace
+
+std::string train_head_text(const RunReport& r) {
+  const TrainReport& t = r.train;
+  std::ostringstream os;
+  os << "shardsim train" << (r.name.empty() ? "" : ": " + r.name) << "  (" << r.config_file << ")\n";
+  os << "  topology   " << r.topology << "\n";
+  os << "  device     " << r.device << "\n";
+  os << "  model      " << t.model << "\n";
+  os << "  plan       " << r.plan << "\n";
+  if (!r.mesh.empty()) os << "  mesh       " << r.mesh << "\n";
+  os << "  data       " << t.data << "\n";
+  if (r.shape_only)
+    os << "  mode       shape-only (storage-less tensors, cost-only kernels, collectives move timing headers only: "
+          "the simulated fields are those of a real-data run; no values, no losses: NOT VALIDATED)\n";
+  if (!t.resumed_from.empty())
+    os << "resumed: " << t.resumed_from << " at step " << t.resumed_step << " (saved under " << t.resumed_mesh << ")\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us",
+                "compute_us", "exposed_us", "idle_us");
+  return os.str() + buf;
+}
+
+std::string train_step_text(const RunReport& r, const TrainStep& st) {
+  char buf[200];
+  const auto& b = st.breakdown;
+  if (r.shape_only)
+    std::snprintf(buf, sizeof buf, "%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, "-", "-",
+                  b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, st.loss,
+                  st.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
+  return buf;
+}
+
+std::string train_saved_text(int64_t step, const std::string& path) {
+  return "checkpoint: step " + std::to_string(step) + " saved to " + path + "\n";
+}
+
+std::string train_tail_text(const RunReport& r) {
+  const TrainReport& t = r.train;
+  std::ostringstream os;
+  char buf[400];
+  if (t.steps.empty()) {
+    os << "loss: no step ran\n";
+  } else if (r.shape_only) {
+    os << "loss: not computed (shape-only) over " << t.steps.size() << " steps\n";
+  } else {
+    std::snprintf(buf, sizeof buf, "loss: %.4f -> %.4f over %zu steps (log vocab = %.4f)\n", t.steps.front().loss,
+                  t.steps.back().loss, t.steps.size(), t.log_vocab);
+    os << buf;
+  }
+  const auto& b = r.critical;
+  os << "simulated (modelled hardware; chip " << r.critical_chip << ", "
+     << (t.step_split ? "the last step" : "the mean step") << ")\n";
+  os << "  step time          " << fmt_ns(b.total) << "\n";
+  os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";
+  if (t.step_split) {
+    os << "  communication      " << fmt_ns(b.communication) << "  " << pct(b.communication, b.total) << "  ("
+       << fmt_ns(std::max(0.0, b.communication - b.exposed_comm)) << " hidden under compute)\n";
+    os << "  exposed comm       " << fmt_ns(b.exposed_comm) << "  " << pct(b.exposed_comm, b.total) << "\n";
+    const double idle = std::max(0.0, b.total - b.compute - b.exposed_comm);
+    os << "  idle               " << fmt_ns(idle) << "  " << pct(idle, b.total) << "\n";
+  }
+  std::snprintf(buf, sizeof buf, "  tokens/s           %.4g (simulated; %.0f tokens per step)\n", r.tokens_per_s,
+                t.tokens_per_step);
+  os << buf;
+  std::snprintf(buf, sizeof buf,
+                "  MFU                %.4f%% of %d x %.1f TFLOP/s %s peak (model FLOPs per step %.6g: 6N + "
+                "12*L*H*d*s per token)\n",
+                100.0 * t.mfu, r.chips, r.peak_tflops_per_chip, r.dtype.c_str(), t.model_flops_per_step);
+  os << buf;
+  if (t.kernel_flops_per_step > 0) {
+    std::snprintf(buf, sizeof buf, "  HFU                %.4f%% (kernel FLOPs per step %.6g: forward, backward, optimizer)\n",
+                  100.0 * t.hfu, t.kernel_flops_per_step);
+    os << buf;
+  }
+  if (t.has_memory) {
+    const TrainMemory& m = t.memory;
+    os << "memory per chip (bytes; " << m.basis << ")\n";
+    auto row = [&](const std::string& what, double v, double formula, const std::string& rule) {
+      std::snprintf(buf, sizeof buf, "  %-16s %14.0f  formula %14.0f  %s\n", what.c_str(), v, formula, rule.c_str());
+      os << buf;
+    };
+    for (const auto& x : m.rows) row(x.what, x.bytes, x.formula, x.rule);
+    row("total", m.total(), m.formula_total(), "");
+    std::snprintf(buf, sizeof buf, "  %-16s %14.0f  (%s; not in the formula)\n", "activations", m.activations,
+                  m.activations_note.c_str());
+    os << buf;
+    std::snprintf(buf, sizeof buf, "  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.",
+                  m.chip_bytes(), m.chip_bytes() / 1073741824.0, r.hbm_capacity_bytes / 1073741824.0,
+                  fits_hbm(r) ? "fits" : "does NOT fit");
+    os << buf;
+  }
+  if (r.validated) {
+    std::snprintf(buf, sizeof buf,
+                  "validation: %s (%s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
+                  "single-device model, models/lm_train.h)\n",
+                  r.passed ? "PASS" : "FAIL", t.loss_error_relative ? "relative " : "", t.max_loss_error,
+                  (long long)t.validated_steps, t.loss_limit, t.loss_limit_rule.c_str());
+    os << buf;
+  }
+  if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
+  os << buf;
+  os << (r.shape_only ? "DONE (shape-only, not validated)" : !r.validated ? "DONE (not validated: --validate compares "
+                                                                            "with the single-device model)"
+                                                        : r.ok() ? "PASS" : "FAIL")
+     << "\n";
+  return os.str();
+}
+
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json comm = nlohmann::json::object();
   for (const auto& [k, c] : r.comm) {
@@ -157,6 +351,7 @@ nlohmann::json to_json(const RunReport& r) {
   for (const auto& c : r.per_chip)
     chips.push_back({{"chip", c.chip}, {"simulated", breakdown_json(c.breakdown)}, {"peak_memory_bytes", c.peak_memory_bytes}});
   nlohmann::json j = {
+      {"run_mode", r.run_mode},
       {"name", r.name},
       {"model", r.model},
       {"config", r.config_file},
@@ -220,6 +415,7 @@ nlohmann::json to_json(const RunReport& r) {
       {"verdict", r.ok() ? "PASS" : "FAIL"},
   };
   if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.critical.total);
+  if (r.run_mode == "train") j["train"] = train_json(r);
   if (!r.resumed_from.empty()) {
     auto& v = j["validation"];
     v["resume_bit_exact"] = r.resume_same_layout && r.resume_bit_exact;
@@ -232,6 +428,15 @@ nlohmann::json to_json(const RunReport& r) {
 }
 
 std::string to_text(const RunReport& r) {
+  if (r.run_mode == "train") {
+    std::string text = train_head_text(r);
+    for (const auto& st : r.train.steps) {
+      text += train_step_text(r, st);
+      for (const auto& [step, path] : r.train.saved)
+        if (step == st.step) text += train_saved_text(step, path);
+    }
+    return text + train_tail_text(r);
+  }
   std::ostringstream os;
   const auto& b = r.critical;
   os << "shardsim run" << (r.name.empty() ? "" : ": " + r.name) << (r.model.empty() ? "" : " (" + r.model + ")")

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,9 +55,67 @@ struct CommStat {
   std::string algorithm;  // what ran ("auto" resolved), when recorded
 };
 
+// Training mode (`shardsim train`): one row per step, as the step ends.
+struct TrainStep {
+  int64_t step = 0;          // 1-based
+  double loss = 0;           // global mean loss before the update (not computed in shape-only mode)
+  double grad_norm = 0;      // global gradient norm before clipping (idem)
+  sim::Breakdown breakdown;  // chip 0's simulated step (one chip without a plan: its kernels, compute only)
+  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }
+};
+
+// Per-chip memory of the training state between steps (bytes), measured from the buffers the chip holds, beside
+// ZeRO's formulas (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+// SC 2020, section 5: parameters P*Psi, gradients P*Psi, optimizer state K*Psi, each divided by N_d from its
+// stage on; P = 4, K = 8 in fp32; P = 2, K = 12 with bf16 compute and fp32 masters).
+struct TrainMemoryRow {
+  std::string what;     // "parameters" | "gradients" | "optimizer state"
+  double bytes = 0;
+  double formula = 0;
+  std::string rule;     // "4*Psi_tp/N_d", ...
+};
+struct TrainMemory {
+  std::string basis;    // what Psi and N_d are on this chip, one line
+  std::vector<TrainMemoryRow> rows;
+  double activations = 0;       // the forward's saved tensors (not in the formula)
+  std::string activations_note;
+  double total() const;         // rows' bytes
+  double formula_total() const; // rows' formulas
+  double chip_bytes() const { return total() + activations; }
+};
+
+// What `train` adds to RunReport (mode "train"); empty in forward mode.
+struct TrainReport {
+  std::string model;                  // "vocab 32, hidden 16, 2 layers, ...; N parameters (M in GEMMs); fp32"
+  std::string data;                   // global batch, tokens per step, the optimizer's settings
+  std::string resumed_from;           // training-state checkpoint continued from ("" none)
+  int64_t resumed_step = 0;
+  std::string resumed_mesh;
+  bool step_split = true;             // the rows carry chip 0's compute / exposed / idle (false: one chip, no plan)
+  std::vector<TrainStep> steps;       // every step run, in order
+  std::vector<std::pair<int64_t, std::string>> saved;  // (step, path) of every training-state checkpoint written
+  double log_vocab = 0;               // the loss of a uniform guess, for scale
+  double step_ns = 0;                 // the simulated step: the last step's (every step has the same shapes), or
+                                      // the mean over the steps on one chip without a plan
+  double tokens_per_step = 0;
+  double model_flops_per_step = 0;    // 6N + 12*L*H*d*s per token (docs/MODEL.md, "Training")
+  double mfu = 0;                     // model_flops_per_step / (step_ns * chips * peak)
+  double kernel_flops_per_step = 0;   // what the kernels report (one chip without a plan; 0 otherwise)
+  double hfu = 0;                     // kernel_flops_per_step / (step_ns * peak)
+  bool has_memory = false;
+  TrainMemory memory;
+  // --validate: the per-step losses against the single-device reference (models/lm_train.h).
+  double max_loss_error = 0;          // absolute in fp32, relative in bf16
+  bool loss_error_relative = false;
+  double loss_limit = 0;
+  std::string loss_limit_rule;        // how the limit follows from the dtype and the step count
+  int64_t validated_steps = 0;
+};
+
 // The one report of `shardsim run` for every model (MLP, transformer block) and plan: text (to_text) and JSON
 // (to_json). Complete on rank 0.
 struct RunReport {
+  std::string run_mode = "forward";  // "forward" (run, sweep) | "train" (`train`: the train section below)
   std::string name;
   std::string model;  // the config's model label ("" none)
   std::string config_file;
@@ -119,7 +179,28 @@ struct RunReport {
   double wall_reference_s = 0;
   double wall_checkpoint_s = 0;
 
+  TrainReport train;  // mode "train"
+
   bool ok() const { return passed && resume_bit_exact; }
+};
+
+// Progress lines on stderr for runs longer than a few seconds (`train` steps, sweep points): the first once
+// kFirstS seconds of wall time have passed, then at most one every kEveryS seconds, each
+// "shardsim: WHAT: DONE of TOTAL UNIT done, E s elapsed, about L s left (wall)". Wall time only decides when to
+// print, never enters a simulated figure; nothing goes to stdout or a --json file. Disabled (ENABLED false) on
+// every rank but the one that prints.
+class Progress {
+ public:
+  static constexpr double kFirstS = 3, kEveryS = 10;
+  Progress(std::string what, bool enabled);
+  void update(int64_t done, int64_t total, const char* unit);
+  double elapsed_s() const;  // wall seconds since construction
+
+ private:
+  std::string what_;
+  bool enabled_;
+  double start_s_;
+  double last_print_s_ = -1;
 };
 
 // "12.345 MiB" (bytes / 2^20, three decimals): the byte figures of the text reports.
@@ -127,5 +208,11 @@ std::string format_mib(double bytes);
 
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);
+// to_text of a training report in three pieces, so `train` can print the rows as the steps end (flushed, so a run
+// that ends early keeps them): to_text(r) == train_head_text(r) + every train_step_text + train_tail_text(r).
+std::string train_head_text(const RunReport& r);
+std::string train_step_text(const RunReport& r, const TrainStep& s);
+std::string train_saved_text(int64_t step, const std::string& path);
+std::string train_tail_text(const RunReport& r);
 
 }  // namespace shardsim::sharding

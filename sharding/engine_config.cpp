@@ -72,7 +72,7 @@ void apply_plan(YAML::Node root, const std::string& plan) {
   // The plan's axis keys are replaced; algorithm keys (all_reduce, fused, chunks, mesh_dims) stay.
   if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
   YAML::Node par = root["parallel"];
-  for (const char* k : {"tp", "cp", "sp", "ulysses", "cp_split"}) par.remove(k);
+  for (const char* k : {"tp", "cp", "sp", "ulysses", "cp_split", "dp"}) par.remove(k);
   std::stringstream ss(plan);
   std::string item;
   bool any = false;

@@ -1,0 +1,48 @@
+// Validating a sharded training run against the single-device reference (models/lm_train.h): the limit on each
+// step's loss difference, derived from the dtype and the step, and the comparison.
+//
+// fp32: 1e-5 absolute at every step. The sharded trainers and the reference differ only in fp32 summation order
+// (LmDp/LmTp measure <= 4.5e-8 over their tests), so 1e-5 is far above that and far below any plan error.
+//
+// bf16 (mixed precision: bf16 compute copy, activations and gradients, fp32 masters): relative, 2^-9 x STEP at
+// step STEP (1-based). Reasoning: at step 1 both runs hold the same weights; the sharded forward rounds its
+// partial sums to bf16 before each reduction where the reference rounds the whole sum once, so the loss differs
+// by about one bf16 rounding, 2^-9 relative (half of bf16's 2^-8 spacing). Every update then starts from
+// gradients that differ by about one rounding as well; AdamW's update follows each gradient component's sign and
+// ratio to its running RMS, so the weights drift apart by a similar amount per step and the loss difference grows
+// about linearly with the number of updates instead of staying at one rounding (a fixed 2^-9 failed at steps 4-5:
+// configs/lm_train_dp4.yaml at dp 4 measured 0.0037 at step 5, under this rule's 0.0098). A plan error is far
+// larger: a gradient reduction that loses half of the replicas' contributions moves the loss by several times the
+// limit within a few steps (tests/unit/lm_validate_test.cpp). Not caught by any loss check: a reduction that sums
+// instead of averaging, since AdamW normalises the gradient's scale (the printed gradient norm shows it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace shardsim::models {
+
+struct LossTolerance {
+  double limit = 0;
+  bool relative = false;  // |loss - reference| / |reference| (bf16) or |loss - reference| (fp32)
+  std::string rule;       // one line: the rule and why
+};
+// The limit at STEP (1-based) for a run in DTYPE (fp32 or bf16; std::invalid_argument otherwise).
+LossTolerance loss_tolerance(runtime::DType dtype, int64_t step);
+
+struct LossCheck {
+  bool passed = true;
+  double error = 0;       // the error at the step closest to (or furthest beyond) its limit
+  LossTolerance tolerance;  // that step's limit
+  int64_t step = 0;
+  int64_t steps = 0;      // steps compared
+};
+// LOSSES: (step, loss) of the run; REFERENCE[i]: the reference's loss at step i + 1. A NaN error fails.
+LossCheck check_losses(runtime::DType dtype, const std::vector<std::pair<int64_t, double>>& losses,
+                       const std::vector<double>& reference);
+
+}  // namespace shardsim::models

@@ -1,0 +1,65 @@
+// The training validation's loss limits (models/lm_validate.h): fp32 and bf16 rules, and a deliberately broken
+// gradient reduction in bf16 fails the bf16 limit while the reference itself passes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/lm_data.h"
+#include "models/lm_model.h"
+#include "models/lm_train.h"
+#include "models/lm_validate.h"
+
+namespace shardsim::models {
+namespace {
+
+TEST(LmValidate, LimitsFollowTheDtypeAndTheStep) {
+  EXPECT_EQ(loss_tolerance(runtime::DType::fp32, 1).limit, 1e-5);
+  EXPECT_EQ(loss_tolerance(runtime::DType::fp32, 50).limit, 1e-5);
+  EXPECT_FALSE(loss_tolerance(runtime::DType::fp32, 3).relative);
+  EXPECT_DOUBLE_EQ(loss_tolerance(runtime::DType::bf16, 1).limit, 1.0 / 512);
+  EXPECT_DOUBLE_EQ(loss_tolerance(runtime::DType::bf16, 5).limit, 5.0 / 512);
+  EXPECT_TRUE(loss_tolerance(runtime::DType::bf16, 5).relative);
+  EXPECT_THROW(loss_tolerance(runtime::DType::fp16, 1), std::invalid_argument);
+  // The measured bf16 difference at step 5 (0.0037 relative) passes; it failed the fixed 2e-3.
+  const auto ok = check_losses(runtime::DType::bf16, {{5, 1.0037}}, {2, 2, 2, 2, 1.0});
+  EXPECT_TRUE(ok.passed);
+  EXPECT_EQ(ok.step, 5);
+  EXPECT_FALSE(check_losses(runtime::DType::bf16, {{1, 1.0037}}, {1.0}).passed);
+  EXPECT_FALSE(check_losses(runtime::DType::fp32, {{1, NAN}}, {1.0}).passed);
+}
+
+// A gradient reduction that loses half of the replicas' contributions: the updates are computed from half the
+// global batch while the loss is reported on the whole batch. Its bf16 losses must fail the limit within 5 steps.
+TEST(LmValidate, BrokenReductionFailsTheBf16Limit) {
+  LmConfig c;
+  c.vocab = 32, c.hidden = 16, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 32, c.seq = 8;
+  c.batch = 4;
+  c.dtype = runtime::DType::bf16;
+  LmTrainConfig t;
+  t.steps = 5;
+  LmTrainState ref = lm_train_init(c);
+  std::vector<double> reference;
+  for (const auto& r : lm_train(c, t, ref)) reference.push_back(r.loss);
+  // The reference passes its own check.
+  std::vector<std::pair<int64_t, double>> same;
+  for (size_t i = 0; i < reference.size(); ++i) same.emplace_back(int64_t(i + 1), reference[i]);
+  EXPECT_TRUE(check_losses(c.dtype, same, reference).passed);
+
+  LmConfig half = c;
+  half.batch = c.batch / 2;
+  LmTrainState broken = lm_train_init(c);
+  LmTrainConfig one = t;
+  one.steps = 1;
+  std::vector<std::pair<int64_t, double>> losses;
+  for (int64_t k = 0; k < t.steps; ++k) {
+    losses.emplace_back(k + 1, lm_forward(c, broken.compute_weights(), lm_synthetic_batch(c, t.data_seed, k)));
+    (void)lm_train(half, one, broken);
+  }
+  EXPECT_EQ(losses[0].second, reference[0]);  // step 1: the same weights
+  const LossCheck check = check_losses(c.dtype, losses, reference);
+  EXPECT_FALSE(check.passed);
+  EXPECT_GT(check.error, 3 * check.tolerance.limit) << "step " << check.step;
+}
+
+}  // namespace
+}  // namespace shardsim::models
