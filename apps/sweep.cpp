@@ -43,7 +43,10 @@
 #include "collectives/verify.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/dir_lock.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "experiments/sweep.h"
 #include "experiments/scheduler.h"
 #include "runtime/chips.h"
@@ -65,12 +68,10 @@ struct SweepFlags {
   bool force = false, plot_only = false, no_plots = false, validate_every = false;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// results.csv as read for a resume or --plot-only: a regular file (a FIFO cannot block, a directory is said as
+// such) of at most kMaxResultsBytes.
+constexpr uint64_t kMaxResultsBytes = 1ull << 30;
+std::string read_text(const std::string& path) { return read_input_file(path, kMaxResultsBytes, "a sweep results file"); }
 
 // Runs GNUPLOT SCRIPT in DIR with stderr to LOG (relative to DIR), without a shell: posix_spawnp with an
 // argument vector, so no path, name or label is ever parsed by /bin/sh. Returns the exit status, 127 when the
@@ -199,6 +200,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const bool root = world.rank() == 0;
   std::shared_ptr<const SweepSpec> shared_spec;
   std::string csv_path, json_path;
+  std::unique_ptr<DirLock> lock;  // rank 0: the output folder is this sweep's until it returns
   world.agree([&] {
     shared_spec = load_spec(f);
     const SweepSpec& spec = *shared_spec;
@@ -212,6 +214,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     json_path = (fs::path(spec.output) / "results.json").string();
     if (f.plot_only && f.force) throw UsageError("--plot-only and --force contradict each other");
     if (f.plot_only && !fs::exists(csv_path)) throw UsageError("--plot-only: no results file " + csv_path);
+    for (const auto& p : {csv_path, json_path})
+      if (const std::string why = not_a_regular_file(p); !why.empty()) throw UsageError(p + ": " + why);
+    if (world.rank() == 0)
+      lock = std::make_unique<DirLock>(spec.output, std::string(f.plot_only ? "sweep --plot-only " : "sweep ") + f.file);
   });
   const SweepSpec& spec = *shared_spec;
 
@@ -222,7 +228,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       try {
         rows = sharding::parse_csv(read_text(csv_path), csv_path);
       } catch (const Error& e) {
-        std::fprintf(stderr, "shardsim: error: %s\n", e.what());
+        std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
         code = e.exit_code();
       }
       if (code == kExitOk) {
@@ -234,7 +240,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
           err = e.what();
         }
         if (!err.empty()) {
-          std::fprintf(stderr, "shardsim: error: %s\n", err.c_str());
+          std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
           code = kExitRuntimeFault;
         }
         for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
@@ -425,7 +431,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       std::vector<std::string> pngs;
       const auto err = draw(spec.output, all, &pngs);
       for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-      if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", err.c_str());
+      if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
     }
     std::fflush(stdout);
     code = failed_validation ? kExitValidationFailed : kExitOk;

@@ -159,14 +159,17 @@ Command add_topo(CLI::App& app, const runtime::World& world) {
       t = topology::load_topology_file(flags->config);
       j = summary(t, flags->config);
     });
-    if (world.rank() != 0) return kExitOk;
-    print(j);
-    if (!flags->dot_path.empty()) {
-      write_file(flags->dot_path, t.to_dot());
-      std::printf("dot        %s (render: dot -Tsvg %s -o topology.svg)\n", flags->dot_path.c_str(),
-                  flags->dot_path.c_str());
-    }
-    if (!flags->json_path.empty()) write_file(flags->json_path, j.dump(2) + "\n");
+    if (world.rank() == 0) print(j);
+    // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
+    world.agree([&] {
+      if (world.rank() != 0) return;
+      if (!flags->dot_path.empty()) {
+        write_file(flags->dot_path, t.to_dot());
+        std::printf("dot        %s (render: dot -Tsvg %s -o topology.svg)\n", flags->dot_path.c_str(),
+                    flags->dot_path.c_str());
+      }
+      if (!flags->json_path.empty()) write_file(flags->json_path, j.dump(2) + "\n");
+    });
     return kExitOk;
   };
   return c;

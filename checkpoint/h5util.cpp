@@ -1,5 +1,6 @@
 #include "checkpoint/h5util.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -65,20 +66,41 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
   if (H5Awrite(attr.id, type.id, padded.data()) < 0) throw RuntimeFault("write attribute " + name + " failed");
 }
 
-// Reads a string attribute; nullopt-like "" with *found = false when absent.
+// Every HDF5 string form h5py or h5dump may leave (the checkpoint stays h5py-editable): fixed length with
+// NULLTERM, NULLPAD or SPACEPAD padding, variable length, ASCII or UTF-8, scalar or a one-element array.
 std::string read_string_attr(hid_t obj, const std::string& name, bool* found) {
   if (found) *found = false;
   if (H5Aexists(obj, name.c_str()) <= 0) return "";
   Id attr{H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose};
   if (attr.id < 0) return "";
   Id ftype{H5Aget_type(attr.id), H5Tclose};
-  if (H5Tget_class(ftype.id) != H5T_STRING || H5Tis_variable_str(ftype.id) > 0) return "";
-  const size_t n = H5Tget_size(ftype.id);
-  std::string out(n, '\0');
-  Id mtype{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5Tset_size(mtype.id, n);
-  if (H5Aread(attr.id, mtype.id, out.data()) < 0) return "";
-  out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
+  if (H5Tget_class(ftype.id) != H5T_STRING) return "";
+  Id space{H5Aget_space(attr.id), H5Sclose};
+  if (H5Sget_simple_extent_npoints(space.id) != 1) return "";
+  std::string out;
+  if (H5Tis_variable_str(ftype.id) > 0) {
+    Id mtype{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mtype.id, H5T_VARIABLE);
+    H5Tset_cset(mtype.id, H5Tget_cset(ftype.id));
+    char* p = nullptr;
+    if (H5Aread(attr.id, mtype.id, &p) < 0) return "";
+    if (p) out = p;
+    H5Dvlen_reclaim(mtype.id, space.id, H5P_DEFAULT, &p);
+  } else {
+    // Read the bytes as stored (the file type as memory type: no conversion, which would cut a NULLPAD or
+    // SPACEPAD string that fills its size to make room for a terminator), then drop the padding.
+    const size_t n = H5Tget_size(ftype.id);
+    if (n == 0 || n > kMaxStringAttr) return "";
+    out.assign(n, '\0');
+    if (H5Aread(attr.id, ftype.id, out.data()) < 0) return "";
+    const H5T_str_t pad = H5Tget_strpad(ftype.id);
+    if (pad == H5T_STR_SPACEPAD) {
+      const size_t last = out.find_last_not_of(' ');
+      out.resize(last == std::string::npos ? 0 : last + 1);
+    } else {
+      out.resize(std::min(out.find('\0'), n));
+    }
+  }
   if (found) *found = true;
   return out;
 }
@@ -94,15 +116,6 @@ void ensure_groups(hid_t file, const std::string& dataset) {
     Id g{H5Gcreate2(file, group.c_str(), H5P_DEFAULT, gcpl.id, H5P_DEFAULT), H5Gclose};
     if (g.id < 0) throw RuntimeFault("create group " + group + " failed" + h5_detail());
   }
-}
-
-bool link_exists(hid_t file, const std::string& dataset) {
-  for (size_t pos = 0; pos != std::string::npos;) {
-    pos = dataset.find('/', pos + 1);
-    const std::string part = dataset.substr(0, pos);
-    if (H5Lexists(file, part.c_str(), H5P_DEFAULT) <= 0) return false;
-  }
-  return true;
 }
 
 void select_block(hid_t space, const Shape& offset, const Shape& count, bool any) {

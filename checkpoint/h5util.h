@@ -64,7 +64,12 @@ void write_scalar_attr(hid_t obj, const std::string& name, hid_t file_type, hid_
   if (H5Awrite(attr.id, mem_type, &v) < 0) throw RuntimeFault("write attribute " + name + " failed");
 }
 
-// Reads a string attribute; nullopt-like "" with *found = false when absent.
+// The longest fixed-length string attribute read (the manifest of a very large model is a few MiB).
+inline constexpr size_t kMaxStringAttr = 64u << 20;
+
+// Reads a string attribute in any of HDF5's string forms (fixed length with NULLTERM, NULLPAD or SPACEPAD
+// padding, or variable length; ASCII or UTF-8; scalar or one element); "" with *found = false when absent, not a
+// string, or not one element.
 std::string read_string_attr(hid_t obj, const std::string& name, bool* found = nullptr);
 
 // Reads a numeric attribute (any size) into int64/uint64 values; false when absent or not an integer.
@@ -85,8 +90,6 @@ bool read_int_attr(hid_t obj, const std::string& name, hid_t mem_type, std::vect
 
 // Creates the intermediate groups of "a/b/c" (collective in parallel HDF5).
 void ensure_groups(hid_t file, const std::string& dataset);
-// True when every link on the path "a/b/c" exists.
-bool link_exists(hid_t file, const std::string& dataset);
 // SPACE's selection: the block COUNT at OFFSET, or none when !ANY.
 void select_block(hid_t space, const Shape& offset, const Shape& count, bool any);
 // A simple dataspace of shape S (scalar when S is empty). Caller closes it.

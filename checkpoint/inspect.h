@@ -1,5 +1,8 @@
 // Internal to checkpoint/: rank 0's serial structural check of a checkpoint file (signature, `complete`, the
-// manifest, every tensor's attributes, type and shape), before any collective open.
+// manifest, every tensor's attributes, type and shape), before any collective open. A checkpoint reads only its own
+// file (docs/SECURITY.md): a soft, external or user-defined link anywhere, a virtual dataset, external raw data or
+// an unknown filter is refused; the manifest must list every dataset exactly once and nothing else; each declared
+// shape must agree with what the file stores for it (so huge declared dimensions are refused before any read).
 #pragma once
 
 #include <nlohmann/json.hpp>

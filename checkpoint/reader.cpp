@@ -47,7 +47,7 @@ void CheckpointReader::open(const std::string& path) {
   // 1. rank 0 checks the structure serially; everyone learns the verdict before any collective HDF5 call.
   std::string desc;
   agree(comm, [&] {
-    if (rank == 0) desc = inspect_serial(path).dump();
+    if (rank == 0) desc = inspect_serial(path).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   });
   const nlohmann::json j = nlohmann::json::parse(bcast_string(comm, desc));
   step_ = j.at("step").get<int64_t>();

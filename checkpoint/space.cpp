@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "checkpoint/h5util.h"
 #include "checkpoint/layout.h"
@@ -15,28 +16,36 @@
 namespace shardsim::sharding::detail {
 
 uint64_t space_needed(const std::vector<const CheckpointEntry*>& entries,
-                      const std::map<std::string, std::string>& attrs, const SaveOptions& opt) {
-  uint64_t total = 256u << 10;  // superblock, root group, root attributes' headers, the manifest's slack
-  for (const auto& [k, v] : attrs) total += k.size() + v.size() + 256;
-  for (const auto* ep : entries) {
-    const CheckpointEntry& e = *ep;
+                      const std::map<std::string, std::string>& attrs, const SaveOptions& opt,
+                      const std::vector<Shape>& chunks) {
+  uint64_t total = kBaseMetadata;
+  for (const auto& [k, v] : attrs) total += k.size() + v.size() + kPerAttribute;
+  std::set<std::string> groups;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const CheckpointEntry& e = *entries[i];
+    for (size_t pos = e.path.find('/'); pos != std::string::npos; pos = e.path.find('/', pos + 1))
+      groups.insert(e.path.substr(0, pos));
     const size_t esize = runtime::dtype_size(e.local->dtype());
     const uint64_t raw = static_cast<uint64_t>(runtime::shape_numel(e.global_shape)) * esize;
-    total += raw + (32u << 10) + e.path.size() * 4 + e.sharding.size() + opt.mesh.size();
-    const Shape chunk = chunk_dims(opt.chunking, e.global_shape, esize);
+    // The data, the dataset's header and attributes, its link and its manifest entry.
+    total += raw + kPerTensor + e.path.size() * 4 + e.sharding.size() + opt.mesh.size();
+    const Shape& chunk = i < chunks.size() ? chunks[i] : Shape{};
     if (!chunk.empty()) {
+      uint64_t nchunks = 1;  // chunks per dimension, rounded up (edge chunks are stored whole)
+      for (size_t d = 0; d < chunk.size(); ++d)
+        nchunks *= static_cast<uint64_t>((e.global_shape[d] + chunk[d] - 1) / std::max<int64_t>(chunk[d], 1));
       const uint64_t cbytes = static_cast<uint64_t>(runtime::shape_numel(chunk)) * esize;
-      const uint64_t nchunks = cbytes ? (raw + cbytes - 1) / cbytes : 0;
-      total += nchunks * 64;                                            // chunk index entries
+      total += nchunks * 64;                         // chunk index entries
+      total += nchunks * cbytes > raw ? nchunks * cbytes - raw : 0;  // edge chunks' padding
       if (opt.gzip_level > 0) total += raw / 500 + nchunks * 1024;  // deflate never grows data more than this
     }
   }
-  return total;
+  return total + groups.size() * kPerGroup;
 }
 
 std::string mib(uint64_t bytes) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / 1048576.0);
   return b;
 }
 

@@ -11,14 +11,23 @@
 
 namespace shardsim::sharding::detail {
 
+// The reservation's parts beyond the data (docs/RELIABILITY.md states them as the margin): measured files hold
+// about 0.7 KiB of metadata per tensor (a training checkpoint: 63 tensors, 68,544 data bytes, a 110,953-byte
+// file), so these bounds are about 4x what HDF5 writes; the trim gives the unused part back after the close.
+inline constexpr uint64_t kBaseMetadata = 64u << 10;  // superblock, root group, free-space and heap blocks
+inline constexpr uint64_t kPerTensor = 3u << 10;      // object header, attributes, link, manifest entry
+inline constexpr uint64_t kPerGroup = 4u << 10;       // a group's header and link storage
+inline constexpr uint64_t kPerAttribute = 1u << 10;   // beside the root attribute's name and value
 // Space kept free beyond a save's estimate while the HDF5 file is created, so that even a failed save can close it
 // (the close writes the superblock and the root group).
-constexpr uint64_t kCloseSlack = 1u << 20;
+inline constexpr uint64_t kCloseSlack = 64u << 10;
 
-// Bytes a save needs on disk at most: the raw data (+0.2% and 1 KiB per chunk for deflate's worst case), the
-// attributes, and per-object metadata. Reserved before the first collective write, see save_checkpoint.
+// Bytes a save needs on disk at most: the raw data, the edge chunks' padding (+0.2% and 1 KiB per chunk for
+// deflate's worst case), the attributes, and per-object metadata (the constants above). CHUNKS: each tensor's
+// chunk dimensions as the save lays it out (empty: contiguous). Reserved before the first collective write.
 uint64_t space_needed(const std::vector<const CheckpointEntry*>& entries,
-                      const std::map<std::string, std::string>& attrs, const SaveOptions& opt);
+                      const std::map<std::string, std::string>& attrs, const SaveOptions& opt,
+                      const std::vector<runtime::Shape>& chunks);
 
 // BYTES as "1.5 MiB".
 std::string mib(uint64_t bytes);

@@ -149,7 +149,7 @@ std::string reserve_side_file(MPI_Comm comm, int rank, const std::string& path, 
     settle_registered_temp(space);
     ::close(fd);
     try {
-      reserve_space(space, path, need + kCloseSlack, need);
+      reserve_space(space, path, need + kCloseSlack, need + kCloseSlack);
     } catch (...) {
       ::unlink(space.c_str());
       unregister_temp(space);
@@ -331,7 +331,7 @@ void save_parts(MPI_Comm comm, const std::string& path, const Parts& parts,
   } join_summer{summer};
 
   const Layouts layouts = plan_layouts(comm, parts, entries, opt);
-  const uint64_t need = space_needed(entries, root_attributes, opt);
+  const uint64_t need = space_needed(entries, root_attributes, opt, layouts.chunks);
   std::string space;
   const std::string partial = reserve_side_file(comm, rank, path, need, space);
   struct Cleanup {  // rank 0: the side file and the temporary never outlive the save

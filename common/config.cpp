@@ -13,10 +13,15 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
+#include "common/text.h"
 
 namespace shardsim {
 
 namespace {
+
+// The largest config file read (configs are a few KiB).
+constexpr uint64_t kMaxConfigFileBytes = 16u << 20;
 
 std::string line_of(const YAML::Node& node, const std::string& file) {
   const YAML::Mark mark = node.Mark();
@@ -208,13 +213,8 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec))
     throw ConfigError("config file '" + file + "' is a directory (expected a YAML file)");
-  std::ifstream in(file);
-  if (!in) {
-    throw ConfigError("cannot open config file '" + file + "': " + std::strerror(errno));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return load_string(buffer.str(), file);
+  // A regular file of at most kMaxConfigFileBytes (a FIFO or a device cannot block or exhaust the reader).
+  return load_string(read_input_file(file, kMaxConfigFileBytes, "a config file"), file);
 }
 
 std::string ConfigNode::where() const { return line_of(node_, file_); }
@@ -229,8 +229,10 @@ std::string ConfigNode::key_path(std::string_view key) const {
 
 void ConfigNode::show_key_as(const std::string& key, const std::string& shown) { (*shown_)[key] = shown; }
 
+// Every message of a config parser goes through here or through convert(): the values and keys it echoes are
+// escaped (common/text.h), so a config can neither drive the terminal nor forge a second line.
 void ConfigNode::fail(const std::string& message) const {
-  throw ConfigError(where() + ": " + message);
+  throw ConfigError(where() + ": " + escape_control(message));
 }
 
 bool ConfigNode::has(std::string_view key) const {
@@ -254,16 +256,16 @@ void ConfigNode::expect_keys(std::span<const std::string_view> allowed) const {
     // yaml-cpp keeps both entries of a repeated key and lookups see only the first: a silent typo trap.
     for (const auto& [k, where] : seen)
       if (k == key)
-        throw ConfigError(line_of(kv.first, file_) + ": duplicate key '" + key_path(key) + "' (first at " + where +
-                          ")");
+        throw ConfigError(line_of(kv.first, file_) + ": duplicate key '" + escape_control(key_path(key)) + "' (first at " +
+                          where + ")");
     seen.emplace_back(key, line_of(kv.first, file_));
     bool ok = false;
     for (auto a : allowed) ok = ok || key == a;
     if (!ok) {
       std::string list;
       for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw ConfigError(line_of(kv.first, file_) + ": unknown key '" + key_path(key) + "' (allowed here: " +
-                        list + ")");
+      throw ConfigError(line_of(kv.first, file_) + ": unknown key '" + escape_control(key_path(key)) +
+                        "' (allowed here: " + list + ")");
     }
   }
 }
@@ -289,7 +291,7 @@ T convert(const YAML::Node& n, const std::string& file, const std::string& path,
     return n.as<T>();
   } catch (const YAML::Exception&) {
     std::string shown = n.IsScalar() ? n.Scalar() : std::string("<non-scalar>");
-    throw ConfigError(line_of(n, file) + ": " + path + ": expected " + what + ", got '" + shown + "'");
+    throw ConfigError(escape_control(line_of(n, file) + ": " + path + ": expected " + what + ", got '" + shown + "'"));
   }
 }
 }  // namespace

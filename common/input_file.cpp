@@ -22,6 +22,11 @@ std::string not_regular(const struct stat& st) {
 
 }  // namespace
 
+std::string not_a_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? not_regular(st) : "";
+}
+
 std::string read_input_file(const std::string& path, size_t max_bytes, const std::string& what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw ConfigError(path + ": cannot open: " + std::strerror(errno));

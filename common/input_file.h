@@ -15,4 +15,8 @@ namespace shardsim {
 // nccl-tests log", in the message), or cannot be read.
 std::string read_input_file(const std::string& path, size_t max_bytes, const std::string& what);
 
+// Why PATH, when it exists, cannot be read as a regular file ("is a directory", "is not a regular file (...)"), or
+// "" when it is one or does not exist: for checks made before any work (a sweep's results.csv).
+std::string not_a_regular_file(const std::string& path);
+
 }  // namespace shardsim

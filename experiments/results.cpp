@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -42,11 +43,33 @@ Row base_row(const SweepPoint& p) {
   return r;
 }
 
+namespace {
+// OWASP "CSV Injection": a cell starting with = + - @ TAB or CR is a formula to a spreadsheet. Such a cell is
+// written with a leading ' (shown as text, not evaluated) unless it is a number ("-1.5e-3" stays a number).
+bool formula_like(const std::string& f) {
+  if (f.empty() || std::string_view("=+-@\t\r").find(f[0]) == std::string_view::npos) return false;
+  if (f[0] != '+' && f[0] != '-') return true;
+  char* end = nullptr;
+  std::strtod(f.c_str(), &end);
+  return end != f.c_str() + f.size();
+}
+// A formula, or a ' before one (so "'=x" written as "''=x" reads back as "'=x": the prefix is always undone once).
+bool needs_quote(std::string_view f) {
+  return formula_like(std::string(f)) || (f.size() > 1 && f[0] == '\'' && needs_quote(f.substr(1)));
+}
+}  // namespace
+
+std::string csv_cell(const std::string& value) { return needs_quote(value) ? "'" + value : value; }
+
+std::string csv_uncell(const std::string& cell) {
+  return cell.size() >= 2 && cell[0] == '\'' && needs_quote(std::string_view(cell).substr(1)) ? cell.substr(1) : cell;
+}
+
 std::string csv_line(const std::vector<std::string>& fields) {
   std::string out;
   for (size_t i = 0; i < fields.size(); ++i) {
     if (i) out += ',';
-    const auto& f = fields[i];
+    const std::string f = csv_cell(fields[i]);
     if (f.find_first_of(",\"\n\r") == std::string::npos) {
       out += f;
     } else {
@@ -131,7 +154,7 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
     }
     Row row;
     for (const auto& c : known) row[c] = "";
-    for (size_t k = 0; k < cols.size(); ++k) row[cols[k]] = records[r][k];
+    for (size_t k = 0; k < cols.size(); ++k) row[cols[k]] = csv_uncell(records[r][k]);
     rows.push_back(std::move(row));
   }
   return rows;

@@ -21,6 +21,7 @@
 #include "collectives/registry.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
 #include "models/runner.h"
@@ -421,11 +422,7 @@ bool validated_separately(const SweepPoint& p, const SweepSpec& spec) {
 
 SweepSpec load_sweep(const std::string& file) {
   if (fs::is_directory(file)) throw UsageError(file + ": is a directory, need a sweep YAML file");
-  std::ifstream in(file);
-  if (!in) throw UsageError(file + ": cannot read the sweep file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_sweep(ss.str(), file);
+  return parse_sweep(read_input_file(file, 16u << 20, "a sweep file"), file);  // a regular file, at most 16 MiB
 }
 
 namespace {

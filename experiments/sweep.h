@@ -143,6 +143,11 @@ Row base_row(const SweepPoint& p);
 // last line without its newline (an interrupted write) and rows with the wrong field count are dropped and
 // counted in DROPPED. Columns are matched by name (older files
 // lacking a newer column resume); a header with a column that is not ours, or without `key`, is a ConfigError naming FILE.
+// Formula injection (OWASP "CSV Injection", docs/SECURITY.md): csv_line writes every cell through csv_cell, which
+// prefixes a ' to a cell that starts with = + - @ TAB or CR and is not a number, so a spreadsheet shows it as
+// text; parse_csv undoes it (csv_uncell), so a label round-trips through resume unchanged.
+std::string csv_cell(const std::string& value);
+std::string csv_uncell(const std::string& cell);
 std::string csv_line(const std::vector<std::string>& fields);
 std::string csv_header();
 std::string csv_row(const Row& row);

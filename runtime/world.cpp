@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "runtime/chips.h"
 
 namespace shardsim::runtime {
@@ -324,7 +325,7 @@ void World::agree(const std::function<void()>& check) const {
 }
 
 void World::abort(int code, const std::string& message) const {
-  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fprintf(stderr, "%s\n", escape_control(message).c_str());  // one line, whatever the message echoes
   std::fflush(stderr);
   MPI_Abort(comm_, code);
   std::_Exit(code);  // MPI_Abort should not return; make sure

@@ -13,12 +13,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 e2e_init "$@"
 
-# A python3 with h5py (Debian's python3-h5py lives in /usr/bin/python3 even when another python3 is first on PATH).
-PY=""
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then PY=$p; break; fi
-done
-[ -n "$PY" ] || fail "no python3 with h5py and numpy (Debian: python3-h5py python3-numpy; scripts/setup.sh installs them)"
+PY=$(h5py_python) ||
+  fail "no python3 with h5py and numpy (Debian: python3-h5py python3-numpy; scripts/setup.sh installs them)"
 
 # checksums NP FILE: "name checksum" lines from `ckpt inspect --json` on NP ranks (fails the check if inspect fails).
 checksums() {

@@ -85,6 +85,21 @@ expect_exit 0 'results ' -- shardsim_mpi 1 sweep sweep.yaml --output roomy --no-
 csv_kib=$(( ($(stat -c %s roomy/results.csv) + 4095) / 4096 * 4 ))
 json_kib=$(( ($(stat -c %s roomy/results.json) + 4095) / 4096 * 4 ))
 
+e2e_case "a checkpoint that fits is saved: the reservation exceeds the file by a small margin"
+# (was refused: a 170 KB checkpoint with 0.9 MiB free "needs about 0.6 MiB", hidden 1 MiB slack)
+ckpt_kib=$(( ($(stat -c %s prev_copy.h5) + 1023) / 1024 ))
+fill $((ckpt_kib + 256))
+expect_exit 0 'validation PASS' -- shardsim_mpi 4 run c4.yaml --checkpoint "$FULL/fits.h5"
+if cmp -s prev_copy.h5 "$FULL/fits.h5"; then pass "saved with ${ckpt_kib} + 256 KiB free, byte-identical to the roomy save"
+else fail "the checkpoint saved with ${ckpt_kib} + 256 KiB free differs from the roomy save"; fi
+rm -f "$FULL/fits.h5"
+
+e2e_case "topo describe --json onto a full disk: one line"
+fill 0
+if expect_exit 3 'No space left on device' -- shardsim_mpi 2 topo describe c4.yaml --json "$FULL/topo.json"; then
+  after_fault "topo --json" "$FULL/topo.json"
+fi
+
 for np in 1 4 8; do
   e2e_case "$np rank(s): checkpoint save onto a full disk"
   fill 4
@@ -128,9 +143,10 @@ for np in 1 4 8; do
 
   e2e_case "$np rank(s): sweep results.json onto a full disk (the CSV fits)"
   rm -rf "$FULL/sw"
-  # room for the CSV and its replacement (old + temporary), not for the JSON beside it as well
-  fill $((2 * csv_kib))
-  if [ $((2 * csv_kib)) -ge $((csv_kib + json_kib)) ]; then
+  # room for the CSV and its replacement (old + temporary) and the folder's lock file (one page), not for the JSON
+  # beside them as well
+  fill $((2 * csv_kib + 4))
+  if [ $((2 * csv_kib + 4)) -ge $((csv_kib + json_kib + 4)) ]; then
     fail "test bug: results.json ($json_kib KiB) is not larger than results.csv ($csv_kib KiB)"
   elif expect_exit 3 'No space left on device' -- shardsim_mpi "$np" sweep sweep.yaml --output "$FULL/sw" --no-plots; then
     after_fault "results.json" "$FULL/sw/results.json"

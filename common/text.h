@@ -1,0 +1,17 @@
+// Echoing untrusted text safely: every value a message repeats back (a config value, a key, a log field, a flag)
+// may hold bytes that drive a terminal (ESC sequences that set the window title or clear the screen) or that
+// forge extra lines (a newline followed by "shardsim: ..."). escape_control makes such text inert and one line.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace shardsim {
+
+// S with every byte that is not printable text written as \xNN (two lowercase hex digits): C0 controls (0x00-0x1f,
+// newline and tab included), DEL (0x7f), the C1 controls U+0080..U+009F encoded in UTF-8 (each byte of the pair),
+// and every byte that is not part of a well-formed UTF-8 sequence. Printable ASCII and well-formed UTF-8 above
+// U+009F pass unchanged, so the result is one line and idempotent (escaping it again changes nothing).
+std::string escape_control(std::string_view s);
+
+}  // namespace shardsim
