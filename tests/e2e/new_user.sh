@@ -3,7 +3,7 @@
 # Llama-3-8B-shaped block (GQA 32/8 heads; small hidden/ffn/seq here to stay fast) on an 8-chip ring vs a 2x4 torus,
 # on trainium1 vs h100 chips?
 #  - one launch runs every topology x device x plan point (validated against one device);
-#  - progress lines name the device; a plan that cannot fill the 8 chips (tp4+sp) is reported as skipped with the
+#  - progress lines name the device; a plan that cannot fit the 8 chips (tp16) is reported as skipped with the
 #    parser's reason, in the CSV and in the "best plan per topology x device" table, never dropped;
 #  - the table names one winner per topology x device with its breakdown, and the winner is the row with the
 #    lowest simulated time of its group (checked from results.csv); results.json carries the same answer;
@@ -27,7 +27,7 @@ axes:
     - {tp: 8}
     - {tp: 2, cp: 4}
     - {cp: 8}
-    - {tp: 4, sp: true}
+    - {tp: 16}
 EOF
 
 e2e_case "one sweep answers: best plan per topology x device, with breakdown"
@@ -38,8 +38,8 @@ if expect_exit 0 "best plan per topology x device" -- shardsim_mpi 8 sweep quest
   for topo in ring8 torus2x4; do
     for dev in trainium1 h100; do
       assert_out "^  llama3_8b +$topo +$dev +[a-z0-9+]+ +[0-9.]+ +[0-9.]+ .* 3 plan\(s\), 1 skipped" \
-        "one winner for $topo x $dev among 3 plans, tp4+sp skipped"
-      assert_out "^    skipped tp4\+sp on $topo / $dev: .*parallel" "the skipped plan on $topo x $dev says why"
+        "one winner for $topo x $dev among 3 plans, tp16 skipped"
+      assert_out "^    skipped tp16 on $topo / $dev: .*parallel" "the skipped plan on $topo x $dev says why"
     done
   done
   if python3 - out/results.csv out/results.json <<'PY'; then pass "winners = fastest rows; JSON agrees; breakdowns add up"; else fail "winner check"; fi
@@ -59,7 +59,7 @@ for (topo, dev), b in best.items():
     if b["best_plan"] != fastest["plan"]: bad.append(f"{topo}/{dev}: best {b['best_plan']} but fastest row {fastest['plan']}")
     if abs(b["sim_time_us"] - float(fastest["sim_time_us"])) > 1e-9 * float(fastest["sim_time_us"]):
         bad.append(f"{topo}/{dev}: time {b['sim_time_us']} vs row {fastest['sim_time_us']}")
-    if [s["plan"] for s in b["skipped"]] != ["tp4+sp"]: bad.append(f"{topo}/{dev}: skipped {b['skipped']}")
+    if [s["plan"] for s in b["skipped"]] != ["tp16"]: bad.append(f"{topo}/{dev}: skipped {b['skipped']}")
     t, c, e, i = (b[k] for k in ("sim_time_us", "compute_us", "exposed_comm_us", "idle_us"))
     if abs(c + e + i - t) > 1e-6 * t: bad.append(f"{topo}/{dev}: compute {c} + exposed {e} + idle {i} != total {t}")
     if not (0 < b["peak_fraction"] <= 1) or b["tflops"] <= 0: bad.append(f"{topo}/{dev}: tflops {b['tflops']} peak {b['peak_fraction']}")
