@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/calibrate_kernels.h"
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "collectives/calibrate.h"
@@ -31,6 +32,7 @@ struct CalibrateFlags {
   std::string algorithm = "ring", min_bytes = "0", max_bytes = "0", out, chunk_bytes = "0", json;
   bool out_given = false, json_given = false, fit_overhead = false, fit_call_overhead = false, strict = false;
   int protocols = 1;
+  std::string kernels, device;  // --kernels TABLE --device PRESET|FILE: the kernel model's fit instead
 };
 
 std::string human_bytes(double b) {
@@ -320,7 +322,19 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
       ->each([f](const std::string&) { f->json_given = true; });
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
       ->each([f](const std::string&) { f->out_given = true; });
-  return {sub, [f, &world] { return run_calibrate(world, *f); }};
+  sub->add_option("--kernels", f->kernels,
+                  "fit the device's kernel model to this CSV of measured kernel times instead of links to logs "
+                  "(kernel,dtype,m,n,k,batch,causal,time_us; docs/MODEL.md, \"Kernel model\")");
+  sub->add_option("--device", f->device, "with --kernels: the device preset or a file with a device: section");
+  return {sub, [f, &world] {
+            if (f->kernels.empty()) {
+              if (!f->device.empty()) throw UsageError("--device: only with --kernels");
+              return run_calibrate(world, *f);
+            }
+            if (!f->logs.empty() || !f->predict.empty())
+              throw UsageError("calibrate --kernels: fits kernels only; give nccl-tests logs in a separate call");
+            return run_calibrate_kernels(world, {f->kernels, f->device, f->out, f->json, f->strict});
+          }};
 }
 
 }  // namespace shardsim::apps

@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "experiments/sweep.h"
 
+#include "common/csv.h"
+
 namespace shardsim::sharding {
 
 const std::vector<std::string>& result_columns() {
@@ -99,45 +101,10 @@ std::string csv_row(const Row& row) {
 std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped) {
   if (dropped) *dropped = 0;
   std::vector<Row> rows;
+  const CsvRecords split = csv_records(text);
+  if (split.truncated && dropped) ++*dropped;  // last line without its newline: an interrupted write
   std::vector<std::vector<std::string>> records;
-  std::vector<std::string> rec;
-  std::string field;
-  bool quoted = false, any = false;
-  size_t i = 0;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < text.size() && text[i + 1] == '"') {
-          field += '"';
-          ++i;
-        } else {
-          quoted = false;
-        }
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-      any = true;
-    } else if (c == ',') {
-      rec.push_back(field);
-      field.clear();
-      any = true;
-    } else if (c == '\n') {
-      rec.push_back(field);
-      records.push_back(rec);
-      rec.clear();
-      field.clear();
-      any = false;
-    } else if (c != '\r') {
-      field += c;
-      any = true;
-    }
-  }
-  if (any || !rec.empty()) {
-    if (dropped) ++*dropped;  // last line without its newline: an interrupted write
-  }
+  for (const auto& r : split.records) records.push_back(r.fields);
   if (records.empty()) return rows;
   // Columns are matched by name, so a file written before a column was added still resumes (the new column
   // stays empty in its old rows).

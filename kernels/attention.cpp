@@ -143,6 +143,7 @@ KernelCost attention_cost(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64
   c.name = o.causal ? "attention_causal" : "attention";
   c.dtype = in;
   c.flops = nh * 4.0 * double(d) * pairs;
+  c.shape = sim::KernelShape{sim::KernelClass::attention_forward, sq, sk, d, int64_t(nh)};
   c.bytes = nh * (double(sq) * double(d) * (es_in + es_out) + 4.0 * double(sq) + 2.0 * double(d) * es_in * kv_rows);
   return c;
 }

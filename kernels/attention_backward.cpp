@@ -73,6 +73,7 @@ KernelCost attention_backward_cost(int64_t sq, int64_t sk, int64_t hq, int64_t h
   c.name = o.causal ? "attention_backward_causal" : "attention_backward";
   c.dtype = in;
   c.flops = double(hq) * 10.0 * double(d) * pairs;
+  c.shape = sim::KernelShape{sim::KernelClass::attention_backward, sq, sk, d, hq};
   c.bytes = double(hq) * (2.0 * double(sq) * double(d) * es                      // O, dO for D
                           + 2.0 * double(sk) * double(d) * (es + eg)             // K, V read; dK, dV written
                           + q_rows * (2.0 * double(d) * es + 8.0 * double(d) + 8.0));  // Q, dO; dQ fp32 r/w; lse, D

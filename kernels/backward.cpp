@@ -30,7 +30,11 @@ KernelCost gemm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
       dy.dim(1) != w.dim(1))
     throw std::invalid_argument("gemm_backward: X " + shape_str(x.shape()) + ", W " + shape_str(w.shape()) +
                                 ", dY " + shape_str(dy.shape()) + " (want X [M, K], W [K, N], dY [M, N])");
-  KernelCost cost{"gemm_backward", 0, 0, x.dtype()};
+  // Shape for the kernel model: both GEMMs, or the one that runs (dX = dY·W^T [M, K]; dW = X^T·dY [K, N]).
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
+  KernelCost cost{"gemm_backward", 0, 0, x.dtype(), sim::KernelShape{sim::KernelClass::gemm_backward, M, N, K, 1}};
+  if (!dx && dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, K, N, M, 1};
+  if (dx && !dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, M, K, N, 1};
   // Shape-only: dX and dW become shape-only here, so the two gemm() calls below only charge their cost.
   cost_only({&x, &w, &dy}, {dx, dw});
   if (dx) {

@@ -30,7 +30,8 @@ KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& 
                                 (o.trans_a ? "^T" : "") + " x B " + runtime::shape_str(b.shape()) +
                                 (o.trans_b ? "^T" : "") + " -> C " + runtime::shape_str(c.shape()));
   KernelCost cost{"gemm", 2.0 * double(m) * double(n) * double(k),
-                  double(m * k + k * n + m * n) * double(runtime::dtype_size(a.dtype())), a.dtype()};
+                  double(m * k + k * n + m * n) * double(runtime::dtype_size(a.dtype())), a.dtype(),
+                  sim::KernelShape{sim::KernelClass::gemm, m, n, k, 1}};
   if (cost_only({&a, &b}, {&c})) return cost;
   if (m == 0 || n == 0) return cost;
   const auto ta = o.trans_a ? CblasTrans : CblasNoTrans;
@@ -60,7 +61,8 @@ KernelCost gemm_rows(const Tensor& a, int64_t a_row0, int64_t rows, const Tensor
                                 " do not fit (or dtypes differ)");
   const int64_t k = a.dim(1), n = b.dim(1);
   KernelCost cost{"gemm", 2.0 * double(rows) * double(n) * double(k),
-                  double(rows * k + k * n + rows * n) * double(runtime::dtype_size(a.dtype())), a.dtype()};
+                  double(rows * k + k * n + rows * n) * double(runtime::dtype_size(a.dtype())), a.dtype(),
+                  sim::KernelShape{sim::KernelClass::gemm, rows, n, k, 1}};
   if (cost_only({&a, &b}, {&c})) return cost;
   if (rows == 0 || n == 0) return cost;
   if (a.dtype() == DType::fp32) {

@@ -16,6 +16,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/tensor.h"
+#include "sim/kernel_model.h"
 
 namespace shardsim::kernels {
 
@@ -24,6 +25,7 @@ struct KernelCost {
   double flops = 0;  // floating-point operations (a multiply-add counts 2)
   double bytes = 0;  // HBM traffic: every input read once, every output written once
   runtime::DType dtype = runtime::DType::fp32;
+  sim::KernelShape shape;  // what the kernel model quantizes (sim/kernel_model.h); vector kernels leave it empty
 };
 
 // The shape-only rule's test and step 3 in one call, after a kernel's checks: true (cost only) when any of

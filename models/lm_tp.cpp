@@ -286,7 +286,7 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
 }
 
 void LmTpTrainer::charge(const kernels::KernelCost& k, sim::TimeNs& t) {
-  t = tl_.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t).end;
+  t = tl_.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t, k.shape).end;
 }
 
 void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name) {

@@ -57,6 +57,12 @@ void apply_set(YAML::Node root, const std::string& item) {
     keys.push_back(k);
   }
   if (!keys.empty() && keys[0] == "model") keys[0] = "workload";  // model: is read as workload:
+  // `device: h100` is the preset h100: --set device.KEY=V overrides a field of it ({preset: h100, KEY: V}).
+  if (keys.size() > 1 && keys[0] == "device" && (!root["device"] || root["device"].IsScalar())) {
+    const std::string preset = root["device"] ? root["device"].as<std::string>() : std::string(kDefaultDevice);
+    root["device"] = YAML::Node(YAML::NodeType::Map);
+    root["device"]["preset"] = preset;
+  }
   YAML::Node n = root;
   for (size_t i = 0; i + 1 < keys.size(); ++i) {
     YAML::Node next = n[keys[i]];
@@ -180,12 +186,21 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   if (!o.any()) return root;
   apply_topology_flags(y, o);
   if (!o.device.empty()) {
-    try {
-      (void)sim::device_preset(o.device);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--device: ") + e.what());
+    // A preset name, or a YAML file with a device: section (e.g. `calibrate --kernels --out` wrote it).
+    std::error_code ec;
+    if (fs::is_regular_file(o.device, ec)) {
+      const ConfigNode file = ConfigNode::load_file(o.device);
+      if (!file.has("device")) throw UsageError("--device: " + o.device + " has no device: section");
+      (void)sim::load_device(file.child("device"));  // its errors name that file and line
+      y["device"] = YAML::Clone(file.child("device").yaml());
+    } else {
+      try {
+        (void)sim::device_preset(o.device);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
+      }
+      y["device"] = o.device;
     }
-    y["device"] = o.device;
   }
   if (!o.plan.empty()) apply_plan(y, o.plan);
   for (const auto& s : o.set) apply_set(y, s);

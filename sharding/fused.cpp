@@ -31,7 +31,7 @@ Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::Ti
                sim::Span& span) {
   Tensor c = Tensor::make(a.dtype(), {a.dim(0), b.dim(1)}, a.has_storage() && b.has_storage());
   const auto cost = kernels::gemm(a, b, c);
-  span = tp.timeline().compute(name, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), ready);
+  span = tp.timeline().compute(name, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), ready, cost.shape);
   return c;
 }
 
@@ -193,7 +193,7 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
       count = static_cast<size_t>(l * N);
     }
     const sim::Span span =
-        tp.timeline().compute(gname, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), compute_at);
+        tp.timeline().compute(gname, cost.flops, cost.bytes, runtime::precision_of(cost.dtype), compute_at, cost.shape);
     offsets.push_back(off);
     compute_at = span.end;  // the next piece's GEMM does not wait for this piece's all_reduce
     t.compute_ns += span.duration();
@@ -364,7 +364,7 @@ FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const Tensor& dy, c
         const auto cost = kernels::gemm(cur, w, part, {.trans_a = false, .trans_b = true});  // dY_src · Wᵀ
         const sim::Span span = tp.timeline().compute(name + ".gemm_dx.rows_of_" + std::to_string(src), cost.flops,
                                                      cost.bytes, runtime::precision_of(cost.dtype),
-                                                     std::max(compute_at, cur_ready));
+                                                     std::max(compute_at, cur_ready), cost.shape);
         compute_at = span.end;
         t.compute_ns += span.duration();
         dx.set_rows(src * m, part);
@@ -373,7 +373,8 @@ FusedTiming all_gather_gemm_backward(runtime::Transport& tp, const Tensor& dy, c
   // dW = Xᵀ · dY over the whole gathered dY: one GEMM, as unfused (the same call, the same values).
   const auto cost = kernels::gemm(x, dy_full, dw, {.trans_a = true, .trans_b = false});
   const sim::Span span = tp.timeline().compute(name + ".gemm_dw", cost.flops, cost.bytes,
-                                               runtime::precision_of(cost.dtype), std::max(compute_at, last_arrival));
+                                               runtime::precision_of(cost.dtype), std::max(compute_at, last_arrival),
+                                               cost.shape);
   compute_at = span.end;
   t.compute_ns += span.duration();
   t.bytes_sent = static_cast<double>(bytes) * (p - 1);
@@ -431,7 +432,7 @@ FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x
     Tensor part = Tensor::make(dt, {m, x.dim(1)}, real);
     auto charge = [&](const kernels::KernelCost& cost, const std::string& what) {
       const sim::Span span = tp.timeline().compute(name + what + ".rows_of_" + std::to_string(chunk), cost.flops,
-                                                   cost.bytes, runtime::precision_of(cost.dtype), compute_at);
+                                                   cost.bytes, runtime::precision_of(cost.dtype), compute_at, cost.shape);
       compute_at = span.end;
       t.compute_ns += span.duration();
     };
@@ -468,7 +469,7 @@ FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x
     const auto cost = kernels::gemm(x_full, *dys[j], *dws[j], {.trans_a = true, .trans_b = false});
     const sim::Span span =
         tp.timeline().compute(name + ".gemm_dw" + (ws.size() > 1 ? std::to_string(j) : ""), cost.flops, cost.bytes,
-                              runtime::precision_of(cost.dtype), std::max(compute_at, x_arrival));
+                              runtime::precision_of(cost.dtype), std::max(compute_at, x_arrival), cost.shape);
     compute_at = span.end;
     t.compute_ns += span.duration();
   }

@@ -1,14 +1,14 @@
 #include "sim/cost.h"
 
+#include "sim/kernel_model.h"
+
 #include <algorithm>
 #include <limits>
 
 namespace shardsim::sim {
 
 double compute_time_ns(const DeviceSpec& dev, double flops, double bytes, Precision p) {
-  const double t_flops = flops / dev.peak_flops_per_ns(p);
-  const double t_bytes = bytes / dev.hbm_gbps;  // GB/s == bytes per ns
-  return dev.launch_overhead_ns + std::max(t_flops, t_bytes);
+  return kernel_time_ns(dev, flops, bytes, p, KernelShape{});
 }
 
 TransferCost transfer_cost(const topology::Topology& topo, const std::vector<int>& route, double bytes) {

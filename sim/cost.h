@@ -21,6 +21,8 @@
 
 namespace shardsim::sim {
 
+// A vector-class kernel (no shape) through the device's kernel model (sim/kernel_model.h): the roofline above
+// with the peak model; with the shaped model the HBM term runs at the achievable bandwidth.
 double compute_time_ns(const DeviceSpec& dev, double flops, double bytes, Precision p);
 
 struct TransferCost {

@@ -1,5 +1,6 @@
 #include "sim/device_spec.h"
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -121,6 +122,56 @@ DeviceSpec h100() {
   // Assumption, not published: see above.
   d.launch_overhead_ns = 2000.0;
   d.source = "NVIDIA H100 Tensor Core GPU datasheet, SXM, dense (compute, HBM); launch overhead assumed";
+  // Shaped kernel model (sim/kernel_model.h).
+  d.kernel.shaped = true;
+  d.kernel.compute_units = 132;  // SMs of the H100 SXM5 (NVIDIA Hopper architecture white paper / tuning guide)
+  // Tiles: assumption (128 x 256 is CUTLASS's large tensor-core tile; libraries pick among several).
+  d.kernel.gemm_tile_m = 128;
+  d.kernel.gemm_tile_n = 256;
+  d.kernel.attention_tile_q = 128;  // assumption: FlashAttention's query block of 128 rows
+  d.kernel.gemm_efficiency = 0.8;   // assumption (large cuBLAS GEMMs); calibrate with `calibrate --kernels`
+  // FlashAttention-3 (Shah et al., arXiv 2407.08608), abstract: FP16 forward "reaching up to 740 TFLOPs/s (75%
+  // utilization)" on H100. Backward: assumption, the low end of FlashAttention-2's 50-73 % (arXiv 2307.08691).
+  d.kernel.attention_forward_efficiency = 0.75;
+  d.kernel.attention_backward_efficiency = 0.5;
+  // NVIDIA Hopper tuning guide: HBM3 "up to 3 TB/s" against the datasheet's 3.35 TB/s: 3.0 / 3.35.
+  d.kernel.hbm_efficiency = 3.0 / 3.35;
+  d.kernel.source = "132 SMs (Hopper white paper); attention forward FlashAttention-3; HBM Hopper tuning guide; "
+                    "tiles, GEMM ceiling and attention backward assumed";
+  return d;
+}
+
+DeviceSpec a100() {
+  DeviceSpec d;
+  d.name = "a100";
+  // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column), dense rates (the tensor-core figures with 2:4
+  // sparsity are twice these). FP64 9.7 TFLOPS is the general rate (19.5 with FP64 tensor cores, DGEMM only; as
+  // for h100 the general rate is used). FP32 19.5 (CUDA cores; TF32 156 rounds inputs, not used for exact fp32).
+  d.peak_tflops_fp64 = 9.7;
+  d.peak_tflops_fp32 = 19.5;
+  d.peak_tflops_fp16 = 312.0;
+  d.peak_tflops_bf16 = 312.0;  // the peak Megatron-LM's papers use (Narayanan et al. 2021, section 5)
+  d.peak_tflops_int8 = 624.0;  // TOPS; no FP8 on A100: fp8 falls back to the fp16 rate (never used by A100 runs)
+  // Same datasheet: 80 GB HBM2e at 2,039 GB/s (taken as 80 GiB, as for h100).
+  d.hbm_gbps = 2039.0;
+  d.hbm_gib = 80.0;
+  d.launch_overhead_ns = 2000.0;  // assumption, as every preset
+  d.source = "NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM, dense (compute, HBM); launch overhead assumed";
+  d.kernel.shaped = true;
+  d.kernel.compute_units = 108;  // SMs of the A100 (NVIDIA Ampere GA100 architecture white paper)
+  d.kernel.gemm_tile_m = 128;    // assumption, as for h100
+  d.kernel.gemm_tile_n = 256;
+  d.kernel.attention_tile_q = 128;  // assumption, as for h100
+  d.kernel.gemm_efficiency = 0.8;   // assumption, as for h100
+  // FlashAttention-2 (Dao, arXiv 2307.08691), abstract: "reaching 50-73% of the theoretical maximum FLOPs/s on
+  // A100": the forward at the top of that range, the backward (the slower pass) at its bottom.
+  d.kernel.attention_forward_efficiency = 0.73;
+  d.kernel.attention_backward_efficiency = 0.5;
+  // Measured: 1.80 of 2.04 TB/s on an A100 80GB SXM, 88 % (Nsight Compute agrees; NVIDIA developer forum,
+  // "Trouble to reach peak bandwidth of A100", which cites a GTC talk where no kernel exceeded about 90 %).
+  d.kernel.hbm_efficiency = 0.88;
+  d.kernel.source = "108 SMs (Ampere white paper); attention FlashAttention-2; HBM measured 88 %; tiles and "
+                    "GEMM ceiling assumed";
   return d;
 }
 
@@ -142,9 +193,41 @@ struct Preset {
   const char* name;
   DeviceSpec (*make)();
 };
-constexpr Preset kPresets[] = {{"trainium1", trainium1}, {"tpu_v4", tpu_v4}, {"h100", h100}, {"generic", generic}};
+constexpr Preset kPresets[] = {{"trainium1", trainium1}, {"tpu_v4", tpu_v4}, {"h100", h100}, {"a100", a100},
+                               {"generic", generic}};
 // Accepted as well, not listed.
-constexpr Preset kAliases[] = {{"trainium", trainium1}, {"h100_sxm", h100}};
+constexpr Preset kAliases[] = {{"trainium", trainium1}, {"h100_sxm", h100}, {"a100_sxm", a100}};
+
+void load_kernel_params(const ConfigNode& node, KernelParams& k) {
+  if (node.has("kernel_model")) {
+    const std::string m = node.get_string("kernel_model");
+    if (m != "peak" && m != "shaped")
+      node.child("kernel_model").fail("device.kernel_model: must be peak or shaped (got '" + m + "')");
+    k.shaped = m == "shaped";
+  }
+  const std::pair<const char*, int*> ints[] = {{"gemm_tile_m", &k.gemm_tile_m},
+                                               {"gemm_tile_n", &k.gemm_tile_n},
+                                               {"attention_tile_q", &k.attention_tile_q}};
+  for (const auto& [key, field] : ints)
+    if (node.has(key)) *field = static_cast<int>(node.get_int_in(key, 16, 65536));
+  if (node.has("compute_units")) k.compute_units = static_cast<int>(node.get_int_in("compute_units", 1, 1000000));
+  const std::pair<const char*, double*> fractions[] = {
+      {"gemm_efficiency", &k.gemm_efficiency},
+      {"attention_forward_efficiency", &k.attention_forward_efficiency},
+      {"attention_backward_efficiency", &k.attention_backward_efficiency},
+      {"hbm_efficiency", &k.hbm_efficiency}};
+  for (const auto& [key, field] : fractions) {
+    if (!node.has(key)) continue;
+    const double v = node.get_positive_double(key);
+    if (v > 1.0) node.child(key).fail(std::string("device.") + key + ": must be in (0, 1] (a fraction of peak)");
+    *field = v;
+  }
+  bool overridden = false;
+  for (auto key : {"compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
+                   "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency"})
+    overridden = overridden || node.has(key);
+  if (overridden) k.source = k.source.empty() ? "config file" : k.source + "; overridden in the config";
+}
 
 }  // namespace
 
@@ -188,6 +271,7 @@ DeviceSpec load_device(const ConfigNode& node) {
   for (const auto& [key, field] : positive)
     if (node.has(key)) *field = node.get_positive_double(key);
   d.launch_overhead_ns = node.get_nonnegative_double("launch_overhead_ns", d.launch_overhead_ns);
+  load_kernel_params(node, d.kernel);
   return d;
 }
 
@@ -203,6 +287,14 @@ std::string describe(const DeviceSpec& d) {
   }
   if (!others.empty()) os << " (" << others << ")";
   os << ", HBM " << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
+  if (d.kernel.shaped) {
+    const auto& k = d.kernel;
+    const auto pct = [](double f) { return std::round(f * 1000.0) / 10.0; };
+    os << "; kernels shaped: gemm " << pct(k.gemm_efficiency) << "%, attention "
+       << pct(k.attention_forward_efficiency) << "%/" << pct(k.attention_backward_efficiency) << "%, HBM "
+       << pct(k.hbm_efficiency) << "%, " << k.compute_units << " units, tile " << k.gemm_tile_m << "x"
+       << k.gemm_tile_n;
+  }
   return os.str();
 }
 

@@ -15,9 +15,19 @@
 //     hbm_gbps: 820
 //     hbm_gib: 32
 //     launch_overhead_ns: 2000
+//     kernel_model: shaped     # peak | shaped (sim/kernel_model.h); the keys below tune the shaped model
+//     compute_units: 108       # SMs / cores the tiles of a kernel spread over (integer >= 1)
+//     gemm_tile_m: 128         # a GEMM's output tile (elements, >= 16)
+//     gemm_tile_n: 256
+//     attention_tile_q: 128    # query rows per flash-attention work item
+//     gemm_efficiency: 0.8     # fractions of peak in (0, 1]: the ceiling of large GEMMs,
+//     attention_forward_efficiency: 0.73   # of attention forward and backward kernels,
+//     attention_backward_efficiency: 0.5
+//     hbm_efficiency: 0.88     # and of the datasheet HBM bandwidth that kernels achieve
 //
 // Errors: ConfigError "FILE:LINE: device.KEY: ..." for unknown presets/keys and for numbers that are not finite
-// and > 0 (launch_overhead_ns: >= 0), including .nan and .inf.
+// and > 0 (launch_overhead_ns: >= 0), including .nan and .inf; efficiencies outside (0, 1], tiles below 16 or
+// above 65536, compute_units outside 1..1e6, kernel_model other than peak or shaped.
 #pragma once
 
 #include <array>
@@ -45,6 +55,20 @@ std::string precision_name(Precision p);  // "fp64", "fp32", ...
 // The precision P falls back to when its peak is unset; P itself for fp32 and bf16 (the ends of the chains).
 Precision fallback_of(Precision p);
 
+// Parameters of the shaped kernel model (sim/kernel_model.h). SHAPED false: every kernel at the datasheet
+// roofline, the other fields unused. Each preset's values carry their source in device_spec.cpp.
+struct KernelParams {
+  bool shaped = false;
+  int compute_units = 1;
+  int gemm_tile_m = 128, gemm_tile_n = 128;  // elements
+  int attention_tile_q = 128;                // query rows
+  double gemm_efficiency = 1;                // fractions of peak (0, 1]
+  double attention_forward_efficiency = 1;
+  double attention_backward_efficiency = 1;
+  double hbm_efficiency = 1;                 // fraction of hbm_gbps
+  std::string source;                        // where these come from
+};
+
 struct DeviceSpec {
   std::string name;
   double peak_tflops_fp64 = 0;  // 0: the fp32 rate
@@ -57,6 +81,7 @@ struct DeviceSpec {
   double hbm_gib = 0;
   double launch_overhead_ns = 0;
   std::string source;  // where the numbers come from
+  KernelParams kernel;  // the kernel model (peak roofline unless kernel.shaped)
 
   // The peak as set for P (0 if unset), without fallback.
   double explicit_peak_tflops(Precision p) const;
@@ -74,9 +99,12 @@ DeviceSpec load_device(const ConfigNode& node);
 // The keys a device: section accepts (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp checks).
 inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
-    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "launch_overhead_ns"};
+    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "launch_overhead_ns", "kernel_model",
+    "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
+    "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
-// launch 2000 ns"; the parenthesis lists the other explicitly set peaks.
+// launch 2000 ns"; the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
+// "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256".
 std::string describe(const DeviceSpec& d);
 
 }  // namespace shardsim::sim

@@ -179,9 +179,10 @@ std::string Timeline::engine_name(int engine) const {
   return s + ")";
 }
 
-Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready) {
+Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
+                       const KernelShape& shape) {
   const TimeNs start = std::max(ready, free_[kComputeEngine]);
-  const TimeNs end = start + compute_time_ns(device_, flops, bytes, p);
+  const TimeNs end = start + kernel_time_ns(device_, flops, bytes, p, shape);
   free_[kComputeEngine] = end;
   if (record_) events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
   return {start, end};

@@ -39,6 +39,7 @@
 
 #include "sim/cost.h"
 #include "sim/device_spec.h"
+#include "sim/kernel_model.h"
 #include "topology/topology.h"
 
 namespace shardsim::sim {
@@ -96,8 +97,10 @@ class Timeline {
   std::string engine_name(int engine) const;
   TimeNs free_at(int engine) const { return free_.at(engine); }
 
-  // A compute op of FLOPS and BYTES (HBM traffic) at precision P, ready at READY. Returns its span.
-  Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready);
+  // A compute op of FLOPS and BYTES (HBM traffic) at precision P and SHAPE (sim/kernel_model.h: the kernel
+  // model charges it), ready at READY. Returns its span.
+  Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
+               const KernelShape& shape);
 
   // Injects BYTES towards chip DST at READY. The first link of the route is the injection port and is busy
   // for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free and instantaneous.

@@ -66,7 +66,8 @@ void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<
   if (flops <= 0) return;
   const auto full = kernels::attention_cost(q_rows, k_rows, nq, k.dim(1), q.dim(2), q.dtype(), DType::fp32);
   const double visible = full.flops > 0 ? flops / full.flops : 1.0;
-  chip.charge(kernels::KernelCost{name, flops + merge_flops, full.bytes * visible + merge_bytes, q.dtype()}, name, true);
+  chip.charge(kernels::KernelCost{name, flops + merge_flops, full.bytes * visible + merge_bytes, q.dtype(), full.shape},
+              name, true);
 }
 
 void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,

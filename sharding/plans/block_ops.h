@@ -28,7 +28,7 @@ struct Chip {
   double attention_ns = 0;
   void charge(const kernels::KernelCost& c, const std::string& name, bool attention = false) {
     if (!tl) return;
-    const auto span = tl->compute(name, c.flops, c.bytes, runtime::precision_of(c.dtype), t);
+    const auto span = tl->compute(name, c.flops, c.bytes, runtime::precision_of(c.dtype), t, c.shape);
     t = span.end;
     if (attention) attention_ns += span.duration();
   }

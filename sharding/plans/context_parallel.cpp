@@ -86,7 +86,7 @@ namespace shardsim::sharding::plans {
 namespace {
 
 void charge(sim::Timeline& tl, const kernels::KernelCost& k, sim::TimeNs& t) {
-  t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t).end;
+  t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t, k.shape).end;
 }
 
 // The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel over

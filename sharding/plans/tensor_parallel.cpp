@@ -87,7 +87,7 @@ double vocab_parallel_cross_entropy(runtime::Transport& tp, sim::Timeline& tl, c
   const int64_t N = logits.dim(0);
   const bool store = logits.has_storage();
   auto charge = [&](const kernels::KernelCost& k) {
-    t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t).end;
+    t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t, k.shape).end;
   };
   auto all_reduce = [&](Tensor& x, collectives::ReduceOp op, const char* name) {
     if (tp.size() == 1) return;

@@ -65,8 +65,8 @@ TEST(AsyncAllReduce, SameBytesAndSpansAsSync) {
         const auto in = data(count, t, r);
         std::vector<unsigned char> want(in.size()), got(in.size(), 0xAB);
         // Some prior activity on the timeline so the ops do not start on an idle chip.
-        sync.tl.compute("gemm", 1e9, 1e6, sim::Precision::fp32, 0);
-        async.tl.compute("gemm", 1e9, 1e6, sim::Precision::fp32, 0);
+        sync.tl.compute("gemm", 1e9, 1e6, sim::Precision::fp32, 0, {});
+        async.tl.compute("gemm", 1e9, 1e6, sim::Precision::fp32, 0, {});
         const auto a = collectives::all_reduce(sync.tp, in.data(), want.data(), count, t, ReduceOp::sum, 1000.0,
                                                opts(algorithm));
         auto h = collectives::all_reduce_async(async.tp, in.data(), got.data(), count, t, ReduceOp::sum, 1000.0,

@@ -159,7 +159,7 @@ TEST(Fused, CutRuleAndTheReportedUnfusedAndCommTimesAreWhatTheUnfusedPathTakes) 
     Fixture f(ring(100, 500));
     Tensor want(DType::fp32, {M, N});
     const auto cost = kernels::gemm(a, b, want);
-    const auto g = f.tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0);
+    const auto g = f.tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0, cost.shape);
     const auto ar = collectives::all_reduce(f.tp, want.data(), want.data(), static_cast<size_t>(want.numel()),
                                             DType::fp32, collectives::ReduceOp::sum, g.end, opts("ring"));
     const double unfused = ar.span.end;
@@ -281,7 +281,7 @@ TEST(Fused, OverlapOnABalancedConfigAndTheChunkTradeOff) {
   runtime::Transport tp(MPI_COMM_WORLD, tl, identity_chips(p));
   Tensor c(DType::fp32, {M, N});
   const auto cost = kernels::gemm(a, b, c);
-  const auto g = tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0);
+  const auto g = tl.compute("gemm", cost.flops, cost.bytes, sim::Precision::fp32, 0.0, cost.shape);
   const auto ar = collectives::all_reduce(tp, c.data(), c.data(), static_cast<size_t>(c.numel()), DType::fp32,
                                           collectives::ReduceOp::sum, g.end, opts("ring"));
   const double t_compute = g.duration(), t_comm = ar.span.duration(), unfused = ar.span.end;

@@ -48,6 +48,8 @@ const PresetRow kPresetTable[] = {
     {"tpu_v4", {275.0 / 6, 275.0 / 6, 275, 275, 275, 275}, 1200, 32, 2000},
     // H100 SXM datasheet, dense: 34 fp64, 67 fp32, 989 fp16/bf16, 1979 fp8/int8.
     {"h100", {34, 67, 989, 989, 1979, 1979}, 3350, 80, 2000},
+    // A100 80GB SXM datasheet, dense: 9.7 fp64, 19.5 fp32, 312 fp16/bf16, no fp8 (-> fp16), 624 int8.
+    {"a100", {9.7, 19.5, 312, 312, 312, 624}, 2039, 80, 2000},
     // Round numbers: fp64 -> fp32; fp16, fp8, int8 -> bf16.
     {"generic", {100, 100, 400, 400, 400, 400}, 1000, 16, 1000},
 };
@@ -130,14 +132,16 @@ TEST(Presets, NamesAndErrorListEveryPreset) {
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'tpu_v9'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(known: trainium1, tpu_v4, h100, generic)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(known: trainium1, tpu_v4, h100, a100, generic)"), std::string::npos) << msg;
   }
 }
 
-// Every preset at every precision: the compute-bound and the memory-bound side of the roofline.
+// Every preset at every precision: the compute-bound and the memory-bound side of the roofline (the peak kernel
+// model; the shaped one is tests/unit/kernel_model_test.cpp's).
 TEST(Presets, RooflinePerPrecision) {
   for (const auto& row : kPresetTable) {
-    const auto d = sim::device_preset(row.name);
+    auto d = sim::device_preset(row.name);
+    d.kernel.shaped = false;
     EXPECT_DOUBLE_EQ(d.hbm_gbps, row.hbm_gbps) << row.name;
     EXPECT_DOUBLE_EQ(d.hbm_gib, row.hbm_gib) << row.name;
     EXPECT_DOUBLE_EQ(d.launch_overhead_ns, row.launch_ns) << row.name;
@@ -380,9 +384,9 @@ TEST(Timeline, SendsOnDifferentPortsOverlap) {
 TEST(Timeline, ComputeSerializesAndStartsWhenReady) {
   auto t = Topology::ring(2, LinkSpec{100, 50});
   sim::Timeline tl(0, t, dev());
-  auto a = tl.compute("a", 1e6, 0, sim::Precision::fp32, 0);      // 0..105
-  auto b = tl.compute("b", 1e6, 0, sim::Precision::fp32, 50);     // waits for the engine
-  auto c = tl.compute("c", 1e6, 0, sim::Precision::fp32, 1000);   // waits for its input
+  auto a = tl.compute("a", 1e6, 0, sim::Precision::fp32, 0, {});      // 0..105
+  auto b = tl.compute("b", 1e6, 0, sim::Precision::fp32, 50, {});     // waits for the engine
+  auto c = tl.compute("c", 1e6, 0, sim::Precision::fp32, 1000, {});   // waits for its input
   EXPECT_DOUBLE_EQ(a.end, 105);
   EXPECT_DOUBLE_EQ(b.start, 105);
   EXPECT_DOUBLE_EQ(c.start, 1000);
@@ -391,9 +395,9 @@ TEST(Timeline, ComputeSerializesAndStartsWhenReady) {
 TEST(Timeline, BreakdownSeparatesExposedCommunication) {
   auto t = Topology::ring(2, LinkSpec{100, 50});
   sim::Timeline tl(0, t, dev());
-  tl.compute("c", 1e6, 0, sim::Precision::fp32, 0);        // [0, 105]
+  tl.compute("c", 1e6, 0, sim::Precision::fp32, 0, {});        // [0, 105]
   tl.record_region("ar", "collective", {50, 300});          // overlaps compute for 55 ns
-  tl.compute("d", 1e6, 0, sim::Precision::fp32, 300);       // [300, 405]
+  tl.compute("d", 1e6, 0, sim::Precision::fp32, 300, {});       // [300, 405]
   auto b = tl.breakdown();
   EXPECT_DOUBLE_EQ(b.total, 405);
   EXPECT_DOUBLE_EQ(b.compute, 210);

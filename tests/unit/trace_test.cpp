@@ -61,7 +61,7 @@ TEST(Trace, ValidEventsAndNoOverlapPerEngine) {
   sim::Timeline tl(1, topo, sim::device_preset("generic"));
   double t = 0;
   for (int i = 0; i < 5; ++i) {
-    t = tl.compute("gemm", 1e8, 1e6, sim::Precision::fp32, t - 500).end;  // ready before the engine is free
+    t = tl.compute("gemm", 1e8, 1e6, sim::Precision::fp32, t - 500, {}).end;  // ready before the engine is free
     tl.send("to2", 2, 4096, t);
     tl.send("to2 again", 2, 4096, t);  // same port: must queue
     tl.send("to0", 0, 4096, t);
@@ -125,7 +125,7 @@ TEST(Trace, ChipZeroIsPidOneAndTidsDoNotCollideAcrossChips) {
   std::set<long> tids;
   for (int chip = 0; chip < 3; ++chip) {
     sim::Timeline tl(chip, topo, sim::device_preset("generic"));
-    tl.compute("k", 1e6, 1e3, sim::Precision::fp32, 0);
+    tl.compute("k", 1e6, 1e3, sim::Precision::fp32, 0, {});
     const Parsed p = parse(tl);
     EXPECT_EQ(p.process_name.at(chip + 1), "chip " + std::to_string(chip));
     for (const auto& [tid, name] : p.thread_name) EXPECT_TRUE(tids.insert(tid).second) << "tid " << tid << " reused";
@@ -163,7 +163,7 @@ TEST(Trace, TimesArePicosecondRoundedMicrosecondsThatPrintShort) {
   tl.record_region("r", "collective", {0.1 + 0.2, 1234.5678901});
   // Back-to-back compute spans with awkward ns values: they must still touch exactly in the file.
   double t = 0;
-  for (int i = 0; i < 50; ++i) t = tl.compute("k", 12345.678 + i, 7.7, sim::Precision::fp32, t).end;
+  for (int i = 0; i < 50; ++i) t = tl.compute("k", 12345.678 + i, 7.7, sim::Precision::fp32, t, {}).end;
   const std::string text = sharding::trace_events(tl).dump();
   EXPECT_NE(text.find("\"ts\":0.0003}"), std::string::npos) << text.substr(0, 2000);
   EXPECT_NE(text.find("\"dur\":1.234268,"), std::string::npos);  // 1234.568 ps - 0.3 ps, rounded each end
