@@ -23,7 +23,7 @@
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
-// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
+// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <cfloat>
 #include <cmath>
