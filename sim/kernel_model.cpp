@@ -30,15 +30,15 @@ double tile_edge(int64_t d, int tile) {
 
 // q of one GEMM grid: output [rows, cols], BATCH of them. The tile: the device's Tm x Tn (each edge clipped to the
 // dimension, see tile_edge), or, when that leaves some compute units without a tile in the first wave, the largest
-// of the halvings down to 64 x 64 (the longer edge halved first) that fills a wave, else 64 x 64: libraries pick
+// of the halvings down to 16 x 16 (the longer edge halved first) that fills a wave, else 16 x 16: libraries pick
 // smaller tiles when big ones would leave units idle.
 double gemm_grid_quantization(const KernelParams& k, int64_t rows, int64_t cols, int64_t batch) {
   if (rows <= 0 || cols <= 0 || batch <= 0) return 1;
   double tm = tile_edge(rows, k.gemm_tile_m), tn = tile_edge(cols, k.gemm_tile_n);
   auto tiles_of = [&](double a, double b) { return ceil_div(double(rows), a) * ceil_div(double(cols), b) * double(batch); };
-  while (tiles_of(tm, tn) < k.compute_units && (tm > 64 || tn > 64)) {
-    if (tn >= tm && tn > 64) tn /= 2;
-    else if (tm > 64) tm /= 2;
+  while (tiles_of(tm, tn) < k.compute_units && (tm > 16 || tn > 16)) {
+    if (tn >= tm && tn > 16) tn /= 2;
+    else if (tm > 16) tm /= 2;
     else tn /= 2;
   }
   const double tiles = tiles_of(tm, tn);

@@ -17,7 +17,7 @@
 //     q >= 1    quantization: the work the machine spends over the useful work.
 //       GEMM C[m, n] = A[m, k] · B[k, n] (batch of them): the output is cut into tiles of Tm x Tn (each clipped
 //         to the next power of two >= the dimension, at least 16: libraries pick small tiles for skinny GEMMs;
-//         when the tiles would not fill one wave, halved, the longer edge first, down to 64 x 64, until they do),
+//         when the tiles would not fill one wave, halved, the longer edge first, down to 16 x 16, until they do),
 //         the tiles run in waves over the device's compute units (SMs), a partial tile or a partial last wave
 //         costs a whole one:  tiles = ceil(m/Tm)·ceil(n/Tn)·batch,  waves = ceil(tiles / units),
 //         q = waves·units·Tm·Tn / (m·n·batch).  (Wave quantization: NVIDIA, "Matrix Multiplication Background

@@ -68,9 +68,12 @@ TEST(KernelModel, PartialTilesAndWavesCostWholeOnes) {
   // column tile halves to 64: 1 x 4 tiles, one wave.
   const KernelShape s{KernelClass::gemm, 8, 256, 64, 1};
   EXPECT_DOUBLE_EQ(sim::kernel_quantization(d, s), 4.0 * 16 * 64 / (8.0 * 256));
-  // One 64 x 128 tile would fill a quarter of the wave: halved to 64 x 64 (the floor), 2 tiles, one wave of 4.
+  // One 64 x 128 tile would fill a quarter of the wave: halved to 64 x 64 (2 tiles), then 64 x 32: 4 tiles, q = 1.
   const KernelShape one{KernelClass::gemm, 64, 128, 64, 1};
-  EXPECT_DOUBLE_EQ(sim::kernel_quantization(d, one), 4.0 * 64 * 64 / (64.0 * 128));
+  EXPECT_DOUBLE_EQ(sim::kernel_quantization(d, one), 1.0);
+  // The floor is 16 x 16: a 16 x 16 GEMM is one tile on 4 units.
+  const KernelShape tiny{KernelClass::gemm, 16, 16, 64, 1};
+  EXPECT_DOUBLE_EQ(sim::kernel_quantization(d, tiny), 4.0);
   // Batch multiplies the tiles: 4 GEMMs of one tile each fill one wave.
   const KernelShape b{KernelClass::gemm, 64, 128, 64, 4};
   EXPECT_DOUBLE_EQ(sim::kernel_quantization(d, b), 1.0);
