@@ -12,6 +12,7 @@
 
 #include "runtime/world.h"
 #include "sharding/fused.h"
+#include "sharding/plans/block_ops.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
@@ -46,14 +47,7 @@ struct ChipReport {
   double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak: sim::Memory::peak() of its run
 };
 
-// One collective's figures on the critical chip (bytes sent by this chip; the plan's formula for them).
-struct CommStat {
-  double bytes = 0;     // bytes this chip sent
-  double expected = 0;  // the formula's bytes per chip
-  int calls = 0;
-  double ns = 0;          // simulated time of the calls (the unfused collective alone for fused ops)
-  std::string algorithm;  // what ran ("auto" resolved), when recorded
-};
+// CommStat (one collective's figures on the critical chip) is the plan units' record: sharding/plans/block_ops.h.
 
 // Training mode (`shardsim train`): one row per step, as the step ends.
 struct TrainStep {
