@@ -23,7 +23,7 @@
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
-// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
+// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <cfloat>
 #include <cmath>
@@ -89,6 +89,7 @@ struct TrainSetup {
   bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
   bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
+  int pp = 1;                                  // parallel.pp: pipeline stages (schedule etc. in dp)
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -150,11 +151,16 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
+  s.dp.micro_batch = spec.micro_batch;
+  s.pp = plan.pp;
+  s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
+  s.dp.virtual_stages = plan.virtual_stages;
+  s.dp.pp_layers = plan.pp_layers;
   // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
   // ParallelPlan::algorithm_for is the rule the plan units follow).
   s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
   // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
-  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute;
+  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
   return s;
 }
 
@@ -388,7 +394,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   std::optional<sharding::DeviceMesh> mesh;
   world.agree([&] {
     try {
-      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
+      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp * s.pp)}, {"pp", s.pp}},
+                   topo);
     } catch (const std::invalid_argument& e) {
       throw UsageError(s.config_name + ": parallel: " + e.what());
     }
@@ -407,14 +414,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     }
   });
   // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
-  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.shape_only;
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
   auto step = [&] { return trainer->step(); };
   auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
   if (resumed) trainer->restore(*resumed);
-  const int dp_size = n / (s.tp * s.cp);
-  const std::string mesh_text = s.tp > 1 || s.cp > 1
-                                    ? "dp=" + std::to_string(dp_size) +
+  const int dp_size = n / (s.tp * s.cp * s.pp);
+  const std::string mesh_text = s.tp > 1 || s.cp > 1 || s.pp > 1
+                                    ? (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) +
+                                          "dp=" + std::to_string(dp_size) +
                                           (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
                                           " x tp=" + std::to_string(s.tp) +
                                                (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
@@ -450,9 +458,27 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
-  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW "
-                "lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
-                (long long)(c.batch / dp_size), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
+  if (s.pp > 1) {
+    const auto& sch = trainer->schedule();
+    r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +
+              (sch.v > 1 ? " with " + std::to_string(sch.v) + " virtual stages per chip" : std::string()) + ", " +
+              std::to_string(sch.m) + " micro-batches per step; layers per model stage " +
+              [&] {
+                std::string l;
+                for (int64_t n : sharding::plans::stage_layers(c.layers, s.pp * sch.v, s.dp.pp_layers))
+                  l += (l.empty() ? "" : "/") + std::to_string(n);
+                return l;
+              }() +
+              "; activations and their gradients sent stage to stage (send/recv over the pp axis)";
+  }
+  const long long per_replica = (long long)(c.batch / dp_size);
+  const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
+                                                       " micro-batches of " + std::to_string(s.dp.micro_batch) +
+                                                       ", gradients accumulated"
+                                                 : std::string();
+  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
+                "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
+                per_replica, micro.c_str(), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
                 s.train.max_grad_norm);
   r.train.data = b;
   resumed_into(r, f, resumed);

@@ -115,6 +115,7 @@
 #include "sharding/device_mesh.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
+#include "sharding/plans/pipeline_schedule.h"
 #include "sim/timeline.h"
 
 namespace shardsim::models {
@@ -122,11 +123,40 @@ namespace shardsim::models {
 // The trainer's data-parallel settings: the ZeRO stage, buckets and collective algorithm of the data-parallel plan
 // unit (sharding/plans/data_parallel.h) and activation recomputation per block (lm_model.h): the forward keeps
 // only each block's input; right before a block's backward (after its ZeRO-3 gather) its forward runs again.
+// MICRO_BATCH (model.micro_batch): sequences per micro-batch on each data-parallel replica (Megatron's
+// --micro-batch-size); 0 = the replica's whole batch in one pass. The replica's batch / micro_batch micro-batches
+// of a step run forward and backward in turn; their gradients accumulate (one add per unit and micro-batch after
+// the first, charged) and the data-parallel reduction runs once per step, its buckets overlapping the last
+// micro-batch's backward.
 struct LmDpConfig {
   int zero = 0;                             // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
   bool recompute = false;
+  int64_t micro_batch = 0;                  // sequences per micro-batch and replica; 0 = the replica's batch
+  // Pipeline parallelism (mesh axis pp > 1; see "Pipeline parallelism" above): the schedule, virtual stages per
+  // chip (interleaved only) and the layers of each model stage (empty: even split).
+  sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;
+  std::vector<int64_t> pp_layers;
+};
+
+// One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
+// of activations it held at once, the bytes it sent to its neighbours (activations forward, gradients backward).
+struct LmStageStats {
+  struct Span {
+    sharding::plans::PipeAction action;
+    sim::TimeNs start = 0, end = 0;
+  };
+  std::vector<Span> spans;
+  int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
+  double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
+  double bytes_sent = 0;
+  double busy_ns() const {
+    double b = 0;
+    for (const auto& s : spans) b += s.end - s.start;
+    return b;
+  }
 };
 
 // Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
@@ -176,6 +206,11 @@ class LmTpTrainer {
   bool ulysses() const { return ulysses_; }
   bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
+  int micro_batches() const { return micro_; }  // per step and replica
+  int pp() const { return pp_size_; }
+  int pp_rank() const { return pp_rank_; }
+  const sharding::plans::PipelineSchedule& schedule() const { return schedule_; }
+  const LmStageStats& stage_stats() const { return stage_stats_; }  // the last step's
   int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
@@ -196,8 +231,26 @@ class LmTpTrainer {
   void begin_backward(int unit, sim::TimeNs& t);
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                      sim::TimeNs& t);
-  double forward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
-  void backward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
+  // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
+  // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
+  // (returned; else 0 and X is the output for the next stage).
+  double forward(const LmBatch& b, LmCache& C, runtime::Tensor& x, int chunk, sim::TimeNs& t);
+  // The backward of one micro-batch (MICRO of micro_batches()): its gradients into grads_ (the first) or into
+  // mgrads_, added into grads_ per unit; the data-parallel reduction is told of ready units in the last one only.
+  // DX: the gradient from the next stage (ignored on the last model stage, which starts from the loss); on return
+  // the gradient for the previous stage (model stage 0: the embedding's backward ran instead).
+  void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t);
+  void finish_backward(sim::TimeNs& t);  // after every micro-batch: sp's norm-gradient all_reduce
+  double run_schedule(sim::TimeNs& t);   // this stage's actions of schedule_; returns the loss (last stage)
+  void setup_pipeline(const LmConfig& global);
+  bool owns(const std::string& weight) const;  // embed on the first model stage, final_norm and head on the last
+  sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
+  LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
+  LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
+  // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
+  // micro-batch handed to the data-parallel unit (grads_ready).
+  void unit_grads_done(int u, int micro, sim::TimeNs& t);
+  LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
   // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
@@ -233,12 +286,20 @@ class LmTpTrainer {
   bool ulysses_ = false;
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
-  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
+  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1, pp_rank_ = 0, pp_size_ = 1;
+  sharding::plans::PipelineSchedule schedule_;
+  std::vector<int64_t> layer_global_;          // global index of each local layer
+  std::vector<int64_t> chunk_first_, chunk_len_;  // per virtual stage: its local layers
+  bool owns_embed_ = true, owns_head_ = true;
+  LmStageStats stage_stats_;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
+  int micro_ = 1;            // micro-batches per step and replica (local_.batch: sequences of one)
+  LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
+  std::vector<std::vector<std::pair<runtime::Tensor*, runtime::Tensor*>>> unit_grads_;  // per unit: (grads_, mgrads_)
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
 };

@@ -23,7 +23,8 @@
 //   ffn          the MLP's inner size (columns of W_gate and W_up, rows of W_down)
 //   seq          tokens per sequence (the MLP workload's `tokens`: rows of one replica's input)
 //   batch        sequences per step, global (over every data-parallel replica); 0 = one per dp replica (`run`)
-//   micro_batch  sequences per micro-batch for gradient accumulation; 0 = none (one micro-batch of batch / dp)
+//   micro_batch  sequences per micro-batch on each data-parallel replica (gradient accumulation over the
+//                batch / dp / micro_batch micro-batches of a step); 0 = none (one micro-batch of batch / dp)
 //   causal       causal attention mask (decoder); false = full attention
 //   position     rope (rotary embedding, theta rope_theta; needs an even head_dim) | learned | none
 //   norm         rmsnorm (epsilon norm_eps) | layernorm
@@ -39,9 +40,10 @@
 //        plan tp x dp (fused, all_reduce / algorithm for the tp all_reduce)
 //   run, block (attention on, vocab 0): rmsnorm (eps 1e-5), swiglu or geglu, rope (theta 10000) or none,
 //        head_dim = hidden / heads, any layers; batch = dp; Ulysses with replicated KV heads not yet
-//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, micro_batch 0;
+//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, any micro_batch;
 //        tp above the KV heads not yet; fused only with sp; one algorithm for all collectives (see algorithm)
-//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, micro_batch != 0, parallel.pp > 1.
+//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings; in run: micro_batch, parallel.pp > 1;
+//   in train: parallel.schedule zb_h1 (the schedule exists as data, the trainer's backward is not split).
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them
 // directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
@@ -119,7 +121,13 @@ struct ParallelPlan {
   int tp = 1;       // tensor parallel (Megatron column/row-parallel GEMMs; innermost axis)
   int cp = 1;       // context parallel, ring attention (the cp axis)
   int ulysses = 1;  // DeepSpeed-Ulysses all_to_all attention (also on the cp axis; not together with cp > 1)
-  int pp = 1;       // pipeline stages: parsed, > 1 refused (not implemented yet)
+  int pp = 1;       // pipeline stages (outermost axis; train only, > 1 refused by run)
+  // Pipeline schedule (sharding/plans/pipeline_schedule.h; train with pp > 1): parallel.schedule gpipe | 1f1b |
+  // interleaved | zb_h1 (default 1f1b; zb_h1 is refused by the trainer, not implemented yet), virtual_stages v
+  // (interleaved: model chunks per chip), pp_layers (layers of each of the pp·v model stages; empty = even).
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  std::vector<int64_t> pp_layers;
   bool sp = false;  // sequence parallelism on the tp axis (needs tp > 1, not with ulysses)
   bool zigzag = true;  // parallel.cp_split: zigzag (chip c holds chunks c and 2cp-1-c) | contiguous
   FusedPlan fused;     // parallel.fused / parallel.chunks (sharding/fused.h); needs tp > 1
@@ -176,7 +184,7 @@ inline constexpr std::string_view kModelKeys[] = {
 inline constexpr std::string_view kParallelKeys[] = {"dp",     "tp",   "cp",           "ulysses",   "pp",
                                                      "sp",     "cp_split", "fused",    "chunks",    "zero",
                                                      "bucket_bytes", "recompute", "algorithm", "all_reduce",
-                                                     "mesh_dims"};
+                                                     "mesh_dims", "schedule", "virtual_stages", "pp_layers"};
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",
                                                   "weight_decay", "max_grad_norm", "data_seed", "recompute"};
 

@@ -4,7 +4,8 @@
 // summation orders differ; tests/mpi/lm_dp_test.cpp explains the limits). One parametrised case per plan: data
 // parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
 // heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
-// ranks tp2 x cp2 is dp2 x cp2 x tp2. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
+// ranks tp2 x cp2 is dp2 x cp2 x tp2. Gradient accumulation: micro-batches of 1 or 3 sequences per replica
+// against the reference's one pass over the whole batch. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
 // and dp divides the batch), and, on one rank, with 8 chips on that rank (runtime/chips.h).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -34,7 +35,24 @@ struct PlanCase {
   int zero = 0;
   bool recompute = false;
   int64_t kv_heads = 8;
+  int64_t micro_batch = 0;  // sequences per micro-batch and replica (gradient accumulation); 0 = none
+  int pp = 1;               // pipeline stages (outermost mesh axis), with SCHEDULE and V virtual stages
+  sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
+  int v = 1;
 };
+
+using sharding::plans::ScheduleKind;
+// A pipeline case: PP stages x TP (x CP), micro-batches of MB sequences, the model 4 layers deep.
+PlanCase pipe(const char* name, int pp, ScheduleKind s, int v, int tp, int cp, int64_t mb, bool sp = false,
+              int zero = 0) {
+  PlanCase k{name, tp, cp, false, sp};
+  k.zero = zero;
+  k.micro_batch = mb;
+  k.pp = pp;
+  k.schedule = s;
+  k.v = v;
+  return k;
+}
 
 std::ostream& operator<<(std::ostream& os, const PlanCase& c) { return os << c.name; }
 
@@ -62,10 +80,26 @@ const PlanCase kCases[] = {
     {"tp2_sp_fused", 2, 1, false, true, true, true},
     {"tp4_sp_fused_zero1_recompute", 4, 1, false, true, true, true, 1, true},
     {"tp2_sp_fused_x_cp2", 2, 2, false, true, true, true},
+    // Gradient accumulation: the replica's batch in micro-batches of 1 or 3 sequences equals one pass (fp32).
+    {"dp_micro1", 1, 1, false, false, true, false, 0, false, 8, 1},
+    {"dp_micro3_zero3", 1, 1, false, false, true, false, 3, false, 8, 3},
+    {"tp2_sp_micro1_zero1_recompute", 2, 1, false, true, true, false, 1, true, 8, 1},
+    {"tp2_x_cp2_micro1", 2, 2, false, false, true, false, 0, false, 8, 1},
+    // Pipeline parallelism: each schedule the trainer runs, alone and composed (dp takes the remaining chips).
+    pipe("pp2_gpipe", 2, ScheduleKind::gpipe, 1, 1, 1, 1),
+    pipe("pp2_1f1b_zero1", 2, ScheduleKind::one_f_one_b, 1, 1, 1, 1, false, 1),
+    pipe("pp4_1f1b", 4, ScheduleKind::one_f_one_b, 1, 1, 1, 3),
+    pipe("pp4_gpipe_zero3", 4, ScheduleKind::gpipe, 1, 1, 1, 3, false, 3),
+    pipe("pp2_interleaved_v2", 2, ScheduleKind::interleaved, 2, 1, 1, 1),
+    pipe("pp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 1, 3),
+    pipe("pp2_x_tp2_sp_interleaved_v2", 2, ScheduleKind::interleaved, 2, 2, 1, 3, true),
+    pipe("pp4_x_tp2_gpipe", 4, ScheduleKind::gpipe, 1, 2, 1, 3),
+    pipe("pp2_x_cp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 2, 3),
 };
 
 models::LmConfig config_of(const PlanCase& k) {
-  models::LmConfig c;  // vocab 32, hidden 16, 2 layers, head_dim 4, ffn 32
+  models::LmConfig c;  // vocab 32, hidden 16, 2 layers (pipelines: 4), head_dim 4, ffn 32
+  if (k.pp > 1) c.layers = 4;
   c.heads = 16;
   c.kv_heads = k.kv_heads;
   c.seq = 16;   // zigzag over 8 chips: 16 chunks of one token
@@ -81,23 +115,29 @@ struct Reference {
   models::LmWeights weights;
 };
 
-const Reference& reference(int64_t kv_heads) {
-  static std::map<int64_t, Reference> refs;
-  auto it = refs.find(kv_heads);
+const Reference& reference(int64_t kv_heads, int pp = 1) {
+  static std::map<std::pair<int64_t, bool>, Reference> refs;
+  auto it = refs.find({kv_heads, pp > 1});
   if (it != refs.end()) return it->second;
   PlanCase k{"ref"};
   k.kv_heads = kv_heads;
+  k.pp = pp;
   const models::LmConfig c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
   r.steps = models::lm_train(c, kFiveSteps, st);
   r.weights = st.weights;
-  return refs.emplace(kv_heads, std::move(r)).first->second;
+  return refs.emplace(std::make_pair(kv_heads, pp > 1), std::move(r)).first->second;
 }
 
 // Whether the case fits N chips: tp·cp divides N and the remaining dp divides the batch.
 bool fits(const PlanCase& k, int n) {
-  return n % (k.tp * k.cp) == 0 && config_of(k).batch % (n / (k.tp * k.cp)) == 0;
+  const int inner = k.tp * k.cp * k.pp;
+  if (n % inner != 0 || config_of(k).batch % (n / inner) != 0) return false;
+  const int64_t replica = config_of(k).batch / (n / inner);
+  if (k.micro_batch != 0 && replica % k.micro_batch != 0) return false;
+  const int m = int(k.micro_batch ? replica / k.micro_batch : 1);
+  return k.schedule != ScheduleKind::interleaved || m % k.pp == 0;
 }
 
 // 5 steps of case K on N chips (this chip = RANK of WORLD): the worst deviations from the reference. Collective.
@@ -108,13 +148,13 @@ template <class World>
 Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   const models::LmConfig c = config_of(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp)}}, topo);
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp * k.pp)}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute}, k.sp, k.zigzag,
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch, k.schedule, k.v, {}}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
-  const Reference& ref = reference(k.kv_heads);
+  const Reference& ref = reference(k.kv_heads, k.pp);
   Deviation d;
   for (size_t i = 0; i < 5; ++i) {
     const auto r = tr.step();
@@ -140,7 +180,7 @@ TEST_P(TrainPlans, MatchSingleDeviceOneChipPerRank) {
   const PlanCase& k = GetParam();
   const int p = world_size();
   if (!fits(k, p)) GTEST_SKIP() << k.name << " does not fit " << p << " ranks";
-  (void)reference(k.kv_heads);  // outside any collective: every rank computes it
+  (void)reference(k.kv_heads, k.pp);  // outside any collective: every rank computes it
   const Deviation d = train_case(k, MPI_COMM_WORLD, p, world_rank());
   if (world_rank() == 0)
     std::printf("[train_plans] %s on %d ranks: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = "
@@ -155,7 +195,7 @@ TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
   const PlanCase& k = GetParam();
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
   if (!fits(k, 8)) GTEST_SKIP() << k.name << " does not fit 8 chips";
-  (void)reference(k.kv_heads);
+  (void)reference(k.kv_heads, k.pp);
   std::vector<Deviation> devs(8);
   const int code = runtime::run_chips(8, [&](const runtime::World& w) {
     devs[size_t(w.rank())] = train_case(k, w, w.size(), w.rank());
