@@ -11,7 +11,7 @@
 #        and configs/models/*_64 and *_256 (shape-only: the same simulated figures as real data, docs/ARCHITECTURE.md
 #        "Shape-only mode for workloads"; REAL=1 runs the blocks with real data and validates them, ~1-2 min each
 #        here): total, compute, communication, exposed communication of the critical chip, critical chip, verdict
-#   train configs/lm_train.yaml (one chip, 3 steps), every row of docs/PERFORMANCE.md's dp4 ZeRO / tp / recompute
+#   train configs/lm_train.yaml (one chip, 3 steps), every row of docs/performance/training.md's dp4 ZeRO / tp / recompute
 #        tables (configs/lm_train_dp4.yaml, shape-only, the row's edit as --plan / --set) and of its Llama-3-8B
 #        64-chip table (configs/lm_llama3_8b_64chips.yaml, shape-only): step, compute, exposed communication,
 #        tokens/s, MFU (%), per-chip training state (MB)
@@ -129,6 +129,10 @@ dp2xtp2 sp zero1 fused|--plan dp=2,tp=2,sp=true --set parallel.zero=1 --set para
 dp2xcp2 zigzag|--plan dp=2,cp=2
 dp2xcp2 contiguous|--plan dp=2,cp=2,cp_split=contiguous
 dp2xulysses2|--plan dp=2,ulysses=2
+cp4 zigzag|--plan dp=1,cp=4
+cp4 contiguous|--plan dp=1,cp=4,cp_split=contiguous
+cp2xtp2|--plan dp=1,cp=2,tp=2
+ulysses4|--plan dp=1,ulysses=4
 ROWS
 L8B="$ROOT/configs/lm_llama3_8b_64chips.yaml"
 while IFS='|' read -r label args; do
@@ -143,4 +147,6 @@ recompute|--set parallel.recompute=true
 fused|--set parallel.fused=true
 dp4 ulysses2|--set parallel.dp=4 --set parallel.ulysses=2
 dp4 ulysses2 fused|--set parallel.dp=4 --set parallel.ulysses=2 --set parallel.fused=true
+dp4 cp2 zigzag|--set parallel.dp=4 --set parallel.cp=2
+dp4 cp2 contiguous|--set parallel.dp=4 --set parallel.cp=2 --set parallel.cp_split=contiguous
 ROWS
