@@ -764,7 +764,7 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
     stage_stats_.spans.push_back({a, begin, t});
     std::string name = std::string(sharding::plans::pipe_op_name(a.op)) + std::to_string(a.micro);
     if (schedule_.v > 1) name += ".c" + std::to_string(a.chunk);
-    tl_.record_region(name, "pipeline", {begin, t});
+    if (pp_size_ > 1) tl_.record_region(name, "pipeline", {begin, t});
   };
   auto recv = [&](int peer, const char* name) {
     Tensor x = make(local_.dtype, {rows, local_.hidden});
