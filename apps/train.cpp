@@ -384,6 +384,33 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
   return m;
 }
 
+// The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
+// the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
+void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
+  using namespace sharding::plans;
+  const PipelineSchedule& sch = trainer.schedule();
+  const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
+  sharding::TrainPipeline& p = rep.train.pipeline;
+  rep.train.has_pipeline = true;
+  p.schedule = schedule_name(sch.kind);
+  p.p = sch.p;
+  p.m = sch.m;
+  p.v = sch.v;
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, PipeCosts{});
+  p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)";
+  for (const auto& st : stages) {
+    p.pipeline_ns = st.pipeline_ns;
+    p.bubble_fraction += st.bubble_fraction() / double(stages.size());
+    p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
+                        st.peak_microbatches, st.bytes_forward, st.bytes_backward});
+  }
+  rep.train.memory.activations = stages.front().peak_activation_bytes;
+  char note[160];
+  std::snprintf(note, sizeof note, "the first stage's peak: %.2f micro-batches of its layers held at once under %s",
+                stages.front().peak_microbatches, p.schedule.c_str());
+  rep.train.memory.activations_note = note;
+}
+
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
@@ -503,6 +530,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
+  if (s.pp > 1) pipeline_report(*trainer, rep);
   if (!f.trace_path.empty()) sharding::write_trace(world, tl, f.trace_path);
   if (f.validate) validate_losses(world, s, rep);
   return log.finish();

@@ -13,7 +13,6 @@
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
 #include "collectives/broadcast.h"
-#include "collectives/send_recv.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -732,22 +731,49 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
   double loss = 0;
   int held = 0;
   stage_stats_ = {};
-  auto send = [&](const Tensor& x, int peer, const char* name) {
-    collectives::CollectiveOptions o;
-    o.name = name;
-    const auto r = collectives::send(mesh_["pp"], x.data_if_stored(), size_t(x.numel()), x.dtype(), peer, t, o);
-    stage_stats_.bytes_sent += r.bytes_sent;
+  // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
+  // with the chip's next receive (or at the end of the schedule) in one exchange, so two neighbouring stages that
+  // send to each other never wait for each other's receive (MPI's rendezvous for large messages).
+  runtime::Transport& pp = mesh_["pp"];
+  struct Pending {
+    Tensor x;
+    int peer;
+    sim::TimeNs ready;
+    const char* name;
+  };
+  std::vector<Pending> pending;
+  auto exchange = [&](runtime::RecvOp* in, const char* name) {
+    std::vector<runtime::SendOp> out;
+    for (const Pending& p : pending)
+      out.push_back({p.x.data_if_stored(), size_t(p.x.nbytes()), p.peer, p.ready});
+    const sim::TimeNs start = t;
+    pp.exchange(out, in ? std::span<runtime::RecvOp>(in, 1) : std::span<runtime::RecvOp>(), name);
+    for (const Pending& p : pending) tl_.record_region(p.name, "collective", {p.ready, p.ready}, double(p.x.nbytes()));
+    pending.clear();
+    if (in) {
+      t = std::max(t, in->arrival);
+      tl_.record_region(name, "collective", {start, t}, double(in->bytes));
+    }
+  };
+  auto send = [&](const Tensor& x, int peer, const char* name, double& bytes) {
+    pending.push_back({x, peer, t, name});
+    bytes += double(x.nbytes());
+  };
+  // The action's span on the timeline, for the trace's pipeline track (category "pipeline": not in the breakdown).
+  auto mark = [&](const sharding::plans::PipeAction& a, sim::TimeNs begin) {
+    stage_stats_.spans.push_back({a, begin, t});
+    std::string name = std::string(sharding::plans::pipe_op_name(a.op)) + std::to_string(a.micro);
+    if (schedule_.v > 1) name += ".c" + std::to_string(a.chunk);
+    if (pp_size_ > 1) tl_.record_region(name, "pipeline", {begin, t});
   };
   auto recv = [&](int peer, const char* name) {
     Tensor x = make(local_.dtype, {rows, local_.hidden});
-    collectives::CollectiveOptions o;
-    o.name = name;
-    t = collectives::recv(mesh_["pp"], x.data_if_stored(), size_t(x.numel()), x.dtype(), peer, t, o).span.end;
+    runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), peer, 0};
+    exchange(&in, name);
     return x;
   };
   for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
     const int ms = schedule_.model_stage(pp_rank_, a.chunk);
-    const sim::TimeNs start = t;
     if (a.op == sharding::plans::PipeOp::F) {
       Live& s = live[{a.chunk, a.micro}];
       s.batch = micro_batch_tokens(a.micro);
@@ -757,8 +783,8 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
       loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
       if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
       if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
-      stage_stats_.spans.push_back({a, begin, t});
-      if (ms < last) send(x, next, "pp.send_activation");
+      mark(a, begin);
+      if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
       stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
     } else {
       auto it = live.find({a.chunk, a.micro});
@@ -767,15 +793,50 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
       if (ms < last) dx = recv(next, "pp.recv_gradient");
       const sim::TimeNs begin = t;
       backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t);
-      stage_stats_.spans.push_back({a, begin, t});
-      if (ms > 0) send(dx, prev, "pp.send_gradient");
+      mark(a, begin);
+      if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
       live.erase(it);
       --held;
     }
-    (void)start;
   }
+  if (!pending.empty()) exchange(nullptr, "pp.send");
   stage_stats_.chunk_activation_bytes = activation_bytes_;
   return loss;
+}
+
+std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
+  const LmStageStats& st = stage_stats_;
+  sim::TimeNs end = 0;
+  for (const auto& sp : st.spans) end = std::max(end, sp.end);
+  const double mine[] = {st.busy_ns(), end, double(st.peak_in_flight) * st.chunk_activation_bytes,
+                         st.peak_in_flight / double(schedule_.v), st.bytes_forward, st.bytes_backward};
+  std::vector<std::vector<int64_t>> all;
+  for (double d : mine) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    all.push_back(world_.allgather(bits, "lm pipeline summary"));  // host-side, not simulated
+  }
+  auto get = [&](size_t k, int rank) {
+    double d = 0;
+    std::memcpy(&d, &all[k][size_t(rank)], sizeof d);
+    return d;
+  };
+  // One chip per stage (its tp, cp and dp coordinates 0): the mesh rank stage·(tp·cp·dp), pp being outermost.
+  std::vector<LmStageSummary> out(static_cast<size_t>(pp_size_));
+  double pipe_end = 0;
+  for (int s = 0; s < pp_size_; ++s) pipe_end = std::max(pipe_end, get(1, s * tp_size_ * cp_size_ * dp_size_));
+  for (int s = 0; s < pp_size_; ++s) {
+    const int r = s * tp_size_ * cp_size_ * dp_size_;
+    LmStageSummary& o = out[size_t(s)];
+    o.busy_ns = get(0, r);
+    o.pipeline_ns = pipe_end;
+    o.bubble_ns = std::max(0.0, pipe_end - o.busy_ns);
+    o.peak_activation_bytes = get(2, r);
+    o.peak_microbatches = get(3, r);
+    o.bytes_forward = get(4, r);
+    o.bytes_backward = get(5, r);
+  }
+  return out;
 }
 
 LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {

@@ -55,10 +55,15 @@ nlohmann::json trace_events(const sim::Timeline& tl) {
     spans.push_back(s);
   }
 
-  // Collective regions: greedy interval partitioning in start order (the fewest tracks without overlap).
+  // Collective regions: greedy interval partitioning in start order (the fewest tracks without overlap). Pipeline
+  // actions (category "pipeline": a stage's forward / backward of one micro-batch) have one track of their own.
   std::vector<size_t> regions;
-  for (size_t i = 0; i < events.size(); ++i)
-    if (events[i].engine < 0) regions.push_back(i);
+  bool pipeline = false;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].engine >= 0) continue;
+    if (events[i].category == "pipeline") pipeline = true;
+    else regions.push_back(i);
+  }
   std::stable_sort(regions.begin(), regions.end(), [&](size_t a, size_t b) {
     return spans[a].start != spans[b].start ? spans[a].start < spans[b].start : spans[a].end > spans[b].end;
   });
@@ -72,7 +77,8 @@ nlohmann::json trace_events(const sim::Timeline& tl) {
     lane_of[i] = static_cast<int>(lane);
   }
   const int lanes = std::max<int>(1, static_cast<int>(lane_free.size()));
-  const int tracks = tl.num_engines() + lanes;
+  const int tracks = tl.num_engines() + lanes + (pipeline ? 1 : 0);
+  const int pipeline_track = tl.num_engines() + lanes;
   if (tracks >= kTraceTidStride)
     throw RuntimeFault("trace: chip " + std::to_string(chip) + " needs " + std::to_string(tracks) +
                        " tracks, more than " + std::to_string(kTraceTidStride - 1));
@@ -84,6 +90,7 @@ nlohmann::json trace_events(const sim::Timeline& tl) {
   for (int t = 0; t < tracks; ++t) {
     std::string name = t < tl.num_engines() ? tl.engine_name(t) : std::string("collectives");
     if (t > tl.num_engines()) name.append(" ").append(std::to_string(t - tl.num_engines() + 1));
+    if (pipeline && t == pipeline_track) name = "pipeline stage (micro-batch F / B)";
     ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"name", name}}}});
     ev.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"sort_index", t}}}});
   }
@@ -93,7 +100,9 @@ nlohmann::json trace_events(const sim::Timeline& tl) {
     if (e.category == "compute") args["flops"] = count(e.flops);
     args["bytes"] = count(e.bytes);
     if (e.peer >= 0) args["peer"] = e.peer;
-    const int track = e.engine >= 0 ? e.engine : tl.num_engines() + lane_of[i];
+    const int track = e.engine >= 0            ? e.engine
+                      : e.category == "pipeline" ? pipeline_track
+                                                 : tl.num_engines() + lane_of[i];
     ev.push_back({{"ph", "X"},
                   {"name", e.name},
                   {"cat", e.category},
