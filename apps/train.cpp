@@ -23,7 +23,7 @@
 //
 // The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
-// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/MODEL.md "Training") / (step time · peak
+// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <cfloat>
 #include <cmath>
@@ -155,11 +155,12 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
+  s.dp.micro_batch = spec.micro_batch;
   // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
   // ParallelPlan::algorithm_for is the rule the plan units follow).
   s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
   // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
-  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute;
+  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
   return s;
 }
 
@@ -458,9 +459,14 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
-  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica); AdamW "
-                "lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
-                (long long)(c.batch / dp_size), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
+  const long long per_replica = (long long)(c.batch / dp_size);
+  const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
+                                                       " micro-batches of " + std::to_string(s.dp.micro_batch) +
+                                                       ", gradients accumulated"
+                                                 : std::string();
+  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
+                "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
+                per_replica, micro.c_str(), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
                 s.train.max_grad_norm);
   r.train.data = b;
   resumed_into(r, f, resumed);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall-clock overlap of compute and an async all_reduce (docs/PERFORMANCE.md, "Async engine: overlap").
+# Wall-clock overlap of compute and an async all_reduce (docs/performance/host.md, "Async engine").
 #   bash bench/async_overlap.sh [MIB] [GEMM_N]      (defaults 128 MiB, 512)
 # Needs build/bench/shardsim_async_overlap (cmake --build build --target shardsim_async_overlap).
 set -euo pipefail

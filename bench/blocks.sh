@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every configs/blocks/llama*.yaml (Llama-2-7B / Llama-3-8B-shaped blocks under tp8, tp4+sp, cp8 zig-zag,
 # cp8 contiguous, ulysses8, tp2 x cp4 on a 2x4 torus), each validated against one device, and prints one line
-# per run with the simulated figures. For docs/PERFORMANCE.md. Usage: bash bench/blocks.sh [PATTERN]
+# per run with the simulated figures. For docs/performance/workloads.md. Usage: bash bench/blocks.sh [PATTERN]
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoint write/read wall bandwidth at 1 and 4 ranks against a plain sequential file of the same bytes (dd),
-# for docs/PERFORMANCE.md. Writes: save_checkpoint (space reservation, checksums, HDF5 through MPI-IO, fsync,
+# for docs/performance/host.md. Writes: save_checkpoint (space reservation, checksums, HDF5 through MPI-IO, fsync,
 # rename, directory fsync) vs `dd conv=fsync`. Reads: CheckpointReader open + every rank reading its hyperslab vs
 # `dd of=/dev/null`, both after dropping the page cache when allowed (cold), else from the page cache (said in the
 # output). The disk of a shared VM drifts by several times within minutes, so each repetition runs dd and the

@@ -3,7 +3,7 @@
 # (mpirun -np 8) and at 8 chips on one rank (mpirun -np 1 --chips 8), back to back, REPS times; each resume reads
 # the file the other mode wrote. Prints run's own wall figures (JSON wall.checkpoint_s, wall.init_s: the resume's
 # read + checksum verification), whether the resumed output is bit-identical, the host load, and whether the two
-# files are byte-identical. Figures go to docs/PERFORMANCE.md ("Checkpoints with several chips per rank").
+# files are byte-identical. Figures go to docs/performance/host.md ("Checkpoints with several chips per rank").
 # Usage: bench/ckpt_chips.sh [SHARDSIM] [REPS] [DIR]   (run from anywhere; files land in DIR, default a temp dir)
 set -u
 S=$(realpath "${1:-build/apps/shardsim}")

@@ -3,7 +3,7 @@
 # same process and run (the ratio is measured side by side, so host load shared by both cancels), at 2 and 4
 # ranks (4 ranks are oversubscribed on a 2-core host), 4 KiB - 256 MiB, fp32 sum, out of place, algorithm auto.
 # Each configuration runs REPS times; the table prints the median shardsim/MPI busbw ratio and the median busbw
-# of each. For docs/PERFORMANCE.md.
+# of each. For docs/performance/host.md.
 # Usage: bash bench/collectives_vs_mpi.sh [REPS] [RANKS...]     e.g. bash bench/collectives_vs_mpi.sh 3 2 4
 #   SHARDSIM=path/to/shardsim (default build/apps/shardsim); needs a built tree (bash scripts/build.sh).
 #   SHARDSIM="before=/path/a after=/path/b" compares builds: their runs interleave (rep 1 of each, rep 2 of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the default job RUNS times (default 3) and prints wall and simulated figures, for docs/PERFORMANCE.md.
+# Runs the default job RUNS times (default 3) and prints wall and simulated figures, for docs/performance/workloads.md.
 # Usage: bash bench/default_job.sh [RUNS] [CONFIG]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

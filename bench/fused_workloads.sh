@@ -3,7 +3,7 @@
 # at every chunk count and auto, on the default 8-chip ring (100 GB/s, 1 us per hop) and on a lower-latency ring
 # (120 GB/s, 200 ns) where the down projection and its all_reduce are balanced; and the Llama-2-7B block under tp8
 # and tp4+sp. One line per run. Validation is switched off here (the fused paths are validated by the tests;
-# `shardsim run` of the same configs validates). For docs/PERFORMANCE.md. Usage: bash bench/fused_workloads.sh
+# `shardsim run` of the same configs validates). For docs/performance/workloads.md. Usage: bash bench/fused_workloads.sh
 # (ONLY=REGEX runs only the lines whose label matches.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 15's host-speed table in one run: shardsim's all_reduce against MPI_Allreduce at 2 and 4 ranks (4 KiB -
+# The host-speed tables in one run: shardsim's all_reduce against MPI_Allreduce at 2 and 4 ranks (4 KiB -
 # 256 MiB, wall busbw ratios, bench/collectives_vs_mpi.sh) and checkpoint write/read against dd at 1 and 4 ranks
-# (bench/ckpt_bandwidth.sh), every ratio the median of REPS runs. For docs/PERFORMANCE.md.
+# (bench/ckpt_bandwidth.sh), every ratio the median of REPS runs. For docs/performance/host.md.
 # Usage: bash bench/host_speed.sh [REPS=3] [CKPT_MIB=512] [CKPT_DIR=/tmp]
 #   The two parts keep their own knobs (SHARDSIM=, ALGORITHM=, MPI_ALGORITHM=, WAIT_MODES= for the collectives).
 set -euo pipefail

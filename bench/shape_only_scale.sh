@@ -3,7 +3,7 @@
 # MPI rank (fibers), ring of N chips (100 GB/s, 1000 ns per link), for N in CHIPS. Per point: wall time of the
 # whole process and of the collective alone (bench's wall column, one timed call), peak RSS (/usr/bin/time -v),
 # messages (ring: 2 N (N-1) per lane). Fits wall = a + b * messages (least squares) and plots wall against chips
-# with gnuplot; the data reach gnuplot as a file, never as program text. For docs/PERFORMANCE.md.
+# with gnuplot; the data reach gnuplot as a file, never as program text. For docs/performance/scale.md.
 # Usage: bash bench/shape_only_scale.sh [OUT_DIR] [ALGO] [CHIPS...]
 #        defaults: OUT_DIR=bench-out/shape_only_scale, ALGO=ring, CHIPS="8 64 256 1024"
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Simulated all_reduce on 8 chips over every topology kind with the same link (100 GB/s per direction, 1000 ns),
 # auto-selected algorithm and forced ring, 1 KiB / 256 KiB / 64 MiB. Simulated numbers only (deterministic), so the
-# table is the same on every host. For docs/PERFORMANCE.md.
+# table is the same on every host. For docs/performance/collectives.md.
 # Usage: bash bench/topologies.sh          (needs a built tree: bash scripts/build.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

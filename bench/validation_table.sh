@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Validation against published nccl-tests measurements (docs/MODEL.md, "Validation against published
+# Validation against published nccl-tests measurements (docs/model/calibration.md, "Validation against published
 # measurements"): for each cited table in tests/data/published/, shardsim's prediction at the hardware's line rate
 # (before calibration) and after `shardsim calibrate` fitted on the small sizes only, next to the measured busbw,
 # with the error. The rows above the fit's --max-bytes are predictions for a size range the fit never saw; a
@@ -111,7 +111,7 @@ run_heldout_case "4x H100 SXM of an NVSwitch host, NCCL 2.29.2, NCCL's own algor
   "$DATA/ncclbench_h100x4_all_reduce.log" \
   "$DATA/ncclbench_h100x4_reduce_scatter.log:$DATA/ncclbench_h100x4_all_gather.log" \
   --switch --bandwidth 450 --latency 1000 -- --protocols 2
-# The per-call overhead c (docs/MODEL.md, "Per-call overhead"): fitted with all_reduce and ONE other collective of
+# The per-call overhead c (docs/model/calibration.md, "Per-call overhead"): fitted with all_reduce and ONE other collective of
 # the same session (two step counts make c identifiable), the third collective held out.
 for board in "8x H100 SXM, NCCL_ALGO=RING (Together AI)|together_h100x8_ring" \
              "4x H100 SXM, NCCL's own choice (nccl-collectives-bench)|ncclbench_h100x4"; do

@@ -71,7 +71,7 @@ struct AttentionOptions {
   // left untouched (lets a caller split heads across calls or chips without copying Q).
   int64_t head_begin = 0;
   int64_t head_end = -1;
-  // Tile sizes: Br query rows x Bc key rows per step. The defaults come from the tile sweep in docs/PERFORMANCE.md
+  // Tile sizes: Br query rows x Bc key rows per step. The defaults come from the tile sweep in docs/performance/host.md
   // ("Local attention kernel": within noise of the best, 128 KiB score tile); any values >= 1 give the same
   // result up to fp32 rounding. block_q also sets the K/V re-read count in the reported bytes.
   int64_t block_q = 128;

@@ -55,7 +55,7 @@ void check_lm_config(const LmConfig& c);
 // Number of weights, all of them (embedding, norms, projections, head).
 int64_t lm_param_count(const LmConfig& c);
 // The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
-// embedding table (a lookup) nor the norm weights. The N of the 6·N·tokens rule (docs/MODEL.md, "Training").
+// embedding table (a lookup) nor the norm weights. The N of the 6·N·tokens rule (docs/model/training.md, "Model FLOPs and MFU").
 int64_t lm_matmul_param_count(const LmConfig& c);
 // Model FLOPs per token of one training step (forward + backward), PaLM's MFU numerator (Chowdhery et al. 2022,
 // app. B): 6·N + 12·layers·heads·head_dim·seq, N = lm_matmul_param_count. The attention term counts the full

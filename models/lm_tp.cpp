@@ -148,6 +148,14 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   local_.ffn /= tp_size_;
   local_.vocab /= tp_size_;
   local_.batch /= dp_size_;
+  if (dp.micro_batch < 0 || (dp.micro_batch > 0 && local_.batch % dp.micro_batch != 0))
+    throw std::invalid_argument("model.micro_batch: " + std::to_string(dp.micro_batch) +
+                                " sequences per micro-batch must divide the sequences of each data-parallel replica "
+                                "(batch / dp = " + std::to_string(local_.batch) + ")");
+  if (dp.micro_batch > 0) {
+    micro_ = int(local_.batch / dp.micro_batch);
+    local_.batch = dp.micro_batch;  // the trainer's forward and backward run one micro-batch
+  }
   local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
@@ -169,6 +177,13 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
   work_ = store_ ? lm_compute_copy(local_, master) : lm_zeros(local_, global.dtype, false);
   grads_ = lm_zeros(local_, global.dtype, store_);
+  if (micro_ > 1) {
+    mgrads_ = lm_zeros(local_, global.dtype, store_);
+    unit_grads_.resize(size_t(global.layers) + 2);
+    const auto acc = grads_.named_weights(), one = mgrads_.named_weights();
+    for (size_t i = 0; i < acc.size(); ++i)
+      unit_grads_[size_t(lm_unit_of(acc[i].first, global.layers))].push_back({acc[i].second, one[i].second});
+  }
   // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
   std::vector<sharding::plans::DpParam> params;
   for (const auto& [name, t] : master.named_weights())
@@ -468,10 +483,16 @@ void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const 
   charge(kernels::gemm_backward(x, w, dy_full, &dx, &dw), t);  // row-parallel: local
 }
 
-void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
+void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t) {
+  if (micro > 0)  // gradient accumulation: this micro-batch's gradients added into the step's
+    for (auto& [acc, one] : unit_grads_[size_t(u)]) charge(kernels::add_inplace(*acc, *one), t);
+  if (micro == micro_ - 1) data_->grads_ready(u, t);
+}
+
+void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int micro) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
-  LmWeights& g = grads_;
+  LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
   const std::vector<int64_t>& pos = pos_;
@@ -481,7 +502,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
 
   begin_backward(head_unit, t);
   Tensor dlogits = act({N, c.vocab});
-  charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / float(N), dlogits), t);
+  charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / (float(N) * float(micro_)),
+                              dlogits),
+         t);
   const int64_t Nr = sp_ ? N / tp_size_ : N;
   Tensor dxf_r;
   if (fused_) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
@@ -497,7 +520,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   }
   Tensor dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
-  data_->grads_ready(head_unit, t);
+  unit_grads_done(head_unit, micro, t);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     begin_backward(int(l) + 1, t);
     const LmLayer& L = w.layers[size_t(l)];
@@ -582,7 +605,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     }
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
-    data_->grads_ready(int(l) + 1, t);
+    unit_grads_done(int(l) + 1, micro, t);
     if (dp_.recompute) {  // the rebuilt block is freed again after its backward
       Tensor keep = std::move(C.layers[size_t(l)].x_in);
       C.layers[size_t(l)] = LmCache::Layer{};
@@ -591,12 +614,12 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   }
   begin_backward(0, t);
   charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
-  data_->grads_ready(0, t);
-  if (sp_) {
+  unit_grads_done(0, micro, t);
+  if (sp_ && micro == micro_ - 1) {
     // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
-    for (auto& [name, gt] : g.named_weights())
+    for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
       if (split_of(name) == Split::replicate) norms.push_back(gt);
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
@@ -617,34 +640,44 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
   }
 }
 
+LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
+  LmBatch lb;
+  const int64_t n = local_.batch * local_.seq;
+  if (!store_) {  // shape-only: the kernels read no token; only the count matters
+    lb.inputs.assign(size_t(n), 0);
+    lb.targets.assign(size_t(n), 0);
+    return lb;
+  }
+  // This replica's sequences [dp_rank·B/dp, ...), of them micro-batch MICRO's; of each, this cp rank's chunks.
+  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
+  const int64_t first = (int64_t(dp_rank_) * micro_ + micro) * local_.batch;
+  lb.inputs.resize(size_t(n));
+  lb.targets.resize(size_t(n));
+  for (int64_t b = 0; b < local_.batch; ++b)
+    for (int64_t i = 0; i < local_.seq; ++i) {
+      const size_t src = size_t((first + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
+      lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
+      lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
+    }
+  return lb;
+}
+
 LmDpStepResult LmTpTrainer::step() {
   LmDpStepResult r;
   r.step = step_ + 1;
   tl_.reset();
   sim::TimeNs t = 0;
   data_->begin_step();
-  LmBatch lb;
-  const int64_t n = local_.batch * local_.seq;
-  if (store_) {  // this replica's sequences; of each, this cp rank's chunks (positions pos_)
-    const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
-    lb.inputs.resize(size_t(n));
-    lb.targets.resize(size_t(n));
-    for (int64_t b = 0; b < local_.batch; ++b)
-      for (int64_t i = 0; i < local_.seq; ++i) {
-        const size_t src = size_t((dp_rank_ * local_.batch + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
-        lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
-        lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
-      }
-  } else {  // shape-only: the kernels read no token; only the count matters
-    lb.inputs.assign(size_t(n), 0);
-    lb.targets.assign(size_t(n), 0);
+  // The micro-batches in turn: forward, backward, gradients accumulated; the loss is their mean.
+  double local_loss = 0;
+  for (int i = 0; i < micro_; ++i) {
+    const LmBatch lb = micro_batch_tokens(i);
+    LmCache cache;
+    local_loss += forward(lb, cache, t) / micro_;
+    if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(cache, dp_.recompute);
+    if (dp_.recompute) lm_drop_block_activations(cache);  // keep the block inputs only
+    backward(lb, cache, t, i);
   }
-
-  LmCache cache;
-  const double local_loss = forward(lb, cache, t);
-  if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(cache, dp_.recompute);
-  if (dp_.recompute) lm_drop_block_activations(cache);  // keep the block inputs only
-  backward(lb, cache, t);
 
   // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
   // the squares of the reduced elements this rank counts, all_reduce(sum) over the whole mesh.

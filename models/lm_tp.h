@@ -122,11 +122,17 @@ namespace shardsim::models {
 // The trainer's data-parallel settings: the ZeRO stage, buckets and collective algorithm of the data-parallel plan
 // unit (sharding/plans/data_parallel.h) and activation recomputation per block (lm_model.h): the forward keeps
 // only each block's input; right before a block's backward (after its ZeRO-3 gather) its forward runs again.
+// MICRO_BATCH (model.micro_batch): sequences per micro-batch on each data-parallel replica (Megatron's
+// --micro-batch-size); 0 = the replica's whole batch in one pass. The replica's batch / micro_batch micro-batches
+// of a step run forward and backward in turn; their gradients accumulate (one add per unit and micro-batch after
+// the first, charged) and the data-parallel reduction runs once per step, its buckets overlapping the last
+// micro-batch's backward.
 struct LmDpConfig {
   int zero = 0;                             // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
   bool recompute = false;
+  int64_t micro_batch = 0;                  // sequences per micro-batch and replica; 0 = the replica's batch
 };
 
 // Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
@@ -176,6 +182,7 @@ class LmTpTrainer {
   bool ulysses() const { return ulysses_; }
   bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
+  int micro_batches() const { return micro_; }  // per step and replica
   int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
@@ -197,7 +204,13 @@ class LmTpTrainer {
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                      sim::TimeNs& t);
   double forward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
-  void backward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
+  // The backward of one micro-batch (MICRO of micro_batches()): its gradients into grads_ (the first) or into
+  // mgrads_, added into grads_ per unit; the data-parallel reduction is told of ready units in the last one only.
+  void backward(const LmBatch& b, LmCache& C, sim::TimeNs& t, int micro);
+  // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
+  // micro-batch handed to the data-parallel unit (grads_ready).
+  void unit_grads_done(int u, int micro, sim::TimeNs& t);
+  LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
   // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
@@ -239,6 +252,9 @@ class LmTpTrainer {
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
+  int micro_ = 1;            // micro-batches per step and replica (local_.batch: sequences of one)
+  LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
+  std::vector<std::vector<std::pair<runtime::Tensor*, runtime::Tensor*>>> unit_grads_;  // per unit: (grads_, mgrads_)
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
 };

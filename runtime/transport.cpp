@@ -256,7 +256,7 @@ WaitMode wait_mode() {
     if (!s.empty() && s != "auto" && world_rank == 0)
       std::fprintf(stderr, "shardsim: warning: SHARDSIM_WAIT='%s' is not spin, yield, sleep or auto; using auto\n",
                    s.c_str());
-    return WaitMode::spin;  // measured best on this 2-core host also with 4 oversubscribed ranks (PERFORMANCE.md)
+    return WaitMode::spin;  // measured best on this 2-core host also with 4 oversubscribed ranks (docs/performance/host.md)
   }();
   return m;
 }

@@ -92,7 +92,7 @@ class SignatureScope {
 //   yield: calls sched_yield() between polls from the start (a rank sharing a core hands it to the peer it waits
 //          for), up to 200 us of idleness;
 //   sleep: polls for 20 us, then sleeps (the behaviour before issue 15);
-//   auto:  spin. Measured side by side against yield with 4 ranks on 2 shared cores (docs/PERFORMANCE.md),
+//   auto:  spin. Measured side by side against yield with 4 ranks on 2 shared cores (docs/performance/host.md, "Waiting on a shared core"),
 //          spin's short spin-then-yield phases won at 4-64 KiB, so auto does not switch on node_ranks() > cores.
 //          (On an oversubscribed node Open MPI turns on mpi_yield_when_idle, so every MPI_Testsome that completes
 //          nothing already yields the core; a futex doorbell that slept in the kernel instead measured no better.)

@@ -54,7 +54,7 @@ double collective_ns(runtime::Transport& tp, Collective c, const std::string& al
 }
 
 // Host buffers for the pieces, kept across calls (grow-only, per thread): a fresh tensor per piece and call
-// costs its first-touch page faults, which on this kind of host cost more than the GEMM (docs/PERFORMANCE.md).
+// costs its first-touch page faults, which on this kind of host cost more than the GEMM (docs/performance/host.md, "Async engine").
 // Returns a tensor of DTYPE and SHAPE whose contents are unspecified.
 Tensor& pooled(std::vector<Tensor>& pool, size_t i, runtime::DType dtype, const runtime::Shape& shape) {
   if (pool.size() <= i) pool.resize(i + 1);

@@ -146,7 +146,8 @@ void check_implemented(const ConfigNode& m, const ModelSpec& s, SpecUse use) {
   if (s.mlp == MlpKind::gelu) not_implemented(m.child("mlp"), w + "mlp: gelu (an ungated MLP)", use);
   if (s.position == PositionKind::learned) not_implemented(m.child("position"), w + "position: learned", use);
   if (s.tied_embeddings) not_implemented(m.child("tied_embeddings"), w + "tied_embeddings: true", use);
-  if (s.micro_batch != 0) not_implemented(m.child("micro_batch"), w + "micro_batch (gradient accumulation)", use);
+  if (s.micro_batch != 0 && use != SpecUse::train)
+    not_implemented(m.child("micro_batch"), w + "micro_batch (gradient accumulation: training only)", use);
   if (use == SpecUse::train) {
     if (s.mlp != MlpKind::swiglu) not_implemented(at_key(m, "mlp"), w + "mlp: " + mlp_name(s.mlp), use);
     if (s.position != PositionKind::rope) not_implemented(at_key(m, "position"), w + "position: none", use);
@@ -429,6 +430,13 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
   if (p.recompute && use != SpecUse::train)
     root.child("parallel").fail(w + "recompute: training only");
   check_plan_fits_model(par, s, p, use);
+  if (use == SpecUse::train && s.micro_batch > 0 && (s.batch / p.dp) % s.micro_batch != 0) {
+    const ConfigNode model = root.has("workload") ? root.child("workload") : root.has("model") ? root.child("model") : root;
+    at_key(model, "micro_batch")
+        .fail(model.path() + ".micro_batch: " + str(s.micro_batch) + " sequences per micro-batch must divide the " +
+              str(s.batch / p.dp) + " sequences of each data-parallel replica (model.batch / dp = " +
+              str(s.batch) + " / " + str(p.dp) + ")");
+  }
   return p;
 }
 

@@ -23,7 +23,8 @@
 //   ffn          the MLP's inner size (columns of W_gate and W_up, rows of W_down)
 //   seq          tokens per sequence (the MLP workload's `tokens`: rows of one replica's input)
 //   batch        sequences per step, global (over every data-parallel replica); 0 = one per dp replica (`run`)
-//   micro_batch  sequences per micro-batch for gradient accumulation; 0 = none (one micro-batch of batch / dp)
+//   micro_batch  sequences per micro-batch on each data-parallel replica (gradient accumulation over the
+//                batch / dp / micro_batch micro-batches of a step); 0 = none (one micro-batch of batch / dp)
 //   causal       causal attention mask (decoder); false = full attention
 //   position     rope (rotary embedding, theta rope_theta; needs an even head_dim) | learned | none
 //   norm         rmsnorm (epsilon norm_eps) | layernorm
@@ -39,9 +40,9 @@
 //        plan tp x dp (fused, all_reduce / algorithm for the tp all_reduce)
 //   run, block (attention on, vocab 0): rmsnorm (eps 1e-5), swiglu or geglu, rope (theta 10000) or none,
 //        head_dim = hidden / heads, any layers; batch = dp; Ulysses with replicated KV heads not yet
-//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, micro_batch 0;
+//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, any micro_batch;
 //        tp above the KV heads not yet; fused only with sp; one algorithm for all collectives (see algorithm)
-//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, micro_batch != 0, parallel.pp > 1.
+//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, parallel.pp > 1; micro_batch in run.
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them
 // directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the

@@ -11,7 +11,7 @@
 #    together and predict reduce_scatter within 1% (also with --protocols 2, and together with o in pieces);
 #    one log alone is refused;
 #  - published logs: the NVLink pair's held-out sizes within 15%; a PCIe pair's all_reduce fit predicts its
-#    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/MODEL.md reports; an 8x H100
+#    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/model/calibration.md reports; an 8x H100
 #    board's all_reduce fit predicts its reduce_scatter and all_gather within 5% at 1-8 GiB and half the time
 #    below 256 KiB (the missing per-call floor);
 #  - logs as printed (0-byte rows, NCCL INFO lines) fit with a note per kind skipped; --collective FILE=NAME names
@@ -231,7 +231,7 @@ fi
 
 e2e_case "published measurement: 2x RTX 2080 Ti over an NVLink bridge (nccl-tests#44)"
 # Fitted on the rows up to 1 MiB with two protocols, the 2-64 MiB rows (never seen by the fit) are predicted
-# within 15% each (docs/MODEL.md, validation table; bench/validation_table.sh prints it). Without a fit, at the
+# within 15% each (docs/model/calibration.md, validation table; bench/validation_table.sh prints it). Without a fit, at the
 # bridge's line rate, every row is predicted more than 50% too fast.
 PUB="$CONFIGS/../tests/data/published/nccl_tests_44_rtx2080ti_nvlink_all_reduce.log"
 if expect_exit 0 '^fit ' -- shardsim_mpi 2 calibrate "$PUB" --collective all_reduce --bandwidth 51.562 \
@@ -252,7 +252,7 @@ if expect_exit 0 '^no fit: ' -- shardsim_mpi 2 calibrate --predict "$PUB" --coll
 fi
 
 e2e_case "published held-out collective: 2x RTX 2080 Ti on a PCIe switch, fit all_reduce, predict all_gather"
-# docs/MODEL.md (held-out collective): the all_reduce table fits within 2% median at >= 1 MiB; the same machine's
+# docs/model/calibration.md (held-out collective): the all_reduce table fits within 2% median at >= 1 MiB; the same machine's
 # all_gather table, never fitted, is predicted 6-22% too fast at every size >= 1 MiB (the known gap: its measured
 # busbw is 3.2-3.8 GB/s where all_reduce reaches 4.0).
 AR="$CONFIGS/../tests/data/published/autodl_2080ti_pcie_all_reduce.log"
@@ -271,7 +271,7 @@ expect_exit 2 'max-bytes: below --min-bytes' -- shardsim_mpi 2 calibrate "$PUB" 
 expect_exit 2 'nothing is fitted' -- shardsim_mpi 2 calibrate --predict "$PUB" --collective all_reduce --out x.yaml
 
 e2e_case "published held-out collectives: 8x H100 on NVSwitch (ring), fit all_reduce, predict reduce_scatter + all_gather"
-# docs/MODEL.md: the all_reduce table fits within 5% median at >= 1 MiB; the same session's reduce_scatter and
+# docs/model/calibration.md: the all_reduce table fits within 5% median at >= 1 MiB; the same session's reduce_scatter and
 # all_gather tables, never fitted, are predicted within 5% at 1-8 GiB and about half the measured time below
 # 256 KiB (their per-call floor equals all_reduce's, the ring charges them half the steps).
 H8="$CONFIGS/../tests/data/published/together_h100x8_ring"

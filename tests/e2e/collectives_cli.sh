@@ -2,7 +2,7 @@
 # e2e: `shardsim validate` and `shardsim bench` as users run them.
 #  - validate reports 0 wrong on rings of 1, 2, 3, 5, 8 chips, on 2x4 and 2x2x2 tori and in sub-groups, for a
 #    representative slice (every collective and algorithm; a few dtypes and counts); the full matrix is the
-#    documented command in docs/PERFORMANCE.md;
+#    documented command in docs/performance/collectives.md;
 #  - a wrong result makes validate exit 1 and say where; bad input exits 2 with one clear message, no hang;
 #  - bench prints nccl-tests columns, busbw = algbw x the nccl-tests factor, simulated numbers repeat exactly.
 # Usage: collectives_cli.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e: contention between chips (issue 19, docs/MODEL.md "Receive side"). 8 chips on one switch (100 GB/s, 1000 ns):
+# e2e: contention between chips (docs/MODEL.md "Receive side"). 8 chips on one switch (100 GB/s, 1000 ns):
 # gather of 64 KiB blocks to chip 0 is incast on chip 0's down-link, so it takes 2 alpha + 7 S/B (7 transfers, not
 # one); all_to_all's shifted order puts one flow per step on each down-link, so it keeps (p-1) S/B + 2 alpha. Every
 # simulated time is the same at 1 chip per rank (8 ranks) and 8 chips per rank (1 rank), and over 5 repeated runs.

@@ -48,7 +48,7 @@ TEST_P(TpMlp, MatchesSingleDevice) {
   EXPECT_EQ(double(memory.peak()), sharding::mlp_tp_peak_bytes(s, p, rank));
   EXPECT_EQ(memory.live_count(), 4u);  // only the resident x and weights are left
   const Tensor ref = sharding::mlp_forward(s, x, sharding::make_mlp_weights(s, 0, s.ffn), nullptr, nullptr);
-  // fp32: the bound. bf16: 2^-6 relative to max|y| (see docs/PERFORMANCE.md for the justification).
+  // fp32: the bound. bf16: 2^-6 relative to max|y| (see docs/performance/workloads.md, "bf16 tolerance", for the justification).
   const double tol = dtype == DType::fp32 ? 1e-5 : 1.0 / 64;
   EXPECT_LE(rel_error(y, ref), tol) << "ffn=" << ffn << " p=" << p;
   if (p == 1 && dtype == DType::fp32) {

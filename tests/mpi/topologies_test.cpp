@@ -844,7 +844,7 @@ TEST(TopologiesDeterminism, SwitchFullyConnectedMeshBitIdentical) {
 }
 
 // ================================================================================================================
-// 8. The fixed cost per collective call (topology.h, Protocol::call_overhead_ns; docs/MODEL.md, "Message protocols")
+// 8. The fixed cost per collective call (topology.h, Protocol::call_overhead_ns; docs/model/calibration.md, "Message protocols")
 // ================================================================================================================
 
 namespace {

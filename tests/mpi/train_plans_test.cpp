@@ -4,7 +4,8 @@
 // summation orders differ; tests/mpi/lm_dp_test.cpp explains the limits). One parametrised case per plan: data
 // parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
 // heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
-// ranks tp2 x cp2 is dp2 x cp2 x tp2. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
+// ranks tp2 x cp2 is dp2 x cp2 x tp2. Gradient accumulation: micro-batches of 1 or 3 sequences per replica
+// against the reference's one pass over the whole batch. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
 // and dp divides the batch), and, on one rank, with 8 chips on that rank (runtime/chips.h).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -34,6 +35,7 @@ struct PlanCase {
   int zero = 0;
   bool recompute = false;
   int64_t kv_heads = 8;
+  int64_t micro_batch = 0;  // sequences per micro-batch and replica (gradient accumulation); 0 = none
 };
 
 std::ostream& operator<<(std::ostream& os, const PlanCase& c) { return os << c.name; }
@@ -62,6 +64,11 @@ const PlanCase kCases[] = {
     {"tp2_sp_fused", 2, 1, false, true, true, true},
     {"tp4_sp_fused_zero1_recompute", 4, 1, false, true, true, true, 1, true},
     {"tp2_sp_fused_x_cp2", 2, 2, false, true, true, true},
+    // Gradient accumulation: the replica's batch in micro-batches of 1 or 3 sequences equals one pass (fp32).
+    {"dp_micro1", 1, 1, false, false, true, false, 0, false, 8, 1},
+    {"dp_micro3_zero3", 1, 1, false, false, true, false, 3, false, 8, 3},
+    {"tp2_sp_micro1_zero1_recompute", 2, 1, false, true, true, false, 1, true, 8, 1},
+    {"tp2_x_cp2_micro1", 2, 2, false, false, true, false, 0, false, 8, 1},
 };
 
 models::LmConfig config_of(const PlanCase& k) {
@@ -97,7 +104,8 @@ const Reference& reference(int64_t kv_heads) {
 
 // Whether the case fits N chips: tp·cp divides N and the remaining dp divides the batch.
 bool fits(const PlanCase& k, int n) {
-  return n % (k.tp * k.cp) == 0 && config_of(k).batch % (n / (k.tp * k.cp)) == 0;
+  if (n % (k.tp * k.cp) != 0 || config_of(k).batch % (n / (k.tp * k.cp)) != 0) return false;
+  return k.micro_batch == 0 || (config_of(k).batch / (n / (k.tp * k.cp))) % k.micro_batch == 0;
 }
 
 // 5 steps of case K on N chips (this chip = RANK of WORLD): the worst deviations from the reference. Collective.
@@ -112,7 +120,7 @@ Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute}, k.sp, k.zigzag,
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
   const Reference& ref = reference(k.kv_heads);
   Deviation d;

@@ -135,8 +135,7 @@ TEST(ModelSpecParse, UnknownAlgorithmIsAParseErrorListingTheKnownOnes) {
 }
 
 TEST(ModelSpecParse, VariantsNotImplementedAreRefusedNamingTheKey) {
-  for (const char* v : {"norm: layernorm", "mlp: gelu", "position: learned", "tied_embeddings: true",
-                        "micro_batch: 1"}) {
+  for (const char* v : {"norm: layernorm", "mlp: gelu", "position: learned", "tied_embeddings: true"}) {
     const std::string e = spec_error(lm(v), SpecUse::train);
     EXPECT_NE(e.find("not implemented yet in train"), std::string::npos) << v << ": " << e;
     EXPECT_NE(e.find(std::string(v).substr(0, std::string(v).find(':'))), std::string::npos) << v << ": " << e;
@@ -144,6 +143,17 @@ TEST(ModelSpecParse, VariantsNotImplementedAreRefusedNamingTheKey) {
   EXPECT_NE(spec_error(std::string(kLm) + "parallel: {pp: 2}\n", SpecUse::train, 2).find("parallel.pp"),
             std::string::npos);
   EXPECT_NE(spec_error(lm("norm: batchnorm"), SpecUse::train).find("(rmsnorm | layernorm)"), std::string::npos);
+}
+
+TEST(ModelSpecParse, MicroBatchesDivideEachReplicasBatch) {
+  EXPECT_EQ(spec_error(lm("batch: 8, micro_batch: 2"), SpecUse::train, 2), "");  // dp 2: 4 sequences, 2 micro-batches
+  const std::string e = spec_error(lm("batch: 8, micro_batch: 4"), SpecUse::train, 4);  // dp 4: 2 sequences
+  EXPECT_NE(e.find("model.micro_batch: 4 sequences per micro-batch must divide the 2 sequences"), std::string::npos)
+      << e;
+  EXPECT_NE(spec_error(lm("batch: 8, micro_batch: 3"), SpecUse::train).find("micro_batch"), std::string::npos);
+  const std::string block = "model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: 128, seq: 16, "
+                            "micro_batch: 1}\n";
+  EXPECT_NE(spec_error(block, SpecUse::block, 1).find("training only"), std::string::npos);
 }
 
 TEST(ModelSpecParse, OneRuleForWhatEachModeAccepts) {
