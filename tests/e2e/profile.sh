@@ -11,6 +11,8 @@
 #   - --what-if link_bw=2x,hbm_bw=1.5x,peak=2x,latency=0.5x,dim0.bandwidth=2x: rows sorted by speedup, and each
 #     row's time equals a separate shape-only `run` with the row's --set overrides, exactly;
 #   - `shardsim profile` prints the profile (shape-only, no checkpoint);
+#   - a straggler (chip 0 with one more FFN column than the others) is first among the chips on the path, and every
+#     kernel on the path is its own;
 #   - train --profile --what-if on a 4-chip dp x tp training config: the profile's end and the what-if row equal
 #     a separate `train --shape-only --set ...` step, exactly;
 #   - bad --what-if specs: exit 2 with one line naming the change.
@@ -145,12 +147,12 @@ check_rows() {
 }
 
 e2e_case "default job: --profile and --trace change no simulated figure"
-if expect_exit 0 'simulated time +543\.618 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
+if expect_exit 0 'total +543\.618 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
   pass "default job without --profile: 543.618 us"
 fi
 if expect_exit 0 'profile \(critical path across chips' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint \
     --shape-only --profile --trace t.json --json prof.json; then
-  assert_out 'simulated time +543\.618 us' "the default job is still 543.618 us with --profile"
+  assert_out 'total +543\.618 us' "the default job is still 543.618 us with --profile"
   assert_out 'top bottlenecks' "the text has the bottleneck table"
   if python3 - plain.json prof.json <<'EOF'
 import json, sys
@@ -180,6 +182,21 @@ if expect_exit 0 'profile \(critical path across chips' -- shardsim_mpi 1 --chip
   else fail "profile checks (p.json)"; fi
 fi
 
+e2e_case "a straggler: one chip with an extra FFN column is on the path and named first"
+# hidden 1024, ffn 1025 on 4 chips: chip 0 holds 257 columns, the others 256 (with ffn 1024 all tie and the path
+# runs through chip 2's kernels).
+if expect_exit 0 'chips on the path: +chip 0 ' -- shardsim_mpi 1 --chips 4 profile "$SMALL" --set model.hidden=1024 \
+    --set model.ffn=1025 --set model.tokens=256 --json strag.json; then
+  if python3 - strag.json <<'EOF2'
+import json, sys
+p = json.load(open(sys.argv[1]))["profile"]
+ok = p["chips_on_path"][0]["chip"] == 0 and all(s["chip"] == 0 for s in p["path"] if s["category"] == "compute")
+sys.exit(0 if ok else 1)
+EOF2
+  then pass "chip 0 first on the path, and every kernel on the path is chip 0's"
+  else fail "the straggler chip 0 is not first, or kernels of other chips are on the path (strag.json)"; fi
+fi
+
 e2e_case "train --profile --what-if"
 TRAIN=$CONFIGS/lm_train.yaml
 if expect_exit 0 'profile \(critical path across chips' -- shardsim_mpi 1 --chips 4 train "$TRAIN" --steps 2 \
@@ -194,7 +211,7 @@ e2e_case "bad --what-if"
 expect_exit 2 'what-if bogus=2x: unknown change' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if bogus=2x
 assert_out_count 'error' 1 "one line"
 expect_exit 2 "what-if peak=fast: 'fast' is not a positive factor" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if peak=fast
-expect_exit 2 'what-if link_bw=2x,,peak=2x.*empty change' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
+expect_exit 2 "what-if 'link_bw=2x,,peak=2x': empty change" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
 expect_exit 2 'what-if model.nope=2x: the config has no' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if model.nope=2x
 
 e2e_finish
