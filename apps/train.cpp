@@ -94,6 +94,7 @@ struct TrainSetup {
   bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
   bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
+  int pp = 1;                                  // parallel.pp: pipeline stages (schedule etc. in dp)
   std::optional<topology::Topology> topology;  // the topology: section when given
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
@@ -156,6 +157,10 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
   s.dp.micro_batch = spec.micro_batch;
+  s.pp = plan.pp;
+  s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
+  s.dp.virtual_stages = plan.virtual_stages;
+  s.dp.pp_layers = plan.pp_layers;
   // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
   // ParallelPlan::algorithm_for is the rule the plan units follow).
   s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
@@ -384,6 +389,33 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
   return m;
 }
 
+// The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
+// the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
+void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
+  using namespace sharding::plans;
+  const PipelineSchedule& sch = trainer.schedule();
+  const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
+  sharding::TrainPipeline& p = rep.train.pipeline;
+  rep.train.has_pipeline = true;
+  p.schedule = schedule_name(sch.kind);
+  p.p = sch.p;
+  p.m = sch.m;
+  p.v = sch.v;
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, PipeCosts{});
+  p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)";
+  for (const auto& st : stages) {
+    p.pipeline_ns = st.pipeline_ns;
+    p.bubble_fraction += st.bubble_fraction() / double(stages.size());
+    p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
+                        st.peak_microbatches, st.bytes_forward, st.bytes_backward});
+  }
+  rep.train.memory.activations = stages.front().peak_activation_bytes;
+  char note[160];
+  std::snprintf(note, sizeof note, "the first stage's peak: %.2f micro-batches of its layers held at once under %s",
+                stages.front().peak_microbatches, p.schedule.c_str());
+  rep.train.memory.activations_note = note;
+}
+
 std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
 
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
@@ -396,7 +428,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   std::optional<sharding::DeviceMesh> mesh;
   world.agree([&] {
     try {
-      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp)}}, topo);
+      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp * s.pp)}, {"pp", s.pp}},
+                   topo);
     } catch (const std::invalid_argument& e) {
       throw UsageError(s.config_name + ": parallel: " + e.what());
     }
@@ -416,14 +449,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     }
   });
   // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
-  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.shape_only;
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
   auto step = [&] { return trainer->step(); };
   auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
   if (resumed) trainer->restore(*resumed);
-  const int dp_size = n / (s.tp * s.cp);
-  const std::string mesh_text = s.tp > 1 || s.cp > 1
-                                    ? "dp=" + std::to_string(dp_size) +
+  const int dp_size = n / (s.tp * s.cp * s.pp);
+  const std::string mesh_text = s.tp > 1 || s.cp > 1 || s.pp > 1
+                                    ? (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) +
+                                          "dp=" + std::to_string(dp_size) +
                                           (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
                                           " x tp=" + std::to_string(s.tp) +
                                                (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
@@ -459,6 +493,19 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
+  if (s.pp > 1) {
+    const auto& sch = trainer->schedule();
+    r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +
+              (sch.v > 1 ? " with " + std::to_string(sch.v) + " virtual stages per chip" : std::string()) + ", " +
+              std::to_string(sch.m) + " micro-batches per step; layers per model stage " +
+              [&] {
+                std::string l;
+                for (int64_t n : sharding::plans::stage_layers(c.layers, s.pp * sch.v, s.dp.pp_layers))
+                  l += (l.empty() ? "" : "/") + std::to_string(n);
+                return l;
+              }() +
+              "; activations and their gradients sent stage to stage (send/recv over the pp axis)";
+  }
   const long long per_replica = (long long)(c.batch / dp_size);
   const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
                                                        " micro-batches of " + std::to_string(s.dp.micro_batch) +
@@ -491,6 +538,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
+  if (s.pp > 1) pipeline_report(*trainer, rep);
   sharding::profile_and_trace(world, tl, f.trace_path, f.profile, rep);  // the last step's
   if (f.validate) validate_losses(world, s, rep);
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
+#include "collectives/broadcast.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -42,11 +44,6 @@ kernels::AttentionOptions causal() {
 
 bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
 
-sharding::plans::TensorRefs refs(LmWeights& w) {
-  sharding::plans::TensorRefs out;
-  for (auto& [name, t] : w.named_weights()) out.push_back(t);
-  return out;
-}
 
 // R.loss = the mean of every replica's LOCAL_LOSS (gathered over REPLICAS, one rank per replica, summed in rank
 // order: host-side reporting through the transport's control plane, not simulated); std::runtime_error when
@@ -71,6 +68,27 @@ void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& 
 
 }  // namespace
 
+bool LmTpTrainer::owns(const std::string& name) const {
+  if (name == "embed") return owns_embed_;
+  if (name == "final_norm" || name == "head") return owns_head_;
+  return true;  // every block of local_ is this chip's
+}
+
+sharding::plans::TensorRefs LmTpTrainer::prefs(LmWeights& w) const {
+  sharding::plans::TensorRefs out;
+  for (auto& [name, t] : w.named_weights())
+    if (owns(name)) out.push_back(t);
+  return out;
+}
+
+LmWeights LmTpTrainer::own_layers(const LmWeights& whole) const {
+  if (pp_size_ == 1) return whole;
+  LmWeights out = whole;
+  out.layers.clear();
+  for (int64_t g : layer_global_) out.layers.push_back(whole.layers[size_t(g)]);
+  return out;
+}
+
 LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
   if (is_norm(name)) return Split::replicate;
   if (name == "embed") return Split::rows;
@@ -93,8 +111,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       fused_(fused), store_(!world.shape_only()) {
   check_lm_config(global);
   for (const auto& a : mesh.axes())
-    if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp")
-      throw std::invalid_argument("parallel: train runs on dp x cp x tp meshes only (got " + mesh.describe() + ")");
+    if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp" && a.name != "pp")
+      throw std::invalid_argument("parallel: train runs on pp x dp x cp x tp meshes only (got " + mesh.describe() + ")");
   tp_size_ = mesh.size("tp");
   dp_size_ = mesh.size("dp");
   if (fused_ && (!sp_ || tp_size_ < 2))
@@ -105,6 +123,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   dp_rank_ = mesh.coordinate("dp", r);
   cp_size_ = mesh.size("cp");
   cp_rank_ = mesh.coordinate("cp", r);
+  pp_size_ = mesh.size("pp");
+  pp_rank_ = mesh.coordinate("pp", r);
   rep_size_ = dp_size_ * cp_size_;
   rep_rank_ = cp_rank_ + cp_size_ * dp_rank_;
   auto need = [&](int64_t v, const char* field) {
@@ -156,15 +176,17 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     micro_ = int(local_.batch / dp.micro_batch);
     local_.batch = dp.micro_batch;  // the trainer's forward and backward run one micro-batch
   }
+  setup_pipeline(global);
   local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
   (void)mesh_["dp"];
+  if (pp_size_ > 1) (void)mesh_["pp"];
   if (cp_size_ > 1) {
     (void)mesh_["cp"];
     // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group), ordered
     // cp-innermost. Gradients are averaged and ZeRO state partitioned over it.
-    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_, rep_rank_);
+    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_);
   } else {
     rep_ = &mesh_["dp"];
   }
@@ -174,32 +196,34 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
-  LmWeights master = store_ ? shard(lm_init(global)) : lm_zeros(local_, DType::fp32, false);
+  LmWeights master = store_ ? shard(own_layers(lm_init(global))) : lm_zeros(local_, DType::fp32, false);
   work_ = store_ ? lm_compute_copy(local_, master) : lm_zeros(local_, global.dtype, false);
   grads_ = lm_zeros(local_, global.dtype, store_);
   if (micro_ > 1) {
     mgrads_ = lm_zeros(local_, global.dtype, store_);
-    unit_grads_.resize(size_t(global.layers) + 2);
+    unit_grads_.resize(size_t(local_.layers) + 2);
     const auto acc = grads_.named_weights(), one = mgrads_.named_weights();
     for (size_t i = 0; i < acc.size(); ++i)
-      unit_grads_[size_t(lm_unit_of(acc[i].first, global.layers))].push_back({acc[i].second, one[i].second});
+      if (owns(acc[i].first))
+        unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back({acc[i].second, one[i].second});
   }
   // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
   std::vector<sharding::plans::DpParam> params;
   for (const auto& [name, t] : master.named_weights())
-    params.push_back({lm_unit_of(name, global.layers), size_t(t->numel()),
+    if (owns(name))
+      params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
                       split_of(name) != Split::replicate || tp_rank_ == 0});
   data_ = std::make_unique<sharding::plans::DataParallel>(
-      std::move(params), static_cast<int>(global.layers) + 2,
+      std::move(params), static_cast<int>(local_.layers) + 2,
       sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm}, *rep_, global.dtype, store_);
-  data_->load(refs(master), nullptr, nullptr, refs(work_));
+  data_->load(prefs(master), nullptr, nullptr, prefs(work_));
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
 
-void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) { t = data_->begin_forward(unit, refs(work_), t); }
+void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) { t = data_->begin_forward(unit, prefs(work_), t); }
 
-void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_backward(unit, refs(work_), t); }
+void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_backward(unit, prefs(work_), t); }
 
 LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
   LmWeights out = lm_zeros(local_, whole.embed.dtype());
@@ -231,7 +255,9 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
 LmWeights LmTpTrainer::gather(const LmWeights& local) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no weights to gather");
   const DType dt = local.embed.dtype();
-  LmWeights out = lm_zeros(global_, dt);
+  LmConfig whole_tp = global_;  // global shapes, this chip's layers
+  whole_tp.layers = local_.layers;
+  LmWeights out = lm_zeros(whole_tp, dt);
   auto dst = out.named_weights();
   const auto src = local.named_weights();
   const size_t es = runtime::dtype_size(dt);
@@ -259,13 +285,49 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
                       static_cast<const char*>(all.data()) + size_t(p * l.numel() + i0 * lc) * es, size_t(lc) * es);
     }
   }
+  return pp_size_ > 1 ? gather_stages(out) : out;
+}
+
+LmWeights LmTpTrainer::gather_stages(const LmWeights& mine) {
+  // Every tensor broadcast over the pp axis from the stage that holds it (host-side assembly, charged as
+  // broadcasts on the timeline like gather()'s all_gathers).
+  LmWeights out = lm_zeros(global_, mine.embed.dtype());
+  runtime::Transport& pp = mesh_["pp"];
+  const std::vector<int64_t> per = sharding::plans::stage_layers(global_.layers, pp_size_ * schedule_.v, dp_.pp_layers);
+  std::vector<int> owner(size_t(global_.layers));
+  for (int ms = 0, l = 0; ms < int(per.size()); ++ms)
+    for (int64_t i = 0; i < per[size_t(ms)]; ++i) owner[size_t(l++)] = ms % pp_size_;
+  std::vector<int64_t> local_of(size_t(global_.layers), -1);
+  for (size_t i = 0; i < layer_global_.size(); ++i) local_of[size_t(layer_global_[i])] = int64_t(i);
+  auto share = [&](const Tensor& src, Tensor& dst, int root) {
+    if (pp_rank_ == root) dst = src;
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm_;
+    o.name = "broadcast.state";
+    o.root = root;
+    collectives::broadcast(pp, dst.data(), dst.data(), size_t(dst.numel()), dst.dtype(), tl_.end_time(), o);
+  };
+  share(mine.embed, out.embed, 0);
+  share(mine.final_norm, out.final_norm, (pp_size_ * schedule_.v - 1) % pp_size_);
+  share(mine.head, out.head, (pp_size_ * schedule_.v - 1) % pp_size_);
+  for (int64_t l = 0; l < global_.layers; ++l) {
+    const LmLayer empty;
+    const LmLayer& src = local_of[size_t(l)] >= 0 ? mine.layers[size_t(local_of[size_t(l)])] : empty;
+    LmLayer& dst = out.layers[size_t(l)];
+    const int root = owner[size_t(l)];
+    for (auto [a, b] : std::initializer_list<std::pair<const Tensor*, Tensor*>>{
+             {&src.attn_norm, &dst.attn_norm}, {&src.wq, &dst.wq}, {&src.wk, &dst.wk}, {&src.wv, &dst.wv},
+             {&src.wo, &dst.wo}, {&src.mlp_norm, &dst.mlp_norm}, {&src.w_gate, &dst.w_gate}, {&src.w_up, &dst.w_up},
+             {&src.w_down, &dst.w_down}})
+      share(*a, *b, root);
+  }
   return out;
 }
 
 LmWeights LmTpTrainer::gather_field(sharding::plans::DataParallel::Field field) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no state to gather");
   LmWeights w = lm_zeros(local_, DType::fp32);
-  data_->gather_state(field, refs(w));
+  data_->gather_state(field, prefs(w));
   return w;
 }
 
@@ -293,10 +355,10 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
                                     runtime::shape_str(got[i].second->shape()));
   }
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
-  LmWeights master = shard(s.master), m = shard(s.m), v = shard(s.v);
+  LmWeights master = shard(own_layers(s.master)), m = shard(own_layers(s.m)), v = shard(own_layers(s.v));
   work_ = lm_compute_copy(local_, master);
-  const auto mr = refs(m), vr = refs(v);
-  data_->load(refs(master), &mr, &vr, refs(work_));
+  const auto mr = prefs(m), vr = prefs(v);
+  data_->load(prefs(master), &mr, &vr, prefs(work_));
   step_ = s.step;
 }
 
@@ -434,7 +496,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const s
   charge(kernels::add_inplace(x, mlp), t);
 }
 
-double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
+double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chunk, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
@@ -446,16 +508,21 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, sim::TimeNs& t) {
     charge(kernels::gemm(x, wt, y), t);
     return y;
   };
-  C.layers.assign(size_t(c.layers), {});
+  if (C.layers.empty()) C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
-  begin_forward(0, t);
-  Tensor x = act({N, h});
-  charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
-  x = to_seq(std::move(x), t, "embed");
-  for (int64_t l = 0; l < c.layers; ++l) {
+  const int ms = schedule_.model_stage(pp_rank_, chunk);
+  if (ms == 0) {  // the embedding: the first model stage's
+    begin_forward(0, t);
+    x = act({N, h});
+    charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
+    x = to_seq(std::move(x), t, "embed");
+  }
+  const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
+  for (int64_t l = l0; l < l1; ++l) {
     begin_forward(int(l) + 1, t);
     block_forward(l, x, C.layers[size_t(l)], pos, t);
   }
+  if (ms != schedule_.p * schedule_.v - 1) return 0;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   Tensor xf = act({Nr, h});
@@ -489,7 +556,7 @@ void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t) {
   if (micro == micro_ - 1) data_->grads_ready(u, t);
 }
 
-void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int micro) {
+void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chunk, int micro, sim::TimeNs& t) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
@@ -499,13 +566,14 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
   const int head_unit = int(c.layers) + 1;
-
+  const int ms = schedule_.model_stage(pp_rank_, chunk);
+  const int64_t Nr = sp_ ? N / tp_size_ : N;
+  if (ms == schedule_.p * schedule_.v - 1) {  // the head and the loss: the last model stage's
   begin_backward(head_unit, t);
   Tensor dlogits = act({N, c.vocab});
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / (float(N) * float(micro_)),
                               dlogits),
          t);
-  const int64_t Nr = sp_ ? N / tp_size_ : N;
   Tensor dxf_r;
   if (fused_) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
     dxf_r = act({Nr, h});
@@ -518,10 +586,12 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int
     // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
     dxf_r = to_seq(std::move(dxf), t, "dhead_in");
   }
-  Tensor dx = act({Nr, h});
+  dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
   unit_grads_done(head_unit, micro, t);
-  for (int64_t l = c.layers - 1; l >= 0; --l) {
+  }  // else DX arrived from the next stage
+  const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
+  for (int64_t l = l1 - 1; l >= l0; --l) {
     begin_backward(int(l) + 1, t);
     const LmLayer& L = w.layers[size_t(l)];
     LmLayer& G = g.layers[size_t(l)];
@@ -612,15 +682,21 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int
       C.layers[size_t(l)].x_in = std::move(keep);
     }
   }
-  begin_backward(0, t);
-  charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
-  unit_grads_done(0, micro, t);
-  if (sp_ && micro == micro_ - 1) {
+  if (ms == 0) {  // else DX goes to the previous stage
+    begin_backward(0, t);
+    charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
+    unit_grads_done(0, micro, t);
+  }
+}
+
+void LmTpTrainer::finish_backward(sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  if (sp_) {
     // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
     for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
-      if (split_of(name) == Split::replicate) norms.push_back(gt);
+      if (split_of(name) == Split::replicate && owns(name)) norms.push_back(gt);
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
     Tensor flat = make(c.dtype, {total});
@@ -638,6 +714,129 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, sim::TimeNs& t, int
     }
     data_->all_grads_ready(t);  // every unit holds a norm weight: complete after this all_reduce
   }
+}
+
+double LmTpTrainer::run_schedule(sim::TimeNs& t) {
+  // This stage's actions of the schedule (sharding/plans/pipeline_schedule.h) in order; without pp the schedule is
+  // 1F1B on one stage: each micro-batch's forward then its backward. Activations and their gradients go to the
+  // neighbouring stage by send/recv over the pp axis (the topology's routes); the loss is the micro-batches' mean.
+  const int last = schedule_.p * schedule_.v - 1;
+  const int next = (pp_rank_ + 1) % pp_size_, prev = (pp_rank_ + pp_size_ - 1) % pp_size_;
+  const int64_t rows = (sp_ ? local_.batch * local_.seq / tp_size_ : local_.batch * local_.seq);
+  struct Live {
+    LmBatch batch;
+    LmCache cache;
+  };
+  std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
+  double loss = 0;
+  int held = 0;
+  stage_stats_ = {};
+  // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
+  // with the chip's next receive (or at the end of the schedule) in one exchange, so two neighbouring stages that
+  // send to each other never wait for each other's receive (MPI's rendezvous for large messages).
+  runtime::Transport& pp = mesh_["pp"];
+  struct Pending {
+    Tensor x;
+    int peer;
+    sim::TimeNs ready;
+    const char* name;
+  };
+  std::vector<Pending> pending;
+  auto exchange = [&](runtime::RecvOp* in, const char* name) {
+    std::vector<runtime::SendOp> out;
+    for (const Pending& p : pending)
+      out.push_back({p.x.data_if_stored(), size_t(p.x.nbytes()), p.peer, p.ready});
+    const sim::TimeNs start = t;
+    pp.exchange(out, in ? std::span<runtime::RecvOp>(in, 1) : std::span<runtime::RecvOp>(), name);
+    for (const Pending& p : pending) tl_.record_region(p.name, "collective", {p.ready, p.ready}, double(p.x.nbytes()));
+    pending.clear();
+    if (in) {
+      t = std::max(t, in->arrival);
+      tl_.record_region(name, "collective", {start, t}, double(in->bytes));
+    }
+  };
+  auto send = [&](const Tensor& x, int peer, const char* name, double& bytes) {
+    pending.push_back({x, peer, t, name});
+    bytes += double(x.nbytes());
+  };
+  // The action's span on the timeline, for the trace's pipeline track (category "pipeline": not in the breakdown).
+  auto mark = [&](const sharding::plans::PipeAction& a, sim::TimeNs begin) {
+    stage_stats_.spans.push_back({a, begin, t});
+    std::string name = std::string(sharding::plans::pipe_op_name(a.op)) + std::to_string(a.micro);
+    if (schedule_.v > 1) name += ".c" + std::to_string(a.chunk);
+    tl_.record_region(name, "pipeline", {begin, t});
+  };
+  auto recv = [&](int peer, const char* name) {
+    Tensor x = make(local_.dtype, {rows, local_.hidden});
+    runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), peer, 0};
+    exchange(&in, name);
+    return x;
+  };
+  for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
+    const int ms = schedule_.model_stage(pp_rank_, a.chunk);
+    if (a.op == sharding::plans::PipeOp::F) {
+      Live& s = live[{a.chunk, a.micro}];
+      s.batch = micro_batch_tokens(a.micro);
+      Tensor x;
+      if (ms > 0) x = recv(prev, "pp.recv_activation");
+      const sim::TimeNs begin = t;
+      loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
+      if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
+      if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
+      mark(a, begin);
+      if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
+      stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
+    } else {
+      auto it = live.find({a.chunk, a.micro});
+      if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
+      Tensor dx;
+      if (ms < last) dx = recv(next, "pp.recv_gradient");
+      const sim::TimeNs begin = t;
+      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t);
+      mark(a, begin);
+      if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
+      live.erase(it);
+      --held;
+    }
+  }
+  if (!pending.empty()) exchange(nullptr, "pp.send");
+  stage_stats_.chunk_activation_bytes = activation_bytes_;
+  return loss;
+}
+
+std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
+  const LmStageStats& st = stage_stats_;
+  sim::TimeNs end = 0;
+  for (const auto& sp : st.spans) end = std::max(end, sp.end);
+  const double mine[] = {st.busy_ns(), end, double(st.peak_in_flight) * st.chunk_activation_bytes,
+                         st.peak_in_flight / double(schedule_.v), st.bytes_forward, st.bytes_backward};
+  std::vector<std::vector<int64_t>> all;
+  for (double d : mine) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    all.push_back(world_.allgather(bits, "lm pipeline summary"));  // host-side, not simulated
+  }
+  auto get = [&](size_t k, int rank) {
+    double d = 0;
+    std::memcpy(&d, &all[k][size_t(rank)], sizeof d);
+    return d;
+  };
+  // One chip per stage (its tp, cp and dp coordinates 0): the mesh rank stage·(tp·cp·dp), pp being outermost.
+  std::vector<LmStageSummary> out(static_cast<size_t>(pp_size_));
+  double pipe_end = 0;
+  for (int s = 0; s < pp_size_; ++s) pipe_end = std::max(pipe_end, get(1, s * tp_size_ * cp_size_ * dp_size_));
+  for (int s = 0; s < pp_size_; ++s) {
+    const int r = s * tp_size_ * cp_size_ * dp_size_;
+    LmStageSummary& o = out[size_t(s)];
+    o.busy_ns = get(0, r);
+    o.pipeline_ns = pipe_end;
+    o.bubble_ns = std::max(0.0, pipe_end - o.busy_ns);
+    o.peak_activation_bytes = get(2, r);
+    o.peak_microbatches = get(3, r);
+    o.bytes_forward = get(4, r);
+    o.bytes_backward = get(5, r);
+  }
+  return out;
 }
 
 LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
@@ -668,21 +867,19 @@ LmDpStepResult LmTpTrainer::step() {
   tl_.reset();
   sim::TimeNs t = 0;
   data_->begin_step();
-  // The micro-batches in turn: forward, backward, gradients accumulated; the loss is their mean.
-  double local_loss = 0;
-  for (int i = 0; i < micro_; ++i) {
-    const LmBatch lb = micro_batch_tokens(i);
-    LmCache cache;
-    local_loss += forward(lb, cache, t) / micro_;
-    if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(cache, dp_.recompute);
-    if (dp_.recompute) lm_drop_block_activations(cache);  // keep the block inputs only
-    backward(lb, cache, t, i);
+  double local_loss = run_schedule(t);
+  finish_backward(t);
+  if (pp_size_ > 1) {  // the loss is the last stage's: shared over the pp axis (host-side, not simulated)
+    int64_t bits = 0;
+    std::memcpy(&bits, &local_loss, sizeof bits);
+    const std::vector<int64_t> all = mesh_["pp"].allgather(bits, "lm loss pp");
+    std::memcpy(&local_loss, &all[size_t((pp_size_ * schedule_.v - 1) % pp_size_)], sizeof local_loss);
   }
 
   // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
   // the squares of the reduced elements this rank counts, all_reduce(sum) over the whole mesh.
   double sq = 0;
-  const sim::TimeNs reduced = data_->reduce_gradients(refs(grads_), sq, t);
+  const sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
   double norm_sq = 0;
   collectives::CollectiveOptions o;
   o.algorithm = algorithm_;
@@ -695,7 +892,7 @@ LmDpStepResult LmTpTrainer::step() {
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
   charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
-  data_->publish(refs(work_), t);
+  data_->publish(prefs(work_), t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();
   return r;
@@ -708,6 +905,33 @@ LmDpMemory LmTpTrainer::memory() const {
   static_cast<sharding::plans::DpMemory&>(m) = data_->memory();  // Ψ = Ψ_tp, N_d = dp·cp
   m.activations = activation_bytes_;
   return m;
+}
+
+void LmTpTrainer::setup_pipeline(const LmConfig& global) {
+  using sharding::plans::ScheduleKind;
+  const ScheduleKind kind = pp_size_ > 1 ? dp_.schedule : ScheduleKind::one_f_one_b;
+  const int v = pp_size_ > 1 ? dp_.virtual_stages : 1;
+  const std::string why = sharding::plans::pipeline_obstacle(kind, pp_size_, micro_, v, global.layers, dp_.pp_layers);
+  if (!why.empty()) throw std::invalid_argument(why);
+  if (kind == ScheduleKind::zb_h1)
+    throw std::invalid_argument("parallel.schedule: zb_h1 is not implemented yet in train (the schedule and its "
+                                "closed form are; the trainer's backward does not split input and weight gradients)");
+  schedule_ = sharding::plans::make_schedule(kind, pp_size_, micro_, v);
+  const std::vector<int64_t> per = sharding::plans::stage_layers(global.layers, pp_size_ * v, dp_.pp_layers);
+  std::vector<int64_t> first(per.size() + 1, 0);
+  for (size_t i = 0; i < per.size(); ++i) first[i + 1] = first[i] + per[i];
+  layer_global_.clear();
+  chunk_first_.clear();
+  chunk_len_.clear();
+  for (int c = 0; c < v; ++c) {
+    const size_t ms = size_t(schedule_.model_stage(pp_rank_, c));
+    chunk_first_.push_back(int64_t(layer_global_.size()));
+    chunk_len_.push_back(per[ms]);
+    for (int64_t l = first[ms]; l < first[ms + 1]; ++l) layer_global_.push_back(l);
+  }
+  owns_embed_ = pp_rank_ == 0;
+  owns_head_ = schedule_.model_stage(pp_rank_, v - 1) == pp_size_ * v - 1;
+  local_.layers = int64_t(layer_global_.size());
 }
 
 sharding::plans::SeqShard LmTpTrainer::seq_shard() const {

@@ -115,6 +115,7 @@
 #include "sharding/device_mesh.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
+#include "sharding/plans/pipeline_schedule.h"
 #include "sim/timeline.h"
 
 namespace shardsim::models {
@@ -133,6 +134,42 @@ struct LmDpConfig {
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
   bool recompute = false;
   int64_t micro_batch = 0;                  // sequences per micro-batch and replica; 0 = the replica's batch
+  // Pipeline parallelism (mesh axis pp > 1; see "Pipeline parallelism" above): the schedule, virtual stages per
+  // chip (interleaved only) and the layers of each model stage (empty: even split).
+  sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;
+  std::vector<int64_t> pp_layers;
+};
+
+// One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
+// of activations it held at once, the bytes it sent to its neighbours (activations forward, gradients backward).
+// One stage of the last step, as the report shows it (chip stage·tp·cp·dp: tp, cp and dp coordinates 0). The
+// pipeline part of the step runs from 0 to PIPELINE_NS, the last action's end on any stage (the optimizer and the
+// dp reduction after it are not counted); a stage's bubble is that minus its busy time (its F and B spans, their
+// tp / cp collectives included), i.e. the time it waits for a neighbour.
+struct LmStageSummary {
+  double busy_ns = 0, bubble_ns = 0, pipeline_ns = 0;
+  double peak_activation_bytes = 0;  // most activations held at once
+  double peak_microbatches = 0;      // the same in micro-batches of the stage's layers (chunks / v)
+  double bytes_forward = 0, bytes_backward = 0;
+  double bubble_fraction() const { return pipeline_ns > 0 ? bubble_ns / pipeline_ns : 0; }
+};
+
+struct LmStageStats {
+  struct Span {
+    sharding::plans::PipeAction action;
+    sim::TimeNs start = 0, end = 0;
+  };
+  std::vector<Span> spans;
+  int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
+  double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
+  double bytes_forward = 0;           // activations sent to the next stage
+  double bytes_backward = 0;          // their gradients sent to the previous stage
+  double busy_ns() const {
+    double b = 0;
+    for (const auto& s : spans) b += s.end - s.start;
+    return b;
+  }
 };
 
 // Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
@@ -183,6 +220,12 @@ class LmTpTrainer {
   bool fused() const { return fused_; }
   int zero() const { return dp_.zero; }
   int micro_batches() const { return micro_; }  // per step and replica
+  int pp() const { return pp_size_; }
+  int pp_rank() const { return pp_rank_; }
+  const sharding::plans::PipelineSchedule& schedule() const { return schedule_; }
+  const LmStageStats& stage_stats() const { return stage_stats_; }  // the last step's
+  // Every stage's summary of the last step (collective over the mesh; host-side, not simulated).
+  std::vector<LmStageSummary> pipeline_summary();
   int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
@@ -203,10 +246,22 @@ class LmTpTrainer {
   void begin_backward(int unit, sim::TimeNs& t);
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
                      sim::TimeNs& t);
-  double forward(const LmBatch& b, LmCache& C, sim::TimeNs& t);
+  // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
+  // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
+  // (returned; else 0 and X is the output for the next stage).
+  double forward(const LmBatch& b, LmCache& C, runtime::Tensor& x, int chunk, sim::TimeNs& t);
   // The backward of one micro-batch (MICRO of micro_batches()): its gradients into grads_ (the first) or into
   // mgrads_, added into grads_ per unit; the data-parallel reduction is told of ready units in the last one only.
-  void backward(const LmBatch& b, LmCache& C, sim::TimeNs& t, int micro);
+  // DX: the gradient from the next stage (ignored on the last model stage, which starts from the loss); on return
+  // the gradient for the previous stage (model stage 0: the embedding's backward ran instead).
+  void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t);
+  void finish_backward(sim::TimeNs& t);  // after every micro-batch: sp's norm-gradient all_reduce
+  double run_schedule(sim::TimeNs& t);   // this stage's actions of schedule_; returns the loss (last stage)
+  void setup_pipeline(const LmConfig& global);
+  bool owns(const std::string& weight) const;  // embed on the first model stage, final_norm and head on the last
+  sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
+  LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
+  LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
   // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
   // micro-batch handed to the data-parallel unit (grads_ready).
   void unit_grads_done(int u, int micro, sim::TimeNs& t);
@@ -246,7 +301,12 @@ class LmTpTrainer {
   bool ulysses_ = false;
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
-  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1;
+  int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1, pp_rank_ = 0, pp_size_ = 1;
+  sharding::plans::PipelineSchedule schedule_;
+  std::vector<int64_t> layer_global_;          // global index of each local layer
+  std::vector<int64_t> chunk_first_, chunk_len_;  // per virtual stage: its local layers
+  bool owns_embed_ = true, owns_head_ = true;
+  LmStageStats stage_stats_;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
   std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)

@@ -86,6 +86,23 @@ struct TrainMemory {
   double chip_bytes() const { return total() + activations; }
 };
 
+// Pipeline parallelism (train with pp > 1): the last step's stages (models/lm_tp.h, LmStageSummary) and the
+// schedule's closed-form bubble (sharding/plans/pipeline_schedule.h, docs/model/training.md "Pipeline schedules").
+struct TrainPipelineStage {
+  double busy_ns = 0, bubble_ns = 0, bubble_fraction = 0;
+  double peak_activation_bytes = 0, peak_microbatches = 0;
+  double bytes_forward = 0, bytes_backward = 0;  // activations to the next stage, gradients to the previous one
+};
+struct TrainPipeline {
+  std::string schedule;            // "1f1b", ...
+  int p = 1, m = 1, v = 1;
+  double pipeline_ns = 0;          // the schedule's part of the step: 0 .. the last action's end
+  double bubble_fraction = 0;      // mean of the stages' bubble fractions
+  double closed_form = 0;          // the schedule's closed form (uniform stages, free communication)
+  std::string closed_form_rule;    // "(p-1)/(m+p-1)", ...
+  std::vector<TrainPipelineStage> stages;
+};
+
 // What `train` adds to RunReport (mode "train"); empty in forward mode.
 struct TrainReport {
   std::string model;                  // "vocab 32, hidden 16, 2 layers, ...; N parameters (M in GEMMs); fp32"
@@ -106,6 +123,8 @@ struct TrainReport {
   double hfu = 0;                     // kernel_flops_per_step / (step_ns * peak)
   bool has_memory = false;
   TrainMemory memory;
+  bool has_pipeline = false;
+  TrainPipeline pipeline;
   // --validate: the per-step losses against the single-device reference (models/lm_train.h).
   double max_loss_error = 0;          // absolute in fp32, relative in bf16
   bool loss_error_relative = false;

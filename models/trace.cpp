@@ -62,7 +62,7 @@ template <class Spans>
 int pack_lanes(const std::vector<sim::Event>& events, const Spans& spans, int engine, std::vector<int>& lane_of) {
   std::vector<size_t> idx;
   for (size_t i = 0; i < events.size(); ++i)
-    if (events[i].engine == engine) idx.push_back(i);
+    if (events[i].engine == engine && events[i].category != "pipeline") idx.push_back(i);
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
     return spans[a].start != spans[b].start ? spans[a].start < spans[b].start : spans[a].end > spans[b].end;
   });
@@ -97,12 +97,17 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
     spans.push_back(s);
   }
 
-  // Collective regions (engine -1), then receives (engine -2), each on their own lanes.
+  // Collective regions (engine -1), then receives (engine -2), each on their own lanes. Pipeline actions (category
+  // "pipeline": a stage's forward / backward of one micro-batch) have one track of their own, after the regions.
   std::vector<int> lane_of(events.size(), -1);
+  bool pipeline = false;
+  for (const auto& e : events) pipeline = pipeline || (e.engine == -1 && e.category == "pipeline");
   const int engines = 1 + static_cast<int>(topo.out_links(chip).size());
   const int lanes = std::max(1, pack_lanes(events, spans, -1, lane_of));
+  const int pipeline_track = engines + lanes;
+  const int recv_first = engines + lanes + (pipeline ? 1 : 0);
   const int recv_lanes = pack_lanes(events, spans, -2, lane_of);
-  const int tracks = engines + lanes + recv_lanes;
+  const int tracks = recv_first + recv_lanes;
   if (tracks >= kTraceTidStride)
     throw RuntimeFault("trace: chip " + std::to_string(chip) + " needs " + std::to_string(tracks) +
                        " tracks, more than " + std::to_string(kTraceTidStride - 1));
@@ -118,9 +123,11 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
     } else if (t < engines + lanes) {
       name = "collectives";
       if (t > engines) name.append(" ").append(std::to_string(t - engines + 1));
+    } else if (pipeline && t == pipeline_track) {
+      name = "pipeline stage (micro-batch F / B)";
     } else {
       name = "receives";
-      if (t > engines + lanes) name.append(" ").append(std::to_string(t - engines - lanes + 1));
+      if (t > recv_first) name.append(" ").append(std::to_string(t - recv_first + 1));
     }
     ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"name", name}}}});
     ev.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid(t)}, {"args", {{"sort_index", t}}}});
@@ -135,7 +142,10 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
     if (e.peer >= 0) args["peer"] = e.peer;
     if (e.bound != sim::Bound::none) args["bound"] = sim::bound_name(e.bound);
     if (on_path[i]) args["critical_path"] = true;
-    const int track = e.engine >= 0 ? e.engine : e.engine == -1 ? engines + lane_of[i] : engines + lanes + lane_of[i];
+    const int track = e.engine >= 0             ? e.engine
+                      : e.category == "pipeline" ? pipeline_track
+                      : e.engine == -1           ? engines + lane_of[i]
+                                                 : recv_first + lane_of[i];
     nlohmann::json x = {{"ph", "X"},
                         {"name", e.name},
                         {"cat", e.category},

@@ -1,4 +1,5 @@
 #include "sharding/model_spec.h"
+#include "sharding/plans/pipeline_schedule.h"
 
 #include <cfloat>
 #include <cstdint>
@@ -349,7 +350,18 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     p.cp = axis("cp");
     p.ulysses = axis("ulysses");
     p.pp = axis("pp");
-    if (p.pp > 1) not_implemented(par.child("pp"), w + "pp: pipeline parallelism", use);
+    if (p.pp > 1 && use != SpecUse::train) not_implemented(par.child("pp"), w + "pp: pipeline parallelism", use);
+    for (const char* k : {"schedule", "virtual_stages", "pp_layers"})
+      if (par.has(k) && p.pp == 1) par.child(k).fail(w + k + ": only used with pipeline parallelism (pp > 1)");
+    p.schedule = par.get_string("schedule", "1f1b");
+    if (!plans::schedule_from_name(p.schedule))
+      par.child("schedule").fail(w + "schedule: '" + p.schedule + "' (" + plans::kScheduleNames + ")");
+    if (p.schedule == "zb_h1")
+      not_implemented(par.child("schedule"), w + "schedule: zb_h1 (the trainer's backward does not split input and "
+                                             "weight gradients)", use);
+    p.virtual_stages = static_cast<int>(par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
+    if (par.has("pp_layers"))
+      for (int64_t n : par.get_int_list("pp_layers")) p.pp_layers.push_back(n);
     const int64_t inner = bounded_product(par, "parallel: tp x cp x ulysses x pp", {p.tp, p.cp, p.ulysses, p.pp},
                                           SpecBounds::axis);
     if (use == SpecUse::mlp) {
@@ -436,6 +448,18 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
         .fail(model.path() + ".micro_batch: " + str(s.micro_batch) + " sequences per micro-batch must divide the " +
               str(s.batch / p.dp) + " sequences of each data-parallel replica (model.batch / dp = " +
               str(s.batch) + " / " + str(p.dp) + ")");
+  }
+  if (use == SpecUse::train && p.pp > 1) {  // the schedule's rules (sharding/plans/pipeline_schedule.h)
+    const int64_t per_replica = s.batch / p.dp;
+    const int m = static_cast<int>(s.micro_batch > 0 ? per_replica / s.micro_batch : 1);
+    const std::string why = plans::pipeline_obstacle(*plans::schedule_from_name(p.schedule), p.pp, m,
+                                                     p.virtual_stages, s.layers, p.pp_layers);
+    if (!why.empty()) {
+      const std::string key = why.substr(0, why.find(':'));
+      const std::string leaf = key.substr(key.find('.') + 1);
+      const ConfigNode model = root.has("workload") ? root.child("workload") : root.has("model") ? root.child("model") : root;
+      (key.rfind("model.", 0) == 0 ? at_key(model, leaf) : at_key(par, leaf)).fail(why);
+    }
   }
   return p;
 }

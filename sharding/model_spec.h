@@ -42,7 +42,8 @@
 //        head_dim = hidden / heads, any layers; batch = dp; Ulysses with replicated KV heads not yet
 //   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, any micro_batch;
 //        tp above the KV heads not yet; fused only with sp; one algorithm for all collectives (see algorithm)
-//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings, parallel.pp > 1; micro_batch in run.
+//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings; in run: micro_batch, parallel.pp > 1;
+//   in train: parallel.schedule zb_h1 (the schedule exists as data, the trainer's backward is not split).
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them
 // directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
@@ -119,7 +120,13 @@ struct ParallelPlan {
   int tp = 1;       // tensor parallel (Megatron column/row-parallel GEMMs; innermost axis)
   int cp = 1;       // context parallel, ring attention (the cp axis)
   int ulysses = 1;  // DeepSpeed-Ulysses all_to_all attention (also on the cp axis; not together with cp > 1)
-  int pp = 1;       // pipeline stages: parsed, > 1 refused (not implemented yet)
+  int pp = 1;       // pipeline stages (outermost axis; train only, > 1 refused by run)
+  // Pipeline schedule (sharding/plans/pipeline_schedule.h; train with pp > 1): parallel.schedule gpipe | 1f1b |
+  // interleaved | zb_h1 (default 1f1b; zb_h1 is refused by the trainer, not implemented yet), virtual_stages v
+  // (interleaved: model chunks per chip), pp_layers (layers of each of the pp·v model stages; empty = even).
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  std::vector<int64_t> pp_layers;
   bool sp = false;  // sequence parallelism on the tp axis (needs tp > 1, not with ulysses)
   bool zigzag = true;  // parallel.cp_split: zigzag (chip c holds chunks c and 2cp-1-c) | contiguous
   FusedPlan fused;     // parallel.fused / parallel.chunks (sharding/fused.h); needs tp > 1
@@ -176,7 +183,7 @@ inline constexpr std::string_view kModelKeys[] = {
 inline constexpr std::string_view kParallelKeys[] = {"dp",     "tp",   "cp",           "ulysses",   "pp",
                                                      "sp",     "cp_split", "fused",    "chunks",    "zero",
                                                      "bucket_bytes", "recompute", "algorithm", "all_reduce",
-                                                     "mesh_dims"};
+                                                     "mesh_dims", "schedule", "virtual_stages", "pp_layers"};
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",
                                                   "weight_decay", "max_grad_norm", "data_seed", "recompute"};
 

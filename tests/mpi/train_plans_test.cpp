@@ -36,7 +36,23 @@ struct PlanCase {
   bool recompute = false;
   int64_t kv_heads = 8;
   int64_t micro_batch = 0;  // sequences per micro-batch and replica (gradient accumulation); 0 = none
+  int pp = 1;               // pipeline stages (outermost mesh axis), with SCHEDULE and V virtual stages
+  sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
+  int v = 1;
 };
+
+using sharding::plans::ScheduleKind;
+// A pipeline case: PP stages x TP (x CP), micro-batches of MB sequences, the model 4 layers deep.
+PlanCase pipe(const char* name, int pp, ScheduleKind s, int v, int tp, int cp, int64_t mb, bool sp = false,
+              int zero = 0) {
+  PlanCase k{name, tp, cp, false, sp};
+  k.zero = zero;
+  k.micro_batch = mb;
+  k.pp = pp;
+  k.schedule = s;
+  k.v = v;
+  return k;
+}
 
 std::ostream& operator<<(std::ostream& os, const PlanCase& c) { return os << c.name; }
 
@@ -69,10 +85,21 @@ const PlanCase kCases[] = {
     {"dp_micro3_zero3", 1, 1, false, false, true, false, 3, false, 8, 3},
     {"tp2_sp_micro1_zero1_recompute", 2, 1, false, true, true, false, 1, true, 8, 1},
     {"tp2_x_cp2_micro1", 2, 2, false, false, true, false, 0, false, 8, 1},
+    // Pipeline parallelism: each schedule the trainer runs, alone and composed (dp takes the remaining chips).
+    pipe("pp2_gpipe", 2, ScheduleKind::gpipe, 1, 1, 1, 1),
+    pipe("pp2_1f1b_zero1", 2, ScheduleKind::one_f_one_b, 1, 1, 1, 1, false, 1),
+    pipe("pp4_1f1b", 4, ScheduleKind::one_f_one_b, 1, 1, 1, 3),
+    pipe("pp4_gpipe_zero3", 4, ScheduleKind::gpipe, 1, 1, 1, 3, false, 3),
+    pipe("pp2_interleaved_v2", 2, ScheduleKind::interleaved, 2, 1, 1, 1),
+    pipe("pp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 1, 3),
+    pipe("pp2_x_tp2_sp_interleaved_v2", 2, ScheduleKind::interleaved, 2, 2, 1, 3, true),
+    pipe("pp4_x_tp2_gpipe", 4, ScheduleKind::gpipe, 1, 2, 1, 3),
+    pipe("pp2_x_cp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 2, 3),
 };
 
 models::LmConfig config_of(const PlanCase& k) {
-  models::LmConfig c;  // vocab 32, hidden 16, 2 layers, head_dim 4, ffn 32
+  models::LmConfig c;  // vocab 32, hidden 16, 2 layers (pipelines: 4), head_dim 4, ffn 32
+  if (k.pp > 1) c.layers = 4;
   c.heads = 16;
   c.kv_heads = k.kv_heads;
   c.seq = 16;   // zigzag over 8 chips: 16 chunks of one token
@@ -88,24 +115,29 @@ struct Reference {
   models::LmWeights weights;
 };
 
-const Reference& reference(int64_t kv_heads) {
-  static std::map<int64_t, Reference> refs;
-  auto it = refs.find(kv_heads);
+const Reference& reference(int64_t kv_heads, int pp = 1) {
+  static std::map<std::pair<int64_t, bool>, Reference> refs;
+  auto it = refs.find({kv_heads, pp > 1});
   if (it != refs.end()) return it->second;
   PlanCase k{"ref"};
   k.kv_heads = kv_heads;
+  k.pp = pp;
   const models::LmConfig c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
   r.steps = models::lm_train(c, kFiveSteps, st);
   r.weights = st.weights;
-  return refs.emplace(kv_heads, std::move(r)).first->second;
+  return refs.emplace(std::make_pair(kv_heads, pp > 1), std::move(r)).first->second;
 }
 
 // Whether the case fits N chips: tp·cp divides N and the remaining dp divides the batch.
 bool fits(const PlanCase& k, int n) {
-  if (n % (k.tp * k.cp) != 0 || config_of(k).batch % (n / (k.tp * k.cp)) != 0) return false;
-  return k.micro_batch == 0 || (config_of(k).batch / (n / (k.tp * k.cp))) % k.micro_batch == 0;
+  const int inner = k.tp * k.cp * k.pp;
+  if (n % inner != 0 || config_of(k).batch % (n / inner) != 0) return false;
+  const int64_t replica = config_of(k).batch / (n / inner);
+  if (k.micro_batch != 0 && replica % k.micro_batch != 0) return false;
+  const int m = int(k.micro_batch ? replica / k.micro_batch : 1);
+  return k.schedule != ScheduleKind::interleaved || m % k.pp == 0;
 }
 
 // 5 steps of case K on N chips (this chip = RANK of WORLD): the worst deviations from the reference. Collective.
@@ -116,13 +148,13 @@ template <class World>
 Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   const models::LmConfig c = config_of(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp)}}, topo);
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp * k.pp)}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch}, k.sp, k.zigzag,
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch, k.schedule, k.v, {}}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
-  const Reference& ref = reference(k.kv_heads);
+  const Reference& ref = reference(k.kv_heads, k.pp);
   Deviation d;
   for (size_t i = 0; i < 5; ++i) {
     const auto r = tr.step();
@@ -148,7 +180,7 @@ TEST_P(TrainPlans, MatchSingleDeviceOneChipPerRank) {
   const PlanCase& k = GetParam();
   const int p = world_size();
   if (!fits(k, p)) GTEST_SKIP() << k.name << " does not fit " << p << " ranks";
-  (void)reference(k.kv_heads);  // outside any collective: every rank computes it
+  (void)reference(k.kv_heads, k.pp);  // outside any collective: every rank computes it
   const Deviation d = train_case(k, MPI_COMM_WORLD, p, world_rank());
   if (world_rank() == 0)
     std::printf("[train_plans] %s on %d ranks: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = "
@@ -163,7 +195,7 @@ TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
   const PlanCase& k = GetParam();
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
   if (!fits(k, 8)) GTEST_SKIP() << k.name << " does not fit 8 chips";
-  (void)reference(k.kv_heads);
+  (void)reference(k.kv_heads, k.pp);
   std::vector<Deviation> devs(8);
   const int code = runtime::run_chips(8, [&](const runtime::World& w) {
     devs[size_t(w.rank())] = train_case(k, w, w.size(), w.rank());
@@ -177,3 +209,46 @@ TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, TrainPlans, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<PlanCase>& i) { return std::string(i.param.name); });
+
+// What the pipeline report shows, from the trainer's own step on 4 chips of one rank (pp 4, 8 micro-batches of one
+// sequence): the first stage holds p = 4 micro-batches of activations at once under 1F1B, m = 8 under GPipe
+// (Narayanan et al. 2021 §2.2.1), the last stage one; every stage but the last sends m activations of [seq, hidden]
+// fp32 forward, every stage but the first m gradients backward; the bubble is positive and the busy time the same
+// under both schedules (the same actions in another order).
+TEST(TrainPipeline, FirstStageHoldsPMicroBatchesUnder1F1BAndMUnderGPipe) {
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
+  std::map<ScheduleKind, std::vector<models::LmStageSummary>> got;
+  for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe}) {
+    std::vector<models::LmStageSummary> summary;
+    const int code = runtime::run_chips(4, [&](const runtime::World& w) {
+      PlanCase k = pipe("pp4", 4, kind, 1, 1, 1, 1);
+      models::LmConfig c = config_of(k);
+      c.batch = 8;
+      auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
+      sharding::DeviceMesh mesh({{"pp", 4}}, topo);
+      sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
+      runtime::Transport t(w, tl, mesh.placement());
+      mesh.bind(t);
+      models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {0, 512, "auto", false, 1, kind, 1, {}});
+      tr.step();
+      auto s = tr.pipeline_summary();
+      if (w.rank() == 0) summary = s;
+      return 0;
+    });
+    ASSERT_EQ(code, 0);
+    ASSERT_EQ(summary.size(), 4u);
+    got[kind] = summary;
+  }
+  const auto& a = got[ScheduleKind::one_f_one_b];
+  const auto& g = got[ScheduleKind::gpipe];
+  const double act = 8.0 * 16 * 16 * 4;  // m x [seq 16, hidden 16] fp32
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_DOUBLE_EQ(a[size_t(s)].peak_microbatches, 4 - s) << "1f1b stage " << s;
+    EXPECT_DOUBLE_EQ(g[size_t(s)].peak_microbatches, 8) << "gpipe stage " << s;
+    EXPECT_DOUBLE_EQ(a[size_t(s)].bytes_forward, s < 3 ? act : 0);
+    EXPECT_DOUBLE_EQ(a[size_t(s)].bytes_backward, s > 0 ? act : 0);
+    EXPECT_GT(a[size_t(s)].bubble_ns, 0);
+    EXPECT_NEAR(a[size_t(s)].busy_ns, g[size_t(s)].busy_ns, 1e-6 * g[size_t(s)].busy_ns);
+  }
+  EXPECT_GT(g[0].peak_activation_bytes, a[0].peak_activation_bytes);
+}

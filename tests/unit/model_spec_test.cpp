@@ -140,9 +140,39 @@ TEST(ModelSpecParse, VariantsNotImplementedAreRefusedNamingTheKey) {
     EXPECT_NE(e.find("not implemented yet in train"), std::string::npos) << v << ": " << e;
     EXPECT_NE(e.find(std::string(v).substr(0, std::string(v).find(':'))), std::string::npos) << v << ": " << e;
   }
-  EXPECT_NE(spec_error(std::string(kLm) + "parallel: {pp: 2}\n", SpecUse::train, 2).find("parallel.pp"),
+  const std::string block_pp = "model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: 128, seq: 16}\n"
+                               "parallel: {pp: 2}\n";
+  EXPECT_NE(spec_error(block_pp, SpecUse::block, 2).find("parallel.pp: pipeline parallelism: not implemented yet"),
             std::string::npos);
   EXPECT_NE(spec_error(lm("norm: batchnorm"), SpecUse::train).find("(rmsnorm | layernorm)"), std::string::npos);
+}
+
+TEST(ModelSpecParse, PipelinePlansNameTheKeyTheyBreak) {
+  // kLm: 2 layers, batch 2. pp 2 with micro-batches of 1: m = 2.
+  EXPECT_EQ(spec_error(lm("micro_batch: 1") + "parallel: {pp: 2}\n", SpecUse::train, 2), "");
+  EXPECT_EQ(spec_error(lm("micro_batch: 1") + "parallel: {pp: 2, schedule: gpipe, pp_layers: [1, 1]}\n",
+                       SpecUse::train, 2), "");
+  auto err = [](const std::string& model_set, const std::string& par, int chips) {
+    return spec_error(lm(model_set) + "parallel: " + par + "\n", SpecUse::train, chips);
+  };
+  EXPECT_NE(err("batch: 2", "{pp: 4}", 4).find("parallel.pp: 4 stages but the model has only 2 layers"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4, batch: 3, micro_batch: 1", "{pp: 2, schedule: interleaved, virtual_stages: 2}", 2)
+                .find("model.micro_batch: the interleaved schedule needs"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 6, batch: 2, micro_batch: 1", "{pp: 2, schedule: interleaved, virtual_stages: 2}", 2)
+                .find("parallel.virtual_stages: 2 does not divide the 3 layers per stage"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, virtual_stages: 2}", 2).find("parallel.virtual_stages: 2 virtual stages per "
+                                                                   "chip need parallel.schedule: interleaved"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, pp_layers: [1, 2]}", 2).find("parallel.pp_layers: the stages hold 3 layers"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, schedule: pipedream}", 2).find("parallel.schedule: 'pipedream'"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, schedule: zb_h1}", 2).find("not implemented yet in train"), std::string::npos);
+  EXPECT_NE(err("layers: 4", "{tp: 2, schedule: gpipe}", 2).find("parallel.schedule: only used with pipeline"),
+            std::string::npos);
 }
 
 TEST(ModelSpecParse, MicroBatchesDivideEachReplicasBatch) {
