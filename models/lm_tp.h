@@ -138,7 +138,7 @@ struct LmDpConfig {
   // chip (interleaved only) and the layers of each model stage (empty: even split).
   sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
-  std::vector<int64_t> pp_layers;
+  std::vector<int64_t> pp_layers{};
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
