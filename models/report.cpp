@@ -1,5 +1,7 @@
 #include "models/report.h"
 
+#include "models/profile.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -358,6 +360,7 @@ std::string train_tail_text(const RunReport& r) {
     os << buf;
   }
   if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  os << profile_section_text(r);
   std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
   os << buf;
   os << (r.shape_only ? "DONE (shape-only, not validated)" : !r.validated ? "DONE (not validated: --validate compares "
@@ -365,6 +368,14 @@ std::string train_tail_text(const RunReport& r) {
                                                         : r.ok() ? "PASS" : "FAIL")
      << "\n";
   return os.str();
+}
+
+// The profile section (docs/PROFILE.md): the critical path (--profile) and the what-if table (--what-if).
+std::string profile_section_text(const RunReport& r) {
+  std::string s;
+  if (r.profile) s += profile_text(*r.profile);
+  if (!r.what_if.empty()) s += what_if_text(r.critical.total, r.what_if);
+  return s;
 }
 
 nlohmann::json to_json(const RunReport& r) {
@@ -455,6 +466,8 @@ nlohmann::json to_json(const RunReport& r) {
     v["resume_relative_error"] = r.resume_relative_error;
     v["resume_ok"] = r.resume_bit_exact;
   }
+  if (r.profile) j["profile"] = profile_json(*r.profile);
+  if (!r.what_if.empty()) j["what_if"] = what_if_json(r.critical.total, r.what_if);
   return j;
 }
 
@@ -568,6 +581,7 @@ std::string to_text(const RunReport& r) {
   }
   if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
   if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  os << profile_section_text(r);
   os << (r.shape_only ? "DONE (shape-only, not validated)" : r.ok() ? "PASS" : "FAIL") << "\n";
   return os.str();
 }

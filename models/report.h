@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "models/profile.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/block_ops.h"
@@ -194,6 +196,11 @@ struct RunReport {
 
   TrainReport train;  // mode "train"
 
+  // Profile section (docs/PROFILE.md; models/profile.h): --profile's critical path across chips (rank 0; null
+  // without --profile) and --what-if's re-simulations, largest speedup first (against critical.total).
+  std::shared_ptr<const sim::Profile> profile;
+  std::vector<WhatIf> what_if;
+
   bool ok() const { return passed && resume_bit_exact; }
 };
 
@@ -221,6 +228,8 @@ std::string format_mib(double bytes);
 
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);
+// The profile and what-if lines of to_text ("" without --profile / --what-if).
+std::string profile_section_text(const RunReport& r);
 // to_text of a training report in three pieces, so `train` can print the rows as the steps end (flushed, so a run
 // that ends early keeps them): to_text(r) == train_head_text(r) + every train_step_text + train_tail_text(r).
 std::string train_head_text(const RunReport& r);

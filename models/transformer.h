@@ -127,6 +127,7 @@ void check_host_memory(const BlockConfig& c);
 //   weights/wo [heads·d, hidden], weights/norm2 [hidden], weights/w_gate, w_up [hidden, ffn], weights/w_down [ffn, hidden]
 struct BlockRunOptions {
   std::string trace_path;
+  bool profile = false;         // RunReport::profile: the critical path across chips (models/profile.h)
   std::string checkpoint_path;  // write the weights here after the run ("" none)
   std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
                                 // single-device reference then uses the checkpoint's weights too

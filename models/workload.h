@@ -93,6 +93,7 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // overrides the config's
   bool no_checkpoint = false;
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
+  bool profile = false;             // --profile: the critical path across chips in the report (models/profile.h)
   bool shape_only = false;          // --shape-only: run the config in shape-only mode whatever its mode: says
 };
 
