@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "apps/profile.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "kernels/gemm.h"
@@ -83,15 +84,23 @@ std::string default_config_path() {
 // `run`: one model config, one runner, one report, one error protocol. Every rank loads and checks the same
 // config inside World::agree, so a bad input is one line from rank 0 and exit 2 on every rank (failures that
 // differ between ranks too); after that point the run's own failures are exit 3 (models/runner.h).
+// WHAT_IF (--what-if): after the run, each change re-simulated in shape-only mode (apps/profile.h).
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
-            const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides) {
+            const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides,
+            const std::string& what_if) {
   using namespace shardsim;
   std::shared_ptr<const sharding::ModelConfig> cfg;  // one per rank with several chips per rank
+  std::vector<apps::WhatIfPlan> plans;
   world.agree([&] {
     cfg = sharding::load_model_config_shared(config_path, overrides);
     sharding::check_run(world, *cfg, opt, json_path);
+    if (!what_if.empty()) plans = apps::plan_what_if(what_if, sharding::load_workload_config(config_path, overrides));
   });
-  const auto report = sharding::run_model(world, *cfg, opt);
+  auto report = sharding::run_model(world, *cfg, opt);
+  if (!plans.empty())
+    report.what_if = apps::run_what_if(
+        plans, report.critical.total,
+        [&](const sharding::ConfigOverrides& ov) { return apps::simulate_run(world, config_path, ov); }, overrides);
   if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
   // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
   world.agree([&] {
@@ -199,13 +208,31 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   run->add_option("--resume", opt.resume_from, "load weights and input from this HDF5 checkpoint");
   run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
   run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  run->add_flag("--profile", opt.profile,
+                "add the profile: the critical path across chips, each op's class and the top bottlenecks "
+                "(docs/PROFILE.md)");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
   run->add_flag("--shape-only", opt.shape_only,
                 "shape-only mode (as the config's mode: shape_only): no data, kernels and collectives only charge "
                 "their cost; the same simulated figures, not validated");
+  std::string what_if;
+  run->add_option("--what-if", what_if,
+                  "re-simulate each change and print its speedup, e.g. link_bw=2x,hbm_bw=1.5x,peak=2x,latency=0.5x,"
+                  "dim1.bandwidth=2x (docs/PROFILE.md)");
   // Overrides of the config (sharding/engine_config.h); `train` takes the same ones.
   sharding::ConfigOverrides ov;
   apps::add_config_override_flags(run, ov);
+  // `profile`: run in shape-only mode with the profile, no checkpoint (the same overrides and outputs as run's).
+  auto* prof = app.add_subcommand("profile", "where the time goes: the critical path across chips, each op's class, "
+                                             "the top bottlenecks, and --what-if speedups (docs/PROFILE.md)");
+  std::string prof_config = default_config_path(), prof_json, prof_what_if;
+  sharding::RunOptions prof_opt;
+  prof->add_option("config", prof_config, "workload YAML of `run` (default: the Llama-2-7B MLP on an 8-chip ring)");
+  prof->add_option("--json", prof_json, "also write the report (with its profile section) as JSON to this file");
+  prof->add_option("--trace", prof_opt.trace_path, "write a Chrome trace (Perfetto) with arrows and the critical path");
+  prof->add_option("--what-if", prof_what_if, "changes to re-simulate, as run's --what-if");
+  sharding::ConfigOverrides prof_ov;
+  apps::add_config_override_flags(prof, prof_ov);
 
   const apps::Command validate = apps::add_validate(app, world);
   const apps::Command bench = apps::add_bench(app, world);
@@ -239,7 +266,11 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
       world.agree([] { (void)runtime::watchdog_seconds_from_env(300); });
-      if (run->parsed()) return cmd_run(world, config, json_path, opt, ov);
+      if (run->parsed()) return cmd_run(world, config, json_path, opt, ov, what_if);
+      if (prof->parsed()) {
+        prof_opt.profile = prof_opt.shape_only = prof_opt.no_checkpoint = true;
+        return cmd_run(world, prof_config, prof_json, prof_opt, prof_ov, prof_what_if);
+      }
       for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})
         if (c->app->parsed()) return c->run();
     } catch (const AgreedError& e) {

@@ -21,7 +21,7 @@
 // K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
 // to stop at).
 //
-// The simulated time of a step is the sum of its kernels' roofline times on the device (sim::compute_time_ns:
+// The simulated time of a step is the sum of its kernels' kernel-model times on the device (sim::kernel_time_ns:
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
 // no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
@@ -35,6 +35,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "apps/profile.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -53,6 +54,7 @@
 #include "runtime/transport.h"
 #include "runtime/world.h"
 #include "sim/cost.h"
+#include "sim/kernel_model.h"
 #include "topology/topology.h"
 
 namespace shardsim::apps {
@@ -73,6 +75,10 @@ struct TrainFlags {
   bool validate = false;   // --validate: compare the losses with the single-device reference
   std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
   std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
+  bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
+  std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
+  bool quiet = false;      // a what-if re-simulation: print nothing
+  double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
                                         // --device/--plan/--set
 };
@@ -227,7 +233,7 @@ class TrainLog {
 
  private:
   void print(const std::string& text) const {
-    if (world_.rank() != 0) return;
+    if (world_.rank() != 0 || f_.quiet) return;
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -384,6 +390,35 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
   return m;
 }
 
+// The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
+// the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
+void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
+  using namespace sharding::plans;
+  const PipelineSchedule& sch = trainer.schedule();
+  const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
+  sharding::TrainPipeline& p = rep.train.pipeline;
+  rep.train.has_pipeline = true;
+  p.schedule = schedule_name(sch.kind);
+  p.p = sch.p;
+  p.m = sch.m;
+  p.v = sch.v;
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, PipeCosts{});
+  p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)";
+  for (const auto& st : stages) {
+    p.pipeline_ns = st.pipeline_ns;
+    p.bubble_fraction += st.bubble_fraction() / double(stages.size());
+    p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
+                        st.peak_microbatches, st.bytes_forward, st.bytes_backward});
+  }
+  rep.train.memory.activations = stages.front().peak_activation_bytes;
+  char note[160];
+  std::snprintf(note, sizeof note, "the first stage's peak: %.2f micro-batches of its layers held at once under %s",
+                stages.front().peak_microbatches, p.schedule.c_str());
+  rep.train.memory.activations_note = note;
+}
+
+std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
+
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
@@ -402,6 +437,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
+  tl.set_record_dependencies(f.profile || !f.trace_path.empty());  // bookkeeping only: no simulated time changes
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
   mesh->bind(tp);
@@ -503,9 +539,35 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
-  if (!f.trace_path.empty()) sharding::write_trace(world, tl, f.trace_path);
+  if (s.pp > 1) pipeline_report(*trainer, rep);
+  sharding::profile_and_trace(world, tl, f.trace_path, f.profile, rep);  // the last step's
   if (f.validate) validate_losses(world, s, rep);
+  if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
+  if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
+  if (f.quiet) return kExitOk;
   return log.finish();
+}
+
+int run_train(const runtime::World& world, const TrainFlags& f);
+
+// --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
+std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
+  std::vector<WhatIfPlan> plans;
+  world.agree([&] { plans = plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides)); });
+  double step_ns = 0;
+  return run_what_if(
+      plans, baseline_ns,
+      [&](const sharding::ConfigOverrides& ov) {
+        TrainFlags v;
+        v.config = f.config;
+        v.steps = f.steps;
+        v.shape_only = v.quiet = true;
+        v.overrides = ov;
+        v.step_ns_out = &step_ns;
+        run_train(world, v);
+        return step_ns;
+      },
+      f.overrides);
 }
 
 int run_train(const runtime::World& world, const TrainFlags& f) {
@@ -527,6 +589,10 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
                        "reduced size with real data");
     if (f.validate && !s.data_parallel)
       throw UsageError("--validate: one chip without a parallel: section is the reference itself");
+    if ((f.profile || !f.what_if.empty()) && !s.data_parallel)
+      throw UsageError(std::string(f.profile ? "--profile" : "--what-if") + ": one chip without a parallel: section "
+                       "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
+    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides));
     if (!f.trace_path.empty() && !s.data_parallel)
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
@@ -555,7 +621,8 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   try {
     models::lm_train(c, run, st, [&](const models::LmStepResult& res) {
       double ns = 0;
-      for (const auto& k : res.costs) ns += sim::compute_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype));
+      for (const auto& k : res.costs)
+        ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
       total_ns += ns;
       total_flops += res.flops;
       ++steps;
@@ -603,6 +670,12 @@ Command add_train(CLI::App& app, const runtime::World& world) {
                   "train.steps (or --steps)");
   sub->add_option("--json", flags->json_path, "also write the report as JSON to this file (run's report fields)");
   sub->add_option("--trace", flags->trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  sub->add_flag("--profile", flags->profile,
+                "add the profile of the last step: the critical path across chips, each op's class and the top "
+                "bottlenecks (docs/PROFILE.md)");
+  sub->add_option("--what-if", flags->what_if,
+                  "re-simulate each change (shape-only) and print its speedup on the step, e.g. "
+                  "link_bw=2x,hbm_bw=1.5x,peak=2x (docs/PROFILE.md)");
   add_config_override_flags(sub, flags->overrides);
   return {sub, [&world, flags] { return run_train(world, *flags); }};
 }

@@ -5,15 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
-#include "collectives/broadcast.h"
-#include "collectives/send_recv.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -101,7 +98,7 @@ LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, std::string algorithm, bool sequence_parallel)
-    : LmTpTrainer(global, train, mesh, world, timeline, LmDpConfig{0, 0, std::move(algorithm), false},
+    : LmTpTrainer(global, train, mesh, world, timeline, LmDpConfig{.zero = 0, .bucket_bytes = 0, .algorithm = std::move(algorithm)},
                   sequence_parallel, true) {}
 
 LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
@@ -287,42 +284,6 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
     }
   }
   return pp_size_ > 1 ? gather_stages(out) : out;
-}
-
-LmWeights LmTpTrainer::gather_stages(const LmWeights& mine) {
-  // Every tensor broadcast over the pp axis from the stage that holds it (host-side assembly, charged as
-  // broadcasts on the timeline like gather()'s all_gathers).
-  LmWeights out = lm_zeros(global_, mine.embed.dtype());
-  runtime::Transport& pp = mesh_["pp"];
-  const std::vector<int64_t> per = sharding::plans::stage_layers(global_.layers, pp_size_ * schedule_.v, dp_.pp_layers);
-  std::vector<int> owner(size_t(global_.layers));
-  for (int ms = 0, l = 0; ms < int(per.size()); ++ms)
-    for (int64_t i = 0; i < per[size_t(ms)]; ++i) owner[size_t(l++)] = ms % pp_size_;
-  std::vector<int64_t> local_of(size_t(global_.layers), -1);
-  for (size_t i = 0; i < layer_global_.size(); ++i) local_of[size_t(layer_global_[i])] = int64_t(i);
-  auto share = [&](const Tensor& src, Tensor& dst, int root) {
-    if (pp_rank_ == root) dst = src;
-    collectives::CollectiveOptions o;
-    o.algorithm = algorithm_;
-    o.name = "broadcast.state";
-    o.root = root;
-    collectives::broadcast(pp, dst.data(), dst.data(), size_t(dst.numel()), dst.dtype(), tl_.end_time(), o);
-  };
-  share(mine.embed, out.embed, 0);
-  share(mine.final_norm, out.final_norm, (pp_size_ * schedule_.v - 1) % pp_size_);
-  share(mine.head, out.head, (pp_size_ * schedule_.v - 1) % pp_size_);
-  for (int64_t l = 0; l < global_.layers; ++l) {
-    const LmLayer empty;
-    const LmLayer& src = local_of[size_t(l)] >= 0 ? mine.layers[size_t(local_of[size_t(l)])] : empty;
-    LmLayer& dst = out.layers[size_t(l)];
-    const int root = owner[size_t(l)];
-    for (auto [a, b] : std::initializer_list<std::pair<const Tensor*, Tensor*>>{
-             {&src.attn_norm, &dst.attn_norm}, {&src.wq, &dst.wq}, {&src.wk, &dst.wk}, {&src.wv, &dst.wv},
-             {&src.wo, &dst.wo}, {&src.mlp_norm, &dst.mlp_norm}, {&src.w_gate, &dst.w_gate}, {&src.w_up, &dst.w_up},
-             {&src.w_down, &dst.w_down}})
-      share(*a, *b, root);
-  }
-  return out;
 }
 
 LmWeights LmTpTrainer::gather_field(sharding::plans::DataParallel::Field field) {
@@ -717,89 +678,6 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
   }
 }
 
-double LmTpTrainer::run_schedule(sim::TimeNs& t) {
-  // This stage's actions of the schedule (sharding/plans/pipeline_schedule.h) in order; without pp the schedule is
-  // 1F1B on one stage: each micro-batch's forward then its backward. Activations and their gradients go to the
-  // neighbouring stage by send/recv over the pp axis (the topology's routes); the loss is the micro-batches' mean.
-  const int last = schedule_.p * schedule_.v - 1;
-  const int next = (pp_rank_ + 1) % pp_size_, prev = (pp_rank_ + pp_size_ - 1) % pp_size_;
-  const int64_t rows = (sp_ ? local_.batch * local_.seq / tp_size_ : local_.batch * local_.seq);
-  struct Live {
-    LmBatch batch;
-    LmCache cache;
-  };
-  std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
-  double loss = 0;
-  int held = 0;
-  stage_stats_ = {};
-  auto send = [&](const Tensor& x, int peer, const char* name) {
-    collectives::CollectiveOptions o;
-    o.name = name;
-    const auto r = collectives::send(mesh_["pp"], x.data_if_stored(), size_t(x.numel()), x.dtype(), peer, t, o);
-    stage_stats_.bytes_sent += r.bytes_sent;
-  };
-  auto recv = [&](int peer, const char* name) {
-    Tensor x = make(local_.dtype, {rows, local_.hidden});
-    collectives::CollectiveOptions o;
-    o.name = name;
-    t = collectives::recv(mesh_["pp"], x.data_if_stored(), size_t(x.numel()), x.dtype(), peer, t, o).span.end;
-    return x;
-  };
-  for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
-    const int ms = schedule_.model_stage(pp_rank_, a.chunk);
-    const sim::TimeNs start = t;
-    if (a.op == sharding::plans::PipeOp::F) {
-      Live& s = live[{a.chunk, a.micro}];
-      s.batch = micro_batch_tokens(a.micro);
-      Tensor x;
-      if (ms > 0) x = recv(prev, "pp.recv_activation");
-      const sim::TimeNs begin = t;
-      loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
-      if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
-      if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
-      stage_stats_.spans.push_back({a, begin, t});
-      if (ms < last) send(x, next, "pp.send_activation");
-      stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
-    } else {
-      auto it = live.find({a.chunk, a.micro});
-      if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
-      Tensor dx;
-      if (ms < last) dx = recv(next, "pp.recv_gradient");
-      const sim::TimeNs begin = t;
-      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t);
-      stage_stats_.spans.push_back({a, begin, t});
-      if (ms > 0) send(dx, prev, "pp.send_gradient");
-      live.erase(it);
-      --held;
-    }
-    (void)start;
-  }
-  stage_stats_.chunk_activation_bytes = activation_bytes_;
-  return loss;
-}
-
-LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
-  LmBatch lb;
-  const int64_t n = local_.batch * local_.seq;
-  if (!store_) {  // shape-only: the kernels read no token; only the count matters
-    lb.inputs.assign(size_t(n), 0);
-    lb.targets.assign(size_t(n), 0);
-    return lb;
-  }
-  // This replica's sequences [dp_rank·B/dp, ...), of them micro-batch MICRO's; of each, this cp rank's chunks.
-  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
-  const int64_t first = (int64_t(dp_rank_) * micro_ + micro) * local_.batch;
-  lb.inputs.resize(size_t(n));
-  lb.targets.resize(size_t(n));
-  for (int64_t b = 0; b < local_.batch; ++b)
-    for (int64_t i = 0; i < local_.seq; ++i) {
-      const size_t src = size_t((first + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
-      lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
-      lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
-    }
-  return lb;
-}
-
 LmDpStepResult LmTpTrainer::step() {
   LmDpStepResult r;
   r.step = step_ + 1;
@@ -844,33 +722,6 @@ LmDpMemory LmTpTrainer::memory() const {
   static_cast<sharding::plans::DpMemory&>(m) = data_->memory();  // Ψ = Ψ_tp, N_d = dp·cp
   m.activations = activation_bytes_;
   return m;
-}
-
-void LmTpTrainer::setup_pipeline(const LmConfig& global) {
-  using sharding::plans::ScheduleKind;
-  const ScheduleKind kind = pp_size_ > 1 ? dp_.schedule : ScheduleKind::one_f_one_b;
-  const int v = pp_size_ > 1 ? dp_.virtual_stages : 1;
-  const std::string why = sharding::plans::pipeline_obstacle(kind, pp_size_, micro_, v, global.layers, dp_.pp_layers);
-  if (!why.empty()) throw std::invalid_argument(why);
-  if (kind == ScheduleKind::zb_h1)
-    throw std::invalid_argument("parallel.schedule: zb_h1 is not implemented yet in train (the schedule and its "
-                                "closed form are; the trainer's backward does not split input and weight gradients)");
-  schedule_ = sharding::plans::make_schedule(kind, pp_size_, micro_, v);
-  const std::vector<int64_t> per = sharding::plans::stage_layers(global.layers, pp_size_ * v, dp_.pp_layers);
-  std::vector<int64_t> first(per.size() + 1, 0);
-  for (size_t i = 0; i < per.size(); ++i) first[i + 1] = first[i] + per[i];
-  layer_global_.clear();
-  chunk_first_.clear();
-  chunk_len_.clear();
-  for (int c = 0; c < v; ++c) {
-    const size_t ms = size_t(schedule_.model_stage(pp_rank_, c));
-    chunk_first_.push_back(int64_t(layer_global_.size()));
-    chunk_len_.push_back(per[ms]);
-    for (int64_t l = first[ms]; l < first[ms + 1]; ++l) layer_global_.push_back(l);
-  }
-  owns_embed_ = pp_rank_ == 0;
-  owns_head_ = schedule_.model_stage(pp_rank_, v - 1) == pp_size_ * v - 1;
-  local_.layers = int64_t(layer_global_.size());
 }
 
 sharding::plans::SeqShard LmTpTrainer::seq_shard() const {

@@ -138,11 +138,23 @@ struct LmDpConfig {
   // chip (interleaved only) and the layers of each model stage (empty: even split).
   sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
-  std::vector<int64_t> pp_layers;
+  std::vector<int64_t> pp_layers{};
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
 // of activations it held at once, the bytes it sent to its neighbours (activations forward, gradients backward).
+// One stage of the last step, as the report shows it (chip stage·tp·cp·dp: tp, cp and dp coordinates 0). The
+// pipeline part of the step runs from 0 to PIPELINE_NS, the last action's end on any stage (the optimizer and the
+// dp reduction after it are not counted); a stage's bubble is that minus its busy time (its F and B spans, their
+// tp / cp collectives included), i.e. the time it waits for a neighbour.
+struct LmStageSummary {
+  double busy_ns = 0, bubble_ns = 0, pipeline_ns = 0;
+  double peak_activation_bytes = 0;  // most activations held at once
+  double peak_microbatches = 0;      // the same in micro-batches of the stage's layers (chunks / v)
+  double bytes_forward = 0, bytes_backward = 0;
+  double bubble_fraction() const { return pipeline_ns > 0 ? bubble_ns / pipeline_ns : 0; }
+};
+
 struct LmStageStats {
   struct Span {
     sharding::plans::PipeAction action;
@@ -151,7 +163,8 @@ struct LmStageStats {
   std::vector<Span> spans;
   int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
   double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
-  double bytes_sent = 0;
+  double bytes_forward = 0;           // activations sent to the next stage
+  double bytes_backward = 0;          // their gradients sent to the previous stage
   double busy_ns() const {
     double b = 0;
     for (const auto& s : spans) b += s.end - s.start;
@@ -211,6 +224,8 @@ class LmTpTrainer {
   int pp_rank() const { return pp_rank_; }
   const sharding::plans::PipelineSchedule& schedule() const { return schedule_; }
   const LmStageStats& stage_stats() const { return stage_stats_; }  // the last step's
+  // Every stage's summary of the last step (collective over the mesh; host-side, not simulated).
+  std::vector<LmStageSummary> pipeline_summary();
   int buckets() const { return data_->buckets(); }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer

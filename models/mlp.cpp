@@ -118,8 +118,8 @@ void check_mlp_fits(const MlpShape& s, int tp, double capacity_gib) {
   for (int r = 0; r < tp; ++r) plan_mlp_tp_memory(s, tp, r, capacity_gib * sim::Memory::kGiB);
 }
 
-BlockShape mlp_block_shape(const MlpShape& s) {
-  BlockShape b;
+ModelSpec mlp_block_shape(const MlpShape& s) {
+  ModelSpec b;
   b.attention = false;
   b.heads = b.kv_heads = 0;
   b.hidden = s.hidden;
@@ -127,16 +127,16 @@ BlockShape mlp_block_shape(const MlpShape& s) {
   b.seq = s.tokens;
   b.dtype = s.dtype;
   b.seed = s.seed;
-  b.activation = s.activation;
+  b.mlp = s.activation == kernels::Activation::gelu ? MlpKind::geglu : MlpKind::swiglu;
   return b;
 }
 
-MlpShape mlp_shape_of(const BlockShape& b) {
+MlpShape mlp_shape_of(const ModelSpec& b) {
   MlpShape s;
   s.tokens = b.seq;
   s.hidden = b.hidden;
   s.ffn = b.ffn;
-  s.activation = b.activation;
+  s.activation = b.glu_activation();
   s.dtype = b.dtype;
   s.seed = b.seed;
   return s;
@@ -158,11 +158,11 @@ Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim:
 Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x, const MlpWeights& w,
                       sim::TimeNs ready, MlpTiming* timing, const std::string& all_reduce_algorithm,
                       sim::Memory* memory, const FusedPlan& fused) {
-  const BlockShape shape = mlp_block_shape(s);
-  BlockPlan plan;
+  const ModelSpec shape = mlp_block_shape(s);
+  ParallelPlan plan;
   plan.tp = tp.size();
   plan.fused = fused;
-  plan.all_reduce = all_reduce_algorithm;
+  plan.tp_all_reduce = all_reduce_algorithm;
   plans::Chip chip{&tp.timeline(), ready, 0.0};
   plans::Comm comm;
   std::vector<FusedOp> fused_ops;

@@ -45,10 +45,10 @@ struct MlpWeights {
   runtime::Tensor w_down;  // [ffn_size, hidden]
 };
 
-// The MLP as a layer stack without attention (models/transformer.h's BlockShape, attention false: tokens -> seq,
+// The MLP as a layer stack without attention (models/transformer.h's ModelSpec, attention false: tokens -> seq,
 // heads 0) and back: the one runner (run_block) runs the MLP workload in this form.
-BlockShape mlp_block_shape(const MlpShape& s);
-MlpShape mlp_shape_of(const BlockShape& s);
+ModelSpec mlp_block_shape(const MlpShape& s);
+MlpShape mlp_shape_of(const ModelSpec& s);
 
 // STORAGE false: shape-only tensors of the same shapes (runtime/tensor.h), for mode: shape_only.
 runtime::Tensor make_mlp_input(const MlpShape& s, bool storage = true);

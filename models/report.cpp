@@ -1,5 +1,7 @@
 #include "models/report.h"
 
+#include "models/profile.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -222,6 +224,19 @@ nlohmann::json train_json(const RunReport& r) {
     m["fits"] = fits_hbm(r);
     j["memory_per_chip"] = m;
   }
+  if (t.has_pipeline) {
+    const TrainPipeline& p = t.pipeline;
+    nlohmann::json stages = nlohmann::json::array();
+    for (const auto& st : p.stages)
+      stages.push_back({{"busy_ns", st.busy_ns}, {"bubble_ns", st.bubble_ns}, {"bubble_fraction", st.bubble_fraction},
+                        {"peak_activation_bytes", st.peak_activation_bytes},
+                        {"peak_microbatches", st.peak_microbatches}, {"bytes_to_next_stage", st.bytes_forward},
+                        {"bytes_to_previous_stage", st.bytes_backward}});
+    j["pipeline"] = {{"schedule", p.schedule}, {"pp", p.p}, {"micro_batches", p.m}, {"virtual_stages", p.v},
+                     {"pipeline_ns", p.pipeline_ns}, {"bubble_fraction", p.bubble_fraction},
+                     {"closed_form_bubble_fraction", p.closed_form}, {"closed_form", p.closed_form_rule},
+                     {"stages", stages}};
+  }
   return j;
 }
 }  // namespace
@@ -318,6 +333,24 @@ std::string train_tail_text(const RunReport& r) {
                   fits_hbm(r) ? "fits" : "does NOT fit");
     os << buf;
   }
+  if (t.has_pipeline) {
+    const TrainPipeline& p = t.pipeline;
+    std::snprintf(buf, sizeof buf,
+                  "pipeline (schedule %s, pp %d, %d micro-batches%s; the last step's schedule part: %.3f us)\n"
+                  "  bubble             %.2f%% of it (mean over stages); closed form %s = %.2f%% (uniform stages, free "
+                  "communication)\n",
+                  p.schedule.c_str(), p.p, p.m, p.v > 1 ? (", v " + std::to_string(p.v)).c_str() : "",
+                  p.pipeline_ns / 1e3, 100 * p.bubble_fraction, p.closed_form_rule.c_str(), 100 * p.closed_form);
+    os << buf;
+    os << "  stage        busy_us      bubble_us  bubble  peak_act_bytes  (micro-batches)  to_next_B  to_prev_B\n";
+    for (size_t i = 0; i < p.stages.size(); ++i) {
+      const auto& st = p.stages[i];
+      std::snprintf(buf, sizeof buf, "  %5zu  %13.3f  %13.3f  %5.1f%%  %14.0f  (%.2f)  %13.0f  %9.0f\n", i,
+                    st.busy_ns / 1e3, st.bubble_ns / 1e3, 100 * st.bubble_fraction, st.peak_activation_bytes,
+                    st.peak_microbatches, st.bytes_forward, st.bytes_backward);
+      os << buf;
+    }
+  }
   if (r.validated) {
     std::snprintf(buf, sizeof buf,
                   "validation: %s (%s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
@@ -327,6 +360,7 @@ std::string train_tail_text(const RunReport& r) {
     os << buf;
   }
   if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  os << profile_section_text(r);
   std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
   os << buf;
   os << (r.shape_only ? "DONE (shape-only, not validated)" : !r.validated ? "DONE (not validated: --validate compares "
@@ -334,6 +368,14 @@ std::string train_tail_text(const RunReport& r) {
                                                         : r.ok() ? "PASS" : "FAIL")
      << "\n";
   return os.str();
+}
+
+// The profile section (docs/PROFILE.md): the critical path (--profile) and the what-if table (--what-if).
+std::string profile_section_text(const RunReport& r) {
+  std::string s;
+  if (r.profile) s += profile_text(*r.profile);
+  if (!r.what_if.empty()) s += what_if_text(r.critical.total, r.what_if);
+  return s;
 }
 
 nlohmann::json to_json(const RunReport& r) {
@@ -424,6 +466,8 @@ nlohmann::json to_json(const RunReport& r) {
     v["resume_relative_error"] = r.resume_relative_error;
     v["resume_ok"] = r.resume_bit_exact;
   }
+  if (r.profile) j["profile"] = profile_json(*r.profile);
+  if (!r.what_if.empty()) j["what_if"] = what_if_json(r.critical.total, r.what_if);
   return j;
 }
 
@@ -537,6 +581,7 @@ std::string to_text(const RunReport& r) {
   }
   if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
   if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  os << profile_section_text(r);
   os << (r.shape_only ? "DONE (shape-only, not validated)" : r.ok() ? "PASS" : "FAIL") << "\n";
   return os.str();
 }

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "models/profile.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
+#include "sharding/plans/block_ops.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
@@ -46,14 +49,7 @@ struct ChipReport {
   double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak: sim::Memory::peak() of its run
 };
 
-// One collective's figures on the critical chip (bytes sent by this chip; the plan's formula for them).
-struct CommStat {
-  double bytes = 0;     // bytes this chip sent
-  double expected = 0;  // the formula's bytes per chip
-  int calls = 0;
-  double ns = 0;          // simulated time of the calls (the unfused collective alone for fused ops)
-  std::string algorithm;  // what ran ("auto" resolved), when recorded
-};
+// CommStat (one collective's figures on the critical chip) is the plan units' record: sharding/plans/block_ops.h.
 
 // Training mode (`shardsim train`): one row per step, as the step ends.
 struct TrainStep {
@@ -84,6 +80,23 @@ struct TrainMemory {
   double chip_bytes() const { return total() + activations; }
 };
 
+// Pipeline parallelism (train with pp > 1): the last step's stages (models/lm_tp.h, LmStageSummary) and the
+// schedule's closed-form bubble (sharding/plans/pipeline_schedule.h, docs/model/training.md "Pipeline schedules").
+struct TrainPipelineStage {
+  double busy_ns = 0, bubble_ns = 0, bubble_fraction = 0;
+  double peak_activation_bytes = 0, peak_microbatches = 0;
+  double bytes_forward = 0, bytes_backward = 0;  // activations to the next stage, gradients to the previous one
+};
+struct TrainPipeline {
+  std::string schedule;            // "1f1b", ...
+  int p = 1, m = 1, v = 1;
+  double pipeline_ns = 0;          // the schedule's part of the step: 0 .. the last action's end
+  double bubble_fraction = 0;      // mean of the stages' bubble fractions
+  double closed_form = 0;          // the schedule's closed form (uniform stages, free communication)
+  std::string closed_form_rule;    // "(p-1)/(m+p-1)", ...
+  std::vector<TrainPipelineStage> stages;
+};
+
 // What `train` adds to RunReport (mode "train"); empty in forward mode.
 struct TrainReport {
   std::string model;                  // "vocab 32, hidden 16, 2 layers, ...; N parameters (M in GEMMs); fp32"
@@ -104,6 +117,8 @@ struct TrainReport {
   double hfu = 0;                     // kernel_flops_per_step / (step_ns * peak)
   bool has_memory = false;
   TrainMemory memory;
+  bool has_pipeline = false;
+  TrainPipeline pipeline;
   // --validate: the per-step losses against the single-device reference (models/lm_train.h).
   double max_loss_error = 0;          // absolute in fp32, relative in bf16
   bool loss_error_relative = false;
@@ -181,6 +196,11 @@ struct RunReport {
 
   TrainReport train;  // mode "train"
 
+  // Profile section (docs/PROFILE.md; models/profile.h): --profile's critical path across chips (rank 0; null
+  // without --profile) and --what-if's re-simulations, largest speedup first (against critical.total).
+  std::shared_ptr<const sim::Profile> profile;
+  std::vector<WhatIf> what_if;
+
   bool ok() const { return passed && resume_bit_exact; }
 };
 
@@ -208,6 +228,8 @@ std::string format_mib(double bytes);
 
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);
+// The profile and what-if lines of to_text ("" without --profile / --what-if).
+std::string profile_section_text(const RunReport& r);
 // to_text of a training report in three pieces, so `train` can print the rows as the steps end (flushed, so a run
 // that ends early keeps them): to_text(r) == train_head_text(r) + every train_step_text + train_tail_text(r).
 std::string train_head_text(const RunReport& r);

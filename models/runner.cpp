@@ -108,6 +108,7 @@ RunReport run_model(const runtime::World& world, const ModelConfig& c, const Run
   // --shape-only (opt.shape_only) overrides the config's mode.
   BlockRunOptions bo;
   bo.trace_path = opt.trace_path;
+  bo.profile = opt.profile;
   bo.resume_from = opt.resume_from;
   bo.shape_only = opt.shape_only;
   if (const auto ckpt = model_checkpoint_target(c, opt)) bo.checkpoint_path = *ckpt;

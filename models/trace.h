@@ -19,15 +19,28 @@
 // end - start in picoseconds, so the numbers print short (0.08192, not 0.08192000000000001), rounding is
 // deterministic, and spans that touch or do not overlap in ns still do so in the file. Spans on one track
 // never overlap.
-// Not included: arrival times and send->receive flow arrows (sim::Event records neither the arrival nor the
-// receive).
+// With dependency recording (sim::Timeline::set_record_dependencies; `run`/`train` turn it on for --trace and
+// --profile) the file also has:
+//   - receives: "recv" slices (cat "recv", args {bytes, peer = source chip}) from the sender's port becoming free to
+//     the arrival, on "receives" tracks after the collectives tracks (greedy lanes as for regions);
+//   - an arrow from every send to its receive on the other chip: the Trace Event Format's flow binding on the
+//     slices themselves ("bind_id" = the send's event id as a hex string, "flow_out": true on the send's X event,
+//     "flow_in": true on the receive's), which Perfetto binds to those slices whatever the file's order; ids are the
+//     simulation's event ids, unique across chips and never reused (Perfetto ties arrows by id);
+//   - the critical path (sim/critical_path.h): args "critical_path": true on its events, and a last process
+//     "critical path" (pid = chips + 1) with one slice per step, "chip N: OP", and "waiting" slices.
+// A receive of a send that was not recorded (none today) has no arrow.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "runtime/world.h"
+#include "sim/critical_path.h"
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
@@ -38,6 +51,20 @@ inline constexpr int kTraceTidStride = 10000;  // tracks per chip at most (compu
 // Throws RuntimeFault if an event has a non-finite or negative time, or the chip needs more than
 // kTraceTidStride tracks.
 nlohmann::json trace_events(const sim::Timeline& timeline);
+// The same for one chip's gathered events (events then receives, as gather_events returns them) on TOPO; events
+// whose index is in CRITICAL get args "critical_path": true; sends whose id is in PAIRED get "flow_out" and
+// receives whose producer is in PAIRED "flow_in" (both with "bind_id").
+nlohmann::json trace_events(const sim::ChipEvents& chip, const topology::Topology& topo,
+                            const std::vector<size_t>& critical, const std::unordered_set<std::uint64_t>& paired);
+
+// Collective: every chip's events (Timeline::events() then receives()) on rank 0, in chip order; empty elsewhere.
+// Through MPI_Gatherv with one chip per rank (AgreedError, exit 3, beyond 2 GiB), the chip router's gather with
+// several.
+std::vector<sim::ChipEvents> gather_events(const runtime::World& world, const sim::Timeline& timeline);
+// Collective (World::agree): rank 0 writes the trace of ALL (gather_events' result) on TOPO to PATH, the critical
+// path PROFILE (may be null: computed here) marked; AgreedError (exit 3) on every rank if it cannot.
+void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEvents>& all,
+                      const topology::Topology& topo, const sim::Profile* profile, const std::string& path);
 
 // Collective: gathers every chip's events on rank 0 (MPI_Gatherv with one chip per rank, the chip router's gather
 // with several), which writes PATH (the same file at any chips per rank). Throws AgreedError (exit code 3) on every

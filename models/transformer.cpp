@@ -35,6 +35,7 @@
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
 #include "models/report.h"
+#include "models/profile.h"
 #include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
@@ -47,9 +48,9 @@ using runtime::Tensor;
 
 // ------------------------------------------------------------------------------------------------ memory
 
-BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t) {
+BlockMemory block_memory(const ModelSpec& s, const ParallelPlan& p, int t) {
   const uint64_t es = runtime::dtype_size(s.dtype);
-  const int64_t d = s.head_dim(), T = s.seq;
+  const int64_t d = s.head_dim, T = s.seq;
   if (!s.attention) {  // the MLP workload (models/mlp.h's accounting): no sequence sharding, tp and dp only
     const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(p.tp)};
     const auto nf = static_cast<uint64_t>(fp.size(static_cast<size_t>(t)));
@@ -96,7 +97,7 @@ double block_host_bytes(const BlockConfig& c) {
   const int chips = c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp;
   for (int r = 0; r < chips; ++r)
     total += static_cast<double>(block_memory(c.shape, c.plan, c.mesh.coordinate("tp", r)).peak());
-  if (c.validate) total += static_cast<double>(block_memory(c.shape, BlockPlan{}, 0).peak());
+  if (c.validate) total += static_cast<double>(block_memory(c.shape, ParallelPlan{}, 0).peak());
   return total;
 }
 
@@ -122,12 +123,15 @@ void check_host_memory(const BlockConfig& c) {
 
 // ------------------------------------------------------------------------------------------------ config
 
-std::string BlockPlan::describe() const {
-  if (dp > 1) {
-    BlockPlan one = *this;
+std::string block_plan_text(const ParallelPlan& p) {
+  if (p.dp > 1) {
+    ParallelPlan one = p;
     one.dp = 1;
-    return one.describe() + " x dp=" + std::to_string(dp) + " (data parallel replicas)";
+    return block_plan_text(one) + " x dp=" + std::to_string(p.dp) + " (data parallel replicas)";
   }
+  const int tp = p.tp, ulysses = p.ulysses, cp = p.cp;
+  const bool sp = p.sp, zigzag = p.zigzag;
+  const FusedPlan& fused = p.fused;
   std::ostringstream os;
   if (ulysses > 1) {
     if (tp > 1) os << "tp=" << tp << " x ";
@@ -162,29 +166,11 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   const auto w = root.child("workload");
   const ModelSpec spec = parse_model_spec(w, SpecUse::block);
   c.model = spec.label;
-  auto& s = c.shape;
-  s.hidden = spec.hidden;
-  s.heads = spec.heads;
-  s.kv_heads = spec.kv_heads;
-  s.ffn = spec.ffn;
-  s.seq = spec.seq;
-  s.layers = spec.layers;
-  s.causal = spec.causal;
-  s.rope = spec.position == PositionKind::rope;
-  s.seed = spec.seed;
-  s.dtype = spec.dtype;
-  s.activation = spec.glu_activation();
+  c.shape = spec;
+  const auto& s = c.shape;
   const int chips = c.topology.num_chips();
-  const ParallelPlan plan = parse_parallel_plan(root, spec, SpecUse::block, chips);
-  auto& p = c.plan;
-  p.tp = plan.tp;
-  p.sp = plan.sp;
-  p.cp = plan.cp;
-  p.zigzag = plan.zigzag;
-  p.ulysses = plan.ulysses;
-  p.dp = plan.dp;
-  p.fused = plan.fused;
-  p.all_reduce = plan.algorithm_for(PlanCollective::tp_all_reduce);
+  c.plan = parse_parallel_plan(root, spec, SpecUse::block, chips);
+  const auto& p = c.plan;
   if (root.has("validate")) {
     const auto v = root.child("validate");
     v.expect_keys(kValidateKeys);
@@ -225,7 +211,7 @@ constexpr uint32_t kIdX = 1, kIdNorm1 = 2, kIdWq = 3, kIdWk = 4, kIdWv = 5, kIdW
                    kIdWu = 9, kIdWd = 10;
 
 // The block of the global [*, global_cols] tensor ID at (row0, col0), scaled for a fan-in of FAN_IN.
-Tensor init_block(const BlockShape& s, uint32_t id, int64_t rows, int64_t cols, int64_t global_cols, int64_t row0,
+Tensor init_block(const ModelSpec& s, uint32_t id, int64_t rows, int64_t cols, int64_t global_cols, int64_t row0,
                   int64_t col0, double fan_in, bool storage) {
   if (!storage) return Tensor::shape_only({rows, cols}, s.dtype);
   Tensor t(s.dtype, {rows, cols});
@@ -233,7 +219,7 @@ Tensor init_block(const BlockShape& s, uint32_t id, int64_t rows, int64_t cols, 
   fill_uniform_block(t, InitSpec{s.seed, id, -a, a}, global_cols, row0, col0);
   return t;
 }
-Tensor init_norm(const BlockShape& s, uint32_t id, bool storage) {
+Tensor init_norm(const ModelSpec& s, uint32_t id, bool storage) {
   if (!storage) return Tensor::shape_only({s.hidden}, s.dtype);
   Tensor t(s.dtype, {1, s.hidden});
   fill_uniform_block(t, InitSpec{s.seed, id, 0.9f, 1.1f}, s.hidden, 0, 0);
@@ -241,7 +227,7 @@ Tensor init_norm(const BlockShape& s, uint32_t id, bool storage) {
 }
 
 // The rows ROWS (global token ids) of the input x.
-Tensor init_x(const BlockShape& s, const std::vector<int64_t>& rows, bool storage = true) {
+Tensor init_x(const ModelSpec& s, const std::vector<int64_t>& rows, bool storage = true) {
   if (!storage) return Tensor::shape_only({static_cast<int64_t>(rows.size()), s.hidden}, s.dtype);
   Tensor x(s.dtype, {static_cast<int64_t>(rows.size()), s.hidden});
   for (size_t i = 0; i < rows.size();) {  // contiguous runs
@@ -263,7 +249,7 @@ struct Weights {
 
 // Layer L's weights (layer 0: the tensor ids above; layer l adds 16·l, so every layer has its own seeded values).
 // Shape-only (STORAGE false): the same shapes without storage.
-Weights make_weights(const BlockShape& s, int tp, int t, int64_t layer = 0, bool storage = true) {
+Weights make_weights(const ModelSpec& s, int tp, int t, int64_t layer = 0, bool storage = true) {
   Weights w;
   const collectives::Partition fp{static_cast<size_t>(s.ffn), static_cast<size_t>(tp)};
   w.f0 = static_cast<int64_t>(fp.offset(static_cast<size_t>(t)));
@@ -276,7 +262,7 @@ Weights make_weights(const BlockShape& s, int tp, int t, int64_t layer = 0, bool
     return w;
   }
   const auto id = [layer](uint32_t base) { return base + 16u * static_cast<uint32_t>(layer); };
-  const int64_t d = s.head_dim();
+  const int64_t d = s.head_dim;
   w.nq = s.heads / tp;
   w.q0 = t * w.nq;
   if (tp <= s.kv_heads) {
@@ -306,15 +292,15 @@ uint64_t weight_bytes(const Weights& w) {
 }
 
 // The single-device block (the reference), charged to CHIP.
-Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weights& w) {
-  if (!s.attention) return mlp_layer(chip, nullptr, x, {&w.wg, &w.wu, &w.wd}, s.activation);
-  const int64_t T = s.seq, d = s.head_dim();
+Tensor block_single(Chip& chip, const ModelSpec& s, const Tensor& x, const Weights& w) {
+  if (!s.attention) return mlp_layer(chip, nullptr, x, {&w.wg, &w.wu, &w.wd}, s.glu_activation());
+  const int64_t T = s.seq, d = s.head_dim;
   Tensor a = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
   Tensor q = gemm(chip, a, w.wq, "gemm.q").reshaped({a.dim(0), s.heads, d});
   Tensor k = gemm(chip, a, w.wk, "gemm.k").reshaped({a.dim(0), s.kv_heads, d});
   Tensor v = gemm(chip, a, w.wv, "gemm.v").reshaped({a.dim(0), s.kv_heads, d});
   std::vector<Chunk> all{{0, 0, T}};
-  if (s.rope) {
+  if (s.has_rope()) {
     chip.charge(kernels::rope_inplace(q, positions_of(all)), "rope.q");
     chip.charge(kernels::rope_inplace(k, positions_of(all)), "rope.k");
   }
@@ -324,7 +310,7 @@ Tensor block_single(Chip& chip, const BlockShape& s, const Tensor& x, const Weig
   Tensor o = finish_acc(all, acc, s.dtype, T).reshaped({T, s.heads * d});
   Tensor x1 = gemm(chip, o, w.wo, "gemm.o");
   chip.charge(kernels::add_inplace(x1, x), "residual");
-  Tensor out = mlp_layer(chip, nullptr, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), {&w.wg, &w.wu, &w.wd}, s.activation);
+  Tensor out = mlp_layer(chip, nullptr, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), {&w.wg, &w.wu, &w.wd}, s.glu_activation());
   chip.charge(kernels::add_inplace(out, x1), "residual");
   return out;
 }
@@ -363,8 +349,8 @@ struct WeightSlot {
   bool kv = false;  // Wk/Wv: whole KV heads repeated over tp/kv_heads chips when tp > kv_heads
 };
 
-std::vector<WeightSlot> weight_slots(const BlockShape& s, Weights& w) {
-  const int64_t d = s.head_dim(), H = s.hidden;
+std::vector<WeightSlot> weight_slots(const ModelSpec& s, Weights& w) {
+  const int64_t d = s.head_dim, H = s.hidden;
   if (!s.attention)
     return {
         {"weights/w_gate", &w.wg, {H, s.ffn}, {0, w.f0}, Shard{1}},
@@ -395,11 +381,11 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const s
 RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const BlockRunOptions& opt) {
   const std::string& trace_path = opt.trace_path;
   const auto t_start = std::chrono::steady_clock::now();
-  const BlockShape& s = cfg.shape;
-  const BlockPlan& p = cfg.plan;
+  const ModelSpec& s = cfg.shape;
+  const ParallelPlan& p = cfg.plan;
   const int rank = world.rank(), chips = world.size();
   const int chip_id = cfg.topology.placement().at(static_cast<size_t>(rank));
-  const int64_t d = s.head_dim(), T = s.seq;
+  const int64_t d = s.head_dim, T = s.seq;
   const size_t es = runtime::dtype_size(s.dtype);
   // Mesh coordinates (sharding/device_mesh.h: tp innermost); ulysses shards the sequence on the cp axis.
   DeviceMesh mesh = cfg.mesh;
@@ -415,6 +401,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   const bool shape_only = cfg.shape_only || opt.shape_only;
   const bool real = !shape_only;  // shape-only: no storage anywhere (runtime/tensor.h), header-only messages
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
+  tl.set_record_dependencies(opt.profile || !trace_path.empty());  // bookkeeping only: no simulated time changes
   runtime::Transport world_tp(world, tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
   world_tp.set_shape_only(shape_only);  // shared with the mesh's sub-groups split from it
   mesh.bind(world_tp);
@@ -489,9 +476,9 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
                               std::to_string(want));
         }
       const std::string act = reader->root_attribute("activation");
-      if (!act.empty() && act != kernels::activation_name(s.activation))
+      if (!act.empty() && act != kernels::activation_name(s.glu_activation()))
         throw ConfigError("checkpoint " + path + ": written with activation '" + act +
-                          "' but the config's workload.activation is '" + kernels::activation_name(s.activation) + "'");
+                          "' but the config's workload.activation is '" + kernels::activation_name(s.glu_activation()) + "'");
       if (activations) expect_dataset(*reader, path, "activations/input", act_global);
       for (const auto& slot : weight_slots(s, w)) expect_dataset(*reader, path, slot.name, slot.global);
       // The file is read once: each rank reads its own blocks, and every tensor's checksum is verified from the
@@ -539,7 +526,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       auto out_mem = memory.scoped("output", mem_plan.out);
       memory.scoped("activations mlp", mem_plan.mlp).release();
       auto ring_mem = memory.scoped("all_reduce ring buffer", mem_plan.ring);
-      return mlp_layer(chip, &ctx, xin, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
+      return mlp_layer(chip, &ctx, xin, {&w.wg, &w.wu, &w.wd}, s.glu_activation());  // models/layers.h
     }
     // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
     // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
@@ -550,7 +537,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     Tensor q = std::move(qkv[0]).reshaped({qkv_rows, w.nq, d});
     Tensor k = std::move(qkv[1]).reshaped({qkv_rows, w.nkv, d});
     Tensor v = std::move(qkv[2]).reshaped({qkv_rows, w.nkv, d});
-    if (s.rope) {
+    if (s.has_rope()) {
       const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
       chip.charge(kernels::rope_inplace(q, pos), "rope.q");
       chip.charge(kernels::rope_inplace(k, pos), "rope.k");
@@ -564,7 +551,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     // ---- MLP sublayer: norm, column-parallel gate/up, SwiGLU, row-parallel down and its reduction, residual ----
     Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
     auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
-    Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.activation);  // models/layers.h
+    Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.glu_activation());  // models/layers.h
     chip.charge(kernels::add_inplace(out, x1), "residual");
     mlp_mem.release();
     return out;
@@ -589,7 +576,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   rep.hbm_capacity_bytes = cfg.device.hbm_bytes();
   rep.topology = cfg.topology.describe();
   rep.device = sim::describe(cfg.device);
-  rep.plan = s.attention ? p.describe() : mlp_plan_text(mlp_shape_of(s), p);
+  rep.plan = s.attention ? block_plan_text(p) : mlp_plan_text(mlp_shape_of(s), p);
   rep.mesh = cfg.mesh.mapping_text();
   rep.chips = chips;
 
@@ -687,7 +674,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   if (rank == 0)
     for (int r = 0; r < chips; ++r) flops_sum += all_stats[nf * static_cast<size_t>(r) + 6];
   rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
-  if (!trace_path.empty()) write_trace(world, tl, trace_path);
+  profile_and_trace(world, tl, trace_path, opt.profile, rep);
 
   // ---- resumed without attention: the output must reproduce the stored one ----
   if (reader && activations && reader->has("activations/output")) {
@@ -726,7 +713,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     std::map<std::string, std::string> attrs = {
         {"shardsim_version", "0.1.0"}, {"workload", kind},  {"model", cfg.model},
         {"config", cfg.text},          {"config_file", cfg.file},  {"parallel_plan", rep.plan},
-        {"tp", std::to_string(p.tp)},  {"activation", kernels::activation_name(s.activation)},
+        {"tp", std::to_string(p.tp)},  {"activation", kernels::activation_name(s.glu_activation())},
         {"seed", std::to_string(s.seed)}, {"topology", rep.topology},
     };
     if (s.attention) {

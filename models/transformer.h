@@ -56,49 +56,30 @@
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
 #include "models/report.h"
+#include "sharding/model_spec.h"
 #include "sharding/fused.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 
 namespace shardsim::sharding {
 
-struct BlockShape {
-  int64_t hidden = 0, heads = 0, kv_heads = 0, ffn = 0, seq = 0;
-  bool causal = true;
-  bool rope = true;
-  runtime::DType dtype = runtime::DType::fp32;
-  uint64_t seed = 1;
-  kernels::Activation activation = kernels::Activation::silu;  // the MLP's GLU (the block: SwiGLU)
-  // workload.layers: L identical blocks in sequence (each with its own seeded weights; layer l's output is layer
-  // l+1's input), run by the same code one after the other. The report's totals are the L layers' sum.
-  int64_t layers = 1;
-  // false: a layer is the MLP alone (models/layers.h's mlp_layer: no attention, no norms, no residuals), the MLP
-  // workload (workload.kind: mlp, models/workload.h's parser; heads = kv_heads = 0, seq = workload.tokens). Its
-  // weights and input are seeded as models/mlp.h says (make_mlp_weights, make_mlp_input), its checkpoints also
-  // hold activations/input and activations/output (the input a resumed run reads, the output it must reproduce).
-  bool attention = true;
-  int64_t head_dim() const { return heads ? hidden / heads : 0; }
-};
+// The block's model and plan are the one description of sharding/model_spec.h (ModelSpec with vocab 0 and, for the
+// MLP workload, attention false: the MLP's parser, models/workload.h, fills it with heads = kv_heads = 0 and seq =
+// workload.tokens; its weights and input are then seeded as models/mlp.h says, its checkpoints also hold
+// activations/input and activations/output). model.layers: L blocks in sequence, each with its own seeded weights,
+// run by the same code one after the other; the report's totals are the L layers' sum. The plan's tp all_reduce
+// runs plan.algorithm_for(PlanCollective::tp_all_reduce), the sp and Ulysses collectives their own kinds' choice.
 
-struct BlockPlan {
-  int tp = 1;
-  bool sp = false;
-  int cp = 1;
-  bool zigzag = true;
-  int ulysses = 1;
-  int dp = 1;  // data parallel: dp replicas of the tp x cp plan, replica d runs sequence d of a batch of dp
-  FusedPlan fused;  // parallel.fused / parallel.chunks: the tp collectives fused with their GEMMs
-  std::string all_reduce = "ring";  // algorithm of the row-parallel all_reduces (collectives/algorithms.h)
-  std::string describe() const;
-};
+// The report's one-line description of a block plan ("tp=2 + sequence parallel x cp=4 ring attention, ...").
+std::string block_plan_text(const ParallelPlan& p);
 
 struct BlockConfig {
   std::string file, name, model;
   std::string text;  // the YAML as run (stored in checkpoints)
   topology::Topology topology;
   sim::DeviceSpec device;
-  BlockShape shape;
-  BlockPlan plan;
+  ModelSpec shape;    // vocab 0 (no embedding or head); attention false for the MLP workload
+  ParallelPlan plan;
   DeviceMesh mesh;  // tp x cp (ulysses on the cp axis), placed on the topology (its placement() is the mesh's)
   bool validate = true;
   double tolerance = 0;  // max|out - ref| / max|ref|; default 1e-4 fp32, 3e-2 bf16
@@ -119,7 +100,7 @@ struct BlockMemory {
   uint64_t peak() const { return weights + x + out + std::max(qkv + ring, mlp); }
 };
 // For tensor-parallel index T of PLAN (chips of one t differ only by their cp shard, which is the same size).
-BlockMemory block_memory(const BlockShape& s, const BlockPlan& p, int t);
+BlockMemory block_memory(const ModelSpec& s, const ParallelPlan& p, int t);
 
 // The root keys of a block config (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks); model: and parallel:
 // take sharding/model_spec.h's kModelKeys and kParallelKeys (the one parser), validate: engine_config.h's
@@ -146,6 +127,7 @@ void check_host_memory(const BlockConfig& c);
 //   weights/wo [heads·d, hidden], weights/norm2 [hidden], weights/w_gate, w_up [hidden, ffn], weights/w_down [ffn, hidden]
 struct BlockRunOptions {
   std::string trace_path;
+  bool profile = false;         // RunReport::profile: the critical path across chips (models/profile.h)
   std::string checkpoint_path;  // write the weights here after the run ("" none)
   std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
                                 // single-device reference then uses the checkpoint's weights too

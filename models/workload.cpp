@@ -81,7 +81,7 @@ RunConfig parse(const ConfigNode& root) {
 }  // namespace
 
 // Generated from the placements: the style of each weight on the tp axis and the reduction of the partial output.
-std::string mlp_plan_text(const MlpShape& s, const BlockPlan& p) {
+std::string mlp_plan_text(const MlpShape& s, const ParallelPlan& p) {
   const MlpTensorSpecs t = mlp_tensor_specs(s);
   const Placement up = t.w_gate.on("tp"), down = t.w_down.on("tp"), y = t.y_partial.on("tp");
   std::ostringstream os;
@@ -106,7 +106,7 @@ BlockConfig mlp_block_config(const RunConfig& c) {
   b.plan.tp = c.tp;
   b.plan.dp = c.dp;
   b.plan.fused = c.fused;
-  b.plan.all_reduce = c.all_reduce_algorithm;
+  b.plan.tp_all_reduce = c.all_reduce_algorithm;
   b.mesh = c.mesh;
   b.validate = c.validate;
   b.tolerance = c.tolerance;

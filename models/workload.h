@@ -93,6 +93,7 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // overrides the config's
   bool no_checkpoint = false;
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
+  bool profile = false;             // --profile: the critical path across chips in the report (models/profile.h)
   bool shape_only = false;          // --shape-only: run the config in shape-only mode whatever its mode: says
 };
 
@@ -105,7 +106,7 @@ void check_world_size(const RunConfig& config, int world_size);
 
 // The one-line plan of the report and the checkpoint, generated from mlp_tensor_specs' placements (dp > 1 adds
 // " x dp=N (data parallel replicas)").
-std::string mlp_plan_text(const MlpShape& s, const BlockPlan& plan);
+std::string mlp_plan_text(const MlpShape& s, const ParallelPlan& plan);
 
 // The MLP as the one runner's model description: a layer stack without attention (models/transformer.h's
 // BlockConfig with shape.attention false), run by run_block (models/runner.h's run_model) with the same schedule,

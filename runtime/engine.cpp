@@ -47,12 +47,14 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 // Books EVENTS (an op's sends and regions, as recorded on another timeline) on TL, in order, each send at its
 // recorded span (Timeline::replay_send: also a flow of a crossing-flow step, whose share send() alone cannot see).
-void replay(const std::vector<sim::Event>& events, sim::Timeline& tl) {
+// RECEIVES (dependency recording: Timeline::receives()) are recorded as they were, ids and producers kept.
+void replay(const std::vector<sim::Event>& events, const std::vector<sim::Event>& receives, sim::Timeline& tl) {
+  for (const auto& r : receives) tl.replay_receive(r);
   for (const auto& e : events) {
     if (e.category == "send")
       tl.replay_send(e);
     else if (e.engine < 0)
-      tl.record_region(e.name, e.category, e.span, e.bytes);
+      tl.replay_region(e);
     else  // no collective charges compute today; replaying it would need the event's precision
       throw std::logic_error("async engine: cannot replay compute event '" + e.name + "'");
   }
@@ -92,6 +94,7 @@ struct AsyncOp::State {
   std::optional<sim::Timeline> snapshot;            // the chip's timeline when submitted (moved to the engine)
   std::vector<std::shared_ptr<State>> prior;        // earlier ops not yet committed when this one was submitted
   std::vector<sim::Event> events;                   // what the job booked (engine thread writes, then done)
+  std::vector<sim::Event> receives;                 // its receives (dependency recording only)
   double bytes_sent = 0;
   std::exception_ptr error;
   std::atomic<bool> done{false};
@@ -210,11 +213,13 @@ struct Engine::Impl : WaitObserver {
       tl = std::move(*st->snapshot);
       st->snapshot.reset();
       for (const auto& p : st->prior)
-        if (!p->error) replay(p->events, tl);
-      const size_t n0 = tl.events().size();
+        if (!p->error) replay(p->events, p->receives, tl);
+      const size_t n0 = tl.events().size(), r0 = tl.receives().size();
       const double b0 = tp.bytes_sent();
+      if (tl.records_dependencies()) tl.set_async_id_space(st->seq);  // ids apart from the chip timeline's
       st->job(tp);
       st->events.assign(tl.events().begin() + static_cast<std::ptrdiff_t>(n0), tl.events().end());
+      st->receives.assign(tl.receives().begin() + static_cast<std::ptrdiff_t>(r0), tl.receives().end());
       st->bytes_sent = tp.bytes_sent() - b0;
     } catch (...) {
       st->error = std::current_exception();
@@ -354,7 +359,7 @@ void AsyncOp::wait() {
   while (!im.uncommitted.empty() && im.uncommitted.front()->seq <= state_->seq) {
     auto& op = *im.uncommitted.front();
     if (!op.error) {
-      replay(op.events, *im.chip_tl);
+      replay(op.events, op.receives, *im.chip_tl);
       *im.chip_bytes += op.bytes_sent;
     }
     im.uncommitted.pop_front();

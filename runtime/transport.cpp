@@ -488,7 +488,9 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   for (const SendOp& s : sends) {
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    const Header h{span.end, s.bytes, sig, span.start};
+    const bool dep = timeline_->records_dependencies() && s.dst != rank_;
+    const Header h{span.end, s.bytes, sig, span.start, dep ? timeline_->last_send_id() : 0,
+                   dep ? timeline_->last_send_end() : -1.0};
     chips::post(vc_->ctx, me, vc_->member(s.dst), &h, sizeof h, *shape_only_ ? nullptr : s.buf,
                 s.bytes);
   }
@@ -540,7 +542,8 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
   const size_t nr = recvs.size();
   if (nr == 1) {  // the common case (ring steps): no sort
     const Header& h = in_[0];
-    recvs[0].arrival = timeline_->receive(chip_of(recvs[0].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns);
+    recvs[0].arrival = timeline_->receive(chip_of(recvs[0].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns,
+                                            h.send_id, h.send_end_ns);
     return;
   }
   order_.resize(nr);
@@ -551,7 +554,8 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
   });
   for (size_t i : order_) {
     const Header& h = in_[i];
-    recvs[i].arrival = timeline_->receive(chip_of(recvs[i].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns);
+    recvs[i].arrival = timeline_->receive(chip_of(recvs[i].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns,
+                                            h.send_id, h.send_end_ns);
   }
 }
 
@@ -682,7 +686,9 @@ void Transport::exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> r
     const SendOp& s = sends[i];
     const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
     *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    out_[i] = {span.end, s.bytes, sig, span.start};
+    const bool dep = timeline_->records_dependencies() && s.dst != rank_;
+    out_[i] = {span.end, s.bytes, sig, span.start, dep ? timeline_->last_send_id() : 0,
+               dep ? timeline_->last_send_end() : -1.0};
     reqs_.emplace_back();
     peers_.push_back(s.dst);
     recv_of_.push_back(-1);

@@ -284,6 +284,10 @@ class Transport {
     unsigned long long bytes;
     CallSignature sig;
     double start_ns = 0;  // the sender's start (send().start): the receiver books the flow from here
+    // Dependency recording (sim::Timeline::set_record_dependencies on the sender): the send event's id and the end
+    // of its span, which the receiver records as its receive's producer and span start. 0 / -1 otherwise.
+    std::uint64_t send_id = 0;
+    double send_end_ns = -1;
   };
   // Largest payload packed into its header's message.
   static constexpr size_t kPackBytes = 4096;

@@ -38,9 +38,9 @@ Tensor gemm_on(runtime::Transport& tp, const Tensor& a, const Tensor& b, sim::Ti
 // The simulated time of one [M, K] x [K, N] GEMM kernel on this chip (kernels/gemm.h's cost).
 double gemm_ns(runtime::Transport& tp, runtime::DType dt, int64_t m, int64_t k, int64_t n) {
   const double es = static_cast<double>(runtime::dtype_size(dt));
-  return sim::compute_time_ns(tp.timeline().device(), 2.0 * double(m) * double(k) * double(n),
-                              (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * es,
-                              runtime::precision_of(dt));
+  return sim::kernel_time_ns(tp.timeline().device(), 2.0 * double(m) * double(k) * double(n),
+                             (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)) * es,
+                             runtime::precision_of(dt), sim::KernelShape{sim::KernelClass::gemm, m, n, k, 1});
 }
 
 // The collective C alone on TP for a per-rank buffer of BYTES (nccl-tests sizing), ALGORITHM resolved as the

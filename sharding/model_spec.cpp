@@ -386,8 +386,9 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     if (p.ulysses > 1 && p.cp > 1)
       par.child("ulysses").fail(w + "ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; use one "
                                 "of them");
-    if (p.ulysses > 1 && p.sp)
-      par.child("sp").fail(w + "sp: not with ulysses (ulysses already shards the sequence outside attention)");
+    // sp x ulysses: the trainer runs it (sp on the tp axis around the tp GEMMs, the Ulysses all_to_alls on the cp
+    // axis around attention); the block's forward does not yet.
+    if (p.ulysses > 1 && p.sp && use != SpecUse::train) not_implemented(par.child("sp"), w + "sp with ulysses", use);
     const std::string split = par.get_string("cp_split", "zigzag");
     if (split != "zigzag" && split != "contiguous")
       par.child("cp_split").fail(w + "cp_split: '" + split + "' (zigzag | contiguous)");

@@ -94,6 +94,7 @@ struct ModelSpec {
 
   bool has_attention() const { return attention && heads > 0; }
   bool has_embedding() const { return vocab > 0; }
+  bool has_rope() const { return position == PositionKind::rope; }
   // The GLU activation of a gated MLP (swiglu: silu, geglu: gelu); gelu (ungated) has none.
   kernels::Activation glu_activation() const {
     return mlp == MlpKind::geglu ? kernels::Activation::gelu : kernels::Activation::silu;

@@ -3,21 +3,73 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace shardsim::sim {
+
+const char* bound_name(Bound b) {
+  switch (b) {
+    case Bound::compute: return "compute-bound";
+    case Bound::hbm: return "HBM-bound";
+    case Bound::link: return "link-bandwidth-bound";
+    case Bound::latency: return "latency-bound";
+    case Bound::none: break;
+  }
+  return "none";
+}
 
 Timeline::Timeline(int chip, const topology::Topology& topo, DeviceSpec device, bool record_events)
     : chip_(chip), topo_(&topo), device_(std::move(device)), record_(record_events) {
   if (chip < 0 || chip >= topo.num_chips())
     throw std::out_of_range("timeline: chip " + std::to_string(chip) + " not in topology");
   free_.assign(1 + topo.out_links(chip).size(), 0.0);
+  last_on_engine_.assign(free_.size(), 0);
+  // Test hook: every recording timeline records dependencies, so any test can check that recording them changes
+  // no simulated time (tests/e2e/profile.sh runs the async collectives' tests this way).
+  static const bool force_deps = std::getenv("SHARDSIM_RECORD_DEPENDENCIES") != nullptr;
+  if (record_ && force_deps) set_record_dependencies(true);
+}
+
+void Timeline::set_record_dependencies(bool on) {
+  deps_ = on;
+  if (!on) return;
+  if (next_id_ == 0) next_id_ = (static_cast<std::uint64_t>(chip_ + 1) << 40) | 1;
+  if (producers_.empty()) producers_.assign(kProducerSlots, ProducerSlot{});
+}
+
+void Timeline::set_async_id_space(std::uint64_t seq) {
+  next_id_ = (static_cast<std::uint64_t>(chip_ + 1) << 40) | (std::uint64_t{1} << 39) | ((seq & 0x7FFFF) << 20) | 1;
+}
+
+std::uint64_t Timeline::new_id() { return next_id_++; }
+
+namespace {
+size_t producer_slot(TimeNs t, size_t slots) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &t, sizeof b);
+  b ^= b >> 29;
+  b *= 0x9E3779B97F4A7C15ull;
+  return static_cast<size_t>(b >> 40) % slots;
+}
+}  // namespace
+
+void Timeline::note_end(TimeNs t, std::uint64_t id) {
+  if (!producers_.empty()) producers_[producer_slot(t, producers_.size())] = {t, id};
+}
+
+std::uint64_t Timeline::producer_of(TimeNs t) const {
+  if (producers_.empty() || !(t > 0)) return 0;
+  const ProducerSlot& s = producers_[producer_slot(t, producers_.size())];
+  return s.t == t ? s.id : 0;
 }
 
 int Timeline::slot_of(int link) {
   const auto [it, added] = slot_.try_emplace(link, static_cast<int>(link_free_.size()));
   if (added) {
     link_free_.push_back(0.0);
+    link_last_.push_back(0);
     in_busy_.emplace_back();
   }
   return it->second;
@@ -76,8 +128,17 @@ void Timeline::book_interval(int slot, Span s) {
   }
 }
 
-TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
-  if (src == chip_ || !(bytes > 0)) return arrival;
+TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival, std::uint64_t send_id,
+                         TimeNs send_end) {
+  if (src == chip_) return arrival;
+  if (!(bytes > 0)) {  // not booked; with dependencies still a receive (its time is the sender's latency)
+    if (deps_ && record_) {
+      receives_.push_back(Event{"recv", "recv", -2, {send_end >= 0 ? std::min(send_end, arrival) : start, arrival}, 0,
+                                bytes, src, new_id(), send_id, Bound::latency});
+      note_end(arrival, receives_.back().id);
+    }
+    return arrival;
+  }
   const Route& r = route_from(src);
   const double lat = topo_->protocol().latency_factor_for(bytes);
   const double o = topo_->protocol().message_overhead_ns;  // the sender's: the data enters its route o after START
@@ -107,7 +168,15 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival) {
       book_interval(h.slot, {a, a + occupancy});
     }
   }
-  return t == start ? arrival : arrival + (t - start);
+  const TimeNs at = t == start ? arrival : arrival + (t - start);
+  if (deps_ && record_) {
+    const TimeNs from = send_end >= 0 ? std::min(send_end, at) : start;
+    // Queued behind other senders' flows (t - start) longer than the flight after the port (arrival - from).
+    const Bound b = t - start > arrival - from ? Bound::link : Bound::latency;
+    receives_.push_back(Event{"recv", "recv", -2, {from, at}, 0, bytes, src, new_id(), send_id, b});
+    note_end(at, receives_.back().id);
+  }
+  return at;
 }
 
 StepShare StepShare::make(const topology::Topology& topo, const std::vector<std::pair<int, int>>& pairs) {
@@ -168,28 +237,68 @@ const Timeline::Route& Timeline::route_to(int dst) {
   return r;
 }
 
-std::string Timeline::engine_name(int engine) const {
+std::string Timeline::engine_name(int engine) const { return engine_name(*topo_, chip_, engine); }
+
+std::string Timeline::engine_name(const topology::Topology& topo, int chip, int engine) {
   if (engine == kComputeEngine) return "compute";
-  const auto& l = topo_->link(topo_->out_links(chip_).at(static_cast<size_t>(engine - 1)));
+  const auto& l = topo.link(topo.out_links(chip).at(static_cast<size_t>(engine - 1)));
   std::string s = "link->";
-  s += topo_->is_switch(l.dst) ? "switch " + std::to_string(l.dst - topo_->num_chips()) : std::to_string(l.dst);
-  if (!topo_->is_grid()) return s;
+  s += topo.is_switch(l.dst) ? "switch " + std::to_string(l.dst - topo.num_chips()) : std::to_string(l.dst);
+  if (!topo.is_grid()) return s;
   s += " (dim" + std::to_string(l.dim);
-  s += l.dir > 0 && !topo_->is_switch(l.dst) ? "+" : l.dir < 0 ? "-" : "";
+  s += l.dir > 0 && !topo.is_switch(l.dst) ? "+" : l.dir < 0 ? "-" : "";
   return s + ")";
 }
 
 Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                        const KernelShape& shape) {
-  const TimeNs start = std::max(ready, free_[kComputeEngine]);
-  const TimeNs end = start + kernel_time_ns(device_, flops, bytes, p, shape);
+  const TimeNs free = free_[kComputeEngine];
+  const TimeNs start = std::max(ready, free);
+  const KernelTime kt = kernel_time(device_, flops, bytes, p, shape);
+  const TimeNs end = start + kt.total_ns;
   free_[kComputeEngine] = end;
-  if (record_) events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
+  if (record_) {
+    events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
+    if (deps_) {
+      Event& e = events_.back();
+      e.id = new_id();
+      const std::uint64_t data = start == ready ? producer_of(ready) : 0;
+      e.producer = data ? data : start == free ? last_on_engine_[kComputeEngine] : 0;
+      const double tf = kt.compute_ns, tb = kt.memory_ns;  // the kernel model's two terms (sim/kernel_model.h)
+      e.bound = device_.launch_overhead_ns > std::max(tf, tb) ? Bound::latency : tf >= tb ? Bound::compute : Bound::hbm;
+      last_on_engine_[kComputeEngine] = e.id;
+      note_end(end, e.id);
+    }
+  }
   return {start, end};
 }
 
+void Timeline::note_send(const std::string& name, const Route& r, int dst, double bytes, TimeNs ready, TimeNs start,
+                         Span span, double occupancy, double lat) {
+  events_.push_back(Event{name, "send", r.port, span, 0, bytes, dst});
+  if (!deps_) return;
+  Event& e = events_.back();
+  e.id = new_id();
+  // What bound the start (called before the port and links are updated): the data, the port, or a link.
+  const double o = topo_->protocol().message_overhead_ns;
+  std::uint64_t p = start == ready ? producer_of(ready) : 0;
+  if (!p && start == free_[static_cast<size_t>(r.port)]) p = last_on_engine_[static_cast<size_t>(r.port)];
+  for (const Hop& h : r.hops)
+    if (!p && start == link_free_[static_cast<size_t>(h.slot)] - h.offset * lat - o) p = link_last_[static_cast<size_t>(h.slot)];
+  e.producer = p;
+  e.bound = occupancy >= o + r.latency_ns * lat ? Bound::link : Bound::latency;
+  last_on_engine_[static_cast<size_t>(r.port)] = e.id;
+  for (const Hop& h : r.hops) link_last_[static_cast<size_t>(h.slot)] = e.id;
+  last_send_id_ = e.id;
+  last_send_end_ = span.end;
+  note_end(span.end, e.id);
+}
+
 Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready) {
-  if (dst == chip_) return {ready, ready};
+  if (dst == chip_) {
+    last_send_id_ = 0;
+    return {ready, ready};
+  }
   const Route& r = route_to(dst);
   // The protocol (topology.h): with the default one, efficiency and latency factor are exactly 1 and the
   // per-message overhead o is 0. The port is busy for o before the data enters the route (once, not per hop).
@@ -203,18 +312,18 @@ Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready
     TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
     for (const Hop& h : r.hops)
       start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat - o);
+    if (record_) note_send(name, r, dst, bytes, ready, start, {start, start + o + occupancy}, occupancy, lat);
     step_free_.push_back({r.port, start + o + occupancy});
     for (const Hop& h : r.hops) step_free_.push_back({-1 - h.slot, start + o + h.offset * lat + occupancy});
-    if (record_) events_.push_back(Event{name, "send", r.port, {start, start + o + occupancy}, 0, bytes, dst});
     return {start, start + o + r.latency_ns * lat + occupancy};
   }
   const double occupancy = bytes / (r.bottleneck_gbps * topo_->protocol().efficiency_for(bytes));  // as transfer_cost
   TimeNs start = std::max(ready, free_[static_cast<size_t>(r.port)]);
   for (const Hop& h : r.hops)  // every link must be free when the head reaches it (o after the start)
     start = std::max(start, link_free_[static_cast<size_t>(h.slot)] - h.offset * lat - o);
+  if (record_) note_send(name, r, dst, bytes, ready, start, {start, start + o + occupancy}, occupancy, lat);
   for (const Hop& h : r.hops) link_free_[static_cast<size_t>(h.slot)] = start + o + h.offset * lat + occupancy;
   free_[static_cast<size_t>(r.port)] = start + o + occupancy;
-  if (record_) events_.push_back(Event{name, "send", r.port, {start, start + o + occupancy}, 0, bytes, dst});
   return {start, start + o + r.latency_ns * lat + occupancy};
 }
 
@@ -237,7 +346,16 @@ Span Timeline::replay_send(const Event& e) {
     f = std::max(f, start + h.offset * lat + occupancy);
   }
   free_[static_cast<size_t>(r.port)] = std::max(free_[static_cast<size_t>(r.port)], start + occupancy);
-  if (record_) events_.push_back(Event{e.name, "send", r.port, e.span, 0, e.bytes, e.peer});
+  if (record_) {
+    events_.push_back(Event{e.name, "send", r.port, e.span, 0, e.bytes, e.peer, e.id, e.producer, e.bound});
+    if (deps_ && e.id) {
+      last_on_engine_[static_cast<size_t>(r.port)] = e.id;
+      for (const Hop& h : r.hops) link_last_[static_cast<size_t>(h.slot)] = e.id;
+      last_send_id_ = e.id;
+      last_send_end_ = e.span.end;
+      note_end(e.span.end, e.id);
+    }
+  }
   return e.span;
 }
 
@@ -249,13 +367,33 @@ void Timeline::reset() {
     iv.head = 0;
   }
   events_.clear();
+  receives_.clear();  // ids keep counting: never reused
+  std::fill(last_on_engine_.begin(), last_on_engine_.end(), 0);
+  std::fill(link_last_.begin(), link_last_.end(), 0);
+  std::fill(producers_.begin(), producers_.end(), ProducerSlot{});
+  last_send_id_ = 0;
   step_ = nullptr;
   step_free_.clear();
   step_booked_.clear();
 }
 
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {
-  if (record_) events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
+  if (!record_) return;
+  events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
+  if (deps_) {
+    events_.back().id = new_id();
+    events_.back().producer = producer_of(span.end);
+  }
+}
+
+void Timeline::replay_region(const Event& e) {
+  if (record_) events_.push_back(e);
+}
+
+void Timeline::replay_receive(const Event& e) {
+  if (!record_ || !deps_) return;
+  receives_.push_back(e);
+  note_end(e.span.end, e.id);
 }
 
 TimeNs Timeline::end_time() const {

@@ -52,14 +52,33 @@ struct Span {
   TimeNs duration() const { return end - start; }
 };
 
+// What bounds an op's duration, from its own cost terms (sim/cost.h), decided when it is booked:
+//   compute: flops / peak >= bytes / hbm_bandwidth and that exceeds the launch overhead;  hbm: the bytes term wins;
+//   latency: the launch overhead (a kernel) or the route's latencies plus the per-message overhead (a message)
+//            exceed the op's own work;  link: a message's occupancy S / B exceeds its latencies, or a receive
+//            queued behind other senders' flows longer than its latencies;  none: regions (annotations).
+enum class Bound : std::uint8_t { none, compute, hbm, link, latency };
+const char* bound_name(Bound b);  // "none", "compute-bound", "HBM-bound", "link-bandwidth-bound", "latency-bound"
+
+// Event ids (dependency recording, Timeline::set_record_dependencies): unique across the whole machine and never
+// reused: the chip + 1 in the top 24 bits, a per-timeline count below (an async job's events: bit 39 set, the
+// job's sequence number in bits 20..38, its count in bits 0..19). 0 = none.
+inline int chip_of_event(std::uint64_t id) { return static_cast<int>(id >> 40) - 1; }
+
 struct Event {
   std::string name;      // "gemm", "all_reduce.ring.step3", ...
-  std::string category;  // "compute" | "send" | "collective"
-  int engine = 0;        // -1 for op-level regions (collectives) that are not on one engine
-  Span span;
+  std::string category;  // "compute" | "send" | "collective" | "recv" (receives(), with dependencies only)
+  int engine = 0;        // -1 for op-level regions (collectives) that are not on one engine; -2 for receives
+  Span span;             // receives: from the sender's port becoming free (its send's end) to the arrival here
   double flops = 0;
   double bytes = 0;
-  int peer = -1;  // chip on the other end, for sends
+  int peer = -1;  // chip on the other end: the destination of a send, the source of a receive
+  // Dependency recording only (0 otherwise): this event's id and the id of the event that bound its start (the
+  // previous op on its engine or port, the op whose result it waited for, the send of a receive). A region's
+  // producer is the event that ended it.
+  std::uint64_t id = 0;
+  std::uint64_t producer = 0;
+  Bound bound = Bound::none;
 };
 
 // Where a chip's simulated time went; see Timeline::breakdown.
@@ -95,6 +114,8 @@ class Timeline {
   static constexpr int kComputeEngine = 0;
   int num_engines() const { return static_cast<int>(free_.size()); }
   std::string engine_name(int engine) const;
+  // The name of ENGINE of CHIP on TOPO ("compute", "link->3 (dim0+)", ...), as engine_name.
+  static std::string engine_name(const topology::Topology& topo, int chip, int engine);
   TimeNs free_at(int engine) const { return free_.at(engine); }
 
   // A compute op of FLOPS and BYTES (HBM traffic) at precision P and SHAPE (sim/kernel_model.h: the kernel
@@ -116,7 +137,10 @@ class Timeline {
   // queueing behind the flows this chip booked before on any link of the route: ARRIVAL itself (bit for bit)
   // when the flow fits where the sender put it, else ARRIVAL + the delay. Self-messages and empty messages are
   // not booked. Call it in a deterministic order (see above).
-  TimeNs receive(int src, double bytes, TimeNs start, TimeNs arrival);
+  // SEND_ID / SEND_END (dependency recording): the sender's send event and its end, recorded as the receive's
+  // producer and span start.
+  TimeNs receive(int src, double bytes, TimeNs start, TimeNs arrival, std::uint64_t send_id = 0,
+                 TimeNs send_end = -1);
 
   // Crossing-flow contention: the sends and receives until end_step() are the flows of one step whose global
   // pattern SHARE describes (see the header comment). SHARE == nullptr or !SHARE->any_shared: nothing changes.
@@ -127,6 +151,28 @@ class Timeline {
 
   // Records an op-level region (e.g. a whole all_reduce) for the breakdown and the trace.
   void record_region(const std::string& name, const std::string& category, Span span, double bytes = 0);
+  // Records region E (from another timeline of this chip) with its id and producer kept.
+  void replay_region(const Event& e);
+  // Records receive E (from another timeline of this chip, receives()) as it was; no booking.
+  void replay_receive(const Event& e);
+
+  // Dependency recording (off by default; the profiler and the trace's arrows turn it on): every event gets an id
+  // and its producer, and every booked receive becomes an event in receives(). Only bookkeeping: no simulated
+  // time changes. Producers are found by the value that bound an op's start: each recorded event's end and each
+  // arrival is entered in a bounded table (kProducerSlots entries, direct-mapped by the time's bits, a newer
+  // entry replacing an older one in its slot), so host memory per chip stays constant; a start whose value was
+  // evicted gets producer 0 (the profiler counts that time as waiting).
+  // Test hook: the environment variable SHARDSIM_RECORD_DEPENDENCIES (any value) turns it on for every timeline
+  // that records events.
+  void set_record_dependencies(bool on);
+  bool records_dependencies() const { return deps_; }
+  // Id of the last send() / replay_send() event (0 without dependency recording or for a self-send).
+  std::uint64_t last_send_id() const { return last_send_id_; }
+  TimeNs last_send_end() const { return last_send_end_; }  // and the end of its span (the port free again)
+  // The events of this timeline's sends run from an async job number SEQ (runtime/engine.h) take ids from their
+  // own range, so they never collide with the chip timeline's.
+  void set_async_id_space(std::uint64_t seq);
+  const std::vector<Event>& receives() const { return receives_; }
 
   const std::vector<Event>& events() const { return events_; }
   // Back to time zero: every engine free, no events (a fresh clock for the next measurement).
@@ -179,6 +225,26 @@ class Timeline {
   std::unordered_map<int, Route> routes_;     // per destination chip used (send side)
   std::unordered_map<int, Route> in_routes_;  // per source chip used (receive side)
   std::vector<Event> events_;
+  // Dependency recording (set_record_dependencies).
+  static constexpr size_t kProducerSlots = 4096;
+  struct ProducerSlot {
+    TimeNs t = -1;
+    std::uint64_t id = 0;
+  };
+  bool deps_ = false;
+  std::uint64_t next_id_ = 0;      // the next id (chip and range bits included)
+  std::uint64_t last_send_id_ = 0;
+  TimeNs last_send_end_ = -1;
+  std::vector<std::uint64_t> last_on_engine_;  // per engine: its last event's id
+  std::vector<std::uint64_t> link_last_;       // per slot: this chip's last send over the link
+  std::vector<ProducerSlot> producers_;        // kProducerSlots entries when deps_
+  std::vector<Event> receives_;
+  std::uint64_t new_id();
+  // Records a send event (and with dependencies its id, producer and bound) before the port and links move on.
+  void note_send(const std::string& name, const Route& r, int dst, double bytes, TimeNs ready, TimeNs start,
+                 Span span, double occupancy, double lat);
+  void note_end(TimeNs t, std::uint64_t id);   // enters T -> ID in the producer table
+  std::uint64_t producer_of(TimeNs t) const;   // the table's event for T, else 0
   const StepShare* step_ = nullptr;                  // the current step's sharing (begin_step), if any
   std::vector<std::pair<int, TimeNs>> step_free_;    // deferred: port engine (>= 0) or -1 - slot, busy until
   std::vector<std::pair<int, Span>> step_booked_;    // deferred receive-side bookings: slot, interval

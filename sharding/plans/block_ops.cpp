@@ -33,7 +33,7 @@ std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks) {
 // the FLOPs of the visible pairs; the HBM bytes of one call over all q rows x all kv rows, scaled by the visible
 // fraction (so cutting the rows into zig-zag chunks does not lower the tiles' arithmetic intensity); one merge
 // per q chunk.
-void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
+void attend(Chip& chip, const ModelSpec& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
             const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
             const std::string& name) {
   const int64_t nq = q.dim(1);

@@ -12,9 +12,21 @@
 #include "runtime/tensor.h"
 #include "runtime/transport.h"
 #include "sharding/fused.h"
-#include "models/transformer.h"
+#include "sharding/model_spec.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
+
+namespace shardsim::sharding {
+// One collective's figures on the critical chip (bytes sent by this chip; the plan's formula for them).
+struct CommStat {
+  double bytes = 0;     // bytes this chip sent
+  double expected = 0;  // the formula's bytes per chip
+  int calls = 0;
+  double ns = 0;          // simulated time of the calls (the unfused collective alone for fused ops)
+  std::string algorithm;  // what ran ("auto" resolved), when recorded
+};
+
+}  // namespace shardsim::sharding
 
 namespace shardsim::sharding::plans {
 
@@ -61,7 +73,7 @@ Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& 
 std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
 // Local attention of Q (rows in Q_CHUNKS) against K/V (rows in K_CHUNKS), merged into ACC/LSE (fp32); charged to
 // CHIP as one fused kernel (see block_ops.cpp).
-void attend(Chip& chip, const BlockShape& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
+void attend(Chip& chip, const ModelSpec& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
             const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
             const std::string& name);
 // Shape-only (STORAGE false; runtime/tensor.h): the accumulators carry shapes only, and every plan piece below
@@ -75,8 +87,8 @@ collectives::CollectiveOptions ring_opts(const std::string& name, const std::str
 
 // What the plan units of one chip share during the block forward.
 struct PlanContext {
-  const BlockShape& s;
-  const BlockPlan& p;
+  const ModelSpec& s;
+  const ParallelPlan& p;
   runtime::Transport& tp;   // the mesh's tp sub-group
   runtime::Transport& cp;   // the mesh's cp sub-group (ring attention or the ulysses all_to_all)
   Chip& chip;

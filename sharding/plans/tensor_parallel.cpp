@@ -8,10 +8,10 @@
 
 namespace shardsim::sharding::plans {
 
-Placement column_weight_placement(const BlockPlan& p) {
+Placement column_weight_placement(const ParallelPlan& p) {
   return p.tp > 1 ? Placement{Shard{1}} : Placement{Replicate{}};
 }
-Placement row_weight_placement(const BlockPlan& p) {
+Placement row_weight_placement(const ParallelPlan& p) {
   return p.tp > 1 ? Placement{Shard{0}} : Placement{Replicate{}};
 }
 
@@ -58,10 +58,10 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
     }
     Tensor out = Tensor::make(s.dtype, {in.dim(0), s.hidden}, in.has_storage() && w.has_storage());
     const auto f = gemm_all_reduce(ctx.tp, in, w, out, p.fused.chunks, ready, gname + " + tp all_reduce (" + what + ")",
-                                   p.all_reduce);
+                                   p.algorithm_for(PlanCollective::tp_all_reduce));
     ctx.fused_done(gname + " + tp all_reduce", f, ready);
     ctx.comm.add("tp all_reduce", f.bytes_sent, 2 * (P - 1) / P * static_cast<double>(out.nbytes()), f.comm_ns,
-                 p.all_reduce + " per piece (fused)");
+                 p.algorithm_for(PlanCollective::tp_all_reduce) + " per piece (fused)");
     return out;
   }
   Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
@@ -70,7 +70,7 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   const auto r = collectives::all_reduce(ctx.tp, partial.data_if_stored(), partial.data_if_stored(),
                                          static_cast<size_t>(partial.numel()),
                                          s.dtype, collectives::ReduceOp::sum, ctx.chip.t,
-                                         ring_opts("tp all_reduce (" + what + ")", p.all_reduce));
+                                         ring_opts("tp all_reduce (" + what + ")", p.algorithm_for(PlanCollective::tp_all_reduce)));
   ctx.chip.t = r.span.end;
   ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
                r.span.duration(), r.algorithm);

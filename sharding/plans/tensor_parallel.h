@@ -17,8 +17,8 @@
 namespace shardsim::sharding::plans {
 
 // The placements of the column- and row-parallel weights on tp (Replicate when tp = 1).
-Placement column_weight_placement(const BlockPlan& p);
-Placement row_weight_placement(const BlockPlan& p);
+Placement column_weight_placement(const ParallelPlan& p);
+Placement row_weight_placement(const ParallelPlan& p);
 
 // IN: this chip's rows of the input (its sp shard with sp). Returns X · W_i for each weight, [n_attn or rows of IN,
 // cols of W_i]. NAMES: the GEMMs' names ("gemm.q", ...); GATHER_WHAT: the sp all_gather's label ("before QKV");

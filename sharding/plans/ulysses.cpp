@@ -9,6 +9,7 @@ Tensor ulysses_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, con
   const auto& s = ctx.s;
   Chip& chip = ctx.chip;
   const int u = ctx.p.ulysses;
+  const std::string a2a = ctx.p.algorithm_for(PlanCollective::ulysses_all_to_all);
   const int64_t n = q.dim(0), nq = q.dim(1), nkv = k.dim(1), d = q.dim(2), T = s.seq;
   const size_t es = runtime::dtype_size(s.dtype);
   const bool real = q.has_storage();  // shape-only: no copies, null buffers (block_ops.h)
@@ -24,7 +25,7 @@ Tensor ulysses_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, con
                     static_cast<size_t>(hpu * d) * es);
     const auto r = collectives::all_to_all(ctx.cp, send.data_if_stored(), recv.data_if_stored(),
                                            static_cast<size_t>(send.numel()),
-                                           s.dtype, chip.t, ring_opts("ulysses all_to_all (" + what + ")", "direct"));
+                                           s.dtype, chip.t, ring_opts("ulysses all_to_all (" + what + ")", a2a));
     chip.t = r.span.end;
     ctx.comm.add("ulysses all_to_all", r.bytes_sent, (u - 1.0) / u * static_cast<double>(t.nbytes()));
     return recv;
@@ -38,7 +39,7 @@ Tensor ulysses_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, con
   Tensor back = Tensor::make(s.dtype, {static_cast<int64_t>(u) * n, nq / u, d}, real);
   const auto r = collectives::all_to_all(ctx.cp, oh.data_if_stored(), back.data_if_stored(),
                                          static_cast<size_t>(oh.numel()), s.dtype,
-                                         chip.t, ring_opts("ulysses all_to_all (o)", "direct"));
+                                         chip.t, ring_opts("ulysses all_to_all (o)", a2a));
   chip.t = r.span.end;
   ctx.comm.add("ulysses all_to_all", r.bytes_sent, (u - 1.0) / u * static_cast<double>(oh.nbytes()));
   Tensor o = Tensor::make(s.dtype, {n, nq * d}, real);

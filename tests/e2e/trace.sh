@@ -3,11 +3,14 @@
 # the run's --json report. Checked (python3, stdlib json only) on the small MLP at 4 chips and on the default job
 # (Llama-2-7B MLP, tp=8) at 8 chips:
 #   - the file is valid JSON in the Object Format ({"traceEvents": [...], "displayTimeUnit": "ms"|"ns"});
-#   - one process per chip: exactly N pids with process_name "chip 0".."chip N-1" (+ process_sort_index);
+#   - one process per chip: exactly N pids with process_name "chip 0".."chip N-1" (+ process_sort_index), and
+#     (dependency recording, which --trace turns on) one more, "critical path", whose slices have cat
+#     "critical_path";
 #     every (pid, tid) with events has thread_name and thread_sort_index; no tid is used by two pids;
 #   - every chip has X events on its "compute" track and on at least one "link->..." port track;
 #   - every X event has name, cat, ts >= 0, dur >= 0 and args.bytes; compute events have args.flops > 0; send
 #     events have args.peer, a chip in range other than their own; collective regions sit on "collectives*";
+#     receives (cat "recv") sit on "receives*" and have args.peer, another chip;
 #   - spans on one (pid, tid) track never overlap (1e-6 us slack);
 #   - per chip, the latest span end equals the report's simulated total (simulated.per_chip[].simulated.total_ns,
 #     within the trace's 1 ps rounding), the send bytes add up to its bytes_sent and the compute FLOPs to its flops.
@@ -51,6 +54,7 @@ def main():
 
     # ---- metadata: processes and tracks ----
     chip_of = {}        # pid -> chip
+    path_pid = None     # the critical path's process
     proc_sort = set()
     thread_name = {}    # (pid, tid) -> name
     thread_sort = set()
@@ -70,7 +74,9 @@ def main():
         name, args = e.get("name"), e.get("args", {})
         if name == "process_name":
             m = re.fullmatch(r"chip (\d+)", str(args.get("name")))
-            if not m:
+            if args.get("name") == "critical path" and path_pid is None:
+                path_pid = e["pid"]
+            elif not m:
                 err(f"process_name {args.get('name')!r} is not 'chip N'")
             else:
                 chip_of[e["pid"]] = int(m.group(1))
@@ -96,6 +102,11 @@ def main():
             continue
         pid, tid = e.get("pid"), e.get("tid")
         where = f"X event {e.get('name')!r} (pid {pid}, tid {tid})"
+        if pid == path_pid and path_pid is not None:
+            if e.get("cat") != "critical_path":
+                err(f"{where}: cat {e.get('cat')!r} on the critical path's process")
+            spans.setdefault((pid, tid), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+            continue
         if pid not in chip_of:
             err(f"{where}: its pid has no process_name")
             continue
@@ -137,9 +148,17 @@ def main():
         elif cat == "collective":
             if not track.startswith("collectives"):
                 err(f"{where}: collective region on track {track!r}")
+        elif cat == "recv":
+            if not track.startswith("receives"):
+                err(f"{where}: receive on track {track!r}")
+            peer = args.get("peer")
+            if not isinstance(peer, int) or not 0 <= peer < n or peer == chip:
+                err(f"{where}: receive on chip {chip} has args.peer {peer!r} (want another chip in 0..{n - 1})")
         else:
             err(f"{where}: unknown cat {cat!r}")
         spans.setdefault((pid, tid), []).append((ts, ts + dur, e["name"]))
+        if cat == "recv":
+            continue  # an arrival is never later than the op that uses it, but is not an end of the chip's work
         end = per_chip[chip]["end"]
         per_chip[chip]["end"] = ts + dur if end is None else max(end, ts + dur)
 
@@ -147,7 +166,7 @@ def main():
         v.sort()
         for a, b in zip(v, v[1:]):
             if a[1] > b[0] + 1e-6:
-                err(f"chip {chip_of[pid]} track {thread_name[(pid, tid)]!r}: {a[2]!r} [{a[0]}, {a[1]}] overlaps "
+                err(f"chip {chip_of.get(pid, 'critical path')} track {thread_name.get((pid, tid))!r}: {a[2]!r} [{a[0]}, {a[1]}] overlaps "
                     f"{b[2]!r} [{b[0]}, {b[1]}] us")
 
     # ---- against the report ----
@@ -212,7 +231,8 @@ def apply_mutation(kind, events):
         i = next(i for i, e in enumerate(events) if e.get("ph") == "M" and e.get("name") == "process_name")
         del events[i]
     elif kind == "late_end":  # the last span of some chip ends 1 us late
-        last = max((e for e in events if e.get("ph") == "X"), key=lambda e: e["ts"] + e["dur"])
+        last = max((e for e in events if e.get("ph") == "X" and e.get("cat") in ("compute", "send", "collective")),
+                   key=lambda e: e["ts"] + e["dur"])
         last["dur"] += 1.0
     else:
         raise SystemExit(f"test bug: unknown mutation {kind}")

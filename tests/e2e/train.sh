@@ -315,7 +315,7 @@ PY
   else fail "train's JSON differs from run's fields or from its rows"; fi
 fi
 if expect_exit 0 '^trace +tr\.json' -- shardsim_mpi 1 --chips 2 train tp2.yaml --steps 2 --trace tr.json; then
-  if python3 -c 'import json,sys; e=json.load(open("tr.json"))["traceEvents"]; assert {x["pid"] for x in e} == {1, 2}; assert any(x.get("ph") == "X" for x in e)'; then
+  if python3 -c 'import json,sys; e=json.load(open("tr.json"))["traceEvents"]; cp={x["pid"] for x in e if x.get("name") == "process_name" and x["args"]["name"] == "critical path"}; assert len(cp) == 1 and {x["pid"] for x in e} - cp == {1, 2}; assert any(x.get("ph") == "X" for x in e)'; then
     pass "--trace: a Chrome trace of both chips"; else fail "--trace content"; fi
 fi
 if expect_exit 2 '^shardsim: error: --trace: one chip without a parallel: section' -- shardsim_mpi 1 train "$TRAIN" --trace t1.json

@@ -1,0 +1,231 @@
+// `--what-if` (run, train, profile) and the `profile` command: each change becomes --set overrides on the loaded
+// config (sharding/engine_config.h's one override mechanism), is re-simulated in this process in shape-only mode
+// (the same simulated figures as real data: tests/e2e/shape_only_models.sh), and its speedup against the baseline
+// is reported (docs/PROFILE.md).
+#include "apps/profile.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "common/error.h"
+#include "common/output_file.h"
+#include "models/runner.h"
+#include "sharding/engine_config.h"
+
+namespace shardsim::apps {
+
+namespace {
+
+std::string num(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+// "2x" -> 2 (FACTOR true); "1640" -> 1640 (FACTOR false); else UsageError.
+double parse_value(const std::string& change, const std::string& v, bool& factor) {
+  factor = !v.empty() && (v.back() == 'x' || v.back() == 'X');
+  const std::string n = factor ? v.substr(0, v.size() - 1) : v;
+  char* end = nullptr;
+  const double d = n.empty() ? NAN : std::strtod(n.c_str(), &end);
+  if (n.empty() || *end || !std::isfinite(d) || !(d > 0))
+    throw UsageError("--what-if " + change + ": '" + v + "' is not a positive factor (2x, 0.5x) or value");
+  return d;
+}
+
+double apply(double old, double v, bool factor) { return factor ? old * v : v; }
+
+// Items of SPEC split at commas outside brackets (a --set value may be a YAML list).
+std::vector<std::string> split_items(const std::string& spec) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : spec) {
+    if (c == '[' || c == '{') ++depth;
+    if (c == ']' || c == '}') --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  for (const auto& s : out)
+    if (s.empty()) throw UsageError("--what-if '" + spec + "': empty change (expected KEY=VALUE,KEY=VALUE,...)");
+  return out;
+}
+
+const std::map<std::string, std::string> kDeviceAlias = {{"hbm_bw", "hbm_gbps"}, {"launch", "launch_overhead_ns"},
+                                                         {"hbm", "hbm_gib"}};
+const std::map<std::string, std::string> kTopologyAlias = {{"link_bw", "bandwidth_gbps"}, {"latency", "latency_ns"},
+                                                           {"bandwidth", "bandwidth_gbps"}};
+
+// The topology key KEY (bandwidth_gbps | latency_ns) scaled: every dimension (DIM < 0) or dimension DIM.
+std::string topology_set(const std::string& change, const ConfigNode& root, const std::string& key, int dim,
+                         double v, bool factor) {
+  const auto t = root.maybe_child("topology");
+  if (!t || !t->is_map() || !t->has(key))
+    throw UsageError("--what-if " + change + ": the topology has no inline '" + key +
+                     "' to change (a topology file or a graph: give the change as --set on its keys)");
+  const YAML::Node n = t->yaml()[key];
+  const int ndims = static_cast<int>(sharding::load_workload_topology(root).dims().size());
+  if (dim >= ndims)
+    throw UsageError("--what-if " + change + ": the topology has " + std::to_string(ndims) + " dimension(s)");
+  std::vector<double> vals;
+  if (n.IsSequence()) {
+    for (const auto& x : n) vals.push_back(x.as<double>());
+  } else {
+    vals.assign(dim >= 0 ? static_cast<size_t>(ndims) : 1, n.as<double>());
+  }
+  for (size_t d = 0; d < vals.size(); ++d)
+    if (dim < 0 || static_cast<int>(d) == dim) vals[d] = apply(vals[d], v, factor);
+  if (vals.size() == 1 && !n.IsSequence()) return "topology." + key + "=" + num(vals[0]);
+  std::string s = "topology." + key + "=[";
+  for (size_t d = 0; d < vals.size(); ++d) s += (d ? ", " : "") + num(vals[d]);
+  return s + "]";
+}
+
+// A dotted path of the YAML tree: KEY=Nx scales the number there, KEY=VALUE sets VALUE (any YAML).
+std::string path_set(const std::string& change, const ConfigNode& root, const std::string& key,
+                     const std::string& value) {
+  bool factor = !value.empty() && (value.back() == 'x' || value.back() == 'X');
+  if (!factor) return key + "=" + value;
+  YAML::Node n = YAML::Clone(root.yaml());
+  size_t at = 0;
+  while (at <= key.size()) {
+    const size_t dot = key.find('.', at);
+    const std::string k = key.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    if (!n.IsMap() || !n[k]) throw UsageError("--what-if " + change + ": the config has no '" + key + "' to scale");
+    n = n[k];
+    if (dot == std::string::npos) break;
+    at = dot + 1;
+  }
+  double old = 0;
+  try {
+    old = n.as<double>();
+  } catch (const YAML::Exception&) {
+    throw UsageError("--what-if " + change + ": '" + key + "' is not a number");
+  }
+  const double v = parse_value(change, value, factor);
+  return key + "=" + num(old * v);
+}
+
+}  // namespace
+
+std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& root) {
+  std::vector<WhatIfPlan> plans;
+  const sim::DeviceSpec dev = sharding::load_workload_device(root);
+  for (const auto& item : split_items(spec)) {
+    WhatIfPlan p;
+    p.change = item;
+    std::map<std::string, double> device;  // device key -> new value
+    for (const auto& part : [&] {  // "a=2x+b=2x": several changes simulated together
+           std::vector<std::string> v;
+           size_t at = 0;
+           for (size_t plus; (plus = item.find('+', at)) != std::string::npos; at = plus + 1) v.push_back(item.substr(at, plus - at));
+           v.push_back(item.substr(at));
+           return v;
+         }()) {
+      const size_t eq = part.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
+        throw UsageError("--what-if " + part + ": expected KEY=VALUE (e.g. link_bw=2x, hbm_bw=1.5x, peak=2x, "
+                         "latency=0.5x, dim1.bandwidth=2x, model.tokens=1024)");
+      std::string key = part.substr(0, eq);
+      const std::string value = part.substr(eq + 1);
+      if (auto a = kDeviceAlias.find(key); a != kDeviceAlias.end()) key = a->second;
+      const bool device_key = std::find(std::begin(sim::kDeviceKeys), std::end(sim::kDeviceKeys), key) !=
+                              std::end(sim::kDeviceKeys) ||
+                              key == "peak";
+      bool factor = false;
+      if (device_key && key != "preset" && key != "name") {
+        const double v = parse_value(part, value, factor);
+        if (key == "peak") {
+          for (auto prec : sim::kAllPrecisions)
+            if (const double old = dev.explicit_peak_tflops(prec); old > 0)
+              device["peak_tflops_" + sim::precision_name(prec)] = apply(old, v, factor);
+          continue;
+        }
+        const double old = key == "hbm_gbps" ? dev.hbm_gbps : key == "hbm_gib" ? dev.hbm_gib
+                         : key == "launch_overhead_ns" ? dev.launch_overhead_ns : 0;
+        double cur = old;
+        if (key.rfind("peak_tflops_", 0) == 0)
+          for (auto prec : sim::kAllPrecisions)
+            if (key == "peak_tflops_" + sim::precision_name(prec)) cur = dev.explicit_peak_tflops(prec);
+        device[key] = apply(cur, v, factor);
+        continue;
+      }
+      int dim = -1;
+      std::string tkey = key;
+      if (key.rfind("dim", 0) == 0 && key.find('.') != std::string::npos) {
+        const size_t dot = key.find('.');
+        char* end = nullptr;
+        const long d = std::strtol(key.c_str() + 3, &end, 10);
+        if (end != key.c_str() + dot || d < 0) throw UsageError("--what-if " + part + ": expected dimN.bandwidth or dimN.latency");
+        dim = static_cast<int>(d);
+        tkey = key.substr(dot + 1);
+      }
+      if (auto a = kTopologyAlias.find(tkey); a != kTopologyAlias.end()) tkey = a->second;
+      if (tkey == "bandwidth_gbps" || tkey == "latency_ns") {
+        const double v = parse_value(part, value, factor);
+        p.sets.push_back(topology_set(part, root, tkey, dim, v, factor));
+      } else if (key.find('.') != std::string::npos) {
+        p.sets.push_back(path_set(part, root, key, value));
+      } else {
+        throw UsageError("--what-if " + part + ": unknown change '" + key + "' (link_bw, latency, dimN.bandwidth, "
+                         "dimN.latency, peak, hbm_bw, launch, a device key, or a config path such as model.tokens)");
+      }
+    }
+    if (!device.empty()) {
+      const auto d = root.maybe_child("device");
+      if (d && d->is_map()) {
+        for (const auto& [k, v] : device) p.sets.push_back("device." + k + "=" + num(v));
+      } else {  // a preset name (or none): the same preset with the changed keys
+        std::string s = "device={preset: " + (d ? d->yaml().as<std::string>() : std::string(sharding::kDefaultDevice));
+        for (const auto& [k, v] : device) s += ", " + k + ": " + num(v);
+        p.sets.push_back(s + "}");
+      }
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+std::vector<sharding::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
+                                          const std::function<double(const sharding::ConfigOverrides&)>& simulate,
+                                          const sharding::ConfigOverrides& base) {
+  std::vector<sharding::WhatIf> rows;
+  for (const auto& p : plans) {
+    sharding::ConfigOverrides ov = base;
+    ov.set.insert(ov.set.end(), p.sets.begin(), p.sets.end());
+    sharding::WhatIf w;
+    w.change = p.change;
+    w.sets = p.sets;
+    w.ns = simulate(ov);
+    w.speedup = w.ns > 0 ? baseline_ns / w.ns : 0;
+    rows.push_back(std::move(w));
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const sharding::WhatIf& a, const sharding::WhatIf& b) { return a.speedup > b.speedup; });
+  return rows;
+}
+
+double simulate_run(const runtime::World& world, const std::string& config, const sharding::ConfigOverrides& ov) {
+  std::shared_ptr<const sharding::ModelConfig> cfg;
+  sharding::RunOptions opt;
+  opt.shape_only = true;
+  opt.no_checkpoint = true;
+  world.agree([&] {
+    cfg = sharding::load_model_config_shared(config, ov);
+    sharding::check_run(world, *cfg, opt, "");
+  });
+  return sharding::run_model(world, *cfg, opt).critical.total;
+}
+
+}  // namespace shardsim::apps

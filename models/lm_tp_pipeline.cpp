@@ -1,0 +1,227 @@
+// LmTpTrainer's step-level scheduling (models/lm_tp.h): the micro-batches of a step, the pipeline stages of the pp
+// axis and the executor that runs this stage's actions of a schedule (sharding/plans/pipeline_schedule.h); the
+// block's forward and backward and the plan units they call are in lm_tp.cpp.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <span>
+#include <stdexcept>
+
+#include "collectives/broadcast.h"
+#include "models/lm_data.h"
+#include "models/lm_tp.h"
+
+namespace shardsim::models {
+
+using runtime::DType;
+using runtime::Tensor;
+
+double LmTpTrainer::run_schedule(sim::TimeNs& t) {
+  // This stage's actions of the schedule (sharding/plans/pipeline_schedule.h) in order; without pp the schedule is
+  // 1F1B on one stage: each micro-batch's forward then its backward. Activations and their gradients go to the
+  // neighbouring stage by send/recv over the pp axis (the topology's routes); the loss is the micro-batches' mean.
+  const int last = schedule_.p * schedule_.v - 1;
+  const int next = (pp_rank_ + 1) % pp_size_, prev = (pp_rank_ + pp_size_ - 1) % pp_size_;
+  const int64_t rows = (sp_ ? local_.batch * local_.seq / tp_size_ : local_.batch * local_.seq);
+  struct Live {
+    LmBatch batch;
+    LmCache cache;
+  };
+  std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
+  double loss = 0;
+  int held = 0;
+  stage_stats_ = {};
+  // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
+  // with the chip's next receive (or at the end of the schedule) in one exchange, so two neighbouring stages that
+  // send to each other never wait for each other's receive (MPI's rendezvous for large messages).
+  runtime::Transport& pp = mesh_["pp"];
+  struct Pending {
+    Tensor x;
+    int peer;
+    sim::TimeNs ready;
+    const char* name;
+  };
+  std::vector<Pending> pending;
+  auto exchange = [&](runtime::RecvOp* in, const char* name) {
+    std::vector<runtime::SendOp> out;
+    for (const Pending& p : pending)
+      out.push_back({p.x.data_if_stored(), size_t(p.x.nbytes()), p.peer, p.ready});
+    const sim::TimeNs start = t;
+    pp.exchange(out, in ? std::span<runtime::RecvOp>(in, 1) : std::span<runtime::RecvOp>(), name);
+    for (const Pending& p : pending) tl_.record_region(p.name, "collective", {p.ready, p.ready}, double(p.x.nbytes()));
+    pending.clear();
+    if (in) {
+      t = std::max(t, in->arrival);
+      tl_.record_region(name, "collective", {start, t}, double(in->bytes));
+    }
+  };
+  auto send = [&](const Tensor& x, int peer, const char* name, double& bytes) {
+    pending.push_back({x, peer, t, name});
+    bytes += double(x.nbytes());
+  };
+  // The action's span on the timeline, for the trace's pipeline track (category "pipeline": not in the breakdown).
+  auto mark = [&](const sharding::plans::PipeAction& a, sim::TimeNs begin) {
+    stage_stats_.spans.push_back({a, begin, t});
+    std::string name = std::string(sharding::plans::pipe_op_name(a.op)) + std::to_string(a.micro);
+    if (schedule_.v > 1) name += ".c" + std::to_string(a.chunk);
+    if (pp_size_ > 1) tl_.record_region(name, "pipeline", {begin, t});
+  };
+  auto recv = [&](int peer, const char* name) {
+    Tensor x = make(local_.dtype, {rows, local_.hidden});
+    runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), peer, 0};
+    exchange(&in, name);
+    return x;
+  };
+  for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
+    const int ms = schedule_.model_stage(pp_rank_, a.chunk);
+    if (a.op == sharding::plans::PipeOp::F) {
+      Live& s = live[{a.chunk, a.micro}];
+      s.batch = micro_batch_tokens(a.micro);
+      Tensor x;
+      if (ms > 0) x = recv(prev, "pp.recv_activation");
+      const sim::TimeNs begin = t;
+      loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
+      if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
+      if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
+      mark(a, begin);
+      if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
+      stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
+    } else {
+      auto it = live.find({a.chunk, a.micro});
+      if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
+      Tensor dx;
+      if (ms < last) dx = recv(next, "pp.recv_gradient");
+      const sim::TimeNs begin = t;
+      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t);
+      mark(a, begin);
+      if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
+      live.erase(it);
+      --held;
+    }
+  }
+  if (!pending.empty()) exchange(nullptr, "pp.send");
+  stage_stats_.chunk_activation_bytes = activation_bytes_;
+  return loss;
+}
+
+std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
+  const LmStageStats& st = stage_stats_;
+  sim::TimeNs end = 0;
+  for (const auto& sp : st.spans) end = std::max(end, sp.end);
+  const double mine[] = {st.busy_ns(), end, double(st.peak_in_flight) * st.chunk_activation_bytes,
+                         st.peak_in_flight / double(schedule_.v), st.bytes_forward, st.bytes_backward};
+  std::vector<std::vector<int64_t>> all;
+  for (double d : mine) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    all.push_back(world_.allgather(bits, "lm pipeline summary"));  // host-side, not simulated
+  }
+  auto get = [&](size_t k, int rank) {
+    double d = 0;
+    std::memcpy(&d, &all[k][size_t(rank)], sizeof d);
+    return d;
+  };
+  // One chip per stage (its tp, cp and dp coordinates 0): the mesh rank stage·(tp·cp·dp), pp being outermost.
+  std::vector<LmStageSummary> out(static_cast<size_t>(pp_size_));
+  double pipe_end = 0;
+  for (int s = 0; s < pp_size_; ++s) pipe_end = std::max(pipe_end, get(1, s * tp_size_ * cp_size_ * dp_size_));
+  for (int s = 0; s < pp_size_; ++s) {
+    const int r = s * tp_size_ * cp_size_ * dp_size_;
+    LmStageSummary& o = out[size_t(s)];
+    o.busy_ns = get(0, r);
+    o.pipeline_ns = pipe_end;
+    o.bubble_ns = std::max(0.0, pipe_end - o.busy_ns);
+    o.peak_activation_bytes = get(2, r);
+    o.peak_microbatches = get(3, r);
+    o.bytes_forward = get(4, r);
+    o.bytes_backward = get(5, r);
+  }
+  return out;
+}
+
+LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
+  LmBatch lb;
+  const int64_t n = local_.batch * local_.seq;
+  if (!store_) {  // shape-only: the kernels read no token; only the count matters
+    lb.inputs.assign(size_t(n), 0);
+    lb.targets.assign(size_t(n), 0);
+    return lb;
+  }
+  // This replica's sequences [dp_rank·B/dp, ...), of them micro-batch MICRO's; of each, this cp rank's chunks.
+  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
+  const int64_t first = (int64_t(dp_rank_) * micro_ + micro) * local_.batch;
+  lb.inputs.resize(size_t(n));
+  lb.targets.resize(size_t(n));
+  for (int64_t b = 0; b < local_.batch; ++b)
+    for (int64_t i = 0; i < local_.seq; ++i) {
+      const size_t src = size_t((first + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
+      lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
+      lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
+    }
+  return lb;
+}
+
+void LmTpTrainer::setup_pipeline(const LmConfig& global) {
+  using sharding::plans::ScheduleKind;
+  const ScheduleKind kind = pp_size_ > 1 ? dp_.schedule : ScheduleKind::one_f_one_b;
+  const int v = pp_size_ > 1 ? dp_.virtual_stages : 1;
+  const std::string why = sharding::plans::pipeline_obstacle(kind, pp_size_, micro_, v, global.layers, dp_.pp_layers);
+  if (!why.empty()) throw std::invalid_argument(why);
+  if (kind == ScheduleKind::zb_h1)
+    throw std::invalid_argument("parallel.schedule: zb_h1 is not implemented yet in train (the schedule and its "
+                                "closed form are; the trainer's backward does not split input and weight gradients)");
+  schedule_ = sharding::plans::make_schedule(kind, pp_size_, micro_, v);
+  const std::vector<int64_t> per = sharding::plans::stage_layers(global.layers, pp_size_ * v, dp_.pp_layers);
+  std::vector<int64_t> first(per.size() + 1, 0);
+  for (size_t i = 0; i < per.size(); ++i) first[i + 1] = first[i] + per[i];
+  layer_global_.clear();
+  chunk_first_.clear();
+  chunk_len_.clear();
+  for (int c = 0; c < v; ++c) {
+    const size_t ms = size_t(schedule_.model_stage(pp_rank_, c));
+    chunk_first_.push_back(int64_t(layer_global_.size()));
+    chunk_len_.push_back(per[ms]);
+    for (int64_t l = first[ms]; l < first[ms + 1]; ++l) layer_global_.push_back(l);
+  }
+  owns_embed_ = pp_rank_ == 0;
+  owns_head_ = schedule_.model_stage(pp_rank_, v - 1) == pp_size_ * v - 1;
+  local_.layers = int64_t(layer_global_.size());
+}
+
+LmWeights LmTpTrainer::gather_stages(const LmWeights& mine) {
+  // Every tensor broadcast over the pp axis from the stage that holds it (host-side assembly, charged as
+  // broadcasts on the timeline like gather()'s all_gathers).
+  LmWeights out = lm_zeros(global_, mine.embed.dtype());
+  runtime::Transport& pp = mesh_["pp"];
+  const std::vector<int64_t> per = sharding::plans::stage_layers(global_.layers, pp_size_ * schedule_.v, dp_.pp_layers);
+  std::vector<int> owner(size_t(global_.layers));
+  for (int ms = 0, l = 0; ms < int(per.size()); ++ms)
+    for (int64_t i = 0; i < per[size_t(ms)]; ++i) owner[size_t(l++)] = ms % pp_size_;
+  std::vector<int64_t> local_of(size_t(global_.layers), -1);
+  for (size_t i = 0; i < layer_global_.size(); ++i) local_of[size_t(layer_global_[i])] = int64_t(i);
+  auto share = [&](const Tensor& src, Tensor& dst, int root) {
+    if (pp_rank_ == root) dst = src;
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm_;
+    o.name = "broadcast.state";
+    o.root = root;
+    collectives::broadcast(pp, dst.data(), dst.data(), size_t(dst.numel()), dst.dtype(), tl_.end_time(), o);
+  };
+  share(mine.embed, out.embed, 0);
+  share(mine.final_norm, out.final_norm, (pp_size_ * schedule_.v - 1) % pp_size_);
+  share(mine.head, out.head, (pp_size_ * schedule_.v - 1) % pp_size_);
+  for (int64_t l = 0; l < global_.layers; ++l) {
+    const LmLayer empty;
+    const LmLayer& src = local_of[size_t(l)] >= 0 ? mine.layers[size_t(local_of[size_t(l)])] : empty;
+    LmLayer& dst = out.layers[size_t(l)];
+    const int root = owner[size_t(l)];
+    for (auto [a, b] : std::initializer_list<std::pair<const Tensor*, Tensor*>>{
+             {&src.attn_norm, &dst.attn_norm}, {&src.wq, &dst.wq}, {&src.wk, &dst.wk}, {&src.wv, &dst.wv},
+             {&src.wo, &dst.wo}, {&src.mlp_norm, &dst.mlp_norm}, {&src.w_gate, &dst.w_gate}, {&src.w_up, &dst.w_up},
+             {&src.w_down, &dst.w_down}})
+      share(*a, *b, root);
+  }
+  return out;
+}
+
+}  // namespace shardsim::models

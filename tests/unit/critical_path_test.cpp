@@ -1,0 +1,185 @@
+// The critical path across chips (sim/critical_path.h) on graphs whose answer is known: a hand-built chain across
+// 3 chips, and the same chain booked through real Timelines (dependency recording), where every time follows
+// from the roofline and alpha-beta terms by hand.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/critical_path.h"
+#include "sim/timeline.h"
+#include "topology/topology.h"
+
+using namespace shardsim;
+using sim::Bound;
+using sim::Event;
+
+namespace {
+
+Event ev(const std::string& name, const std::string& cat, int engine, double start, double end, std::uint64_t id,
+         std::uint64_t producer, Bound b, int peer = -1) {
+  Event e;
+  e.name = name;
+  e.category = cat;
+  e.engine = engine;
+  e.span = {start, end};
+  e.peer = peer;
+  e.id = id;
+  e.producer = producer;
+  e.bound = b;
+  return e;
+}
+
+std::uint64_t id(int chip, std::uint64_t n) { return (static_cast<std::uint64_t>(chip + 1) << 40) | n; }
+
+// chip 0: gemm [0,10] -> send to 1 [10,14]; chip 1: recv [14,15] -> gemm [15,35] -> send to 2 [35,37];
+// chip 2: recv [37,40] -> norm [40,46]. Distractors: chip 0's idle kernel [20,30], chip 2's early kernel [0,5].
+std::vector<sim::ChipEvents> chain() {
+  std::vector<sim::ChipEvents> c(3);
+  c[0].chip = 0;
+  c[0].events = {ev("gemm", "compute", 0, 0, 10, id(0, 1), 0, Bound::compute),
+                 ev("send0", "send", 1, 10, 14, id(0, 2), id(0, 1), Bound::link, 1),
+                 ev("other", "compute", 0, 20, 30, id(0, 3), id(0, 1), Bound::hbm)};
+  c[1].chip = 1;
+  c[1].events = {ev("gemm", "compute", 0, 15, 35, id(1, 2), id(1, 1), Bound::compute),
+                 ev("send1", "send", 1, 35, 37, id(1, 3), id(1, 2), Bound::latency, 2),
+                 ev("all_reduce", "collective", -1, 14, 37, id(1, 4), id(1, 3), Bound::none),
+                 ev("recv", "recv", -2, 14, 15, id(1, 1), id(0, 2), Bound::latency, 0)};
+  c[2].chip = 2;
+  c[2].events = {ev("early", "compute", 0, 0, 5, id(2, 1), 0, Bound::compute),
+                 ev("norm", "compute", 0, 40, 46, id(2, 3), id(2, 2), Bound::hbm),
+                 ev("recv", "recv", -2, 37, 40, id(2, 2), id(1, 3), Bound::latency, 1)};
+  return c;
+}
+
+}  // namespace
+
+TEST(CriticalPath, ChainAcrossThreeChips) {
+  const auto c = chain();
+  const auto p = sim::critical_path(c);
+  EXPECT_EQ(p.end, 46);
+  ASSERT_EQ(p.steps.size(), 7u);
+  const std::vector<std::pair<int, std::string>> want = {{0, "gemm"},  {0, "send0"}, {1, "recv"}, {1, "gemm"},
+                                                         {1, "send1"}, {2, "recv"},  {2, "norm"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(p.steps[i].chip, want[i].first) << i;
+    EXPECT_EQ(c[static_cast<size_t>(p.steps[i].chip)].events[p.steps[i].index].name, want[i].second) << i;
+  }
+  EXPECT_EQ(p.waiting, 0);
+
+  const auto pr = sim::profile(chain());
+  // Path time per class: compute 10 + 20, link 4, latency 1 + 2 + 3, HBM 6; it adds up to the end.
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::compute)], 30);
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::link)], 4);
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::latency)], 6);
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::hbm)], 6);
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::waiting)], 0);
+  // Chip 1 holds the most path time (recv 1 + gemm 20 + send 2), then chip 0 (14), chip 2 (9).
+  ASSERT_EQ(pr.chip_time.size(), 3u);
+  EXPECT_EQ(pr.chip_time[0], (std::pair<int, double>{1, 23}));
+  EXPECT_EQ(pr.chip_time[1], (std::pair<int, double>{0, 14}));
+  EXPECT_EQ(pr.chip_time[2], (std::pair<int, double>{2, 9}));
+  ASSERT_FALSE(pr.bottlenecks.empty());
+  EXPECT_EQ(pr.bottlenecks[0].op, "gemm");
+  EXPECT_EQ(pr.bottlenecks[0].time, 30);
+  EXPECT_EQ(pr.bottlenecks[0].chips, 2);
+  // Chip 2's norm idled 35 ns (after `early` ended at 5) for chip 1's send1.
+  ASSERT_FALSE(pr.waits.empty());
+  EXPECT_EQ(pr.waits[0].chip, 2);
+  EXPECT_EQ(pr.waits[0].on_chip, 1);
+  EXPECT_EQ(pr.waits[0].on_op, "sendN");
+  EXPECT_EQ(pr.waits[0].time, 35);
+}
+
+TEST(CriticalPath, MissingProducerIsWaiting) {
+  auto c = chain();
+  c[1].events[3].producer = id(0, 99);  // chip 1's recv: its send is not recorded
+  const auto p = sim::critical_path(c);
+  ASSERT_EQ(p.steps.size(), 5u);
+  EXPECT_EQ(p.steps[0].chip, 1);
+  EXPECT_EQ(p.waiting, 14);  // [0, 14) before chip 1's recv
+}
+
+TEST(CriticalPath, ProducerLoopIsAnError) {
+  auto c = chain();
+  c[0].events[0].producer = id(2, 3);  // chip 0's first gemm "waits" for chip 2's last op
+  EXPECT_THROW(sim::critical_path(c), std::invalid_argument);
+}
+
+// The same kind of chain booked through Timelines: chip 0 computes and sends to chip 1, which computes and sends
+// to chip 2, which computes. Line of 3 chips, 100 GB/s, 1000 ns per hop; 1e6 FLOPs at 10 TFLOP/s = 100 ns + 5 ns
+// launch; 1e5 bytes take 1000 ns on a link.
+TEST(CriticalPath, TimelinesRecordTheChain) {
+  const auto topo = topology::Topology::ring(3, topology::LinkSpec{100, 1000});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 10;
+  d.peak_tflops_bf16 = 40;
+  d.hbm_gbps = 100;
+  d.hbm_gib = 1;
+  d.launch_overhead_ns = 5;
+  std::vector<sim::Timeline> tl;
+  for (int c = 0; c < 3; ++c) {
+    tl.emplace_back(c, topo, d);
+    tl.back().set_record_dependencies(true);
+  }
+  using P = sim::Precision;
+  tl[2].compute("early", 1e4, 0, P::fp32, 0, {});  // 6 ns, not on the path
+  double ready = tl[0].compute("gemm", 1e6, 0, P::fp32, 0, {}).end;  // 105
+  for (int c = 0; c < 2; ++c) {
+    const sim::Span s = tl[static_cast<size_t>(c)].send("send", c + 1, 1e5, ready);
+    const double arrival = tl[static_cast<size_t>(c) + 1].receive(c, 1e5, s.start, s.end,
+                                                                 tl[static_cast<size_t>(c)].last_send_id(),
+                                                                 tl[static_cast<size_t>(c)].last_send_end());
+    ready = tl[static_cast<size_t>(c) + 1].compute("gemm", 1e6, 0, P::fp32, arrival, {}).end;
+  }
+  // 105 + (1000 + 1000 + 105) * 2 = 4315.
+  EXPECT_EQ(ready, 4315);
+  std::vector<sim::ChipEvents> chips;
+  for (auto& t : tl) {
+    sim::ChipEvents ce{t.chip(), t.events()};
+    ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
+    chips.push_back(std::move(ce));
+  }
+  const auto pr = sim::profile(chips);
+  EXPECT_EQ(pr.path.end, 4315);
+  EXPECT_EQ(pr.path.waiting, 0);
+  ASSERT_EQ(pr.path.steps.size(), 7u);
+  const std::vector<std::string> names = {"gemm", "send", "recv", "gemm", "send", "recv", "gemm"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& s = pr.path.steps[i];
+    EXPECT_EQ(s.chip, static_cast<int>((i + 1) / 3)) << i;
+    EXPECT_EQ(pr.chips[static_cast<size_t>(s.chip)].events[s.index].name, names[i]) << i;
+  }
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::compute)], 315);
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::link)], 2000);     // S/B = alpha: occupancy >= latency
+  EXPECT_EQ(pr.path_by_class[size_t(sim::TimeClass::latency)], 2000);  // the flights
+  // Ids are unique and name their chip.
+  for (const auto& ce : chips)
+    for (const auto& e : ce.events) EXPECT_EQ(sim::chip_of_event(e.id), ce.chip);
+}
+
+// Recording dependencies changes no simulated time.
+TEST(CriticalPath, RecordingChangesNoTime) {
+  const auto topo = topology::Topology::ring(4, topology::LinkSpec{50, 700});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 3;
+  d.peak_tflops_bf16 = 7;
+  d.hbm_gbps = 33;
+  d.hbm_gib = 1;
+  d.launch_overhead_ns = 3;
+  std::vector<std::vector<double>> ends(2);
+  for (int on = 0; on < 2; ++on) {
+    sim::Timeline t(0, topo, d), r(1, topo, d);
+    t.set_record_dependencies(on);
+    r.set_record_dependencies(on);
+    double ready = 0;
+    for (int i = 0; i < 50; ++i) {
+      ready = t.compute("k", 1e5 * (i % 7), 3e4 * (i % 5), sim::Precision::fp32, ready * 0.5, {}).end;
+      const auto s = t.send("s", 1 + i % 3, 1e4 * (i % 4 + 1), ready - 10);
+      ends[size_t(on)].push_back(s.end);
+      ends[size_t(on)].push_back(r.receive(0, 1e4 * (i % 4 + 1), s.start, s.end, t.last_send_id(), t.last_send_end()));
+    }
+    ends[size_t(on)].push_back(t.end_time());
+  }
+  EXPECT_EQ(ends[0], ends[1]);
+}
