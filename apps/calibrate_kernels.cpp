@@ -4,7 +4,6 @@
 // Rank 0 alone reads and fits; every rank agrees on its errors.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +15,7 @@
 #include "common/output_file.h"
 #include "common/text.h"
 #include "kernels/kernel_calibrate.h"
+#include "sharding/engine_config.h"
 
 namespace shardsim::apps {
 
@@ -24,17 +24,9 @@ namespace {
 constexpr size_t kMaxTableBytes = 64u << 20;
 
 sim::DeviceSpec device_of(const std::string& arg) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(arg, ec)) {
-    const ConfigNode file = ConfigNode::load_file(arg);
-    if (!file.has("device")) throw UsageError("--device: " + escape_control(arg) + " has no device: section");
-    return sim::load_device(file.child("device"));
-  }
-  try {
-    return sim::device_preset(arg);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
-  }
+  YAML::Node root(YAML::NodeType::Map);
+  root["device"] = sharding::device_flag_node(arg);  // the one --device rule of every command
+  return sharding::load_workload_device(ConfigNode(root, arg, ""));
 }
 
 void print_fit(const sim::DeviceSpec& dev, const kernels::KernelFit& fit, const std::string& table) {

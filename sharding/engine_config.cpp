@@ -1,5 +1,7 @@
 #include "sharding/engine_config.h"
 
+#include "common/text.h"
+
 #include <cmath>
 #include <optional>
 #include <filesystem>
@@ -185,23 +187,7 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   }
   if (!o.any()) return root;
   apply_topology_flags(y, o);
-  if (!o.device.empty()) {
-    // A preset name, or a YAML file with a device: section (e.g. `calibrate --kernels --out` wrote it).
-    std::error_code ec;
-    if (fs::is_regular_file(o.device, ec)) {
-      const ConfigNode file = ConfigNode::load_file(o.device);
-      if (!file.has("device")) throw UsageError("--device: " + o.device + " has no device: section");
-      (void)sim::load_device(file.child("device"));  // its errors name that file and line
-      y["device"] = YAML::Clone(file.child("device").yaml());
-    } else {
-      try {
-        (void)sim::device_preset(o.device);
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
-      }
-      y["device"] = o.device;
-    }
-  }
+  if (!o.device.empty()) y["device"] = device_flag_node(o.device);
   if (!o.plan.empty()) apply_plan(y, o.plan);
   for (const auto& s : o.set) apply_set(y, s);
   YAML::Emitter out;
@@ -210,6 +196,22 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
                                  root.file() + " (with command-line overrides)");
 }
 }  // namespace
+
+YAML::Node device_flag_node(const std::string& arg) {
+  std::error_code ec;
+  if (fs::is_regular_file(arg, ec)) {
+    const ConfigNode file = ConfigNode::load_file(arg);
+    if (!file.has("device")) throw UsageError("--device: " + escape_control(arg) + " has no device: section");
+    (void)sim::load_device(file.child("device"));  // its errors name that file and line
+    return YAML::Clone(file.child("device").yaml());
+  }
+  try {
+    (void)sim::device_preset(arg);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
+  }
+  return YAML::Node(arg);
+}
 
 ConfigNode load_workload_config(const std::string& file, const ConfigOverrides& o) {
   return normalise(ConfigNode::load_file(file), o);

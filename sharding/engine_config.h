@@ -62,6 +62,10 @@ ConfigNode workload_config_from_text(const std::string& text, const std::string&
 topology::Topology load_workload_topology(const ConfigNode& root);
 // The device: section, a preset name or a map; the default device when absent.
 sim::DeviceSpec load_workload_device(const ConfigNode& root);
+// The value of a --device flag as a config's device: node: a preset name (checked), or a copy of the device:
+// section of the YAML file ARG names (checked; `calibrate --kernels --out` writes such files). UsageError for an
+// unknown preset that is no file, or a file without a device: section; ConfigError naming the file's line.
+YAML::Node device_flag_node(const std::string& arg);
 inline constexpr const char* kDefaultDevice = "generic";
 // The mode: key of a run config: "real" (default: real data, validated) or "shape_only" (true; shape-only
 // tensors, cost-only kernels, header-only collectives: docs/ARCHITECTURE.md). ConfigError naming mode otherwise.
