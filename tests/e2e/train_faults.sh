@@ -12,6 +12,7 @@
 # Usage: train_faults.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 export SHARDSIM_WATCHDOG_S=10
 
 TRAIN=$CONFIGS/lm_train.yaml
