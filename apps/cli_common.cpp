@@ -301,7 +301,7 @@ void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov) {
   app->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--device", ov.device,
-                  "device preset instead of the config's (trainium1, tpu_v4, h100, a100, generic), or a YAML file "
+                  "device preset instead of the config's (`shardsim help devices` lists them), or a YAML file "
                   "with a device: section (e.g. from calibrate --kernels --out)");
   app->add_option("--plan", ov.plan,
                   "parallel plan instead of the config's axis keys, e.g. tp=2,cp=4 or tp=4,sp=true or ulysses=8");

@@ -4,7 +4,7 @@
 //   topology: {kind: ring, ...}      # inline (topology/topology_yaml.h), or a path to a file: a shardsim file with
 //                                    # a topology: section (configs/topologies/*.yaml) or an ASTRA-sim network.yml;
 //                                    # a relative path is looked up next to the config, then in the working dir
-//   device: trainium1                # a preset name (sim/device_spec.h: trainium1 | tpu_v4 | h100 | generic), or
+//   device: trainium1                # a preset name (configs/devices.yaml; `shardsim help devices`), or
 //                                    # inline keys {preset: ..., peak_tflops_fp32: ...}. Default: generic (the
 //                                    # documented default device; every report prints the device line)
 //   model:                           # the model (the older name of this section, workload:, is still read)

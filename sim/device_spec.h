@@ -1,11 +1,11 @@
 // The modelled accelerator: peak compute per precision, HBM bandwidth and capacity, launch overhead.
 //
 // Units: FLOP/s as TFLOP/s (1e12; for int8, tera-operations/s); HBM bandwidth GB/s (1e9 B/s); capacity GiB
-// (2^30 B); overhead ns. Presets carry the public source of each number in a comment (device_spec.cpp) and
+// (2^30 B); overhead ns. Presets carry the public source of each number (configs/devices.yaml) and
 // say which numbers are assumptions. Peaks are dense (no structured-sparsity figures).
 //
 //   device:
-//     preset: trainium1        # trainium1 | tpu_v4 | h100 | generic; optional
+//     preset: trainium1        # a name in configs/devices.yaml (sim/device_presets.h); optional
 //     peak_tflops_fp32: 47.5   # any field overrides the preset; without a preset, fp32, bf16, hbm_gbps and
 //     peak_tflops_bf16: 190    # hbm_gib are required
 //     peak_tflops_fp64: 10     # optional (0 / absent: falls back, see Precision below)

@@ -72,4 +72,22 @@ if bad: sys.exit("; ".join(bad))
 PY
 fi
 
+e2e_case "help devices: every preset with its figures and sources; docs/DEVICES.md is this output"
+if expect_exit 0 '^\| mi300x \| 1307.4 \|' -- shardsim_mpi 1 help devices; then
+  if cmp -s "$E2E_STDOUT" "$CONFIGS/../docs/DEVICES.md"; then pass "docs/DEVICES.md = shardsim help devices"
+  else fail "docs/DEVICES.md differs from 'shardsim help devices' (regenerate: build/apps/shardsim help devices > docs/DEVICES.md)"; fi
+fi
+# Every preset runs the same workload, and generations differ (b200 above h100 above a100 on one block).
+for dev in a100 h100 b200 tpu_v5p mi300x trainium2; do
+  expect_exit 0 '^DONE' -- shardsim_mpi 1 --chips 8 run "$CONFIGS/blocks/llama3_8b_tp8.yaml" --shape-only --device "$dev" \
+    --json "gen_$dev.json" || true
+done
+if command -v python3 >/dev/null; then
+  python3 - <<'PY' && pass "a100 > h100 > b200 in simulated time on one block" || fail "generations out of order"
+import json, sys
+t = {d: json.load(open(f"gen_{d}.json"))["simulated"]["total_ns"] for d in ("a100", "h100", "b200")}
+sys.exit(0 if t["a100"] > t["h100"] > t["b200"] else 1)
+PY
+fi
+
 e2e_finish

@@ -118,9 +118,10 @@ TEST(Precision, OfEveryDType) {
 }
 
 TEST(Presets, NamesAndErrorListEveryPreset) {
-  std::vector<std::string> want;
-  for (const auto& row : kPresetTable) want.emplace_back(row.name);
-  EXPECT_EQ(sim::device_preset_names(), want);
+  // The presets the published results were computed with are still there (configs/devices.yaml holds more).
+  const auto names = sim::device_preset_names();
+  for (const auto& row : kPresetTable)
+    EXPECT_NE(std::find(names.begin(), names.end(), row.name), names.end()) << row.name;
   for (const auto& name : sim::device_preset_names()) {
     const auto d = sim::device_preset(name);
     EXPECT_EQ(d.name, name);
@@ -132,7 +133,7 @@ TEST(Presets, NamesAndErrorListEveryPreset) {
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'tpu_v9'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("(known: trainium1, tpu_v4, h100, a100, generic)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(known: trainium1, inferentia2, trainium2, tpu_v4, tpu_v5e, tpu_v5p, tpu_v6e, a100, h100, h200, b200, mi300x, mi325x, mi355x, generic)"), std::string::npos) << msg;
   }
 }
 
@@ -215,7 +216,7 @@ TEST(DeviceYaml, BadNumbersNameTheKey) {
   EXPECT_NE(device_error("  preset: generic\n  peak_tflops_fp4: 1\n").find("unknown key 'device.peak_tflops_fp4'"),
             std::string::npos);
   const auto msg = device_error("  preset: v100\n");
-  EXPECT_NE(msg.find("dev.yaml:2: device.preset: unknown device preset 'v100' (known: trainium1, tpu_v4, h100, a100, generic)"),
+  EXPECT_NE(msg.find("dev.yaml:2: device.preset: unknown device preset 'v100' (known: trainium1, inferentia2, trainium2, tpu_v4, tpu_v5e, tpu_v5p, tpu_v6e, a100, h100, h200, b200, mi300x, mi325x, mi355x, generic)"),
             std::string::npos)
       << msg;
   EXPECT_NE(device_error("  peak_tflops_fp32: 1\n  hbm_gbps: 1\n  hbm_gib: 1\n").find("'peak_tflops_bf16' is required"),
