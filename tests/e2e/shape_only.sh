@@ -69,4 +69,21 @@ else
   pass "(no /usr/bin/time: RSS check skipped)"
 fi
 
+e2e_case "4x4 torus all_reduce at 1 GiB (torus_concurrent, auto): >= 1.9x the 16-chip ring's busbw at the same link rate"
+# Issue 33's figure: the concurrent-dimension torus drives all four links of a chip (collectives/torus_concurrent.h).
+T1=(bench all_reduce -b 1G -e 1G -n 1 -w 0 --shape-only --bandwidth 100 --latency 1000)
+if expect_exit 0 ' torus_concurrent ' -- shardsim_mpi 1 --chips-per-rank 16 "${T1[@]}" --torus 4x4 --json t44.json &&
+  expect_exit 0 ' bidir_ring ' -- shardsim_mpi 1 --chips-per-rank 16 "${T1[@]}" --json r16.json; then
+  if ratio=$(python3 - t44.json r16.json <<'PY'
+import json, sys
+bw = [json.load(open(f))["rows"][0]["sim_busbw_gbps"] for f in sys.argv[1:]]
+r = bw[0] / bw[1]
+print(f"{bw[0]:.2f} / {bw[1]:.2f} GB/s = {r:.3f}x")
+sys.exit(0 if r >= 1.9 else 1)
+PY
+  ); then pass "busbw $ratio"
+  else fail "busbw ratio below 1.9: $ratio"
+  fi
+fi
+
 e2e_finish
