@@ -28,6 +28,7 @@
 
 #include "kernels/kernel_cost.h"
 #include "runtime/tensor.h"
+#include "sharding/plans/block.h"
 
 namespace shardsim::models {
 
@@ -93,13 +94,9 @@ struct LmBatch {
 
 // What the backward needs from the forward (kept whole: this is the small reference model).
 struct LmCache {
-  struct Layer {
-    runtime::Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
-    std::vector<runtime::Tensor> lse;  // per sequence, fp32 [Hq, seq]
-    // Ulysses (models/lm_tp.h) only: the attention output in the head-sharded layout its backward reads (q, k, v
-    // are then head-sharded too; o stays in the token layout the output projection's backward reads). Else empty.
-    runtime::Tensor o_heads;
-  };
+  // What a block's forward keeps (sharding/plans/block.h): lse per sequence fp32 [Hq, seq]; o_heads only under
+  // Ulysses (models/lm_tp.h).
+  using Layer = sharding::plans::BlockActivations;
   std::vector<Layer> layers;
   runtime::Tensor x_final, xf, logits, row_max, sumexp;
 };

@@ -188,10 +188,26 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   } else {
     rep_ = &mesh_["dp"];
   }
-  pos_.resize(size_t(local_.batch * local_.seq));
-  for (int64_t b = 0; b < local_.batch; ++b)
-    for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
-      for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
+  layout_ = sharding::plans::token_layout(global.seq, local_.batch, cp_size_, cp_rank_, zigzag_);
+  // The block program's description of the model and the plan (sharding/plans/block.h).
+  spec_.hidden = global.hidden;
+  spec_.heads = global.heads;
+  spec_.kv_heads = global.kv_heads;
+  spec_.head_dim = global.head_dim;
+  spec_.ffn = global.ffn;
+  spec_.seq = global.seq;
+  spec_.vocab = global.vocab;
+  spec_.rope_theta = global.rope_theta;
+  spec_.norm_eps = global.norm_eps;
+  spec_.dtype = global.dtype;
+  plan_.tp = tp_size_;
+  plan_.dp = dp_size_;
+  plan_.pp = pp_size_;
+  (ulysses_ ? plan_.ulysses : plan_.cp) = cp_size_;
+  plan_.sp = sp_;
+  plan_.zigzag = zigzag_;
+  plan_.fused.enabled = fused_;
+  plan_.algorithm = dp.algorithm;  // train's rule: one algorithm (parallel.algorithm, else auto) for every collective
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
   LmWeights master = store_ ? shard(own_layers(lm_init(global))) : lm_zeros(local_, DType::fp32, false);
@@ -377,85 +393,21 @@ Tensor LmTpTrainer::row_parallel(const Tensor& in, const Tensor& w, sim::TimeNs&
   return to_seq(std::move(y), t, name);
 }
 
-void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
-                                sim::TimeNs& t) {
-  const LmConfig& c = local_;
+sharding::plans::PlanContext LmTpTrainer::context(sharding::plans::Chip& chip) {
+  const int64_t N = local_.batch * local_.seq;
+  return {spec_, plan_, mesh_["tp"], cp_size_ > 1 ? mesh_["cp"] : mesh_["tp"], chip, comm_, fused_ops_, N,
+          sp_ ? N / tp_size_ : N};
+}
+
+void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::TimeNs& t) {
   const LmLayer& L = work_.layers[size_t(l)];
-  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
-  const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
-  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
-  auto mm = [&](const Tensor& a, const Tensor& wt) {
-    Tensor y = make(a.dtype(), {a.dim(0), wt.dim(1)});
-    charge(kernels::gemm(a, wt, y), t);
-    return y;
-  };
-  S.x_in = x;
-  Tensor a = act({Nr, h});
-  charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
-  if (fused_) {  // one ring all_gather of the normed rows feeds q, k and v; S.a keeps this rank's rows only
-    Tensor q = act({N, hq * d}), k = act({N, hkv * d}), v = act({N, hkv * d});
-    t += sharding::all_gather_gemm(mesh_["tp"], a, {&L.wq, &L.wk, &L.wv}, {&q, &k, &v}, t, "fused.qkv").fused_ns;
-    S.a = std::move(a);
-    S.q = std::move(q).reshaped({N, hq, d});
-    S.k = std::move(k).reshaped({N, hkv, d});
-    S.v = std::move(v).reshaped({N, hkv, d});
-  } else {
-    S.a = from_seq(a, t, "attn_in");
-    S.q = mm(S.a, L.wq).reshaped({N, hq, d});
-    S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
-    S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
-  }
-  charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
-  charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
-  if (cp_size_ > 1 && ulysses_) {
-    // Ulysses: tokens -> heads, whole-sequence attention on this chip's heads, heads -> tokens.
-    S.q = seq_to_heads(S.q, t, "q");
-    S.k = seq_to_heads(S.k, t, "k");
-    S.v = seq_to_heads(S.v, t, "v");
-    const int64_t Tg = global_.seq, hu = hq / cp_size_;
-    S.o_heads = act({c.batch * Tg, hu, d});
-    S.lse.clear();
-    for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor ob = act({Tg, hu, d}), lse = make(DType::fp32, {hu, Tg});
-      charge(kernels::attention(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg), ob, lse, causal()),
-             t);
-      S.o_heads.set_rows(b * Tg, ob);
-      S.lse.push_back(std::move(lse));
-    }
-    S.o = heads_to_seq(S.o_heads, hq, t, "o");
-  } else if (cp_size_ > 1) {  // ring attention (sharding/plans/context_parallel.h)
-    auto ring = cp_ring();
-    S.o = sharding::plans::ring_attention_forward(ring, seq_shard(), S.q, S.k, S.v, S.lse, t);
-  } else {
-   S.o = act({N, hq, d});
-   S.lse.clear();
-   for (int64_t b = 0; b < c.batch; ++b) {
-    Tensor ob = act({T, hq, d}), lse = make(DType::fp32, {hq, T});
-    charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
-    S.o.set_rows(b * T, ob);
-    S.lse.push_back(std::move(lse));
-   }
-  }
-  const Tensor attn = row_parallel(Tensor(S.o).reshaped({N, hq * d}), L.wo, t, "attn_out");
-  charge(kernels::add_inplace(x, attn), t);
-  S.x_mid = x;
-  Tensor m = act({Nr, h});
-  charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
-  if (fused_) {
-    S.gate = act({N, c.ffn});
-    S.up = act({N, c.ffn});
-    t += sharding::all_gather_gemm(mesh_["tp"], m, {&L.w_gate, &L.w_up}, {&S.gate, &S.up}, t, "fused.gate_up")
-             .fused_ns;
-    S.m = std::move(m);
-  } else {
-    S.m = from_seq(m, t, "mlp_in");
-    S.gate = mm(S.m, L.w_gate);
-    S.up = mm(S.m, L.w_up);
-  }
-  S.act = S.gate;
-  charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
-  const Tensor mlp = row_parallel(S.act, L.w_down, t, "mlp_out");
-  charge(kernels::add_inplace(x, mlp), t);
+  sharding::plans::Chip chip{&tl_, t};
+  auto ctx = context(chip);
+  x = sharding::plans::block_forward(ctx, layout_,
+                                     {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm, &L.w_gate, &L.w_up,
+                                      &L.w_down},
+                                     x, &S);
+  t = chip.t;
 }
 
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chunk, sim::TimeNs& t) {
@@ -463,8 +415,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  const std::vector<int64_t>& pos = pos_;  // global positions of the local tokens (cp: this chip's chunks)
-  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
+    auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto mm = [&](const Tensor& x, const Tensor& wt) {
     Tensor y = make(x.dtype(), {x.dim(0), wt.dim(1)});
     charge(kernels::gemm(x, wt, y), t);
@@ -482,7 +433,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
   for (int64_t l = l0; l < l1; ++l) {
     begin_forward(int(l) + 1, t);
-    block_forward(l, x, C.layers[size_t(l)], pos, t);
+    block_forward(l, x, C.layers[size_t(l)], t);
   }
   if (ms != schedule_.p * schedule_.v - 1) return 0;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
@@ -524,7 +475,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  const std::vector<int64_t>& pos = pos_;
+  const std::vector<int64_t>& pos = layout_.pos;
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
   const int head_unit = int(c.layers) + 1;
@@ -559,7 +510,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     LmLayer& G = g.layers[size_t(l)];
     if (dp_.recompute) {  // the block's forward again from its saved input (its kernels and tp collectives)
       Tensor x = C.layers[size_t(l)].x_in;
-      block_forward(l, x, C.layers[size_t(l)], pos, t);
+      block_forward(l, x, C.layers[size_t(l)], t);
     }
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
@@ -604,7 +555,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       dv = heads_to_seq(dvh, hkv, t, "dv");
     } else if (cp_size_ > 1) {
       auto ring = cp_ring();
-      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, t);
+      sharding::plans::Chip chip{&tl_, t};
+      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, chip);
+      t = chip.t;
     } else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
@@ -682,6 +635,7 @@ LmDpStepResult LmTpTrainer::step() {
   LmDpStepResult r;
   r.step = step_ + 1;
   tl_.reset();
+  fused_ops_.clear();
   sim::TimeNs t = 0;
   data_->begin_step();
   double local_loss = run_schedule(t);
@@ -729,15 +683,17 @@ sharding::plans::SeqShard LmTpTrainer::seq_shard() const {
 }
 
 sharding::plans::CpRing LmTpTrainer::cp_ring() {
-  return {mesh_["cp"], zigzag_, global_.seq, tl_, store_};
+  return {mesh_["cp"], zigzag_, global_.seq, store_};
 }
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
-  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name);
+  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name,
+                                               plan_.algorithm_for(sharding::PlanCollective::ulysses_all_to_all));
 }
 
 Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
-  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name);
+  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name,
+                                               plan_.algorithm_for(sharding::PlanCollective::ulysses_all_to_all));
 }
 
 }  // namespace shardsim::models

@@ -17,7 +17,7 @@ Placement row_weight_placement(const ParallelPlan& p) {
 
 std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                     const std::vector<std::string>& names, const std::string& gather_what,
-                                    const std::string& fused_op, const std::string& fused_name) {
+                                    const std::string& fused_op, const std::string& fused_name, Tensor* used) {
   const auto& s = ctx.s;
   const auto& p = ctx.p;
   std::vector<Tensor> out;
@@ -32,12 +32,14 @@ std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const st
     const double P = p.tp;
     ctx.comm.add("sp all_gather", f.bytes_sent,
                  (P - 1) / P * static_cast<double>(ctx.n_attn * s.hidden) * static_cast<double>(runtime::dtype_size(s.dtype)));
+    if (used) *used = in;
     return out;
   }
   const Tensor gathered = p.sp ? sp_all_gather(ctx, in, gather_what) : Tensor();
   const Tensor& x = p.sp ? gathered : in;
   const std::string label = " (" + parallel_style(column_weight_placement(p)) + ")";
   for (size_t i = 0; i < weights.size(); ++i) out.push_back(gemm(ctx.chip, x, *weights[i], names[i] + label));
+  if (used) *used = x;
   return out;
 }
 
@@ -64,7 +66,17 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
                  p.algorithm_for(PlanCollective::tp_all_reduce) + " per piece (fused)");
     return out;
   }
-  Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
+  return tp_reduce(ctx, gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")"), what);
+}
+
+Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what) {
+  return ctx.p.sp ? sp_all_gather(ctx, rows, what) : rows;
+}
+
+Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what) {
+  const auto& s = ctx.s;
+  const auto& p = ctx.p;
+  const double P = p.tp;
   if (p.tp == 1) return partial;
   if (p.sp) return sp_reduce_scatter(ctx, partial, what);
   const auto r = collectives::all_reduce(ctx.tp, partial.data_if_stored(), partial.data_if_stored(),

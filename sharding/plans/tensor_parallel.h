@@ -22,15 +22,24 @@ Placement row_weight_placement(const ParallelPlan& p);
 
 // IN: this chip's rows of the input (its sp shard with sp). Returns X · W_i for each weight, [n_attn or rows of IN,
 // cols of W_i]. NAMES: the GEMMs' names ("gemm.q", ...); GATHER_WHAT: the sp all_gather's label ("before QKV");
-// FUSED_OP / FUSED_NAME: the fused all_gather_gemm's op label and its report name.
+// FUSED_OP / FUSED_NAME: the fused all_gather_gemm's op label and its report name. USED (optional) receives the
+// input as the GEMMs read it (gathered with sp; IN itself when fused or without sp): what their backward reads.
 std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                     const std::vector<std::string>& names, const std::string& gather_what,
-                                    const std::string& fused_op, const std::string& fused_name);
+                                    const std::string& fused_op, const std::string& fused_name,
+                                    Tensor* used = nullptr);
 
 // IN · W and its reduction over tp, "GNAME + tp all_reduce (WHAT)" etc. Returns the full (Replicate) output, or
 // with sp this chip's Shard(0) rows.
 Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const std::string& gname,
                     const std::string& what);
+
+// The tp reduction of a Partial(sum) [n_attn, hidden] (a row-parallel output, or a column-parallel layer's input
+// gradient): all_reduce (Replicate), or with sp reduce_scatter to this chip's rows. Identity with tp = 1.
+Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what);
+// The residual stream's rows to the Replicate [n_attn, hidden] a column-parallel GEMM reads: identity, or with sp
+// all_gather (a row-parallel layer's output gradient in backward).
+Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what);
 
 // Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
 // vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are
