@@ -353,46 +353,6 @@ void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs
                               o).span.end;
 }
 
-Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
-  if (!sp_) {
-    all_reduce_tp(partial, collectives::ReduceOp::sum, t, name);
-    return partial;
-  }
-  // Sequence parallel: reduce_scatter(sum) over tp; rank r keeps token rows [r·N/T, (r+1)·N/T).
-  const int64_t rows = partial.dim(0) / tp_size_;
-  Tensor out = make(partial.dtype(), {rows, partial.dim(1)});
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = std::string("reduce_scatter.") + name;
-  t = collectives::reduce_scatter(mesh_["tp"], partial.data_if_stored(), out.data_if_stored(), size_t(partial.numel()),
-                                  partial.dtype(),
-                                  collectives::ReduceOp::sum, t, o)
-          .span.end;
-  return out;
-}
-
-Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* name) {
-  if (!sp_) return shard;
-  Tensor out = make(shard.dtype(), {shard.dim(0) * tp_size_, shard.dim(1)});
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = std::string("all_gather.") + name;
-  t = collectives::all_gather(mesh_["tp"], shard.data_if_stored(), out.data_if_stored(), size_t(out.numel()),
-                              shard.dtype(), t, o).span.end;
-  return out;
-}
-
-Tensor LmTpTrainer::row_parallel(const Tensor& in, const Tensor& w, sim::TimeNs& t, const char* name) {
-  if (fused_) {  // the GEMM's row chunks with the ring reduce_scatter (sharding/fused.h)
-    Tensor out = make(in.dtype(), {in.dim(0) / tp_size_, w.dim(1)});
-    t += sharding::gemm_reduce_scatter(mesh_["tp"], in, w, out, t, std::string("fused.") + name).fused_ns;
-    return out;
-  }
-  Tensor y = make(in.dtype(), {in.dim(0), w.dim(1)});
-  charge(kernels::gemm(in, w, y), t);
-  return to_seq(std::move(y), t, name);
-}
-
 sharding::plans::PlanContext LmTpTrainer::context(sharding::plans::Chip& chip) {
   const int64_t N = local_.batch * local_.seq;
   return {spec_, plan_, mesh_["tp"], cp_size_ > 1 ? mesh_["cp"] : mesh_["tp"], chip, comm_, fused_ops_, N,
@@ -415,12 +375,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-    auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
-  auto mm = [&](const Tensor& x, const Tensor& wt) {
-    Tensor y = make(x.dtype(), {x.dim(0), wt.dim(1)});
-    charge(kernels::gemm(x, wt, y), t);
-    return y;
-  };
+  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   if (C.layers.empty()) C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   const int ms = schedule_.model_stage(pp_rank_, chunk);
@@ -428,7 +383,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     begin_forward(0, t);
     x = act({N, h});
     charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
-    x = to_seq(std::move(x), t, "embed");
+    x = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_reduce(ctx, std::move(x), "embed"); });
   }
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
   for (int64_t l = l0; l < l1; ++l) {
@@ -440,27 +395,16 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   C.x_final = x;
   Tensor xf = act({Nr, h});
   charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
-  if (fused_) {  // C.xf keeps this rank's rows; the head's backward re-gathers them
-    C.logits = act({N, c.vocab});
-    t += sharding::all_gather_gemm(mesh_["tp"], xf, w.head, C.logits, t, "fused.head").fused_ns;
-    C.xf = std::move(xf);
-  } else {
-    C.xf = from_seq(xf, t, "head_in");
-    C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
-  }
+  // The column-parallel head (the tp unit: sp all_gather, or fused all_gather_gemm; C.xf is the input as its GEMM
+  // read it, this rank's rows when fused, which the backward re-gathers): [N, V/T], this rank's vocabulary slice.
+  C.logits = on_chip(t, [&](auto& ctx) {
+    return std::move(sharding::plans::column_parallel(ctx, xf, {&w.head}, {"gemm.head"}, "before the head",
+                                                      "sp all_gather + gemm.head", "sp all_gather + gemm.head",
+                                                      &C.xf)[0]);
+  });
   // Vocab-parallel cross-entropy (the tp plan unit, sharding/plans/tensor_parallel.h).
   return sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets, v0, V,
                                                        C.row_max, C.sumexp, t);
-}
-
-void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                                        sim::TimeNs& t, const char* name) {
-  if (fused_) {  // the all_gather of dY with the dX GEMM's row chunks, then dW (sharding/fused.h)
-    t += sharding::all_gather_gemm_backward(mesh_["tp"], dy, x, w, dx, dw, t, std::string("fused.") + name).fused_ns;
-    return;
-  }
-  const Tensor dy_full = from_seq(dy, t, name);  // sp: all_gather (the reduce_scatter's backward)
-  charge(kernels::gemm_backward(x, w, dy_full, &dx, &dw), t);  // row-parallel: local
 }
 
 void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t) {
@@ -487,18 +431,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / (float(N) * float(micro_)),
                               dlogits),
          t);
-  Tensor dxf_r;
-  if (fused_) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
-    dxf_r = act({Nr, h});
-    t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], C.xf, {&w.head}, {&dlogits}, dxf_r, {&g.head}, t,
-                                                "fused.head_backward")
-             .fused_ns;
-  } else {
-    Tensor dxf = act({N, h});
-    charge(kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head), t);
-    // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
-    dxf_r = to_seq(std::move(dxf), t, "dhead_in");
-  }
+  // Column-parallel head: the partial input gradient reduced over tp (sp: reduce_scatter to the token rows).
+  const Tensor dxf_r = on_chip(t, [&](auto& ctx) {
+    return sharding::plans::column_parallel_backward(ctx, C.xf, {&w.head}, {&dlogits}, {&g.head}, "dhead_in");
+  });
   dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
   unit_grads_done(head_unit, micro, t);
@@ -514,26 +450,24 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     }
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
-    row_parallel_backward(S.act, L.w_down, dx, dact, G.w_down, t, "dmlp_out");
+    on_chip(t, [&](auto& ctx) {
+      sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out");
+      return 0;
+    });
     charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), t);
-    Tensor dnorm = act({Nr, h}), dm_r;
-    if (fused_) {
-      dm_r = act({Nr, h});
-      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup}, dm_r,
-                                                  {&G.w_gate, &G.w_up}, t, "fused.gate_up_backward")
-               .fused_ns;
-    } else {
-      Tensor dm = act({N, h}), dm_up = act({N, h});
-      charge(kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate), t);
-      charge(kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up), t);
-      charge(kernels::add_inplace(dm, dm_up), t);
-      dm_r = to_seq(std::move(dm), t, "dmlp_in");  // column-parallel gate/up
-    }
+    Tensor dnorm = act({Nr, h});
+    const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up
+      return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup},
+                                                       {&G.w_gate, &G.w_up}, "dmlp_in");
+    });
     charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
-    row_parallel_backward(o2, L.wo, dx, do2, G.wo, t, "dattn_out");
+    on_chip(t, [&](auto& ctx) {
+      sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out");
+      return 0;
+    });
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     if (cp_size_ > 1 && ulysses_) {
@@ -573,21 +507,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
-    Tensor da_r;
-    if (fused_) {
-      da_r = act({Nr, h});
-      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2}, da_r,
-                                                  {&G.wq, &G.wk, &G.wv}, t, "fused.qkv_backward")
-               .fused_ns;
-    } else {
-      Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
-      charge(kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq), t);
-      charge(kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk), t);
-      charge(kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv), t);
-      charge(kernels::add_inplace(da, da_k), t);
-      charge(kernels::add_inplace(da, da_v), t);
-      da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
-    }
+    const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
+      return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
+                                                       {&G.wq, &G.wk, &G.wv}, "dattn_in");
+    });
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     unit_grads_done(int(l) + 1, micro, t);
@@ -599,7 +522,8 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   }
   if (ms == 0) {  // else DX goes to the previous stage
     begin_backward(0, t);
-    charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
+    const Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
+    charge(kernels::embedding_backward(dx_full, batch.inputs, v0, V, g.embed), t);
     unit_grads_done(0, micro, t);
   }
 }

@@ -269,17 +269,17 @@ class LmTpTrainer {
   void unit_grads_done(int u, int micro, sim::TimeNs& t);
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
-  // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
-  // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
-  runtime::Tensor to_seq(runtime::Tensor partial, sim::TimeNs& t, const char* name);
-  // The residual stream's rows to the full [N, h] a column-parallel layer reads: identity, or with sp all_gather.
-  runtime::Tensor from_seq(const runtime::Tensor& rows, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
-  // A row-parallel layer Y = X · W: the GEMM then to_seq, or fused (gemm_reduce_scatter). Its backward from the
-  // residual-stream gradient DY: from_seq then gemm_backward into DX, DW, or fused (all_gather_gemm_backward).
-  runtime::Tensor row_parallel(const runtime::Tensor& in, const runtime::Tensor& w, sim::TimeNs& t, const char* name);
-  void row_parallel_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
-                             runtime::Tensor& dx, runtime::Tensor& dw, sim::TimeNs& t, const char* name);
+  // F(ctx) on this chip's plan context with its clock at T; T = the clock after it (the plan units of
+  // sharding/plans/ charge plans::Chip, the trainer's own kernels T).
+  template <class F>
+  auto on_chip(sim::TimeNs& t, F&& f) {
+    sharding::plans::Chip chip{&tl_, t};
+    auto ctx = context(chip);
+    auto r = f(ctx);
+    t = chip.t;
+    return r;
+  }
   // Context parallelism and Ulysses: the plan units' views of this chip (sharding/plans/context_parallel.h,
   // ulysses.h).
   sharding::plans::SeqShard seq_shard() const;

@@ -36,6 +36,7 @@
 #include "sharding/plans/ulysses.h"
 #include "models/report.h"
 #include "models/profile.h"
+#include "models/row_gather.h"
 #include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
@@ -550,69 +551,11 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   // ---- validation: gather the distinct residual rows on rank 0 (real data only) ----
   const bool owner = p.sp || t_idx == 0;  // without sp the tp shards hold the same rows
   const int h = static_cast<int>(s.hidden);
-  int total = 0;
-  std::vector<double> all_rows;
-  std::vector<float> all_vals;
-  if (cfg.validate && real && !world.vcomm()) {  // one chip per rank: MPI gathers to rank 0
-    std::vector<float> mine;
-    std::vector<double> mine_rows;
-    if (owner) {
-      mine = out.to_float();
-      const auto rows = batch_rows(resid_rows);
-      mine_rows.assign(rows.begin(), rows.end());
-    }
-    int nrows = static_cast<int>(mine_rows.size());
-    std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
-    runtime::check_mpi(MPI_Gather(&nrows, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world.comm()), rank, "block gather");
-    for (int r = 0; r < chips; ++r) {
-      displs[static_cast<size_t>(r)] = total;
-      total += counts[static_cast<size_t>(r)];
-    }
-    all_rows.resize(rank == 0 ? static_cast<size_t>(total) : 0);
-    runtime::check_mpi(MPI_Gatherv(mine_rows.data(), nrows, MPI_DOUBLE, all_rows.data(), counts.data(), displs.data(),
-                                   MPI_DOUBLE, 0, world.comm()), rank, "block gather");
-    std::vector<int> vcounts(counts), vdispls(displs);
-    for (int r = 0; r < chips; ++r) {
-      vcounts[static_cast<size_t>(r)] *= h;
-      vdispls[static_cast<size_t>(r)] *= h;
-    }
-    all_vals.resize(rank == 0 ? static_cast<size_t>(total) * static_cast<size_t>(h) : 0);
-    runtime::check_mpi(MPI_Gatherv(mine.data(), nrows * h, MPI_FLOAT, all_vals.data(), vcounts.data(), vdispls.data(),
-                                   MPI_FLOAT, 0, world.comm()), rank, "block gather");
-  } else if (cfg.validate && real) {
-    // Several chips per rank: every chip holds n_resid rows (the same count on every chip), so one fixed-size
-    // allgather through the chip router carries [owner flag, row ids, values] per chip; rank 0 keeps the owners'.
-    const size_t n = static_cast<size_t>(n_resid), per = sizeof(double) * (1 + n) + sizeof(float) * n * size_t(h);
-    std::vector<unsigned char> mine(per, 0);
-    const double flag = owner ? 1.0 : 0.0;
-    std::memcpy(mine.data(), &flag, sizeof flag);
-    if (owner) {
-      const auto rows = batch_rows(resid_rows);
-      for (size_t i = 0; i < n; ++i) {
-        const double r = static_cast<double>(rows[i]);
-        std::memcpy(mine.data() + sizeof(double) * (1 + i), &r, sizeof r);
-      }
-      const auto vals = out.to_float();
-      std::memcpy(mine.data() + sizeof(double) * (1 + n), vals.data(), sizeof(float) * vals.size());
-    }
-    const auto all = world.allgather(mine.data(), per, "block gather");
-    if (rank == 0)
-      for (int r = 0; r < chips; ++r) {
-        const unsigned char* b = all.data() + per * static_cast<size_t>(r);
-        double f;
-        std::memcpy(&f, b, sizeof f);
-        if (f == 0) continue;
-        for (size_t i = 0; i < n; ++i) {
-          double row;
-          std::memcpy(&row, b + sizeof(double) * (1 + i), sizeof row);
-          all_rows.push_back(row);
-        }
-        const size_t v0 = all_vals.size();
-        all_vals.resize(v0 + n * size_t(h));
-        std::memcpy(all_vals.data() + v0, b + sizeof(double) * (1 + n), sizeof(float) * n * size_t(h));
-        total += static_cast<int>(n);
-      }
-  }
+  GatheredRows gathered;
+  if (cfg.validate && real) gathered = gather_owner_rows(world, owner, batch_rows(resid_rows), out, s.hidden);
+  const int total = gathered.total;
+  const std::vector<double>& all_rows = gathered.rows;
+  const std::vector<float>& all_vals = gathered.vals;
 
   // ---- per-chip simulated figures ----
   const sim::Breakdown bd = tl.breakdown();

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/backward.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/norm.h"
 #include "sharding/plans/sequence_parallel.h"
 
 namespace shardsim::sharding::plans {
@@ -87,6 +89,42 @@ Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what) {
   ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
                r.span.duration(), r.algorithm);
   return partial;
+}
+
+void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                           const std::string& what) {
+  if (ctx.p.fused.enabled) {  // the all_gather of dY with the dX GEMM's row chunks, then dW
+    const sim::TimeNs ready = ctx.chip.t;
+    ctx.fused_done("fused " + what, all_gather_gemm_backward(ctx.tp, dy, x, w, dx, dw, ready, "fused." + what), ready);
+    return;
+  }
+  const Tensor dy_full = tp_gather(ctx, dy, what);  // sp: all_gather (the reduce_scatter's backward)
+  const auto k = kernels::gemm_backward(x, w, dy_full, &dx, &dw);
+  ctx.chip.charge(k, k.name);
+}
+
+Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
+                                const std::string& what) {
+  const bool store = in.has_storage();
+  if (ctx.p.fused.enabled) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
+    Tensor dx = Tensor::make(in.dtype(), {ctx.n_resid, in.dim(1)}, store);
+    const sim::TimeNs ready = ctx.chip.t;
+    ctx.fused_done("fused " + what, gemm_reduce_scatter_backward(ctx.tp, in, weights, dys, dx, dws, ready, "fused." + what),
+                   ready);
+    return dx;
+  }
+  std::vector<Tensor> dx;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    dx.push_back(Tensor::make(in.dtype(), {in.dim(0), in.dim(1)}, store));
+    const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), dws[i]);
+    ctx.chip.charge(k, k.name);
+  }
+  for (size_t i = 1; i < dx.size(); ++i) {
+    const auto k = kernels::add_inplace(dx[0], dx[i]);
+    ctx.chip.charge(k, k.name);
+  }
+  return tp_reduce(ctx, std::move(dx[0]), what);
 }
 
 }  // namespace shardsim::sharding::plans

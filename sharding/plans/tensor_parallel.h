@@ -41,6 +41,20 @@ Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what);
 // all_gather (a row-parallel layer's output gradient in backward).
 Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what);
 
+// ---- Backward (training; models/lm_tp.h) ----
+// Of row_parallel (Y = X·W, W Shard(0)): DY the output's gradient on the residual stream (this chip's rows with sp),
+// X the GEMM's input, W. DX = dY·W^T and DW = X^T·dY are local once dY is whole: tp_gather (sp: all_gather), or
+// fused with the dX GEMM's row chunks (all_gather_gemm_backward, sharding/fused.h).
+void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                           const std::string& what);
+// Of column_parallel (Y_i = X·W_i, W_i Shard(1)): IN the input as the forward's GEMMs read it (column_parallel's
+// USED), DYS the outputs' gradients, DWS receive X^T·dY_i. The input gradient sum_i dY_i·W_i^T is Partial(sum)
+// over tp: returned reduced to the residual stream (tp_reduce), or fused (gemm_reduce_scatter_backward, which
+// re-gathers IN, this chip's rows, for the dW GEMMs).
+Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
+                                const std::string& what);
+
 // Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
 // vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are
 // all_reduce(max)ed over TP ("all_reduce.ce_max"), then the sums of exponentials and the target logits in one
