@@ -28,6 +28,7 @@
 
 #include "kernels/kernel_cost.h"
 #include "runtime/tensor.h"
+#include "sharding/model_spec.h"
 #include "sharding/plans/block.h"
 
 namespace shardsim::models {
@@ -52,6 +53,12 @@ struct LmConfig {
 };
 
 void check_lm_config(const LmConfig& c);
+
+// The one mapping between the parsed model description (sharding/model_spec.h) and LmConfig: every field LmConfig
+// has, by the same name (rope_theta and norm_eps as float). lm_model_spec's result is what the plan units read
+// (sharding/plans/block.h): rmsnorm, swiglu, rope, causal, attention on.
+LmConfig lm_config_of(const sharding::ModelSpec& spec);
+sharding::ModelSpec lm_model_spec(const LmConfig& c);
 
 // Number of weights, all of them (embedding, norms, projections, head).
 int64_t lm_param_count(const LmConfig& c);

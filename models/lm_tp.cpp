@@ -190,16 +190,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   }
   layout_ = sharding::plans::token_layout(global.seq, local_.batch, cp_size_, cp_rank_, zigzag_);
   // The block program's description of the model and the plan (sharding/plans/block.h).
-  spec_.hidden = global.hidden;
-  spec_.heads = global.heads;
-  spec_.kv_heads = global.kv_heads;
-  spec_.head_dim = global.head_dim;
-  spec_.ffn = global.ffn;
-  spec_.seq = global.seq;
-  spec_.vocab = global.vocab;
-  spec_.rope_theta = global.rope_theta;
-  spec_.norm_eps = global.norm_eps;
-  spec_.dtype = global.dtype;
+  spec_ = lm_model_spec(global);
   plan_.tp = tp_size_;
   plan_.dp = dp_size_;
   plan_.pp = pp_size_;
