@@ -35,8 +35,8 @@
 namespace {
 
 // SIGINT / SIGTERM (Ctrl-C, `kill`, mpirun or a batch system passing a signal on): every output lands atomically,
-// so there is nothing half written to repair; the handler removes the temporaries in flight, rank 0 prints one
-// line, and the process exits with 128 + the signal number, as shells report it (130 for SIGINT, 143 for SIGTERM).
+// so there is nothing half written to repair; the handler removes the temporaries in flight, one rank prints one
+// line (the first signalled on rank 0's node), and the process exits with 128 + the signal number, as shells report it (130 for SIGINT, 143 for SIGTERM).
 int g_world_rank = 0;
 // Set once the command has its outcome: a signal after that (mpirun taking the other ranks down when one of them
 // has already exited non-zero) must not add a second line or change the exit code.
@@ -44,10 +44,18 @@ volatile sig_atomic_t g_decided_exit = -1;
 extern "C" void on_terminating_signal(int sig) {
   shardsim::unlink_registered_temps();
   if (g_decided_exit >= 0) ::_exit(g_decided_exit);
-  // A watchdog on this node has claimed the one report line and is taking the job down (exit 3): mpirun's SIGTERM
-  // to the other ranks is part of that, not an interruption to report.
-  if (shardsim::runtime::wait_board::claimed()) ::_exit(shardsim::kExitRuntimeFault);
-  if (g_world_rank == 0) {
+  namespace board = shardsim::runtime::wait_board;
+  // The first rank of the node to be signalled (or to fail) claims the one report line. A later signal is mpirun
+  // taking the other ranks down after that: quiet, with the claimer's code (a watchdog or an error: exit 3), so
+  // SIGINT to one rank of four reports "SIGINT ... 130" once, not rank 0's SIGTERM from mpirun.
+  // Only rank 0's node speaks (one line per job, not per node).
+  const bool use_board = board::available() && board::on_this_node(0);
+  const bool speak = use_board ? board::claim(128 + sig) : g_world_rank == 0;
+  if (!speak && use_board) {
+    const int reason = board::claim_reason();
+    ::_exit(reason > 128 ? reason : shardsim::kExitRuntimeFault);
+  }
+  if (speak) {
     const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
                                       "they were before the interrupted write)\n"
                                     : "shardsim: terminated by SIGTERM; exiting with code 143 (outputs are left as "

@@ -146,7 +146,10 @@ int64_t lm_matmul_param_count(const LmConfig& c) {
 }
 
 double lm_model_flops_per_token(const LmConfig& c) {
-  return 6.0 * double(lm_matmul_param_count(c)) + 12.0 * double(c.layers * c.heads * c.head_dim * c.seq);
+  // Causal attention: a token at position i sees i + 1 keys, (s + 1) / 2 on average; QK^T and PV are 2·d FLOPs per
+  // visible pair and head each, forward, times 3 with the backward: 6·d·(s + 1) per token and head.
+  return 6.0 * double(lm_matmul_param_count(c)) + 6.0 * double(c.layers) * double(c.heads) * double(c.head_dim) *
+                                                      double(c.seq + 1);
 }
 
 std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {

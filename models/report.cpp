@@ -281,7 +281,7 @@ std::string train_tail_text(const RunReport& r) {
   os << buf;
   std::snprintf(buf, sizeof buf,
                 "  MFU                %.4f%% of %d x %.1f TFLOP/s %s peak (model FLOPs per step %.6g: 6N + "
-                "12*L*H*d*s per token)\n",
+                "6*L*H*d*(s+1) per token, causal)\n",
                 100.0 * t.mfu, r.chips, r.peak_tflops_per_chip, r.dtype.c_str(), t.model_flops_per_step);
   os << buf;
   if (t.kernel_flops_per_step > 0) {

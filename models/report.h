@@ -111,7 +111,7 @@ struct TrainReport {
   double step_ns = 0;                 // the simulated step: the last step's (every step has the same shapes), or
                                       // the mean over the steps on one chip without a plan
   double tokens_per_step = 0;
-  double model_flops_per_step = 0;    // 6N + 12*L*H*d*s per token (docs/model/training.md, "Model FLOPs and MFU")
+  double model_flops_per_step = 0;    // 6N + 6*L*H*d*(s+1) per token, causal (docs/model/training.md, "Model FLOPs and MFU")
   double mfu = 0;                     // model_flops_per_step / (step_ns * chips * peak)
   double kernel_flops_per_step = 0;   // what the kernels report (one chip without a plan; 0 otherwise)
   double hfu = 0;                     // kernel_flops_per_step / (step_ns * peak)

@@ -177,13 +177,18 @@ Finding follow(int my_world_rank, const std::vector<int>& world_peers) {
   return f;
 }
 
-bool claim() {
+bool claim(int reason) {
   if (!g_board.claim) return true;
   int expected = 0;
-  return g_board.claim->compare_exchange_strong(expected, 1);
+  return g_board.claim->compare_exchange_strong(expected, reason);
 }
 
-bool claimed() { return g_board.claim && g_board.claim->load() != 0; }
+bool claimed() { return claim_reason() != 0; }
+int claim_reason() { return g_board.claim ? g_board.claim->load() : 0; }
+bool on_this_node(int world_rank) {
+  return world_rank >= 0 && static_cast<size_t>(world_rank) < g_board.world_to_local.size() &&
+         g_board.world_to_local[static_cast<size_t>(world_rank)] >= 0;
+}
 
 }  // namespace wait_board
 

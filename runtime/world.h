@@ -51,8 +51,14 @@ struct Finding {
   int chip_of(int world_rank) const;       // -1 if unknown
 };
 Finding follow(int my_world_rank, const std::vector<int>& world_peers);
-bool claim();                 // true for exactly one caller per node, ever
-bool claimed();               // whether some rank of this node claimed (async-signal-safe: one atomic load)
+// The claim carries its reason: kClaimFault (a watchdog or an error taking the job down, exit 3) or 128 + a signal
+// number (a rank interrupted by the user: the other ranks, taken down by mpirun's SIGTERM, exit quietly with the
+// same code). Async-signal-safe: one lock-free compare-and-swap / load.
+constexpr int kClaimFault = 1;
+bool claim(int reason = kClaimFault);  // true for exactly one caller per node, ever
+bool claimed();                        // whether some rank of this node claimed
+int claim_reason();                    // the claimer's reason, 0 if none (or no board)
+bool on_this_node(int world_rank);     // whether WORLD_RANK shares this node's board (async-signal-safe)
 }  // namespace wait_board
 
 // Throws RuntimeFault "chip R: OP: MPI error: ..." when RC is not MPI_SUCCESS.

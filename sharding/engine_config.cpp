@@ -172,7 +172,8 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   ConfigNode root = loaded;
   if (!root.is_map()) root.fail(root.file() + ": expected a map with topology:, model: (or workload:) and parallel:");
   YAML::Node y = root.yaml();
-  if (root.has("model")) {
+  const bool spelled_model = root.has("model");
+  if (spelled_model) {
     if (root.has("workload"))
       root.child("model").fail("model: and workload: are the same section (workload: is its older name); keep one");
     y["workload"] = y["model"];
@@ -192,8 +193,10 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   for (const auto& s : o.set) apply_set(y, s);
   YAML::Emitter out;
   out << y;
-  return ConfigNode::load_string(std::string(out.c_str()) + "\n# run with overrides:" + o.describe() + "\n",
-                                 root.file() + " (with command-line overrides)");
+  ConfigNode with = ConfigNode::load_string(std::string(out.c_str()) + "\n# run with overrides:" + o.describe() + "\n",
+                                            root.file() + " (with command-line overrides)");
+  if (spelled_model) with.show_key_as("workload", "model");  // --set model.seq=... errors say model.seq
+  return with;
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 # Usage: bad_input.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 
 # one_error_line: exactly one `shardsim: error` line in the combined output, whatever the rank count.
 one_error_line() { assert_out_count '^shardsim: error' 1 "exactly one 'shardsim: error' line"; }

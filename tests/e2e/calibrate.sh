@@ -32,9 +32,16 @@ to_nccl() {  # PROGRAM < bench output
   echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
   case $1 in all_gather_perf | reduce_scatter_perf) div=8 ;; *) div=1 ;; esac
   awk -F'|' -v div="$div" '/^ +[0-9]+ / {
-      split($1, a, " "); split($2, o, " "); split($3, i, " ");
+      split($1, a, " "); split($2, o, " "); if (split($3, i, " ") == 0) split($2, i, " ");
       printf "%12s %12s %9s %7s %7s %9s %7s %7s %7s %9s %7s %7s %7s\n", a[1], a[2] / div, "float", (a[4] == "-" ? "none" : a[4]), a[5], o[1], o[2], o[3], 0, i[1], i[2], i[3], 0
     }'
+}
+
+# bench8 ARGS...: bench on 8 chips hosted by one rank, shape-only. The tables only carry simulated times, which
+# shape-only mode and any chips-per-rank split leave unchanged (e2e.shape_only, e2e.chips_per_rank); shape-only
+# prints no in-place columns, so to_nccl repeats the out-of-place ones.
+bench8() {
+  shardsim_mpi 1 --chips 8 bench --shape-only "$@"
 }
 
 # The last calibrate's table rows selected by the awk condition SELECT whose |error| exceeds PCT percent.
@@ -44,17 +51,17 @@ rows_off() {  # SELECT PCT
 FITTED='$NF == "fit"' FITTED_OR_HELD='$NF == "fit" || $(NF-1) " " $NF == "held out"'
 
 e2e_case "round trip: a ring of 37 GB/s, 2500 ns per link"
-if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --bandwidth 37 --latency 2500 \
+if expect_exit 0 'Avg bus bandwidth' -- bench8 all_reduce -a ring --bandwidth 37 --latency 2500 \
   -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
   to_nccl all_reduce_perf <"$E2E_STDOUT" >ar.log
   rows=$(grep -c '^ ' ar.log)
   [ "$rows" -eq 6 ] && pass "6 all_reduce rows" || fail "expected 6 rows in ar.log, got $rows"
 fi
-if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_gather -a ring --bandwidth 37 --latency 2500 \
+if expect_exit 0 'Avg bus bandwidth' -- bench8 all_gather -a ring --bandwidth 37 --latency 2500 \
   -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
   to_nccl all_gather_perf <"$E2E_STDOUT" >ag.log
 fi
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --predict ag.log --bandwidth 100 --latency 1000 \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --predict ag.log --bandwidth 100 --latency 1000 \
   --out fitted.yaml; then
   # a = 2500/1000, b = 37/100, each within 1%
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a); ok = (a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737);
@@ -67,7 +74,7 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate ar.log --predict ag.log --b
   assert_out_count 'held out$' 6 "6 held-out all_gather rows"
   [ -f fitted.yaml ] && pass "--out written" || fail "no fitted.yaml"
 fi
-if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --topology fitted.yaml \
+if expect_exit 0 'Avg bus bandwidth' -- bench8 all_reduce -a ring --topology fitted.yaml \
   -b 1M -e 1M -n 1 -w 0 -c 0; then
   want=$(awk '$1 == 1048576 { print $6 }' ar.log)
   got=$(awk -F'|' '/^ +1048576 / { split($2, o, " "); print o[1] }' "$E2E_STDOUT")
@@ -84,17 +91,17 @@ topology:
   latency_ns: 1000
   protocol: {efficiency: 0.8, low_latency_max_bytes: 16384, low_latency_efficiency: 0.4, low_latency_latency_factor: 0.3}
 EOF
-if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --topology proto.yaml \
+if expect_exit 0 'Avg bus bandwidth' -- bench8 all_reduce -a ring --topology proto.yaml \
   -b 8K -e 64M -f 2 -n 1 -w 0 -c 0; then
   assert_out 'protocol: efficiency 0.8; messages <= 16384 B low-latency \(efficiency 0.4, latency x 0.3\)' "protocol described"
   to_nccl all_reduce_perf <"$E2E_STDOUT" >proto.log
 fi
 # From the plain ring: one protocol cannot fit both regimes; two recover every parameter within 1%.
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate proto.log --bandwidth 100 --latency 1000; then
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate proto.log --bandwidth 100 --latency 1000; then
   awk '/^error rms/ { e = $3; gsub("%", "", e); exit (e + 0 > 5) ? 0 : 1 }' "$E2E_STDOUT" &&
     pass "one protocol leaves > 5% rms error" || fail "one protocol fitted too well: $(grep '^error rms' "$E2E_STDOUT")"
 fi
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate proto.log --bandwidth 100 --latency 1000 --protocols 2 \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate proto.log --bandwidth 100 --latency 1000 --protocols 2 \
   --out proto_fit.yaml; then
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a) }
        /low-latency protocol for messages/ { t = $6; f = $10; e = $12; gsub(",", "", f) }
@@ -116,13 +123,13 @@ topology:
   latency_ns: 2500
   protocol: {message_overhead_ns: 3000}
 EOF
-if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench all_reduce -a ring --topology overhead.yaml \
+if expect_exit 0 'Avg bus bandwidth' -- bench8 all_reduce -a ring --topology overhead.yaml \
   --chunk-bytes 16K -b 16K -e 4M -f 4 -n 1 -w 0 -c 0; then
   assert_out '3000 ns overhead per message' "protocol described"
   to_nccl all_reduce_perf <"$E2E_STDOUT" >oh.log
 fi
 # Pipelined pieces pay one overhead each but overlap their latencies, so o is identifiable: a, b, o within 1%.
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate oh.log --bandwidth 100 --latency 1000 --chunk-bytes 16K \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate oh.log --bandwidth 100 --latency 1000 --chunk-bytes 16K \
   --fit-overhead --out oh_fit.yaml; then
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /message overhead o = / { o = $5 }
        END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && o > 2970 && o < 3030; exit ok ? 0 : 1 }' \
@@ -134,9 +141,9 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate oh.log --bandwidth 100 --la
     fail "$(cat oh_fit.yaml)"
 fi
 # Unpipelined ring steps charge one message per hop: o cannot be told from latency (exit 2 saying so).
-expect_exit 2 'overhead cannot be told from the latency' -- shardsim_mpi 8 calibrate ar.log --bandwidth 100 \
+expect_exit 2 'overhead cannot be told from the latency' -- shardsim_mpi 1 --chips 8 calibrate ar.log --bandwidth 100 \
   --latency 1000 --fit-overhead
-expect_exit 2 'fit-overhead: with --protocols 1 only' -- shardsim_mpi 8 calibrate oh.log --fit-overhead --protocols 2
+expect_exit 2 'fit-overhead: with --protocols 1 only' -- shardsim_mpi 1 --chips 8 calibrate oh.log --fit-overhead --protocols 2
 
 e2e_case "per-call overhead: 8000 ns per collective call, fitted from all_reduce + all_gather"
 cat >call.yaml <<'EOF'
@@ -148,7 +155,7 @@ topology:
   protocol: {call_overhead_ns: 8000}
 EOF
 for c in all_reduce all_gather reduce_scatter; do
-  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology call.yaml \
+  if expect_exit 0 'Avg bus bandwidth' -- bench8 $c -a ring --topology call.yaml \
     -b 64K -e 64M -f 4 -n 1 -w 0 -c 0; then
     to_nccl ${c}_perf <"$E2E_STDOUT" >call_$c.log
   fi
@@ -156,7 +163,7 @@ done
 assert_out '8000 ns overhead per collective call' "protocol described"
 # all_reduce (2(p-1) ring steps) and all_gather (p-1) together separate c from a x alpha: a, b, c within 1%, and
 # the reduce_scatter table (not fitted) is predicted within 1%.
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log call_all_gather.log \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate call_all_reduce.log call_all_gather.log \
   --predict call_reduce_scatter.log --bandwidth 100 --latency 1000 --fit-call-overhead --out call_fit.yaml; then
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /call overhead c = / { c = $5 }
        END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && c > 7920 && c < 8080; exit ok ? 0 : 1 }' \
@@ -168,16 +175,16 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log call_al
     fail "$(cat call_fit.yaml)"
 fi
 # Without c the latency absorbs the floor per step: the held-out reduce_scatter's small rows are predicted too fast.
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call_all_reduce.log --predict call_reduce_scatter.log \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate call_all_reduce.log --predict call_reduce_scatter.log \
   --bandwidth 100 --latency 1000; then
   slow=$(awk '/ held out$/ && $3 <= 65536 { e = $6; gsub("[%+]", "", e); if (e + 0 > -5) print }' "$E2E_STDOUT")
   [ -z "$slow" ] && pass "without --fit-call-overhead the small held-out reduce_scatter rows are >5% too fast" ||
     fail "rows not too fast: $slow"
 fi
 # One collective's unpipelined log alone: c and a x alpha are one intercept (exit 2 saying so).
-expect_exit 2 'per-call overhead cannot be told from the latency' -- shardsim_mpi 8 calibrate call_all_reduce.log \
+expect_exit 2 'per-call overhead cannot be told from the latency' -- shardsim_mpi 1 --chips 8 calibrate call_all_reduce.log \
   --bandwidth 100 --latency 1000 --fit-call-overhead
-expect_exit 2 'fit-call-overhead: give a log to fit' -- shardsim_mpi 8 calibrate --predict call_all_reduce.log \
+expect_exit 2 'fit-call-overhead: give a log to fit' -- shardsim_mpi 1 --chips 8 calibrate --predict call_all_reduce.log \
   --bandwidth 100 --latency 1000 --fit-call-overhead
 # Both overheads at once: pipelined pieces separate o, two collectives separate c (a, b, o, c within 1%).
 cat >both.yaml <<'EOF'
@@ -189,12 +196,12 @@ topology:
   protocol: {message_overhead_ns: 3000, call_overhead_ns: 8000}
 EOF
 for c in all_reduce all_gather; do
-  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology both.yaml --chunk-bytes 16K \
+  if expect_exit 0 'Avg bus bandwidth' -- bench8 $c -a ring --topology both.yaml --chunk-bytes 16K \
     -b 16K -e 4M -f 4 -n 1 -w 0 -c 0; then
     to_nccl ${c}_perf <"$E2E_STDOUT" >both_$c.log
   fi
 done
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate both_all_reduce.log both_all_gather.log --bandwidth 100 \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate both_all_reduce.log both_all_gather.log --bandwidth 100 \
   --latency 1000 --chunk-bytes 16K --fit-overhead --fit-call-overhead; then
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a) } /message overhead o = / { o = $5 } /call overhead c = / { c = $5 }
        END { ok = a > 2.475 && a < 2.525 && b > 0.3663 && b < 0.3737 && o > 2970 && o < 3030 && c > 7920 && c < 8080;
@@ -211,12 +218,12 @@ topology:
   protocol: {efficiency: 0.8, low_latency_max_bytes: 16384, low_latency_efficiency: 0.4, low_latency_latency_factor: 0.3, call_overhead_ns: 8000}
 EOF
 for c in all_reduce all_gather; do
-  if expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 8 bench $c -a ring --topology call2.yaml \
+  if expect_exit 0 'Avg bus bandwidth' -- bench8 $c -a ring --topology call2.yaml \
     -b 8K -e 64M -f 2 -n 1 -w 0 -c 0; then
     to_nccl ${c}_perf <"$E2E_STDOUT" >call2_$c.log
   fi
 done
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate call2_all_reduce.log call2_all_gather.log --bandwidth 100 \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate call2_all_reduce.log call2_all_gather.log --bandwidth 100 \
   --latency 1000 --protocols 2 --fit-call-overhead; then
   awk '/^fit / { a = $4; b = $8; gsub(",", "", a) }
        /low-latency protocol for messages/ { t = $6; f = $10; e = $12; gsub(",", "", f) }
@@ -275,7 +282,7 @@ e2e_case "published held-out collectives: 8x H100 on NVSwitch (ring), fit all_re
 # all_gather tables, never fitted, are predicted within 5% at 1-8 GiB and about half the measured time below
 # 256 KiB (their per-call floor equals all_reduce's, the ring charges them half the steps).
 H8="$CONFIGS/../tests/data/published/together_h100x8_ring"
-if expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate "${H8}_all_reduce.log" --predict "${H8}_reduce_scatter.log" \
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate "${H8}_all_reduce.log" --predict "${H8}_reduce_scatter.log" \
   --predict "${H8}_all_gather.log" --switch --bandwidth 450 --latency 1000 --protocols 2; then
   assert_out 'median \|error\| [0-4]\.[0-9]+% over fitted rows >= 1 MiB \(14 rows\)' "all_reduce fitted within 5% median"
   for c in reduce_scatter all_gather; do
@@ -344,33 +351,33 @@ expect_exit 2 'rank_twice.log:3: rank 0 is listed twice' -- shardsim_mpi 1 --chi
 
 e2e_case "bad logs exit 2 naming the line"
 printf '# Collective test starting: all_reduce_perf\n     1048576  262144  float  sum  -1  12.5  83.8\n' >short.log
-expect_exit 2 'short.log:2: expected 9 or 13 columns' -- shardsim_mpi 8 calibrate short.log
+expect_exit 2 'short.log:2: expected 9 or 13 columns' -- shardsim_mpi 1 --chips 8 calibrate short.log
 { cat ar.log; sed -n '3p' ar.log; } >twice.log
-expect_exit 2 "twice.log:9: size .* does not grow.*a second table" -- shardsim_mpi 8 calibrate twice.log
+expect_exit 2 "twice.log:9: size .* does not grow.*a second table" -- shardsim_mpi 1 --chips 8 calibrate twice.log
 sed '4s/ 0 *$/ 3/' ar.log >wrong.log
-expect_exit 2 'wrong.log:4: #wrong is .3.' -- shardsim_mpi 8 calibrate wrong.log
+expect_exit 2 'wrong.log:4: #wrong is .3.' -- shardsim_mpi 1 --chips 8 calibrate wrong.log
 sed '5s/float/half /' ar.log >mixed.log
-expect_exit 2 'mixed.log:5: type/op .half sum. differs' -- shardsim_mpi 8 calibrate mixed.log
+expect_exit 2 'mixed.log:5: type/op .half sum. differs' -- shardsim_mpi 1 --chips 8 calibrate mixed.log
 grep -v 'Collective test starting' ar.log >anon.log
-expect_exit 2 'anon.log: no .# Collective test starting' -- shardsim_mpi 8 calibrate anon.log
-expect_exit 0 '^fit ' -- shardsim_mpi 8 calibrate anon.log --collective all_reduce --bandwidth 100 --latency 1000
+expect_exit 2 'anon.log: no .# Collective test starting' -- shardsim_mpi 1 --chips 8 calibrate anon.log
+expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate anon.log --collective all_reduce --bandwidth 100 --latency 1000
 { echo '#  Rank  0 Group  0 Pid 1 on h device  0 [0x18] X'; echo '#  Rank  1 Group  0 Pid 2 on h device  1 [0x19] X'; cat ar.log; } >two.log
-expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 8 calibrate two.log
-expect_exit 2 'protocols: 1 or 2' -- shardsim_mpi 8 calibrate ar.log --protocols 3
-expect_exit 2 'collective: unknown collective .warp_drive.' -- shardsim_mpi 8 calibrate ar.log --collective warp_drive
-expect_exit 2 'already has a protocol section' -- shardsim_mpi 8 calibrate ar.log --topology proto.yaml
+expect_exit 2 'two.log: the log lists 2 ranks but the topology has 8 chips' -- shardsim_mpi 1 --chips 8 calibrate two.log
+expect_exit 2 'protocols: 1 or 2' -- shardsim_mpi 1 --chips 8 calibrate ar.log --protocols 3
+expect_exit 2 'collective: unknown collective .warp_drive.' -- shardsim_mpi 1 --chips 8 calibrate ar.log --collective warp_drive
+expect_exit 2 'already has a protocol section' -- shardsim_mpi 1 --chips 8 calibrate ar.log --topology proto.yaml
 # ... but --predict alone takes a topology as given, protocol section and all (calibrate's own --out included).
-expect_exit 0 'held-out rows' -- shardsim_mpi 8 calibrate --predict ar.log --topology proto.yaml
+expect_exit 0 'held-out rows' -- shardsim_mpi 1 --chips 8 calibrate --predict ar.log --topology proto.yaml
 # --out never replaces a log being read or the topology file (both were overwritten, exit 0).
 cp ar.log ar_keep.log
-expect_exit 2 '--out ar_keep.log: would overwrite the log ar_keep.log' -- shardsim_mpi 8 calibrate ar_keep.log \
+expect_exit 2 '--out ar_keep.log: would overwrite the log ar_keep.log' -- shardsim_mpi 1 --chips 8 calibrate ar_keep.log \
   --bandwidth 100 --latency 1000 --out ar_keep.log
 cmp -s ar.log ar_keep.log && pass "the log is intact" || fail "ar_keep.log changed"
 cp fitted.yaml fitted_keep.yaml
-expect_exit 2 'would overwrite the --topology file' -- shardsim_mpi 8 calibrate ar.log --topology fitted_keep.yaml \
+expect_exit 2 'would overwrite the --topology file' -- shardsim_mpi 1 --chips 8 calibrate ar.log --topology fitted_keep.yaml \
   --out fitted_keep.yaml
 cmp -s fitted.yaml fitted_keep.yaml && pass "the topology file is intact" || fail "fitted_keep.yaml changed"
-expect_exit 2 'nothing.log: cannot open' -- shardsim_mpi 8 calibrate nothing.log
+expect_exit 2 'nothing.log: cannot open' -- shardsim_mpi 1 --chips 8 calibrate nothing.log
 expect_exit 2 'topology has 8 chips but the job has 4 ranks' -- shardsim_mpi 4 calibrate ar.log --topology fitted.yaml
 
 e2e_finish

@@ -12,6 +12,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 
 PY=$(h5py_python) ||
   fail "no python3 with h5py and numpy (Debian: python3-h5py python3-numpy; scripts/setup.sh installs them)"

@@ -10,6 +10,7 @@
 # Usage: output_safety.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 export OMPI_MCA_btl=self,vader  # single host: shared memory only
 
 with_chips "$SMALL" 1 c1.yaml

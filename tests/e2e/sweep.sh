@@ -13,6 +13,7 @@
 # Usage: sweep.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 E2E_TIMEOUT=${E2E_TIMEOUT_SWEEP:-180}
 
 cat >grid.yaml <<EOF

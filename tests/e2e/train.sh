@@ -351,4 +351,16 @@ if expect_exit 0 '; recompute: per block' -- shardsim_mpi 2 train dp_rc.yaml --s
   assert_out '^  activations +[0-9]+  \(recompute per block' "the activation line says recompute"
 fi
 
+e2e_case "(x) MFU counts causal attention: a tiny model at seq 1e6 stays below 100 % (the full s x s count gave 171 %)"
+if expect_exit 0 'MFU +[0-9.]+% of 1 x 47.5 TFLOP/s fp32 peak' \
+    -- shardsim_mpi 1 train "$TRAIN" --shape-only --steps 1 --set model.seq=1000000; then
+  mfu=$(sed -nE 's/^  MFU +([0-9.]+)% .*/\1/p' "$E2E_STDOUT")
+  if awk -v m="$mfu" 'BEGIN { exit !(m > 50 && m < 100) }'; then pass "MFU $mfu % (attention-bound, below peak)"
+  else fail "MFU '$mfu' % is not in (50, 100)"; fi
+fi
+e2e_case "(y) an override's error names the key as the file and the flag spell it (model.seq, not workload.seq)"
+if expect_exit 2 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\):[0-9]+: model\.seq: must be between 1 and 16777216' \
+    -- shardsim_mpi 1 train "$TRAIN" --set model.seq=100000000
+then one_error_line; fi
+
 e2e_finish

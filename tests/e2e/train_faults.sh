@@ -12,6 +12,7 @@
 # Usage: train_faults.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
+E2E_MPIRUN_NP1=1  # signals and aborts at one rank go through mpirun, as users run it
 export SHARDSIM_WATCHDOG_S=10
 
 TRAIN=$CONFIGS/lm_train.yaml
@@ -63,10 +64,10 @@ done
 
 # Signals: start a long run in the background (stdout to a file), wait for a few rows and a saved checkpoint,
 # send SIG to the singleton process or to every rank, and check what is left.
-signal_case() {
-  local L=$1 sig=$2 code=$3
+signal_case() {  # LAYOUT SIG CODE [one: signal only the last rank; mpirun takes the others down]
+  local L=$1 sig=$2 code=$3 which=${4:-all}
   layout "$L"
-  e2e_case "$L: SIG$sig after a few steps"
+  e2e_case "$L: SIG$sig to $which rank(s) after a few steps"
   rm -f sig.h5 sig.out sig.err
   if [ "$NP" = 1 ] && [ "$CHIPS" = 1 ]; then  # a singleton: no mpirun at all
     "$SHARDSIM" train t.yaml --steps 1000000 --save-every 2 --checkpoint sig.h5 >sig.out 2>sig.err &
@@ -81,6 +82,7 @@ signal_case() {
   else  # the ranks (mpirun's own exit code after a signal is Open MPI's choice: docs/RELIABILITY.md)
     local ranks
     ranks=$(pgrep -P "$pid")
+    [ "$which" = one ] && ranks=$(echo "$ranks" | sort -n | tail -1)
     kill -s "$sig" $ranks
   fi
   local rc=0
@@ -96,6 +98,8 @@ for L in 1x1 1x8 4x1; do
   signal_case $L TERM 143
   signal_case $L INT 130
 done
+# One rank of four interrupted: its line (not mpirun's SIGTERM to the others, 143) is the one reported.
+signal_case 4x1 INT 130 one
 
 # kill -9 of one rank during a save: rank 0 (1 rank) or rank 2 (4 ranks) dies after the first tensor.
 for L in 1x1 1x8 4x1; do
