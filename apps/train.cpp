@@ -130,19 +130,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
                                   " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
   }
   auto& c = s.model;
-  c.vocab = spec.vocab;
-  c.hidden = spec.hidden;
-  c.layers = spec.layers;
-  c.heads = spec.heads;
-  c.kv_heads = spec.kv_heads;
-  c.head_dim = spec.head_dim;
-  c.ffn = spec.ffn;
-  c.seq = spec.seq;
-  c.batch = spec.batch;
-  c.rope_theta = static_cast<float>(spec.rope_theta);
-  c.norm_eps = static_cast<float>(spec.norm_eps);
-  c.seed = spec.seed;
-  c.dtype = spec.dtype;
+  c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
   try {
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {

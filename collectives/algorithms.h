@@ -7,12 +7,14 @@
 // routes (below), and the lowest estimate wins (ties: the earlier name in the list). The explanation lists
 // every estimate.
 //
-//   all_reduce, reduce_scatter, all_gather, all_gatherv : ring, bidir_ring, torus, halving_doubling
+//   all_reduce, reduce_scatter, all_gather, all_gatherv : ring, bidir_ring, torus, torus_concurrent, in_switch,
+//                                                         halving_doubling (all_reduce also recursive_doubling, opt-in)
 //   broadcast, reduce                                   : binomial_tree, ring (pipelined chain)
 //   all_to_all, all_to_allv, gather, scatter            : direct
 //   send_recv                                           : direct;   barrier : dissemination
 // Aliases: bidirectional_ring, hd / rabenseifner / recursive_halving_doubling, tree / binomial, chain, pairwise,
-// hierarchical / multi_dim (= torus: per-dimension rings on any grid topology).
+// hierarchical / multi_dim (= torus: per-dimension rings on any grid topology), concurrent_torus / torus_2d,
+// nvls / sharp / in_network (= in_switch: a switch that reduces in the network, collectives/in_switch.h).
 //
 // Estimates replay each algorithm's schedule through event-free sim::Timelines (the simulator's own rules:
 // port and own-link serialization, cut-through route latency, bottleneck bandwidth), so they equal the simulated

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/in_switch.h"
 #include "collectives/torus.h"
 
 namespace shardsim::collectives::cost {
@@ -428,6 +429,47 @@ double lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes) 
     default: return 0;
   }
 }
+namespace {
+in_switch::Schedule in_switch_schedule(Collective c, const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
+  const bool rs = c == Collective::all_reduce || c == Collective::reduce_scatter;
+  const bool ag = c != Collective::reduce_scatter;
+  // Chunks of whole bytes: the first ones one byte larger (as Partition splits elements).
+  const Partition part{static_cast<size_t>(bytes), static_cast<size_t>(tp.size())};
+  std::vector<double> chunk;
+  for (size_t r = 0; r < part.parts; ++r) chunk.push_back(static_cast<double>(part.size(r)));
+  return in_switch::schedule(tp, rs, ag, chunk, chunk_bytes);
+}
+}  // namespace
+
+double in_switch(Collective c, const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
+  const int p = tp.size();
+  if (p < 2 || bytes <= 0) return 0;
+  const auto s = in_switch_schedule(c, tp, bytes, chunk_bytes);
+  std::vector<std::vector<double>> up;
+  for (int r = 0; r < p; ++r) up.push_back(in_switch::up_arrivals(tp, s, r, 0.0));
+  const auto emit = in_switch::emit_times(s, up);
+  double end = 0;
+  for (int r = 0; r < p; ++r) {
+    if (s.up[static_cast<size_t>(r)] > 0) end = std::max(end, up[static_cast<size_t>(r)].back());
+    if (s.down[static_cast<size_t>(r)] > 0) end = std::max(end, in_switch::down_arrivals(tp, s, r, emit).back());
+  }
+  return end;
+}
+
+double in_network_lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes) {
+  const int p = tp.size();
+  if (p < 2 || bytes <= 0 || !in_switch::obstacle(tp).empty()) return 0;
+  const auto s = in_switch_schedule(c, tp, bytes, 0);
+  const auto& topo = tp.topology();
+  double bound = s.reduced / s.rate_gbps;
+  for (int r = 0; r < p; ++r) {
+    const int chip = tp.chip_of(r), sw = topo.switch_node(s.dim, chip);
+    bound = std::max(bound, s.up[static_cast<size_t>(r)] / topo.link(*topo.link_between(chip, sw)).bandwidth_gbps);
+    bound = std::max(bound, s.down[static_cast<size_t>(r)] / topo.link(*topo.link_between(sw, chip)).bandwidth_gbps);
+  }
+  return bound;
+}
+
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs) {
   return direct_estimate(tp, per_peer, root_only_sends, root_only_recvs);
 }

@@ -36,6 +36,13 @@ double torus_concurrent(const runtime::Transport& tp, double bytes, bool rs, boo
 // experience", CCPE 2007; Patarasuk & Yuan, JPDC 2009). all_reduce: 2 passes; reduce_scatter, all_gather(v): 1;
 // other collectives: 0 (no bound stated). Latency is not counted (a bound, not an estimate).
 double lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes);
+// In-switch reduction (in_switch.h) of C on a BYTES buffer: its piece schedule replayed from time 0 on every chip.
+double in_switch(Collective c, const runtime::Transport& tp, double bytes, size_t chunk_bytes);
+// The physical lower bound (ns) of C on BYTES with in-network reduction (in_switch.h): every chip must send its
+// data up and receive its result (U_r over its up-link, D_r over its down-link, as in_switch.h lists them) and the
+// switch must reduce the buffer at its own rate: T >= max over r of (U_r / B_up, D_r / B_down, S_reduced / R).
+// Latency is not counted.
+double in_network_lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes);
 // Direct exchange of PER_PEER bytes between every pair (optionally only from / only to rank 0).
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs);
 // Binomial tree broadcast from / REDUCE to rank 0 of BYTES.

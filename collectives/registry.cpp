@@ -7,6 +7,7 @@
 
 #include "collectives/cost_model.h"
 #include "collectives/halving_doubling.h"
+#include "collectives/in_switch.h"
 #include "collectives/ring.h"
 #include "collectives/torus.h"
 #include "collectives/torus_concurrent.h"
@@ -192,6 +193,22 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.reduce_scatter = torus_concurrent::reduce_scatter;
     a.all_gather = torus_concurrent::all_gather;
     a.all_reduce = torus_concurrent::all_reduce;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "in_switch";
+    a.aliases = {"nvls", "sharp", "in_network"};
+    a.summary = "every chip sends its data up once, the switch reduces (or multicasts) and sends the result down "
+                "(NVLS / SHARP, in_switch.h); needs a switch with 'reduction: true' and the group on its chips";
+    a.collectives = kFlat;
+    a.obstacle = [](C, const runtime::Transport& tp) { return in_switch::obstacle(tp); };
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::in_switch(c, tp, bytes, chunk);
+    };
+    a.reduce_scatter = in_switch::reduce_scatter;
+    a.all_gather = in_switch::all_gather;
+    a.all_reduce = in_switch::all_reduce;
     v.push_back(a);
   }
   {

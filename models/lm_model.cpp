@@ -118,6 +118,42 @@ LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
   return out;
 }
 
+LmConfig lm_config_of(const sharding::ModelSpec& spec) {
+  LmConfig c;
+  c.vocab = spec.vocab;
+  c.hidden = spec.hidden;
+  c.layers = spec.layers;
+  c.heads = spec.heads;
+  c.kv_heads = spec.kv_heads;
+  c.head_dim = spec.head_dim;
+  c.ffn = spec.ffn;
+  c.seq = spec.seq;
+  c.batch = spec.batch;
+  c.rope_theta = static_cast<float>(spec.rope_theta);
+  c.norm_eps = static_cast<float>(spec.norm_eps);
+  c.seed = spec.seed;
+  c.dtype = spec.dtype;
+  return c;
+}
+
+sharding::ModelSpec lm_model_spec(const LmConfig& c) {
+  sharding::ModelSpec s;
+  s.vocab = c.vocab;
+  s.hidden = c.hidden;
+  s.layers = c.layers;
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.ffn = c.ffn;
+  s.seq = c.seq;
+  s.batch = c.batch;
+  s.rope_theta = c.rope_theta;
+  s.norm_eps = c.norm_eps;
+  s.seed = c.seed;
+  s.dtype = c.dtype;
+  return s;
+}
+
 void check_lm_config(const LmConfig& c) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("lm config: " + what);

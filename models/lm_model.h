@@ -28,6 +28,8 @@
 
 #include "kernels/kernel_cost.h"
 #include "runtime/tensor.h"
+#include "sharding/model_spec.h"
+#include "sharding/plans/block.h"
 
 namespace shardsim::models {
 
@@ -51,6 +53,12 @@ struct LmConfig {
 };
 
 void check_lm_config(const LmConfig& c);
+
+// The one mapping between the parsed model description (sharding/model_spec.h) and LmConfig: every field LmConfig
+// has, by the same name (rope_theta and norm_eps as float). lm_model_spec's result is what the plan units read
+// (sharding/plans/block.h): rmsnorm, swiglu, rope, causal, attention on.
+LmConfig lm_config_of(const sharding::ModelSpec& spec);
+sharding::ModelSpec lm_model_spec(const LmConfig& c);
 
 // Number of weights, all of them (embedding, norms, projections, head).
 int64_t lm_param_count(const LmConfig& c);
@@ -93,13 +101,9 @@ struct LmBatch {
 
 // What the backward needs from the forward (kept whole: this is the small reference model).
 struct LmCache {
-  struct Layer {
-    runtime::Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
-    std::vector<runtime::Tensor> lse;  // per sequence, fp32 [Hq, seq]
-    // Ulysses (models/lm_tp.h) only: the attention output in the head-sharded layout its backward reads (q, k, v
-    // are then head-sharded too; o stays in the token layout the output projection's backward reads). Else empty.
-    runtime::Tensor o_heads;
-  };
+  // What a block's forward keeps (sharding/plans/block.h): lse per sequence fp32 [Hq, seq]; o_heads only under
+  // Ulysses (models/lm_tp.h).
+  using Layer = sharding::plans::BlockActivations;
   std::vector<Layer> layers;
   runtime::Tensor x_final, xf, logits, row_max, sumexp;
 };

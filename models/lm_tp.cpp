@@ -188,10 +188,17 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   } else {
     rep_ = &mesh_["dp"];
   }
-  pos_.resize(size_t(local_.batch * local_.seq));
-  for (int64_t b = 0; b < local_.batch; ++b)
-    for (const auto& ch : sharding::plans::cp_chunks(global.seq, cp_size_, cp_rank_, zigzag_))
-      for (int64_t i = 0; i < ch.len; ++i) pos_[size_t(b * local_.seq + ch.local + i)] = ch.global + i;
+  layout_ = sharding::plans::token_layout(global.seq, local_.batch, cp_size_, cp_rank_, zigzag_);
+  // The block program's description of the model and the plan (sharding/plans/block.h).
+  spec_ = lm_model_spec(global);
+  plan_.tp = tp_size_;
+  plan_.dp = dp_size_;
+  plan_.pp = pp_size_;
+  (ulysses_ ? plan_.ulysses : plan_.cp) = cp_size_;
+  plan_.sp = sp_;
+  plan_.zigzag = zigzag_;
+  plan_.fused.enabled = fused_;
+  plan_.algorithm = dp.algorithm;  // train's rule: one algorithm (parallel.algorithm, else auto) for every collective
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
   LmWeights master = store_ ? shard(own_layers(lm_init(global))) : lm_zeros(local_, DType::fp32, false);
@@ -337,125 +344,21 @@ void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs
                               o).span.end;
 }
 
-Tensor LmTpTrainer::to_seq(Tensor partial, sim::TimeNs& t, const char* name) {
-  if (!sp_) {
-    all_reduce_tp(partial, collectives::ReduceOp::sum, t, name);
-    return partial;
-  }
-  // Sequence parallel: reduce_scatter(sum) over tp; rank r keeps token rows [r·N/T, (r+1)·N/T).
-  const int64_t rows = partial.dim(0) / tp_size_;
-  Tensor out = make(partial.dtype(), {rows, partial.dim(1)});
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = std::string("reduce_scatter.") + name;
-  t = collectives::reduce_scatter(mesh_["tp"], partial.data_if_stored(), out.data_if_stored(), size_t(partial.numel()),
-                                  partial.dtype(),
-                                  collectives::ReduceOp::sum, t, o)
-          .span.end;
-  return out;
+sharding::plans::PlanContext LmTpTrainer::context(sharding::plans::Chip& chip) {
+  const int64_t N = local_.batch * local_.seq;
+  return {spec_, plan_, mesh_["tp"], cp_size_ > 1 ? mesh_["cp"] : mesh_["tp"], chip, comm_, fused_ops_, N,
+          sp_ ? N / tp_size_ : N};
 }
 
-Tensor LmTpTrainer::from_seq(const Tensor& shard, sim::TimeNs& t, const char* name) {
-  if (!sp_) return shard;
-  Tensor out = make(shard.dtype(), {shard.dim(0) * tp_size_, shard.dim(1)});
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = std::string("all_gather.") + name;
-  t = collectives::all_gather(mesh_["tp"], shard.data_if_stored(), out.data_if_stored(), size_t(out.numel()),
-                              shard.dtype(), t, o).span.end;
-  return out;
-}
-
-Tensor LmTpTrainer::row_parallel(const Tensor& in, const Tensor& w, sim::TimeNs& t, const char* name) {
-  if (fused_) {  // the GEMM's row chunks with the ring reduce_scatter (sharding/fused.h)
-    Tensor out = make(in.dtype(), {in.dim(0) / tp_size_, w.dim(1)});
-    t += sharding::gemm_reduce_scatter(mesh_["tp"], in, w, out, t, std::string("fused.") + name).fused_ns;
-    return out;
-  }
-  Tensor y = make(in.dtype(), {in.dim(0), w.dim(1)});
-  charge(kernels::gemm(in, w, y), t);
-  return to_seq(std::move(y), t, name);
-}
-
-void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
-                                sim::TimeNs& t) {
-  const LmConfig& c = local_;
+void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::TimeNs& t) {
   const LmLayer& L = work_.layers[size_t(l)];
-  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
-  const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
-  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
-  auto mm = [&](const Tensor& a, const Tensor& wt) {
-    Tensor y = make(a.dtype(), {a.dim(0), wt.dim(1)});
-    charge(kernels::gemm(a, wt, y), t);
-    return y;
-  };
-  S.x_in = x;
-  Tensor a = act({Nr, h});
-  charge(kernels::rmsnorm(x, L.attn_norm, a, c.norm_eps), t);
-  if (fused_) {  // one ring all_gather of the normed rows feeds q, k and v; S.a keeps this rank's rows only
-    Tensor q = act({N, hq * d}), k = act({N, hkv * d}), v = act({N, hkv * d});
-    t += sharding::all_gather_gemm(mesh_["tp"], a, {&L.wq, &L.wk, &L.wv}, {&q, &k, &v}, t, "fused.qkv").fused_ns;
-    S.a = std::move(a);
-    S.q = std::move(q).reshaped({N, hq, d});
-    S.k = std::move(k).reshaped({N, hkv, d});
-    S.v = std::move(v).reshaped({N, hkv, d});
-  } else {
-    S.a = from_seq(a, t, "attn_in");
-    S.q = mm(S.a, L.wq).reshaped({N, hq, d});
-    S.k = mm(S.a, L.wk).reshaped({N, hkv, d});
-    S.v = mm(S.a, L.wv).reshaped({N, hkv, d});
-  }
-  charge(kernels::rope_inplace(S.q, pos, c.rope_theta), t);
-  charge(kernels::rope_inplace(S.k, pos, c.rope_theta), t);
-  if (cp_size_ > 1 && ulysses_) {
-    // Ulysses: tokens -> heads, whole-sequence attention on this chip's heads, heads -> tokens.
-    S.q = seq_to_heads(S.q, t, "q");
-    S.k = seq_to_heads(S.k, t, "k");
-    S.v = seq_to_heads(S.v, t, "v");
-    const int64_t Tg = global_.seq, hu = hq / cp_size_;
-    S.o_heads = act({c.batch * Tg, hu, d});
-    S.lse.clear();
-    for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor ob = act({Tg, hu, d}), lse = make(DType::fp32, {hu, Tg});
-      charge(kernels::attention(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg), ob, lse, causal()),
-             t);
-      S.o_heads.set_rows(b * Tg, ob);
-      S.lse.push_back(std::move(lse));
-    }
-    S.o = heads_to_seq(S.o_heads, hq, t, "o");
-  } else if (cp_size_ > 1) {  // ring attention (sharding/plans/context_parallel.h)
-    auto ring = cp_ring();
-    S.o = sharding::plans::ring_attention_forward(ring, seq_shard(), S.q, S.k, S.v, S.lse, t);
-  } else {
-   S.o = act({N, hq, d});
-   S.lse.clear();
-   for (int64_t b = 0; b < c.batch; ++b) {
-    Tensor ob = act({T, hq, d}), lse = make(DType::fp32, {hq, T});
-    charge(kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()), t);
-    S.o.set_rows(b * T, ob);
-    S.lse.push_back(std::move(lse));
-   }
-  }
-  const Tensor attn = row_parallel(Tensor(S.o).reshaped({N, hq * d}), L.wo, t, "attn_out");
-  charge(kernels::add_inplace(x, attn), t);
-  S.x_mid = x;
-  Tensor m = act({Nr, h});
-  charge(kernels::rmsnorm(x, L.mlp_norm, m, c.norm_eps), t);
-  if (fused_) {
-    S.gate = act({N, c.ffn});
-    S.up = act({N, c.ffn});
-    t += sharding::all_gather_gemm(mesh_["tp"], m, {&L.w_gate, &L.w_up}, {&S.gate, &S.up}, t, "fused.gate_up")
-             .fused_ns;
-    S.m = std::move(m);
-  } else {
-    S.m = from_seq(m, t, "mlp_in");
-    S.gate = mm(S.m, L.w_gate);
-    S.up = mm(S.m, L.w_up);
-  }
-  S.act = S.gate;
-  charge(kernels::glu_inplace(S.act, S.up, kernels::Activation::silu), t);
-  const Tensor mlp = row_parallel(S.act, L.w_down, t, "mlp_out");
-  charge(kernels::add_inplace(x, mlp), t);
+  sharding::plans::Chip chip{&tl_, t};
+  auto ctx = context(chip);
+  x = sharding::plans::block_forward(ctx, layout_,
+                                     {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm, &L.w_gate, &L.w_up,
+                                      &L.w_down},
+                                     x, &S);
+  t = chip.t;
 }
 
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chunk, sim::TimeNs& t) {
@@ -463,13 +366,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  const std::vector<int64_t>& pos = pos_;  // global positions of the local tokens (cp: this chip's chunks)
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
-  auto mm = [&](const Tensor& x, const Tensor& wt) {
-    Tensor y = make(x.dtype(), {x.dim(0), wt.dim(1)});
-    charge(kernels::gemm(x, wt, y), t);
-    return y;
-  };
   if (C.layers.empty()) C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   const int ms = schedule_.model_stage(pp_rank_, chunk);
@@ -477,39 +374,28 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     begin_forward(0, t);
     x = act({N, h});
     charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
-    x = to_seq(std::move(x), t, "embed");
+    x = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_reduce(ctx, std::move(x), "embed"); });
   }
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
   for (int64_t l = l0; l < l1; ++l) {
     begin_forward(int(l) + 1, t);
-    block_forward(l, x, C.layers[size_t(l)], pos, t);
+    block_forward(l, x, C.layers[size_t(l)], t);
   }
   if (ms != schedule_.p * schedule_.v - 1) return 0;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   Tensor xf = act({Nr, h});
   charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
-  if (fused_) {  // C.xf keeps this rank's rows; the head's backward re-gathers them
-    C.logits = act({N, c.vocab});
-    t += sharding::all_gather_gemm(mesh_["tp"], xf, w.head, C.logits, t, "fused.head").fused_ns;
-    C.xf = std::move(xf);
-  } else {
-    C.xf = from_seq(xf, t, "head_in");
-    C.logits = mm(C.xf, w.head);  // [N, V/T]: this rank's vocabulary slice
-  }
+  // The column-parallel head (the tp unit: sp all_gather, or fused all_gather_gemm; C.xf is the input as its GEMM
+  // read it, this rank's rows when fused, which the backward re-gathers): [N, V/T], this rank's vocabulary slice.
+  C.logits = on_chip(t, [&](auto& ctx) {
+    return std::move(sharding::plans::column_parallel(ctx, xf, {&w.head}, {"gemm.head"}, "before the head",
+                                                      "sp all_gather + gemm.head", "sp all_gather + gemm.head",
+                                                      &C.xf)[0]);
+  });
   // Vocab-parallel cross-entropy (the tp plan unit, sharding/plans/tensor_parallel.h).
   return sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets, v0, V,
                                                        C.row_max, C.sumexp, t);
-}
-
-void LmTpTrainer::row_parallel_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                                        sim::TimeNs& t, const char* name) {
-  if (fused_) {  // the all_gather of dY with the dX GEMM's row chunks, then dW (sharding/fused.h)
-    t += sharding::all_gather_gemm_backward(mesh_["tp"], dy, x, w, dx, dw, t, std::string("fused.") + name).fused_ns;
-    return;
-  }
-  const Tensor dy_full = from_seq(dy, t, name);  // sp: all_gather (the reduce_scatter's backward)
-  charge(kernels::gemm_backward(x, w, dy_full, &dx, &dw), t);  // row-parallel: local
 }
 
 void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t) {
@@ -524,7 +410,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
   const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq, hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;
-  const std::vector<int64_t>& pos = pos_;
+  const std::vector<int64_t>& pos = layout_.pos;
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   using collectives::ReduceOp;
   const int head_unit = int(c.layers) + 1;
@@ -536,18 +422,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / (float(N) * float(micro_)),
                               dlogits),
          t);
-  Tensor dxf_r;
-  if (fused_) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
-    dxf_r = act({Nr, h});
-    t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], C.xf, {&w.head}, {&dlogits}, dxf_r, {&g.head}, t,
-                                                "fused.head_backward")
-             .fused_ns;
-  } else {
-    Tensor dxf = act({N, h});
-    charge(kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head), t);
-    // Column-parallel head: a partial input gradient; all_reduce (sp: reduce_scatter to the token rows).
-    dxf_r = to_seq(std::move(dxf), t, "dhead_in");
-  }
+  // Column-parallel head: the partial input gradient reduced over tp (sp: reduce_scatter to the token rows).
+  const Tensor dxf_r = on_chip(t, [&](auto& ctx) {
+    return sharding::plans::column_parallel_backward(ctx, C.xf, {&w.head}, {&dlogits}, {&g.head}, "dhead_in");
+  });
   dx = act({Nr, h});
   charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
   unit_grads_done(head_unit, micro, t);
@@ -559,30 +437,28 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     LmLayer& G = g.layers[size_t(l)];
     if (dp_.recompute) {  // the block's forward again from its saved input (its kernels and tp collectives)
       Tensor x = C.layers[size_t(l)].x_in;
-      block_forward(l, x, C.layers[size_t(l)], pos, t);
+      block_forward(l, x, C.layers[size_t(l)], t);
     }
     const auto& S = C.layers[size_t(l)];
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
-    row_parallel_backward(S.act, L.w_down, dx, dact, G.w_down, t, "dmlp_out");
+    on_chip(t, [&](auto& ctx) {
+      sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out");
+      return 0;
+    });
     charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), t);
-    Tensor dnorm = act({Nr, h}), dm_r;
-    if (fused_) {
-      dm_r = act({Nr, h});
-      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup}, dm_r,
-                                                  {&G.w_gate, &G.w_up}, t, "fused.gate_up_backward")
-               .fused_ns;
-    } else {
-      Tensor dm = act({N, h}), dm_up = act({N, h});
-      charge(kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate), t);
-      charge(kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up), t);
-      charge(kernels::add_inplace(dm, dm_up), t);
-      dm_r = to_seq(std::move(dm), t, "dmlp_in");  // column-parallel gate/up
-    }
+    Tensor dnorm = act({Nr, h});
+    const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up
+      return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup},
+                                                       {&G.w_gate, &G.w_up}, "dmlp_in");
+    });
     charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
-    row_parallel_backward(o2, L.wo, dx, do2, G.wo, t, "dattn_out");
+    on_chip(t, [&](auto& ctx) {
+      sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out");
+      return 0;
+    });
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     if (cp_size_ > 1 && ulysses_) {
@@ -604,7 +480,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       dv = heads_to_seq(dvh, hkv, t, "dv");
     } else if (cp_size_ > 1) {
       auto ring = cp_ring();
-      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, t);
+      sharding::plans::Chip chip{&tl_, t};
+      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, chip);
+      t = chip.t;
     } else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
@@ -620,21 +498,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
-    Tensor da_r;
-    if (fused_) {
-      da_r = act({Nr, h});
-      t += sharding::gemm_reduce_scatter_backward(mesh_["tp"], S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2}, da_r,
-                                                  {&G.wq, &G.wk, &G.wv}, t, "fused.qkv_backward")
-               .fused_ns;
-    } else {
-      Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
-      charge(kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq), t);
-      charge(kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk), t);
-      charge(kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv), t);
-      charge(kernels::add_inplace(da, da_k), t);
-      charge(kernels::add_inplace(da, da_v), t);
-      da_r = to_seq(std::move(da), t, "dattn_in");  // column-parallel q/k/v
-    }
+    const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
+      return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
+                                                       {&G.wq, &G.wk, &G.wv}, "dattn_in");
+    });
     charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
     charge(kernels::add_inplace(dx, dnorm), t);
     unit_grads_done(int(l) + 1, micro, t);
@@ -646,7 +513,8 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   }
   if (ms == 0) {  // else DX goes to the previous stage
     begin_backward(0, t);
-    charge(kernels::embedding_backward(from_seq(dx, t, "dembed"), batch.inputs, v0, V, g.embed), t);
+    const Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
+    charge(kernels::embedding_backward(dx_full, batch.inputs, v0, V, g.embed), t);
     unit_grads_done(0, micro, t);
   }
 }
@@ -682,6 +550,7 @@ LmDpStepResult LmTpTrainer::step() {
   LmDpStepResult r;
   r.step = step_ + 1;
   tl_.reset();
+  fused_ops_.clear();
   sim::TimeNs t = 0;
   data_->begin_step();
   double local_loss = run_schedule(t);
@@ -729,15 +598,17 @@ sharding::plans::SeqShard LmTpTrainer::seq_shard() const {
 }
 
 sharding::plans::CpRing LmTpTrainer::cp_ring() {
-  return {mesh_["cp"], zigzag_, global_.seq, tl_, store_};
+  return {mesh_["cp"], zigzag_, global_.seq, store_};
 }
 
 Tensor LmTpTrainer::seq_to_heads(const Tensor& x, sim::TimeNs& t, const std::string& name) {
-  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name);
+  return sharding::plans::ulysses_seq_to_heads(mesh_["cp"], x, local_.batch, local_.seq, store_, t, name,
+                                               plan_.algorithm_for(sharding::PlanCollective::ulysses_all_to_all));
 }
 
 Tensor LmTpTrainer::heads_to_seq(const Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name) {
-  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name);
+  return sharding::plans::ulysses_heads_to_seq(mesh_["cp"], y, H, local_.batch, local_.seq, store_, t, name,
+                                               plan_.algorithm_for(sharding::PlanCollective::ulysses_all_to_all));
 }
 
 }  // namespace shardsim::models

@@ -113,6 +113,7 @@
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/block.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
 #include "sharding/plans/pipeline_schedule.h"
@@ -244,8 +245,9 @@ class LmTpTrainer {
   LmWeights gather_field(sharding::plans::DataParallel::Field field);  // local fp32 shards, whole over dp
   void begin_forward(int unit, sim::TimeNs& t);   // the data-parallel unit's hooks (stage 3: the unit's gather)
   void begin_backward(int unit, sim::TimeNs& t);
-  void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, const std::vector<int64_t>& pos,
-                     sim::TimeNs& t);
+  // Block L's forward: the block program (sharding/plans/block.h) on this chip's plan context, from T.
+  void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, sim::TimeNs& t);
+  sharding::plans::PlanContext context(sharding::plans::Chip& chip);  // this chip's plan units, clock CHIP
   // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
   // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
   // (returned; else 0 and X is the output for the next stage).
@@ -267,17 +269,17 @@ class LmTpTrainer {
   void unit_grads_done(int u, int micro, sim::TimeNs& t);
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
-  // The partial [N, h] output of a row-parallel layer (or partial input gradient of a column-parallel one) to the
-  // residual stream: all_reduce(sum) (full [N, h]), or with sp reduce_scatter(sum) to this rank's token rows.
-  runtime::Tensor to_seq(runtime::Tensor partial, sim::TimeNs& t, const char* name);
-  // The residual stream's rows to the full [N, h] a column-parallel layer reads: identity, or with sp all_gather.
-  runtime::Tensor from_seq(const runtime::Tensor& rows, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
-  // A row-parallel layer Y = X · W: the GEMM then to_seq, or fused (gemm_reduce_scatter). Its backward from the
-  // residual-stream gradient DY: from_seq then gemm_backward into DX, DW, or fused (all_gather_gemm_backward).
-  runtime::Tensor row_parallel(const runtime::Tensor& in, const runtime::Tensor& w, sim::TimeNs& t, const char* name);
-  void row_parallel_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
-                             runtime::Tensor& dx, runtime::Tensor& dw, sim::TimeNs& t, const char* name);
+  // F(ctx) on this chip's plan context with its clock at T; T = the clock after it (the plan units of
+  // sharding/plans/ charge plans::Chip, the trainer's own kernels T).
+  template <class F>
+  auto on_chip(sim::TimeNs& t, F&& f) {
+    sharding::plans::Chip chip{&tl_, t};
+    auto ctx = context(chip);
+    auto r = f(ctx);
+    t = chip.t;
+    return r;
+  }
   // Context parallelism and Ulysses: the plan units' views of this chip (sharding/plans/context_parallel.h,
   // ulysses.h).
   sharding::plans::SeqShard seq_shard() const;
@@ -309,7 +311,11 @@ class LmTpTrainer {
   LmStageStats stage_stats_;
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
-  std::vector<int64_t> pos_;            // global position of every local token row (RoPE, causal offsets)
+  sharding::plans::TokenLayout layout_;  // this chip's token rows of a micro-batch and their global positions
+  sharding::ModelSpec spec_;             // the model and the plan as the plan units read them
+  sharding::ParallelPlan plan_;
+  sharding::plans::Comm comm_;           // the plan units' per-collective counts (not reported by train)
+  std::vector<sharding::FusedOp> fused_ops_;
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
   int micro_ = 1;            // micro-batches per step and replica (local_.batch: sequences of one)

@@ -154,7 +154,7 @@ LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
   lb.targets.resize(size_t(n));
   for (int64_t b = 0; b < local_.batch; ++b)
     for (int64_t i = 0; i < local_.seq; ++i) {
-      const size_t src = size_t((first + b) * global_.seq + pos_[size_t(b * local_.seq + i)]);
+      const size_t src = size_t((first + b) * global_.seq + layout_.pos[size_t(b * local_.seq + i)]);
       lb.inputs[size_t(b * local_.seq + i)] = gb.inputs[src];
       lb.targets[size_t(b * local_.seq + i)] = gb.targets[src];
     }

@@ -10,7 +10,7 @@
 #include "collectives/all_reduce.h"
 #include "kernels/gemm.h"
 #include "models/init.h"
-#include "models/layers.h"
+#include "sharding/plans/block.h"
 #include "models/transformer.h"
 
 namespace shardsim::sharding {
@@ -147,7 +147,7 @@ Tensor mlp_forward(const MlpShape& s, const Tensor& x, const MlpWeights& w, sim:
   LocalAllocations held;  // gate, up and y for the duration of the forward
   if (memory) held = allocate_local(*memory, s, w.ffn_size);
   plans::Chip chip{timeline, 0.0, 0.0};
-  Tensor y = mlp_layer(chip, nullptr, x, {&w.w_gate, &w.w_up, &w.w_down}, s.activation);
+  Tensor y = plans::mlp_layer(chip, nullptr, x, {.w_gate = &w.w_gate, .w_up = &w.w_up, .w_down = &w.w_down}, s.activation);
   if (timing) {
     timing->end = chip.t;
     timing->flops = timeline ? timeline->breakdown().flops : 0;
@@ -178,7 +178,7 @@ Tensor mlp_forward_tp(runtime::Transport& tp, const MlpShape& s, const Tensor& x
     ring = allocate_ring_buffer(*memory, s, tp.size());
   }
   const double flops0 = tp.timeline().breakdown().flops;
-  Tensor y = mlp_layer(chip, &ctx, x, {&w.w_gate, &w.w_up, &w.w_down}, s.activation);
+  Tensor y = plans::mlp_layer(chip, &ctx, x, {.w_gate = &w.w_gate, .w_up = &w.w_up, .w_down = &w.w_down}, s.activation);
   ring.release();
   if (timing) {
     *timing = MlpTiming{};

@@ -1,5 +1,5 @@
 // The one runner of `shardsim run` and the sweep: a model config (a stack of layers: the MLP workload is one MLP
-// layer, a transformer_block an attention sublayer then the MLP sublayer, both with models/layers.h's mlp_layer)
+// layer, a transformer_block an attention sublayer then the MLP sublayer, both with sharding/plans/block.h's mlp_layer and block_forward)
 // is loaded by one function, checked by one function and run by one function, which returns the one report
 // type (models/report.h's RunReport: to_text, to_json).
 //

@@ -26,16 +26,17 @@
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "models/init.h"
-#include "models/layers.h"
 #include "models/mlp.h"
 #include "models/workload.h"
 #include "sharding/placement.h"
+#include "sharding/plans/block.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
 #include "models/report.h"
 #include "models/profile.h"
+#include "models/row_gather.h"
 #include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"
@@ -200,11 +201,7 @@ namespace {
 using plans::Chip;
 using plans::Chunk;
 using plans::Comm;
-using plans::attend;
-using plans::finish_acc;
 using plans::gemm;
-using plans::init_acc;
-using plans::positions_of;
 using plans::rmsnorm;
 
 constexpr uint32_t kIdX = 1, kIdNorm1 = 2, kIdWq = 3, kIdWk = 4, kIdWv = 5, kIdWo = 6, kIdNorm2 = 7, kIdWg = 8,
@@ -291,26 +288,29 @@ uint64_t weight_bytes(const Weights& w) {
   return b;
 }
 
+plans::BlockWeights block_weights(const Weights& w) {
+  return {&w.norm1, &w.wq, &w.wk, &w.wv, &w.wo, &w.norm2, &w.wg, &w.wu, &w.wd};
+}
+
 // The single-device block (the reference), charged to CHIP.
 Tensor block_single(Chip& chip, const ModelSpec& s, const Tensor& x, const Weights& w) {
-  if (!s.attention) return mlp_layer(chip, nullptr, x, {&w.wg, &w.wu, &w.wd}, s.glu_activation());
+  if (!s.attention) return plans::mlp_layer(chip, nullptr, x, block_weights(w), s.glu_activation());
   const int64_t T = s.seq, d = s.head_dim;
-  Tensor a = rmsnorm(chip, x, w.norm1, "rmsnorm.attn");
+  Tensor a = rmsnorm(chip, x, w.norm1, "rmsnorm.attn", s.norm_eps);
   Tensor q = gemm(chip, a, w.wq, "gemm.q").reshaped({a.dim(0), s.heads, d});
   Tensor k = gemm(chip, a, w.wk, "gemm.k").reshaped({a.dim(0), s.kv_heads, d});
   Tensor v = gemm(chip, a, w.wv, "gemm.v").reshaped({a.dim(0), s.kv_heads, d});
-  std::vector<Chunk> all{{0, 0, T}};
   if (s.has_rope()) {
-    chip.charge(kernels::rope_inplace(q, positions_of(all)), "rope.q");
-    chip.charge(kernels::rope_inplace(k, positions_of(all)), "rope.k");
+    const auto pos = plans::token_layout(T, 1, 1, 0, false).pos;
+    chip.charge(kernels::rope_inplace(q, pos, static_cast<float>(s.rope_theta)), "rope.q");
+    chip.charge(kernels::rope_inplace(k, pos, static_cast<float>(s.rope_theta)), "rope.k");
   }
-  std::vector<Tensor> acc, lse;
-  init_acc(all, s.heads, d, acc, lse, q.has_storage());
-  attend(chip, s, q, all, k, v, all, acc, lse, "attention");
-  Tensor o = finish_acc(all, acc, s.dtype, T).reshaped({T, s.heads * d});
+  std::vector<Tensor> lse;
+  Tensor o = plans::local_attention(chip, s, q, k, v, 1, T, lse).reshaped({T, s.heads * d});
   Tensor x1 = gemm(chip, o, w.wo, "gemm.o");
   chip.charge(kernels::add_inplace(x1, x), "residual");
-  Tensor out = mlp_layer(chip, nullptr, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp"), {&w.wg, &w.wu, &w.wd}, s.glu_activation());
+  Tensor out = plans::mlp_layer(chip, nullptr, rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp", s.norm_eps), block_weights(w),
+                                s.glu_activation());
   chip.charge(kernels::add_inplace(out, x1), "residual");
   return out;
 }
@@ -396,8 +396,6 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
     for (auto& r : rows) r += int64_t{d_idx} * s.seq;
     return rows;
   };
-  const int c_idx = p.ulysses > 1 ? 0 : u_idx;
-
   const bool shape_only = cfg.shape_only || opt.shape_only;
   const bool real = !shape_only;  // shape-only: no storage anywhere (runtime/tensor.h), header-only messages
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
@@ -410,19 +408,14 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   runtime::Transport& cp_group = mesh["cp"];  // the cp ring, or the ulysses all_to_all group
   sim::Memory memory(chip_id, cfg.device.hbm_bytes());
 
-  // Which tokens this chip's attention covers (q rows: the cp unit's chunks), and which residual rows it holds.
-  const std::vector<Chunk> attn_chunks = plans::cp_chunks(T, p.cp, c_idx, p.zigzag);
-  int64_t n_attn = 0;
-  for (const auto& c : attn_chunks) n_attn += c.len;
-  const auto attn_rows = positions_of(attn_chunks);
-  std::vector<int64_t> resid_rows = attn_rows;
-  if (p.sp) {  // sequence parallel: a Shard(0) over tp of the attention rows
+  // This chip's tokens (its cp or Ulysses chunk of the sequence: the rows its GEMMs see), and the residual rows
+  // it holds (with sp a Shard(0) over tp of them).
+  const plans::TokenLayout layout = plans::token_layout(T, 1, p.cp * p.ulysses, u_idx, p.zigzag && p.ulysses == 1);
+  const int64_t n_attn = layout.seq_local;
+  std::vector<int64_t> resid_rows = layout.pos;
+  if (p.sp) {
     const int64_t n = n_attn / p.tp;
-    resid_rows.assign(attn_rows.begin() + t_idx * n, attn_rows.begin() + (t_idx + 1) * n);
-  } else if (p.ulysses > 1) {  // ulysses: a Shard(0) of the sequence over the cp axis
-    const int64_t n = T / p.ulysses;
-    resid_rows.clear();
-    for (int64_t i = 0; i < n; ++i) resid_rows.push_back(u_idx * n + i);
+    resid_rows.assign(layout.pos.begin() + t_idx * n, layout.pos.begin() + (t_idx + 1) * n);
   }
   const int64_t n_resid = static_cast<int64_t>(resid_rows.size());
 
@@ -527,35 +520,10 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
       auto out_mem = memory.scoped("output", mem_plan.out);
       memory.scoped("activations mlp", mem_plan.mlp).release();
       auto ring_mem = memory.scoped("all_reduce ring buffer", mem_plan.ring);
-      return mlp_layer(chip, &ctx, xin, {&w.wg, &w.wu, &w.wd}, s.glu_activation());  // models/layers.h
+      return plans::mlp_layer(chip, &ctx, xin, block_weights(w), s.glu_activation());
     }
-    // ---- attention sublayer: norm, column-parallel Q/K/V (tp, sp, fused units), the attention of the cp axis's
-    // unit (ring attention or ulysses), row-parallel Wo and its reduction, residual ----
-    Tensor a_loc = rmsnorm(chip, xin, w.norm1, "rmsnorm.attn");
-    auto act_mem = memory.scoped("activations q/k/v", mem_plan.qkv);
-    auto qkv = plans::column_parallel(ctx, a_loc, {&w.wq, &w.wk, &w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
-                                      "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v");
-    Tensor q = std::move(qkv[0]).reshaped({qkv_rows, w.nq, d});
-    Tensor k = std::move(qkv[1]).reshaped({qkv_rows, w.nkv, d});
-    Tensor v = std::move(qkv[2]).reshaped({qkv_rows, w.nkv, d});
-    if (s.has_rope()) {
-      const auto pos = p.ulysses > 1 ? resid_rows : attn_rows;
-      chip.charge(kernels::rope_inplace(q, pos), "rope.q");
-      chip.charge(kernels::rope_inplace(k, pos), "rope.k");
-    }
-    const Tensor o = p.ulysses > 1 ? plans::ulysses_attention(ctx, q, k, v)
-                                   : plans::ring_attention(ctx, q, k, v, attn_chunks, c_idx, memory, mem_plan.ring);
-    Tensor x1 = plans::row_parallel(ctx, o, w.wo, "gemm.o", "attention output");
-    chip.charge(kernels::add_inplace(x1, xin), "residual");
-    act_mem.release();
-
-    // ---- MLP sublayer: norm, column-parallel gate/up, SwiGLU, row-parallel down and its reduction, residual ----
-    Tensor b_loc = rmsnorm(chip, x1, w.norm2, "rmsnorm.mlp");
-    auto mlp_mem = memory.scoped("activations mlp", mem_plan.mlp);
-    Tensor out = mlp_layer(chip, &ctx, b_loc, {&w.wg, &w.wu, &w.wd}, s.glu_activation());  // models/layers.h
-    chip.charge(kernels::add_inplace(out, x1), "residual");
-    mlp_mem.release();
-    return out;
+    return plans::block_forward(ctx, layout, block_weights(w), xin, nullptr,  // sharding/plans/block.h
+                                {&memory, mem_plan.qkv, mem_plan.ring, mem_plan.mlp});
   };
   const int64_t mlp_rows = p.sp ? n_attn : n_resid;
   plan_mismatch("mlp", mem_plan.mlp, static_cast<uint64_t>(mlp_rows * 2 * w.nf) * es);
@@ -584,69 +552,11 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   // ---- validation: gather the distinct residual rows on rank 0 (real data only) ----
   const bool owner = p.sp || t_idx == 0;  // without sp the tp shards hold the same rows
   const int h = static_cast<int>(s.hidden);
-  int total = 0;
-  std::vector<double> all_rows;
-  std::vector<float> all_vals;
-  if (cfg.validate && real && !world.vcomm()) {  // one chip per rank: MPI gathers to rank 0
-    std::vector<float> mine;
-    std::vector<double> mine_rows;
-    if (owner) {
-      mine = out.to_float();
-      const auto rows = batch_rows(resid_rows);
-      mine_rows.assign(rows.begin(), rows.end());
-    }
-    int nrows = static_cast<int>(mine_rows.size());
-    std::vector<int> counts(static_cast<size_t>(chips)), displs(static_cast<size_t>(chips));
-    runtime::check_mpi(MPI_Gather(&nrows, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world.comm()), rank, "block gather");
-    for (int r = 0; r < chips; ++r) {
-      displs[static_cast<size_t>(r)] = total;
-      total += counts[static_cast<size_t>(r)];
-    }
-    all_rows.resize(rank == 0 ? static_cast<size_t>(total) : 0);
-    runtime::check_mpi(MPI_Gatherv(mine_rows.data(), nrows, MPI_DOUBLE, all_rows.data(), counts.data(), displs.data(),
-                                   MPI_DOUBLE, 0, world.comm()), rank, "block gather");
-    std::vector<int> vcounts(counts), vdispls(displs);
-    for (int r = 0; r < chips; ++r) {
-      vcounts[static_cast<size_t>(r)] *= h;
-      vdispls[static_cast<size_t>(r)] *= h;
-    }
-    all_vals.resize(rank == 0 ? static_cast<size_t>(total) * static_cast<size_t>(h) : 0);
-    runtime::check_mpi(MPI_Gatherv(mine.data(), nrows * h, MPI_FLOAT, all_vals.data(), vcounts.data(), vdispls.data(),
-                                   MPI_FLOAT, 0, world.comm()), rank, "block gather");
-  } else if (cfg.validate && real) {
-    // Several chips per rank: every chip holds n_resid rows (the same count on every chip), so one fixed-size
-    // allgather through the chip router carries [owner flag, row ids, values] per chip; rank 0 keeps the owners'.
-    const size_t n = static_cast<size_t>(n_resid), per = sizeof(double) * (1 + n) + sizeof(float) * n * size_t(h);
-    std::vector<unsigned char> mine(per, 0);
-    const double flag = owner ? 1.0 : 0.0;
-    std::memcpy(mine.data(), &flag, sizeof flag);
-    if (owner) {
-      const auto rows = batch_rows(resid_rows);
-      for (size_t i = 0; i < n; ++i) {
-        const double r = static_cast<double>(rows[i]);
-        std::memcpy(mine.data() + sizeof(double) * (1 + i), &r, sizeof r);
-      }
-      const auto vals = out.to_float();
-      std::memcpy(mine.data() + sizeof(double) * (1 + n), vals.data(), sizeof(float) * vals.size());
-    }
-    const auto all = world.allgather(mine.data(), per, "block gather");
-    if (rank == 0)
-      for (int r = 0; r < chips; ++r) {
-        const unsigned char* b = all.data() + per * static_cast<size_t>(r);
-        double f;
-        std::memcpy(&f, b, sizeof f);
-        if (f == 0) continue;
-        for (size_t i = 0; i < n; ++i) {
-          double row;
-          std::memcpy(&row, b + sizeof(double) * (1 + i), sizeof row);
-          all_rows.push_back(row);
-        }
-        const size_t v0 = all_vals.size();
-        all_vals.resize(v0 + n * size_t(h));
-        std::memcpy(all_vals.data() + v0, b + sizeof(double) * (1 + n), sizeof(float) * n * size_t(h));
-        total += static_cast<int>(n);
-      }
-  }
+  GatheredRows gathered;
+  if (cfg.validate && real) gathered = gather_owner_rows(world, owner, batch_rows(resid_rows), out, s.hidden);
+  const int total = gathered.total;
+  const std::vector<double>& all_rows = gathered.rows;
+  const std::vector<float>& all_vals = gathered.vals;
 
   // ---- per-chip simulated figures ----
   const sim::Breakdown bd = tl.breakdown();

@@ -486,9 +486,10 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   const CallSignature& sig = SignatureScope::current();
   const int me = vc_->member(rank_);
   for (const SendOp& s : sends) {
-    const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
-    *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    const bool dep = timeline_->records_dependencies() && s.dst != rank_;
+    const sim::Span span = s.timed ? timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready)
+                                   : sim::Span{s.ready, s.ready};
+    *bytes_sent_ += s.dst == rank_ || !s.timed ? 0.0 : static_cast<double>(s.bytes);
+    const bool dep = timeline_->records_dependencies() && s.dst != rank_ && s.timed;
     const Header h{span.end, s.bytes, sig, span.start, dep ? timeline_->last_send_id() : 0,
                    dep ? timeline_->last_send_end() : -1.0};
     chips::post(vc_->ctx, me, vc_->member(s.dst), &h, sizeof h, *shape_only_ ? nullptr : s.buf,
@@ -542,8 +543,9 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
   const size_t nr = recvs.size();
   if (nr == 1) {  // the common case (ring steps): no sort
     const Header& h = in_[0];
-    recvs[0].arrival = timeline_->receive(chip_of(recvs[0].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns,
-                                            h.send_id, h.send_end_ns);
+    recvs[0].arrival = !recvs[0].timed ? h.arrival_ns
+                                       : timeline_->receive(chip_of(recvs[0].src), static_cast<double>(h.bytes),
+                                                            h.start_ns, h.arrival_ns, h.send_id, h.send_end_ns);
     return;
   }
   order_.resize(nr);
@@ -554,8 +556,9 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
   });
   for (size_t i : order_) {
     const Header& h = in_[i];
-    recvs[i].arrival = timeline_->receive(chip_of(recvs[i].src), static_cast<double>(h.bytes), h.start_ns, h.arrival_ns,
-                                            h.send_id, h.send_end_ns);
+    recvs[i].arrival = !recvs[i].timed ? h.arrival_ns
+                                       : timeline_->receive(chip_of(recvs[i].src), static_cast<double>(h.bytes),
+                                                            h.start_ns, h.arrival_ns, h.send_id, h.send_end_ns);
   }
 }
 
@@ -684,9 +687,10 @@ void Transport::exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> r
   unsigned char* stage = pack_out_.data();
   for (size_t i = 0; i < ns; ++i) {
     const SendOp& s = sends[i];
-    const sim::Span span = timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready);
-    *bytes_sent_ += s.dst == rank_ ? 0.0 : static_cast<double>(s.bytes);
-    const bool dep = timeline_->records_dependencies() && s.dst != rank_;
+    const sim::Span span = s.timed ? timeline_->send(op, chip_of(s.dst), static_cast<double>(s.bytes), s.ready)
+                                   : sim::Span{s.ready, s.ready};
+    *bytes_sent_ += s.dst == rank_ || !s.timed ? 0.0 : static_cast<double>(s.bytes);
+    const bool dep = timeline_->records_dependencies() && s.dst != rank_ && s.timed;
     out_[i] = {span.end, s.bytes, sig, span.start, dep ? timeline_->last_send_id() : 0,
                dep ? timeline_->last_send_end() : -1.0};
     reqs_.emplace_back();
@@ -741,6 +745,11 @@ void Transport::exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> r
   } hook(*this, recvs, op);
   wait(reqs_, peers_, op, &hook);
   if (nr) book_arrivals(recvs);
+}
+
+sim::Span Transport::send_to_switch(int node, double bytes, sim::TimeNs ready, const std::string& op) {
+  *bytes_sent_ += bytes;
+  return timeline_->send(op, node, bytes, ready);
 }
 
 sim::TimeNs Transport::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,

@@ -103,18 +103,26 @@ WaitMode wait_mode();
 const char* wait_mode_name(WaitMode m);
 
 // One outgoing message of an exchange: BYTES at BUF to rank DST, data ready at READY (simulated).
+// TIMED false: the message carries data whose simulated movement the caller books itself (the in-switch
+// collectives, collectives/in_switch.h: the data goes up to a switch and the reduced result comes down, booked with
+// send_to_switch and Timeline::receive); it books nothing on the timeline, adds nothing to bytes_sent() and
+// arrives at READY (its header still carries the call signature and byte count, checked as usual). The receiver's
+// RecvOp must say TIMED false too.
 struct SendOp {
   const void* buf = nullptr;
   size_t bytes = 0;
   int dst = 0;
   sim::TimeNs ready = 0;
+  bool timed = true;
 };
-// One incoming message: BYTES into BUF from rank SRC. exchange() fills ARRIVAL (simulated time it is here).
+// One incoming message: BYTES into BUF from rank SRC. exchange() fills ARRIVAL (simulated time it is here; an
+// untimed message: its sender's READY).
 struct RecvOp {
   void* buf = nullptr;
   size_t bytes = 0;
   int src = 0;
   sim::TimeNs arrival = 0;
+  bool timed = true;
 };
 
 // The global flow pattern of one exchange step (crossing-flow contention, docs/MODEL.md "Links and contention"):
@@ -211,6 +219,10 @@ class Transport {
   sim::TimeNs send(const void* buf, size_t bytes, int dst, sim::TimeNs ready, const std::string& op,
                    const FlowPattern* pattern = nullptr);
   sim::TimeNs recv(void* buf, size_t bytes, int src, const std::string& op, const FlowPattern* pattern = nullptr);
+  // In-switch collectives: BYTES from this chip up to NODE, a switch its up-link reaches directly, at READY, booked
+  // on the timeline (Timeline::send to the switch: the port and the up-link) and counted in bytes_sent(). Returns
+  // {start, arrival at the switch}. No message: the data travels in untimed messages (SendOp::timed).
+  sim::Span send_to_switch(int node, double bytes, sim::TimeNs ready, const std::string& op);
 
   // Shape-only mode (issue 17; PyTorch's "meta device" idea): while set, every message of exchange()/send()/
   // recv()/sendrecv() moves only its timing header. The sender still books its full byte count on the Timeline

@@ -90,7 +90,7 @@ void Timeline::fill_route(Route& r, const std::vector<int>& links) {
 
 const Timeline::Route& Timeline::route_from(int src) {
   if (auto it = in_routes_.find(src); it != in_routes_.end()) return it->second;
-  if (src < 0 || src >= topo_->num_chips())
+  if (src < 0 || src >= topo_->num_nodes())  // a chip, or its own switch (in-switch collectives' down-link)
     throw std::out_of_range("timeline: chip " + std::to_string(src) + " not in topology");
   Route& r = in_routes_[src];
   fill_route(r, topo_->route(src, chip_));
@@ -229,7 +229,7 @@ double Timeline::shared_occupancy(const Route& r, double bytes) const {
 
 const Timeline::Route& Timeline::route_to(int dst) {
   if (auto it = routes_.find(dst); it != routes_.end()) return it->second;
-  if (dst < 0 || dst >= topo_->num_chips())
+  if (dst < 0 || dst >= topo_->num_nodes())  // a chip, or its own switch (in-switch collectives' up-link)
     throw std::out_of_range("timeline: chip " + std::to_string(dst) + " not in topology");
   Route& r = routes_[dst];
   fill_route(r, topo_->route(chip_, dst));

@@ -134,8 +134,10 @@ class Timeline {
   Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                const KernelShape& shape);
 
-  // Injects BYTES towards chip DST at READY. The first link of the route is the injection port and is busy
-  // for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free and instantaneous.
+  // Injects BYTES towards chip DST at READY (DST may also be this chip's own switch: its up-link, as the in-switch
+  // collectives use it; receive() takes that switch as SRC for the down-link). The first link of the route is the
+  // injection port and is busy for the transfer's occupancy; returns {start, arrival at DST}. Self-sends are free
+  // and instantaneous.
   Span send(const std::string& name, int dst, double bytes, TimeNs ready);
 
   // Books send event E (recorded on another timeline of this chip, e.g. the async engine's) exactly as recorded:

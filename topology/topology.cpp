@@ -64,6 +64,11 @@ Topology Topology::stacked(const std::vector<Dim>& dims) {
       throw std::invalid_argument("dimension " + std::to_string(d) + " has size " + std::to_string(dims[d].size) +
                                   " (must be >= 1)");
     check_spec(dims[d].link, "dimension " + std::to_string(d) + ": ");
+    if (dims[d].reduction.enabled) {
+      if (dims[d].kind != DimKind::switch_)
+        throw std::invalid_argument("dimension " + std::to_string(d) + ": in-switch reduction needs a switch dimension");
+      check_spec(dims[d].reduction.rate, "dimension " + std::to_string(d) + ": reduction ");
+    }
     n *= dims[d].size;
     if (n > (int64_t{1} << 24)) throw std::invalid_argument("more than 2^24 chips");
     t.dims_.push_back(dims[d].size);
@@ -160,7 +165,7 @@ int Topology::switch_of(int dim, const std::vector<int>& xyz) const {
 
 Topology Topology::ring(int chips, LinkSpec link, bool bidirectional) {
   if (chips < 1) throw std::invalid_argument("a ring needs at least 1 chip");
-  return stacked({Dim{DimKind::ring, chips, link, bidirectional}});
+  return stacked({Dim{DimKind::ring, chips, link, bidirectional, {}}});
 }
 
 namespace {
@@ -172,7 +177,7 @@ std::vector<Dim> uniform_dims(const std::vector<int>& dims, const std::vector<Li
   std::vector<Dim> out;
   for (size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] < 1) throw std::invalid_argument(std::string(what) + " dimensions must be >= 1");
-    out.push_back(Dim{kind, dims[d], per_dim.size() == 1 ? per_dim[0] : per_dim[d], true});
+    out.push_back(Dim{kind, dims[d], per_dim.size() == 1 ? per_dim[0] : per_dim[d], true, {}});
   }
   return out;
 }
@@ -192,12 +197,12 @@ Topology Topology::mesh(const std::vector<int>& dims, const std::vector<LinkSpec
 
 Topology Topology::fully_connected(int chips, LinkSpec link) {
   if (chips < 1) throw std::invalid_argument("a fully-connected topology needs at least 1 chip");
-  return stacked({Dim{DimKind::fully_connected, chips, link, true}});
+  return stacked({Dim{DimKind::fully_connected, chips, link, true, {}}});
 }
 
 Topology Topology::switched(int chips, LinkSpec link) {
   if (chips < 1) throw std::invalid_argument("a switch topology needs at least 1 chip");
-  return stacked({Dim{DimKind::switch_, chips, link, true}});
+  return stacked({Dim{DimKind::switch_, chips, link, true, {}}});
 }
 
 Topology Topology::graph(int chips, int switches, const std::vector<Edge>& edges) {
@@ -326,7 +331,19 @@ int Topology::chip_at(const std::vector<int>& xyz) const {
   return c;
 }
 
+int Topology::switch_node(int dim, int chip) const {
+  if (!is_grid() || dim < 0 || dim >= static_cast<int>(dims_.size()) || switch_base_[static_cast<size_t>(dim)] < 0)
+    throw std::invalid_argument("dimension " + std::to_string(dim) + " is not a switch dimension of size > 1");
+  return switch_of(dim, coords(chip));
+}
+
 std::vector<int> Topology::route(int src, int dst) const {
+  if (src != dst && (is_switch(src) || is_switch(dst)) && src >= 0 && dst >= 0 && src < num_nodes() &&
+      dst < num_nodes()) {
+    if (auto id = link_between(src, dst)) return {*id};  // a chip's up- or down-link
+    throw std::invalid_argument("route: node " + std::to_string(src) + " and node " + std::to_string(dst) +
+                                " are not directly linked (only a chip and its own switch are)");
+  }
   check_chip(src);
   check_chip(dst);
   std::vector<int> path;
@@ -594,6 +611,11 @@ std::string Topology::describe() const {
          << fmt(dim_specs_[d].link.latency_ns) << " ns";
   }
   os << " (GB = 1e9 B, per direction)";
+  for (size_t d = 0; d < dim_specs_.size(); ++d)
+    if (dim_specs_[d].reduction.enabled)
+      os << ", " << (dim_specs_.size() > 1 ? "dim" + std::to_string(d) + " " : std::string()) << "in-switch reduction "
+         << fmt(dim_specs_[d].reduction.rate.bandwidth_gbps) << " GB/s, " << fmt(dim_specs_[d].reduction.rate.latency_ns)
+         << " ns";
   return os.str() + protocol_text(protocol_);
 }
 

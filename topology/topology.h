@@ -52,11 +52,22 @@ struct LinkSpec {
 enum class DimKind { ring, line, fully_connected, switch_ };
 std::string dim_kind_name(DimKind k);  // "ring", "line", "fully_connected", "switch"
 
+// In-network reduction of a switch (NVIDIA NVLink SHARP "NVLS" inside a node, InfiniBand SHARP across nodes):
+// the switch of every line of the dimension reduces the data its chips send up and multicasts the result down
+// (collectives/in_switch.h runs it). BANDWIDTH: the rate at which one switch reduces the data of one collective
+// (GB/s of result, GB = 1e9 B; its chips' links may be faster or slower: the slower of the two bounds the
+// algorithm); LATENCY: added once per piece the switch reduces (ns). Only switch dimensions have it.
+struct SwitchReduction {
+  bool enabled = false;
+  LinkSpec rate;  // bandwidth_gbps and latency_ns as above, in the ranges of LinkSpec
+};
+
 struct Dim {
   DimKind kind = DimKind::ring;
   int size = 1;
   LinkSpec link;
   bool bidirectional = true;  // ring only: false = only i -> i+1
+  SwitchReduction reduction;  // switch only
 };
 
 struct Link {
@@ -156,8 +167,13 @@ class Topology {
   std::vector<int> coords(int chip) const;
   int chip_at(const std::vector<int>& coords) const;
 
-  // Link ids of the route SRC -> DST between chips (empty when SRC == DST).
+  // Link ids of the route SRC -> DST between chips (empty when SRC == DST). One end may also be a switch node
+  // directly linked to the other (a chip's up- or down-link: the in-switch collectives' route to and from their
+  // switch); std::invalid_argument for any other switch end.
   std::vector<int> route(int src, int dst) const;
+  // Grids: the switch node of CHIP's line along switch dimension DIM (std::invalid_argument when DIM is not a
+  // switch dimension of size > 1).
+  int switch_node(int dim, int chip) const;
   // route(src, dst).size() without building the route: O(dims) on grids, a table look-up on graphs.
   int hop_count(int src, int dst) const;
   // Largest hop count between two chips. Grids: sum of the per-dimension maxima, O(sum k_d); graphs: the

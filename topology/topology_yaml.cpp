@@ -201,17 +201,45 @@ void apply_protocol(const ConfigNode& node, Topology& t) {
   }
 }
 
+// A switch's in-switch reduction keys (reduction, reduction_bandwidth_gbps, reduction_latency_ns) of NODE, for a
+// dimension of KIND with link LINK; ConfigError naming the key when given to another kind or out of range.
+SwitchReduction switch_reduction(const ConfigNode& node, DimKind kind, const LinkSpec& link) {
+  SwitchReduction r;
+  for (const char* key : {"reduction", "reduction_bandwidth_gbps", "reduction_latency_ns"})
+    if (node.has(key) && kind != DimKind::switch_)
+      node.child(key).fail(node.path() + "." + key + ": only for switches (in-switch reduction)");
+  r.enabled = node.get_bool("reduction", false);
+  for (const char* key : {"reduction_bandwidth_gbps", "reduction_latency_ns"})
+    if (node.has(key) && !r.enabled)
+      node.child(key).fail(node.path() + "." + key + ": needs 'reduction: true'");
+  r.rate.bandwidth_gbps = node.get_double("reduction_bandwidth_gbps", link.bandwidth_gbps);
+  r.rate.latency_ns = node.get_double("reduction_latency_ns", 0.0);
+  if (!(r.rate.bandwidth_gbps >= kMinBandwidthGbps && r.rate.bandwidth_gbps <= kMaxBandwidthGbps))
+    node.child("reduction_bandwidth_gbps").fail(node.path() + ".reduction_bandwidth_gbps: must be " + bandwidth_range_text());
+  if (!(r.rate.latency_ns >= 0 && r.rate.latency_ns <= kMaxLatencyNs))
+    node.child("reduction_latency_ns").fail(node.path() + ".reduction_latency_ns: must be " + latency_range_text());
+  return r;
+}
+
 Topology load_grid(const ConfigNode& node, const std::string& kind) {
   try {
-    if (kind == "ring" || kind == "fully_connected" || kind == "switch") {
+    if (kind == "switch") {
+      if (node.has("bidirectional"))
+        node.child("bidirectional").fail(node.path() + ".bidirectional: only for kind 'ring' (links are full duplex)");
+      node.expect_keys(kTopologySwitchKeys);
+      const LinkSpec link = link_specs(node, 1)[0];
+      Dim dim{DimKind::switch_, positive_int(node, "chips"), link, true, {}};
+      dim.reduction = switch_reduction(node, DimKind::switch_, link);
+      return Topology::stacked({dim});
+    }
+    if (kind == "ring" || kind == "fully_connected") {
       node.expect_keys(kTopologySimpleKeys);
       if (kind != "ring" && node.has("bidirectional"))
         node.child("bidirectional").fail(node.path() + ".bidirectional: only for kind 'ring' (links are full duplex)");
       const int chips = positive_int(node, "chips");
       const LinkSpec link = link_specs(node, 1)[0];
       if (kind == "ring") return Topology::ring(chips, link, node.get_bool("bidirectional", true));
-      if (kind == "fully_connected") return Topology::fully_connected(chips, link);
-      return Topology::switched(chips, link);
+      return Topology::fully_connected(chips, link);
     }
     if (kind == "torus" || kind == "mesh") {
       node.expect_keys(kTopologyGridKeys);
@@ -237,6 +265,7 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
         if (d.has("bidirectional") && dim.kind != DimKind::ring)
           d.child("bidirectional").fail(d.path() + ".bidirectional: only for ring dimensions");
         dim.bidirectional = d.get_bool("bidirectional", true);
+        dim.reduction = switch_reduction(d, dim.kind, dim.link);
         product *= dim.size;
         if (product > (int64_t{1} << 24)) d.fail(d.path() + ": more than 2^24 chips");
         dims.push_back(dim);
@@ -309,7 +338,7 @@ Topology load_astra_network(const ConfigNode& root) {
     if (product > (int64_t{1} << 24)) root.child("npus_count").fail("npus_count: more than 2^24 NPUs");
     const size_t d = n - 1 - i;  // ASTRA-sim's dimension 0 is our last (fastest-varying) one
     dims[d] = Dim{k, static_cast<int>(npus[i]),
-                  LinkSpec{bw[bw.size() == 1 ? 0 : i] * kAstraGB, lat[lat.size() == 1 ? 0 : i]}, true};
+                  LinkSpec{bw[bw.size() == 1 ? 0 : i] * kAstraGB, lat[lat.size() == 1 ? 0 : i]}, true, {}};
   }
   try {
     return Topology::stacked(dims);

@@ -19,6 +19,11 @@
 //       call_overhead_ns: 6000            # per collective call, once on every chip (not send/recv, barrier),
 //                                         # 0..1e9; default 0
 //
+//   kind: switch            # optional keys of a switch (kind switch, or a switch entry of a stack's dims):
+//     reduction: true                 # the switch reduces in the network (NVLS / SHARP; collectives/in_switch.h)
+//     reduction_bandwidth_gbps: 274   # its reduction rate, GB/s of result (default: the link bandwidth)
+//     reduction_latency_ns: 500       # added once per piece it reduces (default 0)
+//
 //   kind: stacked           # dimensions of any kind, outermost first, e.g. 8 nodes on a switch x a ring of 4
 //     dims:
 //       - {kind: switch, size: 8, bandwidth_gbps: 50, latency_ns: 1000}
@@ -50,11 +55,15 @@ Topology load_topology(const ConfigNode& node);
 // entries, protocol:, and an ASTRA-sim network.yml.
 inline constexpr std::string_view kTopologySimpleKeys[] = {"kind",       "chips",     "bidirectional", "bandwidth_gbps",
                                                            "latency_ns", "placement", "protocol"};
+inline constexpr std::string_view kTopologySwitchKeys[] = {
+    "kind",      "chips",    "bandwidth_gbps", "latency_ns", "placement", "protocol", "reduction",
+    "reduction_bandwidth_gbps", "reduction_latency_ns"};
 inline constexpr std::string_view kTopologyGridKeys[] = {"kind",       "chips",     "dims",    "bandwidth_gbps",
                                                          "latency_ns", "placement", "protocol"};
 inline constexpr std::string_view kTopologyStackedKeys[] = {"kind", "chips", "dims", "placement", "protocol"};
-inline constexpr std::string_view kTopologyDimKeys[] = {"kind", "size", "bandwidth_gbps", "latency_ns",
-                                                        "bidirectional"};
+inline constexpr std::string_view kTopologyDimKeys[] = {"kind",          "size",      "bandwidth_gbps",
+                                                        "latency_ns",    "bidirectional", "reduction",
+                                                        "reduction_bandwidth_gbps", "reduction_latency_ns"};
 inline constexpr std::string_view kTopologyGraphKeys[] = {"kind",       "chips", "switches",  "bandwidth_gbps",
                                                           "latency_ns", "links", "placement", "protocol"};
 inline constexpr std::string_view kTopologyLinkKeys[] = {"from", "to", "bandwidth_gbps", "latency_ns",

@@ -1,6 +1,6 @@
 // Pieces every parallel plan of the transformer block shares (sharding/plans/*.h): the chip's compute clock, the
-// per-collective byte counts, token chunks, the attention kernel with log-sum-exp merging, and PlanContext, what
-// one chip's plan units see while the block forward runs. Internal to sharding/ (no stable API).
+// per-collective byte counts, token chunks, and PlanContext, what one chip's plan units see while the block runs
+// (forward and backward). Internal to sharding/ (no stable API).
 #pragma once
 
 #include <map>
@@ -69,20 +69,8 @@ struct Comm {
 
 
 Tensor gemm(Chip& chip, const Tensor& a, const Tensor& b, const std::string& name);
-Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name);
+Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name, double eps = 1e-5);
 std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
-// Local attention of Q (rows in Q_CHUNKS) against K/V (rows in K_CHUNKS), merged into ACC/LSE (fp32); charged to
-// CHIP as one fused kernel (see block_ops.cpp).
-void attend(Chip& chip, const ModelSpec& s, const Tensor& q, const std::vector<Chunk>& q_chunks, const Tensor& k,
-            const Tensor& v, const std::vector<Chunk>& k_chunks, std::vector<Tensor>& acc, std::vector<Tensor>& lse,
-            const std::string& name);
-// Shape-only (STORAGE false; runtime/tensor.h): the accumulators carry shapes only, and every plan piece below
-// follows its inputs: shape-only inputs give shape-only outputs, collectives get null buffers
-// (Tensor::data_if_stored) and move only their timing headers, kernels only charge their cost
-// (kernels/kernel_cost.h). The charged schedule is the same call for call.
-void init_acc(const std::vector<Chunk>& q_chunks, int64_t nq, int64_t d, std::vector<Tensor>& acc,
-              std::vector<Tensor>& lse, bool storage = true);
-Tensor finish_acc(const std::vector<Chunk>& q_chunks, std::vector<Tensor>& acc, DType dtype, int64_t rows);
 collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring");
 
 // What the plan units of one chip share during the block forward.

@@ -16,78 +16,12 @@ std::vector<Chunk> cp_chunks(int64_t T, int cp, int c, bool zigzag) {
   return {{0, c * (T / cp), T / cp}};
 }
 
-Tensor ring_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const std::vector<Chunk>& attn_chunks, int c_idx, sim::Memory& memory, uint64_t ring_buffers) {
-  const auto& s = ctx.s;
-  const auto& p = ctx.p;
-  Chip& chip = ctx.chip;
-  const int64_t T = s.seq, nq = q.dim(1), d = q.dim(2);
-  int64_t n_attn = 0;
-  for (const auto& c : attn_chunks) n_attn += c.len;
-  std::vector<Tensor> acc, lse;
-  const bool real = q.has_storage();
-  init_acc(attn_chunks, nq, d, acc, lse, real);
-  // Local chunk layout of q/k/v follows attn_chunks.
-  if (p.cp == 1) {
-    attend(chip, s, q, attn_chunks, k, v, attn_chunks, acc, lse, "attention");
-  } else {
-    // Ring attention: the K/V block (with the chunk positions of its owner) goes around the cp ring.
-    runtime::Transport& cp_group = ctx.cp;
-    const int P = p.cp;
-    const int next = (c_idx + 1) % P, prev = (c_idx + P - 1) % P;
-    Tensor kcur = k, vcur = v;
-    sim::TimeNs kv_ready = chip.t;
-    const sim::TimeNs q_ready = chip.t;
-    const size_t kvb = k.nbytes();
-    auto ring_mem = memory.scoped("ring K/V receive buffers", ring_buffers);
-    for (int step = 0; step < P; ++step) {
-      const int owner = (c_idx - step + P) % P;  // whose chunks we hold now
-      const std::vector<Chunk> owner_chunks = cp_chunks(T, P, owner, p.zigzag);
-      Tensor knext, vnext;
-      sim::TimeNs next_ready = kv_ready;
-      if (step + 1 < P) {  // post the exchange first: it overlaps the compute below in simulated time
-        knext = Tensor::make(s.dtype, k.shape(), real);
-        vnext = Tensor::make(s.dtype, v.shape(), real);
-        // Shape-only: no staging buffers, null pointers, and only the header travels (runtime/transport.h).
-        std::vector<unsigned char> sbuf(real ? 2 * kvb : 0), rbuf(real ? 2 * kvb : 0);
-        if (real) {
-          std::memcpy(sbuf.data(), kcur.data(), kvb);
-          std::memcpy(sbuf.data() + kvb, vcur.data(), kvb);
-        }
-        const double before = cp_group.bytes_sent();
-        next_ready = cp_group.sendrecv(real ? sbuf.data() : nullptr, 2 * kvb, next, real ? rbuf.data() : nullptr,
-                                       2 * kvb, prev, kv_ready, "cp ring K/V step" + std::to_string(step));
-        chip.tl->record_region("cp ring K/V step" + std::to_string(step), "collective", {kv_ready, next_ready},
-                               static_cast<double>(2 * kvb));
-        ctx.comm.add("cp ring K/V", cp_group.bytes_sent() - before, static_cast<double>(2 * kvb));
-        if (real) {
-          std::memcpy(knext.data(), rbuf.data(), kvb);
-          std::memcpy(vnext.data(), rbuf.data() + kvb, kvb);
-        }
-      }
-      chip.t = std::max(chip.t, std::max(q_ready, kv_ready));
-      attend(chip, s, q, attn_chunks, kcur, vcur, owner_chunks, acc, lse,
-             "ring attention (block of chip " + std::to_string(owner) + ")");
-      if (step + 1 < P) {
-        kcur = std::move(knext);
-        vcur = std::move(vnext);
-        kv_ready = next_ready;
-      }
-    }
-  }
-  return finish_acc(attn_chunks, acc, s.dtype, n_attn).reshaped({n_attn, nq * d});
-}
-
 }  // namespace shardsim::sharding::plans
 
-// ---- Ring attention for training (forward and backward) ----
+// ---- Ring attention forward and backward ----
 namespace shardsim::sharding::plans {
 
 namespace {
-
-void charge(sim::Timeline& tl, const kernels::KernelCost& k, sim::TimeNs& t) {
-  t = tl.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t, k.shape).end;
-}
 
 // The kernels of one ring step for one sequence, charged as one launch each (a varlen flash-attention kernel over
 // the step's chunk pairs, one correction / accumulation kernel), as the non-cp path charges one attention per
@@ -102,8 +36,8 @@ struct FusedLaunch {
       k.bytes += c.bytes;
     }
   }
-  void charge_to(sim::Timeline& tl, sim::TimeNs& t) const {
-    if (!k.name.empty()) charge(tl, k, t);
+  void charge_to(Chip& chip) const {
+    if (!k.name.empty()) chip.charge(k, k.name, true);
   }
 };
 
@@ -116,9 +50,10 @@ kernels::AttentionOptions causal_at(int64_t q_offset, int64_t k_offset) {
 }
 
 // One cp ring step: SEND's tensors (concatenated) to the next cp rank, RECV's (same sizes) from the previous, data
-// ready at READY; recorded as a collective region NAME. Returns the arrival time.
-sim::TimeNs ring_pass(CpRing& ring, std::vector<Tensor*> send, std::vector<Tensor*> recv, sim::TimeNs ready,
-                      const std::string& name) {
+// ready at READY; recorded as a collective region NAME on CHIP's timeline (and, with COMM_KEY and ring.comm, counted
+// there). Returns the arrival time.
+sim::TimeNs ring_pass(CpRing& ring, Chip& chip, std::vector<Tensor*> send, std::vector<Tensor*> recv,
+                      sim::TimeNs ready, const std::string& name, const char* comm_key = nullptr) {
   const int P = ring.group.size(), me = ring.group.rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
   size_t bytes = 0;
   for (const Tensor* s : send) bytes += s->nbytes();
@@ -130,9 +65,11 @@ sim::TimeNs ring_pass(CpRing& ring, std::vector<Tensor*> send, std::vector<Tenso
       off += s->nbytes();
     }
   }
+  const double before = ring.group.bytes_sent();
   const sim::TimeNs arrival = ring.group.sendrecv(ring.store ? sbuf.data() : nullptr, bytes, next,
                                                   ring.store ? rbuf.data() : nullptr, bytes, prev, ready, name);
-  ring.tl.record_region(name, "collective", {ready, arrival}, double(bytes));
+  if (chip.tl) chip.tl->record_region(name, "collective", {ready, arrival}, double(bytes));
+  if (comm_key && ring.comm) ring.comm->add(comm_key, ring.group.bytes_sent() - before, double(bytes));
   if (ring.store) {
     size_t off = 0;
     for (Tensor* r : recv) {
@@ -167,7 +104,8 @@ kernels::KernelCost add_rows(bool store, Tensor& acc, int64_t r0, const Tensor& 
 }  // namespace
 
 Tensor ring_attention_forward(CpRing& ring, const SeqShard& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                              std::vector<Tensor>& lse_out, sim::TimeNs& t) {
+                              std::vector<Tensor>& lse_out, Chip& chip) {
+  sim::TimeNs& t = chip.t;
   const int64_t Tl = s.seq, hq = s.heads, hkv = s.kv_heads, d = s.head_dim, B = s.batch, N = B * Tl;
   const int P = ring.group.size(), me = ring.group.rank();
   const bool store = ring.store;
@@ -184,31 +122,50 @@ Tensor ring_attention_forward(CpRing& ring, const SeqShard& s, const Tensor& q, 
     if (step + 1 < P) {  // posted before the compute on the current block: the transfer overlaps it
       knext = Tensor::make(s.dtype, {N, hkv, d}, store);
       vnext = Tensor::make(s.dtype, {N, hkv, d}, store);
-      next_ready = ring_pass(ring, {&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.kv_step" + std::to_string(step));
+      next_ready = ring_pass(ring, chip, {&kcur, &vcur}, {&knext, &vnext}, kv_ready,
+                             "cp ring K/V step" + std::to_string(step), "cp ring K/V");
     }
     t = std::max(t, kv_ready);
     for (int64_t b = 0; b < B; ++b) {
-      FusedLaunch attn, merge;
+      // One fused launch per step and sequence, as a chip-side ring-attention kernel with a per-token position mask
+      // runs it: the FLOPs of the visible (query chunk, key chunk) pairs, the HBM bytes of one call over all this
+      // chip's q rows x the block's kv rows scaled by the visible fraction (cutting the rows into zig-zag chunks
+      // does not lower the tiles' arithmetic intensity), the shape of that call, and one merge per query chunk.
+      double flops = 0, merge_flops = 0, merge_bytes = 0;
       for (size_t qi = 0; qi < nc; ++qi) {
         const Chunk& qc = chunks[qi];
         const Tensor qb = q.rows(b * Tl + qc.local, qc.len);
+        bool merged = false;
         for (const Chunk& kc : kv_chunks) {
           if (kc.global > qc.global + qc.len - 1) continue;  // every key in the future of every query: masked
           Tensor ob = Tensor::make(DType::fp32, {qc.len, hq, d}, store), lb = Tensor::make(DType::fp32, {hq, qc.len}, store);
-          attn.add(kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len),
-                                      ob, lb, causal_at(qc.global, kc.global)));
+          flops += kernels::attention(qb, kcur.rows(b * Tl + kc.local, kc.len), vcur.rows(b * Tl + kc.local, kc.len), ob,
+                                      lb, causal_at(qc.global, kc.global))
+                       .flops;
           const size_t i = size_t(b) * nc + qi;
-          if (!has[i]) {
+          kernels::KernelCost m;
+          if (!has[i]) {  // the first partial is the accumulator (merging it into an empty one changes nothing)
             acc[i] = std::move(ob);
             lse[i] = std::move(lb);
             has[i] = 1;
+            Tensor a0 = Tensor::make(DType::fp32, {qc.len, hq, d}, false), l0 = Tensor::make(DType::fp32, {hq, qc.len}, false);
+            m = kernels::merge_attention_partials(a0, l0, a0, l0);  // its cost: the fused kernel merges every chunk
           } else {
-            merge.add(kernels::merge_attention_partials(acc[i], lse[i], ob, lb));
+            m = kernels::merge_attention_partials(acc[i], lse[i], ob, lb);
+          }
+          if (!merged) {  // the fused kernel merges each query chunk once per step
+            merge_flops += m.flops;
+            merge_bytes += m.bytes;
+            merged = true;
           }
         }
       }
-      attn.charge_to(ring.tl, t);
-      merge.charge_to(ring.tl, t);
+      if (flops <= 0) continue;
+      const auto full = kernels::attention_cost(Tl, Tl, hq, hkv, d, s.dtype, DType::fp32);
+      const double visible = full.flops > 0 ? flops / full.flops : 1.0;
+      const std::string name = "ring attention (block of chip " + std::to_string((me - step + P) % P) + ")";
+      chip.charge(kernels::KernelCost{name, flops + merge_flops, full.bytes * visible + merge_bytes, s.dtype, full.shape},
+                  name, true);
     }
     if (step + 1 < P) {
       kcur = std::move(knext);
@@ -229,7 +186,8 @@ Tensor ring_attention_forward(CpRing& ring, const SeqShard& s, const Tensor& q, 
 
 void ring_attention_backward(CpRing& ring, const SeqShard& s, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& o, const std::vector<Tensor>& lse, const Tensor& dout, Tensor& dq,
-                             Tensor& dk, Tensor& dv, sim::TimeNs& t) {
+                             Tensor& dk, Tensor& dv, Chip& chip) {
+  sim::TimeNs& t = chip.t;
   const int64_t Tl = s.seq, hq = s.heads, hkv = s.kv_heads, d = s.head_dim, B = s.batch, N = B * Tl;
   const int P = ring.group.size(), me = ring.group.rank();
   const bool store = ring.store;
@@ -247,7 +205,7 @@ void ring_attention_backward(CpRing& ring, const SeqShard& s, const Tensor& q, c
       knext = Tensor::make(s.dtype, {N, hkv, d}, store);
       vnext = Tensor::make(s.dtype, {N, hkv, d}, store);
       next_ready =
-          ring_pass(ring, {&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp_ring.bwd_kv_step" + std::to_string(step));
+          ring_pass(ring, chip, {&kcur, &vcur}, {&knext, &vnext}, kv_ready, "cp ring K/V backward step" + std::to_string(step));
     }
     t = std::max(t, std::max(kv_ready, dkv_ready));
     for (int64_t b = 0; b < B; ++b) {
@@ -270,12 +228,12 @@ void ring_attention_backward(CpRing& ring, const SeqShard& s, const Tensor& q, c
           accum.add(add_rows(store, dvcur, kr, dvp));
         }
       }
-      bwd.charge_to(ring.tl, t);
-      accum.charge_to(ring.tl, t);
+      bwd.charge_to(chip);
+      accum.charge_to(chip);
     }
     // dK/dV of the block travel with it (fp32 accumulators): after the last step they reach its owner.
     Tensor dknext = Tensor::make(DType::fp32, {N, hkv, d}, store), dvnext = Tensor::make(DType::fp32, {N, hkv, d}, store);
-    dkv_ready = ring_pass(ring, {&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp_ring.dkv_step" + std::to_string(step));
+    dkv_ready = ring_pass(ring, chip, {&dkcur, &dvcur}, {&dknext, &dvnext}, t, "cp ring dK/dV step" + std::to_string(step));
     dkcur = std::move(dknext);
     dvcur = std::move(dvnext);
     if (step + 1 < P) {

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/backward.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/norm.h"
 #include "sharding/plans/sequence_parallel.h"
 
 namespace shardsim::sharding::plans {
@@ -17,7 +19,7 @@ Placement row_weight_placement(const ParallelPlan& p) {
 
 std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                     const std::vector<std::string>& names, const std::string& gather_what,
-                                    const std::string& fused_op, const std::string& fused_name) {
+                                    const std::string& fused_op, const std::string& fused_name, Tensor* used) {
   const auto& s = ctx.s;
   const auto& p = ctx.p;
   std::vector<Tensor> out;
@@ -32,12 +34,14 @@ std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const st
     const double P = p.tp;
     ctx.comm.add("sp all_gather", f.bytes_sent,
                  (P - 1) / P * static_cast<double>(ctx.n_attn * s.hidden) * static_cast<double>(runtime::dtype_size(s.dtype)));
+    if (used) *used = in;
     return out;
   }
   const Tensor gathered = p.sp ? sp_all_gather(ctx, in, gather_what) : Tensor();
   const Tensor& x = p.sp ? gathered : in;
   const std::string label = " (" + parallel_style(column_weight_placement(p)) + ")";
   for (size_t i = 0; i < weights.size(); ++i) out.push_back(gemm(ctx.chip, x, *weights[i], names[i] + label));
+  if (used) *used = x;
   return out;
 }
 
@@ -64,7 +68,17 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
                  p.algorithm_for(PlanCollective::tp_all_reduce) + " per piece (fused)");
     return out;
   }
-  Tensor partial = gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")");
+  return tp_reduce(ctx, gemm(ctx.chip, in, w, gname + " (" + parallel_style(row_weight_placement(p)) + ")"), what);
+}
+
+Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what) {
+  return ctx.p.sp ? sp_all_gather(ctx, rows, what) : rows;
+}
+
+Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what) {
+  const auto& s = ctx.s;
+  const auto& p = ctx.p;
+  const double P = p.tp;
   if (p.tp == 1) return partial;
   if (p.sp) return sp_reduce_scatter(ctx, partial, what);
   const auto r = collectives::all_reduce(ctx.tp, partial.data_if_stored(), partial.data_if_stored(),
@@ -75,6 +89,42 @@ Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const s
   ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
                r.span.duration(), r.algorithm);
   return partial;
+}
+
+void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                           const std::string& what) {
+  if (ctx.p.fused.enabled) {  // the all_gather of dY with the dX GEMM's row chunks, then dW
+    const sim::TimeNs ready = ctx.chip.t;
+    ctx.fused_done("fused " + what, all_gather_gemm_backward(ctx.tp, dy, x, w, dx, dw, ready, "fused." + what), ready);
+    return;
+  }
+  const Tensor dy_full = tp_gather(ctx, dy, what);  // sp: all_gather (the reduce_scatter's backward)
+  const auto k = kernels::gemm_backward(x, w, dy_full, &dx, &dw);
+  ctx.chip.charge(k, k.name);
+}
+
+Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
+                                const std::string& what) {
+  const bool store = in.has_storage();
+  if (ctx.p.fused.enabled) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
+    Tensor dx = Tensor::make(in.dtype(), {ctx.n_resid, in.dim(1)}, store);
+    const sim::TimeNs ready = ctx.chip.t;
+    ctx.fused_done("fused " + what, gemm_reduce_scatter_backward(ctx.tp, in, weights, dys, dx, dws, ready, "fused." + what),
+                   ready);
+    return dx;
+  }
+  std::vector<Tensor> dx;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    dx.push_back(Tensor::make(in.dtype(), {in.dim(0), in.dim(1)}, store));
+    const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), dws[i]);
+    ctx.chip.charge(k, k.name);
+  }
+  for (size_t i = 1; i < dx.size(); ++i) {
+    const auto k = kernels::add_inplace(dx[0], dx[i]);
+    ctx.chip.charge(k, k.name);
+  }
+  return tp_reduce(ctx, std::move(dx[0]), what);
 }
 
 }  // namespace shardsim::sharding::plans

@@ -22,15 +22,38 @@ Placement row_weight_placement(const ParallelPlan& p);
 
 // IN: this chip's rows of the input (its sp shard with sp). Returns X · W_i for each weight, [n_attn or rows of IN,
 // cols of W_i]. NAMES: the GEMMs' names ("gemm.q", ...); GATHER_WHAT: the sp all_gather's label ("before QKV");
-// FUSED_OP / FUSED_NAME: the fused all_gather_gemm's op label and its report name.
+// FUSED_OP / FUSED_NAME: the fused all_gather_gemm's op label and its report name. USED (optional) receives the
+// input as the GEMMs read it (gathered with sp; IN itself when fused or without sp): what their backward reads.
 std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                     const std::vector<std::string>& names, const std::string& gather_what,
-                                    const std::string& fused_op, const std::string& fused_name);
+                                    const std::string& fused_op, const std::string& fused_name,
+                                    Tensor* used = nullptr);
 
 // IN · W and its reduction over tp, "GNAME + tp all_reduce (WHAT)" etc. Returns the full (Replicate) output, or
 // with sp this chip's Shard(0) rows.
 Tensor row_parallel(PlanContext& ctx, const Tensor& in, const Tensor& w, const std::string& gname,
                     const std::string& what);
+
+// The tp reduction of a Partial(sum) [n_attn, hidden] (a row-parallel output, or a column-parallel layer's input
+// gradient): all_reduce (Replicate), or with sp reduce_scatter to this chip's rows. Identity with tp = 1.
+Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what);
+// The residual stream's rows to the Replicate [n_attn, hidden] a column-parallel GEMM reads: identity, or with sp
+// all_gather (a row-parallel layer's output gradient in backward).
+Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what);
+
+// ---- Backward (training; models/lm_tp.h) ----
+// Of row_parallel (Y = X·W, W Shard(0)): DY the output's gradient on the residual stream (this chip's rows with sp),
+// X the GEMM's input, W. DX = dY·W^T and DW = X^T·dY are local once dY is whole: tp_gather (sp: all_gather), or
+// fused with the dX GEMM's row chunks (all_gather_gemm_backward, sharding/fused.h).
+void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                           const std::string& what);
+// Of column_parallel (Y_i = X·W_i, W_i Shard(1)): IN the input as the forward's GEMMs read it (column_parallel's
+// USED), DYS the outputs' gradients, DWS receive X^T·dY_i. The input gradient sum_i dY_i·W_i^T is Partial(sum)
+// over tp: returned reduced to the residual stream (tp_reduce), or fused (gemm_reduce_scatter_backward, which
+// re-gathers IN, this chip's rows, for the dW GEMMs).
+Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
+                                const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
+                                const std::string& what);
 
 // Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
 // vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are

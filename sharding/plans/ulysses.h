@@ -10,20 +10,20 @@
 
 namespace shardsim::sharding::plans {
 
-// Q [n, nq, d], K and V [n, nkv, d]: this chip's rows and its tp shard's heads. Returns o [n, nq·d].
-Tensor ulysses_attention(PlanContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
-
-// ---- The layout changes of Ulysses for training (the trainer's, models/lm_tp.h), forward and backward ----
+// ---- The layout changes of Ulysses, forward (every mode: sharding/plans/block.h) and backward (training) ----
 // GROUP: the chip's cp sub-group (U = its size). X [B·Tl, H, d]: this chip's contiguous chunk (Tl tokens) of each of
 // its B sequences, all heads. seq_to_heads returns [B·Tl·U, hu, d]: every token of each sequence (sequence-major),
 // this chip's heads: hu = H/U (heads [j·H/U, ...) on chip j), or 1 when H < U (kv heads replicated: chip j takes
-// head j·H/U, its GQA group's). One all_to_all named "all_to_all.ulysses_NAME", issued at T, T = its end.
-// STORE false: shape-only (headers only).
+// head j·H/U, its GQA group's). One all_to_all of ALGORITHM (ParallelPlan::algorithm_for) named "ulysses all_to_all
+// (NAME)", issued at T, T = its end; COMM (optional) counts it as "ulysses all_to_all" (formula (U-1)/U of X's
+// bytes). STORE false: shape-only (headers only).
 Tensor ulysses_seq_to_heads(runtime::Transport& group, const Tensor& x, int64_t batch, int64_t seq_local, bool store,
-                            sim::TimeNs& t, const std::string& name);
+                            sim::TimeNs& t, const std::string& name, const std::string& algorithm,
+                            Comm* comm = nullptr);
 // The inverse: Y [B·Tl·U, hu, d] back to [B·Tl, H, d]. With H < U (replicated heads) the U/H chips' blocks of each
 // head are summed in chip order (the partial dK / dV of a replicated kv head).
 Tensor ulysses_heads_to_seq(runtime::Transport& group, const Tensor& y, int64_t H, int64_t batch, int64_t seq_local,
-                            bool store, sim::TimeNs& t, const std::string& name);
+                            bool store, sim::TimeNs& t, const std::string& name, const std::string& algorithm,
+                            Comm* comm = nullptr);
 
 }  // namespace shardsim::sharding::plans

@@ -69,4 +69,45 @@ else
   pass "(no /usr/bin/time: RSS check skipped)"
 fi
 
+e2e_case "4x4 torus all_reduce at 1 GiB (torus_concurrent, auto): >= 1.9x the 16-chip ring's busbw at the same link rate"
+# Issue 33's figure: the concurrent-dimension torus drives all four links of a chip (collectives/torus_concurrent.h).
+T1=(bench all_reduce -b 1G -e 1G -n 1 -w 0 --shape-only --bandwidth 100 --latency 1000)
+if expect_exit 0 ' torus_concurrent ' -- shardsim_mpi 1 --chips-per-rank 16 "${T1[@]}" --torus 4x4 --json t44.json &&
+  expect_exit 0 ' bidir_ring ' -- shardsim_mpi 1 --chips-per-rank 16 "${T1[@]}" --json r16.json; then
+  if ratio=$(python3 - t44.json r16.json <<'PY'
+import json, sys
+bw = [json.load(open(f))["rows"][0]["sim_busbw_gbps"] for f in sys.argv[1:]]
+r = bw[0] / bw[1]
+print(f"{bw[0]:.2f} / {bw[1]:.2f} GB/s = {r:.3f}x")
+sys.exit(0 if r >= 1.9 else 1)
+PY
+  ); then pass "busbw $ratio"
+  else fail "busbw ratio below 1.9: $ratio"
+  fi
+fi
+
+e2e_case "2 DGX H100 nodes, rail-optimized: the hierarchical all_reduce crosses the nodes on all eight rails at once"
+# configs/topologies/dgx_h100_2nodes_rails.yaml: [switch 2 per rail, 50 GB/s, 5 us] x [NVSwitch 8, 450 GB/s, 1 us],
+# efficiency 0.822. torus (hierarchical): reduce-scatter in the node (one-way ring over the NVSwitch), all-reduce of
+# S/8 across the nodes on every rail, all-gather in the node:
+#   T = 2 [7 (2 x 1000 + (S/8)/(450 x 0.822)) + (2 x 5000 + (S/16)/(50 x 0.822))]
+# one rail would carry all of it (8x the rail term); a flat ring crosses the nodes on one rail each way.
+TR=(bench all_reduce -b 1G -e 1G -n 1 -w 0 --shape-only --topology "$CONFIGS/topologies/dgx_h100_2nodes_rails.yaml")
+if expect_exit 0 ' torus ' -- shardsim_mpi 1 --chips-per-rank 16 "${TR[@]}" -a hierarchical --json rails.json &&
+  expect_exit 0 ' ring ' -- shardsim_mpi 1 --chips-per-rank 16 "${TR[@]}" -a ring --json flat.json; then
+  if out=$(python3 - rails.json flat.json <<'PY'
+import json, sys
+t, flat = [json.load(open(f))["rows"][0]["sim_time_us"] * 1e3 for f in sys.argv[1:]]
+S = 2**30
+want = 2 * (7 * (2000 + (S / 8) / (450 * 0.822)) + (10000 + (S / 16) / (50 * 0.822)))
+one_rail = want + 2 * 7 * (S / 16) / (50 * 0.822)
+print(f"hierarchical {t/1e3:.1f} us (closed form, every rail: {want/1e3:.1f} us; one rail: {one_rail/1e3:.1f} us); "
+      f"flat ring {flat/1e3:.1f} us")
+sys.exit(0 if abs(t - want) <= 0.01 * want and flat > 4 * t else 1)
+PY
+  ); then pass "$out"
+  else fail "$out"
+  fi
+fi
+
 e2e_finish

@@ -12,8 +12,8 @@
 // Every case runs through collectives::run_case (collectives/verify.h: inputs every rank can rebuild, and a
 // bit-exact check against the single-device reference; any NaN matches any NaN) on a bidirectional ring of the
 // world's size, where every registered algorithm but those needing two grid dimensions can run; those run on a
-// 2-D torus of the world's size when it has one (an algorithm that can run on neither is skipped on every rank
-// alike, with the registry's reason). Rooted collectives run at root 0 and at the last rank.
+// 2-D torus of the world's size when it has one, and those needing in-network reduction on a reducing switch of
+// the world's size (an algorithm that can run on none is skipped on every rank alike, with the registry's reason). Rooted collectives run at root 0 and at the last rank.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -117,12 +117,18 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
           return new Fixture(topology::Topology::torus({a, world_size() / a}, {topology::LinkSpec{100, 500}}));
       return static_cast<Fixture*>(nullptr);
     }();
+    // Algorithms that need a switch that reduces in the network (in_switch) run on one of the world's size.
+    static Fixture* reducing = [] {
+      topology::Dim d{topology::DimKind::switch_, world_size(), topology::LinkSpec{100, 500}, true, {}};
+      d.reduction = {true, topology::LinkSpec{80, 300}};
+      return new Fixture(topology::Topology::stacked({d}));
+    }();
     Fixture* chosen = shared;
     if (p.algorithm != "auto") {
       if (const std::string why = collectives::obstacle(p.collective, p.algorithm, shared->tp); !why.empty()) {
-        if (!grid || !collectives::obstacle(p.collective, p.algorithm, grid->tp).empty())
-          GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
-        chosen = grid;
+        if (grid && collectives::obstacle(p.collective, p.algorithm, grid->tp).empty()) chosen = grid;
+        else if (collectives::obstacle(p.collective, p.algorithm, reducing->tp).empty()) chosen = reducing;
+        else GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
       }
     }
     Fixture& f = *chosen;

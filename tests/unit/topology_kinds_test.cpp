@@ -279,11 +279,38 @@ TEST(TopologyYaml, BadInputNamesTheFieldAndLine) {
        "topo.yaml:5: topology.placement[2]: chip 1 is already used by rank 1"},
       {"topology:\n  kind: switch\n  chips: 4\n  bandwidth_gbps: 1\n  bidirectional: false\n",
        "topology.bidirectional: only for kind 'ring'"},
+      {"topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: 1\n  reduction: true\n", "unknown key"},
+      {"topology:\n  kind: stacked\n  dims:\n    - {kind: ring, size: 2, bandwidth_gbps: 1, reduction: true}\n",
+       "topology.dims[0].reduction: only for switches"},
+      {"topology:\n  kind: switch\n  chips: 4\n  bandwidth_gbps: 1\n  reduction_bandwidth_gbps: 5\n",
+       "topology.reduction_bandwidth_gbps: needs 'reduction: true'"},
+      {"topology:\n  kind: switch\n  chips: 4\n  bandwidth_gbps: 1\n  reduction: true\n  reduction_latency_ns: -1\n",
+       "topo.yaml:6: topology.reduction_latency_ns: must be a finite number >= 0"},
   };
   for (const auto& c : cases) {
     const std::string e = error_of(c.yaml);
     EXPECT_NE(e.find(c.expect), std::string::npos) << "config:\n" << c.yaml << "error: " << e;
   }
+}
+
+TEST(TopologyYaml, SwitchReductionKeys) {
+  auto t = topology::load_topology_file(std::string(SHARDSIM_CONFIG_DIR) + "/topologies/dgx_h100_nvls.yaml");
+  ASSERT_EQ(t.kind(), Kind::switch_);
+  EXPECT_TRUE(t.dim_specs()[0].reduction.enabled);
+  EXPECT_EQ(t.dim_specs()[0].reduction.rate.bandwidth_gbps, 275);
+  EXPECT_NE(t.describe().find("in-switch reduction 275 GB/s, 1000 ns"), std::string::npos) << t.describe();
+  // A chip's route to and from its own switch is its up- / down-link; any other switch end is refused.
+  const int sw = t.switch_node(0, 3);
+  ASSERT_EQ(t.route(3, sw).size(), 1u);
+  EXPECT_EQ(t.link(t.route(3, sw)[0]).src, 3);
+  EXPECT_EQ(t.link(t.route(sw, 5)[0]).dst, 5);
+  auto stacked = topology::load_topology(ConfigNode::load_string(
+      "kind: stacked\ndims:\n  - {kind: switch, size: 2, bandwidth_gbps: 50, reduction: true}\n"
+      "  - {kind: switch, size: 4, bandwidth_gbps: 450}\n", "s.yaml"));
+  EXPECT_TRUE(stacked.dim_specs()[0].reduction.enabled);
+  EXPECT_EQ(stacked.dim_specs()[0].reduction.rate.bandwidth_gbps, 50);  // default: the link bandwidth
+  EXPECT_FALSE(stacked.dim_specs()[1].reduction.enabled);
+  EXPECT_THROW(stacked.route(0, stacked.switch_node(1, 5)), std::invalid_argument);
 }
 
 TEST(AstraNetwork, SwitchAndFullyConnectedDimensionsLoad) {

@@ -1,0 +1,144 @@
+#include "sharding/plans/block.h"
+
+#include "kernels/attention.h"
+#include "kernels/norm.h"
+#include "sharding/plans/context_parallel.h"
+#include "sharding/plans/tensor_parallel.h"
+#include "sharding/plans/ulysses.h"
+
+namespace shardsim::sharding::plans {
+
+TokenLayout token_layout(int64_t seq, int64_t batch, int cp_axis, int c_idx, bool zigzag) {
+  TokenLayout l;
+  l.batch = batch;
+  const auto chunks = cp_chunks(seq, cp_axis, c_idx, zigzag && cp_axis > 1);
+  for (const auto& c : chunks) l.seq_local += c.len;
+  l.pos.resize(static_cast<size_t>(batch * l.seq_local));
+  for (int64_t b = 0; b < batch; ++b)
+    for (const auto& c : chunks)
+      for (int64_t i = 0; i < c.len; ++i) l.pos[static_cast<size_t>(b * l.seq_local + c.local + i)] = c.global + i;
+  return l;
+}
+
+const char* glu_label(kernels::Activation a) { return a == kernels::Activation::silu ? "swiglu" : "geglu"; }
+
+Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeights& w, kernels::Activation activation,
+                 BlockActivations* keep) {
+  if (!ctx) {  // one device
+    Tensor g = gemm(chip, in, *w.w_gate, "gemm.gate");
+    Tensor u = gemm(chip, in, *w.w_up, "gemm.up");
+    chip.charge(kernels::glu_inplace(g, u, activation), glu_label(activation));
+    return gemm(chip, g, *w.w_down, "gemm.down");
+  }
+  auto gu = column_parallel(*ctx, in, {w.w_gate, w.w_up}, {"gemm.gate", "gemm.up"}, "before MLP",
+                            "sp all_gather + gemm.gate/up", "sp all_gather + gemm.gate/up", keep ? &keep->m : nullptr);
+  if (keep) {
+    keep->gate = gu[0];
+    keep->up = gu[1];
+  }
+  ctx->chip.charge(kernels::glu_inplace(gu[0], gu[1], activation), glu_label(activation));
+  if (keep) keep->act = gu[0];
+  return row_parallel(*ctx, gu[0], *w.w_down, "gemm.down", "MLP output");
+}
+
+Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t batch, int64_t T, std::vector<Tensor>& lse) {
+  const bool store = q.has_storage() && k.has_storage() && v.has_storage();
+  const int64_t nq = q.dim(1), d = q.dim(2);
+  Tensor o = Tensor::make(s.dtype, {batch * T, nq, d}, store);
+  kernels::AttentionOptions opt;
+  opt.causal = s.causal;
+  lse.clear();
+  for (int64_t b = 0; b < batch; ++b) {
+    Tensor ob = Tensor::make(s.dtype, {T, nq, d}, store), l = Tensor::make(DType::fp32, {nq, T}, store);
+    const auto cost = kernels::attention(q.rows(b * T, T), k.rows(b * T, T), v.rows(b * T, T), ob, l, opt);
+    chip.charge(cost, cost.name, true);
+    if (store) o.set_rows(b * T, ob);
+    lse.push_back(std::move(l));
+  }
+  return o;
+}
+
+namespace {
+
+sim::Memory::Scoped hold(const BlockMemoryScopes& m, const char* what, uint64_t bytes) {
+  return m.memory ? m.memory->scoped(what, bytes) : sim::Memory::Scoped{};
+}
+
+// The attention of the cp axis's unit: Ulysses, ring attention, or local. Q, K, V in the token layout; returns O
+// [N, nq, d] in the token layout. KEEP: Ulysses' head-sharded q, k, v and o_heads replace q, k, v.
+Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k, Tensor& v, std::vector<Tensor>& lse,
+                 Tensor* o_heads, const BlockMemoryScopes& mem) {
+  const ModelSpec& s = ctx.s;
+  const ParallelPlan& p = ctx.p;
+  const bool store = q.has_storage();
+  const int64_t nq = q.dim(1), nkv = k.dim(1), d = q.dim(2);
+  if (p.ulysses > 1) {
+    const std::string a2a = p.algorithm_for(PlanCollective::ulysses_all_to_all);
+    const auto to_heads = [&](const Tensor& x, const char* name) {
+      return ulysses_seq_to_heads(ctx.cp, x, lay.batch, lay.seq_local, store, ctx.chip.t, name, a2a, &ctx.comm);
+    };
+    Tensor qh = to_heads(q, "q"), kh = to_heads(k, "k"), vh = to_heads(v, "v");
+    Tensor oh = local_attention(ctx.chip, s, qh, kh, vh, lay.batch, s.seq, lse);
+    Tensor o = ulysses_heads_to_seq(ctx.cp, oh, nq, lay.batch, lay.seq_local, store, ctx.chip.t, "o", a2a, &ctx.comm);
+    if (o_heads) {
+      q = std::move(qh);
+      k = std::move(kh);
+      v = std::move(vh);
+      *o_heads = std::move(oh);
+    }
+    return o;
+  }
+  if (p.cp > 1) {
+    auto ring_mem = hold(mem, "ring K/V receive buffers", mem.ring);
+    CpRing ring{ctx.cp, p.zigzag, s.seq, store, &ctx.comm};
+    return ring_attention_forward(ring, SeqShard{lay.batch, lay.seq_local, nq, nkv, d, s.dtype}, q, k, v, lse,
+                                  ctx.chip);
+  }
+  return local_attention(ctx.chip, s, q, k, v, lay.batch, lay.seq_local, lse);
+}
+
+}  // namespace
+
+Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeights& w, const Tensor& x,
+                     BlockActivations* keep, const BlockMemoryScopes& mem) {
+  const ModelSpec& s = ctx.s;
+  Chip& chip = ctx.chip;
+  const int64_t d = s.head_dim;
+  if (keep) keep->x_in = x;
+  // ---- attention sublayer ----
+  Tensor a = rmsnorm(chip, x, *w.norm1, "rmsnorm.attn", s.norm_eps);
+  auto qkv_mem = hold(mem, "activations q/k/v", mem.qkv);
+  auto qkv = column_parallel(ctx, a, {w.wq, w.wk, w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
+                             "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v", keep ? &keep->a : nullptr);
+  const int64_t n = qkv[0].dim(0), nq = w.wq->dim(1) / d, nkv = w.wk->dim(1) / d;
+  Tensor q = std::move(qkv[0]).reshaped({n, nq, d});
+  Tensor k = std::move(qkv[1]).reshaped({n, nkv, d});
+  Tensor v = std::move(qkv[2]).reshaped({n, nkv, d});
+  if (s.has_rope()) {
+    const auto theta = static_cast<float>(s.rope_theta);
+    chip.charge(kernels::rope_inplace(q, lay.pos, theta), "rope.q");
+    chip.charge(kernels::rope_inplace(k, lay.pos, theta), "rope.k");
+  }
+  std::vector<Tensor> lse;
+  Tensor o = attention(ctx, lay, q, k, v, lse, keep ? &keep->o_heads : nullptr, mem);
+  Tensor x1 = row_parallel(ctx, Tensor(o).reshaped({n, nq * d}), *w.wo, "gemm.o", "attention output");
+  chip.charge(kernels::add_inplace(x1, x), "residual");
+  qkv_mem.release();
+  if (keep) {
+    keep->q = std::move(q);
+    keep->k = std::move(k);
+    keep->v = std::move(v);
+    keep->o = std::move(o);
+    keep->lse = std::move(lse);
+    keep->x_mid = x1;
+  }
+  // ---- MLP sublayer ----
+  Tensor b = rmsnorm(chip, x1, *w.norm2, "rmsnorm.mlp", s.norm_eps);
+  auto mlp_mem = hold(mem, "activations mlp", mem.mlp);
+  Tensor out = mlp_layer(chip, &ctx, b, w, s.glu_activation(), keep);
+  chip.charge(kernels::add_inplace(out, x1), "residual");
+  return out;
+}
+
+}  // namespace shardsim::sharding::plans

@@ -1,0 +1,80 @@
+// The block program: one transformer block's forward on one chip, written once and composed from the plan units,
+// for every mode (`run`'s forward, models/transformer.h, and `train`'s forward and recomputation, models/lm_tp.h)
+// and every plan (tp, sp, fused, cp ring attention, Ulysses, and their products on the device mesh).
+//
+//   a   = rmsnorm(x)                               norm on this chip's residual rows (its sp shard with sp)
+//   q,k,v = column_parallel(a; Wq, Wk, Wv)         tensor_parallel.h (sp all_gather / fused all_gather_gemm)
+//   rope(q), rope(k) at the tokens' global positions
+//   o   = attention(q, k, v)                       local (one kernel per sequence), ring attention over cp
+//                                                  (context_parallel.h) or Ulysses all_to_alls (ulysses.h)
+//   x1  = x + row_parallel(o; Wo)                  tp all_reduce / sp reduce_scatter / fused
+//   out = x1 + mlp_layer(rmsnorm(x1))              column-parallel W_gate, W_up; GLU; row-parallel W_down
+//
+// Token layout of a chip (TokenLayout): BATCH sequences, of each SEQ_LOCAL tokens (its cp chunks concatenated:
+// cp_chunks of the cp axis, which Ulysses shares with a contiguous split), rows b·SEQ_LOCAL + i; POS their global
+// positions (RoPE). With sp the residual stream holds rows [t·N/tp, (t+1)·N/tp) of the N = BATCH·SEQ_LOCAL rows.
+// Shapes: x, out [rows of the residual stream, hidden]; weights this chip's shards (Wq [hidden, nq·d], Wk and Wv
+// [hidden, nkv·d], Wo [nq·d, hidden], W_gate and W_up [hidden, ffn_r], W_down [ffn_r, hidden], norms [hidden]).
+// Every kernel is charged to ctx.chip, every collective to the plan's sub-groups with ParallelPlan::algorithm_for,
+// bytes per collective to ctx.comm. Shape-only tensors (runtime/tensor.h) charge the same schedule.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "sharding/plans/block_ops.h"
+#include "sim/memory.h"
+
+namespace shardsim::sharding::plans {
+
+struct BlockWeights {
+  const Tensor *norm1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *norm2 = nullptr,
+               *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+};
+
+// What a block's forward keeps for its backward (training): the input x_in and x_mid (after attention), the
+// normed inputs a and m as the column-parallel GEMMs read them (gathered with sp; this chip's rows when fused),
+// q, k, v after RoPE (Ulysses: head-sharded, with o_heads the attention output in that layout), o [N, nq, d] in
+// the token layout, lse per (sequence[, cp chunk]) fp32 [heads, len], gate and up, act = glu(gate, up).
+struct BlockActivations {
+  Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
+  std::vector<Tensor> lse;
+  Tensor o_heads;
+};
+
+struct TokenLayout {
+  int64_t batch = 1;          // sequences on this chip
+  int64_t seq_local = 0;      // tokens of each sequence on this chip
+  std::vector<int64_t> pos;   // global position of every row, [batch·seq_local]
+};
+// The layout of cp-axis rank C_IDX of CP_AXIS (cp or Ulysses size) for BATCH sequences of SEQ tokens (ZIGZAG: the
+// cp split; Ulysses passes false).
+TokenLayout token_layout(int64_t seq, int64_t batch, int cp_axis, int c_idx, bool zigzag);
+
+// Simulated HBM held during the block's phases (bytes; run's BlockMemory): q/k/v activations through attention,
+// the ring's receive buffers during ring attention, the MLP activations. MEMORY null: none recorded.
+struct BlockMemoryScopes {
+  sim::Memory* memory = nullptr;
+  uint64_t qkv = 0, ring = 0, mlp = 0;
+};
+
+// One block on this chip (see above); KEEP (optional) receives what the backward reads.
+Tensor block_forward(PlanContext& ctx, const TokenLayout& layout, const BlockWeights& w, const Tensor& x,
+                     BlockActivations* keep = nullptr, const BlockMemoryScopes& memory = {});
+
+// The gated MLP y = (act(x·W_gate) ⊙ x·W_up)·W_down: the MLP workload's layer and the block's MLP sublayer.
+// CTX null: one device (the single-device reference), charged to CHIP; else sharded by the tp unit (column-parallel
+// gate/up, row-parallel down and its reduction; sp and fused variants) and charged to ctx.chip. Returns the full
+// output (this chip's Shard(0) rows with sp). KEEP (with CTX): gate, up, act and m (the input as the GEMMs read it).
+Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeights& w, kernels::Activation activation,
+                 BlockActivations* keep = nullptr);
+const char* glu_label(kernels::Activation activation);  // "swiglu" | "geglu"
+
+// Attention of Q [B·T, nq, d] against K, V [B·T, nkv, d] (GQA), BATCH whole sequences of T tokens, one flash
+// kernel per sequence (causal per S.causal), charged to CHIP as attention. Returns O [B·T, nq, d] in the compute
+// dtype; LSE receives each sequence's fp32 [nq, T] log-sum-exp.
+Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t batch, int64_t T, std::vector<Tensor>& lse);
+
+}  // namespace shardsim::sharding::plans
