@@ -23,6 +23,7 @@
 #include "common/text.h"
 #include "kernels/gemm.h"
 #include "runtime/chips.h"
+#include "runtime/host_memory.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
 #include "apps/cli_common.h"
@@ -194,6 +195,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   const int k = take_chip_flags(args, ranks, world_rank);
   if (k < 0) return kExitBadInput;
+  // Host memory planned before any chip starts (every rank checks its own K; one line from rank 0).
+  if (const std::string why = runtime::host_memory_check(k, kMaxChipsPerRank); !why.empty()) {
+    if (world_rank == 0) std::fprintf(stderr, "shardsim: error: %s\n", why.c_str());
+    return kExitRuntimeFault;
+  }
   const int code = runtime::run_chips(k, [&](const runtime::World& world) { return run_cli(world, args); });
   g_decided_exit = code;
   return code;

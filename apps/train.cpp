@@ -426,6 +426,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   tl.set_record_dependencies(f.profile || !f.trace_path.empty());  // bookkeeping only: no simulated time changes
+  tl.set_keep_events(false);  // the report reads the summary; the trace and the profile keep them (dependencies)
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
   mesh->bind(tp);

@@ -69,35 +69,8 @@ std::string format_mib(double bytes) {
 }
 
 std::vector<OpStat> op_breakdown(const sim::Timeline& tl) {
-  std::map<std::pair<std::string, std::string>, OpStat> rows;
-  for (const auto& e : tl.events()) {
-    std::string kind;
-    if (e.category == "compute") {
-      kind = "kernel";
-    } else if (e.category == "collective") {
-      kind = "collective";
-    } else {
-      continue;
-    }
-    std::string name;
-    for (size_t i = 0; i < e.name.size();) {
-      if (std::isdigit(static_cast<unsigned char>(e.name[i]))) {
-        name += 'N';
-        while (i < e.name.size() && std::isdigit(static_cast<unsigned char>(e.name[i]))) ++i;
-      } else {
-        name += e.name[i++];
-      }
-    }
-    OpStat& r = rows[{kind, name}];
-    r.name = name;
-    r.kind = kind;
-    ++r.calls;
-    r.time_ns += e.span.duration();
-    r.flops += e.flops;
-    r.bytes += e.bytes;
-  }
-  std::vector<OpStat> out;
-  for (auto& [k, v] : rows) out.push_back(v);
+  std::vector<OpStat> out;  // the timeline's totals, ordered by (kind, name)
+  for (const auto& t : tl.op_totals()) out.push_back({t.name, t.kind, t.calls, t.time_ns, t.flops, t.bytes});
   std::stable_sort(out.begin(), out.end(), [](const OpStat& a, const OpStat& b) {
     if (a.kind != b.kind) return a.kind == "kernel";
     return a.time_ns > b.time_ns;

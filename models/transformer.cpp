@@ -400,6 +400,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   const bool real = !shape_only;  // shape-only: no storage anywhere (runtime/tensor.h), header-only messages
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
   tl.set_record_dependencies(opt.profile || !trace_path.empty());  // bookkeeping only: no simulated time changes
+  tl.set_keep_events(false);  // the report reads the summary; the trace and the profile keep them (dependencies)
   runtime::Transport world_tp(world, tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
   world_tp.set_shape_only(shape_only);  // shared with the mesh's sub-groups split from it
   mesh.bind(world_tp);

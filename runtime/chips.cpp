@@ -18,9 +18,12 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
 #include <sched.h>
+#include <sys/resource.h>
+#include <fstream>
 
 #include "common/error.h"
 #include "runtime/chip_split.h"
+#include "runtime/host_memory.h"
 #include "runtime/engine.h"
 #include "runtime/transport.h"
 #include "runtime/world.h"
@@ -314,6 +317,17 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
     std::this_thread::sleep_for(std::chrono::seconds(30));
   }
   MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
+  std::_Exit(kExitRuntimeFault);
+}
+
+[[noreturn]] void host_memory_exhausted(int k, int rank) {
+  std::fprintf(stderr, "shardsim: error: host memory: out of host memory on rank %d hosting %d chips (estimated at "
+               "least %.2f GiB; use more ranks, fewer chips or a host with more memory)\n", rank, k,
+               chip_host_bytes(k) / 1073741824.0);
+  std::fflush(stderr);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, kExitRuntimeFault);
   std::_Exit(kExitRuntimeFault);
 }
 
@@ -620,6 +634,51 @@ std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned 
 
 }  // namespace chips
 
+namespace {
+// Resident host bytes per chip in shape-only mode, measured (docs/performance/scale.md: peak RSS over chips of
+// the 405B-shaped step, 512..2,048 chips, minus the rank's base); a floor, the workload adds to it.
+constexpr double kChipResidentBytes = 160.0 * 1024;
+constexpr double kRankBaseBytes = 96.0 * 1024 * 1024;  // MPI, libraries, the topology and the config: one rank
+
+double mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;  // unknown: not checked
+}
+
+std::string gib_text(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+}  // namespace
+
+double chip_host_bytes(int k) { return kRankBaseBytes + double(k) * kChipResidentBytes; }
+
+std::string host_memory_check(int k, long max_chips_per_rank) {
+  if (k <= 1) return "";
+  const std::string limit = " (at most " + std::to_string(max_chips_per_rank) + " chips per rank; use more ranks or fewer chips)";
+  const double resident = chip_host_bytes(k);
+  const double avail = mem_available_bytes();
+  if (avail > 0 && resident > 0.9 * avail)
+    return "host memory: " + std::to_string(k) + " chips on this rank need at least " + gib_text(resident) +
+           " of host memory (" + std::to_string(int(kChipResidentBytes / 1024)) + " KiB per chip), but only " +
+           gib_text(avail) + " is available" + limit;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const double page = 4096;
+    const double address = resident + double(k) * (double(kStackBytes) + page);
+    if (address > double(rl.rlim_cur))
+      return "host memory: " + std::to_string(k) + " chips on this rank need about " + gib_text(address) +
+             " of address space (" + gib_text(resident) + " resident and a 1 MiB stack per chip), but the address-space "
+             "limit (ulimit -v) is " + gib_text(double(rl.rlim_cur)) + limit;
+  }
+  return "";
+}
+
 int run_chips(int k, const std::function<int(const World&)>& body) {
   if (k <= 1) {
     const World world(MPI_COMM_WORLD);
@@ -633,6 +692,7 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);
   if (const char* v = std::getenv("SHARDSIM_TEST_STALL_CHIP"); v && *v) s.stall_chip = std::atoi(v);
   const int n = k * s.wsize;
+  try {  // out of host memory in the scheduler (stacks, mailboxes, maps): one line, exit 3, no unwinding of fibers
   s.chips.resize(static_cast<size_t>(k));
   g = &s;  // shared_ints below shares the world's member map among this rank's chips
   for (int i = 0; i < k; ++i) {
@@ -673,6 +733,8 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
                          } catch (const Error& e) {
                            code = e.exit_code();
                            what = e.what();
+                         } catch (const std::bad_alloc&) {
+                           host_memory_exhausted(g->k, g->wrank);
                          } catch (const std::exception& e) {
                            code = kExitRuntimeFault;
                            what = std::string("internal error: ") + e.what();
@@ -734,6 +796,9 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
     }
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(500)) pause *= 2;
+  }
+  } catch (const std::bad_alloc&) {
+    host_memory_exhausted(k, s.wrank);
   }
   // Every send has left before the router goes away.
   while (!s.send_reqs.empty()) {

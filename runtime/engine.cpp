@@ -212,6 +212,7 @@ struct Engine::Impl : WaitObserver {
       }
       tl = std::move(*st->snapshot);
       st->snapshot.reset();
+      tl.set_keep_events(true);  // the job's events are replayed on the chip's timeline at completion
       for (const auto& p : st->prior)
         if (!p->error) replay(p->events, p->receives, tl);
       const size_t n0 = tl.events().size(), r0 = tl.receives().size();

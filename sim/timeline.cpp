@@ -1,6 +1,7 @@
 #include "sim/timeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <cstdlib>
@@ -269,6 +270,7 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
       last_on_engine_[kComputeEngine] = e.id;
       note_end(end, e.id);
     }
+    commit();
   }
   return {start, end};
 }
@@ -276,7 +278,7 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
 void Timeline::note_send(const std::string& name, const Route& r, int dst, double bytes, TimeNs ready, TimeNs start,
                          Span span, double occupancy, double lat) {
   events_.push_back(Event{name, "send", r.port, span, 0, bytes, dst});
-  if (!deps_) return;
+  if (!deps_) return commit();
   Event& e = events_.back();
   e.id = new_id();
   // What bound the start (called before the port and links are updated): the data, the port, or a link.
@@ -292,6 +294,7 @@ void Timeline::note_send(const std::string& name, const Route& r, int dst, doubl
   last_send_id_ = e.id;
   last_send_end_ = span.end;
   note_end(span.end, e.id);
+  commit();
 }
 
 Span Timeline::send(const std::string& name, int dst, double bytes, TimeNs ready) {
@@ -355,6 +358,7 @@ Span Timeline::replay_send(const Event& e) {
       last_send_end_ = e.span.end;
       note_end(e.span.end, e.id);
     }
+    commit();
   }
   return e.span;
 }
@@ -367,6 +371,7 @@ void Timeline::reset() {
     iv.head = 0;
   }
   events_.clear();
+  sum_ = Summary{};
   receives_.clear();  // ids keep counting: never reused
   std::fill(last_on_engine_.begin(), last_on_engine_.end(), 0);
   std::fill(link_last_.begin(), link_last_.end(), 0);
@@ -384,10 +389,13 @@ void Timeline::record_region(const std::string& name, const std::string& categor
     events_.back().id = new_id();
     events_.back().producer = producer_of(span.end);
   }
+  commit();
 }
 
 void Timeline::replay_region(const Event& e) {
-  if (record_) events_.push_back(e);
+  if (!record_) return;
+  events_.push_back(e);
+  commit();
 }
 
 void Timeline::replay_receive(const Event& e) {
@@ -396,11 +404,7 @@ void Timeline::replay_receive(const Event& e) {
   note_end(e.span.end, e.id);
 }
 
-TimeNs Timeline::end_time() const {
-  TimeNs t = 0;
-  for (const auto& e : events_) t = std::max(t, e.span.end);
-  return t;
-}
+TimeNs Timeline::end_time() const { return sum_.end; }
 
 namespace {
 
@@ -437,23 +441,86 @@ TimeNs intersection(const std::vector<Span>& a, const std::vector<Span>& b) {
   return t;
 }
 
+// Digit runs of NAME replaced by N: the op totals' row name ("all_gather.layer3" -> "all_gather.layerN").
+std::string op_row_name(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size();) {
+    if (std::isdigit(static_cast<unsigned char>(name[i]))) {
+      out += 'N';
+      while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
+std::vector<Span> joined(const std::vector<Span>& merged, const std::vector<Span>& pending) {
+  std::vector<Span> v;
+  v.reserve(merged.size() + pending.size());
+  v.insert(v.end(), merged.begin(), merged.end());
+  v.insert(v.end(), pending.begin(), pending.end());
+  return merge(std::move(v));
+}
+
+constexpr size_t kPendingSpans = 1024;  // spans folded before they are merged in (a bound on host memory only)
+
 }  // namespace
+
+void Timeline::commit() {
+  fold(events_.back());
+  if (!keeps_events()) events_.pop_back();
+}
+
+void Timeline::fold(const Event& e) {
+  ++recorded_;
+  sum_.end = std::max(sum_.end, e.span.end);
+  const char* kind = nullptr;
+  if (e.category == "compute") {
+    sum_.compute_pending.push_back(e.span);
+    sum_.flops += e.flops;
+    if (sum_.compute_pending.size() >= kPendingSpans) {
+      sum_.compute = joined(sum_.compute, sum_.compute_pending);
+      sum_.compute_pending.clear();
+    }
+    kind = "kernel";
+  } else if (e.category == "collective") {
+    sum_.comm_pending.push_back(e.span);
+    if (sum_.comm_pending.size() >= kPendingSpans) {
+      sum_.comm = joined(sum_.comm, sum_.comm_pending);
+      sum_.comm_pending.clear();
+    }
+    kind = "collective";
+  } else if (e.category == "send") {
+    sum_.bytes_sent += e.bytes;
+  }
+  if (!kind) return;
+  std::string name = op_row_name(e.name);
+  auto it = std::lower_bound(sum_.ops.begin(), sum_.ops.end(), std::pair<const char*, const std::string&>{kind, name},
+                             [](const OpTotal& o, const auto& key) {
+                               const int c = o.kind.compare(key.first);
+                               return c < 0 || (c == 0 && o.name < key.second);
+                             });
+  if (it == sum_.ops.end() || it->kind != kind || it->name != name) {
+    OpTotal row;
+    row.kind = kind;
+    row.name = std::move(name);
+    it = sum_.ops.insert(it, std::move(row));
+  }
+  ++it->calls;
+  it->time_ns += e.span.duration();
+  it->flops += e.flops;
+  it->bytes += e.bytes;
+}
+
+std::vector<OpTotal> Timeline::op_totals() const { return sum_.ops; }
 
 Breakdown Timeline::breakdown() const {
   Breakdown b;
-  std::vector<Span> compute, comm;
-  for (const auto& e : events_) {
-    if (e.category == "compute") {
-      compute.push_back(e.span);
-      b.flops += e.flops;
-    } else if (e.category == "collective") {
-      comm.push_back(e.span);
-    } else if (e.category == "send") {
-      b.bytes_sent += e.bytes;
-    }
-  }
-  const auto c = merge(compute);
-  const auto m = merge(comm);
+  b.flops = sum_.flops;
+  b.bytes_sent = sum_.bytes_sent;
+  const auto c = joined(sum_.compute, sum_.compute_pending);
+  const auto m = joined(sum_.comm, sum_.comm_pending);
   b.total = end_time();
   b.compute = length(c);
   b.communication = length(m);

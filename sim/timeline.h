@@ -91,6 +91,17 @@ struct Breakdown {
   double bytes_sent = 0;      // bytes injected into links
 };
 
+// One row of a timeline's op totals (Timeline::op_totals): the compute events ("kernel") and collective regions
+// ("collective") of one name, digit runs replaced by N ("all_gather.layerN"), summed in event order.
+struct OpTotal {
+  std::string kind;   // "kernel" | "collective"
+  std::string name;
+  int calls = 0;
+  TimeNs time_ns = 0;
+  double flops = 0;
+  double bytes = 0;
+};
+
 // How the flows of one step (an exchange with a known global pattern) share the links: per topology link id,
 // the number of the step's flows whose route uses it. Built identically on every chip from the step's
 // (source chip, destination chip) pairs (make()).
@@ -176,11 +187,25 @@ class Timeline {
   void set_async_id_space(std::uint64_t seq);
   const std::vector<Event>& receives() const { return receives_; }
 
+  // The recorded events, in the order they were recorded: every event while events are kept (the default, and
+  // always with dependency recording), else empty.
   const std::vector<Event>& events() const { return events_; }
+  // KEEP false: events are folded into the summary that breakdown(), end_time() and op_totals() read, and not kept
+  // (host memory per chip then grows with the chip's distinct busy intervals and op names, not with its sends: a
+  // ring of N members sends N - 1 times per collective). The summary is the same either way and is folded in event
+  // order, so every figure is bit-identical with and without kept events (tests/unit/sim_test.cpp). Dependency
+  // recording keeps events whatever KEEP says (the trace and the profiler read them).
+  void set_keep_events(bool keep) { keep_ = keep; }
+  bool keeps_events() const { return record_ && (keep_ || deps_); }
   // Back to time zero: every engine free, no events (a fresh clock for the next measurement).
   void reset();
   TimeNs end_time() const;
   Breakdown breakdown() const;
+  // Per (kind, name) totals of the compute events and collective regions since the last reset(), ordered by
+  // (kind, name).
+  std::vector<OpTotal> op_totals() const;
+  // Events recorded since construction (kept or not; reset() does not clear it): the report's host-side count.
+  std::uint64_t events_recorded() const { return recorded_; }
 
  private:
   int chip_;
@@ -218,6 +243,21 @@ class Timeline {
   static constexpr size_t kMaxIntervals = 256;
 
   bool record_ = true;
+  bool keep_ = true;
+  // The summary every recorded event is folded into (fold()), in event order: what breakdown() reads.
+  struct Summary {
+    TimeNs end = 0;
+    double flops = 0, bytes_sent = 0;
+    // Busy intervals of the compute events and of the collective regions: MERGED holds the merged union of the
+    // ones folded so far (sorted, disjoint), PENDING the ones since; merged in when PENDING grows past a bound. The
+    // union of unions is the union, so the merged list, and every sum over it, is what one merge of all would give.
+    std::vector<Span> compute, comm, compute_pending, comm_pending;
+    std::vector<OpTotal> ops;                       // sorted by (kind, name)
+  };
+  Summary sum_;
+  std::uint64_t recorded_ = 0;
+  void fold(const Event& e);   // into sum_; then the event is dropped unless kept (commit())
+  void commit();               // folds events_.back() and drops it unless events are kept
   std::vector<TimeNs> free_;
   // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
   // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.

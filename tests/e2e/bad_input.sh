@@ -238,4 +238,14 @@ if expect_exit 3 '^shardsim: error on chip [01]: out of host memory' -- lowmem_m
   [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
 fi
 
+# Host memory planned before chips start (issue 31 item 4): 1,024 chips on one rank under a 1 GiB address-space
+# limit (their stacks alone reserve 1 GiB) are refused up front with one line naming the estimate, the limit and
+# the chips-per-rank maximum, exit 3 (was an uncaught std::bad_alloc, SIGABRT and a backtrace).
+lowmem_one() { (ulimit -v 1048576 && shardsim_mpi 1 "$@"); }
+if expect_exit 3 '^shardsim: error: host memory: 1024 chips on this rank need about .* GiB of address space.*limit \(ulimit -v\) is 1\.00 GiB \(at most [0-9]+ chips per rank' \
+  -- lowmem_one --chips 1024 bench all_reduce -b 8 -e 8 -n 1 -w 0; then
+  n=$(grep -c '^shardsim' "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
+fi
+
 e2e_finish

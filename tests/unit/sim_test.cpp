@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -515,4 +517,61 @@ TEST(Timeline, ReceiveIntervalsMatchThePlainModelBeyondTheCap) {
     }
     rx.reset();
   }
+}
+
+// The summary (Timeline::set_keep_events(false)) gives every figure bit for bit as the kept events do, also past
+// the summary's merge of pending spans (1,024) and with regions recorded out of order, overlapping, touching and
+// empty; and the kept events' own merge (the reference below) agrees with both.
+TEST(Timeline, SummaryWithoutEventsIsBitIdentical) {
+  auto t = Topology::ring(4, LinkSpec{100, 50});
+  sim::Timeline kept(0, t, dev()), folded(0, t, dev());
+  folded.set_keep_events(false);
+  uint64_t x = 88172645463325252ull;
+  auto rnd = [&] { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x; };
+  for (int i = 0; i < 5000; ++i) {
+    for (sim::Timeline* tl : {&kept, &folded}) {
+      const uint64_t saved = x;
+      const double ready = double(rnd() % 100000) * 0.37;
+      switch (rnd() % 4) {
+        case 0: tl->compute("gemm" + std::to_string(i % 7), 1e6 + double(rnd() % 1000), 10, sim::Precision::fp32, ready, {}); break;
+        case 1: tl->send("all_gather.ring.step" + std::to_string(i % 5), 1 + int(rnd() % 3), double(rnd() % 4096), ready); break;
+        case 2: tl->record_region("all_gather.unit" + std::to_string(i % 3), "collective", {ready, ready + double(rnd() % 500)}, 64); break;
+        default: tl->record_region("touching", "collective", {ready, ready}, 0); break;
+      }
+      if (tl == &kept) x = saved;  // the same draws for both timelines
+    }
+  }
+  EXPECT_TRUE(folded.events().empty());
+  ASSERT_EQ(kept.events().size(), 5000u);
+  const auto a = kept.breakdown(), b = folded.breakdown();
+  for (auto [p, q] : {std::pair{a.total, b.total}, {a.compute, b.compute}, {a.communication, b.communication},
+                      {a.exposed_comm, b.exposed_comm}, {a.flops, b.flops}, {a.bytes_sent, b.bytes_sent}})
+    EXPECT_EQ(std::bit_cast<uint64_t>(p), std::bit_cast<uint64_t>(q));
+  // Reference: one merge of all kept spans, as the breakdown is defined (docs/MODEL.md).
+  auto merged = [&](const char* cat) {
+    std::vector<sim::Span> v;
+    for (const auto& e : kept.events())
+      if (e.category == cat) v.push_back(e.span);
+    std::sort(v.begin(), v.end(), [](const sim::Span& p, const sim::Span& q) { return p.start < q.start; });
+    std::vector<sim::Span> out;
+    for (const auto& s : v) {
+      if (s.end <= s.start) continue;
+      if (!out.empty() && s.start <= out.back().end) out.back().end = std::max(out.back().end, s.end);
+      else out.push_back(s);
+    }
+    double len = 0;
+    for (const auto& s : out) len += s.duration();
+    return len;
+  };
+  EXPECT_EQ(std::bit_cast<uint64_t>(merged("compute")), std::bit_cast<uint64_t>(b.compute));
+  EXPECT_EQ(std::bit_cast<uint64_t>(merged("collective")), std::bit_cast<uint64_t>(b.communication));
+  const auto oa = kept.op_totals(), ob = folded.op_totals();
+  ASSERT_EQ(oa.size(), ob.size());
+  ASSERT_EQ(oa.size(), 3u);  // gemm0..gemm6 are one row gemmN (digits become N), all_gather.unitN, touching
+  for (size_t i = 0; i < oa.size(); ++i) {
+    EXPECT_EQ(oa[i].name, ob[i].name);
+    EXPECT_EQ(oa[i].calls, ob[i].calls);
+    EXPECT_EQ(std::bit_cast<uint64_t>(oa[i].time_ns), std::bit_cast<uint64_t>(ob[i].time_ns));
+  }
+  EXPECT_EQ(folded.events_recorded(), 5000u);
 }
