@@ -50,8 +50,11 @@ DevicePreset read_entry(const ConfigNode& all, const std::string& name) {
   p.spec.name = name;
   p.spec.source = e.get_string("source", "");
   p.spec.kernel.source = e.get_string("kernel_source", "");
-  if (e.has("aliases"))
-    for (const auto& a : e.child("aliases").yaml()) p.aliases.push_back(a.as<std::string>());
+  if (e.has("aliases")) {
+    const ConfigNode list = e.child("aliases");
+    for (size_t i = 0; i < list.yaml().size(); ++i)  // printable_text: no control characters reach a terminal
+      p.aliases.push_back(ConfigNode(list.yaml()[i], list.file(), list.path() + "[" + std::to_string(i) + "]").printable_text());
+  }
   p.sources = text_map(e, "sources");
   p.facts = text_map(e, "facts");
   if (e.has("facts")) e.child("facts").expect_keys(kFactKeys);
