@@ -96,7 +96,9 @@ struct TrainSetup {
   bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
   int pp = 1;                                  // parallel.pp: pipeline stages (schedule etc. in dp)
-  std::optional<topology::Topology> topology;  // the topology: section when given
+  // The topology: section when given; shared by the chips of a rank (per_rank_topology: one copy per rank, not one
+  // per chip, whose links grow with the chips).
+  std::shared_ptr<const topology::Topology> topology;
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
@@ -124,7 +126,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.train = sharding::parse_train_spec(root);
   if (f.steps > 0) s.train.steps = f.steps;
   if (root.has("topology")) {
-    s.topology = sharding::load_workload_topology(root);
+    s.topology = per_rank_topology(sharding::load_workload_topology(root));
     if (s.topology->num_chips() != ranks)
       root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
                                   " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
@@ -410,8 +412,9 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
-  const topology::Topology topo =
-      s.topology ? *s.topology : topology::Topology::ring(n, topology::LinkSpec{100, 1000});
+  const std::shared_ptr<const topology::Topology> topo_shared =
+      s.topology ? s.topology : per_rank_topology(topology::Topology::ring(n, topology::LinkSpec{100, 1000}));
+  const topology::Topology& topo = *topo_shared;
   // dp x cp x tp mesh (tp innermost, Megatron's order); one trainer for every mesh (tp = cp = 1: data parallelism
   // alone, sharding/plans/data_parallel.h).
   std::optional<sharding::DeviceMesh> mesh;
