@@ -14,6 +14,7 @@
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "topology/clos.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::apps {
@@ -95,8 +96,28 @@ nlohmann::json summary(const topology::Topology& t, const std::string& path) {
   return j;
 }
 
+// A Clos (topology/clos.h): its tiers and closed-form metrics. The bisection is the closed form (the graph's exact
+// search stops at 22 nodes); the diameter and average hops are the graph's own, equal to the closed forms.
+void add_clos(nlohmann::json& j, const topology::ClosSpec& s) {
+  const auto m = topology::clos_metrics(s);
+  j["clos"] = {{"description", s.describe()},
+               {"chips_per_leaf", s.chips_per_leaf},
+               {"leaves_per_pod", s.leaves_per_pod},
+               {"pods", s.pods},
+               {"leaf_uplink_gbps", s.leaf_uplink_gbps()},
+               {"pod_uplink_gbps", s.pod_uplink_gbps()},
+               {"diameter_hops_closed_form", m.diameter_hops},
+               {"average_hops_closed_form", m.average_hops}};
+  j["bisection_bandwidth_gbps"] = m.bisection_gbps ? nlohmann::json(*m.bisection_gbps) : nlohmann::json(nullptr);
+  j["bisection_method"] = m.bisection_method;
+}
+
 void print(const nlohmann::json& j) {
   std::printf("topology   %s\n", j["description"].get<std::string>().c_str());
+  if (j.contains("clos"))
+    std::printf("  %s\n  closed forms       diameter %d hops, average %.3f hops\n",
+                j["clos"]["description"].get<std::string>().c_str(), j["clos"]["diameter_hops_closed_form"].get<int>(),
+                j["clos"]["average_hops_closed_form"].get<double>());
   std::printf("  config             %s\n", j["config"].get<std::string>().c_str());
   std::printf("  chips              %d", j["chips"].get<int>());
   if (j["switches"].get<int>() > 0)
@@ -158,6 +179,7 @@ Command add_topo(CLI::App& app, const runtime::World& world) {
       check_outputs(outputs);
       t = topology::load_topology_file(flags->config);
       j = summary(t, flags->config);
+      if (const auto clos = topology::clos_spec_of_document(ConfigNode::load_file(flags->config))) add_clos(j, *clos);
     });
     if (world.rank() == 0) print(j);
     // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.

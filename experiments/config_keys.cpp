@@ -6,6 +6,7 @@
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sim/device_spec.h"
+#include "topology/clos.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::sharding {
@@ -26,6 +27,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"topology", "kind: torus | mesh", topology::kTopologyGridKeys},
       {"topology", "kind: stacked", topology::kTopologyStackedKeys},
       {"topology", "kind: graph", topology::kTopologyGraphKeys},
+      {"topology", "kind: clos", topology::kTopologyClosKeys},
       {"topology.dims[]", "kind: stacked", topology::kTopologyDimKeys},
       {"topology.links[]", "kind: graph", topology::kTopologyLinkKeys},
       {"topology.protocol", "every topology kind", topology::kTopologyProtocolKeys},

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "topology/clos.h"
 
 namespace shardsim::topology {
 
@@ -279,7 +280,7 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
     node.fail(node.path() + ": " + e.what());
   }
   node.child("kind").fail(node.path() + ".kind: unknown kind '" + kind +
-                          "' (known: ring, torus, mesh, fully_connected, switch, stacked, graph)");
+                          "' (known: ring, torus, mesh, fully_connected, switch, stacked, graph, clos)");
 }
 
 }  // namespace
@@ -287,7 +288,9 @@ Topology load_grid(const ConfigNode& node, const std::string& kind) {
 Topology load_topology(const ConfigNode& node) {
   if (!node.is_map()) node.fail(node.path() + ": expected a map with 'kind'");
   const std::string kind = node.get_string("kind");
-  Topology t = kind == "graph" ? load_graph(node) : load_grid(node, kind);
+  Topology t = kind == "graph"  ? load_graph(node)
+               : kind == "clos" ? clos(load_clos_spec(node))  // topology/clos.h: a graph with its closed forms
+                                : load_grid(node, kind);
   apply_placement(node, t);
   apply_protocol(node, t);
   return t;
