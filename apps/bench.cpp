@@ -157,255 +157,315 @@ Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchF
   return m;
 }
 
-int run_bench(const runtime::World& world, const BenchFlags& f) {
+// The parsed command line of a bench run (every rank agrees on it).
+struct BenchPlan {
   std::unique_ptr<Net> net;
   Collective c{};
   std::vector<DType> dtypes;
   std::vector<collectives::ReduceOp> ops;
   size_t lo = 0, hi = 0, step_bytes = 0;
   double factor = 2;
-  world.agree([&] {
-    net = build_net(f.net, world);
-    try {
-      c = collectives::parse_collective(f.collective);
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(e.what());
-    }
-    dtypes = parse_list<DType>(f.dtypes, runtime::all_dtypes(), runtime::parse_dtype, "-d/--datatype");
-    ops = collectives::is_reduction(c)
+};
+
+// Parses and checks F (inside World::agree: a bad flag is one line and exit 2 on every rank).
+BenchPlan parse_bench(const runtime::World& world, const BenchFlags& f) {
+  BenchPlan b;
+  b.net = build_net(f.net, world);
+  try {
+    b.c = collectives::parse_collective(f.collective);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const Collective c = b.c;
+  b.dtypes = parse_list<DType>(f.dtypes, runtime::all_dtypes(), runtime::parse_dtype, "-d/--datatype");
+  b.ops = collectives::is_reduction(c)
               ? parse_list<collectives::ReduceOp>(f.ops, collectives::all_reduce_ops(), collectives::parse_reduce_op,
                                                   "-o/--op")
               : std::vector<collectives::ReduceOp>{collectives::ReduceOp::sum};
-    lo = parse_bytes(f.min_bytes, "-b/--minbytes");
-    hi = parse_bytes(f.max_bytes, "-e/--maxbytes");
-    if (lo > hi) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
-    if (!f.step_bytes.empty()) step_bytes = parse_bytes(f.step_bytes, "-i/--stepbytes");
-    try {
-      factor = std::stod(f.step_factor);
-    } catch (const std::exception&) {
-      throw UsageError("-f/--stepfactor: '" + f.step_factor + "' is not a number");
+  b.lo = parse_bytes(f.min_bytes, "-b/--minbytes");
+  b.hi = parse_bytes(f.max_bytes, "-e/--maxbytes");
+  if (b.lo > b.hi) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
+  if (!f.step_bytes.empty()) b.step_bytes = parse_bytes(f.step_bytes, "-i/--stepbytes");
+  try {
+    b.factor = std::stod(f.step_factor);
+  } catch (const std::exception&) {
+    throw UsageError("-f/--stepfactor: '" + f.step_factor + "' is not a number");
+  }
+  if (b.step_bytes == 0 && !(b.factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
+  if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
+  if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");
+  if (f.gpus != 1 && f.gpus != runtime::chips_per_rank())
+    throw UsageError("-g/--ngpus: chips per rank are set with --chips-per-rank K (before the command); got -g " +
+                     std::to_string(f.gpus) + " with " + std::to_string(runtime::chips_per_rank()) +
+                     " chip(s) per rank");
+  if (!f.step_bytes.empty() && b.step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
+  if (f.shape_only && f.vs_mpi) throw UsageError("--shape-only moves no data: it cannot be timed against MPI (--vs-mpi)");
+  if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty())
+    throw UsageError(collectives::collective_name(c) + ": " + collectives::not_an_algorithm_of(c, f.algo));
+  return b;
+}
+
+// Checks what needs the connected group (inside World::agree): the outputs, the host memory for the largest size,
+// the root and the named algorithm's applicability. Returns the chunk size.
+size_t check_bench_group(const BenchFlags& f, const BenchPlan& b, Net& net) {
+  runtime::Transport& g = *net.group;
+  const Collective c = b.c;
+  const size_t chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
+  std::vector<std::pair<std::string, std::string>> outs;
+  if (!f.csv.empty() || f.csv_given) outs.emplace_back("--csv", f.csv);
+  if (!f.json.empty() || f.json_given) outs.emplace_back("--json", f.json);
+  check_outputs(outs);
+  size_t widest = 1;
+  for (DType dt : b.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
+  collectives::Case big;
+  big.collective = c;
+  big.count = b.hi / widest;
+  big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
+  double need = collectives::host_bytes_needed(big, g.size());
+  // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
+  if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
+  // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers.
+  check_memory(net, f.shape_only ? 0.0 : need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
+  if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
+    throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
+                     " ranks");
+  if (f.algo != "auto") {
+    const std::string a = collectives::canonical_algorithm(c, f.algo);
+    if (const auto why = collectives::obstacle(c, a, g); !why.empty())
+      throw UsageError(collectives::collective_name(c) + ": algorithm '" + a + "' cannot run here: " + why);
+  }
+  return chunk;
+}
+
+// What a bench table's columns need to know.
+struct BenchShape {
+  Collective c{};
+  int p = 0;
+  double busf = 0;
+  bool blocky = false;        // counts rounded down to a multiple of the ranks
+  bool has_in_place = false;  // an in-place column
+  bool checked = false;       // values checked (#wrong column)
+};
+
+void print_bench_header(const BenchFlags& f, const BenchShape& sh, const Net& net, size_t chunk, bool part_of_world) {
+  std::printf("# shardsim bench %s: %s\n", collectives::collective_name(sh.c).c_str(), net.describe().c_str());
+  std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
+              f.algo.c_str(), chunk, f.iters, f.warmup, sh.checked ? 1 : 0,
+              f.vs_mpi ? ", mpi = MPI's own collective" : "");
+  if (f.shape_only) std::printf("# shape-only: buffers carry no data, messages only their timing headers; not validated\n");
+  std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B; on links both ways\n"
+              "# (bidir_ring, torus) busbw can reach twice the per-direction link bandwidth\n", sh.busf, sh.p);
+  if (part_of_world)
+    std::printf("# rows: the group of world rank 0 (all groups run at once); the #wrong verdict covers every group\n");
+  std::printf("#\n");
+  std::printf("# %10s %12s %8s %6s %4s %-16s | %-61s | %-61s |%s\n", "", "", "", "", "", "", "out-of-place",
+              sh.has_in_place ? "in-place" : "", f.vs_mpi ? " MPI, out-of-place" : "");
+  std::printf("# %10s %12s %8s %6s %4s %-16s |", "size", "count", "type", "redop", "root", "algorithm");
+  for (int k = 0; k < 2; ++k)
+    std::printf(" %10s %8s %8s %10s %8s %6s |", "sim time", "algbw", "busbw", "wall time", "busbw", "#wrong");
+  if (f.vs_mpi) std::printf(" %10s %8s |", "wall time", "busbw");
+  std::printf("\n# %10s %12s %8s %6s %4s %-16s |", "(B)", "(elements)", "", "", "", "");
+  for (int k = 0; k < 2; ++k) std::printf(" %10s %8s %8s %10s %8s %6s |", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "");
+  if (f.vs_mpi) std::printf(" %10s %8s |", "(us)", "(GB/s)");
+  std::printf("\n");
+}
+
+// --csv / --json: landed atomically after every size (common/output_file.h), so an interrupted bench keeps every
+// row it printed; a failed write (e.g. a full disk) stops every rank with one line and exit 3.
+class BenchOutputs {
+ public:
+  BenchOutputs(const runtime::World& world, const BenchFlags& f, std::string topology)
+      : world_(world), f_(f), topology_(std::move(topology)), root0_(world.rank() == 0) {
+    if (root0_ && !f.csv.empty()) {
+      std::string head;
+      for (size_t i = 0; i < kCols.size(); ++i) head += (i ? "," : "") + kCols[i];
+      csv_.reset(f.csv, head + "\n");
     }
-    if (step_bytes == 0 && !(factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
-    if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
-    if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");
-    if (f.gpus != 1 && f.gpus != runtime::chips_per_rank())
-      throw UsageError("-g/--ngpus: chips per rank are set with --chips-per-rank K (before the command); got -g " +
-                       std::to_string(f.gpus) + " with " + std::to_string(runtime::chips_per_rank()) +
-                       " chip(s) per rank");
-    if (!f.step_bytes.empty() && step_bytes == 0) throw UsageError("-i/--stepbytes: must be > 0");
-    if (f.shape_only && f.vs_mpi) throw UsageError("--shape-only moves no data: it cannot be timed against MPI (--vs-mpi)");
-    if (f.algo != "auto" && collectives::canonical_algorithm(c, f.algo).empty())
-      throw UsageError(collectives::collective_name(c) + ": " + collectives::not_an_algorithm_of(c, f.algo));
-  });
+    if (!f.csv.empty() || !f.json.empty()) land(0);  // the header (and an empty JSON) before the first row
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  // Collective: lands the rows from FIRST_NEW_ROW on.
+  void land(size_t first_new_row) {
+    if (f_.csv.empty() && f_.json.empty()) return;
+    world_.agree([&] {
+      if (!root0_) return;
+      if (!f_.csv.empty()) {
+        std::string text;
+        for (size_t i = first_new_row; i < rows.size(); ++i) text += csv_row(rows[i]);
+        csv_.append(text);
+      }
+      if (!f_.json.empty())
+        write_file_atomic(f_.json, nlohmann::json{{"topology", topology_}, {"rows", rows}}.dump(2) + "\n");
+    });
+  }
+
+ private:
+  inline static const std::vector<std::string> kCols = {
+      "collective", "size_bytes", "count",         "dtype",           "op",    "root",        "placement",
+      "algorithm",  "ranks",      "sim_time_us",   "sim_algbw_gbps",  "sim_busbw_gbps", "wall_time_us",
+      "wall_busbw_gbps", "wrong", "mpi_time_us",   "mpi_busbw_gbps"};
+  static std::string csv_row(const nlohmann::json& r) {
+    std::string line;
+    for (size_t i = 0; i < kCols.size(); ++i) {
+      if (i) line += ',';
+      if (!r.contains(kCols[i]) || r[kCols[i]].is_null()) continue;
+      line += r[kCols[i]].is_string() ? r[kCols[i]].get<std::string>() : r[kCols[i]].dump();
+    }
+    return line + "\n";
+  }
+  const runtime::World& world_;
+  const BenchFlags& f_;
+  std::string topology_;
+  bool root0_;
+  GrowingOutput csv_;
+};
+
+// Running sums of the summary line.
+struct BenchTotals {
+  double sim_busbw = 0, wall_busbw = 0, mpi_busbw = 0;
+  int n_bw = 0, n_mpi = 0;
+  size_t wrong = 0;
+};
+
+// One size of the table: measures it (out of place, then in place), prints its line on rank 0 and appends its
+// rows to OUT.
+void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh, collectives::Case cs, size_t chunk,
+                bool root0, BenchOutputs& out, BenchTotals& tot) {
+  const size_t es = runtime::dtype_size(cs.dtype);
+  const size_t size = cs.count * es;
+  const Collective c = sh.c;
+  cs.chunk_bytes = chunk;
+  cs.shape_only = f.shape_only;
+  Measure m[2];
+  const size_t first_new_row = out.rows.size();
+  const int columns = sh.has_in_place ? 2 : 1;
+  for (int k = 0; k < columns; ++k) {
+    cs.in_place = k == 1;
+    m[k] = measure(g, cs, f);
+    tot.wrong += m[k].wrong;
+  }
+  const std::string op = collectives::is_reduction(c) ? collectives::reduce_op_name(cs.op) : "none";
+  const int root = collectives::is_rooted(c) ? f.root : -1;
+  if (root0) {
+    if (f.explain && !m[0].explanation.empty()) std::printf("#   %s\n", m[0].explanation.c_str());
+    std::printf("  %10zu %12zu %8s %6s %4d %-16s |", size, cs.count, runtime::dtype_name(cs.dtype).c_str(), op.c_str(),
+                root, m[0].algorithm.c_str());
+  }
+  for (int k = 0; k < columns; ++k) {
+    const double algbw = m[k].sim_us > 0 ? size / (m[k].sim_us * 1e3) : 0;
+    const double walg = m[k].wall_us > 0 ? size / (m[k].wall_us * 1e3) : 0;
+    tot.sim_busbw += algbw * sh.busf;
+    tot.wall_busbw += walg * sh.busf;
+    ++tot.n_bw;
+    if (root0)
+      std::printf(" %10.2f %8.2f %8.2f %10.2f %8.2f %6s |", m[k].sim_us, algbw, algbw * sh.busf, m[k].wall_us,
+                  walg * sh.busf, sh.checked ? std::to_string(m[k].wrong).c_str() : "N/A");
+    nlohmann::json row = {{"collective", collectives::collective_name(c)},
+                          {"size_bytes", size},
+                          {"count", cs.count},
+                          {"dtype", runtime::dtype_name(cs.dtype)},
+                          {"op", op},
+                          {"root", root},
+                          {"placement", k ? "in-place" : "out-of-place"},
+                          {"algorithm", m[k].algorithm},
+                          {"ranks", sh.p},
+                          {"sim_time_us", m[k].sim_us},
+                          {"sim_algbw_gbps", algbw},
+                          {"sim_busbw_gbps", algbw * sh.busf},
+                          {"wall_time_us", m[k].wall_us},
+                          {"wall_busbw_gbps", walg * sh.busf},
+                          {"wrong", sh.checked ? nlohmann::json(m[k].wrong) : nlohmann::json(nullptr)}};
+    if (f.shape_only) row["shape_only"] = true;
+    if (f.vs_mpi && k == 0) {
+      row["mpi_time_us"] = m[0].mpi_us >= 0 ? nlohmann::json(m[0].mpi_us) : nlohmann::json(nullptr);
+      row["mpi_busbw_gbps"] = m[0].mpi_us > 0 ? nlohmann::json(size / (m[0].mpi_us * 1e3) * sh.busf) : nlohmann::json(nullptr);
+      if (m[0].mpi_us > 0) {
+        tot.mpi_busbw += size / (m[0].mpi_us * 1e3) * sh.busf;
+        ++tot.n_mpi;
+      }
+    }
+    out.rows.push_back(row);
+  }
+  if (root0) {
+    if (!sh.has_in_place) std::printf(" %10s %8s %8s %10s %8s %6s |", "", "", "", "", "", "");
+    if (f.vs_mpi && m[0].mpi_us >= 0) std::printf(" %10.2f %8.2f |", m[0].mpi_us, size / (m[0].mpi_us * 1e3) * sh.busf);
+    else if (f.vs_mpi) std::printf(" %10s %8s |", "n/a", "n/a");
+  }
+  // The rows land in the files before their line is finished and flushed on stdout, so whatever a signal
+  // interrupts, every row printed is in --csv / --json.
+  out.land(first_new_row);
+  if (root0) {
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+int run_bench(const runtime::World& world, const BenchFlags& f) {
+  BenchPlan b;
+  world.agree([&] { b = parse_bench(world, f); });
+  const Collective c = b.c;
   // Shape-only runs aim at thousands of chips per rank: no per-message event list (nothing here reads it).
-  net->record_events = !f.shape_only;
-  connect(*net, world);
-  runtime::Transport& g = *net->group;
+  b.net->record_events = !f.shape_only;
+  connect(*b.net, world);
+  runtime::Transport& g = *b.net->group;
   if (f.list) {  // the registry's catalogue, with applicability and estimates on this group
     if (world.rank() == 0)
       std::printf("# shardsim bench --list: collective algorithms on %s; estimates for %zu B per rank\n%s",
-                  net->describe().c_str(), hi, collectives::catalogue_text(&g, static_cast<double>(hi)).c_str());
+                  b.net->describe().c_str(), b.hi, collectives::catalogue_text(&g, static_cast<double>(b.hi)).c_str());
     return kExitOk;
   }
   size_t chunk = 0;
-  world.agree([&] {
-    chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes");
-    std::vector<std::pair<std::string, std::string>> outs;
-    if (!f.csv.empty() || f.csv_given) outs.emplace_back("--csv", f.csv);
-    if (!f.json.empty() || f.json_given) outs.emplace_back("--json", f.json);
-    check_outputs(outs);
-    size_t widest = 1;
-    for (DType dt : dtypes) widest = std::max(widest, runtime::dtype_size(dt));
-    collectives::Case big;
-    big.collective = c;
-    big.count = hi / widest;
-    big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-    double need = collectives::host_bytes_needed(big, g.size());
-    // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
-    if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
-    // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers.
-    check_memory(*net, f.shape_only ? 0.0 : need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
-    if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
-      throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
-                       " ranks");
-    if (f.algo != "auto") {
-      const std::string a = collectives::canonical_algorithm(c, f.algo);
-      if (const auto why = collectives::obstacle(c, a, g); !why.empty())
-        throw UsageError(collectives::collective_name(c) + ": algorithm '" + a + "' cannot run here: " + why);
-    }
-  });
+  world.agree([&] { chunk = check_bench_group(f, b, *b.net); });
   const bool root0 = world.rank() == 0;
-  const int p = g.size();
-  const double busf = collectives::busbw_factor(c, p);
-  const bool blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
-                      c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
-                      c == Collective::all_gatherv;
+  BenchShape sh;
+  sh.c = c;
+  sh.p = g.size();
+  sh.busf = collectives::busbw_factor(c, sh.p);
+  sh.blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
+              c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
+              c == Collective::all_gatherv;
   // Shape-only: no in-place column (no buffers: the same schedule and simulated time as out of place).
-  const bool has_in_place =
-      !f.shape_only && c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
-  const bool checked = f.check && !f.shape_only;
-  if (root0) {
-    std::printf("# shardsim bench %s: %s\n", collectives::collective_name(c).c_str(), net->describe().c_str());
-    std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
-                f.algo.c_str(), chunk, f.iters, f.warmup, checked ? 1 : 0,
-                f.vs_mpi ? ", mpi = MPI's own collective" : "");
-    if (f.shape_only)
-      std::printf("# shape-only: buffers carry no data, messages only their timing headers; not validated\n");
-    std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B; on links both ways\n"
-                "# (bidir_ring, torus) busbw can reach twice the per-direction link bandwidth\n", busf, p);
-    if (g.size() != world.size())
-      std::printf("# rows: the group of world rank 0 (all groups run at once); the #wrong verdict covers every group\n");
-    std::printf("#\n");
-    std::printf("# %10s %12s %8s %6s %4s %-16s | %-61s | %-61s |%s\n", "", "", "", "", "", "", "out-of-place",
-                has_in_place ? "in-place" : "", f.vs_mpi ? " MPI, out-of-place" : "");
-    std::printf("# %10s %12s %8s %6s %4s %-16s |", "size", "count", "type", "redop", "root", "algorithm");
-    for (int k = 0; k < 2; ++k)
-      std::printf(" %10s %8s %8s %10s %8s %6s |", "sim time", "algbw", "busbw", "wall time", "busbw", "#wrong");
-    if (f.vs_mpi) std::printf(" %10s %8s |", "wall time", "busbw");
-    std::printf("\n# %10s %12s %8s %6s %4s %-16s |", "(B)", "(elements)", "", "", "", "");
-    for (int k = 0; k < 2; ++k) std::printf(" %10s %8s %8s %10s %8s %6s |", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "");
-    if (f.vs_mpi) std::printf(" %10s %8s |", "(us)", "(GB/s)");
-    std::printf("\n");
-  }
-  // --csv / --json: landed atomically after every size (common/output_file.h), so an interrupted bench keeps every
-  // row it printed; a failed write (e.g. a full disk) stops every rank with one line and exit 3.
-  const std::vector<std::string> csv_cols = {"collective", "size_bytes", "count", "dtype", "op", "root", "placement",
-                                             "algorithm", "ranks", "sim_time_us", "sim_algbw_gbps", "sim_busbw_gbps",
-                                             "wall_time_us", "wall_busbw_gbps", "wrong", "mpi_time_us",
-                                             "mpi_busbw_gbps"};
-  auto csv_row = [&](const nlohmann::json& r) {
-    std::string line;
-    for (size_t i = 0; i < csv_cols.size(); ++i) {
-      if (i) line += ',';
-      if (!r.contains(csv_cols[i]) || r[csv_cols[i]].is_null()) continue;
-      line += r[csv_cols[i]].is_string() ? r[csv_cols[i]].get<std::string>() : r[csv_cols[i]].dump();
-    }
-    return line + "\n";
-  };
-  GrowingOutput csv;
-  if (root0 && !f.csv.empty()) {
-    std::string head;
-    for (size_t i = 0; i < csv_cols.size(); ++i) head += (i ? "," : "") + csv_cols[i];
-    csv.reset(f.csv, head + "\n");
-  }
-  nlohmann::json rows = nlohmann::json::array();
-  auto land_outputs = [&](size_t first_new_row) {
-    world.agree([&] {
-      if (!root0) return;
-      if (!f.csv.empty()) {
-        std::string text;
-        for (size_t i = first_new_row; i < rows.size(); ++i) text += csv_row(rows[i]);
-        csv.append(text);
-      }
-      if (!f.json.empty())
-        write_file_atomic(f.json, nlohmann::json{{"topology", net->describe()}, {"rows", rows}}.dump(2) + "\n");
-    });
-  };
-  if (!f.csv.empty() || !f.json.empty()) land_outputs(0);  // the header (and an empty JSON) before the first row
-  double sum_sim_busbw = 0, sum_wall_busbw = 0, sum_mpi_busbw = 0;
-  int n_bw = 0, n_mpi = 0;
-  size_t wrong_total = 0;
-  for (DType dt : dtypes)
-    for (auto op : ops)
-      for (size_t bytes = lo; bytes <= hi;) {
-        const size_t es = runtime::dtype_size(dt);
-        size_t count = c == Collective::barrier ? 0 : bytes / es;  // a barrier moves no data
-        if (blocky) count = count / static_cast<size_t>(p) * static_cast<size_t>(p);
-        const size_t size = count * es;
+  sh.has_in_place = !f.shape_only && c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+  sh.checked = f.check && !f.shape_only;
+  if (root0) print_bench_header(f, sh, *b.net, chunk, g.size() != world.size());
+  BenchOutputs out(world, f, b.net->describe());
+  BenchTotals tot;
+  for (DType dt : b.dtypes)
+    for (auto op : b.ops)
+      for (size_t bytes = b.lo; bytes <= b.hi;) {
         collectives::Case cs;
         cs.collective = c;
         cs.dtype = dt;
         cs.op = op;
         cs.algorithm = f.algo;
-        cs.count = count;
+        cs.count = c == Collective::barrier ? 0 : bytes / runtime::dtype_size(dt);  // a barrier moves no data
+        if (sh.blocky) cs.count = cs.count / static_cast<size_t>(sh.p) * static_cast<size_t>(sh.p);
         cs.root = f.root;
-        cs.chunk_bytes = chunk;
-        cs.shape_only = f.shape_only;
-        Measure m[2];
-        const size_t first_new_row = rows.size();
-        for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
-          cs.in_place = k == 1;
-          m[k] = measure(g, cs, f);
-          wrong_total += m[k].wrong;
-        }
-        if (root0) {
-          if (f.explain && !m[0].explanation.empty()) std::printf("#   %s\n", m[0].explanation.c_str());
-          std::printf("  %10zu %12zu %8s %6s %4d %-16s |", size, count, runtime::dtype_name(dt).c_str(),
-                      collectives::is_reduction(c) ? collectives::reduce_op_name(op).c_str() : "none",
-                      collectives::is_rooted(c) ? f.root : -1, m[0].algorithm.c_str());
-        }
-        for (int k = 0; k < (has_in_place ? 2 : 1); ++k) {
-          const double algbw = m[k].sim_us > 0 ? size / (m[k].sim_us * 1e3) : 0;
-          const double walg = m[k].wall_us > 0 ? size / (m[k].wall_us * 1e3) : 0;
-          sum_sim_busbw += algbw * busf;
-          sum_wall_busbw += walg * busf;
-          ++n_bw;
-          if (root0) {
-            std::printf(" %10.2f %8.2f %8.2f %10.2f %8.2f %6s |", m[k].sim_us, algbw, algbw * busf, m[k].wall_us,
-                        walg * busf, checked ? std::to_string(m[k].wrong).c_str() : "N/A");
-          }
-          nlohmann::json row = {{"collective", collectives::collective_name(c)},
-                                {"size_bytes", size},
-                                {"count", count},
-                                {"dtype", runtime::dtype_name(dt)},
-                                {"op", collectives::is_reduction(c) ? collectives::reduce_op_name(op) : "none"},
-                                {"root", collectives::is_rooted(c) ? f.root : -1},
-                                {"placement", k ? "in-place" : "out-of-place"},
-                                {"algorithm", m[k].algorithm},
-                                {"ranks", p},
-                                {"sim_time_us", m[k].sim_us},
-                                {"sim_algbw_gbps", algbw},
-                                {"sim_busbw_gbps", algbw * busf},
-                                {"wall_time_us", m[k].wall_us},
-                                {"wall_busbw_gbps", walg * busf},
-                                {"wrong", checked ? nlohmann::json(m[k].wrong) : nlohmann::json(nullptr)}};
-          if (f.shape_only) row["shape_only"] = true;
-          if (f.vs_mpi && k == 0) {
-            row["mpi_time_us"] = m[0].mpi_us >= 0 ? nlohmann::json(m[0].mpi_us) : nlohmann::json(nullptr);
-            row["mpi_busbw_gbps"] = m[0].mpi_us > 0 ? nlohmann::json(size / (m[0].mpi_us * 1e3) * busf) : nlohmann::json(nullptr);
-            if (m[0].mpi_us > 0) {
-              sum_mpi_busbw += size / (m[0].mpi_us * 1e3) * busf;
-              ++n_mpi;
-            }
-          }
-          rows.push_back(row);
-        }
-        if (root0) {
-          if (!has_in_place) std::printf(" %10s %8s %8s %10s %8s %6s |", "", "", "", "", "", "");
-          if (f.vs_mpi && m[0].mpi_us >= 0) std::printf(" %10.2f %8.2f |", m[0].mpi_us, size / (m[0].mpi_us * 1e3) * busf);
-          else if (f.vs_mpi) std::printf(" %10s %8s |", "n/a", "n/a");
-        }
-        // The rows land in the files before their line is finished and flushed on stdout, so whatever a signal
-        // interrupts, every row printed is in --csv / --json.
-        if (!f.csv.empty() || !f.json.empty()) land_outputs(first_new_row);
-        if (root0) {
-          std::printf("\n");
-          std::fflush(stdout);
-        }
+        bench_size(g, f, sh, cs, chunk, root0, out, tot);
         if (c == Collective::barrier) break;  // no data: one row says it all
         // Next size as nccl-tests steps: b, b*f, b*f^2, ... (or b, b+i, ...) while <= e; never the same size twice.
-        const size_t next = step_bytes ? bytes + step_bytes
-                                       : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * factor));
-        if (next <= bytes || next > hi) break;
+        const size_t next = b.step_bytes ? bytes + b.step_bytes
+                                         : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * b.factor));
+        if (next <= bytes || next > b.hi) break;
         bytes = next;
       }
   {  // every group checked its own results; the verdict covers all of them
-    unsigned long long all = g.rank() == 0 ? wrong_total : 0;
-    net->world->allreduce(std::span<unsigned long long>(&all, 1), runtime::Reduce::sum, "bench");
-    wrong_total = all;
+    unsigned long long all = g.rank() == 0 ? tot.wrong : 0;
+    b.net->world->allreduce(std::span<unsigned long long>(&all, 1), runtime::Reduce::sum, "bench");
+    tot.wrong = all;
   }
   if (root0) {
     if (f.shape_only)
       std::printf("# Out of bounds values : N/A (not validated: shape-only)\n");
     else if (f.check)
-      std::printf("# Out of bounds values : %zu %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+      std::printf("# Out of bounds values : %zu %s\n", tot.wrong, tot.wrong ? "FAILED" : "OK");
     else
       std::printf("# Out of bounds values : N/A (not checked: -c 0)\n");
-    std::printf("# Avg bus bandwidth    : %.4f GB/s simulated, %.4f GB/s wall%s\n", n_bw ? sum_sim_busbw / n_bw : 0.0,
-                n_bw ? sum_wall_busbw / n_bw : 0.0,
-                n_mpi ? (", " + std::to_string(sum_mpi_busbw / n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
+    std::printf("# Avg bus bandwidth    : %.4f GB/s simulated, %.4f GB/s wall%s\n",
+                tot.n_bw ? tot.sim_busbw / tot.n_bw : 0.0, tot.n_bw ? tot.wall_busbw / tot.n_bw : 0.0,
+                tot.n_mpi ? (", " + std::to_string(tot.mpi_busbw / tot.n_mpi) + " GB/s MPI (out-of-place)").c_str() : "");
   }
-  return wrong_total ? kExitValidationFailed : kExitOk;
+  return tot.wrong ? kExitValidationFailed : kExitOk;
 }
 
 }  // namespace

@@ -225,6 +225,9 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   run->add_flag("--profile", opt.profile,
                 "add the profile: the critical path across chips, each op's class and the top bottlenecks "
                 "(docs/PROFILE.md)");
+  run->add_option("--plots", opt.plots_dir,
+                  "write a roofline and a utilisation plot into this directory (PNG + data + gnuplot script; "
+                  "docs/PROFILE.md)");
   run->add_flag("--no-checkpoint", opt.no_checkpoint, "do not write a checkpoint");
   run->add_flag("--shape-only", opt.shape_only,
                 "shape-only mode (as the config's mode: shape_only): no data, kernels and collectives only charge "
@@ -244,6 +247,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   prof->add_option("config", prof_config, "workload YAML of `run` (default: the Llama-2-7B MLP on an 8-chip ring)");
   prof->add_option("--json", prof_json, "also write the report (with its profile section) as JSON to this file");
   prof->add_option("--trace", prof_opt.trace_path, "write a Chrome trace (Perfetto) with arrows and the critical path");
+  prof->add_option("--plots", prof_opt.plots_dir, "write a roofline and a utilisation plot into this directory");
   prof->add_option("--what-if", prof_what_if, "changes to re-simulate, as run's --what-if");
   sharding::ConfigOverrides prof_ov;
   apps::add_config_override_flags(prof, prof_ov);

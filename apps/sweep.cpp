@@ -14,10 +14,7 @@
 // Environment: SHARDSIM_GNUPLOT=PATH runs that gnuplot (default: `gnuplot` on the PATH). Test hook:
 // SHARDSIM_SWEEP_POINT_DELAY_MS=N makes rank 0 sleep N ms after each wave, so tests/e2e/sweep.sh can kill a
 // sweep mid-way reliably.
-#include <fcntl.h>
 #include <mpi.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +40,7 @@
 #include "collectives/verify.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/gnuplot.h"
 #include "common/dir_lock.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
@@ -73,59 +71,11 @@ struct SweepFlags {
 constexpr uint64_t kMaxResultsBytes = 1ull << 30;
 std::string read_text(const std::string& path) { return read_input_file(path, kMaxResultsBytes, "a sweep results file"); }
 
-// Runs GNUPLOT SCRIPT in DIR with stderr to LOG (relative to DIR), without a shell: posix_spawnp with an
-// argument vector, so no path, name or label is ever parsed by /bin/sh. Returns the exit status, 127 when the
-// program cannot be started (ENOENT: not found), or -1 when it died of a signal.
-int run_gnuplot(const std::string& gnuplot, const std::string& dir, const std::string& script, const std::string& log,
-                std::string* why) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addchdir_np(&fa, dir.c_str());
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
-  std::vector<std::string> args = {gnuplot, script};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, gnuplot.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    *why = std::strerror(rc);
-    return 127;
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);  // 127: the child could not exec it (not found)
-  *why = "killed by signal " + std::to_string(WTERMSIG(status));
-  return -1;
-}
-
 // Writes the gnuplot scripts and runs gnuplot. Returns "" or what went wrong. PNGS gets the files drawn.
 std::string draw(const std::string& dir, const std::vector<Row>& rows, std::vector<std::string>* pngs) {
   const auto scripts = sharding::write_plot_scripts(dir, rows);
   if (scripts.empty()) return "";
-  const char* env = std::getenv("SHARDSIM_GNUPLOT");  // which gnuplot to run (default: gnuplot on the PATH)
-  const std::string gnuplot = env && *env ? env : "gnuplot";
-  for (const auto& s : scripts) {
-    std::string why;
-    const int rc = run_gnuplot(gnuplot, dir, s, s + ".log", &why);
-    if (rc == 127) {
-      std::error_code ec;
-      fs::remove(fs::path(dir) / (s + ".log"), ec);  // the child opened it before it failed to start gnuplot
-      return "gnuplot not found ('" + gnuplot + "'" + (why.empty() ? "" : ": " + why) +
-             "; apt-get install gnuplot-nox): " + std::to_string(scripts.size()) +
-             " plot(s) not drawn; the scripts and data are in " + dir;
-    }
-    if (rc != 0)
-      return "gnuplot failed on " + (fs::path(dir) / s).string() + (why.empty() ? "" : " (" + why + ")") + " (see " +
-             (fs::path(dir) / (s + ".log")).string() + ")";
-    fs::remove(fs::path(dir) / (s + ".log"));
-    pngs->push_back((fs::path(dir) / (fs::path(s).stem().string() + ".png")).string());
-  }
-  return "";
+  return draw_gnuplot_scripts(dir, scripts, pngs);
 }
 
 class Progress {

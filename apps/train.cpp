@@ -40,6 +40,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "models/lm_checkpoint.h"
+#include "models/profile_plots.h"
 #include "models/report.h"
 #include "models/trace.h"
 #include "models/lm_model.h"
@@ -76,6 +77,7 @@ struct TrainFlags {
   std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
   std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
   bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
+  std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
@@ -428,7 +430,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
-  tl.set_record_dependencies(f.profile || !f.trace_path.empty());  // bookkeeping only: no simulated time changes
+  tl.set_record_dependencies(f.profile || !f.trace_path.empty() || !f.plots_dir.empty());  // bookkeeping only: no simulated time changes
   tl.set_keep_events(false);  // the report reads the summary; the trace and the profile keep them (dependencies)
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
@@ -532,7 +534,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
   if (s.pp > 1) pipeline_report(*trainer, rep);
-  sharding::profile_and_trace(world, tl, f.trace_path, f.profile, rep);  // the last step's
+  sharding::profile_and_trace(world, tl, {f.trace_path, f.profile, f.plots_dir, rep.peak_tflops_per_chip},
+                              rep);  // the last step's
   if (f.validate) validate_losses(world, s, rep);
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
@@ -571,6 +574,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (!f.checkpoint.empty()) outputs.emplace_back("--checkpoint", f.checkpoint);
     if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
+    sharding::check_plots_dir(f.plots_dir);
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
@@ -581,8 +585,8 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
                        "reduced size with real data");
     if (f.validate && !s.data_parallel)
       throw UsageError("--validate: one chip without a parallel: section is the reference itself");
-    if ((f.profile || !f.what_if.empty()) && !s.data_parallel)
-      throw UsageError(std::string(f.profile ? "--profile" : "--what-if") + ": one chip without a parallel: section "
+    if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
+      throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
                        "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
     if (!f.what_if.empty()) (void)plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides));
     if (!f.trace_path.empty() && !s.data_parallel)
@@ -665,6 +669,9 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--profile", flags->profile,
                 "add the profile of the last step: the critical path across chips, each op's class and the top "
                 "bottlenecks (docs/PROFILE.md)");
+  sub->add_option("--plots", flags->plots_dir,
+                  "write a roofline and a utilisation plot of the last step into this directory (PNG + data + "
+                  "gnuplot script; docs/PROFILE.md)");
   sub->add_option("--what-if", flags->what_if,
                   "re-simulate each change (shape-only) and print its speedup on the step, e.g. "
                   "link_bw=2x,hbm_bw=1.5x,peak=2x (docs/PROFILE.md)");

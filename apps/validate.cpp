@@ -112,6 +112,164 @@ struct Row {
   double shape_only_sim_ns = 0;   // the same in shape-only mode (--shape-only-check)
 };
 
+// Checks PLAN against the group (inside World::agree): the outputs, that something is selected, the host memory
+// of the largest case of every collective.
+void check_validate_plan(const ValidateFlags& f, const Plan& plan, Net& net) {
+  runtime::Transport& g = *net.group;
+  if (!f.json.empty()) check_outputs({{"--json", f.json}});
+  size_t widest = 1, largest = 0, selected = 0;
+  for (DType dt : plan.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
+  for (size_t count : plan.counts)
+    for (DType dt : plan.dtypes) {
+      const size_t bytes = count * runtime::dtype_size(dt);
+      if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
+      ++selected;
+      largest = std::max(largest, count);
+    }
+  if (selected == 0 || plan.algorithms.empty())
+    throw UsageError("nothing to validate: no count x dtype lies within -b/-e, or no algorithm can run here");
+  for (Collective c : plan.collectives) {
+    collectives::Case big;
+    big.collective = c;
+    big.count = largest;
+    big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
+    const double need = collectives::host_bytes_needed(big, g.size());
+    check_memory(net, need, need, "validate " + collectives::collective_name(c) + " count " + std::to_string(largest));
+  }
+}
+
+// Input passes: 0 verifiable, 1 random (floating reductions), 2 special values (collectives/verify.h).
+const char* const kPassName[] = {"verifiable", "random", "special"};
+
+// One case on the group; with --shape-only-check also without storage (its simulated time and bytes must equal the
+// real run's); with several groups, the checked and wrong counts of all of them. SHAPE_ONLY_NS gets the shape-only
+// run's time.
+collectives::Outcome validate_case(Net& net, const runtime::World& world, const ValidateFlags& f,
+                                   const collectives::Case& cs, double* shape_only_ns) {
+  runtime::Transport& g = *net.group;
+  auto o = collectives::run_case(g, cs);
+  if (f.shape_only_check) {
+    // The same case without storage (runtime/transport.h): its simulated time and bytes sent must equal the real
+    // run's exactly (both are maxima over the group, so every rank decides alike).
+    collectives::Case so = cs;
+    so.shape_only = true;
+    so.inject_wrong_result = false;
+    const auto s = collectives::run_case(g, so);
+    *shape_only_ns += s.sim_time_ns;
+    if (s.sim_time_ns != o.sim_time_ns || s.bytes_sent != o.bytes_sent) {
+      std::ostringstream os;
+      os.precision(17);
+      os << "shape-only differs from real data: simulated " << s.sim_time_ns << " ns vs " << o.sim_time_ns
+         << " ns, bytes sent " << s.bytes_sent << " vs " << o.bytes_sent;
+      if (!o.wrong) o.first_wrong = os.str();
+      ++o.wrong;
+    }
+  }
+  if (g.size() != world.size()) {  // every group ran this case: count all of them
+    unsigned long long all[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0};
+    net.world->allreduce(std::span<unsigned long long>(all, 2), runtime::Reduce::sum, "validate");
+    if (all[1] && !o.wrong) o.first_wrong = "(in another group)";
+    o.checked = all[0];
+    o.wrong = all[1];
+  }
+  return o;
+}
+
+// What one table row (collective x algorithm x dtype x op) runs: every selected count, out of place and in place,
+// every input pass. Failures are appended to FAILURES.
+Row validate_row(Net& net, const runtime::World& world, const ValidateFlags& f, const Plan& plan, Collective c,
+                 const std::string& algo, DType dt, collectives::ReduceOp op, int root, const std::vector<int>& passes,
+                 std::vector<std::string>& failures) {
+  const bool root0 = world.rank() == 0;
+  const bool reduction = collectives::is_reduction(c);
+  const bool has_in_place = c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+  Row row{collectives::collective_name(c), algo, c == Collective::barrier ? "-" : runtime::dtype_name(dt),
+          reduction ? collectives::reduce_op_name(op) : "-"};
+  for (size_t count : plan.counts) {
+    const size_t bytes = count * runtime::dtype_size(dt);
+    if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
+    for (int in_place = 0; in_place <= (has_in_place && !f.no_in_place ? 1 : 0); ++in_place)
+      for (int pass : passes) {
+        const bool random = pass == 1;
+        if (random && !(reduction && runtime::is_floating(dt))) continue;
+        if (pass == 2 && c == Collective::barrier) continue;
+        collectives::Case cs;
+        cs.collective = c;
+        cs.dtype = dt;
+        cs.op = op;
+        cs.algorithm = algo;
+        cs.count = c == Collective::barrier ? 0 : count;
+        cs.in_place = in_place;
+        cs.root = root;
+        cs.random_input = random;
+        cs.special_input = pass == 2;
+        cs.chunk_bytes = plan.chunk_bytes;
+        cs.seed = f.seed;
+        cs.inject_count_mismatch = f.inject_count_mismatch;
+        cs.inject_wrong_result = f.inject_wrong_result;
+        const auto o = validate_case(net, world, f, cs, &row.shape_only_sim_ns);
+        ++row.cases;
+        row.checked += o.checked;
+        row.wrong += o.wrong;
+        row.max_error = std::max(row.max_error, o.max_error);
+        row.digest += o.digest;
+        row.sim_ns += o.sim_time_ns;
+        if (f.explain && root0 && !o.explanation.empty() && !in_place && pass == passes.front())
+          std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
+        if (o.wrong) {
+          std::ostringstream os;
+          os << row.collective << " " << o.algorithm << " " << row.dtype << " " << row.op << " count " << count
+             << (in_place ? " in-place" : " out-of-place") << " " << kPassName[pass] << ": " << o.wrong
+             << " wrong, first: " << o.first_wrong;
+          failures.push_back(os.str());
+        }
+        if (f.verbose && root0)
+          std::printf("    %-15s %-17s %-9s %-5s count %-9zu %-12s %-10s %s sim %.3f us\n", row.collective.c_str(),
+                      o.algorithm.c_str(), row.dtype.c_str(), row.op.c_str(), count,
+                      in_place ? "in-place" : "out-of-place", kPassName[pass], o.wrong ? "WRONG" : "ok",
+                      o.sim_time_ns / 1e3);
+        if (c == Collective::barrier) break;
+      }
+    if (c == Collective::barrier) break;
+  }
+  return row;
+}
+
+void print_validate_header(const Net& net, const Plan& plan, int root, const std::vector<int>& passes) {
+  std::printf("# shardsim validate: %s\n", net.describe().c_str());
+  std::string inputs;
+  for (int ps : passes)
+    inputs += std::string(inputs.empty() ? "" : " and ") +
+              (ps == 0   ? "verifiable (bit-exact check)"
+               : ps == 1 ? "random (tolerance 2(p-1)u sum|x|)"
+                         : "special (NaN, +-Inf, -0, subnormals, largest finite; bit-exact, NaN matches NaN)");
+  std::printf("# inputs: %s; chunk %zu B; root %d; counts", inputs.c_str(), plan.chunk_bytes, root);
+  for (size_t c : plan.counts) std::printf(" %zu", c);
+  std::printf("\n#\n# %-15s %-17s %-9s %-5s %7s %11s %7s\n", "collective", "algorithm", "dtype", "op", "cases",
+              "checked", "#wrong");
+}
+
+void write_validate_json(const ValidateFlags& f, const Net& net, const Plan& plan, const std::vector<Row>& rows,
+                         const std::vector<std::string>& failures, const std::vector<int>& passes) {
+  size_t cases = 0, checked = 0, wrong = 0;
+  for (const auto& r : rows) cases += r.cases, checked += r.checked, wrong += r.wrong;
+  nlohmann::json j;
+  j["topology"] = net.describe();
+  j["cases"] = cases;
+  j["checked"] = checked;
+  j["wrong"] = wrong;
+  j["skipped"] = plan.skipped;
+  for (int ps : passes) j["inputs"].push_back(kPassName[ps]);
+  j["failures"] = failures;
+  for (const auto& r : rows) {
+    j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype}, {"op", r.op},
+                         {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong}, {"max_error", r.max_error},
+                         {"output_digest", r.digest}, {"sim_ns", r.sim_ns}});
+    if (f.shape_only_check) j["rows"].back()["shape_only_sim_ns"] = r.shape_only_sim_ns;
+  }
+  write_file(f.json, j.dump(2) + "\n");
+}
+
 int run_validate(const runtime::World& world, const ValidateFlags& f) {
   std::unique_ptr<Net> net;
   world.agree([&] { net = build_net(f.net, world); });
@@ -120,134 +278,27 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
   Plan plan;
   world.agree([&] {
     plan = make_plan(f, &g, g.size());
-    if (!f.json.empty()) check_outputs({{"--json", f.json}});
-    size_t widest = 1, largest = 0, selected = 0;
-    for (DType dt : plan.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
-    for (size_t count : plan.counts)
-      for (DType dt : plan.dtypes) {
-        const size_t bytes = count * runtime::dtype_size(dt);
-        if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
-        ++selected;
-        largest = std::max(largest, count);
-      }
-    if (selected == 0 || plan.algorithms.empty())
-      throw UsageError("nothing to validate: no count x dtype lies within -b/-e, or no algorithm can run here");
-    for (Collective c : plan.collectives) {
-      collectives::Case big;
-      big.collective = c;
-      big.count = largest;
-      big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-      const double need = collectives::host_bytes_needed(big, g.size());
-      check_memory(*net, need, need, "validate " + collectives::collective_name(c) + " count " + std::to_string(largest));
-    }
+    check_validate_plan(f, plan, *net);
   });
   const bool root0 = world.rank() == 0;
   const int root = f.root >= 0 ? f.root : g.size() - 1;
-  // Input passes: 0 verifiable, 1 random (floating reductions), 2 special values (collectives/verify.h).
-  const bool special = f.special || f.only_special;
   std::vector<int> passes;
   if (!f.only_special) passes.push_back(0);
   if (!f.only_special && !f.no_random) passes.push_back(1);
-  if (special) passes.push_back(2);
-  static const char* const kPassName[] = {"verifiable", "random", "special"};
-  if (root0) {
-    std::printf("# shardsim validate: %s\n", net->describe().c_str());
-    std::string inputs;
-    for (int ps : passes)
-      inputs += std::string(inputs.empty() ? "" : " and ") +
-                (ps == 0 ? "verifiable (bit-exact check)" : ps == 1 ? "random (tolerance 2(p-1)u sum|x|)"
-                 : "special (NaN, +-Inf, -0, subnormals, largest finite; bit-exact, NaN matches NaN)");
-    std::printf("# inputs: %s; chunk %zu B; root %d; counts", inputs.c_str(), plan.chunk_bytes, root);
-    for (size_t c : plan.counts) std::printf(" %zu", c);
-    std::printf("\n#\n# %-15s %-17s %-9s %-5s %7s %11s %7s\n", "collective", "algorithm", "dtype", "op", "cases",
-                "checked", "#wrong");
-  }
+  if (f.special || f.only_special) passes.push_back(2);
+  if (root0) print_validate_header(*net, plan, root, passes);
   std::vector<Row> rows;
   std::vector<std::string> failures;
   size_t total_cases = 0, total_checked = 0, total_wrong = 0;
   for (Collective c : plan.collectives) {
     if (!plan.algorithms.count(c)) continue;
-    const bool reduction = collectives::is_reduction(c);
     const std::vector<DType> dtypes = c == Collective::barrier ? std::vector<DType>{DType::fp32} : plan.dtypes;
     const std::vector<collectives::ReduceOp> ops =
-        reduction ? plan.ops : std::vector<collectives::ReduceOp>{collectives::ReduceOp::sum};
-    const bool has_in_place = c != Collective::all_to_allv && c != Collective::send_recv && c != Collective::barrier;
+        collectives::is_reduction(c) ? plan.ops : std::vector<collectives::ReduceOp>{collectives::ReduceOp::sum};
     for (const auto& algo : plan.algorithms[c])
       for (DType dt : dtypes)
         for (auto op : ops) {
-          Row row{collectives::collective_name(c), algo, c == Collective::barrier ? "-" : runtime::dtype_name(dt),
-                  reduction ? collectives::reduce_op_name(op) : "-"};
-          for (size_t count : plan.counts) {
-            const size_t bytes = count * runtime::dtype_size(dt);
-            if (bytes < plan.min_bytes || bytes > plan.max_bytes) continue;
-            for (int in_place = 0; in_place <= (has_in_place && !f.no_in_place ? 1 : 0); ++in_place)
-              for (int pass : passes) {
-                const bool random = pass == 1;
-                if (random && !(reduction && runtime::is_floating(dt))) continue;
-                if (pass == 2 && c == Collective::barrier) continue;
-                collectives::Case cs;
-                cs.collective = c;
-                cs.dtype = dt;
-                cs.op = op;
-                cs.algorithm = algo;
-                cs.count = c == Collective::barrier ? 0 : count;
-                cs.in_place = in_place;
-                cs.root = root;
-                cs.random_input = random;
-                cs.special_input = pass == 2;
-                cs.chunk_bytes = plan.chunk_bytes;
-                cs.seed = f.seed;
-                cs.inject_count_mismatch = f.inject_count_mismatch;
-                cs.inject_wrong_result = f.inject_wrong_result;
-                auto o = collectives::run_case(g, cs);
-                if (f.shape_only_check) {
-                  // The same case without storage (runtime/transport.h): its simulated time and bytes sent must
-                  // equal the real run's exactly (both are maxima over the group, so every rank decides alike).
-                  collectives::Case so = cs;
-                  so.shape_only = true;
-                  so.inject_wrong_result = false;
-                  const auto s = collectives::run_case(g, so);
-                  row.shape_only_sim_ns += s.sim_time_ns;
-                  if (s.sim_time_ns != o.sim_time_ns || s.bytes_sent != o.bytes_sent) {
-                    std::ostringstream os;
-                    os.precision(17);
-                    os << "shape-only differs from real data: simulated " << s.sim_time_ns << " ns vs "
-                       << o.sim_time_ns << " ns, bytes sent " << s.bytes_sent << " vs " << o.bytes_sent;
-                    if (!o.wrong) o.first_wrong = os.str();
-                    ++o.wrong;
-                  }
-                }
-                if (g.size() != world.size()) {  // every group ran this case: count all of them
-                  unsigned long long all[2] = {g.rank() == 0 ? o.checked : 0, g.rank() == 0 ? o.wrong : 0};
-                  net->world->allreduce(std::span<unsigned long long>(all, 2), runtime::Reduce::sum, "validate");
-                  if (all[1] && !o.wrong) o.first_wrong = "(in another group)";
-                  o.checked = all[0];
-                  o.wrong = all[1];
-                }
-                ++row.cases;
-                row.checked += o.checked;
-                row.wrong += o.wrong;
-                row.max_error = std::max(row.max_error, o.max_error);
-                row.digest += o.digest;
-                row.sim_ns += o.sim_time_ns;
-                if (f.explain && root0 && !o.explanation.empty() && !in_place && pass == passes.front())
-                  std::printf("#   %s count %zu: %s\n", row.collective.c_str(), count, o.explanation.c_str());
-                if (o.wrong) {
-                  std::ostringstream os;
-                  os << row.collective << " " << o.algorithm << " " << row.dtype << " " << row.op << " count " << count
-                     << (in_place ? " in-place" : " out-of-place") << " " << kPassName[pass] << ": "
-                     << o.wrong << " wrong, first: " << o.first_wrong;
-                  failures.push_back(os.str());
-                }
-                if (f.verbose && root0)
-                  std::printf("    %-15s %-17s %-9s %-5s count %-9zu %-12s %-10s %s sim %.3f us\n",
-                              row.collective.c_str(), o.algorithm.c_str(), row.dtype.c_str(), row.op.c_str(), count,
-                              in_place ? "in-place" : "out-of-place", kPassName[pass],
-                              o.wrong ? "WRONG" : "ok", o.sim_time_ns / 1e3);
-                if (c == Collective::barrier) break;
-              }
-            if (c == Collective::barrier) break;
-          }
+          const Row row = validate_row(*net, world, f, plan, c, algo, dt, op, root, passes, failures);
           if (row.cases == 0) continue;
           total_cases += row.cases;
           total_checked += row.checked;
@@ -265,23 +316,7 @@ int run_validate(const runtime::World& world, const ValidateFlags& f) {
     for (size_t i = 0; i < failures.size() && i < 20; ++i) std::printf("# WRONG %s\n", failures[i].c_str());
     std::printf("# %zu cases, %zu elements checked, %zu wrong: %s\n", total_cases, total_checked, total_wrong,
                 total_wrong ? "FAIL" : "PASS");
-    if (!f.json.empty()) {
-      nlohmann::json j;
-      j["topology"] = net->describe();
-      j["cases"] = total_cases;
-      j["checked"] = total_checked;
-      j["wrong"] = total_wrong;
-      j["skipped"] = plan.skipped;
-      for (int ps : passes) j["inputs"].push_back(kPassName[ps]);
-      j["failures"] = failures;
-      for (const auto& r : rows) {
-        j["rows"].push_back({{"collective", r.collective}, {"algorithm", r.algorithm}, {"dtype", r.dtype},
-                             {"op", r.op}, {"cases", r.cases}, {"checked", r.checked}, {"wrong", r.wrong},
-                             {"max_error", r.max_error}, {"output_digest", r.digest}, {"sim_ns", r.sim_ns}});
-        if (f.shape_only_check) j["rows"].back()["shape_only_sim_ns"] = r.shape_only_sim_ns;
-      }
-      write_file(f.json, j.dump(2) + "\n");
-    }
+    if (!f.json.empty()) write_validate_json(f, *net, plan, rows, failures, passes);
   }
   return total_wrong ? kExitValidationFailed : kExitOk;
 }

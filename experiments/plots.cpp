@@ -7,6 +7,7 @@
 #include <set>
 
 #include "collectives/registry.h"
+#include "common/gnuplot.h"
 #include "common/output_file.h"
 #include "experiments/sweep.h"
 
@@ -15,29 +16,7 @@ namespace shardsim::sharding {
 namespace fs = std::filesystem;
 
 namespace {
-// Plot scripts never interpret text from configs or results files (docs/SECURITY.md): series titles and bar
-// labels are data (read from the .dat files with columnheader / xtic), and the few strings written into a
-// script go through gp_quote: a gnuplot single-quoted string, in which gnuplot performs no backquote command
-// substitution, no @macro expansion and no backslash escapes (the terminal is 'noenhanced'); a quote is
-// doubled, and control characters (a newline would end the command) become '?'.
-std::string gp_quote(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    o += c == '\'' ? std::string("''") : (u < 0x20 || u == 0x7f) ? std::string("?") : std::string(1, c);
-  }
-  return o + "'";
-}
-// A string as one data-file field: in double quotes, with '"' (which a data file cannot escape) as '\'' and
-// control characters (which would end the record) as '?'.
-std::string gp_data_string(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    o += c == '"' ? '\'' : (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  return o + "\"";
-}
+// Plot scripts never interpret text from configs or results files: common/gnuplot.h (gp_quote, gp_data_string).
 // Collective names from a results file are plotted only when they are names this program knows.
 bool known_collective(const std::string& name) {
   try {

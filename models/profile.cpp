@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "models/profile_plots.h"
 #include "models/report.h"
 #include "models/trace.h"
 
@@ -25,19 +26,32 @@ const sim::Event& event_of(const sim::Profile& p, const sim::PathStep& s) {
   throw std::logic_error("profile: chip " + std::to_string(s.chip) + " of a path step not gathered");
 }
 
+// Bins of the utilisation plot over the run's [0, end].
+constexpr int kUtilisationBins = 200;
+
 // Steps of the critical path written out in the JSON at most (a long training step has many).
 constexpr size_t kMaxPathSteps = 10000;
 
 }  // namespace
 
-void profile_and_trace(const runtime::World& world, const sim::Timeline& tl, const std::string& trace_path,
-                       bool profile, RunReport& report) {
-  if (trace_path.empty() && !profile) return;
+void profile_and_trace(const runtime::World& world, const sim::Timeline& tl, const ProfileOutputs& out,
+                       RunReport& report) {
+  if (!out.any()) return;
   auto all = gather_events(world, tl);
   std::shared_ptr<const sim::Profile> p;
-  if (profile && world.rank() == 0) p = std::make_shared<const sim::Profile>(sim::profile(std::move(all)));
-  if (!trace_path.empty())
-    write_trace_file(world, p ? p->chips : all, tl.topology(), p.get(), trace_path);
+  if (out.profile && world.rank() == 0) p = std::make_shared<const sim::Profile>(sim::profile(std::move(all)));
+  const auto& chips = p ? p->chips : all;
+  if (!out.trace_path.empty()) write_trace_file(world, chips, tl.topology(), p.get(), out.trace_path);
+  if (!out.plots_dir.empty())
+    world.agree([&] {
+      if (world.rank() != 0) return;
+      sim::TimeNs end = 0;
+      for (const auto& ce : chips)
+        for (const auto& e : ce.events) end = std::max(end, e.span.end);
+      const auto roof = roofline(chips, Roof{out.peak_tflops, tl.device().hbm_gbps});
+      report.plots_warning =
+          write_profile_plots(out.plots_dir, report.name, roof, utilisation(chips, end, kUtilisationBins), &report.plots);
+    });
   if (p) report.profile = std::move(p);
 }
 

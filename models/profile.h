@@ -25,11 +25,22 @@ struct WhatIf {
   double speedup = 0;
 };
 
-// Collective (every rank calls it; nothing happens when both are off): with TRACE_PATH, writes the trace
-// (models/trace.h) and with PROFILE sets REPORT.profile on rank 0, from every chip's events gathered once. TL must
-// have recorded dependencies (sim::Timeline::set_record_dependencies) for the critical path and the arrows.
-void profile_and_trace(const runtime::World& world, const sim::Timeline& tl, const std::string& trace_path,
-                       bool profile, RunReport& report);
+// What a run writes from its chips' recorded events (`--trace`, `--profile`, `--plots`).
+struct ProfileOutputs {
+  std::string trace_path;  // Chrome trace (models/trace.h); "" none
+  bool profile = false;    // the profile section (RunReport::profile)
+  std::string plots_dir;   // roofline and utilisation plots (models/profile_plots.h); "" none
+  double peak_tflops = 0;  // the device's peak at the run's precision: the roofline's flat roof
+  // Events must be recorded with dependencies (sim::Timeline::set_record_dependencies) when this is true.
+  bool any() const { return !trace_path.empty() || profile || !plots_dir.empty(); }
+};
+
+// Collective (every rank calls it; nothing happens when OUT.any() is false): writes the trace, sets
+// REPORT.profile and writes the plots (REPORT.plots; a plot gnuplot could not draw is REPORT.plots_warning) on
+// rank 0, from every chip's events gathered once. TL must have recorded dependencies. A file that cannot be
+// written is AgreedError (exit 3) on every rank.
+void profile_and_trace(const runtime::World& world, const sim::Timeline& tl, const ProfileOutputs& out,
+                       RunReport& report);
 
 // The profile as text (the report's "profile" section) and JSON. TOP: rows of the bottleneck and wait tables.
 std::string profile_text(const sim::Profile& p, size_t top = 10);

@@ -14,6 +14,8 @@
 
 #include <mpi.h>
 
+#include "common/text.h"
+
 
 namespace shardsim::sharding {
 
@@ -348,6 +350,11 @@ std::string profile_section_text(const RunReport& r) {
   std::string s;
   if (r.profile) s += profile_text(*r.profile);
   if (!r.what_if.empty()) s += what_if_text(r.critical.total, r.what_if);
+  if (!r.plots.empty()) {
+    s += "plots (docs/PROFILE.md, \"Plots\")\n";
+    for (const auto& p : r.plots) s += "  " + escape_control(p) + "\n";
+  }
+  if (!r.plots_warning.empty()) s += "plots: " + escape_control(r.plots_warning) + "\n";
   return s;
 }
 
@@ -441,6 +448,7 @@ nlohmann::json to_json(const RunReport& r) {
   }
   if (r.profile) j["profile"] = profile_json(*r.profile);
   if (!r.what_if.empty()) j["what_if"] = what_if_json(r.critical.total, r.what_if);
+  if (!r.plots.empty() || !r.plots_warning.empty()) j["plots"] = {{"files", r.plots}, {"warning", r.plots_warning}};
   return j;
 }
 

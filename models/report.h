@@ -200,6 +200,9 @@ struct RunReport {
   // without --profile) and --what-if's re-simulations, largest speedup first (against critical.total).
   std::shared_ptr<const sim::Profile> profile;
   std::vector<WhatIf> what_if;
+  // --plots (models/profile_plots.h): the PNGs drawn (rank 0), or why they were not (data and scripts written).
+  std::vector<std::string> plots;
+  std::string plots_warning;
 
   bool ok() const { return passed && resume_bit_exact; }
 };

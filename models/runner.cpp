@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "models/profile_plots.h"
 #include "runtime/chips.h"
 
 namespace shardsim::sharding {
@@ -100,6 +101,7 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   if (const auto ckpt = model_checkpoint_target(c, opt)) outputs.emplace_back("checkpoint", *ckpt);
   if (!json_path.empty()) outputs.emplace_back("--json", json_path);
   if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
+  check_plots_dir(opt.plots_dir);
   check_outputs_distinct(outputs, {{"the config file", c.file()}});
 }
 
@@ -109,6 +111,7 @@ RunReport run_model(const runtime::World& world, const ModelConfig& c, const Run
   BlockRunOptions bo;
   bo.trace_path = opt.trace_path;
   bo.profile = opt.profile;
+  bo.plots_dir = opt.plots_dir;
   bo.resume_from = opt.resume_from;
   bo.shape_only = opt.shape_only;
   if (const auto ckpt = model_checkpoint_target(c, opt)) bo.checkpoint_path = *ckpt;

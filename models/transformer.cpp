@@ -399,7 +399,7 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   const bool shape_only = cfg.shape_only || opt.shape_only;
   const bool real = !shape_only;  // shape-only: no storage anywhere (runtime/tensor.h), header-only messages
   sim::Timeline tl(chip_id, cfg.topology, cfg.device);
-  tl.set_record_dependencies(opt.profile || !trace_path.empty());  // bookkeeping only: no simulated time changes
+  tl.set_record_dependencies(opt.profile || !trace_path.empty() || !opt.plots_dir.empty());  // bookkeeping only: no simulated time changes
   tl.set_keep_events(false);  // the report reads the summary; the trace and the profile keep them (dependencies)
   runtime::Transport world_tp(world, tl, cfg.topology.placement());  // mesh rank r on chip placement[r]
   world_tp.set_shape_only(shape_only);  // shared with the mesh's sub-groups split from it
@@ -585,7 +585,9 @@ RunReport run_block(const runtime::World& world, const BlockConfig& cfg, const B
   if (rank == 0)
     for (int r = 0; r < chips; ++r) flops_sum += all_stats[nf * static_cast<size_t>(r) + 6];
   rep.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
-  profile_and_trace(world, tl, trace_path, opt.profile, rep);
+  profile_and_trace(world, tl,
+                    {trace_path, opt.profile, opt.plots_dir, cfg.device.peak_tflops(runtime::precision_of(s.dtype))},
+                    rep);
 
   // ---- resumed without attention: the output must reproduce the stored one ----
   if (reader && activations && reader->has("activations/output")) {

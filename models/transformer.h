@@ -128,6 +128,7 @@ void check_host_memory(const BlockConfig& c);
 struct BlockRunOptions {
   std::string trace_path;
   bool profile = false;         // RunReport::profile: the critical path across chips (models/profile.h)
+  std::string plots_dir;        // roofline and utilisation plots (models/profile_plots.h; "" none)
   std::string checkpoint_path;  // write the weights here after the run ("" none)
   std::string resume_from;      // read the weights from this checkpoint instead of the seed ("" none); the
                                 // single-device reference then uses the checkpoint's weights too

@@ -94,6 +94,7 @@ struct RunOptions {
   bool no_checkpoint = false;
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
   bool profile = false;             // --profile: the critical path across chips in the report (models/profile.h)
+  std::string plots_dir;            // --plots: roofline and utilisation plots here (models/profile_plots.h)
   bool shape_only = false;          // --shape-only: run the config in shape-only mode whatever its mode: says
 };
 

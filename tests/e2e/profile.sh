@@ -15,7 +15,11 @@
 #     kernel on the path is its own;
 #   - train --profile --what-if on a 4-chip dp x tp training config: the profile's end and the what-if row equal
 #     a separate `train --shape-only --set ...` step, exactly;
-#   - bad --what-if specs: exit 2 with one line naming the change.
+#   - bad --what-if specs: exit 2 with one line naming the change;
+#   - --plots DIR (run/profile/train): roofline.png and utilisation.png are valid PNGs (signature, IHDR, IEND), the
+#     default job's GEMMs lie right of the ridge point and its SwiGLU left of it (roofline.dat), the utilisation
+#     fractions lie in [0, 1]; a symlink planted at roofline.png is replaced, not followed; without gnuplot the
+#     data and scripts are written and the run warns with exit 0; --plots naming a file is exit 2.
 # Usage: profile.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -213,5 +217,60 @@ assert_out_count 'error' 1 "one line"
 expect_exit 2 "what-if peak=fast: 'fast' is not a positive factor" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if peak=fast
 expect_exit 2 "what-if 'link_bw=2x,,peak=2x': empty change" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
 expect_exit 2 'what-if model.nope=2x: the config has no' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if model.nope=2x
+
+e2e_case "--plots: a roofline and a utilisation plot"
+cat >check_plots.py <<'EOF'
+import struct, sys, zlib
+d = sys.argv[1]
+errs = []
+for name in ("roofline.png", "utilisation.png"):
+    b = open(f"{d}/{name}", "rb").read()
+    if b[:8] != b"\x89PNG\r\n\x1a\n": errs.append(f"{name}: no PNG signature"); continue
+    n, t = struct.unpack(">I4s", b[8:16])
+    w, h = struct.unpack(">II", b[16:24])
+    if t != b"IHDR" or (w, h) != (960, 600): errs.append(f"{name}: IHDR {t} {w}x{h}")
+    if zlib.crc32(b[12:12 + 4 + n]) != struct.unpack(">I", b[16 + n:20 + n])[0]: errs.append(f"{name}: IHDR CRC")
+    if b[-12:-4] != b"\x00\x00\x00\x00IEND": errs.append(f"{name}: does not end with IEND")
+ridge, side = None, {}
+for line in open(f"{d}/roofline.dat"):
+    if line.startswith("# roof:"): ridge = float(line.split()[-1]); continue
+    if line.startswith("#"): continue
+    op = line.split('"')[1]; f = line.split('"')[2].split()
+    side[op] = float(f[1]) > ridge
+if not any(v for k, v in side.items() if k.startswith("gemm.")): errs.append(f"no GEMM right of the ridge {ridge}: {side}")
+if side.get("swiglu") is not False: errs.append(f"swiglu not left of the ridge {ridge}: {side}")
+for line in open(f"{d}/utilisation.dat"):
+    if line.startswith("#"): continue
+    v = [float(x) for x in line.split()[2:]]
+    if any(x < 0 or x > 1 + 1e-9 for x in v): errs.append(f"utilisation out of [0, 1]: {line.strip()}"); break
+print("\n".join(errs))
+sys.exit(1 if errs else 0)
+EOF
+echo "not a plot" >decoy.txt
+if command -v gnuplot >/dev/null 2>&1; then
+  mkdir -p plots && ln -s "$PWD/decoy.txt" plots/roofline.png
+  if expect_exit 0 'plots/roofline\.png' -- shardsim_mpi 1 --chips 8 profile "$DEFAULT" --plots plots; then
+    if python3 check_plots.py plots; then pass "valid PNGs; GEMMs right of the ridge, SwiGLU left; fractions in [0, 1]"
+    else fail "plot checks (plots/)"; fi
+    if [ "$(cat decoy.txt)" = "not a plot" ] && [ ! -L plots/roofline.png ]; then pass "a planted symlink is replaced, not followed"
+    else fail "the symlink at plots/roofline.png was followed or kept"; fi
+    if ls -a plots | grep -q '^\.plots\.'; then fail "a temporary drawing directory was left in plots/"
+    else pass "no temporary left"; fi
+  fi
+  if expect_exit 0 'utilisation\.png' -- shardsim_mpi 1 --chips 4 train "$CONFIGS/lm_train.yaml" --steps 1 \
+      --plan dp=2,tp=2 --ring 4 --shape-only --plots tplots; then
+    if [ -s tplots/roofline.png ] && [ -s tplots/utilisation.dat ]; then pass "train --plots draws the last step"
+    else fail "train --plots: files missing"; fi
+  fi
+else
+  echo "[$E2E_NAME] note: gnuplot not found, the PNG checks are skipped"
+fi
+SHARDSIM_GNUPLOT=/nonexistent/gnuplot expect_exit 0 'plots: gnuplot not found' -- shardsim_mpi 1 --chips 4 \
+  profile "$SMALL" --plots noplot
+if [ -s noplot/roofline.dat ] && [ -s noplot/roofline.gp ] && [ ! -e noplot/roofline.png ]; then
+  pass "without gnuplot: data and scripts written, no PNG"
+else fail "without gnuplot: wrong files in noplot/"; fi
+expect_exit 2 '--plots decoy.txt: exists and is not a directory' -- shardsim_mpi 1 --chips 4 run "$SMALL" \
+  --no-checkpoint --plots decoy.txt
 
 e2e_finish

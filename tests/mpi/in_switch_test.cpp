@@ -33,26 +33,6 @@ using topology::Topology;
 
 namespace {
 
-double max_over_ranks(double mine) {
-  double out = 0;
-  MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-std::vector<float> input(int r, size_t n) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>((i * 5 + static_cast<size_t>(r) * 11) % 19) - 9);
-  return v;
-}
-std::vector<float> sum_of_inputs(int p, size_t n) {
-  std::vector<float> v(n, 0.0f);
-  for (int q = 0; q < p; ++q) {
-    const auto x = input(q, n);
-    for (size_t i = 0; i < n; ++i) v[i] += x[i];
-  }
-  return v;
-}
-
 Topology reducing_switch(int p, LinkSpec link, LinkSpec rate) {
   topology::Dim d{topology::DimKind::switch_, p, link, true, {}};
   d.reduction = {true, rate};
@@ -85,8 +65,8 @@ TEST(InSwitch, ClosedForm) {
       }
       return down_free + a;
     };
-    const auto in = input(r, count);
-    const auto want = sum_of_inputs(p, count);
+    const auto in = make_input(r, count);
+    const auto want = expected_sum(p, count);
     {
       Fixture f(reducing_switch(p, link, rate));
       std::vector<float> out(count, -1.0f);

@@ -46,19 +46,10 @@ using topology::Topology;
 
 namespace {
 
-
-
-
 // Estimates are documented as equal to the simulated time: 1e-9 relative.
 void expect_same_time(double estimate, double simulated, const std::string& what) {
   EXPECT_NEAR(estimate, simulated, 1e-9 * std::max(1.0, std::fabs(simulated)))
       << what << ": estimate_ns " << estimate << " ns, simulated " << simulated << " ns";
-}
-
-double max_over_ranks(double mine) {
-  double out = 0;
-  MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
 }
 
 std::vector<int> reversed_chips(int p) {
@@ -82,31 +73,11 @@ std::string spec_name(const LinkSpec& l) {
   return b;
 }
 
-// Integer-valued fp32 input of rank R: |x| <= 11, so every partial sum over <= 8 ranks is exact in any order.
-float input_value(int r, size_t i, int salt) {
-  return static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(salt)) % 23) -
-                            11);
-}
-std::vector<float> make_input(int r, size_t count, int salt) {
-  std::vector<float> v(count);
-  for (size_t i = 0; i < count; ++i) v[i] = input_value(r, i, salt);
-  return v;
-}
-std::vector<float> expected_sum(int p, size_t count, int salt) {
-  std::vector<float> v(count);
-  for (size_t i = 0; i < count; ++i) {
-    int s = 0;
-    for (int q = 0; q < p; ++q) s += static_cast<int>(input_value(q, i, salt));
-    v[i] = static_cast<float>(s);
-  }
-  return v;
-}
 size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want) {
   size_t bad = got.size() == want.size() ? 0 : 1;
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) bad += std::memcmp(&got[i], &want[i], 4) != 0;
   return bad;
 }
-
 
 // ---- the stacked topologies tested at p = 4 and p = 8, with their per-dimension closed forms ----
 

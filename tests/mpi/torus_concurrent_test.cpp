@@ -35,27 +35,6 @@ constexpr size_t kCount = 262080;
 constexpr double kS = kCount * 4.0;
 const LinkSpec kSpecs[] = {LinkSpec{50, 700}, LinkSpec{400, 150}};
 
-double max_over_ranks(double mine) {
-  double out = 0;
-  MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-// Integer-valued inputs: every partial sum is exact in any order.
-std::vector<float> input(int r, size_t n) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13) % 23) - 11);
-  return v;
-}
-std::vector<float> sum_of_inputs(int p, size_t n) {
-  std::vector<float> v(n, 0.0f);
-  for (int q = 0; q < p; ++q) {
-    const auto x = input(q, n);
-    for (size_t i = 0; i < n; ++i) v[i] += x[i];
-  }
-  return v;
-}
-
 }  // namespace
 
 // A 2^D cube (each dimension of size 2, so each a one-way ring of one step): D parts of S/D bytes; phase i
@@ -74,7 +53,7 @@ TEST(TorusConcurrent, ClosedFormOnCubes) {
       s /= 2, s_torus /= 2;
     }
     Fixture f(Topology::torus(dims, {l}));
-    const auto in = input(r, kCount);
+    const auto in = make_input(r, kCount);
     std::vector<float> out(kCount, -1.0f);
     const auto ar = collectives::all_reduce(f.tp, in.data(), out.data(), kCount, DType::fp32, ReduceOp::sum, 0.0,
                                             opts("torus_concurrent"));
@@ -82,7 +61,7 @@ TEST(TorusConcurrent, ClosedFormOnCubes) {
     EXPECT_NEAR(collectives::estimate_ns(Collective::all_reduce, "torus_concurrent", f.tp, kS),
                 max_over_ranks(ar.span.end), 1e-9 * 2 * t_rs)
         << what;
-    EXPECT_EQ(std::memcmp(out.data(), sum_of_inputs(p, kCount).data(), kCount * 4), 0) << what;
+    EXPECT_EQ(std::memcmp(out.data(), expected_sum(p, kCount).data(), kCount * 4), 0) << what;
     // The per-dimension torus sends S/2 through its first dimension, the concurrent one S/D through each.
     expect_time(collectives::estimate_ns(Collective::all_reduce, "torus", f.tp, kS), 2 * t_torus_rs, what + " torus");
     EXPECT_EQ(collectives::choose(Collective::all_reduce, opts("auto"), f.tp, kS).algorithm, "torus_concurrent")
@@ -93,7 +72,7 @@ TEST(TorusConcurrent, ClosedFormOnCubes) {
     const auto rs = collectives::reduce_scatter(g.tp, in.data(), part.data(), kCount, DType::fp32, ReduceOp::sum, 0.0,
                                                 opts("torus_concurrent"));
     expect_time(max_over_ranks(rs.span.end), t_rs, what + " reduce_scatter");
-    const auto want = sum_of_inputs(p, kCount);
+    const auto want = expected_sum(p, kCount);
     EXPECT_EQ(std::memcmp(part.data(), want.data() + static_cast<size_t>(r) * part.size(), part.size() * 4), 0) << what;
     Fixture h(Topology::torus(dims, {l}));
     std::vector<float> gathered(kCount, -1.0f);
@@ -125,7 +104,7 @@ TEST(LowerBound, NoAlgorithmBeatsItsLinks) {
         Fixture f(topo);
         if (!collectives::obstacle(c, a, f.tp).empty()) continue;
         const size_t per_rank = count / static_cast<size_t>(p);
-        std::vector<float> big = input(r, count), small(per_rank, 1.0f);
+        std::vector<float> big = make_input(r, count), small(per_rank, 1.0f);
         double end = 0;
         if (c == Collective::all_reduce)
           end = collectives::all_reduce(f.tp, big.data(), big.data(), count, DType::fp32, ReduceOp::sum, 0.0, opts(a))

@@ -1,0 +1,248 @@
+#include "models/profile_plots.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+
+#include "common/error.h"
+#include "common/gnuplot.h"
+#include "common/output_file.h"
+#include "common/text.h"
+
+namespace shardsim::sharding {
+
+namespace fs = std::filesystem;
+using sim::TimeNs;
+
+double Roof::attainable_tflops(double intensity) const { return std::min(peak_tflops, intensity * hbm_gbps / 1e3); }
+
+Roofline roofline(const std::vector<sim::ChipEvents>& chips, const Roof& roof) {
+  if (!(roof.peak_tflops > 0) || !(roof.hbm_gbps > 0))
+    throw std::invalid_argument("roofline: the device's peak and HBM bandwidth must be positive");
+  Roofline r;
+  r.roof = roof;
+  std::map<std::string, RooflinePoint> by_op;
+  for (const auto& ce : chips)
+    for (const auto& e : ce.events) {
+      if (e.category != "compute") continue;
+      if (!(e.flops > 0) || !(e.bytes > 0)) {
+        ++r.unplaced_calls;
+        continue;
+      }
+      auto& p = by_op[sim::op_family(e.name)];
+      p.calls += 1;
+      p.flops += e.flops;
+      p.bytes += e.bytes;
+      p.time += e.span.end - e.span.start;
+    }
+  for (auto& [op, p] : by_op) {
+    p.op = op;
+    r.points.push_back(p);
+  }
+  std::stable_sort(r.points.begin(), r.points.end(),
+                   [](const RooflinePoint& a, const RooflinePoint& b) { return a.time > b.time; });
+  return r;
+}
+
+namespace {
+
+using Interval = std::pair<TimeNs, TimeNs>;
+
+// Sorted, disjoint union of IV.
+std::vector<Interval> merged(std::vector<Interval> iv) {
+  std::sort(iv.begin(), iv.end());
+  std::vector<Interval> out;
+  for (const auto& x : iv) {
+    if (x.second <= x.first) continue;
+    if (!out.empty() && x.first <= out.back().second)
+      out.back().second = std::max(out.back().second, x.second);
+    else
+      out.push_back(x);
+  }
+  return out;
+}
+
+// Adds each interval's overlap with every bin (width W, COUNT bins from 0) to ACC[bin], in ns.
+void spread(const std::vector<Interval>& iv, double w, std::vector<double>& acc) {
+  const auto n = static_cast<long>(acc.size());
+  for (const auto& [a, b] : iv) {
+    long i = std::clamp(static_cast<long>(double(a) / w), 0L, n - 1);
+    for (; i < n && double(i) * w < double(b); ++i) {
+      const double lo = std::max(double(a), double(i) * w), hi = std::min(double(b), double(i + 1) * w);
+      if (hi > lo) acc[size_t(i)] += hi - lo;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<UtilisationBin> utilisation(const std::vector<sim::ChipEvents>& chips, TimeNs end, int bins) {
+  if (end <= 0 || bins < 1 || chips.empty()) return {};
+  const double w = double(end) / bins;
+  const auto n = static_cast<size_t>(bins);
+  std::vector<double> compute(n), hbm(n), link(n), busy(n);
+  for (const auto& ce : chips) {
+    std::vector<Interval> c, h, l, any;
+    for (const auto& e : ce.events) {
+      const Interval x{e.span.start, e.span.end};
+      if (e.category == "compute") {
+        (e.bound == sim::Bound::hbm ? h : c).push_back(x);
+        any.push_back(x);
+      } else if (e.category == "send") {
+        l.push_back(x);
+        any.push_back(x);
+      }
+    }
+    spread(merged(std::move(c)), w, compute);
+    spread(merged(std::move(h)), w, hbm);
+    spread(merged(std::move(l)), w, link);
+    spread(merged(std::move(any)), w, busy);
+  }
+  std::vector<UtilisationBin> out(n);
+  const double chip_time = w * double(chips.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto& b = out[i];
+    b.from = static_cast<TimeNs>(std::llround(double(i) * w));
+    b.to = i + 1 == out.size() ? end : static_cast<TimeNs>(std::llround(double(i + 1) * w));
+    b.compute = compute[i] / chip_time;
+    b.hbm = hbm[i] / chip_time;
+    b.link = link[i] / chip_time;
+    b.idle = std::max(0.0, 1.0 - busy[i] / chip_time);
+  }
+  return out;
+}
+
+void check_plots_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw UsageError("--plots " + escape_control(dir) + ": exists and is not a directory");
+}
+
+namespace {
+
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+const char* kTerm = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
+
+std::string roofline_dat(const Roofline& r) {
+  std::string s = "# shardsim roofline: op calls intensity_flop_per_byte achieved_tflops time_us attainable_tflops label\n";
+  s += "# roof: peak_tflops " + num(r.roof.peak_tflops) + " hbm_gbps " + num(r.roof.hbm_gbps) + " ridge " +
+       num(r.roof.ridge()) + "\n";
+  // Families at the same point (e.g. a block's three MLP GEMMs) share one label: the first row carries all names.
+  std::vector<std::string> label(r.points.size());
+  std::vector<bool> done(r.points.size());
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    if (done[i]) continue;
+    label[i] = r.points[i].op;
+    for (size_t j = i + 1; j < r.points.size(); ++j)
+      if (!done[j] && num(r.points[j].intensity()) == num(r.points[i].intensity()) &&
+          num(r.points[j].achieved_tflops()) == num(r.points[i].achieved_tflops())) {
+        label[i] += ", " + r.points[j].op;
+        done[j] = true;
+      }
+  }
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const auto& p = r.points[i];
+    s += gp_data_string(p.op) + " " + std::to_string(p.calls) + " " + num(p.intensity()) + " " +
+         num(p.achieved_tflops()) + " " + num(double(p.time) / 1e3) + " " +
+         num(r.roof.attainable_tflops(p.intensity())) + " " + gp_data_string(label[i]) + "\n";
+  }
+  return s;
+}
+
+std::string roofline_gp(const std::string& title, const Roofline& r) {
+  double lo = r.roof.ridge() / 100, hi = r.roof.ridge() * 100;
+  for (const auto& p : r.points) {
+    lo = std::min(lo, p.intensity() / 4);
+    hi = std::max(hi, p.intensity() * 4);
+  }
+  const std::string peak = num(r.roof.peak_tflops), bw = num(r.roof.hbm_gbps / 1e3);
+  return std::string("# gnuplot script written by shardsim; redraw with: gnuplot roofline.gp (in this directory)\n") +
+         kTerm + "set output 'roofline.png'\nset title " +
+         gp_quote("roofline (simulated): " + title + "; ridge " + num(r.roof.ridge()) + " FLOP/byte") +
+         "\nset logscale xy 10\nset xlabel 'arithmetic intensity (FLOP per HBM byte)'\n"
+         "set ylabel 'achieved TFLOP/s (simulated)'\nset grid\nset key bottom right\n"
+         "set xrange [" + num(lo) + ":" + num(hi) + "]\n"
+         "roof(x) = (x * " + bw + " < " + peak + ") ? x * " + bw + " : " + peak + "\nset samples 400\n"
+         "plot roof(x) with lines lw 2 lc rgb 'black' title 'roof: min(peak, I x HBM bandwidth)', \\\n"
+         "     'roofline.dat' using 3:4 with points pt 7 ps 1.5 lc 1 title 'kernel families', \\\n"
+         "     'roofline.dat' using 3:4:7 with labels offset 1,0.6 left font ',8' notitle\n";
+}
+
+std::string utilisation_dat(const std::vector<UtilisationBin>& bins) {
+  std::string s = "# shardsim utilisation: from_us to_us compute hbm link idle (fractions of chip-time)\n";
+  for (const auto& b : bins)
+    s += num(double(b.from) / 1e3) + " " + num(double(b.to) / 1e3) + " " + num(b.compute) + " " + num(b.hbm) + " " +
+         num(b.link) + " " + num(b.idle) + "\n";
+  return s;
+}
+
+std::string utilisation_gp(const std::string& title) {
+  return std::string("# gnuplot script written by shardsim; redraw with: gnuplot utilisation.gp (in this directory)\n") +
+         kTerm + "set output 'utilisation.png'\nset title " + gp_quote("utilisation over time (simulated): " + title) +
+         "\nset xlabel 'simulated time (us)'\nset ylabel 'fraction of chip-time (mean over chips)'\n"
+         "set yrange [0:1.05]\nset grid\nset key outside right\n"
+         "plot 'utilisation.dat' using (($1+$2)/2):3 with steps lw 2 title 'compute-bound kernels', \\\n"
+         "     '' using (($1+$2)/2):4 with steps lw 2 title 'HBM-bound kernels', \\\n"
+         "     '' using (($1+$2)/2):5 with steps lw 2 title 'links sending', \\\n"
+         "     '' using (($1+$2)/2):6 with steps lw 2 dt 2 title 'idle'\n";
+}
+
+}  // namespace
+
+std::string write_profile_plots(const std::string& dir, const std::string& title, const Roofline& r,
+                                const std::vector<UtilisationBin>& bins, std::vector<std::string>* pngs) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw RuntimeFault("cannot create --plots directory " + dir + ": " + ec.message());
+  const std::vector<std::pair<std::string, std::string>> files = {{"roofline.dat", roofline_dat(r)},
+                                                                  {"roofline.gp", roofline_gp(title, r)},
+                                                                  {"utilisation.dat", utilisation_dat(bins)},
+                                                                  {"utilisation.gp", utilisation_gp(title)}};
+  for (const auto& [name, text] : files) write_file_atomic((fs::path(dir) / name).string(), text);
+  // gnuplot writes its PNG in place (it opens the name it is given, following a planted symlink), so it draws in
+  // a fresh private directory (mkdtemp, mode 0700) and each PNG is renamed into DIR: a reader sees the old PNG or
+  // the new one, and no name in DIR is ever opened by gnuplot.
+  std::string tmpl = (fs::path(dir) / ".plots.XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw RuntimeFault("cannot create a temporary directory in " + dir + ": " + std::strerror(errno));
+  const fs::path tmp = tmpl;
+  std::string err;
+  try {
+    for (const auto& [name, text] : files) write_file_atomic((tmp / name).string(), text);
+    std::vector<std::string> drawn;
+    err = draw_gnuplot_scripts(tmp.string(), {"roofline.gp", "utilisation.gp"}, &drawn);
+    if (err.empty())
+      for (const auto& png : drawn) {
+        const fs::path to = fs::path(dir) / fs::path(png).filename();
+        fs::rename(png, to, ec);
+        if (ec) throw RuntimeFault("cannot write " + to.string() + ": " + ec.message());
+        pngs->push_back(to.string());
+      }
+    else if (err.rfind("gnuplot not found", 0) == 0)
+      err = "gnuplot not found ('" + gnuplot_program() + "'; apt-get install gnuplot-nox): the plots were not drawn; "
+            "their data and scripts are in " + dir;
+    else  // its log is in a private directory about to be removed: say how to see it
+      err = "gnuplot failed: the plots were not drawn; their data and scripts are in " + dir +
+            " (run gnuplot roofline.gp there to see why)";
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::remove_all(tmp, ec);
+  return err;
+}
+
+}  // namespace shardsim::sharding
