@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "models/report.h"
 #include "runtime/world.h"
 
 namespace shardsim::apps {
@@ -22,5 +23,11 @@ Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
 Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
+
+// One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
+// in messages), quiet; VALIDATE compares the losses with the single-device reference. The report is complete on
+// rank 0. Errors as `train`'s (AgreedError on every rank).
+sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text, const std::string& where,
+                                    bool validate);
 
 }  // namespace shardsim::apps

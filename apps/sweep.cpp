@@ -104,6 +104,30 @@ class Progress {
     std::fflush(stderr);
   }
   void advance(int n) { done_ += n; }
+  // Points recorded without running (they cannot run): done, but not part of the rate the ETA uses.
+  void recorded(int n) {
+    done_ += n;
+    start_done_ += n;
+  }
+  // One line per finished point on stderr: its verdict, simulated time and wall time (a long sweep is never
+  // silent between the wave lines).
+  void finished(const std::string& point, const Row& r) {
+    const auto get = [&](const char* c) {
+      const auto it = r.find(c);
+      return it == r.end() || it->second.empty() ? std::string("-") : it->second;
+    };
+    const auto num = [&](const char* c, const char* f) {
+      const std::string v = get(c);
+      if (v == "-") return v;
+      char b[64];
+      std::snprintf(b, sizeof b, f, std::strtod(v.c_str(), nullptr));
+      return std::string(b);
+    };
+    const std::string sim = num("sim_time_us", "%.3f us simulated"), wall = num("wall_s", "%.2f s wall");
+    std::fprintf(stderr, "%s[%d/%d] done %s: %s, %s, %s\n", tty_ ? "\r\033[K" : "", done_, total_, point.c_str(),
+                 get("verdict").c_str(), sim.c_str(), wall.c_str());
+    std::fflush(stderr);
+  }
   void finish() {
     if (tty_) std::fprintf(stderr, "\n");
   }
@@ -273,7 +297,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   world.agree([&] {
     for (const auto& r : cannot_run) {
       record(r);
-      progress.advance(1);
+      progress.recorded(1);
     }
   });
   // Validate once: each distinct plan of the points to run is validated first, with real data on its shrunk
@@ -328,6 +352,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
     progress.show(cur);
   };
+  cb.train = run_train_point;
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {
       Row r = r0;
@@ -339,6 +364,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       record(r);
       progress.advance(1);
       ++ran;
+      progress.finished(sharding::point_text(pt), r);
     }
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // test hook
   };

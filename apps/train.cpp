@@ -81,6 +81,8 @@ struct TrainFlags {
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
+  std::string config_text;        // a sweep point: the config as generated (config names it in messages)
+  sharding::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
   sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
                                         // --device/--plan/--set
 };
@@ -110,7 +112,8 @@ struct TrainSetup {
 // sections, the topology (a path relative to the config's folder) and the device as `run` reads them.
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
-  const ConfigNode root = sharding::load_workload_config(f.config, f.overrides);
+  const ConfigNode root = f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
+                                                : sharding::workload_config_from_text(f.config_text, f.config);
   root.expect_keys(sharding::kTrainRootKeys);
   TrainSetup s;
   s.config_name = root.file();
@@ -539,6 +542,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   if (f.validate) validate_losses(world, s, rep);
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
+  if (f.report_out) *f.report_out = rep;
   if (f.quiet) return kExitOk;
   return log.finish();
 }
@@ -643,6 +647,19 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 }
 
 }  // namespace
+
+sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text,
+                                    const std::string& where, bool validate) {
+  TrainFlags f;
+  f.config = where;
+  f.config_text = config_text;
+  f.validate = validate;
+  f.quiet = true;
+  sharding::RunReport r;
+  f.report_out = &r;
+  run_train(world, f);
+  return r;
+}
 
 Command add_train(CLI::App& app, const runtime::World& world) {
   auto* sub = app.add_subcommand("train", "train the reference language model for k steps, on one chip or data-parallel "

@@ -1,6 +1,7 @@
 // Sweep result rows: the columns, CSV (RFC 4180) written and read back, the best plan per workload x topology x
 // device, and the JSON document (experiments/sweep.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -21,7 +22,10 @@ const std::vector<std::string>& result_columns() {
       "algorithm_used", "dtype",     "size_bytes", "workload",   "plan",      "timing",     "sim_time_us",
       "algbw_gbps", "busbw_gbps",    "compute_us", "comm_us",    "exposed_comm_us", "peak_mem_bytes",
       "wrong",      "max_rel_error", "verdict",   "reason",      "wall_s",          "ranks",
-      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s", "validated_at"};
+      "idle_us",    "tflops",        "peak_fraction", "tokens_per_s", "validated_at",
+      // Training plans (run_mode train); forward workload rows carry run_mode forward and leave the rest empty.
+      "run_mode",   "tokens_per_step", "mfu",       "hbm_capacity_bytes", "fits_hbm", "bubble_fraction",
+      "micro_batches"};
   return cols;
 }
 
@@ -41,6 +45,7 @@ Row base_row(const SweepPoint& p) {
   } else {
     r["workload"] = p.workload;
     r["plan"] = p.plan;
+    r["run_mode"] = p.train ? "train" : "forward";
   }
   return r;
 }
@@ -132,7 +137,8 @@ bool numeric_column(const std::string& c) {
   static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
                                           "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
                                           "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
-                                          "tokens_per_s"};
+                                          "tokens_per_s", "tokens_per_step", "mfu", "hbm_capacity_bytes",
+                                          "bubble_fraction", "micro_batches"};
   return n.count(c) > 0;
 }
 nlohmann::json best_json(const std::vector<BestPlan>& best) {
@@ -140,6 +146,20 @@ nlohmann::json best_json(const std::vector<BestPlan>& best) {
   for (const auto& b : best) {
     nlohmann::json o = {{"workload", b.workload}, {"topology", b.topology}, {"device", b.device},
                         {"compared", b.compared}};
+    if (b.train) {
+      o["run_mode"] = "train";
+      o["ranked_by"] = "tokens_per_s";
+      nlohmann::json over = nlohmann::json::array();
+      for (const auto& r : b.over_hbm)
+        over.push_back({{"plan", r.at("plan")},
+                        {"peak_mem_bytes", std::strtod(r.at("peak_mem_bytes").c_str(), nullptr)},
+                        {"hbm_capacity_bytes", std::strtod(r.at("hbm_capacity_bytes").c_str(), nullptr)},
+                        {"tokens_per_s", std::strtod(r.at("tokens_per_s").c_str(), nullptr)}});
+      o["over_hbm"] = over;
+      nlohmann::json ranked = nlohmann::json::array();
+      for (const auto& r : b.ranked) ranked.push_back(r.at("plan"));
+      o["ranking"] = ranked;
+    }
     if (b.best.empty()) {
       o["best_plan"] = nullptr;
     } else {
@@ -148,7 +168,9 @@ nlohmann::json best_json(const std::vector<BestPlan>& best) {
       const auto at = b.best.find("validated_at");
       o["validated_at"] = at == b.best.end() ? std::string() : at->second;
       for (const char* c : {"sim_time_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "tflops",
-                            "peak_fraction", "tokens_per_s"}) {
+                            "peak_fraction", "tokens_per_s", "tokens_per_step", "mfu", "peak_mem_bytes",
+                            "hbm_capacity_bytes", "bubble_fraction", "micro_batches"}) {
+        if (!b.train && std::string_view(c) == "tokens_per_step") break;  // forward groups: the columns as before
         const auto it = b.best.find(c);
         o[c] = it == b.best.end() || it->second.empty() ? nlohmann::json(nullptr)
                                                          : nlohmann::json(std::strtod(it->second.c_str(), nullptr));
@@ -165,6 +187,16 @@ nlohmann::json best_json(const std::vector<BestPlan>& best) {
 }
 }  // namespace
 
+namespace {
+double number(const Row& r, const char* c) {
+  const auto it = r.find(c);
+  if (it == r.end() || it->second.empty()) return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  return end && *end == '\0' ? v : NAN;
+}
+}  // namespace
+
 std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
   std::vector<BestPlan> out;
   std::map<std::string, size_t> at;  // group key -> index in OUT
@@ -174,9 +206,16 @@ std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
       return it == r.end() ? std::string() : it->second;
     };
     if (get("kind") != "workload") continue;
-    const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device");
+    const bool train = get("run_mode") == "train";
+    const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device") + (train ? "\x1ftrain" : "");
     auto [it, fresh] = at.emplace(key, out.size());
-    if (fresh) out.push_back({get("workload"), get("topology"), get("device"), {}, 0, {}, {}});
+    if (fresh) {
+      out.emplace_back();
+      out.back().workload = get("workload");
+      out.back().topology = get("topology");
+      out.back().device = get("device");
+      out.back().train = train;
+    }
     BestPlan& b = out[it->second];
     const std::string v = get("verdict");
     if (v == "error") {
@@ -188,18 +227,102 @@ std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
       continue;
     }
     if (v != "pass" && v != "not_validated") continue;
-    char* end = nullptr;
-    const std::string t = get("sim_time_us");
-    const double us = std::strtod(t.c_str(), &end);
-    if (t.empty() || !end || *end != '\0') continue;
+    const double us = number(r, "sim_time_us");
+    if (std::isnan(us)) continue;
+    if (!train) {  // forward: the lowest simulated time
+      ++b.compared;
+      if (b.best.empty() || us < number(b.best, "sim_time_us")) b.best = r;
+      continue;
+    }
+    // Training: every plan of the group runs the workload's global batch; the highest tokens/s among the plans
+    // that fit in HBM wins; plans over HBM are listed, never ranked.
+    if (get("fits_hbm") == "no") {
+      b.over_hbm.push_back(r);
+      continue;
+    }
     ++b.compared;
-    if (b.best.empty() || us < std::strtod(b.best.at("sim_time_us").c_str(), nullptr)) b.best = r;
+    b.ranked.push_back(r);
+  }
+  for (auto& b : out) {
+    if (!b.train) continue;
+    std::stable_sort(b.ranked.begin(), b.ranked.end(),
+                     [](const Row& x, const Row& y) { return number(x, "tokens_per_s") > number(y, "tokens_per_s"); });
+    if (!b.ranked.empty()) b.best = b.ranked.front();
   }
   return out;
 }
 
+namespace {
+// "12.34" GiB of a byte column, "-" when empty.
+std::string gib(const Row& r, const char* c) {
+  const double v = number(r, c);
+  if (std::isnan(v)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v / 1073741824.0);
+  return b;
+}
+std::string fixed(double v, const char* f) {
+  if (std::isnan(v)) return "-";
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+// One training plan's figures: step ms, tokens/s, MFU %, GiB per chip, bubble %, micro-batches.
+std::string train_figures(const Row& r) {
+  char b[160];
+  std::snprintf(b, sizeof b, "%11s %12s %6s %8s %6s %7s %4s", fixed(number(r, "sim_time_us") / 1e3, "%.3f").c_str(),
+                fixed(number(r, "tokens_per_s"), "%.0f").c_str(), fixed(100 * number(r, "mfu"), "%.1f").c_str(),
+                gib(r, "peak_mem_bytes").c_str(), gib(r, "hbm_capacity_bytes").c_str(),
+                fixed(100 * number(r, "bubble_fraction"), "%.1f").c_str(),
+                fixed(number(r, "micro_batches"), "%.0f").c_str());
+  return b;
+}
+// The training groups: the winner per topology x device by tokens/s, the next plans of the ranking, the plans
+// over HBM (marked), skipped and failed ones with their reasons.
+std::string train_best_text(const std::vector<BestPlan>& best) {
+  std::ostringstream os;
+  os << "best training plan per topology x device (highest tokens/s at the same global batch among the plans "
+        "that ran and fit in HBM; step simulated; memory: chip 0's training state + activations)\n";
+  char buf[640];
+  std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-28s %11s %12s %6s %8s %6s %7s %4s  %s\n", "workload",
+                "topology", "device", "best plan", "step ms", "tokens/s", "MFU%", "GiB/chip", "HBM", "bubble%", "m",
+                "compared");
+  os << buf;
+  constexpr size_t kShown = 5;  // ranking lines under each winner
+  for (const auto& b : best) {
+    if (!b.train) continue;
+    std::string tail = std::to_string(b.compared) + " fitting plan(s)";
+    if (!b.over_hbm.empty()) tail += ", " + std::to_string(b.over_hbm.size()) + " over HBM";
+    if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
+    if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
+    const std::string plan = b.best.empty() ? std::string("(none fits)") : b.best.at("plan");
+    std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-28s %s  %s\n", b.workload.c_str(), b.topology.c_str(),
+                  b.device.c_str(), plan.c_str(), b.best.empty() ? "" : train_figures(b.best).c_str(), tail.c_str());
+    os << buf;
+    for (size_t i = 1; i < b.ranked.size() && i < kShown; ++i) {
+      std::snprintf(buf, sizeof buf, "    #%-3zu %-66s %s\n", i + 1, b.ranked[i].at("plan").c_str(),
+                    train_figures(b.ranked[i]).c_str());
+      os << buf;
+    }
+    if (b.ranked.size() > kShown) os << "    (" << b.ranked.size() - kShown << " more fitting plan(s) in results.csv)\n";
+    for (const auto& r : b.over_hbm) {
+      std::snprintf(buf, sizeof buf, "    over HBM %-62s %s  (does not fit: %s GiB > %s GiB)\n", r.at("plan").c_str(),
+                    train_figures(r).c_str(), gib(r, "peak_mem_bytes").c_str(), gib(r, "hbm_capacity_bytes").c_str());
+      os << buf;
+    }
+    for (const auto& [p, why] : b.skipped)
+      os << "    skipped " << p << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+    for (const auto& [p, why] : b.failed)
+      os << "    failed  " << p << " on " << b.topology << " / " << b.device << ": " << why << "\n";
+  }
+  return os.str();
+}
+}  // namespace
+
 std::string best_plans_text(const std::vector<BestPlan>& best) {
-  if (best.empty()) return "";
+  bool forward = false, train = false;
+  for (const auto& b : best) (b.train ? train : forward) = true;
+  if (!forward) return train ? train_best_text(best) : "";
   std::ostringstream os;
   os << "best plan per topology x device (lowest simulated time among the plans that ran and passed; critical "
         "chip's breakdown in us)\n";
@@ -220,6 +343,7 @@ std::string best_plans_text(const std::vector<BestPlan>& best) {
     return std::string(b);
   };
   for (const auto& b : best) {
+    if (b.train) continue;
     std::string tail = std::to_string(b.compared) + " plan(s)";
     if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
     if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
@@ -244,7 +368,7 @@ std::string best_plans_text(const std::vector<BestPlan>& best) {
     for (const auto& [plan, why] : b.failed)
       os << "    failed  " << plan << " on " << b.topology << " / " << b.device << ": " << why << "\n";
   }
-  return os.str();
+  return os.str() + (train ? train_best_text(best) : "");
 }
 
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
@@ -260,7 +384,9 @@ std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) 
           char* end = nullptr;
           const double d = std::strtod(v.c_str(), &end);
           if (end && *end == '\0') {
-            if (c == "chips" || c == "size_bytes" || c == "wrong" || c == "peak_mem_bytes") o[c] = static_cast<long long>(d);
+            if (c == "chips" || c == "size_bytes" || c == "wrong" || c == "peak_mem_bytes" ||
+                c == "hbm_capacity_bytes" || c == "micro_batches")
+              o[c] = static_cast<long long>(d);
             else o[c] = d;
           } else {
             o[c] = v;

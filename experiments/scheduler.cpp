@@ -208,10 +208,54 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   return row;
 }
 
-Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
+// One training point (SweepPoint::train) through train's runner; the row's columns from its report
+// (models/report.h): the step as sim_time_us with chip 0's split, tokens/s, MFU, chip 0's memory (training
+// state + activations) against the device's HBM, the pipeline's bubble and micro-batches.
+Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const TrainRunner& train) {
+  Row row = base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  if (!train) return failed(row, "internal: no training runner for " + where);
+  RunReport r;
+  try {
+    r = train(sw, pt.config_yaml, where, !pt.train_shape_only);
+  } catch (const AgreedError& e) {
+    std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
+    if (why.rfind(where + ":", 0) == 0)
+      if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
+    return failed(row, "plan does not fit: " + why);
+  }
+  const auto& t = r.train;
+  row["timing"] = pt.train_shape_only ? "shape_only" : "run";
+  row["sim_time_us"] = fmt(t.step_ns / 1e3);
+  row["compute_us"] = fmt(r.critical.compute / 1e3);
+  row["comm_us"] = fmt(r.critical.communication / 1e3);
+  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+  row["tflops"] = fmt(r.sim_tflops);
+  row["peak_fraction"] = fmt(r.peak_fraction);
+  row["tokens_per_s"] = fmt(r.tokens_per_s);
+  row["tokens_per_step"] = fmt(t.tokens_per_step);
+  row["mfu"] = fmt(t.mfu);
+  row["peak_mem_bytes"] = fmt(t.memory.chip_bytes());
+  row["hbm_capacity_bytes"] = fmt(r.hbm_capacity_bytes);
+  row["fits_hbm"] = t.memory.chip_bytes() <= r.hbm_capacity_bytes ? "yes" : "no";
+  row["bubble_fraction"] = fmt(t.has_pipeline ? t.pipeline.bubble_fraction : 0.0);
+  row["micro_batches"] = std::to_string(t.has_pipeline ? t.pipeline.m : pt.micro_batches);
+  if (r.validated) {
+    row["max_rel_error"] = fmt(t.max_loss_error);
+    row["validated_at"] = "self";
+  }
+  row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
+  if (r.validated && !r.passed) row["reason"] = "loss error " + fmt(t.max_loss_error) + " above " + t.loss_limit_rule;
+  return row;
+}
+
+Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
+                   const TrainRunner& train) {
   const auto t0 = std::chrono::steady_clock::now();
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
-                                                       : run_workload_point(sw, pt, spec);
+            : pt.train                       ? run_train_point(sw, pt, spec, train)
+                                             : run_workload_point(sw, pt, spec);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   row["wall_s"] = fmt(group_max(wall, sw));
   return row;
@@ -279,8 +323,9 @@ class Group {
 
 }  // namespace
 
-Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size) {
-  return run_point_impl(sw, pt, spec, world_size);
+Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
+              const TrainRunner& train) {
+  return run_point_impl(sw, pt, spec, world_size, train);
 }
 
 Row apply_validation(Row row, const Row* v) {
@@ -344,7 +389,7 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
       if (const runtime::World* sw = group.world()) {
         const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
         if (j < list.size()) {
-          Row r = run_point(*sw, spec.points[list[j]], spec, N);
+          Row r = run_point(*sw, spec.points[list[j]], spec, N, cb.train);
           r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
           if (sw->rank() == 0) mine = row_to_text(r);
         }

@@ -33,11 +33,21 @@
 #include <vector>
 
 #include "experiments/sweep.h"
+#include "models/report.h"
 #include "runtime/world.h"
 
 namespace shardsim::sharding {
 
-Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size);
+// Training points (SweepPoint::train): `shardsim train`'s runner on GROUP for the point's generated config
+// (CONFIG_YAML; WHERE names it in messages), quiet, returning its report; VALIDATE: real data, the losses checked
+// against the single-device reference. apps/sweep.cpp passes apps/train.cpp's run_train_point (this library sits
+// below apps/). Errors every chip agreed on (AgreedError: a plan the trainer refuses, host memory) make the row
+// `error` with the reason.
+using TrainRunner = std::function<RunReport(const runtime::World& group, const std::string& config_yaml,
+                                            const std::string& where, bool validate)>;
+
+Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size,
+              const TrainRunner& train = {});
 
 // Validate once: ROW (a shape-only workload row) with the verdict and max_rel_error of its plan's validation row
 // V (null: none ran). A failed validation fails the row; a validation that could not run, or a workload with
@@ -56,6 +66,7 @@ struct GroupCallbacks {
   std::function<void(int chips, size_t points, int groups)> on_chips;  // rank 0, before each chip count
   std::function<void(const std::vector<size_t>& wave)> on_wave;        // rank 0, the wave's points, before it runs
   std::function<void(const std::vector<Row>& rows)> on_rows;           // rank 0, the wave's rows (inside agree)
+  TrainRunner train;                                                   // runs training points (run_point)
 };
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);

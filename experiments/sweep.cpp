@@ -89,6 +89,7 @@ struct WorkloadEntry {
   std::string label, origin, file;
   YAML::Node root;  // the whole config, `set` applied
   bool block = false;
+  bool train = false;  // a `shardsim train` config (model: without kind, or kind: lm)
 };
 
 std::string resolve(const std::string& path, const std::string& sweep_file) {
@@ -234,10 +235,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     const ConfigNode root = load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
-    if (root.has("train"))
-      root.child("train").fail("train: " + e.file + " is a training config; sweeps time forward passes (`shardsim "
-                               "run` configs) and cannot sweep training plans yet: compare plans with `shardsim "
-                               "train " + e.file + " --plan ... --json FILE` per plan");
+    e.train = spec_use_of(root.child("workload")) == SpecUse::train;
     e.block = is_block_config(root);
     e.root = YAML::Clone(root.yaml());
     if (set) {
@@ -262,16 +260,16 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
 YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel,
                     const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
-  int tp = 1, cp = 1, ul = 1, dp = 1;
-  bool sp = false, fused = false, dp_fill = false;
-  std::string split, ar, chunks;
+  int tp = 1, cp = 1, ul = 1, dp = 1, pp = 1;
+  bool sp = false, fused = false, dp_fill = false, recompute = false;
+  std::string split, ar, chunks, schedule, virtual_stages, micro_batch, zero, bucket;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
     // Every value can end up in the plan's label (plots, CSV): printable text only.
     const std::string v = kv.second.IsScalar() ? ConfigNode(kv.second, plan.file(), plan.path() + "." + k).printable_text() : "";
     if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
       dp_fill = true;
-    } else if (k == "tp" || k == "cp" || k == "ulysses" || k == "dp") {
+    } else if (k == "tp" || k == "cp" || k == "ulysses" || k == "dp" || k == "pp") {
       int n = 0;
       if (v == "chips") n = chips;
       else {
@@ -286,8 +284,8 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
                                                                (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
       }
       out[k] = n;
-      (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : ul) = n;
-    } else if (k == "sp" || k == "fused") {
+      (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : k == "pp" ? pp : ul) = n;
+    } else if (k == "sp" || k == "fused" || k == "recompute") {
       bool b = false;
       try {
         b = kv.second.as<bool>();
@@ -295,7 +293,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
         ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
       }
       out[k] = b;
-      (k == "sp" ? sp : fused) = b;
+      (k == "sp" ? sp : k == "fused" ? fused : recompute) = b;
     } else if (k == "chunks") {
       out[k] = v;
       chunks = v;
@@ -305,12 +303,16 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
     } else if (k == "all_reduce") {
       out[k] = v;
       ar = v;
+    } else {  // training plans: checked by the one parser (sharding/model_spec.h) when the point is made
+      out[k] = v;
+      (k == "schedule" ? schedule : k == "virtual_stages" ? virtual_stages : k == "micro_batch" ? micro_batch
+       : k == "zero" ? zero : bucket) = v;
     }
   }
   // dp: fill = chips / (tp x cp x ulysses) replicas; when that does not divide, dp stays 1 and the point is
   // skipped with the parser's reason (the mesh does not cover the chips).
   if (dp_fill) {
-    const int model = tp * cp * ul;
+    const int model = tp * cp * ul * pp;
     dp = model > 0 && chips % model == 0 ? chips / model : 1;
     if (dp > 1) out["dp"] = dp;
   }
@@ -332,6 +334,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   auto add = [&](const std::string& name, int n, bool given) {
     if (given) s += (s.empty() ? "" : "x") + name + std::to_string(n);
   };
+  add("pp", pp, out["pp"].IsDefined());
   add("tp", tp, out["tp"].IsDefined());
   add("cp", cp, out["cp"].IsDefined());
   add("ulysses", ul, out["ulysses"].IsDefined());
@@ -342,8 +345,29 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   if (!ar.empty()) s += "-ar_" + ar;
   if (fused) s += "+fused";
   if (!chunks.empty()) s += "-c" + chunks;
+  // Training plans: pp4xtp8xdp8+sp-1f1b-v2-mb1-z1-b25M+rc (only the keys given).
+  if (!schedule.empty()) s += "-" + schedule;
+  if (!virtual_stages.empty()) s += "-v" + virtual_stages;
+  if (!micro_batch.empty()) s += "-mb" + micro_batch;
+  if (!zero.empty()) s += "-z" + zero;
+  if (!bucket.empty()) s += "-b" + bucket;
+  if (recompute) s += "+rc";
   *label = s;
   return out;
+}
+
+// A training point's config through train's parser (sharding/model_spec.h: model, plan with its pipeline rules,
+// train section; the device): a plan that cannot run throws here and the point is recorded as skipped with the
+// parser's one-line reason. Sets P's shape-only mode and micro-batch count.
+void throw_if_train_point_cannot_run(SweepPoint& p, const ConfigNode& root, int chips) {
+  root.expect_keys(kTrainRootKeys);
+  const ModelSpec m = parse_model_spec(root.child("workload"), SpecUse::train);
+  const ParallelPlan plan = parse_parallel_plan(root, m, SpecUse::train, chips, train_section_recompute(root));
+  (void)parse_train_spec(root);
+  (void)load_workload_device(root);
+  p.train_shape_only = load_workload_shape_only(root);
+  const int64_t per_replica = plan.dp > 0 ? m.batch / plan.dp : m.batch;
+  p.micro_batches = static_cast<int>(m.micro_batch > 0 ? per_replica / m.micro_batch : 1);
 }
 
 // Validate once: CFG (a workload point's whole config, as generated) with its model shrunk for the real-data
@@ -585,7 +609,11 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
           YAML::Node cfg = YAML::Clone(w.root);
           // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
           // sets them (so a fused workload file stays fused, and the label says so).
-          const YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
+          YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
+          if (par["micro_batch"]) {  // a model key (sequences per micro-batch), swept with the plan
+            cfg["workload"]["micro_batch"] = YAML::Clone(par["micro_batch"]);
+            par.remove("micro_batch");
+          }
           cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
           cfg["topology"] = YAML::Load(t.yaml);
           cfg["device"] = YAML::Load(d.yaml);
@@ -595,15 +623,20 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
           p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device + "#" +
                   short_hash(p.config_yaml);
           const std::string where = file + "[" + p.key + "]";
+          p.train = w.train;
           if (t.astra) {
             p.error = "ASTRA-sim network files can only be used in collective sweeps";
           } else {
             try {
-              auto model = std::make_shared<ModelConfig>(
-                  parse_model_config(workload_config_from_text(p.config_yaml, where)));
-              if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
-              p.model = std::move(model);
-              add_validation(p, cfg, w.block, t.chips, file);
+              if (w.train) {  // run by train's runner (experiments/scheduler.h); checked here by its parser
+                throw_if_train_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
+              } else {
+                auto model = std::make_shared<ModelConfig>(
+                    parse_model_config(workload_config_from_text(p.config_yaml, where)));
+                if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
+                p.model = std::move(model);
+                add_validation(p, cfg, w.block, t.chips, file);
+              }
             } catch (const Error& e) {
               // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
               // already carries the key.

@@ -95,6 +95,13 @@ struct SweepPoint {
   // ("hidden=256,ffn=512,seq=64,layers=2": the results' validated_at column).
   std::shared_ptr<const ModelConfig> validation_model;
   std::string validation_key, validation_dims;
+  // Training points (a `shardsim train` config as the workload, run_mode train): run by train's runner
+  // (experiments/scheduler.h's TrainRunner) with real data and the losses validated against one device, or
+  // shape-only when the config says mode: shape_only. MICRO_BATCHES: per replica and step (1 without
+  // model.micro_batch), from the parsed plan.
+  bool train = false;
+  bool train_shape_only = false;
+  int micro_batches = 0;
 };
 
 struct SweepSpec {
@@ -112,8 +119,9 @@ inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "col
                                                       "size",     "dtype",  "workload",   "plan"};
 inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
 inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
-inline constexpr std::string_view kSweepPlanKeys[] = {"tp",         "sp",    "cp",     "cp_split", "ulysses",
-                                                      "all_reduce", "fused", "chunks", "dp"};
+inline constexpr std::string_view kSweepPlanKeys[] = {
+    "tp",     "sp",       "cp",             "cp_split",    "ulysses", "all_reduce", "fused",        "chunks",   "dp",
+    "pp",     "schedule", "virtual_stages", "micro_batch", "zero",    "bucket_bytes", "recompute"};
 
 SweepSpec load_sweep(const std::string& file);
 // True when POINT runs in shape-only mode and takes its verdict from its plan's validation run (validate once, a
@@ -156,10 +164,16 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
 // among the points that ran and did not fail validation (verdict pass or not_validated), with its breakdown
 // (the row), how many plans were compared, and the plans that could not run with their reasons (verdict error:
 // e.g. a plan that cannot fill the chips). Groups in the rows' order of first appearance.
+// Training plans (run_mode train) are ranked by throughput instead: the highest tokens_per_s at the workload's
+// global batch among the plans that ran and fit in HBM (fits_hbm yes); plans over HBM are listed in over_hbm,
+// never ranked or named best. Forward and training rows of one topology x device are separate groups.
 struct BestPlan {
   std::string workload, topology, device;
+  bool train = false;
   Row best;        // empty when no plan of the group ran
   int compared = 0;
+  std::vector<Row> ranked;    // training: the fitting plans, highest tokens/s first (best = ranked.front())
+  std::vector<Row> over_hbm;  // training: plans that ran but do not fit in the device's HBM
   std::vector<std::pair<std::string, std::string>> skipped;  // plan, reason
   std::vector<std::pair<std::string, std::string>> failed;   // plan, reason (validation failed)
 };

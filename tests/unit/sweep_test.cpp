@@ -85,8 +85,91 @@ TEST(Sweep, BestPlanPerTopologyAndDeviceIsTheFastestPassingRow) {
   EXPECT_EQ(best_plans_text(best_plans({rows.back()})), "");
 }
 
+TEST(Sweep, TrainingPlansRankByTokensPerSecondAndPlansOverHbmAreMarkedNotRanked) {
+  auto row = [](const char* topo, const char* plan, const char* us, const char* tps, const char* fits,
+                const char* verdict = "not_validated", const char* reason = "") {
+    Row r;
+    r["kind"] = "workload";
+    r["run_mode"] = "train";
+    r["workload"] = "lm";
+    r["topology"] = topo;
+    r["device"] = "h100";
+    r["plan"] = plan;
+    r["key"] = std::string(plan) + "@" + topo;
+    r["sim_time_us"] = us;
+    r["tokens_per_s"] = tps;
+    r["tokens_per_step"] = "8192";
+    r["mfu"] = "0.4";
+    r["peak_mem_bytes"] = fits[0] == 'y' ? "1073741824" : "107374182400";
+    r["hbm_capacity_bytes"] = "85899345920";
+    r["fits_hbm"] = fits;
+    r["bubble_fraction"] = "0.25";
+    r["micro_batches"] = "4";
+    r["verdict"] = verdict;
+    r["reason"] = reason;
+    return r;
+  };
+  const std::vector<Row> rows = {
+      row("ring4", "tp4", "300", "27306", "yes"),
+      row("ring4", "dp4", "100", "81920", "no"),  // fastest, but over HBM: listed, never the winner
+      row("ring4", "pp2xdp2-1f1b", "200", "40960", "yes"),
+      row("ring4", "pp8", "", "", "", "error", "plan does not fit: parallel.pp: 8 stages > 4 layers"),
+      row("ring8", "dp4", "100", "81920", "no"),  // nothing fits: no winner
+  };
+  const auto best = best_plans(rows);
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_TRUE(best[0].train);
+  EXPECT_EQ(best[0].best.at("plan"), "pp2xdp2-1f1b");
+  EXPECT_EQ(best[0].compared, 2);
+  ASSERT_EQ(best[0].ranked.size(), 2u);
+  EXPECT_EQ(best[0].ranked[1].at("plan"), "tp4");
+  ASSERT_EQ(best[0].over_hbm.size(), 1u);
+  EXPECT_EQ(best[0].over_hbm[0].at("plan"), "dp4");
+  ASSERT_EQ(best[0].skipped.size(), 1u);
+  EXPECT_TRUE(best[1].best.empty());
+  const std::string text = best_plans_text(best);
+  EXPECT_NE(text.find("best training plan per topology x device"), std::string::npos) << text;
+  EXPECT_NE(text.find("over HBM dp4"), std::string::npos) << text;
+  EXPECT_NE(text.find("(does not fit: 100.00 GiB > 80.00 GiB)"), std::string::npos) << text;
+  EXPECT_NE(text.find("skipped pp8 on ring4 / h100: plan does not fit: parallel.pp"), std::string::npos) << text;
+  EXPECT_NE(text.find("(none fits)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("best plan per topology x device (lowest"), std::string::npos) << text;  // no forward rows
+  const std::string json = rows_to_json("t", rows);
+  EXPECT_NE(json.find("\"best_plan\": \"pp2xdp2-1f1b\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ranked_by\": \"tokens_per_s\""), std::string::npos) << json;
+}
 
 }  // namespace
+
+TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
+  const std::string text = std::string(R"(axes:
+  workload: [{config: )") + SHARDSIM_CONFIG_DIR + R"(/lm_train_dp4.yaml, label: lm}]
+  topology:
+    - {kind: ring, chips: 4, bandwidth_gbps: 100}
+  plan:
+    - {dp: 4, zero: 1, bucket_bytes: 4096}
+    - {pp: 2, dp: fill, schedule: 1f1b, micro_batch: 1, recompute: true}
+    - {pp: 4, schedule: interleaved, virtual_stages: 1, micro_batch: 4}
+    - {pp: 4, dp: 1, schedule: 1f1b, micro_batch: 1}
+    - {pp: 2, tp: 2, schedule: gpipe}
+)";
+  const auto s = parse_sweep(text, "w.yaml");
+  ASSERT_EQ(s.points.size(), 5u);
+  for (const auto& p : s.points) EXPECT_TRUE(p.train);
+  EXPECT_EQ(s.points[0].plan, "dp4-z1-b4096");
+  EXPECT_TRUE(s.points[0].error.empty()) << s.points[0].error;
+  EXPECT_EQ(s.points[0].micro_batches, 1);
+  EXPECT_EQ(s.points[1].plan, "pp2xdp2-1f1b-mb1+rc");
+  EXPECT_TRUE(s.points[1].error.empty()) << s.points[1].error;
+  EXPECT_EQ(s.points[1].micro_batches, 4);  // batch 8 / dp 2 / 1
+  EXPECT_NE(s.points[1].config_yaml.find("micro_batch: 1"), std::string::npos) << s.points[1].config_yaml;
+  // Interleaving with 2 micro-batches on 4 stages: skipped with the parser's one-line reason.
+  EXPECT_NE(s.points[2].error.find("multiple of parallel.pp"), std::string::npos) << s.points[2].error;
+  EXPECT_TRUE(s.points[3].error.empty()) << s.points[3].error;
+  EXPECT_EQ(s.points[4].plan, "pp2xtp2-gpipe");
+  EXPECT_TRUE(s.points[4].error.empty()) << s.points[4].error;
+  EXPECT_EQ(base_row(s.points[0]).at("run_mode"), "train");
+}
 
 TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
   const auto s = parse_sweep(kGrid, "s.yaml");
