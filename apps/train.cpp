@@ -25,6 +25,7 @@
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
 // no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -170,28 +171,47 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   return s;
 }
 
-// Before allocating: a lower bound of what one rank keeps on the host, in double (sizes whose counts overflow
-// int64 are refused too): 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v; every rank
-// holds them whole while building its replica) and the fp32 activations the backward keeps per token (per layer
-// the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their gradient).
-// UsageError when that exceeds 90% of the host's available memory shared by its ranks (the kernel would kill
-// the job instead).
-void check_host_memory(const TrainSetup& s, int ranks_on_host) {
+// Before allocating, what the run keeps on this host (in double: sizes whose counts overflow int64 are refused at
+// parse), refused with exit 3 when it exceeds 90% of the host's available memory (the kernel would kill the job
+// instead, with no line from shardsim).
+// Real data: a lower bound per rank of 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v;
+// every rank holds them whole while building its replica) and the fp32 activations the backward keeps per token
+// (per layer the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their
+// gradient).
+// Shape-only: no parameter or activation is stored, but the trainer keeps per-token bookkeeping (token ids,
+// targets, the cp token layout): each chip's T = batch/dp x seq/cp tokens cost about 8 bytes each for the whole
+// step, and the chip that runs (a rank's chips run one at a time) about 64 bytes each more. Measured on
+// configs/lm_train.yaml (peak RSS, GB = 1e9 B): 1 chip at batch 1M 0.49 GB (this estimate: 0.58), 4 chips of one
+// rank at batch 4M 0.69 GB (0.77), 1 chip at seq 4M 0.15 GB (0.29).
+void check_host_memory(const TrainSetup& s, int ranks, int ranks_on_host, int chips_on_host) {
   const auto& c = s.model;
-  const double h = double(c.hidden), qd = double(c.heads) * double(c.head_dim),
-               kvd = double(c.kv_heads) * double(c.head_dim), ffn = double(c.ffn), v = double(c.vocab);
-  const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
-  const double tokens = double(c.batch) * double(c.seq);
-  const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
-  const double need = 16 * params + 4 * acts;
+  double need = 0;
+  std::string what;
+  char b[256];
+  if (s.shape_only) {
+    const int dp = std::max(1, ranks / std::max(1, s.tp * s.cp * s.pp));
+    const double tokens = double(c.batch) / dp * (double(c.seq) / s.cp);
+    need = double(ranks_on_host) * 64 * tokens + double(chips_on_host) * 8 * tokens;
+    std::snprintf(b, sizeof b, "about %.3g GiB of host memory for the shape-only step's bookkeeping (%.3g tokens "
+                  "per chip: 8 bytes each on the %d chip(s) of this host, 64 more on the running chip of each of "
+                  "its %d rank(s))", need / 1073741824.0, tokens, chips_on_host, ranks_on_host);
+    what = b;
+  } else {
+    const double h = double(c.hidden), qd = double(c.heads) * double(c.head_dim),
+                 kvd = double(c.kv_heads) * double(c.head_dim), ffn = double(c.ffn), v = double(c.vocab);
+    const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
+    const double tokens = double(c.batch) * double(c.seq);
+    const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
+    const double per_rank = 16 * params + 4 * acts;
+    need = per_rank * chips_on_host;
+    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
+                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, chips_on_host);
+    what = b;
+  }
   const double avail = available_host_bytes();
-  if (avail > 0 && need * ranks_on_host > 0.9 * avail) {
-    char b[256];
-    std::snprintf(b, sizeof b,
-                  "%s: model: needs at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
-                  "activations) x %d ranks on this host, but only %.3g GiB is available; use smaller sizes",
-                  s.config_name.c_str(), need / 1073741824.0, params, ranks_on_host, avail / 1073741824.0);
-    throw UsageError(b);
+  if (avail > 0 && need > 0.9 * avail) {
+    std::snprintf(b, sizeof b, ", but only %.3g GiB is available; use smaller sizes", avail / 1073741824.0);
+    throw RuntimeFault(s.config_name + ": model: needs " + what + b);
   }
 }
 
@@ -578,7 +598,7 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
-  world.agree([&] {  // config errors: one clean message and exit 2
+  world.agree([&] {  // config errors: one clean message and exit 2 (a run too large for this host: exit 3)
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!f.checkpoint.empty()) outputs.emplace_back("--checkpoint", f.checkpoint);
@@ -602,7 +622,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (!f.trace_path.empty() && !s.data_parallel)
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
-    if (!s.shape_only) check_host_memory(s, chips_on_host);
+    check_host_memory(s, world.size(), runtime::node_ranks(), chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;

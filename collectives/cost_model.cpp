@@ -1,12 +1,14 @@
 #include "collectives/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "collectives/double_binary_tree.h"
 #include "collectives/in_switch.h"
 #include "collectives/torus.h"
 
@@ -64,6 +66,7 @@ struct Replay {
     sim::Span span;
     size_t seq;
     double* out;  // *out = max(*out, arrival)
+    int tag;      // which exchange of the receiver it belongs to (algorithms with several kinds of receive)
   };
   std::vector<Flow> pending;
   size_t posted = 0;
@@ -108,19 +111,21 @@ struct Replay {
     if (from == to) return ready;
     return deliver(from, to, bytes, of(from).send("", chips[static_cast<size_t>(to)], bytes, ready));
   }
-  void post(int from, int to, double ready, double bytes, double* out) {
+  void post(int from, int to, double ready, double bytes, double* out, int tag = 0) {
     if (from == to) {
       *out = std::max(*out, ready);
       return;
     }
     const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
-    pending.push_back({from, to, bytes, span, posted++, out});
+    pending.push_back({from, to, bytes, span, posted++, out, tag});
   }
   // Books the posted flows whose receiver is TO (every receiver if TO < 0) and, if FROM >= 0, whose sender is
-  // FROM, as one exchange per receiver.
-  void flush(int to = -1, int from = -1) {
+  // FROM, and, if TAGS != 0, whose tag's bit is set in TAGS, as one exchange per receiver.
+  void flush(int to = -1, int from = -1, unsigned tags = 0) {
     std::vector<Flow> now, later;
-    for (auto& f : pending) ((to < 0 || f.to == to) && (from < 0 || f.from == from) ? now : later).push_back(f);
+    for (auto& f : pending)
+      ((to < 0 || f.to == to) && (from < 0 || f.from == from) && (tags == 0 || ((tags >> f.tag) & 1u)) ? now : later)
+          .push_back(f);
     pending = std::move(later);
     std::sort(now.begin(), now.end(), [&](const Flow& a, const Flow& b) {
       if (a.to != b.to) return a.to < b.to;
@@ -389,6 +394,100 @@ double binomial_estimate(const runtime::Transport& tp, double bytes, size_t chun
   return end;
 }
 
+// The double binary tree's schedule (double_binary_tree.cpp), each rank's program run in its order: the leaf
+// halves' up-sends, the children's pieces of the inner half (reduced) and its up-send, the inner half's pieces
+// from its parent and on to its children, then the leaf halves' results (one exchange). Ranks are interleaved by
+// a small interpreter: a receive runs once every flow it waits for has been posted, as the run blocks on it.
+double dbt_estimate(const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
+  namespace dbt = double_binary_tree;
+  const int p = tp.size();
+  if (p == 1 || bytes <= 0) return 0;
+  const double piece_bytes = static_cast<double>(chunk_bytes ? chunk_bytes : dbt::kDefaultPiece);
+  const double half = bytes / 2;
+  const size_t m = static_cast<size_t>(std::clamp(std::ceil(half / piece_bytes), 1.0, 1024.0));
+  const double piece = half / static_cast<double>(m);
+  enum Kind { leaf_up, reduce_up, inner_down, leaf_down };
+  struct Rank {
+    std::array<dbt::TreeNode, 2> n;
+    int inner = -1;                     // the tree it has children in (at most one)
+    std::vector<Kind> ops;
+    size_t pc = 0;
+    std::array<size_t, 4> posted = {};  // flows in per tag (tree x direction)
+    std::array<std::vector<double>, 2> t;  // when piece j of each half is complete here
+  };
+  std::vector<Rank> rk(static_cast<size_t>(p));
+  auto tag = [](int k, bool is_down) { return 2 * k + (is_down ? 1 : 0); };
+  for (int r = 0; r < p; ++r) {
+    Rank& x = rk[static_cast<size_t>(r)];
+    for (int k = 0; k < 2; ++k) {
+      x.n[static_cast<size_t>(k)] = dbt::node(k, r, p);
+      x.t[static_cast<size_t>(k)].assign(m, 0.0);
+      if (x.n[static_cast<size_t>(k)].n_children() > 0) x.inner = k;
+    }
+    x.ops = {leaf_up, reduce_up, inner_down, leaf_down};
+  }
+  Replay rp(tp);
+  auto post_half = [&](int from, int to, int k, bool is_down) {
+    auto& src = rk[static_cast<size_t>(from)].t[static_cast<size_t>(k)];
+    auto& dst = rk[static_cast<size_t>(to)].t[static_cast<size_t>(k)];
+    for (size_t j = 0; j < m; ++j) rp.post(from, to, src[j], piece, &dst[j], tag(k, is_down));
+    rk[static_cast<size_t>(to)].posted[static_cast<size_t>(tag(k, is_down))] += m;
+  };
+  // Runs rank R's next op if what it waits for is posted; false otherwise.
+  auto step = [&](int r) {
+    Rank& x = rk[static_cast<size_t>(r)];
+    const Kind op = x.ops[x.pc];
+    if (op == leaf_up) {
+      for (int k = 0; k < 2; ++k)
+        if (k != x.inner && x.n[static_cast<size_t>(k)].parent >= 0) post_half(r, x.n[static_cast<size_t>(k)].parent, k, false);
+    } else if (op == reduce_up && x.inner >= 0) {
+      const auto& n = x.n[static_cast<size_t>(x.inner)];
+      if (x.posted[static_cast<size_t>(tag(x.inner, false))] < m * static_cast<size_t>(n.n_children())) return false;
+      rp.flush(r, -1, 1u << tag(x.inner, false));
+      if (n.parent >= 0) post_half(r, n.parent, x.inner, false);
+    } else if (op == inner_down && x.inner >= 0) {
+      const auto& n = x.n[static_cast<size_t>(x.inner)];
+      if (n.parent >= 0) {
+        if (x.posted[static_cast<size_t>(tag(x.inner, true))] < m) return false;
+        rp.flush(r, -1, 1u << tag(x.inner, true));
+      }
+      auto& src = x.t[static_cast<size_t>(x.inner)];
+      for (size_t j = 0; j < m; ++j)  // piece-major, as the run sends them
+        for (int c = 0; c < n.n_children(); ++c)
+          rp.post(r, n.children[c], src[j], piece, &rk[static_cast<size_t>(n.children[c])].t[static_cast<size_t>(x.inner)][j],
+                  tag(x.inner, true));
+      for (int c = 0; c < n.n_children(); ++c)
+        rk[static_cast<size_t>(n.children[c])].posted[static_cast<size_t>(tag(x.inner, true))] += m;
+    } else if (op == leaf_down) {
+      unsigned tags = 0;
+      for (int k = 0; k < 2; ++k) {
+        if (k == x.inner || x.n[static_cast<size_t>(k)].parent < 0) continue;
+        if (x.posted[static_cast<size_t>(tag(k, true))] < m) return false;
+        tags |= 1u << tag(k, true);
+      }
+      if (tags) rp.flush(r, -1, tags);
+    }
+    ++x.pc;
+    return true;
+  };
+  size_t done = 0;
+  for (bool progress = true; progress && done < static_cast<size_t>(p);) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      Rank& x = rk[static_cast<size_t>(r)];
+      while (x.pc < x.ops.size() && step(r)) {
+        progress = true;
+        if (x.pc == x.ops.size()) ++done;
+      }
+    }
+  }
+  double end = 0;
+  for (const auto& x : rk)
+    for (const auto& v : x.t)
+      for (double e : v) end = std::max(end, e);
+  return end;
+}
+
 }  // namespace
 
 double worst_step(const runtime::Transport& tp, int dist, double bytes) { return worst_step_impl(tp, dist, bytes); }
@@ -475,6 +574,9 @@ double direct(const runtime::Transport& tp, double per_peer, bool root_only_send
 }
 double binomial(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
   return binomial_estimate(tp, bytes, chunk_bytes, reduce);
+}
+double double_binary_tree(const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
+  return dbt_estimate(tp, bytes, chunk_bytes);
 }
 
 }  // namespace shardsim::collectives::cost

@@ -45,6 +45,9 @@ double in_switch(Collective c, const runtime::Transport& tp, double bytes, size_
 double in_network_lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes);
 // Direct exchange of PER_PEER bytes between every pair (optionally only from / only to rank 0).
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs);
+// Double binary tree all_reduce (double_binary_tree.h) of a BYTES buffer: its schedule replayed on every rank
+// in the run's order (halves of BYTES / 2, pieces of CHUNK_BYTES or 1 MiB, at most 1024 per half).
+double double_binary_tree(const runtime::Transport& tp, double bytes, size_t chunk_bytes);
 // Binomial tree broadcast from / REDUCE to rank 0 of BYTES.
 double binomial(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce);
 

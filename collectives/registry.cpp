@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "collectives/cost_model.h"
+#include "collectives/double_binary_tree.h"
 #include "collectives/halving_doubling.h"
 #include "collectives/in_switch.h"
 #include "collectives/ring.h"
@@ -240,6 +241,23 @@ std::vector<AlgorithmDescriptor> make_registry() {
     // every step (log2 p times the ring's S/p), so its estimate is optimistic; and the vendor libraries users
     // calibrate against (NCCL, RCCL) never run it, so auto picking it would move every 2-chip all_reduce away
     // from what they measure. It is here to run MPI's small-message schedule on purpose (bench -a rd --vs-mpi).
+    a.in_auto = false;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "double_binary_tree";
+    a.aliases = {"dbt", "nccl_tree"};
+    a.summary = "each half of the buffer reduced up and broadcast down one of two complementary binary trees, "
+                "pipelined, both at once (NCCL's tree; double_binary_tree.h); O(log p) latency; opt-in only";
+    a.collectives = {C::all_reduce};
+    a.estimate_ns = [](C, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::double_binary_tree(tp, bytes, chunk);
+    };
+    a.all_reduce = double_binary_tree::all_reduce;
+    // Not in auto (yet): its estimate replays every chip's pieces (host work O(p m) per size, where the other
+    // estimates are O(p)), and letting auto choose it needs a before/after comparison of every published figure,
+    // not yet made. Named explicitly it runs everywhere (any group, any topology).
     a.in_auto = false;
     v.push_back(a);
   }

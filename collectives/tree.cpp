@@ -5,15 +5,14 @@
 
 namespace shardsim::collectives::tree {
 
-namespace {
-
-// Pieces of a COUNT-element buffer: Partition into m parts with parts of at most CHUNK_BYTES.
 Partition pieces(size_t count, size_t es, size_t chunk_bytes) {
   const size_t bytes = count * es;
   // At most 1024 pieces: a tiny chunk size on a huge buffer would otherwise mean millions of messages.
   const size_t m = chunk_bytes == 0 ? 1 : std::clamp<size_t>((bytes + chunk_bytes - 1) / chunk_bytes, 1, 1024);
   return Partition{count, std::min(m, std::max<size_t>(count, 1))};
 }
+
+namespace {
 
 int real(int v, int root, int p) { return (v + root) % p; }
 

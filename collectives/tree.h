@@ -25,6 +25,10 @@ namespace shardsim::collectives::tree {
 
 constexpr size_t kDefaultChainPiece = size_t{1} << 20;
 
+// Pieces of a COUNT-element buffer of ES-byte elements: a Partition into m = ceil(bytes / CHUNK_BYTES) parts,
+// clamped to 1..1024 and to COUNT (CHUNK_BYTES 0: one piece). Shared by every pipelined tree.
+Partition pieces(size_t count, size_t es, size_t chunk_bytes);
+
 // BUF (COUNT elements) holds the data on ROOT; afterwards on every rank.
 sim::TimeNs broadcast_binomial(runtime::Transport& tp, void* buf, size_t count, DType t, int root,
                                size_t chunk_bytes, sim::TimeNs ready, const std::string& name);

@@ -22,6 +22,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "runtime/chip_split.h"
 #include "runtime/host_memory.h"
 #include "runtime/engine.h"
@@ -332,10 +333,9 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
 }
 
 [[noreturn]] void chip_failed(int chip, int code, const std::string& what) {
-  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, what.c_str());
+  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, escape_control(what).c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  exit_job(code);
 }
 
 }  // namespace

@@ -221,6 +221,7 @@ size_case hidden1e9 's/^(  hidden:).*/\1 1000000000/' 'model\.hidden: must be be
 size_case vocab9e18 's/^(  vocab:).*/\1 9000000000000000000/; s/^(  hidden:).*/\1 9000000000000000000/' \
   'model\.vocab: must be between 1 and 16777216'
 size_case seq1e12 's/^(  seq:).*/\1 1000000000000/; s/^(  batch:).*/\1 1000000000000/' 'model\.seq: must be between'
+size_case batch1e8 's/^(  batch:).*/\1 100000000/' 'model\.batch: must be between 1 and 16777216'
 size_case seq1e8 's/^(  seq:).*/\1 100000000/' 'model\.seq: must be between 1 and 16777216'
 size_case tokens 's/^(  seq:).*/\1 16777216/; s/^(  batch:).*/\1 16777216/' \
   'model\.batch x seq \(tokens per step\) = 16777216 x 16777216 = 281474976710656 is above the limit 4294967296'
@@ -236,6 +237,14 @@ if expect_exit 3 '^shardsim: error on chip [01]: out of host memory' -- lowmem_m
   -n 1 -w 0; then
   n=$(grep -c '^shardsim' "$E2E_STDERR")
   [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
+fi
+
+# The same in a singleton (one process, as `shardsim ...` or `mpirun -np 1 ...` is run): the one line and nothing
+# else (MPI_Abort added Open MPI's MPI_ABORT banner or an ORTE_ERROR_LOG line under it).
+if E2E_MPIRUN_NP1= expect_exit 3 '^shardsim: error on chip 0: out of host memory' -- \
+    lowmem_mpi 1 bench all_reduce -b 2G -e 2G -n 1 -w 0; then
+  n=$(grep -c . "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "stderr is the one line" || fail "$n lines on stderr: $(head -c 600 "$E2E_STDERR")"
 fi
 
 # Host memory planned before chips start (issue 31 item 4): 1,024 chips on one rank under a 1 GiB address-space

@@ -144,6 +144,9 @@ mkdir -p dir/results.csv
 sed 's/^output: out/output: dir/' s.yaml >d.yaml
 expect_exit 2 'results.csv: is a directory' -- shardsim_mpi 2 sweep d.yaml --no-plots
 assert_out_count '^sweep' 0 "refused before the sweep started"
+sed 's|^output: out|output: s.yaml/sub|' s.yaml >u.yaml  # a folder under a regular file cannot be created
+expect_exit 2 "output directory 's.yaml/sub' cannot be created" -- shardsim_mpi 1 sweep u.yaml --no-plots
+assert_out_count '^sweep' 0 "refused before the sweep started"
 
 # ---- 6. messages ----
 e2e_case "the chip-count maximum is stated"

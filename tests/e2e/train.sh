@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e: `shardsim train` runs the single-device reference language model: losses fall, the report has the
 # simulated step time, tokens/s and MFU, two runs print the same bytes; on 2 ranks it trains data-parallel with
-# ZeRO (sharding/plans/data_parallel.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32, sizes
-# beyond host memory) exit 2 with one line.
+# ZeRO (sharding/plans/data_parallel.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32)
+# exit 2 with one line, sizes beyond this host's memory (real data or shape-only) exit 3 with one line before any step.
 # Usage: train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -90,9 +90,14 @@ if expect_exit 2 '^shardsim: error: .*huge_ffn\.yaml:[0-9]+: model.ffn: must be 
     -- shardsim_mpi 1 train huge_ffn.yaml
 then one_error_line; fi
 sed -E 's/^(  hidden:).*/\1 1048576/; s/^(  ffn:).*/\1 1048576/' "$TRAIN" >huge_dims.yaml  # within the bounds
-if expect_exit 2 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
+if expect_exit 3 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
     -- shardsim_mpi 2 train huge_dims.yaml
 then one_error_line; fi
+# Shape-only keeps per-token bookkeeping (issue 31 item 4: batch 1e8 was killed by the OOM killer with no line):
+# the largest token count the bounds allow on one chip is estimated before the step, exit 3 naming the estimate.
+if expect_exit 3 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\): model: needs about [0-9.]+ GiB of host memory for the shape-only step.s bookkeeping \(.* tokens per chip.*but only [0-9.]+ GiB is available' \
+    -- shardsim_mpi 1 train "$TRAIN" --shape-only --steps 1 --set model.batch=16777216 --set model.seq=256
+then one_error_line; assert_out_count "^ +[0-9]+ " 0 "no step ran"; fi
 
 e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber said '0 not in range 0.000000 to 1.8e308')"
 if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0

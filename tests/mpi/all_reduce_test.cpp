@@ -355,3 +355,43 @@ TEST(Correctness, TorusWithPermutedPlacement) {
       [&] { collectives::all_reduce(g.tp, a.data(), a.data(), 64, DType::fp32, ReduceOp::sum, 0, opts("torus")); },
       {"torus", "ranks 0 and 1 are both on chip 0", "one rank on every chip"}, "torus with two ranks on a chip");
 }
+
+// double_binary_tree.h: the cost estimate replays the run's schedule (both trees, pipelined pieces, the order of
+// every rank's sends and receives), so on every topology below it equals the slowest rank's simulated end time
+// to rounding, one piece and pipelined, even and odd sizes; and the result is the reference sum.
+TEST(DoubleBinaryTree, EstimateIsTheSimulatedTimeAndTheSumIsRight) {
+  const int p = world_size(), r = world_rank();
+  const std::vector<std::pair<std::string, Topology>> topos = {
+      {"bidirectional ring", ring_topo(100, 700)},
+      {"one-way ring", ring_topo(50, 300, false)},
+      {"switch", Topology::switched(p, LinkSpec{200, 1000})},
+      {"fully connected", Topology::fully_connected(p, LinkSpec{25, 0})}};
+  for (const auto& [tname, topo] : topos)
+    for (size_t count : {size_t{2}, size_t{26880}, size_t{262147}})
+      for (size_t chunk : {size_t{0}, size_t{16384}}) {
+        Fixture f(topo);
+        std::vector<float> buf(count);
+        for (size_t i = 0; i < count; ++i) buf[i] = float(r + 1) + float(i % 5);
+        const auto res = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                                 opts("double_binary_tree", chunk));
+        const auto ends = all_ends(res.span.end);
+        const double slowest = *std::max_element(ends.begin(), ends.end());
+        const std::string what = tname + ", count " + std::to_string(count) + ", chunk " + std::to_string(chunk);
+        if (p > 1) {
+          const double est = collectives::estimate_ns(Collective::all_reduce, "dbt", f.tp, count * 4.0, chunk);
+          // Odd counts split into halves one element apart; the estimate takes equal halves of the bytes.
+          const double tol = count % 2 ? 1e-3 * slowest : 1e-9 * slowest + 1e-6;
+          EXPECT_NEAR(est, slowest, tol) << what;
+          // Closed form (double_binary_tree.h) where every tree edge is its own link and each half is one piece:
+          // D levels up and D down, each alpha + (S/2)/B, D = ceil(log2(p + 1)) - 1 (here alpha = 0, B = 25 GB/s).
+          if (tname == "fully connected" && chunk == 0 && count == 26880) {
+            const int depth = static_cast<int>(std::ceil(std::log2(p + 1.0))) - 1;
+            expect_time(slowest, 2.0 * depth * (count * 4.0 / 2 / 25.0), what + " closed form");
+          }
+        }
+        const float base = float(p * (p + 1) / 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) bad += buf[i] != base + float(p) * float(i % 5);
+        EXPECT_EQ(bad, 0u) << what << ": wrong sums";
+      }
+}
