@@ -109,12 +109,17 @@ struct TrainSetup {
   bool shape_only = false;                     // mode: shape_only or --shape-only
 };
 
+// The config file (or a sweep point's text) with the run's overrides applied (run's loader).
+ConfigNode train_config(const TrainFlags& f) {
+  return f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
+                               : sharding::workload_config_from_text(f.config_text, f.config, f.overrides);
+}
+
 // The config through the one parser of every command (sharding/model_spec.h): the model:, parallel: and train:
 // sections, the topology (a path relative to the config's folder) and the device as `run` reads them.
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
-  const ConfigNode root = f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
-                                                : sharding::workload_config_from_text(f.config_text, f.config);
+  const ConfigNode root = train_config(f);
   root.expect_keys(sharding::kTrainRootKeys);
   TrainSetup s;
   s.config_name = root.file();
@@ -572,13 +577,14 @@ int run_train(const runtime::World& world, const TrainFlags& f);
 // --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
 std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
   std::vector<WhatIfPlan> plans;
-  world.agree([&] { plans = plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides)); });
+  world.agree([&] { plans = plan_what_if(f.what_if, train_config(f)); });
   double step_ns = 0;
   return run_what_if(
       plans, baseline_ns,
       [&](const sharding::ConfigOverrides& ov) {
         TrainFlags v;
         v.config = f.config;
+        v.config_text = f.config_text;
         v.steps = f.steps;
         v.shape_only = v.quiet = true;
         v.overrides = ov;
@@ -612,7 +618,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
       throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
                        "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
-    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides));
+    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, train_config(f));
     if (!f.trace_path.empty() && !s.data_parallel)
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
@@ -669,11 +675,12 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 }  // namespace
 
 sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text,
-                                    const std::string& where, bool validate) {
+                                    const std::string& where, bool validate, const std::string& what_if) {
   TrainFlags f;
   f.config = where;
   f.config_text = config_text;
   f.validate = validate;
+  f.what_if = what_if;
   f.quiet = true;
   sharding::RunReport r;
   f.report_out = &r;

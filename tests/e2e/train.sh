@@ -334,11 +334,13 @@ if expect_exit 0 '^validation: PASS \(relative \|loss - reference\| = .*bf16: 2\
   pass "configs/lm_train_dp4.yaml, bf16, dp 4, 5 steps: PASS"
 fi
 
-e2e_case "(w) a sweep over a training config says so (was 'plan does not fit: unknown key train')"
+e2e_case "(w) a sweep over a training config runs it (was 'plan does not fit: unknown key train'; tests/e2e/sweep_train.sh)"
 printf 'name: tr\naxes:\n  workload: [%s]\n  plan: [{tp: 1}]\n' "$TRAIN" >train_sweep.yaml
-if expect_exit 2 '^shardsim: error: .*lm_train\.yaml:[0-9]+: train: .* is a training config; sweeps time forward passes' \
+if expect_exit 2 '^shardsim: error: .*lm_train\.yaml:[0-9]+: topology: missing \(give the sweep a .topology. axis' \
     -- shardsim_mpi 1 sweep train_sweep.yaml --output tr_out
 then one_error_line; fi
+printf '  topology: [{kind: ring, chips: 1, bandwidth_gbps: 100}]\n' >>train_sweep.yaml
+expect_exit 0 '^  lm_train +ring1 +trainium1 +tp1 +[0-9.]+ +[0-9]+ ' -- shardsim_mpi 1 sweep train_sweep.yaml --output tr_out --no-plots
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000

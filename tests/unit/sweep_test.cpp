@@ -171,6 +171,22 @@ TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
   EXPECT_EQ(base_row(s.points[0]).at("run_mode"), "train");
 }
 
+TEST(Sweep, WhatIfColumnsFollowTheFixedOnesAndRoundTrip) {
+  Row r = base_row(parse_sweep(kGrid, "s.yaml").points[0]);
+  r[what_if_column("link_bw=2x")] = "1.25";
+  // Columns already in a results file come first, then the spec's new changes, each once.
+  const auto extra = what_if_columns({r}, "peak=2x,link_bw=2x,hbm_bw=1.5x+peak=2x");
+  ASSERT_EQ(extra, (std::vector<std::string>{"speedup[link_bw=2x]", "speedup[peak=2x]", "speedup[hbm_bw=1.5x+peak=2x]"}));
+  const std::string text = csv_header(extra) + csv_row(r, extra);
+  EXPECT_EQ(text.substr(0, csv_header().size() - 1), csv_header().substr(0, csv_header().size() - 1));
+  const auto rows = parse_csv(text, "r.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("speedup[link_bw=2x]"), "1.25");
+  EXPECT_EQ(rows[0].at("speedup[peak=2x]"), "");
+  EXPECT_NE(rows_to_json("t", rows).find("\"speedup[link_bw=2x]\": 1.25"), std::string::npos);
+  EXPECT_THROW(parse_csv("key,speedup[x\n", "r.csv"), ConfigError);  // not one of ours
+}
+
 TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
   const auto s = parse_sweep(kGrid, "s.yaml");
   // 3 topologies x 1 device x 2 collectives x 3 algorithms x 2 dtypes x 4 sizes (1K 4K 16K 64K)
