@@ -640,6 +640,13 @@ namespace {
 constexpr double kChipResidentBytes = 160.0 * 1024;
 constexpr double kRankBaseBytes = 96.0 * 1024 * 1024;  // MPI, libraries, the topology and the config: one rank
 
+std::string gib_text(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+}  // namespace
+
 double mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
@@ -648,13 +655,6 @@ double mem_available_bytes() {
     if (key == "MemAvailable:") return kb * 1024.0;
   return 0;  // unknown: not checked
 }
-
-std::string gib_text(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
-  return b;
-}
-}  // namespace
 
 double chip_host_bytes(int k) { return kRankBaseBytes + double(k) * kChipResidentBytes; }
 

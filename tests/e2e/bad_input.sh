@@ -247,6 +247,15 @@ if E2E_MPIRUN_NP1= expect_exit 3 '^shardsim: error on chip 0: out of host memory
   [ "$n" -eq 1 ] && pass "stderr is the one line" || fail "$n lines on stderr: $(head -c 600 "$E2E_STDERR")"
 fi
 
+# run --shape-only keeps per-token bookkeeping on every chip: the 2^24-token MLP on 1,024 chips of one rank (~400 GB)
+# is refused before any chip starts, exit 3 naming the estimate (ulimit -v: a safety net should the host be larger).
+if expect_exit 3 '^shardsim: error: .*small_mlp\.yaml \(with command-line overrides\): needs about [0-9.e+]+ GiB of host memory for the shape-only run.s bookkeeping \(1\.68e\+07 tokens x 24 bytes x 1024 chips on this host\), but only [0-9.]+ GiB is available' \
+    -- lowmem_mpi 1 --chips 1024 run "$SMALL" --shape-only --no-checkpoint --ring 1024 --plan tp=4,dp=256 \
+    --set model.tokens=16777216; then
+  n=$(grep -c '^shardsim' "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
+fi
+
 # Host memory planned before chips start (issue 31 item 4): 1,024 chips on one rank under a 1 GiB address-space
 # limit (their stacks alone reserve 1 GiB) are refused up front with one line naming the estimate, the limit and
 # the chips-per-rank maximum, exit 3 (was an uncaught std::bad_alloc, SIGABRT and a backtrace).

@@ -143,6 +143,8 @@ if mount -t tmpfs -o size=4M,mode=0755 tmpfs "$FULL" 2>mount.err; then
     if expect_exit 3 '^shardsim: error.*No space left on device' -- train_cmd t.yaml --steps 3 --checkpoint "$FULL/prev.h5"; then
       assert_out_count '^shardsim: error' 1 "one error line"
       assert_out_fixed "$FULL/prev.h5" "the line names the checkpoint"
+      assert_out 'No space left on device \(the save reserves 0\.[0-9]+ MiB for the data and a bound on its metadata, [0-9.]+ MiB free\)' \
+        "the line says what the save reserves: under 1 MiB for this ~111 KB checkpoint (it said 'needs about 2.3 MiB')"
       assert_out_count "$ROW" 3 "the 3 rows are in the log"
       no_noise "$L full disk"
     fi

@@ -169,6 +169,16 @@ TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
   EXPECT_EQ(s.points[4].plan, "pp2xtp2-gpipe");
   EXPECT_TRUE(s.points[4].error.empty()) << s.points[4].error;
   EXPECT_EQ(base_row(s.points[0]).at("run_mode"), "train");
+  // More stages than layers: skipped with the parser's reason naming parallel.pp.
+  const std::string two_layers = std::string(R"(axes:
+  workload: [{config: )") + SHARDSIM_CONFIG_DIR + R"(/lm_train_dp4.yaml, label: lm, set: {layers: 2}}]
+  topology: [{kind: ring, chips: 4, bandwidth_gbps: 100}]
+  plan: [{pp: 4}, {pp: 2, dp: 2}]
+)";
+  const auto t = parse_sweep(two_layers, "w.yaml");
+  ASSERT_EQ(t.points.size(), 2u);
+  EXPECT_NE(t.points[0].error.find("plan does not fit: parallel.pp"), std::string::npos) << t.points[0].error;
+  EXPECT_TRUE(t.points[1].error.empty()) << t.points[1].error;
 }
 
 TEST(Sweep, WhatIfColumnsFollowTheFixedOnesAndRoundTrip) {
