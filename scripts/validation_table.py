@@ -5,6 +5,7 @@ published figure. Run from the repository root after building:
 
     python3 scripts/validation_table.py            # writes docs/VALIDATION.md
     python3 scripts/validation_table.py --check    # prints the table, writes nothing
+    python3 scripts/validation_table.py --jobs=3   # three runs at once
 
 Each config states its source, the published step time (`# published_step_s: X`), what it expresses and what
 it cannot express yet. Simulated numbers are deterministic; the runs take a few minutes on one small host.
@@ -29,7 +30,8 @@ def header_field(text, name):
 def chips_of(text):
     tp = int(re.search(r"^\s+tp:\s*(\d+)", text, re.M).group(1))
     dp = int(re.search(r"^\s+dp:\s*(\d+)", text, re.M).group(1))
-    return tp * dp
+    pp = re.search(r"^\s+pp:\s*(\d+)", text, re.M)
+    return tp * dp * (int(pp.group(1)) if pp else 1)
 
 
 def run(cfg, chips, extra):
@@ -47,21 +49,31 @@ def run(cfg, chips, extra):
 
 def main():
     check = "--check" in sys.argv[1:]
-    rows = []
+    jobs = 1
+    for a in sys.argv[1:]:
+        if a.startswith("--jobs="):
+            jobs = max(1, int(a.split("=", 1)[1]))
+    tasks = []
     for name in sorted(os.listdir(CFG_DIR)):
         if not name.endswith(".yaml"):
             continue
         cfg = os.path.join(CFG_DIR, name)
         with open(cfg) as f:
             text = f.read()
-        published = float(header_field(text, "published_step_s"))
-        chips = chips_of(text)
-        shaped = run(cfg, chips, [])
-        peak = run(cfg, chips, ["--set", "device.kernel_model=peak"])
-        rows.append(dict(config="configs/validation/" + name, chips=chips, published=published,
-                         shaped_s=shaped["step_ns"] / 1e9, shaped_mfu=shaped["mfu"],
-                         peak_s=peak["step_ns"] / 1e9, peak_mfu=peak["mfu"],
-                         missing=header_field(text, "Not expressible yet")))
+        tasks.append((name, cfg, text, chips_of(text)))
+    # Every row twice (the shaped kernel model, and kernels at peak); --jobs=N runs N of these at once.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        shaped = [pool.submit(run, cfg, chips, []) for (_, cfg, _, chips) in tasks]
+        peak = [pool.submit(run, cfg, chips, ["--set", "device.kernel_model=peak"]) for (_, cfg, _, chips) in tasks]
+        rows = []
+        for (name, cfg, text, chips), s, p in zip(tasks, shaped, peak):
+            s, p = s.result(), p.result()
+            rows.append(dict(config="configs/validation/" + name, chips=chips,
+                             published=float(header_field(text, "published_step_s")),
+                             shaped_s=s["step_ns"] / 1e9, shaped_mfu=s["mfu"],
+                             peak_s=p["step_ns"] / 1e9, peak_mfu=p["mfu"],
+                             missing=header_field(text, "Not expressible yet")))
     lines = ["| config | chips | published s | shardsim s (kernel model) | error | MFU | shardsim s (kernels at peak) | error | not expressible yet |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     errs, errs_peak = [], []
