@@ -177,16 +177,15 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.name = "multi_ring";
     a.aliases = {"channels", "multi_channel_ring"};
     a.summary = "one ring per stride s coprime with p (s < p/2), both ways, the data split over them, all at once "
-                "(multi_ring.h); needs a direct link to every ring neighbour (a fully connected group); opt-in";
+                "(multi_ring.h); needs a direct link to every ring neighbour (a fully connected group)";
     a.collectives = kFlat;
     a.obstacle = [](C, const runtime::Transport& tp) { return multi_ring::obstacle(tp); };
     a.estimate_ns = ring_cost<multi>;
     a.reduce_scatter = ring_rs<multi>;
     a.all_gather = ring_ag<multi>;
     a.all_reduce = ring_ar<multi>;
-    // Not in auto (yet): on the fully connected configs it would win and move their published figures; a
-    // before/after comparison of those figures has not been made.
-    a.in_auto = false;
+    // In auto after bidir_ring: where it has only the strides +-1 (p = 3, 4, 6, or a ring of 3 / 4) it ties with
+    // bidir_ring, which the tie-break keeps.
     v.push_back(a);
   }
   {

@@ -73,7 +73,7 @@ expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_r
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
   assert_out '^  all_reduce      n/a \(.*same link' "bidir_ring is not applicable on a one-way ring, with the reason"
-  assert_out '^  all_reduce: ring bidir_ring torus torus_concurrent in_switch halving_doubling auto \(opt-in only: multi_ring recursive_doubling double_binary_tree\)$' "auto's tie-break order per collective, opt-in algorithms apart"
+  assert_out '^  all_reduce: ring bidir_ring multi_ring torus torus_concurrent in_switch halving_doubling auto \(opt-in only: recursive_doubling double_binary_tree\)$' "auto's tie-break order per collective, opt-in algorithms apart"
   assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
 fi
 
