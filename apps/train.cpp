@@ -158,6 +158,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
+  s.dp.selective = plan.selective_recompute;
   s.dp.micro_batch = spec.micro_batch;
   s.pp = plan.pp;
   s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
@@ -331,6 +332,9 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
                 (long long)models::lm_param_count(c), (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
   r.train.model = b;
+  if (!c.gated() || c.layernorm() || c.position != sharding::PositionKind::rope || c.tied_embeddings)
+    r.train.model += std::string("; ") + sharding::norm_name(c.norm) + ", " + sharding::mlp_name(c.mlp) + " MLP, " +
+                     sharding::position_name(c.position) + " positions" + (c.tied_embeddings ? ", tied embeddings" : "");
   r.train.log_vocab = std::log(double(c.vocab));
   r.train.tokens_per_step = double(c.batch) * double(c.seq);
   r.train.model_flops_per_step = models::lm_model_flops_per_token(c) * r.train.tokens_per_step;
@@ -516,6 +520,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
+  if (s.dp.selective)
+    r.plan += "; recompute: selective (the attention core is recomputed in the backward, as the flash attention "
+              "backward always does; the rest is kept)";
   if (s.pp > 1) {
     const auto& sch = trainer->schedule();
     r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +

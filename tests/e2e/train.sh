@@ -370,4 +370,30 @@ if expect_exit 2 '^shardsim: error: .*lm_train\.yaml \(with command-line overrid
     -- shardsim_mpi 1 train "$TRAIN" --set model.seq=100000000
 then one_error_line; fi
 
+e2e_case "(z) the GPT block (layernorm, gelu MLP, learned positions, tied embeddings): tp 2 + sp with selective recompute prints one chip's losses; one weight for the tied head; bad variants exit 2"
+sed -E 's/^(  seed: 1)$/\1\n  norm: layernorm\n  mlp: gelu\n  position: learned\n  tied_embeddings: true/' "$TRAIN" >gpt.yaml
+if expect_exit 0 '^checkpoint: step 6 saved to gpt1\.h5' -- shardsim_mpi 1 train gpt.yaml --steps 6 --checkpoint gpt1.h5; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_one.txt
+  if command -v h5ls >/dev/null 2>&1; then
+    if h5ls -r gpt1.h5 | grep -q 'embed' && ! h5ls -r gpt1.h5 | grep -Eq '/head[ /]'; then
+      pass "the tied checkpoint holds the embedding and no head"
+    else fail "tied checkpoint: $(h5ls -r gpt1.h5 | grep -E 'embed|head' | head -n 4)"; fi
+  fi
+fi
+{ cat gpt.yaml; printf 'parallel:\n  tp: 2\n  sp: true\n  recompute: selective\n'; } >gpt_tp2.yaml
+if expect_exit 0 '; recompute: selective \(the attention core' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_tp2.txt
+  if [[ -s gpt_one.txt ]] && cmp -s gpt_one.txt gpt_tp2.txt; then pass "GPT block, tp 2 + sp: losses and grad norms equal one chip's (4 decimals)"
+  else fail "GPT tp 2 differs from one chip"; paste gpt_one.txt gpt_tp2.txt >&2; fi
+fi
+if expect_exit 0 '^resumed: gpt1\.h5 at step 6' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 8 --resume gpt1.h5; then
+  pass "a one-chip GPT checkpoint continues on tp 2"
+fi
+if expect_exit 2 "^shardsim: error: .*lm_train\.yaml \(with command-line overrides\):[0-9]+: model\.mlp: geglu: not implemented yet in train" \
+    -- shardsim_mpi 1 train "$TRAIN" --set model.mlp=geglu
+then one_error_line; fi
+if expect_exit 2 "^shardsim: error: .*parallel\.recompute: 'sometimes' \(none \| selective \| full" \
+    -- shardsim_mpi 2 train gpt_tp2.yaml --set parallel.recompute=sometimes
+then one_error_line; fi
+
 e2e_finish
