@@ -89,7 +89,7 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
                      ": needs " + gib(device_bytes) + ", has " + gib(hbm) + " (device " + net.device.name + ")");
   const double avail = available_host_bytes();
   if (avail > 0 && bytes_per_rank * net.ranks_on_host > 0.9 * avail)
-    throw UsageError(what + ": needs about " + gib(bytes_per_rank) + " of host memory per rank x " +
+    throw RuntimeFault(what + ": needs about " + gib(bytes_per_rank) + " of host memory per rank x " +
                      std::to_string(net.ranks_on_host) + " ranks on this host, but only " + gib(avail) +
                      " is available; use a smaller size or fewer ranks per host");
 }

@@ -66,8 +66,8 @@ std::unique_ptr<Net> build_net(const NetFlags& flags, const runtime::World& worl
 void connect(Net& net, const runtime::World& world);
 
 // Before allocating BYTES_PER_RANK on every rank: UsageError when the simulated chip's HBM cannot hold them
-// ("simulated out of memory on chip N: needs X GiB, has Y GiB") or when this host's available memory cannot
-// (every rank on the host needs them; the kernel would kill the job instead). Local, no communication: call
+// ("simulated out of memory on chip N: needs X GiB, has Y GiB"), RuntimeFault (exit 3) when this host's available
+// memory cannot (every rank on the host needs them; the kernel would kill the job instead). Local, no communication: call
 // inside World::agree.
 void check_memory(const Net& net, double bytes_per_rank, double device_bytes, const std::string& what);
 // This host's MemAvailable (/proc/meminfo) in bytes; 0 when unknown (then do not check).

@@ -25,9 +25,10 @@ Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 
 // One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
-// in messages), quiet; VALIDATE compares the losses with the single-device reference. The report is complete on
-// rank 0. Errors as `train`'s (AgreedError on every rank).
+// in messages), quiet; VALIDATE compares the losses with the single-device reference; WHAT_IF (train's --what-if
+// spec, "" none) fills the report's what_if rows. The report is complete on rank 0. Errors as `train`'s
+// (AgreedError on every rank).
 sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text, const std::string& where,
-                                    bool validate);
+                                    bool validate, const std::string& what_if);
 
 }  // namespace shardsim::apps

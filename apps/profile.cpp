@@ -33,8 +33,10 @@ double parse_value(const std::string& change, const std::string& v, bool& factor
   factor = !v.empty() && (v.back() == 'x' || v.back() == 'X');
   const std::string n = factor ? v.substr(0, v.size() - 1) : v;
   char* end = nullptr;
-  const double d = n.empty() ? NAN : std::strtod(n.c_str(), &end);
-  if (n.empty() || *end || !std::isfinite(d) || !(d > 0))
+  // Decimal only: strtod alone would also take hex ('0x10x' read as 16x), leading blanks and 'inf'.
+  const bool decimal = !n.empty() && n.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  const double d = decimal ? std::strtod(n.c_str(), &end) : NAN;
+  if (!decimal || *end || !std::isfinite(d) || !(d > 0))
     throw UsageError("--what-if " + change + ": '" + v + "' is not a positive factor (2x, 0.5x) or value");
   return d;
 }
@@ -97,13 +99,18 @@ std::string path_set(const std::string& change, const ConfigNode& root, const st
                      const std::string& value) {
   bool factor = !value.empty() && (value.back() == 'x' || value.back() == 'X');
   if (!factor) return key + "=" + value;
+  // The loaded tree holds model: as workload: (sharding/engine_config.h), as --set reads it: 'model.tokens=2x' said
+  // the config had no model.tokens. A read-only walk: const lookups create nothing, reset() rebinds N.
+  const std::string path = key.rfind("model.", 0) == 0 ? "workload." + key.substr(6) : key;
   YAML::Node n = YAML::Clone(root.yaml());
   size_t at = 0;
-  while (at <= key.size()) {
-    const size_t dot = key.find('.', at);
-    const std::string k = key.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
-    if (!n.IsMap() || !n[k]) throw UsageError("--what-if " + change + ": the config has no '" + key + "' to scale");
-    n = n[k];
+  while (at <= path.size()) {
+    const size_t dot = path.find('.', at);
+    const std::string k = path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    const YAML::Node& parent = n;
+    const YAML::Node child = n.IsMap() ? parent[k] : YAML::Node();
+    if (!child) throw UsageError("--what-if " + change + ": the config has no '" + key + "' to scale");
+    n.reset(child);
     if (dot == std::string::npos) break;
     at = dot + 1;
   }

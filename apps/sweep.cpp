@@ -36,6 +36,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "apps/profile.h"
 #include "collectives/algorithms.h"
 #include "collectives/verify.h"
 #include "common/config.h"
@@ -47,6 +48,7 @@
 #include "common/text.h"
 #include "experiments/sweep.h"
 #include "experiments/scheduler.h"
+#include "models/runner.h"
 #include "runtime/chips.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
@@ -62,7 +64,7 @@ using sharding::SweepPoint;
 using sharding::SweepSpec;
 
 struct SweepFlags {
-  std::string file, output;
+  std::string file, output, what_if;
   bool force = false, plot_only = false, no_plots = false, validate_every = false;
 };
 
@@ -147,6 +149,11 @@ std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
     auto spec = std::make_shared<SweepSpec>(sharding::load_sweep(f.file));
     if (!f.output.empty()) spec->output = f.output;
     if (f.validate_every) spec->validate_every = true;
+    spec->what_if = f.what_if;
+    if (!f.what_if.empty())  // every change must apply to every workload point: exit 2 before anything runs
+      for (const auto& p : spec->points)
+        if (p.kind == sharding::PointKind::workload && p.error.empty())
+          (void)plan_what_if(f.what_if, sharding::workload_config_from_text(p.config_yaml, f.file + "[" + p.key + "]"));
     return std::shared_ptr<const SweepSpec>(std::move(spec));
   };
   if (!runtime::chip_mode()) return load();
@@ -155,7 +162,7 @@ std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
     std::exception_ptr error;
   };
   static std::map<std::string, Entry> memo;  // keyed by what was asked
-  const std::string key = f.file + "\n" + f.output + "\n" + (f.validate_every ? "every" : "");
+  const std::string key = f.file + "\n" + f.output + "\n" + (f.validate_every ? "every" : "") + "\n" + f.what_if;
   auto it = memo.find(key);
   if (it == memo.end()) {
     Entry e;
@@ -168,6 +175,28 @@ std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
   }
   if (it->second.error) std::rethrow_exception(it->second.error);
   return it->second.spec;
+}
+
+// --what-if on a forward point: each change re-simulated by run's runner in shape-only mode on the point's group,
+// from the point's config with the change's --set overrides (apps/profile.h's plan_what_if / run_what_if, as `run
+// --what-if`). Training points take train's own --what-if (run_train_point).
+std::vector<sharding::WhatIf> forward_what_if(const runtime::World& group, const SweepPoint& pt, const std::string& where,
+                                              double baseline_ns, const std::string& spec) {
+  std::vector<WhatIfPlan> plans;
+  group.agree([&] { plans = plan_what_if(spec, sharding::workload_config_from_text(pt.config_yaml, where)); });
+  return run_what_if(
+      plans, baseline_ns,
+      [&](const sharding::ConfigOverrides& ov) {
+        std::shared_ptr<const sharding::ModelConfig> cfg;
+        sharding::RunOptions opt;
+        opt.shape_only = opt.no_checkpoint = true;
+        group.agree([&] {
+          cfg = std::make_shared<const sharding::ModelConfig>(
+              sharding::parse_model_config(sharding::workload_config_from_text(pt.config_yaml, where, ov)));
+        });
+        return sharding::run_model(group, *cfg, opt).critical.total;
+      },
+      {});
 }
 
 int run_sweep(const runtime::World& world, const SweepFlags& f) {
@@ -228,6 +257,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const int N = world.size();
   const size_t P = spec.points.size();
   std::map<std::string, Row> done;  // rank 0: key -> row (this grid's keys)
+  std::vector<std::string> extra;   // rank 0: the what-if columns (sharding::what_if_columns)
   std::vector<Row> foreign;         // rank 0: rows of keys not in this grid (kept)
   std::string mask(P, '0');
   GrowingOutput out;  // rank 0: results.csv, landed atomically after every recorded row
@@ -249,10 +279,11 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       }
     }
     // Rewrite what is kept (drops a half-written last line), then append to it.
-    std::string text = sharding::csv_header();
-    for (const auto& r : foreign) text += sharding::csv_row(r);
+    extra = sharding::what_if_columns(rows, spec.what_if);  // the file's own what-if columns stay
+    std::string text = sharding::csv_header(extra);
+    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
     for (size_t i = 0; i < P; ++i)
-      if (mask[i] == '1') text += sharding::csv_row(done[spec.points[i].key]);
+      if (mask[i] == '1') text += sharding::csv_row(done[spec.points[i].key], extra);
     out.reset(csv_path, text);
     out.land();
   });
@@ -262,7 +293,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   for (char c : mask) skipped += c == '1';
   std::vector<Row> fresh;  // rank 0: rows made by this run
   auto record = [&](const Row& r) {  // rank 0; call inside world.agree so a failed write stops every rank
-    out.append(sharding::csv_row(r));
+    out.append(sharding::csv_row(r, extra));
     fresh.push_back(r);
   };
   Progress progress(static_cast<int>(P), skipped);
@@ -352,7 +383,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
     progress.show(cur);
   };
-  cb.train = run_train_point;
+  cb.runners.train = run_train_point;
+  cb.runners.what_if = [&f](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base) {
+    return forward_what_if(g, pt, where, base, f.what_if);
+  };
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {
       Row r = r0;
@@ -388,9 +422,9 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       shape_only += it->second.at("timing") == "shape_only";
       validated_small += !it->second.at("validated_at").empty() && it->second.at("validated_at") != "self";
     }
-    std::string text = sharding::csv_header();
-    for (const auto& r : rows) text += sharding::csv_row(r);
-    for (const auto& r : foreign) text += sharding::csv_row(r);
+    std::string text = sharding::csv_header(extra);
+    for (const auto& r : rows) text += sharding::csv_row(r, extra);
+    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
     write_file_atomic(csv_path, text);
     std::vector<Row> all = rows;
     all.insert(all.end(), foreign.begin(), foreign.end());
@@ -426,6 +460,10 @@ Command add_sweep(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--force", f->force, "recompute every point (default: skip points already in results.csv)");
   sub->add_flag("--plot-only", f->plot_only, "redraw the plots from the existing results.csv; run nothing");
   sub->add_flag("--no-plots", f->no_plots, "do not draw plots");
+  sub->add_option("--what-if", f->what_if,
+                  "per workload point, re-simulate each change (shape-only) and add its speedup as a column "
+                  "speedup[CHANGE], e.g. link_bw=2x,hbm_bw=2x,peak=2x (docs/PROFILE.md; training points use "
+                  "train's --what-if)");
   sub->add_flag("--validate-every", f->validate_every,
                 "validate every workload point with real data at full size (the file's `validate: every`; default "
                 "`once`: each distinct plan validated at a small size, full-size points timed shape-only)");

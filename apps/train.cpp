@@ -25,6 +25,7 @@
 // launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
 // no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -108,12 +109,17 @@ struct TrainSetup {
   bool shape_only = false;                     // mode: shape_only or --shape-only
 };
 
+// The config file (or a sweep point's text) with the run's overrides applied (run's loader).
+ConfigNode train_config(const TrainFlags& f) {
+  return f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
+                               : sharding::workload_config_from_text(f.config_text, f.config, f.overrides);
+}
+
 // The config through the one parser of every command (sharding/model_spec.h): the model:, parallel: and train:
 // sections, the topology (a path relative to the config's folder) and the device as `run` reads them.
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
-  const ConfigNode root = f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
-                                                : sharding::workload_config_from_text(f.config_text, f.config);
+  const ConfigNode root = train_config(f);
   root.expect_keys(sharding::kTrainRootKeys);
   TrainSetup s;
   s.config_name = root.file();
@@ -152,6 +158,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
+  s.dp.selective = plan.selective_recompute;
   s.dp.micro_batch = spec.micro_batch;
   s.pp = plan.pp;
   s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
@@ -165,28 +172,47 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   return s;
 }
 
-// Before allocating: a lower bound of what one rank keeps on the host, in double (sizes whose counts overflow
-// int64 are refused too): 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v; every rank
-// holds them whole while building its replica) and the fp32 activations the backward keeps per token (per layer
-// the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their gradient).
-// UsageError when that exceeds 90% of the host's available memory shared by its ranks (the kernel would kill
-// the job instead).
-void check_host_memory(const TrainSetup& s, int ranks_on_host) {
+// Before allocating, what the run keeps on this host (in double: sizes whose counts overflow int64 are refused at
+// parse), refused with exit 3 when it exceeds 90% of the host's available memory (the kernel would kill the job
+// instead, with no line from shardsim).
+// Real data: a lower bound per rank of 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v;
+// every rank holds them whole while building its replica) and the fp32 activations the backward keeps per token
+// (per layer the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their
+// gradient).
+// Shape-only: no parameter or activation is stored, but the trainer keeps per-token bookkeeping (token ids,
+// targets, the cp token layout): each chip's T = batch/dp x seq/cp tokens cost about 8 bytes each for the whole
+// step, and the chip that runs (a rank's chips run one at a time) about 64 bytes each more. Measured on
+// configs/lm_train.yaml (peak RSS, GB = 1e9 B): 1 chip at batch 1M 0.49 GB (this estimate: 0.58), 4 chips of one
+// rank at batch 4M 0.69 GB (0.77), 1 chip at seq 4M 0.15 GB (0.29).
+void check_host_memory(const TrainSetup& s, int ranks, int ranks_on_host, int chips_on_host) {
   const auto& c = s.model;
-  const double h = double(c.hidden), qd = double(c.heads) * double(c.head_dim),
-               kvd = double(c.kv_heads) * double(c.head_dim), ffn = double(c.ffn), v = double(c.vocab);
-  const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
-  const double tokens = double(c.batch) * double(c.seq);
-  const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
-  const double need = 16 * params + 4 * acts;
+  double need = 0;
+  std::string what;
+  char b[256];
+  if (s.shape_only) {
+    const int dp = std::max(1, ranks / std::max(1, s.tp * s.cp * s.pp));
+    const double tokens = double(c.batch) / dp * (double(c.seq) / s.cp);
+    need = double(ranks_on_host) * 64 * tokens + double(chips_on_host) * 8 * tokens;
+    std::snprintf(b, sizeof b, "about %.3g GiB of host memory for the shape-only step's bookkeeping (%.3g tokens "
+                  "per chip: 8 bytes each on the %d chip(s) of this host, 64 more on the running chip of each of "
+                  "its %d rank(s))", need / 1073741824.0, tokens, chips_on_host, ranks_on_host);
+    what = b;
+  } else {
+    const double h = double(c.hidden), qd = double(c.heads) * double(c.head_dim),
+                 kvd = double(c.kv_heads) * double(c.head_dim), ffn = double(c.ffn), v = double(c.vocab);
+    const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
+    const double tokens = double(c.batch) * double(c.seq);
+    const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
+    const double per_rank = 16 * params + 4 * acts;
+    need = per_rank * chips_on_host;
+    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
+                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, chips_on_host);
+    what = b;
+  }
   const double avail = available_host_bytes();
-  if (avail > 0 && need * ranks_on_host > 0.9 * avail) {
-    char b[256];
-    std::snprintf(b, sizeof b,
-                  "%s: model: needs at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
-                  "activations) x %d ranks on this host, but only %.3g GiB is available; use smaller sizes",
-                  s.config_name.c_str(), need / 1073741824.0, params, ranks_on_host, avail / 1073741824.0);
-    throw UsageError(b);
+  if (avail > 0 && need > 0.9 * avail) {
+    std::snprintf(b, sizeof b, ", but only %.3g GiB is available; use smaller sizes", avail / 1073741824.0);
+    throw RuntimeFault(s.config_name + ": model: needs " + what + b);
   }
 }
 
@@ -306,6 +332,9 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
                 (long long)models::lm_param_count(c), (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
   r.train.model = b;
+  if (!c.gated() || c.layernorm() || c.position != sharding::PositionKind::rope || c.tied_embeddings)
+    r.train.model += std::string("; ") + sharding::norm_name(c.norm) + ", " + sharding::mlp_name(c.mlp) + " MLP, " +
+                     sharding::position_name(c.position) + " positions" + (c.tied_embeddings ? ", tied embeddings" : "");
   r.train.log_vocab = std::log(double(c.vocab));
   r.train.tokens_per_step = double(c.batch) * double(c.seq);
   r.train.model_flops_per_step = models::lm_model_flops_per_token(c) * r.train.tokens_per_step;
@@ -491,6 +520,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
+  if (s.dp.selective)
+    r.plan += "; recompute: selective (the attention core is recomputed in the backward, as the flash attention "
+              "backward always does; the rest is kept)";
   if (s.pp > 1) {
     const auto& sch = trainer->schedule();
     r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +
@@ -552,13 +584,14 @@ int run_train(const runtime::World& world, const TrainFlags& f);
 // --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
 std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
   std::vector<WhatIfPlan> plans;
-  world.agree([&] { plans = plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides)); });
+  world.agree([&] { plans = plan_what_if(f.what_if, train_config(f)); });
   double step_ns = 0;
   return run_what_if(
       plans, baseline_ns,
       [&](const sharding::ConfigOverrides& ov) {
         TrainFlags v;
         v.config = f.config;
+        v.config_text = f.config_text;
         v.steps = f.steps;
         v.shape_only = v.quiet = true;
         v.overrides = ov;
@@ -572,7 +605,7 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
-  world.agree([&] {  // config errors: one clean message and exit 2
+  world.agree([&] {  // config errors: one clean message and exit 2 (a run too large for this host: exit 3)
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!f.checkpoint.empty()) outputs.emplace_back("--checkpoint", f.checkpoint);
@@ -592,11 +625,11 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
       throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
                        "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
-    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, sharding::load_workload_config(f.config, f.overrides));
+    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, train_config(f));
     if (!f.trace_path.empty() && !s.data_parallel)
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
-    if (!s.shape_only) check_host_memory(s, chips_on_host);
+    check_host_memory(s, world.size(), runtime::node_ranks(), chips_on_host);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;
@@ -649,11 +682,12 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 }  // namespace
 
 sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text,
-                                    const std::string& where, bool validate) {
+                                    const std::string& where, bool validate, const std::string& what_if) {
   TrainFlags f;
   f.config = where;
   f.config_text = config_text;
   f.validate = validate;
+  f.what_if = what_if;
   f.quiet = true;
   sharding::RunReport r;
   f.report_out = &r;

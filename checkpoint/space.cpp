@@ -64,7 +64,8 @@ void reserve_space(const std::string& file, const std::string& path, uint64_t by
   struct statvfs vfs{};
   if (::statvfs(file.c_str(), &vfs) == 0)
     free_text = ", " + mib(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) + " free";
-  throw RuntimeFault(where(path) + std::strerror(rc) + " (the checkpoint needs about " + mib(shown) + free_text + ")");
+  throw RuntimeFault(where(path) + std::strerror(rc) + " (the save reserves " + mib(shown) +
+                     " for the data and a bound on its metadata" + free_text + ")");
 }
 
 void trim_to_superblock_eoa(const std::string& file, const std::string& path) {

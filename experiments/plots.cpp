@@ -38,9 +38,9 @@ bool has_number(const Row& r, const std::string& c) {
 }
 double num(const Row& r, const std::string& c) { return has_number(r, c) ? std::strtod(r.at(c).c_str(), nullptr) : 0.0; }
 // Training plans (run_mode train): train.gp, the simulated step (ms, bars, left axis) and the pipeline bubble
-// (% of the step, points, right axis) per plan; plans over HBM keep their bar, labelled "(over HBM)"; plans that
-// could not run stay as empty bars labelled "(skipped)". "" when the rows hold no training plan.
-std::string write_train_plot(const std::string& dir, const std::vector<Row>& rows, const std::string& term) {
+// (% of the step, points, right axis) per plan that ran; plans over HBM keep their bar, labelled "(over HBM)"; plans
+// that could not run are left out (the best-plan table lists them with the reason). "" when no training plan ran.
+std::string write_train_plot(const std::string& dir, const std::vector<Row>& rows) {
   std::set<std::string> workloads, topos, devs;
   for (const auto& r : rows)
     if (r.at("kind") == "workload" && r.at("run_mode") == "train") {
@@ -48,30 +48,33 @@ std::string write_train_plot(const std::string& dir, const std::vector<Row>& row
       topos.insert(r.at("topology"));
       devs.insert(r.at("device"));
     }
-  if (workloads.empty()) return "";
   std::string dat = "# label step_ms bubble_percent (simulated)\n";
+  int n = 0;
   for (const auto& r : rows) {
-    if (r.at("kind") != "workload" || r.at("run_mode") != "train") continue;
-    const bool ran = has_number(r, "sim_time_us");
+    if (r.at("kind") != "workload" || r.at("run_mode") != "train" || !has_number(r, "sim_time_us")) continue;
     std::string label = (workloads.size() > 1 ? r.at("workload") + " " : "") + r.at("plan") +
                         (topos.size() > 1 ? " " + r.at("topology") : "") + (devs.size() > 1 ? " " + r.at("device") : "") +
-                        (!ran ? " (skipped)" : r.at("fits_hbm") == "no" ? " (over HBM)" : "");
+                        (r.at("fits_hbm") == "no" ? " (over HBM)" : "");
     char b[96];
-    std::snprintf(b, sizeof b, " %.6f %.6f\n", ran ? num(r, "sim_time_us") / 1e3 : 0.0,
-                  ran ? 100 * num(r, "bubble_fraction") : 0.0);
+    std::snprintf(b, sizeof b, " %.6f %.6f\n", num(r, "sim_time_us") / 1e3, 100 * num(r, "bubble_fraction"));
     dat += gp_data_string(label) + b;
+    ++n;
   }
+  if (n == 0) return "";
+  char term[128];  // wide enough for one readable label per bar
+  std::snprintf(term, sizeof term, "set terminal pngcairo size %d,820 noenhanced font ',10'\n", std::max(960, 26 * n + 240));
   write(fs::path(dir) / "train.dat", dat);
   write(fs::path(dir) / "train.gp",
-        "# gnuplot script written by shardsim sweep; redraw with: gnuplot train.gp (in this directory)\n" + term +
+        "# gnuplot script written by shardsim sweep; redraw with: gnuplot train.gp (in this directory)\n" +
+            std::string(term) +
             "set output 'train.png'\nset title " +
             gp_quote("training step and pipeline bubble per plan" +
                      (workloads.size() == 1 ? ": " + *workloads.begin() : std::string(" (per workload)"))) +
             "\n"
-            "set style fill solid 0.85 border -1\nset boxwidth 0.75\nset xtics rotate by 60 right scale 0 font ',8'\n"
+            "set style fill solid 0.85 border -1\nset boxwidth 0.75\nset xtics rotate by 90 right scale 0 font ',8'\n"
             "set ylabel 'simulated step (ms)'\nset y2label 'pipeline bubble (% of the step)'\nset y2tics\n"
             "set ytics nomirror\nset yrange [0:*]\nset y2range [0:100]\nset key outside top center horizontal\n"
-            "set grid ytics\nset bmargin 14\n"
+            "set grid ytics\nset bmargin 26\n"
             "plot 'train.dat' using 0:2:xtic(1) with boxes title 'step (ms)', "
             "'' using 0:3 axes x1y2 with points pt 7 ps 1.2 lc rgb 'black' title 'bubble (%)'\n");
   return "train.gp";
@@ -182,7 +185,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
               "'' using 4 title 'idle'\n");
     scripts.push_back("breakdown.gp");
   }
-  if (const std::string gp = write_train_plot(dir, rows, term); !gp.empty()) scripts.push_back(gp);
+  if (const std::string gp = write_train_plot(dir, rows); !gp.empty()) scripts.push_back(gp);
   return scripts;
 }
 

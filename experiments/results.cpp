@@ -92,15 +92,45 @@ std::string csv_line(const std::vector<std::string>& fields) {
   return out + "\n";
 }
 
-std::string csv_header() { return csv_line(result_columns()); }
+std::string csv_header(const std::vector<std::string>& extra) {
+  std::vector<std::string> cols = result_columns();
+  cols.insert(cols.end(), extra.begin(), extra.end());
+  return csv_line(cols);
+}
 
-std::string csv_row(const Row& row) {
+std::string csv_row(const Row& row, const std::vector<std::string>& extra) {
   std::vector<std::string> f;
-  for (const auto& c : result_columns()) {
-    const auto it = row.find(c);
-    f.push_back(it == row.end() ? "" : it->second);
-  }
+  for (const auto* cols : {&result_columns(), &extra})
+    for (const auto& c : *cols) {
+      const auto it = row.find(c);
+      f.push_back(it == row.end() ? "" : it->second);
+    }
   return csv_line(f);
+}
+
+std::string what_if_column(const std::string& change) { return "speedup[" + change + "]"; }
+
+bool is_what_if_column(const std::string& c) {
+  return c.size() > 9 && c.rfind("speedup[", 0) == 0 && c.back() == ']';
+}
+
+std::vector<std::string> what_if_columns(const std::vector<Row>& rows, const std::string& spec) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& c) {
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  for (const auto& r : rows)
+    for (const auto& [c, v] : r)
+      if (is_what_if_column(c)) add(c);
+  size_t at = 0;
+  while (at <= spec.size() && !spec.empty()) {  // the changes as apps/profile.h splits them: by commas
+    const size_t comma = spec.find(',', at);
+    const std::string change = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!change.empty()) add(what_if_column(change));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
 }
 
 std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped) {
@@ -116,7 +146,8 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
   const auto& known = result_columns();
   const auto& cols = records[0];
   bool ours = std::find(cols.begin(), cols.end(), "key") != cols.end();
-  for (const auto& c : cols) ours = ours && std::find(known.begin(), known.end(), c) != known.end();
+  for (const auto& c : cols)
+    ours = ours && (std::find(known.begin(), known.end(), c) != known.end() || is_what_if_column(c));
   if (!ours)
     throw ConfigError(file + ":1: not a shardsim sweep results file (unexpected header); move it away or use --force");
   for (size_t r = 1; r < records.size(); ++r) {
@@ -134,6 +165,7 @@ std::vector<Row> parse_csv(const std::string& text, const std::string& file, int
 
 namespace {
 bool numeric_column(const std::string& c) {
+  if (is_what_if_column(c)) return true;
   static const std::set<std::string> n = {"chips", "size_bytes", "sim_time_us", "algbw_gbps", "busbw_gbps",
                                           "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
                                           "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
@@ -283,10 +315,21 @@ std::string train_best_text(const std::vector<BestPlan>& best) {
   std::ostringstream os;
   os << "best training plan per topology x device (highest tokens/s at the same global batch among the plans "
         "that ran and fit in HBM; step simulated; memory: chip 0's training state + activations)\n";
-  char buf[640];
-  std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-28s %11s %12s %6s %8s %6s %7s %4s  %s\n", "workload",
-                "topology", "device", "best plan", "step ms", "tokens/s", "MFU%", "GiB/chip", "HBM", "bubble%", "m",
-                "compared");
+  // Column widths from the labels (training plan labels are long: pp16xtp8xdp2+sp-interleaved-v2-mb1-z1).
+  int wl = 8, tw = 8, dw = 6, pw = 9;
+  for (const auto& b : best) {
+    if (!b.train) continue;
+    wl = std::max(wl, static_cast<int>(b.workload.size()));
+    tw = std::max(tw, static_cast<int>(b.topology.size()));
+    dw = std::max(dw, static_cast<int>(b.device.size()));
+    for (const auto* v : {&b.ranked, &b.over_hbm})
+      for (const auto& r : *v) pw = std::max(pw, static_cast<int>(r.at("plan").size()));
+  }
+  const int rank_w = wl + tw + dw + pw - 4, over_w = wl + tw + dw + pw - 8;  // the figures line up with the winner's
+  char buf[1024];
+  std::snprintf(buf, sizeof buf, "  %-*s %-*s %-*s %-*s %11s %12s %6s %8s %6s %7s %4s  %s\n", wl, "workload", tw,
+                "topology", dw, "device", pw, "best plan", "step ms", "tokens/s", "MFU%", "GiB/chip", "HBM", "bubble%",
+                "m", "compared");
   os << buf;
   constexpr size_t kShown = 5;  // ranking lines under each winner
   for (const auto& b : best) {
@@ -296,17 +339,17 @@ std::string train_best_text(const std::vector<BestPlan>& best) {
     if (!b.skipped.empty()) tail += ", " + std::to_string(b.skipped.size()) + " skipped";
     if (!b.failed.empty()) tail += ", " + std::to_string(b.failed.size()) + " failed validation";
     const std::string plan = b.best.empty() ? std::string("(none fits)") : b.best.at("plan");
-    std::snprintf(buf, sizeof buf, "  %-18s %-14s %-10s %-28s %s  %s\n", b.workload.c_str(), b.topology.c_str(),
-                  b.device.c_str(), plan.c_str(), b.best.empty() ? "" : train_figures(b.best).c_str(), tail.c_str());
+    std::snprintf(buf, sizeof buf, "  %-*s %-*s %-*s %-*s %s  %s\n", wl, b.workload.c_str(), tw, b.topology.c_str(), dw,
+                  b.device.c_str(), pw, plan.c_str(), b.best.empty() ? "" : train_figures(b.best).c_str(), tail.c_str());
     os << buf;
     for (size_t i = 1; i < b.ranked.size() && i < kShown; ++i) {
-      std::snprintf(buf, sizeof buf, "    #%-3zu %-66s %s\n", i + 1, b.ranked[i].at("plan").c_str(),
+      std::snprintf(buf, sizeof buf, "    #%-3zu %-*s %s\n", i + 1, rank_w, b.ranked[i].at("plan").c_str(),
                     train_figures(b.ranked[i]).c_str());
       os << buf;
     }
     if (b.ranked.size() > kShown) os << "    (" << b.ranked.size() - kShown << " more fitting plan(s) in results.csv)\n";
     for (const auto& r : b.over_hbm) {
-      std::snprintf(buf, sizeof buf, "    over HBM %-62s %s  (does not fit: %s GiB > %s GiB)\n", r.at("plan").c_str(),
+      std::snprintf(buf, sizeof buf, "    over HBM %-*s %s  (does not fit: %s GiB > %s GiB)\n", over_w, r.at("plan").c_str(),
                     train_figures(r).c_str(), gib(r, "peak_mem_bytes").c_str(), gib(r, "hbm_capacity_bytes").c_str());
       os << buf;
     }
@@ -373,9 +416,11 @@ std::string best_plans_text(const std::vector<BestPlan>& best) {
 
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) {
   nlohmann::json arr = nlohmann::json::array();
+  std::vector<std::string> cols = result_columns();
+  for (const auto& c : what_if_columns(rows, "")) cols.push_back(c);
   for (const auto& r : rows) {
     nlohmann::json o = nlohmann::json::object();
-    for (const auto& c : result_columns()) {
+    for (const auto& c : cols) {
       const auto it = r.find(c);
       const std::string v = it == r.end() ? "" : it->second;
       if (numeric_column(c)) {

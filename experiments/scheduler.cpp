@@ -165,7 +165,12 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   return row;
 }
 
-Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec) {
+// --what-if: each change's speedup (baseline / re-simulated) in its column (what_if_column).
+void add_what_if(Row& row, const std::vector<WhatIf>& rows) {
+  for (const auto& w : rows) row[what_if_column(w.change)] = fmt(w.speedup);
+}
+
+Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const WhatIfRunner& what_if) {
   Row row = base_row(pt);
   const std::string where = spec.file + "[" + pt.key + "]";
   RunOptions o;
@@ -205,6 +210,13 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   if (o.shape_only) row["validated_at"] = pt.validation_dims;  // verdict: apply_validation on rank 0
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
   if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
+  if (!spec.what_if.empty() && what_if) {
+    try {
+      add_what_if(row, what_if(sw, pt, where, r.critical.total));
+    } catch (const AgreedError& e) {  // a change the point's config cannot take (agreed by the group)
+      row["reason"] += std::string(row["reason"].empty() ? "" : "; ") + "what-if: " + e.what();
+    }
+  }
   return row;
 }
 
@@ -217,7 +229,7 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   if (!train) return failed(row, "internal: no training runner for " + where);
   RunReport r;
   try {
-    r = train(sw, pt.config_yaml, where, !pt.train_shape_only);
+    r = train(sw, pt.config_yaml, where, !pt.train_shape_only, spec.what_if);
   } catch (const AgreedError& e) {
     std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
     if (why.rfind(where + ":", 0) == 0)
@@ -247,15 +259,16 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   }
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
   if (r.validated && !r.passed) row["reason"] = "loss error " + fmt(t.max_loss_error) + " above " + t.loss_limit_rule;
+  add_what_if(row, r.what_if);
   return row;
 }
 
 Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
-                   const TrainRunner& train) {
+                   const PointRunners& runners) {
   const auto t0 = std::chrono::steady_clock::now();
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
-            : pt.train                       ? run_train_point(sw, pt, spec, train)
-                                             : run_workload_point(sw, pt, spec);
+            : pt.train                       ? run_train_point(sw, pt, spec, runners.train)
+                                             : run_workload_point(sw, pt, spec, runners.what_if);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   row["wall_s"] = fmt(group_max(wall, sw));
   return row;
@@ -324,8 +337,8 @@ class Group {
 }  // namespace
 
 Row run_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
-              const TrainRunner& train) {
-  return run_point_impl(sw, pt, spec, world_size, train);
+              const PointRunners& runners) {
+  return run_point_impl(sw, pt, spec, world_size, runners);
 }
 
 Row apply_validation(Row row, const Row* v) {
@@ -389,7 +402,7 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
       if (const runtime::World* sw = group.world()) {
         const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
         if (j < list.size()) {
-          Row r = run_point(*sw, spec.points[list[j]], spec, N, cb.train);
+          Row r = run_point(*sw, spec.points[list[j]], spec, N, cb.runners);
           r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
           if (sw->rank() == 0) mine = row_to_text(r);
         }

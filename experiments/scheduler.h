@@ -43,11 +43,21 @@ namespace shardsim::sharding {
 // against the single-device reference. apps/sweep.cpp passes apps/train.cpp's run_train_point (this library sits
 // below apps/). Errors every chip agreed on (AgreedError: a plan the trainer refuses, host memory) make the row
 // `error` with the reason.
+// WHAT_IF: SweepSpec::what_if ("" none), train's --what-if spec: the report's what_if rows become the row's
+// speedup columns.
 using TrainRunner = std::function<RunReport(const runtime::World& group, const std::string& config_yaml,
-                                            const std::string& where, bool validate)>;
+                                            const std::string& where, bool validate, const std::string& what_if)>;
+// Forward points with SweepSpec::what_if: each change re-simulated (apps/profile.h's run_what_if, shape-only) on
+// GROUP for the point's config against BASELINE_NS; rows valid on GROUP's rank 0.
+using WhatIfRunner = std::function<std::vector<WhatIf>(const runtime::World& group, const SweepPoint& point,
+                                                       const std::string& where, double baseline_ns)>;
+struct PointRunners {
+  TrainRunner train;
+  WhatIfRunner what_if;
+};
 
 Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size,
-              const TrainRunner& train = {});
+              const PointRunners& runners = {});
 
 // Validate once: ROW (a shape-only workload row) with the verdict and max_rel_error of its plan's validation row
 // V (null: none ran). A failed validation fails the row; a validation that could not run, or a workload with
@@ -66,7 +76,7 @@ struct GroupCallbacks {
   std::function<void(int chips, size_t points, int groups)> on_chips;  // rank 0, before each chip count
   std::function<void(const std::vector<size_t>& wave)> on_wave;        // rank 0, the wave's points, before it runs
   std::function<void(const std::vector<Row>& rows)> on_rows;           // rank 0, the wave's rows (inside agree)
-  TrainRunner train;                                                   // runs training points (run_point)
+  PointRunners runners;                                                // training points, what-if (run_point)
 };
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);

@@ -571,7 +571,9 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
     std::vector<TopoEntry> ts = topos;
     if (ts.empty()) {
       TopoEntry e;
-      if (!w.root["topology"]) ConfigNode(w.root, w.file, "").fail("topology: missing");
+      if (!w.root["topology"])
+        ConfigNode(w.root, w.file, "").fail("topology: missing (give the sweep a `topology` axis or the workload a "
+                                             "topology: section)");
       // Inline or a path to a topology file, as `run` reads it.
       e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
       e.yaml = flow(w.root["topology"]);

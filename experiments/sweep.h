@@ -23,13 +23,18 @@
 //     dtype: [fp32, bf16]
 //     workload:                                       # workload configs (`shardsim run` files) or
 //       - ../blocks/llama2_7b_tp8.yaml                #   {config: PATH, label: NAME, set: {seq: 256}}
+//                                                     # or `shardsim train` configs (model: without kind):
+//                                                     #   training plans, run by train's runner (below)
 //     plan:                                           # `parallel:` sections; the value `chips` means the
 //       - {tp: chips}                                 #   point's chip count. Keys: tp, sp, cp, cp_split,
 //       - {tp: chips, sp: true}                       #   ulysses (blocks), all_reduce (MLP: the algorithm),
 //       - {tp: chips, fused: true}                    #   fused, chunks (sharding/fused.h; a workload file's own
 //       - {tp: 4, sp: true, dp: fill}                 #   fused/chunks carry over unless the plan sets them), dp
 //                                                     #   (blocks: a size, `chips`, or `fill` = the replicas that
-//                                                     #   fill the point's chips, chips / (tp·cp·ulysses))
+//                                                     #   fill the point's chips, chips / (tp·cp·ulysses·pp));
+//                                                     #   training plans also: pp, schedule, virtual_stages,
+//                                                     #   micro_batch (model.micro_batch), zero, bucket_bytes,
+//                                                     #   recompute
 //
 // Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
 //   collectives: topology x device x collective x algorithm x dtype x size (innermost last)
@@ -108,6 +113,7 @@ struct SweepSpec {
   std::string file, name, output;
   double validate_max_bytes = 4.0 * 1024 * 1024;
   bool validate_every = false;  // validate: every (or --validate-every): workload points validate at full size
+  std::string what_if;          // `sweep --what-if SPEC` (apps/profile.h): per workload point, each change's speedup
   std::vector<std::string> axes;  // the axis names given, in file order
   std::vector<SweepPoint> points;
 };
@@ -157,8 +163,15 @@ Row base_row(const SweepPoint& p);
 std::string csv_cell(const std::string& value);
 std::string csv_uncell(const std::string& cell);
 std::string csv_line(const std::vector<std::string>& fields);
-std::string csv_header();
-std::string csv_row(const Row& row);
+// EXTRA: the sweep's what-if columns after result_columns() (what_if_columns).
+std::string csv_header(const std::vector<std::string>& extra = {});
+std::string csv_row(const Row& row, const std::vector<std::string>& extra = {});
+// `sweep --what-if`: the column of a change, "speedup[link_bw=2x]" (baseline time / the time with the change;
+// workload points that ran; empty elsewhere). what_if_columns: such columns of ROWS (in first-seen order) followed
+// by those of SPEC's changes, each once: a resumed results file keeps the columns it had.
+std::string what_if_column(const std::string& change);
+bool is_what_if_column(const std::string& column);
+std::vector<std::string> what_if_columns(const std::vector<Row>& rows, const std::string& spec);
 std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped = nullptr);
 // The answer of a workload sweep: per workload x topology x device, the plan with the lowest simulated time
 // among the points that ran and did not fail validation (verdict pass or not_validated), with its breakdown
@@ -185,8 +198,9 @@ std::string best_plans_text(const std::vector<BestPlan>& best);
 std::string rows_to_json(const std::string& name, const std::vector<Row>& rows);
 
 // Gnuplot: writes FILE.dat/FILE.gp pairs for the plots the rows support into DIR and returns the script names
-// (relative to DIR): busbw_<collective>.gp (busbw vs size, log x, one line per topology/algorithm[/dtype/device])
-// and breakdown.gp (stacked bars of compute / exposed communication / rest per workload, plan, topology).
+// (relative to DIR): busbw_<collective>.gp (busbw vs size, log x, one line per topology/algorithm[/dtype/device]),
+// breakdown.gp (stacked bars of compute / exposed communication / rest per workload, plan, topology) and, for
+// training plans, train.gp (step time as bars, pipeline bubble as points, per plan that ran).
 std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows);
 
 // FNV-1a 64-bit of TEXT as 8 hex digits (the low 32 bits), for keys.

@@ -111,6 +111,67 @@ KernelCost rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
   return cost;
 }
 
+KernelCost layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw, Tensor* db,
+                              float eps) {
+  if (x.rank() != 2 || w.rank() != 1 || w.dim(0) != x.dim(1) || dy.shape() != x.shape() || dx.shape() != x.shape() ||
+      (dw && dw->shape() != w.shape()) || (db && db->shape() != w.shape()))
+    throw std::invalid_argument("layernorm_backward: x " + shape_str(x.shape()) + ", w " + shape_str(w.shape()) +
+                                ", dy " + shape_str(dy.shape()) + ", dx " + shape_str(dx.shape()) +
+                                " (want x, dy, dx [T, h] and w, dw, db [h])");
+  const int64_t T = x.dim(0), h = x.dim(1);
+  const double n = static_cast<double>(T * h);
+  const KernelCost cost{"layernorm_backward", 14.0 * n, (3.0 * n + 3.0 * double(h)) * esize(x), x.dtype()};
+  if (cost_only({&x, &w, &dy}, {&dx, dw, db})) return cost;
+  const auto wf = w.to_float();
+  std::vector<double> dw_acc(static_cast<size_t>(h), 0.0), db_acc(static_cast<size_t>(h), 0.0);
+  std::vector<float> xh(static_cast<size_t>(h)), gr(static_cast<size_t>(h));
+  for (int64_t t = 0; t < T; ++t) {
+    double sum = 0;
+    for (int64_t i = 0; i < h; ++i) sum += xh[static_cast<size_t>(i)] = x.get(t * h + i);
+    const double mu = sum / double(h);
+    double ss = 0;
+    for (int64_t i = 0; i < h; ++i) ss += (xh[static_cast<size_t>(i)] - mu) * (xh[static_cast<size_t>(i)] - mu);
+    const double r = 1.0 / std::sqrt(ss / double(h) + eps);  // the forward's statistics, in fp64 as there
+    double mg = 0, mgx = 0;
+    for (int64_t i = 0; i < h; ++i) {
+      const size_t si = static_cast<size_t>(i);
+      xh[si] = static_cast<float>((xh[si] - mu) * r);
+      gr[si] = dy.get(t * h + i);
+      const double g = double(gr[si]) * wf[si];
+      mg += g;
+      mgx += g * xh[si];
+    }
+    mg /= double(h);
+    mgx /= double(h);
+    for (int64_t i = 0; i < h; ++i) {
+      const size_t si = static_cast<size_t>(i);
+      dx.set(t * h + i, static_cast<float>(r * (double(gr[si]) * wf[si] - mg - double(xh[si]) * mgx)));
+      dw_acc[si] += double(gr[si]) * xh[si];
+      db_acc[si] += gr[si];
+    }
+  }
+  for (int64_t i = 0; i < h; ++i) {
+    if (dw) dw->set(i, static_cast<float>(dw_acc[static_cast<size_t>(i)]));
+    if (db) db->set(i, static_cast<float>(db_acc[static_cast<size_t>(i)]));
+  }
+  return cost;
+}
+
+KernelCost gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_like(x, dy, "gelu_backward", "x", "dy");
+  check_like(x, dx, "gelu_backward", "x", "dx");
+  const double n = static_cast<double>(x.numel());
+  const KernelCost cost{"gelu_backward", 10.0 * n, 3.0 * n * esize(x), x.dtype()};
+  if (cost_only({&x, &dy}, {&dx})) return cost;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = x.get(i);
+    const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * std::exp(-0.5f * v * v);
+    dx.set(i, dy.get(i) * (cdf + v * pdf));
+  }
+  return cost;
+}
+
 KernelCost rope_backward_inplace(Tensor& dx, const std::vector<int64_t>& positions, float theta) {
   if (dx.rank() != 3 || dx.dim(2) % 2 != 0 || static_cast<int64_t>(positions.size()) != dx.dim(0))
     throw std::invalid_argument("rope_backward: dx " + shape_str(dx.shape()) + " with " +

@@ -47,6 +47,20 @@ KernelCost swiglu_backward(const runtime::Tensor& gate, const runtime::Tensor& u
 KernelCost rmsnorm_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
                             runtime::Tensor& dx, runtime::Tensor* dw, float eps = 1e-5f);
 
+// Forward: y = layernorm(x, w, b) (norm.h): x̂[t, i] = (x[t, i] − μ_t)·r_t, r_t = 1/sqrt(σ²_t + eps), y = x̂·w + b.
+// Given dY [T, h] (g = dY·w):
+//   dw[i] = Σ_t dY[t, i]·x̂[t, i]      db[i] = Σ_t dY[t, i]                     (fp64 sums over the rows)
+//   dx[t, i] = r_t·(g[t, i] − mean_j g[t, j] − x̂[t, i]·mean_j g[t, j]·x̂[t, j])
+// dw and db may be nullptr. Cost: 14 FLOPs per element of x (statistics 4, the two row means 4, dx 4, dw and db 2);
+// bytes = x, dY, w read, dx, dw, db written.
+KernelCost layernorm_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy,
+                              runtime::Tensor& dx, runtime::Tensor* dw, runtime::Tensor* db, float eps = 1e-5f);
+
+// Forward: y = gelu(x) (elementwise.h, the exact erf form). Given dY: dX = dY·(Φ(x) + x·φ(x)), Φ and φ the
+// standard normal CDF and density. x, dy, dx one shape and dtype. Cost: 10 FLOPs per element; bytes = 2 read, 1
+// written.
+KernelCost gelu_backward(const runtime::Tensor& x, const runtime::Tensor& dy, runtime::Tensor& dx);
+
 // RoPE is a rotation R(pos) of each pair (2i, 2i+1), so its transpose is the rotation by −pos: dX = R(pos)^T dY,
 // in place on dx [T, H, d] (holding dY on entry). Same positions and theta as the forward; same cost as rope.
 KernelCost rope_backward_inplace(runtime::Tensor& dx, const std::vector<int64_t>& positions,

@@ -13,6 +13,19 @@ namespace shardsim::kernels {
 using runtime::DType;
 using runtime::Tensor;
 
+runtime::Tensor transposed(const runtime::Tensor& a) {
+  if (a.rank() != 2) throw std::invalid_argument("transposed: want a matrix, got " + runtime::shape_str(a.shape()));
+  const int64_t m = a.dim(0), n = a.dim(1);
+  runtime::Tensor t = runtime::Tensor::make(a.dtype(), {n, m}, a.has_storage());
+  if (!a.has_storage()) return t;
+  const size_t es = runtime::dtype_size(a.dtype());
+  const char* src = static_cast<const char*>(a.data());
+  char* dst = static_cast<char*>(t.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) std::memcpy(dst + size_t(j * m + i) * es, src + size_t(i * n + j) * es, es);
+  return t;
+}
+
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
 
 KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o) {

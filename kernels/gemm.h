@@ -26,6 +26,11 @@ KernelCost gemm(const runtime::Tensor& a, const runtime::Tensor& b, runtime::Ten
 KernelCost gemm_rows(const runtime::Tensor& a, int64_t a_row0, int64_t rows, const runtime::Tensor& b,
                      runtime::Tensor& c, int64_t c_row0);
 
+// A [M, N] -> A^T [N, M] (same dtype; shape-only in, shape-only out). Not a kernel and not charged: it stands for
+// a GEMM reading its operand transposed (BLAS op T, as the tied LM head reads the embedding table), which costs
+// what the untransposed GEMM costs; callers charge the GEMM.
+runtime::Tensor transposed(const runtime::Tensor& a);
+
 // Threads OpenBLAS may use in this process (1 per rank when ranks share the host's cores).
 void set_blas_threads(int n);
 

@@ -31,6 +31,33 @@ KernelCost rmsnorm(const Tensor& x, const Tensor& w, Tensor& y, float eps) {
   return cost;
 }
 
+KernelCost layernorm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, float eps) {
+  if (x.rank() != 2 || w.rank() != 1 || w.dim(0) != x.dim(1) || b.shape() != w.shape() || y.shape() != x.shape())
+    throw std::invalid_argument("layernorm: x " + shape_str(x.shape()) + ", w " + shape_str(w.shape()) + ", b " +
+                                shape_str(b.shape()) + ", y " + shape_str(y.shape()) +
+                                " (want x [T, h], w and b [h], y [T, h])");
+  const int64_t T = x.dim(0), h = x.dim(1);
+  const double es = static_cast<double>(runtime::dtype_size(x.dtype()));
+  const KernelCost cost{"layernorm", 7.0 * static_cast<double>(T * h),
+                        (2.0 * static_cast<double>(T * h) + 2.0 * static_cast<double>(h)) * es, x.dtype()};
+  if (cost_only({&x, &w, &b}, {&y})) return cost;
+  const auto wf = w.to_float(), bf = b.to_float();
+  std::vector<float> row(static_cast<size_t>(h));
+  for (int64_t t = 0; t < T; ++t) {
+    double sum = 0;
+    for (int64_t i = 0; i < h; ++i) sum += row[static_cast<size_t>(i)] = x.get(t * h + i);
+    const double mu = sum / static_cast<double>(h);
+    double ss = 0;
+    for (int64_t i = 0; i < h; ++i) ss += (row[static_cast<size_t>(i)] - mu) * (row[static_cast<size_t>(i)] - mu);
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(h) + eps);
+    for (int64_t i = 0; i < h; ++i) {
+      const size_t si = static_cast<size_t>(i);
+      y.set(t * h + i, static_cast<float>((row[si] - mu) * inv) * wf[si] + bf[si]);
+    }
+  }
+  return cost;
+}
+
 KernelCost rope_inplace(Tensor& x, const std::vector<int64_t>& positions, float theta) {
   if (x.rank() != 3 || x.dim(2) % 2 != 0 || static_cast<int64_t>(positions.size()) != x.dim(0))
     throw std::invalid_argument("rope: x " + shape_str(x.shape()) + " with " + std::to_string(positions.size()) +

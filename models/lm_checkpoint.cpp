@@ -29,6 +29,11 @@ std::string lm_model_text(const LmConfig& c) {
   std::ostringstream os;
   os << "vocab " << c.vocab << " hidden " << c.hidden << " layers " << c.layers << " heads " << c.heads
      << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " ffn " << c.ffn << " seq " << c.seq;
+  // The block variants, only where they differ from the Llama block (files saved before them read the same).
+  if (c.norm != sharding::NormKind::rmsnorm) os << " norm " << sharding::norm_name(c.norm);
+  if (c.mlp != sharding::MlpKind::swiglu) os << " mlp " << sharding::mlp_name(c.mlp);
+  if (c.position != sharding::PositionKind::rope) os << " position " << sharding::position_name(c.position);
+  if (c.tied_embeddings) os << " tied_embeddings";
   return os.str();
 }
 

@@ -67,20 +67,35 @@ void check_weights(const LmConfig& c, const LmWeights& w) {
                                   runtime::dtype_name(c.dtype) + " " + runtime::shape_str(b[i].second->shape()));
 }
 
+// The block's norm (rmsnorm, or layernorm with its bias B) of X into a fresh tensor.
+Tensor norm(const LmConfig& c, const Tensor& x, const Tensor& w, const Tensor& b, std::vector<kernels::KernelCost>* costs) {
+  Tensor y(c.dtype, x.shape());
+  log_cost(costs, c.layernorm() ? kernels::layernorm(x, w, b, y, c.norm_eps) : kernels::rmsnorm(x, w, y, c.norm_eps));
+  return y;
+}
+
+// Its backward: DX (overwritten) and the weights' gradients DW (and DB with layernorm).
+void norm_backward(const LmConfig& c, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw,
+                   Tensor* db, std::vector<kernels::KernelCost>* costs) {
+  log_cost(costs, c.layernorm() ? kernels::layernorm_backward(x, w, dy, dx, dw, db, c.norm_eps)
+                                : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps));
+}
+
 // One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
 void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
                    std::vector<kernels::KernelCost>* costs) {
-  const int64_t N = c.batch * c.seq, h = c.hidden, T = c.seq;
+  const int64_t N = c.batch * c.seq, T = c.seq;
   const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
   S.x_in = x;
-  S.a = act({N, h});
-  log_cost(costs, kernels::rmsnorm(x, L.attn_norm, S.a, c.norm_eps));
+  S.a = norm(c, x, L.attn_norm, L.attn_norm_b, costs);
   S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
   S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
   S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
-  log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
-  log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
+  if (c.position == sharding::PositionKind::rope) {
+    log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
+    log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
+  }
   S.o = act({N, hq, d});
   S.lse.clear();
   for (int64_t b = 0; b < c.batch; ++b) {
@@ -93,12 +108,17 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
   Tensor attn = matmul(o2, L.wo, costs);
   log_cost(costs, kernels::add_inplace(x, attn));
   S.x_mid = x;
-  S.m = act({N, h});
-  log_cost(costs, kernels::rmsnorm(x, L.mlp_norm, S.m, c.norm_eps));
-  S.gate = matmul(S.m, L.w_gate, costs);
-  S.up = matmul(S.m, L.w_up, costs);
-  S.act = S.gate;
-  log_cost(costs, kernels::glu_inplace(S.act, S.up, kernels::Activation::silu));
+  S.m = norm(c, x, L.mlp_norm, L.mlp_norm_b, costs);
+  if (c.gated()) {
+    S.gate = matmul(S.m, L.w_gate, costs);
+    S.up = matmul(S.m, L.w_up, costs);
+    S.act = S.gate;
+    log_cost(costs, kernels::glu_inplace(S.act, S.up, kernels::Activation::silu));
+  } else {  // GELU MLP: up keeps the activation's input
+    S.up = matmul(S.m, L.w_up, costs);
+    S.act = S.up;
+    log_cost(costs, kernels::activation_inplace(S.act, kernels::Activation::gelu));
+  }
   Tensor mlp = matmul(S.act, L.w_down, costs);
   log_cost(costs, kernels::add_inplace(x, mlp));
 }
@@ -133,6 +153,10 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.norm_eps = static_cast<float>(spec.norm_eps);
   c.seed = spec.seed;
   c.dtype = spec.dtype;
+  c.norm = spec.norm;
+  c.mlp = spec.mlp;
+  c.position = spec.position;
+  c.tied_embeddings = spec.tied_embeddings;
   return c;
 }
 
@@ -151,6 +175,10 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.norm_eps = c.norm_eps;
   s.seed = c.seed;
   s.dtype = c.dtype;
+  s.norm = c.norm;
+  s.mlp = c.mlp;
+  s.position = c.position;
+  s.tied_embeddings = c.tied_embeddings;
   return s;
 }
 
@@ -162,24 +190,31 @@ void check_lm_config(const LmConfig& c) {
        "vocab, hidden, ffn, seq, batch must be >= 1 and layers >= 0");
   need(c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0,
        "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
-  need(c.head_dim >= 2 && c.head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs), got " +
-                                                   std::to_string(c.head_dim));
+  need(c.head_dim >= 1 && (c.position != sharding::PositionKind::rope || c.head_dim % 2 == 0),
+       "head_dim must be >= 1 and even under RoPE (it rotates pairs), got " + std::to_string(c.head_dim));
+  need(c.mlp != sharding::MlpKind::geglu, "mlp geglu: not implemented in the trainer (swiglu | gelu)");
   need(c.dtype == DType::fp32 || c.dtype == DType::bf16,
        "dtype must be fp32 or bf16, got " + runtime::dtype_name(c.dtype));
   need(std::isfinite(c.rope_theta) && c.rope_theta > 0 && std::isfinite(c.norm_eps) && c.norm_eps > 0,
        "rope_theta and norm_eps must be finite and > 0");
 }
 
-int64_t lm_param_count(const LmConfig& c) {
+namespace {
+// Weights of one block's projections (GEMM operands) and of its norms.
+int64_t block_matmul_params(const LmConfig& c) {
   const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  const int64_t per_layer = 2 * c.hidden + c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + 3 * c.hidden * c.ffn;
-  return 2 * c.vocab * c.hidden + c.layers * per_layer + c.hidden;
+  return c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + (c.gated() ? 3 : 2) * c.hidden * c.ffn;
+}
+int64_t norm_params(const LmConfig& c) { return (c.layernorm() ? 2 : 1) * c.hidden; }
+}  // namespace
+
+int64_t lm_param_count(const LmConfig& c) {
+  const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden +
+                         (c.position == sharding::PositionKind::learned ? c.position_rows() * c.hidden : 0);
+  return tables + c.layers * (block_matmul_params(c) + 2 * norm_params(c)) + norm_params(c);
 }
 
-int64_t lm_matmul_param_count(const LmConfig& c) {
-  const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  return c.layers * (c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + 3 * c.hidden * c.ffn) + c.hidden * c.vocab;
-}
+int64_t lm_matmul_param_count(const LmConfig& c) { return c.layers * block_matmul_params(c) + c.hidden * c.vocab; }
 
 double lm_model_flops_per_token(const LmConfig& c) {
   // Causal attention: a token at position i sees i + 1 keys, (s + 1) / 2 on average; QK^T and PV are 2·d FLOPs per
@@ -188,18 +223,23 @@ double lm_model_flops_per_token(const LmConfig& c) {
                                                       double(c.seq + 1);
 }
 
+std::vector<std::pair<const char*, Tensor*>> LmLayer::slots() {
+  return {{"attn_norm", &attn_norm}, {"attn_norm_b", &attn_norm_b}, {"wq", &wq}, {"wk", &wk}, {"wv", &wv},
+          {"wo", &wo}, {"mlp_norm", &mlp_norm}, {"mlp_norm_b", &mlp_norm_b}, {"w_gate", &w_gate}, {"w_up", &w_up},
+          {"w_down", &w_down}};
+}
+
 std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {
   std::vector<std::pair<std::string, Tensor*>> out{{"embed", &embed}};
-  for (size_t l = 0; l < layers.size(); ++l) {
-    auto& L = layers[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    for (auto [n, t] : std::initializer_list<std::pair<const char*, Tensor*>>{
-             {"attn_norm", &L.attn_norm}, {"wq", &L.wq}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo},
-             {"mlp_norm", &L.mlp_norm}, {"w_gate", &L.w_gate}, {"w_up", &L.w_up}, {"w_down", &L.w_down}})
-      out.emplace_back(p + n, t);
-  }
-  out.emplace_back("final_norm", &final_norm);
-  out.emplace_back("head", &head);
+  auto add = [&out](std::string name, Tensor* t) {
+    if (t->rank() > 0) out.emplace_back(std::move(name), t);
+  };
+  add("pos_embed", &pos_embed);
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (auto [n, t] : layers[l].slots()) add("layers." + std::to_string(l) + "." + n, t);
+  add("final_norm", &final_norm);
+  add("final_norm_b", &final_norm_b);
+  add("head", &head);
   return out;
 }
 
@@ -213,29 +253,42 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
   auto f32 = [dtype, storage](runtime::Shape sh) { return Tensor::make(dtype, std::move(sh), storage); };
   check_lm_config(c);
   const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  const bool ln = c.layernorm();
+  auto bias = [&]() { return ln ? f32({h}) : Tensor(); };
   LmWeights w;
   w.embed = f32({c.vocab, h});
+  if (c.position == sharding::PositionKind::learned) w.pos_embed = f32({c.position_rows(), h});
   for (int64_t l = 0; l < c.layers; ++l)
-    w.layers.push_back({f32({h}), f32({h, qd}), f32({h, kvd}), f32({h, kvd}), f32({qd, h}), f32({h}),
-                        f32({h, c.ffn}), f32({h, c.ffn}), f32({c.ffn, h})});
+    w.layers.push_back({f32({h}), bias(), f32({h, qd}), f32({h, kvd}), f32({h, kvd}), f32({qd, h}), f32({h}), bias(),
+                        c.gated() ? f32({h, c.ffn}) : Tensor(), f32({h, c.ffn}), f32({c.ffn, h})});
   w.final_norm = f32({h});
-  w.head = f32({h, c.vocab});
+  w.final_norm_b = bias();
+  if (!c.tied_embeddings) w.head = f32({h, c.vocab});
   return w;
 }
+
+bool lm_is_norm_bias(const std::string& name) { return name.size() > 2 && name.compare(name.size() - 2, 2, "_b") == 0; }
 
 LmWeights lm_init(const LmConfig& c) {
   LmWeights w = lm_zeros(c, DType::fp32);
   uint32_t id = 1;
   for (auto& [name, t] : w.named_weights()) {
     const uint32_t tensor_id = id++;
-    if (t->rank() == 1) {  // norm weights
-      for (int64_t i = 0; i < t->numel(); ++i) t->set(i, 1.0f);
+    if (t->rank() == 1) {  // norm weights 1, layernorm biases 0
+      if (!lm_is_norm_bias(name))
+        for (int64_t i = 0; i < t->numel(); ++i) t->set(i, 1.0f);
       continue;
     }
-    const float a = name == "embed" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(t->dim(0)));
+    const float a = name == "embed" || name == "pos_embed" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(t->dim(0)));
     sharding::fill_uniform_block(*t, {c.seed, tensor_id, -a, a}, t->dim(1), 0, 0);
   }
   return w;
+}
+
+const Tensor& lm_head_weight(const LmConfig& c, const LmWeights& w, Tensor& scratch) {
+  if (!c.tied_embeddings) return w.head;
+  scratch = kernels::transposed(w.embed);
+  return scratch;
 }
 
 double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache,
@@ -257,15 +310,20 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   Tensor x = act({N, h});
   mark();
   log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
+  if (c.position == sharding::PositionKind::learned) {  // + pos_embed[position]: a lookup, then the add
+    Tensor p = act({N, h});
+    log_cost(costs, kernels::embedding_forward(w.pos_embed, pos, 0, c.seq, p));
+    log_cost(costs, kernels::add_inplace(x, p));
+  }
   for (int64_t l = 0; l < c.layers; ++l) {
     mark();
     forward_block(c, w.layers[static_cast<size_t>(l)], C.layers[static_cast<size_t>(l)], x, pos, costs);
   }
   mark();
   C.x_final = x;
-  C.xf = act({N, h});
-  log_cost(costs, kernels::rmsnorm(x, w.final_norm, C.xf, c.norm_eps));
-  C.logits = matmul(C.xf, w.head, costs);
+  C.xf = norm(c, x, w.final_norm, w.final_norm_b, costs);
+  Tensor head_t;
+  C.logits = matmul(C.xf, lm_head_weight(c, w, head_t), costs);
   // Cross-entropy as one vocabulary shard (the all_reduces of the vocab-parallel form are identities here).
   C.row_max = f32({N});
   C.sumexp = f32({N});
@@ -306,7 +364,7 @@ double lm_cache_bytes(const LmCache& C, bool recompute) {
 }
 
 int lm_unit_of(const std::string& name, int64_t layers) {
-  if (name == "embed") return 0;
+  if (name == "embed" || name == "pos_embed") return 0;
   if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
   return static_cast<int>(layers) + 1;  // final_norm, head
 }
@@ -340,9 +398,11 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   log_cost(costs, kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, 0, c.vocab,
                                        1.0f / static_cast<float>(N), dlogits));
   Tensor dxf = act({N, h});
-  log_cost(costs, kernels::gemm_backward(C.xf, w.head, dlogits, &dxf, &g.head));
+  Tensor head_t, dhead_t = c.tied_embeddings ? act({h, c.vocab}) : Tensor();  // tied: the head use's gradient
+  log_cost(costs, kernels::gemm_backward(C.xf, lm_head_weight(c, w, head_t), dlogits, &dxf,
+                                         c.tied_embeddings ? &dhead_t : &g.head));
   Tensor dx = act({N, h});  // gradient of the residual stream
-  log_cost(costs, kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf, dx, &g.final_norm, c.norm_eps));
+  norm_backward(c, C.x_final, w.final_norm, dxf, dx, &g.final_norm, &g.final_norm_b, costs);
   mark();  // final_norm and head gradients complete
 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
@@ -352,12 +412,17 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     // MLP branch: x_out = x_mid + act · w_down
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
-    log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
     Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
-    log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
-    log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up));
-    log_cost(costs, kernels::add_inplace(dm, dm_up));
-    log_cost(costs, kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, c.norm_eps));
+    if (c.gated()) {
+      log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
+      log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
+      log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up));
+      log_cost(costs, kernels::add_inplace(dm, dm_up));
+    } else {
+      log_cost(costs, kernels::gelu_backward(S.up, dact, dup));
+      log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm, &G.w_up));
+    }
+    norm_backward(c, S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, &G.mlp_norm_b, costs);
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // dx is now the gradient at x_mid
     // Attention branch: x_mid = x_in + o · wo
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
@@ -374,8 +439,10 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
       dk.set_rows(b * T, dkb);
       dv.set_rows(b * T, dvb);
     }
-    log_cost(costs, kernels::rope_backward_inplace(dq, pos, c.rope_theta));
-    log_cost(costs, kernels::rope_backward_inplace(dk, pos, c.rope_theta));
+    if (c.position == sharding::PositionKind::rope) {
+      log_cost(costs, kernels::rope_backward_inplace(dq, pos, c.rope_theta));
+      log_cost(costs, kernels::rope_backward_inplace(dk, pos, c.rope_theta));
+    }
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
     Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
@@ -384,11 +451,14 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv));
     log_cost(costs, kernels::add_inplace(da, da_k));
     log_cost(costs, kernels::add_inplace(da, da_v));
-    log_cost(costs, kernels::rmsnorm_backward(S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, c.norm_eps));
+    norm_backward(c, S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, &G.attn_norm_b, costs);
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // gradient at x_in
     mark();  // layer l's gradients complete
   }
   log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
+  if (c.tied_embeddings) log_cost(costs, kernels::add_inplace(g.embed, kernels::transposed(dhead_t)));
+  if (c.position == sharding::PositionKind::learned)
+    log_cost(costs, kernels::embedding_backward(dx, pos, 0, c.seq, g.pos_embed));
   mark();
 }
 

@@ -1,16 +1,22 @@
 // A single-device reference of a decoder-only language model (Llama-style), forward and full backward, built from
 // the kernels of kernels/. It is the reference the sharded training step will be compared against (issue 18).
 //
-//   x_0     = embed[tokens]                                                   [N, h]   N = batch · seq tokens
+//   x_0     = embed[tokens] (+ pos_embed[position in sequence] with learned positions)  [N, h]   N = batch · seq
 //   for each of the L blocks:
-//     a     = rmsnorm(x, attn_norm)
-//     q, k, v = a·wq [N, Hq, d], a·wk [N, Hkv, d], a·wv [N, Hkv, d];  q, k = rope(q), rope(k) (position in sequence)
+//     a     = norm(x, attn_norm)                    rmsnorm, or layernorm with its bias attn_norm_b
+//     q, k, v = a·wq [N, Hq, d], a·wk [N, Hkv, d], a·wv [N, Hkv, d];  q, k = rope(q), rope(k) (position in sequence;
+//             rope only)
 //     o     = causal attention(q, k, v) per sequence (GQA: Hq a multiple of Hkv)          [N, Hq·d]
 //     x     = x + o·wo
-//     m     = rmsnorm(x, mlp_norm)
+//     m     = norm(x, mlp_norm)
 //     x     = x + (silu(m·w_gate) · (m·w_up))·w_down                                      (SwiGLU MLP)
-//   logits  = rmsnorm(x, final_norm) · head                                              [N, V]  (head not tied)
+//       or  x + gelu(m·w_up)·w_down                                                      (GELU MLP, mlp: gelu)
+//   logits  = norm(x, final_norm) · head                                                 [N, V]
+//             (tied_embeddings: head = embed^T, one weight; its gradient is the sum of both uses)
 //   loss    = mean over the N tokens of the softmax cross-entropy against the next token
+// The GPT variant (Radford et al. 2019; Brown et al. 2020; Megatron's GPT) is layernorm + gelu + learned + tied.
+// Linear layers have no biases (LayerNorm has its bias): a choice, their FLOPs and bytes are O(N·h) per layer.
+// GELU is the exact erf form (kernels/elementwise.h), not the tanh approximation.
 //
 // Weights are stored [in, out] (y = x·W), fp32. Initialisation from the seeded Philox generator
 // (models/init.h, one tensor id per weight in the order of named_weights()): embed U(−1, 1), every projection
@@ -46,6 +52,18 @@ struct LmConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;
+  // The block variants (sharding/model_spec.h): rmsnorm | layernorm, swiglu | gelu, rope | learned | none; tied
+  // input/output embeddings.
+  sharding::NormKind norm = sharding::NormKind::rmsnorm;
+  sharding::MlpKind mlp = sharding::MlpKind::swiglu;
+  sharding::PositionKind position = sharding::PositionKind::rope;
+  bool tied_embeddings = false;
+  // Rows of the learned position table; 0 = seq. A context-parallel chip's local config holds seq / cp tokens of
+  // each sequence but the whole table.
+  int64_t positions = 0;
+  int64_t position_rows() const { return positions > 0 ? positions : seq; }
+  bool layernorm() const { return norm == sharding::NormKind::layernorm; }
+  bool gated() const { return mlp != sharding::MlpKind::gelu; }
   // Compute dtype of weights, activations and gradients in lm_forward/lm_backward: fp32, or bf16 (mixed
   // precision: the training loop keeps fp32 master weights and AdamW state, and bf16 compute copies). Per-token
   // statistics (lse, row max, sum-exp, losses) are fp32 either way.
@@ -60,6 +78,9 @@ void check_lm_config(const LmConfig& c);
 LmConfig lm_config_of(const sharding::ModelSpec& spec);
 sharding::ModelSpec lm_model_spec(const LmConfig& c);
 
+// Whether NAME is a layernorm bias ("..._b").
+bool lm_is_norm_bias(const std::string& name);
+
 // Number of weights, all of them (embedding, norms, projections, head).
 int64_t lm_param_count(const LmConfig& c);
 // The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
@@ -70,20 +91,30 @@ int64_t lm_matmul_param_count(const LmConfig& c);
 // seq x seq score matrix as published MFU figures do, although causal kernels compute about half of it.
 double lm_model_flops_per_token(const LmConfig& c);
 
+// A weight a variant does not have (attn_norm_b without layernorm, w_gate with mlp: gelu, pos_embed without learned
+// positions, head when tied) is an empty tensor (rank 0) and is left out of named_weights().
 struct LmLayer {
-  runtime::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  runtime::Tensor attn_norm, attn_norm_b, wq, wk, wv, wo, mlp_norm, mlp_norm_b, w_gate, w_up, w_down;
+  // Every slot in the fixed order (present or not).
+  std::vector<std::pair<const char*, runtime::Tensor*>> slots();
 };
 
 struct LmWeights {
   runtime::Tensor embed;  // [V, h]
+  runtime::Tensor pos_embed;  // [seq, h] (learned positions)
   std::vector<LmLayer> layers;
-  runtime::Tensor final_norm;  // [h]
-  runtime::Tensor head;        // [h, V]
+  runtime::Tensor final_norm, final_norm_b;  // [h]
+  runtime::Tensor head;        // [h, V] (untied)
 
-  // Every weight with a stable name ("embed", "layers.0.wq", ..., "final_norm", "head"), in one fixed order.
+  // Every weight present, with a stable name ("embed", "pos_embed", "layers.0.attn_norm", "layers.0.attn_norm_b",
+  // "layers.0.wq", ..., "final_norm", "final_norm_b", "head"), in that fixed order.
   std::vector<std::pair<std::string, runtime::Tensor*>> named_weights();
   std::vector<std::pair<std::string, const runtime::Tensor*>> named_weights() const;
 };
+
+// The head's weight [h, V/T] as the GEMMs read it: W.head, or with tied embeddings the embedding table (shard)
+// transposed into SCRATCH (kernels::transposed: a BLAS op T, not charged).
+const runtime::Tensor& lm_head_weight(const LmConfig& c, const LmWeights& w, runtime::Tensor& scratch);
 
 // Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32);
 // STORAGE false: shape-only tensors of those shapes (runtime/tensor.h), nothing allocated.

@@ -67,8 +67,8 @@ void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& 
 }  // namespace
 
 bool LmTpTrainer::owns(const std::string& name) const {
-  if (name == "embed") return owns_embed_;
-  if (name == "final_norm" || name == "head") return owns_head_;
+  if (name == "embed" || name == "pos_embed") return owns_embed_;
+  if (name == "final_norm" || name == "final_norm_b" || name == "head") return owns_head_;
   return true;  // every block of local_ is this chip's
 }
 
@@ -88,7 +88,7 @@ LmWeights LmTpTrainer::own_layers(const LmWeights& whole) const {
 }
 
 LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
-  if (is_norm(name)) return Split::replicate;
+  if (is_norm(name) || name == "pos_embed") return Split::replicate;
   if (name == "embed") return Split::rows;
   const auto dot = name.rfind('.');
   const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
@@ -134,6 +134,9 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   need(global.kv_heads, "kv_heads");
   need(global.ffn, "ffn");
   need(global.vocab, "vocab");
+  if (global.tied_embeddings && mesh.size("pp") > 1)
+    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
+                                "the head live on different stages; their gradients would need an all_reduce)");
   if (global.batch % dp_size_ != 0)
     throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
                                 " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
@@ -176,6 +179,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   }
   setup_pipeline(global);
   local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
+  local_.positions = global.seq;  // the whole learned position table
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
   (void)mesh_["dp"];
@@ -331,6 +335,21 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   step_ = s.step;
 }
 
+std::vector<int64_t> LmTpTrainer::resid_positions() const {
+  if (!sp_) return layout_.pos;
+  const size_t rows = layout_.pos.size() / size_t(tp_size_);
+  return {layout_.pos.begin() + std::ptrdiff_t(rows * size_t(tp_rank_)),
+          layout_.pos.begin() + std::ptrdiff_t(rows * size_t(tp_rank_ + 1))};
+}
+
+void LmTpTrainer::norm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw, Tensor* db,
+                                sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  charge(c.layernorm() ? kernels::layernorm_backward(x, w, dy, dx, dw, db, c.norm_eps)
+                       : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps),
+         t);
+}
+
 void LmTpTrainer::charge(const kernels::KernelCost& k, sim::TimeNs& t) {
   t = tl_.compute(k.name, k.flops, k.bytes, runtime::precision_of(k.dtype), t, k.shape).end;
 }
@@ -355,8 +374,9 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::Ti
   sharding::plans::Chip chip{&tl_, t};
   auto ctx = context(chip);
   x = sharding::plans::block_forward(ctx, layout_,
-                                     {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm, &L.w_gate, &L.w_up,
-                                      &L.w_down},
+                                     {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm,
+                                      global_.gated() ? &L.w_gate : nullptr, &L.w_up, &L.w_down, &L.attn_norm_b,
+                                      &L.mlp_norm_b},
                                      x, &S);
   t = chip.t;
 }
@@ -375,6 +395,12 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     x = act({N, h});
     charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
     x = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_reduce(ctx, std::move(x), "embed"); });
+    if (c.position == sharding::PositionKind::learned) {  // + pos_embed at this chip's rows' global positions
+      const std::vector<int64_t> pos = resid_positions();
+      Tensor p = act({Nr, h});
+      charge(kernels::embedding_forward(w.pos_embed, pos, 0, global_.seq, p), t);
+      charge(kernels::add_inplace(x, p), t);
+    }
   }
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
   for (int64_t l = l0; l < l1; ++l) {
@@ -385,11 +411,15 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   Tensor xf = act({Nr, h});
-  charge(kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps), t);
+  charge(c.layernorm() ? kernels::layernorm(x, w.final_norm, w.final_norm_b, xf, c.norm_eps)
+                       : kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps),
+         t);
+  Tensor head_t;
+  const Tensor& head = lm_head_weight(c, w, head_t);
   // The column-parallel head (the tp unit: sp all_gather, or fused all_gather_gemm; C.xf is the input as its GEMM
   // read it, this rank's rows when fused, which the backward re-gathers): [N, V/T], this rank's vocabulary slice.
   C.logits = on_chip(t, [&](auto& ctx) {
-    return std::move(sharding::plans::column_parallel(ctx, xf, {&w.head}, {"gemm.head"}, "before the head",
+    return std::move(sharding::plans::column_parallel(ctx, xf, {&head}, {"gemm.head"}, "before the head",
                                                       "sp all_gather + gemm.head", "sp all_gather + gemm.head",
                                                       &C.xf)[0]);
   });
@@ -423,11 +453,15 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
                               dlogits),
          t);
   // Column-parallel head: the partial input gradient reduced over tp (sp: reduce_scatter to the token rows).
+  Tensor head_t;
+  const Tensor& head = lm_head_weight(c, w, head_t);
+  if (c.tied_embeddings) dhead_ = make(c.dtype, {h, c.vocab});  // added into the embedding's gradient at its unit
   const Tensor dxf_r = on_chip(t, [&](auto& ctx) {
-    return sharding::plans::column_parallel_backward(ctx, C.xf, {&w.head}, {&dlogits}, {&g.head}, "dhead_in");
+    return sharding::plans::column_parallel_backward(ctx, C.xf, {&head}, {&dlogits},
+                                                     {c.tied_embeddings ? &dhead_ : &g.head}, "dhead_in");
   });
   dx = act({Nr, h});
-  charge(kernels::rmsnorm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, c.norm_eps), t);
+  norm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, &g.final_norm_b, t);
   unit_grads_done(head_unit, micro, t);
   }  // else DX arrived from the next stage
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
@@ -445,13 +479,17 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out");
       return 0;
     });
-    charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), t);
     Tensor dnorm = act({Nr, h});
-    const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up
+    const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up (GELU MLP: up)
+      if (!c.gated()) {
+        charge(kernels::gelu_backward(S.up, dact, dup), ctx.chip.t);
+        return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_up}, {&dup}, {&G.w_up}, "dmlp_in");
+      }
+      charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), ctx.chip.t);
       return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup},
                                                        {&G.w_gate, &G.w_up}, "dmlp_in");
     });
-    charge(kernels::rmsnorm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, c.norm_eps), t);
+    norm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, &G.mlp_norm_b, t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
@@ -494,15 +532,17 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       dk.set_rows(b * T, dkb);
       dv.set_rows(b * T, dvb);
     }
-    charge(kernels::rope_backward_inplace(dq, pos, c.rope_theta), t);
-    charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
+    if (c.position == sharding::PositionKind::rope) {
+      charge(kernels::rope_backward_inplace(dq, pos, c.rope_theta), t);
+      charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
+    }
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
     const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
       return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
                                                        {&G.wq, &G.wk, &G.wv}, "dattn_in");
     });
-    charge(kernels::rmsnorm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, c.norm_eps), t);
+    norm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, &G.attn_norm_b, t);
     charge(kernels::add_inplace(dx, dnorm), t);
     unit_grads_done(int(l) + 1, micro, t);
     if (dp_.recompute) {  // the rebuilt block is freed again after its backward
@@ -515,6 +555,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     begin_backward(0, t);
     const Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
     charge(kernels::embedding_backward(dx_full, batch.inputs, v0, V, g.embed), t);
+    if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
+    if (c.position == sharding::PositionKind::learned)  // every row of this chip's tokens (gathered with sp)
+      charge(kernels::embedding_backward(dx_full, pos, 0, global_.seq, g.pos_embed), t);
     unit_grads_done(0, micro, t);
   }
 }
@@ -526,7 +569,7 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
     for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
-      if (split_of(name) == Split::replicate && owns(name)) norms.push_back(gt);
+      if (is_norm(name) && owns(name)) norms.push_back(gt);
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
     Tensor flat = make(c.dtype, {total});

@@ -140,6 +140,12 @@ struct LmDpConfig {
   sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
   std::vector<int64_t> pp_layers{};
+  // Selective recomputation (Korthikanti et al. 2022, parallel.recompute: selective): recompute the attention core
+  // (QK^T, softmax, P·V) in the backward, keep the rest. The trainer's flash-style attention never keeps the core's
+  // [s, s] tensors and its backward always recomputes them from q, k and the log-sum-exp (kernels/
+  // attention_backward.h), so selective runs the same kernels as no recompute; it is named so that reports and the
+  // activation accounting (lm_layer_activation_bytes, models/lm_model.h) say which scheme is meant.
+  bool selective = false;
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
@@ -270,6 +276,11 @@ class LmTpTrainer {
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
+  // The block's norm backward (rmsnorm, or layernorm with its bias gradient DB), charged from T.
+  void norm_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy, runtime::Tensor& dx,
+                     runtime::Tensor* dw, runtime::Tensor* db, sim::TimeNs& t);
+  // The global positions of this chip's residual-stream rows (its sp rows of layout_).
+  std::vector<int64_t> resid_positions() const;
   // F(ctx) on this chip's plan context with its clock at T; T = the clock after it (the plan units of
   // sharding/plans/ charge plans::Chip, the trainer's own kernels T).
   template <class F>
@@ -323,6 +334,7 @@ class LmTpTrainer {
   std::vector<std::vector<std::pair<runtime::Tensor*, runtime::Tensor*>>> unit_grads_;  // per unit: (grads_, mgrads_)
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
+  runtime::Tensor dhead_;  // tied embeddings: the head use's gradient [h, V/T], added into embed's at unit 0
 };
 
 }  // namespace shardsim::models

@@ -207,19 +207,20 @@ LmWeights LmTpTrainer::gather_stages(const LmWeights& mine) {
     o.root = root;
     collectives::broadcast(pp, dst.data(), dst.data(), size_t(dst.numel()), dst.dtype(), tl_.end_time(), o);
   };
+  const int last = (pp_size_ * schedule_.v - 1) % pp_size_;
   share(mine.embed, out.embed, 0);
-  share(mine.final_norm, out.final_norm, (pp_size_ * schedule_.v - 1) % pp_size_);
-  share(mine.head, out.head, (pp_size_ * schedule_.v - 1) % pp_size_);
+  if (out.pos_embed.rank() > 0) share(mine.pos_embed, out.pos_embed, 0);
+  share(mine.final_norm, out.final_norm, last);
+  if (out.final_norm_b.rank() > 0) share(mine.final_norm_b, out.final_norm_b, last);
+  if (out.head.rank() > 0) share(mine.head, out.head, last);
   for (int64_t l = 0; l < global_.layers; ++l) {
-    const LmLayer empty;
-    const LmLayer& src = local_of[size_t(l)] >= 0 ? mine.layers[size_t(local_of[size_t(l)])] : empty;
+    LmLayer empty;
+    LmLayer& src = local_of[size_t(l)] >= 0 ? const_cast<LmLayer&>(mine.layers[size_t(local_of[size_t(l)])]) : empty;
     LmLayer& dst = out.layers[size_t(l)];
     const int root = owner[size_t(l)];
-    for (auto [a, b] : std::initializer_list<std::pair<const Tensor*, Tensor*>>{
-             {&src.attn_norm, &dst.attn_norm}, {&src.wq, &dst.wq}, {&src.wk, &dst.wk}, {&src.wv, &dst.wv},
-             {&src.wo, &dst.wo}, {&src.mlp_norm, &dst.mlp_norm}, {&src.w_gate, &dst.w_gate}, {&src.w_up, &dst.w_up},
-             {&src.w_down, &dst.w_down}})
-      share(*a, *b, root);
+    const auto a = src.slots(), b = dst.slots();
+    for (size_t i = 0; i < b.size(); ++i)
+      if (b[i].second->rank() > 0) share(*a[i].second, *b[i].second, root);
   }
   return out;
 }

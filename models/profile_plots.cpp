@@ -125,6 +125,14 @@ void check_plots_dir(const std::string& dir) {
   const auto st = fs::status(dir, ec);
   if (fs::exists(st) && !fs::is_directory(st))
     throw UsageError("--plots " + escape_control(dir) + ": exists and is not a directory");
+  // Created and checked before any work, as the sweep's output folder (a name too long or a parent that is a file
+  // used to be found after the run, exit 3).
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec))
+    throw UsageError("--plots " + escape_control(dir) + ": the directory cannot be created" +
+                     (ec ? ": " + ec.message() : std::string()));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError("--plots " + escape_control(dir) + ": the directory is not writable: " + std::strerror(errno));
 }
 
 namespace {

@@ -57,8 +57,8 @@ struct UtilisationBin {
 // BINS >= 1 equal bins over [0, END]; END <= 0 gives none.
 std::vector<UtilisationBin> utilisation(const std::vector<sim::ChipEvents>& chips, sim::TimeNs end, int bins);
 
-// --plots DIR checked before a run: UsageError (exit 2) naming --plots when DIR exists and is not a directory or
-// is empty-named. Nothing happens for "" (no plots).
+// --plots DIR checked before a run: DIR is created if missing; UsageError (exit 2) naming --plots when DIR exists
+// and is not a directory, cannot be created or is not writable. Nothing happens for "" (no plots).
 void check_plots_dir(const std::string& dir);
 
 // Writes roofline.{dat,gp} and utilisation.{dat,gp} into DIR (created if missing; every file lands atomically) and

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -13,6 +15,7 @@
 #include "common/output_file.h"
 #include "models/profile_plots.h"
 #include "runtime/chips.h"
+#include "runtime/host_memory.h"
 
 namespace shardsim::sharding {
 
@@ -70,6 +73,26 @@ std::optional<std::string> model_checkpoint_target(const ModelConfig& c, const R
   return std::nullopt;
 }
 
+namespace {
+// Shape-only runs store no tensor, but each chip keeps per-token bookkeeping: measured 16-20 bytes per token on
+// each chip (peak RSS: configs/workloads/small_mlp.yaml at 4 and 16 chips of one rank up to 16,777,216 tokens, the
+// llama2_7b_tp8 block at seq 1M), estimated at 24 bytes per token of the whole batch x seq on every chip of this
+// host (cp and dp would divide it: not counted). Exit 3 beyond 90% of the host's available memory (the 2^24-token
+// MLP on 128 chips of one rank would need ~40 GB; the kernel killed such runs with no line).
+void check_shape_only_host_memory(const ModelConfig& c) {
+  const double tokens = double(std::max<int64_t>(c.block.shape.batch, 1)) * double(c.block.shape.seq);
+  const int chips = runtime::node_ranks() * runtime::chips_per_rank();
+  const double need = 24.0 * tokens * chips, avail = runtime::mem_available_bytes();
+  if (avail > 0 && need > 0.9 * avail) {
+    char b[320];
+    std::snprintf(b, sizeof b, ": needs about %.3g GiB of host memory for the shape-only run's bookkeeping (%.3g "
+                  "tokens x 24 bytes x %d chips on this host), but only %.3g GiB is available; use fewer tokens "
+                  "or chips per host", need / 1073741824.0, tokens, chips, avail / 1073741824.0);
+    throw RuntimeFault(c.file() + b);
+  }
+}
+}  // namespace
+
 void check_run(const runtime::World& world, const ModelConfig& c, const RunOptions& opt,
                const std::string& json_path) {
   const int chips = c.topology().num_chips();
@@ -94,6 +117,7 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   if (!opt.resume_from.empty() && ::access(opt.resume_from.c_str(), R_OK) != 0)
     throw UsageError("--resume " + opt.resume_from + ": cannot read: " + std::strerror(errno));
   if (!shape_only) check_host_memory(c.block);
+  else check_shape_only_host_memory(c);
   // Every output: its directory must be writable, it must not be a directory, and no two outputs (nor an output
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
   // checkpoint path itself is fine: it is replaced atomically only after the run.

@@ -115,7 +115,7 @@ void check_host_memory(const BlockConfig& c) {
         std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
                       "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp,
                       c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
-        throw ConfigError(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
+        throw RuntimeFault(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
                           (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
       }
       return;

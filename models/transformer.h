@@ -114,8 +114,9 @@ bool is_block_config(const ConfigNode& root);  // workload.kind == transformer_b
 BlockConfig parse_block_config(const ConfigNode& root, const std::string& file);
 
 // Host memory the run needs: every rank's block_memory peak plus, with validation, the single-device reference on
-// rank 0 (bytes; an estimate: host temporaries come on top). check_host_memory throws ConfigError naming the
-// config file when it exceeds MemAvailable (/proc/meminfo) of this host, instead of letting the OS kill ranks.
+// rank 0 (bytes; an estimate: host temporaries come on top). check_host_memory throws RuntimeFault (exit 3)
+// naming the config file when it exceeds MemAvailable (/proc/meminfo) of this host, instead of letting the OS kill
+// ranks.
 double block_host_bytes(const BlockConfig& c);
 void check_host_memory(const BlockConfig& c);
 

@@ -22,6 +22,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "runtime/chip_split.h"
 #include "runtime/host_memory.h"
 #include "runtime/engine.h"
@@ -332,10 +333,9 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
 }
 
 [[noreturn]] void chip_failed(int chip, int code, const std::string& what) {
-  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, what.c_str());
+  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, escape_control(what).c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  exit_job(code);
 }
 
 }  // namespace
@@ -640,6 +640,13 @@ namespace {
 constexpr double kChipResidentBytes = 160.0 * 1024;
 constexpr double kRankBaseBytes = 96.0 * 1024 * 1024;  // MPI, libraries, the topology and the config: one rank
 
+std::string gib_text(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+}  // namespace
+
 double mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
@@ -648,13 +655,6 @@ double mem_available_bytes() {
     if (key == "MemAvailable:") return kb * 1024.0;
   return 0;  // unknown: not checked
 }
-
-std::string gib_text(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
-  return b;
-}
-}  // namespace
 
 double chip_host_bytes(int k) { return kRankBaseBytes + double(k) * kChipResidentBytes; }
 

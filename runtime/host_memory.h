@@ -12,6 +12,8 @@ namespace shardsim::runtime {
 // each, reserved, touched only as used). Returns "" when both fit this host (MemAvailable in /proc/meminfo, and
 // RLIMIT_AS, `ulimit -v`), else one line naming the estimate, what is available and the limit on chips per rank.
 double chip_host_bytes(int k);
+// This host's available memory (MemAvailable in /proc/meminfo, bytes); 0 when unknown (then nothing is checked).
+double mem_available_bytes();
 std::string host_memory_check(int k, long max_chips_per_rank);
 
 }  // namespace shardsim::runtime

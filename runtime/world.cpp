@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/output_file.h"
 #include "common/text.h"
 #include "runtime/chips.h"
 
@@ -332,7 +333,16 @@ void World::agree(const std::function<void()>& check) const {
 void World::abort(int code, const std::string& message) const {
   std::fprintf(stderr, "%s\n", escape_control(message).c_str());  // one line, whatever the message echoes
   std::fflush(stderr);
-  MPI_Abort(comm_, code);
+  exit_job(code);
+}
+
+void exit_job(int code) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);  // other processes may wait on this one: take them down
+  // A singleton (one process, any number of chips) has nobody to take down: MPI_Abort would only add Open MPI's
+  // MPI_ABORT banner (or an ORTE_ERROR_LOG line) under the one line. Remove the temporaries in flight and exit.
+  unlink_registered_temps();
   std::_Exit(code);  // MPI_Abort should not return; make sure
 }
 

@@ -104,4 +104,9 @@ class World {
   std::shared_ptr<VComm> vc_;
 };
 
+// Ends the job with exit code CODE after its one line was printed: MPI_Abort when there are other processes to
+// take down, else (a singleton, any number of chips) the temporaries in flight are removed and the process exits
+// without Open MPI's MPI_ABORT banner. Never returns.
+[[noreturn]] void exit_job(int code);
+
 }  // namespace shardsim::runtime

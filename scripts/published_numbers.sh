@@ -14,7 +14,7 @@
 #   train configs/lm_train.yaml (one chip, 3 steps), every row of docs/performance/training.md's dp4 ZeRO / tp / recompute
 #        tables (configs/lm_train_dp4.yaml, shape-only, the row's edit as --plan / --set) and of its Llama-3-8B
 #        64-chip table (configs/lm_llama3_8b_64chips.yaml, shape-only): step, compute, exposed communication,
-#        tokens/s, MFU (%), per-chip training state (MB)
+#        tokens/s, MFU (%), per-chip training state (MB); configs/models/llama3_70b_train_256.yaml likewise
 # Skipped (slow on a 2-core host, a few minutes each): configs/models/*_1024 (set ALL=1 to include them).
 # Needs python3 (reads the --json report). A run that fails prints "NAME: failed: <its first error line>".
 set -uo pipefail
@@ -93,6 +93,7 @@ for cfg in "$ROOT"/configs/blocks/*.yaml; do
   fi
 done
 for cfg in "$ROOT"/configs/models/*.yaml; do
+  case "$cfg" in *_train_*.yaml) continue ;; esac  # training configs: `train` rows below
   case "$cfg" in *_1024.yaml) [ "${ALL:-0}" = 1 ] || { [ -n "$ONLY" ] || echo "run   models/$(basename "$cfg" .yaml): skipped (slow; ALL=1)"; continue; } ;; esac
   run_one run "models/$(basename "$cfg" .yaml) (shape-only)" "$(chips_of "$cfg")" "$cfg" --no-checkpoint --shape-only
 done
@@ -150,3 +151,5 @@ dp4 ulysses2 fused|--set parallel.dp=4 --set parallel.ulysses=2 --set parallel.f
 dp4 cp2 zigzag|--set parallel.dp=4 --set parallel.cp=2
 dp4 cp2 contiguous|--set parallel.dp=4 --set parallel.cp=2 --set parallel.cp_split=contiguous
 ROWS
+# The Llama-3-70B pipeline config (pp4 x dp8 x tp8, 1F1B; a row of docs/performance/training.md's plan sweep, ~1 min).
+run_one train "llama3_70b_train_256 (pp4 1f1b)" 256 "$ROOT/configs/models/llama3_70b_train_256.yaml" --shape-only --steps 1

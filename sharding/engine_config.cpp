@@ -220,8 +220,8 @@ ConfigNode load_workload_config(const std::string& file, const ConfigOverrides& 
   return normalise(ConfigNode::load_file(file), o);
 }
 
-ConfigNode workload_config_from_text(const std::string& text, const std::string& file) {
-  return normalise(ConfigNode::load_string(text, file), {});
+ConfigNode workload_config_from_text(const std::string& text, const std::string& file, const ConfigOverrides& o) {
+  return normalise(ConfigNode::load_string(text, file), o);
 }
 
 topology::Topology load_workload_topology(const ConfigNode& root) {

@@ -55,8 +55,9 @@ struct ConfigOverrides {
 // re-emitted YAML of what runs, under the name "FILE (with command-line overrides)", so messages and the
 // stored config say what ran. ConfigError / UsageError (exit 2) for bad files and overrides.
 ConfigNode load_workload_config(const std::string& file, const ConfigOverrides& overrides = {});
-// The same for a config given as text (the sweep's generated points).
-ConfigNode workload_config_from_text(const std::string& text, const std::string& file);
+// The same for a config given as text (the sweep's generated points; OVERRIDES: a sweep's --what-if changes).
+ConfigNode workload_config_from_text(const std::string& text, const std::string& file,
+                                     const ConfigOverrides& overrides = {});
 
 // The topology: section, inline or a path (see above).
 topology::Topology load_workload_topology(const ConfigNode& root);

@@ -143,18 +143,17 @@ void parse_mlp_kind(const ConfigNode& m, ModelSpec& s) {
 // What USE's executor runs today (model_spec.h's table); everything else is refused naming its key.
 void check_implemented(const ConfigNode& m, const ModelSpec& s, SpecUse use) {
   const std::string w = m.path() + ".";
+  if (use == SpecUse::train) {  // every norm, position and tied embeddings; swiglu and gelu MLPs
+    if (s.mlp == MlpKind::geglu) not_implemented(at_key(m, "mlp"), w + "mlp: geglu", use);
+    if (!s.causal) not_implemented(m.child("causal"), w + "causal: false", use);
+    return;
+  }
   if (s.norm == NormKind::layernorm) not_implemented(m.child("norm"), w + "norm: layernorm", use);
   if (s.mlp == MlpKind::gelu) not_implemented(m.child("mlp"), w + "mlp: gelu (an ungated MLP)", use);
   if (s.position == PositionKind::learned) not_implemented(m.child("position"), w + "position: learned", use);
   if (s.tied_embeddings) not_implemented(m.child("tied_embeddings"), w + "tied_embeddings: true", use);
-  if (s.micro_batch != 0 && use != SpecUse::train)
+  if (s.micro_batch != 0)
     not_implemented(m.child("micro_batch"), w + "micro_batch (gradient accumulation: training only)", use);
-  if (use == SpecUse::train) {
-    if (s.mlp != MlpKind::swiglu) not_implemented(at_key(m, "mlp"), w + "mlp: " + mlp_name(s.mlp), use);
-    if (s.position != PositionKind::rope) not_implemented(at_key(m, "position"), w + "position: none", use);
-    if (!s.causal) not_implemented(m.child("causal"), w + "causal: false", use);
-    return;
-  }
   if (s.vocab != 0)
     not_implemented(m.child("vocab"), w + "vocab (the embedding, head and loss; `shardsim train` runs them)", use);
   if (s.has_attention()) {
@@ -351,6 +350,9 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     p.ulysses = axis("ulysses");
     p.pp = axis("pp");
     if (p.pp > 1 && use != SpecUse::train) not_implemented(par.child("pp"), w + "pp: pipeline parallelism", use);
+    if (p.pp > 1 && s.tied_embeddings)
+      not_implemented(par.child("pp"), w + "pp with model.tied_embeddings (the embedding's and the head's stages "
+                                           "would all_reduce the shared weight's gradient)", use);
     for (const char* k : {"schedule", "virtual_stages", "pp_layers"})
       if (par.has(k) && p.pp == 1) par.child(k).fail(w + k + ": only used with pipeline parallelism (pp > 1)");
     p.schedule = par.get_string("schedule", "1f1b");
@@ -414,7 +416,12 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     if (par.has("recompute")) {
       if (root.has("train") && root.child("train").is_map() && root.child("train").has("recompute"))
         par.child("recompute").fail(w + "recompute: and train.recompute: are the same key; keep parallel.recompute");
-      p.recompute = par.get_bool("recompute", false);
+      // none | selective | full; true and false (the older spellings) are full and none.
+      const std::string r = par.get_string("recompute");
+      if (r == "true" || r == "full") p.recompute = true;
+      else if (r == "selective") p.selective_recompute = true;
+      else if (r == "false" || r == "none") p.recompute = false;
+      else par.child("recompute").fail(w + "recompute: '" + r + "' (none | selective | full; true = full, false = none)");
     }
     if (use != SpecUse::train)
       for (const char* k : {"zero", "bucket_bytes", "recompute"})
@@ -440,7 +447,7 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
         p.mesh_dims.push_back(static_cast<int>(d));
       }
   }
-  if (p.recompute && use != SpecUse::train)
+  if ((p.recompute || p.selective_recompute) && use != SpecUse::train)
     root.child("parallel").fail(w + "recompute: training only");
   check_plan_fits_model(par, s, p, use);
   if (use == SpecUse::train && s.micro_batch > 0 && (s.batch / p.dp) % s.micro_batch != 0) {

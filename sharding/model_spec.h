@@ -40,10 +40,12 @@
 //        plan tp x dp (fused, all_reduce / algorithm for the tp all_reduce)
 //   run, block (attention on, vocab 0): rmsnorm (eps 1e-5), swiglu or geglu, rope (theta 10000) or none,
 //        head_dim = hidden / heads, any layers; batch = dp; Ulysses with replicated KV heads not yet
-//   train (vocab > 0, attention on): rmsnorm, swiglu, rope (any theta), causal, untied head, any micro_batch;
-//        tp above the KV heads not yet; fused only with sp; one algorithm for all collectives (see algorithm)
-//   Nowhere yet: layernorm, mlp gelu, position learned, tied_embeddings; in run: micro_batch, parallel.pp > 1;
-//   in train: parallel.schedule zb_h1 (the schedule exists as data, the trainer's backward is not split).
+//   train (vocab > 0, attention on): rmsnorm or layernorm, swiglu or gelu, rope (any theta), learned or none,
+//        tied or untied head (tied: not with pp > 1), causal, any micro_batch; tp above the KV heads not yet; fused
+//        only with sp; one algorithm for all collectives (see algorithm)
+//   Nowhere yet: geglu in train; layernorm, mlp gelu, position learned, tied_embeddings in run; in run:
+//   micro_batch, parallel.pp > 1; in train: parallel.schedule zb_h1 (the schedule exists as data, the trainer's
+//   backward is not split).
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them
 // directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
@@ -134,7 +136,11 @@ struct ParallelPlan {
   // Training only (refused by run, which has no gradients or optimizer state):
   int zero = 0;                                // ZeRO stage 0-3 over the dp (x cp) replicas
   int64_t bucket_bytes = 25LL * 1024 * 1024;   // gradient bucket bytes (PyTorch DDP's 25 MiB); 0 = one reduction
-  bool recompute = false;                      // full activation recomputation per block
+  bool recompute = false;                      // full activation recomputation per block (recompute: full | true)
+  // Selective recomputation (Korthikanti et al. 2022: the attention core recomputed in the backward, the rest
+  // kept; recompute: selective). The trainer's flash-style attention already recomputes the core, so it runs what
+  // none runs; reports and the activation accounting (models/lm_activations.h) name it.
+  bool selective_recompute = false;
   // The collective algorithm rule: "" = the default rule of algorithm_for; a registry name (collectives/registry.h)
   // or "auto" = that algorithm for every collective of the plan that implements it (else the default rule's).
   // Read from parallel.algorithm; parallel.all_reduce (older `run` key) sets the tp all_reduce's alone.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "common/error.h"
@@ -39,9 +40,14 @@ void ClosSpec::check() const {
     if (!(std::isfinite(o) && o >= 1))
       throw std::invalid_argument(std::string(name) + ": must be a finite number >= 1 (down : up bandwidth; 1 = full "
                                   "bisection) (got " + num(o) + ")");
-  for (double up : {leaf_uplink_gbps(), pod_uplink_gbps()})
+  // Named by the key that sets the up-link's rate, so the message points at a line of the file.
+  for (const auto& [up, name, rule] : {std::tuple{leaf_uplink_gbps(), "leaf_oversubscription",
+                                                  "chips_per_leaf x bandwidth_gbps / leaf_oversubscription"},
+                                       std::tuple{pod_uplink_gbps(), "pod_oversubscription",
+                                                  "leaves_per_pod x the leaf up-link / pod_oversubscription"}})
     if (!(up >= kMinBandwidthGbps && up <= kMaxBandwidthGbps))
-      throw std::invalid_argument("an up-link would carry " + num(up) + " GB/s, outside " + bandwidth_range_text());
+      throw std::invalid_argument(std::string(name) + ": the up-link (" + rule + ") would carry " + num(up) +
+                                  " GB/s, outside " + bandwidth_range_text());
 }
 
 std::string ClosSpec::describe() const {

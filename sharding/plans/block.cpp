@@ -22,6 +22,19 @@ TokenLayout token_layout(int64_t seq, int64_t batch, int cp_axis, int c_idx, boo
 
 const char* glu_label(kernels::Activation a) { return a == kernels::Activation::silu ? "swiglu" : "geglu"; }
 
+namespace {
+
+// The block's norm of X (rmsnorm, or layernorm with bias B), charged to CHIP as NAME's kind + SUFFIX.
+Tensor block_norm(Chip& chip, const ModelSpec& s, const Tensor& x, const Tensor& w, const Tensor* b,
+                  const std::string& suffix) {
+  if (s.norm == NormKind::rmsnorm) return rmsnorm(chip, x, w, "rmsnorm" + suffix, s.norm_eps);
+  Tensor y = Tensor::make(x.dtype(), x.shape(), x.has_storage() && w.has_storage());
+  chip.charge(kernels::layernorm(x, w, *b, y, static_cast<float>(s.norm_eps)), "layernorm" + suffix);
+  return y;
+}
+
+}  // namespace
+
 Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeights& w, kernels::Activation activation,
                  BlockActivations* keep) {
   if (!ctx) {  // one device
@@ -29,6 +42,14 @@ Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeig
     Tensor u = gemm(chip, in, *w.w_up, "gemm.up");
     chip.charge(kernels::glu_inplace(g, u, activation), glu_label(activation));
     return gemm(chip, g, *w.w_down, "gemm.down");
+  }
+  if (!w.w_gate) {  // GELU MLP
+    auto u = column_parallel(*ctx, in, {w.w_up}, {"gemm.up"}, "before MLP", "sp all_gather + gemm.up",
+                             "sp all_gather + gemm.up", keep ? &keep->m : nullptr);
+    if (keep) keep->up = u[0];
+    ctx->chip.charge(kernels::activation_inplace(u[0], kernels::Activation::gelu), "gelu");
+    if (keep) keep->act = u[0];
+    return row_parallel(*ctx, u[0], *w.w_down, "gemm.down", "MLP output");
   }
   auto gu = column_parallel(*ctx, in, {w.w_gate, w.w_up}, {"gemm.gate", "gemm.up"}, "before MLP",
                             "sp all_gather + gemm.gate/up", "sp all_gather + gemm.gate/up", keep ? &keep->m : nullptr);
@@ -107,7 +128,7 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
   const int64_t d = s.head_dim;
   if (keep) keep->x_in = x;
   // ---- attention sublayer ----
-  Tensor a = rmsnorm(chip, x, *w.norm1, "rmsnorm.attn", s.norm_eps);
+  Tensor a = block_norm(chip, s, x, *w.norm1, w.norm1_b, ".attn");
   auto qkv_mem = hold(mem, "activations q/k/v", mem.qkv);
   auto qkv = column_parallel(ctx, a, {w.wq, w.wk, w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
                              "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v", keep ? &keep->a : nullptr);
@@ -134,7 +155,7 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
     keep->x_mid = x1;
   }
   // ---- MLP sublayer ----
-  Tensor b = rmsnorm(chip, x1, *w.norm2, "rmsnorm.mlp", s.norm_eps);
+  Tensor b = block_norm(chip, s, x1, *w.norm2, w.norm2_b, ".mlp");
   auto mlp_mem = hold(mem, "activations mlp", mem.mlp);
   Tensor out = mlp_layer(chip, &ctx, b, w, s.glu_activation(), keep);
   chip.charge(kernels::add_inplace(out, x1), "residual");

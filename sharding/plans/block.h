@@ -2,7 +2,8 @@
 // for every mode (`run`'s forward, models/transformer.h, and `train`'s forward and recomputation, models/lm_tp.h)
 // and every plan (tp, sp, fused, cp ring attention, Ulysses, and their products on the device mesh).
 //
-//   a   = rmsnorm(x)                               norm on this chip's residual rows (its sp shard with sp)
+//   a   = norm(x)                                  rmsnorm or layernorm (ModelSpec::norm), on this chip's residual
+//                                                  rows (its sp shard with sp)
 //   q,k,v = column_parallel(a; Wq, Wk, Wv)         tensor_parallel.h (sp all_gather / fused all_gather_gemm)
 //   rope(q), rope(k) at the tokens' global positions
 //   o   = attention(q, k, v)                       local (one kernel per sequence), ring attention over cp
@@ -31,6 +32,7 @@ namespace shardsim::sharding::plans {
 struct BlockWeights {
   const Tensor *norm1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *norm2 = nullptr,
                *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  const Tensor *norm1_b = nullptr, *norm2_b = nullptr;  // layernorm biases (ModelSpec::norm layernorm)
 };
 
 // What a block's forward keeps for its backward (training): the input x_in and x_mid (after attention), the
@@ -63,7 +65,8 @@ struct BlockMemoryScopes {
 Tensor block_forward(PlanContext& ctx, const TokenLayout& layout, const BlockWeights& w, const Tensor& x,
                      BlockActivations* keep = nullptr, const BlockMemoryScopes& memory = {});
 
-// The gated MLP y = (act(x·W_gate) ⊙ x·W_up)·W_down: the MLP workload's layer and the block's MLP sublayer.
+// The gated MLP y = (act(x·W_gate) ⊙ x·W_up)·W_down: the MLP workload's layer and the block's MLP sublayer; with
+// W.w_gate null the GELU MLP y = gelu(x·W_up)·W_down (KEEP: up = x·W_up, act = gelu(up); ACTIVATION unused).
 // CTX null: one device (the single-device reference), charged to CHIP; else sharded by the tp unit (column-parallel
 // gate/up, row-parallel down and its reduction; sp and fused variants) and charged to ctx.chip. Returns the full
 // output (this chip's Shard(0) rows with sp). KEEP (with CTX): gate, up, act and m (the input as the GEMMs read it).

@@ -221,6 +221,7 @@ size_case hidden1e9 's/^(  hidden:).*/\1 1000000000/' 'model\.hidden: must be be
 size_case vocab9e18 's/^(  vocab:).*/\1 9000000000000000000/; s/^(  hidden:).*/\1 9000000000000000000/' \
   'model\.vocab: must be between 1 and 16777216'
 size_case seq1e12 's/^(  seq:).*/\1 1000000000000/; s/^(  batch:).*/\1 1000000000000/' 'model\.seq: must be between'
+size_case batch1e8 's/^(  batch:).*/\1 100000000/' 'model\.batch: must be between 1 and 16777216'
 size_case seq1e8 's/^(  seq:).*/\1 100000000/' 'model\.seq: must be between 1 and 16777216'
 size_case tokens 's/^(  seq:).*/\1 16777216/; s/^(  batch:).*/\1 16777216/' \
   'model\.batch x seq \(tokens per step\) = 16777216 x 16777216 = 281474976710656 is above the limit 4294967296'
@@ -234,6 +235,23 @@ size_case algo 's/^(train:)$/parallel:\n  algorithm: bogus\n\1/' \
 lowmem_mpi() { (ulimit -v 3000000 && shardsim_mpi "$@"); }
 if expect_exit 3 '^shardsim: error on chip [01]: out of host memory' -- lowmem_mpi 2 bench all_reduce -b 2G -e 2G \
   -n 1 -w 0; then
+  n=$(grep -c '^shardsim' "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
+fi
+
+# The same in a singleton (one process, as `shardsim ...` or `mpirun -np 1 ...` is run): the one line and nothing
+# else (MPI_Abort added Open MPI's MPI_ABORT banner or an ORTE_ERROR_LOG line under it).
+if E2E_MPIRUN_NP1= expect_exit 3 '^shardsim: error on chip 0: out of host memory' -- \
+    lowmem_mpi 1 bench all_reduce -b 2G -e 2G -n 1 -w 0; then
+  n=$(grep -c . "$E2E_STDERR")
+  [ "$n" -eq 1 ] && pass "stderr is the one line" || fail "$n lines on stderr: $(head -c 600 "$E2E_STDERR")"
+fi
+
+# run --shape-only keeps per-token bookkeeping on every chip: the 2^24-token MLP on 1,024 chips of one rank (~400 GB)
+# is refused before any chip starts, exit 3 naming the estimate (ulimit -v: a safety net should the host be larger).
+if expect_exit 3 '^shardsim: error: .*small_mlp\.yaml \(with command-line overrides\): needs about [0-9.e+]+ GiB of host memory for the shape-only run.s bookkeeping \(1\.68e\+07 tokens x 24 bytes x 1024 chips on this host\), but only [0-9.]+ GiB is available' \
+    -- lowmem_mpi 1 --chips 1024 run "$SMALL" --shape-only --no-checkpoint --ring 1024 --plan tp=4,dp=256 \
+    --set model.tokens=16777216; then
   n=$(grep -c '^shardsim' "$E2E_STDERR")
   [ "$n" -eq 1 ] && pass "one shardsim line" || fail "$n shardsim lines: $(cat "$E2E_STDERR")"
 fi

@@ -350,6 +350,14 @@ expect_exit 2 '/dev/zero: is not a regular file' -- shardsim_mpi 1 --chips 2 cal
 expect_exit 2 'rank_twice.log:3: rank 0 is listed twice' -- shardsim_mpi 1 --chips 8 calibrate rank_twice.log
 
 e2e_case "bad logs exit 2 naming the line"
+# A log's time column holding terminal escapes (issue 31 item 8): escaped in the one line.
+sed -E '4s/^(( +[^ ]+){5} +)[0-9.]+/\1\x1b]0;PWNED\x07\x1b[2J12.5/' ar.log >esc.log
+if expect_exit 2 'esc\.log:4: time .\\x1b\]0;PWNED\\x07\\x1b\[2J12\.5. is not a positive number' -- \
+    shardsim_mpi 1 --chips 8 calibrate esc.log; then
+  assert_out_count '^shardsim' 1 "one line"
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$E2E_OUT"; then fail "raw control characters in the output"
+  else pass "no raw control character in the output"; fi
+fi
 printf '# Collective test starting: all_reduce_perf\n     1048576  262144  float  sum  -1  12.5  83.8\n' >short.log
 expect_exit 2 'short.log:2: expected 9 or 13 columns' -- shardsim_mpi 1 --chips 8 calibrate short.log
 { cat ar.log; sed -n '3p' ar.log; } >twice.log

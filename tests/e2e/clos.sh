@@ -39,4 +39,27 @@ sed 's/pod_oversubscription: 7/pod_oversubscription: 0.5/' "$CLOS" > bad.yaml
 expect_exit 2 'bad.yaml:[0-9]*: topology.pod_oversubscription: must be a finite number >= 1' -- \
   shardsim_mpi 1 topo describe bad.yaml && pass "one line, exit 2"
 
+e2e_case "crafted clos values: exit 2, one line naming FILE:LINE and the key"
+clos_bad() {  # KEY VALUE REGEX: the key's line of the file is named
+  sed -E "s/^(  $1:).*/\1 $2/" "$CLOS" >crafted.yaml
+  local line
+  line=$(grep -n "^  $1:" crafted.yaml | cut -d: -f1)
+  if expect_exit 2 "^shardsim: error: crafted\.yaml:$line: topology\.$1: $3" -- shardsim_mpi 1 topo describe crafted.yaml; then
+    assert_out_count '^shardsim' 1 "$1: $2: one line"; fi
+}
+clos_bad chips_per_leaf 0 'must be > 0'
+clos_bad leaves_per_pod -3 'must be > 0'
+clos_bad pods 99999999999 'at most 4096'
+clos_bad pods 1e30 'expected an integer'
+clos_bad leaf_oversubscription 0 'must be a finite number >= 1'
+clos_bad leaf_oversubscription .nan 'must be a finite number'
+clos_bad pod_oversubscription 1e400 'expected a number'
+# An oversubscription so large that the up-link falls below the bandwidth range: named by its key and line (the
+# message said "topology.an up-link would carry ..." at the line of kind:).
+clos_bad leaf_oversubscription 1e30 'the up-link \(chips_per_leaf x bandwidth_gbps / leaf_oversubscription\) would carry 2e-28 GB/s'
+clos_bad pod_oversubscription 1e30 'the up-link \(leaves_per_pod x the leaf up-link / pod_oversubscription\) would carry'
+clos_bad bandwidth_gbps 1e30 'must be a finite number > 0 within'
+sed -E "s/^(  chips_per_leaf:).*/\1 4096/; s/^(  leaves_per_pod:).*/\1 4096/; s/^(  pods:).*/\1 4096/" "$CLOS" >huge.yaml
+expect_exit 2 'huge\.yaml:[0-9]+: topology\.chips: 68719476736 chips, at most 4096 in a clos' -- shardsim_mpi 1 topo describe huge.yaml
+
 e2e_finish

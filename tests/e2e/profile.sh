@@ -217,6 +217,29 @@ assert_out_count 'error' 1 "one line"
 expect_exit 2 "what-if peak=fast: 'fast' is not a positive factor" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if peak=fast
 expect_exit 2 "what-if 'link_bw=2x,,peak=2x': empty change" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
 expect_exit 2 'what-if model.nope=2x: the config has no' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if model.nope=2x
+# Crafted values (the hostile pass of issue 31's surfaces): each is exit 2, one line, control characters escaped.
+for spec in 'link_bw=nanx' 'peak=0x' 'link_bw=1e400x' 'peak=0x10x' 'peak= 2x' 'link_bw=infx' 'link_bw=-2x'; do
+  if expect_exit 2 "^shardsim: error: --what-if .*is not a positive factor" -- \
+      shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if "$spec"; then
+    assert_out_count '^shardsim' 1 "$spec: one line"; fi
+done
+expect_exit 2 "^shardsim: error: --what-if =2x: expected KEY=VALUE" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if '=2x'
+expect_exit 2 '^shardsim: error: --what-if link_bw=2x\\x1b\[2J: ' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if $'link_bw=2x\e[2J'
+assert_out_count '^shardsim' 1 "ESC in a change: one line"
+if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$E2E_OUT"; then fail "raw control characters in the output"; else pass "escaped"; fi
+expect_exit 2 '^shardsim: error: --what-if peak\\x0a=2x: unknown change' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if $'peak\n=2x'
+assert_out_count '^shardsim' 1 "a newline in a change: one line"
+
+e2e_case "--what-if on a config path: model.tokens=2x equals --set model.tokens=32 (it said the config had no model.tokens)"
+if expect_exit 0 'model\.tokens=2x +[0-9.]+ us +[0-9.]+x +\(--set model\.tokens=32\)' -- \
+    shardsim_mpi 1 --chips 4 profile "$SMALL" --what-if model.tokens=2x; then
+  want=$(sed -nE 's/^  model\.tokens=2x +([0-9.]+) us.*/\1/p' "$E2E_STDOUT")
+  if expect_exit 0 '^  total ' -- shardsim_mpi 1 --chips 4 profile "$SMALL" --set model.tokens=32; then
+    got=$(sed -nE 's/^  total +([0-9.]+) us$/\1/p' "$E2E_STDOUT" | head -n 1)
+    [ -n "$got" ] && [ "$got" = "$want" ] && pass "the row's $want us = a re-run with --set ($got us)" ||
+      fail "the row says '$want' us, a re-run with --set model.tokens=32 '$got' us"
+  fi
+fi
 
 e2e_case "--plots: a roofline and a utilisation plot"
 cat >check_plots.py <<'EOF'
@@ -272,5 +295,12 @@ if [ -s noplot/roofline.dat ] && [ -s noplot/roofline.gp ] && [ ! -e noplot/roof
 else fail "without gnuplot: wrong files in noplot/"; fi
 expect_exit 2 '--plots decoy.txt: exists and is not a directory' -- shardsim_mpi 1 --chips 4 run "$SMALL" \
   --no-checkpoint --plots decoy.txt
+# A --plots folder that cannot be created is bad input found before the run (a too-long name was exit 3 after it).
+long=$(printf 'p%.0s' $(seq 300))
+expect_exit 2 "^shardsim: error: --plots p+: the directory cannot be created: File name too long" -- \
+  shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --plots "$long"
+assert_out_count '^ *step|^DONE|^PASS|validation' 0 "nothing ran"
+expect_exit 2 "^shardsim: error: --plots decoy.txt/sub: the directory cannot be created: Not a directory" -- \
+  shardsim_mpi 1 --chips 4 train "$CONFIGS/lm_train.yaml" --steps 1 --plan dp=1 --plots decoy.txt/sub
 
 e2e_finish

@@ -5,9 +5,10 @@
 #    results.csv that ran and fit in HBM; dp4 without ZeRO (38.5 GiB per chip) is marked over HBM on trainium1
 #    (32 GiB) and listed, never named best, while it fits the h100 (80 GiB); interleaving with 2 micro-batches on
 #    4 stages is skipped with the parser's one-line reason; one progress line per finished point with its wall
-#    time; results.json agrees; train.dat holds every plan;
+#    time; results.json agrees; train.dat holds every plan that ran;
 #  - a point's row equals `shardsim train` of the same plan (the same runner, not a second one);
 #  - a resumed sweep runs nothing and gives the same table;
+#  - --what-if adds a speedup column per change, equal to re-running `train` / `run` with the changed config;
 #  - a real-data tiny sweep validates each plan's losses against one device (verdict pass, validated_at self);
 #  - the issue's command: train --torus 4x4 --device h100 --plan tp=4,dp=4 --set model.layers=2 --json (real data).
 # Usage: sweep_train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
@@ -90,7 +91,7 @@ for (topo, dev), b in best.items():
     if any(float(r["bubble_fraction"]) != 0 for r in ran if not r["plan"].startswith("pp")): bad.append("bubble without pp")
     if not 0 < float(fastest["mfu"]) <= 1: bad.append(f"mfu {fastest['mfu']}")
 dat = open(sys.argv[3]).read()
-if dat.count("\n") != 25 or "dp4 ring4 trainium1 (over HBM)" not in dat or "(skipped)" not in dat: bad.append("train.dat: " + dat[:300])
+if dat.count("\n") != 21 or "dp4 ring4 trainium1 (over HBM)" not in dat or "interleaved" in dat: bad.append("train.dat: " + dat[:300])
 if bad: sys.exit("; ".join(bad))
 PY
   [ -s out/train.gp ] && pass "train.gp written (step time and bubble per plan)" || fail "no train.gp"
@@ -115,6 +116,41 @@ if expect_exit 0 '24 already in out/results.csv' -- shardsim_mpi 1 --chips 4 swe
     pass "same best-plan table from the resumed results"
   else fail "the resumed table differs"; fi
 fi
+
+e2e_case "sweep --what-if: per-point speedup columns = re-running with the changed config (training and forward)"
+if expect_exit 0 '^best training plan' -- shardsim_mpi 1 --chips 4 sweep plans.yaml --output wi --no-plots --what-if link_bw=2x,peak=2x; then
+  expect_exit 0 '^DONE' -- shardsim_mpi 1 --chips 4 train lm.yaml --device h100 --plan tp=4,sp=true --set topology.bandwidth_gbps=200 \
+    --json tp4_bw2.json &&
+  python3 - wi/results.csv tp4.json tp4_bw2.json <<'PY' && pass "train: speedup[link_bw=2x] = step / step with 200 GB/s links; both columns on every row that ran" || fail "train what-if"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ran = [r for r in rows if r["verdict"] != "error"]
+assert len(ran) == 20 and all(float(r["speedup[link_bw=2x]"]) >= 1 and float(r["speedup[peak=2x]"]) >= 1 for r in ran), rows[0]
+assert all(r["speedup[peak=2x]"] == "" for r in rows if r["verdict"] == "error")
+row = [r for r in ran if r["plan"] == "tp4+sp" and r["topology"] == "ring4" and r["device"] == "h100"][0]
+base, bw2 = (json.load(open(f))["train"]["step_ns"] for f in sys.argv[2:4])
+assert float(row["speedup[link_bw=2x]"]) == base / bw2, (row["speedup[link_bw=2x]"], base / bw2)
+PY
+fi
+cat >fwd.yaml <<EOF
+name: fwd
+output: fwd
+axes:
+  workload: [{config: $CONFIGS/blocks/small_block.yaml, label: small, set: {seq: 32}}]
+  plan: [{tp: 4}]
+EOF
+if expect_exit 0 '^best plan per topology' -- shardsim_mpi 1 --chips 4 sweep fwd.yaml --no-plots --what-if link_bw=2x; then
+  expect_exit 0 '^DONE' -- shardsim_mpi 1 --chips 4 run "$CONFIGS/blocks/small_block.yaml" --plan tp=4 --set model.seq=32 --shape-only --json f1.json &&
+  expect_exit 0 '^DONE' -- shardsim_mpi 1 --chips 4 run "$CONFIGS/blocks/small_block.yaml" --plan tp=4 --set model.seq=32 \
+    --set topology.bandwidth_gbps=200 --shape-only --json f2.json &&
+  python3 - fwd/results.csv f1.json f2.json <<'PY' && pass "forward: speedup[link_bw=2x] = run / run with 200 GB/s links" || fail "forward what-if"
+import csv, json, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+a, b = (json.load(open(f))["simulated"]["total_ns"] for f in sys.argv[2:4])
+assert float(row["speedup[link_bw=2x]"]) == a / b and a / b > 1, (row["speedup[link_bw=2x]"], a / b)
+PY
+fi
+expect_exit 2 'bogus' -- shardsim_mpi 1 --chips 4 sweep fwd.yaml --no-plots --output fwd_bad --what-if bogus=2x
 
 e2e_case "real data: a tiny training sweep validates each plan against one device"
 cat >tiny.yaml <<EOF

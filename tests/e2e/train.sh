@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e: `shardsim train` runs the single-device reference language model: losses fall, the report has the
 # simulated step time, tokens/s and MFU, two runs print the same bytes; on 2 ranks it trains data-parallel with
-# ZeRO (sharding/plans/data_parallel.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32, sizes
-# beyond host memory) exit 2 with one line.
+# ZeRO (sharding/plans/data_parallel.h) and prints the same losses as one chip; bad configs (incl. an lr beyond fp32)
+# exit 2 with one line, sizes beyond this host's memory (real data or shape-only) exit 3 with one line before any step.
 # Usage: train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -90,9 +90,14 @@ if expect_exit 2 '^shardsim: error: .*huge_ffn\.yaml:[0-9]+: model.ffn: must be 
     -- shardsim_mpi 1 train huge_ffn.yaml
 then one_error_line; fi
 sed -E 's/^(  hidden:).*/\1 1048576/; s/^(  ffn:).*/\1 1048576/' "$TRAIN" >huge_dims.yaml  # within the bounds
-if expect_exit 2 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
+if expect_exit 3 '^shardsim: error: .*huge_dims\.yaml: model: needs at least .* GiB of host memory per rank' \
     -- shardsim_mpi 2 train huge_dims.yaml
 then one_error_line; fi
+# Shape-only keeps per-token bookkeeping (issue 31 item 4: batch 1e8 was killed by the OOM killer with no line):
+# the largest token count the bounds allow on one chip is estimated before the step, exit 3 naming the estimate.
+if expect_exit 3 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\): model: needs about [0-9.]+ GiB of host memory for the shape-only step.s bookkeeping \(.* tokens per chip.*but only [0-9.]+ GiB is available' \
+    -- shardsim_mpi 1 train "$TRAIN" --shape-only --steps 1 --set model.batch=16777216 --set model.seq=256
+then one_error_line; assert_out_count "^ +[0-9]+ " 0 "no step ran"; fi
 
 e2e_case "(i) --steps 0: the range in the message is 1.. (CLI11's PositiveNumber said '0 not in range 0.000000 to 1.8e308')"
 if expect_exit 2 '^shardsim: error: --steps: Value 0 not in range 1 to ' -- shardsim_mpi 1 train "$TRAIN" --steps 0
@@ -329,11 +334,13 @@ if expect_exit 0 '^validation: PASS \(relative \|loss - reference\| = .*bf16: 2\
   pass "configs/lm_train_dp4.yaml, bf16, dp 4, 5 steps: PASS"
 fi
 
-e2e_case "(w) a sweep over a training config says so (was 'plan does not fit: unknown key train')"
+e2e_case "(w) a sweep over a training config runs it (was 'plan does not fit: unknown key train'; tests/e2e/sweep_train.sh)"
 printf 'name: tr\naxes:\n  workload: [%s]\n  plan: [{tp: 1}]\n' "$TRAIN" >train_sweep.yaml
-if expect_exit 2 '^shardsim: error: .*lm_train\.yaml:[0-9]+: train: .* is a training config; sweeps time forward passes' \
+if expect_exit 2 '^shardsim: error: .*lm_train\.yaml:[0-9]+: topology: missing \(give the sweep a .topology. axis' \
     -- shardsim_mpi 1 sweep train_sweep.yaml --output tr_out
 then one_error_line; fi
+printf '  topology: [{kind: ring, chips: 1, bandwidth_gbps: 100}]\n' >>train_sweep.yaml
+expect_exit 0 '^  lm_train +ring1 +trainium1 +tp1 +[0-9.]+ +[0-9]+ ' -- shardsim_mpi 1 sweep train_sweep.yaml --output tr_out --no-plots
 
 e2e_case "(n) the step count has an upper limit (--steps 1e12 would run for days)"
 if expect_exit 2 '^shardsim: error: --steps: Value 1000000000000 not in range 1 to 1000000' -- shardsim_mpi 1 train "$TRAIN" --steps 1000000000000
@@ -361,6 +368,32 @@ fi
 e2e_case "(y) an override's error names the key as the file and the flag spell it (model.seq, not workload.seq)"
 if expect_exit 2 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\):[0-9]+: model\.seq: must be between 1 and 16777216' \
     -- shardsim_mpi 1 train "$TRAIN" --set model.seq=100000000
+then one_error_line; fi
+
+e2e_case "(z) the GPT block (layernorm, gelu MLP, learned positions, tied embeddings): tp 2 + sp with selective recompute prints one chip's losses; one weight for the tied head; bad variants exit 2"
+sed -E 's/^(  seed: 1)$/\1\n  norm: layernorm\n  mlp: gelu\n  position: learned\n  tied_embeddings: true/' "$TRAIN" >gpt.yaml
+if expect_exit 0 '^checkpoint: step 6 saved to gpt1\.h5' -- shardsim_mpi 1 train gpt.yaml --steps 6 --checkpoint gpt1.h5; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_one.txt
+  if command -v h5ls >/dev/null 2>&1; then
+    if h5ls -r gpt1.h5 | grep -q 'embed' && ! h5ls -r gpt1.h5 | grep -Eq '/head[ /]'; then
+      pass "the tied checkpoint holds the embedding and no head"
+    else fail "tied checkpoint: $(h5ls -r gpt1.h5 | grep -E 'embed|head' | head -n 4)"; fi
+  fi
+fi
+{ cat gpt.yaml; printf 'parallel:\n  tp: 2\n  sp: true\n  recompute: selective\n'; } >gpt_tp2.yaml
+if expect_exit 0 '; recompute: selective \(the attention core' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_tp2.txt
+  if [[ -s gpt_one.txt ]] && cmp -s gpt_one.txt gpt_tp2.txt; then pass "GPT block, tp 2 + sp: losses and grad norms equal one chip's (4 decimals)"
+  else fail "GPT tp 2 differs from one chip"; paste gpt_one.txt gpt_tp2.txt >&2; fi
+fi
+if expect_exit 0 '^resumed: gpt1\.h5 at step 6' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 8 --resume gpt1.h5; then
+  pass "a one-chip GPT checkpoint continues on tp 2"
+fi
+if expect_exit 2 "^shardsim: error: .*lm_train\.yaml \(with command-line overrides\):[0-9]+: model\.mlp: geglu: not implemented yet in train" \
+    -- shardsim_mpi 1 train "$TRAIN" --set model.mlp=geglu
+then one_error_line; fi
+if expect_exit 2 "^shardsim: error: .*parallel\.recompute: 'sometimes' \(none \| selective \| full" \
+    -- shardsim_mpi 2 train gpt_tp2.yaml --set parallel.recompute=sometimes
 then one_error_line; fi
 
 e2e_finish

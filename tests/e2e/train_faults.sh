@@ -45,10 +45,12 @@ no_noise() {
     fail "$1: MPI / HDF5 noise or a crash"; show_output
   else pass "$1: no MPI noise"; fi
 }
-verifies() {  # CKPT WHAT
-  if expect_exit 0 'checksums +[0-9]+ of [0-9]+ verified' -- shardsim_mpi 1 ckpt inspect "$1"; then
+verifies() {  # CKPT WHAT (a singleton: the launcher is not under test here)
+  if E2E_MPIRUN_NP1= expect_exit 0 'checksums +[0-9]+ of [0-9]+ verified' -- shardsim_mpi 1 ckpt inspect "$1"; then
     pass "$2: $1 verifies"; fi
 }
+# setup_cmd ARGS...: train_cmd for a setup step that is not under test (1 rank: a singleton, no launcher teardown).
+setup_cmd() { E2E_MPIRUN_NP1=$([ "$NP" = 1 ] || echo 1) train_cmd "$@"; }
 
 for L in 1x1 1x8 4x1; do
   layout $L
@@ -108,9 +110,12 @@ for L in 1x1 1x8 4x1; do
   victim=0
   [ "$NP" = 4 ] && victim=2
   rm -f k.h5 k.h5.partial*
-  expect_exit 0 '^checkpoint: step 2 saved to k\.h5' -- train_cmd t.yaml --steps 2 --checkpoint k.h5
+  expect_exit 0 '^checkpoint: step 2 saved to k\.h5' -- setup_cmd t.yaml --steps 2 --checkpoint k.h5
   cp k.h5 k_prev.h5
-  OMPI_MCA_odls_base_sigkill_timeout=5 SHARDSIM_TEST_CKPT_CRASH=$victim:1 \
+  # 4 ranks: 2 s between mpirun's SIGTERM and SIGKILL give rank 0's handler time to remove the temporary (not
+  # asserted here: tests/e2e/ckpt.sh does); one rank has no other to wait for (1 s, Open MPI's default; the 5 s
+  # used before made each case 4-8 s slower).
+  OMPI_MCA_odls_base_sigkill_timeout=$([ "$NP" = 4 ] && echo 2 || echo 1) SHARDSIM_TEST_CKPT_CRASH=$victim:1 \
     train_cmd t.yaml --steps 3 --checkpoint k.h5 >kill.out 2>kill.err
   rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "SHARDSIM_TEST_CKPT_CRASH: rank $victim kills itself" kill.err; then
@@ -132,12 +137,14 @@ if mount -t tmpfs -o size=4M,mode=0755 tmpfs "$FULL" 2>mount.err; then
     layout $L
     e2e_case "$L: a full disk under --checkpoint"
     rm -f "$FULL"/*
-    expect_exit 0 '^checkpoint: step 2 saved' -- train_cmd t.yaml --steps 2 --checkpoint "$FULL/prev.h5"
+    expect_exit 0 '^checkpoint: step 2 saved' -- setup_cmd t.yaml --steps 2 --checkpoint "$FULL/prev.h5"
     cp "$FULL/prev.h5" full_prev.h5
     dd if=/dev/zero of="$FULL/filler" bs=4096 2>/dev/null
     if expect_exit 3 '^shardsim: error.*No space left on device' -- train_cmd t.yaml --steps 3 --checkpoint "$FULL/prev.h5"; then
       assert_out_count '^shardsim: error' 1 "one error line"
       assert_out_fixed "$FULL/prev.h5" "the line names the checkpoint"
+      assert_out 'No space left on device \(the save reserves 0\.[0-9]+ MiB for the data and a bound on its metadata, [0-9.]+ MiB free\)' \
+        "the line says what the save reserves: under 1 MiB for this ~111 KB checkpoint (it said 'needs about 2.3 MiB')"
       assert_out_count "$ROW" 3 "the 3 rows are in the log"
       no_noise "$L full disk"
     fi
@@ -145,6 +152,19 @@ if mount -t tmpfs -o size=4M,mode=0755 tmpfs "$FULL" 2>mount.err; then
     rm -f "$FULL/filler"
     verifies "$FULL/prev.h5" "$L full disk"
   done
+  # A training checkpoint that fits is saved (issue 31 item 7: 107,538 bytes onto 0.9 MiB free were refused as
+  # "needs about 2.3 MiB"): the issue's 0.9 MiB free, byte-identical to a save on a roomy disk.
+  layout 1x1
+  e2e_case "1x1: a training checkpoint onto 0.9 MiB free is saved"
+  rm -f "$FULL"/*
+  E2E_MPIRUN_NP1= expect_exit 0 '^checkpoint: step 2 saved' -- train_cmd t.yaml --steps 2 --checkpoint roomy.h5
+  dd if=/dev/zero of="$FULL/filler" bs=4096 2>/dev/null
+  truncate -s $(( $(stat -c %s "$FULL/filler") - 922 * 1024 )) "$FULL/filler"
+  if E2E_MPIRUN_NP1= expect_exit 0 '^checkpoint: step 2 saved' -- train_cmd t.yaml --steps 2 --checkpoint "$FULL/fits.h5"; then
+    if cmp -s roomy.h5 "$FULL/fits.h5"; then pass "saved ($(stat -c %s roomy.h5) bytes) with 0.9 MiB free, byte-identical"
+    else fail "the checkpoint saved with 0.9 MiB free differs from the roomy save"; fi
+  fi
+  rm -f "$FULL/filler"
 else
   echo "SKIP (full disk): cannot mount a tmpfs ($(head -c 200 mount.err)); run as root"
 fi

@@ -1,5 +1,5 @@
 // Every parallel plan and composition of the trainer (models/lm_tp.h with the plan units of sharding/plans/)
-// validates against one device: 5 fp32 training steps equal the single-device loop (models/lm_train.h) within the
+// validates against one device (the Llama block and the GPT block variants): 5 fp32 training steps equal the single-device loop (models/lm_train.h) within the
 // trainer's tolerances (|loss - ref| < 1e-5, relative |grad norm - ref| < 1e-5, |w - ref| < 1e-4: only fp32
 // summation orders differ; tests/mpi/lm_dp_test.cpp explains the limits). One parametrised case per plan: data
 // parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
@@ -16,6 +16,7 @@
 #include <functional>
 #include <utility>
 #include <map>
+#include <tuple>
 #include <string>
 
 #include "models/lm_tp.h"
@@ -41,7 +42,16 @@ struct PlanCase {
   int pp = 1;               // pipeline stages (outermost mesh axis), with SCHEDULE and V virtual stages
   sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
   int v = 1;
+  // The block variant: 0 = Llama (rmsnorm, swiglu, rope, untied); 1 = GPT (layernorm, gelu MLP, learned positions,
+  // tied embeddings); 2 = layernorm alone; 3 = gelu MLP alone; 4 = learned positions alone; 5 = tied alone.
+  int variant = 0;
 };
+
+// Case K with block variant V.
+PlanCase variant(PlanCase k, int v) {
+  k.variant = v;
+  return k;
+}
 
 using sharding::plans::ScheduleKind;
 // A pipeline case: PP stages x TP (x CP), micro-batches of MB sequences, the model 4 layers deep.
@@ -97,6 +107,21 @@ const PlanCase kCases[] = {
     pipe("pp2_x_tp2_sp_interleaved_v2", 2, ScheduleKind::interleaved, 2, 2, 1, 3, true),
     pipe("pp4_x_tp2_gpipe", 4, ScheduleKind::gpipe, 1, 2, 1, 3),
     pipe("pp2_x_cp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 2, 3),
+    // The GPT block (layernorm, gelu MLP, learned positions, tied embeddings) under every plan family, and each
+    // variant alone under tp + sp.
+    variant({"gpt_dp_zero1", 1, 1, false, false, true, false, 1}, 1),
+    variant({"gpt_tp2", 2, 1}, 1),
+    variant({"gpt_tp8", 8, 1}, 1),
+    variant({"gpt_tp4_sp_zero3", 4, 1, false, true, true, false, 3}, 1),
+    variant({"gpt_tp2_sp_fused_recompute", 2, 1, false, true, true, true, 0, true}, 1),
+    variant({"gpt_cp2_zigzag", 1, 2}, 1),
+    variant({"gpt_ulysses2_x_tp2_sp", 2, 2, true, true, false}, 1),
+    variant({"gpt_tp2_x_cp2_micro1", 2, 2, false, false, true, false, 0, false, 8, 1}, 1),
+    variant(pipe("gpt_untied_pp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 1, 3), 6),
+    variant({"layernorm_tp2_sp", 2, 1, false, true}, 2),
+    variant({"gelu_tp2_sp", 2, 1, false, true}, 3),
+    variant({"learned_tp2_sp", 2, 1, false, true}, 4),
+    variant({"tied_tp2_sp", 2, 1, false, true}, 5),
 };
 
 models::LmConfig config_of(const PlanCase& k) {
@@ -106,6 +131,11 @@ models::LmConfig config_of(const PlanCase& k) {
   c.kv_heads = k.kv_heads;
   c.seq = 16;   // zigzag over 8 chips: 16 chunks of one token
   c.batch = 24;  // dp 1, 2, 3, 4, 6, 8 divide it
+  const int v = k.variant;
+  if (v == 1 || v == 2 || v == 6) c.norm = sharding::NormKind::layernorm;
+  if (v == 1 || v == 3 || v == 6) c.mlp = sharding::MlpKind::gelu;
+  if (v == 1 || v == 4 || v == 6) c.position = sharding::PositionKind::learned;
+  if (v == 1 || v == 5) c.tied_embeddings = true;  // 6: the GPT block untied (pipelines refuse tied)
   return c;
 }
 
@@ -117,19 +147,20 @@ struct Reference {
   models::LmWeights weights;
 };
 
-const Reference& reference(int64_t kv_heads, int pp = 1) {
-  static std::map<std::pair<int64_t, bool>, Reference> refs;
-  auto it = refs.find({kv_heads, pp > 1});
+const Reference& reference(int64_t kv_heads, int pp = 1, int variant = 0) {
+  static std::map<std::tuple<int64_t, bool, int>, Reference> refs;
+  auto it = refs.find({kv_heads, pp > 1, variant});
   if (it != refs.end()) return it->second;
   PlanCase k{"ref"};
   k.kv_heads = kv_heads;
   k.pp = pp;
+  k.variant = variant;
   const models::LmConfig c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
   r.steps = models::lm_train(c, kFiveSteps, st);
   r.weights = st.weights;
-  return refs.emplace(std::make_pair(kv_heads, pp > 1), std::move(r)).first->second;
+  return refs.emplace(std::make_tuple(kv_heads, pp > 1, variant), std::move(r)).first->second;
 }
 
 // Whether the case fits N chips: tp·cp divides N and the remaining dp divides the batch.
@@ -156,7 +187,7 @@ Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   mesh.bind(t);
   models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch, k.schedule, k.v, {}}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
-  const Reference& ref = reference(k.kv_heads, k.pp);
+  const Reference& ref = reference(k.kv_heads, k.pp, k.variant);
   Deviation d;
   for (size_t i = 0; i < 5; ++i) {
     const auto r = tr.step();
@@ -182,7 +213,7 @@ TEST_P(TrainPlans, MatchSingleDeviceOneChipPerRank) {
   const PlanCase& k = GetParam();
   const int p = world_size();
   if (!fits(k, p)) GTEST_SKIP() << k.name << " does not fit " << p << " ranks";
-  (void)reference(k.kv_heads, k.pp);  // outside any collective: every rank computes it
+  (void)reference(k.kv_heads, k.pp, k.variant);  // outside any collective: every rank computes it
   const Deviation d = train_case(k, MPI_COMM_WORLD, p, world_rank());
   if (world_rank() == 0)
     std::printf("[train_plans] %s on %d ranks: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = "
@@ -197,7 +228,7 @@ TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
   const PlanCase& k = GetParam();
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
   if (!fits(k, 8)) GTEST_SKIP() << k.name << " does not fit 8 chips";
-  (void)reference(k.kv_heads, k.pp);
+  (void)reference(k.kv_heads, k.pp, k.variant);
   std::vector<Deviation> devs(8);
   const int code = runtime::run_chips(8, [&](const runtime::World& w) {
     devs[size_t(w.rank())] = train_case(k, w, w.size(), w.rank());

@@ -45,8 +45,9 @@ LmConfig tiny() {
 // (|L| ~ 2.4, fp32 rounding of the loss ~1e-7 relative, so ~1e-5 absolute in D). Tolerance: 2e-3 relative to
 // max(|<∇L, u>|, 1e-2) (measured: at most 1.5e-4 over the 21 weight tensors). A wrong backward term gives O(1)
 // relative errors.
-TEST(LmModel, GradientMatchesFiniteDifferences) {
-  const LmConfig c = tiny();
+namespace {
+// The gradient check of one config; returns the worst relative error.
+double gradient_check(const LmConfig& c) {
   const LmWeights w = lm_init(c);
   const LmBatch batch = lm_synthetic_batch(c, 5, 0);
   LmCache cache;
@@ -74,8 +75,45 @@ TEST(LmModel, GradientMatchesFiniteDifferences) {
     worst = std::max(worst, err);
     EXPECT_LT(err, 2e-3) << gw[k].first << ": backward " << analytic << ", finite difference " << fd;
   }
-  RecordProperty("worst_rel_err", std::to_string(worst));
   std::printf("worst relative error over %zu weight tensors: %.3g\n", gw.size(), worst);
+  return worst;
+}
+}  // namespace
+
+TEST(LmModel, GradientMatchesFiniteDifferences) {
+  RecordProperty("worst_rel_err", std::to_string(gradient_check(tiny())));
+}
+
+// The block variants (layernorm with bias, GELU MLP, learned positions, tied embeddings), each alone and together
+// (the GPT block), pass the same check; every variant weight appears in named_weights with its gradient.
+TEST(LmModel, VariantGradientsMatchFiniteDifferences) {
+  using sharding::MlpKind;
+  using sharding::NormKind;
+  using sharding::PositionKind;
+  for (int v = 0; v < 5; ++v) {
+    LmConfig c = tiny();
+    if (v == 0 || v == 4) c.norm = NormKind::layernorm;
+    if (v == 1 || v == 4) c.mlp = MlpKind::gelu;
+    if (v == 2 || v == 4) c.position = PositionKind::learned;
+    if (v == 3 || v == 4) c.tied_embeddings = true;
+    SCOPED_TRACE("variant " + std::to_string(v));
+    gradient_check(c);
+    const LmWeights w = lm_init(c);
+    int64_t n = 0;
+    bool has_bias = false, has_pos = false, has_head = false, has_gate = false;
+    for (const auto& [name, t] : w.named_weights()) {
+      n += t->numel();
+      has_bias |= name == "layers.0.attn_norm_b";
+      has_pos |= name == "pos_embed";
+      has_head |= name == "head";
+      has_gate |= name == "layers.0.w_gate";
+    }
+    EXPECT_EQ(n, lm_param_count(c));
+    EXPECT_EQ(has_bias, c.norm == NormKind::layernorm);
+    EXPECT_EQ(has_pos, c.position == PositionKind::learned);
+    EXPECT_EQ(has_head, !c.tied_embeddings);
+    EXPECT_EQ(has_gate, c.mlp == MlpKind::swiglu);
+  }
 }
 
 TEST(LmModel, TrainingMakesTheLossFall) {

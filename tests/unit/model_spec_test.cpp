@@ -135,11 +135,19 @@ TEST(ModelSpecParse, UnknownAlgorithmIsAParseErrorListingTheKnownOnes) {
 }
 
 TEST(ModelSpecParse, VariantsNotImplementedAreRefusedNamingTheKey) {
+  // train runs the GPT variants; run's block and MLP do not (yet) and say so naming the key.
   for (const char* v : {"norm: layernorm", "mlp: gelu", "position: learned", "tied_embeddings: true"}) {
-    const std::string e = spec_error(lm(v), SpecUse::train);
-    EXPECT_NE(e.find("not implemented yet in train"), std::string::npos) << v << ": " << e;
+    EXPECT_EQ(spec_error(lm(v), SpecUse::train), "") << v;
+    const std::string block = std::string("model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: "
+                                          "128, seq: 16, ") + v + "}\n";
+    const std::string e = spec_error(block, SpecUse::block);
+    EXPECT_NE(e.find("not implemented yet in"), std::string::npos) << v << ": " << e;
     EXPECT_NE(e.find(std::string(v).substr(0, std::string(v).find(':'))), std::string::npos) << v << ": " << e;
   }
+  EXPECT_NE(spec_error(lm("mlp: geglu"), SpecUse::train).find("model.mlp: geglu: not implemented yet in train"),
+            std::string::npos);
+  const std::string tied_pp = spec_error(lm("tied_embeddings: true, layers: 4") + "parallel: {pp: 2}\n", SpecUse::train, 2);
+  EXPECT_NE(tied_pp.find("parallel.pp with model.tied_embeddings"), std::string::npos) << tied_pp;
   const std::string block_pp = "model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: 128, seq: 16}\n"
                                "parallel: {pp: 2}\n";
   EXPECT_NE(spec_error(block_pp, SpecUse::block, 2).find("parallel.pp: pipeline parallelism: not implemented yet"),
@@ -207,4 +215,18 @@ TEST(ModelSpecParse, OneRuleForWhatEachModeAccepts) {
 }
 
 }  // namespace
+// parallel.recompute: none | selective | full, with true / false the older spellings of full / none.
+TEST(ModelSpecParse, RecomputeTakesNoneSelectiveOrFull) {
+  auto plan = [](const std::string& value) {
+    const ConfigNode root = ConfigNode::load_string(std::string(kLm) + "parallel:\n  recompute: " + value + "\n", "t.yaml");
+    return parse_parallel_plan(root, parse_model_spec(root.child("model"), SpecUse::train), SpecUse::train, 1);
+  };
+  for (const char* v : {"true", "full"}) EXPECT_TRUE(plan(v).recompute && !plan(v).selective_recompute) << v;
+  for (const char* v : {"false", "none"}) EXPECT_FALSE(plan(v).recompute || plan(v).selective_recompute) << v;
+  EXPECT_TRUE(plan("selective").selective_recompute);
+  EXPECT_FALSE(plan("selective").recompute);
+  const std::string e = spec_error(std::string(kLm) + "parallel:\n  recompute: partial\n", SpecUse::train);
+  EXPECT_NE(e.find("t.yaml:3: parallel.recompute: 'partial' (none | selective | full"), std::string::npos) << e;
+}
+
 }  // namespace shardsim::sharding

@@ -84,6 +84,11 @@ std::vector<Case> cases() {
                  out.push_back(mk(dt, {4, 8}));
                  return kernels::rmsnorm(x, w, out[0]);
                }});
+  c.push_back({"layernorm", [](Maker& mk, DType dt, std::vector<Tensor>& out) {
+                 Tensor x = mk(dt, {4, 8}), w = mk(dt, {8}), b = mk(dt, {8});
+                 out.push_back(mk(dt, {4, 8}));
+                 return kernels::layernorm(x, w, b, out[0]);
+               }});
   c.push_back({"rope", [pos4](Maker& mk, DType dt, std::vector<Tensor>& out) {
                  out.push_back(mk(dt, {4, 2, 6}));
                  return kernels::rope_inplace(out[0], pos4);
@@ -180,6 +185,18 @@ std::vector<Case> cases() {
                  out.push_back(mk(dt, {8}));
                  return kernels::rmsnorm_backward(x, w, dy, out[0], &out[1]);
                }});
+  c.push_back({"layernorm_backward", [](Maker& mk, DType dt, std::vector<Tensor>& out) {
+                 Tensor x = mk(dt, {4, 8}), w = mk(dt, {8}), dy = mk(dt, {4, 8});
+                 out.push_back(mk(dt, {4, 8}));
+                 out.push_back(mk(dt, {8}));
+                 out.push_back(mk(dt, {8}));
+                 return kernels::layernorm_backward(x, w, dy, out[0], &out[1], &out[2]);
+               }});
+  c.push_back({"gelu_backward", [](Maker& mk, DType dt, std::vector<Tensor>& out) {
+                 Tensor x = mk(dt, {3, 6}), dy = mk(dt, {3, 6});
+                 out.push_back(mk(dt, {3, 6}));
+                 return kernels::gelu_backward(x, dy, out[0]);
+               }});
   c.push_back({"rope_backward", [pos4](Maker& mk, DType dt, std::vector<Tensor>& out) {
                  out.push_back(mk(dt, {4, 2, 6}));
                  return kernels::rope_backward_inplace(out[0], pos4);
@@ -226,7 +243,7 @@ TEST(ShapeOnlyKernels, CostEqualsTheRealCallsAndNothingIsComputed) {
       }
       ++checked;
     }
-  EXPECT_EQ(checked, 2 * 28);
+  EXPECT_EQ(checked, 2 * 31);
 }
 
 // One shape-only input is enough: outputs that had storage lose it (no stale values pass for a result).

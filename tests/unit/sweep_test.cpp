@@ -169,6 +169,32 @@ TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
   EXPECT_EQ(s.points[4].plan, "pp2xtp2-gpipe");
   EXPECT_TRUE(s.points[4].error.empty()) << s.points[4].error;
   EXPECT_EQ(base_row(s.points[0]).at("run_mode"), "train");
+  // More stages than layers: skipped with the parser's reason naming parallel.pp.
+  const std::string two_layers = std::string(R"(axes:
+  workload: [{config: )") + SHARDSIM_CONFIG_DIR + R"(/lm_train_dp4.yaml, label: lm, set: {layers: 2}}]
+  topology: [{kind: ring, chips: 4, bandwidth_gbps: 100}]
+  plan: [{pp: 4}, {pp: 2, dp: 2}]
+)";
+  const auto t = parse_sweep(two_layers, "w.yaml");
+  ASSERT_EQ(t.points.size(), 2u);
+  EXPECT_NE(t.points[0].error.find("plan does not fit: parallel.pp"), std::string::npos) << t.points[0].error;
+  EXPECT_TRUE(t.points[1].error.empty()) << t.points[1].error;
+}
+
+TEST(Sweep, WhatIfColumnsFollowTheFixedOnesAndRoundTrip) {
+  Row r = base_row(parse_sweep(kGrid, "s.yaml").points[0]);
+  r[what_if_column("link_bw=2x")] = "1.25";
+  // Columns already in a results file come first, then the spec's new changes, each once.
+  const auto extra = what_if_columns({r}, "peak=2x,link_bw=2x,hbm_bw=1.5x+peak=2x");
+  ASSERT_EQ(extra, (std::vector<std::string>{"speedup[link_bw=2x]", "speedup[peak=2x]", "speedup[hbm_bw=1.5x+peak=2x]"}));
+  const std::string text = csv_header(extra) + csv_row(r, extra);
+  EXPECT_EQ(text.substr(0, csv_header().size() - 1), csv_header().substr(0, csv_header().size() - 1));
+  const auto rows = parse_csv(text, "r.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("speedup[link_bw=2x]"), "1.25");
+  EXPECT_EQ(rows[0].at("speedup[peak=2x]"), "");
+  EXPECT_NE(rows_to_json("t", rows).find("\"speedup[link_bw=2x]\": 1.25"), std::string::npos);
+  EXPECT_THROW(parse_csv("key,speedup[x\n", "r.csv"), ConfigError);  // not one of ours
 }
 
 TEST(Sweep, CollectiveGridIsTheCartesianProductInOrder) {
