@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <filesystem>
 #include <new>
@@ -64,6 +65,20 @@ extern "C" void on_terminating_signal(int sig) {
     (void)rc;
   }
   ::_exit(128 + sig);
+}
+
+// A path flag given as '' (`--json ''`) was ignored, and `--checkpoint ''` fell back to the config's path: every
+// command's file and folder flags must name something.
+void refuse_empty_paths(const CLI::App& app) {
+  static const std::set<std::string> kPathFlags = {"--json", "--trace", "--plots", "--checkpoint", "--resume",
+                                                   "--csv", "--out", "--output"};
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* o : sub->get_options())
+      if (o->count() > 0 && kPathFlags.count(o->get_name()) > 0)
+        for (const std::string& r : o->results())
+          if (r.empty()) throw CLI::ValidationError(o->get_name(), "an empty path");
+    refuse_empty_paths(*sub);
+  }
 }
 
 void install_signal_handlers(int world_rank) {
@@ -265,6 +280,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   for (auto& a : args) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
+    refuse_empty_paths(app);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same command line; rank 0 speaks for all of them.
     // The outcome is decided here: a SIGTERM from mpirun (another rank already exited) must not add a line.

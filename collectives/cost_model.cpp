@@ -10,6 +10,7 @@
 
 #include "collectives/double_binary_tree.h"
 #include "collectives/in_switch.h"
+#include "collectives/multi_ring.h"
 #include "collectives/torus.h"
 
 namespace shardsim::collectives::cost {
@@ -139,10 +140,17 @@ struct Replay {
 
 // Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them, every rank starting at
 // START on RP's timelines (which keep what earlier passes left busy).
-double ring_estimate(Replay& rp, double chunk, int passes, bool bidir, size_t chunk_bytes, double start = 0) {
+std::vector<int> ring_dirs(bool bidir) { return bidir ? std::vector<int>{1, -1} : std::vector<int>{1}; }
+
+// DIRS: the lanes' rank strides (ring::make_lanes); {1} one-way, {1, -1} bidirectional, more: multi_ring.h.
+double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<int>& dir_list, size_t chunk_bytes,
+                     double start = 0) {
   const int p = rp.size();
   if (p == 1 || chunk <= 0) return start;
-  const int dirs = bidir ? 2 : 1;
+  const int dirs = static_cast<int>(dir_list.size());
+  const bool bidir = dir_list == std::vector<int>{1, -1};
+  bool unit = true;
+  for (int d : dir_list) unit = unit && (d == 1 || d == -1);
   const double per_dir = chunk / dirs;
   const int m = chunk_bytes == 0 ? 1
                                  : static_cast<int>(std::clamp(std::ceil(per_dir / static_cast<double>(chunk_bytes)),
@@ -158,16 +166,16 @@ double ring_estimate(Replay& rp, double chunk, int passes, bool bidir, size_t ch
       for (auto& l : t) l[static_cast<size_t>(r)] = mx;
     }
     for (int step = 0; step < p - 1; ++step) {
-      rp.begin_step(pattern);
+      if (unit) rp.begin_step(pattern);
       auto next = t;
       for (int r = 0; r < p; ++r)
         for (int l = 0; l < lanes; ++l) {
-          const int d = l < m ? 1 : -1, dst = ((r + d) % p + p) % p;
+          const int d = dir_list[static_cast<size_t>(l / m)], dst = ((r + d) % p + p) % p;
           rp.post(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece,
                   &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
         }
       rp.flush();  // a step is one exchange of all lanes
-      rp.end_step();
+      if (unit) rp.end_step();
       t = std::move(next);
     }
   }
@@ -264,7 +272,7 @@ double torus_estimate(const runtime::Transport& tp, double bytes, int passes, si
   double t = 0, s = bytes;
   for (const auto& d : torus::dim_order(topo)) {
     Replay line(topo, d.line);
-    t += ring_estimate(line, s / d.k, passes, d.bidirectional, chunk_bytes);
+    t += ring_estimate(line, s / d.k, passes, ring_dirs(d.bidirectional), chunk_bytes);
     s /= d.k;
   }
   return t;
@@ -292,7 +300,7 @@ double torus_concurrent_estimate(const runtime::Transport& tp, double bytes, boo
   auto phase = [&](size_t j, size_t i) {
     const size_t e = (i + j) % parts;
     const auto& d = order[e];
-    now[j] = ring_estimate(lines[e], entering[j][i] / d.k, 1, d.bidirectional, chunk_bytes, now[j]);
+    now[j] = ring_estimate(lines[e], entering[j][i] / d.k, 1, ring_dirs(d.bidirectional), chunk_bytes, now[j]);
   };
   if (rs)
     for (size_t i = 0; i < parts; ++i)
@@ -493,7 +501,7 @@ double dbt_estimate(const runtime::Transport& tp, double bytes, size_t chunk_byt
 double worst_step(const runtime::Transport& tp, int dist, double bytes) { return worst_step_impl(tp, dist, bytes); }
 double ring(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
   Replay rp(tp);
-  return ring_estimate(rp, chunk, passes, bidir, chunk_bytes);
+  return ring_estimate(rp, chunk, passes, ring_dirs(bidir), chunk_bytes);
 }
 double halving_doubling(const runtime::Transport& tp, double bytes, bool rs, bool ag) {
   return hd_estimate(tp, bytes, rs, ag);
@@ -574,6 +582,10 @@ double direct(const runtime::Transport& tp, double per_peer, bool root_only_send
 }
 double binomial(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
   return binomial_estimate(tp, bytes, chunk_bytes, reduce);
+}
+double multi_ring(const runtime::Transport& tp, double chunk, int passes, size_t chunk_bytes) {
+  Replay rp(tp);
+  return ring_estimate(rp, chunk, passes, multi_ring::directions(tp.size()), chunk_bytes);
 }
 double double_binary_tree(const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
   return dbt_estimate(tp, bytes, chunk_bytes);

@@ -9,6 +9,7 @@
 #include "collectives/double_binary_tree.h"
 #include "collectives/halving_doubling.h"
 #include "collectives/in_switch.h"
+#include "collectives/multi_ring.h"
 #include "collectives/ring.h"
 #include "collectives/torus.h"
 #include "collectives/torus_concurrent.h"
@@ -31,39 +32,45 @@ void copy_in(const runtime::Transport& tp, const void* sendbuf, void* recvbuf, s
   if (sendbuf != recvbuf && bytes && !tp.shape_only()) std::memcpy(recvbuf, sendbuf, bytes);
 }
 
-// --- ring / bidir_ring (ring.h) ---
-template <bool Bidir>
+// --- ring / bidir_ring (ring.h) / multi_ring (multi_ring.h): one ring implementation over lanes ---
+enum RingKind { one_way, bidir, multi };
+std::vector<int> ring_dirs(RingKind k, int p) {
+  if (k == multi) return multi_ring::directions(p);
+  return k == bidir ? std::vector<int>{1, -1} : std::vector<int>{1};
+}
+template <RingKind K>
 sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
   return std::max(ready, ring::reduce_scatter(tp, base, lanes, t, op, name));
 }
-template <bool Bidir>
+template <RingKind K>
 sim::TimeNs ring_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t chunk_bytes,
                     sim::TimeNs ready, const std::string& name) {
-  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
   return std::max(ready, ring::all_gather(tp, base, lanes, t, name));
 }
-template <bool Bidir>
+template <RingKind K>
 sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
   const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
   if (tp.size() > 1 && sendbuf != recvbuf) {
     // Out of place: read SENDBUF directly in the reduce-scatter pass (no initial copy of S bytes).
-    auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), Bidir, chunk_bytes, ready);
+    auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
     const sim::TimeNs mid = std::max(ready, ring::reduce_scatter(tp, recvbuf, lanes, t, op, name, sendbuf));
     // The all-gather pass runs on the same lanes (make_lanes of the same layout), all ready at MID.
     for (auto& lane : lanes) lane.t = mid;
     return std::max(mid, ring::all_gather(tp, recvbuf, lanes, t, name));
   }
   copy_in(tp, sendbuf, recvbuf, count, t);
-  const sim::TimeNs mid = ring_rs<Bidir>(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
-  return ring_ag<Bidir>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
+  const sim::TimeNs mid = ring_rs<K>(tp, recvbuf, layout, t, op, chunk_bytes, ready, name);
+  return ring_ag<K>(tp, recvbuf, layout, t, chunk_bytes, mid, name);
 }
-template <bool Bidir>
+template <RingKind K>
 double ring_cost(C c, const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
   if (c == C::broadcast || c == C::reduce) return cost::chain(tp, bytes, chunk_bytes, c == C::reduce);
-  return cost::ring(tp, bytes / tp.size(), passes(c), Bidir, chunk_bytes);
+  if (K == multi) return cost::multi_ring(tp, bytes / tp.size(), passes(c), chunk_bytes);
+  return cost::ring(tp, bytes / tp.size(), passes(c), K == bidir, chunk_bytes);
 }
 
 // --- torus (torus.h) ---
@@ -144,10 +151,10 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.summary = "one-way ring passes (ring.h); broadcast/reduce: pipelined chain along the ring (tree.h)";
     a.collectives = kFlat;
     a.collectives.insert(a.collectives.end(), {C::broadcast, C::reduce});
-    a.estimate_ns = ring_cost<false>;
-    a.reduce_scatter = ring_rs<false>;
-    a.all_gather = ring_ag<false>;
-    a.all_reduce = ring_ar<false>;
+    a.estimate_ns = ring_cost<one_way>;
+    a.reduce_scatter = ring_rs<one_way>;
+    a.all_gather = ring_ag<one_way>;
+    a.all_reduce = ring_ar<one_way>;
     a.broadcast = tree::broadcast_chain;
     a.reduce = tree::reduce_chain;
     v.push_back(a);
@@ -159,10 +166,26 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.summary = "ring with half of every chunk going each way (ring.h); needs distinct links to both neighbours";
     a.collectives = kFlat;
     a.obstacle = [](C, const runtime::Transport& tp) { return ring::bidirectional_obstacle(tp); };
-    a.estimate_ns = ring_cost<true>;
-    a.reduce_scatter = ring_rs<true>;
-    a.all_gather = ring_ag<true>;
-    a.all_reduce = ring_ar<true>;
+    a.estimate_ns = ring_cost<bidir>;
+    a.reduce_scatter = ring_rs<bidir>;
+    a.all_gather = ring_ag<bidir>;
+    a.all_reduce = ring_ar<bidir>;
+    v.push_back(a);
+  }
+  {
+    AlgorithmDescriptor a;
+    a.name = "multi_ring";
+    a.aliases = {"channels", "multi_channel_ring"};
+    a.summary = "one ring per stride s coprime with p (s < p/2), both ways, the data split over them, all at once "
+                "(multi_ring.h); needs a direct link to every ring neighbour (a fully connected group)";
+    a.collectives = kFlat;
+    a.obstacle = [](C, const runtime::Transport& tp) { return multi_ring::obstacle(tp); };
+    a.estimate_ns = ring_cost<multi>;
+    a.reduce_scatter = ring_rs<multi>;
+    a.all_gather = ring_ag<multi>;
+    a.all_reduce = ring_ar<multi>;
+    // In auto after bidir_ring: where it has only the strides +-1 (p = 3, 4, 6, or a ring of 3 / 4) it ties with
+    // bidir_ring, which the tie-break keeps.
     v.push_back(a);
   }
   {

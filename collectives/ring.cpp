@@ -15,7 +15,13 @@ inline size_t mod(long a, long p) { return static_cast<size_t>(((a % p) + p) % p
 
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
                              sim::TimeNs ready) {
-  const size_t dirs = bidirectional ? 2 : 1;
+  return make_lanes(layout, elem_size, bidirectional ? std::vector<int>{1, -1} : std::vector<int>{1}, chunk_bytes,
+                    ready);
+}
+
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<int>& directions,
+                             size_t chunk_bytes, sim::TimeNs ready) {
+  const size_t dirs = directions.size();
   const size_t per_dir_bytes = (layout.max_size() * elem_size + dirs - 1) / dirs;
   // At most kMaxPieces per direction: a tiny chunk size on a huge buffer would otherwise mean millions of
   // messages per step (the piece then grows beyond chunk_bytes).
@@ -27,7 +33,7 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
   for (size_t d = 0; d < dirs; ++d) {
     for (size_t j = 0; j < pieces; ++j) {
       Lane lane;
-      lane.dir = d == 0 ? 1 : -1;
+      lane.dir = directions[d];
       lane.t = ready;
       lane.layout.offset.reserve(layout.parts());
       lane.layout.size.reserve(layout.parts());
@@ -88,11 +94,17 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   const size_t stem = step_label.size();
   char digits[24];
   // The step's global pattern: every rank sends its lanes to r + 1 (and r - 1): the same shift on every rank.
+  // Strides other than +-1 (multi_ring.h): no pattern, each flow has a link of its own.
   int fwd = 0, bwd = 0;
-  for (const auto& l : lanes) (l.dir > 0 ? fwd : bwd) += 1;
+  bool unit = true;
+  for (const auto& l : lanes) {
+    (l.dir > 0 ? fwd : bwd) += 1;
+    unit = unit && (l.dir == 1 || l.dir == -1);
+  }
   const runtime::FlowPattern pattern =
       fwd == bwd || bwd == 0 ? runtime::FlowPattern::shift(1, bwd ? -1 : 0, fwd)
                              : runtime::FlowPattern::shift(fwd ? 1 : -1, 0, fwd ? fwd : bwd);
+  const runtime::FlowPattern* step_pattern = unit ? &pattern : nullptr;
   for (long s = 0; s < p - 1; ++s) {
     for (size_t i = 0; i < lanes.size(); ++i) {
       const Lane& l = lanes[i];
@@ -106,7 +118,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
     }
     step_label.resize(stem);
     step_label.append(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, s).ptr - digits));
-    tp.exchange(sends, recvs, step_label, &pattern);
+    tp.exchange(sends, recvs, step_label, step_pattern);
     for (size_t i = 0; i < lanes.size(); ++i) {
       Lane& l = lanes[i];
       if (reduce) {

@@ -36,6 +36,12 @@ struct Lane {
 // the pieces of very large buffers are larger). Lanes with no data are left out.
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
                              sim::TimeNs ready);
+// Lanes over the directions DIRS (each a rank stride: +1 / -1 the ring's two ways, +-s the ring r -> r + s, a
+// Hamiltonian cycle when gcd(s, p) = 1): direction i gets the i-th of |DIRS| equal parts of every chunk, cut into
+// pieces as above. make_lanes(bidirectional) is DIRS = {1} or {1, -1}. Passes over lanes with a stride other than
+// +-1 declare no flow pattern: they are meant for groups where each such flow has a link of its own (multi_ring.h).
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<int>& dirs, size_t chunk_bytes,
+                             sim::TimeNs ready);
 
 // Run the passes on BASE in place. Return the time the last lane finished (lanes' t are updated).
 // SRC (optional, same layout as BASE): read this rank's contribution from SRC instead of BASE, so an

@@ -154,4 +154,13 @@ expect_exit 2 "--chips: '1e9' is not a positive chip count of at most 4096 per r
   shardsim_mpi 1 run "$SMALL" --chips 1e9 --no-checkpoint
 expect_exit 2 "at most 4096 per rank" -- shardsim_mpi 1 run "$SMALL" --chips-per-rank 8192 --no-checkpoint
 
+e2e_case "a path flag given as '' is refused (it was ignored; --checkpoint '' wrote the config's default path)"
+rm -f small_mlp.h5
+for flag in --json --trace --plots --checkpoint --resume; do
+  expect_exit 2 "^shardsim: error: $flag: an empty path" -- shardsim_mpi 1 --chips 4 run "$SMALL" "$flag" ''
+done
+expect_exit 2 "^shardsim: error: --csv: an empty path" -- shardsim_mpi 1 bench all_reduce -b 8 -e 8 --csv ''
+expect_exit 2 "^shardsim: error: --json: an empty path" -- shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --json ''
+if [ -e small_mlp.h5 ]; then fail "a checkpoint was written under the default name"; else pass "nothing written"; fi
+
 e2e_finish

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "mpi/algorithm_helpers.h"
+#include "collectives/multi_ring.h"
 #include "mpi/collective_params.h"
 
 using namespace algtest;
@@ -394,4 +395,46 @@ TEST(DoubleBinaryTree, EstimateIsTheSimulatedTimeAndTheSumIsRight) {
         for (size_t i = 0; i < count; ++i) bad += buf[i] != base + float(p) * float(i % 5);
         EXPECT_EQ(bad, 0u) << what << ": wrong sums";
       }
+}
+
+// multi_ring.h: on a fully connected group every directed ring of multi_ring::directions(p) has its own links, so
+// all_reduce takes 2(p-1)(alpha + S/(k p B)) with k directed rings (4 at p = 8: twice the bidirectional ring's
+// busbw), reduce_scatter and all_gather half of it; the estimate equals the run; the sums are exact. On a ring
+// topology of 5+ chips the strides beyond 1 have no direct link: the obstacle names the pair.
+TEST(MultiRing, ClosedFormOnAFullyConnectedGroup) {
+  const int p = world_size(), r = world_rank();
+  const size_t count = 26880 * 2;  // divisible by k p for every p in 1..8 and its k
+  const double S = count * 4.0;
+  const int k = static_cast<int>(collectives::multi_ring::directions(p).size());
+  for (double bw : kBws)
+    for (double alpha : kAlphas) {
+      Fixture f(Topology::fully_connected(p, LinkSpec{bw, alpha}));
+      const std::string what = "p " + std::to_string(p) + ", " + std::to_string(k) + " rings, bw " +
+                               std::to_string(bw) + ", alpha " + std::to_string(alpha);
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = float(r + 1) + float(i % 3);
+      const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                              opts("multi_ring"));
+      const double t_half = p == 1 ? 0 : (p - 1) * (alpha + S / (k * p * bw));
+      expect_time(ar.span.duration(), 2 * t_half, what + " all_reduce");
+      if (p > 1)
+        expect_time(collectives::estimate_ns(Collective::all_reduce, "multi_ring", f.tp, S), 2 * t_half,
+                    what + " estimate_ns");
+      size_t bad = 0;
+      const float base = float(p * (p + 1) / 2);
+      for (size_t i = 0; i < count; ++i) bad += buf[i] != base + float(p) * float(i % 3);
+      EXPECT_EQ(bad, 0u) << what << ": wrong sums";
+      std::vector<float> part(count / size_t(p));
+      const auto rs = collectives::reduce_scatter(f.tp, buf.data(), part.data(), count, DType::fp32, ReduceOp::sum,
+                                                  ar.span.end, opts("multi_ring"));
+      expect_time(rs.span.duration(), t_half, what + " reduce_scatter");
+      const auto ag = collectives::all_gather(f.tp, part.data(), buf.data(), count, DType::fp32, rs.span.end,
+                                              opts("multi_ring"));
+      expect_time(ag.span.duration(), t_half, what + " all_gather");
+    }
+  if (p >= 5) {
+    Fixture ring(ring_topo(100, 500));
+    const std::string why = collectives::obstacle(Collective::all_reduce, "multi_ring", ring.tp);
+    EXPECT_NE(why.find("needs a direct link"), std::string::npos) << why;
+  }
 }

@@ -13,7 +13,7 @@
 // bit-exact check against the single-device reference; any NaN matches any NaN) on a bidirectional ring of the
 // world's size, where every registered algorithm but those needing two grid dimensions can run; those run on a
 // 2-D torus of the world's size when it has one, and those needing in-network reduction on a reducing switch of
-// the world's size (an algorithm that can run on none is skipped on every rank alike, with the registry's reason). Rooted collectives run at root 0 and at the last rank.
+// the world's size, and those needing direct links between all chips on a fully connected one (an algorithm that can run on none is skipped on every rank alike, with the registry's reason). Rooted collectives run at root 0 and at the last rank.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -123,11 +123,15 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       d.reduction = {true, topology::LinkSpec{80, 300}};
       return new Fixture(topology::Topology::stacked({d}));
     }();
+    // Algorithms that need a direct link between ring neighbours of every stride (multi_ring) run on a fully
+    // connected topology of the world's size.
+    static Fixture* connected = new Fixture(topology::Topology::fully_connected(world_size(), topology::LinkSpec{100, 500}));
     Fixture* chosen = shared;
     if (p.algorithm != "auto") {
       if (const std::string why = collectives::obstacle(p.collective, p.algorithm, shared->tp); !why.empty()) {
         if (grid && collectives::obstacle(p.collective, p.algorithm, grid->tp).empty()) chosen = grid;
         else if (collectives::obstacle(p.collective, p.algorithm, reducing->tp).empty()) chosen = reducing;
+        else if (collectives::obstacle(p.collective, p.algorithm, connected->tp).empty()) chosen = connected;
         else GTEST_SKIP() << p.algorithm << " cannot run here: " << why;  // depends on the world size only
       }
     }
