@@ -199,6 +199,149 @@ std::vector<sharding::WhatIf> forward_what_if(const runtime::World& group, const
       {});
 }
 
+// --plot-only: rank 0 draws the plots of an existing results.csv; the exit code on every rank.
+int plot_only(const runtime::World& world, const SweepSpec& spec, const std::string& csv_path) {
+  const bool root = world.rank() == 0;
+  int code = kExitOk;
+  if (root) {
+    std::vector<Row> rows;
+    try {
+      rows = sharding::parse_csv(read_text(csv_path), csv_path);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
+      code = e.exit_code();
+    }
+    if (code == kExitOk) {
+      std::vector<std::string> pngs;
+      std::string err;
+      try {
+        err = draw(spec.output, rows, &pngs);
+      } catch (const Error& e) {  // writing a script or its data failed (e.g. a full disk)
+        err = e.what();
+      }
+      if (!err.empty()) {
+        std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
+        code = kExitRuntimeFault;
+      }
+      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
+    }
+  }
+  return std::stoi(world.broadcast(std::to_string(code), 0));
+}
+
+// What a sweep run keeps on rank 0: the rows already done (by key), the what-if columns, rows of other grids,
+// and the growing results.csv; MASK ('1': point already done) is every rank's.
+struct SweepState {
+  std::map<std::string, Row> done;
+  std::vector<std::string> extra;
+  std::vector<Row> foreign;
+  std::string mask;
+  GrowingOutput out;
+  int dropped = 0;
+};
+
+// Rank 0: reads results.csv (if any) into ST, marks the points already done (unless --force; validate: every
+// re-runs rows validated elsewhere), and rewrites what is kept (dropping a half-written last line).
+void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_path, SweepState& st) {
+  std::vector<Row> rows;
+  if (fs::exists(csv_path)) rows = sharding::parse_csv(read_text(csv_path), csv_path, &st.dropped);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < spec.points.size(); ++i) index[spec.points[i].key] = i;
+  for (auto& r : rows) {
+    const auto it = index.find(r["key"]);
+    // validate: every re-runs rows that took their verdict from a smaller validation run (validate once).
+    const bool validated_elsewhere = !r["validated_at"].empty() && r["validated_at"] != "self";
+    if (it == index.end()) st.foreign.push_back(r);
+    else if (!f.force && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
+      st.mask[it->second] = '1';
+      st.done[r["key"]] = r;
+    }
+  }
+  // Rewrite what is kept (drops a half-written last line), then append to it.
+  st.extra = sharding::what_if_columns(rows, spec.what_if);  // the file's own what-if columns stay
+  std::string text = sharding::csv_header(st.extra);
+  for (const auto& r : st.foreign) text += sharding::csv_row(r, st.extra);
+  for (size_t i = 0; i < spec.points.size(); ++i)
+    if (st.mask[i] == '1') text += sharding::csv_row(st.done[spec.points[i].key], st.extra);
+  st.out.reset(csv_path, text);
+  st.out.land();
+}
+
+// The end of a sweep: results.csv and results.json rewritten in grid order, the summary and best-plan table,
+// the plots; exit code on every rank (a failed write is exit 3 on every rank with one line).
+int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags& f, Progress& progress,
+           SweepState& st, const std::vector<Row>& fresh, int ran, int skipped, const std::string& csv_path,
+           const std::string& json_path) {
+  const bool root = world.rank() == 0;
+  auto& done = st.done;
+  const auto& extra = st.extra;
+  const auto& foreign = st.foreign;
+  int code = kExitOk;
+  world.agree([&] {  // a failed write (e.g. a full disk) is exit 3 on every rank with one line
+    if (!root) return;
+    progress.show("done");
+    progress.finish();
+    for (const auto& r : fresh) done[r.at("key")] = r;
+    std::vector<Row> rows;
+    int failed_validation = 0, errors = 0, shape_only = 0, validated_small = 0;
+    for (const auto& pt : spec.points) {
+      const auto it = done.find(pt.key);
+      if (it == done.end()) continue;
+      rows.push_back(it->second);
+      const auto& v = it->second.at("verdict");
+      failed_validation += v == "fail";
+      errors += v == "error";
+      shape_only += it->second.at("timing") == "shape_only";
+      validated_small += !it->second.at("validated_at").empty() && it->second.at("validated_at") != "self";
+    }
+    std::string text = sharding::csv_header(extra);
+    for (const auto& r : rows) text += sharding::csv_row(r, extra);
+    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
+    write_file_atomic(csv_path, text);
+    std::vector<Row> all = rows;
+    all.insert(all.end(), foreign.begin(), foreign.end());
+    write_file_atomic(json_path, sharding::rows_to_json(spec.name, all));
+    const int recorded_now = static_cast<int>(fresh.size()) - ran;
+    std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
+                "%zu rows: %d failed validation, %d could not run (verdict error), %d timed shape-only (%d of them "
+                "with their plan validated at a small size)\n",
+                spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
+                validated_small);
+    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
+    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
+    if (!f.no_plots) {
+      std::vector<std::string> pngs;
+      const auto err = draw(spec.output, all, &pngs);
+      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
+    }
+    std::fflush(stdout);
+    code = failed_validation ? kExitValidationFailed : kExitOk;
+  });
+  return std::stoi(world.broadcast(std::to_string(code), 0));
+}
+
+// The points to run grouped by chip count (BY_CHIPS); those that cannot run (a refused plan, more chips than the
+// launch has) as failed rows for rank 0 to record (CANNOT_RUN).
+void group_points(const SweepSpec& spec, const std::string& mask, int N, bool root,
+                  std::map<int, std::vector<size_t>>& by_chips, std::vector<Row>& cannot_run) {
+  for (size_t i = 0; i < spec.points.size(); ++i) {
+    if (mask[i] == '1') continue;
+    const auto& pt = spec.points[i];
+    std::string why = pt.error;
+    if (why.empty() && pt.chips > N)
+      why = "needs " + std::to_string(pt.chips) + " chips, the launch has " + std::to_string(N) + " (mpirun -np " +
+            std::to_string(pt.chips) + " or more, or --chips " + std::to_string(pt.chips) + " or more)";
+    if (why.empty() && pt.chips < 1) why = "no chips";
+    if (!why.empty()) {
+      if (root) cannot_run.push_back(sharding::failed_row(sharding::base_row(pt), why));
+      continue;
+    }
+    by_chips[pt.chips].push_back(i);
+  }
+}
+
 int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const bool root = world.rank() == 0;
   std::shared_ptr<const SweepSpec> shared_spec;
@@ -224,69 +367,20 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   });
   const SweepSpec& spec = *shared_spec;
 
-  if (f.plot_only) {
-    int code = kExitOk;
-    if (root) {
-      std::vector<Row> rows;
-      try {
-        rows = sharding::parse_csv(read_text(csv_path), csv_path);
-      } catch (const Error& e) {
-        std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
-        code = e.exit_code();
-      }
-      if (code == kExitOk) {
-        std::vector<std::string> pngs;
-        std::string err;
-        try {
-          err = draw(spec.output, rows, &pngs);
-        } catch (const Error& e) {  // writing a script or its data failed (e.g. a full disk)
-          err = e.what();
-        }
-        if (!err.empty()) {
-          std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
-          code = kExitRuntimeFault;
-        }
-        for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-        if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
-      }
-    }
-    return std::stoi(world.broadcast(std::to_string(code), 0));
-  }
+  if (f.plot_only) return plot_only(world, spec, csv_path);
 
   // Resume: rank 0 reads what is already done; every rank learns the mask. N: chips (= ranks with one chip per rank).
   const int N = world.size();
   const size_t P = spec.points.size();
-  std::map<std::string, Row> done;  // rank 0: key -> row (this grid's keys)
-  std::vector<std::string> extra;   // rank 0: the what-if columns (sharding::what_if_columns)
-  std::vector<Row> foreign;         // rank 0: rows of keys not in this grid (kept)
-  std::string mask(P, '0');
-  GrowingOutput out;  // rank 0: results.csv, landed atomically after every recorded row
-  int dropped = 0;
+  SweepState st;
+  st.mask.assign(P, '0');
   world.agree([&] {
-    if (!root) return;
-    std::vector<Row> rows;
-    if (fs::exists(csv_path)) rows = sharding::parse_csv(read_text(csv_path), csv_path, &dropped);
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < P; ++i) index[spec.points[i].key] = i;
-    for (auto& r : rows) {
-      const auto it = index.find(r["key"]);
-      // validate: every re-runs rows that took their verdict from a smaller validation run (validate once).
-      const bool validated_elsewhere = !r["validated_at"].empty() && r["validated_at"] != "self";
-      if (it == index.end()) foreign.push_back(r);
-      else if (!f.force && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
-        mask[it->second] = '1';
-        done[r["key"]] = r;
-      }
-    }
-    // Rewrite what is kept (drops a half-written last line), then append to it.
-    extra = sharding::what_if_columns(rows, spec.what_if);  // the file's own what-if columns stay
-    std::string text = sharding::csv_header(extra);
-    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
-    for (size_t i = 0; i < P; ++i)
-      if (mask[i] == '1') text += sharding::csv_row(done[spec.points[i].key], extra);
-    out.reset(csv_path, text);
-    out.land();
+    if (root) resume(spec, f, csv_path, st);
   });
+  std::string& mask = st.mask;
+  const auto& extra = st.extra;
+  auto& out = st.out;
+  const int dropped = st.dropped;
   mask = world.broadcast(mask, 0);
 
   int skipped = 0;
@@ -310,21 +404,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
 
   // Points that cannot run are recorded at once; the others grouped by chip count.
   std::map<int, std::vector<size_t>> by_chips;
-  std::vector<Row> cannot_run;
-  for (size_t i = 0; i < P; ++i) {
-    if (mask[i] == '1') continue;
-    const auto& pt = spec.points[i];
-    std::string why = pt.error;
-    if (why.empty() && pt.chips > N)
-      why = "needs " + std::to_string(pt.chips) + " chips, the launch has " + std::to_string(N) + " (mpirun -np " +
-            std::to_string(pt.chips) + " or more, or --chips " + std::to_string(pt.chips) + " or more)";
-    if (why.empty() && pt.chips < 1) why = "no chips";
-    if (!why.empty()) {
-      if (root) cannot_run.push_back(sharding::failed_row(sharding::base_row(pt), why));
-      continue;
-    }
-    by_chips[pt.chips].push_back(i);
-  }
+  std::vector<Row> cannot_run;  // rank 0
+  group_points(spec, mask, N, root, by_chips, cannot_run);
   world.agree([&] {
     for (const auto& r : cannot_run) {
       record(r);
@@ -404,49 +485,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   };
   sharding::run_in_groups(world, spec, by_chips, cb);
 
-  int code = kExitOk;
-  world.agree([&] {  // a failed write (e.g. a full disk) is exit 3 on every rank with one line
-    if (!root) return;
-    progress.show("done");
-    progress.finish();
-    for (const auto& r : fresh) done[r.at("key")] = r;
-    std::vector<Row> rows;
-    int failed_validation = 0, errors = 0, shape_only = 0, validated_small = 0;
-    for (const auto& pt : spec.points) {
-      const auto it = done.find(pt.key);
-      if (it == done.end()) continue;
-      rows.push_back(it->second);
-      const auto& v = it->second.at("verdict");
-      failed_validation += v == "fail";
-      errors += v == "error";
-      shape_only += it->second.at("timing") == "shape_only";
-      validated_small += !it->second.at("validated_at").empty() && it->second.at("validated_at") != "self";
-    }
-    std::string text = sharding::csv_header(extra);
-    for (const auto& r : rows) text += sharding::csv_row(r, extra);
-    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
-    write_file_atomic(csv_path, text);
-    std::vector<Row> all = rows;
-    all.insert(all.end(), foreign.begin(), foreign.end());
-    write_file_atomic(json_path, sharding::rows_to_json(spec.name, all));
-    const int recorded_now = static_cast<int>(fresh.size()) - ran;
-    std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
-                "%zu rows: %d failed validation, %d could not run (verdict error), %d timed shape-only (%d of them "
-                "with their plan validated at a small size)\n",
-                spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
-                validated_small);
-    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
-    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
-    if (!f.no_plots) {
-      std::vector<std::string> pngs;
-      const auto err = draw(spec.output, all, &pngs);
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-      if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
-    }
-    std::fflush(stdout);
-    code = failed_validation ? kExitValidationFailed : kExitOk;
-  });
-  return std::stoi(world.broadcast(std::to_string(code), 0));
+  return finish(world, spec, f, progress, st, fresh, ran, skipped, csv_path, json_path);
 }
 
 }  // namespace

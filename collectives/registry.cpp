@@ -128,22 +128,10 @@ double dissemination_cost(C, const runtime::Transport& tp, double, size_t) {
 
 const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C::all_gatherv};
 
-// THE registration: one entry per algorithm. Order = tie-break order of "auto" within each collective.
-std::vector<AlgorithmDescriptor> make_registry() {
-  std::vector<AlgorithmDescriptor> v;
-  {
-    AlgorithmDescriptor a;
-    a.name = "binomial_tree";
-    a.aliases = {"tree", "binomial"};
-    a.summary = "binomial tree from/to the root, ceil(log2 p) rounds (tree.h); wins for small messages";
-    a.collectives = {C::broadcast, C::reduce};
-    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
-      return cost::binomial(tp, bytes, chunk, c == C::reduce);
-    };
-    a.broadcast = tree::broadcast_binomial;
-    a.reduce = tree::reduce_binomial;
-    v.push_back(a);
-  }
+// The registration, in groups; make_registry's order of the groups and of the entries in each is the tie-break
+// order of "auto" within each collective.
+// Rings: one-way, bidirectional, multi-channel (ring.h, multi_ring.h).
+void add_rings(std::vector<AlgorithmDescriptor>& v) {
   {
     AlgorithmDescriptor a;
     a.name = "ring";
@@ -188,6 +176,10 @@ std::vector<AlgorithmDescriptor> make_registry() {
     // bidir_ring, which the tie-break keeps.
     v.push_back(a);
   }
+}
+
+// Grid and switch algorithms: per-dimension rings, concurrent dimensions, in-network reduction.
+void add_grids(std::vector<AlgorithmDescriptor>& v) {
   {
     AlgorithmDescriptor a;
     a.name = "torus";
@@ -235,6 +227,10 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.all_reduce = in_switch::all_reduce;
     v.push_back(a);
   }
+}
+
+// log2 p schedules: halving-doubling, recursive doubling, the double binary tree.
+void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
   {
     AlgorithmDescriptor a;
     a.name = "halving_doubling";
@@ -284,6 +280,27 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.in_auto = false;
     v.push_back(a);
   }
+}
+
+// THE registration. Order = tie-break order of "auto" within each collective.
+std::vector<AlgorithmDescriptor> make_registry() {
+  std::vector<AlgorithmDescriptor> v;
+  {
+    AlgorithmDescriptor a;
+    a.name = "binomial_tree";
+    a.aliases = {"tree", "binomial"};
+    a.summary = "binomial tree from/to the root, ceil(log2 p) rounds (tree.h); wins for small messages";
+    a.collectives = {C::broadcast, C::reduce};
+    a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
+      return cost::binomial(tp, bytes, chunk, c == C::reduce);
+    };
+    a.broadcast = tree::broadcast_binomial;
+    a.reduce = tree::reduce_binomial;
+    v.push_back(a);
+  }
+  add_rings(v);
+  add_grids(v);
+  add_logarithmic(v);
   {
     AlgorithmDescriptor a;
     a.name = "direct";

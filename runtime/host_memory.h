@@ -2,9 +2,13 @@
 // not chips.h, because chips.h reaches nearly every file through world.h: this is for main and the chips' scheduler.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace shardsim::runtime {
+
+// Each chip's fiber stack (runtime/chips.cpp): reserved address space, touched only as used.
+constexpr size_t kFiberStackBytes = size_t{1} << 20;
 
 // Host memory planned before any chip starts (issue 31 item 4): K chips on this rank need about
 // chip_host_bytes(K) resident (measured floor per chip: its fiber's touched stack, timeline, transport and
