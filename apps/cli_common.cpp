@@ -1,6 +1,7 @@
 #include "apps/cli_common.h"
 
 #include "runtime/chips.h"
+#include "runtime/host_memory.h"
 
 #include "common/byte_size.h"
 
@@ -64,15 +65,7 @@ size_t parse_bytes(const std::string& text, const std::string& flag) {
   }
 }
 
-double available_host_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  return 0;  // unknown: do not check
-}
+double available_host_bytes() { return runtime::mem_available_bytes(); }
 
 namespace {
 std::string gib(double bytes) {

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "models/runner.h"
 #include "runtime/chip_split.h"
+#include "runtime/host_memory.h"
 #include "runtime/transport.h"
 #include "sim/timeline.h"
 #include "sim/device_spec.h"
@@ -46,16 +47,19 @@ std::string fmt(double v) {
   return std::string(b, r.ptr);
 }
 
-double available_host_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  double kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  return 0;
-}
 
 Row failed(Row row, const std::string& why) { return failed_row(std::move(row), why); }
+
+// The critical chip's breakdown and throughput, the same columns for forward and training points.
+void fill_breakdown(Row& row, const RunReport& r) {
+  row["compute_us"] = fmt(r.critical.compute / 1e3);
+  row["comm_us"] = fmt(r.critical.communication / 1e3);
+  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
+  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
+  row["tflops"] = fmt(r.sim_tflops);
+  row["peak_fraction"] = fmt(r.peak_fraction);
+  row["tokens_per_s"] = fmt(r.tokens_per_s);
+}
 
 // The maximum of V over the group W (wall times): MPI_Allreduce with one chip per rank, the chip router otherwise.
 double group_max(double v, const runtime::World& w) {
@@ -119,7 +123,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
           throw UsageError(pt.collective + ": algorithm '" + pt.algorithm + "' cannot run on " + pt.topology + ": " + why);
       if (run) {
         const double need = collectives::host_bytes_needed(cs, p);
-        const double avail = available_host_bytes();
+        const double avail = runtime::mem_available_bytes();
         if (avail > 0 && need * world_size > 0.9 * avail)
           throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
                            std::to_string(world_size) + " ranks; lower validate_max_bytes to time it shape-only");
@@ -193,13 +197,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   row["timing"] = shape_only ? "shape_only" : "run";
   const auto r = run_model(sw, cfg, o);
   row["sim_time_us"] = fmt(r.critical.total / 1e3);
-  row["compute_us"] = fmt(r.critical.compute / 1e3);
-  row["comm_us"] = fmt(r.critical.communication / 1e3);
-  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
-  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
-  row["tflops"] = fmt(r.sim_tflops);
-  row["peak_fraction"] = fmt(r.peak_fraction);
-  row["tokens_per_s"] = fmt(r.tokens_per_s);
+  fill_breakdown(row, r);
   double peak = 0;
   for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
   row["peak_mem_bytes"] = fmt(peak);
@@ -239,13 +237,7 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   const auto& t = r.train;
   row["timing"] = pt.train_shape_only ? "shape_only" : "run";
   row["sim_time_us"] = fmt(t.step_ns / 1e3);
-  row["compute_us"] = fmt(r.critical.compute / 1e3);
-  row["comm_us"] = fmt(r.critical.communication / 1e3);
-  row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
-  row["idle_us"] = fmt(std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm) / 1e3);
-  row["tflops"] = fmt(r.sim_tflops);
-  row["peak_fraction"] = fmt(r.peak_fraction);
-  row["tokens_per_s"] = fmt(r.tokens_per_s);
+  fill_breakdown(row, r);
   row["tokens_per_step"] = fmt(t.tokens_per_step);
   row["mfu"] = fmt(t.mfu);
   row["peak_mem_bytes"] = fmt(t.memory.chip_bytes());

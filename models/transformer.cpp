@@ -21,6 +21,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
+#include "runtime/host_memory.h"
 #include "runtime/transport.h"
 #include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
@@ -103,23 +104,15 @@ double block_host_bytes(const BlockConfig& c) {
 }
 
 void check_host_memory(const BlockConfig& c) {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") {
-      const double need = block_host_bytes(c), have = kib * 1024.0;
-      if (need > have) {
-        char b[256];
-        std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
-                      "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp,
-                      c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
-        throw RuntimeFault(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
-                          (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
-      }
-      return;
-    }
+  const double have = runtime::mem_available_bytes();  // 0: unknown, not checked
+  const double need = block_host_bytes(c);
+  if (have <= 0 || need <= have) return;
+  char b[256];
+  std::snprintf(b, sizeof b, "needs about %.2f GiB of host memory (the %d ranks' shards%s) but this host has "
+                "%.2f GiB available", need / 1073741824.0, c.plan.tp * c.plan.cp * c.plan.ulysses * c.plan.dp,
+                c.validate ? " and the single-device reference on rank 0" : "", have / 1073741824.0);
+  throw RuntimeFault(c.file + ": " + b + "; lower workload.seq/hidden/ffn" +
+                     (c.validate ? std::string(" or set validate.enabled: false") : std::string()));
 }
 
 // ------------------------------------------------------------------------------------------------ config
