@@ -124,8 +124,13 @@ sim::TimeNs all_reduce(runtime::Transport& tp, const void* sendbuf, void* recvbu
   // Which half this rank is interior in (I, at most one) and which it is only a leaf of (L).
   Half* inner = nullptr;
   std::vector<Half*> leaf;
-  for (auto& x : h)
-    if (x.active()) (x.leaf() ? leaf.push_back(&x) : void(inner = &x));
+  for (auto& x : h) {
+    if (!x.active()) continue;
+    if (x.leaf())
+      leaf.push_back(&x);
+    else
+      inner = &x;
+  }
   // Exchanges are grouped so that no rank blocks on a send whose receive is posted only after a receive of its
   // own (MPI ranks: a large send completes when its receive is posted). Order of the sends and of the receives
   // is the schedule's (double_binary_tree.h), which the estimate replays.

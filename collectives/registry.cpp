@@ -32,6 +32,9 @@ void copy_in(const runtime::Transport& tp, const void* sendbuf, void* recvbuf, s
   if (sendbuf != recvbuf && bytes && !tp.shape_only()) std::memcpy(recvbuf, sendbuf, bytes);
 }
 
+// The collectives of the flat (RS + AG) algorithms.
+const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C::all_gatherv};
+
 // --- ring / bidir_ring (ring.h) / multi_ring (multi_ring.h): one ring implementation over lanes ---
 enum RingKind { one_way, bidir, multi };
 std::vector<int> ring_dirs(RingKind k, int p) {
@@ -71,6 +74,15 @@ double ring_cost(C c, const runtime::Transport& tp, double bytes, size_t chunk_b
   if (c == C::broadcast || c == C::reduce) return cost::chain(tp, bytes, chunk_bytes, c == C::reduce);
   if (K == multi) return cost::multi_ring(tp, bytes / tp.size(), passes(c), chunk_bytes);
   return cost::ring(tp, bytes / tp.size(), passes(c), K == bidir, chunk_bytes);
+}
+// The ring family's flat collectives and hooks (one implementation over lanes, RingKind K's directions).
+template <RingKind K>
+void set_ring_hooks(AlgorithmDescriptor& a) {
+  a.collectives = kFlat;
+  a.estimate_ns = ring_cost<K>;
+  a.reduce_scatter = ring_rs<K>;
+  a.all_gather = ring_ag<K>;
+  a.all_reduce = ring_ar<K>;
 }
 
 // --- torus (torus.h) ---
@@ -126,7 +138,6 @@ double dissemination_cost(C, const runtime::Transport& tp, double, size_t) {
   return t;
 }
 
-const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C::all_gatherv};
 
 // The registration, in groups; make_registry's order of the groups and of the entries in each is the tie-break
 // order of "auto" within each collective.
@@ -137,12 +148,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.name = "ring";
     a.aliases = {"chain"};
     a.summary = "one-way ring passes (ring.h); broadcast/reduce: pipelined chain along the ring (tree.h)";
-    a.collectives = kFlat;
+    set_ring_hooks<one_way>(a);
     a.collectives.insert(a.collectives.end(), {C::broadcast, C::reduce});
-    a.estimate_ns = ring_cost<one_way>;
-    a.reduce_scatter = ring_rs<one_way>;
-    a.all_gather = ring_ag<one_way>;
-    a.all_reduce = ring_ar<one_way>;
     a.broadcast = tree::broadcast_chain;
     a.reduce = tree::reduce_chain;
     v.push_back(a);
@@ -152,12 +159,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.name = "bidir_ring";
     a.aliases = {"bidirectional_ring"};
     a.summary = "ring with half of every chunk going each way (ring.h); needs distinct links to both neighbours";
-    a.collectives = kFlat;
+    set_ring_hooks<bidir>(a);
     a.obstacle = [](C, const runtime::Transport& tp) { return ring::bidirectional_obstacle(tp); };
-    a.estimate_ns = ring_cost<bidir>;
-    a.reduce_scatter = ring_rs<bidir>;
-    a.all_gather = ring_ag<bidir>;
-    a.all_reduce = ring_ar<bidir>;
     v.push_back(a);
   }
   {
@@ -166,12 +169,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.aliases = {"channels", "multi_channel_ring"};
     a.summary = "one ring per stride s coprime with p (s < p/2), both ways, the data split over them, all at once "
                 "(multi_ring.h); needs a direct link to every ring neighbour (a fully connected group)";
-    a.collectives = kFlat;
+    set_ring_hooks<multi>(a);
     a.obstacle = [](C, const runtime::Transport& tp) { return multi_ring::obstacle(tp); };
-    a.estimate_ns = ring_cost<multi>;
-    a.reduce_scatter = ring_rs<multi>;
-    a.all_gather = ring_ag<multi>;
-    a.all_reduce = ring_ar<multi>;
     // In auto after bidir_ring: where it has only the strides +-1 (p = 3, 4, 6, or a ring of 3 / 4) it ties with
     // bidir_ring, which the tie-break keeps.
     v.push_back(a);
@@ -274,9 +273,8 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
       return cost::double_binary_tree(tp, bytes, chunk);
     };
     a.all_reduce = double_binary_tree::all_reduce;
-    // Not in auto (yet): its estimate replays every chip's pieces (host work O(p m) per size, where the other
-    // estimates are O(p)), and letting auto choose it needs a before/after comparison of every published figure,
-    // not yet made. Named explicitly it runs everywhere (any group, any topology).
+    // Not in auto: its estimate replays every chip's pieces (host work O(p m) per size, where the other estimates
+    // are O(p)), too slow for auto's choice at thousands of chips. Named explicitly it runs everywhere.
     a.in_auto = false;
     v.push_back(a);
   }
