@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "common/error.h"
@@ -21,6 +23,20 @@ uint64_t splitmix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// Runs FN(lo, hi) over [0, N) in up to four host threads when N is large (filling and checking a case's elements
+// is independent per element and is most of validate's host time); one call on this thread otherwise.
+template <class Fn>
+void in_parallel(size_t n, Fn&& fn) {
+  constexpr size_t kMinPerThread = size_t{1} << 16;
+  const size_t threads = std::min<size_t>({4, std::max(1u, std::thread::hardware_concurrency()), n / kMinPerThread});
+  if (threads <= 1) return fn(size_t{0}, n);
+  std::vector<std::thread> pool;
+  const size_t per = (n + threads - 1) / threads;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back([&fn, t, per, n] { fn(std::min(n, t * per), std::min(n, (t + 1) * per)); });
+  fn(size_t{0}, std::min(n, per));
+  for (auto& th : pool) th.join();
 }
 
 }  // namespace
@@ -291,7 +307,9 @@ struct CaseRunner::Impl {
   }
 
   void fill(unsigned char* dst, int r, size_t first_index, size_t count) const {
-    for (size_t k = 0; k < count; ++k) put(dst, k, r, first_index + k);
+    in_parallel(count, [&](size_t lo, size_t hi) {
+      for (size_t k = lo; k < hi; ++k) put(dst, k, r, first_index + k);
+    });
   }
 
   void prepare() {
@@ -465,10 +483,12 @@ struct CaseRunner::Impl {
         if (c.op == ReduceOp::avg) finish_avg(want.data(), n_blk, c.dtype, static_cast<size_t>(p));
         cached = {key, want, scale};
       } else {
-        for (size_t k = 0; k < n_blk; ++k) {
-          const auto [r, i] = source(k0 + k);
-          put(want.data(), k, r, i);
-        }
+        in_parallel(n_blk, [&](size_t lo, size_t hi) {
+          for (size_t k = lo; k < hi; ++k) {
+            const auto [r, i] = source(k0 + k);
+            put(want.data(), k, r, i);
+          }
+        });
       }
       const unsigned char* got = recv + k0 * es;
       if (std::memcmp(got, want.data(), n_blk * es) == 0) {  // the whole block is right: nothing to look at
