@@ -107,6 +107,14 @@ const PlanCase kCases[] = {
     pipe("pp2_x_tp2_sp_interleaved_v2", 2, ScheduleKind::interleaved, 2, 2, 1, 3, true),
     pipe("pp4_x_tp2_gpipe", 4, ScheduleKind::gpipe, 1, 2, 1, 3),
     pipe("pp2_x_cp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 2, 3),
+    // ZB-H1: the backward split into input gradients (BI) and the deferred weight gradients (BW), alone and as
+    // pp x tp, pp x dp x tp (dp takes the rest), pp x cp x tp, with sp, ZeRO and recompute.
+    pipe("pp2_zb_h1", 2, ScheduleKind::zb_h1, 1, 1, 1, 1),
+    pipe("pp4_zb_h1_zero2", 4, ScheduleKind::zb_h1, 1, 1, 1, 1, false, 2),
+    pipe("pp2_x_tp2_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 1, 3),
+    pipe("pp2_x_tp2_sp_zb_h1_zero3", 2, ScheduleKind::zb_h1, 1, 2, 1, 1, true, 3),
+    pipe("pp4_x_tp2_zb_h1", 4, ScheduleKind::zb_h1, 1, 2, 1, 3),
+    pipe("pp2_x_cp2_x_tp2_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 2, 3),
     // The GPT block (layernorm, gelu MLP, learned positions, tied embeddings) under every plan family, and each
     // variant alone under tp + sp.
     variant({"gpt_dp_zero1", 1, 1, false, false, true, false, 1}, 1),
@@ -118,6 +126,7 @@ const PlanCase kCases[] = {
     variant({"gpt_ulysses2_x_tp2_sp", 2, 2, true, true, false}, 1),
     variant({"gpt_tp2_x_cp2_micro1", 2, 2, false, false, true, false, 0, false, 8, 1}, 1),
     variant(pipe("gpt_untied_pp2_x_tp2_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 1, 3), 6),
+    variant(pipe("gpt_untied_pp2_x_tp2_sp_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 1, 1, true), 6),
     variant({"layernorm_tp2_sp", 2, 1, false, true}, 2),
     variant({"gelu_tp2_sp", 2, 1, false, true}, 3),
     variant({"learned_tp2_sp", 2, 1, false, true}, 4),
@@ -331,5 +340,68 @@ TEST(TrainPipeline, StateReshardsAcrossPp) {
               }), 0);
     EXPECT_EQ(diff, 0.0) << "pp " << pp << " tp " << tp;
     EXPECT_NEAR(resumed, third, 1e-5) << "pp " << pp << " tp " << tp;
+  }
+}
+
+// ZB-H1 in the trainer against its closed form (Qi et al., ICLR 2024, Table 2): with uniform stages (a model whose
+// embedding and head are negligible next to its 8 layers per stage: vocab 32 against hidden 1024, seq 4096) and
+// free communication (1e6 GB/s, no latency), shape-only, pp 4 with 8 micro-batches, the step's bubble (mean over stages) is within 1 % of
+// (p-1)(F+B-W) / ((p-1)(F+B-W) + m(F+B+W)), F, B and W the stages' mean forward, input-gradient and
+// weight-gradient spans, and 1F1B's within 1 % of (p-1)/(m+p-1). The pending weight gradients count in each stage's
+// activation peak: stage s holds up to s + 1 micro-batches' operands (stage 2 half as much again as stage 1).
+TEST(TrainPipeline, ZeroBubbleH1BubbleMatchesItsClosedForm) {
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
+  using namespace sharding::plans;
+  const int p = 4, m = 8;
+  for (ScheduleKind kind : {ScheduleKind::zb_h1, ScheduleKind::one_f_one_b}) {
+    std::vector<models::LmStageSummary> summary;
+    const int code = runtime::run_chips(p, [&](const runtime::World& w) {
+      models::LmConfig c;
+      c.layers = 32;
+      c.hidden = 1024;
+      c.heads = 16;
+      c.kv_heads = 16;
+      c.head_dim = 64;
+      c.ffn = 4096;
+      c.seq = 4096;
+      c.batch = m;
+      auto topo = topology::Topology::ring(p, topology::LinkSpec{1e6, 0});
+      sharding::DeviceMesh mesh({{"pp", p}}, topo);
+      sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
+      runtime::Transport t(w, tl, mesh.placement());
+      t.set_shape_only(true);
+      mesh.bind(t);
+      models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {0, 0, "auto", false, 1, kind, 1, {}});
+      tr.step();
+      auto s = tr.pipeline_summary();
+      if (w.rank() == 0) summary = s;
+      return 0;
+    });
+    ASSERT_EQ(code, 0);
+    ASSERT_EQ(summary.size(), size_t(p));
+    double bubble = 0;
+    PipeCosts costs{0, 0, 0, 0};
+    for (const auto& st : summary) {
+      bubble += st.bubble_fraction() / p;
+      costs.f += st.mean_f_ns / p;
+      costs.b += (st.mean_b_ns + st.mean_w_ns) / p;
+      costs.w += st.mean_w_ns / p;
+    }
+    const double want = closed_form_bubble(kind, p, m, 1, costs);
+    std::printf("[train_pipeline] %s p %d m %d: bubble %.4f, closed form %.4f (F %.0f ns, B %.0f ns, W %.0f ns)\n",
+                schedule_name(kind), p, m, bubble, want, costs.f, costs.b, costs.w);
+    EXPECT_NEAR(bubble, want, 0.01 * want) << schedule_name(kind);
+    if (kind == ScheduleKind::zb_h1) {
+      // The paper's regime, where its (p-1)(T_F+T_B-T_W) holds: T_W <= min(T_F, T_B) (seq 4096: attention makes F
+      // longer than the weight-gradient GEMMs).
+      EXPECT_GT(costs.w, 0);
+      EXPECT_LE(costs.w, std::min(costs.f, costs.b - costs.w));
+      EXPECT_GT(summary[1].peak_pending_w_bytes, 0);
+      EXPECT_DOUBLE_EQ(summary[2].peak_pending_w_bytes, 1.5 * summary[1].peak_pending_w_bytes);
+      for (const auto& st : summary) EXPECT_GE(st.peak_activation_bytes, st.peak_pending_w_bytes);
+    } else {
+      EXPECT_DOUBLE_EQ(want, double(p - 1) / (m + p - 1));
+      for (const auto& st : summary) EXPECT_EQ(st.peak_pending_w_bytes, 0);
+    }
   }
 }
