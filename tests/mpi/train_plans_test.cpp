@@ -295,17 +295,23 @@ TEST(TrainPipeline, FirstStageHoldsPMicroBatchesUnder1F1BAndMUnderGPipe) {
   EXPECT_GT(g[0].peak_activation_bytes, a[0].peak_activation_bytes);
 }
 
-// Checkpoints reshard across pp like every other axis: the whole training state gathered from pp 4 after 2 steps,
-// restored on pp 2 x tp 2 and on one stage (pp 1), gives bit-identical weights there, and the resumed third step's
-// loss equals the uninterrupted pp 4 run's.
+// Checkpoints reshard across pp like every other axis (issue 35, item 5). Chains of meshes on 4 chips of one rank:
+// pp 4 -> pp 2 -> pp 1 and pp 2 x tp 2 -> tp 2 (dp 2). Each hop gathers the whole training state (masters, Adam's m
+// and v, the step), restores it on the next mesh, which gathers it back bit-identical, and runs one step whose loss
+// and gradient norm equal the uninterrupted run's same step on the first mesh (the trainer's tolerance).
 TEST(TrainPipeline, StateReshardsAcrossPp) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
-  auto make_run = [](int pp, int tp, std::function<void(models::LmTpTrainer&, int rank)> body) {
+  struct Mesh {
+    int pp, tp;
+  };
+  // RUN's body on a trainer of MESH (4 chips, dp the rest), chip 0's results kept by the body.
+  auto on_mesh = [](Mesh mesh_of, std::function<void(models::LmTpTrainer&, int rank)> body) {
     return runtime::run_chips(4, [&](const runtime::World& w) {
       PlanCase k = pipe("pp", 4, ScheduleKind::one_f_one_b, 1, 1, 1, 1);
       models::LmConfig c = config_of(k);
       c.batch = 8;
       auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
+      const int pp = mesh_of.pp, tp = mesh_of.tp;
       sharding::DeviceMesh mesh({{"tp", tp}, {"dp", 4 / (tp * pp)}, {"pp", pp}}, topo);
       sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
       runtime::Transport t(w, tl, mesh.placement());
@@ -315,31 +321,51 @@ TEST(TrainPipeline, StateReshardsAcrossPp) {
       return 0;
     });
   };
-  models::LmTrainSnapshot saved;
-  double third = 0;
-  ASSERT_EQ(make_run(4, 1, [&](models::LmTpTrainer& tr, int rank) {
-              tr.step();
-              tr.step();
-              auto s = tr.gather_state();
-              const double l = tr.step().loss;
-              if (rank == 0) saved = std::move(s), third = l;
-            }), 0);
-  for (auto [pp, tp] : {std::pair{2, 2}, std::pair{1, 1}}) {
-    double resumed = 0, diff = 0;
-    ASSERT_EQ(make_run(pp, tp, [&](models::LmTpTrainer& tr, int rank) {
-                tr.restore(saved);
-                const models::LmWeights w = tr.gather_master();
-                double d = 0;
-                const auto a = w.named_weights();
-                const auto b = std::as_const(saved.master).named_weights();
-                for (size_t j = 0; j < a.size(); ++j)
-                  for (int64_t i = 0; i < a[j].second->numel(); ++i)
-                    d = std::max(d, std::fabs(double(a[j].second->get(i)) - b[j].second->get(i)));
-                const double l = tr.step().loss;
-                if (rank == 0) resumed = l, diff = d;
+  auto max_diff = [](const models::LmTrainSnapshot& a, const models::LmTrainSnapshot& b) {
+    double d = a.step == b.step ? 0 : 1;
+    for (auto [x, y] : {std::pair{&a.master, &b.master}, std::pair{&a.m, &b.m}, std::pair{&a.v, &b.v}}) {
+      const auto na = std::as_const(*x).named_weights(), nb = std::as_const(*y).named_weights();
+      for (size_t j = 0; j < na.size(); ++j)
+        for (int64_t i = 0; i < na[j].second->numel(); ++i)
+          d = std::max(d, std::fabs(double(na[j].second->get(i)) - nb[j].second->get(i)));
+    }
+    return d;
+  };
+  for (const std::vector<Mesh>& chain : {std::vector<Mesh>{{4, 1}, {2, 1}, {1, 1}}, std::vector<Mesh>{{2, 2}, {1, 2}}}) {
+    const std::string name = "pp" + std::to_string(chain[0].pp) + "xtp" + std::to_string(chain[0].tp);
+    // The uninterrupted run on the first mesh: steps 1 .. 2 + hops.
+    std::vector<models::LmDpStepResult> want;
+    ASSERT_EQ(on_mesh(chain[0], [&](models::LmTpTrainer& tr, int rank) {
+                std::vector<models::LmDpStepResult> r;
+                for (size_t i = 0; i < chain.size() + 1; ++i) r.push_back(tr.step());
+                if (rank == 0) want = r;
               }), 0);
-    EXPECT_EQ(diff, 0.0) << "pp " << pp << " tp " << tp;
-    EXPECT_NEAR(resumed, third, 1e-5) << "pp " << pp << " tp " << tp;
+    models::LmTrainSnapshot saved;
+    ASSERT_EQ(on_mesh(chain[0], [&](models::LmTpTrainer& tr, int rank) {
+                tr.step();
+                tr.step();
+                auto s = tr.gather_state();
+                if (rank == 0) saved = std::move(s);
+              }), 0);
+    for (size_t hop = 1; hop < chain.size(); ++hop) {
+      const std::string what = name + " -> pp" + std::to_string(chain[hop].pp) + "xtp" + std::to_string(chain[hop].tp);
+      double diff = -1;
+      models::LmDpStepResult got;
+      models::LmTrainSnapshot next;
+      ASSERT_EQ(on_mesh(chain[hop], [&](models::LmTpTrainer& tr, int rank) {
+                  tr.restore(saved);
+                  const models::LmTrainSnapshot back = tr.gather_state();
+                  const models::LmDpStepResult r = tr.step();
+                  auto after = tr.gather_state();
+                  if (rank == 0) diff = max_diff(back, saved), got = r, next = std::move(after);
+                }), 0);
+      EXPECT_EQ(diff, 0.0) << what << ": the restored state differs";
+      const models::LmDpStepResult& ref = want[hop + 1];  // the uninterrupted run's same step
+      EXPECT_EQ(got.step, ref.step) << what;
+      EXPECT_NEAR(got.loss, ref.loss, 1e-5) << what;
+      EXPECT_NEAR(got.grad_norm, ref.grad_norm, 1e-5 * ref.grad_norm) << what;
+      saved = std::move(next);
+    }
   }
 }
 
