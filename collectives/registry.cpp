@@ -368,7 +368,7 @@ std::string algorithm_name_error(Collective c, const std::string& name) {
   return not_an_algorithm_of(c, name);
 }
 
-std::string catalogue_text(const runtime::Transport* tp, double bytes) {
+std::string catalogue_text(const runtime::Transport* tp, double bytes, size_t chunk_bytes) {
   std::string out;
   for (const auto& a : registered_algorithms()) {
     out += a.name;
@@ -384,7 +384,7 @@ std::string catalogue_text(const runtime::Transport* tp, double bytes) {
       out += line;
       if (tp) {
         const std::string why = obstacle(c, a.name, *tp);
-        out += why.empty() ? " " + us(estimate_ns(c, a.name, *tp, bytes)) : " n/a (" + why + ")";
+        out += why.empty() ? " " + us(estimate_ns(c, a.name, *tp, bytes, chunk_bytes)) : " n/a (" + why + ")";
       }
       out += "\n";
     }

@@ -76,6 +76,16 @@ if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 
   assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch halving_doubling double_binary_tree auto \(opt-in only: recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms apart"
   assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
 fi
+# The estimates follow --chunk-bytes (pipelined pieces), and a run's header names the algorithm an alias stands for.
+if expect_exit 0 'chunk 65536 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M --chunk-bytes 64K; then
+  piped=$(grep -A3 '^ring (aliases' "$E2E_OUT" | grep -m1 '^  all_reduce' || true)
+  expect_exit 0 'chunk 0 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M
+  plain=$(grep -A3 '^ring (aliases' "$E2E_OUT" | grep -m1 '^  all_reduce' || true)
+  if [ -n "$piped" ] && [ "$piped" != "$plain" ]; then pass "ring's all_reduce estimate: '$plain' unpipelined, '$piped' in 64 KiB pieces"
+  else fail "the --list estimate did not change with --chunk-bytes: '$plain' / '$piped'"
+  fi
+fi
+expect_exit 0 '^# algorithm double_binary_tree, chunk' -- shardsim_mpi 1 --chips-per-rank 4 bench all_reduce -a dbt -b 1K -e 1K -n 1 -w 0
 
 e2e_case "sub-group verdicts and resource checks"
 if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all_reduce -d fp32 -o sum --counts 7 \
