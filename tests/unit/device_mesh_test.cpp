@@ -99,13 +99,19 @@ TEST(Placement, NamesAndLocalShapes) {
 namespace {
 // NAME in a directory of this process's own under the system's temporary directory (not the working
 // directory: a test binary run from the repository root must leave nothing there); returns the path.
+// Removed with everything in it when the test binary exits.
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("shardsim_unit_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 std::string write(const std::string& name, const std::string& text) {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("shardsim_unit_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  const std::string path = (dir / name).string();
+  static const TempDir dir;
+  const std::string path = (dir.path / name).string();
   std::ofstream(path) << text;
   return path;
 }
