@@ -41,7 +41,7 @@ const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C
 enum RingKind { one_way, bidir, multi, rail };
 std::vector<ring::Cycle> ring_dirs(RingKind k, const runtime::Transport& tp) {
   if (k == rail) return rail_ring::cycles(tp);
-  if (k == multi) return ring::stride_cycles(multi_ring::directions(tp.size()));
+  if (k == multi) return multi_ring::cycles(tp.size());
   return ring::stride_cycles(k == bidir ? std::vector<int>{1, -1} : std::vector<int>{1});
 }
 template <RingKind K>

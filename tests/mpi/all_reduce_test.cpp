@@ -397,15 +397,15 @@ TEST(DoubleBinaryTree, EstimateIsTheSimulatedTimeAndTheSumIsRight) {
       }
 }
 
-// multi_ring.h: on a fully connected group every directed ring of multi_ring::directions(p) has its own links, so
-// all_reduce takes 2(p-1)(alpha + S/(k p B)) with k directed rings (4 at p = 8: twice the bidirectional ring's
+// multi_ring.h: on a fully connected group every directed ring of multi_ring::cycles(p) has its own links, so
+// all_reduce takes 2(p-1)(alpha + S/(k p B)) with k directed rings (6 at p = 8: three times the bidirectional ring's
 // busbw), reduce_scatter and all_gather half of it; the estimate equals the run; the sums are exact. On a ring
-// topology of 5+ chips the strides beyond 1 have no direct link: the obstacle names the pair.
+// topology of 5+ chips the cycles' chords have no direct link: the obstacle names the pair.
 TEST(MultiRing, ClosedFormOnAFullyConnectedGroup) {
   const int p = world_size(), r = world_rank();
   const size_t count = 26880 * 2;  // divisible by k p for every p in 1..8 and its k
   const double S = count * 4.0;
-  const int k = static_cast<int>(collectives::multi_ring::directions(p).size());
+  const int k = static_cast<int>(collectives::multi_ring::cycles(p).size());
   for (double bw : kBws)
     for (double alpha : kAlphas) {
       Fixture f(Topology::fully_connected(p, LinkSpec{bw, alpha}));
