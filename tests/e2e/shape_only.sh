@@ -110,4 +110,25 @@ PY
   fi
 fi
 
+e2e_case "2 DGX H100 nodes, rail-optimized: rail_ring stripes the ring over all eight NICs"
+# rail_ring (collectives/rail_ring.h): 8 rings at once, each crossing the nodes on other rails, so every NIC sends
+# one piece of S/(8 x 16) per step: T = 2(p-1) S/(g p B_nic) plus a few hop latencies, B_nic = 50 x 0.822 GB/s;
+# the flat ring (flat.json, above) crosses on one rail each way: about 8x slower. auto picks rail_ring here.
+if expect_exit 0 ' rail_ring ' -- shardsim_mpi 1 --chips-per-rank 16 "${TR[@]}" --json striped.json; then
+  if out=$(python3 - striped.json flat.json <<'PY'
+import json, sys
+rows = [json.load(open(f))["rows"][0] for f in sys.argv[1:]]
+t, flat = (r["sim_time_us"] * 1e3 for r in rows)
+bw, flat_bw = (r["sim_busbw_gbps"] for r in rows)
+S, p, g = 2**30, 16, 8
+bound = 2 * (p - 1) * S / (g * p * 50 * 0.822)
+print(f"rail_ring {t/1e3:.1f} us, {bw:.1f} GB/s busbw (NIC bound {bound/1e3:.1f} us); one rail {flat_bw:.1f} GB/s: "
+      f"{bw/flat_bw:.2f}x")
+sys.exit(0 if bound <= t <= 1.01 * bound and bw >= 7.5 * flat_bw else 1)
+PY
+  ); then pass "$out"
+  else fail "$out"
+  fi
+fi
+
 e2e_finish
