@@ -358,9 +358,6 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     p.schedule = par.get_string("schedule", "1f1b");
     if (!plans::schedule_from_name(p.schedule))
       par.child("schedule").fail(w + "schedule: '" + p.schedule + "' (" + plans::kScheduleNames + ")");
-    if (p.schedule == "zb_h1")
-      not_implemented(par.child("schedule"), w + "schedule: zb_h1 (the trainer's backward does not split input and "
-                                             "weight gradients)", use);
     p.virtual_stages = static_cast<int>(par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
     if (par.has("pp_layers"))
       for (int64_t n : par.get_int_list("pp_layers")) p.pp_layers.push_back(n);
@@ -410,6 +407,9 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                                           "sequence-parallel collectives: set sp: true)", use);
     if (use == SpecUse::train && par.has("chunks"))
       not_implemented(par.child("chunks"), w + "chunks: (the trainer's fused ops are rings of tp pieces)", use);
+    if (use == SpecUse::train && p.fused.enabled && p.pp > 1 && p.schedule == "zb_h1")
+      not_implemented(par.child("fused"), w + "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, "
+                                          "which the fused ops compute inside)", use);
     // Training only.
     p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
     p.bucket_bytes = par.get_int_in("bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);

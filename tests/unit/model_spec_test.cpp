@@ -178,7 +178,10 @@ TEST(ModelSpecParse, PipelinePlansNameTheKeyTheyBreak) {
             std::string::npos);
   EXPECT_NE(err("layers: 4", "{pp: 2, schedule: pipedream}", 2).find("parallel.schedule: 'pipedream'"),
             std::string::npos);
-  EXPECT_NE(err("layers: 4", "{pp: 2, schedule: zb_h1}", 2).find("not implemented yet in train"), std::string::npos);
+  EXPECT_EQ(err("layers: 4", "{pp: 2, schedule: zb_h1}", 2), "");
+  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2, sp: true, fused: true, schedule: zb_h1}", 4)
+                .find("fused with schedule: zb_h1"),
+            std::string::npos);
   EXPECT_NE(err("layers: 4", "{tp: 2, schedule: gpipe}", 2).find("parallel.schedule: only used with pipeline"),
             std::string::npos);
 }
