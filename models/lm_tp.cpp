@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -449,8 +450,12 @@ void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<in
 
 double LmPendingW::bytes() const {
   double b = double(embed_dx.nbytes()) + double(tokens.size() * sizeof(int64_t));
+  std::set<const Tensor*> inputs;  // an input shared by several GEMMs counts once
   for (const auto& [u, gemms] : units)
-    for (const auto& g : gemms) b += g.bytes();
+    for (const auto& g : gemms) {
+      b += double(g.dy.nbytes());
+      if (inputs.insert(g.x.get()).second) b += double(g.x->nbytes());
+    }
   return b;
 }
 

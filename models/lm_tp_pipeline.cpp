@@ -110,8 +110,7 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
       backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t, defer);
       mark(a, begin);
       if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
-      if (defer) pending_w_bytes += defer->bytes();
-      held_bytes();  // the peak is while BI's operands and the next forward's overlap: counted before the release
+      if (defer) pending_w_bytes += defer->bytes();  // kept from the forward's saved tensors, which are freed
       live.erase(it);
       --held;
     }

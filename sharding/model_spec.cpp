@@ -376,9 +376,14 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                         SpecBounds::axis);
     if (product != chips)
       par.fail("parallel: tp " + str(p.tp) + " x cp " + str(p.cp) + " x ulysses " + str(p.ulysses) +
-               (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) + " = " + str(product) + " does not match the " +
+               (p.pp > 1 ? " x pp " + str(p.pp) : std::string()) + (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) +
+               " = " + str(product) + " does not match the " +
                (use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank" + ")"
                                       : "topology's " + str(chips) + " chips") +
+               (use != SpecUse::mlp && !par.has("dp") && chips % inner != 0
+                    ? " (dp, not given, fills the chips left by tp x cp x ulysses x pp = " + str(inner) +
+                          " only when that divides them)"
+                    : std::string()) +
                " (the device mesh must cover every chip once)");
     p.sp = par.get_bool("sp", false);
     if (p.sp && p.tp == 1) par.child("sp").fail(w + "sp: sequence parallelism needs tp > 1 (it splits the tp axis)");

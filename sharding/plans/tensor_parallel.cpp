@@ -103,13 +103,13 @@ void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, c
   Tensor dy_full = tp_gather(ctx, dy, what);  // sp: all_gather (the reduce_scatter's backward)
   const auto k = kernels::gemm_backward(x, w, dy_full, &dx, defer ? nullptr : &dw);
   ctx.chip.charge(k, k.name);
-  if (defer) defer->push_back({x, std::move(dy_full), &dw});
+  if (defer) defer->push_back({std::make_shared<const Tensor>(x), std::move(dy_full), &dw});
 }
 
 void run_weight_grads(Chip& chip, const WeightGradGemms& gemms) {
   for (const WeightGradGemm& g : gemms) {
     // gemm_backward reads W for its shape only when dX is not asked for: dW's own shape stands in for it.
-    const auto k = kernels::gemm_backward(g.x, *g.dw, g.dy, nullptr, g.dw);
+    const auto k = kernels::gemm_backward(*g.x, *g.dw, g.dy, nullptr, g.dw);
     chip.charge(k, "gemm_backward.dw");
   }
 }
@@ -127,11 +127,12 @@ Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::v
     return dx;
   }
   std::vector<Tensor> dx;
+  const auto kept = defer ? std::make_shared<const Tensor>(in) : nullptr;
   for (size_t i = 0; i < weights.size(); ++i) {
     dx.push_back(Tensor::make(in.dtype(), {in.dim(0), in.dim(1)}, store));
     const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), defer ? nullptr : dws[i]);
     ctx.chip.charge(k, k.name);
-    if (defer) defer->push_back({in, *dys[i], dws[i]});
+    if (defer) defer->push_back({kept, *dys[i], dws[i]});
   }
   for (size_t i = 1; i < dx.size(); ++i) {
     const auto k = kernels::add_inplace(dx[0], dx[i]);

@@ -8,6 +8,7 @@
 // (" (column-parallel)", " (row-parallel)", " (replicated)": placement.h's parallel_style).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,9 @@ Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::v
 // dW = X^T·dY is deferred to the W pass, which needs only X (the GEMM's input as the forward read it, gathered with
 // sp) and dY (whole over tp), kept until then. Not with fused collectives (their dW GEMM is part of the fused op).
 struct WeightGradGemm {
-  Tensor x, dy;  // the operands, kept
-  Tensor* dw;    // receives X^T·dY
-  double bytes() const { return double(x.nbytes() + dy.nbytes()); }
+  std::shared_ptr<const Tensor> x;  // the input, kept once for the GEMMs that share it (q/k/v, gate/up)
+  Tensor dy;                        // the output gradient, kept
+  Tensor* dw;                       // receives X^T·dY
 };
 // Runs GEMMS in order on CHIP (each a gemm_backward with dW only).
 void run_weight_grads(Chip& chip, const WeightGradGemms& gemms);
