@@ -427,16 +427,7 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   p.m = sch.m;
   p.v = sch.v;
   // ZB-H1's closed form needs the actions' costs: the stages' mean F, BI and W spans (uniform stages assumed).
-  PipeCosts costs;
-  if (sch.kind == ScheduleKind::zb_h1) {
-    costs = {0, 0, 0, 0};
-    for (const auto& st : stages) {
-      costs.f += st.mean_f_ns / double(stages.size());
-      costs.b += (st.mean_b_ns + st.mean_w_ns) / double(stages.size());
-      costs.w += st.mean_w_ns / double(stages.size());
-    }
-  }
-  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, costs);
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, models::lm_stage_costs(stages));
   p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)"
                        : sch.kind == ScheduleKind::zb_h1
                            ? "(p-1)(F+B-W)/((p-1)(F+B-W)+m(F+B+W)), F B W the mean F, BI, W spans"
