@@ -445,16 +445,7 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   p.m = sch.m;
   p.v = sch.v;
   // ZB-H1's closed form needs the actions' costs: the stages' mean F, BI and W spans (uniform stages assumed).
-  PipeCosts costs;
-  if (sch.kind == ScheduleKind::zb_h1) {
-    costs = {0, 0, 0, 0};
-    for (const auto& st : stages) {
-      costs.f += st.mean_f_ns / double(stages.size());
-      costs.b += (st.mean_b_ns + st.mean_w_ns) / double(stages.size());
-      costs.w += st.mean_w_ns / double(stages.size());
-    }
-  }
-  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, costs);
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, models::lm_stage_costs(stages));
   p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)"
                        : sch.kind == ScheduleKind::zb_h1
                            ? "(p-1)(F+B-W)/((p-1)(F+B-W)+m(F+B+W)), F B W the mean F, BI, W spans"
@@ -465,10 +456,17 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
     p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
                         st.peak_microbatches, st.bytes_forward, st.bytes_backward, st.peak_pending_w_bytes});
   }
-  rep.train.memory.activations = stages.front().peak_activation_bytes;
-  char note[160];
-  std::snprintf(note, sizeof note, "the first stage's peak: %.2f micro-batches of its layers held at once under %s",
-                stages.front().peak_microbatches, p.schedule.c_str());
+  // The largest stage's peak (the first under 1F1B and interleaving; the last can be larger under GPipe, which
+  // holds m micro-batches everywhere and the head's logits there, and under ZB-H1, whose last stage keeps up to p
+  // pending weight gradients), so the HBM check holds for every stage.
+  size_t top = 0;
+  for (size_t i = 1; i < stages.size(); ++i)
+    if (stages[i].peak_activation_bytes > stages[top].peak_activation_bytes) top = i;
+  rep.train.memory.activations = stages[top].peak_activation_bytes;
+  char note[200];
+  std::snprintf(note, sizeof note, "the largest stage's peak, stage %zu: %.2f micro-batches of its layers held at once "
+                "under %s%s", top, stages[top].peak_microbatches, p.schedule.c_str(),
+                stages[top].peak_pending_w_bytes > 0 ? " with its pending weight gradients" : "");
   rep.train.memory.activations_note = note;
 }
 
