@@ -580,7 +580,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   log.head();
   models::LmDpStepResult last;
   for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
+    // A long step says it is alive (runtime::chips::set_progress): every 30 s, or SHARDSIM_PROGRESS_S seconds.
+    if (world.rank() == 0 && !f.quiet)
+      runtime::chips::set_progress([i, steps = s.train.steps](uint64_t events, double elapsed) {
+        std::fprintf(stderr, "shardsim: train: step %lld of %lld in progress, %.3g scheduler events, %.0f s elapsed (wall)\n",
+                     (long long)(i + 1), (long long)steps, double(events), elapsed);
+        std::fflush(stderr);
+      }, std::getenv("SHARDSIM_PROGRESS_S") ? std::max(0.1, std::atof(std::getenv("SHARDSIM_PROGRESS_S"))) : 30.0);
     last = agreed_step(world, step);
+    if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
