@@ -439,13 +439,26 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   p.p = sch.p;
   p.m = sch.m;
   p.v = sch.v;
-  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, PipeCosts{});
-  p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)";
+  // ZB-H1's closed form needs the actions' costs: the stages' mean F, BI and W spans (uniform stages assumed).
+  PipeCosts costs;
+  if (sch.kind == ScheduleKind::zb_h1) {
+    costs = {0, 0, 0, 0};
+    for (const auto& st : stages) {
+      costs.f += st.mean_f_ns / double(stages.size());
+      costs.b += (st.mean_b_ns + st.mean_w_ns) / double(stages.size());
+      costs.w += st.mean_w_ns / double(stages.size());
+    }
+  }
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, costs);
+  p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)"
+                       : sch.kind == ScheduleKind::zb_h1
+                           ? "(p-1)(F+B-W)/((p-1)(F+B-W)+m(F+B+W)), F B W the mean F, BI, W spans"
+                           : "(p-1)/(m+p-1)";
   for (const auto& st : stages) {
     p.pipeline_ns = st.pipeline_ns;
     p.bubble_fraction += st.bubble_fraction() / double(stages.size());
     p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
-                        st.peak_microbatches, st.bytes_forward, st.bytes_backward});
+                        st.peak_microbatches, st.bytes_forward, st.bytes_backward, st.peak_pending_w_bytes});
   }
   rep.train.memory.activations = stages.front().peak_activation_bytes;
   char note[160];

@@ -265,6 +265,11 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   std::string split, ar, chunks, schedule, virtual_stages, micro_batch, zero, bucket;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
+    // One value per key (a list is not a plan: each plan entry is one point).
+    if (!kv.second.IsScalar())
+      ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": one value, not a " +
+                                                           (kv.second.IsSequence() ? "list" : "map") +
+                                                           " (each plan entry is one point; list the plans)");
     // Every value can end up in the plan's label (plots, CSV): printable text only.
     const std::string v = kv.second.IsScalar() ? ConfigNode(kv.second, plan.file(), plan.path() + "." + k).printable_text() : "";
     if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
@@ -316,8 +321,16 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
     dp = model > 0 && chips % model == 0 ? chips / model : 1;
     if (dp > 1) out["dp"] = dp;
   }
-  // The workload file's own fused/chunks carry over unless the plan sets them (values checked by the parser).
+  // The workload file's own keys other than the plan's (kPlanKeys: the mesh and the pipeline) carry over unless
+  // the plan sets them, as with train --plan (zero, bucket_bytes, recompute, fused, chunks, ...; values checked by
+  // the parser). fused and chunks show in the label.
   if (file_parallel && file_parallel.IsMap()) {
+    for (const auto& kv : file_parallel) {
+      const auto k = kv.first.as<std::string>();
+      const bool plan_key = std::find_if(std::begin(kPlanKeys), std::end(kPlanKeys),
+                                         [&](const char* p) { return k == p; }) != std::end(kPlanKeys);
+      if (!plan_key && k != "fused" && k != "chunks" && !out[k]) out[k] = YAML::Clone(kv.second);
+    }
     if (!out["fused"] && file_parallel["fused"] && file_parallel["fused"].IsScalar()) {
       out["fused"] = YAML::Clone(file_parallel["fused"]);
       try {

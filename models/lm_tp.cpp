@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -215,7 +216,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     const auto acc = grads_.named_weights(), one = mgrads_.named_weights();
     for (size_t i = 0; i < acc.size(); ++i)
       if (owns(acc[i].first))
-        unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back({acc[i].second, one[i].second});
+        unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back(
+            {acc[i].second, one[i].second, is_norm(acc[i].first)});
   }
   // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
   std::vector<sharding::plans::DpParam> params;
@@ -429,13 +431,47 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
                                                        C.row_max, C.sumexp, t);
 }
 
-void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t) {
+void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part) {
   if (micro > 0)  // gradient accumulation: this micro-batch's gradients added into the step's
-    for (auto& [acc, one] : unit_grads_[size_t(u)]) charge(kernels::add_inplace(*acc, *one), t);
-  if (micro == micro_ - 1) data_->grads_ready(u, t);
+    for (const UnitGrad& g : unit_grads_[size_t(u)])
+      if (part == UnitPart::all || g.norm == (part == UnitPart::norms)) charge(kernels::add_inplace(*g.acc, *g.one), t);
+  if (micro == micro_ - 1 && part != UnitPart::norms) data_->grads_ready(u, t);
 }
 
-void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chunk, int micro, sim::TimeNs& t) {
+void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
+                                     sim::TimeNs& t, UnitPart part) {
+  const LmConfig& c = local_;
+  LmWeights& g = micro > 0 ? mgrads_ : grads_;
+  charge(kernels::embedding_backward(dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed), t);
+  if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
+  if (c.position == sharding::PositionKind::learned)  // every row of this chip's tokens (gathered with sp)
+    charge(kernels::embedding_backward(dx_full, layout_.pos, 0, global_.seq, g.pos_embed), t);
+  unit_grads_done(0, micro, t, part);
+}
+
+double LmPendingW::bytes() const {
+  double b = double(embed_dx.nbytes()) + double(tokens.size() * sizeof(int64_t));
+  std::set<const Tensor*> inputs;  // an input shared by several GEMMs counts once
+  for (const auto& [u, gemms] : units)
+    for (const auto& g : gemms) {
+      b += double(g.dy.nbytes());
+      if (inputs.insert(g.x.get()).second) b += double(g.x->nbytes());
+    }
+  return b;
+}
+
+void LmTpTrainer::weight_backward(LmPendingW& pw, int micro, sim::TimeNs& t) {
+  for (auto& [u, gemms] : pw.units) {
+    sharding::plans::Chip chip{&tl_, t};
+    sharding::plans::run_weight_grads(chip, gemms);
+    t = chip.t;
+    unit_grads_done(u, micro, t, UnitPart::weights);
+  }
+  if (pw.embed_dx.rank() > 0) embedding_backward(pw.embed_dx, pw.tokens, micro, t, UnitPart::weights);
+}
+
+void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chunk, int micro, sim::TimeNs& t,
+                           LmPendingW* defer) {
   const LmConfig& c = local_;
   const LmWeights& w = work_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
@@ -447,6 +483,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   const int head_unit = int(c.layers) + 1;
   const int ms = schedule_.model_stage(pp_rank_, chunk);
   const int64_t Nr = sp_ ? N / tp_size_ : N;
+  // zb_h1: unit U's deferred dW GEMMs (nullptr: run in place), and which part of its gradients BI completes.
+  auto deferred = [&](int u) { return defer ? &defer->units.emplace_back(u, sharding::plans::WeightGradGemms{}).second
+                                            : nullptr; };
+  const UnitPart done_part = defer ? UnitPart::norms : UnitPart::all;
   if (ms == schedule_.p * schedule_.v - 1) {  // the head and the loss: the last model stage's
   begin_backward(head_unit, t);
   Tensor dlogits = act({N, c.vocab});
@@ -457,13 +497,14 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   Tensor head_t;
   const Tensor& head = lm_head_weight(c, w, head_t);
   if (c.tied_embeddings) dhead_ = make(c.dtype, {h, c.vocab});  // added into the embedding's gradient at its unit
+  sharding::plans::WeightGradGemms* dhead = deferred(head_unit);
   const Tensor dxf_r = on_chip(t, [&](auto& ctx) {
     return sharding::plans::column_parallel_backward(ctx, C.xf, {&head}, {&dlogits},
-                                                     {c.tied_embeddings ? &dhead_ : &g.head}, "dhead_in");
+                                                     {c.tied_embeddings ? &dhead_ : &g.head}, "dhead_in", dhead);
   });
   dx = act({Nr, h});
   norm_backward(C.x_final, w.final_norm, dxf_r, dx, &g.final_norm, &g.final_norm_b, t);
-  unit_grads_done(head_unit, micro, t);
+  unit_grads_done(head_unit, micro, t, done_part);
   }  // else DX arrived from the next stage
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
   for (int64_t l = l1 - 1; l >= l0; --l) {
@@ -478,27 +519,28 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     for (const auto& k : kernels::block_extras_backward(
              sharding::plans::block_extras(spec_, N, Nr, (hq + 2 * hkv) * d, c.ffn)))  // charged bias/dropout work
       charge(k, t);
+    sharding::plans::WeightGradGemms* dl = deferred(int(l) + 1);
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     on_chip(t, [&](auto& ctx) {
-      sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out");
+      sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out", dl);
       return 0;
     });
     Tensor dnorm = act({Nr, h});
     const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up (GELU MLP: up)
       if (!c.gated()) {
         charge(kernels::gelu_backward(S.up, dact, dup), ctx.chip.t);
-        return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_up}, {&dup}, {&G.w_up}, "dmlp_in");
+        return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_up}, {&dup}, {&G.w_up}, "dmlp_in", dl);
       }
       charge(kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup), ctx.chip.t);
       return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup},
-                                                       {&G.w_gate, &G.w_up}, "dmlp_in");
+                                                       {&G.w_gate, &G.w_up}, "dmlp_in", dl);
     });
     norm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, &G.mlp_norm_b, t);
     charge(kernels::add_inplace(dx, dnorm), t);
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});
     on_chip(t, [&](auto& ctx) {
-      sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out");
+      sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out", dl);
       return 0;
     });
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
@@ -547,11 +589,11 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
                  dv2 = std::move(dv).reshaped({N, hkv * d});
     const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
       return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
-                                                       {&G.wq, &G.wk, &G.wv}, "dattn_in");
+                                                       {&G.wq, &G.wk, &G.wv}, "dattn_in", dl);
     });
     norm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, &G.attn_norm_b, t);
     charge(kernels::add_inplace(dx, dnorm), t);
-    unit_grads_done(int(l) + 1, micro, t);
+    unit_grads_done(int(l) + 1, micro, t, done_part);
     if (dp_.recompute) {  // the rebuilt block is freed again after its backward
       Tensor keep = std::move(C.layers[size_t(l)].x_in);
       C.layers[size_t(l)] = LmCache::Layer{};
@@ -560,12 +602,13 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   }
   if (ms == 0) {  // else DX goes to the previous stage
     begin_backward(0, t);
-    const Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
-    charge(kernels::embedding_backward(dx_full, batch.inputs, v0, V, g.embed), t);
-    if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
-    if (c.position == sharding::PositionKind::learned)  // every row of this chip's tokens (gathered with sp)
-      charge(kernels::embedding_backward(dx_full, pos, 0, global_.seq, g.pos_embed), t);
-    unit_grads_done(0, micro, t);
+    Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
+    if (defer) {  // the embedding's gradient is a weight gradient: all of it in W
+      defer->embed_dx = std::move(dx_full);
+      defer->tokens = batch.inputs;
+    } else {
+      embedding_backward(dx_full, batch.inputs, micro, t, UnitPart::all);
+    }
   }
 }
 

@@ -119,6 +119,7 @@
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
 #include "sharding/plans/pipeline_schedule.h"
+#include "sharding/plans/tensor_parallel.h"
 #include "sim/timeline.h"
 
 namespace shardsim::models {
@@ -163,9 +164,11 @@ struct LmDpConfig {
 // tp / cp collectives included), i.e. the time it waits for a neighbour.
 struct LmStageSummary {
   double busy_ns = 0, bubble_ns = 0, pipeline_ns = 0;
-  double peak_activation_bytes = 0;  // most activations held at once
+  double peak_activation_bytes = 0;  // most activations held at once (zb_h1: with the pending weight gradients')
+  double peak_pending_w_bytes = 0;   // zb_h1: most bytes kept for pending weight-gradient passes at once
   double peak_microbatches = 0;      // the same in micro-batches of the stage's layers (chunks / v)
   double bytes_forward = 0, bytes_backward = 0;
+  double mean_f_ns = 0, mean_b_ns = 0, mean_w_ns = 0;  // mean F, B (zb_h1: BI) and BW span
   double bubble_fraction() const { return pipeline_ns > 0 ? bubble_ns / pipeline_ns : 0; }
 };
 
@@ -177,6 +180,9 @@ struct LmStageStats {
   std::vector<Span> spans;
   int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
   double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
+  // Most bytes held at once: the in-flight forwards' saved tensors plus (zb_h1) the operands kept for the pending
+  // weight-gradient passes; and those alone.
+  double peak_activation_bytes = 0, peak_pending_w_bytes = 0;
   double bytes_forward = 0;           // activations sent to the next stage
   double bytes_backward = 0;          // their gradients sent to the previous stage
   double busy_ns() const {
@@ -184,6 +190,16 @@ struct LmStageStats {
     for (const auto& s : spans) b += s.end - s.start;
     return b;
   }
+};
+
+// ZB-H1's deferred weight gradients of one (chunk, micro-batch): per unit, in backward order, its dW GEMMs with
+// their operands (sharding/plans/tensor_parallel.h, WeightGradGemm), and on model stage 0 the embedding's gradient
+// input (whole over tp) and tokens. The W pass runs them.
+struct LmPendingW {
+  std::vector<std::pair<int, sharding::plans::WeightGradGemms>> units;
+  runtime::Tensor embed_dx;
+  std::vector<int64_t> tokens;
+  double bytes() const;
 };
 
 // Per-chip bytes of the training state between steps (sharding::plans::DpMemory: measured, and ZeRO's formulas)
@@ -269,7 +285,15 @@ class LmTpTrainer {
   // mgrads_, added into grads_ per unit; the data-parallel reduction is told of ready units in the last one only.
   // DX: the gradient from the next stage (ignored on the last model stage, which starts from the loss); on return
   // the gradient for the previous stage (model stage 0: the embedding's backward ran instead).
-  void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t);
+  // DEFER (zb_h1): the input-gradient pass only (BI); the weight gradients' GEMMs and the embedding's backward go
+  // to DEFER for weight_backward (the norms' weight gradients, cheap, stay in BI).
+  void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t,
+                LmPendingW* defer = nullptr);
+  void weight_backward(LmPendingW& w, int micro, sim::TimeNs& t);  // ZB-H1's W pass of micro-batch MICRO
+  enum class UnitPart { all, norms, weights };
+  // The embedding's backward (unit 0) from DX_FULL, the residual stream's gradient whole over tp, of TOKENS.
+  void embedding_backward(const runtime::Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
+                          sim::TimeNs& t, UnitPart part);
   void finish_backward(sim::TimeNs& t);  // after every micro-batch: sp's norm-gradient all_reduce
   double run_schedule(sim::TimeNs& t);   // this stage's actions of schedule_; returns the loss (last stage)
   void setup_pipeline(const LmConfig& global);
@@ -278,8 +302,9 @@ class LmTpTrainer {
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
   LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
   // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
-  // micro-batch handed to the data-parallel unit (grads_ready).
-  void unit_grads_done(int u, int micro, sim::TimeNs& t);
+  // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: the norms' after BI, the
+  // rest (then grads_ready) after W.
+  void unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part = UnitPart::all);
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
@@ -338,7 +363,11 @@ class LmTpTrainer {
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
   int micro_ = 1;            // micro-batches per step and replica (local_.batch: sequences of one)
   LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
-  std::vector<std::vector<std::pair<runtime::Tensor*, runtime::Tensor*>>> unit_grads_;  // per unit: (grads_, mgrads_)
+  struct UnitGrad {
+    runtime::Tensor *acc, *one;  // grads_'s and mgrads_'s
+    bool norm;
+  };
+  std::vector<std::vector<UnitGrad>> unit_grads_;  // per unit
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
   runtime::Tensor dhead_;  // tied embeddings: the head use's gradient [h, V/T], added into embed's at unit 0

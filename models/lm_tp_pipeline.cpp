@@ -28,9 +28,15 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
     LmCache cache;
   };
   std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
-  double loss = 0;
+  std::map<std::pair<int, int>, LmPendingW> pending_w;  // zb_h1: (chunk, micro) between its BI and its BW
+  double loss = 0, pending_w_bytes = 0;
   int held = 0;
   stage_stats_ = {};
+  auto held_bytes = [&] {  // what this stage holds after an action: activations and pending weight gradients
+    LmStageStats& st = stage_stats_;
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, held * activation_bytes_ + pending_w_bytes);
+    st.peak_pending_w_bytes = std::max(st.peak_pending_w_bytes, pending_w_bytes);
+  };
   // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
   // with the chip's next receive (or at the end of the schedule) in one exchange, so two neighbouring stages that
   // send to each other never wait for each other's receive (MPI's rendezvous for large messages).
@@ -86,18 +92,29 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
       mark(a, begin);
       if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
       stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
-    } else {
+    } else if (a.op == sharding::plans::PipeOp::BW) {  // zb_h1: the deferred weight gradients
+      auto it = pending_w.find({a.chunk, a.micro});
+      if (it == pending_w.end()) throw std::logic_error("lm_tp pipeline: a weight-gradient pass before its BI");
+      const sim::TimeNs begin = t;
+      weight_backward(it->second, a.micro, t);
+      mark(a, begin);
+      pending_w_bytes -= it->second.bytes();
+      pending_w.erase(it);
+    } else {  // B, or zb_h1's BI (the input gradients; the weight gradients deferred to BW)
       auto it = live.find({a.chunk, a.micro});
       if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
       Tensor dx;
       if (ms < last) dx = recv(next, "pp.recv_gradient");
       const sim::TimeNs begin = t;
-      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t);
+      LmPendingW* defer = a.op == sharding::plans::PipeOp::BI ? &pending_w[{a.chunk, a.micro}] : nullptr;
+      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t, defer);
       mark(a, begin);
       if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
+      if (defer) pending_w_bytes += defer->bytes();  // kept from the forward's saved tensors, which are freed
       live.erase(it);
       --held;
     }
+    held_bytes();
   }
   if (!pending.empty()) exchange(nullptr, "pp.send");
   stage_stats_.chunk_activation_bytes = activation_bytes_;
@@ -108,8 +125,16 @@ std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
   const LmStageStats& st = stage_stats_;
   sim::TimeNs end = 0;
   for (const auto& sp : st.spans) end = std::max(end, sp.end);
-  const double mine[] = {st.busy_ns(), end, double(st.peak_in_flight) * st.chunk_activation_bytes,
-                         st.peak_in_flight / double(schedule_.v), st.bytes_forward, st.bytes_backward};
+  // Mean span of each kind of action (F; B or BI; BW): the per-stage costs of the zb_h1 closed form.
+  double sum[3] = {0, 0, 0}, count[3] = {0, 0, 0};
+  for (const auto& sp : st.spans) {
+    const int k = sp.action.op == sharding::plans::PipeOp::F ? 0 : sp.action.op == sharding::plans::PipeOp::BW ? 2 : 1;
+    sum[k] += sp.end - sp.start;
+    ++count[k];
+  }
+  auto mean = [&](int k) { return count[k] > 0 ? sum[k] / count[k] : 0.0; };
+  const double mine[] = {st.busy_ns(), end, st.peak_activation_bytes, st.peak_in_flight / double(schedule_.v),
+                         st.bytes_forward, st.bytes_backward, st.peak_pending_w_bytes, mean(0), mean(1), mean(2)};
   std::vector<std::vector<int64_t>> all;
   for (double d : mine) {
     int64_t bits = 0;
@@ -135,6 +160,10 @@ std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
     o.peak_microbatches = get(3, r);
     o.bytes_forward = get(4, r);
     o.bytes_backward = get(5, r);
+    o.peak_pending_w_bytes = get(6, r);
+    o.mean_f_ns = get(7, r);
+    o.mean_b_ns = get(8, r);
+    o.mean_w_ns = get(9, r);
   }
   return out;
 }
@@ -167,9 +196,9 @@ void LmTpTrainer::setup_pipeline(const LmConfig& global) {
   const int v = pp_size_ > 1 ? dp_.virtual_stages : 1;
   const std::string why = sharding::plans::pipeline_obstacle(kind, pp_size_, micro_, v, global.layers, dp_.pp_layers);
   if (!why.empty()) throw std::invalid_argument(why);
-  if (kind == ScheduleKind::zb_h1)
-    throw std::invalid_argument("parallel.schedule: zb_h1 is not implemented yet in train (the schedule and its "
-                                "closed form are; the trainer's backward does not split input and weight gradients)");
+  if (kind == ScheduleKind::zb_h1 && fused_)  // the fused ops compute dW inside (sharding/fused.h)
+    throw std::invalid_argument("parallel.fused: the zb_h1 schedule defers the weight gradients' GEMMs, which the "
+                                "fused collectives compute inside their fused ops; use fused: false with zb_h1");
   schedule_ = sharding::plans::make_schedule(kind, pp_size_, micro_, v);
   const std::vector<int64_t> per = sharding::plans::stage_layers(global.layers, pp_size_ * v, dp_.pp_layers);
   std::vector<int64_t> first(per.size() + 1, 0);

@@ -206,7 +206,8 @@ nlohmann::json train_json(const RunReport& r) {
       stages.push_back({{"busy_ns", st.busy_ns}, {"bubble_ns", st.bubble_ns}, {"bubble_fraction", st.bubble_fraction},
                         {"peak_activation_bytes", st.peak_activation_bytes},
                         {"peak_microbatches", st.peak_microbatches}, {"bytes_to_next_stage", st.bytes_forward},
-                        {"bytes_to_previous_stage", st.bytes_backward}});
+                        {"bytes_to_previous_stage", st.bytes_backward},
+                        {"peak_pending_w_bytes", st.peak_pending_w_bytes}});
     j["pipeline"] = {{"schedule", p.schedule}, {"pp", p.p}, {"micro_batches", p.m}, {"virtual_stages", p.v},
                      {"pipeline_ns", p.pipeline_ns}, {"bubble_fraction", p.bubble_fraction},
                      {"closed_form_bubble_fraction", p.closed_form}, {"closed_form", p.closed_form_rule},
@@ -324,6 +325,11 @@ std::string train_tail_text(const RunReport& r) {
                     st.busy_ns / 1e3, st.bubble_ns / 1e3, 100 * st.bubble_fraction, st.peak_activation_bytes,
                     st.peak_microbatches, st.bytes_forward, st.bytes_backward);
       os << buf;
+    }
+    if (p.schedule == "zb_h1") {
+      os << "  peak_act_bytes include the pending weight gradients' operands, at most:";
+      for (const auto& st : p.stages) os << " " << static_cast<long long>(st.peak_pending_w_bytes);
+      os << " bytes per stage\n";
     }
   }
   if (r.validated) {

@@ -86,6 +86,7 @@ struct TrainPipelineStage {
   double busy_ns = 0, bubble_ns = 0, bubble_fraction = 0;
   double peak_activation_bytes = 0, peak_microbatches = 0;
   double bytes_forward = 0, bytes_backward = 0;  // activations to the next stage, gradients to the previous one
+  double peak_pending_w_bytes = 0;  // zb_h1: of the peak, the pending weight gradients' operands at most
 };
 struct TrainPipeline {
   std::string schedule;            // "1f1b", ...

@@ -77,10 +77,10 @@ void apply_set(YAML::Node root, const std::string& item) {
 }
 
 void apply_plan(YAML::Node root, const std::string& plan) {
-  // The plan's axis keys are replaced; algorithm keys (all_reduce, fused, chunks, mesh_dims) stay.
+  // The plan's keys (kPlanKeys) are replaced; the others (zero, bucket_bytes, fused, chunks, mesh_dims, ...) stay.
   if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
   YAML::Node par = root["parallel"];
-  for (const char* k : {"tp", "cp", "sp", "ulysses", "cp_split", "dp"}) par.remove(k);
+  for (const char* k : kPlanKeys) par.remove(k);
   std::stringstream ss(plan);
   std::string item;
   bool any = false;

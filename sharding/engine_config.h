@@ -30,6 +30,12 @@
 
 namespace shardsim::sharding {
 
+// The parallel: keys a plan replaces (`--plan`, and a sweep's plan entries): the mesh's axes and the pipeline
+// schedule's keys. The others of a config's parallel: section (zero, bucket_bytes, recompute, all_reduce /
+// algorithm, fused, chunks, mesh_dims, ...) stay unless the plan sets them.
+inline constexpr const char* kPlanKeys[] = {"tp", "cp", "sp", "ulysses", "cp_split", "dp",
+                                            "pp", "schedule", "virtual_stages", "pp_layers"};
+
 // `run`'s overrides (the flags bench and validate use have the same names).
 struct ConfigOverrides {
   std::string topology_file;  // --topology FILE

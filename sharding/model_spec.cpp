@@ -378,9 +378,6 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     p.schedule = par.get_string("schedule", "1f1b");
     if (!plans::schedule_from_name(p.schedule))
       par.child("schedule").fail(w + "schedule: '" + p.schedule + "' (" + plans::kScheduleNames + ")");
-    if (p.schedule == "zb_h1")
-      not_implemented(par.child("schedule"), w + "schedule: zb_h1 (the trainer's backward does not split input and "
-                                             "weight gradients)", use);
     p.virtual_stages = static_cast<int>(par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
     if (par.has("pp_layers"))
       for (int64_t n : par.get_int_list("pp_layers")) p.pp_layers.push_back(n);
@@ -399,9 +396,14 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                         SpecBounds::axis);
     if (product != chips)
       par.fail("parallel: tp " + str(p.tp) + " x cp " + str(p.cp) + " x ulysses " + str(p.ulysses) +
-               (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) + " = " + str(product) + " does not match the " +
+               (p.pp > 1 ? " x pp " + str(p.pp) : std::string()) + (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) +
+               " = " + str(product) + " does not match the " +
                (use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank" + ")"
                                       : "topology's " + str(chips) + " chips") +
+               (use != SpecUse::mlp && !par.has("dp") && chips % inner != 0
+                    ? " (dp, not given, fills the chips left by tp x cp x ulysses x pp = " + str(inner) +
+                          " only when that divides them)"
+                    : std::string()) +
                " (the device mesh must cover every chip once)");
     p.sp = par.get_bool("sp", false);
     if (p.sp && p.tp == 1) par.child("sp").fail(w + "sp: sequence parallelism needs tp > 1 (it splits the tp axis)");
@@ -430,6 +432,9 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                                           "sequence-parallel collectives: set sp: true)", use);
     if (use == SpecUse::train && par.has("chunks"))
       not_implemented(par.child("chunks"), w + "chunks: (the trainer's fused ops are rings of tp pieces)", use);
+    if (use == SpecUse::train && p.fused.enabled && p.pp > 1 && p.schedule == "zb_h1")
+      not_implemented(par.child("fused"), w + "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, "
+                                          "which the fused ops compute inside)", use);
     // Training only.
     p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
     p.bucket_bytes = par.get_int_in("bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);

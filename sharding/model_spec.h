@@ -44,8 +44,8 @@
 //        tied or untied head (tied: not with pp > 1), causal, any micro_batch; tp above the KV heads not yet; fused
 //        only with sp; one algorithm for all collectives (see algorithm)
 //   Nowhere yet: geglu in train; layernorm, mlp gelu, position learned, tied_embeddings in run; in run:
-//   micro_batch, parallel.pp > 1; in train: parallel.schedule zb_h1 (the schedule exists as data, the trainer's
-//   backward is not split).
+//   micro_batch, parallel.pp > 1; in train: parallel.fused with schedule zb_h1 (the fused ops compute the weight
+//   gradients that zb_h1 defers).
 //
 // Status: these are the types the one parser fills and the plan units will take; until the executors take them
 // directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
@@ -135,7 +135,7 @@ struct ParallelPlan {
   int ulysses = 1;  // DeepSpeed-Ulysses all_to_all attention (also on the cp axis; not together with cp > 1)
   int pp = 1;       // pipeline stages (outermost axis; train only, > 1 refused by run)
   // Pipeline schedule (sharding/plans/pipeline_schedule.h; train with pp > 1): parallel.schedule gpipe | 1f1b |
-  // interleaved | zb_h1 (default 1f1b; zb_h1 is refused by the trainer, not implemented yet), virtual_stages v
+  // interleaved | zb_h1 (default 1f1b; zb_h1 not with fused), virtual_stages v
   // (interleaved: model chunks per chip), pp_layers (layers of each of the pp·v model stages; empty = even).
   std::string schedule = "1f1b";
   int virtual_stages = 1;

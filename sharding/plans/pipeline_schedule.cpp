@@ -256,7 +256,7 @@ double closed_form_bubble(ScheduleKind kind, int p, int m, int v, const PipeCost
     case ScheduleKind::interleaved: return double(p - 1) / double(double(v) * m + p - 1);
     case ScheduleKind::zb_h1: {
       const double bi = c.b - c.w;
-      const double bubble = (p - 1) * (c.f + bi - c.w);
+      const double bubble = (p - 1) * (c.f + bi - std::min({c.w, c.f, bi}));
       return bubble / (bubble + m * (c.f + bi + c.w));
     }
   }

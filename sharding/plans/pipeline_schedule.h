@@ -31,7 +31,10 @@
 //   gpipe, 1f1b   (p-1) / (m + p-1)                                        (Narayanan §2.2.1: t_pb/t_id = (p-1)/m)
 //   interleaved   (p-1) / (v·m + p-1)                                      (§2.2.2: (1/v)·(p-1)/m)
 //   zb_h1         (p-1)(T_F + T_Bi - T_W) / ((p-1)(T_F + T_Bi - T_W) + m(T_F + T_Bi + T_W)), T_Bi = T_B - T_W
-//                 (Qi et al. Table 2: bubble (p-1)(T_F+T_B-T_W) with their T_B the input gradient only)
+//                 (Qi et al. Table 2: bubble (p-1)(T_F+T_B-T_W) with their T_B the input gradient only), in the
+//                 paper's regime T_W <= min(T_F, T_Bi) ("T_W < T_F < T_B", §2.1). A longer W no longer fits the
+//                 gaps it fills: the bubble is then (p-1)·max(T_F, T_Bi), so in general (p-1)(T_F + T_Bi -
+//                 min(T_W, T_F, T_Bi)) (this schedule's simulation over the unit test's grid; not in the paper)
 // Peak activations held by the first stage, in micro-batches of one stage's layers: gpipe m; 1f1b and zb_h1
 // min(p, m) (Narayanan §2.2.1; Qi et al. Table 2: p·M_B); interleaved p·(1 + (p-1)/(p·v)) (Korthikanti et al.
 // 2022, arXiv:2205.05198, §4.2.3), when m ≥ p.

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "kernels/backward.h"
 #include "kernels/cross_entropy.h"
@@ -92,22 +93,33 @@ Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what) {
 }
 
 void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                           const std::string& what) {
-  if (ctx.p.fused.enabled) {  // the all_gather of dY with the dX GEMM's row chunks, then dW
+                           const std::string& what, WeightGradGemms* defer) {
+  if (ctx.p.fused.enabled) {
+    if (defer) throw std::invalid_argument("row_parallel_backward: a deferred weight gradient with fused collectives");  // the all_gather of dY with the dX GEMM's row chunks, then dW
     const sim::TimeNs ready = ctx.chip.t;
     ctx.fused_done("fused " + what, all_gather_gemm_backward(ctx.tp, dy, x, w, dx, dw, ready, "fused." + what), ready);
     return;
   }
-  const Tensor dy_full = tp_gather(ctx, dy, what);  // sp: all_gather (the reduce_scatter's backward)
-  const auto k = kernels::gemm_backward(x, w, dy_full, &dx, &dw);
+  Tensor dy_full = tp_gather(ctx, dy, what);  // sp: all_gather (the reduce_scatter's backward)
+  const auto k = kernels::gemm_backward(x, w, dy_full, &dx, defer ? nullptr : &dw);
   ctx.chip.charge(k, k.name);
+  if (defer) defer->push_back({std::make_shared<const Tensor>(x), std::move(dy_full), &dw});
+}
+
+void run_weight_grads(Chip& chip, const WeightGradGemms& gemms) {
+  for (const WeightGradGemm& g : gemms) {
+    // gemm_backward reads W for its shape only when dX is not asked for: dW's own shape stands in for it.
+    const auto k = kernels::gemm_backward(*g.x, *g.dw, g.dy, nullptr, g.dw);
+    chip.charge(k, "gemm_backward.dw");
+  }
 }
 
 Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                 const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
-                                const std::string& what) {
+                                const std::string& what, WeightGradGemms* defer) {
   const bool store = in.has_storage();
-  if (ctx.p.fused.enabled) {  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
+  if (ctx.p.fused.enabled) {
+    if (defer) throw std::invalid_argument("column_parallel_backward: a deferred weight gradient with fused collectives");  // dX GEMM chunks + reduce_scatter, the re-gathered input for dW (sharding/fused.h)
     Tensor dx = Tensor::make(in.dtype(), {ctx.n_resid, in.dim(1)}, store);
     const sim::TimeNs ready = ctx.chip.t;
     ctx.fused_done("fused " + what, gemm_reduce_scatter_backward(ctx.tp, in, weights, dys, dx, dws, ready, "fused." + what),
@@ -115,10 +127,12 @@ Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::v
     return dx;
   }
   std::vector<Tensor> dx;
+  const auto kept = defer ? std::make_shared<const Tensor>(in) : nullptr;
   for (size_t i = 0; i < weights.size(); ++i) {
     dx.push_back(Tensor::make(in.dtype(), {in.dim(0), in.dim(1)}, store));
-    const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), dws[i]);
+    const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), defer ? nullptr : dws[i]);
     ctx.chip.charge(k, k.name);
+    if (defer) defer->push_back({kept, *dys[i], dws[i]});
   }
   for (size_t i = 1; i < dx.size(); ++i) {
     const auto k = kernels::add_inplace(dx[0], dx[i]);

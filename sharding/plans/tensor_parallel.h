@@ -8,6 +8,7 @@
 // (" (column-parallel)", " (row-parallel)", " (replicated)": placement.h's parallel_style).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,15 +46,30 @@ Tensor tp_gather(PlanContext& ctx, const Tensor& rows, const std::string& what);
 // Of row_parallel (Y = X·W, W Shard(0)): DY the output's gradient on the residual stream (this chip's rows with sp),
 // X the GEMM's input, W. DX = dY·W^T and DW = X^T·dY are local once dY is whole: tp_gather (sp: all_gather), or
 // fused with the dX GEMM's row chunks (all_gather_gemm_backward, sharding/fused.h).
+// DEFER (the zero-bubble split, below): the dW GEMMs are not run but appended to DEFER with their operands.
+struct WeightGradGemm;
+using WeightGradGemms = std::vector<WeightGradGemm>;
 void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                           const std::string& what);
+                           const std::string& what, WeightGradGemms* defer = nullptr);
 // Of column_parallel (Y_i = X·W_i, W_i Shard(1)): IN the input as the forward's GEMMs read it (column_parallel's
 // USED), DYS the outputs' gradients, DWS receive X^T·dY_i. The input gradient sum_i dY_i·W_i^T is Partial(sum)
 // over tp: returned reduced to the residual stream (tp_reduce), or fused (gemm_reduce_scatter_backward, which
 // re-gathers IN, this chip's rows, for the dW GEMMs).
 Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                 const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
-                                const std::string& what);
+                                const std::string& what, WeightGradGemms* defer = nullptr);
+
+// The zero-bubble split of a linear layer's backward (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+// arXiv:2401.10241 §2): B computes dX = dY·W^T, what the previous stage waits for; the weight gradient
+// dW = X^T·dY is deferred to the W pass, which needs only X (the GEMM's input as the forward read it, gathered with
+// sp) and dY (whole over tp), kept until then. Not with fused collectives (their dW GEMM is part of the fused op).
+struct WeightGradGemm {
+  std::shared_ptr<const Tensor> x;  // the input, kept once for the GEMMs that share it (q/k/v, gate/up)
+  Tensor dy;                        // the output gradient, kept
+  Tensor* dw;                       // receives X^T·dY
+};
+// Runs GEMMS in order on CHIP (each a gemm_backward with dW only).
+void run_weight_grads(Chip& chip, const WeightGradGemms& gemms);
 
 // Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
 // vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are

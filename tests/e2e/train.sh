@@ -193,6 +193,39 @@ if expect_exit 0 '^  plan +dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --ste
 fi
 # (the shape-only and refusal runs below also use 4 chips on one rank: one process starts faster than four)
 
+e2e_case "(u) pipeline checkpoints: pp 4 -> pp 2 -> pp 1 and pp 2 x tp 2 -> tp 2 through files continue the uninterrupted run"
+# 4 chips on one rank, 4 layers, 4 sequences in micro-batches of 1. The state itself restores bit-identical
+# (TrainPipeline.StateReshardsAcrossPp); here the files: each resumed step prints the uninterrupted run's loss and
+# gradient norm (4 decimals).
+PPSET=(--chips 4 --set model.layers=4 --set model.batch=4 --set model.micro_batch=1)
+for first in "pp=4" "pp=2 tp=2"; do
+  tag=${first// /_}
+  FIRST=(); for kv in $first; do FIRST+=(--set "parallel.${kv}"); done
+  if expect_exit 0 '^DONE' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" "${FIRST[@]}" --steps 6; then
+    awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >"pp_full_$tag.txt"
+  fi
+  expect_exit 0 '^checkpoint: step 2 saved to ppa\.h5' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" "${FIRST[@]}" --steps 2 \
+    --checkpoint ppa.h5 || continue
+  if [[ $first == "pp=4" ]]; then
+    hops=("pp=2 2 4" "pp=1 4 6")
+  else
+    hops=("tp=2 2 6")
+  fi
+  from=ppa.h5
+  for hop in "${hops[@]}"; do
+    read -r mesh at to <<<"$hop"
+    if expect_exit 0 "^resumed: $from at step $at " -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" --set "parallel.$mesh" \
+         --steps "$to" --resume "$from" --checkpoint "pp_$to.h5"; then
+      awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >pp_resumed.txt
+      if [[ -s pp_resumed.txt ]] && grep -qxFf pp_resumed.txt "pp_full_$tag.txt" &&
+         [[ $(grep -cxFf pp_resumed.txt "pp_full_$tag.txt") == $((to - at)) ]]; then
+        pass "$first -> $mesh: steps $((at + 1))-$to equal the uninterrupted $first run's"
+      else fail "$first -> $mesh: resumed steps differ"; paste "pp_full_$tag.txt" pp_resumed.txt >&2; fi
+    fi
+    from="pp_$to.h5"
+  done
+done
+
 e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
 if expect_exit 0 '^  mode +shape-only .*NOT VALIDATED' -- shardsim_mpi 1 train tpz3.yaml --steps 2 --shape-only --chips 4; then
   awk '$1 ~ /^[12]$/ && NF == 7 {print $1, $4, $5, $6, $7}' "$E2E_STDOUT" >so_rows.txt

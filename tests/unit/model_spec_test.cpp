@@ -178,7 +178,17 @@ TEST(ModelSpecParse, PipelinePlansNameTheKeyTheyBreak) {
             std::string::npos);
   EXPECT_NE(err("layers: 4", "{pp: 2, schedule: pipedream}", 2).find("parallel.schedule: 'pipedream'"),
             std::string::npos);
-  EXPECT_NE(err("layers: 4", "{pp: 2, schedule: zb_h1}", 2).find("not implemented yet in train"), std::string::npos);
+  EXPECT_EQ(err("layers: 4", "{pp: 2, schedule: zb_h1}", 2), "");
+  // The mesh-size error names every axis in its product, pp included, and why dp did not fill the chips.
+  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2}", 6).find("parallel: tp 2 x cp 1 x ulysses 1 x pp 2 = 4 does not match "
+                                                        "the job's 6 chips"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2}", 6).find("dp, not given, fills the chips left by tp x cp x ulysses x "
+                                                        "pp = 4 only when that divides them"),
+            std::string::npos);
+  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2, sp: true, fused: true, schedule: zb_h1}", 4)
+                .find("fused with schedule: zb_h1"),
+            std::string::npos);
   EXPECT_NE(err("layers: 4", "{tp: 2, schedule: gpipe}", 2).find("parallel.schedule: only used with pipeline"),
             std::string::npos);
 }

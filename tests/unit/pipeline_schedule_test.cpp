@@ -26,7 +26,9 @@ const ScheduleKind kKinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, S
 TEST(PipelineSchedule, EveryScheduleIsAValidOrderWithItsClosedFormBubble) {
   const Shape shapes[] = {{2, 2, 1}, {2, 8, 2}, {4, 4, 1}, {4, 8, 2}, {4, 16, 4}, {8, 24, 2}, {8, 8, 1}, {16, 64, 2}};
   // T_B + T_W = 2 T_F in the zero-bubble paper's model; also the paper's Figure 3 case T_F = T_B = T_W.
-  const PipeCosts costs[] = {{1, 2, 1, 0}, {1, 2, 0.8, 0}, {1.3, 2.1, 0.5, 0}};
+  // Also T_W above T_F or T_Bi, outside the paper's regime (zb_h1's bubble is then (p-1)·max(T_F, T_Bi)).
+  const PipeCosts costs[] = {{1, 2, 1, 0}, {1, 2, 0.8, 0}, {1.3, 2.1, 0.5, 0}, {1, 2.3, 1.2, 0}, {1, 1.8, 1, 0},
+                             {0.96, 2.31, 1.21, 0}, {1, 3.6, 1.6, 0}};
   for (ScheduleKind k : kKinds)
     for (const Shape& s : shapes)
       for (const PipeCosts& c : costs) {
@@ -58,6 +60,10 @@ TEST(PipelineSchedule, ZeroBubbleH1BeatsOneFOneBAsThePaperStates) {
   const double ideal = m * (c.f + c.b);
   EXPECT_NEAR(a.makespan - ideal, (p - 1) * 3.0, 1e-9);
   EXPECT_NEAR(z.makespan - ideal, (p - 1) * 1.0, 1e-9);
+  // Outside the paper's regime (T_W > T_F): the bubble is (p-1)·max(T_F, T_Bi), not the paper's (p-1)(T_F+T_Bi-T_W).
+  const PipeCosts slow_w{1, 2.5, 1.5, 0};  // T_F = T_Bi = 1, T_W = 1.5
+  const PipeSimulation zw = simulate_schedule(make_schedule(ScheduleKind::zb_h1, p, m), slow_w);
+  EXPECT_NEAR(zw.makespan - m * (slow_w.f + slow_w.b), (p - 1) * 1.0, 1e-9);
   // Memory: stage i (0-based) holds p - i micro-batches of activations and at most i pending weight gradients.
   for (int st = 0; st < p; ++st) {
     EXPECT_EQ(z.peak_in_flight[size_t(st)], p - st);

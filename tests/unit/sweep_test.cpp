@@ -163,6 +163,12 @@ TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
   EXPECT_TRUE(s.points[1].error.empty()) << s.points[1].error;
   EXPECT_EQ(s.points[1].micro_batches, 4);  // batch 8 / dp 2 / 1
   EXPECT_NE(s.points[1].config_yaml.find("micro_batch: 1"), std::string::npos) << s.points[1].config_yaml;
+  // The workload file's keys other than the plan's carry over unless the plan sets them, as with train --plan:
+  // its bucket_bytes (1 MiB) where the plan gives none, the plan's 4096 and ZeRO 1 where it does.
+  EXPECT_NE(s.points[1].config_yaml.find("bucket_bytes: 1048576"), std::string::npos) << s.points[1].config_yaml;
+  EXPECT_NE(s.points[0].config_yaml.find("bucket_bytes: 4096"), std::string::npos) << s.points[0].config_yaml;
+  EXPECT_EQ(s.points[0].config_yaml.find("1048576"), std::string::npos) << s.points[0].config_yaml;
+  EXPECT_NE(s.points[0].config_yaml.find("zero: 1"), std::string::npos) << s.points[0].config_yaml;
   // Interleaving with 2 micro-batches on 4 stages: skipped with the parser's one-line reason.
   EXPECT_NE(s.points[2].error.find("multiple of parallel.pp"), std::string::npos) << s.points[2].error;
   EXPECT_TRUE(s.points[3].error.empty()) << s.points[3].error;
@@ -362,6 +368,10 @@ TEST(Sweep, InputErrorsNameFileAndLine) {
   e = error_of(std::string("axes:\n  workload: [") + SHARDSIM_CONFIG_DIR + "/blocks/small_block.yaml]\n  plan: [{tq: 2}]\n");
   EXPECT_NE(e.find("s.yaml:3"), std::string::npos) << e;
   EXPECT_NE(e.find("tq"), std::string::npos) << e;
+  // A list as a plan value (one plan entry is one point): exit 2 naming the key and line, not a point without a name.
+  e = error_of(std::string("axes:\n  workload: [") + SHARDSIM_CONFIG_DIR + "/lm_train_dp4.yaml]\n  plan:\n    - {pp: 2, schedule: [1f1b]}\n");
+  EXPECT_NE(e.find("s.yaml:4"), std::string::npos) << e;
+  EXPECT_NE(e.find("schedule: one value, not a list"), std::string::npos) << e;
   // Axes that need a partner.
   EXPECT_NE(error_of("axes:\n  topology: [{kind: ring, chips: 2, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n").find("size"),
             std::string::npos);
