@@ -249,8 +249,10 @@ struct BenchShape {
 
 void print_bench_header(const BenchFlags& f, const BenchShape& sh, const Net& net, size_t chunk, bool part_of_world) {
   std::printf("# shardsim bench %s: %s\n", collectives::collective_name(sh.c).c_str(), net.describe().c_str());
+  // The canonical name (an alias given with -a is shown as the algorithm it names).
+  const std::string algo = f.algo == "auto" ? f.algo : collectives::canonical_algorithm(sh.c, f.algo);
   std::printf("# algorithm %s, chunk %zu B; -n %d -w %d -c %d; sim = simulated hardware, wall = this host%s\n",
-              f.algo.c_str(), chunk, f.iters, f.warmup, sh.checked ? 1 : 0,
+              (algo.empty() ? f.algo : algo).c_str(), chunk, f.iters, f.warmup, sh.checked ? 1 : 0,
               f.vs_mpi ? ", mpi = MPI's own collective" : "");
   if (f.shape_only) std::printf("# shape-only: buffers carry no data, messages only their timing headers; not validated\n");
   std::printf("# busbw = algbw x %.4f (nccl-tests factor for %d ranks); GB/s with GB = 1e9 B; on links both ways\n"
@@ -409,9 +411,12 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   connect(*b.net, world);
   runtime::Transport& g = *b.net->group;
   if (f.list) {  // the registry's catalogue, with applicability and estimates on this group
+    size_t list_chunk = 0;
+    world.agree([&] { list_chunk = parse_bytes(f.chunk_bytes, "--chunk-bytes"); });
     if (world.rank() == 0)
-      std::printf("# shardsim bench --list: collective algorithms on %s; estimates for %zu B per rank\n%s",
-                  b.net->describe().c_str(), b.hi, collectives::catalogue_text(&g, static_cast<double>(b.hi)).c_str());
+      std::printf("# shardsim bench --list: collective algorithms on %s; estimates for %zu B per rank, chunk %zu B\n%s",
+                  b.net->describe().c_str(), b.hi, list_chunk,
+                  collectives::catalogue_text(&g, static_cast<double>(b.hi), list_chunk).c_str());
     return kExitOk;
   }
   size_t chunk = 0;

@@ -656,7 +656,22 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
       throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
                        "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
-    if (!f.what_if.empty()) (void)plan_what_if(f.what_if, train_config(f));
+    if (!f.what_if.empty())  // every change must load as a config before any step runs (exit 2 naming it)
+      for (const auto& plan : plan_what_if(f.what_if, train_config(f))) {
+        TrainFlags v;
+        v.config = f.config;
+        v.config_text = f.config_text;
+        v.overrides = f.overrides;
+        v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
+        v.shape_only = true;
+        try {
+          (void)load(v, world.size());
+        } catch (const ConfigError& e) {
+          throw UsageError("--what-if " + plan.change + ": " + e.what());
+        } catch (const UsageError& e) {
+          throw UsageError("--what-if " + plan.change + ": " + e.what());
+        }
+      }
     if (!f.trace_path.empty() && !s.data_parallel)
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");

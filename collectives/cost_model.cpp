@@ -10,7 +10,6 @@
 
 #include "collectives/double_binary_tree.h"
 #include "collectives/in_switch.h"
-#include "collectives/multi_ring.h"
 #include "collectives/torus.h"
 
 namespace shardsim::collectives::cost {
@@ -69,13 +68,14 @@ struct Replay {
     double* out;  // *out = max(*out, arrival)
     int tag;      // which exchange of the receiver it belongs to (algorithms with several kinds of receive)
   };
-  std::vector<Flow> pending;
+  // Posted flows not yet booked, per receiver (a flush for one receiver looks at its own flows only).
+  std::vector<std::vector<Flow>> pending;
   size_t posted = 0;
   // Crossing-flow contention: the current step's link sharing (as Transport::exchange with a pattern does).
   std::map<uint64_t, std::shared_ptr<const sim::StepShare>> shares;
   const sim::StepShare* step_share = nullptr;
   Replay(const topology::Topology& t, std::vector<int> rank_to_chip)
-      : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()) {}
+      : topo(t), chips(std::move(rank_to_chip)), tl(chips.size()), pending(chips.size()) {}
   explicit Replay(const runtime::Transport& t) : Replay(t.topology(), t.rank_to_chip()) {}
   int size() const { return static_cast<int>(chips.size()); }
   sim::Timeline& of(int rank) {
@@ -118,16 +118,19 @@ struct Replay {
       return;
     }
     const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
-    pending.push_back({from, to, bytes, span, posted++, out, tag});
+    pending[static_cast<size_t>(to)].push_back({from, to, bytes, span, posted++, out, tag});
   }
   // Books the posted flows whose receiver is TO (every receiver if TO < 0) and, if FROM >= 0, whose sender is
   // FROM, and, if TAGS != 0, whose tag's bit is set in TAGS, as one exchange per receiver.
   void flush(int to = -1, int from = -1, unsigned tags = 0) {
     std::vector<Flow> now, later;
-    for (auto& f : pending)
-      ((to < 0 || f.to == to) && (from < 0 || f.from == from) && (tags == 0 || ((tags >> f.tag) & 1u)) ? now : later)
-          .push_back(f);
-    pending = std::move(later);
+    const size_t lo = to < 0 ? 0 : static_cast<size_t>(to), hi = to < 0 ? pending.size() : lo + 1;
+    for (size_t r = lo; r < hi; ++r) {
+      later.clear();
+      for (auto& f : pending[r])
+        ((from < 0 || f.from == from) && (tags == 0 || ((tags >> f.tag) & 1u)) ? now : later).push_back(f);
+      pending[r].swap(later);
+    }
     std::sort(now.begin(), now.end(), [&](const Flow& a, const Flow& b) {
       if (a.to != b.to) return a.to < b.to;
       if (a.span.start != b.span.start) return a.span.start < b.span.start;
@@ -140,17 +143,21 @@ struct Replay {
 
 // Ring passes (reduce-scatter and/or all-gather) over lanes as ring::make_lanes cuts them, every rank starting at
 // START on RP's timelines (which keep what earlier passes left busy).
-std::vector<int> ring_dirs(bool bidir) { return bidir ? std::vector<int>{1, -1} : std::vector<int>{1}; }
+std::vector<ring::Cycle> ring_dirs(bool bidir) {
+  return ring::stride_cycles(bidir ? std::vector<int>{1, -1} : std::vector<int>{1});
+}
 
-// DIRS: the lanes' rank strides (ring::make_lanes); {1} one-way, {1, -1} bidirectional, more: multi_ring.h.
-double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<int>& dir_list, size_t chunk_bytes,
-                     double start = 0) {
+// DIRS: the lanes' cycles (ring::make_lanes); strides {1} one-way, {1, -1} bidirectional, more: multi_ring.h;
+// general ring orders: rail_ring.h.
+double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<ring::Cycle>& dir_list,
+                     size_t chunk_bytes, double start = 0) {
   const int p = rp.size();
   if (p == 1 || chunk <= 0) return start;
   const int dirs = static_cast<int>(dir_list.size());
-  const bool bidir = dir_list == std::vector<int>{1, -1};
+  const bool bidir = dirs == 2 && dir_list[0].unit() && dir_list[1].unit() && dir_list[0].stride == 1 &&
+                     dir_list[1].stride == -1;
   bool unit = true;
-  for (int d : dir_list) unit = unit && (d == 1 || d == -1);
+  for (const auto& d : dir_list) unit = unit && d.unit();
   const double per_dir = chunk / dirs;
   const int m = chunk_bytes == 0 ? 1
                                  : static_cast<int>(std::clamp(std::ceil(per_dir / static_cast<double>(chunk_bytes)),
@@ -170,7 +177,7 @@ double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<int
       auto next = t;
       for (int r = 0; r < p; ++r)
         for (int l = 0; l < lanes; ++l) {
-          const int d = dir_list[static_cast<size_t>(l / m)], dst = ((r + d) % p + p) % p;
+          const int dst = dir_list[static_cast<size_t>(l / m)].at(r, 1, p);
           rp.post(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece,
                   &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
         }
@@ -583,9 +590,10 @@ double direct(const runtime::Transport& tp, double per_peer, bool root_only_send
 double binomial(const runtime::Transport& tp, double bytes, size_t chunk_bytes, bool reduce) {
   return binomial_estimate(tp, bytes, chunk_bytes, reduce);
 }
-double multi_ring(const runtime::Transport& tp, double chunk, int passes, size_t chunk_bytes) {
+double ring_cycles(const runtime::Transport& tp, double chunk, int passes, const std::vector<ring::Cycle>& cycles,
+                   size_t chunk_bytes) {
   Replay rp(tp);
-  return ring_estimate(rp, chunk, passes, multi_ring::directions(tp.size()), chunk_bytes);
+  return ring_estimate(rp, chunk, passes, cycles, chunk_bytes);
 }
 double double_binary_tree(const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
   return dbt_estimate(tp, bytes, chunk_bytes);

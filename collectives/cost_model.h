@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "collectives/algorithms.h"
+#include "collectives/ring.h"
 #include "runtime/transport.h"
 
 namespace shardsim::collectives::cost {
@@ -45,9 +47,10 @@ double in_switch(Collective c, const runtime::Transport& tp, double bytes, size_
 double in_network_lower_bound_ns(Collective c, const runtime::Transport& tp, double bytes);
 // Direct exchange of PER_PEER bytes between every pair (optionally only from / only to rank 0).
 double direct(const runtime::Transport& tp, double per_peer, bool root_only_sends, bool root_only_recvs);
-// Multi-channel ring passes (multi_ring.h): PASSES of CHUNK bytes per rank over the directed rings of
-// multi_ring::directions(p), cut into pieces of CHUNK_BYTES as ring::make_lanes does.
-double multi_ring(const runtime::Transport& tp, double chunk, int passes, size_t chunk_bytes);
+// Ring passes over several directed rings at once (multi_ring.h's strides, rail_ring.h's channels): PASSES of
+// CHUNK bytes per rank, split equally over CYCLES and cut into pieces of CHUNK_BYTES as ring::make_lanes does.
+double ring_cycles(const runtime::Transport& tp, double chunk, int passes, const std::vector<ring::Cycle>& cycles,
+                   size_t chunk_bytes);
 // Double binary tree all_reduce (double_binary_tree.h) of a BYTES buffer: its schedule replayed on every rank
 // in the run's order (halves of BYTES / 2, pieces of CHUNK_BYTES or 1 MiB, at most 1024 per half).
 double double_binary_tree(const runtime::Transport& tp, double bytes, size_t chunk_bytes);

@@ -29,8 +29,8 @@
 // DoubleBinaryTree.*). Pipelined, about 2(D(alpha + c/B) + (m - 1)c/B'), B' what an interior chip's port gives
 // each of its two children; the estimate (cost::double_binary_tree) replays the exact schedule instead.
 //
-// all_reduce only (NCCL runs its trees for all_reduce only). Opt-in: `auto` does not consider it (its estimate
-// is O(p m) host work per size; registry.cpp).
+// all_reduce only (NCCL runs its trees for all_reduce only). `auto` considers it after halving_doubling (its
+// estimate is O(p m) flows per size; registry.cpp).
 #pragma once
 
 #include <string>

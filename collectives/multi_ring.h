@@ -11,7 +11,7 @@
 //           T_all_reduce = 2(p-1)(alpha + S/(k' p B)),  reduce_scatter / all_gather half of it
 // so busbw = k' B (4 B on 8 chips, against the bidirectional ring's 2 B).
 // Applies where every chip's route to its ring neighbours r +- s is one link (obstacle() says which pair is not).
-// Opt-in (`-a multi_ring`): `auto` does not consider it (registry.cpp says why).
+// `auto` considers it after bidir_ring (registry.cpp).
 #pragma once
 
 #include <string>

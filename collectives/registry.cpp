@@ -10,6 +10,7 @@
 #include "collectives/halving_doubling.h"
 #include "collectives/in_switch.h"
 #include "collectives/multi_ring.h"
+#include "collectives/rail_ring.h"
 #include "collectives/ring.h"
 #include "collectives/torus.h"
 #include "collectives/torus_concurrent.h"
@@ -35,22 +36,24 @@ void copy_in(const runtime::Transport& tp, const void* sendbuf, void* recvbuf, s
 // The collectives of the flat (RS + AG) algorithms.
 const std::vector<C> kFlat = {C::all_reduce, C::reduce_scatter, C::all_gather, C::all_gatherv};
 
-// --- ring / bidir_ring (ring.h) / multi_ring (multi_ring.h): one ring implementation over lanes ---
-enum RingKind { one_way, bidir, multi };
-std::vector<int> ring_dirs(RingKind k, int p) {
-  if (k == multi) return multi_ring::directions(p);
-  return k == bidir ? std::vector<int>{1, -1} : std::vector<int>{1};
+// --- ring / bidir_ring (ring.h) / multi_ring (multi_ring.h) / rail_ring (rail_ring.h): one ring implementation
+// over lanes, each kind a set of cycles ---
+enum RingKind { one_way, bidir, multi, rail };
+std::vector<ring::Cycle> ring_dirs(RingKind k, const runtime::Transport& tp) {
+  if (k == rail) return rail_ring::cycles(tp);
+  if (k == multi) return ring::stride_cycles(multi_ring::directions(tp.size()));
+  return ring::stride_cycles(k == bidir ? std::vector<int>{1, -1} : std::vector<int>{1});
 }
 template <RingKind K>
 sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
-  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);
   return std::max(ready, ring::reduce_scatter(tp, base, lanes, t, op, name));
 }
 template <RingKind K>
 sim::TimeNs ring_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t chunk_bytes,
                     sim::TimeNs ready, const std::string& name) {
-  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
+  auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);
   return std::max(ready, ring::all_gather(tp, base, lanes, t, name));
 }
 template <RingKind K>
@@ -59,7 +62,7 @@ sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, 
   const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
   if (tp.size() > 1 && sendbuf != recvbuf) {
     // Out of place: read SENDBUF directly in the reduce-scatter pass (no initial copy of S bytes).
-    auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp.size()), chunk_bytes, ready);
+    auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);
     const sim::TimeNs mid = std::max(ready, ring::reduce_scatter(tp, recvbuf, lanes, t, op, name, sendbuf));
     // The all-gather pass runs on the same lanes (make_lanes of the same layout), all ready at MID.
     for (auto& lane : lanes) lane.t = mid;
@@ -72,7 +75,7 @@ sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, 
 template <RingKind K>
 double ring_cost(C c, const runtime::Transport& tp, double bytes, size_t chunk_bytes) {
   if (c == C::broadcast || c == C::reduce) return cost::chain(tp, bytes, chunk_bytes, c == C::reduce);
-  if (K == multi) return cost::multi_ring(tp, bytes / tp.size(), passes(c), chunk_bytes);
+  if (K == multi || K == rail) return cost::ring_cycles(tp, bytes / tp.size(), passes(c), ring_dirs(K, tp), chunk_bytes);
   return cost::ring(tp, bytes / tp.size(), passes(c), K == bidir, chunk_bytes);
 }
 // The ring family's flat collectives and hooks (one implementation over lanes, RingKind K's directions).
@@ -175,6 +178,16 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     // bidir_ring, which the tie-break keeps.
     v.push_back(a);
   }
+  {
+    AlgorithmDescriptor a;
+    a.name = "rail_ring";
+    a.aliases = {"nic_striped_ring", "rail_channels"};
+    a.summary = "one ring per chip of a node, each crossing the nodes on other rails, the data split over them, all at "
+                "once (rail_ring.h); needs an even number of nodes of a grid topology, the whole topology";
+    set_ring_hooks<rail>(a);
+    a.obstacle = [](C, const runtime::Transport& tp) { return rail_ring::obstacle(tp); };
+    v.push_back(a);
+  }
 }
 
 // Grid and switch algorithms: per-dimension rings, concurrent dimensions, in-network reduction.
@@ -267,15 +280,15 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
     a.name = "double_binary_tree";
     a.aliases = {"dbt", "nccl_tree"};
     a.summary = "each half of the buffer reduced up and broadcast down one of two complementary binary trees, "
-                "pipelined, both at once (NCCL's tree; double_binary_tree.h); O(log p) latency; opt-in only";
+                "pipelined, both at once (NCCL's tree; double_binary_tree.h); O(log p) latency";
     a.collectives = {C::all_reduce};
     a.estimate_ns = [](C, const runtime::Transport& tp, double bytes, size_t chunk) {
       return cost::double_binary_tree(tp, bytes, chunk);
     };
     a.all_reduce = double_binary_tree::all_reduce;
-    // Not in auto: its estimate replays every chip's pieces (host work O(p m) per size, where the other estimates
-    // are O(p)), too slow for auto's choice at thousands of chips. Named explicitly it runs everywhere.
-    a.in_auto = false;
+    // In auto after halving_doubling (a tie keeps halving_doubling: equal on a non-blocking switch at small sizes).
+    // Its estimate replays every chip's pieces (O(p m) flows per size; auto's Replay books each receiver's own
+    // flows, so 1 GiB on 512 chips costs auto about 0.5 s of host time for all its candidates together).
     v.push_back(a);
   }
 }
@@ -355,7 +368,7 @@ std::string algorithm_name_error(Collective c, const std::string& name) {
   return not_an_algorithm_of(c, name);
 }
 
-std::string catalogue_text(const runtime::Transport* tp, double bytes) {
+std::string catalogue_text(const runtime::Transport* tp, double bytes, size_t chunk_bytes) {
   std::string out;
   for (const auto& a : registered_algorithms()) {
     out += a.name;
@@ -371,7 +384,7 @@ std::string catalogue_text(const runtime::Transport* tp, double bytes) {
       out += line;
       if (tp) {
         const std::string why = obstacle(c, a.name, *tp);
-        out += why.empty() ? " " + us(estimate_ns(c, a.name, *tp, bytes)) : " n/a (" + why + ")";
+        out += why.empty() ? " " + us(estimate_ns(c, a.name, *tp, bytes, chunk_bytes)) : " n/a (" + why + ")";
       }
       out += "\n";
     }

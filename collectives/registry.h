@@ -77,7 +77,8 @@ const AlgorithmDescriptor& algorithm_of(Collective c, const std::string& name);
 // validation reports.
 std::string algorithm_name_error(Collective c, const std::string& name);
 // The catalogue as text: one block per algorithm (name, aliases, collectives, summary) and, when TP is given,
-// whether it can run on TP's group (or why not) and its estimate for BYTES per rank of every collective.
-std::string catalogue_text(const runtime::Transport* tp = nullptr, double bytes = 0);
+// whether it can run on TP's group (or why not) and its estimate for BYTES per rank of every collective, with
+// pipelining pieces of CHUNK_BYTES (0: none) as the run would cut them.
+std::string catalogue_text(const runtime::Transport* tp = nullptr, double bytes = 0, size_t chunk_bytes = 0);
 
 }  // namespace shardsim::collectives

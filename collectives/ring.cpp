@@ -5,13 +5,10 @@
 #include <charconv>
 #include <cstdio>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 namespace shardsim::collectives::ring {
-
-namespace {
-inline size_t mod(long a, long p) { return static_cast<size_t>(((a % p) + p) % p); }
-}  // namespace
 
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidirectional, size_t chunk_bytes,
                              sim::TimeNs ready) {
@@ -19,7 +16,32 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
                     ready);
 }
 
+Cycle Cycle::from_order(std::vector<int> order) {
+  std::vector<int> pos(order.size(), -1);
+  for (size_t q = 0; q < order.size(); ++q) {
+    const int r = order[q];
+    if (r < 0 || static_cast<size_t>(r) >= order.size() || pos[static_cast<size_t>(r)] >= 0)
+      throw std::logic_error("ring::Cycle::from_order: not a permutation of 0.." + std::to_string(order.size() - 1));
+    pos[static_cast<size_t>(r)] = static_cast<int>(q);
+  }
+  Cycle c;
+  c.order = std::make_shared<const std::vector<int>>(std::move(order));
+  c.pos = std::make_shared<const std::vector<int>>(std::move(pos));
+  return c;
+}
+
+std::vector<Cycle> stride_cycles(const std::vector<int>& dirs) {
+  std::vector<Cycle> out(dirs.size());
+  for (size_t i = 0; i < dirs.size(); ++i) out[i].stride = dirs[i];
+  return out;
+}
+
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<int>& directions,
+                             size_t chunk_bytes, sim::TimeNs ready) {
+  return make_lanes(layout, elem_size, stride_cycles(directions), chunk_bytes, ready);
+}
+
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<Cycle>& directions,
                              size_t chunk_bytes, sim::TimeNs ready) {
   const size_t dirs = directions.size();
   const size_t per_dir_bytes = (layout.max_size() * elem_size + dirs - 1) / dirs;
@@ -33,7 +55,7 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::
   for (size_t d = 0; d < dirs; ++d) {
     for (size_t j = 0; j < pieces; ++j) {
       Lane lane;
-      lane.dir = directions[d];
+      lane.ring = directions[d];
       lane.t = ready;
       lane.layout.offset.reserve(layout.parts());
       lane.layout.size.reserve(layout.parts());
@@ -98,8 +120,8 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   int fwd = 0, bwd = 0;
   bool unit = true;
   for (const auto& l : lanes) {
-    (l.dir > 0 ? fwd : bwd) += 1;
-    unit = unit && (l.dir == 1 || l.dir == -1);
+    (l.ring.stride > 0 ? fwd : bwd) += 1;
+    unit = unit && l.ring.unit();
   }
   const runtime::FlowPattern pattern =
       fwd == bwd || bwd == 0 ? runtime::FlowPattern::shift(1, bwd ? -1 : 0, fwd)
@@ -108,13 +130,13 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
   for (long s = 0; s < p - 1; ++s) {
     for (size_t i = 0; i < lanes.size(); ++i) {
       const Lane& l = lanes[i];
-      const long d = l.dir;
-      const size_t sc = reduce ? mod(r - d * (s + 1), p) : mod(r - d * s, p);
-      const size_t rc = reduce ? mod(r - d * (s + 2), p) : mod(r - d * (s + 1), p);
+      const int me = static_cast<int>(r), np = static_cast<int>(p);
+      const auto sc = static_cast<size_t>(l.ring.at(me, reduce ? -(s + 1) : -s, np));
+      const auto rc = static_cast<size_t>(l.ring.at(me, reduce ? -(s + 2) : -(s + 1), np));
       const unsigned char* from = s == 0 ? src : base;  // later steps forward what was reduced into BASE
-      sends[i] = {from + l.layout.offset[sc] * es, l.layout.size[sc] * es, static_cast<int>(mod(r + d, p)), l.t};
+      sends[i] = {from + l.layout.offset[sc] * es, l.layout.size[sc] * es, l.ring.at(me, 1, np), l.t};
       void* into = reduce ? static_cast<void*>(scratch[i]) : base + l.layout.offset[rc] * es;
-      recvs[i] = {into, l.layout.size[rc] * es, static_cast<int>(mod(r - d, p)), 0};
+      recvs[i] = {into, l.layout.size[rc] * es, l.ring.at(me, -1, np), 0};
     }
     step_label.resize(stem);
     step_label.append(digits, static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, s).ptr - digits));
@@ -122,7 +144,7 @@ sim::TimeNs run(runtime::Transport& tp, void* basep, std::vector<Lane>& lanes, D
     for (size_t i = 0; i < lanes.size(); ++i) {
       Lane& l = lanes[i];
       if (reduce) {
-        const size_t rc = mod(r - l.dir * (s + 2), p);
+        const auto rc = static_cast<size_t>(l.ring.at(static_cast<int>(r), -(s + 2), static_cast<int>(p)));
         const size_t at = l.layout.offset[rc] * es;
         if (!tp.shape_only()) reduce_to(base + at, src + at, scratch[i], l.layout.size[rc], t, *reduce);
       }

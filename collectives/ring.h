@@ -17,6 +17,7 @@
 // The reduction arithmetic is assumed fused into the data movement (as NCCL's kernels do) and not charged.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,28 @@
 
 namespace shardsim::collectives::ring {
 
+// A directed Hamiltonian cycle over the P ranks of a group: rank r sends to at(r, 1) and receives from at(r, -1).
+// Either a rank stride (r -> r + STRIDE; a cycle when gcd(STRIDE, p) = 1; +1 / -1 are the ring's two ways) or an
+// explicit ring order (rail_ring.h: one channel of a rail-optimised network). With position q of rank r in the
+// order, the passes below use chunk at(r, -k) where the stride form uses (r - k STRIDE) mod p: the same schedule.
+struct Cycle {
+  int stride = 1;                                 // used when ORDER is null
+  std::shared_ptr<const std::vector<int>> order;  // ORDER[q]: the rank at position q (a permutation of 0..p-1)
+  std::shared_ptr<const std::vector<int>> pos;    // its inverse: POS[r] = the position of rank r
+  // The rank K positions after R (K < 0: before) on P ranks.
+  int at(int r, long k, int p) const {
+    if (!order) return static_cast<int>((((r + stride * k) % p) + p) % p);
+    const long q = ((((*pos)[static_cast<size_t>(r)] + k) % p) + p) % p;
+    return (*order)[static_cast<size_t>(q)];
+  }
+  // A stride of +-1: its steps are the shift pattern r -> r +- 1 (runtime::FlowPattern::shift).
+  bool unit() const { return !order && (stride == 1 || stride == -1); }
+  static Cycle from_order(std::vector<int> order);  // ORDER: a permutation of 0..p-1
+};
+
 struct Lane {
   Layout layout;      // chunk r of this lane, in elements relative to the buffer base
-  int dir = 1;        // +1 or -1
+  Cycle ring;         // the cycle this lane's data travels
   sim::TimeNs t = 0;  // simulated time this lane's data is ready on this chip
 };
 
@@ -42,6 +62,12 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
 // +-1 declare no flow pattern: they are meant for groups where each such flow has a link of its own (multi_ring.h).
 std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<int>& dirs, size_t chunk_bytes,
                              sim::TimeNs ready);
+// Lanes over the cycles CYCLES (general ring orders, e.g. rail_ring.h's channels), split and cut as above. Passes
+// over cycles that are not unit strides declare no flow pattern either.
+std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::vector<Cycle>& cycles,
+                             size_t chunk_bytes, sim::TimeNs ready);
+// The stride cycles of DIRS.
+std::vector<Cycle> stride_cycles(const std::vector<int>& dirs);
 
 // Run the passes on BASE in place. Return the time the last lane finished (lanes' t are updated).
 // SRC (optional, same layout as BASE): read this rank's contribution from SRC instead of BASE, so an

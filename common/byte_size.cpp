@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/config.h"
+
 namespace shardsim {
 
 size_t parse_byte_size(const std::string& text, size_t min_bytes) {
@@ -26,6 +28,21 @@ size_t parse_byte_size(const std::string& text, size_t min_bytes) {
   if (bytes < static_cast<double>(min_bytes))
     throw std::invalid_argument("'" + text + "' must be at least " + std::to_string(min_bytes) + " B");
   return static_cast<size_t>(bytes);
+}
+
+int64_t config_bytes_in(const ConfigNode& node, std::string_view key, int64_t lo, int64_t hi, int64_t fallback) {
+  if (!node.has(key)) return fallback;
+  const ConfigNode n = node.child(key);
+  size_t v = 0;
+  try {
+    v = parse_byte_size(n.printable_text());
+  } catch (const std::invalid_argument& e) {
+    n.fail(n.path() + ": " + e.what());
+  }
+  if (v < static_cast<uint64_t>(lo) || v > static_cast<uint64_t>(hi))
+    n.fail(n.path() + ": must be between " + std::to_string(lo) + " and " + std::to_string(hi) + " bytes (got " +
+           std::to_string(v) + ")");
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace shardsim

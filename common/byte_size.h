@@ -7,10 +7,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace shardsim {
 
 size_t parse_byte_size(const std::string& text, size_t min_bytes = 0);
+
+class ConfigNode;
+// Config key KEY of NODE as a byte size in [LO, HI] (FALLBACK when absent): an integer or a size with a suffix as
+// above ("25M", "1GiB"); otherwise ConfigError "FILE:LINE: path.key: ..." naming the reason or the bounds.
+int64_t config_bytes_in(const ConfigNode& node, std::string_view key, int64_t lo, int64_t hi, int64_t fallback);
 
 }  // namespace shardsim

@@ -1,6 +1,7 @@
 #include "runtime/dtype.h"
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -59,31 +60,45 @@ constexpr MiniFormat kE5M2{5, 2, true, true};
 constexpr MiniFormat kBf16{8, 7, true, false};
 
 uint32_t encode(double x, const MiniFormat& F) {
-  const uint32_t sign = std::signbit(x) ? F.sign_bit() : 0u;
+  // On the bits of the double (no frexp / ldexp: validate encodes every element of every case): a finite x is
+  // rounded to a multiple of the quantum of its binade (clamped at the format's subnormals), ties to even.
+  const uint64_t b = std::bit_cast<uint64_t>(x);
+  const uint32_t sign = (b >> 63) ? F.sign_bit() : 0u;
   const uint32_t all_exp = F.exp_mask() << F.man_bits;
-  const double a = std::fabs(x);
-  const double maxf = F.max_finite();
-  const uint32_t nan = F.ieee ? sign | all_exp | (1u << (F.man_bits - 1)) : sign | all_exp | ((1u << F.man_bits) - 1);
+  const uint32_t man_mask = (1u << F.man_bits) - 1;
+  const uint32_t nan = F.ieee ? sign | all_exp | (1u << (F.man_bits - 1)) : sign | all_exp | man_mask;
+  // The largest finite value's bits (monotone in the magnitude, so "rounds beyond it" is a comparison of bits).
+  const uint32_t max_bits = F.ieee ? ((F.exp_mask() - 1) << F.man_bits) | man_mask : all_exp | (man_mask - 1);
+  const int dexp = static_cast<int>((b >> 52) & 0x7ff);
   // An infinite input stays infinite (e4m3 has no infinity: NaN); a finite one that rounds beyond the largest
   // finite value saturates (fp8) or becomes infinite (fp16, bf16). See dtype.h.
-  if (std::isnan(x)) return nan;
-  if (std::isinf(a)) return F.ieee ? sign | all_exp : nan;
-  auto overflow = [&]() { return F.saturate ? sign | encode(maxf, F) : sign | all_exp; };
-  if (a == 0) return sign;
+  if (dexp == 0x7ff) return (b & ((uint64_t{1} << 52) - 1)) ? nan : (F.ieee ? sign | all_exp : nan);
+  if (dexp == 0) return sign;  // zero or a double subnormal: far below half the smallest subnormal of every format
+  const int e = dexp - 1023;   // |x| = m 2^(e - 52), m in [2^52, 2^53)
+  const uint64_t m = (b & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
   const int emin = 1 - F.bias();
-  int e = 0;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): floor(log2 a) = e - 1
-  const int ex = std::max(e - 1, emin);
-  const double quantum = std::ldexp(1.0, ex - F.man_bits);
-  const double v = std::nearbyint(a / quantum) * quantum;  // round to nearest, ties to even (default mode)
-  if (v > maxf) return overflow();
-  if (v == 0) return sign;
-  int e2 = 0;
-  std::frexp(v, &e2);
-  const int ev = e2 - 1;
-  if (ev < emin) return sign | static_cast<uint32_t>(v / std::ldexp(1.0, emin - F.man_bits));  // subnormal
-  const uint32_t mant = static_cast<uint32_t>(v / std::ldexp(1.0, ev - F.man_bits)) - (1u << F.man_bits);
-  return sign | (static_cast<uint32_t>(ev + F.bias()) << F.man_bits) | mant;
+  const int ex = std::max(e, emin);                    // the binade whose quantum applies: 2^(ex - man_bits)
+  const int shift = 52 - F.man_bits + (ex - e);        // |x| / quantum = m / 2^shift
+  if (shift >= 54) return sign;                        // below half a quantum (m < 2^53)
+  uint64_t q = m >> shift;
+  const uint64_t rem = m & ((uint64_t{1} << shift) - 1), half = uint64_t{1} << (shift - 1);
+  if (rem > half || (rem == half && (q & 1))) ++q;     // round to nearest, ties to even
+  if (q == 0) return sign;
+  uint32_t bits;
+  if (q < (uint64_t{1} << F.man_bits)) {
+    bits = static_cast<uint32_t>(q);                   // subnormal (only when ex == emin)
+  } else {
+    int ev = ex;
+    if (q >> (F.man_bits + 1)) {                       // rounded up into the next binade
+      q >>= 1;
+      ++ev;
+    }
+    const int biased = ev + F.bias();
+    if (biased > static_cast<int>(F.exp_mask())) return F.saturate ? sign | max_bits : sign | all_exp;
+    bits = (static_cast<uint32_t>(biased) << F.man_bits) | (static_cast<uint32_t>(q) & man_mask);
+  }
+  if (bits > max_bits) return F.saturate ? sign | max_bits : sign | all_exp;
+  return sign | bits;
 }
 
 double decode(uint32_t bits, const MiniFormat& F) {

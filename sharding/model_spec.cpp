@@ -7,6 +7,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/registry.h"
+#include "common/byte_size.h"
 #include "common/checked.h"
 
 namespace shardsim::sharding {
@@ -437,7 +438,7 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
                                           "which the fused ops compute inside)", use);
     // Training only.
     p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
-    p.bucket_bytes = par.get_int_in("bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
+    p.bucket_bytes = config_bytes_in(par, "bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
     if (par.has("recompute")) {
       if (root.has("train") && root.child("train").is_map() && root.child("train").has("recompute"))
         par.child("recompute").fail(w + "recompute: and train.recompute: are the same key; keep parallel.recompute");

@@ -45,7 +45,7 @@ e2e_case "bad input"
 expect_exit 2 "^shardsim: error: -d/--dtype: unknown dtype 'fp12' \(known: int8, " -- shardsim_mpi 2 validate -d fp12
 expect_exit 2 "unknown reduction op 'mean'" -- shardsim_mpi 2 validate -o mean
 expect_exit 2 "unknown algorithm 'warp'" -- shardsim_mpi 2 validate --algo warp
-expect_exit 2 "unknown algorithm 'warp' \(known: ring, bidir_ring, multi_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto\)" -- \
+expect_exit 2 "unknown algorithm 'warp' \(known: ring, bidir_ring, multi_ring, rail_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto\)" -- \
   shardsim_mpi 2 bench all_reduce -a warp
 expect_exit 2 "unknown collective 'allreduce'" -- shardsim_mpi 2 bench allreduce
 expect_exit 2 "root 7 is outside the group of 4 ranks" -- shardsim_mpi 4 bench broadcast -r 7 -b 8 -e 8
@@ -67,15 +67,25 @@ sed 's/all_reduce: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
 expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unknown algorithm 'warp'" -- \
   shardsim_mpi 4 run warp.yaml --no-checkpoint
 sed 's/all_reduce: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
-expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, multi_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto" -- \
+expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, multi_ring, rail_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto" -- \
   shardsim_mpi 4 run tree.yaml --no-checkpoint
 
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
   assert_out '^  all_reduce      n/a \(.*same link' "bidir_ring is not applicable on a one-way ring, with the reason"
-  assert_out '^  all_reduce: ring bidir_ring multi_ring torus torus_concurrent in_switch halving_doubling auto \(opt-in only: recursive_doubling double_binary_tree\)$' "auto's tie-break order per collective, opt-in algorithms apart"
+  assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch halving_doubling double_binary_tree auto \(opt-in only: recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms apart"
   assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
 fi
+# The estimates follow --chunk-bytes (pipelined pieces), and a run's header names the algorithm an alias stands for.
+if expect_exit 0 'chunk 65536 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M --chunk-bytes 64K; then
+  piped=$(grep -A3 '^ring (aliases' "$E2E_OUT" | grep -m1 '^  all_reduce' || true)
+  expect_exit 0 'chunk 0 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M
+  plain=$(grep -A3 '^ring (aliases' "$E2E_OUT" | grep -m1 '^  all_reduce' || true)
+  if [ -n "$piped" ] && [ "$piped" != "$plain" ]; then pass "ring's all_reduce estimate: '$plain' unpipelined, '$piped' in 64 KiB pieces"
+  else fail "the --list estimate did not change with --chunk-bytes: '$plain' / '$piped'"
+  fi
+fi
+expect_exit 0 '^# algorithm double_binary_tree, chunk' -- shardsim_mpi 1 --chips-per-rank 4 bench all_reduce -a dbt -b 1K -e 1K -n 1 -w 0
 
 e2e_case "sub-group verdicts and resource checks"
 if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all_reduce -d fp32 -o sum --counts 7 \

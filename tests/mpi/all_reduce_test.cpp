@@ -432,9 +432,62 @@ TEST(MultiRing, ClosedFormOnAFullyConnectedGroup) {
                                               opts("multi_ring"));
       expect_time(ag.span.duration(), t_half, what + " all_gather");
     }
-  if (p >= 5) {
+  if (p >= 5 && k > 2) {  // p = 6 has only the strides +-1: the bidirectional ring, which a ring topology runs
     Fixture ring(ring_topo(100, 500));
     const std::string why = collectives::obstacle(Collective::all_reduce, "multi_ring", ring.tp);
     EXPECT_NE(why.find("needs a direct link"), std::string::npos) << why;
+  }
+}
+
+// rail_ring.h: n nodes of g chips, chip x of every node on rail switch x (NICs of bandwidth B, zero latency) and an
+// intra-node switch 64x faster. Each NIC sends one piece of S/(g p) per ring step, back to back, so all_reduce
+// takes 2(p-1) S/(g p B) (its physical bound: every NIC must send that much) and the flat ring, which crosses the
+// nodes on one rail each way, about g times as long; reduce_scatter / all_gather half; the estimate equals the run;
+// sums exact. An odd number of nodes cannot close the rings on rails: the obstacle says so.
+TEST(RailRing, EveryRailCarriesItsShareOfTheRing) {
+  const int p = world_size(), r = world_rank();
+  if (p < 4 || p % 2) GTEST_SKIP() << "needs an even number of ranks >= 4 (two or more nodes of two or more chips)";
+  const double B = 25.0;
+  for (const int g : {p / 2, 2}) {
+    const int n = p / g;
+    const topology::Dim rails{topology::DimKind::switch_, n, LinkSpec{B, 0.0}};
+    const topology::Dim node{topology::DimKind::switch_, g, LinkSpec{64 * B, 0.0}};
+    Fixture f(Topology::stacked({rails, node}));
+    const std::string what = std::to_string(n) + " nodes x " + std::to_string(g);
+    if (n % 2) {
+      const std::string why = collectives::obstacle(Collective::all_reduce, "rail_ring", f.tp);
+      EXPECT_NE(why.find("even number of nodes"), std::string::npos) << what << ": " << why;
+      continue;
+    }
+    const size_t count = 288 * 400;  // divisible by g p for every even p <= 8 and g in {p/2, 2}
+    const double S = count * 4.0;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = float(r + 1) + float(i % 3);
+    const auto ar = collectives::all_reduce(f.tp, buf.data(), buf.data(), count, DType::fp32, ReduceOp::sum, 0.0,
+                                            opts("rail_ring"));
+    const double bound = 2.0 * (p - 1) * S / (g * p * B);
+    expect_time(ar.span.duration(), bound, what + " all_reduce");
+    EXPECT_GE(ar.span.duration(), bound * (1 - 1e-12)) << what << ": below the NICs' bound";
+    const double est = collectives::estimate_ns(Collective::all_reduce, "rail_ring", f.tp, S);
+    EXPECT_NEAR(est, ar.span.duration(), 1e-9 * est) << what << ": estimate";
+    size_t bad = 0;
+    const float base = float(p * (p + 1) / 2);
+    for (size_t i = 0; i < count; ++i) bad += buf[i] != base + float(p) * float(i % 3);
+    EXPECT_EQ(bad, 0u) << what << ": wrong sums";
+    std::vector<float> part(count / size_t(p));
+    const auto rs = collectives::reduce_scatter(f.tp, buf.data(), part.data(), count, DType::fp32, ReduceOp::sum,
+                                                ar.span.end, opts("rail_ring"));
+    expect_time(rs.span.duration(), bound / 2, what + " reduce_scatter");
+    const auto ag = collectives::all_gather(f.tp, part.data(), buf.data(), count, DType::fp32, rs.span.end,
+                                            opts("rail_ring"));
+    expect_time(ag.span.duration(), bound / 2, what + " all_gather");
+    // The flat ring on a fresh clock: its slowest rank against the rail rings' (both started at 0 everywhere).
+    Fixture fresh(Topology::stacked({rails, node}));
+    std::vector<float> flat(count, 1.0f);
+    double times[2] = {ar.span.duration(), collectives::all_reduce(fresh.tp, flat.data(), flat.data(), count,
+                                                                   DType::fp32, ReduceOp::sum, 0.0, opts("ring"))
+                                               .span.end};
+    MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_GE(times[1], 0.95 * g * times[0]) << what << ": one rail against all of them";
   }
 }

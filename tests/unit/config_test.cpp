@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/config.h"
 #include "common/byte_size.h"
@@ -272,5 +274,33 @@ TEST(TopologyDocument, SectionBareAndAstra) {
     ADD_FAILURE() << "no error";
   } catch (const shardsim::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("d.yaml:1: no 'topology:' section"), std::string::npos) << e.what();
+  }
+}
+
+// Byte sizes in configs (parallel.bucket_bytes): an integer or the CLI's suffixes, bounds and bad text naming
+// FILE:LINE and the key.
+TEST(Config, ByteSizesTakeSuffixesAndNameTheKeyWhenWrong) {
+  auto bytes = [](const std::string& v) {
+    return shardsim::config_bytes_in(
+        shardsim::ConfigNode::load_string("parallel:\n  bucket_bytes: " + v + "\n", "c.yaml").child("parallel"),
+        "bucket_bytes", 0, int64_t{1} << 50, 7);
+  };
+  EXPECT_EQ(bytes("26214400"), 26214400);
+  EXPECT_EQ(bytes("25M"), 25 * 1048576);
+  EXPECT_EQ(bytes("1GiB"), 1073741824);
+  EXPECT_EQ(bytes("0"), 0);
+  EXPECT_EQ(shardsim::config_bytes_in(shardsim::ConfigNode::load_string("parallel:\n  tp: 2\n", "c.yaml").child("parallel"),
+                                      "bucket_bytes", 0, 10, 7),
+            7);
+  for (const auto& [v, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"25X", "unknown size suffix"}, {"-1", "bucket_bytes"}, {"4P", "bucket_bytes"}, {"[1]", "bucket_bytes"}}) {
+    try {
+      bytes(v);
+      ADD_FAILURE() << v << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("c.yaml:2"), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
   }
 }

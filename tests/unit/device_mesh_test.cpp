@@ -2,7 +2,11 @@
 // the workload config schema and run's overrides (sharding/engine_config.h).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "common/error.h"
 #include "sharding/device_mesh.h"
@@ -93,9 +97,23 @@ TEST(Placement, NamesAndLocalShapes) {
 }
 
 namespace {
+// NAME in a directory of this process's own under the system's temporary directory (not the working
+// directory: a test binary run from the repository root must leave nothing there); returns the path.
+// Removed with everything in it when the test binary exits.
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("shardsim_unit_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 std::string write(const std::string& name, const std::string& text) {
-  std::ofstream(name) << text;
-  return name;
+  static const TempDir dir;
+  const std::string path = (dir.path / name).string();
+  std::ofstream(path) << text;
+  return path;
 }
 const char* kBlock = R"(name: b
 topology: {kind: ring, chips: 4, bandwidth_gbps: 50, latency_ns: 700}
@@ -180,7 +198,7 @@ TEST(EngineConfig, TopologyByPath) {
   const ConfigNode n = sharding::load_workload_config(file);
   EXPECT_EQ(sharding::load_workload_topology(n).dims(), (std::vector<int>{2, 2}));
   EXPECT_EQ(sharding::load_workload_device(n).name, sim::device_preset("trainium1").name);
-  write("engine_cfg_missing.yaml", "topology: no_such_file.yaml\n");
-  EXPECT_THROW(sharding::load_workload_topology(sharding::load_workload_config("engine_cfg_missing.yaml")),
+  const auto missing = write("engine_cfg_missing.yaml", "topology: no_such_file.yaml\n");
+  EXPECT_THROW(sharding::load_workload_topology(sharding::load_workload_config(missing)),
                ConfigError);
 }

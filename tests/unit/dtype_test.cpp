@@ -305,6 +305,47 @@ TEST(MiniFloats, EveryMidpointTiesToEven) {
   }
 }
 
+// The same from doubles, as validate and the reference paths store them (store_from_double encodes the double
+// once): the exact midpoint ties to even, one double ulp below / above it goes down / up, and a double just under
+// half the smallest subnormal is zero; bf16 too. Both signs.
+TEST(MiniFloats, EveryDoubleMidpointTiesToEven) {
+  constexpr Format kBF16{"bf16", 8, 7, true};
+  const std::pair<const Format*, DType> formats[] = {
+      {&kF16, DType::fp16}, {&kBF16, DType::bf16}, {&kE4M3, DType::fp8_e4m3}, {&kE5M2, DType::fp8_e5m2}};
+  for (const auto& [f, t] : formats) {
+    auto enc_d = [t = t](double x) {
+      uint32_t out = 0;  // little-endian: the low bytes hold the encoding
+      store_from_double(&out, 0, t, x);
+      return dtype_size(t) == 1 ? out & 0xFFu : out & 0xFFFFu;
+    };
+    int failures = 0;
+    for (uint32_t b = 0; b + 1 < f->sign_bit() && failures < 10; ++b) {
+      const double lo = f->value(b), hi = f->value(b + 1);
+      if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+      const double mid = (lo + hi) / 2;
+      const uint32_t even = (b % 2 == 0) ? b : b + 1;
+      for (double sgn : {1.0, -1.0}) {
+        const uint32_t s = sgn < 0 ? f->sign_bit() : 0;
+        const uint32_t got[3] = {enc_d(sgn * mid), enc_d(sgn * std::nextafter(mid, 0.0)),
+                                 enc_d(sgn * std::nextafter(mid, 1e300))};
+        const uint32_t want[3] = {s | even, s | b, s | (b + 1)};
+        for (int i = 0; i < 3; ++i) {
+          failures += got[i] != want[i];
+          EXPECT_EQ(got[i], want[i]) << f->name << " " << (i == 0 ? "midpoint" : i == 1 ? "below" : "above")
+                                     << " of " << hex(b) << "/" << hex(b + 1) << " sign " << sgn;
+        }
+      }
+    }
+    EXPECT_EQ(enc_d(std::nextafter(f->value(1) / 2, 0.0)), 0u) << f->name;
+    EXPECT_EQ(enc_d(-std::numeric_limits<double>::denorm_min()), f->sign_bit()) << f->name;
+    uint32_t max_finite = f->sign_bit() - 1;
+    while (!std::isfinite(f->value(max_finite))) --max_finite;
+    const bool saturates = f == &kE4M3 || f == &kE5M2;
+    EXPECT_EQ(enc_d(1e300), saturates ? max_finite : ((1u << f->exp_bits) - 1) << f->man_bits)
+        << f->name << " overflow: infinity (fp16, bf16) or the largest finite value (fp8)";
+  }
+}
+
 // Positive finite encodings are strictly increasing in value (no gaps or duplicates in the decode table).
 TEST(MiniFloats, PositiveEncodingsAreStrictlyIncreasing) {
   for (const Format* f : {&kF16, &kE4M3, &kE5M2}) {
