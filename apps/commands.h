@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "models/report.h"
+#include "runtime/chips.h"
 #include "runtime/world.h"
 
 namespace shardsim::apps {
@@ -22,6 +23,10 @@ Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
 Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
 Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
+// The fold of `train` ARGS (the whole command line) on CHIPS chips and RANKS MPI ranks (docs/performance/fold.md):
+// replicas > 1 where every data-parallel replica provably runs the same program at the same simulated times, else
+// none. Decided before any chip starts (main); never throws.
+runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks);
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 
 // One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it

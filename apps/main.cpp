@@ -136,18 +136,20 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
 // The most chips one rank hosts (docs/SECURITY.md): the chips' fibers and their per-peer state grow with the
 // square of the chip count (1,024 chips: 7.6 s for an 8-byte all_reduce; 2,048: 31 s).
 constexpr long kMaxChipsPerRank = 4096;
+// The most chips of a folded run on one rank (of which only one data-parallel replica runs; the rest is mirrored).
+constexpr long kMaxFoldedChips = 262144;
 
 // --chips-per-rank K / --chips N (anywhere on the command line): how many chips each rank hosts
 // (runtime/chips.h). Taken out of ARGS before the command line is parsed, because the chips must exist before
 // the command runs on each of them. Returns K, or -1 after rank 0 printed why the flags are bad.
-int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank) {
+int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, long max_per_rank = kMaxChipsPerRank) {
   long per_rank = 0, total = 0;
   std::string bad;
   auto number = [&](const std::string& flag, const std::string& v, long& out) {
     char* end = nullptr;
     errno = 0;
     const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || errno || n < 1 || n > kMaxChipsPerRank * static_cast<long>(flag == "--chips" ? ranks : 1))
+    if (v.empty() || *end || errno || n < 1 || n > max_per_rank * static_cast<long>(flag == "--chips" ? ranks : 1))
       bad = flag + ": '" + v + "' is not a positive chip count of at most " + std::to_string(kMaxChipsPerRank) +
             " per rank (" + std::to_string(kMaxChipsPerRank * static_cast<long>(ranks)) + " in all with " +
             std::to_string(ranks) + " rank(s); the limit keeps a run's host memory and time bounded)";
@@ -208,14 +210,20 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   install_signal_handlers(world_rank);
   std::vector<std::string> args(argv, argv + argc);
-  const int k = take_chip_flags(args, ranks, world_rank);
+  // A folded train run (docs/performance/fold.md) hosts only one data-parallel replica's chips, so --chips may
+  // exceed the per-rank limit there: the limit applies to the chips that run.
+  std::vector<std::string> probe = args;
+  const int k_all = take_chip_flags(probe, ranks, -1, kMaxFoldedChips);
+  const runtime::FoldSpec fold = k_all > 1 ? apps::train_fold(probe, k_all * ranks, ranks) : runtime::FoldSpec{};
+  const int k = take_chip_flags(args, ranks, world_rank, fold.on() ? kMaxFoldedChips : kMaxChipsPerRank);
   if (k < 0) return kExitBadInput;
+  const int k_run = fold.on() ? fold.chips / fold.size * fold.period : k;
   // Host memory planned before any chip starts (every rank checks its own K; one line from rank 0).
-  if (const std::string why = runtime::host_memory_check(k, kMaxChipsPerRank); !why.empty()) {
+  if (const std::string why = runtime::host_memory_check(k_run, kMaxChipsPerRank); !why.empty()) {
     if (world_rank == 0) std::fprintf(stderr, "shardsim: error: %s\n", why.c_str());
     return kExitRuntimeFault;
   }
-  const int code = runtime::run_chips(k, [&](const runtime::World& world) { return run_cli(world, args); });
+  const int code = runtime::run_chips(k, [&](const runtime::World& world) { return run_cli(world, args); }, fold);
   g_decided_exit = code;
   return code;
 }

@@ -34,6 +34,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include <sys/resource.h>
+
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "apps/profile.h"
@@ -80,6 +82,7 @@ struct TrainFlags {
   bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
   std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
+  bool no_fold = false;    // --no-fold: simulate every data-parallel replica (fold: off does the same)
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   std::string config_text;        // a sweep point: the config as generated (config names it in messages)
@@ -107,6 +110,9 @@ struct TrainSetup {
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
+  // fold: on (docs/performance/fold.md). auto (the default) does not fold a train step: its gradient-norm
+  // all_reduce over every chip (one element) is not symmetric under the replica shift, so nothing is proven.
+  bool fold = false;
 };
 
 // The config file (or a sweep point's text) with the run's overrides applied (run's loader).
@@ -126,6 +132,12 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   s.shape_only = sharding::load_workload_shape_only(root) || f.shape_only;
+  if (root.has("fold")) {
+    const std::string v = root.get_string("fold");
+    if (v != "auto" && v != "on" && v != "off") root.child("fold").fail("fold: '" + v + "' (auto | on | off)");
+    s.fold = v == "on";
+  }
+  s.fold = s.fold && !f.no_fold;
   if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
   const ConfigNode m = root.child("workload");
   if (sharding::spec_use_of(m) != sharding::SpecUse::train)
@@ -247,6 +259,12 @@ class TrainLog {
   // The tail, then the JSON (agreed: a failed write is one line and exit 3 on every rank).
   int finish() {
     r_.wall_total_s = progress_.elapsed_s();
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    r_.host_peak_rss_mib = double(ru.ru_maxrss) / 1024.0;
+    r_.host_events = double(runtime::chips::events());
+    r_.chips_total = world_.size();
+    r_.chips_simulated = runtime::chips::folded() ? runtime::chips_per_rank() : world_.size();
     print(sharding::train_tail_text(r_));
     world_.agree([&] {
       if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, sharding::to_json(r_).dump(2) + "\n");
@@ -440,16 +458,7 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   p.m = sch.m;
   p.v = sch.v;
   // ZB-H1's closed form needs the actions' costs: the stages' mean F, BI and W spans (uniform stages assumed).
-  PipeCosts costs;
-  if (sch.kind == ScheduleKind::zb_h1) {
-    costs = {0, 0, 0, 0};
-    for (const auto& st : stages) {
-      costs.f += st.mean_f_ns / double(stages.size());
-      costs.b += (st.mean_b_ns + st.mean_w_ns) / double(stages.size());
-      costs.w += st.mean_w_ns / double(stages.size());
-    }
-  }
-  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, costs);
+  p.closed_form = closed_form_bubble(sch.kind, sch.p, sch.m, sch.v, models::lm_stage_costs(stages));
   p.closed_form_rule = sch.kind == ScheduleKind::interleaved ? "(p-1)/(v*m+p-1)"
                        : sch.kind == ScheduleKind::zb_h1
                            ? "(p-1)(F+B-W)/((p-1)(F+B-W)+m(F+B+W)), F B W the mean F, BI, W spans"
@@ -460,10 +469,17 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
     p.stages.push_back({st.busy_ns, st.bubble_ns, st.bubble_fraction(), st.peak_activation_bytes,
                         st.peak_microbatches, st.bytes_forward, st.bytes_backward, st.peak_pending_w_bytes});
   }
-  rep.train.memory.activations = stages.front().peak_activation_bytes;
-  char note[160];
-  std::snprintf(note, sizeof note, "the first stage's peak: %.2f micro-batches of its layers held at once under %s",
-                stages.front().peak_microbatches, p.schedule.c_str());
+  // The largest stage's peak (the first under 1F1B and interleaving; the last can be larger under GPipe, which
+  // holds m micro-batches everywhere and the head's logits there, and under ZB-H1, whose last stage keeps up to p
+  // pending weight gradients), so the HBM check holds for every stage.
+  size_t top = 0;
+  for (size_t i = 1; i < stages.size(); ++i)
+    if (stages[i].peak_activation_bytes > stages[top].peak_activation_bytes) top = i;
+  rep.train.memory.activations = stages[top].peak_activation_bytes;
+  char note[200];
+  std::snprintf(note, sizeof note, "the largest stage's peak, stage %zu: %.2f micro-batches of its layers held at once "
+                "under %s%s", top, stages[top].peak_microbatches, p.schedule.c_str(),
+                stages[top].peak_pending_w_bytes > 0 ? " with its pending weight gradients" : "");
   rep.train.memory.activations_note = note;
 }
 
@@ -587,6 +603,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
              s.train.steps);
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
   }
+  runtime::chips::fold_verify("train");  // every chip is past the last step's agreement
   auto& rep = log.report();
   finish_simulated(rep, last.breakdown);
   const auto mem = trainer->memory();
@@ -741,10 +758,17 @@ sharding::RunReport run_train_point(const runtime::World& world, const std::stri
   return r;
 }
 
+static void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags);
+
 Command add_train(CLI::App& app, const runtime::World& world) {
   auto* sub = app.add_subcommand("train", "train the reference language model for k steps, on one chip or data-parallel "
                                           "with ZeRO over the ranks (losses, simulated step time, tokens/s, MFU, memory)");
   auto flags = std::make_shared<TrainFlags>();
+  train_options(sub, flags);
+  return {sub, [&world, flags] { return run_train(world, *flags); }};
+}
+
+static void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
       ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
@@ -772,8 +796,45 @@ Command add_train(CLI::App& app, const runtime::World& world) {
   sub->add_option("--what-if", flags->what_if,
                   "re-simulate each change (shape-only) and print its speedup on the step, e.g. "
                   "link_bw=2x,hbm_bw=1.5x,peak=2x (docs/PROFILE.md)");
+  sub->add_flag("--no-fold", flags->no_fold,
+                "simulate every data-parallel replica even when the config says fold: on (docs/performance/fold.md)");
   add_config_override_flags(sub, flags->overrides);
-  return {sub, [&world, flags] { return run_train(world, *flags); }};
+}
+
+runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks) {
+  // Folded only where every replica provably runs the same program at the same simulated times
+  // (docs/performance/fold.md): one MPI rank, a shape-only train run of the data-parallel trainer with dp > 1
+  // and no cp axis, nothing that records or compares per-chip events, and a placement whose shift by one
+  // replica is a translation of the topology (sharding::DeviceMesh::replica_shift_check).
+  if (ranks != 1 || chips < 2) return {};
+  try {
+    CLI::App app;
+    app.allow_extras();
+    auto* sub = app.add_subcommand("train");
+    sub->allow_extras();
+    auto f = std::make_shared<TrainFlags>();
+    train_options(sub, f);
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    if (!sub->parsed()) return {};
+    if (!f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() || f->validate ||
+        !f->checkpoint.empty() || !f->resume.empty())
+      return {};
+    const TrainSetup s = load(*f, chips);
+    if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
+    const int dp = chips / (s.tp * s.cp * s.pp);
+    if (dp < 2 || dp * s.tp * s.cp * s.pp != chips) return {};
+    const auto topo = s.topology ? s.topology
+                                 : std::make_shared<const topology::Topology>(
+                                       topology::Topology::ring(chips, topology::LinkSpec{100, 1000}));
+    const sharding::DeviceMesh mesh({{"tp", s.tp}, {"cp", s.cp}, {"dp", dp}, {"pp", s.pp}}, *topo);
+    const int period = mesh.replica_fold_period("dp", *topo);
+    if (period < 1) return {};
+    return runtime::FoldSpec{chips, s.tp * s.cp, dp, period};
+  } catch (...) {
+    return {};  // the unfolded run reports whatever is wrong
+  }
 }
 
 }  // namespace shardsim::apps

@@ -2,13 +2,20 @@
 # Wall time and peak host memory of one Llama-3-405B-shaped training step against chips, on one rank hosting
 # every chip (docs/performance/scale.md). bench/llama3_405b_train_tp8_dp.yaml with dp = chips / 8 and 2
 # sequences per replica, on N/16 nodes of 16 chips (4x4 torus, 100 GB/s links) joined by a switch (50 GB/s).
-# Usage: bash bench/scale_step.sh [CHIPS...]   (default: 512 1024 2048)
+# Usage: [PP=16 LAYERS=126 SEQS=16] bash bench/scale_step.sh [CHIPS...]   (default: 512 1024 2048)
+#   PP: pipeline stages (default 1: the pipeline folded into data parallelism; PP > 1 runs 1F1B, one sequence per
+#   micro-batch), LAYERS: model layers (default the config's 2), SEQS: sequences per replica (default 2).
 # Prints per size: chips, wall (s, /usr/bin/time), peak RSS (MiB), simulated step (us), the exit code; then the
 # fitted growth exponent of wall and RSS (least squares on log-log).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${SHARDSIM:-$ROOT/build/apps/shardsim}"
 if [ $# -eq 0 ]; then SIZES=(512 1024 2048); else SIZES=("$@"); fi
+PP=${PP:-1}
+SEQS=${SEQS:-2}
+EXTRA=()
+[ -n "${LAYERS:-}" ] && EXTRA+=(--set model.layers="$LAYERS")
+[ "$PP" -gt 1 ] && EXTRA+=(--set parallel.pp="$PP" --set parallel.schedule=1f1b)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/scripts/mpi_env.sh"
 WORK="$(mktemp -d)"
@@ -25,7 +32,8 @@ topology:
 T
   /usr/bin/time -f "%e %M" -o "$WORK/time.txt" mpirun -np 1 "$BIN" --chips "$n" train \
     "$ROOT/bench/llama3_405b_train_tp8_dp.yaml" --topology "$WORK/topo.yaml" \
-    --set parallel.dp=$((n / 8)) --set model.batch=$((n / 4)) --json "$WORK/r.json" > "$WORK/out.txt" 2> "$WORK/err.txt"
+    --set parallel.dp=$((n / (8 * PP))) --set model.batch=$((n / (8 * PP) * SEQS)) ${EXTRA[@]+"${EXTRA[@]}"} \
+    --json "$WORK/r.json" > "$WORK/out.txt" 2> "$WORK/err.txt"
   rc=$?
   read -r wall rss < <(tail -1 "$WORK/time.txt")
   step=$(python3 -c "import json; print('%.3f' % (json.load(open('$WORK/r.json'))['simulated']['breakdown']['total_ns'] / 1e3))" 2>/dev/null || echo -)

@@ -172,6 +172,10 @@ struct LmStageSummary {
   double bubble_fraction() const { return pipeline_ns > 0 ? bubble_ns / pipeline_ns : 0; }
 };
 
+// The per-action costs of the schedule's closed forms as the trainer measured them: the stages' mean F, B (zb_h1:
+// BI + W) and W spans (sharding/plans/pipeline_schedule.h, PipeCosts; uniform stages assumed).
+sharding::plans::PipeCosts lm_stage_costs(const std::vector<LmStageSummary>& stages);
+
 struct LmStageStats {
   struct Span {
     sharding::plans::PipeAction action;

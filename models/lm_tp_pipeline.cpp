@@ -168,6 +168,16 @@ std::vector<LmStageSummary> LmTpTrainer::pipeline_summary() {
   return out;
 }
 
+sharding::plans::PipeCosts lm_stage_costs(const std::vector<LmStageSummary>& stages) {
+  sharding::plans::PipeCosts c{0, 0, 0, 0};
+  for (const LmStageSummary& st : stages) {
+    c.f += st.mean_f_ns / double(stages.size());
+    c.b += (st.mean_b_ns + st.mean_w_ns) / double(stages.size());
+    c.w += st.mean_w_ns / double(stages.size());
+  }
+  return c;
+}
+
 LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
   LmBatch lb;
   const int64_t n = local_.batch * local_.seq;

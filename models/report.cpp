@@ -344,6 +344,14 @@ std::string train_tail_text(const RunReport& r) {
   os << profile_section_text(r);
   std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
   os << buf;
+  if (r.chips_total > 0) {
+    std::snprintf(buf, sizeof buf, "  peak RSS %.0f MiB, %.0f scheduler events, chips simulated %d of %d%s\n",
+                  r.host_peak_rss_mib, r.host_events, r.chips_simulated, r.chips_total,
+                  r.chips_simulated < r.chips_total ? " (folded: one data-parallel replica runs, the others are its "
+                                                      "mirror images; docs/performance/fold.md)"
+                                                    : "");
+    os << buf;
+  }
   os << (r.shape_only ? "DONE (shape-only, not validated)" : !r.validated ? "DONE (not validated: --validate compares "
                                                                             "with the single-device model)"
                                                         : r.ok() ? "PASS" : "FAIL")
@@ -439,7 +447,10 @@ nlohmann::json to_json(const RunReport& r) {
         {"init_s", r.wall_init_s},
         {"forward_s", r.wall_forward_s},
         {"reference_s", r.wall_reference_s},
-        {"checkpoint_s", r.wall_checkpoint_s}}},
+        {"checkpoint_s", r.wall_checkpoint_s},
+        {"peak_rss_mib", r.host_peak_rss_mib},
+        {"events", r.host_events},
+        {"chips_simulated", r.chips_simulated}}},
       {"verdict", r.ok() ? "PASS" : "FAIL"},
   };
   if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.critical.total);

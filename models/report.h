@@ -194,6 +194,13 @@ struct RunReport {
   double wall_forward_s = 0;
   double wall_reference_s = 0;
   double wall_checkpoint_s = 0;
+  // Host side (set by train): peak resident memory of this process (MiB, getrusage), the chip scheduler's events
+  // (messages delivered, chips finished: runtime/chips.h), and the chips that ran of all the run's chips (fewer in
+  // a folded run: docs/performance/fold.md). 0: not recorded.
+  double host_peak_rss_mib = 0;
+  double host_events = 0;
+  int chips_simulated = 0;
+  int chips_total = 0;
 
   TrainReport train;  // mode "train"
 

@@ -3,6 +3,7 @@
 // Transport::split and the sweep's group scheduler (experiments/scheduler.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,11 @@ namespace shardsim::runtime::chips {
 // of a group and differs between groups and between successive splits of PARENT (PARENT.splits is incremented on
 // every member). PARENT_RANKS (optional) gets the new group's members as ranks of PARENT, in new-rank order. OP
 // names the call in errors and watchdog lines.
+// COLOR_KEY_OF (optional): every member's (color, key) as a function of its PARENT rank. A folded run
+// (run_chips' FoldSpec) needs it to split a communicator with mirrored members (they make no call); without
+// mirrored members it is not used.
+using ColorKeyOf = std::function<std::pair<int, int>(int parent_rank)>;
 std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::string& op,
-                             std::vector<int>* parent_ranks = nullptr);
+                             std::vector<int>* parent_ranks = nullptr, const ColorKeyOf& color_key_of = {});
 
 }  // namespace shardsim::runtime::chips

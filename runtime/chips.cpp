@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
@@ -117,8 +118,29 @@ struct Sched {
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const std::vector<int>>>> shared_ints;
   int stall_chip = -1;
 
-  bool local(int g) const { return g / k == wrank; }
-  int rank_of(int g) const { return g / k; }
+  // Folded run (run_chips' FoldSpec): replicas > 1. World ranks g with replica(g) == 0 run (slot_of), the others
+  // are mirrored.
+  int fold_stride = 1, fold_size = 1, fold_period = 0, fold_replicas = 1;
+  bool folded() const { return fold_replicas > 1; }
+  int dpc(int g) const { return (g / fold_stride) % fold_size; }
+  int replica(int g) const { return dpc(g) / fold_period; }
+  int shift(int g, int d) const {  // the chip D replicas on (sigma^D)
+    const int c = dpc(g);
+    return g + (((c + d * fold_period) % fold_size + fold_size) % fold_size - c) * fold_stride;
+  }
+  int slot_of(int g) const {
+    if (!folded()) return g % k;
+    const int block = fold_stride * fold_size;
+    return (g / block) * (fold_stride * fold_period) + g % block;
+  }
+  int world_of(int slot) const {
+    if (!folded()) return wrank * k + slot;
+    const int run = fold_stride * fold_period;
+    return (slot / run) * fold_stride * fold_size + slot % run;
+  }
+  bool simulated(int g) const { return !folded() || replica(g) == 0; }
+  bool local(int g) const { return folded() || g / k == wrank; }
+  int rank_of(int g) const { return folded() ? 0 : g / k; }
 
   std::deque<Msg>& box(const Key& key) {
     auto it = mail.find(key);
@@ -139,7 +161,7 @@ struct Sched {
     box(key).push_back(std::move(m));
     ++events;
     // Only the destination can be waiting for it (every wait is for messages to the waiting chip).
-    Chip& c = chips[static_cast<size_t>(key.dst % k)];
+    Chip& c = chips[static_cast<size_t>(slot_of(key.dst))];
     if (!c.waiting || c.queued) return;
     if (!c.missing.empty()) {
       auto it = std::find(c.missing.begin(), c.missing.end(), std::pair{key.ctx, key.src});
@@ -149,7 +171,7 @@ struct Sched {
       if (!c.missing.empty()) return;
     }
     c.queued = true;
-    ready.push_back(key.dst % k);
+    ready.push_back(slot_of(key.dst));
   }
 
   // Receives what has arrived and retires finished sends. True if anything happened.
@@ -262,7 +284,7 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
     const Chip& c = g->chips[i];
     if (!c.waiting) continue;
     if (op.empty()) op = c.op;
-    const int me = g->wrank * g->k + static_cast<int>(i);
+    const int me = g->world_of(static_cast<int>(i));
     waiters.push_back(me);
     for (int p : c.peers) {
       auto& w = waiters_of[p];
@@ -278,7 +300,7 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
   for (size_t i = 0; i < g->chips.size(); ++i) {
     const Chip& c = g->chips[i];
     if (c.done || c.waiting) continue;
-    const int chip = g->wrank * g->k + static_cast<int>(i);
+    const int chip = g->world_of(static_cast<int>(i));
     line += sep + "stalled: " + described(chip) + ", not waiting for any message (busy or hung outside communication)";
     auto it = waiters_of.find(chip);
     line += it != waiters_of.end() ? "; waiting on it: chip(s) " + chip_list(it->second)
@@ -287,7 +309,7 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
     local_finding = true;
   }
   for (const auto& [target, w] : waiters_of) {
-    if (g->local(target) && g->chips[static_cast<size_t>(target % g->k)].done) {
+    if (g->local(target) && g->chips[static_cast<size_t>(g->slot_of(target))].done) {
       line += sep + "chip(s) " + chip_list(w) + " wait on " + described(target) +
               ", which already finished (a chip that skipped a collective?)";
       sep = "; ";
@@ -296,7 +318,7 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
   }
   const bool all_local_waiting = !waiters_of.empty() &&
       std::all_of(waiters_of.begin(), waiters_of.end(), [](const auto& kv) {
-        return g->local(kv.first) && g->chips[static_cast<size_t>(kv.first % g->k)].waiting;
+        return g->local(kv.first) && g->chips[static_cast<size_t>(g->slot_of(kv.first))].waiting;
       });
   if (sep.empty() && all_local_waiting) {
     line += "deadlock: chip(s) " + chip_list(waiters) +
@@ -345,9 +367,28 @@ bool chip_mode() { return g != nullptr; }
 
 namespace chips {
 
-int current() { return g && g->cur >= 0 ? g->wrank * g->k + g->cur : -1; }
+int current() { return g && g->cur >= 0 ? g->world_of(g->cur) : -1; }
 
-std::shared_ptr<VComm> world_comm(int chip) { return g->worlds.at(static_cast<size_t>(chip % g->k)); }
+std::shared_ptr<VComm> world_comm(int chip) { return g->worlds.at(static_cast<size_t>(g->slot_of(chip))); }
+
+bool folded() { return g && g->folded(); }
+uint64_t events() { return g ? g->events : 0; }
+
+void fold_verify(const std::string& op) {
+  if (!g || !g->folded()) return;
+  for (const auto& [key, box] : g->mail)
+    if (!box.empty() && !(key.ctx & kControl))
+      fold_broken(op + ": a message mirrored to chip " + std::to_string(key.dst) + " as from chip " +
+                  std::to_string(key.src) + " was never received (a pattern the replica shift does not map onto "
+                  "itself, e.g. a tree rooted at one replica)");
+}
+bool simulated(int chip) { return !g || g->simulated(chip); }
+int mirror_of(int chip) { return g && g->folded() ? g->shift(chip, -g->replica(chip)) : chip; }
+
+[[noreturn]] void fold_broken(const std::string& why) {
+  throw RuntimeFault("fold: " + why + " (the data-parallel replicas of this run are not provably identical; "
+                     "run it unfolded with --no-fold or fold: off, docs/performance/fold.md)");
+}
 
 std::shared_ptr<const std::vector<int>> shared_ints(std::vector<int> v) {
   if (!g) return std::make_shared<const std::vector<int>>(std::move(v));
@@ -407,6 +448,14 @@ void wait_until_all(const std::function<bool()>& done, const std::string& op, st
 
 void post(uint64_t cx, int src, int dst, const void* header, size_t hlen, const void* buf, size_t bytes) {
   if (hlen > kMaxHeader) throw RuntimeFault("chip router: header of " + std::to_string(hlen) + " bytes");
+  if (!g->simulated(dst)) {
+    // Folded run: what this chip sends to the chip R replicas on is, by the replicas' symmetry, what the chip R
+    // replicas back sends to this one's image in replica 0 (docs/performance/fold.md): deliver it there.
+    if (cx & kControl) fold_broken("a control-plane message to a mirrored chip");
+    const int r = g->replica(dst);
+    src = g->shift(src, -r);
+    dst = g->shift(dst, -r);
+  }
   if (g->local(dst)) {
     Msg m;
     std::memcpy(m.header, header, hlen);
@@ -459,10 +508,36 @@ void take(uint64_t cx, int src, int dst, void* buf) {
   if (it->second.empty()) g->retire(it);
 }
 
+namespace {
+// Folded run: the rank in C of each member's mirror in replica 0 (its own rank for a simulated member), or -1 for a
+// member whose mirror is not in C (then nothing about it can be mirrored).
+std::vector<int> mirror_ranks(const VComm& c) {
+  std::vector<int> out(static_cast<size_t>(c.size()));
+  std::unordered_map<int, int> rank_of;
+  for (int r = 0; r < c.size(); ++r)
+    if (g->simulated(c.member(r))) rank_of[c.member(r)] = r;
+  for (int r = 0; r < c.size(); ++r) {
+    auto it = rank_of.find(mirror_of(c.member(r)));
+    out[static_cast<size_t>(r)] = it == rank_of.end() ? -1 : it->second;
+  }
+  return out;
+}
+bool has_mirrored(const VComm& c) {
+  if (!g || !g->folded()) return false;
+  for (int r = 0; r < c.size(); ++r)
+    if (!g->simulated(c.member(r))) return true;
+  return false;
+}
+}  // namespace
+
+// Control plane of a folded run: a mirrored member contributes what its mirror in replica 0 contributes (the
+// replicas are identical: docs/performance/fold.md) and is sent nothing. Member 0 (the root) must be simulated.
 std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n, const std::string& op) {
   const int me = c.member(c.rank);
   const uint64_t cx = c.ctx | kControl;
   const int root = c.member(0);
+  const bool mirrored = has_mirrored(c);
+  if (mirrored && !g->simulated(root)) fold_broken(op + ": a control-plane root outside replica 0");
   std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
   if (c.rank != 0) {
     post(cx, me, root, nullptr, 0, n ? mine : all.data(), n);
@@ -473,23 +548,45 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
   if (n) std::memcpy(all.data(), mine, n);
   for (int r = 1; r < c.size(); ++r) {
     const int src = c.member(r);
+    if (!g->simulated(src)) continue;
     wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
     take(cx, src, me, all.data() + static_cast<size_t>(r) * n);
   }
-  for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, all.data(), all.size());
+  if (mirrored) {
+    const auto m = mirror_ranks(c);
+    for (int r = 1; r < c.size(); ++r) {
+      if (g->simulated(c.member(r))) continue;
+      if (m[static_cast<size_t>(r)] < 0) fold_broken(op + ": a member whose mirror is not in its group");
+      if (n) std::memcpy(all.data() + static_cast<size_t>(r) * n, all.data() + static_cast<size_t>(m[static_cast<size_t>(r)]) * n, n);
+    }
+  }
+  for (int r = 1; r < c.size(); ++r)
+    if (g->simulated(c.member(r))) post(cx, me, c.member(r), nullptr, 0, all.data(), all.size());
   return all;
 }
 
-std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::string& op, std::vector<int>* parent_ranks) {
-  // Every member learns every (color, key).
-  const int64_t mine = (static_cast<int64_t>(color) << 32) | static_cast<uint32_t>(key);
-  const auto bytes = allgather(parent, &mine, sizeof mine, op);
-  std::vector<int64_t> all(static_cast<size_t>(parent.size()));
-  std::memcpy(all.data(), bytes.data(), bytes.size());
+std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::string& op, std::vector<int>* parent_ranks,
+                             const ColorKeyOf& color_key_of) {
   std::vector<std::pair<int, int>> members;  // (key, parent rank)
-  for (int r = 0; r < parent.size(); ++r) {
-    const int64_t v = all[static_cast<size_t>(r)];
-    if (static_cast<int>(v >> 32) == color) members.emplace_back(static_cast<int>(static_cast<int32_t>(v)), r);
+  const bool mirrored = has_mirrored(parent);
+  if (mirrored) {
+    // Folded run: the mirrored members make no call; their (color, key) come from the caller's rule (the same
+    // rule every member's own arguments follow: checked for this one).
+    if (!color_key_of) fold_broken(op + ": a split over mirrored chips without a rule for their colors");
+    if (color_key_of(parent.rank) != std::pair{color, key})
+      throw RuntimeFault(op + ": the split's rule disagrees with this chip's own (color, key)");
+    for (int r = 0; r < parent.size(); ++r)
+      if (const auto [c, k] = color_key_of(r); c == color) members.emplace_back(k, r);
+  } else {
+    // Every member learns every (color, key).
+    const int64_t mine = (static_cast<int64_t>(color) << 32) | static_cast<uint32_t>(key);
+    const auto bytes = allgather(parent, &mine, sizeof mine, op);
+    std::vector<int64_t> all(static_cast<size_t>(parent.size()));
+    std::memcpy(all.data(), bytes.data(), bytes.size());
+    for (int r = 0; r < parent.size(); ++r) {
+      const int64_t v = all[static_cast<size_t>(r)];
+      if (static_cast<int>(v >> 32) == color) members.emplace_back(static_cast<int>(static_cast<int32_t>(v)), r);
+    }
   }
   std::stable_sort(members.begin(), members.end());
   auto vc = std::make_shared<VComm>();
@@ -505,6 +602,14 @@ std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::strin
     world_ranks.push_back(parent.member(r));
     if (parent_ranks) parent_ranks->push_back(r);
   }
+  if (mirrored) {
+    // A group with mirrored members must map onto itself under the shift by one replica: a message to a mirrored
+    // member is delivered to its mirror under this group's context (post).
+    const bool any = std::any_of(world_ranks.begin(), world_ranks.end(), [](int w) { return !g->simulated(w); });
+    const std::unordered_set<int> in(world_ranks.begin(), world_ranks.end());
+    if (any && !std::all_of(world_ranks.begin(), world_ranks.end(), [&](int w) { return in.count(g->shift(w, 1)) != 0; }))
+      fold_broken(op + ": a group of simulated and mirrored chips that the replica shift does not map onto itself");
+  }
   vc->members = shared_ints(std::move(world_ranks));
   return vc;
 }
@@ -516,10 +621,33 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
   const int root = c.member(0);
   unsigned char dummy = 0;
   void* buf = n ? data : &dummy;
+  const bool mirrored = has_mirrored(c);
+  if (mirrored && !g->simulated(root)) fold_broken(op + ": a control-plane root outside replica 0");
   if (c.rank != 0) {
     post(cx, me, root, nullptr, 0, buf, n);
     wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
     take(cx, root, me, n ? data : nullptr);
+    return;
+  }
+  if (mirrored) {  // every contribution first (the mirrored ones copy a simulated one), then folded in member order
+    const auto m = mirror_ranks(c);
+    std::unordered_map<int, std::vector<unsigned char>> got;
+    got[0].assign(static_cast<unsigned char*>(buf), static_cast<unsigned char*>(buf) + n);
+    for (int r = 1; r < c.size(); ++r) {
+      const int src = c.member(r);
+      if (!g->simulated(src)) continue;
+      auto& v = got[r];
+      v.resize(n);
+      wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
+      take(cx, src, me, n ? v.data() : nullptr);
+    }
+    for (int r = 1; r < c.size(); ++r) {
+      const int from = m[static_cast<size_t>(r)];
+      if (from < 0) fold_broken(op + ": a member whose mirror is not in its group");
+      if (n) combine(data, got.at(from).data());
+    }
+    for (int r = 1; r < c.size(); ++r)
+      if (g->simulated(c.member(r))) post(cx, me, c.member(r), nullptr, 0, buf, n);
     return;
   }
   std::vector<unsigned char> other(n);
@@ -536,6 +664,7 @@ std::vector<std::vector<unsigned char>> gather(const VComm& c, const void* mine,
                                                const std::string& op) {
   const int me = c.member(c.rank);
   const uint64_t cx = c.ctx | kControl;
+  if (has_mirrored(c)) fold_broken(op + ": a gather over mirrored chips");
   std::vector<std::vector<unsigned char>> all;
   if (c.rank != root) {
     unsigned char dummy = 0;
@@ -618,10 +747,11 @@ std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned 
   const int me = c.member(c.rank);
   const uint64_t cx = c.ctx | kControl;
   const int rg = c.member(root);
+  if (g->folded() && !g->simulated(rg)) fold_broken(op + ": a broadcast from a mirrored chip");
   if (c.rank == root) {
     const uint64_t len = value.size();
     for (int r = 0; r < c.size(); ++r)
-      if (r != root) post(cx, me, c.member(r), &len, sizeof len, value.data(), value.size());
+      if (r != root && g->simulated(c.member(r))) post(cx, me, c.member(r), &len, sizeof len, value.data(), value.size());
     return value;
   }
   size_t bytes = 0;
@@ -634,8 +764,9 @@ std::vector<unsigned char> broadcast(const VComm& c, const std::vector<unsigned 
 
 }  // namespace chips
 
-int run_chips(int k, const std::function<int(const World&)>& body) {
-  if (k <= 1) {
+int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpec& fold) {
+  if (fold.on()) k = fold.chips / fold.size * fold.period;
+  if (k <= 1 && !fold.on()) {
     const World world(MPI_COMM_WORLD);
     return body(world);
   }
@@ -646,7 +777,15 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm), s.wrank, "chip router");
   MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);
   if (const char* v = std::getenv("SHARDSIM_TEST_STALL_CHIP"); v && *v) s.stall_chip = std::atoi(v);
-  const int n = k * s.wsize;
+  if (fold.on()) {
+    if (s.wsize != 1 || fold.chips % (fold.stride * fold.size) != 0 || fold.size % fold.period != 0)
+      throw RuntimeFault("fold: needs one MPI rank, chips a multiple of stride x size and size of period");
+    s.fold_stride = fold.stride;
+    s.fold_size = fold.size;
+    s.fold_period = fold.period;
+    s.fold_replicas = fold.size / fold.period;
+  }
+  const int n = fold.on() ? fold.chips : k * s.wsize;
   try {  // out of host memory in the scheduler (stacks, mailboxes, maps): one line, exit 3, no unwinding of fibers
   s.chips.resize(static_cast<size_t>(k));
   g = &s;  // shared_ints below shares the world's member map among this rank's chips
@@ -656,12 +795,12 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
     std::vector<int> members(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) members[static_cast<size_t>(j)] = j;
     w->members = chips::shared_ints(std::move(members));
-    w->rank = s.wrank * k + i;
+    w->rank = s.world_of(i);
     s.worlds.push_back(std::move(w));
   }
   {
     std::vector<int> mine(static_cast<size_t>(k));
-    for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.wrank * k + i;
+    for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.world_of(i);
     const auto members = std::make_shared<const std::vector<int>>(std::move(mine));
     for (int i = 0; i < k; ++i) {
       auto l = std::make_shared<VComm>();
@@ -674,7 +813,7 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
   g = &s;
   for (int i = 0; i < k; ++i) {
     Chip& c = s.chips[static_cast<size_t>(i)];
-    const int chip = s.wrank * k + i;
+    const int chip = s.world_of(i);
     c.fib = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
                        [&c, chip, &body](ctx::fiber&& sink) {
                          c.sink = std::move(sink);
@@ -735,6 +874,20 @@ int run_chips(int k, const std::function<int(const World&)>& body) {
       continue;
     }
     if (live == 0) break;
+    if (s.folded() && s.ready.empty()) {
+      // One rank, nothing in flight, nobody to run: the waiting chips wait on messages from mirrored chips that no
+      // simulated chip sends (an exchange the replica shift does not map onto itself, e.g. a XOR partner).
+      std::string who, op;
+      for (size_t i = 0; i < s.chips.size(); ++i)
+        if (s.chips[i].waiting) {
+          if (op.empty()) op = s.chips[i].op;
+          who += (who.empty() ? "" : ", ") + std::to_string(s.world_of(static_cast<int>(i)));
+        }
+      chip_failed(s.world_of(0), kExitRuntimeFault,
+                  "fold: " + op + ": chip(s) " + who + " wait on messages from mirrored chips that no simulated chip "
+                  "sends (the data-parallel replicas of this run are not provably identical; run it unfolded with "
+                  "--no-fold or fold: off, docs/performance/fold.md)");
+    }
     if (idle && (++polls & 63) != 0) continue;
     const auto now = Clock::now();
     if (!idle) {

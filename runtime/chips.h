@@ -53,15 +53,43 @@ int chips_per_rank();
 // True while chips run as fibers (K > 1): Transport and World then use chip-level communicators.
 bool chip_mode();
 
+// A folded run (docs/performance/fold.md): CHIPS chip-level world ranks whose dp coordinate is
+// c(g) = (g / STRIDE) % SIZE (a tp-cp-dp-pp mesh: STRIDE = tp * cp, SIZE = dp), in SIZE / PERIOD identical blocks of
+// PERIOD consecutive dp coordinates (the replica of g: c(g) / PERIOD). Only replica 0 runs (CHIPS * PERIOD / SIZE
+// fibers on one MPI rank); a message to a chip r replicas on is delivered to the chip r replicas back as if sent by
+// this chip's image r replicas back (the mirror), and a mirrored chip's control-plane contribution is its
+// mirror's. PERIOD < 1: not folded.
+struct FoldSpec {
+  int chips = 0;
+  int stride = 1;
+  int size = 1;
+  int period = 0;
+  bool on() const { return period >= 1 && period < size; }
+};
+
 // Runs BODY once per chip of this rank, each in its own fiber, and returns the first non-zero code any chip
 // returned (0 if none). With K == 1 BODY runs directly on World(MPI_COMM_WORLD) (no fibers, no router): nothing
 // changes. An exception escaping BODY is printed with its chip and takes the job down with its exit code
 // (shardsim::Error) or 3. Collective over MPI_COMM_WORLD; every rank passes the same K >= 1.
-int run_chips(int k, const std::function<int(const World&)>& body);
+// FOLD (one MPI rank only; FoldSpec::on): K is ignored; the chips of replica 0 run, in a world of FOLD.chips.
+int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpec& fold = {});
 
 namespace chips {
 // The chip-level world rank of the chip running now (-1 outside chip mode).
 int current();
+// Folded run (FoldSpec): whether this run is folded, whether world rank CHIP runs (replica 0; always true when not
+// folded), and the chip of replica 0 that CHIP mirrors (CHIP itself when not folded).
+bool folded();
+bool simulated(int chip);
+int mirror_of(int chip);
+// Ends a folded run whose replicas turned out not to be provably identical: RuntimeFault (exit 3) "fold: WHY ...".
+[[noreturn]] void fold_broken(const std::string& why);
+// A folded run, at a point where every chip has received every message of the work before it (after an agreement
+// over all chips): fold_broken if a mirrored message is still waiting (nobody received it: the replicas were not
+// identical). No-op otherwise.
+void fold_verify(const std::string& op);
+// Chip-level scheduler events so far on this rank (messages delivered, chips finished): the report's host line.
+uint64_t events();
 // Waits (yielding to the other chips) until DONE() is true. OP and PEERS (chip-level world ranks) describe the
 // wait for the watchdog.
 void wait_until(const std::function<bool()>& done, const std::string& op, const std::vector<int>& peers);

@@ -106,11 +106,11 @@ Transport::Transport(const World& world, sim::Timeline& timeline, std::vector<in
   shares_ = rank_memo<ShareMemo>(key);
 }
 
-Transport Transport::split(int color, int key) const {
+Transport Transport::split(int color, int key, const std::function<std::pair<int, int>(int)>& color_key_of) const {
   if (vc_) {
     // Chip mode (runtime/chip_split.h): the new context is the same on every member of the group.
     std::vector<int> parent_ranks;
-    auto vc = chips::split(*vc_, color, key, "communicator split", &parent_ranks);
+    auto vc = chips::split(*vc_, color, key, "communicator split", &parent_ranks, color_key_of);
     std::vector<int> chips;
     for (int r : parent_ranks) chips.push_back(chip_of(r));
     Transport t(*this);
@@ -446,9 +446,10 @@ unsigned char* Transport::scratch(int slot, size_t bytes) {
   return buf.data();
 }
 
-Transport& Transport::subgroup(const std::string& name, int color, int key) {
+Transport& Transport::subgroup(const std::string& name, int color, int key,
+                               const std::function<std::pair<int, int>(int)>& color_key_of) {
   auto it = subgroups_->find(name);
-  if (it == subgroups_->end()) it = subgroups_->emplace(name, split(color, key)).first;
+  if (it == subgroups_->end()) it = subgroups_->emplace(name, split(color, key, color_key_of)).first;
   return it->second;
 }
 
@@ -475,6 +476,10 @@ void Transport::check_header(const Header& h, size_t bytes, int src, const std::
                      std::to_string(chip()) + " " + value(mine) + ", chip " + std::to_string(chip_of(src)) + " " +
                      value(h.sig) + " (every rank must call the collective with the same arguments)");
   }
+  if (h.bytes != bytes && vc_ && !chips::simulated(vc_->member(src)))
+    chips::fold_broken(op + ": " + std::to_string(bytes) + " bytes expected from mirrored chip " +
+                       std::to_string(chip_of(src)) + ", its mirror sent " + std::to_string(h.bytes) +
+                       " (chunks that differ by rank)");
   if (h.bytes != bytes)
     throw UsageError("chip " + std::to_string(chip()) + ": " + op + ": expected " + std::to_string(bytes) +
                      " bytes from chip " + std::to_string(chip_of(src)) + ", got " + std::to_string(h.bytes) +
@@ -539,6 +544,28 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   book_arrivals(recvs);
 }
 
+void Transport::check_fold_ties(std::span<const RecvOp> recvs) const {
+  // A folded run (docs/performance/fold.md): flows with equal sender starts are booked in source-chip order, an
+  // order the replica shift does not keep (replica 0's neighbours r - 1 and r + 1 are chips dp - 1 and 1). Where
+  // two such flows share a link into this chip, the order decides which one queues: the replicas would differ.
+  for (size_t a = 0; a + 1 < order_.size(); ++a) {
+    const size_t i = order_[a];
+    for (size_t b = a + 1; b < order_.size() && in_[order_[b]].start_ns == in_[i].start_ns; ++b) {
+      const size_t j = order_[b];
+      if (!recvs[i].timed || !recvs[j].timed || (chips::simulated(vc_->member(recvs[i].src)) &&
+                                                 chips::simulated(vc_->member(recvs[j].src))))
+        continue;
+      const auto ri = topology().route(chip_of(recvs[i].src), chip()), rj = topology().route(chip_of(recvs[j].src), chip());
+      for (int l : ri)
+        if (std::find(rj.begin(), rj.end(), l) != rj.end())
+          chips::fold_broken("two flows into chip " + std::to_string(chip()) + " from chips " +
+                             std::to_string(chip_of(recvs[i].src)) + " and " + std::to_string(chip_of(recvs[j].src)) +
+                             " start together on a shared link (booked in chip order, which the replica shift "
+                             "does not keep)");
+    }
+  }
+}
+
 void Transport::book_arrivals(std::span<RecvOp> recvs) {
   const size_t nr = recvs.size();
   if (nr == 1) {  // the common case (ring steps): no sort
@@ -554,6 +581,7 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
     if (in_[a].start_ns != in_[b].start_ns) return in_[a].start_ns < in_[b].start_ns;
     return chip_of(recvs[a].src) != chip_of(recvs[b].src) ? chip_of(recvs[a].src) < chip_of(recvs[b].src) : a < b;
   });
+  if (chips::folded()) check_fold_ties(recvs);
   for (size_t i : order_) {
     const Header& h = in_[i];
     recvs[i].arrival = !recvs[i].timed ? h.arrival_ns

@@ -27,6 +27,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <unordered_set>
 #include <map>
 #include <memory>
@@ -195,10 +196,15 @@ class Transport {
 
   // Subgroup transport: ranks with the same COLOR form a group ordered by (KEY, rank). Collective over this
   // transport's communicator. The new transport owns its communicator.
-  Transport split(int color, int key) const;
+  // COLOR_KEY_OF (optional): every rank's (color, key) as a function of its rank here, the rule this rank's own
+  // arguments follow; a folded run (runtime/chips.h, FoldSpec) needs it to split a communicator with mirrored
+  // chips, which make no call (docs/performance/fold.md). Unused otherwise.
+  Transport split(int color, int key,
+                  const std::function<std::pair<int, int>(int rank)>& color_key_of = {}) const;
   // split(color, key), made once and cached under NAME (collective: every rank must ask for the same NAMEs in
   // the same order). Sub-transports of e.g. torus dimensions are reused across calls this way.
-  Transport& subgroup(const std::string& name, int color, int key);
+  Transport& subgroup(const std::string& name, int color, int key,
+                      const std::function<std::pair<int, int>(int rank)>& color_key_of = {});
 
   // Posts every send and every receive at once and waits for all (no ordering deadlock is possible).
   // Sends are booked on the timeline in the order given. Self-messages (dst/src == rank) are allowed.
@@ -307,6 +313,7 @@ class Transport {
   // Receive side of the contention model: books the received flows (headers in_[0..n)) on this chip's timeline
   // in the deterministic order (sender start, source chip) and sets every recvs[i].arrival.
   void book_arrivals(std::span<RecvOp> recvs);
+  void check_fold_ties(std::span<const RecvOp> recvs) const;  // folded runs: see transport.cpp
   void exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   void exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   template <class T>

@@ -77,6 +77,13 @@ class DeviceMesh {
   runtime::Transport& operator[](const std::string& axis) const;
   int rank() const;  // this rank's mesh rank (needs bind)
 
+  // "" when shifting every rank by PERIOD along AXIS (its coordinate + PERIOD, mod the size) is a symmetry of
+  // TOPOLOGY (one map per dimension: translations of rings, permutations of switch and fully connected dimensions,
+  // lines fixed), else why not. O(chips x dims). replica_fold_period: the smallest such PERIOD < the axis size
+  // (0: none). A folded run needs it (docs/performance/fold.md).
+  std::string replica_shift_check(const std::string& axis, int period, const topology::Topology& topology) const;
+  int replica_fold_period(const std::string& axis, const topology::Topology& topology) const;
+
  private:
   const MeshAxis& axis(const std::string& name) const;
   std::vector<MeshAxis> axes_;

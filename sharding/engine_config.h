@@ -81,7 +81,7 @@ bool load_workload_shape_only(const ConfigNode& root);
 inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 // The root keys of a training config (`shardsim train`; model: is read as workload:).
 inline constexpr std::string_view kTrainRootKeys[] = {"name",  "topology", "device", "workload",
-                                                      "train", "parallel", "mode"};
+                                                      "train", "parallel", "mode", "fold"};
 
 // The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
 // topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).

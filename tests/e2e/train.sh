@@ -193,7 +193,7 @@ if expect_exit 0 '^  plan +dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --ste
 fi
 # (the shape-only and refusal runs below also use 4 chips on one rank: one process starts faster than four)
 
-e2e_case "(u) pipeline checkpoints: pp 4 -> pp 2 -> pp 1 and pp 2 x tp 2 -> tp 2 through files continue the uninterrupted run"
+e2e_case "(u) pipelines: checkpoints pp 4 -> pp 2 -> pp 1 and pp 2 x tp 2 -> tp 2 through files continue the uninterrupted run; zb_h1 = 1f1b"
 # 4 chips on one rank, 4 layers, 4 sequences in micro-batches of 1. The state itself restores bit-identical
 # (TrainPipeline.StateReshardsAcrossPp); here the files: each resumed step prints the uninterrupted run's loss and
 # gradient norm (4 decimals).
@@ -225,6 +225,14 @@ for first in "pp=4" "pp=2 tp=2"; do
     from="pp_$to.h5"
   done
 done
+# ZB-H1 (the backward split into input and weight gradients) prints the same losses as 1F1B on pp 4, and its closed form.
+if expect_exit 0 '^  bubble .*closed form \(p-1\)\(F\+B-W\)' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" --set parallel.pp=4 \
+     --set parallel.schedule=zb_h1 --steps 6; then
+  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >pp_zb.txt
+  if [[ -s pp_zb.txt ]] && cmp -s pp_full_pp=4.txt pp_zb.txt; then pass "zb_h1 on pp 4: 1F1B's losses and grad norms (4 decimals)"; else
+    fail "zb_h1 differs from 1f1b"; paste pp_full_pp=4.txt pp_zb.txt >&2; fi
+  assert_out "^  peak_act_bytes include the pending weight gradients' operands" "the report counts the pending weight gradients"
+fi
 
 e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
 if expect_exit 0 '^  mode +shape-only .*NOT VALIDATED' -- shardsim_mpi 1 train tpz3.yaml --steps 2 --shape-only --chips 4; then

@@ -536,13 +536,8 @@ TEST(TrainPipeline, ZeroBubbleH1BubbleMatchesItsClosedForm) {
     ASSERT_EQ(code, 0);
     ASSERT_EQ(summary.size(), size_t(p));
     double bubble = 0;
-    PipeCosts costs{0, 0, 0, 0};
-    for (const auto& st : summary) {
-      bubble += st.bubble_fraction() / p;
-      costs.f += st.mean_f_ns / p;
-      costs.b += (st.mean_b_ns + st.mean_w_ns) / p;
-      costs.w += st.mean_w_ns / p;
-    }
+    for (const auto& st : summary) bubble += st.bubble_fraction() / p;
+    const PipeCosts costs = models::lm_stage_costs(summary);  // what the report's closed form uses
     const double want = closed_form_bubble(kind, p, m, 1, costs);
     std::printf("[train_pipeline] %s p %d m %d: bubble %.4f, closed form %.4f (F %.0f ns, B %.0f ns, W %.0f ns)\n",
                 schedule_name(kind), p, m, bubble, want, costs.f, costs.b, costs.w);
