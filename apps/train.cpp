@@ -808,9 +808,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     for (const auto& a : args) argv.push_back(a.c_str());
     app.parse(static_cast<int>(argv.size()), argv.data());
     if (!sub->parsed()) return {};
-    if (!f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() || f->validate ||
-        !f->checkpoint.empty() || !f->resume.empty())
+    if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
+        f->validate || !f->checkpoint.empty() || !f->resume.empty())
       return {};
+    if (const ConfigNode root = train_config(*f); !root.has("fold") || root.get_string("fold") != "on")
+      return {};  // before load(): a run that does not fold builds its topology once
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
     const int dp = chips / (s.tp * s.cp * s.pp);
