@@ -598,7 +598,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   log.head();
   models::LmDpStepResult last;
   for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
+    // A long step says it is alive (runtime::chips::set_progress): every 30 s, or SHARDSIM_PROGRESS_S seconds.
+    if (world.rank() == 0 && !f.quiet)
+      runtime::chips::set_progress([i, steps = s.train.steps](uint64_t events, double elapsed) {
+        std::fprintf(stderr, "shardsim: train: step %lld of %lld in progress, %.3g scheduler events, %.0f s elapsed (wall)\n",
+                     (long long)(i + 1), (long long)steps, double(events), elapsed);
+        std::fflush(stderr);
+      }, std::getenv("SHARDSIM_PROGRESS_S") ? std::max(0.1, std::atof(std::getenv("SHARDSIM_PROGRESS_S"))) : 30.0);
     last = agreed_step(world, step);
+    if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
@@ -818,9 +826,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     for (const auto& a : args) argv.push_back(a.c_str());
     app.parse(static_cast<int>(argv.size()), argv.data());
     if (!sub->parsed()) return {};
-    if (!f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() || f->validate ||
-        !f->checkpoint.empty() || !f->resume.empty())
+    if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
+        f->validate || !f->checkpoint.empty() || !f->resume.empty())
       return {};
+    if (const ConfigNode root = train_config(*f); !root.has("fold") || root.get_string("fold") != "on")
+      return {};  // before load(): a run that does not fold builds its topology once
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
     const int dp = chips / (s.tp * s.cp * s.pp);

@@ -117,6 +117,9 @@ struct Sched {
   // chips::shared_ints: hash of the contents -> the shared copies (weak: a copy goes with its last holder).
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<const std::vector<int>>>> shared_ints;
   int stall_chip = -1;
+  std::function<void(uint64_t, double)> progress_fn;
+  double progress_every_s = 0;
+  std::chrono::steady_clock::time_point progress_since, progress_last;
 
   // Folded run (run_chips' FoldSpec): replicas > 1. World ranks g with replica(g) == 0 run (slot_of), the others
   // are mirrored.
@@ -373,6 +376,13 @@ std::shared_ptr<VComm> world_comm(int chip) { return g->worlds.at(static_cast<si
 
 bool folded() { return g && g->folded(); }
 uint64_t events() { return g ? g->events : 0; }
+
+void set_progress(std::function<void(uint64_t, double)> fn, double every_s) {
+  if (!g) return;
+  g->progress_fn = std::move(fn);
+  g->progress_every_s = every_s;
+  g->progress_since = g->progress_last = std::chrono::steady_clock::now();
+}
 
 void fold_verify(const std::string& op) {
   if (!g || !g->folded()) return;
@@ -848,7 +858,7 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
   Clock::time_point idle_since;
   auto pause = std::chrono::microseconds(20);
   int live = k;
-  unsigned polls = 0;
+  unsigned polls = 0, progress_polls = 0;
   while (live > 0) {
     const uint64_t before = s.events;
     // Rounds in queue order. (Resuming the last-woken chip first keeps caches hot and halves a bidirectional
@@ -866,6 +876,13 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
       if (c.done) {
         --live;
         ++s.events;
+      }
+    }
+    if (s.progress_fn && (++progress_polls & 63) == 0) {
+      const auto now = Clock::now();
+      if (std::chrono::duration<double>(now - s.progress_last).count() >= s.progress_every_s) {
+        s.progress_last = now;
+        s.progress_fn(s.events, std::chrono::duration<double>(now - s.progress_since).count());
       }
     }
     if (s.progress() || s.events != before) {

@@ -88,6 +88,10 @@ int mirror_of(int chip);
 // over all chips): fold_broken if a mirrored message is still waiting (nobody received it: the replicas were not
 // identical). No-op otherwise.
 void fold_verify(const std::string& op);
+// A progress report for long runs (chip mode): the scheduler calls FN(events so far, seconds since set) every
+// EVERY_S seconds of wall time from the main context (between chip resumes; FN must not touch a chip's state).
+// An empty FN stops it. No-op outside chip mode.
+void set_progress(std::function<void(uint64_t events, double elapsed_s)> fn, double every_s);
 // Chip-level scheduler events so far on this rank (messages delivered, chips finished): the report's host line.
 uint64_t events();
 // Waits (yielding to the other chips) until DONE() is true. OP and PEERS (chip-level world ranks) describe the

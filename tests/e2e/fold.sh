@@ -55,8 +55,12 @@ for spec in "64 1" "256 2"; do
   args=(train step.yaml --topology "topo_${n}_switch.yaml" --set parallel.pp=$pp --set parallel.dp=$dp
         --set model.batch=$((dp * 2 * pp)))
   [ "$pp" -gt 1 ] && args+=(--set parallel.schedule=1f1b)
+  export SHARDSIM_PROGRESS_S=0.2  # the progress line of a long step, every 0.2 s here (default 30 s)
   expect_exit 0 'simulated' -- shardsim_mpi 1 --chips "$n" "${args[@]}" || continue
+  unset SHARDSIM_PROGRESS_S
   assert_out "chips simulated +$n of $n\$" "fold: auto does not fold a train step (its gradient-norm all_reduce is not symmetric)"
+  assert_out "peak RSS [0-9]+ MiB, [0-9]+ scheduler events" "the host line"
+  [ "$n" -gt 64 ] && assert_out "^shardsim: train: step 1 of 1 in progress, .* scheduler events, [0-9]+ s elapsed \(wall\)" "progress line"
   # fold: on: the step's collectives are not symmetric under the replica shift (the dp groups' bidirectional
   # rings book ties in chip order; the gradient norm's one-element all_reduce): one line, exit 3, no wrong number.
   for alg in auto ring; do
