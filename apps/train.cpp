@@ -171,6 +171,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
   s.dp.selective = plan.selective_recompute;
+  s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
+  s.dp.overlap_param_gather = plan.overlap_param_gather;
   s.dp.micro_batch = spec.micro_batch;
   s.pp = plan.pp;
   s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
@@ -353,6 +355,17 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
   if (!c.gated() || c.layernorm() || c.position != sharding::PositionKind::rope || c.tied_embeddings)
     r.train.model += std::string("; ") + sharding::norm_name(c.norm) + ", " + sharding::mlp_name(c.mlp) + " MLP, " +
                      sharding::position_name(c.position) + " positions" + (c.tied_embeddings ? ", tied embeddings" : "");
+  if (c.unfused_attention()) r.train.model += "; unfused attention core";
+  if (c.dropout > 0 || c.linear_bias) {
+    char x[160];
+    std::snprintf(x, sizeof x, "; charged, not computed: %s%s", c.dropout > 0 ? "dropout" : "",
+                  c.linear_bias ? (c.dropout > 0 ? ", linear biases" : "linear biases") : "");
+    r.train.model += x;
+    if (c.dropout > 0) {
+      std::snprintf(x, sizeof x, " (dropout %g)", c.dropout);
+      r.train.model += x;
+    }
+  }
   r.train.log_vocab = std::log(double(c.vocab));
   r.train.tokens_per_step = double(c.batch) * double(c.seq);
   r.train.model_flops_per_step = models::lm_model_flops_per_token(c) * r.train.tokens_per_step;
@@ -527,7 +540,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const std::string bucket_text =
       std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s") + " (bucket_bytes " +
       std::to_string(s.dp.bucket_bytes) +
-      (s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "") + ")";
+      (s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "") + ")" +
+      (s.dp.overlap_grad_reduce.value_or(!s.sp) ? ", each reduced as its gradients are ready"
+                                                : ", reduced after the backward (overlap_grad_reduce off)") +
+      (s.dp.overlap_param_gather ? "; the parameter all_gather overlaps the next step's forward" : "");
   if (tp_mesh)
     std::snprintf(b, sizeof b, "dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
                   "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %s",
@@ -550,8 +566,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
               "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
   if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
   if (s.dp.selective)
-    r.plan += "; recompute: selective (the attention core is recomputed in the backward, as the flash attention "
-              "backward always does; the rest is kept)";
+    r.plan += c.unfused_attention() ? "; recompute: selective (the unfused attention core keeps no softmax output; the backward "
+                          "runs the core's forward again; the rest is kept)"
+                        : "; recompute: selective (the attention core is recomputed in the backward, as the flash "
+                          "attention backward always does; the rest is kept)";
   if (s.pp > 1) {
     const auto& sch = trainer->schedule();
     r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +
@@ -808,9 +826,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     for (const auto& a : args) argv.push_back(a.c_str());
     app.parse(static_cast<int>(argv.size()), argv.data());
     if (!sub->parsed()) return {};
-    if (!f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() || f->validate ||
-        !f->checkpoint.empty() || !f->resume.empty())
+    if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
+        f->validate || !f->checkpoint.empty() || !f->resume.empty())
       return {};
+    if (const ConfigNode root = train_config(*f); !root.has("fold") || root.get_string("fold") != "on")
+      return {};  // before load(): a run that does not fold builds its topology once
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
     const int dp = chips / (s.tp * s.cp * s.pp);

@@ -6,8 +6,10 @@
 //   arXiv:2205.05198, §4.1 and Table 2): the attention core materialises the [s, s] scores per head: the softmax
 //   output (2·a·s²·b bytes in 16-bit), its dropout mask (a·s²·b) and the dropout output (2·a·s²·b) = 5·a·s²·b,
 //   with dropout masks of 1 byte per element after the attention and the MLP.
-//   shardsim's trainer (models/lm_tp.h): flash-style attention keeps no [s, s] tensor, only the fp32 log-sum-exp
-//   per (head, token), and its backward recomputes the core from q, k and it; there is no dropout.
+//   shardsim's trainer with model.attention_impl: flash (models/lm_tp.h): flash-style attention keeps no [s, s]
+//   tensor, only the fp32 log-sum-exp per (head, token), and its backward recomputes the core from q, k and it;
+//   no dropout. With attention_impl: unfused and dropout > 0 the trainer keeps Megatron's inventory (the softmax
+//   output as a tensor, the charged dropout's masks and output as bytes: BlockActivations::charged_bytes).
 //
 // Per layer, s = seq, b = sequences of the micro-batch, h = hidden, a = query heads, t = tp, e = bytes per element
 // of the compute dtype (2 for 16-bit), with the paper's GPT block (MHA, MLP h -> 4h -> h, GELU), none kept:

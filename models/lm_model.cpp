@@ -6,6 +6,8 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
+#include "kernels/attention_unfused.h"
+#include "kernels/bias_dropout.h"
 #include "kernels/backward.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -81,6 +83,12 @@ void norm_backward(const LmConfig& c, const Tensor& x, const Tensor& w, const Te
                                 : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps));
 }
 
+// The block's charged bias and dropout work (kernels/bias_dropout.h) on one device.
+kernels::BlockExtras block_extras(const LmConfig& c) {
+  const int64_t N = c.batch * c.seq;
+  return sharding::plans::block_extras(lm_model_spec(c), N, N, (c.heads + 2 * c.kv_heads) * c.head_dim, c.ffn);
+}
+
 // One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
 void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
                    std::vector<kernels::KernelCost>* costs) {
@@ -98,11 +106,22 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
   }
   S.o = act({N, hq, d});
   S.lse.clear();
+  S.probs.clear();
   for (int64_t b = 0; b < c.batch; ++b) {
-    Tensor ob = act({T, hq, d}), lse = f32({hq, T});
-    log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse, causal()));
+    Tensor ob = act({T, hq, d});
+    if (c.unfused_attention()) {  // Megatron's core: the softmax output kept for the backward
+      Tensor p = act({hq, T, T});
+      for (const auto& k : kernels::attention_unfused(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
+                                                      ob, p, causal(), c.dropout))
+        log_cost(costs, k);
+      S.probs.push_back(std::move(p));
+    } else {
+      Tensor lse = f32({hq, T});
+      log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse,
+                                         causal()));
+      S.lse.push_back(std::move(lse));
+    }
     S.o.set_rows(b * T, ob);
-    S.lse.push_back(std::move(lse));
   }
   Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
   Tensor attn = matmul(o2, L.wo, costs);
@@ -121,6 +140,11 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
   }
   Tensor mlp = matmul(S.act, L.w_down, costs);
   log_cost(costs, kernels::add_inplace(x, mlp));
+  const auto extras = block_extras(c);
+  for (const auto& k : kernels::block_extras_forward(extras)) log_cost(costs, k);
+  S.charged_bytes = kernels::block_extras_activation_bytes(extras);
+  if (c.dropout > 0)  // the attention dropout's mask (1 byte) and output per score
+    for (const auto& p : S.probs) S.charged_bytes += double(p.numel()) + double(p.nbytes());
 }
 
 }  // namespace
@@ -157,6 +181,9 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.mlp = spec.mlp;
   c.position = spec.position;
   c.tied_embeddings = spec.tied_embeddings;
+  c.attention_impl = spec.attention_impl;
+  c.dropout = spec.dropout;
+  c.linear_bias = spec.linear_bias;
   return c;
 }
 
@@ -179,6 +206,9 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.mlp = c.mlp;
   s.position = c.position;
   s.tied_embeddings = c.tied_embeddings;
+  s.attention_impl = c.attention_impl;
+  s.dropout = c.dropout;
+  s.linear_bias = c.linear_bias;
   return s;
 }
 
@@ -356,6 +386,8 @@ double lm_cache_bytes(const LmCache& C, bool recompute) {
     for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act, &L.o_heads})
       rest += static_cast<double>(t->nbytes());
     for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
+    for (const auto& t : L.probs) rest += static_cast<double>(t.nbytes());
+    rest += L.charged_bytes;
     b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : rest);
     largest = std::max(largest, rest);
   }
@@ -409,6 +441,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
     LmLayer& G = g.layers[static_cast<size_t>(l)];
     const auto& S = C.layers[static_cast<size_t>(l)];
+    for (const auto& k : kernels::block_extras_backward(block_extras(c))) log_cost(costs, k);
     // MLP branch: x_out = x_mid + act · w_down
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
@@ -430,6 +463,10 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::gemm_backward(o2, L.wo, dx, &do2, &G.wo));
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
+    if (c.unfused_attention())
+      sharding::plans::unfused_attention_backward(lm_model_spec(c), S.q, S.k, S.v, S.probs, dout, dq, dk, dv,
+                                                  c.batch, T, [&](const kernels::KernelCost& k) { log_cost(costs, k); });
+    else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       log_cost(costs, kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),

@@ -58,6 +58,12 @@ struct LmConfig {
   sharding::MlpKind mlp = sharding::MlpKind::swiglu;
   sharding::PositionKind position = sharding::PositionKind::rope;
   bool tied_embeddings = false;
+  // Megatron's attention core (unfused: the scores materialised, kernels/attention_unfused.h) and the charged
+  // dropout and linear-layer biases (sharding::ModelSpec; kernels/bias_dropout.h).
+  sharding::AttentionImpl attention_impl = sharding::AttentionImpl::flash;
+  double dropout = 0;
+  bool linear_bias = false;
+  bool unfused_attention() const { return attention_impl == sharding::AttentionImpl::unfused; }
   // Rows of the learned position table; 0 = seq. A context-parallel chip's local config holds seq / cp tokens of
   // each sequence but the whole table.
   int64_t positions = 0;

@@ -204,6 +204,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   plan_.zigzag = zigzag_;
   plan_.fused.enabled = fused_;
   plan_.algorithm = dp.algorithm;  // train's rule: one algorithm (parallel.algorithm, else auto) for every collective
+  plan_.selective_recompute = dp.selective;  // the unfused core keeps no softmax output (plans/block.h)
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
   LmWeights master = store_ ? shard(own_layers(lm_init(global))) : lm_zeros(local_, DType::fp32, false);
@@ -226,7 +227,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                       split_of(name) != Split::replicate || tp_rank_ == 0});
   data_ = std::make_unique<sharding::plans::DataParallel>(
       std::move(params), static_cast<int>(local_.layers) + 2,
-      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm}, *rep_, global.dtype, store_);
+      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_);
   data_->load(prefs(master), nullptr, nullptr, prefs(work_));
 }
 
@@ -515,6 +516,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       block_forward(l, x, C.layers[size_t(l)], t);
     }
     const auto& S = C.layers[size_t(l)];
+    for (const auto& k : kernels::block_extras_backward(
+             sharding::plans::block_extras(spec_, N, Nr, (hq + 2 * hkv) * d, c.ffn)))  // charged bias/dropout work
+      charge(k, t);
     sharding::plans::WeightGradGemms* dl = deferred(int(l) + 1);
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     on_chip(t, [&](auto& ctx) {
@@ -563,6 +567,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       sharding::plans::Chip chip{&tl_, t};
       sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, chip);
       t = chip.t;
+    } else if (c.unfused_attention()) {  // Megatron's core, from the kept (or recomputed) softmax output
+      sharding::plans::unfused_attention_backward(spec_, S.q, S.k, S.v, S.probs, dout, dq, dk, dv, c.batch, T,
+                                                  [&](const kernels::KernelCost& k) { charge(k, t); });
     } else
     for (int64_t b = 0; b < c.batch; ++b) {
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
@@ -628,8 +635,11 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
       if (store_) std::memcpy(n->data(), static_cast<const char*>(flat.data()) + off * es, size_t(n->numel()) * es);
       off += size_t(n->numel());
     }
-    data_->all_grads_ready(t);  // every unit holds a norm weight: complete after this all_reduce
   }
+  // Without overlap (the default with sp: every unit holds a norm weight, whose gradient is complete after the
+  // all_reduce above) every bucket waits for the end of backward. With it, buckets go as their units are ready: the
+  // dp average and the norm weights' tp sum are linear and commute.
+  if (!dp_.overlap_grad_reduce.value_or(!sp_)) data_->all_grads_ready(t);
 }
 
 LmDpStepResult LmTpTrainer::step() {

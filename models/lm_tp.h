@@ -74,7 +74,8 @@
 // (with cp: its dp x cp group), on this rank's tp shards: Ψ_tp = their parameter count, N_d = dp·cp. Replica d
 // takes sequences [d·B/dp, (d+1)·B/dp) of the global batch, so the global batch is identical for any dp. Units:
 // 0 = embed, 1 + l = block l, layers + 1 = final norm + head. With sp a bucket's reduction waits for the end of
-// backward (the norm weights' gradients are all_reduced over tp after it). A dp-only mesh (tp = cp = 1) is this
+// backward (the norm weights' gradients are all_reduced over tp after it) unless parallel.overlap_grad_reduce is on
+// (LmDpConfig::overlap_grad_reduce: the dp average and that tp sum commute, so each bucket goes when ready). A dp-only mesh (tp = cp = 1) is this
 // trainer with every tp and cp collective absent.
 // Global-norm clipping follows kernels/optimizer.h's rule: every rank adds the squares of the reduced gradient
 // elements of its dp chunk (stage 0: the chunk it would own, so each element counts once over dp), skipping the
@@ -107,6 +108,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "collectives/types.h"
 #include "models/lm_checkpoint.h"
@@ -142,11 +144,16 @@ struct LmDpConfig {
   int virtual_stages = 1;
   std::vector<int64_t> pp_layers{};
   // Selective recomputation (Korthikanti et al. 2022, parallel.recompute: selective): recompute the attention core
-  // (QK^T, softmax, P·V) in the backward, keep the rest. The trainer's flash-style attention never keeps the core's
-  // [s, s] tensors and its backward always recomputes them from q, k and the log-sum-exp (kernels/
-  // attention_backward.h), so selective runs the same kernels as no recompute; it is named so that reports and the
-  // activation accounting (lm_layer_activation_bytes, models/lm_model.h) say which scheme is meant.
+  // (QK^T, softmax, P·V) in the backward, keep the rest. With the unfused core (LmConfig::attention_impl) the
+  // forward keeps no softmax output and the backward runs the core's forward again (sharding/plans/block.h). The
+  // flash-style core never keeps the [s, s] tensors and its backward always recomputes them from q, k and the
+  // log-sum-exp (kernels/attention_backward.h), so there selective runs the same kernels as no recompute.
   bool selective = false;
+  // Data-parallel overlap (sharding::ParallelPlan): buckets reduced as they are ready (unset: on without sp, off
+  // with sp, where the buckets wait for the norm weights' tp all_reduce after backward); the ZeRO 1-2 parameter
+  // all_gather overlapped with the next step's forward.
+  std::optional<bool> overlap_grad_reduce{};
+  bool overlap_param_gather = false;
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches

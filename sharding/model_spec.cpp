@@ -23,6 +23,8 @@ const char* position_name(PositionKind k) {
 
 const char* norm_name(NormKind k) { return k == NormKind::rmsnorm ? "rmsnorm" : "layernorm"; }
 
+const char* attention_impl_name(AttentionImpl k) { return k == AttentionImpl::unfused ? "unfused" : "flash"; }
+
 const char* mlp_name(MlpKind k) {
   switch (k) {
     case MlpKind::swiglu: return "swiglu";
@@ -141,6 +143,23 @@ void parse_mlp_kind(const ConfigNode& m, ModelSpec& s) {
   else m.child("mlp").fail(m.path() + ".mlp: '" + k + "' (swiglu | geglu | gelu)");
 }
 
+// attention_impl, dropout, linear_bias (training only).
+void parse_megatron_keys(const ConfigNode& m, ModelSpec& s, SpecUse use) {
+  const std::string w = m.path() + ".";
+  const std::string a = m.get_string("attention_impl", "flash");
+  if (a == "flash") s.attention_impl = AttentionImpl::flash;
+  else if (a == "unfused") s.attention_impl = AttentionImpl::unfused;
+  else m.child("attention_impl").fail(w + "attention_impl: '" + a + "' (flash | unfused)");
+  if (m.has("dropout")) {
+    s.dropout = m.get_nonnegative_double("dropout", 0);
+    if (s.dropout >= 1) m.child("dropout").fail(w + "dropout: a probability in [0, 1)");
+  }
+  s.linear_bias = m.get_bool("linear_bias", false);
+  if (use != SpecUse::train)
+    for (const char* k : {"attention_impl", "dropout", "linear_bias"})
+      if (m.has(k)) not_implemented(m.child(k), w + k, use);
+}
+
 // What USE's executor runs today (model_spec.h's table); everything else is refused naming its key.
 void check_implemented(const ConfigNode& m, const ModelSpec& s, SpecUse use) {
   const std::string w = m.path() + ".";
@@ -244,6 +263,7 @@ ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
   }
   parse_mlp_kind(m, s);
   s.tied_embeddings = m.get_bool("tied_embeddings", false);
+  parse_megatron_keys(m, s, use);
   s.dtype = parse_spec_dtype(m, use);
   s.seed = static_cast<uint64_t>(m.get_int_in("seed", 0, INT64_MAX, mlp ? 1234 : 1));
   // Products of sizes (overflow-safe): every weight matrix, the parameters, the tokens of a step.
@@ -429,8 +449,17 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
       else if (r == "false" || r == "none") p.recompute = false;
       else par.child("recompute").fail(w + "recompute: '" + r + "' (none | selective | full; true = full, false = none)");
     }
+    if (s.attention_impl == AttentionImpl::unfused && (p.cp > 1 || p.ulysses > 1))
+      not_implemented(par.child(p.cp > 1 ? "cp" : "ulysses"),
+                      w + (p.cp > 1 ? "cp" : "ulysses") + " with model.attention_impl: unfused (context parallelism "
+                      "runs the flash-style kernels)", use);
+    p.overlap_grad_reduce = par.get_bool("overlap_grad_reduce", !p.sp);
+    p.overlap_param_gather = par.get_bool("overlap_param_gather", false);
+    if (p.overlap_param_gather && (p.zero < 1 || p.zero > 2))
+      par.child("overlap_param_gather").fail(w + "overlap_param_gather: needs zero 1 or 2 (the distributed optimizer's "
+                                             "parameter all_gather; ZeRO-3 gathers before every use already)");
     if (use != SpecUse::train)
-      for (const char* k : {"zero", "bucket_bytes", "recompute"})
+      for (const char* k : {"zero", "bucket_bytes", "recompute", "overlap_grad_reduce", "overlap_param_gather"})
         if (par.has(k)) par.child(k).fail(w + k + ": training only (run's forward has no gradients or optimizer state)");
     for (const char* k : {"algorithm", "all_reduce"}) {
       if (!par.has(k)) continue;

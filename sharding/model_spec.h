@@ -70,6 +70,9 @@ namespace shardsim::sharding {
 enum class PositionKind { rope, learned, none };
 enum class NormKind { rmsnorm, layernorm };
 enum class MlpKind { swiglu, geglu, gelu };
+// The attention core's implementation (kernels/attention.h flash-style; kernels/attention_unfused.h Megatron's
+// materialised scores).
+enum class AttentionImpl { flash, unfused };
 
 struct ModelSpec {
   std::string label;  // model.model: a free-form name for reports ("llama-3-8b"); "" none
@@ -91,6 +94,12 @@ struct ModelSpec {
   MlpKind mlp = MlpKind::swiglu;
   bool tied_embeddings = false;
   bool attention = true;  // false: MLP-only layers (then heads, kv_heads and head_dim are 0)
+  // Train only. attention_impl: the core's kernels (flash | unfused). dropout: Megatron's hidden and attention
+  // dropout probability, and linear_bias: biases on the block's linear layers; both charged as the elementwise work
+  // (kernels, masks) they add, their values not computed (kernels/bias_dropout.h).
+  AttentionImpl attention_impl = AttentionImpl::flash;
+  double dropout = 0;
+  bool linear_bias = false;
   runtime::DType dtype = runtime::DType::fp32;
   uint64_t seed = 1;
 
@@ -106,6 +115,7 @@ struct ModelSpec {
 const char* position_name(PositionKind k);  // "rope" | "learned" | "none"
 const char* norm_name(NormKind k);          // "rmsnorm" | "layernorm"
 const char* mlp_name(MlpKind k);            // "swiglu" | "geglu" | "gelu"
+const char* attention_impl_name(AttentionImpl k);  // "flash" | "unfused"
 
 // The collectives a plan issues, for the one algorithm rule (ParallelPlan::algorithm_for).
 enum class PlanCollective {
@@ -138,9 +148,16 @@ struct ParallelPlan {
   int64_t bucket_bytes = 25LL * 1024 * 1024;   // gradient bucket bytes (PyTorch DDP's 25 MiB); 0 = one reduction
   bool recompute = false;                      // full activation recomputation per block (recompute: full | true)
   // Selective recomputation (Korthikanti et al. 2022: the attention core recomputed in the backward, the rest
-  // kept; recompute: selective). The trainer's flash-style attention already recomputes the core, so it runs what
-  // none runs; reports and the activation accounting (models/lm_activations.h) name it.
+  // kept; recompute: selective). With model.attention_impl unfused the forward keeps no softmax output and the
+  // backward runs the core again; the flash-style core always recomputes, so there it runs what none runs.
   bool selective_recompute = false;
+  // Overlap of the data-parallel communication (Megatron's --overlap-grad-reduce / --overlap-param-gather):
+  // overlap_grad_reduce: each gradient bucket reduced as soon as its units' gradients are ready (false: every bucket
+  // after the backward); default true without sp, false with sp (the norm weights' tp all_reduce after backward).
+  // overlap_param_gather (ZeRO 1-2): the updated parameters' all_gather overlaps the next step's forward, each
+  // bucket awaited before the first unit that uses it.
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = false;
   // The collective algorithm rule: "" = the default rule of algorithm_for; a registry name (collectives/registry.h)
   // or "auto" = that algorithm for every collective of the plan that implements it (else the default rule's).
   // Read from parallel.algorithm; parallel.all_reduce (older `run` key) sets the tp all_reduce's alone.
@@ -186,11 +203,12 @@ inline constexpr std::string_view kModelKeys[] = {
     "kind",     "model",      "vocab",     "hidden",   "layers",     "heads", "kv_heads", "head_dim",
     "ffn",      "seq",        "tokens",    "batch",    "micro_batch", "causal", "position", "rope",
     "rope_theta", "norm",     "norm_eps",  "mlp",      "activation", "tied_embeddings", "attention", "dtype",
-    "seed"};
+    "seed",     "attention_impl", "dropout", "linear_bias"};
 inline constexpr std::string_view kParallelKeys[] = {"dp",     "tp",   "cp",           "ulysses",   "pp",
                                                      "sp",     "cp_split", "fused",    "chunks",    "zero",
                                                      "bucket_bytes", "recompute", "algorithm", "all_reduce",
-                                                     "mesh_dims", "schedule", "virtual_stages", "pp_layers"};
+                                                     "mesh_dims", "schedule", "virtual_stages", "pp_layers",
+                                                     "overlap_grad_reduce", "overlap_param_gather"};
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",
                                                   "weight_decay", "max_grad_norm", "data_seed", "recompute"};
 

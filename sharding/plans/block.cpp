@@ -1,6 +1,7 @@
 #include "sharding/plans/block.h"
 
 #include "kernels/attention.h"
+#include "kernels/attention_unfused.h"
 #include "kernels/norm.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/tensor_parallel.h"
@@ -63,21 +64,76 @@ Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeig
 }
 
 Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t batch, int64_t T, std::vector<Tensor>& lse) {
+                       int64_t batch, int64_t T, std::vector<Tensor>& lse, std::vector<Tensor>* probs) {
   const bool store = q.has_storage() && k.has_storage() && v.has_storage();
   const int64_t nq = q.dim(1), d = q.dim(2);
   Tensor o = Tensor::make(s.dtype, {batch * T, nq, d}, store);
   kernels::AttentionOptions opt;
   opt.causal = s.causal;
   lse.clear();
+  if (probs) probs->clear();
+  const bool unfused = s.attention_impl == AttentionImpl::unfused;
   for (int64_t b = 0; b < batch; ++b) {
-    Tensor ob = Tensor::make(s.dtype, {T, nq, d}, store), l = Tensor::make(DType::fp32, {nq, T}, store);
-    const auto cost = kernels::attention(q.rows(b * T, T), k.rows(b * T, T), v.rows(b * T, T), ob, l, opt);
-    chip.charge(cost, cost.name, true);
+    Tensor ob = Tensor::make(s.dtype, {T, nq, d}, store);
+    if (unfused) {
+      Tensor p = Tensor::make(s.dtype, {nq, T, T}, store);
+      for (const auto& cost :
+           kernels::attention_unfused(q.rows(b * T, T), k.rows(b * T, T), v.rows(b * T, T), ob, p, opt, s.dropout))
+        chip.charge(cost, cost.name, true);
+      if (probs) probs->push_back(std::move(p));
+    } else {
+      Tensor l = Tensor::make(DType::fp32, {nq, T}, store);
+      const auto cost = kernels::attention(q.rows(b * T, T), k.rows(b * T, T), v.rows(b * T, T), ob, l, opt);
+      chip.charge(cost, cost.name, true);
+      lse.push_back(std::move(l));
+    }
     if (store) o.set_rows(b * T, ob);
-    lse.push_back(std::move(l));
   }
   return o;
+}
+
+void unfused_attention_backward(const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const std::vector<Tensor>& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                Tensor& dv, int64_t batch, int64_t T,
+                                const std::function<void(const kernels::KernelCost&)>& charge) {
+  const bool store = q.has_storage() && dout.has_storage();
+  const int64_t nq = q.dim(1), nkv = k.dim(1), d = q.dim(2);
+  kernels::AttentionOptions opt;
+  opt.causal = s.causal;
+  for (int64_t b = 0; b < batch; ++b) {
+    const Tensor qb = q.rows(b * T, T), kb = k.rows(b * T, T), vb = v.rows(b * T, T);
+    Tensor recomputed;
+    if (probs.empty()) {  // selective recomputation: the core's forward again, for P
+      recomputed = Tensor::make(s.dtype, {nq, T, T}, store);
+      Tensor ob = Tensor::make(s.dtype, {T, nq, d}, store);
+      for (const auto& c : kernels::attention_unfused(qb, kb, vb, ob, recomputed, opt, s.dropout)) charge(c);
+    }
+    const Tensor& p = probs.empty() ? recomputed : probs[size_t(b)];
+    Tensor dqb = Tensor::make(dq.dtype(), {T, nq, d}, store), dkb = Tensor::make(dk.dtype(), {T, nkv, d}, store),
+           dvb = Tensor::make(dv.dtype(), {T, nkv, d}, store);
+    for (const auto& c :
+         kernels::attention_unfused_backward(qb, kb, vb, p, dout.rows(b * T, T), dqb, dkb, dvb, opt, s.dropout))
+      charge(c);
+    if (store) {
+      dq.set_rows(b * T, dqb);
+      dk.set_rows(b * T, dkb);
+      dv.set_rows(b * T, dvb);
+    }
+  }
+}
+
+kernels::BlockExtras block_extras(const ModelSpec& s, int64_t rows, int64_t residual_rows, int64_t qkv_cols,
+                                  int64_t ffn_cols) {
+  kernels::BlockExtras x;
+  x.rows = rows;
+  x.residual_rows = residual_rows;
+  x.qkv_cols = qkv_cols;
+  x.ffn_cols = ffn_cols;
+  x.hidden = s.hidden;
+  x.dtype = s.dtype;
+  x.dropout = s.dropout;
+  x.bias = s.linear_bias;
+  return x;
 }
 
 namespace {
@@ -89,7 +145,7 @@ sim::Memory::Scoped hold(const BlockMemoryScopes& m, const char* what, uint64_t 
 // The attention of the cp axis's unit: Ulysses, ring attention, or local. Q, K, V in the token layout; returns O
 // [N, nq, d] in the token layout. KEEP: Ulysses' head-sharded q, k, v and o_heads replace q, k, v.
 Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k, Tensor& v, std::vector<Tensor>& lse,
-                 Tensor* o_heads, const BlockMemoryScopes& mem) {
+                 Tensor* o_heads, const BlockMemoryScopes& mem, std::vector<Tensor>* probs) {
   const ModelSpec& s = ctx.s;
   const ParallelPlan& p = ctx.p;
   const bool store = q.has_storage();
@@ -116,7 +172,7 @@ Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k,
     return ring_attention_forward(ring, SeqShard{lay.batch, lay.seq_local, nq, nkv, d, s.dtype}, q, k, v, lse,
                                   ctx.chip);
   }
-  return local_attention(ctx.chip, s, q, k, v, lay.batch, lay.seq_local, lse);
+  return local_attention(ctx.chip, s, q, k, v, lay.batch, lay.seq_local, lse, probs);
 }
 
 }  // namespace
@@ -141,8 +197,10 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
     chip.charge(kernels::rope_inplace(q, lay.pos, theta), "rope.q");
     chip.charge(kernels::rope_inplace(k, lay.pos, theta), "rope.k");
   }
-  std::vector<Tensor> lse;
-  Tensor o = attention(ctx, lay, q, k, v, lse, keep ? &keep->o_heads : nullptr, mem);
+  std::vector<Tensor> lse, probs;
+  // The unfused core's softmax output is kept for the backward unless selective recomputation rebuilds it.
+  const bool keep_probs = keep && s.attention_impl == AttentionImpl::unfused && !ctx.p.selective_recompute;
+  Tensor o = attention(ctx, lay, q, k, v, lse, keep ? &keep->o_heads : nullptr, mem, keep_probs ? &probs : nullptr);
   Tensor x1 = row_parallel(ctx, Tensor(o).reshaped({n, nq * d}), *w.wo, "gemm.o", "attention output");
   chip.charge(kernels::add_inplace(x1, x), "residual");
   qkv_mem.release();
@@ -152,6 +210,7 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
     keep->v = std::move(v);
     keep->o = std::move(o);
     keep->lse = std::move(lse);
+    keep->probs = std::move(probs);
     keep->x_mid = x1;
   }
   // ---- MLP sublayer ----
@@ -159,6 +218,14 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
   auto mlp_mem = hold(mem, "activations mlp", mem.mlp);
   Tensor out = mlp_layer(chip, &ctx, b, w, s.glu_activation(), keep);
   chip.charge(kernels::add_inplace(out, x1), "residual");
+  // Megatron's bias and dropout work, charged (kernels/bias_dropout.h).
+  const auto extras = block_extras(s, n, x.dim(0), (nq + 2 * nkv) * d, w.w_up->dim(1));
+  for (const auto& c : kernels::block_extras_forward(extras)) chip.charge(c, c.name);
+  if (keep) {
+    keep->charged_bytes = kernels::block_extras_activation_bytes(extras);
+    if (keep_probs && s.dropout > 0)  // the attention dropout's mask (1 byte) and output (e) per score
+      for (const auto& p : keep->probs) keep->charged_bytes += double(p.numel()) + double(p.nbytes());
+  }
   return out;
 }
 

@@ -20,9 +20,11 @@
 // bytes per collective to ctx.comm. Shape-only tensors (runtime/tensor.h) charge the same schedule.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "kernels/bias_dropout.h"
 #include "kernels/elementwise.h"
 #include "sharding/plans/block_ops.h"
 #include "sim/memory.h"
@@ -38,11 +40,16 @@ struct BlockWeights {
 // What a block's forward keeps for its backward (training): the input x_in and x_mid (after attention), the
 // normed inputs a and m as the column-parallel GEMMs read them (gathered with sp; this chip's rows when fused),
 // q, k, v after RoPE (Ulysses: head-sharded, with o_heads the attention output in that layout), o [N, nq, d] in
-// the token layout, lse per (sequence[, cp chunk]) fp32 [heads, len], gate and up, act = glu(gate, up).
+// the token layout, lse per (sequence[, cp chunk]) fp32 [heads, len], gate and up, act = glu(gate, up). With
+// the unfused attention core (ModelSpec::attention_impl): probs, the softmax output per sequence [nq, T, T] (none
+// under selective recomputation: the backward recomputes it), and no lse. CHARGED_BYTES: what the charged dropout
+// would keep (kernels/bias_dropout.h: the hidden masks; the attention dropout's mask and output when probs is kept).
 struct BlockActivations {
   Tensor x_in, a, q, k, v, o, x_mid, m, gate, up, act;
   std::vector<Tensor> lse;
   Tensor o_heads;
+  std::vector<Tensor> probs;
+  double charged_bytes = 0;
 };
 
 struct TokenLayout {
@@ -76,8 +83,21 @@ const char* glu_label(kernels::Activation activation);  // "swiglu" | "geglu"
 
 // Attention of Q [B·T, nq, d] against K, V [B·T, nkv, d] (GQA), BATCH whole sequences of T tokens, one flash
 // kernel per sequence (causal per S.causal), charged to CHIP as attention. Returns O [B·T, nq, d] in the compute
-// dtype; LSE receives each sequence's fp32 [nq, T] log-sum-exp.
+// dtype; LSE receives each sequence's fp32 [nq, T] log-sum-exp. With S.attention_impl unfused: Megatron's core
+// (kernels/attention_unfused.h) per sequence, LSE left empty; PROBS (optional) receives each sequence's softmax
+// output [nq, T, T].
 Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t batch, int64_t T, std::vector<Tensor>& lse);
+                       int64_t batch, int64_t T, std::vector<Tensor>& lse, std::vector<Tensor>* probs = nullptr);
+// The unfused core's backward for BATCH sequences of T tokens (kernels/attention_unfused.h), charged through
+// CHARGE: from PROBS per sequence, or, when PROBS is empty (selective recomputation), from a softmax output
+// recomputed first (the core's forward again, charged). DQ, DK, DV [B·T, heads, d] are written.
+void unfused_attention_backward(const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const std::vector<Tensor>& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                Tensor& dv, int64_t batch, int64_t T,
+                                const std::function<void(const kernels::KernelCost&)>& charge);
+// The block's charged bias and dropout work (kernels/bias_dropout.h) for S on a chip with ROWS GEMM rows,
+// RESIDUAL_ROWS residual rows and its local q/k/v and MLP columns.
+kernels::BlockExtras block_extras(const ModelSpec& s, int64_t rows, int64_t residual_rows, int64_t qkv_cols,
+                                  int64_t ffn_cols);
 
 }  // namespace shardsim::sharding::plans

@@ -52,6 +52,8 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
     if (compute != DType::fp32) b.copy = Tensor::make(compute, {int64_t(b.own_n)}, store_);
     b.grad = Tensor::make(compute, {int64_t(config.zero >= 2 ? b.own_n : b.count)}, store_);
   }
+  gather_pending_.assign(buckets_.size(), false);
+  gather_end_.assign(buckets_.size(), -1);
 }
 
 void DataParallel::pack(const Bucket& b, const TensorRefs& w, Tensor& flat) const {
@@ -82,6 +84,8 @@ void DataParallel::take_chunk(const Bucket& b, const TensorRefs& w, DType dtype,
 }
 
 void DataParallel::load(const TensorRefs& master, const TensorRefs* m, const TensorRefs* v, const TensorRefs& work) {
+  gather_pending_.assign(buckets_.size(), false);  // WORK is the caller's, current
+  gather_end_.assign(buckets_.size(), -1);
   if (!store_) return;  // shape-only: nothing to hold
   for (Bucket& b : buckets_) {
     take_chunk(b, master, DType::fp32, b.master);
@@ -110,12 +114,39 @@ void DataParallel::begin_step() {
   fwd_start_.assign(size_t(units_), 0);
   bwd_start_.assign(size_t(units_), 0);
   grad_ready_.assign(size_t(units_), 0);
+  gather_end_.assign(buckets_.size(), -1);
 }
 
 sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::TimeNs t) {
   if (config_.zero == 3)  // issued when the previous unit started: one unit ahead
     t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
                                   unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
+  // overlap_param_gather: the previous step's deferred parameter gathers, by the unit each bucket opens in forward
+  // order (its last_unit). This unit's are issued now unless already prefetched and awaited; then the next unit's
+  // are issued, overlapping this unit's forward (Megatron dispatches the next bucket's all_gather when it waits for
+  // the current one).
+  const auto issue = [&](int u, sim::TimeNs at) {
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      if (gather_pending_[i] && buckets_[i].last_unit == u) {
+        gather_pending_[i] = false;
+        gather_end_[i] = gather_bucket(buckets_[i], work, at);
+      }
+  };
+  issue(unit, t);
+  bool waited = false;
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (gather_end_[i] >= 0 && buckets_[i].last_unit == unit) {
+      t = std::max(t, gather_end_[i]);
+      gather_end_[i] = -1;
+      waited = true;
+    }
+  if (waited) {
+    int next = -1;
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      if (gather_pending_[i] && buckets_[i].last_unit > unit && (next < 0 || buckets_[i].last_unit < next))
+        next = buckets_[i].last_unit;
+    if (next >= 0) issue(next, t);
+  }
   fwd_start_[size_t(unit)] = t;
   return t;
 }
@@ -216,9 +247,12 @@ kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::Ad
 
 void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {
   const bool copy = dtype_ != DType::fp32;
-  for (Bucket& b : buckets_) {
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
     if (config_.zero == 0)
       unpack(b, copy ? b.copy : b.master, work);
+    else if (config_.zero <= 2 && config_.overlap_param_gather)
+      gather_pending_[i] = true;  // gathered at the next step's forward (begin_forward)
     else if (config_.zero <= 2)
       gather_bucket(b, work, t);
   }

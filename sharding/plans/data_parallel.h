@@ -58,6 +58,10 @@ struct ZeroConfig {
   int zero = 0;                             // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
+  // Stages 1-2 (Megatron's --overlap-param-gather): publish() issues no all_gather; the next step's forward gathers
+  // them: begin_forward of a bucket's first unit (in forward order) waits for its gather, and issues the next
+  // unit's buckets' gathers, which overlap this unit's forward.
+  bool overlap_param_gather = false;
 };
 
 // One parameter tensor, in the model's fixed order.
@@ -107,7 +111,7 @@ class DataParallel {
   // all of them (the caller charges it), so the optimizer's time does not depend on the bucket count.
   kernels::KernelCost optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
   // After the optimizer (ended at T): the updated parameters into WORK (stage 0: local copy; 1-2: all_gather per
-  // bucket; 3: nothing, gathered before the next use).
+  // bucket, or with overlap_param_gather at the next step's forward; 3: nothing, gathered before the next use).
   void publish(const TensorRefs& work, sim::TimeNs t);
 
   enum class Field { master, m, v };
@@ -152,6 +156,8 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
   std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
+  std::vector<bool> gather_pending_;        // per bucket: its parameter all_gather deferred to the next forward
+  std::vector<sim::TimeNs> gather_end_;     // per bucket: the end of its issued, not yet awaited gather (-1: none)
 };
 
 }  // namespace shardsim::sharding::plans

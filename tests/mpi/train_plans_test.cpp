@@ -43,9 +43,19 @@ struct PlanCase {
   sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
   int v = 1;
   // The block variant: 0 = Llama (rmsnorm, swiglu, rope, untied); 1 = GPT (layernorm, gelu MLP, learned positions,
-  // tied embeddings); 2 = layernorm alone; 3 = gelu MLP alone; 4 = learned positions alone; 5 = tied alone.
+  // tied embeddings); 2 = layernorm alone; 3 = gelu MLP alone; 4 = learned positions alone; 5 = tied alone;
+  // 6 = GPT untied; 7 = GPT with Megatron's unfused attention core, dropout 0.1 and linear biases (charged; the
+  // values are those of dropout 0 without biases); 8 = 7 untied.
   int variant = 0;
+  bool selective = false;  // parallel.recompute: selective
 };
+
+// Case K with the unfused core (variant 7, or 8 under pipelines), selective recomputation when SELECTIVE.
+PlanCase unfused(PlanCase k, bool selective) {
+  k.variant = k.pp > 1 ? 8 : 7;
+  k.selective = selective;
+  return k;
+}
 
 // Case K with block variant V.
 PlanCase variant(PlanCase k, int v) {
@@ -131,6 +141,15 @@ const PlanCase kCases[] = {
     variant({"gelu_tp2_sp", 2, 1, false, true}, 3),
     variant({"learned_tp2_sp", 2, 1, false, true}, 4),
     variant({"tied_tp2_sp", 2, 1, false, true}, 5),
+    // Megatron's unfused attention core: kept softmax output (none), recomputed (selective), the whole block again
+    // (full), with tp, sp, dp and pipelines.
+    unfused({"unfused_dp_zero1", 1, 1, false, false, true, false, 1}, false),
+    unfused({"unfused_tp2_selective", 2, 1}, true),
+    unfused({"unfused_tp4_sp_selective", 4, 1, false, true}, true),
+    unfused({"unfused_tp8", 8, 1}, false),
+    unfused({"unfused_tp2_sp_fused_recompute", 2, 1, false, true, true, true, 0, true}, false),
+    unfused(pipe("unfused_pp2_x_tp2_sp_1f1b", 2, ScheduleKind::one_f_one_b, 1, 2, 1, 3, true), true),
+    unfused(pipe("unfused_pp2_x_tp2_sp_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 1, 1, true), false),
 };
 
 models::LmConfig config_of(const PlanCase& k) {
@@ -141,10 +160,16 @@ models::LmConfig config_of(const PlanCase& k) {
   c.seq = 16;   // zigzag over 8 chips: 16 chunks of one token
   c.batch = 24;  // dp 1, 2, 3, 4, 6, 8 divide it
   const int v = k.variant;
-  if (v == 1 || v == 2 || v == 6) c.norm = sharding::NormKind::layernorm;
-  if (v == 1 || v == 3 || v == 6) c.mlp = sharding::MlpKind::gelu;
-  if (v == 1 || v == 4 || v == 6) c.position = sharding::PositionKind::learned;
-  if (v == 1 || v == 5) c.tied_embeddings = true;  // 6: the GPT block untied (pipelines refuse tied)
+  const bool gpt = v == 1 || v == 6 || v == 7 || v == 8;
+  if (gpt || v == 2) c.norm = sharding::NormKind::layernorm;
+  if (gpt || v == 3) c.mlp = sharding::MlpKind::gelu;
+  if (gpt || v == 4) c.position = sharding::PositionKind::learned;
+  if (v == 1 || v == 5 || v == 7) c.tied_embeddings = true;  // 6, 8: the GPT block untied (pipelines refuse tied)
+  if (v == 7 || v == 8) {
+    c.attention_impl = sharding::AttentionImpl::unfused;
+    c.dropout = 0.1;
+    c.linear_bias = true;
+  }
   return c;
 }
 
@@ -194,7 +219,7 @@ Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch, k.schedule, k.v, {}}, k.sp, k.zigzag,
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {k.zero, 512, "auto", k.recompute, k.micro_batch, k.schedule, k.v, {}, k.selective}, k.sp, k.zigzag,
                          k.ulysses, k.fused);
   const Reference& ref = reference(k.kv_heads, k.pp, k.variant);
   Deviation d;
@@ -293,6 +318,111 @@ TEST(TrainPipeline, FirstStageHoldsPMicroBatchesUnder1F1BAndMUnderGPipe) {
     EXPECT_NEAR(a[size_t(s)].busy_ns, g[size_t(s)].busy_ns, 1e-6 * g[size_t(s)].busy_ns);
   }
   EXPECT_GT(g[0].peak_activation_bytes, a[0].peak_activation_bytes);
+}
+
+// Selective recomputation with the unfused core (tp 2 + sp on 2 chips of one rank): the forward keeps no softmax
+// output and no attention dropout mask or output, (1 + 2e)·(a/t)·s²·b bytes less per layer (e = 4, fp32); the
+// backward runs the core's forward again, so the step computes longer; the timeline carries the core's kernels.
+TEST(TrainUnfused, SelectiveKeepsNoCoreAndRecomputesIt) {
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 2 chips";
+  std::map<bool, std::pair<double, double>> got;  // selective -> (activation bytes, compute ns) of chip 0
+  bool softmax_on_trace = false;
+  for (bool selective : {false, true}) {
+    const int code = runtime::run_chips(2, [&](const runtime::World& w) {
+      const PlanCase k = unfused({"unfused_tp2_sp", 2, 1, false, true}, selective);
+      const models::LmConfig c = config_of(k);
+      auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 1000});
+      sharding::DeviceMesh mesh({{"tp", 2}}, topo);
+      sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
+      runtime::Transport t(w, tl, mesh.placement());
+      mesh.bind(t);
+      models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {0, 512, "auto", false, 0, k.schedule, 1, {}, selective}, true);
+      const auto r = tr.step();
+      if (w.rank() == 0) {
+        got[selective] = {tr.memory().activations, r.breakdown.compute};
+        for (const auto& e : tl.events()) softmax_on_trace = softmax_on_trace || e.name == "attention_core.softmax";
+      }
+      return 0;
+    });
+    ASSERT_EQ(code, 0);
+  }
+  const models::LmConfig c = config_of(unfused({"u", 2, 1}, false));
+  const double per_layer = (1 + 2 * 4.0) * double(c.heads / 2) * double(c.seq) * double(c.seq) * double(c.batch);
+  EXPECT_DOUBLE_EQ(got[false].first - got[true].first, double(c.layers) * per_layer);
+  EXPECT_GT(got[true].second, got[false].second);
+  EXPECT_TRUE(softmax_on_trace);
+}
+
+// The data-parallel overlap keys on tp 2 (+ sp) x dp 2, 4 chips of one rank, 3 steps: the losses are bit-identical with
+// each key on and off; on the last step's trace (chip 0), with overlap_grad_reduce the first gradient bucket's
+// reduction starts before the backward ends (the sp norm weights' tp all_reduce), without it after; with
+// overlap_param_gather (ZeRO-1) the parameter all_gather runs before the step's optimizer (overlapping the forward),
+// without it after; exposed communication falls when either is on.
+struct OverlapRun {
+  std::vector<double> losses;
+  double exposed = 0;
+  double grads_start = -1, norm_grads_start = -1, norm_grads_end = -1;  // first dp gradient collective; sp norm all_reduce
+  double gather_start = -1, adamw_start = -1, adamw_end = -1;
+};
+
+OverlapRun overlap_run(bool overlap_grad, bool overlap_param) {
+  OverlapRun out;
+  const int code = runtime::run_chips(4, [&](const runtime::World& w) {
+    const PlanCase k{"overlap", 2, 1, false, true};
+    const models::LmConfig c = config_of(k);
+    auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
+    sharding::DeviceMesh mesh({{"tp", 2}, {"cp", 1}, {"dp", 2}, {"pp", 1}}, topo);
+    sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
+    runtime::Transport t(w, tl, mesh.placement());
+    mesh.bind(t);
+    models::LmDpConfig dp{1, 512, "auto", false, 0, k.schedule, 1, {}, false};
+    dp.overlap_grad_reduce = overlap_grad;
+    dp.overlap_param_gather = overlap_param;
+    models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, dp, true);
+    models::LmDpStepResult r;
+    for (int i = 0; i < 3; ++i) {
+      r = tr.step();
+      if (w.rank() == 0) out.losses.push_back(r.loss);
+    }
+    if (w.rank() != 0) return 0;
+    out.exposed = r.breakdown.exposed_comm;
+    auto first = [](double& at, double v) { at = at < 0 ? v : std::min(at, v); };
+    for (const auto& e : tl.events()) {
+      if (e.name.rfind("all_reduce.grads", 0) == 0 || e.name.rfind("reduce_scatter.grads", 0) == 0)
+        first(out.grads_start, e.span.start);
+      if (e.name.rfind("all_reduce.norm_grads", 0) == 0) {
+        first(out.norm_grads_start, e.span.start);
+        out.norm_grads_end = std::max(out.norm_grads_end, e.span.end);
+      }
+      if (e.name.rfind("all_gather.params", 0) == 0) first(out.gather_start, e.span.start);
+      if (e.name == "adamw") {
+        out.adamw_start = e.span.start;
+        out.adamw_end = e.span.end;
+      }
+    }
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+  return out;
+}
+
+TEST(TrainOverlap, GradReduceAndParamGatherOverlapOnTheTrace) {
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
+  const OverlapRun off = overlap_run(false, false), grad = overlap_run(true, false), param = overlap_run(false, true);
+  EXPECT_EQ(grad.losses, off.losses);
+  EXPECT_EQ(param.losses, off.losses);
+  ASSERT_GE(off.grads_start, 0);
+  ASSERT_GE(off.norm_grads_start, 0);
+  EXPECT_GE(off.grads_start, off.norm_grads_end);      // buckets wait for the end of backward
+  EXPECT_LT(grad.grads_start, grad.norm_grads_start);  // the first bucket goes during the backward
+  EXPECT_LT(grad.exposed, off.exposed);
+  ASSERT_GE(off.gather_start, 0);
+  ASSERT_GE(param.gather_start, 0);
+  EXPECT_GE(off.gather_start, off.adamw_end);          // after the optimizer
+  EXPECT_LT(param.gather_start, param.adamw_start);    // during the step's forward
+  EXPECT_LT(param.exposed, off.exposed);
+  std::printf("[overlap] exposed communication: off %.0f ns, overlap_grad_reduce %.0f ns, overlap_param_gather %.0f ns\n",
+              off.exposed, grad.exposed, param.exposed);
 }
 
 // Checkpoints reshard across pp like every other axis (issue 35, item 5). Chains of meshes on 4 chips of one rank:
