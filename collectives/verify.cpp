@@ -29,7 +29,7 @@ uint64_t splitmix(uint64_t x) {
 // is independent per element and is most of validate's host time); one call on this thread otherwise.
 template <class Fn>
 void in_parallel(size_t n, Fn&& fn) {
-  constexpr size_t kMinPerThread = size_t{1} << 16;
+  constexpr size_t kMinPerThread = size_t{1} << 13;
   const size_t threads = std::min<size_t>({4, std::max(1u, std::thread::hardware_concurrency()), n / kMinPerThread});
   if (threads <= 1) return fn(size_t{0}, n);
   std::vector<std::thread> pool;
