@@ -54,7 +54,7 @@ double worst_step_impl(const runtime::Transport& tp, int dist, double bytes) {
 // Exact replays of the schedules the algorithms run, on the group's routes, through the same sim::Timeline
 // rules the simulation uses (one event-free timeline per rank: its send side books the rank's injected flows, its
 // receive side the flows addressed to it), in the same issue order as the code. Receive-side booking follows the
-// transport's rule: the flows of one exchange in (sender start, source chip, issue) order, exchanges in program
+// transport's rule: the flows of one exchange in (sender start, sender's offset (from - to) mod p, issue) order, exchanges in program
 // order. send() is a flow received alone; post() + flush() are the flows of one exchange.
 struct Replay {
   const topology::Topology& topo;
@@ -134,8 +134,8 @@ struct Replay {
     std::sort(now.begin(), now.end(), [&](const Flow& a, const Flow& b) {
       if (a.to != b.to) return a.to < b.to;
       if (a.span.start != b.span.start) return a.span.start < b.span.start;
-      const int ca = chips[static_cast<size_t>(a.from)], cb = chips[static_cast<size_t>(b.from)];
-      return ca != cb ? ca < cb : a.seq < b.seq;
+      const int oa = runtime::group_offset(a.from, a.to, size()), ob = runtime::group_offset(b.from, b.to, size());
+      return oa != ob ? oa < ob : a.seq < b.seq;
     });
     for (const auto& f : now) *f.out = std::max(*f.out, deliver(f.from, f.to, f.bytes, f.span));
   }

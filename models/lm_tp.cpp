@@ -184,6 +184,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
   (void)mesh_["dp"];
+  (void)mesh_.excluding("dp");  // one replica's chips (the gradient norm's first stage)
   if (pp_size_ > 1) (void)mesh_["pp"];
   if (cp_size_ > 1) {
     (void)mesh_["cp"];
@@ -659,15 +660,11 @@ LmDpStepResult LmTpTrainer::step() {
   }
 
   // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
-  // the squares of the reduced elements this rank counts, all_reduce(sum) over the whole mesh.
+  // then the squares of the reduced elements this rank counts, summed over the whole mesh.
   double sq = 0;
   const sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
-  double norm_sq = 0;
-  collectives::CollectiveOptions o;
-  o.algorithm = algorithm_;
-  o.name = "all_reduce.grad_norm";
-  const auto nr = collectives::all_reduce(world_, &sq, &norm_sq, 1, DType::fp64, collectives::ReduceOp::sum, reduced, o);
-  t = std::max(t, nr.span.end);
+  const auto [norm_sq, normed] = grad_norm_sq(sq, reduced);
+  t = std::max(t, normed);
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
   finish_step_loss(r, local_loss, *rep_);
@@ -678,6 +675,30 @@ LmDpStepResult LmTpTrainer::step() {
   step_ = r.step;
   r.breakdown = tl_.breakdown();
   return r;
+}
+
+std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs ready) {
+  // Summed in two stages that every data-parallel replica runs alike (a replica shift maps each stage onto
+  // itself, so a folded run stays exact: docs/performance/fold.md): all_reduce(sum) over the chips of one replica
+  // (tp x cp x pp), then an all_gather of one partial sum per replica over dp, added in dp order on every chip
+  // (one value everywhere, in any rank layout).
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm_;
+  o.name = "all_reduce.grad_norm";
+  double replica_sq = 0;
+  const auto a = collectives::all_reduce(mesh_.excluding("dp"), &sq, &replica_sq, 1, DType::fp64,
+                                         collectives::ReduceOp::sum, ready, o);
+  if (dp_size_ == 1) return {replica_sq, a.span.end};
+  std::vector<double> parts(static_cast<size_t>(dp_size_), 0.0);
+  o.name = "all_gather.grad_norm";
+  // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes,
+  // recursive doubling, pairs XOR partners, which a replica shift does not keep). (dp - 1) latencies.
+  if (o.algorithm == "auto") o.algorithm = "ring";
+  const auto g = collectives::all_gather(mesh_["dp"], &replica_sq, parts.data(), parts.size(), DType::fp64,
+                                         a.span.end, o);
+  double total = 0;
+  for (double v : parts) total += v;
+  return {total, g.span.end};
 }
 
 double LmTpTrainer::local_param_count() const { return data_->param_count(); }

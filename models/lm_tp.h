@@ -335,6 +335,9 @@ class LmTpTrainer {
   // token, this chip's heads), and back (H: the token layout's head count; replicated kv heads are summed).
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
   runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
+  // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
+  // when it is known, from READY.
+  std::pair<double, sim::TimeNs> grad_norm_sq(double sq, sim::TimeNs ready);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
 

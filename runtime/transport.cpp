@@ -544,28 +544,6 @@ void Transport::exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> 
   book_arrivals(recvs);
 }
 
-void Transport::check_fold_ties(std::span<const RecvOp> recvs) const {
-  // A folded run (docs/performance/fold.md): flows with equal sender starts are booked in source-chip order, an
-  // order the replica shift does not keep (replica 0's neighbours r - 1 and r + 1 are chips dp - 1 and 1). Where
-  // two such flows share a link into this chip, the order decides which one queues: the replicas would differ.
-  for (size_t a = 0; a + 1 < order_.size(); ++a) {
-    const size_t i = order_[a];
-    for (size_t b = a + 1; b < order_.size() && in_[order_[b]].start_ns == in_[i].start_ns; ++b) {
-      const size_t j = order_[b];
-      if (!recvs[i].timed || !recvs[j].timed || (chips::simulated(vc_->member(recvs[i].src)) &&
-                                                 chips::simulated(vc_->member(recvs[j].src))))
-        continue;
-      const auto ri = topology().route(chip_of(recvs[i].src), chip()), rj = topology().route(chip_of(recvs[j].src), chip());
-      for (int l : ri)
-        if (std::find(rj.begin(), rj.end(), l) != rj.end())
-          chips::fold_broken("two flows into chip " + std::to_string(chip()) + " from chips " +
-                             std::to_string(chip_of(recvs[i].src)) + " and " + std::to_string(chip_of(recvs[j].src)) +
-                             " start together on a shared link (booked in chip order, which the replica shift "
-                             "does not keep)");
-    }
-  }
-}
-
 void Transport::book_arrivals(std::span<RecvOp> recvs) {
   const size_t nr = recvs.size();
   if (nr == 1) {  // the common case (ring steps): no sort
@@ -577,11 +555,15 @@ void Transport::book_arrivals(std::span<RecvOp> recvs) {
   }
   order_.resize(nr);
   for (size_t i = 0; i < nr; ++i) order_[i] = i;
-  std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+  // By sender start; flows that start together by the sender's offset in the group, (src - me) mod p, then in
+  // program order: an order every member of a rotation-symmetric pattern shares (ring neighbours r - 1 and r + 1
+  // are offsets p - 1 and 1 on every member), so a replica shift keeps it (docs/performance/fold.md). The
+  // estimates replay the same rule (collectives/cost_model.cpp, Replay::flush).
+  const int p = size_;
+  std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
     if (in_[a].start_ns != in_[b].start_ns) return in_[a].start_ns < in_[b].start_ns;
-    return chip_of(recvs[a].src) != chip_of(recvs[b].src) ? chip_of(recvs[a].src) < chip_of(recvs[b].src) : a < b;
+    return group_offset(recvs[a].src, rank_, p) < group_offset(recvs[b].src, rank_, p);
   });
-  if (chips::folded()) check_fold_ties(recvs);
   for (size_t i : order_) {
     const Header& h = in_[i];
     recvs[i].arrival = !recvs[i].timed ? h.arrival_ns

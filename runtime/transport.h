@@ -163,6 +163,10 @@ struct FlowPattern {
 // Reduction of the control-plane helpers (Transport::allreduce).
 enum class Reduce { sum, max, min };
 
+// The receive side's tie order (Transport::book_arrivals, collectives' Replay): flows into member ME of a group of
+// P that start together are booked by their sender's offset (SRC - ME) mod P, then in program order.
+inline int group_offset(int src, int me, int p) { return ((src - me) % p + p) % p; }
+
 class Transport {
  public:
   Transport(MPI_Comm comm, sim::Timeline& timeline, std::vector<int> rank_to_chip);
@@ -311,9 +315,8 @@ class Transport {
   static constexpr size_t kPackBytes = 4096;
   void check_header(const Header& h, size_t bytes, int src, const std::string& op) const;
   // Receive side of the contention model: books the received flows (headers in_[0..n)) on this chip's timeline
-  // in the deterministic order (sender start, source chip) and sets every recvs[i].arrival.
+  // in the deterministic order (sender start, the sender's offset in the group, program order) and sets every recvs[i].arrival.
   void book_arrivals(std::span<RecvOp> recvs);
-  void check_fold_ties(std::span<const RecvOp> recvs) const;  // folded runs: see transport.cpp
   void exchange_impl(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   void exchange_chips(std::span<const SendOp> sends, std::span<RecvOp> recvs, const std::string& op);
   template <class T>

@@ -222,6 +222,17 @@ runtime::Transport& DeviceMesh::operator[](const std::string& name) const {
   });
 }
 
+runtime::Transport& DeviceMesh::excluding(const std::string& name) const {
+  if (!world_) throw std::logic_error("DeviceMesh: bind() a world transport before asking for sub-groups");
+  const auto& a = axis(name);
+  const int stride = a.stride, size = a.size;
+  auto color_key = [stride, size](int q) {  // color: the AXIS coordinate; key: q with that coordinate removed
+    return std::pair{(q / stride) % size, q % stride + (q / (stride * size)) * stride};
+  };
+  const auto [color, key] = color_key(world_->rank());
+  return world_->subgroup("mesh.excluding." + name, color, key, color_key);
+}
+
 int DeviceMesh::rank() const {
   if (!world_) throw std::logic_error("DeviceMesh: bind() a world transport first");
   return world_->rank();

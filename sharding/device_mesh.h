@@ -75,6 +75,9 @@ class DeviceMesh {
   // tp sub-group (collective on first use of each axis: every rank must ask for the same axes in the same order).
   void bind(runtime::Transport& world) { world_ = &world; }
   runtime::Transport& operator[](const std::string& axis) const;
+  // The ranks with this rank's AXIS coordinate: every other axis, in mesh rank order (for "dp": one data-parallel
+  // replica, its tp x cp x pp chips). Collective on first use, like operator[].
+  runtime::Transport& excluding(const std::string& axis) const;
   int rank() const;  // this rank's mesh rank (needs bind)
 
   // "" when shifting every rank by PERIOD along AXIS (its coordinate + PERIOD, mod the size) is a symmetry of

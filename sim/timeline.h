@@ -13,7 +13,7 @@
 // - Receive side: the flows addressed to this chip, whoever sent them (receive()). The receiver books each
 //   incoming flow on every link of its route, as a busy interval, at the earliest time >= the sender's start at
 //   which the flow fits into the gaps left by the flows it booked before; the data arrives that much later. The
-//   receiver books in a deterministic order (Transport: per exchange sorted by (sender start, source chip),
+//   receiver books in a deterministic order (Transport: per exchange sorted by (sender start, sender's group offset),
 //   across exchanges in program order), so incast into a chip (every flow that shares a switch down-link or
 //   any link near the receiver) queues, independently of MPI timing and of how chips are grouped on ranks. One
 //   sender's flows never overlap each other (send() serialized them), so where no two senders' flows overlap
