@@ -199,6 +199,61 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
 // The command line as one chip runs it (every chip of every rank parses the same arguments).
 int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args);
 
+// Holds what this process writes to standard output in an anonymous temporary file while a folded attempt with a
+// fallback runs (fold: auto, docs/performance/fold.md), so that a fallback runs again without printing twice.
+// Nothing is held (output goes straight through) when ON is false or the temporary file cannot be made.
+class StdoutHold {
+ public:
+  explicit StdoutHold(bool on) {
+    if (!on) return;
+    std::cout.flush();
+    std::fflush(stdout);
+    tmp_ = std::tmpfile();
+    if (!tmp_) return;
+    saved_ = ::dup(STDOUT_FILENO);
+    if (saved_ < 0 || ::dup2(::fileno(tmp_), STDOUT_FILENO) < 0) {
+      if (saved_ >= 0) ::close(saved_);
+      std::fclose(tmp_);
+      tmp_ = nullptr;
+    }
+  }
+  StdoutHold(const StdoutHold&) = delete;
+  StdoutHold& operator=(const StdoutHold&) = delete;
+  ~StdoutHold() { (void)restore(true); }
+  // Standard output back where it was; KEEP: what was held is written to it. False if holding or copying failed
+  // (a full temporary directory, a closed pipe).
+  bool restore(bool keep) {
+    if (!tmp_) return true;
+    std::cout.flush();
+    bool ok = std::fflush(stdout) == 0 && !std::ferror(stdout);
+    std::clearerr(stdout);
+    ok = ::dup2(saved_, STDOUT_FILENO) >= 0 && ok;
+    ::close(saved_);
+    const int fd = ::fileno(tmp_);
+    if (keep && ok && ::lseek(fd, 0, SEEK_SET) == 0) {
+      char buf[1 << 16];
+      for (ssize_t n; ok && (n = ::read(fd, buf, sizeof buf)) != 0;) {
+        if (n < 0) {
+          ok = errno == EINTR;
+          continue;
+        }
+        for (ssize_t off = 0; ok && off < n;) {
+          const ssize_t w = ::write(STDOUT_FILENO, buf + off, static_cast<size_t>(n - off));
+          if (w > 0) off += w;
+          else ok = w < 0 && errno == EINTR;
+        }
+      }
+    }
+    std::fclose(tmp_);
+    tmp_ = nullptr;
+    return ok;
+  }
+
+ private:
+  std::FILE* tmp_ = nullptr;
+  int saved_ = -1;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,15 +270,36 @@ int main(int argc, char** argv) {
   std::vector<std::string> probe = args;
   const int k_all = take_chip_flags(probe, ranks, -1, kMaxFoldedChips);
   const runtime::FoldSpec fold = k_all > 1 ? apps::train_fold(probe, k_all * ranks, ranks) : runtime::FoldSpec{};
-  const int k = take_chip_flags(args, ranks, world_rank, fold.on() ? kMaxFoldedChips : kMaxChipsPerRank);
+  const std::vector<std::string> args_in = args;
+  int k = take_chip_flags(args, ranks, world_rank, fold.on() ? kMaxFoldedChips : kMaxChipsPerRank);
   if (k < 0) return kExitBadInput;
-  const int k_run = fold.on() ? fold.chips / fold.size * fold.period : k;
   // Host memory planned before any chip starts (every rank checks its own K; one line from rank 0).
-  if (const std::string why = runtime::host_memory_check(k_run, kMaxChipsPerRank); !why.empty()) {
-    if (world_rank == 0) std::fprintf(stderr, "shardsim: error: %s\n", why.c_str());
-    return kExitRuntimeFault;
+  auto memory_fits = [&](int k_run) {
+    const std::string why = runtime::host_memory_check(k_run, kMaxChipsPerRank);
+    if (!why.empty() && world_rank == 0) std::fprintf(stderr, "shardsim: error: %s\n", why.c_str());
+    return why.empty();
+  };
+  if (!memory_fits(fold.on() ? fold.chips / fold.size * fold.period : k)) return kExitRuntimeFault;
+  const auto body = [&](const runtime::World& world) { return run_cli(world, args); };
+  int code = 0;
+  {
+    StdoutHold hold(fold.on() && fold.fallback);
+    code = runtime::run_chips(k, body, fold);
+    if (!hold.restore(code != runtime::kFoldFellBack) && code != runtime::kFoldFellBack) {
+      std::fprintf(stderr, "shardsim: error: could not write the report to standard output (%s)\n",
+                   std::strerror(errno));
+      code = kExitRuntimeFault;
+    }
   }
-  const int code = runtime::run_chips(k, [&](const runtime::World& world) { return run_cli(world, args); }, fold);
+  if (code == runtime::kFoldFellBack) {  // fold: auto could not prove the replicas identical: every chip runs
+    std::fprintf(stderr, "shardsim: note: fold: auto simulates every chip: %s (docs/performance/fold.md)\n",
+                 escape_control(runtime::chips::fold_fallback_reason()).c_str());
+    args = args_in;
+    k = take_chip_flags(args, ranks, world_rank, kMaxChipsPerRank);
+    if (k < 0) return kExitBadInput;
+    if (!memory_fits(k)) return kExitRuntimeFault;
+    code = runtime::run_chips(k, body);
+  }
   g_decided_exit = code;
   return code;
 }

@@ -110,9 +110,9 @@ struct TrainSetup {
   std::string config_name;                     // the config file, for messages
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
-  // fold: on (docs/performance/fold.md). auto (the default) does not fold a train step: its gradient-norm
-  // all_reduce over every chip (one element) is not symmetric under the replica shift, so nothing is proven.
-  bool fold = false;
+  // fold: auto (the default) or on, and not --no-fold (docs/performance/fold.md): the run may be folded when
+  // train_fold's conditions hold; auto falls back to every chip where the symmetry breaks, on stops with exit 3.
+  bool fold = true;
 };
 
 // The config file (or a sweep point's text) with the run's overrides applied (run's loader).
@@ -135,7 +135,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (root.has("fold")) {
     const std::string v = root.get_string("fold");
     if (v != "auto" && v != "on" && v != "off") root.child("fold").fail("fold: '" + v + "' (auto | on | off)");
-    s.fold = v == "on";
+    s.fold = v != "off";
   }
   s.fold = s.fold && !f.no_fold;
   if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
@@ -829,8 +829,9 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
         f->validate || !f->checkpoint.empty() || !f->resume.empty())
       return {};
-    if (const ConfigNode root = train_config(*f); !root.has("fold") || root.get_string("fold") != "on")
-      return {};  // before load(): a run that does not fold builds its topology once
+    const ConfigNode root = train_config(*f);
+    const std::string mode = root.has("fold") ? root.get_string("fold") : "auto";
+    if (mode == "off") return {};  // before load(): a run that does not fold builds its topology once
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
     const int dp = chips / (s.tp * s.cp * s.pp);
@@ -841,7 +842,7 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     const sharding::DeviceMesh mesh({{"tp", s.tp}, {"cp", s.cp}, {"dp", dp}, {"pp", s.pp}}, *topo);
     const int period = mesh.replica_fold_period("dp", *topo);
     if (period < 1) return {};
-    return runtime::FoldSpec{chips, s.tp * s.cp, dp, period};
+    return runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
   } catch (...) {
     return {};  // the unfolded run reports whatever is wrong
   }

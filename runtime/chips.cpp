@@ -124,6 +124,8 @@ struct Sched {
   // Folded run (run_chips' FoldSpec): replicas > 1. World ranks g with replica(g) == 0 run (slot_of), the others
   // are mirrored.
   int fold_stride = 1, fold_size = 1, fold_period = 0, fold_replicas = 1;
+  bool fold_fallback = false;  // FoldSpec::fallback
+  std::string fold_failed;     // why the folded attempt fell back ("": it did not)
   bool folded() const { return fold_replicas > 1; }
   int dpc(int g) const { return (g / fold_stride) % fold_size; }
   int replica(int g) const { return dpc(g) / fold_period; }
@@ -249,6 +251,10 @@ struct Sched {
 };
 
 Sched* g = nullptr;
+std::string g_fold_fallback_reason;  // chips::fold_fallback_reason()
+// Thrown by fold_broken in a folded attempt with a fallback: no std::exception, so no catch of shardsim's takes it
+// on its way out of the chip's body (as a forced unwind); the chip's fiber entry does.
+struct FoldFallback {};
 
 std::string chip_list(const std::vector<int>& v) {
   std::string s;
@@ -392,10 +398,15 @@ void fold_verify(const std::string& op) {
                   std::to_string(key.src) + " was never received (a pattern the replica shift does not map onto "
                   "itself, e.g. a tree rooted at one replica)");
 }
+std::string fold_fallback_reason() { return g_fold_fallback_reason; }
 bool simulated(int chip) { return !g || g->simulated(chip); }
 int mirror_of(int chip) { return g && g->folded() ? g->shift(chip, -g->replica(chip)) : chip; }
 
 [[noreturn]] void fold_broken(const std::string& why) {
+  if (g && g->fold_fallback) {
+    if (g->fold_failed.empty()) g->fold_failed = why;
+    throw FoldFallback{};
+  }
   throw RuntimeFault("fold: " + why + " (the data-parallel replicas of this run are not provably identical; "
                      "run it unfolded with --no-fold or fold: off, docs/performance/fold.md)");
 }
@@ -794,6 +805,7 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
     s.fold_size = fold.size;
     s.fold_period = fold.period;
     s.fold_replicas = fold.size / fold.period;
+    s.fold_fallback = fold.fallback;
   }
   const int n = fold.on() ? fold.chips : k * s.wsize;
   try {  // out of host memory in the scheduler (stacks, mailboxes, maps): one line, exit 3, no unwinding of fibers
@@ -834,6 +846,9 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
                            c.code = body(world);
                          } catch (const ctx::detail::forced_unwind&) {
                            throw;
+                         } catch (const FoldFallback&) {  // the scheduler ends the attempt (run_chips)
+                           c.done = true;
+                           return std::move(c.sink);
                          } catch (const Error& e) {
                            code = e.exit_code();
                            what = e.what();
@@ -877,7 +892,9 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
         --live;
         ++s.events;
       }
+      if (!s.fold_failed.empty()) break;
     }
+    if (!s.fold_failed.empty()) break;
     if (s.progress_fn && (++progress_polls & 63) == 0) {
       const auto now = Clock::now();
       if (std::chrono::duration<double>(now - s.progress_last).count() >= s.progress_every_s) {
@@ -900,10 +917,15 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
           if (op.empty()) op = s.chips[i].op;
           who += (who.empty() ? "" : ", ") + std::to_string(s.world_of(static_cast<int>(i)));
         }
+      const std::string why = op + ": chip(s) " + who + " wait on messages from mirrored chips that no simulated "
+                              "chip sends";
+      if (s.fold_fallback) {
+        s.fold_failed = why;
+        break;
+      }
       chip_failed(s.world_of(0), kExitRuntimeFault,
-                  "fold: " + op + ": chip(s) " + who + " wait on messages from mirrored chips that no simulated chip "
-                  "sends (the data-parallel replicas of this run are not provably identical; run it unfolded with "
-                  "--no-fold or fold: off, docs/performance/fold.md)");
+                  "fold: " + why + " (the data-parallel replicas of this run are not provably identical; run it "
+                  "unfolded with --no-fold or fold: off, docs/performance/fold.md)");
     }
     if (idle && (++polls & 63) != 0) continue;
     const auto now = Clock::now();
@@ -929,6 +951,17 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
   while (!s.send_reqs.empty()) {
     s.progress();
     if (!s.send_reqs.empty()) sched_yield();
+  }
+  if (!s.fold_failed.empty()) {  // fold: auto fell back: unwind every chip's stack (their destructors run), done
+    for (size_t i = 0; i < s.chips.size(); ++i) {
+      s.cur = static_cast<int>(i);
+      s.chips[i].fib = ctx::fiber{};
+    }
+    s.cur = -1;
+    g_fold_fallback_reason = s.fold_failed;
+    g = nullptr;
+    MPI_Comm_free(&s.comm);
+    return kFoldFellBack;
   }
   int code = 0;
   for (const Chip& c : s.chips)

@@ -59,13 +59,18 @@ bool chip_mode();
 // fibers on one MPI rank); a message to a chip r replicas on is delivered to the chip r replicas back as if sent by
 // this chip's image r replicas back (the mirror), and a mirrored chip's control-plane contribution is its
 // mirror's. PERIOD < 1: not folded.
+// FALLBACK (fold: auto): a break of the symmetry ends the folded attempt instead of the job: run_chips unwinds
+// every chip and returns kFoldFellBack, and the caller runs the job again unfolded (apps/main.cpp).
 struct FoldSpec {
   int chips = 0;
   int stride = 1;
   int size = 1;
   int period = 0;
+  bool fallback = false;
   bool on() const { return period >= 1 && period < size; }
 };
+// run_chips' code for a folded attempt that fell back (FoldSpec::fallback); chips::fold_fallback_reason() says why.
+constexpr int kFoldFellBack = -1;
 
 // Runs BODY once per chip of this rank, each in its own fiber, and returns the first non-zero code any chip
 // returned (0 if none). With K == 1 BODY runs directly on World(MPI_COMM_WORLD) (no fibers, no router): nothing
@@ -82,8 +87,12 @@ int current();
 bool folded();
 bool simulated(int chip);
 int mirror_of(int chip);
-// Ends a folded run whose replicas turned out not to be provably identical: RuntimeFault (exit 3) "fold: WHY ...".
+// Ends a folded run whose replicas turned out not to be provably identical: RuntimeFault (exit 3) "fold: WHY ...",
+// or with FoldSpec::fallback the folded attempt: it then throws a private type that no catch of shardsim's takes
+// (none catches (...) without rethrowing on a chip's path), and run_chips returns kFoldFellBack.
 [[noreturn]] void fold_broken(const std::string& why);
+// Why the last folded attempt fell back ("" if it did not).
+std::string fold_fallback_reason();
 // A folded run, at a point where every chip has received every message of the work before it (after an agreement
 // over all chips): fold_broken if a mirrored message is still waiting (nobody received it: the replicas were not
 // identical). No-op otherwise.

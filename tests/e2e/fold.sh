@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # e2e: folded train runs (docs/performance/fold.md). A shape-only Llama-3-405B-shaped step (TP8 x DP and
-# TP8 x PP2 x DP, ZeRO-3, 1F1B, 16-chip 4x4-torus nodes joined by a switch) at 64 and 256 chips on one rank: the
-# default does not fold it; fold: on refuses it with one line and exit 3 where the step's collectives break the
-# replica symmetry (never a wrong number); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# TP8 x PP2 x DP, ZeRO-3, 1F1B, 16-chip 4x4-torus nodes joined by a switch) at 64, 256 and 1,024 chips on one
+# rank: the default (fold: auto) folds it and its JSON report equals the unfolded run's byte for byte (the host
+# `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
+# falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
+# and one line (never a wrong number); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded; fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -46,31 +48,64 @@ topology:
 T
 }
 
-for spec in "64 1" "256 2"; do
+same_json() {  # A B WHAT: the two reports are equal, the host-side `wall` block aside
+  if python3 - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+for d in (a, b):
+    d.pop("wall", None)
+sys.exit(0 if a == b else 1)
+EOF
+  then pass "$3"; else fail "$3: $1 and $2 differ"; fi
+}
+
+for spec in "64 1 16" "256 2 32" "1024 2 32"; do
   set -- $spec
-  n=$1 pp=$2
+  n=$1 pp=$2 sim=$3
   dp=$((n / (8 * pp)))
-  e2e_case "chips=$n pp=$pp dp=$dp"
+  e2e_case "chips=$n pp=$pp dp=$dp: folded by default, byte-identical to every chip"
   topo "$n" switch
   args=(train step.yaml --topology "topo_${n}_switch.yaml" --set parallel.pp=$pp --set parallel.dp=$dp
         --set model.batch=$((dp * 2 * pp)))
   [ "$pp" -gt 1 ] && args+=(--set parallel.schedule=1f1b)
-  export SHARDSIM_PROGRESS_S=0.2  # the progress line of a long step, every 0.2 s here (default 30 s)
-  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips "$n" "${args[@]}" || continue
-  unset SHARDSIM_PROGRESS_S
-  assert_out "chips simulated +$n of $n\$" "fold: auto does not fold a train step (its gradient-norm all_reduce is not symmetric)"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips "$n" "${args[@]}" --json "folded_$n.json" || continue
+  assert_out "chips simulated +$sim of $n \(folded" "fold: auto folds the step ($sim of $n chips run)"
   assert_out "peak RSS [0-9]+ MiB, [0-9]+ scheduler events" "the host line"
+  [ "$n" -gt 64 ] && export SHARDSIM_PROGRESS_S=0.2  # the progress line of a long step (default every 30 s)
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips "$n" "${args[@]}" --no-fold --json "full_$n.json" || continue
+  unset SHARDSIM_PROGRESS_S
+  assert_out "chips simulated +$n of $n\$" "--no-fold runs every chip"
   [ "$n" -gt 64 ] && assert_out "^shardsim: train: step 1 of 1 in progress, .* scheduler events, [0-9]+ s elapsed \(wall\)" "progress line"
-  # fold: on: the step's collectives are not symmetric under the replica shift (the dp groups' bidirectional
-  # rings book ties in chip order; the gradient norm's one-element all_reduce): one line, exit 3, no wrong number.
-  for alg in auto ring; do
-    expect_exit 3 '^shardsim: error on chip [0-9]+: fold: .*not provably identical' -- \
-      shardsim_mpi 1 --chips "$n" "${args[@]}" --set parallel.algorithm=$alg --set fold=on || continue
-    assert_out_count '^shardsim: error' 1 "one error line ($alg)"
-  done
-  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips "$n" "${args[@]}" --set fold=on --no-fold
-  assert_out "chips simulated +$n of $n\$" "--no-fold wins over fold: on"
+  same_json "folded_$n.json" "full_$n.json" "folded and unfolded reports are byte-identical at $n chips"
 done
+
+e2e_case "replicas not provably identical: auto falls back to every chip, on stops with exit 3"
+n=64
+args=(train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --set model.batch=16
+      --set parallel.algorithm=halving_doubling)
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --json fallback.json
+assert_out_count '^shardsim: note: fold: auto simulates every chip: .*mirrored chips' 1 "one note says why"
+assert_out "chips simulated +64 of 64\$" "the fallback ran every chip"
+assert_out_count '^DONE' 1 "the report is printed once"
+assert_out_count 'sim_step_us' 1 "the step table's header is printed once"
+cp "$E2E_STDOUT" fallback.stdout
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --no-fold --json nofold.json
+same_json fallback.json nofold.json "the fallback's report equals --no-fold's"
+if diff <(grep -Ev '^ *(total|peak RSS)' fallback.stdout) <(grep -Ev '^ *(total|peak RSS)' "$E2E_STDOUT") >/dev/null; then
+  pass "the fallback's standard output equals --no-fold's (host lines aside)"
+else
+  fail "the fallback's standard output differs from --no-fold's"
+fi
+expect_exit 3 '^shardsim: error on chip [0-9]+: fold: .*not provably identical' -- \
+  shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on
+assert_out_count '^shardsim: error' 1 "fold: on: one error line"
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on --no-fold
+assert_out "chips simulated +$n of $n\$" "--no-fold wins over fold: on"
+topo 8192 switch
+expect_exit 2 'at most 4096 per rank' -- shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_switch.yaml \
+  --set parallel.dp=1024 --set model.batch=2048 --set model.layers=1 --set parallel.algorithm=halving_doubling
+assert_out_count '^shardsim: note: fold: auto simulates every chip' 1 \
+  "a fallback beyond one rank's chip limit: the note, then the limit, exit 2"
 
 e2e_case "not provably symmetric: not folded, even with fold: on"
 topo 64 line
