@@ -329,7 +329,8 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--collective", f->collective,
                   "NAME: the collective of every log without a 'Collective test starting' line; FILE=NAME: that "
                   "log's (must agree with its line); repeatable");
-  sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed)");
+  sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed; in_switch also fits the "
+                  "switch's reduction bandwidth and latency)");
   sub->add_option("--protocols", f->protocols,
                   "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
                   "fitted size (NCCL's LL/LL128 vs Simple)");
@@ -347,7 +348,8 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
                   "the fit (a held-out size range)");
   sub->add_flag("--strict", f->strict,
                 "exit 2 when the fit is physically impossible (efficiency above 1, latency at 0, a low-latency "
-                "protocol slower than the bandwidth one at its threshold); without it these are warnings");
+                "protocol slower than the bandwidth one at its threshold, a reduction bandwidth above the switch "
+                "ports' line-rate sum, a reduction latency at 0); without it these are warnings");
   sub->add_option("--json", f->json, "also write the fit and every row as JSON")
       ->each([f](const std::string&) { f->json_given = true; });
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")
