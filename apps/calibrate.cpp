@@ -114,6 +114,18 @@ nlohmann::json calibration_json(const collectives::Calibration& cal, const std::
             {"call_overhead_ns", cal.call_overhead_ns},
             {"rms_rel_error", cal.rms_rel_error},
             {"warnings", cal.warnings}};
+  if (cal.reduction)
+    j["reduction"] = {{"bandwidth_gbps", cal.reduction_bandwidth_gbps},
+                      {"latency_ns", cal.reduction_latency_ns},
+                      {"link_latency_held", cal.link_latency_held}};
+  json algorithms = json::array();
+  for (const auto& u : cal.algorithms)
+    algorithms.push_back({{"file", u.file},
+                          {"collective", collectives::collective_name(u.collective)},
+                          {"bytes", u.bytes},
+                          {"algorithm", u.algorithm},
+                          {"channels", u.channels}});
+  j["algorithms"] = algorithms;
   if (cal.low_latency)
     j["low_latency"] = {{"max_bytes", proto.low_latency_max_bytes},
                         {"efficiency", cal.low_latency_efficiency},
@@ -143,6 +155,46 @@ nlohmann::json calibration_json(const collectives::Calibration& cal, const std::
   }
   j["rows"] = rows;
   return j;
+}
+
+// The fitted parameters of CAL, one line each (and the warnings), as `calibrate` prints them.
+void print_fit(const collectives::Calibration& cal, const CalibrateFlags& f, bool no_fit) {
+  if (no_fit)
+    std::printf("no fit: every row predicted on the topology as given (a = b = 1)\n");
+  else
+    std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
+              "step(s)%s\n",
+              cal.latency_factor, cal.bandwidth_factor, cal.iterations,
+              cal.low_latency ? " (bandwidth protocol; the low-latency one below)" : "");
+  const auto& dims = cal.fitted.dim_specs();
+  const auto& proto = cal.fitted.protocol();
+  for (size_t d = 0; d < dims.size(); ++d)
+    std::printf("  dim%zu %-15s %3d chips  latency %.6g ns  bandwidth %.6g GB/s effective (line rate %.6g GB/s x "
+                "efficiency %.6g; per direction, GB = 1e9 B)\n",
+                d, topology::dim_kind_name(dims[d].kind).c_str(), dims[d].size, dims[d].link.latency_ns,
+                dims[d].link.bandwidth_gbps * proto.efficiency, dims[d].link.bandwidth_gbps, proto.efficiency);
+  if (cal.low_latency)
+    std::printf("  low-latency protocol for messages <= %.0f B: latency x %.6g, efficiency %.6g\n",
+                proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
+  if (f.fit_overhead)
+    std::printf("  message overhead o = %.6g ns per message (at the sender, once, not per hop)\n",
+                cal.message_overhead_ns);
+  if (f.fit_call_overhead)
+    std::printf("  call overhead c = %.6g ns per collective call (once, on every chip, before the first step)\n",
+                cal.call_overhead_ns);
+  if (cal.reduction)
+    std::printf("  in-switch reduction R = %.6g GB/s (of result, per switch), latency alpha_R = %.6g ns%s\n",
+                cal.reduction_bandwidth_gbps, cal.reduction_latency_ns,
+                cal.link_latency_held ? "; a held at 1: every in_switch row pays two link hops and one alpha_R at "
+                                        "every size, so the rows cannot split that intercept (alpha_R took it)"
+                                      : "");
+  for (const auto& u : cal.algorithms)
+    if (u.channels > 1 || u.algorithm != f.algorithm)
+      std::printf("# algorithm: %s (%s) at %s ran %s%s\n", u.file.c_str(),
+                  collectives::collective_name(u.collective).c_str(), human_bytes(u.bytes).c_str(),
+                  u.algorithm.c_str(),
+                  u.channels > 1 ? (" on " + std::to_string(u.channels) + " channels (rings at once)").c_str() : "");
+  for (const auto& w : cal.warnings) std::printf("warning: physically impossible fit: %s\n", w.c_str());
 }
 
 int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
@@ -206,30 +258,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                 "algorithm %s; rows >= %s%s%s fitted\n",
                 f.algorithm.c_str(), human_bytes(opt.min_bytes).c_str(), opt.max_bytes > 0 ? " and <= " : "",
                 opt.max_bytes > 0 ? human_bytes(opt.max_bytes).c_str() : "");
-    if (fit.empty())
-      std::printf("no fit: every row predicted on the topology as given (a = b = 1)\n");
-    else
-      std::printf("fit   a = %.6g (latency), b = %.6g (bandwidth = efficiency of the file's line rate), %d Gauss-Newton "
-                "step(s)%s\n",
-                cal.latency_factor, cal.bandwidth_factor, cal.iterations,
-                cal.low_latency ? " (bandwidth protocol; the low-latency one below)" : "");
-    const auto& dims = cal.fitted.dim_specs();
-    const auto& proto = cal.fitted.protocol();
-    for (size_t d = 0; d < dims.size(); ++d)
-      std::printf("  dim%zu %-15s %3d chips  latency %.6g ns  bandwidth %.6g GB/s effective (line rate %.6g GB/s x "
-                  "efficiency %.6g; per direction, GB = 1e9 B)\n",
-                  d, topology::dim_kind_name(dims[d].kind).c_str(), dims[d].size, dims[d].link.latency_ns,
-                  dims[d].link.bandwidth_gbps * proto.efficiency, dims[d].link.bandwidth_gbps, proto.efficiency);
-    if (cal.low_latency)
-      std::printf("  low-latency protocol for messages <= %.0f B: latency x %.6g, efficiency %.6g\n",
-                  proto.low_latency_max_bytes, proto.low_latency_latency_factor, proto.low_latency_efficiency);
-    if (f.fit_overhead)
-      std::printf("  message overhead o = %.6g ns per message (at the sender, once, not per hop)\n",
-                  cal.message_overhead_ns);
-    if (f.fit_call_overhead)
-      std::printf("  call overhead c = %.6g ns per collective call (once, on every chip, before the first step)\n",
-                  cal.call_overhead_ns);
-    for (const auto& w : cal.warnings) std::printf("warning: physically impossible fit: %s\n", w.c_str());
+    print_fit(cal, f, fit.empty());
     std::printf("#\n#  %-28s %-15s %12s %12s %12s %8s %10s %10s  %s\n", "file:line", "collective", "size (B)",
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
@@ -280,7 +309,8 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       if (world.rank() != 0) return;
       std::string text = "# written by shardsim calibrate: the topology with every link latency x " +
                          std::to_string(cal.latency_factor) + " and bandwidth x " +
-                         std::to_string(cal.bandwidth_factor) + "\n";
+                         std::to_string(cal.bandwidth_factor) +
+                         (cal.reduction ? ", the switch's reduction as fitted" : "") + "\n";
       write_file(f.out, text + collectives::topology_yaml(cal.fitted));
     });
     if (world.rank() == 0) std::printf("wrote %s (use it with --topology)\n", f.out.c_str());
@@ -299,7 +329,8 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
   sub->add_option("--collective", f->collective,
                   "NAME: the collective of every log without a 'Collective test starting' line; FILE=NAME: that "
                   "log's (must agree with its line); repeatable");
-  sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed)");
+  sub->add_option("--algorithm", f->algorithm, "the schedule the measured library ran (default ring; auto allowed; in_switch also fits the "
+                  "switch's reduction bandwidth and latency)");
   sub->add_option("--protocols", f->protocols,
                   "1 (default): one latency and bandwidth for all sizes; 2: also fit a low-latency protocol below a "
                   "fitted size (NCCL's LL/LL128 vs Simple)");
@@ -317,7 +348,8 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
                   "the fit (a held-out size range)");
   sub->add_flag("--strict", f->strict,
                 "exit 2 when the fit is physically impossible (efficiency above 1, latency at 0, a low-latency "
-                "protocol slower than the bandwidth one at its threshold); without it these are warnings");
+                "protocol slower than the bandwidth one at its threshold, a reduction bandwidth above the switch "
+                "ports' line-rate sum, a reduction latency at 0); without it these are warnings");
   sub->add_option("--json", f->json, "also write the fit and every row as JSON")
       ->each([f](const std::string&) { f->json_given = true; });
   sub->add_option("--out", f->out, "write the fitted topology here (YAML for --topology)")

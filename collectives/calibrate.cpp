@@ -1,4 +1,7 @@
 #include "collectives/calibrate.h"
+#include "collectives/calibrate_fitter.h"
+#include "collectives/multi_ring.h"
+#include "collectives/rail_ring.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,30 +25,53 @@ std::string algorithm_for(Collective c, const std::string& wanted) {
 
 }  // namespace
 
+namespace {
+
+// The algorithm ALGORITHM (or `auto`'s choice) resolves to for C of BYTES on T; ConfigError when it cannot run.
+std::string resolve(const runtime::Transport& t, const topology::Topology& topo, Collective c,
+                    const std::string& algorithm, double bytes, size_t chunk_bytes) {
+  std::string a = algorithm_for(c, algorithm);
+  if (a == "auto") {
+    CollectiveOptions o;
+    o.chunk_bytes = chunk_bytes;
+    return choose(c, o, t, bytes).algorithm;
+  }
+  if (const std::string why = obstacle(c, a, t); !why.empty())
+    throw ConfigError(collective_name(c) + ": algorithm '" + a + "' cannot run on " + topo.describe() + ": " + why +
+                      " (choose another with --algorithm)");
+  return a;
+}
+
+}  // namespace
+
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
                   const EstimateGroup& tp, size_t chunk_bytes) {
   const int chip = tp.rank_to_chip.at(static_cast<size_t>(tp.world->rank()));
   sim::Timeline timeline(chip, topo, sim::device_preset("generic"), /*record_events=*/false);
   runtime::Transport t(*tp.world, timeline, tp.rank_to_chip);
-  std::string a = algorithm_for(c, algorithm);
-  if (a == "auto") {
-    CollectiveOptions o;
-    o.chunk_bytes = chunk_bytes;
-    a = choose(c, o, t, bytes).algorithm;
-  } else if (const std::string why = obstacle(c, a, t); !why.empty()) {
-    throw ConfigError(collective_name(c) + ": algorithm '" + a + "' cannot run on " + topo.describe() + ": " + why +
-                      " (choose another with --algorithm)");
-  }
+  const std::string a = resolve(t, topo, c, algorithm, bytes, chunk_bytes);
   return estimate_ns(c, a, t, bytes, chunk_bytes) / 1e3;
+}
+
+AlgorithmUse resolve_algorithm(const topology::Topology& topo, Collective c, const std::string& algorithm,
+                               double bytes, const EstimateGroup& tp, size_t chunk_bytes) {
+  const int chip = tp.rank_to_chip.at(static_cast<size_t>(tp.world->rank()));
+  sim::Timeline timeline(chip, topo, sim::device_preset("generic"), /*record_events=*/false);
+  runtime::Transport t(*tp.world, timeline, tp.rank_to_chip);
+  AlgorithmUse u;
+  u.collective = c;
+  u.bytes = bytes;
+  u.algorithm = resolve(t, topo, c, algorithm, bytes, chunk_bytes);
+  if (u.algorithm == "multi_ring") u.channels = static_cast<int>(multi_ring::cycles(t.size()).size());
+  if (u.algorithm == "rail_ring") u.channels = static_cast<int>(rail_ring::cycles(t).size());
+  return u;
 }
 
 namespace {
 
-struct Point {
-  const NcclLog* log;
-  NcclRow row;
-  bool fitted;
-};
+using calib::Point;
+using calib::solve_n;
+using calib::with_protocol;
 
 struct Fit2 {
   double a = 1, inv_b = 1, cost = 0;
@@ -135,30 +161,6 @@ topology::Topology with_overhead(const topology::Topology& topo, double o) {
   return t;
 }
 
-// Solves the NxN system M x = V (Gaussian elimination with partial pivoting); false when singular.
-bool solve_n(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>& x) {
-  const size_t n = v.size();
-  for (size_t c = 0; c < n; ++c) {
-    size_t piv = c;
-    for (size_t r = c + 1; r < n; ++r)
-      if (std::fabs(m[r][c]) > std::fabs(m[piv][c])) piv = r;
-    if (!(std::fabs(m[piv][c]) > 1e-300)) return false;
-    std::swap(m[piv], m[c]);
-    std::swap(v[piv], v[c]);
-    for (size_t r = c + 1; r < n; ++r) {
-      const double f = m[r][c] / m[c][c];
-      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
-      v[r] -= f * v[c];
-    }
-  }
-  x.assign(n, 0);
-  for (size_t c = n; c-- > 0;) {
-    double s = v[c];
-    for (size_t k = c + 1; k < n; ++k) s -= m[c][k] * x[k];
-    x[c] = s / m[c][c];
-  }
-  return std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); });
-}
 
 std::vector<std::vector<double>> to_matrix(const double m[3][3]) {
   return {{m[0][0], m[0][1], m[0][2]}, {m[1][0], m[1][1], m[1][2]}, {m[2][0], m[2][1], m[2][2]}};
@@ -251,305 +253,64 @@ Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points,
   return f;
 }
 
-// TOPO with link latencies x A and the protocol's efficiency B (the links keep their line rate; when B > 1 the
-// measurement beat the file's line rate, so the links' bandwidth is raised instead and the efficiency is 1).
-topology::Topology with_protocol(const topology::Topology& topo, double a, double b, const topology::Protocol* ll) {
-  double scale = std::max(1.0, b);
-  if (ll) scale = std::max(scale, ll->low_latency_efficiency);
-  topology::Topology t = topo.scaled(a, scale);
-  topology::Protocol p;
-  p.efficiency = b / scale;
-  if (ll) {
-    p.low_latency_max_bytes = ll->low_latency_max_bytes;
-    p.low_latency_efficiency = ll->low_latency_efficiency / scale;
-    p.low_latency_latency_factor = ll->low_latency_latency_factor;
-  }
-  t.set_protocol(p);
-  return t;
+
+// An all_reduce through the switch cannot tell which of the links (effective rate E = b x line rate) and the
+// switch (R) bounds it: with m pieces of P = S/m bytes it takes 2 P/E + S/R when R <= E and S/E + P/R + P/E when
+// R >= E, so (E, R) and its mirror (E', R') with 2/E = 1/R' + 1/E' and E' = R give the same time at every size
+// (collectives/in_switch.h's closed form). Refits from the mirror of F; ConfigError naming both when the mirror fits
+// the rows as well and differs by more than 1 % (rows of a collective that moves no reduction, all_gather, or of
+// another algorithm pin E and break the tie).
+void refuse_mirror(const calib::Fitter& cf, const calib::FitC& f, const topology::Topology& topo, size_t rows) {
+  const topology::Dim* dim = nullptr;
+  for (const auto& d : topo.dim_specs())
+    if (d.reduction.enabled && !dim) dim = &d;
+  if (!dim) return;
+  const double line = dim->link.bandwidth_gbps, r_file = dim->reduction.rate.bandwidth_gbps;
+  const size_t ri = cf.rate_index();
+  const double e = line / f.x[1], r = r_file / f.x[ri];
+  double e2 = 0, r2 = 0;
+  if (r >= e) e2 = 2 / (1 / r + 1 / e), r2 = e;             // link-bound: the switch-bound mirror
+  else if (r > e / 2) e2 = r, r2 = 1 / (2 / e - 1 / r);     // switch-bound: the link-bound mirror
+  else return;                                              // R < E/2: no mirror
+  std::vector<double> x = f.x;
+  x[1] = line / e2, x[ri] = r_file / r2;
+  const calib::FitC g = cf.fit_from(x);
+  const double n = static_cast<double>(std::max<size_t>(rows, 1));
+  const double rms = std::sqrt(f.cost / n), rms2 = std::sqrt(g.cost / n);
+  const double e3 = line / g.x[1], r3 = r_file / g.x[ri];
+  const bool differs = std::fabs(e3 / e - 1) > 0.01 || std::fabs(r3 / r - 1) > 0.01;
+  if (differs && rms2 <= 1.2 * rms + 1e-4)
+    throw ConfigError("calibrate: the rows cannot tell whether the links or the switch's reduction bound them: links " +
+                      format_number(e) + " GB/s with reduction " + format_number(r) + " GB/s (rms " +
+                      format_number(100 * rms) + " %) and links " + format_number(e3) + " GB/s with reduction " +
+                      format_number(r3) + " GB/s (rms " + format_number(100 * rms2) + " %) fit them alike (an "
+                      "in_switch all_reduce takes 2P/E + S/R or S/E + P/R + P/E). Fit an all_gather log run through "
+                      "the switch with it (it moves no reduction, so it pins the links)");
 }
 
-
-using Matrix = std::vector<std::vector<double>>;
-
-// The part of column Q of the Gram matrix G that the other columns cannot express, relative to its length:
-// 1 - R^2 of regressing column Q on the others (0: Q is a combination of them, so not identifiable).
-double separation(const Matrix& g, size_t q) {
-  if (!(g[q][q] > 0)) return 0;
-  Matrix m;
-  std::vector<double> v, beta;
-  for (size_t r = 0; r < g.size(); ++r) {
-    if (r == q) continue;
-    std::vector<double> row;
-    for (size_t c = 0; c < g.size(); ++c)
-      if (c != q) row.push_back(g[r][c]);
-    m.push_back(row);
-    v.push_back(g[r][q]);
-  }
-  if (m.empty()) return 1;
-  if (!solve_n(m, v, beta)) return 0;  // the others are degenerate already
-  double explained = 0;
-  for (size_t i = 0; i < v.size(); ++i) explained += v[i] * beta[i];
-  return std::max(0.0, 1 - explained / g[q][q]);
+// Whether the fitted rows run the in-switch reduction (by --algorithm in_switch, or auto choosing it on the file's
+// topology): its bandwidth and latency are then fitted too.
+bool runs_in_switch(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
+                    const CalibrationOptions& options, const EstimateGroup& tp) {
+  if (!calib::has_reduction(topo)) return false;
+  return std::any_of(idx.begin(), idx.end(), [&](size_t i) {
+    return resolve_algorithm(topo, points[i].log->collective, options.algorithm, points[i].row.bytes, tp,
+                             options.chunk_bytes)
+               .algorithm == "in_switch";
+  });
 }
 
-// TOPO with its protocol's per-message overhead O and per-call overhead C (ns).
-topology::Topology with_costs(topology::Topology t, double o_ns, double c_ns) {
-  topology::Protocol p = t.protocol();
-  p.message_overhead_ns = o_ns;
-  p.call_overhead_ns = c_ns;
-  t.set_protocol(p);
-  return t;
+// What LOG's largest row ran on the fitted topology TOPO, with its channel count (calibrate.h, AlgorithmUse).
+AlgorithmUse largest_row_algorithm(const topology::Topology& topo, const NcclLog& log,
+                                   const CalibrationOptions& options, const EstimateGroup& tp) {
+  double largest = 0;
+  for (const auto& r : log.rows) largest = std::max(largest, r.bytes);
+  AlgorithmUse u = resolve_algorithm(topo, log.collective, options.algorithm, largest, tp, options.chunk_bytes);
+  u.file = log.file;
+  return u;
 }
 
-// The fit with the per-call overhead c (fit_call_overhead; calibrate.h). Parameters x: protocols 1: a, 1/b, c
-// [, o]; protocols 2: a_lo, 1/b_lo, a, 1/b, c (lo: the rows below the split). o and c in us.
-struct FitC {
-  std::vector<double> x;
-  double cost = 0;
-  int iterations = 0;
-  double split_lo = 0, split_hi = 0;  // protocols 2
-  bool ok = false;
-};
-
-class CallFitter {
- public:
-  CallFitter(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
-             const CalibrationOptions& options, const EstimateGroup& tp)
-      : topo_(topo), points_(points), idx_(idx), opt_(options), tp_(tp) {
-    // The linear model's basis per fitted row (us): L = the file's latencies at unlimited bandwidth, W = zero
-    // latency at the file's bandwidth, M = 1 us of overhead per message alone, per us; c's column is 1.
-    const double huge_bw = 1e12, o_unit = 1000;
-    for (size_t i : idx_) {
-      const auto& p = points_[i];
-      Basis b;
-      b.L = predict_us(topo_.scaled(1, huge_bw), p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
-      b.W = predict_us(topo_.scaled(0, 1), p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
-      if (opt_.fit_overhead)
-        b.M = predict_us(with_costs(topo_.scaled(0, huge_bw), o_unit, 0), p.log->collective, opt_.algorithm,
-                         p.row.bytes, tp_, opt_.chunk_bytes);
-      basis_.push_back(b);
-    }
-  }
-
-  // Refuses (ConfigError) when c, or o, cannot be told from the other parameters over every fitted row with one
-  // protocol (a split into two protocols only adds parameters).
-  void check_identifiable() const {
-    // One protocol's columns: L, W, 1 [, M].
-    const size_t n = opt_.fit_overhead ? 4 : 3;
-    Matrix g(n, std::vector<double>(n, 0));
-    for (size_t k = 0; k < idx_.size(); ++k) {
-      const double inv = 1 / points_[idx_[k]].row.time_us;
-      const double r[4] = {basis_[k].L * inv, basis_[k].W * inv, inv, basis_[k].M * inv};
-      for (size_t i = 0; i < n; ++i)
-        for (size_t j = 0; j < n; ++j) g[i][j] += r[i] * r[j];
-    }
-    if (!(separation(g, 2) > 1e-9))
-      throw ConfigError(
-          "calibrate --fit-call-overhead: the per-call overhead cannot be told from the latency in these rows: every "
-          "fitted row's latency term is the same multiple of the link latency (one unpipelined schedule of one "
-          "collective at one chip count: steps x hops x alpha for every size), so c and a x L are one intercept. "
-          "Fit logs of collectives with different step counts together (e.g. all_reduce_perf and all_gather_perf "
-          "logs: 2(p-1) and p-1 ring steps), or fit without --fit-call-overhead (the latency then absorbs it)");
-    if (opt_.fit_overhead && !(separation(g, 3) > 1e-9))
-      throw ConfigError(
-          "calibrate --fit-overhead: the per-message overhead cannot be told from the latency and the per-call "
-          "overhead in these rows (every fitted row charges messages and hop latencies in one ratio); fit without "
-          "--fit-overhead or give rows where the ratio differs (--chunk-bytes)");
-  }
-
-  FitC fit() const {
-    FitC best;
-    if (opt_.protocols == 1) {
-      best = linear(0);
-    } else {
-      std::vector<double> sizes;
-      for (size_t i : idx_) sizes.push_back(points_[i].row.bytes);
-      std::sort(sizes.begin(), sizes.end());
-      sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-      best.cost = std::numeric_limits<double>::infinity();
-      for (size_t k = 1; k < sizes.size(); ++k) {
-        size_t lo = 0;
-        for (size_t i : idx_) lo += points_[i].row.bytes < sizes[k];
-        if (lo < 2 || idx_.size() - lo < 2) continue;
-        FitC f = linear(sizes[k]);
-        if (f.ok && f.cost < best.cost) {
-          best = f;
-          best.split_lo = sizes[k - 1], best.split_hi = sizes[k];
-        }
-      }
-      if (!best.ok)
-        throw ConfigError("calibrate: --protocols 2 --fit-call-overhead needs at least two fitted rows of distinct "
-                          "sizes on each side of some split where the per-call overhead is identifiable");
-    }
-    refine(best);
-    return best;
-  }
-
-  // The fitted topology of parameters X (protocols 2: with the low-latency protocol below F's split).
-  topology::Topology build(const std::vector<double>& x, const FitC& f) const {
-    const double c_ns = x[kC] * 1000, o_ns = opt_.fit_overhead && opt_.protocols == 1 ? x[3] * 1000 : 0;
-    if (opt_.protocols == 1) return with_costs(with_protocol(topo_, x[0], 1 / x[1], nullptr), o_ns, c_ns);
-    topology::Protocol ll;
-    ll.low_latency_max_bytes = std::floor((f.split_lo + f.split_hi) / 2 / topo_.num_chips());
-    ll.low_latency_efficiency = 1 / x[1];
-    const double a_hi = std::max(x[3], 1e-9);
-    ll.low_latency_latency_factor = std::min(x[0] / a_hi, 1e6);
-    return with_costs(with_protocol(topo_, a_hi, 1 / x[4], &ll), 0, c_ns);
-  }
-
-  static constexpr size_t kC = 2;  // protocols 1: a, 1/b, c, [o]; protocols 2: a_lo, 1/b_lo, c, a, 1/b
-
- private:
-  struct Basis {
-    double L = 0, W = 0, M = 0;
-  };
-  size_t nparams() const { return opt_.protocols == 2 ? 5 : (opt_.fit_overhead ? 4 : 3); }
-
-  // Per fitted row its design row, divided by the measured time (relative errors). Protocols 2: rows below
-  // SPLIT_SIZE use the low-latency columns.
-  Matrix rows(double split_size) const {
-    Matrix out;
-    for (size_t k = 0; k < idx_.size(); ++k) {
-      const auto& b = basis_[k];
-      const double inv = 1 / points_[idx_[k]].row.time_us;
-      std::vector<double> r(nparams(), 0);
-      r[kC] = inv;
-      if (opt_.protocols == 1) {
-        r[0] = b.L * inv, r[1] = b.W * inv;
-        if (opt_.fit_overhead) r[3] = b.M * inv;
-      } else if (points_[idx_[k]].row.bytes < split_size) {
-        r[0] = b.L * inv, r[1] = b.W * inv;
-      } else {
-        r[3] = b.L * inv, r[4] = b.W * inv;
-      }
-      out.push_back(r);
-    }
-    return out;
-  }
-
-  // Weighted linear least squares of the basis model (exact for ring-family schedules), parameters that come out
-  // negative (a, c, o) fixed at 0 and the rest refitted.
-  FitC linear(double split_size) const {
-    const Matrix design = rows(split_size);
-    const size_t n = nparams();
-    std::vector<bool> fixed(n, false);
-    FitC f;
-    for (int round = 0; round < 8; ++round) {
-      Matrix g;
-      std::vector<double> v;
-      std::vector<size_t> free;
-      for (size_t i = 0; i < n; ++i)
-        if (!fixed[i]) free.push_back(i);
-      for (size_t i : free) {
-        std::vector<double> row;
-        double vi = 0;
-        for (size_t j : free) {
-          double s = 0;
-          for (const auto& r : design) s += r[i] * r[j];
-          row.push_back(s);
-        }
-        for (const auto& r : design) vi += r[i];
-        g.push_back(row);
-        v.push_back(vi);
-      }
-      std::vector<double> sol;
-      if (!solve_n(g, v, sol)) return f;
-      f.x.assign(n, 0);
-      for (size_t k = 0; k < free.size(); ++k) f.x[free[k]] = sol[k];
-      bool changed = false;
-      for (size_t i = 0; i < n; ++i)
-        if (!fixed[i] && !is_inverse_bandwidth(i) && f.x[i] < 0) fixed[i] = changed = true;
-      if (!changed) break;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (is_inverse_bandwidth(i) && !(f.x[i] > 0)) f.x[i] = 1;
-      if (!is_inverse_bandwidth(i)) f.x[i] = std::max(0.0, f.x[i]);
-    }
-    f.cost = 0;
-    for (const auto& r : design) {
-      double pred = 0;
-      for (size_t i = 0; i < n; ++i) pred += r[i] * f.x[i];
-      f.cost += (pred - 1) * (pred - 1);
-    }
-    f.ok = true;
-    return f;
-  }
-  bool is_inverse_bandwidth(size_t i) const { return i == 1 || (opt_.protocols == 2 && i == 4); }
-
-  double cost(const std::vector<double>& x, const FitC& f) const {
-    const topology::Topology t = build(x, f);
-    double sum = 0;
-    for (size_t i : idx_) {
-      const auto& p = points_[i];
-      const double r =
-          (predict_us(t, p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes) - p.row.time_us) /
-          p.row.time_us;
-      sum += r * r;
-    }
-    return sum;
-  }
-
-  // Gauss-Newton with step halving on the full replay (refines where a max over paths, `auto` or the protocol
-  // threshold makes the model piecewise), a, c, o kept >= 0 and 1/b > 0.
-  void refine(FitC& f) const {
-    const size_t n = f.x.size();
-    f.cost = cost(f.x, f);
-    for (int it = 0; it < 30; ++it) {
-      f.iterations = it + 1;
-      const topology::Topology base_t = build(f.x, f);
-      std::vector<topology::Topology> moved;
-      std::vector<double> h(n);
-      for (size_t q = 0; q < n; ++q) {
-        h[q] = std::max(std::fabs(f.x[q]), 1e-3) * 1e-4;
-        std::vector<double> y = f.x;
-        y[q] += h[q];
-        moved.push_back(build(y, f));
-      }
-      Matrix jtj(n, std::vector<double>(n, 0));
-      std::vector<double> jtr(n, 0);
-      for (size_t i : idx_) {
-        const auto& p = points_[i];
-        auto pred = [&](const topology::Topology& t) {
-          return predict_us(t, p.log->collective, opt_.algorithm, p.row.bytes, tp_, opt_.chunk_bytes);
-        };
-        const double t = p.row.time_us, v = pred(base_t), r = (v - t) / t;
-        std::vector<double> d(n);
-        for (size_t q = 0; q < n; ++q) d[q] = (pred(moved[q]) - v) / h[q] / t;
-        for (size_t q = 0; q < n; ++q) {
-          jtr[q] -= d[q] * r;
-          for (size_t c = 0; c < n; ++c) jtj[q][c] += d[q] * d[c];
-        }
-      }
-      std::vector<double> step;
-      if (!solve_n(jtj, jtr, step)) break;
-      bool improved = false;
-      for (double k = 1; k > 1e-3; k /= 2) {
-        std::vector<double> y = f.x;
-        bool valid = true;
-        for (size_t q = 0; q < n; ++q) {
-          y[q] += k * step[q];
-          if (is_inverse_bandwidth(q)) valid = valid && y[q] > 0;
-          else y[q] = std::max(0.0, y[q]);
-        }
-        if (!valid) continue;
-        const double c1 = cost(y, f);
-        if (c1 < f.cost) {
-          improved = f.cost - c1 > 1e-14 * (1 + f.cost);
-          f.x = y, f.cost = c1;
-          break;
-        }
-      }
-      if (!improved) break;
-    }
-  }
-
-  const topology::Topology& topo_;
-  const std::vector<Point>& points_;
-  const std::vector<size_t>& idx_;
-  const CalibrationOptions& opt_;
-  const EstimateGroup& tp_;
-  std::vector<Basis> basis_;
-};
+}  // namespace
 
 // What makes a fit physically impossible (calibrate.h, Calibration::warnings).
 std::vector<std::string> physical_warnings(const Calibration& cal, const CalibrationOptions& options) {
@@ -582,10 +343,23 @@ std::vector<std::string> physical_warnings(const Calibration& cal, const Calibra
                     format_number(t_bw) + " ns per " + format_number(m) + "-byte message on one link): no library "
                     "would switch to it there, so the split is an artefact of the rows (fit with --protocols 1)");
   }
+  if (cal.reduction && cal.fitted.is_grid())
+    for (const auto& d : cal.fitted.dim_specs()) {
+      if (!d.reduction.enabled) continue;
+      // The switch cannot reduce faster than its ports can feed it: p ports at the line rate each.
+      const double ports = d.size * d.link.bandwidth_gbps, r = d.reduction.rate.bandwidth_gbps;
+      if (r > ports * (1 + 1e-6))
+        out.push_back("reduction bandwidth " + format_number(r) + " GB/s is above the line-rate sum of the switch's " +
+                      std::to_string(d.size) + " ports (" + format_number(ports) + " GB/s): no switch is fed that "
+                      "fast, so the rows are not bounded by the reduction (the links bound them, or the measured "
+                      "library did not reduce in the switch: check --algorithm)");
+      if (d.reduction.rate.latency_ns < 1e-3)
+        out.push_back("reduction latency " + format_number(d.reduction.rate.latency_ns) +
+                      " ns sits at its bound 0: the rows want less than the links' own latency (the file's link "
+                      "latency is too high for them, or the measured library took fewer hops)");
+    }
   return out;
 }
-
-}  // namespace
 
 Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>& fit,
                       const std::vector<NcclLog>& held_out, const CalibrationOptions& options,
@@ -617,8 +391,12 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
   std::vector<size_t> fitted;
   for (size_t i = 0; i < points.size(); ++i)
     if (points[i].fitted) fitted.push_back(i);
+  const bool reduction = runs_in_switch(topo, points, fitted, options, tp);
+  if (reduction && options.protocols != 1)
+    throw UsageError("--protocols 2: not with an in-switch reduction fit yet (the rows run in_switch; fit with "
+                     "--protocols 1)");
   const size_t need = (options.protocols == 1 ? 2 : 4) + (options.fit_overhead ? 1 : 0) +
-                      (options.fit_call_overhead ? 1 : 0);
+                      (options.fit_call_overhead ? 1 : 0) + (reduction ? 2 : 0);
   Calibration out;
   if (fit.empty()) {
     // Prediction only: the topology as given (a = b = 1), every row held out.
@@ -631,13 +409,22 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
                       " to fit; need at least " + std::to_string(need));
 
   if (fit.empty()) {
-  } else if (options.fit_call_overhead) {
-    const CallFitter cf(topo, points, fitted, options, tp);
+  } else if (options.fit_call_overhead || reduction) {
+    calib::Fitter cf(topo, points, fitted, options, tp, reduction);
     cf.check_identifiable();
-    const FitC f = cf.fit();
-    out.call_overhead_ns = f.x[CallFitter::kC] * 1000;
+    const calib::FitC f = cf.fit();
+    out.call_overhead_ns = f.x[calib::Fitter::kC] * 1000;
     out.iterations = f.iterations;
     out.fitted = cf.build(f.x, f);
+    if (reduction) refuse_mirror(cf, f, topo, fitted.size());
+    out.reduction = reduction;
+    out.link_latency_held = cf.latency_pinned();
+    for (const auto& d : out.fitted.dim_specs())
+      if (d.reduction.enabled) {
+        out.reduction_bandwidth_gbps = d.reduction.rate.bandwidth_gbps;
+        out.reduction_latency_ns = d.reduction.rate.latency_ns;
+        break;
+      }
     if (options.protocols == 1) {
       out.latency_factor = f.x[0];
       out.bandwidth_factor = 1 / f.x[1];
@@ -709,6 +496,9 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
     out.predictions.push_back(pr);
   }
   out.rms_rel_error = fitted.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(fitted.size()));
+  for (const auto* logs : {&fit, &held_out})
+    for (const auto& log : *logs)
+      if (!log.rows.empty()) out.algorithms.push_back(largest_row_algorithm(out.fitted, log, options, tp));
   return out;
 }
 
@@ -722,6 +512,9 @@ std::string topology_yaml(const topology::Topology& topo) {
       << ", bandwidth_gbps: " << format_number(d.link.bandwidth_gbps)
       << ", latency_ns: " << format_number(d.link.latency_ns);
     if (d.kind == DimKind::ring) o << ", bidirectional: " << (d.bidirectional ? "true" : "false");
+    if (d.reduction.enabled)
+      o << ", reduction: true, reduction_bandwidth_gbps: " << format_number(d.reduction.rate.bandwidth_gbps)
+        << ", reduction_latency_ns: " << format_number(d.reduction.rate.latency_ns);
     o << "}\n";
   }
   if (const auto& p = topo.protocol(); !p.is_default()) {

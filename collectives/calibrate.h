@@ -31,6 +31,19 @@
 // steps and all_gather's or reduce_scatter's p-1) separate them; fit those together (LOG1 LOG2 ...).
 // Without fit_call_overhead c stays 0 and the fitted latency absorbs it (per step).
 //
+// In-switch reduction (collectives/in_switch.h; a topology whose switch has `reduction: true`): when the fitted
+// rows run in_switch (algorithm "in_switch", or "auto" choosing it on the file's topology for some fitted row), the
+// switch's reduction bandwidth R (GB/s of result) and latency alpha_R (ns) are two more parameters, fitted by the
+// same machinery (calibrate_fitter.h: r = R / the file's reduction_bandwidth_gbps, alpha_R in us; a linear start
+// from the replay at unlimited rates, then Gauss-Newton on the full replay, which takes the max of the links' and
+// the switch's rates per piece). Every reduction switch of the topology gets the same factor r and the same
+// alpha_R. Identifiability: an in_switch row pays two link hops and one alpha_R at every size, so a x alpha and
+// alpha_R are one intercept when every fitted row runs in_switch: then a is held at 1 (the file's link latency,
+// Calibration::link_latency_held) and alpha_R takes the rest; with fit_call_overhead c and alpha_R are one
+// intercept too (ConfigError). R and b separate through the pieces (1 MiB by default, up to 64): below 1 MiB a
+// row's link term grows with its size, from 1 to 64 MiB it stays one piece's; rows that are all >= 64 MiB cannot
+// tell R from b (ConfigError). Not with protocols = 2 (UsageError).
+//
 #pragma once
 
 #include <string>
@@ -72,6 +85,17 @@ struct Prediction {
   double rel_error() const { return (predicted_us - row.time_us) / row.time_us; }
 };
 
+// What one log's collective ran: the algorithm (auto's choice resolved) at BYTES (the log's largest row) on the
+// fitted topology, and for channel algorithms the number of rings it runs at once (multi_ring: directed
+// Walecki rings; rail_ring: one ring per rail), 1 otherwise.
+struct AlgorithmUse {
+  std::string file;
+  Collective collective = Collective::all_reduce;
+  double bytes = 0;
+  std::string algorithm;
+  int channels = 1;
+};
+
 struct Calibration {
   double latency_factor = 1;    // a: fitted latency = a x the file's latency (x 1 ns when the file's are all 0)
   double bandwidth_factor = 1;  // b: fitted bandwidth = b x the file's bandwidth ("efficiency")
@@ -86,10 +110,16 @@ struct Calibration {
   std::vector<Prediction> predictions;  // fit logs first, then held-out logs, rows in file order
   double rms_rel_error = 0;            // over the fitted rows
   double low_latency_efficiency = 0;   // protocols == 2: the low-latency protocol's fraction of the line rate
+  bool reduction = false;              // the rows ran in_switch: the reduction below was fitted
+  double reduction_bandwidth_gbps = 0;  // the fitted R (GB/s of result, GB = 1e9 B; also in fitted's switch)
+  double reduction_latency_ns = 0;      // the fitted alpha_R (ns; also in fitted's switch)
+  bool link_latency_held = false;       // a held at 1: the rows cannot tell the link latency from alpha_R
+  std::vector<AlgorithmUse> algorithms;  // per log (fit logs, then held-out), its largest row's algorithm
   // Why the fit is physically impossible, one line each (empty when it is not): an efficiency above 1 (more than
   // the file's line rate), the latency factor at its bound 0 (the rows want a negative latency), a low-latency
-  // protocol slower than the bandwidth protocol at its own threshold. `calibrate` prints them as warnings and
-  // exits 2 with --strict.
+  // protocol slower than the bandwidth protocol at its own threshold, a reduction bandwidth above the line-rate sum
+  // of the switch's ports, a reduction latency at its bound 0. `calibrate` prints them as warnings and exits 2
+  // with --strict.
   std::vector<std::string> warnings;
 };
 
@@ -107,8 +137,17 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
 double predict_us(const topology::Topology& topo, Collective c, const std::string& algorithm, double bytes,
                   const EstimateGroup& tp, size_t chunk_bytes = 0);
 
+// The algorithm ALGORITHM resolves to (auto's choice) for C of BYTES on TOPO, with its channel count
+// (AlgorithmUse; file left empty). ConfigError when the algorithm cannot run there.
+AlgorithmUse resolve_algorithm(const topology::Topology& topo, Collective c, const std::string& algorithm,
+                               double bytes, const EstimateGroup& tp, size_t chunk_bytes = 0);
+
+// Why CAL (a fit with OPTIONS) is physically impossible, one line each (Calibration::warnings; empty when it is
+// not). Reads CAL's factors, flags and fitted topology only.
+std::vector<std::string> physical_warnings(const Calibration& cal, const CalibrationOptions& options);
+
 // TOPO as a topology file (the `topology:` section, readable by load_topology), for `calibrate --out`. Grid
-// topologies only: std::invalid_argument for graphs.
+// topologies only: std::invalid_argument for graphs. A switch's in-switch reduction is written with its keys.
 std::string topology_yaml(const topology::Topology& topo);
 
 }  // namespace shardsim::collectives

@@ -10,6 +10,10 @@
 #  - logs made with a per-call overhead (8000 ns) fit a, b and c back within 1% from all_reduce + all_gather
 #    together and predict reduce_scatter within 1% (also with --protocols 2, and together with o in pieces);
 #    one log alone is refused;
+#  - in-switch reduction: all_reduce + all_gather logs made on an 8-chip NVLS switch fit the efficiency, the
+#    reduction bandwidth and latency back within 1% (--algorithm in_switch and auto) and predict reduce_scatter
+#    within 1%; all_reduce alone is refused (the links/switch mirror fits alike); --out and --json carry them;
+#    multi_ring's channel count is printed;
 #  - published logs: the NVLink pair's held-out sizes within 15%; a PCIe pair's all_reduce fit predicts its
 #    all_gather table (a collective not fitted) 3-25% too fast at >= 1 MiB, as docs/model/calibration.md reports; an 8x H100
 #    board's all_reduce fit predicts its reduce_scatter and all_gather within 5% at 1-8 GiB and half the time
@@ -234,6 +238,72 @@ if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate call2_all_reduce.
     fail "fit: $(grep -E '^fit |low-latency|call overhead' "$E2E_STDOUT")"
   bad=$(rows_off "$FITTED" 1)
   [ -z "$bad" ] && pass "every row within 1%" || fail "rows off by more than 1%: $bad"
+fi
+
+e2e_case "in-switch reduction: an 8-chip NVLS switch (reduction 275 GB/s, 1000 ns) fits back"
+# Truth: configs/topologies/dgx_h100_nvls.yaml's figures (450 GB/s links x efficiency 0.822, 1000 ns per hop,
+# reduction 275 GB/s and 1000 ns). Nominal: the same links without a protocol, the reduction at its defaults (the
+# link rate, 0 ns). The link latency is the truth's: in_switch rows cannot split it from the switch's latency.
+cat >nvls_truth.yaml <<'EOF'
+topology:
+  kind: switch
+  chips: 8
+  bandwidth_gbps: 450
+  latency_ns: 1000
+  reduction: true
+  reduction_bandwidth_gbps: 275
+  reduction_latency_ns: 1000
+  protocol: {efficiency: 0.822}
+EOF
+cat >nvls_nominal.yaml <<'EOF'
+topology: {kind: switch, chips: 8, bandwidth_gbps: 450, latency_ns: 1000, reduction: true}
+EOF
+for c in all_reduce all_gather reduce_scatter; do
+  if expect_exit 0 'Avg bus bandwidth' -- bench8 $c -a in_switch --topology nvls_truth.yaml \
+    -b 64K -e 256M -f 2 -n 1 -w 0 -c 0; then
+    to_nccl ${c}_perf <"$E2E_STDOUT" >nvls_$c.log
+  fi
+done
+# all_reduce alone: links 370 GB/s with the switch at 275 and links 275 with the switch at 565 take the same time
+# at every size (2P/E + S/R = S/E' + P/R' + P/E'), so the fit is refused naming both.
+expect_exit 2 'cannot tell whether the links or the switch.s reduction bound them' -- \
+  shardsim_mpi 1 --chips 8 calibrate nvls_all_reduce.log --topology nvls_nominal.yaml --algorithm in_switch
+for alg in in_switch auto; do
+  if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate nvls_all_reduce.log nvls_all_gather.log \
+    --predict nvls_reduce_scatter.log --topology nvls_nominal.yaml --algorithm $alg --out nvls_fit_$alg.yaml \
+    --json nvls_fit_$alg.json; then
+    awk '/^fit / { a = $4; b = $8; gsub(",", "", a) }
+         /in-switch reduction R = / { r = $5; l = $14 }
+         END { ok = a == 1 && b > 0.8138 && b < 0.8302 && r > 272.25 && r < 277.75 && l > 990 && l < 1010;
+               exit ok ? 0 : 1 }' "$E2E_STDOUT" &&
+      pass "$alg: b, reduction bandwidth and latency within 1% of 0.822, 275 GB/s, 1000 ns (a held at 1)" ||
+      fail "$alg fit: $(grep -E '^fit |in-switch reduction R' "$E2E_STDOUT")"
+    # auto runs the held-out reduce_scatter with halving_doubling (faster than in_switch in the model), so only
+    # the in_switch fit predicts it.
+    [ $alg = auto ] && sel=$FITTED || sel=$FITTED_OR_HELD
+    bad=$(rows_off "$sel" 1)
+    [ -z "$bad" ] && pass "$alg: every row within 1% ($alg)" || fail "$alg: rows off by more than 1%: $bad"
+  fi
+done
+if [ -f nvls_fit_in_switch.yaml ]; then
+  grep -Eq 'reduction: true, reduction_bandwidth_gbps: 27[2-7][.0-9]*, reduction_latency_ns: (99|100)[0-9][.0-9]*' \
+    nvls_fit_in_switch.yaml && pass "--out has the fitted reduction" || fail "$(cat nvls_fit_in_switch.yaml)"
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); r = j["reduction"]
+sys.exit(0 if abs(r["bandwidth_gbps"] / 275 - 1) < 0.01 and abs(r["latency_ns"] / 1000 - 1) < 0.01 and r["link_latency_held"]
+         and j["algorithms"][0]["algorithm"] == "in_switch" else 1)' nvls_fit_in_switch.json &&
+    pass "--json has the reduction and the algorithm" || fail "--json: $(head -c 600 nvls_fit_in_switch.json)"
+  if expect_exit 0 'Avg bus bandwidth' -- bench8 all_reduce -a in_switch --topology nvls_fit_in_switch.yaml \
+    -b 16M -e 16M -n 1 -w 0 -c 0; then
+    want=$(awk '$1 == 16777216 { print $6 }' nvls_all_reduce.log)
+    got=$(awk -F'|' '/^ +16777216 / { split($2, o, " "); print o[1] }' "$E2E_STDOUT")
+    awk -v w="$want" -v g="$got" 'BEGIN { d = (g - w) / w; exit (d < 0.01 && d > -0.01) ? 0 : 1 }' &&
+      pass "bench on the fitted topology: $got us vs measured $want us" || fail "fitted topology gives $got us, measured $want us"
+  fi
+fi
+# A channel algorithm says how many rings it ran.
+if expect_exit 0 '^fit ' -- shardsim_mpi 1 --chips 8 calibrate ar.log --fully-connected --bandwidth 100 \
+  --algorithm multi_ring; then
+  assert_out 'ran multi_ring on 6 channels' "multi_ring's channel count printed"
 fi
 
 e2e_case "published measurement: 2x RTX 2080 Ti over an NVLink bridge (nccl-tests#44)"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "collectives/calibrate.h"
+#include "collectives/calibrate_fitter.h"
 #include "common/error.h"
 #include "topology/topology_yaml.h"
 
@@ -225,6 +226,82 @@ TEST(NcclTestsLog, FittedTopologyFileLoadsBack) {
   }
   EXPECT_DOUBLE_EQ(t.links()[0].bandwidth_gbps, 50);  // dimension 0: 100 GB/s x 0.5, 1000 ns x 2
   EXPECT_DOUBLE_EQ(t.links()[0].latency_ns, 2000);
+}
+
+// An 8-chip switch with in-switch reduction (H100 NVLS figures of configs/topologies/dgx_h100_nvls.yaml: 450 GB/s
+// links, 1000 ns, reduction 275 GB/s and 1000 ns).
+topology::Topology nvls_switch(double rate_gbps = 275, double latency_ns = 1000) {
+  topology::Dim d;
+  d.kind = topology::DimKind::switch_;
+  d.size = 8;
+  d.link = {450, 1000};
+  d.reduction.enabled = true;
+  d.reduction.rate = {rate_gbps, latency_ns};
+  return topology::Topology::stacked({d});
+}
+
+TEST(NcclTestsLog, FittedTopologyFileKeepsTheReduction) {
+  topology::Topology t = nvls_switch(274.998765, 1234.5);
+  topology::Protocol p;
+  p.efficiency = 0.821961;
+  t.set_protocol(p);
+  const std::string yaml = topology_yaml(t);
+  EXPECT_NE(yaml.find("reduction: true, reduction_bandwidth_gbps: 274.998765, reduction_latency_ns: 1234.5"),
+            std::string::npos)
+      << yaml;
+  const auto back = topology::load_topology(ConfigNode::load_string(yaml, "fit.yaml").child("topology"));
+  ASSERT_EQ(back.dim_specs().size(), 1u);
+  const auto& r = back.dim_specs()[0].reduction;
+  EXPECT_TRUE(r.enabled);
+  EXPECT_DOUBLE_EQ(r.rate.bandwidth_gbps, 274.998765);
+  EXPECT_DOUBLE_EQ(r.rate.latency_ns, 1234.5);
+  EXPECT_DOUBLE_EQ(back.protocol().efficiency, 0.821961);
+  EXPECT_EQ(back.describe(), t.describe());
+  // A topology without reduction writes none of its keys (files written before stay as they were).
+  EXPECT_EQ(topology_yaml(topology::Topology::switched(8, {450, 1000})).find("reduction"), std::string::npos);
+}
+
+TEST(NcclTestsLog, WithReductionSetsEverySwitchAndKeepsTheRest) {
+  topology::Topology t = nvls_switch(200, 0);
+  topology::Protocol p;
+  p.call_overhead_ns = 5000;
+  t.set_protocol(p);
+  t.set_placement({7, 6, 5, 4, 3, 2, 1, 0});
+  const auto u = calib::with_reduction(t, 0.5, 700);  // rate / 0.5, latency 700 ns
+  EXPECT_DOUBLE_EQ(u.dim_specs()[0].reduction.rate.bandwidth_gbps, 400);
+  EXPECT_DOUBLE_EQ(u.dim_specs()[0].reduction.rate.latency_ns, 700);
+  EXPECT_DOUBLE_EQ(u.protocol().call_overhead_ns, 5000);
+  EXPECT_EQ(u.placement(), t.placement());
+  EXPECT_DOUBLE_EQ(u.links()[0].bandwidth_gbps, 450);
+  // Clamped to the link ranges a topology accepts (an unlimited rate, a negative latency).
+  const auto v = calib::with_reduction(t, 1e-12, -5);
+  EXPECT_DOUBLE_EQ(v.dim_specs()[0].reduction.rate.bandwidth_gbps, topology::kMaxBandwidthGbps);
+  EXPECT_DOUBLE_EQ(v.dim_specs()[0].reduction.rate.latency_ns, 0);
+  EXPECT_TRUE(calib::has_reduction(t));
+  EXPECT_FALSE(calib::has_reduction(topology::Topology::switched(8, {450, 1000})));
+}
+
+TEST(NcclTestsLog, ReductionWarnings) {
+  CalibrationOptions opt;
+  opt.algorithm = "in_switch";
+  Calibration cal;
+  cal.reduction = true;
+  cal.bandwidth_factor = 0.82;
+  cal.fitted = nvls_switch(275, 1000);
+  EXPECT_TRUE(physical_warnings(cal, opt).empty());
+  // 8 ports x 450 GB/s = 3600 GB/s: a switch reducing faster than its ports feed it.
+  cal.fitted = nvls_switch(3600 * 1.01, 1000);
+  auto w = physical_warnings(cal, opt);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("above the line-rate sum of the switch's 8 ports (3600 GB/s)"), std::string::npos) << w[0];
+  cal.fitted = nvls_switch(3600, 1000);  // at the sum: possible
+  EXPECT_TRUE(physical_warnings(cal, opt).empty());
+  cal.fitted = nvls_switch(275, 0);  // the latency at its bound
+  w = physical_warnings(cal, opt);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("reduction latency 0 ns sits at its bound 0"), std::string::npos) << w[0];
+  cal.reduction = false;  // not fitted (e.g. --algorithm ring on this switch): no reduction warning
+  EXPECT_TRUE(physical_warnings(cal, opt).empty());
 }
 
 }  // namespace
