@@ -2,9 +2,10 @@
 # Wall time and peak host memory of one Llama-3-405B-shaped training step against chips, on one rank hosting
 # every chip (docs/performance/scale.md). bench/llama3_405b_train_tp8_dp.yaml with dp = chips / 8 and 2
 # sequences per replica, on N/16 nodes of 16 chips (4x4 torus, 100 GB/s links) joined by a switch (50 GB/s).
-# Usage: [PP=16 LAYERS=126 SEQS=16] bash bench/scale_step.sh [CHIPS...]   (default: 512 1024 2048)
+# Usage: [PP=16 LAYERS=126 SEQS=16 FOLD=off] bash bench/scale_step.sh [CHIPS...]   (default: 512 1024 2048)
 #   PP: pipeline stages (default 1: the pipeline folded into data parallelism; PP > 1 runs 1F1B, one sequence per
-#   micro-batch), LAYERS: model layers (default the config's 2), SEQS: sequences per replica (default 2).
+#   micro-batch), LAYERS: model layers (default the config's 2), SEQS: sequences per replica (default 2),
+#   FOLD=off: every chip simulated (train --no-fold; default: the run's fold: auto, docs/performance/fold.md).
 # Prints per size: chips, wall (s, /usr/bin/time), peak RSS (MiB), simulated step (us), the exit code; then the
 # fitted growth exponent of wall and RSS (least squares on log-log).
 set -uo pipefail
@@ -16,6 +17,7 @@ SEQS=${SEQS:-2}
 EXTRA=()
 [ -n "${LAYERS:-}" ] && EXTRA+=(--set model.layers="$LAYERS")
 [ "$PP" -gt 1 ] && EXTRA+=(--set parallel.pp="$PP" --set parallel.schedule=1f1b)
+[ "${FOLD:-auto}" = off ] && EXTRA+=(--no-fold)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$ROOT/scripts/mpi_env.sh"
 WORK="$(mktemp -d)"
