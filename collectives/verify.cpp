@@ -30,7 +30,8 @@ uint64_t splitmix(uint64_t x) {
 template <class Fn>
 void in_parallel(size_t n, Fn&& fn) {
   constexpr size_t kMinPerThread = size_t{1} << 13;
-  const size_t threads = std::min<size_t>({4, std::max(1u, std::thread::hardware_concurrency()), n / kMinPerThread});
+  static const size_t cores = std::max(1u, std::thread::hardware_concurrency());  // reads sysfs: once
+  const size_t threads = std::min<size_t>({4, cores, n / kMinPerThread});
   if (threads <= 1) return fn(size_t{0}, n);
   std::vector<std::thread> pool;
   const size_t per = (n + threads - 1) / threads;
@@ -553,7 +554,14 @@ Outcome run_case(runtime::Transport& tp, const Case& c) {
   {
     const auto* p = static_cast<const unsigned char*>(runner.recv_buffer());
     const size_t n = p && !c.shape_only ? runner.recv_count() * runtime::dtype_size(c.dtype) : 0;
-    for (size_t i = 0; i < n; ++i) fnv = (fnv ^ p[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {  // a word per step (a byte per step was 5% of validate's time)
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      fnv = (fnv ^ w) * 1099511628211ull;
+      fnv ^= fnv >> 29;  // the high bits of W reach the low bits of the state
+    }
+    for (; i < n; ++i) fnv = (fnv ^ p[i]) * 1099511628211ull;
   }
   const unsigned long long digest = fnv * (2ull * static_cast<unsigned long long>(tp.rank()) + 1);
   unsigned long long counts[3] = {local.checked, local.wrong, digest}, sums[3] = {0, 0, 0};
