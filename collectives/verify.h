@@ -83,8 +83,9 @@ struct Outcome {
   double bytes_sent = 0;    // bytes the busiest chip injected
   std::string algorithm;    // what ran ("auto" resolved)
   std::string explanation;  // why auto chose it
-  // Fingerprint of the outputs: sum over ranks of (2r+1) * FNV-1a-64(rank r's output bytes), mod 2^64. Equal
+  // Fingerprint of the outputs: sum over ranks of (2r+1) * H(rank r's output bytes), mod 2^64. Equal
   // digests across runs (e.g. 1 or K chips per rank) mean bit-identical outputs on every rank, with high odds.
+  // H is FNV-1a-64 over 8-byte words, each step's product folded (h ^= h >> 29), then over the trailing bytes.
   unsigned long long digest = 0;
 };
 
