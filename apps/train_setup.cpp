@@ -1,0 +1,166 @@
+// `train`'s setup: the config loader, the CLI options and the fold decision (apps/train_setup.h).
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "apps/train_setup.h"
+#include "common/error.h"
+#include "runtime/chips.h"
+#include "sharding/device_mesh.h"
+#include "sharding/plans/pipeline_schedule.h"
+
+namespace shardsim::apps {
+
+namespace train_detail {
+
+ConfigNode train_config(const TrainFlags& f) {
+  return f.config_text.empty() ? sharding::load_workload_config(f.config, f.overrides)
+                               : sharding::workload_config_from_text(f.config_text, f.config, f.overrides);
+}
+
+// The config through the one parser of every command (sharding/model_spec.h): the model:, parallel: and train:
+// sections, the topology (a path relative to the config's folder) and the device as `run` reads them.
+TrainSetup load(const TrainFlags& f, int ranks) {
+  // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
+  const ConfigNode root = train_config(f);
+  root.expect_keys(sharding::kTrainRootKeys);
+  TrainSetup s;
+  s.config_name = root.file();
+  s.config_text = root.text();
+  s.device = sharding::load_workload_device(root);
+  s.shape_only = sharding::load_workload_shape_only(root) || f.shape_only;
+  if (root.has("fold")) {
+    const std::string v = root.get_string("fold");
+    if (v != "auto" && v != "on" && v != "off") root.child("fold").fail("fold: '" + v + "' (auto | on | off)");
+    s.fold = v != "off";
+  }
+  s.fold = s.fold && !f.no_fold;
+  if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
+  const ConfigNode m = root.child("workload");
+  if (sharding::spec_use_of(m) != sharding::SpecUse::train)
+    m.child("kind").fail(m.path() + ".kind: train runs the language model (no kind, or kind: lm); model.kind mlp and "
+                         "transformer_block run with `shardsim run`");
+  const sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
+      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root));
+  s.train = sharding::parse_train_spec(root);
+  if (f.steps > 0) s.train.steps = f.steps;
+  if (root.has("topology")) {
+    s.topology = per_rank_topology(sharding::load_workload_topology(root));
+    if (s.topology->num_chips() != ranks)
+      root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
+                                  " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
+  }
+  auto& c = s.model;
+  c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
+  try {
+    models::check_lm_config(c);
+  } catch (const std::invalid_argument& e) {
+    m.fail(e.what());
+  }
+  s.tp = plan.tp;
+  s.sp = plan.sp;
+  s.ulysses = plan.ulysses > 1;
+  s.cp = s.ulysses ? plan.ulysses : plan.cp;  // the trainer runs Ulysses on its cp axis
+  s.cp_zigzag = plan.zigzag && !s.ulysses;
+  s.fused = plan.fused.enabled;
+  s.dp.zero = plan.zero;
+  s.dp.bucket_bytes = plan.bucket_bytes;
+  s.dp.recompute = plan.recompute;
+  s.dp.selective = plan.selective_recompute;
+  s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
+  s.dp.overlap_param_gather = plan.overlap_param_gather;
+  s.dp.micro_batch = spec.micro_batch;
+  s.pp = plan.pp;
+  s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
+  s.dp.virtual_stages = plan.virtual_stages;
+  s.dp.pp_layers = plan.pp_layers;
+  // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
+  // ParallelPlan::algorithm_for is the rule the plan units follow).
+  s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
+  // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
+  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
+  return s;
+}
+
+void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
+  sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
+  sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
+      ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
+  sub->add_flag("--shape-only", flags->shape_only,
+                "no data (mode: shape_only): storage-less tensors, cost-only kernels and header-only collectives give "
+                "the simulated step, tokens/s, MFU and memory of a real run at any size; nothing is validated");
+  sub->add_flag("--validate", flags->validate,
+                "compare the per-step losses with the single-device reference (chip 0 trains it); exit 1 on FAIL");
+  sub->add_option("--checkpoint", flags->checkpoint,
+                  "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
+                  "after the last step and every --save-every steps");
+  sub->add_option("--save-every", flags->save_every, "also save after every K-th step (needs --checkpoint)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  sub->add_option("--resume", flags->resume,
+                  "continue from a training-state checkpoint (any dp / ZeRO stage); the run stops at step "
+                  "train.steps (or --steps)");
+  sub->add_option("--json", flags->json_path, "also write the report as JSON to this file (run's report fields)");
+  sub->add_option("--trace", flags->trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  sub->add_flag("--profile", flags->profile,
+                "add the profile of the last step: the critical path across chips, each op's class and the top "
+                "bottlenecks (docs/PROFILE.md)");
+  sub->add_option("--plots", flags->plots_dir,
+                  "write a roofline and a utilisation plot of the last step into this directory (PNG + data + "
+                  "gnuplot script; docs/PROFILE.md)");
+  sub->add_option("--what-if", flags->what_if,
+                  "re-simulate each change (shape-only) and print its speedup on the step, e.g. "
+                  "link_bw=2x,hbm_bw=1.5x,peak=2x (docs/PROFILE.md)");
+  sub->add_flag("--no-fold", flags->no_fold,
+                "simulate every chip: never fold the data-parallel replicas (fold: auto, the default, folds shape-only runs "
+                "on one rank where they are provably identical; docs/performance/fold.md)");
+  add_config_override_flags(sub, flags->overrides);
+}
+
+}  // namespace train_detail
+
+using namespace train_detail;
+
+runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks) {
+  // Folded only where every replica provably runs the same program at the same simulated times
+  // (docs/performance/fold.md): one MPI rank, a shape-only train run of the data-parallel trainer with dp > 1
+  // and no cp axis, nothing that records or compares per-chip events, and a placement whose shift by one
+  // replica is a translation of the topology (sharding::DeviceMesh::replica_shift_check).
+  if (ranks != 1 || chips < 2) return {};
+  try {
+    CLI::App app;
+    app.allow_extras();
+    auto* sub = app.add_subcommand("train");
+    sub->allow_extras();
+    auto f = std::make_shared<TrainFlags>();
+    train_options(sub, f);
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    if (!sub->parsed()) return {};
+    if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
+        f->validate || !f->checkpoint.empty() || !f->resume.empty())
+      return {};
+    const ConfigNode root = train_config(*f);
+    const std::string mode = root.has("fold") ? root.get_string("fold") : "auto";
+    if (mode == "off") return {};  // before load(): a run that does not fold builds its topology once
+    const TrainSetup s = load(*f, chips);
+    if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
+    const int dp = chips / (s.tp * s.cp * s.pp);
+    if (dp < 2 || dp * s.tp * s.cp * s.pp != chips) return {};
+    const auto topo = s.topology ? s.topology
+                                 : std::make_shared<const topology::Topology>(
+                                       topology::Topology::ring(chips, topology::LinkSpec{100, 1000}));
+    const sharding::DeviceMesh mesh({{"tp", s.tp}, {"cp", s.cp}, {"dp", dp}, {"pp", s.pp}}, *topo);
+    const int period = mesh.replica_fold_period("dp", *topo);
+    if (period < 1) return {};
+    return runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
+  } catch (...) {
+    return {};  // the unfolded run reports whatever is wrong
+  }
+}
+}  // namespace shardsim::apps

@@ -1,0 +1,81 @@
+// Internal to apps/train*.cpp (not a public header): what `train` parses and loads, shared by the command
+// (apps/train.cpp) and its setup (apps/train_setup.cpp: the config loader, the CLI options, the fold decision).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.h"
+#include "models/lm_model.h"
+#include "models/lm_train.h"
+#include "models/lm_tp.h"
+#include "models/report.h"
+#include "sharding/engine_config.h"
+#include "sharding/model_spec.h"
+#include "sim/cost.h"
+#include "topology/topology.h"
+
+namespace shardsim::apps::train_detail {
+
+// Upper limit of train.steps / --steps: every step computes on the host with real data (the default config takes
+// ~4 ms per step here, so a million steps is about an hour); beyond that a typo (1e12) would run for years.
+constexpr int64_t kMaxSteps = sharding::SpecBounds::steps;
+
+struct TrainFlags {
+  std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
+  int64_t steps = 0;  // 0: the config's
+  std::string checkpoint;  // training-state checkpoint written every save_every steps and after the last one
+  int64_t save_every = 0;  // 0: only after the last step
+  std::string resume;      // continue from this training-state checkpoint
+  bool shape_only = false; // --shape-only: no data (mode: shape_only in the config does the same)
+  bool validate = false;   // --validate: compare the losses with the single-device reference
+  std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
+  std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
+  bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
+  std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
+  std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
+  bool no_fold = false;    // --no-fold: simulate every chip, never fold (fold: off does the same)
+  bool quiet = false;      // a what-if re-simulation: print nothing
+  double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
+  std::string config_text;        // a sweep point: the config as generated (config names it in messages)
+  sharding::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
+  sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
+                                        // --device/--plan/--set
+};
+
+struct TrainSetup {
+  models::LmConfig model;
+  models::LmTrainConfig train;
+  sim::DeviceSpec device;
+  bool data_parallel = false;  // a parallel: section or more than one rank
+  models::LmDpConfig dp;
+  int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
+  bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
+  int cp = 1;                                  // parallel.cp: context parallelism (ring attention) when > 1
+  bool cp_zigzag = true;                       // parallel.cp_split: zigzag (default) or contiguous
+  bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
+  bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
+  int pp = 1;                                  // parallel.pp: pipeline stages (schedule etc. in dp)
+  // The topology: section when given; shared by the chips of a rank (per_rank_topology: one copy per rank, not one
+  // per chip, whose links grow with the chips).
+  std::shared_ptr<const topology::Topology> topology;
+  std::string config_name;                     // the config file, for messages
+  std::string config_text;                     // stored in checkpoints
+  bool shape_only = false;                     // mode: shape_only or --shape-only
+  // fold: auto (the default) or on, and not --no-fold (docs/performance/fold.md): the run may be folded when
+  // train_fold's conditions hold; auto falls back to every chip where the symmetry breaks, on stops with exit 3.
+  bool fold = true;
+};
+
+// The config file (or a sweep point's text) with the run's overrides applied (run's loader).
+ConfigNode train_config(const TrainFlags& f);
+// The config through the one parser of every command (sharding/model_spec.h). RANKS: the chips of the run.
+// Errors: ConfigError / UsageError (exit 2) naming the key.
+TrainSetup load(const TrainFlags& f, int ranks);
+// The `train` subcommand's options and flags into FLAGS.
+void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags);
+
+}  // namespace shardsim::apps::train_detail
