@@ -2,6 +2,7 @@
 // (0 ok, 1 validation failed, 2 bad input/usage, 3 runtime fault; see common/error.h).
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -42,7 +43,41 @@ int g_world_rank = 0;
 // Set once the command has its outcome: a signal after that (mpirun taking the other ranks down when one of them
 // has already exited non-zero) must not add a second line or change the exit code.
 volatile sig_atomic_t g_decided_exit = -1;
+
+// The standard output a folded attempt holds back (StdoutHold below): the temporary file's descriptor and the saved
+// standard output, -1 when nothing is held. release_held_stdout() writes what is held to standard output and stops
+// holding, with system calls only (async-signal-safe), so an interrupted or failing run keeps what it printed.
+volatile sig_atomic_t g_held_fd = -1, g_saved_stdout = -1;
+extern "C" void release_held_stdout() {
+  const int held = g_held_fd, saved = g_saved_stdout;
+  if (held < 0 || saved < 0) return;
+  g_held_fd = -1;
+  g_saved_stdout = -1;
+  if (::dup2(saved, STDOUT_FILENO) < 0 || ::lseek(held, 0, SEEK_SET) != 0) return;
+  char buf[1 << 14];
+  for (ssize_t n; (n = ::read(held, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    for (ssize_t off = 0; off < n;) {
+      const ssize_t w = ::write(STDOUT_FILENO, buf + off, static_cast<size_t>(n - off));
+      if (w > 0) off += w;
+      else if (w < 0 && errno == EINTR) continue;
+      else return;
+    }
+  }
+}
+// exit_job's hook (runtime/world.h): stdio's buffer into the held file first, then out.
+void release_held_stdout_at_exit() {
+  if (g_held_fd < 0) return;
+  std::cout.flush();
+  std::fflush(stdout);
+  release_held_stdout();
+}
+
 extern "C" void on_terminating_signal(int sig) {
+  release_held_stdout();
   shardsim::unlink_registered_temps();
   if (g_decided_exit >= 0) ::_exit(g_decided_exit);
   namespace board = shardsim::runtime::wait_board;
@@ -201,7 +236,8 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
 
 // Holds what this process writes to standard output in an anonymous temporary file while a folded attempt with a
 // fallback runs (fold: auto, docs/performance/fold.md), so that a fallback runs again without printing twice.
-// Nothing is held (output goes straight through) when ON is false or the temporary file cannot be made.
+// Nothing is held (output goes straight through) when ON is false (main: also when standard output is closed) or
+// the temporary file cannot be made.
 class StdoutHold {
  public:
   explicit StdoutHold(bool on) {
@@ -215,7 +251,11 @@ class StdoutHold {
       if (saved_ >= 0) ::close(saved_);
       std::fclose(tmp_);
       tmp_ = nullptr;
+      return;
     }
+    g_saved_stdout = saved_;
+    g_held_fd = ::fileno(tmp_);
+    shardsim::runtime::set_exit_hook(release_held_stdout_at_exit);
   }
   StdoutHold(const StdoutHold&) = delete;
   StdoutHold& operator=(const StdoutHold&) = delete;
@@ -224,6 +264,9 @@ class StdoutHold {
   // (a full temporary directory, a closed pipe).
   bool restore(bool keep) {
     if (!tmp_) return true;
+    g_held_fd = -1;
+    g_saved_stdout = -1;
+    shardsim::runtime::set_exit_hook(nullptr);
     std::cout.flush();
     bool ok = std::fflush(stdout) == 0 && !std::ferror(stdout);
     std::clearerr(stdout);
@@ -259,6 +302,8 @@ class StdoutHold {
 int main(int argc, char** argv) {
   using namespace shardsim;
   if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
+  // Whether standard output was open before MPI could take descriptor 1 (a singleton's MPI_Init opens files).
+  const bool stdout_open = ::fcntl(STDOUT_FILENO, F_GETFD) >= 0;
   runtime::MpiSession mpi(&argc, &argv);
   int world_rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -269,7 +314,10 @@ int main(int argc, char** argv) {
   // exceed the per-rank limit there: the limit applies to the chips that run.
   std::vector<std::string> probe = args;
   const int k_all = take_chip_flags(probe, ranks, -1, kMaxFoldedChips);
-  const runtime::FoldSpec fold = k_all > 1 ? apps::train_fold(probe, k_all * ranks, ranks) : runtime::FoldSpec{};
+  runtime::FoldSpec fold = k_all > 1 ? apps::train_fold(probe, k_all * ranks, ranks) : runtime::FoldSpec{};
+  // fold: auto past the chips one rank may host unfolded: no fallback is possible, so a break ends the run with
+  // exit 3 naming it (as fold: on), not after a second start that the chip limit refuses.
+  if (fold.fallback && k_all > kMaxChipsPerRank) fold.fallback = false;
   const std::vector<std::string> args_in = args;
   int k = take_chip_flags(args, ranks, world_rank, fold.on() ? kMaxFoldedChips : kMaxChipsPerRank);
   if (k < 0) return kExitBadInput;
@@ -283,7 +331,7 @@ int main(int argc, char** argv) {
   const auto body = [&](const runtime::World& world) { return run_cli(world, args); };
   int code = 0;
   {
-    StdoutHold hold(fold.on() && fold.fallback);
+    StdoutHold hold(fold.on() && fold.fallback && stdout_open);
     code = runtime::run_chips(k, body, fold);
     if (!hold.restore(code != runtime::kFoldFellBack) && code != runtime::kFoldFellBack) {
       std::fprintf(stderr, "shardsim: error: could not write the report to standard output (%s)\n",

@@ -211,7 +211,28 @@ runtime::CallSignature check_args(Collective c, runtime::Transport& tp, const Co
   throw AgreedError(msg + " (every rank must call the collective with the same arguments)", kExitBadInput);
 }
 
+namespace {
+
+Choice choose_algorithm(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes);
+
+}  // namespace
+
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
+  Choice ch = choose_algorithm(c, options, tp, bytes);
+  // A folded run (docs/performance/fold.md) is exact only where a collective over a group of simulated and
+  // mirrored chips runs the same program on every member up to a rotation of the group's ranks: the one-way and
+  // the bidirectional ring (neighbours r +- 1; their chunks must be equal too: registry.cpp). Any other algorithm
+  // there (a tree's root, XOR partners, Walecki's cycles, grid or rail orders) ends the folded attempt, even where
+  // the router's checks would not see the difference.
+  if (ch.algorithm != "ring" && ch.algorithm != "bidir_ring" && tp.spans_mirrored())
+    runtime::chips::fold_broken(collective_name(c) + ": " + ch.algorithm + " over data-parallel replicas (only ring "
+                                "and bidir_ring are symmetric under the replica shift)");
+  return ch;
+}
+
+namespace {
+
+Choice choose_algorithm(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   const std::string cname = collective_name(c);
   const auto& names = algorithm_names(c);
   if (options.algorithm != "auto") {
@@ -259,5 +280,7 @@ Choice choose(Collective c, const CollectiveOptions& options, const runtime::Tra
   memo.emplace(key, std::make_pair(best.algorithm, best.explanation));
   return best;
 }
+
+}  // namespace
 
 }  // namespace shardsim::collectives

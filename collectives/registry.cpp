@@ -16,6 +16,7 @@
 #include "collectives/torus_concurrent.h"
 #include "collectives/tree.h"
 #include "common/error.h"
+#include "runtime/chips.h"
 
 namespace shardsim::collectives {
 
@@ -44,15 +45,27 @@ std::vector<ring::Cycle> ring_dirs(RingKind k, const runtime::Transport& tp) {
   if (k == multi) return multi_ring::cycles(tp.size());
   return ring::stride_cycles(k == bidir ? std::vector<int>{1, -1} : std::vector<int>{1});
 }
+// A folded run's rings (docs/performance/fold.md, algorithms.cpp choose): the replica shift rotates the group's
+// ranks, so every rank's chunk must have the same size.
+void check_fold_chunks(const runtime::Transport& tp, const Layout& layout, const std::string& name) {
+  if (layout.parts() < 2 || !tp.spans_mirrored()) return;
+  for (size_t n : layout.size)
+    if (n != layout.size[0])
+      runtime::chips::fold_broken(name + ": chunks of different sizes over data-parallel replicas (" +
+                                  std::to_string(layout.total()) + " elements over " +
+                                  std::to_string(layout.parts()) + " ranks)");
+}
 template <RingKind K>
 sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
+  check_fold_chunks(tp, layout, name);
   auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);
   return std::max(ready, ring::reduce_scatter(tp, base, lanes, t, op, name));
 }
 template <RingKind K>
 sim::TimeNs ring_ag(runtime::Transport& tp, void* base, const Layout& layout, DType t, size_t chunk_bytes,
                     sim::TimeNs ready, const std::string& name) {
+  check_fold_chunks(tp, layout, name);
   auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);
   return std::max(ready, ring::all_gather(tp, base, lanes, t, name));
 }
@@ -60,6 +73,7 @@ template <RingKind K>
 sim::TimeNs ring_ar(runtime::Transport& tp, const void* sendbuf, void* recvbuf, size_t count, DType t, ReduceOp op,
                     size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
   const Layout layout = Layout::from(Partition{count, static_cast<size_t>(tp.size())});
+  check_fold_chunks(tp, layout, name);
   if (tp.size() > 1 && sendbuf != recvbuf) {
     // Out of place: read SENDBUF directly in the reduce-scatter pass (no initial copy of S bytes).
     auto lanes = ring::make_lanes(layout, runtime::dtype_size(t), ring_dirs(K, tp), chunk_bytes, ready);

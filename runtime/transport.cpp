@@ -453,6 +453,13 @@ Transport& Transport::subgroup(const std::string& name, int color, int key,
   return it->second;
 }
 
+bool Transport::spans_mirrored() const {
+  if (!vc_ || !chips::folded()) return false;
+  for (int r = 0; r < size_; ++r)
+    if (!chips::simulated(vc_->member(r))) return true;
+  return false;
+}
+
 void Transport::check_header(const Header& h, size_t bytes, int src, const std::string& op) const {
   const CallSignature& mine = SignatureScope::current();
   if (h.sig.collective >= 0 && mine.collective >= 0 && !(h.sig == mine)) {

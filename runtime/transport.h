@@ -177,6 +177,9 @@ class Transport {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int chip_of(int rank) const { return rank_to_chip_->at(static_cast<size_t>(rank)); }
+  // A folded run (docs/performance/fold.md): whether this group has members that are mirrored, not simulated
+  // (false outside a folded run). O(members).
+  bool spans_mirrored() const;
   int chip() const { return chip_of(rank_); }
   const std::vector<int>& rank_to_chip() const { return *rank_to_chip_; }
   // The MPI communicator (MPI_COMM_NULL in chip mode: use the helpers below instead of raw MPI collectives).

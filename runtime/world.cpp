@@ -336,7 +336,14 @@ void World::abort(int code, const std::string& message) const {
   exit_job(code);
 }
 
+namespace {
+void (*g_exit_hook)() = nullptr;
+}  // namespace
+
+void set_exit_hook(void (*hook)()) { g_exit_hook = hook; }
+
 void exit_job(int code) {
+  if (g_exit_hook) g_exit_hook();
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);  // other processes may wait on this one: take them down

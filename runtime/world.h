@@ -108,5 +108,8 @@ class World {
 // take down, else (a singleton, any number of chips) the temporaries in flight are removed and the process exits
 // without Open MPI's MPI_ABORT banner. Never returns.
 [[noreturn]] void exit_job(int code);
+// A function exit_job calls before the process ends (apps/main.cpp: writes out the standard output a folded attempt
+// held back). Null: none.
+void set_exit_hook(void (*hook)());
 
 }  // namespace shardsim::runtime

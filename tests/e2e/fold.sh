@@ -84,7 +84,7 @@ n=64
 args=(train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --set model.batch=16
       --set parallel.algorithm=halving_doubling)
 expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --json fallback.json
-assert_out_count '^shardsim: note: fold: auto simulates every chip: .*mirrored chips' 1 "one note says why"
+assert_out_count '^shardsim: note: fold: auto simulates every chip: .*halving_doubling over data-parallel replicas' 1 "one note says why"
 assert_out "chips simulated +64 of 64\$" "the fallback ran every chip"
 assert_out_count '^DONE' 1 "the report is printed once"
 assert_out_count 'sim_step_us' 1 "the step table's header is printed once"
@@ -102,10 +102,30 @@ assert_out_count '^shardsim: error' 1 "fold: on: one error line"
 expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on --no-fold
 assert_out "chips simulated +$n of $n\$" "--no-fold wins over fold: on"
 topo 8192 switch
-expect_exit 2 'at most 4096 per rank' -- shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_switch.yaml \
+expect_exit 3 '^shardsim: error on chip [0-9]+: fold: .*halving_doubling over data-parallel replicas' -- \
+  shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_switch.yaml \
   --set parallel.dp=1024 --set model.batch=2048 --set model.layers=1 --set parallel.algorithm=halving_doubling
-assert_out_count '^shardsim: note: fold: auto simulates every chip' 1 \
-  "a fallback beyond one rank's chip limit: the note, then the limit, exit 2"
+assert_out_count '^shardsim: (note|error)' 1 "beyond 4,096 chips per rank auto cannot fall back: one fold line, exit 3"
+
+e2e_case "a tree over an odd dp (ZeRO 0, auto picks double_binary_tree): not folded, the unfolded result"
+# Rank 0 of an odd dp is a leaf of both trees: the router's size and deadlock checks alone would not see that
+# the mirrored parents' messages are its own (a wrong step, found by a hostile test); only ring and bidir_ring
+# over the replicas keep a run folded.
+cat > tree.yaml <<'Y'
+name: fold_tree
+mode: shape_only
+device: {preset: h100}
+model: {vocab: 256, hidden: 64, heads: 8, kv_heads: 8, head_dim: 8, ffn: 128, layers: 1, seq: 16, batch: 3, micro_batch: 1, dtype: bf16, seed: 1}
+parallel: {tp: 1, zero: 0}
+train: {steps: 1}
+Y
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --json tree_auto.json
+assert_out_count '^shardsim: note: fold: auto simulates every chip: all_reduce: double_binary_tree over data-parallel' 1 \
+  "the tree over the replicas ends the folded attempt"
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --no-fold --json tree_full.json
+same_json tree_auto.json tree_full.json "the tree step equals --no-fold's"
+expect_exit 3 'fold: all_reduce: double_binary_tree over data-parallel replicas' -- \
+  shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --set fold=on
 
 e2e_case "not provably symmetric: not folded, even with fold: on"
 topo 64 line
