@@ -45,29 +45,31 @@ int g_world_rank = 0;
 volatile sig_atomic_t g_decided_exit = -1;
 
 // The standard output a folded attempt holds back (StdoutHold below): the temporary file's descriptor and the saved
-// standard output, -1 when nothing is held. release_held_stdout() writes what is held to standard output and stops
-// holding, with system calls only (async-signal-safe), so an interrupted or failing run keeps what it printed.
+// standard output, -1 when nothing is held. unhold_stdout puts standard output back and, with KEEP, writes what was
+// held to it; system calls only (async-signal-safe), so the signal handler and exit_job's hook use it too and an
+// interrupted or failing run keeps what it printed. False if that failed (a closed pipe, a full disk).
 volatile sig_atomic_t g_held_fd = -1, g_saved_stdout = -1;
-extern "C" void release_held_stdout() {
+bool unhold_stdout(bool keep) {
   const int held = g_held_fd, saved = g_saved_stdout;
-  if (held < 0 || saved < 0) return;
+  if (held < 0 || saved < 0) return true;
   g_held_fd = -1;
   g_saved_stdout = -1;
-  if (::dup2(saved, STDOUT_FILENO) < 0 || ::lseek(held, 0, SEEK_SET) != 0) return;
+  bool ok = ::dup2(saved, STDOUT_FILENO) >= 0;
+  ::close(saved);
+  if (!keep || !ok || ::lseek(held, 0, SEEK_SET) != 0) return ok && !keep;
   char buf[1 << 14];
   for (ssize_t n; (n = ::read(held, buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
     for (ssize_t off = 0; off < n;) {
       const ssize_t w = ::write(STDOUT_FILENO, buf + off, static_cast<size_t>(n - off));
       if (w > 0) off += w;
-      else if (w < 0 && errno == EINTR) continue;
-      else return;
+      else if (w < 0 && errno != EINTR) return false;
     }
   }
+  return true;
 }
+extern "C" void release_held_stdout() { (void)unhold_stdout(true); }
 // exit_job's hook (runtime/world.h): stdio's buffer into the held file first, then out.
 void release_held_stdout_at_exit() {
   if (g_held_fd < 0) return;
@@ -246,14 +248,14 @@ class StdoutHold {
     std::fflush(stdout);
     tmp_ = std::tmpfile();
     if (!tmp_) return;
-    saved_ = ::dup(STDOUT_FILENO);
-    if (saved_ < 0 || ::dup2(::fileno(tmp_), STDOUT_FILENO) < 0) {
-      if (saved_ >= 0) ::close(saved_);
+    const int saved = ::dup(STDOUT_FILENO);
+    if (saved < 0 || ::dup2(::fileno(tmp_), STDOUT_FILENO) < 0) {
+      if (saved >= 0) ::close(saved);
       std::fclose(tmp_);
       tmp_ = nullptr;
       return;
     }
-    g_saved_stdout = saved_;
+    g_saved_stdout = saved;
     g_held_fd = ::fileno(tmp_);
     shardsim::runtime::set_exit_hook(release_held_stdout_at_exit);
   }
@@ -264,37 +266,18 @@ class StdoutHold {
   // (a full temporary directory, a closed pipe).
   bool restore(bool keep) {
     if (!tmp_) return true;
-    g_held_fd = -1;
-    g_saved_stdout = -1;
     shardsim::runtime::set_exit_hook(nullptr);
     std::cout.flush();
-    bool ok = std::fflush(stdout) == 0 && !std::ferror(stdout);
+    const bool flushed = std::fflush(stdout) == 0 && !std::ferror(stdout);
     std::clearerr(stdout);
-    ok = ::dup2(saved_, STDOUT_FILENO) >= 0 && ok;
-    ::close(saved_);
-    const int fd = ::fileno(tmp_);
-    if (keep && ok && ::lseek(fd, 0, SEEK_SET) == 0) {
-      char buf[1 << 16];
-      for (ssize_t n; ok && (n = ::read(fd, buf, sizeof buf)) != 0;) {
-        if (n < 0) {
-          ok = errno == EINTR;
-          continue;
-        }
-        for (ssize_t off = 0; ok && off < n;) {
-          const ssize_t w = ::write(STDOUT_FILENO, buf + off, static_cast<size_t>(n - off));
-          if (w > 0) off += w;
-          else ok = w < 0 && errno == EINTR;
-        }
-      }
-    }
+    const bool ok = unhold_stdout(keep && flushed) && flushed;
     std::fclose(tmp_);
     tmp_ = nullptr;
     return ok;
   }
 
  private:
-  std::FILE* tmp_ = nullptr;
-  int saved_ = -1;
+  std::FILE* tmp_ = nullptr;  // the held file (its descriptor is g_held_fd while held)
 };
 
 }  // namespace

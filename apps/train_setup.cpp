@@ -147,7 +147,8 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
       return {};
     const ConfigNode root = train_config(*f);
     const std::string mode = root.has("fold") ? root.get_string("fold") : "auto";
-    if (mode == "off") return {};  // before load(): a run that does not fold builds its topology once
+    // Before load(): a run that cannot fold builds its topology once.
+    if (mode == "off" || !(f->shape_only || sharding::load_workload_shape_only(root))) return {};
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
     const int dp = chips / (s.tp * s.cp * s.pp);

@@ -48,12 +48,11 @@ std::vector<ring::Cycle> ring_dirs(RingKind k, const runtime::Transport& tp) {
 // A folded run's rings (docs/performance/fold.md, algorithms.cpp choose): the replica shift rotates the group's
 // ranks, so every rank's chunk must have the same size.
 void check_fold_chunks(const runtime::Transport& tp, const Layout& layout, const std::string& name) {
-  if (layout.parts() < 2 || !tp.spans_mirrored()) return;
-  for (size_t n : layout.size)
-    if (n != layout.size[0])
-      runtime::chips::fold_broken(name + ": chunks of different sizes over data-parallel replicas (" +
-                                  std::to_string(layout.total()) + " elements over " +
-                                  std::to_string(layout.parts()) + " ranks)");
+  const bool even = std::all_of(layout.size.begin(), layout.size.end(), [&](size_t n) { return n == layout.size[0]; });
+  if (!even && tp.spans_mirrored())
+    runtime::chips::fold_broken(name + ": chunks of different sizes over data-parallel replicas (" +
+                                std::to_string(layout.total()) + " elements over " +
+                                std::to_string(layout.parts()) + " ranks)");
 }
 template <RingKind K>
 sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,
