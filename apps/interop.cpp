@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/commands.h"
 #include "common/error.h"
@@ -87,7 +88,10 @@ Command add_import(CLI::App& app, const runtime::World& world) {
                                            "(docs/IMPORT.md)");
   auto f = std::make_shared<ImportFlags>();
   cmd->add_option("kind", f->kind, "hf | megatron | torchtitan")->required()->check(CLI::IsMember({"hf", "megatron", "torchtitan"}));
-  cmd->add_option("source", f->source, "config.json | a launch script, or the arguments as one string | job TOML")->required();
+  auto words = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("source", *words, "config.json | a launch script, or the arguments (one string, or after `--`) | job TOML")
+      ->required()
+      ->expected(1, 1 << 20);
   cmd->add_option("-o,--output", f->output, "write the config here (atomically); default: standard output");
   cmd->add_option("--base", f->base, "take device, topology, mode and the other root keys from this shardsim config");
   cmd->add_option("--seq", f->seq, "hf: tokens per sequence (default: min(max_position_embeddings, 4096))")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
@@ -100,7 +104,15 @@ Command add_import(CLI::App& app, const runtime::World& world) {
   cmd->add_option("--steps", f->steps, "megatron, torchtitan: train.steps written (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   cmd->add_option("--vocab", f->vocab, "megatron: the vocabulary size when only a tokenizer file names it")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  return {cmd, [&world, f]() -> int {
+  return {cmd, [&world, f, words]() -> int {
+            // Megatron arguments given as words after `--`: one string again, each word with a space quoted.
+            f->source = words->size() == 1 ? words->front() : std::string();
+            for (size_t i = 0; words->size() > 1 && i < words->size(); ++i) {
+              const std::string& w = (*words)[i];
+              f->source += (i ? " " : "") + (w.find(' ') == std::string::npos ? w : "'" + w + "'");
+            }
+            if (words->size() > 1 && f->kind != "megatron")
+              throw UsageError("import " + f->kind + ": one source file (got " + std::to_string(words->size()) + " words)");
             std::string yaml, summary;
             world.agree([&] {
               if (!f->output.empty()) check_outputs_distinct({{"--output", f->output}}, {{"source", f->source}});
