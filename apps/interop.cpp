@@ -130,16 +130,20 @@ Command add_export(CLI::App& app, const runtime::World& world) {
                                            "target cannot express is listed as comments (docs/IMPORT.md)");
   auto kind = std::make_shared<std::string>(), config = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   auto chips = std::make_shared<int64_t>(0);
+  auto plan = std::make_shared<std::string>();
+  auto set = std::make_shared<std::vector<std::string>>();
   cmd->add_option("kind", *kind, "megatron | torchtitan")->required()->check(CLI::IsMember({"megatron", "torchtitan"}));
   cmd->add_option("config", *config, "a shardsim training config")->required();
   cmd->add_option("-o,--output", *out, "write here (atomically); default: standard output");
   cmd->add_option("--world-size", *chips, "the job's chips when the config has neither a topology nor parallel.dp")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  return {cmd, [&world, kind, config, out, chips]() -> int {
+  cmd->add_option("--plan", *plan, "replace the config's plan keys, as train --plan (e.g. a sweep winner's: tp=8,sp=true,dp=8)");
+  cmd->add_option("--set", *set, "override a config key, as train --set (e.g. parallel.zero=1); repeatable");
+  return {cmd, [&world, kind, config, out, chips, plan, set]() -> int {
             std::string text;
             world.agree([&] {
               if (!out->empty()) check_outputs_distinct({{"--output", *out}}, {{"config", *config}});
-              const interop::PlanSource src = interop::load_plan_source(*config, *chips);
+              const interop::PlanSource src = interop::load_plan_source(*config, *chips, *plan, *set);
               text = *kind == "megatron" ? interop::export_megatron(src) : interop::export_torchtitan(src);
             });
             emit(world, *out, text);

@@ -35,8 +35,14 @@ PlanSource parse(const ConfigNode& root, int64_t chips) {
 
 }  // namespace
 
-PlanSource load_plan_source(const std::string& file, int64_t chips) {
-  return parse(sharding::load_workload_config(file), chips);
+PlanSource load_plan_source(const std::string& file, int64_t chips, const std::string& plan,
+                            const std::vector<std::string>& set) {
+  sharding::ConfigOverrides o;
+  o.plan = plan;
+  o.set = set;
+  PlanSource s = parse(sharding::load_workload_config(file, o), chips);
+  s.where = file + o.describe();
+  return s;
 }
 
 PlanSource check_loads(const std::string& yaml, const std::string& where, int64_t chips) {

@@ -30,7 +30,9 @@ struct PlanSource {
 // Loads the training config FILE (`shardsim train`'s format) with the one parser. The chips: CHIPS when > 0, else
 // the topology's chip count when the config has one, else the product of the plan's axes (dp 1 when not given: the
 // config as `shardsim train` runs it on one chip per axis product). ConfigError (exit 2) naming the file's line.
-PlanSource load_plan_source(const std::string& file, int64_t chips = 0);
+// PLAN / SET: `--plan` and `--set` overrides as `train` takes them (sharding/engine_config.h), e.g. a sweep winner's plan.
+PlanSource load_plan_source(const std::string& file, int64_t chips = 0, const std::string& plan = "",
+                            const std::vector<std::string>& set = {});
 
 // Parses YAML (a config an importer wrote, named WHERE in messages) with the one parser (model, plan on CHIPS chips,
 // or the plan's own product when CHIPS is 0, train section): ConfigError naming WHERE's key if it does not load.
