@@ -325,6 +325,9 @@ void map_moe(Ctx& c) {
                         "router_jitter_noise", "n_group", "topk_group", "topk_method", "routed_scaling_factor",
                         "scoring_func", "aux_loss_alpha", "seq_aux", "moe_layers"})
     rec(k, nullptr);
+  for (const char* k : {"router_aux_loss_coef", "aux_loss_alpha"})
+    if (c.f.has(k) && c.f.at(k).is_number()) m.aux_coef = c.f.at(k).get<double>();
+  if (c.f.has("scoring_func") && c.f.at("scoring_func").is_string()) m.score = c.f.at("scoring_func").get<std::string>();
   if (m.experts > 0 && m.shared_ffn > 0 && m.shared_experts == 0) m.shared_experts = 1;
   if (c.fam == Family::llama4 && m.experts > 0) m.shared_experts = 1;
 }

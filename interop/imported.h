@@ -33,7 +33,8 @@ struct Dropped {
 // The mixture-of-experts fields of a source, recorded until shardsim expresses MoE layers (DESIGN.md, round 4,
 // "Experts are a plan"). Until then an MoE model imports as its dense skeleton: every MLP is one dense MLP of the
 // family's dense size (intermediate_size), and these fields are listed in the header as not expressible. When MoE
-// lands, moe_keys() below is the one place that turns them into model keys.
+// lands in the config (kernels/moe_mlp.h's MoeSpec: router experts / top_k / score, expert_ffn, shared_ffn,
+// aux_coef; docs/MOE.md), moe_keys() below is the one place that turns them into model keys.
 struct MoeFields {
   int64_t experts = 0;          // routed experts per MoE layer (num_local_experts / num_experts / n_routed_experts)
   int64_t top_k = 0;            // experts per token (num_experts_per_tok / --moe-router-topk)
@@ -43,6 +44,8 @@ struct MoeFields {
   int64_t first_dense = 0;      // leading dense layers (DeepSeek first_k_dense_replace)
   int64_t layer_step = 1;       // every layer_step-th layer is MoE (decoder_sparse_step, interleave_moe_layer_step)
   int64_t expert_parallel = 1;  // --expert-model-parallel-size / expert_parallel_degree
+  std::string score;            // router scores: "softmax" | "sigmoid" ("" = the family's default, softmax)
+  double aux_coef = 0;          // load-balancing loss coefficient (router_aux_loss_coef / aux_loss_alpha)
   std::vector<std::string> sources;  // the source fields, as "name value", for the header
   bool any() const { return experts > 0; }
 };

@@ -73,6 +73,8 @@ void map_moe(LaunchArgs& a, Imported& imp) {
       imp.moe.sources.push_back(a.show(f));
     }
   if (imp.moe.shared_ffn > 0) imp.moe.shared_experts = 1;
+  if (const auto aux = a.real("--moe-aux-loss-coeff", 0, 1e6)) imp.moe.aux_coef = *aux;
+  if (const auto score = a.text("--moe-router-score-function")) imp.moe.score = *score;
 }
 
 // Model shape flags and Megatron's defaults for the absent ones.

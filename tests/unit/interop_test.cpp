@@ -107,6 +107,8 @@ TEST(InteropHf, MoeFieldsAreRecordedAndNamed) {
   EXPECT_EQ(ds.moe.moe_ffn, 2048);
   EXPECT_EQ(ds.moe.shared_experts, 1);
   EXPECT_EQ(ds.moe.first_dense, 3);
+  EXPECT_EQ(ds.moe.score, "sigmoid");
+  EXPECT_DOUBLE_EQ(ds.moe.aux_coef, 0.001);
   const Imported q = import_hf(kData + "hf/qwen3_30b_a3b.json");
   EXPECT_EQ(q.moe.experts, 128);
   EXPECT_EQ(q.moe.moe_ffn, 768);
