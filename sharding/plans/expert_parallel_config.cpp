@@ -1,5 +1,6 @@
 #include "sharding/plans/expert_parallel_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -58,6 +59,7 @@ MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model) {
   s.capacity.policy = kernels::parse_drop_policy(policy);
   s.aux_coef = moe.get_nonnegative_double("aux_loss_coef", 0.0);
   c.dense_layers = moe.get_int_in("dense_layers", 0, model.layers, 0);
+  c.layer_step = moe.get_int_in("layer_step", 1, std::max<int64_t>(model.layers, 1), 1);
   const std::string routing = moe.get_string("routing", "uniform");
   if (routing != "uniform" && routing != "zipf") moe.child("routing").fail(w + "routing: '" + routing + "' (uniform | zipf)");
   c.routing.skew = routing == "zipf" ? moe.get_nonnegative_double("skew", 1.0) : 0.0;
@@ -80,6 +82,7 @@ std::string moe_text(const MoeConfig& c) {
   else o << ", dropless";
   if (s.aux_coef > 0) o << ", aux loss " << s.aux_coef;
   if (c.dense_layers > 0) o << ", first " << c.dense_layers << " layers dense";
+  if (c.layer_step > 1) o << ", every " << c.layer_step << "th layer";
   o << ")";
   return o.str();
 }

@@ -17,7 +17,9 @@
 //       capacity_factor: 0        # 0 = dropless; > 0: capacity per expert and ep rank's tokens
 //       drop_policy: probs        # probs | position
 //       aux_loss_coef: 0          # Switch's alpha (1e-2 there; Megatron-Core's default 0)
-//       dense_layers: 0           # the first n layers keep the dense MLP (model.ffn)
+//       dense_layers: 0           # the first n layers keep the dense MLP (model.ffn; DeepSeek first_k_dense_replace)
+//       layer_step: 1             # layer i (0-based) is MoE when (i + 1) % layer_step == 0 (Qwen2-MoE's
+//                                 # decoder_sparse_step, Llama 4's interleave_moe_layer_step), after dense_layers
 //       routing: uniform          # shape-only runs: uniform | zipf (the declared distribution)
 //       skew: 1.0                 # zipf exponent
 //       routing_seed: 1           # which experts zipf makes popular
@@ -36,7 +38,7 @@ namespace shardsim::sharding::plans {
 inline constexpr std::string_view kMoeKeys[] = {
     "experts",      "top_k",           "expert_ffn",  "shared_experts", "shared_ffn",    "router",
     "normalize",    "scale",           "bias_update", "capacity_factor", "drop_policy",  "aux_loss_coef",
-    "dense_layers", "routing",         "skew",        "routing_seed"};
+    "dense_layers", "layer_step",      "routing",     "skew",            "routing_seed"};
 
 // Bounds (docs/CONFIG.md).
 struct MoeBounds {
@@ -47,9 +49,10 @@ struct MoeBounds {
 struct MoeConfig {
   kernels::MoeSpec spec;                 // hidden, dtype and the MLP kind from the model
   int64_t dense_layers = 0;
+  int64_t layer_step = 1;
   double bias_update = 0;
   kernels::RoutingDistribution routing;  // shape-only runs
-  bool is_moe_layer(int64_t layer) const { return layer >= dense_layers; }
+  bool is_moe_layer(int64_t layer) const { return layer >= dense_layers && (layer + 1) % layer_step == 0; }
 };
 
 // MOE: the model's moe: node; MODEL: the rest of the model (hidden, layers, mlp, dtype) already parsed.

@@ -46,7 +46,7 @@ TEST(MoeConfig, DefaultsAndEveryKey) {
   EXPECT_TRUE(c.spec.router.bias.empty());
   c = parse("model:\n  moe: {experts: 4, top_k: 1, expert_ffn: [8, 16, 8, 4], shared_experts: 2, router: sigmoid,\n"
             "    normalize: false, scale: 2.5, bias_update: 0.001, capacity_factor: 1.25, drop_policy: position,\n"
-            "    aux_loss_coef: 0.01, dense_layers: 1, routing: zipf, skew: 1.2, routing_seed: 3}\n");
+            "    aux_loss_coef: 0.01, dense_layers: 1, layer_step: 2, routing: zipf, skew: 1.2, routing_seed: 3}\n");
   EXPECT_EQ(c.spec.expert_ffn, (std::vector<int64_t>{8, 16, 8, 4}));
   EXPECT_EQ(c.spec.shared_ffn, 16);  // 2 shared experts of expert_ffn[0]
   EXPECT_EQ(c.spec.router.score, kernels::RouterScore::sigmoid);
@@ -56,8 +56,10 @@ TEST(MoeConfig, DefaultsAndEveryKey) {
   EXPECT_DOUBLE_EQ(c.spec.capacity.factor, 1.25);
   EXPECT_EQ(c.spec.capacity.policy, kernels::DropPolicy::position);
   EXPECT_DOUBLE_EQ(c.spec.aux_coef, 0.01);
-  EXPECT_FALSE(c.is_moe_layer(0));
-  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_FALSE(c.is_moe_layer(0));  // dense
+  EXPECT_TRUE(c.is_moe_layer(1));   // (1 + 1) % 2 == 0
+  EXPECT_FALSE(c.is_moe_layer(2));
+  EXPECT_TRUE(c.is_moe_layer(3));
   EXPECT_DOUBLE_EQ(c.routing.skew, 1.2);
   EXPECT_EQ(c.routing.seed, 3u);
   EXPECT_NE(sharding::plans::moe_text(c).find("4 experts top-1"), std::string::npos);
