@@ -52,7 +52,7 @@ ExpertWeights expert_weights(const MoeSpec& s, int64_t f, uint64_t seed, uint64_
 
 Tensor zeros_like(const Tensor& t) { return Tensor::make(t.dtype(), t.shape(), t.has_storage()); }
 ExpertWeights zeros_like(const ExpertWeights& w) {
-  return {w.w_gate.numel() ? zeros_like(w.w_gate) : Tensor{}, zeros_like(w.w_up), zeros_like(w.w_down)};
+  return {w.w_gate.rank() == 2 ? zeros_like(w.w_gate) : Tensor{}, zeros_like(w.w_up), zeros_like(w.w_down)};
 }
 
 Tensor copy_of(const Tensor& t) {
@@ -103,7 +103,7 @@ MoeWeights zero_like(const MoeWeights& w) {
   g.router = zeros_like(w.router);
   g.first_expert = w.first_expert;
   for (const auto& e : w.experts) g.experts.push_back(zeros_like(e));
-  if (w.shared.w_up.numel()) g.shared = zeros_like(w.shared);
+  if (w.shared.w_up.rank() == 2) g.shared = zeros_like(w.shared);
   return g;
 }
 

@@ -43,11 +43,11 @@ struct MoeSpec {
 };
 
 struct ExpertWeights {
-  runtime::Tensor w_gate, w_up, w_down;  // w_gate empty (0 elements) when not gated
+  runtime::Tensor w_gate, w_up, w_down;  // w_gate default-constructed (rank 0) when not gated
 };
 
 // The layer's weights on one chip: the router, experts [first_expert, first_expert + experts.size()), and the
-// shared MLP (shared.w_up empty when none).
+// shared MLP (shared.w_up default-constructed, rank 0, when none).
 struct MoeWeights {
   runtime::Tensor router;  // [h, E]
   int64_t first_expert = 0;

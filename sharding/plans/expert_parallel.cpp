@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
 #include "kernels/norm.h"
 
@@ -21,6 +22,57 @@ EpShard ep_shard(int64_t experts, int ep, int rank) {
                                 std::to_string(ep) + " (experts must be a multiple of ep)");
   const int64_t n = experts / ep;
   return {int64_t(rank) * n, n};
+}
+
+int EpGroups::etp_size() const { return etp ? etp->size() : 1; }
+int EpGroups::etp_rank() const { return etp ? etp->rank() : 0; }
+
+namespace {
+
+// Columns [c0, c0 + n) of A [rows, cols] (shape-only in, shape-only out).
+Tensor columns(const Tensor& a, int64_t c0, int64_t n) {
+  Tensor out = Tensor::make(a.dtype(), {a.dim(0), n}, a.has_storage());
+  if (!a.has_storage()) return out;
+  const size_t es = runtime::dtype_size(a.dtype());
+  const auto* src = static_cast<const unsigned char*>(a.data());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (int64_t r = 0; r < a.dim(0); ++r)
+    std::memcpy(dst + size_t(r * n) * es, src + size_t(r * a.dim(1) + c0) * es, size_t(n) * es);
+  return out;
+}
+
+kernels::ExpertWeights shard_expert(const kernels::ExpertWeights& w, int etp, int rank) {
+  const collectives::Partition part{size_t(w.w_up.dim(1)), size_t(etp)};
+  const int64_t c0 = int64_t(part.offset(size_t(rank))), n = int64_t(part.size(size_t(rank)));
+  kernels::ExpertWeights out;
+  if (w.w_gate.rank() == 2) out.w_gate = columns(w.w_gate, c0, n);
+  out.w_up = columns(w.w_up, c0, n);
+  out.w_down = w.w_down.rows(c0, n);
+  return out;
+}
+
+// Sums BUF (COUNT elements of DTYPE; null when shape-only) over the etp group, charged from CHIP.t on.
+void etp_sum(runtime::Transport& etp, void* buf, size_t count, runtime::DType dtype, const std::string& what,
+             const EpOptions& o, Chip& chip, Comm& comm) {
+  const auto r = collectives::all_reduce(etp, buf, buf, count, dtype, collectives::ReduceOp::sum, chip.t,
+                                         ring_opts("etp all_reduce (" + what + ")", o.algorithm));
+  const double p = etp.size();
+  comm.add("etp all_reduce", r.bytes_sent, 2.0 * (p - 1) / p * double(count * runtime::dtype_size(dtype)),
+           r.span.end - r.span.start, r.algorithm);
+  chip.t = r.span.end;
+}
+
+}  // namespace
+
+MoeWeights shard_etp(const MoeWeights& w, int etp, int rank) {
+  if (etp < 1 || rank < 0 || rank >= etp)
+    throw std::invalid_argument("expert tensor parallel: rank " + std::to_string(rank) + " of etp " + std::to_string(etp));
+  MoeWeights out;
+  out.router = w.router.rows(0, w.router.dim(0));
+  out.first_expert = w.first_expert;
+  for (const auto& e : w.experts) out.experts.push_back(shard_expert(e, etp, rank));
+  if (w.shared.w_up.rank() == 2) out.shared = shard_expert(w.shared, etp, rank);
+  return out;
 }
 
 std::vector<Routing> declared_ep_routing(const MoeSpec& s, int64_t tokens, const kernels::RoutingDistribution& d, int ep,
@@ -97,8 +149,9 @@ std::vector<size_t> rows_per_peer(const std::vector<int64_t>& counts, int P, int
 
 }  // namespace
 
-Tensor ep_moe_forward(runtime::Transport& ep, const MoeSpec& spec, const MoeWeights& w, const Tensor& x, Chip& chip,
+Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x, Chip& chip,
                       Comm& comm, EpActivations& keep, const std::vector<Routing>* declared, const EpOptions& o) {
+  runtime::Transport& ep = g.ep;
   MoeSpec s = spec;
   s.capacity.groups = 1;
   s.check();
@@ -165,12 +218,14 @@ Tensor ep_moe_forward(runtime::Transport& ep, const MoeSpec& spec, const MoeWeig
     if (!o.overlap_shared) ys = kernels::shared_forward(s, w.shared, x, &keep.shared, charge);
     charge(kernels::add_inplace(y, ys));
   }
+  if (g.etp_size() > 1) etp_sum(*g.etp, y.data_if_stored(), size_t(y.numel()), y.dtype(), "output", o, chip, comm);
   return y;
 }
 
-Tensor ep_moe_backward(runtime::Transport& ep, const MoeSpec& spec, const MoeWeights& w, const Tensor& x,
+Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x,
                        const EpActivations& keep, const Tensor& dy, double aux_grad, MoeWeights& grads, Chip& chip,
                        Comm& comm, const EpOptions& o) {
+  runtime::Transport& ep = g.ep;
   MoeSpec s = spec;
   s.capacity.groups = 1;
   const int P = ep.size();
@@ -183,6 +238,9 @@ Tensor ep_moe_backward(runtime::Transport& ep, const MoeSpec& spec, const MoeWei
   Tensor dyp = Tensor::make(s.dtype, keep.yp.shape(), real);
   std::vector<float> dweight;
   charge(kernels::unpermute_backward(dy, keep.yp, rt, dyp, dweight));
+  if (g.etp_size() > 1)  // the experts' outputs were partial sums over etp, so are these
+    etp_sum(*g.etp, real ? dweight.data() : nullptr, size_t(rt.tokens * rt.top_k), runtime::DType::fp32,
+            "combine weights' gradient", o, chip, comm);
   // The combine's gradient goes to the experts' ranks; the shared experts' backward meanwhile.
   const sim::TimeNs t0 = chip.t;
   const Tensor dyr_src = exchange_rows(ep, dyp, keep.send_rows, recv_rows, "combine backward", o, chip, comm,
@@ -205,11 +263,12 @@ Tensor ep_moe_backward(runtime::Transport& ep, const MoeSpec& spec, const MoeWei
                                    nullptr, nullptr);
   Tensor dx = Tensor::make(s.dtype, x.shape(), real);
   charge(kernels::permute_backward(dxp, rt, dx));
-  kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dx, grads.router, charge);
   if (s.shared_ffn > 0) {
     if (!o.overlap_shared) dxs = kernels::shared_backward(s, w.shared, x, keep.shared, dy, grads.shared, charge);
     charge(kernels::add_inplace(dx, dxs));
   }
+  if (g.etp_size() > 1) etp_sum(*g.etp, dx.data_if_stored(), size_t(dx.numel()), dx.dtype(), "input gradient", o, chip, comm);
+  kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dx, grads.router, charge);
   return dx;
 }
 

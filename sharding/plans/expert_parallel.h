@@ -18,6 +18,14 @@
 // all_to_allv occupies the links; the local experts wait for both. The backward runs the same exchange in reverse
 // (the combine's gradient is dispatched, the dispatch's combined), and the shared experts' backward overlaps it.
 //
+// Expert tensor parallelism (etp; Megatron-Core's --expert-tensor-parallel-size): each ep rank is a group of etp
+// chips holding the same tokens (a tensor-parallel group's replicated activations) and the same routing; each
+// holds the columns [c0, c1) of every local expert's W_gate and W_up and the rows of W_down (shard_etp), and
+// exchanges over the ep group of its own etp coordinate. Its experts' outputs are partial sums: combined back,
+// unpermuted and added to the (etp-sharded) shared experts' partial output, then summed over etp by one
+// all_reduce ("etp all_reduce (output)", as the row-parallel MLP's). The backward sums the partial combine-weight
+// gradients (T·k fp32) and the partial input gradients over etp the same way; the router's part is added after.
+//
 // Gradients: expert weights are complete for the tokens of this ep group (reduce them over the expert-data-parallel
 // group: the dp axis); the router's (and the shared experts') are this rank's partial and are reduced with the
 // dense parameters over dp x ep (the executor's data-parallel unit). The aux loss is this rank's group's (the
@@ -38,6 +46,15 @@
 
 namespace shardsim::sharding::plans {
 
+// The ep group of this chip (experts sharded over it) and, optionally, its etp group (the experts' inner size
+// sharded over it); nullptr or size 1: no expert tensor parallelism.
+struct EpGroups {
+  runtime::Transport& ep;
+  runtime::Transport* etp = nullptr;
+  int etp_size() const;
+  int etp_rank() const;
+};
+
 struct EpOptions {
   std::string algorithm = "auto";  // the all_to_all / all_to_allv algorithm (collectives/registry.h)
   bool overlap_shared = true;      // shared experts during the dispatch / its gradient's exchange
@@ -48,6 +65,11 @@ struct EpShard {
   int64_t first = 0, count = 0;
 };
 EpShard ep_shard(int64_t experts, int ep, int rank);
+
+// This chip's etp shard of W (one ep rank's weights): every expert's (and the shared MLP's) W_gate and W_up
+// columns and W_down rows [offset(i), offset(i) + size(i)) of an even split of its inner size over ETP
+// (collectives::Partition: the first f % etp ranks one more); the router unchanged.
+kernels::MoeWeights shard_etp(const kernels::MoeWeights& w, int etp, int rank);
 
 // What one chip's forward keeps (and reports).
 struct EpActivations {
@@ -69,15 +91,15 @@ std::vector<kernels::Routing> declared_ep_routing(const kernels::MoeSpec& s, int
                                                   const kernels::RoutingDistribution& d, int ep, int64_t layer);
 
 // The forward on this chip's tokens X [T, h]. W: the router, this rank's experts (W.first_expert = ep_shard's), the
-// shared MLP. S.capacity.groups is ignored (the rank's tokens are one group). DECLARED: every rank's routing
+// shared MLP (with etp: shard_etp of them). S.capacity.groups is ignored (the rank's tokens are one group). DECLARED: every rank's routing
 // (shape-only X; else unused, may be null). Kernels are charged to CHIP, the collectives' bytes to COMM.
-runtime::Tensor ep_moe_forward(runtime::Transport& ep, const kernels::MoeSpec& s, const kernels::MoeWeights& w,
+runtime::Tensor ep_moe_forward(const EpGroups& g, const kernels::MoeSpec& s, const kernels::MoeWeights& w,
                                const runtime::Tensor& x, Chip& chip, Comm& comm, EpActivations& keep,
                                const std::vector<kernels::Routing>* declared = nullptr, const EpOptions& o = {});
 
 // The backward from DY [T, h] and AUX_GRAD (dL/d this rank's aux loss): returns DX [T, h]; GRADS (zero_like(W))
 // receive this rank's expert gradients (complete) and the router's and shared experts' partial gradients.
-runtime::Tensor ep_moe_backward(runtime::Transport& ep, const kernels::MoeSpec& s, const kernels::MoeWeights& w,
+runtime::Tensor ep_moe_backward(const EpGroups& g, const kernels::MoeSpec& s, const kernels::MoeWeights& w,
                                 const runtime::Tensor& x, const EpActivations& keep, const runtime::Tensor& dy,
                                 double aux_grad, kernels::MoeWeights& grads, Chip& chip, Comm& comm,
                                 const EpOptions& o = {});

@@ -15,6 +15,7 @@
 #include "mpi_util.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
+#include "sharding/device_mesh.h"
 #include "sharding/plans/expert_parallel.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
@@ -82,12 +83,19 @@ struct Outcome {
   double dispatch_bytes = 0, dispatch_expected = 0;
 };
 
-// One ep rank's forward and backward against the reference (every chip computes the reference).
-Outcome run_case(const EpCase& c, runtime::Transport& t, int P, int r) {
+// One chip's forward and backward on an ep x etp mesh (etp innermost: the mesh's tp axis) against the reference
+// (every chip computes the reference).
+Outcome run_case(const EpCase& c, runtime::Transport& world, int P, int etp) {
+  sharding::DeviceMesh mesh({{"tp", etp}, {"ep", P}}, world.timeline().topology());
+  mesh.bind(world);
+  runtime::Transport& t = mesh["ep"];
+  runtime::Transport& tp = mesh["tp"];
+  const int r = t.rank();
   const MoeSpec s = spec_of(c, P);
   const auto shard = sharding::plans::ep_shard(s.experts(), P, r);
   const kernels::MoeWeights w_all = kernels::make_moe_weights(s, 17, 0, s.experts());
-  const kernels::MoeWeights w = kernels::make_moe_weights(s, 17, shard.first, shard.count);
+  const kernels::MoeWeights w =
+      sharding::plans::shard_etp(kernels::make_moe_weights(s, 17, shard.first, shard.count), etp, tp.rank());
   Tensor x_all(DType::fp32, {P * kTokens, s.hidden}), dy_all(DType::fp32, {P * kTokens, s.hidden});
   for (int q = 0; q < P; ++q) {
     x_all.set_rows(q * kTokens, tokens_of(q, s.hidden, 1));
@@ -100,44 +108,52 @@ Outcome run_case(const EpCase& c, runtime::Transport& t, int P, int r) {
   const Tensor dx_ref = kernels::moe_backward(s, w_all, x_all, ref_keep, dy_all, aux_grad, g_ref, {});
   std::vector<double> ref_aux;
   kernels::aux_loss(ref_keep.routing, s.router, s.aux_coef, P, &ref_aux);
+  // The reference's gradients of this chip's shard.
+  kernels::MoeWeights ref_local;
+  ref_local.router = g_ref.router;
+  ref_local.first_expert = shard.first;
+  for (int64_t e = 0; e < shard.count; ++e) ref_local.experts.push_back(g_ref.experts[size_t(shard.first + e)]);
+  ref_local.shared = g_ref.shared;
+  const kernels::MoeWeights ref_shard = sharding::plans::shard_etp(ref_local, etp, tp.rank());
 
-  sharding::plans::Chip chip{&t.timeline()};
+  sharding::plans::Chip chip{&world.timeline()};
   sharding::plans::Comm comm;
   sharding::plans::EpActivations keep;
+  const sharding::plans::EpGroups groups{t, etp > 1 ? &tp : nullptr};
   const Tensor x = tokens_of(r, s.hidden, 1), dy = tokens_of(r, s.hidden, 2);
-  const Tensor y = sharding::plans::ep_moe_forward(t, s, w, x, chip, comm, keep);
+  const Tensor y = sharding::plans::ep_moe_forward(groups, s, w, x, chip, comm, keep);
   kernels::MoeWeights g = kernels::zero_like(w);
-  const Tensor dx = sharding::plans::ep_moe_backward(t, s, w, x, keep, dy, aux_grad, g, chip, comm);
+  const Tensor dx = sharding::plans::ep_moe_backward(groups, s, w, x, keep, dy, aux_grad, g, chip, comm);
 
   Outcome out;
   out.y = rel_dev(y, y_ref, r * kTokens);
   out.dx = rel_dev(dx, dx_ref, r * kTokens);
   for (int64_t e = 0; e < shard.count; ++e) {
     const auto& a = g.experts[size_t(e)];
-    const auto& b = g_ref.experts[size_t(shard.first + e)];
+    const auto& b = ref_shard.experts[size_t(e)];
     out.experts = std::max({out.experts, rel_dev(a.w_up, b.w_up), rel_dev(a.w_down, b.w_down),
                             s.gated ? rel_dev(a.w_gate, b.w_gate) : 0.0});
   }
-  // Router and shared gradients: partial per rank, summed over ep.
+  // Router and shared gradients: partial per ep rank, summed over ep.
   auto summed = [&](Tensor& part) {
     collectives::all_reduce(t, part.data(), part.data(), size_t(part.numel()), DType::fp32, collectives::ReduceOp::sum,
                             chip.t);
   };
   summed(g.router);
-  out.router = rel_dev(g.router, g_ref.router);
+  out.router = rel_dev(g.router, ref_shard.router);
   if (s.shared_ffn > 0) {
     summed(g.shared.w_up);
     summed(g.shared.w_down);
-    out.shared = std::max(rel_dev(g.shared.w_up, g_ref.shared.w_up), rel_dev(g.shared.w_down, g_ref.shared.w_down));
+    out.shared = std::max(rel_dev(g.shared.w_up, ref_shard.shared.w_up), rel_dev(g.shared.w_down, ref_shard.shared.w_down));
   }
   out.aux = std::fabs(keep.aux - ref_aux[size_t(r)]) / std::max(1e-9, std::fabs(ref_aux[size_t(r)]));
-  // Token counts: this rank's routing is the reference's group r.
+  // Token counts and kept slots: this rank's routing is the reference's group r.
   out.counts_equal = true;
   for (int64_t e = 0; e < s.experts(); ++e)
     out.counts_equal = out.counts_equal && keep.routing.chosen[size_t(e)] == ref_keep.routing.chosen[size_t(r * s.experts() + e)];
   for (int64_t i = 0; i < kTokens * s.router.top_k; ++i)
     out.counts_equal = out.counts_equal && keep.routing.kept[size_t(i)] == ref_keep.routing.kept[size_t(r * kTokens * s.router.top_k + i)];
-  out.dropped = keep.routing.dropped;
+  out.dropped = tp.rank() == 0 ? keep.routing.dropped : 0;  // count each ep rank's tokens once
   out.ref_dropped = ref_keep.routing.dropped;
   const auto& st = comm.stats["ep all_to_allv"];
   out.dispatch_bytes = st.bytes;
@@ -165,39 +181,47 @@ const EpCase kCases[] = {
 
 class MoeEp : public ::testing::TestWithParam<EpCase> {};
 
+// ep = every rank (1, 2, 3, 4, 8), and at 4 and 8 ranks also ep x etp (etp 2).
 TEST_P(MoeEp, MatchesSingleDevice) {
   const EpCase& c = GetParam();
-  const int P = world_size(), r = world_rank();
-  if (24 % P != 0) GTEST_SKIP() << "24 experts do not split over " << P;
-  auto topo = topology::Topology::ring(P, topology::LinkSpec{100, 500});
-  sim::Timeline tl(r, topo, sim::device_preset("generic"));
-  runtime::Transport t(MPI_COMM_WORLD, tl, identity_chips(P));
-  const Outcome o = run_case(c, t, P, r);
-  expect_close(o, c.name, r);
-  if (c.capacity > 0) EXPECT_GT(o.ref_dropped, 0) << c.name << ": the case should drop tokens";
-  long long dropped = o.dropped, total = 0;
-  MPI_Allreduce(&dropped, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT_EQ(total, o.ref_dropped) << c.name;  // the dropped tokens are the reference's
+  const int n = world_size(), rank = world_rank();
+  for (int etp : {1, 2}) {
+    if (n % etp != 0 || (etp > 1 && n < 4)) continue;
+    const int P = n / etp;
+    if (24 % P != 0) continue;
+    const auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 500});
+    sim::Timeline tl(rank, topo, sim::device_preset("generic"));
+    runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(n));
+    const Outcome o = run_case(c, world, P, etp);
+    expect_close(o, c.name, rank);
+    if (c.capacity > 0) EXPECT_GT(o.ref_dropped, 0) << c.name << ": the case should drop tokens";
+    long long dropped = o.dropped, total = 0;
+    MPI_Allreduce(&dropped, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, o.ref_dropped) << c.name << " etp " << etp;  // the dropped tokens are the reference's
+  }
 }
 
+// 8 chips of one rank: ep 8, ep 4 x etp 2, ep 2 x etp 4.
 TEST_P(MoeEp, EightChipsOfOneRank) {
   const EpCase& c = GetParam();
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
-  std::vector<Outcome> got(8);
-  const int code = runtime::run_chips(8, [&](const runtime::World& w) {
-    auto topo = topology::Topology::ring(8, topology::LinkSpec{100, 500});
-    sim::Timeline tl(w.rank(), topo, sim::device_preset("generic"));
-    runtime::Transport t(w, tl, identity_chips(8));
-    got[size_t(w.rank())] = run_case(c, t, 8, w.rank());
-    return 0;
-  });
-  ASSERT_EQ(code, 0);
-  int64_t dropped = 0;
-  for (int i = 0; i < 8; ++i) {
-    expect_close(got[size_t(i)], c.name, i);
-    dropped += got[size_t(i)].dropped;
+  for (int etp : {1, 2, 4}) {
+    std::vector<Outcome> got(8);
+    const int code = runtime::run_chips(8, [&](const runtime::World& w) {
+      const auto topo = topology::Topology::ring(8, topology::LinkSpec{100, 500});
+      sim::Timeline tl(w.rank(), topo, sim::device_preset("generic"));
+      runtime::Transport world(w, tl, identity_chips(8));
+      got[size_t(w.rank())] = run_case(c, world, 8 / etp, etp);
+      return 0;
+    });
+    ASSERT_EQ(code, 0);
+    int64_t dropped = 0;
+    for (int i = 0; i < 8; ++i) {
+      expect_close(got[size_t(i)], c.name, i);
+      dropped += got[size_t(i)].dropped;
+    }
+    EXPECT_EQ(dropped, got[0].ref_dropped) << c.name << " etp " << etp;
   }
-  EXPECT_EQ(dropped, got[0].ref_dropped) << c.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MoeEp, ::testing::ValuesIn(kCases),
@@ -223,7 +247,7 @@ TEST(MoeEpShapeOnly, UniformDispatchBytesAndBisectionBound) {
   sharding::plans::Comm comm;
   sharding::plans::EpActivations keep;
   const Tensor x = Tensor::shape_only({T, s.hidden}, DType::fp32);
-  const Tensor y = sharding::plans::ep_moe_forward(t, s, w, x, chip, comm, keep, &declared);
+  const Tensor y = sharding::plans::ep_moe_forward({t}, s, w, x, chip, comm, keep, &declared);
   t.set_shape_only(false);
   EXPECT_FALSE(y.has_storage());
   const double closed = double(T * s.router.top_k * s.hidden * 4) * (P - 1) / P;
