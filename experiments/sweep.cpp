@@ -252,7 +252,9 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
       // with the set: values (their nodes carry the sweep file's lines).
       const SpecUse use = spec_use_of(root.child("workload"));
       (void)parse_model_spec(root.child("workload"), use);
-      (void)parse_model_spec(ConfigNode(e.root["workload"], set->file(), root.child("workload").path()), use);
+      YAML::Node with_set = YAML::Clone(root.child("workload").yaml());
+      for (const auto& kv : set->yaml()) with_set[kv.first.as<std::string>()] = kv.second;  // not cloned: marks kept
+      (void)parse_model_spec(ConfigNode(with_set, set->file(), root.child("workload").path()), use);
     }
     if (e.label.empty()) e.label = fs::path(e.file).stem().string();
     for (const auto& o : out)
