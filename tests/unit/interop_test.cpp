@@ -211,6 +211,40 @@ TEST(InteropMegatron, ContradictionsAreOneLineNamingTheFlag) {
             std::string::npos);
 }
 
+TEST(InteropMegatron, ShellScriptsAreReadAsAShellWould) {
+  const std::string script = R"(#!/bin/bash
+export TP=4
+PP=2  # pipeline
+MODEL_ARGS=(
+  --num-layers 8   # a comment
+  --hidden-size=1024
+  --num-attention-heads 16
+)
+torchrun --nnodes 1 --nproc_per_node 16 pretrain_gpt.py ${MODEL_ARGS[@]} \
+  --tensor-model-parallel-size $TP --pipeline-model-parallel-size ${PP} \
+  --seq-length 256 --vocab-size 1000 --data-path "/data/my corpus" --save '/ckpt/$TP' \
+  --global-batch-size 8 --global-batch-size 16
+)";
+  const Imported imp = import_megatron_text(script, "train.sh");
+  const PlanSource s = loaded(imp);
+  EXPECT_EQ(s.plan.tp, 4);
+  EXPECT_EQ(s.plan.pp, 2);
+  EXPECT_EQ(s.plan.dp, 2);
+  EXPECT_EQ(s.spec.hidden, 1024);
+  EXPECT_EQ(s.spec.layers, 8);
+  EXPECT_EQ(s.spec.batch, 16);  // given twice: the last wins, as argparse
+  EXPECT_EQ(s.spec.vocab, 1024);  // padded to a multiple of 128 x tp 4 = 512
+  const std::string yaml = to_yaml(imp);
+  EXPECT_NE(yaml.find("--data-path /data/my corpus"), std::string::npos);
+  EXPECT_NE(yaml.find("--save /ckpt/$TP"), std::string::npos);  // single quotes: no expansion
+  EXPECT_NE(yaml.find("--global-batch-size 16: given more than once"), std::string::npos);
+  // Error lines name the script line of the flag, also inside an array.
+  const std::string bad = "A=(\n  --num-layers x\n)\npython pretrain_gpt.py ${A[@]}\n";
+  EXPECT_NE(message_of([&] { import_megatron_text(bad, "s.sh"); }).find("s.sh:2: --num-layers: 'x' is not an integer"),
+            std::string::npos)
+      << message_of([&] { import_megatron_text(bad, "s.sh"); });
+}
+
 TEST(InteropTorchtitan, PublicTrainConfigImports) {
   const std::string path = kData + "torchtitan/llama3_8b.toml";
   EXPECT_NE(message_of([&] { import_torchtitan(path); }).find("data_parallel_shard_degree: -1 takes the rest"), std::string::npos);
