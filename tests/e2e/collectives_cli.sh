@@ -73,8 +73,8 @@ expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_r
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
   assert_out '^  all_reduce      n/a \(.*same link' "bidir_ring is not applicable on a one-way ring, with the reason"
-  assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch halving_doubling double_binary_tree auto \(opt-in only: recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms apart"
-  assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
+  assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch double_binary_tree auto \(opt-in only: halving_doubling recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms (NCCL runs none of them) apart"
+  assert_out '^  broadcast: ring auto \(opt-in only: binomial_tree\)$' "rooted: NCCL's ring only, the binomial tree opt-in"
 fi
 # The estimates follow --chunk-bytes (pipelined pieces), and a run's header names the algorithm an alias stands for.
 if expect_exit 0 'chunk 65536 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M --chunk-bytes 64K; then
