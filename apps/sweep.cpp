@@ -223,8 +223,9 @@ int plot_only(const runtime::World& world, const SweepSpec& spec, const std::str
         std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
         code = kExitRuntimeFault;
       }
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-      if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
+      if (pngs.empty() && err.empty())
+        std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), escape_control(csv_path).c_str());
     }
   }
   return std::stoi(world.broadcast(std::to_string(code), 0));
@@ -310,11 +311,11 @@ int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags&
                 validated_small);
     const auto best = sharding::best_plans(rows);
     std::printf("%s%s", sharding::best_plans_text(best).c_str(), winner_exports(f.export_kind, spec, best).c_str());
-    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
+    std::printf("results %s\nresults %s\n", escape_control(csv_path).c_str(), escape_control(json_path).c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;
       const auto err = draw(spec.output, all, &pngs);
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
       if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
     }
     std::fflush(stdout);
@@ -393,7 +394,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
   if (root) {
     std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d chip(s)%s\n", spec.name.c_str(), P,
-                skipped, csv_path.c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
+                skipped, escape_control(csv_path).c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
                 P - static_cast<size_t>(skipped), N,
                 runtime::chips_per_rank() > 1 ? (" (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
                                                  std::to_string(runtime::chips_per_rank()) + " chips)").c_str()
