@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "experiments/sweep.h"
 #include "models/report.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
@@ -30,6 +31,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 Command add_import(CLI::App& app, const runtime::World& world);  // interop.cpp: import hf|megatron|torchtitan
 Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp: export megatron|torchtitan
+// interop.cpp, for `sweep --export KIND`: the launch arguments (KIND megatron) or job TOML (torchtitan) of each
+// training group's best plan in BEST, exported from its point's generated config in SPEC; "" when KIND is empty or
+// no training group has a best plan. A point that cannot be exported gets one line saying why (never an error).
+std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
+                           const std::vector<sharding::BestPlan>& best);
 
 // One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
 // in messages), quiet; VALIDATE compares the losses with the single-device reference; WHAT_IF (train's --what-if

@@ -64,7 +64,7 @@ using sharding::SweepPoint;
 using sharding::SweepSpec;
 
 struct SweepFlags {
-  std::string file, output, what_if;
+  std::string file, output, what_if, export_kind;
   bool force = false, plot_only = false, no_plots = false, validate_every = false;
 };
 
@@ -309,7 +309,8 @@ int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags&
                 "with their plan validated at a small size)\n",
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
                 validated_small);
-    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
+    const auto best = sharding::best_plans(rows);
+    std::printf("%s%s", sharding::best_plans_text(best).c_str(), winner_exports(f.export_kind, spec, best).c_str());
     std::printf("results %s\nresults %s\n", escape_control(csv_path).c_str(), escape_control(json_path).c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;
@@ -506,6 +507,10 @@ Command add_sweep(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--validate-every", f->validate_every,
                 "validate every workload point with real data at full size (the file's `validate: every`; default "
                 "`once`: each distinct plan validated at a small size, full-size points timed shape-only)");
+  sub->add_option("--export", f->export_kind,
+                  "after the best-plan table, print each training group's winner as Megatron-LM launch arguments "
+                  "(megatron) or a torchtitan TOML (torchtitan; docs/IMPORT.md)")
+      ->check(CLI::IsMember({"megatron", "torchtitan"}));
   return {sub, [f, &world] { return run_sweep(world, *f); }};
 }
 
