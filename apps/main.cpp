@@ -438,7 +438,11 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       // Raised after the agreement point: other ranks may be waiting on us, so take the job down. Claiming the
       // node's report line first makes mpirun's SIGTERM to the other ranks end them quietly (no second line).
       runtime::wait_board::claim();
-      world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
+      // Bad input is the user's, not a chip's: no "on chip N" (which read as a fault of the simulated chip 0).
+      world.abort(e.exit_code(), (e.exit_code() == kExitBadInput ? std::string("shardsim: error: ")
+                                                                 : "shardsim: error on chip " +
+                                                                       std::to_string(world.rank()) + ": ") +
+                                     e.what());
     } catch (const std::bad_alloc&) {
       runtime::wait_board::claim();
       world.abort(kExitRuntimeFault, "shardsim: error on chip " + std::to_string(world.rank()) +

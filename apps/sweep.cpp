@@ -223,8 +223,9 @@ int plot_only(const runtime::World& world, const SweepSpec& spec, const std::str
         std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
         code = kExitRuntimeFault;
       }
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-      if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
+      if (pngs.empty() && err.empty())
+        std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), escape_control(csv_path).c_str());
     }
   }
   return std::stoi(world.broadcast(std::to_string(code), 0));
@@ -309,11 +310,11 @@ int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags&
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
                 validated_small);
     std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
-    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
+    std::printf("results %s\nresults %s\n", escape_control(csv_path).c_str(), escape_control(json_path).c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;
       const auto err = draw(spec.output, all, &pngs);
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
       if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
     }
     std::fflush(stdout);
@@ -350,10 +351,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   world.agree([&] {
     shared_spec = load_spec(f);
     const SweepSpec& spec = *shared_spec;
-    std::error_code ec;
-    fs::create_directories(spec.output, ec);
-    if (!fs::is_directory(spec.output))
-      throw UsageError("output directory '" + spec.output + "' cannot be created" + (ec ? ": " + ec.message() : ""));
+    if (const std::string why = make_output_dir(spec.output); !why.empty())
+      throw UsageError("output directory '" + spec.output + "' cannot be created: " + why);
     if (::access(spec.output.c_str(), W_OK) != 0)
       throw UsageError("output directory '" + spec.output + "' is not writable: " + std::strerror(errno));
     csv_path = (fs::path(spec.output) / "results.csv").string();
@@ -394,7 +393,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
   if (root) {
     std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d chip(s)%s\n", spec.name.c_str(), P,
-                skipped, csv_path.c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
+                skipped, escape_control(csv_path).c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
                 P - static_cast<size_t>(skipped), N,
                 runtime::chips_per_rank() > 1 ? (" (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
                                                  std::to_string(runtime::chips_per_rank()) + " chips)").c_str()
@@ -465,8 +464,9 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.show(cur);
   };
   cb.runners.train = run_train_point;
-  cb.runners.what_if = [&f](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base) {
-    return forward_what_if(g, pt, where, base, f.what_if);
+  cb.runners.what_if = [](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base,
+                          const std::string& what_if) {
+    return forward_what_if(g, pt, where, base, what_if);
   };
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {

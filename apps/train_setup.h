@@ -66,6 +66,7 @@ struct TrainSetup {
   // per chip, whose links grow with the chips).
   std::shared_ptr<const topology::Topology> topology;
   std::string config_name;                     // the config file, for messages
+  std::string name;                            // the config's name: (printable text), "" when absent
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
   // validate: {enabled: true} (a `run` config's section): compare with the single-device reference as --validate

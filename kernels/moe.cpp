@@ -395,6 +395,17 @@ KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::
   return cost;
 }
 
+MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped) {
+  MoeLoad l;
+  l.dropped = dropped;
+  if (counts.empty()) return l;
+  l.max = *std::max_element(counts.begin(), counts.end());
+  l.min = *std::min_element(counts.begin(), counts.end());
+  l.empty = std::count(counts.begin(), counts.end(), int64_t{0});
+  l.mean = double(std::accumulate(counts.begin(), counts.end(), int64_t{0})) / double(counts.size());
+  return l;
+}
+
 void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma) {
   if (bias.size() != load.size())
     throw std::invalid_argument("update_expert_bias: " + std::to_string(bias.size()) + " biases for " +

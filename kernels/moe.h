@@ -127,6 +127,15 @@ KernelCost permute_backward(const runtime::Tensor& dxp, const Routing& r, runtim
 KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::vector<float>& dweight,
                            double aux_grad, double coef, int64_t groups, runtime::Tensor& dlogits);
 
+// Tokens per expert of a step, for reports: COUNTS [E] (Routing::counts, summed over chips for a layer) and the
+// assignments dropped by capacity. imbalance = max / mean (1 = perfect balance; E for all on one expert).
+struct MoeLoad {
+  int64_t max = 0, min = 0, empty = 0, dropped = 0;  // empty: experts with no tokens
+  double mean = 0;
+  double imbalance() const { return mean > 0 ? double(max) / mean : 1.0; }
+};
+MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped = 0);
+
 // DeepSeek-V3's auxiliary-loss-free balancing step: bias[e] += gamma · sign(mean_i load_i − load_e), LOAD the
 // assignments per expert of a step (Routing::chosen summed over groups, and over the data-parallel replicas).
 void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma);

@@ -84,6 +84,15 @@ std::vector<Tensor*> ptrs(std::vector<ExpertWeights>& w, Tensor ExpertWeights::*
 
 }  // namespace
 
+MoeParams moe_params(const MoeSpec& s) {
+  const double mats = s.gated ? 3.0 : 2.0, h = double(s.hidden);
+  double experts = 0;
+  for (int64_t f : s.expert_ffn) experts += mats * h * double(f);
+  const double router = h * double(s.experts()), shared = mats * h * double(s.shared_ffn);
+  const double mean = s.expert_ffn.empty() ? 0.0 : experts / double(s.expert_ffn.size());
+  return {router + experts + shared, router + shared + double(s.router.top_k) * mean};
+}
+
 MoeWeights make_moe_weights(const MoeSpec& s, uint64_t seed, int64_t first_expert, int64_t count, bool storage) {
   s.check();
   if (first_expert < 0 || count < 0 || first_expert + count > s.experts())

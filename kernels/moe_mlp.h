@@ -54,6 +54,14 @@ struct MoeWeights {
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;
 };
+// Parameters of one MoE layer (elements): TOTAL = router + every expert + the shared MLP; ACTIVE = what one token
+// uses: router + shared + k experts of the mean expert size (exact when every expert has one size). An MFU counted
+// on active parameters takes 6 · ACTIVE FLOPs per token for the layer's GEMMs in training (forward 2, backward 4).
+struct MoeParams {
+  double total = 0, active = 0;
+};
+MoeParams moe_params(const MoeSpec& s);
+
 // Seeded weights (Philox, models/init.h's scheme is not used here: a fixed-seed uniform(-a, a) with a = 1/sqrt(fan_in),
 // from std::mt19937_64 per tensor so any expert subset draws the same values as the full set).
 MoeWeights make_moe_weights(const MoeSpec& s, uint64_t seed, int64_t first_expert, int64_t count, bool storage = true);

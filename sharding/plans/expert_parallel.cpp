@@ -8,6 +8,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
 #include "kernels/norm.h"
+#include "sharding/plans/expert_parallel_config.h"
 
 namespace shardsim::sharding::plans {
 
@@ -17,9 +18,8 @@ using kernels::MoeWeights;
 using kernels::Routing;
 
 EpShard ep_shard(int64_t experts, int ep, int rank) {
-  if (ep < 1 || experts % ep != 0)
-    throw std::invalid_argument("expert parallel: " + std::to_string(experts) + " experts do not split over ep = " +
-                                std::to_string(ep) + " (experts must be a multiple of ep)");
+  if (const std::string why = ep_obstacle(experts, ep); !why.empty())
+    throw std::invalid_argument("expert parallel: " + why);
   const int64_t n = experts / ep;
   return {int64_t(rank) * n, n};
 }
