@@ -7,6 +7,8 @@
 
 #include "experiments/sweep.h"
 #include "models/report.h"
+#include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
@@ -43,5 +45,14 @@ std::string winner_exports(const std::string& kind, const sharding::SweepSpec& s
 // (AgreedError on every rank).
 sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text, const std::string& where,
                                     bool validate, const std::string& what_if);
+
+// `run` on a model with a vocabulary (model.kind lm, or no kind): the forward mode of the one executor
+// (apps/train.cpp, models/lm_tp.h's LmTpTrainer::forward_step): one forward of the first step's batch through the
+// plan (any of tp, sp, fused, cp, Ulysses, dp/ZeRO, pp with its schedule's forward actions), validated against the
+// single-device forward's loss (unless shape-only); --checkpoint writes the weights as a training state at its
+// step, --resume reads one. The report is train's, in forward mode. Errors as `train`'s.
+int run_forward(const runtime::World& world, const std::string& config, const std::string& json_path,
+                const sharding::RunOptions& opt, const sharding::ConfigOverrides& overrides,
+                const std::string& what_if);
 
 }  // namespace shardsim::apps
