@@ -131,7 +131,7 @@ TEST(KernelModel, PresetsCiteTheirKernelFigures) {
   }
   EXPECT_EQ(sim::device_preset("a100").kernel.compute_units, 108);
   EXPECT_EQ(sim::device_preset("h100").kernel.compute_units, 132);
-  for (const char* name : {"trainium1", "tpu_v4", "generic"}) EXPECT_FALSE(sim::device_preset(name).kernel.shaped);
+  for (const char* name : {"tpu_v4", "generic"}) EXPECT_FALSE(sim::device_preset(name).kernel.shaped);
 }
 
 TEST(KernelModel, DeviceKeysLoadAndRejectBadValues) {
