@@ -4,6 +4,7 @@
 // Markdown; docs/DEVICES.md is this output (tests/e2e/new_user.sh keeps them equal). A preset whose facts name a
 // kernel_table (published kernel measurements, kernels/kernel_calibrate.h format, next to the presets file) gets
 // a table of the model's kernel rates against them.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -45,9 +46,10 @@ void print_kernel_ceilings(const sim::DevicePreset& p, const std::string& table)
   for (const auto& r : rows) {
     const double ns = sim::kernel_time_ns(p.spec, r.flops, r.bytes, r.precision, r.shape);
     const double published = r.flops / r.measured_ns / 1e3, model = r.flops / ns / 1e3;
+    const double error = std::round(1000 * (model - published) / published) / 10;  // %, one decimal, no "-0.0"
     std::printf("| %s | %s | %lld x %lld x %lld x %lld | %.1f | %.1f | %+.1f%% |\n", r.kernel.c_str(),
                 sim::precision_name(r.precision).c_str(), (long long)r.shape.m, (long long)r.shape.n,
-                (long long)r.shape.k, (long long)r.shape.batch, published, model, 100 * (model - published) / published);
+                (long long)r.shape.k, (long long)r.shape.batch, published, model, error == 0 ? 0.0 : error);
   }
   std::printf("\n```\n");
   std::istringstream lines(text);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <sstream>
 
 #include "common/checked.h"
@@ -130,7 +131,13 @@ std::vector<KernelRow> parse_kernel_table(const std::string& text, const std::st
     if (t.empty() || *end != '\0' || !std::isfinite(us) || us <= 0)
       fail(file, line, "time_us must be a finite number > 0 (got '" + escape_control(t) + "')");
     r.measured_ns = us * 1e3;
-    cost_row(r, dt, m, n, k, batch, causal);
+    try {  // the simulator's kernels check their arguments (e.g. attention takes fp32 or bf16 only)
+      cost_row(r, dt, m, n, k, batch, causal);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(file, line, r.kernel + " with dtype " + escape_control(at(1)) + ": " + escape_control(e.what()));
+    }
     rows.push_back(std::move(r));
   }
   if (rows.empty()) throw ConfigError(file + ": a header but no rows");
