@@ -151,7 +151,7 @@ check_rows() {
 }
 
 e2e_case "default job: --profile and --trace change no simulated figure"
-if expect_exit 0 'total +559\.636 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
+if expect_exit 0 'total +486\.236 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
   pass "default job without --profile: 486.236 us"
 fi
 if expect_exit 0 'profile \(critical path across chips' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint \
