@@ -93,7 +93,7 @@ if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all
   assert_out '^# 2 cases, 112 elements checked, 4 wrong: FAIL$' "both groups' elements counted (2 x 4 ranks x 7, twice)"
 fi
 expect_exit 2 'simulated out of memory on chip 0: needs [0-9.]+ GiB, has 16.00 GiB' -- shardsim_mpi 2 bench -b 16G -e 16G
-expect_exit 2 "directory '/nonexistent' is not writable" -- shardsim_mpi 2 bench --csv /nonexistent/x.csv
+expect_exit 2 "directory '/nonexistent': No such file or directory" -- shardsim_mpi 2 bench --csv /nonexistent/x.csv
 expect_exit 2 "nothing to validate" -- shardsim_mpi 2 validate -b 1M -e 2M --counts 7
 expect_exit 2 "already defines the network" -- shardsim_mpi 4 validate --topology "$SMALL" --torus 2x2
 expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 2 bench reduce -b 4K -e 64K -f 16 -n 1 -w 0 --vs-mpi
