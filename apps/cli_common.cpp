@@ -284,7 +284,7 @@ CLI::Validator finite_in(double lo, double hi, const std::string& range) {
       [lo, hi, range](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end || !(v >= lo && v <= hi)) return "must be " + range + " (got " + escape_control(text) + ")";
+        if (text.empty() || *end || !(v >= lo && v <= hi)) return "must be " + range + " (got '" + escape_control(text) + "')";
         return "";
       },
       range);
