@@ -124,7 +124,7 @@ struct DeviceSpec {
 struct DeviceBounds {
   static constexpr double min_tflops = 1e-3, max_tflops = 1e6;      // 1 GFLOP/s .. 1 EFLOP/s per chip
   static constexpr double min_hbm_gbps = 1e-3, max_hbm_gbps = 1e6;  // 1 MB/s .. 1 PB/s
-  static constexpr double min_hbm_gib = 1.0 / 1024, max_hbm_gib = 1e6;  // 1 MiB .. about 1 PiB
+  static constexpr double min_hbm_gib = 1.0 / 1048576, max_hbm_gib = 1e6;  // 1 KiB .. about 1 PiB
   static constexpr double max_launch_ns = 1e9;                      // 1 s per kernel launch
 };
 // "" when VALUE is a valid figure for device key KEY (a peak_tflops_*, hbm_gbps, hbm_gib, launch_overhead_ns or

@@ -81,12 +81,10 @@ fi
 
 # ---- (h) a workload that does not fit the simulated HBM ----
 e2e_case "(h) simulated out of memory"
-# The smallest capacity (1 MiB, docs/CONFIG.md "Bounds") against 12 MiB of weights per chip.
-sed -e 's/^  preset: generic/  preset: generic\n  hbm_gib: 0.0009765625/' -e 's/^  hidden: 64$/  hidden: 1024/' \
-  -e 's/^  ffn: 200$/  ffn: 4096/' "$SMALL" >oom.yaml
+sed 's/^  preset: generic/  preset: generic\n  hbm_gib: 0.00001/' "$SMALL" >oom.yaml
 if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run oom.yaml; then
   one_error_line
-  assert_out 'simulated out of memory on chip 0: needs [0-9.]+ GiB \([0-9.]+ [KM]iB\), has [0-9.]+ GiB \([0-9.]+ [KM]iB\)' "message names chip, need and capacity"
+  assert_out 'simulated out of memory on chip 0: needs [0-9.]+ GiB \([0-9.]+ KiB\), has 0\.000 GiB \([0-9.]+ KiB\)' "message names chip, need and capacity"
 fi
 
 # ---- (g) validation failure: bf16 against an impossible tolerance ----
