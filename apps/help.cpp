@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/commands.h"
 #include "common/error.h"
@@ -97,14 +99,28 @@ void print_devices() {
   }
 }
 
+// The topics of `shardsim help TOPIC` (`shardsim help` alone lists them).
+const std::pair<const char*, const char*> kHelpTopics[] = {
+    {"config", "every config key per section (docs/CONFIG.md)"},
+    {"devices", "every device preset with its sources (docs/DEVICES.md)"}};
+
 }  // namespace
 
 Command add_help(CLI::App& app, const runtime::World& world) {
   auto* cmd = app.add_subcommand("help", "reference: `shardsim help config` lists every config key (docs/CONFIG.md), "
                                          "`shardsim help devices` every device preset with sources (docs/DEVICES.md)");
   auto topic = std::make_shared<std::string>();
-  cmd->add_option("topic", *topic, "config | devices")->required()->check(CLI::IsMember({"config", "devices"}));
+  std::vector<std::string> names;
+  for (const auto& [name, what] : kHelpTopics) names.emplace_back(name);
+  cmd->add_option("topic", *topic, "config | devices (none: the list of topics)")->check(CLI::IsMember(names));
   return {cmd, [&world, topic]() -> int {
+            if (topic->empty()) {  // `shardsim help`: what there is to ask for
+              if (world.rank() != 0) return kExitOk;
+              std::printf("shardsim help TOPIC, where TOPIC is one of:\n");
+              for (const auto& [name, what] : kHelpTopics) std::printf("  %-9s %s\n", name, what);
+              std::printf("Commands: shardsim --help; a command's flags: shardsim COMMAND --help\n");
+              return kExitOk;
+            }
             // A malformed presets file is one FILE:LINE line and exit 2 from every rank.
             if (*topic == "devices") world.agree([] { (void)sim::device_presets(); });
             if (world.rank() != 0) return kExitOk;

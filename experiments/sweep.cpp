@@ -1,6 +1,7 @@
 #include "experiments/sweep.h"
 
 #include "common/byte_size.h"
+#include "common/checked.h"
 
 #include <algorithm>
 #include <charconv>
@@ -269,7 +270,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
                     const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
   int tp = 1, cp = 1, ul = 1, dp = 1, pp = 1;
-  bool sp = false, fused = false, dp_fill = false, recompute = false;
+  bool sp = false, fused = false, dp_fill = false, recompute = false, selective = false;
   std::string split, ar, chunks, schedule, virtual_stages, micro_batch, zero, bucket;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
@@ -292,13 +293,22 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != v.size())
-          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips`" +
-                                                               (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
+        if (used == 0 || used != v.size() || n < 1 || n > sharding::SpecBounds::axis)
+          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
+                                                               std::to_string(sharding::SpecBounds::axis) +
+                                                               " or `chips`" + (k == "dp" ? " or `fill`" : "") +
+                                                               " (got '" + v + "')");
       }
       out[k] = n;
       (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : k == "pp" ? pp : ul) = n;
-    } else if (k == "sp" || k == "fused" || k == "recompute") {
+    } else if (k == "recompute") {  // none | selective | full (true = full, false = none), as the parser reads it
+      if (v != "none" && v != "selective" && v != "full" && v != "true" && v != "false")
+        ConfigNode(kv.second, plan.file(), plan.path())
+            .fail(plan.path() + ".recompute: none, selective or full (got '" + v + "')");
+      out[k] = v;
+      recompute = v == "full" || v == "true";
+      selective = v == "selective";
+    } else if (k == "sp" || k == "fused") {
       bool b = false;
       try {
         b = kv.second.as<bool>();
@@ -306,7 +316,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
         ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
       }
       out[k] = b;
-      (k == "sp" ? sp : k == "fused" ? fused : recompute) = b;
+      (k == "sp" ? sp : fused) = b;
     } else if (k == "chunks") {
       out[k] = v;
       chunks = v;
@@ -325,8 +335,8 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   // dp: fill = chips / (tp x cp x ulysses) replicas; when that does not divide, dp stays 1 and the point is
   // skipped with the parser's reason (the mesh does not cover the chips).
   if (dp_fill) {
-    const int model = tp * cp * ul * pp;
-    dp = model > 0 && chips % model == 0 ? chips / model : 1;
+    const auto model = checked_product({tp, cp, ul, pp});  // each <= SpecBounds::axis: may pass int, not int64
+    dp = model && chips % *model == 0 ? static_cast<int>(chips / *model) : 1;
     if (dp > 1) out["dp"] = dp;
   }
   // The workload file's own keys other than the plan's (kPlanKeys: the mesh and the pipeline) carry over unless
@@ -373,6 +383,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   if (!zero.empty()) s += "-z" + zero;
   if (!bucket.empty()) s += "-b" + bucket;
   if (recompute) s += "+rc";
+  if (selective) s += "+src";
   *label = s;
   return out;
 }
@@ -536,7 +547,11 @@ void add_collective_points(SweepSpec& spec, const ConfigNode& axes, const std::v
       const int64_t factor = r.get_int("factor", 2);
       if (factor < 2) r.child("factor").fail("axes.size.factor: must be an integer >= 2");
       if (from > to) r.fail("axes.size: from is larger than to");
-      for (size_t s = from; s <= to; s *= static_cast<size_t>(factor)) sizes.push_back(s);
+      // from >= 1 and to <= 1e15 (parse_size); stop before a product that would pass TO (or wrap).
+      for (size_t s = from; s <= to; s *= static_cast<size_t>(factor)) {
+        sizes.push_back(s);
+        if (s > to / static_cast<size_t>(factor)) break;
+      }
     } else {
       for (const auto& item : axis_items(axes, "size")) {
         try {

@@ -375,8 +375,8 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     if (!plans::schedule_from_name(p.schedule))
       par.child("schedule").fail(w + "schedule: '" + p.schedule + "' (" + plans::kScheduleNames + ")");
     p.virtual_stages = static_cast<int>(par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
-    if (par.has("pp_layers"))
-      for (int64_t n : par.get_int_list("pp_layers")) p.pp_layers.push_back(n);
+    if (par.yaml()["pp_layers"].IsDefined())  // each entry in [1, layers], so the sum cannot wrap (checked anyway)
+      p.pp_layers = par.get_int_list_in("pp_layers", 1, SpecBounds::layers);
     const int64_t inner = bounded_product(par, "parallel: tp x cp x ulysses x pp", {p.tp, p.cp, p.ulysses, p.pp},
                                           SpecBounds::axis);
     if (use == SpecUse::mlp) {
@@ -472,10 +472,7 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
       not_implemented(par.child("all_reduce"), w + "all_reduce: (the tp all_reduce's own algorithm; use algorithm)",
                       use);
     if (par.has("mesh_dims"))
-      for (int64_t d : par.get_int_list("mesh_dims")) {
-        if (d < 0 || d > 64) par.child("mesh_dims").fail(w + "mesh_dims: dimension " + str(d) + " out of range");
-        p.mesh_dims.push_back(static_cast<int>(d));
-      }
+      for (int64_t d : par.get_int_list_in("mesh_dims", 0, 64)) p.mesh_dims.push_back(static_cast<int>(d));
   }
   if ((p.recompute || p.selective_recompute) && use != SpecUse::train)
     root.child("parallel").fail(w + "recompute: training only");
