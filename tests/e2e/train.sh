@@ -399,9 +399,11 @@ if expect_exit 0 '; recompute: per block' -- shardsim_mpi 2 train dp_rc.yaml --s
   assert_out '^  activations +[0-9]+  \(recompute per block' "the activation line says recompute"
 fi
 
+# On the generic device (no kernel model: every kernel at its roofline) the MFU tests the FLOP count alone; trainium1's
+# systolic model runs head_dim 4 at 4/128 of the array, far below peak, which says nothing about the count.
 e2e_case "(x) MFU counts causal attention: a tiny model at seq 1e6 stays below 100 % (the full s x s count gave 171 %)"
-if expect_exit 0 'MFU +[0-9.]+% of 1 x 47.5 TFLOP/s fp32 peak' \
-    -- shardsim_mpi 1 train "$TRAIN" --shape-only --steps 1 --set model.seq=1000000; then
+if expect_exit 0 'MFU +[0-9.]+% of 1 x 100.0 TFLOP/s fp32 peak' \
+    -- shardsim_mpi 1 train "$TRAIN" --shape-only --steps 1 --set model.seq=1000000 --device generic; then
   mfu=$(sed -nE 's/^  MFU +([0-9.]+)% .*/\1/p' "$E2E_STDOUT")
   if awk -v m="$mfu" 'BEGIN { exit !(m > 50 && m < 100) }'; then pass "MFU $mfu % (attention-bound, below peak)"
   else fail "MFU '$mfu' % is not in (50, 100)"; fi
