@@ -51,8 +51,8 @@ e2e_case "transformer block: tp and tp+sp, fused vs unfused"
 block tp "  tp: 4"
 block tpf "  tp: 4\n  fused: true"
 block tpf4 "  tp: 4\n  fused: true\n  chunks: 4"
-block sp "  tp: 4\n  sp: true"
-block spf "  tp: 4\n  sp: true\n  fused: true"
+block sp "  tp: 4\n  sp: true\n  algorithm: ring"  # the fused ops are ring-based: compare with ring
+block spf "  tp: 4\n  sp: true\n  fused: true\n  algorithm: ring"
 for n in tp tpf tpf4 sp spf; do
   expect_exit 0 '^PASS$' -- shardsim_mpi 4 run "$n.yaml" --json "$n.json" || continue
   case $n in
