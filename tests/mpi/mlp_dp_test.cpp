@@ -23,7 +23,8 @@ sharding::ModelConfig mlp_config(int chips, int tp, int dp) {
   const std::string text = "name: mlp-dp-test\ntopology: {kind: ring, chips: " + std::to_string(chips) +
                            ", bandwidth_gbps: 100, latency_ns: 500}\ndevice: generic\n"
                            "model:\n  kind: mlp\n  hidden: 64\n  ffn: 200\n  tokens: 16\n  seed: 11\n"
-                           "parallel:\n  tp: " + std::to_string(tp) + "\n  dp: " + std::to_string(dp) + "\n";
+                           "parallel:\n  tp: " + std::to_string(tp) + "\n  dp: " + std::to_string(dp) +
+                           "\n  algorithm: ring\n";  // the byte formula below is the ring's
   return sharding::parse_model_config(sharding::workload_config_from_text(text, "mlp_dp_test.yaml"));
 }
 
