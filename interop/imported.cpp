@@ -70,7 +70,10 @@ std::string yaml_string(const std::string& s) {
     for (const char* r : kReserved)
       if (lower == r) plain = false;
   }
-  if (plain) return s;
+  return plain ? s : quoted_string(s);
+}
+
+std::string quoted_string(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') {
@@ -78,7 +81,7 @@ std::string yaml_string(const std::string& s) {
       out += static_cast<char>(c);
     } else if (c < 0x20 || c == 0x7f) {
       char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
+      std::snprintf(b, sizeof b, "\\u%04x", c);
       out += b;
     } else {
       out += static_cast<char>(c);

@@ -91,6 +91,9 @@ std::string to_yaml(const Imported& imp, const BaseConfig& base = {});
 
 // S as a YAML scalar that reads back as the string S (double-quoted, escaped) when it is not a plain safe word.
 std::string yaml_string(const std::string& s);
+// S double-quoted with \\ and \" escaped and control characters as \uXXXX: a YAML double-quoted scalar and a TOML
+// basic string alike (yaml_string's quoted form; export torchtitan's strings).
+std::string quoted_string(const std::string& s);
 // A double as the shortest text that reads back as the same value ("1e-05", "500000").
 std::string number_text(double v);
 // The same for a float (AdamW's hyper-parameters are fp32): "0.01", not the double expansion of 0.01f.

@@ -205,24 +205,6 @@ int64_t degree(Toml& t, const char* key, int64_t lo, std::string& from) {
 
 void map_plan(Toml& t, Imported& imp, const LaunchOptions& opt);
 
-// S as a TOML basic string ("..." with \\, \" and \uXXXX escapes for control characters).
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 Imported import_torchtitan_text(const std::string& text, const std::string& where, const LaunchOptions& opt) {
@@ -511,7 +493,7 @@ std::string export_torchtitan(const PlanSource& src, std::vector<Unexpressed>* u
   os << "# shardsim export torchtitan " << escape_control(src.where) << " (docs/IMPORT.md)\n";
   os << "# world size: " << src.chips << " GPUs (torchrun --nproc_per_node x --nnodes)\n";
   for (const Unexpressed& u : un) os << "# not expressible: " << escape_control(u.key) << ": " << u.why << "\n";
-  os << "\n[job]\ndescription = " << toml_string(m.label.empty() ? std::string("shardsim export") : m.label) << "\n\n" << body.str();
+  os << "\n[job]\ndescription = " << quoted_string(m.label.empty() ? std::string("shardsim export") : m.label) << "\n\n" << body.str();
   if (unexpressed) *unexpressed = un;
   return os.str();
 }

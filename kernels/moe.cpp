@@ -252,32 +252,39 @@ KernelCost permute(const Tensor& x, const Routing& r, Tensor& xp) {
   return cost;
 }
 
-KernelCost unpermute(const Tensor& yp, const Routing& r, Tensor& y) {
-  check_routing(r, "unpermute");
-  const int64_t N = r.rows();
-  check_rows(y, r.tokens, -1, "Y", "unpermute");
-  check_rows(yp, N, y.dim(1), "YP", "unpermute");
-  if (y.dtype() != yp.dtype()) throw std::invalid_argument("unpermute: Y and YP dtypes differ");
-  const int64_t h = y.dim(1), T = r.tokens, k = r.top_k;
-  KernelCost cost{"moe.unpermute", 2.0 * double(N * h), double((N + T) * h) * es(y) + 12.0 * double(N), y.dtype()};
-  if (cost_only({&yp}, {&y}) || !r.has_values) {
-    if (y.has_storage()) y.drop_storage();
-    return cost;
-  }
+// Each token's kept rows of the permuted IN [N, h] summed into its row of a [T, h] result, in choice order, each
+// times its routing weight (WEIGHT, T·k) or 1 (nullptr): unpermute's combine and permute's backward.
+static std::vector<float> sum_kept_rows(const Tensor& in_t, const Routing& r, const float* weight) {
+  const int64_t T = r.tokens, k = r.top_k, h = in_t.dim(1);
   const auto row_of = permuted_rows(r);
-  const std::vector<float> in = yp.to_float();
+  const std::vector<float> in = in_t.to_float();
   std::vector<float> out(size_t(T * h), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     float* acc = out.data() + t * h;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t row = row_of[size_t(t * k + j)];
       if (row < 0) continue;
-      const float w = r.weight[size_t(t * k + j)];
+      const float w = weight ? weight[size_t(t * k + j)] : 1.0f;
       const float* src = in.data() + row * h;
-      for (int64_t i = 0; i < h; ++i) acc[i] += w * src[i];
+      for (int64_t c = 0; c < h; ++c) acc[c] += w * src[c];
     }
   }
-  y = Tensor::from_float(out, y.dtype(), y.shape());
+  return out;
+}
+
+KernelCost unpermute(const Tensor& yp, const Routing& r, Tensor& y) {
+  check_routing(r, "unpermute");
+  const int64_t N = r.rows();
+  check_rows(y, r.tokens, -1, "Y", "unpermute");
+  check_rows(yp, N, y.dim(1), "YP", "unpermute");
+  if (y.dtype() != yp.dtype()) throw std::invalid_argument("unpermute: Y and YP dtypes differ");
+  const int64_t h = y.dim(1), T = r.tokens;
+  KernelCost cost{"moe.unpermute", 2.0 * double(N * h), double((N + T) * h) * es(y) + 12.0 * double(N), y.dtype()};
+  if (cost_only({&yp}, {&y}) || !r.has_values) {
+    if (y.has_storage()) y.drop_storage();
+    return cost;
+  }
+  y = Tensor::from_float(sum_kept_rows(yp, r, r.weight.data()), y.dtype(), y.shape());
   return cost;
 }
 
@@ -320,7 +327,7 @@ KernelCost unpermute_backward(const Tensor& dy, const Tensor& yp, const Routing&
 
 KernelCost permute_backward(const Tensor& dxp, const Routing& r, Tensor& dx) {
   check_routing(r, "permute_backward");
-  const int64_t N = r.rows(), T = r.tokens, k = r.top_k;
+  const int64_t N = r.rows(), T = r.tokens;
   check_rows(dx, T, -1, "dX", "permute_backward");
   const int64_t h = dx.dim(1);
   check_rows(dxp, N, h, "dXP", "permute_backward");
@@ -329,19 +336,7 @@ KernelCost permute_backward(const Tensor& dxp, const Routing& r, Tensor& dx) {
     if (dx.has_storage()) dx.drop_storage();
     return cost;
   }
-  const auto row_of = permuted_rows(r);
-  const std::vector<float> in = dxp.to_float();
-  std::vector<float> out(size_t(T * h), 0.0f);
-  for (int64_t t = 0; t < T; ++t) {
-    float* acc = out.data() + t * h;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t row = row_of[size_t(t * k + j)];
-      if (row < 0) continue;
-      const float* src = in.data() + row * h;
-      for (int64_t c = 0; c < h; ++c) acc[c] += src[c];
-    }
-  }
-  dx = Tensor::from_float(out, dx.dtype(), dx.shape());
+  dx = Tensor::from_float(sum_kept_rows(dxp, r, nullptr), dx.dtype(), dx.shape());
   return cost;
 }
 
