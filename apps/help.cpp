@@ -1,5 +1,7 @@
 // `shardsim help config`: every config section and the keys its parser accepts (experiments/config_keys.h),
 // and where the full reference (defaults, units, meaning) is: docs/CONFIG.md.
+// `shardsim help plans`: every parallel plan of the plan registry (sharding/plans/registry.h) with its mesh axis,
+// relations and keys.
 // `shardsim help devices`: every device preset (configs/devices.yaml) with its figures and their sources, as
 // Markdown; docs/DEVICES.md is this output (tests/e2e/new_user.sh keeps them equal).
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include "apps/commands.h"
 #include "common/error.h"
 #include "experiments/config_keys.h"
+#include "sharding/plans/registry.h"
 #include "sim/device_presets.h"
 
 namespace shardsim::apps {
@@ -60,15 +63,25 @@ void print_devices() {
 
 Command add_help(CLI::App& app, const runtime::World& world) {
   auto* cmd = app.add_subcommand("help", "reference: `shardsim help config` lists every config key (docs/CONFIG.md), "
-                                         "`shardsim help devices` every device preset with sources (docs/DEVICES.md)");
+                                         "`shardsim help devices` every device preset with sources (docs/DEVICES.md), "
+                                         "`shardsim help plans` every parallel plan and its keys");
   auto topic = std::make_shared<std::string>();
-  cmd->add_option("topic", *topic, "config | devices")->required()->check(CLI::IsMember({"config", "devices"}));
+  cmd->add_option("topic", *topic, "config | devices | plans")
+      ->required()
+      ->check(CLI::IsMember({"config", "devices", "plans"}));
   return {cmd, [&world, topic]() -> int {
             // A malformed presets file is one FILE:LINE line and exit 2 from every rank.
             if (*topic == "devices") world.agree([] { (void)sim::device_presets(); });
             if (world.rank() != 0) return kExitOk;
             if (*topic == "devices") {
               print_devices();
+              return kExitOk;
+            }
+            if (*topic == "plans") {
+              std::printf("Parallel plans (the plan registry, sharding/plans/registry.h), in the order the plan line "
+                          "lists them;\nkeys of a config's parallel: section, --plan KEY=VALUE,... and a sweep's plan "
+                          "entries (docs/CONFIG.md):\n\n%s",
+                          sharding::plans::catalogue_text().c_str());
               return kExitOk;
             }
             std::printf("Config keys shardsim accepts, per section (full reference with defaults and units:\n"

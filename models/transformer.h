@@ -70,8 +70,6 @@ namespace shardsim::sharding {
 // run by the same code one after the other; the report's totals are the L layers' sum. The plan's tp all_reduce
 // runs plan.algorithm_for(PlanCollective::tp_all_reduce), the sp and Ulysses collectives their own kinds' choice.
 
-// The report's one-line description of a block plan ("tp=2 + sequence parallel x cp=4 ring attention, ...").
-std::string block_plan_text(const ParallelPlan& p);
 
 struct BlockConfig {
   std::string file, name, model;
