@@ -277,7 +277,9 @@ void print_bench_header(const BenchFlags& f, const BenchShape& sh, const Net& ne
 class BenchOutputs {
  public:
   BenchOutputs(const runtime::World& world, const BenchFlags& f, std::string topology)
-      : world_(world), f_(f), topology_(std::move(topology)), root0_(world.rank() == 0) {
+      : world_(world), f_(f), topology_(std::move(topology)), root0_(world.rank() == 0),
+        // A stream (--json /dev/stdout, a pipe) cannot be rewritten per size: it gets the whole JSON once, at the end.
+        json_stream_(!f.json.empty() && resolve_output(f.json, "--json").stream) {
     if (root0_ && !f.csv.empty()) {
       std::string head;
       for (size_t i = 0; i < kCols.size(); ++i) head += (i ? "," : "") + kCols[i];
@@ -296,8 +298,15 @@ class BenchOutputs {
         for (size_t i = first_new_row; i < rows.size(); ++i) text += csv_row(rows[i]);
         csv_.append(text);
       }
-      if (!f_.json.empty())
+      if (!f_.json.empty() && !json_stream_)
         write_file_atomic(f_.json, nlohmann::json{{"topology", topology_}, {"rows", rows}}.dump(2) + "\n");
+    });
+  }
+  // Collective, after the last size: a --json stream gets its one copy.
+  void finish() {
+    if (!json_stream_) return;
+    world_.agree([&] {
+      if (root0_) write_file_atomic(f_.json, nlohmann::json{{"topology", topology_}, {"rows", rows}}.dump(2) + "\n");
     });
   }
 
@@ -319,6 +328,7 @@ class BenchOutputs {
   const BenchFlags& f_;
   std::string topology_;
   bool root0_;
+  bool json_stream_;
   GrowingOutput csv_;
 };
 
@@ -454,6 +464,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
         if (next <= bytes || next > b.hi) break;
         bytes = next;
       }
+  out.finish();
   {  // every group checked its own results; the verdict covers all of them
     unsigned long long all = g.rank() == 0 ? tot.wrong : 0;
     b.net->world->allreduce(std::span<unsigned long long>(&all, 1), runtime::Reduce::sum, "bench");

@@ -18,6 +18,7 @@
 #include "collectives/types.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "checkpoint/checkpoint.h"
 #include "runtime/chips.h"
 
@@ -112,17 +113,19 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
   if (root) {
     std::ostringstream os;
     const auto& tensors = rd->tensors();
-    os << "checkpoint " << f.file << "\n";
+    // Every name and attribute of the file is untrusted text: escaped (docs/SECURITY.md, promise 9).
+    os << "checkpoint " << escape_control(f.file) << "\n";
     os << "  format     shardsim-checkpoint v1, step " << rd->step() << ", written by shardsim "
-       << rd->root_attribute("shardsim_version") << "\n";
-    if (!tensors.empty()) os << "  mesh       " << tensors.front().mesh << "\n";
-    if (!rd->root_attribute("parallel_plan").empty()) os << "  plan       " << rd->root_attribute("parallel_plan") << "\n";
+       << escape_control(rd->root_attribute("shardsim_version")) << "\n";
+    if (!tensors.empty()) os << "  mesh       " << escape_control(tensors.front().mesh) << "\n";
+    if (!rd->root_attribute("parallel_plan").empty())
+      os << "  plan       " << escape_control(rd->root_attribute("parallel_plan")) << "\n";
     os << "  " << fixed("tensor", 22) << fixed("dtype", 7) << fixed("shape", 15) << fixed("sharding", 22)
        << fixed("layout", 26) << fixed("checksum", 20) << "verified\n";
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
-      os << "  " << fixed(t.name, 22) << fixed(runtime::dtype_name(t.dtype), 7) << fixed(runtime::shape_str(t.shape), 15)
-         << fixed(t.sharding, 22) << fixed(layout(t), 26) << fixed(hex(t.checksum), 20) << verdict[i] << "\n";
+      os << "  " << fixed(escape_control(t.name), 22) << fixed(runtime::dtype_name(t.dtype), 7)
+         << fixed(runtime::shape_str(t.shape), 15) << fixed(escape_control(t.sharding), 22) << fixed(layout(t), 26) << fixed(hex(t.checksum), 20) << verdict[i] << "\n";
     }
     size_t ok = 0;
     for (const auto& v : verdict) ok += v == "ok";
@@ -133,7 +136,7 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
     else if (!f.no_verify)
       os << "checksums  " << ok << " of " << tensors.size() << " verified (read by " << world.size() << " rank"
          << (world.size() == 1 ? "" : "s") << ")\n";
-    std::cout << os.str() << std::flush;
+    std::cout << escape_lines(os.str()) << std::flush;
     if (!f.json_path.empty()) {
       nlohmann::json j = {{"file", f.file}, {"step", rd->step()}, {"attributes", rd->root_attributes()}};
       j["tensors"] = nlohmann::json::array();
@@ -162,6 +165,7 @@ int convert(const runtime::World& world, const CkptFlags& f) {
     if (so.gzip_level > 0 && so.chunking.kind == sharding::Chunking::Kind::contiguous)
       throw UsageError("--compression " + f.compression + " needs a chunked layout, not --chunk contiguous");
     try {
+      (void)resolve_file_output(f.out, "ckpt convert: OUT");  // HDF5 seeks: never a stream
       check_outputs_distinct({{"ckpt convert: OUT", f.out}}, {{"IN", f.in}});
     } catch (const UsageError& e) {
       if (std::string(e.what()).find("would overwrite IN") != std::string::npos)
@@ -209,8 +213,9 @@ int convert(const runtime::World& world, const CkptFlags& f) {
   for (const auto& t : rd->tensors()) after += t.storage_bytes;
   if (world.rank() == 0)
     std::printf("converted %s -> %s: %zu tensors, %llu -> %llu bytes of data on disk (chunk %s, compression %s)\n",
-                f.in.c_str(), f.out.c_str(), n, static_cast<unsigned long long>(before),
-                static_cast<unsigned long long>(after), f.chunk.c_str(), f.compression.c_str());
+                escape_control(f.in).c_str(), escape_control(f.out).c_str(), n, static_cast<unsigned long long>(before),
+                static_cast<unsigned long long>(after), escape_control(f.chunk).c_str(),
+                escape_control(f.compression).c_str());
   return kExitOk;
 }
 

@@ -20,6 +20,8 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/job_text.h"
+#include "common/text.h"
 #include "runtime/chips.h"
 #include "topology/topology_yaml.h"
 
@@ -213,15 +215,9 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
     net->device = sim::device_preset("generic");
   }
   const topology::Topology& tp = shared ? *shared : topo;
-  if (tp.num_chips() != n && world.vcomm())
-    throw UsageError("the topology has " + std::to_string(tp.num_chips()) + " chips but the job has " +
-                     std::to_string(n) + " (" + std::to_string(n / runtime::chips_per_rank()) + " ranks x " +
-                     std::to_string(runtime::chips_per_rank()) + " chips per rank; --chips " +
-                     std::to_string(tp.num_chips()) + " or --chips-per-rank)");
   if (tp.num_chips() != n)
     throw UsageError("the topology has " + std::to_string(tp.num_chips()) + " chips but the job has " +
-                     std::to_string(n) + " ranks (one rank per chip: mpirun -np " +
-                     std::to_string(tp.num_chips()) + ")");
+                     runtime::job_size_text(n) + "; run it with " + runtime::resize_hint(tp.num_chips(), n));
   // Validate the group flag before any communication.
   int color_mod = 0, color_div = 0, dim = -1;
   auto number_after = [&](const std::string& prefix) {
@@ -280,19 +276,42 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   return net;
 }
 
+namespace {
+// CLI11's PositiveNumber said "Value 0 not in range 0.000000 to 1797693134862315708...": 309 digits, and let NaN
+// through NonNegativeNumber. One short line instead, NaN and Inf refused (the flag is named by CLI11's prefix).
+CLI::Validator number_at_least(double lo, bool strict, bool whole) {
+  const std::string want = std::string(whole ? "a whole number" : "a finite number") + (strict ? " > " : " >= ") +
+                           (lo == 0 ? "0" : std::to_string(static_cast<long long>(lo)));
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        const bool ok = used > 0 && used == s.size() && std::isfinite(v) && (strict ? v > lo : v >= lo) &&
+                        (!whole || v == std::floor(v));
+        return ok ? std::string() : "must be " + want + " (got '" + escape_control(s) + "')";
+      },
+      whole ? "INT" : "NUMBER");
+}
+}  // namespace
+
 void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov) {
   app->add_option("--topology", ov.topology_file,
                   "topology from this file instead of the config's (a file with a topology: section, e.g. "
                   "configs/topologies/*.yaml, or an ASTRA-sim network.yml)");
   app->add_option("--ring", ov.ring, "a bidirectional ring of N chips instead of the config's topology")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(1, false, true));
   app->add_option("--torus", ov.torus, "a torus of these dimensions instead, e.g. 2x4");
   app->add_option("--mesh", ov.mesh, "a mesh (no wrap-around) of these dimensions instead, e.g. 2x4");
   app->add_option("--bandwidth", ov.bandwidth_gbps,
                   "link bandwidth, GB/s per direction (GB = 1e9 B; default: the config's, else 100)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, true, false));
   app->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0, false, false));
   app->add_option("--device", ov.device,
                   "device preset instead of the config's (`shardsim help devices` lists them), or a YAML file "
                   "with a device: section (e.g. from calibrate --kernels --out)");

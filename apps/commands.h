@@ -28,6 +28,8 @@ Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
 // none. Decided before any chip starts (main); never throws.
 runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks);
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
+Command add_import(CLI::App& app, const runtime::World& world);  // interop.cpp: import hf|megatron|torchtitan
+Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp: export megatron|torchtitan
 
 // One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
 // in messages), quiet; VALIDATE compares the losses with the single-device reference; WHAT_IF (train's --what-if

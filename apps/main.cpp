@@ -390,6 +390,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   const apps::Command calibrate = apps::add_calibrate(app, world);
   const apps::Command train = apps::add_train(app, world);
   const apps::Command help = apps::add_help(app, world);
+  const apps::Command import_cmd = apps::add_import(app, world), export_cmd = apps::add_export(app, world);
 
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -420,7 +421,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
         prof_opt.profile = prof_opt.shape_only = prof_opt.no_checkpoint = true;
         return cmd_run(world, prof_config, prof_json, prof_opt, prof_ov, prof_what_if);
       }
-      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help})
+      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help, &import_cmd, &export_cmd})
         if (c->app->parsed()) return c->run();
     } catch (const AgreedError& e) {
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
@@ -429,7 +430,11 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       // Raised after the agreement point: other ranks may be waiting on us, so take the job down. Claiming the
       // node's report line first makes mpirun's SIGTERM to the other ranks end them quietly (no second line).
       runtime::wait_board::claim();
-      world.abort(e.exit_code(), "shardsim: error on chip " + std::to_string(world.rank()) + ": " + e.what());
+      // Bad input is the user's, not a chip's: no "on chip N" (which read as a fault of the simulated chip 0).
+      world.abort(e.exit_code(), (e.exit_code() == kExitBadInput ? std::string("shardsim: error: ")
+                                                                 : "shardsim: error on chip " +
+                                                                       std::to_string(world.rank()) + ": ") +
+                                     e.what());
     } catch (const std::bad_alloc&) {
       runtime::wait_board::claim();
       world.abort(kExitRuntimeFault, "shardsim: error on chip " + std::to_string(world.rank()) +

@@ -350,10 +350,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   world.agree([&] {
     shared_spec = load_spec(f);
     const SweepSpec& spec = *shared_spec;
-    std::error_code ec;
-    fs::create_directories(spec.output, ec);
-    if (!fs::is_directory(spec.output))
-      throw UsageError("output directory '" + spec.output + "' cannot be created" + (ec ? ": " + ec.message() : ""));
+    if (const std::string why = make_output_dir(spec.output); !why.empty())
+      throw UsageError("output directory '" + spec.output + "' cannot be created: " + why);
     if (::access(spec.output.c_str(), W_OK) != 0)
       throw UsageError("output directory '" + spec.output + "' is not writable: " + std::strerror(errno));
     csv_path = (fs::path(spec.output) / "results.csv").string();
@@ -465,8 +463,9 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.show(cur);
   };
   cb.runners.train = run_train_point;
-  cb.runners.what_if = [&f](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base) {
-    return forward_what_if(g, pt, where, base, f.what_if);
+  cb.runners.what_if = [](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base,
+                          const std::string& what_if) {
+    return forward_what_if(g, pt, where, base, what_if);
   };
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {

@@ -220,7 +220,7 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
   const auto& c = s.model;
   sharding::RunReport r;
   r.run_mode = "train";
-  r.name = std::filesystem::path(f.config).stem().string();
+  r.name = s.name.empty() ? std::filesystem::path(f.config).stem().string() : s.name;
   r.config_file = s.config_name;
   r.device = sim::describe(s.device);
   r.dtype = runtime::dtype_name(c.dtype);
@@ -504,10 +504,13 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   world.agree([&] {  // config errors: one clean message and exit 2 (a run too large for this host: exit 3)
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
     std::vector<std::pair<std::string, std::string>> outputs;
-    if (!f.checkpoint.empty()) outputs.emplace_back("--checkpoint", f.checkpoint);
+    if (!f.checkpoint.empty()) {
+      (void)resolve_file_output(f.checkpoint, "--checkpoint");  // HDF5 seeks: never a stream
+      outputs.emplace_back("--checkpoint", f.checkpoint);
+    }
     if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
-    sharding::check_plots_dir(f.plots_dir);
+    for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))

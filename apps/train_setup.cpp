@@ -10,6 +10,7 @@
 #include "apps/train_setup.h"
 #include "common/error.h"
 #include "runtime/chips.h"
+#include "runtime/job_text.h"
 #include "sharding/device_mesh.h"
 #include "sharding/plans/pipeline_schedule.h"
 
@@ -30,6 +31,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   root.expect_keys(sharding::kTrainRootKeys);
   TrainSetup s;
   s.config_name = root.file();
+  s.name = root.get_string("name", "");  // printable text, checked as run checks it (common/config.h)
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   s.shape_only = sharding::load_workload_shape_only(root) || f.shape_only;
@@ -53,7 +55,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     s.topology = per_rank_topology(sharding::load_workload_topology(root));
     if (s.topology->num_chips() != ranks)
       root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
-                                  " chips but the job has " + std::to_string(ranks) + " ranks (one chip per rank)");
+                                  " chips but the job has " + runtime::job_size_text(ranks) + "; run it with " +
+                                  runtime::resize_hint(s.topology->num_chips(), ranks));
   } else {
     s.topology = per_rank_topology(topology::Topology::ring(ranks, topology::LinkSpec{100, 1000}));
     s.default_topology = true;

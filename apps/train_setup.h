@@ -66,6 +66,7 @@ struct TrainSetup {
   std::shared_ptr<const topology::Topology> topology;
   bool default_topology = false;
   std::string config_name;                     // the config file, for messages
+  std::string name;                            // the config's name: (printable text), "" when absent
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
   // fold: auto (the default) or on, and not --no-fold (docs/performance/fold.md): the run may be folded when

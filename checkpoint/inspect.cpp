@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "checkpoint/h5util.h"
+#include "common/text.h"
 
 namespace shardsim::sharding::detail {
 
@@ -21,6 +22,20 @@ constexpr size_t kMaxObjects = 1u << 20;
 // Deflate's best ratio is about 1032:1; a compressed dataset declaring more raw bytes than this many times its
 // stored bytes (plus one chunk's worth) cannot have been written by a save.
 constexpr uint64_t kMaxDeflateRatio = 1100;
+
+// Names and string attributes a save writes are printable text (the saved config may hold newlines and tabs); a
+// crafted file's control characters (terminal escapes, forged lines) are refused before anything echoes them.
+void check_text(const std::string& at, const std::string& what, const std::string& v, bool lines = false) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    if ((c < 0x20 && !(lines && (c == '\n' || c == '\t' || c == '\r'))) || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "%02X", c);
+      throw ConfigError(at + "refused: " + what + " contains a control character U+00" + hex + " at position " +
+                        std::to_string(i));
+    }
+  }
+}
 
 struct LinkWalk {
   std::set<std::string> datasets;
@@ -76,6 +91,7 @@ std::vector<std::string> read_manifest(hid_t file, const std::string& path, cons
   for (const auto& m : manifest) {
     if (!m.is_string()) throw ConfigError(at + "the 'tensors' manifest holds a non-string entry");
     std::string name = m.get<std::string>();
+    check_text(at, "the tensor name '" + escape_control(name) + "'", name);
     if (!seen.insert(name).second) throw ConfigError(at + "the 'tensors' manifest lists '" + name + "' twice");
     if (!datasets.count(name)) throw ConfigError(tensor_where(path, name) + "listed in the manifest but missing from the file");
     names.push_back(std::move(name));
@@ -171,11 +187,14 @@ nlohmann::json describe_tensor(hid_t file, const std::string& path, const std::s
   int gzip = 0;
   read_layout(d.id, dims.size(), tat, chunk, gzip);
   check_declared_size(d.id, ds, runtime::dtype_size(dt), gzip, chunk.get<Shape>(), file_bytes, tat);
+  const std::string sharding = read_string_attr(d.id, "sharding"), mesh = read_string_attr(d.id, "mesh");
+  check_text(tat, "its 'sharding' attribute", sharding);
+  check_text(tat, "its 'mesh' attribute", mesh);
   return {{"name", name},
           {"dtype", runtime::dtype_name(dt)},
           {"shape", gshape},
-          {"sharding", read_string_attr(d.id, "sharding")},
-          {"mesh", read_string_attr(d.id, "mesh")},
+          {"sharding", sharding},
+          {"mesh", mesh},
           {"checksum", sum[0]},
           {"chunk", chunk},
           {"gzip", gzip},
@@ -224,6 +243,10 @@ nlohmann::json inspect_serial(const std::string& path) {
         return 0;
       },
       &attrs);
+  for (const auto& [k, v] : attrs.items()) {
+    check_text(at, "an attribute name", k);
+    check_text(at, "the root attribute '" + k + "'", v.get<std::string>(), k == "config");
+  }
   out["attrs"] = attrs;
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& name : manifest)

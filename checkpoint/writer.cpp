@@ -21,6 +21,7 @@
 #include "checkpoint/watchdog.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
@@ -128,16 +129,21 @@ Layouts plan_layouts(MPI_Comm comm, const Parts& parts, const std::vector<const 
 // anything collective. Once the HDF5 file exists (H5Fcreate writes nothing yet), rank 0 releases the side file
 // and at once reserves the same space in the HDF5 file itself (save_parts): no later write of this save can run
 // out of space, so no error can reach some ranks in the middle of a collective MPI-IO write (which would hang the
-// others). Returns the temporary's name on every rank; SPACE: the side file's name (rank 0).
-std::string reserve_side_file(MPI_Comm comm, int rank, const std::string& path, uint64_t need, std::string& space) {
+// others). Returns the temporary's name on every rank; SPACE: the side file's name, TARGET: the file the commit
+// replaces (rank 0).
+std::string reserve_side_file(MPI_Comm comm, int rank, const std::string& path, uint64_t need, std::string& space,
+                              std::string& target) {
   std::string partial;
   Watch w(where(path) + "reserving space");
   agree(comm, [&] {
     if (rank != 0) return;
+    // The file replaced: PATH, or a symlink's target (the link stays; common/output_file.h).
+    target = resolve_file_output(path, "checkpoint");
     // Temporaries of earlier saves whose rank 0 was killed (kill -9: no handler ran) are removed first.
-    for (const auto& f : sweep_stale_temps(path))
-      std::fprintf(stderr, "shardsim: note: removed %s, the temporary of a save whose writer is gone\n", f.c_str());
-    partial = temp_name_for(path);
+    for (const auto& f : sweep_stale_temps(target))
+      std::fprintf(stderr, "shardsim: note: removed %s, the temporary of a save whose writer is gone\n",
+                   escape_control(f).c_str());
+    partial = temp_name_for(target);
     space = partial + ".space";
     register_temp(space);  // before it exists (common/output_file.h, settle_registered_temp)
     const int fd = ::open(space.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -332,8 +338,8 @@ void save_parts(MPI_Comm comm, const std::string& path, const Parts& parts,
 
   const Layouts layouts = plan_layouts(comm, parts, entries, opt);
   const uint64_t need = space_needed(entries, root_attributes, opt, layouts.chunks);
-  std::string space;
-  const std::string partial = reserve_side_file(comm, rank, path, need, space);
+  std::string space, target;
+  const std::string partial = reserve_side_file(comm, rank, path, need, space, target);
   struct Cleanup {  // rank 0: the side file and the temporary never outlive the save
     int rank;
     const std::string &space, &partial;
@@ -403,7 +409,7 @@ void save_parts(MPI_Comm comm, const std::string& path, const Parts& parts,
   agree(comm, [&] {
     if (rank != 0) return;
     trim_to_superblock_eoa(partial, path);
-    commit_temp(partial, path);
+    commit_temp(partial, target);
     cleanup.keep_partial = true;  // renamed: nothing to remove
   });
 }

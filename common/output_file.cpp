@@ -3,9 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -13,6 +16,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <unordered_set>
@@ -110,24 +115,157 @@ void check_replaceable(const std::string& path, const std::string& flag) {
                    "replace it");
 }
 
+namespace {
+
+// STDOUT_FILENO or STDERR_FILENO when ST is the file this process's standard output or error is, else -1.
+int std_stream_of(const struct stat& st) {
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat s{};
+    if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return fd;
+  }
+  return -1;
+}
+
+// Character devices an output may be written through: the sinks /dev/null, /dev/zero, /dev/full (major 1) and
+// terminals (/dev/ttyN, /dev/tty, /dev/console, pseudo-terminals). Others (a watchdog, /dev/mem, /dev/kmsg) act
+// when opened or written, so they are refused without being opened.
+bool writable_char_device(dev_t rdev) {
+  const unsigned ma = major(rdev), mi = minor(rdev);
+  return (ma == 1 && (mi == 3 || mi == 5 || mi == 7)) || ma == 4 || (ma == 5 && mi <= 1) || (ma >= 136 && ma <= 143);
+}
+
+// Stream outputs opened so far, by the path given, kept open until the process ends: a FIFO's reader sees one
+// writer from the check before the run to the end (closing after each GrowingOutput row would end its read).
+std::mutex g_streams_mutex;
+std::map<std::string, int> g_streams;
+
+int stream_fd(const OutputTarget& t, const std::string& flag, bool usage) {
+  if (t.std_fd >= 0) return t.std_fd;
+  std::lock_guard<std::mutex> lock(g_streams_mutex);
+  if (auto it = g_streams.find(t.path); it != g_streams.end()) return it->second;
+  // Non-blocking, so a FIFO without a reader fails (ENXIO) instead of waiting; blocking again for the writes.
+  const int fd = ::open(t.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string why = err == ENXIO ? "no process has it open for reading (start the reader first)" : cause(err);
+    if (usage) throw UsageError(flag + " " + t.path + ": cannot open it for writing: " + why);
+    throw RuntimeFault("cannot write " + t.path + ": " + why);
+  }
+  if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  g_streams[t.path] = fd;
+  return fd;
+}
+
+// Every byte of DATA to FD (short writes, EINTR and a non-blocking descriptor's EAGAIN retried). RuntimeFault.
+void write_all(int fd, std::string_view data, const std::string& path) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd pfd{fd, POLLOUT, 0};
+        ::poll(&pfd, 1, -1);
+        continue;
+      }
+      throw RuntimeFault("cannot write " + path + ": " + cause(errno));
+    }
+    if (n == 0) throw RuntimeFault("cannot write " + path + ": " + cause(ENOSPC));
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// Written through to a stream: stdio's buffers first when it is our standard output or error, so the output
+// lands in order with what the command printed.
+void write_stream(const OutputTarget& t, std::string_view data) {
+  const int fd = stream_fd(t, "output", false);
+  if (fd == STDOUT_FILENO) {
+    std::cout.flush();
+    std::fflush(stdout);
+  } else if (fd == STDERR_FILENO) {
+    std::cerr.flush();
+    std::fflush(stderr);
+  }
+  write_all(fd, data, t.path);
+}
+
+}  // namespace
+
+OutputTarget resolve_output(const std::string& path, const std::string& flag) {
+  if (path.empty()) throw UsageError(flag + ": empty path");
+  OutputTarget t;
+  t.path = path;
+  struct stat lst{};
+  if (::lstat(path.c_str(), &lst) != 0) {
+    if (errno == ENOTDIR)
+      throw UsageError(flag + " " + path + ": '" + split_path(path).first + "' is not a directory");
+    return t;  // a new file (a missing or unwritable directory is reported by the caller's checks)
+  }
+  struct stat st = lst;
+  const bool link = S_ISLNK(lst.st_mode);
+  if (link && ::stat(path.c_str(), &st) != 0)
+    throw UsageError(flag + " " + path + ": a symbolic link to a missing file (" + cause(errno) +
+                     "); refusing to replace the link: name the target, or remove the link");
+  if (S_ISDIR(st.st_mode)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
+  if ((t.std_fd = std_stream_of(st)) >= 0) {
+    t.stream = true;
+    return t;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!link) return t;
+    char buf[PATH_MAX];
+    if (!::realpath(path.c_str(), buf)) throw UsageError(flag + " " + path + ": resolving the symbolic link: " + cause(errno));
+    t.path = buf;  // the link's final target is replaced; the link stays
+    return t;
+  }
+  if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && writable_char_device(st.st_rdev))) {
+    t.stream = true;
+    return t;
+  }
+  throw UsageError(flag + " " + path + (link ? ": links to " : ": is ") +
+                   (S_ISBLK(st.st_mode)    ? "a block device"
+                    : S_ISSOCK(st.st_mode) ? "a socket"
+                    : S_ISCHR(st.st_mode)  ? "a device other than a terminal or /dev/null"
+                                           : "not a regular file") +
+                   "; refusing to write to it");
+}
+
+std::string resolve_file_output(const std::string& path, const std::string& flag) {
+  const OutputTarget t = resolve_output(path, flag);
+  if (t.stream)
+    throw UsageError(flag + " " + path + ": is (or links to) a stream (standard output, a pipe, a FIFO or a "
+                     "device); this output must be a regular file");
+  return t.path;
+}
+
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
                             const std::vector<std::pair<std::string, std::string>>& inputs) {
   std::vector<std::string> ids;
-  for (const auto& [flag, path] : outputs) {
-    if (path.empty()) throw UsageError(flag + ": empty path");
-    struct stat st{};
-    const bool exists = ::stat(path.c_str(), &st) == 0;
-    if (exists && S_ISDIR(st.st_mode)) throw UsageError(flag + " " + path + ": is a directory, need a file path");
-    check_replaceable(path, flag);
-    const std::string dir = split_path(path).first;
+  std::vector<size_t> owner;  // which output each id belongs to
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const auto& [flag, path] = outputs[k];
+    const OutputTarget t = resolve_output(path, flag);
+    if (t.stream) {  // written through: nothing is replaced; a FIFO must have its reader now
+      (void)stream_fd(t, flag, true);
+      continue;
+    }
+    const std::string& file = t.path;
+    const std::string dir = split_path(file).first;
+    struct stat ds{};
+    if (::stat(dir.c_str(), &ds) != 0)
+      throw UsageError(flag + " " + path + ": directory '" + dir + "': " + cause(errno));
+    if (!S_ISDIR(ds.st_mode)) throw UsageError(flag + " " + path + ": '" + dir + "' is not a directory");
     if (::access(dir.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": directory '" + dir + "' is not writable: " + cause(errno));
     // A read-only file says "do not replace me" (rename could, since only the directory's permission counts).
-    if (exists && ::access(path.c_str(), W_OK) != 0)
+    struct stat st{};
+    if (::stat(file.c_str(), &st) == 0 && ::access(file.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": not writable: " + cause(errno));
-    const std::string id = output_identity(path, flag);
+    const std::string id = output_identity(file, flag);
     for (size_t j = 0; j < ids.size(); ++j)
-      if (ids[j] == id) throw UsageError(flag + " and " + outputs[j].first + " both write " + id);
+      if (ids[j] == id) throw UsageError(flag + " and " + outputs[owner[j]].first + " both write " + id);
     for (const auto& [what, in] : inputs) {
       if (in.empty()) continue;
       char buf[PATH_MAX];
@@ -140,7 +278,20 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
       if (same) throw UsageError(flag + " " + path + ": would overwrite " + what + " " + in);
     }
     ids.push_back(id);
+    owner.push_back(k);
   }
+}
+
+std::string make_output_dir(const std::string& dir) {
+  if (dir.empty()) return cause(ENOENT);
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string prefix = dir.substr(0, slash);  // npos: DIR itself
+    if (prefix.back() != '/' && ::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) return cause(errno);
+    if (slash == std::string::npos) break;
+  }
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return cause(errno);
+  return S_ISDIR(st.st_mode) ? "" : cause(ENOTDIR);
 }
 
 TempFile create_temp_for(const std::string& path) {
@@ -219,7 +370,9 @@ std::string temp_name_for(const std::string& path) {
     std::string name = path + ".partial." + temp_owner_tag() + ".";
     for (int i = 0; i < 6; ++i) name += chars[rd() % (sizeof chars - 1)];
     struct stat st{};
-    if (::lstat(name.c_str(), &st) != 0 && errno == ENOENT) return name;
+    if (::lstat(name.c_str(), &st) == 0) continue;
+    if (errno == ENOENT) return name;
+    throw RuntimeFault("cannot write " + path + ": " + cause(errno));  // e.g. its "directory" is a regular file
   }
   throw RuntimeFault("cannot write " + path + ": no free temporary name next to it");
 }
@@ -301,9 +454,13 @@ TempFile create_registered_temp(const std::string& path) {
 }
 }  // namespace
 
-OutputFile::OutputFile(std::string path) : path_(std::move(path)), tmp_(create_registered_temp(path_)) {}
+OutputFile::OutputFile(std::string path) : path_(std::move(path)), target_(resolve_output(path_, "output")) {
+  if (target_.stream) tmp_.fd = stream_fd(target_, "output", false);
+  else tmp_ = create_registered_temp(target_.path);
+}
 
 OutputFile::~OutputFile() {
+  if (target_.stream) return;  // the stream stays open (stream_fd) and nothing is left to remove
   if (!committed_) {  // removed first, then unregistered (a signal in between unlinks a name that is gone)
     if (tmp_.fd >= 0) ::close(tmp_.fd);
     ::unlink(tmp_.name.c_str());
@@ -312,22 +469,16 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::write(std::string_view data) {
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(tmp_.fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw RuntimeFault("cannot write " + path_ + ": " + cause(errno));
-    }
-    if (n == 0) throw RuntimeFault("cannot write " + path_ + ": " + cause(ENOSPC));
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (target_.stream) write_stream(target_, data);
+  else write_all(tmp_.fd, data, path_);
 }
 
 void OutputFile::commit() {
   if (committed_) return;
+  if (target_.stream) {
+    committed_ = true;
+    return;
+  }
   const int fd = tmp_.fd;
   tmp_.fd = -1;
   if (::fsync(fd) != 0) {
@@ -336,7 +487,7 @@ void OutputFile::commit() {
     throw RuntimeFault("cannot write " + path_ + ": " + cause(err));
   }
   if (::close(fd) != 0) throw RuntimeFault("cannot write " + path_ + ": " + cause(errno));
-  commit_temp(tmp_.name, path_, false);
+  commit_temp(tmp_.name, target_.path, false);
   committed_ = true;
 }
 
@@ -344,6 +495,13 @@ void write_file_atomic(const std::string& path, std::string_view text) {
   OutputFile f(path);
   f.write(text);
   f.commit();
+}
+
+void GrowingOutput::land() const {
+  const OutputTarget t = resolve_output(path_, "output");
+  if (!t.stream) return write_file_atomic(path_, text_);
+  write_stream(t, std::string_view(text_).substr(std::min(landed_, text_.size())));
+  landed_ = text_.size();
 }
 
 }  // namespace shardsim

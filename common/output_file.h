@@ -13,9 +13,16 @@
 // On any failure the temporary is removed and RuntimeFault (exit 3) is thrown with ONE line naming PATH and the
 // cause in the C library's words, e.g. "cannot write out/results.csv: No space left on device".
 //
+// Where the bytes go (resolve_output, before any work): a new path or a regular file is replaced atomically; a
+// symlink whose final target is a regular file has that TARGET replaced atomically (the link itself stays); the
+// file this process's standard output or error is (/dev/stdout, /dev/fd/1, or `--json out.txt > out.txt`) is
+// written through that descriptor, in order with what the command prints; a character device, a FIFO or a pipe
+// (directly or through symlinks: /dev/null, a tty, `--json >(gzip >x)`) is opened and written through. A block
+// device, a socket, a dangling symlink or a FIFO without a reader is refused (UsageError, exit 2). So a path never
+// replaces what it points at: `--csv /dev/stdout` leaves the system's /dev/stdout link as it was.
+//
 // Two outputs are "the same file" when their output_identity() is equal: realpath(parent directory) + "/" +
-// basename. That works before either file exists (rename replaces the directory entry, so a symlink at PATH
-// is replaced, not followed: the name, not its target, is what gets written).
+// basename of the file that is replaced (a symlink's target). That works before either file exists.
 //
 // No MPI here: in a parallel job exactly one rank writes each output (checkpoints use the helpers below for
 // their temporary name and the final rename, see checkpoint/checkpoint.h).
@@ -32,16 +39,38 @@ namespace shardsim {
 // exist or PATH names a directory-like entry ("", ".", "..", ending in '/').
 std::string output_identity(const std::string& path, const std::string& flag = "output");
 
-// UsageError (exit 2) naming FLAG when PATH exists and is neither a regular file, a symlink (replaced, as above)
-// nor a directory: rename(2) would replace a device node, FIFO or socket with a plain file. commit_temp checks it
-// too, as the last line of defence.
+// Where an output's bytes go (see above). STREAM: written through (STD_FD 1 or 2: this process's standard output
+// or error; -1: PATH is opened for writing); otherwise PATH is the file to replace atomically (the path given, or
+// a symlink's final target). UsageError naming FLAG for what cannot be written (see above).
+struct OutputTarget {
+  bool stream = false;
+  int std_fd = -1;
+  std::string path;
+};
+OutputTarget resolve_output(const std::string& path, const std::string& flag);
+
+// The regular file to replace for an output that must be a file (a checkpoint: HDF5 needs to seek): a stream
+// (/dev/stdout, /dev/null, a FIFO) is UsageError naming FLAG; otherwise resolve_output's path.
+std::string resolve_file_output(const std::string& path, const std::string& flag);
+
+// UsageError (exit 2) naming FLAG when PATH exists and is neither a regular file, a symlink nor a directory:
+// rename(2) would replace a device node, FIFO or socket with a plain file. commit_temp checks it as the last line
+// of defence for the resolved file it replaces.
 void check_replaceable(const std::string& path, const std::string& flag);
 
-// Every output of one command, checked before any work: not empty, not an existing directory or special file,
-// its directory writable, an existing file writable, no two with the same output_identity, and none the same
-// file as one of INPUTS (realpath, e.g. the config). UsageError (exit 2) naming the flags otherwise.
+// Every output of one command, checked before any work: not empty, not an existing directory, its directory a
+// writable directory (an output "under" a regular file is refused here, not after the run), an existing file
+// writable, no two with the same output_identity, and none the same file as one of INPUTS (realpath, e.g. the
+// config); streams (above) are checked to be writable now (a FIFO is opened here and kept open for the write, so
+// one without a reader is refused before the run). UsageError (exit 2) naming the flags otherwise.
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
                             const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
+
+// DIR and its missing parents created (mode 0777 minus the umask), each with mkdir(2), so a failure names the
+// real cause ("Read-only file system", "Not a directory", "File name too long"; std::filesystem said "No such
+// file or directory" on a read-only file system). Returns "" or the cause of the first directory that could not
+// be made; an existing directory is fine.
+std::string make_output_dir(const std::string& dir);
 
 // "PATH.partial.p<PID>h<HOST>.XXXXXX" created exclusively (see above); the descriptor is open for writing.
 // RuntimeFault.
@@ -70,7 +99,8 @@ std::vector<std::string> sweep_stale_temps(const std::string& path);
 void commit_temp(const std::string& temp, const std::string& path, bool fsync_temp = true);
 
 // An output written in one piece: create, write(), commit(). Destroyed without commit() (an exception, an
-// early return): the temporary is closed and removed, PATH is untouched.
+// early return): the temporary is closed and removed, PATH is untouched. A stream target (resolve_output) is
+// written through as write() is called (nothing to roll back there).
 class OutputFile {
  public:
   explicit OutputFile(std::string path);
@@ -83,7 +113,8 @@ class OutputFile {
 
  private:
   std::string path_;
-  TempFile tmp_;
+  OutputTarget target_;
+  TempFile tmp_;  // file targets; for a stream, tmp_.fd is the descriptor written through
   bool committed_ = false;
 };
 
@@ -104,6 +135,7 @@ void write_file_atomic(const std::string& path, std::string_view text);
 // An output that grows row by row and must survive an interruption with every finished row (bench --csv,
 // sweep results.csv): each append() lands the whole content so far atomically, so PATH always holds a complete
 // prefix of the rows. Cost: the file is rewritten per row (fine for the hundreds of rows these outputs have).
+// A stream target (/dev/stdout, a pipe) gets each new part once instead.
 class GrowingOutput {
  public:
   GrowingOutput() = default;
@@ -111,8 +143,9 @@ class GrowingOutput {
   void reset(std::string path, std::string head) {
     path_ = std::move(path);
     text_ = std::move(head);
+    landed_ = 0;
   }
-  void land() const { write_file_atomic(path_, text_); }
+  void land() const;
   void append(const std::string& rows) {
     text_ += rows;
     land();
@@ -122,6 +155,7 @@ class GrowingOutput {
 
  private:
   std::string path_, text_;
+  mutable size_t landed_ = 0;  // bytes of text_ already written to a stream target
 };
 
 }  // namespace shardsim

@@ -59,4 +59,17 @@ std::string escape_control(std::string_view s) {
   return out;
 }
 
+std::string escape_lines(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i <= s.size();) {
+    const size_t nl = s.find('\n', i);
+    out += escape_control(s.substr(i, nl == std::string_view::npos ? std::string_view::npos : nl - i));
+    if (nl == std::string_view::npos) break;
+    out += '\n';
+    i = nl + 1;
+  }
+  return out;
+}
+
 }  // namespace shardsim

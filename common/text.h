@@ -14,4 +14,9 @@ namespace shardsim {
 // U+009F pass unchanged, so the result is one line and idempotent (escaping it again changes nothing).
 std::string escape_control(std::string_view s);
 
+// A multi-line text (a report) with escape_control applied to each line, the '\n' that end lines kept: no
+// terminal control reaches the screen. A value that may hold a newline itself (a path, a checkpoint attribute)
+// is escaped with escape_control before it goes into the text, so it cannot forge a line of its own.
+std::string escape_lines(std::string_view s);
+
 }  // namespace shardsim

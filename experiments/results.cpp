@@ -114,6 +114,19 @@ bool is_what_if_column(const std::string& c) {
   return c.size() > 9 && c.rfind("speedup[", 0) == 0 && c.back() == ']';
 }
 
+std::vector<std::string> what_if_changes(const std::string& spec) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= spec.size() && !spec.empty()) {  // the changes as apps/profile.h splits them: by commas
+    const size_t comma = spec.find(',', at);
+    std::string change = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!change.empty()) out.push_back(std::move(change));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> what_if_columns(const std::vector<Row>& rows, const std::string& spec) {
   std::vector<std::string> out;
   auto add = [&](const std::string& c) {
@@ -122,14 +135,7 @@ std::vector<std::string> what_if_columns(const std::vector<Row>& rows, const std
   for (const auto& r : rows)
     for (const auto& [c, v] : r)
       if (is_what_if_column(c)) add(c);
-  size_t at = 0;
-  while (at <= spec.size() && !spec.empty()) {  // the changes as apps/profile.h splits them: by commas
-    const size_t comma = spec.find(',', at);
-    const std::string change = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (!change.empty()) add(what_if_column(change));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
+  for (const auto& change : what_if_changes(spec)) add(what_if_column(change));
   return out;
 }
 

@@ -174,6 +174,26 @@ void add_what_if(Row& row, const std::vector<WhatIf>& rows) {
   for (const auto& w : rows) row[what_if_column(w.change)] = fmt(w.speedup);
 }
 
+// Every change of SPEC through RUN (SPEC -> the what-if rows); when they fail together, each change alone, so a
+// change the point cannot take marks only its own column ("error: REASON") and never the row or the others.
+void what_if_by_change(Row& row, const std::string& spec, const std::function<std::vector<WhatIf>(const std::string&)>& run) {
+  const auto changes = what_if_changes(spec);
+  if (changes.size() > 1) {
+    try {
+      add_what_if(row, run(spec));
+      return;
+    } catch (const AgreedError&) {  // one of them: find which, below
+    }
+  }
+  for (const auto& c : changes) {
+    try {
+      add_what_if(row, run(c));
+    } catch (const AgreedError& e) {
+      row[what_if_column(c)] = std::string("error: ") + e.what();
+    }
+  }
+}
+
 Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const WhatIfRunner& what_if) {
   Row row = base_row(pt);
   const std::string where = spec.file + "[" + pt.key + "]";
@@ -208,13 +228,9 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   if (o.shape_only) row["validated_at"] = pt.validation_dims;  // verdict: apply_validation on rank 0
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
   if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
-  if (!spec.what_if.empty() && what_if) {
-    try {
-      add_what_if(row, what_if(sw, pt, where, r.critical.total));
-    } catch (const AgreedError& e) {  // a change the point's config cannot take (agreed by the group)
-      row["reason"] += std::string(row["reason"].empty() ? "" : "; ") + "what-if: " + e.what();
-    }
-  }
+  if (!spec.what_if.empty() && what_if)  // a change the point's config cannot take marks its column (agreed)
+    what_if_by_change(row, spec.what_if,
+                      [&](const std::string& s) { return what_if(sw, pt, where, r.critical.total, s); });
   return row;
 }
 
@@ -226,13 +242,22 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   const std::string where = spec.file + "[" + pt.key + "]";
   if (!train) return failed(row, "internal: no training runner for " + where);
   RunReport r;
-  try {
-    r = train(sw, pt.config_yaml, where, !pt.train_shape_only, spec.what_if);
-  } catch (const AgreedError& e) {
-    std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
-    if (why.rfind(where + ":", 0) == 0)
-      if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
-    return failed(row, "plan does not fit: " + why);
+  bool what_if_failed = false;  // the run with every change failed: the baseline alone, then change by change
+  for (const bool with_what_if : {true, false}) {
+    if (!with_what_if && (!what_if_failed || spec.what_if.empty())) break;
+    try {
+      r = train(sw, pt.config_yaml, where, !pt.train_shape_only, with_what_if ? spec.what_if : "");
+      break;
+    } catch (const AgreedError& e) {
+      if (with_what_if && !spec.what_if.empty()) {
+        what_if_failed = true;
+        continue;
+      }
+      std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
+      if (why.rfind(where + ":", 0) == 0)
+        if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
+      return failed(row, "plan does not fit: " + why);
+    }
   }
   const auto& t = r.train;
   row["timing"] = pt.train_shape_only ? "shape_only" : "run";
@@ -251,7 +276,11 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   }
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
   if (r.validated && !r.passed) row["reason"] = "loss error " + fmt(t.max_loss_error) + " above " + t.loss_limit_rule;
-  add_what_if(row, r.what_if);
+  if (!what_if_failed) add_what_if(row, r.what_if);
+  else  // train's what-if re-runs the step per change; a change the point cannot take marks only its column
+    what_if_by_change(row, spec.what_if, [&](const std::string& s) {
+      return train(sw, pt.config_yaml, where, false, s).what_if;
+    });
   return row;
 }
 

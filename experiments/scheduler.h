@@ -47,10 +47,13 @@ namespace shardsim::sharding {
 // speedup columns.
 using TrainRunner = std::function<RunReport(const runtime::World& group, const std::string& config_yaml,
                                             const std::string& where, bool validate, const std::string& what_if)>;
-// Forward points with SweepSpec::what_if: each change re-simulated (apps/profile.h's run_what_if, shape-only) on
-// GROUP for the point's config against BASELINE_NS; rows valid on GROUP's rank 0.
+// Forward points with SweepSpec::what_if: each change of WHAT_IF (a --what-if spec) re-simulated (apps/profile.h's
+// run_what_if, shape-only) on GROUP for the point's config against BASELINE_NS; rows valid on GROUP's rank 0.
+// A change the point cannot take (AgreedError) is retried alone: its column says "error: REASON", the row and
+// the other changes stay.
 using WhatIfRunner = std::function<std::vector<WhatIf>(const runtime::World& group, const SweepPoint& point,
-                                                       const std::string& where, double baseline_ns)>;
+                                                       const std::string& where, double baseline_ns,
+                                                       const std::string& what_if)>;
 struct PointRunners {
   TrainRunner train;
   WhatIfRunner what_if;

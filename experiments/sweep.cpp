@@ -248,6 +248,14 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
           ConfigNode(kv.first, set->file(), set->path()).fail(set->path() + "." + k + ": not a settable workload field");
         e.root["workload"][k] = YAML::Clone(kv.second);
       }
+      // The values are checked now by the one parser, before any point runs (a bad one used to become an error
+      // row of every point and exit 0): the file's own section first (its errors name the workload file), then
+      // with the set: values (their nodes carry the sweep file's lines).
+      const SpecUse use = spec_use_of(root.child("workload"));
+      (void)parse_model_spec(root.child("workload"), use);
+      YAML::Node with_set = YAML::Clone(root.child("workload").yaml());
+      for (const auto& kv : set->yaml()) with_set[kv.first.as<std::string>()] = kv.second;  // not cloned: marks kept
+      (void)parse_model_spec(ConfigNode(with_set, set->file(), root.child("workload").path()), use);
     }
     if (e.label.empty()) e.label = fs::path(e.file).stem().string();
     for (const auto& o : out)

@@ -170,6 +170,8 @@ std::string csv_row(const Row& row, const std::vector<std::string>& extra = {});
 std::string what_if_column(const std::string& change);
 bool is_what_if_column(const std::string& column);
 std::vector<std::string> what_if_columns(const std::vector<Row>& rows, const std::string& spec);
+// The changes of a --what-if SPEC, split as apps/profile.h splits them (by commas), empty ones dropped.
+std::vector<std::string> what_if_changes(const std::string& spec);
 std::vector<Row> parse_csv(const std::string& text, const std::string& file, int* dropped = nullptr);
 // The answer of a workload sweep: per workload x topology x device, the plan with the lowest simulated time
 // among the points that ran and did not fail validation (verdict pass or not_validated), with its breakdown

@@ -104,10 +104,15 @@ LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::stri
   const int64_t step = rd.step();
   if (step < 0) throw ConfigError(where + "step " + std::to_string(step) + " is negative");
   const std::string pos = rd.root_attribute("data_position");
-  if (pos != std::to_string(step * c.batch))
+  if (pos != std::to_string(step * c.batch)) {
+    if (rd.root_attribute("batch") == std::to_string(c.batch))  // the batch agrees: the file disagrees with itself
+      throw ConfigError(where + "data position " + pos + " sequences at step " + std::to_string(step) +
+                        " does not match its own step x batch (" + std::to_string(step) + " x " +
+                        std::to_string(c.batch) + "): its attributes disagree (edited or corrupted)");
     throw ConfigError(where + "data position " + pos + " sequences at step " + std::to_string(step) + " (batch " +
                       rd.root_attribute("batch") + ") but the config's global batch is " + std::to_string(c.batch) +
                       " (resuming needs the same global batch)");
+  }
   LmTrainSnapshot s;
   s.step = step;
   s.master = lm_zeros(c, DType::fp32);

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/gnuplot.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
 #include "common/text.h"
 
@@ -119,20 +120,23 @@ std::vector<UtilisationBin> utilisation(const std::vector<sim::ChipEvents>& chip
   return out;
 }
 
-void check_plots_dir(const std::string& dir) {
-  if (dir.empty()) return;
+std::vector<std::pair<std::string, std::string>> check_plots_dir(const std::string& dir) {
+  if (dir.empty()) return {};
   std::error_code ec;
   const auto st = fs::status(dir, ec);
   if (fs::exists(st) && !fs::is_directory(st))
     throw UsageError("--plots " + escape_control(dir) + ": exists and is not a directory");
   // Created and checked before any work, as the sweep's output folder (a name too long or a parent that is a file
   // used to be found after the run, exit 3).
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir, ec))
-    throw UsageError("--plots " + escape_control(dir) + ": the directory cannot be created" +
-                     (ec ? ": " + ec.message() : std::string()));
+  if (const std::string why = make_output_dir(dir); !why.empty())
+    throw UsageError("--plots " + escape_control(dir) + ": the directory cannot be created: " + why);
   if (::access(dir.c_str(), W_OK) != 0)
     throw UsageError("--plots " + escape_control(dir) + ": the directory is not writable: " + std::strerror(errno));
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const char* name : {"roofline.dat", "roofline.gp", "roofline.png", "utilisation.dat", "utilisation.gp",
+                           "utilisation.png"})
+    files.emplace_back("--plots " + dir + " (" + name + ")", (fs::path(dir) / name).string());
+  return files;
 }
 
 namespace {
@@ -143,6 +147,7 @@ std::string num(double v) {
   return b;
 }
 
+constexpr size_t kMaxPngBytes = size_t{64} << 20;  // a 960x600 PNG is tens of KiB
 const char* kTerm = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
 
 std::string roofline_dat(const Roofline& r) {
@@ -233,10 +238,9 @@ std::string write_profile_plots(const std::string& dir, const std::string& title
     std::vector<std::string> drawn;
     err = draw_gnuplot_scripts(tmp.string(), {"roofline.gp", "utilisation.gp"}, &drawn);
     if (err.empty())
-      for (const auto& png : drawn) {
+      for (const auto& png : drawn) {  // landed as every output (a symlink's target is written, never replaced)
         const fs::path to = fs::path(dir) / fs::path(png).filename();
-        fs::rename(png, to, ec);
-        if (ec) throw RuntimeFault("cannot write " + to.string() + ": " + ec.message());
+        write_file_atomic(to.string(), read_input_file(png, kMaxPngBytes, "a plot gnuplot drew"));
         pngs->push_back(to.string());
       }
     else if (err.rfind("gnuplot not found", 0) == 0)

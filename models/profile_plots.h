@@ -58,8 +58,10 @@ struct UtilisationBin {
 std::vector<UtilisationBin> utilisation(const std::vector<sim::ChipEvents>& chips, sim::TimeNs end, int bins);
 
 // --plots DIR checked before a run: DIR is created if missing; UsageError (exit 2) naming --plots when DIR exists
-// and is not a directory, cannot be created or is not writable. Nothing happens for "" (no plots).
-void check_plots_dir(const std::string& dir);
+// and is not a directory, cannot be created or is not writable. Nothing happens for "" (no plots). Returns the
+// files the plots write ({"--plots DIR (NAME)", DIR/NAME} for roofline/utilisation .dat/.gp/.png), for the
+// caller's check_outputs_distinct with its other outputs (`--plots pl --json pl/roofline.dat` is refused).
+std::vector<std::pair<std::string, std::string>> check_plots_dir(const std::string& dir);
 
 // Writes roofline.{dat,gp} and utilisation.{dat,gp} into DIR (created if missing; every file lands atomically) and
 // draws roofline.png and utilisation.png with gnuplot. Returns "" or one line saying what was not drawn (gnuplot

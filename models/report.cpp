@@ -220,7 +220,8 @@ nlohmann::json train_json(const RunReport& r) {
 std::string train_head_text(const RunReport& r) {
   const TrainReport& t = r.train;
   std::ostringstream os;
-  os << "shardsim train" << (r.name.empty() ? "" : ": " + r.name) << "  (" << r.config_file << ")\n";
+  os << "shardsim train" << (r.name.empty() ? "" : ": " + escape_control(r.name)) << "  ("
+     << escape_control(r.config_file) << ")\n";
   os << "  topology   " << r.topology << "\n";
   os << "  device     " << r.device << "\n";
   os << "  model      " << t.model << "\n";
@@ -231,11 +232,12 @@ std::string train_head_text(const RunReport& r) {
     os << "  mode       shape-only (storage-less tensors, cost-only kernels, collectives move timing headers only: "
           "the simulated fields are those of a real-data run; no values, no losses: NOT VALIDATED)\n";
   if (!t.resumed_from.empty())
-    os << "resumed: " << t.resumed_from << " at step " << t.resumed_step << " (saved under " << t.resumed_mesh << ")\n";
+    os << "resumed: " << escape_control(t.resumed_from) << " at step " << t.resumed_step << " (saved under "
+       << escape_control(t.resumed_mesh) << ")\n";
   char buf[160];
   std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us",
                 "compute_us", "exposed_us", "idle_us");
-  return os.str() + buf;
+  return escape_lines(os.str()) + buf;  // the checkpoint's attributes and paths are untrusted text
 }
 
 std::string train_step_text(const RunReport& r, const TrainStep& st) {
@@ -251,7 +253,7 @@ std::string train_step_text(const RunReport& r, const TrainStep& st) {
 }
 
 std::string train_saved_text(int64_t step, const std::string& path) {
-  return "checkpoint: step " + std::to_string(step) + " saved to " + path + "\n";
+  return "checkpoint: step " + std::to_string(step) + " saved to " + escape_control(path) + "\n";
 }
 
 std::string train_tail_text(const RunReport& r) {
@@ -356,7 +358,7 @@ std::string train_tail_text(const RunReport& r) {
                                                                             "with the single-device model)"
                                                         : r.ok() ? "PASS" : "FAIL")
      << "\n";
-  return os.str();
+  return escape_lines(os.str());
 }
 
 // The profile section (docs/PROFILE.md): the critical path (--profile) and the what-if table (--what-if).
@@ -481,8 +483,8 @@ std::string to_text(const RunReport& r) {
   }
   std::ostringstream os;
   const auto& b = r.critical;
-  os << "shardsim run" << (r.name.empty() ? "" : ": " + r.name) << (r.model.empty() ? "" : " (" + r.model + ")")
-     << "  (" << r.config_file << ")\n";
+  os << "shardsim run" << (r.name.empty() ? "" : ": " + escape_control(r.name))
+     << (r.model.empty() ? "" : " (" + escape_control(r.model) + ")") << "  (" << escape_control(r.config_file) << ")\n";
   os << "  topology   " << r.topology << "\n";
   os << "  device     " << r.device << "\n";
   os << "  plan       " << r.plan << ", dtype " << r.dtype << "\n";
@@ -556,7 +558,7 @@ std::string to_text(const RunReport& r) {
     std::snprintf(buf, sizeof buf, "  total %.3f s\n", r.wall_total_s);
   os << buf;
   if (!r.resumed_from.empty()) {
-    os << "resume     weights from " << r.resumed_from;
+    os << "resume     weights from " << escape_control(r.resumed_from);
     if (!r.resume_compared) {
       os << "\n";
     } else if (r.resume_same_layout) {
@@ -577,11 +579,11 @@ std::string to_text(const RunReport& r) {
   } else {
     os << "validation skipped (validate.enabled: false)\n";
   }
-  if (!r.checkpoint.empty()) os << "checkpoint " << r.checkpoint << "\n";
-  if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  if (!r.checkpoint.empty()) os << "checkpoint " << escape_control(r.checkpoint) << "\n";
+  if (!r.trace.empty()) os << "trace      " << escape_control(r.trace) << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
   os << profile_section_text(r);
   os << (r.shape_only ? "DONE (shape-only, not validated)" : r.ok() ? "PASS" : "FAIL") << "\n";
-  return os.str();
+  return escape_lines(os.str());  // paths and names are untrusted text (docs/SECURITY.md, promise 9)
 }
 
 }  // namespace shardsim::sharding

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "runtime/job_text.h"
 #include "models/profile_plots.h"
 #include "runtime/chips.h"
 #include "runtime/host_memory.h"
@@ -98,7 +99,8 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   const int chips = c.topology().num_chips();
   if (chips != world.size())
     throw ConfigError(c.file() + ": the topology has " + std::to_string(chips) + " chips but the job has " +
-                      std::to_string(world.size()) + " ranks; run it with mpirun -np " + std::to_string(chips));
+                      runtime::job_size_text(world.size()) + "; run it with " +
+                      runtime::resize_hint(chips, world.size()));
   if (opt.no_checkpoint && opt.checkpoint_path.has_value())
     throw UsageError("--checkpoint and --no-checkpoint contradict each other");
   const bool shape_only = c.shape_only() || opt.shape_only;
@@ -122,10 +124,13 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   // and the config) may be the same file, even before they exist (common/output_file.h). Resuming from the
   // checkpoint path itself is fine: it is replaced atomically only after the run.
   std::vector<std::pair<std::string, std::string>> outputs;  // {what, path}
-  if (const auto ckpt = model_checkpoint_target(c, opt)) outputs.emplace_back("checkpoint", *ckpt);
+  if (const auto ckpt = model_checkpoint_target(c, opt)) {
+    (void)resolve_file_output(*ckpt, "checkpoint");  // HDF5 seeks: never /dev/stdout, a pipe or a device
+    outputs.emplace_back("checkpoint", *ckpt);
+  }
   if (!json_path.empty()) outputs.emplace_back("--json", json_path);
   if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
-  check_plots_dir(opt.plots_dir);
+  for (auto& o : check_plots_dir(opt.plots_dir)) outputs.push_back(std::move(o));
   check_outputs_distinct(outputs, {{"the config file", c.file()}});
 }
 

@@ -101,7 +101,7 @@ struct BlockMemory {
 BlockMemory block_memory(const ModelSpec& s, const ParallelPlan& p, int t);
 
 // The root keys of a block config (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks); model: and parallel:
-// take sharding/model_spec.h's kModelKeys and kParallelKeys (the one parser), validate: engine_config.h's
+// take sharding/model_spec.h's kModelKeys and parallel_keys() (the one parser), validate: engine_config.h's
 // kValidateKeys.
 inline constexpr std::string_view kBlockRootKeys[] = {"name",     "topology", "device", "workload",
                                                       "parallel", "validate", "mode"};

@@ -14,6 +14,7 @@
 #include "collectives/registry.h"
 #include "common/error.h"
 #include "runtime/chips.h"
+#include "runtime/job_text.h"
 #include "kernels/gemm.h"
 #include "checkpoint/checkpoint.h"
 #include "sharding/engine_config.h"
@@ -131,7 +132,7 @@ void check_world_size(const RunConfig& cfg, int world_size) {
   const int chips = cfg.topology.num_chips();
   if (world_size != chips)
     throw ConfigError(cfg.file + ": the topology has " + std::to_string(chips) + " chips but the job has " +
-                      std::to_string(world_size) + " ranks; run it with mpirun -np " + std::to_string(chips));
+                      runtime::job_size_text(world_size) + "; run it with " + runtime::resize_hint(chips, world_size));
 }
 
 

@@ -154,7 +154,10 @@ extern "C" void quiet_exit(int) { std::_Exit(kExitRuntimeFault); }
 }
 
 [[noreturn]] void chip_failed(int chip, int code, const std::string& what) {
-  std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, escape_control(what).c_str());
+  if (code == kExitBadInput)  // bad input is the user's, not a chip's fault
+    std::fprintf(stderr, "shardsim: error: %s\n", escape_control(what).c_str());
+  else
+    std::fprintf(stderr, "shardsim: error on chip %d: %s\n", chip, escape_control(what).c_str());
   std::fflush(stderr);
   exit_job(code);
 }

@@ -9,6 +9,7 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-dev libboost-context-dev   # Boost.Context: one fiber per chip (runtime/chips.h)
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libtomlplusplus-dev          # shardsim import torchtitan: TOML
   libopenblas-dev librandom123-dev
   libgtest-dev googletest libbenchmark-dev
   python3-h5py python3-numpy   # tests/e2e/ckpt.sh: an independent reader of the checkpoints

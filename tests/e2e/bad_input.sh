@@ -76,7 +76,7 @@ fi
 e2e_case "(f2) checkpoint into a missing directory"
 if expect_exit 2 '^shardsim: error: ' -- shardsim_mpi 4 run "$SMALL" --checkpoint "$E2E_TMP/no/such/dir/x.h5"; then
   one_error_line
-  assert_out 'not writable' "message says the directory is not writable"
+  assert_out "directory '[^']*/no/such/dir': No such file or directory" "message names the missing directory"
 fi
 
 # ---- (h) a workload that does not fit the simulated HBM ----

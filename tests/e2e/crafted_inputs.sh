@@ -104,6 +104,40 @@ a = h5py.h5a.create(d.id, b'dtype', tid, h5py.h5s.create(h5py.h5s.SCALAR)); a.wr
   done
 fi
 
+# ---- 4b. reports escape what they echo (issue 46 kind 6) ----
+no_raw_control() {  # WHAT
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$E2E_OUT"; then fail "$1: raw control characters in the output"
+  else pass "$1: no raw control character in the output"; fi
+}
+e2e_case "escaped reports: paths, checkpoint attributes, names"
+cp "$SMALL" $'cfg\e]0;PWNED\a.yaml'
+expect_exit 0 'validation PASS' -- shardsim_mpi 1 run $'cfg\e]0;PWNED\a.yaml' --chips 4 --no-checkpoint
+assert_out_fixed 'cfg\x1b]0;PWNED\x07.yaml' "the run header shows the config path escaped"
+no_raw_control "run header"
+sed 's/^train:/train:\n  steps: 2/; /^  steps: 30/d' "$CONFIGS/lm_train.yaml" >$'tr\e[2J.yaml'
+expect_exit 0 'loss' -- shardsim_mpi 1 train $'tr\e[2J.yaml' --checkpoint $'st\e[2J.h5'
+assert_out_fixed 'tr\x1b[2J.yaml' "the train header shows the config path escaped"
+assert_out_fixed 'saved to st\x1b[2J.h5' "the save line shows the checkpoint path escaped"
+no_raw_control "train header and save lines"
+expect_exit 0 'resumed: st\\x1b\[2J.h5' -- shardsim_mpi 1 train $'tr\e[2J.yaml' --resume $'st\e[2J.h5' --steps 3
+no_raw_control "train resume line"
+{ echo 'name: "two\nlines"'; grep -v '^name:' $'tr\e[2J.yaml'; } >tname.yaml
+expect_exit 2 'tname.yaml:1: .*name.*control character' -- shardsim_mpi 1 train tname.yaml
+if [ -n "$PY" ]; then
+  craft esc_mesh.h5 "f['$T'].attrs['mesh'] = 'tp=4\x1b]0;PWNED\x07'"
+  expect_exit 2 "tensor '$T'.*'mesh' attribute contains a control character U\+001B" -- shardsim_mpi 1 ckpt inspect esc_mesh.h5
+  no_raw_control "ckpt inspect, a mesh with ESC"
+  expect_exit 2 "'mesh' attribute contains a control character" -- \
+    shardsim_mpi 1 run "$SMALL" --chips 4 --no-checkpoint --resume esc_mesh.h5
+  craft esc_version.h5 "f.attrs['shardsim_version'] = '0.1\nshardsim: forged'"
+  expect_exit 2 "root attribute 'shardsim_version' contains a control character U\+000A" -- \
+    shardsim_mpi 1 ckpt inspect esc_version.h5
+  no_raw_control "ckpt inspect, a version with a newline"
+  craft esc_name.h5 "import json; f.move('$T', 'weights/w\x1b[2Jup'); m = json.loads(f.attrs['tensors']); m[m.index('$T')] = 'weights/w\x1b[2Jup'; f.attrs['tensors'] = json.dumps(m)"
+  expect_exit 2 "tensor name 'weights/w\\\\x1b\[2Jup' contains a control character" -- shardsim_mpi 1 ckpt inspect esc_name.h5
+  no_raw_control "ckpt inspect, a tensor name with ESC"
+fi
+
 # ---- 5. sweep outputs ----
 cat >s.yaml <<'EOF2'
 name: s

@@ -7,7 +7,8 @@
 #     bash tests/e2e/run_chips.sh build/apps/shardsim configs mpirun
 #
 # Environment knobs:
-#   E2E_TIMEOUT  seconds before one mpirun is considered hung (default 60)
+#   E2E_TIMEOUT  seconds before one mpirun is considered hung on an idle host (default 60; scaled by the load
+#                average per core, up to x4: e2e_timeout)
 #   E2E_KEEP=1   keep the scratch directory (its path is printed) instead of deleting it
 #
 # Assertions never stop the script: each failure is printed (with the command and its output) and counted,
@@ -120,14 +121,24 @@ e2e_init() {
 # ~2 s teardown after every non-zero exit under mpirun (odls_base_sigkill_timeout), which most expect_exit 2 cases
 # would pay. Scripts that test the launcher's own behaviour at one rank (signals, aborts, MPI noise) set
 # E2E_MPIRUN_NP1=1 before calling it.
+# The timeout is scaled by the host's load: E2E_TIMEOUT x (1-minute load average / cores), at least x1 and at most
+# x4, so a run that takes 50 s on an idle machine is not called hung while other jobs keep every core busy (a
+# test must not depend on host speed; a real hang still ends).
+e2e_timeout() {
+  local cores load
+  cores=$(nproc 2>/dev/null || echo 1)
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+  awk -v t="$E2E_TIMEOUT" -v l="$load" -v c="$cores" 'BEGIN { f = l / c; if (f < 1) f = 1; if (f > 4) f = 4; printf "%d\n", t * f }'
+}
 shardsim_mpi() {
-  local np=$1
+  local np=$1 limit
   shift
+  limit=$(e2e_timeout)
   if [ "$np" = 1 ] && [ -z "${E2E_MPIRUN_NP1:-}" ]; then
-    timeout -k 10 "$E2E_TIMEOUT" "$SHARDSIM" "$@"
+    timeout -k 10 "$limit" "$SHARDSIM" "$@"
     return
   fi
-  timeout -k 10 "$E2E_TIMEOUT" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np "$np" "$SHARDSIM" "$@"
+  timeout -k 10 "$limit" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np "$np" "$SHARDSIM" "$@"
 }
 
 # expect_exit CODE REGEX -- CMD...: runs CMD, checks its exit code is CODE and that its combined

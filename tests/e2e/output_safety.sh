@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e: the promises of docs/RELIABILITY.md about output files (the full-disk ones are in full_disk.sh):
 #  - two outputs naming one file are refused (exit 2) even before the file exists: --trace b.json --json ./b.json;
-#  - symlinks planted at PATH.partial and at PATH are not followed by a checkpoint save, --json or --trace: the
-#    links' targets are unchanged and PATH becomes a regular file;
+#  - a symlink planted at PATH.partial is not followed by a checkpoint save; a symlink at PATH (--json, --trace) has
+#    its target written and stays a link (docs/RELIABILITY.md section 4);
 #  - SIGTERM / SIGINT to bench, sweep and run exit with 128 + the signal (143 / 130) and one line; an interrupted
 #    bench --csv keeps every row it printed; no temporary is left;
 #  - a rank stuck inside a collective checkpoint write: the I/O watchdog ends the job with exit 3 (bounded time);
@@ -45,14 +45,17 @@ ln -s victim1 ck.h5.partial
 ln -s victim2 r.json
 ln -s victim3 t.json
 if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run c4.yaml --checkpoint ck.h5 --json r.json --trace t.json; then
-  for v in victim1 victim2 victim3; do
-    if [ "$(cat $v)" = precious ]; then pass "$v (a link's target) unchanged"; else fail "$v was written through a link"; fi
-  done
+  if [ "$(cat victim1)" = precious ]; then pass "victim1 (the .partial link's target) unchanged"
+  else fail "victim1 was written through the planted temporary name"; fi
   if [ -L ck.h5.partial ]; then pass "the planted ck.h5.partial is left alone"; else fail "ck.h5.partial was replaced"; fi
-  for f in ck.h5 r.json t.json; do
-    if [ -f "$f" ] && [ ! -L "$f" ]; then pass "$f is a regular file"; else fail "$f is not a regular file"; fi
+  if [ -f ck.h5 ] && [ ! -L ck.h5 ]; then pass "ck.h5 is a regular file"; else fail "ck.h5 is not a regular file"; fi
+  # A link at the output's own name points where the output goes: its target gets the content, the link stays.
+  for f in r.json t.json; do
+    if [ -L "$f" ]; then pass "$f is still a link"; else fail "$f (a link) was replaced"; fi
   done
-  check_json r.json verdict='"PASS"'
+  check_json victim2 verdict='"PASS"'
+  [ "$(head -c 1 victim3)" != p ] && [ -s victim3 ] && pass "victim3 (t.json's target) holds the trace" \
+    || fail "t.json's target did not get the trace"
   expect_exit 0 'checksums +5 of 5 verified' -- shardsim_mpi 2 ckpt inspect ck.h5
 fi
 rm -f ck.h5.partial

@@ -9,6 +9,8 @@
 #  - a point's row equals `shardsim train` of the same plan (the same runner, not a second one);
 #  - a resumed sweep runs nothing and gives the same table;
 #  - --what-if adds a speedup column per change, equal to re-running `train` / `run` with the changed config;
+#    a change a point cannot run keeps the point's row and says why in its own column only;
+#  - a bad value in a workload's set: is exit 2 with FILE:LINE before any point runs;
 #  - a real-data tiny sweep validates each plan's losses against one device (verdict pass, validated_at self);
 #  - the issue's command: train --torus 4x4 --device h100 --plan tp=4,dp=4 --set model.layers=2 --json (real data).
 # Usage: sweep_train.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
@@ -151,6 +153,45 @@ assert float(row["speedup[link_bw=2x]"]) == a / b and a / b > 1, (row["speedup[l
 PY
 fi
 expect_exit 2 'bogus' -- shardsim_mpi 1 --chips 4 sweep fwd.yaml --no-plots --output fwd_bad --what-if bogus=2x
+
+e2e_case "sweep --what-if: a change a point cannot run keeps the point's row; only that change's column says why"
+cat >wi1.yaml <<'EOF'
+name: wi1
+output: wi1
+axes:
+  workload: [lm.yaml]
+  topology: [ring4.yaml]
+  device: [h100]
+  plan: [{dp: 4}]
+EOF
+if expect_exit 0 '' -- shardsim_mpi 1 --chips 4 sweep wi1.yaml --no-plots --what-if 'link_bw=2x,parallel.dp=2x'; then
+  python3 - wi1/results.csv <<'PY' && pass "training point: baseline row and link_bw=2x kept, parallel.dp=2x says why" || fail "training what-if row"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1 and rows[0]["verdict"] != "error" and float(rows[0]["sim_time_us"]) > 0, rows
+assert float(rows[0]["speedup[link_bw=2x]"]) > 1, rows[0]
+assert rows[0]["speedup[parallel.dp=2x]"].startswith("error: "), rows[0]
+PY
+fi
+if expect_exit 0 '' -- shardsim_mpi 1 --chips 4 sweep fwd.yaml --no-plots --output fwd_wi --what-if 'link_bw=2x,parallel.tp=2x'; then
+  python3 - fwd_wi/results.csv <<'PY' && pass "forward point: link_bw=2x kept, parallel.tp=2x says why" || fail "forward what-if row"
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+assert float(row["sim_time_us"]) > 0 and float(row["speedup[link_bw=2x]"]) > 1, row
+assert row["speedup[parallel.tp=2x]"].startswith("error: "), row
+PY
+fi
+
+e2e_case "a bad value in a workload's set: is exit 2 naming FILE:LINE before any point runs"
+cat >badset.yaml <<EOF
+name: badset
+output: badset
+axes:
+  workload: [{config: $CONFIGS/blocks/small_block.yaml, label: small, set: {seq: many}}]
+  plan: [{tp: 4}]
+EOF
+expect_exit 2 'badset.yaml:4: .*seq.*expected an integer' -- shardsim_mpi 1 --chips 4 sweep badset.yaml --no-plots
+[ -e badset/results.csv ] && fail "a point ran" || pass "no point ran"
 
 e2e_case "real data: a tiny training sweep validates each plan against one device"
 cat >tiny.yaml <<EOF

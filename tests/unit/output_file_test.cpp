@@ -2,6 +2,7 @@
 // common/input_file.h (regular, bounded inputs), common/dir_lock.h (output folder locks) and the sweep CSV's formula
 // neutralisation (experiments/sweep.h).
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,6 +111,37 @@ TEST(DirLock, ASecondHolderIsRefusedNamingTheFirst) {
   DirLock again(s.dir.string(), "sweep b.yaml");  // released with its holder
 }
 
+TEST(DirLock, AHolderThatIsGoneIsWaitedForNotReported) {
+  // Issue 46 kind 12: a sweep killed with SIGKILL still held its lock for a moment (the resume right after said
+  // "in use by another command (pid ...)"). Here the holder named in the lock file exits while a child of its,
+  // sharing the locked descriptor, keeps the lock 300 ms longer: the next locker waits instead of refusing.
+  Scratch s;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::close(ready[0]);
+    try {
+      DirLock lock(s.dir.string(), "sweep killed.yaml");
+      if (::fork() == 0) {  // keeps the open lock descriptor a little longer than its parent lives
+        ::close(ready[1]);
+        ::usleep(300 * 1000);
+        ::_exit(0);
+      }
+      (void)!::write(ready[1], "x", 1);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  int st = 0;
+  ::waitpid(holder, &st, 0);  // the named holder is gone; its child still holds the lock
+  EXPECT_NO_THROW(DirLock(s.dir.string(), "sweep resume.yaml"));
+}
+
 TEST(SweepCsv, FormulaCellsAreNeutralisedAndReadBack) {
   using sharding::csv_cell;
   using sharding::csv_uncell;
@@ -176,43 +208,121 @@ TEST(OutputFile, WriteErrorIsOneLineNamingTheFileAndCause) {
   }
 }
 
-TEST(OutputFile, PlantedSymlinksAreNotFollowed) {
+TEST(OutputFile, ASymlinkIsWrittenAtItsTargetAndStaysALink) {
+  // Issue 46 kind 1: the atomic rename replaced the link itself (as root, `--csv /dev/stdout > out.txt` left
+  // /dev/stdout a regular file). The link's target is replaced atomically now; the link and a planted
+  // temporary-name link stay as they were.
   Scratch s;
-  const std::string victim = s / "victim.txt";
-  write_file_atomic(victim, "precious\n");
+  const std::string target = s / "target.txt";
+  write_file_atomic(target, "old\n");
   const std::string p = s / "out.json";
-  // A link at the final name and at the old predictable temporary name.
-  fs::create_symlink(victim, p + ".partial");
-  fs::create_symlink(victim, p);
+  fs::create_symlink(s / "elsewhere.txt", p + ".partial");
+  fs::create_symlink(target, p);
+  EXPECT_NO_THROW(check_outputs_distinct({{"--json", p}}));
   write_file_atomic(p, "report\n");
-  EXPECT_EQ(slurp(victim), "precious\n");
-  EXPECT_FALSE(fs::is_symlink(p)) << "the final name is replaced, not written through";
-  EXPECT_EQ(slurp(p), "report\n");
+  EXPECT_TRUE(fs::is_symlink(p)) << "the link is intact";
+  EXPECT_EQ(slurp(target), "report\n") << "the content went where the link points";
   EXPECT_TRUE(fs::is_symlink(p + ".partial")) << "a planted file is left alone";
+  EXPECT_FALSE(fs::exists(s / "elsewhere.txt"));
+  EXPECT_EQ(temporaries(s.dir), 1u) << "only the planted link";
+  // The link and its target are one output; a dangling link is refused before any work.
+  EXPECT_THROW(check_outputs_distinct({{"--json", p}, {"--trace", target}}), UsageError);
+  fs::create_symlink(s / "missing.txt", s / "dangling.json");
+  EXPECT_THROW(check_outputs_distinct({{"--json", s / "dangling.json"}}), UsageError);
 }
 
-TEST(OutputFile, SpecialFilesAreNeverReplaced) {
-  // As root, rename(2) replaced /dev/full with a YAML file (calibrate --out /dev/full, exit 0). A FIFO stands in
-  // for a device here: the up-front check and the commit both refuse with exit 2, naming the path.
+TEST(OutputFile, StreamsAreWrittenThroughNeverReplaced) {
   Scratch s;
+  // A FIFO without a reader: refused before any work (exit 2), and the late write fails too; still a FIFO.
   const std::string fifo = s / "pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   try {
     check_outputs_distinct({{"--out", fifo}});
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--out " + fifo + ": exists and is not a regular file"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--out " + fifo + ": cannot open it for writing: no process has it open "
+                                         "for reading"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(write_file_atomic(fifo, "data\n"), UsageError);
+  EXPECT_THROW(write_file_atomic(fifo, "data\n"), Error);
   struct stat st{};
   ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO is still there";
   EXPECT_EQ(temporaries(s.dir), 0u) << "the refused write left no temporary";
-  // Regular files and symlinks (replaced, not followed) are still fine.
-  const std::string plain = s / "plain.txt";
-  write_file_atomic(plain, "x\n");
-  EXPECT_NO_THROW(check_outputs_distinct({{"--out", plain}}));
+  // /dev/null through a symlink, and a block device or socket refused without being opened.
+  fs::create_symlink("/dev/null", s / "null.json");
+  EXPECT_NO_THROW(check_outputs_distinct({{"--json", s / "null.json"}}));
+  write_file_atomic(s / "null.json", "gone\n");
+  EXPECT_TRUE(fs::is_symlink(s / "null.json"));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  // Standard output (a pipe here, as under `| tee`): /dev/stdout and a private link to it are written through,
+  // after what stdio printed before, and neither link is touched.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  ASSERT_GE(::dup2(fds[1], STDOUT_FILENO), 0);
+  ::close(fds[1]);
+  fs::create_symlink("/dev/stdout", s / "out.csv");
+  std::string got;
+  try {
+    std::printf("printed first\n");
+    check_outputs_distinct({{"--csv", "/dev/stdout"}, {"--json", s / "out.csv"}});
+    write_file_atomic("/dev/stdout", "a,b\n");
+    GrowingOutput g(s / "out.csv", "x\n");
+    g.land();
+    g.append("1\n");
+  } catch (...) {
+    ::dup2(saved, STDOUT_FILENO);
+    throw;
+  }
+  std::fflush(stdout);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  char buf[256];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  EXPECT_EQ(got, "printed first\na,b\nx\n1\n") << "in order, each row once";
+  EXPECT_TRUE(fs::is_symlink("/dev/stdout"));
+  EXPECT_TRUE(fs::is_symlink(s / "out.csv"));
+  // Standard output redirected to a regular file (`--json /dev/stdout > out.txt`): appended through the
+  // descriptor, in order; out.txt is not replaced (its inode and the earlier text stay).
+  const std::string log = s / "out.txt";
+  const int lf = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(lf, 0);
+  struct stat before{};
+  ASSERT_EQ(::fstat(lf, &before), 0);
+  const int saved2 = ::dup(STDOUT_FILENO);
+  ::dup2(lf, STDOUT_FILENO);
+  ::close(lf);
+  std::printf("header\n");
+  write_file_atomic("/dev/stdout", "{}\n");
+  write_file_atomic(log, "[]\n");  // the same file by its name
+  std::fflush(stdout);
+  ::dup2(saved2, STDOUT_FILENO);
+  ::close(saved2);
+  struct stat after{};
+  ASSERT_EQ(::stat(log.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino);
+  EXPECT_EQ(slurp(log), "header\n{}\n[]\n");
+  EXPECT_TRUE(fs::is_symlink("/dev/stdout"));
+}
+
+TEST(OutputFile, AnOutputUnderARegularFileIsRefusedBeforeAnyWork) {
+  // Issue 46 kind 7: `--json file.txt/x.json` ran the whole job, then exited 3 ("no free temporary name").
+  Scratch s;
+  write_file_atomic(s / "file.txt", "x\n");
+  try {
+    check_outputs_distinct({{"--json", s / "file.txt/x.json"}});
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a directory"), std::string::npos) << e.what();
+  }
+  try {
+    write_file_atomic(s / "file.txt/x.json", "{}\n");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("no free temporary name"), std::string::npos) << e.what();
+  }
 }
 
 TEST(OutputFile, TemporaryIsCreatedExclusivelyWithTheUsualMode) {

@@ -1,0 +1,522 @@
+#include "kernels/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/backward.h"
+#include "kernels/gemm.h"
+
+namespace shardsim::kernels {
+
+using runtime::Tensor;
+
+RouterScore parse_router_score(const std::string& name) {
+  if (name == "softmax") return RouterScore::softmax;
+  if (name == "sigmoid") return RouterScore::sigmoid;
+  throw std::invalid_argument("unknown router score '" + name + "' (known: softmax, sigmoid)");
+}
+const char* router_score_name(RouterScore s) { return s == RouterScore::softmax ? "softmax" : "sigmoid"; }
+DropPolicy parse_drop_policy(const std::string& name) {
+  if (name == "position") return DropPolicy::position;
+  if (name == "probs") return DropPolicy::probs;
+  throw std::invalid_argument("unknown drop policy '" + name + "' (known: position, probs)");
+}
+const char* drop_policy_name(DropPolicy p) { return p == DropPolicy::position ? "position" : "probs"; }
+
+int64_t CapacityOptions::capacity(int64_t tokens, int64_t top_k, int64_t experts) const {
+  if (factor <= 0) return std::numeric_limits<int64_t>::max();
+  return int64_t(std::ceil(factor * double(tokens) * double(top_k) / double(experts)));
+}
+
+Routing Routing::from_counts(int64_t tokens, int64_t top_k, std::vector<int64_t> counts) {
+  Routing r;
+  r.tokens = tokens;
+  r.top_k = top_k;
+  r.experts = int64_t(counts.size());
+  r.has_values = false;
+  r.counts = std::move(counts);
+  return r;
+}
+
+std::vector<int64_t> Routing::offsets() const {
+  std::vector<int64_t> o(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) o[e + 1] = o[e] + counts[e];
+  return o;
+}
+int64_t Routing::rows() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+namespace {
+
+void check_options(const RouterOptions& o) {
+  if (o.experts < 1 || o.top_k < 1 || o.top_k > o.experts)
+    throw std::invalid_argument("router: want 1 <= top_k <= experts, got top_k " + std::to_string(o.top_k) +
+                                ", experts " + std::to_string(o.experts));
+  if (!o.bias.empty() && int64_t(o.bias.size()) != o.experts)
+    throw std::invalid_argument("router: bias has " + std::to_string(o.bias.size()) + " entries for " +
+                                std::to_string(o.experts) + " experts");
+}
+
+// Does choice key A (expert ia) rank above B (expert ib)? NaN above numbers (torch.topk), ties to the lower id.
+bool ranks_above(float a, int64_t ia, float b, int64_t ib) {
+  const bool na = std::isnan(a), nb = std::isnan(b);
+  if (na || nb) return na && nb ? ia < ib : na;
+  return a > b || (a == b && ia < ib);
+}
+
+void scores_of(const float* l, int64_t E, RouterScore score, float* s) {
+  if (score == RouterScore::sigmoid) {
+    for (int64_t e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    return;
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int64_t e = 0; e < E; ++e) {
+    nan = nan || std::isnan(l[e]);
+    m = std::max(m, l[e]);
+  }
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += std::exp(double(l[e]) - double(m));
+  for (int64_t e = 0; e < E; ++e)
+    s[e] = nan ? std::numeric_limits<float>::quiet_NaN() : float(std::exp(double(l[e]) - double(m)) / sum);
+}
+
+// The aux loss's probabilities p~ of one token: the softmax scores, or the sigmoid scores over their sum.
+double aux_norm(const float* s, int64_t E, RouterScore score) {
+  if (score == RouterScore::softmax) return 1.0;
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += s[e];
+  return sum;
+}
+
+void check_rows(const Tensor& t, int64_t rows, int64_t cols, const char* what, const char* op) {
+  if (t.rank() != 2 || t.dim(0) != rows || (cols >= 0 && t.dim(1) != cols))
+    throw std::invalid_argument(std::string(op) + ": " + what + " is " + runtime::shape_str(t.shape()) + ", want [" +
+                                std::to_string(rows) + ", " + (cols >= 0 ? std::to_string(cols) : "h") + "]");
+}
+
+void check_routing(const Routing& r, const char* op) {
+  if (int64_t(r.counts.size()) != r.experts)
+    throw std::invalid_argument(std::string(op) + ": routing has no counts (route and apply_capacity first)");
+  if (r.has_values && int64_t(r.kept.size()) != r.tokens * r.top_k)
+    throw std::invalid_argument(std::string(op) + ": routing has no capacity decision (apply_capacity first)");
+}
+
+double es(const Tensor& t) { return double(runtime::dtype_size(t.dtype())); }
+
+}  // namespace
+
+KernelCost route(const Tensor& logits, const RouterOptions& o, Routing& out) {
+  check_options(o);
+  if (logits.rank() != 2 || logits.dim(1) != o.experts)
+    throw std::invalid_argument("route: logits " + runtime::shape_str(logits.shape()) + ", want [T, " +
+                                std::to_string(o.experts) + "]");
+  const int64_t T = logits.dim(0), E = o.experts, k = o.top_k;
+  const double score_flops = o.score == RouterScore::softmax ? 5.0 : 4.0;
+  KernelCost cost{"moe.router", double(T) * double(E) * (score_flops + double(k)) + double(T * k) * 3.0,
+                  double(T * E) * (es(logits) + 4.0) + double(T * k) * 9.0, logits.dtype()};
+  if (!logits.has_storage()) {
+    if (out.has_values || out.tokens != T || out.experts != E || out.top_k != k)
+      throw std::invalid_argument("route: a shape-only route needs Routing::from_counts(" + std::to_string(T) +
+                                  " tokens, top_k " + std::to_string(k) + ", " + std::to_string(E) + " counts)");
+    return cost;
+  }
+  out = Routing{};
+  out.tokens = T;
+  out.experts = E;
+  out.top_k = k;
+  out.expert.assign(size_t(T * k), 0);
+  out.weight.assign(size_t(T * k), 0.0f);
+  out.scores.assign(size_t(T * E), 0.0f);
+  const std::vector<float> l = logits.to_float();
+  std::vector<float> key(static_cast<size_t>(E));
+  std::vector<uint8_t> taken(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    float* s = out.scores.data() + t * E;
+    scores_of(l.data() + t * E, E, o.score, s);
+    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = s[e] + (o.bias.empty() ? 0.0f : o.bias[size_t(e)]);
+    std::fill(taken.begin(), taken.end(), 0);
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e)
+        if (!taken[size_t(e)] && (best < 0 || ranks_above(key[size_t(e)], e, key[size_t(best)], best))) best = e;
+      taken[size_t(best)] = 1;
+      out.expert[size_t(t * k + j)] = int32_t(best);
+      sum += s[best];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const double sj = s[out.expert[size_t(t * k + j)]];
+      out.weight[size_t(t * k + j)] = float(o.scale * (o.normalize ? sj / sum : sj));
+    }
+  }
+  return cost;
+}
+
+KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
+  const int64_t T = r.tokens, k = r.top_k, E = r.experts, n = T * k;
+  if (c.groups < 1 || T % c.groups != 0)
+    throw std::invalid_argument("apply_capacity: " + std::to_string(T) + " tokens do not split into " +
+                                std::to_string(c.groups) + " equal groups");
+  const bool sort = c.factor > 0 && c.policy == DropPolicy::probs;
+  KernelCost cost{"moe.capacity", 2.0 * double(n) + (sort && n > 1 ? double(n) * std::log2(double(n)) : 0.0),
+                  14.0 * double(n), runtime::DType::fp32};
+  if (!r.has_values) return cost;  // shape-only: the declared counts are the kept rows
+  const int64_t G = c.groups, Tg = T / G, C = c.capacity(Tg, k, E);
+  r.kept.assign(size_t(n), 1);
+  r.chosen.assign(size_t(G * E), 0);
+  r.counts.assign(size_t(E), 0);
+  r.dropped = 0;
+  std::vector<std::vector<int64_t>> of_expert(static_cast<size_t>(E));  // assignments (t·k + j) of the group, token order
+  for (int64_t g = 0; g < G; ++g) {
+    for (auto& v : of_expert) v.clear();
+    for (int64_t i = g * Tg * k; i < (g + 1) * Tg * k; ++i) of_expert[size_t(r.expert[size_t(i)])].push_back(i);
+    for (int64_t e = 0; e < E; ++e) {
+      auto& v = of_expert[size_t(e)];
+      r.chosen[size_t(g * E + e)] = int64_t(v.size());
+      if (int64_t(v.size()) <= C) continue;
+      if (c.policy == DropPolicy::probs)
+        std::stable_sort(v.begin(), v.end(), [&](int64_t a, int64_t b) {
+          return ranks_above(r.weight[size_t(a)], a, r.weight[size_t(b)], b);
+        });
+      for (size_t i = size_t(C); i < v.size(); ++i) {
+        r.kept[size_t(v[i])] = 0;
+        r.weight[size_t(v[i])] = 0.0f;
+        ++r.dropped;
+      }
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (r.kept[size_t(i)]) ++r.counts[size_t(r.expert[size_t(i)])];
+  return cost;
+}
+
+double aux_loss(const Routing& r, const RouterOptions& o, double coef, int64_t groups, std::vector<double>* per_group,
+                KernelCost* cost) {
+  const int64_t T = r.tokens, E = r.experts;
+  if (cost) *cost = KernelCost{"moe.aux_loss", 2.0 * double(T * E), 4.0 * double(T * E), runtime::DType::fp32};
+  if (per_group) per_group->clear();
+  if (!r.has_values) return 0;
+  if (groups < 1 || T % groups != 0 || int64_t(r.chosen.size()) != groups * E)
+    throw std::invalid_argument("aux_loss: routing's groups differ from " + std::to_string(groups));
+  const int64_t Tg = T / groups;
+  double mean = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<double> P(size_t(E), 0.0);
+    for (int64_t t = g * Tg; t < (g + 1) * Tg; ++t) {
+      const float* s = r.scores.data() + t * E;
+      const double norm = aux_norm(s, E, o.score);
+      for (int64_t e = 0; e < E; ++e) P[size_t(e)] += s[e] / norm;
+    }
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e)
+      sum += double(r.chosen[size_t(g * E + e)]) / double(Tg * r.top_k) * (P[size_t(e)] / double(Tg));
+    const double aux = coef * double(E) * sum;
+    if (per_group) per_group->push_back(aux);
+    mean += aux / double(groups);
+  }
+  return mean;
+}
+
+std::vector<int64_t> permuted_rows(const Routing& r) {
+  check_routing(r, "permuted_rows");
+  if (!r.has_values) throw std::invalid_argument("permuted_rows: shape-only routing has no rows");
+  std::vector<int64_t> row_of(size_t(r.tokens * r.top_k), -1);
+  std::vector<int64_t> next = r.offsets();
+  for (int64_t i = 0; i < r.tokens * r.top_k; ++i)
+    if (r.kept[size_t(i)]) row_of[size_t(i)] = next[size_t(r.expert[size_t(i)])]++;
+  return row_of;
+}
+
+KernelCost permute(const Tensor& x, const Routing& r, Tensor& xp) {
+  check_routing(r, "permute");
+  const int64_t N = r.rows();
+  check_rows(x, r.tokens, -1, "X", "permute");
+  check_rows(xp, N, x.dim(1), "XP", "permute");
+  if (x.dtype() != xp.dtype()) throw std::invalid_argument("permute: X and XP dtypes differ");
+  const int64_t h = x.dim(1);
+  KernelCost cost{"moe.permute", 0, 2.0 * double(N * h) * es(x) + 8.0 * double(N), x.dtype()};
+  if (cost_only({&x}, {&xp}) || !r.has_values) {
+    if (xp.has_storage()) xp.drop_storage();
+    return cost;
+  }
+  const auto row_of = permuted_rows(r);
+  const size_t row_bytes = size_t(h) * runtime::dtype_size(x.dtype());
+  const auto* src = static_cast<const unsigned char*>(x.data());
+  auto* dst = static_cast<unsigned char*>(xp.data());
+  for (int64_t i = 0; i < r.tokens * r.top_k; ++i)
+    if (row_of[size_t(i)] >= 0)
+      std::copy_n(src + size_t(i / r.top_k) * row_bytes, row_bytes, dst + size_t(row_of[size_t(i)]) * row_bytes);
+  return cost;
+}
+
+KernelCost unpermute(const Tensor& yp, const Routing& r, Tensor& y) {
+  check_routing(r, "unpermute");
+  const int64_t N = r.rows();
+  check_rows(y, r.tokens, -1, "Y", "unpermute");
+  check_rows(yp, N, y.dim(1), "YP", "unpermute");
+  if (y.dtype() != yp.dtype()) throw std::invalid_argument("unpermute: Y and YP dtypes differ");
+  const int64_t h = y.dim(1), T = r.tokens, k = r.top_k;
+  KernelCost cost{"moe.unpermute", 2.0 * double(N * h), double((N + T) * h) * es(y) + 12.0 * double(N), y.dtype()};
+  if (cost_only({&yp}, {&y}) || !r.has_values) {
+    if (y.has_storage()) y.drop_storage();
+    return cost;
+  }
+  const auto row_of = permuted_rows(r);
+  std::vector<float> acc(static_cast<size_t>(h));
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t row = row_of[size_t(t * k + j)];
+      if (row < 0) continue;
+      const float w = r.weight[size_t(t * k + j)];
+      for (int64_t i = 0; i < h; ++i) acc[size_t(i)] += w * yp.get(row * h + i);
+    }
+    for (int64_t i = 0; i < h; ++i) y.set(t * h + i, acc[size_t(i)]);
+  }
+  return cost;
+}
+
+KernelCost unpermute_backward(const Tensor& dy, const Tensor& yp, const Routing& r, Tensor& dyp,
+                              std::vector<float>& dweight) {
+  check_routing(r, "unpermute_backward");
+  const int64_t N = r.rows(), T = r.tokens, k = r.top_k;
+  check_rows(dy, T, -1, "dY", "unpermute_backward");
+  const int64_t h = dy.dim(1);
+  check_rows(yp, N, h, "YP", "unpermute_backward");
+  check_rows(dyp, N, h, "dYP", "unpermute_backward");
+  KernelCost cost{"moe.unpermute_backward", 4.0 * double(N * h), double((2 * N + T) * h) * es(dy) + 16.0 * double(N),
+                  dy.dtype()};
+  if (cost_only({&dy, &yp}, {&dyp}) || !r.has_values) {
+    if (dyp.has_storage()) dyp.drop_storage();
+    dweight.clear();
+    return cost;
+  }
+  const auto row_of = permuted_rows(r);
+  dweight.assign(size_t(T * k), 0.0f);
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int64_t row = row_of[size_t(i)], t = i / k;
+    if (row < 0) continue;
+    const float w = r.weight[size_t(i)];
+    double dot = 0;
+    for (int64_t c = 0; c < h; ++c) {
+      const float g = dy.get(t * h + c);
+      dyp.set(row * h + c, w * g);
+      dot += double(g) * double(yp.get(row * h + c));
+    }
+    dweight[size_t(i)] = float(dot);
+  }
+  return cost;
+}
+
+KernelCost permute_backward(const Tensor& dxp, const Routing& r, Tensor& dx) {
+  check_routing(r, "permute_backward");
+  const int64_t N = r.rows(), T = r.tokens, k = r.top_k;
+  check_rows(dx, T, -1, "dX", "permute_backward");
+  const int64_t h = dx.dim(1);
+  check_rows(dxp, N, h, "dXP", "permute_backward");
+  KernelCost cost{"moe.permute_backward", double(N * h), double((N + T) * h) * es(dx) + 8.0 * double(N), dx.dtype()};
+  if (cost_only({&dxp}, {&dx}) || !r.has_values) {
+    if (dx.has_storage()) dx.drop_storage();
+    return cost;
+  }
+  const auto row_of = permuted_rows(r);
+  std::vector<float> acc(static_cast<size_t>(h));
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t row = row_of[size_t(t * k + j)];
+      if (row >= 0)
+        for (int64_t c = 0; c < h; ++c) acc[size_t(c)] += dxp.get(row * h + c);
+    }
+    for (int64_t c = 0; c < h; ++c) dx.set(t * h + c, acc[size_t(c)]);
+  }
+  return cost;
+}
+
+KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::vector<float>& dweight,
+                           double aux_grad, double coef, int64_t groups, Tensor& dlogits) {
+  check_options(o);
+  const int64_t T = r.tokens, E = r.experts, k = r.top_k;
+  check_rows(dlogits, T, E, "dLogits", "router_backward");
+  KernelCost cost{"moe.router_backward", 8.0 * double(T * E) + 6.0 * double(T * k),
+                  double(T * E) * (4.0 + es(dlogits)) + 8.0 * double(T * k), dlogits.dtype()};
+  if (!r.has_values || !dlogits.has_storage()) {
+    if (dlogits.has_storage()) dlogits.drop_storage();
+    return cost;
+  }
+  if (int64_t(dweight.size()) != T * k)
+    throw std::invalid_argument("router_backward: dweight has " + std::to_string(dweight.size()) + " entries, want " +
+                                std::to_string(T * k));
+  const bool aux = aux_grad != 0 && coef != 0;
+  if (aux && (groups < 1 || T % groups != 0 || int64_t(r.chosen.size()) != groups * E))
+    throw std::invalid_argument("router_backward: routing's groups differ from " + std::to_string(groups));
+  const int64_t Tg = aux ? T / groups : T;
+  std::vector<double> ds(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = r.scores.data() + t * E;
+    std::fill(ds.begin(), ds.end(), 0.0);
+    // Through the combine weights: w_j = scale · m_j · u_j / U (normalised) or scale · m_j · u_j.
+    double U = 0, gu = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double u = s[r.expert[size_t(t * k + j)]];
+      U += u;
+      if (r.kept[size_t(t * k + j)]) gu += double(dweight[size_t(t * k + j)]) * u;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = t * k + j;
+      const double g = r.kept[size_t(i)] ? double(dweight[size_t(i)]) : 0.0;
+      ds[size_t(r.expert[size_t(i)])] += o.scale * (o.normalize ? g / U - gu / (U * U) : g);
+    }
+    // Through the aux loss's P term.
+    if (aux) {
+      const int64_t g = t / Tg;
+      const double a0 = aux_grad * coef * double(E) / (double(Tg) * double(Tg) * double(k));
+      if (o.score == RouterScore::softmax) {
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += a0 * double(r.chosen[size_t(g * E + e)]);
+      } else {
+        const double S = aux_norm(s, E, o.score);
+        double ap = 0;
+        for (int64_t e = 0; e < E; ++e) ap += a0 * double(r.chosen[size_t(g * E + e)]) * s[e] / S;
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += (a0 * double(r.chosen[size_t(g * E + e)]) - ap) / S;
+      }
+    }
+    // Through the scores.
+    if (o.score == RouterScore::softmax) {
+      double dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += ds[size_t(e)] * s[e];
+      for (int64_t e = 0; e < E; ++e) dlogits.set(t * E + e, float(s[e] * (ds[size_t(e)] - dot)));
+    } else {
+      for (int64_t e = 0; e < E; ++e) dlogits.set(t * E + e, float(ds[size_t(e)] * s[e] * (1.0 - s[e])));
+    }
+  }
+  return cost;
+}
+
+MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped) {
+  MoeLoad l;
+  l.dropped = dropped;
+  if (counts.empty()) return l;
+  l.max = *std::max_element(counts.begin(), counts.end());
+  l.min = *std::min_element(counts.begin(), counts.end());
+  l.empty = std::count(counts.begin(), counts.end(), int64_t{0});
+  l.mean = double(std::accumulate(counts.begin(), counts.end(), int64_t{0})) / double(counts.size());
+  return l;
+}
+
+void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma) {
+  if (bias.size() != load.size())
+    throw std::invalid_argument("update_expert_bias: " + std::to_string(bias.size()) + " biases for " +
+                                std::to_string(load.size()) + " loads");
+  if (load.empty()) return;
+  const double mean = double(std::accumulate(load.begin(), load.end(), int64_t{0})) / double(load.size());
+  for (size_t e = 0; e < bias.size(); ++e) {
+    const double d = mean - double(load[e]);
+    bias[e] += float(gamma * double((d > 0) - (d < 0)));
+  }
+}
+
+// ---- grouped GEMM ----
+
+KernelCost GroupedCost::total() const {
+  KernelCost t{groups.empty() ? "grouped_gemm" : groups.front().name, 0, 0,
+               groups.empty() ? runtime::DType::fp32 : groups.front().dtype};
+  for (const auto& g : groups) {
+    t.flops += g.flops;
+    t.bytes += g.bytes;
+  }
+  return t;
+}
+void GroupedCost::add(const GroupedCost& o) { groups.insert(groups.end(), o.groups.begin(), o.groups.end()); }
+
+namespace {
+
+void check_groups(size_t n, const std::vector<int64_t>& offsets, int64_t rows, const char* op) {
+  if (offsets.size() != n + 1 || offsets.front() != 0 || offsets.back() != rows)
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(n) + " groups need " + std::to_string(n + 1) +
+                                " offsets from 0 to " + std::to_string(rows));
+  for (size_t g = 0; g < n; ++g)
+    if (offsets[g + 1] < offsets[g]) throw std::invalid_argument(std::string(op) + ": offsets decrease");
+}
+
+KernelCost named(KernelCost c, const char* name) {
+  c.name = name;
+  return c;
+}
+
+// Adds SRC's values to rows [R0, R0 + SRC.rows) of DST in fp32 (both stored).
+void add_rows(Tensor& dst, int64_t r0, const Tensor& src) {
+  const int64_t n = src.numel(), off = r0 * (src.rank() == 2 ? src.dim(1) : 0);
+  for (int64_t i = 0; i < n; ++i) dst.set(off + i, dst.get(off + i) + src.get(i));
+}
+
+}  // namespace
+
+GroupedCost grouped_gemm_rows_in(const Tensor& a, const std::vector<int64_t>& offsets,
+                                 const std::vector<const Tensor*>& b, std::vector<Tensor>& c) {
+  check_groups(b.size(), offsets, a.rank() == 2 ? a.dim(0) : -1, "grouped_gemm");
+  if (c.size() != b.size()) throw std::invalid_argument("grouped_gemm: want one output per group");
+  GroupedCost cost;
+  for (size_t g = 0; g < b.size(); ++g) {
+    const Tensor ag = a.rows(offsets[g], offsets[g + 1] - offsets[g]);
+    cost.groups.push_back(named(gemm(ag, *b[g], c[g]), "grouped_gemm"));
+  }
+  return cost;
+}
+
+GroupedCost grouped_gemm_rows_out(const std::vector<Tensor>& a, const std::vector<const Tensor*>& b,
+                                  const std::vector<int64_t>& offsets, Tensor& c) {
+  check_groups(b.size(), offsets, c.rank() == 2 ? c.dim(0) : -1, "grouped_gemm");
+  if (a.size() != b.size()) throw std::invalid_argument("grouped_gemm: want one input per group");
+  GroupedCost cost;
+  bool stored = c.has_storage();
+  for (size_t g = 0; g < b.size(); ++g) {
+    const int64_t rows = offsets[g + 1] - offsets[g];
+    Tensor cg = Tensor::make(c.dtype(), {rows, c.dim(1)}, true);
+    cost.groups.push_back(named(gemm(a[g], *b[g], cg), "grouped_gemm"));
+    stored = stored && cg.has_storage();
+    if (stored) c.set_rows(offsets[g], cg);
+  }
+  if (!stored && c.has_storage()) c.drop_storage();
+  return cost;
+}
+
+GroupedCost grouped_gemm_rows_in_backward(const Tensor& a, const std::vector<int64_t>& offsets,
+                                          const std::vector<const Tensor*>& b, const std::vector<Tensor>& dc,
+                                          Tensor* da, bool accumulate, const std::vector<Tensor*>& db) {
+  check_groups(b.size(), offsets, a.rank() == 2 ? a.dim(0) : -1, "grouped_gemm_backward");
+  if (dc.size() != b.size() || db.size() != b.size())
+    throw std::invalid_argument("grouped_gemm_backward: want one dC and one dB entry per group");
+  GroupedCost cost;
+  bool stored = da && da->has_storage();
+  for (size_t g = 0; g < b.size(); ++g) {
+    const int64_t rows = offsets[g + 1] - offsets[g];
+    const Tensor ag = a.rows(offsets[g], rows);
+    Tensor dag = Tensor::make(a.dtype(), {rows, a.dim(1)}, true);
+    cost.groups.push_back(named(gemm_backward(ag, *b[g], dc[g], da ? &dag : nullptr, db[g]), "grouped_gemm_backward"));
+    stored = stored && dag.has_storage();
+    if (!stored || !da) continue;
+    if (accumulate) add_rows(*da, offsets[g], dag);
+    else da->set_rows(offsets[g], dag);
+  }
+  if (da && !stored && da->has_storage()) da->drop_storage();
+  return cost;
+}
+
+GroupedCost grouped_gemm_rows_out_backward(const std::vector<Tensor>& a, const std::vector<const Tensor*>& b,
+                                           const std::vector<int64_t>& offsets, const Tensor& dc,
+                                           std::vector<Tensor>& da, const std::vector<Tensor*>& db) {
+  check_groups(b.size(), offsets, dc.rank() == 2 ? dc.dim(0) : -1, "grouped_gemm_backward");
+  if (a.size() != b.size() || da.size() != b.size() || db.size() != b.size())
+    throw std::invalid_argument("grouped_gemm_backward: want one A, dA and dB entry per group");
+  GroupedCost cost;
+  for (size_t g = 0; g < b.size(); ++g) {
+    const Tensor dcg = dc.rows(offsets[g], offsets[g + 1] - offsets[g]);
+    cost.groups.push_back(named(gemm_backward(a[g], *b[g], dcg, &da[g], db[g]), "grouped_gemm_backward"));
+  }
+  return cost;
+}
+
+}  // namespace shardsim::kernels

@@ -1,0 +1,275 @@
+#include "sharding/plans/expert_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "collectives/all_reduce.h"
+#include "collectives/all_to_all.h"
+#include "kernels/norm.h"
+#include "sharding/plans/expert_parallel_config.h"
+
+namespace shardsim::sharding::plans {
+
+using kernels::MoeCharge;
+using kernels::MoeSpec;
+using kernels::MoeWeights;
+using kernels::Routing;
+
+EpShard ep_shard(int64_t experts, int ep, int rank) {
+  if (const std::string why = ep_obstacle(experts, ep); !why.empty())
+    throw std::invalid_argument("expert parallel: " + why);
+  const int64_t n = experts / ep;
+  return {int64_t(rank) * n, n};
+}
+
+int EpGroups::etp_size() const { return etp ? etp->size() : 1; }
+int EpGroups::etp_rank() const { return etp ? etp->rank() : 0; }
+
+namespace {
+
+// Columns [c0, c0 + n) of A [rows, cols] (shape-only in, shape-only out).
+Tensor columns(const Tensor& a, int64_t c0, int64_t n) {
+  Tensor out = Tensor::make(a.dtype(), {a.dim(0), n}, a.has_storage());
+  if (!a.has_storage()) return out;
+  const size_t es = runtime::dtype_size(a.dtype());
+  const auto* src = static_cast<const unsigned char*>(a.data());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (int64_t r = 0; r < a.dim(0); ++r)
+    std::memcpy(dst + size_t(r * n) * es, src + size_t(r * a.dim(1) + c0) * es, size_t(n) * es);
+  return out;
+}
+
+kernels::ExpertWeights shard_expert(const kernels::ExpertWeights& w, int etp, int rank) {
+  const collectives::Partition part{size_t(w.w_up.dim(1)), size_t(etp)};
+  const int64_t c0 = int64_t(part.offset(size_t(rank))), n = int64_t(part.size(size_t(rank)));
+  kernels::ExpertWeights out;
+  if (w.w_gate.rank() == 2) out.w_gate = columns(w.w_gate, c0, n);
+  out.w_up = columns(w.w_up, c0, n);
+  out.w_down = w.w_down.rows(c0, n);
+  return out;
+}
+
+// Sums BUF (COUNT elements of DTYPE; null when shape-only) over the etp group, charged from CHIP.t on.
+void etp_sum(runtime::Transport& etp, void* buf, size_t count, runtime::DType dtype, const std::string& what,
+             const EpOptions& o, Chip& chip, Comm& comm) {
+  const auto r = collectives::all_reduce(etp, buf, buf, count, dtype, collectives::ReduceOp::sum, chip.t,
+                                         ring_opts("etp all_reduce (" + what + ")", o.algorithm));
+  const double p = etp.size();
+  comm.add("etp all_reduce", r.bytes_sent, 2.0 * (p - 1) / p * double(count * runtime::dtype_size(dtype)),
+           r.span.end - r.span.start, r.algorithm);
+  chip.t = r.span.end;
+}
+
+}  // namespace
+
+MoeWeights shard_etp(const MoeWeights& w, int etp, int rank) {
+  if (etp < 1 || rank < 0 || rank >= etp)
+    throw std::invalid_argument("expert tensor parallel: rank " + std::to_string(rank) + " of etp " + std::to_string(etp));
+  MoeWeights out;
+  out.router = w.router.rows(0, w.router.dim(0));
+  out.first_expert = w.first_expert;
+  for (const auto& e : w.experts) out.experts.push_back(shard_expert(e, etp, rank));
+  if (w.shared.w_up.rank() == 2) out.shared = shard_expert(w.shared, etp, rank);
+  return out;
+}
+
+std::vector<Routing> declared_ep_routing(const MoeSpec& s, int64_t tokens, const kernels::RoutingDistribution& d, int ep,
+                                         int64_t layer) {
+  MoeSpec local = s;
+  local.capacity.groups = 1;
+  std::vector<Routing> out;
+  for (int r = 0; r < ep; ++r) out.push_back(kernels::declared_routing(local, tokens, d, uint64_t(layer * ep + r)));
+  return out;
+}
+
+namespace {
+
+// Rows grouped by (source s, local expert e) blocks, COUNTS [P x L] row-major; TO_EXPERT_MAJOR: from (s, e) order to
+// (e, s) order, else back. Megatron's sort_chunks_by_idxs; charged as an HBM-bound copy.
+Tensor sort_chunks(const Tensor& in, const std::vector<int64_t>& counts, int P, int64_t L, bool to_expert_major,
+                   kernels::KernelCost& cost) {
+  const int64_t M = in.dim(0), h = in.dim(1);
+  cost = kernels::KernelCost{"moe.sort_chunks", 0, 2.0 * double(M * h) * double(runtime::dtype_size(in.dtype())),
+                             in.dtype()};
+  Tensor out = Tensor::make(in.dtype(), in.shape(), in.has_storage());
+  if (!in.has_storage() || M == 0) return out;
+  auto block = [&](int s, int64_t e) { return counts[size_t(int64_t(s) * L + e)]; };
+  // Offsets of each block in source-major and expert-major order.
+  std::vector<int64_t> src_off(static_cast<size_t>(P * L)), exp_off(static_cast<size_t>(P * L));
+  int64_t o = 0;
+  for (int s = 0; s < P; ++s)
+    for (int64_t e = 0; e < L; ++e) src_off[size_t(s * L + e)] = o, o += block(s, e);
+  o = 0;
+  for (int64_t e = 0; e < L; ++e)
+    for (int s = 0; s < P; ++s) exp_off[size_t(s * L + e)] = o, o += block(s, e);
+  const size_t row = size_t(h) * runtime::dtype_size(in.dtype());
+  const auto* src = static_cast<const unsigned char*>(in.data());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (size_t b = 0; b < src_off.size(); ++b) {
+    const int64_t from = to_expert_major ? src_off[b] : exp_off[b], to = to_expert_major ? exp_off[b] : src_off[b];
+    std::memcpy(dst + size_t(to) * row, src + size_t(from) * row, size_t(counts[b]) * row);
+  }
+  return out;
+}
+
+// Rows of SRC to each ep peer (SEND_ROWS) and from each (RECV_ROWS), [rows, h] each side, charged to the links.
+Tensor exchange_rows(runtime::Transport& ep, const Tensor& src, const std::vector<size_t>& send_rows,
+                     const std::vector<size_t>& recv_rows, const std::string& name, const EpOptions& o, Chip& chip,
+                     Comm& comm, double* bytes, sim::TimeNs* ns) {
+  const int64_t h = src.dim(1);
+  const size_t P = send_rows.size(), es = runtime::dtype_size(src.dtype());
+  std::vector<size_t> sc(P), sd(P), rc(P), rd(P);
+  size_t so = 0, ro = 0;
+  double expected = 0;
+  for (size_t j = 0; j < P; ++j) {
+    sc[j] = send_rows[j] * size_t(h), sd[j] = so, so += sc[j];
+    rc[j] = recv_rows[j] * size_t(h), rd[j] = ro, ro += rc[j];
+    if (int(j) != ep.rank()) expected += double(sc[j] * es);
+  }
+  Tensor out = Tensor::make(src.dtype(), {int64_t(ro) / std::max<int64_t>(h, 1), h}, src.has_storage());
+  const auto r = collectives::all_to_allv(ep, src.data_if_stored(), sc, sd, out.data_if_stored(), rc, rd, src.dtype(),
+                                          chip.t, ring_opts("ep all_to_allv (" + name + ")", o.algorithm));
+  comm.add("ep all_to_allv", r.bytes_sent, expected, r.span.end - r.span.start, r.algorithm);
+  if (bytes) *bytes = r.bytes_sent;
+  if (ns) *ns = r.span.end - r.span.start;
+  chip.t = r.span.end;
+  return out;
+}
+
+// Rows per ep peer of COUNTS [P x L] (a routing's counts [E] grouped by the experts' owners, or the received
+// counts by source).
+std::vector<size_t> rows_per_peer(const std::vector<int64_t>& counts, int P, int64_t L) {
+  std::vector<size_t> rows(size_t(P), 0);
+  for (int j = 0; j < P; ++j)
+    for (int64_t e = 0; e < L; ++e) rows[size_t(j)] += size_t(counts[size_t(int64_t(j) * L + e)]);
+  return rows;
+}
+
+}  // namespace
+
+Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x, Chip& chip,
+                      Comm& comm, EpActivations& keep, const std::vector<Routing>* declared, const EpOptions& o) {
+  runtime::Transport& ep = g.ep;
+  MoeSpec s = spec;
+  s.capacity.groups = 1;
+  s.check();
+  const int P = ep.size(), r = ep.rank();
+  const EpShard shard = ep_shard(s.experts(), P, r);
+  const int64_t L = shard.count;
+  if (w.first_expert != shard.first || int64_t(w.experts.size()) != L)
+    throw std::invalid_argument("expert parallel: rank " + std::to_string(r) + " must hold experts [" +
+                                std::to_string(shard.first) + ", +" + std::to_string(L) + "), its weights hold [" +
+                                std::to_string(w.first_expert) + ", +" + std::to_string(w.experts.size()) + ")");
+  const bool real = x.has_storage();
+  if (!real && (!declared || int(declared->size()) != P))
+    throw std::invalid_argument("expert parallel: a shape-only forward needs every ep rank's declared routing");
+  const MoeCharge charge{[&](const kernels::KernelCost& c) { chip.charge(c, c.name); }};
+
+  keep.routing = kernels::router_forward(s, w.router, x, real ? nullptr : &(*declared)[size_t(r)], nullptr, &keep.aux,
+                                         charge);
+  const Routing& rt = keep.routing;
+  Tensor xp = Tensor::make(s.dtype, {rt.rows(), s.hidden}, real);
+  charge(kernels::permute(x, rt, xp));
+
+  // Counts: rank j learns how many rows of each of its experts every source sends.
+  keep.recv_counts.assign(size_t(P * L), 0);
+  const auto c = collectives::all_to_all(ep, real ? rt.counts.data() : nullptr,
+                                         real ? keep.recv_counts.data() : nullptr, size_t(P * L), runtime::DType::int64,
+                                         chip.t, ring_opts("ep all_to_all (counts)", o.algorithm));
+  comm.add("ep all_to_all (counts)", c.bytes_sent, double((P - 1) * L * 8), c.span.end - c.span.start, c.algorithm);
+  chip.t = c.span.end;
+  if (!real)
+    for (int src = 0; src < P; ++src)
+      for (int64_t e = 0; e < L; ++e)
+        keep.recv_counts[size_t(src * L + e)] = (*declared)[size_t(src)].counts[size_t(shard.first + e)];
+  keep.send_rows = rows_per_peer(rt.counts, P, L);
+  const std::vector<size_t> recv_rows = rows_per_peer(keep.recv_counts, P, L);
+
+  // Dispatch, with the shared experts on the compute engine meanwhile.
+  const sim::TimeNs t0 = chip.t;
+  const Tensor xr_src = exchange_rows(ep, xp, keep.send_rows, recv_rows, "dispatch", o, chip, comm,
+                                      &keep.dispatch_bytes, &keep.dispatch_ns);
+  Tensor ys;
+  if (s.shared_ffn > 0 && o.overlap_shared) {
+    const sim::TimeNs t_disp = chip.t;
+    chip.t = t0;
+    ys = kernels::shared_forward(s, w.shared, x, &keep.shared, charge);
+    chip.t = std::max(chip.t, t_disp);
+  }
+  kernels::KernelCost sort_cost;
+  keep.xr = sort_chunks(xr_src, keep.recv_counts, P, L, true, sort_cost);
+  charge(sort_cost);
+  keep.local_offsets.assign(size_t(L + 1), 0);
+  for (int64_t e = 0; e < L; ++e) {
+    int64_t n = 0;
+    for (int src = 0; src < P; ++src) n += keep.recv_counts[size_t(src * L + e)];
+    keep.local_offsets[size_t(e + 1)] = keep.local_offsets[size_t(e)] + n;
+  }
+  const Tensor yr = kernels::experts_forward(s, w.experts, keep.xr, keep.local_offsets, &keep.experts, charge);
+  const Tensor yr_src = sort_chunks(yr, keep.recv_counts, P, L, false, sort_cost);
+  charge(sort_cost);
+  keep.yp = exchange_rows(ep, yr_src, recv_rows, keep.send_rows, "combine", o, chip, comm, &keep.combine_bytes,
+                          &keep.combine_ns);
+  Tensor y = Tensor::make(s.dtype, x.shape(), real);
+  charge(kernels::unpermute(keep.yp, rt, y));
+  if (s.shared_ffn > 0) {
+    if (!o.overlap_shared) ys = kernels::shared_forward(s, w.shared, x, &keep.shared, charge);
+    charge(kernels::add_inplace(y, ys));
+  }
+  if (g.etp_size() > 1) etp_sum(*g.etp, y.data_if_stored(), size_t(y.numel()), y.dtype(), "output", o, chip, comm);
+  return y;
+}
+
+Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x,
+                       const EpActivations& keep, const Tensor& dy, double aux_grad, MoeWeights& grads, Chip& chip,
+                       Comm& comm, const EpOptions& o) {
+  runtime::Transport& ep = g.ep;
+  MoeSpec s = spec;
+  s.capacity.groups = 1;
+  const int P = ep.size();
+  const int64_t L = int64_t(w.experts.size());
+  const MoeCharge charge{[&](const kernels::KernelCost& c) { chip.charge(c, c.name); }};
+  const Routing& rt = keep.routing;
+  const bool real = dy.has_storage() && x.has_storage();
+  const std::vector<size_t> recv_rows = rows_per_peer(keep.recv_counts, P, L);
+
+  Tensor dyp = Tensor::make(s.dtype, keep.yp.shape(), real);
+  std::vector<float> dweight;
+  charge(kernels::unpermute_backward(dy, keep.yp, rt, dyp, dweight));
+  if (g.etp_size() > 1)  // the experts' outputs were partial sums over etp, so are these
+    etp_sum(*g.etp, real ? dweight.data() : nullptr, size_t(rt.tokens * rt.top_k), runtime::DType::fp32,
+            "combine weights' gradient", o, chip, comm);
+  // The combine's gradient goes to the experts' ranks; the shared experts' backward meanwhile.
+  const sim::TimeNs t0 = chip.t;
+  const Tensor dyr_src = exchange_rows(ep, dyp, keep.send_rows, recv_rows, "combine backward", o, chip, comm,
+                                       nullptr, nullptr);
+  Tensor dxs;
+  if (s.shared_ffn > 0 && o.overlap_shared) {
+    const sim::TimeNs t_x = chip.t;
+    chip.t = t0;
+    dxs = kernels::shared_backward(s, w.shared, x, keep.shared, dy, grads.shared, charge);
+    chip.t = std::max(chip.t, t_x);
+  }
+  kernels::KernelCost sort_cost;
+  const Tensor dyr = sort_chunks(dyr_src, keep.recv_counts, P, L, true, sort_cost);
+  charge(sort_cost);
+  const Tensor dxr = kernels::experts_backward(s, w.experts, keep.xr, keep.local_offsets, keep.experts, dyr,
+                                               grads.experts, charge);
+  const Tensor dxr_src = sort_chunks(dxr, keep.recv_counts, P, L, false, sort_cost);
+  charge(sort_cost);
+  const Tensor dxp = exchange_rows(ep, dxr_src, recv_rows, keep.send_rows, "dispatch backward", o, chip, comm,
+                                   nullptr, nullptr);
+  Tensor dx = Tensor::make(s.dtype, x.shape(), real);
+  charge(kernels::permute_backward(dxp, rt, dx));
+  if (s.shared_ffn > 0) {
+    if (!o.overlap_shared) dxs = kernels::shared_backward(s, w.shared, x, keep.shared, dy, grads.shared, charge);
+    charge(kernels::add_inplace(dx, dxs));
+  }
+  if (g.etp_size() > 1) etp_sum(*g.etp, dx.data_if_stored(), size_t(dx.numel()), dx.dtype(), "input gradient", o, chip, comm);
+  kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dx, grads.router, charge);
+  return dx;
+}
+
+}  // namespace shardsim::sharding::plans

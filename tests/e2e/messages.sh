@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# e2e: messages say what is wrong and how to fix it (issue 46 kind 9), one line each:
+#  - a flag out of range names the flag and the bound, not CLI11's 309-digit range; NaN is refused;
+#  - a job of one rank hosting N chips is "N chips (1 rank x N chips)" and the advice is --chips, not mpirun -np;
+#  - a folder on a read-only file system says "Read-only file system" (not "No such file or directory");
+#  - a resume whose batch agrees with the config does not blame the batch;
+#  - bad input found while running (an algorithm a group cannot run) is "shardsim: error:", exit 2, not
+#    "error on chip 0".
+# Usage: messages.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+e2e_case "flag bounds"
+expect_exit 2 "^shardsim: error: --ring: must be a whole number >= 1 \(got '0'\)" -- shardsim_mpi 1 run "$SMALL" --ring 0
+assert_out_count '[0-9]{40}' 0 "no 309-digit range"
+expect_exit 2 "^shardsim: error: --bandwidth: must be a finite number > 0 \(got 'nan'\)" -- \
+  shardsim_mpi 1 run "$SMALL" --bandwidth nan
+expect_exit 2 "^shardsim: error: --latency: must be a finite number >= 0 \(got 'nan'\)" -- \
+  shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --latency nan
+
+e2e_case "job sizes and how to change them"
+expect_exit 2 'the topology has 4 chips but the job has 16 chips \(1 rank x 16 chips\); run it with --chips 4$' -- \
+  shardsim_mpi 1 --chips 16 run "$SMALL" --no-checkpoint
+expect_exit 2 'but the job has 1 rank \(one chip per rank\); run it with --chips 4$' -- shardsim_mpi 1 profile "$SMALL"
+assert_out_count 'mpirun -np' 0 "no mpirun advice to a one-rank user"
+expect_exit 2 'but the job has 2 ranks \(one chip per rank\); run it with mpirun -np 4 \(or --chips 4 on one rank\)' -- \
+  shardsim_mpi 2 run "$SMALL" --no-checkpoint
+
+e2e_case "a read-only file system"
+mkdir -p ro
+if mount -t tmpfs -o ro,size=64k tmpfs ro 2>/dev/null; then
+  expect_exit 2 "^shardsim: error: --plots ro/pl: the directory cannot be created: Read-only file system" -- \
+    shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --plots ro/pl
+  printf 'name: s\noutput: ro/out\naxes:\n  topology: [{kind: ring, chips: 1, bandwidth_gbps: 100}]\n  collective: [all_reduce]\n  size: [1K]\n' >s.yaml
+  expect_exit 2 "output directory 'ro/out' cannot be created: Read-only file system" -- shardsim_mpi 1 sweep s.yaml
+  expect_exit 2 "directory 'ro' is not writable: Read-only file system" -- shardsim_mpi 1 --chips 4 run "$SMALL" --json ro/r.json
+  umount ro
+else
+  echo "     (no tmpfs mount: not root; the read-only cases are skipped)"
+fi
+
+e2e_case "a resume whose attributes disagree with themselves does not blame an equal batch"
+sed 's/^train:/train:\n  steps: 2/; /^  steps: 30/d' "$CONFIGS/lm_train.yaml" >t.yaml
+if PY=$(h5py_python) && expect_exit 0 'saved' -- shardsim_mpi 1 train t.yaml --checkpoint st.h5; then
+  "$PY" -c 'import h5py, sys; f = h5py.File("st.h5", "r+"); f.attrs["data_position"] = "7"; f.close()'
+  expect_exit 2 'data position 7 sequences at step 2 does not match its own step x batch \(2 x 2\)' -- \
+    shardsim_mpi 1 train t.yaml --resume st.h5 --steps 3
+  assert_out_count "config's global batch" 0 "the equal batch is not blamed"
+fi
+
+e2e_case "bad input found while running is not a chip's error"
+printf 'topology: {kind: switch, chips: 4, bandwidth_gbps: 100, latency_ns: 1000}\n' >sw4.yaml
+expect_exit 2 "^shardsim: error: all_reduce: algorithm 'in_switch' cannot run on 4 chips" -- \
+  shardsim_mpi 1 --chips 4 train t.yaml --steps 1 --topology sw4.yaml --plan dp=4 --set model.batch=4 \
+  --set parallel.algorithm=in_switch
+assert_out_count 'error on chip' 0 "no 'on chip N'"
+assert_out_count '^shardsim: error' 1 "one error line"
+
+e2e_finish

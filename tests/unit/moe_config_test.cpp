@@ -1,0 +1,100 @@
+// The model.moe section (sharding/plans/expert_parallel_config.h): defaults, every key read, per-expert sizes,
+// shared experts, and bad values refused naming FILE:LINE and the key; parameter counts and load statistics.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "sharding/plans/expert_parallel_config.h"
+
+using namespace shardsim;
+using sharding::plans::parse_moe_config;
+
+namespace {
+
+sharding::ModelSpec model() {
+  sharding::ModelSpec m;
+  m.hidden = 64;
+  m.layers = 4;
+  m.seed = 9;
+  return m;
+}
+
+sharding::plans::MoeConfig parse(const std::string& yaml) {
+  const ConfigNode root = ConfigNode::load_string(yaml, "moe.yaml");
+  return parse_moe_config(root.child("model").child("moe"), model());
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MoeConfig, DefaultsAndEveryKey) {
+  auto c = parse("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 32}\n");
+  EXPECT_EQ(c.spec.experts(), 8);
+  EXPECT_EQ(c.spec.expert_ffn, std::vector<int64_t>(8, 32));
+  EXPECT_EQ(c.spec.shared_ffn, 0);
+  EXPECT_EQ(c.spec.router.score, kernels::RouterScore::softmax);
+  EXPECT_TRUE(c.spec.router.normalize);
+  EXPECT_EQ(c.spec.capacity.factor, 0);
+  EXPECT_EQ(c.spec.capacity.policy, kernels::DropPolicy::probs);
+  EXPECT_EQ(c.routing.skew, 0);
+  EXPECT_EQ(c.routing.seed, 9u);
+  EXPECT_TRUE(c.spec.router.bias.empty());
+  c = parse("model:\n  moe: {experts: 4, top_k: 1, expert_ffn: [8, 16, 8, 4], shared_experts: 2, router: sigmoid,\n"
+            "    normalize: false, scale: 2.5, bias_update: 0.001, capacity_factor: 1.25, drop_policy: position,\n"
+            "    aux_loss_coef: 0.01, dense_layers: 1, layer_step: 2, routing: zipf, skew: 1.2, routing_seed: 3}\n");
+  EXPECT_EQ(c.spec.expert_ffn, (std::vector<int64_t>{8, 16, 8, 4}));
+  EXPECT_EQ(c.spec.shared_ffn, 16);  // 2 shared experts of expert_ffn[0]
+  EXPECT_EQ(c.spec.router.score, kernels::RouterScore::sigmoid);
+  EXPECT_FALSE(c.spec.router.normalize);
+  EXPECT_DOUBLE_EQ(c.spec.router.scale, 2.5);
+  EXPECT_EQ(c.spec.router.bias.size(), 4u);
+  EXPECT_DOUBLE_EQ(c.spec.capacity.factor, 1.25);
+  EXPECT_EQ(c.spec.capacity.policy, kernels::DropPolicy::position);
+  EXPECT_DOUBLE_EQ(c.spec.aux_coef, 0.01);
+  EXPECT_FALSE(c.is_moe_layer(0));  // dense
+  EXPECT_TRUE(c.is_moe_layer(1));   // (1 + 1) % 2 == 0
+  EXPECT_FALSE(c.is_moe_layer(2));
+  EXPECT_TRUE(c.is_moe_layer(3));
+  EXPECT_DOUBLE_EQ(c.routing.skew, 1.2);
+  EXPECT_EQ(c.routing.seed, 3u);
+  EXPECT_NE(sharding::plans::moe_text(c).find("4 experts top-1"), std::string::npos);
+}
+
+TEST(MoeConfig, BadValuesNameTheKeyAndLine) {
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 9, expert_ffn: 4}\n").find("moe.yaml:2"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 9, expert_ffn: 4}\n").find("top_k"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 3, top_k: 1, expert_ffn: [4, 4]}\n").find("expert_ffn"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, router: relu}\n").find("router"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, experts_x: 1}\n").find("experts_x"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, dense_layers: 5}\n").find("dense_layers"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, skew: 2}\n").find("skew"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, capacity_factor: -1}\n").find("capacity_factor"), std::string::npos);
+  EXPECT_EQ(sharding::plans::ep_obstacle(8, 4), "");
+  EXPECT_NE(sharding::plans::ep_obstacle(8, 3).find("parallel.ep"), std::string::npos);
+}
+
+// Mixtral-8x7B-shaped layer: 8 experts of 3 x 4096 x 14336, top-2 (Mixtral's published 46.7 B total / 12.9 B
+// active over 32 layers plus attention and embeddings: the MoE part alone is 45.1 B / 11.3 B).
+TEST(MoeConfig, ParamsAndLoad) {
+  kernels::MoeSpec s;
+  s.hidden = 4096;
+  s.router.experts = 8;
+  s.router.top_k = 2;
+  s.expert_ffn.assign(8, 14336);
+  const auto p = kernels::moe_params(s);
+  EXPECT_DOUBLE_EQ(p.total, 4096.0 * 8 + 8 * 3.0 * 4096 * 14336);
+  EXPECT_DOUBLE_EQ(p.active, 4096.0 * 8 + 2 * 3.0 * 4096 * 14336);
+  EXPECT_NEAR(32 * p.total / 1e9, 45.1, 0.1);
+  const auto l = kernels::moe_load({4, 0, 8, 4}, 3);
+  EXPECT_EQ(l.max, 8);
+  EXPECT_EQ(l.empty, 1);
+  EXPECT_DOUBLE_EQ(l.imbalance(), 2.0);
+  EXPECT_EQ(l.dropped, 3);
+}
+
+}  // namespace
