@@ -20,6 +20,7 @@
 #include "collectives/registry.h"
 #include "collectives/verify.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "common/output_file.h"
 
 namespace shardsim::apps {
@@ -190,7 +191,7 @@ void print_fit(const collectives::Calibration& cal, const CalibrateFlags& f, boo
                                       : "");
   for (const auto& u : cal.algorithms)
     if (u.channels > 1 || u.algorithm != f.algorithm)
-      std::printf("# algorithm: %s (%s) at %s ran %s%s\n", u.file.c_str(),
+      std::printf("# algorithm: %s (%s) at %s ran %s%s\n", escape_control(u.file).c_str(),
                   collectives::collective_name(u.collective).c_str(), human_bytes(u.bytes).c_str(),
                   u.algorithm.c_str(),
                   u.channels > 1 ? (" on " + std::to_string(u.channels) + " channels (rings at once)").c_str() : "");
@@ -251,7 +252,8 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
   if (world.rank() == 0) {
     for (const auto* logs : {&fit, &held})
       for (const auto& l : *logs)
-        for (const auto& note : l.notes) std::printf("# note: %s: %s\n", l.file.c_str(), note.c_str());
+        for (const auto& note : l.notes)
+          std::printf("# note: %s: %s\n", escape_control(l.file).c_str(), escape_control(note).c_str());
     std::printf("# shardsim calibrate: %zu log(s) fitted, %zu held out; topology %s\n", fit.size(), held.size(),
                 net->topo().describe().c_str());
     std::printf("# model: every link latency x a, every bandwidth x b (ratios between dimensions as in the file); "
@@ -274,7 +276,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                         : held_out                                            ? "held out"
                         : opt.max_bytes > 0 && p.row.bytes > opt.max_bytes ? "above --max-bytes"
                                                                               : "below --min-bytes";
-      std::printf("   %-28s %-15s %12.0f %12.3f %12.3f %+7.2f%% %10.2f %10.2f  %s\n", where.c_str(),
+      std::printf("   %-28s %-15s %12.0f %12.3f %12.3f %+7.2f%% %10.2f %10.2f  %s\n", escape_control(where).c_str(),
                   collectives::collective_name(p.log->collective).c_str(), p.row.bytes, p.row.time_us, p.predicted_us,
                   100 * p.rel_error(), meas_busbw, pred_busbw, use);
       if (p.fitted) fit_all.push_back(e);
@@ -313,7 +315,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                          (cal.reduction ? ", the switch's reduction as fitted" : "") + "\n";
       write_file(f.out, text + collectives::topology_yaml(cal.fitted));
     });
-    if (world.rank() == 0) std::printf("wrote %s (use it with --topology)\n", f.out.c_str());
+    if (world.rank() == 0) std::printf("wrote %s (use it with --topology)\n", escape_control(f.out).c_str());
   }
   return 0;
 }

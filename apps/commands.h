@@ -5,7 +5,10 @@
 
 #include <functional>
 
+#include "experiments/sweep.h"
 #include "models/report.h"
+#include "models/workload.h"
+#include "sharding/engine_config.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
@@ -30,6 +33,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 Command add_import(CLI::App& app, const runtime::World& world);  // interop.cpp: import hf|megatron|torchtitan
 Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp: export megatron|torchtitan
+// interop.cpp, for `sweep --export KIND`: the launch arguments (KIND megatron) or job TOML (torchtitan) of each
+// training group's best plan in BEST, exported from its point's generated config in SPEC; "" when KIND is empty or
+// no training group has a best plan. A point that cannot be exported gets one line saying why (never an error).
+std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
+                           const std::vector<sharding::BestPlan>& best);
 
 // One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
 // in messages), quiet; VALIDATE compares the losses with the single-device reference; WHAT_IF (train's --what-if
@@ -37,5 +45,14 @@ Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp:
 // (AgreedError on every rank).
 sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text, const std::string& where,
                                     bool validate, const std::string& what_if);
+
+// `run` on a model with a vocabulary (model.kind lm, or no kind): the forward mode of the one executor
+// (apps/train.cpp, models/lm_tp.h's LmTpTrainer::forward_step): one forward of the first step's batch through the
+// plan (any of tp, sp, fused, cp, Ulysses, dp/ZeRO, pp with its schedule's forward actions), validated against the
+// single-device forward's loss (unless shape-only); --checkpoint writes the weights as a training state at its
+// step, --resume reads one. The report is train's, in forward mode. Errors as `train`'s.
+int run_forward(const runtime::World& world, const std::string& config, const std::string& json_path,
+                const sharding::RunOptions& opt, const sharding::ConfigOverrides& overrides,
+                const std::string& what_if);
 
 }  // namespace shardsim::apps

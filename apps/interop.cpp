@@ -2,6 +2,7 @@
 // launch arguments or a torchtitan job TOML) and `shardsim export megatron|torchtitan CONFIG` (the launch arguments or
 // TOML of a config's plan). The libraries are interop/ (docs/IMPORT.md). Every rank parses (so every rank agrees on
 // an error: one line, exit 2); rank 0 writes the output, to standard output or atomically to --output.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -149,6 +150,27 @@ Command add_export(CLI::App& app, const runtime::World& world) {
             emit(world, *out, text);
             return kExitOk;
           }};
+}
+
+std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
+                           const std::vector<sharding::BestPlan>& best) {
+  if (kind.empty()) return "";
+  std::string out;
+  for (const auto& b : best) {
+    if (!b.train || b.best.empty() || !b.best.count("key")) continue;
+    const auto p = std::find_if(spec.points.begin(), spec.points.end(),
+                                [&](const sharding::SweepPoint& x) { return x.key == b.best.at("key"); });
+    if (p == spec.points.end()) continue;
+    out += "launch of the best plan " + escape_control(b.best.at("plan")) + " for " + escape_control(b.workload) +
+           " on " + escape_control(b.topology) + " x " + escape_control(b.device) + " (export " + kind + "):\n";
+    try {
+      const interop::PlanSource src = interop::check_loads(p->config_yaml, p->origin, p->chips);
+      out += kind == "megatron" ? interop::export_megatron(src) : interop::export_torchtitan(src);
+    } catch (const Error& e) {
+      out += "  not exported: " + escape_control(e.what()) + "\n";
+    }
+  }
+  return out;
 }
 
 }  // namespace shardsim::apps

@@ -150,6 +150,14 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
             const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides,
             const std::string& what_if) {
   using namespace shardsim;
+  // A model with a vocabulary (kind lm, or no kind): the forward mode of the one executor (apps/commands.h).
+  bool lm = false;
+  world.agree([&] {
+    const ConfigNode root = sharding::load_workload_config(config_path, overrides);
+    lm = root.has("workload") && root.child("workload").is_map() &&
+         sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::train;
+  });
+  if (lm) return apps::run_forward(world, config_path, json_path, opt, overrides, what_if);
   std::shared_ptr<const sharding::ModelConfig> cfg;  // one per rank with several chips per rank
   std::vector<apps::WhatIfPlan> plans;
   world.agree([&] {

@@ -64,7 +64,7 @@ using sharding::SweepPoint;
 using sharding::SweepSpec;
 
 struct SweepFlags {
-  std::string file, output, what_if;
+  std::string file, output, what_if, export_kind;
   bool force = false, plot_only = false, no_plots = false, validate_every = false;
 };
 
@@ -223,8 +223,9 @@ int plot_only(const runtime::World& world, const SweepSpec& spec, const std::str
         std::fprintf(stderr, "shardsim: error: %s\n", escape_control(err).c_str());
         code = kExitRuntimeFault;
       }
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
-      if (pngs.empty() && err.empty()) std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), csv_path.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
+      if (pngs.empty() && err.empty())
+        std::printf("sweep %s: nothing to plot in %s\n", spec.name.c_str(), escape_control(csv_path).c_str());
     }
   }
   return std::stoi(world.broadcast(std::to_string(code), 0));
@@ -308,12 +309,13 @@ int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags&
                 "with their plan validated at a small size)\n",
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
                 validated_small);
-    std::printf("%s", sharding::best_plans_text(sharding::best_plans(rows)).c_str());
-    std::printf("results %s\nresults %s\n", csv_path.c_str(), json_path.c_str());
+    const auto best = sharding::best_plans(rows);
+    std::printf("%s%s", sharding::best_plans_text(best).c_str(), winner_exports(f.export_kind, spec, best).c_str());
+    std::printf("results %s\nresults %s\n", escape_control(csv_path).c_str(), escape_control(json_path).c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;
       const auto err = draw(spec.output, all, &pngs);
-      for (const auto& p : pngs) std::printf("plot %s\n", p.c_str());
+      for (const auto& p : pngs) std::printf("plot %s\n", escape_control(p).c_str());
       if (!err.empty()) std::fprintf(stderr, "shardsim: warning: %s\n", escape_control(err).c_str());
     }
     std::fflush(stdout);
@@ -392,7 +394,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
   if (root) {
     std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d chip(s)%s\n", spec.name.c_str(), P,
-                skipped, csv_path.c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
+                skipped, escape_control(csv_path).c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
                 P - static_cast<size_t>(skipped), N,
                 runtime::chips_per_rank() > 1 ? (" (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
                                                  std::to_string(runtime::chips_per_rank()) + " chips)").c_str()
@@ -505,6 +507,10 @@ Command add_sweep(CLI::App& app, const runtime::World& world) {
   sub->add_flag("--validate-every", f->validate_every,
                 "validate every workload point with real data at full size (the file's `validate: every`; default "
                 "`once`: each distinct plan validated at a small size, full-size points timed shape-only)");
+  sub->add_option("--export", f->export_kind,
+                  "after the best-plan table, print each training group's winner as Megatron-LM launch arguments "
+                  "(megatron) or a torchtitan TOML (torchtitan; docs/IMPORT.md)")
+      ->check(CLI::IsMember({"megatron", "torchtitan"}));
   return {sub, [f, &world] { return run_sweep(world, *f); }};
 }
 

@@ -14,6 +14,7 @@
 #include "apps/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "topology/clos.h"
 #include "topology/topology_yaml.h"
 
@@ -118,7 +119,7 @@ void print(const nlohmann::json& j) {
     std::printf("  %s\n  closed forms       diameter %d hops, average %.3f hops\n",
                 j["clos"]["description"].get<std::string>().c_str(), j["clos"]["diameter_hops_closed_form"].get<int>(),
                 j["clos"]["average_hops_closed_form"].get<double>());
-  std::printf("  config             %s\n", j["config"].get<std::string>().c_str());
+  std::printf("  config             %s\n", escape_control(j["config"].get<std::string>()).c_str());
   std::printf("  chips              %d", j["chips"].get<int>());
   if (j["switches"].get<int>() > 0)
     std::printf(" (+ %d switch%s)", j["switches"].get<int>(), j["switches"].get<int>() == 1 ? "" : "es");
@@ -187,8 +188,8 @@ Command add_topo(CLI::App& app, const runtime::World& world) {
       if (world.rank() != 0) return;
       if (!flags->dot_path.empty()) {
         write_file(flags->dot_path, t.to_dot());
-        std::printf("dot        %s (render: dot -Tsvg %s -o topology.svg)\n", flags->dot_path.c_str(),
-                    flags->dot_path.c_str());
+        const std::string dot = escape_control(flags->dot_path);
+        std::printf("dot        %s (render: dot -Tsvg %s -o topology.svg)\n", dot.c_str(), dot.c_str());
       }
       if (!flags->json_path.empty()) write_file(flags->json_path, j.dump(2) + "\n");
     });

@@ -45,6 +45,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "models/lm_checkpoint.h"
+#include "models/lm_data.h"
 #include "models/profile_plots.h"
 #include "models/report.h"
 #include "models/trace.h"
@@ -207,7 +208,7 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
   std::optional<models::LmTrainSnapshot> snap;
   world.agree([&] {
     snap = models::load_lm_train_state(world, f.resume, s.model, s.train);
-    if (snap->step >= s.train.steps)
+    if (!f.forward && snap->step >= s.train.steps)
       throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
                        " and the run stops at step " + std::to_string(s.train.steps) +
                        " (train.steps or --steps is the last step, not a count): nothing to run");
@@ -219,7 +220,8 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
 sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
   const auto& c = s.model;
   sharding::RunReport r;
-  r.run_mode = "train";
+  r.run_mode = f.forward ? "forward" : "train";
+  r.train.forward = f.forward;
   r.name = s.name.empty() ? std::filesystem::path(f.config).stem().string() : s.name;
   r.config_file = s.config_name;
   r.device = sim::describe(s.device);
@@ -237,6 +239,14 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
                 (long long)models::lm_param_count(c), (long long)models::lm_matmul_param_count(c),
                 c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
   r.train.model = b;
+  if (c.vocab == 0) {  // a stack of blocks: no embedding or head
+    std::snprintf(b, sizeof b, "a stack of %lld transformer blocks (no embedding or head), hidden %lld, %lld/%lld heads "
+                  "of %lld, ffn %lld; %lld parameters; loss: mean squared error to a seeded target (kernels/mse_loss.h); %s",
+                  (long long)c.layers, (long long)c.hidden, (long long)c.heads, (long long)c.kv_heads,
+                  (long long)c.head_dim, (long long)c.ffn, (long long)models::lm_param_count(c),
+                  c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+    r.train.model = b;
+  }
   if (!c.gated() || c.layernorm() || c.position != sharding::PositionKind::rope || c.tied_embeddings)
     r.train.model += std::string("; ") + sharding::norm_name(c.norm) + ", " + sharding::mlp_name(c.mlp) + " MLP, " +
                      sharding::position_name(c.position) + " positions" + (c.tied_embeddings ? ", tied embeddings" : "");
@@ -251,9 +261,11 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
       r.train.model += x;
     }
   }
-  r.train.log_vocab = std::log(double(c.vocab));
+  r.train.log_vocab = c.vocab > 0 ? std::log(double(c.vocab)) : NAN;  // none for a block stack
   r.train.tokens_per_step = double(c.batch) * double(c.seq);
-  r.train.model_flops_per_step = models::lm_model_flops_per_token(c) * r.train.tokens_per_step;
+  // A forward is a third of a training step's model FLOPs (the backward's two GEMMs per forward GEMM).
+  r.train.model_flops_per_step =
+      models::lm_model_flops_per_token(c) * r.train.tokens_per_step / (f.forward ? 3.0 : 1.0);
   return r;
 }
 
@@ -306,6 +318,35 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, sharding:
   (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
 }
 
+// The forward mode's validation: the sharded forward's loss against the single-device forward (lm_forward) of the
+// same weights (the seeded ones, or RESUMED's masters) and batch, computed on chip 0, within models/lm_validate.h's
+// limit for one step of the dtype.
+void validate_forward(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+                      const std::optional<models::LmTrainSnapshot>& resumed) {
+  const auto& c = s.model;
+  auto& t = r.train;
+  std::string verdict;
+  if (world.rank() == 0) {
+    const models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
+    const double reference =
+        models::lm_forward(c, st.compute_weights(), models::lm_synthetic_batch(c, s.train.data_seed, st.step));
+    const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference});
+    nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
+                        check.tolerance.rule, reference};
+    verdict = j.dump();
+  }
+  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
+  r.validated = true;
+  r.passed = v[0].get<bool>();
+  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
+  t.loss_limit = r.tolerance = v[2].get<double>();
+  t.loss_error_relative = v[3].get<bool>();
+  t.loss_limit_rule = v[4].get<std::string>() + " (one forward: the limit of step 1)";
+  t.reference_loss = v[5].is_number() ? v[5].get<double>() : NAN;
+  t.validated_steps = 1;
+  (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
+}
+
 std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
   const std::string w = what;
   const int per = w == "optimizer state" ? (mixed ? 12 : 8) : (mixed ? 2 : 4);
@@ -313,18 +354,25 @@ std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
   return std::to_string(per) + "*" + psi + (zero >= from ? "/N_d" : "");
 }
 
+// FORWARD (the forward mode): the parameters alone (no gradients or optimizer state are needed for a forward) and
+// the tensors one micro-batch's forward produces (held only until the next layer has read them: an upper bound).
 sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
-                                const char* psi, int dp_size) {
+                                const char* psi, int dp_size, bool forward) {
   sharding::TrainMemory m;
   const bool mixed = s.model.dtype != runtime::DType::fp32;
   m.basis = basis;
-  m.rows = {{"parameters", mem.params, mem.formula_params, zero_rule("parameters", s.dp.zero, mixed, psi)},
-            {"gradients", mem.grads, mem.formula_grads, zero_rule("gradients", s.dp.zero, mixed, psi)},
-            {"optimizer state", mem.optimizer, mem.formula_optimizer, zero_rule("optimizer state", s.dp.zero, mixed, psi)}};
+  m.rows = {{"parameters", mem.params, mem.formula_params, zero_rule("parameters", s.dp.zero, mixed, psi)}};
+  if (!forward)
+    m.rows.insert(m.rows.end(),
+                  {{"gradients", mem.grads, mem.formula_grads, zero_rule("gradients", s.dp.zero, mixed, psi)},
+                   {"optimizer state", mem.optimizer, mem.formula_optimizer,
+                    zero_rule("optimizer state", s.dp.zero, mixed, psi)}});
   m.activations = mem.activations;
-  m.activations_note = std::string(s.dp.recompute ? "recompute per block: the block inputs, one block's and the head's "
-                                                    "saved tensors"
-                                                  : "the forward's saved tensors") +
+  m.activations_note = std::string(forward ? "one micro-batch's forward tensors (an upper bound: nothing is kept for "
+                                             "a backward)"
+                                   : s.dp.recompute ? "recompute per block: the block inputs, one block's and the "
+                                                      "head's saved tensors"
+                                                    : "the forward's saved tensors") +
                        " for " + std::to_string(s.model.batch / dp_size) + " sequences" +
                        (s.cp > 1 ? " (this chip's 1/cp of each)" : "");
   return m;
@@ -437,7 +485,12 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   TrainLog log(world, f, std::move(r));
   log.head();
   models::LmDpStepResult last;
-  for (int64_t i = resumed ? resumed->step : 0; i < s.train.steps; ++i) {
+  if (f.forward) {  // the forward mode: one forward of the next step's batch, no update
+    last = agreed_step(world, [&] { return trainer->forward_step(); });
+    log.step({last.step, s.shape_only ? NAN : last.loss, NAN, last.breakdown}, last.step);
+    if (!f.checkpoint.empty()) save_state(world, f, s, gather_state(), mesh_text, log);
+  }
+  for (int64_t i = resumed ? resumed->step : 0; !f.forward && i < s.train.steps; ++i) {
     // A long step says it is alive (runtime::chips::set_progress): every 30 s, or SHARDSIM_PROGRESS_S seconds.
     if (world.rank() == 0 && !f.quiet)
       runtime::chips::set_progress([i, steps = s.train.steps](uint64_t events, double elapsed) {
@@ -463,11 +516,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   else
     std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
   rep.train.has_memory = true;
-  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size);
+  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size, f.forward);
   if (s.pp > 1) pipeline_report(*trainer, rep);
   sharding::profile_and_trace(world, tl, {f.trace_path, f.profile, f.plots_dir, rep.peak_tflops_per_chip},
                               rep);  // the last step's
-  if (f.validate) validate_losses(world, s, rep);
+  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) (f.forward ? validate_forward(world, s, rep, resumed) : validate_losses(world, s, rep));
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
   if (f.report_out) *f.report_out = rep;
@@ -490,6 +543,7 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
         v.config_text = f.config_text;
         v.steps = f.steps;
         v.shape_only = v.quiet = true;
+        v.forward = f.forward;
         v.overrides = ov;
         v.step_ns_out = &step_ns;
         run_train(world, v);
@@ -513,10 +567,11 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
+    if (f.forward) s.data_parallel = true;  // the forward mode runs the executor on any chip count
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
-    if (s.shape_only && f.validate)
+    if (s.shape_only && f.validate && !f.forward)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");
     if (f.validate && !s.data_parallel)
@@ -609,6 +664,24 @@ sharding::RunReport run_train_point(const runtime::World& world, const std::stri
   return r;
 }
 
+int run_forward(const runtime::World& world, const std::string& config, const std::string& json_path,
+                const sharding::RunOptions& opt, const sharding::ConfigOverrides& overrides,
+                const std::string& what_if) {
+  TrainFlags f;
+  f.forward = true;
+  f.config = config;
+  f.json_path = json_path;
+  f.resume = opt.resume_from;
+  if (opt.checkpoint_path && !opt.no_checkpoint) f.checkpoint = *opt.checkpoint_path;
+  f.trace_path = opt.trace_path;
+  f.profile = opt.profile;
+  f.plots_dir = opt.plots_dir;
+  f.shape_only = opt.shape_only;
+  f.validate = true;  // unless shape-only (run_train_dp)
+  f.what_if = what_if;
+  f.overrides = overrides;
+  return run_train(world, f);
+}
 
 Command add_train(CLI::App& app, const runtime::World& world) {
   auto* sub = app.add_subcommand("train", "train the reference language model for k steps, on one chip or data-parallel "

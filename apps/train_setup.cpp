@@ -28,7 +28,15 @@ ConfigNode train_config(const TrainFlags& f) {
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
   const ConfigNode root = train_config(f);
-  root.expect_keys(sharding::kTrainRootKeys);
+  if (root.has("workload") && root.child("workload").is_map() &&
+      sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::mlp)
+    root.child("workload").child("kind").fail(
+        root.child("workload").path() + ".kind: mlp: training an MLP-only stack is not implemented yet (the language "
+        "model, no kind or kind: lm, and kind: transformer_block train)");
+  // train's root keys, and run's validate: section (a block config trains with its validation setting)
+  std::vector<std::string_view> root_keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
+  root_keys.push_back("validate");
+  root.expect_keys(root_keys);
   TrainSetup s;
   s.config_name = root.file();
   s.name = root.get_string("name", "");  // printable text, checked as run checks it (common/config.h)
@@ -41,14 +49,20 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     s.fold = v != "off";
   }
   s.fold = s.fold && !f.no_fold;
+  if (root.has("validate")) {
+    const ConfigNode v = root.child("validate");
+    v.expect_keys({"enabled", "tolerance"});
+    if (v.has("tolerance"))
+      v.child("tolerance").fail("validate.tolerance: the executor's loss limit follows the dtype and the step "
+                                "(models/lm_validate.h); drop the key");
+    s.validate_config = v.get_bool("enabled", true) && !s.shape_only;
+  }
   if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
   const ConfigNode m = root.child("workload");
-  if (sharding::spec_use_of(m) != sharding::SpecUse::train)
-    m.child("kind").fail(m.path() + ".kind: train runs the language model (no kind, or kind: lm); model.kind mlp and "
-                         "transformer_block run with `shardsim run`");
-  const sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
   const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
       root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root));
+  if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
   s.train = sharding::parse_train_spec(root);
   if (f.steps > 0) s.train.steps = f.steps;
   if (root.has("topology")) {

@@ -38,6 +38,9 @@ struct TrainFlags {
   std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
   bool no_fold = false;    // --no-fold: simulate every chip, never fold (fold: off does the same)
+  // The executor's forward mode (`shardsim run` on a model with a vocabulary): one forward of the step's batch
+  // through the plan, validated against the single-device forward (unless shape-only), no update.
+  bool forward = false;
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   std::string config_text;        // a sweep point: the config as generated (config names it in messages)
@@ -69,6 +72,9 @@ struct TrainSetup {
   std::string name;                            // the config's name: (printable text), "" when absent
   std::string config_text;                     // stored in checkpoints
   bool shape_only = false;                     // mode: shape_only or --shape-only
+  // validate: {enabled: true} (a `run` config's section): compare with the single-device reference as --validate
+  // does, in a real-data run (shape-only runs compute nothing to compare).
+  bool validate_config = false;
   // fold: auto (the default) or on, and not --no-fold (docs/performance/fold.md): the run may be folded when
   // train_fold's conditions hold; auto falls back to every chip where the symmetry breaks, on stops with exit 3.
   bool fold = true;

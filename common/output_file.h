@@ -16,10 +16,11 @@
 // Where the bytes go (resolve_output, before any work): a new path or a regular file is replaced atomically; a
 // symlink whose final target is a regular file has that TARGET replaced atomically (the link itself stays); the
 // file this process's standard output or error is (/dev/stdout, /dev/fd/1, or `--json out.txt > out.txt`) is
-// written through that descriptor, in order with what the command prints; a character device, a FIFO or a pipe
-// (directly or through symlinks: /dev/null, a tty, `--json >(gzip >x)`) is opened and written through. A block
-// device, a socket, a dangling symlink or a FIFO without a reader is refused (UsageError, exit 2). So a path never
-// replaces what it points at: `--csv /dev/stdout` leaves the system's /dev/stdout link as it was.
+// written through that descriptor, in order with what the command prints; a FIFO or pipe (directly or through
+// symlinks: `--json >(gzip >x)`), /dev/null, /dev/zero, /dev/full and terminals are opened and written through.
+// A block device, a socket, any other character device (never opened: some act when opened), a dangling symlink
+// or a FIFO without a reader is refused (UsageError, exit 2). So a path never replaces what it points at:
+// `--csv /dev/stdout` leaves the system's /dev/stdout link as it was.
 //
 // Two outputs are "the same file" when their output_identity() is equal: realpath(parent directory) + "/" +
 // basename of the file that is replaced (a symlink's target). That works before either file exists.

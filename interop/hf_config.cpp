@@ -328,8 +328,19 @@ void map_moe(Ctx& c) {
   for (const char* k : {"router_aux_loss_coef", "aux_loss_alpha"})
     if (c.f.has(k) && c.f.at(k).is_number()) m.aux_coef = c.f.at(k).get<double>();
   if (c.f.has("scoring_func") && c.f.at("scoring_func").is_string()) m.score = c.f.at("scoring_func").get<std::string>();
+  if (c.f.has("norm_topk_prob") && c.f.at("norm_topk_prob").is_boolean()) m.normalize = c.f.at("norm_topk_prob").get<bool>();
+  if (c.f.has("routed_scaling_factor") && c.f.at("routed_scaling_factor").is_number())
+    m.scale = c.f.at("routed_scaling_factor").get<double>();
   if (m.experts > 0 && m.shared_ffn > 0 && m.shared_experts == 0) m.shared_experts = 1;
-  if (c.fam == Family::llama4 && m.experts > 0) m.shared_experts = 1;
+  // Mixtral and Llama 4 give each expert's inner size as intermediate_size; Llama 4 routes by sigmoid, top-1.
+  if (m.experts > 0 && m.moe_ffn == 0 && c.f.has("intermediate_size") && c.f.at("intermediate_size").is_number_integer())
+    m.moe_ffn = c.f.at("intermediate_size").get<int64_t>();
+  if (c.fam == Family::llama4 && m.experts > 0) {
+    m.score = "sigmoid";
+    m.normalize = false;
+  }
+  if (c.fam == Family::mixtral) m.normalize = true;
+  if (c.fam == Family::llama4 && m.experts > 0) m.shared_experts = 1;  // one shared expert of expert_ffn
 }
 
 // Family-specific fields that do not map, each with its reason.

@@ -12,16 +12,34 @@
 
 #include "common/config.h"
 #include "common/text.h"
+#include "sharding/model_spec.h"
 
 namespace shardsim::interop {
 
 namespace fs = std::filesystem;
 
-std::vector<Mapped> moe_keys(const MoeFields&) {
-  // MoE hook: ModelSpec has no expert keys yet, so nothing maps; the header lists MoeFields::sources as not
-  // expressible. When the MoE work adds model keys (experts, top_k, moe_ffn, shared experts, dense layers), return
-  // them here from MOE and the importers need no change.
-  return {};
+std::vector<Mapped> moe_keys(const MoeFields& m) {
+  std::vector<Mapped> k;
+  if (!m.any()) return k;
+  auto add = [&](const char* key, const std::string& v) { k.push_back({"moe", key, v, "MoE record"}); };
+  add("experts", std::to_string(m.experts));
+  if (m.top_k > 0) add("top_k", std::to_string(m.top_k));
+  if (m.moe_ffn > 0) add("expert_ffn", std::to_string(m.moe_ffn));
+  if (m.shared_ffn > 0) add("shared_ffn", std::to_string(m.shared_ffn));
+  else if (m.shared_experts > 0) add("shared_experts", std::to_string(m.shared_experts));
+  if (!m.score.empty()) add("router", m.score == "sigmoid" ? "sigmoid" : "softmax");
+  if (m.normalize) add("normalize", *m.normalize ? "true" : "false");
+  if (m.scale != 1) add("scale", number_text(m.scale));
+  if (m.aux_coef > 0) add("aux_loss_coef", number_text(m.aux_coef));
+  if (m.first_dense > 0) add("dense_layers", std::to_string(m.first_dense));
+  if (m.layer_step > 1) add("layer_step", std::to_string(m.layer_step));
+  return k;
+}
+
+bool moe_section_read() {
+  for (std::string_view key : sharding::kModelKeys)
+    if (key == "moe") return true;
+  return false;
 }
 
 void Imported::set(const std::string& section, const std::string& key, const std::string& value,
@@ -138,9 +156,13 @@ void header(std::ostringstream& os, const Imported& imp) {
     os << "# Not expressed in this config (each named, with why):\n";
     for (const Dropped& d : imp.dropped) os << "#   " << one_line(d.source) << ": " << one_line(d.why) << "\n";
   }
-  if (imp.moe.any()) {
-    os << "# Mixture of experts: not expressible until shardsim models MoE layers; each MoE MLP is written as one "
-          "dense MLP (model.ffn), so parameters and expert compute are under-counted. Recorded fields:\n";
+  if (imp.moe.any() && moe_section_read()) {
+    os << "# Mixture of experts: the model.moe section below; the source's MoE fields:\n";
+    for (const std::string& s : imp.moe.sources) os << "#   " << one_line(s) << "\n";
+  } else if (imp.moe.any()) {
+    os << "# Mixture of experts: not expressible until shardsim's train reads model.moe; each MoE MLP is written as "
+          "one dense MLP (model.ffn), so parameters and expert compute are under-counted. The model.moe keys they map "
+          "to are the commented block under model:. Recorded fields:\n";
     for (const std::string& s : imp.moe.sources) os << "#   " << one_line(s) << "\n";
   }
   for (const std::string& n : imp.notes) os << "# " << one_line(n) << "\n";
@@ -172,6 +194,11 @@ std::string to_yaml(const Imported& imp, const BaseConfig& base) {
         any = true;
         os << "  " << m.key << ": " << m.value << "\n";
       }
+    if (std::string(section) == "model" && imp.moe.any()) {
+      const bool live = moe_section_read();
+      os << (live ? "  moe:\n" : "  # moe:   (model.moe is not read by train yet: the dense skeleton above runs)\n");
+      for (const Mapped& m : moe_keys(imp.moe)) os << (live ? "    " : "  #   ") << m.key << ": " << m.value << "\n";
+    }
   }
   return os.str();
 }

@@ -46,11 +46,18 @@ struct MoeFields {
   int64_t expert_parallel = 1;  // --expert-model-parallel-size / expert_parallel_degree
   std::string score;            // router scores: "softmax" | "sigmoid" ("" = the family's default, softmax)
   double aux_coef = 0;          // load-balancing loss coefficient (router_aux_loss_coef / aux_loss_alpha)
+  std::optional<bool> normalize;  // the top-k weights normalised to sum 1 (norm_topk_prob); nullopt = default
+  double scale = 1;             // routed scaling factor (DeepSeek-V3's routed_scaling_factor)
   std::vector<std::string> sources;  // the source fields, as "name value", for the header
   bool any() const { return experts > 0; }
 };
-// The model: keys MoE would map to once ModelSpec expresses experts; empty today (the hook the MoE work fills).
+// The model.moe keys of MOE (sharding/plans/expert_parallel_config.h: experts, top_k, expert_ffn, shared_experts,
+// shared_ffn, router, normalize, scale, aux_loss_coef, dense_layers, layer_step), section "moe". to_yaml writes
+// them as a live model.moe section once the model parser reads one (sharding::kModelKeys holds "moe"), and until
+// then as a commented block under model: (the dense skeleton runs; the header names the MoE fields).
 std::vector<Mapped> moe_keys(const MoeFields& moe);
+// Whether the one model parser reads model.moe (sharding::kModelKeys).
+bool moe_section_read();
 
 struct Imported {
   std::string origin;  // "Hugging Face config.json tests/data/hf/llama3_8b.json", "Megatron-LM arguments FILE", ...

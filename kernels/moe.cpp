@@ -265,17 +265,19 @@ KernelCost unpermute(const Tensor& yp, const Routing& r, Tensor& y) {
     return cost;
   }
   const auto row_of = permuted_rows(r);
-  std::vector<float> acc(static_cast<size_t>(h));
+  const std::vector<float> in = yp.to_float();
+  std::vector<float> out(size_t(T * h), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    float* acc = out.data() + t * h;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t row = row_of[size_t(t * k + j)];
       if (row < 0) continue;
       const float w = r.weight[size_t(t * k + j)];
-      for (int64_t i = 0; i < h; ++i) acc[size_t(i)] += w * yp.get(row * h + i);
+      const float* src = in.data() + row * h;
+      for (int64_t i = 0; i < h; ++i) acc[i] += w * src[i];
     }
-    for (int64_t i = 0; i < h; ++i) y.set(t * h + i, acc[size_t(i)]);
   }
+  y = Tensor::from_float(out, y.dtype(), y.shape());
   return cost;
 }
 
@@ -295,19 +297,24 @@ KernelCost unpermute_backward(const Tensor& dy, const Tensor& yp, const Routing&
     return cost;
   }
   const auto row_of = permuted_rows(r);
+  const std::vector<float> g = dy.to_float(), y = yp.to_float();
+  std::vector<float> out(size_t(N * h), 0.0f);
   dweight.assign(size_t(T * k), 0.0f);
   for (int64_t i = 0; i < T * k; ++i) {
     const int64_t row = row_of[size_t(i)], t = i / k;
     if (row < 0) continue;
     const float w = r.weight[size_t(i)];
+    const float* gt = g.data() + t * h;
+    const float* yr = y.data() + row * h;
+    float* o = out.data() + row * h;
     double dot = 0;
     for (int64_t c = 0; c < h; ++c) {
-      const float g = dy.get(t * h + c);
-      dyp.set(row * h + c, w * g);
-      dot += double(g) * double(yp.get(row * h + c));
+      o[c] = w * gt[c];
+      dot += double(gt[c]) * double(yr[c]);
     }
     dweight[size_t(i)] = float(dot);
   }
+  dyp = Tensor::from_float(out, dyp.dtype(), dyp.shape());
   return cost;
 }
 
@@ -323,16 +330,18 @@ KernelCost permute_backward(const Tensor& dxp, const Routing& r, Tensor& dx) {
     return cost;
   }
   const auto row_of = permuted_rows(r);
-  std::vector<float> acc(static_cast<size_t>(h));
+  const std::vector<float> in = dxp.to_float();
+  std::vector<float> out(size_t(T * h), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    float* acc = out.data() + t * h;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t row = row_of[size_t(t * k + j)];
-      if (row >= 0)
-        for (int64_t c = 0; c < h; ++c) acc[size_t(c)] += dxp.get(row * h + c);
+      if (row < 0) continue;
+      const float* src = in.data() + row * h;
+      for (int64_t c = 0; c < h; ++c) acc[c] += src[c];
     }
-    for (int64_t c = 0; c < h; ++c) dx.set(t * h + c, acc[size_t(c)]);
   }
+  dx = Tensor::from_float(out, dx.dtype(), dx.shape());
   return cost;
 }
 

@@ -137,4 +137,14 @@ struct RoutingDistribution {
 };
 Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribution& d, uint64_t stream);
 
+// A model's MoE layers as the model.moe section describes them (sharding/plans/expert_parallel_config.h parses it).
+struct MoeConfig {
+  MoeSpec spec;                  // hidden, dtype and the MLP kind from the model
+  int64_t dense_layers = 0;      // the first n layers keep the dense MLP
+  int64_t layer_step = 1;        // after them, layer i is MoE when (i + 1) % layer_step == 0
+  double bias_update = 0;        // aux-loss-free balancing step gamma (update_expert_bias); 0: no bias
+  RoutingDistribution routing;   // shape-only runs
+  bool is_moe_layer(int64_t layer) const { return layer >= dense_layers && (layer + 1) % layer_step == 0; }
+};
+
 }  // namespace shardsim::kernels

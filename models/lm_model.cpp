@@ -13,6 +13,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/mse_loss.h"
 #include "kernels/norm.h"
 #include "models/init.h"
 
@@ -43,6 +44,14 @@ kernels::AttentionOptions causal() {
 
 void check_batch(const LmConfig& c, const LmBatch& b) {
   const auto n = static_cast<size_t>(c.batch * c.seq);
+  if (c.vocab == 0) {
+    const runtime::Shape want{c.batch * c.seq, c.hidden};
+    if (b.input.shape() != want || b.target.shape() != want)
+      throw std::invalid_argument("lm: a batch of a block stack needs input and target activations " +
+                                  runtime::shape_str(want) + ", got " + runtime::shape_str(b.input.shape()) + " and " +
+                                  runtime::shape_str(b.target.shape()));
+    return;
+  }
   if (b.inputs.size() != n || b.targets.size() != n)
     throw std::invalid_argument("lm: a batch needs " + std::to_string(n) + " input and target tokens (batch " +
                                 std::to_string(c.batch) + " x seq " + std::to_string(c.seq) + "), got " +
@@ -216,8 +225,10 @@ void check_lm_config(const LmConfig& c) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("lm config: " + what);
   };
-  need(c.vocab >= 1 && c.hidden >= 1 && c.layers >= 0 && c.ffn >= 1 && c.seq >= 1 && c.batch >= 1,
-       "vocab, hidden, ffn, seq, batch must be >= 1 and layers >= 0");
+  need(c.vocab >= 0 && c.hidden >= 1 && c.layers >= 0 && c.ffn >= 1 && c.seq >= 1 && c.batch >= 1,
+       "hidden, ffn, seq, batch must be >= 1, vocab >= 0 (0: a block stack) and layers >= 0");
+  need(c.vocab > 0 || (!c.tied_embeddings && c.position != sharding::PositionKind::learned),
+       "tied_embeddings and learned positions need a vocabulary (vocab 0 has no embedding)");
   need(c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0,
        "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
   need(c.head_dim >= 1 && (c.position != sharding::PositionKind::rope || c.head_dim % 2 == 0),
@@ -241,7 +252,7 @@ int64_t norm_params(const LmConfig& c) { return (c.layernorm() ? 2 : 1) * c.hidd
 int64_t lm_param_count(const LmConfig& c) {
   const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden +
                          (c.position == sharding::PositionKind::learned ? c.position_rows() * c.hidden : 0);
-  return tables + c.layers * (block_matmul_params(c) + 2 * norm_params(c)) + norm_params(c);
+  return tables + c.layers * (block_matmul_params(c) + 2 * norm_params(c)) + (c.vocab > 0 ? norm_params(c) : 0);
 }
 
 int64_t lm_matmul_param_count(const LmConfig& c) { return c.layers * block_matmul_params(c) + c.hidden * c.vocab; }
@@ -260,10 +271,11 @@ std::vector<std::pair<const char*, Tensor*>> LmLayer::slots() {
 }
 
 std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {
-  std::vector<std::pair<std::string, Tensor*>> out{{"embed", &embed}};
+  std::vector<std::pair<std::string, Tensor*>> out;
   auto add = [&out](std::string name, Tensor* t) {
     if (t->rank() > 0) out.emplace_back(std::move(name), t);
   };
+  add("embed", &embed);  // absent without a vocabulary
   add("pos_embed", &pos_embed);
   for (size_t l = 0; l < layers.size(); ++l)
     for (auto [n, t] : layers[l].slots()) add("layers." + std::to_string(l) + "." + n, t);
@@ -286,11 +298,12 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
   const bool ln = c.layernorm();
   auto bias = [&]() { return ln ? f32({h}) : Tensor(); };
   LmWeights w;
-  w.embed = f32({c.vocab, h});
+  if (c.vocab > 0) w.embed = f32({c.vocab, h});
   if (c.position == sharding::PositionKind::learned) w.pos_embed = f32({c.position_rows(), h});
   for (int64_t l = 0; l < c.layers; ++l)
     w.layers.push_back({f32({h}), bias(), f32({h, qd}), f32({h, kvd}), f32({h, kvd}), f32({qd, h}), f32({h}), bias(),
                         c.gated() ? f32({h, c.ffn}) : Tensor(), f32({h, c.ffn}), f32({c.ffn, h})});
+  if (c.vocab == 0) return w;  // a block stack: no final norm or head
   w.final_norm = f32({h});
   w.final_norm_b = bias();
   if (!c.tied_embeddings) w.head = f32({h, c.vocab});
@@ -339,7 +352,10 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
 
   Tensor x = act({N, h});
   mark();
-  log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
+  if (c.vocab == 0)  // a block stack: the step's input activations, in the compute dtype
+    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, batch.input.get(i));
+  else
+    log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
   if (c.position == sharding::PositionKind::learned) {  // + pos_embed[position]: a lookup, then the add
     Tensor p = act({N, h});
     log_cost(costs, kernels::embedding_forward(w.pos_embed, pos, 0, c.seq, p));
@@ -351,6 +367,12 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   }
   mark();
   C.x_final = x;
+  if (c.vocab == 0) {  // the regression loss of a block stack
+    double loss = 0;
+    log_cost(costs, kernels::mse_loss(x, batch.target, N, loss));
+    mark();
+    return loss;
+  }
   C.xf = norm(c, x, w.final_norm, w.final_norm_b, costs);
   Tensor head_t;
   C.logits = matmul(C.xf, lm_head_weight(c, w, head_t), costs);
@@ -426,15 +448,21 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   check_weights(c, g);
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
 
-  Tensor dlogits = act({N, c.vocab});
-  log_cost(costs, kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, 0, c.vocab,
-                                       1.0f / static_cast<float>(N), dlogits));
-  Tensor dxf = act({N, h});
-  Tensor head_t, dhead_t = c.tied_embeddings ? act({h, c.vocab}) : Tensor();  // tied: the head use's gradient
-  log_cost(costs, kernels::gemm_backward(C.xf, lm_head_weight(c, w, head_t), dlogits, &dxf,
-                                         c.tied_embeddings ? &dhead_t : &g.head));
   Tensor dx = act({N, h});  // gradient of the residual stream
-  norm_backward(c, C.x_final, w.final_norm, dxf, dx, &g.final_norm, &g.final_norm_b, costs);
+  Tensor dhead_t;
+  if (c.vocab == 0) {  // a block stack: the regression loss's gradient
+    log_cost(costs, kernels::mse_loss_backward(C.x_final, batch.target, N, dx));
+  } else {
+    Tensor dlogits = act({N, c.vocab});
+    log_cost(costs, kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, 0, c.vocab,
+                                         1.0f / static_cast<float>(N), dlogits));
+    Tensor dxf = act({N, h});
+    Tensor head_t;
+    if (c.tied_embeddings) dhead_t = act({h, c.vocab});  // tied: the head use's gradient
+    log_cost(costs, kernels::gemm_backward(C.xf, lm_head_weight(c, w, head_t), dlogits, &dxf,
+                                           c.tied_embeddings ? &dhead_t : &g.head));
+    norm_backward(c, C.x_final, w.final_norm, dxf, dx, &g.final_norm, &g.final_norm_b, costs);
+  }
   mark();  // final_norm and head gradients complete
 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
@@ -492,7 +520,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // gradient at x_in
     mark();  // layer l's gradients complete
   }
-  log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
+  if (c.vocab > 0) log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
   if (c.tied_embeddings) log_cost(costs, kernels::add_inplace(g.embed, kernels::transposed(dhead_t)));
   if (c.position == sharding::PositionKind::learned)
     log_cost(costs, kernels::embedding_backward(dx, pos, 0, c.seq, g.pos_embed));

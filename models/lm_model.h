@@ -131,9 +131,14 @@ LmWeights lm_init(const LmConfig& c);
 LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master);
 
 // One step's data: batch sequences of seq + 1 tokens; inputs are tokens [0, seq) of each, targets [1, seq + 1).
+// Without a vocabulary (vocab 0: a stack of blocks, model.kind transformer_block) the step's data are activations
+// instead: INPUT, the residual stream entering the first block, and TARGET, what the last block's output is
+// regressed onto (kernels/mse_loss.h), both fp32 [batch · seq, hidden] (sequence-major rows); the token lists are
+// then empty.
 struct LmBatch {
   std::vector<int64_t> inputs;   // batch · seq, sequence-major
   std::vector<int64_t> targets;  // batch · seq
+  runtime::Tensor input, target;  // vocab 0 only
 };
 
 // What the backward needs from the forward (kept whole: this is the small reference model).
@@ -145,6 +150,9 @@ struct LmCache {
   runtime::Tensor x_final, xf, logits, row_max, sumexp;
 };
 
+// Vocab 0 (a stack of blocks): x_0 = the batch's input rounded to the compute dtype; no embedding, final norm,
+// head or cross-entropy; the loss is kernels/mse_loss.h's mean squared error of x_L against the batch's target over
+// the N·h elements (units 0 and layers + 1 hold no weight).
 // Forward: W in the config's compute dtype (std::invalid_argument naming a weight otherwise). Returns the mean
 // loss (per-token fp32 losses summed in fp64). CACHE (optional) receives what
 // lm_backward needs; COSTS (optional) receives every kernel's cost in call order.

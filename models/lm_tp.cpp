@@ -20,6 +20,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/mse_loss.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
 #include "runtime/world.h"
@@ -394,7 +395,14 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   if (C.layers.empty()) C.layers.assign(size_t(c.layers), {});
   const int64_t Nr = sp_ ? N / tp_size_ : N;  // rows of the residual stream on this rank
   const int ms = schedule_.model_stage(pp_rank_, chunk);
-  if (ms == 0) {  // the embedding: the first model stage's
+  if (ms == 0 && c.vocab == 0) {  // a block stack: this chip's residual rows of the input, in the compute dtype
+    begin_forward(0, t);
+    x = act({Nr, h});
+    if (store_) {
+      const Tensor in = batch.input.rows(sp_ ? tp_rank_ * Nr : 0, Nr);
+      for (int64_t i = 0; i < x.numel(); ++i) x.set(i, in.get(i));
+    }
+  } else if (ms == 0) {  // the embedding: the first model stage's
     begin_forward(0, t);
     x = act({N, h});
     charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
@@ -414,6 +422,12 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   if (ms != schedule_.p * schedule_.v - 1) return 0;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
+  if (c.vocab == 0) {  // a block stack: the regression loss over this chip's residual rows
+    double loss = 0;
+    charge(kernels::mse_loss(x, sp_ ? batch.target.rows(tp_rank_ * Nr, Nr) : batch.target, N, loss), t);
+    if (sp_ && tp_size_ > 1) loss = sum_over_tp(loss);  // each tp rank holds N / tp of the rows
+    return loss;
+  }
   Tensor xf = act({Nr, h});
   charge(c.layernorm() ? kernels::layernorm(x, w.final_norm, w.final_norm_b, xf, c.norm_eps)
                        : kernels::rmsnorm(x, w.final_norm, xf, c.norm_eps),
@@ -488,7 +502,14 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   auto deferred = [&](int u) { return defer ? &defer->units.emplace_back(u, sharding::plans::WeightGradGemms{}).second
                                             : nullptr; };
   const UnitPart done_part = defer ? UnitPart::norms : UnitPart::all;
-  if (ms == schedule_.p * schedule_.v - 1) {  // the head and the loss: the last model stage's
+  if (ms == schedule_.p * schedule_.v - 1 && c.vocab == 0) {  // a block stack: the regression loss's gradient
+    begin_backward(head_unit, t);
+    dx = act({Nr, h});
+    charge(kernels::mse_loss_backward(C.x_final, sp_ ? batch.target.rows(tp_rank_ * Nr, Nr) : batch.target,
+                                      N * micro_, dx),
+           t);
+    unit_grads_done(head_unit, micro, t, done_part);
+  } else if (ms == schedule_.p * schedule_.v - 1) {  // the head and the loss: the last model stage's
   begin_backward(head_unit, t);
   Tensor dlogits = act({N, c.vocab});
   charge(kernels::ce_backward(C.logits, C.row_max, C.sumexp, batch.targets, v0, V, 1.0f / (float(N) * float(micro_)),
@@ -601,7 +622,10 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       C.layers[size_t(l)].x_in = std::move(keep);
     }
   }
-  if (ms == 0) {  // else DX goes to the previous stage
+  if (ms == 0 && c.vocab == 0) {  // a block stack: no embedding to differentiate
+    begin_backward(0, t);
+    unit_grads_done(0, micro, t, UnitPart::all);
+  } else if (ms == 0) {  // else DX goes to the previous stage
     begin_backward(0, t);
     Tensor dx_full = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_gather(ctx, dx, "dembed"); });
     if (defer) {  // the embedding's gradient is a weight gradient: all of it in W
@@ -643,6 +667,28 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
   if (!dp_.overlap_grad_reduce.value_or(!sp_)) data_->all_grads_ready(t);
 }
 
+double LmTpTrainer::sum_over_tp(double v) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  double sum = 0;
+  for (int64_t b : mesh_["tp"].allgather(bits, "lm loss tp")) {
+    double x = 0;
+    std::memcpy(&x, &b, sizeof x);
+    sum += x;  // in tp order: the same sum on every tp rank
+  }
+  return sum;
+}
+
+double LmTpTrainer::last_stage_loss(double local_loss) {
+  if (pp_size_ == 1) return local_loss;
+  // The loss is the last model stage's: shared over the pp axis (host-side, not simulated).
+  int64_t bits = 0;
+  std::memcpy(&bits, &local_loss, sizeof bits);
+  const std::vector<int64_t> all = mesh_["pp"].allgather(bits, "lm loss pp");
+  std::memcpy(&local_loss, &all[size_t((pp_size_ * schedule_.v - 1) % pp_size_)], sizeof local_loss);
+  return local_loss;
+}
+
 LmDpStepResult LmTpTrainer::step() {
   LmDpStepResult r;
   r.step = step_ + 1;
@@ -652,12 +698,7 @@ LmDpStepResult LmTpTrainer::step() {
   data_->begin_step();
   double local_loss = run_schedule(t);
   finish_backward(t);
-  if (pp_size_ > 1) {  // the loss is the last stage's: shared over the pp axis (host-side, not simulated)
-    int64_t bits = 0;
-    std::memcpy(&bits, &local_loss, sizeof bits);
-    const std::vector<int64_t> all = mesh_["pp"].allgather(bits, "lm loss pp");
-    std::memcpy(&local_loss, &all[size_t((pp_size_ * schedule_.v - 1) % pp_size_)], sizeof local_loss);
-  }
+  local_loss = last_stage_loss(local_loss);
 
   // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
   // then the squares of the reduced elements this rank counts, summed over the whole mesh.
@@ -673,6 +714,20 @@ LmDpStepResult LmTpTrainer::step() {
   charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
   data_->publish(prefs(work_), t);
   step_ = r.step;
+  r.breakdown = tl_.breakdown();
+  return r;
+}
+
+LmDpStepResult LmTpTrainer::forward_step() {
+  LmDpStepResult r;
+  r.step = step_ + 1;
+  tl_.reset();
+  fused_ops_.clear();
+  sim::TimeNs t = 0;
+  data_->begin_step();
+  double local_loss = run_schedule(t, /*forward_only=*/true);
+  local_loss = last_stage_loss(local_loss);
+  finish_step_loss(r, local_loss, *rep_);
   r.breakdown = tl_.breakdown();
   return r;
 }

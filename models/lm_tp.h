@@ -238,6 +238,12 @@ class LmTpTrainer {
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
               bool sequence_parallel = false);
   LmDpStepResult step();
+  // The forward mode (`shardsim run` on a model with a vocabulary): the forward of the next step's batch through
+  // every plan unit of the step (the embedding, the blocks, the head and the vocab-parallel loss; pp: each stage's
+  // forward actions of the schedule, the backward ones left out), no backward, no gradient reduction, no update.
+  // R.loss is the global mean loss (as step()'s), R.grad_norm 0, R.breakdown this chip's simulated forward; the
+  // weights and steps_done() are unchanged.
+  LmDpStepResult forward_step();
   // Whole fp32 masters (all_gather over dp at stages 1-3, then over tp; collective).
   LmWeights gather_master();
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
@@ -299,8 +305,14 @@ class LmTpTrainer {
   void embedding_backward(const runtime::Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
                           sim::TimeNs& t, UnitPart part);
   void finish_backward(sim::TimeNs& t);  // after every micro-batch: sp's norm-gradient all_reduce
-  double run_schedule(sim::TimeNs& t);   // this stage's actions of schedule_; returns the loss (last stage)
+  // This stage's actions of schedule_ (FORWARD_ONLY: its forward actions alone, each micro-batch's saved tensors
+  // dropped after its forward); returns the loss (last stage).
+  double run_schedule(sim::TimeNs& t, bool forward_only = false);
   void setup_pipeline(const LmConfig& global);
+  double last_stage_loss(double local_loss);
+  // V summed over the tp ranks in tp order (host-side, not simulated): a block stack's loss under sp, where each tp
+  // rank holds 1/tp of the residual rows.
+  double sum_over_tp(double v);  // LOCAL_LOSS of the last model stage, on every stage (pp > 1)
   bool owns(const std::string& weight) const;  // embed on the first model stage, final_norm and head on the last
   sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers

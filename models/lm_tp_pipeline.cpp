@@ -16,7 +16,7 @@ namespace shardsim::models {
 using runtime::DType;
 using runtime::Tensor;
 
-double LmTpTrainer::run_schedule(sim::TimeNs& t) {
+double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
   // This stage's actions of the schedule (sharding/plans/pipeline_schedule.h) in order; without pp the schedule is
   // 1F1B on one stage: each micro-batch's forward then its backward. Activations and their gradients go to the
   // neighbouring stage by send/recv over the pp axis (the topology's routes); the loss is the micro-batches' mean.
@@ -80,6 +80,7 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
   };
   for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
     const int ms = schedule_.model_stage(pp_rank_, a.chunk);
+    if (forward_only && a.op != sharding::plans::PipeOp::F) continue;
     if (a.op == sharding::plans::PipeOp::F) {
       Live& s = live[{a.chunk, a.micro}];
       s.batch = micro_batch_tokens(a.micro);
@@ -92,6 +93,12 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t) {
       mark(a, begin);
       if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
       stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
+      if (forward_only) {  // nothing is kept for a backward
+        held_bytes();
+        live.erase({a.chunk, a.micro});
+        --held;
+        continue;
+      }
     } else if (a.op == sharding::plans::PipeOp::BW) {  // zb_h1: the deferred weight gradients
       auto it = pending_w.find({a.chunk, a.micro});
       if (it == pending_w.end()) throw std::logic_error("lm_tp pipeline: a weight-gradient pass before its BI");
@@ -182,13 +189,32 @@ LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
   LmBatch lb;
   const int64_t n = local_.batch * local_.seq;
   if (!store_) {  // shape-only: the kernels read no token; only the count matters
+    if (global_.vocab == 0) {
+      lb.input = Tensor::make(DType::fp32, {n, local_.hidden}, false);
+      lb.target = Tensor::make(DType::fp32, {n, local_.hidden}, false);
+      return lb;
+    }
     lb.inputs.assign(size_t(n), 0);
     lb.targets.assign(size_t(n), 0);
     return lb;
   }
   // This replica's sequences [dp_rank·B/dp, ...), of them micro-batch MICRO's; of each, this cp rank's chunks.
-  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
   const int64_t first = (int64_t(dp_rank_) * micro_ + micro) * local_.batch;
+  if (global_.vocab == 0) {  // a block stack: the input and target rows of this chip's tokens
+    lb.input = Tensor(DType::fp32, {n, local_.hidden});
+    lb.target = Tensor(DType::fp32, {n, local_.hidden});
+    Tensor in(DType::fp32, {1, local_.hidden}), tg(DType::fp32, {1, local_.hidden});
+    for (int64_t b = 0; b < local_.batch; ++b)
+      for (int64_t i = 0; i < local_.seq; ++i) {
+        const int64_t row = b * local_.seq + i;
+        lm_synthetic_activations(global_, train_.data_seed, step_, (first + b) * global_.seq + layout_.pos[size_t(row)],
+                                 in, tg);
+        lb.input.set_rows(row, in);
+        lb.target.set_rows(row, tg);
+      }
+    return lb;
+  }
+  const LmBatch gb = lm_synthetic_batch(global_, train_.data_seed, step_);
   lb.inputs.resize(size_t(n));
   lb.targets.resize(size_t(n));
   for (int64_t b = 0; b < local_.batch; ++b)

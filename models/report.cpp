@@ -186,6 +186,10 @@ nlohmann::json train_json(const RunReport& r) {
                       {"checkpoints", saved},
                       {"resumed_from", t.resumed_from},
                       {"resumed_step", t.resumed_step}};
+  if (t.forward) {
+    j["forward"] = true;
+    if (r.validated) j["reference_loss"] = number_or_null(t.reference_loss);
+  }
   if (t.has_memory) {
     nlohmann::json m = {{"basis", t.memory.basis}};
     for (const auto& row : t.memory.rows)
@@ -220,8 +224,9 @@ nlohmann::json train_json(const RunReport& r) {
 std::string train_head_text(const RunReport& r) {
   const TrainReport& t = r.train;
   std::ostringstream os;
-  os << "shardsim train" << (r.name.empty() ? "" : ": " + escape_control(r.name)) << "  ("
-     << escape_control(r.config_file) << ")\n";
+  os << (t.forward ? "shardsim run" : "shardsim train") << (r.name.empty() ? "" : ": " + escape_control(r.name))
+     << "  (" << escape_control(r.config_file) << ")"
+     << (t.forward ? "  forward mode of the executor (one forward, no update)" : "") << "\n";
   os << "  topology   " << r.topology << "\n";
   os << "  device     " << r.device << "\n";
   os << "  model      " << t.model << "\n";
@@ -235,15 +240,18 @@ std::string train_head_text(const RunReport& r) {
     os << "resumed: " << escape_control(t.resumed_from) << " at step " << t.resumed_step << " (saved under "
        << escape_control(t.resumed_mesh) << ")\n";
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm", "sim_step_us",
-                "compute_us", "exposed_us", "idle_us");
+  std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm",
+                t.forward ? "sim_fwd_us" : "sim_step_us", "compute_us", "exposed_us", "idle_us");
   return escape_lines(os.str()) + buf;  // the checkpoint's attributes and paths are untrusted text
 }
 
 std::string train_step_text(const RunReport& r, const TrainStep& st) {
   char buf[200];
   const auto& b = st.breakdown;
-  if (r.shape_only)
+  if (r.train.forward && !r.shape_only)  // no gradient in a forward
+    std::snprintf(buf, sizeof buf, "%6lld %10.4f %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, st.loss, "-",
+                  b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
+  else if (r.shape_only)
     std::snprintf(buf, sizeof buf, "%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, "-", "-",
                   b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
   else
@@ -256,6 +264,14 @@ std::string train_saved_text(int64_t step, const std::string& path) {
   return "checkpoint: step " + std::to_string(step) + " saved to " + escape_control(path) + "\n";
 }
 
+// " (log vocab = X)": the loss of a uniform guess, for scale; nothing for a block stack (no vocabulary).
+static std::string log_vocab_text(const TrainReport& t) {
+  if (!std::isfinite(t.log_vocab)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (log vocab = %.4f)", t.log_vocab);
+  return buf;
+}
+
 std::string train_tail_text(const RunReport& r) {
   const TrainReport& t = r.train;
   std::ostringstream os;
@@ -263,16 +279,20 @@ std::string train_tail_text(const RunReport& r) {
   if (t.steps.empty()) {
     os << "loss: no step ran\n";
   } else if (r.shape_only) {
-    os << "loss: not computed (shape-only) over " << t.steps.size() << " steps\n";
+    os << "loss: not computed (shape-only) over " << t.steps.size() << (t.forward ? " forward\n" : " steps\n");
+  } else if (t.forward) {
+    std::snprintf(buf, sizeof buf, "loss: %.4f, the forward of step %lld's batch", t.steps.front().loss,
+                  (long long)t.steps.front().step);
+    os << buf << log_vocab_text(t) << "\n";
   } else {
-    std::snprintf(buf, sizeof buf, "loss: %.4f -> %.4f over %zu steps (log vocab = %.4f)\n", t.steps.front().loss,
-                  t.steps.back().loss, t.steps.size(), t.log_vocab);
-    os << buf;
+    std::snprintf(buf, sizeof buf, "loss: %.4f -> %.4f over %zu steps", t.steps.front().loss, t.steps.back().loss,
+                  t.steps.size());
+    os << buf << log_vocab_text(t) << "\n";
   }
   const auto& b = r.critical;
   os << "simulated (modelled hardware; chip " << r.critical_chip << ", "
-     << (t.step_split ? "the last step" : "the mean step") << ")\n";
-  os << "  step time          " << fmt_ns(b.total) << "\n";
+     << (t.forward ? "the forward" : t.step_split ? "the last step" : "the mean step") << ")\n";
+  os << (t.forward ? "  forward time       " : "  step time          ") << fmt_ns(b.total) << "\n";
   os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";
   if (t.step_split) {
     os << "  communication      " << fmt_ns(b.communication) << "  " << pct(b.communication, b.total) << "  ("
@@ -285,9 +305,10 @@ std::string train_tail_text(const RunReport& r) {
                 t.tokens_per_step);
   os << buf;
   std::snprintf(buf, sizeof buf,
-                "  MFU                %.4f%% of %d x %.1f TFLOP/s %s peak (model FLOPs per step %.6g: 6N + "
-                "6*L*H*d*(s+1) per token, causal)\n",
-                100.0 * t.mfu, r.chips, r.peak_tflops_per_chip, r.dtype.c_str(), t.model_flops_per_step);
+                "  MFU                %.4f%% of %d x %.1f TFLOP/s %s peak (model FLOPs per %s %.6g: %s per token, "
+                "causal)\n",
+                100.0 * t.mfu, r.chips, r.peak_tflops_per_chip, r.dtype.c_str(), t.forward ? "forward" : "step",
+                t.model_flops_per_step, t.forward ? "2N + 2*L*H*d*(s+1)" : "6N + 6*L*H*d*(s+1)");
   os << buf;
   if (t.kernel_flops_per_step > 0) {
     std::snprintf(buf, sizeof buf, "  HFU                %.4f%% (kernel FLOPs per step %.6g: forward, backward, optimizer)\n",
@@ -337,9 +358,10 @@ std::string train_tail_text(const RunReport& r) {
   if (r.validated) {
     std::snprintf(buf, sizeof buf,
                   "validation: %s (%s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
-                  "single-device model, models/lm_train.h)\n",
+                  "single-device model, models/lm_train.h%s)\n",
                   r.passed ? "PASS" : "FAIL", t.loss_error_relative ? "relative " : "", t.max_loss_error,
-                  (long long)t.validated_steps, t.loss_limit, t.loss_limit_rule.c_str());
+                  (long long)t.validated_steps, t.loss_limit, t.loss_limit_rule.c_str(),
+                  t.forward ? ", its forward" : "");
     os << buf;
   }
   if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
@@ -456,7 +478,7 @@ nlohmann::json to_json(const RunReport& r) {
       {"verdict", r.ok() ? "PASS" : "FAIL"},
   };
   if (!r.fused.empty()) j["simulated"]["fused"] = fused_json(r.fused, r.critical.total);
-  if (r.run_mode == "train") j["train"] = train_json(r);
+  if (r.run_mode == "train" || r.train.forward) j["train"] = train_json(r);
   if (!r.resumed_from.empty()) {
     auto& v = j["validation"];
     v["resume_bit_exact"] = r.resume_same_layout && r.resume_bit_exact;
@@ -472,7 +494,7 @@ nlohmann::json to_json(const RunReport& r) {
 }
 
 std::string to_text(const RunReport& r) {
-  if (r.run_mode == "train") {
+  if (r.run_mode == "train" || r.train.forward) {
     std::string text = train_head_text(r);
     for (const auto& st : r.train.steps) {
       text += train_step_text(r, st);

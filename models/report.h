@@ -98,8 +98,11 @@ struct TrainPipeline {
   std::vector<TrainPipelineStage> stages;
 };
 
-// What `train` adds to RunReport (mode "train"); empty in forward mode.
+// What the executor adds to RunReport for a language model: mode "train" (`train`), or mode "forward" with
+// FORWARD true (`run` on a model with a vocabulary: one forward, its loss; no update). Empty otherwise.
 struct TrainReport {
+  bool forward = false;               // the forward mode: one row (the forward), no gradients or optimizer
+  double reference_loss = 0;          // forward mode, validated: the single-device forward's loss
   std::string model;                  // "vocab 32, hidden 16, 2 layers, ...; N parameters (M in GEMMs); fp32"
   std::string data;                   // global batch, tokens per step, the optimizer's settings
   std::string resumed_from;           // training-state checkpoint continued from ("" none)
@@ -127,6 +130,7 @@ struct TrainReport {
   std::string loss_limit_rule;        // how the limit follows from the dtype and the step count
   int64_t validated_steps = 0;
 };
+
 
 // The one report of `shardsim run` for every model (MLP, transformer block) and plan: text (to_text) and JSON
 // (to_json). Complete on rank 0.

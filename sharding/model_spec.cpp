@@ -219,7 +219,13 @@ ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
     for (const char* k : {"heads", "kv_heads", "head_dim", "causal", "position", "rope", "rope_theta", "norm",
                           "norm_eps"})
       if (m.has(k)) m.child(k).fail(w + k + ": model.kind mlp has no attention and no norms");
-  s.vocab = m.get_int_in("vocab", use == SpecUse::train ? 1 : 0, SpecBounds::vocab, use == SpecUse::train ? -1 : 0);
+  // The language model needs its vocabulary and global batch; a stack of blocks (model.kind transformer_block, run
+  // or trained) has neither embedding nor head (vocab 0) and one sequence per data-parallel replica by default.
+  const bool lm = use == SpecUse::train && !(m.has("kind") && m.get_string("kind") == "transformer_block");
+  if (!lm && use == SpecUse::train && m.has("vocab"))
+    m.child("vocab").fail(w + "vocab: model.kind transformer_block has no embedding or head (a block stack trains on "
+                              "a regression loss; drop kind for a language model)");
+  s.vocab = m.get_int_in("vocab", lm ? 1 : 0, SpecBounds::vocab, lm ? -1 : 0);
   if (s.vocab < 0) m.fail("missing required key '" + w + "vocab'");
   s.hidden = m.get_int_in("hidden", 1, SpecBounds::hidden);
   s.layers = m.get_int_in("layers", 1, SpecBounds::layers, 1);
@@ -229,7 +235,7 @@ ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
   if (m.has("tokens") && m.has("seq")) m.child("tokens").fail(w + "tokens: and seq: are the same key; keep seq");
   if (m.has("tokens") && !mlp) m.child("tokens").fail(w + "tokens: model.kind mlp's name for seq; use seq");
   s.seq = m.get_int_in(m.has("tokens") ? "tokens" : "seq", 1, SpecBounds::seq);
-  s.batch = m.get_int_in("batch", use == SpecUse::train ? 1 : 0, SpecBounds::batch, use == SpecUse::train ? -1 : 0);
+  s.batch = m.get_int_in("batch", lm ? 1 : 0, SpecBounds::batch, lm ? -1 : 0);
   if (s.batch < 0) m.fail("missing required key '" + w + "batch'");
   s.micro_batch = m.get_int_in("micro_batch", 0, SpecBounds::batch, 0);
   if (s.micro_batch > 0 && s.batch > 0 && s.batch % s.micro_batch != 0)

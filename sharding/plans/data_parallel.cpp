@@ -118,7 +118,7 @@ void DataParallel::begin_step() {
 }
 
 sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::TimeNs t) {
-  if (config_.zero == 3)  // issued when the previous unit started: one unit ahead
+  if (config_.zero == 3 && unit_bucket_[size_t(unit)] >= 0)  // issued when the previous unit started: one unit ahead
     t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
                                   unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
   // overlap_param_gather: the previous step's deferred parameter gathers, by the unit each bucket opens in forward
@@ -152,7 +152,7 @@ sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::T
 }
 
 sim::TimeNs DataParallel::begin_backward(int unit, const TensorRefs& work, sim::TimeNs t) {
-  if (config_.zero == 3)
+  if (config_.zero == 3 && unit_bucket_[size_t(unit)] >= 0)  // a unit without parameters gathers nothing
     t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
                                   unit == units_ - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)]));
   bwd_start_[size_t(unit)] = t;

@@ -84,6 +84,12 @@ struct EpActivations {
   double dispatch_bytes = 0, combine_bytes = 0;  // bytes this chip sent (forward)
   sim::TimeNs dispatch_ns = 0, combine_ns = 0;   // simulated time of the two all_to_allv calls (forward)
   int64_t local_rows() const { return local_offsets.empty() ? 0 : local_offsets.back(); }
+  // Simulated HBM of the exchange buffers at the layer's peak (bytes): the permuted rows and the combined-back
+  // outputs (N rows each) and the received, sorted and expert-output rows (M rows each, three buffers), of H
+  // elements of DTYPE; the experts' own activations are ExpertActs'.
+  double buffer_bytes(int64_t h, runtime::DType dtype) const {
+    return double(2 * routing.rows() + 3 * local_rows()) * double(h) * double(runtime::dtype_size(dtype));
+  }
 };
 
 // The declared routing of every ep rank (shape-only runs): kernels::declared_routing with stream LAYER·ep + rank.

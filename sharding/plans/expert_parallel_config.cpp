@@ -27,11 +27,11 @@ std::vector<int64_t> expert_ffn(const ConfigNode& moe, int64_t experts, const st
 
 }  // namespace
 
-MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model) {
+kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model) {
   const std::string w = moe.path() + ".";
   if (!moe.is_map()) moe.fail(moe.path() + ": expected a map of MoE keys");
   moe.expect_keys(kMoeKeys);
-  MoeConfig c;
+  kernels::MoeConfig c;
   kernels::MoeSpec& s = c.spec;
   s.hidden = model.hidden;
   s.dtype = model.dtype;
@@ -68,7 +68,7 @@ MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model) {
   return c;
 }
 
-std::string moe_text(const MoeConfig& c) {
+std::string moe_text(const kernels::MoeConfig& c) {
   const kernels::MoeSpec& s = c.spec;
   std::ostringstream o;
   o << "moe " << s.experts() << " experts top-" << s.router.top_k << " (expert ffn " << s.expert_ffn.front();

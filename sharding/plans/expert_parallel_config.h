@@ -46,20 +46,12 @@ struct MoeBounds {
   static constexpr int64_t ffn = 1 << 24;
 };
 
-struct MoeConfig {
-  kernels::MoeSpec spec;                 // hidden, dtype and the MLP kind from the model
-  int64_t dense_layers = 0;
-  int64_t layer_step = 1;
-  double bias_update = 0;
-  kernels::RoutingDistribution routing;  // shape-only runs
-  bool is_moe_layer(int64_t layer) const { return layer >= dense_layers && (layer + 1) % layer_step == 0; }
-};
-
-// MOE: the model's moe: node; MODEL: the rest of the model (hidden, layers, mlp, dtype) already parsed.
-MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model);
+// The layer config (kernels::MoeConfig, kernels/moe_mlp.h, so that ModelSpec can hold one without including
+// this header). MOE: the model's moe: node; MODEL: the rest of the model (hidden, layers, mlp, dtype) already parsed.
+kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& model);
 
 // "moe 8 experts top-2 (expert ffn 14336, swiglu, softmax router, dropless)" for the report's model line.
-std::string moe_text(const MoeConfig& c);
+std::string moe_text(const kernels::MoeConfig& c);
 
 // The ep plan's divisibility rule: "" when EXPERTS split over EP, else the message (for parallel.ep).
 std::string ep_obstacle(int64_t experts, int ep);

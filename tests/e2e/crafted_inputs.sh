@@ -159,9 +159,12 @@ pass "a resume reads the neutralised label back as the same point (nothing re-ru
 
 e2e_case "a second sweep into a locked output folder"
 rm -f out/.shardsim.lock  # the holder text of the earlier sweeps: wait for the new holder's own
-SHARDSIM_SWEEP_POINT_DELAY_MS=4000 shardsim_mpi 2 sweep s.yaml --no-plots --force >first.out 2>&1 &
+# The holder keeps the folder 2 x 4 s on an idle host, longer under load (lib.sh e2e_timeout), so the second
+# sweep starts while it holds it.
+SHARDSIM_SWEEP_POINT_DELAY_MS=$((4000 * $(E2E_TIMEOUT=1 e2e_timeout))) shardsim_mpi 2 sweep s.yaml --no-plots --force \
+  >first.out 2>&1 &
 first=$!
-for _ in $(seq 50); do grep -q pid out/.shardsim.lock 2>/dev/null && break; sleep 0.2; done
+for _ in $(seq $((5 * $(E2E_TIMEOUT=10 e2e_timeout)))); do grep -q pid out/.shardsim.lock 2>/dev/null && break; sleep 0.2; done
 expect_exit 2 'output folder out is in use by another command \(pid [0-9]+ on host .*sweep s\.yaml\)' -- \
   shardsim_mpi 2 sweep s.yaml --no-plots
 one_clean_line

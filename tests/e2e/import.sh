@@ -93,6 +93,25 @@ for c in lm_llama3_8b_64chips.yaml lm_train_dp4.yaml validation/korthikanti22_22
   expect_exit 0 '^\[parallelism\]' -- "$SHARDSIM" export torchtitan "$CONFIGS/$c"
 done
 
+e2e_case "sweep --export: the best-plan table names each winner's launch line"
+expect_exit 0 'parameters' -- "$SHARDSIM" import hf "$DATA/hf/gpt2.json" --batch 8 --seq 256 -o byo.yaml
+cat >byo_sweep.yaml <<'EOF2'
+name: byo
+output: byo_out
+axes:
+  workload: [{config: byo.yaml, label: gpt2}]
+  topology: [{kind: ring, chips: 8, bandwidth_gbps: 100, latency_ns: 1000}]
+  device: [h100]
+  plan:
+    - {tp: 1, dp: fill}
+    - {tp: 2, sp: true, dp: fill, zero: 1}
+EOF2
+if expect_exit 0 'launch of the best plan tp[0-9]+xdp[0-9]+.* for gpt2 on .* \(export megatron\):' -- \
+     shardsim_mpi 1 --chips 8 sweep byo_sweep.yaml --export megatron --no-plots; then
+  assert_out '^torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py' "the winner's torchrun line"
+  assert_out '^  --global-batch-size 8 ' "the winner's batch"
+fi
+
 e2e_case "bad input: one line, exit 2, the existing output untouched"
 echo 'keep' >keep.yaml
 head -c 200 "$DATA/hf/llama3_8b.json" >truncated.json

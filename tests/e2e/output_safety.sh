@@ -62,10 +62,12 @@ rm -f ck.h5.partial
 no_temporaries .
 
 # ---- 3. signals ----
-# wait_lines FILE N SECONDS: until FILE has at least N lines (0 if it got there).
+# wait_lines FILE N SECONDS: until FILE has at least N lines (0 if it got there); SECONDS on an idle host, scaled
+# by the load as every timeout (lib.sh e2e_timeout).
 wait_lines() {
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do
+  local i limit
+  limit=$(E2E_TIMEOUT=$3 e2e_timeout)
+  for ((i = 0; i < limit * 10; i++)); do
     [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
     sleep 0.1
   done
@@ -79,10 +81,10 @@ bench_signal() {
   E2E_NCMD=$((E2E_NCMD + 1))
   E2E_STDOUT=$E2E_TMP/cmd$E2E_NCMD.stdout E2E_STDERR=$E2E_TMP/cmd$E2E_NCMD.stderr E2E_OUT=$E2E_TMP/cmd$E2E_NCMD.out
   if [ "$np" = 0 ]; then  # no launcher: the process itself
-    timeout -k 5 "$E2E_TIMEOUT" "$SHARDSIM" bench all_reduce -b 1K -e 32M -f 1.05 -n 100 -w 1 --csv sig.csv \
+    timeout -k 5 "$(e2e_timeout)" "$SHARDSIM" bench all_reduce -b 1K -e 32M -f 1.05 -n 100 -w 1 --csv sig.csv \
       >"$E2E_STDOUT" 2>"$E2E_STDERR" &
   else
-    timeout -k 5 "$E2E_TIMEOUT" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np "$np" "$SHARDSIM" bench all_reduce \
+    timeout -k 5 "$(e2e_timeout)" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np "$np" "$SHARDSIM" bench all_reduce \
       -b 1K -e 32M -f 1.05 -n 100 -w 1 --csv sig.csv >"$E2E_STDOUT" 2>"$E2E_STDERR" &
   fi
   pid=$!
@@ -138,7 +140,7 @@ axes:
 EOF
 E2E_NCMD=$((E2E_NCMD + 1))
 E2E_STDOUT=$E2E_TMP/cmd$E2E_NCMD.stdout E2E_STDERR=$E2E_TMP/cmd$E2E_NCMD.stderr E2E_OUT=$E2E_TMP/cmd$E2E_NCMD.out
-SHARDSIM_SWEEP_POINT_DELAY_MS=400 timeout -k 5 "$E2E_TIMEOUT" "$SHARDSIM" sweep sig_sweep.yaml --no-plots \
+SHARDSIM_SWEEP_POINT_DELAY_MS=400 timeout -k 5 "$(e2e_timeout)" "$SHARDSIM" sweep sig_sweep.yaml --no-plots \
   >"$E2E_STDOUT" 2>"$E2E_STDERR" &
 pid=$!
 if wait_lines sig_out/results.csv 4 30; then

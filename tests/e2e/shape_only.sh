@@ -56,7 +56,7 @@ expect_exit 2 '^shardsim: error: --shape-only moves no data' -- shardsim_mpi 1 b
 
 e2e_case "bench --shape-only -e 1G at 8 chips on 1 rank: no host memory per byte"
 if [ -x /usr/bin/time ]; then
-  if expect_exit 0 'N/A \(not validated: shape-only\)' -- /usr/bin/time -v timeout -k 10 "$E2E_TIMEOUT" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np 1 "$SHARDSIM" \
+  if expect_exit 0 'N/A \(not validated: shape-only\)' -- /usr/bin/time -v timeout -k 10 "$(e2e_timeout)" "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np 1 "$SHARDSIM" \
     --chips-per-rank 8 bench all_reduce -b 1G -e 1G -n 1 -w 0 --shape-only; then
     rss_kb=$(grep -o "Maximum resident set size (kbytes): [0-9]*" "$E2E_OUT" | grep -o '[0-9]*$' | sort -n | tail -n 1)
     if [ -n "$rss_kb" ] && [ "$rss_kb" -lt 262144 ]; then

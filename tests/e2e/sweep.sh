@@ -147,7 +147,7 @@ e2e_case "a sweep killed mid-way completes only the missing points"
 SHARDSIM_SWEEP_POINT_DELAY_MS=400 setsid "$MPIEXEC" ${MPI_FLAGS[@]+"${MPI_FLAGS[@]}"} -np 4 "$SHARDSIM" sweep grid.yaml \
   --output killed --no-plots >killed.out 2>&1 &
 pid=$!
-for _ in $(seq 1 300); do
+for _ in $(seq 1 $((10 * $(E2E_TIMEOUT=30 e2e_timeout)))); do  # 30 s on an idle host, load-scaled
   [ -f killed/results.csv ] && [ "$(wc -l <killed/results.csv)" -ge 16 ] && break
   sleep 0.1
 done

@@ -77,8 +77,9 @@ signal_case() {  # LAYOUT SIG CODE [one: signal only the last rank; mpirun takes
     "$MPIEXEC" $MPI_FLAGS -np "$NP" "$SHARDSIM" --chips "$CHIPS" train t.yaml "${PLAN[@]}" --steps 1000000 \
       --save-every 2 --checkpoint sig.h5 >sig.out 2>sig.err &
   fi
-  local pid=$! waited=0
-  until grep -q '^checkpoint: step 4 saved' sig.out 2>/dev/null || [ $waited -ge 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+  local pid=$! waited=0 limit
+  limit=$((10 * $(E2E_TIMEOUT=60 e2e_timeout)))  # 60 s on an idle host, load-scaled
+  until grep -q '^checkpoint: step 4 saved' sig.out 2>/dev/null || [ $waited -ge $limit ]; do sleep 0.1; waited=$((waited + 1)); done
   if [ "$NP" = 1 ] && [ "$CHIPS" = 1 ]; then
     kill -s "$sig" "$pid"
   else  # the ranks (mpirun's own exit code after a signal is Open MPI's choice: docs/RELIABILITY.md)

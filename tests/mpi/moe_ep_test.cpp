@@ -265,3 +265,63 @@ TEST(MoeEpShapeOnly, UniformDispatchBytesAndBisectionBound) {
 }
 
 }  // namespace
+
+namespace {
+
+// One chip's ep x etp forward + backward on a fresh clock: real data, or shape-only with DECLARED routings; the
+// chip's simulated end time.
+double step_end(const EpCase& c, int P, int etp, const std::vector<kernels::Routing>* declared) {
+  const int n = world_size(), rank = world_rank();
+  const auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 500});
+  sim::Timeline tl(rank, topo, sim::device_preset("trainium1"));
+  runtime::Transport world(MPI_COMM_WORLD, tl, identity_chips(n));
+  sharding::DeviceMesh mesh({{"tp", etp}, {"ep", P}}, topo);
+  mesh.bind(world);
+  runtime::Transport& t = mesh["ep"];
+  runtime::Transport& tp = mesh["tp"];
+  const MoeSpec s = spec_of(c, P);
+  const auto shard = sharding::plans::ep_shard(s.experts(), P, t.rank());
+  const bool real = declared == nullptr;
+  const auto w = sharding::plans::shard_etp(kernels::make_moe_weights(s, 17, shard.first, shard.count, real), etp,
+                                            tp.rank());
+  world.set_shape_only(!real);
+  const Tensor x = real ? tokens_of(t.rank(), s.hidden, 1) : Tensor::shape_only({kTokens, s.hidden}, DType::fp32);
+  sharding::plans::Chip chip{&tl};
+  sharding::plans::Comm comm;
+  sharding::plans::EpActivations keep;
+  const sharding::plans::EpGroups groups{t, etp > 1 ? &tp : nullptr};
+  sharding::plans::ep_moe_forward(groups, s, w, x, chip, comm, keep, declared);
+  kernels::MoeWeights g = kernels::zero_like(w);
+  sharding::plans::ep_moe_backward(groups, s, w, x, keep, x, 0.5, g, chip, comm);
+  world.set_shape_only(false);
+  return double(tl.end_time());
+}
+
+}  // namespace
+
+// A shape-only step whose declared routing is the real run's (each rank's kept counts) has the same simulated end
+// time on every chip, bit for bit, as the real-data step: the costs never depend on values.
+TEST(MoeEpShapeOnly, SameSimulatedTimeAsRealDataWithItsCounts) {
+  const int n = world_size();
+  const int etp = n >= 4 ? 2 : 1, P = n / etp;
+  if (24 % P != 0) GTEST_SKIP() << "24 experts do not split over " << P;
+  const EpCase c{"capacity_skewed_shared", kernels::RouterScore::softmax, 1.0, 4, true};
+  const MoeSpec s = spec_of(c, P);
+  // Every rank's kept counts, from the single-device routing with groups = ep (what each rank routes).
+  Tensor x_all(DType::fp32, {P * kTokens, s.hidden});
+  for (int q = 0; q < P; ++q) x_all.set_rows(q * kTokens, tokens_of(q, s.hidden, 1));
+  kernels::MoeActivations ref;
+  kernels::moe_forward(s, kernels::make_moe_weights(s, 17, 0, s.experts()), x_all, ref, {});
+  std::vector<kernels::Routing> declared;
+  const int64_t k = s.router.top_k;
+  for (int q = 0; q < P; ++q) {
+    std::vector<int64_t> counts(static_cast<size_t>(s.experts()), 0);
+    for (int64_t i = q * kTokens * k; i < (q + 1) * kTokens * k; ++i)
+      if (ref.routing.kept[size_t(i)]) ++counts[size_t(ref.routing.expert[size_t(i)])];
+    declared.push_back(kernels::Routing::from_counts(kTokens, k, counts));
+  }
+  const double real = step_end(c, P, etp, nullptr);
+  const double meta = step_end(c, P, etp, &declared);
+  EXPECT_GT(real, 0);
+  EXPECT_EQ(real, meta) << "ep " << P << " etp " << etp;
+}

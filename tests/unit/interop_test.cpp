@@ -12,6 +12,7 @@
 #include "interop/hf_config.h"
 #include "interop/megatron.h"
 #include "interop/torchtitan.h"
+#include "sharding/plans/expert_parallel_config.h"
 
 namespace shardsim::interop {
 namespace {
@@ -115,7 +116,20 @@ TEST(InteropHf, MoeFieldsAreRecordedAndNamed) {
   const Imported l4 = import_hf(kData + "hf/llama4_scout.json");
   EXPECT_EQ(l4.moe.experts, 16);
   EXPECT_EQ(l4.moe.top_k, 1);
-  EXPECT_TRUE(moe_keys(ds.moe).empty());  // the hook: nothing maps until ModelSpec expresses experts
+  // The hook: the model.moe keys each MoE model maps to parse with the model.moe parser (expert_parallel_config.h).
+  for (const Imported* imp : {&mix, &ds, &q, &l4}) {
+    std::string moe = "moe:\n";
+    for (const Mapped& m : moe_keys(imp->moe)) moe += "  " + m.key + ": " + m.value + "\n";
+    const ConfigNode node = ConfigNode::load_string(moe, "moe.yaml");
+    const sharding::plans::MoeConfig c = sharding::plans::parse_moe_config(node.child("moe"), loaded(*imp).spec);
+    EXPECT_EQ(c.spec.router.experts, imp->moe.experts);
+    EXPECT_EQ(c.spec.router.top_k, imp->moe.top_k);
+  }
+  const sharding::plans::MoeConfig dc = sharding::plans::parse_moe_config(
+      ConfigNode::load_string("moe: {experts: 256, top_k: 8, expert_ffn: 2048, shared_experts: 1, router: sigmoid, "
+                              "scale: 2.5, dense_layers: 3}", "m.yaml").child("moe"), loaded(ds).spec);
+  EXPECT_EQ(dc.spec.shared_ffn, 2048);
+  EXPECT_EQ(moe_keys(ds.moe).size(), 9u);  // experts .. dense_layers (layer_step 1 is the default)
   const std::string yaml = to_yaml(ds);
   EXPECT_NE(yaml.find("Mixture of experts: not expressible"), std::string::npos);
   EXPECT_NE(yaml.find("n_routed_experts 256"), std::string::npos);

@@ -84,6 +84,51 @@ TEST(LmModel, GradientMatchesFiniteDifferences) {
   RecordProperty("worst_rel_err", std::to_string(gradient_check(tiny())));
 }
 
+// A block stack (vocab 0: no embedding, final norm or head; the mean squared error to a seeded target): the same
+// gradient check over its weights, which are the blocks' alone; the loss is the kernel's formula on the output.
+TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
+  for (int v = 0; v < 2; ++v) {
+    LmConfig c = tiny();
+    c.vocab = 0;
+    if (v == 1) c.norm = sharding::NormKind::layernorm;
+    SCOPED_TRACE("variant " + std::to_string(v));
+    gradient_check(c);
+    const LmWeights w = lm_init(c);
+    int64_t n = 0;
+    for (const auto& [name, t] : w.named_weights()) {
+      n += t->numel();
+      EXPECT_EQ(name.rfind("layers.", 0), 0u) << name << ": a block stack holds only its blocks' weights";
+    }
+    EXPECT_EQ(n, lm_param_count(c));
+    // The loss is 1/(N h) sum 1/2 (y - t)^2 of the output: an identity stack (no layers) gives it from the data.
+    LmConfig id = c;
+    id.layers = 0;
+    const LmBatch b = lm_synthetic_batch(id, 5, 2);
+    double want = 0;
+    for (int64_t i = 0; i < b.input.numel(); ++i) {
+      const double d = double(b.input.get(i)) - double(b.target.get(i));
+      want += 0.5 * d * d;
+    }
+    want /= double(b.input.numel());
+    EXPECT_NEAR(lm_forward(id, lm_init(id), b), want, 1e-12 * std::max(1.0, want));
+  }
+  // Rows of a step's data made alone equal the whole batch's rows (a chip makes only its own).
+  LmConfig c = tiny();
+  c.vocab = 0;
+  const LmBatch whole = lm_synthetic_batch(c, 7, 3);
+  Tensor in(runtime::DType::fp32, {2, c.hidden}), tg(runtime::DType::fp32, {2, c.hidden});
+  lm_synthetic_activations(c, 7, 3, 4, in, tg);
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    EXPECT_EQ(in.get(i), whole.input.get(4 * c.hidden + i));
+    EXPECT_EQ(tg.get(i), whole.target.get(4 * c.hidden + i));
+  }
+  EXPECT_THROW(lm_synthetic_activations(c, 7, 3, c.batch * c.seq - 1, in, tg), std::invalid_argument);
+  // A NaN in the output propagates into the loss (never silently dropped).
+  LmBatch bad = whole;
+  bad.input.set(3, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(lm_forward(c, lm_init(c), bad)));
+}
+
 // The block variants (layernorm with bias, GELU MLP, learned positions, tied embeddings), each alone and together
 // (the GPT block), pass the same check; every variant weight appears in named_weights with its gradient.
 TEST(LmModel, VariantGradientsMatchFiniteDifferences) {

@@ -18,7 +18,7 @@ sharding::ModelSpec model() {
   return m;
 }
 
-sharding::plans::MoeConfig parse(const std::string& yaml) {
+kernels::MoeConfig parse(const std::string& yaml) {
   const ConfigNode root = ConfigNode::load_string(yaml, "moe.yaml");
   return parse_moe_config(root.child("model").child("moe"), model());
 }

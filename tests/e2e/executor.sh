@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# e2e: one executor, two modes (models/lm_tp.h, apps/train.cpp). `run` on a language-model config is the forward
+# mode: one forward of the step's batch through the plan (dp, tp, pp with its schedule's forward actions), its loss
+# against the single-device forward, the same loss under every plan; `train` on a block config (model.kind
+# transformer_block: no vocabulary, a regression loss) trains it and validates the losses against one device.
+# Usage: executor.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+LM=$CONFIGS/lm_train_dp4.yaml
+BLOCK=$CONFIGS/blocks/small_block.yaml
+loss_of() { awk '/^loss: /{gsub(",", "", $2); print $2}' "$E2E_STDOUT"; }
+same_loss() {  # A B WHAT: equal within 1e-2 relative (bf16 configs) - the forward's limit is the dtype's
+  if awk -v a="$1" -v b="$2" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-2 * (a < 0 ? -a : a))}'; then
+    pass "$3: $1 = $2"
+  else fail "$3: $1 vs $2"; fi
+}
+
+e2e_case "(a) run on a training config: the forward mode, validated against one device"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --json fwd.json; then
+  assert_out 'forward mode of the executor' "the report names the mode"
+  assert_out '^  forward time +[0-9.]+ (us|ms)$' "the simulated forward time"
+  assert_out 'model FLOPs per forward' "MFU counts a forward's FLOPs"
+  base=$(loss_of)
+  if python3 -c "import json,sys; j=json.load(open('fwd.json')); t=j['train']; \
+sys.exit(0 if j['run_mode']=='forward' and t['forward'] and abs(t['steps'][0]['loss']-t['reference_loss'])<1e-2 else 1)"; then
+    pass "JSON: run_mode forward, the loss and the reference loss"
+  else fail "JSON of the forward mode"; fi
+fi
+
+e2e_case "(b) the same forward pipelined (pp=2 x tp=2, 4 micro-batches) and at tp=4, on 4 ranks"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$LM" --plan pp=2,tp=2 --set model.micro_batch=2; then
+  assert_out 'pipeline: pp 2, schedule 1f1b' "the pipelined plan"
+  same_loss "$base" "$(loss_of)" "pp=2 x tp=2 forward loss = dp=4's"
+fi
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --plan tp=4,sp=true; then
+  same_loss "$base" "$(loss_of)" "tp=4 + sp forward loss = dp=4's"
+fi
+
+e2e_case "(c) shape-only forward: the same simulated time, not validated"
+if expect_exit 0 'forward time' -- shardsim_mpi 1 --chips 4 run "$LM" --json fwd_real.json; then
+  if expect_exit 0 'forward time' -- shardsim_mpi 1 --chips 4 run "$LM" --shape-only --json fwd_shape.json; then
+    if python3 -c "import json,sys; a=json.load(open('fwd_real.json')); b=json.load(open('fwd_shape.json')); \
+sys.exit(0 if a['train']['step_ns']==b['train']['step_ns'] and not b['validated'] else 1)"; then
+      pass "shape-only forward time = real data's, not validated"
+    else fail "shape-only forward differs from real data"; fi
+  fi
+fi
+
+e2e_case "(d) a forward checkpoint is the weights part of a training state: train resumes it, run reads it"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --checkpoint fwd.h5; then
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --resume fwd.h5 --plan tp=2
+  same_loss "$base" "$(loss_of)" "the resumed forward's loss"
+  expect_exit 0 'resumed: .* at step 0' -- shardsim_mpi 1 --chips 4 train "$LM" --resume fwd.h5 --steps 1 --validate
+fi
+
+e2e_case "(e) train on a block config (no vocabulary: a regression loss), validated against one device"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$BLOCK" --steps 3 --plan tp=2; then
+  assert_out 'a stack of 1 transformer blocks' "the model line says what trains"
+  assert_out_count '^ +[0-9]+ +[0-9.]+ +[0-9.]+( +[0-9.]+){4}$' 3 "one row per step"
+fi
+for plan in "tp=2,sp=true" "tp=2,cp=2" "ulysses=2,tp=2" "pp=2,tp=2" "dp=4,zero=3"; do
+  extra=()
+  case $plan in pp=*) extra=(--set model.layers=2 --set model.batch=4 --set model.micro_batch=1) ;; esac
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$BLOCK" --steps 3 --plan "$plan" \
+    ${extra[@]+"${extra[@]}"}
+done
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$BLOCK" --steps 2 --plan tp=2,sp=true
+
+e2e_case "(f) bad input: a vocabulary in a block config, an MLP-only stack in train"
+expect_exit 2 'vocab: model.kind transformer_block has no embedding' -- \
+  shardsim_mpi 1 --chips 4 train "$BLOCK" --set model.vocab=64
+expect_exit 2 'kind: mlp: training an MLP-only stack is not implemented yet' -- \
+  shardsim_mpi 1 train "$CONFIGS/workloads/small_mlp.yaml"
+
+e2e_finish
