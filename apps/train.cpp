@@ -465,10 +465,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   sharding::RunReport r = train_report(f, s, n);
   r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
   r.mesh = mesh->mapping_text();
-  // The plan line: the plan registry's one text (sharding/plans/registry.h), and the trainer's bucket count.
+  // The plan line: the plan registry's one text for both modes (sharding/plans/registry.h), and in training the
+  // trainer's bucket count.
   const int buckets = trainer->buckets();
-  r.plan = sharding::plans::plan_text(s.spec, s.plan, true);
-  if (dp_size * s.cp > 1 && s.dp.zero < 3)
+  r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
+  if (!f.forward && dp_size * s.cp > 1 && s.dp.zero < 3)
     r.plan += "; " + std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s");
   char b[1024];
   const long long per_replica = (long long)(c.batch / dp_size);
