@@ -3,17 +3,28 @@
 // `shardsim help plans`: every parallel plan of the plan registry (sharding/plans/registry.h) with its mesh axis,
 // relations and keys.
 // `shardsim help devices`: every device preset (configs/devices.yaml) with its figures and their sources, as
-// Markdown; docs/DEVICES.md is this output (tests/e2e/new_user.sh keeps them equal).
+// Markdown; docs/DEVICES.md is this output (tests/e2e/new_user.sh keeps them equal). A preset whose facts name a
+// kernel_table (published kernel measurements, kernels/kernel_calibrate.h format, next to the presets file) gets
+// a table of the model's kernel rates against them.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "apps/commands.h"
 #include "common/error.h"
+#include "common/input_file.h"
+#include "common/text.h"
 #include "experiments/config_keys.h"
+<<<<<<< HEAD
 #include "sharding/plans/registry.h"
+=======
+#include "kernels/kernel_calibrate.h"
+>>>>>>> main
 #include "sim/device_presets.h"
+#include "sim/kernel_model.h"
 
 namespace shardsim::apps {
 
@@ -26,6 +37,33 @@ std::string figure(double v) {
   return buf;
 }
 
+// The preset's kernel rates against the published measurements of TABLE (a path relative to the presets file's
+// folder), then the table's comment lines, which cite each measurement.
+void print_kernel_ceilings(const sim::DevicePreset& p, const std::string& table) {
+  const std::string presets = sim::device_presets_file();
+  const auto slash = presets.find_last_of('/');
+  const std::string path = (slash == std::string::npos ? std::string(".") : presets.substr(0, slash)) + "/" + table;
+  const std::string text = read_input_file(path, 1u << 20, "a kernel table");
+  const auto rows = kernels::parse_kernel_table(text, table);
+  std::printf("\nKernel rates against published measurements (`%s`; tests/unit/kernel_tables_test.cpp checks that "
+              "`shardsim calibrate --kernels` fed with it reproduces the preset):\n\n"
+              "| kernel | dtype | m x n x k x batch | published TFLOP/s | shardsim TFLOP/s | error |\n"
+              "|---|---|---:|---:|---:|---:|\n", escape_control(table).c_str());
+  for (const auto& r : rows) {
+    const double ns = sim::kernel_time_ns(p.spec, r.flops, r.bytes, r.precision, r.shape);
+    const double published = r.flops / r.measured_ns / 1e3, model = r.flops / ns / 1e3;
+    const double error = std::round(1000 * (model - published) / published) / 10;  // %, one decimal, no "-0.0"
+    std::printf("| %s | %s | %lld x %lld x %lld x %lld | %.1f | %.1f | %+.1f%% |\n", r.kernel.c_str(),
+                sim::precision_name(r.precision).c_str(), (long long)r.shape.m, (long long)r.shape.n,
+                (long long)r.shape.k, (long long)r.shape.batch, published, model, error == 0 ? 0.0 : error);
+  }
+  std::printf("\n```\n");
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '#') std::printf("%s\n", escape_control(line).c_str());
+  std::printf("```\n");
+}
+
 void print_devices() {
   const auto& presets = sim::device_presets();
   const char* env = std::getenv("SHARDSIM_DEVICES");
@@ -35,7 +73,8 @@ void print_devices() {
               "`device: {preset: NAME, KEY: VALUE}` to change a figure (docs/CONFIG.md). Peaks are dense TFLOP/s (int8:\n"
               "TOPS); `-` = not set, the precision runs at the rate of its fallback (fp64 -> fp32; fp16 -> bf16; fp8 ->\n"
               "fp16; int8 -> fp8). HBM in GiB and GB/s. Kernels: `peak` = every kernel at the roofline, `shaped` = the\n"
-              "kernel model (docs/MODEL.md). Every figure's source, or why it is an assumption, follows the table.\n\n",
+              "kernel model (docs/MODEL.md; `systolic`: a NeuronCore's tensor engine). Every figure's source, or why it\n"
+              "is an assumption, follows the table.\n\n",
               file.c_str());
   std::printf("| preset | bf16 | fp16 | fp8 | int8 | fp32 | fp64 | HBM GiB | HBM GB/s | kernels | node config |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
@@ -48,7 +87,10 @@ void print_devices() {
                 figure(d.peak_tflops_bf16).c_str(), figure(d.peak_tflops_fp16).c_str(),
                 figure(d.peak_tflops_fp8).c_str(), figure(d.peak_tflops_int8).c_str(),
                 figure(d.peak_tflops_fp32).c_str(), figure(d.peak_tflops_fp64).c_str(), figure(d.hbm_gib).c_str(),
-                figure(d.hbm_gbps).c_str(), d.kernel.shaped ? "shaped" : "peak", node.c_str());
+                figure(d.hbm_gbps).c_str(),
+                !d.kernel.shaped ? "peak"
+                : d.kernel.tensor_engine == sim::TensorEngine::systolic ? "shaped (systolic)" : "shaped",
+                node.c_str());
   }
   for (const auto& p : presets) {
     std::string aliases;
@@ -56,6 +98,8 @@ void print_devices() {
     std::printf("\n## %s%s\n\n", p.name.c_str(), aliases.empty() ? "" : (aliases + ")").c_str());
     for (const auto& [keys, text] : p.sources) std::printf("- `%s`: %s\n", keys.c_str(), text.c_str());
     for (const auto& [key, text] : p.facts) std::printf("- %s: %s\n", key.c_str(), text.c_str());
+    for (const auto& [key, text] : p.facts)
+      if (key == "kernel_table") print_kernel_ceilings(p, text);
   }
 }
 

@@ -289,6 +289,20 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
   r.train.resumed_mesh = snap->mesh;
 }
 
+// Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
+nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, sharding::RunReport& r) {
+  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
+  auto& t = r.train;
+  r.validated = true;
+  r.passed = v[0].get<bool>();
+  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
+  t.loss_limit = r.tolerance = v[2].get<double>();
+  t.loss_error_relative = v[3].get<bool>();
+  t.loss_limit_rule = v[4].get<std::string>();
+  (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
+  return v;
+}
+
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
 // batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
 void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r) {
@@ -306,16 +320,9 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, sharding:
                         check.tolerance.rule, check.step};
     verdict = j.dump();
   }
-  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
-  r.validated = true;
-  r.passed = v[0].get<bool>();
-  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
-  t.loss_limit = r.tolerance = v[2].get<double>();
-  t.loss_error_relative = v[3].get<bool>();
-  t.loss_limit_rule = v[4].get<std::string>() + " (the limit at step " + std::to_string(v[5].get<int64_t>()) +
-                      ", the step closest to its limit)";
+  const nlohmann::json v = apply_loss_verdict(world, verdict, r);
+  t.loss_limit_rule += " (the limit at step " + std::to_string(v[5].get<int64_t>()) + ", the step closest to its limit)";
   t.validated_steps = static_cast<int64_t>(t.steps.size());
-  (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
 }
 
 // The forward mode's validation: the sharded forward's loss against the single-device forward (lm_forward) of the
@@ -335,16 +342,10 @@ void validate_forward(const runtime::World& world, const TrainSetup& s, sharding
                         check.tolerance.rule, reference};
     verdict = j.dump();
   }
-  const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
-  r.validated = true;
-  r.passed = v[0].get<bool>();
-  t.max_loss_error = v[1].is_number() ? v[1].get<double>() : NAN;
-  t.loss_limit = r.tolerance = v[2].get<double>();
-  t.loss_error_relative = v[3].get<bool>();
-  t.loss_limit_rule = v[4].get<std::string>() + " (one forward: the limit of step 1)";
+  const nlohmann::json v = apply_loss_verdict(world, verdict, r);
+  t.loss_limit_rule += " (one forward: the limit of step 1)";
   t.reference_loss = v[5].is_number() ? v[5].get<double>() : NAN;
   t.validated_steps = 1;
-  (t.loss_error_relative ? r.relative_error : r.max_abs_error) = t.max_loss_error;
 }
 
 std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <sstream>
 
 #include "common/checked.h"
@@ -130,7 +131,13 @@ std::vector<KernelRow> parse_kernel_table(const std::string& text, const std::st
     if (t.empty() || *end != '\0' || !std::isfinite(us) || us <= 0)
       fail(file, line, "time_us must be a finite number > 0 (got '" + escape_control(t) + "')");
     r.measured_ns = us * 1e3;
-    cost_row(r, dt, m, n, k, batch, causal);
+    try {  // the simulator's kernels check their arguments (e.g. attention takes fp32 or bf16 only)
+      cost_row(r, dt, m, n, k, batch, causal);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(file, line, r.kernel + " with dtype " + escape_control(at(1)) + ": " + escape_control(e.what()));
+    }
     rows.push_back(std::move(r));
   }
   if (rows.empty()) throw ConfigError(file + ": a header but no rows");
@@ -151,6 +158,13 @@ double* compute_param(sim::KernelParams& p, const KernelRow& r) {
   return nullptr;
 }
 
+// Which term binds KT: 1 compute (the tensor engine), 0 memory (HBM), 2 the element-wise engines (the model's
+// fixed rates: no parameter of the fit).
+char binding(const sim::KernelTime& kt) {
+  if (kt.engine_bound()) return 2;
+  return kt.compute_ns >= kt.memory_ns ? 1 : 0;
+}
+
 }  // namespace
 
 KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow> rows) {
@@ -164,12 +178,12 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
       {"attention_backward_efficiency", &p.attention_backward_efficiency},
       {"hbm_efficiency", &p.hbm_efficiency}};
   KernelFit fit;
-  std::vector<char> bound(rows.size(), 0), prev;  // 1: compute-bound
+  std::vector<char> bound(rows.size(), 0), prev;  // 1: compute-bound, 0: memory-bound, 2: engine-bound (no parameter)
   for (int it = 0; it < 100; ++it) {
     fit.iterations = it + 1;
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto kt = sim::kernel_time(dev, rows[i].flops, rows[i].bytes, rows[i].precision, rows[i].shape);
-      bound[i] = kt.compute_ns >= kt.memory_ns ? 1 : 0;
+      bound[i] = binding(kt);
     }
     if (bound == prev) break;
     prev = bound;
@@ -179,6 +193,7 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
       for (size_t i = 0; i < rows.size(); ++i) {
         const KernelRow& r = rows[i];
         double x;  // the term's time at e = 1
+        if (bound[i] == 2) continue;
         if (bound[i]) {
           if (compute_param(p, r) != field) continue;
           x = r.flops * sim::kernel_quantization(dev, r.shape) / dev.peak_flops_per_ns(r.precision);
@@ -199,13 +214,12 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
     KernelRow& r = rows[i];
     const auto kt = sim::kernel_time(dev, r.flops, r.bytes, r.precision, r.shape);
     r.predicted_ns = kt.total_ns;
-    r.bound = kt.compute_ns >= kt.memory_ns ? "compute" : "memory";
+    const char b = binding(kt);
+    r.bound = b == 1 ? "compute" : b == 0 ? "memory" : "engine";
     const double e = (r.predicted_ns - r.measured_ns) / r.measured_ns;
     sq += e * e;
     for (size_t j = 0; j < 4; ++j)
-      if ((kt.compute_ns >= kt.memory_ns && compute_param(p, r) == params[j].second) ||
-          (kt.compute_ns < kt.memory_ns && j == 3))
-        used[j] = 1;
+      if ((b == 1 && compute_param(p, r) == params[j].second) || (b == 0 && j == 3)) used[j] = 1;
   }
   fit.rms_relative_error = std::sqrt(sq / double(rows.size()));
   for (size_t j = 0; j < 4; ++j) {
@@ -234,7 +248,13 @@ std::string device_override_yaml(const sim::DeviceSpec& device, const sim::Kerne
        << "\n  launch_overhead_ns: " << device.launch_overhead_ns << "\n";
   }
   os << "  kernel_model: shaped\n  compute_units: " << k.compute_units << "\n  gemm_tile_m: " << k.gemm_tile_m
-     << "\n  gemm_tile_n: " << k.gemm_tile_n << "\n  attention_tile_q: " << k.attention_tile_q
+     << "\n  gemm_tile_n: " << k.gemm_tile_n << "\n  attention_tile_q: " << k.attention_tile_q;
+  if (k.tensor_engine == sim::TensorEngine::systolic)
+    os << "\n  tensor_engine: systolic\n  gemm_tile_k: " << k.gemm_tile_k
+       << "\n  matmul_min_columns: " << k.matmul_min_columns;
+  if (k.scalar_engine_gelems > 0) os << "\n  scalar_engine_gelems: " << k.scalar_engine_gelems;
+  if (k.vector_engine_gelems > 0) os << "\n  vector_engine_gelems: " << k.vector_engine_gelems;
+  os
      << "\n  gemm_efficiency: " << k.gemm_efficiency
      << "\n  attention_forward_efficiency: " << k.attention_forward_efficiency
      << "\n  attention_backward_efficiency: " << k.attention_backward_efficiency

@@ -11,9 +11,10 @@
 // The causal column may be omitted (0). FLOPs and bytes of each row are the simulator's own kernels' (shape-only
 // calls of kernels/), so a fit describes exactly what the simulation charges.
 //
-// Model fitted: t = launch + max(flops·q / (peak·e_C), bytes / (hbm·e_hbm)) with the device's peaks, launch
-// overhead, compute units and tiles as given; the fit chooses e_gemm, e_attention_forward, e_attention_backward
-// and e_hbm. Each row is bound by one term; the fit alternates between assigning rows to their binding term and
+// Model fitted: t = launch + max(flops·q / (peak·e_C), bytes / (hbm·e_hbm), engines) with the device's peaks,
+// launch overhead, compute units, tiles, tensor engine and element-wise engine rates as given; the fit chooses
+// e_gemm, e_attention_forward, e_attention_backward and e_hbm. Each row is bound by one term (a row bound by the
+// element-wise engines, whose rates are fixed, informs no parameter and is reported "engine"); the fit alternates between assigning rows to their binding term and
 // a least-squares solve of each term's 1/e over its rows (relative errors, so small and large kernels weigh
 // alike), until the assignment stops changing. A parameter with no row bound by it keeps the device's value and
 // is reported as not fitted. A fitted e above 1 (faster than the datasheet) is reported as impossible; with strict
@@ -40,7 +41,7 @@ struct KernelRow {
   double flops = 0, bytes = 0;
   double measured_ns = 0;
   double predicted_ns = 0;  // after the fit
-  std::string bound;        // "compute" or "memory" after the fit
+  std::string bound;        // "compute", "memory" or "engine" after the fit
 };
 
 // The rows of TEXT (FILE names it in errors).

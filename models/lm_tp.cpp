@@ -689,14 +689,19 @@ double LmTpTrainer::last_stage_loss(double local_loss) {
   return local_loss;
 }
 
-LmDpStepResult LmTpTrainer::step() {
-  LmDpStepResult r;
+double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_only) {
   r.step = step_ + 1;
   tl_.reset();
   fused_ops_.clear();
-  sim::TimeNs t = 0;
+  t = 0;
   data_->begin_step();
-  double local_loss = run_schedule(t);
+  return run_schedule(t, forward_only);
+}
+
+LmDpStepResult LmTpTrainer::step() {
+  LmDpStepResult r;
+  sim::TimeNs t = 0;
+  double local_loss = start_step(r, t, false);
   finish_backward(t);
   local_loss = last_stage_loss(local_loss);
 
@@ -720,13 +725,8 @@ LmDpStepResult LmTpTrainer::step() {
 
 LmDpStepResult LmTpTrainer::forward_step() {
   LmDpStepResult r;
-  r.step = step_ + 1;
-  tl_.reset();
-  fused_ops_.clear();
   sim::TimeNs t = 0;
-  data_->begin_step();
-  double local_loss = run_schedule(t, /*forward_only=*/true);
-  local_loss = last_stage_loss(local_loss);
+  const double local_loss = last_stage_loss(start_step(r, t, /*forward_only=*/true));
   finish_step_loss(r, local_loss, *rep_);
   r.breakdown = tl_.breakdown();
   return r;

@@ -309,6 +309,9 @@ class LmTpTrainer {
   // dropped after its forward); returns the loss (last stage).
   double run_schedule(sim::TimeNs& t, bool forward_only = false);
   void setup_pipeline(const LmConfig& global);
+  // Both modes' start: a fresh timeline and step state (R.step = the step to run), then this stage's schedule from
+  // T = 0 (FORWARD_ONLY: its forward actions); returns the stage's loss.
+  double start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_only);
   double last_stage_loss(double local_loss);
   // V summed over the tp ranks in tp order (host-side, not simulated): a block stack's loss under sp, where each tp
   // rank holds 1/tp of the residual rows.

@@ -12,7 +12,7 @@ namespace shardsim::sim {
 namespace {
 
 constexpr std::string_view kEntryKeys[] = {"aliases", "source", "kernel_source", "model", "sources", "facts"};
-constexpr std::string_view kFactKeys[] = {"on_chip", "links", "node", "node_config"};
+constexpr std::string_view kFactKeys[] = {"on_chip", "links", "node", "node_config", "kernel_table"};
 
 // "a, b ,c" -> {a, b, c}
 std::vector<std::string> split_keys(const std::string& s) {

@@ -24,7 +24,9 @@ struct DevicePreset {
   DeviceSpec spec;                   // as load_device reads the entry's model: section, name and sources set
   // (keys as written, e.g. "hbm_gbps, hbm_gib"; the source or "assumption: ..."), in file order.
   std::vector<std::pair<std::string, std::string>> sources;
-  std::vector<std::pair<std::string, std::string>> facts;  // (on_chip | links | node | node_config, text)
+  // (on_chip | links | node | node_config | kernel_table, text); kernel_table: published kernel measurements
+  // (kernels/kernel_calibrate.h format), a path relative to the presets file's folder.
+  std::vector<std::pair<std::string, std::string>> facts;
 };
 
 // Every preset, in file order. Thread-safe (read on first use).

@@ -59,12 +59,24 @@ void load_kernel_params(const ConfigNode& node, KernelParams& k) {
       node.child("kernel_model").fail("device.kernel_model: must be peak or shaped (got '" + m + "')");
     k.shaped = m == "shaped";
   }
+  if (node.has("tensor_engine")) {
+    const std::string e = node.get_string("tensor_engine");
+    if (e != "tiles" && e != "systolic")
+      node.child("tensor_engine").fail("device.tensor_engine: must be tiles or systolic (got '" + e + "')");
+    k.tensor_engine = e == "systolic" ? TensorEngine::systolic : TensorEngine::tiles;
+  }
   const std::pair<const char*, int*> ints[] = {{"gemm_tile_m", &k.gemm_tile_m},
                                                {"gemm_tile_n", &k.gemm_tile_n},
+                                               {"gemm_tile_k", &k.gemm_tile_k},
                                                {"attention_tile_q", &k.attention_tile_q}};
   for (const auto& [key, field] : ints)
     if (node.has(key)) *field = static_cast<int>(node.get_int_in(key, 16, 65536));
   if (node.has("compute_units")) k.compute_units = static_cast<int>(node.get_int_in("compute_units", 1, 1000000));
+  if (node.has("matmul_min_columns"))
+    k.matmul_min_columns = static_cast<int>(node.get_int_in("matmul_min_columns", 1, 65536));
+  for (const auto& [key, field] : {std::pair<const char*, double*>{"scalar_engine_gelems", &k.scalar_engine_gelems},
+                                   std::pair<const char*, double*>{"vector_engine_gelems", &k.vector_engine_gelems}})
+    if (node.has(key)) *field = node.get_nonnegative_double(key, 0);
   const std::pair<const char*, double*> fractions[] = {
       {"gemm_efficiency", &k.gemm_efficiency},
       {"attention_forward_efficiency", &k.attention_forward_efficiency},
@@ -78,7 +90,9 @@ void load_kernel_params(const ConfigNode& node, KernelParams& k) {
   }
   bool overridden = false;
   for (auto key : {"compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
-                   "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency"})
+                   "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency",
+                   "tensor_engine", "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems",
+                   "vector_engine_gelems"})
     overridden = overridden || node.has(key);
   if (overridden) k.source = k.source.empty() ? "config file" : k.source + "; overridden in the config";
 }
@@ -145,10 +159,13 @@ std::string describe(const DeviceSpec& d) {
   if (d.kernel.shaped) {
     const auto& k = d.kernel;
     const auto pct = [](double f) { return std::round(f * 1000.0) / 10.0; };
-    os << "; kernels shaped: gemm " << pct(k.gemm_efficiency) << "%, attention "
+    os << "; kernels shaped";
+    if (k.tensor_engine == TensorEngine::systolic)
+      os << " (systolic " << k.gemm_tile_k << "x" << k.gemm_tile_m << " array, moving tile " << k.gemm_tile_n << ")";
+    os << ": gemm " << pct(k.gemm_efficiency) << "%, attention "
        << pct(k.attention_forward_efficiency) << "%/" << pct(k.attention_backward_efficiency) << "%, HBM "
-       << pct(k.hbm_efficiency) << "%, " << k.compute_units << " units, tile " << k.gemm_tile_m << "x"
-       << k.gemm_tile_n;
+       << pct(k.hbm_efficiency) << "%, " << k.compute_units << " units";
+    if (k.tensor_engine == TensorEngine::tiles) os << ", tile " << k.gemm_tile_m << "x" << k.gemm_tile_n;
   }
   return os.str();
 }

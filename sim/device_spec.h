@@ -24,10 +24,16 @@
 //     attention_forward_efficiency: 0.73   # of attention forward and backward kernels,
 //     attention_backward_efficiency: 0.5
 //     hbm_efficiency: 0.88     # and of the datasheet HBM bandwidth that kernels achieve
+//     tensor_engine: systolic  # tiles (GPU SMs, the default) | systolic (a NeuronCore's tensor engine):
+//     gemm_tile_k: 128         #   systolic: contraction rows of the array (elements, >= 16)
+//     matmul_min_columns: 64   #   systolic: the fewest moving columns one matmul instruction costs (>= 1)
+//     scalar_engine_gelems: 358.4  # element-wise engines, G elements/s per chip (0: not modelled): the
+//     vector_engine_gelems: 286.72 #   activation (exp, PSUM eviction) and the vector (reductions) engines
 //
 // Errors: ConfigError "FILE:LINE: device.KEY: ..." for unknown presets/keys and for numbers that are not finite
 // and > 0 (launch_overhead_ns: >= 0), including .nan and .inf; efficiencies outside (0, 1], tiles below 16 or
-// above 65536, compute_units outside 1..1e6, kernel_model other than peak or shaped.
+// above 65536, compute_units outside 1..1e6, kernel_model other than peak or shaped, tensor_engine other than
+// tiles or systolic, matmul_min_columns outside 1..65536, engine rates not finite or < 0.
 #pragma once
 
 #include <array>
@@ -55,17 +61,31 @@ std::string precision_name(Precision p);  // "fp64", "fp32", ...
 // The precision P falls back to when its peak is unset; P itself for fp32 and bf16 (the ends of the chains).
 Precision fallback_of(Precision p);
 
+// How a GEMM's work maps onto the compute units (sim/kernel_model.h).
+//   tiles     GPU thread blocks: output tiles of gemm_tile_m x gemm_tile_n (shrunk for small shapes) in waves
+//             over the SMs (NVIDIA, "Matrix Multiplication Background User's Guide").
+//   systolic  a NeuronCore's tensor engine (AWS NKI architecture guides): a gemm_tile_k x gemm_tile_m array of
+//             processing elements; each matmul instruction holds a stationary [K <= tile_k, M <= tile_m] block
+//             and streams a moving [K, N <= gemm_tile_n] block through it, costing max(N, matmul_min_columns)
+//             cycles; K beyond tile_k accumulates in PSUM.
+enum class TensorEngine { tiles, systolic };
+
 // Parameters of the shaped kernel model (sim/kernel_model.h). SHAPED false: every kernel at the datasheet
-// roofline, the other fields unused. Each preset's values carry their source in device_spec.cpp.
+// roofline, the other fields unused. Each preset's values carry their source in configs/devices.yaml.
 struct KernelParams {
   bool shaped = false;
+  TensorEngine tensor_engine = TensorEngine::tiles;
   int compute_units = 1;
   int gemm_tile_m = 128, gemm_tile_n = 128;  // elements
+  int gemm_tile_k = 128;                     // elements (systolic only)
+  int matmul_min_columns = 1;                // moving columns (systolic only)
   int attention_tile_q = 128;                // query rows
   double gemm_efficiency = 1;                // fractions of peak (0, 1]
   double attention_forward_efficiency = 1;
   double attention_backward_efficiency = 1;
   double hbm_efficiency = 1;                 // fraction of hbm_gbps
+  double scalar_engine_gelems = 0;           // G elements/s per chip (= elements per ns); 0: not modelled
+  double vector_engine_gelems = 0;
   std::string source;                        // where these come from
 };
 
@@ -101,10 +121,12 @@ inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
     "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "launch_overhead_ns", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
-    "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency"};
+    "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
+    "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
 // launch 2000 ns"; the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
-// "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256".
+// "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256"; a systolic tensor engine
+// says "; kernels shaped (systolic 128x128 array, moving tile 512): ...".
 std::string describe(const DeviceSpec& d);
 
 }  // namespace shardsim::sim

@@ -265,7 +265,9 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
       e.id = new_id();
       const std::uint64_t data = start == ready ? producer_of(ready) : 0;
       e.producer = data ? data : start == free ? last_on_engine_[kComputeEngine] : 0;
-      const double tf = kt.compute_ns, tb = kt.memory_ns;  // the kernel model's two terms (sim/kernel_model.h)
+      // The kernel model's terms (sim/kernel_model.h); the element-wise engines beside a tensor engine count as
+      // compute.
+      const double tf = std::max(kt.compute_ns, kt.engine_ns), tb = kt.memory_ns;
       e.bound = device_.launch_overhead_ns > std::max(tf, tb) ? Bound::latency : tf >= tb ? Bound::compute : Bound::hbm;
       last_on_engine_[kComputeEngine] = e.id;
       note_end(end, e.id);

@@ -17,6 +17,7 @@
 #include "models/lm_train.h"
 #include "mpi_util.h"
 #include "sim/cost.h"
+#include "sim/kernel_model.h"
 
 using namespace shardsim;
 using models::LmCache;
@@ -468,7 +469,8 @@ TEST(LmDpRecompute, SameNumbersLessMemoryOneMoreForward) {
   const auto dev = sim::device_preset("trainium1");
   double blocks_ns = 0;
   for (size_t i = marks[1]; i < marks[size_t(c.layers) + 1]; ++i)
-    blocks_ns += sim::compute_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype));
+    blocks_ns += sim::kernel_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype),
+                                     costs[i].shape);
   for (int zero : {0, 3}) {
     const DpRun plain = run_dp(c, zero, 512, 3);
     const DpRun rc = run_dp(c, zero, 512, 3, 100, true);
@@ -620,7 +622,8 @@ TEST(LmTpRecompute, SameNumbersLessMemoryOneMoreForward) {
   const auto dev = sim::device_preset("trainium1");
   double blocks_ns = 0;
   for (size_t i = marks[1]; i < marks[size_t(c.layers) + 1]; ++i)
-    blocks_ns += sim::compute_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype));
+    blocks_ns += sim::kernel_time_ns(dev, costs[i].flops, costs[i].bytes, runtime::precision_of(costs[i].dtype),
+                                     costs[i].shape);
   for (int zero : {0, 3})
     for (bool sp : {false, true}) {
       const TpRun plain = run_tp(c, tp, 3, sp, {zero, 512, "auto", false});

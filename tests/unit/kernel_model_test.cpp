@@ -131,7 +131,7 @@ TEST(KernelModel, PresetsCiteTheirKernelFigures) {
   }
   EXPECT_EQ(sim::device_preset("a100").kernel.compute_units, 108);
   EXPECT_EQ(sim::device_preset("h100").kernel.compute_units, 132);
-  for (const char* name : {"trainium1", "tpu_v4", "generic"}) EXPECT_FALSE(sim::device_preset(name).kernel.shaped);
+  for (const char* name : {"tpu_v4", "generic"}) EXPECT_FALSE(sim::device_preset(name).kernel.shaped);
 }
 
 TEST(KernelModel, DeviceKeysLoadAndRejectBadValues) {
@@ -259,6 +259,9 @@ TEST(KernelCalibration, MalformedTablesNameFileAndLine) {
   const std::string msg = error_of(head + "ge\x1b[2Jmm,bf16,1,1,1,1,0,1\n");
   EXPECT_EQ(msg.find('\x1b'), std::string::npos) << msg;
   EXPECT_EQ(error_of(head + "gemm,bf16,8,8,8,1,0,1.5\n"), "no error");
+  // What the simulator's kernels refuse is a bad row too (its attention takes fp32 or bf16).
+  EXPECT_NE(error_of(head + "attention_forward,fp16,8,8,8,1,0,1\n").find("k.csv:2: attention_forward with dtype fp16"),
+            std::string::npos);
   // causal is optional.
   EXPECT_EQ(error_of("kernel,dtype,m,n,k,batch,time_us\ncopy,fp32,4,4,1,1,2\n"), "no error");
 }
