@@ -18,11 +18,8 @@
 #include "common/input_file.h"
 #include "common/text.h"
 #include "experiments/config_keys.h"
-<<<<<<< HEAD
 #include "sharding/plans/registry.h"
-=======
 #include "kernels/kernel_calibrate.h"
->>>>>>> main
 #include "sim/device_presets.h"
 #include "sim/kernel_model.h"
 
