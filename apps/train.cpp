@@ -362,6 +362,9 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
   sharding::TrainMemory m;
   const bool mixed = s.model.dtype != runtime::DType::fp32;
   m.basis = basis;
+  if (mem.padding > 0)  // sharding/plans/data_parallel.h, "Padding"
+    m.basis += "; measured bytes include " + std::to_string(static_cast<long long>(mem.padding)) +
+               " elements of padding per flat buffer (Megatron's distributed-optimizer alignment)";
   m.rows = {{"parameters", mem.params, mem.formula_params, zero_rule("parameters", s.dp.zero, mixed, psi)}};
   if (!forward)
     m.rows.insert(m.rows.end(),

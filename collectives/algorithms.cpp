@@ -261,7 +261,7 @@ Choice choose_algorithm(Collective c, const CollectiveOptions& options, const ru
       continue;
     }
     const double t = estimate_ns(c, a, tp, bytes, options.chunk_bytes);
-    if (!find_algorithm(a)->in_auto) {
+    if (!find_algorithm(a)->in_auto(c)) {
       parts.emplace_back(a, us(t) + " (opt-in only)");
       continue;
     }

@@ -166,6 +166,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.summary = "one-way ring passes (ring.h); broadcast/reduce: pipelined chain along the ring (tree.h)";
     set_ring_hooks<one_way>(a);
     a.collectives.insert(a.collectives.end(), {C::broadcast, C::reduce});
+    a.auto_for = a.collectives;
+    a.nccl = "Ring (one channel; broadcast and reduce: NCCL's ring is this chain)";
     a.broadcast = tree::broadcast_chain;
     a.reduce = tree::reduce_chain;
     v.push_back(a);
@@ -176,6 +178,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.aliases = {"bidirectional_ring"};
     a.summary = "ring with half of every chunk going each way (ring.h); needs distinct links to both neighbours";
     set_ring_hooks<bidir>(a);
+    a.auto_for = kFlat;
+    a.nccl = "Ring on two channels, one each way (NCCL builds several ring channels; this is two, reversed)";
     a.obstacle = [](C, const runtime::Transport& tp) { return ring::bidirectional_obstacle(tp); };
     v.push_back(a);
   }
@@ -186,6 +190,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.summary = "one ring per stride s coprime with p (s < p/2), both ways, the data split over them, all at once "
                 "(multi_ring.h); needs a direct link to every ring neighbour (a fully connected group)";
     set_ring_hooks<multi>(a);
+    a.auto_for = kFlat;
+    a.nccl = "Ring on several channels over different links (NCCL's ring channels on a fully connected node)";
     a.obstacle = [](C, const runtime::Transport& tp) { return multi_ring::obstacle(tp); };
     // In auto after bidir_ring: where it has only the strides +-1 (p = 3, 4, 6, or a ring of 3 / 4) it ties with
     // bidir_ring, which the tie-break keeps.
@@ -198,6 +204,8 @@ void add_rings(std::vector<AlgorithmDescriptor>& v) {
     a.summary = "one ring per chip of a node, each crossing the nodes on other rails, the data split over them, all at "
                 "once (rail_ring.h); needs an even number of nodes of a grid topology, the whole topology";
     set_ring_hooks<rail>(a);
+    a.auto_for = kFlat;
+    a.nccl = "Ring with one channel per NIC, each crossing the nodes on its own rail (NCCL's rail-aligned rings)";
     a.obstacle = [](C, const runtime::Transport& tp) { return rail_ring::obstacle(tp); };
     v.push_back(a);
   }
@@ -211,6 +219,9 @@ void add_grids(std::vector<AlgorithmDescriptor>& v) {
     a.aliases = {"hierarchical", "multi_dim"};
     a.summary = "one ring per grid dimension, fastest dimension first (torus.h); needs a grid topology";
     a.collectives = kFlat;
+    a.auto_for = kFlat;
+    a.nccl = "departure: NCCL has no torus; on grids auto also weighs the per-dimension rings that torus machines' "
+             "libraries run";
     a.obstacle = [](C, const runtime::Transport& tp) { return torus::obstacle(tp); };
     a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
       return cost::torus(tp, bytes, passes(c), chunk);
@@ -227,6 +238,8 @@ void add_grids(std::vector<AlgorithmDescriptor>& v) {
     a.summary = "the data split by dimension, each part a torus pass in its own rotated dimension order, every "
                 "dimension busy at once (torus_concurrent.h); needs a grid with 2+ dimensions";
     a.collectives = kFlat;
+    a.auto_for = kFlat;
+    a.nccl = "departure: NCCL has no torus; on grids auto also weighs the concurrent per-dimension rings";
     a.obstacle = [](C, const runtime::Transport& tp) { return torus_concurrent::obstacle(tp); };
     a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
       return cost::torus_concurrent(tp, bytes, has_rs(c), has_ag(c), chunk);
@@ -243,6 +256,8 @@ void add_grids(std::vector<AlgorithmDescriptor>& v) {
     a.summary = "every chip sends its data up once, the switch reduces (or multicasts) and sends the result down "
                 "(NVLS / SHARP, in_switch.h); needs a switch with 'reduction: true' and the group on its chips";
     a.collectives = kFlat;
+    a.auto_for = kFlat;
+    a.nccl = "NVLS / CollNet (in-switch reduction and multicast)";
     a.obstacle = [](C, const runtime::Transport& tp) { return in_switch::obstacle(tp); };
     a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t chunk) {
       return cost::in_switch(c, tp, bytes, chunk);
@@ -262,6 +277,9 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
     a.aliases = {"hd", "rabenseifner", "recursive_halving_doubling"};
     a.summary = "recursive halving / doubling, log2 p steps, Thakur's fold for non-powers of two (halving_doubling.h)";
     a.collectives = kFlat;
+    // Not in auto: NCCL has no halving-doubling (reduce_scatter and all_gather run ring, NVLS, CollNet or PAT;
+    // all_reduce ring, tree, NVLS or CollNet), so auto picking it would depart from what users calibrate against.
+    a.nccl = "none (opt-in only: MPI's schedule; NCCL runs no halving-doubling)";
     a.estimate_ns = [](C c, const runtime::Transport& tp, double bytes, size_t) {
       return cost::halving_doubling(tp, bytes, has_rs(c), has_ag(c));
     };
@@ -285,7 +303,7 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
     // every step (log2 p times the ring's S/p), so its estimate is optimistic; and the vendor libraries users
     // calibrate against (NCCL, RCCL) never run it, so auto picking it would move every 2-chip all_reduce away
     // from what they measure. It is here to run MPI's small-message schedule on purpose (bench -a rd --vs-mpi).
-    a.in_auto = false;
+    a.nccl = "none (opt-in only: MPI's small-message schedule)";
     v.push_back(a);
   }
   {
@@ -299,6 +317,8 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
       return cost::double_binary_tree(tp, bytes, chunk);
     };
     a.all_reduce = double_binary_tree::all_reduce;
+    a.auto_for = {C::all_reduce};
+    a.nccl = "Tree (all_reduce only, as in NCCL)";
     // In auto after halving_doubling (a tie keeps halving_doubling: equal on a non-blocking switch at small sizes).
     // Its estimate replays every chip's pieces (O(p m) flows per size; auto's Replay books each receiver's own
     // flows, so 1 GiB on 512 chips costs auto about 0.5 s of host time for all its candidates together).
@@ -320,6 +340,8 @@ std::vector<AlgorithmDescriptor> make_registry() {
     };
     a.broadcast = tree::broadcast_binomial;
     a.reduce = tree::reduce_binomial;
+    // Not in auto: NCCL's broadcast and reduce run Ring only (tuning.cc).
+    a.nccl = "none (opt-in only: NCCL's broadcast and reduce run ring only)";
     v.push_back(a);
   }
   add_rings(v);
@@ -332,6 +354,8 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.summary = "every rank sends to every peer at once (all_to_all.cpp, gather.cpp, send_recv.cpp)";
     a.collectives = {C::all_to_all, C::all_to_allv, C::gather, C::scatter, C::send_recv};
     a.estimate_ns = direct_cost;
+    a.auto_for = a.collectives;
+    a.nccl = "grouped send/recv (NCCL's all-to-all is ncclSend/ncclRecv to every peer)";
     v.push_back(a);
   }
   {
@@ -340,6 +364,8 @@ std::vector<AlgorithmDescriptor> make_registry() {
     a.summary = "dissemination barrier: ceil(log2 p) rounds of empty messages at distances 1, 2, 4, ...";
     a.collectives = {C::barrier};
     a.estimate_ns = dissemination_cost;
+    a.auto_for = a.collectives;
+    a.nccl = "(a host-side barrier; NCCL has none)";
     v.push_back(a);
   }
   return v;
@@ -355,6 +381,10 @@ std::string us(double ns) {
 
 bool AlgorithmDescriptor::implements(Collective c) const {
   return std::find(collectives.begin(), collectives.end(), c) != collectives.end();
+}
+
+bool AlgorithmDescriptor::in_auto(Collective c) const {
+  return std::find(auto_for.begin(), auto_for.end(), c) != auto_for.end();
 }
 
 const std::vector<AlgorithmDescriptor>& registered_algorithms() {
@@ -390,7 +420,7 @@ std::string catalogue_text(const runtime::Transport* tp, double bytes, size_t ch
       for (const auto& s : a.aliases) out += " " + s;
       out += ")";
     }
-    out += "\n  " + a.summary + "\n";
+    out += "\n  " + a.summary + "\n  NCCL: " + a.nccl + "\n";
     for (Collective c : a.collectives) {
       char line[64];
       std::snprintf(line, sizeof line, "  %-15s", collective_name(c).c_str());
@@ -406,7 +436,7 @@ std::string catalogue_text(const runtime::Transport* tp, double bytes, size_t ch
   for (Collective c : all_collectives()) {
     out += "  " + collective_name(c) + ":";
     std::string opt_in;
-    for (const auto& n : algorithm_names(c)) (find_algorithm(n)->in_auto ? out : opt_in) += " " + n;
+    for (const auto& n : algorithm_names(c)) (find_algorithm(n)->in_auto(c) ? out : opt_in) += " " + n;
     out += " auto";
     if (!opt_in.empty()) out += " (opt-in only:" + opt_in + ")";
     out += "\n";

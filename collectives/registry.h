@@ -59,10 +59,18 @@ struct AlgorithmDescriptor {
   AllReduceFn all_reduce = nullptr;
   BroadcastFn broadcast = nullptr;
   ReduceFn reduce = nullptr;
-  // False: runs only when named (-a NAME, a config's algorithm); "auto" shows its estimate but never picks it.
-  bool in_auto = true;
+  // "auto" (algorithms.h, choose) weighs this algorithm for the collectives in AUTO_FOR only: those for which NCCL
+  // runs the algorithm it stands for (NCCL below), as NCCL's tuner admits them (src/graph/tuning.cc,
+  // ncclTopoTuneModel: broadcast and reduce run Ring only; reduce_scatter and all_gather Ring, NVLS, CollNet
+  // (and PAT); all_reduce Ring, Tree, NVLS, NVLS Tree, CollNet), plus the stated departures (docs/COLLECTIVES.md,
+  // "auto"). Not in AUTO_FOR: runs only when named (-a NAME, a config's algorithm); auto shows its estimate but
+  // never picks it.
+  std::vector<Collective> auto_for;
+  // The NCCL algorithm it stands for ("Ring", "Tree", "NVLS / CollNet"), or why auto departs from NCCL.
+  std::string nccl;
 
   bool implements(Collective c) const;
+  bool in_auto(Collective c) const;
 };
 
 // Every registered algorithm, in registration order (which is the tie-break order of "auto" within each

@@ -230,14 +230,15 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   data_ = std::make_unique<sharding::plans::DataParallel>(
       std::move(params), static_cast<int>(local_.layers) + 2,
       sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_);
-  data_->load(prefs(master), nullptr, nullptr, prefs(work_));
+  work_refs_ = prefs(work_);
+  data_->load(prefs(master), nullptr, nullptr, work_refs_);
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
 
-void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) { t = data_->begin_forward(unit, prefs(work_), t); }
+void LmTpTrainer::begin_forward(int unit, sim::TimeNs& t) { t = data_->begin_forward(unit, work_refs_, t); }
 
-void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_backward(unit, prefs(work_), t); }
+void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_backward(unit, work_refs_, t); }
 
 LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
   LmWeights out = lm_zeros(local_, whole.embed.dtype());
@@ -336,7 +337,8 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   LmWeights master = shard(own_layers(s.master)), m = shard(own_layers(s.m)), v = shard(own_layers(s.v));
   work_ = lm_compute_copy(local_, master);
   const auto mr = prefs(m), vr = prefs(v);
-  data_->load(prefs(master), &mr, &vr, prefs(work_));
+  work_refs_ = prefs(work_);
+  data_->load(prefs(master), &mr, &vr, work_refs_);
   step_ = s.step;
 }
 
@@ -717,7 +719,7 @@ LmDpStepResult LmTpTrainer::step() {
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
   charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
-  data_->publish(prefs(work_), t);
+  data_->publish(work_refs_, t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();
   return r;

@@ -237,6 +237,9 @@ class LmTpTrainer {
   LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
               bool sequence_parallel = false);
+  // Not copied or moved: work_refs_ points into work_.
+  LmTpTrainer(const LmTpTrainer&) = delete;
+  LmTpTrainer& operator=(const LmTpTrainer&) = delete;
   LmDpStepResult step();
   // The forward mode (`shardsim run` on a model with a vocabulary): the forward of the next step's batch through
   // every plan unit of the step (the embedding, the blocks, the head and the vocab-parallel loss; pp: each stage's
@@ -383,6 +386,7 @@ class LmTpTrainer {
   std::vector<sharding::FusedOp> fused_ops_;
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
+  sharding::plans::TensorRefs work_refs_;  // prefs(work_), built once per assignment of work_ (not per unit: O(L^2))
   int micro_ = 1;            // micro-batches per step and replica (local_.batch: sequences of one)
   LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
   struct UnitGrad {

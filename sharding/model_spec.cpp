@@ -37,30 +37,19 @@ const char* mlp_name(MlpKind k) {
 std::string ParallelPlan::algorithm_for(PlanCollective what) const {
   using collectives::Collective;
   Collective c = Collective::all_reduce;
-  const char* rule = "auto";
   switch (what) {
     case PlanCollective::tp_all_reduce:
       if (!tp_all_reduce.empty()) return tp_all_reduce;
-      rule = "ring";
       break;
-    case PlanCollective::sp_all_gather:
-      c = Collective::all_gather;
-      rule = "ring";
-      break;
-    case PlanCollective::sp_reduce_scatter:
-      c = Collective::reduce_scatter;
-      rule = "ring";
-      break;
-    case PlanCollective::ulysses_all_to_all:
-      c = Collective::all_to_all;
-      rule = "direct";
-      break;
+    case PlanCollective::sp_all_gather: c = Collective::all_gather; break;
+    case PlanCollective::sp_reduce_scatter: c = Collective::reduce_scatter; break;
+    case PlanCollective::ulysses_all_to_all: c = Collective::all_to_all; break;
     case PlanCollective::dp_gradients:
     case PlanCollective::loss: break;
   }
-  if (algorithm == "auto") return algorithm;
-  if (!algorithm.empty() && !collectives::canonical_algorithm(c, algorithm).empty()) return algorithm;
-  return rule;
+  if (!algorithm.empty() && algorithm != "auto" && !collectives::canonical_algorithm(c, algorithm).empty())
+    return algorithm;
+  return "auto";
 }
 
 }  // namespace shardsim::sharding

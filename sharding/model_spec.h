@@ -168,10 +168,11 @@ struct ParallelPlan {
 
   // The product of every unit's size (dp·tp·cp·ulysses·pp): the plan registry's units with a size.
   int chips() const;
-  // The algorithm a collective of kind WHAT runs under this plan. The default rule (no parallel.algorithm): ring
-  // for tp all_reduce and the sp all_gather / reduce_scatter (the published `run` figures), direct for the Ulysses
-  // all_to_all, auto (the cost model's choice, collectives/registry.h) for the data-parallel gradient collectives
-  // and the loss statistics.
+  // The algorithm a collective of kind WHAT runs under this plan, in `run` and `train` alike. The one default rule
+  // (no parallel.algorithm, or "auto"): auto for every collective, the cost model's choice among the algorithms NCCL
+  // would run for it (collectives/registry.h, AlgorithmDescriptor::auto_for; docs/COLLECTIVES.md "auto"). A named
+  // parallel.algorithm runs every collective of the plan that implements it (the others auto);
+  // parallel.all_reduce names the tp all_reduce's alone.
   std::string algorithm_for(PlanCollective what) const;
 };
 

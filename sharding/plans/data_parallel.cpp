@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +12,12 @@
 #include "collectives/types.h"
 
 namespace shardsim::sharding::plans {
+
+namespace {
+size_t pad_to(size_t n, size_t divisor) { return (n + divisor - 1) / divisor * divisor; }
+}  // namespace
+
+size_t bucket_alignment(int replicas) { return std::lcm(size_t(std::max(replicas, 1)), size_t(128)); }
 
 using runtime::DType;
 using runtime::Tensor;
@@ -24,9 +31,13 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   if (config.bucket_bytes < 0)
     throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(config.bucket_bytes) +
                                 ")");
-  // Flat order: units in backward order, parameters in list order within a unit.
+  // Flat order: units in backward order, parameters in list order within a unit. Stages 1-3 lay the flat buffer
+  // out as Megatron's distributed optimizer does (data_parallel.h, "Padding").
   const size_t esize = runtime::dtype_size(compute);
+  const bool padded = config.zero >= 1;
+  const size_t bucket_align = padded ? bucket_alignment(size_) : 1, param_align = padded ? kParamAlignment : 1;
   unit_bucket_.assign(size_t(units), -1);
+  const auto close = [&](Bucket& b) { b.count = pad_to(b.count, bucket_align); };
   for (int u = units - 1; u >= 0; --u)
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].unit != u) continue;
@@ -35,13 +46,19 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
           (config.zero == 3 ? buckets_.back().last_unit != u
                             : config.bucket_bytes > 0 &&
                                   double(buckets_.back().count * esize) >= double(config.bucket_bytes));
-      if (new_bucket) buckets_.emplace_back();
+      if (new_bucket) {
+        if (!buckets_.empty()) close(buckets_.back());
+        buckets_.emplace_back();
+      }
       Bucket& b = buckets_.back();
+      b.count = pad_to(b.count, param_align);
       b.slots.push_back({i, u, b.count, params[i].numel, params[i].counted});
       b.count += params[i].numel;
+      b.real += params[i].numel;
       b.last_unit = u;  // flat order visits units downwards: the last one is the latest completed
       unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
     }
+  if (!buckets_.empty()) close(buckets_.back());
   for (Bucket& b : buckets_) {
     const collectives::Partition p{b.count, size_t(size_)};
     b.own_off = config.zero >= 1 ? p.offset(size_t(rank_)) : 0;
@@ -280,8 +297,14 @@ void DataParallel::gather_state(Field field, const TensorRefs& out) {
 
 double DataParallel::param_count() const {
   double psi = 0;
-  for (const Bucket& b : buckets_) psi += double(b.count);
+  for (const Bucket& b : buckets_) psi += double(b.real);
   return psi;
+}
+
+double DataParallel::padding() const {
+  double pad = 0;
+  for (const Bucket& b : buckets_) pad += double(b.count - b.real);
+  return pad;
 }
 
 DpMemory DataParallel::memory() const {
@@ -295,7 +318,9 @@ DpMemory DataParallel::memory() const {
     m.grads += double(b.grad.nbytes());
     m.optimizer += double(b.m.nbytes() + b.v.nbytes()) + (mixed ? double(b.master.nbytes()) : 0.0);
   }
+  m.padding = padding();
   const double psi = param_count(), nd = double(size_);
+  m.psi = psi;
   m.formula_params = P * psi / (config_.zero >= 3 ? nd : 1);
   m.formula_grads = P * psi / (config_.zero >= 2 ? nd : 1);
   m.formula_optimizer = K * psi / (config_.zero >= 1 ? nd : 1);

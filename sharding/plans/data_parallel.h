@@ -25,6 +25,15 @@
 //   3  also parameters (FSDP): between steps only the chunk of each unit's parameters; before a unit's forward and
 //      again before its backward the unit is all_gathered into the model's working tensors, issued when the
 //      previous unit starts (FSDP's one-unit prefetch).
+// Padding (stages 1-3; Megatron-LM's distributed optimizer, megatron/core/distributed/param_and_grad_buffer.py,
+// _ParamAndGradBuffer: _pad_start_of_param_if_needed and _pad_end_of_bucket_if_needed): every parameter starts at
+// a multiple of kParamAlignment = 64 elements of the flat buffer, and every bucket ends at a multiple of
+// bucket_alignment(replicas) = lcm(replicas, 128) elements, so the bucket splits into equal chunks on every replica
+// (Megatron asserts numel % dp == 0 and shards with a plain slice). The gaps are zeros: they travel in the
+// reduce_scatter / all_gather (bytes sent), occupy the gradient and parameter buffers and the chunk's optimizer
+// state (memory; Megatron keeps fp32 state for the chunk's parameter ranges only, so that row is up to one
+// alignment per parameter high), and AdamW leaves them zero. DpMemory::padding reports the padded elements.
+// Stage 0 (plain DDP's all_reduce) is not padded, as Megatron pads only with use_distributed_optimizer.
 // Norm piece (kernels/optimizer.h's global-norm rule): the squares of the reduced gradient elements of this rank's
 // Partition chunk (stage 0 holds the whole bucket but counts its chunk only), for the parameters marked counted
 // (a tensor-parallel trainer marks replicated norm weights counted on one tp coordinate only); the caller
@@ -54,6 +63,10 @@
 
 namespace shardsim::sharding::plans {
 
+// Megatron's alignments (see "Padding" above), in elements.
+inline constexpr size_t kParamAlignment = 64;
+size_t bucket_alignment(int replicas);  // lcm(replicas, 128)
+
 struct ZeroConfig {
   int zero = 0;                             // ZeRO stage 0..3
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
@@ -76,10 +89,14 @@ using TensorRefs = std::vector<runtime::Tensor*>;
 
 // Bytes of the state kept between steps, measured from the buffers, next to ZeRO's formulas (paper §5.1) for
 // Ψ = param_count() parameters on N_d = replicas: params P·Ψ (stage 3: /N_d), grads P·Ψ (stages 2-3: /N_d),
-// optimizer K·Ψ (stages 1-3: /N_d); P = bytes of the compute dtype, K = 12 mixed precision, 8 fp32. Uneven
-// partitions differ from the formula by at most one element per bucket.
+// optimizer K·Ψ (stages 1-3: /N_d); P = bytes of the compute dtype, K = 12 mixed precision, 8 fp32. The measured
+// bytes include the padding (above), which the formulas do not.
 struct DpMemory {
   double params = 0, grads = 0, optimizer = 0;
+  double psi = 0;      // Ψ: parameter elements
+  double padding = 0;  // elements of padding in this rank's whole flat buffer (every bucket, before sharding)
+  // Measured / formula for every row at stages 1-3 (every padded bucket splits evenly): (Ψ + padding) / Ψ.
+  double padded_ratio() const { return psi > 0 ? (psi + padding) / psi : 1.0; }
   double formula_params = 0, formula_grads = 0, formula_optimizer = 0;
   double total() const { return params + grads + optimizer; }
   double formula_total() const { return formula_params + formula_grads + formula_optimizer; }
@@ -122,6 +139,7 @@ class DataParallel {
   DpMemory memory() const;
   int buckets() const { return static_cast<int>(buckets_.size()); }
   double param_count() const;  // Ψ: elements of every parameter given
+  double padding() const;      // elements of padding over every bucket (0 at stage 0)
   int replicas() const { return size_; }
   const ZeroConfig& config() const { return config_; }
 
@@ -135,7 +153,8 @@ class DataParallel {
   };
   struct Bucket {
     std::vector<Slot> slots;
-    size_t count = 0;     // elements
+    size_t count = 0;     // elements, padding included (what the collectives move)
+    size_t real = 0;      // elements of parameters
     int last_unit = 0;    // the unit whose backward completes it (the lowest unit index)
     size_t own_off = 0, own_n = 0;  // this rank's chunk (stage 0: the whole bucket)
     runtime::Tensor master, m, v;   // fp32 [own_n] (fp32 compute: master = the parameters' chunk)

@@ -468,12 +468,12 @@ std::vector<PlanDescriptor> make_registry() {
     PlanDescriptor d;
     d.name = "algorithm";
     d.title = "collective algorithms";
-    d.summary = "the plan's collective algorithm (collectives/registry.h; default rule: ring for tp/sp, direct for "
-                "Ulysses, auto for dp and the loss: ParallelPlan::algorithm_for)";
+    d.summary = "the plan's collective algorithm (collectives/registry.h; default auto for every collective: "
+                "ParallelPlan::algorithm_for)";
     d.unit = false;
-    d.keys = {{"algorithm", V::name, "auto | a name of `shardsim bench --list`", "the rule",
+    d.keys = {{"algorithm", V::name, "auto | a name of `shardsim bench --list`", "auto",
                "algorithm for every collective of the plan that implements it", false, false, false},
-              {"all_reduce", V::name, "auto | an all_reduce algorithm", "ring", "run: the tp all_reduce's alone"}};
+              {"all_reduce", V::name, "auto | an all_reduce algorithm", "auto", "run: the tp all_reduce's alone"}};
     d.active = [](const ParallelPlan&) { return false; };
     d.read = algorithm_read;
     d.example = {std::string(kBlock) + "parallel: {tp: 2, algorithm: ring, all_reduce: bidir_ring}\n", SpecUse::block, 2, ""};

@@ -73,8 +73,8 @@ expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_r
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
   assert_out '^  all_reduce      n/a \(.*same link' "bidir_ring is not applicable on a one-way ring, with the reason"
-  assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch halving_doubling double_binary_tree auto \(opt-in only: recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms apart"
-  assert_out '^  broadcast: binomial_tree ring auto$' "rooted order"
+  assert_out '^  all_reduce: ring bidir_ring multi_ring rail_ring torus torus_concurrent in_switch double_binary_tree auto \(opt-in only: halving_doubling recursive_doubling\)$' "auto's tie-break order per collective, opt-in algorithms (NCCL runs none of them) apart"
+  assert_out '^  broadcast: ring auto \(opt-in only: binomial_tree\)$' "rooted: NCCL's ring only, the binomial tree opt-in"
 fi
 # The estimates follow --chunk-bytes (pipelined pieces), and a run's header names the algorithm an alias stands for.
 if expect_exit 0 'chunk 65536 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --list -e 16M --chunk-bytes 64K; then
@@ -93,7 +93,7 @@ if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all
   assert_out '^# 2 cases, 112 elements checked, 4 wrong: FAIL$' "both groups' elements counted (2 x 4 ranks x 7, twice)"
 fi
 expect_exit 2 'simulated out of memory on chip 0: needs [0-9.]+ GiB, has 16.00 GiB' -- shardsim_mpi 2 bench -b 16G -e 16G
-expect_exit 2 "directory '/nonexistent' is not writable" -- shardsim_mpi 2 bench --csv /nonexistent/x.csv
+expect_exit 2 "directory '/nonexistent': No such file or directory" -- shardsim_mpi 2 bench --csv /nonexistent/x.csv
 expect_exit 2 "nothing to validate" -- shardsim_mpi 2 validate -b 1M -e 2M --counts 7
 expect_exit 2 "already defines the network" -- shardsim_mpi 4 validate --topology "$SMALL" --torus 2x2
 expect_exit 0 'Avg bus bandwidth' -- shardsim_mpi 2 bench reduce -b 4K -e 64K -f 16 -n 1 -w 0 --vs-mpi

@@ -4,7 +4,7 @@
 # rank: the default (fold: auto) folds it and its JSON report equals the unfolded run's byte for byte (the host
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
-# and one line (never a wrong number); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded; fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -127,6 +127,25 @@ expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 -
 same_json tree_auto.json tree_full.json "the tree step equals --no-fold's"
 expect_exit 3 'fold: all_reduce: double_binary_tree over data-parallel replicas' -- \
   shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --set fold=on
+
+e2e_case "padded ZeRO buffers: dp 6 does not divide the buckets, ZeRO 1-3 still fold, byte-identical"
+# Megatron's distributed-optimizer padding (sharding/plans/data_parallel.h): every bucket ends at a multiple of
+# lcm(dp, 128) elements, so the reduce_scatter / all_gather chunks are equal on every replica.
+cat > pad.yaml <<'Y'
+name: fold_pad
+mode: shape_only
+device: {preset: h100}
+model: {vocab: 250, hidden: 64, heads: 8, kv_heads: 8, head_dim: 8, ffn: 136, layers: 2, seq: 16, batch: 6, micro_batch: 1, dtype: bf16, seed: 1}
+parallel: {tp: 1, zero: 1, bucket_bytes: 20000}
+train: {steps: 2}
+Y
+for z in 1 2 3; do
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 6 train pad.yaml --ring 6 --set parallel.zero=$z --json pad_f$z.json
+  assert_out "chips simulated +1 of 6 \(folded" "ZeRO $z over 6 replicas folds"
+  assert_out "elements of padding per flat buffer" "ZeRO $z: the memory rows say how much padding"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 6 train pad.yaml --ring 6 --set parallel.zero=$z --no-fold --json pad_u$z.json
+  same_json pad_f$z.json pad_u$z.json "ZeRO $z: folded equals every chip"
+done
 
 e2e_case "not provably symmetric: not folded, even with fold: on"
 topo 64 line

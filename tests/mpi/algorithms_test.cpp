@@ -354,7 +354,7 @@ TEST(Determinism, AutoPicksTheLowestEstimate) {
     for (const auto& a : collectives::algorithm_names(Collective::all_reduce)) {
       EXPECT_NE(choice.explanation.find(a), std::string::npos) << choice.explanation;
       if (!collectives::obstacle(Collective::all_reduce, a, f.tp).empty()) continue;
-      if (!collectives::find_algorithm(a)->in_auto) continue;  // opt-in only: listed, never chosen
+      if (!collectives::find_algorithm(a)->in_auto(Collective::all_reduce)) continue;  // opt-in only: listed, never chosen
       const double t = collectives::estimate_ns(Collective::all_reduce, a, f.tp, bytes);
       if (best.empty() || t < best_ns) {
         best = a;

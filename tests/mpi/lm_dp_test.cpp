@@ -147,9 +147,13 @@ TEST_P(LmDp, MemoryMatchesZeroFormulas) {
     c.dtype = dtype;
     const DpRun r = run_dp(c, zero, 512, 1);
     const auto& m = r.memory;
-    EXPECT_NEAR(m.params, m.formula_params, 0.01 * m.formula_params) << "zero " << zero;
-    EXPECT_NEAR(m.grads, m.formula_grads, 0.01 * m.formula_grads) << "zero " << zero;
-    EXPECT_NEAR(m.optimizer, m.formula_optimizer, 0.01 * m.formula_optimizer) << "zero " << zero;
+    // Stages 1-3 pad each bucket as Megatron's distributed optimizer does (data_parallel.h): every row is the
+    // formula times (Ψ + padding) / Ψ, exactly up to the uneven split of stage 0 (not padded).
+    EXPECT_EQ(m.padding > 0, zero >= 1) << "zero " << zero;
+    const double k = m.padded_ratio();
+    EXPECT_NEAR(m.params, k * m.formula_params, 0.01 * m.formula_params) << "zero " << zero;
+    EXPECT_NEAR(m.grads, k * m.formula_grads, 0.01 * m.formula_grads) << "zero " << zero;
+    EXPECT_NEAR(m.optimizer, k * m.formula_optimizer, 0.01 * m.formula_optimizer) << "zero " << zero;
     EXPECT_GT(m.activations, 0);
     if (zero == 0 && dtype == runtime::DType::bf16) {
       const double psi = double(models::lm_param_count(c));
@@ -571,10 +575,10 @@ TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
       EXPECT_LT(we, 1e-4) << "zero " << zero << " sp " << sp;
       EXPECT_GT(run.buckets, 1) << "512-byte buckets";
       const auto& m = run.memory;
-      const double psi = run.psi_tp, nd = 2;
-      EXPECT_NEAR(m.params, 4 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "zero " << zero;
-      EXPECT_NEAR(m.grads, 4 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "zero " << zero;
-      EXPECT_NEAR(m.optimizer, 8 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "zero " << zero;
+      const double psi = run.psi_tp, nd = 2, k = m.padded_ratio();
+      EXPECT_NEAR(m.params, k * 4 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "zero " << zero;
+      EXPECT_NEAR(m.grads, k * 4 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "zero " << zero;
+      EXPECT_NEAR(m.optimizer, k * 8 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "zero " << zero;
     }
   // bf16: 2 + 2 + 12 bytes per parameter of the chip's shards, with the stage's divisions.
   LmConfig b = c;
@@ -582,10 +586,10 @@ TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
   for (int zero : {0, 1, 2, 3}) {
     const TpRun run = run_tp(b, tp, 1, false, {zero, 512, "auto", false});
     const auto& m = run.memory;
-    const double psi = run.psi_tp, nd = 2;
-    EXPECT_NEAR(m.params, 2 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "bf16 zero " << zero;
-    EXPECT_NEAR(m.grads, 2 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "bf16 zero " << zero;
-    EXPECT_NEAR(m.optimizer, 12 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "bf16 zero " << zero;
+    const double psi = run.psi_tp, nd = 2, k = m.padded_ratio();
+    EXPECT_NEAR(m.params, k * 2 * psi / (zero >= 3 ? nd : 1), 0.01 * m.formula_params) << "bf16 zero " << zero;
+    EXPECT_NEAR(m.grads, k * 2 * psi / (zero >= 2 ? nd : 1), 0.01 * m.formula_grads) << "bf16 zero " << zero;
+    EXPECT_NEAR(m.optimizer, k * 12 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "bf16 zero " << zero;
     if (zero == 0) {
       EXPECT_NEAR(m.total(), 16 * psi, 0.01 * 16 * psi);
     }

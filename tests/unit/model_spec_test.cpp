@@ -8,14 +8,13 @@
 namespace shardsim::sharding {
 namespace {
 
-TEST(ParallelPlan, DefaultAlgorithmRuleIsRunsPublishedChoice) {
+// One default rule for run and train: auto (NCCL's choice, collectives/registry.h) for every collective.
+TEST(ParallelPlan, DefaultAlgorithmRuleIsAutoEverywhere) {
   const ParallelPlan p;
-  EXPECT_EQ(p.algorithm_for(PlanCollective::tp_all_reduce), "ring");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::sp_all_gather), "ring");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::sp_reduce_scatter), "ring");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::ulysses_all_to_all), "direct");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::dp_gradients), "auto");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::loss), "auto");
+  for (PlanCollective c : {PlanCollective::tp_all_reduce, PlanCollective::sp_all_gather,
+                           PlanCollective::sp_reduce_scatter, PlanCollective::ulysses_all_to_all,
+                           PlanCollective::dp_gradients, PlanCollective::loss})
+    EXPECT_EQ(p.algorithm_for(c), "auto");
 }
 
 TEST(ParallelPlan, NamedAlgorithmAppliesWhereItIsImplemented) {
@@ -23,7 +22,7 @@ TEST(ParallelPlan, NamedAlgorithmAppliesWhereItIsImplemented) {
   p.algorithm = "halving_doubling";  // an all_reduce / reduce_scatter / all_gather algorithm, not all_to_all
   EXPECT_EQ(p.algorithm_for(PlanCollective::tp_all_reduce), "halving_doubling");
   EXPECT_EQ(p.algorithm_for(PlanCollective::dp_gradients), "halving_doubling");
-  EXPECT_EQ(p.algorithm_for(PlanCollective::ulysses_all_to_all), "direct");
+  EXPECT_EQ(p.algorithm_for(PlanCollective::ulysses_all_to_all), "auto");  // the default rule's
   p.algorithm = "auto";
   EXPECT_EQ(p.algorithm_for(PlanCollective::ulysses_all_to_all), "auto");
   p.tp_all_reduce = "bidir_ring";  // parallel.all_reduce names the tp all_reduce's alone
