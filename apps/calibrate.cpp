@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include "common/error.h"
 #include "common/text.h"
 #include "common/output_file.h"
+#include "common/text.h"
 
 namespace shardsim::apps {
 
@@ -360,13 +362,25 @@ Command add_calibrate(CLI::App& app, const runtime::World& world) {
                   "fit the device's kernel model to this CSV of measured kernel times instead of links to logs "
                   "(kernel,dtype,m,n,k,batch,causal,time_us; docs/MODEL.md, \"Kernel model\")");
   sub->add_option("--device", f->device, "with --kernels: the device preset or a file with a device: section");
-  return {sub, [f, &world] {
+  return {sub, [f, &world, sub] {
             if (f->kernels.empty()) {
               if (!f->device.empty()) throw UsageError("--device: only with --kernels");
+              // A held-out prediction is of a table the fit did not see (the same file, by any name, is refused).
+              for (const auto& p : f->predict)
+                for (const auto& l : f->logs) {
+                  std::error_code ec;
+                  if (std::filesystem::equivalent(p, l, ec))
+                    throw UsageError("--predict " + escape_control(p) + ": is also a fitted log (" +
+                                     escape_control(l) + "); a held-out prediction needs a table the fit did not see");
+                }
               return run_calibrate(world, *f);
             }
             if (!f->logs.empty() || !f->predict.empty())
               throw UsageError("calibrate --kernels: fits kernels only; give nccl-tests logs in a separate call");
+            for (const char* link_only : {"--protocols", "--collective", "--algorithm", "--fit-overhead",
+                                          "--fit-call-overhead", "--chunk-bytes", "--min-bytes", "--max-bytes"})
+              if (sub->count(link_only) > 0)
+                throw UsageError(std::string(link_only) + ": a link fit's flag; calibrate --kernels does not use it");
             return run_calibrate_kernels(world, {f->kernels, f->device, f->out, f->json, f->strict});
           }};
 }

@@ -277,6 +277,19 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
 }
 
 namespace {
+// A finite number in [LO, HI] described as RANGE, else CLI11's error naming the flag (exit 2): what bench and
+// calibrate say for --bandwidth nan, so that run, train and profile do not take NaN for "not given".
+CLI::Validator finite_in(double lo, double hi, const std::string& range) {
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end || !(v >= lo && v <= hi)) return "must be " + range + " (got '" + escape_control(text) + "')";
+        return "";
+      },
+      range);
+}
+
 // CLI11's PositiveNumber said "Value 0 not in range 0.000000 to 1797693134862315708...": 309 digits, and let NaN
 // through NonNegativeNumber. One short line instead, NaN and Inf refused (the flag is named by CLI11's prefix).
 CLI::Validator number_at_least(double lo, bool strict, bool whole) {
@@ -299,19 +312,33 @@ CLI::Validator number_at_least(double lo, bool strict, bool whole) {
 }
 }  // namespace
 
+CLI::Validator decimal_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const size_t from = !text.empty() && text[0] == '+' ? 1 : 0;
+        const std::string digits = text.substr(from);
+        const bool ok = !digits.empty() && digits.size() <= 19 &&
+                        digits.find_first_not_of("0123456789") == std::string::npos &&
+                        (digits.size() < 19 || digits <= "9223372036854775807");
+        return ok ? std::string() : "'" + escape_control(text) + "' is not a decimal integer within int64";
+      },
+      "INT");
+}
+
 void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov) {
   app->add_option("--topology", ov.topology_file,
                   "topology from this file instead of the config's (a file with a topology: section, e.g. "
                   "configs/topologies/*.yaml, or an ASTRA-sim network.yml)");
   app->add_option("--ring", ov.ring, "a bidirectional ring of N chips instead of the config's topology")
+      ->check(decimal_integer())
       ->check(number_at_least(1, false, true));
   app->add_option("--torus", ov.torus, "a torus of these dimensions instead, e.g. 2x4");
   app->add_option("--mesh", ov.mesh, "a mesh (no wrap-around) of these dimensions instead, e.g. 2x4");
   app->add_option("--bandwidth", ov.bandwidth_gbps,
                   "link bandwidth, GB/s per direction (GB = 1e9 B; default: the config's, else 100)")
-      ->check(number_at_least(0, true, false));
+      ->check(finite_in(topology::kMinBandwidthGbps, topology::kMaxBandwidthGbps, topology::bandwidth_range_text()));
   app->add_option("--latency", ov.latency_ns, "link latency, ns per hop (default: the config's, else 1000)")
-      ->check(number_at_least(0, false, false));
+      ->check(finite_in(0, topology::kMaxLatencyNs, topology::latency_range_text()));
   app->add_option("--device", ov.device,
                   "device preset instead of the config's (`shardsim help devices` lists them), or a YAML file "
                   "with a device: section (e.g. from calibrate --kernels --out)");

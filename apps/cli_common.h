@@ -84,6 +84,9 @@ void write_file(const std::string& path, const std::string& text);
 std::vector<std::string> split_list(const std::string& s);
 // Parses "1K", "4M", "1G" (binary multiples) or plain numbers of bytes. UsageError naming FLAG otherwise.
 size_t parse_bytes(const std::string& text, const std::string& flag);
+// A CLI11 check for integer flags: plain decimal digits (an optional '+') within int64. CLI11 alone also reads
+// hex, octal and binary prefixes ("0x10" as 16) and lets numbers beyond int64 through to its range check.
+CLI::Validator decimal_integer();
 
 // Parses a comma list with PARSE (which throws std::invalid_argument) or 'all'; UsageError naming FLAG.
 template <class T, class Parse>

@@ -12,6 +12,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/commands.h"
 #include "common/error.h"
@@ -100,6 +102,12 @@ void print_devices() {
   }
 }
 
+// The topics of `shardsim help TOPIC` (`shardsim help` alone lists them).
+const std::pair<const char*, const char*> kHelpTopics[] = {
+    {"config", "every config key per section (docs/CONFIG.md)"},
+    {"devices", "every device preset with its sources (docs/DEVICES.md)"},
+    {"plans", "every parallel plan with its mesh axis and keys (sharding/plans/registry.h)"}};
+
 }  // namespace
 
 Command add_help(CLI::App& app, const runtime::World& world) {
@@ -107,10 +115,17 @@ Command add_help(CLI::App& app, const runtime::World& world) {
                                          "`shardsim help devices` every device preset with sources (docs/DEVICES.md), "
                                          "`shardsim help plans` every parallel plan and its keys");
   auto topic = std::make_shared<std::string>();
-  cmd->add_option("topic", *topic, "config | devices | plans")
-      ->required()
-      ->check(CLI::IsMember({"config", "devices", "plans"}));
+  std::vector<std::string> names;
+  for (const auto& [name, what] : kHelpTopics) names.emplace_back(name);
+  cmd->add_option("topic", *topic, "config | devices | plans (none: the list of topics)")->check(CLI::IsMember(names));
   return {cmd, [&world, topic]() -> int {
+            if (topic->empty()) {  // `shardsim help`: what there is to ask for
+              if (world.rank() != 0) return kExitOk;
+              std::printf("shardsim help TOPIC, where TOPIC is one of:\n");
+              for (const auto& [name, what] : kHelpTopics) std::printf("  %-9s %s\n", name, what);
+              std::printf("Commands: shardsim --help; a command's flags: shardsim COMMAND --help\n");
+              return kExitOk;
+            }
             // A malformed presets file is one FILE:LINE line and exit 2 from every rank.
             if (*topic == "devices") world.agree([] { (void)sim::device_presets(); });
             if (world.rank() != 0) return kExitOk;

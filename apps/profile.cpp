@@ -15,8 +15,11 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "models/runner.h"
 #include "sharding/engine_config.h"
+#include "topology/topology.h"
+#include "topology/topology_yaml.h"
 
 namespace shardsim::apps {
 
@@ -59,8 +62,11 @@ std::vector<std::string> split_items(const std::string& spec) {
     }
   }
   out.push_back(cur);
-  for (const auto& s : out)
-    if (s.empty()) throw UsageError("--what-if '" + spec + "': empty change (expected KEY=VALUE,KEY=VALUE,...)");
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].empty()) throw UsageError("--what-if '" + spec + "': empty change (expected KEY=VALUE,KEY=VALUE,...)");
+    for (size_t j = 0; j < i; ++j)
+      if (out[j] == out[i]) throw UsageError("--what-if " + out[i] + ": listed twice");
+  }
   return out;
 }
 
@@ -69,29 +75,120 @@ const std::map<std::string, std::string> kDeviceAlias = {{"hbm_bw", "hbm_gbps"},
 const std::map<std::string, std::string> kTopologyAlias = {{"link_bw", "bandwidth_gbps"}, {"latency", "latency_ns"},
                                                            {"bandwidth", "bandwidth_gbps"}};
 
-// The topology key KEY (bandwidth_gbps | latency_ns) scaled: every dimension (DIM < 0) or dimension DIM.
-std::string topology_set(const std::string& change, const ConfigNode& root, const std::string& key, int dim,
-                         double v, bool factor) {
+// The topology's section as a YAML map: the inline one (*INLINE true), or the one of the file it names (a
+// shardsim topology file: `topology:` section or bare map). UsageError for an ASTRA-sim network file.
+YAML::Node topology_tree(const std::string& change, const ConfigNode& root, bool* inline_section) {
   const auto t = root.maybe_child("topology");
-  if (!t || !t->is_map() || !t->has(key))
-    throw UsageError("--what-if " + change + ": the topology has no inline '" + key +
-                     "' to change (a topology file or a graph: give the change as --set on its keys)");
-  const YAML::Node n = t->yaml()[key];
-  const int ndims = static_cast<int>(sharding::load_workload_topology(root).dims().size());
-  if (dim >= ndims)
-    throw UsageError("--what-if " + change + ": the topology has " + std::to_string(ndims) + " dimension(s)");
-  std::vector<double> vals;
-  if (n.IsSequence()) {
-    for (const auto& x : n) vals.push_back(x.as<double>());
+  if (!t) throw UsageError("--what-if " + change + ": the config has no topology");
+  *inline_section = t->is_map();
+  if (t->is_map()) return YAML::Clone(t->yaml());
+  const std::string path = t->yaml().as<std::string>();
+  const ConfigNode file = ConfigNode::load_file(path);
+  if (topology::is_astra_network(file))
+    throw UsageError("--what-if " + change + ": the topology is an ASTRA-sim network file (" + escape_control(path) +
+                     "); give the changed figures in its bandwidth:/latency: lists, or use a shardsim topology file");
+  const ConfigNode section = file.has("topology") ? file.child("topology") : file;
+  if (!section.is_map()) section.fail("topology: expected a map");
+  return YAML::Clone(section.yaml());
+}
+
+// N and everything below it in YAML's flow style (one line: a --set value).
+void flow_style(YAML::Node n) {
+  if (!n.IsMap() && !n.IsSequence()) return;
+  n.SetStyle(YAML::EmitterStyle::Flow);
+  if (n.IsSequence())
+    for (auto x : n) flow_style(x);
+  else
+    for (auto kv : n) flow_style(kv.second);
+}
+
+// Scales (FACTOR) or sets the number at N[KEY] (a scalar, or a list with one value per dimension: entry DIM only
+// when DIM >= 0); false when N has no KEY.
+bool change_number(YAML::Node n, const std::string& key, int dim, double v, bool factor) {
+  if (!n.IsMap() || !n[key]) return false;
+  YAML::Node x = n[key];
+  if (x.IsSequence()) {
+    for (size_t d = 0; d < x.size(); ++d)
+      if (dim < 0 || static_cast<int>(d) == dim) x[d] = num(apply(x[d].as<double>(), v, factor));
+  } else if (dim < 0) {
+    n[key] = num(apply(x.as<double>(), v, factor));
   } else {
-    vals.assign(dim >= 0 ? static_cast<size_t>(ndims) : 1, n.as<double>());
+    return false;  // one value for every dimension: the caller makes the list
   }
-  for (size_t d = 0; d < vals.size(); ++d)
-    if (dim < 0 || static_cast<int>(d) == dim) vals[d] = apply(vals[d], v, factor);
-  if (vals.size() == 1 && !n.IsSequence()) return "topology." + key + "=" + num(vals[0]);
-  std::string s = "topology." + key + "=[";
-  for (size_t d = 0; d < vals.size(); ++d) s += (d ? ", " : "") + num(vals[d]);
-  return s + "]";
+  return true;
+}
+
+// The topology key KEY (bandwidth_gbps | latency_ns) changed: on every dimension (DIM < 0) or on dimension DIM.
+// Any topology form: grids (one value or one per dimension), stacked dimensions (dims[i]), graphs and Clos (the
+// default and every link's own value; no dimensions), inline or in a topology file (then the whole changed section
+// is set inline). The result must lie in the topology's bounds (topology.h).
+std::vector<std::string> topology_set(const std::string& change, const ConfigNode& root, const std::string& key,
+                                      int dim, double v, bool factor) {
+  bool inline_section = false;
+  YAML::Node t = topology_tree(change, root, &inline_section);
+  const std::string kind = t["kind"] && t["kind"].IsScalar() ? t["kind"].as<std::string>() : "";
+  const int ndims = static_cast<int>(sharding::load_workload_topology(root).dims().size());
+  const bool graph = kind == "graph" || kind == "clos";
+  if (dim >= 0 && (graph || dim >= ndims))
+    throw UsageError("--what-if " + change + ": the topology has " +
+                     (graph ? std::string("no dimensions (a ") + kind + ")" : std::to_string(ndims) + " dimension(s)"));
+  std::vector<std::string> sets;
+  try {
+    if (kind == "stacked") {
+      YAML::Node dims = t["dims"];
+      for (size_t d = 0; dims.IsSequence() && d < dims.size(); ++d)
+        if (dim < 0 || static_cast<int>(d) == dim) {
+          if (!dims[d][key]) {
+            if (key == "bandwidth_gbps") continue;  // required by the loader: it reports the missing key
+            dims[d][key] = "0";
+          }
+          change_number(dims[d], key, -1, v, factor);
+          sets.push_back("topology.dims[" + std::to_string(d) + "]." + key + "=" + dims[d][key].as<std::string>());
+        }
+    } else {
+      if (!t[key]) t[key] = key == "latency_ns" ? "0" : "100";  // the loaders' defaults
+      if (dim >= 0 && !t[key].IsSequence()) {  // one value for all: one per dimension, DIM's changed
+        YAML::Node list(YAML::NodeType::Sequence);
+        list.SetStyle(YAML::EmitterStyle::Flow);
+        for (int d = 0; d < ndims; ++d) list.push_back(t[key].as<std::string>());
+        t[key] = list;
+      }
+      change_number(t, key, dim, v, factor);
+      if (graph && t["links"] && t["links"].IsSequence())
+        for (size_t i = 0; i < t["links"].size(); ++i) change_number(t["links"][i], key, -1, v, factor);
+      YAML::Emitter e;
+      e << YAML::Flow << t[key];
+      sets.push_back("topology." + key + "=" + e.c_str());
+      if (graph) sets.clear();  // per-link values: the whole section below
+    }
+  } catch (const YAML::Exception&) {
+    throw UsageError("--what-if " + change + ": the topology's " + key + " is not a number");
+  }
+  // Every changed figure within the topology's bounds (what the loader would refuse after the change, said here).
+  const auto check = [&](const YAML::Node& x) {
+    const double d = x.as<double>();
+    const bool ok = key == "bandwidth_gbps" ? d >= topology::kMinBandwidthGbps && d <= topology::kMaxBandwidthGbps
+                                            : d >= 0 && d <= topology::kMaxLatencyNs;
+    if (!ok)
+      throw UsageError("--what-if " + change + ": " + key + " would be " + num(d) + ", outside " +
+                       (key == "bandwidth_gbps" ? topology::bandwidth_range_text() : topology::latency_range_text()));
+  };
+  const auto check_all = [&](const YAML::Node& n) {
+    if (!n.IsMap() || !n[key]) return;
+    if (n[key].IsSequence())
+      for (const auto& x : n[key]) check(x);
+    else
+      check(n[key]);
+  };
+  check_all(t);
+  for (const char* list : {"dims", "links"})
+    if (t[list] && t[list].IsSequence())
+      for (const auto& x : t[list]) check_all(x);
+  if (inline_section && !sets.empty()) return sets;
+  YAML::Emitter e;  // a topology file (or a graph's links): the whole changed section, inline, on one line
+  flow_style(t);
+  e << t;
+  return {std::string("topology=") + e.c_str()};
 }
 
 // A dotted path of the YAML tree: KEY=Nx scales the number there, KEY=VALUE sets VALUE (any YAML).
@@ -181,7 +278,7 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
       if (auto a = kTopologyAlias.find(tkey); a != kTopologyAlias.end()) tkey = a->second;
       if (tkey == "bandwidth_gbps" || tkey == "latency_ns") {
         const double v = parse_value(part, value, factor);
-        p.sets.push_back(topology_set(part, root, tkey, dim, v, factor));
+        for (auto& set : topology_set(part, root, tkey, dim, v, factor)) p.sets.push_back(std::move(set));
       } else if (key.find('.') != std::string::npos) {
         p.sets.push_back(path_set(part, root, key, value));
       } else {
@@ -189,6 +286,9 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
                          "dimN.latency, peak, hbm_bw, launch, a device key, or a config path such as model.tokens)");
       }
     }
+    for (const auto& [k, v] : device)  // the bounds load_device applies, said for the change
+      if (const std::string why = sim::device_figure_obstacle(k, v); !why.empty())
+        throw UsageError("--what-if " + item + ": device." + k + " would be " + num(v) + ": " + why);
     if (!device.empty()) {
       const auto d = root.maybe_child("device");
       if (d && d->is_map()) {

@@ -227,10 +227,12 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
   r.device = sim::describe(s.device);
   r.dtype = runtime::dtype_name(c.dtype);
   r.chips = chips;
+  r.layers = static_cast<int>(c.layers);  // the JSON's "layers" (the model's; it said 1 for every training run)
   r.shape_only = s.shape_only;
   r.peak_tflops_per_chip = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype)) / 1e3;
   r.peak_tflops = r.peak_tflops_per_chip * chips;
   r.hbm_capacity_bytes = s.device.hbm_bytes();
+  r.hbm_reserve_bytes = s.device.hbm_reserve_bytes();
   r.trace = f.trace_path;
   char b[512];
   std::snprintf(b, sizeof b, "vocab %lld, hidden %lld, %lld layers, %lld/%lld heads of %lld, ffn %lld; %lld parameters "
@@ -305,14 +307,14 @@ nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string
 
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
 // batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
-void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r) {
+// A resumed run's reference resumes from the same checkpoint (models::reference_losses).
+void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+                     const std::optional<models::LmTrainSnapshot>& resumed) {
   const auto& c = s.model;
   auto& t = r.train;
   std::string verdict;
   if (world.rank() == 0) {
-    models::LmTrainState ref = models::lm_train_init(c);
-    std::vector<double> reference;
-    for (const auto& x : models::lm_train(c, s.train, ref)) reference.push_back(x.loss);
+    const std::vector<double> reference = models::reference_losses(c, s.train, resumed ? &*resumed : nullptr);
     std::vector<std::pair<int64_t, double>> losses;
     for (const auto& st : t.steps) losses.emplace_back(st.step, st.loss);
     const models::LossCheck check = models::check_losses(c.dtype, losses, reference);
@@ -525,7 +527,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   if (s.pp > 1) pipeline_report(*trainer, rep);
   sharding::profile_and_trace(world, tl, {f.trace_path, f.profile, f.plots_dir, rep.peak_tflops_per_chip},
                               rep);  // the last step's
-  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) (f.forward ? validate_forward(world, s, rep, resumed) : validate_losses(world, s, rep));
+  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only))
+    (f.forward ? validate_forward(world, s, rep, resumed) : validate_losses(world, s, rep, resumed));
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
   if (f.report_out) *f.report_out = rep;

@@ -114,6 +114,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
 void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
   sub->add_option("config", flags->config, "training YAML (default: configs/lm_train.yaml)");
   sub->add_option("--steps", flags->steps, "steps to run instead of the config's train.steps")
+      ->check(decimal_integer())
       ->check(CLI::Range(int64_t{1}, kMaxSteps));  // PositiveNumber said "0 not in range 0.000000 to 1.8e308"
   sub->add_flag("--shape-only", flags->shape_only,
                 "no data (mode: shape_only): storage-less tensors, cost-only kernels and header-only collectives give "
@@ -124,6 +125,7 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
                   "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
                   "after the last step and every --save-every steps");
   sub->add_option("--save-every", flags->save_every, "also save after every K-th step (needs --checkpoint)")
+      ->check(decimal_integer())
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   sub->add_option("--resume", flags->resume,
                   "continue from a training-state checkpoint (any dp / ZeRO stage); the run stops at step "

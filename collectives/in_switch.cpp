@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace shardsim::collectives::in_switch {
@@ -139,6 +140,38 @@ std::vector<double> down_arrivals(const runtime::Transport& tp, const Schedule& 
 
 namespace {
 
+// When rank R's piece I (its first entered the up-link at START) has left R's port (Timeline::send's span end):
+// the pieces go back to back, each o + piece / (B eff) on the port.
+double up_port_free(const runtime::Transport& tp, const Schedule& s, int r, double start, int i) {
+  const auto& l = up_link(tp, s.dim, r);
+  const auto& pr = tp.topology().protocol();
+  for (int j = 0; j <= i; ++j) start += pr.message_overhead_ns + occupancy(tp, l, s.piece(s.up[static_cast<size_t>(r)], j));
+  return start;
+}
+
+// Dependency recording only (else zeros, no messages): every rank's FIRST_UP (the id of its first up-send; its
+// pieces' sends take the next ids, as one timeline numbers its events). The ids travel in untimed empty messages'
+// times: the low 40 bits of an id (its count; the top bits are the chip + 1, sim/timeline.h) are exact in a
+// double, and the chip is the sender's.
+std::vector<std::uint64_t> exchange_up_ids(runtime::Transport& tp, std::uint64_t first_up, const std::string& name) {
+  const int p = tp.size(), me = tp.rank();
+  std::vector<std::uint64_t> ids(static_cast<size_t>(p), 0);
+  if (!tp.timeline().records_dependencies()) return ids;
+  constexpr std::uint64_t kLow = (std::uint64_t{1} << 40) - 1;
+  const auto chip_bits = [&](int r) { return std::uint64_t(tp.chip_of(r) + 1) << 40; };
+  ids[static_cast<size_t>(me)] = first_up && (first_up & ~kLow) == chip_bits(me) ? first_up : 0;
+  std::vector<runtime::SendOp> sends;
+  std::vector<runtime::RecvOp> recvs;
+  for (int k = 1; k < p; ++k) {
+    sends.push_back({nullptr, 0, (me + k) % p, static_cast<double>(ids[static_cast<size_t>(me)] & kLow), false});
+    recvs.push_back({nullptr, 0, (me - k + p) % p, 0, false});
+  }
+  tp.exchange(sends, recvs, name + ".ids");
+  for (const auto& rv : recvs)
+    if (rv.arrival > 0) ids[static_cast<size_t>(rv.src)] = chip_bits(rv.src) | static_cast<std::uint64_t>(rv.arrival);
+  return ids;
+}
+
 // The whole algorithm over LAYOUT on BASE (in place): RS and / or AG halves (see the header).
 sim::TimeNs run(runtime::Transport& tp, void* base_v, const Layout& layout, DType t, ReduceOp op, bool rs, bool ag,
                 size_t chunk_bytes, sim::TimeNs ready, const std::string& name) {
@@ -154,11 +187,14 @@ sim::TimeNs run(runtime::Transport& tp, void* base_v, const Layout& layout, DTyp
   const size_t m = static_cast<size_t>(me);
   // Up: every piece into the up-link, back to back; START = when the first one entered it.
   double start = ready, end = ready;
+  std::uint64_t first_up = 0;  // dependency recording: the id of this chip's first up-send (the others follow it)
   for (int i = 0; i < s.pieces && s.up[m] > 0; ++i) {
     const sim::Span span = tp.send_to_switch(sw, s.piece(s.up[m], i), ready, name + ".up");
     if (i == 0) start = span.start;
+    if (i == 0) first_up = tp.timeline().last_send_id();
     end = span.end;  // a chip with nothing coming down is done when its data is up
   }
+  const std::vector<std::uint64_t> up_ids = exchange_up_ids(tp, first_up, name);
   // The data, in untimed messages that carry START.
   std::vector<double> starts(static_cast<size_t>(p), 0.0);
   starts[m] = start;
@@ -199,7 +235,17 @@ sim::TimeNs run(runtime::Transport& tp, void* base_v, const Layout& layout, DTyp
   const auto emit = emit_times(s, arrivals);
   for (int i = 0; i < s.pieces && s.down[m] > 0; ++i) {  // Timeline::receive queues it behind earlier flows
     const double e = emit[static_cast<size_t>(i)];
-    end = std::max(end, tp.timeline().receive(sw, s.piece(s.down[m], i), e, e + down_flight(tp, s, me, i)));
+    // Its producer (dependency recording): the up-send of the chip whose piece i reached the switch last, from the
+    // moment that chip's port was free again, so the profiler's path crosses the switch to that chip's send.
+    int last = -1;
+    for (int r = 0; r < p; ++r)
+      if (s.up[static_cast<size_t>(r)] > 0 &&
+          (last < 0 || arrivals[static_cast<size_t>(r)][static_cast<size_t>(i)] >
+                           arrivals[static_cast<size_t>(last)][static_cast<size_t>(i)]))
+        last = r;
+    const std::uint64_t id = last >= 0 && up_ids[static_cast<size_t>(last)] ? up_ids[static_cast<size_t>(last)] + i : 0;
+    const double sent = id ? up_port_free(tp, s, last, starts[static_cast<size_t>(last)], i) : -1;
+    end = std::max(end, tp.timeline().receive(sw, s.piece(s.down[m], i), e, e + down_flight(tp, s, me, i), id, sent));
   }
   return end;
 }

@@ -30,4 +30,16 @@ inline std::optional<int64_t> checked_product(std::initializer_list<int64_t> fac
   return r;
 }
 
+// The sum of VALUES (any range of int64_t), std::nullopt when any partial sum overflows int64.
+template <class Range>
+std::optional<int64_t> checked_sum(const Range& values) {
+  int64_t r = 0;
+  for (int64_t v : values) {
+    const auto next = checked_add(r, v);
+    if (!next) return std::nullopt;
+    r = *next;
+  }
+  return r;
+}
+
 }  // namespace shardsim

@@ -209,6 +209,31 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
   }
 }
 
+ConfigNode ConfigNode::from_edited_tree(YAML::Node root, const std::string& text, const std::string& file) {
+  ConfigNode node(std::move(root), file, "");
+  node.text_ = std::make_shared<const std::string>(text);
+  return node;
+}
+
+YAML::Node ConfigNode::unmarked(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar: return YAML::Node(n.Scalar());
+    case YAML::NodeType::Sequence: {
+      YAML::Node out(YAML::NodeType::Sequence);
+      out.SetStyle(n.Style());
+      for (const auto& item : n) out.push_back(unmarked(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      YAML::Node out(YAML::NodeType::Map);
+      out.SetStyle(n.Style());
+      for (const auto& kv : n) out[unmarked(kv.first)] = unmarked(kv.second);
+      return out;
+    }
+    default: return YAML::Node(YAML::NodeType::Null);
+  }
+}
+
 ConfigNode ConfigNode::load_file(const std::string& file) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec))
@@ -327,6 +352,29 @@ std::vector<int64_t> ConfigNode::get_int_list(std::string_view key) const {
   if (!c.node_.IsSequence()) c.fail(c.path_ + ": expected a list of integers, e.g. [4, 4]");
   std::vector<int64_t> out;
   for (const auto& item : c.node_) out.push_back(convert<int64_t>(item, file_, c.path_, "an integer"));
+  return out;
+}
+
+std::vector<int64_t> ConfigNode::get_int_list_in(std::string_view key, int64_t lo, int64_t hi,
+                                                 size_t min_entries) const {
+  const YAML::Node n = raw(key);
+  if (n.IsDefined() && n.IsNull())
+    ConfigNode(n, file_, key_path(key)).fail(key_path(key) + ": null (give a list of integers, or leave the key out)");
+  const auto c = child(key);
+  if (!c.node_.IsSequence()) c.fail(c.path_ + ": expected a list of integers, e.g. [4, 4]");
+  if (c.node_.size() < min_entries)
+    c.fail(c.path_ + ": needs at least " + std::to_string(min_entries) + " entr" + (min_entries == 1 ? "y" : "ies") +
+           " (got " + std::to_string(c.node_.size()) + ")");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < c.node_.size(); ++i) {
+    const std::string at = c.path_ + "[" + std::to_string(i) + "]";
+    const int64_t v = convert<int64_t>(c.node_[i], file_, at, "an integer");
+    if (v < lo || v > hi)
+      ConfigNode(c.node_[i], file_, at)
+          .fail(at + ": must be between " + std::to_string(lo) + " and " + std::to_string(hi) + " (got " +
+                std::to_string(v) + ")");
+    out.push_back(v);
+  }
   return out;
 }
 

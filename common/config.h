@@ -28,6 +28,13 @@ class ConfigNode {
   static ConfigNode load_file(const std::string& file);
   // Parses TEXT as if it came from FILE (for tests and embedded configs).
   static ConfigNode load_string(const std::string& text, const std::string& file);
+  // ROOT, a tree parsed from a file and then edited (command-line overrides), as a document of FILE whose text is
+  // TEXT: the nodes it kept keep their lines in the file they were parsed from; nodes made without a mark
+  // (ConfigNode::unmarked) are named by FILE alone.
+  static ConfigNode from_edited_tree(YAML::Node root, const std::string& text, const std::string& file);
+  // A deep copy of N without source positions (a value parsed from a command-line flag: its "line 1" is not a line
+  // of any config file).
+  static YAML::Node unmarked(const YAML::Node& n);
 
   // "FILE:LINE" of this node (LINE is 1-based).
   std::string where() const;
@@ -57,6 +64,11 @@ class ConfigNode {
   double get_double(std::string_view key, double fallback) const;
   bool get_bool(std::string_view key, bool fallback) const;
   std::vector<int64_t> get_int_list(std::string_view key) const;
+  // KEY as a list of at least MIN_ENTRIES integers, each in [LO, HI]: every entry is checked on its own and a bad
+  // one is named with its line and index ("FILE:LINE: path.key[2]: must be between LO and HI (got X)"); a key
+  // given as `null` or `[]` (when MIN_ENTRIES > 0) is an error too. Sums and products of the entries are the
+  // caller's, with common/checked.h.
+  std::vector<int64_t> get_int_list_in(std::string_view key, int64_t lo, int64_t hi, size_t min_entries = 1) const;
 
   // get_double and the validators below reject NaN and infinities (.nan, .inf, -.inf in YAML) with
   // "FILE:LINE: path.key: must be a finite number (got .nan)".

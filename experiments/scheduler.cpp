@@ -267,7 +267,7 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   row["mfu"] = fmt(t.mfu);
   row["peak_mem_bytes"] = fmt(t.memory.chip_bytes());
   row["hbm_capacity_bytes"] = fmt(r.hbm_capacity_bytes);
-  row["fits_hbm"] = t.memory.chip_bytes() <= r.hbm_capacity_bytes ? "yes" : "no";
+  row["fits_hbm"] = fits_hbm(r) ? "yes" : "no";  // with the device's HBM reserve
   row["bubble_fraction"] = fmt(t.has_pipeline ? t.pipeline.bubble_fraction : 0.0);
   row["micro_batches"] = std::to_string(t.has_pipeline ? t.pipeline.m : pt.micro_batches);
   if (r.validated) {

@@ -128,8 +128,8 @@ std::vector<KernelRow> parse_kernel_table(const std::string& text, const std::st
     char* end = nullptr;
     const std::string t = at(7);
     const double us = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end != '\0' || !std::isfinite(us) || us <= 0)
-      fail(file, line, "time_us must be a finite number > 0 (got '" + escape_control(t) + "')");
+    if (t.empty() || *end != '\0' || !(us >= 1e-3 && us <= 1e9))  // 1 ns .. 1000 s; false for NaN
+      fail(file, line, "time_us must be a number from 0.001 to 1e9 (got '" + escape_control(t) + "')");
     r.measured_ns = us * 1e3;
     try {  // the simulator's kernels check their arguments (e.g. attention takes fp32 or bf16 only)
       cost_row(r, dt, m, n, k, batch, causal);
@@ -169,6 +169,13 @@ char binding(const sim::KernelTime& kt) {
 
 KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow> rows) {
   if (rows.empty()) throw ConfigError("calibrate --kernels: no rows to fit");
+  // The model's kernel takes at least the launch overhead: a faster measurement cannot be fitted (its relative
+  // error would be any number).
+  for (const auto& r : rows)
+    if (r.measured_ns <= device.launch_overhead_ns)
+      throw ConfigError("calibrate --kernels: line " + std::to_string(r.line) + ": time_us " +
+                        std::to_string(r.measured_ns / 1e3) + " is not above the device's launch overhead (" +
+                        std::to_string(device.launch_overhead_ns / 1e3) + " us; device.launch_overhead_ns)");
   sim::DeviceSpec dev = device;
   dev.kernel.shaped = true;
   sim::KernelParams& p = dev.kernel;

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "models/lm_model.h"
+#include "models/lm_train.h"
 #include "runtime/dtype.h"
 
 namespace shardsim::models {
@@ -41,6 +43,14 @@ struct LossCheck {
   int64_t step = 0;
   int64_t steps = 0;      // steps compared
 };
+// The single-device reference's losses for a run whose last step is T.steps, REFERENCE[i] at step i + 1 (what
+// check_losses reads): from the seeded initial state, or, for a run resumed from a checkpoint (RESUMED), from that
+// same checkpoint with the run's own hyper-parameters, so a run resumed with a changed learning rate is compared
+// with a reference that changed it at the same step (not with one retrained from step 0 under the new rate). The
+// steps up to the checkpoint's are NaN: a resumed run reports none of them.
+struct LmTrainSnapshot;
+std::vector<double> reference_losses(const LmConfig& c, const LmTrainConfig& t, const LmTrainSnapshot* resumed);
+
 // LOSSES: (step, loss) of the run; REFERENCE[i]: the reference's loss at step i + 1. A NaN error fails.
 LossCheck check_losses(runtime::DType dtype, const std::vector<std::pair<int64_t, double>>& losses,
                        const std::vector<double>& reference);

@@ -151,48 +151,38 @@ constexpr size_t kMaxPngBytes = size_t{64} << 20;  // a 960x600 PNG is tens of K
 const char* kTerm = "set terminal pngcairo size 960,600 noenhanced font ',10'\n";
 
 std::string roofline_dat(const Roofline& r) {
-  std::string s = "# shardsim roofline: op calls intensity_flop_per_byte achieved_tflops time_us attainable_tflops label\n";
+  std::string s = "# shardsim roofline: op calls intensity_flop_per_byte achieved_tflops time_us attainable_tflops "
+                  "label label_x label_y\n";
   s += "# roof: peak_tflops " + num(r.roof.peak_tflops) + " hbm_gbps " + num(r.roof.hbm_gbps) + " ridge " +
        num(r.roof.ridge()) + "\n";
-  // Families at the same point (e.g. a block's three MLP GEMMs) share one label: the first row carries all names.
-  std::vector<std::string> label(r.points.size());
-  std::vector<bool> done(r.points.size());
-  for (size_t i = 0; i < r.points.size(); ++i) {
-    if (done[i]) continue;
-    label[i] = r.points[i].op;
-    for (size_t j = i + 1; j < r.points.size(); ++j)
-      if (!done[j] && num(r.points[j].intensity()) == num(r.points[i].intensity()) &&
-          num(r.points[j].achieved_tflops()) == num(r.points[i].achieved_tflops())) {
-        label[i] += ", " + r.points[j].op;
-        done[j] = true;
-      }
-  }
+  // Points that share a label carry "" (nothing drawn); the label's row carries every name and its placed position.
+  std::vector<const RooflineLabel*> at(r.points.size(), nullptr);
+  const auto labels = roofline_labels(r);
+  for (const auto& l : labels) at[l.point] = &l;
   for (size_t i = 0; i < r.points.size(); ++i) {
     const auto& p = r.points[i];
+    const RooflineLabel* l = at[i];
     s += gp_data_string(p.op) + " " + std::to_string(p.calls) + " " + num(p.intensity()) + " " +
          num(p.achieved_tflops()) + " " + num(double(p.time) / 1e3) + " " +
-         num(r.roof.attainable_tflops(p.intensity())) + " " + gp_data_string(label[i]) + "\n";
+         num(r.roof.attainable_tflops(p.intensity())) + " " + gp_data_string(l ? l->text : "") + " " +
+         num(l ? l->x : p.intensity()) + " " + num(l ? l->y : p.achieved_tflops()) + "\n";
   }
   return s;
 }
 
 std::string roofline_gp(const std::string& title, const Roofline& r) {
-  double lo = r.roof.ridge() / 100, hi = r.roof.ridge() * 100;
-  for (const auto& p : r.points) {
-    lo = std::min(lo, p.intensity() / 4);
-    hi = std::max(hi, p.intensity() * 4);
-  }
+  const RooflineRange g = roofline_range(r);
   const std::string peak = num(r.roof.peak_tflops), bw = num(r.roof.hbm_gbps / 1e3);
   return std::string("# gnuplot script written by shardsim; redraw with: gnuplot roofline.gp (in this directory)\n") +
          kTerm + "set output 'roofline.png'\nset title " +
          gp_quote("roofline (simulated): " + title + "; ridge " + num(r.roof.ridge()) + " FLOP/byte") +
          "\nset logscale xy 10\nset xlabel 'arithmetic intensity (FLOP per HBM byte)'\n"
          "set ylabel 'achieved TFLOP/s (simulated)'\nset grid\nset key bottom right\n"
-         "set xrange [" + num(lo) + ":" + num(hi) + "]\n"
+         "set xrange [" + num(g.x_lo) + ":" + num(g.x_hi) + "]\nset yrange [" + num(g.y_lo) + ":" + num(g.y_hi) + "]\n"
          "roof(x) = (x * " + bw + " < " + peak + ") ? x * " + bw + " : " + peak + "\nset samples 400\n"
          "plot roof(x) with lines lw 2 lc rgb 'black' title 'roof: min(peak, I x HBM bandwidth)', \\\n"
          "     'roofline.dat' using 3:4 with points pt 7 ps 1.5 lc 1 title 'kernel families', \\\n"
-         "     'roofline.dat' using 3:4:7 with labels offset 1,0.6 left font ',8' notitle\n";
+         "     'roofline.dat' using 8:9:7 with labels left font ',8' notitle\n";
 }
 
 std::string utilisation_dat(const std::vector<UtilisationBin>& bins) {
@@ -255,6 +245,63 @@ std::string write_profile_plots(const std::string& dir, const std::string& title
   }
   fs::remove_all(tmp, ec);
   return err;
+}
+
+RooflineRange roofline_range(const Roofline& r) {
+  RooflineRange g{r.roof.ridge() / 100, r.roof.ridge() * 100, r.roof.peak_tflops / 4, r.roof.peak_tflops * 4};
+  for (const auto& p : r.points) {
+    g.x_lo = std::min(g.x_lo, p.intensity() / 4);
+    g.x_hi = std::max(g.x_hi, p.intensity() * 4);
+    g.y_lo = std::min(g.y_lo, p.achieved_tflops() / 4);
+    g.y_hi = std::max(g.y_hi, p.achieved_tflops() * 4);
+  }
+  return g;
+}
+
+std::vector<RooflineLabel> roofline_labels(const Roofline& r) {
+  // The plot area of a 960x600 px pngcairo plot with axis labels and a title (about), an 8 pt font's character
+  // width and line height: estimates, enough to keep labels apart.
+  constexpr double kWidthPx = 820, kHeightPx = 480, kCharPx = 5.5, kLinePx = 12, kMarkerPx = 7;
+  const RooflineRange g = roofline_range(r);
+  const double xs = kWidthPx / std::log10(g.x_hi / g.x_lo), ys = kHeightPx / std::log10(g.y_hi / g.y_lo);
+  const auto px = [&](double x) { return std::log10(x / g.x_lo) * xs; };
+  const auto py = [&](double y) { return std::log10(y / g.y_lo) * ys; };
+  struct Box {
+    double x0, x1, y0, y1;
+  };
+  std::vector<Box> placed;
+  std::vector<RooflineLabel> out;
+  std::vector<bool> taken(r.points.size(), false);
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    if (taken[i]) continue;
+    const double x = px(r.points[i].intensity()), y = py(r.points[i].achieved_tflops());
+    std::vector<std::string> names{r.points[i].op};
+    for (size_t j = i + 1; j < r.points.size(); ++j)
+      if (!taken[j] && std::fabs(px(r.points[j].intensity()) - x) < kMarkerPx &&
+          std::fabs(py(r.points[j].achieved_tflops()) - y) < kMarkerPx) {
+        taken[j] = true;
+        names.push_back(r.points[j].op);
+      }
+    std::string text;
+    for (size_t k = 0; k < names.size() && k < 3; ++k) text += (k ? ", " : "") + names[k];
+    if (names.size() > 3) text += " +" + std::to_string(names.size() - 3) + " more";
+    const double w = kCharPx * static_cast<double>(text.size());
+    const double x0 = x + kMarkerPx + 2;
+    double best = y + kLinePx / 2;
+    for (int k = 0; k <= 40; ++k) {  // 0, +1, -1, +2, -2, ... lines
+      const double cy = y + kLinePx / 2 + kLinePx * (k % 2 ? (k + 1) / 2 : -(k / 2));
+      const bool clear = std::none_of(placed.begin(), placed.end(), [&](const Box& b) {
+        return x0 < b.x1 && b.x0 < x0 + w && cy - kLinePx / 2 < b.y1 && b.y0 < cy + kLinePx / 2;
+      });
+      if (clear) {
+        best = cy;
+        break;
+      }
+    }
+    placed.push_back({x0, x0 + w, best - kLinePx / 2, best + kLinePx / 2});
+    out.push_back({i, text, g.x_lo * std::pow(10.0, x0 / xs), g.y_lo * std::pow(10.0, best / ys)});
+  }
+  return out;
 }
 
 }  // namespace shardsim::sharding

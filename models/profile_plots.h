@@ -50,6 +50,24 @@ struct Roofline {
 // Throws std::invalid_argument if the roof is not positive.
 Roofline roofline(const std::vector<sim::ChipEvents>& chips, const Roof& roof);
 
+// The roofline plot's axes (data coordinates; roofline.gp sets them): x a factor 4 beyond the points and 100 around
+// the ridge, y a factor 4 beyond the points and the peak.
+struct RooflineRange {
+  double x_lo = 0, x_hi = 0, y_lo = 0, y_hi = 0;
+};
+RooflineRange roofline_range(const Roofline& r);
+
+// Where roofline.png's labels go, one per label drawn: points that would sit within a marker of each other share
+// one label ("a, b, c", at most three names and "+N more"); each label starts right of its point and moves up or
+// down a line at a time until its text box clears every label placed before it (larger total time first; boxes
+// estimated for the 960x600 px plot and its 8 pt font on RooflineRange's log axes), so labels do not overlap.
+struct RooflineLabel {
+  size_t point = 0;       // index into Roofline::points
+  std::string text;
+  double x = 0, y = 0;    // the text's left end (data coordinates)
+};
+std::vector<RooflineLabel> roofline_labels(const Roofline& r);
+
 struct UtilisationBin {
   sim::TimeNs from = 0, to = 0;
   double compute = 0, hbm = 0, link = 0, idle = 0;  // fractions of the bin's chip-time (see above)

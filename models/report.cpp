@@ -153,11 +153,14 @@ double TrainMemory::formula_total() const {
   return t;
 }
 
+bool fits_hbm(const RunReport& r) {
+  return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes - r.hbm_reserve_bytes;
+}
+
 namespace {
 // NaN (a shape-only step computes no loss) is JSON null.
 nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
-bool fits_hbm(const RunReport& r) { return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes; }
 
 nlohmann::json train_json(const RunReport& r) {
   const TrainReport& t = r.train;
@@ -200,6 +203,7 @@ nlohmann::json train_json(const RunReport& r) {
     m["activations_bytes"] = t.memory.activations;
     m["chip_bytes"] = t.memory.chip_bytes();
     m["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
+    m["hbm_reserve_bytes"] = r.hbm_reserve_bytes;
     m["fits"] = fits_hbm(r);
     j["memory_per_chip"] = m;
   }
@@ -327,9 +331,9 @@ std::string train_tail_text(const RunReport& r) {
     std::snprintf(buf, sizeof buf, "  %-16s %14.0f  (%s; not in the formula)\n", "activations", m.activations,
                   m.activations_note.c_str());
     os << buf;
-    std::snprintf(buf, sizeof buf, "  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM: %s\n", "state + activ.",
-                  m.chip_bytes(), m.chip_bytes() / 1073741824.0, r.hbm_capacity_bytes / 1073741824.0,
-                  fits_hbm(r) ? "fits" : "does NOT fit");
+    std::snprintf(buf, sizeof buf, "  %-16s %14.0f  = %.2f GiB of the device's %.0f GiB HBM, %.3g GiB kept in reserve: %s\n",
+                  "state + activ.", m.chip_bytes(), m.chip_bytes() / 1073741824.0, r.hbm_capacity_bytes / 1073741824.0,
+                  r.hbm_reserve_bytes / 1073741824.0, fits_hbm(r) ? "fits" : "does NOT fit");
     os << buf;
   }
   if (t.has_pipeline) {

@@ -166,6 +166,7 @@ struct RunReport {
   std::vector<ChipReport> per_chip;
   std::vector<FusedOp> fused;              // fused collective+GEMM ops of the critical chip (parallel.fused)
   double hbm_capacity_bytes = 0;
+  double hbm_reserve_bytes = 0;            // of the capacity, kept back (DeviceSpec::hbm_reserve_gib); see fits_hbm
 
   // Layers run in sequence (workload.layers; 1 for the MLP): the critical chip's simulated time per layer, whose
   // sum is critical.total up to the time before the first layer starts.
@@ -241,6 +242,9 @@ class Progress {
 // "12.345 MiB" (bytes / 2^20, three decimals): the byte figures of the text reports.
 std::string format_mib(double bytes);
 
+// A training run's per-chip memory fits: state + activations <= HBM capacity - reserve (train's "fits", the sweep's
+// fits_hbm column).
+bool fits_hbm(const RunReport& r);
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);
 // The profile and what-if lines of to_text ("" without --profile / --what-if).

@@ -41,10 +41,31 @@ std::vector<int> parse_dims(const std::string& text, const std::string& flag) {
 // The value of a --set / --plan item as YAML (so 2 is a number, true a bool, [0, 1] a list).
 YAML::Node yaml_value(const std::string& text, const std::string& flag) {
   try {
-    return YAML::Load(text);
+    return ConfigNode::unmarked(YAML::Load(text));  // its positions are the flag's, not the config file's lines
   } catch (const YAML::Exception& e) {
     throw UsageError(flag + ": '" + text + "' is not a YAML value: " + e.msg);
   }
+}
+
+// "dims[0][1]" -> ("dims", {0, 1}); "seq" -> ("seq", {}); UsageError naming ITEM for a malformed index.
+std::pair<std::string, std::vector<size_t>> set_key_segment(const std::string& seg, const std::string& item) {
+  const size_t open = seg.find('[');
+  if (open == std::string::npos) {
+    if (seg.find(']') != std::string::npos) throw UsageError("--set " + item + ": unmatched ']' in '" + seg + "'");
+    return {seg, {}};
+  }
+  if (open == 0) throw UsageError("--set " + item + ": '" + seg + "' has an index but no key");
+  std::vector<size_t> index;
+  for (size_t at = open; at < seg.size();) {
+    const size_t close = seg.find(']', at);
+    const std::string digits = close == std::string::npos ? "" : seg.substr(at + 1, close - at - 1);
+    if (seg[at] != '[' || digits.empty() || digits.size() > 6 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("--set " + item + ": '" + seg + "': an index is [N], N a list position from 0");
+    index.push_back(std::stoul(digits));
+    at = close + 1;
+  }
+  return {seg.substr(0, open), index};
 }
 
 void apply_set(YAML::Node root, const std::string& item) {
@@ -67,14 +88,36 @@ void apply_set(YAML::Node root, const std::string& item) {
     root["device"]["preset"] = preset;
   }
   YAML::Node n = root;
-  for (size_t i = 0; i + 1 < keys.size(); ++i) {
-    YAML::Node next = n[keys[i]];
-    if (next && !next.IsMap())
-      throw UsageError("--set " + item + ": '" + keys[i] + "' is not a section (it holds a value)");
-    if (!next) n[keys[i]] = YAML::Node(YAML::NodeType::Map);
-    n.reset(n[keys[i]]);  // (operator= would overwrite the node n refers to)
+  for (size_t i = 0; i < keys.size(); ++i) {
+    // KEY or KEY[I][J]...: an entry of a list the config already has (topology.dims[0].bandwidth_gbps=800).
+    const auto [name, index] = set_key_segment(keys[i], item);
+    const bool last = i + 1 == keys.size();
+    if (last && index.empty()) {
+      n[name] = yaml_value(item.substr(eq + 1), "--set " + item);
+      return;
+    }
+    YAML::Node next = n[name];
+    if (!index.empty() && (!next || !next.IsSequence()))
+      throw UsageError("--set " + item + ": '" + name + "' is not a list in the config");
+    if (next && index.empty() && !next.IsMap())
+      throw UsageError("--set " + item + ": '" + name + "' is not a section (it holds a value)");
+    if (!next) n[name] = YAML::Node(YAML::NodeType::Map);
+    n.reset(n[name]);  // (operator= would overwrite the node n refers to)
+    std::string shown = name;
+    for (size_t k = 0; k < index.size(); ++k) {
+      if (!n.IsSequence() || index[k] >= n.size())
+        throw UsageError("--set " + item + ": '" + shown + "' has " +
+                         (n.IsSequence() ? std::to_string(n.size()) + " entries" : std::string("no entries")) +
+                         " (indices from 0)");
+      shown += "[" + std::to_string(index[k]) + "]";
+      if (last && k + 1 == index.size()) {
+        n[index[k]] = yaml_value(item.substr(eq + 1), "--set " + item);
+        return;
+      }
+      n.reset(n[index[k]]);
+    }
+    if (!last && !n.IsMap()) throw UsageError("--set " + item + ": '" + shown + "' is not a section (it holds a value)");
   }
-  n[keys.back()] = yaml_value(item.substr(eq + 1), "--set " + item);
 }
 
 // --plan KEY=VALUE,...: the keys of the plan registry (sharding/plans/registry.h), each once, each with a value. The
@@ -207,8 +250,11 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   for (const auto& s : o.set) apply_set(y, s);
   YAML::Emitter out;
   out << y;
-  ConfigNode with = ConfigNode::load_string(std::string(out.c_str()) + "\n# run with overrides:" + o.describe() + "\n",
-                                            root.file() + " (with command-line overrides)");
+  // The edited tree itself (not the emitted text parsed again): a node the file gave keeps its FILE:LINE, a node an
+  // override made is named by the file and its key path; the text (reports, checkpoints) is the effective config.
+  ConfigNode with = ConfigNode::from_edited_tree(y, std::string(out.c_str()) + "\n# run with overrides:" +
+                                                        o.describe() + "\n",
+                                                 root.file() + " (with command-line overrides)");
   if (spelled_model) with.show_key_as("workload", "model");  // --set model.seq=... errors say model.seq
   return with;
 }
@@ -220,7 +266,7 @@ YAML::Node device_flag_node(const std::string& arg) {
     const ConfigNode file = ConfigNode::load_file(arg);
     if (!file.has("device")) throw UsageError("--device: " + escape_control(arg) + " has no device: section");
     (void)sim::load_device(file.child("device"));  // its errors name that file and line
-    return YAML::Clone(file.child("device").yaml());
+    return ConfigNode::unmarked(file.child("device").yaml());  // its lines are that file's, not the config's
   }
   try {
     (void)sim::device_preset(arg);

@@ -2,6 +2,7 @@
 
 #include "sim/device_presets.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -84,8 +85,10 @@ void load_kernel_params(const ConfigNode& node, KernelParams& k) {
       {"hbm_efficiency", &k.hbm_efficiency}};
   for (const auto& [key, field] : fractions) {
     if (!node.has(key)) continue;
-    const double v = node.get_positive_double(key);
-    if (v > 1.0) node.child(key).fail(std::string("device.") + key + ": must be in (0, 1] (a fraction of peak)");
+    // At least 1 %: a fraction of 1e-300 would stretch a kernel to 1e300 times its peak time (not finite in print).
+    const double v = node.get_double(key);
+    if (!(v >= 0.01 && v <= 1.0))
+      node.child(key).fail(std::string("device.") + key + ": must be in [0.01, 1] (a fraction of peak)");
     *field = v;
   }
   bool overridden = false;
@@ -116,6 +119,22 @@ DeviceSpec device_preset(const std::string& name) {
   throw std::invalid_argument("unknown device preset '" + name + "' (known: " + known + ")");
 }
 
+std::string device_figure_obstacle(std::string_view key, double value) {
+  const auto range = [&](double lo, double hi, const char* unit) {
+    if (value >= lo && value <= hi) return std::string();  // false for NaN
+    std::ostringstream os;
+    os << "must be between " << lo << " and " << hi << " " << unit << " (got " << value << "; docs/CONFIG.md, Bounds)";
+    return os.str();
+  };
+  if (key.rfind("peak_tflops_", 0) == 0)
+    return range(DeviceBounds::min_tflops, DeviceBounds::max_tflops, key == "peak_tflops_int8" ? "TOPS" : "TFLOP/s");
+  if (key == "hbm_gbps") return range(DeviceBounds::min_hbm_gbps, DeviceBounds::max_hbm_gbps, "GB/s");
+  if (key == "hbm_gib") return range(DeviceBounds::min_hbm_gib, DeviceBounds::max_hbm_gib, "GiB");
+  if (key == "launch_overhead_ns") return range(0, DeviceBounds::max_launch_ns, "ns");
+  if (key == "hbm_reserve_gib") return range(0, DeviceBounds::max_hbm_gib, "GiB");
+  return "";
+}
+
 DeviceSpec load_device(const ConfigNode& node) {
   node.expect_keys(kDeviceKeys);
   DeviceSpec d;
@@ -137,9 +156,19 @@ DeviceSpec load_device(const ConfigNode& node) {
       {"peak_tflops_fp16", &d.peak_tflops_fp16}, {"peak_tflops_bf16", &d.peak_tflops_bf16},
       {"peak_tflops_fp8", &d.peak_tflops_fp8},   {"peak_tflops_int8", &d.peak_tflops_int8},
       {"hbm_gbps", &d.hbm_gbps},                 {"hbm_gib", &d.hbm_gib}};
-  for (const auto& [key, field] : positive)
-    if (node.has(key)) *field = node.get_positive_double(key);
-  d.launch_overhead_ns = node.get_nonnegative_double("launch_overhead_ns", d.launch_overhead_ns);
+  const auto bounded = [&](const char* key, double* field) {
+    if (!node.has(key)) return;
+    *field = node.get_double(key);  // finite (ConfigNode refuses .nan and .inf)
+    if (const std::string why = device_figure_obstacle(key, *field); !why.empty())
+      node.child(key).fail(node.child(key).path() + ": " + why);
+  };
+  for (const auto& [key, field] : positive) bounded(key, field);
+  bounded("launch_overhead_ns", &d.launch_overhead_ns);
+  if (!node.has("hbm_reserve_gib")) d.hbm_reserve_gib = std::min(d.hbm_reserve_gib, d.hbm_gib / 2);  // tiny devices
+  bounded("hbm_reserve_gib", &d.hbm_reserve_gib);
+  if (node.has("hbm_reserve_gib") && d.hbm_reserve_gib >= d.hbm_gib)
+    node.child("hbm_reserve_gib").fail(node.child("hbm_reserve_gib").path() + ": must be below hbm_gib (" + std::to_string(d.hbm_gib) +
+                                      " GiB)");
   load_kernel_params(node, d.kernel);
   return d;
 }
@@ -166,6 +195,8 @@ std::string describe(const DeviceSpec& d) {
        << pct(k.attention_forward_efficiency) << "%/" << pct(k.attention_backward_efficiency) << "%, HBM "
        << pct(k.hbm_efficiency) << "%, " << k.compute_units << " units";
     if (k.tensor_engine == TensorEngine::tiles) os << ", tile " << k.gemm_tile_m << "x" << k.gemm_tile_n;
+  } else {
+    os << "; kernels at peak (no kernel model: every kernel at the roofline)";
   }
   return os.str();
 }

@@ -100,6 +100,10 @@ struct DeviceSpec {
   double hbm_gbps = 0;
   double hbm_gib = 0;
   double launch_overhead_ns = 0;
+  // HBM a training framework cannot give to the model's state and activations (the CUDA/Neuron context, the
+  // communication library's buffers, the allocator's fragmentation): "fits" means at most hbm_gib minus this.
+  // Assumption: 1 GiB (PyTorch's CUDA context alone takes about 0.5 GiB on an H100; vLLM keeps 10 % by default).
+  double hbm_reserve_gib = 1;
   std::string source;  // where the numbers come from
   KernelParams kernel;  // the kernel model (peak roofline unless kernel.shaped)
 
@@ -111,7 +115,22 @@ struct DeviceSpec {
   double peak_tflops(Precision p) const { return explicit_peak_tflops(effective_precision(p)); }
   double peak_flops_per_ns(Precision p) const { return peak_tflops(p) * 1e3; }  // FLOP per simulated ns
   double hbm_bytes() const { return hbm_gib * 1073741824.0; }
+  double hbm_reserve_bytes() const { return hbm_reserve_gib * 1073741824.0; }
 };
+
+// Bounds of a device's figures (docs/CONFIG.md, Bounds): far outside every published chip (the largest peak,
+// B200's fp4, is about 2e4 TFLOP/s; HBM3e about 8e3 GB/s and 192 GiB), they keep every simulated time finite and
+// printable. A peak or bandwidth of 1e-300 would make a step 1e300 ns (or inf); a capacity of 1e-9 GiB is one byte.
+struct DeviceBounds {
+  static constexpr double min_tflops = 1e-3, max_tflops = 1e6;      // 1 GFLOP/s .. 1 EFLOP/s per chip
+  static constexpr double min_hbm_gbps = 1e-3, max_hbm_gbps = 1e6;  // 1 MB/s .. 1 PB/s
+  static constexpr double min_hbm_gib = 1.0 / 1048576, max_hbm_gib = 1e6;  // 1 KiB .. about 1 PiB
+  static constexpr double max_launch_ns = 1e9;                      // 1 s per kernel launch
+};
+// "" when VALUE is a valid figure for device key KEY (a peak_tflops_*, hbm_gbps, hbm_gib, launch_overhead_ns or
+// hbm_reserve_gib), else why not ("must be between 0.001 and 1e+06 TFLOP/s (got 1e-300)"); other keys: "".
+// The one check of load_device and of --what-if's device changes.
+std::string device_figure_obstacle(std::string_view key, double value);
 
 DeviceSpec device_preset(const std::string& name);  // throws std::invalid_argument listing the known names
 std::vector<std::string> device_preset_names();      // every name device_preset accepts (aliases excluded)
@@ -119,14 +138,15 @@ DeviceSpec load_device(const ConfigNode& node);
 // The keys a device: section accepts (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp checks).
 inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
-    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "launch_overhead_ns", "kernel_model",
+    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "hbm_reserve_gib", "launch_overhead_ns", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
     "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
     "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
 // launch 2000 ns"; the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
 // "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256"; a systolic tensor engine
-// says "; kernels shaped (systolic 128x128 array, moving tile 512): ...".
+// says "; kernels shaped (systolic 128x128 array, moving tile 512): ..."; a peak
+// one "; kernels at peak (no kernel model: every kernel at the roofline)".
 std::string describe(const DeviceSpec& d);
 
 }  // namespace shardsim::sim

@@ -129,13 +129,17 @@ void Timeline::book_interval(int slot, Span s) {
   }
 }
 
+int Timeline::peer_of_receive(int src, std::uint64_t send_id) const {
+  return src >= topo_->num_chips() && send_id ? chip_of_event(send_id) : src;
+}
+
 TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival, std::uint64_t send_id,
                          TimeNs send_end) {
   if (src == chip_) return arrival;
   if (!(bytes > 0)) {  // not booked; with dependencies still a receive (its time is the sender's latency)
     if (deps_ && record_) {
       receives_.push_back(Event{"recv", "recv", -2, {send_end >= 0 ? std::min(send_end, arrival) : start, arrival}, 0,
-                                bytes, src, new_id(), send_id, Bound::latency});
+                                bytes, peer_of_receive(src, send_id), new_id(), send_id, Bound::latency});
       note_end(arrival, receives_.back().id);
     }
     return arrival;
@@ -174,7 +178,8 @@ TimeNs Timeline::receive(int src, double bytes, TimeNs start, TimeNs arrival, st
     const TimeNs from = send_end >= 0 ? std::min(send_end, at) : start;
     // Queued behind other senders' flows (t - start) longer than the flight after the port (arrival - from).
     const Bound b = t - start > arrival - from ? Bound::link : Bound::latency;
-    receives_.push_back(Event{"recv", "recv", -2, {from, at}, 0, bytes, src, new_id(), send_id, b});
+    receives_.push_back(Event{"recv", "recv", -2, {from, at}, 0, bytes, peer_of_receive(src, send_id), new_id(),
+                              send_id, b});
     note_end(at, receives_.back().id);
   }
   return at;

@@ -151,7 +151,8 @@ class Timeline {
   // when the flow fits where the sender put it, else ARRIVAL + the delay. Self-messages and empty messages are
   // not booked. Call it in a deterministic order (see above).
   // SEND_ID / SEND_END (dependency recording): the sender's send event and its end, recorded as the receive's
-  // producer and span start.
+  // producer and span start. SRC may be a switch node (an in-switch reduction's down-link): the recorded event's
+  // peer is then the chip of SEND_ID (the chip whose send produced the data), not the switch.
   TimeNs receive(int src, double bytes, TimeNs start, TimeNs arrival, std::uint64_t send_id = 0,
                  TimeNs send_end = -1);
 
@@ -282,6 +283,7 @@ class Timeline {
   std::vector<ProducerSlot> producers_;        // kProducerSlots entries when deps_
   std::vector<Event> receives_;
   std::uint64_t new_id();
+  int peer_of_receive(int src, std::uint64_t send_id) const;  // see receive()
   // Records a send event (and with dependencies its id, producer and bound) before the port and links move on.
   void note_send(const std::string& name, const Route& r, int dst, double bytes, TimeNs ready, TimeNs start,
                  Span span, double occupancy, double lat);

@@ -544,7 +544,8 @@ std::string protocol_text(const Protocol& p) {
 
 void Protocol::check() const {
   auto frac = [](double v, const char* name) {
-    if (!(v > 0 && v <= 1)) throw std::invalid_argument(std::string(name) + " must be in (0, 1] (got " + fmt(v) + ")");
+    // At least 1 %: 1e-300 of the line rate would make a message's time 1e300 times its size's (not finite).
+    if (!(v >= 0.01 && v <= 1)) throw std::invalid_argument(std::string(name) + " must be in [0.01, 1] (got " + fmt(v) + ")");
   };
   frac(efficiency, "efficiency");
   frac(low_latency_efficiency, "low_latency_efficiency");

@@ -69,12 +69,11 @@ int positive_int(const ConfigNode& node, std::string_view key) {
 }
 
 std::vector<int> dims_of(const ConfigNode& node) {
-  auto dims64 = node.get_int_list("dims");
-  if (dims64.empty()) node.child("dims").fail(node.child("dims").path() + ": needs at least one dimension");
+  // Each dimension in [1, 2^24] on its own, so the running product (<= 2^24 before each step) cannot wrap.
+  const auto dims64 = node.get_int_list_in("dims", 1, int64_t{1} << 24);
   std::vector<int> dims;
   int64_t product = 1;
   for (auto d : dims64) {
-    if (d < 1) node.child("dims").fail(node.child("dims").path() + ": every dimension must be >= 1");
     product *= d;
     if (product > (int64_t{1} << 24)) node.child("dims").fail(node.child("dims").path() + ": more than 2^24 chips");
     dims.push_back(static_cast<int>(d));
@@ -318,7 +317,7 @@ Topology load_astra_network(const ConfigNode& root) {
   const auto kinds = root.child("topology");
   const size_t n = kinds.yaml().size();
   if (n == 0) kinds.fail("topology: needs at least one dimension");
-  const auto npus = root.get_int_list("npus_count");
+  const auto npus = root.get_int_list_in("npus_count", 1, int64_t{1} << 24);
   if (npus.size() != n)
     root.child("npus_count").fail("npus_count: " + std::to_string(npus.size()) + " entries for " + std::to_string(n) +
                                   " topology dimensions");
@@ -336,8 +335,7 @@ Topology load_astra_network(const ConfigNode& root) {
     else if (kind == "Switch") k = DimKind::switch_;
     else item.fail("topology[" + std::to_string(i) + "]: unknown ASTRA-sim topology '" + kind +
                    "' (known: Ring, FullyConnected, Switch)");
-    if (npus[i] < 1) root.child("npus_count").fail("npus_count[" + std::to_string(i) + "]: must be >= 1");
-    product *= npus[i];
+    product *= npus[i];  // each entry in [1, 2^24] (get_int_list_in), the product <= 2^24 before: no wrap
     if (product > (int64_t{1} << 24)) root.child("npus_count").fail("npus_count: more than 2^24 NPUs");
     const size_t d = n - 1 - i;  // ASTRA-sim's dimension 0 is our last (fastest-varying) one
     dims[d] = Dim{k, static_cast<int>(npus[i]),

@@ -1,5 +1,7 @@
 #include "sharding/plans/pipeline_schedule.h"
 
+#include "common/checked.h"
+
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -54,19 +56,19 @@ std::string pipeline_obstacle(ScheduleKind kind, int p, int m, int v, int64_t la
     if (v > 1) e << " x " << v << " virtual stages";
     e << " but the model has only " << layers << " layers";
   } else if (layers > 0 && !per_stage.empty()) {
-    int64_t sum = 0;
-    for (int64_t n : per_stage) {
-      if (n < 1) {
-        e << "parallel.pp_layers: every stage needs at least one layer (got " << n << ")";
+    for (int64_t n : per_stage)
+      if (n < 1 || n > layers) {
+        e << "parallel.pp_layers: every stage holds between 1 and the model's " << layers << " layers (got " << n
+          << ")";
         return e.str();
       }
-      sum += n;
-    }
+    const auto sum = checked_sum(per_stage);  // entries <= layers: no overflow unless the list is absurdly long
     if (per_stage.size() != size_t(p) * size_t(v))
       e << "parallel.pp_layers: " << per_stage.size() << " entries; needs one per stage (parallel.pp x "
         << "virtual_stages = " << p * v << ")";
-    else if (sum != layers)
-      e << "parallel.pp_layers: the stages hold " << sum << " layers but the model has " << layers;
+    else if (!sum || *sum != layers)
+      e << "parallel.pp_layers: the stages hold " << (sum ? std::to_string(*sum) : std::string("more than 2^63"))
+        << " layers but the model has " << layers;
   } else if (layers > 0 && v > 1 && (layers % p != 0 || (layers / p) % v != 0)) {
     e << "parallel.virtual_stages: " << v << " does not divide the " << (layers % p == 0 ? layers / p : layers)
       << " layers " << (layers % p == 0 ? "per stage" : "(not a multiple of parallel.pp)")

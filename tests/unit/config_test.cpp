@@ -4,14 +4,19 @@
 #include <utility>
 #include <vector>
 
+#include "common/checked.h"
 #include "common/config.h"
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "experiments/sweep.h"
 #include "topology/topology_yaml.h"
 #include "models/workload.h"
+#include "sharding/engine_config.h"
 
 using shardsim::ConfigError;
+using shardsim::ConfigNode;
+using shardsim::UsageError;
+namespace sharding = shardsim::sharding;
 using shardsim::sharding::parse_run_config;
 
 namespace {
@@ -130,7 +135,9 @@ TEST(Config, TorusDimsAndPlan) {
 }
 
 TEST(Config, WorkloadThatDoesNotFitTheChip) {
-  auto msg = error_of(replace(kGood, "preset: generic", "preset: generic\n  hbm_gib: 0.000000001"));
+  // 1 MiB (the smallest capacity, docs/CONFIG.md "Bounds") against 12 MiB of weights per chip.
+  auto msg = error_of(replace(replace(kGood, "preset: generic", "preset: generic\n  hbm_gib: 0.0009765625"),
+                              "hidden: 8\n  ffn: 12", "hidden: 1024\n  ffn: 4096"));
   EXPECT_NE(msg.find("cfg.yaml:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("simulated out of memory on chip 0: needs"), std::string::npos) << msg;
 }
@@ -303,4 +310,58 @@ TEST(Config, ByteSizesTakeSuffixesAndNameTheKeyWhenWrong) {
       EXPECT_NE(m.find(needle), std::string::npos) << m;
     }
   }
+}
+
+// Issue 46 (kind 2): every list of sizes is checked entry by entry, each bad entry named with its own line and
+// index, before any sum or product is formed; the sums use checked arithmetic.
+TEST(Config, IntListEntriesAreBoundedOneByOne) {
+  const auto root = ConfigNode::load_string("p:\n  l:\n    - 3\n    - 9223372036854775807\n  e: []\n  n: null\n"
+                                            "  ok: [1, 2]\n",
+                                            "f.yaml");
+  const ConfigNode p = root.child("p");
+  try {
+    (void)p.get_int_list_in("l", 1, 4096);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "f.yaml:4: p.l[1]: must be between 1 and 4096 (got 9223372036854775807)");
+  }
+  EXPECT_THROW((void)p.get_int_list_in("e", 1, 4096), ConfigError);
+  try {
+    (void)p.get_int_list_in("n", 1, 4096);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("f.yaml:6: p.n: null"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p.get_int_list_in("ok", 1, 2), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(shardsim::checked_sum(std::vector<int64_t>{INT64_MAX, INT64_MAX, 3, 3}), std::nullopt);
+  EXPECT_EQ(shardsim::checked_sum(std::vector<int64_t>{1, 2, 3}), 6);
+}
+
+// Issue 46 (kind 15): a config edited by --set keeps its own line numbers in errors; the values an override
+// made are named by the file and their key.
+TEST(Config, OverriddenConfigKeepsTheFileLines) {
+  const std::string text = "topology: {kind: ring, chips: 2, bandwidth_gbps: 100}\nmodel:\n  kind: mlp\n"
+                           "  hidden: 64\n  ffn: 128\n  tokens: 8\nparallel:\n  tp: 2\n  bogus: 1\n";
+  sharding::ConfigOverrides o;
+  o.set = {"model.tokens=16", "device=h100"};
+  const ConfigNode root = sharding::workload_config_from_text(text, "c.yaml", o);
+  try {
+    root.child("parallel").expect_keys({"tp"});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(":9: unknown key 'parallel.bogus'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(root.child("workload").get_int("tokens"), 16);
+  EXPECT_EQ(root.child("workload").child("tokens").where(), "c.yaml (with command-line overrides)");
+  // --set reaches a list's entry: topology.dims[1].KEY on a stacked topology.
+  const std::string stacked = "topology:\n  kind: stacked\n  dims:\n    - {kind: switch, size: 2, bandwidth_gbps: 50}\n"
+                              "    - {kind: ring, size: 4, bandwidth_gbps: 400}\n";
+  o.set = {"topology.dims[1].bandwidth_gbps=800"};
+  const ConfigNode s = sharding::workload_config_from_text(stacked, "s.yaml", o);
+  EXPECT_EQ(s.yaml()["topology"]["dims"][1]["bandwidth_gbps"].as<double>(), 800);
+  EXPECT_EQ(s.yaml()["topology"]["dims"][0]["bandwidth_gbps"].as<double>(), 50);
+  o.set = {"topology.dims[2].bandwidth_gbps=800"};
+  EXPECT_THROW(sharding::workload_config_from_text(stacked, "s.yaml", o), UsageError);
+  o.set = {"topology.dims[x].bandwidth_gbps=800"};
+  EXPECT_THROW(sharding::workload_config_from_text(stacked, "s.yaml", o), UsageError);
 }

@@ -183,3 +183,41 @@ TEST(CriticalPath, RecordingChangesNoTime) {
   }
   EXPECT_EQ(ends[0], ends[1]);
 }
+
+// Issue 46 (kind 4): an in-switch reduction's down-link receive comes from the switch node; with the producing
+// chip's send as its producer it names that chip as its peer (not the switch, "chip 24" of a 16-chip job), and the
+// path crosses the switch to the sending chip.
+TEST(CriticalPath, ReceiveFromASwitchNamesTheSendingChip) {
+  const auto topo = topology::Topology::switched(2, topology::LinkSpec{100, 1000});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 10;
+  d.peak_tflops_bf16 = 40;
+  d.hbm_gbps = 100;
+  d.hbm_gib = 1;
+  std::vector<sim::Timeline> tl;
+  for (int c = 0; c < 2; ++c) {
+    tl.emplace_back(c, topo, d);
+    tl.back().set_record_dependencies(true);
+  }
+  const int sw = topo.num_chips();  // the switch node
+  const double ready = tl[0].compute("gemm", 1e6, 0, sim::Precision::fp32, 0, {}).end;
+  const sim::Span up = tl[0].send("up", sw, 1e5, ready);
+  const double at = tl[1].receive(sw, 1e5, up.end, up.end + 2000, tl[0].last_send_id(), tl[0].last_send_end());
+  ASSERT_EQ(tl[1].receives().size(), 1u);
+  EXPECT_EQ(tl[1].receives()[0].peer, 0);
+  std::vector<sim::ChipEvents> chips;
+  for (auto& t : tl) {
+    sim::ChipEvents ce{t.chip(), t.events()};
+    ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
+    chips.push_back(std::move(ce));
+  }
+  const auto path = sim::critical_path(chips);
+  EXPECT_EQ(path.end, at);
+  EXPECT_EQ(path.waiting, 0);
+  ASSERT_EQ(path.steps.size(), 3u);  // gemm and up-send on chip 0, the receive on chip 1
+  EXPECT_EQ(path.steps[0].chip, 0);
+  EXPECT_EQ(path.steps[2].chip, 1);
+  // Without a producer the receive still names the switch (nothing better is known).
+  EXPECT_EQ(tl[1].receive(sw, 1e5, at, at + 2000), at + 2000);
+  EXPECT_EQ(tl[1].receives().back().peer, sw);
+}

@@ -72,7 +72,7 @@ TEST(DevicePresets, PresetsAreReadWithTheDeviceParserAndItsChecks) {
             std::string::npos) << unsourced;
   // The device parser's own checks (a negative peak) name the line.
   const std::string negative = error_of(head + "      peak_tflops_fp32: -1\n" + ok_model.substr(ok_model.find('\n') + 1) + ok_sources);
-  EXPECT_NE(negative.find(":5: devices.x.model.peak_tflops_fp32: must be > 0"), std::string::npos) << negative;
+  EXPECT_NE(negative.find(":5: devices.x.model.peak_tflops_fp32: must be between 0.001 and"), std::string::npos) << negative;
   // A preset naming another, an unknown entry key, a name used twice.
   EXPECT_NE(error_of(head + "      preset: h100\n" + ok_sources).find("a preset cannot name another"), std::string::npos);
   EXPECT_NE(error_of(head + ok_model + ok_sources + "    colour: red\n").find("unknown key"), std::string::npos);

@@ -121,11 +121,11 @@ TEST(InteropHf, MoeFieldsAreRecordedAndNamed) {
     std::string moe = "moe:\n";
     for (const Mapped& m : moe_keys(imp->moe)) moe += "  " + m.key + ": " + m.value + "\n";
     const ConfigNode node = ConfigNode::load_string(moe, "moe.yaml");
-    const sharding::plans::MoeConfig c = sharding::plans::parse_moe_config(node.child("moe"), loaded(*imp).spec);
+    const kernels::MoeConfig c = sharding::plans::parse_moe_config(node.child("moe"), loaded(*imp).spec);
     EXPECT_EQ(c.spec.router.experts, imp->moe.experts);
     EXPECT_EQ(c.spec.router.top_k, imp->moe.top_k);
   }
-  const sharding::plans::MoeConfig dc = sharding::plans::parse_moe_config(
+  const kernels::MoeConfig dc = sharding::plans::parse_moe_config(
       ConfigNode::load_string("moe: {experts: 256, top_k: 8, expert_ffn: 2048, shared_experts: 1, router: sigmoid, "
                               "scale: 2.5, dense_layers: 3}", "m.yaml").child("moe"), loaded(ds).spec);
   EXPECT_EQ(dc.spec.shared_ffn, 2048);

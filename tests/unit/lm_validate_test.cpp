@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "models/lm_checkpoint.h"
 #include "models/lm_data.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
@@ -59,6 +60,36 @@ TEST(LmValidate, BrokenReductionFailsTheBf16Limit) {
   const LossCheck check = check_losses(c.dtype, losses, reference);
   EXPECT_FALSE(check.passed);
   EXPECT_GT(check.error, 3 * check.tolerance.limit) << "step " << check.step;
+}
+
+// Issue 46 (kind 10): a run resumed from step 2 with a changed learning rate is compared with a reference that
+// resumes from the same state under the new rate, not with one retrained from step 0 under it.
+TEST(LmValidate, ResumedReferenceStartsFromTheCheckpoint) {
+  LmConfig c;
+  c.vocab = 32, c.hidden = 16, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 32, c.seq = 8;
+  c.batch = 2;
+  LmTrainConfig first;
+  first.steps = 2;
+  LmTrainState st = lm_train_init(c);
+  (void)lm_train(c, first, st);
+  LmTrainSnapshot snap{st.weights, st.m, st.v, st.step, ""};
+  LmTrainConfig later = first;
+  later.steps = 4;
+  later.adamw.lr = first.adamw.lr / 3;
+  LmTrainConfig rest = later;
+  rest.steps = 2;
+  std::vector<double> want;
+  for (const auto& x : lm_train(c, rest, st)) want.push_back(x.loss);
+  const auto ref = reference_losses(c, later, &snap);
+  ASSERT_EQ(ref.size(), 4u);
+  EXPECT_TRUE(std::isnan(ref[0]) && std::isnan(ref[1]));
+  EXPECT_EQ(ref[2], want[0]);
+  EXPECT_EQ(ref[3], want[1]);
+  // From step 0 under the new rate the losses of steps 3 and 4 differ (what the false FAIL compared against).
+  const auto fresh = reference_losses(c, later, nullptr);
+  ASSERT_EQ(fresh.size(), 4u);
+  EXPECT_NE(fresh[3], want[1]);
+  EXPECT_TRUE(check_losses(c.dtype, {{3, want[0]}, {4, want[1]}}, ref).passed);
 }
 
 }  // namespace

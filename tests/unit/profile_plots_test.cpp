@@ -4,6 +4,7 @@
 // hand-built timeline whose fractions follow from its intervals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -98,4 +99,34 @@ TEST(Utilisation, FractionsFollowTheIntervals) {
   EXPECT_DOUBLE_EQ(bins[1].link, 0.7);
   EXPECT_DOUBLE_EQ(bins[1].idle, 0.3);
   EXPECT_TRUE(sharding::utilisation(chips, 0, 2).empty());
+}
+
+// Issue 46 (kind 15): crowded roofline labels do not overlap. Twelve kernel families on nearly one point and a
+// column of close points: those within a marker share one label (at most three names and "+N more"), the other
+// labels' text boxes (as roofline_labels estimates them) are disjoint.
+TEST(Roofline, LabelsDoNotOverlap) {
+  std::vector<sim::ChipEvents> chips(1);
+  for (int i = 0; i < 12; ++i)  // ~1 % apart: one point on the plot
+    chips[0].events.push_back(kernel("gemm" + std::string(1, char('a' + i)), 0, 1000 + 10 * i, 1e9, 1e6, Bound::compute));
+  for (int i = 0; i < 8; ++i)  // a factor 1.3 apart in achieved rate: separate points, labels one line apart
+    chips[0].events.push_back(kernel("norm" + std::string(1, char('a' + i)), 0, 1000 * std::pow(1.3, i), 1e7, 1e6,
+                                     Bound::hbm));
+  const auto r = sharding::roofline(chips, kH100);
+  const auto labels = sharding::roofline_labels(r);
+  ASSERT_FALSE(labels.empty());
+  bool more = false;
+  for (const auto& l : labels) more = more || l.text.find(" more") != std::string::npos;
+  EXPECT_TRUE(more) << "the twelve GEMMs share one label";
+  EXPECT_LT(labels.size(), r.points.size());
+  const auto g = sharding::roofline_range(r);
+  // The same pixel estimate as roofline_labels: 820 x 480 px over the log ranges, 5.5 px a character, 12 px a line.
+  const double xs = 820 / std::log10(g.x_hi / g.x_lo), ys = 480 / std::log10(g.y_hi / g.y_lo);
+  for (size_t a = 0; a < labels.size(); ++a)
+    for (size_t b = a + 1; b < labels.size(); ++b) {
+      const double ax = std::log10(labels[a].x / g.x_lo) * xs, ay = std::log10(labels[a].y / g.y_lo) * ys;
+      const double bx = std::log10(labels[b].x / g.x_lo) * xs, by = std::log10(labels[b].y / g.y_lo) * ys;
+      const bool x_overlap = ax < bx + 5.5 * labels[b].text.size() - 1e-6 && bx < ax + 5.5 * labels[a].text.size() - 1e-6;
+      const bool y_overlap = std::fabs(ay - by) < 12 - 1e-6;
+      EXPECT_FALSE(x_overlap && y_overlap) << labels[a].text << " / " << labels[b].text;
+    }
 }

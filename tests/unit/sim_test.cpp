@@ -167,7 +167,8 @@ TEST(Presets, DescribeListsTheExplicitPeaks) {
             "launch 2000 ns; kernels shaped (systolic 128x128 array, moving tile 512): gemm 96.6%, attention "
             "96.6%/96.6%, HBM 100%, 2 units");
   EXPECT_EQ(sim::describe(sim::device_preset("generic")),
-            "generic: 100 TFLOP/s fp32, 400 TFLOP/s bf16, HBM 1000 GB/s 16 GiB, launch 1000 ns");
+            "generic: 100 TFLOP/s fp32, 400 TFLOP/s bf16, HBM 1000 GB/s 16 GiB, launch 1000 ns; kernels at peak (no "
+            "kernel model: every kernel at the roofline)");
 }
 
 namespace {
@@ -214,8 +215,18 @@ TEST(DeviceYaml, BadNumbersNameTheKey) {
   }
   EXPECT_NE(device_error("  preset: generic\n  launch_overhead_ns: .nan\n").find("device.launch_overhead_ns: must be a finite"),
             std::string::npos);
-  EXPECT_NE(device_error("  preset: generic\n  launch_overhead_ns: -1\n").find("device.launch_overhead_ns: must be >= 0"),
+  EXPECT_NE(device_error("  preset: generic\n  launch_overhead_ns: -1\n").find("device.launch_overhead_ns: must be between 0"),
             std::string::npos);
+  // Issue 46 (kind 3): figures that would make a simulated time infinite or unprintable are out of bounds.
+  for (std::string kv : {"peak_tflops_fp32: 4.9e-324", "peak_tflops_bf16: 1e-298", "hbm_gib: 1e-9", "hbm_gbps: 1e300",
+                         "launch_overhead_ns: 1e300", "hbm_reserve_gib: 16", "gemm_efficiency: 1e-300"}) {
+    const auto m = device_error("  preset: generic\n  " + kv + "\n");
+    EXPECT_NE(m.find("dev.yaml:3: device." + kv.substr(0, kv.find(':')) + ": must be"), std::string::npos) << kv << ": " << m;
+  }
+  EXPECT_EQ(sim::device_figure_obstacle("peak_tflops_fp8", 1e6), "");
+  EXPECT_NE(sim::device_figure_obstacle("hbm_gbps", std::nan("")), "");
+  EXPECT_EQ(sim::device_figure_obstacle("name", 0), "");
+  EXPECT_EQ(sim::device_preset("generic").hbm_reserve_gib, 1);
   EXPECT_NE(device_error("  preset: generic\n  peak_tflops_fp4: 1\n").find("unknown key 'device.peak_tflops_fp4'"),
             std::string::npos);
   const auto msg = device_error("  preset: v100\n");
@@ -344,10 +355,10 @@ TEST(Protocol, TopologyFileErrorsNameTheKey) {
     }
     return std::string();
   };
-  EXPECT_NE(err("{efficiency: 1.5}").find("t.yaml:5: topology.protocol.efficiency must be in (0, 1]"),
+  EXPECT_NE(err("{efficiency: 1.5}").find("t.yaml:5: topology.protocol.efficiency must be in [0.01, 1]"),
             std::string::npos)
       << err("{efficiency: 1.5}");
-  EXPECT_NE(err("{low_latency_efficiency: 0}").find("low_latency_efficiency must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(err("{low_latency_efficiency: 0}").find("low_latency_efficiency must be in [0.01, 1]"), std::string::npos);
   EXPECT_NE(err("{low_latency_max_bytes: -1}").find("low_latency_max_bytes must be"), std::string::npos);
   EXPECT_NE(err("{efficiency: .nan}").find("must be a finite number"), std::string::npos);
   EXPECT_NE(err("{overhead: 3}").find("unknown key"), std::string::npos);

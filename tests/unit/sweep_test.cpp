@@ -152,9 +152,13 @@ TEST(Sweep, TrainingConfigsSweepPlansWithPipelinesAndSkipIllegalOnes) {
     - {pp: 4, schedule: interleaved, virtual_stages: 1, micro_batch: 4}
     - {pp: 4, dp: 1, schedule: 1f1b, micro_batch: 1}
     - {pp: 2, tp: 2, schedule: gpipe}
+    - {dp: 4, recompute: selective}
 )";
   const auto s = parse_sweep(text, "w.yaml");
-  ASSERT_EQ(s.points.size(), 5u);
+  ASSERT_EQ(s.points.size(), 6u);
+  // Issue 46 (kind 8): a plan takes recompute: selective as the parser does.
+  EXPECT_EQ(s.points[5].plan, "dp4+src");
+  EXPECT_TRUE(s.points[5].error.empty()) << s.points[5].error;
   for (const auto& p : s.points) EXPECT_TRUE(p.train);
   EXPECT_EQ(s.points[0].plan, "dp4-z1-b4096");
   EXPECT_TRUE(s.points[0].error.empty()) << s.points[0].error;
