@@ -285,8 +285,9 @@ int plan_size(const ConfigNode& plan, const std::string& k, const YAML::Node& va
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size())
-    ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size or `chips`" +
+  if (used == 0 || used != v.size() || n < 1 || n > SpecBounds::axis)
+    ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
+                                                     std::to_string(SpecBounds::axis) + " or `chips`" +
                                                      (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
   return n;
 }
@@ -297,15 +298,9 @@ int plan_size(const ConfigNode& plan, const std::string& k, const YAML::Node& va
 YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel,
                     const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
-<<<<<<< HEAD
   std::map<std::string, int> sizes;     // the axis sizes given (dp: after fill)
   std::map<std::string, std::string> given;  // every other value given, printable
   bool dp_fill = false;
-=======
-  int tp = 1, cp = 1, ul = 1, dp = 1, pp = 1;
-  bool sp = false, fused = false, dp_fill = false, recompute = false, selective = false;
-  std::string split, ar, chunks, schedule, virtual_stages, micro_batch, zero, bucket;
->>>>>>> main
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
     const std::string v = plan_value(plan, k, kv.second);
@@ -313,38 +308,15 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
     const plans::PlanDescriptor* d = plans::plan_of_key(k, &key);
     if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
       dp_fill = true;
-<<<<<<< HEAD
     } else if (d && d->size && d->name == k) {
       out[k] = sizes[k] = plan_size(plan, k, kv.second, v, chips);
-    } else if (key && key->value == plans::PlanValue::flag) {
-=======
-    } else if (k == "tp" || k == "cp" || k == "ulysses" || k == "dp" || k == "pp") {
-      int n = 0;
-      if (v == "chips") n = chips;
-      else {
-        size_t used = 0;
-        try {
-          n = std::stoi(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != v.size() || n < 1 || n > sharding::SpecBounds::axis)
-          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
-                                                               std::to_string(sharding::SpecBounds::axis) +
-                                                               " or `chips`" + (k == "dp" ? " or `fill`" : "") +
-                                                               " (got '" + v + "')");
-      }
-      out[k] = n;
-      (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : k == "pp" ? pp : ul) = n;
     } else if (k == "recompute") {  // none | selective | full (true = full, false = none), as the parser reads it
       if (v != "none" && v != "selective" && v != "full" && v != "true" && v != "false")
         ConfigNode(kv.second, plan.file(), plan.path())
             .fail(plan.path() + ".recompute: none, selective or full (got '" + v + "')");
       out[k] = v;
-      recompute = v == "full" || v == "true";
-      selective = v == "selective";
-    } else if (k == "sp" || k == "fused") {
->>>>>>> main
+      given[k] = v;
+    } else if (key && key->value == plans::PlanValue::flag) {
       bool b = false;
       try {
         b = kv.second.as<bool>();
@@ -352,13 +324,8 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
         ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
       }
       out[k] = b;
-<<<<<<< HEAD
       given[k] = b ? "true" : "false";
     } else {  // checked by the one parser (sharding/model_spec.h) when the point is made
-=======
-      (k == "sp" ? sp : fused) = b;
-    } else if (k == "chunks") {
->>>>>>> main
       out[k] = v;
       given[k] = v;
     }
@@ -366,17 +333,11 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   // dp: fill = chips / (the other axes) replicas; when that does not divide, dp stays 1 and the point is skipped
   // with the parser's reason (the mesh does not cover the chips).
   if (dp_fill) {
-<<<<<<< HEAD
-    int model = 1;
+    int64_t model = 1;  // each size <= SpecBounds::axis: the product is checked, never wrapped
     for (const auto& [k, n] : sizes)
-      if (k != "dp") model *= n;
-    const int dp = model > 0 && chips % model == 0 ? chips / model : 1;
+      if (k != "dp") model = model > 0 ? checked_mul(model, n).value_or(0) : 0;
+    const int dp = model > 0 && chips % model == 0 ? static_cast<int>(chips / model) : 1;
     if (dp > 1) out["dp"] = sizes["dp"] = dp;
-=======
-    const auto model = checked_product({tp, cp, ul, pp});  // each <= SpecBounds::axis: may pass int, not int64
-    dp = model && chips % *model == 0 ? static_cast<int>(chips / *model) : 1;
-    if (dp > 1) out["dp"] = dp;
->>>>>>> main
   }
   // The workload file's own keys other than the plan's (the mesh and the pipeline: PlanKey::mesh) carry over
   // unless the plan sets them, as with --plan (zero, bucket_bytes, recompute, fused, chunks, ...; values checked by
@@ -407,23 +368,13 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   if (value("fused") == "true") s += "+fused";
   if (!value("chunks").empty()) s += "-c" + value("chunks");
   // Training plans: pp4xtp8xdp8+sp-1f1b-v2-mb1-z1-b25M+rc (only the keys given).
-<<<<<<< HEAD
   const std::pair<const char*, const char*> options[] = {
       {"schedule", "-"}, {"virtual_stages", "-v"}, {"micro_batch", "-mb"}, {"zero", "-z"}, {"bucket_bytes", "-b"}};
   for (const auto& [k, prefix] : options)
     if (!value(k).empty()) s += prefix + value(k);
   const std::string rc = value("recompute");
   if (rc == "true" || rc == "full") s += "+rc";
-  else if (rc == "selective") s += "+rc_selective";
-=======
-  if (!schedule.empty()) s += "-" + schedule;
-  if (!virtual_stages.empty()) s += "-v" + virtual_stages;
-  if (!micro_batch.empty()) s += "-mb" + micro_batch;
-  if (!zero.empty()) s += "-z" + zero;
-  if (!bucket.empty()) s += "-b" + bucket;
-  if (recompute) s += "+rc";
-  if (selective) s += "+src";
->>>>>>> main
+  else if (rc == "selective") s += "+src";
   *label = s;
   return out;
 }

@@ -164,8 +164,8 @@ void pp_read(const PlanParse& c, ParallelPlan& p) {
     c.not_implemented("fused", "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, which the "
                                "fused ops compute inside)");
   p.virtual_stages = static_cast<int>(c.par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
-  if (c.has("pp_layers"))
-    for (int64_t n : c.par.get_int_list("pp_layers")) p.pp_layers.push_back(n);
+  if (c.given && c.par.yaml()["pp_layers"].IsDefined())  // each entry in [1, layers]: the sum cannot wrap
+    p.pp_layers = c.par.get_int_list_in("pp_layers", 1, SpecBounds::layers);
 }
 // Micro-batches of one replica's step.
 int micro_batches(const ModelSpec& s, const ParallelPlan& p) {
@@ -276,10 +276,7 @@ void algorithm_read(const PlanParse& c, ParallelPlan& p) {
 }
 void mesh_read(const PlanParse& c, ParallelPlan& p) {
   if (!c.has("mesh_dims")) return;
-  for (int64_t d : c.par.get_int_list("mesh_dims")) {
-    if (d < 0 || d > 64) c.fail("mesh_dims", "dimension " + str(d) + " out of range");
-    p.mesh_dims.push_back(static_cast<int>(d));
-  }
+  for (int64_t d : c.par.get_int_list_in("mesh_dims", 0, 64)) p.mesh_dims.push_back(static_cast<int>(d));
 }
 
 // The test model (tests/unit/plan_registry_test.cpp's cases): 2 layers, 4 heads (2 KV), seq 8, batch 2; SET's
