@@ -1,5 +1,7 @@
 // `shardsim help config`: every config section and the keys its parser accepts (experiments/config_keys.h),
 // and where the full reference (defaults, units, meaning) is: docs/CONFIG.md.
+// `shardsim help plans`: every parallel plan of the plan registry (sharding/plans/registry.h) with its mesh axis,
+// relations and keys.
 // `shardsim help devices`: every device preset (configs/devices.yaml) with its figures and their sources, as
 // Markdown; docs/DEVICES.md is this output (tests/e2e/new_user.sh keeps them equal). A preset whose facts name a
 // kernel_table (published kernel measurements, kernels/kernel_calibrate.h format, next to the presets file) gets
@@ -18,6 +20,7 @@
 #include "common/input_file.h"
 #include "common/text.h"
 #include "experiments/config_keys.h"
+#include "sharding/plans/registry.h"
 #include "kernels/kernel_calibrate.h"
 #include "sim/device_presets.h"
 #include "sim/kernel_model.h"
@@ -102,17 +105,19 @@ void print_devices() {
 // The topics of `shardsim help TOPIC` (`shardsim help` alone lists them).
 const std::pair<const char*, const char*> kHelpTopics[] = {
     {"config", "every config key per section (docs/CONFIG.md)"},
-    {"devices", "every device preset with its sources (docs/DEVICES.md)"}};
+    {"devices", "every device preset with its sources (docs/DEVICES.md)"},
+    {"plans", "every parallel plan with its mesh axis and keys (sharding/plans/registry.h)"}};
 
 }  // namespace
 
 Command add_help(CLI::App& app, const runtime::World& world) {
   auto* cmd = app.add_subcommand("help", "reference: `shardsim help config` lists every config key (docs/CONFIG.md), "
-                                         "`shardsim help devices` every device preset with sources (docs/DEVICES.md)");
+                                         "`shardsim help devices` every device preset with sources (docs/DEVICES.md), "
+                                         "`shardsim help plans` every parallel plan and its keys");
   auto topic = std::make_shared<std::string>();
   std::vector<std::string> names;
   for (const auto& [name, what] : kHelpTopics) names.emplace_back(name);
-  cmd->add_option("topic", *topic, "config | devices (none: the list of topics)")->check(CLI::IsMember(names));
+  cmd->add_option("topic", *topic, "config | devices | plans (none: the list of topics)")->check(CLI::IsMember(names));
   return {cmd, [&world, topic]() -> int {
             if (topic->empty()) {  // `shardsim help`: what there is to ask for
               if (world.rank() != 0) return kExitOk;
@@ -126,6 +131,13 @@ Command add_help(CLI::App& app, const runtime::World& world) {
             if (world.rank() != 0) return kExitOk;
             if (*topic == "devices") {
               print_devices();
+              return kExitOk;
+            }
+            if (*topic == "plans") {
+              std::printf("Parallel plans (the plan registry, sharding/plans/registry.h), in the order the plan line "
+                          "lists them;\nkeys of a config's parallel: section, --plan KEY=VALUE,... and a sweep's plan "
+                          "entries (docs/CONFIG.md):\n\n%s",
+                          sharding::plans::catalogue_text().c_str());
               return kExitOk;
             }
             std::printf("Config keys shardsim accepts, per section (full reference with defaults and units:\n"

@@ -40,6 +40,7 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "apps/train_setup.h"
+#include "sharding/plans/registry.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -426,18 +427,15 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
   const int n = world.size();
-  const std::shared_ptr<const topology::Topology> topo_shared =
-      s.topology ? s.topology : per_rank_topology(topology::Topology::ring(n, topology::LinkSpec{100, 1000}));
-  const topology::Topology& topo = *topo_shared;
-  // dp x cp x tp mesh (tp innermost, Megatron's order); one trainer for every mesh (tp = cp = 1: data parallelism
-  // alone, sharding/plans/data_parallel.h).
+  const topology::Topology& topo = *s.topology;
+  // The plan's mesh (sharding/device_mesh.h's build_mesh, as run's: tp innermost, Megatron's order, mesh_dims
+  // honoured; load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
   std::optional<sharding::DeviceMesh> mesh;
   world.agree([&] {
     try {
-      mesh.emplace(std::map<std::string, int>{{"tp", s.tp}, {"cp", s.cp}, {"dp", n / (s.tp * s.cp * s.pp)}, {"pp", s.pp}},
-                   topo);
+      mesh.emplace(sharding::build_mesh(s.plan, topo));
     } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": parallel: " + e.what());
+      throw UsageError(s.config_name + ": " + e.what());
     }
   });
   const std::vector<int>& chips = mesh->placement();
@@ -471,56 +469,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
   sharding::RunReport r = train_report(f, s, n);
-  r.topology = s.topology ? topo.describe() : topo.describe() + " (default: 100 GB/s, 1 us per hop)";
+  r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
   r.mesh = mesh->mapping_text();
+  // The plan line: the plan registry's one text for both modes (sharding/plans/registry.h), and in training the
+  // trainer's bucket count.
   const int buckets = trainer->buckets();
+  r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
+  if (!f.forward && dp_size * s.cp > 1 && s.dp.zero < 3)
+    r.plan += "; " + std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s");
   char b[1024];
-  const std::string bucket_text =
-      std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s") + " (bucket_bytes " +
-      std::to_string(s.dp.bucket_bytes) +
-      (s.dp.zero == 3 ? ", ignored: ZeRO-3 reduces per unit" : s.dp.bucket_bytes == 0 ? ": one reduction after backward" : "") + ")" +
-      (s.dp.overlap_grad_reduce.value_or(!s.sp) ? ", each reduced as its gradients are ready"
-                                                : ", reduced after the backward (overlap_grad_reduce off)") +
-      (s.dp.overlap_param_gather ? "; the parameter all_gather overlaps the next step's forward" : "");
-  if (tp_mesh)
-    std::snprintf(b, sizeof b, "dp %d x tp %d (Megatron: vocab-parallel embedding and cross-entropy, column-parallel "
-                  "q/k/v and gate/up, row-parallel wo and w_down%s), ZeRO stage %d over dp on each tp shard, %s",
-                  dp_size, s.tp,
-                  s.fused ? "; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter forward and their "
-                            "backward counterparts overlap the sp collectives with the GEMMs"
-                  : s.sp  ? "; sequence parallel: reduce_scatter/all_gather around the norms"
-                          : "",
-                  s.dp.zero, bucket_text.c_str());
-  else
-    std::snprintf(b, sizeof b, "dp %d, ZeRO stage %d, %s", n, s.dp.zero, bucket_text.c_str());
-  r.plan = b;
-  if (tp_mesh && s.cp > 1 && s.ulysses)
-    r.plan += "; context parallel: ulysses " + std::to_string(s.cp) + ", all_to_all tokens -> heads around "
-              "attention, forward and backward (contiguous split); gradients averaged and ZeRO over dp x ulysses = " +
-              std::to_string(dp_size * s.cp);
-  else if (tp_mesh && s.cp > 1)
-    r.plan += "; context parallel: cp " + std::to_string(s.cp) + ", ring attention forward and backward (" +
-              (s.cp_zigzag ? "zigzag" : "contiguous") + " split; K/V blocks round the cp ring, dK/dV travel with "
-              "them back to their owner); gradients averaged and ZeRO over dp x cp = " + std::to_string(dp_size * s.cp);
-  if (s.dp.recompute) r.plan += "; recompute: per block (each block's forward runs again right before its backward)";
-  if (s.dp.selective)
-    r.plan += c.unfused_attention() ? "; recompute: selective (the unfused attention core keeps no softmax output; the backward "
-                          "runs the core's forward again; the rest is kept)"
-                        : "; recompute: selective (the attention core is recomputed in the backward, as the flash "
-                          "attention backward always does; the rest is kept)";
-  if (s.pp > 1) {
-    const auto& sch = trainer->schedule();
-    r.plan += "; pipeline: pp " + std::to_string(s.pp) + ", schedule " + sharding::plans::schedule_name(sch.kind) +
-              (sch.v > 1 ? " with " + std::to_string(sch.v) + " virtual stages per chip" : std::string()) + ", " +
-              std::to_string(sch.m) + " micro-batches per step; layers per model stage " +
-              [&] {
-                std::string l;
-                for (int64_t n : sharding::plans::stage_layers(c.layers, s.pp * sch.v, s.dp.pp_layers))
-                  l += (l.empty() ? "" : "/") + std::to_string(n);
-                return l;
-              }() +
-              "; activations and their gradients sent stage to stage (send/recv over the pp axis)";
-  }
   const long long per_replica = (long long)(c.batch / dp_size);
   const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
                                                        " micro-batches of " + std::to_string(s.dp.micro_batch) +

@@ -71,7 +71,14 @@ TrainSetup load(const TrainFlags& f, int ranks) {
       root.child("topology").fail("the topology has " + std::to_string(s.topology->num_chips()) +
                                   " chips but the job has " + runtime::job_size_text(ranks) + "; run it with " +
                                   runtime::resize_hint(s.topology->num_chips(), ranks));
+  } else {
+    s.topology = per_rank_topology(topology::Topology::ring(ranks, topology::LinkSpec{100, 1000}));
+    s.default_topology = true;
   }
+  // The one mesh builder of run and train (sharding/device_mesh.h): parallel.mesh_dims checked here, naming its line.
+  (void)sharding::checked_mesh(root, plan, *s.topology);
+  s.spec = spec;
+  s.plan = plan;
   auto& c = s.model;
   c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
   try {
@@ -170,13 +177,11 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     if (mode == "off" || !(f->shape_only || sharding::load_workload_shape_only(root))) return {};
     const TrainSetup s = load(*f, chips);
     if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
-    const int dp = chips / (s.tp * s.cp * s.pp);
-    if (dp < 2 || dp * s.tp * s.cp * s.pp != chips) return {};
-    const auto topo = s.topology ? s.topology
-                                 : std::make_shared<const topology::Topology>(
-                                       topology::Topology::ring(chips, topology::LinkSpec{100, 1000}));
-    const sharding::DeviceMesh mesh({{"tp", s.tp}, {"cp", s.cp}, {"dp", dp}, {"pp", s.pp}}, *topo);
-    const int period = mesh.replica_fold_period("dp", *topo);
+    const int dp = s.plan.dp;
+    if (dp < 2 || s.plan.chips() != chips) return {};
+    // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
+    const sharding::DeviceMesh mesh = sharding::build_mesh(s.plan, *s.topology);
+    const int period = mesh.replica_fold_period("dp", *s.topology);
     if (period < 1) return {};
     return runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
   } catch (...) {

@@ -62,9 +62,12 @@ struct TrainSetup {
   bool ulysses = false;                        // parallel.ulysses: U given (the cp axis runs Ulysses, size U)
   bool fused = false;                          // parallel.fused: sp collectives fused with their GEMMs
   int pp = 1;                                  // parallel.pp: pipeline stages (schedule etc. in dp)
-  // The topology: section when given; shared by the chips of a rank (per_rank_topology: one copy per rank, not one
-  // per chip, whose links grow with the chips).
+  sharding::ModelSpec spec;                    // the model: section (the one parser)
+  sharding::ParallelPlan plan;                 // the parallel: section: the mesh (build_mesh) and the plan line
+  // The topology: section, or the default ring of the chips (default_topology); shared by the chips of a rank
+  // (per_rank_topology: one copy per rank, not one per chip, whose links grow with the chips).
   std::shared_ptr<const topology::Topology> topology;
+  bool default_topology = false;
   std::string config_name;                     // the config file, for messages
   std::string name;                            // the config's name: (printable text), "" when absent
   std::string config_text;                     // stored in checkpoints

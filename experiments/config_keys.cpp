@@ -5,6 +5,7 @@
 #include "models/workload.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
+#include "sharding/plans/registry.h"
 #include "sim/device_spec.h"
 #include "topology/clos.h"
 #include "topology/topology_yaml.h"
@@ -17,7 +18,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"run", "run configs, model.kind: transformer_block", kBlockRootKeys},
       {"train config", "train configs", kTrainRootKeys},
       {"model", "run and train configs (sharding/model_spec.h)", kModelKeys},
-      {"parallel", "run and train configs (sharding/model_spec.h)", kParallelKeys},
+      {"parallel", "run and train configs (sharding/plans/registry.h)", parallel_keys()},
       {"train", "train configs", kTrainKeys},
       {"validate", "run configs", kValidateKeys},
       {"checkpoint", "run configs, model.kind: mlp", kCheckpointKeys},
@@ -36,7 +37,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"sweep.axes", "sweep files", kSweepAxisKeys},
       {"sweep.axes.workload[]", "sweep files", kSweepWorkloadKeys},
       {"sweep.axes.size", "sweep files (a range)", kSweepRangeKeys},
-      {"sweep.axes.plan[]", "sweep files", kSweepPlanKeys},
+      {"sweep.axes.plan[]", "sweep files", plans::sweep_plan_keys()},
   };
   return sections;
 }

@@ -28,6 +28,7 @@
 #include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
+#include "sharding/plans/registry.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
@@ -265,50 +266,57 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
   return out;
 }
 
-// A plan entry with `chips` substituted; and its label.
+// A plan entry's value of KEY, printable (it can end up in the plan's label: plots, CSV); one value per key.
+std::string plan_value(const ConfigNode& plan, const std::string& k, const YAML::Node& value) {
+  if (!value.IsScalar())
+    ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": one value, not a " +
+                                                     (value.IsSequence() ? "list" : "map") +
+                                                     " (each plan entry is one point; list the plans)");
+  return ConfigNode(value, plan.file(), plan.path() + "." + k).printable_text();
+}
+
+// An axis size of a plan entry: a positive integer or `chips` (the point's chip count); dp also `fill`.
+int plan_size(const ConfigNode& plan, const std::string& k, const YAML::Node& value, const std::string& v, int chips) {
+  if (v == "chips") return chips;
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || n < 1 || n > SpecBounds::axis)
+    ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
+                                                     std::to_string(SpecBounds::axis) + " or `chips`" +
+                                                     (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
+  return n;
+}
+
+// A plan entry with `chips` substituted; and its label. The keys and the kind of each value come from the plan
+// registry (sharding/plans/registry.h): axis sizes (`chips`, dp `fill`), flags, the rest as given (checked by the
+// one parser when the point is made).
 YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const YAML::Node& file_parallel,
                     const std::string& workload_file) {
   YAML::Node out(YAML::NodeType::Map);
-  int tp = 1, cp = 1, ul = 1, dp = 1, pp = 1;
-  bool sp = false, fused = false, dp_fill = false, recompute = false, selective = false;
-  std::string split, ar, chunks, schedule, virtual_stages, micro_batch, zero, bucket;
+  std::map<std::string, int> sizes;     // the axis sizes given (dp: after fill)
+  std::map<std::string, std::string> given;  // every other value given, printable
+  bool dp_fill = false;
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
-    // One value per key (a list is not a plan: each plan entry is one point).
-    if (!kv.second.IsScalar())
-      ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": one value, not a " +
-                                                           (kv.second.IsSequence() ? "list" : "map") +
-                                                           " (each plan entry is one point; list the plans)");
-    // Every value can end up in the plan's label (plots, CSV): printable text only.
-    const std::string v = kv.second.IsScalar() ? ConfigNode(kv.second, plan.file(), plan.path() + "." + k).printable_text() : "";
+    const std::string v = plan_value(plan, k, kv.second);
+    const plans::PlanKey* key = nullptr;
+    const plans::PlanDescriptor* d = plans::plan_of_key(k, &key);
     if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
       dp_fill = true;
-    } else if (k == "tp" || k == "cp" || k == "ulysses" || k == "dp" || k == "pp") {
-      int n = 0;
-      if (v == "chips") n = chips;
-      else {
-        size_t used = 0;
-        try {
-          n = std::stoi(v, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != v.size() || n < 1 || n > sharding::SpecBounds::axis)
-          ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
-                                                               std::to_string(sharding::SpecBounds::axis) +
-                                                               " or `chips`" + (k == "dp" ? " or `fill`" : "") +
-                                                               " (got '" + v + "')");
-      }
-      out[k] = n;
-      (k == "tp" ? tp : k == "cp" ? cp : k == "dp" ? dp : k == "pp" ? pp : ul) = n;
+    } else if (d && d->size && d->name == k) {
+      out[k] = sizes[k] = plan_size(plan, k, kv.second, v, chips);
     } else if (k == "recompute") {  // none | selective | full (true = full, false = none), as the parser reads it
       if (v != "none" && v != "selective" && v != "full" && v != "true" && v != "false")
         ConfigNode(kv.second, plan.file(), plan.path())
             .fail(plan.path() + ".recompute: none, selective or full (got '" + v + "')");
       out[k] = v;
-      recompute = v == "full" || v == "true";
-      selective = v == "selective";
-    } else if (k == "sp" || k == "fused") {
+      given[k] = v;
+    } else if (key && key->value == plans::PlanValue::flag) {
       bool b = false;
       try {
         b = kv.second.as<bool>();
@@ -316,74 +324,57 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
         ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
       }
       out[k] = b;
-      (k == "sp" ? sp : fused) = b;
-    } else if (k == "chunks") {
+      given[k] = b ? "true" : "false";
+    } else {  // checked by the one parser (sharding/model_spec.h) when the point is made
       out[k] = v;
-      chunks = v;
-    } else if (k == "cp_split") {
-      out[k] = v;
-      split = v;
-    } else if (k == "all_reduce") {
-      out[k] = v;
-      ar = v;
-    } else {  // training plans: checked by the one parser (sharding/model_spec.h) when the point is made
-      out[k] = v;
-      (k == "schedule" ? schedule : k == "virtual_stages" ? virtual_stages : k == "micro_batch" ? micro_batch
-       : k == "zero" ? zero : bucket) = v;
+      given[k] = v;
     }
   }
-  // dp: fill = chips / (tp x cp x ulysses) replicas; when that does not divide, dp stays 1 and the point is
-  // skipped with the parser's reason (the mesh does not cover the chips).
+  // dp: fill = chips / (the other axes) replicas; when that does not divide, dp stays 1 and the point is skipped
+  // with the parser's reason (the mesh does not cover the chips).
   if (dp_fill) {
-    const auto model = checked_product({tp, cp, ul, pp});  // each <= SpecBounds::axis: may pass int, not int64
-    dp = model && chips % *model == 0 ? static_cast<int>(chips / *model) : 1;
-    if (dp > 1) out["dp"] = dp;
+    int64_t model = 1;  // each size <= SpecBounds::axis: the product is checked, never wrapped
+    for (const auto& [k, n] : sizes)
+      if (k != "dp") model = model > 0 ? checked_mul(model, n).value_or(0) : 0;
+    const int dp = model > 0 && chips % model == 0 ? static_cast<int>(chips / model) : 1;
+    if (dp > 1) out["dp"] = sizes["dp"] = dp;
   }
-  // The workload file's own keys other than the plan's (kPlanKeys: the mesh and the pipeline) carry over unless
-  // the plan sets them, as with train --plan (zero, bucket_bytes, recompute, fused, chunks, ...; values checked by
+  // The workload file's own keys other than the plan's (the mesh and the pipeline: PlanKey::mesh) carry over
+  // unless the plan sets them, as with --plan (zero, bucket_bytes, recompute, fused, chunks, ...; values checked by
   // the parser). fused and chunks show in the label.
   if (file_parallel && file_parallel.IsMap()) {
+    const auto mesh = plans::mesh_plan_keys();
     for (const auto& kv : file_parallel) {
       const auto k = kv.first.as<std::string>();
-      const bool plan_key = std::find_if(std::begin(kPlanKeys), std::end(kPlanKeys),
-                                         [&](const char* p) { return k == p; }) != std::end(kPlanKeys);
-      if (!plan_key && k != "fused" && k != "chunks" && !out[k]) out[k] = YAML::Clone(kv.second);
-    }
-    if (!out["fused"] && file_parallel["fused"] && file_parallel["fused"].IsScalar()) {
-      out["fused"] = YAML::Clone(file_parallel["fused"]);
-      try {
-        fused = file_parallel["fused"].as<bool>();
-      } catch (const std::exception&) {
-      }
-    }
-    if (!out["chunks"] && file_parallel["chunks"] && file_parallel["chunks"].IsScalar()) {
-      out["chunks"] = YAML::Clone(file_parallel["chunks"]);
-      chunks = ConfigNode(file_parallel["chunks"], workload_file, "parallel.chunks").printable_text();
+      if (std::find(mesh.begin(), mesh.end(), k) != mesh.end() || out[k]) continue;
+      out[k] = YAML::Clone(kv.second);
+      if ((k == "fused" || k == "chunks") && kv.second.IsScalar())
+        given[k] = ConfigNode(kv.second, workload_file, "parallel." + k).printable_text();
     }
   }
+  const auto value = [&](const char* k) { return given.count(k) ? given.at(k) : std::string(); };
+  // Label: the sizes given, pipeline first, then the registry's order (pp4xtp8xdp8), then the options.
   std::string s;
-  auto add = [&](const std::string& name, int n, bool given) {
-    if (given) s += (s.empty() ? "" : "x") + name + std::to_string(n);
+  const auto add = [&](const std::string& name) {
+    if (sizes.count(name)) s += (s.empty() ? "" : "x") + name + std::to_string(sizes.at(name));
   };
-  add("pp", pp, out["pp"].IsDefined());
-  add("tp", tp, out["tp"].IsDefined());
-  add("cp", cp, out["cp"].IsDefined());
-  add("ulysses", ul, out["ulysses"].IsDefined());
-  add("dp", dp, out["dp"].IsDefined());
+  add("pp");
+  for (const auto& d : plans::registered_plans())
+    if (d.size && d.name != "pp") add(d.name);
   if (s.empty()) s = "single";
-  if (sp) s += "+sp";
-  if (!split.empty()) s += "-" + split;
-  if (!ar.empty()) s += "-ar_" + ar;
-  if (fused) s += "+fused";
-  if (!chunks.empty()) s += "-c" + chunks;
+  if (value("sp") == "true") s += "+sp";
+  if (!value("cp_split").empty()) s += "-" + value("cp_split");
+  if (!value("all_reduce").empty()) s += "-ar_" + value("all_reduce");
+  if (value("fused") == "true") s += "+fused";
+  if (!value("chunks").empty()) s += "-c" + value("chunks");
   // Training plans: pp4xtp8xdp8+sp-1f1b-v2-mb1-z1-b25M+rc (only the keys given).
-  if (!schedule.empty()) s += "-" + schedule;
-  if (!virtual_stages.empty()) s += "-v" + virtual_stages;
-  if (!micro_batch.empty()) s += "-mb" + micro_batch;
-  if (!zero.empty()) s += "-z" + zero;
-  if (!bucket.empty()) s += "-b" + bucket;
-  if (recompute) s += "+rc";
-  if (selective) s += "+src";
+  const std::pair<const char*, const char*> options[] = {
+      {"schedule", "-"}, {"virtual_stages", "-v"}, {"micro_batch", "-mb"}, {"zero", "-z"}, {"bucket_bytes", "-b"}};
+  for (const auto& [k, prefix] : options)
+    if (!value(k).empty()) s += prefix + value(k);
+  const std::string rc = value("recompute");
+  if (rc == "true" || rc == "full") s += "+rc";
+  else if (rc == "selective") s += "+src";
   *label = s;
   return out;
 }
@@ -599,7 +590,7 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
   const auto workloads = parse_workloads(axes);
   std::vector<ConfigNode> plans;
   for (const auto& item : axis_items(axes, "plan")) {
-    item.expect_keys(kSweepPlanKeys);
+    item.expect_keys(plans::sweep_plan_keys());
     plans.push_back(item);
   }
   for (const auto& w : workloads) {

@@ -125,9 +125,7 @@ inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "col
                                                       "size",     "dtype",  "workload",   "plan"};
 inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
 inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
-inline constexpr std::string_view kSweepPlanKeys[] = {
-    "tp",     "sp",       "cp",             "cp_split",    "ulysses", "all_reduce", "fused",        "chunks",   "dp",
-    "pp",     "schedule", "virtual_stages", "micro_batch", "zero",    "bucket_bytes", "recompute"};
+// kSweepPlanKeys: sharding/plans/registry.h's sweep_plan_keys() (every unit's swept keys and micro_batch).
 
 SweepSpec load_sweep(const std::string& file);
 // True when POINT runs in shape-only mode and takes its verdict from its plan's validation run (validate once, a

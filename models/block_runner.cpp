@@ -25,6 +25,7 @@
 #include "models/workload.h"
 #include "sharding/placement.h"
 #include "sharding/plans/block.h"
+#include "sharding/plans/registry.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sim/memory.h"
@@ -242,7 +243,7 @@ class BlockRun {
     rep_.hbm_capacity_bytes = cfg_.device.hbm_bytes();
     rep_.topology = cfg_.topology.describe();
     rep_.device = sim::describe(cfg_.device);
-    rep_.plan = s_.attention ? block_plan_text(p_) : mlp_plan_text(mlp_shape_of(s_), p_);
+    rep_.plan = plans::plan_text(s_, p_, false);  // the plan registry's one plan line (run and train)
     rep_.mesh = cfg_.mesh.mapping_text();
     rep_.chips = chips_;
   }

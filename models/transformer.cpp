@@ -117,31 +117,6 @@ void check_host_memory(const BlockConfig& c) {
 
 // ------------------------------------------------------------------------------------------------ config
 
-std::string block_plan_text(const ParallelPlan& p) {
-  if (p.dp > 1) {
-    ParallelPlan one = p;
-    one.dp = 1;
-    return block_plan_text(one) + " x dp=" + std::to_string(p.dp) + " (data parallel replicas)";
-  }
-  const int tp = p.tp, ulysses = p.ulysses, cp = p.cp;
-  const bool sp = p.sp, zigzag = p.zigzag;
-  const FusedPlan& fused = p.fused;
-  std::ostringstream os;
-  if (ulysses > 1) {
-    if (tp > 1) os << "tp=" << tp << " x ";
-    os << "ulysses=" << ulysses << " (all_to_all sequence <-> heads)";
-    if (tp == 1) return os.str();
-    if (fused.enabled) os << "; fused tp collectives (gemm_all_reduce, " << fused.describe() << ")";
-    return os.str();
-  }
-  os << "tp=" << tp << (sp ? " + sequence parallel" : "");
-  if (cp > 1) os << " x cp=" << cp << " ring attention, " << (zigzag ? "zig-zag" : "contiguous") << " split";
-  if (fused.enabled)
-    os << "; fused tp collectives (" << (sp ? "all_gather_gemm, gemm_reduce_scatter" : "gemm_all_reduce, ")
-       << (sp ? "" : fused.describe()) << ")";
-  return os.str();
-}
-
 bool is_block_config(const ConfigNode& root) {
   return root.is_map() && root.has("workload") && root.child("workload").is_map() &&
          root.child("workload").has("kind") && root.child("workload").get_string("kind") == "transformer_block";
@@ -173,7 +148,7 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   }
   if (c.tolerance == 0) c.tolerance = s.dtype == DType::bf16 ? 3e-2 : 1e-4;
   // The device mesh (ulysses shards the sequence on the cp axis) and its placement on the topology.
-  c.mesh = mesh_from_config(root, {{"tp", p.tp}, {"cp", p.cp * p.ulysses}, {"dp", p.dp}}, c.topology);
+  c.mesh = mesh_from_config(root, p, c.topology);
   // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
   for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses * p.dp; ++r) {
     sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());

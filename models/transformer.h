@@ -70,8 +70,6 @@ namespace shardsim::sharding {
 // run by the same code one after the other; the report's totals are the L layers' sum. The plan's tp all_reduce
 // runs plan.algorithm_for(PlanCollective::tp_all_reduce), the sp and Ulysses collectives their own kinds' choice.
 
-// The report's one-line description of a block plan ("tp=2 + sequence parallel x cp=4 ring attention, ...").
-std::string block_plan_text(const ParallelPlan& p);
 
 struct BlockConfig {
   std::string file, name, model;
@@ -103,7 +101,7 @@ struct BlockMemory {
 BlockMemory block_memory(const ModelSpec& s, const ParallelPlan& p, int t);
 
 // The root keys of a block config (docs/CONFIG.md; tests/unit/config_doc_test.cpp checks); model: and parallel:
-// take sharding/model_spec.h's kModelKeys and kParallelKeys (the one parser), validate: engine_config.h's
+// take sharding/model_spec.h's kModelKeys and parallel_keys() (the one parser), validate: engine_config.h's
 // kValidateKeys.
 inline constexpr std::string_view kBlockRootKeys[] = {"name",     "topology", "device", "workload",
                                                       "parallel", "validate", "mode"};

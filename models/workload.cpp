@@ -54,7 +54,7 @@ RunConfig parse(const ConfigNode& root) {
   c.dp = plan.dp;
   c.all_reduce_algorithm = plan.algorithm_for(PlanCollective::tp_all_reduce);
   c.fused = plan.fused;
-  c.mesh = mesh_from_config(root, {{"tp", c.tp}, {"dp", c.dp}}, c.topology);
+  c.mesh = mesh_from_config(root, plan, c.topology);
 
   try {
     check_mlp_fits(c.mlp, c.tp, c.device.hbm_gib);
@@ -80,20 +80,6 @@ RunConfig parse(const ConfigNode& root) {
 }
 
 }  // namespace
-
-// Generated from the placements: the style of each weight on the tp axis and the reduction of the partial output.
-std::string mlp_plan_text(const MlpShape& s, const ParallelPlan& p) {
-  const MlpTensorSpecs t = mlp_tensor_specs(s);
-  const Placement up = t.w_gate.on("tp"), down = t.w_down.on("tp"), y = t.y_partial.on("tp");
-  std::ostringstream os;
-  os << "tensor parallel tp=" << p.tp << " (Megatron MLP: gate/up " << parallel_style(up) << " " << to_string(up)
-     << ", down " << parallel_style(down) << " " << to_string(down) << ", all_reduce("
-     << collectives::reduce_op_name(std::get<Partial>(y).op) << ") of the output)";
-  if (p.fused.enabled)
-    os << "; fused: down projection + all_reduce as one gemm_all_reduce (" << p.fused.describe() << ")";
-  if (p.dp > 1) os << " x dp=" << p.dp << " (data parallel replicas)";
-  return os.str();
-}
 
 BlockConfig mlp_block_config(const RunConfig& c) {
   BlockConfig b;

@@ -105,9 +105,6 @@ std::optional<std::string> checkpoint_target(const RunConfig& config, const RunO
 // Throws ConfigError naming the config file when WORLD_SIZE differs from the topology's chip count.
 void check_world_size(const RunConfig& config, int world_size);
 
-// The one-line plan of the report and the checkpoint, generated from mlp_tensor_specs' placements (dp > 1 adds
-// " x dp=N (data parallel replicas)").
-std::string mlp_plan_text(const MlpShape& s, const ParallelPlan& plan);
 
 // The MLP as the one runner's model description: a layer stack without attention (models/transformer.h's
 // BlockConfig with shape.attention false), run by run_block (models/runner.h's run_model) with the same schedule,

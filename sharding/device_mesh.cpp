@@ -1,5 +1,8 @@
 #include "sharding/device_mesh.h"
 
+#include "sharding/model_spec.h"
+#include "sharding/plans/registry.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -293,6 +296,27 @@ int DeviceMesh::replica_fold_period(const std::string& name, const topology::Top
   for (int p = 1; p < n; ++p)
     if (n % p == 0 && replica_shift_check(name, p, topo).empty()) return p;
   return 0;
+}
+
+}  // namespace shardsim::sharding
+
+namespace shardsim::sharding {
+
+DeviceMesh build_mesh(const ParallelPlan& plan, const topology::Topology& topo) {
+  const std::string w = "parallel.mesh_dims: ";
+  const int dims = static_cast<int>(topo.dims().size());
+  if (!plan.mesh_dims.empty() && !topo.is_grid())
+    throw std::invalid_argument(w + "a graph topology has no dimensions to choose");
+  for (int d : plan.mesh_dims)
+    if (d < 0 || d >= dims)
+      throw std::invalid_argument(w + "dimension " + std::to_string(d) + " is not one of the topology's " +
+                                  std::to_string(dims) + " dimensions (0.." + std::to_string(dims - 1) + ")");
+  try {
+    return DeviceMesh(plans::mesh_axis_sizes(plan), topo, plan.mesh_dims);
+  } catch (const std::invalid_argument& e) {
+    if (plan.mesh_dims.empty()) throw;
+    throw std::invalid_argument(w + e.what());
+  }
 }
 
 }  // namespace shardsim::sharding

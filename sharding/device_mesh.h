@@ -33,6 +33,8 @@
 
 namespace shardsim::sharding {
 
+struct ParallelPlan;  // sharding/model_spec.h
+
 // A factor SIZE of topology dimension DIM that an axis occupies.
 struct MeshDimPiece {
   int dim = 0;
@@ -98,5 +100,12 @@ class DeviceMesh {
   bool explicit_placement_ = false;
   runtime::Transport* world_ = nullptr;
 };
+
+// THE mesh of a plan, for `run` and `train` alike: the plan registry's axis sizes (sharding/plans/registry.h,
+// mesh_axis_sizes: tp, cp x ulysses on cp, dp, pp) on TOPOLOGY, filling PLAN.mesh_dims when given (each a dimension
+// of TOPOLOGY, a grid). std::invalid_argument for a mesh that does not fit: messages about mesh_dims start with
+// "parallel.mesh_dims: ", others say what does not fit (sharding/engine_config.h's mesh_from_config turns them into
+// ConfigError at the key).
+DeviceMesh build_mesh(const ParallelPlan& plan, const topology::Topology& topology);
 
 }  // namespace shardsim::sharding

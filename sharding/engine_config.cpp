@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "sharding/plans/registry.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim::sharding {
@@ -119,22 +120,35 @@ void apply_set(YAML::Node root, const std::string& item) {
   }
 }
 
+// --plan KEY=VALUE,...: the keys of the plan registry (sharding/plans/registry.h), each once, each with a value. The
+// plan's shape (PlanKey::mesh: the mesh axes and the pipeline) is replaced; the config's other parallel: keys
+// (zero, bucket_bytes, fused, chunks, mesh_dims, ...) stay unless the plan sets them.
 void apply_plan(YAML::Node root, const std::string& plan) {
-  // The plan's keys (kPlanKeys) are replaced; the others (zero, bucket_bytes, fused, chunks, mesh_dims, ...) stay.
-  if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
-  YAML::Node par = root["parallel"];
-  for (const char* k : kPlanKeys) par.remove(k);
+  const std::string flag = "--plan " + escape_control(plan);
+  std::vector<std::pair<std::string, std::string>> items;
   std::stringstream ss(plan);
   std::string item;
-  bool any = false;
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      throw UsageError("--plan " + plan + ": expected key=value items, e.g. tp=2,cp=4 or tp=4,sp=true");
-    par[item.substr(0, eq)] = yaml_value(item.substr(eq + 1), "--plan " + plan);
-    any = true;
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError(flag + ": expected key=value items, e.g. tp=2,cp=4 or tp=4,sp=true");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (!plans::plan_of_key(key)) {
+      std::string known;
+      for (auto k : plans::plan_keys()) known += (known.empty() ? "" : ", ") + std::string(k);
+      throw UsageError(flag + ": unknown plan key '" + escape_control(key) + "' (known: " + known +
+                       "; `shardsim help plans`)");
+    }
+    if (value.empty()) throw UsageError(flag + ": " + key + " has an empty value");
+    for (const auto& [k, v] : items)
+      if (k == key) throw UsageError(flag + ": " + key + " given twice");
+    items.emplace_back(key, value);
   }
-  if (!any) throw UsageError("--plan: empty plan (e.g. --plan tp=2,cp=4)");
+  if (items.empty()) throw UsageError("--plan: empty plan (e.g. --plan tp=2,cp=4)");
+  if (!root["parallel"] || !root["parallel"].IsMap()) root["parallel"] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node par = root["parallel"];
+  for (const auto& k : plans::mesh_plan_keys()) par.remove(k);
+  for (const auto& [k, v] : items) par[k] = yaml_value(v, flag);
 }
 
 // The link figures of a generated topology: the flags, else the config's scalar ones, else 100 GB/s and 1 us.
@@ -306,30 +320,22 @@ sim::DeviceSpec load_workload_device(const ConfigNode& root) {
   return sim::load_device(d);
 }
 
-DeviceMesh mesh_from_config(const ConfigNode& root, const std::map<std::string, int>& sizes,
-                            topology::Topology& topo) {
-  std::vector<int> order;
-  std::optional<ConfigNode> dims_node;
-  if (root.has("parallel") && root.child("parallel").is_map() && root.child("parallel").has("mesh_dims")) {
-    dims_node = root.child("parallel").child("mesh_dims");
-    for (int64_t d : root.child("parallel").get_int_list("mesh_dims")) {
-      if (d < 0 || d >= static_cast<int64_t>(topo.dims().size()))
-        dims_node->fail("parallel.mesh_dims: dimension " + std::to_string(d) + " is not one of the topology's " +
-                        std::to_string(topo.dims().size()) + " dimensions (0.." +
-                        std::to_string(topo.dims().size() - 1) + ")");
-      order.push_back(static_cast<int>(d));
-    }
-    if (!topo.is_grid()) dims_node->fail("parallel.mesh_dims: a graph topology has no dimensions to choose");
-  }
+DeviceMesh checked_mesh(const ConfigNode& root, const ParallelPlan& plan, const topology::Topology& topo) {
   try {
-    DeviceMesh mesh(sizes, topo, order);
-    if (!mesh.explicit_placement()) topo.set_placement(mesh.placement());
-    return mesh;
+    return build_mesh(plan, topo);
   } catch (const std::invalid_argument& e) {
-    if (dims_node) dims_node->fail(std::string("parallel.mesh_dims: ") + e.what());
-    if (root.has("parallel")) root.child("parallel").fail(std::string("parallel: ") + e.what());
-    root.fail(std::string("parallel: ") + e.what());
+    const std::string why = e.what();
+    const bool has = root.has("parallel") && root.child("parallel").is_map();
+    if (has && why.rfind("parallel.mesh_dims: ", 0) == 0 && root.child("parallel").has("mesh_dims"))
+      root.child("parallel").child("mesh_dims").fail(why);
+    (has ? root.child("parallel") : root).fail("parallel: " + why);
   }
+}
+
+DeviceMesh mesh_from_config(const ConfigNode& root, const ParallelPlan& plan, topology::Topology& topo) {
+  DeviceMesh mesh = checked_mesh(root, plan, topo);
+  if (!mesh.explicit_placement()) topo.set_placement(mesh.placement());
+  return mesh;
 }
 
 }  // namespace shardsim::sharding

@@ -25,16 +25,14 @@
 
 #include "common/config.h"
 #include "sharding/device_mesh.h"
+#include "sharding/model_spec.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 
 namespace shardsim::sharding {
 
-// The parallel: keys a plan replaces (`--plan`, and a sweep's plan entries): the mesh's axes and the pipeline
-// schedule's keys. The others of a config's parallel: section (zero, bucket_bytes, recompute, all_reduce /
-// algorithm, fused, chunks, mesh_dims, ...) stay unless the plan sets them.
-inline constexpr const char* kPlanKeys[] = {"tp", "cp", "sp", "ulysses", "cp_split", "dp",
-                                            "pp", "schedule", "virtual_stages", "pp_layers"};
+// `--plan` and a sweep's plan entries take the keys of the plan registry and replace the plan's shape (its mesh
+// axes and pipeline keys: sharding/plans/registry.h, mesh_plan_keys); the config's other parallel: keys stay.
 
 // `run`'s overrides (the flags bench and validate use have the same names).
 struct ConfigOverrides {
@@ -47,7 +45,7 @@ struct ConfigOverrides {
   double bandwidth_gbps = 0;  // --bandwidth (0: the config's, else 100)
   double latency_ns = -1;     // --latency (<0: the config's, else 1000)
   std::string device;         // --device PRESET
-  std::string plan;           // --plan tp=2,cp=4[,sp=true,...]: replaces the plan's axis keys
+  std::string plan;           // --plan tp=2,cp=4[,sp=true,...]: plan registry keys, each once; replaces the plan's shape
   std::vector<std::string> set;  // --set key.path=value (a YAML value)
   bool any() const {
     return !topology_file.empty() || ring > 0 || !torus.empty() || !mesh.empty() || switched || fully_connected ||
@@ -83,10 +81,10 @@ inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 inline constexpr std::string_view kTrainRootKeys[] = {"name",  "topology", "device", "workload",
                                                       "train", "parallel", "mode", "fold"};
 
-// The plan's device mesh (axis SIZES) on TOPOLOGY, filling parallel.mesh_dims when ROOT gives it, and the
-// topology's rank -> chip placement set to the mesh's (mesh rank r runs on chip mesh.placement()[r]).
-// ConfigError naming parallel (or parallel.mesh_dims) for a mesh that does not fit.
-DeviceMesh mesh_from_config(const ConfigNode& root, const std::map<std::string, int>& sizes,
-                            topology::Topology& topology);
+// PLAN's device mesh on TOPOLOGY (sharding/device_mesh.h's build_mesh, the one builder of run and train), its
+// errors as ConfigError at ROOT's parallel.mesh_dims (or parallel:) line. mesh_from_config also sets the topology's
+// rank -> chip placement to the mesh's (mesh rank r runs on chip mesh.placement()[r]).
+DeviceMesh checked_mesh(const ConfigNode& root, const ParallelPlan& plan, const topology::Topology& topology);
+DeviceMesh mesh_from_config(const ConfigNode& root, const ParallelPlan& plan, topology::Topology& topology);
 
 }  // namespace shardsim::sharding

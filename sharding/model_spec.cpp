@@ -1,5 +1,5 @@
 #include "sharding/model_spec.h"
-#include "sharding/plans/pipeline_schedule.h"
+#include "sharding/plans/registry.h"
 
 #include <cfloat>
 #include <cstdint>
@@ -73,9 +73,10 @@ ConfigNode at_key(const ConfigNode& section, std::string_view key) {
 }
 
 // A product of sizes within LIMIT, else "FILE:LINE: WHAT = A x B ... is above LIMIT" at NODE.
-int64_t bounded_product(const ConfigNode& node, const std::string& what, std::initializer_list<int64_t> factors,
+int64_t bounded_product(const ConfigNode& node, const std::string& what, const std::vector<int64_t>& factors,
                         int64_t limit) {
-  const auto p = checked_product(factors);
+  std::optional<int64_t> p = 1;
+  for (int64_t f : factors) p = p ? checked_mul(*p, f) : std::nullopt;
   if (!p || *p > limit) {
     std::string terms;
     for (int64_t f : factors) terms += (terms.empty() ? "" : " x ") + str(f);
@@ -283,65 +284,57 @@ namespace shardsim::sharding {
 
 namespace {
 
-// The checks that depend on the model's shape, one per plan unit (tensor_parallel, sequence_parallel,
-// context_parallel, ulysses).
-void check_plan_fits_model(const ConfigNode& par, const ModelSpec& s, const ParallelPlan& p, SpecUse use) {
+// The mesh's sizes: every plan unit's size key (the registry's units with a size), the axis that fills the chips
+// when not given (MLP: tp = chips / dp; else dp = chips / the others), and their product = the chips.
+void read_sizes(const plans::PlanParse& c, ParallelPlan& p) {
+  const ConfigNode& par = c.par;
   const std::string w = "parallel.";
-  if (use != SpecUse::train && s.batch != 0 && s.batch != p.dp)
-    not_implemented(at_key(par, "dp"), "model.batch other than dp (one sequence per replica)", use);
-  if (use == SpecUse::mlp) {
-    if (s.ffn < p.tp)
-      at_key(par, "tp").fail(w + "tp: model.ffn " + str(s.ffn) + " is smaller than tp=" + str(p.tp) +
-                           ": some chips would hold no FFN column");
-    return;
+  std::vector<int64_t> inner_sizes;
+  std::string inner_names;
+  for (const auto& d : plans::registered_plans()) {
+    if (!d.size || d.name == "dp") continue;
+    p.*d.size = static_cast<int>(par.get_int_in(d.name, 1, SpecBounds::axis, 1));
+    inner_sizes.push_back(p.*d.size);
+    inner_names += (inner_names.empty() ? "" : " x ") + d.name;
   }
-  // tensor parallel: whole heads per chip; KV heads split, or (tp above their count) replicated whole.
-  if (s.heads % p.tp != 0)
-    at_key(par, "tp").fail(w + "tp: " + str(s.heads) + " query heads are not divisible by tp " + str(p.tp) +
-                           " (uneven head splits are not supported)");
-  if (s.kv_heads % p.tp != 0) {
-    if (p.tp % s.kv_heads != 0)
-      at_key(par, "tp").fail(w + "tp: " + str(s.kv_heads) + " KV heads and tp " + str(p.tp) +
-                             ": one must divide the other (KV heads are split or replicated whole)");
-    if (use == SpecUse::train)
-      not_implemented(at_key(par, "tp"), w + "tp: tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)",
-                      use);
+  const int64_t inner = bounded_product(par, "parallel: " + inner_names, inner_sizes, SpecBounds::axis);
+  const int64_t chips = c.chips;
+  if (c.use == SpecUse::mlp) {
+    p.dp = static_cast<int>(par.get_int_in("dp", 1, SpecBounds::axis, 1));
+    if (chips % p.dp != 0)
+      par.child("dp").fail(w + "dp: " + str(p.dp) + " does not divide the topology's " + str(chips) + " chips");
+    if (!par.has("tp")) p.tp = static_cast<int>(chips / p.dp);
+  } else {
+    p.dp = static_cast<int>(par.get_int_in("dp", 1, SpecBounds::axis, chips % inner == 0 ? chips / inner : 1));
   }
-  if (use == SpecUse::train) {
-    for (const char* k : {"ffn", "vocab"}) {
-      const int64_t v = std::string(k) == "ffn" ? s.ffn : s.vocab;
-      if (v % p.tp != 0)
-        at_key(par, "tp").fail(w + "tp: model." + k + " " + str(v) + " is not a multiple of tp " + str(p.tp) +
-                               " (the trainer splits whole ffn columns and vocabulary rows)");
+  std::vector<int64_t> sizes;
+  std::string names;
+  for (const auto& d : plans::registered_plans())
+    if (d.size) {
+      sizes.push_back(p.*d.size);
+      names += (names.empty() ? "" : " x ") + d.name;
     }
+  const int64_t all = bounded_product(par, "parallel: " + names, sizes, SpecBounds::axis);
+  if (all == chips) return;
+  par.fail("parallel: " + plans::size_product_text(p) + " = " + str(all) + " does not match the " +
+           (c.use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank)"
+                                    : "topology's " + str(chips) + " chips") +
+           (c.use != SpecUse::mlp && !par.has("dp") && chips % inner != 0
+                ? " (dp, not given, fills the chips left by " + inner_names + " = " + str(inner) +
+                      " only when that divides them)"
+                : std::string()) +
+           " (the device mesh must cover every chip once)");
+}
+
+// The units' declared relations (needs / excludes), after their reads gave the specific messages.
+void check_relations(const plans::PlanParse& c, const ParallelPlan& p) {
+  for (const auto& d : plans::registered_plans()) {
+    if (!d.unit || !d.is_active(p)) continue;
+    for (const auto& n : d.needs)
+      if (!plans::find_plan(n)->is_active(p)) c.fail(d.keys.front().name, "needs " + n);
+    for (const auto& n : d.excludes)
+      if (plans::find_plan(n)->is_active(p)) c.fail(d.keys.front().name, "not with " + n);
   }
-  const int64_t seq_shards = int64_t{p.cp} * p.ulysses;
-  if (p.cp > 1 && s.seq % (p.zigzag ? 2 * p.cp : p.cp) != 0)
-    at_key(par, "cp").fail(w + "cp: seq " + str(s.seq) + " is not divisible by " +
-                           (p.zigzag ? "2*cp = " + str(2 * p.cp) + " (zig-zag split)" : "cp = " + str(p.cp)));
-  if (p.sp && (s.seq / seq_shards) % p.tp != 0)
-    par.child("sp").fail(w + "sp: the " + str(s.seq / seq_shards) + " tokens per context shard are not divisible by tp " +
-                         str(p.tp));
-  if (p.ulysses > 1) {
-    if (s.seq % p.ulysses != 0)
-      par.child("ulysses").fail(w + "ulysses: seq " + str(s.seq) + " is not divisible by " + str(p.ulysses));
-    // Each tp shard's heads are split over the ulysses ranks; KV heads split, or replicated when fewer.
-    const int64_t hq = s.heads / p.tp, hkv = s.kv_heads % p.tp == 0 ? s.kv_heads / p.tp : 0;
-    if (hq % p.ulysses != 0)
-      par.child("ulysses").fail(w + "ulysses: " + str(hq) + " query heads" + (p.tp > 1 ? " per tp shard" : "") +
-                                " are not divisible by " + str(p.ulysses));
-    if (hkv == 0 || (hkv % p.ulysses != 0 && p.ulysses % hkv != 0))
-      par.child("ulysses").fail(w + "ulysses: " + str(hkv) + " KV heads" + (p.tp > 1 ? " per tp shard" : "") +
-                                " are neither a multiple nor a divisor of " + str(p.ulysses) +
-                                " (Ulysses splits or replicates them)");
-    if (hkv % p.ulysses != 0 && use == SpecUse::block)
-      not_implemented(par.child("ulysses"), w + "ulysses: ulysses above the " + str(hkv) + " KV heads" +
-                                                (p.tp > 1 ? " per tp shard" : "") + " (replicated KV heads)",
-                      use);
-  }
-  if (use == SpecUse::train && s.batch % p.dp != 0)
-    at_key(par, "dp").fail(w + "dp: the global batch (model.batch " + str(s.batch) +
-                           " sequences) must be a multiple of dp (" + str(p.dp) + ")");
 }
 
 }  // namespace
@@ -352,150 +345,27 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
   p.recompute = train_recompute;
   const bool has = root.has("parallel");
   const ConfigNode par = has ? root.child("parallel") : root;
-  const std::string w = "parallel.";
+  const plans::PlanParse c{root, par, has, s, use, chips};
   if (!has) {
     if (use == SpecUse::block && chips != 1)
       root.fail("parallel: missing (a " + str(chips) + "-chip topology needs a plan: tp, cp or ulysses)");
     if (use == SpecUse::mlp) p.tp = static_cast<int>(chips);
     else p.dp = static_cast<int>(chips);
   } else {
-    par.expect_keys(kParallelKeys);
-    const auto axis = [&](const char* k) { return static_cast<int>(par.get_int_in(k, 1, SpecBounds::axis, 1)); };
-    p.tp = axis("tp");
-    p.cp = axis("cp");
-    p.ulysses = axis("ulysses");
-    p.pp = axis("pp");
-    if (p.pp > 1 && use != SpecUse::train) not_implemented(par.child("pp"), w + "pp: pipeline parallelism", use);
-    if (p.pp > 1 && s.tied_embeddings)
-      not_implemented(par.child("pp"), w + "pp with model.tied_embeddings (the embedding's and the head's stages "
-                                           "would all_reduce the shared weight's gradient)", use);
-    for (const char* k : {"schedule", "virtual_stages", "pp_layers"})
-      if (par.has(k) && p.pp == 1) par.child(k).fail(w + k + ": only used with pipeline parallelism (pp > 1)");
-    p.schedule = par.get_string("schedule", "1f1b");
-    if (!plans::schedule_from_name(p.schedule))
-      par.child("schedule").fail(w + "schedule: '" + p.schedule + "' (" + plans::kScheduleNames + ")");
-    p.virtual_stages = static_cast<int>(par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
-    if (par.yaml()["pp_layers"].IsDefined())  // each entry in [1, layers], so the sum cannot wrap (checked anyway)
-      p.pp_layers = par.get_int_list_in("pp_layers", 1, SpecBounds::layers);
-    const int64_t inner = bounded_product(par, "parallel: tp x cp x ulysses x pp", {p.tp, p.cp, p.ulysses, p.pp},
-                                          SpecBounds::axis);
-    if (use == SpecUse::mlp) {
-      p.dp = axis("dp");
-      if (chips % p.dp != 0)
-        par.child("dp").fail(w + "dp: " + str(p.dp) + " does not divide the topology's " + str(chips) + " chips");
-      if (!par.has("tp")) p.tp = static_cast<int>(chips / p.dp);
-    } else {
-      p.dp = static_cast<int>(par.get_int_in("dp", 1, SpecBounds::axis, chips % inner == 0 ? chips / inner : 1));
-    }
-    const int64_t product =
-        bounded_product(par, "parallel: tp x cp x ulysses x pp x dp", {p.tp, p.cp, p.ulysses, p.pp, p.dp},
-                        SpecBounds::axis);
-    if (product != chips)
-      par.fail("parallel: tp " + str(p.tp) + " x cp " + str(p.cp) + " x ulysses " + str(p.ulysses) +
-               (p.pp > 1 ? " x pp " + str(p.pp) : std::string()) + (p.dp > 1 ? " x dp " + str(p.dp) : std::string()) +
-               " = " + str(product) + " does not match the " +
-               (use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank" + ")"
-                                      : "topology's " + str(chips) + " chips") +
-               (use != SpecUse::mlp && !par.has("dp") && chips % inner != 0
-                    ? " (dp, not given, fills the chips left by tp x cp x ulysses x pp = " + str(inner) +
-                          " only when that divides them)"
-                    : std::string()) +
-               " (the device mesh must cover every chip once)");
-    p.sp = par.get_bool("sp", false);
-    if (p.sp && p.tp == 1) par.child("sp").fail(w + "sp: sequence parallelism needs tp > 1 (it splits the tp axis)");
-    if (p.ulysses > 1 && p.cp > 1)
-      par.child("ulysses").fail(w + "ulysses: ulysses and cp both shard the sequence on the mesh's cp axis; use one "
-                                "of them");
-    // sp x ulysses: the trainer runs it (sp on the tp axis around the tp GEMMs, the Ulysses all_to_alls on the cp
-    // axis around attention); the block's forward does not yet.
-    if (p.ulysses > 1 && p.sp && use != SpecUse::train) not_implemented(par.child("sp"), w + "sp with ulysses", use);
-    const std::string split = par.get_string("cp_split", "zigzag");
-    if (split != "zigzag" && split != "contiguous")
-      par.child("cp_split").fail(w + "cp_split: '" + split + "' (zigzag | contiguous)");
-    if (par.has("cp_split") && p.cp == 1)
-      par.child("cp_split").fail(w + "cp_split: only used with context parallelism (cp > 1)");
-    p.zigzag = split == "zigzag";
-    // fused: the output [this chip's tokens, hidden] is what gemm_all_reduce cuts into chunks.
-    p.fused = parse_fused_plan(par, p.tp, s.seq / (int64_t{p.cp} * p.ulysses), s.hidden);
-    if (p.fused.enabled && p.sp && par.has("chunks"))
-      par.child("chunks").fail(w + "chunks: with sp the fused ops are rings over the tp shards (tp pieces); chunks "
-                               "applies to the all_reduce form (sp: false)");
-    if (use == SpecUse::mlp && (p.cp > 1 || p.ulysses > 1 || p.sp))
-      not_implemented(par.child(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses"),
-                      w + (p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") + ": the MLP shards no sequence", use);
-    if (use == SpecUse::train && p.fused.enabled && !p.sp)
-      not_implemented(par.child("fused"), w + "fused: fused without sp (gemm_all_reduce; the trainer fuses the "
-                                          "sequence-parallel collectives: set sp: true)", use);
-    if (use == SpecUse::train && par.has("chunks"))
-      not_implemented(par.child("chunks"), w + "chunks: (the trainer's fused ops are rings of tp pieces)", use);
-    if (use == SpecUse::train && p.fused.enabled && p.pp > 1 && p.schedule == "zb_h1")
-      not_implemented(par.child("fused"), w + "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, "
-                                          "which the fused ops compute inside)", use);
-    // Training only.
-    p.zero = static_cast<int>(par.get_int_in("zero", 0, 3, 0));
-    p.bucket_bytes = config_bytes_in(par, "bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
-    if (par.has("recompute")) {
-      if (root.has("train") && root.child("train").is_map() && root.child("train").has("recompute"))
-        par.child("recompute").fail(w + "recompute: and train.recompute: are the same key; keep parallel.recompute");
-      // none | selective | full; true and false (the older spellings) are full and none.
-      const std::string r = par.get_string("recompute");
-      if (r == "true" || r == "full") p.recompute = true;
-      else if (r == "selective") p.selective_recompute = true;
-      else if (r == "false" || r == "none") p.recompute = false;
-      else par.child("recompute").fail(w + "recompute: '" + r + "' (none | selective | full; true = full, false = none)");
-    }
-    if (s.attention_impl == AttentionImpl::unfused && (p.cp > 1 || p.ulysses > 1))
-      not_implemented(par.child(p.cp > 1 ? "cp" : "ulysses"),
-                      w + (p.cp > 1 ? "cp" : "ulysses") + " with model.attention_impl: unfused (context parallelism "
-                      "runs the flash-style kernels)", use);
-    p.overlap_grad_reduce = par.get_bool("overlap_grad_reduce", !p.sp);
-    p.overlap_param_gather = par.get_bool("overlap_param_gather", false);
-    if (p.overlap_param_gather && (p.zero < 1 || p.zero > 2))
-      par.child("overlap_param_gather").fail(w + "overlap_param_gather: needs zero 1 or 2 (the distributed optimizer's "
-                                             "parameter all_gather; ZeRO-3 gathers before every use already)");
+    par.expect_keys(parallel_keys());
     if (use != SpecUse::train)
-      for (const char* k : {"zero", "bucket_bytes", "recompute", "overlap_grad_reduce", "overlap_param_gather"})
-        if (par.has(k)) par.child(k).fail(w + k + ": training only (run's forward has no gradients or optimizer state)");
-    for (const char* k : {"algorithm", "all_reduce"}) {
-      if (!par.has(k)) continue;
-      const std::string a = par.get_string(k);
-      // algorithm: any registered name (each collective takes it where implemented); all_reduce: the tp's.
-      const std::string why =
-          std::string(k) == "all_reduce" ? collectives::algorithm_name_error(collectives::Collective::all_reduce, a)
-          : a == "auto" || collectives::find_algorithm(a) ? std::string()
-                                                          : collectives::not_an_algorithm_of(
-                                                                collectives::Collective::all_reduce, a);
-      if (!why.empty()) par.child(k).fail(w + k + ": " + why);
-      (std::string(k) == "all_reduce" ? p.tp_all_reduce : p.algorithm) = a;
-    }
-    if (use == SpecUse::train && par.has("all_reduce"))
-      not_implemented(par.child("all_reduce"), w + "all_reduce: (the tp all_reduce's own algorithm; use algorithm)",
-                      use);
-    if (par.has("mesh_dims"))
-      for (int64_t d : par.get_int_list_in("mesh_dims", 0, 64)) p.mesh_dims.push_back(static_cast<int>(d));
+      for (const auto& d : plans::registered_plans())
+        for (const auto& k : d.keys)
+          if (k.training_only && par.has(k.name))
+            c.fail(k.name, "training only (run's forward has no gradients or optimizer state)");
+    read_sizes(c, p);
   }
-  if ((p.recompute || p.selective_recompute) && use != SpecUse::train)
-    root.child("parallel").fail(w + "recompute: training only");
-  check_plan_fits_model(par, s, p, use);
-  if (use == SpecUse::train && s.micro_batch > 0 && (s.batch / p.dp) % s.micro_batch != 0) {
-    const ConfigNode model = root.has("workload") ? root.child("workload") : root.has("model") ? root.child("model") : root;
-    at_key(model, "micro_batch")
-        .fail(model.path() + ".micro_batch: " + str(s.micro_batch) + " sequences per micro-batch must divide the " +
-              str(s.batch / p.dp) + " sequences of each data-parallel replica (model.batch / dp = " +
-              str(s.batch) + " / " + str(p.dp) + ")");
-  }
-  if (use == SpecUse::train && p.pp > 1) {  // the schedule's rules (sharding/plans/pipeline_schedule.h)
-    const int64_t per_replica = s.batch / p.dp;
-    const int m = static_cast<int>(s.micro_batch > 0 ? per_replica / s.micro_batch : 1);
-    const std::string why = plans::pipeline_obstacle(*plans::schedule_from_name(p.schedule), p.pp, m,
-                                                     p.virtual_stages, s.layers, p.pp_layers);
-    if (!why.empty()) {
-      const std::string key = why.substr(0, why.find(':'));
-      const std::string leaf = key.substr(key.find('.') + 1);
-      const ConfigNode model = root.has("workload") ? root.child("workload") : root.has("model") ? root.child("model") : root;
-      (key.rfind("model.", 0) == 0 ? at_key(model, leaf) : at_key(par, leaf)).fail(why);
-    }
-  }
+  // Each unit's keys, then the rules between units, then each unit's rules against the model (registry order).
+  for (const auto& d : plans::registered_plans())
+    if (d.read) d.read(c, p);
+  check_relations(c, p);
+  for (const auto& d : plans::registered_plans())
+    if (d.check) d.check(c, p);
   return p;
 }
 

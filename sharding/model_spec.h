@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -165,7 +166,8 @@ struct ParallelPlan {
   std::string tp_all_reduce;  // parallel.all_reduce; "" = follow algorithm / the default rule
   std::vector<int> mesh_dims;  // topology dimensions the mesh fills, innermost axis first; empty = automatic
 
-  int chips() const { return dp * tp * cp * ulysses * pp; }
+  // The product of every unit's size (dp·tp·cp·ulysses·pp): the plan registry's units with a size.
+  int chips() const;
   // The algorithm a collective of kind WHAT runs under this plan, in `run` and `train` alike. The one default rule
   // (no parallel.algorithm, or "auto"): auto for every collective, the cost model's choice among the algorithms NCCL
   // would run for it (collectives/registry.h, AlgorithmDescriptor::auto_for; docs/COLLECTIVES.md "auto"). A named
@@ -205,11 +207,8 @@ inline constexpr std::string_view kModelKeys[] = {
     "ffn",      "seq",        "tokens",    "batch",    "micro_batch", "causal", "position", "rope",
     "rope_theta", "norm",     "norm_eps",  "mlp",      "activation", "tied_embeddings", "attention", "dtype",
     "seed",     "attention_impl", "dropout", "linear_bias"};
-inline constexpr std::string_view kParallelKeys[] = {"dp",     "tp",   "cp",           "ulysses",   "pp",
-                                                     "sp",     "cp_split", "fused",    "chunks",    "zero",
-                                                     "bucket_bytes", "recompute", "algorithm", "all_reduce",
-                                                     "mesh_dims", "schedule", "virtual_stages", "pp_layers",
-                                                     "overlap_grad_reduce", "overlap_param_gather"};
+// The parallel: section's keys: every key of every plan unit of the plan registry (sharding/plans/registry.h).
+std::span<const std::string_view> parallel_keys();
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",
                                                   "weight_decay", "max_grad_norm", "data_seed", "recompute"};
 

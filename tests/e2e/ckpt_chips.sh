@@ -79,7 +79,7 @@ rows() { awk '$1 ~ /^[0-9]+$/ && NF == 7' "$E2E_STDOUT"; }
 expect_exit 0 '^checkpoint: step 3 saved to s1\.h5' -- shardsim_mpi 4 train tz1.yaml --steps 3 --checkpoint s1.h5
 expect_exit 0 '^checkpoint: step 3 saved to s4\.h5' -- shardsim_mpi 1 --chips 4 train tz1.yaml --steps 3 --checkpoint s4.h5
 same_content s1.h5 s4.h5 "training state K=4 vs K=1"
-expect_exit 0 '^  plan +dp 2 x tp 2' -- shardsim_mpi 1 --chips 4 train tz1.yaml --steps 5
+expect_exit 0 '^  plan +tensor parallel tp=2 .*; data parallel dp=2 ' -- shardsim_mpi 1 --chips 4 train tz1.yaml --steps 5
 rows >full.txt
 expect_exit 0 '^resumed: s4\.h5 at step 3' -- shardsim_mpi 4 train tz1.yaml --steps 5 --resume s4.h5
 rows >res1.txt

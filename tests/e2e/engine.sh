@@ -14,7 +14,7 @@ total() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['simul
 
 e2e_case "overrides: --plan and --torus turn the 4-chip tp4 block into tp2 x ulysses2 and tp2+sp x cp2"
 if expect_exit 0 '^PASS$' -- shardsim_mpi 4 run "$BASE" --plan tp=2,ulysses=2 --set model.kv_heads=4; then
-  assert_out '^  plan +tp=2 x ulysses=2' "plan line names the composition"
+  assert_out '^  plan +tensor parallel tp=2 .*; Ulysses ulysses=2 ' "plan line names the composition"
   assert_out '^  mesh +tp=2 x cp=2: tp -> 2 of dim 0' "mesh line: tp pairs are ring neighbours"
   assert_out 'with command-line overrides' "the report says the config was overridden"
 fi

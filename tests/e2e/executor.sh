@@ -30,7 +30,7 @@ fi
 
 e2e_case "(b) the same forward pipelined (pp=2 x tp=2, 4 micro-batches) and at tp=4, on 4 ranks"
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$LM" --plan pp=2,tp=2 --set model.micro_batch=2; then
-  assert_out 'pipeline: pp 2, schedule 1f1b' "the pipelined plan"
+  assert_out 'pipeline pp=2 \(1f1b' "the pipelined plan"
   same_loss "$base" "$(loss_of)" "pp=2 x tp=2 forward loss = dp=4's"
 fi
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --plan tp=4,sp=true; then

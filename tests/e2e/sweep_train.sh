@@ -215,7 +215,7 @@ PY
 fi
 
 e2e_case "the issue's command: train --torus 4x4 --device h100 --plan tp=4,dp=4 --set model.layers=2 --json (real data)"
-if expect_exit 0 '^  plan +dp 4 x tp 4 ' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/lm_train_dp4.yaml" --torus 4x4 \
+if expect_exit 0 '^  plan +tensor parallel tp=4 .*; data parallel dp=4 ' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/lm_train_dp4.yaml" --torus 4x4 \
     --device h100 --plan tp=4,dp=4 --set model.layers=2 --json r.json; then
   python3 - r.json <<'PY' && pass "--json: train, 16 chips, h100, torus 4x4, 2 layers, losses" || fail "r.json"
 import json, sys

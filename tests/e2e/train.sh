@@ -39,7 +39,7 @@ e2e_case "(b) data parallel on 2 ranks, ZeRO-2: the single-device losses, the st
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 2\n  bucket_bytes: 2048/' "$TRAIN" >dp.yaml
 if expect_exit 0 '^  exposed comm +[0-9.]+ (ns|us)' \
     -- shardsim_mpi 2 train dp.yaml --steps 12; then
-  assert_out 'dp 2, ZeRO stage 2, [0-9]+ gradient buckets' "the plan line"
+  assert_out '^  plan +data parallel dp=2 \(gradients averaged over dp, ZeRO stage 2, .*; [0-9]+ gradient buckets' "the plan line"
   assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi/N_d' "optimizer state next to ZeRO's formula"
   awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2}' "$E2E_STDOUT" >dp_losses.txt
   awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2}' first_run.txt >one_losses.txt
@@ -150,7 +150,7 @@ then one_error_line; fi
 
 e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 + sp on 4 print one chip's losses; a tp checkpoint resumes on one chip"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2/' "$TRAIN" >tp2.yaml
-if expect_exit 0 '^  plan +dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
+if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' first_run.txt >one_6.txt
   if [[ -s tp2_losses.txt ]] && cmp -s one_6.txt tp2_losses.txt; then pass "tp 2: losses and grad norms equal one chip's (4 decimals)"; else
@@ -159,7 +159,7 @@ if expect_exit 0 '^  plan +dp 1 x tp 2 \(Megatron' -- shardsim_mpi 2 train tp2.y
   assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi_tp' "per-chip optimizer state of the tp shards"
 fi
 sed -E 's/^(  tp: 2)$/\1\n  sp: true/' tp2.yaml >tp2sp.yaml
-if expect_exit 0 '^  plan +dp 2 x tp 2 \(Megatron.*; sequence parallel: reduce_scatter/all_gather around the norms' -- shardsim_mpi 4 train tp2sp.yaml --steps 6; then
+if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; sequence parallel \(reduce_scatter / all_gather around the norms\); data parallel dp=2' -- shardsim_mpi 4 train tp2sp.yaml --steps 6; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
   if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2 with sequence parallelism: losses equal one chip's (4 decimals)"; else
     fail "dp2 x tp2 sp differs"; paste one_6.txt dptp_losses.txt >&2
@@ -173,19 +173,19 @@ if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: parallel.tp: tp above th
 then one_error_line; fi
 # ZeRO-3 and recompute on the dp x tp mesh (numbers: LmTpZero, LmTpRecompute): one chip's losses again.
 sed -E 's/^(  sp: true)$/\1\n  zero: 3/; s/^(  data_seed:.*)$/\1\n  recompute: true/' tp2sp.yaml >tpz3.yaml
-if expect_exit 0 '^  plan +dp 2 x tp 2 \(Megatron.*ZeRO stage 3 over dp on each tp shard' -- shardsim_mpi 4 train tpz3.yaml --steps 6 --validate; then
+if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; data parallel dp=2 \(gradients averaged over dp, ZeRO stage 3' -- shardsim_mpi 4 train tpz3.yaml --steps 6 --validate; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tpz3_losses.txt
   if cmp -s one_6.txt tpz3_losses.txt; then pass "dp 2 x tp 2, sp, ZeRO-3, recompute: losses equal one chip's (4 decimals)"; else
     fail "dp2 x tp2 ZeRO-3 recompute differs"; paste one_6.txt tpz3_losses.txt >&2
   fi
   assert_out '^  parameters +[0-9]+  formula +[0-9]+  4\*Psi_tp/N_d' "per-chip parameters of the tp shards over dp (ZeRO-3)"
-  assert_out '; recompute: per block' "the report says recompute"
+  assert_out '; recompute: full ' "the report says recompute"
   assert_out '^validation: PASS \(\|loss - reference\| = .*fp32: 1e-5 absolute' "--validate: PASS against the single-device reference"
 fi
 awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_rows.txt
 cp "$E2E_STDOUT" tpz3_real.txt
 # The same job with the 4 chips as fibers of one rank (runtime/chips.h): the same losses and simulated times.
-if expect_exit 0 '^  plan +dp 2 x tp 2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
+if expect_exit 0 '^  plan +tensor parallel tp=2 .*; data parallel dp=2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
   awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_chips.txt
   if [[ -s tpz3_rows.txt ]] && cmp -s tpz3_rows.txt tpz3_chips.txt; then pass "4 chips on one rank: every step row equals the 4-rank run's"; else
     fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
@@ -259,7 +259,7 @@ then one_error_line; fi
 
 e2e_case "(q) context parallelism (ring attention fwd + bwd): cp 2 x tp 2 prints one chip's losses, its checkpoint resumes on one chip; bad cp keys exit 2"
 sed -E 's/^(  tp: 2)$/\1\n  cp: 2/' tp2.yaml >cp2tp2.yaml
-if expect_exit 0 '; context parallel: cp 2, ring attention forward and backward \(zigzag split' -- shardsim_mpi 4 train cp2tp2.yaml --steps 6 --save-every 3 --checkpoint cp.h5; then
+if expect_exit 0 '; context parallel cp=2 \(ring attention forward and backward, zig-zag split' -- shardsim_mpi 4 train cp2tp2.yaml --steps 6 --save-every 3 --checkpoint cp.h5; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cp_losses.txt
   if [[ -s cp_losses.txt ]] && cmp -s one_6.txt cp_losses.txt; then pass "cp 2 x tp 2: losses and grad norms equal one chip's (4 decimals)"; else
     fail "cp 2 x tp 2 differs from one chip"; paste one_6.txt cp_losses.txt >&2
@@ -269,7 +269,7 @@ if expect_exit 0 '^resumed: cp\.h5 at step 6 \(saved under dp=1 x cp=2 x tp=2\)'
   pass "a cp 2 x tp 2 checkpoint continues on one chip"
 fi
 sed -E 's/^(  cp: 2)$/\1\n  cp_split: contiguous/' cp2tp2.yaml >cp_contig.yaml
-if expect_exit 0 '; context parallel: cp 2, .*\(contiguous split' -- shardsim_mpi 1 train cp_contig.yaml --steps 6 --chips 4; then
+if expect_exit 0 '; context parallel cp=2 \(.*contiguous split' -- shardsim_mpi 1 train cp_contig.yaml --steps 6 --chips 4; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cpc_losses.txt
   if cmp -s one_6.txt cpc_losses.txt; then pass "contiguous split, 4 chips on one rank: one chip's losses"; else
     fail "contiguous cp differs"; paste one_6.txt cpc_losses.txt >&2
@@ -290,7 +290,7 @@ then one_error_line; fi
 
 e2e_case "(r) Ulysses (all_to_all tokens <-> heads around attention, fwd + bwd): one chip's losses; bad ulysses keys exit 2"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  ulysses: 2/' "$TRAIN" >uly2.yaml
-if expect_exit 0 '; context parallel: ulysses 2, all_to_all tokens -> heads' -- shardsim_mpi 1 train uly2.yaml --steps 6 --chips 2; then
+if expect_exit 0 'Ulysses ulysses=2 \(all_to_all sequence <-> heads' -- shardsim_mpi 1 train uly2.yaml --steps 6 --chips 2; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_losses.txt
   if [[ -s uly_losses.txt ]] && cmp -s one_6.txt uly_losses.txt; then pass "ulysses 2: losses and grad norms equal one chip's (4 decimals)"; else
     fail "ulysses 2 differs from one chip"; paste one_6.txt uly_losses.txt >&2
@@ -298,7 +298,7 @@ if expect_exit 0 '; context parallel: ulysses 2, all_to_all tokens -> heads' -- 
 fi
 # tp 2 x ulysses 2 with kv_heads 2: one kv head per tp rank, replicated to both Ulysses ranks of its GQA group.
 sed -E 's/^(  tp: 2)$/\1\n  ulysses: 2/' tp2.yaml >uly_tp2.yaml
-if expect_exit 0 '; context parallel: ulysses 2, ' -- shardsim_mpi 1 train uly_tp2.yaml --steps 6 --chips 4; then
+if expect_exit 0 '; Ulysses ulysses=2 ' -- shardsim_mpi 1 train uly_tp2.yaml --steps 6 --chips 4; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_tp2_losses.txt
   if [[ -s uly_tp2_losses.txt ]] && cmp -s one_6.txt uly_tp2_losses.txt; then pass "tp 2 x ulysses 2, kv heads replicated: losses equal one chip's (4 decimals)"; else
     fail "tp 2 x ulysses 2 (replicated kv heads) differs from one chip"; paste one_6.txt uly_tp2_losses.txt >&2
@@ -313,7 +313,7 @@ then one_error_line; fi
 
 e2e_case "(s) parallel.fused: the sp collectives fused with their GEMMs (numbers: LmTpFused); fused without sp exits 2"
 sed -E 's/^(  sp: true)$/\1\n  fused: true/' tp2sp.yaml >tp2fused.yaml
-if expect_exit 0 '^  plan +dp 2 x tp 2 \(Megatron.*; sequence parallel, fused: all_gather_gemm / gemm_reduce_scatter' -- shardsim_mpi 1 train tp2fused.yaml --steps 6 --chips 4; then
+if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; sequence parallel .*; fused: all_gather_gemm / gemm_reduce_scatter' -- shardsim_mpi 1 train tp2fused.yaml --steps 6 --chips 4; then
   awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >fused_losses.txt
   if [[ -s fused_losses.txt ]] && cmp -s one_6.txt fused_losses.txt; then pass "dp 2 x tp 2, sp, fused: losses equal one chip's (4 decimals)"; else
     fail "fused differs from one chip"; paste one_6.txt fused_losses.txt >&2
@@ -324,7 +324,7 @@ if expect_exit 2 '^shardsim: error: .*tp2_fused_nosp\.yaml:[0-9]+: parallel.fuse
 then one_error_line; fi
 
 e2e_case "(t) run's overrides, --json and --trace: the issue's command on a 4x4 torus of h100s (16 chips on one rank, shape-only)"
-if expect_exit 0 '^  plan +dp 4 x tp 4 ' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/lm_train_dp4.yaml" --torus 4x4 --device h100 \
+if expect_exit 0 '^  plan +tensor parallel tp=4 .*; data parallel dp=4 ' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/lm_train_dp4.yaml" --torus 4x4 --device h100 \
     --plan tp=4,dp=4 --set model.layers=2 --json r16.json --shape-only --steps 2; then
   assert_out '^shardsim train: lm_train_dp4  \(.*lm_train_dp4\.yaml \(with command-line overrides\)\)' "the config named with overrides"
   assert_out '^  topology +torus 4x4' "--torus 4x4 replaced the ring"
@@ -392,7 +392,7 @@ then one_error_line; fi
 
 e2e_case "(o) train.recompute: the same losses as one chip; the report says recompute (numbers: LmDpRecompute)"
 sed -E 's/^(  data_seed:.*)$/\1\n  recompute: true/' dp.yaml >dp_rc.yaml
-if expect_exit 0 '; recompute: per block' -- shardsim_mpi 2 train dp_rc.yaml --steps 12; then
+if expect_exit 0 '; recompute: full ' -- shardsim_mpi 2 train dp_rc.yaml --steps 12; then
   awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >rc_losses.txt
   awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' first_run.txt >one_12.txt
   if cmp -s one_12.txt rc_losses.txt; then pass "12 losses equal one chip's"; else fail "recompute changed the losses"; fi
