@@ -209,10 +209,31 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& f
   }
 }
 
-ConfigNode ConfigNode::from_edited_tree(YAML::Node root, const std::string& text, const std::string& file) {
+ConfigNode ConfigNode::from_edited_tree(YAML::Node root, const std::string& text, const std::string& file,
+                                        std::vector<std::pair<std::string, std::string>> origins) {
   ConfigNode node(std::move(root), file, "");
   node.text_ = std::make_shared<const std::string>(text);
+  node.origins_ = std::make_shared<const std::vector<std::pair<std::string, std::string>>>(std::move(origins));
   return node;
+}
+
+ConfigNode ConfigNode::sub(YAML::Node n, std::string path) const {
+  ConfigNode c(std::move(n), file_, std::move(path));
+  c.text_ = text_;
+  c.shown_ = shown_;
+  c.origins_ = origins_;
+  return c;
+}
+
+std::string ConfigNode::locate(const YAML::Node& n, std::string_view path) const {
+  if (n.Mark().line >= 0) return line_of(n, file_);
+  // The last override at or above PATH made the node (a later --set of the same key wins, as it does in the tree).
+  for (auto it = origins_->rbegin(); it != origins_->rend(); ++it) {
+    const std::string& p = it->first;
+    if (path.substr(0, p.size()) == p && (path.size() == p.size() || path[p.size()] == '.' || path[p.size()] == '['))
+      return file_ + ", " + it->second;
+  }
+  return file_;
 }
 
 YAML::Node ConfigNode::unmarked(const YAML::Node& n) {
@@ -242,7 +263,7 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
   return load_string(read_input_file(file, kMaxConfigFileBytes, "a config file"), file);
 }
 
-std::string ConfigNode::where() const { return line_of(node_, file_); }
+std::string ConfigNode::where() const { return locate(node_, path_); }
 
 std::string ConfigNode::key_path(std::string_view key) const {
   if (path_.empty()) {
@@ -281,15 +302,15 @@ void ConfigNode::expect_keys(std::span<const std::string_view> allowed) const {
     // yaml-cpp keeps both entries of a repeated key and lookups see only the first: a silent typo trap.
     for (const auto& [k, where] : seen)
       if (k == key)
-        throw ConfigError(line_of(kv.first, file_) + ": duplicate key '" + escape_control(key_path(key)) + "' (first at " +
+        throw ConfigError(locate(kv.first, key_path(key)) + ": duplicate key '" + escape_control(key_path(key)) + "' (first at " +
                           where + ")");
-    seen.emplace_back(key, line_of(kv.first, file_));
+    seen.emplace_back(key, locate(kv.first, key_path(key)));
     bool ok = false;
     for (auto a : allowed) ok = ok || key == a;
     if (!ok) {
       std::string list;
       for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw ConfigError(line_of(kv.first, file_) + ": unknown key '" + escape_control(key_path(key)) +
+      throw ConfigError(locate(kv.first, key_path(key)) + ": unknown key '" + escape_control(key_path(key)) +
                         "' (allowed here: " + list + ")");
     }
   }
@@ -298,10 +319,7 @@ void ConfigNode::expect_keys(std::span<const std::string_view> allowed) const {
 ConfigNode ConfigNode::child(std::string_view key) const {
   auto n = raw(key);
   if (!n.IsDefined() || n.IsNull()) fail("missing required key '" + key_path(key) + "'");
-  ConfigNode c(n, file_, key_path(key));
-  c.text_ = text_;
-  c.shown_ = shown_;
-  return c;
+  return sub(n, key_path(key));
 }
 
 std::optional<ConfigNode> ConfigNode::maybe_child(std::string_view key) const {
@@ -311,12 +329,12 @@ std::optional<ConfigNode> ConfigNode::maybe_child(std::string_view key) const {
 
 namespace {
 template <typename T>
-T convert(const YAML::Node& n, const std::string& file, const std::string& path, const char* what) {
+T convert(const YAML::Node& n, const std::string& where, const std::string& path, const char* what) {
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
     std::string shown = n.IsScalar() ? n.Scalar() : std::string("<non-scalar>");
-    throw ConfigError(escape_control(line_of(n, file) + ": " + path + ": expected " + what + ", got '" + shown + "'"));
+    throw ConfigError(escape_control(where + ": " + path + ": expected " + what + ", got '" + shown + "'"));
   }
 }
 }  // namespace
@@ -327,14 +345,14 @@ std::string ConfigNode::get_string(std::string_view key, const std::string& fall
 }
 int64_t ConfigNode::get_int(std::string_view key) const {
   auto c = child(key);
-  return convert<int64_t>(c.node_, file_, c.path_, "an integer");
+  return convert<int64_t>(c.node_, locate(c.node_, c.path_), c.path_, "an integer");
 }
 int64_t ConfigNode::get_int(std::string_view key, int64_t fallback) const {
   return has(key) ? get_int(key) : fallback;
 }
 double ConfigNode::get_double(std::string_view key) const {
   auto c = child(key);
-  double v = convert<double>(c.node_, file_, c.path_, "a number");
+  double v = convert<double>(c.node_, locate(c.node_, c.path_), c.path_, "a number");
   // yaml-cpp reads .nan/.inf/-.inf as NaN and infinities: never a valid size, rate or time.
   if (!std::isfinite(v)) c.fail(c.path_ + ": must be a finite number (got " + c.node_.Scalar() + ")");
   return v;
@@ -345,13 +363,13 @@ double ConfigNode::get_double(std::string_view key, double fallback) const {
 bool ConfigNode::get_bool(std::string_view key, bool fallback) const {
   if (!has(key)) return fallback;
   auto c = child(key);
-  return convert<bool>(c.node_, file_, c.path_, "true or false");
+  return convert<bool>(c.node_, locate(c.node_, c.path_), c.path_, "true or false");
 }
 std::vector<int64_t> ConfigNode::get_int_list(std::string_view key) const {
   auto c = child(key);
   if (!c.node_.IsSequence()) c.fail(c.path_ + ": expected a list of integers, e.g. [4, 4]");
   std::vector<int64_t> out;
-  for (const auto& item : c.node_) out.push_back(convert<int64_t>(item, file_, c.path_, "an integer"));
+  for (const auto& item : c.node_) out.push_back(convert<int64_t>(item, locate(item, c.path_), c.path_, "an integer"));
   return out;
 }
 
@@ -359,7 +377,7 @@ std::vector<int64_t> ConfigNode::get_int_list_in(std::string_view key, int64_t l
                                                  size_t min_entries) const {
   const YAML::Node n = raw(key);
   if (n.IsDefined() && n.IsNull())
-    ConfigNode(n, file_, key_path(key)).fail(key_path(key) + ": null (give a list of integers, or leave the key out)");
+    sub(n, key_path(key)).fail(key_path(key) + ": null (give a list of integers, or leave the key out)");
   const auto c = child(key);
   if (!c.node_.IsSequence()) c.fail(c.path_ + ": expected a list of integers, e.g. [4, 4]");
   if (c.node_.size() < min_entries)
@@ -368,9 +386,9 @@ std::vector<int64_t> ConfigNode::get_int_list_in(std::string_view key, int64_t l
   std::vector<int64_t> out;
   for (size_t i = 0; i < c.node_.size(); ++i) {
     const std::string at = c.path_ + "[" + std::to_string(i) + "]";
-    const int64_t v = convert<int64_t>(c.node_[i], file_, at, "an integer");
+    const int64_t v = convert<int64_t>(c.node_[i], locate(c.node_[i], at), at, "an integer");
     if (v < lo || v > hi)
-      ConfigNode(c.node_[i], file_, at)
+      sub(c.node_[i], at)
           .fail(at + ": must be between " + std::to_string(lo) + " and " + std::to_string(hi) + " (got " +
                 std::to_string(v) + ")");
     out.push_back(v);

@@ -31,12 +31,15 @@ class ConfigNode {
   // ROOT, a tree parsed from a file and then edited (command-line overrides), as a document of FILE whose text is
   // TEXT: the nodes it kept keep their lines in the file they were parsed from; nodes made without a mark
   // (ConfigNode::unmarked) are named by FILE alone.
-  static ConfigNode from_edited_tree(YAML::Node root, const std::string& text, const std::string& file);
+  // ORIGINS: (key path as errors show it, e.g. "model.seq", the flag that set it, e.g. "--set model.seq=4"): a
+  // node without a source position at or below such a path is named "FILE, FLAG" in messages.
+  static ConfigNode from_edited_tree(YAML::Node root, const std::string& text, const std::string& file,
+                                     std::vector<std::pair<std::string, std::string>> origins = {});
   // A deep copy of N without source positions (a value parsed from a command-line flag: its "line 1" is not a line
   // of any config file).
   static YAML::Node unmarked(const YAML::Node& n);
 
-  // "FILE:LINE" of this node (LINE is 1-based).
+  // "FILE:LINE" of this node (LINE is 1-based); "FILE, --set KEY=V" for a node a command-line override made.
   std::string where() const;
   const std::string& path() const { return path_; }
   const std::string& file() const { return file_; }
@@ -98,6 +101,10 @@ class ConfigNode {
  private:
   std::string key_path(std::string_view key) const;
   YAML::Node raw(std::string_view key) const;
+  // A node of this document (sharing its text, shown keys and origins) at PATH.
+  ConfigNode sub(YAML::Node n, std::string path) const;
+  // Where N (at key path PATH) came from: FILE:LINE, or the override that made it (see from_edited_tree).
+  std::string locate(const YAML::Node& n, std::string_view path) const;
 
   YAML::Node node_;
   std::string file_;
@@ -105,6 +112,8 @@ class ConfigNode {
   std::shared_ptr<const std::string> text_ = std::make_shared<const std::string>();
   std::shared_ptr<std::map<std::string, std::string, std::less<>>> shown_ =
       std::make_shared<std::map<std::string, std::string, std::less<>>>();
+  std::shared_ptr<const std::vector<std::pair<std::string, std::string>>> origins_ =
+      std::make_shared<const std::vector<std::pair<std::string, std::string>>>();
 };
 
 }  // namespace shardsim

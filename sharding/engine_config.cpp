@@ -225,6 +225,27 @@ std::string ConfigOverrides::describe() const {
 }
 
 namespace {
+// Which flag made each overridden part of the tree (ConfigNode::from_edited_tree), in the order applied, so an
+// error in a value a flag gave names that flag ("FILE (with command-line overrides), --set model.seq=0: ...").
+std::vector<std::pair<std::string, std::string>> override_origins(const ConfigOverrides& o, bool spelled_model) {
+  std::vector<std::pair<std::string, std::string>> out;
+  ConfigOverrides topo = o;
+  topo.device.clear();
+  topo.plan.clear();
+  topo.set.clear();
+  if (topo.any()) out.emplace_back("topology", escape_control(topo.describe().substr(1)));
+  if (!o.device.empty()) out.emplace_back("device", "--device " + escape_control(o.device));
+  if (!o.plan.empty()) out.emplace_back("parallel", "--plan " + escape_control(o.plan));
+  for (const auto& s : o.set) {
+    std::string path = s.substr(0, s.find('='));
+    const std::string first = path.substr(0, path.find('.'));
+    if (first == "model" || first == "workload")
+      path = std::string(spelled_model ? "model" : "workload") + path.substr(first.size());
+    out.emplace_back(path, "--set " + escape_control(s));
+  }
+  return out;
+}
+
 ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   ConfigNode root = loaded;
   if (!root.is_map()) root.fail(root.file() + ": expected a map with topology:, model: (or workload:) and parallel:");
@@ -254,7 +275,8 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
   // override made is named by the file and its key path; the text (reports, checkpoints) is the effective config.
   ConfigNode with = ConfigNode::from_edited_tree(y, std::string(out.c_str()) + "\n# run with overrides:" +
                                                         o.describe() + "\n",
-                                                 root.file() + " (with command-line overrides)");
+                                                 root.file() + " (with command-line overrides)",
+                                                 override_origins(o, spelled_model));
   if (spelled_model) with.show_key_as("workload", "model");  // --set model.seq=... errors say model.seq
   return with;
 }

@@ -65,7 +65,7 @@ if expect_exit 0 '175234375680 parameters' -- "$SHARDSIM" import megatron "$DATA
     grep -Eq -- "$want" gpt3.yaml && pass "header: $want" || fail "header lacks /$want/"
   done
   # The full 1,536-sequence batch is 1,536 micro-batches; two keep the test short.
-  expect_exit 0 'pp 16, schedule 1f1b' -- shardsim_mpi 1 train gpt3.yaml --chips 128 --set model.batch=2
+  expect_exit 0 'pipeline pp=16 \(1f1b' -- shardsim_mpi 1 train gpt3.yaml --chips 128 --set model.batch=2
 fi
 
 e2e_case "import torchtitan: the llama3 8B and 70B train_configs TOMLs (presets for 64 GPUs)"
