@@ -408,8 +408,8 @@ if expect_exit 0 'MFU +[0-9.]+% of 1 x 100.0 TFLOP/s fp32 peak' \
   if awk -v m="$mfu" 'BEGIN { exit !(m > 50 && m < 100) }'; then pass "MFU $mfu % (attention-bound, below peak)"
   else fail "MFU '$mfu' % is not in (50, 100)"; fi
 fi
-e2e_case "(y) an override's error names the key as the file and the flag spell it (model.seq, not workload.seq)"
-if expect_exit 2 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\)(:[0-9]+)?: model\.seq: must be between 1 and 16777216' \
+e2e_case "(y) an override's error names the flag that set the value and the key as the file spells it (model.seq, not workload.seq)"
+if expect_exit 2 '^shardsim: error: .*lm_train\.yaml \(with command-line overrides\), --set model\.seq=100000000: model\.seq: must be between 1 and 16777216' \
     -- shardsim_mpi 1 train "$TRAIN" --set model.seq=100000000
 then one_error_line; fi
 
@@ -432,7 +432,7 @@ fi
 if expect_exit 0 '^resumed: gpt1\.h5 at step 6' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 8 --resume gpt1.h5; then
   pass "a one-chip GPT checkpoint continues on tp 2"
 fi
-if expect_exit 2 "^shardsim: error: .*lm_train\.yaml \(with command-line overrides\)(:[0-9]+)?: model\.mlp: geglu: not implemented yet in train" \
+if expect_exit 2 "^shardsim: error: .*lm_train\.yaml \(with command-line overrides\), --set model\.mlp=geglu: model\.mlp: geglu: not implemented yet in train" \
     -- shardsim_mpi 1 train "$TRAIN" --set model.mlp=geglu
 then one_error_line; fi
 if expect_exit 2 "^shardsim: error: .*parallel\.recompute: 'sometimes' \(none \| selective \| full" \

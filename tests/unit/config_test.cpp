@@ -352,7 +352,9 @@ TEST(Config, OverriddenConfigKeepsTheFileLines) {
     EXPECT_NE(std::string(e.what()).find(":9: unknown key 'parallel.bogus'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(root.child("workload").get_int("tokens"), 16);
-  EXPECT_EQ(root.child("workload").child("tokens").where(), "c.yaml (with command-line overrides)");
+  EXPECT_EQ(root.child("workload").child("tokens").where(), "c.yaml (with command-line overrides), --set model.tokens=16");
+  // A node the file gave keeps its line; one below an overridden section names the override that made it.
+  EXPECT_EQ(root.child("workload").child("hidden").where(), "c.yaml (with command-line overrides):4");
   // --set reaches a list's entry: topology.dims[1].KEY on a stacked topology.
   const std::string stacked = "topology:\n  kind: stacked\n  dims:\n    - {kind: switch, size: 2, bandwidth_gbps: 50}\n"
                               "    - {kind: ring, size: 4, bandwidth_gbps: 400}\n";
