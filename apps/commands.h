@@ -26,6 +26,7 @@ Command add_ckpt(CLI::App& app, const runtime::World& world);  // ckpt.cpp
 Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
 Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
+Command add_serve(CLI::App& app, const runtime::World& world);  // serve.cpp
 // The fold of `train` ARGS (the whole command line) on CHIPS chips and RANKS MPI ranks (docs/performance/fold.md):
 // replicas > 1 where every data-parallel replica provably runs the same program at the same simulated times, else
 // none. Decided before any chip starts (main); never throws.

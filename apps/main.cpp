@@ -397,6 +397,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   const apps::Command sweep = apps::add_sweep(app, world);
   const apps::Command calibrate = apps::add_calibrate(app, world);
   const apps::Command train = apps::add_train(app, world);
+  const apps::Command serve = apps::add_serve(app, world);
   const apps::Command help = apps::add_help(app, world);
   const apps::Command import_cmd = apps::add_import(app, world), export_cmd = apps::add_export(app, world);
 
@@ -429,7 +430,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
         prof_opt.profile = prof_opt.shape_only = prof_opt.no_checkpoint = true;
         return cmd_run(world, prof_config, prof_json, prof_opt, prof_ov, prof_what_if);
       }
-      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &help, &import_cmd, &export_cmd})
+      for (const auto* c : {&validate, &bench, &topo, &ckpt_cmd, &sweep, &calibrate, &train, &serve, &help, &import_cmd, &export_cmd})
         if (c->app->parsed()) return c->run();
     } catch (const AgreedError& e) {
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());

@@ -36,6 +36,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // train's root keys, and run's validate: section (a block config trains with its validation setting)
   std::vector<std::string_view> root_keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
   root_keys.push_back("validate");
+  if (f.serve) root_keys.push_back("serve");
   root.expect_keys(root_keys);
   TrainSetup s;
   s.config_name = root.file();

@@ -41,6 +41,7 @@ struct TrainFlags {
   // The executor's forward mode (`shardsim run` on a model with a vocabulary): one forward of the step's batch
   // through the plan, validated against the single-device forward (unless shape-only), no update.
   bool forward = false;
+  bool serve = false;      // the serve command (apps/serve.cpp): its serve: section is a root key too
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   std::string config_text;        // a sweep point: the config as generated (config names it in messages)

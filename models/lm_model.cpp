@@ -358,7 +358,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     log_cost(costs, kernels::embedding_forward(w.embed, batch.inputs, 0, c.vocab, x));
   if (c.position == sharding::PositionKind::learned) {  // + pos_embed[position]: a lookup, then the add
     Tensor p = act({N, h});
-    log_cost(costs, kernels::embedding_forward(w.pos_embed, pos, 0, c.seq, p));
+    log_cost(costs, kernels::embedding_forward(w.pos_embed, pos, 0, c.position_rows(), p));
     log_cost(costs, kernels::add_inplace(x, p));
   }
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -523,7 +523,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   if (c.vocab > 0) log_cost(costs, kernels::embedding_backward(dx, batch.inputs, 0, c.vocab, g.embed));
   if (c.tied_embeddings) log_cost(costs, kernels::add_inplace(g.embed, kernels::transposed(dhead_t)));
   if (c.position == sharding::PositionKind::learned)
-    log_cost(costs, kernels::embedding_backward(dx, pos, 0, c.seq, g.pos_embed));
+    log_cost(costs, kernels::embedding_backward(dx, pos, 0, c.position_rows(), g.pos_embed));
   mark();
 }
 

@@ -118,6 +118,7 @@
 #include "sharding/plans/block.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
+#include "sharding/plans/kv_attention.h"
 #include "sharding/plans/pipeline_schedule.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sim/timeline.h"
@@ -221,6 +222,26 @@ struct LmDpStepResult {
   double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }  // no -0.000 from rounding
 };
 
+// The serving mode's iteration (LmTpTrainer::serve_step, models/lm_tp_decode.cpp): this data-parallel replica's
+// sequences (cache slot, tokens already cached, new tokens) and, on real data, their new tokens concatenated
+// sequence-major (Σ rows ids in [0, vocab); shape-only runs may leave them empty).
+// REPEAT_BLOCKS (shape-only only): the stage's first block is simulated and its simulated span repeated for the
+// others, which is exact: every block of a stage runs the same kernels and collectives on the same shapes and ends
+// with its tp reduction, after which every chip of the group and every link it used is idle, so each block starts
+// from the same state (tests/mpi/serve_decode_test.cpp checks the times equal the full run's).
+struct LmServeBatch {
+  std::vector<sharding::plans::KvSeq> seqs;
+  std::vector<int64_t> tokens;
+  bool repeat_blocks = false;
+};
+struct LmServeResult {
+  // Real data: per sequence, the logits over the whole vocabulary of its last new row (the next token's), on every
+  // chip of the replica. Shape-only: empty.
+  std::vector<std::vector<float>> logits;
+  sim::TimeNs chip_ns = 0;  // this chip's simulated end of the iteration
+  sim::TimeNs ns = 0;       // the iteration's simulated time: the latest chip's end over the whole mesh
+};
+
 class LmTpTrainer {
  public:
   // MESH: dp × cp × tp over every rank of WORLD (its transport, made by the caller on TIMELINE, mesh rank = rank).
@@ -247,6 +268,17 @@ class LmTpTrainer {
   // R.loss is the global mean loss (as step()'s), R.grad_norm 0, R.breakdown this chip's simulated forward; the
   // weights and steps_done() are unchanged.
   LmDpStepResult forward_step();
+  // The serving mode (models/lm_tp_decode.cpp; issue 50): one iteration of BATCH, a forward of its new rows through
+  // the embedding, this stage's blocks (the block program with its attention over CACHE: each sequence's new keys
+  // and values appended, sharding/plans/kv_attention.h) and on the last stage the final norm and the head on each
+  // sequence's last row, the vocab-parallel logits gathered over tp (all_gather, as vLLM gathers them for
+  // sampling). pp: the rows go stage to stage (send/recv over the pp axis, one batch in flight); the logits are
+  // shared over pp host-side (not simulated). A fresh timeline per iteration; collective over the mesh.
+  // std::invalid_argument for a plan serving does not run (sp, cp, Ulysses, virtual stages) or a batch whose
+  // tokens do not match its rows.
+  LmServeResult serve_step(const LmServeBatch& batch, sharding::plans::KvCache& cache);
+  // This chip's KV cache for sequences of up to CAPACITY tokens (its layers, its kv heads, the compute dtype).
+  sharding::plans::KvCache make_kv_cache(int64_t capacity) const;
   // Whole fp32 masters (all_gather over dp at stages 1-3, then over tp; collective).
   LmWeights gather_master();
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
@@ -358,6 +390,9 @@ class LmTpTrainer {
   std::pair<double, sim::TimeNs> grad_norm_sq(double sq, sim::TimeNs ready);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
+  // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
+  void check_servable() const;
+  std::vector<std::vector<float>> serve_logits(const runtime::Tensor& xf, int64_t seqs, sim::TimeNs& t);
 
   LmConfig global_, local_;
   LmTrainConfig train_;

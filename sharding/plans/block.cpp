@@ -4,6 +4,7 @@
 #include "kernels/attention_unfused.h"
 #include "kernels/norm.h"
 #include "sharding/plans/context_parallel.h"
+#include "sharding/plans/kv_attention.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
 
@@ -148,6 +149,7 @@ Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k,
                  Tensor* o_heads, const BlockMemoryScopes& mem, std::vector<Tensor>* probs) {
   const ModelSpec& s = ctx.s;
   const ParallelPlan& p = ctx.p;
+  if (ctx.kv) return kv_attention(ctx, q, k, v);  // serving: the new rows over each sequence's KV cache
   const bool store = q.has_storage();
   const int64_t nq = q.dim(1), nkv = k.dim(1), d = q.dim(2);
   if (p.ulysses > 1) {

@@ -73,6 +73,8 @@ Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& 
 std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
 collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring");
 
+struct KvAttention;  // sharding/plans/kv_attention.h
+
 // What the plan units of one chip share during the block forward.
 struct PlanContext {
   const ModelSpec& s;
@@ -84,6 +86,8 @@ struct PlanContext {
   std::vector<FusedOp>& fused_ops;
   int64_t n_attn = 0;   // rows this chip's attention covers (q rows; the gathered rows with sp)
   int64_t n_resid = 0;  // rows of the residual stream this chip holds
+  // Serving mode (sharding/plans/kv_attention.h): the block's attention appends to and reads this KV cache.
+  const KvAttention* kv = nullptr;
   // A fused op took F from READY on: the chip continues after it.
   void fused_done(const std::string& op, const FusedTiming& f, sim::TimeNs ready) {
     chip.t = ready + f.fused_ns;

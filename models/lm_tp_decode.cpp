@@ -1,0 +1,179 @@
+// LmTpTrainer's serving mode (models/lm_tp.h, serve_step): an iteration of prefill and decode rows through the
+// executor's own pieces (the embedding, the block program with its KV-cache attention, the head), on this chip's
+// shards of the mesh.
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "collectives/all_gather.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/norm.h"
+#include "models/lm_tp.h"
+#include "sharding/plans/tensor_parallel.h"
+
+namespace shardsim::models {
+
+using runtime::DType;
+using runtime::Tensor;
+
+void LmTpTrainer::check_servable() const {
+  if (sp_) throw std::invalid_argument("parallel.sp: serving runs without sequence parallelism (set sp: false)");
+  if (cp_size_ > 1)
+    throw std::invalid_argument(std::string("parallel.") + (ulysses_ ? "ulysses" : "cp") +
+                                ": serving runs tp, pp and dp plans (context parallelism is not a serving plan here)");
+  if (schedule_.v > 1)
+    throw std::invalid_argument("parallel.virtual_stages: serving runs one model stage per pipeline chip");
+  if (global_.vocab == 0)
+    throw std::invalid_argument("model.vocab: serving needs a language model (a vocabulary), not a block stack");
+}
+
+sharding::plans::KvCache LmTpTrainer::make_kv_cache(int64_t capacity) const {
+  return {local_.layers, local_.kv_heads, local_.head_dim, local_.dtype, capacity, store_};
+}
+
+std::vector<std::vector<float>> LmTpTrainer::serve_logits(const Tensor& x_last, int64_t B, sim::TimeNs& t) {
+  const LmConfig& c = local_;
+  Tensor xf = make(c.dtype, {B, c.hidden});
+  const auto norm = c.layernorm() ? kernels::layernorm(x_last, work_.final_norm, work_.final_norm_b, xf, c.norm_eps)
+                                  : kernels::rmsnorm(x_last, work_.final_norm, xf, c.norm_eps);
+  charge(norm, t);
+  Tensor head_t;
+  const Tensor& head = lm_head_weight(c, work_, head_t);
+  sharding::plans::Chip chip{&tl_, t};
+  auto ctx = context(chip);
+  ctx.n_attn = ctx.n_resid = B;
+  Tensor logits = std::move(sharding::plans::column_parallel(ctx, xf, {&head}, {"gemm.head"}, "before the head",
+                                                             "gemm.head", "gemm.head")[0]);
+  t = chip.t;
+  // The vocab-parallel logits [B, V/T] gathered over tp (vLLM's tensor_model_parallel_gather before sampling).
+  const int64_t Vl = c.vocab, V = global_.vocab;
+  Tensor all = make(c.dtype, {int64_t(tp_size_) * B * Vl});
+  if (tp_size_ > 1) {
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm_;
+    o.name = "all_gather.logits";
+    t = collectives::all_gather(mesh_["tp"], logits.data_if_stored(), all.data_if_stored(), size_t(all.numel()),
+                                c.dtype, t, o)
+            .span.end;
+  } else if (store_) {
+    all = std::move(logits).reshaped({B * Vl});
+  }
+  std::vector<std::vector<float>> out;
+  if (!store_) return out;
+  out.assign(size_t(B), std::vector<float>(size_t(V)));
+  for (int p = 0; p < tp_size_; ++p)
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t j = 0; j < Vl; ++j) out[size_t(i)][size_t(p * Vl + j)] = all.get((p * B + i) * Vl + j);
+  return out;
+}
+
+LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans::KvCache& cache) {
+  check_servable();
+  const LmConfig& c = local_;
+  const int64_t B = int64_t(batch.seqs.size()), h = c.hidden;
+  int64_t N = 0;
+  std::vector<int64_t> pos;
+  for (const auto& s : batch.seqs) {
+    if (s.rows < 1 || s.past < 0)
+      throw std::invalid_argument("serve_step: a sequence needs rows >= 1 and past >= 0 (got rows " +
+                                  std::to_string(s.rows) + ", past " + std::to_string(s.past) + ")");
+    for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.past + i);
+    N += s.rows;
+  }
+  if (store_ && int64_t(batch.tokens.size()) != N)
+    throw std::invalid_argument("serve_step: " + std::to_string(batch.tokens.size()) + " tokens for " +
+                                std::to_string(N) + " new rows");
+  const std::vector<int64_t> tokens = batch.tokens.empty() ? std::vector<int64_t>(size_t(N), 0) : batch.tokens;
+  tl_.reset();
+  fused_ops_.clear();
+  sim::TimeNs t = 0;
+  LmServeResult r;
+  if (B == 0) return r;
+  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
+  auto serve_ctx = [&](sharding::plans::Chip& chip) {
+    auto ctx = context(chip);
+    ctx.n_attn = ctx.n_resid = N;
+    return ctx;
+  };
+  runtime::Transport* pp = pp_size_ > 1 ? &mesh_["pp"] : nullptr;
+  Tensor x;
+  if (owns_embed_) {
+    x = act({N, h});
+    charge(kernels::embedding_forward(work_.embed, tokens, tp_rank_ * c.vocab, global_.vocab, x), t);
+    sharding::plans::Chip chip{&tl_, t};
+    auto ctx = serve_ctx(chip);
+    x = sharding::plans::tp_reduce(ctx, std::move(x), "embed");
+    t = chip.t;
+    if (c.position == sharding::PositionKind::learned) {
+      Tensor p = act({N, h});
+      charge(kernels::embedding_forward(work_.pos_embed, pos, 0, global_.position_rows(), p), t);
+      charge(kernels::add_inplace(x, p), t);
+    }
+  } else {  // the previous stage's rows
+    x = act({N, h});
+    runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ - 1, 0};
+    const sim::TimeNs start = t;
+    pp->exchange({}, std::span<runtime::RecvOp>(&in, 1), "pp.recv_activation");
+    t = std::max(t, in.arrival);
+    tl_.record_region("pp.recv_activation", "collective", {start, t}, double(in.bytes));
+  }
+  sim::TimeNs block0_start = t;
+  sharding::plans::TokenLayout lay;
+  lay.batch = B;
+  lay.pos = pos;
+  const bool repeat = batch.repeat_blocks && !store_;
+  for (int64_t l = 0; l < chunk_len_[0]; ++l) {
+    const int64_t li = chunk_first_[0] + l;
+    if (repeat && l == 1) {  // the other blocks take the first one's span (see LmServeBatch)
+      t += (t - block0_start) * double(chunk_len_[0] - 1);
+      break;
+    }
+    if (l == 0) block0_start = t;
+    const LmLayer& L = work_.layers[size_t(li)];
+    const sharding::plans::KvAttention kv{&cache, li, &batch.seqs};
+    sharding::plans::Chip chip{&tl_, t};
+    auto ctx = serve_ctx(chip);
+    ctx.kv = &kv;
+    x = sharding::plans::block_forward(ctx, lay,
+                                       {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm,
+                                        global_.gated() ? &L.w_gate : nullptr, &L.w_up, &L.w_down, &L.attn_norm_b,
+                                        &L.mlp_norm_b},
+                                       x);
+    t = chip.t;
+  }
+  if (!owns_head_) {  // on to the next stage
+    const runtime::SendOp out{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ + 1, t};
+    pp->exchange(std::span<const runtime::SendOp>(&out, 1), {}, "pp.send_activation");
+    tl_.record_region("pp.send_activation", "collective", {t, t}, double(x.nbytes()));
+  } else {
+    Tensor last = act({B, h});  // each sequence's last new row (the next token's)
+    if (store_) {
+      int64_t r0 = 0;
+      for (int64_t i = 0; i < B; ++i) {
+        r0 += batch.seqs[size_t(i)].rows;
+        last.set_rows(i, x.rows(r0 - 1, 1));
+      }
+    }
+    r.logits = serve_logits(last, B, t);
+  }
+  if (pp && store_) {  // the last stage's logits on every stage (host-side)
+    std::vector<double> flat(size_t(B * global_.vocab), 0.0);
+    if (owns_head_)
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t j = 0; j < global_.vocab; ++j) flat[size_t(i * global_.vocab + j)] = r.logits[size_t(i)][size_t(j)];
+    pp->allreduce(std::span<double>(flat), runtime::Reduce::sum, "serve logits pp");
+    r.logits.assign(size_t(B), std::vector<float>(size_t(global_.vocab)));
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t j = 0; j < global_.vocab; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * global_.vocab + j)]);
+  }
+  r.chip_ns = std::max(t, tl_.end_time());
+  std::vector<double> end{r.chip_ns};
+  world_.allreduce(std::span<double>(end), runtime::Reduce::max, "serve iteration end");
+  r.ns = end[0];
+  return r;
+}
+
+}  // namespace shardsim::models

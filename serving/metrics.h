@@ -1,0 +1,51 @@
+// Serving metrics (issue 50), as vLLM's and TensorRT-LLM's benchmarks define them:
+//   TTFT  first token time − arrival
+//   TPOT  (e2e − TTFT) / (output tokens − 1), per request with more than one output token
+//   ITL   every gap between consecutive tokens of one request
+//   e2e   finish − arrival
+// percentiles p50 / p90 / p99 (linear interpolation between order statistics, numpy's default) and the mean;
+// throughput over the run's duration (last finish − first arrival): requests/s, output tokens/s, total tokens/s,
+// output tokens/s per chip; goodput (DistServe, Zhong et al. OSDI 2024): requests/s finished within both SLOs
+// (TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; an SLO of 0 is not checked); batch size and KV cache occupancy
+// over the iterations (time-weighted means and peaks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/scheduler.h"
+
+namespace shardsim::serving {
+
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  int64_t count = 0;
+};
+// Of V (empty: zeros).
+Percentiles percentiles(std::vector<double> v);
+
+struct Slo {
+  double ttft_s = 0, tpot_s = 0;  // 0: not checked
+};
+
+struct ServeMetrics {
+  Percentiles ttft, tpot, itl, e2e;
+  int64_t requests = 0, output_tokens = 0, prompt_tokens = 0, iterations = 0, preemptions = 0, slo_met = 0;
+  double duration_s = 0, requests_per_s = 0, output_tokens_per_s = 0, tokens_per_s = 0, output_tokens_per_s_chip = 0,
+         goodput_requests_per_s = 0;
+  double mean_batch = 0, peak_batch = 0, mean_kv = 0, peak_kv = 0;  // kv: fraction of the cache's blocks
+  int chips = 1;
+};
+
+ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips);
+nlohmann::json metrics_json(const ServeMetrics& m);
+// The iterations' time series: [[start_s, end_s, seqs, tokens, prefill_tokens, decode_seqs, kv_blocks], ...].
+nlohmann::json iterations_json(const ServeRun& run);
+// Per request: [[arrival_s, ttft_s, e2e_s, prompt, output, preemptions], ...].
+nlohmann::json requests_json(const ServeRun& run);
+std::string metrics_text(const ServeMetrics& m, const Slo& slo);
+
+}  // namespace shardsim::serving

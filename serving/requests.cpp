@@ -1,0 +1,162 @@
+#include "serving/requests.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/csv.h"
+#include "common/error.h"
+#include "common/input_file.h"
+#include "common/text.h"
+
+namespace shardsim::serving {
+
+namespace {
+
+constexpr size_t kMaxTraceBytes = size_t(1) << 30;
+
+[[noreturn]] void bad(const std::string& where, int line, const std::string& what) {
+  throw ConfigError(where + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + what);
+}
+
+double number(const std::string& text, const std::string& where, int line, const char* field) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  while (used < text.size() && (text[used] == ' ' || text[used] == '\r')) ++used;
+  if (used == 0 || used != text.size())
+    bad(where, line, std::string(field) + ": '" + escape_control(text.substr(0, 40)) + "' is not a number");
+  return v;
+}
+
+int64_t tokens(double v, const std::string& where, int line, const char* field) {
+  if (!std::isfinite(v) || v < 1 || v > double(kMaxTokens) || v != std::floor(v))
+    bad(where, line, std::string(field) + ": " + escape_control(std::to_string(v)) + " must be an integer in 1.." +
+                         std::to_string(kMaxTokens));
+  return int64_t(v);
+}
+
+Request request(double arrival, double prompt, double output, const std::string& where, int line, int64_t id) {
+  if (!std::isfinite(arrival) || arrival < 0)
+    bad(where, line, "arrival_s: " + std::to_string(arrival) + " must be a finite time >= 0 (seconds)");
+  return {id, arrival, tokens(prompt, where, line, "prompt_tokens"), tokens(output, where, line, "output_tokens")};
+}
+
+void in_order(const std::vector<Request>& out, const std::string& where, int line) {
+  if (out.size() > 1 && out.back().arrival_s < out[out.size() - 2].arrival_s)
+    bad(where, line, "arrival_s: " + std::to_string(out.back().arrival_s) + " is before the previous request's (" +
+                         std::to_string(out[out.size() - 2].arrival_s) + "); arrivals must be in order");
+}
+
+std::vector<Request> load_csv(const std::string& text, const std::string& where) {
+  const CsvRecords recs = csv_records(text);
+  if (recs.records.empty()) bad(where, 0, "empty trace (expected a header arrival_s,prompt_tokens,output_tokens)");
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < recs.records[0].fields.size(); ++i) col[recs.records[0].fields[i]] = i;
+  for (const char* k : {"arrival_s", "prompt_tokens", "output_tokens"})
+    if (!col.count(k)) bad(where, 1, std::string("the header has no column ") + k);
+  std::vector<Request> out;
+  for (size_t r = 1; r < recs.records.size(); ++r) {
+    const CsvRecord& rec = recs.records[r];
+    if (rec.fields.size() == 1 && rec.fields[0].empty()) continue;  // a blank line
+    auto field = [&](const char* k) {
+      const size_t i = col[k];
+      if (i >= rec.fields.size()) bad(where, rec.line, std::string(k) + ": missing");
+      return number(rec.fields[i], where, rec.line, k);
+    };
+    if (out.size() >= size_t(kMaxRequests)) bad(where, rec.line, "more than " + std::to_string(kMaxRequests) + " requests");
+    out.push_back(request(field("arrival_s"), field("prompt_tokens"), field("output_tokens"), where, rec.line,
+                          int64_t(out.size())));
+    in_order(out, where, rec.line);
+  }
+  if (recs.truncated) bad(where, 0, "the last record has no final newline or an unclosed quote");
+  return out;
+}
+
+std::vector<Request> load_jsonl(const std::string& text, const std::string& where) {
+  std::vector<Request> out;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      bad(where, n, "not a JSON object");
+    }
+    if (!j.is_object()) bad(where, n, "not a JSON object");
+    auto field = [&](const char* k) {
+      if (!j.contains(k)) bad(where, n, std::string(k) + ": missing");
+      if (!j[k].is_number()) bad(where, n, std::string(k) + ": not a number");
+      return j[k].get<double>();
+    };
+    if (out.size() >= size_t(kMaxRequests)) bad(where, n, "more than " + std::to_string(kMaxRequests) + " requests");
+    out.push_back(request(field("arrival_s"), field("prompt_tokens"), field("output_tokens"), where, n,
+                          int64_t(out.size())));
+    in_order(out, where, n);
+  }
+  return out;
+}
+
+// Uniform double in [0, 1) from 53 bits of G.
+double unit(std::mt19937_64& g) { return double(g() >> 11) * (1.0 / 9007199254740992.0); }
+
+int64_t draw(const LengthDist& d, std::mt19937_64& g) {
+  if (d.kind == "fixed") return d.value;
+  if (d.kind == "uniform") return d.lo + int64_t(unit(g) * double(d.hi - d.lo + 1));
+  // normal: Box-Muller, rounded and clamped
+  const double u1 = 1.0 - unit(g), u2 = unit(g);
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  const double v = std::round(d.mean + d.std * z);
+  return std::clamp<int64_t>(int64_t(std::clamp(v, -1e15, 1e15)), d.lo, d.hi);
+}
+
+}  // namespace
+
+std::vector<Request> generate_trace(const TraceSpec& s) {
+  std::mt19937_64 g(s.seed);
+  std::vector<Request> out;
+  double t = 0;
+  for (int64_t i = 0; i < s.count; ++i) {
+    t += s.arrival == "fixed" ? (i == 0 ? 0.0 : 1.0 / s.rate) : -std::log(1.0 - unit(g)) / s.rate;
+    Request r;
+    r.id = i;
+    r.arrival_s = t;
+    r.prompt = draw(s.prompt, g);
+    r.output = draw(s.output, g);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Request> load_trace(const std::string& file) {
+  const std::string text = read_input_file(file, kMaxTraceBytes, "a request trace");
+  const bool csv = file.size() >= 4 && file.compare(file.size() - 4, 4, ".csv") == 0;
+  return csv ? load_csv(text, file) : load_jsonl(text, file);
+}
+
+void check_trace(const std::vector<Request>& reqs, int64_t max_context, const std::string& where) {
+  if (reqs.empty()) bad(where, 0, "the trace holds no request");
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Request& r = reqs[i];
+    const std::string id = "request " + std::to_string(r.id);
+    if (i > 0 && r.arrival_s < reqs[i - 1].arrival_s)
+      bad(where, 0, id + ": arrival_s " + std::to_string(r.arrival_s) + " is before the previous request's (" +
+                        std::to_string(reqs[i - 1].arrival_s) + "); arrivals must be in order");
+    if (r.prompt + r.output > max_context)
+      bad(where, 0, id + ": prompt_tokens + output_tokens = " + std::to_string(r.prompt + r.output) +
+                        " exceeds the model's context of " + std::to_string(max_context) + " tokens (serve.max_model_len)");
+  }
+}
+
+}  // namespace shardsim::serving

@@ -1,0 +1,57 @@
+// Request traces for `shardsim serve` (issue 50): each request arrives at ARRIVAL_S seconds (simulated clock) with
+// a prompt of PROMPT tokens and asks for OUTPUT tokens. From a file (CSV or JSONL, as Vidur's and vLLM's benchmark
+// traces hold them: arrival time, prompt tokens, output tokens) or generated (Poisson or fixed-rate arrivals, seeded
+// length distributions).
+//
+// Files (by extension: .csv, else .jsonl / .json lines):
+//   CSV   a header naming the columns arrival_s, prompt_tokens, output_tokens (any order, other columns ignored),
+//         then one request per record.
+//   JSONL one object per non-empty line with those three keys (other keys ignored).
+// Checks (ConfigError, exit 2, one line "FILE:LINE: ..." naming the field; untrusted text escaped): a missing or
+// non-numeric field, a negative or non-finite arrival, arrivals out of order, prompt_tokens < 1, output_tokens < 1,
+// a length above kMaxTokens, prompt + output above the model's context (MAX_CONTEXT), an empty trace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardsim::serving {
+
+inline constexpr int64_t kMaxTokens = int64_t(1) << 24;   // 16M tokens: beyond any model's context
+inline constexpr int64_t kMaxRequests = int64_t(1) << 22;  // 4M requests per trace
+
+struct Request {
+  int64_t id = 0;  // 0-based, in arrival order
+  double arrival_s = 0;
+  int64_t prompt = 0;
+  int64_t output = 0;
+};
+
+// A length distribution: fixed VALUE, or uniform integers in [LO, HI], or normal(MEAN, STD) rounded and clamped
+// to [LO, HI] (kind "normal").
+struct LengthDist {
+  std::string kind = "fixed";  // fixed | uniform | normal
+  int64_t value = 128;
+  int64_t lo = 1, hi = 128;
+  double mean = 128, std = 0;
+};
+
+struct TraceSpec {
+  std::string arrival = "poisson";  // poisson | fixed
+  double rate = 1;                  // requests per second
+  int64_t count = 100;
+  uint64_t seed = 1;
+  LengthDist prompt, output;
+};
+
+// The generated trace: arrivals every 1/rate s (fixed) or with exponential gaps of mean 1/rate (poisson, the first
+// at its first gap), lengths drawn from the distributions; the same spec gives the same trace (std::mt19937_64 and
+// inverse-transform sampling written here, independent of the standard library's distributions).
+std::vector<Request> generate_trace(const TraceSpec& spec);
+// The trace in FILE (see above).
+std::vector<Request> load_trace(const std::string& file);
+// The checks of a trace against the model's context (see above); WHERE names the trace in messages.
+void check_trace(const std::vector<Request>& reqs, int64_t max_context, const std::string& where);
+
+}  // namespace shardsim::serving
