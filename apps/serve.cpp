@@ -119,17 +119,20 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   t->expect_keys({"arrival", "rate", "count", "seed", "prompt", "output"});
   serving::TraceSpec g;
   g.arrival = t->get_string("arrival", "poisson");
-  if (g.arrival != "poisson" && g.arrival != "fixed")
-    t->child("arrival").fail("serve.trace.arrival: '" + g.arrival + "' (poisson | fixed)");
-  g.rate = t->get_positive_double("rate");
+  if (g.arrival != "poisson" && g.arrival != "fixed" && g.arrival != "at_once")
+    t->child("arrival").fail("serve.trace.arrival: '" + g.arrival + "' (poisson | fixed | at_once)");
+  if (g.arrival != "at_once" || t->has("rate")) g.rate = t->get_positive_double("rate");
   g.count = t->get_int_in("count", 1, serving::kMaxRequests);
   g.seed = uint64_t(t->get_int_in("seed", 0, INT64_MAX, 1));
   g.prompt = length_dist(*t, "prompt");
   g.output = length_dist(*t, "output");
   s.requests = serving::generate_trace(g);
   char b[256];
-  std::snprintf(b, sizeof b, "generated: %s arrivals at %g requests/s, %lld requests, seed %llu", g.arrival.c_str(),
-                g.rate, (long long)g.count, (unsigned long long)g.seed);
+  if (g.arrival == "at_once")
+    std::snprintf(b, sizeof b, "generated: %lld requests at once, seed %llu", (long long)g.count, (unsigned long long)g.seed);
+  else
+    std::snprintf(b, sizeof b, "generated: %s arrivals at %g requests/s, %lld requests, seed %llu", g.arrival.c_str(),
+                  g.rate, (long long)g.count, (unsigned long long)g.seed);
   s.trace_text = b;
   serving::check_trace(s.requests, max_context, root.file() + " (serve.trace)");
   return s;

@@ -128,7 +128,10 @@ std::vector<Request> generate_trace(const TraceSpec& s) {
   std::vector<Request> out;
   double t = 0;
   for (int64_t i = 0; i < s.count; ++i) {
-    t += s.arrival == "fixed" ? (i == 0 ? 0.0 : 1.0 / s.rate) : -std::log(1.0 - unit(g)) / s.rate;
+    if (s.arrival == "fixed")
+      t += i == 0 ? 0.0 : 1.0 / s.rate;
+    else if (s.arrival == "poisson")
+      t += -std::log(1.0 - unit(g)) / s.rate;
     Request r;
     r.id = i;
     r.arrival_s = t;

@@ -38,15 +38,15 @@ struct LengthDist {
 };
 
 struct TraceSpec {
-  std::string arrival = "poisson";  // poisson | fixed
+  std::string arrival = "poisson";  // poisson | fixed | at_once (every request at t = 0: an offline benchmark)
   double rate = 1;                  // requests per second
   int64_t count = 100;
   uint64_t seed = 1;
   LengthDist prompt, output;
 };
 
-// The generated trace: arrivals every 1/rate s (fixed) or with exponential gaps of mean 1/rate (poisson, the first
-// at its first gap), lengths drawn from the distributions; the same spec gives the same trace (std::mt19937_64 and
+// The generated trace: arrivals every 1/rate s (fixed, the first at 0), with exponential gaps of mean 1/rate
+// (poisson, the first at its first gap) or all at 0 (at_once: an offline benchmark's infinite rate), lengths drawn from the distributions; the same spec gives the same trace (std::mt19937_64 and
 // inverse-transform sampling written here, independent of the standard library's distributions).
 std::vector<Request> generate_trace(const TraceSpec& spec);
 // The trace in FILE (see above).

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# e2e: `shardsim serve` (issue 50, docs/SERVING.md): a small generated trace on Llama-3-8B / 1 H100 and 70B TP8 on
+# 8 chips of one rank (report, JSON: every request finished, the KV cache's capacity = its formula from the
+# model's sizes computed here), the same trace from a CSV and a JSONL file gives the same metrics, chunked prefill
+# keeps its token budget, and bad input: one line, exit 2, nothing written.
+# Usage: serve.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+S8=$CONFIGS/serve/llama3_8b_h100.yaml
+S70=$CONFIGS/serve/llama3_70b_h100_tp8.yaml
+SMALL=(--set serve.trace.count=20 --set serve.trace.rate=8)
+
+e2e_case "(a) Llama-3-8B on one H100: report, JSON, the cache capacity's formula"
+if expect_exit 0 'TTFT +p50' -- shardsim_mpi 1 serve "$S8" "${SMALL[@]}" --json s8.json; then
+  assert_out 'KV cache per chip: floor\(\(0\.90 x 80\.000 GiB HBM' "the capacity formula in the report"
+  assert_out 'goodput: ' "goodput under the SLO"
+  if python3 - s8.json <<'PY'; then pass "JSON: 20 requests done; capacity = floor((0.9 HBM - W - A) / (16 x 2 L Hkv d 2)) x 16"; else fail "JSON of serve"; fi
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+m, kv = j["metrics"], j["kv_cache"]
+assert m["requests"] == 20 and len(j["requests"]) == 20, m
+assert all(r[1] > 0 and r[2] >= r[1] for r in j["requests"])            # ttft > 0, e2e >= ttft
+V, h, L, H, Hkv, d, F = 128256, 4096, 32, 32, 8, 128, 14336             # Llama-3-8B (arXiv:2407.21783, Table 3)
+params = 2 * V * h + L * (2 * h + h * (H + 2 * Hkv) * d + H * d * h + 3 * h * F) + h
+W = 2 * params                                                            # bf16
+A = 8192 * 2 * (2 * h + (H + 2 * Hkv) * d + 2 * F) + 256 * V * 4         # serve.cpp's activation estimate
+per = 2 * L * Hkv * d * 2
+blocks = math.floor((0.9 * 80 * 2**30 - W - A) / (16 * per))
+assert abs(kv["weights_bytes"] - W) < 1, (kv["weights_bytes"], W)
+assert kv["blocks"] == blocks and kv["tokens"] == 16 * blocks, (kv, blocks)
+PY
+fi
+
+e2e_case "(b) Llama-3-70B TP8 on 8 chips of one rank; chunked prefill keeps its token budget"
+if expect_exit 0 'plan tp=8 x pp=1' -- shardsim_mpi 1 --chips 8 serve "$S70" "${SMALL[@]}" --json s70.json; then
+  check_json s70.json chips=8 tp=8 metrics.requests=20
+fi
+if expect_exit 0 'policy chunked' -- shardsim_mpi 1 --chips 8 serve "$S70" "${SMALL[@]}" --set serve.policy=chunked \
+     --set serve.max_num_batched_tokens=512 --json chunked.json; then
+  if python3 -c "import json,sys; j=json.load(open('chunked.json')); sys.exit(0 if max(i[3] for i in j['iterations'])<=512 and j['metrics']['requests']==20 else 1)"; then
+    pass "every iteration within 512 tokens"
+  else fail "chunked token budget"; fi
+fi
+
+e2e_case "(c) a trace file (CSV and JSONL) gives the same metrics"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.05,300,10\n0.2,50,40\n' > t.csv
+printf '{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 20}\n{"arrival_s": 0.05, "prompt_tokens": 300, "output_tokens": 10}\n{"arrival_s": 0.2, "prompt_tokens": 50, "output_tokens": 40}\n' > t.jsonl
+if expect_exit 0 'trace file' -- shardsim_mpi 1 serve "$S8" --requests t.csv --json c.json &&
+   expect_exit 0 'trace file' -- shardsim_mpi 1 serve "$S8" --requests t.jsonl --json l.json; then
+  if python3 -c "import json,sys; a=json.load(open('c.json'))['metrics']; b=json.load(open('l.json'))['metrics']; sys.exit(0 if a==b and a['requests']==3 else 1)"; then
+    pass "CSV = JSONL"
+  else fail "CSV and JSONL metrics differ"; fi
+fi
+
+e2e_case "(d) bad input: one line, exit 2, no JSON written"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv
+printf 'arrival_s,prompt_tokens,output_tokens\n1,5,20\n0.5,5,20\n' > order.csv
+printf 'arrival_s,prompt_tokens,output_tokens\n0,9000,20\n' > long.csv
+expect_exit 2 'neg\.csv:2: prompt_tokens' -- shardsim_mpi 1 serve "$S8" --requests neg.csv --json bad.json
+expect_exit 2 'order\.csv:3: arrival_s' -- shardsim_mpi 1 serve "$S8" --requests order.csv --json bad.json
+expect_exit 2 'exceeds the model.s context of 8192' -- shardsim_mpi 1 serve "$S8" --requests long.csv --json bad.json
+expect_exit 2 'KV cache is too small' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.15 --json bad.json
+expect_exit 2 'request [0-9]+ needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
+expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fifo --json bad.json
+expect_exit 2 'parallel.sp: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
+if [ -e bad.json ]; then fail "a refused run wrote its JSON"; else pass "nothing written by the refused runs"; fi
+
+e2e_finish
