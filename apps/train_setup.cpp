@@ -195,7 +195,6 @@ FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ran
     if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
     if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
-    if (s.cp > 1) return no("a cp / Ulysses axis (its dp-cp group has no replica shift yet)", true);
     if (s.plan.chips() != chips) return no("the plan's chips differ from --chips", false);
     // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
     const sharding::DeviceMesh mesh = sharding::build_mesh(s.plan, *s.topology);
