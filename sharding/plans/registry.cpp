@@ -170,7 +170,7 @@ void pp_read(const PlanParse& c, ParallelPlan& p) {
 }
 // Micro-batches of one replica's step.
 int micro_batches(const ModelSpec& s, const ParallelPlan& p) {
-  const int64_t per_replica = s.batch / p.dp;
+  const int64_t per_replica = s.batch / (int64_t{p.dp} * p.ep);  // ep: one more data-parallel axis for the batch
   return static_cast<int>(s.micro_batch > 0 ? per_replica / s.micro_batch : 1);
 }
 void pp_check(const PlanParse& c, const ParallelPlan& p) {

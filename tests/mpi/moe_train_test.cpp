@@ -1,8 +1,9 @@
 // A mixture-of-experts language model through the one executor (models/lm_tp.h, the MoE MLP through the ep unit of
 // sharding/plans/expert_parallel.h) against the single-device reference (models/lm_model.h with every expert on one
 // chip, its tokens routed in one group per chip and micro-batch of the plan): 5 fp32 training steps' losses (aux
-// loss included) within 1e-5 and gradient norms within 1e-5 relative, and after the first step's forward each MoE
-// layer's tokens per expert (summed over the dp x ep replicas) equal and its aux loss (their mean) within 1e-6.
+// loss included) within 1e-5 and gradient norms within 1e-5 relative, and (plans without micro-batches) after the
+// first step's forward each MoE layer's tokens per expert (summed over the dp x ep replicas) equal and its aux loss
+// (their mean) within 1e-6.
 // Plans: ep alone, ep x tp (experts whole on every tp chip), ep x etp (experts split over tp), ep x dp with ZeRO 1
 // (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), dropless and with a
 // capacity factor (dropped tokens), shared experts, top-1 sigmoid routing; each at one chip per rank when it fits
