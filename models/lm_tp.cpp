@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "collectives/algorithms.h"
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
@@ -23,6 +24,7 @@
 #include "kernels/mse_loss.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
+#include "runtime/chips.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
@@ -242,6 +244,19 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
+  if (dp_size_ > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step too
+    collectives::CollectiveOptions o;
+    o.algorithm = grad_norm_gather_algorithm();
+    const std::string why = collectives::fold_obstacle(collectives::Collective::all_gather, o, mesh_["dp"],
+                                                       size_t(dp_size_), DType::fp64, "all_gather.grad_norm");
+    if (!why.empty()) runtime::chips::fold_broken(why);
+  }
+}
+
+std::string LmTpTrainer::grad_norm_gather_algorithm() const {
+  // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes
+  // may pair XOR partners, which a replica shift does not keep). (dp - 1) latencies.
+  return algorithm_ == "auto" ? "ring" : algorithm_;
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
@@ -760,9 +775,7 @@ std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs 
   if (dp_axis == 1) return {replica_sq, a.span.end};
   std::vector<double> parts(static_cast<size_t>(dp_axis), 0.0);
   o.name = "all_gather.grad_norm";
-  // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes,
-  // recursive doubling, pairs XOR partners, which a replica shift does not keep). (dp - 1) latencies.
-  if (o.algorithm == "auto") o.algorithm = "ring";
+  o.algorithm = grad_norm_gather_algorithm();
   const auto g = collectives::all_gather(mesh_["dp"], &replica_sq, parts.data(), parts.size(), DType::fp64,
                                          a.span.end, o);
   double total = 0;
