@@ -206,7 +206,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   // The block program's description of the model and the plan (sharding/plans/block.h).
   spec_ = lm_model_spec(global);
   plan_.tp = tp_size_;
-  plan_.dp = dp_size_;
+  plan_.dp = mesh.size("dp");
   plan_.pp = pp_size_;
   plan_.ep = ep_size_;
   plan_.etp = etp_;
@@ -244,11 +244,11 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
-  if (dp_size_ > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step too
+  if (mesh_.size("dp") > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step
     collectives::CollectiveOptions o;
     o.algorithm = grad_norm_gather_algorithm();
     const std::string why = collectives::fold_obstacle(collectives::Collective::all_gather, o, mesh_["dp"],
-                                                       size_t(dp_size_), DType::fp64, "all_gather.grad_norm");
+                                                       size_t(mesh_.size("dp")), DType::fp64, "all_gather.grad_norm");
     if (!why.empty()) runtime::chips::fold_broken(why);
   }
 }
@@ -450,8 +450,8 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     block_forward(l, x, C.layers[size_t(l)], t);
     const auto& m = C.layers[size_t(l)].moe;
     if (local_.moe_layer(l))
-      moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.aux, m.dispatch_bytes,
-                                              m.dispatch_ns};
+      moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.local_rows(), m.aux,
+                                              m.dispatch_bytes, m.dispatch_ns};
     aux += m.aux;
   }
   if (ms != schedule_.p * schedule_.v - 1) return aux;  // X goes on to the next stage

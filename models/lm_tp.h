@@ -291,10 +291,13 @@ class LmTpTrainer {
   struct MoeLayerStats {
     int64_t layer = 0;
     std::vector<int64_t> tokens;  // [experts]
+    int64_t received = 0;         // rows this chip's experts received
     double aux = 0, dispatch_bytes = 0;
     sim::TimeNs dispatch_ns = 0;
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).
+  double expert_param_count() const;
   int ep() const { return ep_size_; }
 
  private:

@@ -65,6 +65,13 @@ Tensor LmTpTrainer::moe_backward(const LmLayer& w, LmLayer& g, const LmCache::La
   });
 }
 
+double LmTpTrainer::expert_param_count() const {
+  double n = 0;
+  for (const auto& [name, t] : work_.named_weights())
+    if (name.find(".moe.expert.") != std::string::npos) n += double(t->numel());
+  return n;
+}
+
 std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
   std::vector<MoeLayerStats> out;
   for (const auto& [l, st] : moe_stats_) out.push_back(st);

@@ -119,15 +119,18 @@ PlanDescriptor ep_plan_descriptor() {
   d.size = &ParallelPlan::ep;
   d.keys = {{"ep", PlanValue::size, "1..1048576", "1", "expert-parallel size (divides model.moe.experts)", true}};
   d.read = [](const PlanParse& c, ParallelPlan& p) {
-    if (p.ep == 1) return;
-    needs_moe(c, "ep");
-    if (p.sp) c.not_implemented("sp", "sp with ep (the experts' tokens are the tp group's replicated rows)");
-    if (p.cp > 1 || p.ulysses > 1) c.not_implemented("ep", "ep with cp or ulysses");
+    if (p.ep > 1) needs_moe(c, "ep");
+    if (!c.model.moe) return;
+    // A MoE layer routes the tp group's replicated rows of each chip's micro-batch as one token group.
+    if (p.sp) c.not_implemented("sp", "sp with model.moe (the experts take the tp group's replicated rows)");
+    if (p.cp > 1) c.not_implemented("cp", "cp with model.moe");
+    if (p.ulysses > 1) c.not_implemented("ulysses", "ulysses with model.moe");
   };
   d.check = [](const PlanParse& c, const ParallelPlan& p) {
     if (p.ep == 1) return;
     const std::string why = ep_obstacle(c.model.moe->spec.experts(), p.ep);
     if (!why.empty()) c.fail("ep", why);
+    if (p.zero == 3) c.not_implemented("zero", "zero: 3 with ep (the experts' parameter gathers)");
     // For attention ep is one more data-parallel axis: the batch splits over dp x ep replicas.
     const ModelSpec& s = c.model;
     const int64_t replicas = int64_t{p.dp} * p.ep;
