@@ -157,7 +157,7 @@ using namespace train_detail;
 FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks) {
   // Folded only where every replica provably runs the same program at the same simulated times
   // (docs/performance/fold.md): one MPI rank, a shape-only train run of the data-parallel trainer with dp > 1
-  // and no cp axis, nothing that records or compares per-chip events, and a placement whose shift by one
+  // (any cp / Ulysses axis), nothing that records or compares per-chip events, and a placement whose shift by one
   // replica is a translation of the topology (sharding::DeviceMesh::replica_shift_check). The plan's own
   // collectives over the replicas (algorithms, chunk sizes) are decided when the trainer is built, before its
   // first step (sharding/plans/data_parallel.cpp, check_fold).
@@ -186,19 +186,19 @@ FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ran
     d.on = mode == "on";
     if (mode == "off") return d;
     shape_only = f->shape_only || sharding::load_workload_shape_only(root);
-    if (ranks != 1) return no("it runs on " + std::to_string(ranks) + " MPI ranks (a folded run needs one)", true);
     if (chips < 2) return no("one chip", false);
-    const char* flag = !f->trace_path.empty() ? "--trace" : f->profile ? "--profile" : !f->plots_dir.empty() ? "--plots"
-                       : !f->what_if.empty()  ? "--what-if" : f->validate ? "--validate" : !f->checkpoint.empty()
-                           ? "--checkpoint" : !f->resume.empty() ? "--resume" : nullptr;
-    if (flag) return no(std::string(flag) + " records or compares every chip's events or data", shape_only);
     // Before load(): a run that cannot fold builds its topology once.
     if (!shape_only) return no("it moves real data (a folded run is shape-only: --shape-only or mode: shape_only)", false);
     const TrainSetup s = load(*f, chips);
     if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
     if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
-    if (s.cp > 1) return no("a cp / Ulysses axis (its dp-cp group has no replica shift yet)", true);
+    // From here on a shape-only run with replicas: auto says in one note why it is not folded.
+    if (ranks != 1) return no("it runs on " + std::to_string(ranks) + " MPI ranks (a folded run needs one)", true);
+    const char* flag = !f->trace_path.empty() ? "--trace" : f->profile ? "--profile" : !f->plots_dir.empty() ? "--plots"
+                       : !f->what_if.empty()  ? "--what-if" : f->validate ? "--validate" : !f->checkpoint.empty()
+                           ? "--checkpoint" : !f->resume.empty() ? "--resume" : nullptr;
+    if (flag) return no(std::string(flag) + " records or compares every chip's events or data", true);
     if (s.plan.chips() != chips) return no("the plan's chips differ from --chips", false);
     // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
     const sharding::DeviceMesh mesh = sharding::build_mesh(s.plan, *s.topology);

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -196,9 +197,20 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   if (pp_size_ > 1) (void)mesh_["pp"];
   if (cp_size_ > 1 || ep_size_ > 1) {
     if (cp_size_ > 1) (void)mesh_["cp"];
-    // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group), ordered
-    // cp-innermost. Gradients are averaged and ZeRO state partitioned over it.
-    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_);  // (x ep: dp_rank_)
+    // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group; x ep: dp_rank_),
+    // ordered cp-innermost. Gradients are averaged and ZeRO state partitioned over it. Its (color, key) as a rule
+    // of the world rank too, so a folded run can split it over mirrored chips (the replica shift rotates its members
+    // by cp x ep x the fold's period: docs/performance/fold.md).
+    std::array<std::pair<int, int>, 5> ax{};  // (stride, size) of tp, pp, cp, ep, dp: coordinate(q) = q / stride % size
+    const char* names[5] = {"tp", "pp", "cp", "ep", "dp"};
+    for (int i = 0; i < 5; ++i)
+      for (const auto& a : mesh.axes())
+        if (a.name == names[i]) ax[size_t(i)] = {a.stride, a.size};
+    const auto co = [ax](int i, int q) { return ax[size_t(i)].second > 0 ? q / ax[size_t(i)].first % ax[size_t(i)].second : 0; };
+    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_,
+                           [co, tp = tp_size_, cp = cp_size_, ep = ep_size_](int q) {
+                             return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * (co(3, q) + ep * co(4, q))};
+                           });
   } else {
     rep_ = &mesh_["dp"];
   }

@@ -4,7 +4,8 @@
 # rank: the default (fold: auto) folds it and its JSON report equals the unfolded run's byte for byte (the host
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
-# and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); cp and
+# Ulysses axes fold; --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded (auto: one note; fold: on and past 4,096 chips: exit 2, one line); fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -145,6 +146,17 @@ for z in 1 2 3; do
   assert_out "elements of padding per flat buffer" "ZeRO $z: the memory rows say how much padding"
   expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 6 train pad.yaml --ring 6 --set parallel.zero=$z --no-fold --json pad_u$z.json
   same_json pad_f$z.json pad_u$z.json "ZeRO $z: folded equals every chip"
+done
+
+e2e_case "cp and Ulysses axes fold (the dp-cp group rotates under the replica shift), byte-identical"
+# TP8 x CP2 fills a 16-chip node, so one replica runs (16 of 64 chips); its gradients are averaged over dp x cp.
+for plan in "parallel.cp=2" "parallel.ulysses=2"; do
+  args=(train step.yaml --topology topo_64_switch.yaml --set parallel.dp=4 --set $plan --set model.batch=8
+        --set model.layers=2)
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --json "cp_f.json" || continue
+  assert_out "chips simulated +16 of 64 \(folded" "$plan: folded (16 of 64 chips run)"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --no-fold --json "cp_u.json" || continue
+  same_json cp_f.json cp_u.json "$plan: folded equals every chip"
 done
 
 e2e_case "not provably symmetric: decided before any chip starts; auto says why, fold: on refuses"
