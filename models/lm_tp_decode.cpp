@@ -26,6 +26,8 @@ void LmTpTrainer::check_servable() const {
                                 ": serving runs tp, pp and dp plans (context parallelism is not a serving plan here)");
   if (schedule_.v > 1)
     throw std::invalid_argument("parallel.virtual_stages: serving runs one model stage per pipeline chip");
+  if (global_.moe)
+    throw std::invalid_argument("model.moe: serving a mixture of experts is not implemented yet (dense models only)");
   if (global_.vocab == 0)
     throw std::invalid_argument("model.vocab: serving needs a language model (a vocabulary), not a block stack");
 }
