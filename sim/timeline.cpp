@@ -259,7 +259,9 @@ std::string Timeline::engine_name(const topology::Topology& topo, int chip, int 
 Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                        const KernelShape& shape) {
   const TimeNs free = free_[kComputeEngine];
-  const TimeNs start = std::max(ready, free);
+  const bool host = device_.host_launch_ns > 0 && !device_.cuda_graph;
+  if (host) host_ += device_.host_launch_ns;
+  const TimeNs start = std::max({ready, free, host_});
   const KernelTime kt = kernel_time(device_, flops, bytes, p, shape);
   const TimeNs end = start + kt.total_ns;
   free_[kComputeEngine] = end;
@@ -370,8 +372,13 @@ Span Timeline::replay_send(const Event& e) {
   return e.span;
 }
 
+void Timeline::host_sync(TimeNs t) {
+  if (device_.host_launch_ns > 0 && !device_.cuda_graph) host_ = std::max(host_, t);
+}
+
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
+  host_ = 0;
   std::fill(link_free_.begin(), link_free_.end(), 0.0);
   for (auto& iv : in_busy_) {
     iv.v.clear();

@@ -26,6 +26,13 @@
 //   flows, its own included, are in k_l) and, on the receive side, waits only for bookings of earlier exchanges;
 //   what it leaves busy is applied at end_step(). A step where no two senders meet changes nothing, bit for bit.
 //
+// Host issue (DeviceSpec::host_launch_ns, eager launch mode): the chip's host thread issues its kernels in program
+// order, host_launch_ns each, running ahead of the device; a kernel starts no earlier than the host has issued it:
+// start = max(ready, compute engine free, host issue end). So kernels shorter than host_launch_ns leave the device
+// idle between them (a launch-bound step), longer ones hide the host entirely. A host synchronisation (host_sync:
+// a value the host reads back, such as the gradient norm's .item()) makes the host wait for the device. Under
+// cuda_graph, or with host_launch_ns 0, the host never delays a kernel.
+//
 // Simulated time never comes from the host clock: it is advanced only by cost functions and by the
 // timestamps carried in messages (Lamport-style), so it is bit-identical from run to run.
 // Units: ns of simulated time (double).
@@ -133,6 +140,11 @@ class Timeline {
   // model charges it), ready at READY. Returns its span.
   Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                const KernelShape& shape);
+  // The host waits until simulated time T (it reads back a value the device produced at T): the next kernel's
+  // host issue starts no earlier than T. No effect unless the host issue model is on (see the header).
+  void host_sync(TimeNs t);
+  // When the host has issued the last kernel (0 after reset(), and always 0 when host issue is not modelled).
+  TimeNs host_time() const { return host_; }
 
   // Injects BYTES towards chip DST at READY (DST may also be this chip's own switch: its up-link, as the in-switch
   // collectives use it; receive() takes that switch as SRC for the down-link). The first link of the route is the
@@ -260,6 +272,7 @@ class Timeline {
   void fold(const Event& e);   // into sum_; then the event is dropped unless kept (commit())
   void commit();               // folds events_.back() and drops it unless events are kept
   std::vector<TimeNs> free_;
+  TimeNs host_ = 0;  // the host thread's issue clock (Host issue, above)
   // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
   // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.
   std::unordered_map<int, int> slot_;  // topology link id -> slot
