@@ -193,6 +193,7 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.attention_impl = spec.attention_impl;
   c.dropout = spec.dropout;
   c.linear_bias = spec.linear_bias;
+  c.fp8 = spec.fp8;
   return c;
 }
 
@@ -218,6 +219,7 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.attention_impl = c.attention_impl;
   s.dropout = c.dropout;
   s.linear_bias = c.linear_bias;
+  s.fp8 = c.fp8;
   return s;
 }
 
