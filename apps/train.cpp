@@ -41,6 +41,7 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "apps/train_setup.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/registry.h"
 #include "common/config.h"
 #include "common/dir_lock.h"
@@ -404,6 +405,47 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
 
 // The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
+// A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
+void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
+                sharding::RunReport& rep) {
+  sharding::TrainMoe m;
+  const kernels::MoeSpec& spec = c.moe->spec;
+  m.spec = sharding::plans::moe_text(*c.moe);
+  m.total_params = double(models::lm_param_count(c));
+  const kernels::MoeParams one = kernels::moe_params(spec);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.layers; ++l) moe_layers += c.moe_layer(l) ? 1 : 0;
+  m.active_params = m.total_params - double(moe_layers) * (one.total - one.active);
+  m.expert_params_chip = trainer.expert_param_count();
+  // ZeRO over the experts' data-parallel group (dp; ZeRO-3 is not run with ep > 1): parameters P, gradients P,
+  // optimizer state K per weight, the stage's parts divided by dp.
+  const double P = double(runtime::dtype_size(c.dtype)), K = c.dtype == runtime::DType::fp32 ? 8 : 12;
+  const double nd = s.plan.dp;
+  const int z = s.dp.zero;
+  m.expert_state_bytes = m.expert_params_chip * (P / (z >= 3 ? nd : 1) + P / (z >= 2 ? nd : 1) + K / (z >= 1 ? nd : 1));
+  char b[200];
+  std::snprintf(b, sizeof b, "ZeRO stage %d over the experts' dp = %.0f replicas: %g + %g + %g bytes per weight", z, nd,
+                P / (z >= 3 ? nd : 1), P / (z >= 2 ? nd : 1), K / (z >= 1 ? nd : 1));
+  m.expert_state_rule = b;
+  const models::LmConfig& local = trainer.local_config();
+  const double T = double(local.batch * local.seq), ep = s.plan.ep;
+  for (const auto& st : trainer.moe_stats()) {
+    sharding::TrainMoeLayer l;
+    l.layer = st.layer;
+    double sum = 0;
+    for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
+    l.mean_tokens = st.tokens.empty() ? 0 : sum / double(st.tokens.size());
+    l.received_rows = double(st.received);
+    l.aux = st.aux;
+    l.dispatch_bytes = st.dispatch_bytes;
+    l.dispatch_closed_form = T * double(spec.router.top_k) * double(c.hidden) * P * (ep - 1) / ep;
+    l.dispatch_ns = st.dispatch_ns;
+    m.layers.push_back(l);
+  }
+  rep.train.has_moe = true;
+  rep.train.moe = std::move(m);
+}
+
 void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   using namespace sharding::plans;
   const PipelineSchedule& sch = trainer.schedule();
@@ -557,6 +599,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size, f.forward);
   if (s.pp > 1) pipeline_report(*trainer, rep);
+  if (c.moe) moe_report(*trainer, s, c, rep);
   sharding::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},

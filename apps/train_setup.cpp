@@ -81,6 +81,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.plan = plan;
   auto& c = s.model;
   c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
+  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss).
+  if (c.moe) c.moe->spec.capacity.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
   try {
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
@@ -99,6 +101,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
   s.dp.overlap_param_gather = plan.overlap_param_gather;
   s.dp.micro_batch = spec.micro_batch;
+  s.dp.etp = plan.etp;
   s.pp = plan.pp;
   s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
   s.dp.virtual_stages = plan.virtual_stages;
