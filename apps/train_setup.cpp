@@ -136,6 +136,7 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
                   "train.steps (or --steps)");
   sub->add_option("--json", flags->json_path, "also write the report as JSON to this file (run's report fields)");
   sub->add_option("--trace", flags->trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  add_trace_flags(sub, flags->trace, true);
   sub->add_flag("--profile", flags->profile,
                 "add the profile of the last step: the critical path across chips, each op's class and the top "
                 "bottlenecks (docs/PROFILE.md)");

@@ -42,6 +42,7 @@ KernelCost gemm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
       throw std::invalid_argument("gemm_backward: dX " + shape_str(dx->shape()) + " must have X's shape " +
                                   shape_str(x.shape()));
     const auto c = gemm(dy, w, *dx, {.trans_a = false, .trans_b = true});  // [M, N] x [K, N]^T
+    cost.dtype = c.dtype;  // fp8 under an FP8 recipe (kernels/fp8.h)
     cost.flops += c.flops;
     cost.bytes += c.bytes;
   }
@@ -50,6 +51,7 @@ KernelCost gemm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
       throw std::invalid_argument("gemm_backward: dW " + shape_str(dw->shape()) + " must have W's shape " +
                                   shape_str(w.shape()));
     const auto c = gemm(x, dy, *dw, {.trans_a = true, .trans_b = false});  // [M, K]^T x [M, N]
+    cost.dtype = c.dtype;
     cost.flops += c.flops;
     cost.bytes += c.bytes;
   }

@@ -1,5 +1,7 @@
 #include "kernels/gemm.h"
 
+#include "kernels/fp8.h"
+
 #include <cstring>
 #include <string>
 
@@ -28,6 +30,36 @@ runtime::Tensor transposed(const runtime::Tensor& a) {
 
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
 
+namespace {
+
+// Under an active FP8 recipe (kernels/fp8.h): the GEMM runs at fp8, A and B read as one byte per element.
+void apply_fp8_cost(KernelCost& cost, int64_t m, int64_t n, int64_t k, DType c_dtype) {
+  const Fp8Recipe& r = fp8_recipe();
+  if (!r.active()) return;
+  cost.dtype = r.format;
+  cost.bytes = double(m * k + k * n) + double(m * n) * double(runtime::dtype_size(c_dtype));
+}
+
+// The FP8 GEMM's values: A and B quantised and dequantised by the recipe (A in 1 x 128 tiles along K, B in 128 x
+// 128 blocks under block scaling; one scale each under tensor scaling), multiplied in fp32, C rounded once.
+void fp8_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o, int64_t m, int64_t n, int64_t k) {
+  const Fp8Recipe& r = fp8_recipe();
+  const bool block = r.scaling == Fp8Scaling::block;
+  auto fa = a.to_float(), fb = b.to_float();
+  const int64_t lda = a.dim(1), ldb = b.dim(1);
+  fp8_quantize_dequantize(fa.data(), m, k, o.trans_a ? 1 : lda, o.trans_a ? lda : 1, r.format, block ? 1 : 0,
+                          block ? 128 : 0);
+  fp8_quantize_dequantize(fb.data(), k, n, o.trans_b ? 1 : ldb, o.trans_b ? ldb : 1, r.format, block ? 128 : 0,
+                          block ? 128 : 0);
+  std::vector<float> fc(static_cast<size_t>(m * n));
+  cblas_sgemm(CblasRowMajor, o.trans_a ? CblasTrans : CblasNoTrans, o.trans_b ? CblasTrans : CblasNoTrans,
+              blasint(m), blasint(n), blasint(k), 1.0f, fa.data(), blasint(lda), fb.data(), blasint(ldb), 0.0f,
+              fc.data(), blasint(n));
+  for (size_t i = 0; i < fc.size(); ++i) runtime::store_from_float(c.data(), i, c.dtype(), fc[i]);
+}
+
+}  // namespace
+
 KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& o) {
   if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
     throw std::invalid_argument("gemm: A, B, C must be 2-D, got " + runtime::shape_str(a.shape()) + ", " +
@@ -45,8 +77,13 @@ KernelCost gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmOptions& 
   KernelCost cost{"gemm", 2.0 * double(m) * double(n) * double(k),
                   double(m * k + k * n + m * n) * double(runtime::dtype_size(a.dtype())), a.dtype(),
                   sim::KernelShape{sim::KernelClass::gemm, m, n, k, 1}};
+  apply_fp8_cost(cost, m, n, k, c.dtype());
   if (cost_only({&a, &b}, {&c})) return cost;
   if (m == 0 || n == 0) return cost;
+  if (fp8_recipe().active()) {
+    fp8_gemm(a, b, c, o, m, n, k);
+    return cost;
+  }
   const auto ta = o.trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = o.trans_b ? CblasTrans : CblasNoTrans;
   const auto lda = static_cast<blasint>(a.dim(1)), ldb = static_cast<blasint>(b.dim(1));
@@ -76,18 +113,20 @@ KernelCost gemm_rows(const Tensor& a, int64_t a_row0, int64_t rows, const Tensor
   KernelCost cost{"gemm", 2.0 * double(rows) * double(n) * double(k),
                   double(rows * k + k * n + rows * n) * double(runtime::dtype_size(a.dtype())), a.dtype(),
                   sim::KernelShape{sim::KernelClass::gemm, rows, n, k, 1}};
+  apply_fp8_cost(cost, rows, n, k, c.dtype());
   if (cost_only({&a, &b}, {&c})) return cost;
   if (rows == 0 || n == 0) return cost;
-  if (a.dtype() == DType::fp32) {
+  if (a.dtype() == DType::fp32 && !fp8_recipe().active()) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(rows), blasint(n), blasint(k), 1.0f,
                 a.f32() + a_row0 * k, blasint(k), b.f32(), blasint(n), 0.0f, c.f32() + c_row0 * n, blasint(n));
     return cost;
   }
-  // bf16: widen the row block, multiply in fp32, round once (as gemm does).
+  // bf16 (or any dtype under an FP8 recipe): the row block through gemm (widened, multiplied in fp32, rounded once).
+  const size_t es = runtime::dtype_size(a.dtype());
   Tensor ab(a.dtype(), {rows, k}), cb(c.dtype(), {rows, n});
-  std::memcpy(ab.data(), static_cast<const unsigned char*>(a.data()) + static_cast<size_t>(a_row0 * k) * 2, ab.nbytes());
+  std::memcpy(ab.data(), static_cast<const unsigned char*>(a.data()) + static_cast<size_t>(a_row0 * k) * es, ab.nbytes());
   gemm(ab, b, cb);
-  std::memcpy(static_cast<unsigned char*>(c.data()) + static_cast<size_t>(c_row0 * n) * 2, cb.data(), cb.nbytes());
+  std::memcpy(static_cast<unsigned char*>(c.data()) + static_cast<size_t>(c_row0 * n) * es, cb.data(), cb.nbytes());
   return cost;
 }
 

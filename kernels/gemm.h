@@ -4,6 +4,9 @@
 // Dtypes: all three tensors share one dtype. fp32 calls cblas_sgemm directly. bf16 widens A and B to fp32,
 // multiplies with fp32 accumulation and rounds C to bf16 once (what bf16 tensor engines do).
 // Cost: 2·M·N·K FLOPs; bytes = (M·K + K·N + M·N) · element size.
+// FP8: while an FP8 recipe is active (kernels/fp8.h), A and B are quantised by it before the multiply (fp32
+// accumulation, C rounded once to its dtype) and the cost is the FP8 GEMM's: dtype fp8_e4m3/e5m2 (the device's fp8
+// peak), A and B one byte per element. gemm_rows alike.
 // Errors: std::invalid_argument naming the shapes when they do not fit.
 #pragma once
 

@@ -12,6 +12,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/mse_loss.h"
 #include "kernels/norm.h"
@@ -118,6 +119,7 @@ void zero_moe(kernels::MoeWeights& g) {
 // One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
 void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
                    std::vector<kernels::KernelCost>* costs) {
+  const kernels::Fp8Scope fp8(kernels::Fp8Recipe{c.fp8});  // the block's linear layers in FP8 (model.fp8)
   const int64_t N = c.batch * c.seq, T = c.seq;
   const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
@@ -215,6 +217,7 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.attention_impl = spec.attention_impl;
   c.dropout = spec.dropout;
   c.linear_bias = spec.linear_bias;
+  c.fp8 = spec.fp8;
   c.moe = spec.moe;
   return c;
 }
@@ -241,6 +244,7 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.attention_impl = c.attention_impl;
   s.dropout = c.dropout;
   s.linear_bias = c.linear_bias;
+  s.fp8 = c.fp8;
   s.moe = c.moe;
   return s;
 }
@@ -552,6 +556,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
   mark();  // final_norm and head gradients complete
 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
+    const kernels::Fp8Scope fp8(kernels::Fp8Recipe{c.fp8});
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
     LmLayer& G = g.layers[static_cast<size_t>(l)];
     const auto& S = C.layers[static_cast<size_t>(l)];

@@ -64,6 +64,7 @@ struct LmConfig {
   sharding::AttentionImpl attention_impl = sharding::AttentionImpl::flash;
   double dropout = 0;
   bool linear_bias = false;
+  kernels::Fp8Scaling fp8 = kernels::Fp8Scaling::none;  // FP8 GEMMs in the blocks' linear layers (model.fp8)
   bool unfused_attention() const { return attention_impl == sharding::AttentionImpl::unfused; }
   // Rows of the learned position table; 0 = seq. A context-parallel chip's local config holds seq / cp tokens of
   // each sequence but the whole table.

@@ -21,6 +21,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/mse_loss.h"
 #include "kernels/norm.h"
@@ -416,6 +417,7 @@ sharding::plans::PlanContext LmTpTrainer::context(sharding::plans::Chip& chip) {
 }
 
 void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::TimeNs& t) {
+  const kernels::Fp8Scope fp8(fp8_recipe());  // the block's linear layers in FP8 (model.fp8; none: no change)
   const LmLayer& L = work_.layers[size_t(l)];
   sharding::plans::Chip chip{&tl_, t};
   auto ctx = context(chip);
@@ -525,6 +527,8 @@ double LmPendingW::bytes() const {
 void LmTpTrainer::weight_backward(LmPendingW& pw, int micro, sim::TimeNs& t) {
   for (auto& [u, gemms] : pw.units) {
     sharding::plans::Chip chip{&tl_, t};
+    const bool block_unit = u >= 1 && u <= int(local_.layers);  // not the embedding (0) nor the head
+    const kernels::Fp8Scope fp8(block_unit ? fp8_recipe() : kernels::Fp8Recipe{});
     sharding::plans::run_weight_grads(chip, gemms);
     t = chip.t;
     unit_grads_done(u, micro, t, UnitPart::weights);
@@ -585,6 +589,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       block_forward(l, x, C.layers[size_t(l)], t);
     }
     const auto& S = C.layers[size_t(l)];
+    const kernels::Fp8Scope fp8(fp8_recipe());  // the block's backward GEMMs in FP8 (model.fp8)
     for (const auto& k : kernels::block_extras_backward(
              sharding::plans::block_extras(spec_, N, Nr, (hq + 2 * hkv) * d, c.ffn)))  // charged bias/dropout work
       charge(k, t);
@@ -748,15 +753,19 @@ LmDpStepResult LmTpTrainer::step() {
   // Gradient reduction per bucket (the data-parallel unit), each issued when its last unit's gradients are ready;
   // then the squares of the reduced elements this rank counts, summed over the whole mesh.
   double sq = 0;
-  const sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
+  sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
+  charge(data_->grad_norm_cost(), reduced);  // the local sum of squares (multi_tensor_l2norm)
   const auto [norm_sq, normed] = grad_norm_sq(sq, reduced);
   t = std::max(t, normed);
+  tl_.host_sync(normed);  // the host reads the norm back before the clip and the step (clip_grad_norm's .item())
   r.grad_norm = std::sqrt(norm_sq);
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
   finish_step_loss(r, local_loss, *rep_);
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
   charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
+  // FP8: the updated weights cast once for the next step's GEMMs (Transformer Engine caches them over micro-batches).
+  charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), spec_.dtype, fp8_recipe()), t);
   data_->publish(work_refs_, t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();
@@ -793,6 +802,20 @@ std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs 
   double total = 0;
   for (double v : parts) total += v;
   return {total, g.span.end};
+}
+
+kernels::Fp8Recipe LmTpTrainer::fp8_recipe() const {
+  kernels::Fp8Recipe r;
+  r.scaling = spec_.fp8;
+  return r;
+}
+
+double LmTpTrainer::fp8_weight_elements() const {
+  if (spec_.fp8 == kernels::Fp8Scaling::none) return 0;
+  double n = 0;
+  for (const LmLayer& L : work_.layers)
+    for (const Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += double(w->numel());
+  return n;
 }
 
 double LmTpTrainer::local_param_count() const { return data_->param_count(); }

@@ -447,6 +447,10 @@ class LmTpTrainer {
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
   sharding::plans::TokenLayout layout_;  // this chip's token rows of a micro-batch and their global positions
   sharding::ModelSpec spec_;             // the model and the plan as the plan units read them
+  // FP8 (model.fp8): the recipe the block's linear layers run under, and the elements of this chip's block weights
+  // (the once-per-step cast; 0 without FP8).
+  kernels::Fp8Recipe fp8_recipe() const;
+  double fp8_weight_elements() const;
   sharding::ParallelPlan plan_;
   sharding::plans::Comm comm_;           // the plan units' per-collective counts (not reported by train)
   std::vector<sharding::FusedOp> fused_ops_;

@@ -154,7 +154,7 @@ double TrainMemory::formula_total() const {
 }
 
 bool fits_hbm(const RunReport& r) {
-  return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes - r.hbm_reserve_bytes;
+  return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes - r.hbm_reserve_bytes;  // DeviceSpec::usable_hbm_bytes
 }
 
 namespace {
@@ -403,7 +403,7 @@ std::string train_tail_text(const RunReport& r) {
                   t.forward ? ", its forward" : "");
     os << buf;
   }
-  if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  if (!r.trace.empty()) os << "trace      " << escape_control(r.trace) << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
   os << profile_section_text(r);
   std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
   os << buf;
@@ -432,6 +432,7 @@ std::string profile_section_text(const RunReport& r) {
     for (const auto& p : r.plots) s += "  " + escape_control(p) + "\n";
   }
   if (!r.plots_warning.empty()) s += "plots: " + escape_control(r.plots_warning) + "\n";
+  if (!r.trace_note.empty()) s += "trace: " + escape_control(r.trace_note) + "\n";
   return s;
 }
 
@@ -529,6 +530,7 @@ nlohmann::json to_json(const RunReport& r) {
   if (r.profile) j["profile"] = profile_json(*r.profile);
   if (!r.what_if.empty()) j["what_if"] = what_if_json(r.critical.total, r.what_if);
   if (!r.plots.empty() || !r.plots_warning.empty()) j["plots"] = {{"files", r.plots}, {"warning", r.plots_warning}};
+  if (!r.trace_note.empty()) j["trace_note"] = r.trace_note;
   return j;
 }
 

@@ -214,6 +214,7 @@ struct RunReport {
   double resume_relative_error = 0;
   std::string checkpoint;         // path written ("" if none)
   std::string trace;              // Chrome trace written ("" if none)
+  std::string trace_note;         // its events, chips, estimated size and filter, or why it was not written
 
   // Wall clock of this host (seconds).
   double wall_total_s = 0;

@@ -6,6 +6,12 @@ published figure. Run from the repository root after building:
     python3 scripts/validation_table.py            # writes docs/VALIDATION.md
     python3 scripts/validation_table.py --check    # prints the table, writes nothing
     python3 scripts/validation_table.py --jobs=3   # three runs at once
+    SHARDSIM_BIN=/path/to/shardsim python3 scripts/validation_table.py   # another build's binary
+
+Rows: every config at the folder's top level; configs/validation/slow/ and configs whose header has a
+`# cannot_run: why` line are listed under the table with their published figure and why, not run. The family of a
+row is its file name's first part (its source), its device the config's preset; the summary is split by family,
+device and scale, and each family's errors are set beside the other families' (nothing is fitted).
 
 Each config states its source, the published step time (`# published_step_s: X`), what it expresses and what
 it cannot express yet. Simulated numbers are deterministic; the runs take a few minutes on one small host.
@@ -18,7 +24,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "apps", "shardsim")
+BIN = os.environ.get("SHARDSIM_BIN", os.path.join(ROOT, "build", "apps", "shardsim"))  # SHARDSIM_BIN: another build
 CFG_DIR = os.path.join(ROOT, "configs", "validation")
 
 
@@ -32,6 +38,16 @@ def chips_of(text):
     dp = int(re.search(r"^\s+dp:\s*(\d+)", text, re.M).group(1))
     pp = re.search(r"^\s+pp:\s*(\d+)", text, re.M)
     return tp * dp * (int(pp.group(1)) if pp else 1)
+
+
+def family_of(name):
+    """The source a row comes from: the config name's first part (korthikanti22, narayanan21, torchtitan24...)."""
+    return os.path.basename(name).split("_")[0]
+
+
+def device_of(text):
+    m = re.search(r"^device:\s*\{?\s*(?:preset:\s*)?([A-Za-z0-9_]+)", text, re.M)
+    return m.group(1) if m else "?"
 
 
 def run(cfg, chips, extra):
@@ -53,14 +69,23 @@ def main():
     for a in sys.argv[1:]:
         if a.startswith("--jobs="):
             jobs = max(1, int(a.split("=", 1)[1]))
-    tasks = []
-    for name in sorted(os.listdir(CFG_DIR)):
-        if not name.endswith(".yaml"):
-            continue
-        cfg = os.path.join(CFG_DIR, name)
-        with open(cfg) as f:
-            text = f.read()
-        tasks.append((name, cfg, text, chips_of(text)))
+    tasks, skipped = [], []
+    for folder in (CFG_DIR, os.path.join(CFG_DIR, "slow")):
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".yaml"):
+                continue
+            cfg = os.path.join(folder, name)
+            with open(cfg) as f:
+                text = f.read()
+            rel = os.path.relpath(cfg, os.path.join(ROOT, "configs", "validation"))
+            why = header_field(text, "cannot_run")
+            if folder != CFG_DIR and not why:
+                why = "slower to simulate than this table's budget on one small host (configs/validation/slow/)"
+            if why:
+                skipped.append(dict(config="configs/validation/" + rel, family=family_of(name), chips=chips_of(text),
+                                    published=float(header_field(text, "published_step_s")), why=why))
+                continue
+            tasks.append((rel, cfg, text, chips_of(text)))
     # Every row twice (the shaped kernel model, and kernels at peak); --jobs=N runs N of these at once.
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -69,28 +94,60 @@ def main():
         rows = []
         for (name, cfg, text, chips), s, p in zip(tasks, shaped, peak):
             s, p = s.result(), p.result()
-            rows.append(dict(config="configs/validation/" + name, chips=chips,
+            rows.append(dict(config="configs/validation/" + name, chips=chips, family=family_of(name),
+                             device=device_of(text),
                              published=float(header_field(text, "published_step_s")),
                              shaped_s=s["step_ns"] / 1e9, shaped_mfu=s["mfu"],
                              peak_s=p["step_ns"] / 1e9, peak_mfu=p["mfu"],
-                             missing=header_field(text, "Not expressible yet")))
-    lines = ["| config | chips | published s | shardsim s (kernel model) | error | MFU | shardsim s (kernels at peak) | error | not expressible yet |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                             missing=header_field(text, "Assumed") or header_field(text, "Not expressible yet")))
+    lines = ["| config | family | device | chips | published s | shardsim s (kernel model) | error | MFU | shardsim s (kernels at peak) | error | assumed / not expressible |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     errs, errs_peak = [], []
     for r in rows:
         e = (r["shaped_s"] - r["published"]) / r["published"]
         ep = (r["peak_s"] - r["published"]) / r["published"]
+        r["err"] = e
         errs.append(e)
         errs_peak.append(ep)
-        lines.append("| %s | %d | %.2f | %.3f | %+.1f%% | %.1f%% | %.3f | %+.1f%% | %s |" % (
-            r["config"], r["chips"], r["published"], r["shaped_s"], 100 * e, 100 * r["shaped_mfu"], r["peak_s"],
-            100 * ep, r["missing"]))
+        lines.append("| %s | %s | %s | %d | %.2f | %.3f | %+.1f%% | %.1f%% | %.3f | %+.1f%% | %s |" % (
+            r["config"], r["family"], r["device"], r["chips"], r["published"], r["shaped_s"], 100 * e,
+            100 * r["shaped_mfu"], r["peak_s"], 100 * ep, r["missing"]))
+
     def stats(v):
         a = sorted(abs(x) for x in v)
         med = a[len(a) // 2] if len(a) % 2 else 0.5 * (a[len(a) // 2 - 1] + a[len(a) // 2])
         return "median |error| %.1f%%, max |error| %.1f%%, mean signed error %+.1f%%" % (
             100 * med, 100 * max(a), 100 * sum(v) / len(v))
+
+    def scale(chips):
+        return "1-8 chips" if chips <= 8 else "9-128 chips" if chips <= 128 else "129-1024 chips" if chips <= 1024 \
+            else "over 1024 chips"
+
+    def split(title, key):
+        out = ["", "| %s | rows | kernel model |" % title, "|---|---:|---|"]
+        groups = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r["err"])
+        for g in sorted(groups):
+            out.append("| %s | %d | %s |" % (g, len(groups[g]), stats(groups[g])))
+        return out
+
     table = "\n".join(lines) + "\n\nKernel model: " + stats(errs) + ". Kernels at peak: " + stats(errs_peak) + ".\n"
+    by = split("family", lambda r: r["family"]) + split("device", lambda r: r["device"]) + \
+        split("scale", lambda r: scale(r["chips"]))
+    # Leave one family out: nothing is fitted, so this only sets each family's errors beside the others'.
+    loo = ["", "| family left out | its rows | its errors | the other families' errors |", "|---|---:|---|---|"]
+    fams = sorted({r["family"] for r in rows})
+    for f in fams:
+        inside = [r["err"] for r in rows if r["family"] == f]
+        rest = [r["err"] for r in rows if r["family"] != f]
+        loo.append("| %s | %d | %s | %s |" % (f, len(inside), stats(inside), stats(rest) if rest else "(none)"))
+    table += "\n".join(by) + "\n\nLeave one family out (nothing is fitted: each family's errors beside the others'):\n" + \
+        "\n".join(loo) + "\n"
+    if skipped:
+        table += "\nNot run (listed, not dropped):\n\n| config | family | chips | published s | why not |\n|---|---|---:|---:|---|\n"
+        for r in skipped:
+            table += "| %s | %s | %d | %.2f | %s |\n" % (r["config"], r["family"], r["chips"], r["published"], r["why"])
     if check:
         print(table)
         return

@@ -147,8 +147,15 @@ void parse_megatron_keys(const ConfigNode& m, ModelSpec& s, SpecUse use) {
     if (s.dropout >= 1) m.child("dropout").fail(w + "dropout: a probability in [0, 1)");
   }
   s.linear_bias = m.get_bool("linear_bias", false);
+  if (m.has("fp8")) {
+    try {
+      s.fp8 = kernels::parse_fp8_scaling(m.get_string("fp8"));
+    } catch (const std::invalid_argument& e) {
+      m.child("fp8").fail(w + "fp8: " + e.what());
+    }
+  }
   if (use != SpecUse::train)
-    for (const char* k : {"attention_impl", "dropout", "linear_bias"})
+    for (const char* k : {"attention_impl", "dropout", "linear_bias", "fp8"})
       if (m.has(k)) not_implemented(m.child(k), w + k, use);
 }
 

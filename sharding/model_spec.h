@@ -63,6 +63,7 @@
 
 #include "common/config.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/moe_mlp.h"
 #include "kernels/optimizer.h"
 #include "runtime/dtype.h"
@@ -103,6 +104,10 @@ struct ModelSpec {
   AttentionImpl attention_impl = AttentionImpl::flash;
   double dropout = 0;
   bool linear_bias = false;
+  // Train only: FP8 GEMMs (kernels/fp8.h): none | tensor (per-tensor current scaling) | block (DeepSeek-V3's 1 x 128
+  // / 128 x 128 scaling), E4M3 for every operand; the block's linear layers only (the attention core, the LM head,
+  // the embedding, norms and the loss stay in model.dtype, as Transformer Engine's and Megatron-LM's FP8 runs keep them).
+  kernels::Fp8Scaling fp8 = kernels::Fp8Scaling::none;
   runtime::DType dtype = runtime::DType::fp32;
   uint64_t seed = 1;
   // model.moe (train only): the mixture-of-experts MLP of the layers it names (kernels/moe_mlp.h, MoeConfig;
@@ -217,7 +222,7 @@ inline constexpr std::string_view kModelKeys[] = {
     "kind",     "model",      "vocab",     "hidden",   "layers",     "heads", "kv_heads", "head_dim",
     "ffn",      "seq",        "tokens",    "batch",    "micro_batch", "causal", "position", "rope",
     "rope_theta", "norm",     "norm_eps",  "mlp",      "activation", "tied_embeddings", "attention", "dtype",
-    "seed",     "attention_impl", "dropout", "linear_bias", "moe"};
+    "seed",     "attention_impl", "dropout", "linear_bias", "moe", "fp8"};
 // The parallel: section's keys: every key of every plan unit of the plan registry (sharding/plans/registry.h).
 std::span<const std::string_view> parallel_keys();
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",

@@ -130,7 +130,7 @@ std::string device_figure_obstacle(std::string_view key, double value) {
     return range(DeviceBounds::min_tflops, DeviceBounds::max_tflops, key == "peak_tflops_int8" ? "TOPS" : "TFLOP/s");
   if (key == "hbm_gbps") return range(DeviceBounds::min_hbm_gbps, DeviceBounds::max_hbm_gbps, "GB/s");
   if (key == "hbm_gib") return range(DeviceBounds::min_hbm_gib, DeviceBounds::max_hbm_gib, "GiB");
-  if (key == "launch_overhead_ns") return range(0, DeviceBounds::max_launch_ns, "ns");
+  if (key == "launch_overhead_ns" || key == "host_launch_ns") return range(0, DeviceBounds::max_launch_ns, "ns");
   if (key == "hbm_reserve_gib") return range(0, DeviceBounds::max_hbm_gib, "GiB");
   return "";
 }
@@ -164,6 +164,13 @@ DeviceSpec load_device(const ConfigNode& node) {
   };
   for (const auto& [key, field] : positive) bounded(key, field);
   bounded("launch_overhead_ns", &d.launch_overhead_ns);
+  bounded("host_launch_ns", &d.host_launch_ns);
+  if (node.has("launch_mode")) {
+    const std::string m = node.get_string("launch_mode");
+    if (m != "eager" && m != "cuda_graph")
+      node.child("launch_mode").fail("device.launch_mode: must be eager or cuda_graph (got '" + m + "')");
+    d.cuda_graph = m == "cuda_graph";
+  }
   if (!node.has("hbm_reserve_gib")) d.hbm_reserve_gib = std::min(d.hbm_reserve_gib, d.hbm_gib / 2);  // tiny devices
   bounded("hbm_reserve_gib", &d.hbm_reserve_gib);
   if (node.has("hbm_reserve_gib") && d.hbm_reserve_gib >= d.hbm_gib)
@@ -185,6 +192,10 @@ std::string describe(const DeviceSpec& d) {
   }
   if (!others.empty()) os << " (" << others << ")";
   os << ", HBM " << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
+  if (d.host_launch_ns > 0) {
+    if (d.cuda_graph) os << ", CUDA graph";
+    else os << ", host " << d.host_launch_ns << " ns per kernel (eager)";
+  }
   if (d.kernel.shaped) {
     const auto& k = d.kernel;
     const auto pct = [](double f) { return std::round(f * 1000.0) / 10.0; };

@@ -15,6 +15,8 @@
 //     hbm_gbps: 820
 //     hbm_gib: 32
 //     launch_overhead_ns: 2000
+//     launch_mode: eager       # eager | cuda_graph: how the host issues kernels (see host_launch_ns)
+//     host_launch_ns: 5000     # eager: host (framework + driver) time to issue one kernel; 0: not modelled
 //     kernel_model: shaped     # peak | shaped (sim/kernel_model.h); the keys below tune the shaped model
 //     compute_units: 108       # SMs / cores the tiles of a kernel spread over (integer >= 1)
 //     gemm_tile_m: 128         # a GEMM's output tile (elements, >= 16)
@@ -99,7 +101,13 @@ struct DeviceSpec {
   double peak_tflops_int8 = 0;  // TOPS; 0: the fp8 rate (and so on)
   double hbm_gbps = 0;
   double hbm_gib = 0;
-  double launch_overhead_ns = 0;
+  double launch_overhead_ns = 0;  // device side: added to every kernel (the gap between back-to-back kernels)
+  // How the host issues kernels (sim/timeline.h, "Host issue"): eager, one host call of host_launch_ns per kernel
+  // (a kernel cannot start before the host has issued it; the host runs ahead of the device except at
+  // synchronisations), or cuda_graph, the step's kernels replayed from a captured graph (no per-kernel host time).
+  // host_launch_ns 0: the host is never the bottleneck (the model before this key existed).
+  bool cuda_graph = false;
+  double host_launch_ns = 0;
   // HBM a training framework cannot give to the model's state and activations (the CUDA/Neuron context, the
   // communication library's buffers, the allocator's fragmentation): "fits" means at most hbm_gib minus this.
   // Assumption: 1 GiB (PyTorch's CUDA context alone takes about 0.5 GiB on an H100; vLLM keeps 10 % by default).
@@ -116,6 +124,9 @@ struct DeviceSpec {
   double peak_flops_per_ns(Precision p) const { return peak_tflops(p) * 1e3; }  // FLOP per simulated ns
   double hbm_bytes() const { return hbm_gib * 1073741824.0; }
   double hbm_reserve_bytes() const { return hbm_reserve_gib * 1073741824.0; }
+  // What a run may allocate (run's simulated memory and train's "fits" use this one rule; docs/CONFIG.md): the
+  // capacity less the reserve.
+  double usable_hbm_bytes() const { return hbm_bytes() - hbm_reserve_bytes(); }
 };
 
 // Bounds of a device's figures (docs/CONFIG.md, Bounds): far outside every published chip (the largest peak,
@@ -127,8 +138,8 @@ struct DeviceBounds {
   static constexpr double min_hbm_gib = 1.0 / 1048576, max_hbm_gib = 1e6;  // 1 KiB .. about 1 PiB
   static constexpr double max_launch_ns = 1e9;                      // 1 s per kernel launch
 };
-// "" when VALUE is a valid figure for device key KEY (a peak_tflops_*, hbm_gbps, hbm_gib, launch_overhead_ns or
-// hbm_reserve_gib), else why not ("must be between 0.001 and 1e+06 TFLOP/s (got 1e-300)"); other keys: "".
+// "" when VALUE is a valid figure for device key KEY (a peak_tflops_*, hbm_gbps, hbm_gib, launch_overhead_ns,
+// host_launch_ns or hbm_reserve_gib), else why not ("must be between 0.001 and 1e+06 TFLOP/s (got 1e-300)"); other keys: "".
 // The one check of load_device and of --what-if's device changes.
 std::string device_figure_obstacle(std::string_view key, double value);
 
@@ -138,12 +149,13 @@ DeviceSpec load_device(const ConfigNode& node);
 // The keys a device: section accepts (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp checks).
 inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
-    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "hbm_reserve_gib", "launch_overhead_ns", "kernel_model",
+    "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "hbm_reserve_gib", "launch_overhead_ns",
+    "launch_mode", "host_launch_ns", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
     "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
     "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
-// launch 2000 ns"; the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
+// launch 2000 ns" (", host 5000 ns per kernel (eager)" or ", CUDA graph" when a host issue time is set); the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
 // "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256"; a systolic tensor engine
 // says "; kernels shaped (systolic 128x128 array, moving tile 512): ..."; a peak
 // one "; kernels at peak (no kernel model: every kernel at the roofline)".

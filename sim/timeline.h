@@ -26,6 +26,13 @@
 //   flows, its own included, are in k_l) and, on the receive side, waits only for bookings of earlier exchanges;
 //   what it leaves busy is applied at end_step(). A step where no two senders meet changes nothing, bit for bit.
 //
+// Host issue (DeviceSpec::host_launch_ns, eager launch mode): the chip's host thread issues its kernels in program
+// order, host_launch_ns each, running ahead of the device; a kernel starts no earlier than the host has issued it:
+// start = max(ready, compute engine free, host issue end). So kernels shorter than host_launch_ns leave the device
+// idle between them (a launch-bound step), longer ones hide the host entirely. A host synchronisation (host_sync:
+// a value the host reads back, such as the gradient norm's .item()) makes the host wait for the device. Under
+// cuda_graph, or with host_launch_ns 0, the host never delays a kernel.
+//
 // Simulated time never comes from the host clock: it is advanced only by cost functions and by the
 // timestamps carried in messages (Lamport-style), so it is bit-identical from run to run.
 // Units: ns of simulated time (double).
@@ -133,6 +140,11 @@ class Timeline {
   // model charges it), ready at READY. Returns its span.
   Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                const KernelShape& shape);
+  // The host waits until simulated time T (it reads back a value the device produced at T): the next kernel's
+  // host issue starts no earlier than T. No effect unless the host issue model is on (see the header).
+  void host_sync(TimeNs t);
+  // When the host has issued the last kernel (0 after reset(), and always 0 when host issue is not modelled).
+  TimeNs host_time() const { return host_; }
 
   // Injects BYTES towards chip DST at READY (DST may also be this chip's own switch: its up-link, as the in-switch
   // collectives use it; receive() takes that switch as SRC for the down-link). The first link of the route is the
@@ -173,9 +185,11 @@ class Timeline {
   // Dependency recording (off by default; the profiler and the trace's arrows turn it on): every event gets an id
   // and its producer, and every booked receive becomes an event in receives(). Only bookkeeping: no simulated
   // time changes. Producers are found by the value that bound an op's start: each recorded event's end and each
-  // arrival is entered in a bounded table (kProducerSlots entries, direct-mapped by the time's bits, a newer
-  // entry replacing an older one in its slot), so host memory per chip stays constant; a start whose value was
-  // evicted gets producer 0 (the profiler counts that time as waiting).
+  // arrival is entered in a table keyed by that time (open addressing, grown as it fills: 32 bytes per distinct
+  // time at most, beside the events recording keeps anyway; cleared by reset()), a newer event with the same time
+  // replacing the older one. Nothing is evicted, so every start that some recorded event's end or arrival bound
+  // finds it (a bounded table of 4,096 slots used to evict them in long steps, and the critical path stopped at
+  // the first lost producer: issue 46 kind 13).
   // Test hook: the environment variable SHARDSIM_RECORD_DEPENDENCIES (any value) turns it on for every timeline
   // that records events.
   void set_record_dependencies(bool on);
@@ -197,6 +211,9 @@ class Timeline {
   // order, so every figure is bit-identical with and without kept events (tests/unit/sim_test.cpp). Dependency
   // recording keeps events whatever KEEP says (the trace and the profiler read them).
   void set_keep_events(bool keep) { keep_ = keep; }
+  // Frees the kept events and receives (their memory too); the summary stays, so breakdown(), end_time() and
+  // op_totals() read the same (the trace's gather takes a chip's events this way: models/trace.h).
+  void release_events();
   bool keeps_events() const { return record_ && (keep_ || deps_); }
   // Back to time zero: every engine free, no events (a fresh clock for the next measurement).
   void reset();
@@ -260,6 +277,7 @@ class Timeline {
   void fold(const Event& e);   // into sum_; then the event is dropped unless kept (commit())
   void commit();               // folds events_.back() and drops it unless events are kept
   std::vector<TimeNs> free_;
+  TimeNs host_ = 0;  // the host thread's issue clock (Host issue, above)
   // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
   // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.
   std::unordered_map<int, int> slot_;  // topology link id -> slot
@@ -269,18 +287,19 @@ class Timeline {
   std::unordered_map<int, Route> in_routes_;  // per source chip used (receive side)
   std::vector<Event> events_;
   // Dependency recording (set_record_dependencies).
-  static constexpr size_t kProducerSlots = 4096;
+  static constexpr size_t kProducerSlots = 256;  // the table's first size (a power of two; doubled at half full)
   struct ProducerSlot {
-    TimeNs t = -1;
+    TimeNs t = -1;  // -1: empty (times are >= 0)
     std::uint64_t id = 0;
   };
+  size_t producer_count_ = 0;  // filled slots of producers_
   bool deps_ = false;
   std::uint64_t next_id_ = 0;      // the next id (chip and range bits included)
   std::uint64_t last_send_id_ = 0;
   TimeNs last_send_end_ = -1;
   std::vector<std::uint64_t> last_on_engine_;  // per engine: its last event's id
   std::vector<std::uint64_t> link_last_;       // per slot: this chip's last send over the link
-  std::vector<ProducerSlot> producers_;        // kProducerSlots entries when deps_
+  std::vector<ProducerSlot> producers_;        // open addressing, linear probing; empty until deps_
   std::vector<Event> receives_;
   std::uint64_t new_id();
   int peer_of_receive(int src, std::uint64_t send_id) const;  // see receive()

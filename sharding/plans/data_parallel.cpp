@@ -299,6 +299,12 @@ kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::Ad
   return opt;
 }
 
+kernels::KernelCost DataParallel::grad_norm_cost() const {
+  double n = 0;
+  for (const Bucket& b : buckets_) n += double(config_.zero == 0 ? b.count : b.own_n);
+  return kernels::KernelCost{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_};
+}
+
 void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {
   const bool copy = dtype_ != DType::fp32;
   for (size_t i = 0; i < buckets_.size(); ++i) {

@@ -138,6 +138,11 @@ class DataParallel {
   // AdamW on the owned chunks with the gradients scaled by CLIP; returns the cost of one multi-tensor kernel over
   // all of them (the caller charges it), so the optimizer's time does not depend on the bucket count.
   kernels::KernelCost optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
+  // What the gradient norm's local sum of squares costs: one multi-tensor L2-norm kernel (Apex/Megatron's
+  // multi_tensor_l2norm) reading every reduced gradient element this chip holds (the whole buffer without ZeRO,
+  // the owned chunks with it) once, 2 FLOPs each; vector class. The values themselves are summed by
+  // reduce_gradients; this is only the charge.
+  kernels::KernelCost grad_norm_cost() const;
   // After the optimizer (ended at T): the updated parameters into WORK (stage 0: local copy; 1-2: all_gather per
   // bucket, or with overlap_param_gather at the next step's forward; 3: nothing, gathered before the next use).
   void publish(const TensorRefs& work, sim::TimeNs t);

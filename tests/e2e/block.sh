@@ -78,7 +78,7 @@ expect_exit 2 'badsplit\.yaml:[0-9]+: parallel\.cp_split: only used with context
 make badsp 4 "  sp: true"
 expect_exit 2 'badsp\.yaml:[0-9]+: parallel\.sp: sequence parallelism needs tp > 1' -- shardsim_mpi 4 run badsp.yaml
 make oom 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 0.0001/"
-expect_exit 2 'oom\.yaml:[0-9]+: (model|workload): simulated out of memory on chip 0: needs 0\.000 GiB \(178\.0 KiB\), has 0\.000 GiB \(104\.9 KiB\) \(allocating .weights.' -- shardsim_mpi 4 run oom.yaml
+expect_exit 2 'oom\.yaml:[0-9]+: (model|workload): simulated out of memory on chip 0: needs 0\.000 GiB \(178\.0 KiB\), has 0\.000 GiB \(52\.4 KiB\) \(allocating .weights.' -- shardsim_mpi 4 run oom.yaml
 make hostmem 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 100000/; s/hidden: 128/hidden: 8192/; s/heads: 8/heads: 64/; s/kv_heads: 2/kv_heads: 8/; s/ffn: 344/ffn: 28672/; s/seq: 64/seq: 262144/"
 expect_exit 3 'hostmem\.yaml: needs about [0-9.]+ GiB of host memory \(the 4 ranks. shards and the single-device reference on rank 0\) but this host has [0-9.]+ GiB available' -- shardsim_mpi 4 run hostmem.yaml
 make badnp 4 "  tp: 4"

@@ -1,0 +1,64 @@
+// The host issue model (sim/timeline.h, "Host issue"): kernels start no earlier than the host has issued them in
+// eager mode; long kernels hide the host; a host_sync makes the host wait; cuda_graph and host_launch_ns 0 change
+// nothing.
+#include <gtest/gtest.h>
+
+#include "sim/device_spec.h"
+#include "sim/timeline.h"
+#include "topology/topology.h"
+
+using namespace shardsim;
+
+namespace {
+
+sim::DeviceSpec dev(double host_ns, bool graph) {
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 1;  // 1e3 FLOP per ns
+  d.peak_tflops_bf16 = 1;
+  d.hbm_gbps = 1000;
+  d.hbm_gib = 1;
+  d.launch_overhead_ns = 10;
+  d.host_launch_ns = host_ns;
+  d.cuda_graph = graph;
+  return d;
+}
+
+// N kernels of FLOPS each, back to back (ready at 0): the end of the last.
+double run(const sim::DeviceSpec& d, int n, double flops) {
+  auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 500});
+  sim::Timeline tl(0, topo, d);
+  double end = 0;
+  for (int i = 0; i < n; ++i) end = tl.compute("k", flops, 0, sim::Precision::fp32, 0, {}).end;
+  return end;
+}
+
+}  // namespace
+
+TEST(HostIssue, ShortKernelsAreLaunchBound) {
+  // 100 kernels of 1000 FLOPs: 1 ns of work + 10 ns launch each on the device; the host needs 5000 ns each.
+  EXPECT_DOUBLE_EQ(run(dev(0, false), 100, 1000), 100 * 11.0);
+  EXPECT_DOUBLE_EQ(run(dev(5000, false), 100, 1000), 100 * 5000.0 + 11.0);  // the last starts at 500 us
+}
+
+TEST(HostIssue, LongKernelsHideTheHost) {
+  // 1e7 FLOPs = 10 us per kernel > 5 us of host time: only the first kernel waits for the host.
+  EXPECT_DOUBLE_EQ(run(dev(5000, false), 10, 1e7), 5000.0 + 10 * 10010.0);
+}
+
+TEST(HostIssue, CudaGraphRemovesTheHostCost) {
+  EXPECT_DOUBLE_EQ(run(dev(5000, true), 100, 1000), run(dev(0, false), 100, 1000));
+}
+
+TEST(HostIssue, SyncMakesTheHostWait) {
+  auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 500});
+  sim::Timeline tl(0, topo, dev(5000, false));
+  const double long_end = tl.compute("long", 1e8, 0, sim::Precision::fp32, 0, {}).end;  // 100 us
+  tl.host_sync(long_end);  // the host reads the result back
+  const auto next = tl.compute("next", 1000, 0, sim::Precision::fp32, 0, {});
+  EXPECT_DOUBLE_EQ(next.start, long_end + 5000.0);  // issued only after the sync
+  tl.reset();
+  EXPECT_DOUBLE_EQ(tl.host_time(), 0.0);
+  sim::Timeline graph(0, topo, dev(5000, true));
+  graph.host_sync(1e9);
+  EXPECT_DOUBLE_EQ(graph.compute("k", 1000, 0, sim::Precision::fp32, 0, {}).start, 0.0);
+}
