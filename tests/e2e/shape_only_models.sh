@@ -144,7 +144,8 @@ sed -e 's/^validate:/mode: meta\nvalidate:/' "$CONFIGS/blocks/small_block.yaml" 
 expect_exit 2 'badmode.yaml:[0-9]+.*mode: .meta. \(real \| shape_only\)' -- shardsim_mpi 1 --chips 4 run badmode.yaml
 
 e2e_case "simulated out of memory in shape-only mode (the parse-time replay of every chip's allocations)"
-expect_exit 2 'simulated out of memory on chip 0: needs 401.640 GiB, has 16.000 GiB \(allocating .weights.' -- \
+# has: the usable HBM, hbm_gib less hbm_reserve_gib (the one memory rule of run and train, docs/CONFIG.md).
+expect_exit 2 'simulated out of memory on chip 0: needs 401.640 GiB, has 15.000 GiB \(allocating .weights.' -- \
   shardsim_mpi 1 --chips 4 run "$CONFIGS/blocks/small_block.yaml" --set model.hidden=16384 --set model.ffn=53248 \
   --set model.layers=126 --shape-only
 
