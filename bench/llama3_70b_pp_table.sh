@@ -2,7 +2,7 @@
 # docs/performance/training.md's Llama-3-70B 256-chip pipeline table (and README's subset), point by point with
 # `train`: the 28 plans of configs/sweeps/llama3_70b_pp.yaml that run, on its two topologies, each one folded
 # shape-only step of configs/models/llama3_70b_train_256.yaml (a few seconds a point on a 2-core host; the sweep's
-# own points give the same simulated figures but do not fold, docs/performance/fold.md).
+# points give the same simulated figures, this prints them as the table's rows and the prose's splits).
 #   bash bench/llama3_70b_pp_table.sh [SHARDSIM_BINARY [OUT_DIR]] > table.md
 # Prints the table's markdown rows (plan, m, then step ms, tokens/s, MFU and bubble on the 4x4-torus nodes and on
 # the DGX nodes, GiB per chip); OUT_DIR (default: a temporary directory) keeps every point's --json report and
