@@ -154,6 +154,9 @@ struct LmDpConfig {
   // all_gather overlapped with the next step's forward.
   std::optional<bool> overlap_grad_reduce{};
   bool overlap_param_gather = false;
+  // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
+  // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
+  bool forward_only = false;
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
@@ -247,6 +250,17 @@ class LmTpTrainer {
   // R.loss is the global mean loss (as step()'s), R.grad_norm 0, R.breakdown this chip's simulated forward; the
   // weights and steps_done() are unchanged.
   LmDpStepResult forward_step();
+  // The forward mode's output of a block stack (vocab 0, real data; empty otherwise): this chip's residual-stream
+  // rows after its last virtual stage, every micro-batch in order, ROWS their global ids in the step's batch
+  // (sequence b's token i is row b·seq + i) and OUT [rows, hidden] in the compute dtype; OWNER: these rows are the
+  // model's output (the last model stage; with sp each tp rank's rows, else tp rank 0's). Every chip holds the same
+  // row count (models/lm_validate.h gathers them).
+  struct ForwardOutput {
+    std::vector<int64_t> rows;
+    runtime::Tensor out;
+    bool owner = false;
+  };
+  const ForwardOutput& forward_output() const { return forward_out_; }
   // Whole fp32 masters (all_gather over dp at stages 1-3, then over tp; collective).
   LmWeights gather_master();
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
@@ -270,6 +284,10 @@ class LmTpTrainer {
   // Every stage's summary of the last step (collective over the mesh; host-side, not simulated).
   std::vector<LmStageSummary> pipeline_summary();
   int buckets() const { return data_->buckets(); }
+  // The last step's per-collective record and fused ops of this chip (the plan units', sharding/plans/block_ops.h):
+  // the report's tables (models/report.h, gather_chip_figures).
+  const sharding::plans::Comm& comm() const { return comm_; }
+  const std::vector<sharding::FusedOp>& fused_ops() const { return fused_ops_; }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
   // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (sharding/plans/data_parallel.h)
@@ -281,6 +299,8 @@ class LmTpTrainer {
 
   enum class Split { replicate, rows, cols };
   static Split split_of(const std::string& name);
+  // NAME is a KV projection (wk, wv) whose heads are replicated over tp (tp above kv_heads: the forward mode).
+  bool replicated_kv(const std::string& name) const;
 
  private:
   runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
@@ -371,6 +391,7 @@ class LmTpTrainer {
   bool ulysses_ = false;
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
+  int kv_rep_ = 1;      // tp ranks per KV head: > 1 when tp is above kv_heads (each holds its group's head)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1, pp_rank_ = 0, pp_size_ = 1;
   sharding::plans::PipelineSchedule schedule_;
   std::vector<int64_t> layer_global_;          // global index of each local layer
@@ -382,7 +403,7 @@ class LmTpTrainer {
   sharding::plans::TokenLayout layout_;  // this chip's token rows of a micro-batch and their global positions
   sharding::ModelSpec spec_;             // the model and the plan as the plan units read them
   sharding::ParallelPlan plan_;
-  sharding::plans::Comm comm_;           // the plan units' per-collective counts (not reported by train)
+  sharding::plans::Comm comm_;           // the plan units' per-collective counts of the last step
   std::vector<sharding::FusedOp> fused_ops_;
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
@@ -396,6 +417,8 @@ class LmTpTrainer {
   std::vector<std::vector<UnitGrad>> unit_grads_;  // per unit
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
+  ForwardOutput forward_out_;  // forward_step's output rows (vocab 0, real data)
+  void keep_output(int micro, const runtime::Tensor& x, bool last_stage);
   runtime::Tensor dhead_;  // tied embeddings: the head use's gradient [h, V/T], added into embed's at unit 0
 };
 
