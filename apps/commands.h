@@ -27,9 +27,16 @@ Command add_sweep(CLI::App& app, const runtime::World& world);  // sweep.cpp
 Command add_calibrate(CLI::App& app, const runtime::World& world);  // calibrate.cpp
 Command add_train(CLI::App& app, const runtime::World& world);  // train.cpp
 // The fold of `train` ARGS (the whole command line) on CHIPS chips and RANKS MPI ranks (docs/performance/fold.md):
-// replicas > 1 where every data-parallel replica provably runs the same program at the same simulated times, else
-// none. Decided before any chip starts (main); never throws.
-runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks);
+// SPEC.on() where every data-parallel replica provably runs the same program at the same simulated times, else
+// WHY_NOT (one line, for a train command that is not folded). Decided before any chip starts (main); never throws.
+// The plan's collectives over the replicas are decided next, when the trainer is built (before its first step).
+struct FoldDecision {
+  runtime::FoldSpec spec;
+  std::string why_not;    // why a train run is not folded ("" when it is, or for other commands)
+  bool on = false;        // fold: on (and not --no-fold): not folding is an error, never a silent full run
+  bool expected = false;  // a shape-only run with replicas that auto leaves unfolded: main says why in one note
+};
+FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks);
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 Command add_import(CLI::App& app, const runtime::World& world);  // interop.cpp: import hf|megatron|torchtitan
 Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp: export megatron|torchtitan

@@ -184,6 +184,12 @@ constexpr long kMaxChipsPerRank = 4096;
 // The most chips of a folded run on one rank (of which only one data-parallel replica runs; the rest is mirrored).
 constexpr long kMaxFoldedChips = 262144;
 
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+
 // --chips-per-rank K / --chips N (anywhere on the command line): how many chips each rank hosts
 // (runtime/chips.h). Taken out of ARGS before the command line is parsed, because the chips must exist before
 // the command runs on each of them. Returns K, or -1 after rank 0 printed why the flags are bad.
@@ -305,7 +311,29 @@ int main(int argc, char** argv) {
   // exceed the per-rank limit there: the limit applies to the chips that run.
   std::vector<std::string> probe = args;
   const int k_all = take_chip_flags(probe, ranks, -1, kMaxFoldedChips);
-  runtime::FoldSpec fold = k_all > 1 ? apps::train_fold(probe, k_all * ranks, ranks) : runtime::FoldSpec{};
+  const apps::FoldDecision decided = k_all >= 1 ? apps::train_fold(probe, k_all * ranks, ranks) : apps::FoldDecision{};
+  runtime::FoldSpec fold = decided.spec;
+  const long chips_all = static_cast<long>(k_all) * ranks;
+  // Decided before any chip starts: fold: on that cannot fold is refused, as is a run past the chips one rank may
+  // host unfolded; auto says in one note why a shape-only run with replicas is simulated in full.
+  if (!fold.on() && !decided.why_not.empty() && (decided.on || decided.expected)) {
+    const std::string why = escape_control(decided.why_not);
+    const std::string cost = "simulating all " + std::to_string(chips_all) + " chips needs at least " +
+                             gib(runtime::chip_host_bytes(static_cast<int>(std::min<long>(chips_all, 1L << 30)))) +
+                             " of host memory and every chip's events";
+    if (decided.on || k_all > kMaxChipsPerRank) {
+      const std::string tail = k_all > kMaxChipsPerRank ? ", past the " + std::to_string(kMaxChipsPerRank) +
+                                                              " chips one rank may host: use more ranks or fewer chips"
+                                                        : std::string(", fold: auto or off runs it");
+      if (world_rank == 0)
+        std::fprintf(stderr, "shardsim: error: fold: %s: this run does not fold: %s (%s%s; docs/performance/fold.md)\n",
+                     decided.on ? "on" : "auto", why.c_str(), cost.c_str(), tail.c_str());
+      return kExitBadInput;
+    }
+    if (world_rank == 0)
+      std::fprintf(stderr, "shardsim: note: fold: auto simulates every chip: %s (%s; docs/performance/fold.md)\n",
+                   why.c_str(), cost.c_str());
+  }
   // fold: auto past the chips one rank may host unfolded: no fallback is possible, so a break ends the run with
   // exit 3 naming it (as fold: on), not after a second start that the chip limit refuses.
   if (fold.fallback && k_all > kMaxChipsPerRank) fold.fallback = false;
@@ -331,8 +359,13 @@ int main(int argc, char** argv) {
     }
   }
   if (code == runtime::kFoldFellBack) {  // fold: auto could not prove the replicas identical: every chip runs
-    std::fprintf(stderr, "shardsim: note: fold: auto simulates every chip: %s (docs/performance/fold.md)\n",
-                 escape_control(runtime::chips::fold_fallback_reason()).c_str());
+    const int folded_chips = fold.chips / fold.size * fold.period;
+    std::fprintf(stderr,
+                 "shardsim: note: fold: auto simulates every chip: %s (all %d chips "
+                 "instead of %d: about %dx the folded run's events, at least %s of host memory; "
+                 "docs/performance/fold.md)\n",
+                 escape_control(runtime::chips::fold_fallback_reason()).c_str(), fold.chips, folded_chips,
+                 fold.chips / std::max(1, folded_chips), gib(runtime::chip_host_bytes(fold.chips)).c_str());
     args = args_in;
     k = take_chip_flags(args, ranks, world_rank, kMaxChipsPerRank);
     if (k < 0) return kExitBadInput;

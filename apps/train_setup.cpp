@@ -151,12 +151,21 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
 
 using namespace train_detail;
 
-runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, int ranks) {
+FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks) {
   // Folded only where every replica provably runs the same program at the same simulated times
   // (docs/performance/fold.md): one MPI rank, a shape-only train run of the data-parallel trainer with dp > 1
-  // and no cp axis, nothing that records or compares per-chip events, and a placement whose shift by one
-  // replica is a translation of the topology (sharding::DeviceMesh::replica_shift_check).
-  if (ranks != 1 || chips < 2) return {};
+  // (any cp / Ulysses axis), nothing that records or compares per-chip events, and a placement whose shift by one
+  // replica is a translation of the topology (sharding::DeviceMesh::replica_shift_check). The plan's own
+  // collectives over the replicas (algorithms, chunk sizes) are decided when the trainer is built, before its
+  // first step (sharding/plans/data_parallel.cpp, check_fold).
+  FoldDecision d;
+  std::string mode = "auto";
+  bool shape_only = false;
+  const auto no = [&](const std::string& why, bool expected) {
+    d.why_not = why;
+    d.expected = expected && mode != "off";
+    return d;
+  };
   try {
     CLI::App app;
     app.allow_extras();
@@ -167,25 +176,38 @@ runtime::FoldSpec train_fold(const std::vector<std::string>& args, int chips, in
     std::vector<const char*> argv;
     for (const auto& a : args) argv.push_back(a.c_str());
     app.parse(static_cast<int>(argv.size()), argv.data());
-    if (!sub->parsed()) return {};
-    if (f->no_fold || !f->trace_path.empty() || f->profile || !f->plots_dir.empty() || !f->what_if.empty() ||
-        f->validate || !f->checkpoint.empty() || !f->resume.empty())
-      return {};
+    if (!sub->parsed()) return d;
     const ConfigNode root = train_config(*f);
-    const std::string mode = root.has("fold") ? root.get_string("fold") : "auto";
+    mode = root.has("fold") ? root.get_string("fold") : "auto";
+    if (f->no_fold) mode = "off";  // --no-fold wins over fold: on
+    d.on = mode == "on";
+    if (mode == "off") return d;
+    shape_only = f->shape_only || sharding::load_workload_shape_only(root);
+    if (chips < 2) return no("one chip", false);
     // Before load(): a run that cannot fold builds its topology once.
-    if (mode == "off" || !(f->shape_only || sharding::load_workload_shape_only(root))) return {};
+    if (!shape_only) return no("it moves real data (a folded run is shape-only: --shape-only or mode: shape_only)", false);
     const TrainSetup s = load(*f, chips);
-    if (!s.fold || !s.shape_only || !s.data_parallel || s.cp > 1) return {};
+    if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
-    if (dp < 2 || s.plan.chips() != chips) return {};
+    if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
+    // From here on a shape-only run with replicas: auto says in one note why it is not folded.
+    if (ranks != 1) return no("it runs on " + std::to_string(ranks) + " MPI ranks (a folded run needs one)", true);
+    const char* flag = !f->trace_path.empty() ? "--trace" : f->profile ? "--profile" : !f->plots_dir.empty() ? "--plots"
+                       : !f->what_if.empty()  ? "--what-if" : f->validate ? "--validate" : !f->checkpoint.empty()
+                           ? "--checkpoint" : !f->resume.empty() ? "--resume" : nullptr;
+    if (flag) return no(std::string(flag) + " records or compares every chip's events or data", true);
+    if (s.plan.chips() != chips) return no("the plan's chips differ from --chips", false);
     // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
     const sharding::DeviceMesh mesh = sharding::build_mesh(s.plan, *s.topology);
     const int period = mesh.replica_fold_period("dp", *s.topology);
-    if (period < 1) return {};
-    return runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
+    if (period < 1)
+      return no("shifting the data-parallel replicas is not a symmetry of the topology: " +
+                    mesh.replica_shift_check("dp", 1, *s.topology),
+                true);
+    d.spec = runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
+    return d;
   } catch (...) {
-    return {};  // the unfolded run reports whatever is wrong
+    return no("the configuration does not load (the unfolded run says why)", false);
   }
 }
 }  // namespace shardsim::apps

@@ -217,17 +217,39 @@ Choice choose_algorithm(Collective c, const CollectiveOptions& options, const ru
 
 }  // namespace
 
+namespace {
+bool fold_symmetric(const std::string& algorithm) { return algorithm == "ring" || algorithm == "bidir_ring"; }
+}  // namespace
+
+std::string fold_algorithm_reason(Collective c, const std::string& algorithm) {
+  return collective_name(c) + ": " + algorithm + " over data-parallel replicas (only ring and bidir_ring are "
+         "symmetric under the replica shift; parallel.algorithm: ring keeps the run folded)";
+}
+
+std::string fold_chunks_reason(const std::string& name, size_t count, int parts) {
+  return name + ": chunks of different sizes over data-parallel replicas (" + std::to_string(count) +
+         " elements over " + std::to_string(parts) + " ranks)";
+}
+
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   Choice ch = choose_algorithm(c, options, tp, bytes);
   // A folded run (docs/performance/fold.md) is exact only where a collective over a group of simulated and
   // mirrored chips runs the same program on every member up to a rotation of the group's ranks: the one-way and
   // the bidirectional ring (neighbours r +- 1; their chunks must be equal too: registry.cpp). Any other algorithm
   // there (a tree's root, XOR partners, Walecki's cycles, grid or rail orders) ends the folded attempt, even where
-  // the router's checks would not see the difference.
-  if (ch.algorithm != "ring" && ch.algorithm != "bidir_ring" && tp.spans_mirrored())
-    runtime::chips::fold_broken(collective_name(c) + ": " + ch.algorithm + " over data-parallel replicas (only ring "
-                                "and bidir_ring are symmetric under the replica shift)");
+  // the router's checks would not see the difference. fold_obstacle decides the plan's own calls before the run.
+  if (!fold_symmetric(ch.algorithm) && tp.spans_mirrored())
+    runtime::chips::fold_broken(fold_algorithm_reason(c, ch.algorithm));
   return ch;
+}
+
+std::string fold_obstacle(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, size_t count,
+                          DType dtype, const std::string& name) {
+  if (tp.size() < 2 || !tp.spans_mirrored()) return "";
+  const Choice ch = choose_algorithm(c, options, tp, static_cast<double>(count * runtime::dtype_size(dtype)));
+  if (!fold_symmetric(ch.algorithm)) return fold_algorithm_reason(c, ch.algorithm);
+  if (count % static_cast<size_t>(tp.size()) != 0) return fold_chunks_reason(name, count, tp.size());
+  return "";
 }
 
 namespace {

@@ -96,4 +96,18 @@ struct Choice {
 // Resolves OPTIONS.algorithm for C. Throws UsageError for unknown or inapplicable algorithms.
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes);
 
+// A folded run (docs/performance/fold.md), decided before its first step: why the call C (named NAME on the
+// timeline) of COUNT elements of DTYPE over TP, a group of simulated and mirrored chips, would not run the same
+// program on every member up to a rotation of the group's ranks ("" when it would, or when TP spans no mirrored
+// chip). It would not unless choose() picks ring or bidir_ring for it and its Partition chunks are equal
+// (COUNT a multiple of the group size). The same rule the collectives apply while they run (choose and the
+// rings' chunk check end a folded attempt with the same words), so a plan that passes it before the first step
+// does not break on it later. Throws as choose() does (UsageError for an algorithm that cannot run on TP).
+std::string fold_obstacle(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, size_t count,
+                          DType dtype, const std::string& name);
+// The fold's words for a collective whose algorithm is not symmetric under the replica shift, and for unequal
+// chunks (one message for fold_obstacle and the run-time checks).
+std::string fold_algorithm_reason(Collective c, const std::string& algorithm);
+std::string fold_chunks_reason(const std::string& name, size_t count, int parts);
+
 }  // namespace shardsim::collectives

@@ -50,9 +50,7 @@ std::vector<ring::Cycle> ring_dirs(RingKind k, const runtime::Transport& tp) {
 void check_fold_chunks(const runtime::Transport& tp, const Layout& layout, const std::string& name) {
   const bool even = std::all_of(layout.size.begin(), layout.size.end(), [&](size_t n) { return n == layout.size[0]; });
   if (!even && tp.spans_mirrored())
-    runtime::chips::fold_broken(name + ": chunks of different sizes over data-parallel replicas (" +
-                                std::to_string(layout.total()) + " elements over " +
-                                std::to_string(layout.parts()) + " ranks)");
+    runtime::chips::fold_broken(fold_chunks_reason(name, layout.total(), static_cast<int>(layout.parts())));
 }
 template <RingKind K>
 sim::TimeNs ring_rs(runtime::Transport& tp, void* base, const Layout& layout, DType t, ReduceOp op,

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "collectives/algorithms.h"
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
@@ -23,6 +25,7 @@
 #include "kernels/mse_loss.h"
 #include "kernels/norm.h"
 #include "models/lm_data.h"
+#include "runtime/chips.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/context_parallel.h"
@@ -205,7 +208,18 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     (void)mesh_["cp"];
     // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group), ordered
     // cp-innermost. Gradients are averaged and ZeRO state partitioned over it.
-    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_);
+    // Its (color, key) as a rule of the world rank too, so a folded run can split it over mirrored chips (the
+    // replica shift rotates its members by cp x the fold's period: docs/performance/fold.md).
+    std::array<std::pair<int, int>, 4> ax{};  // (stride, size) of tp, pp, cp, dp: coordinate(q) = q / stride % size
+    const char* names[4] = {"tp", "pp", "cp", "dp"};
+    for (int i = 0; i < 4; ++i)
+      for (const auto& a : mesh.axes())
+        if (a.name == names[i]) ax[size_t(i)] = {a.stride, a.size};
+    const auto co = [ax](int i, int q) { return ax[size_t(i)].second > 0 ? q / ax[size_t(i)].first % ax[size_t(i)].second : 0; };
+    rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_,
+                           [co, tp = tp_size_, cp = cp_size_](int q) {
+                             return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * co(3, q)};
+                           });
   } else {
     rep_ = &mesh_["dp"];
   }
@@ -246,6 +260,19 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
+  if (dp_size_ > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step too
+    collectives::CollectiveOptions o;
+    o.algorithm = grad_norm_gather_algorithm();
+    const std::string why = collectives::fold_obstacle(collectives::Collective::all_gather, o, mesh_["dp"],
+                                                       size_t(dp_size_), DType::fp64, "all_gather.grad_norm");
+    if (!why.empty()) runtime::chips::fold_broken(why);
+  }
+}
+
+std::string LmTpTrainer::grad_norm_gather_algorithm() const {
+  // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes
+  // may pair XOR partners, which a replica shift does not keep). (dp - 1) latencies.
+  return algorithm_ == "auto" ? "ring" : algorithm_;
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }
@@ -770,9 +797,7 @@ std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs 
   if (dp_size_ == 1) return {replica_sq, a.span.end};
   std::vector<double> parts(static_cast<size_t>(dp_size_), 0.0);
   o.name = "all_gather.grad_norm";
-  // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes,
-  // recursive doubling, pairs XOR partners, which a replica shift does not keep). (dp - 1) latencies.
-  if (o.algorithm == "auto") o.algorithm = "ring";
+  o.algorithm = grad_norm_gather_algorithm();
   const auto g = collectives::all_gather(mesh_["dp"], &replica_sq, parts.data(), parts.size(), DType::fp64,
                                          a.span.end, o);
   double total = 0;

@@ -375,6 +375,7 @@ class LmTpTrainer {
   runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
   // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
   // when it is known, from READY.
+  std::string grad_norm_gather_algorithm() const;  // the gradient norm's gather over dp (ring under auto)
   std::pair<double, sim::TimeNs> grad_norm_sq(double sq, sim::TimeNs ready);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;

@@ -6,10 +6,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "collectives/algorithms.h"
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "collectives/types.h"
+#include "runtime/chips.h"
 
 namespace shardsim::sharding::plans {
 
@@ -71,6 +73,25 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   }
   gather_pending_.assign(buckets_.size(), false);
   gather_end_.assign(buckets_.size(), -1);
+  if (size_ > 1 && group_.spans_mirrored()) check_fold();
+}
+
+void DataParallel::check_fold() const {
+  // A folded run (docs/performance/fold.md) decides here, before its first step, whether every replica runs this
+  // plan's calls over the replicas alike: each bucket's reduction and parameter gather (the run-time checks say
+  // the same words if anything slips past this).
+  collectives::CollectiveOptions o;
+  o.algorithm = config_.algorithm;
+  using collectives::Collective;
+  for (const Bucket& b : buckets_) {
+    std::string why =
+        config_.zero == 0
+            ? collectives::fold_obstacle(Collective::all_reduce, o, group_, b.count, dtype_, "all_reduce.grads")
+            : collectives::fold_obstacle(Collective::reduce_scatter, o, group_, b.count, dtype_, "reduce_scatter.grads");
+    if (why.empty() && config_.zero >= 1)
+      why = collectives::fold_obstacle(Collective::all_gather, o, group_, b.count, dtype_, "all_gather.params");
+    if (!why.empty()) runtime::chips::fold_broken(why);
+  }
 }
 
 void DataParallel::pack(const Bucket& b, const TensorRefs& w, Tensor& flat) const {

@@ -144,6 +144,9 @@ class DataParallel {
   const ZeroConfig& config() const { return config_; }
 
  private:
+  // A folded run: fold_broken (runtime/chips.h) before the first step where a bucket's call over the replicas is
+  // not symmetric under the replica shift (collectives::fold_obstacle).
+  void check_fold() const;
   struct Slot {
     size_t index;   // into the parameter list
     int unit;

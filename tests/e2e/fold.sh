@@ -4,8 +4,9 @@
 # rank: the default (fold: auto) folds it and its JSON report equals the unfolded run's byte for byte (the host
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
-# and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
-# --trace) are not folded; fold: with a bad value is exit 2.
+# and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); cp and
+# Ulysses axes fold; --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# --trace) are not folded (auto: one note; fold: on and past 4,096 chips: exit 2, one line); fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Its own knob: lib.sh has already set E2E_TIMEOUT to 60 s (the unfolded 1,024-chip step took longer under load).
@@ -97,13 +98,13 @@ if diff <(grep -Ev '^ *(total|peak RSS)' fallback.stdout) <(grep -Ev '^ *(total|
 else
   fail "the fallback's standard output differs from --no-fold's"
 fi
-expect_exit 3 '^shardsim: error on chip [0-9]+: fold: .*not provably identical' -- \
+expect_exit 3 '^shardsim: error( on chip [0-9]+)?: fold: .*not provably identical' -- \
   shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on
 assert_out_count '^shardsim: error' 1 "fold: on: one error line"
 expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on --no-fold
 assert_out "chips simulated +$n of $n\$" "--no-fold wins over fold: on"
 topo 8192 switch
-expect_exit 3 '^shardsim: error on chip [0-9]+: fold: .*halving_doubling over data-parallel replicas' -- \
+expect_exit 3 '^shardsim: error( on chip [0-9]+)?: fold: .*halving_doubling over data-parallel replicas' -- \
   shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_switch.yaml \
   --set parallel.dp=1024 --set model.batch=2048 --set model.layers=1 --set parallel.algorithm=halving_doubling
 assert_out_count '^shardsim: (note|error)' 1 "beyond 4,096 chips per rank auto cannot fall back: one fold line, exit 3"
@@ -147,13 +148,36 @@ for z in 1 2 3; do
   same_json pad_f$z.json pad_u$z.json "ZeRO $z: folded equals every chip"
 done
 
-e2e_case "not provably symmetric: not folded, even with fold: on"
+e2e_case "cp and Ulysses axes fold (the dp-cp group rotates under the replica shift), byte-identical"
+# TP8 x CP2 fills a 16-chip node, so one replica runs (16 of 64 chips); its gradients are averaged over dp x cp.
+for plan in "parallel.cp=2" "parallel.ulysses=2"; do
+  args=(train step.yaml --topology topo_64_switch.yaml --set parallel.dp=4 --set $plan --set model.batch=8
+        --set model.layers=2)
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --json "cp_f.json" || continue
+  assert_out "chips simulated +16 of 64 \(folded" "$plan: folded (16 of 64 chips run)"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --no-fold --json "cp_u.json" || continue
+  same_json cp_f.json cp_u.json "$plan: folded equals every chip"
+done
+
+e2e_case "not provably symmetric: decided before any chip starts; auto says why, fold: on refuses"
 topo 64 line
-expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_line.yaml --set parallel.dp=8 --set fold=on
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_line.yaml --set parallel.dp=8
 assert_out "chips simulated +64 of 64" "a line outer dimension is not folded"
+assert_out_count '^shardsim: note: fold: auto simulates every chip: shifting the data-parallel replicas is not a symmetry of the topology.*simulating all 64 chips needs at least' 1 \
+  "one note says why and what simulating every chip costs"
+expect_exit 2 '^shardsim: error: fold: on: this run does not fold: shifting the data-parallel replicas' -- \
+  shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_line.yaml --set parallel.dp=8 --set fold=on
+assert_out_count '^shardsim: (error|note)' 1 "fold: on never runs unfolded: one line, exit 2"
+assert_out_count 'sim_step_us' 0 "nothing was simulated"
 topo 64 switch
-expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --set fold=on --trace t.json
-assert_out "chips simulated +64 of 64" "--trace is not folded"
+expect_exit 2 '^shardsim: error: fold: on: this run does not fold: --trace records' -- \
+  shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --set fold=on --trace t.json
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --trace t.json
+assert_out "chips simulated +64 of 64" "--trace is not folded under auto"
+topo 8192 line
+expect_exit 2 '^shardsim: error: fold: auto: this run does not fold: shifting .*past the 4096 chips one rank may host' -- \
+  shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_line.yaml --set parallel.dp=1024 --set model.batch=2048
+assert_out_count '^shardsim: (error|note)' 1 "past the chips one rank may host unfolded: one line, exit 2, before any chip starts"
 
 e2e_case "bad fold: value"
 sed 's/^mode: shape_only/mode: shape_only\nfold: sometimes/' step.yaml > bad.yaml
