@@ -325,6 +325,27 @@ CLI::Validator decimal_integer() {
       "INT");
 }
 
+void add_trace_flags(CLI::App* app, sharding::TraceOptions& t, bool step) {
+  CLI::Option* trace = app->get_option("--trace");
+  app->add_option("--trace-chips", t.chips, "--trace: only these chips, e.g. 0-7,64 (docs/PROFILE.md)")->needs(trace);
+  app->add_option("--trace-axis", t.axis,
+                  "--trace: only the chips of one group of a mesh axis, AXIS or AXIS:CHIP (the group holding CHIP, "
+                  "default 0), e.g. pp = one pipeline's stages")
+      ->needs(trace);
+  app->add_option("--trace-window", t.window,
+                  "--trace: only events overlapping FROM:TO, microseconds of simulated time (either may be left out)")
+      ->needs(trace);
+  if (step)
+    app->add_option("--trace-step", t.step, "--trace: the step to trace (default: the last)")
+        ->check(decimal_integer())
+        ->check(number_at_least(1, false, true))
+        ->needs(trace);
+  app->add_option("--trace-max-mib", t.max_mib,
+                  "--trace: do not write a trace estimated above this many MiB (default 1024; 0: no limit)")
+      ->check(finite_in(0, 1e9, "0 .. 1e9 MiB"))
+      ->needs(trace);
+}
+
 void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov) {
   app->add_option("--topology", ov.topology_file,
                   "topology from this file instead of the config's (a file with a topology: section, e.g. "

@@ -39,10 +39,7 @@ std::string figure(double v) {
 // The preset's kernel rates against the published measurements of TABLE (a path relative to the presets file's
 // folder), then the table's comment lines, which cite each measurement.
 void print_kernel_ceilings(const sim::DevicePreset& p, const std::string& table) {
-  const std::string presets = sim::device_presets_file();
-  const auto slash = presets.find_last_of('/');
-  const std::string path = (slash == std::string::npos ? std::string(".") : presets.substr(0, slash)) + "/" + table;
-  const std::string text = read_input_file(path, 1u << 20, "a kernel table");
+  const std::string text = sim::preset_data_text(table, "a kernel table");
   const auto rows = kernels::parse_kernel_table(text, table);
   std::printf("\nKernel rates against published measurements (`%s`; tests/unit/kernel_tables_test.cpp checks that "
               "`shardsim calibrate --kernels` fed with it reproduces the preset):\n\n"

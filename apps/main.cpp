@@ -393,6 +393,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   run->add_option("--resume", opt.resume_from, "load weights and input from this HDF5 checkpoint");
   run->add_option("--checkpoint", ckpt, "write the checkpoint here (overrides checkpoint.path)");
   run->add_option("--trace", opt.trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  apps::add_trace_flags(run, opt.trace, false);
   run->add_flag("--profile", opt.profile,
                 "add the profile: the critical path across chips, each op's class and the top bottlenecks "
                 "(docs/PROFILE.md)");
@@ -418,6 +419,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   prof->add_option("config", prof_config, "workload YAML of `run` (default: the Llama-2-7B MLP on an 8-chip ring)");
   prof->add_option("--json", prof_json, "also write the report (with its profile section) as JSON to this file");
   prof->add_option("--trace", prof_opt.trace_path, "write a Chrome trace (Perfetto) with arrows and the critical path");
+  apps::add_trace_flags(prof, prof_opt.trace, false);
   prof->add_option("--plots", prof_opt.plots_dir, "write a roofline and a utilisation plot into this directory");
   prof->add_option("--what-if", prof_what_if, "changes to re-simulate, as run's --what-if");
   sharding::ConfigOverrides prof_ov;

@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -40,10 +41,13 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "apps/train_setup.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/registry.h"
 #include "common/config.h"
+#include "common/dir_lock.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "models/lm_checkpoint.h"
 #include "models/lm_data.h"
 #include "models/profile_plots.h"
@@ -155,6 +159,21 @@ class TrainLog {
     world_.agree([&] {
       if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, sharding::to_json(r_).dump(2) + "\n");
     });
+    // One rule with `run` (docs/CONFIG.md, device.hbm_gib): a plan whose state and activations exceed the usable
+    // HBM (hbm_gib less hbm_reserve_gib) is bad input, exit 2, after the report that shows the memory rows.
+    if (r_.train.has_memory && !sharding::fits_hbm(r_)) {
+      if (world_.rank() == 0) {
+        char b[512];
+        std::snprintf(b, sizeof b, "shardsim: error: %s: simulated out of memory: %.4g GiB per chip (state + "
+                      "activations) does not fit the %.4g GiB usable of the device's %.4g GiB HBM (%.4g GiB kept in "
+                      "reserve, device.hbm_reserve_gib); use more chips, ZeRO, recompute or smaller micro-batches\n",
+                      escape_control(r_.config_file).c_str(), r_.train.memory.chip_bytes() / 1073741824.0,
+                      (r_.hbm_capacity_bytes - r_.hbm_reserve_bytes) / 1073741824.0,
+                      r_.hbm_capacity_bytes / 1073741824.0, r_.hbm_reserve_bytes / 1073741824.0);
+        std::fputs(b, stderr);
+      }
+      return kExitBadInput;
+    }
     return r_.ok() ? kExitOk : kExitValidationFailed;
   }
 
@@ -409,6 +428,47 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
 
 // The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
+// A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
+void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
+                sharding::RunReport& rep) {
+  sharding::TrainMoe m;
+  const kernels::MoeSpec& spec = c.moe->spec;
+  m.spec = sharding::plans::moe_text(*c.moe);
+  m.total_params = double(models::lm_param_count(c));
+  const kernels::MoeParams one = kernels::moe_params(spec);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.layers; ++l) moe_layers += c.moe_layer(l) ? 1 : 0;
+  m.active_params = m.total_params - double(moe_layers) * (one.total - one.active);
+  m.expert_params_chip = trainer.expert_param_count();
+  // ZeRO over the experts' data-parallel group (dp; ZeRO-3 is not run with ep > 1): parameters P, gradients P,
+  // optimizer state K per weight, the stage's parts divided by dp.
+  const double P = double(runtime::dtype_size(c.dtype)), K = c.dtype == runtime::DType::fp32 ? 8 : 12;
+  const double nd = s.plan.dp;
+  const int z = s.dp.zero;
+  m.expert_state_bytes = m.expert_params_chip * (P / (z >= 3 ? nd : 1) + P / (z >= 2 ? nd : 1) + K / (z >= 1 ? nd : 1));
+  char b[200];
+  std::snprintf(b, sizeof b, "ZeRO stage %d over the experts' dp = %.0f replicas: %g + %g + %g bytes per weight", z, nd,
+                P / (z >= 3 ? nd : 1), P / (z >= 2 ? nd : 1), K / (z >= 1 ? nd : 1));
+  m.expert_state_rule = b;
+  const models::LmConfig& local = trainer.local_config();
+  const double T = double(local.batch * local.seq), ep = s.plan.ep;
+  for (const auto& st : trainer.moe_stats()) {
+    sharding::TrainMoeLayer l;
+    l.layer = st.layer;
+    double sum = 0;
+    for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
+    l.mean_tokens = st.tokens.empty() ? 0 : sum / double(st.tokens.size());
+    l.received_rows = double(st.received);
+    l.aux = st.aux;
+    l.dispatch_bytes = st.dispatch_bytes;
+    l.dispatch_closed_form = T * double(spec.router.top_k) * double(c.hidden) * P * (ep - 1) / ep;
+    l.dispatch_ns = st.dispatch_ns;
+    m.layers.push_back(l);
+  }
+  rep.train.has_moe = true;
+  rep.train.moe = std::move(m);
+}
+
 void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   using namespace sharding::plans;
   const PipelineSchedule& sch = trainer.schedule();
@@ -461,6 +521,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       throw UsageError(s.config_name + ": " + e.what());
     }
   });
+  world.agree([&] {  // the trace's chips and axis on this mesh, before any step (exit 2)
+    if (!f.trace_path.empty()) (void)sharding::resolve_trace_filter(f.trace, topo, &*mesh);
+  });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
   tl.set_record_dependencies(f.profile || !f.trace_path.empty() || !f.plots_dir.empty());  // bookkeeping only: no simulated time changes
@@ -482,6 +545,15 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
   if (resumed) trainer->restore(*resumed);
+  // --trace-step: the step whose trace is written (default the last; the profile and plots are the last step's).
+  const int64_t trace_step = f.trace.step > 0 ? f.trace.step : s.train.steps;
+  world.agree([&] {
+    const int64_t first = f.forward ? s.train.steps : (resumed ? resumed->step : 0) + 1;
+    if (f.trace.step > 0 && (f.trace.step < first || f.trace.step > s.train.steps))
+      throw UsageError("--trace-step: this run's steps are " + std::to_string(first) + " .. " +
+                       std::to_string(s.train.steps) + " (got " + std::to_string(f.trace.step) + ")");
+  });
+  const double peak_tflops = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype)) / 1e3;
   const int dp_size = n / (s.tp * s.cp * s.pp);
   const std::string mesh_text = s.tp > 1 || s.cp > 1 || s.pp > 1
                                     ? (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) +
@@ -541,6 +613,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       }, std::getenv("SHARDSIM_PROGRESS_S") ? std::max(0.1, std::atof(std::getenv("SHARDSIM_PROGRESS_S"))) : 30.0);
     last = agreed_step(world, step);
     if (world.rank() == 0) runtime::chips::set_progress({}, 0);
+    if (!f.trace_path.empty() && last.step == trace_step && trace_step != s.train.steps)
+      sharding::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
@@ -575,7 +649,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       rep.critical_chip = figs.critical_chip;
     }
   }
-  sharding::profile_and_trace(world, tl, {f.trace_path, f.profile, f.plots_dir, rep.peak_tflops_per_chip},
+  if (c.moe) moe_report(*trainer, s, c, rep);
+  sharding::profile_and_trace(world, tl,
+                              {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
+                               rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
   if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) {
     if (f.forward) {
@@ -622,6 +699,7 @@ std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const Tr
 int run_train(const runtime::World& world, const TrainFlags& f) {
   TrainSetup s;
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
+  std::unique_ptr<FileLock> checkpoint_lock;  // rank 0: the checkpoint file is this run's until it returns
   world.agree([&] {  // config errors: one clean message and exit 2 (a run too large for this host: exit 3)
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
     std::vector<std::pair<std::string, std::string>> outputs;
@@ -666,6 +744,9 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
       throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
                        "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
     check_host_memory(s, world.size(), runtime::node_ranks(), chips_on_host);
+    // Two runs saving to one checkpoint would each rename their saves over it: the second is refused here.
+    if (!f.checkpoint.empty() && world.rank() == 0)
+      checkpoint_lock = std::make_unique<FileLock>(f.checkpoint, "--checkpoint", "train " + f.config);
   });
   if (s.data_parallel) return run_train_dp(world, f, s);
   const auto& c = s.model;

@@ -80,6 +80,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.plan = plan;
   auto& c = s.model;
   c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
+  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss).
+  if (c.moe) c.moe->spec.capacity.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
   try {
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
@@ -99,6 +101,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.overlap_param_gather = plan.overlap_param_gather;
   s.dp.forward_only = f.forward;
   s.dp.micro_batch = spec.micro_batch;
+  s.dp.etp = plan.etp;
   s.pp = plan.pp;
   s.dp.schedule = *sharding::plans::schedule_from_name(plan.schedule);
   s.dp.virtual_stages = plan.virtual_stages;
@@ -132,6 +135,7 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
                   "train.steps (or --steps)");
   sub->add_option("--json", flags->json_path, "also write the report as JSON to this file (run's report fields)");
   sub->add_option("--trace", flags->trace_path, "write a Chrome trace (Perfetto) of the simulated timelines");
+  add_trace_flags(sub, flags->trace, true);
   sub->add_flag("--profile", flags->profile,
                 "add the profile of the last step: the critical path across chips, each op's class and the top "
                 "bottlenecks (docs/PROFILE.md)");

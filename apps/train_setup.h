@@ -13,6 +13,7 @@
 #include "models/lm_train.h"
 #include "models/lm_tp.h"
 #include "models/report.h"
+#include "models/trace_filter.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sim/cost.h"
@@ -34,6 +35,7 @@ struct TrainFlags {
   bool validate = false;   // --validate: compare the losses with the single-device reference
   std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
   std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
+  sharding::TraceOptions trace;  // its filters, step and size limit (models/trace_filter.h)
   bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
   std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,8 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/output_file.h"
+#include "common/text.h"
 
 namespace shardsim {
 
@@ -63,44 +66,94 @@ std::string read_holder(int fd) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// Takes flock(LOCK_EX | LOCK_NB) on the open lock file FD (waiting for a dying holder of this host, up to 10 s).
+// Returns 0, or the errno of the failure; HOLDER gets the holder's text when another process holds it.
+int take(int fd, std::string& holder) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    const pid_t pid = local_holder(read_holder(fd));
+    if (pid <= 0 || !dying(pid) || std::chrono::steady_clock::now() > deadline) break;
+    ::usleep(20 * 1000);
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+  const int err = errno;
+  holder = read_holder(fd);
+  if (holder.empty()) holder = "a process that is starting";
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  return err;
+}
+
+// Writes "pid 123 on host h, since T: HOLDER_TEXT" into the held lock file FD.
+void write_holder(int fd, const std::string& holder_text) {
+  char when[32] = {};
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const std::string text = "pid " + std::to_string(::getpid()) + " on host " + this_host() + ", since " + when +
+                           ": " + holder_text + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    const ssize_t w = ::pwrite(fd, text.data(), text.size(), 0);
+    (void)w;  // the text only helps the message of a second locker
+  }
+}
+
 }  // namespace
 
 DirLock::DirLock(const std::string& dir, const std::string& holder_text) {
   const std::string file = dir + "/.shardsim.lock";
   fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) throw UsageError("output folder " + dir + ": cannot open its lock file " + file + ": " + std::strerror(errno));
-  // A holder of this host that is dying (killed a moment ago) is waited for, up to 10 s; a live one is not.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    const pid_t pid = local_holder(read_holder(fd_));
-    if (pid <= 0 || !dying(pid) || std::chrono::steady_clock::now() > deadline) break;
-    ::usleep(20 * 1000);
-  }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char buf[512] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+  std::string holder;
+  if (const int err = take(fd_, holder)) {
     ::close(fd_);
     fd_ = -1;
     if (err != EWOULDBLOCK)
       throw UsageError("output folder " + dir + ": cannot lock " + file + ": " + std::strerror(err));
-    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("a process that is starting");
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     throw UsageError("output folder " + dir + " is in use by another command (" + holder +
                      "); wait for it to finish or choose another output folder");
   }
-  const std::string host = this_host();
-  char when[32] = {};
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  const std::string text = "pid " + std::to_string(::getpid()) + " on host " + host + ", since " + when + ": " +
-                           holder_text + "\n";
-  if (::ftruncate(fd_, 0) == 0) {
-    const ssize_t w = ::pwrite(fd_, text.data(), text.size(), 0);
-    (void)w;  // the text only helps the message of a second locker
+  write_holder(fd_, holder_text);
+}
+
+FileLock::FileLock(const std::string& target, const std::string& flag, const std::string& holder_text) {
+  const std::string path = resolve_file_output(target, flag);
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  file_ = (slash == std::string::npos ? std::string() : dir) + "." +
+          (slash == std::string::npos ? path : path.substr(slash + 1)) + ".lock";
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(file_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw UsageError(flag + " " + escape_control(target) + ": cannot open the lock file " + escape_control(file_) +
+                       ": " + std::strerror(errno));
+    std::string holder;
+    if (const int err = take(fd_, holder)) {
+      ::close(fd_);
+      fd_ = -1;
+      if (err != EWOULDBLOCK)
+        throw UsageError(flag + " " + escape_control(target) + ": cannot lock " + escape_control(file_) + ": " +
+                         std::strerror(err));
+      throw UsageError(flag + " " + escape_control(target) + " is in use by another command (" +
+                       escape_control(holder) + "); wait for it to finish or choose another file");
+    }
+    // The holder before us may have removed the lock file after we opened it: then ours is no longer the file
+    // the name holds, and a third locker could take the new one. Lock the name again.
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(file_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      break;
+    ::close(fd_);
+    fd_ = -1;
+    if (attempt > 100) throw UsageError(flag + " " + escape_control(target) + ": cannot lock " + escape_control(file_));
   }
+  write_holder(fd_, holder_text);
+}
+
+FileLock::~FileLock() {
+  if (fd_ < 0) return;
+  ::unlink(file_.c_str());  // still held: a locker that opened it re-checks the name after its flock
+  ::close(fd_);
 }
 
 DirLock::~DirLock() {

@@ -25,4 +25,22 @@ class DirLock {
   int fd_ = -1;
 };
 
+// The same lock on one output file (a training checkpoint that several saves replace: two `train --checkpoint X`
+// at once would each rename their own saves over X). FileLock(target, "--checkpoint", "train c.yaml") locks
+// DIR/.NAME.lock beside TARGET (TARGET's directory and file name, after resolve_output: a symlink's target),
+// held until destroyed; the lock file is removed then (a locker re-checks after flock that the name still holds
+// the file it locked, so the removal never lets two hold it). Another holder: UsageError (exit 2) naming FLAG, the
+// file and the holder; a dying holder is waited for as DirLock's.
+class FileLock {
+ public:
+  FileLock(const std::string& target, const std::string& flag, const std::string& holder_text);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  std::string file_;
+  int fd_ = -1;
+};
+
 }  // namespace shardsim

@@ -5,6 +5,7 @@
 #include "models/workload.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/registry.h"
 #include "sim/device_spec.h"
 #include "topology/clos.h"
@@ -18,6 +19,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"run", "run configs, model.kind: transformer_block", kBlockRootKeys},
       {"train config", "train configs", kTrainRootKeys},
       {"model", "run and train configs (sharding/model_spec.h)", kModelKeys},
+      {"model.moe", "train configs (sharding/plans/expert_parallel_config.h)", plans::kMoeKeys},
       {"parallel", "run and train configs (sharding/plans/registry.h)", parallel_keys()},
       {"train", "train configs", kTrainKeys},
       {"validate", "run configs", kValidateKeys},

@@ -30,11 +30,8 @@ struct Dropped {
   std::string why;
 };
 
-// The mixture-of-experts fields of a source, recorded until shardsim expresses MoE layers (DESIGN.md, round 4,
-// "Experts are a plan"). Until then an MoE model imports as its dense skeleton: every MLP is one dense MLP of the
-// family's dense size (intermediate_size), and these fields are listed in the header as not expressible. When MoE
-// lands in the config (kernels/moe_mlp.h's MoeSpec: router experts / top_k / score, expert_ffn, shared_ffn,
-// aux_coef; docs/MOE.md), moe_keys() below is the one place that turns them into model keys.
+// The mixture-of-experts fields of a source (docs/MOE.md), listed in the header; moe_keys() below is the one place
+// that turns them into model.moe keys (kernels/moe_mlp.h's MoeConfig through parse_moe_config).
 struct MoeFields {
   int64_t experts = 0;          // routed experts per MoE layer (num_local_experts / num_experts / n_routed_experts)
   int64_t top_k = 0;            // experts per token (num_experts_per_tok / --moe-router-topk)

@@ -58,7 +58,7 @@ class BlockRun {
         mesh_(cfg.mesh), t_idx_(mesh_.coordinate("tp", rank_)), u_idx_(mesh_.coordinate("cp", rank_)),
         d_idx_(mesh_.coordinate("dp", rank_)), shape_only_(cfg.shape_only || opt.shape_only), real_(!shape_only_),
         tl_(chip_id_, cfg.topology, cfg.device), world_tp_(world, tl_, cfg.topology.placement()),
-        memory_(chip_id_, cfg.device.hbm_bytes()),
+        memory_(chip_id_, cfg.device.usable_hbm_bytes()),
         // This chip's tokens (its cp or Ulysses chunk of the sequence: the rows its GEMMs see).
         layout_(plans::token_layout(T_, 1, p_.cp * p_.ulysses, u_idx_, p_.zigzag && p_.ulysses == 1)),
         activations_(!s_.attention), act_global_{int64_t{p_.dp} * T_, s_.hidden}, act_offset_{int64_t{d_idx_} * T_, 0},
@@ -99,7 +99,7 @@ class BlockRun {
     gather_stats();
     profile_and_trace(world_, tl_,
                       {opt_.trace_path, opt_.profile, opt_.plots_dir,
-                       cfg_.device.peak_tflops(runtime::precision_of(s_.dtype))},
+                       cfg_.device.peak_tflops(runtime::precision_of(s_.dtype)), opt_.trace, &mesh_},
                       rep_);
     if (reader_ && activations_ && reader_->has("activations/output")) compare_resumed_output();
     if (!opt_.checkpoint_path.empty()) save();

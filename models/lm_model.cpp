@@ -92,10 +92,27 @@ void norm_backward(const LmConfig& c, const Tensor& x, const Tensor& w, const Te
                                 : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps));
 }
 
-// The block's charged bias and dropout work (kernels/bias_dropout.h) on one device.
-kernels::BlockExtras block_extras(const LmConfig& c) {
+// The block's charged bias and dropout work (kernels/bias_dropout.h) on one device (a MoE layer: no dense MLP bias).
+kernels::BlockExtras block_extras(const LmConfig& c, bool moe) {
   const int64_t N = c.batch * c.seq;
-  return sharding::plans::block_extras(lm_model_spec(c), N, N, (c.heads + 2 * c.kv_heads) * c.head_dim, c.ffn);
+  return sharding::plans::block_extras(lm_model_spec(c), N, N, (c.heads + 2 * c.kv_heads) * c.head_dim,
+                                       moe ? 0 : c.ffn);
+}
+
+bool is_moe(const LmLayer& L) { return L.moe.router.rank() > 0; }
+
+kernels::MoeCharge moe_charge(std::vector<kernels::KernelCost>* costs) {
+  return kernels::MoeCharge{[costs](const kernels::KernelCost& k) { log_cost(costs, k); }};
+}
+
+// The reference's MoE gradients are overwritten each backward (an expert without tokens gets zeros).
+void zero_moe(kernels::MoeWeights& g) {
+  auto zero = [](Tensor& t) {
+    if (t.rank() > 0 && t.has_storage()) std::fill_n(static_cast<char*>(t.data()), t.nbytes(), char(0));
+  };
+  zero(g.router);
+  for (auto* e : {&g.shared}) zero(e->w_gate), zero(e->w_up), zero(e->w_down);
+  for (auto& e : g.experts) zero(e.w_gate), zero(e.w_up), zero(e.w_down);
 }
 
 // One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
@@ -137,7 +154,10 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
   log_cost(costs, kernels::add_inplace(x, attn));
   S.x_mid = x;
   S.m = norm(c, x, L.mlp_norm, L.mlp_norm_b, costs);
-  if (c.gated()) {
+  if (is_moe(L)) {  // the MoE MLP: every expert on this one device (kernels/moe_mlp.h)
+    const Tensor y = kernels::moe_forward(c.moe->spec, L.moe, S.m, S.moe_ref, moe_charge(costs));
+    log_cost(costs, kernels::add_inplace(x, y));
+  } else if (c.gated()) {
     S.gate = matmul(S.m, L.w_gate, costs);
     S.up = matmul(S.m, L.w_up, costs);
     S.act = S.gate;
@@ -147,9 +167,11 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
     S.act = S.up;
     log_cost(costs, kernels::activation_inplace(S.act, kernels::Activation::gelu));
   }
-  Tensor mlp = matmul(S.act, L.w_down, costs);
-  log_cost(costs, kernels::add_inplace(x, mlp));
-  const auto extras = block_extras(c);
+  if (!is_moe(L)) {
+    Tensor mlp = matmul(S.act, L.w_down, costs);
+    log_cost(costs, kernels::add_inplace(x, mlp));
+  }
+  const auto extras = block_extras(c, is_moe(L));
   for (const auto& k : kernels::block_extras_forward(extras)) log_cost(costs, k);
   S.charged_bytes = kernels::block_extras_activation_bytes(extras);
   if (c.dropout > 0)  // the attention dropout's mask (1 byte) and output per score
@@ -194,6 +216,7 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.attention_impl = spec.attention_impl;
   c.dropout = spec.dropout;
   c.linear_bias = spec.linear_bias;
+  c.moe = spec.moe;
   return c;
 }
 
@@ -220,6 +243,7 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.attention_impl = c.attention_impl;
   s.dropout = c.dropout;
   s.linear_bias = c.linear_bias;
+  s.moe = c.moe;
   return s;
 }
 
@@ -242,11 +266,18 @@ void check_lm_config(const LmConfig& c) {
        "rope_theta and norm_eps must be finite and > 0");
 }
 
+int64_t lm_moe_groups(int64_t batch, int64_t micro_batch, int64_t replicas) {
+  return micro_batch > 0 ? batch / micro_batch : replicas;
+}
+
 namespace {
-// Weights of one block's projections (GEMM operands) and of its norms.
-int64_t block_matmul_params(const LmConfig& c) {
+// Weights of layer L's projections (GEMM operands): a MoE layer's MLP all of them (TOTAL) or its active ones.
+int64_t block_matmul_params(const LmConfig& c, int64_t l, bool total) {
   const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  return c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden + (c.gated() ? 3 : 2) * c.hidden * c.ffn;
+  const int64_t attn = c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden;
+  if (!c.moe_layer(l)) return attn + (c.gated() ? 3 : 2) * c.hidden * c.ffn;
+  const kernels::MoeParams m = kernels::moe_params(c.moe->spec);
+  return attn + static_cast<int64_t>(total ? m.total : m.active);
 }
 int64_t norm_params(const LmConfig& c) { return (c.layernorm() ? 2 : 1) * c.hidden; }
 }  // namespace
@@ -254,10 +285,16 @@ int64_t norm_params(const LmConfig& c) { return (c.layernorm() ? 2 : 1) * c.hidd
 int64_t lm_param_count(const LmConfig& c) {
   const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden +
                          (c.position == sharding::PositionKind::learned ? c.position_rows() * c.hidden : 0);
-  return tables + c.layers * (block_matmul_params(c) + 2 * norm_params(c)) + (c.vocab > 0 ? norm_params(c) : 0);
+  int64_t blocks = 0;
+  for (int64_t l = 0; l < c.layers; ++l) blocks += block_matmul_params(c, l, true) + 2 * norm_params(c);
+  return tables + blocks + (c.vocab > 0 ? norm_params(c) : 0);
 }
 
-int64_t lm_matmul_param_count(const LmConfig& c) { return c.layers * block_matmul_params(c) + c.hidden * c.vocab; }
+int64_t lm_matmul_param_count(const LmConfig& c) {
+  int64_t blocks = 0;
+  for (int64_t l = 0; l < c.layers; ++l) blocks += block_matmul_params(c, l, false);
+  return blocks + c.hidden * c.vocab;
+}
 
 double lm_model_flops_per_token(const LmConfig& c) {
   // Causal attention: a token at position i sees i + 1 keys, (s + 1) / 2 on average; QK^T and PV are 2·d FLOPs per
@@ -279,8 +316,21 @@ std::vector<std::pair<std::string, Tensor*>> LmWeights::named_weights() {
   };
   add("embed", &embed);  // absent without a vocabulary
   add("pos_embed", &pos_embed);
-  for (size_t l = 0; l < layers.size(); ++l)
-    for (auto [n, t] : layers[l].slots()) add("layers." + std::to_string(l) + "." + n, t);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    for (auto [n, t] : layers[l].slots()) add(p + n, t);
+    kernels::MoeWeights& m = layers[l].moe;
+    add(p + "moe.router", &m.router);
+    for (size_t e = 0; e < m.experts.size(); ++e) {
+      const std::string q = p + "moe.expert." + std::to_string(m.first_expert + int64_t(e)) + ".";
+      add(q + "w_gate", &m.experts[e].w_gate);
+      add(q + "w_up", &m.experts[e].w_up);
+      add(q + "w_down", &m.experts[e].w_down);
+    }
+    add(p + "moe.shared.w_gate", &m.shared.w_gate);
+    add(p + "moe.shared.w_up", &m.shared.w_up);
+    add(p + "moe.shared.w_down", &m.shared.w_down);
+  }
   add("final_norm", &final_norm);
   add("final_norm_b", &final_norm_b);
   add("head", &head);
@@ -302,9 +352,27 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
   LmWeights w;
   if (c.vocab > 0) w.embed = f32({c.vocab, h});
   if (c.position == sharding::PositionKind::learned) w.pos_embed = f32({c.position_rows(), h});
-  for (int64_t l = 0; l < c.layers; ++l)
-    w.layers.push_back({f32({h}), bias(), f32({h, qd}), f32({h, kvd}), f32({h, kvd}), f32({qd, h}), f32({h}), bias(),
-                        c.gated() ? f32({h, c.ffn}) : Tensor(), f32({h, c.ffn}), f32({c.ffn, h})});
+  // An MLP of inner size F (a dense MLP, an expert, the shared experts).
+  auto mlp = [&](int64_t f) {
+    return kernels::ExpertWeights{c.gated() ? f32({h, f}) : Tensor(), f32({h, f}), f32({f, h})};
+  };
+  for (int64_t l = 0; l < c.layers; ++l) {
+    LmLayer L;
+    L.attn_norm = f32({h}), L.attn_norm_b = bias(), L.wq = f32({h, qd}), L.wk = f32({h, kvd}), L.wv = f32({h, kvd});
+    L.wo = f32({qd, h}), L.mlp_norm = f32({h}), L.mlp_norm_b = bias();
+    if (!c.moe_layer(l)) {
+      kernels::ExpertWeights d = mlp(c.ffn);
+      L.w_gate = std::move(d.w_gate), L.w_up = std::move(d.w_up), L.w_down = std::move(d.w_down);
+    } else {
+      const kernels::MoeSpec& s = c.moe->spec;
+      L.moe.router = f32({h, s.experts()});
+      L.moe.first_expert = c.expert_first;
+      const int64_t n = c.expert_count < 0 ? s.experts() : c.expert_count;
+      for (int64_t e = c.expert_first; e < c.expert_first + n; ++e) L.moe.experts.push_back(mlp(s.expert_ffn[size_t(e)]));
+      if (s.shared_ffn > 0) L.moe.shared = mlp(s.shared_ffn);
+    }
+    w.layers.push_back(std::move(L));
+  }
   if (c.vocab == 0) return w;  // a block stack: no final norm or head
   w.final_norm = f32({h});
   w.final_norm_b = bias();
@@ -363,9 +431,11 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     log_cost(costs, kernels::embedding_forward(w.pos_embed, pos, 0, c.seq, p));
     log_cost(costs, kernels::add_inplace(x, p));
   }
+  double aux = 0;  // the MoE layers' aux losses (coefficient included)
   for (int64_t l = 0; l < c.layers; ++l) {
     mark();
     forward_block(c, w.layers[static_cast<size_t>(l)], C.layers[static_cast<size_t>(l)], x, pos, costs);
+    aux += C.layers[static_cast<size_t>(l)].moe_ref.aux;
   }
   mark();
   C.x_final = x;
@@ -373,7 +443,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
     double loss = 0;
     log_cost(costs, kernels::mse_loss(x, batch.target, N, loss));
     mark();
-    return loss;
+    return loss + aux;
   }
   C.xf = norm(c, x, w.final_norm, w.final_norm_b, costs);
   Tensor head_t;
@@ -388,7 +458,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   mark();
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
-  return total / static_cast<double>(N);
+  return total / static_cast<double>(N) + aux;
 }
 
 void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
@@ -403,6 +473,22 @@ void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, Lm
   forward_block(c, w.layers[static_cast<size_t>(layer)], S, x, positions(c), costs);
 }
 
+namespace {
+// A MoE layer's kept tensors: the dispatch buffers (permuted, received, combined rows) and the experts' activations.
+double moe_cache_bytes(const LmCache::Layer& L) {
+  double b = 0;
+  auto acts = [&b](const kernels::ExpertActs& a) {
+    for (const auto* v : {&a.gate, &a.up, &a.act})
+      for (const Tensor& t : *v) b += static_cast<double>(t.nbytes());
+  };
+  b += static_cast<double>(L.moe.xr.nbytes() + L.moe.yp.nbytes());
+  acts(L.moe.experts), acts(L.moe.shared);
+  b += static_cast<double>(L.moe_ref.xp.nbytes() + L.moe_ref.yp.nbytes());
+  acts(L.moe_ref.experts), acts(L.moe_ref.shared);
+  return b;
+}
+}  // namespace
+
 double lm_cache_bytes(const LmCache& C, bool recompute) {
   double b = 0, largest = 0;
   for (const auto& L : C.layers) {
@@ -411,7 +497,7 @@ double lm_cache_bytes(const LmCache& C, bool recompute) {
       rest += static_cast<double>(t->nbytes());
     for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
     for (const auto& t : L.probs) rest += static_cast<double>(t.nbytes());
-    rest += L.charged_bytes;
+    rest += L.charged_bytes + moe_cache_bytes(L);
     b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : rest);
     largest = std::max(largest, rest);
   }
@@ -471,11 +557,17 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     const LmLayer& L = w.layers[static_cast<size_t>(l)];
     LmLayer& G = g.layers[static_cast<size_t>(l)];
     const auto& S = C.layers[static_cast<size_t>(l)];
-    for (const auto& k : kernels::block_extras_backward(block_extras(c))) log_cost(costs, k);
+    for (const auto& k : kernels::block_extras_backward(block_extras(c, is_moe(L)))) log_cost(costs, k);
+    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
+    if (is_moe(L)) {  // the MoE MLP; d loss / d aux of each token group = 1 / groups (the loss holds their mean)
+      zero_moe(G.moe);
+      const kernels::MoeSpec& ms = c.moe->spec;
+      dm = kernels::moe_backward(ms, L.moe, S.m, S.moe_ref, dx, 1.0 / double(std::max<int64_t>(ms.capacity.groups, 1)),
+                                 G.moe, moe_charge(costs));
+    } else {
     // MLP branch: x_out = x_mid + act · w_down
     Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
     log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
-    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
     if (c.gated()) {
       log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
       log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
@@ -484,6 +576,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     } else {
       log_cost(costs, kernels::gelu_backward(S.up, dact, dup));
       log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm, &G.w_up));
+    }
     }
     norm_backward(c, S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, &G.mlp_norm_b, costs);
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // dx is now the gradient at x_mid

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +76,23 @@ struct LmConfig {
   // precision: the training loop keeps fp32 master weights and AdamW state, and bf16 compute copies). Per-token
   // statistics (lse, row max, sum-exp, losses) are fp32 either way.
   runtime::DType dtype = runtime::DType::fp32;
+  // Mixture of experts (model.moe; docs/MOE.md): the MLP of every layer moe->is_moe_layer names is the MoE MLP
+  // (kernels/moe_mlp.h) instead of the dense one (its w_gate, w_up, w_down absent). moe->spec.capacity.groups: the
+  // token groups the reference routes apart (capacity and aux loss per group), one per chip and micro-batch of the
+  // plan it checks (lm_moe_groups). The aux loss (coefficient included) is added to the loss, summed over layers.
+  // A trainer's local config holds its chips' experts [expert_first, expert_first + expert_count) (ep) with their
+  // etp shard's inner sizes in moe->spec, and GLOBAL_LAYERS, the model index of each of its layers (pp).
+  std::optional<kernels::MoeConfig> moe;
+  int64_t expert_first = 0, expert_count = -1;  // -1: every expert
+  std::vector<int64_t> global_layers;           // empty: 0 .. layers - 1
+  bool moe_layer(int64_t l) const {
+    return moe && moe->is_moe_layer(global_layers.empty() ? l : global_layers[size_t(l)]);
+  }
 };
+
+// The token groups of a MoE model's reference for a plan whose REPLICAS (dp x ep) chips each route their own
+// micro-batches of MICRO_BATCH sequences (0: one of batch / replicas): batch / micro_batch, or REPLICAS.
+int64_t lm_moe_groups(int64_t batch, int64_t micro_batch, int64_t replicas);
 
 void check_lm_config(const LmConfig& c);
 
@@ -88,10 +105,11 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c);
 // Whether NAME is a layernorm bias ("..._b").
 bool lm_is_norm_bias(const std::string& name);
 
-// Number of weights, all of them (embedding, norms, projections, head).
+// Number of weights, all of them (embedding, norms, projections, head; every expert of a MoE layer).
 int64_t lm_param_count(const LmConfig& c);
 // The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
-// embedding table (a lookup) nor the norm weights. The N of the 6·N·tokens rule (docs/model/training.md, "Model FLOPs and MFU").
+// embedding table (a lookup) nor the norm weights. A MoE layer counts its active parameters (kernels::moe_params:
+// router, shared experts and top_k experts of the mean size): MFU on active parameters. The N of the 6·N·tokens rule (docs/model/training.md, "Model FLOPs and MFU").
 int64_t lm_matmul_param_count(const LmConfig& c);
 // Model FLOPs per token of one training step (forward + backward), PaLM's MFU numerator (Chowdhery et al. 2022,
 // app. B): 6·N + 12·layers·heads·head_dim·seq, N = lm_matmul_param_count. The attention term counts the full
@@ -100,8 +118,11 @@ double lm_model_flops_per_token(const LmConfig& c);
 
 // A weight a variant does not have (attn_norm_b without layernorm, w_gate with mlp: gelu, pos_embed without learned
 // positions, head when tied) is an empty tensor (rank 0) and is left out of named_weights().
+// A MoE layer (LmConfig::moe_layer) has no w_gate, w_up, w_down; MOE holds its router, experts and shared experts,
+// named "layers.L.moe.router", "layers.L.moe.expert.E.w_up" (E the global expert index), "layers.L.moe.shared.w_up".
 struct LmLayer {
   runtime::Tensor attn_norm, attn_norm_b, wq, wk, wv, wo, mlp_norm, mlp_norm_b, w_gate, w_up, w_down;
+  kernels::MoeWeights moe;
   // Every slot in the fixed order (present or not).
   std::vector<std::pair<const char*, runtime::Tensor*>> slots();
 };

@@ -99,8 +99,9 @@ bool LmTpTrainer::replicated_kv(const std::string& name) const {
   return leaf == "wk" || leaf == "wv";
 }
 
-LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name) {
+LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name, bool expert_tp) {
   if (is_norm(name) || name == "pos_embed") return Split::replicate;
+  if (name.find(".moe.") != std::string::npos && (!expert_tp || name.ends_with(".router"))) return Split::replicate;
   if (name == "embed") return Split::rows;
   const auto dot = name.rfind('.');
   const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
@@ -121,16 +122,19 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       fused_(fused), store_(!world.shape_only()) {
   check_lm_config(global);
   for (const auto& a : mesh.axes())
-    if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp" && a.name != "pp")
-      throw std::invalid_argument("parallel: train runs on pp x dp x cp x tp meshes only (got " + mesh.describe() + ")");
+    if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp" && a.name != "pp" && a.name != "ep")
+      throw std::invalid_argument("parallel: train runs on pp x dp x ep x cp x tp meshes only (got " + mesh.describe() + ")");
   tp_size_ = mesh.size("tp");
-  dp_size_ = mesh.size("dp");
+  ep_size_ = mesh.size("ep");
+  etp_ = dp.etp;
+  dp_size_ = mesh.size("dp") * ep_size_;  // ep: for attention and the dense weights one more data-parallel axis
   if (fused_ && (tp_size_ < 2 || (!sp_ && !dp.forward_only)))
     throw std::invalid_argument("parallel.fused: the trainer fuses the sequence-parallel collectives with their GEMMs "
                                 "(all_gather + column-parallel GEMM, GEMM + reduce_scatter); needs tp > 1 and sp: true");
   const int r = world.rank();
   tp_rank_ = mesh.coordinate("tp", r);
-  dp_rank_ = mesh.coordinate("dp", r);
+  ep_rank_ = mesh.coordinate("ep", r);
+  dp_rank_ = ep_rank_ + ep_size_ * mesh.coordinate("dp", r);
   cp_size_ = mesh.size("cp");
   cp_rank_ = mesh.coordinate("cp", r);
   pp_size_ = mesh.size("pp");
@@ -197,6 +201,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     local_.batch = dp.micro_batch;  // the trainer's forward and backward run one micro-batch
   }
   setup_pipeline(global);
+  setup_moe();
   local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
   local_.positions = global.seq;  // the whole learned position table
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
@@ -204,21 +209,21 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   (void)mesh_["dp"];
   (void)mesh_.excluding("dp");  // one replica's chips (the gradient norm's first stage)
   if (pp_size_ > 1) (void)mesh_["pp"];
-  if (cp_size_ > 1) {
-    (void)mesh_["cp"];
-    // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group), ordered
-    // cp-innermost. Gradients are averaged and ZeRO state partitioned over it.
-    // Its (color, key) as a rule of the world rank too, so a folded run can split it over mirrored chips (the
-    // replica shift rotates its members by cp x the fold's period: docs/performance/fold.md).
-    std::array<std::pair<int, int>, 4> ax{};  // (stride, size) of tp, pp, cp, dp: coordinate(q) = q / stride % size
-    const char* names[4] = {"tp", "pp", "cp", "dp"};
-    for (int i = 0; i < 4; ++i)
+  if (cp_size_ > 1 || ep_size_ > 1) {
+    if (cp_size_ > 1) (void)mesh_["cp"];
+    // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group; x ep: dp_rank_),
+    // ordered cp-innermost. Gradients are averaged and ZeRO state partitioned over it. Its (color, key) as a rule
+    // of the world rank too, so a folded run can split it over mirrored chips (the replica shift rotates its members
+    // by cp x ep x the fold's period: docs/performance/fold.md).
+    std::array<std::pair<int, int>, 5> ax{};  // (stride, size) of tp, pp, cp, ep, dp: coordinate(q) = q / stride % size
+    const char* names[5] = {"tp", "pp", "cp", "ep", "dp"};
+    for (int i = 0; i < 5; ++i)
       for (const auto& a : mesh.axes())
         if (a.name == names[i]) ax[size_t(i)] = {a.stride, a.size};
     const auto co = [ax](int i, int q) { return ax[size_t(i)].second > 0 ? q / ax[size_t(i)].first % ax[size_t(i)].second : 0; };
     rep_ = &world.subgroup("lm_tp.dp_cp", tp_rank_ + tp_size_ * pp_rank_, rep_rank_,
-                           [co, tp = tp_size_, cp = cp_size_](int q) {
-                             return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * co(3, q)};
+                           [co, tp = tp_size_, cp = cp_size_, ep = ep_size_](int q) {
+                             return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * (co(3, q) + ep * co(4, q))};
                            });
   } else {
     rep_ = &mesh_["dp"];
@@ -227,8 +232,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   // The block program's description of the model and the plan (sharding/plans/block.h).
   spec_ = lm_model_spec(global);
   plan_.tp = tp_size_;
-  plan_.dp = dp_size_;
+  plan_.dp = mesh.size("dp");
   plan_.pp = pp_size_;
+  plan_.ep = ep_size_;
+  plan_.etp = etp_;
   (ulysses_ ? plan_.ulysses : plan_.cp) = cp_size_;
   plan_.sp = sp_;
   plan_.zigzag = zigzag_;
@@ -254,17 +261,20 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   for (const auto& [name, t] : master.named_weights())
     if (owns(name))
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
-                      split_of(name) != Split::replicate || tp_rank_ == 0});
+                        split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name)});
+  // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
+  const sharding::plans::DpExperts experts{ep_size_ > 1 ? &mesh_["dp"] : nullptr, 1.0 / ep_size_};
   data_ = std::make_unique<sharding::plans::DataParallel>(
       std::move(params), static_cast<int>(local_.layers) + 2,
-      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_);
+      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_,
+      experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
-  if (dp_size_ > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step too
+  if (mesh_.size("dp") > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step
     collectives::CollectiveOptions o;
     o.algorithm = grad_norm_gather_algorithm();
     const std::string why = collectives::fold_obstacle(collectives::Collective::all_gather, o, mesh_["dp"],
-                                                       size_t(dp_size_), DType::fp64, "all_gather.grad_norm");
+                                                       size_t(mesh_.size("dp")), DType::fp64, "all_gather.grad_norm");
     if (!why.empty()) runtime::chips::fold_broken(why);
   }
 }
@@ -284,12 +294,13 @@ void LmTpTrainer::begin_backward(int unit, sim::TimeNs& t) { t = data_->begin_ba
 LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
   LmWeights out = lm_zeros(local_, whole.embed.dtype());
   auto dst = out.named_weights();
-  const auto src = whole.named_weights();
+  std::map<std::string, const Tensor*> src;  // by name: a chip holds a subset of the experts (ep)
+  for (const auto& [name, t] : whole.named_weights()) src[name] = t;
   const size_t es = runtime::dtype_size(whole.embed.dtype());
   for (size_t i = 0; i < dst.size(); ++i) {
-    const Tensor& g = *src[i].second;
+    const Tensor& g = *src.at(dst[i].first);
     Tensor& l = *dst[i].second;
-    switch (split_of(dst[i].first)) {
+    switch (split_of(dst[i].first, etp_ > 1)) {
       case Split::replicate:
         l = g;
         break;
@@ -311,6 +322,7 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
 
 LmWeights LmTpTrainer::gather(const LmWeights& local) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no weights to gather");
+  if (ep_size_ > 1) throw std::invalid_argument("parallel.ep: gathering the sharded experts (checkpoints) is not implemented yet");
   const DType dt = local.embed.dtype();
   LmConfig whole_tp = global_;  // global shapes, this chip's layers
   whole_tp.layers = local_.layers;
@@ -322,7 +334,7 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
   for (size_t i = 0; i < dst.size(); ++i) {
     const Tensor& l = *src[i].second;
     Tensor& g = *dst[i].second;
-    const Split s = split_of(src[i].first);
+    const Split s = split_of(src[i].first, etp_ > 1);
     if (s == Split::replicate) {
       g = l;
       continue;
@@ -427,7 +439,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::Ti
   x = sharding::plans::block_forward(ctx, layout_,
                                      {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm,
                                       global_.gated() ? &L.w_gate : nullptr, &L.w_up, &L.w_down, &L.attn_norm_b,
-                                      &L.mlp_norm_b},
+                                      &L.mlp_norm_b, block_moe(l)},
                                      x, &S);
   t = chip.t;
 }
@@ -461,11 +473,17 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     }
   }
   const int64_t l0 = chunk_first_[size_t(chunk)], l1 = l0 + chunk_len_[size_t(chunk)];
+  double aux = 0;  // this chunk's MoE aux losses: part of the loss on every stage (summed over pp)
   for (int64_t l = l0; l < l1; ++l) {
     begin_forward(int(l) + 1, t);
     block_forward(l, x, C.layers[size_t(l)], t);
+    const auto& m = C.layers[size_t(l)].moe;
+    if (local_.moe_layer(l))
+      moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.local_rows(), m.aux,
+                                              m.dispatch_bytes, m.dispatch_ns};
+    aux += m.aux;
   }
-  if (ms != schedule_.p * schedule_.v - 1) return 0;  // X goes on to the next stage
+  if (ms != schedule_.p * schedule_.v - 1) return aux;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   if (c.vocab == 0) {  // a block stack: the regression loss over this chip's residual rows
@@ -475,7 +493,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     const auto mse = kernels::mse_loss(x, sp_ ? batch.target.rows(tp_rank_ * Nr, Nr) : batch.target, N, loss);
     if (!dp_.forward_only) charge(mse, t);
     if (sp_ && tp_size_ > 1) loss = sum_over_tp(loss);  // each tp rank holds N / tp of the rows
-    return loss;
+    return loss + aux;
   }
   Tensor xf = act({Nr, h});
   charge(c.layernorm() ? kernels::layernorm(x, w.final_norm, w.final_norm_b, xf, c.norm_eps)
@@ -491,8 +509,8 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
                                                       &C.xf)[0]);
   });
   // Vocab-parallel cross-entropy (the tp plan unit, sharding/plans/tensor_parallel.h).
-  return sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets, v0, V,
-                                                       C.row_max, C.sumexp, t);
+  return aux + sharding::plans::vocab_parallel_cross_entropy(mesh_["tp"], tl_, algorithm_, C.logits, batch.targets,
+                                                             v0, V, C.row_max, C.sumexp, t);
 }
 
 void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part) {
@@ -506,7 +524,7 @@ void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<in
                                      sim::TimeNs& t, UnitPart part) {
   const LmConfig& c = local_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;
-  charge(kernels::embedding_backward(dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed), t);
+  charge(kernels::embedding_backward(dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed), t);  // unit 0
   if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
   if (c.position == sharding::PositionKind::learned)  // every row of this chip's tokens (gathered with sp)
     charge(kernels::embedding_backward(dx_full, layout_.pos, 0, global_.seq, g.pos_embed), t);
@@ -591,13 +609,15 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
              sharding::plans::block_extras(spec_, N, Nr, (hq + 2 * hkv) * d, c.ffn)))  // charged bias/dropout work
       charge(k, t);
     sharding::plans::WeightGradGemms* dl = deferred(int(l) + 1);
-    Tensor dact = act({N, c.ffn}), dgate = act({N, c.ffn}), dup = act({N, c.ffn});
-    on_chip(t, [&](auto& ctx) {
-      sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out", dl);
-      return 0;
-    });
     Tensor dnorm = act({Nr, h});
-    const Tensor dm_r = on_chip(t, [&](auto& ctx) {  // column-parallel gate/up (GELU MLP: up)
+    const bool moe = local_.moe_layer(l);
+    Tensor dact = act({N, moe ? 0 : c.ffn}), dgate = act({N, moe ? 0 : c.ffn}), dup = act({N, moe ? 0 : c.ffn});
+    if (!moe)
+      on_chip(t, [&](auto& ctx) {
+        sharding::plans::row_parallel_backward(ctx, S.act, L.w_down, dx, dact, G.w_down, "dmlp_out", dl);
+        return 0;
+      });
+    const Tensor dm_r = moe ? moe_backward(L, G, S, dx, t) : on_chip(t, [&](auto& ctx) {  // column-parallel gate/up
       if (!c.gated()) {
         charge(kernels::gelu_backward(S.up, dact, dup), ctx.chip.t);
         return sharding::plans::column_parallel_backward(ctx, S.m, {&L.w_up}, {&dup}, {&G.w_up}, "dmlp_in", dl);
@@ -728,21 +748,12 @@ double LmTpTrainer::sum_over_tp(double v) {
   return sum;
 }
 
-double LmTpTrainer::last_stage_loss(double local_loss) {
-  if (pp_size_ == 1) return local_loss;
-  // The loss is the last model stage's: shared over the pp axis (host-side, not simulated).
-  int64_t bits = 0;
-  std::memcpy(&bits, &local_loss, sizeof bits);
-  const std::vector<int64_t> all = mesh_["pp"].allgather(bits, "lm loss pp");
-  std::memcpy(&local_loss, &all[size_t((pp_size_ * schedule_.v - 1) % pp_size_)], sizeof local_loss);
-  return local_loss;
-}
-
 double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_only) {
   r.step = step_ + 1;
   tl_.reset();
   fused_ops_.clear();
   comm_ = {};
+  moe_stats_.clear();
   t = 0;
   data_->begin_step();
   return run_schedule(t, forward_only);
@@ -794,8 +805,9 @@ std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs 
   double replica_sq = 0;
   const auto a = collectives::all_reduce(mesh_.excluding("dp"), &sq, &replica_sq, 1, DType::fp64,
                                          collectives::ReduceOp::sum, ready, o);
-  if (dp_size_ == 1) return {replica_sq, a.span.end};
-  std::vector<double> parts(static_cast<size_t>(dp_size_), 0.0);
+  const int dp_axis = mesh_.size("dp");  // excluding("dp") covered ep
+  if (dp_axis == 1) return {replica_sq, a.span.end};
+  std::vector<double> parts(static_cast<size_t>(dp_axis), 0.0);
   o.name = "all_gather.grad_norm";
   o.algorithm = grad_norm_gather_algorithm();
   const auto g = collectives::all_gather(mesh_["dp"], &replica_sq, parts.data(), parts.size(), DType::fp64,

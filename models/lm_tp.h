@@ -107,6 +107,7 @@
 #include <vector>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -157,6 +158,8 @@ struct LmDpConfig {
   // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
   // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
   bool forward_only = false;
+  // parallel.etp (a MoE model, LmConfig::moe): 1, or tp: the experts' inner sizes split over the tp group.
+  int etp = 1;
 };
 
 // One pipeline stage's step (this chip): its forward and backward spans in schedule order, the most micro-batches
@@ -301,6 +304,22 @@ class LmTpTrainer {
   static Split split_of(const std::string& name);
   // NAME is a KV projection (wk, wv) whose heads are replicated over tp (tp above kv_heads: the forward mode).
   bool replicated_kv(const std::string& name) const;
+  // How weight NAME is split over tp: the Megatron layout; a MoE layer's router replicated, its experts and shared
+  // experts split like the dense MLP with EXPERT_TP (etp = tp), else replicated.
+  static Split split_of(const std::string& name, bool expert_tp = false);
+  // A MoE model's routing of the last step (forward): per MoE layer of this chip, the tokens each expert received
+  // from this chip's routing (kept assignments, its last micro-batch), the aux loss and the dispatch bytes sent.
+  struct MoeLayerStats {
+    int64_t layer = 0;
+    std::vector<int64_t> tokens;  // [experts]
+    int64_t received = 0;         // rows this chip's experts received
+    double aux = 0, dispatch_bytes = 0;
+    sim::TimeNs dispatch_ns = 0;
+  };
+  std::vector<MoeLayerStats> moe_stats() const;
+  // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).
+  double expert_param_count() const;
+  int ep() const { return ep_size_; }
 
  private:
   runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
@@ -379,6 +398,14 @@ class LmTpTrainer {
   std::pair<double, sim::TimeNs> grad_norm_sq(double sq, sim::TimeNs ready);
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
+  // Mixture of experts (models/lm_tp_moe.cpp): this chip's experts and their etp shard in local_, the ep groups;
+  // a MoE layer's backward from DX (its output's gradient) to its input's (the normed rows); whether weight NAME
+  // is an expert's (reduced over the expert-data-parallel group).
+  void setup_moe();
+  runtime::Tensor moe_backward(const LmLayer& w, LmLayer& g, const LmCache::Layer& s, const runtime::Tensor& dx,
+                               sim::TimeNs& t);
+  bool expert_weight(const std::string& name) const;
+  sharding::plans::BlockMoe block_moe(int64_t l) const;
 
   LmConfig global_, local_;
   LmTrainConfig train_;
@@ -393,6 +420,10 @@ class LmTpTrainer {
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int kv_rep_ = 1;      // tp ranks per KV head: > 1 when tp is above kv_heads (each holds its group's head)
+  // dp_rank_ / dp_size_: the data-parallel replicas of attention and the dense weights, dp x ep (ep innermost).
+  int ep_rank_ = 0, ep_size_ = 1, etp_ = 1;
+  std::unique_ptr<sharding::plans::EpGroups> ep_groups_;  // a MoE model: mesh["ep"] and (etp > 1) mesh["tp"]
+  std::map<int64_t, MoeLayerStats> moe_stats_;  // per model layer, the step's last forward (moe_stats)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1, pp_rank_ = 0, pp_size_ = 1;
   sharding::plans::PipelineSchedule schedule_;
   std::vector<int64_t> layer_global_;          // global index of each local layer

@@ -241,6 +241,23 @@ LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {
   return lb;
 }
 
+double LmTpTrainer::last_stage_loss(double local_loss) {
+  if (pp_size_ == 1) return local_loss;
+  // The loss is the last model stage's, plus every stage's MoE aux losses (the other stages' losses: 0 without
+  // MoE layers): summed over the pp axis in pp order (host-side, not simulated).
+  int64_t bits = 0;
+  std::memcpy(&bits, &local_loss, sizeof bits);
+  const std::vector<int64_t> all = mesh_["pp"].allgather(bits, "lm loss pp");
+  const int last = (pp_size_ * schedule_.v - 1) % pp_size_;
+  std::memcpy(&local_loss, &all[size_t(last)], sizeof local_loss);
+  for (int s = 0; s < pp_size_; ++s) {
+    double v = 0;
+    std::memcpy(&v, &all[size_t(s)], sizeof v);
+    if (s != last) local_loss += v;
+  }
+  return local_loss;
+}
+
 void LmTpTrainer::setup_pipeline(const LmConfig& global) {
   using sharding::plans::ScheduleKind;
   const ScheduleKind kind = pp_size_ > 1 ? dp_.schedule : ScheduleKind::one_f_one_b;

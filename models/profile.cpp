@@ -7,6 +7,7 @@
 #include "models/profile_plots.h"
 #include "models/report.h"
 #include "models/trace.h"
+#include "common/text.h"
 
 namespace shardsim::sharding {
 
@@ -20,7 +21,7 @@ std::string fmt(const char* f, double a) {
 
 double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 
-const sim::Event& event_of(const sim::Profile& p, const sim::PathStep& s) {
+const sim::ProfileEvent& event_of(const sim::Profile& p, const sim::PathStep& s) {
   for (const auto& ce : p.chips)
     if (ce.chip == s.chip) return ce.events[s.index];
   throw std::logic_error("profile: chip " + std::to_string(s.chip) + " of a path step not gathered");
@@ -34,14 +35,43 @@ constexpr size_t kMaxPathSteps = 10000;
 
 }  // namespace
 
-void profile_and_trace(const runtime::World& world, const sim::Timeline& tl, const ProfileOutputs& out,
-                       RunReport& report) {
+void profile_and_trace(const runtime::World& world, sim::Timeline& tl, const ProfileOutputs& out, RunReport& report) {
   if (!out.any()) return;
+  // The trace's size, stated before anything is gathered; past the limit it is not written.
+  TraceFilter filter;
+  bool trace = !out.trace_path.empty();
+  if (trace) {
+    filter = resolve_trace_filter(out.trace, tl.topology(), out.mesh);
+    const TraceSize size = trace_size(world, tl, filter);
+    char b[400];
+    const double mib = size.bytes / 1048576.0;
+    std::snprintf(b, sizeof b, "%.0f events of %d chip(s), about %.3g %s%s%s", size.events, size.chips,
+                  mib < 1 ? size.bytes / 1024.0 : mib < 1024 ? mib : mib / 1024, mib < 1 ? "KiB" : mib < 1024 ? "MiB" : "GiB",
+                  filter.text.empty() ? "" : "; kept: ", filter.text.c_str());
+    report.trace_note = b;
+    const bool over = out.trace.max_mib > 0 && size.bytes > out.trace.max_mib * 1048576.0;
+    if (world.rank() == 0 && (over || size.bytes >= 64.0 * 1048576.0)) {
+      if (over)
+        std::fprintf(stderr, "shardsim: warning: --trace %s not written: %s, more than --trace-max-mib %g; keep fewer "
+                     "chips (--trace-chips, --trace-axis) or a time window (--trace-window), or raise "
+                     "--trace-max-mib\n", escape_control(out.trace_path).c_str(), b, out.trace.max_mib);
+      else
+        std::fprintf(stderr, "shardsim: note: --trace %s: %s\n", escape_control(out.trace_path).c_str(), b);
+      std::fflush(stderr);
+    }
+    if (over) {
+      report.trace_note = "not written: " + report.trace_note + ", more than --trace-max-mib " +
+                          fmt("%g", out.trace.max_mib);
+      report.trace.clear();
+      trace = false;
+      if (!out.profile && out.plots_dir.empty()) return;
+    }
+  }
   auto all = gather_events(world, tl);
   std::shared_ptr<const sim::Profile> p;
   if (out.profile && world.rank() == 0) p = std::make_shared<const sim::Profile>(sim::profile(std::move(all)));
   const auto& chips = p ? p->chips : all;
-  if (!out.trace_path.empty()) write_trace_file(world, chips, tl.topology(), p.get(), out.trace_path);
+  if (trace) write_trace_file(world, chips, tl.topology(), p.get(), out.trace_path, filter);
   if (!out.plots_dir.empty())
     world.agree([&] {
       if (world.rank() != 0) return;
@@ -133,7 +163,7 @@ nlohmann::json profile_json(const sim::Profile& p) {
   for (size_t i = 0; i < p.path.steps.size() && i < kMaxPathSteps; ++i) {
     const auto& st = p.path.steps[i];
     const auto& e = event_of(p, st);
-    j["path"].push_back({{"chip", st.chip}, {"op", e.name}, {"category", e.category},
+    j["path"].push_back({{"chip", st.chip}, {"op", std::string(e.name)}, {"category", std::string(e.category)},
                          {"class", sim::time_class_name(sim::time_class_of(e.bound))}, {"from_ns", st.from},
                          {"end_ns", e.span.end}, {"waiting_ns", st.waiting}});
   }

@@ -219,7 +219,7 @@ double TrainMemory::formula_total() const {
 }
 
 bool fits_hbm(const RunReport& r) {
-  return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes - r.hbm_reserve_bytes;
+  return r.train.memory.chip_bytes() <= r.hbm_capacity_bytes - r.hbm_reserve_bytes;  // DeviceSpec::usable_hbm_bytes
 }
 
 namespace {
@@ -287,9 +287,43 @@ nlohmann::json train_json(const RunReport& r) {
                      {"closed_form_bubble_fraction", p.closed_form}, {"closed_form", p.closed_form_rule},
                      {"stages", stages}};
   }
+  if (t.has_moe) {
+    const TrainMoe& m = t.moe;
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& l : m.layers)
+      layers.push_back({{"layer", l.layer}, {"max_tokens_per_expert", l.max_tokens},
+                        {"mean_tokens_per_expert", l.mean_tokens}, {"received_rows", l.received_rows},
+                        {"aux_loss", l.aux}, {"dispatch_bytes", l.dispatch_bytes},
+                        {"dispatch_closed_form_bytes", l.dispatch_closed_form}, {"dispatch_ns", l.dispatch_ns}});
+    j["moe"] = {{"spec", m.spec}, {"total_params", m.total_params}, {"active_params", m.active_params},
+                {"expert_params_chip", m.expert_params_chip}, {"expert_state_bytes", m.expert_state_bytes},
+                {"expert_state_rule", m.expert_state_rule}, {"layers", layers}};
+  }
   return j;
 }
 }  // namespace
+
+// The MoE section of the text report (TrainMoe).
+static std::string moe_text(const TrainMoe& m) {
+  std::ostringstream os;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "mixture of experts (%s)\n  parameters         %.4g total, %.4g active per token (the MFU line counts "
+                "the active: 6 x active + attention per token)\n  expert state       %.0f expert weights on chip 0, "
+                "%.0f bytes (%s)\n",
+                m.spec.c_str(), m.total_params, m.active_params, m.expert_params_chip, m.expert_state_bytes,
+                m.expert_state_rule.c_str());
+  os << buf;
+  os << "  layer  tokens/expert max   mean  max/mean  rows_recv        aux  dispatch_B  closed_form_B  dispatch_us"
+        "   (chip 0's routing, last micro-batch)\n";
+  for (const auto& l : m.layers) {
+    std::snprintf(buf, sizeof buf, "  %5lld  %17.0f  %5.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f\n",
+                  (long long)l.layer, l.max_tokens, l.mean_tokens, l.mean_tokens > 0 ? l.max_tokens / l.mean_tokens : 0,
+                  l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3);
+    os << buf;
+  }
+  return os.str();
+}
 
 std::string train_head_text(const RunReport& r) {
   const TrainReport& t = r.train;
@@ -457,6 +491,7 @@ std::string train_tail_text(const RunReport& r) {
     }
   }
   os << plan_tables_text(r);
+  if (t.has_moe) os << moe_text(t.moe);
   if (r.validated) {
     std::snprintf(buf, sizeof buf,
                   "validation: %s (%s|loss - reference| = %.3g over %lld steps, limit %.3g: %s; reference: the "
@@ -474,7 +509,7 @@ std::string train_tail_text(const RunReport& r) {
   } else if (t.forward && r.shape_only) {
     os << "validation not validated (shape-only: no data; simulated figures as with real data)\n";
   }
-  if (!r.trace.empty()) os << "trace      " << r.trace << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
+  if (!r.trace.empty()) os << "trace      " << escape_control(r.trace) << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
   os << profile_section_text(r);
   std::snprintf(buf, sizeof buf, "wall (this host)\n  total %.3f s\n", r.wall_total_s);
   os << buf;
@@ -503,6 +538,7 @@ std::string profile_section_text(const RunReport& r) {
     for (const auto& p : r.plots) s += "  " + escape_control(p) + "\n";
   }
   if (!r.plots_warning.empty()) s += "plots: " + escape_control(r.plots_warning) + "\n";
+  if (!r.trace_note.empty()) s += "trace: " + escape_control(r.trace_note) + "\n";
   return s;
 }
 
@@ -600,6 +636,7 @@ nlohmann::json to_json(const RunReport& r) {
   if (r.profile) j["profile"] = profile_json(*r.profile);
   if (!r.what_if.empty()) j["what_if"] = what_if_json(r.critical.total, r.what_if);
   if (!r.plots.empty() || !r.plots_warning.empty()) j["plots"] = {{"files", r.plots}, {"warning", r.plots_warning}};
+  if (!r.trace_note.empty()) j["trace_note"] = r.trace_note;
   return j;
 }
 

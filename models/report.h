@@ -98,6 +98,26 @@ struct TrainPipeline {
   std::vector<TrainPipelineStage> stages;
 };
 
+// A mixture-of-experts model (docs/MOE.md): chip 0's MoE layers in the last step (their routing of chip 0's last
+// micro-batch), the parameter counts and the experts' training state on chip 0.
+struct TrainMoeLayer {
+  int64_t layer = 0;
+  double max_tokens = 0, mean_tokens = 0;  // tokens per expert of chip 0's routing (kept assignments)
+  double received_rows = 0;                // rows chip 0's experts received (their grouped GEMMs' M)
+  double aux = 0;                          // chip 0's aux loss of the layer (coefficient included; 0 shape-only)
+  double dispatch_bytes = 0;               // bytes chip 0 sent in the dispatch all_to_allv
+  double dispatch_closed_form = 0;         // T·k·h·bytes·(ep−1)/ep: uniform routing's expectation
+  double dispatch_ns = 0;                  // the dispatch's simulated time on chip 0
+};
+struct TrainMoe {
+  std::string spec;                        // "moe 8 experts top-2 (...)"
+  double total_params = 0, active_params = 0;
+  double expert_params_chip = 0;           // expert weights on chip 0 (elements)
+  double expert_state_bytes = 0;           // their parameters, gradients and optimizer state under ZeRO
+  std::string expert_state_rule;
+  std::vector<TrainMoeLayer> layers;
+};
+
 // What the executor adds to RunReport for a language model: mode "train" (`train`), or mode "forward" with
 // FORWARD true (`run` on a model with a vocabulary: one forward, its loss; no update). Empty otherwise.
 struct TrainReport {
@@ -123,6 +143,8 @@ struct TrainReport {
   TrainMemory memory;
   bool has_pipeline = false;
   TrainPipeline pipeline;
+  bool has_moe = false;
+  TrainMoe moe;
   // --validate: the per-step losses against the single-device reference (models/lm_train.h).
   double max_loss_error = 0;          // absolute in fp32, relative in bf16
   bool loss_error_relative = false;
@@ -195,6 +217,7 @@ struct RunReport {
   double resume_relative_error = 0;
   std::string checkpoint;         // path written ("" if none)
   std::string trace;              // Chrome trace written ("" if none)
+  std::string trace_note;         // its events, chips, estimated size and filter, or why it was not written
 
   // Wall clock of this host (seconds).
   double wall_total_s = 0;

@@ -130,6 +130,7 @@ void check_run(const runtime::World& world, const ModelConfig& c, const RunOptio
   }
   if (!json_path.empty()) outputs.emplace_back("--json", json_path);
   if (!opt.trace_path.empty()) outputs.emplace_back("--trace", opt.trace_path);
+  if (!opt.trace_path.empty()) (void)resolve_trace_filter(opt.trace, c.block.topology, &c.block.mesh);
   for (auto& o : check_plots_dir(opt.plots_dir)) outputs.push_back(std::move(o));
   check_outputs_distinct(outputs, {{"the config file", c.file()}});
 }
@@ -139,6 +140,7 @@ RunReport run_model(const runtime::World& world, const ModelConfig& c, const Run
   // --shape-only (opt.shape_only) overrides the config's mode.
   BlockRunOptions bo;
   bo.trace_path = opt.trace_path;
+  bo.trace = opt.trace;
   bo.profile = opt.profile;
   bo.plots_dir = opt.plots_dir;
   bo.resume_from = opt.resume_from;

@@ -30,15 +30,18 @@
 //   - the critical path (sim/critical_path.h): args "critical_path": true on its events, and a last process
 //     "critical path" (pid = chips + 1) with one slice per step, "chip N: OP", and "waiting" slices.
 // A receive of a send that was not recorded (none today) has no arrow.
+// Filters (models/trace_filter.h: --trace-chips, --trace-axis, --trace-window) keep the events of some chips that
+// overlap a window; an arrow is drawn when both of its slices are kept, the critical path process keeps its steps
+// on kept chips in the window, and otherData.filter says what was kept.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
+#include "models/trace_filter.h"
 #include "runtime/world.h"
 #include "sim/critical_path.h"
 #include "sim/timeline.h"
@@ -51,24 +54,39 @@ inline constexpr int kTraceTidStride = 10000;  // tracks per chip at most (compu
 // Throws RuntimeFault if an event has a non-finite or negative time, or the chip needs more than
 // kTraceTidStride tracks.
 nlohmann::json trace_events(const sim::Timeline& timeline);
-// The same for one chip's gathered events (events then receives, as gather_events returns them) on TOPO; events
-// whose index is in CRITICAL get args "critical_path": true; sends whose id is in PAIRED get "flow_out" and
-// receives whose producer is in PAIRED "flow_in" (both with "bind_id").
+// The same for one chip's gathered events (events then receives, as gather_events returns them) on TOPO, the
+// events FILTER keeps (its window; the caller chooses the chips); events whose index is in CRITICAL get args
+// "critical_path": true; sends whose id is in PAIRED (sorted) get "flow_out" and receives whose producer is in
+// PAIRED "flow_in" (both with "bind_id").
 nlohmann::json trace_events(const sim::ChipEvents& chip, const topology::Topology& topo,
-                            const std::vector<size_t>& critical, const std::unordered_set<std::uint64_t>& paired);
+                            const std::vector<size_t>& critical, const std::vector<std::uint64_t>& paired,
+                            const TraceFilter& filter);
 
 // Collective: every chip's events (Timeline::events() then receives()) on rank 0, in chip order; empty elsewhere.
 // Through MPI_Gatherv with one chip per rank (AgreedError, exit 3, beyond 2 GiB), the chip router's gather with
-// several.
-std::vector<sim::ChipEvents> gather_events(const runtime::World& world, const sim::Timeline& timeline);
-// Collective (World::agree): rank 0 writes the trace of ALL (gather_events' result) on TOPO to PATH, the critical
-// path PROFILE (may be null: computed here) marked; AgreedError (exit 3) on every rank if it cannot.
+// several. The events leave TIMELINE (Timeline::release_events): serialized compactly (a name table per chip,
+// 65 bytes an event) and decoded into sim::ProfileEvent (96 bytes, names interned), each chip's part freed as it
+// is decoded.
+std::vector<sim::ChipEvents> gather_events(const runtime::World& world, sim::Timeline& timeline);
+
+// The trace's size before anything is gathered (collective: every chip counts the events FILTER keeps).
+struct TraceSize {
+  double events = 0;
+  double bytes = 0;  // estimated bytes of the JSON file (about 160 + the name's length per event)
+  int chips = 0;     // chips kept
+};
+TraceSize trace_size(const runtime::World& world, const sim::Timeline& timeline, const TraceFilter& filter);
+
+// Collective (World::agree): rank 0 writes the trace of ALL (gather_events' result) on TOPO to PATH, the chips and
+// events FILTER keeps, the critical path PROFILE (may be null: computed here from ALL) marked; AgreedError (exit
+// 3) on every rank if it cannot.
 void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEvents>& all,
-                      const topology::Topology& topo, const sim::Profile* profile, const std::string& path);
+                      const topology::Topology& topo, const sim::Profile* profile, const std::string& path,
+                      const TraceFilter& filter);
 
 // Collective: gathers every chip's events on rank 0 (MPI_Gatherv with one chip per rank, the chip router's gather
 // with several), which writes PATH (the same file at any chips per rank). Throws AgreedError (exit code 3) on every
 // rank if rank 0 cannot write PATH or the events exceed 2 GiB; RuntimeFault as trace_events does.
-void write_trace(const runtime::World& world, const sim::Timeline& timeline, const std::string& path);
+void write_trace(const runtime::World& world, sim::Timeline& timeline, const std::string& path);
 
 }  // namespace shardsim::sharding

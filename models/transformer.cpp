@@ -150,11 +150,11 @@ BlockConfig parse_block_config(const ConfigNode& root, const std::string& file) 
   c.mesh = mesh_from_config(root, p, c.topology);
   // Simulated HBM of every chip, before anything is allocated (the same replay run_block makes).
   for (int r = 0; r < chips && r < p.tp * p.cp * p.ulysses * p.dp; ++r) {
-    sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.hbm_bytes());
+    sim::Memory m(c.topology.placement().at(static_cast<size_t>(r)), c.device.usable_hbm_bytes());
     try {
       replay(m, block_memory(s, p, c.mesh.coordinate("tp", r)));
     } catch (const sim::OutOfMemory& e) {
-      root.child("workload").fail(root.child("workload").path() + ": " + e.what() + " (device " + c.device.name + ")");
+      root.child("workload").fail(root.child("workload").path() + ": " + e.what() + hbm_capacity_note(c.device));
     }
   }
   return c;

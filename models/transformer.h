@@ -54,6 +54,7 @@
 #include "kernels/elementwise.h"
 #include "runtime/tensor.h"
 #include "runtime/world.h"
+#include "models/trace_filter.h"
 #include "sharding/device_mesh.h"
 #include "models/report.h"
 #include "sharding/model_spec.h"
@@ -126,6 +127,7 @@ void check_host_memory(const BlockConfig& c);
 //   weights/wo [heads·d, hidden], weights/norm2 [hidden], weights/w_gate, w_up [hidden, ffn], weights/w_down [ffn, hidden]
 struct BlockRunOptions {
   std::string trace_path;
+  TraceOptions trace;           // the trace's filters and size limit (models/trace_filter.h)
   bool profile = false;         // RunReport::profile: the critical path across chips (models/profile.h)
   std::string plots_dir;        // roofline and utilisation plots (models/profile_plots.h; "" none)
   std::string checkpoint_path;  // write the weights here after the run ("" none)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -57,9 +58,9 @@ RunConfig parse(const ConfigNode& root) {
   c.mesh = mesh_from_config(root, plan, c.topology);
 
   try {
-    check_mlp_fits(c.mlp, c.tp, c.device.hbm_gib);
+    check_mlp_fits(c.mlp, c.tp, c.device.usable_hbm_bytes() / sim::Memory::kGiB);
   } catch (const ConfigError& e) {
-    root.child("workload").fail(std::string(e.what()) + " (device " + c.device.name + ")");
+    root.child("workload").fail(std::string(e.what()) + hbm_capacity_note(c.device));
   }
 
   c.tolerance = c.mlp.dtype == runtime::DType::fp32 ? 1e-5 : 1.0 / 64.0;
@@ -126,6 +127,13 @@ std::optional<std::string> checkpoint_target(const RunConfig& cfg, const RunOpti
   if ((cfg.shape_only || opt.shape_only) && !opt.checkpoint_path) return std::nullopt;  // no data to write
   if (opt.no_checkpoint || (!cfg.checkpoint && !opt.checkpoint_path)) return std::nullopt;
   return opt.checkpoint_path.value_or(cfg.checkpoint_path);
+}
+
+std::string hbm_capacity_note(const sim::DeviceSpec& d) {
+  char b[200];
+  std::snprintf(b, sizeof b, " (device %s: %.4g GiB HBM less %.4g GiB kept in reserve, device.hbm_reserve_gib)",
+                d.name.c_str(), d.hbm_gib, d.hbm_reserve_gib);
+  return b;
 }
 
 void check_world_size(const RunConfig& cfg, int world_size) {

@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 
+#include "models/trace_filter.h"
 #include "common/config.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
@@ -93,6 +94,7 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // overrides the config's
   bool no_checkpoint = false;
   std::string trace_path;           // write a Chrome trace of the simulated timelines here
+  TraceOptions trace;               // its filters and size limit (models/trace_filter.h)
   bool profile = false;             // --profile: the critical path across chips in the report (models/profile.h)
   std::string plots_dir;            // --plots: roofline and utilisation plots here (models/profile_plots.h)
   bool shape_only = false;          // --shape-only: run the config in shape-only mode whatever its mode: says
@@ -101,6 +103,10 @@ struct RunOptions {
 // The checkpoint this run writes: --checkpoint, else the config's path; none with --no-checkpoint or when the
 // config disables checkpoints and no --checkpoint is given.
 std::optional<std::string> checkpoint_target(const RunConfig& config, const RunOptions& options);
+
+// " (device NAME: X GiB HBM less Y GiB kept in reserve, device.hbm_reserve_gib)": what a simulated out-of-memory
+// message adds, since a run may use hbm_gib less hbm_reserve_gib (DeviceSpec::usable_hbm_bytes, docs/CONFIG.md).
+std::string hbm_capacity_note(const sim::DeviceSpec& d);
 
 // Throws ConfigError naming the config file when WORLD_SIZE differs from the topology's chip count.
 void check_world_size(const RunConfig& config, int world_size);

@@ -1,6 +1,7 @@
 #include "sharding/model_spec.h"
 #include "sharding/plans/registry.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include "collectives/registry.h"
 #include "common/byte_size.h"
 #include "common/checked.h"
+#include "sharding/plans/expert_parallel_config.h"
 
 namespace shardsim::sharding {
 
@@ -261,6 +263,14 @@ ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
   parse_megatron_keys(m, s, use);
   s.dtype = parse_spec_dtype(m, use);
   s.seed = static_cast<uint64_t>(m.get_int_in("seed", 0, INT64_MAX, mlp ? 1234 : 1));
+  if (m.has("moe")) {  // after hidden, layers, mlp, dtype and seed, which the experts take
+    if (use != SpecUse::train) not_implemented(m.child("moe"), w + "moe (mixture-of-experts layers)", use);
+    s.moe = plans::parse_moe_config(m.child("moe"), s);
+    int64_t f = 0;
+    for (int64_t e : s.moe->spec.expert_ffn) f = std::max(f, e);
+    bounded_product(at_key(m, "moe"), w + "moe: experts x hidden x expert_ffn (elements of the experts' W_up)",
+                    {s.moe->spec.experts(), s.hidden, f}, SpecBounds::params);
+  }
   // Products of sizes (overflow-safe): every weight matrix, the parameters, the tokens of a step.
   bounded_product(at_key(m, "ffn"), w + "hidden x ffn (elements of W_gate)", {s.hidden, s.ffn}, SpecBounds::weight);
   if (s.attention)

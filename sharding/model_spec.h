@@ -56,12 +56,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "kernels/elementwise.h"
+#include "kernels/moe_mlp.h"
 #include "kernels/optimizer.h"
 #include "runtime/dtype.h"
 #include "sharding/fused.h"
@@ -103,6 +105,9 @@ struct ModelSpec {
   bool linear_bias = false;
   runtime::DType dtype = runtime::DType::fp32;
   uint64_t seed = 1;
+  // model.moe (train only): the mixture-of-experts MLP of the layers it names (kernels/moe_mlp.h, MoeConfig;
+  // parsed by sharding/plans/expert_parallel_config.h; docs/MOE.md). Absent: every MLP dense.
+  std::optional<kernels::MoeConfig> moe;
 
   bool has_attention() const { return attention && heads > 0; }
   bool has_embedding() const { return vocab > 0; }
@@ -135,6 +140,12 @@ struct ParallelPlan {
   int cp = 1;       // context parallel, ring attention (the cp axis)
   int ulysses = 1;  // DeepSpeed-Ulysses all_to_all attention (also on the cp axis; not together with cp > 1)
   int pp = 1;       // pipeline stages (outermost axis; train only, > 1 refused by run)
+  // Expert parallelism (sharding/plans/expert_parallel.h; model.moe only): ep shards the routed experts over the
+  // mesh's ep axis (between cp and dp; for attention one more data-parallel axis); etp (1 or tp) splits every
+  // expert's inner size over the tp group (no mesh axis of its own: Megatron's expert tensor parallelism on the
+  // tp chips).
+  int ep = 1;
+  int etp = 1;
   // Pipeline schedule (sharding/plans/pipeline_schedule.h; train with pp > 1): parallel.schedule gpipe | 1f1b |
   // interleaved | zb_h1 (default 1f1b; zb_h1 not with fused), virtual_stages v
   // (interleaved: model chunks per chip), pp_layers (layers of each of the pp·v model stages; empty = even).
@@ -206,7 +217,7 @@ inline constexpr std::string_view kModelKeys[] = {
     "kind",     "model",      "vocab",     "hidden",   "layers",     "heads", "kv_heads", "head_dim",
     "ffn",      "seq",        "tokens",    "batch",    "micro_batch", "causal", "position", "rope",
     "rope_theta", "norm",     "norm_eps",  "mlp",      "activation", "tied_embeddings", "attention", "dtype",
-    "seed",     "attention_impl", "dropout", "linear_bias"};
+    "seed",     "attention_impl", "dropout", "linear_bias", "moe"};
 // The parallel: section's keys: every key of every plan unit of the plan registry (sharding/plans/registry.h).
 std::span<const std::string_view> parallel_keys();
 inline constexpr std::string_view kTrainKeys[] = {"steps", "lr",            "beta1",     "beta2",    "eps",

@@ -18,16 +18,63 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/timeline.h"
 
 namespace shardsim::sim {
 
+// NAME's copy in a process-wide pool of op names (thread-safe, append-only: a run has some thousands of distinct
+// names however many events carry them); the view stays valid until the process ends.
+std::string_view intern_name(std::string_view name);
+
+// An event as the profiler and the trace keep it (an Event with its name and category interned: 96 bytes and no
+// allocation per event, where an Event holds two strings). Implicitly made from an Event.
+struct ProfileEvent {
+  std::string_view name;      // intern_name'd
+  std::string_view category;  // intern_name'd
+  int engine = 0;
+  Span span;
+  double flops = 0;
+  double bytes = 0;
+  int peer = -1;
+  std::uint64_t id = 0;
+  std::uint64_t producer = 0;
+  Bound bound = Bound::none;
+  ProfileEvent() = default;
+  ProfileEvent(const Event& e)  // NOLINT(google-explicit-constructor): a chip's events convert as a whole
+      : name(intern_name(e.name)), category(intern_name(e.category)), engine(e.engine), span(e.span),
+        flops(e.flops), bytes(e.bytes), peer(e.peer), id(e.id), producer(e.producer), bound(e.bound) {}
+};
+
 // One chip's events as the profiler reads them: Timeline::events() followed by Timeline::receives().
 struct ChipEvents {
   int chip = 0;
-  std::vector<Event> events;
+  std::vector<ProfileEvent> events;
+  ChipEvents() = default;
+  ChipEvents(int c, const std::vector<Event>& e) : chip(c), events(e.begin(), e.end()) {}
+};
+
+// Where each event id lies (position in CHIPS, event index): sorted by id, looked up by binary search (16 bytes
+// per event; a hash map took about 4 times that).
+class EventIndex {
+ public:
+  explicit EventIndex(const std::vector<ChipEvents>& chips);
+  // The event with ID, or nullptr.
+  const ProfileEvent* find(std::uint64_t id) const;
+  // (position in CHIPS, index) of ID; false if none.
+  bool locate(std::uint64_t id, int& chip_pos, size_t& index) const;
+  size_t size() const { return ids_.size(); }
+
+ private:
+  const std::vector<ChipEvents>* chips_;
+  struct Entry {
+    std::uint64_t id;
+    std::uint32_t chip_pos;
+    std::uint32_t index;
+  };
+  std::vector<Entry> ids_;
 };
 
 struct PathStep {
@@ -44,8 +91,8 @@ struct CriticalPath {
 };
 
 // Throws std::invalid_argument if an event's producer chain loops (a producer that does not end before its
-// consumer's start, which the recording never makes).
-CriticalPath critical_path(const std::vector<ChipEvents>& chips);
+// consumer's start, which the recording never makes). INDEX: CHIPS' index (made here when null).
+CriticalPath critical_path(const std::vector<ChipEvents>& chips, const EventIndex* index = nullptr);
 
 // Classes of simulated time: an event's Bound (sim/timeline.h), plus waiting.
 enum class TimeClass { compute, hbm, link, latency, waiting };
@@ -56,7 +103,7 @@ TimeClass time_class_of(Bound b);          // Bound::none (regions) -> waiting
 
 // "all_reduce.ring.step3" -> "all_reduce.ring.stepN": digit runs become N (one row per op, as the report's time by
 // op table groups them).
-std::string op_family(const std::string& name);
+std::string op_family(std::string_view name);
 
 // A bottleneck: the time one op family of one class takes on the critical path.
 struct Bottleneck {

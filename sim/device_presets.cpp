@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
+#include "common/text.h"
+#include "sim/embedded_data.h"
 
 namespace shardsim::sim {
 
@@ -73,8 +76,16 @@ DevicePreset read_entry(const ConfigNode& all, const std::string& name) {
 
 }  // namespace
 
-std::vector<DevicePreset> read_device_presets(const std::string& file) {
-  const ConfigNode root = ConfigNode::load_file(file);
+namespace {
+
+constexpr const char* kCompiledIn = "configs/devices.yaml (compiled in)";
+
+const char* presets_env() {
+  const char* env = std::getenv("SHARDSIM_DEVICES");
+  return env && *env ? env : nullptr;
+}
+
+std::vector<DevicePreset> parse_device_presets(const ConfigNode& root, const std::string& file) {
   if (!root.is_map()) root.fail(file + ": expected a map with devices:");
   root.expect_keys({"devices"});
   const ConfigNode all = root.child("devices");
@@ -91,15 +102,36 @@ std::vector<DevicePreset> read_device_presets(const std::string& file) {
   return out;
 }
 
-std::string device_presets_file() {
-  const char* env = std::getenv("SHARDSIM_DEVICES");
-  if (env && *env) return env;
-  return std::string(SHARDSIM_CONFIG_DIR) + "/devices.yaml";
+}  // namespace
+
+std::vector<DevicePreset> read_device_presets(const std::string& file) {
+  return parse_device_presets(ConfigNode::load_file(file), file);
 }
 
+std::string device_presets_file() { return presets_env() ? presets_env() : kCompiledIn; }
+
 const std::vector<DevicePreset>& device_presets() {
-  static const std::vector<DevicePreset> presets = read_device_presets(device_presets_file());
+  static const std::vector<DevicePreset> presets = [] {
+    if (presets_env()) return read_device_presets(presets_env());
+    const auto text = embedded_file("devices.yaml");
+    if (!text) throw ConfigError(std::string(kCompiledIn) + ": not in this binary (sim/embed_data.cmake)");
+    return parse_device_presets(ConfigNode::load_string(std::string(*text), kCompiledIn), kCompiledIn);
+  }();
   return presets;
+}
+
+std::string preset_data_text(const std::string& relative, const char* what) {
+  if (const char* env = presets_env()) {
+    const std::string presets = env;
+    const auto slash = presets.find_last_of('/');
+    return read_input_file((slash == std::string::npos ? std::string(".") : presets.substr(0, slash)) + "/" + relative,
+                           1u << 20, what);
+  }
+  const auto text = embedded_file(relative);
+  if (!text)
+    throw ConfigError(std::string(kCompiledIn) + ": " + what + " '" + escape_control(relative) +
+                      "' is not compiled into this binary (add it to sim/CMakeLists.txt's SHARDSIM_EMBEDDED_FILES)");
+  return std::string(*text);
 }
 
 }  // namespace shardsim::sim

@@ -1,6 +1,6 @@
-// The device presets, read from a data file: configs/devices.yaml in the source tree this binary was built from
-// (SHARDSIM_CONFIG_DIR), or the file named by the environment variable SHARDSIM_DEVICES (same format; for a
-// site's own list). Each entry holds the keys of a `device:` section (parsed by sim::load_device, the one device
+// The device presets, read from a data file: configs/devices.yaml as it was when this binary was built, compiled
+// in (sim/embedded_data.h: a copied or installed binary never reads the source tree it was built from), or the
+// file named by the environment variable SHARDSIM_DEVICES (same format; for a site's own list). Each entry holds the keys of a `device:` section (parsed by sim::load_device, the one device
 // parser), the public source of every number or "assumption: ...", and facts the timing model does not use
 // (on-chip memory, links, the node it comes in and the topology config that models it). Format: the header of
 // configs/devices.yaml. `shardsim help devices` prints the list (apps/help.cpp); docs/DEVICES.md is that output.
@@ -31,8 +31,11 @@ struct DevicePreset {
 
 // Every preset, in file order. Thread-safe (read on first use).
 const std::vector<DevicePreset>& device_presets();
-// The path the presets are read from.
+// Where the presets are read from: $SHARDSIM_DEVICES, else "configs/devices.yaml (compiled in)".
 std::string device_presets_file();
+// A data file a preset names (a kernel_table fact: a path relative to the presets file's folder): read from beside
+// $SHARDSIM_DEVICES when it is set, else the compiled-in copy. ConfigError (exit 2) naming it if there is none.
+std::string preset_data_text(const std::string& relative, const char* what);
 // Reads and checks a presets file (what device_presets() does once for device_presets_file(); for tests).
 std::vector<DevicePreset> read_device_presets(const std::string& file);
 

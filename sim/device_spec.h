@@ -116,6 +116,9 @@ struct DeviceSpec {
   double peak_flops_per_ns(Precision p) const { return peak_tflops(p) * 1e3; }  // FLOP per simulated ns
   double hbm_bytes() const { return hbm_gib * 1073741824.0; }
   double hbm_reserve_bytes() const { return hbm_reserve_gib * 1073741824.0; }
+  // What a run may allocate (run's simulated memory and train's "fits" use this one rule; docs/CONFIG.md): the
+  // capacity less the reserve.
+  double usable_hbm_bytes() const { return hbm_bytes() - hbm_reserve_bytes(); }
 };
 
 // Bounds of a device's figures (docs/CONFIG.md, Bounds): far outside every published chip (the largest peak,

@@ -47,23 +47,47 @@ void Timeline::set_async_id_space(std::uint64_t seq) {
 std::uint64_t Timeline::new_id() { return next_id_++; }
 
 namespace {
-size_t producer_slot(TimeNs t, size_t slots) {
+size_t producer_hash(TimeNs t) {
   std::uint64_t b = 0;
   std::memcpy(&b, &t, sizeof b);
   b ^= b >> 29;
   b *= 0x9E3779B97F4A7C15ull;
-  return static_cast<size_t>(b >> 40) % slots;
+  return static_cast<size_t>(b >> 32);
 }
 }  // namespace
 
 void Timeline::note_end(TimeNs t, std::uint64_t id) {
-  if (!producers_.empty()) producers_[producer_slot(t, producers_.size())] = {t, id};
+  if (producers_.empty() || !(t >= 0)) return;
+  if (2 * (producer_count_ + 1) > producers_.size()) {  // keep it at most half full: short probes
+    std::vector<ProducerSlot> old(producers_.size() * 2);
+    old.swap(producers_);
+    producer_count_ = 0;
+    for (const ProducerSlot& s : old)
+      if (s.t >= 0) note_end(s.t, s.id);
+  }
+  const size_t mask = producers_.size() - 1;
+  for (size_t i = producer_hash(t) & mask;; i = (i + 1) & mask) {
+    ProducerSlot& s = producers_[i];
+    if (s.t == t) {  // a newer event with the same time
+      s.id = id;
+      return;
+    }
+    if (s.t < 0) {
+      s = {t, id};
+      ++producer_count_;
+      return;
+    }
+  }
 }
 
 std::uint64_t Timeline::producer_of(TimeNs t) const {
   if (producers_.empty() || !(t > 0)) return 0;
-  const ProducerSlot& s = producers_[producer_slot(t, producers_.size())];
-  return s.t == t ? s.id : 0;
+  const size_t mask = producers_.size() - 1;
+  for (size_t i = producer_hash(t) & mask;; i = (i + 1) & mask) {
+    const ProducerSlot& s = producers_[i];
+    if (s.t == t) return s.id;
+    if (s.t < 0) return 0;
+  }
 }
 
 int Timeline::slot_of(int link) {
@@ -382,11 +406,20 @@ void Timeline::reset() {
   receives_.clear();  // ids keep counting: never reused
   std::fill(last_on_engine_.begin(), last_on_engine_.end(), 0);
   std::fill(link_last_.begin(), link_last_.end(), 0);
-  std::fill(producers_.begin(), producers_.end(), ProducerSlot{});
+  if (!producers_.empty()) {
+    producers_.assign(kProducerSlots, ProducerSlot{});
+    producers_.shrink_to_fit();
+    producer_count_ = 0;
+  }
   last_send_id_ = 0;
   step_ = nullptr;
   step_free_.clear();
   step_booked_.clear();
+}
+
+void Timeline::release_events() {
+  std::vector<Event>().swap(events_);
+  std::vector<Event>().swap(receives_);
 }
 
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {

@@ -173,9 +173,11 @@ class Timeline {
   // Dependency recording (off by default; the profiler and the trace's arrows turn it on): every event gets an id
   // and its producer, and every booked receive becomes an event in receives(). Only bookkeeping: no simulated
   // time changes. Producers are found by the value that bound an op's start: each recorded event's end and each
-  // arrival is entered in a bounded table (kProducerSlots entries, direct-mapped by the time's bits, a newer
-  // entry replacing an older one in its slot), so host memory per chip stays constant; a start whose value was
-  // evicted gets producer 0 (the profiler counts that time as waiting).
+  // arrival is entered in a table keyed by that time (open addressing, grown as it fills: 32 bytes per distinct
+  // time at most, beside the events recording keeps anyway; cleared by reset()), a newer event with the same time
+  // replacing the older one. Nothing is evicted, so every start that some recorded event's end or arrival bound
+  // finds it (a bounded table of 4,096 slots used to evict them in long steps, and the critical path stopped at
+  // the first lost producer: issue 46 kind 13).
   // Test hook: the environment variable SHARDSIM_RECORD_DEPENDENCIES (any value) turns it on for every timeline
   // that records events.
   void set_record_dependencies(bool on);
@@ -197,6 +199,9 @@ class Timeline {
   // order, so every figure is bit-identical with and without kept events (tests/unit/sim_test.cpp). Dependency
   // recording keeps events whatever KEEP says (the trace and the profiler read them).
   void set_keep_events(bool keep) { keep_ = keep; }
+  // Frees the kept events and receives (their memory too); the summary stays, so breakdown(), end_time() and
+  // op_totals() read the same (the trace's gather takes a chip's events this way: models/trace.h).
+  void release_events();
   bool keeps_events() const { return record_ && (keep_ || deps_); }
   // Back to time zero: every engine free, no events (a fresh clock for the next measurement).
   void reset();
@@ -269,18 +274,19 @@ class Timeline {
   std::unordered_map<int, Route> in_routes_;  // per source chip used (receive side)
   std::vector<Event> events_;
   // Dependency recording (set_record_dependencies).
-  static constexpr size_t kProducerSlots = 4096;
+  static constexpr size_t kProducerSlots = 256;  // the table's first size (a power of two; doubled at half full)
   struct ProducerSlot {
-    TimeNs t = -1;
+    TimeNs t = -1;  // -1: empty (times are >= 0)
     std::uint64_t id = 0;
   };
+  size_t producer_count_ = 0;  // filled slots of producers_
   bool deps_ = false;
   std::uint64_t next_id_ = 0;      // the next id (chip and range bits included)
   std::uint64_t last_send_id_ = 0;
   TimeNs last_send_end_ = -1;
   std::vector<std::uint64_t> last_on_engine_;  // per engine: its last event's id
   std::vector<std::uint64_t> link_last_;       // per slot: this chip's last send over the link
-  std::vector<ProducerSlot> producers_;        // kProducerSlots entries when deps_
+  std::vector<ProducerSlot> producers_;        // open addressing, linear probing; empty until deps_
   std::vector<Event> receives_;
   std::uint64_t new_id();
   int peer_of_receive(int src, std::uint64_t send_id) const;  // see receive()

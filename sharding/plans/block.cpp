@@ -175,6 +175,23 @@ Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k,
   return local_attention(ctx.chip, s, q, k, v, lay.batch, lay.seq_local, lse, probs);
 }
 
+// The MoE MLP on this chip's normed rows B (its tokens: the tp group's replicated rows), through the ep unit;
+// a shape-only run routes by the model's declared distribution. KEEP: m = B and the layer's EpActivations.
+Tensor moe_sublayer(PlanContext& ctx, const Tensor& b, const BlockMoe& moe, BlockActivations* keep) {
+  const kernels::MoeConfig& mc = *ctx.s.moe;
+  kernels::MoeSpec spec = mc.spec;
+  spec.capacity.groups = 1;  // this chip's tokens are one group
+  std::vector<kernels::Routing> declared;
+  if (!b.has_storage()) declared = declared_ep_routing(spec, b.dim(0), mc.routing, moe.groups->ep.size(), moe.layer);
+  EpActivations local;
+  EpActivations& k = keep ? keep->moe : local;
+  if (keep) keep->m = b;
+  EpOptions o;
+  o.algorithm = ctx.p.algorithm.empty() ? "auto" : ctx.p.algorithm;
+  return ep_moe_forward(*moe.groups, spec, *moe.w, b, ctx.chip, ctx.comm, k, declared.empty() ? nullptr : &declared,
+                        o);
+}
+
 }  // namespace
 
 Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeights& w, const Tensor& x,
@@ -216,10 +233,10 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
   // ---- MLP sublayer ----
   Tensor b = block_norm(chip, s, x1, *w.norm2, w.norm2_b, ".mlp");
   auto mlp_mem = hold(mem, "activations mlp", mem.mlp);
-  Tensor out = mlp_layer(chip, &ctx, b, w, s.glu_activation(), keep);
+  Tensor out = w.moe.w ? moe_sublayer(ctx, b, w.moe, keep) : mlp_layer(chip, &ctx, b, w, s.glu_activation(), keep);
   chip.charge(kernels::add_inplace(out, x1), "residual");
   // Megatron's bias and dropout work, charged (kernels/bias_dropout.h).
-  const auto extras = block_extras(s, n, x.dim(0), (nq + 2 * nkv) * d, w.w_up->dim(1));
+  const auto extras = block_extras(s, n, x.dim(0), (nq + 2 * nkv) * d, w.moe.w ? 0 : w.w_up->dim(1));
   for (const auto& c : kernels::block_extras_forward(extras)) chip.charge(c, c.name);
   if (keep) {
     keep->charged_bytes = kernels::block_extras_activation_bytes(extras);

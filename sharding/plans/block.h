@@ -10,6 +10,8 @@
 //                                                  (context_parallel.h) or Ulysses all_to_alls (ulysses.h)
 //   x1  = x + row_parallel(o; Wo)                  tp all_reduce / sp reduce_scatter / fused
 //   out = x1 + mlp_layer(rmsnorm(x1))              column-parallel W_gate, W_up; GLU; row-parallel W_down
+//     or  x1 + moe(rmsnorm(x1))                    a layer of model.moe: the routed experts over the ep group
+//                                                  (expert_parallel.h, ep_moe_forward; ep 1 included)
 //
 // Token layout of a chip (TokenLayout): BATCH sequences, of each SEQ_LOCAL tokens (its cp chunks concatenated:
 // cp_chunks of the cp axis, which Ulysses shares with a contiguous split), rows b·SEQ_LOCAL + i; POS their global
@@ -27,14 +29,24 @@
 #include "kernels/bias_dropout.h"
 #include "kernels/elementwise.h"
 #include "sharding/plans/block_ops.h"
+#include "sharding/plans/expert_parallel.h"
 #include "sim/memory.h"
 
 namespace shardsim::sharding::plans {
+
+// A block's mixture-of-experts MLP (ModelSpec::moe): this chip's weights (its ep shard of the experts, their etp
+// shard), its expert groups, and the model layer (the stream of a shape-only run's declared routing).
+struct BlockMoe {
+  const kernels::MoeWeights* w = nullptr;
+  const EpGroups* groups = nullptr;
+  int64_t layer = 0;
+};
 
 struct BlockWeights {
   const Tensor *norm1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *norm2 = nullptr,
                *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
   const Tensor *norm1_b = nullptr, *norm2_b = nullptr;  // layernorm biases (ModelSpec::norm layernorm)
+  BlockMoe moe;  // moe.w set: the MLP sublayer is the MoE MLP (w_gate, w_up, w_down unused)
 };
 
 // What a block's forward keeps for its backward (training): the input x_in and x_mid (after attention), the
@@ -50,6 +62,10 @@ struct BlockActivations {
   Tensor o_heads;
   std::vector<Tensor> probs;
   double charged_bytes = 0;
+  // A MoE layer: the executor's (ep_moe_forward; m is its input) or the single-device reference's
+  // (kernels::moe_forward, models/lm_model.cpp).
+  EpActivations moe;
+  kernels::MoeActivations moe_ref;
 };
 
 struct TokenLayout {

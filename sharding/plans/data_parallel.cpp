@@ -25,8 +25,8 @@ using runtime::DType;
 using runtime::Tensor;
 
 DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroConfig& config,
-                           runtime::Transport& replicas, DType compute, bool store)
-    : config_(config), group_(replicas), dtype_(compute), store_(store), rank_(replicas.rank()),
+                           runtime::Transport& replicas, DType compute, bool store, const DpExperts& experts)
+    : config_(config), group_(replicas), experts_(experts), dtype_(compute), store_(store), rank_(replicas.rank()),
       size_(replicas.size()), units_(units) {
   if (config.zero < 0 || config.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(config.zero) + ")");
@@ -37,20 +37,30 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   // out as Megatron's distributed optimizer does (data_parallel.h, "Padding").
   const size_t esize = runtime::dtype_size(compute);
   const bool padded = config.zero >= 1;
-  const size_t bucket_align = padded ? bucket_alignment(size_) : 1, param_align = padded ? kParamAlignment : 1;
+  bool has_experts = false;
+  for (const DpParam& p : params) has_experts = has_experts || p.expert;
+  if (has_experts && !experts.replicas)
+    throw std::invalid_argument("data_parallel: expert parameters without an expert-data-parallel group");
+  if (has_experts && config.zero == 3)
+    throw std::invalid_argument("parallel.zero: stage 3 with expert parallelism is not implemented yet");
+  const size_t param_align = padded ? kParamAlignment : 1;
   unit_bucket_.assign(size_t(units), -1);
-  const auto close = [&](Bucket& b) { b.count = pad_to(b.count, bucket_align); };
+  const auto close = [&](Bucket& b) { b.count = pad_to(b.count, padded ? bucket_alignment(group_size(b)) : 1); };
+  // The dense parameters' buckets, then the experts' (a bucket holds one group's).
+  for (const bool expert : {false, true}) {
+  const size_t first = buckets_.size();
   for (int u = units - 1; u >= 0; --u)
     for (size_t i = 0; i < params.size(); ++i) {
-      if (params[i].unit != u) continue;
+      if (params[i].unit != u || params[i].expert != expert) continue;
       const bool new_bucket =
-          buckets_.empty() ||
+          buckets_.size() == first ||
           (config.zero == 3 ? buckets_.back().last_unit != u
                             : config.bucket_bytes > 0 &&
                                   double(buckets_.back().count * esize) >= double(config.bucket_bytes));
       if (new_bucket) {
-        if (!buckets_.empty()) close(buckets_.back());
+        if (buckets_.size() > first) close(buckets_.back());
         buckets_.emplace_back();
+        buckets_.back().expert = expert;
       }
       Bucket& b = buckets_.back();
       b.count = pad_to(b.count, param_align);
@@ -60,11 +70,12 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
       b.last_unit = u;  // flat order visits units downwards: the last one is the latest completed
       unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
     }
-  if (!buckets_.empty()) close(buckets_.back());
+  if (buckets_.size() > first) close(buckets_.back());
+  }
   for (Bucket& b : buckets_) {
-    const collectives::Partition p{b.count, size_t(size_)};
-    b.own_off = config.zero >= 1 ? p.offset(size_t(rank_)) : 0;
-    b.own_n = config.zero >= 1 ? p.size(size_t(rank_)) : b.count;
+    const collectives::Partition p{b.count, size_t(group_size(b))};
+    b.own_off = config.zero >= 1 ? p.offset(size_t(group_rank(b))) : 0;
+    b.own_n = config.zero >= 1 ? p.size(size_t(group_rank(b))) : b.count;
     b.master = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
     b.m = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
     b.v = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
@@ -73,7 +84,7 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   }
   gather_pending_.assign(buckets_.size(), false);
   gather_end_.assign(buckets_.size(), -1);
-  if (size_ > 1 && group_.spans_mirrored()) check_fold();
+  check_fold();
 }
 
 void DataParallel::check_fold() const {
@@ -84,12 +95,14 @@ void DataParallel::check_fold() const {
   o.algorithm = config_.algorithm;
   using collectives::Collective;
   for (const Bucket& b : buckets_) {
+    runtime::Transport& g = group(b);  // the replicas, or the experts' replicas
+    if (group_size(b) == 1 || !g.spans_mirrored()) continue;
     std::string why =
         config_.zero == 0
-            ? collectives::fold_obstacle(Collective::all_reduce, o, group_, b.count, dtype_, "all_reduce.grads")
-            : collectives::fold_obstacle(Collective::reduce_scatter, o, group_, b.count, dtype_, "reduce_scatter.grads");
+            ? collectives::fold_obstacle(Collective::all_reduce, o, g, b.count, dtype_, "all_reduce.grads")
+            : collectives::fold_obstacle(Collective::reduce_scatter, o, g, b.count, dtype_, "reduce_scatter.grads");
     if (why.empty() && config_.zero >= 1)
-      why = collectives::fold_obstacle(Collective::all_gather, o, group_, b.count, dtype_, "all_gather.params");
+      why = collectives::fold_obstacle(Collective::all_gather, o, g, b.count, dtype_, "all_gather.params");
     if (!why.empty()) runtime::chips::fold_broken(why);
   }
 }
@@ -135,7 +148,7 @@ void DataParallel::load(const TensorRefs& master, const TensorRefs* m, const Ten
 
 sim::TimeNs DataParallel::gather_bucket(Bucket& b, const TensorRefs& work, sim::TimeNs ready) {
   const Tensor& src = dtype_ == DType::fp32 ? b.master : b.copy;
-  if (size_ == 1) {  // the chunk is the whole bucket
+  if (group_size(b) == 1) {  // the chunk is the whole bucket
     unpack(b, src, work);
     return ready;
   }
@@ -143,7 +156,7 @@ sim::TimeNs DataParallel::gather_bucket(Bucket& b, const TensorRefs& work, sim::
   collectives::CollectiveOptions o;
   o.algorithm = config_.algorithm;
   o.name = "all_gather.params";
-  const auto r = collectives::all_gather(group_, src.data_if_stored(), flat.data_if_stored(), b.count, dtype_, ready, o);
+  const auto r = collectives::all_gather(group(b), src.data_if_stored(), flat.data_if_stored(), b.count, dtype_, ready, o);
   unpack(b, flat, work);
   return r.span.end;
 }
@@ -212,8 +225,9 @@ sim::TimeNs DataParallel::reduce_bucket(Bucket& b, const TensorRefs& grads, doub
   const int zero = config_.zero;
   collectives::CollectiveOptions o;
   o.algorithm = config_.algorithm;
-  const collectives::Partition p{b.count, size_t(size_)};
-  const size_t own_off = p.offset(size_t(rank_)), own_n = p.size(size_t(rank_));
+  const int size = group_size(b);
+  const collectives::Partition p{b.count, size_t(size)};
+  const size_t own_off = p.offset(size_t(group_rank(b))), own_n = p.size(size_t(group_rank(b)));
   sim::TimeNs end = ready;
   size_t base = 0;  // the bucket element at b.grad's index 0
   if (zero >= 1) {
@@ -224,28 +238,30 @@ sim::TimeNs DataParallel::reduce_bucket(Bucket& b, const TensorRefs& grads, doub
     } else {
       pack(b, grads, b.grad);
     }
-    if (size_ == 1) {
+    if (size == 1) {
       if (zero >= 2) b.grad = std::move(flat);
     } else {
       const Tensor& whole = zero >= 2 ? flat : b.grad;
       void* out = store ? static_cast<char*>(b.grad.data()) + (zero == 1 ? own_off : 0) * runtime::dtype_size(dtype_)
                         : nullptr;
       o.name = "reduce_scatter.grads";
-      end = collectives::reduce_scatter(group_, whole.data_if_stored(), out, b.count, dtype_,
+      end = collectives::reduce_scatter(group(b), whole.data_if_stored(), out, b.count, dtype_,
                                         collectives::ReduceOp::avg, ready, o)
                 .span.end;
     }
     base = zero >= 2 ? own_off : 0;
   } else {
     pack(b, grads, b.grad);
-    if (size_ > 1) {
+    if (size > 1) {
       o.name = "all_reduce.grads";
-      end = collectives::all_reduce(group_, b.grad.data_if_stored(), b.grad.data_if_stored(), b.count, dtype_,
+      end = collectives::all_reduce(group(b), b.grad.data_if_stored(), b.grad.data_if_stored(), b.count, dtype_,
                                     collectives::ReduceOp::avg, ready, o)
                 .span.end;
     }
   }
   if (!store) return end;  // shape-only: no values, the norm piece is 0
+  if (b.expert && experts_.scale != 1)  // the expert gradient scaling (DpExperts)
+    for (int64_t i = 0; i < b.grad.numel(); ++i) b.grad.set(i, float(b.grad.get(i) * experts_.scale));
   for (const Slot& s : b.slots) {
     if (!s.counted) continue;
     const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
@@ -302,7 +318,7 @@ void DataParallel::gather_state(Field field, const TensorRefs& out) {
   const char* name = field == Field::master ? "all_gather.master" : field == Field::m ? "all_gather.adam_m"
                                                                                        : "all_gather.adam_v";
   for (Bucket& b : buckets_) {
-    if (config_.zero == 0 || size_ == 1) {
+    if (config_.zero == 0 || group_size(b) == 1) {
       unpack(b, b.*member, out);
       continue;
     }
@@ -310,7 +326,7 @@ void DataParallel::gather_state(Field field, const TensorRefs& out) {
     collectives::CollectiveOptions o;
     o.algorithm = config_.algorithm;
     o.name = name;
-    collectives::all_gather(group_, (b.*member).data(), flat.data(), b.count, DType::fp32,
+    collectives::all_gather(group(b), (b.*member).data(), flat.data(), b.count, DType::fp32,
                             group_.timeline().end_time(), o);
     unpack(b, flat, out);
   }
@@ -340,11 +356,13 @@ DpMemory DataParallel::memory() const {
     m.optimizer += double(b.m.nbytes() + b.v.nbytes()) + (mixed ? double(b.master.nbytes()) : 0.0);
   }
   m.padding = padding();
-  const double psi = param_count(), nd = double(size_);
-  m.psi = psi;
-  m.formula_params = P * psi / (config_.zero >= 3 ? nd : 1);
-  m.formula_grads = P * psi / (config_.zero >= 2 ? nd : 1);
-  m.formula_optimizer = K * psi / (config_.zero >= 1 ? nd : 1);
+  m.psi = param_count();
+  for (const Bucket& b : buckets_) {  // each bucket over its own group's N_d
+    const double psi = double(b.real), nd = double(group_size(b));
+    m.formula_params += P * psi / (config_.zero >= 3 ? nd : 1);
+    m.formula_grads += P * psi / (config_.zero >= 2 ? nd : 1);
+    m.formula_optimizer += K * psi / (config_.zero >= 1 ? nd : 1);
+  }
   return m;
 }
 

@@ -82,6 +82,16 @@ struct DpParam {
   int unit = 0;         // 0 .. units-1, forward order
   size_t numel = 0;     // elements of this rank's tensor
   bool counted = true;  // its reduced gradient counts in this rank's norm piece
+  bool expert = false;  // reduced and partitioned over the expert replicas (DataParallel's EXPERTS), not REPLICAS
+};
+
+// The second group of a data-parallel unit: the expert-data-parallel replicas of a mixture-of-experts model's
+// expert weights (Megatron-Core's expert data parallel group: the dp ranks of one ep coordinate), and the factor
+// their averaged gradients are scaled by (1 / ep: the loss is a mean over the dp x ep replicas while the
+// experts' gradients are averaged over dp only; Megatron's expert gradient scaling factor, applied here uncharged).
+struct DpExperts {
+  runtime::Transport* replicas = nullptr;
+  double scale = 1;
 };
 
 // The model's tensors in DpParam order (weights, gradients or state of the local shapes).
@@ -106,8 +116,9 @@ class DataParallel {
  public:
   // PARAMS: every parameter of this rank (its shards); UNITS: their unit count; REPLICAS: the group the state is
   // partitioned over and gradients averaged over (shares the chip's timeline); COMPUTE: the compute dtype.
+  // EXPERTS: the group of the parameters marked expert (their buckets are their own; ZeRO-3 not with them).
   DataParallel(std::vector<DpParam> params, int units, const ZeroConfig& config, runtime::Transport& replicas,
-               runtime::DType compute, bool store);
+               runtime::DType compute, bool store, const DpExperts& experts = {});
 
   // Takes this rank's chunks of the fp32 MASTER and, when given, moments M and V (else zero), and of the compute
   // copy WORK (bf16 only). Local: every replica passes the same tensors.
@@ -163,7 +174,11 @@ class DataParallel {
     runtime::Tensor master, m, v;   // fp32 [own_n] (fp32 compute: master = the parameters' chunk)
     runtime::Tensor copy;           // compute-dtype chunk refreshed by AdamW (bf16 only)
     runtime::Tensor grad;           // reduced gradient: whole bucket (stages 0-1) or the chunk (2-3)
+    bool expert = false;            // over experts_.replicas
   };
+  runtime::Transport& group(const Bucket& b) const { return b.expert ? *experts_.replicas : group_; }
+  int group_size(const Bucket& b) const { return b.expert ? experts_.replicas->size() : size_; }
+  int group_rank(const Bucket& b) const { return b.expert ? experts_.replicas->rank() : rank_; }
   void pack(const Bucket& b, const TensorRefs& w, runtime::Tensor& flat) const;
   void unpack(const Bucket& b, const runtime::Tensor& flat, const TensorRefs& w) const;
   void take_chunk(const Bucket& b, const TensorRefs& w, runtime::DType dtype, runtime::Tensor& dst) const;
@@ -172,6 +187,7 @@ class DataParallel {
 
   ZeroConfig config_;
   runtime::Transport& group_;
+  DpExperts experts_;
   runtime::DType dtype_;
   bool store_ = true;
   int rank_ = 0, size_ = 1, units_ = 0;

@@ -93,4 +93,105 @@ std::string ep_obstacle(int64_t experts, int ep) {
          " (model.moe.experts must be a multiple of parallel.ep)";
 }
 
+namespace {
+
+// The registry's test model with four experts of inner size 8, top-2 (tests/unit/plan_registry_test.cpp).
+std::string moe_case(const std::string& par, const std::string& ffn = "8") {
+  return "model: {vocab: 32, hidden: 16, layers: 2, heads: 4, kv_heads: 2, head_dim: 4, ffn: 32, seq: 8, batch: 4, "
+         "moe: {experts: 4, top_k: 2, expert_ffn: " + ffn + "}}\nparallel: {" + par + "}\n";
+}
+
+void needs_moe(const PlanParse& c, const char* key) {
+  if (!c.model.moe) c.fail(key, "needs model.moe (expert parallelism shards a mixture-of-experts model's experts)");
+}
+
+}  // namespace
+
+PlanDescriptor ep_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "ep";
+  d.title = "expert parallel";
+  d.summary = "the routed experts of model.moe sharded over the mesh's ep axis (between cp and dp): tokens "
+              "dispatched to their experts' chips and combined back by all_to_allv, the shared experts overlapping "
+              "the dispatch; for attention ep is one more data-parallel axis; expert gradients averaged over dp, "
+              "the router's and the dense weights' over dp x ep (sharding/plans/expert_parallel.h)";
+  d.axis = "ep";
+  d.size = &ParallelPlan::ep;
+  d.keys = {{"ep", PlanValue::size, "1..1048576", "1", "expert-parallel size (divides model.moe.experts)", true}};
+  d.read = [](const PlanParse& c, ParallelPlan& p) {
+    if (p.ep > 1) needs_moe(c, "ep");
+    if (!c.model.moe) return;
+    // A MoE layer routes the tp group's replicated rows of each chip's micro-batch as one token group.
+    if (p.sp) c.not_implemented("sp", "sp with model.moe (the experts take the tp group's replicated rows)");
+    if (p.cp > 1) c.not_implemented("cp", "cp with model.moe");
+    if (p.ulysses > 1) c.not_implemented("ulysses", "ulysses with model.moe");
+  };
+  d.check = [](const PlanParse& c, const ParallelPlan& p) {
+    if (p.ep == 1) return;
+    const std::string why = ep_obstacle(c.model.moe->spec.experts(), p.ep);
+    if (!why.empty()) c.fail("ep", why);
+    if (p.zero == 3) c.not_implemented("zero", "zero: 3 with ep (the experts' parameter gathers)");
+    // For attention ep is one more data-parallel axis: the batch splits over dp x ep replicas.
+    const ModelSpec& s = c.model;
+    const int64_t replicas = int64_t{p.dp} * p.ep;
+    if (c.use == SpecUse::train && s.batch % replicas != 0)
+      c.fail("ep", "the global batch (model.batch " + std::to_string(s.batch) + " sequences) must be a multiple of "
+                   "dp x ep (" + std::to_string(replicas) + ": each ep rank holds its own sequences)");
+    if (c.use == SpecUse::train && s.micro_batch > 0 && (s.batch / replicas) % s.micro_batch != 0)
+      c.fail("ep", "model.micro_batch " + std::to_string(s.micro_batch) + " must divide the " +
+                   std::to_string(s.batch / replicas) + " sequences of each dp x ep replica");
+  };
+  d.text = [](const ModelSpec& s, const ParallelPlan& p, bool train) {
+    const int64_t e = s.moe ? s.moe->spec.experts() : 0;
+    return "expert parallel ep=" + std::to_string(p.ep) + " (" + std::to_string(e / p.ep) +
+           " experts per chip; tokens dispatched and combined by all_to_allv over ep" +
+           (train ? "; expert gradients averaged over dp, the others over dp x ep)" : ")");
+  };
+  d.example = {moe_case("ep: 2"), SpecUse::train, 2, ""};
+  d.bad_cases = {{moe_case("ep: 3"), SpecUse::train, 3, "ep"},
+                 {"model: {vocab: 32, hidden: 16, layers: 2, heads: 4, kv_heads: 2, head_dim: 4, ffn: 32, seq: 8, "
+                  "batch: 4}\nparallel: {ep: 2}\n", SpecUse::train, 2, "ep"}};
+  return d;
+}
+
+PlanDescriptor etp_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "etp";
+  d.title = "expert tensor parallel";
+  d.summary = "every expert's (and the shared experts') inner size split over the tp group, the experts' partial "
+              "outputs summed by one all_reduce (Megatron-Core's --expert-tensor-parallel-size); 1: the experts "
+              "whole on every tp chip (sharding/plans/expert_parallel.h)";
+  d.keys = {{"etp", PlanValue::size, "1 | tp", "1", "expert tensor-parallel size (on the tp chips)", true}};
+  d.needs = {"tp"};
+  d.active = [](const ParallelPlan& p) { return p.etp > 1; };
+  d.read = [](const PlanParse& c, ParallelPlan& p) {
+    if (!c.given) return;
+    p.etp = static_cast<int>(c.par.get_int_in("etp", 1, SpecBounds::axis, 1));
+    if (p.etp == 1) return;
+    needs_moe(c, "etp");
+    if (p.etp != p.tp)
+      c.fail("etp", std::to_string(p.etp) + " is neither 1 nor tp (" + std::to_string(p.tp) +
+                        "): the experts' tensor-parallel group is the tp group");
+  };
+  d.check = [](const PlanParse& c, const ParallelPlan& p) {
+    if (p.etp == 1) return;
+    const kernels::MoeSpec& s = c.model.moe->spec;
+    for (int64_t f : s.expert_ffn)
+      if (f % p.etp != 0)
+        c.fail("etp", "model.moe.expert_ffn " + std::to_string(f) + " is not a multiple of etp " +
+                          std::to_string(p.etp) + " (whole columns per chip)");
+    if (s.shared_ffn % p.etp != 0)
+      c.fail("etp", "the shared experts' inner size " + std::to_string(s.shared_ffn) + " is not a multiple of etp " +
+                        std::to_string(p.etp));
+  };
+  d.text = [](const ModelSpec&, const ParallelPlan& p, bool) {
+    return "expert tensor parallel etp=" + std::to_string(p.etp) +
+           " (experts' W_gate/W_up columns and W_down rows over tp; etp all_reduce of the output)";
+  };
+  d.example = {moe_case("tp: 2, etp: 2"), SpecUse::train, 2, ""};
+  d.bad_cases = {{moe_case("tp: 2, etp: 2", "[8, 8, 8, 7]"), SpecUse::train, 2, "etp"},
+                 {moe_case("tp: 4, etp: 2"), SpecUse::train, 4, "etp"}};
+  return d;
+}
+
 }  // namespace shardsim::sharding::plans

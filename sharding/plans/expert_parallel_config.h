@@ -32,6 +32,7 @@
 #include "common/config.h"
 #include "kernels/moe_mlp.h"
 #include "sharding/model_spec.h"
+#include "sharding/plans/registry.h"
 
 namespace shardsim::sharding::plans {
 
@@ -55,5 +56,11 @@ std::string moe_text(const kernels::MoeConfig& c);
 
 // The ep plan's divisibility rule: "" when EXPERTS split over EP, else the message (for parallel.ep).
 std::string ep_obstacle(int64_t experts, int ep);
+
+// The plan registry's descriptors of the ep unit (parallel.ep: the mesh's ep axis) and the etp unit
+// (parallel.etp: 1 or tp), registered by registry.cpp. Rules: ep and etp need model.moe; ep divides the experts;
+// etp is 1 or tp and divides every expert's (and the shared experts') inner size; not yet with sp, cp or ulysses.
+PlanDescriptor ep_plan_descriptor();
+PlanDescriptor etp_plan_descriptor();
 
 }  // namespace shardsim::sharding::plans

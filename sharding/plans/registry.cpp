@@ -5,6 +5,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/registry.h"
 #include "common/byte_size.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/pipeline_schedule.h"
 
 namespace shardsim::sharding::plans {
@@ -171,7 +172,7 @@ void pp_read(const PlanParse& c, ParallelPlan& p) {
 }
 // Micro-batches of one replica's step.
 int micro_batches(const ModelSpec& s, const ParallelPlan& p) {
-  const int64_t per_replica = s.batch / p.dp;
+  const int64_t per_replica = s.batch / (int64_t{p.dp} * p.ep);  // ep: one more data-parallel axis for the batch
   return static_cast<int>(s.micro_batch > 0 ? per_replica / s.micro_batch : 1);
 }
 void pp_check(const PlanParse& c, const ParallelPlan& p) {
@@ -305,7 +306,7 @@ using V = PlanValue;
 const std::string kSizes = "1..1048576";
 
 // THE registration, in the order the parser reads the units, the plan line lists them and help prints them.
-// Sizes first (tp, cp, ulysses, pp, dp: the mesh's product), then each unit's read, then each unit's check.
+// Sizes first (tp, cp, ulysses, ep, pp, dp: the mesh's product), then each unit's read, then each unit's check.
 std::vector<PlanDescriptor> make_registry() {
   std::vector<PlanDescriptor> v;
   {
@@ -398,6 +399,8 @@ std::vector<PlanDescriptor> make_registry() {
                    {lm("", "ulysses: 2, cp: 2"), SpecUse::train, 4, "ulysses"}};
     v.push_back(d);
   }
+  v.push_back(ep_plan_descriptor());   // sharding/plans/expert_parallel_config.cpp
+  v.push_back(etp_plan_descriptor());
   {
     PlanDescriptor d;
     d.name = "pp";
@@ -431,7 +434,7 @@ std::vector<PlanDescriptor> make_registry() {
                 "(sharding/plans/data_parallel.h)";
     d.axis = "dp";
     d.size = &ParallelPlan::dp;
-    d.keys = {{"dp", V::size, kSizes, "chips / (tp x cp x ulysses x pp); MLP: 1", "data-parallel replicas", true},
+    d.keys = {{"dp", V::size, kSizes, "chips / (tp x cp x ulysses x ep x pp); MLP: 1", "data-parallel replicas", true},
               {"zero", V::number, "0..3", "0", "ZeRO stage over the dp (x cp) replicas", false, true},
               {"bucket_bytes", V::number, "0..2^50 (or 25M, 1G)", "26214400", "gradient bucket bytes", false, true},
               {"overlap_grad_reduce", V::flag, "true | false", "true; with sp false",

@@ -1,5 +1,5 @@
-// The plan registry: one descriptor per parallel plan unit (tp, sp, fused, cp, ulysses, pp, dp, recompute; ep
-// next), registered in one place (registry.cpp), like the collective algorithms (collectives/registry.h).
+// The plan registry: one descriptor per parallel plan unit (tp, sp, fused, cp, ulysses, ep, etp, pp, dp, recompute),
+// registered in one place (registry.cpp), like the collective algorithms (collectives/registry.h).
 //
 // Everything that needs to know which plans exist derives from it: the parallel: section's keys and their checks
 // (parse_parallel_plan, sharding/model_spec.h: parallel_keys(), each unit's read and check hooks, the mesh-size

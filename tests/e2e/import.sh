@@ -38,10 +38,11 @@ pythia_160m 162322944
 gemma_2b 2506172416
 EOF
 
-e2e_case "import hf: MoE and MLA models import as their dense skeleton, every MoE field named"
+e2e_case "import hf: MoE models import with their model.moe section (MLA as its dense skeleton), every MoE field named"
 for file in mixtral_8x7b qwen3_30b_a3b deepseek_v3 llama4_scout; do
   if expect_exit 0 'MoE fields recorded' -- "$SHARDSIM" import hf "$DATA/hf/$file.json" -o "$file.yaml"; then
-    grep -q '^# Mixture of experts: not expressible' "$file.yaml" && pass "$file: the header names the MoE fields" ||
+    grep -q '^# Mixture of experts: the model.moe section below' "$file.yaml" && grep -q '^  moe:$' "$file.yaml" &&
+      pass "$file: the header names the MoE fields, model.moe is live" ||
       fail "$file: no MoE block in the header"
     expect_exit 0 'DONE' -- shardsim_mpi 1 train "$file.yaml"
   fi

@@ -221,3 +221,58 @@ TEST(CriticalPath, ReceiveFromASwitchNamesTheSendingChip) {
   EXPECT_EQ(tl[1].receive(sw, 1e5, at, at + 2000), at + 2000);
   EXPECT_EQ(tl[1].receives().back().peer, sw);
 }
+
+// Issue 46 (kind 13): in a long step a producer's entry must not be lost. A send whose data was ready at an early
+// kernel's end is booked after 20,000 other kernels have ended on its chip: the table of 4,096 direct-mapped slots
+// that looked producers up lost such entries (a slot shared with a later end: here with probability 99 %), the
+// critical path stopped there and everything before it counted as "waiting" (94.7 % of a full Llama-3-70B step).
+TEST(CriticalPath, AProducerIsFoundAfterManyLaterEnds) {
+  const auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 1000});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 10;
+  d.peak_tflops_bf16 = 40;
+  d.hbm_gbps = 100;
+  d.hbm_gib = 1;
+  d.launch_overhead_ns = 5;
+  sim::Timeline t(0, topo, d), r(1, topo, d);
+  t.set_record_dependencies(true);
+  r.set_record_dependencies(true);
+  const sim::Span first = t.compute("first", 1e6, 0, sim::Precision::fp32, 0, {});
+  const std::uint64_t first_id = t.events().back().id;
+  for (int i = 0; i < 20000; ++i) t.compute("later", 1e3 * (1 + i % 13), 0, sim::Precision::fp32, 0, {});
+  const sim::Span s = t.send("send", 1, 1e5, first.end);  // the port is free: it starts when the data is ready
+  EXPECT_EQ(s.start, first.end);
+  EXPECT_EQ(t.events().back().producer, first_id);
+  // And through the profiler: the receive's chain reaches the first kernel, with no waiting.
+  const double arrival = r.receive(0, 1e5, s.start, s.end, t.last_send_id(), t.last_send_end());
+  r.compute("use", 1e10, 0, sim::Precision::fp32, arrival, {});  // 1 ms: ends after chip 0's kernels
+  std::vector<sim::ChipEvents> chips;
+  for (auto* tl : {&t, &r}) {
+    sim::ChipEvents ce{tl->chip(), tl->events()};
+    ce.events.insert(ce.events.end(), tl->receives().begin(), tl->receives().end());
+    chips.push_back(std::move(ce));
+  }
+  const auto p = sim::critical_path(chips);
+  EXPECT_EQ(p.waiting, 0);
+  ASSERT_EQ(p.steps.size(), 4u);  // first -> send -> recv -> use
+  EXPECT_EQ(chips[0].events[p.steps[0].index].name, "first");
+  EXPECT_EQ(chips[1].events[p.steps[3].index].name, "use");
+}
+
+// The profiler's events keep their names interned (one copy per distinct name) and its index finds every id.
+TEST(CriticalPath, EventIndexFindsEveryIdAndNamesAreShared) {
+  const auto c = chain();
+  const sim::EventIndex index(c);
+  size_t n = 0;
+  for (const auto& ce : c)
+    for (const auto& e : ce.events) {
+      ASSERT_NE(index.find(e.id), nullptr) << e.name;
+      EXPECT_EQ(index.find(e.id), &e);
+      ++n;
+    }
+  EXPECT_EQ(index.size(), n);
+  EXPECT_EQ(index.find(id(5, 1)), nullptr);
+  EXPECT_EQ(index.find(0), nullptr);
+  EXPECT_EQ(c[0].events[0].name.data(), c[1].events[0].name.data());  // both "gemm": one pooled copy
+  EXPECT_EQ(sim::intern_name("gemm").data(), c[0].events[0].name.data());
+}

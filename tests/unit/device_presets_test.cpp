@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
 #include "common/error.h"
 #include "sim/device_presets.h"
+#include "sim/embedded_data.h"
 #include "topology/topology_yaml.h"
 
 namespace shardsim {
@@ -51,6 +54,22 @@ TEST(DevicePresets, TheIssueListLoadsWithSourcesAndPlausibleFigures) {
   for (const char* n : {"trainium1", "trainium2", "inferentia2", "tpu_v4", "tpu_v5e", "tpu_v5p", "tpu_v6e", "a100",
                         "h100", "h200", "b200", "mi300x", "mi325x", "mi355x"})
     EXPECT_TRUE(names.count(n)) << n;
+}
+
+// The binary carries its presets and kernel tables (sim/embedded_data.h; a copied binary must not read the source
+// tree it was built from): the compiled-in copies are the source tree's files, byte for byte, and the presets
+// are read from them unless SHARDSIM_DEVICES names a file.
+TEST(DevicePresets, TheCompiledInFilesAreTheSourceTreesFiles) {
+  ASSERT_GE(sim::embedded_files().size(), 2u);
+  for (const auto& f : sim::embedded_files()) {
+    std::ifstream in(std::string(SHARDSIM_CONFIG_DIR) + "/" + std::string(f.path), std::ios::binary);
+    ASSERT_TRUE(in) << f.path;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, f.text) << f.path;
+  }
+  if (!std::getenv("SHARDSIM_DEVICES")) EXPECT_EQ(sim::device_presets_file(), "configs/devices.yaml (compiled in)");
+  EXPECT_NE(sim::preset_data_text("kernel_tables/h100.csv", "a kernel table").find("gemm"), std::string::npos);
+  EXPECT_THROW((void)sim::preset_data_text("kernel_tables/nonesuch.csv", "a kernel table"), ConfigError);
 }
 
 TEST(DevicePresets, AliasesAreTheSameSpec) {

@@ -131,7 +131,9 @@ TEST(InteropHf, MoeFieldsAreRecordedAndNamed) {
   EXPECT_EQ(dc.spec.shared_ffn, 2048);
   EXPECT_EQ(moe_keys(ds.moe).size(), 9u);  // experts .. dense_layers (layer_step 1 is the default)
   const std::string yaml = to_yaml(ds);
-  EXPECT_NE(yaml.find("Mixture of experts: not expressible"), std::string::npos);
+  // The model parser reads model.moe (sharding::kModelKeys): the section is live, the header lists the sources.
+  EXPECT_NE(yaml.find("# Mixture of experts: the model.moe section below"), std::string::npos);
+  EXPECT_NE(yaml.find("\n  moe:\n    experts: 256\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("n_routed_experts 256"), std::string::npos);
   EXPECT_NE(yaml.find("multi-head latent attention is not expressible"), std::string::npos);
   EXPECT_NO_THROW(loaded(ds));  // the dense skeleton loads

@@ -122,7 +122,7 @@ TEST(ModelSpecParse, SizesAboveTheirBoundsNameTheKey) {
   // Mesh axes: each within the chip limit, their product beyond int64 is refused, not wrapped.
   EXPECT_NE(spec_error(std::string(kLm) + "parallel: {tp: 1048576, cp: 1048576, ulysses: 1048576, dp: 1048576}\n",
                        SpecUse::train, 2)
-                .find("parallel: tp x cp x ulysses x pp"),
+                .find("parallel: tp x cp x ulysses x ep x pp"),
             std::string::npos);
 }
 
@@ -182,7 +182,7 @@ TEST(ModelSpecParse, PipelinePlansNameTheKeyTheyBreak) {
   EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2}", 6).find("parallel: tp 2 x cp 1 x ulysses 1 x pp 2 = 4 does not match "
                                                         "the job's 6 chips"),
             std::string::npos);
-  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2}", 6).find("dp, not given, fills the chips left by tp x cp x ulysses x "
+  EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2}", 6).find("dp, not given, fills the chips left by tp x cp x ulysses x ep x "
                                                         "pp = 4 only when that divides them"),
             std::string::npos);
   EXPECT_NE(err("layers: 4", "{pp: 2, tp: 2, sp: true, fused: true, schedule: zb_h1}", 4)

@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 #include "models/trace.h"
+#include "sharding/device_mesh.h"
+#include "topology/topology.h"
 
 using namespace shardsim;
 
@@ -197,4 +199,86 @@ TEST(Trace, NonFiniteTimeIsAnErrorNamingTheEvent) {
   } catch (const RuntimeFault& e) {
     EXPECT_NE(std::string(e.what()).find("chip 1, event 'broken'"), std::string::npos) << e.what();
   }
+}
+
+// Issue 46 (kind 13): the trace's filters (models/trace_filter.h) resolve against the topology and the mesh, and
+// refuse what they cannot keep with the flag's name.
+TEST(TraceFilter, ChipsAxisAndWindowResolveOrAreRefusedNamingTheFlag) {
+  const auto topo = topology::Topology::ring(8, topology::LinkSpec{100, 1000});
+  const sharding::DeviceMesh mesh({{"tp", 2}, {"pp", 4}}, topo);
+  sharding::TraceOptions o;
+  o.chips = "6,0-2,2";
+  auto f = sharding::resolve_trace_filter(o, topo, &mesh);
+  EXPECT_EQ(f.chips, (std::vector<int>{0, 1, 2, 6}));
+  EXPECT_EQ(f.text, "chips 0-2,6");
+  EXPECT_TRUE(f.keeps_chip(6));
+  EXPECT_FALSE(f.keeps_chip(3));
+  o = {};
+  o.axis = "pp:3";  // tp innermost: chip 3 is tp 1 of pp stage 1; its pp group is chips 1, 3, 5, 7
+  f = sharding::resolve_trace_filter(o, topo, &mesh);
+  EXPECT_EQ(f.chips, (std::vector<int>{1, 3, 5, 7}));
+  o.axis = "tp";
+  EXPECT_EQ(sharding::resolve_trace_filter(o, topo, &mesh).chips, (std::vector<int>{0, 1}));
+  o = {};
+  o.window = "1.5:2.5";
+  f = sharding::resolve_trace_filter(o, topo, &mesh);
+  EXPECT_EQ(f.from_ns, 1500);
+  EXPECT_EQ(f.to_ns, 2500);
+  EXPECT_TRUE(f.keeps_span(0, 1500));
+  EXPECT_FALSE(f.keeps_span(0, 1499));
+  EXPECT_FALSE(f.keeps_span(2501, 3000));
+  o.window = "100:";
+  EXPECT_TRUE(std::isinf(sharding::resolve_trace_filter(o, topo, &mesh).to_ns));
+  auto refused = [&](sharding::TraceOptions bad) {
+    try {
+      (void)sharding::resolve_trace_filter(bad, topo, &mesh);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const char* chips : {"8", "0-8", "3-1", "", "a", "1,,2", "-1", "0x1", "99999999999999999999"}) {
+    sharding::TraceOptions bad;
+    bad.chips = chips;
+    if (*chips == 0) continue;  // empty: no filter
+    EXPECT_EQ(refused(bad).rfind("--trace-chips: ", 0), 0u) << chips;
+  }
+  for (const char* axis : {"cp", "dp", "pp:8", "pp:x", "nonesuch"}) {
+    sharding::TraceOptions bad;
+    bad.axis = axis;
+    EXPECT_EQ(refused(bad).rfind("--trace-axis: ", 0), 0u) << axis;
+  }
+  for (const char* w : {"2:1", "1:1", "nan:2", "1", "1:2:3", "-1:2", "inf:", "1e300:"}) {
+    sharding::TraceOptions bad;
+    bad.window = w;
+    EXPECT_EQ(refused(bad).rfind("--trace-window: ", 0), 0u) << w;
+  }
+  sharding::TraceOptions both;
+  both.chips = "0";
+  both.axis = "tp";
+  EXPECT_NE(refused(both).find("give one of them"), std::string::npos);
+  sharding::TraceOptions axis;
+  axis.axis = "tp";
+  EXPECT_THROW((void)sharding::resolve_trace_filter(axis, topo, nullptr), UsageError);
+}
+
+// A window keeps exactly the events that overlap it (and their tracks); the rest of the chip's events are left out.
+TEST(TraceFilter, AWindowKeepsOnlyTheEventsThatOverlapIt) {
+  const auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 1000});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 1;
+  d.peak_tflops_bf16 = 1;
+  d.hbm_gbps = 100;
+  d.hbm_gib = 1;
+  sim::Timeline tl(0, topo, d);
+  for (int i = 0; i < 10; ++i) tl.compute("k" + std::to_string(i), 1e6, 0, sim::Precision::fp32, 0, {});  // 1 us each
+  sim::ChipEvents ce{tl.chip(), tl.events()};
+  sharding::TraceFilter f;
+  f.from_ns = 2500;
+  f.to_ns = 4000;
+  const auto ev = sharding::trace_events(ce, topo, {}, {}, f);
+  std::set<std::string> kept;
+  for (const auto& e : ev)
+    if (e.at("ph") == "X") kept.insert(e.at("name").get<std::string>());
+  EXPECT_EQ(kept, (std::set<std::string>{"k2", "k3", "k4"}));  // [2,3] us, [3,4], [4,5]: k4 touches 4 us
 }

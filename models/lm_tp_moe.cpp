@@ -1,0 +1,81 @@
+// LmTpTrainer's mixture-of-experts pieces (models/lm_tp.h): this chip's experts, the ep groups, a MoE layer's
+// backward through the ep unit (sharding/plans/expert_parallel.h) and the routing statistics of the last step.
+#include <algorithm>
+#include <cstring>
+
+#include "models/lm_tp.h"
+#include "sharding/plans/expert_parallel_config.h"
+
+namespace shardsim::models {
+
+using runtime::Tensor;
+
+void LmTpTrainer::setup_moe() {
+  local_.global_layers = layer_global_;
+  if (!local_.moe) {
+    if (ep_size_ > 1 || etp_ > 1)
+      throw std::invalid_argument("parallel.ep: expert parallelism needs model.moe (a mixture-of-experts model)");
+    return;
+  }
+  kernels::MoeSpec& s = local_.moe->spec;
+  if (etp_ != 1 && etp_ != tp_size_)
+    throw std::invalid_argument("parallel.etp: " + std::to_string(etp_) + " must be 1 or tp (" +
+                                std::to_string(tp_size_) + ")");
+  const std::string why = sharding::plans::ep_obstacle(s.experts(), ep_size_);
+  if (!why.empty()) throw std::invalid_argument("parallel.ep: " + why);
+  for (int64_t& f : s.expert_ffn) {
+    if (f % etp_ != 0)
+      throw std::invalid_argument("parallel.etp: model.moe.expert_ffn " + std::to_string(f) +
+                                  " is not a multiple of etp " + std::to_string(etp_));
+    f /= etp_;
+  }
+  s.shared_ffn /= etp_;
+  const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
+  local_.expert_first = shard.first;
+  local_.expert_count = shard.count;
+  // Every rank makes the same sub-groups in the same order (collective on first use).
+  ep_groups_ = std::make_unique<sharding::plans::EpGroups>(
+      sharding::plans::EpGroups{mesh_["ep"], etp_ > 1 ? &mesh_["tp"] : nullptr});
+}
+
+bool LmTpTrainer::expert_weight(const std::string& name) const {
+  return ep_size_ > 1 && name.find(".moe.expert.") != std::string::npos;
+}
+
+sharding::plans::BlockMoe LmTpTrainer::block_moe(int64_t l) const {
+  if (!local_.moe_layer(l)) return {};
+  return {&work_.layers[size_t(l)].moe, ep_groups_.get(), layer_global_[size_t(l)]};
+}
+
+Tensor LmTpTrainer::moe_backward(const LmLayer& w, LmLayer& g, const LmCache::Layer& s, const Tensor& dx,
+                                 sim::TimeNs& t) {
+  // The gradients are overwritten: an expert without tokens this micro-batch gets zeros.
+  auto zero = [](Tensor& x) {
+    if (x.rank() > 0 && x.has_storage()) std::memset(x.data(), 0, x.nbytes());
+  };
+  zero(g.moe.router);
+  for (auto* e : {&g.moe.shared}) zero(e->w_gate), zero(e->w_up), zero(e->w_down);
+  for (auto& e : g.moe.experts) zero(e.w_gate), zero(e.w_up), zero(e.w_down);
+  sharding::plans::EpOptions o;
+  o.algorithm = algorithm_;
+  // d loss / d this micro-batch's aux loss: the step's loss is the mean over the micro-batches.
+  return on_chip(t, [&](auto& ctx) {
+    return sharding::plans::ep_moe_backward(*ep_groups_, global_.moe->spec, w.moe, s.m, s.moe, dx, 1.0 / micro_,
+                                            g.moe, ctx.chip, ctx.comm, o);
+  });
+}
+
+double LmTpTrainer::expert_param_count() const {
+  double n = 0;
+  for (const auto& [name, t] : work_.named_weights())
+    if (name.find(".moe.expert.") != std::string::npos) n += double(t->numel());
+  return n;
+}
+
+std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
+  std::vector<MoeLayerStats> out;
+  for (const auto& [l, st] : moe_stats_) out.push_back(st);
+  return out;
+}
+
+}  // namespace shardsim::models

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# e2e: a mixture-of-experts model through the one executor (models/lm_tp.h; the ep plan unit,
+# sharding/plans/expert_parallel.h; docs/MOE.md). `train --validate` (5 fp32 steps: losses with the aux loss) and
+# `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp, dropless and with
+# a capacity factor, at one chip per rank and at 8 chips on one rank; the plan line names ep; the report's MoE
+# section (uniform routing's dispatch bytes = the closed form, Zipf skew); bad plans exit 2.
+# Usage: moe.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+e2e_init "$@"
+
+MOE=$CONFIGS/moe/tiny_moe.yaml
+CAP="--set model.moe.capacity_factor=1.0"
+
+e2e_case "(a) train, ep alone and composed, one chip per rank: validated against one device"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 --validate; then
+  assert_out 'expert parallel ep=4 \(2 experts per chip' "the plan line names ep"
+fi
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2,etp=2 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 --set parallel.zero=1 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,pp=2 --set model.micro_batch=2 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $CAP --validate
+
+e2e_case "(b) 8 chips on one rank: ep 8, ep 4 x etp 2 with capacity, ep 2 x dp 2 x pp 2"
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=8 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=4,tp=2,etp=2 $CAP --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=2,dp=2,pp=2 \
+  --set model.micro_batch=1 --set parallel.zero=1 --validate
+
+e2e_case "(c) run: the forward mode through the same executor, validated"
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$MOE" --plan ep=4
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$MOE" --plan ep=2,tp=2,pp=2,etp=2 $CAP
+
+e2e_case "(e) the report: shape-only uniform routing sends the closed form's dispatch bytes; Zipf routing is skewed"
+if expect_exit 0 'mixture of experts' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=4 --shape-only --json u.json; then
+  python3 -c "import json,sys; m=json.load(open('u.json'))['train']['moe']; L=m['layers']; \
+sys.exit(0 if L and all(l['dispatch_bytes']==l['dispatch_closed_form_bytes']>0 and l['max_tokens_per_expert']==l['mean_tokens_per_expert'] for l in L) and m['active_params']<m['total_params'] else 1)" \
+    && pass "dispatch bytes = T*k*h*bytes*(ep-1)/ep per layer, balanced experts, active < total parameters" \
+    || fail "uniform routing's dispatch bytes or balance"
+fi
+if expect_exit 0 'mixture of experts' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=4 --shape-only \
+    --set model.moe.routing=zipf --set model.moe.skew=1.5 --json z.json; then
+  python3 -c "import json,sys; L=json.load(open('z.json'))['train']['moe']['layers']; \
+sys.exit(0 if all(l['max_tokens_per_expert']>1.5*l['mean_tokens_per_expert'] for l in L) else 1)" \
+    && pass "Zipf 1.5: the hottest expert gets more than 1.5x the mean" || fail "Zipf routing is not skewed"
+fi
+
+e2e_case "(d) bad plans exit 2 naming the key"
+expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
+expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2
+expect_exit 2 'parallel.ep: needs model.moe' -- shardsim_mpi 1 --chips 2 train "$CONFIGS/lm_train.yaml" --plan ep=2
+
+e2e_finish
