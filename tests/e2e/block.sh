@@ -79,8 +79,9 @@ expect_exit 2 'badsplit\.yaml:[0-9]+: parallel\.cp_split: only used with context
 make badsp 4 "  sp: true"
 expect_exit 2 'badsp\.yaml:[0-9]+: parallel\.sp: sequence parallelism needs tp > 1' -- shardsim_mpi 4 run badsp.yaml
 make oom 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 0.0001/"
-# The executor's memory model (parameters + the forward's tensors) against the HBM: reported, as train reports it.
-expect_exit 0 'state \+ activ\. .* does NOT fit' -- shardsim_mpi 4 run oom.yaml
+# The executor's memory model (parameters + the forward's tensors) against the usable HBM: the one memory rule.
+expect_exit 2 'oom\.yaml: simulated out of memory: [0-9.e-]+ GiB per chip \(state \+ activations\) does not fit' -- \
+  shardsim_mpi 4 run oom.yaml
 make hostmem 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 100000/; s/hidden: 128/hidden: 8192/; s/heads: 8/heads: 64/; s/kv_heads: 2/kv_heads: 8/; s/ffn: 344/ffn: 28672/; s/seq: 64/seq: 262144/"
 expect_exit 3 'hostmem\.yaml: model: needs at least [0-9.]+ GiB of host memory per rank .* but only [0-9.]+ GiB is available' -- shardsim_mpi 4 run hostmem.yaml
 make badnp 4 "  tp: 4"

@@ -152,7 +152,7 @@ sed -e 's/^validate:/mode: meta\nvalidate:/' "$CONFIGS/blocks/small_block.yaml" 
 expect_exit 2 'badmode.yaml:[0-9]+.*mode: .meta. \(real \| shape_only\)' -- shardsim_mpi 1 --chips 4 run badmode.yaml
 
 e2e_case "simulated out of memory in shape-only mode (the executor's memory model against the HBM)"
-expect_exit 0 'state \+ activ\. .* GiB of the device.s 16 GiB HBM.*: does NOT fit' -- \
+expect_exit 2 'simulated out of memory: [0-9.e+-]+ GiB per chip \(state \+ activations\) does not fit' -- \
   shardsim_mpi 1 --chips 4 run "$CONFIGS/blocks/small_block.yaml" --set model.hidden=16384 --set model.ffn=53248 \
   --set model.layers=126 --shape-only
 
