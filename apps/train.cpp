@@ -588,11 +588,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   log.head();
   models::LmDpStepResult last;
   // The last step's per-chip and per-collective tables, fused ops and time per op (models/report.h, the one report
-  // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run (one replica
-  // simulated) has none.
+  // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
+  // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
   sharding::RunReport figs;
   auto collect_figures = [&] {
-    if (runtime::chips::folded()) return;
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
     const sharding::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
     sharding::gather_chip_figures(world, tl, mine, chips, figs);

@@ -94,6 +94,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.cp = s.ulysses ? plan.ulysses : plan.cp;  // the trainer runs Ulysses on its cp axis
   s.cp_zigzag = plan.zigzag && !s.ulysses;
   s.fused = plan.fused.enabled;
+  s.dp.fused_chunks = plan.fused.chunks;
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;

@@ -241,6 +241,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   plan_.sp = sp_;
   plan_.zigzag = zigzag_;
   plan_.fused.enabled = fused_;
+  plan_.fused.chunks = dp.fused_chunks;
   plan_.algorithm = dp.algorithm;  // train's rule: one algorithm (parallel.algorithm, else auto) for every collective
   plan_.selective_recompute = dp.selective;  // the unfused core keeps no softmax output (plans/block.h)
 

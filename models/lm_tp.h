@@ -159,6 +159,8 @@ struct LmDpConfig {
   // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
   // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
   bool forward_only = false;
+  // parallel.chunks (with FUSED and without sp: gemm_all_reduce's pieces; 0 = auto, sharding/fused.h).
+  int fused_chunks = 0;
   // parallel.etp (a MoE model, LmConfig::moe): 1, or tp: the experts' inner sizes split over the tp group.
   int etp = 1;
 };

@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include "common/text.h"
+#include "runtime/chips.h"
 
 
 namespace shardsim::sharding {
@@ -132,7 +133,8 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
   for (double t : mine.layer_end) stats.push_back(t);
   const size_t nf = stats.size();
   const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
-  r.ops = ops_of_rank(world, op_breakdown(tl), critical_rank(world, bd.total));
+  // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
+  r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
   std::vector<double> all(bytes.size() / sizeof(double));
   std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
   const int chips = static_cast<int>(all.size() / nf);
