@@ -440,8 +440,8 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   for (int64_t l = 0; l < c.layers; ++l) moe_layers += c.moe_layer(l) ? 1 : 0;
   m.active_params = m.total_params - double(moe_layers) * (one.total - one.active);
   m.expert_params_chip = trainer.expert_param_count();
-  // ZeRO over the experts' data-parallel group (dp; ZeRO-3 is not run with ep > 1): parameters P, gradients P,
-  // optimizer state K per weight, the stage's parts divided by dp.
+  // ZeRO over the experts' data-parallel group (dp): parameters P, gradients P, optimizer state K per weight, the
+  // stage's parts divided by dp.
   const double P = double(runtime::dtype_size(c.dtype)), K = c.dtype == runtime::DType::fp32 ? 8 : 12;
   const double nd = s.plan.dp;
   const int z = s.dp.zero;
@@ -450,6 +450,14 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   std::snprintf(b, sizeof b, "ZeRO stage %d over the experts' dp = %.0f replicas: %g + %g + %g bytes per weight", z, nd,
                 P / (z >= 3 ? nd : 1), P / (z >= 2 ? nd : 1), K / (z >= 1 ? nd : 1));
   m.expert_state_rule = b;
+  // The memory section's formulas take each bucket over its own group: say which N_d the experts have.
+  if (rep.train.has_memory && s.plan.ep > 1) {
+    std::snprintf(b, sizeof b, "; of them %.0f expert weights (%lld of %lld experts per MoE layer) on N_d = dp = %d, "
+                  "the rest on N_d = dp x ep x cp = %d", m.expert_params_chip,
+                  (long long)(spec.experts() / s.plan.ep), (long long)spec.experts(), s.plan.dp,
+                  s.plan.dp * s.plan.ep * s.cp);
+    rep.train.memory.basis += b;
+  }
   const models::LmConfig& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_stats()) {
@@ -463,6 +471,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
     l.dispatch_bytes = st.dispatch_bytes;
     l.dispatch_closed_form = T * double(spec.router.top_k) * double(c.hidden) * P * (ep - 1) / ep;
     l.dispatch_ns = st.dispatch_ns;
+    l.buffer_bytes = st.buffer_bytes;
     m.layers.push_back(l);
   }
   rep.train.has_moe = true;
@@ -720,6 +729,11 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
                        "reduced size with real data");
     if (f.validate && !s.data_parallel)
       throw UsageError("--validate: one chip without a parallel: section is the reference itself");
+    if (s.model.moe && s.model.moe->bias_update > 0 && !s.shape_only && !f.forward)
+      throw UsageError("model.moe.bias_update: the selection bias's update during training is not implemented yet "
+                       "(a per-layer state beside the weights: the expert loads summed over dp x ep, the reference's "
+                       "and the checkpoint's copies); shape-only runs and the forward mode accept it (no update); "
+                       "set it to 0 to train");
     if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
       throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
                        "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");

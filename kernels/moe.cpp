@@ -427,10 +427,16 @@ void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& lo
 KernelCost GroupedCost::total() const {
   KernelCost t{groups.empty() ? "grouped_gemm" : groups.front().name, 0, 0,
                groups.empty() ? runtime::DType::fp32 : groups.front().dtype};
+  auto work = std::make_shared<std::vector<sim::KernelWork>>();
   for (const auto& g : groups) {
     t.flops += g.flops;
     t.bytes += g.bytes;
+    if (g.flops <= 0) continue;
+    work->push_back({g.flops, g.bytes, g.shape});
+    if (work->size() == 1) t.shape = sim::KernelShape{g.shape.cls, 0, g.shape.n, g.shape.k, g.shape.batch, nullptr};
+    t.shape.m += g.shape.m;
   }
+  if (!work->empty()) t.shape.groups = std::move(work);
   return t;
 }
 void GroupedCost::add(const GroupedCost& o) { groups.insert(groups.end(), o.groups.begin(), o.groups.end()); }

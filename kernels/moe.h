@@ -142,10 +142,14 @@ void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& lo
 
 // ---- Grouped GEMM: one GEMM per expert, each of its own token count (and its own inner size) ----
 // Megatron-Core's GroupedMLP (CUTLASS grouped GEMM) runs them as one kernel. Cost: each group's KernelCost (its
-// shape for the kernel model's tile/wave quantization, its own FLOPs and bytes); groups of 0 rows cost nothing.
+// shape for the kernel model's tile/wave quantization, its own FLOPs and bytes); groups of 0 rows cost nothing;
+// total() is the one kernel a chip charges (sim::grouped_kernel_time: per-group tiles, shared waves, one launch).
 struct GroupedCost {
   std::vector<KernelCost> groups;  // one per group (an empty group's cost has 0 FLOPs and 0 bytes)
-  KernelCost total() const;        // FLOPs and bytes summed; name of the first group; no shape
+  // One grouped kernel: FLOPs and bytes summed, the name and dtype of the first group; shape: the non-empty groups'
+  // work as KernelShape::groups (sim::grouped_kernel_time charges it), m = their rows, n, k, batch and class of the
+  // first of them (a report's label); no non-empty group: no shape.
+  KernelCost total() const;
   void add(const GroupedCost& o);  // append O's groups
 };
 

@@ -117,8 +117,8 @@ MoeWeights zero_like(const MoeWeights& w) {
 }
 
 void MoeCharge::grouped(const GroupedCost& g) const {
-  for (const auto& c : g.groups)
-    if (c.flops > 0) (*this)(c);
+  const KernelCost c = g.total();
+  if (c.flops > 0) (*this)(c);
 }
 
 Tensor experts_forward(const MoeSpec& s, const std::vector<ExpertWeights>& w, const Tensor& xp,

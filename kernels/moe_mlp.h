@@ -12,8 +12,8 @@
 // The shared experts are one MLP of inner size shared_ffn (DeepSeek-V3's n_shared_experts x moe_intermediate_size,
 // Qwen's shared_expert_intermediate_size), the same activation.
 //
-// Every kernel is charged through CHARGE in execution order (a grouped GEMM as one charge per non-empty expert:
-// MoeCharge::grouped). Dtypes: fp32 or bf16 tensors, the routing in fp32. Shape-only x (kernels/kernel_cost.h):
+// Every kernel is charged through CHARGE in execution order (a grouped GEMM as one kernel, one launch, every
+// expert's GEMM at its own token count in the kernel model: MoeCharge::grouped). Dtypes: fp32 or bf16 tensors, the routing in fp32. Shape-only x (kernels/kernel_cost.h):
 // the routing comes from a declared distribution (declared_routing) and every kernel only charges.
 // Errors: std::invalid_argument naming the shape or the option.
 #pragma once
@@ -74,7 +74,7 @@ struct MoeCharge {
   void operator()(const KernelCost& c) const {
     if (fn) fn(c);
   }
-  void grouped(const GroupedCost& g) const;  // one charge per group with rows (FLOPs > 0)
+  void grouped(const GroupedCost& g) const;  // one charge: G.total() (one launch), unless no group has rows
 };
 
 // What the experts' forward keeps for the backward, one entry per local expert.

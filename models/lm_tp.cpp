@@ -324,19 +324,20 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
 
 LmWeights LmTpTrainer::gather(const LmWeights& local) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no weights to gather");
-  if (ep_size_ > 1) throw std::invalid_argument("parallel.ep: gathering the sharded experts (checkpoints) is not implemented yet");
   const DType dt = local.embed.dtype();
-  LmConfig whole_tp = global_;  // global shapes, this chip's layers
+  LmConfig whole_tp = global_;  // global shapes, this chip's layers (every expert: ep's are shared below)
   whole_tp.layers = local_.layers;
   LmWeights out = lm_zeros(whole_tp, dt);
   auto dst = out.named_weights();
-  const auto src = local.named_weights();
+  std::map<std::string, const Tensor*> src;
+  for (const auto& [name, t] : local.named_weights()) src[name] = t;
   const size_t es = runtime::dtype_size(dt);
   runtime::Transport& tp = mesh_["tp"];
   for (size_t i = 0; i < dst.size(); ++i) {
-    const Tensor& l = *src[i].second;
+    if (!src.count(dst[i].first)) continue;  // another ep rank's expert
+    const Tensor& l = *src.at(dst[i].first);
     Tensor& g = *dst[i].second;
-    const Split s = split_of(src[i].first, etp_ > 1);
+    const Split s = split_of(dst[i].first, etp_ > 1);
     if (s == Split::replicate) {
       g = l;
       continue;
@@ -358,6 +359,7 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
                       size_t(lc) * es);
     }
   }
+  if (ep_size_ > 1) share_experts(out);
   return pp_size_ > 1 ? gather_stages(out) : out;
 }
 
@@ -483,7 +485,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     const auto& m = C.layers[size_t(l)].moe;
     if (local_.moe_layer(l))
       moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.local_rows(), m.aux,
-                                              m.dispatch_bytes, m.dispatch_ns};
+                                              m.dispatch_bytes, m.dispatch_ns, m.buffer_bytes(c.hidden, c.dtype)};
     aux += m.aux;
   }
   if (ms != schedule_.p * schedule_.v - 1) return aux;  // X goes on to the next stage

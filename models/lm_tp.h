@@ -349,6 +349,7 @@ class LmTpTrainer {
     int64_t received = 0;         // rows this chip's experts received
     double aux = 0, dispatch_bytes = 0;
     sim::TimeNs dispatch_ns = 0;
+    double buffer_bytes = 0;      // the dispatch buffers the layer keeps (EpActivations::buffer_bytes)
   };
   std::vector<MoeLayerStats> moe_stats() const;
   // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).
@@ -440,6 +441,8 @@ class LmTpTrainer {
                                sim::TimeNs& t);
   bool expert_weight(const std::string& name) const;
   sharding::plans::BlockMoe block_moe(int64_t l) const;
+  // WHOLE (every expert, this chip's tp-gathered ones filled): each expert broadcast over ep from its owner.
+  void share_experts(LmWeights& whole);
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;
   std::vector<std::vector<float>> serve_logits(const runtime::Tensor& xf, int64_t seqs, sim::TimeNs& t);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/broadcast.h"
 #include "models/lm_tp.h"
 #include "sharding/plans/expert_parallel_config.h"
 
@@ -63,6 +64,20 @@ Tensor LmTpTrainer::moe_backward(const LmLayer& w, LmLayer& g, const LmCache::La
     return sharding::plans::ep_moe_backward(*ep_groups_, global_.moe->spec, w.moe, s.m, s.moe, dx, 1.0 / micro_,
                                             g.moe, ctx.chip, ctx.comm, o);
   });
+}
+
+void LmTpTrainer::share_experts(LmWeights& whole) {
+  runtime::Transport& ep = mesh_["ep"];
+  const int64_t per = global_.moe->spec.experts() / ep_size_;
+  const std::string key = ".moe.expert.";
+  for (auto& [name, t] : whole.named_weights()) {
+    const auto at = name.find(key);
+    if (at == std::string::npos) continue;
+    collectives::CollectiveOptions o;
+    o.root = static_cast<int>(std::stoll(name.substr(at + key.size())) / per);
+    o.name = "broadcast.state";
+    collectives::broadcast(ep, t->data(), t->data(), size_t(t->numel()), t->dtype(), tl_.end_time(), o);
+  }
 }
 
 double LmTpTrainer::expert_param_count() const {

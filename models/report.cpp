@@ -296,7 +296,8 @@ nlohmann::json train_json(const RunReport& r) {
       layers.push_back({{"layer", l.layer}, {"max_tokens_per_expert", l.max_tokens},
                         {"mean_tokens_per_expert", l.mean_tokens}, {"received_rows", l.received_rows},
                         {"aux_loss", l.aux}, {"dispatch_bytes", l.dispatch_bytes},
-                        {"dispatch_closed_form_bytes", l.dispatch_closed_form}, {"dispatch_ns", l.dispatch_ns}});
+                        {"dispatch_closed_form_bytes", l.dispatch_closed_form}, {"dispatch_ns", l.dispatch_ns},
+                        {"dispatch_buffer_bytes", l.buffer_bytes}});
     j["moe"] = {{"spec", m.spec}, {"total_params", m.total_params}, {"active_params", m.active_params},
                 {"expert_params_chip", m.expert_params_chip}, {"expert_state_bytes", m.expert_state_bytes},
                 {"expert_state_rule", m.expert_state_rule}, {"layers", layers}};
@@ -317,11 +318,13 @@ static std::string moe_text(const TrainMoe& m) {
                 m.expert_state_rule.c_str());
   os << buf;
   os << "  layer  tokens/expert max   mean  max/mean  rows_recv        aux  dispatch_B  closed_form_B  dispatch_us"
-        "   (chip 0's routing, last micro-batch)\n";
+        "   buffers_B   (chip 0's routing, last micro-batch; buffers: the permuted, received and combined rows "
+        "kept for the backward)\n";
   for (const auto& l : m.layers) {
-    std::snprintf(buf, sizeof buf, "  %5lld  %17.0f  %5.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f\n",
+    std::snprintf(buf, sizeof buf, "  %5lld  %17.0f  %5.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f  %10.0f\n",
                   (long long)l.layer, l.max_tokens, l.mean_tokens, l.mean_tokens > 0 ? l.max_tokens / l.mean_tokens : 0,
-                  l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3);
+                  l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3,
+                  l.buffer_bytes);
     os << buf;
   }
   return os.str();

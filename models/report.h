@@ -108,6 +108,7 @@ struct TrainMoeLayer {
   double dispatch_bytes = 0;               // bytes chip 0 sent in the dispatch all_to_allv
   double dispatch_closed_form = 0;         // T·k·h·bytes·(ep−1)/ep: uniform routing's expectation
   double dispatch_ns = 0;                  // the dispatch's simulated time on chip 0
+  double buffer_bytes = 0;                 // chip 0's dispatch buffers kept for the backward (activations)
 };
 struct TrainMoe {
   std::string spec;                        // "moe 8 experts top-2 (...)"

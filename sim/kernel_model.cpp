@@ -140,6 +140,7 @@ double class_efficiency(const KernelParams& k, KernelClass c) {
 double kernel_quantization(const DeviceSpec& dev, const KernelShape& s) {
   const KernelParams& k = dev.kernel;
   if (!k.shaped) return 1;
+  if (s.groups) return grouped_kernel_time(dev, *s.groups, Precision::bf16).quantization;
   switch (s.cls) {
     case KernelClass::vector: return 1;
     case KernelClass::gemm: return gemm_q(k, s.m, s.n, s.k, s.batch);
@@ -160,6 +161,7 @@ double kernel_quantization(const DeviceSpec& dev, const KernelShape& s) {
 }
 
 KernelTime kernel_time(const DeviceSpec& dev, double flops, double bytes, Precision p, const KernelShape& s) {
+  if (s.groups) return grouped_kernel_time(dev, *s.groups, p);
   KernelTime t;
   const KernelParams& k = dev.kernel;
   if (k.shaped) {

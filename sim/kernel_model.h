@@ -57,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,10 +72,14 @@ std::string kernel_class_name(KernelClass c);  // "vector", "gemm", ...
 //   gemm, gemm_backward: the forward GEMM C[m, n] = A[m, k] · B[k, n], BATCH independent ones.
 //   attention_*: M = query rows per (sequence, head), N = key rows, K = head dim, BATCH = sequences x query heads.
 //   vector: no shape (only FLOPs and bytes count).
+//   GROUPS (non-null; class gemm or gemm_backward): a grouped GEMM, one launch over GEMMs of their own shapes;
+//     kernel_time charges it as grouped_kernel_time (m, n, k, batch unused). kernels/moe.h's grouped GEMMs.
+struct KernelWork;
 struct KernelShape {
   KernelClass cls = KernelClass::vector;
   int64_t m = 0, n = 0, k = 0;
   int64_t batch = 1;
+  std::shared_ptr<const std::vector<KernelWork>> groups = nullptr;
 };
 
 // The model's parts for one kernel, for reports and the profiler.
@@ -89,12 +94,14 @@ struct KernelTime {
   bool engine_bound() const { return engine_ns > compute_ns && engine_ns > memory_ns; }
 };
 
+// A shape with GROUPS: grouped_kernel_time of them (FLOPS and BYTES are their sums; not re-read).
 KernelTime kernel_time(const DeviceSpec& dev, double flops, double bytes, Precision p, const KernelShape& shape);
 inline double kernel_time_ns(const DeviceSpec& dev, double flops, double bytes, Precision p,
                              const KernelShape& shape) {
   return kernel_time(dev, flops, bytes, p, shape).total_ns;
 }
-// The quantization factor q of SHAPE on DEV (1 for the peak model and vector kernels).
+// The quantization factor q of SHAPE on DEV (1 for the peak model and vector kernels; a grouped shape's q at
+// bf16, q does not depend on the precision).
 double kernel_quantization(const DeviceSpec& dev, const KernelShape& shape);
 
 // One GEMM of a grouped GEMM: its FLOPs, HBM bytes and shape (class gemm or gemm_backward).

@@ -41,10 +41,8 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   for (const DpParam& p : params) has_experts = has_experts || p.expert;
   if (has_experts && !experts.replicas)
     throw std::invalid_argument("data_parallel: expert parameters without an expert-data-parallel group");
-  if (has_experts && config.zero == 3)
-    throw std::invalid_argument("parallel.zero: stage 3 with expert parallelism is not implemented yet");
   const size_t param_align = padded ? kParamAlignment : 1;
-  unit_bucket_.assign(size_t(units), -1);
+  unit_buckets_.assign(size_t(units), {});
   const auto close = [&](Bucket& b) { b.count = pad_to(b.count, padded ? bucket_alignment(group_size(b)) : 1); };
   // The dense parameters' buckets, then the experts' (a bucket holds one group's).
   for (const bool expert : {false, true}) {
@@ -68,7 +66,8 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
       b.count += params[i].numel;
       b.real += params[i].numel;
       b.last_unit = u;  // flat order visits units downwards: the last one is the latest completed
-      unit_bucket_[size_t(u)] = static_cast<int>(buckets_.size()) - 1;
+      auto& ub = unit_buckets_[size_t(u)];  // stage 3: the unit's dense bucket, then its experts'
+      if (ub.empty() || ub.back() != int(buckets_.size()) - 1) ub.push_back(int(buckets_.size()) - 1);
     }
   if (buckets_.size() > first) close(buckets_.back());
   }
@@ -169,9 +168,10 @@ void DataParallel::begin_step() {
 }
 
 sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::TimeNs t) {
-  if (config_.zero == 3 && unit_bucket_[size_t(unit)] >= 0)  // issued when the previous unit started: one unit ahead
-    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
-                                  unit == 0 ? 0 : fwd_start_[size_t(unit - 1)]));
+  if (config_.zero == 3) {  // issued when the previous unit started: one unit ahead
+    const sim::TimeNs issue_at = unit == 0 ? 0 : fwd_start_[size_t(unit - 1)];
+    for (int b : unit_buckets_[size_t(unit)]) t = std::max(t, gather_bucket(buckets_[size_t(b)], work, issue_at));
+  }
   // overlap_param_gather: the previous step's deferred parameter gathers, by the unit each bucket opens in forward
   // order (its last_unit). This unit's are issued now unless already prefetched and awaited; then the next unit's
   // are issued, overlapping this unit's forward (Megatron dispatches the next bucket's all_gather when it waits for
@@ -203,9 +203,10 @@ sim::TimeNs DataParallel::begin_forward(int unit, const TensorRefs& work, sim::T
 }
 
 sim::TimeNs DataParallel::begin_backward(int unit, const TensorRefs& work, sim::TimeNs t) {
-  if (config_.zero == 3 && unit_bucket_[size_t(unit)] >= 0)  // a unit without parameters gathers nothing
-    t = std::max(t, gather_bucket(buckets_[size_t(unit_bucket_[size_t(unit)])], work,
-                                  unit == units_ - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)]));
+  if (config_.zero == 3) {  // a unit without parameters gathers nothing
+    const sim::TimeNs issue_at = unit == units_ - 1 ? fwd_start_[size_t(unit)] : bwd_start_[size_t(unit + 1)];
+    for (int b : unit_buckets_[size_t(unit)]) t = std::max(t, gather_bucket(buckets_[size_t(b)], work, issue_at));
+  }
   bwd_start_[size_t(unit)] = t;
   return t;
 }

@@ -12,7 +12,8 @@
 // Buckets (PyTorch DDP's design): whole parameters in flat order are appended to a bucket until it holds >=
 // bucket_bytes of gradient (compute dtype); a bucket's reduction is issued on the simulated timeline when its last
 // unit's gradients are ready (grads_ready), so it overlaps the backward of the units before it. bucket_bytes = 0:
-// one bucket, one reduction after backward. ZeRO-3 always uses one bucket per unit (FSDP's units).
+// one bucket, one reduction after backward. ZeRO-3 always uses one bucket per unit (FSDP's units; a unit with
+// expert parameters has a second one, over the experts' group).
 //
 // ZeRO stages (Rajbhandari et al., "ZeRO", SC'20, arXiv:1910.02054). Each bucket of n elements is split over the
 // replicas by collectives::Partition{n, replicas}; rank r owns chunk r.
@@ -116,7 +117,8 @@ class DataParallel {
  public:
   // PARAMS: every parameter of this rank (its shards); UNITS: their unit count; REPLICAS: the group the state is
   // partitioned over and gradients averaged over (shares the chip's timeline); COMPUTE: the compute dtype.
-  // EXPERTS: the group of the parameters marked expert (their buckets are their own; ZeRO-3 not with them).
+  // EXPERTS: the group of the parameters marked expert (their buckets are their own; ZeRO-3 gathers a unit's dense
+  // bucket over REPLICAS and its experts' over EXPERTS).
   DataParallel(std::vector<DpParam> params, int units, const ZeroConfig& config, runtime::Transport& replicas,
                runtime::DType compute, bool store, const DpExperts& experts = {});
 
@@ -197,7 +199,7 @@ class DataParallel {
   bool store_ = true;
   int rank_ = 0, size_ = 1, units_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<int> unit_bucket_;  // stage 3: unit -> bucket
+  std::vector<std::vector<int>> unit_buckets_;  // stage 3: unit -> its buckets (dense, then experts')
   std::vector<sim::TimeNs> fwd_start_, bwd_start_, grad_ready_;  // per unit, this step
   std::vector<bool> gather_pending_;        // per bucket: its parameter all_gather deferred to the next forward
   std::vector<sim::TimeNs> gather_end_;     // per bucket: the end of its issued, not yet awaited gather (-1: none)

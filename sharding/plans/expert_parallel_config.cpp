@@ -130,7 +130,6 @@ PlanDescriptor ep_plan_descriptor() {
     if (p.ep == 1) return;
     const std::string why = ep_obstacle(c.model.moe->spec.experts(), p.ep);
     if (!why.empty()) c.fail("ep", why);
-    if (p.zero == 3) c.not_implemented("zero", "zero: 3 with ep (the experts' parameter gathers)");
     // For attention ep is one more data-parallel axis: the batch splits over dp x ep replicas.
     const ModelSpec& s = c.model;
     const int64_t replicas = int64_t{p.dp} * p.ep;

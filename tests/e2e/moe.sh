@@ -2,8 +2,9 @@
 # e2e: a mixture-of-experts model through the one executor (models/lm_tp.h; the ep plan unit,
 # sharding/plans/expert_parallel.h; docs/MOE.md). `train --validate` (5 fp32 steps: losses with the aux loss) and
 # `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp, dropless and with
-# a capacity factor, at one chip per rank and at 8 chips on one rank; the plan line names ep; the report's MoE
-# section (uniform routing's dispatch bytes = the closed form, Zipf skew); bad plans exit 2.
+# a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a checkpoint saved under ep 4
+# resumed under other plans continues the loss curve; the report's MoE section (uniform routing's dispatch bytes =
+# the closed form, Zipf skew); bad plans exit 2.
 # Usage: moe.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -45,7 +46,32 @@ sys.exit(0 if all(l['max_tokens_per_expert']>1.5*l['mean_tokens_per_expert'] for
     && pass "Zipf 1.5: the hottest expert gets more than 1.5x the mean" || fail "Zipf routing is not skewed"
 fi
 
+e2e_case "(f) ZeRO-3 with ep: each unit's dense bucket gathered over dp x ep, its experts' over dp; validated"
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 --set parallel.zero=3 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=2,dp=2,tp=2,etp=2 \
+  --set parallel.zero=3 $CAP --validate
+
+e2e_case "(g) checkpoints of an ep run: saved under ep 4, resumed under other plans; the loss curve continues"
+# The aux loss is per token group (a dp x ep replica's micro-batch): plans with dp x ep = 4 route the uninterrupted
+# run's groups and continue its curve; ep 2 x tp 2 (2 groups) is validated against the reference of its groups.
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 --steps 5 --validate --json full.json \
+    && expect_exit 0 'saved' -- shardsim_mpi 4 train "$MOE" --plan ep=4 --steps 3 --checkpoint ep4.h5; then
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2,etp=2 --steps 5 --resume ep4.h5 \
+    --validate
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 --set parallel.zero=2 --steps 5 \
+    --resume ep4.h5 --validate --json r1.json
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan dp=4 --steps 5 --resume ep4.h5 \
+    --validate --json r2.json
+  python3 -c "import json,sys; f=[s['loss'] for s in json.load(open('full.json'))['train']['steps']][3:]; \
+r=[[s['loss'] for s in json.load(open(p))['train']['steps']] for p in ('r1.json','r2.json')]; \
+sys.exit(0 if all(len(x)==2 and all(abs(a-b)<=1e-6*abs(b) for a,b in zip(x,f)) for x in r) else 1)" \
+    && pass "steps 4-5 resumed under ep 2 x dp 2 (ZeRO 2) and dp 4 equal the uninterrupted ep 4 run's (1e-6)" \
+    || fail "the resumed loss curve departs from the uninterrupted run"
+fi
+
 e2e_case "(d) bad plans exit 2 naming the key"
+expect_exit 2 'model.moe.bias_update: the selection bias' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan ep=2 \
+  --set model.moe.bias_update=0.001
 expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
 expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2
 expect_exit 2 'parallel.ep: needs model.moe' -- shardsim_mpi 1 --chips 2 train "$CONFIGS/lm_train.yaml" --plan ep=2

@@ -325,3 +325,50 @@ TEST(MoeEpShapeOnly, SameSimulatedTimeAsRealDataWithItsCounts) {
   EXPECT_GT(real, 0);
   EXPECT_EQ(real, meta) << "ep " << P << " etp " << etp;
 }
+
+namespace {
+
+// The slowest chip's simulated end of a shape-only ep forward + backward on h100 (the tile model: every expert's
+// GEMM tiled at its own token count inside one grouped kernel) under declared routing D, TOKENS per rank.
+double slowest_step(const MoeSpec& s, int64_t tokens, const kernels::RoutingDistribution& d) {
+  const int P = world_size(), r = world_rank();
+  const auto topo = topology::Topology::ring(P, topology::LinkSpec{100, 500});
+  sim::Timeline tl(r, topo, sim::device_preset("h100"));
+  runtime::Transport t(MPI_COMM_WORLD, tl, identity_chips(P));
+  t.set_shape_only(true);
+  const auto shard = sharding::plans::ep_shard(s.experts(), P, r);
+  const auto w = kernels::make_moe_weights(s, 1, shard.first, shard.count, false);
+  const auto declared = sharding::plans::declared_ep_routing(s, tokens, d, P, 0);
+  sharding::plans::Chip chip{&tl};
+  sharding::plans::Comm comm;
+  sharding::plans::EpActivations keep;
+  const Tensor x = Tensor::shape_only({tokens, s.hidden}, DType::bf16);
+  sharding::plans::ep_moe_forward({t}, s, w, x, chip, comm, keep, &declared);
+  kernels::MoeWeights g = kernels::zero_like(w);
+  sharding::plans::ep_moe_backward({t}, s, w, x, keep, x, 0.5, g, chip, comm);
+  t.set_shape_only(false);
+  return max_over_ranks(double(tl.end_time()));
+}
+
+}  // namespace
+
+// Imbalance costs step time: the same tokens routed by a Zipf-skewed router (the hot experts' grouped GEMMs get
+// more rows, and with ep > 1 their chips receive more, so everyone waits at the combine) take longer than under
+// uniform routing, on every ep from 1 (one chip, one grouped kernel per GEMM) to 8.
+TEST(MoeEpShapeOnly, SkewedRoutingCostsMoreThanUniform) {
+  const int P = world_size();
+  if (24 % P != 0) GTEST_SKIP() << "24 experts do not split over " << P;
+  MoeSpec s = spec_of(EpCase{"uniform"}, P);
+  s.dtype = DType::bf16;
+  s.hidden = 1024;
+  s.expert_ffn.assign(24, 512);
+  s.capacity.factor = 0;  // dropless: every token reaches its experts
+  const int64_t T = 8192;
+  const double uniform = slowest_step(s, T, {0, 1});
+  const double zipf = slowest_step(s, T, {1.2, 1});
+  // ep 1: only the partial tiles of uneven experts (and their extra waves) cost; ep > 1: the hot chip's rows.
+  EXPECT_GT(zipf, uniform * (P == 1 ? 1.0 : 1.05)) << "ep " << P;
+  if (world_rank() == 0)
+    std::printf("[moe_ep] ep=%d %lld tokens/rank: uniform %.1f us, Zipf 1.2 %.1f us (+%.0f %%)\n", P, (long long)T,
+                uniform / 1e3, zipf / 1e3, 100.0 * (zipf / uniform - 1));
+}

@@ -5,7 +5,7 @@
 // first step's forward each MoE layer's tokens per expert (summed over the dp x ep replicas) equal and its aux loss
 // (their mean) within 1e-6.
 // Plans: ep alone, ep x tp (experts whole on every tp chip), ep x etp (experts split over tp), ep x dp with ZeRO 1
-// (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), dropless and with a
+// and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), dropless and with a
 // capacity factor (dropped tokens), shared experts, top-1 sigmoid routing; each at one chip per rank when it fits
 // the MPI world and on 8 chips of one rank.
 #include <gtest/gtest.h>
@@ -47,6 +47,7 @@ const MoeCase kCases[] = {
     {"ep2_x_tp2_etp2_shared", 2, 2, 2, 1, 1, 0, 0, 1},
     {"ep2_x_dp2_zero1", 2, 1, 1, 2, 1, 1},
     {"ep2_x_dp2_zero2_capacity_micro", 2, 1, 1, 2, 1, 2, 1.25, 0, 2},
+    {"ep2_x_dp2_zero3_shared", 2, 1, 1, 2, 1, 3, 0, 1},
     {"ep2_x_pp2_sigmoid", 2, 1, 1, 1, 2, 0, 0, 2, 3},
     {"ep4_x_etp2_capacity_shared", 4, 2, 2, 1, 1, 0, 0.75, 1},
     {"ep1_x_dp2_shared", 1, 1, 1, 2, 1, 1, 0, 1},

@@ -10,6 +10,7 @@
 
 #include "grad_check.h"
 #include "kernels/moe_mlp.h"
+#include "sim/device_spec.h"
 
 using namespace shardsim;
 using namespace shardsim::kernels;
@@ -337,6 +338,18 @@ TEST(MoeGroupedGemm, ChargesEachExpertAtItsShape) {
     return v;
   }(), 1e-6);
   EXPECT_THROW(grouped_gemm_rows_in(a, {0, 2, 7}, {&b0, &b1, &b2}, c), std::invalid_argument);
+  // One kernel: the non-empty groups' work in its shape, charged as sim::grouped_kernel_time (one launch).
+  const KernelCost t = g.total();
+  ASSERT_TRUE(t.shape.groups);
+  ASSERT_EQ(t.shape.groups->size(), 2u);
+  EXPECT_EQ(t.shape.m, 7);
+  const sim::DeviceSpec h100 = sim::device_preset("h100");
+  const double want = sim::grouped_kernel_time(h100, *t.shape.groups, sim::Precision::fp32).total_ns;
+  EXPECT_DOUBLE_EQ(sim::kernel_time_ns(h100, t.flops, t.bytes, sim::Precision::fp32, t.shape), want);
+  double loop = 0;  // the per-expert loop it replaced: one launch per expert
+  for (const auto& k : g.groups)
+    if (k.flops > 0) loop += sim::kernel_time_ns(h100, k.flops, k.bytes, sim::Precision::fp32, k.shape);
+  EXPECT_LT(want, loop);
 }
 
 // A shape-only forward and backward with the real run's counts as the declared routing charge the same kernels.
