@@ -9,12 +9,14 @@
 // (LmServeBatch::repeat_blocks: exact, tested). Memoised: an iteration whose exact batch shape (each sequence's
 // cached tokens and new tokens, in order) ran
 // before takes that run's simulated time (the simulation is deterministic, so this changes no number).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,7 @@
 #include "common/output_file.h"
 #include "models/lm_tp.h"
 #include "runtime/transport.h"
+#include "serving/config_keys.h"
 #include "serving/kv_cache.h"
 #include "serving/metrics.h"
 #include "serving/requests.h"
@@ -50,6 +53,8 @@ struct ServeSetup {
   serving::Slo slo;
   int64_t block_size = 16;
   double memory_fraction = 0.9;
+  double swap_space_gib = 4;   // vLLM's swap_space per GPU
+  double host_link_gbps = 64;  // PCIe 5.0 x16 per direction (H100 SXM's host link; an assumption for others)
   std::vector<serving::Request> requests;
   std::string trace_text;  // where the requests came from
 };
@@ -62,7 +67,7 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
     d.value = parent.get_int_in(key, 1, serving::kMaxTokens);
     return d;
   }
-  n.expect_keys({"kind", "value", "min", "max", "mean", "std"});
+  n.expect_keys(serving::kServeLengthKeys);
   d.kind = n.get_string("kind", "fixed");
   if (d.kind == "fixed") {
     d.value = n.get_int_in("value", 1, serving::kMaxTokens);
@@ -83,7 +88,7 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
-  v.expect_keys({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "memory_fraction", "slo", "trace"});
+  v.expect_keys(serving::kServeKeys);
   try {
     s.sched.policy = serving::parse_policy(v.get_string("policy", "continuous"));
   } catch (const std::invalid_argument& e) {
@@ -95,16 +100,22 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   s.memory_fraction = v.get_double("memory_fraction", 0.9);
   if (!(s.memory_fraction > 0 && s.memory_fraction <= 1))
     v.child("memory_fraction").fail("serve.memory_fraction: must be in (0, 1] (got " + std::to_string(s.memory_fraction) + ")");
+  const std::string pre = v.get_string("preemption", "recompute");
+  if (pre != "recompute" && pre != "swap")
+    v.child("preemption").fail("serve.preemption: '" + pre + "' (recompute | swap)");
+  s.sched.swap = pre == "swap";
+  s.swap_space_gib = v.get_nonnegative_double("swap_space_gib", 4);
+  if (v.has("host_link_gbps")) s.host_link_gbps = v.get_positive_double("host_link_gbps");
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
-    slo.expect_keys({"ttft_ms", "tpot_ms"});
+    slo.expect_keys(serving::kServeSloKeys);
     s.slo.ttft_s = slo.get_nonnegative_double("ttft_ms", 0) * 1e-3;
     s.slo.tpot_s = slo.get_nonnegative_double("tpot_ms", 0) * 1e-3;
   }
   std::string file = f.requests;
   std::optional<ConfigNode> t = v.maybe_child("trace");
   if (file.empty() && t && t->has("file")) {
-    t->expect_keys({"file"});
+    t->expect_keys(serving::kServeTraceFileKeys);
     file = t->get_string("file");
     if (!file.empty() && file[0] != '/')
       file = (std::filesystem::path(root.file()).parent_path() / file).string();
@@ -116,7 +127,7 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     return s;
   }
   if (!t) v.fail("serve.trace: missing (a file: or generated arrivals: arrival, rate, count, seed, prompt, output)");
-  t->expect_keys({"arrival", "rate", "count", "seed", "prompt", "output"});
+  t->expect_keys(serving::kServeTraceKeys);
   serving::TraceSpec g;
   g.arrival = t->get_string("arrival", "poisson");
   if (g.arrival != "poisson" && g.arrival != "fixed" && g.arrival != "at_once")
@@ -148,6 +159,59 @@ double activation_bytes(const models::LmConfig& local, int64_t N, int64_t seqs) 
   return double(N) * e * per_token + double(seqs) * double(local.vocab) * 4.0;
 }
 
+// V of every replica's first chip, concatenated in replica order, on every chip (SPMD over WORLD).
+std::vector<double> gather_lead(runtime::Transport& world, int dp, int replica, bool lead, const std::vector<double>& v,
+                                const char* what) {
+  std::vector<double> n(size_t(dp), 0.0);
+  if (lead) n[size_t(replica)] = double(v.size());
+  world.allreduce(std::span<double>(n), runtime::Reduce::sum, std::string("serve replicas: ") + what + " sizes");
+  size_t off = 0, total = 0;
+  for (int r = 0; r < dp; ++r) {
+    if (r < replica) off += size_t(n[size_t(r)]);
+    total += size_t(n[size_t(r)]);
+  }
+  std::vector<double> all(total, 0.0);
+  if (lead) std::copy(v.begin(), v.end(), all.begin() + std::ptrdiff_t(off));
+  world.allreduce(std::span<double>(all), runtime::Reduce::sum, std::string("serve replicas: ") + what);
+  return all;
+}
+
+// The replicas' runs as one (requests by their global id GLOBAL_ID, iterations in start order with their replica).
+serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica, bool lead, const serving::ServeRun& run,
+                                  const std::vector<int64_t>& global_id, size_t requests) {
+  std::vector<double> rq, it;
+  for (size_t i = 0; i < run.requests.size(); ++i) {
+    const auto& r = run.requests[i];
+    rq.insert(rq.end(), {double(global_id[i]), r.arrival_s, r.first_token_s, r.finish_s, double(r.prompt),
+                         double(r.output), double(r.preemptions)});
+  }
+  for (const auto& x : run.iterations)
+    it.insert(it.end(), {x.start_s, x.end_s, double(x.engine), double(replica), double(x.seqs), double(x.tokens),
+                         double(x.prefill_tokens), double(x.decode_seqs), double(x.kv_blocks), double(x.swapped_tokens)});
+  const std::vector<double> R = gather_lead(world, dp, replica, lead, rq, "requests");
+  const std::vector<double> I = gather_lead(world, dp, replica, lead, it, "iterations");
+  serving::ServeRun out;
+  out.itl_s = gather_lead(world, dp, replica, lead, run.itl_s, "inter-token gaps");
+  std::vector<double> kv{double(run.kv_blocks_total)};
+  world.allreduce(std::span<double>(kv), runtime::Reduce::max, "serve replicas: cache blocks");
+  out.kv_blocks_total = int64_t(kv[0]);
+  std::vector<double> sw{lead ? double(run.swaps) : 0.0};
+  world.allreduce(std::span<double>(sw), runtime::Reduce::sum, "serve replicas: swaps");
+  out.swaps = int64_t(sw[0]);
+  out.requests.resize(requests);
+  for (size_t i = 0; i + 7 <= R.size(); i += 7) {
+    auto& r = out.requests.at(size_t(R[i]));
+    r = {R[i + 1], R[i + 2], R[i + 3], int64_t(R[i + 4]), int64_t(R[i + 5]), int(R[i + 6])};
+    out.preemptions += r.preemptions;
+  }
+  for (size_t i = 0; i + 10 <= I.size(); i += 10)
+    out.iterations.push_back({I[i], I[i + 1], int(I[i + 2]), int(I[i + 3]), int64_t(I[i + 4]), int64_t(I[i + 5]),
+                              int64_t(I[i + 6]), int64_t(I[i + 7]), int64_t(I[i + 8]), int64_t(I[i + 9])});
+  std::stable_sort(out.iterations.begin(), out.iterations.end(),
+                   [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
+  return out;
+}
+
 int run_serve(const runtime::World& world, const ServeFlags& sf) {
   TrainFlags f;
   f.config = sf.config;
@@ -163,21 +227,12 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     sv = parse_serve(train_config(f), sf, s.model.seq);
-    if (s.plan.dp > 1)
-      throw UsageError("parallel.dp: serve simulates one model replica (tp x pp); dp replicas serve independent shares "
-                       "of the traffic: run dp = 1 at rate / dp");
   });
   const topology::Topology& topo = *s.topology;
-  std::optional<sharding::DeviceMesh> mesh;
-  world.agree([&] {
-    try {
-      mesh.emplace(sharding::build_mesh(s.plan, topo));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": " + e.what());
-    }
-  });
+  std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   sim::Timeline tl(mesh->placement().at(size_t(world.rank())), topo, s.device);
-  tl.set_keep_events(!sf.trace_path.empty());
+  tl.set_keep_events(false);  // the trace (--trace) is the scheduler's, not the kernels'
+
   runtime::Transport tp(world, tl, mesh->placement());
   tp.set_shape_only(true);
   mesh->bind(tp);
@@ -185,7 +240,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::optional<sharding::plans::KvCache> kv;
   serving::KvCapacity cap;
   models::LmConfig model = s.model;
-  model.batch = 1;  // the trainer's training layout is unused in serving
+  model.batch = s.plan.dp;  // the trainer's training layout (one sequence per replica) is unused in serving
   world.agree([&] {
     try {
       exec.emplace(model, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
@@ -206,13 +261,32 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     }
   });
   serving::PagedKvCache paged(cap);
-  std::map<std::vector<int64_t>, double> memo;
+  // dp replicas: request i goes to replica i mod dp (a round-robin load balancer); each replica's chips run its
+  // own scheduler and batches. pp: one virtual engine per stage, so pp batches are in flight (serving/scheduler.h).
+  const int dp = mesh->size("dp"), replica = mesh->coordinate("dp", mesh->rank());
+  bool lead = true;  // the replica's first chip: its results go into the report
+  for (const auto& a : mesh->axes())
+    if (a.name != "dp" && mesh->coordinate(a.name, mesh->rank()) != 0) lead = false;
+  std::vector<serving::Request> mine;
+  std::vector<int64_t> global_id;
+  for (const auto& r : sv.requests)
+    if (r.id % dp == replica) {
+      global_id.push_back(r.id);
+      mine.push_back(r);
+      mine.back().id = int64_t(mine.size()) - 1;
+    }
+  serving::SchedulerConfig sched = sv.sched;
+  sched.engines = s.pp;
+  sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
+  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
+  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo;
   int64_t simulated = 0;
   const auto wall0 = std::chrono::steady_clock::now();
   serving::ServeRun run;
   world.agree([&] {
     try {
-      run = serving::simulate(sv.requests, sv.sched, paged, [&](const std::vector<serving::BatchEntry>& batch) {
+      if (mine.empty()) return;
+      run = serving::simulate_pipeline(mine, sched, paged, [&](const std::vector<serving::BatchEntry>& batch) {
         std::vector<int64_t> key;
         key.reserve(batch.size() * 2);
         for (const auto& b : batch) {
@@ -224,27 +298,40 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
         models::LmServeBatch mb;
         mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
         for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-        const double secs = exec->serve_step(mb, *kv).ns * 1e-9;
+        std::vector<serving::StageSpan> st;
+        for (const sim::Span& sp : exec->serve_step(mb, *kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
         ++simulated;
-        return memo.emplace(std::move(key), secs).first->second;
+        return memo.emplace(std::move(key), std::move(st)).first->second;
       });
     } catch (const std::invalid_argument& e) {
       throw UsageError(s.config_name + ": " + e.what());
     }
   });
+  run = gather_replicas(tp, dp, replica, lead, run, global_id, sv.requests.size());
+  {
+    std::vector<double> n{double(simulated)};
+    tp.allreduce(std::span<double>(n), runtime::Reduce::max, "serve simulated shapes");
+    simulated = int64_t(n[0]);
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   const serving::ServeMetrics m = serving::summarise(run, sv.slo, world.size());
   if (world.rank() == 0) {
     std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
     char b[512];
-    std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
-                  s.device.name.c_str(), world.size(), s.tp, s.pp, (long long)s.model.layers, (long long)s.model.hidden,
+    std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
+                  s.device.name.c_str(), world.size(), s.tp, s.pp, dp, (long long)s.model.layers, (long long)s.model.hidden,
                   (long long)s.model.heads, (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
     out += b;
-    std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld; trace %s\n",
+    std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
                   serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
-                  (long long)sv.sched.max_num_batched_tokens, sv.trace_text.c_str());
+                  (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
     out += b;
+    if (dp > 1 || s.pp > 1) {
+      std::snprintf(b, sizeof b, "  %d replica%s (request i on replica i mod %d), %d batch%s in flight per replica (one "
+                    "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", dp, s.pp,
+                    s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
+      out += b;
+    }
     out += "  KV cache per chip: " + cap.formula() + "\n";
     out += serving::metrics_text(m, sv.slo);
     std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
@@ -257,9 +344,11 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                           {"chips", world.size()},
                           {"tp", s.tp},
                           {"pp", s.pp},
+                          {"dp", dp},
                           {"policy", serving::policy_name(sv.sched.policy)},
                           {"max_num_seqs", sv.sched.max_num_seqs},
                           {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
+                          {"preemption", sv.sched.swap ? "swap" : "recompute"},
                           {"trace", sv.trace_text},
                           {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
                           {"kv_cache",
@@ -272,6 +361,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                           {"requests", serving::requests_json(run)}};
       write_file_atomic(sf.json_path, j.dump(1) + "\n");
     }
+    if (!sf.trace_path.empty()) write_file_atomic(sf.trace_path, serving::trace_json(run).dump() + "\n");
   }
   return kExitOk;
 }
@@ -285,6 +375,8 @@ Command add_serve(CLI::App& app, const runtime::World& world) {
   auto flags = std::make_shared<ServeFlags>();
   sub->add_option("config", flags->config, "serving YAML (configs/serve/)")->required();
   sub->add_option("--json", flags->json_path, "also write the report, the iterations and the requests as JSON");
+  sub->add_option("--trace", flags->trace_path, "also write a Chrome / Perfetto trace of the iterations (per replica "
+                                               "and engine), the batch and cache over time, and the requests");
   sub->add_option("--requests", flags->requests, "a request trace (CSV or JSONL) instead of the config's serve.trace");
   add_config_override_flags(sub, flags->overrides);
   return {sub, [&world, flags] { return run_serve(world, *flags); }};

@@ -520,16 +520,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const auto& c = s.model;
   const int n = world.size();
   const topology::Topology& topo = *s.topology;
-  // The plan's mesh (sharding/device_mesh.h's build_mesh, as run's: tp innermost, Megatron's order, mesh_dims
-  // honoured; load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
-  std::optional<sharding::DeviceMesh> mesh;
-  world.agree([&] {
-    try {
-      mesh.emplace(sharding::build_mesh(s.plan, topo));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": " + e.what());
-    }
-  });
+  // The plan's mesh (load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
+  std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   world.agree([&] {  // the trace's chips and axis on this mesh, before any step (exit 2)
     if (!f.trace_path.empty()) (void)sharding::resolve_trace_filter(f.trace, topo, &*mesh);
   });

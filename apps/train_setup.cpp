@@ -2,6 +2,8 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
   const ConfigNode m = root.child("workload");
   sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  if (f.serve) spec.batch = 0;  // serving's batches come from its scheduler: model.batch is unused (one per replica)
   const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
       root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), f.forward);
   if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
@@ -114,6 +117,18 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
   s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
   return s;
+}
+
+sharding::DeviceMesh run_mesh(const runtime::World& world, const TrainSetup& s) {
+  std::optional<sharding::DeviceMesh> mesh;
+  world.agree([&] {
+    try {
+      mesh.emplace(sharding::build_mesh(s.plan, *s.topology));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(s.config_name + ": " + e.what());
+    }
+  });
+  return std::move(*mesh);
 }
 
 void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {

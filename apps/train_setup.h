@@ -14,6 +14,8 @@
 #include "models/lm_tp.h"
 #include "models/report.h"
 #include "models/trace_filter.h"
+#include "runtime/world.h"
+#include "sharding/device_mesh.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sim/cost.h"
@@ -91,6 +93,10 @@ ConfigNode train_config(const TrainFlags& f);
 // The config through the one parser of every command (sharding/model_spec.h). RANKS: the chips of the run.
 // Errors: ConfigError / UsageError (exit 2) naming the key.
 TrainSetup load(const TrainFlags& f, int ranks);
+// The plan's mesh on the topology (sharding/device_mesh.h's build_mesh, as run's: tp innermost, Megatron's order,
+// mesh_dims honoured), agreed by every rank; a plan the topology cannot hold is a UsageError (exit 2) naming the
+// config. Shared by train and serve.
+sharding::DeviceMesh run_mesh(const runtime::World& world, const TrainSetup& s);
 // The `train` subcommand's options and flags into FLAGS.
 void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags);
 

@@ -6,6 +6,7 @@
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sharding/plans/expert_parallel_config.h"
+#include "serving/config_keys.h"
 #include "sharding/plans/registry.h"
 #include "sim/device_spec.h"
 #include "topology/clos.h"
@@ -22,6 +23,11 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"model.moe", "train configs (sharding/plans/expert_parallel_config.h)", plans::kMoeKeys},
       {"parallel", "run and train configs (sharding/plans/registry.h)", parallel_keys()},
       {"train", "train configs", kTrainKeys},
+      {"serve", "serve configs (apps/serve.cpp)", serving::kServeKeys},
+      {"serve.slo", "serve configs", serving::kServeSloKeys},
+      {"serve.trace", "serve configs, a trace file", serving::kServeTraceFileKeys},
+      {"serve.trace", "serve configs, generated requests", serving::kServeTraceKeys},
+      {"serve.trace.prompt", "serve configs: prompt and output lengths as a map", serving::kServeLengthKeys},
       {"validate", "run configs", kValidateKeys},
       {"checkpoint", "run configs, model.kind: mlp", kCheckpointKeys},
       {"device", "run configs, sweep device axis", sim::kDeviceKeys},

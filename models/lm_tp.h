@@ -233,10 +233,13 @@ struct LmDpStepResult {
 // The serving mode's iteration (LmTpTrainer::serve_step, models/lm_tp_decode.cpp): this data-parallel replica's
 // sequences (cache slot, tokens already cached, new tokens) and, on real data, their new tokens concatenated
 // sequence-major (Σ rows ids in [0, vocab); shape-only runs may leave them empty).
-// REPEAT_BLOCKS (shape-only only): the stage's first block is simulated and its simulated span repeated for the
-// others, which is exact: every block of a stage runs the same kernels and collectives on the same shapes and ends
-// with its tp reduction, after which every chip of the group and every link it used is idle, so each block starts
-// from the same state (tests/mpi/serve_decode_test.cpp checks the times equal the full run's).
+// REPEAT_BLOCKS (shape-only only): the stage's blocks are simulated until they run periodically, and the period
+// is repeated for the others, which is exact: every block of a stage runs the same kernels and collectives on the
+// same shapes and ends with its tp reduction, so a block's span depends only on how far the host's kernel issue
+// runs ahead of the device when it starts (sim/timeline.h, host issue). With the host's lead not shrinking over a
+// block, a block whose kernels the host never gated, or a second block in a row with the same span, means every
+// later block runs the same (without host issue: from the first block); the chips of a tp group agree on it (tests/mpi/serve_decode_test.cpp checks the
+// times equal the full run's, with and without host issue).
 struct LmServeBatch {
   std::vector<sharding::plans::KvSeq> seqs;
   std::vector<int64_t> tokens;
@@ -247,7 +250,10 @@ struct LmServeResult {
   // chip of the replica. Shape-only: empty.
   std::vector<std::vector<float>> logits;
   sim::TimeNs chip_ns = 0;  // this chip's simulated end of the iteration
-  sim::TimeNs ns = 0;       // the iteration's simulated time: the latest chip's end over the whole mesh
+  sim::TimeNs ns = 0;       // the iteration's simulated time: the latest chip's end over this dp replica
+  // Per pipeline stage of this replica: when the batch's rows reached it (0 on the first stage) and when its last
+  // chip ended, ns from the iteration's start (the serve scheduler composes batches in flight from them).
+  std::vector<sim::Span> stages;
 };
 
 class LmTpTrainer {

@@ -2,6 +2,7 @@
 // executor's own pieces (the embedding, the block program with its KV-cache attention, the head), on this chip's
 // shards of the mesh.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <stdexcept>
@@ -122,18 +123,18 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
     t = std::max(t, in.arrival);
     tl_.record_region("pp.recv_activation", "collective", {start, t}, double(in.bytes));
   }
-  sim::TimeNs block0_start = t;
+  const sim::TimeNs stage_start = owns_embed_ ? 0.0 : t;
   sharding::plans::TokenLayout lay;
   lay.batch = B;
   lay.pos = pos;
+  // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch).
   const bool repeat = batch.repeat_blocks && !store_;
-  for (int64_t l = 0; l < chunk_len_[0]; ++l) {
+  const int64_t blocks = chunk_len_[0];
+  sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time();
+  for (int64_t l = 0; l < blocks; ++l) {
     const int64_t li = chunk_first_[0] + l;
-    if (repeat && l == 1) {  // the other blocks take the first one's span (see LmServeBatch)
-      t += (t - block0_start) * double(chunk_len_[0] - 1);
-      break;
-    }
-    if (l == 0) block0_start = t;
+    const sim::TimeNs start = t;
+    const int64_t gated0 = tl_.host_gated();
     const LmLayer& L = work_.layers[size_t(li)];
     const sharding::plans::KvAttention kv{&cache, li, &batch.seqs};
     sharding::plans::Chip chip{&tl_, t};
@@ -145,6 +146,24 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
                                         &L.mlp_norm_b},
                                        x);
     t = chip.t;
+    if (!repeat || l + 1 == blocks) continue;
+    // Periodic from here (every later block runs exactly as this one; see LmServeBatch) when the host's lead over
+    // the device (t - host issue clock) did not shrink over the block and either the host gated none of its
+    // kernels or the block's span equals the previous one's.
+    const sim::TimeNs span = t - start, lead = t - tl_.host_time(), host_step = tl_.host_time() - prev_host;
+    const double tol = 1e-9 * std::max(span, 1.0);
+    const bool same = l > 0 && std::abs(span - prev_span) <= tol;
+    double periodic = lead >= prev_lead - tol && (tl_.host_gated() == gated0 || same) ? 1 : 0;
+    if (tp_size_ > 1) mesh_["tp"].allreduce(std::span<double>(&periodic, 1), runtime::Reduce::min, "serve blocks periodic");
+    if (periodic > 0) {
+      const double rest = double(blocks - 1 - l);
+      t += span * rest;
+      tl_.host_sync(tl_.host_time() + host_step * rest);  // the host issued the skipped blocks' kernels too
+      break;
+    }
+    prev_span = span;
+    prev_lead = lead;
+    prev_host = tl_.host_time();
   }
   if (!owns_head_) {  // on to the next stage
     const runtime::SendOp out{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ + 1, t};
@@ -172,9 +191,16 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
       for (int64_t j = 0; j < global_.vocab; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * global_.vocab + j)]);
   }
   r.chip_ns = std::max(t, tl_.end_time());
-  std::vector<double> end{r.chip_ns};
-  world_.allreduce(std::span<double>(end), runtime::Reduce::max, "serve iteration end");
-  r.ns = end[0];
+  // Every stage's span on this replica (the latest chip of each), agreed by the replica's chips only: dp replicas
+  // serve their own batches (apps/serve.cpp).
+  std::vector<double> spans(size_t(2 * pp_size_), 0.0);
+  spans[size_t(2 * pp_rank_)] = stage_start;
+  spans[size_t(2 * pp_rank_ + 1)] = r.chip_ns;
+  mesh_.excluding("dp").allreduce(std::span<double>(spans), runtime::Reduce::max, "serve iteration stages");
+  for (int s = 0; s < pp_size_; ++s) {
+    r.stages.push_back({spans[size_t(2 * s)], spans[size_t(2 * s + 1)]});
+    r.ns = std::max(r.ns, spans[size_t(2 * s + 1)]);
+  }
   return r;
 }
 

@@ -53,6 +53,7 @@ ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips) {
   m.e2e = percentiles(e2e);
   m.iterations = int64_t(run.iterations.size());
   m.preemptions = run.preemptions;
+  m.swaps = run.swaps;
   m.duration_s = m.requests > 0 ? last - first : 0;
   if (m.duration_s > 0) {
     m.requests_per_s = double(m.requests) / m.duration_s;
@@ -96,6 +97,7 @@ nlohmann::json metrics_json(const ServeMetrics& m) {
           {"output_tokens", m.output_tokens},
           {"iterations", m.iterations},
           {"preemptions", m.preemptions},
+          {"swaps", m.swaps},
           {"duration_s", m.duration_s},
           {"requests_per_s", m.requests_per_s},
           {"output_tokens_per_s", m.output_tokens_per_s},
@@ -113,7 +115,7 @@ nlohmann::json metrics_json(const ServeMetrics& m) {
 nlohmann::json iterations_json(const ServeRun& run) {
   nlohmann::json a = nlohmann::json::array();
   for (const IterationSample& s : run.iterations)
-    a.push_back({s.start_s, s.end_s, s.seqs, s.tokens, s.prefill_tokens, s.decode_seqs, s.kv_blocks});
+    a.push_back({s.start_s, s.end_s, s.seqs, s.tokens, s.prefill_tokens, s.decode_seqs, s.kv_blocks, s.replica, s.engine});
   return a;
 }
 
@@ -123,6 +125,37 @@ nlohmann::json requests_json(const ServeRun& run) {
     a.push_back({r.arrival_s, r.first_token_s - r.arrival_s, r.finish_s - r.arrival_s, r.prompt, r.output,
                  r.preemptions});
   return a;
+}
+
+nlohmann::json trace_json(const ServeRun& run) {
+  nlohmann::json ev = nlohmann::json::array();
+  int replicas = 1;
+  for (const IterationSample& s : run.iterations) replicas = std::max(replicas, s.replica + 1);
+  auto meta = [&](int pid, const std::string& name) {
+    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+  };
+  for (int r = 0; r < replicas; ++r) meta(r, "replica " + std::to_string(r));
+  meta(replicas, "requests");
+  for (const IterationSample& s : run.iterations) {
+    const std::string name = s.prefill_tokens > 0 ? (s.decode_seqs > 0 ? "mixed" : "prefill") : "decode";
+    ev.push_back({{"ph", "X"}, {"name", name}, {"cat", "iteration"}, {"pid", s.replica}, {"tid", s.engine},
+                  {"ts", s.start_s * 1e6}, {"dur", (s.end_s - s.start_s) * 1e6},
+                  {"args", {{"seqs", s.seqs}, {"tokens", s.tokens}, {"prefill_tokens", s.prefill_tokens},
+                            {"decode_seqs", s.decode_seqs}, {"kv_blocks", s.kv_blocks}}}});
+    ev.push_back({{"ph", "C"}, {"name", "batch and KV cache"}, {"pid", s.replica}, {"ts", s.start_s * 1e6},
+                  {"args", {{"seqs", s.seqs}, {"kv_blocks", s.kv_blocks}}}});
+  }
+  for (size_t i = 0; i < run.requests.size(); ++i) {
+    const RequestResult& r = run.requests[i];
+    auto span = [&](const char* name, double a, double b) {
+      ev.push_back({{"ph", "b"}, {"name", name}, {"cat", "request"}, {"id", i}, {"pid", replicas}, {"ts", a * 1e6}});
+      ev.push_back({{"ph", "e"}, {"name", name}, {"cat", "request"}, {"id", i}, {"pid", replicas}, {"ts", b * 1e6},
+                    {"args", {{"request", i}, {"prompt", r.prompt}, {"output", r.output}, {"preemptions", r.preemptions}}}});
+    };
+    span("to first token", r.arrival_s, r.first_token_s);
+    if (r.finish_s > r.first_token_s) span("decode", r.first_token_s, r.finish_s);
+  }
+  return {{"traceEvents", std::move(ev)}, {"displayTimeUnit", "ms"}};
 }
 
 std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
@@ -146,9 +179,9 @@ std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
   std::snprintf(b, sizeof b, "  goodput: %.3f requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s)\n",
                 m.goodput_requests_per_s, (long long)m.slo_met, (long long)m.requests, t, p);
   out += b;
-  std::snprintf(b, sizeof b, "  batch: mean %.1f, peak %.0f sequences; KV cache occupancy mean %.1f %%, peak %.1f %%; %lld iterations, %lld preemptions\n",
+  std::snprintf(b, sizeof b, "  batch: mean %.1f, peak %.0f sequences; KV cache occupancy mean %.1f %%, peak %.1f %%; %lld iterations, %lld preemptions (%lld by swap)\n",
                 m.mean_batch, m.peak_batch, 100 * m.mean_kv, 100 * m.peak_kv, (long long)m.iterations,
-                (long long)m.preemptions);
+                (long long)m.preemptions, (long long)m.swaps);
   out += b;
   return out;
 }

@@ -33,7 +33,7 @@ struct Slo {
 
 struct ServeMetrics {
   Percentiles ttft, tpot, itl, e2e;
-  int64_t requests = 0, output_tokens = 0, prompt_tokens = 0, iterations = 0, preemptions = 0, slo_met = 0;
+  int64_t requests = 0, output_tokens = 0, prompt_tokens = 0, iterations = 0, preemptions = 0, swaps = 0, slo_met = 0;
   double duration_s = 0, requests_per_s = 0, output_tokens_per_s = 0, tokens_per_s = 0, output_tokens_per_s_chip = 0,
          goodput_requests_per_s = 0;
   double mean_batch = 0, peak_batch = 0, mean_kv = 0, peak_kv = 0;  // kv: fraction of the cache's blocks
@@ -42,10 +42,16 @@ struct ServeMetrics {
 
 ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips);
 nlohmann::json metrics_json(const ServeMetrics& m);
-// The iterations' time series: [[start_s, end_s, seqs, tokens, prefill_tokens, decode_seqs, kv_blocks], ...].
+// The iterations' time series: [[start_s, end_s, seqs, tokens, prefill_tokens, decode_seqs, kv_blocks, replica,
+// engine], ...].
 nlohmann::json iterations_json(const ServeRun& run);
 // Per request: [[arrival_s, ttft_s, e2e_s, prompt, output, preemptions], ...].
 nlohmann::json requests_json(const ServeRun& run);
+// A Chrome / Perfetto trace (JSON, microseconds of simulated time): per dp replica a process whose threads are its
+// virtual engines, one slice per iteration (prefill, decode or mixed; its batch in args) and a counter of the
+// batch size and the KV cache blocks held; a "requests" process with two async spans per request (arrival to
+// first token, first token to finish).
+nlohmann::json trace_json(const ServeRun& run);
 std::string metrics_text(const ServeMetrics& m, const Slo& slo);
 
 }  // namespace shardsim::serving

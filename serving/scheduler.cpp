@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <stdexcept>
+#include <utility>
 
 namespace shardsim::serving {
 
@@ -28,73 +29,118 @@ namespace {
 struct Seq {
   int64_t cached = 0, generated = 0;
   double last_token_s = 0;
+  bool swapped = false;  // preempted by swap: CACHED tokens in host memory
 };
 
-class Sim {
+// Shared by the engines: the requests, the sequences' progress and the results.
+struct State {
+  const std::vector<Request>& reqs;
+  std::vector<Seq> seqs;
+  ServeRun run;
+  size_t done = 0;
+  int64_t known(int64_t id) const { return reqs[size_t(id)].prompt + seqs[size_t(id)].generated; }
+};
+
+// One engine: its queue, its running sequences, its cache; forms batches by the policy.
+class Engine {
  public:
-  Sim(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache)
-      : reqs_(reqs), cfg_(cfg), cache_(cache), seqs_(reqs.size()) {
-    run_.requests.resize(reqs.size());
-    run_.kv_blocks_total = cache.capacity().blocks;
-    for (const Request& r : reqs) {
-      auto& o = run_.requests[size_t(r.id)];
-      o.arrival_s = r.arrival_s;
-      o.prompt = r.prompt;
-      o.output = r.output;
-      if (cache.blocks_for(r.prompt + r.output) > cache.capacity().blocks)
-        throw std::invalid_argument("request " + std::to_string(r.id) + " needs " +
-                                    std::to_string(r.prompt + r.output) + " tokens of KV cache, more than its capacity of " +
-                                    std::to_string(cache.capacity().tokens()) + " tokens");
+  Engine(State& st, const SchedulerConfig& cfg, PagedKvCache& cache) : st_(st), cfg_(cfg), cache_(cache) {}
+
+  bool busy() const { return !running_.empty() || !waiting_.empty(); }
+  int64_t unfinished() const { return int64_t(running_.size() + waiting_.size()); }
+  void enqueue(int64_t id) { waiting_.push_back(id); }
+  const PagedKvCache& cache() const { return cache_; }
+
+  std::vector<BatchEntry> form() {
+    std::vector<BatchEntry> batch;
+    int64_t budget = cfg_.max_num_batched_tokens, unlimited = INT64_MAX;
+    switch (cfg_.policy) {
+      case Policy::static_batch:
+        if (running_.empty())
+          admit(batch, unlimited, false);
+        else
+          decodes(batch, unlimited);
+        break;
+      case Policy::continuous:
+        admit(batch, budget, false);
+        if (batch.empty()) decodes(batch, unlimited);
+        break;
+      case Policy::chunked:
+        decodes(batch, budget);
+        for (size_t i = 0; i < running_.size() && budget > 0; ++i) {  // prompts in progress
+          const int64_t id = running_[i];
+          Seq& q = st_.seqs[size_t(id)];
+          const int64_t want = st_.known(id) - q.cached;
+          if (want <= 1) continue;
+          const int64_t rows = std::min(want, budget);
+          if (!make_room(id, q.cached + rows, false)) break;
+          batch.push_back({id, q.cached, rows});
+          budget -= rows;
+        }
+        admit(batch, budget, true);
+        break;
+    }
+    return batch;
+  }
+
+  void advance(const std::vector<BatchEntry>& batch, double now) {
+    for (const BatchEntry& e : batch) {
+      Seq& q = st_.seqs[size_t(e.request)];
+      q.cached += e.rows;
+      if (q.cached != st_.known(e.request)) continue;  // a prompt chunk: no token yet
+      ++q.generated;
+      RequestResult& o = st_.run.requests[size_t(e.request)];
+      if (q.generated == 1)
+        o.first_token_s = now;
+      else
+        st_.run.itl_s.push_back(now - q.last_token_s);
+      q.last_token_s = now;
+      if (q.generated == st_.reqs[size_t(e.request)].output) {
+        o.finish_s = now;
+        cache_.release(e.request);
+        running_.erase(std::find(running_.begin(), running_.end(), e.request));
+        ++st_.done;
+      }
     }
   }
 
-  ServeRun run(const IterationFn& iteration) {
-    size_t next = 0;
-    double now = 0;
-    while (done_ < reqs_.size()) {
-      while (next < reqs_.size() && reqs_[next].arrival_s <= now) waiting_.push_back(reqs_[next++].id);
-      if (running_.empty() && waiting_.empty()) {
-        now = reqs_[next].arrival_s;
-        continue;
-      }
-      std::vector<BatchEntry> batch = form();
-      if (batch.empty()) throw std::logic_error("serving scheduler: no progress possible");
-      IterationSample s;
-      s.start_s = now;
-      s.kv_blocks = cache_.used_blocks();
-      for (const auto& e : batch) {
-        s.tokens += e.rows;
-        if (known(e.request) - e.past == 1)
-          ++s.decode_seqs;
-        else
-          s.prefill_tokens += e.rows;
-      }
-      s.seqs = int64_t(batch.size());
-      now += iteration(batch);
-      s.end_s = now;
-      run_.iterations.push_back(s);
-      advance(batch, now);
-    }
-    return std::move(run_);
-  }
+  // Tokens copied over the host link since the last call (swaps out and in).
+  int64_t take_swapped() { return std::exchange(swapped_tokens_, 0); }
 
  private:
-  int64_t known(int64_t id) const { return reqs_[size_t(id)].prompt + seqs_[size_t(id)].generated; }
-
-  // Preempts the latest admitted running sequence (recompute); false when none but SELF is left.
+  // Preempts the latest admitted running sequence (by swap when configured and host memory has room, else by
+  // recompute); false when none but SELF is left.
   bool preempt_one(int64_t self) {
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
       if (*it == self) continue;
       const int64_t v = *it;
       running_.erase(std::next(it).base());
+      Seq& q = st_.seqs[size_t(v)];
+      const int64_t blocks = cache_.blocks_for(q.cached);
       cache_.release(v);
-      seqs_[size_t(v)].cached = 0;
-      ++run_.requests[size_t(v)].preemptions;
-      ++run_.preemptions;
+      if (cfg_.swap && q.cached > 0 && host_blocks_ + blocks <= cfg_.swap_blocks) {
+        q.swapped = true;  // its cached tokens wait in host memory
+        host_blocks_ += blocks;
+        swapped_tokens_ += q.cached;
+        ++st_.run.swaps;
+      } else {
+        q.cached = 0;
+      }
+      ++st_.run.requests[size_t(v)].preemptions;
+      ++st_.run.preemptions;
       waiting_.push_front(v);
       return true;
     }
     return false;
+  }
+
+  // A swapped sequence admitted again: its tokens come back from host memory.
+  void swap_in(int64_t id) {
+    Seq& q = st_.seqs[size_t(id)];
+    if (!q.swapped) return;
+    q.swapped = false;
+    host_blocks_ -= cache_.blocks_for(q.cached);
+    swapped_tokens_ += q.cached;
   }
 
   // Grows ID's cache to TOKENS, preempting others when needed; false when even that cannot make room.
@@ -109,13 +155,14 @@ class Sim {
   void admit(std::vector<BatchEntry>& batch, int64_t& budget, bool chunk) {
     while (!waiting_.empty() && int64_t(running_.size()) < cfg_.max_num_seqs && budget > 0) {
       const int64_t id = waiting_.front();
-      const int64_t want = known(id) - seqs_[size_t(id)].cached;
+      const int64_t want = st_.known(id) - st_.seqs[size_t(id)].cached;
       int64_t rows = chunk ? std::min(want, budget) : want;
       if (!chunk && rows > budget && !batch.empty()) break;
-      if (!make_room(id, seqs_[size_t(id)].cached + rows, false)) break;
+      if (!make_room(id, st_.seqs[size_t(id)].cached + rows, false)) break;
       waiting_.pop_front();
       running_.push_back(id);
-      batch.push_back({id, seqs_[size_t(id)].cached, rows});
+      swap_in(id);
+      batch.push_back({id, st_.seqs[size_t(id)].cached, rows});
       budget -= rows;
     }
   }
@@ -124,11 +171,10 @@ class Sim {
   void decodes(std::vector<BatchEntry>& batch, int64_t& budget) {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       const int64_t id = running_[i];
-      Seq& q = seqs_[size_t(id)];
-      if (known(id) - q.cached != 1) continue;
-      if (!make_room(id, q.cached + 1, true)) {  // alone and still no room: cannot happen (checked at start)
+      Seq& q = st_.seqs[size_t(id)];
+      if (st_.known(id) - q.cached != 1) continue;
+      if (!make_room(id, q.cached + 1, true))  // alone and still no room: cannot happen (checked at start)
         throw std::logic_error("serving scheduler: a sequence does not fit the cache alone");
-      }
       batch.push_back({id, q.cached, 1});
       --budget;
     }
@@ -136,83 +182,104 @@ class Sim {
     std::erase_if(batch, [&](const BatchEntry& e) { return std::find(running_.begin(), running_.end(), e.request) == running_.end(); });
   }
 
-  std::vector<BatchEntry> form() {
-    std::vector<BatchEntry> batch;
-    int64_t budget = cfg_.max_num_batched_tokens;
-    switch (cfg_.policy) {
-      case Policy::static_batch: {
-        if (running_.empty()) {
-          int64_t unlimited = INT64_MAX;
-          admit(batch, unlimited, false);
-          return batch;
-        }
-        int64_t unlimited = INT64_MAX;
-        decodes(batch, unlimited);
-        return batch;
-      }
-      case Policy::continuous: {
-        admit(batch, budget, false);
-        if (!batch.empty()) return batch;
-        int64_t unlimited = INT64_MAX;
-        decodes(batch, unlimited);
-        return batch;
-      }
-      case Policy::chunked: {
-        decodes(batch, budget);
-        for (size_t i = 0; i < running_.size() && budget > 0; ++i) {  // prompts in progress
-          const int64_t id = running_[i];
-          Seq& q = seqs_[size_t(id)];
-          const int64_t want = known(id) - q.cached;
-          if (want <= 1) continue;
-          const int64_t rows = std::min(want, budget);
-          if (!make_room(id, q.cached + rows, false)) break;
-          batch.push_back({id, q.cached, rows});
-          budget -= rows;
-        }
-        admit(batch, budget, true);
-        return batch;
-      }
-    }
-    return batch;
-  }
-
-  void advance(const std::vector<BatchEntry>& batch, double now) {
-    for (const BatchEntry& e : batch) {
-      Seq& q = seqs_[size_t(e.request)];
-      q.cached += e.rows;
-      if (q.cached != known(e.request)) continue;  // a prompt chunk: no token yet
-      ++q.generated;
-      RequestResult& o = run_.requests[size_t(e.request)];
-      if (q.generated == 1)
-        o.first_token_s = now;
-      else
-        run_.itl_s.push_back(now - q.last_token_s);
-      q.last_token_s = now;
-      if (q.generated == reqs_[size_t(e.request)].output) {
-        o.finish_s = now;
-        cache_.release(e.request);
-        running_.erase(std::find(running_.begin(), running_.end(), e.request));
-        ++done_;
-      }
-    }
-  }
-
-  const std::vector<Request>& reqs_;
+  State& st_;
   const SchedulerConfig& cfg_;
   PagedKvCache& cache_;
-  std::vector<Seq> seqs_;
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;
-  size_t done_ = 0;
-  ServeRun run_;
+  int64_t host_blocks_ = 0, swapped_tokens_ = 0;
 };
+
+ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
+                     const StageFn& stages) {
+  if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
+  State st{reqs, std::vector<Seq>(reqs.size()), {}, 0};
+  // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
+  std::vector<PagedKvCache> owned;
+  KvCapacity share = cache.capacity();
+  share.blocks /= cfg.engines;
+  if (cfg.engines > 1) owned.assign(size_t(cfg.engines), PagedKvCache(share));
+  std::vector<Engine> engines;
+  for (int e = 0; e < cfg.engines; ++e) engines.emplace_back(st, cfg, cfg.engines > 1 ? owned[size_t(e)] : cache);
+  const KvCapacity& per = engines[0].cache().capacity();
+  st.run.requests.resize(reqs.size());
+  st.run.kv_blocks_total = per.blocks * cfg.engines;
+  for (const Request& r : reqs) {
+    auto& o = st.run.requests[size_t(r.id)];
+    o.arrival_s = r.arrival_s;
+    o.prompt = r.prompt;
+    o.output = r.output;
+    if (engines[0].cache().blocks_for(r.prompt + r.output) > per.blocks)
+      throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
+                                  " tokens of KV cache, more than " + (cfg.engines > 1 ? "an engine's share" : "its capacity") +
+                                  " of " + std::to_string(per.tokens()) + " tokens");
+  }
+  std::vector<double> ready(size_t(cfg.engines), 0.0);  // when each engine may form its next batch
+  std::vector<double> stage_free;                         // when each pipeline stage is free
+  size_t next = 0;
+  while (st.done < reqs.size()) {
+    int pick = -1;
+    for (int e = 0; e < cfg.engines; ++e)
+      if (engines[size_t(e)].busy() && (pick < 0 || ready[size_t(e)] < ready[size_t(pick)])) pick = e;
+    if (next < reqs.size() && (pick < 0 || reqs[next].arrival_s <= ready[size_t(pick)])) {
+      // The arrival goes to the engine with the fewest unfinished requests (vLLM's choice; the lowest on a tie).
+      int to = 0;
+      for (int e = 1; e < cfg.engines; ++e)
+        if (engines[size_t(e)].unfinished() < engines[size_t(to)].unfinished()) to = e;
+      if (!engines[size_t(to)].busy()) ready[size_t(to)] = std::max(ready[size_t(to)], reqs[next].arrival_s);
+      engines[size_t(to)].enqueue(reqs[next++].id);
+      continue;
+    }
+    if (pick < 0) throw std::logic_error("serving scheduler: no progress possible");
+    Engine& en = engines[size_t(pick)];
+    std::vector<BatchEntry> batch = en.form();
+    if (batch.empty()) throw std::logic_error("serving scheduler: no progress possible");
+    IterationSample s;
+    s.engine = pick;
+    for (const Engine& x : engines) s.kv_blocks += x.cache().used_blocks();
+    for (const auto& e : batch) {
+      s.tokens += e.rows;
+      if (st.known(e.request) - e.past == 1)
+        ++s.decode_seqs;
+      else
+        s.prefill_tokens += e.rows;
+    }
+    s.seqs = int64_t(batch.size());
+    s.swapped_tokens = en.take_swapped();
+    const std::vector<StageSpan> sp = stages(batch);
+    if (sp.empty()) throw std::logic_error("serving scheduler: an iteration without stages");
+    stage_free.resize(std::max(stage_free.size(), sp.size()), 0.0);
+    // Stage by stage: each runs one batch at a time; the batch reaches stage k+1 the alone run's hop after stage k.
+    double at = ready[size_t(pick)] + double(s.swapped_tokens) * cfg.swap_s_per_token, end = at;
+    for (size_t k = 0; k < sp.size(); ++k) {
+      const double arrive = k == 0 ? at : end + (sp[k].start_s - sp[k - 1].end_s);
+      const double start = std::max(arrive, stage_free[k]);
+      if (k == 0) s.start_s = start;
+      end = start + (sp[k].end_s - sp[k].start_s);
+      stage_free[k] = end;
+    }
+    s.end_s = end;
+    st.run.iterations.push_back(s);
+    en.advance(batch, end);
+    ready[size_t(pick)] = end;
+  }
+  return std::move(st.run);
+}
 
 }  // namespace
 
 ServeRun simulate(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
                   const IterationFn& iteration) {
-  Sim s(reqs, cfg, cache);
-  return s.run(iteration);
+  SchedulerConfig one = cfg;
+  one.engines = 1;
+  return run_engines(reqs, one, cache, [&](const std::vector<BatchEntry>& b) {
+    return std::vector<StageSpan>{{0.0, iteration(b)}};
+  });
+}
+
+ServeRun simulate_pipeline(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
+                           const StageFn& stages) {
+  return run_engines(reqs, cfg, cache, stages);
 }
 
 }  // namespace shardsim::serving

@@ -12,10 +12,24 @@
 //               budget (max_num_batched_tokens) per iteration: every decoding sequence's token first, then chunks of
 //               the prompts in progress and of newly admitted requests fill the rest (stall-free batching).
 // The KV cache (kv_cache.h) grows a sequence block by block before each iteration; when a decode finds no free
-// block the latest admitted running sequence is preempted by recompute (vLLM's default: its blocks freed, it
-// returns to the front of the queue and later prefills its prompt and the tokens generated so far again).
+// block the latest admitted running sequence is preempted (vLLM's policy), by
+//   recompute  (vLLM's default): its blocks freed, it returns to the front of the queue and later prefills its
+//              prompt and the tokens generated so far again;
+//   swap       (vLLM's preemption_mode "swap"): its blocks are copied to host memory over the host link, freed, and
+//              copied back when it is admitted again (then it decodes on); each copy delays the iteration that
+//              makes it by tokens x swap_s_per_token (the chips copy their own shards in parallel). Host memory
+//              holds swap_blocks blocks (vLLM's swap_space); a sequence that does not fit there is recomputed.
 // Token timing: a sequence's next token exists at the end of the iteration that brings its cache up to all its
 // known tokens (the prompt's last chunk, or a decode step); its first token's time minus its arrival is its TTFT.
+//
+// Pipeline parallelism (ENGINES > 1, as vLLM's virtual engines, one per pipeline stage): each engine has its own
+// queue, running set and 1/ENGINES of the cache's blocks; an arriving request goes to the engine with the fewest
+// unfinished requests (the lowest index on a tie), and an engine forms its next batch when its previous one has
+// left the last stage, so up to ENGINES batches are in flight. A batch's timing is its run alone through the
+// pipeline (STAGES: each stage's [start, end] from the batch's start, simulated on the chips); batches in flight
+// are composed stage by stage: a stage runs one batch at a time, in launch order, and a batch reaches stage s+1
+// the alone run's hop after leaving stage s. With one engine and one stage this is the plain loop: each iteration
+// starts when the previous one ends.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +50,10 @@ struct SchedulerConfig {
   Policy policy = Policy::continuous;
   int64_t max_num_seqs = 256;             // vLLM's default max_num_seqs
   int64_t max_num_batched_tokens = 8192;  // tokens per iteration (chunked: the Sarathi token budget)
+  int engines = 1;                        // virtual engines: batches in flight through a pipeline (see above)
+  bool swap = false;                      // preemption by swap (else recompute)
+  double swap_s_per_token = 0;            // seconds to copy one token's KV cache shard over the host link
+  int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine)
 };
 
 // One sequence of an iteration: its request, the tokens already in its cache, its new tokens.
@@ -46,6 +64,12 @@ struct BatchEntry {
 };
 // The simulated time of one iteration (seconds).
 using IterationFn = std::function<double(const std::vector<BatchEntry>&)>;
+// One batch alone through the pipeline: per stage, when it starts and ends, seconds from the batch's start (stage
+// 0 starts at 0; the last stage's end is when its tokens exist).
+struct StageSpan {
+  double start_s = 0, end_s = 0;
+};
+using StageFn = std::function<std::vector<StageSpan>(const std::vector<BatchEntry>&)>;
 
 struct RequestResult {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
@@ -54,22 +78,29 @@ struct RequestResult {
 };
 
 struct IterationSample {
-  double start_s = 0, end_s = 0;
+  double start_s = 0, end_s = 0;  // the first stage's start, the last stage's end
+  int engine = 0;                 // the virtual engine (0 without pipelining)
+  int replica = 0;                // the data-parallel replica (`serve` sets it; the scheduler runs one)
   int64_t seqs = 0, tokens = 0, prefill_tokens = 0, decode_seqs = 0;
-  int64_t kv_blocks = 0;  // blocks held during the iteration
+  int64_t kv_blocks = 0;  // blocks held during the iteration (every engine's)
+  int64_t swapped_tokens = 0;  // tokens copied over the host link before it (out and in)
 };
 
 struct ServeRun {
   std::vector<RequestResult> requests;  // by request id
   std::vector<double> itl_s;            // every inter-token gap of every request
   std::vector<IterationSample> iterations;
-  int64_t preemptions = 0;
-  int64_t kv_blocks_total = 0;
+  int64_t preemptions = 0, swaps = 0;  // swaps: preemptions by swap (their copies back included in the iterations)
+  int64_t kv_blocks_total = 0;  // every engine's
 };
 
-// The whole trace through POLICY on CACHE. std::invalid_argument when a request cannot fit the cache alone
-// (naming it and the capacity).
+// The whole trace through POLICY on CACHE, one engine, each iteration taking ITERATION's time after the previous
+// one. std::invalid_argument when a request cannot fit the cache alone (naming it and the capacity).
 ServeRun simulate(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
                   const IterationFn& iteration);
+// The same over CFG.engines virtual engines through a pipeline (see above); with more than one engine each gets
+// 1/engines of CACHE's blocks (CACHE itself then stays unused), as vLLM divides them.
+ServeRun simulate_pipeline(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
+                           const StageFn& stages);
 
 }  // namespace shardsim::serving

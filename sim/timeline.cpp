@@ -286,6 +286,7 @@ Span Timeline::compute(const std::string& name, double flops, double bytes, Prec
   const bool host = device_.host_launch_ns > 0 && !device_.cuda_graph;
   if (host) host_ += device_.host_launch_ns;
   const TimeNs start = std::max({ready, free, host_});
+  if (host && host_ > std::max(ready, free)) ++host_gated_;
   const KernelTime kt = kernel_time(device_, flops, bytes, p, shape);
   const TimeNs end = start + kt.total_ns;
   free_[kComputeEngine] = end;

@@ -145,6 +145,9 @@ class Timeline {
   void host_sync(TimeNs t);
   // When the host has issued the last kernel (0 after reset(), and always 0 when host issue is not modelled).
   TimeNs host_time() const { return host_; }
+  // Kernels that started when the host issued them, later than their inputs and the engine were ready (the host
+  // gated them; never without host issue). Not reset by reset(): callers take differences.
+  std::int64_t host_gated() const { return host_gated_; }
 
   // Injects BYTES towards chip DST at READY (DST may also be this chip's own switch: its up-link, as the in-switch
   // collectives use it; receive() takes that switch as SRC for the down-link). The first link of the route is the
@@ -278,6 +281,7 @@ class Timeline {
   void commit();               // folds events_.back() and drops it unless events are kept
   std::vector<TimeNs> free_;
   TimeNs host_ = 0;  // the host thread's issue clock (Host issue, above)
+  std::int64_t host_gated_ = 0;
   // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
   // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.
   std::unordered_map<int, int> slot_;  // topology link id -> slot

@@ -2,7 +2,7 @@
 # e2e: `shardsim serve` (issue 50, docs/SERVING.md): a small generated trace on Llama-3-8B / 1 H100 and 70B TP8 on
 # 8 chips of one rank (report, JSON: every request finished, the KV cache's capacity = its formula from the
 # model's sizes computed here), the same trace from a CSV and a JSONL file gives the same metrics, chunked prefill
-# keeps its token budget, and bad input: one line, exit 2, nothing written.
+# keeps its token budget, dp replicas and pp batches in flight (and --trace), and bad input: one line, exit 2, nothing written.
 # Usage: serve.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -51,6 +51,30 @@ if expect_exit 0 'trace file' -- shardsim_mpi 1 serve "$S8" --requests t.csv --j
   if python3 -c "import json,sys; a=json.load(open('c.json'))['metrics']; b=json.load(open('l.json'))['metrics']; sys.exit(0 if a==b and a['requests']==3 else 1)"; then
     pass "CSV = JSONL"
   else fail "CSV and JSONL metrics differ"; fi
+fi
+
+e2e_case "(e) dp replicas share the requests; pp keeps a batch per stage in flight; --trace"
+if expect_exit 0 'plan tp=1 x pp=1 x dp=2' -- shardsim_mpi 1 --chips 2 serve "$S8" "${SMALL[@]}" --set parallel.dp=2 \
+     --json dp.json --trace dp_trace.json; then
+  if python3 - dp.json dp_trace.json <<'PY'; then pass "dp 2: 20 requests over both replicas; the trace has both"; else fail "dp replicas"; fi
+import json, sys
+j, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert j["metrics"]["requests"] == 20 and j["dp"] == 2
+assert {i[7] for i in j["iterations"]} == {0, 1}
+assert all(r[1] > 0 and r[2] >= r[1] for r in j["requests"])
+assert {e["pid"] for e in t["traceEvents"] if e["ph"] == "X"} == {0, 1}
+assert sum(1 for e in t["traceEvents"] if e["ph"] == "b") >= 20
+PY
+fi
+if expect_exit 0 '2 batches in flight per replica' -- shardsim_mpi 1 --chips 2 serve "$S8" "${SMALL[@]}" --set parallel.pp=2 \
+     --json pp.json; then
+  if python3 - pp.json <<'PY'; then pass "pp 2: both engines run, their iterations overlap"; else fail "pp batches in flight"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it = j["iterations"]
+assert j["metrics"]["requests"] == 20 and {i[8] for i in it} == {0, 1}
+assert any(b[0] < a[1] for a, b in zip(it, it[1:]))
+PY
 fi
 
 e2e_case "(d) bad input: one line, exit 2, no JSON written"

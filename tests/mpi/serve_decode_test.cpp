@@ -187,8 +187,9 @@ INSTANTIATE_TEST_SUITE_P(Plans, ServeDecode, ::testing::ValuesIn(kCases),
 // once and the sequence's whole KV cache, and nothing else of that size, so on one chip it is bandwidth-bound:
 //   t = (matmul weights + 2·layers·kv_heads·head_dim·L) · bytes per element / (HBM bandwidth · hbm_efficiency)
 // Llama-3-8B in bf16 on an H100 (shaped kernel model) with 4,095 cached tokens, shape-only. The closed form has no
-// kernel launches, so the device's launch overhead is set to 0 for the comparison (with the preset's assumed 2 us
-// per kernel the step is longer by about 14 launches per layer; checked to be longer, not by how much).
+// kernel launches, so the device's launch overhead and its host issue time are set to 0 for the comparison (with
+// the preset's assumed 2 us per kernel and its eager host issue the step is longer by about 14 launches per layer;
+// checked to be longer, not by how much).
 TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
   if (world_size() != 1) GTEST_SKIP() << "one chip";
   models::LmConfig c;
@@ -210,6 +211,7 @@ TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
       sharding::DeviceMesh mesh({{"tp", 1}}, topo);
       sim::DeviceSpec dev = sim::device_preset("h100");
       dev.launch_overhead_ns = launch_ns;
+      if (launch_ns == 0) dev.host_launch_ns = 0;
       sim::Timeline tl(0, topo, dev);
       runtime::Transport t(w, tl, mesh.placement());
       t.set_shape_only(true);
@@ -229,21 +231,22 @@ TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
   const double closed = bytes / (h100.hbm_gbps * h100.kernel.hbm_efficiency);
   const double got = step_ns(0);
   std::printf("[serve_decode] Llama-3-8B bf16 decode at batch 1, L = %lld on h100: %.3f ms simulated, closed form "
-              "%.3f ms (%.2f %%); with 2 us launches %.3f ms\n",
+              "%.3f ms (%.2f %%); with 2 us launches and host issue %.3f ms\n",
               (long long)L, got * 1e-6, closed * 1e-6, 100 * (got - closed) / closed, step_ns(2000) * 1e-6);
   EXPECT_NEAR(got, closed, 0.05 * closed);
   EXPECT_GT(step_ns(2000), got);
 }
 
-// The serve command's shortcut (LmServeBatch::repeat_blocks): one block per stage simulated, its span repeated,
-// gives the full run's simulated iteration time, shape-only at tp 2 x pp 2 (and tp 4) on chips of one rank, for a
-// batch mixing prefills of different lengths and decodes.
+// The serve command's shortcut (LmServeBatch::repeat_blocks): a stage's blocks simulated until periodic, the
+// period repeated, gives the full run's simulated iteration time, shape-only at tp 2 x pp 2 and tp 4 on chips of
+// one rank, for a batch mixing prefills of different lengths and decodes and for a batch of a few decodes (whose
+// short kernels leave the host's issue gating the device), with the h100 preset's eager host issue and without.
 TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
   models::LmConfig c;
   c.vocab = 32000;
   c.hidden = 1024;
-  c.layers = 8;
+  c.layers = 16;
   c.heads = 16;
   c.kv_heads = 4;
   c.head_dim = 64;
@@ -251,33 +254,36 @@ TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   c.seq = 4096;
   c.batch = 1;
   c.dtype = runtime::DType::bf16;
-  for (auto [tp, pp] : {std::pair{2, 2}, std::pair{4, 1}}) {
-    std::map<bool, double> got;
-    for (bool repeat : {false, true}) {
-      const int code = runtime::run_chips(4, [&](const runtime::World& w) {
-        auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
-        sharding::DeviceMesh mesh({{"tp", tp}, {"pp", pp}}, topo);
-        // Without host issue (host_launch_ns 0): repeating one block's time is exact only when the host never
-        // gates a kernel; under eager host issue (h100's preset) the repeated time departs (1.4 % at tp 4 here).
-        sim::DeviceSpec dev = sim::device_preset("h100");
-        dev.host_launch_ns = 0;
-        sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, dev);
-        runtime::Transport t(w, tl, mesh.placement());
-        t.set_shape_only(true);
-        mesh.bind(t);
-        models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
-        auto cache = tr.make_kv_cache(c.seq);
-        models::LmServeBatch b;
-        b.repeat_blocks = repeat;
-        b.seqs = {{0, 0, 300}, {1, 1000, 1}, {2, 17, 1}, {3, 0, 45}, {4, 2500, 1}};
-        const double ns = tr.serve_step(b, cache).ns;
-        if (w.rank() == 0) got[repeat] = ns;
-        return 0;
-      });
-      ASSERT_EQ(code, 0);
-    }
-    std::printf("[serve_decode] tp %d x pp %d: every block %.6f ms, one block repeated %.6f ms\n", tp, pp,
-                got[false] * 1e-6, got[true] * 1e-6);
-    EXPECT_NEAR(got[true], got[false], 1e-9 * got[false]);
-  }
+  const std::vector<std::vector<sharding::plans::KvSeq>> batches = {
+      {{0, 0, 300}, {1, 1000, 1}, {2, 17, 1}, {3, 0, 45}, {4, 2500, 1}}, {{0, 100, 1}, {1, 3000, 1}}};
+  for (const double host_ns : {-1.0, 0.0})  // -1: the preset's host launch time
+    for (auto [tp, pp] : {std::pair{2, 2}, std::pair{4, 1}})
+      for (size_t bi = 0; bi < batches.size(); ++bi) {
+        std::map<bool, double> got;
+        for (bool repeat : {false, true}) {
+          const int code = runtime::run_chips(4, [&](const runtime::World& w) {
+            auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
+            sharding::DeviceMesh mesh({{"tp", tp}, {"pp", pp}}, topo);
+            sim::DeviceSpec dev = sim::device_preset("h100");
+            if (host_ns >= 0) dev.host_launch_ns = host_ns;
+            sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, dev);
+            runtime::Transport t(w, tl, mesh.placement());
+            t.set_shape_only(true);
+            mesh.bind(t);
+            models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
+            auto cache = tr.make_kv_cache(c.seq);
+            models::LmServeBatch b;
+            b.repeat_blocks = repeat;
+            b.seqs = batches[bi];
+            const double ns = tr.serve_step(b, cache).ns;
+            if (w.rank() == 0) got[repeat] = ns;
+            return 0;
+          });
+          ASSERT_EQ(code, 0);
+        }
+        std::printf("[serve_decode] host launch %s, tp %d x pp %d, batch %zu: every block %.6f ms, periodic blocks "
+                    "repeated %.6f ms\n", host_ns < 0 ? "h100's" : "0", tp, pp, bi, got[false] * 1e-6,
+                    got[true] * 1e-6);
+        EXPECT_NEAR(got[true], got[false], 1e-9 * got[false]);
+      }
 }

@@ -3,10 +3,13 @@
 // tests/mpi/serve_decode_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "common/error.h"
 #include "serving/kv_cache.h"
@@ -149,16 +152,76 @@ TEST(ServingScheduler, ChunkedKeepsTheTokenBudgetAndStaticWaitsForItsBatch) {
   EXPECT_LT(summarise(cont, {}, 1).ttft.mean, summarise(sr, {}, 1).ttft.mean);
 }
 
-TEST(ServingScheduler, PreemptsByRecomputeWhenTheCacheIsFull) {
+TEST(ServingScheduler, PreemptsByRecomputeOrSwapWhenTheCacheIsFull) {
   // 4 blocks of 16 tokens; two requests of 30 + 20 tokens each cannot both hold 50 tokens.
   std::vector<Request> reqs{{0, 0.0, 30, 20}, {1, 0.0, 30, 20}};
   PagedKvCache kv(blocks(5));
   const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
   EXPECT_GT(run.preemptions, 0);
   for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
+  // By swap: the victim's tokens go to host memory and come back (no prefill again): fewer tokens run, each copy
+  // delays its iteration by tokens x swap_s_per_token; without host memory for it, recompute again.
+  SchedulerConfig sw;
+  sw.swap = true;
+  sw.swap_s_per_token = 1e-4;
+  sw.swap_blocks = 100;
+  PagedKvCache kv2(blocks(5));
+  const ServeRun swapped = simulate(reqs, sw, kv2, toy_iteration);
+  EXPECT_GT(swapped.swaps, 0);
+  int64_t tokens_recompute = 0, tokens_swap = 0, copied = 0;
+  for (const auto& it : run.iterations) tokens_recompute += it.tokens;
+  for (const auto& it : swapped.iterations) {
+    tokens_swap += it.tokens;
+    copied += it.swapped_tokens;
+  }
+  EXPECT_LT(tokens_swap, tokens_recompute);
+  EXPECT_EQ(copied % 2, 0);  // every swap out came back in
+  EXPECT_GT(copied, 0);
+  for (const auto& r : swapped.requests) EXPECT_GT(r.finish_s, 0);
+  sw.swap_blocks = 1;  // too small for any victim: recompute
+  PagedKvCache kv3(blocks(5));
+  EXPECT_EQ(simulate(reqs, sw, kv3, toy_iteration).swaps, 0);
   std::vector<Request> big{{0, 0.0, 100, 1}};
   PagedKvCache tiny(blocks(2));
   EXPECT_THROW(simulate(big, {}, tiny, toy_iteration), std::invalid_argument);
+}
+
+// Pipeline parallelism: two virtual engines keep two batches in flight through two stages (each half of the toy
+// iteration, 1 ms hop between them); each stage runs one batch at a time, each engine one batch at a time, and the
+// trace finishes earlier than with one batch in flight. One engine through the same stages takes, per iteration,
+// the whole pipeline's time.
+TEST(ServingScheduler, PipelineEnginesKeepBatchesInFlight) {
+  std::vector<Request> reqs;
+  for (int64_t i = 0; i < 8; ++i) reqs.push_back({i, 0.001 * double(i), 100, 20});
+  const StageFn two = [](const std::vector<BatchEntry>& b) {
+    const double h = toy_iteration(b) / 2;
+    return std::vector<StageSpan>{{0, h}, {h + 0.001, 2 * h + 0.001}};
+  };
+  auto run = [&](int engines) {
+    SchedulerConfig c;
+    c.engines = engines;
+    PagedKvCache kv(blocks(1000));
+    return simulate_pipeline(reqs, c, kv, two);
+  };
+  const ServeRun one = run(1), pipe = run(2);
+  for (const auto& it : one.iterations)
+    EXPECT_NEAR(it.end_s - it.start_s, 2 * (toy_iteration({}) + 0.001 * double(it.tokens)) / 2 + 0.001, 1e-12);
+  double last_one = 0, last_pipe = 0;
+  for (const auto& r : one.requests) last_one = std::max(last_one, r.finish_s);
+  for (const auto& r : pipe.requests) last_pipe = std::max(last_pipe, r.finish_s);
+  EXPECT_LT(last_pipe, 0.75 * last_one);
+  bool overlap = false;
+  std::map<int, double> engine_end;
+  for (size_t i = 0; i < pipe.iterations.size(); ++i) {
+    const auto& it = pipe.iterations[i];
+    if (engine_end.count(it.engine)) EXPECT_GE(it.start_s, engine_end[it.engine] - 1e-12);
+    engine_end[it.engine] = it.end_s;
+    if (i > 0 && it.start_s < pipe.iterations[i - 1].end_s) overlap = true;
+    if (i > 0) EXPECT_GE(it.start_s, pipe.iterations[i - 1].start_s);  // stage 0 in launch order
+  }
+  EXPECT_TRUE(overlap);
+  EXPECT_EQ(engine_end.size(), 2u);
+  for (const auto& r : pipe.requests) EXPECT_GT(r.finish_s, r.first_token_s);
 }
 
 TEST(ServingMetrics, PercentilesInterpolateAsNumpy) {
