@@ -38,6 +38,14 @@ struct FoldDecision {
   bool expected = false;  // a shape-only run with replicas that auto leaves unfolded: main says why in one note
 };
 FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks);
+// The fold of one training sweep point on one MPI rank (run_train_point's config CONFIG_TEXT, WHERE, VALIDATE and
+// WHAT_IF on CHIPS chips): the decision train_fold makes for the same run under `train`. Never throws.
+FoldDecision train_point_fold(const std::string& config_text, const std::string& where, int chips, bool validate,
+                              const std::string& what_if);
+// `sweep` on one MPI rank with --chips N > 1 (apps/main.cpp): the sweep runs on one chip and starts each point's
+// chips for that point alone (folded where the point folds as `train` would fold it; docs/performance/fold.md).
+// CHIPS: the launch's chips (N); MAX_UNFOLDED: the most chips one rank may host unfolded. 0: not in that mode.
+void set_sweep_point_launch(int chips, int max_unfolded);
 Command add_help(CLI::App& app, const runtime::World& world);  // help.cpp: `help config`
 Command add_import(CLI::App& app, const runtime::World& world);  // interop.cpp: import hf|megatron|torchtitan
 Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp: export megatron|torchtitan

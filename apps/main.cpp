@@ -314,6 +314,17 @@ int main(int argc, char** argv) {
   const apps::FoldDecision decided = k_all >= 1 ? apps::train_fold(probe, k_all * ranks, ranks) : apps::FoldDecision{};
   runtime::FoldSpec fold = decided.spec;
   const long chips_all = static_cast<long>(k_all) * ranks;
+  // `sweep` on one MPI rank with several chips: the sweep itself runs on one chip and starts each point's chips
+  // for that point alone, so a training point folds as the same run under `train` does (apps/sweep.cpp,
+  // docs/performance/fold.md); the per-rank limit then applies to each point that does not fold.
+  if (ranks == 1 && k_all > 1 && probe.size() > 1 && probe[1] == "sweep") {
+    const int n = take_chip_flags(args, ranks, world_rank, kMaxFoldedChips);
+    if (n < 0) return kExitBadInput;
+    apps::set_sweep_point_launch(n, static_cast<int>(kMaxChipsPerRank));
+    const int code = runtime::run_chips(1, [&](const runtime::World& world) { return run_cli(world, args); });
+    g_decided_exit = code;
+    return code;
+  }
   // Decided before any chip starts: fold: on that cannot fold is refused, as is a run past the chips one rank may
   // host unfolded; auto says in one note why a shape-only run with replicas is simulated in full.
   if (!fold.on() && !decided.why_not.empty() && (decided.on || decided.expected)) {

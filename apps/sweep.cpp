@@ -50,6 +50,7 @@
 #include "experiments/scheduler.h"
 #include "models/runner.h"
 #include "runtime/chips.h"
+#include "runtime/host_memory.h"
 #include "sharding/engine_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
@@ -62,6 +63,10 @@ namespace fs = std::filesystem;
 using sharding::Row;
 using sharding::SweepPoint;
 using sharding::SweepSpec;
+
+// set_sweep_point_launch (apps/commands.h): the launch's chips and the most one rank may host unfolded; 0: the
+// points run on groups of the chips the launch started.
+int g_launch_chips = 0, g_max_unfolded = 0;
 
 struct SweepFlags {
   std::string file, output, what_if, export_kind;
@@ -113,7 +118,7 @@ class Progress {
   }
   // One line per finished point on stderr: its verdict, simulated time and wall time (a long sweep is never
   // silent between the wave lines).
-  void finished(const std::string& point, const Row& r) {
+  void finished(const std::string& point, const Row& r, const std::string& note = "") {
     const auto get = [&](const char* c) {
       const auto it = r.find(c);
       return it == r.end() || it->second.empty() ? std::string("-") : it->second;
@@ -126,8 +131,9 @@ class Progress {
       return std::string(b);
     };
     const std::string sim = num("sim_time_us", "%.3f us simulated"), wall = num("wall_s", "%.2f s wall");
-    std::fprintf(stderr, "%s[%d/%d] done %s: %s, %s, %s\n", tty_ ? "\r\033[K" : "", done_, total_, point.c_str(),
-                 get("verdict").c_str(), sim.c_str(), wall.c_str());
+    std::fprintf(stderr, "%s[%d/%d] done %s: %s, %s, %s%s%s\n", tty_ ? "\r\033[K" : "", done_, total_, point.c_str(),
+                 get("verdict").c_str(), sim.c_str(), wall.c_str(), note.empty() ? "" : "; ",
+                 escape_control(note).c_str());
     std::fflush(stderr);
   }
   void finish() {
@@ -197,6 +203,50 @@ std::vector<sharding::WhatIf> forward_what_if(const runtime::World& group, const
         return sharding::run_model(group, *cfg, opt).critical.total;
       },
       {});
+}
+
+// One point on K chips started for it alone (GroupCallbacks::launch; one MPI rank): a training point folds where
+// `train` would fold the same run (train_point_fold; fold: auto falls back to every chip as `train` does), every
+// other point runs on all K chips. NOTE gets how it ran, for the progress line. A point that cannot be simulated
+// here (it does not fold and needs more chips or host memory than one rank has) is a row with verdict error.
+Row launch_point(int k, const SweepPoint& pt, const SweepSpec& spec, const std::function<Row(const runtime::World&)>& run,
+                 std::string& note) {
+  const std::string where = spec.file + "[" + pt.key + "]";
+  FoldDecision d;
+  if (pt.kind == sharding::PointKind::workload && pt.train)
+    d = train_point_fold(pt.config_yaml, where, k, !pt.train_shape_only, spec.what_if);
+  Row row;
+  const auto body = [&](const runtime::World& w) {
+    Row r = run(w);
+    if (w.rank() == 0) row = std::move(r);
+    return 0;
+  };
+  int code = runtime::kFoldFellBack;
+  std::string why = d.why_not;
+  if (d.spec.on()) {
+    runtime::FoldSpec fold = d.spec;
+    fold.fallback = true;  // a break ends the attempt, not the sweep
+    code = runtime::run_chips(k, body, fold);
+    const int ran = fold.chips / fold.size * fold.period;
+    if (code != runtime::kFoldFellBack)
+      note = "folded: " + std::to_string(ran) + " of " + std::to_string(k) + " chips simulated";
+    else
+      why = "fold: " + runtime::chips::fold_fallback_reason();
+  }
+  if (code == runtime::kFoldFellBack) {
+    if (d.expected || d.spec.on()) note = "every chip simulated: " + why;
+    std::string cannot;
+    if (k > g_max_unfolded)
+      cannot = "does not fold (" + why + ") and needs " + std::to_string(k) + " chips, past the " +
+               std::to_string(g_max_unfolded) + " one rank may host unfolded (docs/performance/fold.md)";
+    else
+      cannot = runtime::host_memory_check(k, g_max_unfolded);
+    if (!cannot.empty()) return sharding::failed_row(sharding::base_row(pt), cannot);
+    code = runtime::run_chips(k, body);
+  }
+  if (code != 0 || row.empty())
+    return sharding::failed_row(sharding::base_row(pt), "internal: the point's chips ended with code " + std::to_string(code));
+  return row;
 }
 
 // --plot-only: rank 0 draws the plots of an existing results.csv; the exit code on every rank.
@@ -369,8 +419,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
 
   if (f.plot_only) return plot_only(world, spec, csv_path);
 
-  // Resume: rank 0 reads what is already done; every rank learns the mask. N: chips (= ranks with one chip per rank).
-  const int N = world.size();
+  // Resume: rank 0 reads what is already done; every rank learns the mask. N: chips (= ranks with one chip per rank;
+  // the launch's chips when each point starts its own).
+  const bool launched = g_launch_chips > 0;
+  const int N = launched ? g_launch_chips : world.size();
   const size_t P = spec.points.size();
   SweepState st;
   st.mask.assign(P, '0');
@@ -392,13 +444,26 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   };
   Progress progress(static_cast<int>(P), skipped);
   const int delay_ms = std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS") ? std::atoi(std::getenv("SHARDSIM_SWEEP_POINT_DELAY_MS")) : 0;
+  const std::string where_chips =
+      launched ? " (1 rank(s) x " + std::to_string(N) + " chips, started for each point in turn)"
+      : runtime::chips_per_rank() > 1 ? " (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
+                                            std::to_string(runtime::chips_per_rank()) + " chips)"
+                                      : std::string();
+  // One MPI rank with chips started per point: how each point ran (folded or not), for its progress line.
+  std::map<std::string, std::string> launch_notes;
+  const auto launcher = [&launch_notes](const SweepSpec& sp) {
+    return [&launch_notes, spp = &sp](int k, const SweepPoint& pt, const std::function<Row(const runtime::World&)>& run) {
+      std::string note;
+      Row r = launch_point(k, pt, *spp, run, note);
+      launch_notes[pt.key] = note;
+      return r;
+    };
+  };
   if (root) {
     std::printf("sweep %s: %zu points, %d already in %s (skipped%s), %zu to run on %d chip(s)%s\n", spec.name.c_str(), P,
                 skipped, escape_control(csv_path).c_str(), dropped ? (", " + std::to_string(dropped) + " incomplete line(s) dropped").c_str() : "",
                 P - static_cast<size_t>(skipped), N,
-                runtime::chips_per_rank() > 1 ? (" (" + std::to_string(N / runtime::chips_per_rank()) + " rank(s) x " +
-                                                 std::to_string(runtime::chips_per_rank()) + " chips)").c_str()
-                                              : "");
+                where_chips.c_str());
     std::fflush(stdout);
   }
 
@@ -432,6 +497,10 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       std::fflush(stdout);
     }
     sharding::GroupCallbacks vcb;
+    if (launched) {
+      vcb.launch = launcher(vspec);
+      vcb.launch_chips = N;
+    }
     vcb.on_wave = [&](const std::vector<size_t>& wave) {
       std::string cur = "validating " + sharding::point_text(vspec.points[wave.front()]);
       if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
@@ -454,8 +523,16 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
 
   int ran = 0;
   sharding::GroupCallbacks cb;
+  if (launched) {
+    cb.launch = launcher(spec);
+    cb.launch_chips = N;
+  }
   cb.on_chips = [&](int k, size_t n, int groups) {
-    std::printf("chips %d: %zu point(s) on %d concurrent group(s) of %d chip(s)%s\n", k, n, groups, k,
+    if (launched)
+      std::printf("chips %d: %zu point(s), one at a time on %d chip(s) started for each (one MPI rank: a training "
+                  "point folds as `train` folds it)\n", k, n, k);
+    else
+      std::printf("chips %d: %zu point(s) on %d concurrent group(s) of %d chip(s)%s\n", k, n, groups, k,
                 groups * k < N ? (", " + std::to_string(N - groups * k) + " chip(s) idle").c_str() : "");
     std::fflush(stdout);
   };
@@ -480,7 +557,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       record(r);
       progress.advance(1);
       ++ran;
-      progress.finished(sharding::point_text(pt), r);
+      const auto note = launch_notes.find(pt.key);
+      progress.finished(sharding::point_text(pt), r, note == launch_notes.end() ? "" : note->second);
     }
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // test hook
   };
@@ -490,6 +568,11 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
 }
 
 }  // namespace
+
+void set_sweep_point_launch(int chips, int max_unfolded) {
+  g_launch_chips = chips;
+  g_max_unfolded = max_unfolded;
+}
 
 Command add_sweep(CLI::App& app, const runtime::World& world) {
   auto* sub = app.add_subcommand("sweep", "run a grid of topologies x collectives x sizes and workloads x plans; "

@@ -156,7 +156,10 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
 
 using namespace train_detail;
 
-FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks) {
+namespace {
+
+// The fold decision for the parsed flags F (train_fold's body; train_point_fold's too).
+FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
   // Folded only where every replica provably runs the same program at the same simulated times
   // (docs/performance/fold.md): one MPI rank, a shape-only train run of the data-parallel trainer with dp > 1
   // (any cp / Ulysses axis), nothing that records or compares per-chip events, and a placement whose shift by one
@@ -172,34 +175,24 @@ FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ran
     return d;
   };
   try {
-    CLI::App app;
-    app.allow_extras();
-    auto* sub = app.add_subcommand("train");
-    sub->allow_extras();
-    auto f = std::make_shared<TrainFlags>();
-    train_options(sub, f);
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    app.parse(static_cast<int>(argv.size()), argv.data());
-    if (!sub->parsed()) return d;
-    const ConfigNode root = train_config(*f);
+    const ConfigNode root = train_config(f);
     mode = root.has("fold") ? root.get_string("fold") : "auto";
-    if (f->no_fold) mode = "off";  // --no-fold wins over fold: on
+    if (f.no_fold) mode = "off";  // --no-fold wins over fold: on
     d.on = mode == "on";
     if (mode == "off") return d;
-    shape_only = f->shape_only || sharding::load_workload_shape_only(root);
+    shape_only = f.shape_only || sharding::load_workload_shape_only(root);
     if (chips < 2) return no("one chip", false);
     // Before load(): a run that cannot fold builds its topology once.
     if (!shape_only) return no("it moves real data (a folded run is shape-only: --shape-only or mode: shape_only)", false);
-    const TrainSetup s = load(*f, chips);
+    const TrainSetup s = load(f, chips);
     if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
     if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
     // From here on a shape-only run with replicas: auto says in one note why it is not folded.
     if (ranks != 1) return no("it runs on " + std::to_string(ranks) + " MPI ranks (a folded run needs one)", true);
-    const char* flag = !f->trace_path.empty() ? "--trace" : f->profile ? "--profile" : !f->plots_dir.empty() ? "--plots"
-                       : !f->what_if.empty()  ? "--what-if" : f->validate ? "--validate" : !f->checkpoint.empty()
-                           ? "--checkpoint" : !f->resume.empty() ? "--resume" : nullptr;
+    const char* flag = !f.trace_path.empty() ? "--trace" : f.profile ? "--profile" : !f.plots_dir.empty() ? "--plots"
+                       : !f.what_if.empty()  ? "--what-if" : f.validate ? "--validate" : !f.checkpoint.empty()
+                           ? "--checkpoint" : !f.resume.empty() ? "--resume" : nullptr;
     if (flag) return no(std::string(flag) + " records or compares every chip's events or data", true);
     if (s.plan.chips() != chips) return no("the plan's chips differ from --chips", false);
     // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
@@ -214,5 +207,37 @@ FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ran
   } catch (...) {
     return no("the configuration does not load (the unfolded run says why)", false);
   }
+}
+
+}  // namespace
+
+FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks) {
+  try {
+    CLI::App app;
+    app.allow_extras();
+    auto* sub = app.add_subcommand("train");
+    sub->allow_extras();
+    auto f = std::make_shared<TrainFlags>();
+    train_options(sub, f);
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    if (!sub->parsed()) return {};
+    return fold_of(*f, chips, ranks);
+  } catch (...) {
+    FoldDecision d;
+    d.why_not = "the configuration does not load (the unfolded run says why)";
+    return d;
+  }
+}
+
+FoldDecision train_point_fold(const std::string& config_text, const std::string& where, int chips, bool validate,
+                              const std::string& what_if) {
+  TrainFlags f;  // run_train_point's flags (apps/train.cpp)
+  f.config = where;
+  f.config_text = config_text;
+  f.validate = validate;
+  f.what_if = what_if;
+  return fold_of(f, chips, 1);
 }
 }  // namespace shardsim::apps

@@ -399,8 +399,37 @@ std::vector<SweepPoint> validation_points(const SweepSpec& spec, const std::vect
   return out;
 }
 
+namespace {
+
+// The `ranks` column: the chips of group COLOR of K chips ("3" for one chip, "0-7").
+std::string ranks_label(int color, int k) {
+  return k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
+}
+
+// GroupCallbacks::launch: the points one at a time, each on the chips LAUNCH starts for it.
+void run_launched(const runtime::World& world, const SweepSpec& spec,
+                  const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& cb) {
+  const bool root = world.rank() == 0;
+  for (const auto& [k, list] : by_chips) {
+    const int groups = cb.launch_chips / k;
+    if (root && cb.on_chips) cb.on_chips(k, list.size(), groups);
+    for (size_t j = 0; j < list.size(); ++j) {
+      const SweepPoint& pt = spec.points[list[j]];
+      if (root && cb.on_wave) cb.on_wave({list[j]});
+      Row r = cb.launch(k, pt, [&](const runtime::World& sw) { return run_point(sw, pt, spec, k, cb.runners); });
+      r["ranks"] = ranks_label(static_cast<int>(j % static_cast<size_t>(groups)), k);
+      world.agree([&] {
+        if (root && cb.on_rows) cb.on_rows({r});
+      });
+    }
+  }
+}
+
+}  // namespace
+
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& cb) {
+  if (cb.launch) return run_launched(world, spec, by_chips, cb);
   const bool root = world.rank() == 0;
   const int N = world.size();
   for (const auto& [k, list] : by_chips) {
@@ -424,7 +453,7 @@ void run_in_groups(const runtime::World& world, const SweepSpec& spec,
         const size_t j = w * static_cast<size_t>(groups) + static_cast<size_t>(color);
         if (j < list.size()) {
           Row r = run_point(*sw, spec.points[list[j]], spec, N, cb.runners);
-          r["ranks"] = k == 1 ? std::to_string(color) : std::to_string(color * k) + "-" + std::to_string(color * k + k - 1);
+          r["ranks"] = ranks_label(color, k);
           if (sw->rank() == 0) mine = row_to_text(r);
         }
       }

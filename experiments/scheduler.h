@@ -80,6 +80,13 @@ struct GroupCallbacks {
   std::function<void(const std::vector<size_t>& wave)> on_wave;        // rank 0, the wave's points, before it runs
   std::function<void(const std::vector<Row>& rows)> on_rows;           // rank 0, the wave's rows (inside agree)
   PointRunners runners;                                                // training points, what-if (run_point)
+  // One MPI rank, chips started per point (apps/sweep.cpp): WORLD is the sweep's one chip, and LAUNCH(k, POINT,
+  // RUN) starts k chips for POINT alone (folded where it folds), runs RUN on them and returns chip 0's row. The
+  // points then run one at a time (on one rank the groups' fibers shared one thread anyway); the row's `ranks`
+  // keeps the label of the group the point would have had among LAUNCH_CHIPS chips, so the rows equal those of
+  // any other launch.
+  std::function<Row(int k, const SweepPoint& point, const std::function<Row(const runtime::World&)>& run)> launch;
+  int launch_chips = 0;
 };
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);

@@ -765,7 +765,8 @@ LmDpStepResult LmTpTrainer::step() {
   // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
   charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
   // FP8: the updated weights cast once for the next step's GEMMs (Transformer Engine caches them over micro-batches).
-  charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), spec_.dtype, fp8_recipe()), t);
+  // Without FP8 there is no cast kernel (an empty one would still pay a launch).
+  if (fp8_recipe().active()) charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), spec_.dtype, fp8_recipe()), t);
   data_->publish(work_refs_, t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();

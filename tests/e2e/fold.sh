@@ -5,7 +5,7 @@
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
 # and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); cp and
-# Ulysses axes fold; --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# Ulysses axes fold; training sweep points fold as train folds them (one MPI rank); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded (auto: one note; fold: on and past 4,096 chips: exit 2, one line); fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -178,6 +178,32 @@ topo 8192 line
 expect_exit 2 '^shardsim: error: fold: auto: this run does not fold: shifting .*past the 4096 chips one rank may host' -- \
   shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_line.yaml --set parallel.dp=1024 --set model.batch=2048
 assert_out_count '^shardsim: (error|note)' 1 "past the chips one rank may host unfolded: one line, exit 2, before any chip starts"
+
+e2e_case "sweep points fold as train folds them (one rank: each point starts its own chips)"
+topo 64 switch
+sed 's/^  tp: 8$/  tp: 8\n  algorithm: halving_doubling/' step.yaml > hd.yaml
+cat > sweep.yaml <<Y
+name: fold_sweep
+output: sweep_out
+axes:
+  workload: [{config: step.yaml, label: step, set: {batch: 16}}, {config: hd.yaml, label: hd, set: {batch: 16}}]
+  topology: [topo_64_switch.yaml]
+  device: [h100]
+  plan: [{tp: 8, sp: true, zero: 3, dp: 8}]
+Y
+if expect_exit 0 '^sweep fold_sweep: ran 2' -- shardsim_mpi 1 --chips 64 sweep sweep.yaml --no-plots; then
+  assert_out "done step tp8xdp8\+sp-z3 .*; folded: 16 of 64 chips simulated" "the ring point folds (16 of 64 chips)"
+  assert_out "done hd tp8xdp8\+sp-z3 .*; every chip simulated: fold: .*halving_doubling" \
+    "the halving-doubling point falls back to every chip and says why"
+  python3 - sweep_out/results.csv folded_64.json fallback.json <<'EOF2' && pass "each point's step equals train's (folded, fallback)" || fail "sweep steps differ from train's"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2 and all(r["verdict"] == "not_validated" for r in rows), rows
+for r, f in zip(rows, sys.argv[2:]):
+    want = json.load(open(f))["train"]["step_ns"] / 1e3
+    assert abs(float(r["sim_time_us"]) - want) <= 1e-9 * want, (r["plan"], r["sim_time_us"], want)
+EOF2
+fi
 
 e2e_case "bad fold: value"
 sed 's/^mode: shape_only/mode: shape_only\nfold: sometimes/' step.yaml > bad.yaml

@@ -46,7 +46,18 @@ if expect_exit 0 '^loss: ' -- shardsim_mpi 2 train dp2.yaml --steps 12; then
   within ref.txt dp2.txt "fp8 block, dp 2 ZeRO-1"
 fi
 
-e2e_case "(c) a bad fp8 value exits 2 naming the key"
+e2e_case "(c) the weights' cast kernel is charged only under FP8 (a bf16 step has none: not even a launch)"
+sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  dp: 2/' bf16.yaml >bf16_dp2.yaml
+if expect_exit 0 '^loss: ' -- shardsim_mpi 2 train bf16_dp2.yaml --steps 1 --trace bf16_trace.json; then
+  if grep -q 'fp8\.cast_weights' bf16_trace.json; then fail "a bf16 step charged fp8.cast_weights"; else
+    pass "a bf16 step charges no fp8.cast_weights"; fi
+fi
+if expect_exit 0 '^loss: ' -- shardsim_mpi 2 train dp2.yaml --steps 1 --trace fp8_trace.json; then
+  if grep -q 'fp8\.cast_weights' fp8_trace.json; then pass "an FP8 step charges fp8.cast_weights"; else
+    fail "an FP8 step charged no fp8.cast_weights"; fi
+fi
+
+e2e_case "(d) a bad fp8 value exits 2 naming the key"
 sed -E "s/^(  dtype:.*)$/\1\n  fp8: e4m3x/" bf16.yaml >bad.yaml
 if expect_exit 2 'model\.fp8: must be none, tensor or block' -- shardsim_mpi 1 train bad.yaml --steps 1; then :; fi
 

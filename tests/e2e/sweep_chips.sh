@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e: `shardsim sweep` with several chips per rank (runtime/chips.h). One spec of 1-, 2-, 4- and 8-chip points
 # (collectives with real data and shape-only, a transformer block validated once) and 16-chip points run at
-#  - -np 8 (one chip per rank), -np 1 --chips 8 and -np 2 --chips 4 (a 4-chip group inside one rank, an 8-chip
-#    group across both): results.csv and results.json are byte-identical once the wall-time column is dropped
+#  - -np 8 (one chip per rank), -np 1 --chips 8 (each point on chips started for it alone) and -np 2 --chips 4
+#    (a 4-chip group inside one rank, an 8-chip group across both): results.csv and results.json are byte-identical once the wall-time column is dropped
 #    (every simulated column, verdicts, reasons, the chips each point ran on);
 #  - the 16-chip points are recorded with verdict error ("needs 16 chips, the launch has 8") at every launch;
 #  - the points run on concurrent groups of chips (4 groups of 2 chips at 8 chips);
@@ -59,8 +59,12 @@ run_sweep() {  # NAME NP [CHIP FLAGS...]
   shift 2
   if expect_exit 0 "sweep kgrid: ran [0-9]+, skipped 0" -- shardsim_mpi "$np" "$@" sweep grid.yaml --output "$name" --no-plots; then
     assert_out "^sweep kgrid: $TOTAL points, 0 already in .* $TOTAL to run on 8 chip" "announces $TOTAL points on 8 chips"
-    assert_out "^chips 2: .* on 4 concurrent group\(s\) of 2 chip" "2-chip points: 4 groups of chips side by side"
-    assert_out "^chips 8: .* on 1 concurrent group\(s\) of 8 chip" "8-chip points: one group"
+    if [ "$np" -gt 1 ]; then
+      assert_out "^chips 2: .* on 4 concurrent group\(s\) of 2 chip" "2-chip points: 4 groups of chips side by side"
+      assert_out "^chips 8: .* on 1 concurrent group\(s\) of 8 chip" "8-chip points: one group"
+    else  # one MPI rank: each point starts its own chips (a training point folds as train folds it)
+      assert_out "^chips 2: .* one at a time on 2 chip\(s\) started for each" "2-chip points: one at a time, 2 chips each"
+    fi
     local n
     n=$(grep -c 'needs 16 chips, the launch has 8' "$name/results.csv")
     [ "$n" -eq 4 ] && pass "$name: the 4 collective points needing 16 chips recorded as errors" \
@@ -80,7 +84,7 @@ run_sweep k1 8
 
 e2e_case "-np 1 --chips 8: every group inside one rank"
 if run_sweep k8 1 --chips 8; then
-  assert_out "to run on 8 chip\(s\) \(1 rank\(s\) x 8 chips\)" "says how the chips sit on ranks"
+  assert_out "to run on 8 chip\(s\) \(1 rank\(s\) x 8 chips, started for each point in turn\)" "says how the chips are started"
 fi
 
 e2e_case "-np 2 --chips 4 (--chips-per-rank 4): groups inside a rank and across ranks"

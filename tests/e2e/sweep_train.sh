@@ -51,7 +51,7 @@ EOF
 e2e_case "a training-plan sweep: winner per topology x device by tokens/s, over-HBM marked, illegal pp skipped"
 if expect_exit 0 '^best training plan per topology x device' -- shardsim_mpi 1 --chips 4 sweep plans.yaml; then
   cp "$E2E_STDOUT" first.out
-  assert_out_count '^\[[0-9]+/24\] done lm .*: not_validated, [0-9.]+ us simulated, [0-9.]+ s wall$' 20 \
+  assert_out_count '^\[[0-9]+/24\] done lm .*: not_validated, [0-9.]+ us simulated, [0-9.]+ s wall(; (folded: [0-9]+ of 4 chips simulated|every chip simulated: .*))?$' 20 \
     "one progress line per finished point with its simulated and wall time"
   for topo in ring4 torus2x2; do
     for dev in trainium1 h100; do
