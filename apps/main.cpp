@@ -155,7 +155,7 @@ int cmd_run(const shardsim::runtime::World& world, const std::string& config_pat
   world.agree([&] {
     const ConfigNode root = sharding::load_workload_config(config_path, overrides);
     lm = root.has("workload") && root.child("workload").is_map() &&
-         sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::train;
+         sharding::spec_use_of(root.child("workload")) != sharding::SpecUse::mlp;
   });
   if (lm) return apps::run_forward(world, config_path, json_path, opt, overrides, what_if);
   std::shared_ptr<const sharding::ModelConfig> cfg;  // one per rank with several chips per rank

@@ -348,25 +348,48 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, sharding:
 
 // The forward mode's validation: the sharded forward's loss against the single-device forward (lm_forward) of the
 // same weights (the seeded ones, or RESUMED's masters) and batch, computed on chip 0, within models/lm_validate.h's
-// limit for one step of the dtype.
+// limit for one step of the dtype; for a block stack (vocab 0) also every output row (ROWS, gathered on rank 0)
+// against the reference's, max|y - y_ref| / max|y_ref| within validate.tolerance. The reference's kernels, timed
+// on the device, give the single-device time.
 void validate_forward(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
-                      const std::optional<models::LmTrainSnapshot>& resumed) {
+                      const std::optional<models::LmTrainSnapshot>& resumed, const models::GatheredRows* rows) {
   const auto& c = s.model;
   auto& t = r.train;
   std::string verdict;
   if (world.rank() == 0) {
     const models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
-    const double reference =
-        models::lm_forward(c, st.compute_weights(), models::lm_synthetic_batch(c, s.train.data_seed, st.step));
+    models::LmCache cache;
+    std::vector<kernels::KernelCost> costs;
+    const double reference = models::lm_forward(c, st.compute_weights(),
+                                                models::lm_synthetic_batch(c, s.train.data_seed, st.step), &cache, &costs);
+    if (c.vocab == 0 && !costs.empty()) costs.pop_back();  // a block stack's loss: not charged in the forward mode
+    double single_ns = 0;
+    for (const auto& k : costs)
+      single_ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
     const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference});
     nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
-                        check.tolerance.rule, reference};
+                        check.tolerance.rule, reference, single_ns};
+    if (rows) {
+      const models::RowCheck rc = models::check_rows(*rows, cache.x_final, s.row_tolerance > 0 ? s.row_tolerance
+                                                     : c.dtype == runtime::DType::bf16 ? 3e-2 : 1e-4);
+      j.push_back({rc.passed, rc.max_abs_error, rc.max_abs_reference, rc.relative_error, rc.tolerance});
+    }
     verdict = j.dump();
   }
   const nlohmann::json v = apply_loss_verdict(world, verdict, r);
   t.loss_limit_rule += " (one forward: the limit of step 1)";
   t.reference_loss = v[5].is_number() ? v[5].get<double>() : NAN;
   t.validated_steps = 1;
+  r.single_device_ns = v[6].get<double>();
+  if (v.size() > 7) {  // the output rows
+    const auto& w = v[7];
+    t.rows_validated = true;
+    r.passed = r.passed && w[0].get<bool>();
+    r.max_abs_error = w[1].is_number() ? w[1].get<double>() : INFINITY;
+    r.max_abs_reference = w[2].get<double>();
+    r.relative_error = w[3].is_number() ? w[3].get<double>() : INFINITY;
+    r.tolerance = w[4].get<double>();
+  }
 }
 
 std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
@@ -564,9 +587,19 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   TrainLog log(world, f, std::move(r));
   log.head();
   models::LmDpStepResult last;
+  // The last step's per-chip and per-collective tables, fused ops and time per op (models/report.h, the one report
+  // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
+  // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
+  sharding::RunReport figs;
+  auto collect_figures = [&] {
+    const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
+    const sharding::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    sharding::gather_chip_figures(world, tl, mine, chips, figs);
+  };
   if (f.forward) {  // the forward mode: one forward of the next step's batch, no update
     last = agreed_step(world, [&] { return trainer->forward_step(); });
     log.step({last.step, s.shape_only ? NAN : last.loss, NAN, last.breakdown}, last.step);
+    collect_figures();
     if (!f.checkpoint.empty()) save_state(world, f, s, gather_state(), mesh_text, log);
   }
   for (int64_t i = resumed ? resumed->step : 0; !f.forward && i < s.train.steps; ++i) {
@@ -583,6 +616,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       sharding::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
+    if (i + 1 == s.train.steps) collect_figures();
     if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
   }
   runtime::chips::fold_verify("train");  // every chip is past the last step's agreement
@@ -599,13 +633,37 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   rep.train.has_memory = true;
   rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size, f.forward);
   if (s.pp > 1) pipeline_report(*trainer, rep);
+  // The collected tables. The forward's headline is the chip that finishes last (run's rule); a training step's
+  // stays chip 0's step.
+  if (!figs.per_chip.empty()) {
+    rep.per_chip = figs.per_chip;
+    rep.ops = figs.ops;
+    rep.comm = figs.comm;
+    rep.fused = figs.fused;
+    rep.all_reduce_ns = figs.all_reduce_ns;
+    rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
+    rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
+    if (f.forward) {
+      finish_simulated(rep, figs.critical);
+      rep.critical_chip = figs.critical_chip;
+    }
+  }
   if (c.moe) moe_report(*trainer, s, c, rep);
   sharding::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
-  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only))
-    (f.forward ? validate_forward(world, s, rep, resumed) : validate_losses(world, s, rep, resumed));
+  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) {
+    if (f.forward) {
+      // A block stack's output rows, gathered on rank 0 (collective), against the reference's.
+      std::optional<models::GatheredRows> rows;
+      const auto& out = trainer->forward_output();
+      if (c.vocab == 0) rows = models::gather_owner_rows(world, out.owner, out.rows, out.out, c.hidden);
+      validate_forward(world, s, rep, resumed, rows ? &*rows : nullptr);
+    } else {
+      validate_losses(world, s, rep, resumed);
+    }
+  }
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
   if (f.report_out) *f.report_out = rep;

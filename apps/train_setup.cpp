@@ -53,19 +53,10 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   if (root.has("validate")) {
     const ConfigNode v = root.child("validate");
     v.expect_keys({"enabled", "tolerance"});
-    if (v.has("tolerance"))
-      v.child("tolerance").fail("validate.tolerance: the executor's loss limit follows the dtype and the step "
-                                "(models/lm_validate.h); drop the key");
+    if (v.has("tolerance")) s.row_tolerance = v.get_positive_double("tolerance");
     s.validate_config = v.get_bool("enabled", true) && !s.shape_only;
   }
-  if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
-  const ConfigNode m = root.child("workload");
-  sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
-  const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
-      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root));
-  if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
-  s.train = sharding::parse_train_spec(root);
-  if (f.steps > 0) s.train.steps = f.steps;
+  // The topology first: a job of the wrong size says so before any plan rule does.
   if (root.has("topology")) {
     s.topology = per_rank_topology(sharding::load_workload_topology(root));
     if (s.topology->num_chips() != ranks)
@@ -76,6 +67,14 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     s.topology = per_rank_topology(topology::Topology::ring(ranks, topology::LinkSpec{100, 1000}));
     s.default_topology = true;
   }
+  if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
+  const ConfigNode m = root.child("workload");
+  sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
+      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), f.forward);
+  if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
+  s.train = sharding::parse_train_spec(root);
+  if (f.steps > 0) s.train.steps = f.steps;
   // The one mesh builder of run and train (sharding/device_mesh.h): parallel.mesh_dims checked here, naming its line.
   (void)sharding::checked_mesh(root, plan, *s.topology);
   s.spec = spec;
@@ -95,12 +94,14 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.cp = s.ulysses ? plan.ulysses : plan.cp;  // the trainer runs Ulysses on its cp axis
   s.cp_zigzag = plan.zigzag && !s.ulysses;
   s.fused = plan.fused.enabled;
+  s.dp.fused_chunks = plan.fused.chunks;
   s.dp.zero = plan.zero;
   s.dp.bucket_bytes = plan.bucket_bytes;
   s.dp.recompute = plan.recompute;
   s.dp.selective = plan.selective_recompute;
   s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
   s.dp.overlap_param_gather = plan.overlap_param_gather;
+  s.dp.forward_only = f.forward;
   s.dp.micro_batch = spec.micro_batch;
   s.dp.etp = plan.etp;
   s.pp = plan.pp;

@@ -78,6 +78,9 @@ struct TrainSetup {
   // validate: {enabled: true} (a `run` config's section): compare with the single-device reference as --validate
   // does, in a real-data run (shape-only runs compute nothing to compare).
   bool validate_config = false;
+  // validate.tolerance: the forward mode's limit for a block stack's output rows, max|y - y_ref| / max|y_ref| (0: the
+  // dtype's default, 1e-4 fp32 and 3e-2 bf16; the losses' limit follows models/lm_validate.h).
+  double row_tolerance = 0;
   // fold: auto (the default) or on, and not --no-fold (docs/performance/fold.md): the run may be folded when
   // train_fold's conditions hold; auto falls back to every chip where the symmetry breaks, on stops with exit 3.
   bool fold = true;

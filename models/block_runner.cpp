@@ -20,7 +20,7 @@
 #include "models/mlp.h"
 #include "models/profile.h"
 #include "models/report.h"
-#include "models/row_gather.h"
+#include "models/lm_validate.h"
 #include "models/transformer.h"
 #include "models/workload.h"
 #include "sharding/placement.h"
@@ -95,7 +95,7 @@ class BlockRun {
     // Validation: the distinct residual rows gathered on rank 0 (real data only); without sp the tp shards hold
     // the same rows.
     if (cfg_.validate && real_)
-      gathered_ = gather_owner_rows(world_, p_.sp || t_idx_ == 0, batch_rows(resid_rows_), out_, s_.hidden);
+      gathered_ = models::gather_owner_rows(world_, p_.sp || t_idx_ == 0, batch_rows(resid_rows_), out_, s_.hidden);
     gather_stats();
     profile_and_trace(world_, tl_,
                       {opt_.trace_path, opt_.profile, opt_.plots_dir,
@@ -248,30 +248,11 @@ class BlockRun {
     rep_.chips = chips_;
   }
 
-  // Every chip's simulated figures on rank 0 (all_stats_: nf_ per chip, through the chip router in chip mode), the
-  // FLOPs summed, and the critical chip's op breakdown.
+  // Every chip's simulated figures on rank 0, the critical chip's op breakdown (models/report.h, the executor's
+  // report path too).
   void gather_stats() {
-    const sim::Breakdown bd = tl_.breakdown();
-    std::vector<double> stats = {bd.total, bd.compute, bd.communication, bd.exposed_comm, chip_.attention_ns,
-                                 static_cast<double>(memory_.peak()), bd.flops, bd.bytes_sent};
-    for (const auto& key : kCommKeys) {  // from kComm0 on, 4 per key
-      const auto it = comm_.stats.find(key);
-      stats.push_back(it == comm_.stats.end() ? 0 : it->second.bytes);
-      stats.push_back(it == comm_.stats.end() ? 0 : it->second.expected);
-      stats.push_back(it == comm_.stats.end() ? 0 : it->second.calls);
-      stats.push_back(it == comm_.stats.end() ? 0 : it->second.ns);
-    }
-    n_plain_ = stats.size();
-    for (double f : pack(fused_ops_)) stats.push_back(f);
-    n_layers0_ = stats.size();
-    for (double t : layer_end_) stats.push_back(t);
-    nf_ = stats.size();
-    all_stats_.assign(rank_ == 0 ? nf_ * static_cast<size_t>(chips_) : 0, 0.0);
-    const auto bytes = world_.allgather(stats.data(), nf_ * sizeof(double), "block report");
-    if (rank_ == 0) std::memcpy(all_stats_.data(), bytes.data(), all_stats_.size() * sizeof(double));
-    if (rank_ == 0)  // integer-valued FLOP counts: the sum is exact in any order
-      for (int r = 0; r < chips_; ++r) flops_sum_ += all_stats_[nf_ * static_cast<size_t>(r) + 6];
-    rep_.ops = ops_of_rank(world_, op_breakdown(tl_), critical_rank(world_, bd.total));
+    ChipFigures mine{&comm_.stats, &fused_ops_, chip_.attention_ns, static_cast<double>(memory_.peak()), layer_end_};
+    gather_chip_figures(world_, tl_, mine, cfg_.topology.placement(), rep_);
   }
 
   // Resumed without attention: the output must reproduce the stored one.
@@ -345,43 +326,14 @@ class BlockRun {
     if (activations_) ckpt_x_ = std::make_unique<Tensor>(read_full("activations/input", act_global_));
   }
 
-  // Rank 0: the per-chip rows, the critical chip's figures, the throughput.
+  // Rank 0: the MLP's all_reduce algorithm, the throughput.
   void chip_reports() {
-    constexpr size_t kComm0 = 8;  // gather_stats: the per-collective figures start here, 4 per key
-    for (int r = 0; r < chips_; ++r) {
-      const double* v = &all_stats_[nf_ * static_cast<size_t>(r)];
-      ChipReport cr;
-      cr.chip = cfg_.topology.placement()[static_cast<size_t>(r)];
-      cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[6], v[7]};
-      cr.peak_memory_bytes = v[5];
-      rep_.per_chip.push_back(cr);
-      if (r == 0 || v[0] > rep_.critical.total) {
-        rep_.critical = cr.breakdown;
-        rep_.critical_chip = cr.chip;
-        rep_.attention_ns = v[4];
-        rep_.comm.clear();
-        for (size_t k2 = 0; k2 < kCommKeys.size(); ++k2) {
-          const double* c = v + kComm0 + 4 * k2;
-          if (c[2] > 0) rep_.comm[kCommKeys[k2]] = CommStat{c[0], c[1], static_cast<int>(c[2]), c[3], {}};
-        }
-        rep_.fused = unpack(v + n_plain_, fused_ops_);
-        rep_.layer_ns.clear();
-        for (size_t l = 0; l < layer_end_.size(); ++l)
-          rep_.layer_ns.push_back(v[n_layers0_ + l] - (l == 0 ? 0.0 : v[n_layers0_ + l - 1]));
-      }
+    if (const auto it = rep_.comm.find("tp all_reduce"); it != rep_.comm.end() && !s_.attention) {
+      // The MLP's one all_reduce: the algorithm that ran ("auto" decides the same on every chip).
+      it->second.algorithm = comm_.stats.at("tp all_reduce").algorithm;
+      rep_.all_reduce_algorithm = it->second.algorithm;
     }
-    if (const auto it = rep_.comm.find("tp all_reduce"); it != rep_.comm.end()) {
-      rep_.all_reduce_ns = it->second.ns;
-      rep_.all_reduce_bytes_per_chip = it->second.bytes;
-      rep_.all_reduce_expected_bytes = it->second.expected;
-      if (!s_.attention) {
-        // The MLP's one all_reduce: the algorithm that ran ("auto" decides the same on every chip).
-        it->second.algorithm = comm_.stats.at("tp all_reduce").algorithm;
-        rep_.all_reduce_algorithm = it->second.algorithm;
-      }
-    }
-    rep_.total_flops = flops_sum_;
-    rep_.sim_tflops = rep_.critical.total > 0 ? flops_sum_ / rep_.critical.total / 1e3 : 0;
+    rep_.sim_tflops = rep_.critical.total > 0 ? rep_.total_flops / rep_.critical.total / 1e3 : 0;
     rep_.peak_tflops_per_chip = cfg_.device.peak_tflops(runtime::precision_of(s_.dtype));
     rep_.peak_tflops = chips_ * rep_.peak_tflops_per_chip;
     rep_.peak_fraction = rep_.peak_tflops > 0 ? rep_.sim_tflops / rep_.peak_tflops : 0;
@@ -469,10 +421,7 @@ class BlockRun {
   Comm comm_;
   std::vector<FusedOp> fused_ops_;
   std::vector<double> layer_end_;  // this chip's simulated time at the end of each layer
-  GatheredRows gathered_;
-  std::vector<double> all_stats_;
-  size_t nf_ = 0, n_plain_ = 0, n_layers0_ = 0;
-  double flops_sum_ = 0;
+  models::GatheredRows gathered_;
   std::unique_ptr<Weights> ckpt_full_;
   std::unique_ptr<Tensor> ckpt_x_;
   RunReport rep_;

@@ -130,9 +130,6 @@ Tensor block_single(Chip& chip, const ModelSpec& s, const Tensor& x, const Weigh
   return out;
 }
 
-extern const std::vector<std::string> kCommKeys;
-const std::vector<std::string> kCommKeys = {"tp all_reduce", "sp all_gather", "sp reduce_scatter", "cp ring K/V",
-                                            "ulysses all_to_all"};
 
 // max |y - reference| / max |reference| over all elements (max |y - reference| when the reference is all zero); a
 // non-finite y counts as an infinite error.

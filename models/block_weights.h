@@ -39,8 +39,6 @@ plans::BlockWeights block_weights(const Weights& w);
 // The single-device block (the reference), charged to CHIP.
 Tensor block_single(plans::Chip& chip, const ModelSpec& s, const Tensor& x, const Weights& w);
 
-// The plan's collectives whose bytes and times the report lists, in its order.
-extern const std::vector<std::string> kCommKeys;
 
 // max |y - reference| / max |reference| over all elements (max |y - reference| when the reference is all zero); a
 // non-finite y counts as an infinite error.

@@ -37,9 +37,9 @@ std::vector<int64_t> positions(const LmConfig& c) {
   return p;
 }
 
-kernels::AttentionOptions causal() {
+kernels::AttentionOptions causal(const LmConfig& c) {
   kernels::AttentionOptions o;
-  o.causal = true;
+  o.causal = c.causal;
   return o;
 }
 
@@ -140,13 +140,13 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
     if (c.unfused_attention()) {  // Megatron's core: the softmax output kept for the backward
       Tensor p = act({hq, T, T});
       for (const auto& k : kernels::attention_unfused(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
-                                                      ob, p, causal(), c.dropout))
+                                                      ob, p, causal(c), c.dropout))
         log_cost(costs, k);
       S.probs.push_back(std::move(p));
     } else {
       Tensor lse = f32({hq, T});
       log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse,
-                                         causal()));
+                                         causal(c)));
       S.lse.push_back(std::move(lse));
     }
     S.o.set_rows(b * T, ob);
@@ -200,6 +200,7 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.vocab = spec.vocab;
   c.hidden = spec.hidden;
   c.layers = spec.layers;
+  c.causal = spec.causal;
   c.heads = spec.heads;
   c.kv_heads = spec.kv_heads;
   c.head_dim = spec.head_dim;
@@ -227,6 +228,7 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.vocab = c.vocab;
   s.hidden = c.hidden;
   s.layers = c.layers;
+  s.causal = c.causal;
   s.heads = c.heads;
   s.kv_heads = c.kv_heads;
   s.head_dim = c.head_dim;
@@ -597,7 +599,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       log_cost(costs, kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
                                                   S.o.rows(b * T, T), S.lse[static_cast<size_t>(b)],
-                                                  dout.rows(b * T, T), dqb, dkb, dvb, causal()));
+                                                  dout.rows(b * T, T), dqb, dkb, dvb, causal(c)));
       dq.set_rows(b * T, dqb);
       dk.set_rows(b * T, dkb);
       dv.set_rows(b * T, dvb);

@@ -50,6 +50,7 @@ struct LmConfig {
   int64_t ffn = 32;      // SwiGLU inner size
   int64_t seq = 8;       // tokens per sequence
   int64_t batch = 2;     // sequences per step
+  bool causal = true;    // causal self-attention (false: every token sees the whole sequence)
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;

@@ -40,9 +40,9 @@ using runtime::Tensor;
 
 namespace {
 
-kernels::AttentionOptions causal() {
+kernels::AttentionOptions causal(bool on) {
   kernels::AttentionOptions o;
-  o.causal = true;
+  o.causal = on;
   return o;
 }
 
@@ -93,6 +93,13 @@ LmWeights LmTpTrainer::own_layers(const LmWeights& whole) const {
   return out;
 }
 
+bool LmTpTrainer::replicated_kv(const std::string& name) const {
+  if (kv_rep_ == 1) return false;
+  const auto dot = name.rfind('.');
+  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  return leaf == "wk" || leaf == "wv";
+}
+
 LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name, bool expert_tp) {
   if (is_norm(name) || name == "pos_embed") return Split::replicate;
   if (name.find(".moe.") != std::string::npos && (!expert_tp || name.ends_with(".router"))) return Split::replicate;
@@ -122,7 +129,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   ep_size_ = mesh.size("ep");
   etp_ = dp.etp;
   dp_size_ = mesh.size("dp") * ep_size_;  // ep: for attention and the dense weights one more data-parallel axis
-  if (fused_ && (!sp_ || tp_size_ < 2))
+  if (fused_ && (tp_size_ < 2 || (!sp_ && !dp.forward_only)))
     throw std::invalid_argument("parallel.fused: the trainer fuses the sequence-parallel collectives with their GEMMs "
                                 "(all_gather + column-parallel GEMM, GEMM + reduce_scatter); needs tp > 1 and sp: true");
   const int r = world.rank();
@@ -141,7 +148,12 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                                   " must be a multiple of parallel.tp (" + std::to_string(tp_size_) + ")");
   };
   need(global.heads, "heads");
-  need(global.kv_heads, "kv_heads");
+  // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
+  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
+  if (dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
+    kv_rep_ = tp_size_ / int(global.kv_heads);
+  else
+    need(global.kv_heads, "kv_heads");
   need(global.ffn, "ffn");
   need(global.vocab, "vocab");
   if (global.tied_embeddings && mesh.size("pp") > 1)
@@ -165,6 +177,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                                   " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
                                   std::to_string(cp_size_) + "): Ulysses splits or replicates them");
   }
+  if (!global.causal && cp_size_ > 1 && !ulysses_)
+    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
   const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
   if (global.seq % pieces != 0)
     throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
@@ -175,7 +189,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                                 " must be a multiple of parallel.tp (" + std::to_string(tp_size_) +
                                 ") for sequence parallelism");
   local_.heads /= tp_size_;
-  local_.kv_heads /= tp_size_;
+  local_.kv_heads = kv_rep_ > 1 ? 1 : local_.kv_heads / tp_size_;
   local_.ffn /= tp_size_;
   local_.vocab /= tp_size_;
   local_.batch /= dp_size_;
@@ -227,6 +241,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   plan_.sp = sp_;
   plan_.zigzag = zigzag_;
   plan_.fused.enabled = fused_;
+  plan_.fused.chunks = dp.fused_chunks;
   plan_.algorithm = dp.algorithm;  // train's rule: one algorithm (parallel.algorithm, else auto) for every collective
   plan_.selective_recompute = dp.selective;  // the unfused core keeps no softmax output (plans/block.h)
 
@@ -296,9 +311,10 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
         break;
       case Split::cols: {
         const int64_t rows = g.dim(0), lc = l.dim(1), gc = g.dim(1);
+        const int64_t block = replicated_kv(dst[i].first) ? tp_rank_ / kv_rep_ : tp_rank_;  // this rank's columns
         for (int64_t i0 = 0; i0 < rows; ++i0)
           std::memcpy(static_cast<char*>(l.data()) + size_t(i0 * lc) * es,
-                      static_cast<const char*>(g.data()) + size_t(i0 * gc + tp_rank_ * lc) * es, size_t(lc) * es);
+                      static_cast<const char*>(g.data()) + size_t(i0 * gc + block * lc) * es, size_t(lc) * es);
         break;
       }
     }
@@ -333,11 +349,13 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
     if (s == Split::rows) {
       std::memcpy(g.data(), all.data(), size_t(g.numel()) * es);
     } else {
-      const int64_t rows = l.dim(0), lc = l.dim(1), gc = g.dim(1);
-      for (int p = 0; p < tp_size_; ++p)
+      // Column block j of the whole from tp rank j (replicated KV heads: from the first rank of each head's group).
+      const int64_t rows = l.dim(0), lc = l.dim(1), gc = g.dim(1), step = replicated_kv(src[i].first) ? kv_rep_ : 1;
+      for (int64_t j = 0; j * lc < gc; ++j)
         for (int64_t i0 = 0; i0 < rows; ++i0)
-          std::memcpy(static_cast<char*>(g.data()) + size_t(i0 * gc + p * lc) * es,
-                      static_cast<const char*>(all.data()) + size_t(p * l.numel() + i0 * lc) * es, size_t(lc) * es);
+          std::memcpy(static_cast<char*>(g.data()) + size_t(i0 * gc + j * lc) * es,
+                      static_cast<const char*>(all.data()) + size_t(j * step * l.numel() + i0 * lc) * es,
+                      size_t(lc) * es);
     }
   }
   return pp_size_ > 1 ? gather_stages(out) : out;
@@ -472,8 +490,11 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;
   if (c.vocab == 0) {  // a block stack: the regression loss over this chip's residual rows
+    // The forward mode computes it (validation) but does not charge it: a block stack's forward is its blocks
+    // (run's figures); the loss is the training objective.
     double loss = 0;
-    charge(kernels::mse_loss(x, sp_ ? batch.target.rows(tp_rank_ * Nr, Nr) : batch.target, N, loss), t);
+    const auto mse = kernels::mse_loss(x, sp_ ? batch.target.rows(tp_rank_ * Nr, Nr) : batch.target, N, loss);
+    if (!dp_.forward_only) charge(mse, t);
     if (sp_ && tp_size_ > 1) loss = sum_over_tp(loss);  // each tp rank holds N / tp of the rows
     return loss + aux;
   }
@@ -629,7 +650,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
         Tensor dqb = act({Tg, hu, d}), dkb = act({Tg, hku, d}), dvb = act({Tg, hku, d});
         charge(kernels::attention_backward(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg),
                                            S.o_heads.rows(b * Tg, Tg), S.lse[size_t(b)], doh.rows(b * Tg, Tg), dqb,
-                                           dkb, dvb, causal()),
+                                           dkb, dvb, causal(c.causal)),
                t);
         dqh.set_rows(b * Tg, dqb);
         dkh.set_rows(b * Tg, dkb);
@@ -651,7 +672,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
       Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
       charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
                                          S.o.rows(b * T, T), S.lse[size_t(b)], dout.rows(b * T, T), dqb, dkb, dvb,
-                                         causal()),
+                                         causal(c.causal)),
              t);
       dq.set_rows(b * T, dqb);
       dk.set_rows(b * T, dkb);
@@ -737,6 +758,7 @@ double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_o
   r.step = step_ + 1;
   tl_.reset();
   fused_ops_.clear();
+  comm_ = {};
   moe_stats_.clear();
   t = 0;
   data_->begin_step();
@@ -744,6 +766,7 @@ double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_o
 }
 
 LmDpStepResult LmTpTrainer::step() {
+  if (dp_.forward_only) throw std::logic_error("lm_tp: a forward-only trainer (LmDpConfig::forward_only) cannot step");
   LmDpStepResult r;
   sim::TimeNs t = 0;
   double local_loss = start_step(r, t, false);

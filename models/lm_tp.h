@@ -156,6 +156,11 @@ struct LmDpConfig {
   // all_gather overlapped with the next step's forward.
   std::optional<bool> overlap_grad_reduce{};
   bool overlap_param_gather = false;
+  // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
+  // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
+  bool forward_only = false;
+  // parallel.chunks (with FUSED and without sp: gemm_all_reduce's pieces; 0 = auto, sharding/fused.h).
+  int fused_chunks = 0;
   // parallel.etp (a MoE model, LmConfig::moe): 1, or tp: the experts' inner sizes split over the tp group.
   int etp = 1;
 };
@@ -282,6 +287,17 @@ class LmTpTrainer {
   LmServeResult serve_step(const LmServeBatch& batch, sharding::plans::KvCache& cache);
   // This chip's KV cache for sequences of up to CAPACITY tokens (its layers, its kv heads, the compute dtype).
   sharding::plans::KvCache make_kv_cache(int64_t capacity) const;
+  // The forward mode's output of a block stack (vocab 0, real data; empty otherwise): this chip's residual-stream
+  // rows after its last virtual stage, every micro-batch in order, ROWS their global ids in the step's batch
+  // (sequence b's token i is row b·seq + i) and OUT [rows, hidden] in the compute dtype; OWNER: these rows are the
+  // model's output (the last model stage; with sp each tp rank's rows, else tp rank 0's). Every chip holds the same
+  // row count (models/lm_validate.h gathers them).
+  struct ForwardOutput {
+    std::vector<int64_t> rows;
+    runtime::Tensor out;
+    bool owner = false;
+  };
+  const ForwardOutput& forward_output() const { return forward_out_; }
   // Whole fp32 masters (all_gather over dp at stages 1-3, then over tp; collective).
   LmWeights gather_master();
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
@@ -305,6 +321,10 @@ class LmTpTrainer {
   // Every stage's summary of the last step (collective over the mesh; host-side, not simulated).
   std::vector<LmStageSummary> pipeline_summary();
   int buckets() const { return data_->buckets(); }
+  // The last step's per-collective record and fused ops of this chip (the plan units', sharding/plans/block_ops.h):
+  // the report's tables (models/report.h, gather_chip_figures).
+  const sharding::plans::Comm& comm() const { return comm_; }
+  const std::vector<sharding::FusedOp>& fused_ops() const { return fused_ops_; }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
   // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (sharding/plans/data_parallel.h)
@@ -315,6 +335,9 @@ class LmTpTrainer {
   double local_param_count() const;
 
   enum class Split { replicate, rows, cols };
+  static Split split_of(const std::string& name);
+  // NAME is a KV projection (wk, wv) whose heads are replicated over tp (tp above kv_heads: the forward mode).
+  bool replicated_kv(const std::string& name) const;
   // How weight NAME is split over tp: the Megatron layout; a MoE layer's router replicated, its experts and shared
   // experts split like the dense MLP with EXPERT_TP (etp = tp), else replicated.
   static Split split_of(const std::string& name, bool expert_tp = false);
@@ -433,6 +456,7 @@ class LmTpTrainer {
   bool ulysses_ = false;
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
+  int kv_rep_ = 1;      // tp ranks per KV head: > 1 when tp is above kv_heads (each holds its group's head)
   // dp_rank_ / dp_size_: the data-parallel replicas of attention and the dense weights, dp x ep (ep innermost).
   int ep_rank_ = 0, ep_size_ = 1, etp_ = 1;
   std::unique_ptr<sharding::plans::EpGroups> ep_groups_;  // a MoE model: mesh["ep"] and (etp > 1) mesh["tp"]
@@ -452,7 +476,7 @@ class LmTpTrainer {
   kernels::Fp8Recipe fp8_recipe() const;
   double fp8_weight_elements() const;
   sharding::ParallelPlan plan_;
-  sharding::plans::Comm comm_;           // the plan units' per-collective counts (not reported by train)
+  sharding::plans::Comm comm_;           // the plan units' per-collective counts of the last step
   std::vector<sharding::FusedOp> fused_ops_;
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
@@ -466,6 +490,8 @@ class LmTpTrainer {
   std::vector<std::vector<UnitGrad>> unit_grads_;  // per unit
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)
   double activation_bytes_ = 0;
+  ForwardOutput forward_out_;  // forward_step's output rows (vocab 0, real data)
+  void keep_output(int micro, const runtime::Tensor& x, bool last_stage);
   runtime::Tensor dhead_;  // tied embeddings: the head use's gradient [h, V/T], added into embed's at unit 0
 };
 

@@ -94,6 +94,7 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
       if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
       stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
       if (forward_only) {  // nothing is kept for a backward
+        if (a.chunk == schedule_.v - 1) keep_output(a.micro, x, ms == last);
         held_bytes();
         live.erase({a.chunk, a.micro});
         --held;
@@ -183,6 +184,20 @@ sharding::plans::PipeCosts lm_stage_costs(const std::vector<LmStageSummary>& sta
     c.w += st.mean_w_ns / double(stages.size());
   }
   return c;
+}
+
+void LmTpTrainer::keep_output(int micro, const Tensor& x, bool last_stage) {
+  if (global_.vocab != 0 || !store_) return;
+  ForwardOutput& o = forward_out_;
+  const int64_t n = local_.batch * local_.seq, nr = x.dim(0), r0 = sp_ ? int64_t(tp_rank_) * nr : 0;
+  const int64_t first = (int64_t(dp_rank_) * micro_ + micro) * local_.batch;  // as micro_batch_tokens
+  if (micro == 0) o = {{}, Tensor(local_.dtype, {0, local_.hidden}), last_stage && (sp_ || tp_rank_ == 0)};
+  for (int64_t r = r0; r < r0 + nr && r < n; ++r)
+    o.rows.push_back((first + r / local_.seq) * global_.seq + layout_.pos[size_t(r)]);
+  Tensor all(local_.dtype, {o.out.dim(0) + nr, local_.hidden});
+  if (o.out.dim(0) > 0) all.set_rows(0, o.out);
+  all.set_rows(o.out.dim(0), x);
+  o.out = std::move(all);
 }
 
 LmBatch LmTpTrainer::micro_batch_tokens(int micro) const {

@@ -25,6 +25,8 @@
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "runtime/dtype.h"
+#include "runtime/tensor.h"
+#include "runtime/world.h"
 
 namespace shardsim::models {
 
@@ -54,5 +56,29 @@ std::vector<double> reference_losses(const LmConfig& c, const LmTrainConfig& t, 
 // LOSSES: (step, loss) of the run; REFERENCE[i]: the reference's loss at step i + 1. A NaN error fails.
 LossCheck check_losses(runtime::DType dtype, const std::vector<std::pair<int64_t, double>>& losses,
                        const std::vector<double>& reference);
+
+// ---- Output rows (the forward mode of a block stack: `run` on kind transformer_block or mlp) ----
+// Rank 0's copy of every owner chip's rows: ROWS (global row ids, as doubles) in chip order and their values VALS
+// [total, hidden] fp32; other ranks get nothing. TOTAL = rows gathered.
+struct GatheredRows {
+  int total = 0;
+  std::vector<double> rows;
+  std::vector<float> vals;
+};
+// Collective over WORLD: each chip passes OWNER (whether its rows count: replicas pass false), its global row ids
+// ROWS and OUT [rows, HIDDEN]. One chip per rank: MPI_Gather(v) to rank 0; several chips per rank (every chip the
+// same row count): one fixed-size allgather through the chip router carrying [owner flag, row ids, values].
+GatheredRows gather_owner_rows(const runtime::World& world, bool owner, const std::vector<int64_t>& rows,
+                               const runtime::Tensor& out, int64_t hidden);
+
+// The gathered rows against the reference's output REF [rows, hidden] (row r of the step's batch is REF's row r):
+// max |y - y_ref| over every element (a non-finite y counts as infinite), max |y_ref|, their ratio (max |y - y_ref|
+// when the reference is all zero); PASSED when every reference row was gathered exactly once and the ratio is
+// within TOLERANCE.
+struct RowCheck {
+  bool passed = true;
+  double max_abs_error = 0, max_abs_reference = 0, relative_error = 0, tolerance = 0;
+};
+RowCheck check_rows(const GatheredRows& got, const runtime::Tensor& ref, double tolerance);
 
 }  // namespace shardsim::models

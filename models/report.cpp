@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +16,7 @@
 #include <mpi.h>
 
 #include "common/text.h"
+#include "runtime/chips.h"
 
 
 namespace shardsim::sharding {
@@ -100,6 +102,71 @@ std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<O
     out.push_back({r[0].get<std::string>(), r[1].get<std::string>(), r[2].get<int>(), r[3].get<double>(),
                    r[4].get<double>(), r[5].get<double>()});
   return out;
+}
+
+namespace {
+// The plan's collectives the report lists, in its order (the plan units' Comm keys).
+const char* const kReportComm[] = {"tp all_reduce", "sp all_gather", "sp reduce_scatter", "cp ring K/V",
+                                   "ulysses all_to_all"};
+}  // namespace
+
+void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, const ChipFigures& mine,
+                         const std::vector<int>& placement, RunReport& r) {
+  const sim::Breakdown bd = tl.breakdown();
+  std::vector<double> stats = {bd.total, bd.compute, bd.communication, bd.exposed_comm, mine.attention_ns,
+                               mine.peak_memory_bytes, bd.flops, bd.bytes_sent};
+  constexpr size_t kComm0 = 8;  // the per-collective figures start here, 4 per key
+  for (const char* key : kReportComm) {
+    const CommStat* c = nullptr;
+    if (mine.comm)
+      if (const auto it = mine.comm->find(key); it != mine.comm->end()) c = &it->second;
+    stats.push_back(c ? c->bytes : 0);
+    stats.push_back(c ? c->expected : 0);
+    stats.push_back(c ? c->calls : 0);
+    stats.push_back(c ? c->ns : 0);
+  }
+  const std::vector<FusedOp> no_fused;
+  const std::vector<FusedOp>& fused = mine.fused ? *mine.fused : no_fused;
+  const size_t n_plain = stats.size();
+  for (double f : pack(fused)) stats.push_back(f);
+  const size_t n_layers0 = stats.size();
+  for (double t : mine.layer_end) stats.push_back(t);
+  const size_t nf = stats.size();
+  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
+  // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
+  r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
+  std::vector<double> all(bytes.size() / sizeof(double));
+  std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
+  const int chips = static_cast<int>(all.size() / nf);
+  r.per_chip.clear();
+  r.total_flops = 0;
+  for (int k = 0; k < chips; ++k) {
+    const double* v = &all[nf * static_cast<size_t>(k)];
+    r.total_flops += v[6];  // integer-valued FLOP counts: the sum is exact in any order
+    ChipReport cr;
+    cr.chip = placement.at(static_cast<size_t>(k));
+    cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[6], v[7]};
+    cr.peak_memory_bytes = v[5];
+    r.per_chip.push_back(cr);
+    if (k > 0 && v[0] <= r.critical.total) continue;
+    r.critical = cr.breakdown;
+    r.critical_chip = cr.chip;
+    r.attention_ns = v[4];
+    r.comm.clear();
+    for (size_t c = 0; c < std::size(kReportComm); ++c) {
+      const double* x = v + kComm0 + 4 * c;
+      if (x[2] > 0) r.comm[kReportComm[c]] = CommStat{x[0], x[1], static_cast<int>(x[2]), x[3], {}};
+    }
+    r.fused = unpack(v + n_plain, fused);
+    r.layer_ns.clear();
+    for (size_t l = 0; l < mine.layer_end.size(); ++l)
+      r.layer_ns.push_back(v[n_layers0 + l] - (l == 0 ? 0.0 : v[n_layers0 + l - 1]));
+  }
+  if (const auto it = r.comm.find("tp all_reduce"); it != r.comm.end()) {
+    r.all_reduce_ns = it->second.ns;
+    r.all_reduce_bytes_per_chip = it->second.bytes;
+    r.all_reduce_expected_bytes = it->second.expected;
+  }
 }
 
 namespace {
@@ -192,6 +259,7 @@ nlohmann::json train_json(const RunReport& r) {
   if (t.forward) {
     j["forward"] = true;
     if (r.validated) j["reference_loss"] = number_or_null(t.reference_loss);
+    j["rows_validated"] = t.rows_validated;  // the validation section's errors are then the output rows'
   }
   if (t.has_memory) {
     nlohmann::json m = {{"basis", t.memory.basis}};
@@ -310,6 +378,23 @@ static std::string log_vocab_text(const TrainReport& t) {
   return buf;
 }
 
+namespace {
+// The critical chip's per-collective table (the plan's collectives; the MLP's one all_reduce has its own line),
+// fused ops and time per op: both modes' text.
+std::string plan_tables_text(const RunReport& r) {
+  std::ostringstream os;
+  if (r.all_reduce_algorithm.empty() && !r.comm.empty()) {
+    os << "communication per chip (bytes sent; formulas in sharding/plans/tensor_parallel.h and beside each unit)\n";
+    for (const auto& [k, c] : r.comm)
+      os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in "
+         << c.calls << " call(s), formula " << format_mib(c.expected) << "\n";
+  }
+  os << fused_text(r.fused, r.critical.total);
+  os << ops_text(r.ops, r.critical.total, r.peak_tflops_per_chip);
+  return os.str();
+}
+}  // namespace
+
 std::string train_tail_text(const RunReport& r) {
   const TrainReport& t = r.train;
   std::ostringstream os;
@@ -353,6 +438,20 @@ std::string train_tail_text(const RunReport& r) {
                   100.0 * t.hfu, t.kernel_flops_per_step);
     os << buf;
   }
+  if (!r.per_chip.empty()) {
+    double lo = r.per_chip[0].breakdown.total, hi = lo;
+    for (const auto& c : r.per_chip) {
+      lo = std::min(lo, c.breakdown.total);
+      hi = std::max(hi, c.breakdown.total);
+    }
+    os << "  chip totals        " << fmt_ns(lo) << " .. " << fmt_ns(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0)
+       << ")\n";
+  }
+  if (r.single_device_ns > 0) {
+    std::snprintf(buf, sizeof buf, "  single device      %s  -> speedup %.2fx on %d chips\n",
+                  fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);
+    os << buf;
+  }
   if (t.has_memory) {
     const TrainMemory& m = t.memory;
     os << "memory per chip (bytes; " << m.basis << ")\n";
@@ -393,6 +492,7 @@ std::string train_tail_text(const RunReport& r) {
       os << " bytes per stage\n";
     }
   }
+  os << plan_tables_text(r);
   if (t.has_moe) os << moe_text(t.moe);
   if (r.validated) {
     std::snprintf(buf, sizeof buf,
@@ -402,6 +502,14 @@ std::string train_tail_text(const RunReport& r) {
                   (long long)t.validated_steps, t.loss_limit, t.loss_limit_rule.c_str(),
                   t.forward ? ", its forward" : "");
     os << buf;
+    if (t.rows_validated) {  // the output rows (run's line)
+      std::snprintf(buf, sizeof buf, "validation %s  max|y-y_ref| = %.3g, max|y_ref| = %.3g, relative %.3g (tolerance "
+                    "%.3g)\n", r.passed ? "PASS" : "FAIL", r.max_abs_error, r.max_abs_reference, r.relative_error,
+                    r.tolerance);
+      os << buf;
+    }
+  } else if (t.forward && r.shape_only) {
+    os << "validation not validated (shape-only: no data; simulated figures as with real data)\n";
   }
   if (!r.trace.empty()) os << "trace      " << escape_control(r.trace) << " (Chrome trace JSON: open in ui.perfetto.dev)\n";
   os << profile_section_text(r);
@@ -605,14 +713,7 @@ std::string to_text(const RunReport& r) {
                   fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);
     os << buf;
   }
-  if (r.all_reduce_algorithm.empty() && !r.comm.empty()) {
-    os << "communication per chip (bytes sent; formulas in models/transformer.h)\n";
-    for (const auto& [k, c] : r.comm)
-      os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in "
-         << c.calls << " call(s), formula " << format_mib(c.expected) << "\n";
-  }
-  os << fused_text(r.fused, b.total);
-  os << ops_text(r.ops, b.total, r.peak_tflops_per_chip);
+  os << plan_tables_text(r);
   os << "wall (this host)\n";
   if (r.wall_forward_s > 0)
     std::snprintf(buf, sizeof buf, "  total %.3f s  (init %.3f s, sharded forward %.3f s, reference %.3f s, checkpoint %.3f s)\n",

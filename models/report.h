@@ -151,6 +151,9 @@ struct TrainReport {
   double loss_limit = 0;
   std::string loss_limit_rule;        // how the limit follows from the dtype and the step count
   int64_t validated_steps = 0;
+  // The forward mode of a block stack: its output rows were compared with the reference's (RunReport's
+  // max_abs_error, max_abs_reference, relative_error and tolerance then hold the rows' figures).
+  bool rows_validated = false;
 };
 
 
@@ -242,6 +245,24 @@ struct RunReport {
 
   bool ok() const { return passed && resume_bit_exact; }
 };
+
+// This chip's figures for the report's per-chip and per-collective tables: the plan units' per-collective record
+// (sharding/plans/block_ops.h's Comm), its fused ops, its attention time, its peak simulated memory (bytes) and its
+// simulated time at the end of each layer (may be empty).
+struct ChipFigures {
+  const std::map<std::string, CommStat>* comm = nullptr;
+  const std::vector<FusedOp>* fused = nullptr;
+  double attention_ns = 0;
+  double peak_memory_bytes = 0;
+  std::vector<double> layer_end;
+};
+// Collective over WORLD (every rank calls it; one chip per world rank, PLACEMENT[rank] its chip id): every chip's
+// breakdown (TL's) and figures MINE gathered into R's per_chip, total_flops, and the critical chip's (the
+// one that finishes last, lowest rank among ties) critical, critical_chip, attention_ns, comm (the plan's collectives
+// that ran), fused, layer_ns and the tp all_reduce's all_reduce_* fields, and its op rows (R.ops), on every rank.
+// The one report path of both executor modes and of the forward runner.
+void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, const ChipFigures& mine,
+                         const std::vector<int>& placement, RunReport& r);
 
 // Progress lines on stderr for runs longer than a few seconds (`train` steps, sweep points): the first once
 // kFirstS seconds of wall time have passed, then at most one every kEveryS seconds, each

@@ -37,7 +37,6 @@
 #include "sharding/plans/ulysses.h"
 #include "models/report.h"
 #include "models/profile.h"
-#include "models/row_gather.h"
 #include "models/trace.h"
 #include "sim/memory.h"
 #include "sim/timeline.h"

@@ -164,7 +164,6 @@ void check_implemented(const ConfigNode& m, const ModelSpec& s, SpecUse use) {
   const std::string w = m.path() + ".";
   if (use == SpecUse::train) {  // every norm, position and tied embeddings; swiglu and gelu MLPs
     if (s.mlp == MlpKind::geglu) not_implemented(at_key(m, "mlp"), w + "mlp: geglu", use);
-    if (!s.causal) not_implemented(m.child("causal"), w + "causal: false", use);
     return;
   }
   if (s.norm == NormKind::layernorm) not_implemented(m.child("norm"), w + "norm: layernorm", use);
@@ -357,12 +356,12 @@ void check_relations(const plans::PlanParse& c, const ParallelPlan& p) {
 }  // namespace
 
 ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, SpecUse use, int64_t chips,
-                                 bool train_recompute) {
+                                 bool train_recompute, bool forward_mode) {
   ParallelPlan p;
   p.recompute = train_recompute;
   const bool has = root.has("parallel");
   const ConfigNode par = has ? root.child("parallel") : root;
-  const plans::PlanParse c{root, par, has, s, use, chips};
+  const plans::PlanParse c{root, par, has, s, use, chips, forward_mode};
   if (!has) {
     if (use == SpecUse::block && chips != 1)
       root.fail("parallel: missing (a " + str(chips) + "-chip topology needs a plan: tp, cp or ulysses)");

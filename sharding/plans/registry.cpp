@@ -38,7 +38,9 @@ void tp_check(const PlanParse& c, const ParallelPlan& p) {
     if (p.tp % s.kv_heads != 0)
       c.fail("tp", str(s.kv_heads) + " KV heads and tp " + str(p.tp) +
                        ": one must divide the other (KV heads are split or replicated whole)");
-    if (train(c)) c.not_implemented("tp", "tp: tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)");
+    // The executor replicates them in its forward (run); its backward does not yet.
+    if (train(c) && !c.forward)
+      c.not_implemented("tp", "tp: tp above the " + str(s.kv_heads) + " KV heads (replicated KV heads)");
   }
   if (train(c))
     for (const char* k : {"ffn", "vocab"}) {
@@ -83,7 +85,7 @@ void fused_read(const PlanParse& c, ParallelPlan& p) {
   if (p.fused.enabled && p.sp && c.has("chunks"))
     c.fail("chunks", "with sp the fused ops are rings over the tp shards (tp pieces); chunks applies to the "
                      "all_reduce form (sp: false)");
-  if (!train(c)) return;
+  if (!train(c) || c.forward) return;  // the forward mode runs both forms (the plan units')
   if (p.fused.enabled && !p.sp)
     c.not_implemented("fused", "fused: fused without sp (gemm_all_reduce; the trainer fuses the sequence-parallel "
                                "collectives: set sp: true)");

@@ -35,6 +35,7 @@ struct PlanParse {
   const ModelSpec& model;
   SpecUse use;
   int64_t chips;
+  bool forward = false;  // the executor's forward mode (`run`)
 
   bool has(std::string_view key) const { return given && par.has(key); }
   ConfigNode at(std::string_view key) const;        // the key's node when given, else the section

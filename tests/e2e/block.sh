@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# e2e: the transformer block workload (models/transformer.h) under every parallel plan, validated against
-# the single-device block; per-collective bytes equal their formulas; zig-zag ring attention beats the
+# e2e: the transformer block workload (`run`: the executor's forward mode) under every parallel plan, its output
+# rows validated against the single-device block; per-collective bytes equal their formulas; zig-zag ring attention beats the
 # contiguous split where attention dominates; bad plans exit 2 naming the field.
 # Usage: block.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -68,9 +68,10 @@ expect_exit 2 'badtp\.yaml:[0-9]+: parallel\.tp: 8 query heads are not divisible
 make badcp 4 "  cp: 4" "s/seq: 64/seq: 60/"
 expect_exit 2 'badcp\.yaml:[0-9]+: parallel\.cp: seq 60 is not divisible by 2\*cp = 8 \(zig-zag split\)' -- shardsim_mpi 4 run badcp.yaml
 make badmesh 4 "  tp: 2\n  cp: 4"
-expect_exit 2 'badmesh\.yaml:[0-9]+: parallel: tp 2 x cp 4 x ulysses 1 = 8 does not match the topology.s 4 chips' -- shardsim_mpi 4 run badmesh.yaml
-make badul 4 "  ulysses: 4"
-expect_exit 2 'parallel\.ulysses: ulysses above the 2 KV heads \(replicated KV heads\): not implemented yet in run' -- shardsim_mpi 4 run badul.yaml
+expect_exit 2 'badmesh\.yaml:[0-9]+: parallel: tp 2 x cp 4 x ulysses 1 = 8 does not match the job.s 4 chips' -- shardsim_mpi 4 run badmesh.yaml
+# Ulysses above the KV heads: each KV head replicated to the chips of its GQA group (the executor's Ulysses unit).
+make ul4rep 4 "  ulysses: 4"
+expect_exit 0 '^PASS$' -- shardsim_mpi 4 run ul4rep.yaml
 make badkv 4 "  tp: 4" "s/kv_heads: 2/kv_heads: 3/"
 expect_exit 2 '(model|workload)\.kv_heads: 8 query heads are not a multiple of 3 KV heads' -- shardsim_mpi 4 run badkv.yaml
 make badsplit 4 "  tp: 4\n  cp_split: contiguous"
@@ -78,9 +79,11 @@ expect_exit 2 'badsplit\.yaml:[0-9]+: parallel\.cp_split: only used with context
 make badsp 4 "  sp: true"
 expect_exit 2 'badsp\.yaml:[0-9]+: parallel\.sp: sequence parallelism needs tp > 1' -- shardsim_mpi 4 run badsp.yaml
 make oom 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 0.0001/"
-expect_exit 2 'oom\.yaml:[0-9]+: (model|workload): simulated out of memory on chip 0: needs 0\.000 GiB \(178\.0 KiB\), has 0\.000 GiB \(52\.4 KiB\) \(allocating .weights.' -- shardsim_mpi 4 run oom.yaml
+# The executor's memory model (parameters + the forward's tensors) against the usable HBM: the one memory rule.
+expect_exit 2 'oom\.yaml: simulated out of memory: [0-9.e-]+ GiB per chip \(state \+ activations\) does not fit' -- \
+  shardsim_mpi 4 run oom.yaml
 make hostmem 4 "  tp: 4" "s/preset: generic/preset: generic\n  hbm_gib: 100000/; s/hidden: 128/hidden: 8192/; s/heads: 8/heads: 64/; s/kv_heads: 2/kv_heads: 8/; s/ffn: 344/ffn: 28672/; s/seq: 64/seq: 262144/"
-expect_exit 3 'hostmem\.yaml: needs about [0-9.]+ GiB of host memory \(the 4 ranks. shards and the single-device reference on rank 0\) but this host has [0-9.]+ GiB available' -- shardsim_mpi 4 run hostmem.yaml
+expect_exit 3 'hostmem\.yaml: model: needs at least [0-9.]+ GiB of host memory per rank .* but only [0-9.]+ GiB is available' -- shardsim_mpi 4 run hostmem.yaml
 make badnp 4 "  tp: 4"
 expect_exit 2 'the topology has 4 chips but the job has 2 ranks' -- shardsim_mpi 2 run badnp.yaml
 

@@ -26,7 +26,7 @@ same_content() {  # A B WHAT
 strip() {
   python3 - "$1" "${2:-}" <<'PY'
 import json, sys
-drop = ("checkpoint", "resumed_from", "config_file", "trace")
+drop = ("checkpoint", "checkpoints", "resumed_from", "config_file", "trace")
 def strip(x):
     if isinstance(x, dict):
         return {k: strip(v) for k, v in sorted(x.items())

@@ -64,19 +64,20 @@ if expect_exit 0 '^PASS$' -- shardsim_mpi 8 run boards.yaml --set 'parallel.mesh
 fi
 
 e2e_case "block checkpoints: saved under tp4+sp, loaded under cp8 and tp2 x cp4 with bit-identical weights"
-# err NAME.json: the validation's max |out - ref| (equal weights and plan give equal outputs, so equal errors).
+# The forward mode's checkpoint is the weights part of a training state (models/lm_checkpoint.h: master/<name>).
+# err NAME.json: the validation's max |out - ref| over the output rows (equal weights give equal outputs).
 err() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['validation']['max_abs_error'])" "$1"; }
 BIG="$BASE"
-if expect_exit 0 '^checkpoint sp\.h5$' -- shardsim_mpi 4 run "$BIG" --plan tp=4,sp=true --checkpoint sp.h5; then
-  expect_exit 0 'weights/wq +fp32 +\[128, 128\] +Shard\(1\) over tp=4' -- "$SHARDSIM" ckpt inspect sp.h5
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BIG" --plan tp=4,sp=true --checkpoint sp.h5; then
+  expect_exit 0 'master/layers\.0\.wq +fp32 +\[128, 128\]' -- "$SHARDSIM" ckpt inspect sp.h5
 fi
 ok=1
 for spec in "cp8|8|cp=8|--ring 8" "tp2cp4|8|tp=2,cp=4|--torus 2x4"; do
   IFS='|' read -r name np plan net <<<"$spec"
   # shellcheck disable=SC2086  # NET is empty or two words
-  expect_exit 0 '^PASS$' -- shardsim_mpi "$np" run "$BIG" $net --plan "$plan" --json "fresh_$name.json" || ok=0
+  expect_exit 0 'validation: PASS' -- shardsim_mpi "$np" run "$BIG" $net --plan "$plan" --json "fresh_$name.json" || ok=0
   # shellcheck disable=SC2086
-  if expect_exit 0 '^resume +weights from sp\.h5$' -- shardsim_mpi "$np" run "$BIG" $net --plan "$plan" --resume sp.h5 \
+  if expect_exit 0 '^resumed: sp\.h5 at step 0' -- shardsim_mpi "$np" run "$BIG" $net --plan "$plan" --resume sp.h5 \
        --checkpoint "$name.h5" --json "resumed_$name.json"; then
     if [ "$(err "fresh_$name.json")" = "$(err "resumed_$name.json")" ]; then
       pass "$name: resumed output = fresh output (max error $(err "fresh_$name.json") both)"
@@ -84,11 +85,11 @@ for spec in "cp8|8|cp=8|--ring 8" "tp2cp4|8|tp=2,cp=4|--torus 2x4"; do
       fail "$name: resumed and fresh runs differ: $(err "fresh_$name.json") vs $(err "resumed_$name.json")"
     fi
     # Every weight bit-identical to the tp4+sp checkpoint's (h5dump -b writes the raw little-endian values).
-    for ds in norm1 wq wk wv wo norm2 w_gate w_up w_down; do
-      h5dump -d "/weights/$ds" -b LE -o a.bin sp.h5 >/dev/null 2>&1
-      h5dump -d "/weights/$ds" -b LE -o b.bin "$name.h5" >/dev/null 2>&1
+    for ds in attn_norm wq wk wv wo mlp_norm w_gate w_up w_down; do
+      h5dump -d "/master/layers.0.$ds" -b LE -o a.bin sp.h5 >/dev/null 2>&1
+      h5dump -d "/master/layers.0.$ds" -b LE -o b.bin "$name.h5" >/dev/null 2>&1
       if ! [ -s a.bin ] || ! cmp -s a.bin b.bin; then
-        fail "$name: weights/$ds differs from the tp4+sp checkpoint's"
+        fail "$name: layers.0.$ds differs from the tp4+sp checkpoint's"
         ok=0
       fi
       rm -f a.bin b.bin
@@ -98,8 +99,9 @@ for spec in "cp8|8|cp=8|--ring 8" "tp2cp4|8|tp=2,cp=4|--torus 2x4"; do
   fi
 done
 [ "$ok" = 1 ] && pass "cp8 and tp2 x cp4 read the tp4+sp checkpoint: all nine weights bit-identical"
-expect_exit 2 'dataset .weights/norm1. has shape \[128\] but the config.s block needs \[256\]' -- \
-  shardsim_mpi 4 run "$BIG" --set model.hidden=256 --set model.ffn=512 --resume sp.h5
+expect_exit 2 'sp\.h5' -- shardsim_mpi 4 run "$BIG" --set model.hidden=256 --set model.ffn=512 --resume sp.h5
+# A forward checkpoint continues as a training state.
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$BIG" --plan tp=2,dp=2 --resume sp.h5 --steps 2
 
 e2e_case "bad overrides: exit 2 with one line"
 expect_exit 2 '--plan tp: expected key=value items' -- shardsim_mpi 4 run "$BASE" --plan tp
@@ -107,7 +109,7 @@ expect_exit 2 '--device: unknown device preset .tpu_v9.' -- shardsim_mpi 4 run "
 expect_exit 2 'exclude each other' -- shardsim_mpi 4 run "$BASE" --ring 4 --torus 2x2
 expect_exit 2 'parallel\.mesh_dims: .*must list each topology dimension' -- \
   shardsim_mpi 4 run "$BASE" --torus 2x2 --set 'parallel.mesh_dims=[0]'
-expect_exit 2 'parallel: tp 3 x cp 1 x ulysses 1 = 3 does not match the topology.s 4 chips' -- \
+expect_exit 2 'parallel: tp 3 x cp 1 x ulysses 1 = 3 does not match the job.s 4 chips' -- \
   shardsim_mpi 4 run "$BASE" --plan tp=3
 expect_exit 2 'parallel\.ulysses: ulysses and cp both shard the sequence' -- shardsim_mpi 4 run "$BASE" --plan cp=2,ulysses=2
 

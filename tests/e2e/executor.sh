@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # e2e: one executor, two modes (models/lm_tp.h, apps/train.cpp). `run` on a language-model config is the forward
 # mode: one forward of the step's batch through the plan (dp, tp, pp with its schedule's forward actions), its loss
-# against the single-device forward, the same loss under every plan; `train` on a block config (model.kind
-# transformer_block: no vocabulary, a regression loss) trains it and validates the losses against one device.
+# against the single-device forward, the same loss under every plan; `run` on a block config (model.kind
+# transformer_block: no vocabulary, a regression loss) is the same forward mode with every output row validated;
+# `train` on a block config trains it and validates the losses against one device.
 # Usage: executor.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -66,6 +67,41 @@ for plan in "tp=2,sp=true" "tp=2,cp=2" "ulysses=2,tp=2" "pp=2,tp=2" "dp=4,zero=3
     ${extra[@]+"${extra[@]}"}
 done
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$BLOCK" --steps 2 --plan tp=2,sp=true
+
+e2e_case "(g) run on a block config: the forward mode, every output row against one device, run's tables"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$BLOCK" --json blk.json; then
+  assert_out 'forward mode of the executor' "the report names the mode"
+  assert_out '^validation PASS  max\|y-y_ref\| = [0-9.e-]+, .*relative [0-9.e-]+ \(tolerance 0.0001\)' \
+    "the output rows compared"
+  assert_out '^communication per chip' "the per-collective table"
+  assert_out '^  tp all_reduce +[0-9.]+ MiB in 2 call\(s\)' "the tp all_reduces, with their formula"
+  assert_out '^time by op \(critical chip' "the per-op table"
+  assert_out '^  single device +[0-9.]+ (us|ms) +-> speedup' "the single-device time"
+  if python3 -c "import json,sys; j=json.load(open('blk.json')); v=j['validation']; \
+sys.exit(0 if j['train']['rows_validated'] and v['passed'] and 0 <= v['relative_error'] <= 1e-4 and \
+j['simulated']['per_chip'] and j['simulated']['ops'] and 'tp all_reduce' in j['communication'] else 1)"; then
+    pass "JSON: rows validated, per-chip rows, ops and the communication table"
+  else fail "JSON of a block forward"; fi
+fi
+for plan in "tp=2,sp=true" "tp=2,sp=true,fused=true" "tp=2,cp=2" "tp=2,cp=2,cp_split=contiguous" "ulysses=2,tp=2" \
+            "dp=4" "dp=2,tp=2"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$BLOCK" --plan "$plan"
+done
+expect_exit 0 '^fused collectives' -- shardsim_mpi 1 --chips 4 run "$BLOCK" --plan tp=4,sp=true,fused=true
+# must-show 3: a pipelined forward on 4 ranks
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan pp=2,tp=2 --set model.layers=2 \
+     --set model.batch=4 --set model.micro_batch=1; then
+  assert_out 'pipeline pp=2 \(1f1b' "the pipelined plan"
+fi
+# Every chip of one rank, one chip per rank: the same figures.
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan tp=2,cp=2 --json blk_ranks.json; then
+  if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$BLOCK" --plan tp=2,cp=2 --json blk_chips.json; then
+    if python3 -c "import json,sys; a=json.load(open('blk_ranks.json')); b=json.load(open('blk_chips.json')); \
+sys.exit(0 if a['simulated']['total_ns']==b['simulated']['total_ns'] else 1)"; then
+      pass "4 ranks and 4 chips of one rank: the same forward time"
+    else fail "4 ranks and 4 chips of one rank differ"; fi
+  fi
+fi
 
 e2e_case "(f) bad input: a vocabulary in a block config, an MLP-only stack in train"
 expect_exit 2 'vocab: model.kind transformer_block has no embedding' -- \
