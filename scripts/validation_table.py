@@ -9,7 +9,8 @@ published figure. Run from the repository root after building:
     SHARDSIM_BIN=/path/to/shardsim python3 scripts/validation_table.py   # another build's binary
 
 Rows: every config at the folder's top level; configs/validation/slow/ and configs whose header has a
-`# cannot_run: why` line are listed under the table with their published figure and why, not run. The family of a
+`# cannot_run: why` line are listed under the table with their published figure and why, not run; so is a row
+whose plan shardsim finds does not fit its device's memory (train exits 2), with the figures it printed. The family of a
 row is its file name's first part (its source), its device the config's preset; the summary is split by family,
 device and scale, and each family's errors are set beside the other families' (nothing is fitted).
 
@@ -37,7 +38,8 @@ def chips_of(text):
     tp = int(re.search(r"^\s+tp:\s*(\d+)", text, re.M).group(1))
     dp = int(re.search(r"^\s+dp:\s*(\d+)", text, re.M).group(1))
     pp = re.search(r"^\s+pp:\s*(\d+)", text, re.M)
-    return tp * dp * (int(pp.group(1)) if pp else 1)
+    cp = re.search(r"^\s+cp:\s*(\d+)", text, re.M)
+    return tp * dp * (int(pp.group(1)) if pp else 1) * (int(cp.group(1)) if cp else 1)
 
 
 def family_of(name):
@@ -57,6 +59,9 @@ def run(cfg, chips, extra):
         out = os.path.join(d, "r.json")
         cmd = ["mpirun", "-q", "-np", "1", BIN, "--chips", str(chips), "train", cfg, "--json", out] + extra
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if p.returncode == 2 and "simulated out of memory" in p.stderr:  # listed under the table, not dropped
+            line = next(l for l in p.stderr.splitlines() if "simulated out of memory" in l)
+            return {"does_not_fit": line[line.index("simulated out of memory"):].split("; use ")[0]}
         if p.returncode != 0:
             sys.exit("validation_table: %s failed (exit %d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
         with open(out) as f:
@@ -94,6 +99,11 @@ def main():
         rows = []
         for (name, cfg, text, chips), s, p in zip(tasks, shaped, peak):
             s, p = s.result(), p.result()
+            if "does_not_fit" in s:
+                skipped.append(dict(config="configs/validation/" + name, family=family_of(name), chips=chips,
+                                    published=float(header_field(text, "published_step_s")),
+                                    why="shardsim's memory model: " + s["does_not_fit"] + " (train exits 2)"))
+                continue
             rows.append(dict(config="configs/validation/" + name, chips=chips, family=family_of(name),
                              device=device_of(text),
                              published=float(header_field(text, "published_step_s")),

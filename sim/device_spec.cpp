@@ -171,6 +171,12 @@ DeviceSpec load_device(const ConfigNode& node) {
       node.child("launch_mode").fail("device.launch_mode: must be eager or cuda_graph (got '" + m + "')");
     d.cuda_graph = m == "cuda_graph";
   }
+  if (node.has("kernel_fusion")) {
+    const std::string m = node.get_string("kernel_fusion");
+    if (m != "fused" && m != "eager")
+      node.child("kernel_fusion").fail("device.kernel_fusion: must be fused or eager (got '" + m + "')");
+    d.eager_kernels = m == "eager";
+  }
   if (!node.has("hbm_reserve_gib")) d.hbm_reserve_gib = std::min(d.hbm_reserve_gib, d.hbm_gib / 2);  // tiny devices
   bounded("hbm_reserve_gib", &d.hbm_reserve_gib);
   if (node.has("hbm_reserve_gib") && d.hbm_reserve_gib >= d.hbm_gib)
@@ -196,6 +202,7 @@ std::string describe(const DeviceSpec& d) {
     if (d.cuda_graph) os << ", CUDA graph";
     else os << ", host " << d.host_launch_ns << " ns per kernel (eager)";
   }
+  if (d.eager_kernels) os << ", element-wise work as PyTorch eager's kernels";
   if (d.kernel.shaped) {
     const auto& k = d.kernel;
     const auto pct = [](double f) { return std::round(f * 1000.0) / 10.0; };

@@ -17,6 +17,7 @@
 //     launch_overhead_ns: 2000
 //     launch_mode: eager       # eager | cuda_graph: how the host issues kernels (see host_launch_ns)
 //     host_launch_ns: 5000     # eager: host (framework + driver) time to issue one kernel; 0: not modelled
+//     kernel_fusion: fused     # fused | eager: element-wise work as fused kernels or as PyTorch eager's ATen ops
 //     kernel_model: shaped     # peak | shaped (sim/kernel_model.h); the keys below tune the shaped model
 //     compute_units: 108       # SMs / cores the tiles of a kernel spread over (integer >= 1)
 //     gemm_tile_m: 128         # a GEMM's output tile (elements, >= 16)
@@ -108,6 +109,10 @@ struct DeviceSpec {
   // host_launch_ns 0: the host is never the bottleneck (the model before this key existed).
   bool cuda_graph = false;
   double host_launch_ns = 0;
+  // How the framework issues element-wise work (kernel_fusion: fused | eager; sim/eager_kernels.h): fused, one
+  // kernel per norm, rotary, activation and loss pass (Megatron-LM, Transformer Engine, Apex, torch.compile);
+  // eager, PyTorch eager's sequence of ATen kernels for each (plain PyTorch model code without torch.compile).
+  bool eager_kernels = false;
   // HBM a training framework cannot give to the model's state and activations (the CUDA/Neuron context, the
   // communication library's buffers, the allocator's fragmentation): "fits" means at most hbm_gib minus this.
   // Assumption: 1 GiB (PyTorch's CUDA context alone takes about 0.5 GiB on an H100; vLLM keeps 10 % by default).
@@ -150,7 +155,7 @@ DeviceSpec load_device(const ConfigNode& node);
 inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
     "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "hbm_reserve_gib", "launch_overhead_ns",
-    "launch_mode", "host_launch_ns", "kernel_model",
+    "launch_mode", "host_launch_ns", "kernel_fusion", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
     "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
     "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems"};

@@ -1,5 +1,7 @@
 #include "sim/timeline.h"
 
+#include "sim/eager_kernels.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -282,6 +284,27 @@ std::string Timeline::engine_name(const topology::Topology& topo, int chip, int 
 
 Span Timeline::compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                        const KernelShape& shape) {
+  const EagerDecomposition* eager =
+      device_.eager_kernels && shape.cls == KernelClass::vector ? eager_decomposition(name) : nullptr;
+  if (!eager) return compute_one(name, flops, bytes, p, ready, shape);
+  const double e = p == Precision::fp64 ? 8 : p == Precision::fp32 ? 4 : p == Precision::fp8 || p == Precision::int8 ? 1 : 2;
+  const double n = bytes / (eager->fused_e_bytes * e);  // elements of the fused kernel's main tensor
+  std::vector<const EagerPart*> parts;
+  for (const EagerPart& part : eager->parts)
+    if (!(part.cast && e == 4)) parts.push_back(&part);
+  Span all{0, 0};
+  TimeNs t = ready;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Span s = compute_one(name + "." + parts[i]->name, flops / double(parts.size()),
+                               n * (parts[i]->e_bytes * e + parts[i]->f_bytes * 4), p, t, shape);
+    if (i == 0) all.start = s.start;
+    all.end = t = s.end;
+  }
+  return all;
+}
+
+Span Timeline::compute_one(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
+                           const KernelShape& shape) {
   const TimeNs free = free_[kComputeEngine];
   const bool host = device_.host_launch_ns > 0 && !device_.cuda_graph;
   if (host) host_ += device_.host_launch_ns;

@@ -138,6 +138,8 @@ class Timeline {
 
   // A compute op of FLOPS and BYTES (HBM traffic) at precision P and SHAPE (sim/kernel_model.h: the kernel
   // model charges it), ready at READY. Returns its span.
+  // Under device.kernel_fusion: eager, a fused element-wise kernel PyTorch eager splits (sim/eager_kernels.h) is
+  // charged as its eager sequence, back to back; the span covers them all.
   Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                const KernelShape& shape);
   // The host waits until simulated time T (it reads back a value the device produced at T): the next kernel's
@@ -229,6 +231,8 @@ class Timeline {
   std::uint64_t events_recorded() const { return recorded_; }
 
  private:
+  Span compute_one(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
+                   const KernelShape& shape);
   int chip_;
   const topology::Topology* topo_;
   DeviceSpec device_;

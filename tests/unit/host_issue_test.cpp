@@ -62,3 +62,29 @@ TEST(HostIssue, SyncMakesTheHostWait) {
   graph.host_sync(1e9);
   EXPECT_DOUBLE_EQ(graph.compute("k", 1000, 0, sim::Precision::fp32, 0, {}).start, 0.0);
 }
+
+// device.kernel_fusion: eager (sim/eager_kernels.h): a fused element-wise kernel is charged as PyTorch eager's
+// sequence, each part a kernel with its own launch; the casts drop out in fp32; other kernels are unchanged.
+TEST(EagerKernels, RmsnormIsChargedAsItsAtenSequence) {
+  auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 500});
+  sim::DeviceSpec d = dev(0, false);  // roofline: 1000 bytes per ns, 10 ns launch
+  d.eager_kernels = true;
+  const double n = 1e6;
+  {
+    sim::Timeline tl(0, topo, d);  // bf16: fused 2e bytes per element, eager 4e + 7f = 36 over 8 kernels
+    const auto s = tl.compute("rmsnorm.attn", 0, 2 * 2 * n, sim::Precision::bf16, 0, {});
+    EXPECT_DOUBLE_EQ(s.start, 0.0);
+    EXPECT_DOUBLE_EQ(s.end, 36 * n / 1000 + 8 * 10.0);
+  }
+  {
+    sim::Timeline tl(0, topo, d);  // fp32: the two casts are no-ops, 6 kernels of 28 bytes per element
+    EXPECT_DOUBLE_EQ(tl.compute("rmsnorm", 0, 2 * 4 * n, sim::Precision::fp32, 0, {}).end, 28 * n / 1000 + 6 * 10.0);
+  }
+  {
+    sim::Timeline tl(0, topo, d);  // not decomposed: a residual add and a GEMM run as one kernel in eager PyTorch too
+    EXPECT_DOUBLE_EQ(tl.compute("residual", 0, 6 * n, sim::Precision::bf16, 0, {}).end, 6 * n / 1000 + 10.0);
+  }
+  d.eager_kernels = false;
+  sim::Timeline tl(0, topo, d);  // fused: one kernel
+  EXPECT_DOUBLE_EQ(tl.compute("rmsnorm.attn", 0, 4 * n, sim::Precision::bf16, 0, {}).end, 4 * n / 1000 + 10.0);
+}
