@@ -113,7 +113,11 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
   const int engines = 1 + static_cast<int>(topo.out_links(chip).size());
   const int lanes = std::max(1, pack_lanes(events, spans, -1, kept, lane_of));
   const int pipeline_track = engines + lanes;
-  const int recv_first = engines + lanes + (pipeline ? 1 : 0);
+  // The host's kernel issue (eager launch; sim::Timeline::kHostEngine) has a track of its own when recorded.
+  bool host = false;
+  for (size_t i = 0; i < events.size() && !host; ++i) host = kept[i] && events[i].engine == sim::Timeline::kHostEngine;
+  const int host_track = pipeline_track + (pipeline ? 1 : 0);
+  const int recv_first = host_track + (host ? 1 : 0);
   const int recv_lanes = pack_lanes(events, spans, -2, kept, lane_of);
   const int tracks = recv_first + recv_lanes;
   if (tracks >= kTraceTidStride)
@@ -133,6 +137,8 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
       if (t > engines) name.append(" ").append(std::to_string(t - engines + 1));
     } else if (pipeline && t == pipeline_track) {
       name = "pipeline stage (micro-batch F / B)";
+    } else if (host && t == host_track) {
+      name = "host (kernel launches, eager)";
     } else {
       name = "receives";
       if (t > recv_first) name.append(" ").append(std::to_string(t - recv_first + 1));
@@ -153,6 +159,7 @@ nlohmann::json trace_events(const sim::ChipEvents& ce, const topology::Topology&
     if (on_path[i]) args["critical_path"] = true;
     const int track = e.engine >= 0             ? e.engine
                       : e.category == "pipeline" ? pipeline_track
+                      : e.engine == sim::Timeline::kHostEngine ? host_track
                       : e.engine == -1           ? engines + lane_of[i]
                                                  : recv_first + lane_of[i];
     nlohmann::json x = {{"ph", "X"},

@@ -17,7 +17,8 @@ namespace shardsim::sim {
 
 namespace {
 
-bool on_path_kind(const ProfileEvent& e) { return e.engine >= 0 || e.engine == -2; }  // kernels, sends, receives
+// Kernels, sends, receives and the host's kernel issue.
+bool on_path_kind(const ProfileEvent& e) { return e.engine >= 0 || e.engine == -2 || e.engine == Timeline::kHostEngine; }
 
 }  // namespace
 

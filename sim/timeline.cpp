@@ -314,12 +314,16 @@ Span Timeline::compute_one(const std::string& name, double flops, double bytes, 
   const TimeNs end = start + kt.total_ns;
   free_[kComputeEngine] = end;
   if (record_) {
+    // Host-bound (neither its data nor the engine held it back): the host's issue is its producer.
+    const std::uint64_t host_producer =
+        deps_ && host && start == host_ && start != free && !(start == ready && producer_of(ready)) ? note_host_issue(start)
+                                                                                                   : 0;
     events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
     if (deps_) {
       Event& e = events_.back();
       e.id = new_id();
       const std::uint64_t data = start == ready ? producer_of(ready) : 0;
-      e.producer = data ? data : start == free ? last_on_engine_[kComputeEngine] : 0;
+      e.producer = data ? data : start == free ? last_on_engine_[kComputeEngine] : host_producer;
       // The kernel model's terms (sim/kernel_model.h); the element-wise engines beside a tensor engine count as
       // compute.
       const double tf = std::max(kt.compute_ns, kt.engine_ns), tb = kt.memory_ns;
@@ -421,12 +425,33 @@ Span Timeline::replay_send(const Event& e) {
 }
 
 void Timeline::host_sync(TimeNs t) {
-  if (device_.host_launch_ns > 0 && !device_.cuda_graph) host_ = std::max(host_, t);
+  if (!(device_.host_launch_ns > 0 && !device_.cuda_graph) || !(t > host_)) return;
+  host_ = t;
+  host_epoch_ = t;
+  host_epoch_producer_ = deps_ ? producer_of(t) : 0;
+  host_last_id_ = 0;
+}
+
+std::uint64_t Timeline::note_host_issue(TimeNs issued) {
+  const TimeNs from = host_last_id_ ? host_last_end_ : host_epoch_;
+  events_.push_back(Event{"host_launch", "host", kHostEngine, {std::min(from, issued), issued}, 0, 0, -1});
+  Event& h = events_.back();
+  h.id = new_id();
+  h.producer = host_last_id_ ? host_last_id_ : host_epoch_producer_;
+  h.bound = Bound::latency;  // kernel launches: a fixed cost per kernel, as a launch-bound kernel's
+  host_last_id_ = h.id;
+  host_last_end_ = issued;
+  commit();
+  return host_last_id_;
 }
 
 void Timeline::reset() {
   std::fill(free_.begin(), free_.end(), 0.0);
   host_ = 0;
+  host_epoch_ = 0;
+  host_epoch_producer_ = 0;
+  host_last_id_ = 0;
+  host_last_end_ = 0;
   std::fill(link_free_.begin(), link_free_.end(), 0.0);
   for (auto& iv : in_busy_) {
     iv.v.clear();

@@ -75,7 +75,8 @@ inline int chip_of_event(std::uint64_t id) { return static_cast<int>(id >> 40) -
 struct Event {
   std::string name;      // "gemm", "all_reduce.ring.step3", ...
   std::string category;  // "compute" | "send" | "collective" | "recv" (receives(), with dependencies only)
-  int engine = 0;        // -1 for op-level regions (collectives) that are not on one engine; -2 for receives
+  int engine = 0;        // -1 for op-level regions (collectives) that are not on one engine; -2 for receives;
+                         // -3 (kHostEngine) for the host's kernel issue (eager launch, dependency recording only)
   Span span;             // receives: from the sender's port becoming free (its send's end) to the arrival here
   double flops = 0;
   double bytes = 0;
@@ -130,6 +131,12 @@ class Timeline {
   const DeviceSpec& device() const { return device_; }
   const topology::Topology& topology() const { return *topo_; }
   static constexpr int kComputeEngine = 0;
+  // Not an engine of the chip: the lane of "host_launch" events (category "host"). With dependency recording and
+  // the host issue model on, a kernel that started when the host issued it (the host, not data or the device, bound
+  // its start) gets as producer the host's issue since the host's last such event, or since the host_sync that
+  // started it (whose producer is the device event the host waited for): the critical path then runs through the
+  // host thread instead of stopping there as unexplained waiting. Nothing of the simulated time depends on them.
+  static constexpr int kHostEngine = -3;
   int num_engines() const { return static_cast<int>(free_.size()); }
   std::string engine_name(int engine) const;
   // The name of ENGINE of CHIP on TOPO ("compute", "link->3 (dim0+)", ...), as engine_name.
@@ -286,6 +293,13 @@ class Timeline {
   std::vector<TimeNs> free_;
   TimeNs host_ = 0;  // the host thread's issue clock (Host issue, above)
   std::int64_t host_gated_ = 0;
+  // Dependency recording of the host's issue (kHostEngine): where the host's current run of issue began (its last
+  // host_sync, or 0) and the device event it waited for there; its last recorded host_launch event and end.
+  TimeNs host_epoch_ = 0;
+  std::uint64_t host_epoch_producer_ = 0;
+  std::uint64_t host_last_id_ = 0;
+  TimeNs host_last_end_ = 0;
+  std::uint64_t note_host_issue(TimeNs issued);  // records a host_launch event ending at ISSUED; returns its id
   // Host memory grows with the links and peers this chip actually uses, not with the topology (issue 17: a rank
   // hosting 4,096 chips would otherwise hold O(chips) slots per chip). Slots are handed out on first use.
   std::unordered_map<int, int> slot_;  // topology link id -> slot
