@@ -6,8 +6,9 @@
 #   PP: pipeline stages (default 1: the pipeline folded into data parallelism; PP > 1 runs 1F1B, one sequence per
 #   micro-batch), LAYERS: model layers (default the config's 2), SEQS: sequences per replica (default 2),
 #   FOLD=off: every chip simulated (train --no-fold; default: the run's fold: auto, docs/performance/fold.md).
-# Prints per size: chips, wall (s, /usr/bin/time), peak RSS (MiB), simulated step (us), the exit code; then the
-# fitted growth exponent of wall and RSS (least squares on log-log).
+# Prints per size: chips, wall (s, /usr/bin/time), peak RSS (MiB), simulated step (us), the exit code (2 when the
+# plan does not fit the HBM: the step is still simulated and printed); then the fitted growth exponent of wall and
+# RSS (least squares on log-log) over the sizes that printed a step.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${SHARDSIM:-$ROOT/build/apps/shardsim}"
@@ -44,7 +45,8 @@ T
 done
 python3 - "$WORK/rows.txt" <<'PY'
 import math, sys
-rows = [l.split() for l in open(sys.argv[1]) if l.split()[-1] == '0']
+# A run that ends with a simulated step counts (exit 2 is also a plan over the device's HBM: still a timed step).
+rows = [l.split() for l in open(sys.argv[1]) if l.split()[3] != '-']
 if len(rows) >= 2:
     x = [math.log(float(r[0])) for r in rows]
     for col, name in ((1, 'wall'), (2, 'peak RSS')):
