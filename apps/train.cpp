@@ -268,6 +268,14 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
                   c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
     r.train.model = b;
   }
+  if (c.vocab == 0 && !c.attention) {  // model.kind mlp: the block without its attention half
+    std::snprintf(b, sizeof b, "a stack of %lld MLP blocks x + mlp(rmsnorm(x)) (no attention, no embedding or head), "
+                  "hidden %lld, ffn %lld; %lld parameters; loss: mean squared error to a seeded target "
+                  "(kernels/mse_loss.h); %s", (long long)c.layers, (long long)c.hidden, (long long)c.ffn,
+                  (long long)models::lm_param_count(c),
+                  c.dtype == runtime::DType::fp32 ? "fp32" : "bf16 compute, fp32 master weights and AdamW state");
+    r.train.model = b;
+  }
   if (!c.gated() || c.layernorm() || c.position != sharding::PositionKind::rope || c.tied_embeddings)
     r.train.model += std::string("; ") + sharding::norm_name(c.norm) + ", " + sharding::mlp_name(c.mlp) + " MLP, " +
                      sharding::position_name(c.position) + " positions" + (c.tied_embeddings ? ", tied embeddings" : "");

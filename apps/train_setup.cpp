@@ -30,14 +30,15 @@ ConfigNode train_config(const TrainFlags& f) {
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
   const ConfigNode root = train_config(f);
-  if (root.has("workload") && root.child("workload").is_map() &&
-      sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::mlp)
-    root.child("workload").child("kind").fail(
-        root.child("workload").path() + ".kind: mlp: training an MLP-only stack is not implemented yet (the language "
-        "model, no kind or kind: lm, and kind: transformer_block train)");
+  // The MLP-only workload (model.kind mlp) is the model with attention off, x + mlp(rmsnorm(x)) per layer: its own
+  // key rules (tokens, no attention or norm keys, the MLP's plan keys); its checkpoint: section is run's (train
+  // writes only with --checkpoint), checked here.
+  const bool mlp = root.has("workload") && root.child("workload").is_map() &&
+                   sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::mlp;
   // train's root keys, and run's validate: section (a block config trains with its validation setting)
   std::vector<std::string_view> root_keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
   root_keys.push_back("validate");
+  if (mlp) root_keys.push_back("checkpoint");
   if (f.serve) root_keys.push_back("serve");
   root.expect_keys(root_keys);
   TrainSetup s;
@@ -71,10 +72,17 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   }
   if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
   const ConfigNode m = root.child("workload");
-  sharding::ModelSpec spec = sharding::parse_model_spec(m, sharding::SpecUse::train);
+  // The model keys by the MLP's rules; the plan by train's (every plan key, dp filling the chips left by the rest).
+  sharding::ModelSpec spec = sharding::parse_model_spec(m, mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
   if (f.serve) spec.batch = 0;  // serving's batches come from its scheduler: model.batch is unused (one per replica)
   const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
       root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), f.forward);
+  if (mlp && root.has("checkpoint")) {
+    const ConfigNode ck = root.child("checkpoint");
+    ck.expect_keys({"path", "enabled"});
+    (void)ck.get_bool("enabled", true);
+    if (ck.has("path")) (void)ck.get_string("path");
+  }
   if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
   s.train = sharding::parse_train_spec(root);
   if (f.steps > 0) s.train.steps = f.steps;

@@ -124,36 +124,38 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
   const int64_t hq = c.heads, hkv = c.kv_heads, d = c.head_dim;
   auto act = [&c](runtime::Shape sh) { return Tensor(c.dtype, std::move(sh)); };
   S.x_in = x;
-  S.a = norm(c, x, L.attn_norm, L.attn_norm_b, costs);
-  S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
-  S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
-  S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
-  if (c.position == sharding::PositionKind::rope) {
-    log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
-    log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
-  }
-  S.o = act({N, hq, d});
-  S.lse.clear();
-  S.probs.clear();
-  for (int64_t b = 0; b < c.batch; ++b) {
-    Tensor ob = act({T, hq, d});
-    if (c.unfused_attention()) {  // Megatron's core: the softmax output kept for the backward
-      Tensor p = act({hq, T, T});
-      for (const auto& k : kernels::attention_unfused(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
-                                                      ob, p, causal(c), c.dropout))
-        log_cost(costs, k);
-      S.probs.push_back(std::move(p));
-    } else {
-      Tensor lse = f32({hq, T});
-      log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse,
-                                         causal(c)));
-      S.lse.push_back(std::move(lse));
+  if (c.attention) {  // the attention sublayer (none in an MLP-only block)
+    S.a = norm(c, x, L.attn_norm, L.attn_norm_b, costs);
+    S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
+    S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
+    S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
+    if (c.position == sharding::PositionKind::rope) {
+      log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
+      log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
     }
-    S.o.set_rows(b * T, ob);
-  }
-  Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
-  Tensor attn = matmul(o2, L.wo, costs);
-  log_cost(costs, kernels::add_inplace(x, attn));
+    S.o = act({N, hq, d});
+    S.lse.clear();
+    S.probs.clear();
+    for (int64_t b = 0; b < c.batch; ++b) {
+      Tensor ob = act({T, hq, d});
+      if (c.unfused_attention()) {  // Megatron's core: the softmax output kept for the backward
+        Tensor p = act({hq, T, T});
+        for (const auto& k : kernels::attention_unfused(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
+                                                        ob, p, causal(c), c.dropout))
+          log_cost(costs, k);
+        S.probs.push_back(std::move(p));
+      } else {
+        Tensor lse = f32({hq, T});
+        log_cost(costs, kernels::attention(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T), ob, lse,
+                                           causal(c)));
+        S.lse.push_back(std::move(lse));
+      }
+      S.o.set_rows(b * T, ob);
+    }
+    Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+    Tensor attn = matmul(o2, L.wo, costs);
+    log_cost(costs, kernels::add_inplace(x, attn));
+    }
   S.x_mid = x;
   S.m = norm(c, x, L.mlp_norm, L.mlp_norm_b, costs);
   if (is_moe(L)) {  // the MoE MLP: every expert on this one device (kernels/moe_mlp.h)
@@ -201,6 +203,7 @@ LmConfig lm_config_of(const sharding::ModelSpec& spec) {
   c.hidden = spec.hidden;
   c.layers = spec.layers;
   c.causal = spec.causal;
+  c.attention = spec.attention;
   c.heads = spec.heads;
   c.kv_heads = spec.kv_heads;
   c.head_dim = spec.head_dim;
@@ -229,6 +232,7 @@ sharding::ModelSpec lm_model_spec(const LmConfig& c) {
   s.hidden = c.hidden;
   s.layers = c.layers;
   s.causal = c.causal;
+  s.attention = c.attention;
   s.heads = c.heads;
   s.kv_heads = c.kv_heads;
   s.head_dim = c.head_dim;
@@ -259,9 +263,9 @@ void check_lm_config(const LmConfig& c) {
        "hidden, ffn, seq, batch must be >= 1, vocab >= 0 (0: a block stack) and layers >= 0");
   need(c.vocab > 0 || (!c.tied_embeddings && c.position != sharding::PositionKind::learned),
        "tied_embeddings and learned positions need a vocabulary (vocab 0 has no embedding)");
-  need(c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0,
+  need(!c.attention || (c.heads >= 1 && c.kv_heads >= 1 && c.heads % c.kv_heads == 0),
        "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
-  need(c.head_dim >= 1 && (c.position != sharding::PositionKind::rope || c.head_dim % 2 == 0),
+  need(!c.attention || (c.head_dim >= 1 && (c.position != sharding::PositionKind::rope || c.head_dim % 2 == 0)),
        "head_dim must be >= 1 and even under RoPE (it rotates pairs), got " + std::to_string(c.head_dim));
   need(c.mlp != sharding::MlpKind::geglu, "mlp geglu: not implemented in the trainer (swiglu | gelu)");
   need(c.dtype == DType::fp32 || c.dtype == DType::bf16,
@@ -278,7 +282,7 @@ namespace {
 // Weights of layer L's projections (GEMM operands): a MoE layer's MLP all of them (TOTAL) or its active ones.
 int64_t block_matmul_params(const LmConfig& c, int64_t l, bool total) {
   const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  const int64_t attn = c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden;
+  const int64_t attn = c.attention ? c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden : 0;
   if (!c.moe_layer(l)) return attn + (c.gated() ? 3 : 2) * c.hidden * c.ffn;
   const kernels::MoeParams m = kernels::moe_params(c.moe->spec);
   return attn + static_cast<int64_t>(total ? m.total : m.active);
@@ -290,7 +294,8 @@ int64_t lm_param_count(const LmConfig& c) {
   const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden +
                          (c.position == sharding::PositionKind::learned ? c.position_rows() * c.hidden : 0);
   int64_t blocks = 0;
-  for (int64_t l = 0; l < c.layers; ++l) blocks += block_matmul_params(c, l, true) + 2 * norm_params(c);
+  for (int64_t l = 0; l < c.layers; ++l)
+    blocks += block_matmul_params(c, l, true) + (c.attention ? 2 : 1) * norm_params(c);
   return tables + blocks + (c.vocab > 0 ? norm_params(c) : 0);
 }
 
@@ -362,8 +367,10 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
   };
   for (int64_t l = 0; l < c.layers; ++l) {
     LmLayer L;
-    L.attn_norm = f32({h}), L.attn_norm_b = bias(), L.wq = f32({h, qd}), L.wk = f32({h, kvd}), L.wv = f32({h, kvd});
-    L.wo = f32({qd, h}), L.mlp_norm = f32({h}), L.mlp_norm_b = bias();
+    if (c.attention)  // none in an MLP-only block (model.kind mlp)
+      L.attn_norm = f32({h}), L.attn_norm_b = bias(), L.wq = f32({h, qd}), L.wk = f32({h, kvd}), L.wv = f32({h, kvd}),
+      L.wo = f32({qd, h});
+    L.mlp_norm = f32({h}), L.mlp_norm_b = bias();
     if (!c.moe_layer(l)) {
       kernels::ExpertWeights d = mlp(c.ffn);
       L.w_gate = std::move(d.w_gate), L.w_up = std::move(d.w_up), L.w_down = std::move(d.w_down);
@@ -585,6 +592,10 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     }
     norm_backward(c, S.x_mid, L.mlp_norm, dm, dnorm, &G.mlp_norm, &G.mlp_norm_b, costs);
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // dx is now the gradient at x_mid
+    if (!c.attention) {  // an MLP-only block: x_mid is x_in
+      mark();
+      continue;
+    }
     // Attention branch: x_mid = x_in + o · wo
     const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
     Tensor do2 = act({N, hq * d});

@@ -44,6 +44,8 @@ struct LmConfig {
   int64_t vocab = 32;
   int64_t hidden = 16;
   int64_t layers = 2;
+  // false: MLP-only blocks, x + mlp(norm(x)) (model.kind mlp): heads, kv_heads and head_dim 0, no attention weights
+  bool attention = true;
   int64_t heads = 4;     // query heads Hq
   int64_t kv_heads = 2;  // Hkv
   int64_t head_dim = 4;  // d (even, for RoPE)

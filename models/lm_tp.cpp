@@ -150,7 +150,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   need(global.heads, "heads");
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
   // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
-  if (dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
+  if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
     kv_rep_ = tp_size_ / int(global.kv_heads);
   else
     need(global.kv_heads, "kv_heads");
@@ -636,62 +636,64 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     });
     norm_backward(S.x_mid, L.mlp_norm, dm_r, dnorm, &G.mlp_norm, &G.mlp_norm_b, t);
     charge(kernels::add_inplace(dx, dnorm), t);
-    const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
-    Tensor do2 = act({N, hq * d});
-    on_chip(t, [&](auto& ctx) {
-      sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out", dl);
-      return 0;
-    });
-    const Tensor dout = std::move(do2).reshaped({N, hq, d});
-    Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
-    if (cp_size_ > 1 && ulysses_) {
-      const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = std::max<int64_t>(1, hkv / cp_size_);
-      const Tensor doh = seq_to_heads(dout, t, "do");
-      Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
+    if (c.attention) {  // the attention sublayer's backward (none in an MLP-only block)
+      const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+      Tensor do2 = act({N, hq * d});
+      on_chip(t, [&](auto& ctx) {
+        sharding::plans::row_parallel_backward(ctx, o2, L.wo, dx, do2, G.wo, "dattn_out", dl);
+        return 0;
+      });
+      const Tensor dout = std::move(do2).reshaped({N, hq, d});
+      Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
+      if (cp_size_ > 1 && ulysses_) {
+        const int64_t Tg = global_.seq, hu = hq / cp_size_, hku = std::max<int64_t>(1, hkv / cp_size_);
+        const Tensor doh = seq_to_heads(dout, t, "do");
+        Tensor dqh = act({c.batch * Tg, hu, d}), dkh = act({c.batch * Tg, hku, d}), dvh = act({c.batch * Tg, hku, d});
+        for (int64_t b = 0; b < c.batch; ++b) {
+          Tensor dqb = act({Tg, hu, d}), dkb = act({Tg, hku, d}), dvb = act({Tg, hku, d});
+          charge(kernels::attention_backward(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg),
+                                             S.o_heads.rows(b * Tg, Tg), S.lse[size_t(b)], doh.rows(b * Tg, Tg), dqb,
+                                             dkb, dvb, causal(c.causal)),
+                 t);
+          dqh.set_rows(b * Tg, dqb);
+          dkh.set_rows(b * Tg, dkb);
+          dvh.set_rows(b * Tg, dvb);
+        }
+        dq = heads_to_seq(dqh, hq, t, "dq");
+        dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
+        dv = heads_to_seq(dvh, hkv, t, "dv");
+      } else if (cp_size_ > 1) {
+        auto ring = cp_ring();
+        sharding::plans::Chip chip{&tl_, t};
+        sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, chip);
+        t = chip.t;
+      } else if (c.unfused_attention()) {  // Megatron's core, from the kept (or recomputed) softmax output
+        sharding::plans::unfused_attention_backward(spec_, S.q, S.k, S.v, S.probs, dout, dq, dk, dv, c.batch, T,
+                                                    [&](const kernels::KernelCost& k) { charge(k, t); });
+      } else
       for (int64_t b = 0; b < c.batch; ++b) {
-        Tensor dqb = act({Tg, hu, d}), dkb = act({Tg, hku, d}), dvb = act({Tg, hku, d});
-        charge(kernels::attention_backward(S.q.rows(b * Tg, Tg), S.k.rows(b * Tg, Tg), S.v.rows(b * Tg, Tg),
-                                           S.o_heads.rows(b * Tg, Tg), S.lse[size_t(b)], doh.rows(b * Tg, Tg), dqb,
-                                           dkb, dvb, causal(c.causal)),
+        Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
+        charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
+                                           S.o.rows(b * T, T), S.lse[size_t(b)], dout.rows(b * T, T), dqb, dkb, dvb,
+                                           causal(c.causal)),
                t);
-        dqh.set_rows(b * Tg, dqb);
-        dkh.set_rows(b * Tg, dkb);
-        dvh.set_rows(b * Tg, dvb);
+        dq.set_rows(b * T, dqb);
+        dk.set_rows(b * T, dkb);
+        dv.set_rows(b * T, dvb);
       }
-      dq = heads_to_seq(dqh, hq, t, "dq");
-      dk = heads_to_seq(dkh, hkv, t, "dk");  // replicated kv heads: the Ulysses ranks' partial dK/dV are summed
-      dv = heads_to_seq(dvh, hkv, t, "dv");
-    } else if (cp_size_ > 1) {
-      auto ring = cp_ring();
-      sharding::plans::Chip chip{&tl_, t};
-      sharding::plans::ring_attention_backward(ring, seq_shard(), S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, chip);
-      t = chip.t;
-    } else if (c.unfused_attention()) {  // Megatron's core, from the kept (or recomputed) softmax output
-      sharding::plans::unfused_attention_backward(spec_, S.q, S.k, S.v, S.probs, dout, dq, dk, dv, c.batch, T,
-                                                  [&](const kernels::KernelCost& k) { charge(k, t); });
-    } else
-    for (int64_t b = 0; b < c.batch; ++b) {
-      Tensor dqb = act({T, hq, d}), dkb = act({T, hkv, d}), dvb = act({T, hkv, d});
-      charge(kernels::attention_backward(S.q.rows(b * T, T), S.k.rows(b * T, T), S.v.rows(b * T, T),
-                                         S.o.rows(b * T, T), S.lse[size_t(b)], dout.rows(b * T, T), dqb, dkb, dvb,
-                                         causal(c.causal)),
-             t);
-      dq.set_rows(b * T, dqb);
-      dk.set_rows(b * T, dkb);
-      dv.set_rows(b * T, dvb);
-    }
-    if (c.position == sharding::PositionKind::rope) {
-      charge(kernels::rope_backward_inplace(dq, pos, c.rope_theta), t);
-      charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
-    }
-    const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
-                 dv2 = std::move(dv).reshaped({N, hkv * d});
-    const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
-      return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
-                                                       {&G.wq, &G.wk, &G.wv}, "dattn_in", dl);
-    });
-    norm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, &G.attn_norm_b, t);
-    charge(kernels::add_inplace(dx, dnorm), t);
+      if (c.position == sharding::PositionKind::rope) {
+        charge(kernels::rope_backward_inplace(dq, pos, c.rope_theta), t);
+        charge(kernels::rope_backward_inplace(dk, pos, c.rope_theta), t);
+      }
+      const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
+                   dv2 = std::move(dv).reshaped({N, hkv * d});
+      const Tensor da_r = on_chip(t, [&](auto& ctx) {  // column-parallel q/k/v
+        return sharding::plans::column_parallel_backward(ctx, S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2},
+                                                         {&G.wq, &G.wk, &G.wv}, "dattn_in", dl);
+      });
+      norm_backward(S.x_in, L.attn_norm, da_r, dnorm, &G.attn_norm, &G.attn_norm_b, t);
+      charge(kernels::add_inplace(dx, dnorm), t);
+      }
     unit_grads_done(int(l) + 1, micro, t, done_part);
     if (dp_.recompute) {  // the rebuilt block is freed again after its backward
       Tensor keep = std::move(C.layers[size_t(l)].x_in);

@@ -215,7 +215,7 @@ ModelSpec parse_model_spec(const ConfigNode& m, SpecUse use) {
   if (mlp)
     for (const char* k : {"heads", "kv_heads", "head_dim", "causal", "position", "rope", "rope_theta", "norm",
                           "norm_eps"})
-      if (m.has(k)) m.child(k).fail(w + k + ": model.kind mlp has no attention and no norms");
+      if (m.has(k)) m.child(k).fail(w + k + ": model.kind mlp has no attention (its block: x + mlp(rmsnorm(x)))");
   // The language model needs its vocabulary and global batch; a stack of blocks (model.kind transformer_block, run
   // or trained) has neither embedding nor head (vocab 0) and one sequence per data-parallel replica by default.
   const bool lm = use == SpecUse::train && !(m.has("kind") && m.get_string("kind") == "transformer_block");

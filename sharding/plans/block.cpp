@@ -202,34 +202,40 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
   Chip& chip = ctx.chip;
   const int64_t d = s.head_dim;
   if (keep) keep->x_in = x;
-  // ---- attention sublayer ----
-  Tensor a = block_norm(chip, s, x, *w.norm1, w.norm1_b, ".attn");
-  auto qkv_mem = hold(mem, "activations q/k/v", mem.qkv);
-  auto qkv = column_parallel(ctx, a, {w.wq, w.wk, w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
-                             "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v", keep ? &keep->a : nullptr);
-  const int64_t n = qkv[0].dim(0), nq = w.wq->dim(1) / d, nkv = w.wk->dim(1) / d;
-  Tensor q = std::move(qkv[0]).reshaped({n, nq, d});
-  Tensor k = std::move(qkv[1]).reshaped({n, nkv, d});
-  Tensor v = std::move(qkv[2]).reshaped({n, nkv, d});
-  if (s.has_rope()) {
-    const auto theta = static_cast<float>(s.rope_theta);
-    chip.charge(kernels::rope_inplace(q, lay.pos, theta), "rope.q");
-    chip.charge(kernels::rope_inplace(k, lay.pos, theta), "rope.k");
-  }
-  std::vector<Tensor> lse, probs;
+  // ---- attention sublayer (none in an MLP-only block: S.attention false) ----
+  Tensor x1 = s.attention ? Tensor() : x;
+  int64_t n = ctx.n_attn, nq = 0, nkv = 0;
   // The unfused core's softmax output is kept for the backward unless selective recomputation rebuilds it.
   const bool keep_probs = keep && s.attention_impl == AttentionImpl::unfused && !ctx.p.selective_recompute;
-  Tensor o = attention(ctx, lay, q, k, v, lse, keep ? &keep->o_heads : nullptr, mem, keep_probs ? &probs : nullptr);
-  Tensor x1 = row_parallel(ctx, Tensor(o).reshaped({n, nq * d}), *w.wo, "gemm.o", "attention output");
-  chip.charge(kernels::add_inplace(x1, x), "residual");
-  qkv_mem.release();
-  if (keep) {
-    keep->q = std::move(q);
-    keep->k = std::move(k);
-    keep->v = std::move(v);
-    keep->o = std::move(o);
-    keep->lse = std::move(lse);
-    keep->probs = std::move(probs);
+  if (s.attention) {
+    Tensor a = block_norm(chip, s, x, *w.norm1, w.norm1_b, ".attn");
+    auto qkv_mem = hold(mem, "activations q/k/v", mem.qkv);
+    auto qkv = column_parallel(ctx, a, {w.wq, w.wk, w.wv}, {"gemm.q", "gemm.k", "gemm.v"}, "before QKV",
+                               "sp all_gather + gemm.qkv", "sp all_gather + gemm.q/k/v", keep ? &keep->a : nullptr);
+    n = qkv[0].dim(0), nq = w.wq->dim(1) / d, nkv = w.wk->dim(1) / d;
+    Tensor q = std::move(qkv[0]).reshaped({n, nq, d});
+    Tensor k = std::move(qkv[1]).reshaped({n, nkv, d});
+    Tensor v = std::move(qkv[2]).reshaped({n, nkv, d});
+    if (s.has_rope()) {
+      const auto theta = static_cast<float>(s.rope_theta);
+      chip.charge(kernels::rope_inplace(q, lay.pos, theta), "rope.q");
+      chip.charge(kernels::rope_inplace(k, lay.pos, theta), "rope.k");
+    }
+    std::vector<Tensor> lse, probs;
+    Tensor o = attention(ctx, lay, q, k, v, lse, keep ? &keep->o_heads : nullptr, mem, keep_probs ? &probs : nullptr);
+    x1 = row_parallel(ctx, Tensor(o).reshaped({n, nq * d}), *w.wo, "gemm.o", "attention output");
+    chip.charge(kernels::add_inplace(x1, x), "residual");
+    qkv_mem.release();
+    if (keep) {
+      keep->q = std::move(q);
+      keep->k = std::move(k);
+      keep->v = std::move(v);
+      keep->o = std::move(o);
+      keep->lse = std::move(lse);
+      keep->probs = std::move(probs);
+      keep->x_mid = x1;
+    }
+  } else if (keep) {
     keep->x_mid = x1;
   }
   // ---- MLP sublayer ----

@@ -3,7 +3,8 @@
 # mode: one forward of the step's batch through the plan (dp, tp, pp with its schedule's forward actions), its loss
 # against the single-device forward, the same loss under every plan; `run` on a block config (model.kind
 # transformer_block: no vocabulary, a regression loss) is the same forward mode with every output row validated;
-# `train` on a block config trains it and validates the losses against one device.
+# `train` on a block config trains it and validates the losses against one device; `train` on an MLP config
+# (model.kind mlp: the block with attention off, x + mlp(rmsnorm(x))) likewise.
 # Usage: executor.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -103,10 +104,21 @@ sys.exit(0 if a['simulated']['total_ns']==b['simulated']['total_ns'] else 1)"; t
   fi
 fi
 
-e2e_case "(f) bad input: a vocabulary in a block config, an MLP-only stack in train"
+e2e_case "(h) train on an MLP config: the block with attention off, x + mlp(rmsnorm(x)), validated against one device"
+MLP=$CONFIGS/workloads/small_mlp.yaml
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MLP" --steps 3 --plan tp=4; then
+  assert_out 'a stack of 1 MLP blocks x \+ mlp\(rmsnorm\(x\)\) \(no attention' "the model line says what trains"
+  assert_out_count '^ +[0-9]+ +[0-9.]+ +[0-9.]+( +[0-9.]+){4}$' 3 "one row per step"
+  assert_out_count 'gemm\.(q|k|v|o) ' 0 "no attention kernel runs"
+fi
+for plan in "tp=4,sp=true" "tp=4,sp=true,fused=true" "tp=2,dp=2,zero=3" "dp=4"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MLP" --steps 3 --plan "$plan"
+done
+
+e2e_case "(f) bad input: a vocabulary in a block config, attention keys in an MLP config"
 expect_exit 2 'vocab: model.kind transformer_block has no embedding' -- \
   shardsim_mpi 1 --chips 4 train "$BLOCK" --set model.vocab=64
-expect_exit 2 'kind: mlp: training an MLP-only stack is not implemented yet' -- \
-  shardsim_mpi 1 train "$CONFIGS/workloads/small_mlp.yaml"
+expect_exit 2 'heads: model.kind mlp has no attention \(its block: x \+ mlp\(rmsnorm\(x\)\)\)' -- \
+  shardsim_mpi 1 --chips 4 train "$MLP" --set model.heads=4
 
 e2e_finish

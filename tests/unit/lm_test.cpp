@@ -2,6 +2,7 @@
 // fall, runs are bit-identical, the synthetic data follow their pattern.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -131,6 +132,31 @@ TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
 
 // The block variants (layernorm with bias, GELU MLP, learned positions, tied embeddings), each alone and together
 // (the GPT block), pass the same check; every variant weight appears in named_weights with its gradient.
+// model.kind mlp: the block stack with attention off, x + mlp(rmsnorm(x)) per layer; no attention weight exists.
+TEST(LmModel, MlpOnlyStackGradientMatchesFiniteDifferences) {
+  LmConfig c = tiny();
+  c.vocab = 0;
+  c.attention = false;
+  c.heads = c.kv_heads = c.head_dim = 0;
+  gradient_check(c);
+  const LmWeights w = lm_init(c);
+  int64_t n = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : w.named_weights()) {
+    n += t->numel();
+    names.push_back(name);
+  }
+  EXPECT_EQ(n, lm_param_count(c));
+  EXPECT_EQ(n, c.layers * (c.hidden + 3 * c.hidden * c.ffn));  // mlp_norm, w_gate, w_up, w_down
+  for (const char* gone : {"layers.0.wq", "layers.0.wk", "layers.0.wv", "layers.0.wo", "layers.0.attn_norm"})
+    EXPECT_EQ(std::count(names.begin(), names.end(), gone), 0) << gone;
+  // The attention half off changes the output: the same weights through a block with attention differ.
+  LmConfig with = tiny();
+  with.vocab = 0;
+  const LmBatch b = lm_synthetic_batch(c, 5, 2);
+  EXPECT_NE(lm_forward(c, w, b), lm_forward(with, lm_init(with), b));
+}
+
 TEST(LmModel, VariantGradientsMatchFiniteDifferences) {
   using sharding::MlpKind;
   using sharding::NormKind;
