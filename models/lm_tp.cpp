@@ -351,7 +351,7 @@ LmWeights LmTpTrainer::gather(const LmWeights& local) {
       std::memcpy(g.data(), all.data(), size_t(g.numel()) * es);
     } else {
       // Column block j of the whole from tp rank j (replicated KV heads: from the first rank of each head's group).
-      const int64_t rows = l.dim(0), lc = l.dim(1), gc = g.dim(1), step = replicated_kv(src[i].first) ? kv_rep_ : 1;
+      const int64_t rows = l.dim(0), lc = l.dim(1), gc = g.dim(1), step = replicated_kv(dst[i].first) ? kv_rep_ : 1;
       for (int64_t j = 0; j * lc < gc; ++j)
         for (int64_t i0 = 0; i0 < rows; ++i0)
           std::memcpy(static_cast<char*>(g.data()) + size_t(i0 * gc + j * lc) * es,
