@@ -467,6 +467,14 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   }
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;
 
+  // Raised after the agreement point: other ranks may be waiting on us, so take the job down. The rank that claims
+  // the node's report line prints the one line; a rank that fails at the same moment and loses the claim (two
+  // ranks out of host memory at once) ends without a second line, and the claim makes mpirun's SIGTERM to the
+  // other ranks end them quietly.
+  const auto take_job_down = [&world](int exit_code, const std::string& line) {
+    if (!runtime::wait_board::available() || runtime::wait_board::claim()) world.abort(exit_code, line);
+    runtime::exit_job(exit_code);
+  };
   const int code = [&]() -> int {
     try {
       // The watchdog's limit is read by every message wait; a bad value is an error up front, not a silent default.
@@ -482,22 +490,17 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       if (world.rank() == 0) std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
       return e.exit_code();
     } catch (const Error& e) {
-      // Raised after the agreement point: other ranks may be waiting on us, so take the job down. Claiming the
-      // node's report line first makes mpirun's SIGTERM to the other ranks end them quietly (no second line).
-      runtime::wait_board::claim();
       // Bad input is the user's, not a chip's: no "on chip N" (which read as a fault of the simulated chip 0).
-      world.abort(e.exit_code(), (e.exit_code() == kExitBadInput ? std::string("shardsim: error: ")
-                                                                 : "shardsim: error on chip " +
-                                                                       std::to_string(world.rank()) + ": ") +
-                                     e.what());
+      take_job_down(e.exit_code(), (e.exit_code() == kExitBadInput ? std::string("shardsim: error: ")
+                                                                   : "shardsim: error on chip " +
+                                                                         std::to_string(world.rank()) + ": ") +
+                                       e.what());
     } catch (const std::bad_alloc&) {
-      runtime::wait_board::claim();
-      world.abort(kExitRuntimeFault, "shardsim: error on chip " + std::to_string(world.rank()) +
-                                         ": out of host memory (a buffer of this command does not fit in this "
-                                         "machine's RAM; use smaller sizes, fewer ranks per host, or shape-only mode)");
+      take_job_down(kExitRuntimeFault, "shardsim: error on chip " + std::to_string(world.rank()) +
+                                           ": out of host memory (a buffer of this command does not fit in this "
+                                           "machine's RAM; use smaller sizes, fewer ranks per host, or shape-only mode)");
     } catch (const std::exception& e) {
-      runtime::wait_board::claim();
-      world.abort(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
+      take_job_down(kExitRuntimeFault, "shardsim: internal error on chip " + std::to_string(world.rank()) + ": " + e.what());
     }
     return kExitOk;
   }();
