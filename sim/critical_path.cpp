@@ -199,7 +199,8 @@ Profile profile(std::vector<ChipEvents> chips) {
   for (const auto& ce : chips) {
     std::map<int, TimeNs> engine_end;  // engine -> latest end so far
     for (const ProfileEvent& e : ce.events) {
-      if (!on_path_kind(e)) continue;
+      // The host's issue is not device work: on the path, not in the device's op classes or count.
+      if (!on_path_kind(e) || e.engine == Timeline::kHostEngine) continue;
       ++pr.events;
       pr.all_by_class[static_cast<size_t>(time_class_of(e.bound))] += e.span.duration();
       if (e.engine < 0) continue;

@@ -314,15 +314,15 @@ Span Timeline::compute_one(const std::string& name, double flops, double bytes, 
   const TimeNs end = start + kt.total_ns;
   free_[kComputeEngine] = end;
   if (record_) {
-    // Host-bound (neither its data nor the engine held it back): the host's issue is its producer.
+    // What bound the start: its data, else the engine, else (host-bound) the host's issue, recorded before the
+    // kernel's own event is pushed.
+    const std::uint64_t data = deps_ && start == ready ? producer_of(ready) : 0;
     const std::uint64_t host_producer =
-        deps_ && host && start == host_ && start != free && !(start == ready && producer_of(ready)) ? note_host_issue(start)
-                                                                                                   : 0;
+        deps_ && host && !data && start != free && start == host_ ? note_host_issue(start) : 0;
     events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
     if (deps_) {
       Event& e = events_.back();
       e.id = new_id();
-      const std::uint64_t data = start == ready ? producer_of(ready) : 0;
       e.producer = data ? data : start == free ? last_on_engine_[kComputeEngine] : host_producer;
       // The kernel model's terms (sim/kernel_model.h); the element-wise engines beside a tensor engine count as
       // compute.
