@@ -61,10 +61,15 @@ class Engine {
         else
           decodes(batch, unlimited);
         break;
-      case Policy::continuous:
+      case Policy::continuous: {
+        const size_t before = running_.size();
         admit(batch, budget, false);
-        if (batch.empty()) decodes(batch, unlimited);
+        // Admissions that are single-token decodes (a disaggregated decode's arrivals, swapped sequences back)
+        // join the running sequences' decode step; prompts run in an iteration of their own.
+        const bool prompts = std::any_of(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.past == 0 || e.rows > 1; });
+        if (!prompts) decodes(batch, unlimited, before);
         break;
+      }
       case Policy::chunked:
         decodes(batch, budget);
         for (size_t i = 0; i < running_.size() && budget > 0; ++i) {  // prompts in progress
@@ -168,8 +173,9 @@ class Engine {
   }
 
   // Every running sequence that has a token to decode (KNOWN - CACHED == 1), within BUDGET.
-  void decodes(std::vector<BatchEntry>& batch, int64_t& budget) {
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  // UPTO: only the first UPTO running sequences (those admitted before this iteration).
+  void decodes(std::vector<BatchEntry>& batch, int64_t& budget, size_t upto = SIZE_MAX) {
+    for (size_t i = 0; i < std::min(upto, running_.size()) && budget > 0; ++i) {
       const int64_t id = running_[i];
       Seq& q = st_.seqs[size_t(id)];
       if (st_.known(id) - q.cached != 1) continue;
@@ -209,6 +215,15 @@ ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cf
     o.arrival_s = r.arrival_s;
     o.prompt = r.prompt;
     o.output = r.output;
+    if (r.prefilled) {  // its prompt's cache arrives with it, its first token made already (disaggregated decode)
+      Seq& q = st.seqs[size_t(r.id)];
+      q.cached = r.prompt;
+      q.generated = 1;
+      q.last_token_s = o.first_token_s = r.first_token_s;
+      if (r.first_token_s > r.arrival_s)
+        throw std::invalid_argument("request " + std::to_string(r.id) + ": its first token (" +
+                                    std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
+    }
     if (engines[0].cache().blocks_for(r.prompt + r.output) > per.blocks)
       throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
                                   " tokens of KV cache, more than " + (cfg.engines > 1 ? "an engine's share" : "its capacity") +
@@ -222,6 +237,12 @@ ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cf
     for (int e = 0; e < cfg.engines; ++e)
       if (engines[size_t(e)].busy() && (pick < 0 || ready[size_t(e)] < ready[size_t(pick)])) pick = e;
     if (next < reqs.size() && (pick < 0 || reqs[next].arrival_s <= ready[size_t(pick)])) {
+      if (reqs[next].prefilled && reqs[next].output <= 1) {  // nothing left to decode
+        st.run.requests[size_t(reqs[next].id)].finish_s = reqs[next].first_token_s;
+        ++st.done;
+        ++next;
+        continue;
+      }
       // The arrival goes to the engine with the fewest unfinished requests (vLLM's choice; the lowest on a tie).
       int to = 0;
       for (int e = 1; e < cfg.engines; ++e)

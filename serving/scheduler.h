@@ -19,6 +19,9 @@
 //              copied back when it is admitted again (then it decodes on); each copy delays the iteration that
 //              makes it by tokens x swap_s_per_token (the chips copy their own shards in parallel). Host memory
 //              holds swap_blocks blocks (vLLM's swap_space); a sequence that does not fit there is recomputed.
+// Disaggregated decode (Request::prefilled): a request arrives with its prompt's cache (from a prefill instance)
+// and its first token made; on admission it takes the blocks of its prompt and decodes from there (under
+// continuous batching such admissions join the running sequences' decode step; so do sequences swapped back in).
 // Token timing: a sequence's next token exists at the end of the iteration that brings its cache up to all its
 // known tokens (the prompt's last chunk, or a decode step); its first token's time minus its arrival is its TTFT.
 //
