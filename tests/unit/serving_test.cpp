@@ -125,6 +125,25 @@ TEST(ServingScheduler, ContinuousFirstTokenAfterItsPrefillAndOneTokenPerDecode) 
   EXPECT_EQ(kv.used_blocks(), 0);  // released at the end
 }
 
+// Disaggregated decode: requests arriving with their prompt's cache and first token never prefill, and a later
+// arrival joins the running decode step (continuous batching).
+TEST(ServingScheduler, PrefilledArrivalsDecodeAndJoinTheRunningStep) {
+  std::vector<Request> reqs{{0, 0.200, 100, 5, true, 0.100}, {1, 0.205, 50, 3, true, 0.150}};
+  PagedKvCache kv(blocks(100));
+  const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
+  ASSERT_EQ(run.iterations.size(), 4u);  // r0 alone, r0 + r1 twice, r0 alone
+  for (const auto& it : run.iterations) {
+    EXPECT_EQ(it.prefill_tokens, 0);
+    EXPECT_EQ(it.tokens, it.seqs);
+  }
+  EXPECT_EQ(run.iterations[1].seqs, 2);
+  EXPECT_NEAR(run.requests[0].first_token_s, 0.100, 1e-12);
+  EXPECT_NEAR(run.requests[1].finish_s, 0.211 + 2 * 0.012, 1e-12);
+  EXPECT_NEAR(run.requests[0].finish_s, 0.211 + 2 * 0.012 + 0.011, 1e-12);
+  EXPECT_NEAR(run.itl_s.at(0), 0.211 - 0.100, 1e-12);  // the first gap holds the transfer and the wait
+  EXPECT_EQ(kv.used_blocks(), 0);
+}
+
 TEST(ServingScheduler, ChunkedKeepsTheTokenBudgetAndStaticWaitsForItsBatch) {
   TraceSpec s;
   s.rate = 50;
