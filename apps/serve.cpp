@@ -64,6 +64,7 @@ struct ServeSetup {
   double swap_space_gib = 4;   // vLLM's swap_space per GPU
   double host_link_gbps = 64;  // PCIe 5.0 x16 per direction (H100 SXM's host link; an assumption for others)
   int prefill_replicas = 0;    // serve.disaggregation.prefill_replicas (0: prefill and decode colocated)
+  bool least_tokens = false;   // serve.load_balance: least_tokens (else round_robin)
   std::vector<serving::Request> requests;
   std::string trace_text;  // where the requests came from
 };
@@ -115,6 +116,10 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   s.sched.swap = pre == "swap";
   s.swap_space_gib = v.get_nonnegative_double("swap_space_gib", 4);
   if (v.has("host_link_gbps")) s.host_link_gbps = v.get_positive_double("host_link_gbps");
+  const std::string lb = v.get_string("load_balance", "round_robin");
+  if (lb != "round_robin" && lb != "least_tokens")
+    v.child("load_balance").fail("serve.load_balance: '" + lb + "' (round_robin | least_tokens)");
+  s.least_tokens = lb == "least_tokens";
   if (v.has("disaggregation")) {
     const ConfigNode d = v.child("disaggregation");
     d.expect_keys(serving::kServeDisaggKeys);
@@ -249,6 +254,31 @@ struct Server {
   std::vector<serving::BatchEntry> longest;  // the batch of this replica's longest iteration (--profile)
   double longest_s = 0;
 
+  // A batch alone through this replica's chips (memoised by its exact shape).
+  serving::StageFn stage_fn() {
+    return [this](const std::vector<serving::BatchEntry>& batch) -> const std::vector<serving::StageSpan>& {
+      std::vector<int64_t> key;
+      key.reserve(batch.size() * 2);
+      for (const auto& b : batch) {
+        key.push_back(b.past);
+        key.push_back(b.rows);
+      }
+      auto it = memo.find(key);
+      if (it != memo.end()) return it->second;
+      models::LmServeBatch mb;
+      mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
+      for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
+      std::vector<serving::StageSpan> st;
+      for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
+      ++simulated;
+      if (!st.empty() && st.back().end_s > longest_s) {
+        longest_s = st.back().end_s;
+        longest = batch;
+      }
+      return memo.emplace(std::move(key), std::move(st)).first->second;
+    };
+  }
+
   // MINE (sorted by arrival, ids 0..) through this replica's scheduler, every batch simulated on its chips.
   serving::ServeRun run_replica(const std::vector<serving::Request>& mine) {
     serving::ServeRun run;
@@ -256,27 +286,7 @@ struct Server {
       try {
         if (mine.empty()) return;
         serving::PagedKvCache paged(cap);
-        run = serving::simulate_pipeline(mine, sched, paged, [&](const std::vector<serving::BatchEntry>& batch) {
-          std::vector<int64_t> key;
-          key.reserve(batch.size() * 2);
-          for (const auto& b : batch) {
-            key.push_back(b.past);
-            key.push_back(b.rows);
-          }
-          auto it = memo.find(key);
-          if (it != memo.end()) return it->second;
-          models::LmServeBatch mb;
-          mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
-          for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-          std::vector<serving::StageSpan> st;
-          for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
-          ++simulated;
-          if (!st.empty() && st.back().end_s > longest_s) {
-            longest_s = st.back().end_s;
-            longest = batch;
-          }
-          return memo.emplace(std::move(key), std::move(st)).first->second;
-        });
+        run = serving::simulate_pipeline(mine, sched, paged, stage_fn());
       } catch (const std::invalid_argument& e) {
         throw UsageError(config_name + ": " + e.what());
       }
@@ -284,8 +294,38 @@ struct Server {
     return run;
   }
 
-  // Colocated: request i on replica i mod dp (round-robin), each replica prefills and decodes its own.
-  serving::ServeRun colocated(const std::vector<serving::Request>& reqs) {
+  // Colocated, LEAST_TOKENS: each request, at its arrival, to the replica with the fewest outstanding tokens (the
+  // lowest on a tie; every replica's scheduler stepped to the arrival, serving::Simulation), as SGLang's and
+  // vLLM's production routers balance by load; else request i on replica i mod dp (round-robin). Each replica
+  // prefills and decodes its own.
+  serving::ServeRun colocated(const std::vector<serving::Request>& reqs, bool least_tokens) {
+    if (least_tokens) {
+      serving::ServeRun run;
+      std::vector<int64_t> mine;
+      world.agree([&] {
+        try {
+          serving::PagedKvCache paged(cap);
+          serving::Simulation sim(reqs, sched, paged, stage_fn());
+          for (const auto& r : reqs) {
+            sim.run_until(r.arrival_s);
+            std::vector<double> load(size_t(dp), 0.0);
+            if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
+            tp.allreduce(std::span<double>(load), runtime::Reduce::sum, "serve: replicas' outstanding tokens");
+            const int to = int(std::min_element(load.begin(), load.end()) - load.begin());
+            if (to != replica) continue;
+            sim.arrive(r.id);
+            mine.push_back(r.id);
+          }
+          run = sim.finish();
+        } catch (const std::invalid_argument& e) {
+          throw UsageError(config_name + ": " + e.what());
+        }
+      });
+      serving::ServeRun sub = run;  // this replica's requests only (the others' are blank here)
+      sub.requests.clear();
+      for (const int64_t id : mine) sub.requests.push_back(run.requests[size_t(id)]);
+      return gather_replicas(tp, dp, replica, lead, sub, mine, reqs.size());
+    }
     std::vector<serving::Request> mine;
     std::vector<int64_t> global_id;
     for (const auto& r : reqs)
@@ -545,7 +585,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   const int dp = srv.dp, K = sv.prefill_replicas;
   const auto wall0 = std::chrono::steady_clock::now();
   Server::Transfers xfer;
-  serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, K, xfer) : srv.colocated(sv.requests);
+  serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, K, xfer) : srv.colocated(sv.requests, sv.least_tokens);
   int64_t simulated = srv.simulated;
   {
     std::vector<double> n{double(simulated)};
@@ -587,8 +627,10 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                   ts.empty() ? 0.0 : ts.back() * 1e3);
     out += b;
   } else if (dp > 1 || s.pp > 1) {
-    std::snprintf(b, sizeof b, "  %d replica%s (request i on replica i mod %d), %d batch%s in flight per replica (one "
-                  "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", dp, s.pp,
+    const std::string balance = sv.least_tokens ? std::string("each request to the replica with the fewest outstanding tokens")
+                                                : "request i on replica i mod " + std::to_string(dp);
+    std::snprintf(b, sizeof b, "  %d replica%s (%s), %d batch%s in flight per replica (one "
+                  "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", balance.c_str(), s.pp,
                   s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
     out += b;
   }
@@ -611,6 +653,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                         {"max_num_seqs", sv.sched.max_num_seqs},
                         {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
                         {"preemption", sv.sched.swap ? "swap" : "recompute"},
+                        {"load_balance", sv.least_tokens ? "least_tokens" : "round_robin"},
                         {"trace", sv.trace_text},
                         {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
                         {"kv_cache",

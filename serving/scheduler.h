@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,27 @@ struct ServeRun {
   std::vector<IterationSample> iterations;
   int64_t preemptions = 0, swaps = 0;  // swaps: preemptions by swap (their copies back included in the iterations)
   int64_t kv_blocks_total = 0;  // every engine's
+};
+
+// The scheduler stepped by its caller (a load balancer over replicas, apps/serve.cpp): REQS are every request
+// that may arrive (by id); arrive(id) hands one over at its arrival_s, after run_until(arrival_s) ran every batch
+// that starts before it. simulate_pipeline is: for each request in order, run_until(arrival), arrive; finish.
+class Simulation {
+ public:
+  Simulation(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+  void run_until(double t);  // every batch whose engine may start it before T (its effects at its end)
+  void arrive(int64_t id);
+  // The tokens the unfinished requests handed over still put through the model (prompt + output less what their
+  // caches hold), as of the end of each engine's latest batch.
+  int64_t outstanding_tokens() const;
+  ServeRun finish();  // runs until every request handed over is done; the results (requests never handed over
+                      // keep their arrival and lengths, no times)
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // The whole trace through POLICY on CACHE, one engine, each iteration taking ITERATION's time after the previous

@@ -98,6 +98,19 @@ fi
 expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- shardsim_mpi 1 --chips 2 serve "$S8" \
   --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=2 --json bad.json
 
+e2e_case "(h) load balancing by outstanding tokens over dp replicas"
+if expect_exit 0 'each request to the replica with the fewest outstanding tokens' -- shardsim_mpi 1 --chips 2 serve "$S8" \
+     "${SMALL[@]}" --set parallel.dp=2 --set serve.load_balance=least_tokens --json lb.json; then
+  if python3 - lb.json <<'PY'; then pass "least_tokens: 20 requests done over both replicas"; else fail "least_tokens"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["metrics"]["requests"] == 20 and j["load_balance"] == "least_tokens"
+assert {i[7] for i in j["iterations"]} == {0, 1}
+assert all(r[1] > 0 and r[2] >= r[1] for r in j["requests"])
+PY
+fi
+expect_exit 2 'serve.load_balance' -- shardsim_mpi 1 serve "$S8" --set serve.load_balance=random --json bad.json
+
 e2e_case "(g) --profile (the longest iteration's critical path) and --what-if (the trace served again per change)"
 if expect_exit 0 'profile of the longest iteration' -- shardsim_mpi 1 --chips 2 serve "$S8" "${SMALL[@]}" --set parallel.tp=2 \
      --profile --what-if hbm_bw=2x,parallel.tp=1 --json wi.json; then

@@ -193,8 +193,9 @@ const ServeCase kDisaggCases[] = {{"one_device"}, {"tp2", 2}, {"tp2_x_pp2", 2, 2
 
 template <class World>
 Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int rank) {
-  const models::LmConfig c = config_of(k);
+  models::LmConfig c = config_of(k);
   const int dp = n / (k.tp * k.pp);
+  c.batch = dp;  // the trainer's training layout (unused in serving) needs a multiple of dp
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"dp", dp}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("h100"));

@@ -249,3 +249,24 @@ TEST(ServingMetrics, PercentilesInterpolateAsNumpy) {
   EXPECT_DOUBLE_EQ(p.p90, 3.7);
   EXPECT_DOUBLE_EQ(p.mean, 2.5);
 }
+
+// The stepped scheduler (a load balancer's view): outstanding tokens are the prompt and output less the cache, and
+// handing over only some requests leaves the others untouched.
+TEST(ServingScheduler, SteppedOutstandingTokensAndASubsetOfTheRequests) {
+  std::vector<Request> reqs{{0, 0.0, 100, 5}, {1, 0.001, 40, 3}, {2, 0.002, 60, 4}};
+  const StageFn one = [](const std::vector<BatchEntry>& b) { return std::vector<StageSpan>{{0, toy_iteration(b)}}; };
+  PagedKvCache kv(blocks(100));
+  Simulation sim(reqs, {}, kv, one);
+  sim.run_until(0.0);
+  sim.arrive(0);
+  EXPECT_EQ(sim.outstanding_tokens(), 105);
+  sim.run_until(0.002);  // the prefill of request 0 (0 .. 0.110) is the only batch that starts before
+  EXPECT_EQ(sim.outstanding_tokens(), 5);
+  sim.arrive(2);  // request 1 goes elsewhere
+  EXPECT_EQ(sim.outstanding_tokens(), 5 + 64);
+  const ServeRun run = sim.finish();
+  EXPECT_GT(run.requests[0].finish_s, 0);
+  EXPECT_GT(run.requests[2].finish_s, 0);
+  EXPECT_EQ(run.requests[1].finish_s, 0);  // never handed over
+  EXPECT_EQ(kv.used_blocks(), 0);
+}
