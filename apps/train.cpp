@@ -1,8 +1,8 @@
 // `shardsim train [CONFIG] [--steps N]`: k training steps of the reference language model (models/lm_*), with the
 // losses, the simulated step time on the config's device, tokens/s and MFU.
 //
-// Without a parallel: section on one rank: the single-device reference (models/lm_train.h), timed as below.
-// With a parallel: section or on N ranks (mpirun -np N): data parallelism, dp = N replicas with ZeRO
+// Every run is the executor (models/lm_tp.h); one chip without a parallel: section is its dp = 1 plan, and the
+// single-device reference (models/lm_train.h) only answers --validate. On N chips: data parallelism, dp = N replicas with ZeRO
 // (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
 // (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
@@ -21,9 +21,8 @@
 // K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
 // to stop at).
 //
-// The simulated time of a step is the sum of its kernels' kernel-model times on the device (sim::kernel_time_ns:
-// launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
-// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
+// The simulated time of a step is its chips' timelines (sim::Timeline: kernels at their kernel-model times, host
+// launches, collectives on the modelled links). MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <algorithm>
 #include <cfloat>
@@ -736,23 +735,17 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
-    if (f.forward) s.data_parallel = true;  // the forward mode runs the executor on any chip count
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
     if (s.shape_only && f.validate && !f.forward)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");
-    if (f.validate && !s.data_parallel)
-      throw UsageError("--validate: one chip without a parallel: section is the reference itself");
     if (s.model.moe && s.model.moe->bias_update > 0 && !s.shape_only && !f.forward)
       throw UsageError("model.moe.bias_update: the selection bias's update during training is not implemented yet "
                        "(a per-layer state beside the weights: the expert loads summed over dp x ep, the reference's "
                        "and the checkpoint's copies); shape-only runs and the forward mode accept it (no update); "
                        "set it to 0 to train");
-    if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
-      throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
-                       "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
     if (!f.what_if.empty())  // every change must load as a config before any step runs (exit 2 naming it)
       for (const auto& plan : plan_what_if(f.what_if, train_config(f))) {
         TrainFlags v;
@@ -769,60 +762,12 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
       }
-    if (!f.trace_path.empty() && !s.data_parallel)
-      throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
-                       "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
     check_host_memory(s, world.size(), runtime::node_ranks(), chips_on_host);
     // Two runs saving to one checkpoint would each rename their saves over it: the second is refused here.
     if (!f.checkpoint.empty() && world.rank() == 0)
       checkpoint_lock = std::make_unique<FileLock>(f.checkpoint, "--checkpoint", "train " + f.config);
   });
-  if (s.data_parallel) return run_train_dp(world, f, s);
-  const auto& c = s.model;
-  const auto resumed = load_resume(world, f, s);
-  sharding::RunReport r = train_report(f, s, 1);
-  r.topology = "one chip (no links)";
-  r.plan = "none: the single-device reference (models/lm_train.h), each step the sum of its kernels' roofline times";
-  char b[512];
-  std::snprintf(b, sizeof b, "batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g",
-                (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, double(s.train.adamw.lr),
-                double(s.train.adamw.weight_decay), s.train.max_grad_norm);
-  r.train.data = b;
-  r.train.step_split = false;
-  resumed_into(r, f, resumed);
-  TrainLog log(world, f, std::move(r));
-  log.head();
-  double total_ns = 0, total_flops = 0;
-  int64_t steps = 0;
-  models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
-  models::LmTrainConfig run = s.train;
-  run.steps = s.train.steps - st.step;  // lm_train runs a count of steps from the state's step
-  try {
-    models::lm_train(c, run, st, [&](const models::LmStepResult& res) {
-      double ns = 0;
-      for (const auto& k : res.costs)
-        ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
-      total_ns += ns;
-      total_flops += res.flops;
-      ++steps;
-      sim::Breakdown bd;
-      bd.total = bd.compute = ns;
-      bd.flops = res.flops;
-      log.step({res.step, res.loss, res.grad_norm, bd}, s.train.steps);
-      if (save_due(f, res.step, s.train.steps)) save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip", log);
-    });
-  } catch (const Error&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw_diverged(world, e.what());  // one chip: agreed by itself
-  }
-  auto& rep = log.report();
-  sim::Breakdown mean;
-  mean.total = mean.compute = total_ns / double(steps);
-  finish_simulated(rep, mean);
-  rep.train.kernel_flops_per_step = total_flops / double(steps);
-  rep.train.hfu = rep.peak_tflops > 0 ? rep.train.kernel_flops_per_step / mean.total / 1e3 / rep.peak_tflops : 0;
-  return log.finish();
+  return run_train_dp(world, f, s);
 }
 
 }  // namespace

@@ -124,8 +124,6 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
   // ParallelPlan::algorithm_for is the rule the plan units follow).
   s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
-  // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
-  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
   return s;
 }
 
@@ -211,7 +209,6 @@ FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
     // Before load(): a run that cannot fold builds its topology once.
     if (!shape_only) return no("it moves real data (a folded run is shape-only: --shape-only or mode: shape_only)", false);
     const TrainSetup s = load(f, chips);
-    if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
     if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
     // From here on a shape-only run with replicas: auto says in one note why it is not folded.

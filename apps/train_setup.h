@@ -58,7 +58,6 @@ struct TrainSetup {
   models::LmConfig model;
   models::LmTrainConfig train;
   sim::DeviceSpec device;
-  bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
   int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
   bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
