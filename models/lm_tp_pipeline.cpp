@@ -30,11 +30,16 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
   std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
   std::map<std::pair<int, int>, LmPendingW> pending_w;  // zb_h1: (chunk, micro) between its BI and its BW
   double loss = 0, pending_w_bytes = 0;
+  double recompute_working_bytes = -1;  // of activation_bytes_: the one block rebuilt at a time (set at the first F)
   int held = 0;
   stage_stats_ = {};
   auto held_bytes = [&] {  // what this stage holds after an action: activations and pending weight gradients
     LmStageStats& st = stage_stats_;
-    st.peak_activation_bytes = std::max(st.peak_activation_bytes, held * activation_bytes_ + pending_w_bytes);
+    // Each held (chunk, micro-batch) keeps its saved tensors; under recompute those are its block inputs, and the
+    // one block rebuilt at a time (recompute_working_bytes) is counted once, not per held micro-batch.
+    const double work = std::max(recompute_working_bytes, 0.0), each = activation_bytes_ - work;
+    const double held_act = held > 0 ? held * each + work : 0.0;
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, held_act + pending_w_bytes);
     st.peak_pending_w_bytes = std::max(st.peak_pending_w_bytes, pending_w_bytes);
   };
   // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
@@ -89,6 +94,7 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
       const sim::TimeNs begin = t;
       loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
       if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
+      if (recompute_working_bytes < 0) recompute_working_bytes = dp_.recompute ? lm_recompute_working_bytes(s.cache) : 0.0;
       if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
       mark(a, begin);
       if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
