@@ -433,6 +433,9 @@ class LmTpTrainer {
   // token, this chip's heads), and back (H: the token layout's head count; replicated kv heads are summed).
   runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
   runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
+  // Throws ConfigKeyError (parallel.algorithm) when a named algorithm cannot run on a group of the plan (ZERO: its
+  // ZeRO stage): collectives::plan_obstacle on every group that runs a collective, before the first step.
+  void check_plan_algorithm(int zero);
   // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
   // when it is known, from READY.
   std::string grad_norm_gather_algorithm() const;  // the gradient norm's gather over dp (ring under auto)
