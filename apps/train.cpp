@@ -314,7 +314,8 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
   if (!snap) return;
   r.resumed_from = r.train.resumed_from = f.resume;
   r.train.resumed_step = snap->step;
-  r.train.resumed_mesh = snap->mesh;
+  r.train.resumed_mesh = snap->mesh + (snap->weights_only && !f.forward ? "; weights only (a forward's checkpoint): "
+                                                                          "AdamW's moments start at zero" : "");
 }
 
 // Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
@@ -550,8 +551,17 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
   const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
   auto step = [&] { return trainer->step(); };
-  auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
+  // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
+  // started from.
+  auto gather_state = [&] {
+    if (!f.forward) return trainer->gather_state();
+    models::LmTrainSnapshot w;
+    w.master = trainer->gather_master();
+    w.step = resumed ? resumed->step : 0;
+    w.weights_only = true;
+    return w;
+  };
   if (resumed) trainer->restore(*resumed);
   // --trace-step: the step whose trace is written (default the last; the profile and plots are the last step's).
   const int64_t trace_step = f.trace.step > 0 ? f.trace.step : s.train.steps;
@@ -584,12 +594,18 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const long long per_replica = (long long)(c.batch / dp_size);
   const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
                                                        " micro-batches of " + std::to_string(s.dp.micro_batch) +
-                                                       ", gradients accumulated"
+                                                       (f.forward ? "" : ", gradients accumulated")
                                                  : std::string();
-  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
-                "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
-                per_replica, micro.c_str(), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
-                s.train.max_grad_norm);
+  if (f.forward)  // run reads no optimizer setting: a training config's train: section is accepted and unused
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens in the forward (%lld sequences per "
+                  "replica%s)%s", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, per_replica,
+                  micro.c_str(), s.has_train_section ? "; the config's train: section is ignored by run (one "
+                  "forward, no optimizer step)" : "");
+  else
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
+                  "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq,
+                  r.train.tokens_per_step, per_replica, micro.c_str(), double(s.train.adamw.lr),
+                  double(s.train.adamw.weight_decay), s.train.max_grad_norm);
   r.train.data = b;
   resumed_into(r, f, resumed);
   TrainLog log(world, f, std::move(r));
@@ -661,7 +677,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
-  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) {
+  if (((f.validate && !(f.forward && s.validate_off)) || s.validate_config) && !(f.forward && s.shape_only)) {
     if (f.forward) {
       // A block stack's output rows, gathered on rank 0 (collective), against the reference's.
       std::optional<models::GatheredRows> rows;
@@ -786,6 +802,21 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   f.validate = true;  // unless shape-only (run_train_dp)
   f.what_if = what_if;
   f.overrides = overrides;
+  // The config's checkpoint: section (an MLP config's; train_setup.cpp's load checks its keys) is run's default
+  // target: path (default NAME.h5, shardsim_run.h5 without a name) unless enabled: false, --no-checkpoint or a
+  // shape-only run (no data).
+  world.agree([&] {
+    if (opt.no_checkpoint && opt.checkpoint_path)
+      throw UsageError("--checkpoint and --no-checkpoint contradict each other");
+    if (opt.checkpoint_path || opt.no_checkpoint || opt.shape_only) return;
+    const ConfigNode root = train_config(f);
+    if (!root.has("checkpoint") || sharding::load_workload_shape_only(root)) return;
+    const ConfigNode ck = root.child("checkpoint");
+    ck.expect_keys({"path", "enabled"});
+    if (!ck.get_bool("enabled", true)) return;
+    const std::string name = root.get_string("name", "");
+    f.checkpoint = ck.get_string("path", (name.empty() ? std::string("shardsim_run") : name) + ".h5");
+  });
   return run_train(world, f);
 }
 

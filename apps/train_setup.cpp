@@ -57,7 +57,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     const ConfigNode v = root.child("validate");
     v.expect_keys({"enabled", "tolerance"});
     if (v.has("tolerance")) s.row_tolerance = v.get_positive_double("tolerance");
-    s.validate_config = v.get_bool("enabled", true) && !s.shape_only;
+    s.validate_off = !v.get_bool("enabled", true);
+    s.validate_config = !s.validate_off && !s.shape_only;
   }
   // The topology first: a job of the wrong size says so before any plan rule does.
   if (root.has("topology")) {
@@ -85,6 +86,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   }
   if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
   s.train = sharding::parse_train_spec(root);
+  s.has_train_section = root.has("train");
   if (f.steps > 0) s.train.steps = f.steps;
   // The one mesh builder of run and train (sharding/device_mesh.h): parallel.mesh_dims checked here, naming its line.
   (void)sharding::checked_mesh(root, plan, *s.topology);

@@ -79,6 +79,8 @@ struct TrainSetup {
   // validate: {enabled: true} (a `run` config's section): compare with the single-device reference as --validate
   // does, in a real-data run (shape-only runs compute nothing to compare).
   bool validate_config = false;
+  bool validate_off = false;  // validate: {enabled: false}: run's forward is not compared with the reference
+  bool has_train_section = false;  // a train: section (run, the forward mode, reads none of it)
   // validate.tolerance: the forward mode's limit for a block stack's output rows, max|y - y_ref| / max|y_ref| (0: the
   // dtype's default, 1e-4 fp32 and 3e-2 bf16; the losses' limit follows models/lm_validate.h).
   double row_tolerance = 0;
