@@ -522,7 +522,11 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!sf.json_path.empty()) outputs.emplace_back("--json", sf.json_path);
     if (!sf.trace_path.empty()) outputs.emplace_back("--trace", sf.trace_path);
-    if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
+    if (!outputs.empty()) {  // never over an input: the config, the --requests trace (it was overwritten, exit 0)
+      std::vector<std::pair<std::string, std::string>> inputs = {{"the config file", f.config}};
+      if (!sf.requests.empty()) inputs.emplace_back("the --requests file", sf.requests);
+      check_outputs_distinct(outputs, inputs);
+    }
     s = load(f, world.size());
     sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
@@ -546,6 +550,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
 
   runtime::Transport tp(world, tl, mesh->placement());
   tp.set_shape_only(true);
+  tp.set_plan_algorithms(true);  // parallel.algorithm's rule, as train's (collectives::plan_algorithm)
   mesh->bind(tp);
   std::optional<models::LmTpTrainer> exec;
   std::optional<sharding::plans::KvCache> kv;
@@ -559,6 +564,8 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       (void)exec->serve_step({}, *kv);  // the serving plan's checks
     } catch (const std::invalid_argument& e) {
       throw UsageError(s.config_name + ": " + e.what());
+    } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE
+      train_config(f).fail_at(e.key(), e.what());
     }
     const models::LmConfig& l = exec->local_config();
     const double e = double(runtime::dtype_size(l.dtype));

@@ -11,12 +11,14 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "collectives/algorithms.h"
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
 #include "collectives/reduce_scatter.h"
+#include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
 #include "kernels/backward.h"
@@ -39,6 +41,61 @@ namespace shardsim::models {
 
 using runtime::DType;
 using runtime::Tensor;
+
+namespace {
+
+// The trainer's own checks of the plan against the model (std::invalid_argument naming the field; the config
+// parser's registry checks give the same rules with FILE:LINE first): TP, CP (Ulysses or ring, ZIGZAG), DP
+// replicas (x ep), PP stages, SP.
+void check_divisibility(const LmConfig& global, const LmDpConfig& dp_config, int tp, int cp, int dp, int pp,
+                        bool ulysses, bool zigzag, bool sp) {
+  auto need = [&](int64_t v, const char* field) {
+    if (v % tp != 0)
+      throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
+                                  " must be a multiple of parallel.tp (" + std::to_string(tp) + ")");
+  };
+  need(global.heads, "heads");
+  // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
+  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
+  if (!(global.attention && dp_config.forward_only && global.kv_heads < tp && tp % global.kv_heads == 0))
+    need(global.kv_heads, "kv_heads");
+  need(global.ffn, "ffn");
+  need(global.vocab, "vocab");
+  if (global.tied_embeddings && pp > 1)
+    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
+                                "the head live on different stages; their gradients would need an all_reduce)");
+  if (global.batch % dp != 0)
+    throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
+                                " sequences) must be a multiple of dp (" + std::to_string(dp) + ")");
+  if (ulysses && cp > 1) {
+    if (global.heads % (int64_t(tp) * cp) != 0)
+      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
+                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                  std::to_string(tp * cp) + "): Ulysses splits each tp rank's heads");
+    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
+    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
+    // groups when a parallel degree exceeds them).
+    const int64_t kv_l = global.kv_heads / tp;
+    if (global.kv_heads % tp == 0 && kv_l % cp != 0 && cp % kv_l != 0)
+      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
+                                  std::to_string(tp) + " leaves " + std::to_string(kv_l) +
+                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
+                                  std::to_string(cp) + "): Ulysses splits or replicates them");
+  }
+  if (!global.causal && cp > 1 && !ulysses)
+    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
+  const int64_t pieces = int64_t(cp) * (cp > 1 && zigzag ? 2 : 1);
+  if (global.seq % pieces != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
+                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp) +
+                                (cp > 1 && zigzag ? ", zigzag: 2 chunks per chip" : "") + ")");
+  if (sp && (global.seq / cp) % tp != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp > 1 ? " / parallel.cp" : "") +
+                                " must be a multiple of parallel.tp (" + std::to_string(tp) +
+                                ") for sequence parallelism");
+}
+
+}  // namespace
 
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
 
@@ -112,52 +169,11 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   pp_rank_ = mesh.coordinate("pp", r);
   rep_size_ = dp_size_ * cp_size_;
   rep_rank_ = cp_rank_ + cp_size_ * dp_rank_;
-  auto need = [&](int64_t v, const char* field) {
-    if (v % tp_size_ != 0)
-      throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
-                                  " must be a multiple of parallel.tp (" + std::to_string(tp_size_) + ")");
-  };
-  need(global.heads, "heads");
+  check_divisibility(global, dp, tp_size_, cp_size_, dp_size_, mesh.size("pp"), ulysses_, zigzag_, sp_);
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
   // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
   if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
     kv_rep_ = tp_size_ / int(global.kv_heads);
-  else
-    need(global.kv_heads, "kv_heads");
-  need(global.ffn, "ffn");
-  need(global.vocab, "vocab");
-  if (global.tied_embeddings && mesh.size("pp") > 1)
-    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
-                                "the head live on different stages; their gradients would need an all_reduce)");
-  if (global.batch % dp_size_ != 0)
-    throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
-                                " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
-  if (ulysses_ && cp_size_ > 1) {
-    if (global.heads % (int64_t(tp_size_) * cp_size_) != 0)
-      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
-                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                  std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
-    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
-    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
-    // groups when a parallel degree exceeds them).
-    const int64_t kv_l = global.kv_heads / tp_size_;
-    if (global.kv_heads % tp_size_ == 0 && kv_l % cp_size_ != 0 && cp_size_ % kv_l != 0)
-      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
-                                  std::to_string(tp_size_) + " leaves " + std::to_string(kv_l) +
-                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
-                                  std::to_string(cp_size_) + "): Ulysses splits or replicates them");
-  }
-  if (!global.causal && cp_size_ > 1 && !ulysses_)
-    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
-  const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
-  if (global.seq % pieces != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
-                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp_size_) +
-                                (cp_size_ > 1 && zigzag_ ? ", zigzag: 2 chunks per chip" : "") + ")");
-  if (sp_ && (global.seq / cp_size_) % tp_size_ != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp_size_ > 1 ? " / parallel.cp" : "") +
-                                " must be a multiple of parallel.tp (" + std::to_string(tp_size_) +
-                                ") for sequence parallelism");
   local_.heads /= tp_size_;
   local_.kv_heads = kv_rep_ > 1 ? 1 : local_.kv_heads / tp_size_;
   local_.ffn /= tp_size_;
@@ -243,6 +259,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
+  check_plan_algorithm(dp.zero);
   if (mesh_.size("dp") > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step
     collectives::CollectiveOptions o;
     o.algorithm = grad_norm_gather_algorithm();
@@ -252,10 +269,33 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   }
 }
 
+void LmTpTrainer::check_plan_algorithm(int zero) {
+  // A named parallel.algorithm on every group of this plan that runs a collective, before the first step (exit 2
+  // naming the key; it used to fail at the first collective): collectives::plan_obstacle, the rule choose() applies.
+  if (algorithm_ == "auto") return;
+  using C = collectives::Collective;
+  std::vector<std::tuple<const char*, C, runtime::Transport*>> calls = {
+      {"tp", C::all_reduce, &mesh_["tp"]}, {"tp", C::all_gather, &mesh_["tp"]},
+      {"replica (tp x cp x pp)", C::all_reduce, &mesh_.excluding("dp")}, {"dp", C::all_gather, &mesh_["dp"]},
+      {"data-parallel", zero == 0 ? C::all_reduce : C::reduce_scatter, rep_}};
+  if (sp_) calls.emplace_back("tp", C::reduce_scatter, &mesh_["tp"]);
+  if (zero > 0) calls.emplace_back("data-parallel", C::all_gather, rep_);
+  if (ulysses_ && cp_size_ > 1) calls.emplace_back("ulysses", C::all_to_all, &mesh_["cp"]);
+  if (pp_size_ > 1) calls.emplace_back("pp", C::broadcast, &mesh_["pp"]);
+  if (ep_size_ > 1)
+    for (C c : {C::all_to_allv, C::all_to_all, zero == 0 ? C::all_reduce : C::reduce_scatter})
+      calls.emplace_back(c == C::all_reduce || c == C::reduce_scatter ? "experts' data-parallel" : "ep", c,
+                         c == C::all_reduce || c == C::reduce_scatter ? &mesh_["dp"] : &mesh_["ep"]);
+  for (const auto& [group, c, g] : calls)
+    if (const std::string why = collectives::plan_obstacle(c, algorithm_, *g); !why.empty())
+      throw ConfigKeyError("parallel.algorithm", "parallel.algorithm: '" + algorithm_ + "' cannot run the " + group +
+                                                     " group's " + why + "; name another algorithm, or auto");
+}
+
 std::string LmTpTrainer::grad_norm_gather_algorithm() const {
   // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes
   // may pair XOR partners, which a replica shift does not keep). (dp - 1) latencies.
-  return algorithm_ == "auto" ? "ring" : algorithm_;
+  return collectives::plan_algorithm(collectives::Collective::all_gather, algorithm_, 2) == "auto" ? "ring" : algorithm_;
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }

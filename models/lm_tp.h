@@ -120,6 +120,7 @@
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
 #include "sharding/plans/kv_attention.h"
+#include "sharding/plans/pipeline_executor.h"
 #include "sharding/plans/pipeline_schedule.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sim/timeline.h"
@@ -185,25 +186,7 @@ struct LmStageSummary {
 // BI + W) and W spans (sharding/plans/pipeline_schedule.h, PipeCosts; uniform stages assumed).
 sharding::plans::PipeCosts lm_stage_costs(const std::vector<LmStageSummary>& stages);
 
-struct LmStageStats {
-  struct Span {
-    sharding::plans::PipeAction action;
-    sim::TimeNs start = 0, end = 0;
-  };
-  std::vector<Span> spans;
-  int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
-  double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
-  // Most bytes held at once: the in-flight forwards' saved tensors plus (zb_h1) the operands kept for the pending
-  // weight-gradient passes; and those alone.
-  double peak_activation_bytes = 0, peak_pending_w_bytes = 0;
-  double bytes_forward = 0;           // activations sent to the next stage
-  double bytes_backward = 0;          // their gradients sent to the previous stage
-  double busy_ns() const {
-    double b = 0;
-    for (const auto& s : spans) b += s.end - s.start;
-    return b;
-  }
-};
+using LmStageStats = sharding::plans::PipeStageStats;  // sharding/plans/pipeline_executor.h
 
 // ZB-H1's deferred weight gradients of one (chunk, micro-batch): per unit, in backward order, its dW GEMMs with
 // their operands (sharding/plans/tensor_parallel.h, WeightGradGemm), and on model stage 0 the embedding's gradient
@@ -427,6 +410,9 @@ class LmTpTrainer {
     t = chip.t;
     return r;
   }
+  // Throws ConfigKeyError (parallel.algorithm) when a named algorithm cannot run on a group of the plan (ZERO: its
+  // ZeRO stage): collectives::plan_obstacle on every group that runs a collective, before the first step.
+  void check_plan_algorithm(int zero);
   // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
   // when it is known, from READY.
   std::string grad_norm_gather_algorithm() const;  // the gradient norm's gather over dp (ring under auto)
