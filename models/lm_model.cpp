@@ -381,6 +381,7 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
       const int64_t n = c.expert_count < 0 ? s.experts() : c.expert_count;
       for (int64_t e = c.expert_first; e < c.expert_first + n; ++e) L.moe.experts.push_back(mlp(s.expert_ffn[size_t(e)]));
       if (s.shared_ffn > 0) L.moe.shared = mlp(s.shared_ffn);
+      L.moe.bias = s.router.bias;  // the selection bias's start (zeros with model.moe.bias_update > 0)
     }
     w.layers.push_back(std::move(L));
   }

@@ -212,6 +212,14 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                            [co, tp = tp_size_, cp = cp_size_, ep = ep_size_](int q) {
                              return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * (co(3, q) + ep * co(4, q))};
                            });
+    // With cp, the experts' replicas are the dp x cp chips of one (tp, pp, ep) coordinate (Megatron's expert
+    // data-parallel group spans the context-parallel chips), ordered cp-innermost.
+    if (cp_size_ > 1 && ep_size_ > 1)
+      expert_dp_ = &world.subgroup("lm_tp.dp_cp_experts", tp_rank_ + tp_size_ * (pp_rank_ + pp_size_ * ep_rank_),
+                                   cp_rank_ + cp_size_ * mesh.coordinate("dp", r),
+                                   [co, tp = tp_size_, pp = pp_size_, cp = cp_size_](int q) {
+                                     return std::pair{co(0, q) + tp * (co(1, q) + pp * co(3, q)), co(2, q) + cp * co(4, q)};
+                                   });
   } else {
     rep_ = &mesh_["dp"];
   }
@@ -252,7 +260,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
                         split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name)});
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
-  const sharding::plans::DpExperts experts{ep_size_ > 1 ? &mesh_["dp"] : nullptr, 1.0 / ep_size_};
+  const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
+                                           1.0 / ep_size_};
   data_ = std::make_unique<sharding::plans::DataParallel>(
       std::move(params), static_cast<int>(local_.layers) + 2,
       sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_,
