@@ -23,10 +23,14 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "apps/profile.h"
 #include "apps/train_setup.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "models/lm_tp.h"
+#include "models/lm_tp_decode.h"
+#include "models/profile.h"
+#include "models/report.h"
 #include "runtime/transport.h"
 #include "serving/config_keys.h"
 #include "serving/kv_cache.h"
@@ -46,6 +50,10 @@ struct ServeFlags {
   std::string json_path, trace_path;
   std::string requests;  // --requests FILE: the trace instead of the config's
   sharding::ConfigOverrides overrides;
+  bool profile = false;    // --profile: the critical path of the run's longest iteration (docs/PROFILE.md)
+  std::string what_if;     // --what-if SPEC (apps/profile.h): each change re-served over the same trace
+  bool quiet = false;      // a what-if re-run: nothing printed or written
+  serving::ServeMetrics* metrics_out = nullptr;  // a what-if re-run's metrics (rank 0)
 };
 
 struct ServeSetup {
@@ -55,6 +63,8 @@ struct ServeSetup {
   double memory_fraction = 0.9;
   double swap_space_gib = 4;   // vLLM's swap_space per GPU
   double host_link_gbps = 64;  // PCIe 5.0 x16 per direction (H100 SXM's host link; an assumption for others)
+  int prefill_replicas = 0;    // serve.disaggregation.prefill_replicas (0: prefill and decode colocated)
+  bool least_tokens = false;   // serve.load_balance: least_tokens (else round_robin)
   std::vector<serving::Request> requests;
   std::string trace_text;  // where the requests came from
 };
@@ -84,7 +94,7 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
   return d;
 }
 
-ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context) {
+ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
@@ -106,6 +116,19 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   s.sched.swap = pre == "swap";
   s.swap_space_gib = v.get_nonnegative_double("swap_space_gib", 4);
   if (v.has("host_link_gbps")) s.host_link_gbps = v.get_positive_double("host_link_gbps");
+  const std::string lb = v.get_string("load_balance", "round_robin");
+  if (lb != "round_robin" && lb != "least_tokens")
+    v.child("load_balance").fail("serve.load_balance: '" + lb + "' (round_robin | least_tokens)");
+  s.least_tokens = lb == "least_tokens";
+  if (v.has("disaggregation")) {
+    const ConfigNode d = v.child("disaggregation");
+    d.expect_keys(serving::kServeDisaggKeys);
+    s.prefill_replicas = int(d.get_int_in("prefill_replicas", 0, 1 << 20));  // 0: colocated
+    if (s.prefill_replicas >= dp)
+      d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: " + std::to_string(s.prefill_replicas) +
+                                       " prefill replicas need parallel.dp > " + std::to_string(s.prefill_replicas) +
+                                       " (at least one decode replica); dp is " + std::to_string(dp));
+  }
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
     slo.expect_keys(serving::kServeSloKeys);
@@ -212,6 +235,280 @@ serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica
   return out;
 }
 
+// One serving run's machinery on this chip: the executor in its serving mode, the cache, the scheduler's
+// configuration and the memo of simulated batch shapes.
+struct Server {
+  const runtime::World& world;
+  runtime::Transport& tp;
+  sharding::DeviceMesh& mesh;
+  sim::Timeline& tl;
+  models::LmTpTrainer& exec;
+  sharding::plans::KvCache& kv;
+  const serving::KvCapacity& cap;
+  const serving::SchedulerConfig& sched;
+  const std::string& config_name;
+  int dp = 1, replica = 0;
+  bool lead = true;  // the replica's first chip: its results go into the report
+  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo;
+  int64_t simulated = 0;
+  std::vector<serving::BatchEntry> longest;  // the batch of this replica's longest iteration (--profile)
+  double longest_s = 0;
+
+  // A batch alone through this replica's chips (memoised by its exact shape).
+  serving::StageFn stage_fn() {
+    return [this](const std::vector<serving::BatchEntry>& batch) -> const std::vector<serving::StageSpan>& {
+      std::vector<int64_t> key;
+      key.reserve(batch.size() * 2);
+      for (const auto& b : batch) {
+        key.push_back(b.past);
+        key.push_back(b.rows);
+      }
+      auto it = memo.find(key);
+      if (it != memo.end()) return it->second;
+      models::LmServeBatch mb;
+      mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
+      for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
+      std::vector<serving::StageSpan> st;
+      for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
+      ++simulated;
+      if (!st.empty() && st.back().end_s > longest_s) {
+        longest_s = st.back().end_s;
+        longest = batch;
+      }
+      return memo.emplace(std::move(key), std::move(st)).first->second;
+    };
+  }
+
+  // MINE (sorted by arrival, ids 0..) through this replica's scheduler, every batch simulated on its chips.
+  serving::ServeRun run_replica(const std::vector<serving::Request>& mine) {
+    serving::ServeRun run;
+    world.agree([&] {
+      try {
+        if (mine.empty()) return;
+        serving::PagedKvCache paged(cap);
+        run = serving::simulate_pipeline(mine, sched, paged, stage_fn());
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(config_name + ": " + e.what());
+      }
+    });
+    return run;
+  }
+
+  // Colocated, LEAST_TOKENS: each request, at its arrival, to the replica with the fewest outstanding tokens (the
+  // lowest on a tie; every replica's scheduler stepped to the arrival, serving::Simulation), as SGLang's and
+  // vLLM's production routers balance by load; else request i on replica i mod dp (round-robin). Each replica
+  // prefills and decodes its own.
+  serving::ServeRun colocated(const std::vector<serving::Request>& reqs, bool least_tokens) {
+    if (least_tokens) {
+      serving::ServeRun run;
+      std::vector<int64_t> mine;
+      world.agree([&] {
+        try {
+          serving::PagedKvCache paged(cap);
+          serving::Simulation sim(reqs, sched, paged, stage_fn());
+          for (const auto& r : reqs) {
+            sim.run_until(r.arrival_s);
+            std::vector<double> load(size_t(dp), 0.0);
+            if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
+            tp.allreduce(std::span<double>(load), runtime::Reduce::sum, "serve: replicas' outstanding tokens");
+            const int to = int(std::min_element(load.begin(), load.end()) - load.begin());
+            if (to != replica) continue;
+            sim.arrive(r.id);
+            mine.push_back(r.id);
+          }
+          run = sim.finish();
+        } catch (const std::invalid_argument& e) {
+          throw UsageError(config_name + ": " + e.what());
+        }
+      });
+      serving::ServeRun sub = run;  // this replica's requests only (the others' are blank here)
+      sub.requests.clear();
+      for (const int64_t id : mine) sub.requests.push_back(run.requests[size_t(id)]);
+      return gather_replicas(tp, dp, replica, lead, sub, mine, reqs.size());
+    }
+    std::vector<serving::Request> mine;
+    std::vector<int64_t> global_id;
+    for (const auto& r : reqs)
+      if (r.id % dp == replica) {
+        global_id.push_back(r.id);
+        mine.push_back(r);
+        mine.back().id = int64_t(mine.size()) - 1;
+      }
+    return gather_replicas(tp, dp, replica, lead, run_replica(mine), global_id, reqs.size());
+  }
+
+  // --profile: the run's longest iteration (the lowest replica's on a tie) simulated again with every block and
+  // its events recorded, profiled as `train --profile` profiles a step (models/profile.h). Collective.
+  std::shared_ptr<const sim::Profile> profile_longest(double peak_tflops, std::string& what) {
+    std::vector<double> v{longest_s};
+    tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
+    std::vector<double> who{longest_s == v[0] && lead ? double(replica) : 1e9};
+    tp.allreduce(std::span<double>(who), runtime::Reduce::min, "serve profile: its replica");
+    tl.set_record_dependencies(true);
+    tl.set_keep_events(true);
+    tl.reset();
+    int64_t tokens = 0;
+    if (replica == int(who[0])) {
+      models::LmServeBatch mb;
+      for (const auto& b : longest) {
+        mb.seqs.push_back({b.request, b.past, b.rows});
+        tokens += b.rows;
+      }
+      (void)exec.serve_step(mb, kv);
+    }
+    sharding::RunReport rep;
+    sharding::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
+    std::vector<double> shape{replica == int(who[0]) && lead ? double(longest.size()) : 0.0,
+                              replica == int(who[0]) && lead ? double(tokens) : 0.0};
+    tp.allreduce(std::span<double>(shape), runtime::Reduce::sum, "serve profile: its batch");
+    char b[256];
+    std::snprintf(b, sizeof b, "the longest iteration (replica %d, %.0f sequences, %.0f new tokens, %.3f ms)",
+                  int(who[0]), shape[0], shape[1], v[0] * 1e3);
+    what = b;
+    return rep.profile;
+  }
+
+  struct Transfers {
+    int64_t count = 0;
+    double bytes = 0;           // per chip pair, all transfers
+    std::vector<double> time_s;  // each transfer's prefill end -> its cache at the decode replica
+  };
+
+  // Disaggregated (DistServe, Splitwise): replicas [0, K) prefill (request i on replica i mod K; its first token
+  // made there, TTFT as DistServe's), then its prompt's cache goes over the dp axis' links to decode replica
+  // K + (j mod (dp - K)) for the j-th prefill to end (ties by id), where it decodes the rest. The transfers run on
+  // the chips' timelines in the order their prefills end, each starting when its prefill ended, so transfers from
+  // one chip queue on its links (runtime/transport.h). The prefill side keeps no cache after its prefill.
+  serving::ServeRun disaggregated(const std::vector<serving::Request>& reqs, int K, Transfers& xfer) {
+    const size_t n = reqs.size();
+    std::vector<serving::Request> pre;
+    std::vector<int64_t> pre_id;
+    if (replica < K)
+      for (const auto& r : reqs)
+        if (r.id % K == replica) {
+          pre_id.push_back(r.id);
+          pre.push_back(r);
+          pre.back().id = int64_t(pre.size()) - 1;
+          pre.back().output = 1;  // the prefill instance makes the first token
+        }
+    const serving::ServeRun a = gather_replicas(tp, dp, replica, lead, run_replica(pre), pre_id, n);
+    std::vector<int64_t> order;
+    for (const auto& r : reqs)
+      if (r.output > 1) order.push_back(r.id);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return a.requests[size_t(x)].first_token_s < a.requests[size_t(y)].first_token_s;
+    });
+    std::vector<double> arrive(n, 0.0);
+    std::vector<int> to(n, 0);
+    tl.reset();
+    runtime::Transport& dpt = mesh["dp"];
+    const int64_t layers = exec.local_config().layers;
+    for (size_t j = 0; j < order.size(); ++j) {
+      const int64_t i = order[j];
+      to[size_t(i)] = K + int(j % size_t(dp - K));
+      const models::KvTransfer x{i, i, reqs[size_t(i)].prompt, int(i % K), to[size_t(i)],
+                                 a.requests[size_t(i)].first_token_s * 1e9};
+      const sim::TimeNs t = models::kv_transfer(dpt, kv, layers, x);
+      if (replica == x.to) arrive[size_t(i)] = t * 1e-9;
+      xfer.bytes += double(x.tokens) * cap.bytes_per_token;
+    }
+    tp.allreduce(std::span<double>(arrive), runtime::Reduce::max, "serve: KV cache arrivals");
+    std::vector<serving::Request> dec;
+    std::vector<int64_t> dec_id;
+    for (const int64_t i : order) {
+      xfer.time_s.push_back(arrive[size_t(i)] - a.requests[size_t(i)].first_token_s);
+      if (to[size_t(i)] != replica) continue;
+      serving::Request r = reqs[size_t(i)];
+      r.arrival_s = arrive[size_t(i)];
+      r.prefilled = true;
+      r.first_token_s = a.requests[size_t(i)].first_token_s;
+      dec.push_back(r);
+    }
+    xfer.count = int64_t(order.size());
+    std::stable_sort(dec.begin(), dec.end(), [](const auto& x, const auto& y) { return x.arrival_s < y.arrival_s; });
+    for (auto& r : dec) {
+      dec_id.push_back(r.id);
+      r.id = int64_t(dec_id.size()) - 1;
+    }
+    const serving::ServeRun c = gather_replicas(tp, dp, replica, lead, run_replica(dec), dec_id, n);
+    serving::ServeRun out = a;
+    for (size_t i = 0; i < n; ++i) {
+      auto& r = out.requests[i];
+      r.output = reqs[i].output;
+      if (reqs[i].output > 1) {
+        r.finish_s = c.requests[i].finish_s;
+        r.preemptions += c.requests[i].preemptions;
+      }
+    }
+    out.itl_s = c.itl_s;
+    out.iterations.insert(out.iterations.end(), c.iterations.begin(), c.iterations.end());
+    std::stable_sort(out.iterations.begin(), out.iterations.end(),
+                     [](const auto& x, const auto& y) { return x.start_s < y.start_s; });
+    out.preemptions += c.preemptions;
+    out.swaps += c.swaps;
+    out.kv_blocks_total = std::max(a.kv_blocks_total, c.kv_blocks_total);
+    return out;
+  }
+};
+
+// --what-if: one change's re-run over the same trace (every flag but the outputs), its metrics on rank 0.
+struct ServeWhatIf {
+  std::string change;
+  std::vector<std::string> sets;
+  serving::ServeMetrics m;
+  double speedup = 0;  // baseline mean e2e latency / this one's
+};
+
+int run_serve(const runtime::World& world, const ServeFlags& sf);
+
+// Each change of SF.what_if served again (apps/profile.h: plan_what_if, run_what_if, as `train --what-if`), the
+// speedup on the mean end-to-end latency (the open-loop trace's arrivals are fixed: a faster machine shows in the
+// latencies, not the run's length).
+std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeFlags& sf,
+                                       const std::vector<WhatIfPlan>& plans, const serving::ServeMetrics& base) {
+  std::map<std::string, serving::ServeMetrics> by_change;
+  size_t next = 0;
+  const std::vector<sharding::WhatIf> rows = run_what_if(
+      plans, base.e2e.mean * 1e9,
+      [&](const sharding::ConfigOverrides& ov) {
+        ServeFlags v;
+        v.config = sf.config;
+        v.requests = sf.requests;
+        v.overrides = ov;
+        v.quiet = true;
+        serving::ServeMetrics m;
+        v.metrics_out = &m;
+        run_serve(world, v);
+        by_change[plans.at(next++).change] = m;
+        return m.e2e.mean * 1e9;
+      },
+      sf.overrides);
+  std::vector<ServeWhatIf> out;
+  for (const auto& w : rows) out.push_back({w.change, w.sets, by_change[w.change], w.speedup});
+  return out;
+}
+
+std::string what_if_table(const serving::ServeMetrics& base, const std::vector<ServeWhatIf>& rows) {
+  std::string s = "what-if (each change served again over the same trace; speedup = baseline / changed mean e2e latency)\n";
+  char b[512];
+  std::snprintf(b, sizeof b, "  %-28s %21s %19s %12s %9s %8s\n", "change", "TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)",
+                "e2e mean (s)", "goodput", "speedup");
+  s += b;
+  auto row = [&](const std::string& name, const serving::ServeMetrics& m, double speedup, const std::string& sets) {
+    std::snprintf(b, sizeof b, "  %-28s %10.1f / %8.1f %9.2f / %7.2f %12.3f %9.3f %7.3fx%s\n", name.c_str(),
+                  m.ttft.p50 * 1e3, m.ttft.p99 * 1e3, m.tpot.p50 * 1e3, m.tpot.p99 * 1e3, m.e2e.mean,
+                  m.goodput_requests_per_s, speedup, sets.c_str());
+    s += b;
+  };
+  row("baseline", base, 1.0, "");
+  for (const auto& w : rows) {
+    std::string sets;
+    for (const auto& x : w.sets) sets += (sets.empty() ? "  (" : " ") + std::string("--set ") + x;
+    row(w.change, w.m, w.speedup, sets.empty() ? sets : sets + ")");
+  }
+  return s;
+}
+
 int run_serve(const runtime::World& world, const ServeFlags& sf) {
   TrainFlags f;
   f.config = sf.config;
@@ -220,13 +517,27 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   f.serve = true;
   TrainSetup s;
   ServeSetup sv;
+  std::vector<WhatIfPlan> what_if;
   world.agree([&] {
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!sf.json_path.empty()) outputs.emplace_back("--json", sf.json_path);
     if (!sf.trace_path.empty()) outputs.emplace_back("--trace", sf.trace_path);
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
-    sv = parse_serve(train_config(f), sf, s.model.seq);
+    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
+    if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
+      what_if = plan_what_if(sf.what_if, train_config(f));
+      for (const auto& plan : what_if) {
+        TrainFlags v = f;
+        v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
+        try {
+          const TrainSetup vs = load(v, world.size());
+          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp);
+        } catch (const Error& e) {
+          throw UsageError("--what-if " + plan.change + ": " + e.what());
+        }
+      }
+    }
   });
   const topology::Topology& topo = *s.topology;
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
@@ -260,54 +571,22 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       throw UsageError(s.config_name + ": serve.memory_fraction / block_size: the KV cache is too small: " + err.what());
     }
   });
-  serving::PagedKvCache paged(cap);
-  // dp replicas: request i goes to replica i mod dp (a round-robin load balancer); each replica's chips run its
-  // own scheduler and batches. pp: one virtual engine per stage, so pp batches are in flight (serving/scheduler.h).
-  const int dp = mesh->size("dp"), replica = mesh->coordinate("dp", mesh->rank());
-  bool lead = true;  // the replica's first chip: its results go into the report
-  for (const auto& a : mesh->axes())
-    if (a.name != "dp" && mesh->coordinate(a.name, mesh->rank()) != 0) lead = false;
-  std::vector<serving::Request> mine;
-  std::vector<int64_t> global_id;
-  for (const auto& r : sv.requests)
-    if (r.id % dp == replica) {
-      global_id.push_back(r.id);
-      mine.push_back(r);
-      mine.back().id = int64_t(mine.size()) - 1;
-    }
+  // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
+  // batches are in flight (serving/scheduler.h).
   serving::SchedulerConfig sched = sv.sched;
   sched.engines = s.pp;
   sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
   sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
-  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo;
-  int64_t simulated = 0;
+  Server srv{world, tp, *mesh, tl, *exec, *kv, cap, sched, s.config_name};
+  srv.dp = mesh->size("dp");
+  srv.replica = mesh->coordinate("dp", mesh->rank());
+  for (const auto& a : mesh->axes())
+    if (a.name != "dp" && mesh->coordinate(a.name, mesh->rank()) != 0) srv.lead = false;
+  const int dp = srv.dp, K = sv.prefill_replicas;
   const auto wall0 = std::chrono::steady_clock::now();
-  serving::ServeRun run;
-  world.agree([&] {
-    try {
-      if (mine.empty()) return;
-      run = serving::simulate_pipeline(mine, sched, paged, [&](const std::vector<serving::BatchEntry>& batch) {
-        std::vector<int64_t> key;
-        key.reserve(batch.size() * 2);
-        for (const auto& b : batch) {
-          key.push_back(b.past);
-          key.push_back(b.rows);
-        }
-        auto it = memo.find(key);
-        if (it != memo.end()) return it->second;
-        models::LmServeBatch mb;
-        mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
-        for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-        std::vector<serving::StageSpan> st;
-        for (const sim::Span& sp : exec->serve_step(mb, *kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
-        ++simulated;
-        return memo.emplace(std::move(key), std::move(st)).first->second;
-      });
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": " + e.what());
-    }
-  });
-  run = gather_replicas(tp, dp, replica, lead, run, global_id, sv.requests.size());
+  Server::Transfers xfer;
+  serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, K, xfer) : srv.colocated(sv.requests, sv.least_tokens);
+  int64_t simulated = srv.simulated;
   {
     std::vector<double> n{double(simulated)};
     tp.allreduce(std::span<double>(n), runtime::Reduce::max, "serve simulated shapes");
@@ -315,54 +594,89 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   const serving::ServeMetrics m = serving::summarise(run, sv.slo, world.size());
-  if (world.rank() == 0) {
-    std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
-    char b[512];
-    std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
-                  s.device.name.c_str(), world.size(), s.tp, s.pp, dp, (long long)s.model.layers, (long long)s.model.hidden,
-                  (long long)s.model.heads, (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
+  if (sf.metrics_out) *sf.metrics_out = m;
+  if (sf.quiet) return kExitOk;
+  std::shared_ptr<const sim::Profile> prof;
+  std::string prof_what;
+  if (sf.profile)
+    prof = srv.profile_longest(s.device.peak_flops_per_ns(runtime::precision_of(s.model.dtype)) / 1e3, prof_what);
+  std::vector<ServeWhatIf> wi;
+  if (!what_if.empty()) wi = serve_what_if(world, sf, what_if, m);
+  if (world.rank() != 0) return kExitOk;
+  std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
+  char b[512];
+  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
+                s.device.name.c_str(), world.size(), s.tp, s.pp, dp, (long long)s.model.layers, (long long)s.model.hidden,
+                (long long)s.model.heads, (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
+  out += b;
+  std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
+                serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
+                (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
+  out += b;
+  if (K > 0) {
+    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (request i on replica i mod %d), replica%s %d..%d "
+                  "decode (the j-th prefill to end on replica %d + j mod %d); per pipeline stage %d batch%s in flight\n",
+                  K > 1 ? "s" : "", K - 1, K, dp - K > 1 ? "s" : "", K, dp - 1, K, dp - K, s.pp, s.pp > 1 ? "es" : "");
     out += b;
-    std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
-                  serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
-                  (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
+    std::vector<double> ts = xfer.time_s;
+    std::sort(ts.begin(), ts.end());
+    double mean = 0;
+    for (double x : ts) mean += x / double(std::max<size_t>(ts.size(), 1));
+    std::snprintf(b, sizeof b, "  KV cache transfers: %lld over the dp axis' links, %.2f GB per chip pair in all; prefill end "
+                  "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
+                  ts.empty() ? 0.0 : ts.back() * 1e3);
     out += b;
-    if (dp > 1 || s.pp > 1) {
-      std::snprintf(b, sizeof b, "  %d replica%s (request i on replica i mod %d), %d batch%s in flight per replica (one "
-                    "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", dp, s.pp,
-                    s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
-      out += b;
-    }
-    out += "  KV cache per chip: " + cap.formula() + "\n";
-    out += serving::metrics_text(m, sv.slo);
-    std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
-                  (long long)simulated, (long long)m.iterations, wall);
+  } else if (dp > 1 || s.pp > 1) {
+    const std::string balance = sv.least_tokens ? std::string("each request to the replica with the fewest outstanding tokens")
+                                                : "request i on replica i mod " + std::to_string(dp);
+    std::snprintf(b, sizeof b, "  %d replica%s (%s), %d batch%s in flight per replica (one "
+                  "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", balance.c_str(), s.pp,
+                  s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
     out += b;
-    std::fputs(out.c_str(), stdout);
-    if (!sf.json_path.empty()) {
-      nlohmann::json j = {{"config", s.config_name},
-                          {"device", s.device.name},
-                          {"chips", world.size()},
-                          {"tp", s.tp},
-                          {"pp", s.pp},
-                          {"dp", dp},
-                          {"policy", serving::policy_name(sv.sched.policy)},
-                          {"max_num_seqs", sv.sched.max_num_seqs},
-                          {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
-                          {"preemption", sv.sched.swap ? "swap" : "recompute"},
-                          {"trace", sv.trace_text},
-                          {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
-                          {"kv_cache",
-                           {{"hbm_bytes", cap.hbm}, {"memory_fraction", cap.fraction}, {"weights_bytes", cap.weights},
-                            {"activation_bytes", cap.activations}, {"bytes_per_token", cap.bytes_per_token},
-                            {"block_size", cap.block_size}, {"blocks", cap.blocks}, {"tokens", cap.tokens()}}},
-                          {"metrics", serving::metrics_json(m)},
-                          {"iterations_simulated", simulated},
-                          {"iterations", serving::iterations_json(run)},
-                          {"requests", serving::requests_json(run)}};
-      write_file_atomic(sf.json_path, j.dump(1) + "\n");
-    }
-    if (!sf.trace_path.empty()) write_file_atomic(sf.trace_path, serving::trace_json(run).dump() + "\n");
   }
+  out += "  KV cache per chip: " + cap.formula() + "\n";
+  out += serving::metrics_text(m, sv.slo);
+  std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
+                (long long)simulated, (long long)m.iterations, wall);
+  out += b;
+  if (prof) out += "profile of " + prof_what + "\n" + sharding::profile_text(*prof);
+  if (!what_if.empty()) out += what_if_table(m, wi);
+  std::fputs(out.c_str(), stdout);
+  if (!sf.json_path.empty()) {
+    nlohmann::json j = {{"config", s.config_name},
+                        {"device", s.device.name},
+                        {"chips", world.size()},
+                        {"tp", s.tp},
+                        {"pp", s.pp},
+                        {"dp", dp},
+                        {"policy", serving::policy_name(sv.sched.policy)},
+                        {"max_num_seqs", sv.sched.max_num_seqs},
+                        {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
+                        {"preemption", sv.sched.swap ? "swap" : "recompute"},
+                        {"load_balance", sv.least_tokens ? "least_tokens" : "round_robin"},
+                        {"trace", sv.trace_text},
+                        {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
+                        {"kv_cache",
+                         {{"hbm_bytes", cap.hbm}, {"memory_fraction", cap.fraction}, {"weights_bytes", cap.weights},
+                          {"activation_bytes", cap.activations}, {"bytes_per_token", cap.bytes_per_token},
+                          {"block_size", cap.block_size}, {"blocks", cap.blocks}, {"tokens", cap.tokens()}}},
+                        {"metrics", serving::metrics_json(m)},
+                        {"iterations_simulated", simulated},
+                        {"iterations", serving::iterations_json(run)},
+                        {"requests", serving::requests_json(run)}};
+    if (K > 0)
+      j["disaggregation"] = {{"prefill_replicas", K}, {"decode_replicas", dp - K}, {"transfers", xfer.count},
+                             {"transfer_bytes_per_chip_pair", xfer.bytes}, {"transfer_s", xfer.time_s}};
+    if (prof) j["profile"] = {{"iteration", prof_what}, {"critical_path", sharding::profile_json(*prof)}};
+    if (!what_if.empty()) {
+      nlohmann::json w = nlohmann::json::array();
+      for (const auto& x : wi)
+        w.push_back({{"change", x.change}, {"set", x.sets}, {"speedup", x.speedup}, {"metrics", serving::metrics_json(x.m)}});
+      j["what_if"] = w;
+    }
+    write_file_atomic(sf.json_path, j.dump(1) + "\n");
+  }
+  if (!sf.trace_path.empty()) write_file_atomic(sf.trace_path, serving::trace_json(run).dump() + "\n");
   return kExitOk;
 }
 
@@ -378,6 +692,12 @@ Command add_serve(CLI::App& app, const runtime::World& world) {
   sub->add_option("--trace", flags->trace_path, "also write a Chrome / Perfetto trace of the iterations (per replica "
                                                "and engine), the batch and cache over time, and the requests");
   sub->add_option("--requests", flags->requests, "a request trace (CSV or JSONL) instead of the config's serve.trace");
+  sub->add_flag("--profile", flags->profile,
+                "add the profile of the run's longest iteration: its critical path across chips, each op's class and "
+                "the top bottlenecks (docs/PROFILE.md, as train --profile)");
+  sub->add_option("--what-if", flags->what_if,
+                  "serve the trace again with each change (as train's --what-if: link_bw=2x,hbm_bw=1.5x,parallel.tp=4, "
+                  "...) and print its latencies and speedup on the mean end-to-end latency (docs/SERVING.md)");
   add_config_override_flags(sub, flags->overrides);
   return {sub, [&world, flags] { return run_serve(world, *flags); }};
 }

@@ -1,8 +1,8 @@
 // `shardsim train [CONFIG] [--steps N]`: k training steps of the reference language model (models/lm_*), with the
 // losses, the simulated step time on the config's device, tokens/s and MFU.
 //
-// Without a parallel: section on one rank: the single-device reference (models/lm_train.h), timed as below.
-// With a parallel: section or on N ranks (mpirun -np N): data parallelism, dp = N replicas with ZeRO
+// Every run is the executor (models/lm_tp.h); one chip without a parallel: section is its dp = 1 plan, and the
+// single-device reference (models/lm_train.h) only answers --validate. On N chips: data parallelism, dp = N replicas with ZeRO
 // (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
 // (default auto: Megatron-LM's rule; 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
@@ -21,9 +21,8 @@
 // K-th and the last step; --resume PATH continues from one saved under any mesh (train.steps / --steps is the step
 // to stop at).
 //
-// The simulated time of a step is the sum of its kernels' kernel-model times on the device (sim::kernel_time_ns:
-// launch + max(FLOPs / peak, bytes / HBM bandwidth), each at its dtype's precision): one chip, one compute engine,
-// no communication. MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
+// The simulated time of a step is its chips' timelines (sim::Timeline: kernels at their kernel-model times, host
+// launches, collectives on the modelled links). MFU = model FLOPs (6·N + 12·L·H·d·s per token, docs/model/training.md "Model FLOPs and MFU") / (step time · peak
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <algorithm>
 #include <cfloat>
@@ -315,7 +314,8 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
   if (!snap) return;
   r.resumed_from = r.train.resumed_from = f.resume;
   r.train.resumed_step = snap->step;
-  r.train.resumed_mesh = snap->mesh;
+  r.train.resumed_mesh = snap->mesh + (snap->weights_only && !f.forward ? "; weights only (a forward's checkpoint): "
+                                                                          "AdamW's moments start at zero" : "");
 }
 
 // Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
@@ -551,8 +551,17 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
   const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
   auto step = [&] { return trainer->step(); };
-  auto gather_state = [&] { return trainer->gather_state(); };
   const auto resumed = load_resume(world, f, s);
+  // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
+  // started from.
+  auto gather_state = [&] {
+    if (!f.forward) return trainer->gather_state();
+    models::LmTrainSnapshot w;
+    w.master = trainer->gather_master();
+    w.step = resumed ? resumed->step : 0;
+    w.weights_only = true;
+    return w;
+  };
   if (resumed) trainer->restore(*resumed);
   // --trace-step: the step whose trace is written (default the last; the profile and plots are the last step's).
   const int64_t trace_step = f.trace.step > 0 ? f.trace.step : s.train.steps;
@@ -585,12 +594,18 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   const long long per_replica = (long long)(c.batch / dp_size);
   const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
                                                        " micro-batches of " + std::to_string(s.dp.micro_batch) +
-                                                       ", gradients accumulated"
+                                                       (f.forward ? "" : ", gradients accumulated")
                                                  : std::string();
-  std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
-                "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step,
-                per_replica, micro.c_str(), double(s.train.adamw.lr), double(s.train.adamw.weight_decay),
-                s.train.max_grad_norm);
+  if (f.forward)  // run reads no optimizer setting: a training config's train: section is accepted and unused
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens in the forward (%lld sequences per "
+                  "replica%s)%s", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, per_replica,
+                  micro.c_str(), s.has_train_section ? "; the config's train: section is ignored by run (one "
+                  "forward, no optimizer step)" : "");
+  else
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
+                  "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq,
+                  r.train.tokens_per_step, per_replica, micro.c_str(), double(s.train.adamw.lr),
+                  double(s.train.adamw.weight_decay), s.train.max_grad_norm);
   r.train.data = b;
   resumed_into(r, f, resumed);
   TrainLog log(world, f, std::move(r));
@@ -662,7 +677,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
-  if ((f.validate || s.validate_config) && !(f.forward && s.shape_only)) {
+  if (((f.validate && !(f.forward && s.validate_off)) || s.validate_config) && !(f.forward && s.shape_only)) {
     if (f.forward) {
       // A block stack's output rows, gathered on rank 0 (collective), against the reference's.
       std::optional<models::GatheredRows> rows;
@@ -720,23 +735,17 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
-    if (f.forward) s.data_parallel = true;  // the forward mode runs the executor on any chip count
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
                        ": a shape-only run has no training state (no data); drop the flag or mode: shape_only");
     if (s.shape_only && f.validate && !f.forward)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");
-    if (f.validate && !s.data_parallel)
-      throw UsageError("--validate: one chip without a parallel: section is the reference itself");
     if (s.model.moe && s.model.moe->bias_update > 0 && !s.shape_only && !f.forward)
       throw UsageError("model.moe.bias_update: the selection bias's update during training is not implemented yet "
                        "(a per-layer state beside the weights: the expert loads summed over dp x ep, the reference's "
                        "and the checkpoint's copies); shape-only runs and the forward mode accept it (no update); "
                        "set it to 0 to train");
-    if ((f.profile || !f.what_if.empty() || !f.plots_dir.empty()) && !s.data_parallel)
-      throw UsageError(std::string(f.profile ? "--profile" : !f.what_if.empty() ? "--what-if" : "--plots") + ": one chip without a parallel: section "
-                       "runs the single-device reference, which has no timeline; give a plan (e.g. --plan dp=1)");
     if (!f.what_if.empty())  // every change must load as a config before any step runs (exit 2 naming it)
       for (const auto& plan : plan_what_if(f.what_if, train_config(f))) {
         TrainFlags v;
@@ -753,60 +762,12 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
       }
-    if (!f.trace_path.empty() && !s.data_parallel)
-      throw UsageError("--trace: one chip without a parallel: section runs the single-device reference, which has no "
-                       "timeline; give a plan (e.g. --plan dp=1) to trace the one-chip trainer");
     check_host_memory(s, world.size(), runtime::node_ranks(), chips_on_host);
     // Two runs saving to one checkpoint would each rename their saves over it: the second is refused here.
     if (!f.checkpoint.empty() && world.rank() == 0)
       checkpoint_lock = std::make_unique<FileLock>(f.checkpoint, "--checkpoint", "train " + f.config);
   });
-  if (s.data_parallel) return run_train_dp(world, f, s);
-  const auto& c = s.model;
-  const auto resumed = load_resume(world, f, s);
-  sharding::RunReport r = train_report(f, s, 1);
-  r.topology = "one chip (no links)";
-  r.plan = "none: the single-device reference (models/lm_train.h), each step the sum of its kernels' roofline times";
-  char b[512];
-  std::snprintf(b, sizeof b, "batch %lld x seq %lld = %.0f tokens per step; AdamW lr %g, weight decay %g, clip %g",
-                (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, double(s.train.adamw.lr),
-                double(s.train.adamw.weight_decay), s.train.max_grad_norm);
-  r.train.data = b;
-  r.train.step_split = false;
-  resumed_into(r, f, resumed);
-  TrainLog log(world, f, std::move(r));
-  log.head();
-  double total_ns = 0, total_flops = 0;
-  int64_t steps = 0;
-  models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
-  models::LmTrainConfig run = s.train;
-  run.steps = s.train.steps - st.step;  // lm_train runs a count of steps from the state's step
-  try {
-    models::lm_train(c, run, st, [&](const models::LmStepResult& res) {
-      double ns = 0;
-      for (const auto& k : res.costs)
-        ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
-      total_ns += ns;
-      total_flops += res.flops;
-      ++steps;
-      sim::Breakdown bd;
-      bd.total = bd.compute = ns;
-      bd.flops = res.flops;
-      log.step({res.step, res.loss, res.grad_norm, bd}, s.train.steps);
-      if (save_due(f, res.step, s.train.steps)) save_state(world, f, s, {st.weights, st.m, st.v, st.step, {}}, "one chip", log);
-    });
-  } catch (const Error&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw_diverged(world, e.what());  // one chip: agreed by itself
-  }
-  auto& rep = log.report();
-  sim::Breakdown mean;
-  mean.total = mean.compute = total_ns / double(steps);
-  finish_simulated(rep, mean);
-  rep.train.kernel_flops_per_step = total_flops / double(steps);
-  rep.train.hfu = rep.peak_tflops > 0 ? rep.train.kernel_flops_per_step / mean.total / 1e3 / rep.peak_tflops : 0;
-  return log.finish();
+  return run_train_dp(world, f, s);
 }
 
 }  // namespace
@@ -841,6 +802,21 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   f.validate = true;  // unless shape-only (run_train_dp)
   f.what_if = what_if;
   f.overrides = overrides;
+  // The config's checkpoint: section (an MLP config's; train_setup.cpp's load checks its keys) is run's default
+  // target: path (default NAME.h5, shardsim_run.h5 without a name) unless enabled: false, --no-checkpoint or a
+  // shape-only run (no data).
+  world.agree([&] {
+    if (opt.no_checkpoint && opt.checkpoint_path)
+      throw UsageError("--checkpoint and --no-checkpoint contradict each other");
+    if (opt.checkpoint_path || opt.no_checkpoint || opt.shape_only) return;
+    const ConfigNode root = train_config(f);
+    if (!root.has("checkpoint") || sharding::load_workload_shape_only(root)) return;
+    const ConfigNode ck = root.child("checkpoint");
+    ck.expect_keys({"path", "enabled"});
+    if (!ck.get_bool("enabled", true)) return;
+    const std::string name = root.get_string("name", "");
+    f.checkpoint = ck.get_string("path", (name.empty() ? std::string("shardsim_run") : name) + ".h5");
+  });
   return run_train(world, f);
 }
 

@@ -57,7 +57,8 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     const ConfigNode v = root.child("validate");
     v.expect_keys({"enabled", "tolerance"});
     if (v.has("tolerance")) s.row_tolerance = v.get_positive_double("tolerance");
-    s.validate_config = v.get_bool("enabled", true) && !s.shape_only;
+    s.validate_off = !v.get_bool("enabled", true);
+    s.validate_config = !s.validate_off && !s.shape_only;
   }
   // The topology first: a job of the wrong size says so before any plan rule does.
   if (root.has("topology")) {
@@ -85,6 +86,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   }
   if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
   s.train = sharding::parse_train_spec(root);
+  s.has_train_section = root.has("train");
   if (f.steps > 0) s.train.steps = f.steps;
   // The one mesh builder of run and train (sharding/device_mesh.h): parallel.mesh_dims checked here, naming its line.
   (void)sharding::checked_mesh(root, plan, *s.topology);
@@ -122,8 +124,6 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // The trainer runs one algorithm for every collective: parallel.algorithm, else auto (sharding/model_spec.h's
   // ParallelPlan::algorithm_for is the rule the plan units follow).
   s.dp.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
-  // Shape-only and recompute run on the data-parallel trainers (dp = 1 on one rank included).
-  s.data_parallel = ranks > 1 || root.has("parallel") || s.shape_only || plan.recompute || spec.micro_batch > 0;
   return s;
 }
 
@@ -209,7 +209,6 @@ FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
     // Before load(): a run that cannot fold builds its topology once.
     if (!shape_only) return no("it moves real data (a folded run is shape-only: --shape-only or mode: shape_only)", false);
     const TrainSetup s = load(f, chips);
-    if (!s.data_parallel) return no("the trainer has no data-parallel replicas to fold", false);
     const int dp = s.plan.dp;
     if (dp < 2) return no("parallel.dp is " + std::to_string(dp) + " (no replicas to fold)", false);
     // From here on a shape-only run with replicas: auto says in one note why it is not folded.

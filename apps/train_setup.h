@@ -58,7 +58,6 @@ struct TrainSetup {
   models::LmConfig model;
   models::LmTrainConfig train;
   sim::DeviceSpec device;
-  bool data_parallel = false;  // a parallel: section or more than one rank
   models::LmDpConfig dp;
   int tp = 1;                                  // parallel.tp: tensor parallelism (models/lm_tp.h) when > 1
   bool sp = false;                             // parallel.sp: sequence parallelism on the tp axis
@@ -80,6 +79,8 @@ struct TrainSetup {
   // validate: {enabled: true} (a `run` config's section): compare with the single-device reference as --validate
   // does, in a real-data run (shape-only runs compute nothing to compare).
   bool validate_config = false;
+  bool validate_off = false;  // validate: {enabled: false}: run's forward is not compared with the reference
+  bool has_train_section = false;  // a train: section (run, the forward mode, reads none of it)
   // validate.tolerance: the forward mode's limit for a block stack's output rows, max|y - y_ref| / max|y_ref| (0: the
   // dtype's default, 1e-4 fp32 and 3e-2 bf16; the losses' limit follows models/lm_validate.h).
   double row_tolerance = 0;

@@ -25,6 +25,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"train", "train configs", kTrainKeys},
       {"serve", "serve configs (apps/serve.cpp)", serving::kServeKeys},
       {"serve.slo", "serve configs", serving::kServeSloKeys},
+      {"serve.disaggregation", "serve configs", serving::kServeDisaggKeys},
       {"serve.trace", "serve configs, a trace file", serving::kServeTraceFileKeys},
       {"serve.trace", "serve configs, generated requests", serving::kServeTraceKeys},
       {"serve.trace.prompt", "serve configs: prompt and output lengths as a map", serving::kServeLengthKeys},

@@ -43,14 +43,15 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
   const bool writer = world.rank() == 0;
   // Every rank passes the same entries; only rank 0's data is written (an empty block elsewhere).
   const LmWeights* parts[3] = {&s.master, &s.m, &s.v};
+  const int groups = s.weights_only ? 1 : 3;  // the weights part: master/ alone
   std::vector<std::pair<std::string, const Tensor*>> named[3];
-  for (int g = 0; g < 3; ++g) named[g] = parts[g]->named_weights();
+  for (int g = 0; g < groups; ++g) named[g] = parts[g]->named_weights();
   const LmWeights ref = lm_zeros(c, DType::fp32);  // shapes, for ranks whose snapshot is empty
   const auto shapes = ref.named_weights();
   std::vector<Tensor> empty;  // stable storage for the non-writers' empty blocks
   empty.reserve(3 * shapes.size());
   std::vector<sharding::CheckpointEntry> entries;
-  for (int g = 0; g < 3; ++g)
+  for (int g = 0; g < groups; ++g)
     for (size_t i = 0; i < shapes.size(); ++i) {
       const runtime::Shape& shape = shapes[i].second->shape();
       const Tensor* local;
@@ -69,6 +70,7 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
   const std::map<std::string, std::string> attrs = {
       {"shardsim_version", "0.1.0"},
       {"workload", "lm_train"},
+      {"contents", s.weights_only ? "weights" : "training_state"},
       {"model", lm_model_text(c)},
       {"batch", std::to_string(c.batch)},
       {"dtype", runtime::dtype_name(c.dtype)},
@@ -92,9 +94,14 @@ LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::stri
   const std::string where = "checkpoint " + path + ": ";
   sharding::CheckpointReader rd(world, path);
   const std::string workload = rd.root_attribute("workload");
-  if (workload != "lm_train")
-    throw ConfigError(where + "not a training checkpoint of `shardsim train` (workload '" + workload +
+  if (workload != "lm_train") {
+    if (workload == "mlp" || workload == "block")  // the older run schema's kinds
+      throw ConfigError(where + "written by `shardsim run` before version 0.2 (datasets weights/<w>, workload '" +
+                        workload + "'); the current schema is the weights part of a training state (master/<name>): "
+                        "run the config again with --checkpoint to write one (its weights come from the seed)");
+    throw ConfigError(where + "not a checkpoint of `shardsim run` or `shardsim train` (workload '" + workload +
                       "'; need 'lm_train')");
+  }
   const std::string model = rd.root_attribute("model");
   if (model != lm_model_text(c))
     throw ConfigError(where + "saved for model '" + model + "' but the config's model is '" + lm_model_text(c) + "'");
@@ -115,11 +122,13 @@ LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::stri
   }
   LmTrainSnapshot s;
   s.step = step;
+  // Files saved before the attribute existed hold the whole state.
+  s.weights_only = rd.root_attributes().count("contents") && rd.root_attribute("contents") == "weights";
   s.master = lm_zeros(c, DType::fp32);
   s.m = lm_zeros(c, DType::fp32);
   s.v = lm_zeros(c, DType::fp32);
   LmWeights* parts[3] = {&s.master, &s.m, &s.v};
-  for (int g = 0; g < 3; ++g)
+  for (int g = 0; g < (s.weights_only ? 1 : 3); ++g)
     for (auto& [name, tensor] : parts[g]->named_weights()) {
       const std::string ds = kGroups[g] + name;
       if (!rd.has(ds)) throw ConfigError(where + "dataset '" + ds + "' is missing");

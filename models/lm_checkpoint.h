@@ -20,7 +20,10 @@
 // reference's. The price is one whole fp32 copy of master + m + v per rank during save and load (12Ψ bytes),
 // acceptable for the reference-sized model this trains.
 //
-// Errors (ConfigError, the same on every rank, exit 2; message names the file): not a training checkpoint, a
+// A weights-only file (LmTrainSnapshot::weights_only) holds the master/ group alone: the forward mode's checkpoint.
+//
+// Errors (ConfigError, the same on every rank, exit 2; message names the file): not a training checkpoint (a file
+// of the older `run` schema, datasets weights/<w>, says how to write the current one), a
 // model shape different from the config's, a different data seed or a data position that is not step · batch
 // of the config (a different global batch), a dataset missing or of the wrong dtype/shape, checksum mismatch
 // (checkpoint/ checks). Save failures: RuntimeFault (exit 3) from save_checkpoint.
@@ -38,10 +41,13 @@
 
 namespace shardsim::models {
 
-// The whole training state (fp32, global shapes), as saved and loaded.
+// The whole training state (fp32, global shapes), as saved and loaded. WEIGHTS_ONLY: the weights part alone (what
+// `run --checkpoint` writes, the forward mode's state: no master/ moments in the file, attribute contents
+// "weights"); loaded, M and V are zeros (a training run resumed from it starts AdamW afresh at its step).
 struct LmTrainSnapshot {
   LmWeights master, m, v;
   int64_t step = 0;  // updates done
+  bool weights_only = false;
   std::string mesh;  // at load: the mesh the file was saved under (e.g. "dp=2, ZeRO stage 1"); unused at save
 };
 

@@ -370,6 +370,8 @@ class LmTpTrainer {
   void begin_backward(int unit, sim::TimeNs& t);
   // Block L's forward: the block program (sharding/plans/block.h) on this chip's plan context, from T.
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, sim::TimeNs& t);
+  sharding::plans::BlockWeights block_weights(int64_t l) const;  // local layer L's work_ weights, as the block reads them
+  static bool is_norm(const std::string& weight);  // a norm weight or bias (replicated over tp)
   sharding::plans::PlanContext context(sharding::plans::Chip& chip);  // this chip's plan units, clock CHIP
   // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
   // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
@@ -411,7 +413,7 @@ class LmTpTrainer {
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
   void charge(const kernels::KernelCost& k, sim::TimeNs& t);
-  // The block's norm backward (rmsnorm, or layernorm with its bias gradient DB), charged from T.
+  // The final norm's backward (rmsnorm, or layernorm with its bias gradient DB), charged from T.
   void norm_backward(const runtime::Tensor& x, const runtime::Tensor& w, const runtime::Tensor& dy, runtime::Tensor& dx,
                      runtime::Tensor* dw, runtime::Tensor* db, sim::TimeNs& t);
   // The global positions of this chip's residual-stream rows (its sp rows of layout_).
@@ -426,14 +428,6 @@ class LmTpTrainer {
     t = chip.t;
     return r;
   }
-  // Context parallelism and Ulysses: the plan units' views of this chip (sharding/plans/context_parallel.h,
-  // ulysses.h).
-  sharding::plans::SeqShard seq_shard() const;
-  sharding::plans::CpRing cp_ring();
-  // Ulysses: all_to_all over cp of X [B·T/U, H, d] (this chip's tokens, all heads) to [B·T, H/U, d] (every
-  // token, this chip's heads), and back (H: the token layout's head count; replicated kv heads are summed).
-  runtime::Tensor seq_to_heads(const runtime::Tensor& x, sim::TimeNs& t, const std::string& name);
-  runtime::Tensor heads_to_seq(const runtime::Tensor& y, int64_t H, sim::TimeNs& t, const std::string& name);
   // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
   // when it is known, from READY.
   std::string grad_norm_gather_algorithm() const;  // the gradient norm's gather over dp (ring under auto)
@@ -441,11 +435,8 @@ class LmTpTrainer {
   LmWeights gather(const LmWeights& local);
   LmWeights shard(const LmWeights& whole) const;
   // Mixture of experts (models/lm_tp_moe.cpp): this chip's experts and their etp shard in local_, the ep groups;
-  // a MoE layer's backward from DX (its output's gradient) to its input's (the normed rows); whether weight NAME
-  // is an expert's (reduced over the expert-data-parallel group).
+  // whether weight NAME is an expert's (reduced over the expert-data-parallel group).
   void setup_moe();
-  runtime::Tensor moe_backward(const LmLayer& w, LmLayer& g, const LmCache::Layer& s, const runtime::Tensor& dx,
-                               sim::TimeNs& t);
   bool expert_weight(const std::string& name) const;
   sharding::plans::BlockMoe block_moe(int64_t l) const;
   // WHOLE (every expert, this chip's tp-gathered ones filled): each expert broadcast over ep from its owner.

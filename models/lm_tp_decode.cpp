@@ -3,16 +3,19 @@
 // shards of the mesh.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "collectives/all_gather.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/norm.h"
 #include "models/lm_tp.h"
+#include "models/lm_tp_decode.h"
 #include "sharding/plans/tensor_parallel.h"
 
 namespace shardsim::models {
@@ -202,6 +205,38 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
     r.ns = std::max(r.ns, spans[size_t(2 * s + 1)]);
   }
   return r;
+}
+
+sim::TimeNs kv_transfer(runtime::Transport& dp, sharding::plans::KvCache& cache, int64_t layers, const KvTransfer& x) {
+  if (x.from == x.to || x.from < 0 || x.to < 0 || x.from >= dp.size() || x.to >= dp.size() || x.tokens < 1)
+    throw std::invalid_argument("kv_transfer: replicas " + std::to_string(x.from) + " -> " + std::to_string(x.to) +
+                                " of " + std::to_string(dp.size()) + ", " + std::to_string(x.tokens) +
+                                " tokens (two distinct replicas and at least one token)");
+  const int me = dp.rank();
+  if (me != x.from && me != x.to) return x.ready;
+  const bool store = cache.stores() && !dp.shape_only();
+  // This chip's part: per layer K then V, [tokens, kv heads, head_dim] each (a receiver's slot is made here).
+  const size_t part = cache.keys(0, me == x.from ? x.slot_from : x.slot_to, x.tokens).nbytes();
+  std::vector<std::byte> buf(store ? part * size_t(2 * layers) : 0);
+  const std::string op = "serve.kv_transfer";
+  if (me == x.from) {
+    if (store)
+      for (int64_t l = 0; l < layers; ++l) {
+        const Tensor k = cache.keys(l, x.slot_from, x.tokens), v = cache.values(l, x.slot_from, x.tokens);
+        std::memcpy(buf.data() + size_t(2 * l) * part, k.data_if_stored(), part);
+        std::memcpy(buf.data() + size_t(2 * l + 1) * part, v.data_if_stored(), part);
+      }
+    return dp.send(buf.data(), part * size_t(2 * layers), x.to, x.ready, op);
+  }
+  const sim::TimeNs at = dp.recv(buf.data(), part * size_t(2 * layers), x.from, op);
+  if (store)
+    for (int64_t l = 0; l < layers; ++l) {
+      Tensor k = cache.keys(l, x.slot_to, x.tokens), v = cache.values(l, x.slot_to, x.tokens);
+      std::memcpy(k.data_if_stored(), buf.data() + size_t(2 * l) * part, part);
+      std::memcpy(v.data_if_stored(), buf.data() + size_t(2 * l + 1) * part, part);
+      cache.append(l, x.slot_to, 0, k, v);
+    }
+  return at;
 }
 
 }  // namespace shardsim::models

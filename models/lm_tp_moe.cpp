@@ -1,5 +1,5 @@
-// LmTpTrainer's mixture-of-experts pieces (models/lm_tp.h): this chip's experts, the ep groups, a MoE layer's
-// backward through the ep unit (sharding/plans/expert_parallel.h) and the routing statistics of the last step.
+// LmTpTrainer's mixture-of-experts pieces (models/lm_tp.h): this chip's experts, the ep groups and the routing
+// statistics of the last step (a MoE layer's backward is the block program's: sharding/plans/block.h).
 #include <algorithm>
 #include <cstring>
 
@@ -46,24 +46,6 @@ bool LmTpTrainer::expert_weight(const std::string& name) const {
 sharding::plans::BlockMoe LmTpTrainer::block_moe(int64_t l) const {
   if (!local_.moe_layer(l)) return {};
   return {&work_.layers[size_t(l)].moe, ep_groups_.get(), layer_global_[size_t(l)]};
-}
-
-Tensor LmTpTrainer::moe_backward(const LmLayer& w, LmLayer& g, const LmCache::Layer& s, const Tensor& dx,
-                                 sim::TimeNs& t) {
-  // The gradients are overwritten: an expert without tokens this micro-batch gets zeros.
-  auto zero = [](Tensor& x) {
-    if (x.rank() > 0 && x.has_storage()) std::memset(x.data(), 0, x.nbytes());
-  };
-  zero(g.moe.router);
-  for (auto* e : {&g.moe.shared}) zero(e->w_gate), zero(e->w_up), zero(e->w_down);
-  for (auto& e : g.moe.experts) zero(e.w_gate), zero(e.w_up), zero(e.w_down);
-  sharding::plans::EpOptions o;
-  o.algorithm = algorithm_;
-  // d loss / d this micro-batch's aux loss: the step's loss is the mean over the micro-batches.
-  return on_chip(t, [&](auto& ctx) {
-    return sharding::plans::ep_moe_backward(*ep_groups_, global_.moe->spec, w.moe, s.m, s.moe, dx, 1.0 / micro_,
-                                            g.moe, ctx.chip, ctx.comm, o);
-  });
 }
 
 void LmTpTrainer::share_experts(LmWeights& whole) {

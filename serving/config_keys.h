@@ -9,7 +9,10 @@ namespace shardsim::serving {
 inline constexpr std::string_view kServeKeys[] = {"policy",          "max_num_seqs", "max_num_batched_tokens",
                                                   "block_size",      "memory_fraction", "slo",
                                                   "trace",           "preemption",   "swap_space_gib",
-                                                  "host_link_gbps"};
+                                                  "host_link_gbps",  "disaggregation",
+                                                  "load_balance"};
+// serve.disaggregation: prefill and decode on separate replicas (apps/serve.cpp).
+inline constexpr std::string_view kServeDisaggKeys[] = {"prefill_replicas"};
 inline constexpr std::string_view kServeSloKeys[] = {"ttft_ms", "tpot_ms"};
 // serve.trace: a file, or generated arrivals and lengths.
 inline constexpr std::string_view kServeTraceFileKeys[] = {"file"};

@@ -26,6 +26,10 @@ struct Request {
   double arrival_s = 0;
   int64_t prompt = 0;
   int64_t output = 0;
+  // Disaggregated decode (serving/scheduler.h): the request arrives with its prompt's keys and values already in
+  // the cache (moved there from a prefill instance) and its first token made at FIRST_TOKEN_S; it decodes the rest.
+  bool prefilled = false;
+  double first_token_s = 0;
 };
 
 // A length distribution: fixed VALUE, or uniform integers in [LO, HI], or normal(MEAN, STD) rounded and clamped

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -47,6 +48,13 @@ class Engine {
   Engine(State& st, const SchedulerConfig& cfg, PagedKvCache& cache) : st_(st), cfg_(cfg), cache_(cache) {}
 
   bool busy() const { return !running_.empty() || !waiting_.empty(); }
+  // The tokens its unfinished requests still put through the model: prompt and output less what their caches hold.
+  int64_t outstanding_tokens() const {
+    int64_t n = 0;
+    for (int64_t id : waiting_) n += remaining(id);
+    for (int64_t id : running_) n += remaining(id);
+    return n;
+  }
   int64_t unfinished() const { return int64_t(running_.size() + waiting_.size()); }
   void enqueue(int64_t id) { waiting_.push_back(id); }
   const PagedKvCache& cache() const { return cache_; }
@@ -61,10 +69,15 @@ class Engine {
         else
           decodes(batch, unlimited);
         break;
-      case Policy::continuous:
+      case Policy::continuous: {
+        const size_t before = running_.size();
         admit(batch, budget, false);
-        if (batch.empty()) decodes(batch, unlimited);
+        // Admissions that are single-token decodes (a disaggregated decode's arrivals, swapped sequences back)
+        // join the running sequences' decode step; prompts run in an iteration of their own.
+        const bool prompts = std::any_of(batch.begin(), batch.end(), [](const BatchEntry& e) { return e.past == 0 || e.rows > 1; });
+        if (!prompts) decodes(batch, unlimited, before);
         break;
+      }
       case Policy::chunked:
         decodes(batch, budget);
         for (size_t i = 0; i < running_.size() && budget > 0; ++i) {  // prompts in progress
@@ -168,8 +181,9 @@ class Engine {
   }
 
   // Every running sequence that has a token to decode (KNOWN - CACHED == 1), within BUDGET.
-  void decodes(std::vector<BatchEntry>& batch, int64_t& budget) {
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  // UPTO: only the first UPTO running sequences (those admitted before this iteration).
+  void decodes(std::vector<BatchEntry>& batch, int64_t& budget, size_t upto = SIZE_MAX) {
+    for (size_t i = 0; i < std::min(upto, running_.size()) && budget > 0; ++i) {
       const int64_t id = running_[i];
       Seq& q = st_.seqs[size_t(id)];
       if (st_.known(id) - q.cached != 1) continue;
@@ -182,6 +196,11 @@ class Engine {
     std::erase_if(batch, [&](const BatchEntry& e) { return std::find(running_.begin(), running_.end(), e.request) == running_.end(); });
   }
 
+  int64_t remaining(int64_t id) const {
+    const Request& r = st_.reqs[size_t(id)];
+    return r.prompt + r.output - st_.seqs[size_t(id)].cached;
+  }
+
   State& st_;
   const SchedulerConfig& cfg_;
   PagedKvCache& cache_;
@@ -190,47 +209,67 @@ class Engine {
   int64_t host_blocks_ = 0, swapped_tokens_ = 0;
 };
 
-ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
-                     const StageFn& stages) {
-  if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
-  State st{reqs, std::vector<Seq>(reqs.size()), {}, 0};
-  // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
-  std::vector<PagedKvCache> owned;
-  KvCapacity share = cache.capacity();
-  share.blocks /= cfg.engines;
-  if (cfg.engines > 1) owned.assign(size_t(cfg.engines), PagedKvCache(share));
-  std::vector<Engine> engines;
-  for (int e = 0; e < cfg.engines; ++e) engines.emplace_back(st, cfg, cfg.engines > 1 ? owned[size_t(e)] : cache);
-  const KvCapacity& per = engines[0].cache().capacity();
-  st.run.requests.resize(reqs.size());
-  st.run.kv_blocks_total = per.blocks * cfg.engines;
-  for (const Request& r : reqs) {
-    auto& o = st.run.requests[size_t(r.id)];
-    o.arrival_s = r.arrival_s;
-    o.prompt = r.prompt;
-    o.output = r.output;
-    if (engines[0].cache().blocks_for(r.prompt + r.output) > per.blocks)
-      throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
-                                  " tokens of KV cache, more than " + (cfg.engines > 1 ? "an engine's share" : "its capacity") +
-                                  " of " + std::to_string(per.tokens()) + " tokens");
+}  // namespace
+
+struct Simulation::Impl {
+  Impl(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
+      : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0} {
+    if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
+    // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
+    KvCapacity share = cache.capacity();
+    share.blocks /= cfg.engines;
+    if (cfg.engines > 1) owned.assign(size_t(cfg.engines), PagedKvCache(share));
+    for (int e = 0; e < cfg.engines; ++e) engines.emplace_back(st, this->cfg, cfg.engines > 1 ? owned[size_t(e)] : cache);
+    const KvCapacity& per = engines[0].cache().capacity();
+    st.run.requests.resize(reqs.size());
+    st.run.kv_blocks_total = per.blocks * cfg.engines;
+    for (const Request& r : reqs) {
+      auto& o = st.run.requests[size_t(r.id)];
+      o.arrival_s = r.arrival_s;
+      o.prompt = r.prompt;
+      o.output = r.output;
+      if (r.prefilled) {  // its prompt's cache arrives with it, its first token made already (disaggregated decode)
+        Seq& q = st.seqs[size_t(r.id)];
+        q.cached = r.prompt;
+        q.generated = 1;
+        q.last_token_s = o.first_token_s = r.first_token_s;
+        if (r.first_token_s > r.arrival_s)
+          throw std::invalid_argument("request " + std::to_string(r.id) + ": its first token (" +
+                                      std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
+      }
+      if (engines[0].cache().blocks_for(r.prompt + r.output) > per.blocks)
+        throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
+                                    " tokens of KV cache, more than " + (cfg.engines > 1 ? "an engine's share" : "its capacity") +
+                                    " of " + std::to_string(per.tokens()) + " tokens");
+    }
+    ready.assign(size_t(cfg.engines), 0.0);
   }
-  std::vector<double> ready(size_t(cfg.engines), 0.0);  // when each engine may form its next batch
-  std::vector<double> stage_free;                         // when each pipeline stage is free
-  size_t next = 0;
-  while (st.done < reqs.size()) {
+
+  // The busy engine that may form its next batch first (-1: none busy).
+  int next_engine() const {
     int pick = -1;
     for (int e = 0; e < cfg.engines; ++e)
       if (engines[size_t(e)].busy() && (pick < 0 || ready[size_t(e)] < ready[size_t(pick)])) pick = e;
-    if (next < reqs.size() && (pick < 0 || reqs[next].arrival_s <= ready[size_t(pick)])) {
-      // The arrival goes to the engine with the fewest unfinished requests (vLLM's choice; the lowest on a tie).
-      int to = 0;
-      for (int e = 1; e < cfg.engines; ++e)
-        if (engines[size_t(e)].unfinished() < engines[size_t(to)].unfinished()) to = e;
-      if (!engines[size_t(to)].busy()) ready[size_t(to)] = std::max(ready[size_t(to)], reqs[next].arrival_s);
-      engines[size_t(to)].enqueue(reqs[next++].id);
-      continue;
+    return pick;
+  }
+
+  void arrive(int64_t id) {
+    const Request& r = st.reqs[size_t(id)];
+    if (r.prefilled && r.output <= 1) {  // nothing left to decode
+      st.run.requests[size_t(id)].finish_s = r.first_token_s;
+      ++st.done;
+      return;
     }
-    if (pick < 0) throw std::logic_error("serving scheduler: no progress possible");
+    // The arrival goes to the engine with the fewest unfinished requests (vLLM's choice; the lowest on a tie).
+    int to = 0;
+    for (int e = 1; e < cfg.engines; ++e)
+      if (engines[size_t(e)].unfinished() < engines[size_t(to)].unfinished()) to = e;
+    if (!engines[size_t(to)].busy()) ready[size_t(to)] = std::max(ready[size_t(to)], r.arrival_s);
+    engines[size_t(to)].enqueue(id);
+  }
+
+  // Engine PICK's next batch through the pipeline.
+  void iterate(int pick) {
     Engine& en = engines[size_t(pick)];
     std::vector<BatchEntry> batch = en.form();
     if (batch.empty()) throw std::logic_error("serving scheduler: no progress possible");
@@ -263,7 +302,48 @@ ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cf
     en.advance(batch, end);
     ready[size_t(pick)] = end;
   }
-  return std::move(st.run);
+
+  const SchedulerConfig cfg;
+  const StageFn stages;
+  State st;
+  std::vector<PagedKvCache> owned;
+  std::vector<Engine> engines;
+  std::vector<double> ready;       // when each engine may form its next batch
+  std::vector<double> stage_free;  // when each pipeline stage is free
+};
+
+Simulation::Simulation(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
+    : impl_(std::make_unique<Impl>(reqs, cfg, cache, std::move(stages))) {}
+Simulation::~Simulation() = default;
+
+void Simulation::run_until(double t) {
+  for (int pick = impl_->next_engine(); pick >= 0 && impl_->ready[size_t(pick)] < t; pick = impl_->next_engine())
+    impl_->iterate(pick);
+}
+
+void Simulation::arrive(int64_t id) { impl_->arrive(id); }
+
+int64_t Simulation::outstanding_tokens() const {
+  int64_t n = 0;
+  for (const Engine& e : impl_->engines) n += e.outstanding_tokens();
+  return n;
+}
+
+ServeRun Simulation::finish() {
+  for (int pick = impl_->next_engine(); pick >= 0; pick = impl_->next_engine()) impl_->iterate(pick);
+  return std::move(impl_->st.run);
+}
+
+namespace {
+
+ServeRun run_engines(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache,
+                     const StageFn& stages) {
+  Simulation sim(reqs, cfg, cache, stages);
+  for (const Request& r : reqs) {
+    sim.run_until(r.arrival_s);
+    sim.arrive(r.id);
+  }
+  return sim.finish();
 }
 
 }  // namespace

@@ -19,6 +19,9 @@
 //              copied back when it is admitted again (then it decodes on); each copy delays the iteration that
 //              makes it by tokens x swap_s_per_token (the chips copy their own shards in parallel). Host memory
 //              holds swap_blocks blocks (vLLM's swap_space); a sequence that does not fit there is recomputed.
+// Disaggregated decode (Request::prefilled): a request arrives with its prompt's cache (from a prefill instance)
+// and its first token made; on admission it takes the blocks of its prompt and decodes from there (under
+// continuous batching such admissions join the running sequences' decode step; so do sequences swapped back in).
 // Token timing: a sequence's next token exists at the end of the iteration that brings its cache up to all its
 // known tokens (the prompt's last chunk, or a decode step); its first token's time minus its arrival is its TTFT.
 //
@@ -34,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -92,6 +96,27 @@ struct ServeRun {
   std::vector<IterationSample> iterations;
   int64_t preemptions = 0, swaps = 0;  // swaps: preemptions by swap (their copies back included in the iterations)
   int64_t kv_blocks_total = 0;  // every engine's
+};
+
+// The scheduler stepped by its caller (a load balancer over replicas, apps/serve.cpp): REQS are every request
+// that may arrive (by id); arrive(id) hands one over at its arrival_s, after run_until(arrival_s) ran every batch
+// that starts before it. simulate_pipeline is: for each request in order, run_until(arrival), arrive; finish.
+class Simulation {
+ public:
+  Simulation(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+  void run_until(double t);  // every batch whose engine may start it before T (its effects at its end)
+  void arrive(int64_t id);
+  // The tokens the unfinished requests handed over still put through the model (prompt + output less what their
+  // caches hold), as of the end of each engine's latest batch.
+  int64_t outstanding_tokens() const;
+  ServeRun finish();  // runs until every request handed over is done; the results (requests never handed over
+                      // keep their arrival and lengths, no times)
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // The whole trace through POLICY on CACHE, one engine, each iteration taking ITERATION's time after the previous

@@ -1,6 +1,10 @@
 #include "sharding/plans/block.h"
 
+#include <cstring>
+
 #include "kernels/attention.h"
+#include "kernels/attention_backward.h"
+#include "kernels/backward.h"
 #include "kernels/attention_unfused.h"
 #include "kernels/norm.h"
 #include "sharding/plans/context_parallel.h"
@@ -93,6 +97,25 @@ Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Te
   return o;
 }
 
+void local_attention_backward(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& o, const std::vector<Tensor>& lse, const Tensor& dout, Tensor& dq,
+                              Tensor& dk, Tensor& dv, int64_t batch, int64_t T) {
+  const bool store = dout.has_storage();
+  const int64_t nq = dq.dim(1), nkv = dk.dim(1), d = dq.dim(2);
+  kernels::AttentionOptions opt;
+  opt.causal = s.causal;
+  for (int64_t b = 0; b < batch; ++b) {
+    Tensor dqb = Tensor::make(dq.dtype(), {T, nq, d}, store), dkb = Tensor::make(dk.dtype(), {T, nkv, d}, store),
+           dvb = Tensor::make(dv.dtype(), {T, nkv, d}, store);
+    const auto cost = kernels::attention_backward(q.rows(b * T, T), k.rows(b * T, T), v.rows(b * T, T), o.rows(b * T, T),
+                                                  lse[size_t(b)], dout.rows(b * T, T), dqb, dkb, dvb, opt);
+    chip.charge(cost, cost.name);
+    dq.set_rows(b * T, dqb);
+    dk.set_rows(b * T, dkb);
+    dv.set_rows(b * T, dvb);
+  }
+}
+
 void unfused_attention_backward(const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const std::vector<Tensor>& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
                                 Tensor& dv, int64_t batch, int64_t T,
@@ -152,22 +175,7 @@ Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k,
   if (ctx.kv) return kv_attention(ctx, q, k, v);  // serving: the new rows over each sequence's KV cache
   const bool store = q.has_storage();
   const int64_t nq = q.dim(1), nkv = k.dim(1), d = q.dim(2);
-  if (p.ulysses > 1) {
-    const std::string a2a = p.algorithm_for(PlanCollective::ulysses_all_to_all);
-    const auto to_heads = [&](const Tensor& x, const char* name) {
-      return ulysses_seq_to_heads(ctx.cp, x, lay.batch, lay.seq_local, store, ctx.chip.t, name, a2a, &ctx.comm);
-    };
-    Tensor qh = to_heads(q, "q"), kh = to_heads(k, "k"), vh = to_heads(v, "v");
-    Tensor oh = local_attention(ctx.chip, s, qh, kh, vh, lay.batch, s.seq, lse);
-    Tensor o = ulysses_heads_to_seq(ctx.cp, oh, nq, lay.batch, lay.seq_local, store, ctx.chip.t, "o", a2a, &ctx.comm);
-    if (o_heads) {
-      q = std::move(qh);
-      k = std::move(kh);
-      v = std::move(vh);
-      *o_heads = std::move(oh);
-    }
-    return o;
-  }
+  if (p.ulysses > 1) return ulysses_attention_forward(ctx, lay, q, k, v, lse, o_heads);
   if (p.cp > 1) {
     auto ring_mem = hold(mem, "ring K/V receive buffers", mem.ring);
     CpRing ring{ctx.cp, p.zigzag, s.seq, store, &ctx.comm};
@@ -252,6 +260,119 @@ Tensor block_forward(PlanContext& ctx, const TokenLayout& lay, const BlockWeight
       for (const auto& p : keep->probs) keep->charged_bytes += double(p.numel()) + double(p.nbytes());
   }
   return out;
+}
+
+namespace {
+
+// The block's norm backward (rmsnorm, or layernorm with its bias gradient DB), charged to CHIP.
+void norm_backward(Chip& chip, const ModelSpec& s, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                   Tensor* dw, Tensor* db) {
+  const auto eps = static_cast<float>(s.norm_eps);
+  const auto k = s.norm == NormKind::layernorm ? kernels::layernorm_backward(x, w, dy, dx, dw, db, eps)
+                                               : kernels::rmsnorm_backward(x, w, dy, dx, dw, eps);
+  chip.charge(k, k.name);
+}
+
+// The MLP sublayer's backward from DX (its output's gradient, the residual rows): returns the gradient of its
+// normed input, reduced to the residual stream (the tp unit's column-parallel backward, or the ep unit's).
+Tensor mlp_backward(PlanContext& ctx, const BlockWeights& w, const BlockActivations& S, const BlockGrads& g,
+                    const Tensor& dx, WeightGradGemms* dl) {
+  if (w.moe.w) {  // the MoE MLP through the ep unit
+    const auto zero = [](Tensor& x) {
+      if (x.rank() > 0 && x.has_storage()) std::memset(x.data(), 0, x.nbytes());
+    };
+    zero(g.moe->router);
+    zero(g.moe->shared.w_gate), zero(g.moe->shared.w_up), zero(g.moe->shared.w_down);
+    for (auto& e : g.moe->experts) zero(e.w_gate), zero(e.w_up), zero(e.w_down);
+    EpOptions o;
+    o.algorithm = ctx.p.algorithm;
+    return ep_moe_backward(*w.moe.groups, ctx.s.moe->spec, *w.moe.w, S.m, S.moe, dx, g.moe_aux_grad, *g.moe,
+                           ctx.chip, ctx.comm, o);
+  }
+  const bool store = dx.has_storage();
+  const auto act = [&](int64_t cols) { return Tensor::make(dx.dtype(), {ctx.n_attn, cols}, store); };
+  const int64_t f = w.w_up->dim(1);
+  Tensor dact = act(f), dgate = act(f), dup = act(f);
+  row_parallel_backward(ctx, S.act, *w.w_down, dx, dact, *g.w_down, "dmlp_out", dl);
+  if (!w.w_gate) {  // GELU MLP
+    const auto k = kernels::gelu_backward(S.up, dact, dup);
+    ctx.chip.charge(k, k.name);
+    return column_parallel_backward(ctx, S.m, {w.w_up}, {&dup}, {g.w_up}, "dmlp_in", dl);
+  }
+  const auto k = kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup);
+  ctx.chip.charge(k, k.name);
+  return column_parallel_backward(ctx, S.m, {w.w_gate, w.w_up}, {&dgate, &dup}, {g.w_gate, g.w_up}, "dmlp_in", dl);
+}
+
+// The attention sublayer's backward from DX (its output's gradient): returns the gradient of its normed input,
+// reduced to the residual stream.
+Tensor attention_backward(PlanContext& ctx, const TokenLayout& lay, const BlockWeights& w, const BlockActivations& S,
+                          const BlockGrads& g, const Tensor& dx, WeightGradGemms* dl) {
+  const ModelSpec& s = ctx.s;
+  const ParallelPlan& p = ctx.p;
+  const bool store = dx.has_storage();
+  const int64_t N = ctx.n_attn, d = s.head_dim, hq = w.wq->dim(1) / d, hkv = w.wk->dim(1) / d;
+  const auto act = [&](runtime::Shape sh) { return Tensor::make(dx.dtype(), std::move(sh), store); };
+  const Tensor o2 = Tensor(S.o).reshaped({N, hq * d});
+  Tensor do2 = act({N, hq * d});
+  row_parallel_backward(ctx, o2, *w.wo, dx, do2, *g.wo, "dattn_out", dl);
+  const Tensor dout = std::move(do2).reshaped({N, hq, d});
+  Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
+  if (p.ulysses > 1) {
+    ulysses_attention_backward(ctx, lay, S.q, S.k, S.v, S.o_heads, S.lse, dout, dq, dk, dv);
+  } else if (p.cp > 1) {
+    CpRing ring{ctx.cp, p.zigzag, s.seq, store};
+    ring_attention_backward(ring, SeqShard{lay.batch, lay.seq_local, hq, hkv, d, s.dtype}, S.q, S.k, S.v, S.o, S.lse,
+                            dout, dq, dk, dv, ctx.chip);
+  } else if (s.attention_impl == AttentionImpl::unfused) {  // Megatron's core, from the kept (or recomputed) softmax
+    unfused_attention_backward(s, S.q, S.k, S.v, S.probs, dout, dq, dk, dv, lay.batch, lay.seq_local,
+                               [&](const kernels::KernelCost& k) { ctx.chip.charge(k, k.name); });
+  } else {
+    local_attention_backward(ctx.chip, s, S.q, S.k, S.v, S.o, S.lse, dout, dq, dk, dv, lay.batch, lay.seq_local);
+  }
+  if (s.has_rope()) {
+    const auto theta = static_cast<float>(s.rope_theta);
+    const auto kq = kernels::rope_backward_inplace(dq, lay.pos, theta);
+    ctx.chip.charge(kq, kq.name);
+    const auto kk = kernels::rope_backward_inplace(dk, lay.pos, theta);
+    ctx.chip.charge(kk, kk.name);
+  }
+  const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
+               dv2 = std::move(dv).reshaped({N, hkv * d});
+  return column_parallel_backward(ctx, S.a, {w.wq, w.wk, w.wv}, {&dq2, &dk2, &dv2}, {g.wq, g.wk, g.wv}, "dattn_in",
+                                  dl);
+}
+
+}  // namespace
+
+void block_backward(PlanContext& ctx, const TokenLayout& lay, const BlockWeights& w, BlockActivations& S,
+                    const BlockGrads& g, Tensor& dx, WeightGradGemms* defer) {
+  const ModelSpec& s = ctx.s;
+  Chip& chip = ctx.chip;
+  if (ctx.p.recompute) {  // full recomputation: the block's forward again from its saved input
+    const Tensor x = S.x_in;
+    (void)block_forward(ctx, lay, w, x, &S);
+  }
+  const int64_t d = s.head_dim, nq = s.attention ? w.wq->dim(1) / d : 0, nkv = s.attention ? w.wk->dim(1) / d : 0;
+  for (const auto& k : kernels::block_extras_backward(
+           block_extras(s, ctx.n_attn, ctx.n_resid, (nq + 2 * nkv) * d, w.moe.w ? 0 : w.w_up->dim(1))))
+    chip.charge(k, k.name);  // the charged bias / dropout gradients
+  Tensor dnorm = Tensor::make(dx.dtype(), {ctx.n_resid, s.hidden}, dx.has_storage());
+  const Tensor dm = mlp_backward(ctx, w, S, g, dx, defer);
+  norm_backward(chip, s, S.x_mid, *w.norm2, dm, dnorm, g.norm2, g.norm2_b);
+  const auto add = kernels::add_inplace(dx, dnorm);
+  chip.charge(add, add.name);
+  if (s.attention) {  // the attention sublayer's (none in an MLP-only block)
+    const Tensor da = attention_backward(ctx, lay, w, S, g, dx, defer);
+    norm_backward(chip, s, S.x_in, *w.norm1, da, dnorm, g.norm1, g.norm1_b);
+    const auto add1 = kernels::add_inplace(dx, dnorm);
+    chip.charge(add1, add1.name);
+  }
+  if (ctx.p.recompute) {  // the rebuilt block is freed again after its backward
+    Tensor keep = std::move(S.x_in);
+    S = BlockActivations{};
+    S.x_in = std::move(keep);
+  }
 }
 
 }  // namespace shardsim::sharding::plans

@@ -30,6 +30,7 @@
 #include "kernels/elementwise.h"
 #include "sharding/plans/block_ops.h"
 #include "sharding/plans/expert_parallel.h"
+#include "sharding/plans/tensor_parallel.h"
 #include "sim/memory.h"
 
 namespace shardsim::sharding::plans {
@@ -88,6 +89,37 @@ struct BlockMemoryScopes {
 Tensor block_forward(PlanContext& ctx, const TokenLayout& layout, const BlockWeights& w, const Tensor& x,
                      BlockActivations* keep = nullptr, const BlockMemoryScopes& memory = {});
 
+// A block's weight gradients (the shapes of BlockWeights'), written by block_backward: norm1_b / norm2_b with
+// layernorm only (else unused); MOE (a MoE layer, BlockWeights::moe set): the router's, the local experts' and the
+// shared experts' gradients, zeroed first (an expert without tokens gets zeros), and MOE_AUX_GRAD, d loss / d the
+// layer's aux loss (the trainer's 1 / micro-batches).
+struct BlockGrads {
+  Tensor *norm1 = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *norm2 = nullptr,
+         *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  Tensor *norm1_b = nullptr, *norm2_b = nullptr;
+  kernels::MoeWeights* moe = nullptr;
+  double moe_aux_grad = 1;
+};
+
+// The block's backward on this chip (training), block_forward's mirror through the same plan units:
+//   dMLP: row-parallel W_down (tp_gather of dY / sp all_gather / fused), GLU or GELU backward, column-parallel
+//         W_gate, W_up (tp reduction of dX) or the MoE MLP's backward (expert_parallel.h, ep_moe_backward);
+//         norm2's backward; + the residual
+//   dattn: row-parallel Wo; the attention core's backward: local (one flash backward per sequence from the saved
+//         lse, or the unfused core's from its kept / recomputed softmax output), ring attention over cp
+//         (context_parallel.h) or Ulysses (ulysses.h); RoPE's backward at the tokens' global positions;
+//         column-parallel Wq, Wk, Wv; norm1's backward; + the residual
+// and the charged bias / dropout gradients (kernels/bias_dropout.h). DX: in, the gradient of the block's output
+// [rows of the residual stream, hidden] (compute dtype); out, of its input. KEEP: what block_forward kept.
+// Activation recomputation (one unit: ParallelPlan::recompute / selective_recompute): full (ctx.p.recompute) keeps
+// only KEEP.x_in from the forward; the block's forward runs again from it first (its kernels and tp collectives
+// charged, KEEP refilled), and KEEP is dropped back to x_in at the end; selective rebuilds the unfused core's
+// softmax output inside its backward (unfused_attention_backward); none reads what the forward kept.
+// DEFER (zero-bubble pipelines' BI pass, tensor_parallel.h): the weight-gradient GEMMs are appended there instead
+// of run (the norms' weight gradients, cheap, are computed here). Kernels are charged to ctx.chip from ctx.chip.t.
+void block_backward(PlanContext& ctx, const TokenLayout& layout, const BlockWeights& w, BlockActivations& keep,
+                    const BlockGrads& g, Tensor& dx, WeightGradGemms* defer = nullptr);
+
 // The gated MLP y = (act(x·W_gate) ⊙ x·W_up)·W_down: the MLP workload's layer and the block's MLP sublayer; with
 // W.w_gate null the GELU MLP y = gelu(x·W_up)·W_down (KEEP: up = x·W_up, act = gelu(up); ACTIVATION unused).
 // CTX null: one device (the single-device reference), charged to CHIP; else sharded by the tp unit (column-parallel
@@ -104,6 +136,12 @@ const char* glu_label(kernels::Activation activation);  // "swiglu" | "geglu"
 // output [nq, T, T].
 Tensor local_attention(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
                        int64_t batch, int64_t T, std::vector<Tensor>& lse, std::vector<Tensor>* probs = nullptr);
+// The flash core's backward (kernels/attention_backward.h) for BATCH sequences of T tokens, one kernel per
+// sequence from the saved O and LSE (local_attention's), charged to CHIP; DQ [B·T, nq, d], DK, DV [B·T, nkv, d]
+// are written. Ulysses runs it on its head-sharded whole sequences (ulysses.h).
+void local_attention_backward(Chip& chip, const ModelSpec& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& o, const std::vector<Tensor>& lse, const Tensor& dout, Tensor& dq,
+                              Tensor& dk, Tensor& dv, int64_t batch, int64_t T);
 // The unfused core's backward for BATCH sequences of T tokens (kernels/attention_unfused.h), charged through
 // CHARGE: from PROBS per sequence, or, when PROBS is empty (selective recomputation), from a softmax output
 // recomputed first (the core's forward again, charged). DQ, DK, DV [B·T, heads, d] are written.

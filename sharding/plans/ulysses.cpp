@@ -65,4 +65,42 @@ Tensor ulysses_heads_to_seq(runtime::Transport& group, const Tensor& y, int64_t 
   return x;
 }
 
+Tensor ulysses_attention_forward(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k, Tensor& v,
+                                 std::vector<Tensor>& lse, Tensor* o_heads) {
+  const bool store = q.has_storage();
+  const int64_t nq = q.dim(1);
+  const std::string a2a = ctx.p.algorithm_for(PlanCollective::ulysses_all_to_all);
+  const auto to_heads = [&](const Tensor& x, const char* name) {
+    return ulysses_seq_to_heads(ctx.cp, x, lay.batch, lay.seq_local, store, ctx.chip.t, name, a2a, &ctx.comm);
+  };
+  Tensor qh = to_heads(q, "q"), kh = to_heads(k, "k"), vh = to_heads(v, "v");
+  Tensor oh = local_attention(ctx.chip, ctx.s, qh, kh, vh, lay.batch, ctx.s.seq, lse);
+  Tensor o = ulysses_heads_to_seq(ctx.cp, oh, nq, lay.batch, lay.seq_local, store, ctx.chip.t, "o", a2a, &ctx.comm);
+  if (o_heads) {
+    q = std::move(qh);
+    k = std::move(kh);
+    v = std::move(vh);
+    *o_heads = std::move(oh);
+  }
+  return o;
+}
+
+void ulysses_attention_backward(PlanContext& ctx, const TokenLayout& lay, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& o_heads, const std::vector<Tensor>& lse,
+                                const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int U = ctx.cp.size();
+  const bool store = dout.has_storage();
+  const int64_t Tg = ctx.s.seq, B = lay.batch, hq = dq.dim(1), hkv = dk.dim(1), d = dq.dim(2);
+  const int64_t hu = hq / U, hku = std::max<int64_t>(1, hkv / U);
+  const std::string a2a = ctx.p.algorithm_for(PlanCollective::ulysses_all_to_all);
+  sim::TimeNs& t = ctx.chip.t;
+  const Tensor doh = ulysses_seq_to_heads(ctx.cp, dout, B, lay.seq_local, store, t, "do", a2a);
+  Tensor dqh = Tensor::make(dq.dtype(), {B * Tg, hu, d}, store), dkh = Tensor::make(dk.dtype(), {B * Tg, hku, d}, store),
+         dvh = Tensor::make(dv.dtype(), {B * Tg, hku, d}, store);
+  local_attention_backward(ctx.chip, ctx.s, q, k, v, o_heads, lse, doh, dqh, dkh, dvh, B, Tg);
+  dq = ulysses_heads_to_seq(ctx.cp, dqh, hq, B, lay.seq_local, store, t, "dq", a2a);
+  dk = ulysses_heads_to_seq(ctx.cp, dkh, hkv, B, lay.seq_local, store, t, "dk", a2a);  // replicated: summed
+  dv = ulysses_heads_to_seq(ctx.cp, dvh, hkv, B, lay.seq_local, store, t, "dv", a2a);
+}
+
 }  // namespace shardsim::sharding::plans

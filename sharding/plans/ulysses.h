@@ -6,6 +6,7 @@
 // Bytes per chip: (u-1)/u of each local q, k, v, o (direct all_to_all).
 #pragma once
 
+#include "sharding/plans/block.h"
 #include "sharding/plans/block_ops.h"
 
 namespace shardsim::sharding::plans {
@@ -25,5 +26,22 @@ Tensor ulysses_seq_to_heads(runtime::Transport& group, const Tensor& x, int64_t 
 Tensor ulysses_heads_to_seq(runtime::Transport& group, const Tensor& y, int64_t H, int64_t batch, int64_t seq_local,
                             bool store, sim::TimeNs& t, const std::string& name, const std::string& algorithm,
                             Comm* comm = nullptr);
+
+// ---- Ulysses' attention (the block program's attention on the cp axis when ParallelPlan::ulysses > 1) ----
+// Forward: Q [N, nq, d], K, V [N, nkv, d] in LAYOUT's token layout (N = batch·seq_local) to heads, the local core
+// (local_attention: flash, or the unfused core keeping nothing for the backward) on whole sequences of ctx.s.seq
+// tokens, O back to tokens: returns O [N, nq, d]. The four all_to_alls run ParallelPlan::algorithm_for(
+// ulysses_all_to_all) on ctx.cp from ctx.chip.t and are counted in ctx.comm. LSE: per sequence fp32 [hu, seq].
+// O_HEADS (training): receives O in the head layout and Q, K, V are replaced by their head-sharded forms, what
+// the backward reads.
+Tensor ulysses_attention_forward(PlanContext& ctx, const TokenLayout& layout, Tensor& q, Tensor& k, Tensor& v,
+                                 std::vector<Tensor>& lse, Tensor* o_heads);
+// Backward from the head-sharded Q, K, V, O_HEADS and LSE the forward kept and DOUT [N, nq, d] (token layout):
+// dO to heads, the flash backward per whole sequence (local_attention_backward), dQ, dK, dV back to tokens
+// (replicated kv heads: the Ulysses ranks' partial dK / dV summed). DQ [N, nq, d], DK, DV [N, nkv, d] are
+// replaced; their head counts are read from them. Four all_to_alls as in the forward (not counted in ctx.comm).
+void ulysses_attention_backward(PlanContext& ctx, const TokenLayout& layout, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& o_heads, const std::vector<Tensor>& lse,
+                                const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace shardsim::sharding::plans

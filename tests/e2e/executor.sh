@@ -23,6 +23,7 @@ if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --json
   assert_out 'forward mode of the executor' "the report names the mode"
   assert_out '^  forward time +[0-9.]+ (us|ms)$' "the simulated forward time"
   assert_out 'model FLOPs per forward' "MFU counts a forward's FLOPs"
+  assert_out "the config's train: section is ignored by run" "the header says the train: section is unused"
   base=$(loss_of)
   if python3 -c "import json,sys; j=json.load(open('fwd.json')); t=j['train']; \
 sys.exit(0 if j['run_mode']=='forward' and t['forward'] and abs(t['steps'][0]['loss']-t['reference_loss'])<1e-2 else 1)"; then
@@ -53,7 +54,18 @@ e2e_case "(d) a forward checkpoint is the weights part of a training state: trai
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --checkpoint fwd.h5; then
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$LM" --resume fwd.h5 --plan tp=2
   same_loss "$base" "$(loss_of)" "the resumed forward's loss"
-  expect_exit 0 'resumed: .* at step 0' -- shardsim_mpi 1 --chips 4 train "$LM" --resume fwd.h5 --steps 1 --validate
+  expect_exit 0 'resumed: .* at step 0 .*weights only' -- \
+    shardsim_mpi 1 --chips 4 train "$LM" --resume fwd.h5 --steps 1 --validate
+  if expect_exit 0 'master/layers.0.wq' -- shardsim_mpi 1 ckpt inspect fwd.h5; then
+    assert_out_count '^  adam_(m|v)/' 0 "the forward checkpoint holds no AdamW moments (the weights part)"
+  fi
+fi
+# A file of the older run schema (workload mlp | block, datasets weights/<w>): one line saying how to write the
+# current one.
+if PY=$(h5py_python) && cp fwd.h5 old.h5 && "$PY" -c 'import sys, h5py; f = h5py.File(sys.argv[1], "r+"); \
+f.attrs["workload"] = "mlp"; f.close()' old.h5; then
+  expect_exit 2 'written by `shardsim run` before version 0.2 .*run the config again with --checkpoint' -- \
+    shardsim_mpi 1 --chips 4 run "$LM" --resume old.h5
 fi
 
 e2e_case "(e) train on a block config (no vocabulary: a regression loss), validated against one device"

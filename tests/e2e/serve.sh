@@ -2,7 +2,8 @@
 # e2e: `shardsim serve` (issue 50, docs/SERVING.md): a small generated trace on Llama-3-8B / 1 H100 and 70B TP8 on
 # 8 chips of one rank (report, JSON: every request finished, the KV cache's capacity = its formula from the
 # model's sizes computed here), the same trace from a CSV and a JSONL file gives the same metrics, chunked prefill
-# keeps its token budget, dp replicas and pp batches in flight (and --trace), and bad input: one line, exit 2, nothing written.
+# keeps its token budget, dp replicas and pp batches in flight (and --trace), prefill/decode disaggregation, and bad
+# input: one line, exit 2, nothing written.
 # Usage: serve.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -76,6 +77,55 @@ assert j["metrics"]["requests"] == 20 and {i[8] for i in it} == {0, 1}
 assert any(b[0] < a[1] for a, b in zip(it, it[1:]))
 PY
 fi
+
+e2e_case "(f) prefill/decode disaggregation: replica 0 prefills, replica 1 decodes after the KV cache's transfer"
+if expect_exit 0 'disaggregated: replica 0..0 prefill' -- shardsim_mpi 1 --chips 2 serve "$S8" "${SMALL[@]}" \
+     --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json dis.json; then
+  assert_out 'KV cache transfers: 20 over the dp axis' "20 transfers reported"
+  if python3 - dis.json <<'PY'; then pass "prefill only on replica 0, decode only on replica 1, every transfer after its prefill"; else fail "disaggregation"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it, d = j["iterations"], j["disaggregation"]
+assert j["metrics"]["requests"] == 20 and d["transfers"] == 20 and d["prefill_replicas"] == 1
+assert all(i[5] == 0 for i in it if i[7] == 0) and all(i[4] == 0 for i in it if i[7] == 1)
+assert {i[7] for i in it} == {0, 1}
+assert all(t > 0 for t in d["transfer_s"])
+per = 2 * 32 * 8 * 128 * 2                  # Llama-3-8B's K and V bytes per token (bf16), one chip
+assert all(t >= 0 for t in d["transfer_s"]) and d["transfer_bytes_per_chip_pair"] % per == 0
+assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
+PY
+fi
+expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- shardsim_mpi 1 --chips 2 serve "$S8" \
+  --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=2 --json bad.json
+
+e2e_case "(h) load balancing by outstanding tokens over dp replicas"
+if expect_exit 0 'each request to the replica with the fewest outstanding tokens' -- shardsim_mpi 1 --chips 2 serve "$S8" \
+     "${SMALL[@]}" --set parallel.dp=2 --set serve.load_balance=least_tokens --json lb.json; then
+  if python3 - lb.json <<'PY'; then pass "least_tokens: 20 requests done over both replicas"; else fail "least_tokens"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["metrics"]["requests"] == 20 and j["load_balance"] == "least_tokens"
+assert {i[7] for i in j["iterations"]} == {0, 1}
+assert all(r[1] > 0 and r[2] >= r[1] for r in j["requests"])
+PY
+fi
+expect_exit 2 'serve.load_balance' -- shardsim_mpi 1 serve "$S8" --set serve.load_balance=random --json bad.json
+
+e2e_case "(g) --profile (the longest iteration's critical path) and --what-if (the trace served again per change)"
+if expect_exit 0 'profile of the longest iteration' -- shardsim_mpi 1 --chips 2 serve "$S8" "${SMALL[@]}" --set parallel.tp=2 \
+     --profile --what-if hbm_bw=2x,parallel.tp=1 --json wi.json; then
+  assert_out 'critical path: ' "the profile's critical path"
+  assert_out 'hbm_bw=2x +[0-9.]+ / ' "a what-if row per change"
+  if python3 - wi.json <<'PY'; then pass "JSON: twice the HBM bandwidth lowers TPOT, one chip instead of tp 2 raises it"; else fail "serve what-if"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+w = {x["change"]: x for x in j["what_if"]}
+assert j["profile"]["critical_path"] and set(w) == {"hbm_bw=2x", "parallel.tp=1"}
+assert w["hbm_bw=2x"]["speedup"] > 1 > w["parallel.tp=1"]["speedup"] > 0
+assert all(x["metrics"]["requests"] == 20 for x in w.values())
+PY
+fi
+expect_exit 2 '--what-if nonsense=2x' -- shardsim_mpi 1 serve "$S8" "${SMALL[@]}" --what-if nonsense=2x --json bad.json
 
 e2e_case "(d) bad input: one line, exit 2, no JSON written"
 printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv

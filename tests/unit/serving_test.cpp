@@ -125,6 +125,25 @@ TEST(ServingScheduler, ContinuousFirstTokenAfterItsPrefillAndOneTokenPerDecode) 
   EXPECT_EQ(kv.used_blocks(), 0);  // released at the end
 }
 
+// Disaggregated decode: requests arriving with their prompt's cache and first token never prefill, and a later
+// arrival joins the running decode step (continuous batching).
+TEST(ServingScheduler, PrefilledArrivalsDecodeAndJoinTheRunningStep) {
+  std::vector<Request> reqs{{0, 0.200, 100, 5, true, 0.100}, {1, 0.205, 50, 3, true, 0.150}};
+  PagedKvCache kv(blocks(100));
+  const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
+  ASSERT_EQ(run.iterations.size(), 4u);  // r0 alone, r0 + r1 twice, r0 alone
+  for (const auto& it : run.iterations) {
+    EXPECT_EQ(it.prefill_tokens, 0);
+    EXPECT_EQ(it.tokens, it.seqs);
+  }
+  EXPECT_EQ(run.iterations[1].seqs, 2);
+  EXPECT_NEAR(run.requests[0].first_token_s, 0.100, 1e-12);
+  EXPECT_NEAR(run.requests[1].finish_s, 0.211 + 2 * 0.012, 1e-12);
+  EXPECT_NEAR(run.requests[0].finish_s, 0.211 + 2 * 0.012 + 0.011, 1e-12);
+  EXPECT_NEAR(run.itl_s.at(0), 0.211 - 0.100, 1e-12);  // the first gap holds the transfer and the wait
+  EXPECT_EQ(kv.used_blocks(), 0);
+}
+
 TEST(ServingScheduler, ChunkedKeepsTheTokenBudgetAndStaticWaitsForItsBatch) {
   TraceSpec s;
   s.rate = 50;
@@ -229,4 +248,25 @@ TEST(ServingMetrics, PercentilesInterpolateAsNumpy) {
   EXPECT_DOUBLE_EQ(p.p50, 2.5);
   EXPECT_DOUBLE_EQ(p.p90, 3.7);
   EXPECT_DOUBLE_EQ(p.mean, 2.5);
+}
+
+// The stepped scheduler (a load balancer's view): outstanding tokens are the prompt and output less the cache, and
+// handing over only some requests leaves the others untouched.
+TEST(ServingScheduler, SteppedOutstandingTokensAndASubsetOfTheRequests) {
+  std::vector<Request> reqs{{0, 0.0, 100, 5}, {1, 0.001, 40, 3}, {2, 0.002, 60, 4}};
+  const StageFn one = [](const std::vector<BatchEntry>& b) { return std::vector<StageSpan>{{0, toy_iteration(b)}}; };
+  PagedKvCache kv(blocks(100));
+  Simulation sim(reqs, {}, kv, one);
+  sim.run_until(0.0);
+  sim.arrive(0);
+  EXPECT_EQ(sim.outstanding_tokens(), 105);
+  sim.run_until(0.002);  // the prefill of request 0 (0 .. 0.110) is the only batch that starts before
+  EXPECT_EQ(sim.outstanding_tokens(), 5);
+  sim.arrive(2);  // request 1 goes elsewhere
+  EXPECT_EQ(sim.outstanding_tokens(), 5 + 64);
+  const ServeRun run = sim.finish();
+  EXPECT_GT(run.requests[0].finish_s, 0);
+  EXPECT_GT(run.requests[2].finish_s, 0);
+  EXPECT_EQ(run.requests[1].finish_s, 0);  // never handed over
+  EXPECT_EQ(kv.used_blocks(), 0);
 }
