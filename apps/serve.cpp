@@ -546,6 +546,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
 
   runtime::Transport tp(world, tl, mesh->placement());
   tp.set_shape_only(true);
+  tp.set_plan_algorithms(true);  // parallel.algorithm's rule, as train's (collectives::plan_algorithm)
   mesh->bind(tp);
   std::optional<models::LmTpTrainer> exec;
   std::optional<sharding::plans::KvCache> kv;
@@ -559,6 +560,8 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       (void)exec->serve_step({}, *kv);  // the serving plan's checks
     } catch (const std::invalid_argument& e) {
       throw UsageError(s.config_name + ": " + e.what());
+    } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE
+      train_config(f).fail_at(e.key(), e.what());
     }
     const models::LmConfig& l = exec->local_config();
     const double e = double(runtime::dtype_size(l.dtype));

@@ -539,6 +539,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   tl.set_keep_events(false);  // the report reads the summary; the trace and the profile keep them (dependencies)
   runtime::Transport tp(world, tl, chips);
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
+  tp.set_plan_algorithms(true);     // parallel.algorithm's rule (collectives::plan_algorithm), for the sub-groups too
   mesh->bind(tp);
   std::optional<models::LmTpTrainer> trainer;
   world.agree([&] {
@@ -546,6 +547,8 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
+    } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE in the config as run
+      train_config(f).fail_at(e.key(), e.what());
     }
   });
   // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.

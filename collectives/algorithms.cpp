@@ -111,6 +111,21 @@ std::string obstacle(Collective c, const std::string& algorithm, const runtime::
   return a->obstacle ? a->obstacle(c, tp) : "";
 }
 
+std::string plan_algorithm(Collective c, const std::string& name, int group_size) {
+  if (group_size < 2 || name.empty() || name == "auto") return "auto";
+  const std::string a = canonical_algorithm(c, name);
+  return a.empty() ? "auto" : a;
+}
+
+std::string plan_obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp) {
+  const std::string a = plan_algorithm(c, algorithm, tp.size());
+  if (a == "auto") return "";
+  const std::string why = obstacle(c, a, tp);
+  if (why.empty()) return "";
+  return collective_name(c) + " over " + std::to_string(tp.size()) + " chips (" + tp.topology().describe() +
+         "): " + why;
+}
+
 double estimate_ns(Collective c, const std::string& algorithm, const runtime::Transport& tp, double bytes,
                    size_t chunk_bytes) {
   if (tp.size() == 1) return 0;
@@ -257,6 +272,12 @@ namespace {
 Choice choose_algorithm(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   const std::string cname = collective_name(c);
   const auto& names = algorithm_names(c);
+  if (tp.plan_algorithms() && plan_algorithm(c, options.algorithm, tp.size()) == "auto" &&
+      options.algorithm != "auto") {
+    CollectiveOptions as_auto = options;  // the plan rule: a collective without the plan's name runs auto
+    as_auto.algorithm = "auto";
+    return choose_algorithm(c, as_auto, tp, bytes);
+  }
   if (options.algorithm != "auto") {
     const std::string a = canonical_algorithm(c, options.algorithm);
     if (a.empty()) throw UsageError(cname + ": " + not_an_algorithm_of(c, options.algorithm));

@@ -54,6 +54,15 @@ std::string canonical_algorithm(Collective c, const std::string& name);
 std::string not_an_algorithm_of(Collective c, const std::string& name);
 // Why ALGORITHM cannot run C on TP ("" when it can).
 std::string obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp);
+// The plan rule (parallel.algorithm, docs/CONFIG.md; ParallelPlan::algorithm_for): a plan names one algorithm for
+// all its collectives; C runs NAME when C implements it and its group has GROUP_SIZE >= 2 chips, else "auto" (a
+// collective without NAME, or a group of one chip where nothing moves). choose() applies it on transports with
+// Transport::plan_algorithms() set.
+std::string plan_algorithm(Collective c, const std::string& name, int group_size);
+// Why a plan naming ALGORITHM cannot run C on TP under the plan rule ("" when it can, or when the rule runs auto):
+// "all_reduce over 4 chips (ring 4 chips, ...): the topology has no switch with in-switch reduction ...". The
+// check a command makes on every group of its plan before the first step (exit 2 naming parallel.algorithm).
+std::string plan_obstacle(Collective c, const std::string& algorithm, const runtime::Transport& tp);
 // Closed-form simulated time (ns) of C with ALGORITHM for a per-rank buffer of BYTES (as nccl-tests sizes it:
 // all_reduce/broadcast/reduce the buffer; reduce_scatter the input; all_gather the output; all_to_all the
 // send buffer; gather the root's buffer).

@@ -281,6 +281,18 @@ void ConfigNode::fail(const std::string& message) const {
   throw ConfigError(where() + ": " + escape_control(message));
 }
 
+void ConfigNode::fail_at(std::string_view dotted_key, const std::string& message) const {
+  ConfigNode at = *this;
+  while (!dotted_key.empty()) {
+    const size_t dot = dotted_key.find('.');
+    const std::string_view key = dotted_key.substr(0, dot);
+    if (!at.node_.IsMap() || !at.has(key)) break;
+    at = at.child(key);
+    dotted_key = dot == std::string_view::npos ? std::string_view() : dotted_key.substr(dot + 1);
+  }
+  at.fail(message);
+}
+
 bool ConfigNode::has(std::string_view key) const {
   return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
 }

@@ -97,6 +97,9 @@ class ConfigNode {
 
   // Throws ConfigError with this node's location prefixed.
   [[noreturn]] void fail(const std::string& message) const;
+  // Throws ConfigError with the location of the node at DOTTED_KEY below this one ("parallel.algorithm"), or of
+  // the deepest of its parents this document has (this node when none), prefixed to MESSAGE.
+  [[noreturn]] void fail_at(std::string_view dotted_key, const std::string& message) const;
 
  private:
   std::string key_path(std::string_view key) const;

@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace shardsim {
 
@@ -36,6 +37,18 @@ class UsageError : public Error {
  public:
   explicit UsageError(const std::string& what) : Error(what) {}
   int exit_code() const noexcept override { return kExitBadInput; }
+};
+
+// Bad input found once the run is set up (e.g. a named parallel.algorithm that cannot run on a group of the
+// mesh): KEY is the config key that caused it ("parallel.algorithm"), so the command can name its FILE:LINE
+// (ConfigNode::fail at that key); elsewhere it is a UsageError naming the key in its message.
+class ConfigKeyError : public UsageError {
+ public:
+  ConfigKeyError(std::string key, const std::string& what) : UsageError(what), key_(std::move(key)) {}
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
 };
 
 // A fault while running: MPI failure, I/O failure, internal invariant. The message names chip and op.

@@ -65,7 +65,7 @@ void fp8_quantize_dequantize(float* x, int64_t rows, int64_t cols, int64_t row_s
 }
 
 KernelCost fp8_weight_cast_cost(double numel, runtime::DType from, const Fp8Recipe& r) {
-  KernelCost k{"fp8.cast_weights", 0, 0, from};
+  KernelCost k{"fp8.cast_weights", 0, 0, from, {}};
   if (!r.active() || numel <= 0) return k;
   k.flops = 2 * numel;  // |x| against the running amax, and the scale multiply
   k.bytes = numel * (double(runtime::dtype_size(from)) + 1.0);

@@ -196,7 +196,7 @@ KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
 double aux_loss(const Routing& r, const RouterOptions& o, double coef, int64_t groups, std::vector<double>* per_group,
                 KernelCost* cost) {
   const int64_t T = r.tokens, E = r.experts;
-  if (cost) *cost = KernelCost{"moe.aux_loss", 2.0 * double(T * E), 4.0 * double(T * E), runtime::DType::fp32};
+  if (cost) *cost = KernelCost{"moe.aux_loss", 2.0 * double(T * E), 4.0 * double(T * E), runtime::DType::fp32, {}};
   if (per_group) per_group->clear();
   if (!r.has_values) return 0;
   if (groups < 1 || T % groups != 0 || int64_t(r.chosen.size()) != groups * E)
@@ -426,7 +426,7 @@ void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& lo
 
 KernelCost GroupedCost::total() const {
   KernelCost t{groups.empty() ? "grouped_gemm" : groups.front().name, 0, 0,
-               groups.empty() ? runtime::DType::fp32 : groups.front().dtype};
+               groups.empty() ? runtime::DType::fp32 : groups.front().dtype, {}};
   auto work = std::make_shared<std::vector<sim::KernelWork>>();
   for (const auto& g : groups) {
     t.flops += g.flops;

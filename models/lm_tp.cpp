@@ -11,12 +11,14 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "collectives/algorithms.h"
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
 #include "collectives/reduce_scatter.h"
+#include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
 #include "kernels/backward.h"
@@ -250,6 +252,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                                                           zc, *rep_, global.dtype, store_, experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
+  check_plan_algorithm(dp.zero);
   if (mesh_.size("dp") > 1) {  // a folded run: the gradient norm's gather over dp is decided before the first step
     collectives::CollectiveOptions o;
     o.algorithm = grad_norm_gather_algorithm();
@@ -259,10 +262,33 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   }
 }
 
+void LmTpTrainer::check_plan_algorithm(int zero) {
+  // A named parallel.algorithm on every group of this plan that runs a collective, before the first step (exit 2
+  // naming the key; it used to fail at the first collective): collectives::plan_obstacle, the rule choose() applies.
+  if (algorithm_ == "auto") return;
+  using C = collectives::Collective;
+  std::vector<std::tuple<const char*, C, runtime::Transport*>> calls = {
+      {"tp", C::all_reduce, &mesh_["tp"]}, {"tp", C::all_gather, &mesh_["tp"]},
+      {"replica (tp x cp x pp)", C::all_reduce, &mesh_.excluding("dp")}, {"dp", C::all_gather, &mesh_["dp"]},
+      {"data-parallel", zero == 0 ? C::all_reduce : C::reduce_scatter, rep_}};
+  if (sp_) calls.emplace_back("tp", C::reduce_scatter, &mesh_["tp"]);
+  if (zero > 0) calls.emplace_back("data-parallel", C::all_gather, rep_);
+  if (ulysses_ && cp_size_ > 1) calls.emplace_back("ulysses", C::all_to_all, &mesh_["cp"]);
+  if (pp_size_ > 1) calls.emplace_back("pp", C::broadcast, &mesh_["pp"]);
+  if (ep_size_ > 1)
+    for (C c : {C::all_to_allv, C::all_to_all, zero == 0 ? C::all_reduce : C::reduce_scatter})
+      calls.emplace_back(c == C::all_reduce || c == C::reduce_scatter ? "experts' data-parallel" : "ep", c,
+                         c == C::all_reduce || c == C::reduce_scatter ? &mesh_["dp"] : &mesh_["ep"]);
+  for (const auto& [group, c, g] : calls)
+    if (const std::string why = collectives::plan_obstacle(c, algorithm_, *g); !why.empty())
+      throw ConfigKeyError("parallel.algorithm", "parallel.algorithm: '" + algorithm_ + "' cannot run the " + group +
+                                                     " group's " + why + "; name another algorithm, or auto");
+}
+
 std::string LmTpTrainer::grad_norm_gather_algorithm() const {
   // A ring: equal 8-byte chunks, neighbours by offset, so every replica runs it alike (auto's choice for 8 bytes
   // may pair XOR partners, which a replica shift does not keep). (dp - 1) latencies.
-  return algorithm_ == "auto" ? "ring" : algorithm_;
+  return collectives::plan_algorithm(collectives::Collective::all_gather, algorithm_, 2) == "auto" ? "ring" : algorithm_;
 }
 
 Tensor LmTpTrainer::make(DType dtype, runtime::Shape shape) const { return Tensor::make(dtype, std::move(shape), store_); }

@@ -428,6 +428,9 @@ class LmTpTrainer {
     t = chip.t;
     return r;
   }
+  // Throws ConfigKeyError (parallel.algorithm) when a named algorithm cannot run on a group of the plan (ZERO: its
+  // ZeRO stage): collectives::plan_obstacle on every group that runs a collective, before the first step.
+  void check_plan_algorithm(int zero);
   // The sum over every chip of SQ (its share of the squared gradient norm), replica-symmetric (lm_tp.cpp), and
   // when it is known, from READY.
   std::string grad_norm_gather_algorithm() const;  // the gradient norm's gather over dp (ring under auto)

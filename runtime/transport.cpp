@@ -147,6 +147,7 @@ Transport Transport::split(int color, int key, const std::function<std::pair<int
   t.scratch_ = scratch_;
   t.observer_ = observer_;
   t.shape_only_ = shape_only_;
+  t.plan_algorithms_ = plan_algorithms_;
   return t;
 }
 
@@ -156,6 +157,7 @@ Transport Transport::duplicate(sim::Timeline& timeline) const {
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   Transport t(dup, timeline, *rank_to_chip_);
   t.shape_only_ = shape_only_;
+  t.plan_algorithms_ = plan_algorithms_;
   t.owned_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(dup), [](MPI_Comm* c) {
     int finalized = 0;
     MPI_Finalized(&finalized);

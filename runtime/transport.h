@@ -248,6 +248,12 @@ class Transport {
   // UsageError (exit 2) rather than a hang.
   bool shape_only() const { return *shape_only_; }
   void set_shape_only(bool on) { *shape_only_ = on; }
+  // A plan's collectives (docs/CONFIG.md, parallel.algorithm): while set, a named algorithm that a collective does
+  // not implement, or any name on a group of one chip (nothing moves), runs as auto (collectives::plan_algorithm);
+  // a name the collective implements still runs, or is refused where it cannot (UsageError, exit 2). Shared by
+  // copies, split() and subgroup() transports as shape_only is. Off: the name is taken as given (bench, validate).
+  bool plan_algorithms() const { return *plan_algorithms_; }
+  void set_plan_algorithms(bool on) { *plan_algorithms_ = on; }
 
   // Reusable host scratch memory: SLOT (0..4) grows to at least BYTES and is kept for later calls, so large
   // collectives do not pay for fresh pages every call (page faults dominate large-message wall time otherwise).
@@ -350,6 +356,7 @@ class Transport {
   int size_ = 1;
   std::shared_ptr<double> bytes_sent_ = std::make_shared<double>(0.0);
   std::shared_ptr<bool> shape_only_ = std::make_shared<bool>(false);
+  std::shared_ptr<bool> plan_algorithms_ = std::make_shared<bool>(false);
   std::shared_ptr<std::vector<std::vector<unsigned char>>> scratch_ =
       std::make_shared<std::vector<std::vector<unsigned char>>>(5);
   std::shared_ptr<WaitObserver> observer_;  // inherited by split()

@@ -49,9 +49,8 @@ std::string ParallelPlan::algorithm_for(PlanCollective what) const {
     case PlanCollective::dp_gradients:
     case PlanCollective::loss: break;
   }
-  if (!algorithm.empty() && algorithm != "auto" && !collectives::canonical_algorithm(c, algorithm).empty())
-    return algorithm;
-  return "auto";
+  // The one rule (collectives::plan_algorithm; groups of one chip are the collectives' own concern).
+  return collectives::plan_algorithm(c, algorithm, 2) == "auto" ? "auto" : algorithm;
 }
 
 }  // namespace shardsim::sharding

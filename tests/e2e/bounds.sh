@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e: issue 46, kinds 2, 3, 8, 10, 14 and 15 (docs/RELIABILITY.md and docs/SECURITY.md, "Bounds and overrides"):
+# e2e: issue 46, kinds 2, 3, 7 (parallel.algorithm), 8, 10, 14 and 15 (docs/RELIABILITY.md and docs/SECURITY.md, "Bounds and overrides"):
 #   - sizes that would wrap int64 (pp_layers summing to the layer count, topology dims, ASTRA-sim npus_count, a
 #     sweep plan's axis) are refused entry by entry, with the entry's FILE:LINE, before any work; pp_layers [] and
 #     null too;
@@ -12,6 +12,8 @@
 #     checkpoint (PASS), not one retrained from step 0;
 #   - --set reaches one dimension of a stacked topology (topology.dims[0].bandwidth_gbps) and --what-if link_bw /
 #     dimN.bandwidth work on stacked topologies given inline or by file, each row equal to a run with its --set;
+#   - a named parallel.algorithm that cannot run on a group of the plan is refused before the run header with
+#     its FILE:LINE (config, --set, --plan); collectives without the name and one-chip groups run auto;
 #   - error lines keep the config's own line numbers after --set/--plan; `shardsim help` lists its topics; a
 #     training run's JSON says its layers; train's memory line states the HBM reserve.
 # All at one rank (shape-only where a run is needed): seconds.
@@ -159,6 +161,35 @@ if expect_exit 0 '^  link_bw=2x ' -- shardsim_mpi 1 --chips 16 profile stacked.y
      --what-if link_bw=2x,dim1.latency=0.5x; then
   assert_out '^  dim1\.latency=0\.5x .*--set topology=\{kind: stacked' "a topology file's change is set inline"
 fi
+
+# ---- kind 7: a named parallel.algorithm that cannot run on a group of the plan ----
+e2e_case "kind 7: parallel.algorithm refused before the run header, FILE:LINE, exit 2"
+sed '/^parallel:/,$d' "$TRAIN" >algo.yaml
+printf 'parallel:\n  tp: 2\n  dp: 2\n  algorithm: in_switch\n' >>algo.yaml
+line=$(grep -n 'algorithm: in_switch' algo.yaml | cut -d: -f1)
+expect_exit 2 "algo\.yaml:$line: parallel\.algorithm: 'in_switch' cannot run the tp group's all_reduce over 2 chips" -- \
+  shardsim_mpi 1 train algo.yaml --chips 4 --steps 1
+assert_out_count '^shardsim train:|^  step ' 0 "no run header, no step"
+for a in torus multi_ring rail_ring; do
+  expect_exit 2 "--set parallel\.algorithm=$a: parallel\.algorithm: '$a' cannot run" -- \
+    shardsim_mpi 1 train "$TRAIN" --chips 4 --steps 1 --plan tp=2,dp=2 --set parallel.algorithm=$a
+done
+expect_exit 2 "--plan tp=2,dp=2,algorithm=torus: parallel\.algorithm: 'torus' cannot run" -- \
+  shardsim_mpi 1 train "$TRAIN" --chips 4 --steps 1 --plan tp=2,dp=2,algorithm=torus
+expect_exit 2 "parallel\.algorithm: 'in_switch' cannot run" -- \
+  shardsim_mpi 1 run "$CONFIGS/blocks/small_block.yaml" --chips 4 --set parallel.algorithm=in_switch
+assert_out_count 'on chip' 0 "not a fault of a chip"
+
+e2e_case "kind 7: the plan rule: collectives without the name, and one-chip groups, run auto"
+# double_binary_tree is an all_reduce algorithm: the all_gathers and reduce_scatters of ZeRO and the gradient
+# norm run auto (they used to fail at the first collective); in_switch on the whole NVLS switch runs although
+# the tp groups (one chip each) cannot reduce in the switch.
+for z in 0 1 3; do
+  expect_exit 0 '^  step ' -- shardsim_mpi 1 train "$TRAIN" --chips 4 --steps 1 --plan tp=2,dp=2,zero=$z \
+    --set parallel.algorithm=double_binary_tree
+done
+expect_exit 0 '^  step ' -- shardsim_mpi 1 train "$TRAIN" --chips 8 --steps 1 --plan dp=8 --set model.batch=8 \
+  --topology "$CONFIGS/topologies/dgx_h100_nvls.yaml" --set parallel.algorithm=in_switch
 
 # ---- kind 15: small things ----
 e2e_case "kind 15: error lines after --set keep the file's line numbers"

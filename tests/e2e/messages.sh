@@ -48,9 +48,9 @@ if PY=$(h5py_python) && expect_exit 0 'saved' -- shardsim_mpi 1 train t.yaml --c
   assert_out_count "config's global batch" 0 "the equal batch is not blamed"
 fi
 
-e2e_case "bad input found while running is not a chip's error"
+e2e_case "bad input found once the mesh exists is not a chip's error; it names the key"
 printf 'topology: {kind: switch, chips: 4, bandwidth_gbps: 100, latency_ns: 1000}\n' >sw4.yaml
-expect_exit 2 "^shardsim: error: all_reduce: algorithm 'in_switch' cannot run on 4 chips" -- \
+expect_exit 2 "^shardsim: error: t\\.yaml .*--set parallel\\.algorithm=in_switch: parallel\\.algorithm: 'in_switch' cannot run the dp group's all_gather over 4 chips" -- \
   shardsim_mpi 1 --chips 4 train t.yaml --steps 1 --topology sw4.yaml --plan dp=4 --set model.batch=4 \
   --set parallel.algorithm=in_switch
 assert_out_count 'error on chip' 0 "no 'on chip N'"
