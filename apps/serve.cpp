@@ -522,7 +522,11 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!sf.json_path.empty()) outputs.emplace_back("--json", sf.json_path);
     if (!sf.trace_path.empty()) outputs.emplace_back("--trace", sf.trace_path);
-    if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
+    if (!outputs.empty()) {  // never over an input: the config, the --requests trace (it was overwritten, exit 0)
+      std::vector<std::pair<std::string, std::string>> inputs = {{"the config file", f.config}};
+      if (!sf.requests.empty()) inputs.emplace_back("the --requests file", sf.requests);
+      check_outputs_distinct(outputs, inputs);
+    }
     s = load(f, world.size());
     sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)

@@ -193,6 +193,19 @@ KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
   return cost;
 }
 
+namespace {
+// Whether R's aux group spans chips (Routing::span_chosen), checked: one local group, E counts, tokens >= T.
+bool check_span(const Routing& r, int64_t groups, const char* what) {
+  if (r.span_chosen.empty()) return false;
+  if (groups != 1 || int64_t(r.span_chosen.size()) != r.experts || r.span_tokens < r.tokens)
+    throw std::invalid_argument(std::string(what) + ": a spanning aux group needs one local group, " +
+                                std::to_string(r.experts) + " counts and at least " + std::to_string(r.tokens) +
+                                " tokens (got " + std::to_string(groups) + ", " +
+                                std::to_string(r.span_chosen.size()) + ", " + std::to_string(r.span_tokens) + ")");
+  return true;
+}
+}  // namespace
+
 double aux_loss(const Routing& r, const RouterOptions& o, double coef, int64_t groups, std::vector<double>* per_group,
                 KernelCost* cost) {
   const int64_t T = r.tokens, E = r.experts;
@@ -201,7 +214,8 @@ double aux_loss(const Routing& r, const RouterOptions& o, double coef, int64_t g
   if (!r.has_values) return 0;
   if (groups < 1 || T % groups != 0 || int64_t(r.chosen.size()) != groups * E)
     throw std::invalid_argument("aux_loss: routing's groups differ from " + std::to_string(groups));
-  const int64_t Tg = T / groups;
+  const bool span = check_span(r, groups, "aux_loss");
+  const int64_t Tg = T / groups, Tc = span ? r.span_tokens : Tg;  // rows here, tokens of the loss's group
   double mean = 0;
   for (int64_t g = 0; g < groups; ++g) {
     std::vector<double> P(size_t(E), 0.0);
@@ -210,9 +224,9 @@ double aux_loss(const Routing& r, const RouterOptions& o, double coef, int64_t g
       const double norm = aux_norm(s, E, o.score);
       for (int64_t e = 0; e < E; ++e) P[size_t(e)] += s[e] / norm;
     }
+    const int64_t* c = span ? r.span_chosen.data() : r.chosen.data() + g * E;
     double sum = 0;
-    for (int64_t e = 0; e < E; ++e)
-      sum += double(r.chosen[size_t(g * E + e)]) / double(Tg * r.top_k) * (P[size_t(e)] / double(Tg));
+    for (int64_t e = 0; e < E; ++e) sum += double(c[e]) / double(Tc * r.top_k) * (P[size_t(e)] / double(Tc));
     const double aux = coef * double(E) * sum;
     if (per_group) per_group->push_back(aux);
     mean += aux / double(groups);
@@ -357,7 +371,8 @@ KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::
   const bool aux = aux_grad != 0 && coef != 0;
   if (aux && (groups < 1 || T % groups != 0 || int64_t(r.chosen.size()) != groups * E))
     throw std::invalid_argument("router_backward: routing's groups differ from " + std::to_string(groups));
-  const int64_t Tg = aux ? T / groups : T;
+  const bool span = aux && check_span(r, groups, "router_backward");
+  const int64_t Tg = aux ? T / groups : T, Tc = span ? r.span_tokens : Tg;  // rows here, the loss group's tokens
   std::vector<double> ds(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     const float* s = r.scores.data() + t * E;
@@ -376,15 +391,15 @@ KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::
     }
     // Through the aux loss's P term.
     if (aux) {
-      const int64_t g = t / Tg;
-      const double a0 = aux_grad * coef * double(E) / (double(Tg) * double(Tg) * double(k));
+      const int64_t* c = span ? r.span_chosen.data() : r.chosen.data() + (t / Tg) * E;
+      const double a0 = aux_grad * coef * double(E) / (double(Tc) * double(Tc) * double(k));
       if (o.score == RouterScore::softmax) {
-        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += a0 * double(r.chosen[size_t(g * E + e)]);
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += a0 * double(c[e]);
       } else {
         const double S = aux_norm(s, E, o.score);
         double ap = 0;
-        for (int64_t e = 0; e < E; ++e) ap += a0 * double(r.chosen[size_t(g * E + e)]) * s[e] / S;
-        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += (a0 * double(r.chosen[size_t(g * E + e)]) - ap) / S;
+        for (int64_t e = 0; e < E; ++e) ap += a0 * double(c[e]) * s[e] / S;
+        for (int64_t e = 0; e < E; ++e) ds[size_t(e)] += (a0 * double(c[e]) - ap) / S;
       }
     }
     // Through the scores.

@@ -79,6 +79,13 @@ struct Routing {
   std::vector<int64_t> chosen;   // [G·E] assignments per (group, expert) before dropping
   std::vector<int64_t> counts;   // [E] kept assignments per expert (the permuted rows of each)
   int64_t dropped = 0;           // assignments dropped by capacity
+  // The aux loss's group when it spans several chips (sequence or context parallel: Megatron-Core's
+  // sequence_partition_group): SPAN_CHOSEN [E] the whole group's assignments per expert before dropping (this
+  // routing's `chosen` all-reduced over the chips) and SPAN_TOKENS its tokens. Set (non-empty; one group here),
+  // aux_loss and router_backward take this chip's share of the group's loss, the shares summing to it:
+  //   coef · E · Σ_i c_i / (T_G · k) · (Σ_{t here} p[t, i]) / T_G.
+  std::vector<int64_t> span_chosen;
+  int64_t span_tokens = 0;
   // Shape-only routing: COUNTS[e] kept rows per expert (from a declared distribution, kernels/moe_mlp.h).
   static Routing from_counts(int64_t tokens, int64_t top_k, std::vector<int64_t> counts);
   // offsets[e] = Σ_{i<e} counts[i], offsets[E] = N.
@@ -136,8 +143,10 @@ struct MoeLoad {
 };
 MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped = 0);
 
-// DeepSeek-V3's auxiliary-loss-free balancing step: bias[e] += gamma · sign(mean_i load_i − load_e), LOAD the
-// assignments per expert of a step (Routing::chosen summed over groups, and over the data-parallel replicas).
+// DeepSeek-V3's auxiliary-loss-free balancing step (arXiv 2412.19437 §2.1.2; Wang et al. 2024, arXiv 2408.15664):
+// bias[e] += gamma · sign(mean_i load_i − load_e) (sign 0: unchanged), in fp32. LOAD: the tokens each expert took
+// in the step (Routing::counts, after capacity: Megatron-Core's local_tokens_per_expert, the routing map summed
+// over the step's micro-batches and all-reduced over its TP x CP x DP group before get_updated_expert_bias).
 void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma);
 
 // ---- Grouped GEMM: one GEMM per expert, each of its own token count (and its own inner size) ----

@@ -206,8 +206,9 @@ Tensor shared_backward(const MoeSpec& s, const ExpertWeights& w, const Tensor& x
   return dx;
 }
 
-Routing router_forward(const MoeSpec& s, const Tensor& router_w, const Tensor& x, const Routing* declared,
+Routing router_forward(const MoeSpec& s, const MoeWeights& w, const Tensor& x, const Routing* declared,
                        Tensor* logits_out, double* aux, const MoeCharge& charge) {
+  const Tensor& router_w = w.router;
   if (x.rank() != 2 || x.dim(1) != s.hidden)
     throw std::invalid_argument("moe: X is " + runtime::shape_str(x.shape()) + ", want [T, " +
                                 std::to_string(s.hidden) + "]");
@@ -218,7 +219,13 @@ Routing router_forward(const MoeSpec& s, const Tensor& router_w, const Tensor& x
     if (!declared) throw std::invalid_argument("moe: a shape-only forward needs a declared routing");
     r = *declared;
   }
-  charge(route(logits, s.router, r));
+  if (w.bias.empty()) {
+    charge(route(logits, s.router, r));
+  } else {  // this layer's own selection bias
+    RouterOptions o = s.router;
+    o.bias = w.bias;
+    charge(route(logits, o, r));
+  }
   charge(apply_capacity(r, s.capacity));
   KernelCost aux_cost;
   const double a = s.aux_coef != 0 ? aux_loss(r, s.router, s.aux_coef, s.capacity.groups, nullptr, &aux_cost) : 0.0;
@@ -243,7 +250,7 @@ Tensor moe_forward(const MoeSpec& s, const MoeWeights& w, const Tensor& x, MoeAc
   s.check();
   if (int64_t(w.experts.size()) != s.experts() || w.first_expert != 0)
     throw std::invalid_argument("moe_forward: the single-device MoE holds every expert");
-  keep.routing = router_forward(s, w.router, x, declared, nullptr, &keep.aux, charge);
+  keep.routing = router_forward(s, w, x, declared, nullptr, &keep.aux, charge);
   const Routing& r = keep.routing;
   keep.xp = Tensor::make(s.dtype, {r.rows(), s.hidden}, x.has_storage());
   charge(permute(x, r, keep.xp));

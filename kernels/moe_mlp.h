@@ -47,12 +47,15 @@ struct ExpertWeights {
 };
 
 // The layer's weights on one chip: the router, experts [first_expert, first_expert + experts.size()), and the
-// shared MLP (shared.w_up default-constructed, rank 0, when none).
+// shared MLP (shared.w_up default-constructed, rank 0, when none). BIAS: the layer's per-expert selection bias
+// [E] (DeepSeek-V3's auxiliary-loss-free balancing; state, not a parameter: no gradient, no optimizer, updated by
+// update_expert_bias after each training step); when set it replaces MoeSpec::router.bias for this layer.
 struct MoeWeights {
   runtime::Tensor router;  // [h, E]
   int64_t first_expert = 0;
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;
+  std::vector<float> bias;  // [E] or empty (MoeSpec::router.bias)
 };
 // Parameters of one MoE layer (elements): TOTAL = router + every expert + the shared MLP; ACTIVE = what one token
 // uses: router + shared + k experts of the mean expert size (exact when every expert has one size). An MFU counted
@@ -98,10 +101,10 @@ runtime::Tensor shared_backward(const MoeSpec& s, const ExpertWeights& w, const 
                                 const ExpertActs& keep, const runtime::Tensor& dy, ExpertWeights& grads,
                                 const MoeCharge& charge);
 
-// The router on X [T, h] (logits gemm, route, capacity with S.capacity.groups, aux loss). DECLARED: shape-only x
-// takes it as the routing (Routing::from_counts). LOGITS (optional) keeps the logits. AUX receives the mean aux
-// loss (0 when aux_coef is 0).
-Routing router_forward(const MoeSpec& s, const runtime::Tensor& router_w, const runtime::Tensor& x,
+// The router of W (W.router, the selection bias W.bias or S.router.bias) on X [T, h] (logits gemm, route, capacity
+// with S.capacity.groups, aux loss). DECLARED: shape-only x takes it as the routing (Routing::from_counts). LOGITS
+// (optional) keeps the logits. AUX receives the mean aux loss (0 when aux_coef is 0).
+Routing router_forward(const MoeSpec& s, const MoeWeights& w, const runtime::Tensor& x,
                        const Routing* declared, runtime::Tensor* logits, double* aux, const MoeCharge& charge);
 // Backward: DX [T, h] += through the router (added in fp32; DX has the shape of X), DROUTER [h, E] = x^T·dlogits.
 void router_backward_pass(const MoeSpec& s, const runtime::Tensor& router_w, const runtime::Tensor& x,

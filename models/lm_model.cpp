@@ -381,6 +381,7 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
       const int64_t n = c.expert_count < 0 ? s.experts() : c.expert_count;
       for (int64_t e = c.expert_first; e < c.expert_first + n; ++e) L.moe.experts.push_back(mlp(s.expert_ffn[size_t(e)]));
       if (s.shared_ffn > 0) L.moe.shared = mlp(s.shared_ffn);
+      L.moe.bias = s.router.bias;  // the selection bias's start (zeros with model.moe.bias_update > 0)
     }
     w.layers.push_back(std::move(L));
   }
@@ -500,20 +501,31 @@ double moe_cache_bytes(const LmCache::Layer& L) {
 }
 }  // namespace
 
+namespace {
+
+// A block's saved tensors other than its input x_in.
+double block_rest_bytes(const LmCache::Layer& L) {
+  double rest = 0;
+  for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act, &L.o_heads})
+    rest += static_cast<double>(t->nbytes());
+  for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
+  for (const auto& t : L.probs) rest += static_cast<double>(t.nbytes());
+  return rest + L.charged_bytes + moe_cache_bytes(L);
+}
+
+}  // namespace
+
+double lm_recompute_working_bytes(const LmCache& C) {
+  double largest = 0;
+  for (const auto& L : C.layers) largest = std::max(largest, block_rest_bytes(L));
+  return largest;
+}
+
 double lm_cache_bytes(const LmCache& C, bool recompute) {
-  double b = 0, largest = 0;
-  for (const auto& L : C.layers) {
-    double rest = 0;
-    for (const Tensor* t : {&L.a, &L.q, &L.k, &L.v, &L.o, &L.x_mid, &L.m, &L.gate, &L.up, &L.act, &L.o_heads})
-      rest += static_cast<double>(t->nbytes());
-    for (const auto& t : L.lse) rest += static_cast<double>(t.nbytes());
-    for (const auto& t : L.probs) rest += static_cast<double>(t.nbytes());
-    rest += L.charged_bytes + moe_cache_bytes(L);
-    b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : rest);
-    largest = std::max(largest, rest);
-  }
+  double b = 0;
+  for (const auto& L : C.layers) b += static_cast<double>(L.x_in.nbytes()) + (recompute ? 0.0 : block_rest_bytes(L));
   for (const Tensor* t : {&C.x_final, &C.xf, &C.logits, &C.row_max, &C.sumexp}) b += static_cast<double>(t->nbytes());
-  return recompute ? b + largest : b;
+  return recompute ? b + lm_recompute_working_bytes(C) : b;
 }
 
 int lm_unit_of(const std::string& name, int64_t layers) {

@@ -197,6 +197,11 @@ void lm_drop_block_activations(LmCache& cache);
 // tensor; with RECOMPUTE, every block's input, the largest block's other saved tensors (one block is rebuilt at a
 // time) and the head's tensors.
 double lm_cache_bytes(const LmCache& cache, bool recompute);
+// Of lm_cache_bytes(cache, true): the largest block's saved tensors other than its input, the working set of the
+// one block a recomputing backward rebuilds at a time. A chip holding several (chunk, micro-batch) forwards (a
+// pipeline's in-flight micro-batches) holds their inputs each but this working set once (Korthikanti et al. 2022,
+// arXiv 2205.05198, section 5: full recomputation keeps the layer inputs, one layer is rebuilt at a time).
+double lm_recompute_working_bytes(const LmCache& cache);
 // The unit a weight belongs to (see lm_forward): 0 = "embed", 1 + l = "layers.<l>.*", layers + 1 = final_norm, head.
 int lm_unit_of(const std::string& name, int64_t layers);
 void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,

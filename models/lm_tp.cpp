@@ -42,6 +42,61 @@ namespace shardsim::models {
 using runtime::DType;
 using runtime::Tensor;
 
+namespace {
+
+// The trainer's own checks of the plan against the model (std::invalid_argument naming the field; the config
+// parser's registry checks give the same rules with FILE:LINE first): TP, CP (Ulysses or ring, ZIGZAG), DP
+// replicas (x ep), PP stages, SP.
+void check_divisibility(const LmConfig& global, const LmDpConfig& dp_config, int tp, int cp, int dp, int pp,
+                        bool ulysses, bool zigzag, bool sp) {
+  auto need = [&](int64_t v, const char* field) {
+    if (v % tp != 0)
+      throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
+                                  " must be a multiple of parallel.tp (" + std::to_string(tp) + ")");
+  };
+  need(global.heads, "heads");
+  // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
+  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
+  if (!(global.attention && dp_config.forward_only && global.kv_heads < tp && tp % global.kv_heads == 0))
+    need(global.kv_heads, "kv_heads");
+  need(global.ffn, "ffn");
+  need(global.vocab, "vocab");
+  if (global.tied_embeddings && pp > 1)
+    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
+                                "the head live on different stages; their gradients would need an all_reduce)");
+  if (global.batch % dp != 0)
+    throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
+                                " sequences) must be a multiple of dp (" + std::to_string(dp) + ")");
+  if (ulysses && cp > 1) {
+    if (global.heads % (int64_t(tp) * cp) != 0)
+      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
+                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
+                                  std::to_string(tp * cp) + "): Ulysses splits each tp rank's heads");
+    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
+    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
+    // groups when a parallel degree exceeds them).
+    const int64_t kv_l = global.kv_heads / tp;
+    if (global.kv_heads % tp == 0 && kv_l % cp != 0 && cp % kv_l != 0)
+      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
+                                  std::to_string(tp) + " leaves " + std::to_string(kv_l) +
+                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
+                                  std::to_string(cp) + "): Ulysses splits or replicates them");
+  }
+  if (!global.causal && cp > 1 && !ulysses)
+    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
+  const int64_t pieces = int64_t(cp) * (cp > 1 && zigzag ? 2 : 1);
+  if (global.seq % pieces != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
+                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp) +
+                                (cp > 1 && zigzag ? ", zigzag: 2 chunks per chip" : "") + ")");
+  if (sp && (global.seq / cp) % tp != 0)
+    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp > 1 ? " / parallel.cp" : "") +
+                                " must be a multiple of parallel.tp (" + std::to_string(tp) +
+                                ") for sequence parallelism");
+}
+
+}  // namespace
+
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
 
 bool LmTpTrainer::owns(const std::string& name) const {
@@ -114,52 +169,11 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   pp_rank_ = mesh.coordinate("pp", r);
   rep_size_ = dp_size_ * cp_size_;
   rep_rank_ = cp_rank_ + cp_size_ * dp_rank_;
-  auto need = [&](int64_t v, const char* field) {
-    if (v % tp_size_ != 0)
-      throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
-                                  " must be a multiple of parallel.tp (" + std::to_string(tp_size_) + ")");
-  };
-  need(global.heads, "heads");
+  check_divisibility(global, dp, tp_size_, cp_size_, dp_size_, mesh.size("pp"), ulysses_, zigzag_, sp_);
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
   // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
   if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
     kv_rep_ = tp_size_ / int(global.kv_heads);
-  else
-    need(global.kv_heads, "kv_heads");
-  need(global.ffn, "ffn");
-  need(global.vocab, "vocab");
-  if (global.tied_embeddings && mesh.size("pp") > 1)
-    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
-                                "the head live on different stages; their gradients would need an all_reduce)");
-  if (global.batch % dp_size_ != 0)
-    throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
-                                " sequences) must be a multiple of dp (" + std::to_string(dp_size_) + ")");
-  if (ulysses_ && cp_size_ > 1) {
-    if (global.heads % (int64_t(tp_size_) * cp_size_) != 0)
-      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
-                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                  std::to_string(tp_size_ * cp_size_) + "): Ulysses splits each tp rank's heads");
-    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
-    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
-    // groups when a parallel degree exceeds them).
-    const int64_t kv_l = global.kv_heads / tp_size_;
-    if (global.kv_heads % tp_size_ == 0 && kv_l % cp_size_ != 0 && cp_size_ % kv_l != 0)
-      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
-                                  std::to_string(tp_size_) + " leaves " + std::to_string(kv_l) +
-                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
-                                  std::to_string(cp_size_) + "): Ulysses splits or replicates them");
-  }
-  if (!global.causal && cp_size_ > 1 && !ulysses_)
-    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
-  const int64_t pieces = int64_t(cp_size_) * (cp_size_ > 1 && zigzag_ ? 2 : 1);
-  if (global.seq % pieces != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
-                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp_size_) +
-                                (cp_size_ > 1 && zigzag_ ? ", zigzag: 2 chunks per chip" : "") + ")");
-  if (sp_ && (global.seq / cp_size_) % tp_size_ != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp_size_ > 1 ? " / parallel.cp" : "") +
-                                " must be a multiple of parallel.tp (" + std::to_string(tp_size_) +
-                                ") for sequence parallelism");
   local_.heads /= tp_size_;
   local_.kv_heads = kv_rep_ > 1 ? 1 : local_.kv_heads / tp_size_;
   local_.ffn /= tp_size_;
@@ -198,6 +212,14 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                            [co, tp = tp_size_, cp = cp_size_, ep = ep_size_](int q) {
                              return std::pair{co(0, q) + tp * co(1, q), co(2, q) + cp * (co(3, q) + ep * co(4, q))};
                            });
+    // With cp, the experts' replicas are the dp x cp chips of one (tp, pp, ep) coordinate (Megatron's expert
+    // data-parallel group spans the context-parallel chips), ordered cp-innermost.
+    if (cp_size_ > 1 && ep_size_ > 1)
+      expert_dp_ = &world.subgroup("lm_tp.dp_cp_experts", tp_rank_ + tp_size_ * (pp_rank_ + pp_size_ * ep_rank_),
+                                   cp_rank_ + cp_size_ * mesh.coordinate("dp", r),
+                                   [co, tp = tp_size_, pp = pp_size_, cp = cp_size_](int q) {
+                                     return std::pair{co(0, q) + tp * (co(1, q) + pp * co(3, q)), co(2, q) + cp * co(4, q)};
+                                   });
   } else {
     rep_ = &mesh_["dp"];
   }
@@ -238,7 +260,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
                         split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name)});
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
-  const sharding::plans::DpExperts experts{ep_size_ > 1 ? &mesh_["dp"] : nullptr, 1.0 / ep_size_};
+  const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
+                                           1.0 / ep_size_};
   // Megatron's bucket rule (data_parallel.h, "Buckets") needs each unit's model chunk: the embedding is chunk 0's,
   // block l its virtual stage's, the head the last chunk's.
   sharding::plans::ZeroConfig zc{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather};

@@ -120,6 +120,7 @@
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/data_parallel.h"
 #include "sharding/plans/kv_attention.h"
+#include "sharding/plans/pipeline_executor.h"
 #include "sharding/plans/pipeline_schedule.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sim/timeline.h"
@@ -186,25 +187,7 @@ struct LmStageSummary {
 // BI + W) and W spans (sharding/plans/pipeline_schedule.h, PipeCosts; uniform stages assumed).
 sharding::plans::PipeCosts lm_stage_costs(const std::vector<LmStageSummary>& stages);
 
-struct LmStageStats {
-  struct Span {
-    sharding::plans::PipeAction action;
-    sim::TimeNs start = 0, end = 0;
-  };
-  std::vector<Span> spans;
-  int peak_in_flight = 0;             // (chunk, micro-batch) activations held at once
-  double chunk_activation_bytes = 0;  // what one (chunk, micro-batch) forward keeps (lm_cache_bytes)
-  // Most bytes held at once: the in-flight forwards' saved tensors plus (zb_h1) the operands kept for the pending
-  // weight-gradient passes; and those alone.
-  double peak_activation_bytes = 0, peak_pending_w_bytes = 0;
-  double bytes_forward = 0;           // activations sent to the next stage
-  double bytes_backward = 0;          // their gradients sent to the previous stage
-  double busy_ns() const {
-    double b = 0;
-    for (const auto& s : spans) b += s.end - s.start;
-    return b;
-  }
-};
+using LmStageStats = sharding::plans::PipeStageStats;  // sharding/plans/pipeline_executor.h
 
 // ZB-H1's deferred weight gradients of one (chunk, micro-batch): per unit, in backward order, its dW GEMMs with
 // their operands (sharding/plans/tensor_parallel.h, WeightGradGemm), and on model stage 0 the embedding's gradient
@@ -402,6 +385,7 @@ class LmTpTrainer {
   // V summed over the tp ranks in tp order (host-side, not simulated): a block stack's loss under sp, where each tp
   // rank holds 1/tp of the residual rows.
   double sum_over_tp(double v);  // LOCAL_LOSS of the last model stage, on every stage (pp > 1)
+  double sum_over(runtime::Transport& g, double v, const char* what);  // V summed over G's members, in G's order
   bool owns(const std::string& weight) const;  // embed on the first model stage, final_norm and head on the last
   sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
@@ -444,6 +428,11 @@ class LmTpTrainer {
   sharding::plans::BlockMoe block_moe(int64_t l) const;
   // WHOLE (every expert, this chip's tp-gathered ones filled): each expert broadcast over ep from its owner.
   void share_experts(LmWeights& whole);
+  // Auxiliary-loss-free balancing (model.moe.bias_update > 0): the step's tokens per expert of this chip's MoE
+  // layers (moe_load_, its micro-batches' routing) summed over the replicas by one all_reduce from READY, then
+  // every layer's selection bias updated (kernels::update_expert_bias). Returns when the update is done.
+  sim::TimeNs update_moe_bias(sim::TimeNs ready);
+  double moe_aux_grad() const;  // d loss / d this chip's aux loss of a micro-batch
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;
   std::vector<std::vector<float>> serve_logits(const runtime::Tensor& xf, int64_t seqs, sim::TimeNs& t);
@@ -465,6 +454,8 @@ class LmTpTrainer {
   int ep_rank_ = 0, ep_size_ = 1, etp_ = 1;
   std::unique_ptr<sharding::plans::EpGroups> ep_groups_;  // a MoE model: mesh["ep"] and (etp > 1) mesh["tp"]
   std::map<int64_t, MoeLayerStats> moe_stats_;  // per model layer, the step's last forward (moe_stats)
+  std::map<int64_t, std::vector<int64_t>> moe_load_;  // per local layer, the step's tokens per expert (bias_update)
+  runtime::Transport* expert_dp_ = nullptr;  // ep x cp: the experts' replicas (dp x cp chips of one ep coordinate)
   int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, dp_size_ = 1, cp_rank_ = 0, cp_size_ = 1, pp_rank_ = 0, pp_size_ = 1;
   sharding::plans::PipelineSchedule schedule_;
   std::vector<int64_t> layer_global_;          // global index of each local layer

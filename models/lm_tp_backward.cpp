@@ -122,7 +122,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     const sharding::plans::BlockGrads bg{&G.attn_norm, &G.wq,          &G.wk,          &G.wv,
                                          &G.wo,        &G.mlp_norm,    &G.w_gate,      &G.w_up,
                                          &G.w_down,    &G.attn_norm_b, &G.mlp_norm_b,  local_.moe_layer(l) ? &G.moe : nullptr,
-                                         1.0 / micro_};  // d loss / d a micro-batch's aux loss: the loss is their mean
+                                         moe_aux_grad()};
     on_chip(t, [&](auto& ctx) {
       sharding::plans::block_backward(ctx, layout_, block_weights(l), C.layers[size_t(l)], bg, dx, dl);
       return 0;
@@ -151,7 +151,8 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
     for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
-      if (is_norm(name) && owns(name)) norms.push_back(gt);
+      if ((is_norm(name) || (local_.moe && name.find(".moe.") != std::string::npos)) && owns(name))
+        norms.push_back(gt);  // a MoE layer's weights too: each tp chip routed its own rows (etp 1)
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
     Tensor flat = make(c.dtype, {total});

@@ -69,11 +69,20 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     begin_forward(int(l) + 1, t);
     block_forward(l, x, C.layers[size_t(l)], t);
     const auto& m = C.layers[size_t(l)].moe;
-    if (local_.moe_layer(l))
+    if (local_.moe_layer(l)) {
       moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.local_rows(), m.aux,
                                               m.dispatch_bytes, m.dispatch_ns, m.buffer_bytes(c.hidden, c.dtype)};
+      if (!dp_.forward_only && local_.moe->bias_update > 0) {  // the step's load (not a recomputed forward's)
+        std::vector<int64_t>& load = moe_load_[l];
+        load.resize(m.routing.counts.size());
+        for (size_t e = 0; e < load.size(); ++e) load[e] += m.routing.counts[e];
+      }
+    }
     aux += m.aux;
   }
+  // A sequence split over chips: each holds its share of its sequence's aux losses; the loss counts their sum.
+  if (ep_groups_)
+    for (runtime::Transport* g : ep_groups_->span) aux = sum_over(*g, aux, "lm aux span");
   if (ms != schedule_.p * schedule_.v - 1) return aux;  // X goes on to the next stage
   begin_forward(int(c.layers) + 1, t);
   C.x_final = x;

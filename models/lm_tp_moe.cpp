@@ -1,8 +1,10 @@
 // LmTpTrainer's mixture-of-experts pieces (models/lm_tp.h): this chip's experts, the ep groups and the routing
 // statistics of the last step (a MoE layer's backward is the block program's: sharding/plans/block.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "collectives/all_reduce.h"
 #include "collectives/broadcast.h"
 #include "models/lm_tp.h"
 #include "sharding/plans/expert_parallel_config.h"
@@ -34,9 +36,15 @@ void LmTpTrainer::setup_moe() {
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
   local_.expert_first = shard.first;
   local_.expert_count = shard.count;
+  if (sp_ && etp_ > 1)
+    throw std::invalid_argument("parallel.etp: etp with sp is not implemented yet (each tp chip routes its own rows)");
   // Every rank makes the same sub-groups in the same order (collective on first use).
   ep_groups_ = std::make_unique<sharding::plans::EpGroups>(
-      sharding::plans::EpGroups{mesh_["ep"], etp_ > 1 ? &mesh_["tp"] : nullptr});
+      sharding::plans::EpGroups{mesh_["ep"], etp_ > 1 ? &mesh_["tp"] : nullptr, {}});
+  // A sequence split over chips (sp over tp, cp or Ulysses over cp): each routes its own rows; the aux loss's group
+  // is the micro-batch's sequence on all of them (Megatron-Core's sequence_partition_group).
+  if (sp_ && tp_size_ > 1) ep_groups_->span.push_back(&mesh_["tp"]);
+  if (cp_size_ > 1) ep_groups_->span.push_back(&mesh_["cp"]);
 }
 
 bool LmTpTrainer::expert_weight(const std::string& name) const {
@@ -46,6 +54,13 @@ bool LmTpTrainer::expert_weight(const std::string& name) const {
 sharding::plans::BlockMoe LmTpTrainer::block_moe(int64_t l) const {
   if (!local_.moe_layer(l)) return {};
   return {&work_.layers[size_t(l)].moe, ep_groups_.get(), layer_global_[size_t(l)]};
+}
+
+double LmTpTrainer::moe_aux_grad() const {
+  // d loss / d a micro-batch's aux loss: the step's loss is the mean over the micro-batches. With cp, this chip's
+  // share of its sequence's aux loss counts whole (the group's loss is the shares' sum) while the gradients are
+  // averaged over the cp chips too: times cp. (sp: the shares' gradients are summed over tp, finish_backward.)
+  return double(cp_size_) / micro_;
 }
 
 void LmTpTrainer::share_experts(LmWeights& whole) {
@@ -60,6 +75,43 @@ void LmTpTrainer::share_experts(LmWeights& whole) {
     o.name = "broadcast.state";
     collectives::broadcast(ep, t->data(), t->data(), size_t(t->numel()), t->dtype(), tl_.end_time(), o);
   }
+}
+
+sim::TimeNs LmTpTrainer::update_moe_bias(sim::TimeNs ready) {
+  if (!local_.moe || local_.moe->bias_update <= 0) return ready;
+  std::vector<int64_t> layers;  // this chip's MoE layers, in order
+  for (int64_t l = 0; l < local_.layers; ++l)
+    if (local_.moe_layer(l)) layers.push_back(l);
+  if (layers.empty()) return ready;
+  const int64_t E = global_.moe->spec.experts(), n = int64_t(layers.size());
+  // One fp32 buffer [layers, E] (Megatron-Core's stacked local_tokens_per_expert; exact up to 2^24 tokens per
+  // expert and step), summed over the replicas: the dp x ep x cp chips of this tp coordinate and stage route
+  // distinct tokens; the tp chips route the same rows, unless sp splits them (then summed over tp too: Megatron's
+  // TP x CP x DP group).
+  Tensor load = make(runtime::DType::fp32, {n * E});
+  if (store_)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t e = 0; e < E; ++e) {
+        const auto it = moe_load_.find(layers[size_t(i)]);
+        load.set(i * E + e, it == moe_load_.end() ? 0.0 : double(it->second[size_t(e)]));
+      }
+  collectives::CollectiveOptions o;
+  o.algorithm = grad_norm_gather_algorithm();  // a ring under auto: every replica runs it alike (a folded run)
+  o.name = "all_reduce.expert_load";
+  sim::TimeNs t = collectives::all_reduce(*rep_, load.data_if_stored(), load.data_if_stored(), size_t(load.numel()),
+                                          load.dtype(), collectives::ReduceOp::sum, ready, o).span.end;
+  if (sp_ && tp_size_ > 1)  // with sp each tp chip routed its own rows
+    t = collectives::all_reduce(mesh_["tp"], load.data_if_stored(), load.data_if_stored(), size_t(load.numel()),
+                                load.dtype(), collectives::ReduceOp::sum, t, o).span.end;
+  // bias += gamma * sign(mean - load) per expert: one small vector kernel (loads and biases read, biases written).
+  charge(kernels::KernelCost{"moe.bias_update", double(3 * n * E), double(n * E * 12), runtime::DType::fp32, {}}, t);
+  if (store_)
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int64_t> counts(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) counts[size_t(e)] = std::llround(load.get(i * E + e));
+      kernels::update_expert_bias(work_.layers[size_t(layers[size_t(i)])].moe.bias, counts, local_.moe->bias_update);
+    }
+  return t;
 }
 
 double LmTpTrainer::expert_param_count() const {

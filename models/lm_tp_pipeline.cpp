@@ -1,10 +1,9 @@
 // LmTpTrainer's step-level scheduling (models/lm_tp.h): the micro-batches of a step, the pipeline stages of the pp
-// axis and the executor that runs this stage's actions of a schedule (sharding/plans/pipeline_schedule.h); the
-// block's forward and backward and the plan units they call are in lm_tp.cpp.
+// axis, and the hooks through which the pipeline executor (sharding/plans/pipeline_executor.h) runs this stage's
+// actions of a schedule; the forward and backward are lm_tp_forward.cpp's and lm_tp_backward.cpp's.
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <span>
 #include <stdexcept>
 
 #include "collectives/broadcast.h"
@@ -17,11 +16,10 @@ using runtime::DType;
 using runtime::Tensor;
 
 double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
-  // This stage's actions of the schedule (sharding/plans/pipeline_schedule.h) in order; without pp the schedule is
-  // 1F1B on one stage: each micro-batch's forward then its backward. Activations and their gradients go to the
-  // neighbouring stage by send/recv over the pp axis (the topology's routes); the loss is the micro-batches' mean.
+  // This stage's actions of the schedule through the pipeline executor (sharding/plans/pipeline_executor.h); without
+  // pp the schedule is 1F1B on one stage: each micro-batch's forward then its backward. The loss is the
+  // micro-batches' mean.
   const int last = schedule_.p * schedule_.v - 1;
-  const int next = (pp_rank_ + 1) % pp_size_, prev = (pp_rank_ + pp_size_ - 1) % pp_size_;
   const int64_t rows = (sp_ ? local_.batch * local_.seq / tp_size_ : local_.batch * local_.seq);
   struct Live {
     LmBatch batch;
@@ -30,101 +28,45 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
   std::map<std::pair<int, int>, Live> live;  // (chunk, micro) between its forward and its backward
   std::map<std::pair<int, int>, LmPendingW> pending_w;  // zb_h1: (chunk, micro) between its BI and its BW
   double loss = 0, pending_w_bytes = 0;
-  int held = 0;
-  stage_stats_ = {};
-  auto held_bytes = [&] {  // what this stage holds after an action: activations and pending weight gradients
-    LmStageStats& st = stage_stats_;
-    st.peak_activation_bytes = std::max(st.peak_activation_bytes, held * activation_bytes_ + pending_w_bytes);
-    st.peak_pending_w_bytes = std::max(st.peak_pending_w_bytes, pending_w_bytes);
+  double recompute_working_bytes = -1;  // of activation_bytes_: the one block rebuilt at a time (set at the first F)
+  sharding::plans::PipeStageHooks hooks;
+  hooks.make_boundary = [&] { return make(local_.dtype, {rows, local_.hidden}); };
+  hooks.forward = [&](const sharding::plans::PipeAction& a, Tensor& x, sim::TimeNs& at) {
+    Live& s = live[{a.chunk, a.micro}];
+    s.batch = micro_batch_tokens(a.micro);
+    loss += forward(s.batch, s.cache, x, a.chunk, at) / micro_;
+    if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
+    if (recompute_working_bytes < 0) recompute_working_bytes = dp_.recompute ? lm_recompute_working_bytes(s.cache) : 0.0;
+    if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
+    if (forward_only) {  // nothing is kept for a backward
+      if (a.chunk == schedule_.v - 1) keep_output(a.micro, x, schedule_.model_stage(pp_rank_, a.chunk) == last);
+      live.erase({a.chunk, a.micro});
+    }
   };
-  // Point-to-point as Megatron's batched isend/irecv: a send is booked at the time its data is ready but posted
-  // with the chip's next receive (or at the end of the schedule) in one exchange, so two neighbouring stages that
-  // send to each other never wait for each other's receive (MPI's rendezvous for large messages).
+  hooks.weight_backward = [&](const sharding::plans::PipeAction& a, sim::TimeNs& at) {
+    auto it = pending_w.find({a.chunk, a.micro});
+    if (it == pending_w.end()) throw std::logic_error("lm_tp pipeline: a weight-gradient pass before its BI");
+    weight_backward(it->second, a.micro, at);
+    pending_w_bytes -= it->second.bytes();
+    pending_w.erase(it);
+  };
+  hooks.backward = [&](const sharding::plans::PipeAction& a, Tensor& dx, sim::TimeNs& at) {
+    auto it = live.find({a.chunk, a.micro});
+    if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
+    LmPendingW* defer = a.op == sharding::plans::PipeOp::BI ? &pending_w[{a.chunk, a.micro}] : nullptr;
+    backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, at, defer);
+    if (defer) pending_w_bytes += defer->bytes();  // kept from the forward's saved tensors, which are freed
+    live.erase(it);
+  };
+  // Each held (chunk, micro-batch) keeps its saved tensors; under recompute those are its block inputs, and the one
+  // block rebuilt at a time (recompute_working_bytes) is counted once, not per held micro-batch.
+  hooks.held_bytes = [&](int held) {
+    const double work = std::max(recompute_working_bytes, 0.0), each = activation_bytes_ - work;
+    const double act = held > 0 ? held * each + work : 0.0;
+    return std::pair{act + pending_w_bytes, pending_w_bytes};
+  };
   runtime::Transport& pp = mesh_["pp"];
-  struct Pending {
-    Tensor x;
-    int peer;
-    sim::TimeNs ready;
-    const char* name;
-  };
-  std::vector<Pending> pending;
-  auto exchange = [&](runtime::RecvOp* in, const char* name) {
-    std::vector<runtime::SendOp> out;
-    for (const Pending& p : pending)
-      out.push_back({p.x.data_if_stored(), size_t(p.x.nbytes()), p.peer, p.ready});
-    const sim::TimeNs start = t;
-    pp.exchange(out, in ? std::span<runtime::RecvOp>(in, 1) : std::span<runtime::RecvOp>(), name);
-    for (const Pending& p : pending) tl_.record_region(p.name, "collective", {p.ready, p.ready}, double(p.x.nbytes()));
-    pending.clear();
-    if (in) {
-      t = std::max(t, in->arrival);
-      tl_.record_region(name, "collective", {start, t}, double(in->bytes));
-    }
-  };
-  auto send = [&](const Tensor& x, int peer, const char* name, double& bytes) {
-    pending.push_back({x, peer, t, name});
-    bytes += double(x.nbytes());
-  };
-  // The action's span on the timeline, for the trace's pipeline track (category "pipeline": not in the breakdown).
-  auto mark = [&](const sharding::plans::PipeAction& a, sim::TimeNs begin) {
-    stage_stats_.spans.push_back({a, begin, t});
-    std::string name = std::string(sharding::plans::pipe_op_name(a.op)) + std::to_string(a.micro);
-    if (schedule_.v > 1) name += ".c" + std::to_string(a.chunk);
-    if (pp_size_ > 1) tl_.record_region(name, "pipeline", {begin, t});
-  };
-  auto recv = [&](int peer, const char* name) {
-    Tensor x = make(local_.dtype, {rows, local_.hidden});
-    runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), peer, 0};
-    exchange(&in, name);
-    return x;
-  };
-  for (const sharding::plans::PipeAction& a : schedule_.stages[size_t(pp_rank_)]) {
-    const int ms = schedule_.model_stage(pp_rank_, a.chunk);
-    if (forward_only && a.op != sharding::plans::PipeOp::F) continue;
-    if (a.op == sharding::plans::PipeOp::F) {
-      Live& s = live[{a.chunk, a.micro}];
-      s.batch = micro_batch_tokens(a.micro);
-      Tensor x;
-      if (ms > 0) x = recv(prev, "pp.recv_activation");
-      const sim::TimeNs begin = t;
-      loss += forward(s.batch, s.cache, x, a.chunk, t) / micro_;
-      if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
-      if (dp_.recompute) lm_drop_block_activations(s.cache);  // keep the block inputs only
-      mark(a, begin);
-      if (ms < last) send(x, next, "pp.send_activation", stage_stats_.bytes_forward);
-      stage_stats_.peak_in_flight = std::max(stage_stats_.peak_in_flight, ++held);
-      if (forward_only) {  // nothing is kept for a backward
-        if (a.chunk == schedule_.v - 1) keep_output(a.micro, x, ms == last);
-        held_bytes();
-        live.erase({a.chunk, a.micro});
-        --held;
-        continue;
-      }
-    } else if (a.op == sharding::plans::PipeOp::BW) {  // zb_h1: the deferred weight gradients
-      auto it = pending_w.find({a.chunk, a.micro});
-      if (it == pending_w.end()) throw std::logic_error("lm_tp pipeline: a weight-gradient pass before its BI");
-      const sim::TimeNs begin = t;
-      weight_backward(it->second, a.micro, t);
-      mark(a, begin);
-      pending_w_bytes -= it->second.bytes();
-      pending_w.erase(it);
-    } else {  // B, or zb_h1's BI (the input gradients; the weight gradients deferred to BW)
-      auto it = live.find({a.chunk, a.micro});
-      if (it == live.end()) throw std::logic_error("lm_tp pipeline: a backward before its forward");
-      Tensor dx;
-      if (ms < last) dx = recv(next, "pp.recv_gradient");
-      const sim::TimeNs begin = t;
-      LmPendingW* defer = a.op == sharding::plans::PipeOp::BI ? &pending_w[{a.chunk, a.micro}] : nullptr;
-      backward(it->second.batch, it->second.cache, dx, a.chunk, a.micro, t, defer);
-      mark(a, begin);
-      if (ms > 0) send(dx, prev, "pp.send_gradient", stage_stats_.bytes_backward);
-      if (defer) pending_w_bytes += defer->bytes();  // kept from the forward's saved tensors, which are freed
-      live.erase(it);
-      --held;
-    }
-    held_bytes();
-  }
-  if (!pending.empty()) exchange(nullptr, "pp.send");
+  sharding::plans::run_pipeline_stage(schedule_, pp_rank_, pp, tl_, forward_only, hooks, stage_stats_, t);
   stage_stats_.chunk_activation_bytes = activation_bytes_;
   return loss;
 }

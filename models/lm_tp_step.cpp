@@ -41,14 +41,16 @@ void finish_step_loss(LmDpStepResult& r, double local_loss, runtime::Transport& 
 
 }  // namespace
 
-double LmTpTrainer::sum_over_tp(double v) {
+double LmTpTrainer::sum_over_tp(double v) { return sum_over(mesh_["tp"], v, "lm loss tp"); }
+
+double LmTpTrainer::sum_over(runtime::Transport& g, double v, const char* what) {
   int64_t bits = 0;
   std::memcpy(&bits, &v, sizeof bits);
   double sum = 0;
-  for (int64_t b : mesh_["tp"].allgather(bits, "lm loss tp")) {
+  for (int64_t b : g.allgather(bits, what)) {
     double x = 0;
     std::memcpy(&x, &b, sizeof x);
-    sum += x;  // in tp order: the same sum on every tp rank
+    sum += x;  // in the group's order: the same sum on every member
   }
   return sum;
 }
@@ -59,6 +61,7 @@ double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_o
   fused_ops_.clear();
   comm_ = {};
   moe_stats_.clear();
+  moe_load_.clear();
   t = 0;
   data_->begin_step();
   return run_schedule(t, forward_only);
@@ -76,6 +79,7 @@ LmDpStepResult LmTpTrainer::step() {
   // then the squares of the reduced elements this rank counts, summed over the whole mesh.
   double sq = 0;
   sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
+  reduced = update_moe_bias(reduced);  // Megatron-Core: in finalize_model_grads, after the gradients' reduction
   charge(data_->grad_norm_cost(), reduced);  // the local sum of squares (multi_tensor_l2norm)
   const auto [norm_sq, normed] = grad_norm_sq(sq, reduced);
   t = std::max(t, normed);

@@ -45,6 +45,14 @@ std::vector<LmStepResult> lm_train(const LmConfig& c, const LmTrainConfig& t, Lm
     for (size_t k = 0; k < ws.size(); ++k)
       r.costs.push_back(kernels::adamw_step(*ws[k].second, *ms[k].second, *vs[k].second, *gs[k].second, r.step,
                                             t.adamw, static_cast<float>(r.clip), copy ? cs[k].second : nullptr));
+    // Auxiliary-loss-free balancing: each MoE layer's selection bias from the step's tokens per expert.
+    if (c.moe && c.moe->bias_update > 0)
+      for (int64_t l = 0; l < c.layers; ++l) {
+        if (!c.moe_layer(l)) continue;
+        const std::vector<int64_t>& load = cache.layers[size_t(l)].moe_ref.routing.counts;
+        kernels::update_expert_bias(st.weights.layers[size_t(l)].moe.bias, load, c.moe->bias_update);
+        if (copy) st.compute.layers[size_t(l)].moe.bias = st.weights.layers[size_t(l)].moe.bias;
+      }
     st.step = r.step;
     for (const auto& k : r.costs) r.flops += k.flops;
     if (on_step) on_step(r);

@@ -147,6 +147,30 @@ std::vector<size_t> rows_per_peer(const std::vector<int64_t>& counts, int P, int
   return rows;
 }
 
+// The aux loss of a group spanning SPAN's chips: the counts before dropping summed over them, then this chip's
+// share (kernels::aux_loss with Routing::span_chosen).
+double span_aux(const MoeSpec& s, Routing& rt, const std::vector<runtime::Transport*>& span, const EpOptions& o,
+                Chip& chip, Comm& comm) {
+  const bool real = rt.has_values;
+  rt.span_chosen = real ? rt.chosen : std::vector<int64_t>();
+  rt.span_tokens = rt.tokens;
+  for (runtime::Transport* t : span) {
+    if (t->size() == 1) continue;
+    const auto c = collectives::all_reduce(*t, real ? rt.span_chosen.data() : nullptr,
+                                           real ? rt.span_chosen.data() : nullptr, size_t(s.experts()),
+                                           runtime::DType::int64, collectives::ReduceOp::sum, chip.t,
+                                           ring_opts("aux all_reduce (counts)", o.algorithm));
+    comm.add("aux all_reduce (counts)", c.bytes_sent, double(s.experts() * 8), c.span.end - c.span.start,
+             c.algorithm);
+    chip.t = c.span.end;
+    rt.span_tokens *= t->size();
+  }
+  kernels::KernelCost cost;
+  const double aux = kernels::aux_loss(rt, s.router, s.aux_coef, 1, nullptr, &cost);
+  chip.charge(cost, cost.name);
+  return aux;
+}
+
 }  // namespace
 
 Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x, Chip& chip,
@@ -167,8 +191,11 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
     throw std::invalid_argument("expert parallel: a shape-only forward needs every ep rank's declared routing");
   const MoeCharge charge{[&](const kernels::KernelCost& c) { chip.charge(c, c.name); }};
 
-  keep.routing = kernels::router_forward(s, w.router, x, real ? nullptr : &(*declared)[size_t(r)], nullptr, &keep.aux,
+  MoeSpec rs = s;  // with a spanning aux group, the router leaves the aux loss to span_aux
+  if (!g.span.empty()) rs.aux_coef = 0;
+  keep.routing = kernels::router_forward(rs, w, x, real ? nullptr : &(*declared)[size_t(r)], nullptr, &keep.aux,
                                          charge);
+  if (!g.span.empty() && s.aux_coef != 0) keep.aux = span_aux(s, keep.routing, g.span, o, chip, comm);
   const Routing& rt = keep.routing;
   Tensor xp = Tensor::make(s.dtype, {rt.rows(), s.hidden}, real);
   charge(kernels::permute(x, rt, xp));

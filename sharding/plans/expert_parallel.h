@@ -51,6 +51,11 @@ namespace shardsim::sharding::plans {
 struct EpGroups {
   runtime::Transport& ep;
   runtime::Transport* etp = nullptr;
+  // The chips whose tokens share this chip's aux-loss group (a sequence split over them: sp's tp group, cp's or
+  // Ulysses' cp group; Megatron-Core's sequence_partition_group): the router's counts before dropping are
+  // all-reduced over each ("aux all_reduce (counts)", E int64) and the chip keeps its share of the group's aux loss
+  // (kernels::Routing::span_chosen; EpActivations::aux is that share). Empty: the chip's tokens are the group.
+  std::vector<runtime::Transport*> span;
   int etp_size() const;
   int etp_rank() const;
 };
@@ -80,7 +85,7 @@ struct EpActivations {
   runtime::Tensor xr;                    // received rows, expert-major [M, h]
   runtime::Tensor yp;                    // expert outputs back here, permuted order [N, h]
   kernels::ExpertActs experts, shared;
-  double aux = 0;                        // this chip's aux loss (its group's)
+  double aux = 0;                        // this chip's aux loss (its group's; with EpGroups::span its share)
   double dispatch_bytes = 0, combine_bytes = 0;  // bytes this chip sent (forward)
   sim::TimeNs dispatch_ns = 0, combine_ns = 0;   // simulated time of the two all_to_allv calls (forward)
   int64_t local_rows() const { return local_offsets.empty() ? 0 : local_offsets.back(); }

@@ -121,10 +121,15 @@ PlanDescriptor ep_plan_descriptor() {
   d.read = [](const PlanParse& c, ParallelPlan& p) {
     if (p.ep > 1) needs_moe(c, "ep");
     if (!c.model.moe) return;
-    // A MoE layer routes the tp group's replicated rows of each chip's micro-batch as one token group.
-    if (p.sp) c.not_implemented("sp", "sp with model.moe (the experts take the tp group's replicated rows)");
-    if (p.cp > 1) c.not_implemented("cp", "cp with model.moe");
-    if (p.ulysses > 1) c.not_implemented("ulysses", "ulysses with model.moe");
+    // A MoE layer routes each chip's rows of its micro-batch: the tp group's replicated rows, or with sp, cp or
+    // Ulysses the chip's share of the sequence, the aux loss then over the sequence's chips (EpGroups::span).
+    // Capacity is per chip's tokens, which with a split sequence are not consecutive rows of the reference's.
+    const bool split = p.sp || p.cp > 1 || p.ulysses > 1;
+    if (split && c.model.moe->spec.capacity.factor > 0)
+      c.not_implemented(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses",
+                        std::string(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") +
+                            " with model.moe.capacity_factor > 0 (capacity per chip of a split sequence); the "
+                            "dropless MoE (capacity_factor 0) composes");
   };
   d.check = [](const PlanParse& c, const ParallelPlan& p) {
     if (p.ep == 1) return;
@@ -174,6 +179,9 @@ PlanDescriptor etp_plan_descriptor() {
   };
   d.check = [](const PlanParse& c, const ParallelPlan& p) {
     if (p.etp == 1) return;
+    if (p.sp)
+      c.not_implemented("etp", "etp with sp (each tp chip routes its own rows; the experts' tensor parallelism "
+                               "takes the tp group's common rows): etp 1 composes with sp");
     const kernels::MoeSpec& s = c.model.moe->spec;
     for (int64_t f : s.expert_ffn)
       if (f % p.etp != 0)

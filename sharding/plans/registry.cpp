@@ -311,10 +311,8 @@ constexpr const char* kBlock = "model: {kind: transformer_block, hidden: 64, hea
 using V = PlanValue;
 const std::string kSizes = "1..1048576";
 
-// THE registration, in the order the parser reads the units, the plan line lists them and help prints them.
-// Sizes first (tp, cp, ulysses, ep, pp, dp: the mesh's product), then each unit's read, then each unit's check.
-std::vector<PlanDescriptor> make_registry() {
-  std::vector<PlanDescriptor> v;
+// The units on the tp axis: tensor parallel, its sequence-parallel and fused variants.
+void add_tp_axis_units(std::vector<PlanDescriptor>& v) {
   {
     PlanDescriptor d;
     d.name = "tp";
@@ -367,6 +365,10 @@ std::vector<PlanDescriptor> make_registry() {
                    {lm("", "fused: true"), SpecUse::train, 2, "fused"}};
     v.push_back(d);
   }
+}
+
+// The units on the cp axis: ring attention and Ulysses.
+void add_context_units(std::vector<PlanDescriptor>& v) {
   {
     PlanDescriptor d;
     d.name = "cp";
@@ -405,8 +407,10 @@ std::vector<PlanDescriptor> make_registry() {
                    {lm("", "ulysses: 2, cp: 2"), SpecUse::train, 4, "ulysses"}};
     v.push_back(d);
   }
-  v.push_back(ep_plan_descriptor());   // sharding/plans/expert_parallel_config.cpp
-  v.push_back(etp_plan_descriptor());
+}
+
+// Pipeline and data parallelism, activation recomputation.
+void add_step_units(std::vector<PlanDescriptor>& v) {
   {
     PlanDescriptor d;
     d.name = "pp";
@@ -473,6 +477,10 @@ std::vector<PlanDescriptor> make_registry() {
     d.bad_cases = {{lm("", "recompute: partial"), SpecUse::train, 1, "recompute"}};
     v.push_back(d);
   }
+}
+
+// The plan-wide keys (no unit): the collective algorithm rule, the mesh order.
+void add_plan_wide_keys(std::vector<PlanDescriptor>& v) {
   {
     PlanDescriptor d;
     d.name = "algorithm";
@@ -503,6 +511,18 @@ std::vector<PlanDescriptor> make_registry() {
     d.bad_cases = {{lm("", "mesh_dims: [99]"), SpecUse::train, 1, "mesh_dims"}};
     v.push_back(d);
   }
+}
+
+// THE registration, in the order the parser reads the units, the plan line lists them and help prints them.
+// Sizes first (tp, cp, ulysses, ep, pp, dp: the mesh's product), then each unit's read, then each unit's check.
+std::vector<PlanDescriptor> make_registry() {
+  std::vector<PlanDescriptor> v;
+  add_tp_axis_units(v);
+  add_context_units(v);
+  v.push_back(ep_plan_descriptor());   // sharding/plans/expert_parallel_config.cpp
+  v.push_back(etp_plan_descriptor());
+  add_step_units(v);
+  add_plan_wide_keys(v);
   return v;
 }
 

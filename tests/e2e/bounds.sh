@@ -191,6 +191,13 @@ done
 expect_exit 0 '^  step ' -- shardsim_mpi 1 train "$TRAIN" --chips 8 --steps 1 --plan dp=8 --set model.batch=8 \
   --topology "$CONFIGS/topologies/dgx_h100_nvls.yaml" --set parallel.algorithm=in_switch
 
+e2e_case "kind 5: serve never writes over its --requests trace"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,4,4\n' >req.csv
+cp req.csv req.bak
+expect_exit 2 "--json \./req\.csv: would overwrite the --requests file" -- \
+  shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --requests req.csv --json ./req.csv
+if cmp -s req.csv req.bak; then pass "the trace is intact"; else fail "req.csv was overwritten"; fi
+
 # ---- kind 15: small things ----
 e2e_case "kind 15: error lines after --set keep the file's line numbers"
 cat >lines.yaml <<'EOF'

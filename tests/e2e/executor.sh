@@ -116,6 +116,22 @@ sys.exit(0 if a['simulated']['total_ns']==b['simulated']['total_ns'] else 1)"; t
   fi
 fi
 
+e2e_case "(i) must-show 2, forward mode at 8 chips on one rank: every plan and composition against one device"
+# (1 chip per rank: (b) and (g) above.) small_block: 8 heads, 2 KV heads (tp above them replicates KV in a forward).
+B8=(--set topology.chips=8 --set model.layers=4 --set model.batch=8)
+for plan in "tp=8" "tp=4,sp=true" "tp=4,sp=true,fused=true" "tp=2,cp=4" "tp=2,cp=4,cp_split=contiguous" \
+            "dp=2,tp=2,cp=2" "dp=8" "pp=2,tp=4" "pp=2,tp=4,schedule=gpipe" "pp=2,tp=4,schedule=interleaved,virtual_stages=2" \
+            "pp=2,tp=4,schedule=zb_h1"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan "$plan" "${B8[@]}" \
+    --set model.micro_batch=1 --no-checkpoint
+done
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan ulysses=2,tp=4 "${B8[@]}" \
+  --set model.kv_heads=8 --no-checkpoint  # Ulysses x tp: 8 KV heads over 2 x 4
+for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan tp=2,cp=2,dp=2 "${B8[@]}" \
+    --set "$variant" --no-checkpoint
+done
+
 e2e_case "(h) train on an MLP config: the block with attention off, x + mlp(rmsnorm(x)), validated against one device"
 MLP=$CONFIGS/workloads/small_mlp.yaml
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MLP" --steps 3 --plan tp=4; then

@@ -3,8 +3,9 @@
 # sharding/plans/expert_parallel.h; docs/MOE.md). `train --validate` (5 fp32 steps: losses with the aux loss) and
 # `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp, dropless and with
 # a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a checkpoint saved under ep 4
-# resumed under other plans continues the loss curve; the report's MoE section (uniform routing's dispatch bytes =
-# the closed form, Zipf skew); bad plans exit 2.
+# resumed under other plans continues the loss curve; the selection bias's update (aux-loss-free balancing); ep
+# with sp, cp and Ulysses; the report's MoE section (uniform routing's dispatch bytes = the closed form, Zipf
+# skew); bad plans exit 2.
 # Usage: moe.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -69,9 +70,27 @@ sys.exit(0 if all(len(x)==2 and all(abs(a-b)<=1e-6*abs(b) for a,b in zip(x,f)) f
     || fail "the resumed loss curve departs from the uninterrupted run"
 fi
 
+e2e_case "(h) the selection bias's update (aux-loss-free balancing) and a sequence split over chips: validated"
+BIAS="--set model.moe.router=sigmoid --set model.moe.aux_loss_coef=0 --set model.moe.bias_update=0.05"
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 $BIAS --validate --json b1.json \
+    && expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 $BIAS \
+      --set model.moe.bias_update=0 --validate --json b0.json; then
+  python3 -c "import json,sys; f=lambda p: [s['loss'] for s in json.load(open(p))['train']['steps']]; \
+sys.exit(0 if f('b1.json')[0]==f('b0.json')[0] and f('b1.json')[4]!=f('b0.json')[4] else 1)" \
+    && pass "the biases start at 0 (step 1 equal) and then route otherwise (step 5's loss moves)" \
+    || fail "the selection bias's update changes nothing"
+fi
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2,sp=true --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,cp=2 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=2,tp=2,sp=true,cp=2 $BIAS --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=2,ulysses=2 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$MOE" --plan ep=2,cp=2
+
 e2e_case "(d) bad plans exit 2 naming the key"
-expect_exit 2 'model.moe.bias_update: the selection bias' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan ep=2 \
-  --set model.moe.bias_update=0.001
+expect_exit 2 '--checkpoint: model.moe.bias_update > 0' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan ep=2 \
+  --set model.moe.bias_update=0.001 --checkpoint nb.h5
+expect_exit 2 'parallel.cp with model.moe.capacity_factor > 0' -- shardsim_mpi 1 --chips 4 \
+  train "$MOE" --plan ep=2,cp=2 $CAP
 expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
 expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2
 expect_exit 2 'parallel.ep: needs model.moe' -- shardsim_mpi 1 --chips 2 train "$CONFIGS/lm_train.yaml" --plan ep=2

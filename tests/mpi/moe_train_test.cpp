@@ -5,9 +5,14 @@
 // first step's forward each MoE layer's tokens per expert (summed over the dp x ep replicas) equal and its aux loss
 // (their mean) within 1e-6.
 // Plans: ep alone, ep x tp (experts whole on every tp chip), ep x etp (experts split over tp), ep x dp with ZeRO 1
-// and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), dropless and with a
+// and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), ep with sp, cp
+// (ring, zigzag) and Ulysses (each chip routes its rows of the sequence; the aux loss over the sequence's chips;
+// the experts' gradients summed over sp's tp chips, averaged over cp's), dropless and with a
 // capacity factor (dropped tokens), shared experts, top-1 sigmoid routing; each at one chip per rank when it fits
-// the MPI world and on 8 chips of one rank.
+// the MPI world and on 8 chips of one rank. Auxiliary-loss-free balancing (model.moe.bias_update, variant 3): the
+// selection biases updated after every step from the tokens per expert summed over the replicas and micro-batches,
+// so step 5's routing depends on them: its tokens per expert equal the reference's too (which differ from what the
+// same weights route without the biases: checked, so the bias is seen to act).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -33,8 +38,11 @@ struct MoeCase {
   const char* name;
   int ep = 1, tp = 1, etp = 1, dp = 1, pp = 1, zero = 0;
   double capacity = 0;   // 0: dropless
-  int variant = 0;       // 0: softmax top-2, aux 0.01; 1: + shared experts, GELU MLP; 2: sigmoid top-1, dense first
+  int variant = 0;       // 0: softmax top-2, aux 0.01; 1: + shared experts, GELU MLP; 2: sigmoid top-1, dense first;
+                         // 3: sigmoid top-2 with the selection bias's update (bias_update 0.02), no aux loss
   int64_t micro_batch = 0;
+  int cp = 1;            // the cp axis: ring attention (zigzag), or Ulysses with ulysses
+  bool sp = false, ulysses = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const MoeCase& c) { return os << c.name; }
@@ -51,6 +59,17 @@ const MoeCase kCases[] = {
     {"ep2_x_pp2_sigmoid", 2, 1, 1, 1, 2, 0, 0, 2, 3},
     {"ep4_x_etp2_capacity_shared", 4, 2, 2, 1, 1, 0, 0.75, 1},
     {"ep1_x_dp2_shared", 1, 1, 1, 2, 1, 1, 0, 1},
+    {"ep2_bias", 2, 1, 1, 1, 1, 0, 0, 3},
+    {"ep2_x_dp2_zero1_bias", 2, 1, 1, 2, 1, 1, 0, 3},
+    {"ep2_x_tp2_etp2_bias_capacity", 2, 2, 2, 1, 1, 0, 1.25, 3},
+    {"ep2_x_pp2_bias_micro", 2, 1, 1, 1, 2, 0, 0, 3, 3},
+    // A sequence split over chips: each routes its own rows, the aux loss over the sequence's chips.
+    {"ep2_x_tp2_sp", 2, 2, 1, 1, 1, 0, 0, 0, 0, 1, true},
+    {"ep2_x_cp2", 2, 1, 1, 1, 1, 0, 0, 0, 0, 2},
+    {"ep2_x_cp2_zero1_micro_shared", 2, 1, 1, 1, 1, 1, 0, 1, 6, 2},
+    {"ep2_x_ulysses2_shared", 2, 1, 1, 1, 1, 0, 0, 1, 0, 2, false, true},
+    {"ep2_x_tp2_sp_x_cp2_bias", 2, 2, 1, 1, 1, 0, 0, 3, 0, 2, true},
+    {"ep1_x_tp2_sp_x_dp2_zero1", 1, 2, 1, 2, 1, 1, 0, 0, 0, 1, true},
 };
 
 models::LmConfig config_of(const MoeCase& k) {
@@ -79,6 +98,12 @@ models::LmConfig config_of(const MoeCase& k) {
     s.router.scale = 2.5;
     m.dense_layers = 1;
   }
+  if (k.variant == 3) {
+    s.router.score = kernels::RouterScore::sigmoid;
+    s.aux_coef = 0;
+    m.bias_update = 0.02;
+    s.router.bias.assign(8, 0.0f);  // as parse_moe_config: the selection bias starts at 0
+  }
   s.gated = c.gated();
   s.activation = c.gated() ? kernels::Activation::silu : kernels::Activation::gelu;
   s.capacity.groups = models::lm_moe_groups(c.batch, k.micro_batch, int64_t{k.dp} * k.ep);
@@ -92,6 +117,8 @@ struct Reference {
   std::vector<models::LmStepResult> steps;
   std::map<int64_t, std::vector<int64_t>> tokens;  // per MoE layer, step 1
   std::map<int64_t, double> aux;
+  std::map<int64_t, std::vector<int64_t>> tokens5;  // per MoE layer, step 5 (variant 3: after 4 bias updates)
+  bool bias_acts = false;  // variant 3: step 5's routing differs from the same weights' without the biases
 };
 
 const Reference& reference(const MoeCase& k) {
@@ -108,11 +135,30 @@ const Reference& reference(const MoeCase& k) {
       r.tokens[l] = cache.layers[size_t(l)].moe_ref.routing.counts;
       r.aux[l] = cache.layers[size_t(l)].moe_ref.aux;
     }
-  r.steps = models::lm_train(c, kFiveSteps, st);
+  if (k.variant != 3) {
+    r.steps = models::lm_train(c, kFiveSteps, st);
+    return refs.emplace(k.name, std::move(r)).first->second;
+  }
+  models::LmTrainConfig four = kFiveSteps, one = kFiveSteps;
+  four.steps = 4;
+  one.steps = 1;
+  r.steps = models::lm_train(c, four, st);
+  const models::LmBatch b5 = models::lm_synthetic_batch(c, kFiveSteps.data_seed, st.step);
+  models::LmCache c5, unbiased;
+  (void)models::lm_forward(c, st.weights, b5, &c5);
+  models::LmWeights plain = st.weights;
+  for (auto& L : plain.layers) std::fill(L.moe.bias.begin(), L.moe.bias.end(), 0.0f);
+  (void)models::lm_forward(c, plain, b5, &unbiased);
+  for (int64_t l = 0; l < c.layers; ++l)
+    if (c.moe_layer(l)) {
+      r.tokens5[l] = c5.layers[size_t(l)].moe_ref.routing.counts;
+      r.bias_acts = r.bias_acts || r.tokens5[l] != unbiased.layers[size_t(l)].moe_ref.routing.counts;
+    }
+  for (auto& s5 : models::lm_train(c, one, st)) r.steps.push_back(std::move(s5));
   return refs.emplace(k.name, std::move(r)).first->second;
 }
 
-int chips_of(const MoeCase& k) { return k.ep * k.tp * k.dp * k.pp; }
+int chips_of(const MoeCase& k) { return k.ep * k.tp * k.dp * k.pp * k.cp; }
 
 struct Deviation {
   double loss = 0, norm = 0, aux = 0;
@@ -124,33 +170,35 @@ Deviation train_case(const MoeCase& k, const World& world, int rank) {
   const models::LmConfig c = config_of(k);
   const int n = chips_of(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sharding::DeviceMesh mesh({{"tp", k.tp}, {"ep", k.ep}, {"dp", k.dp}, {"pp", k.pp}}, topo);
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"ep", k.ep}, {"dp", k.dp}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
   models::LmDpConfig dp{k.zero, 512, "auto", false, k.micro_batch};
   dp.etp = k.etp;
-  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, dp);
+  models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, dp, k.sp, true, k.ulysses);
   const Reference& ref = reference(k);
   Deviation d;
   for (size_t i = 0; i < 5; ++i) {
     const auto r = tr.step();
     d.loss = std::max(d.loss, std::fabs(r.loss - ref.steps[i].loss));
     d.norm = std::max(d.norm, std::fabs(r.grad_norm - ref.steps[i].grad_norm) / ref.steps[i].grad_norm);
-    if (i > 0 || k.micro_batch > 0) continue;
+    if ((i > 0 && !(i == 4 && k.variant == 3)) || k.micro_batch > 0) continue;
     // Step 1's routing: every chip's counts and aux, summed over the chips of tp coordinate 0 (the replicas of
     // each pp stage; host-side allgathers in a fixed order on every chip).
-    const bool counted = mesh.coordinate("tp", rank) == 0;
+    // With sp every tp chip routes its own rows; with sp or cp a chip's aux is its share of its sequence's.
+    const bool counted = k.sp || mesh.coordinate("tp", rank) == 0;
+    const int64_t span = (k.sp ? k.tp : 1) * k.cp;
     std::map<int64_t, models::LmTpTrainer::MoeLayerStats> mine;
     for (const auto& st : tr.moe_stats()) mine[st.layer] = st;
-    for (const auto& [l, want] : ref.tokens) {
+    for (const auto& [l, want] : i == 0 ? ref.tokens : ref.tokens5) {
       const bool here = mine.count(l) > 0;
       double aux_sum = 0;
       int64_t replicas = 0;
       for (const double v : t.allgather(counted && here ? int64_t(std::llround(mine[l].aux * 1e12)) : 0, "aux"))
         aux_sum += v * 1e-12;
       for (const int64_t h : t.allgather(counted && here ? 1 : 0, "replicas")) replicas += h;
-      d.aux = std::max(d.aux, std::fabs(aux_sum / double(replicas) - ref.aux.at(l)));
+      if (i == 0) d.aux = std::max(d.aux, std::fabs(aux_sum / double(replicas / span) - ref.aux.at(l)));
       for (size_t e = 0; e < want.size(); ++e) {
         int64_t got = 0;
         for (const int64_t v : t.allgather(counted && here ? mine[l].tokens[e] : 0, "tokens")) got += v;
@@ -178,6 +226,7 @@ TEST_P(MoeTrain, MatchesSingleDeviceOneChipPerRank) {
   const MoeCase& k = GetParam();
   if (world_size() != chips_of(k)) GTEST_SKIP() << k.name << " runs on " << chips_of(k) << " ranks";
   (void)reference(k);
+  if (k.variant == 3) EXPECT_TRUE(reference(k).bias_acts) << "the selection biases change no routing: no test";
   const Deviation d = train_case(k, MPI_COMM_WORLD, world_rank());
   if (world_rank() == 0) expect_within(k, d, "at one chip per rank");
 }
@@ -186,6 +235,7 @@ TEST_P(MoeTrain, MatchesSingleDeviceChipsOfOneRank) {
   const MoeCase& k = GetParam();
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting the chips";
   (void)reference(k);
+  if (k.variant == 3) EXPECT_TRUE(reference(k).bias_acts) << "the selection biases change no routing: no test";
   std::vector<Deviation> devs(size_t(chips_of(k)));
   const int code = runtime::run_chips(chips_of(k), [&](const runtime::World& w) {
     devs[size_t(w.rank())] = train_case(k, w, w.rank());

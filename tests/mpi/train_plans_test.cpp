@@ -277,6 +277,28 @@ TEST_P(TrainPlans, MatchSingleDeviceEightChipsOnOneRank) {
 INSTANTIATE_TEST_SUITE_P(Plans, TrainPlans, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<PlanCase>& i) { return std::string(i.param.name); });
 
+// Chip 0's stage summaries of one step of a pp4 pipeline (4 chips of one rank, a 4-chip ring, trainium1), 8
+// micro-batches of one sequence under KIND, with RECOMPUTE (full) or not. Empty if the run failed.
+std::vector<models::LmStageSummary> pp4_stage_summary(ScheduleKind kind, bool recompute) {
+  std::vector<models::LmStageSummary> summary;
+  const int code = runtime::run_chips(4, [&](const runtime::World& w) {
+    PlanCase k = pipe("pp4", 4, kind, 1, 1, 1, 1);
+    models::LmConfig c = config_of(k);
+    c.batch = 8;
+    auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
+    sharding::DeviceMesh mesh({{"pp", 4}}, topo);
+    sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
+    runtime::Transport t(w, tl, mesh.placement());
+    mesh.bind(t);
+    models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {0, 512, "auto", recompute, 1, kind, 1, {}});
+    tr.step();
+    auto s = tr.pipeline_summary();
+    if (w.rank() == 0) summary = s;
+    return 0;
+  });
+  return code == 0 ? summary : std::vector<models::LmStageSummary>{};
+}
+
 // What the pipeline report shows, from the trainer's own step on 4 chips of one rank (pp 4, 8 micro-batches of one
 // sequence): the first stage holds p = 4 micro-batches of activations at once under 1F1B, m = 8 under GPipe
 // (Narayanan et al. 2021 §2.2.1), the last stage one; every stage but the last sends m activations of [seq, hidden]
@@ -286,23 +308,7 @@ TEST(TrainPipeline, FirstStageHoldsPMicroBatchesUnder1F1BAndMUnderGPipe) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
   std::map<ScheduleKind, std::vector<models::LmStageSummary>> got;
   for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe}) {
-    std::vector<models::LmStageSummary> summary;
-    const int code = runtime::run_chips(4, [&](const runtime::World& w) {
-      PlanCase k = pipe("pp4", 4, kind, 1, 1, 1, 1);
-      models::LmConfig c = config_of(k);
-      c.batch = 8;
-      auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
-      sharding::DeviceMesh mesh({{"pp", 4}}, topo);
-      sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
-      runtime::Transport t(w, tl, mesh.placement());
-      mesh.bind(t);
-      models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, {0, 512, "auto", false, 1, kind, 1, {}});
-      tr.step();
-      auto s = tr.pipeline_summary();
-      if (w.rank() == 0) summary = s;
-      return 0;
-    });
-    ASSERT_EQ(code, 0);
+    const auto summary = pp4_stage_summary(kind, false);
     ASSERT_EQ(summary.size(), 4u);
     got[kind] = summary;
   }
@@ -318,6 +324,22 @@ TEST(TrainPipeline, FirstStageHoldsPMicroBatchesUnder1F1BAndMUnderGPipe) {
     EXPECT_NEAR(a[size_t(s)].busy_ns, g[size_t(s)].busy_ns, 1e-6 * g[size_t(s)].busy_ns);
   }
   EXPECT_GT(g[0].peak_activation_bytes, a[0].peak_activation_bytes);
+}
+
+// Full recomputation under 1F1B (pp 4, 8 micro-batches of one sequence, one layer per stage): a stage holds each
+// in-flight micro-batch's block input, and the one block a recomputing backward rebuilds at a time once (Korthikanti
+// et al. 2022, section 5), not once per held micro-batch: stages 0 and 1 (4 and 3 held, neither holds the head)
+// differ by one block input, [seq 16, hidden 16] fp32. Counting the rebuilt block per micro-batch (the 530B TP8 x
+// PP35 row at 144.7 GiB per chip) made the difference one whole block's activations.
+TEST(TrainPipeline, FullRecomputeHoldsBlockInputsPerMicroBatchAndOneRebuiltBlock) {
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
+  const auto summary = pp4_stage_summary(ScheduleKind::one_f_one_b, true);
+  ASSERT_EQ(summary.size(), 4u);
+  EXPECT_DOUBLE_EQ(summary[0].peak_microbatches, 4);
+  EXPECT_DOUBLE_EQ(summary[1].peak_microbatches, 3);
+  const double input = 16.0 * 16 * 4;  // one layer's input, [seq 16, hidden 16] fp32
+  EXPECT_DOUBLE_EQ(summary[0].peak_activation_bytes - summary[1].peak_activation_bytes, input);
+  EXPECT_GT(summary[0].peak_activation_bytes, 4 * input);  // plus the rebuilt block's working set
 }
 
 // Selective recomputation with the unfused core (tp 2 + sp on 2 chips of one rank): the forward keeps no softmax
