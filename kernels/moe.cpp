@@ -499,7 +499,7 @@ GroupedCost grouped_gemm_rows_out(const std::vector<Tensor>& a, const std::vecto
   bool stored = c.has_storage();
   for (size_t g = 0; g < b.size(); ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];
-    Tensor cg = Tensor::make(c.dtype(), {rows, c.dim(1)}, true);
+    Tensor cg = Tensor::make(c.dtype(), {rows, c.dim(1)}, stored);
     cost.groups.push_back(named(gemm(a[g], *b[g], cg), "grouped_gemm"));
     stored = stored && cg.has_storage();
     if (stored) c.set_rows(offsets[g], cg);
@@ -519,7 +519,7 @@ GroupedCost grouped_gemm_rows_in_backward(const Tensor& a, const std::vector<int
   for (size_t g = 0; g < b.size(); ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];
     const Tensor ag = a.rows(offsets[g], rows);
-    Tensor dag = Tensor::make(a.dtype(), {rows, a.dim(1)}, true);
+    Tensor dag = Tensor::make(a.dtype(), {rows, a.dim(1)}, stored);
     cost.groups.push_back(named(gemm_backward(ag, *b[g], dc[g], da ? &dag : nullptr, db[g]), "grouped_gemm_backward"));
     stored = stored && dag.has_storage();
     if (!stored || !da) continue;
