@@ -395,6 +395,7 @@ LmWeights LmTpTrainer::gather_master() { return gather(gather_field(sharding::pl
 LmTrainSnapshot LmTpTrainer::gather_state() {
   LmTrainSnapshot s;
   s.master = gather(gather_field(sharding::plans::DataParallel::Field::master));
+  share_moe_bias(s.master);
   s.m = gather(gather_field(sharding::plans::DataParallel::Field::m));
   s.v = gather(gather_field(sharding::plans::DataParallel::Field::v));
   s.step = step_;
@@ -416,6 +417,7 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
   LmWeights master = shard(own_layers(s.master)), m = shard(own_layers(s.m)), v = shard(own_layers(s.v));
   work_ = lm_compute_copy(local_, master);
+  restore_moe_bias(s.master);
   const auto mr = prefs(m), vr = prefs(v);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), &mr, &vr, work_refs_);
