@@ -16,6 +16,7 @@
 #include "runtime/fold_shift.h"
 #include "runtime/job_text.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/pipeline_schedule.h"
 
 namespace shardsim::apps {
@@ -96,9 +97,17 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.plan = plan;
   auto& c = s.model;
   c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
-  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss).
-  if (c.moe) c.moe->spec.capacity.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
+  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss); with a
+  // sequence split over chips (sp, cp, Ulysses) each chip drops over its own rows: the group's capacity pieces.
   try {
+    if (c.moe) {
+      kernels::CapacityOptions& cap = c.moe->spec.capacity;
+      cap.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
+      const int cp_axis = plan.ulysses > 1 ? plan.ulysses : plan.cp;
+      sharding::plans::split_capacity_over_chips(cap, spec.seq, spec.batch / cap.groups, cp_axis,
+                                                 plan.zigzag && plan.ulysses <= 1,
+                                                 plan.sp && plan.etp <= 1 ? plan.tp : 1);  // etp: tp rows gathered
+    }
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
     m.fail(e.what());
