@@ -753,10 +753,6 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (s.shape_only && f.validate && !f.forward)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");
-    if (s.model.moe && s.model.moe->bias_update > 0 && (!f.checkpoint.empty() || !f.resume.empty()))
-      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
-                       ": model.moe.bias_update > 0: the experts' selection biases are not in the checkpoint yet (a "
-                       "resumed run would restart them at 0); set it to 0 or drop the flag");
     if (!f.what_if.empty())  // every change must load as a config before any step runs (exit 2 naming it)
       for (const auto& plan : plan_what_if(f.what_if, train_config(f))) {
         TrainFlags v;

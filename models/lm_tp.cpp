@@ -406,6 +406,7 @@ LmWeights LmTpTrainer::gather_master() { return gather(gather_field(sharding::pl
 LmTrainSnapshot LmTpTrainer::gather_state() {
   LmTrainSnapshot s;
   s.master = gather(gather_field(sharding::plans::DataParallel::Field::master));
+  share_moe_bias(s.master);
   s.m = gather(gather_field(sharding::plans::DataParallel::Field::m));
   s.v = gather(gather_field(sharding::plans::DataParallel::Field::v));
   s.step = step_;
@@ -429,6 +430,7 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
   LmWeights master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
   work_ = lm_compute_copy(local_, master);
+  restore_moe_bias(s.master);
   work_refs_ = prefs(work_);
   if (!moments) {
     data_->load(prefs(master), nullptr, nullptr, work_refs_);

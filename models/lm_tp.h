@@ -425,6 +425,8 @@ class LmTpTrainer {
   // whether weight NAME is an expert's (reduced over the expert-data-parallel group).
   void setup_moe();
   bool expert_weight(const std::string& name) const;
+  // With sp, does each tp chip route its own rows (etp 1)? With etp = tp they route the gathered rows together.
+  bool sp_routes_own_rows() const;
   sharding::plans::BlockMoe block_moe(int64_t l) const;
   // WHOLE (every expert, this chip's tp-gathered ones filled): each expert broadcast over ep from its owner.
   void share_experts(LmWeights& whole);
@@ -432,6 +434,11 @@ class LmTpTrainer {
   // layers (moe_load_, its micro-batches' routing) summed over the replicas by one all_reduce from READY, then
   // every layer's selection bias updated (kernels::update_expert_bias). Returns when the update is done.
   sim::TimeNs update_moe_bias(sim::TimeNs ready);
+  // The selection biases in checkpoints (bias_update > 0): share_moe_bias gives WHOLE's MoE layers every stage's
+  // current biases (one all_reduce over pp); restore_moe_bias gives this chip's MoE layers those of SNAPSHOT (the
+  // whole model's).
+  void share_moe_bias(LmWeights& whole);
+  void restore_moe_bias(const LmWeights& snapshot);
   double moe_aux_grad() const;  // d loss / d this chip's aux loss of a micro-batch
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;
