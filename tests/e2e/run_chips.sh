@@ -16,7 +16,9 @@ for n in 1 2 3 4 8; do
   expect_exit 0 'validation PASS' -- shardsim_mpi "$n" run "$cfg" --json "out_$n.json" || continue
   assert_stdout_last_line PASS
   assert_out "topology +ring $n chips" "report describes a $n-chip ring"
-  assert_out "plan +data parallel dp=$n" "the default plan: dp over every chip"
+  if [ "$n" = 1 ]; then assert_out "plan +single device" "the default plan on one chip: a single device"; else
+    assert_out "plan +data parallel dp=$n" "the default plan: dp over every chip"
+  fi
   assert_out_count '^shardsim: error' 0 "no error lines"
 
   ck=$(report_checkpoint)
@@ -32,7 +34,7 @@ for n in 1 2 3 4 8; do
     for spec in "w_gate:( 64, 200 )" "w_up:( 64, 200 )" "w_down:( 200, 64 )" "mlp_norm:( 64 )"; do
       ds=${spec%%:*}
       want=${spec#*:}
-      got=$(h5_shape "$ck" "$ds")
+      got=$(h5_shape "$ck" "layers.0.$ds")
       if [ "$got" = "$want" ]; then pass "dataset master/layers.0.$ds, shape $got"; else
         fail "dataset $ds has shape '$got', expected '$want' (h5dump -H lists: $(grep -o 'DATASET "[^"]*"' "h5_$n.txt" | tr '\n' ' '))"
       fi
@@ -44,7 +46,7 @@ for n in 1 2 3 4 8; do
     1) ;;
     3) expect_exit 2 'model.ffn 200 is not a multiple of tp 3' -- shardsim_mpi 3 run "$cfg" --plan tp=3 --no-checkpoint ;;
     *) if expect_exit 0 'validation PASS' -- shardsim_mpi "$n" run "$cfg" --plan tp=$n --no-checkpoint; then
-         assert_out "^  tp all_reduce +[0-9.]+ KiB in 1 call" "tp=$n: one all_reduce of the MLP's output"
+         assert_out "^  tp all_reduce +[0-9.]+ MiB in 1 call" "tp=$n: one all_reduce of the MLP's output"
        fi ;;
   esac
 done
