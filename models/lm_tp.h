@@ -95,7 +95,7 @@
 // last unit's gradients are ready, the 8-byte grad-norm all_reduce over the mesh, AdamW (one multi-tensor kernel
 // over the owned chunks), then the stage 1-2 parameter all_gathers over dp.
 //
-// Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0, heads, kv_heads, ffn
+// Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0 (but kMegatronBuckets), heads, kv_heads, ffn
 // or vocab is not a multiple of tp, or
 // the global batch is not a multiple of dp, seq is not a multiple of cp (2cp zigzag; with sp, seq/cp of tp), or
 // the mesh has axes other than dp, cp and tp; collective errors
@@ -137,7 +137,8 @@ namespace shardsim::models {
 // micro-batch's backward.
 struct LmDpConfig {
   int zero = 0;                             // ZeRO stage 0..3
-  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
+  // Megatron's rule (sharding/plans/data_parallel.h "Buckets"), > 0 DDP's bytes per bucket, 0 = one bucket
+  int64_t bucket_bytes = sharding::plans::kMegatronBuckets;
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
   bool recompute = false;
   int64_t micro_batch = 0;                  // sequences per micro-batch and replica; 0 = the replica's batch

@@ -132,9 +132,10 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
   const size_t n_layers0 = stats.size();
   for (double t : mine.layer_end) stats.push_back(t);
   const size_t nf = stats.size();
-  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
   // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
   r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
+  // Last, so no chip holds the every-chip figures across a wait (chips x figures each: 0.5 GB over a fold's replica).
+  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
   std::vector<double> all(bytes.size() / sizeof(double));
   std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
   const int chips = static_cast<int>(all.size() / nf);
