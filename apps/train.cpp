@@ -79,7 +79,8 @@ using namespace train_detail;
 // parse), refused with exit 3 when it exceeds 90% of the host's available memory (the kernel would kill the job
 // instead, with no line from shardsim).
 // Real data: a lower bound per rank of 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v;
-// every rank holds them whole while building its replica) and the fp32 activations the backward keeps per token
+// every rank holds them whole while building its replica; the forward mode: 4, the weights alone) and the fp32
+// activations the backward keeps per token
 // (per layer the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their
 // gradient).
 // Shape-only: no parameter or activation is stored, but the trainer keeps per-token bookkeeping (token ids,
@@ -106,10 +107,13 @@ void check_host_memory(const TrainSetup& s, int ranks, int ranks_on_host, int ch
     const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
     const double tokens = double(c.batch) * double(c.seq);
     const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
-    const double per_rank = 16 * params + 4 * acts;
+    // The forward mode holds no gradients or moments: 4 bytes per parameter (the whole seeded weights each rank
+    // builds its shards from, and the reference's).
+    const int per_param = s.dp.forward_only ? 4 : 16;
+    const double per_rank = per_param * params + 4 * acts;
     need = per_rank * chips_on_host;
-    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
-                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, chips_on_host);
+    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x %d bytes + "
+                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, per_param, chips_on_host);
     what = b;
   }
   const double avail = available_host_bytes();
@@ -556,8 +560,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       train_config(f).fail_at(e.key(), e.what());
     }
   });
-  // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
-  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
+  // The report's wording: the tp-mesh lines whenever a tp, cp or pp axis exists, else dp's (shape-only or not: the
+  // same text as the real run's).
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1;
   auto step = [&] { return trainer->step(); };
   const auto resumed = load_resume(world, f, s);
   // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
@@ -803,6 +808,7 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   f.resume = opt.resume_from;
   if (opt.checkpoint_path && !opt.no_checkpoint) f.checkpoint = *opt.checkpoint_path;
   f.trace_path = opt.trace_path;
+  f.trace = opt.trace;  // --trace-chips / --trace-axis / --trace-window / --trace-max-mb
   f.profile = opt.profile;
   f.plots_dir = opt.plots_dir;
   f.shape_only = opt.shape_only;
