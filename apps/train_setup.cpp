@@ -273,9 +273,14 @@ FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
                     mesh.replica_shift_check("dp", 1, *s.topology),
                 true);
     period = rail_ring_period(mesh, *s.topology, dp, period);
-    d.spec = runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
+    // The replicas' mesh-rank stride: every axis inside dp (tp, cp and ep: ep > 1 lies between cp and dp, so a
+    // stride of tp x cp would take ep coordinates for replicas).
+    int stride = 1;
+    for (const auto& axis : mesh.axes())
+      if (axis.name == "dp") stride = axis.stride;
+    d.spec = runtime::FoldSpec{chips, stride, dp, period, mode != "on"};
     // What collectives::choose checks cycle algorithms against (runtime/fold_shift.h).
-    runtime::set_fold_chip_shift(chip_shift(mesh, s.tp * s.cp, dp, period));
+    runtime::set_fold_chip_shift(chip_shift(mesh, stride, dp, period));
     return d;
   } catch (...) {
     return no("the configuration does not load (the unfolded run says why)", false);

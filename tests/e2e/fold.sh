@@ -148,6 +148,16 @@ for z in 1 2 3; do
   same_json pad_f$z.json pad_u$z.json "ZeRO $z: folded equals every chip"
 done
 
+e2e_case "ep x tp inside the replica: the fold's stride is the dp axis's (tp x cp x ep), byte-identical"
+# The mesh order is tp, cp, ep, dp, pp: a replica is tp x ep = 4 chips here, 4 of 16 run; a stride of tp x cp would
+# take the ep coordinates for replicas (what the fold refused before this case was added).
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/moe/tiny_moe.yaml" --shape-only --steps 1 \
+  --plan ep=2,dp=4,tp=2 --json ep_f.json
+assert_out "chips simulated +4 of 16 \(folded" "ep2 x tp2 x dp4: folded (4 of 16 chips run)"
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/moe/tiny_moe.yaml" --shape-only --steps 1 \
+  --plan ep=2,dp=4,tp=2 --no-fold --json ep_u.json
+same_json ep_f.json ep_u.json "ep2 x tp2 x dp4: folded equals every chip"
+
 e2e_case "cp and Ulysses axes fold (the dp-cp group rotates under the replica shift), byte-identical"
 # TP8 x CP2 fills a 16-chip node, so one replica runs (16 of 64 chips); its gradients are averaged over dp x cp.
 for plan in "parallel.cp=2" "parallel.ulysses=2"; do
