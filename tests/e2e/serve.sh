@@ -135,8 +135,8 @@ if expect_exit 0 'plan tp=1 x pp=1 x ep=8 x dp=1' -- shardsim_mpi 1 --chips 8 se
 fi
 expect_exit 0 'plan tp=2 x pp=1 x ep=4 x dp=1' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
   --set parallel.ep=4 --set parallel.tp=2 --set parallel.etp=2
-expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 16 serve "$SMX" \
-  --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
+expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 8 serve "$SMX" \
+  --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
 
 e2e_case "(d) bad input: one line, exit 2, no JSON written"
 printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv
