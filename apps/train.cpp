@@ -136,18 +136,18 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
 // stderr (models/report.h's Progress), never into stdout or the JSON.
 class TrainLog {
  public:
-  TrainLog(const runtime::World& world, const TrainFlags& f, sharding::RunReport r)
+  TrainLog(const runtime::World& world, const TrainFlags& f, models::RunReport r)
       : world_(world), f_(f), r_(std::move(r)), progress_("train", world.rank() == 0) {}
-  sharding::RunReport& report() { return r_; }
-  void head() { print(sharding::train_head_text(r_)); }
-  void step(const sharding::TrainStep& st, int64_t last_step) {
+  models::RunReport& report() { return r_; }
+  void head() { print(models::train_head_text(r_)); }
+  void step(const models::TrainStep& st, int64_t last_step) {
     r_.train.steps.push_back(st);
-    print(sharding::train_step_text(r_, st));
+    print(models::train_step_text(r_, st));
     progress_.update(st.step, last_step, "steps");
   }
   void saved(int64_t step) {
     r_.train.saved.emplace_back(step, f_.checkpoint);
-    print(sharding::train_saved_text(step, f_.checkpoint));
+    print(models::train_saved_text(step, f_.checkpoint));
   }
   // The tail, then the JSON (agreed: a failed write is one line and exit 3 on every rank).
   int finish() {
@@ -158,13 +158,13 @@ class TrainLog {
     r_.host_events = double(runtime::chips::events());
     r_.chips_total = world_.size();
     r_.chips_simulated = runtime::chips::folded() ? runtime::chips_per_rank() : world_.size();
-    print(sharding::train_tail_text(r_));
+    print(models::train_tail_text(r_));
     world_.agree([&] {
-      if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, sharding::to_json(r_).dump(2) + "\n");
+      if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, models::to_json(r_).dump(2) + "\n");
     });
     // One rule with `run` (docs/CONFIG.md, device.hbm_gib): a plan whose state and activations exceed the usable
     // HBM (hbm_gib less hbm_reserve_gib) is bad input, exit 2, after the report that shows the memory rows.
-    if (r_.train.has_memory && !sharding::fits_hbm(r_)) {
+    if (r_.train.has_memory && !models::fits_hbm(r_)) {
       if (world_.rank() == 0) {
         char b[512];
         std::snprintf(b, sizeof b, "shardsim: error: %s: simulated out of memory: %.4g GiB per chip (state + "
@@ -188,8 +188,8 @@ class TrainLog {
   }
   const runtime::World& world_;
   const TrainFlags& f_;
-  sharding::RunReport r_;
-  sharding::Progress progress_;
+  models::RunReport r_;
+  models::Progress progress_;
 };
 
 // A diverging run: the trainers throw std::runtime_error (never a shardsim::Error) only for a non-finite gradient
@@ -239,9 +239,9 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
 }
 
 // The report's fields every training run has (models/report.h).
-sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
+models::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
   const auto& c = s.model;
-  sharding::RunReport r;
+  models::RunReport r;
   r.run_mode = f.forward ? "forward" : "train";
   r.train.forward = f.forward;
   r.name = s.name.empty() ? std::filesystem::path(f.config).stem().string() : s.name;
@@ -302,7 +302,7 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
 }
 
 // The summary of the last step (or the mean step on one chip): step time, tokens/s, MFU.
-void finish_simulated(sharding::RunReport& r, const sim::Breakdown& b) {
+void finish_simulated(models::RunReport& r, const sim::Breakdown& b) {
   auto& t = r.train;
   r.critical = b;
   r.critical_chip = 0;
@@ -314,7 +314,7 @@ void finish_simulated(sharding::RunReport& r, const sim::Breakdown& b) {
   r.peak_fraction = t.mfu;
 }
 
-void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
+void resumed_into(models::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
   if (!snap) return;
   r.resumed_from = r.train.resumed_from = f.resume;
   r.train.resumed_step = snap->step;
@@ -323,7 +323,7 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
 }
 
 // Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
-nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, sharding::RunReport& r) {
+nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, models::RunReport& r) {
   const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
   auto& t = r.train;
   r.validated = true;
@@ -339,7 +339,7 @@ nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
 // batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
 // A resumed run's reference resumes from the same checkpoint (models::reference_losses).
-void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+void validate_losses(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
                      const std::optional<models::LmTrainSnapshot>& resumed) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -363,7 +363,7 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, sharding:
 // limit for one step of the dtype; for a block stack (vocab 0) also every output row (ROWS, gathered on rank 0)
 // against the reference's, max|y - y_ref| / max|y_ref| within validate.tolerance. The reference's kernels, timed
 // on the device, give the single-device time.
-void validate_forward(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+void validate_forward(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
                       const std::optional<models::LmTrainSnapshot>& resumed, const models::GatheredRows* rows) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -418,9 +418,9 @@ std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
 
 // FORWARD (the forward mode): the parameters alone (no gradients or optimizer state are needed for a forward) and
 // the tensors one micro-batch's forward produces (held only until the next layer has read them: an upper bound).
-sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
+models::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
                                 const char* psi, int dp_size, bool forward) {
-  sharding::TrainMemory m;
+  models::TrainMemory m;
   const bool mixed = s.model.dtype != runtime::DType::fp32;
   m.basis = basis;
   if (mem.padding > 0)  // sharding/plans/data_parallel.h, "Padding"
@@ -447,8 +447,8 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
 // A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
 void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
-                sharding::RunReport& rep) {
-  sharding::TrainMoe m;
+                models::RunReport& rep) {
+  models::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
   m.spec = sharding::plans::moe_text(*c.moe);
   m.total_params = double(models::lm_param_count(c));
@@ -478,7 +478,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   const models::LmConfig& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_stats()) {
-    sharding::TrainMoeLayer l;
+    models::TrainMoeLayer l;
     l.layer = st.layer;
     double sum = 0;
     for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
@@ -495,11 +495,11 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   rep.train.moe = std::move(m);
 }
 
-void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
+void pipeline_report(models::LmTpTrainer& trainer, models::RunReport& rep) {
   using namespace sharding::plans;
   const PipelineSchedule& sch = trainer.schedule();
   const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
-  sharding::TrainPipeline& p = rep.train.pipeline;
+  models::TrainPipeline& p = rep.train.pipeline;
   rep.train.has_pipeline = true;
   p.schedule = schedule_name(sch.kind);
   p.p = sch.p;
@@ -531,7 +531,7 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   rep.train.memory.activations_note = note;
 }
 
-std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
+std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
 
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
@@ -540,7 +540,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The plan's mesh (load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   world.agree([&] {  // the trace's chips and axis on this mesh, before any step (exit 2)
-    if (!f.trace_path.empty()) (void)sharding::resolve_trace_filter(f.trace, topo, &*mesh);
+    if (!f.trace_path.empty()) (void)models::resolve_trace_filter(f.trace, topo, &*mesh);
   });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
@@ -594,7 +594,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                                                (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
                                                (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
                                          : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
-  sharding::RunReport r = train_report(f, s, n);
+  models::RunReport r = train_report(f, s, n);
   r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
   r.mesh = mesh->mapping_text();
   // The plan line: the plan registry's one text for both modes (sharding/plans/registry.h), and in training the
@@ -627,11 +627,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The last step's per-chip and per-collective tables, fused ops and time per op (models/report.h, the one report
   // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
   // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
-  sharding::RunReport figs;
+  models::RunReport figs;
   auto collect_figures = [&] {
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
-    const sharding::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
-    sharding::gather_chip_figures(world, tl, mine, chips, figs);
+    const models::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    models::gather_chip_figures(world, tl, mine, chips, figs);
   };
   if (f.forward) {  // the forward mode: one forward of the next step's batch, no update
     last = agreed_step(world, [&] { return trainer->forward_step(); });
@@ -650,7 +650,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     last = agreed_step(world, step);
     if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     if (!f.trace_path.empty() && last.step == trace_step && trace_step != s.train.steps)
-      sharding::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
+      models::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
@@ -686,7 +686,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     }
   }
   if (c.moe) moe_report(*trainer, s, c, rep);
-  sharding::profile_and_trace(world, tl,
+  models::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
@@ -715,7 +715,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 int run_train(const runtime::World& world, const TrainFlags& f);
 
 // --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
-std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
+std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
   std::vector<WhatIfPlan> plans;
   world.agree([&] { plans = plan_what_if(f.what_if, train_config(f)); });
   double step_ns = 0;
@@ -749,7 +749,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     }
     if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
-    for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
+    for (auto& o : models::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
@@ -785,7 +785,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 
 }  // namespace
 
-sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run) {
+models::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run) {
   TrainFlags f;
   f.forward = !run.train;
   f.config = run.where;
@@ -794,7 +794,7 @@ sharding::RunReport run_executor_point(const runtime::World& world, const shardi
   f.shape_only = run.shape_only;
   f.what_if = run.what_if;
   f.quiet = true;
-  sharding::RunReport r;
+  models::RunReport r;
   f.report_out = &r;
   run_train(world, f);
   return r;

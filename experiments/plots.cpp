@@ -11,7 +11,7 @@
 #include "common/output_file.h"
 #include "experiments/sweep.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 namespace fs = std::filesystem;
 
@@ -189,4 +189,4 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
   return scripts;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

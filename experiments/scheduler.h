@@ -36,7 +36,7 @@
 #include "models/report.h"
 #include "runtime/world.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 // Workload points: the one executor (apps/train.cpp's run_executor_point; this library sits below apps/) on GROUP
 // for the point's generated config, quiet, returning its report: RUN.train false is `run`'s forward mode, true
@@ -52,7 +52,7 @@ struct ExecutorRun {
   bool shape_only = false;
   std::string what_if;
 };
-using ExecutorRunner = std::function<RunReport(const runtime::World& group, const ExecutorRun& run)>;
+using ExecutorRunner = std::function<models::RunReport(const runtime::World& group, const ExecutorRun& run)>;
 struct PointRunners {
   ExecutorRunner executor;
 };
@@ -89,4 +89,4 @@ struct GroupCallbacks {
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments
