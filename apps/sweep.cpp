@@ -371,6 +371,55 @@ void group_points(const SweepSpec& spec, const std::string& mask, int N, bool ro
   }
 }
 
+// Validate once (experiments/sweep.h): the distinct validation runs the points of BY_CHIPS need, each with real data
+// on its shrunk config, on the launch's groups (or chips started per point: LAUNCH_CHIPS > 0 with LAUNCHER, as the
+// points run). Returns rank 0's rows by validation key; a validation that does not pass says so on stderr.
+template <class Launcher>
+std::map<std::string, Row> run_validations(const runtime::World& world, const SweepSpec& spec,
+                                           const std::map<int, std::vector<size_t>>& by_chips, Progress& progress,
+                                           int launch_chips, const Launcher& launcher) {
+  std::map<std::string, Row> validations;  // rank 0: validation key -> its row
+  std::vector<size_t> todo;
+  for (const auto& [k, list] : by_chips) todo.insert(todo.end(), list.begin(), list.end());
+  SweepSpec vspec;
+  vspec.file = spec.file;
+  vspec.name = spec.name;
+  vspec.validate_max_bytes = spec.validate_max_bytes;
+  vspec.points = experiments::validation_points(spec, todo);
+  if (!vspec.points.empty()) {
+    std::map<int, std::vector<size_t>> vby_chips;
+    for (size_t i = 0; i < vspec.points.size(); ++i) vby_chips[vspec.points[i].chips].push_back(i);
+    if (world.rank() == 0) {
+      std::printf("validate once: %zu distinct plan(s) validated with real data at a small size; the full-size "
+                  "points run shape-only (validate: every or --validate-every to validate each point)\n",
+                  vspec.points.size());
+      std::fflush(stdout);
+    }
+    experiments::GroupCallbacks vcb;
+    vcb.runners.executor = run_executor_point;
+    if (launch_chips > 0) {
+      vcb.launch = launcher(vspec);
+      vcb.launch_chips = launch_chips;
+    }
+    vcb.on_wave = [&](const std::vector<size_t>& wave) {
+      std::string cur = "validating " + experiments::point_text(vspec.points[wave.front()]);
+      if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
+      progress.show(cur);
+    };
+    vcb.on_rows = [&](const std::vector<Row>& rows) {
+      for (const auto& r : rows) {
+        validations[r.at("key")] = r;
+        const auto& v = r.at("verdict");
+        if (v != "pass")
+          std::fprintf(stderr, "%svalidation of %s at %s: %s%s%s\n", ::isatty(2) == 1 ? "\n" : "", r.at("plan").c_str(),
+                       r.at("topology").c_str(), v.c_str(), r.at("reason").empty() ? "" : ": ", r.at("reason").c_str());
+      }
+    };
+    experiments::run_in_groups(world, vspec, vby_chips, vcb);
+  }
+  return validations;
+}
+
 int run_sweep(const runtime::World& world, const SweepFlags& f) {
   const bool root = world.rank() == 0;
   std::shared_ptr<const SweepSpec> shared_spec;
@@ -456,45 +505,8 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   });
   // Validate once: each distinct plan of the points to run is validated first, with real data on its shrunk
   // config (experiments/sweep.h); the full-size points then run shape-only and take that run's verdict.
-  std::vector<size_t> todo;
-  for (const auto& [k, list] : by_chips) todo.insert(todo.end(), list.begin(), list.end());
-  SweepSpec vspec;
-  vspec.file = spec.file;
-  vspec.name = spec.name;
-  vspec.validate_max_bytes = spec.validate_max_bytes;
-  vspec.points = experiments::validation_points(spec, todo);
-  std::map<std::string, Row> validations;  // rank 0: validation key -> its row
-  if (!vspec.points.empty()) {
-    std::map<int, std::vector<size_t>> vby_chips;
-    for (size_t i = 0; i < vspec.points.size(); ++i) vby_chips[vspec.points[i].chips].push_back(i);
-    if (root) {
-      std::printf("validate once: %zu distinct plan(s) validated with real data at a small size; the full-size "
-                  "points run shape-only (validate: every or --validate-every to validate each point)\n",
-                  vspec.points.size());
-      std::fflush(stdout);
-    }
-    experiments::GroupCallbacks vcb;
-    vcb.runners.executor = run_executor_point;
-    if (launched) {
-      vcb.launch = launcher(vspec);
-      vcb.launch_chips = N;
-    }
-    vcb.on_wave = [&](const std::vector<size_t>& wave) {
-      std::string cur = "validating " + experiments::point_text(vspec.points[wave.front()]);
-      if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
-      progress.show(cur);
-    };
-    vcb.on_rows = [&](const std::vector<Row>& rows) {
-      for (const auto& r : rows) {
-        validations[r.at("key")] = r;
-        const auto& v = r.at("verdict");
-        if (v != "pass")
-          std::fprintf(stderr, "%svalidation of %s at %s: %s%s%s\n", ::isatty(2) == 1 ? "\n" : "", r.at("plan").c_str(),
-                       r.at("topology").c_str(), v.c_str(), r.at("reason").empty() ? "" : ": ", r.at("reason").c_str());
-      }
-    };
-    experiments::run_in_groups(world, vspec, vby_chips, vcb);
-  }
+  const std::map<std::string, Row> validations =
+      run_validations(world, spec, by_chips, progress, launched ? N : 0, launcher);
   std::map<std::string, size_t> point_of;  // rank 0: key -> index in spec.points
   if (root)
     for (size_t i = 0; i < P; ++i) point_of[spec.points[i].key] = i;

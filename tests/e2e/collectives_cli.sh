@@ -69,6 +69,12 @@ expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unkn
 sed 's/algorithm: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
 expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, multi_ring, rail_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto" -- \
   shardsim_mpi 4 run tree.yaml --no-checkpoint
+# A valid name too: run and train refuse the key alike (parallel.algorithm sets the tp all_reduce's algorithm).
+sed 's/algorithm: halving_doubling/all_reduce: ring/' algo.yaml >ring_ar.yaml
+expect_exit 2 "ring_ar\.yaml:[0-9]+: parallel\.all_reduce: the tp all_reduce has no algorithm of its own in run or train .*parallel\.algorithm sets" -- \
+  shardsim_mpi 4 run ring_ar.yaml --no-checkpoint
+expect_exit 2 "ring_ar\.yaml:[0-9]+: parallel\.all_reduce: the tp all_reduce has no algorithm of its own in run or train" -- \
+  shardsim_mpi 4 train ring_ar.yaml --steps 1
 
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
