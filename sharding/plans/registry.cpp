@@ -297,8 +297,9 @@ void algorithm_read(const PlanParse& c, ParallelPlan& p) {
     if (!why.empty()) c.fail(k, why);
     (std::string(k) == "all_reduce" ? p.tp_all_reduce : p.algorithm) = a;
   }
-  // One rule for run and train (one executor): the tp all_reduce takes parallel.algorithm like every collective.
-  if (c.has("all_reduce"))
+  // One rule for run and train (one executor; both parse as SpecUse::train): the tp all_reduce takes
+  // parallel.algorithm like every collective.
+  if (train(c) && c.has("all_reduce"))
     c.fail("all_reduce", "the tp all_reduce has no algorithm of its own in run or train (one executor, one rule): "
                          "parallel.algorithm sets the algorithm of every collective of the plan, the tp all_reduce's "
                          "included");
@@ -514,7 +515,8 @@ void add_plan_wide_keys(std::vector<PlanDescriptor>& v) {
     d.active = [](const ParallelPlan&) { return false; };
     d.read = algorithm_read;
     d.example = {std::string(kBlock) + "parallel: {tp: 2, algorithm: ring, all_reduce: bidir_ring}\n", SpecUse::block, 2, ""};
-    d.bad_cases = {{lm("", "algorithm: bogus"), SpecUse::train, 1, "algorithm"}};
+    d.bad_cases = {{lm("", "algorithm: bogus"), SpecUse::train, 1, "algorithm"},
+                   {lm("", "all_reduce: ring"), SpecUse::train, 1, "all_reduce"}};
     v.push_back(d);
   }
   {
