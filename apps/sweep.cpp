@@ -38,7 +38,7 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "collectives/algorithms.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/gnuplot.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collectives/algorithms.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "models/runner.h"
@@ -81,7 +81,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   const std::string where = spec.file + "[" + pt.key + "]";
   topology::Topology topo;
   sim::DeviceSpec dev;
-  collectives::Case cs;
+  verification::Case cs;
   size_t bytes = 0;
   try {
     sw.agree([&] {
@@ -122,7 +122,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
         if (const auto why = collectives::obstacle(c, pt.algorithm, tp); !why.empty())
           throw UsageError(pt.collective + ": algorithm '" + pt.algorithm + "' cannot run on " + pt.topology + ": " + why);
       if (run) {
-        const double need = collectives::host_bytes_needed(cs, p);
+        const double need = verification::host_bytes_needed(cs, p);
         const double avail = runtime::mem_available_bytes();
         if (avail > 0 && need * world_size > 0.9 * avail)
           throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
@@ -136,7 +136,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   // Real data (checked) or shape-only (the same CaseRunner and schedule with timing headers only, as `shardsim
   // bench --shape-only`): one schedule code, so the simulated time equals the real-data run's.
   cs.shape_only = !run;
-  collectives::CaseRunner runner(tp, cs);
+  verification::CaseRunner runner(tp, cs);
   runner.prepare();
   tl.reset();
   const auto r = runner.execute(0.0);
@@ -163,7 +163,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   if (sim_ns > 0) {
     const double algbw = static_cast<double>(bytes) / sim_ns;  // bytes/ns = GB/s (1e9)
     row["algbw_gbps"] = fmt(algbw);
-    row["busbw_gbps"] = fmt(algbw * collectives::busbw_factor(c, p));
+    row["busbw_gbps"] = fmt(algbw * verification::busbw_factor(c, p));
   }
   row["comm_us"] = row["sim_time_us"];
   return row;

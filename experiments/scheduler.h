@@ -8,7 +8,7 @@
 // ranks, the same points on the same groups, the same simulated numbers (tests/e2e/sweep_chips.sh).
 //
 // run_point: one point on a group of ranks (GROUP: a runtime::World over exactly the point's chips). Collective
-// points with size <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
+// points with size <= validate_max_bytes run with real data through verification::CaseRunner exactly as
 // `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail,
 // validated_at self); larger ones run the same CaseRunner and schedule in shape-only mode, as `bench --shape-only`
 // (runtime/transport.h: messages carry only their timing headers; timing `shape_only`, verdict `not_validated`),
