@@ -542,6 +542,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.show(cur);
   };
   cb.runners.train = run_train_point;
+  cb.runners.serve = run_serve_point;
   cb.runners.what_if = [](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base,
                           const std::string& what_if) {
     return forward_what_if(g, pt, where, base, what_if);
