@@ -35,7 +35,8 @@ std::string point_text(const SweepPoint& p) {
   if (p.kind == PointKind::collective)
     return p.collective + " " + p.algorithm + " " + p.topology + " " + p.device + " " + size_label(p.size_bytes) +
            " " + p.dtype;
-  return p.workload + " " + p.plan + " " + p.topology + " " + p.device;
+  return p.workload + " " + p.plan + " " + p.topology + " " + p.device +
+         (p.serve ? " " + p.batching + (p.rate.empty() ? "" : " " + p.rate + " req/s") : std::string());
 }
 
 namespace {
@@ -263,10 +264,32 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   return row;
 }
 
+// One serve point (SweepPoint::serve) through serve's runner: the run's metrics as the row's serve columns
+// (shape-only, not validated: the serving mode's real-data checks are tests/mpi/serve_decode_test.cpp's).
+Row run_serve_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const ServeRunner& serve) {
+  Row row = base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  if (!serve) return failed(row, "internal: no serve runner for " + where);
+  std::map<std::string, double> m;
+  try {
+    m = serve(sw, pt.config_yaml, where);
+  } catch (const AgreedError& e) {
+    std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
+    if (why.rfind(where + ":", 0) == 0)
+      if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
+    return failed(row, "plan does not fit: " + why);
+  }
+  for (const auto& [k, v] : m) row[k] = fmt(v);
+  row["timing"] = "shape_only";
+  row["verdict"] = "not_validated";
+  return row;
+}
+
 Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
                    const PointRunners& runners) {
   const auto t0 = std::chrono::steady_clock::now();
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
+            : pt.serve                       ? run_serve_point(sw, pt, spec, runners.serve)
                                              : run_workload_point(sw, pt, spec, runners.executor);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   row["wall_s"] = fmt(group_max(wall, sw));

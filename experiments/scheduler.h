@@ -53,8 +53,14 @@ struct ExecutorRun {
   std::string what_if;
 };
 using ExecutorRunner = std::function<RunReport(const runtime::World& group, const ExecutorRun& run)>;
+// Serve points (SweepPoint::serve): `shardsim serve`'s run on GROUP for the point's generated config (CONFIG_YAML;
+// WHERE names it in messages), quiet, returning its metrics by result column (ttft_p50_ms, ...; valid on GROUP's
+// rank 0). apps/serve.cpp's run_serve_point. Errors every chip agreed on make the row `error` with the reason.
+using ServeRunner = std::function<std::map<std::string, double>(const runtime::World& group,
+                                                                const std::string& config_yaml, const std::string& where)>;
 struct PointRunners {
   ExecutorRunner executor;
+  ServeRunner serve;
 };
 
 Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size,
