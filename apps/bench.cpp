@@ -38,6 +38,7 @@ struct BenchFlags {
   std::string algo = "auto", chunk_bytes = "0", csv, json;
   int iters = 20, warmup = 5, check = 1, root = 0;
   bool vs_mpi = false, explain = false, list = false;
+  bool choose_only = false;  // --choose-only: print auto's choice per size (the cost model only), run nothing
   bool shape_only = false;  // --shape-only: timing headers only, no storage, not checked
   bool csv_given = false, json_given = false;  // an empty path given explicitly is an error, not "no file"
   int gpus = 1;                                // nccl-tests' -g: one simulated chip per rank, so only 1
@@ -412,6 +413,36 @@ void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh
   }
 }
 
+// --choose-only: what the algorithm rule picks at each size of the sweep and its estimate (collectives/algorithms.h:
+// the cost model's replay on this group's routes), from rank 0 of the group alone; nothing runs, so it reaches
+// group sizes a run could not (scripts/auto_vs_nccl.py builds docs/performance/collectives.md's table from it).
+int choose_only(runtime::Transport& g, const BenchFlags& f, const BenchPlan& b, size_t chunk) {
+  if (g.rank() != 0) return kExitOk;
+  std::printf("# shardsim bench --choose-only: %s on %d chips, algorithm %s, chunk %zu B\n# %12s %10s %-18s %14s\n",
+              collectives::collective_name(b.c).c_str(), g.size(), f.algo.c_str(), chunk, "size", "count",
+              "algorithm", "estimate_us");
+  collectives::CollectiveOptions o;
+  o.algorithm = f.algo;
+  o.chunk_bytes = chunk;
+  for (size_t bytes = b.lo; bytes <= b.hi;) {
+    const DType dt = b.dtypes.front();
+    size_t count = bytes / runtime::dtype_size(dt);
+    if (b.c == Collective::reduce_scatter || b.c == Collective::all_gather)
+      count = count / static_cast<size_t>(g.size()) * static_cast<size_t>(g.size());
+    const double sized = static_cast<double>(count * runtime::dtype_size(dt));
+    const collectives::Choice ch = collectives::choose(b.c, o, g, sized);
+    std::printf("  %12zu %10zu %-18s %14.3f\n", bytes, count, ch.algorithm.c_str(),
+                collectives::estimate_ns(b.c, ch.algorithm, g, sized, chunk) / 1e3);
+    if (f.explain && !ch.explanation.empty()) std::printf("#   %s\n", ch.explanation.c_str());
+    std::fflush(stdout);
+    const size_t next = b.step_bytes ? bytes + b.step_bytes
+                                     : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * b.factor));
+    if (next <= bytes || next > b.hi) break;
+    bytes = next;
+  }
+  return kExitOk;
+}
+
 int run_bench(const runtime::World& world, const BenchFlags& f) {
   BenchPlan b;
   world.agree([&] { b = parse_bench(world, f); });
@@ -431,6 +462,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   }
   size_t chunk = 0;
   world.agree([&] { chunk = check_bench_group(f, b, *b.net); });
+  if (f.choose_only) return choose_only(g, f, b, chunk);
   const bool root0 = world.rank() == 0;
   BenchShape sh;
   sh.c = c;
@@ -508,6 +540,8 @@ Command add_bench(CLI::App& app, const runtime::World& world) {
                 "buffers without storage: every algorithm runs its schedule moving only timing headers (same simulated "
                 "times as real data, no host memory per byte, nothing checked); for 1,000s of chips use -n 1 -w 0");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
+  sub->add_flag("--choose-only", f->choose_only, "print the algorithm 'auto' (or -a) picks at each size and its "
+                                                 "estimate (the cost model only: nothing runs, not timed) and exit");
   sub->add_flag("--list", f->list, "print the algorithm catalogue (aliases, collectives, applicability and estimate "
                                    "at -e bytes on this topology) and exit");
   sub->add_option("-g,--ngpus", f->gpus, "nccl-tests habit: chips per rank, always 1 here");
