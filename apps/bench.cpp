@@ -1,7 +1,7 @@
 // `shardsim bench`: nccl-tests-style bandwidth tables, simulated (the modelled hardware) and wall (this host)
 // side by side, optionally against MPI's own collective on the same buffers (--vs-mpi).
 //
-// algbw = size / time; busbw = algbw * factor with nccl-tests' factors (collectives/verify.h busbw_factor).
+// algbw = size / time; busbw = algbw * factor with nccl-tests' factors (verification/verify.h busbw_factor).
 // Wall time = mean over -n iterations after -w warm-up iterations, the slowest rank's. Simulated time = the
 // latest chip's completion of one run on a fresh clock (identical on every run).
 #include <mpi.h>
@@ -19,7 +19,7 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "collectives/registry.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "runtime/chips.h"
@@ -76,7 +76,7 @@ MPI_Op mpi_op(collectives::ReduceOp op) {
 }
 
 // One call of MPI's own collective on the runner's buffers; false when MPI has no equivalent.
-bool mpi_call(Collective c, collectives::CaseRunner& r, const collectives::Case& cs, MPI_Comm comm, int p,
+bool mpi_call(Collective c, verification::CaseRunner& r, const verification::Case& cs, MPI_Comm comm, int p,
               bool run) {
   const MPI_Datatype t = mpi_type(cs.dtype);
   const bool reduction = collectives::is_reduction(c);
@@ -132,9 +132,9 @@ double time_us(runtime::Transport& g, int warmup, int iters, F&& f) {
   return slowest(std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(iters, 1), g);
 }
 
-Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchFlags& f) {
+Measure measure(runtime::Transport& g, const verification::Case& cs, const BenchFlags& f) {
   Measure m;
-  collectives::CaseRunner runner(g, cs);
+  verification::CaseRunner runner(g, cs);
   runner.prepare();
   g.timeline().reset();
   const auto first = runner.execute(0.0);
@@ -218,11 +218,11 @@ size_t check_bench_group(const BenchFlags& f, const BenchPlan& b, Net& net) {
   check_outputs(outs);
   size_t widest = 1;
   for (DType dt : b.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
-  collectives::Case big;
+  verification::Case big;
   big.collective = c;
   big.count = b.hi / widest;
   big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-  double need = collectives::host_bytes_needed(big, g.size());
+  double need = verification::host_bytes_needed(big, g.size());
   // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
   if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
   // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers
@@ -344,7 +344,7 @@ struct BenchTotals {
 
 // One size of the table: measures it (out of place, then in place), prints its line on rank 0 and appends its
 // rows to OUT.
-void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh, collectives::Case cs, size_t chunk,
+void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh, verification::Case cs, size_t chunk,
                 bool root0, BenchOutputs& out, BenchTotals& tot) {
   const size_t es = runtime::dtype_size(cs.dtype);
   const size_t size = cs.count * es;
@@ -469,7 +469,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   BenchShape sh;
   sh.c = c;
   sh.p = g.size();
-  sh.busf = collectives::busbw_factor(c, sh.p);
+  sh.busf = verification::busbw_factor(c, sh.p);
   sh.blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
               c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
               c == Collective::all_gatherv;
@@ -482,7 +482,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   for (DType dt : b.dtypes)
     for (auto op : b.ops)
       for (size_t bytes = b.lo; bytes <= b.hi;) {
-        collectives::Case cs;
+        verification::Case cs;
         cs.collective = c;
         cs.dtype = dt;
         cs.op = op;
