@@ -539,7 +539,13 @@ TEST(TopologiesAuto, EstimatesEqualSimulatedTimes) {
           const auto res = collectives::all_reduce(f.tp, buf.data(), buf.data(), kCount, DType::fp32, ReduceOp::sum,
                                                    0.0, opts(a, chunk));
           expect_same_time(est, max_over_ranks(res.span.end), where + " " + a);
-          if (!collectives::find_algorithm(a)->in_auto(Collective::all_reduce)) continue;  // opt-in only: timed above, never chosen
+          const auto* d = collectives::find_algorithm(a);
+          if (!d->in_auto(Collective::all_reduce)) continue;  // opt-in only: timed above, never chosen
+          if (d->auto_obstacle && !d->auto_obstacle(Collective::all_reduce, probe.tp).empty()) {
+            // Not weighed by auto on this group (e.g. the binary tree inside one node): timed above, never chosen.
+            EXPECT_NE(choice.explanation.find(a + " not weighed ("), std::string::npos) << where << ": " << choice.explanation;
+            continue;
+          }
           if (best.empty() || est < best_ns) {
             best = a;
             best_ns = est;
