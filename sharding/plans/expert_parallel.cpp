@@ -92,7 +92,7 @@ Tensor sort_chunks(const Tensor& in, const std::vector<int64_t>& counts, int P, 
                    kernels::KernelCost& cost) {
   const int64_t M = in.dim(0), h = in.dim(1);
   cost = kernels::KernelCost{"moe.sort_chunks", 0, 2.0 * double(M * h) * double(runtime::dtype_size(in.dtype())),
-                             in.dtype()};
+                             in.dtype(), {}};
   Tensor out = Tensor::make(in.dtype(), in.shape(), in.has_storage());
   if (!in.has_storage() || M == 0) return out;
   auto block = [&](int s, int64_t e) { return counts[size_t(int64_t(s) * L + e)]; };
