@@ -102,7 +102,7 @@ void DataParallel::check_fold() const {
             : collectives::fold_obstacle(Collective::reduce_scatter, o, g, b.count, dtype_, "reduce_scatter.grads");
     if (why.empty() && config_.zero >= 1)
       why = collectives::fold_obstacle(Collective::all_gather, o, g, b.count, dtype_, "all_gather.params");
-    if (!why.empty()) runtime::chips::fold_broken(why);
+    if (!why.empty()) runtime::chips::fold_refused(why);
   }
 }
 
@@ -284,7 +284,7 @@ sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, 
 kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip) {
   const bool copy = dtype_ != DType::fp32;
   const size_t es = runtime::dtype_size(dtype_);
-  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32};
+  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32, {}};
   for (Bucket& b : buckets_) {
     Tensor g;
     if (config_.zero == 1) {  // the owned chunk of the whole local gradient buffer
@@ -303,7 +303,7 @@ kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::Ad
 kernels::KernelCost DataParallel::grad_norm_cost() const {
   double n = 0;
   for (const Bucket& b : buckets_) n += double(config_.zero == 0 ? b.count : b.own_n);
-  return kernels::KernelCost{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_};
+  return kernels::KernelCost{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_, {}};
 }
 
 void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {
