@@ -60,6 +60,46 @@ void print_kernel_ceilings(const sim::DevicePreset& p, const std::string& table)
   std::printf("```\n");
 }
 
+// The shaped model's rates at reference shapes (a Llama-style layer's GEMM and flash attention, and an FP8 GEMM
+// where the preset sets its own ceiling), for every preset with a kernel model: what the model charges where no
+// measurement is published, and the published ceilings that have no shape (gemm_efficiency_fp8).
+void print_model_rates(const sim::DevicePreset& p, bool has_table) {
+  const auto& d = p.spec;
+  if (!d.kernel.shaped) return;
+  struct Ref { const char* kernel; sim::Precision prec; sim::KernelShape shape; double flops; };
+  const int64_t g = 4096, s = 4096, hd = 128, heads = 32;
+  const double gemm_flops = 2.0 * g * g * g, attn = 4.0 * double(s) * s * hd * heads;  // not causal
+  std::vector<Ref> refs = {{"gemm", sim::Precision::bf16, {sim::KernelClass::gemm, g, g, g, 1}, gemm_flops},
+                           {"gemm_backward", sim::Precision::bf16, {sim::KernelClass::gemm_backward, g, g, g, 1},
+                            2 * gemm_flops},
+                           {"attention_forward", sim::Precision::bf16,
+                            {sim::KernelClass::attention_forward, s, s, hd, heads}, attn},
+                           {"attention_backward", sim::Precision::bf16,
+                            {sim::KernelClass::attention_backward, s, s, hd, heads}, 2.5 * attn}};
+  if (d.explicit_peak_tflops(sim::Precision::fp8) > 0)
+    refs.push_back({"gemm", sim::Precision::fp8, {sim::KernelClass::gemm, g, g, g, 1}, gemm_flops});
+  std::printf("\nThe kernel model's rates at reference shapes (%s; attention not causal, batch = heads):\n\n"
+              "| kernel | dtype | m x n x k x batch | shardsim TFLOP/s | of peak | bound by |\n"
+              "|---|---|---:|---:|---:|---|\n",
+              has_table ? "beside the measured rows above"
+                        : "no published kernel measurement of this device was found to set against them");
+  for (const auto& r : refs) {
+    const auto t = sim::kernel_time(d, r.flops, 0, r.prec, r.shape);
+    const double tflops = r.flops / t.total_ns / 1e3;
+    std::printf("| %s | %s | %lld x %lld x %lld x %lld | %.1f | %.1f%% | %s |\n", r.kernel,
+                sim::precision_name(r.prec).c_str(), (long long)r.shape.m, (long long)r.shape.n,
+                (long long)r.shape.k, (long long)r.shape.batch, tflops, 100 * tflops / d.peak_tflops(r.prec),
+                t.engine_bound() ? "element-wise engines" : "compute");
+  }
+  if (d.kernel.gemm_efficiency_fp8 > 0) {
+    const double published = d.kernel.gemm_efficiency_fp8 * d.peak_tflops(sim::Precision::fp8);
+    std::printf("\nFP8 GEMM ceiling: published %.0f TFLOP/s without a shape (`gemm_efficiency_fp8`'s source), "
+                "shardsim %.0f TFLOP/s for a GEMM of whole tiles and waves (q = 1): the ceiling itself, not a "
+                "prediction.\n",
+                published, published);
+  }
+}
+
 void print_devices() {
   const auto& presets = sim::device_presets();
   const char* env = std::getenv("SHARDSIM_DEVICES");
@@ -94,8 +134,13 @@ void print_devices() {
     std::printf("\n## %s%s\n\n", p.name.c_str(), aliases.empty() ? "" : (aliases + ")").c_str());
     for (const auto& [keys, text] : p.sources) std::printf("- `%s`: %s\n", keys.c_str(), text.c_str());
     for (const auto& [key, text] : p.facts) std::printf("- %s: %s\n", key.c_str(), text.c_str());
+    bool has_table = false;
     for (const auto& [key, text] : p.facts)
-      if (key == "kernel_table") print_kernel_ceilings(p, text);
+      if (key == "kernel_table") {
+        print_kernel_ceilings(p, text);
+        has_table = true;
+      }
+    print_model_rates(p, has_table);
   }
 }
 

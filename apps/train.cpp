@@ -365,11 +365,16 @@ void validate_forward(const runtime::World& world, const TrainSetup& s, sharding
   auto& t = r.train;
   std::string verdict;
   if (world.rank() == 0) {
-    const models::LmTrainState st = resumed ? models::lm_train_state_from(c, *resumed) : models::lm_train_init(c);
+    // The weights alone (a forward needs no moments): the resumed masters, or the seeded ones; bf16 computes on
+    // their compute copy.
+    std::optional<models::LmWeights> seeded, copy;
+    const models::LmWeights& master = resumed ? resumed->master : seeded.emplace(models::lm_init(c));
+    if (c.dtype != runtime::DType::fp32) copy = models::lm_compute_copy(c, master);
     models::LmCache cache;
     std::vector<kernels::KernelCost> costs;
-    const double reference = models::lm_forward(c, st.compute_weights(),
-                                                models::lm_synthetic_batch(c, s.train.data_seed, st.step), &cache, &costs);
+    const double reference = models::lm_forward(c, copy ? *copy : master,
+                                                models::lm_synthetic_batch(c, s.train.data_seed, resumed ? resumed->step : 0),
+                                                &cache, &costs);
     if (c.vocab == 0 && !costs.empty()) costs.pop_back();  // a block stack's loss: not charged in the forward mode
     double single_ns = 0;
     for (const auto& k : costs)
@@ -686,6 +691,10 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       std::optional<models::GatheredRows> rows;
       const auto& out = trainer->forward_output();
       if (c.vocab == 0) rows = models::gather_owner_rows(world, out.owner, out.rows, out.out, c.hidden);
+      // The reference holds the whole model: every chip's shards go first (then one agreement, so no chip's
+      // reference starts before they are gone), and the run's peak host memory is the larger of the two.
+      trainer.reset();
+      world.agree([] {});
       validate_forward(world, s, rep, resumed, rows ? &*rows : nullptr);
     } else {
       validate_losses(world, s, rep, resumed);

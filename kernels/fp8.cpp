@@ -72,4 +72,28 @@ KernelCost fp8_weight_cast_cost(double numel, runtime::DType from, const Fp8Reci
   return k;
 }
 
+Fp8BlockLinears fp8_block_linears(double tokens, const runtime::Tensor& wq, const runtime::Tensor& wk,
+                                  const runtime::Tensor& wv, const runtime::Tensor& wo, const runtime::Tensor& w_gate,
+                                  const runtime::Tensor& w_up, const runtime::Tensor& w_down) {
+  auto in = [](const runtime::Tensor& w) { return w.rank() == 2 ? double(w.dim(0)) : 0.0; };
+  auto out = [](const runtime::Tensor& w) { return w.rank() == 2 ? double(w.dim(1)) : 0.0; };
+  Fp8BlockLinears b;
+  b.tokens = tokens;
+  b.fused_in = in(wq) + in(w_up) + in(w_down);  // LN -> QKV (one input for wq, wk, wv), LN -> FC1, act -> FC2
+  b.cast_in = in(wo);
+  b.out = out(wq) + out(wk) + out(wv) + out(wo) + out(w_gate) + out(w_up) + out(w_down);
+  return b;
+}
+
+KernelCost fp8_block_cast_cost(const Fp8BlockLinears& b, runtime::DType from, const Fp8Recipe& r, bool backward) {
+  KernelCost k{backward ? "fp8.cast_transpose_dgrad" : "fp8.cast_transpose", 0, 0, from, {}};
+  if (!r.active() || b.tokens <= 0) return k;
+  const double es = double(runtime::dtype_size(from));
+  const double cast = backward ? b.out : b.cast_in;  // elements per token read in the dtype, written twice in FP8
+  const double transposed = backward ? 0.0 : b.fused_in;  // FP8 in, FP8 out
+  k.flops = 2 * b.tokens * cast;
+  k.bytes = b.tokens * (cast * (es + 2.0) + transposed * 2.0);
+  return k;
+}
+
 }  // namespace shardsim::kernels

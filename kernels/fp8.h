@@ -20,9 +20,9 @@
 //
 // What an FP8 GEMM costs (gemm(), kernels/gemm.h, while a recipe is active): its FLOPs at the device's fp8 peak
 // (KernelCost::dtype fp8_e4m3 or fp8_e5m2; devices without an fp8 peak fall back to fp16/bf16), A and B read as
-// one byte per element, C written in its dtype. The casts are not charged per GEMM: Transformer Engine fuses the
-// cast (and its amax) of activations and gradients into the kernels that produce them (LayerNorm, GELU, the
-// cast-transpose of dY), and casts each weight once per step; fp8_weight_cast_cost charges that once-per-step cast.
+// one byte per element, C written in its dtype. The casts are not charged per GEMM: fp8_block_cast_cost charges
+// a block's activation and gradient casts as Transformer Engine runs them (fused into LayerNorm and the activation
+// where TE fuses them, cast-transposes elsewhere), and fp8_weight_cast_cost each weight's once-per-step cast.
 //
 // The recipe is process-wide (set_fp8_recipe / Fp8Scope): every kernels::gemm and gemm_rows call on this process
 // while it is active quantises its inputs. The default is none (no FP8).
@@ -70,6 +70,32 @@ class Fp8Scope {
 // TILE_ROWS x TILE_COLS (the last tiles clipped). Used by gemm(); public for tests.
 void fp8_quantize_dequantize(float* x, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                              runtime::DType format, int64_t tile_rows, int64_t tile_cols);
+
+// The activation-side FP8 casts of one transformer block's linear layers, as Transformer Engine runs them in
+// training (TE 1.x: pytorch/module/{linear,layernorm_linear,layernorm_mlp}.py with cpp_extensions/transpose.py):
+// every FP8 GEMM input is needed twice, row-wise for the forward GEMM and transposed for the weight gradient, so
+//   forward   an input cast by its own kernel (the attention output before the output projection:
+//             fp8_cast_transpose_fused) reads its dtype and writes both FP8 copies (dtype + 2 bytes per element);
+//             an input whose cast the producing kernel fuses (LayerNorm before QKV and FC1, the activation before
+//             FC2) still needs its FP8 transpose (fp8_transpose: 2 bytes per element);
+//   backward  every output gradient dY is cast and transposed (fp8_cast_transpose_fused, or its bgrad / dgelu
+//             fusions) before its dX and dW GEMMs: dtype + 2 bytes per element.
+// Amax and scale are computed inside those kernels (2 FLOPs per element). Units: TOKENS rows; features summed over
+// the block's linears on this chip. One kernel per pass and block (TE launches one per linear: the launches are
+// under-counted, the bytes are not).
+struct Fp8BlockLinears {
+  double tokens = 0;    // rows every linear of the block sees on this chip
+  double fused_in = 0;  // input features whose FP8 cast the producer fuses (LN -> QKV, LN -> FC1, act -> FC2)
+  double cast_in = 0;   // input features cast by their own kernel (attention output -> proj)
+  double out = 0;       // output features of every linear (their dY is cast in the backward)
+};
+// The block of a dense transformer layer: weights [in, out] on this chip (W_GATE may be empty: no gated MLP; an
+// empty W_UP: the MLP is not a dense one, e.g. MoE experts, and only the attention's linears count).
+Fp8BlockLinears fp8_block_linears(double tokens, const runtime::Tensor& wq, const runtime::Tensor& wk,
+                                  const runtime::Tensor& wv, const runtime::Tensor& wo, const runtime::Tensor& w_gate,
+                                  const runtime::Tensor& w_up, const runtime::Tensor& w_down);
+// "fp8.cast_transpose" (forward) / "fp8.cast_transpose_dgrad" (backward); 0 FLOPs and bytes when R is inactive.
+KernelCost fp8_block_cast_cost(const Fp8BlockLinears& b, runtime::DType from, const Fp8Recipe& r, bool backward);
 
 // The once-per-step cast of NUMEL weight elements of dtype FROM to the recipe's format, with its amax: one vector
 // kernel reading each element once and writing one byte ("fp8.cast_weights"; 0 elements: 0 FLOPs and bytes).

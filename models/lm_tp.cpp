@@ -241,11 +241,14 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   plan_.selective_recompute = dp.selective;  // the unfused core keeps no softmax output (plans/block.h)
 
   // Shape-only (Transport::shape_only): storage-less weights of the local shapes, nothing initialised.
-  LmWeights master = store_ ? shard(own_layers(lm_init(global))) : lm_zeros(local_, DType::fp32, false);
+  // (One whole seeded copy at a time: own_layers copies only under pp.)
+  LmWeights master = !store_ ? lm_zeros(local_, DType::fp32, false)
+                     : pp_size_ == 1 ? shard(lm_init(global)) : shard(own_layers(lm_init(global)));
   work_ = store_ ? lm_compute_copy(local_, master) : lm_zeros(local_, global.dtype, false);
-  grads_ = lm_zeros(local_, global.dtype, store_);
+  // The forward mode holds the weights and the forward's tensors only: no gradient buffers (storage-less).
+  grads_ = lm_zeros(local_, global.dtype, store_ && !dp.forward_only);
   if (micro_ > 1) {
-    mgrads_ = lm_zeros(local_, global.dtype, store_);
+    mgrads_ = lm_zeros(local_, global.dtype, store_ && !dp.forward_only);
     unit_grads_.resize(size_t(local_.layers) + 2);
     const auto acc = grads_.named_weights(), one = mgrads_.named_weights();
     for (size_t i = 0; i < acc.size(); ++i)
@@ -264,7 +267,8 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
                                            1.0 / ep_size_};
   data_ = std::make_unique<sharding::plans::DataParallel>(
       std::move(params), static_cast<int>(local_.layers) + 2,
-      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather}, *rep_, global.dtype, store_,
+      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather, dp.forward_only},
+      *rep_, global.dtype, store_,
       experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
@@ -403,9 +407,11 @@ LmTrainSnapshot LmTpTrainer::gather_state() {
 
 void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
-  const LmWeights want = lm_zeros(global_, DType::fp32);
+  const LmWeights want = lm_zeros(global_, DType::fp32, false);
   const auto wn = want.named_weights();
+  const bool moments = !dp_.forward_only;  // the forward mode restores the weights alone
   for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
+    if (!moments && w != &s.master) continue;
     const auto got = w->named_weights();
     if (got.size() != wn.size()) throw std::invalid_argument("lm_tp restore: tensor count differs from the model's");
     for (size_t i = 0; i < wn.size(); ++i)
@@ -414,11 +420,17 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
                                     runtime::shape_str(got[i].second->shape()));
   }
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
-  LmWeights master = shard(own_layers(s.master)), m = shard(own_layers(s.m)), v = shard(own_layers(s.v));
+  LmWeights master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
   work_ = lm_compute_copy(local_, master);
-  const auto mr = prefs(m), vr = prefs(v);
   work_refs_ = prefs(work_);
-  data_->load(prefs(master), &mr, &vr, work_refs_);
+  if (!moments) {
+    data_->load(prefs(master), nullptr, nullptr, work_refs_);
+  } else {
+    LmWeights m = pp_size_ == 1 ? shard(s.m) : shard(own_layers(s.m));
+    LmWeights v = pp_size_ == 1 ? shard(s.v) : shard(own_layers(s.v));
+    const auto mr = prefs(m), vr = prefs(v);
+    data_->load(prefs(master), &mr, &vr, work_refs_);
+  }
   step_ = s.step;
 }
 

@@ -123,6 +123,11 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
                                          &G.wo,        &G.mlp_norm,    &G.w_gate,      &G.w_up,
                                          &G.w_down,    &G.attn_norm_b, &G.mlp_norm_b,  local_.moe_layer(l) ? &G.moe : nullptr,
                                          moe_aux_grad()};
+    if (fp8_recipe().active()) {  // Transformer Engine's cast-transposes of the linears' dY (kernels/fp8.h)
+      const LmLayer& L = w.layers[size_t(l)];
+      const auto lin = kernels::fp8_block_linears(double(N), L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down);
+      charge(kernels::fp8_block_cast_cost(lin, c.dtype, fp8_recipe(), true), t);
+    }
     on_chip(t, [&](auto& ctx) {
       sharding::plans::block_backward(ctx, layout_, block_weights(l), C.layers[size_t(l)], bg, dx, dl);
       return 0;

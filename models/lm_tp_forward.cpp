@@ -33,6 +33,12 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::Ti
   auto ctx = context(chip);
   x = sharding::plans::block_forward(ctx, layout_, block_weights(l), x, &S);
   t = chip.t;
+  if (fp8_recipe().active()) {  // Transformer Engine's casts of the linears' inputs (kernels/fp8.h)
+    const LmLayer& L = work_.layers[size_t(l)];
+    const auto lin = kernels::fp8_block_linears(double(local_.batch * local_.seq), L.wq, L.wk, L.wv, L.wo, L.w_gate,
+                                                L.w_up, L.w_down);
+    charge(kernels::fp8_block_cast_cost(lin, local_.dtype, fp8_recipe(), false), t);
+  }
 }
 
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chunk, sim::TimeNs& t) {

@@ -83,37 +83,38 @@ GatheredRows gather_owner_rows(const runtime::World& world, bool owner, const st
     runtime::check_mpi(MPI_Gatherv(mine.data(), nrows * h, MPI_FLOAT, g.vals.data(), vcounts.data(), vdispls.data(),
                                    MPI_FLOAT, 0, world.comm()), rank, "block gather");
   } else {
-    // Several chips per rank: every chip holds the same number of rows, so one fixed-size allgather through the
-    // chip router carries [owner flag, row ids, values] per chip; rank 0 keeps the owners'.
-    const size_t n = rows.size(), per = sizeof(double) * (1 + n) + sizeof(float) * n * size_t(h);
-    std::vector<unsigned char> mine(per, 0);
+    // Several chips per rank: the owner flags (8 bytes per chip) through the chip router, then each owner's
+    // [row ids, values] broadcast from it: the chips hold one owner's rows at a time, not every chip's.
     const double flag = owner ? 1.0 : 0.0;
-    std::memcpy(mine.data(), &flag, sizeof flag);
-    if (owner) {
-      for (size_t i = 0; i < n; ++i) {
-        const double r = static_cast<double>(rows[i]);
-        std::memcpy(mine.data() + sizeof(double) * (1 + i), &r, sizeof r);
-      }
-      const auto vals = out.to_float();
-      std::memcpy(mine.data() + sizeof(double) * (1 + n), vals.data(), sizeof(float) * vals.size());
-    }
-    const auto all = world.allgather(mine.data(), per, "block gather");
-    if (rank == 0)
-      for (int r = 0; r < chips; ++r) {
-        const unsigned char* b = all.data() + per * static_cast<size_t>(r);
-        double f;
-        std::memcpy(&f, b, sizeof f);
-        if (f == 0) continue;
+    const auto flags = world.allgather(&flag, sizeof flag, "block gather");
+    const size_t n = rows.size();
+    for (int r = 0; r < chips; ++r) {
+      double f;
+      std::memcpy(&f, flags.data() + sizeof f * static_cast<size_t>(r), sizeof f);
+      if (f == 0) continue;
+      std::string mine;
+      if (r == rank) {
+        const auto vals = out.to_float();
+        mine.resize(sizeof(double) * n + sizeof(float) * vals.size());
         for (size_t i = 0; i < n; ++i) {
-          double row;
-          std::memcpy(&row, b + sizeof(double) * (1 + i), sizeof row);
-          g.rows.push_back(row);
+          const double row = static_cast<double>(rows[i]);
+          std::memcpy(mine.data() + sizeof(double) * i, &row, sizeof row);
         }
-        const size_t v0 = g.vals.size();
-        g.vals.resize(v0 + n * size_t(h));
-        std::memcpy(g.vals.data() + v0, b + sizeof(double) * (1 + n), sizeof(float) * n * size_t(h));
-        g.total += static_cast<int>(n);
+        std::memcpy(mine.data() + sizeof(double) * n, vals.data(), sizeof(float) * vals.size());
       }
+      const std::string b = world.broadcast(mine, r);
+      if (rank != 0) continue;
+      const size_t nr = b.size() / (sizeof(double) + sizeof(float) * size_t(h));  // that owner's rows
+      for (size_t i = 0; i < nr; ++i) {
+        double row;
+        std::memcpy(&row, b.data() + sizeof(double) * i, sizeof row);
+        g.rows.push_back(row);
+      }
+      const size_t v0 = g.vals.size();
+      g.vals.resize(v0 + nr * size_t(h));
+      std::memcpy(g.vals.data() + v0, b.data() + sizeof(double) * nr, sizeof(float) * nr * size_t(h));
+      g.total += static_cast<int>(nr);
+    }
   }
   return g;
 }

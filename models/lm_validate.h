@@ -66,8 +66,8 @@ struct GatheredRows {
   std::vector<float> vals;
 };
 // Collective over WORLD: each chip passes OWNER (whether its rows count: replicas pass false), its global row ids
-// ROWS and OUT [rows, HIDDEN]. One chip per rank: MPI_Gather(v) to rank 0; several chips per rank (every chip the
-// same row count): one fixed-size allgather through the chip router carrying [owner flag, row ids, values].
+// ROWS and OUT [rows, HIDDEN]. One chip per rank: MPI_Gather(v) to rank 0; several chips per rank (any
+// row counts): the owner flags through the chip router, then each owner's [row ids, values] broadcast from it.
 GatheredRows gather_owner_rows(const runtime::World& world, bool owner, const std::vector<int64_t>& rows,
                                const runtime::Tensor& out, int64_t hidden);
 

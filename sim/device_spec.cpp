@@ -80,6 +80,7 @@ void load_kernel_params(const ConfigNode& node, KernelParams& k) {
     if (node.has(key)) *field = node.get_nonnegative_double(key, 0);
   const std::pair<const char*, double*> fractions[] = {
       {"gemm_efficiency", &k.gemm_efficiency},
+      {"gemm_efficiency_fp8", &k.gemm_efficiency_fp8},
       {"attention_forward_efficiency", &k.attention_forward_efficiency},
       {"attention_backward_efficiency", &k.attention_backward_efficiency},
       {"hbm_efficiency", &k.hbm_efficiency}};
@@ -95,7 +96,7 @@ void load_kernel_params(const ConfigNode& node, KernelParams& k) {
   for (auto key : {"compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
                    "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency",
                    "tensor_engine", "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems",
-                   "vector_engine_gelems"})
+                   "vector_engine_gelems", "gemm_efficiency_fp8"})
     overridden = overridden || node.has(key);
   if (overridden) k.source = k.source.empty() ? "config file" : k.source + "; overridden in the config";
 }
@@ -209,7 +210,9 @@ std::string describe(const DeviceSpec& d) {
     os << "; kernels shaped";
     if (k.tensor_engine == TensorEngine::systolic)
       os << " (systolic " << k.gemm_tile_k << "x" << k.gemm_tile_m << " array, moving tile " << k.gemm_tile_n << ")";
-    os << ": gemm " << pct(k.gemm_efficiency) << "%, attention "
+    os << ": gemm " << pct(k.gemm_efficiency) << "%";
+    if (k.gemm_efficiency_fp8 > 0) os << " (fp8 " << pct(k.gemm_efficiency_fp8) << "%)";
+    os << ", attention "
        << pct(k.attention_forward_efficiency) << "%/" << pct(k.attention_backward_efficiency) << "%, HBM "
        << pct(k.hbm_efficiency) << "%, " << k.compute_units << " units";
     if (k.tensor_engine == TensorEngine::tiles) os << ", tile " << k.gemm_tile_m << "x" << k.gemm_tile_n;

@@ -24,6 +24,7 @@
 //     gemm_tile_n: 256
 //     attention_tile_q: 128    # query rows per flash-attention work item
 //     gemm_efficiency: 0.8     # fractions of peak in (0, 1]: the ceiling of large GEMMs,
+//     gemm_efficiency_fp8: 0.78  #   of large GEMMs at the fp8 peak (absent: gemm_efficiency),
 //     attention_forward_efficiency: 0.73   # of attention forward and backward kernels,
 //     attention_backward_efficiency: 0.5
 //     hbm_efficiency: 0.88     # and of the datasheet HBM bandwidth that kernels achieve
@@ -84,6 +85,7 @@ struct KernelParams {
   int matmul_min_columns = 1;                // moving columns (systolic only)
   int attention_tile_q = 128;                // query rows
   double gemm_efficiency = 1;                // fractions of peak (0, 1]
+  double gemm_efficiency_fp8 = 0;            // GEMMs at the fp8 peak; 0: gemm_efficiency
   double attention_forward_efficiency = 1;
   double attention_backward_efficiency = 1;
   double hbm_efficiency = 1;                 // fraction of hbm_gbps
@@ -158,10 +160,11 @@ inline constexpr std::string_view kDeviceKeys[] = {
     "launch_mode", "host_launch_ns", "kernel_fusion", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
     "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
-    "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems"};
+    "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems", "gemm_efficiency_fp8"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
 // launch 2000 ns" (", host 5000 ns per kernel (eager)" or ", CUDA graph" when a host issue time is set); the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
-// "; kernels shaped: gemm 80%, attention 73%/50%, HBM 88%, 108 units, tile 128x256"; a systolic tensor engine
+// "; kernels shaped: gemm 80% (fp8 78.3%), attention 73%/50%, HBM 88%, 108 units, tile 128x256" (the fp8
+// parenthesis only when gemm_efficiency_fp8 is set); a systolic tensor engine
 // says "; kernels shaped (systolic 128x128 array, moving tile 512): ..."; a peak
 // one "; kernels at peak (no kernel model: every kernel at the roofline)".
 std::string describe(const DeviceSpec& d);

@@ -89,19 +89,46 @@ Grid systolic_grid(const KernelParams& k, int64_t rows, int64_t cols, int64_t kd
 bool systolic(const KernelParams& k) { return k.tensor_engine == TensorEngine::systolic; }
 
 // q of one GEMM grid (output [rows, cols], contraction kdim) on K's tensor engine.
-double gemm_q(const KernelParams& k, int64_t rows, int64_t cols, int64_t kdim, int64_t batch) {
+// GEMM on the systolic engine: the array cycles of transposing the token-major operand T [rows, kdim] (kdim its
+// contraction axis, moved onto the partitions) in Tm x Tk blocks of max(Tm, Nmin) cycles each, over the useful
+// work rows·cols·kdim (both in multiply-accumulate slots of the Tk x Tm array).
+double systolic_transpose_pad(const KernelParams& k, int64_t rows, int64_t cols, int64_t kdim, int64_t batch) {
+  if (rows <= 0 || cols <= 0 || kdim <= 0 || batch <= 0) return 0;
+  const double blocks = ceil_div(double(rows), k.gemm_tile_m) * ceil_div(double(kdim), k.gemm_tile_k) * double(batch);
+  const double slots = blocks * std::max(double(k.gemm_tile_m), double(k.matmul_min_columns)) * k.gemm_tile_k *
+                       k.gemm_tile_m;
+  return slots / (double(rows) * double(cols) * double(kdim) * double(batch));
+}
+
+// The systolic grid of a GEMM; TRANSPOSED: its token-major operand [rows, kdim] is transposed on the array first
+// (the forward GEMM and dX; sim/kernel_model.h).
+Grid systolic_gemm(const KernelParams& k, int64_t rows, int64_t cols, int64_t kdim, int64_t batch, bool transposed) {
+  Grid g = systolic_grid(k, rows, cols, kdim, batch);
+  if (transposed) g.pad += systolic_transpose_pad(k, rows, cols, kdim, batch);
+  return g;
+}
+
+double gemm_q(const KernelParams& k, int64_t rows, int64_t cols, int64_t kdim, int64_t batch, bool transposed) {
   if (!systolic(k)) return tile_quantization(k, rows, cols, batch);
-  const Grid g = systolic_grid(k, rows, cols, kdim, batch);
+  const Grid g = systolic_gemm(k, rows, cols, kdim, batch, transposed);
   return g.pad * wave_factor(k, g.items);
 }
 
-// Attention on the systolic engine: the tensor engine's cycles over the ideal ones, per Tm query rows and key.
+// Attention on the systolic engine: the tensor engine's cycles over the ideal ones, per Tm query rows and key
+// (in units of Tk cycles; the header's formula). TR: the transpose of one Tq x Tm block of P (forward) or dS
+// (backward) through the array, max(Tq, Nmin) cycles per Tm keys; the backward also transposes its dO and Q
+// tiles (ceil(d/Tk) each) once per Tq query rows and Tn keys.
 double systolic_attention_pad(const KernelParams& k, int64_t d, bool backward) {
   if (d <= 0) return 1;
-  const double tk = k.gemm_tile_k, qk = tk * ceil_div(double(d), tk);
+  const double tk = k.gemm_tile_k, dtiles = ceil_div(double(d), tk), qk = tk * dtiles;
   const double pv = std::max(double(d), double(k.matmul_min_columns));
-  return backward ? (2 * qk + 3 * pv) / (5.0 * double(d)) : (qk + pv) / (2.0 * double(d));
+  const double block = std::max(double(k.attention_tile_q), double(k.matmul_min_columns));
+  const double tr = tk * block / double(k.gemm_tile_m);
+  if (!backward) return (qk + pv + tr) / (2.0 * double(d));
+  const double tiles_tr = tk * 2.0 * dtiles * block / double(k.gemm_tile_n);
+  return (2 * qk + 3 * pv + tr + tiles_tr) / (5.0 * double(d));
 }
+
 
 // The element-wise engines' time beside the tensor engine (0 unless the device models them).
 double engine_time_ns(const KernelParams& k, const KernelShape& s, double flops) {
@@ -118,16 +145,27 @@ double engine_time_ns(const KernelParams& k, const KernelShape& s, double flops)
       if (s.k <= 0) return 0;
       const bool bwd = s.cls == KernelClass::attention_backward;
       const double scores = flops / ((bwd ? 10.0 : 4.0) * double(s.k));
-      return std::max(on(scores, k.scalar_engine_gelems), on((bwd ? 2.0 : 1.0) * scores, k.vector_engine_gelems));
+      // Passes over the scores: the exp on the activation engine, the row max (forward) or dS = P∘(dP − D)
+      // (backward, two inputs) on the vector engine, and the PSUM evictions (forward: S and the transposed P;
+      // backward: S, dP and the transposed dS) on whichever of the two is free: the busier engine, or all passes
+      // shared over both.
+      const double pinned_vector = bwd ? 2.0 : 1.0, evictions = bwd ? 3.0 : 2.0;
+      const double both = k.scalar_engine_gelems + k.vector_engine_gelems;
+      return std::max({on(scores, k.scalar_engine_gelems), on(pinned_vector * scores, k.vector_engine_gelems),
+                       on((1.0 + pinned_vector + evictions) * scores, both)});
     }
   }
   return 0;
 }
 
-double class_efficiency(const KernelParams& k, KernelClass c) {
+// The ceiling of class C at precision P (P as the device runs it: gemm_efficiency_fp8 for GEMMs at the fp8 peak).
+double class_efficiency(const DeviceSpec& dev, KernelClass c, Precision p) {
+  const KernelParams& k = dev.kernel;
   switch (c) {
     case KernelClass::gemm:
-    case KernelClass::gemm_backward: return k.gemm_efficiency;
+    case KernelClass::gemm_backward:
+      return k.gemm_efficiency_fp8 > 0 && dev.effective_precision(p) == Precision::fp8 ? k.gemm_efficiency_fp8
+                                                                                      : k.gemm_efficiency;
     case KernelClass::attention_forward: return k.attention_forward_efficiency;
     case KernelClass::attention_backward: return k.attention_backward_efficiency;
     case KernelClass::vector: break;
@@ -143,9 +181,9 @@ double kernel_quantization(const DeviceSpec& dev, const KernelShape& s) {
   if (s.groups) return grouped_kernel_time(dev, *s.groups, Precision::bf16).quantization;
   switch (s.cls) {
     case KernelClass::vector: return 1;
-    case KernelClass::gemm: return gemm_q(k, s.m, s.n, s.k, s.batch);
+    case KernelClass::gemm: return gemm_q(k, s.m, s.n, s.k, s.batch, true);
     case KernelClass::gemm_backward:
-      return 0.5 * (gemm_q(k, s.m, s.k, s.n, s.batch) + gemm_q(k, s.k, s.n, s.m, s.batch));
+      return 0.5 * (gemm_q(k, s.m, s.k, s.n, s.batch, true) + gemm_q(k, s.k, s.n, s.m, s.batch, false));
     case KernelClass::attention_forward:
     case KernelClass::attention_backward: {
       if (s.m <= 0 || s.batch <= 0) return 1;
@@ -165,7 +203,7 @@ KernelTime kernel_time(const DeviceSpec& dev, double flops, double bytes, Precis
   KernelTime t;
   const KernelParams& k = dev.kernel;
   if (k.shaped) {
-    t.efficiency = class_efficiency(k, s.cls);
+    t.efficiency = class_efficiency(dev, s.cls, p);
     t.quantization = kernel_quantization(dev, s);
     t.compute_ns = flops * t.quantization / (dev.peak_flops_per_ns(p) * t.efficiency);
     t.memory_ns = bytes / (dev.hbm_gbps * k.hbm_efficiency);  // GB/s == bytes per ns
@@ -190,12 +228,12 @@ KernelTime grouped_kernel_time(const DeviceSpec& dev, const std::vector<KernelWo
     if (!k.shaped) continue;
     const KernelShape& s = g.shape;
     // Each forward-or-backward grid: (output rows, cols, contraction, share of the group's FLOPs).
-    struct Part { int64_t rows, cols, kdim; double share; };
+    struct Part { int64_t rows, cols, kdim; double share; bool transposed; };
     std::vector<Part> parts;
-    if (s.cls == KernelClass::gemm_backward) parts = {{s.m, s.k, s.n, 0.5}, {s.k, s.n, s.m, 0.5}};
-    else parts = {{s.m, s.n, s.k, 1.0}};
+    if (s.cls == KernelClass::gemm_backward) parts = {{s.m, s.k, s.n, 0.5, true}, {s.k, s.n, s.m, 0.5, false}};
+    else parts = {{s.m, s.n, s.k, 1.0, true}};
     for (const auto& part : parts) {
-      const Grid grid = systolic(k) ? systolic_grid(k, part.rows, part.cols, part.kdim, s.batch)
+      const Grid grid = systolic(k) ? systolic_gemm(k, part.rows, part.cols, part.kdim, s.batch, part.transposed)
                                     : tile_grid(k, part.rows, part.cols, s.batch);
       padded += g.flops * part.share * grid.pad;
       items += grid.items;
@@ -204,7 +242,7 @@ KernelTime grouped_kernel_time(const DeviceSpec& dev, const std::vector<KernelWo
   }
   if (flops <= 0) return t;
   if (k.shaped) {
-    t.efficiency = k.gemm_efficiency;
+    t.efficiency = class_efficiency(dev, KernelClass::gemm, p);
     t.quantization = padded / flops * wave_factor(k, items);
     t.compute_ns = flops * t.quantization / (dev.peak_flops_per_ns(p) * t.efficiency);
     t.memory_ns = bytes / (dev.hbm_gbps * k.hbm_efficiency);

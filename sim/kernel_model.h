@@ -32,11 +32,22 @@
 //         Tk accumulates in PSUM. GEMM output [R, C], contraction K: stationary tiles ceil(R/Tm), moving tiles
 //         ceil(C/Tn) of N = ceil(C / ceil(C/Tn)) columns each; each (stationary, moving) pair is one work item
 //         of ceil(K/Tk) instructions on one NeuronCore (compute_units = cores per chip), items in waves over the
-//         cores:  q = waves·units·ceil(K/Tk)·max(N, Nmin)·Tk·Tm / (R·C·K·batch), the smaller of the two
-//         orientations (either operand may be stationary). Attention per Tm query rows and key: QK^T costs
-//         ceil(d/Tk) cycles, P·V max(d, Nmin)/Tk (its contraction runs over the keys), against 2d/Tk ideal:
-//         q = (Tk·ceil(d/Tk) + max(d, Nmin)) / 2d (backward, five matmuls: (2·Tk·ceil(d/Tk) + 3·max(d, Nmin))
-//         / 5d), times the row padding ceil(m/Tq)·Tq/m and the waves of the (sequence, head, row block) items.
+//         cores:  q = waves·units·(ceil(K/Tk)·max(N, Nmin)·Tk·Tm / (R·C·K·batch) + tr), the smaller of the
+//         two orientations (either operand may be stationary). TensorE reads both operands with the contraction
+//         on the SBUF partitions (the guide: nki.language.matmul is an nc_transpose of one input followed by
+//         nc_matmul), so the token-major operand, as PyTorch lays activations out ([tokens, features]), is first
+//         transposed through the array: tr = ceil(R/Tm)·ceil(K/Tk)·max(Tm, Nmin)·Tk·Tm / (R·C·K) (about Tm/C)
+//         for the activation A [m, k] of the forward and dY [m, n] of dX; dW's operands are token-major already.
+//         (Assumption: the compiler keeps activations token-major between kernels; the weights' transposes are
+//         once per step and not charged.)
+//         Attention, as AWS's NKI flash-attention kernels run it (aws-neuron/nki-samples,
+//         src/nki_samples/reference/attention.py: flash_fwd, flash_attn_bwd), per Tm query rows and key, in
+//         units of Tk cycles: QK^T Tk·ceil(d/Tk), P·V max(d, Nmin) (its contraction runs over the keys), and the
+//         transpose of each Tq x Tm block of P that P·V needs, tr = Tk·max(Tq, Nmin)/Tm, against 2d ideal:
+//         q = (Tk·ceil(d/Tk) + max(d, Nmin) + tr) / 2d (1.5 at d = 128). Backward, five matmuls, the transpose of
+//         dS for dQ and of the dO and Q tiles once per Tq rows and Tn keys: (2·Tk·ceil(d/Tk) + 3·max(d, Nmin) +
+//         tr + Tk·2·ceil(d/Tk)·max(Tq, Nmin)/Tn) / 5d (1.3 at d = 128). Both times the row padding
+//         ceil(m/Tq)·Tq/m and the waves of the (sequence, head, row block) items.
 //       GEMM backward (dX = dY·W^T [m, k], contraction n; dW = X^T·dY [k, n], contraction m; half of the FLOPs
 //         each): the mean of the two grids' q.
 //       Vector kernels (elementwise, norms, embedding, cross-entropy, optimizer): q = 1.
@@ -44,12 +55,15 @@
 //               vector engines, 128 lanes each, one element per lane and cycle; NKI guide, engine table and cost
 //               model) the element-wise work that runs beside the tensor engine, in elements / rate:
 //               GEMM: its output evicted from PSUM once (m·n·batch, dX and dW for the backward) on the
-//               activation engine; attention forward: one exp per score on the activation engine and one
-//               row-max element on the vector engine (scores = flops / 4d); backward: the exp again and
-//               dS = P∘(dP − D), a two-input vector instruction (2 element-cycles per score; scores = flops /
-//               10d). The engines overlap with each other and with the tensor engine (the max), an optimistic
-//               simplification for NeuronCore-v2, where the vector and activation engines cannot read PSUM at
-//               the same time.
+//               activation engine. Attention, the passes of the NKI kernels above over every score: forward
+//               (scores = flops / 4d) the exp on the activation engine, the row max on the vector engine and two
+//               PSUM evictions (S, and P after its transpose) on either; backward (scores = flops / 10d) the exp,
+//               dS = P∘(dP − D) on the vector engine (two inputs: 2 element-cycles per score) and three evictions
+//               (S, dP, dS after its transpose): time = max(exp / scalar, vector passes / vector, all passes /
+//               (scalar + vector)). The engines overlap with each other and with the tensor engine (the max),
+//               an optimistic simplification for NeuronCore-v2, where the vector and activation engines cannot
+//               read PSUM at the same time.
+//     GEMMs at the fp8 peak use gemm_efficiency_fp8 as e_C when the device sets it (a measured FP8 ceiling).
 //
 // Both models are one function, kernel_time; the simulator's timelines (and so the single-device reference,
 // every plan, real-data and shape-only runs alike) charge every kernel through it. grouped_kernel_time charges a
@@ -111,7 +125,7 @@ struct KernelWork {
 };
 // A grouped GEMM (CUTLASS grouped GEMM, Megatron-Core's GroupedMLP): GROUPS run as one kernel at precision P, one
 // launch. Each group keeps its own tile padding (the tile model's tiles clipped to the group's dimensions, no
-// shrinking; the systolic model's orientation and PSUM tiles), and the work items of all groups share the waves
+// shrinking; the systolic model's orientation, PSUM tiles and transposes), and the work items of all groups share the waves
 // over the compute units: q = (sum_g flops_g · pad_g / sum_g flops_g) · ceil(I/units)·units / I with I the items
 // of all groups. Bytes and FLOPs add up; the engines term adds each group's PSUM eviction. Groups with no FLOPs
 // cost nothing; no groups (or only empty ones): 0 ns, no launch. The peak model: the roofline of the sums.

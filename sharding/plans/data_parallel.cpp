@@ -76,10 +76,11 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
     b.own_off = config.zero >= 1 ? p.offset(size_t(group_rank(b))) : 0;
     b.own_n = config.zero >= 1 ? p.size(size_t(group_rank(b))) : b.count;
     b.master = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
-    b.m = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
-    b.v = Tensor::make(DType::fp32, {int64_t(b.own_n)}, store_);
+    const bool state = store_ && !config.forward_only;  // gradients and moments: a training run's only
+    b.m = Tensor::make(DType::fp32, {int64_t(b.own_n)}, state);
+    b.v = Tensor::make(DType::fp32, {int64_t(b.own_n)}, state);
     if (compute != DType::fp32) b.copy = Tensor::make(compute, {int64_t(b.own_n)}, store_);
-    b.grad = Tensor::make(compute, {int64_t(config.zero >= 2 ? b.own_n : b.count)}, store_);
+    b.grad = Tensor::make(compute, {int64_t(config.zero >= 2 ? b.own_n : b.count)}, state);
   }
   gather_pending_.assign(buckets_.size(), false);
   gather_end_.assign(buckets_.size(), -1);
@@ -275,6 +276,7 @@ sim::TimeNs DataParallel::reduce_bucket(Bucket& b, const TensorRefs& grads, doub
 }
 
 sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, sim::TimeNs t) {
+  if (config_.forward_only) throw std::logic_error("data_parallel: a forward-only state has no gradients to reduce");
   sim::TimeNs reduced = t;
   for (Bucket& b : buckets_)
     reduced = std::max(reduced, reduce_bucket(b, grads, sq, grad_ready_[size_t(b.last_unit)]));
@@ -282,6 +284,7 @@ sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, 
 }
 
 kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip) {
+  if (config_.forward_only) throw std::logic_error("data_parallel: a forward-only state has no optimizer state");
   const bool copy = dtype_ != DType::fp32;
   const size_t es = runtime::dtype_size(dtype_);
   kernels::KernelCost opt{"adamw", 0, 0, DType::fp32, {}};
@@ -321,6 +324,8 @@ void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {
 
 void DataParallel::gather_state(Field field, const TensorRefs& out) {
   if (!store_) throw std::logic_error("data_parallel: a shape-only run has no state to gather");
+  if (config_.forward_only && field != Field::master)
+    throw std::logic_error("data_parallel: a forward-only state has no AdamW moments");
   Tensor Bucket::*member = field == Field::master ? &Bucket::master : field == Field::m ? &Bucket::m : &Bucket::v;
   const char* name = field == Field::master ? "all_gather.master" : field == Field::m ? "all_gather.adam_m"
                                                                                        : "all_gather.adam_v";

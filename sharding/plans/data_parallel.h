@@ -76,6 +76,10 @@ struct ZeroConfig {
   // them: begin_forward of a bucket's first unit (in forward order) waits for its gather, and issues the next
   // unit's buckets' gathers, which overlap this unit's forward.
   bool overlap_param_gather = false;
+  // The forward mode (`run`): the parameters alone. No gradient buffer or AdamW moments are allocated (storage-less
+  // tensors of their shapes, so memory() still reports their sizes); reduce_gradients, optimizer_step and
+  // gather_state of m or v throw std::logic_error.
+  bool forward_only = false;
 };
 
 // One parameter tensor, in the model's fixed order.

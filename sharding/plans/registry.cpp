@@ -185,10 +185,25 @@ void pp_check(const PlanParse& c, const ParallelPlan& p) {
   const std::string leaf = key.substr(key.find('.') + 1);
   (key.rfind("model.", 0) == 0 ? c.model_at(leaf) : c.at(leaf)).fail(why);
 }
+// Layers per model stage, "2/2/3"; a run of four or more equal stages is written once with its count, "1 (x105)",
+// so a 35-stage, 3-chunk plan is one short line instead of 105 numbers.
+std::string stage_layers_text(const std::vector<int64_t>& per) {
+  std::string text;
+  for (size_t i = 0; i < per.size();) {
+    size_t j = i;
+    while (j < per.size() && per[j] == per[i]) ++j;
+    const size_t run = j - i;
+    if (run >= 4) {
+      text += (text.empty() ? "" : "/") + str(per[i]) + " (x" + str(static_cast<int64_t>(run)) + ")";
+    } else {
+      for (size_t k = i; k < j; ++k) text += (text.empty() ? "" : "/") + str(per[k]);
+    }
+    i = j;
+  }
+  return text;
+}
 std::string pp_text(const ModelSpec& s, const ParallelPlan& p, bool train_mode) {
-  std::string layers;
-  for (int64_t n : stage_layers(s.layers, p.pp * p.virtual_stages, p.pp_layers))
-    layers += (layers.empty() ? "" : "/") + str(n);
+  const std::string layers = stage_layers_text(stage_layers(s.layers, p.pp * p.virtual_stages, p.pp_layers));
   return "pipeline pp=" + str(p.pp) + " (" + p.schedule +
          (p.virtual_stages > 1 ? ", " + str(p.virtual_stages) + " virtual stages per chip" : std::string()) + ", " +
          str(micro_batches(s, p)) + " micro-batches, layers per stage " + layers + "; activations" +

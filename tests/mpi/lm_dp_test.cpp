@@ -389,6 +389,42 @@ TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDp
   return run;
 }
 
+// A run's largest differences from the single-device reference over its first five steps: |loss - ref|, relative
+// |grad norm - ref|, and max |w - ref| of the weights after them.
+struct RefError {
+  double loss = 0, norm = 0, weights = 0;
+};
+RefError ref_error(const TpRun& run, const std::vector<models::LmStepResult>& ref_steps, const models::LmWeights& ref_w) {
+  RefError e;
+  for (size_t i = 0; i < 5; ++i) {
+    e.loss = std::max(e.loss, std::fabs(run.steps[i].loss - ref_steps[i].loss));
+    e.norm = std::max(e.norm, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
+  }
+  e.weights = max_abs_diff(run.weights, ref_w);
+  return e;
+}
+// LmTp's tolerance (1e-5 loss, 1e-5 relative grad norm, 1e-4 weights: only fp32 summation orders differ), with one
+// line per case on rank 0 tagged [tag].
+void expect_within_tolerance(const char* tag, const std::string& what, const RefError& e) {
+  if (world_rank() == 0)
+    std::printf("[%s] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n", tag,
+                what.c_str(), e.loss, e.norm, e.weights);
+  EXPECT_LT(e.loss, 1e-5) << what;
+  EXPECT_LT(e.norm, 1e-5) << what;
+  EXPECT_LT(e.weights, 1e-4) << what;
+}
+// Shape-only equals the real run: the simulated step's fields and the memory, exactly.
+void expect_shape_equals_real(const TpRun& real, const TpRun& shape, const std::string& what) {
+  const auto& a = real.steps[0].breakdown;
+  const auto& b = shape.steps[0].breakdown;
+  EXPECT_EQ(a.total, b.total) << what;
+  EXPECT_EQ(a.compute, b.compute) << what;
+  EXPECT_EQ(a.communication, b.communication) << what;
+  EXPECT_EQ(a.exposed_comm, b.exposed_comm) << what;
+  EXPECT_EQ(real.memory.total(), shape.memory.total()) << what;
+  EXPECT_EQ(real.memory.activations, shape.memory.activations) << what;
+}
+
 }  // namespace
 
 // 5 fp32 steps on tp = world (tp2, tp4, tp8 skipped: kv_heads 4) and dp2 x tp(world/2), each without and with
@@ -411,27 +447,17 @@ TEST(LmTp, MatchesSingleDevice) {
   for (int tp : tps)
    for (bool sp : {false, true}) {
     const TpRun run = run_tp(c, tp, 5, sp);
-    double le = 0, ne = 0;
-    for (size_t i = 0; i < 5; ++i) {
-      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
-      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
-    }
-    const double we = max_abs_diff(run.weights, ref.weights);
-    if (world_rank() == 0 && we > 1e-4) {
+    const RefError e = ref_error(run, ref_steps, ref.weights);
+    if (world_rank() == 0 && e.weights > 1e-4) {
       const auto na = run.weights.named_weights();
       const auto nb = ref.weights.named_weights();
       for (size_t k = 0; k < na.size(); ++k) {
-        double e = 0;
-        for (int64_t i = 0; i < na[k].second->numel(); ++i) e = std::max(e, std::fabs(double(na[k].second->get(i)) - nb[k].second->get(i)));
-        std::printf("  %s %.3g\n", na[k].first.c_str(), e);
+        double d = 0;
+        for (int64_t i = 0; i < na[k].second->numel(); ++i) d = std::max(d, std::fabs(double(na[k].second->get(i)) - nb[k].second->get(i)));
+        std::printf("  %s %.3g\n", na[k].first.c_str(), d);
       }
     }
-    if (world_rank() == 0)
-      std::printf("[lm_tp] dp=%d x tp=%d%s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
-                  p / tp, tp, sp ? " sp" : "", le, ne, we);
-    EXPECT_LT(le, 1e-5) << "tp " << tp << " sp " << sp;
-    EXPECT_LT(ne, 1e-5) << "tp " << tp << " sp " << sp;
-    EXPECT_LT(we, 1e-4) << "tp " << tp << " sp " << sp;
+    expect_within_tolerance("lm_tp", "dp=" + std::to_string(p / tp) + " x tp=" + std::to_string(tp) + (sp ? " sp" : ""), e);
     EXPECT_GT(run.steps.back().breakdown.communication, 0) << "tp all_reduces on the timeline";
   }
   // The norm weights' share of the gradient norm: counting them tp times would move the norm by more than 1e-5.
@@ -561,18 +587,10 @@ TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
     for (bool sp : {false, true}) {
       if (sp && zero != 3 && zero != 1) continue;  // sp with the per-unit (3) and the sharded-optimizer (1) paths
       const TpRun run = run_tp(c, tp, 5, sp, {zero, 512, "auto", false});
-      double le = 0, ne = 0;
-      for (size_t i = 0; i < 5; ++i) {
-        le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
-        ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
-      }
-      const double we = max_abs_diff(run.weights, ref.weights);
-      if (world_rank() == 0)
-        std::printf("[lm_tp_zero] dp=2 x tp=%d%s zero=%d, %d buckets: max |loss - ref| = %.3g, max rel |norm - ref| = "
-                    "%.3g, max |w - ref| = %.3g\n", tp, sp ? " sp" : "", zero, run.buckets, le, ne, we);
-      EXPECT_LT(le, 1e-5) << "zero " << zero << " sp " << sp;
-      EXPECT_LT(ne, 1e-5) << "zero " << zero << " sp " << sp;
-      EXPECT_LT(we, 1e-4) << "zero " << zero << " sp " << sp;
+      expect_within_tolerance("lm_tp_zero",
+                              "dp=2 x tp=" + std::to_string(tp) + (sp ? " sp" : "") + " zero=" + std::to_string(zero) +
+                                  ", " + std::to_string(run.buckets) + " buckets",
+                              ref_error(run, ref_steps, ref.weights));
       EXPECT_GT(run.buckets, 1) << "512-byte buckets";
       const auto& m = run.memory;
       const double psi = run.psi_tp, nd = 2, k = m.padded_ratio();
@@ -665,14 +683,7 @@ TEST(LmTpShapeOnly, SimulatedFieldsEqualTheRealRun) {
       const bool rc = zero % 2 == 1;
       const TpRun real = run_tp(c, 2, 1, sp, {zero, 512, "auto", rc});
       const TpRun shape = run_tp(c, 2, 1, sp, {zero, 512, "auto", rc}, true);
-      const auto& a = real.steps[0].breakdown;
-      const auto& b = shape.steps[0].breakdown;
-      EXPECT_EQ(a.total, b.total) << "zero " << zero << " sp " << sp;
-      EXPECT_EQ(a.compute, b.compute) << "zero " << zero << " sp " << sp;
-      EXPECT_EQ(a.communication, b.communication) << "zero " << zero << " sp " << sp;
-      EXPECT_EQ(a.exposed_comm, b.exposed_comm) << "zero " << zero << " sp " << sp;
-      EXPECT_EQ(real.memory.total(), shape.memory.total());
-      EXPECT_EQ(real.memory.activations, shape.memory.activations);
+      expect_shape_equals_real(real, shape, "zero " + std::to_string(zero) + " sp " + std::to_string(sp));
       EXPECT_TRUE(std::isfinite(real.steps[0].loss));
       EXPECT_TRUE(std::isnan(shape.steps[0].loss)) << "no data, no loss";
     }
@@ -704,21 +715,10 @@ TEST(LmCp, RingAttentionMatchesSingleDevice) {
   else cases.push_back({1, 2, true, false, 2});          // dp2 x cp2
   for (const Case& k : cases) {
     const TpRun run = run_tp(c, k.tp, 5, k.sp, {k.zero, 512, "auto", false}, false, k.cp, k.zigzag);
-    double le = 0, ne = 0;
-    for (size_t i = 0; i < 5; ++i) {
-      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
-      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
-    }
-    const double we = max_abs_diff(run.weights, ref.weights);
     const std::string what = "dp" + std::to_string(p / (k.tp * k.cp)) + " x cp" + std::to_string(k.cp) + " x tp" +
                              std::to_string(k.tp) + (k.zigzag ? " zigzag" : " contiguous") + (k.sp ? " sp" : "") +
                              " zero" + std::to_string(k.zero);
-    if (world_rank() == 0)
-      std::printf("[lm_cp] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
-                  what.c_str(), le, ne, we);
-    EXPECT_LT(le, 1e-5) << what;
-    EXPECT_LT(ne, 1e-5) << what;
-    EXPECT_LT(we, 1e-4) << what;
+    expect_within_tolerance("lm_cp", what, ref_error(run, ref_steps, ref.weights));
     EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
     EXPECT_GT(run.steps.back().breakdown.communication, 0) << what;
   }
@@ -739,14 +739,7 @@ TEST(LmCpShapeOnly, SimulatedFieldsEqualTheRealRun) {
     if (sp && tp == 1) continue;
     const TpRun real = run_tp(c, tp, 1, sp, {1, 512, "auto", false}, false, 2, true);
     const TpRun shape = run_tp(c, tp, 1, sp, {1, 512, "auto", false}, true, 2, true);
-    const auto& a = real.steps[0].breakdown;
-    const auto& b = shape.steps[0].breakdown;
-    EXPECT_EQ(a.total, b.total) << "sp " << sp;
-    EXPECT_EQ(a.compute, b.compute) << "sp " << sp;
-    EXPECT_EQ(a.communication, b.communication) << "sp " << sp;
-    EXPECT_EQ(a.exposed_comm, b.exposed_comm) << "sp " << sp;
-    EXPECT_EQ(real.memory.total(), shape.memory.total());
-    EXPECT_EQ(real.memory.activations, shape.memory.activations);
+    expect_shape_equals_real(real, shape, "sp " + std::to_string(sp));
     EXPECT_TRUE(std::isfinite(real.steps[0].loss));
   }
 }
@@ -775,20 +768,9 @@ TEST(LmUlysses, MatchesSingleDevice) {
   else cases.push_back({1, 2, false, 2});         // dp2 x ulysses2
   for (const Case& k : cases) {
     const TpRun run = run_tp(c, k.tp, 5, k.sp, {k.zero, 512, "auto", false}, false, k.u, false, true);
-    double le = 0, ne = 0;
-    for (size_t i = 0; i < 5; ++i) {
-      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
-      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
-    }
-    const double we = max_abs_diff(run.weights, ref.weights);
     const std::string what = "dp" + std::to_string(p / (k.tp * k.u)) + " x ulysses" + std::to_string(k.u) + " x tp" +
                              std::to_string(k.tp) + (k.sp ? " sp" : "") + " zero" + std::to_string(k.zero);
-    if (world_rank() == 0)
-      std::printf("[lm_ulysses] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
-                  what.c_str(), le, ne, we);
-    EXPECT_LT(le, 1e-5) << what;
-    EXPECT_LT(ne, 1e-5) << what;
-    EXPECT_LT(we, 1e-4) << what;
+    expect_within_tolerance("lm_ulysses", what, ref_error(run, ref_steps, ref.weights));
     EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
   }
   // Shape-only equals the real run's simulated fields and memory (bf16, ulysses over the whole world).
@@ -796,10 +778,7 @@ TEST(LmUlysses, MatchesSingleDevice) {
   b.dtype = runtime::DType::bf16;
   const TpRun real = run_tp(b, 1, 1, false, {1, 512, "auto", false}, false, p, false, true);
   const TpRun shape = run_tp(b, 1, 1, false, {1, 512, "auto", false}, true, p, false, true);
-  EXPECT_EQ(real.steps[0].breakdown.total, shape.steps[0].breakdown.total);
-  EXPECT_EQ(real.steps[0].breakdown.exposed_comm, shape.steps[0].breakdown.exposed_comm);
-  EXPECT_EQ(real.memory.total(), shape.memory.total());
-  EXPECT_EQ(real.memory.activations, shape.memory.activations);
+  expect_shape_equals_real(real, shape, "ulysses" + std::to_string(p) + " bf16");
 }
 
 // Fused collectives in the trainer (parallel.fused with sp; sharding/fused.h's all_gather_gemm, gemm_reduce_scatter
@@ -912,20 +891,9 @@ TEST(LmUlysses, ReplicatedKvHeadsMatchSingleDevice) {
                                          : std::vector<Case>{{2, 4, true}, {1, 8, false}};
   for (const Case& k : cases) {
     const TpRun run = run_tp(c, k.tp, 5, k.sp, {1, 512, "auto", false}, false, k.u, false, true);
-    double le = 0, ne = 0;
-    for (size_t i = 0; i < 5; ++i) {
-      le = std::max(le, std::fabs(run.steps[i].loss - ref_steps[i].loss));
-      ne = std::max(ne, std::fabs(run.steps[i].grad_norm - ref_steps[i].grad_norm) / ref_steps[i].grad_norm);
-    }
-    const double we = max_abs_diff(run.weights, ref.weights);
     const std::string what = "ulysses" + std::to_string(k.u) + " x tp" + std::to_string(k.tp) + (k.sp ? " sp" : "") +
                              " kv_heads 2";
-    if (world_rank() == 0)
-      std::printf("[lm_ulysses_kv] %s: max |loss - ref| = %.3g, max rel |norm - ref| = %.3g, max |w - ref| = %.3g\n",
-                  what.c_str(), le, ne, we);
-    EXPECT_LT(le, 1e-5) << what;
-    EXPECT_LT(ne, 1e-5) << what;
-    EXPECT_LT(we, 1e-4) << what;
+    expect_within_tolerance("lm_ulysses_kv", what, ref_error(run, ref_steps, ref.weights));
     EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
   }
   if (p == 4) {
@@ -933,10 +901,7 @@ TEST(LmUlysses, ReplicatedKvHeadsMatchSingleDevice) {
     b.dtype = runtime::DType::bf16;
     const TpRun real = run_tp(b, 2, 1, false, {1, 512, "auto", false}, false, 2, false, true);
     const TpRun shape = run_tp(b, 2, 1, false, {1, 512, "auto", false}, true, 2, false, true);
-    EXPECT_EQ(real.steps[0].breakdown.total, shape.steps[0].breakdown.total);
-    EXPECT_EQ(real.steps[0].breakdown.exposed_comm, shape.steps[0].breakdown.exposed_comm);
-    EXPECT_EQ(real.memory.total(), shape.memory.total());
-    EXPECT_EQ(real.memory.activations, shape.memory.activations);
+    expect_shape_equals_real(real, shape, "ulysses2 x tp2 kv_heads 2");
   }
   // Neither a multiple nor a divisor: kv_heads 6 over tp 1 against ulysses 4 is refused naming model.kv_heads.
   LmConfig bad = c;

@@ -88,6 +88,23 @@ TEST(Fp8, WeightCastCostAndNames) {
   EXPECT_DOUBLE_EQ(kernels::fp8_weight_cast_cost(100, DType::bf16, r).bytes, 0.0);  // no recipe: nothing
   r.scaling = kernels::Fp8Scaling::tensor;
   EXPECT_DOUBLE_EQ(kernels::fp8_weight_cast_cost(100, DType::bf16, r).bytes, 300.0);
+  // A block's activation casts (Transformer Engine): Llama-like shapes on one chip, 10 tokens.
+  using runtime::Tensor;
+  const auto w = [](int64_t i, int64_t o) { return Tensor::make(DType::bf16, {i, o}, false); };
+  const Tensor wq = w(64, 64), wk = w(64, 16), wv = w(64, 16), wo = w(64, 64), gate = w(64, 176), up = w(64, 176),
+               down = w(176, 64), none;
+  const auto lin = kernels::fp8_block_linears(10, wq, wk, wv, wo, gate, up, down);
+  EXPECT_DOUBLE_EQ(lin.fused_in, 64 + 64 + 176);  // LN -> QKV, LN -> FC1, act -> FC2: transposes only
+  EXPECT_DOUBLE_EQ(lin.cast_in, 64);               // attention output -> proj: its own cast-transpose
+  EXPECT_DOUBLE_EQ(lin.out, 64 + 16 + 16 + 64 + 176 + 176 + 64);
+  // Forward: 10 x (64 x (2 + 2) + 304 x 2) bytes; backward: every dY read in bf16 and written twice in FP8.
+  EXPECT_DOUBLE_EQ(kernels::fp8_block_cast_cost(lin, DType::bf16, r, false).bytes, 10.0 * (64 * 4 + 304 * 2));
+  EXPECT_DOUBLE_EQ(kernels::fp8_block_cast_cost(lin, DType::bf16, r, true).bytes, 10.0 * 576 * 4);
+  EXPECT_EQ(kernels::fp8_block_cast_cost(lin, DType::bf16, r, true).name, "fp8.cast_transpose_dgrad");
+  // An MoE layer (no dense MLP weights): the attention's linears only.
+  EXPECT_DOUBLE_EQ(kernels::fp8_block_linears(10, wq, wk, wv, wo, none, none, none).out, 64 + 16 + 16 + 64);
+  kernels::Fp8Recipe off;
+  EXPECT_DOUBLE_EQ(kernels::fp8_block_cast_cost(lin, DType::bf16, off, true).bytes, 0.0);
   EXPECT_EQ(kernels::parse_fp8_scaling("block"), kernels::Fp8Scaling::block);
   EXPECT_THROW(kernels::parse_fp8_scaling("e4m3"), std::invalid_argument);
   r.format = DType::bf16;

@@ -106,6 +106,30 @@ TEST(KernelModel, VectorKernelsAreBoundByAchievableHbm) {
   EXPECT_DOUBLE_EQ(t.total_ns, 1000.0 + 9e5 / (1000.0 * 0.9));
 }
 
+TEST(KernelModel, Fp8GemmsUseTheirOwnCeiling) {
+  auto d = shaped();
+  d.peak_tflops_fp8 = 800;
+  const KernelShape g{KernelClass::gemm, 128, 256, 4096, 1};  // q = 1 (AlignedGemmRunsAtTheCeiling)
+  const double flops = 2.0 * 128 * 256 * 4096;
+  // Unset (0): fp8 GEMMs at gemm_efficiency.
+  EXPECT_DOUBLE_EQ(sim::kernel_time(d, flops, 0, P::fp8, g).compute_ns, flops / (800e3 * 0.8));
+  d.kernel.gemm_efficiency_fp8 = 0.6;
+  const auto t = sim::kernel_time(d, flops, 0, P::fp8, g);
+  EXPECT_DOUBLE_EQ(t.efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(t.compute_ns, flops / (800e3 * 0.6));
+  // int8 falls back to the fp8 peak, and so to its ceiling; bf16 and attention keep theirs.
+  EXPECT_DOUBLE_EQ(sim::kernel_time(d, flops, 0, P::int8, g).efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(sim::kernel_time(d, flops, 0, P::bf16, g).efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(sim::kernel_time(d, flops, 0, P::fp8, KernelShape{KernelClass::attention_forward, 128, 128, 64, 4})
+                       .efficiency, 0.7);
+  // A device without an fp8 peak runs fp8 at bf16's rate and ceiling.
+  d.peak_tflops_fp8 = 0;
+  EXPECT_DOUBLE_EQ(sim::kernel_time(d, flops, 0, P::fp8, g).efficiency, 0.8);
+  // The h100 preset's measured FP8 ceiling (DeepGEMM's 1550 of the 1979 dense TFLOP/s).
+  EXPECT_NEAR(sim::device_preset("h100").kernel.gemm_efficiency_fp8, 1550.0 / 1979, 1e-12);
+  EXPECT_NE(sim::describe(sim::device_preset("h100")).find("gemm 80.3% (fp8 78.3%)"), std::string::npos);
+}
+
 TEST(KernelModel, GemmKernelCarriesItsShape) {
   using runtime::DType;
   using runtime::Tensor;
@@ -142,6 +166,8 @@ TEST(KernelModel, DeviceKeysLoadAndRejectBadValues) {
   EXPECT_TRUE(d.kernel.shaped);
   EXPECT_EQ(d.kernel.compute_units, 8);
   EXPECT_DOUBLE_EQ(d.kernel.gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(load("  preset: h100\n  gemm_efficiency_fp8: 0.5\n").kernel.gemm_efficiency_fp8, 0.5);
+  EXPECT_DOUBLE_EQ(d.kernel.gemm_efficiency_fp8, 0.0);  // generic: unset, fp8 GEMMs at gemm_efficiency
   EXPECT_FALSE(load("  preset: h100\n  kernel_model: peak\n").kernel.shaped);
   auto error_of = [&](const std::string& body) {
     try {
@@ -152,6 +178,8 @@ TEST(KernelModel, DeviceKeysLoadAndRejectBadValues) {
     return std::string("no error");
   };
   EXPECT_NE(error_of("  preset: h100\n  gemm_efficiency: 1.5\n").find("d.yaml:3: device.gemm_efficiency"),
+            std::string::npos);
+  EXPECT_NE(error_of("  preset: h100\n  gemm_efficiency_fp8: 0\n").find("device.gemm_efficiency_fp8"),
             std::string::npos);
   EXPECT_NE(error_of("  preset: h100\n  hbm_efficiency: .nan\n").find("hbm_efficiency"), std::string::npos);
   EXPECT_NE(error_of("  preset: h100\n  kernel_model: fast\n").find("must be peak or shaped"), std::string::npos);

@@ -171,6 +171,29 @@ TEST(PlanText, OneLineForRunAndTrain) {
   EXPECT_LT(t.find("pipeline"), t.find("data parallel"));
 }
 
+TEST(PlanText, LongRunsOfEqualStagesAreWrittenOnce) {
+  ModelSpec lm;
+  lm.heads = lm.kv_heads = 4;
+  lm.vocab = 32;
+  lm.layers = 105;
+  lm.batch = 8;
+  ParallelPlan p;
+  p.pp = 35;
+  p.virtual_stages = 3;
+  p.schedule = "interleaved";
+  const std::string t = plan_text(lm, p, true);
+  EXPECT_NE(t.find("layers per stage 1 (x105)"), std::string::npos) << t;
+  EXPECT_EQ(t.find("1/1"), std::string::npos) << t;
+  // Uneven stages keep each count where the run is short: 10 layers over 4 stages.
+  lm.layers = 10;
+  p.pp = 4;
+  p.virtual_stages = 1;
+  p.schedule = "1f1b";
+  const std::string u = plan_text(lm, p, true);
+  EXPECT_EQ(u.find("(x"), std::string::npos) << u;
+  EXPECT_NE(u.find("layers per stage "), std::string::npos) << u;
+}
+
 TEST(PlanMesh, AxisSizesComeFromTheUnits) {
   ParallelPlan p;
   p.tp = 2;
