@@ -34,7 +34,6 @@
 #include "common/config.h"
 #include "common/output_file.h"
 #include "sharding/engine_config.h"
-#include "models/runner.h"
 
 namespace {
 
@@ -145,40 +144,15 @@ std::string default_config_path() {
   return fs::path(kDefaultConfig).lexically_relative(cwd).string();
 }
 
-// `run`: one model config, one runner, one report, one error protocol. Every rank loads and checks the same
-// config inside World::agree, so a bad input is one line from rank 0 and exit 2 on every rank (failures that
-// differ between ranks too); after that point the run's own failures are exit 3 (models/runner.h).
-// WHAT_IF (--what-if): after the run, each change re-simulated in shape-only mode (apps/profile.h).
+// `run`: the forward mode of the one executor (apps/commands.h's run_forward) for every model config: a language
+// model, a block stack (kind: transformer_block) or the MLP-only block stack (kind: mlp). Every rank loads and
+// checks the same config inside World::agree, so a bad input is one line from rank 0 and exit 2 on every rank;
+// after that point the run's own failures are exit 3. WHAT_IF (--what-if): after the run, each change
+// re-simulated in shape-only mode (apps/profile.h).
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
             const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides,
             const std::string& what_if) {
-  using namespace shardsim;
-  // A model with a vocabulary (kind lm, or no kind): the forward mode of the one executor (apps/commands.h).
-  bool lm = false;
-  world.agree([&] {
-    const ConfigNode root = sharding::load_workload_config(config_path, overrides);
-    lm = root.has("workload") && root.child("workload").is_map() &&
-         sharding::spec_use_of(root.child("workload")) != sharding::SpecUse::mlp;
-  });
-  if (lm) return apps::run_forward(world, config_path, json_path, opt, overrides, what_if);
-  std::shared_ptr<const sharding::ModelConfig> cfg;  // one per rank with several chips per rank
-  std::vector<apps::WhatIfPlan> plans;
-  world.agree([&] {
-    cfg = sharding::load_model_config_shared(config_path, overrides);
-    sharding::check_run(world, *cfg, opt, json_path);
-    if (!what_if.empty()) plans = apps::plan_what_if(what_if, sharding::load_workload_config(config_path, overrides));
-  });
-  auto report = sharding::run_model(world, *cfg, opt);
-  if (!plans.empty())
-    report.what_if = apps::run_what_if(
-        plans, report.critical.total,
-        [&](const sharding::ConfigOverrides& ov) { return apps::simulate_run(world, config_path, ov); }, overrides);
-  if (world.rank() == 0) std::cout << sharding::to_text(report) << std::flush;
-  // Agreed, so a failed write (e.g. a full disk) is one line and exit 3 on every rank, not an abort.
-  world.agree([&] {
-    if (world.rank() == 0 && !json_path.empty()) write_file_atomic(json_path, sharding::to_json(report).dump(2) + "\n");
-  });
-  return report.ok() ? kExitOk : kExitValidationFailed;
+  return shardsim::apps::run_forward(world, config_path, json_path, opt, overrides, what_if);
 }
 
 // The most chips one rank hosts (docs/SECURITY.md): the chips' fibers and their per-peer state grow with the

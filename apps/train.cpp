@@ -4,7 +4,7 @@
 // Every run is the executor (models/lm_tp.h); one chip without a parallel: section is its dp = 1 plan, and the
 // single-device reference (models/lm_train.h) only answers --validate. On N chips: data parallelism, dp = N replicas with ZeRO
 // (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
-// (default 25 MiB, 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
+// (default auto: Megatron-LM's rule; 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
 // chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
 // memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
@@ -79,7 +79,8 @@ using namespace train_detail;
 // parse), refused with exit 3 when it exceeds 90% of the host's available memory (the kernel would kill the job
 // instead, with no line from shardsim).
 // Real data: a lower bound per rank of 16 bytes per parameter (weights or fp32 masters, gradients, AdamW m and v;
-// every rank holds them whole while building its replica) and the fp32 activations the backward keeps per token
+// every rank holds them whole while building its replica; the forward mode: 4, the weights alone) and the fp32
+// activations the backward keeps per token
 // (per layer the norms' inputs, q, k, v, attention output and the three FFN vectors; the logits and their
 // gradient).
 // Shape-only: no parameter or activation is stored, but the trainer keeps per-token bookkeeping (token ids,
@@ -106,10 +107,13 @@ void check_host_memory(const TrainSetup& s, int ranks, int ranks_on_host, int ch
     const double params = 2 * v * h + double(c.layers) * (2 * h + 2 * h * qd + 2 * h * kvd + 3 * h * ffn) + h;
     const double tokens = double(c.batch) * double(c.seq);
     const double acts = tokens * (double(c.layers) * (4 * h + 2 * qd + 2 * kvd + 3 * ffn) + 2 * v);
-    const double per_rank = 16 * params + 4 * acts;
+    // The forward mode holds no gradients or moments: 4 bytes per parameter (the whole seeded weights each rank
+    // builds its shards from, and the reference's).
+    const int per_param = s.dp.forward_only ? 4 : 16;
+    const double per_rank = per_param * params + 4 * acts;
     need = per_rank * chips_on_host;
-    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x 16 bytes + "
-                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, chips_on_host);
+    std::snprintf(b, sizeof b, "at least %.3g GiB of host memory per rank (%.3g parameters x %d bytes + "
+                  "activations) x %d ranks on this host", per_rank / 1073741824.0, params, per_param, chips_on_host);
     what = b;
   }
   const double avail = available_host_bytes();
@@ -556,8 +560,9 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       train_config(f).fail_at(e.key(), e.what());
     }
   });
-  // The report's wording: the tp-mesh lines whenever a tp or cp axis exists (and shape-only, as before), else dp's.
-  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1 || s.shape_only;
+  // The report's wording: the tp-mesh lines whenever a tp, cp or pp axis exists, else dp's (shape-only or not: the
+  // same text as the real run's).
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1;
   auto step = [&] { return trainer->step(); };
   const auto resumed = load_resume(world, f, s);
   // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
@@ -753,10 +758,6 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (s.shape_only && f.validate && !f.forward)
       throw UsageError("--validate: a shape-only run computes no values to compare; validate the same config at a "
                        "reduced size with real data");
-    if (s.model.moe && s.model.moe->bias_update > 0 && (!f.checkpoint.empty() || !f.resume.empty()))
-      throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +
-                       ": model.moe.bias_update > 0: the experts' selection biases are not in the checkpoint yet (a "
-                       "resumed run would restart them at 0); set it to 0 or drop the flag");
     if (!f.what_if.empty())  // every change must load as a config before any step runs (exit 2 naming it)
       for (const auto& plan : plan_what_if(f.what_if, train_config(f))) {
         TrainFlags v;
@@ -807,6 +808,7 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   f.resume = opt.resume_from;
   if (opt.checkpoint_path && !opt.no_checkpoint) f.checkpoint = *opt.checkpoint_path;
   f.trace_path = opt.trace_path;
+  f.trace = opt.trace;  // --trace-chips / --trace-axis / --trace-window / --trace-max-mb
   f.profile = opt.profile;
   f.plots_dir = opt.plots_dir;
   f.shape_only = opt.shape_only;

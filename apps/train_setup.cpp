@@ -10,10 +10,13 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "apps/train_setup.h"
+#include "collectives/rail_ring.h"
 #include "common/error.h"
 #include "runtime/chips.h"
+#include "runtime/fold_shift.h"
 #include "runtime/job_text.h"
 #include "sharding/device_mesh.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/pipeline_schedule.h"
 
 namespace shardsim::apps {
@@ -94,13 +97,24 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.plan = plan;
   auto& c = s.model;
   c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
-  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss).
-  if (c.moe) c.moe->spec.capacity.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
+  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss); with a
+  // sequence split over chips (sp, cp, Ulysses) each chip drops over its own rows: the group's capacity pieces.
   try {
+    if (c.moe) {
+      kernels::CapacityOptions& cap = c.moe->spec.capacity;
+      cap.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
+      const int cp_axis = plan.ulysses > 1 ? plan.ulysses : plan.cp;
+      sharding::plans::split_capacity_over_chips(cap, spec.seq, spec.batch / cap.groups, cp_axis,
+                                                 plan.zigzag && plan.ulysses <= 1,
+                                                 plan.sp && plan.etp <= 1 ? plan.tp : 1);  // etp: tp rows gathered
+    }
     models::check_lm_config(c);
   } catch (const std::invalid_argument& e) {
     m.fail(e.what());
   }
+  if (c.mlp == sharding::MlpKind::geglu && !f.forward)  // run computes its forward; the backward kernel is missing
+    m.fail(std::string(mlp ? "activation: gelu (a GeGLU MLP)" : "mlp: geglu") +
+           " trains not yet (its backward is not implemented; swiglu | gelu); `shardsim run` computes its forward");
   s.tp = plan.tp;
   s.sp = plan.sp;
   s.ulysses = plan.ulysses > 1;
@@ -182,6 +196,39 @@ using namespace train_detail;
 
 namespace {
 
+// The replica shift by PERIOD dp coordinates on the physical chips: image[chip of mesh rank r] = chip of the rank
+// PERIOD replicas on (chips::FoldSpec's shift, through the mesh's placement).
+std::vector<int> chip_shift(const sharding::DeviceMesh& mesh, int stride, int dp, int period) {
+  const auto& placement = mesh.placement();
+  std::vector<int> image(placement.size(), -1);
+  for (size_t r = 0; r < placement.size(); ++r) {
+    const int c = (static_cast<int>(r) / stride) % dp;
+    const size_t s = r + static_cast<size_t>(((c + period) % dp - c) * stride);
+    image[static_cast<size_t>(placement[r])] = placement[s];
+  }
+  return image;
+}
+
+// The fold's period: the smallest shift of the replicas that is a symmetry of the topology (PERIOD), rounded up to
+// one that also maps the rail rings onto themselves when the dp group is the whole topology and rail_ring could run
+// on it (collectives/rail_ring.h: even nodes are visited upwards, odd ones downwards, so only a shift by an even
+// number of nodes keeps each ring; a shift by one maps it onto its reverse). Unchanged when none does.
+int rail_ring_period(const sharding::DeviceMesh& mesh, const topology::Topology& topo, int dp, int period) {
+  if (dp != mesh.size() || !collectives::rail_ring::obstacle(topo, mesh.placement()).empty()) return period;
+  const auto rings = collectives::rail_ring::cycles(topo, mesh.placement());
+  for (int q = period; q < dp; q += period) {
+    if (dp % q != 0 || !mesh.replica_shift_check("dp", q, topo).empty()) continue;
+    const std::vector<int> shift = chip_shift(mesh, 1, dp, q);
+    std::vector<int> image(shift.size());  // rank r (on chip placement[r]) -> the rank on its image chip
+    std::vector<int> rank_on(shift.size());
+    for (size_t r = 0; r < shift.size(); ++r) rank_on[static_cast<size_t>(mesh.placement()[r])] = static_cast<int>(r);
+    for (size_t r = 0; r < shift.size(); ++r)
+      image[r] = rank_on[static_cast<size_t>(shift[static_cast<size_t>(mesh.placement()[r])])];
+    if (collectives::ring::maps_onto_itself(rings, image)) return q;
+  }
+  return period;
+}
+
 // The fold decision for the parsed flags F (train_fold's body; train_point_fold's too).
 FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
   // Folded only where every replica provably runs the same program at the same simulated times
@@ -220,12 +267,20 @@ FoldDecision fold_of(const TrainFlags& f, int chips, int ranks) {
     if (s.plan.chips() != chips) return no("the plan's chips differ from --chips", false);
     // The mesh the run builds (sharding/device_mesh.h's build_mesh: mesh_dims honoured), so the fold agrees with it.
     const sharding::DeviceMesh mesh = sharding::build_mesh(s.plan, *s.topology);
-    const int period = mesh.replica_fold_period("dp", *s.topology);
+    int period = mesh.replica_fold_period("dp", *s.topology);
     if (period < 1)
       return no("shifting the data-parallel replicas is not a symmetry of the topology: " +
                     mesh.replica_shift_check("dp", 1, *s.topology),
                 true);
-    d.spec = runtime::FoldSpec{chips, s.tp * s.cp, dp, period, mode != "on"};
+    period = rail_ring_period(mesh, *s.topology, dp, period);
+    // The replicas' mesh-rank stride: every axis inside dp (tp, cp and ep: ep > 1 lies between cp and dp, so a
+    // stride of tp x cp would take ep coordinates for replicas).
+    int stride = 1;
+    for (const auto& axis : mesh.axes())
+      if (axis.name == "dp") stride = axis.stride;
+    d.spec = runtime::FoldSpec{chips, stride, dp, period, mode != "on"};
+    // What collectives::choose checks cycle algorithms against (runtime/fold_shift.h).
+    runtime::set_fold_chip_shift(chip_shift(mesh, stride, dp, period));
     return d;
   } catch (...) {
     return no("the configuration does not load (the unfolded run says why)", false);

@@ -1,6 +1,7 @@
 #include "collectives/algorithms.h"
 
 #include "runtime/chips.h"
+#include "runtime/fold_shift.h"
 
 #include <algorithm>
 #include <array>
@@ -16,6 +17,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "collectives/multi_ring.h"
+#include "collectives/rail_ring.h"
 #include "collectives/registry.h"
 #include "common/error.h"
 #include "runtime/world.h"
@@ -233,12 +236,31 @@ Choice choose_algorithm(Collective c, const CollectiveOptions& options, const ru
 }  // namespace
 
 namespace {
-bool fold_symmetric(const std::string& algorithm) { return algorithm == "ring" || algorithm == "bidir_ring"; }
+// Whether ALGORITHM's program on TP's group is mapped onto itself by the replica shift: the one-way and the
+// bidirectional ring always (the shift rotates the group's ranks); an algorithm of explicit ring orders (rail_ring,
+// multi_ring) when the shift of the run's chips (runtime/fold_shift.h) maps each of its directed cycles onto itself
+// (rail_ring: a shift by an even number of nodes, which the fold's period is rounded up to; apps/train_setup.cpp).
+bool fold_symmetric(const std::string& algorithm, const runtime::Transport& tp) {
+  if (algorithm == "ring" || algorithm == "bidir_ring") return true;
+  if (algorithm != "rail_ring" && algorithm != "multi_ring") return false;
+  const std::vector<int>& shift = runtime::fold_chip_shift();
+  const auto& chips = tp.rank_to_chip();
+  std::vector<int> rank_on(shift.size(), -1), image(chips.size());
+  for (size_t r = 0; r < chips.size(); ++r) {
+    if (static_cast<size_t>(chips[r]) >= shift.size()) return false;
+    rank_on[static_cast<size_t>(chips[r])] = static_cast<int>(r);
+  }
+  for (size_t r = 0; r < chips.size(); ++r)
+    if ((image[r] = rank_on[static_cast<size_t>(shift[static_cast<size_t>(chips[r])])]) < 0) return false;
+  return ring::maps_onto_itself(algorithm == "rail_ring" ? rail_ring::cycles(tp) : multi_ring::cycles(tp.size()),
+                                image);
+}
 }  // namespace
 
 std::string fold_algorithm_reason(Collective c, const std::string& algorithm) {
-  return collective_name(c) + ": " + algorithm + " over data-parallel replicas (only ring and bidir_ring are "
-         "symmetric under the replica shift; parallel.algorithm: ring keeps the run folded)";
+  return collective_name(c) + ": " + algorithm + " over data-parallel replicas (symmetric under the replica shift: "
+         "ring and bidir_ring, and rail_ring / multi_ring where the shift maps their rings onto themselves; "
+         "parallel.algorithm: ring keeps the run folded)";
 }
 
 std::string fold_chunks_reason(const std::string& name, size_t count, int parts) {
@@ -249,11 +271,12 @@ std::string fold_chunks_reason(const std::string& name, size_t count, int parts)
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes) {
   Choice ch = choose_algorithm(c, options, tp, bytes);
   // A folded run (docs/performance/fold.md) is exact only where a collective over a group of simulated and
-  // mirrored chips runs the same program on every member up to a rotation of the group's ranks: the one-way and
-  // the bidirectional ring (neighbours r +- 1; their chunks must be equal too: registry.cpp). Any other algorithm
-  // there (a tree's root, XOR partners, Walecki's cycles, grid or rail orders) ends the folded attempt, even where
-  // the router's checks would not see the difference. fold_obstacle decides the plan's own calls before the run.
-  if (!fold_symmetric(ch.algorithm) && tp.spans_mirrored())
+  // mirrored chips runs the same program on every member up to a relabelling of the group's ranks by the shift:
+  // the one-way and the bidirectional ring (neighbours r +- 1), and the cycle algorithms whose rings the shift maps
+  // onto themselves (fold_symmetric; their chunks must be equal too: registry.cpp). Any other algorithm there (a
+  // tree's root, XOR partners, grid orders) ends the folded attempt, even where the router's checks would not see
+  // the difference. fold_obstacle decides the plan's own calls before the run.
+  if (tp.spans_mirrored() && !fold_symmetric(ch.algorithm, tp))
     runtime::chips::fold_broken(fold_algorithm_reason(c, ch.algorithm));
   return ch;
 }
@@ -262,7 +285,7 @@ std::string fold_obstacle(Collective c, const CollectiveOptions& options, const 
                           DType dtype, const std::string& name) {
   if (tp.size() < 2 || !tp.spans_mirrored()) return "";
   const Choice ch = choose_algorithm(c, options, tp, static_cast<double>(count * runtime::dtype_size(dtype)));
-  if (!fold_symmetric(ch.algorithm)) return fold_algorithm_reason(c, ch.algorithm);
+  if (!fold_symmetric(ch.algorithm, tp)) return fold_algorithm_reason(c, ch.algorithm);
   if (count % static_cast<size_t>(tp.size()) != 0) return fold_chunks_reason(name, count, tp.size());
   return "";
 }

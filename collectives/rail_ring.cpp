@@ -4,9 +4,9 @@
 
 namespace shardsim::collectives::rail_ring {
 
-std::string obstacle(const runtime::Transport& tp) {
-  const auto& topo = tp.topology();
-  if (const std::string why = torus::obstacle(tp); !why.empty()) return why;  // a grid, one rank on every chip
+namespace {
+// The node shape's part of the obstacle (the group is the whole grid, one rank per chip).
+std::string shape_obstacle(const topology::Topology& topo) {
   const auto& dims = topo.dims();
   if (dims.size() < 2)
     return "the topology has one dimension; the rail rings need nodes (the inner dimensions) and rails across them "
@@ -18,12 +18,28 @@ std::string obstacle(const runtime::Transport& tp) {
            " nodes; the rail rings need an even number of nodes (each ring closes on a rail)";
   return "";
 }
+}  // namespace
 
-std::vector<ring::Cycle> cycles(const runtime::Transport& tp) {
-  const auto& topo = tp.topology();
+std::string obstacle(const runtime::Transport& tp) {
+  if (const std::string why = torus::obstacle(tp); !why.empty()) return why;  // a grid, one rank on every chip
+  return shape_obstacle(tp.topology());
+}
+
+std::string obstacle(const topology::Topology& topo, const std::vector<int>& rank_to_chip) {
+  if (!topo.is_grid()) return "the topology is not a grid";
+  if (static_cast<int>(rank_to_chip.size()) != topo.num_chips()) return "the group is not the whole topology";
+  std::vector<char> hit(rank_to_chip.size(), 0);
+  for (int c : rank_to_chip) {
+    if (c < 0 || c >= topo.num_chips() || hit[static_cast<size_t>(c)]) return "not one rank on every chip";
+    hit[static_cast<size_t>(c)] = 1;
+  }
+  return shape_obstacle(topo);
+}
+
+std::vector<ring::Cycle> cycles(const topology::Topology& topo, const std::vector<int>& rank_to_chip) {
   const int n = topo.dims().front(), g = topo.num_chips() / n;
   std::vector<int> rank_on(static_cast<size_t>(topo.num_chips()), 0);
-  for (int r = 0; r < tp.size(); ++r) rank_on[static_cast<size_t>(tp.chip_of(r))] = r;
+  for (size_t r = 0; r < rank_to_chip.size(); ++r) rank_on[static_cast<size_t>(rank_to_chip[r])] = static_cast<int>(r);
   std::vector<ring::Cycle> out;
   for (int c = 0; c < g; ++c) {
     std::vector<int> order;
@@ -37,5 +53,7 @@ std::vector<ring::Cycle> cycles(const runtime::Transport& tp) {
   }
   return out;
 }
+
+std::vector<ring::Cycle> cycles(const runtime::Transport& tp) { return cycles(tp.topology(), tp.rank_to_chip()); }
 
 }  // namespace shardsim::collectives::rail_ring

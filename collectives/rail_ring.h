@@ -22,6 +22,7 @@
 
 #include "collectives/ring.h"
 #include "runtime/transport.h"
+#include "topology/topology.h"
 
 namespace shardsim::collectives::rail_ring {
 
@@ -29,5 +30,10 @@ namespace shardsim::collectives::rail_ring {
 std::vector<ring::Cycle> cycles(const runtime::Transport& tp);
 // Why the rail rings cannot run on TP's group ("" when they can).
 std::string obstacle(const runtime::Transport& tp);
+// The same for a group given by its rank -> chip map on TOPO (before the run: the fold's period,
+// apps/train_setup.cpp). The rings depend on the chips only: a shift of the chips maps them onto themselves or not
+// whatever the ranks' order.
+std::vector<ring::Cycle> cycles(const topology::Topology& topo, const std::vector<int>& rank_to_chip);
+std::string obstacle(const topology::Topology& topo, const std::vector<int>& rank_to_chip);
 
 }  // namespace shardsim::collectives::rail_ring

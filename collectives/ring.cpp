@@ -16,6 +16,14 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, bool bidire
                     ready);
 }
 
+bool maps_onto_itself(const std::vector<Cycle>& cycles, const std::vector<int>& image) {
+  const int p = static_cast<int>(image.size());
+  for (const Cycle& c : cycles)
+    for (int r = 0; r < p; ++r)
+      if (c.at(image[static_cast<size_t>(r)], 1, p) != image[static_cast<size_t>(c.at(r, 1, p))]) return false;
+  return true;
+}
+
 Cycle Cycle::from_order(std::vector<int> order) {
   std::vector<int> pos(order.size(), -1);
   for (size_t q = 0; q < order.size(); ++q) {

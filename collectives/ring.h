@@ -68,6 +68,10 @@ std::vector<Lane> make_lanes(const Layout& layout, size_t elem_size, const std::
                              size_t chunk_bytes, sim::TimeNs ready);
 // The stride cycles of DIRS.
 std::vector<Cycle> stride_cycles(const std::vector<int>& dirs);
+// Whether the rank map IMAGE (rank r -> IMAGE[r], a permutation of 0..p-1) maps every directed cycle of CYCLES onto
+// itself: at(IMAGE[r], 1) == IMAGE[at(r, 1)] for every rank and cycle, so every rank's program is the image of its
+// preimage's (a folded run's replica shift: algorithms.cpp, choose). O(p x cycles).
+bool maps_onto_itself(const std::vector<Cycle>& cycles, const std::vector<int>& image);
 
 // Run the passes on BASE in place. Return the time the last lane finished (lanes' t are updated).
 // SRC (optional, same layout as BASE): read this rank's contribution from SRC instead of BASE, so an

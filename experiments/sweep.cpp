@@ -384,7 +384,9 @@ void throw_if_train_point_cannot_run(SweepPoint& p, const ConfigNode& root, int 
   (void)parse_train_spec(root);
   (void)load_workload_device(root);
   p.train_shape_only = load_workload_shape_only(root);
-  const int64_t per_replica = plan.dp > 0 ? m.batch / plan.dp : m.batch;
+  // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences).
+  const int64_t replicas = int64_t{std::max(plan.dp, 1)} * std::max(plan.ep, 1);
+  const int64_t per_replica = m.batch / replicas;
   p.micro_batches = static_cast<int>(m.micro_batch > 0 ? per_replica / m.micro_batch : 1);
 }
 

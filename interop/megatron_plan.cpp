@@ -82,17 +82,16 @@ void map_sharding(LaunchArgs& a, Imported& imp, bool overlap) {
                                                    "shardsim's overlap_param_gather is for ZeRO 1-2 only");
 }
 
-void map_bucket(LaunchArgs& a, Imported& imp, bool overlap, int64_t dp) {
+void map_bucket(LaunchArgs& a, Imported& imp, bool overlap) {
   const std::string dtype = imp.get("model", "dtype").value_or("fp32");
   const int64_t bytes = dtype == "fp32" ? 4 : 2;
-  if (const auto n = a.integer("--ddp-bucket-size", 0, SpecBounds::bucket_bytes / 4)) {
+  const auto n = a.integer("--ddp-bucket-size", 0, SpecBounds::bucket_bytes / 4);
+  if (n) {
     imp.set("parallel", "bucket_bytes", to_string(*n * bytes), a.show("--ddp-bucket-size") + " elements x " + to_string(bytes) + " bytes");
-  } else if (overlap) {
-    const int64_t elems = std::max<int64_t>(40000000, 1000000 * std::max<int64_t>(dp, 1));
-    imp.set("parallel", "bucket_bytes", to_string(elems * bytes),
-            "(no --ddp-bucket-size: Megatron's max(40M, 1M x dp) elements x " + to_string(bytes) + " bytes)");
   } else {
-    imp.set("parallel", "bucket_bytes", "0", "(no --overlap-grad-reduce: one reduction after the backward)");
+    imp.set("parallel", "bucket_bytes", "auto",
+            std::string(overlap ? "(no --ddp-bucket-size" : "(no --overlap-grad-reduce: one bucket per model chunk") +
+                ": Megatron's rule, sharding/plans/data_parallel.h \"Buckets\")");
   }
 }
 
@@ -199,7 +198,7 @@ void map_megatron_plan(LaunchArgs& a, Imported& imp, const LaunchOptions& opt, i
   }
   const bool overlap = a.flag("--overlap-grad-reduce");
   map_sharding(a, imp, overlap);
-  map_bucket(a, imp, overlap, dp);
+  map_bucket(a, imp, overlap);
   map_recompute(a, imp);
   map_train(a, imp, opt);
 }
@@ -268,7 +267,7 @@ std::string export_megatron(const PlanSource& src, std::vector<Unexpressed>* une
   if (p.overlap_param_gather) add("--overlap-param-gather");
   const int64_t gbytes = m.dtype == runtime::DType::fp32 ? 4 : 2;
   if (p.bucket_bytes > 0) add("--ddp-bucket-size " + to_string(p.bucket_bytes / gbytes));
-  if (p.bucket_bytes % gbytes) un.push_back({"parallel.bucket_bytes", "not a whole number of gradient elements"});
+  if (p.bucket_bytes > 0 && p.bucket_bytes % gbytes) un.push_back({"parallel.bucket_bytes", "not a whole number of gradient elements"});
   if (p.recompute) add("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
   else if (p.selective_recompute) add("--recompute-granularity selective");
   if (!p.algorithm.empty() || !p.tp_all_reduce.empty())

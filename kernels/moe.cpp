@@ -164,18 +164,29 @@ KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
   KernelCost cost{"moe.capacity", 2.0 * double(n) + (sort && n > 1 ? double(n) * std::log2(double(n)) : 0.0),
                   14.0 * double(n), runtime::DType::fp32, {}};
   if (!r.has_values) return cost;  // shape-only: the declared counts are the kept rows
-  const int64_t G = c.groups, Tg = T / G, C = c.capacity(Tg, k, E);
+  const int64_t G = c.groups, Tg = T / G, S = std::max<int64_t>(c.split, 1);
+  if (Tg % S != 0 || (!c.order.empty() && int64_t(c.order.size()) != Tg))
+    throw std::invalid_argument("apply_capacity: a group of " + std::to_string(Tg) + " tokens does not split into " +
+                                std::to_string(S) + " pieces (order of " + std::to_string(c.order.size()) + ")");
+  for (const int64_t q : c.order)
+    if (q < 0 || q >= Tg) throw std::invalid_argument("apply_capacity: order names token " + std::to_string(q) +
+                                                      " of a group of " + std::to_string(Tg));
+  const int64_t Tp = Tg / S, C = c.capacity(Tp, k, E);
   r.kept.assign(size_t(n), 1);
   r.chosen.assign(size_t(G * E), 0);
   r.counts.assign(size_t(E), 0);
   r.dropped = 0;
-  std::vector<std::vector<int64_t>> of_expert(static_cast<size_t>(E));  // assignments (t·k + j) of the group, token order
-  for (int64_t g = 0; g < G; ++g) {
+  std::vector<std::vector<int64_t>> of_expert(static_cast<size_t>(E));  // assignments (t·k + j) of a piece, its order
+  for (int64_t gp = 0; gp < G * S; ++gp) {  // group g = gp / S, its piece gp % S
+    const int64_t g = gp / S, piece = gp % S;
     for (auto& v : of_expert) v.clear();
-    for (int64_t i = g * Tg * k; i < (g + 1) * Tg * k; ++i) of_expert[size_t(r.expert[size_t(i)])].push_back(i);
+    for (int64_t q = piece * Tp; q < (piece + 1) * Tp; ++q) {
+      const int64_t t = g * Tg + (c.order.empty() ? q : c.order[size_t(q)]);
+      for (int64_t i = t * k; i < (t + 1) * k; ++i) of_expert[size_t(r.expert[size_t(i)])].push_back(i);
+    }
     for (int64_t e = 0; e < E; ++e) {
       auto& v = of_expert[size_t(e)];
-      r.chosen[size_t(g * E + e)] = int64_t(v.size());
+      r.chosen[size_t(g * E + e)] += int64_t(v.size());
       if (int64_t(v.size()) <= C) continue;
       if (c.policy == DropPolicy::probs)
         std::stable_sort(v.begin(), v.end(), [&](int64_t a, int64_t b) {
@@ -499,7 +510,7 @@ GroupedCost grouped_gemm_rows_out(const std::vector<Tensor>& a, const std::vecto
   bool stored = c.has_storage();
   for (size_t g = 0; g < b.size(); ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];
-    Tensor cg = Tensor::make(c.dtype(), {rows, c.dim(1)}, true);
+    Tensor cg = Tensor::make(c.dtype(), {rows, c.dim(1)}, stored);
     cost.groups.push_back(named(gemm(a[g], *b[g], cg), "grouped_gemm"));
     stored = stored && cg.has_storage();
     if (stored) c.set_rows(offsets[g], cg);
@@ -519,7 +530,7 @@ GroupedCost grouped_gemm_rows_in_backward(const Tensor& a, const std::vector<int
   for (size_t g = 0; g < b.size(); ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];
     const Tensor ag = a.rows(offsets[g], rows);
-    Tensor dag = Tensor::make(a.dtype(), {rows, a.dim(1)}, true);
+    Tensor dag = Tensor::make(a.dtype(), {rows, a.dim(1)}, stored);
     cost.groups.push_back(named(gemm_backward(ag, *b[g], dc[g], da ? &dag : nullptr, db[g]), "grouped_gemm_backward"));
     stored = stored && dag.has_storage();
     if (!stored || !da) continue;

@@ -64,8 +64,17 @@ struct CapacityOptions {
   double factor = 0;   // <= 0: dropless
   DropPolicy policy = DropPolicy::position;
   int64_t groups = 1;  // tokens routed together: T/G consecutive rows each (T must be a multiple of G)
+  // Capacity pieces of a group whose tokens several chips route (a sequence split over chips by sp, cp or
+  // Ulysses: Megatron-Core drops over each chip's local tokens, the aux loss's group staying the sequence's):
+  // each group is cut into SPLIT pieces of T/(G·SPLIT) tokens with capacity C over each, piece p holding the
+  // group's tokens ORDER[p·T/(G·SPLIT) ..] (indices within the group, ascending within a piece: a chip's rows in
+  // its own order). Empty ORDER: consecutive pieces. `chosen` stays per group (the aux loss's counts).
+  int64_t split = 1;
+  std::vector<int64_t> order;
   // Expert capacity of a group of TOKENS (see above); INT64_MAX when dropless.
   int64_t capacity(int64_t tokens, int64_t top_k, int64_t experts) const;
+  // The same factor and policy over one group of a chip's own tokens (groups 1, no pieces).
+  CapacityOptions one_group() const { return {factor, policy, 1, 1, {}}; }
 };
 
 // One routing decision for T tokens.

@@ -311,7 +311,7 @@ Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribu
     counts[size_t(e)] += add;
     left -= add;
   }
-  const int64_t G = s.capacity.groups;
+  const int64_t G = s.capacity.groups * std::max<int64_t>(s.capacity.split, 1);  // capacity pieces
   const int64_t C = s.capacity.capacity(tokens / G, k, E);
   int64_t dropped = 0;
   if (s.capacity.factor > 0)

@@ -23,6 +23,10 @@ std::string adamw_text(const LmTrainConfig& t) {
   return os.str();
 }
 
+// Layer L's selection bias is saved when it is state (model.moe.bias_update > 0 updates it every step).
+bool saves_moe_bias(const LmConfig& c, int64_t l) { return c.moe && c.moe->bias_update > 0 && c.moe_layer(l); }
+std::string moe_bias_name(int64_t l) { return "moe_bias/layers." + std::to_string(l); }
+
 }  // namespace
 
 std::string lm_model_text(const LmConfig& c) {
@@ -67,6 +71,16 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
       entries.push_back({kGroups[g] + shapes[i].first, local, shape, runtime::Shape(shape.size(), 0),
                          "Replicate (whole, global layout)", writer});
     }
+  // The selection biases of aux-loss-free balancing (state beside the weights, no moments): moe_bias/layers.L.
+  std::vector<Tensor> biases;
+  biases.reserve(size_t(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (!saves_moe_bias(c, l)) continue;
+    const auto E = c.moe->spec.experts();
+    biases.push_back(writer ? Tensor::from_float(s.master.layers[size_t(l)].moe.bias, DType::fp32, {E})
+                            : Tensor(DType::fp32, {0}));
+    entries.push_back({moe_bias_name(l), &biases.back(), {E}, {0}, "Replicate (whole, global layout)", writer});
+  }
   const std::map<std::string, std::string> attrs = {
       {"shardsim_version", "0.1.0"},
       {"workload", "lm_train"},
@@ -140,6 +154,19 @@ LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::stri
       rd.read_block_verified(ds, runtime::Shape(tensor->shape().size(), 0), *tensor, rank == 0);
       if (s.mesh.empty()) s.mesh = rd.info(ds).mesh;
     }
+  // A file without them (saved with bias_update 0, whose biases never moved) keeps the config's start (zeros).
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string ds = moe_bias_name(l);
+    if (!saves_moe_bias(c, l) || !rd.has(ds)) continue;
+    const int64_t E = c.moe->spec.experts();
+    if (rd.dtype(ds) != DType::fp32 || rd.global_shape(ds) != runtime::Shape{E})
+      throw ConfigError(where + "dataset '" + ds + "' is " + runtime::dtype_name(rd.dtype(ds)) + " " +
+                        runtime::shape_str(rd.global_shape(ds)) + " but the model needs fp32 [" + std::to_string(E) +
+                        "]");
+    Tensor b(DType::fp32, {E});
+    rd.read_block_verified(ds, {0}, b, rank == 0);
+    s.master.layers[size_t(l)].moe.bias = b.to_float();
+  }
   return s;
 }
 

@@ -6,6 +6,9 @@
 // fp32 datasets with the weight's GLOBAL shape: "master/<name>" (the fp32 master weights), "adam_m/<name>" and
 // "adam_v/<name>" (AdamW's first and second moments). The bf16 compute copy is not stored: it is the master
 // rounded once (lm_compute_copy), exactly what AdamW's refresh produces, so it is rebuilt bit-identically.
+// A mixture-of-experts model with model.moe.bias_update > 0 adds each MoE layer's selection bias (state without
+// gradient or moments, kernels::MoeWeights::bias) as "moe_bias/layers.L", fp32 [E]; a file without them (saved
+// with bias_update 0) resumes with the config's start (zeros).
 // Root attributes: workload "lm_train"; step (updates done, the format's own `step`); model (the shape text of
 // lm_model_text, which must match on resume); batch (global sequences per step); dtype (compute dtype at save);
 // data_seed and data_position (sequences consumed = step · batch) and rng (the state of the data generator: the

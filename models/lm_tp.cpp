@@ -149,6 +149,9 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
       algorithm_(dp.algorithm), sp_(sequence_parallel), zigzag_(cp_zigzag && !ulysses), ulysses_(ulysses),
       fused_(fused), store_(!world.shape_only()) {
   check_lm_config(global);
+  if (global.mlp == sharding::MlpKind::geglu && !dp.forward_only)
+    throw std::invalid_argument("model.mlp: geglu trains not yet (its backward is not implemented; swiglu | gelu); "
+                                "run computes its forward");
   for (const auto& a : mesh.axes())
     if (a.size > 1 && a.name != "tp" && a.name != "dp" && a.name != "cp" && a.name != "pp" && a.name != "ep")
       throw std::invalid_argument("parallel: train runs on pp x dp x ep x cp x tp meshes only (got " + mesh.describe() + ")");
@@ -265,11 +268,18 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
   const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
                                            1.0 / ep_size_};
-  data_ = std::make_unique<sharding::plans::DataParallel>(
-      std::move(params), static_cast<int>(local_.layers) + 2,
-      sharding::plans::ZeroConfig{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather, dp.forward_only},
-      *rep_, global.dtype, store_,
-      experts);
+  // Megatron's bucket rule (data_parallel.h, "Buckets") needs each unit's model chunk: the embedding is chunk 0's,
+  // block l its virtual stage's, the head the last chunk's.
+  sharding::plans::ZeroConfig zc{dp.zero, dp.bucket_bytes, dp.algorithm, dp.overlap_param_gather,
+                                 dp.forward_only};
+  zc.overlap_grad_reduce = dp.overlap_grad_reduce.value_or(!sp_);
+  zc.first_stage = pp_rank_ == 0;
+  zc.unit_chunk.assign(size_t(local_.layers) + 2, int(chunk_first_.empty() ? 0 : chunk_first_.size() - 1));
+  zc.unit_chunk[0] = 0;
+  for (size_t c = 0; c < chunk_first_.size(); ++c)
+    for (int64_t l = 0; l < chunk_len_[c]; ++l) zc.unit_chunk[size_t(1 + chunk_first_[c] + l)] = int(c);
+  data_ = std::make_unique<sharding::plans::DataParallel>(std::move(params), static_cast<int>(local_.layers) + 2,
+                                                          zc, *rep_, global.dtype, store_, experts);
   work_refs_ = prefs(work_);
   data_->load(prefs(master), nullptr, nullptr, work_refs_);
   check_plan_algorithm(dp.zero);
@@ -399,6 +409,7 @@ LmWeights LmTpTrainer::gather_master() { return gather(gather_field(sharding::pl
 LmTrainSnapshot LmTpTrainer::gather_state() {
   LmTrainSnapshot s;
   s.master = gather(gather_field(sharding::plans::DataParallel::Field::master));
+  share_moe_bias(s.master);
   s.m = gather(gather_field(sharding::plans::DataParallel::Field::m));
   s.v = gather(gather_field(sharding::plans::DataParallel::Field::v));
   s.step = step_;
@@ -422,6 +433,7 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
   LmWeights master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
   work_ = lm_compute_copy(local_, master);
+  restore_moe_bias(s.master);
   work_refs_ = prefs(work_);
   if (!moments) {
     data_->load(prefs(master), nullptr, nullptr, work_refs_);

@@ -95,7 +95,7 @@
 // last unit's gradients are ready, the 8-byte grad-norm all_reduce over the mesh, AdamW (one multi-tensor kernel
 // over the owned chunks), then the stage 1-2 parameter all_gathers over dp.
 //
-// Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0, heads, kv_heads, ffn
+// Errors: std::invalid_argument naming the field when zero is not in 0..3, bucket_bytes < 0 (but kMegatronBuckets), heads, kv_heads, ffn
 // or vocab is not a multiple of tp, or
 // the global batch is not a multiple of dp, seq is not a multiple of cp (2cp zigzag; with sp, seq/cp of tp), or
 // the mesh has axes other than dp, cp and tp; collective errors
@@ -137,7 +137,8 @@ namespace shardsim::models {
 // micro-batch's backward.
 struct LmDpConfig {
   int zero = 0;                             // ZeRO stage 0..3
-  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
+  // Megatron's rule (sharding/plans/data_parallel.h "Buckets"), > 0 DDP's bytes per bucket, 0 = one bucket
+  int64_t bucket_bytes = sharding::plans::kMegatronBuckets;
   std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
   bool recompute = false;
   int64_t micro_batch = 0;                  // sequences per micro-batch and replica; 0 = the replica's batch
@@ -424,6 +425,8 @@ class LmTpTrainer {
   // whether weight NAME is an expert's (reduced over the expert-data-parallel group).
   void setup_moe();
   bool expert_weight(const std::string& name) const;
+  // With sp, does each tp chip route its own rows (etp 1)? With etp = tp they route the gathered rows together.
+  bool sp_routes_own_rows() const;
   sharding::plans::BlockMoe block_moe(int64_t l) const;
   // WHOLE (every expert, this chip's tp-gathered ones filled): each expert broadcast over ep from its owner.
   void share_experts(LmWeights& whole);
@@ -431,6 +434,11 @@ class LmTpTrainer {
   // layers (moe_load_, its micro-batches' routing) summed over the replicas by one all_reduce from READY, then
   // every layer's selection bias updated (kernels::update_expert_bias). Returns when the update is done.
   sim::TimeNs update_moe_bias(sim::TimeNs ready);
+  // The selection biases in checkpoints (bias_update > 0): share_moe_bias gives WHOLE's MoE layers every stage's
+  // current biases (one all_reduce over pp); restore_moe_bias gives this chip's MoE layers those of SNAPSHOT (the
+  // whole model's).
+  void share_moe_bias(LmWeights& whole);
+  void restore_moe_bias(const LmWeights& snapshot);
   double moe_aux_grad() const;  // d loss / d this chip's aux loss of a micro-batch
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;

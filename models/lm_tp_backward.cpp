@@ -156,8 +156,8 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
     for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
-      if ((is_norm(name) || (local_.moe && name.find(".moe.") != std::string::npos)) && owns(name))
-        norms.push_back(gt);  // a MoE layer's weights too: each tp chip routed its own rows (etp 1)
+      if ((is_norm(name) || (sp_routes_own_rows() && name.find(".moe.") != std::string::npos)) && owns(name))
+        norms.push_back(gt);  // a MoE layer's weights too when each tp chip routed its own rows (etp 1)
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();
     Tensor flat = make(c.dtype, {total});

@@ -36,16 +36,17 @@ void LmTpTrainer::setup_moe() {
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
   local_.expert_first = shard.first;
   local_.expert_count = shard.count;
-  if (sp_ && etp_ > 1)
-    throw std::invalid_argument("parallel.etp: etp with sp is not implemented yet (each tp chip routes its own rows)");
   // Every rank makes the same sub-groups in the same order (collective on first use).
   ep_groups_ = std::make_unique<sharding::plans::EpGroups>(
       sharding::plans::EpGroups{mesh_["ep"], etp_ > 1 ? &mesh_["tp"] : nullptr, {}});
   // A sequence split over chips (sp over tp, cp or Ulysses over cp): each routes its own rows; the aux loss's group
-  // is the micro-batch's sequence on all of them (Megatron-Core's sequence_partition_group).
-  if (sp_ && tp_size_ > 1) ep_groups_->span.push_back(&mesh_["tp"]);
+  // is the micro-batch's sequence on all of them (Megatron-Core's sequence_partition_group). With etp and sp the
+  // tp chips route their gathered rows together (sharding/plans/block.cpp), so tp is not a split there.
+  if (sp_routes_own_rows()) ep_groups_->span.push_back(&mesh_["tp"]);
   if (cp_size_ > 1) ep_groups_->span.push_back(&mesh_["cp"]);
 }
+
+bool LmTpTrainer::sp_routes_own_rows() const { return sp_ && tp_size_ > 1 && etp_ == 1; }
 
 bool LmTpTrainer::expert_weight(const std::string& name) const {
   return ep_size_ > 1 && name.find(".moe.expert.") != std::string::npos;
@@ -100,7 +101,7 @@ sim::TimeNs LmTpTrainer::update_moe_bias(sim::TimeNs ready) {
   o.name = "all_reduce.expert_load";
   sim::TimeNs t = collectives::all_reduce(*rep_, load.data_if_stored(), load.data_if_stored(), size_t(load.numel()),
                                           load.dtype(), collectives::ReduceOp::sum, ready, o).span.end;
-  if (sp_ && tp_size_ > 1)  // with sp each tp chip routed its own rows
+  if (sp_routes_own_rows())  // with sp (etp 1) each tp chip routed its own rows
     t = collectives::all_reduce(mesh_["tp"], load.data_if_stored(), load.data_if_stored(), size_t(load.numel()),
                                 load.dtype(), collectives::ReduceOp::sum, t, o).span.end;
   // bias += gamma * sign(mean - load) per expert: one small vector kernel (loads and biases read, biases written).
@@ -112,6 +113,43 @@ sim::TimeNs LmTpTrainer::update_moe_bias(sim::TimeNs ready) {
       kernels::update_expert_bias(work_.layers[size_t(layers[size_t(i)])].moe.bias, counts, local_.moe->bias_update);
     }
   return t;
+}
+
+void LmTpTrainer::share_moe_bias(LmWeights& whole) {
+  if (!local_.moe || local_.moe->bias_update <= 0) return;
+  const int64_t E = global_.moe->spec.experts(), L = global_.layers;
+  // [layers x E] fp32, this stage's layers filled: summed over pp, every layer comes from its one stage (exact).
+  Tensor all = make(runtime::DType::fp32, {L * E});
+  for (int64_t l = 0; l < local_.layers; ++l)
+    if (local_.moe_layer(l))
+      for (int64_t e = 0; e < E; ++e)
+        all.set(layer_global_[size_t(l)] * E + e, double(work_.layers[size_t(l)].moe.bias[size_t(e)]));
+  if (pp_size_ > 1) {
+    collectives::CollectiveOptions o;
+    o.algorithm = algorithm_;
+    o.name = "all_reduce.state";
+    collectives::all_reduce(mesh_["pp"], all.data(), all.data(), size_t(all.numel()), all.dtype(),
+                            collectives::ReduceOp::sum, tl_.end_time(), o);
+  }
+  for (int64_t l = 0; l < L; ++l)
+    if (global_.moe_layer(l)) {
+      std::vector<float>& b = whole.layers[size_t(l)].moe.bias;
+      b.assign(size_t(E), 0.0f);
+      for (int64_t e = 0; e < E; ++e) b[size_t(e)] = float(all.get(l * E + e));
+    }
+}
+
+void LmTpTrainer::restore_moe_bias(const LmWeights& snapshot) {
+  if (!local_.moe || local_.moe->bias_update <= 0) return;
+  const size_t E = size_t(global_.moe->spec.experts());
+  for (int64_t l = 0; l < local_.layers; ++l) {
+    if (!local_.moe_layer(l)) continue;
+    const std::vector<float>& b = snapshot.layers[size_t(layer_global_[size_t(l)])].moe.bias;
+    if (b.size() != E)
+      throw std::invalid_argument("lm_tp restore: layer " + std::to_string(layer_global_[size_t(l)]) + "'s selection "
+                                  "bias has " + std::to_string(b.size()) + " entries for " + std::to_string(E) + " experts");
+    work_.layers[size_t(l)].moe.bias = b;
+  }
 }
 
 double LmTpTrainer::expert_param_count() const {

@@ -34,6 +34,11 @@ double LmTpTrainer::run_schedule(sim::TimeNs& t, bool forward_only) {
   hooks.forward = [&](const sharding::plans::PipeAction& a, Tensor& x, sim::TimeNs& at) {
     Live& s = live[{a.chunk, a.micro}];
     s.batch = micro_batch_tokens(a.micro);
+    if (!store_) {  // shape-only: only the embedding reads the tokens and only the head the targets (host memory)
+      const int ms = schedule_.model_stage(pp_rank_, a.chunk);
+      if (ms != 0) s.batch.inputs = {};
+      if (ms != last) s.batch.targets = {};
+    }
     loss += forward(s.batch, s.cache, x, a.chunk, at) / micro_;
     if (activation_bytes_ == 0) activation_bytes_ = lm_cache_bytes(s.cache, dp_.recompute);
     if (recompute_working_bytes < 0) recompute_working_bytes = dp_.recompute ? lm_recompute_working_bytes(s.cache) : 0.0;

@@ -132,9 +132,10 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
   const size_t n_layers0 = stats.size();
   for (double t : mine.layer_end) stats.push_back(t);
   const size_t nf = stats.size();
-  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
   // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
   r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
+  // Last, so no chip holds the every-chip figures across a wait (chips x figures each: 0.5 GB over a fold's replica).
+  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
   std::vector<double> all(bytes.size() / sizeof(double));
   std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
   const int chips = static_cast<int>(all.size() / nf);
@@ -157,6 +158,10 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
       const double* x = v + kComm0 + 4 * c;
       if (x[2] > 0) r.comm[kReportComm[c]] = CommStat{x[0], x[1], static_cast<int>(x[2]), x[3], {}};
     }
+    // The algorithm that ran: this chip's record of the same collective (every chip of a plan runs one rule).
+    for (auto& [key, stat] : r.comm)
+      if (mine.comm)
+        if (const auto it = mine.comm->find(key); it != mine.comm->end()) stat.algorithm = it->second.algorithm;
     r.fused = unpack(v + n_plain, fused);
     r.layer_ns.clear();
     for (size_t l = 0; l < mine.layer_end.size(); ++l)
@@ -390,7 +395,8 @@ std::string plan_tables_text(const RunReport& r) {
     os << "communication per chip (bytes sent; formulas in sharding/plans/tensor_parallel.h and beside each unit)\n";
     for (const auto& [k, c] : r.comm)
       os << "  " << k << std::string(20 - std::min<size_t>(19, k.size()), ' ') << format_mib(c.bytes) << " in "
-         << c.calls << " call(s), formula " << format_mib(c.expected) << "\n";
+         << c.calls << " call(s)" << (c.algorithm.empty() ? "" : " (" + c.algorithm + ")") << ", formula "
+         << format_mib(c.expected) << "\n";
   }
   os << fused_text(r.fused, r.critical.total);
   os << ops_text(r.ops, r.critical.total, r.peak_tflops_per_chip);

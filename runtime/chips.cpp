@@ -194,6 +194,7 @@ void fold_verify(const std::string& op) {
 std::string fold_fallback_reason() { return g_fold_fallback_reason; }
 bool simulated(int chip) { return !g || g->simulated(chip); }
 int mirror_of(int chip) { return g && g->folded() ? g->shift(chip, -g->replica(chip)) : chip; }
+int replica_image(int chip) { return g && g->folded() ? g->shift(chip, 1) : chip; }
 
 [[noreturn]] void fold_broken(const std::string& why) {
   if (g && g->fold_fallback) {
@@ -311,6 +312,18 @@ void post(uint64_t cx, int src, int dst, const void* header, size_t hlen, const 
   }
 }
 
+void post_shared(uint64_t cx, int src, int dst, const std::shared_ptr<const std::vector<unsigned char>>& payload) {
+  if (!g->simulated(dst) || !g->local(dst)) {
+    post(cx, src, dst, nullptr, 0, payload->data(), payload->size());
+    return;
+  }
+  Msg m;
+  m.hlen = 0;
+  m.bytes = payload->size();
+  m.shared = payload;
+  g->deliver(Key{cx, src, dst}, std::move(m));
+}
+
 bool peek(uint64_t cx, int src, int dst, void* header, size_t hlen, size_t* bytes) {
   auto it = g->mail.find(Key{cx, src, dst});
   if (it == g->mail.end() || it->second.empty()) return false;
@@ -323,7 +336,7 @@ bool peek(uint64_t cx, int src, int dst, void* header, size_t hlen, size_t* byte
 void take(uint64_t cx, int src, int dst, void* buf) {
   auto it = g->mail.find(Key{cx, src, dst});
   Msg& m = it->second.front();
-  if (buf && m.bytes) std::memcpy(buf, m.storage.data() + m.offset, m.bytes);
+  if (buf && m.bytes) std::memcpy(buf, m.payload(), m.bytes);
   it->second.pop_front();
   if (it->second.empty()) g->retire(it);
 }

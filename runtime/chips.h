@@ -87,6 +87,9 @@ int current();
 bool folded();
 bool simulated(int chip);
 int mirror_of(int chip);
+// Folded run: the chip one replica on from CHIP (the replica shift sigma; CHIP itself when not folded). A collective
+// over mirrored chips is exact when sigma maps its program onto itself (collectives/algorithms.cpp, choose).
+int replica_image(int chip);
 // Ends a folded run whose replicas turned out not to be provably identical: RuntimeFault (exit 3) "fold: WHY ...",
 // or with FoldSpec::fallback the folded attempt: it then throws a private type that no catch of shardsim's takes
 // (none catches (...) without rethrowing on a chip's path), and run_chips returns kFoldFellBack.
@@ -121,6 +124,9 @@ void post(uint64_t ctx, int src, int dst, const void* header, size_t header_byte
 // The oldest message from SRC to DST under CTX, if it is here: copies its header to HEADER (HEADER_BYTES) and
 // returns true; BYTES gets its payload size (0 for a header-only message). take() then copies the payload to
 // BUF (nullptr: drops it) and removes the message.
+// As post without a header, for a payload several chips receive: a chip of this MPI rank gets PAYLOAD itself (no
+// copy, kept until the last receiver takes it), a chip of another rank a copy.
+void post_shared(uint64_t ctx, int src, int dst, const std::shared_ptr<const std::vector<unsigned char>>& payload);
 bool peek(uint64_t ctx, int src, int dst, void* header, size_t header_bytes, size_t* bytes);
 void take(uint64_t ctx, int src, int dst, void* buf);
 

@@ -49,13 +49,16 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
   const int root = c.member(0);
   const bool mirrored = has_mirrored(c);
   if (mirrored && !g->simulated(root)) fold_broken(op + ": a control-plane root outside replica 0");
-  std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
   if (c.rank != 0) {
-    post(cx, me, root, nullptr, 0, n ? mine : all.data(), n);
+    static const unsigned char none = 0;
+    post(cx, me, root, nullptr, 0, n ? mine : &none, n);
     wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
+    // Allocated once the answer is here, not across the wait (every chip would hold chips x N bytes at once).
+    std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
     take(cx, root, me, all.data());
     return all;
   }
+  std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
   if (n) std::memcpy(all.data(), mine, n);
   for (int r = 1; r < c.size(); ++r) {
     const int src = c.member(r);
@@ -71,9 +74,11 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
       if (n) std::memcpy(all.data() + static_cast<size_t>(r) * n, all.data() + static_cast<size_t>(m[static_cast<size_t>(r)]) * n, n);
     }
   }
+  // One shared copy for the receivers on this MPI rank (a folded run's replica holds thousands of them).
+  const auto shared = std::make_shared<const std::vector<unsigned char>>(std::move(all));
   for (int r = 1; r < c.size(); ++r)
-    if (g->simulated(c.member(r))) post(cx, me, c.member(r), nullptr, 0, all.data(), all.size());
-  return all;
+    if (g->simulated(c.member(r))) post_shared(cx, me, c.member(r), shared);
+  return *shared;
 }
 
 std::shared_ptr<VComm> split(VComm& parent, int color, int key, const std::string& op, std::vector<int>* parent_ranks,

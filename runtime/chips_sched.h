@@ -56,6 +56,9 @@ struct Msg {
   size_t bytes = 0;                     // payload bytes
   std::vector<unsigned char> storage;   // payload at storage.data() + offset
   size_t offset = 0;
+  // Or a payload several local chips receive (chips::post_shared: one copy, not one per receiver).
+  std::shared_ptr<const std::vector<unsigned char>> shared{};
+  const unsigned char* payload() const { return shared ? shared->data() : storage.data() + offset; }
 };
 
 struct Key {

@@ -162,7 +162,11 @@ struct ParallelPlan {
   FusedPlan fused;     // parallel.fused / parallel.chunks (sharding/fused.h); needs tp > 1
   // Training only (refused by run, which has no gradients or optimizer state):
   int zero = 0;                                // ZeRO stage 0-3 over the dp (x cp) replicas
-  int64_t bucket_bytes = 25LL * 1024 * 1024;   // gradient bucket bytes (PyTorch DDP's 25 MiB); 0 = one reduction
+  // Gradient buckets (parallel.bucket_bytes): -1 = auto, Megatron-LM's rule (sharding/plans/data_parallel.h
+  // "Buckets": max(40M, 1M x dp x cp) elements on the first stage's first model chunk, one bucket per chunk
+  // elsewhere or without overlap_grad_reduce); > 0 = PyTorch DDP's rule with that many bytes (its default 25 MiB:
+  // 26214400); 0 = one reduction after the backward.
+  int64_t bucket_bytes = -1;
   bool recompute = false;                      // full activation recomputation per block (recompute: full | true)
   // Selective recomputation (Korthikanti et al. 2022: the attention core recomputed in the backward, the rest
   // kept; recompute: selective). With model.attention_impl unfused the forward keeps no softmax output and the

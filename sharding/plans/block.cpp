@@ -9,6 +9,7 @@
 #include "kernels/norm.h"
 #include "sharding/plans/context_parallel.h"
 #include "sharding/plans/kv_attention.h"
+#include "sharding/plans/sequence_parallel.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "sharding/plans/ulysses.h"
 
@@ -185,21 +186,32 @@ Tensor attention(PlanContext& ctx, const TokenLayout& lay, Tensor& q, Tensor& k,
   return local_attention(ctx.chip, s, q, k, v, lay.batch, lay.seq_local, lse, probs);
 }
 
-// The MoE MLP on this chip's normed rows B (its tokens: the tp group's replicated rows), through the ep unit;
-// a shape-only run routes by the model's declared distribution. KEEP: m = B and the layer's EpActivations.
+// etp with sp: the experts' inner size is split over the tp chips, so each needs every row of the tp group (an sp
+// all_gather before the experts, of DY in the backward) and the summed output goes back to each chip's rows by a
+// reduce_scatter (EpOptions::etp_scatter). With etp 1 each tp chip routes its own rows instead.
+bool etp_over_sp(const PlanContext& ctx, const BlockMoe& moe) {
+  return moe.groups->etp_size() > 1 && ctx.n_resid < ctx.n_attn;
+}
+
+// The MoE MLP on this chip's normed rows B (its tokens: the tp group's replicated rows, with sp its own rows, or
+// with etp and sp the tp group's gathered rows), through the ep unit; a shape-only run routes by the model's
+// declared distribution. KEEP: m = the rows routed and the layer's EpActivations.
 Tensor moe_sublayer(PlanContext& ctx, const Tensor& b, const BlockMoe& moe, BlockActivations* keep) {
   const kernels::MoeConfig& mc = *ctx.s.moe;
   kernels::MoeSpec spec = mc.spec;
   spec.capacity.groups = 1;  // this chip's tokens are one group
-  std::vector<kernels::Routing> declared;
-  if (!b.has_storage()) declared = declared_ep_routing(spec, b.dim(0), mc.routing, moe.groups->ep.size(), moe.layer);
-  EpActivations local;
-  EpActivations& k = keep ? keep->moe : local;
-  if (keep) keep->m = b;
   EpOptions o;
   o.algorithm = ctx.p.algorithm.empty() ? "auto" : ctx.p.algorithm;
-  return ep_moe_forward(*moe.groups, spec, *moe.w, b, ctx.chip, ctx.comm, k, declared.empty() ? nullptr : &declared,
-                        o);
+  o.etp_scatter = etp_over_sp(ctx, moe);
+  const Tensor rows = o.etp_scatter ? sp_all_gather(ctx, b, "before the experts") : b;
+  std::vector<kernels::Routing> declared;
+  if (!rows.has_storage())
+    declared = declared_ep_routing(spec, rows.dim(0), mc.routing, moe.groups->ep.size(), moe.layer);
+  EpActivations local;
+  EpActivations& k = keep ? keep->moe : local;
+  if (keep) keep->m = rows;
+  return ep_moe_forward(*moe.groups, spec, *moe.w, rows, ctx.chip, ctx.comm, k,
+                        declared.empty() ? nullptr : &declared, o);
 }
 
 }  // namespace
@@ -286,7 +298,9 @@ Tensor mlp_backward(PlanContext& ctx, const BlockWeights& w, const BlockActivati
     for (auto& e : g.moe->experts) zero(e.w_gate), zero(e.w_up), zero(e.w_down);
     EpOptions o;
     o.algorithm = ctx.p.algorithm;
-    return ep_moe_backward(*w.moe.groups, ctx.s.moe->spec, *w.moe.w, S.m, S.moe, dx, g.moe_aux_grad, *g.moe,
+    o.etp_scatter = etp_over_sp(ctx, w.moe);
+    const Tensor dy = o.etp_scatter ? sp_all_gather(ctx, dx, "dexperts_out") : dx;
+    return ep_moe_backward(*w.moe.groups, ctx.s.moe->spec, *w.moe.w, S.m, S.moe, dy, g.moe_aux_grad, *g.moe,
                            ctx.chip, ctx.comm, o);
   }
   const bool store = dx.has_storage();

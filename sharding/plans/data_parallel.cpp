@@ -21,6 +21,10 @@ size_t pad_to(size_t n, size_t divisor) { return (n + divisor - 1) / divisor * d
 
 size_t bucket_alignment(int replicas) { return std::lcm(size_t(std::max(replicas, 1)), size_t(128)); }
 
+size_t megatron_bucket_elements(int replicas) {
+  return std::max<size_t>(40000000, size_t(1000000) * size_t(std::max(replicas, 1)));
+}
+
 using runtime::DType;
 using runtime::Tensor;
 
@@ -30,7 +34,7 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
       size_(replicas.size()), units_(units) {
   if (config.zero < 0 || config.zero > 3)
     throw std::invalid_argument("parallel.zero: must be 0, 1, 2 or 3 (got " + std::to_string(config.zero) + ")");
-  if (config.bucket_bytes < 0)
+  if (config.bucket_bytes < 0 && config.bucket_bytes != kMegatronBuckets)
     throw std::invalid_argument("parallel.bucket_bytes: must be >= 0 (got " + std::to_string(config.bucket_bytes) +
                                 ")");
   // Flat order: units in backward order, parameters in list order within a unit. Stages 1-3 lay the flat buffer
@@ -44,17 +48,25 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   const size_t param_align = padded ? kParamAlignment : 1;
   unit_buckets_.assign(size_t(units), {});
   const auto close = [&](Bucket& b) { b.count = pad_to(b.count, padded ? bucket_alignment(group_size(b)) : 1); };
+  // Megatron's rule ("Buckets"): a unit's model chunk, and the bucket limit in elements of a chunk (0: one bucket).
+  const bool megatron = config.bucket_bytes == kMegatronBuckets;
+  if (megatron && !config.unit_chunk.empty() && config.unit_chunk.size() != size_t(units))
+    throw std::logic_error("data_parallel: unit_chunk needs one chunk per unit");
+  const auto chunk = [&](int u) { return config.unit_chunk.empty() ? 0 : config.unit_chunk[size_t(u)]; };
+  const size_t chunk_limit = config.overlap_grad_reduce && config.first_stage ? megatron_bucket_elements(size_) : 0;
+  const auto full = [&](const Bucket& b, int u) {
+    if (config.zero == 3) return b.last_unit != u;
+    if (!megatron) return config.bucket_bytes > 0 && double(b.count * esize) >= double(config.bucket_bytes);
+    if (chunk(b.last_unit) != chunk(u)) return true;
+    return chunk(u) == 0 && chunk_limit > 0 && b.count >= chunk_limit;
+  };
   // The dense parameters' buckets, then the experts' (a bucket holds one group's).
   for (const bool expert : {false, true}) {
   const size_t first = buckets_.size();
   for (int u = units - 1; u >= 0; --u)
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].unit != u || params[i].expert != expert) continue;
-      const bool new_bucket =
-          buckets_.size() == first ||
-          (config.zero == 3 ? buckets_.back().last_unit != u
-                            : config.bucket_bytes > 0 &&
-                                  double(buckets_.back().count * esize) >= double(config.bucket_bytes));
+      const bool new_bucket = buckets_.size() == first || full(buckets_.back(), u);
       if (new_bucket) {
         if (buckets_.size() > first) close(buckets_.back());
         buckets_.emplace_back();

@@ -9,11 +9,22 @@
 // 0 = embedding, 1 + l = block l, units-1 = final norm + head). The flat gradient order is the backward order
 // (unit units-1 first, then downwards), parameters in list order within a unit.
 //
-// Buckets (PyTorch DDP's design): whole parameters in flat order are appended to a bucket until it holds >=
-// bucket_bytes of gradient (compute dtype); a bucket's reduction is issued on the simulated timeline when its last
-// unit's gradients are ready (grads_ready), so it overlaps the backward of the units before it. bucket_bytes = 0:
-// one bucket, one reduction after backward. ZeRO-3 always uses one bucket per unit (FSDP's units; a unit with
-// expert parameters has a second one, over the experts' group).
+// Buckets: whole parameters in flat order are appended to a bucket until it holds at least its limit; a bucket's
+// reduction is issued on the simulated timeline when its last unit's gradients are ready (grads_ready), so it
+// overlaps the backward of the units before it. The limit (ZeroConfig::bucket_bytes):
+//   kMegatronBuckets (the default): Megatron-LM's rule (megatron/core/distributed/distributed_data_parallel.py and
+//      distributed_data_parallel_config.py, DistributedDataParallelConfig.bucket_size): each model chunk (an
+//      interleaved pipeline's virtual stage; else the chip's whole model) is its own buffer, so no bucket spans two
+//      chunks; with overlap_grad_reduce the first chunk on the first pipeline stage is cut into buckets of
+//      megatron_bucket_elements(replicas) = max(40,000,000, 1,000,000 x replicas) elements (replicas: the dp x cp
+//      group; "larger DP sizes need larger buckets to ensure collectives do not become latency-bound"); every
+//      other chunk (pipeline rank > 0, or model chunk > 0: bucketing off "since data-parallel communication on
+//      these stages is not on the critical path") and every chunk without overlap_grad_reduce is one bucket.
+//   > 0: PyTorch DDP's rule (bucket_cap_mb): buckets of >= bucket_bytes of gradient (compute dtype) over the chip's
+//      whole flat buffer, every stage and chunk alike (DDP's 25 MiB: bucket_bytes 26214400).
+//   0: one bucket, one reduction after backward.
+// ZeRO-3 always uses one bucket per unit (FSDP's units; a unit with expert parameters has a second one, over the
+// experts' group).
 //
 // ZeRO stages (Rajbhandari et al., "ZeRO", SC'20, arXiv:1910.02054). Each bucket of n elements is split over the
 // replicas by collectives::Partition{n, replicas}; rank r owns chunk r.
@@ -47,7 +58,7 @@
 //
 // Collective names on the timeline: all_reduce.grads / reduce_scatter.grads, all_gather.params; state gathers
 // all_gather.master / all_gather.adam_m / all_gather.adam_v. Errors: std::invalid_argument naming parallel.zero
-// (not 0..3) or parallel.bucket_bytes (< 0); std::logic_error for a tensor of the wrong dtype or a shape-only
+// (not 0..3) or parallel.bucket_bytes (< 0 but not kMegatronBuckets); std::logic_error for a tensor of the wrong dtype or a shape-only
 // state request; collective errors propagate.
 #pragma once
 
@@ -68,10 +79,14 @@ namespace shardsim::sharding::plans {
 inline constexpr size_t kParamAlignment = 64;
 size_t bucket_alignment(int replicas);  // lcm(replicas, 128)
 
+// ZeroConfig::bucket_bytes: Megatron-LM's bucket rule ("Buckets" above); the default.
+inline constexpr int64_t kMegatronBuckets = -1;
+size_t megatron_bucket_elements(int replicas);  // max(40,000,000, 1,000,000 x replicas)
+
 struct ZeroConfig {
-  int zero = 0;                             // ZeRO stage 0..3
-  int64_t bucket_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb = 25; 0 = one bucket after backward
-  std::string algorithm = "auto";           // collective algorithm (collectives/algorithms.h)
+  int zero = 0;                               // ZeRO stage 0..3
+  int64_t bucket_bytes = kMegatronBuckets;    // kMegatronBuckets, > 0 (DDP's rule) or 0 = one bucket after backward
+  std::string algorithm = "auto";             // collective algorithm (collectives/algorithms.h)
   // Stages 1-2 (Megatron's --overlap-param-gather): publish() issues no all_gather; the next step's forward gathers
   // them: begin_forward of a bucket's first unit (in forward order) waits for its gather, and issues the next
   // unit's buckets' gathers, which overlap this unit's forward.
@@ -80,6 +95,12 @@ struct ZeroConfig {
   // tensors of their shapes, so memory() still reports their sizes); reduce_gradients, optimizer_step and
   // gather_state of m or v throw std::logic_error.
   bool forward_only = false;
+  // Megatron's rule only (bucket_bytes = kMegatronBuckets): whether buckets are reduced as they are ready (else one
+  // bucket per chunk), whether this chip is on the first pipeline stage, and the model chunk of each unit (an
+  // interleaved pipeline's virtual stage; empty: one chunk). Only chunk 0 of the first stage is cut into buckets.
+  bool overlap_grad_reduce = true;
+  bool first_stage = true;
+  std::vector<int> unit_chunk{};
 };
 
 // One parameter tensor, in the model's fixed order.

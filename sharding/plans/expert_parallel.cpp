@@ -7,6 +7,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/all_to_all.h"
+#include "collectives/reduce_scatter.h"
 #include "kernels/norm.h"
 #include "sharding/plans/expert_parallel_config.h"
 
@@ -62,6 +63,24 @@ void etp_sum(runtime::Transport& etp, void* buf, size_t count, runtime::DType dt
   chip.t = r.span.end;
 }
 
+// The etp group's partial sums X [T, h] reduce_scattered to this chip's T / etp rows (etp with sp), charged from
+// CHIP.t on.
+Tensor etp_scatter(runtime::Transport& etp, const Tensor& x, const std::string& what, const EpOptions& o, Chip& chip,
+                   Comm& comm) {
+  const int p = etp.size();
+  if (x.dim(0) % p != 0)
+    throw std::invalid_argument("expert tensor parallel: " + std::to_string(x.dim(0)) + " rows do not split over etp " +
+                                std::to_string(p) + " (sequence parallelism)");
+  Tensor out = Tensor::make(x.dtype(), {x.dim(0) / p, x.dim(1)}, x.has_storage());
+  const auto r = collectives::reduce_scatter(etp, x.data_if_stored(), out.data_if_stored(), size_t(x.numel()), x.dtype(),
+                                             collectives::ReduceOp::sum, chip.t,
+                                             ring_opts("etp reduce_scatter (" + what + ")", o.algorithm));
+  comm.add("etp reduce_scatter", r.bytes_sent, double(p - 1) / p * double(x.nbytes()), r.span.end - r.span.start,
+           r.algorithm);
+  chip.t = r.span.end;
+  return out;
+}
+
 }  // namespace
 
 MoeWeights shard_etp(const MoeWeights& w, int etp, int rank) {
@@ -78,7 +97,7 @@ MoeWeights shard_etp(const MoeWeights& w, int etp, int rank) {
 std::vector<Routing> declared_ep_routing(const MoeSpec& s, int64_t tokens, const kernels::RoutingDistribution& d, int ep,
                                          int64_t layer) {
   MoeSpec local = s;
-  local.capacity.groups = 1;
+  local.capacity = s.capacity.one_group();
   std::vector<Routing> out;
   for (int r = 0; r < ep; ++r) out.push_back(kernels::declared_routing(local, tokens, d, uint64_t(layer * ep + r)));
   return out;
@@ -177,7 +196,7 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
                       Comm& comm, EpActivations& keep, const std::vector<Routing>* declared, const EpOptions& o) {
   runtime::Transport& ep = g.ep;
   MoeSpec s = spec;
-  s.capacity.groups = 1;
+  s.capacity = spec.capacity.one_group();
   s.check();
   const int P = ep.size(), r = ep.rank();
   const EpShard shard = ep_shard(s.experts(), P, r);
@@ -245,6 +264,7 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
     if (!o.overlap_shared) ys = kernels::shared_forward(s, w.shared, x, &keep.shared, charge);
     charge(kernels::add_inplace(y, ys));
   }
+  if (g.etp_size() > 1 && o.etp_scatter) return etp_scatter(*g.etp, y, "output", o, chip, comm);
   if (g.etp_size() > 1) etp_sum(*g.etp, y.data_if_stored(), size_t(y.numel()), y.dtype(), "output", o, chip, comm);
   return y;
 }
@@ -254,7 +274,7 @@ Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights&
                        Comm& comm, const EpOptions& o) {
   runtime::Transport& ep = g.ep;
   MoeSpec s = spec;
-  s.capacity.groups = 1;
+  s.capacity = spec.capacity.one_group();
   const int P = ep.size();
   const int64_t L = int64_t(w.experts.size());
   const MoeCharge charge{[&](const kernels::KernelCost& c) { chip.charge(c, c.name); }};
@@ -293,6 +313,14 @@ Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights&
   if (s.shared_ffn > 0) {
     if (!o.overlap_shared) dxs = kernels::shared_backward(s, w.shared, x, keep.shared, dy, grads.shared, charge);
     charge(kernels::add_inplace(dx, dxs));
+  }
+  if (g.etp_size() > 1 && o.etp_scatter) {  // this chip's rows of the sum, then of the router's part (every chip's)
+    Tensor mine = etp_scatter(*g.etp, dx, "input gradient", o, chip, comm);
+    Tensor dr = Tensor::make(s.dtype, x.shape(), real);
+    if (real) std::memset(dr.data(), 0, dr.nbytes());
+    kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dr, grads.router, charge);
+    charge(kernels::add_inplace(mine, dr.rows(g.etp_rank() * mine.dim(0), mine.dim(0))));
+    return mine;
   }
   if (g.etp_size() > 1) etp_sum(*g.etp, dx.data_if_stored(), size_t(dx.numel()), dx.dtype(), "input gradient", o, chip, comm);
   kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dx, grads.router, charge);

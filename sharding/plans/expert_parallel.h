@@ -25,6 +25,8 @@
 // unpermuted and added to the (etp-sharded) shared experts' partial output, then summed over etp by one
 // all_reduce ("etp all_reduce (output)", as the row-parallel MLP's). The backward sums the partial combine-weight
 // gradients (T·k fp32) and the partial input gradients over etp the same way; the router's part is added after.
+// With sequence parallelism the caller gathers the tp group's rows first and EpOptions::etp_scatter
+// reduce_scatters the sums back to each chip's rows instead (sharding/plans/block.cpp).
 //
 // Gradients: expert weights are complete for the tokens of this ep group (reduce them over the expert-data-parallel
 // group: the dp axis); the router's (and the shared experts') are this rank's partial and are reduced with the
@@ -63,6 +65,11 @@ struct EpGroups {
 struct EpOptions {
   std::string algorithm = "auto";  // the all_to_all / all_to_allv algorithm (collectives/registry.h)
   bool overlap_shared = true;      // shared experts during the dispatch / its gradient's exchange
+  // etp with sequence parallelism (the etp group is sp's tp group; X and the backward's DY are its all_gathered
+  // rows, gathered by the caller): the summed output, and in the backward the summed input gradient, are
+  // reduce_scattered to this chip's T / etp rows ("etp reduce_scatter") instead of all_reduced, as sp's
+  // row-parallel GEMM does.
+  bool etp_scatter = false;
 };
 
 // The experts of ep rank R of EP: [first, first + count).

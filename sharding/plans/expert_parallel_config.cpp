@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "sharding/plans/block.h"
+
 namespace shardsim::sharding::plans {
 
 namespace {
@@ -87,6 +89,25 @@ std::string moe_text(const kernels::MoeConfig& c) {
   return o.str();
 }
 
+void split_capacity_over_chips(kernels::CapacityOptions& c, int64_t seq, int64_t seqs, int cp, bool zigzag, int sp_tp) {
+  c.split = 1;
+  c.order.clear();
+  if (c.factor <= 0 || (cp <= 1 && sp_tp <= 1)) return;
+  std::vector<int64_t> order;
+  order.reserve(size_t(seq * seqs));
+  for (int r = 0; r < cp; ++r) {  // cp rank r's rows: its chunks of every sequence, in its local row order
+    const TokenLayout l = token_layout(seq, seqs, cp, r, zigzag && cp > 1);
+    for (size_t i = 0; i < l.pos.size(); ++i) order.push_back(int64_t(i) / l.seq_local * seq + l.pos[i]);
+  }
+  const int64_t pieces = int64_t(std::max(cp, 1)) * std::max(sp_tp, 1);
+  if (int64_t(order.size()) != seq * seqs || order.size() % size_t(pieces) != 0)
+    throw std::invalid_argument("model.moe.capacity_factor: " + std::to_string(seqs) + " sequences of " +
+                                std::to_string(seq) + " tokens do not split evenly over " + std::to_string(pieces) +
+                                " chips");
+  c.split = pieces;  // sp: tp rank t holds the t-th slice of its cp rank's rows, so the order is already piece-major
+  c.order = std::move(order);
+}
+
 std::string ep_obstacle(int64_t experts, int ep) {
   if (ep >= 1 && experts % ep == 0) return "";
   return std::to_string(experts) + " experts do not split over ep = " + std::to_string(ep) +
@@ -120,16 +141,9 @@ PlanDescriptor ep_plan_descriptor() {
   d.keys = {{"ep", PlanValue::size, "1..1048576", "1", "expert-parallel size (divides model.moe.experts)", true}};
   d.read = [](const PlanParse& c, ParallelPlan& p) {
     if (p.ep > 1) needs_moe(c, "ep");
-    if (!c.model.moe) return;
     // A MoE layer routes each chip's rows of its micro-batch: the tp group's replicated rows, or with sp, cp or
-    // Ulysses the chip's share of the sequence, the aux loss then over the sequence's chips (EpGroups::span).
-    // Capacity is per chip's tokens, which with a split sequence are not consecutive rows of the reference's.
-    const bool split = p.sp || p.cp > 1 || p.ulysses > 1;
-    if (split && c.model.moe->spec.capacity.factor > 0)
-      c.not_implemented(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses",
-                        std::string(p.sp ? "sp" : p.cp > 1 ? "cp" : "ulysses") +
-                            " with model.moe.capacity_factor > 0 (capacity per chip of a split sequence); the "
-                            "dropless MoE (capacity_factor 0) composes");
+    // Ulysses the chip's share of the sequence (capacity over those rows), the aux loss then over the sequence's
+    // chips (EpGroups::span).
   };
   d.check = [](const PlanParse& c, const ParallelPlan& p) {
     if (p.ep == 1) return;
@@ -179,9 +193,6 @@ PlanDescriptor etp_plan_descriptor() {
   };
   d.check = [](const PlanParse& c, const ParallelPlan& p) {
     if (p.etp == 1) return;
-    if (p.sp)
-      c.not_implemented("etp", "etp with sp (each tp chip routes its own rows; the experts' tensor parallelism "
-                               "takes the tp group's common rows): etp 1 composes with sp");
     const kernels::MoeSpec& s = c.model.moe->spec;
     for (int64_t f : s.expert_ffn)
       if (f % p.etp != 0)
@@ -193,7 +204,9 @@ PlanDescriptor etp_plan_descriptor() {
   };
   d.text = [](const ModelSpec&, const ParallelPlan& p, bool) {
     return "expert tensor parallel etp=" + std::to_string(p.etp) +
-           " (experts' W_gate/W_up columns and W_down rows over tp; etp all_reduce of the output)";
+           " (experts' W_gate/W_up columns and W_down rows over tp; " +
+           (p.sp ? "the tp group's rows sp all_gathered, the output etp reduce_scattered)"
+                 : "etp all_reduce of the output)");
   };
   d.example = {moe_case("tp: 2, etp: 2"), SpecUse::train, 2, ""};
   d.bad_cases = {{moe_case("tp: 2, etp: 2", "[8, 8, 8, 7]"), SpecUse::train, 2, "etp"},

@@ -57,9 +57,17 @@ std::string moe_text(const kernels::MoeConfig& c);
 // The ep plan's divisibility rule: "" when EXPERTS split over EP, else the message (for parallel.ep).
 std::string ep_obstacle(int64_t experts, int ep);
 
+// The single-device reference's capacity pieces (kernels::CapacityOptions::split and order) for a plan that splits
+// each sequence over chips: every chip drops over its own rows (Megatron-Core computes the capacity from a rank's
+// local tokens), so each reference group of SEQS sequences of SEQ tokens is cut into the rows of its CP x SP_TP
+// chips in their own order: cp rank c holds token_layout(SEQ, SEQS, CP, c, ZIGZAG)'s rows (sharding/plans/block.h;
+// Ulysses: ZIGZAG false), and with sp (SP_TP > 1) tp rank r the r-th of SP_TP equal slices of them. Dropless, or
+// CP = SP_TP = 1: C is left as it is. Throws std::invalid_argument when the rows do not split evenly.
+void split_capacity_over_chips(kernels::CapacityOptions& c, int64_t seq, int64_t seqs, int cp, bool zigzag, int sp_tp);
+
 // The plan registry's descriptors of the ep unit (parallel.ep: the mesh's ep axis) and the etp unit
 // (parallel.etp: 1 or tp), registered by registry.cpp. Rules: ep and etp need model.moe; ep divides the experts;
-// etp is 1 or tp and divides every expert's (and the shared experts') inner size; not yet with sp, cp or ulysses.
+// etp is 1 or tp and divides every expert's (and the shared experts') inner size.
 PlanDescriptor ep_plan_descriptor();
 PlanDescriptor etp_plan_descriptor();
 

@@ -214,7 +214,8 @@ std::string pp_text(const ModelSpec& s, const ParallelPlan& p, bool train_mode) 
 void dp_read(const PlanParse& c, ParallelPlan& p) {
   if (!c.given) return;
   p.zero = static_cast<int>(c.par.get_int_in("zero", 0, 3, 0));
-  p.bucket_bytes = config_bytes_in(c.par, "bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
+  if (c.par.has("bucket_bytes") && c.par.child("bucket_bytes").printable_text() == "auto") p.bucket_bytes = -1;
+  else p.bucket_bytes = config_bytes_in(c.par, "bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
   p.overlap_grad_reduce = c.par.get_bool("overlap_grad_reduce", !p.sp);
   p.overlap_param_gather = c.par.get_bool("overlap_param_gather", false);
   if (p.overlap_param_gather && (p.zero < 1 || p.zero > 2))
@@ -248,6 +249,11 @@ std::string dp_text(const ModelSpec&, const ParallelPlan& p, bool train_mode) {
                   ", ZeRO stage " + str(p.zero) + ", ";
   if (p.zero == 3) t += "reduced per unit";
   else if (p.bucket_bytes == 0) t += "one reduction after the backward";
+  else if (p.bucket_bytes < 0)
+    t += p.overlap_grad_reduce ? "Megatron's buckets (max(40M, 1M x " + str(nd) +
+                                     ") elements on the first stage's first model chunk, one bucket per chunk "
+                                     "elsewhere) reduced as ready"
+                               : "one bucket per model chunk, reduced after the backward (Megatron's rule)";
   else
     t += "buckets of " + str(p.bucket_bytes) + " bytes reduced " + (p.overlap_grad_reduce ? "as ready" : "after the backward");
   if (p.overlap_param_gather) t += ", parameter all_gather overlapping the next forward";
@@ -455,7 +461,8 @@ void add_step_units(std::vector<PlanDescriptor>& v) {
     d.size = &ParallelPlan::dp;
     d.keys = {{"dp", V::size, kSizes, "chips / (tp x cp x ulysses x ep x pp); MLP: 1", "data-parallel replicas", true},
               {"zero", V::number, "0..3", "0", "ZeRO stage over the dp (x cp) replicas", false, true},
-              {"bucket_bytes", V::number, "0..2^50 (or 25M, 1G)", "26214400", "gradient bucket bytes", false, true},
+              {"bucket_bytes", V::number, "auto | 0..2^50 (or 25M, 1G)", "auto (Megatron's rule)",
+               "gradient bucket bytes (0: one reduction after the backward)", false, true},
               {"overlap_grad_reduce", V::flag, "true | false", "true; with sp false",
                "each bucket reduced as soon as its gradients are ready", false, true, false},
               {"overlap_param_gather", V::flag, "true | false", "false",

@@ -96,7 +96,7 @@ expect_exit 2 'line 2: time_us 1\.5.* not above the device.s launch overhead' --
 # ---- kind 4: the profiler and the trace when a switch reduces ----
 e2e_case "kind 4: --profile and --trace under in_switch (NVLink SHARP): the path covers the step, peers are chips"
 if expect_exit 0 'critical path: ' -- shardsim_mpi 1 --chips 8 run "$MLP" --shape-only --no-checkpoint --profile \
-     --topology "$CONFIGS/topologies/dgx_h100_nvls.yaml" --set parallel.all_reduce=in_switch --trace sw.trace; then
+     --topology "$CONFIGS/topologies/dgx_h100_nvls.yaml" --set parallel.algorithm=in_switch --trace sw.trace; then
   assert_out 'path by class: .* waiting 0\.[0-9]%' "the path covers the step (it was 99 % waiting)"
   if command -v python3 >/dev/null 2>&1; then
     if python3 - sw.trace <<'PY'; then pass "every receive is paired with a send and names a chip (0..7)"; else fail "sw.trace receives"; fi
@@ -145,9 +145,9 @@ device: h100
 model: {kind: mlp, hidden: 1024, ffn: 4096, tokens: 256, dtype: bf16}
 parallel: {tp: 16}
 EOF
-if expect_exit 0 'total' -- shardsim_mpi 1 --chips 16 run stacked.yaml --shape-only --no-checkpoint \
+if expect_exit 0 'forward time' -- shardsim_mpi 1 --chips 16 run stacked.yaml --shape-only --no-checkpoint \
      --set 'topology.dims[0].bandwidth_gbps=100'; then
-  want=$(sed -n 's/^  total  *\([0-9.]*\) us.*/\1/p' "$E2E_STDOUT" | head -1)
+  want=$(sed -n 's/^  forward time  *\([0-9.]*\) us.*/\1/p' "$E2E_STDOUT" | head -1)
   if expect_exit 0 'what-if' -- shardsim_mpi 1 --chips 16 profile stacked.yaml --what-if dim0.bandwidth=2x,link_bw=2x; then
     assert_out "^  dim0\.bandwidth=2x +$want us .*\(--set topology\.dims\[0\]\.bandwidth_gbps=100\)$" \
       "the dim0 row = a run with --set topology.dims[0].bandwidth_gbps=100 ($want us)"
@@ -214,7 +214,7 @@ parallel:
   bogus: 1
 EOF
 expect_exit 2 'lines\.yaml \(with command-line overrides\):11: unknown key .parallel\.bogus' -- \
-  shardsim_mpi 1 run lines.yaml --shape-only --no-checkpoint --set model.tokens=128 --set device=h100
+  shardsim_mpi 1 --chips 8 run lines.yaml --shape-only --no-checkpoint --set model.tokens=128 --set device=h100
 
 e2e_case "kind 15: shardsim help without a topic lists the topics"
 expect_exit 0 '^  config ' -- shardsim_mpi 1 help && assert_out '^  devices '

@@ -61,12 +61,12 @@ fi
 
 e2e_case "workload all_reduce algorithm"
 cp "$SMALL" algo.yaml
-printf 'parallel:\n  tp: 4\n  all_reduce: halving_doubling\n' >>algo.yaml
-expect_exit 0 'all_reduce .*\(halving_doubling\)' -- shardsim_mpi 4 run algo.yaml --no-checkpoint
-sed 's/all_reduce: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
+printf 'parallel:\n  tp: 4\n  algorithm: halving_doubling\n' >>algo.yaml
+expect_exit 0 'tp all_reduce .* in 1 call\(s\) \(halving_doubling\)' -- shardsim_mpi 4 run algo.yaml --no-checkpoint
+sed 's/algorithm: halving_doubling/all_reduce: warp/' algo.yaml >warp.yaml
 expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unknown algorithm 'warp'" -- \
   shardsim_mpi 4 run warp.yaml --no-checkpoint
-sed 's/all_reduce: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
+sed 's/algorithm: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
 expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, multi_ring, rail_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto" -- \
   shardsim_mpi 4 run tree.yaml --no-checkpoint
 

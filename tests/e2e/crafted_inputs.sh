@@ -49,7 +49,7 @@ exec(sys.argv[2])
 f.close()
 PYEOF
 }
-T=weights/w_up
+T=master/layers.0.w_up
 if [ -n "$PY" ]; then
   e2e_case "links and virtual datasets are refused"
   "$PY" -c 'import h5py, numpy as np; f = h5py.File("other.h5", "w"); f["x"] = np.zeros((4, 4), "f4"); f.close()'
@@ -79,10 +79,10 @@ n.attrs['global_shape'] = np.array([1 << 40, 1 << 20], 'i8')
 
   e2e_case "the manifest lists exactly the file's tensors"
   craft empty.h5 "f.attrs['tensors'] = '[]'"
-  expect_exit 2 "checkpoint empty.h5: dataset '[a-z_/]+' is not listed in the 'tensors' manifest" -- \
+  expect_exit 2 "checkpoint empty.h5: dataset '[a-z0-9_./]+' is not listed in the 'tensors' manifest" -- \
     shardsim_mpi 1 ckpt inspect empty.h5
   craft dup.h5 "import json; m = json.loads(f.attrs['tensors']); f.attrs['tensors'] = json.dumps(m + [m[0]] * 1000000)"
-  expect_exit 2 "checkpoint dup.h5: the 'tensors' manifest lists '[a-z_/]+' twice" -- shardsim_mpi 1 ckpt inspect dup.h5
+  expect_exit 2 "checkpoint dup.h5: the 'tensors' manifest lists '[a-z0-9_./]+' twice" -- shardsim_mpi 1 ckpt inspect dup.h5
   craft extra.h5 "f['stowaway'] = np.zeros(3, 'f4')"
   expect_exit 2 "dataset 'stowaway' is not listed in the 'tensors' manifest" -- shardsim_mpi 1 ckpt inspect extra.h5
 
@@ -133,8 +133,8 @@ if [ -n "$PY" ]; then
   expect_exit 2 "root attribute 'shardsim_version' contains a control character U\+000A" -- \
     shardsim_mpi 1 ckpt inspect esc_version.h5
   no_raw_control "ckpt inspect, a version with a newline"
-  craft esc_name.h5 "import json; f.move('$T', 'weights/w\x1b[2Jup'); m = json.loads(f.attrs['tensors']); m[m.index('$T')] = 'weights/w\x1b[2Jup'; f.attrs['tensors'] = json.dumps(m)"
-  expect_exit 2 "tensor name 'weights/w\\\\x1b\[2Jup' contains a control character" -- shardsim_mpi 1 ckpt inspect esc_name.h5
+  craft esc_name.h5 "import json; f.move('$T', 'master/layers.0.w\x1b[2Jup'); m = json.loads(f.attrs['tensors']); m[m.index('$T')] = 'master/layers.0.w\x1b[2Jup'; f.attrs['tensors'] = json.dumps(m)"
+  expect_exit 2 "tensor name 'master/layers\.0\.w\\\\x1b\[2Jup' contains a control character" -- shardsim_mpi 1 ckpt inspect esc_name.h5
   no_raw_control "ckpt inspect, a tensor name with ESC"
 fi
 

@@ -5,7 +5,7 @@
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
 # and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); cp and
-# Ulysses axes fold; training sweep points fold as train folds them (one MPI rank); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# Ulysses axes fold; rail_ring over the whole topology folds (a two-node period); training sweep points fold as train folds them (one MPI rank); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded (auto: one note; fold: on and past 4,096 chips: exit 2, one line); fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -148,6 +148,16 @@ for z in 1 2 3; do
   same_json pad_f$z.json pad_u$z.json "ZeRO $z: folded equals every chip"
 done
 
+e2e_case "ep x tp inside the replica: the fold's stride is the dp axis's (tp x cp x ep), byte-identical"
+# The mesh order is tp, cp, ep, dp, pp: a replica is tp x ep = 4 chips here, 4 of 16 run; a stride of tp x cp would
+# take the ep coordinates for replicas (what the fold refused before this case was added).
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/moe/tiny_moe.yaml" --shape-only --steps 1 \
+  --plan ep=2,dp=4,tp=2 --json ep_f.json
+assert_out "chips simulated +4 of 16 \(folded" "ep2 x tp2 x dp4: folded (4 of 16 chips run)"
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 train "$CONFIGS/moe/tiny_moe.yaml" --shape-only --steps 1 \
+  --plan ep=2,dp=4,tp=2 --no-fold --json ep_u.json
+same_json ep_f.json ep_u.json "ep2 x tp2 x dp4: folded equals every chip"
+
 e2e_case "cp and Ulysses axes fold (the dp-cp group rotates under the replica shift), byte-identical"
 # TP8 x CP2 fills a 16-chip node, so one replica runs (16 of 64 chips); its gradients are averaged over dp x cp.
 for plan in "parallel.cp=2" "parallel.ulysses=2"; do
@@ -157,6 +167,25 @@ for plan in "parallel.cp=2" "parallel.ulysses=2"; do
   assert_out "chips simulated +16 of 64 \(folded" "$plan: folded (16 of 64 chips run)"
   expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --no-fold --json "cp_u.json" || continue
   same_json cp_f.json cp_u.json "$plan: folded equals every chip"
+done
+
+e2e_case "rail_ring over the whole topology folds: the period rounded up to two nodes, byte-identical"
+# rail_ring's rings visit even nodes upwards and odd ones downwards: a shift by one node maps each onto its reverse,
+# a shift by two onto itself (collectives/rail_ring.h), so 4 nodes of 4 fold into 2 replicas of 8 chips.
+cat > rail_topo.yaml <<'T'
+topology:
+  kind: stacked
+  dims:
+    - {kind: switch, size: 4, bandwidth_gbps: 50, latency_ns: 5000}
+    - {kind: switch, size: 4, bandwidth_gbps: 450, latency_ns: 1000}
+T
+for z in 1 3; do
+  args=(train pad.yaml --topology rail_topo.yaml --set parallel.dp=16 --set model.batch=16 --set parallel.zero=$z
+        --set parallel.algorithm=rail_ring --set train.steps=1)
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 "${args[@]}" --json rail_f$z.json || continue
+  assert_out "chips simulated +8 of 16 \(folded" "ZeRO $z, rail_ring over 16 replicas: 8 of 16 chips run"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 16 "${args[@]}" --no-fold --json rail_u$z.json || continue
+  same_json rail_f$z.json rail_u$z.json "ZeRO $z, rail_ring: folded equals every chip"
 done
 
 e2e_case "not provably symmetric: decided before any chip starts; auto says why, fold: on refuses"

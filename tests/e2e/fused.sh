@@ -84,7 +84,7 @@ e2e_case "MLP: down projection + all_reduce fused"
 grep -q 'fused: true' mlpf.yaml || fail "test bug: could not add fused to small_mlp.yaml"
 if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run mlpf.yaml --json mlpf.json --no-checkpoint; then
   assert_out 'gemm\.down \+ tp all_reduce +3 ' "MLP per-op line with 3 pieces"
-  if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run "$CONFIGS/workloads/small_mlp.yaml" --json mlp.json --no-checkpoint; then
+  if expect_exit 0 'validation PASS' -- shardsim_mpi 4 run "$CONFIGS/workloads/small_mlp.yaml" --plan tp=4 --json mlp.json --no-checkpoint; then
     consistent mlpf.json mlp.json
   fi
 fi

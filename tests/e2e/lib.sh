@@ -214,8 +214,8 @@ assert_stdout_last_line() {  # TEXT: the last line of stdout is exactly TEXT
 }
 
 # The checkpoint path the last report names on its "checkpoint PATH" line (empty if none).
-report_checkpoint() {
-  sed -n 's/^checkpoint \(.*\)$/\1/p' "$E2E_STDOUT" | tail -n 1
+report_checkpoint() {  # the path of run's "checkpoint: step K saved to PATH" line
+  sed -n 's/^checkpoint: step [0-9]* saved to \(.*\)$/\1/p' "$E2E_STDOUT" | tail -n 1
 }
 
 # check WHAT CMD...: CMD must exit 0.

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # e2e: issue 46 kind 8 (rest) and the one memory rule (docs/CONFIG.md, device.hbm_gib):
-#   - `train` on a device whose HBM its state and activations exceed prints its report ("does NOT fit") and
-#     exits 2 with one error line, as `run` does (which stops at the first allocation past hbm_gib less
-#     hbm_reserve_gib, before the run, naming the reserve);
+#   - `train` and `run` (its forward mode) on a device whose HBM their state and activations exceed print the
+#     report ("does NOT fit") and exit 2 with one error line naming hbm_gib less hbm_reserve_gib;
 #   - two `train --checkpoint X` at once: the second is refused (exit 2, one line naming X and the holder) before
 #     any step; a finished run leaves no lock file; a killed holder does not block the next run;
 #   - a copied binary reads its device presets from what was compiled in, not from the source tree it was built
@@ -22,8 +21,10 @@ if expect_exit 2 '^shardsim: error: .*tiny_hbm.yaml.*: simulated out of memory: 
 fi
 expect_exit 0 ': fits$' -- shardsim_mpi 1 --chips 2 train "$LM" --plan dp=2 --ring 2 --steps 1
 sed 's/^  preset: generic/  preset: generic\n  hbm_gib: 0.00001/' "$SMALL" >oom.yaml
-expect_exit 2 'simulated out of memory on chip 0: .*kept in reserve, device.hbm_reserve_gib' -- \
-  shardsim_mpi 1 --chips 4 run oom.yaml --no-checkpoint
+if expect_exit 2 'oom\.yaml: simulated out of memory: [0-9.e+-]+ GiB per chip \(state \+ activations\) does not fit .*kept in reserve, device.hbm_reserve_gib' -- \
+  shardsim_mpi 1 --chips 4 run oom.yaml --no-checkpoint; then
+  assert_out 'does NOT fit' "run: the same rule and report line as train (one executor)"
+fi
 
 e2e_case "two train --checkpoint on one file: the second is refused before any step"
 "$SHARDSIM" --chips 2 train "$LM" --plan dp=2 --ring 2 --steps 1000000 --checkpoint ck.h5 --save-every 1000000 \

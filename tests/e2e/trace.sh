@@ -284,8 +284,9 @@ run_traced() {
   check_trace "$name.json" "$name.report.json" "$n"
 }
 
-e2e_case "small MLP, 4 chips"
+e2e_case "small MLP, 4 chips (tp 4: the default plan, dp, has no link traffic)"
 with_chips "$SMALL" 4 small4.yaml
+printf 'parallel:\n  tp: 4\n' >>small4.yaml
 if run_traced 4 small4.yaml small4; then
   e2e_case "checker self-test on broken copies of the 4-chip trace"
   check_rejects small4.json small4.report.json 4

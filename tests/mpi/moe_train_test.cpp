@@ -7,12 +7,13 @@
 // Plans: ep alone, ep x tp (experts whole on every tp chip), ep x etp (experts split over tp), ep x dp with ZeRO 1
 // and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), ep with sp, cp
 // (ring, zigzag) and Ulysses (each chip routes its rows of the sequence; the aux loss over the sequence's chips;
-// the experts' gradients summed over sp's tp chips, averaged over cp's), dropless and with a
-// capacity factor (dropped tokens), shared experts, top-1 sigmoid routing; each at one chip per rank when it fits
-// the MPI world and on 8 chips of one rank. Auxiliary-loss-free balancing (model.moe.bias_update, variant 3): the
-// selection biases updated after every step from the tokens per expert summed over the replicas and micro-batches,
-// so step 5's routing depends on them: its tokens per expert equal the reference's too (which differ from what the
-// same weights route without the biases: checked, so the bias is seen to act).
+// the experts' gradients summed over sp's tp chips, averaged over cp's), dropless and with a capacity factor
+// (dropped tokens; with sp, cp or Ulysses each chip drops over its own rows), etp with sp (the tp group's rows
+// gathered for the experts, the output reduce_scattered back), shared experts, top-1 sigmoid routing; each at one
+// chip per rank when it fits the MPI world and on 8 chips of one rank. Auxiliary-loss-free balancing
+// (model.moe.bias_update, variant 3): the selection biases updated after every step from the tokens per expert
+// summed over the replicas and micro-batches, so step 5's routing depends on them: its tokens per expert equal the
+// reference's too (which differ from what the same weights route without the biases: checked, so the bias acts).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -27,6 +28,7 @@
 #include "mpi_util.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
+#include "sharding/plans/expert_parallel_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
 
@@ -70,7 +72,18 @@ const MoeCase kCases[] = {
     {"ep2_x_ulysses2_shared", 2, 1, 1, 1, 1, 0, 0, 1, 0, 2, false, true},
     {"ep2_x_tp2_sp_x_cp2_bias", 2, 2, 1, 1, 1, 0, 0, 3, 0, 2, true},
     {"ep1_x_tp2_sp_x_dp2_zero1", 1, 2, 1, 2, 1, 1, 0, 0, 0, 1, true},
+    // Capacity with a split sequence: each chip drops over its own rows (the reference's capacity pieces).
+    {"ep2_x_tp2_sp_capacity", 2, 2, 1, 1, 1, 0, 1.0, 0, 0, 1, true},
+    {"ep2_x_cp2_capacity_shared", 2, 1, 1, 1, 1, 0, 1.0, 1, 0, 2},
+    {"ep2_x_ulysses2_capacity", 2, 1, 1, 1, 1, 0, 0.75, 0, 0, 2, false, true},
+    {"ep2_x_tp2_sp_x_cp2_capacity_bias", 2, 2, 1, 1, 1, 0, 1.0, 3, 0, 2, true},
+    // etp with sp: the tp chips gather their rows for the experts and reduce_scatter the output back.
+    {"ep2_x_tp2_etp2_sp_shared", 2, 2, 2, 1, 1, 0, 0, 1, 0, 1, true},
+    {"ep2_x_tp2_etp2_sp_x_cp2_capacity_bias", 2, 2, 2, 1, 1, 0, 1.0, 3, 0, 2, true},
 };
+
+// With sp, does each tp chip route its own rows? With etp = tp they route the tp group's gathered rows together.
+bool own_rows(const MoeCase& k) { return k.sp && k.etp == 1; }
 
 models::LmConfig config_of(const MoeCase& k) {
   models::LmConfig c;  // vocab 32, hidden 16, head_dim 4
@@ -107,6 +120,9 @@ models::LmConfig config_of(const MoeCase& k) {
   s.gated = c.gated();
   s.activation = c.gated() ? kernels::Activation::silu : kernels::Activation::gelu;
   s.capacity.groups = models::lm_moe_groups(c.batch, k.micro_batch, int64_t{k.dp} * k.ep);
+  // A split sequence: each chip drops over its own rows (as apps/train_setup.cpp sets the reference up).
+  sharding::plans::split_capacity_over_chips(s.capacity, c.seq, c.batch / s.capacity.groups, k.cp, !k.ulysses,
+                                             own_rows(k) ? k.tp : 1);
   c.moe = m;
   return c;
 }
@@ -118,6 +134,7 @@ struct Reference {
   std::map<int64_t, std::vector<int64_t>> tokens;  // per MoE layer, step 1
   std::map<int64_t, double> aux;
   std::map<int64_t, std::vector<int64_t>> tokens5;  // per MoE layer, step 5 (variant 3: after 4 bias updates)
+  int64_t dropped = 0;  // step 1's assignments dropped by capacity, every MoE layer
   bool bias_acts = false;  // variant 3: step 5's routing differs from the same weights' without the biases
 };
 
@@ -134,6 +151,7 @@ const Reference& reference(const MoeCase& k) {
     if (c.moe_layer(l)) {
       r.tokens[l] = cache.layers[size_t(l)].moe_ref.routing.counts;
       r.aux[l] = cache.layers[size_t(l)].moe_ref.aux;
+      r.dropped += cache.layers[size_t(l)].moe_ref.routing.dropped;
     }
   if (k.variant != 3) {
     r.steps = models::lm_train(c, kFiveSteps, st);
@@ -187,8 +205,8 @@ Deviation train_case(const MoeCase& k, const World& world, int rank) {
     // Step 1's routing: every chip's counts and aux, summed over the chips of tp coordinate 0 (the replicas of
     // each pp stage; host-side allgathers in a fixed order on every chip).
     // With sp every tp chip routes its own rows; with sp or cp a chip's aux is its share of its sequence's.
-    const bool counted = k.sp || mesh.coordinate("tp", rank) == 0;
-    const int64_t span = (k.sp ? k.tp : 1) * k.cp;
+    const bool counted = own_rows(k) || mesh.coordinate("tp", rank) == 0;
+    const int64_t span = (own_rows(k) ? k.tp : 1) * k.cp;
     std::map<int64_t, models::LmTpTrainer::MoeLayerStats> mine;
     for (const auto& st : tr.moe_stats()) mine[st.layer] = st;
     for (const auto& [l, want] : i == 0 ? ref.tokens : ref.tokens5) {
@@ -227,6 +245,7 @@ TEST_P(MoeTrain, MatchesSingleDeviceOneChipPerRank) {
   if (world_size() != chips_of(k)) GTEST_SKIP() << k.name << " runs on " << chips_of(k) << " ranks";
   (void)reference(k);
   if (k.variant == 3) EXPECT_TRUE(reference(k).bias_acts) << "the selection biases change no routing: no test";
+  if (k.capacity > 0) EXPECT_GT(reference(k).dropped, 0) << "the capacity drops nothing: no test";
   const Deviation d = train_case(k, MPI_COMM_WORLD, world_rank());
   if (world_rank() == 0) expect_within(k, d, "at one chip per rank");
 }
@@ -236,6 +255,7 @@ TEST_P(MoeTrain, MatchesSingleDeviceChipsOfOneRank) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting the chips";
   (void)reference(k);
   if (k.variant == 3) EXPECT_TRUE(reference(k).bias_acts) << "the selection biases change no routing: no test";
+  if (k.capacity > 0) EXPECT_GT(reference(k).dropped, 0) << "the capacity drops nothing: no test";
   std::vector<Deviation> devs(size_t(chips_of(k)));
   const int code = runtime::run_chips(chips_of(k), [&](const runtime::World& w) {
     devs[size_t(w.rank())] = train_case(k, w, w.rank());

@@ -98,3 +98,24 @@ TEST(MoeConfig, ParamsAndLoad) {
 }
 
 }  // namespace
+
+TEST(MoeConfig, CapacityPiecesFollowTheChipsOfASplitSequence) {
+  kernels::CapacityOptions c{1.0, kernels::DropPolicy::probs, 3, 1, {}};
+  // Zigzag cp 2 over 2 sequences of 8 (chunks of 2): cp rank 0 holds positions {0, 1, 6, 7} of each sequence, rank 1
+  // {2, 3, 4, 5}; sp over tp 2 then halves each rank's rows.
+  sharding::plans::split_capacity_over_chips(c, 8, 2, 2, true, 2);
+  EXPECT_EQ(c.split, 4);
+  EXPECT_EQ(c.order, (std::vector<int64_t>{0, 1, 6, 7, 8, 9, 14, 15, 2, 3, 4, 5, 10, 11, 12, 13}));
+  EXPECT_EQ(c.groups, 3);  // untouched
+  sharding::plans::split_capacity_over_chips(c, 8, 1, 2, false, 1);  // contiguous (Ulysses)
+  EXPECT_EQ(c.split, 2);
+  EXPECT_EQ(c.order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  sharding::plans::split_capacity_over_chips(c, 8, 1, 1, true, 1);  // no split: no pieces
+  EXPECT_EQ(c.split, 1);
+  EXPECT_TRUE(c.order.empty());
+  c.factor = 0;  // dropless: no pieces either
+  sharding::plans::split_capacity_over_chips(c, 8, 1, 2, true, 2);
+  EXPECT_EQ(c.split, 1);
+  kernels::CapacityOptions six{1.0};  // 6 rows do not split over 4 sp chips
+  EXPECT_THROW(sharding::plans::split_capacity_over_chips(six, 6, 1, 1, true, 4), std::invalid_argument);
+}

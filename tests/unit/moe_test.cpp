@@ -255,6 +255,40 @@ TEST(MoeCapacity, PositionAndProbsPoliciesDropOverCapacity) {
   EXPECT_THROW(apply_capacity(r, {1.0, DropPolicy::position, 3}), std::invalid_argument);
 }
 
+TEST(MoeCapacity, PiecesOfASplitGroupDropLikeEachChipOverItsOwnRows) {
+  // 8 tokens all to expert 0 (top-1, 2 experts), one group cut into 2 pieces as a zigzag cp 2 holds them: chip 0
+  // tokens {0, 1, 6, 7}, chip 1 {2, 3, 4, 5}. C = ceil(1·4·1/2) = 2 per piece: each chip keeps its first two.
+  const RouterOptions o{2, 1};
+  const Tensor logits = from({3, 0, 1, 0, 5, 0, 2, 0, 4, 0, 6, 0, 7, 0, 8, 0}, {8, 2});
+  CapacityOptions c{1.0, DropPolicy::position, 1, 2, {0, 1, 6, 7, 2, 3, 4, 5}};
+  Routing r;
+  route(logits, o, r);
+  apply_capacity(r, c);
+  EXPECT_EQ(r.kept, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(r.chosen, (std::vector<int64_t>{8, 0}));  // the aux loss's counts: the whole group, before dropping
+  EXPECT_EQ(r.dropped, 4);
+  // The same as routing each chip's rows apart (probs: the highest weights of each piece; unnormalised top-1).
+  RouterOptions u = o;
+  u.normalize = false;
+  c.policy = DropPolicy::probs;
+  route(logits, u, r);
+  apply_capacity(r, c);
+  for (const auto& [rows, want_kept] : {std::pair<std::vector<int64_t>, int>{{0, 1, 6, 7}, 0}, {{2, 3, 4, 5}, 1}}) {
+    std::vector<float> v;
+    for (const int64_t t : rows) v.insert(v.end(), {float(logits.get(2 * t)), float(logits.get(2 * t + 1))});
+    Routing alone;
+    route(from(v, {4, 2}), u, alone);
+    apply_capacity(alone, {1.0, DropPolicy::probs, 1});
+    for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(r.kept[size_t(rows[i])], alone.kept[i]) << "piece " << want_kept;
+  }
+  // Consecutive pieces without an order; a split that does not divide the group, or an order out of range, throws.
+  route(logits, o, r);
+  apply_capacity(r, {1.0, DropPolicy::position, 1, 2, {}});
+  EXPECT_EQ(r.kept, (std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0}));
+  EXPECT_THROW(apply_capacity(r, {1.0, DropPolicy::position, 1, 3, {}}), std::invalid_argument);
+  EXPECT_THROW(apply_capacity(r, {1.0, DropPolicy::position, 1, 2, {0, 1, 2, 3, 4, 5, 6, 8}}), std::invalid_argument);
+}
+
 TEST(MoeAuxLoss, UniformScoresGiveCoefAndOneHotGivesCoefTimesE) {
   RouterOptions o{4, 2};
   Routing r;
