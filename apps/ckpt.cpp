@@ -38,7 +38,7 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-std::string layout(const sharding::TensorInfo& t) {
+std::string layout(const checkpoint::TensorInfo& t) {
   std::string s = t.chunk.empty() ? "contiguous" : "chunk " + runtime::shape_str(t.chunk);
   if (t.gzip_level > 0) s += " gzip:" + std::to_string(t.gzip_level);
   return s;
@@ -58,10 +58,10 @@ std::pair<runtime::Shape, runtime::Shape> row_slice(const runtime::Shape& g, int
 }
 
 int inspect(const runtime::World& world, const CkptFlags& f) {
-  std::unique_ptr<sharding::CheckpointReader> rd;
+  std::unique_ptr<checkpoint::CheckpointReader> rd;
   world.agree([&] {
     if (!f.json_path.empty()) check_outputs_distinct({{"--json", f.json_path}}, {{"the checkpoint", f.file}});
-    rd = std::make_unique<sharding::CheckpointReader>(world, f.file);
+    rd = std::make_unique<checkpoint::CheckpointReader>(world, f.file);
   });
   const bool root = world.rank() == 0;
 
@@ -158,11 +158,11 @@ int inspect(const runtime::World& world, const CkptFlags& f) {
 }
 
 int convert(const runtime::World& world, const CkptFlags& f) {
-  sharding::SaveOptions so;
+  checkpoint::SaveOptions so;
   world.agree([&] {
-    so.chunking = sharding::parse_chunking(f.chunk);
-    so.gzip_level = sharding::parse_compression(f.compression);
-    if (so.gzip_level > 0 && so.chunking.kind == sharding::Chunking::Kind::contiguous)
+    so.chunking = checkpoint::parse_chunking(f.chunk);
+    so.gzip_level = checkpoint::parse_compression(f.compression);
+    if (so.gzip_level > 0 && so.chunking.kind == checkpoint::Chunking::Kind::contiguous)
       throw UsageError("--compression " + f.compression + " needs a chunked layout, not --chunk contiguous");
     try {
       (void)resolve_file_output(f.out, "ckpt convert: OUT");  // HDF5 seeks: never a stream
@@ -173,16 +173,16 @@ int convert(const runtime::World& world, const CkptFlags& f) {
       throw;
     }
   });
-  std::unique_ptr<sharding::CheckpointReader> rd;
-  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world, f.in); });
+  std::unique_ptr<checkpoint::CheckpointReader> rd;
+  world.agree([&] { rd = std::make_unique<checkpoint::CheckpointReader>(world, f.in); });
   // Each rank holds its dim-0 slice of every tensor (memory: the checkpoint / ranks).
   std::vector<runtime::Tensor> blocks;
   blocks.reserve(rd->tensors().size());
-  std::vector<sharding::CheckpointEntry> entries;
+  std::vector<checkpoint::CheckpointEntry> entries;
   world.agree([&] {
     // --chunk DxD...: one chunk shape for every tensor, so each tensor must have that many dimensions
     // (scalars and empty tensors are stored contiguous whatever --chunk says).
-    if (so.chunking.kind == sharding::Chunking::Kind::dims)
+    if (so.chunking.kind == checkpoint::Chunking::Kind::dims)
       for (const auto& t : rd->tensors())
         if (!t.shape.empty() && runtime::shape_numel(t.shape) > 0 && t.shape.size() != so.chunking.dims.size())
           throw UsageError("ckpt convert: --chunk " + f.chunk + " has " + std::to_string(so.chunking.dims.size()) +
@@ -206,9 +206,9 @@ int convert(const runtime::World& world, const CkptFlags& f) {
   for (const auto& t : rd->tensors()) before += t.storage_bytes;
   const size_t n = rd->tensors().size();
   rd.reset();
-  world.agree([&] { sharding::save_checkpoint(world, f.out, entries, attrs, so); });
+  world.agree([&] { checkpoint::save_checkpoint(world, f.out, entries, attrs, so); });
   // Report what landed (and check it opens).
-  world.agree([&] { rd = std::make_unique<sharding::CheckpointReader>(world, f.out); });
+  world.agree([&] { rd = std::make_unique<checkpoint::CheckpointReader>(world, f.out); });
   uint64_t after = 0;
   for (const auto& t : rd->tensors()) after += t.storage_bytes;
   if (world.rank() == 0)

@@ -101,7 +101,7 @@ constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out
 constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
 constexpr double kMinRate = 1e-6, kMaxRate = 1e9;  // requests per second of a generated trace
 
-ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
+ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp, int ep) {
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
@@ -136,6 +136,9 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
       d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: " + std::to_string(s.prefill_replicas) +
                                        " prefill replicas need parallel.dp > " + std::to_string(s.prefill_replicas) +
                                        " (at least one decode replica); dp is " + std::to_string(dp));
+    if (s.prefill_replicas > 0 && ep > 1)
+      d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: disaggregated serving runs dense "
+                                       "models (parallel.ep " + std::to_string(ep) + " > 1: not yet)");
   }
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
@@ -542,7 +545,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       check_outputs_distinct(outputs, inputs);
     }
     s = load(f, world.size());
-    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
+    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp, s.plan.ep);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
       what_if = plan_what_if(sf.what_if, train_config(f));
       for (const auto& plan : what_if) {
@@ -550,7 +553,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
         v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
         try {
           const TrainSetup vs = load(v, world.size());
-          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp);
+          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp, vs.plan.ep);
         } catch (const Error& e) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
@@ -570,7 +573,8 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::optional<sharding::plans::KvCache> kv;
   serving::KvCapacity cap;
   models::LmConfig model = s.model;
-  model.batch = s.plan.dp;  // the trainer's training layout (one sequence per replica) is unused in serving
+  model.batch = s.plan.dp * s.plan.ep;  // the trainer's training layout (one sequence per replica and ep chip) is
+                                        // unused in serving
   world.agree([&] {
     try {
       exec.emplace(model, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
@@ -593,12 +597,17 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     }
   });
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
-  // batches are in flight (serving/scheduler.h).
+  // batches are in flight (serving/scheduler.h). ep: the replica's ep chips each hold their own sequences' cache
+  // (one pool per chip, serving/kv_cache.h shards) and swap space.
   serving::SchedulerConfig sched = sv.sched;
   sched.engines = s.pp;
   sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
-  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
-  Server srv{world, tp, *mesh, tl, *exec, *kv, cap, sched, s.config_name};
+  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token)) *
+                      s.plan.ep;
+  serving::KvCapacity pool = cap;
+  pool.blocks = cap.blocks * s.plan.ep;
+  pool.shards = s.plan.ep;
+  Server srv{world, tp, *mesh, tl, *exec, *kv, pool, sched, s.config_name};
   srv.dp = mesh->size("dp");
   srv.replica = mesh->coordinate("dp", mesh->rank());
   for (const auto& a : mesh->axes())
@@ -626,10 +635,19 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   if (world.rank() != 0) return kExitOk;
   std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
   char b[512];
-  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
-                s.device.name.c_str(), world.size(), s.tp, s.pp, dp, (long long)s.model.layers, (long long)s.model.hidden,
-                (long long)s.model.heads, (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
+  const std::string ep_text = s.plan.ep > 1 ? " x ep=" + std::to_string(s.plan.ep) : "";
+  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d%s x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
+                s.device.name.c_str(), world.size(), s.tp, s.pp, ep_text.c_str(), dp, (long long)s.model.layers,
+                (long long)s.model.hidden, (long long)s.model.heads, (long long)s.model.kv_heads,
+                runtime::dtype_name(s.model.dtype).c_str());
   out += b;
+  if (s.model.moe) {
+    const auto& ms = s.model.moe->spec;
+    std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip; each ep chip attends its "
+                  "own sequences (request id mod %d) and holds their cache\n", (long long)ms.experts(),
+                  (long long)ms.router.top_k, (long long)(ms.experts() / s.plan.ep), s.plan.ep);
+    out += b;
+  }
   std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
                 serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
                 (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
@@ -656,6 +674,9 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     out += b;
   }
   out += "  KV cache per chip: " + cap.formula() + "\n";
+  if (s.plan.ep > 1)
+    out += "  KV cache per replica: " + std::to_string(s.plan.ep) + " ep chips x " + std::to_string(cap.blocks) +
+           " blocks, each sequence's on one chip\n";
   out += serving::metrics_text(m, sv.slo);
   std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
                 (long long)simulated, (long long)m.iterations, wall);
@@ -670,6 +691,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                         {"tp", s.tp},
                         {"pp", s.pp},
                         {"dp", dp},
+                        {"ep", s.plan.ep},
                         {"policy", serving::policy_name(sv.sched.policy)},
                         {"max_num_seqs", sv.sched.max_num_seqs},
                         {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},

@@ -1,5 +1,5 @@
 // Checkpoint write/read wall bandwidth (not a test): every rank holds a Shard(1) block of TENSORS fp32 tensors
-// [rows, cols] (TOTAL MiB in all), saves them with sharding::save_checkpoint (space reservation, checksums, HDF5
+// [rows, cols] (TOTAL MiB in all), saves them with checkpoint::save_checkpoint (space reservation, checksums, HDF5
 // writes through MPI-IO, fsync, rename, directory fsync) and loads them back with CheckpointReader (structure check on rank 0, each rank
 // reads its own hyperslab), then verifies every checksum (each rank reads a slice of rows). Rank 0 prints one
 // line per repetition; GB = 1e9 bytes of tensor data. bench/ckpt_bandwidth.sh compares it with dd.
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   const collectives::Partition part{size_t(cols), size_t(p)};
   const auto c0 = int64_t(part.offset(size_t(rank))), cn = int64_t(part.size(size_t(rank)));
   std::vector<runtime::Tensor> mine;
-  std::vector<sharding::CheckpointEntry> entries;
+  std::vector<checkpoint::CheckpointEntry> entries;
   std::vector<std::string> names;
   for (int t = 0; t < tensors; ++t) {
     char name[16];
@@ -55,9 +55,9 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < rows * cn; ++i) f[i] = float((i * 2654435761u + t) % 1000003) * 1e-3f;
     entries.push_back({names[size_t(t)], &mine.back(), {rows, cols}, {0, c0}, "Shard(1)", true});
   }
-  sharding::SaveOptions so;
-  so.chunking = sharding::parse_chunking(chunk);
-  so.gzip_level = sharding::parse_compression(compression);
+  checkpoint::SaveOptions so;
+  so.chunking = checkpoint::parse_chunking(chunk);
+  so.gzip_level = checkpoint::parse_compression(compression);
   char file[64];
   std::snprintf(file, sizeof file, "/shardsim_ckpt_bench_%d.h5", p);
   const std::string path = dir + file;
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     auto t0 = clk::now();
-    sharding::save_checkpoint(MPI_COMM_WORLD, path, entries, {{"bench", "1"}}, so);
+    checkpoint::save_checkpoint(MPI_COMM_WORLD, path, entries, {{"bench", "1"}}, so);
     MPI_Barrier(MPI_COMM_WORLD);
     const double w = secs(t0);
     if (rank == 0 && std::getenv("SHARDSIM_BENCH_DROP_CACHES") && std::string(std::getenv("SHARDSIM_BENCH_DROP_CACHES")) == "yes")
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     t0 = clk::now();
     double rd_s = 0, vf_s = 0;
     {
-      sharding::CheckpointReader rd(MPI_COMM_WORLD, path);
+      checkpoint::CheckpointReader rd(MPI_COMM_WORLD, path);
       for (int t = 0; t < tensors; ++t) rd.read_block(names[size_t(t)], {0, c0}, back[size_t(t)]);
       MPI_Barrier(MPI_COMM_WORLD);
       rd_s = secs(t0);

@@ -84,7 +84,7 @@ namespace shardsim::runtime {
 class World;
 }
 
-namespace shardsim::sharding {
+namespace shardsim::checkpoint {
 
 struct CheckpointEntry {
   std::string path;                  // dataset path, e.g. "weights/w_gate"
@@ -210,4 +210,4 @@ class CheckpointReader {
   int64_t step_ = 0;
 };
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::checkpoint

@@ -5,7 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 
-namespace shardsim::sharding {
+namespace shardsim::checkpoint {
 
 using runtime::DType;
 using runtime::Shape;
@@ -83,4 +83,4 @@ uint64_t checksum_block(const Tensor& b, const Shape& off, const Shape& g) {
   return detail::checksum_raw(b.data(), b.dtype(), b.shape(), off, g);
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::checkpoint

@@ -5,7 +5,7 @@
 
 #include "runtime/tensor.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 // The text stored in the root attribute checksum_algorithm.
 extern const char* const kChecksumDefinition;
@@ -15,4 +15,4 @@ extern const char* const kChecksumDefinition;
 uint64_t checksum_raw(const void* data, runtime::DType dt, const runtime::Shape& block_shape,
                       const runtime::Shape& off, const runtime::Shape& g);
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

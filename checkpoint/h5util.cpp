@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 std::string where(const std::string& path) { return "checkpoint " + path + ": "; }
 std::string tensor_where(const std::string& path, const std::string& t) {
@@ -176,4 +176,4 @@ std::string bcast_string(MPI_Comm comm, std::string s) {
   return s;
 }
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "runtime/tensor.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 using runtime::DType;
 using runtime::Shape;
@@ -105,4 +105,4 @@ hid_t mpio_fapl(MPI_Comm comm, bool write = false);
 // Rank 0's S on every rank of COMM.
 std::string bcast_string(MPI_Comm comm, std::string s);
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

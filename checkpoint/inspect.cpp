@@ -12,7 +12,7 @@
 #include "checkpoint/h5util.h"
 #include "common/text.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 namespace {
 
@@ -255,4 +255,4 @@ nlohmann::json inspect_serial(const std::string& path) {
   return out;
 }
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 // The file's description as JSON {"step", "attrs": {root string attributes}, "tensors": [{name, dtype, shape,
 // sharding, mesh, checksum, chunk, gzip, storage_bytes}]}, or ConfigError naming PATH (and the tensor).
 nlohmann::json inspect_serial(const std::string& path);
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

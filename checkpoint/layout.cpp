@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace shardsim::sharding {
+namespace shardsim::checkpoint {
 
 namespace detail {
 
@@ -123,4 +123,4 @@ int parse_compression(const std::string& text) {
   throw UsageError("--compression '" + text + "': expected none, gzip or gzip:N with N = 1..9");
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::checkpoint

@@ -10,7 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/h5util.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 // Chunk dimensions for a tensor of shape G (empty: contiguous).
 Shape chunk_dims(const Chunking& c, const Shape& g, size_t esize);
@@ -128,4 +128,4 @@ class Packed {
   uint64_t elements_ = 0;
 };
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -15,7 +15,7 @@
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
-namespace shardsim::sharding {
+namespace shardsim::checkpoint {
 
 using namespace detail;
 
@@ -316,4 +316,4 @@ std::vector<uint64_t> CheckpointReader::verify(const std::vector<std::string>& d
   return out;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::checkpoint

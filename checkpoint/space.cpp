@@ -13,7 +13,7 @@
 #include "checkpoint/h5util.h"
 #include "checkpoint/layout.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 uint64_t space_needed(const std::vector<const CheckpointEntry*>& entries,
                       const std::map<std::string, std::string>& attrs, const SaveOptions& opt,
@@ -88,4 +88,4 @@ void trim_to_superblock_eoa(const std::string& file, const std::string& path) {
   if (rc != 0) throw RuntimeFault(where(path) + "cannot trim " + file + ": " + std::strerror(rc));
 }
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 // The reservation's parts beyond the data (docs/RELIABILITY.md states them as the margin): measured files hold
 // about 0.7 KiB of metadata per tensor (a training checkpoint: 63 tensors, 68,544 data bytes, a 110,953-byte
@@ -43,4 +43,4 @@ void reserve_space(const std::string& file, const std::string& path, uint64_t by
 // does not recognise is left alone (the file is valid either way; only the size differs).
 void trim_to_superblock_eoa(const std::string& file, const std::string& path);
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -13,7 +13,7 @@
 #include "runtime/chips.h"
 #include "runtime/engine.h"
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 namespace {
 
@@ -134,4 +134,4 @@ void agree(MPI_Comm comm, const std::function<void()>& f) {
   throw RuntimeFault(msg);
 }
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-namespace shardsim::sharding::detail {
+namespace shardsim::checkpoint::detail {
 
 struct Watch {
   explicit Watch(const std::string& what);
@@ -22,4 +22,4 @@ struct Watch {
 
 void agree(MPI_Comm comm, const std::function<void()>& f);
 
-}  // namespace shardsim::sharding::detail
+}  // namespace shardsim::checkpoint::detail

@@ -25,7 +25,7 @@
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
-namespace shardsim::sharding {
+namespace shardsim::checkpoint {
 
 using namespace detail;
 
@@ -452,4 +452,4 @@ void save_checkpoint(const runtime::World& world, const std::string& path, const
   }, "checkpoint save");
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::checkpoint

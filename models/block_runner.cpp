@@ -33,6 +33,7 @@
 
 namespace shardsim::sharding {
 
+using namespace checkpoint;  // save_checkpoint, CheckpointReader, CheckpointEntry, SaveOptions
 using namespace block_detail;
 using plans::Chip;
 using plans::Comm;

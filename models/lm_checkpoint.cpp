@@ -54,7 +54,7 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
   const auto shapes = ref.named_weights();
   std::vector<Tensor> empty;  // stable storage for the non-writers' empty blocks
   empty.reserve(3 * shapes.size());
-  std::vector<sharding::CheckpointEntry> entries;
+  std::vector<checkpoint::CheckpointEntry> entries;
   for (int g = 0; g < groups; ++g)
     for (size_t i = 0; i < shapes.size(); ++i) {
       const runtime::Shape& shape = shapes[i].second->shape();
@@ -96,17 +96,17 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
       {"adamw", adamw_text(t)},
       {"config", config_text},
   };
-  sharding::SaveOptions so;
+  checkpoint::SaveOptions so;
   so.step = s.step;
   so.mesh = mesh;
-  sharding::save_checkpoint(world, path, entries, attrs, so);
+  checkpoint::save_checkpoint(world, path, entries, attrs, so);
 }
 
 LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c,
                                     const LmTrainConfig& t) {
   const int rank = world.rank();
   const std::string where = "checkpoint " + path + ": ";
-  sharding::CheckpointReader rd(world, path);
+  checkpoint::CheckpointReader rd(world, path);
   const std::string workload = rd.root_attribute("workload");
   if (workload != "lm_train") {
     if (workload == "mlp" || workload == "block")  // the older run schema's kinds

@@ -216,7 +216,11 @@ struct LmDpStepResult {
 
 // The serving mode's iteration (LmTpTrainer::serve_step, models/lm_tp_decode.cpp): this data-parallel replica's
 // sequences (cache slot, tokens already cached, new tokens) and, on real data, their new tokens concatenated
-// sequence-major (Σ rows ids in [0, vocab); shape-only runs may leave them empty).
+// sequence-major (Σ rows ids in [0, vocab); shape-only runs may leave them empty). With expert parallelism (a MoE
+// model, parallel.ep > 1) the replica spans its ep chips: every one of them is given the whole batch and attends
+// the sequences whose slot mod ep is its ep rank (data-parallel attention, as SGLang's and DeepSeek's MoE serving),
+// holding their KV cache; the MoE layers route every chip's rows over the ep group (declared per chip's row count
+// in shape-only runs).
 // REPEAT_BLOCKS (shape-only only): the stage's blocks are simulated until they run periodically, and the period
 // is repeated for the others, which is exact: every block of a stage runs the same kernels and collectives on the
 // same shapes and ends with its tp reduction, so a block's span depends only on how far the host's kernel issue
@@ -443,6 +447,9 @@ class LmTpTrainer {
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;
   std::vector<std::vector<float>> serve_logits(const runtime::Tensor& xf, int64_t seqs, sim::TimeNs& t);
+  // This chip's share of a replica's batch under ep (see LmServeBatch): its sequences with their tokens, EP_ROWS
+  // the new rows of every ep rank, INDEX each of its sequences' position in BATCH.
+  LmServeBatch ep_share(const LmServeBatch& batch, std::vector<int64_t>& ep_rows, std::vector<size_t>& index) const;
 
   LmConfig global_, local_;
   LmTrainConfig train_;

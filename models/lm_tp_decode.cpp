@@ -30,8 +30,6 @@ void LmTpTrainer::check_servable() const {
                                 ": serving runs tp, pp and dp plans (context parallelism is not a serving plan here)");
   if (schedule_.v > 1)
     throw std::invalid_argument("parallel.virtual_stages: serving runs one model stage per pipeline chip");
-  if (global_.moe)
-    throw std::invalid_argument("model.moe: serving a mixture of experts is not implemented yet (dense models only)");
   if (global_.vocab == 0)
     throw std::invalid_argument("model.vocab: serving needs a language model (a vocabulary), not a block stack");
 }
@@ -76,16 +74,48 @@ std::vector<std::vector<float>> LmTpTrainer::serve_logits(const Tensor& x_last, 
   return out;
 }
 
-LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans::KvCache& cache) {
+LmServeBatch LmTpTrainer::ep_share(const LmServeBatch& batch, std::vector<int64_t>& ep_rows,
+                                   std::vector<size_t>& index) const {
+  ep_rows.assign(size_t(ep_size_), 0);
+  index.clear();
+  LmServeBatch own;
+  own.repeat_blocks = batch.repeat_blocks;
+  size_t row = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const sharding::plans::KvSeq& q = batch.seqs[i];
+    const int home = int(((q.slot % ep_size_) + ep_size_) % ep_size_);
+    ep_rows[size_t(home)] += q.rows;
+    if (home == ep_rank_) {
+      own.seqs.push_back(q);
+      index.push_back(i);
+      if (!batch.tokens.empty() && row + size_t(q.rows) <= batch.tokens.size())
+        own.tokens.insert(own.tokens.end(), batch.tokens.begin() + std::ptrdiff_t(row),
+                          batch.tokens.begin() + std::ptrdiff_t(row + size_t(q.rows)));
+    }
+    row += size_t(std::max<int64_t>(q.rows, 0));
+  }
+  return own;
+}
+
+LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans::KvCache& cache) {
   check_servable();
   const LmConfig& c = local_;
+  LmServeResult r;
+  if (whole.seqs.empty()) return r;
+  for (const auto& s : whole.seqs)
+    if (s.rows < 1 || s.past < 0)
+      throw std::invalid_argument("serve_step: a sequence needs rows >= 1 and past >= 0 (got rows " +
+                                  std::to_string(s.rows) + ", past " + std::to_string(s.past) + ")");
+  // Expert parallelism: the replica's ep chips share its batch, each attending its own sequences (ep_share) while
+  // the MoE layers exchange their rows over ep; a chip may have none this iteration (it still joins the exchange).
+  std::vector<int64_t> ep_rows;
+  std::vector<size_t> index;
+  const LmServeBatch own = ep_size_ > 1 ? ep_share(whole, ep_rows, index) : LmServeBatch{};
+  const LmServeBatch& batch = ep_size_ > 1 ? own : whole;
   const int64_t B = int64_t(batch.seqs.size()), h = c.hidden;
   int64_t N = 0;
   std::vector<int64_t> pos;
   for (const auto& s : batch.seqs) {
-    if (s.rows < 1 || s.past < 0)
-      throw std::invalid_argument("serve_step: a sequence needs rows >= 1 and past >= 0 (got rows " +
-                                  std::to_string(s.rows) + ", past " + std::to_string(s.past) + ")");
     for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.past + i);
     N += s.rows;
   }
@@ -96,8 +126,6 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
   tl_.reset();
   fused_ops_.clear();
   sim::TimeNs t = 0;
-  LmServeResult r;
-  if (B == 0) return r;
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto serve_ctx = [&](sharding::plans::Chip& chip) {
     auto ctx = context(chip);
@@ -130,24 +158,25 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
   sharding::plans::TokenLayout lay;
   lay.batch = B;
   lay.pos = pos;
-  // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch).
-  const bool repeat = batch.repeat_blocks && !store_;
+  // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch); not for
+  // MoE layers that differ from block to block (dense layers among them, or a skewed declared routing: each layer
+  // draws its own).
+  const bool moe_varies = global_.moe && (global_.moe->dense_layers > 0 || global_.moe->layer_step > 1 ||
+                                          global_.moe->routing.skew > 0);
+  const bool repeat = batch.repeat_blocks && !store_ && !moe_varies;
   const int64_t blocks = chunk_len_[0];
   sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time();
   for (int64_t l = 0; l < blocks; ++l) {
     const int64_t li = chunk_first_[0] + l;
     const sim::TimeNs start = t;
     const int64_t gated0 = tl_.host_gated();
-    const LmLayer& L = work_.layers[size_t(li)];
     const sharding::plans::KvAttention kv{&cache, li, &batch.seqs};
     sharding::plans::Chip chip{&tl_, t};
     auto ctx = serve_ctx(chip);
     ctx.kv = &kv;
-    x = sharding::plans::block_forward(ctx, lay,
-                                       {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.mlp_norm,
-                                        global_.gated() ? &L.w_gate : nullptr, &L.w_up, &L.w_down, &L.attn_norm_b,
-                                        &L.mlp_norm_b},
-                                       x);
+    sharding::plans::BlockWeights bw = block_weights(li);
+    if (ep_size_ > 1) bw.moe.ep_tokens = &ep_rows;
+    x = sharding::plans::block_forward(ctx, lay, bw, x);
     t = chip.t;
     if (!repeat || l + 1 == blocks) continue;
     // Periodic from here (every later block runs exactly as this one; see LmServeBatch) when the host's lead over
@@ -156,8 +185,11 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
     const sim::TimeNs span = t - start, lead = t - tl_.host_time(), host_step = tl_.host_time() - prev_host;
     const double tol = 1e-9 * std::max(span, 1.0);
     const bool same = l > 0 && std::abs(span - prev_span) <= tol;
-    double periodic = lead >= prev_lead - tol && (tl_.host_gated() == gated0 || same) ? 1 : 0;
+    // With ep the chips' blocks are coupled through the MoE exchange (a chip without sequences waits in it), and
+    // the first block's span on a chip depends on when the others reached it: two equal spans in a row are asked.
+    double periodic = lead >= prev_lead - tol && ((tl_.host_gated() == gated0 && ep_size_ == 1) || same) ? 1 : 0;
     if (tp_size_ > 1) mesh_["tp"].allreduce(std::span<double>(&periodic, 1), runtime::Reduce::min, "serve blocks periodic");
+    if (ep_size_ > 1) mesh_["ep"].allreduce(std::span<double>(&periodic, 1), runtime::Reduce::min, "serve blocks periodic");
     if (periodic > 0) {
       const double rest = double(blocks - 1 - l);
       t += span * rest;
@@ -192,6 +224,16 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& batch, sharding::plans
     r.logits.assign(size_t(B), std::vector<float>(size_t(global_.vocab)));
     for (int64_t i = 0; i < B; ++i)
       for (int64_t j = 0; j < global_.vocab; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * global_.vocab + j)]);
+  }
+  if (ep_size_ > 1 && store_) {  // every sequence's logits on every ep chip (host-side, as the pp stages' above)
+    const int64_t V = global_.vocab, all = int64_t(whole.seqs.size());
+    std::vector<double> flat(size_t(all * V), 0.0);
+    for (size_t i = 0; i < index.size() && i < r.logits.size(); ++i)
+      for (int64_t j = 0; j < V; ++j) flat[index[i] * size_t(V) + size_t(j)] = r.logits[i][size_t(j)];
+    mesh_["ep"].allreduce(std::span<double>(flat), runtime::Reduce::sum, "serve logits ep");
+    r.logits.assign(size_t(all), std::vector<float>(size_t(V)));
+    for (int64_t i = 0; i < all; ++i)
+      for (int64_t j = 0; j < V; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * V + j)]);
   }
   r.chip_ns = std::max(t, tl_.end_time());
   // Every stage's span on this replica (the latest chip of each), agreed by the replica's chips only: dp replicas

@@ -32,6 +32,18 @@ KvCapacity kv_capacity(double hbm, double fraction, double weights, double activ
   return c;
 }
 
+PagedKvCache::PagedKvCache(const KvCapacity& cap) : cap_(cap) {
+  if (cap_.shards < 1) throw std::invalid_argument("paged kv cache: shards must be >= 1");
+  cap_.blocks = cap_.shard_blocks() * cap_.shards;  // whole pools only
+  free_.assign(size_t(cap_.shards), cap_.shard_blocks());
+}
+
+int64_t PagedKvCache::used_blocks() const {
+  int64_t used = cap_.blocks;
+  for (const int64_t f : free_) used -= f;
+  return used;
+}
+
 int64_t PagedKvCache::extra(int64_t seq, int64_t tokens) const {
   auto it = held_.find(seq);
   const int64_t have = it == held_.end() ? 0 : it->second;
@@ -40,15 +52,15 @@ int64_t PagedKvCache::extra(int64_t seq, int64_t tokens) const {
 
 void PagedKvCache::grow(int64_t seq, int64_t tokens) {
   const int64_t e = extra(seq, tokens);
-  if (e > free_) throw std::logic_error("paged kv cache: growing past the free blocks");
-  free_ -= e;
+  if (e > free_[shard(seq)]) throw std::logic_error("paged kv cache: growing past the free blocks");
+  free_[shard(seq)] -= e;
   held_[seq] += e;
 }
 
 void PagedKvCache::release(int64_t seq) {
   auto it = held_.find(seq);
   if (it == held_.end()) return;
-  free_ += it->second;
+  free_[shard(seq)] += it->second;
   held_.erase(it);
 }
 

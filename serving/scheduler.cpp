@@ -237,10 +237,11 @@ struct Simulation::Impl {
           throw std::invalid_argument("request " + std::to_string(r.id) + ": its first token (" +
                                       std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
       }
-      if (engines[0].cache().blocks_for(r.prompt + r.output) > per.blocks)
+      if (engines[0].cache().blocks_for(r.prompt + r.output) > per.shard_blocks())
         throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
-                                    " tokens of KV cache, more than " + (cfg.engines > 1 ? "an engine's share" : "its capacity") +
-                                    " of " + std::to_string(per.tokens()) + " tokens");
+                                    " tokens of KV cache, more than " +
+                                    (cfg.engines > 1 ? "an engine's share" : per.shards > 1 ? "a chip's share" : "its capacity") +
+                                    " of " + std::to_string(per.shard_blocks() * per.block_size) + " tokens");
     }
     ready.assign(size_t(cfg.engines), 0.0);
   }

@@ -206,7 +206,9 @@ Tensor moe_sublayer(PlanContext& ctx, const Tensor& b, const BlockMoe& moe, Bloc
   const Tensor rows = o.etp_scatter ? sp_all_gather(ctx, b, "before the experts") : b;
   std::vector<kernels::Routing> declared;
   if (!rows.has_storage())
-    declared = declared_ep_routing(spec, rows.dim(0), mc.routing, moe.groups->ep.size(), moe.layer);
+    declared = declared_ep_routing(spec, moe.ep_tokens ? *moe.ep_tokens
+                                                       : std::vector<int64_t>(size_t(moe.groups->ep.size()), rows.dim(0)),
+                                   mc.routing, moe.layer);
   EpActivations local;
   EpActivations& k = keep ? keep->moe : local;
   if (keep) keep->m = rows;

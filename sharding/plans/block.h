@@ -36,11 +36,14 @@
 namespace shardsim::sharding::plans {
 
 // A block's mixture-of-experts MLP (ModelSpec::moe): this chip's weights (its ep shard of the experts, their etp
-// shard), its expert groups, and the model layer (the stream of a shape-only run's declared routing).
+// shard), its expert groups, and the model layer (the stream of a shape-only run's declared routing). EP_TOKENS
+// (optional): the rows every ep rank routes, in ep rank order, when they differ (serving: each ep rank attends its
+// own sequences, models/lm_tp.h serve_step); null: every rank routes as many rows as this chip.
 struct BlockMoe {
   const kernels::MoeWeights* w = nullptr;
   const EpGroups* groups = nullptr;
   int64_t layer = 0;
+  const std::vector<int64_t>* ep_tokens = nullptr;
 };
 
 struct BlockWeights {

@@ -96,10 +96,17 @@ MoeWeights shard_etp(const MoeWeights& w, int etp, int rank) {
 
 std::vector<Routing> declared_ep_routing(const MoeSpec& s, int64_t tokens, const kernels::RoutingDistribution& d, int ep,
                                          int64_t layer) {
+  return declared_ep_routing(s, std::vector<int64_t>(size_t(ep), tokens), d, layer);
+}
+
+std::vector<Routing> declared_ep_routing(const MoeSpec& s, const std::vector<int64_t>& tokens_per_rank,
+                                         const kernels::RoutingDistribution& d, int64_t layer) {
   MoeSpec local = s;
   local.capacity = s.capacity.one_group();
+  const int64_t ep = int64_t(tokens_per_rank.size());
   std::vector<Routing> out;
-  for (int r = 0; r < ep; ++r) out.push_back(kernels::declared_routing(local, tokens, d, uint64_t(layer * ep + r)));
+  for (int64_t r = 0; r < ep; ++r)
+    out.push_back(kernels::declared_routing(local, tokens_per_rank[size_t(r)], d, uint64_t(layer * ep + r)));
   return out;
 }
 

@@ -104,9 +104,12 @@ struct EpActivations {
   }
 };
 
-// The declared routing of every ep rank (shape-only runs): kernels::declared_routing with stream LAYER·ep + rank.
+// The declared routing of every ep rank (shape-only runs): kernels::declared_routing with stream LAYER·ep + rank,
+// of TOKENS rows on every rank, or of TOKENS_PER_RANK[rank] rows (ep = its size; ranks may route different counts).
 std::vector<kernels::Routing> declared_ep_routing(const kernels::MoeSpec& s, int64_t tokens,
                                                   const kernels::RoutingDistribution& d, int ep, int64_t layer);
+std::vector<kernels::Routing> declared_ep_routing(const kernels::MoeSpec& s, const std::vector<int64_t>& tokens_per_rank,
+                                                  const kernels::RoutingDistribution& d, int64_t layer);
 
 // The forward on this chip's tokens X [T, h]. W: the router, this rank's experts (W.first_expert = ep_shard's), the
 // shared MLP (with etp: shard_etp of them). S.capacity.groups is ignored (the rank's tokens are one group). DECLARED: every rank's routing

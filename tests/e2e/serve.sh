@@ -2,8 +2,8 @@
 # e2e: `shardsim serve` (issue 50, docs/SERVING.md): a small generated trace on Llama-3-8B / 1 H100 and 70B TP8 on
 # 8 chips of one rank (report, JSON: every request finished, the KV cache's capacity = its formula from the
 # model's sizes computed here), the same trace from a CSV and a JSONL file gives the same metrics, chunked prefill
-# keeps its token budget, dp replicas and pp batches in flight (and --trace), prefill/decode disaggregation, and bad
-# input: one line, exit 2, nothing written.
+# keeps its token budget, dp replicas and pp batches in flight (and --trace), prefill/decode disaggregation, a
+# mixture of experts over ep chips, and bad input: one line, exit 2, nothing written.
 # Usage: serve.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -126,6 +126,17 @@ assert all(x["metrics"]["requests"] == 20 for x in w.values())
 PY
 fi
 expect_exit 2 '--what-if nonsense=2x' -- shardsim_mpi 1 serve "$S8" "${SMALL[@]}" --what-if nonsense=2x --json bad.json
+
+e2e_case "(i) a mixture of experts: Mixtral-8x7B with ep 8 (data-parallel attention), and ep 4 x tp 2 with etp"
+SMX=$CONFIGS/serve/mixtral_8x7b_h100_ep8.yaml
+if expect_exit 0 'plan tp=1 x pp=1 x ep=8 x dp=1' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" --json mx.json; then
+  assert_out 'KV cache per replica: 8 ep chips x [0-9]+ blocks' "one cache pool per ep chip"
+  check_json mx.json chips=8 ep=8 metrics.requests=20
+fi
+expect_exit 0 'plan tp=2 x pp=1 x ep=4 x dp=1' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
+  --set parallel.ep=4 --set parallel.tp=2 --set parallel.etp=2
+expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 8 serve "$SMX" \
+  --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
 
 e2e_case "(d) bad input: one line, exit 2, no JSON written"
 printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv

@@ -43,7 +43,7 @@ TEST(Checkpoint, ShardedWriteReadsBackInAnyLayout) {
   const Tensor a = block(DType::fp32, R, cn, C, 0, c0, 1);   // Shard(1)
   const Tensor b = block(DType::bf16, rn, C, C, r0, 0, 2);   // Shard(0), bf16
   const Tensor rep = block(DType::fp32, 3, 4, 4, 0, 0, 3);   // replicated: rank 0 writes
-  sharding::save_checkpoint(MPI_COMM_WORLD, path,
+  checkpoint::save_checkpoint(MPI_COMM_WORLD, path,
                             {{"w/a", &a, {R, C}, {0, c0}, "Shard(1)", true},
                              {"w/b", &b, {R, C}, {r0, 0}, "Shard(0)", true},
                              {"act/rep", &rep, {3, 4}, {0, 0}, "Replicate", rank == 0}},
@@ -55,7 +55,7 @@ TEST(Checkpoint, ShardedWriteReadsBackInAnyLayout) {
       EXPECT_NE(e.path().filename().string().rfind(stem, 0), 0u) << "temporary left behind: " << e.path();
   }
   {
-    sharding::CheckpointReader rd(MPI_COMM_WORLD, path);
+    checkpoint::CheckpointReader rd(MPI_COMM_WORLD, path);
     EXPECT_EQ(rd.root_attribute("note"), "test");
     EXPECT_EQ(rd.global_shape("w/a"), (runtime::Shape{R, C}));
     EXPECT_EQ(rd.dtype("w/b"), DType::bf16);
@@ -81,7 +81,7 @@ TEST(Checkpoint, ShardedWriteReadsBackInAnyLayout) {
 }
 
 TEST(Checkpoint, MissingFileIsAConfigError) {
-  EXPECT_THROW(sharding::CheckpointReader(MPI_COMM_WORLD, "/nonexistent/ckpt.h5"), ConfigError);
+  EXPECT_THROW(checkpoint::CheckpointReader(MPI_COMM_WORLD, "/nonexistent/ckpt.h5"), ConfigError);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ TEST(CheckpointV1, SavedAtPReshardsOntoEveryOtherChipCountBitExactly) {
   // 5 rows over up to 8 ranks: uneven splits, and zero-size shards on ranks >= 5. 11 columns: uneven too.
   const int64_t R = 5, C = 11;
   std::vector<Tensor> blocks;
-  std::vector<sharding::CheckpointEntry> entries;
+  std::vector<checkpoint::CheckpointEntry> entries;
   blocks.reserve(std::size(kTypes) * 2);
   uint32_t id = 0;
   for (DType t : kTypes) {
@@ -151,18 +151,18 @@ TEST(CheckpointV1, SavedAtPReshardsOntoEveryOtherChipCountBitExactly) {
     blocks.push_back(global_block(t, s1, o1, id + 100));
     entries.push_back({"cols/" + runtime::dtype_name(t), &blocks.back(), {R, C}, o1, "Shard(1)", true});
   }
-  sharding::SaveOptions so;
-  so.chunking = sharding::parse_chunking("2x4");  // chunks straddle the shards
+  checkpoint::SaveOptions so;
+  so.chunking = checkpoint::parse_chunking("2x4");  // chunks straddle the shards
   so.step = 42;
   so.mesh = "test mesh";
-  sharding::save_checkpoint(MPI_COMM_WORLD, path, entries, {{"note", "v1"}}, so);
+  checkpoint::save_checkpoint(MPI_COMM_WORLD, path, entries, {{"note", "v1"}}, so);
 
   // Load on every chip count k = 1..p (the first k ranks), in the other layout, and check bit-exactness.
   for (int k = 1; k <= p; ++k) {
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, rank < k ? 0 : 1, rank, &sub);
     if (rank < k) {
-      sharding::CheckpointReader rd(sub, path);
+      checkpoint::CheckpointReader rd(sub, path);
       EXPECT_EQ(rd.step(), 42);
       EXPECT_EQ(rd.root_attribute("note"), "v1");
       const auto sums = rd.verify();
@@ -174,7 +174,7 @@ TEST(CheckpointV1, SavedAtPReshardsOntoEveryOtherChipCountBitExactly) {
         EXPECT_EQ(rd.info("rows/" + n).mesh, "test mesh");
         EXPECT_EQ(rd.info("rows/" + n).chunk, (runtime::Shape{2, 4}));
         // The checksum of the whole tensor computed in one piece equals the stored one.
-        EXPECT_EQ(sharding::checksum_block(global_block(t, {R, C}, {0, 0}, id), {0, 0}, {R, C}),
+        EXPECT_EQ(checkpoint::checksum_block(global_block(t, {R, C}, {0, 0}, id), {0, 0}, {R, C}),
                   rd.info("rows/" + n).checksum) << n;
         const auto [o1, s1] = part(1, R, C, rank, k);  // saved by rows, loaded by columns
         Tensor a(t, s1);
@@ -195,26 +195,26 @@ TEST(CheckpointV1, SavedAtPReshardsOntoEveryOtherChipCountBitExactly) {
 TEST(CheckpointV1, ChecksumIsLayoutIndependentAndSeesEveryChange) {
   const int64_t R = 6, C = 7;
   const Tensor full = global_block(DType::bf16, {R, C}, {0, 0}, 3);
-  const uint64_t whole = sharding::checksum_block(full, {0, 0}, {R, C});
+  const uint64_t whole = checkpoint::checksum_block(full, {0, 0}, {R, C});
   for (int P : {2, 3, 4}) {
     for (int dim : {0, 1}) {
       uint64_t sum = 0;
       for (int k = P - 1; k >= 0; --k) {  // any order
         const auto [o, s] = part(dim, R, C, k, P);
-        sum += sharding::checksum_block(global_block(DType::bf16, s, o, 3), o, {R, C});
+        sum += checkpoint::checksum_block(global_block(DType::bf16, s, o, 3), o, {R, C});
       }
       EXPECT_EQ(sum, whole) << "P=" << P << " dim=" << dim;
     }
   }
   Tensor flipped = full;
   static_cast<unsigned char*>(flipped.data())[9] ^= 0x10;  // one bit of one element
-  EXPECT_NE(sharding::checksum_block(flipped, {0, 0}, {R, C}), whole);
+  EXPECT_NE(checkpoint::checksum_block(flipped, {0, 0}, {R, C}), whole);
   Tensor swapped = full;  // two different elements trade places
   const float a = swapped.get(0), b = swapped.get(1);
   ASSERT_NE(a, b);
   swapped.set(0, b);
   swapped.set(1, a);
-  EXPECT_NE(sharding::checksum_block(swapped, {0, 0}, {R, C}), whole);
+  EXPECT_NE(checkpoint::checksum_block(swapped, {0, 0}, {R, C}), whole);
 }
 
 TEST(CheckpointV1, GzipAndContiguousLayoutsRoundTrip) {
@@ -224,15 +224,15 @@ TEST(CheckpointV1, GzipAndContiguousLayoutsRoundTrip) {
     const int64_t R = 33, C = 20;
     const auto [o, s] = part(1, R, C, rank, p);
     const Tensor mine = global_block(DType::fp32, s, o, 9);
-    sharding::SaveOptions so;
+    checkpoint::SaveOptions so;
     if (std::string(layout) == "gzip") {
-      so.chunking = sharding::parse_chunking("1K");
-      so.gzip_level = sharding::parse_compression("gzip:6");
+      so.chunking = checkpoint::parse_chunking("1K");
+      so.gzip_level = checkpoint::parse_compression("gzip:6");
     } else {
-      so.chunking = sharding::parse_chunking("contiguous");
+      so.chunking = checkpoint::parse_chunking("contiguous");
     }
-    sharding::save_checkpoint(MPI_COMM_WORLD, path, {{"t", &mine, {R, C}, o, "Shard(1)", true}}, {}, so);
-    sharding::CheckpointReader rd(MPI_COMM_WORLD, path);
+    checkpoint::save_checkpoint(MPI_COMM_WORLD, path, {{"t", &mine, {R, C}, o, "Shard(1)", true}}, {}, so);
+    checkpoint::CheckpointReader rd(MPI_COMM_WORLD, path);
     const auto& info = rd.info("t");
     if (so.gzip_level) {
       EXPECT_EQ(info.gzip_level, 6);
@@ -248,10 +248,10 @@ TEST(CheckpointV1, GzipAndContiguousLayoutsRoundTrip) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) std::remove(path.c_str());
   }
-  EXPECT_THROW(sharding::parse_compression("gzip:0"), UsageError);
-  EXPECT_THROW(sharding::parse_compression("lz4"), UsageError);
-  EXPECT_THROW(sharding::parse_chunking("12y"), UsageError);
-  EXPECT_THROW(sharding::parse_chunking("0x4"), UsageError);
+  EXPECT_THROW(checkpoint::parse_compression("gzip:0"), UsageError);
+  EXPECT_THROW(checkpoint::parse_compression("lz4"), UsageError);
+  EXPECT_THROW(checkpoint::parse_chunking("12y"), UsageError);
+  EXPECT_THROW(checkpoint::parse_chunking("0x4"), UsageError);
 }
 
 TEST(CheckpointV1, EveryIntegrityFailureIsAConfigErrorOnEveryRankNamingFileAndTensor) {
@@ -260,9 +260,9 @@ TEST(CheckpointV1, EveryIntegrityFailureIsAConfigErrorOnEveryRankNamingFileAndTe
   const int64_t R = 16, C = 9;
   const auto [o, s] = part(0, R, C, rank, p);
   const Tensor a = global_block(DType::fp32, s, o, 1), b = global_block(DType::bf16, s, o, 2);
-  sharding::SaveOptions so;
-  so.chunking = sharding::parse_chunking("contiguous");  // so the test can find the raw bytes
-  sharding::save_checkpoint(MPI_COMM_WORLD, path,
+  checkpoint::SaveOptions so;
+  so.chunking = checkpoint::parse_chunking("contiguous");  // so the test can find the raw bytes
+  checkpoint::save_checkpoint(MPI_COMM_WORLD, path,
                             {{"w/a", &a, {R, C}, o, "Shard(0)", true}, {"w/b", &b, {R, C}, o, "Shard(0)", true}}, {},
                             so);
   const std::string bad = path + ".bad.h5";
@@ -296,29 +296,29 @@ TEST(CheckpointV1, EveryIntegrityFailureIsAConfigErrorOnEveryRankNamingFileAndTe
     const char junk[3] = {'\x5a', '\x13', '\x77'};
     io.write(junk, 3);
   });
-  expect_error("flipped", [&] { sharding::CheckpointReader(MPI_COMM_WORLD, bad).verify(); },
+  expect_error("flipped", [&] { checkpoint::CheckpointReader(MPI_COMM_WORLD, bad).verify(); },
                "tensor 'w/b': checksum mismatch");
   // Truncated to 60%.
   damage([&] { std::filesystem::resize_file(bad, std::filesystem::file_size(bad) * 6 / 10); });
-  expect_error("truncated", [&] { sharding::CheckpointReader(MPI_COMM_WORLD, bad); }, "truncated");
+  expect_error("truncated", [&] { checkpoint::CheckpointReader(MPI_COMM_WORLD, bad); }, "truncated");
   // A manifest tensor deleted.
   damage([&] {
     const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     H5Ldelete(f, "w/a", H5P_DEFAULT);
     H5Fclose(f);
   });
-  expect_error("missing", [&] { sharding::CheckpointReader(MPI_COMM_WORLD, bad); }, "tensor 'w/a': listed in the manifest but missing");
+  expect_error("missing", [&] { checkpoint::CheckpointReader(MPI_COMM_WORLD, bad); }, "tensor 'w/a': listed in the manifest but missing");
   // No `complete` marker: what an interrupted save leaves.
   damage([&] {
     const hid_t f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     H5Adelete(f, "complete");
     H5Fclose(f);
   });
-  expect_error("incomplete", [&] { sharding::CheckpointReader(MPI_COMM_WORLD, bad); }, "incomplete checkpoint");
+  expect_error("incomplete", [&] { checkpoint::CheckpointReader(MPI_COMM_WORLD, bad); }, "incomplete checkpoint");
   // dtype and shape mismatches against what the caller expects, and a bad block on ONE rank only.
   damage([] {});
   {
-    sharding::CheckpointReader rd(MPI_COMM_WORLD, bad);
+    checkpoint::CheckpointReader rd(MPI_COMM_WORLD, bad);
     Tensor wrong_type(DType::fp32, {0, C});
     expect_error("dtype", [&] { rd.read_block("w/b", {0, 0}, wrong_type); }, "tensor 'w/b': is bf16");
     Tensor wrong_shape(DType::fp32, {R, C + 1});
@@ -356,15 +356,15 @@ TEST(CheckpointChips, KChipsPerRankWriteAndReadTheUnionOfTheirBlocks) {
       const Tensor rep = global_block(DType::fp32, {3, 4}, {0, 0}, 3);  // replicated, written by the last chip
       Tensor scalar(DType::fp32, runtime::Shape{});
       scalar.set(0, 2.5f);
-      sharding::SaveOptions so;
-      so.gzip_level = sharding::parse_compression(comp);
-      sharding::save_checkpoint(w, path,
+      checkpoint::SaveOptions so;
+      so.gzip_level = checkpoint::parse_compression(comp);
+      checkpoint::save_checkpoint(w, path,
                                 {{"w/a", &a, {R, C}, ao, "Shard(1)", true},
                                  {"w/b", &b, {R, C}, bo, "Shard(0)", true},
                                  {"rep", &rep, {3, 4}, {0, 0}, "Replicate", me == n - 1},
                                  {"scalar", &scalar, {}, {}, "Replicate", me == 1}},
                                 {{"note", "chips"}}, so);
-      sharding::CheckpointReader rd(w, path);
+      checkpoint::CheckpointReader rd(w, path);
       EXPECT_EQ(rd.root_attribute("note"), "chips");
       EXPECT_EQ(rd.info("w/a").gzip_level, so.gzip_level);
       // Windows that overlap partly between the chips of a rank (read once as a union, copied to each chip).
@@ -395,7 +395,7 @@ TEST(CheckpointChips, KChipsPerRankWriteAndReadTheUnionOfTheirBlocks) {
     EXPECT_EQ(code, 0) << comp;
     // Read back at one chip per rank: the whole tensors and their stored checksums.
     {
-      sharding::CheckpointReader rd(MPI_COMM_WORLD, path);
+      checkpoint::CheckpointReader rd(MPI_COMM_WORLD, path);
       Tensor a_all(DType::fp32, {R, C}), b_all(DType::bf16, {R, C});
       rd.read_block("w/a", {0, 0}, a_all);
       rd.read_block("w/b", {0, 0}, b_all);
@@ -403,8 +403,8 @@ TEST(CheckpointChips, KChipsPerRankWriteAndReadTheUnionOfTheirBlocks) {
       const Tensor b_ref = global_block(DType::bf16, {R, C}, {0, 0}, 2);
       EXPECT_TRUE(a_all.bit_equal(a_ref)) << comp;
       EXPECT_TRUE(b_all.bit_equal(b_ref)) << comp;
-      EXPECT_EQ(rd.info("w/a").checksum, sharding::checksum_block(a_ref, {0, 0}, {R, C}));
-      EXPECT_EQ(rd.info("w/b").checksum, sharding::checksum_block(b_ref, {0, 0}, {R, C}));
+      EXPECT_EQ(rd.info("w/a").checksum, checkpoint::checksum_block(a_ref, {0, 0}, {R, C}));
+      EXPECT_EQ(rd.info("w/b").checksum, checkpoint::checksum_block(b_ref, {0, 0}, {R, C}));
       rd.verify();
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -4,8 +4,10 @@
 // logit is within 1e-4 (fp32; only summation orders differ). Eight sequences with prompts of 3..6 tokens are
 // prefilled in one ragged batch, then decoded 4 steps, one token per sequence per step. Plans: tp (heads and kv
 // heads split, GQA groups local; MQA-like one kv head per chip at tp 8), pp, tp x pp, and dp replicas taking the
-// remaining chips; the Llama block and the GPT block (layernorm, gelu, learned positions, tied embeddings). Each
-// case at one chip per rank on the MPI world and, on one rank, with 8 chips on that rank (runtime/chips.h).
+// remaining chips; the Llama block and the GPT block (layernorm, gelu, learned positions, tied embeddings); a
+// mixture of experts (8 experts top-2, dropless) at ep 2 and 4, ep x tp (experts whole or split over tp by etp), ep
+// x pp and ep x dp, each ep chip attending its own sequences (models/lm_tp.h LmServeBatch). Each case at one chip
+// per rank on the MPI world and, on one rank, with 8 chips on that rank (runtime/chips.h).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -33,6 +35,7 @@ struct ServeCase {
   int tp = 1, pp = 1;
   int64_t kv_heads = 8;
   bool gpt = false;
+  int ep = 0, etp = 1;  // ep > 0: the MoE model, its experts over ep chips
 };
 
 std::ostream& operator<<(std::ostream& os, const ServeCase& c) { return os << c.name; }
@@ -40,6 +43,9 @@ std::ostream& operator<<(std::ostream& os, const ServeCase& c) { return os << c.
 const ServeCase kCases[] = {
     {"one_device"}, {"tp2", 2}, {"tp4", 4}, {"tp8_one_kv_head_each", 8}, {"tp2_kv2", 2, 1, 2},
     {"pp2", 1, 2},  {"pp4", 1, 4}, {"tp2_x_pp2", 2, 2}, {"tp4_x_pp2", 4, 2}, {"gpt_tp2", 2, 1, 8, true},
+    {"moe_one_device", 1, 1, 8, false, 1}, {"moe_ep2", 1, 1, 8, false, 2}, {"moe_ep4", 1, 1, 8, false, 4},
+    {"moe_ep2_x_tp2", 2, 1, 8, false, 2}, {"moe_ep2_x_tp2_etp2", 2, 1, 8, false, 2, 2},
+    {"moe_ep4_x_tp2_etp2", 2, 1, 8, false, 4, 2}, {"moe_ep2_x_pp2", 1, 2, 8, false, 2},
 };
 
 constexpr int kSeqs = 8;       // sequences (dp replicas split them)
@@ -57,6 +63,17 @@ models::LmConfig config_of(const ServeCase& k) {
     c.mlp = sharding::MlpKind::gelu;
     c.position = sharding::PositionKind::learned;
     c.tied_embeddings = true;
+  }
+  if (k.ep > 0) {  // Mixtral's MoE MLP in small: 8 SwiGLU experts of inner size 8, top-2, dropless
+    kernels::MoeConfig m;
+    m.spec.hidden = c.hidden;
+    m.spec.router.experts = 8;
+    m.spec.router.top_k = 2;
+    m.spec.expert_ffn.assign(8, 8);
+    m.spec.aux_coef = 0.01;
+    m.spec.gated = true;
+    m.spec.activation = kernels::Activation::silu;
+    c.moe = m;
   }
   return c;
 }
@@ -84,6 +101,8 @@ std::vector<float> reference_logits(const models::LmConfig& c, const models::LmW
   return out;
 }
 
+int inner(const ServeCase& k) { return k.tp * k.pp * std::max(k.ep, 1); }  // the chips of one dp replica
+
 int64_t argmax(const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
 
 struct Deviation {
@@ -97,13 +116,15 @@ struct Deviation {
 template <class World>
 Deviation serve_case(const ServeCase& k, const World& world, int n, int rank) {
   const models::LmConfig c = config_of(k);
-  const int dp = n / (k.tp * k.pp);
+  const int dp = n / inner(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"dp", dp}, {"pp", k.pp}}, topo);
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"ep", std::max(k.ep, 1)}, {"dp", dp}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("h100"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
+  models::LmDpConfig dpc;
+  dpc.etp = k.etp;
+  models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, dpc);
   const models::LmWeights ref_w = models::lm_compute_copy(c, models::lm_init(c));
   auto cache = tr.make_kv_cache(c.seq);
   const int d = mesh.coordinate("dp", rank), per = kSeqs / dp;
@@ -139,10 +160,7 @@ Deviation serve_case(const ServeCase& k, const World& world, int n, int rank) {
   return dev;
 }
 
-bool fits(const ServeCase& k, int n) {
-  const int inner = k.tp * k.pp;
-  return n % inner == 0 && kSeqs % (n / inner) == 0;
-}
+bool fits(const ServeCase& k, int n) { return n % inner(k) == 0 && kSeqs % (n / inner(k)) == 0; }
 
 }  // namespace
 
@@ -158,7 +176,7 @@ TEST_P(ServeDecode, CachedDecodeEqualsRecomputingOneChipPerRank) {
   if (world_rank() == 0)
     std::printf("[serve_decode] %s on %d ranks: max |logit - ref| = %.3g over %d checks per rank, %g token mismatches\n",
                 k.name, p, worst, d.checked, mismatches);
-  EXPECT_EQ(d.checked, (kSeqs / (p / (k.tp * k.pp))) * (kDecode + 1));
+  EXPECT_EQ(d.checked, (kSeqs / (p / inner(k))) * (kDecode + 1));
   EXPECT_LT(worst, 1e-4);
   EXPECT_EQ(mismatches, 0);
 }
@@ -176,7 +194,7 @@ TEST_P(ServeDecode, CachedDecodeEqualsRecomputingEightChipsOnOneRank) {
   for (int i = 0; i < 8; ++i) {
     EXPECT_LT(devs[size_t(i)].logits, 1e-4) << "chip " << i;
     EXPECT_EQ(devs[size_t(i)].token_mismatches, 0) << "chip " << i;
-    EXPECT_EQ(devs[size_t(i)].checked, (kSeqs / (8 / (k.tp * k.pp))) * (kDecode + 1)) << "chip " << i;
+    EXPECT_EQ(devs[size_t(i)].checked, (kSeqs / (8 / inner(k))) * (kDecode + 1)) << "chip " << i;
   }
   std::printf("[serve_decode] %s on 8 chips of one rank: max |logit - ref| = %.3g\n", k.name, devs[0].logits);
 }
@@ -355,8 +373,10 @@ TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
 
 // The serve command's shortcut (LmServeBatch::repeat_blocks): a stage's blocks simulated until periodic, the
 // period repeated, gives the full run's simulated iteration time, shape-only at tp 2 x pp 2 and tp 4 on chips of
-// one rank, for a batch mixing prefills of different lengths and decodes and for a batch of a few decodes (whose
-// short kernels leave the host's issue gating the device), with the h100 preset's eager host issue and without.
+// one rank, and for the model with MoE layers (8 experts top-2, uniform declared routing) at ep 4 and ep 2 x tp 2,
+// for a batch mixing prefills of different lengths and decodes and for a batch of a few decodes (whose short
+// kernels leave the host's issue gating the device; at ep 4 two ep chips have no sequence and route no rows), with
+// the h100 preset's eager host issue and without.
 TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
   models::LmConfig c;
@@ -372,21 +392,31 @@ TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   c.dtype = runtime::DType::bf16;
   const std::vector<std::vector<sharding::plans::KvSeq>> batches = {
       {{0, 0, 300}, {1, 1000, 1}, {2, 17, 1}, {3, 0, 45}, {4, 2500, 1}}, {{0, 100, 1}, {1, 3000, 1}}};
+  models::LmConfig moe = c;
+  moe.batch = 4;  // the training layout's batch (unused in serving) divides over the ep chips
+  moe.moe = config_of({"moe", 1, 1, 8, false, 1}).moe;
+  moe.moe->spec.hidden = c.hidden;
+  moe.moe->spec.dtype = c.dtype;
+  moe.moe->spec.expert_ffn.assign(8, 1024);
+  struct Plan {
+    int tp, pp, ep;
+  };
   for (const double host_ns : {-1.0, 0.0})  // -1: the preset's host launch time
-    for (auto [tp, pp] : {std::pair{2, 2}, std::pair{4, 1}})
+    for (const Plan pl : {Plan{2, 2, 1}, Plan{4, 1, 1}, Plan{1, 1, 4}, Plan{2, 1, 2}})
       for (size_t bi = 0; bi < batches.size(); ++bi) {
+        const auto [tp, pp, ep] = pl;
         std::map<bool, double> got;
         for (bool repeat : {false, true}) {
           const int code = runtime::run_chips(4, [&](const runtime::World& w) {
             auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
-            sharding::DeviceMesh mesh({{"tp", tp}, {"pp", pp}}, topo);
+            sharding::DeviceMesh mesh({{"tp", tp}, {"ep", ep}, {"pp", pp}}, topo);
             sim::DeviceSpec dev = sim::device_preset("h100");
             if (host_ns >= 0) dev.host_launch_ns = host_ns;
             sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, dev);
             runtime::Transport t(w, tl, mesh.placement());
             t.set_shape_only(true);
             mesh.bind(t);
-            models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
+            models::LmTpTrainer tr(ep > 1 ? moe : c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
             auto cache = tr.make_kv_cache(c.seq);
             models::LmServeBatch b;
             b.repeat_blocks = repeat;
@@ -397,8 +427,8 @@ TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
           });
           ASSERT_EQ(code, 0);
         }
-        std::printf("[serve_decode] host launch %s, tp %d x pp %d, batch %zu: every block %.6f ms, periodic blocks "
-                    "repeated %.6f ms\n", host_ns < 0 ? "h100's" : "0", tp, pp, bi, got[false] * 1e-6,
+        std::printf("[serve_decode] host launch %s, tp %d x pp %d x ep %d, batch %zu: every block %.6f ms, periodic "
+                    "blocks repeated %.6f ms\n", host_ns < 0 ? "h100's" : "0", tp, pp, ep, bi, got[false] * 1e-6,
                     got[true] * 1e-6);
         EXPECT_NEAR(got[true], got[false], 1e-9 * got[false]);
       }

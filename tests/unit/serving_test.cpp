@@ -66,6 +66,26 @@ TEST(ServingKvCache, BlocksPerSequence) {
   EXPECT_EQ(k.free_blocks(), 10);
 }
 
+// Expert-parallel serving: each ep chip's pool holds only its own sequences' blocks (sequence s on pool s mod 2).
+TEST(ServingKvCache, ShardsArePoolsOfTheirOwnSequences) {
+  KvCapacity c = blocks(9);
+  c.shards = 2;
+  PagedKvCache k(c);
+  EXPECT_EQ(k.capacity().blocks, 8);  // whole pools: 2 x 4
+  k.grow(0, 16 * 4);                  // pool 0 full
+  EXPECT_FALSE(k.can_grow(2, 1));     // sequence 2 is pool 0's too
+  EXPECT_TRUE(k.can_grow(1, 16 * 4));
+  EXPECT_FALSE(k.can_grow(3, 16 * 4 + 1));  // more than a pool
+  EXPECT_EQ(k.used_blocks(), 4);
+  EXPECT_DOUBLE_EQ(k.utilisation(), 0.5);
+  k.grow(1, 16 * 3);
+  EXPECT_EQ(k.free_blocks(), 1);
+  EXPECT_THROW(k.grow(2, 1), std::logic_error);
+  k.release(0);
+  EXPECT_TRUE(k.can_grow(2, 16 * 4));
+  EXPECT_EQ(k.used_blocks(), 3);
+}
+
 TEST(ServingTrace, GeneratedIsSeededAndOrdered) {
   TraceSpec s;
   s.rate = 5;
