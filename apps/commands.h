@@ -4,15 +4,31 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
+#include <string>
 
+#include "experiments/scheduler.h"
 #include "experiments/sweep.h"
 #include "models/report.h"
-#include "models/workload.h"
+#include "models/trace_filter.h"
 #include "sharding/engine_config.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
 
 namespace shardsim::apps {
+
+// `run`'s options (apps/main.cpp): its output and resume flags, as the executor's forward mode takes them
+// (run_forward below).
+struct RunOptions {
+  std::string resume_from;                     // --resume: read the weights from this checkpoint
+  std::optional<std::string> checkpoint_path;  // --checkpoint: overrides the config's checkpoint: section
+  bool no_checkpoint = false;                  // --no-checkpoint
+  std::string trace_path;                      // --trace: a Chrome trace of the simulated timelines
+  sharding::TraceOptions trace;                // its filters and size limit (models/trace_filter.h)
+  bool profile = false;                        // --profile: the critical path across chips (models/profile.h)
+  std::string plots_dir;                       // --plots: roofline and utilisation plots (models/profile_plots.h)
+  bool shape_only = false;                     // --shape-only: shape-only mode whatever the config's mode: says
+};
 
 struct Command {
   CLI::App* app = nullptr;
@@ -38,7 +54,7 @@ struct FoldDecision {
   bool expected = false;  // a shape-only run with replicas that auto leaves unfolded: main says why in one note
 };
 FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ranks);
-// The fold of one training sweep point on one MPI rank (run_train_point's config CONFIG_TEXT, WHERE, VALIDATE and
+// The fold of one training sweep point on one MPI rank (run_executor_point's config CONFIG_TEXT, WHERE, VALIDATE and
 // WHAT_IF on CHIPS chips): the decision train_fold makes for the same run under `train`. Never throws.
 FoldDecision train_point_fold(const std::string& config_text, const std::string& where, int chips, bool validate,
                               const std::string& what_if);
@@ -55,12 +71,11 @@ Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp:
 std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
                            const std::vector<sharding::BestPlan>& best);
 
-// One training sweep point (train.cpp): `shardsim train`'s runner on WORLD for the config CONFIG_TEXT (WHERE names it
-// in messages), quiet; VALIDATE compares the losses with the single-device reference; WHAT_IF (train's --what-if
-// spec, "" none) fills the report's what_if rows. The report is complete on rank 0. Errors as `train`'s
-// (AgreedError on every rank).
-sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text, const std::string& where,
-                                    bool validate, const std::string& what_if);
+// One sweep point (train.cpp; experiments/scheduler.h's ExecutorRun): the one executor on WORLD for the point's
+// config, quiet, in `run`'s forward mode or `train`'s training mode (RUN.train), exactly what the command runs for
+// the same config (no checkpoint). The report is complete on rank 0. Errors as the command's (AgreedError on
+// every rank).
+sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run);
 
 // `run` on a model with a vocabulary (model.kind lm, or no kind): the forward mode of the one executor
 // (apps/train.cpp, models/lm_tp.h's LmTpTrainer::forward_step): one forward of the first step's batch through the
@@ -68,7 +83,7 @@ sharding::RunReport run_train_point(const runtime::World& world, const std::stri
 // single-device forward's loss (unless shape-only); --checkpoint writes the weights as a training state at its
 // step, --resume reads one. The report is train's, in forward mode. Errors as `train`'s.
 int run_forward(const runtime::World& world, const std::string& config, const std::string& json_path,
-                const sharding::RunOptions& opt, const sharding::ConfigOverrides& overrides,
+                const RunOptions& opt, const sharding::ConfigOverrides& overrides,
                 const std::string& what_if);
 
 }  // namespace shardsim::apps

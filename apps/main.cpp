@@ -150,7 +150,7 @@ std::string default_config_path() {
 // after that point the run's own failures are exit 3. WHAT_IF (--what-if): after the run, each change
 // re-simulated in shape-only mode (apps/profile.h).
 int cmd_run(const shardsim::runtime::World& world, const std::string& config_path, const std::string& json_path,
-            const shardsim::sharding::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides,
+            const shardsim::apps::RunOptions& opt, const shardsim::sharding::ConfigOverrides& overrides,
             const std::string& what_if) {
   return shardsim::apps::run_forward(world, config_path, json_path, opt, overrides, what_if);
 }
@@ -372,7 +372,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   app.require_subcommand(1);
   auto* run = app.add_subcommand("run", "run a sharded workload, validate it against one device, checkpoint it");
   std::string config = default_config_path(), json_path;
-  sharding::RunOptions opt;
+  apps::RunOptions opt;
   std::string ckpt;
   run->add_option("config", config, "workload YAML (default: the Llama-2-7B MLP on an 8-chip ring)");
   run->add_option("--json", json_path, "also write the report as JSON to this file");
@@ -401,7 +401,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   auto* prof = app.add_subcommand("profile", "where the time goes: the critical path across chips, each op's class, "
                                              "the top bottlenecks, and --what-if speedups (docs/PROFILE.md)");
   std::string prof_config = default_config_path(), prof_json, prof_what_if;
-  sharding::RunOptions prof_opt;
+  apps::RunOptions prof_opt;
   prof->add_option("config", prof_config, "workload YAML of `run` (default: the Llama-2-7B MLP on an 8-chip ring)");
   prof->add_option("--json", prof_json, "also write the report (with its profile section) as JSON to this file");
   prof->add_option("--trace", prof_opt.trace_path, "write a Chrome trace (Perfetto) with arrows and the critical path");

@@ -17,7 +17,6 @@
 #include "common/number.h"
 #include "common/output_file.h"
 #include "common/text.h"
-#include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "topology/topology.h"
 #include "topology/topology_yaml.h"
@@ -323,18 +322,6 @@ std::vector<sharding::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, 
   std::stable_sort(rows.begin(), rows.end(),
                    [](const sharding::WhatIf& a, const sharding::WhatIf& b) { return a.speedup > b.speedup; });
   return rows;
-}
-
-double simulate_run(const runtime::World& world, const std::string& config, const sharding::ConfigOverrides& ov) {
-  std::shared_ptr<const sharding::ModelConfig> cfg;
-  sharding::RunOptions opt;
-  opt.shape_only = true;
-  opt.no_checkpoint = true;
-  world.agree([&] {
-    cfg = sharding::load_model_config_shared(config, ov);
-    sharding::check_run(world, *cfg, opt, "");
-  });
-  return sharding::run_model(world, *cfg, opt).critical.total;
 }
 
 }  // namespace shardsim::apps

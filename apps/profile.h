@@ -36,7 +36,4 @@ std::vector<sharding::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, 
                                           const std::function<double(const sharding::ConfigOverrides&)>& simulate,
                                           const sharding::ConfigOverrides& base);
 
-// `run`'s model on CONFIG with OV in shape-only mode, no checkpoint: the critical chip's end time (rank 0).
-double simulate_run(const runtime::World& world, const std::string& config, const sharding::ConfigOverrides& ov);
-
 }  // namespace shardsim::apps

@@ -48,7 +48,6 @@
 #include "common/text.h"
 #include "experiments/sweep.h"
 #include "experiments/scheduler.h"
-#include "models/runner.h"
 #include "runtime/chips.h"
 #include "runtime/host_memory.h"
 #include "sharding/engine_config.h"
@@ -183,28 +182,6 @@ std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
   return it->second.spec;
 }
 
-// --what-if on a forward point: each change re-simulated by run's runner in shape-only mode on the point's group,
-// from the point's config with the change's --set overrides (apps/profile.h's plan_what_if / run_what_if, as `run
-// --what-if`). Training points take train's own --what-if (run_train_point).
-std::vector<sharding::WhatIf> forward_what_if(const runtime::World& group, const SweepPoint& pt, const std::string& where,
-                                              double baseline_ns, const std::string& spec) {
-  std::vector<WhatIfPlan> plans;
-  group.agree([&] { plans = plan_what_if(spec, sharding::workload_config_from_text(pt.config_yaml, where)); });
-  return run_what_if(
-      plans, baseline_ns,
-      [&](const sharding::ConfigOverrides& ov) {
-        std::shared_ptr<const sharding::ModelConfig> cfg;
-        sharding::RunOptions opt;
-        opt.shape_only = opt.no_checkpoint = true;
-        group.agree([&] {
-          cfg = std::make_shared<const sharding::ModelConfig>(
-              sharding::parse_model_config(sharding::workload_config_from_text(pt.config_yaml, where, ov)));
-        });
-        return sharding::run_model(group, *cfg, opt).critical.total;
-      },
-      {});
-}
-
 // One point on K chips started for it alone (GroupCallbacks::launch; one MPI rank): a training point folds where
 // `train` would fold the same run (train_point_fold; fold: auto falls back to every chip as `train` does), every
 // other point runs on all K chips. NOTE gets how it ran, for the progress line. A point that cannot be simulated
@@ -214,7 +191,7 @@ Row launch_point(int k, const SweepPoint& pt, const SweepSpec& spec, const std::
   const std::string where = spec.file + "[" + pt.key + "]";
   FoldDecision d;
   if (pt.kind == sharding::PointKind::workload && pt.train)
-    d = train_point_fold(pt.config_yaml, where, k, !pt.train_shape_only, spec.what_if);
+    d = train_point_fold(pt.config_yaml, where, k, !pt.shape_only, spec.what_if);
   Row row;
   const auto body = [&](const runtime::World& w) {
     Row r = run(w);
@@ -497,6 +474,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
       std::fflush(stdout);
     }
     sharding::GroupCallbacks vcb;
+    vcb.runners.executor = run_executor_point;
     if (launched) {
       vcb.launch = launcher(vspec);
       vcb.launch_chips = N;
@@ -541,11 +519,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
     progress.show(cur);
   };
-  cb.runners.train = run_train_point;
-  cb.runners.what_if = [](const runtime::World& g, const SweepPoint& pt, const std::string& where, double base,
-                          const std::string& what_if) {
-    return forward_what_if(g, pt, where, base, what_if);
-  };
+  cb.runners.executor = run_executor_point;
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {
       Row r = r0;

@@ -766,6 +766,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
         v.overrides = f.overrides;
         v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
         v.shape_only = true;
+        v.forward = f.forward;  // checked in the run's own mode (the forward mode takes plans training refuses)
         try {
           (void)load(v, world.size());
         } catch (const ConfigError& e) {
@@ -784,13 +785,14 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 
 }  // namespace
 
-sharding::RunReport run_train_point(const runtime::World& world, const std::string& config_text,
-                                    const std::string& where, bool validate, const std::string& what_if) {
+sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run) {
   TrainFlags f;
-  f.config = where;
-  f.config_text = config_text;
-  f.validate = validate;
-  f.what_if = what_if;
+  f.forward = !run.train;
+  f.config = run.where;
+  f.config_text = run.config_yaml;
+  f.validate = run.validate;
+  f.shape_only = run.shape_only;
+  f.what_if = run.what_if;
   f.quiet = true;
   sharding::RunReport r;
   f.report_out = &r;
@@ -799,7 +801,7 @@ sharding::RunReport run_train_point(const runtime::World& world, const std::stri
 }
 
 int run_forward(const runtime::World& world, const std::string& config, const std::string& json_path,
-                const sharding::RunOptions& opt, const sharding::ConfigOverrides& overrides,
+                const apps::RunOptions& opt, const sharding::ConfigOverrides& overrides,
                 const std::string& what_if) {
   TrainFlags f;
   f.forward = true;

@@ -311,7 +311,7 @@ FoldDecision train_fold(const std::vector<std::string>& args, int chips, int ran
 
 FoldDecision train_point_fold(const std::string& config_text, const std::string& where, int chips, bool validate,
                               const std::string& what_if) {
-  TrainFlags f;  // run_train_point's flags (apps/train.cpp)
+  TrainFlags f;  // run_executor_point's flags for a training point (apps/train.cpp)
   f.config = where;
   f.config_text = config_text;
   f.validate = validate;

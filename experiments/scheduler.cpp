@@ -16,7 +16,6 @@
 #include "collectives/verify.h"
 #include "common/config.h"
 #include "common/error.h"
-#include "models/runner.h"
 #include "runtime/chip_split.h"
 #include "runtime/host_memory.h"
 #include "runtime/transport.h"
@@ -194,59 +193,29 @@ void what_if_by_change(Row& row, const std::string& spec, const std::function<st
   }
 }
 
-Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const WhatIfRunner& what_if) {
+// One workload point through the one executor in its command's mode (forward for a `run` config, training for a
+// `train` config); the row's columns from its report (models/report.h): the simulated forward or step as
+// sim_time_us with the critical chip's split, tokens/s, MFU, the chip's memory (the mode's memory model) against
+// the device's HBM, the pipeline's bubble and micro-batches, the validation against one device.
+Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const ExecutorRunner& exec) {
   Row row = base_row(pt);
-  const std::string where = spec.file + "[" + pt.key + "]";
-  RunOptions o;
-  o.no_checkpoint = true;
-  if (!pt.model) return failed(row, "internal: workload point without its config (" + where + ")");
-  const ModelConfig& cfg = *pt.model;  // typed, parsed once by `run`'s loader (experiments/sweep.h)
-  try {
-    sw.agree([&] {
-      if (cfg.topology().num_chips() != sw.size()) throw UsageError("internal: group size differs from the topology");
-      if (cfg.kind == ModelConfig::Kind::transformer_block && !validated_separately(pt, spec) && !cfg.shape_only())
-        check_host_memory(cfg.block);  // recorded as a failed point instead of ranks killed by the OS
-    });
-  } catch (const AgreedError& e) {
-    return failed(row, e.what());
-  }
+  ExecutorRun run;
+  run.where = spec.file + "[" + pt.key + "]";
+  if (!exec) return failed(row, "internal: no executor for " + run.where);
+  run.config_yaml = pt.config_yaml;
+  run.train = pt.train;
   // Validate once: the plan was validated by a smaller real-data run (apps/sweep.cpp merges its verdict); the
-  // full-size point runs the same code in shape-only mode.
-  o.shape_only = validated_separately(pt, spec);
-  const bool shape_only = o.shape_only || cfg.shape_only();
-  row["timing"] = shape_only ? "shape_only" : "run";
-  const auto r = run_model(sw, cfg, o);
-  row["sim_time_us"] = fmt(r.critical.total / 1e3);
-  fill_breakdown(row, r);
-  double peak = 0;
-  for (const auto& c : r.per_chip) peak = std::max(peak, c.peak_memory_bytes);
-  row["peak_mem_bytes"] = fmt(peak);
-  if (r.validated) {
-    row["max_rel_error"] = fmt(r.relative_error);
-    row["validated_at"] = "self";
-  }
-  if (o.shape_only) row["validated_at"] = pt.validation_dims;  // verdict: apply_validation on rank 0
-  row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
-  if (r.validated && !r.passed) row["reason"] = "relative error above tolerance " + fmt(r.tolerance);
-  if (!spec.what_if.empty() && what_if)  // a change the point's config cannot take marks its column (agreed)
-    what_if_by_change(row, spec.what_if,
-                      [&](const std::string& s) { return what_if(sw, pt, where, r.critical.total, s); });
-  return row;
-}
-
-// One training point (SweepPoint::train) through train's runner; the row's columns from its report
-// (models/report.h): the step as sim_time_us with chip 0's split, tokens/s, MFU, chip 0's memory (training
-// state + activations) against the device's HBM, the pipeline's bubble and micro-batches.
-Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const TrainRunner& train) {
-  Row row = base_row(pt);
-  const std::string where = spec.file + "[" + pt.key + "]";
-  if (!train) return failed(row, "internal: no training runner for " + where);
+  // full-size point runs the same program in shape-only mode.
+  const bool separately = validated_separately(pt, spec);
+  run.shape_only = separately;
+  run.validate = !separately && !pt.shape_only;
   RunReport r;
   bool what_if_failed = false;  // the run with every change failed: the baseline alone, then change by change
   for (const bool with_what_if : {true, false}) {
     if (!with_what_if && (!what_if_failed || spec.what_if.empty())) break;
     try {
-      r = train(sw, pt.config_yaml, where, !pt.train_shape_only, with_what_if ? spec.what_if : "");
+      run.what_if = with_what_if ? spec.what_if : "";
+      r = exec(sw, run);
       break;
     } catch (const AgreedError& e) {
       if (with_what_if && !spec.what_if.empty()) {
@@ -254,14 +223,14 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
         continue;
       }
       std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
-      if (why.rfind(where + ":", 0) == 0)
-        if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
+      if (why.rfind(run.where + ":", 0) == 0)
+        if (const auto colon = why.find(": ", run.where.size()); colon != std::string::npos) why = why.substr(colon + 2);
       return failed(row, "plan does not fit: " + why);
     }
   }
   const auto& t = r.train;
-  row["timing"] = pt.train_shape_only ? "shape_only" : "run";
-  row["sim_time_us"] = fmt(t.step_ns / 1e3);
+  row["timing"] = separately || pt.shape_only ? "shape_only" : "run";
+  row["sim_time_us"] = fmt(r.critical.total / 1e3);
   fill_breakdown(row, r);
   row["tokens_per_step"] = fmt(t.tokens_per_step);
   row["mfu"] = fmt(t.mfu);
@@ -270,16 +239,26 @@ Row run_train_point(const runtime::World& sw, const SweepPoint& pt, const SweepS
   row["fits_hbm"] = fits_hbm(r) ? "yes" : "no";  // with the device's HBM reserve
   row["bubble_fraction"] = fmt(t.has_pipeline ? t.pipeline.bubble_fraction : 0.0);
   row["micro_batches"] = std::to_string(t.has_pipeline ? t.pipeline.m : pt.micro_batches);
+  // A block stack's forward compares its output rows (relative error); otherwise the loss.
+  const double error = t.rows_validated ? r.relative_error : t.max_loss_error;
   if (r.validated) {
-    row["max_rel_error"] = fmt(t.max_loss_error);
+    row["max_rel_error"] = fmt(error);
     row["validated_at"] = "self";
   }
+  if (separately) row["validated_at"] = pt.validation_dims;  // verdict: apply_validation on rank 0
   row["verdict"] = !r.validated ? "not_validated" : r.passed ? "pass" : "fail";
-  if (r.validated && !r.passed) row["reason"] = "loss error " + fmt(t.max_loss_error) + " above " + t.loss_limit_rule;
+  if (r.validated && !r.passed)
+    row["reason"] = t.rows_validated ? "relative error " + fmt(error) + " of the output rows above tolerance " +
+                                           fmt(r.tolerance) + ", or loss error " + fmt(t.max_loss_error) +
+                                           " above " + t.loss_limit_rule
+                                     : "loss error " + fmt(t.max_loss_error) + " above " + t.loss_limit_rule;
   if (!what_if_failed) add_what_if(row, r.what_if);
-  else  // train's what-if re-runs the step per change; a change the point cannot take marks only its column
+  else  // the what-if re-runs the point per change; a change the point cannot take marks only its column
     what_if_by_change(row, spec.what_if, [&](const std::string& s) {
-      return train(sw, pt.config_yaml, where, false, s).what_if;
+      ExecutorRun again = run;
+      again.validate = false;
+      again.what_if = s;
+      return exec(sw, again).what_if;
     });
   return row;
 }
@@ -288,8 +267,7 @@ Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSp
                    const PointRunners& runners) {
   const auto t0 = std::chrono::steady_clock::now();
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
-            : pt.train                       ? run_train_point(sw, pt, spec, runners.train)
-                                             : run_workload_point(sw, pt, spec, runners.what_if);
+                                             : run_workload_point(sw, pt, spec, runners.executor);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   row["wall_s"] = fmt(group_max(wall, sw));
   return row;
@@ -390,8 +368,8 @@ std::vector<SweepPoint> validation_points(const SweepSpec& spec, const std::vect
     SweepPoint v = p;
     v.index = static_cast<int>(out.size());
     v.key = p.validation_key;
-    v.model = p.validation_model;
-    v.validation_model = nullptr;
+    v.config_yaml = p.validation_config_yaml;
+    v.validation_config_yaml.clear();
     v.validation_key.clear();
     v.plan = p.plan + " @" + p.validation_dims;  // progress lines
     out.push_back(std::move(v));

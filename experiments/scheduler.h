@@ -12,9 +12,9 @@
 // `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail,
 // validated_at self); larger ones run the same CaseRunner and schedule in shape-only mode, as `bench --shape-only`
 // (runtime/transport.h: messages carry only their timing headers; timing `shape_only`, verdict `not_validated`),
-// so their simulated time equals the real-data run's (bench/sweep_vs_bench.sh). Workload points run the typed
-// config (SweepPoint::model) through models/runner.h's run_model, no checkpoint: with real data (validated against
-// one device, validated_at self), or, when validated_separately (validate once), in shape-only mode with
+// so their simulated time equals the real-data run's (bench/sweep_vs_bench.sh). Workload points run their config
+// through the one executor in the command's mode (PointRunners below), no checkpoint: with real data (validated
+// against one device, validated_at self), or, when validated_separately (validate once), in shape-only mode with
 // validated_at = the shrunk dimensions; the caller then merges the plan's validation row (apply_validation). A point that cannot run gives a row with verdict `error` and the reason. The row is complete on
 // GROUP's rank 0. WORLD_SIZE: ranks of the whole launch (host-memory estimate).
 //
@@ -38,25 +38,23 @@
 
 namespace shardsim::sharding {
 
-// Training points (SweepPoint::train): `shardsim train`'s runner on GROUP for the point's generated config
-// (CONFIG_YAML; WHERE names it in messages), quiet, returning its report; VALIDATE: real data, the losses checked
-// against the single-device reference. apps/sweep.cpp passes apps/train.cpp's run_train_point (this library sits
-// below apps/). Errors every chip agreed on (AgreedError: a plan the trainer refuses, host memory) make the row
-// `error` with the reason.
-// WHAT_IF: SweepSpec::what_if ("" none), train's --what-if spec: the report's what_if rows become the row's
-// speedup columns.
-using TrainRunner = std::function<RunReport(const runtime::World& group, const std::string& config_yaml,
-                                            const std::string& where, bool validate, const std::string& what_if)>;
-// Forward points with SweepSpec::what_if: each change of WHAT_IF (a --what-if spec) re-simulated (apps/profile.h's
-// run_what_if, shape-only) on GROUP for the point's config against BASELINE_NS; rows valid on GROUP's rank 0.
-// A change the point cannot take (AgreedError) is retried alone: its column says "error: REASON", the row and
-// the other changes stay.
-using WhatIfRunner = std::function<std::vector<WhatIf>(const runtime::World& group, const SweepPoint& point,
-                                                       const std::string& where, double baseline_ns,
-                                                       const std::string& what_if)>;
+// Workload points: the one executor (apps/train.cpp's run_executor_point; this library sits below apps/) on GROUP
+// for the point's generated config, quiet, returning its report: RUN.train false is `run`'s forward mode, true
+// `train`'s training mode, exactly what the command computes for the same config. RUN.validate: real data, compared
+// with the single-device reference (the forward's output and loss, or the training losses); RUN.shape_only: the
+// same program on shape-only tensors (validate once's full-size points). RUN.what_if: a --what-if spec ("" none)
+// whose rows (the report's what_if) become the row's speedup columns. Errors every chip agreed on (AgreedError: a
+// plan the executor refuses, host memory) make the row `error` with the reason.
+struct ExecutorRun {
+  std::string config_yaml, where;  // the config as generated; WHERE names it in messages
+  bool train = false;
+  bool validate = false;
+  bool shape_only = false;
+  std::string what_if;
+};
+using ExecutorRunner = std::function<RunReport(const runtime::World& group, const ExecutorRun& run)>;
 struct PointRunners {
-  TrainRunner train;
-  WhatIfRunner what_if;
+  ExecutorRunner executor;
 };
 
 Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size,
@@ -67,7 +65,7 @@ Row run_point(const runtime::World& group, const SweepPoint& point, const SweepS
 // validation disabled, leaves it not_validated with the reason and an empty validated_at.
 Row apply_validation(Row row, const Row* v);
 // The distinct validation runs the points TODO (indices into SPEC.points) need, one per validation_key: copies of
-// the first such point with its validation_model as the model and the validation_key as the key.
+// the first such point with its validation_config_yaml as the config and the validation_key as the key.
 std::vector<SweepPoint> validation_points(const SweepSpec& spec, const std::vector<size_t>& todo);
 
 // ROW with verdict `error` and REASON.
@@ -79,7 +77,7 @@ struct GroupCallbacks {
   std::function<void(int chips, size_t points, int groups)> on_chips;  // rank 0, before each chip count
   std::function<void(const std::vector<size_t>& wave)> on_wave;        // rank 0, the wave's points, before it runs
   std::function<void(const std::vector<Row>& rows)> on_rows;           // rank 0, the wave's rows (inside agree)
-  PointRunners runners;                                                // training points, what-if (run_point)
+  PointRunners runners;                                                // workload points (run_point)
   // One MPI rank, chips started per point (apps/sweep.cpp): WORLD is the sweep's one chip, and LAUNCH(k, POINT,
   // RUN) starts k chips for POINT alone (folded where it folds), runs RUN on them and returns chip 0's row. The
   // points then run one at a time (on one rank the groups' fibers shared one thread anyway); the row's `ranks`

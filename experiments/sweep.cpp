@@ -26,7 +26,6 @@
 #include "common/input_file.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
-#include "models/runner.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sharding/plans/registry.h"
@@ -239,7 +238,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
     e.train = spec_use_of(root.child("workload")) == SpecUse::train;
-    e.block = is_block_config(root);
+    e.block = spec_use_of(root.child("workload")) == SpecUse::block;
     e.root = YAML::Clone(root.yaml());
     if (set) {
       if (!set->is_map()) set->fail(set->path() + ": expected a map of workload fields");
@@ -374,19 +373,27 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   return out;
 }
 
-// A training point's config through train's parser (sharding/model_spec.h: model, plan with its pipeline rules,
-// train section; the device): a plan that cannot run throws here and the point is recorded as skipped with the
-// parser's one-line reason. Sets P's shape-only mode and micro-batch count.
-void throw_if_train_point_cannot_run(SweepPoint& p, const ConfigNode& root, int chips) {
-  root.expect_keys(kTrainRootKeys);
-  const ModelSpec m = parse_model_spec(root.child("workload"), SpecUse::train);
-  const ParallelPlan plan = parse_parallel_plan(root, m, SpecUse::train, chips, train_section_recompute(root));
+// A workload point's config through the executor's parser, with the rules apps/train_setup.cpp's load applies to
+// the same file under the point's command (sharding/model_spec.h: the model by its kind's key rules, the plan with
+// its pipeline rules, run's forward mode for a `run` config; the train section; the device): a plan that cannot
+// run throws here and the point is recorded as skipped with the parser's one-line reason. Sets P's shape-only
+// mode and micro-batch count.
+void throw_if_point_cannot_run(SweepPoint& p, const ConfigNode& root, int chips) {
+  const SpecUse kind = spec_use_of(root.child("workload"));
+  std::vector<std::string_view> keys(std::begin(kTrainRootKeys), std::end(kTrainRootKeys));
+  keys.push_back("validate");
+  if (kind == SpecUse::mlp) keys.push_back("checkpoint");
+  root.expect_keys(keys);
+  const ModelSpec m = parse_model_spec(root.child("workload"), kind == SpecUse::mlp ? SpecUse::mlp : SpecUse::train);
+  const ParallelPlan plan =
+      parse_parallel_plan(root, m, SpecUse::train, chips, train_section_recompute(root), !p.train);
   (void)parse_train_spec(root);
   (void)load_workload_device(root);
-  p.train_shape_only = load_workload_shape_only(root);
-  // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences).
+  p.shape_only = load_workload_shape_only(root);
+  // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences); a block stack without
+  // model.batch runs one sequence per replica.
   const int64_t replicas = int64_t{std::max(plan.dp, 1)} * std::max(plan.ep, 1);
-  const int64_t per_replica = m.batch / replicas;
+  const int64_t per_replica = m.batch > 0 ? m.batch / replicas : 1;
   p.micro_batches = static_cast<int>(m.micro_batch > 0 ? per_replica / m.micro_batch : 1);
 }
 
@@ -438,7 +445,7 @@ bool shrink_for_validation(YAML::Node& cfg, bool block_kind, int chips, std::str
 // Validate once: P's validation run (experiments/sweep.h), when its config shrinks and the shrunk config still
 // fits the plan; otherwise P validates itself. A workload file with mode: shape_only is never validated.
 void add_validation(SweepPoint& p, const YAML::Node& cfg, bool block_kind, int chips, const std::string& file) {
-  if (!p.model || p.model->shape_only()) return;
+  if (p.shape_only) return;
   YAML::Node small = YAML::Clone(cfg);
   std::string dims;
   if (!shrink_for_validation(small, block_kind, chips, &dims)) return;
@@ -448,9 +455,9 @@ void add_validation(SweepPoint& p, const YAML::Node& cfg, bool block_kind, int c
   const std::string key = "validate|" + short_hash(block(id));
   try {
     const std::string text = block(small);
-    auto model = std::make_shared<ModelConfig>(parse_model_config(workload_config_from_text(text, file + "[" + key + "]")));
-    if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, chips);
-    p.validation_model = std::move(model);
+    SweepPoint v = p;
+    throw_if_point_cannot_run(v, workload_config_from_text(text, file + "[" + key + "]"), chips);
+    p.validation_config_yaml = text;
     p.validation_key = key;
     p.validation_dims = dims;
   } catch (const Error&) {
@@ -461,7 +468,7 @@ void add_validation(SweepPoint& p, const YAML::Node& cfg, bool block_kind, int c
 }  // namespace
 
 bool validated_separately(const SweepPoint& p, const SweepSpec& spec) {
-  return p.kind == PointKind::workload && !spec.validate_every && p.validation_model != nullptr;
+  return p.kind == PointKind::workload && !p.train && !spec.validate_every && !p.validation_config_yaml.empty();
 }
 
 SweepSpec load_sweep(const std::string& file) {
@@ -654,15 +661,9 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
             p.error = "ASTRA-sim network files can only be used in collective sweeps";
           } else {
             try {
-              if (w.train) {  // run by train's runner (experiments/scheduler.h); checked here by its parser
-                throw_if_train_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
-              } else {
-                auto model = std::make_shared<ModelConfig>(
-                    parse_model_config(workload_config_from_text(p.config_yaml, where)));
-                if (model->kind == ModelConfig::Kind::mlp) check_world_size(model->mlp, t.chips);
-                p.model = std::move(model);
-                add_validation(p, cfg, w.block, t.chips, file);
-              }
+              // Run by the executor (experiments/scheduler.h) in the command's mode; checked here by its parser.
+              throw_if_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
+              if (!w.train) add_validation(p, cfg, w.block, t.chips, file);
             } catch (const Error& e) {
               // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
               // already carries the key.

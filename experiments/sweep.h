@@ -64,15 +64,12 @@
 
 #include <cstddef>
 #include <map>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace shardsim::sharding {
-
-struct ModelConfig;  // models/runner.h
 
 enum class PointKind { collective, workload };
 
@@ -89,24 +86,23 @@ struct SweepPoint {
   // What running it needs.
   std::string topology_yaml;  // the topology section, one line of flow YAML
   std::string device_yaml;    // the device section, one line of flow YAML
-  std::string config_yaml;    // workloads: the whole `shardsim run` config as generated (the key's hash; a record)
-  // Workloads that can run: the typed config, parsed once from config_yaml by `run`'s loader when the sweep is
-  // loaded (models/runner.h's parse_model_config); the point runs it as is. Null when error is set.
-  std::shared_ptr<const ModelConfig> model;
+  std::string config_yaml;    // workloads: the whole config as generated (the key's hash; what the point runs)
   std::string origin;         // "FILE:LINE" of the axis entry that made it (for messages)
   std::string error;          // non-empty: cannot run (bad combination); recorded as failed with this reason
-  // Workloads, validate once: the shrunk config that validates this point's plan with real data (null: the point
-  // validates itself, or is never validated), the id shared by the points it validates, and the shrunk dimensions
-  // ("hidden=256,ffn=512,seq=64,layers=2": the results' validated_at column).
-  std::shared_ptr<const ModelConfig> validation_model;
-  std::string validation_key, validation_dims;
-  // Training points (a `shardsim train` config as the workload, run_mode train): run by train's runner
-  // (experiments/scheduler.h's TrainRunner) with real data and the losses validated against one device, or
-  // shape-only when the config says mode: shape_only. MICRO_BATCHES: per replica and step (1 without
-  // model.micro_batch), from the parsed plan.
+  // Workloads run through the one executor (apps/train.cpp), as the command would run CONFIG_YAML: a `shardsim
+  // run` config (model.kind mlp | transformer_block) in its forward mode (TRAIN false: exactly what `run` computes
+  // for it), a `shardsim train` config (model: without kind) in its training mode (TRAIN true: what `train`
+  // computes). The config is checked by the executor's parser when the sweep is loaded (a plan that cannot run
+  // sets ERROR). SHAPE_ONLY: the config says mode: shape_only (never validated). MICRO_BATCHES: per replica and
+  // step (1 without model.micro_batch), from the parsed plan.
   bool train = false;
-  bool train_shape_only = false;
+  bool shape_only = false;
   int micro_batches = 0;
+  // Forward points, validate once: the shrunk config that validates this point's plan with real data ("": the
+  // point validates itself, or is never validated), the id shared by the points it validates, and the shrunk
+  // dimensions ("hidden=256,ffn=512,seq=64,layers=2": the results' validated_at column).
+  std::string validation_config_yaml;
+  std::string validation_key, validation_dims;
 };
 
 struct SweepSpec {
@@ -129,7 +125,7 @@ inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
 
 SweepSpec load_sweep(const std::string& file);
 // True when POINT runs in shape-only mode and takes its verdict from its plan's validation run (validate once, a
-// workload point with a validation_model).
+// forward point with a validation_config_yaml).
 bool validated_separately(const SweepPoint& point, const SweepSpec& spec);
 SweepSpec parse_sweep(const std::string& text, const std::string& file);
 

@@ -8,7 +8,7 @@
 //                                    # inline keys {preset: ..., peak_tflops_fp32: ...}. Default: generic (the
 //                                    # documented default device; every report prints the device line)
 //   model:                           # the model (the older name of this section, workload:, is still read)
-//     kind: mlp | transformer_block  # the gated MLP (models/mlp.h) or a Llama block (models/transformer.h)
+//     kind: mlp | transformer_block  # x + mlp(norm(x)) per layer, or a Llama block (sharding/model_spec.h)
 //     ...                            # their shape keys
 //   parallel:                        # the plan on the device mesh (sharding/device_mesh.h):
 //     tp: 2                          # axes tp, cp (and ulysses: a cp axis whose attention is all_to_all)

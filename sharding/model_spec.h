@@ -9,9 +9,8 @@
 //
 // The MLP-only and block-only workloads of `run` are this model with pieces off: vocab 0 drops the embedding, the
 // final norm, the head and the loss (the input is a seeded [batch·seq, hidden] activation instead of tokens);
-// attention false (or heads 0) makes every layer the MLP alone. Field names and defaults follow the two
-// descriptions this one replaces, models::LmConfig (models/lm_model.h, the training model) and
-// sharding::BlockShape (models/transformer.h, the forward engine), so each is a ModelSpec with a subset of keys.
+// attention false (or heads 0) makes every layer the MLP alone. Field names and defaults follow models::LmConfig
+// (models/lm_model.h, the executor's model, mapped from this one by lm_config_of).
 //
 // Units and shapes (all sizes are element counts; "per step" = one optimizer step in training, one forward in run):
 //   vocab        tokens in the vocabulary V; 0 = no embedding, final norm, head or loss

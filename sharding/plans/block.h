@@ -1,5 +1,5 @@
 // The block program: one transformer block's forward on one chip, written once and composed from the plan units,
-// for every mode (`run`'s forward, models/transformer.h, and `train`'s forward and recomputation, models/lm_tp.h)
+// for every mode of the one executor (models/lm_tp.h: `run`'s forward mode, `train`'s forward and recomputation)
 // and every plan (tp, sp, fused, cp ring attention, Ulysses, and their products on the device mesh).
 //
 //   a   = norm(x)                                  rmsnorm or layernorm (ModelSpec::norm), on this chip's residual

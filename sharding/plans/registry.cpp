@@ -51,7 +51,7 @@ void tp_check(const PlanParse& c, const ParallelPlan& p) {
     }
 }
 std::string tp_text(const ModelSpec& s, const ParallelPlan& p, bool) {
-  if (!s.has_attention())  // the MLP: the placements of models/mlp.h's tensors on the tp axis
+  if (!s.has_attention())  // the MLP-only model: the placements of its tensors on the tp axis
     return "tensor parallel tp=" + str(p.tp) + " (Megatron MLP: gate/up column-parallel Shard(1), down row-parallel "
            "Shard(0), all_reduce(sum) of the output)";
   return "tensor parallel tp=" + str(p.tp) + " (Megatron: column-parallel q/k/v, gate/up; row-parallel wo, w_down" +

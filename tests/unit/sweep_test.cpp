@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "experiments/sweep.h"
 #include "experiments/scheduler.h"
-#include "models/runner.h"
+#include "common/config.h"
 
 using namespace shardsim;
 using namespace shardsim::sharding;
@@ -313,7 +313,7 @@ TEST(Sweep, DpFillReplicatesAPlanUntilItFillsTheChips) {
   EXPECT_NE(s.points[0].config_yaml.find("dp: 2"), std::string::npos);
   // 6 chips are no multiple of tp 4: no dp fills them, the point is skipped with the parser's reason.
   EXPECT_EQ(s.points[2].plan, "tp4+sp");
-  EXPECT_NE(s.points[2].error.find("does not match the topology"), std::string::npos) << s.points[2].error;
+  EXPECT_NE(s.points[2].error.find("does not match the job"), std::string::npos) << s.points[2].error;
 }
 
 TEST(Sweep, WorkloadFilesLoadAsRunLoadsThem) {
@@ -431,19 +431,21 @@ TEST(Sweep, ValidateOnceShrinksEachDistinctPlanOnce) {
   std::set<std::string> keys;
   for (const auto& p : s.points) {
     ASSERT_TRUE(p.error.empty()) << p.key << ": " << p.error;
-    ASSERT_NE(p.validation_model, nullptr) << p.key;
+    ASSERT_FALSE(p.validation_config_yaml.empty()) << p.key;
     EXPECT_TRUE(validated_separately(p, s));
-    EXPECT_EQ(p.validation_model->block.shape.hidden, 64) << p.key;  // heads 8 x head_dim 8
-    EXPECT_EQ(p.validation_model->block.shape.ffn, 128) << p.key;
-    EXPECT_EQ(p.validation_model->block.shape.seq, 64) << p.key;
-    EXPECT_EQ(p.model->block.shape.hidden, 128) << p.key;  // the point itself stays full size
+    const auto small = shardsim::ConfigNode::load_string(p.validation_config_yaml, "v.yaml").child("workload");
+    EXPECT_EQ(small.get_int("hidden"), 64) << p.key;  // heads 8 x head_dim 8
+    EXPECT_EQ(small.get_int("ffn"), 128) << p.key;
+    EXPECT_EQ(small.get_int("seq"), 64) << p.key;
+    const auto full = shardsim::ConfigNode::load_string(p.config_yaml, "p.yaml").child("workload");
+    EXPECT_EQ(full.get_int("hidden"), 128) << p.key;  // the point itself stays full size
     keys.insert(p.validation_key);
   }
   EXPECT_EQ(keys.size(), 8u);  // 2 plans x 2 topologies, shared by s64 and s256; l3's own
   EXPECT_EQ(s.points[0].validation_dims, "hidden=64,ffn=128");
   EXPECT_EQ(s.points[4].validation_dims, "hidden=64,ffn=128,seq=64");
   EXPECT_EQ(s.points[8].validation_dims, "hidden=64,ffn=128,seq=64,layers=2");
-  EXPECT_EQ(s.points[8].validation_model->block.shape.layers, 2);
+  EXPECT_EQ(shardsim::ConfigNode::load_string(s.points[8].validation_config_yaml, "v.yaml").child("workload").get_int("layers"), 2);
   EXPECT_EQ(s.points[0].validation_key, s.points[4].validation_key);
   EXPECT_NE(s.points[0].validation_key, s.points[8].validation_key);
 
