@@ -1,7 +1,7 @@
 // `shardsim bench`: nccl-tests-style bandwidth tables, simulated (the modelled hardware) and wall (this host)
 // side by side, optionally against MPI's own collective on the same buffers (--vs-mpi).
 //
-// algbw = size / time; busbw = algbw * factor with nccl-tests' factors (collectives/verify.h busbw_factor).
+// algbw = size / time; busbw = algbw * factor with nccl-tests' factors (verification/verify.h busbw_factor).
 // Wall time = mean over -n iterations after -w warm-up iterations, the slowest rank's. Simulated time = the
 // latest chip's completion of one run on a fresh clock (identical on every run).
 #include <mpi.h>
@@ -19,7 +19,7 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "collectives/registry.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/error.h"
 #include "common/number.h"
 #include "common/output_file.h"
@@ -40,6 +40,7 @@ struct BenchFlags {
   std::string algo = "auto", chunk_bytes = "0", csv, json;
   int iters = 20, warmup = 5, check = 1, root = 0;
   bool vs_mpi = false, explain = false, list = false;
+  bool choose_only = false;  // --choose-only: print auto's choice per size (the cost model only), run nothing
   bool shape_only = false;  // --shape-only: timing headers only, no storage, not checked
   bool csv_given = false, json_given = false;  // an empty path given explicitly is an error, not "no file"
   int gpus = 1;                                // nccl-tests' -g: one simulated chip per rank, so only 1
@@ -77,7 +78,7 @@ MPI_Op mpi_op(collectives::ReduceOp op) {
 }
 
 // One call of MPI's own collective on the runner's buffers; false when MPI has no equivalent.
-bool mpi_call(Collective c, collectives::CaseRunner& r, const collectives::Case& cs, MPI_Comm comm, int p,
+bool mpi_call(Collective c, verification::CaseRunner& r, const verification::Case& cs, MPI_Comm comm, int p,
               bool run) {
   const MPI_Datatype t = mpi_type(cs.dtype);
   const bool reduction = collectives::is_reduction(c);
@@ -133,9 +134,9 @@ double time_us(runtime::Transport& g, int warmup, int iters, F&& f) {
   return slowest(std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(iters, 1), g);
 }
 
-Measure measure(runtime::Transport& g, const collectives::Case& cs, const BenchFlags& f) {
+Measure measure(runtime::Transport& g, const verification::Case& cs, const BenchFlags& f) {
   Measure m;
-  collectives::CaseRunner runner(g, cs);
+  verification::CaseRunner runner(g, cs);
   runner.prepare();
   g.timeline().reset();
   const auto first = runner.execute(0.0);
@@ -218,11 +219,11 @@ size_t check_bench_group(const BenchFlags& f, const BenchPlan& b, Net& net) {
   check_outputs(outs);
   size_t widest = 1;
   for (DType dt : b.dtypes) widest = std::max(widest, runtime::dtype_size(dt));
-  collectives::Case big;
+  verification::Case big;
   big.collective = c;
   big.count = b.hi / widest;
   big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-  double need = collectives::host_bytes_needed(big, g.size());
+  double need = verification::host_bytes_needed(big, g.size());
   // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
   if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
   // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers.
@@ -342,7 +343,7 @@ struct BenchTotals {
 
 // One size of the table: measures it (out of place, then in place), prints its line on rank 0 and appends its
 // rows to OUT.
-void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh, collectives::Case cs, size_t chunk,
+void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh, verification::Case cs, size_t chunk,
                 bool root0, BenchOutputs& out, BenchTotals& tot) {
   const size_t es = runtime::dtype_size(cs.dtype);
   const size_t size = cs.count * es;
@@ -413,6 +414,36 @@ void bench_size(runtime::Transport& g, const BenchFlags& f, const BenchShape& sh
   }
 }
 
+// --choose-only: what the algorithm rule picks at each size of the sweep and its estimate (collectives/algorithms.h:
+// the cost model's replay on this group's routes), from rank 0 of the group alone; nothing runs, so it reaches
+// group sizes a run could not (scripts/auto_vs_nccl.py builds docs/performance/collectives.md's table from it).
+int choose_only(runtime::Transport& g, const BenchFlags& f, const BenchPlan& b, size_t chunk) {
+  if (g.rank() != 0) return kExitOk;
+  std::printf("# shardsim bench --choose-only: %s on %d chips, algorithm %s, chunk %zu B\n# %12s %10s %-18s %14s\n",
+              collectives::collective_name(b.c).c_str(), g.size(), f.algo.c_str(), chunk, "size", "count",
+              "algorithm", "estimate_us");
+  collectives::CollectiveOptions o;
+  o.algorithm = f.algo;
+  o.chunk_bytes = chunk;
+  for (size_t bytes = b.lo; bytes <= b.hi;) {
+    const DType dt = b.dtypes.front();
+    size_t count = bytes / runtime::dtype_size(dt);
+    if (b.c == Collective::reduce_scatter || b.c == Collective::all_gather)
+      count = count / static_cast<size_t>(g.size()) * static_cast<size_t>(g.size());
+    const double sized = static_cast<double>(count * runtime::dtype_size(dt));
+    const collectives::Choice ch = collectives::choose(b.c, o, g, sized);
+    std::printf("  %12zu %10zu %-18s %14.3f\n", bytes, count, ch.algorithm.c_str(),
+                collectives::estimate_ns(b.c, ch.algorithm, g, sized, chunk) / 1e3);
+    if (f.explain && !ch.explanation.empty()) std::printf("#   %s\n", ch.explanation.c_str());
+    std::fflush(stdout);
+    const size_t next = b.step_bytes ? bytes + b.step_bytes
+                                     : static_cast<size_t>(std::ceil(std::max<double>(bytes, 1) * b.factor));
+    if (next <= bytes || next > b.hi) break;
+    bytes = next;
+  }
+  return kExitOk;
+}
+
 int run_bench(const runtime::World& world, const BenchFlags& f) {
   BenchPlan b;
   world.agree([&] { b = parse_bench(world, f); });
@@ -432,11 +463,12 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   }
   size_t chunk = 0;
   world.agree([&] { chunk = check_bench_group(f, b, *b.net); });
+  if (f.choose_only) return choose_only(g, f, b, chunk);
   const bool root0 = world.rank() == 0;
   BenchShape sh;
   sh.c = c;
   sh.p = g.size();
-  sh.busf = collectives::busbw_factor(c, sh.p);
+  sh.busf = verification::busbw_factor(c, sh.p);
   sh.blocky = c == Collective::reduce_scatter || c == Collective::all_gather || c == Collective::all_to_all ||
               c == Collective::all_to_allv || c == Collective::gather || c == Collective::scatter ||
               c == Collective::all_gatherv;
@@ -449,7 +481,7 @@ int run_bench(const runtime::World& world, const BenchFlags& f) {
   for (DType dt : b.dtypes)
     for (auto op : b.ops)
       for (size_t bytes = b.lo; bytes <= b.hi;) {
-        collectives::Case cs;
+        verification::Case cs;
         cs.collective = c;
         cs.dtype = dt;
         cs.op = op;
@@ -509,6 +541,8 @@ Command add_bench(CLI::App& app, const runtime::World& world) {
                 "buffers without storage: every algorithm runs its schedule moving only timing headers (same simulated "
                 "times as real data, no host memory per byte, nothing checked); for 1,000s of chips use -n 1 -w 0");
   sub->add_flag("--explain", f->explain, "print why 'auto' chose the algorithm at each size");
+  sub->add_flag("--choose-only", f->choose_only, "print the algorithm 'auto' (or -a) picks at each size and its "
+                                                 "estimate (the cost model only: nothing runs, not timed) and exit");
   sub->add_flag("--list", f->list, "print the algorithm catalogue (aliases, collectives, applicability and estimate "
                                    "at -e bytes on this topology) and exit");
   sub->add_option("-g,--ngpus", f->gpus, "nccl-tests habit: chips per rank, always 1 here");

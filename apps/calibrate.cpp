@@ -1,5 +1,5 @@
 // `shardsim calibrate LOG... [--predict LOG...] --topology FILE [--out FILE] [--json FILE] [--strict]`: fits the
-// stated topology's link latency and bandwidth to measured nccl-tests tables (collectives/calibrate.h) and prints
+// stated topology's link latency and bandwidth to measured nccl-tests tables (calibration/calibrate.h) and prints
 // the fit with the error per size. Run it with as many chips as the topology has (mpirun -np N, or --chips N on
 // one rank); rank 0 computes the fit and prints, every rank agrees on its errors. --out writes the fitted topology
 // as a file that run, bench, validate and sweep accept (--topology); --json the fit and every row as JSON.
@@ -17,9 +17,9 @@
 #include "apps/calibrate_kernels.h"
 #include "apps/cli_common.h"
 #include "apps/commands.h"
-#include "collectives/calibrate.h"
+#include "calibration/calibrate.h"
 #include "collectives/registry.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "common/output_file.h"
@@ -93,18 +93,18 @@ CollectiveNames collective_names(const CalibrateFlags& f) {
   return out;
 }
 
-std::vector<collectives::NcclLog> read_logs(const std::vector<std::string>& paths, const CollectiveNames& names) {
-  std::vector<collectives::NcclLog> out;
+std::vector<calibration::NcclLog> read_logs(const std::vector<std::string>& paths, const CollectiveNames& names) {
+  std::vector<calibration::NcclLog> out;
   for (const auto& p : paths) {
     const auto [name, named_for_file] = names.of(p);
-    out.push_back(collectives::parse_nccl_tests_log(p, name, named_for_file));
+    out.push_back(calibration::parse_nccl_tests_log(p, name, named_for_file));
   }
   return out;
 }
 
-nlohmann::json calibration_json(const collectives::Calibration& cal, const std::vector<collectives::NcclLog>& fit,
-                                const std::vector<collectives::NcclLog>& held,
-                                const collectives::CalibrationOptions& opt, int chips) {
+nlohmann::json calibration_json(const calibration::Calibration& cal, const std::vector<calibration::NcclLog>& fit,
+                                const std::vector<calibration::NcclLog>& held,
+                                const calibration::CalibrationOptions& opt, int chips) {
   using nlohmann::json;
   const auto& proto = cal.fitted.protocol();
   json j = {{"algorithm", opt.algorithm},
@@ -144,7 +144,7 @@ nlohmann::json calibration_json(const collectives::Calibration& cal, const std::
   j["logs"] = logs;
   json rows = json::array();
   for (const auto& p : cal.predictions) {
-    const double factor = collectives::busbw_factor(p.log->collective, chips);
+    const double factor = verification::busbw_factor(p.log->collective, chips);
     rows.push_back({{"file", p.log->file},
                     {"line", p.row.line},
                     {"collective", collectives::collective_name(p.log->collective)},
@@ -161,7 +161,7 @@ nlohmann::json calibration_json(const collectives::Calibration& cal, const std::
 }
 
 // The fitted parameters of CAL, one line each (and the warnings), as `calibrate` prints them.
-void print_fit(const collectives::Calibration& cal, const CalibrateFlags& f, bool no_fit) {
+void print_fit(const calibration::Calibration& cal, const CalibrateFlags& f, bool no_fit) {
   if (no_fit)
     std::printf("no fit: every row predicted on the topology as given (a = b = 1)\n");
   else
@@ -202,8 +202,8 @@ void print_fit(const collectives::Calibration& cal, const CalibrateFlags& f, boo
 
 int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
   std::unique_ptr<Net> net;
-  std::vector<collectives::NcclLog> fit, held;
-  collectives::CalibrationOptions opt;
+  std::vector<calibration::NcclLog> fit, held;
+  calibration::CalibrationOptions opt;
   world.agree([&] {
     net = build_net(f.net, world);
     if (f.logs.empty() && f.predict.empty())
@@ -220,7 +220,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
       opt.max_bytes = static_cast<double>(parse_bytes(f.max_bytes, "--max-bytes"));
       if (opt.max_bytes < opt.min_bytes) throw UsageError("--max-bytes: below --min-bytes");
     }
-    opt.protocols = f.protocols;  // checked by collectives::calibrate
+    opt.protocols = f.protocols;  // checked by calibration::calibrate
     opt.fit_overhead = f.fit_overhead;
     opt.fit_call_overhead = f.fit_call_overhead;
     opt.chunk_bytes = parse_bytes(f.chunk_bytes, "--chunk-bytes");
@@ -240,12 +240,12 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
     if (f.out_given && !net->topo().is_grid()) throw UsageError("--out: graph topologies cannot be written back yet");
   });
   connect(*net, world);
-  collectives::Calibration cal;
+  calibration::Calibration cal;
   // Rank 0 alone fits (every estimate is a replay without communication; with --chips N every chip would repeat
   // it); errors reach every rank through the agreement.
   world.agree([&] {
     if (world.rank() != 0) return;
-    cal = collectives::calibrate(net->topo(), fit, held, opt, {&world, net->world->rank_to_chip()});
+    cal = calibration::calibrate(net->topo(), fit, held, opt, {&world, net->world->rank_to_chip()});
     if (f.strict && !cal.warnings.empty())
       throw ConfigError("calibrate --strict: the fit is physically impossible: " + cal.warnings.front() +
                         (cal.warnings.size() > 1 ? " (and " + std::to_string(cal.warnings.size() - 1) + " more)" : ""));
@@ -267,7 +267,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                 "measured us", "predicted us", "error", "busbw meas", "busbw pred", "use");
     std::vector<double> fit_big, held_big, fit_all, above_all, held_all;
     for (const auto& p : cal.predictions) {
-      const double factor = collectives::busbw_factor(p.log->collective, n);
+      const double factor = verification::busbw_factor(p.log->collective, n);
       const double pred_busbw = p.row.bytes / (p.predicted_us * 1e3) * factor;
       const double meas_busbw = p.row.bytes / (p.row.time_us * 1e3) * factor;
       const std::string where = p.log->file + ":" + std::to_string(p.row.line);
@@ -315,7 +315,7 @@ int run_calibrate(const runtime::World& world, const CalibrateFlags& f) {
                          std::to_string(cal.latency_factor) + " and bandwidth x " +
                          std::to_string(cal.bandwidth_factor) +
                          (cal.reduction ? ", the switch's reduction as fitted" : "") + "\n";
-      write_file(f.out, text + collectives::topology_yaml(cal.fitted));
+      write_file(f.out, text + calibration::topology_yaml(cal.fitted));
     });
     if (world.rank() == 0) std::printf("wrote %s (use it with --topology)\n", escape_control(f.out).c_str());
   }

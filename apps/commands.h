@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -76,6 +77,12 @@ std::string winner_exports(const std::string& kind, const sharding::SweepSpec& s
 // the same config (no checkpoint). The report is complete on rank 0. Errors as the command's (AgreedError on
 // every rank).
 sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run);
+
+// One serve sweep point (serve.cpp): `shardsim serve` on WORLD for the config CONFIG_TEXT (WHERE names it in
+// messages), quiet; its metrics by sweep result column (experiments/scheduler.h ServeRunner), on every rank.
+// Errors as `serve`'s (AgreedError on every rank).
+std::map<std::string, double> run_serve_point(const runtime::World& world, const std::string& config_text,
+                                              const std::string& where);
 
 // `run` on a model with a vocabulary (model.kind lm, or no kind): the forward mode of the one executor
 // (apps/train.cpp, models/lm_tp.h's LmTpTrainer::forward_step): one forward of the first step's batch through the

@@ -49,6 +49,7 @@ using namespace train_detail;
 
 struct ServeFlags {
   std::string config;
+  std::string config_text;  // a sweep point: the config as generated (CONFIG names it in messages)
   std::string json_path, trace_path;
   std::string requests;  // --requests FILE: the trace instead of the config's
   sharding::ConfigOverrides overrides;
@@ -529,6 +530,7 @@ std::string what_if_table(const serving::ServeMetrics& base, const std::vector<S
 int run_serve(const runtime::World& world, const ServeFlags& sf) {
   TrainFlags f;
   f.config = sf.config;
+  f.config_text = sf.config_text;
   f.overrides = sf.overrides;
   f.shape_only = true;
   f.serve = true;
@@ -724,6 +726,30 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
 }
 
 }  // namespace
+
+std::map<std::string, double> run_serve_point(const runtime::World& world, const std::string& config_text,
+                                              const std::string& where) {
+  ServeFlags f;
+  f.config = where;
+  f.config_text = config_text;
+  f.quiet = true;
+  serving::ServeMetrics m;
+  f.metrics_out = &m;
+  run_serve(world, f);
+  return {{"ttft_p50_ms", m.ttft.p50 * 1e3},
+          {"ttft_p99_ms", m.ttft.p99 * 1e3},
+          {"tpot_p50_ms", m.tpot.p50 * 1e3},
+          {"tpot_p99_ms", m.tpot.p99 * 1e3},
+          {"itl_p99_ms", m.itl.p99 * 1e3},
+          {"e2e_p50_s", m.e2e.p50},
+          {"e2e_p99_s", m.e2e.p99},
+          {"requests_per_s", m.requests_per_s},
+          {"output_tokens_per_s", m.output_tokens_per_s},
+          {"goodput_requests_per_s", m.goodput_requests_per_s},
+          {"batch_mean", m.mean_batch},
+          {"kv_occupancy_peak", m.peak_kv},
+          {"preemptions", double(m.preemptions)}};
+}
 
 Command add_serve(CLI::App& app, const runtime::World& world) {
   auto* sub = app.add_subcommand("serve", "inference serving: a request trace through a batching scheduler over a "

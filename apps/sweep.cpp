@@ -38,7 +38,7 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "collectives/algorithms.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/gnuplot.h"
@@ -520,6 +520,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     progress.show(cur);
   };
   cb.runners.executor = run_executor_point;
+  cb.runners.serve = run_serve_point;
   cb.on_rows = [&](const std::vector<Row>& rows) {
     for (const auto& r0 : rows) {
       Row r = r0;

@@ -1,5 +1,5 @@
 // `shardsim validate`: every collective x dtype x op x algorithm x size, in place and out of place, checked
-// against a single-device reference on the configured topology (see collectives/verify.h).
+// against a single-device reference on the configured topology (see verification/verify.h).
 #include <mpi.h>
 
 #include <cstdio>
@@ -12,7 +12,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/error.h"
 
 namespace shardsim::apps {
@@ -59,7 +59,7 @@ Plan make_plan(const ValidateFlags& f, const runtime::Transport* group_probe, in
   if (f.root >= group_size) throw UsageError("--root " + std::to_string(f.root) + " is outside the group of " +
                                              std::to_string(group_size) + " ranks");
   if (f.sizes.empty()) {
-    p.counts = collectives::default_validate_counts();
+    p.counts = verification::default_validate_counts();
   } else {
     for (const auto& s : split_list(f.sizes)) p.counts.push_back(parse_bytes(s, "--counts"));
   }
@@ -107,7 +107,7 @@ struct Row {
   std::string collective, algorithm, dtype, op;
   size_t cases = 0, checked = 0, wrong = 0;
   double max_error = 0;
-  unsigned long long digest = 0;  // sum of the cases' output digests (collectives::Outcome::digest)
+  unsigned long long digest = 0;  // sum of the cases' output digests (verification::Outcome::digest)
   double sim_ns = 0;              // sum of the cases' simulated times
   double shape_only_sim_ns = 0;   // the same in shape-only mode (--shape-only-check)
 };
@@ -129,32 +129,32 @@ void check_validate_plan(const ValidateFlags& f, const Plan& plan, Net& net) {
   if (selected == 0 || plan.algorithms.empty())
     throw UsageError("nothing to validate: no count x dtype lies within -b/-e, or no algorithm can run here");
   for (Collective c : plan.collectives) {
-    collectives::Case big;
+    verification::Case big;
     big.collective = c;
     big.count = largest;
     big.dtype = widest == 1 ? DType::uint8 : widest == 2 ? DType::fp16 : widest == 4 ? DType::fp32 : DType::fp64;
-    const double need = collectives::host_bytes_needed(big, g.size());
+    const double need = verification::host_bytes_needed(big, g.size());
     check_memory(net, need, need, "validate " + collectives::collective_name(c) + " count " + std::to_string(largest));
   }
 }
 
-// Input passes: 0 verifiable, 1 random (floating reductions), 2 special values (collectives/verify.h).
+// Input passes: 0 verifiable, 1 random (floating reductions), 2 special values (verification/verify.h).
 const char* const kPassName[] = {"verifiable", "random", "special"};
 
 // One case on the group; with --shape-only-check also without storage (its simulated time and bytes must equal the
 // real run's); with several groups, the checked and wrong counts of all of them. SHAPE_ONLY_NS gets the shape-only
 // run's time.
-collectives::Outcome validate_case(Net& net, const runtime::World& world, const ValidateFlags& f,
-                                   const collectives::Case& cs, double* shape_only_ns) {
+verification::Outcome validate_case(Net& net, const runtime::World& world, const ValidateFlags& f,
+                                   const verification::Case& cs, double* shape_only_ns) {
   runtime::Transport& g = *net.group;
-  auto o = collectives::run_case(g, cs);
+  auto o = verification::run_case(g, cs);
   if (f.shape_only_check) {
     // The same case without storage (runtime/transport.h): its simulated time and bytes sent must equal the real
     // run's exactly (both are maxima over the group, so every rank decides alike).
-    collectives::Case so = cs;
+    verification::Case so = cs;
     so.shape_only = true;
     so.inject_wrong_result = false;
-    const auto s = collectives::run_case(g, so);
+    const auto s = verification::run_case(g, so);
     *shape_only_ns += s.sim_time_ns;
     if (s.sim_time_ns != o.sim_time_ns || s.bytes_sent != o.bytes_sent) {
       std::ostringstream os;
@@ -193,7 +193,7 @@ Row validate_row(Net& net, const runtime::World& world, const ValidateFlags& f, 
         const bool random = pass == 1;
         if (random && !(reduction && runtime::is_floating(dt))) continue;
         if (pass == 2 && c == Collective::barrier) continue;
-        collectives::Case cs;
+        verification::Case cs;
         cs.collective = c;
         cs.dtype = dt;
         cs.op = op;

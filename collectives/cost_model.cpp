@@ -11,6 +11,7 @@
 #include "collectives/double_binary_tree.h"
 #include "collectives/in_switch.h"
 #include "collectives/torus.h"
+#include "topology/symmetry.h"
 
 namespace shardsim::collectives::cost {
 
@@ -120,6 +121,13 @@ struct Replay {
     const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
     pending[static_cast<size_t>(to)].push_back({from, to, bytes, span, posted++, out, tag});
   }
+  // A folded replay (ring_estimate): FROM sends to TO, a rank that is not replayed; what TO's mirror MIRROR_TO
+  // receives is the image of that flow, from MIRROR_FROM (the shift maps MIRROR_FROM -> MIRROR_TO onto
+  // FROM -> TO, so the sender's span is FROM's).
+  void post_mirrored(int from, int to, int mirror_from, int mirror_to, double ready, double bytes, double* out) {
+    const sim::Span span = of(from).send("", chips[static_cast<size_t>(to)], bytes, ready);
+    pending[static_cast<size_t>(mirror_to)].push_back({mirror_from, mirror_to, bytes, span, posted++, out, 0});
+  }
   // Books the posted flows whose receiver is TO (every receiver if TO < 0) and, if FROM >= 0, whose sender is
   // FROM, and, if TAGS != 0, whose tag's bit is set in TAGS, as one exchange per receiver.
   void flush(int to = -1, int from = -1, unsigned tags = 0) {
@@ -147,12 +155,40 @@ std::vector<ring::Cycle> ring_dirs(bool bidir) {
   return ring::stride_cycles(bidir ? std::vector<int>{1, -1} : std::vector<int>{1});
 }
 
+bool g_fold_replays = true;  // set_replay_folding (tests compare the folded replay with the full one)
+
+// The smallest period P < p dividing p for which the rank shift r -> r + P (mod p) of RP's group is a symmetry of
+// its network (topology/symmetry.h) that maps each of CYCLES onto itself; p when there is none. Every rank's
+// replay is then the image of its preimage's, P ranks back, so replaying ranks 0..P-1 gives every rank's times
+// (as a folded run gives every chip's: docs/performance/fold.md). O(divisors x p x dimensions).
+int replay_period(const Replay& rp, const std::vector<ring::Cycle>& cycles) {
+  const int p = rp.size();
+  if (!g_fold_replays || !rp.topo.is_grid()) return p;
+  bool unit = true;
+  for (const auto& c : cycles) unit = unit && c.unit();
+  std::vector<int> image(static_cast<size_t>(p)), to(static_cast<size_t>(p));
+  for (int q = 1; q < p; ++q) {
+    if (p % q != 0) continue;
+    for (int r = 0; r < p; ++r) {
+      image[static_cast<size_t>(r)] = (r + q) % p;
+      to[static_cast<size_t>(r)] = rp.chips[static_cast<size_t>((r + q) % p)];
+    }
+    if (!topology::chip_map_obstacle(rp.topo, rp.chips, to, "the shift").empty()) continue;
+    if (unit || ring::maps_onto_itself(cycles, image)) return q;
+  }
+  return p;
+}
+
 // DIRS: the lanes' cycles (ring::make_lanes); strides {1} one-way, {1, -1} bidirectional, more: multi_ring.h;
-// general ring orders: rail_ring.h.
+// general ring orders: rail_ring.h. Where the group has a rank shift that keeps its network and the cycles
+// (replay_period), only the ranks of one period are replayed: a flow to a rank past them is received by that
+// rank's mirror in the period, as the image of the flow (Replay::post_mirrored), so a ring of p ranks costs
+// O(P x p) flows instead of O(p^2) (p = 16,384 on one switch: P = 1).
 double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<ring::Cycle>& dir_list,
                      size_t chunk_bytes, double start = 0) {
   const int p = rp.size();
   if (p == 1 || chunk <= 0) return start;
+  const int q = replay_period(rp, dir_list);  // ranks replayed: 0 .. q-1
   const int dirs = static_cast<int>(dir_list.size());
   const bool bidir = dirs == 2 && dir_list[0].unit() && dir_list[1].unit() && dir_list[0].stride == 1 &&
                      dir_list[1].stride == -1;
@@ -164,10 +200,10 @@ double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<rin
                                                                1.0, 64.0));
   const double piece = per_dir / m;
   const int lanes = dirs * m;
-  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(p), start));
+  std::vector<std::vector<double>> t(static_cast<size_t>(lanes), std::vector<double>(static_cast<size_t>(q), start));
   const runtime::FlowPattern pattern = runtime::FlowPattern::shift(1, bidir ? -1 : 0, m);  // as ring.cpp
   for (int pass = 0; pass < passes; ++pass) {
-    for (int r = 0; r < p; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
+    for (int r = 0; r < q; ++r) {  // a pass starts on each rank when all its lanes of the last pass are done
       double mx = 0;
       for (auto& l : t) mx = std::max(mx, l[static_cast<size_t>(r)]);
       for (auto& l : t) l[static_cast<size_t>(r)] = mx;
@@ -175,11 +211,17 @@ double ring_estimate(Replay& rp, double chunk, int passes, const std::vector<rin
     for (int step = 0; step < p - 1; ++step) {
       if (unit) rp.begin_step(pattern);
       auto next = t;
-      for (int r = 0; r < p; ++r)
+      for (int r = 0; r < q; ++r)
         for (int l = 0; l < lanes; ++l) {
           const int dst = dir_list[static_cast<size_t>(l / m)].at(r, 1, p);
-          rp.post(r, dst, t[static_cast<size_t>(l)][static_cast<size_t>(r)], piece,
-                  &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
+          const double ready = t[static_cast<size_t>(l)][static_cast<size_t>(r)];
+          if (dst < q) {
+            rp.post(r, dst, ready, piece, &next[static_cast<size_t>(l)][static_cast<size_t>(dst)]);
+          } else {  // DST's mirror DST - kq receives the image of this flow, from R - kq
+            const int back = dst / q * q;
+            rp.post_mirrored(r, dst, ((r - back) % p + p) % p, dst - back, ready, piece,
+                             &next[static_cast<size_t>(l)][static_cast<size_t>(dst - back)]);
+          }
         }
       rp.flush();  // a step is one exchange of all lanes
       if (unit) rp.end_step();
@@ -506,6 +548,14 @@ double dbt_estimate(const runtime::Transport& tp, double bytes, size_t chunk_byt
 }  // namespace
 
 double worst_step(const runtime::Transport& tp, int dist, double bytes) { return worst_step_impl(tp, dist, bytes); }
+void set_replay_folding(bool on) { g_fold_replays = on; }
+
+double ring_cycles_on(const topology::Topology& topo, std::vector<int> rank_to_chip, double chunk, int passes,
+                      const std::vector<ring::Cycle>& cycles, size_t chunk_bytes) {
+  Replay rp(topo, std::move(rank_to_chip));
+  return ring_estimate(rp, chunk, passes, cycles, chunk_bytes);
+}
+
 double ring(const runtime::Transport& tp, double chunk, int passes, bool bidir, size_t chunk_bytes) {
   Replay rp(tp);
   return ring_estimate(rp, chunk, passes, ring_dirs(bidir), chunk_bytes);

@@ -15,6 +15,13 @@
 
 namespace shardsim::collectives::cost {
 
+// Whether ring replays fold onto one period of a symmetric group (cost_model.cpp, ring_estimate: the same estimate
+// from fewer replayed ranks). On by default; tests turn it off to compare with the full replay.
+void set_replay_folding(bool on);
+// ring_cycles on the group of RANK_TO_CHIP (rank -> chip of TOPO) without a transport (tests, tools).
+double ring_cycles_on(const topology::Topology& topo, std::vector<int> rank_to_chip, double chunk, int passes,
+                      const std::vector<ring::Cycle>& cycles, size_t chunk_bytes);
+
 // Slowest time over all ranks r of a message of BYTES from r to r + DIST (mod p).
 double worst_step(const runtime::Transport& tp, int dist, double bytes);
 // Ring passes (PASSES = 1: reduce-scatter or all-gather, 2: both) of CHUNK bytes per rank, one or two directions,

@@ -52,6 +52,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"sweep.axes", "sweep files", kSweepAxisKeys},
       {"sweep.axes.workload[]", "sweep files", kSweepWorkloadKeys},
       {"sweep.axes.size", "sweep files (a range)", kSweepRangeKeys},
+      {"sweep.axes.batching[]", "sweep files (serve workloads)", kSweepBatchingKeys},
       {"sweep.axes.plan[]", "sweep files", plans::sweep_plan_keys()},
   };
   return sections;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "collectives/registry.h"
@@ -79,6 +80,58 @@ std::string write_train_plot(const std::string& dir, const std::vector<Row>& row
             "'' using 0:3 axes x1y2 with points pt 7 ps 1.2 lc rgb 'black' title 'bubble (%)'\n");
   return "train.gp";
 }
+
+// Serve points (run_mode serve): serve_latency.gp, TTFT (log scale) and TPOT p50 (solid) and p99 (dashed) against
+// the request rate, one colour per series (the workload, plan, batching, topology and device that vary). "" when
+// no serve point ran.
+std::string write_serve_plot(const std::string& dir, const std::vector<Row>& rows) {
+  std::map<std::string, std::set<std::string>> vary;
+  for (const auto& r : rows)
+    if (r.at("kind") == "workload" && r.at("run_mode") == "serve" && has_number(r, "ttft_p50_ms"))
+      for (const char* c : {"workload", "plan", "batching", "topology", "device"}) vary[c].insert(r.at(c));
+  if (vary.empty()) return "";
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::vector<double>>> series;
+  for (const auto& r : rows) {
+    if (r.at("kind") != "workload" || r.at("run_mode") != "serve" || !has_number(r, "ttft_p50_ms")) continue;
+    std::string label;
+    for (const char* c : {"workload", "plan", "batching", "topology", "device"})
+      if (vary[c].size() > 1) label += (label.empty() ? "" : " ") + r.at(c);
+    if (label.empty()) label = r.at("workload") + " " + r.at("plan");
+    if (!series.count(label)) order.push_back(label);
+    series[label].push_back({num(r, "rate"), num(r, "ttft_p50_ms"), num(r, "ttft_p99_ms"), num(r, "tpot_p50_ms"),
+                             num(r, "tpot_p99_ms")});
+  }
+  std::string dat, ttft, tpot;
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto pts = series[order[i]];
+    std::sort(pts.begin(), pts.end());
+    dat += gp_data_string(order[i]) + " ttft_p50_ms ttft_p99_ms tpot_p50_ms tpot_p99_ms\n";
+    for (const auto& v : pts) {
+      char b[160];
+      std::snprintf(b, sizeof b, "%.9g %.9g %.9g %.9g %.9g\n", v[0], v[1], v[2], v[3], v[4]);
+      dat += b;
+    }
+    dat += "\n\n";
+    const std::string idx = "'serve_latency.dat' index " + std::to_string(i), lc = " lc " + std::to_string(i + 1);
+    for (const auto& [out, col] : {std::pair{&ttft, 2}, std::pair{&tpot, 4}}) {
+      *out += std::string(i ? ", \\\n     " : "plot ") + idx + " using 1:" + std::to_string(col) +
+              " with linespoints lw 2 dt 1 pt 7" + lc + " title columnheader(1)";
+      *out += ", \\\n     " + idx + " using 1:" + std::to_string(col + 1) + " with linespoints lw 2 dt 2 pt 6" + lc +
+              " notitle";
+    }
+  }
+  write(fs::path(dir) / "serve_latency.dat", dat);
+  write(fs::path(dir) / "serve_latency.gp",
+        "# gnuplot script written by shardsim sweep; redraw with: gnuplot serve_latency.gp (in this directory)\n"
+        "set terminal pngcairo size 1200,520 noenhanced font ',10'\nset output 'serve_latency.png'\n"
+        "set multiplot layout 1,2 title " +
+            gp_quote("serving latency against the request rate (simulated; solid p50, dashed p99)") +
+            "\nset xlabel 'request rate (requests/s)'\nset grid\nset key top left opaque\n"
+            "set logscale y\nset ylabel 'TTFT (ms)'\n" + ttft +
+            "\nunset logscale y\nset yrange [0:*]\nset ylabel 'TPOT (ms)'\n" + tpot + "\nunset multiplot\n");
+  return "serve_latency.gp";
+}
 }  // namespace
 
 std::vector<std::string> write_plot_scripts(const std::string& dir, const std::vector<Row>& rows) {
@@ -149,12 +202,12 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
   int n = 0;
   std::set<std::string> workloads, devs;
   for (const auto& r : rows)
-    if (r.at("kind") == "workload" && has_number(r, "sim_time_us")) {
+    if (r.at("kind") == "workload" && r.at("run_mode") != "serve" && has_number(r, "sim_time_us")) {
       workloads.insert(r.at("workload"));
       devs.insert(r.at("device"));
     }
   for (const auto& r : rows) {
-    if (r.at("kind") != "workload") continue;
+    if (r.at("kind") != "workload" || r.at("run_mode") == "serve") continue;  // serve points: serve_latency.gp
     // A point that could not run (e.g. a plan that cannot fill the chips) stays on the plot as an empty bar
     // labelled "(skipped)", so the grid's gaps are visible; the reason is in the CSV and the best-plan table.
     const bool ran = has_number(r, "sim_time_us");
@@ -186,6 +239,7 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
     scripts.push_back("breakdown.gp");
   }
   if (const std::string gp = write_train_plot(dir, rows); !gp.empty()) scripts.push_back(gp);
+  if (const std::string gp = write_serve_plot(dir, rows); !gp.empty()) scripts.push_back(gp);
   return scripts;
 }
 

@@ -25,7 +25,11 @@ const std::vector<std::string>& result_columns() {
       "idle_us",    "tflops",        "peak_fraction", "tokens_per_s", "validated_at",
       // Training plans (run_mode train); forward workload rows carry run_mode forward and leave the rest empty.
       "run_mode",   "tokens_per_step", "mfu",       "hbm_capacity_bytes", "fits_hbm", "bubble_fraction",
-      "micro_batches"};
+      "micro_batches",
+      // Serve points (run_mode serve): the axis values and the run's latency percentiles and throughput.
+      "rate", "batching", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_s",
+      "e2e_p99_s", "requests_per_s", "output_tokens_per_s", "goodput_requests_per_s", "batch_mean",
+      "kv_occupancy_peak", "preemptions"};
   return cols;
 }
 
@@ -45,7 +49,9 @@ Row base_row(const SweepPoint& p) {
   } else {
     r["workload"] = p.workload;
     r["plan"] = p.plan;
-    r["run_mode"] = p.train ? "train" : "forward";
+    r["run_mode"] = p.serve ? "serve" : p.train ? "train" : "forward";
+    r["rate"] = p.rate;
+    r["batching"] = p.batching;
   }
   return r;
 }
@@ -176,7 +182,10 @@ bool numeric_column(const std::string& c) {
                                           "compute_us", "comm_us", "exposed_comm_us", "peak_mem_bytes", "wrong",
                                           "max_rel_error", "wall_s", "idle_us", "tflops", "peak_fraction",
                                           "tokens_per_s", "tokens_per_step", "mfu", "hbm_capacity_bytes",
-                                          "bubble_fraction", "micro_batches"};
+                                          "bubble_fraction", "micro_batches", "rate", "ttft_p50_ms", "ttft_p99_ms",
+                                          "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_s", "e2e_p99_s",
+                                          "requests_per_s", "output_tokens_per_s", "goodput_requests_per_s",
+                                          "batch_mean", "kv_occupancy_peak", "preemptions"};
   return n.count(c) > 0;
 }
 nlohmann::json best_json(const std::vector<BestPlan>& best) {
@@ -243,7 +252,7 @@ std::vector<BestPlan> best_plans(const std::vector<Row>& rows) {
       const auto it = r.find(c);
       return it == r.end() ? std::string() : it->second;
     };
-    if (get("kind") != "workload") continue;
+    if (get("kind") != "workload" || get("run_mode") == "serve") continue;  // serve points: serve_latency.gp
     const bool train = get("run_mode") == "train";
     const std::string key = get("workload") + '\x1f' + get("topology") + '\x1f' + get("device") + (train ? "\x1ftrain" : "");
     auto [it, fresh] = at.emplace(key, out.size());

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collectives/algorithms.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "runtime/chip_split.h"
@@ -35,7 +35,8 @@ std::string point_text(const SweepPoint& p) {
   if (p.kind == PointKind::collective)
     return p.collective + " " + p.algorithm + " " + p.topology + " " + p.device + " " + size_label(p.size_bytes) +
            " " + p.dtype;
-  return p.workload + " " + p.plan + " " + p.topology + " " + p.device;
+  return p.workload + " " + p.plan + " " + p.topology + " " + p.device +
+         (p.serve ? " " + p.batching + (p.rate.empty() ? "" : " " + p.rate + " req/s") : std::string());
 }
 
 namespace {
@@ -80,7 +81,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   const std::string where = spec.file + "[" + pt.key + "]";
   topology::Topology topo;
   sim::DeviceSpec dev;
-  collectives::Case cs;
+  verification::Case cs;
   size_t bytes = 0;
   try {
     sw.agree([&] {
@@ -121,7 +122,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
         if (const auto why = collectives::obstacle(c, pt.algorithm, tp); !why.empty())
           throw UsageError(pt.collective + ": algorithm '" + pt.algorithm + "' cannot run on " + pt.topology + ": " + why);
       if (run) {
-        const double need = collectives::host_bytes_needed(cs, p);
+        const double need = verification::host_bytes_needed(cs, p);
         const double avail = runtime::mem_available_bytes();
         if (avail > 0 && need * world_size > 0.9 * avail)
           throw UsageError("needs about " + fmt(need / 1073741824.0) + " GiB of host memory per rank x " +
@@ -135,7 +136,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   // Real data (checked) or shape-only (the same CaseRunner and schedule with timing headers only, as `shardsim
   // bench --shape-only`): one schedule code, so the simulated time equals the real-data run's.
   cs.shape_only = !run;
-  collectives::CaseRunner runner(tp, cs);
+  verification::CaseRunner runner(tp, cs);
   runner.prepare();
   tl.reset();
   const auto r = runner.execute(0.0);
@@ -162,7 +163,7 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
   if (sim_ns > 0) {
     const double algbw = static_cast<double>(bytes) / sim_ns;  // bytes/ns = GB/s (1e9)
     row["algbw_gbps"] = fmt(algbw);
-    row["busbw_gbps"] = fmt(algbw * collectives::busbw_factor(c, p));
+    row["busbw_gbps"] = fmt(algbw * verification::busbw_factor(c, p));
   }
   row["comm_us"] = row["sim_time_us"];
   return row;
@@ -263,10 +264,32 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   return row;
 }
 
+// One serve point (SweepPoint::serve) through serve's runner: the run's metrics as the row's serve columns
+// (shape-only, not validated: the serving mode's real-data checks are tests/mpi/serve_decode_test.cpp's).
+Row run_serve_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const ServeRunner& serve) {
+  Row row = base_row(pt);
+  const std::string where = spec.file + "[" + pt.key + "]";
+  if (!serve) return failed(row, "internal: no serve runner for " + where);
+  std::map<std::string, double> m;
+  try {
+    m = serve(sw, pt.config_yaml, where);
+  } catch (const AgreedError& e) {
+    std::string why = e.what();  // "FILE[KEY]:LINE: msg": the line is in the generated config
+    if (why.rfind(where + ":", 0) == 0)
+      if (const auto colon = why.find(": ", where.size()); colon != std::string::npos) why = why.substr(colon + 2);
+    return failed(row, "plan does not fit: " + why);
+  }
+  for (const auto& [k, v] : m) row[k] = fmt(v);
+  row["timing"] = "shape_only";
+  row["verdict"] = "not_validated";
+  return row;
+}
+
 Row run_point_impl(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, int world_size,
                    const PointRunners& runners) {
   const auto t0 = std::chrono::steady_clock::now();
   Row row = pt.kind == PointKind::collective ? run_collective(sw, pt, spec, world_size)
+            : pt.serve                       ? run_serve_point(sw, pt, spec, runners.serve)
                                              : run_workload_point(sw, pt, spec, runners.executor);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   row["wall_s"] = fmt(group_max(wall, sw));

@@ -8,7 +8,7 @@
 // ranks, the same points on the same groups, the same simulated numbers (tests/e2e/sweep_chips.sh).
 //
 // run_point: one point on a group of ranks (GROUP: a runtime::World over exactly the point's chips). Collective
-// points with size <= validate_max_bytes run with real data through collectives::CaseRunner exactly as
+// points with size <= validate_max_bytes run with real data through verification::CaseRunner exactly as
 // `shardsim bench` runs its out-of-place column and are checked element by element (verdict pass/fail,
 // validated_at self); larger ones run the same CaseRunner and schedule in shape-only mode, as `bench --shape-only`
 // (runtime/transport.h: messages carry only their timing headers; timing `shape_only`, verdict `not_validated`),
@@ -53,8 +53,14 @@ struct ExecutorRun {
   std::string what_if;
 };
 using ExecutorRunner = std::function<RunReport(const runtime::World& group, const ExecutorRun& run)>;
+// Serve points (SweepPoint::serve): `shardsim serve`'s run on GROUP for the point's generated config (CONFIG_YAML;
+// WHERE names it in messages), quiet, returning its metrics by result column (ttft_p50_ms, ...; valid on GROUP's
+// rank 0). apps/serve.cpp's run_serve_point. Errors every chip agreed on make the row `error` with the reason.
+using ServeRunner = std::function<std::map<std::string, double>(const runtime::World& group,
+                                                                const std::string& config_yaml, const std::string& where)>;
 struct PointRunners {
   ExecutorRunner executor;
+  ServeRunner serve;
 };
 
 Row run_point(const runtime::World& group, const SweepPoint& point, const SweepSpec& spec, int world_size,

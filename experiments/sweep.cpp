@@ -92,6 +92,7 @@ struct WorkloadEntry {
   YAML::Node root;  // the whole config, `set` applied
   bool block = false;
   bool train = false;  // a `shardsim train` config (model: without kind, or kind: lm)
+  bool serve = false;  // a `shardsim serve` config (a train config with a serve: section)
 };
 
 std::string resolve(const std::string& path, const std::string& sweep_file) {
@@ -238,8 +239,13 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
     e.train = spec_use_of(root.child("workload")) == SpecUse::train;
+    e.serve = e.train && root.has("serve");
     e.block = spec_use_of(root.child("workload")) == SpecUse::block;
     e.root = YAML::Clone(root.yaml());
+    if (!item.yaml().IsScalar() && item.has("requests")) {
+      if (!e.serve) item.child("requests").fail(item.path() + ".requests: only for serve configs (a serve: section)");
+      e.root["serve"]["trace"]["count"] = item.get_int_in("requests", 1, 1 << 24);
+    }
     if (set) {
       if (!set->is_map()) set->fail(set->path() + ": expected a map of workload fields");
       const auto& allowed = kSettableModelKeys;
@@ -588,7 +594,58 @@ void add_collective_points(SweepSpec& spec, const ConfigNode& axes, const std::v
             }
 }
 
-// The workload grid: workload x topology x device x plan (topology and device default to the workload file's own).
+// A serve point's settings: its rate (serve.trace.rate) and batching entry (serve-section keys), with their labels.
+struct ServeVariant {
+  std::string rate, batching;
+  YAML::Node rate_value, settings;
+};
+
+// The rate x batching product of AXES (each axis optional; one variant with neither when both are absent).
+std::vector<ServeVariant> serve_variants(const ConfigNode& axes) {
+  std::vector<ServeVariant> rates(1), out;
+  if (axes.has("rate")) {
+    rates.clear();
+    for (const auto& item : axis_items(axes, "rate")) {
+      const std::string v = scalar(item, "request rate (requests/s)");
+      char* end = nullptr;
+      const double r = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(r > 0) || !std::isfinite(r))
+        item.fail(item.path() + ": a request rate in requests/s > 0 (got '" + v + "')");
+      ServeVariant sv;
+      sv.rate = v;
+      sv.rate_value = YAML::Clone(item.yaml());
+      rates.push_back(sv);
+    }
+  }
+  std::vector<ServeVariant> batchings(1);
+  if (axes.has("batching")) {
+    batchings.clear();
+    for (const auto& item : axis_items(axes, "batching")) {
+      if (!item.is_map()) item.fail(item.path() + ": a map of serve settings, e.g. {policy: chunked, max_num_batched_tokens: 2048}");
+      item.expect_keys(kSweepBatchingKeys);
+      ServeVariant sv;
+      sv.settings = YAML::Node(YAML::NodeType::Map);
+      std::string label;
+      for (const auto& kv : item.yaml()) {
+        const auto k = kv.first.as<std::string>();
+        if (k == "label") continue;
+        const std::string v = scalar(ConfigNode(kv.second, item.file(), item.path() + "." + k), "value");
+        sv.settings[k] = YAML::Clone(kv.second);
+        label += (label.empty() ? "" : ",") + (k == "policy" ? v : k + "=" + v);
+      }
+      sv.batching = item.get_string("label", label.empty() ? "config" : label);
+      for (const auto& o : batchings)
+        if (o.batching == sv.batching) item.fail(item.path() + ": batching label '" + sv.batching + "' listed twice (add `label:`)");
+      batchings.push_back(sv);
+    }
+  }
+  for (const auto& b : batchings)
+    for (const auto& r : rates) out.push_back({r.rate, b.batching, r.rate_value, b.settings});
+  return out;
+}
+
+// The workload grid: workload x topology x device x plan (topology and device default to the workload file's own;
+// serve workloads also x batching x rate).
 void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vector<TopoEntry>& topos,
                          const std::vector<DeviceEntry>& devices, const std::string& file) {
   const auto workloads = parse_workloads(axes);
@@ -629,54 +686,65 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
       }
       ds.push_back(e);
     }
+    const std::vector<ServeVariant> variants = w.serve ? serve_variants(axes) : std::vector<ServeVariant>(1);
     for (const auto& t : ts)
       for (const auto& d : ds)
-        for (const auto& plan : plans) {
-          SweepPoint p;
-          p.kind = PointKind::workload;
-          p.chips = t.chips;
-          p.topology = t.label;
-          p.device = d.label;
-          p.workload = w.label;
-          p.origin = plan.where();
-          YAML::Node cfg = YAML::Clone(w.root);
-          // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
-          // sets them (so a fused workload file stays fused, and the label says so).
-          YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
-          if (par["micro_batch"]) {  // a model key (sequences per micro-batch), swept with the plan
-            cfg["workload"]["micro_batch"] = YAML::Clone(par["micro_batch"]);
-            par.remove("micro_batch");
-          }
-          cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
-          cfg["topology"] = YAML::Load(t.yaml);
-          cfg["device"] = YAML::Load(d.yaml);
-          cfg["parallel"] = par;
-          if (!w.block && cfg["checkpoint"]) cfg.remove("checkpoint");
-          p.config_yaml = block(cfg);
-          p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device + "#" +
-                  short_hash(p.config_yaml);
-          const std::string where = file + "[" + p.key + "]";
-          p.train = w.train;
-          if (t.astra) {
-            p.error = "ASTRA-sim network files can only be used in collective sweeps";
-          } else {
-            try {
-              // Run by the executor (experiments/scheduler.h) in the command's mode; checked here by its parser.
-              throw_if_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
-              if (!w.train) add_validation(p, cfg, w.block, t.chips, file);
-            } catch (const Error& e) {
-              // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
-              // already carries the key.
-              p.error = e.what();
-              if (p.error.rfind(where + ":", 0) == 0) {
-                const auto colon = p.error.find(": ", where.size());
-                if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
-              }
-              p.error = "plan does not fit: " + p.error;
+        for (const auto& plan : plans)
+          for (const auto& sv : variants) {
+            SweepPoint p;
+            p.kind = PointKind::workload;
+            p.chips = t.chips;
+            p.topology = t.label;
+            p.device = d.label;
+            p.workload = w.label;
+            p.origin = plan.where();
+            YAML::Node cfg = YAML::Clone(w.root);
+            // The plan replaces the file's `parallel:`; its fused/chunks settings carry over unless the plan
+            // sets them (so a fused workload file stays fused, and the label says so).
+            YAML::Node par = plan_for(plan, t.chips, &p.plan, w.root["parallel"], w.file);
+            if (par["micro_batch"]) {  // a model key (sequences per micro-batch), swept with the plan
+              cfg["workload"]["micro_batch"] = YAML::Clone(par["micro_batch"]);
+              par.remove("micro_batch");
             }
+            cfg["name"] = w.label + "/" + p.plan + "/" + t.label;
+            cfg["topology"] = YAML::Load(t.yaml);
+            cfg["device"] = YAML::Load(d.yaml);
+            cfg["parallel"] = par;
+            if (!w.block && cfg["checkpoint"]) cfg.remove("checkpoint");
+            if (w.serve && !sv.rate.empty()) cfg["serve"]["trace"]["rate"] = YAML::Clone(sv.rate_value);
+            if (w.serve && sv.settings.IsMap())
+              for (const auto& kv : sv.settings) cfg["serve"][kv.first.as<std::string>()] = YAML::Clone(kv.second);
+            p.config_yaml = block(cfg);
+            p.serve = w.serve;
+            p.rate = sv.rate;
+            p.batching = sv.batching;
+            p.key = "workload|" + p.workload + "|" + p.plan + "|" + p.topology + "|" + p.device +
+                    (w.serve ? "|" + p.batching + "|" + p.rate : std::string()) + "#" + short_hash(p.config_yaml);
+            const std::string where = file + "[" + p.key + "]";
+            p.train = w.train && !w.serve;
+            if (t.astra) {
+              p.error = "ASTRA-sim network files can only be used in collective sweeps";
+            } else if (w.serve) {
+              // Run by serve's runner (experiments/scheduler.h); its loader checks the config when the point runs
+              // (a refusal is the row's reason).
+            } else {
+              try {
+                // Run by the executor (experiments/scheduler.h) in the command's mode; checked here by its parser.
+                throw_if_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
+                if (!w.train) add_validation(p, cfg, w.block, t.chips, file);
+              } catch (const Error& e) {
+                // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
+                // already carries the key.
+                p.error = e.what();
+                if (p.error.rfind(where + ":", 0) == 0) {
+                  const auto colon = p.error.find(": ", where.size());
+                  if (colon != std::string::npos) p.error = p.error.substr(colon + 2);
+                }
+                p.error = "plan does not fit: " + p.error;
+              }
+            }
+            add_point(spec, std::move(p));
           }
-          add_point(spec, std::move(p));
-        }
   }
 }
 
@@ -720,6 +788,8 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   for (const char* a : {"algorithm", "size", "dtype"})
     if (given(a) && !coll) axes.fail(std::string("axes.") + a + ": only applies to collectives, and no `collective` axis is given");
   if (given("plan") && !wl) axes.fail("axes.plan: only applies to workloads, and no `workload` axis is given");
+  for (const char* a : {"rate", "batching"})
+    if (given(a) && !wl) axes.fail(std::string("axes.") + a + ": only applies to serve workloads, and no `workload` axis is given");
   if (coll && !given("size")) axes.fail("axes: the collective grid needs a `size` axis");
   if (coll && !given("topology")) axes.fail("axes: the collective grid needs a `topology` axis");
   if (wl && !given("plan")) axes.fail("axes: the workload grid needs a `plan` axis (e.g. [{tp: chips}, {cp: chips}])");

@@ -35,6 +35,17 @@
 //                                                     #   training plans also: pp, schedule, virtual_stages,
 //                                                     #   micro_batch (model.micro_batch), zero, bucket_bytes,
 //                                                     #   recompute
+//     rate: [1, 2, 4, 8]                              # serve workloads (a `shardsim serve` config: a serve:
+//                                                     #   section): serve.trace.rate, requests/s
+//     batching:                                       # serve workloads: serve-section settings per point
+//       - {policy: continuous}                        #   (policy, max_num_batched_tokens, max_num_seqs,
+//       - {policy: chunked, max_num_batched_tokens: 2048, label: chunked2k}   # preemption; label optional)
+//
+// Serve workloads (a workload entry whose config has a `serve:` section; its `requests:` key sets
+// serve.trace.count) expand workload x topology x device x plan x batching x rate and each point runs exactly
+// what `shardsim serve` runs on the generated config (apps/serve.cpp, shape-only): its row holds the rate, the
+// batching label and the TTFT / TPOT / ITL / e2e percentiles, throughput and goodput (run_mode serve, verdict
+// not_validated); serve_latency.gp plots TTFT and TPOT p50 / p99 against the rate.
 //
 // Two sub-grids, each the cartesian product of its axes (axes a grid does not use are ignored by it):
 //   collectives: topology x device x collective x algorithm x dtype x size (innermost last)
@@ -98,6 +109,10 @@ struct SweepPoint {
   bool train = false;
   bool shape_only = false;
   int micro_batches = 0;
+  // Serve points (a `shardsim serve` config as the workload): run by serve's runner (experiments/scheduler.h
+  // ServeRunner); RATE and BATCHING their axis values ("" when the axis is not given).
+  bool serve = false;
+  std::string rate, batching;
   // Forward points, validate once: the shrunk config that validates this point's plan with real data ("": the
   // point validates itself, or is never validated), the id shared by the points it validates, and the shrunk
   // dimensions ("hidden=256,ffn=512,seq=64,layers=2": the results' validated_at column).
@@ -117,9 +132,11 @@ struct SweepSpec {
 // The keys the sweep parser accepts per section (docs/CONFIG.md documents each; tests/unit/config_doc_test.cpp
 // checks): the file, axes:, a workload entry {config, label, set}, a size range {from, to, factor}, a plan entry.
 inline constexpr std::string_view kSweepRootKeys[] = {"name", "output", "validate_max_bytes", "validate", "axes"};
-inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "collective", "algorithm",
-                                                      "size",     "dtype",  "workload",   "plan"};
-inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set"};
+inline constexpr std::string_view kSweepAxisKeys[] = {"topology", "device", "collective", "algorithm", "size",
+                                                      "dtype",    "workload", "plan",     "rate",      "batching"};
+inline constexpr std::string_view kSweepWorkloadKeys[] = {"config", "label", "set", "requests"};
+inline constexpr std::string_view kSweepBatchingKeys[] = {"label", "policy", "max_num_batched_tokens", "max_num_seqs",
+                                                          "preemption"};
 inline constexpr std::string_view kSweepRangeKeys[] = {"from", "to", "factor"};
 // kSweepPlanKeys: sharding/plans/registry.h's sweep_plan_keys() (every unit's swept keys and micro_batch).
 

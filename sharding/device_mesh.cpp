@@ -1,5 +1,7 @@
 #include "sharding/device_mesh.h"
 
+#include "topology/symmetry.h"
+
 #include "sharding/model_spec.h"
 #include "sharding/plans/registry.h"
 
@@ -247,48 +249,21 @@ namespace shardsim::sharding {
 
 std::string DeviceMesh::replica_shift_check(const std::string& name, int period,
                                             const topology::Topology& topo) const {
-  // The shift sigma: mesh rank r -> r with its NAME coordinate + PERIOD (mod the axis size). It is a symmetry of the
-  // simulated network (an automorphism whose routes are the images of the routes) when, on chips, it maps every
-  // coordinate x_d to f_d(x_d), one map per dimension independent of the other coordinates, each of a kind that
-  // keeps that dimension's links and routes: a translation along a ring (routes depend on the coordinate difference
-  // only), any permutation of a fully connected or switch dimension (every pair is one hop, or up and down the
-  // line's switch), the identity along a line (its ends differ).
+  // The shift sigma: mesh rank r -> r with its NAME coordinate + PERIOD (mod the axis size), checked on chips by
+  // topology::chip_map_obstacle (topology/symmetry.h: one map per dimension, of a kind that keeps its routes).
   const auto& a = axis(name);
   if (a.size < 2 || period < 1 || period >= a.size || a.size % period != 0) return name + ": no shift to fold";
   if (!topo.is_grid()) return "a graph topology (no symmetries known)";
   if (static_cast<int>(placement_.size()) != size_ || topo.num_chips() != size_)
     return "the mesh does not cover the topology";
-  const auto& dims = topo.dim_specs();
-  const size_t nd = dims.size();
-  std::vector<std::vector<int>> f(nd);
-  for (size_t i = 0; i < nd; ++i) f[i].assign(static_cast<size_t>(dims[i].size), -1);
+  std::vector<int> from(static_cast<size_t>(size_)), to(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     const int c = (r / a.stride) % a.size;
     const int s = r + ((c + period) % a.size - c) * a.stride;
-    const auto x = topo.coords(placement_[static_cast<size_t>(r)]);
-    const auto y = topo.coords(placement_[static_cast<size_t>(s)]);
-    if (x.size() != nd || y.size() != nd) return "coordinates of another rank than the dimensions";
-    for (size_t i = 0; i < nd; ++i) {
-      int& to = f[i][static_cast<size_t>(x[i])];
-      if (to >= 0 && to != y[i]) return "the shift of " + name + " is not one map per dimension";
-      to = y[i];
-    }
+    from[static_cast<size_t>(r)] = placement_[static_cast<size_t>(r)];
+    to[static_cast<size_t>(r)] = placement_[static_cast<size_t>(s)];
   }
-  for (size_t i = 0; i < nd; ++i) {
-    const int n = dims[i].size;
-    std::vector<char> hit(static_cast<size_t>(n), 0);
-    for (int x = 0; x < n; ++x) {
-      const int y = f[i][static_cast<size_t>(x)];
-      if (y < 0 || hit[static_cast<size_t>(y)]) return "the shift of " + name + " is not a permutation of dimension " + std::to_string(i);
-      hit[static_cast<size_t>(y)] = 1;
-      const bool translation = (y - x - f[i][0] + 2 * n) % n == 0;
-      if (dims[i].kind == topology::DimKind::ring && !translation)
-        return "the shift of " + name + " is not a translation of ring dimension " + std::to_string(i);
-      if (dims[i].kind == topology::DimKind::line && y != x)
-        return "the shift of " + name + " moves along line dimension " + std::to_string(i);
-    }
-  }
-  return "";
+  return topology::chip_map_obstacle(topo, from, to, "the shift of " + name);
 }
 
 int DeviceMesh::replica_fold_period(const std::string& name, const topology::Topology& topo) const {

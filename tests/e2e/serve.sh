@@ -3,7 +3,8 @@
 # 8 chips of one rank (report, JSON: every request finished, the KV cache's capacity = its formula from the
 # model's sizes computed here), the same trace from a CSV and a JSONL file gives the same metrics, chunked prefill
 # keeps its token budget, dp replicas and pp batches in flight (and --trace), prefill/decode disaggregation, a
-# mixture of experts over ep chips, and bad input: one line, exit 2, nothing written.
+# mixture of experts over ep chips, a sweep over serve points (rate x batching), and bad input: one line, exit 2,
+# nothing written.
 # Usage: serve.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -137,6 +138,45 @@ expect_exit 0 'plan tp=2 x pp=1 x ep=4 x dp=1' -- shardsim_mpi 1 --chips 8 serve
   --set parallel.ep=4 --set parallel.tp=2 --set parallel.etp=2
 expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 8 serve "$SMX" \
   --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
+
+e2e_case "(j) a sweep over a serve config: rate x batching, each point what serve runs; rows, JSON and the latency plot"
+cat > sw.yaml <<EOF
+name: serve_e2e
+axes:
+  workload:
+    - {config: $S70, label: l70, requests: 6}
+  plan:
+    - {tp: 8}
+  batching:
+    - {policy: continuous}
+    - {policy: chunked, max_num_batched_tokens: 512, label: chunked512}
+  rate: [4, 16]
+EOF
+if expect_exit 0 'ran 4' -- shardsim_mpi 1 --chips 8 sweep sw.yaml --output swout; then
+  [ -s swout/serve_latency.gp ] && [ -s swout/serve_latency.dat ] && pass "serve_latency.gp and its data" ||
+    fail "no serve_latency plot"
+  if expect_exit 0 'TTFT +p50' -- shardsim_mpi 1 --chips 8 serve "$S70" --set serve.trace.count=6 \
+       --set serve.trace.rate=16 --set serve.policy=chunked --set serve.max_num_batched_tokens=512 --json one.json; then
+    if python3 - swout/results.json one.json <<'PY'; then pass "4 serve rows; the chunked512 16 req/s row = serve's own run"; else fail "serve sweep rows"; fi
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+m = json.load(open(sys.argv[2]))["metrics"]
+assert len(rows) == 4 and all(r["run_mode"] == "serve" and r["verdict"] == "not_validated" for r in rows), rows
+assert {(r["batching"], r["rate"]) for r in rows} == {("continuous", 4), ("continuous", 16), ("chunked512", 4), ("chunked512", 16)}
+r = next(r for r in rows if r["batching"] == "chunked512" and r["rate"] == 16)
+for col, want in [("ttft_p50_ms", 1e3 * m["ttft_s"]["p50"]), ("ttft_p99_ms", 1e3 * m["ttft_s"]["p99"]),
+                  ("tpot_p99_ms", 1e3 * m["tpot_s"]["p99"]), ("goodput_requests_per_s", m["goodput_requests_per_s"])]:
+    assert abs(r[col] - want) <= 1e-9 * abs(want), (col, r[col], want)
+PY
+  fi
+fi
+cat > bad_sw.yaml <<EOF
+axes:
+  workload: [$S70]
+  plan: [{tp: 8}]
+  rate: [0]
+EOF
+expect_exit 2 'bad_sw.yaml:4: axes.rate\[0\]: a request rate in requests/s > 0' -- shardsim_mpi 1 --chips 8 sweep bad_sw.yaml --output badout
 
 e2e_case "(d) bad input: one line, exit 2, no JSON written"
 printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv

@@ -64,7 +64,7 @@ if expect_exit 0 "sweep grid: ran [0-9]+, skipped 0" -- shardsim_mpi 4 sweep gri
   grep -Eq "^workload\|small\|tp3\|ring2.*,error,.*parallel" out/results.csv \
     && pass "a plan that does not fit recorded with the parser's reason" || fail "tp3 on 2 chips: no error row"
   # The executor's forward mode fills the same columns as a training row (tokens, MFU, memory against HBM, no pipeline).
-  grep -Eq "^workload\|small\|tp4\|ring4.*,shape_only,.*,pass,.*,\"hidden=64,ffn=128\",forward,[0-9.e+-]+,[0-9.e+-]+,[0-9.e+-]+,yes,0,1$" out/results.csv \
+  grep -Eq "^workload\|small\|tp4\|ring4.*,shape_only,.*,pass,.*,\"hidden=64,ffn=128\",forward,[0-9.e+-]+,[0-9.e+-]+,[0-9.e+-]+,yes,0,1,{15}$" out/results.csv \
     && pass "the 4-chip block ran shape-only and passed its plan's validation" \
     || fail "small block tp4 on ring4 did not pass"
   grep -Eq "^all_reduce\|ring\|ring4\|generic\|fp32\|262144#.*,shape_only,.*,not_validated," out/results.csv \

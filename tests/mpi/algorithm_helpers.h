@@ -1,6 +1,6 @@
 // Helpers the per-collective MPI test files share (moved from algorithms_test.cpp): test topologies, ring routes,
 // byte patterns, exact-integer reduction inputs with their expected results computed here (independently of
-// collectives/verify), and the binomial tree's first-principles schedule.
+// verification/verify), and the binomial tree's first-principles schedule.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 //                                 they apply, in place and out of place alternating over dtype x op.
 //   <Collective>Matrix/Count   : every algorithm (+ auto) x counts 0..9 and a large one, fp32 sum, in and out of
 //                                 place, unpipelined and (large count) pipelined in small pieces.
-// Every case runs through collectives::run_case (collectives/verify.h: inputs every rank can rebuild, and a
+// Every case runs through verification::run_case (verification/verify.h: inputs every rank can rebuild, and a
 // bit-exact check against the single-device reference; any NaN matches any NaN) on a bidirectional ring of the
 // world's size, where every registered algorithm but those needing two grid dimensions can run; those run on a
 // 2-D torus of the world's size when it has one, and those needing in-network reduction on a reducing switch of
@@ -26,7 +26,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/registry.h"
-#include "collectives/verify.h"
+#include "verification/verify.h"
 #include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 
@@ -136,8 +136,8 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       }
     }
     Fixture& f = *chosen;
-    std::vector<collectives::Case> cases;
-    collectives::Case base;
+    std::vector<verification::Case> cases;
+    verification::Case base;
     base.collective = p.collective;
     base.algorithm = p.algorithm;
     base.count = p.count;
@@ -152,7 +152,7 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
           if (in_place && !has_in_place(p.collective)) continue;
           for (size_t chunk : {size_t(0), size_t(64)}) {
             if (chunk && p.count < 1000) continue;
-            collectives::Case c = base;
+            verification::Case c = base;
             c.in_place = in_place;
             c.chunk_bytes = chunk;
             cases.push_back(c);
@@ -161,7 +161,7 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       } else {
         // One case: special values (every element i % 8 != 0 of the input; verifiable ones in between) where they
         // apply, in place and out of place alternating over dtype x op, so both forms meet every dtype and op.
-        collectives::Case c = base;
+        verification::Case c = base;
         c.special_input = is_float(p.dtype) || collectives::is_reduction(p.collective);
         c.in_place = has_in_place(p.collective) && (static_cast<int>(p.dtype) + static_cast<int>(p.op)) % 2 == 1;
         cases.push_back(c);
@@ -172,7 +172,7 @@ class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {
       what << collectives::collective_name(c.collective) << ' ' << c.algorithm << ' ' << runtime::dtype_name(c.dtype)
            << ' ' << collectives::reduce_op_name(c.op) << " count " << c.count << " root " << c.root
            << (c.in_place ? " in-place" : "") << (c.special_input ? " special" : "") << " chunk " << c.chunk_bytes;
-      const collectives::Outcome o = collectives::run_case(f.tp, c);
+      const verification::Outcome o = verification::run_case(f.tp, c);
       EXPECT_EQ(o.wrong, 0u) << what.str() << ": " << o.first_wrong;
       const auto& names = collectives::algorithm_names(c.collective);
       if (c.algorithm == "auto") {

@@ -9,14 +9,14 @@
 #include "collectives/all_gather.h"
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_scatter.h"
-#include "collectives/reference.h"
+#include "verification/reference.h"
 #include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"
 
 using namespace shardsim;
 using collectives::Partition;
 using collectives::ReduceOp;
-using collectives::reference::Buffer;
+using verification::reference::Buffer;
 using runtime::DType;
 
 namespace {

@@ -1,4 +1,4 @@
-// nccl-tests log parsing for `shardsim calibrate` (collectives/calibrate.h): the formats nccl-tests has printed
+// nccl-tests log parsing for `shardsim calibrate` (calibration/calibrate.h): the formats nccl-tests has printed
 // over its versions, mpirun's output prefixes, and the inputs that must be refused with FILE:LINE. No MPI.
 #include <gtest/gtest.h>
 
@@ -8,13 +8,14 @@
 #include <cstdio>
 #include <string>
 
-#include "collectives/calibrate.h"
-#include "collectives/calibrate_fitter.h"
+#include "calibration/calibrate.h"
+#include "calibration/fitter.h"
 #include "common/error.h"
 #include "topology/topology_yaml.h"
 
 using namespace shardsim;
 using namespace shardsim::collectives;
+using namespace shardsim::calibration;
 
 namespace {
 
@@ -267,18 +268,18 @@ TEST(NcclTestsLog, WithReductionSetsEverySwitchAndKeepsTheRest) {
   p.call_overhead_ns = 5000;
   t.set_protocol(p);
   t.set_placement({7, 6, 5, 4, 3, 2, 1, 0});
-  const auto u = calib::with_reduction(t, 0.5, 700);  // rate / 0.5, latency 700 ns
+  const auto u = calibration::fit::with_reduction(t, 0.5, 700);  // rate / 0.5, latency 700 ns
   EXPECT_DOUBLE_EQ(u.dim_specs()[0].reduction.rate.bandwidth_gbps, 400);
   EXPECT_DOUBLE_EQ(u.dim_specs()[0].reduction.rate.latency_ns, 700);
   EXPECT_DOUBLE_EQ(u.protocol().call_overhead_ns, 5000);
   EXPECT_EQ(u.placement(), t.placement());
   EXPECT_DOUBLE_EQ(u.links()[0].bandwidth_gbps, 450);
   // Clamped to the link ranges a topology accepts (an unlimited rate, a negative latency).
-  const auto v = calib::with_reduction(t, 1e-12, -5);
+  const auto v = calibration::fit::with_reduction(t, 1e-12, -5);
   EXPECT_DOUBLE_EQ(v.dim_specs()[0].reduction.rate.bandwidth_gbps, topology::kMaxBandwidthGbps);
   EXPECT_DOUBLE_EQ(v.dim_specs()[0].reduction.rate.latency_ns, 0);
-  EXPECT_TRUE(calib::has_reduction(t));
-  EXPECT_FALSE(calib::has_reduction(topology::Topology::switched(8, {450, 1000})));
+  EXPECT_TRUE(calibration::fit::has_reduction(t));
+  EXPECT_FALSE(calibration::fit::has_reduction(topology::Topology::switched(8, {450, 1000})));
 }
 
 TEST(NcclTestsLog, ReductionWarnings) {

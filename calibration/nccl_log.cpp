@@ -1,4 +1,4 @@
-#include "collectives/nccl_log.h"
+#include "calibration/nccl_log.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,9 @@
 #include "common/number.h"
 #include "common/input_file.h"
 
-namespace shardsim::collectives {
+namespace shardsim::calibration {
+
+using namespace collectives;  // the collectives this room calibrates / verifies
 
 namespace {
 
@@ -317,4 +319,4 @@ NcclLog parse_nccl_tests_log(const std::string& path, const std::string& collect
   return parse_nccl_tests_text(read_input_file(path, kMaxLogBytes, "an nccl-tests log"), path, collective,
                                named_for_file);
 }
-}  // namespace shardsim::collectives
+}  // namespace shardsim::calibration

@@ -1,5 +1,5 @@
-#include "collectives/calibrate.h"
-#include "collectives/calibrate_fitter.h"
+#include "calibration/calibrate.h"
+#include "calibration/fitter.h"
 #include "collectives/multi_ring.h"
 #include "collectives/rail_ring.h"
 
@@ -13,7 +13,9 @@
 #include "sim/device_spec.h"
 #include "sim/timeline.h"
 
-namespace shardsim::collectives {
+namespace shardsim::calibration {
+
+using namespace collectives;  // the collectives this room calibrates / verifies
 
 namespace {
 
@@ -69,9 +71,9 @@ AlgorithmUse resolve_algorithm(const topology::Topology& topo, Collective c, con
 
 namespace {
 
-using calib::Point;
-using calib::solve_n;
-using calib::with_protocol;
+using fit::Point;
+using fit::solve_n;
+using fit::with_protocol;
 
 struct Fit2 {
   double a = 1, inv_b = 1, cost = 0;
@@ -260,7 +262,7 @@ Fit3 fit_three(const topology::Topology& topo, const std::vector<Point>& points,
 // (collectives/in_switch.h's closed form). Refits from the mirror of F; ConfigError naming both when the mirror fits
 // the rows as well and differs by more than 1 % (rows of a collective that moves no reduction, all_gather, or of
 // another algorithm pin E and break the tie).
-void refuse_mirror(const calib::Fitter& cf, const calib::FitC& f, const topology::Topology& topo, size_t rows) {
+void refuse_mirror(const fit::Fitter& cf, const fit::FitC& f, const topology::Topology& topo, size_t rows) {
   const topology::Dim* dim = nullptr;
   for (const auto& d : topo.dim_specs())
     if (d.reduction.enabled && !dim) dim = &d;
@@ -274,7 +276,7 @@ void refuse_mirror(const calib::Fitter& cf, const calib::FitC& f, const topology
   else return;                                              // R < E/2: no mirror
   std::vector<double> x = f.x;
   x[1] = line / e2, x[ri] = r_file / r2;
-  const calib::FitC g = cf.fit_from(x);
+  const fit::FitC g = cf.fit_from(x);
   const double n = static_cast<double>(std::max<size_t>(rows, 1));
   const double rms = std::sqrt(f.cost / n), rms2 = std::sqrt(g.cost / n);
   const double e3 = line / g.x[1], r3 = r_file / g.x[ri];
@@ -292,7 +294,7 @@ void refuse_mirror(const calib::Fitter& cf, const calib::FitC& f, const topology
 // topology): its bandwidth and latency are then fitted too.
 bool runs_in_switch(const topology::Topology& topo, const std::vector<Point>& points, const std::vector<size_t>& idx,
                     const CalibrationOptions& options, const EstimateGroup& tp) {
-  if (!calib::has_reduction(topo)) return false;
+  if (!fit::has_reduction(topo)) return false;
   return std::any_of(idx.begin(), idx.end(), [&](size_t i) {
     return resolve_algorithm(topo, points[i].log->collective, options.algorithm, points[i].row.bytes, tp,
                              options.chunk_bytes)
@@ -410,10 +412,10 @@ Calibration calibrate(const topology::Topology& topo, const std::vector<NcclLog>
 
   if (fit.empty()) {
   } else if (options.fit_call_overhead || reduction) {
-    calib::Fitter cf(topo, points, fitted, options, tp, reduction);
+    fit::Fitter cf(topo, points, fitted, options, tp, reduction);
     cf.check_identifiable();
-    const calib::FitC f = cf.fit();
-    out.call_overhead_ns = f.x[calib::Fitter::kC] * 1000;
+    const fit::FitC f = cf.fit();
+    out.call_overhead_ns = f.x[fit::Fitter::kC] * 1000;
     out.iterations = f.iterations;
     out.fitted = cf.build(f.x, f);
     if (reduction) refuse_mirror(cf, f, topo, fitted.size());
@@ -535,4 +537,4 @@ std::string topology_yaml(const topology::Topology& topo) {
   return o.str();
 }
 
-}  // namespace shardsim::collectives
+}  // namespace shardsim::calibration

@@ -1,9 +1,11 @@
-#include "collectives/reference.h"
+#include "verification/reference.h"
 
 #include <cstring>
 #include <stdexcept>
 
-namespace shardsim::collectives::reference {
+namespace shardsim::verification::reference {
+
+using namespace collectives;  // the collectives this room calibrates / verifies
 
 Buffer all_reduce(const std::vector<Buffer>& inputs, size_t count, DType dtype, ReduceOp op) {
   if (inputs.empty()) throw std::invalid_argument("reference::all_reduce: no inputs");
@@ -33,4 +35,4 @@ Buffer all_gather(const std::vector<Buffer>& chunks, size_t count, DType dtype) 
   return out;
 }
 
-}  // namespace shardsim::collectives::reference
+}  // namespace shardsim::verification::reference

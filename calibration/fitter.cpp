@@ -1,4 +1,4 @@
-#include "collectives/calibrate_fitter.h"
+#include "calibration/fitter.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,9 @@
 
 #include "common/error.h"
 
-namespace shardsim::collectives::calib {
+namespace shardsim::calibration::fit {
+
+using namespace collectives;  // the collectives this room calibrates / verifies
 
 // Solves the NxN system M x = V (Gaussian elimination with partial pivoting); false when singular.
 bool solve_n(Matrix m, std::vector<double> v, std::vector<double>& x) {
@@ -404,4 +406,4 @@ void Fitter::refine(FitC& f) const {
   }
 }
 
-}  // namespace shardsim::collectives::calib
+}  // namespace shardsim::calibration::fit

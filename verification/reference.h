@@ -10,7 +10,10 @@
 
 #include "collectives/types.h"
 
-namespace shardsim::collectives::reference {
+namespace shardsim::verification::reference {
+
+using collectives::ReduceOp;
+using runtime::DType;
 
 using Buffer = std::vector<unsigned char>;
 
@@ -20,4 +23,4 @@ Buffer reduce_scatter(const std::vector<Buffer>& inputs, size_t count, DType dty
 // CHUNKS[r] holds Partition{COUNT, p}.size(r) elements; the result is their concatenation.
 Buffer all_gather(const std::vector<Buffer>& chunks, size_t count, DType dtype);
 
-}  // namespace shardsim::collectives::reference
+}  // namespace shardsim::verification::reference

@@ -1,4 +1,4 @@
-// Reading nccl-tests output (the input of `shardsim calibrate`, collectives/calibrate.h).
+// Reading nccl-tests output (the input of `shardsim calibrate`, calibration/calibrate.h).
 //
 // Input: the tables nccl-tests' *_perf programs print (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md):
 //
@@ -32,7 +32,9 @@
 
 #include "collectives/algorithms.h"
 
-namespace shardsim::collectives {
+namespace shardsim::calibration {
+
+using collectives::Collective;
 
 struct NcclRow {
   int line = 0;         // 1-based line in the file
@@ -67,4 +69,4 @@ NcclLog parse_nccl_tests_text(const std::string& text, const std::string& file, 
 // "%.9g": how calibrate prints a number in its messages and files.
 std::string format_number(double v);
 
-}  // namespace shardsim::collectives
+}  // namespace shardsim::calibration

@@ -1,5 +1,5 @@
-// The least-squares machinery of `shardsim calibrate` (collectives/calibrate.h describes the model and the
-// options). Internal to collectives/calibrate*.cpp: not a public interface.
+// The least-squares machinery of `shardsim calibrate` (calibration/calibrate.h describes the model and the
+// options). Internal to calibration/: not a public interface.
 //
 // Fitter fits one parameter vector to the fitted rows (relative squared time errors): a weighted linear
 // least-squares start on per-row basis columns, then Gauss-Newton with step halving on the full replay. The
@@ -16,9 +16,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "collectives/calibrate.h"
+#include "calibration/calibrate.h"
 
-namespace shardsim::collectives::calib {
+namespace shardsim::calibration::fit {
 
 struct Point {
   const NcclLog* log;
@@ -99,4 +99,4 @@ class Fitter {
   std::vector<Basis> basis_;
 };
 
-}  // namespace shardsim::collectives::calib
+}  // namespace shardsim::calibration::fit

@@ -1,5 +1,5 @@
 // Fitting the link model to measured collective timings (`shardsim calibrate`). Its input,
-// nccl-tests tables, is read by collectives/nccl_log.h.
+// nccl-tests tables, is read by calibration/nccl_log.h.
 //
 // Model fitted: the topology file's links with every latency scaled by one factor a and every bandwidth by one
 // factor b (so the ratios between dimensions stay as the file gives them; a single-dimension topology thus gets
@@ -50,12 +50,14 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
-#include "collectives/nccl_log.h"
+#include "calibration/nccl_log.h"
 #include "runtime/transport.h"
 #include "runtime/world.h"
 #include "topology/topology.h"
 
-namespace shardsim::collectives {
+namespace shardsim::calibration {
+
+using collectives::Collective;
 
 // The chips the estimates run on: WORLD's (one per MPI rank, or several per rank with --chips), rank r on chip
 // RANK_TO_CHIP[r]. Estimates communicate nothing (a transport over WORLD on a timeline of the topology asked).
@@ -150,4 +152,4 @@ std::vector<std::string> physical_warnings(const Calibration& cal, const Calibra
 // topologies only: std::invalid_argument for graphs. A switch's in-switch reduction is written with its keys.
 std::string topology_yaml(const topology::Topology& topo);
 
-}  // namespace shardsim::collectives
+}  // namespace shardsim::calibration

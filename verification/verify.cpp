@@ -1,4 +1,4 @@
-#include "collectives/verify.h"
+#include "verification/verify.h"
 
 #include <mpi.h>
 
@@ -14,7 +14,9 @@
 #include "common/error.h"
 #include "runtime/world.h"
 
-namespace shardsim::collectives {
+namespace shardsim::verification {
+
+using namespace collectives;  // the collectives this room calibrates / verifies
 
 namespace {
 
@@ -720,4 +722,4 @@ Outcome run_case(runtime::Transport& tp, const Case& c) {
   return o;
 }
 
-}  // namespace shardsim::collectives
+}  // namespace shardsim::verification

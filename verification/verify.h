@@ -48,7 +48,12 @@
 #include "collectives/types.h"
 #include "runtime/transport.h"
 
-namespace shardsim::collectives {
+namespace shardsim::verification {
+
+using collectives::Collective;
+using collectives::CollectiveResult;
+using collectives::ReduceOp;
+using runtime::DType;
 
 struct Case {
   Collective collective = Collective::all_reduce;
@@ -127,4 +132,4 @@ double host_bytes_needed(const Case& c, int ranks);
 // and counts above the chunk size it sets.
 std::vector<size_t> default_validate_counts();
 
-}  // namespace shardsim::collectives
+}  // namespace shardsim::verification
