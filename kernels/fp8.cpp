@@ -96,4 +96,21 @@ KernelCost fp8_block_cast_cost(const Fp8BlockLinears& b, runtime::DType from, co
   return k;
 }
 
+KernelCost fp8_grouped_cast_cost(double elements, runtime::DType from, const Fp8Recipe& r, bool backward) {
+  KernelCost k{backward ? "fp8.cast_transpose_dgrad.experts" : "fp8.cast_transpose.experts", 0, 0, from, {}};
+  if (!r.active() || elements <= 0) return k;
+  k.flops = 2 * elements;
+  k.bytes = elements * (double(runtime::dtype_size(from)) + 2.0);
+  return k;
+}
+
+KernelCost fp8_amax_update_cost(double tensors, double history, const Fp8Recipe& r) {
+  KernelCost k{"fp8.amax_scale_update", 0, 0, runtime::DType::fp32, {}};
+  if (r.scaling != Fp8Scaling::tensor || tensors <= 0) return k;
+  const double h = std::max(history, 1.0);
+  k.flops = tensors * (h + 4);                // the history's max, the scale's few operations
+  k.bytes = tensors * (2 * h * 4.0 + 4 * 4.0);  // the history read and written (rolled), amax, scale, scale_inv
+  return k;
+}
+
 }  // namespace shardsim::kernels

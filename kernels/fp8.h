@@ -101,4 +101,26 @@ KernelCost fp8_block_cast_cost(const Fp8BlockLinears& b, runtime::DType from, co
 // kernel reading each element once and writing one byte ("fp8.cast_weights"; 0 elements: 0 FLOPs and bytes).
 KernelCost fp8_weight_cast_cost(double numel, runtime::DType from, const Fp8Recipe& r);
 
+// The FP8 casts around a grouped (MoE experts') MLP, as Transformer Engine's GroupedLinear runs them in training
+// (TE 1.x pytorch/module/grouped_linear.py: fp8_multi_cast_transpose, one kernel over every group's input per
+// grouped GEMM, no LayerNorm or activation fusion): ELEMENTS of dtype FROM read once and written twice in FP8
+// (row-wise for the GEMM, transposed for the weight gradient), 2 FLOPs each. Forward: one such kernel for the
+// dispatched tokens before FC1 and one for the activation before FC2 ("fp8.cast_transpose.experts"); backward:
+// one for FC2's output gradient and one for FC1's ("fp8.cast_transpose_dgrad.experts"). 0 FLOPs and bytes when R
+// is inactive or ELEMENTS <= 0 (the caller then charges nothing).
+KernelCost fp8_grouped_cast_cost(double elements, runtime::DType from, const Fp8Recipe& r, bool backward);
+
+// Delayed scaling's once-per-pass bookkeeping (Transformer Engine's DelayedScaling recipe, the default of
+// Megatron-LM / NeMo FP8 training: fp8_autocast's exit, TE 1.x pytorch/fp8.py reduce_and_update_fp8_tensors with
+// tex.fused_amax_and_scale_update_after_reduction): after each forward and each backward pass of a micro-batch,
+// one fused kernel rolls the amax history of every FP8 tensor of the pass (HISTORY fp32 entries each, read and
+// written) and recomputes its scale (a few fp32 values). TENSORS: the FP8 tensors of the pass on this chip
+// (forward: each linear's input and weight; backward: each linear's output gradient). "fp8.amax_scale_update";
+// 0 FLOPs and bytes when R is inactive, TENSORS <= 0, or R's scaling is not per-tensor (block scaling keeps no
+// history). The amax all-reduce across the data- and tensor-parallel group that precedes it is not charged.
+KernelCost fp8_amax_update_cost(double tensors, double history, const Fp8Recipe& r);
+// The amax history length charged: NeMo's FP8 default (fp8_amax_history_len: 1024 in its GPT / Llama training
+// configs; Megatron-LM's own --fp8-amax-history-len defaults to 1).
+inline constexpr double kFp8AmaxHistory = 1024;
+
 }  // namespace shardsim::kernels

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <sstream>
 
 #include "common/checked.h"
@@ -144,11 +145,14 @@ std::vector<KernelRow> parse_kernel_table(const std::string& text, const std::st
 
 namespace {
 
-// The efficiency field of the term that binds ROW's compute side.
-double* compute_param(sim::KernelParams& p, const KernelRow& r) {
+// The efficiency field of the term that binds ROW's compute side on DEV: a GEMM that runs at the fp8 peak has its
+// own ceiling (gemm_efficiency_fp8, sim/kernel_model.h), the others gemm_efficiency.
+double* compute_param(const sim::DeviceSpec& dev, sim::KernelParams& p, const KernelRow& r) {
   switch (r.shape.cls) {
     case sim::KernelClass::gemm:
-    case sim::KernelClass::gemm_backward: return &p.gemm_efficiency;
+    case sim::KernelClass::gemm_backward:
+      return dev.effective_precision(r.precision) == sim::Precision::fp8 ? &p.gemm_efficiency_fp8
+                                                                          : &p.gemm_efficiency;
     case sim::KernelClass::attention_forward: return &p.attention_forward_efficiency;
     case sim::KernelClass::attention_backward: return &p.attention_backward_efficiency;
     case sim::KernelClass::vector: return nullptr;
@@ -177,8 +181,11 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
   sim::DeviceSpec dev = device;
   dev.kernel.shaped = true;
   sim::KernelParams& p = dev.kernel;
+  // FP8 GEMM rows fit their own ceiling; it starts where the model starts it (unset: gemm_efficiency).
+  if (p.gemm_efficiency_fp8 <= 0) p.gemm_efficiency_fp8 = p.gemm_efficiency;
   const std::pair<const char*, double*> params[] = {
       {"gemm_efficiency", &p.gemm_efficiency},
+      {"gemm_efficiency_fp8", &p.gemm_efficiency_fp8},
       {"attention_forward_efficiency", &p.attention_forward_efficiency},
       {"attention_backward_efficiency", &p.attention_backward_efficiency},
       {"hbm_efficiency", &p.hbm_efficiency}};
@@ -200,7 +207,7 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
         double x;  // the term's time at e = 1
         if (bound[i] == 2) continue;
         if (bound[i]) {
-          if (compute_param(p, r) != field) continue;
+          if (compute_param(dev, p, r) != field) continue;
           x = r.flops * sim::kernel_quantization(dev, r.shape) / dev.peak_flops_per_ns(r.precision);
         } else {
           if (field != &p.hbm_efficiency) continue;
@@ -214,7 +221,8 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
     }
   }
   double sq = 0;
-  std::vector<char> used(4, 0);
+  constexpr size_t kParams = std::size(params);
+  std::vector<char> used(kParams, 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     KernelRow& r = rows[i];
     const auto kt = sim::kernel_time(dev, r.flops, r.bytes, r.precision, r.shape);
@@ -223,11 +231,18 @@ KernelFit fit_kernel_model(const sim::DeviceSpec& device, std::vector<KernelRow>
     r.bound = b == 1 ? "compute" : b == 0 ? "memory" : "engine";
     const double e = (r.predicted_ns - r.measured_ns) / r.measured_ns;
     sq += e * e;
-    for (size_t j = 0; j < 4; ++j)
-      if ((b == 1 && compute_param(p, r) == params[j].second) || (b == 0 && j == 3)) used[j] = 1;
+    for (size_t j = 0; j < kParams; ++j)
+      if ((b == 1 && compute_param(dev, p, r) == params[j].second) || (b == 0 && params[j].second == &p.hbm_efficiency))
+        used[j] = 1;
   }
   fit.rms_relative_error = std::sqrt(sq / double(rows.size()));
-  for (size_t j = 0; j < 4; ++j) {
+  // gemm_efficiency_fp8 unfitted stays as the device had it (unset: 0, gemm_efficiency), not the fit's start.
+  if (!used[1]) p.gemm_efficiency_fp8 = device.kernel.gemm_efficiency_fp8;
+  bool any_fp8 = false;  // a table without FP8 GEMM rows has nothing to say about their ceiling: not listed
+  for (const auto& r : rows)
+    any_fp8 = any_fp8 || compute_param(dev, p, r) == &p.gemm_efficiency_fp8;
+  for (size_t j = 0; j < kParams; ++j) {
+    if (j == 1 && !any_fp8) continue;
     (used[j] ? fit.fitted_names : fit.not_fitted).push_back(params[j].first);
     if (used[j] && *params[j].second > 1.0) fit.impossible.push_back(params[j].first);
   }
@@ -260,7 +275,9 @@ std::string device_override_yaml(const sim::DeviceSpec& device, const sim::Kerne
   if (k.scalar_engine_gelems > 0) os << "\n  scalar_engine_gelems: " << k.scalar_engine_gelems;
   if (k.vector_engine_gelems > 0) os << "\n  vector_engine_gelems: " << k.vector_engine_gelems;
   os
-     << "\n  gemm_efficiency: " << k.gemm_efficiency
+     << "\n  gemm_efficiency: " << k.gemm_efficiency;
+  if (k.gemm_efficiency_fp8 > 0) os << "\n  gemm_efficiency_fp8: " << k.gemm_efficiency_fp8;
+  os
      << "\n  attention_forward_efficiency: " << k.attention_forward_efficiency
      << "\n  attention_backward_efficiency: " << k.attention_backward_efficiency
      << "\n  hbm_efficiency: " << k.hbm_efficiency << "\n";

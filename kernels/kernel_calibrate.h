@@ -13,7 +13,8 @@
 //
 // Model fitted: t = launch + max(flops·q / (peak·e_C), bytes / (hbm·e_hbm), engines) with the device's peaks,
 // launch overhead, compute units, tiles, tensor engine and element-wise engine rates as given; the fit chooses
-// e_gemm, e_attention_forward, e_attention_backward and e_hbm. Each row is bound by one term (a row bound by the
+// e_gemm, e_gemm_fp8 (GEMM rows at the device's fp8 peak: gemm_efficiency_fp8; listed only when the table has
+// such rows), e_attention_forward, e_attention_backward and e_hbm. Each row is bound by one term (a row bound by the
 // element-wise engines, whose rates are fixed, informs no parameter and is reported "engine"); the fit alternates between assigning rows to their binding term and
 // a least-squares solve of each term's 1/e over its rows (relative errors, so small and large kernels weigh
 // alike), until the assignment stops changing. A parameter with no row bound by it keeps the device's value and

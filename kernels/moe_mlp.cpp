@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kernels/backward.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 
@@ -131,6 +132,14 @@ Tensor experts_forward(const MoeSpec& s, const std::vector<ExpertWeights>& w, co
     up[g] = Tensor::make(s.dtype, {rows, f}, stored);
     if (s.gated) gate.push_back(Tensor::make(s.dtype, {rows, f}, stored));
   }
+  // FP8 (model.fp8): the grouped GEMMs' inputs cast by their own kernels (kernels/fp8.h, fp8_grouped_cast_cost).
+  double act_elements = 0;
+  for (size_t g = 0; g < G; ++g) act_elements += double(up[g].numel());
+  auto fp8_cast = [&](double elements, bool backward) {
+    const KernelCost k = fp8_grouped_cast_cost(elements, s.dtype, fp8_recipe(), backward);
+    if (k.bytes > 0) charge(k);
+  };
+  fp8_cast(double(xp.numel()), false);
   if (s.gated) charge.grouped(grouped_gemm_rows_in(xp, offsets, ptrs(w, &ExpertWeights::w_gate), gate));
   charge.grouped(grouped_gemm_rows_in(xp, offsets, ptrs(w, &ExpertWeights::w_up), up));
   KernelCost act_cost;
@@ -144,6 +153,7 @@ Tensor experts_forward(const MoeSpec& s, const std::vector<ExpertWeights>& w, co
     }
   }
   if (!act_cost.name.empty()) charge(act_cost);  // one elementwise kernel over every expert's rows
+  fp8_cast(act_elements, false);
   Tensor yp = Tensor::make(s.dtype, {xp.dim(0), s.hidden}, stored);
   charge.grouped(grouped_gemm_rows_out(act, ptrs(w, &ExpertWeights::w_down), offsets, yp));
   if (keep) *keep = ExpertActs{std::move(gate), std::move(up), std::move(act)};
@@ -159,6 +169,14 @@ Tensor experts_backward(const MoeSpec& s, const std::vector<ExpertWeights>& w, c
   const bool stored = xp.has_storage() && dyp.has_storage();
   std::vector<Tensor> dact(G), dgate(G), dup(G);
   for (size_t g = 0; g < G; ++g) dact[g] = Tensor::make(s.dtype, keep.act[g].shape(), stored);
+  // FP8 (model.fp8): each grouped GEMM's output gradient cast and transposed by its own kernel (kernels/fp8.h).
+  double fc1_out = 0;
+  for (size_t g = 0; g < G; ++g) fc1_out += double(keep.up[g].numel()) * (s.gated ? 2.0 : 1.0);
+  auto fp8_cast = [&](double elements) {
+    const KernelCost k = fp8_grouped_cast_cost(elements, s.dtype, fp8_recipe(), true);
+    if (k.bytes > 0) charge(k);
+  };
+  fp8_cast(double(dyp.numel()));
   charge.grouped(grouped_gemm_rows_out_backward(keep.act, ptrs(w, &ExpertWeights::w_down), offsets, dyp, dact,
                                                 ptrs(grads, &ExpertWeights::w_down)));
   KernelCost act_cost;
@@ -184,6 +202,7 @@ Tensor experts_backward(const MoeSpec& s, const std::vector<ExpertWeights>& w, c
   }
   if (!act_cost.name.empty()) charge(act_cost);
   Tensor dxp = Tensor::make(s.dtype, xp.shape(), stored);
+  fp8_cast(fc1_out);
   if (s.gated)
     charge.grouped(grouped_gemm_rows_in_backward(xp, offsets, ptrs(w, &ExpertWeights::w_gate), dgate, &dxp, false,
                                                  ptrs(grads, &ExpertWeights::w_gate)));

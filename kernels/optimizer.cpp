@@ -1,5 +1,6 @@
 #include "kernels/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -74,6 +75,61 @@ double clip_coefficient(double norm, double max_norm) {
     throw std::invalid_argument("clip_coefficient: max_norm must be finite and > 0, got " + std::to_string(max_norm));
   if (!std::isfinite(norm)) return std::numeric_limits<double>::quiet_NaN();
   return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+int multi_tensor_max_tensors(int depth) {
+  static constexpr int kMax[5] = {110, 64, 48, 36, 30};
+  if (depth < 1 || depth > 5)
+    throw std::invalid_argument("multi_tensor_launches: depth must be 1..5, got " + std::to_string(depth));
+  return kMax[depth - 1];
+}
+
+std::vector<int64_t> multi_tensor_launches(const std::vector<int64_t>& numels, int depth) {
+  const int max_tensors = multi_tensor_max_tensors(depth);
+  std::vector<int64_t> launches;
+  int tensors = 0, blocks = 0;  // in the launch being filled
+  int64_t elements = 0;
+  size_t last = numels.size();
+  while (last > 0 && numels[last - 1] == 0) --last;  // the last tensor with elements closes the final launch
+  for (size_t t = 0; t < last; ++t) {
+    const int64_t n = numels[t];
+    if (n < 0) throw std::invalid_argument("multi_tensor_launches: a tensor of " + std::to_string(n) + " elements");
+    if (n == 0) continue;
+    ++tensors;
+    const int64_t chunks = (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      ++blocks;
+      elements += std::min(kMultiTensorChunk, n - c * kMultiTensorChunk);
+      const bool tensors_full = tensors == max_tensors && c == chunks - 1;
+      const bool blocks_full = blocks == kMultiTensorBlocks;
+      const bool last_chunk = t == last - 1 && c == chunks - 1;
+      if (tensors_full || blocks_full || last_chunk) {
+        launches.push_back(elements);
+        elements = 0;
+        blocks = 0;
+        tensors = c == chunks - 1 ? 0 : 1;  // a tensor cut mid-way carries over into the next launch
+      }
+    }
+  }
+  return launches;
+}
+
+std::vector<KernelCost> split_launches(const KernelCost& whole, const std::vector<int64_t>& launches) {
+  double total = 0;
+  for (int64_t e : launches) total += double(e);
+  std::vector<KernelCost> out;
+  if (total <= 0) return out;
+  out.reserve(launches.size());
+  for (int64_t e : launches) {
+    const double f = double(e) / total;
+    out.push_back(KernelCost{whole.name, whole.flops * f, whole.bytes * f, whole.dtype, whole.shape});
+  }
+  return out;
+}
+
+KernelCost l2norm_cleanup_cost() {
+  return KernelCost{"multi_tensor_l2norm.cleanup", double(kMultiTensorBlocks), 4.0 * (kMultiTensorBlocks + 1),
+                    DType::fp32};
 }
 
 }  // namespace shardsim::kernels

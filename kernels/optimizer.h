@@ -67,4 +67,25 @@ double grad_sq_norm_local(const std::vector<GradNormTerm>& terms);
 // step or fail instead of scaling by 0. std::invalid_argument when max_norm is not finite and > 0.
 double clip_coefficient(double global_norm, double max_norm);
 
+// Multi-tensor launches: how NVIDIA Apex's and Transformer Engine's multi_tensor_apply (csrc/multi_tensor_apply.cuh;
+// Megatron-LM's optimizer step (FusedAdam) and gradient norm (multi_tensor_l2norm) run through it) cut a list of
+// tensors into kernels. Each tensor is cut into chunks of kMultiTensorChunk elements (MultiTensorApply(2048 * 32)),
+// one thread block per chunk; a launch holds at most kMultiTensorBlocks blocks and at most
+// multi_tensor_max_tensors(DEPTH) tensors (the 4 KB kernel-argument limit: {110, 64, 48, 36, 30} for 1..5 lists),
+// and the next launch starts when either fills (a tensor cut by a full launch continues in the next). DEPTH: the
+// tensor lists each launch reads (l2norm 1; Adam 4: grad, param, m, v; Adam writing a low-precision copy of fp32
+// master weights 5). NUMELS: the tensors' element counts in order (zero-sized ones are skipped, as Apex does).
+// Returns the elements each launch covers, in order (empty when there are none). std::invalid_argument for a DEPTH
+// outside 1..5 or a negative count.
+inline constexpr int64_t kMultiTensorChunk = 65536;
+inline constexpr int kMultiTensorBlocks = 320;
+int multi_tensor_max_tensors(int depth);
+std::vector<int64_t> multi_tensor_launches(const std::vector<int64_t>& numels, int depth);
+// WHOLE cut into one kernel per launch: each launch gets WHOLE's FLOPs and bytes in proportion to its elements
+// (so the sums are WHOLE's), WHOLE's name and dtype. No launches: no kernels.
+std::vector<KernelCost> split_launches(const KernelCost& whole, const std::vector<int64_t>& launches);
+// The second kernel of Apex's multi_tensor_l2norm: one block sums the per-block partial sums of the launches
+// (kMultiTensorBlocks fp32 values) into the norm. Named "multi_tensor_l2norm.cleanup".
+KernelCost l2norm_cleanup_cost();
+
 }  // namespace shardsim::kernels

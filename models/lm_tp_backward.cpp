@@ -134,6 +134,9 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
     });
     unit_grads_done(int(l) + 1, micro, t, done_part);
   }
+  // Delayed scaling's update after the chunk's backward: two FP8 tensors (output and input gradients) per linear.
+  if (fp8_recipe().active() && l1 > l0)
+    charge(kernels::fp8_amax_update_cost(8.0 * double(l1 - l0), kernels::kFp8AmaxHistory, fp8_recipe()), t);
   if (ms == 0 && c.vocab == 0) {  // a block stack: no embedding to differentiate
     begin_backward(0, t);
     unit_grads_done(0, micro, t, UnitPart::all);

@@ -86,6 +86,10 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     }
     aux += m.aux;
   }
+  // Delayed scaling's amax-history and scale update at fp8_autocast's exit, once per chunk and micro-batch: three
+  // FP8 tensors (input, weight, output) per linear, four linears per block (kernels/fp8.h).
+  if (fp8_recipe().active() && l1 > l0)
+    charge(kernels::fp8_amax_update_cost(12.0 * double(l1 - l0), kernels::kFp8AmaxHistory, fp8_recipe()), t);
   // A sequence split over chips: each holds its share of its sequence's aux losses; the loss counts their sum.
   if (ep_groups_)
     for (runtime::Transport* g : ep_groups_->span) aux = sum_over(*g, aux, "lm aux span");

@@ -80,7 +80,7 @@ LmDpStepResult LmTpTrainer::step() {
   double sq = 0;
   sim::TimeNs reduced = data_->reduce_gradients(prefs(grads_), sq, t);
   reduced = update_moe_bias(reduced);  // Megatron-Core: in finalize_model_grads, after the gradients' reduction
-  charge(data_->grad_norm_cost(), reduced);  // the local sum of squares (multi_tensor_l2norm)
+  for (const auto& k : data_->grad_norm_cost()) charge(k, reduced);  // the local sum of squares (multi_tensor_l2norm)
   const auto [norm_sq, normed] = grad_norm_sq(sq, reduced);
   t = std::max(t, normed);
   tl_.host_sync(normed);  // the host reads the norm back before the clip and the step (clip_grad_norm's .item())
@@ -88,8 +88,8 @@ LmDpStepResult LmTpTrainer::step() {
   // Reported loss: the dp replicas' means (identical over tp), averaged in dp order (host-side).
   finish_step_loss(r, local_loss, *rep_);
   r.clip = train_.max_grad_norm > 0 ? kernels::clip_coefficient(r.grad_norm, train_.max_grad_norm) : 1.0;
-  // AdamW on the owned chunks as one multi-tensor kernel, then the parameters back to every replica.
-  charge(data_->optimizer_step(r.step, train_.adamw, float(r.clip)), t);
+  // AdamW on the owned chunks as FusedAdam's multi-tensor launches, then the parameters back to every replica.
+  for (const auto& k : data_->optimizer_step(r.step, train_.adamw, float(r.clip))) charge(k, t);
   // FP8: the updated weights cast once for the next step's GEMMs (Transformer Engine caches them over micro-batches).
   // Without FP8 there is no cast kernel (an empty one would still pay a launch).
   if (fp8_recipe().active()) charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), spec_.dtype, fp8_recipe()), t);

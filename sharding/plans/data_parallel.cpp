@@ -96,6 +96,18 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
   }
   gather_pending_.assign(buckets_.size(), false);
   gather_end_.assign(buckets_.size(), -1);
+  if (!config.forward_only) {  // the optimizer's and the norm's launches: the most any replica has
+    int replicas = 1;
+    if (config.zero >= 1)
+      for (const Bucket& b : buckets_) replicas = std::max(replicas, group_size(b));
+    for (int r = 0; r < replicas; ++r) {
+      const std::vector<int64_t> pieces = pieces_of(r);
+      auto adam = kernels::multi_tensor_launches(pieces, compute != DType::fp32 ? 5 : 4);
+      auto norm = kernels::multi_tensor_launches(pieces, 1);
+      if (adam.size() > adam_launches_.size()) adam_launches_ = std::move(adam);
+      if (norm.size() > norm_launches_.size()) norm_launches_ = std::move(norm);
+    }
+  }
   check_fold();
 }
 
@@ -295,7 +307,22 @@ sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, 
   return reduced;
 }
 
-kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip) {
+std::vector<int64_t> DataParallel::pieces_of(int r) const {
+  std::vector<int64_t> pieces;
+  for (const Bucket& b : buckets_) {
+    const collectives::Partition p{b.count, size_t(group_size(b))};
+    const size_t own_off = config_.zero == 0 ? 0 : p.offset(size_t(r % group_size(b)));
+    const size_t own_n = config_.zero == 0 ? b.count : p.size(size_t(r % group_size(b)));
+    for (const Slot& s : b.slots) {
+      const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
+      if (hi > lo) pieces.push_back(int64_t(hi - lo));
+    }
+  }
+  return pieces;
+}
+
+std::vector<kernels::KernelCost> DataParallel::optimizer_step(int64_t step, const kernels::AdamWConfig& adamw,
+                                                              float clip) {
   if (config_.forward_only) throw std::logic_error("data_parallel: a forward-only state has no optimizer state");
   const bool copy = dtype_ != DType::fp32;
   const size_t es = runtime::dtype_size(dtype_);
@@ -312,13 +339,16 @@ kernels::KernelCost DataParallel::optimizer_step(int64_t step, const kernels::Ad
     opt.flops += k.flops;
     opt.bytes += k.bytes;
   }
-  return opt;
+  return kernels::split_launches(opt, adam_launches_);
 }
 
-kernels::KernelCost DataParallel::grad_norm_cost() const {
+std::vector<kernels::KernelCost> DataParallel::grad_norm_cost() const {
   double n = 0;
   for (const Bucket& b : buckets_) n += double(config_.zero == 0 ? b.count : b.own_n);
-  return kernels::KernelCost{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_, {}};
+  const kernels::KernelCost whole{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_, {}};
+  auto out = kernels::split_launches(whole, norm_launches_);
+  out.push_back(kernels::l2norm_cleanup_cost());
+  return out;
 }
 
 void DataParallel::publish(const TensorRefs& work, sim::TimeNs t) {

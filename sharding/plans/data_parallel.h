@@ -162,14 +162,16 @@ class DataParallel {
   // Every bucket's reduction of GRADS (compute dtype), each issued when its last unit's gradients were ready; adds
   // this rank's norm piece to SQ. Returns max(T, the last reduction's end).
   sim::TimeNs reduce_gradients(const TensorRefs& grads, double& sq, sim::TimeNs t);
-  // AdamW on the owned chunks with the gradients scaled by CLIP; returns the cost of one multi-tensor kernel over
-  // all of them (the caller charges it), so the optimizer's time does not depend on the bucket count.
-  kernels::KernelCost optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
-  // What the gradient norm's local sum of squares costs: one multi-tensor L2-norm kernel (Apex/Megatron's
-  // multi_tensor_l2norm) reading every reduced gradient element this chip holds (the whole buffer without ZeRO,
-  // the owned chunks with it) once, 2 FLOPs each; vector class. The values themselves are summed by
-  // reduce_gradients; this is only the charge.
-  kernels::KernelCost grad_norm_cost() const;
+  // AdamW on the owned chunks with the gradients scaled by CLIP; returns its kernels for the caller to charge in
+  // order: Apex / Transformer Engine FusedAdam's multi-tensor launches (kernels::multi_tensor_launches, depth 4, or 5
+  // when it also writes the compute copy) over this chip's pieces of the parameters in bucket order, the work of
+  // all of them shared by elements. The launches depend on the parameters' sizes, not on the bucket count.
+  std::vector<kernels::KernelCost> optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
+  // What the gradient norm's local sum of squares costs: Apex/Megatron's multi_tensor_l2norm reading every
+  // reduced gradient element this chip holds (the whole buffer without ZeRO, the owned chunks with it) once,
+  // 2 FLOPs each, vector class: its multi-tensor launches (depth 1) over the parameters' pieces, then its cleanup
+  // kernel. The values themselves are summed by reduce_gradients; this is only the charge.
+  std::vector<kernels::KernelCost> grad_norm_cost() const;
   // After the optimizer (ended at T): the updated parameters into WORK (stage 0: local copy; 1-2: all_gather per
   // bucket, or with overlap_param_gather at the next step's forward; 3: nothing, gathered before the next use).
   void publish(const TensorRefs& work, sim::TimeNs t);
@@ -213,6 +215,14 @@ class DataParallel {
   int group_rank(const Bucket& b) const { return b.expert ? experts_.replicas->rank() : rank_; }
   void pack(const Bucket& b, const TensorRefs& w, runtime::Tensor& flat) const;
   void unpack(const Bucket& b, const runtime::Tensor& flat, const TensorRefs& w) const;
+  // The element counts of replica R's pieces of the parameters, bucket by bucket in slot order: whole slots
+  // (stage 0) or their overlaps with the chunk group rank R mod the bucket's group size owns; what a multi-tensor
+  // kernel over the state iterates.
+  std::vector<int64_t> pieces_of(int r) const;
+  // The multi-tensor launches (elements each) of the optimizer (depth 4 or 5) and of the gradient norm (depth 1)
+  // every replica charges: those of the replica with the most launches (its pieces are cut the most), so the
+  // replicas run alike (they meet at the next gather anyway) and a folded run stays exact. Set at construction.
+  std::vector<int64_t> adam_launches_, norm_launches_;
   void take_chunk(const Bucket& b, const TensorRefs& w, runtime::DType dtype, runtime::Tensor& dst) const;
   sim::TimeNs gather_bucket(Bucket& b, const TensorRefs& work, sim::TimeNs ready);
   sim::TimeNs reduce_bucket(Bucket& b, const TensorRefs& grads, double& sq, sim::TimeNs ready);

@@ -1,4 +1,5 @@
 // The kernel model (sim/kernel_model.h) and its calibration (kernels/kernel_calibrate.h).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -250,6 +251,41 @@ TEST(KernelCalibration, RoundTripRecoversTheParameters) {
   const auto back = sim::load_device(ConfigNode::load_string(yaml, "o.yaml").child("device"));
   EXPECT_NEAR(back.kernel.gemm_efficiency, fit.fitted.gemm_efficiency, 1e-9);
   EXPECT_NEAR(back.kernel.hbm_efficiency, fit.fitted.hbm_efficiency, 1e-9);
+}
+
+// FP8 GEMM rows fit gemm_efficiency_fp8 (the ceiling the model uses for GEMMs at the fp8 peak), bf16 rows
+// gemm_efficiency: one table with both recovers both, and the fp8 rows do not pull the bf16 ceiling.
+TEST(KernelCalibration, Fp8GemmRowsFitTheirOwnCeiling) {
+  sim::DeviceSpec truth = sim::device_preset("h100");
+  truth.kernel.gemm_efficiency = 0.74;
+  truth.kernel.gemm_efficiency_fp8 = 0.61;
+  std::ostringstream csv;
+  csv.precision(17);
+  csv << "kernel,dtype,m,n,k,batch,causal,time_us\n";
+  const int64_t shapes[][3] = {{8192, 8192, 8192}, {4096, 16384, 4096}, {16384, 4096, 8192}};
+  for (const char* dtype : {"bf16", "fp8_e4m3"})
+    for (const auto& s : shapes) {
+      std::ostringstream line;
+      line << "gemm," << dtype << "," << s[0] << "," << s[1] << "," << s[2] << ",1,0,1\n";
+      const auto p = kernels::parse_kernel_table("kernel,dtype,m,n,k,batch,causal,time_us\n" + line.str(), "x.csv")
+                         .at(0);
+      csv << "gemm," << dtype << "," << s[0] << "," << s[1] << "," << s[2] << ",1,0,"
+          << sim::kernel_time_ns(truth, p.flops, p.bytes, p.precision, p.shape) / 1e3 << "\n";
+    }
+  const auto fit = kernels::fit_kernel_model(sim::device_preset("h100"), kernels::parse_kernel_table(csv.str(), "t.csv"));
+  EXPECT_NEAR(fit.fitted.gemm_efficiency, 0.74, 0.74 * 1e-3);
+  EXPECT_NEAR(fit.fitted.gemm_efficiency_fp8, 0.61, 0.61 * 1e-3);
+  EXPECT_NE(std::find(fit.fitted_names.begin(), fit.fitted_names.end(), "gemm_efficiency_fp8"), fit.fitted_names.end());
+  // Written and loaded back.
+  const auto yaml = kernels::device_override_yaml(sim::device_preset("h100"), fit.fitted, "test");
+  const auto back = sim::load_device(ConfigNode::load_string(yaml, "o.yaml").child("device"));
+  EXPECT_NEAR(back.kernel.gemm_efficiency_fp8, fit.fitted.gemm_efficiency_fp8, 1e-9);
+  // A table of bf16 rows only leaves the device's fp8 ceiling as it was, and does not list it.
+  sim::DeviceSpec generic = sim::device_preset("a100");
+  const auto bf16_only = kernels::fit_kernel_model(generic, kernels::parse_kernel_table(table_from_model(generic), "t.csv"));
+  EXPECT_DOUBLE_EQ(bf16_only.fitted.gemm_efficiency_fp8, generic.kernel.gemm_efficiency_fp8);
+  EXPECT_EQ(std::find(bf16_only.not_fitted.begin(), bf16_only.not_fitted.end(), "gemm_efficiency_fp8"),
+            bf16_only.not_fitted.end());
 }
 
 TEST(KernelCalibration, FasterThanPeakIsReportedImpossible) {

@@ -140,3 +140,33 @@ TEST(GradClip, Coefficient) {
   EXPECT_TRUE(std::isnan(kernels::grad_sq_norm_local({{&g, {}}})));
   EXPECT_EQ(kernels::grad_sq_norm_local({{&g, {1}}}), 0.0);  // not this chip's replica to count
 }
+
+// Apex's multi_tensor_apply cut (csrc/multi_tensor_apply.cuh): chunks of 65,536 elements, at most 320 blocks and
+// depth_to_max_tensors[depth - 1] tensors per launch; a tensor cut by a full launch continues in the next one.
+TEST(MultiTensorLaunches, CutsAsApexDoes) {
+  using kernels::kMultiTensorChunk;
+  EXPECT_TRUE(kernels::multi_tensor_launches({}, 4).empty());
+  EXPECT_TRUE(kernels::multi_tensor_launches({0, 0}, 1).empty());
+  // Small tensors: the tensor limit decides (36 at depth 4, 110 at depth 1).
+  const std::vector<int64_t> small(100, 1000);
+  EXPECT_EQ(kernels::multi_tensor_launches(small, 4), (std::vector<int64_t>{36000, 36000, 28000}));
+  EXPECT_EQ(kernels::multi_tensor_launches(small, 1), (std::vector<int64_t>{100000}));
+  // One large tensor: the block limit decides; 320 full chunks per launch, the remainder in the last.
+  const int64_t big = 700 * kMultiTensorChunk + 5;
+  EXPECT_EQ(kernels::multi_tensor_launches({big}, 5),
+            (std::vector<int64_t>{320 * kMultiTensorChunk, 320 * kMultiTensorChunk, 60 * kMultiTensorChunk + 5}));
+  // A cut tensor counts as one of the next launch's tensors: 330 chunks fill the first launch's 320 blocks, the
+  // other 10 chunks and 35 small tensors reach the tensor limit (36) of the second, 5 small ones are left.
+  std::vector<int64_t> mixed{330 * kMultiTensorChunk};
+  mixed.insert(mixed.end(), 40, 10);
+  EXPECT_EQ(kernels::multi_tensor_launches(mixed, 4),
+            (std::vector<int64_t>{320 * kMultiTensorChunk, 10 * kMultiTensorChunk + 350, 50}));
+  EXPECT_THROW(kernels::multi_tensor_launches({1}, 6), std::invalid_argument);
+  EXPECT_THROW(kernels::multi_tensor_launches({-1}, 1), std::invalid_argument);
+  // The split keeps the sums.
+  const kernels::KernelCost whole{"adamw", 1400, 3000, runtime::DType::fp32};
+  const auto parts = kernels::split_launches(whole, {36000, 36000, 28000});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_DOUBLE_EQ(parts[0].flops + parts[1].flops + parts[2].flops, 1400);
+  EXPECT_DOUBLE_EQ(parts[2].bytes, 3000 * 0.28);
+}
