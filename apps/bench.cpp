@@ -226,8 +226,10 @@ size_t check_bench_group(const BenchFlags& f, const BenchPlan& b, Net& net) {
   double need = verification::host_bytes_needed(big, g.size());
   // Its fixed 64 MiB (reference blocks, process) is per rank; in chip mode the K chips of a rank share it.
   if (g.chip_mode()) need -= 64.0 * (1 << 20) * (1.0 - 1.0 / runtime::chips_per_rank());
-  // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers.
-  check_memory(net, f.shape_only ? 0.0 : need, need, "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
+  // Shape-only: no host storage proportional to the size; the simulated device still holds the buffers
+  // (--choose-only allocates none: nothing runs).
+  check_memory(net, f.shape_only || f.choose_only ? 0.0 : need, f.choose_only ? 0.0 : need,
+               "bench " + collectives::collective_name(c) + " -e " + f.max_bytes);
   if (collectives::is_rooted(c) && (f.root < 0 || f.root >= g.size()))
     throw UsageError("-r/--root " + std::to_string(f.root) + " is outside the group of " + std::to_string(g.size()) +
                      " ranks");

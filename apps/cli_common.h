@@ -41,8 +41,8 @@ struct NetFlags {
 void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov);
 // The trace's filters and size limit (models/trace_filter.h): --trace-chips, --trace-axis, --trace-window,
 // --trace-max-mib, and with STEP (train) --trace-step; each needs --trace (added before). Chips, axes and windows
-// are checked against the run's topology and mesh before it runs (sharding::resolve_trace_filter).
-void add_trace_flags(CLI::App* app, sharding::TraceOptions& t, bool step);
+// are checked against the run's topology and mesh before it runs (models::resolve_trace_filter).
+void add_trace_flags(CLI::App* app, models::TraceOptions& t, bool step);
 
 // The simulated machine of one rank plus its transports. Built identically on every rank.
 struct Net {

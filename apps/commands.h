@@ -25,7 +25,7 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // --checkpoint: overrides the config's checkpoint: section
   bool no_checkpoint = false;                  // --no-checkpoint
   std::string trace_path;                      // --trace: a Chrome trace of the simulated timelines
-  sharding::TraceOptions trace;                // its filters and size limit (models/trace_filter.h)
+  models::TraceOptions trace;                // its filters and size limit (models/trace_filter.h)
   bool profile = false;                        // --profile: the critical path across chips (models/profile.h)
   std::string plots_dir;                       // --plots: roofline and utilisation plots (models/profile_plots.h)
   bool shape_only = false;                     // --shape-only: shape-only mode whatever the config's mode: says
@@ -69,14 +69,14 @@ Command add_export(CLI::App& app, const runtime::World& world);  // interop.cpp:
 // interop.cpp, for `sweep --export KIND`: the launch arguments (KIND megatron) or job TOML (torchtitan) of each
 // training group's best plan in BEST, exported from its point's generated config in SPEC; "" when KIND is empty or
 // no training group has a best plan. A point that cannot be exported gets one line saying why (never an error).
-std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
-                           const std::vector<sharding::BestPlan>& best);
+std::string winner_exports(const std::string& kind, const experiments::SweepSpec& spec,
+                           const std::vector<experiments::BestPlan>& best);
 
 // One sweep point (train.cpp; experiments/scheduler.h's ExecutorRun): the one executor on WORLD for the point's
 // config, quiet, in `run`'s forward mode or `train`'s training mode (RUN.train), exactly what the command runs for
 // the same config (no checkpoint). The report is complete on rank 0. Errors as the command's (AgreedError on
 // every rank).
-sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run);
+models::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run);
 
 // One serve sweep point (serve.cpp): `shardsim serve` on WORLD for the config CONFIG_TEXT (WHERE names it in
 // messages), quiet; its metrics by sweep result column (experiments/scheduler.h ServeRunner), on every rank.

@@ -185,7 +185,7 @@ Command add_help(CLI::App& app, const runtime::World& world) {
             std::printf("Config keys shardsim accepts, per section (full reference with defaults and units:\n"
                         "docs/CONFIG.md, also at %s/../docs/CONFIG.md)\n",
                         SHARDSIM_CONFIG_DIR);
-            for (const auto& s : sharding::config_key_sections()) {
+            for (const auto& s : experiments::config_key_sections()) {
               std::string keys;
               for (auto k : s.keys) keys += (keys.empty() ? "" : ", ") + std::string(k);
               std::printf("\n%.*s  (%.*s)\n  %s\n", static_cast<int>(s.section.size()), s.section.data(),

@@ -152,14 +152,14 @@ Command add_export(CLI::App& app, const runtime::World& world) {
           }};
 }
 
-std::string winner_exports(const std::string& kind, const sharding::SweepSpec& spec,
-                           const std::vector<sharding::BestPlan>& best) {
+std::string winner_exports(const std::string& kind, const experiments::SweepSpec& spec,
+                           const std::vector<experiments::BestPlan>& best) {
   if (kind.empty()) return "";
   std::string out;
   for (const auto& b : best) {
     if (!b.train || b.best.empty() || !b.best.count("key")) continue;
     const auto p = std::find_if(spec.points.begin(), spec.points.end(),
-                                [&](const sharding::SweepPoint& x) { return x.key == b.best.at("key"); });
+                                [&](const experiments::SweepPoint& x) { return x.key == b.best.at("key"); });
     if (p == spec.points.end()) continue;
     out += "launch of the best plan " + escape_control(b.best.at("plan")) + " for " + escape_control(b.workload) +
            " on " + escape_control(b.topology) + " x " + escape_control(b.device) + " (export " + kind + "):\n";

@@ -305,14 +305,14 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
   return plans;
 }
 
-std::vector<sharding::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
+std::vector<models::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
                                           const std::function<double(const sharding::ConfigOverrides&)>& simulate,
                                           const sharding::ConfigOverrides& base) {
-  std::vector<sharding::WhatIf> rows;
+  std::vector<models::WhatIf> rows;
   for (const auto& p : plans) {
     sharding::ConfigOverrides ov = base;
     ov.set.insert(ov.set.end(), p.sets.begin(), p.sets.end());
-    sharding::WhatIf w;
+    models::WhatIf w;
     w.change = p.change;
     w.sets = p.sets;
     w.ns = simulate(ov);
@@ -320,7 +320,7 @@ std::vector<sharding::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, 
     rows.push_back(std::move(w));
   }
   std::stable_sort(rows.begin(), rows.end(),
-                   [](const sharding::WhatIf& a, const sharding::WhatIf& b) { return a.speedup > b.speedup; });
+                   [](const models::WhatIf& a, const models::WhatIf& b) { return a.speedup > b.speedup; });
   return rows;
 }
 

@@ -59,9 +59,9 @@ namespace shardsim::apps {
 namespace {
 
 namespace fs = std::filesystem;
-using sharding::Row;
-using sharding::SweepPoint;
-using sharding::SweepSpec;
+using experiments::Row;
+using experiments::SweepPoint;
+using experiments::SweepSpec;
 
 // set_sweep_point_launch (apps/commands.h): the launch's chips and the most one rank may host unfolded; 0: the
 // points run on groups of the chips the launch started.
@@ -79,7 +79,7 @@ std::string read_text(const std::string& path) { return read_input_file(path, kM
 
 // Writes the gnuplot scripts and runs gnuplot. Returns "" or what went wrong. PNGS gets the files drawn.
 std::string draw(const std::string& dir, const std::vector<Row>& rows, std::vector<std::string>* pngs) {
-  const auto scripts = sharding::write_plot_scripts(dir, rows);
+  const auto scripts = experiments::write_plot_scripts(dir, rows);
   if (scripts.empty()) return "";
   return draw_gnuplot_scripts(dir, scripts, pngs);
 }
@@ -151,13 +151,13 @@ class Progress {
 // fails every chip of the rank with the same error.
 std::shared_ptr<const SweepSpec> load_spec(const SweepFlags& f) {
   auto load = [&] {
-    auto spec = std::make_shared<SweepSpec>(sharding::load_sweep(f.file));
+    auto spec = std::make_shared<SweepSpec>(experiments::load_sweep(f.file));
     if (!f.output.empty()) spec->output = f.output;
     if (f.validate_every) spec->validate_every = true;
     spec->what_if = f.what_if;
     if (!f.what_if.empty())  // every change must apply to every workload point: exit 2 before anything runs
       for (const auto& p : spec->points)
-        if (p.kind == sharding::PointKind::workload && p.error.empty())
+        if (p.kind == experiments::PointKind::workload && p.error.empty())
           (void)plan_what_if(f.what_if, sharding::workload_config_from_text(p.config_yaml, f.file + "[" + p.key + "]"));
     return std::shared_ptr<const SweepSpec>(std::move(spec));
   };
@@ -190,7 +190,7 @@ Row launch_point(int k, const SweepPoint& pt, const SweepSpec& spec, const std::
                  std::string& note) {
   const std::string where = spec.file + "[" + pt.key + "]";
   FoldDecision d;
-  if (pt.kind == sharding::PointKind::workload && pt.train)
+  if (pt.kind == experiments::PointKind::workload && pt.train)
     d = train_point_fold(pt.config_yaml, where, k, !pt.shape_only, spec.what_if);
   Row row;
   const auto body = [&](const runtime::World& w) {
@@ -218,11 +218,11 @@ Row launch_point(int k, const SweepPoint& pt, const SweepSpec& spec, const std::
                std::to_string(g_max_unfolded) + " one rank may host unfolded (docs/performance/fold.md)";
     else
       cannot = runtime::host_memory_check(k, g_max_unfolded);
-    if (!cannot.empty()) return sharding::failed_row(sharding::base_row(pt), cannot);
+    if (!cannot.empty()) return experiments::failed_row(experiments::base_row(pt), cannot);
     code = runtime::run_chips(k, body);
   }
   if (code != 0 || row.empty())
-    return sharding::failed_row(sharding::base_row(pt), "internal: the point's chips ended with code " + std::to_string(code));
+    return experiments::failed_row(experiments::base_row(pt), "internal: the point's chips ended with code " + std::to_string(code));
   return row;
 }
 
@@ -233,7 +233,7 @@ int plot_only(const runtime::World& world, const SweepSpec& spec, const std::str
   if (root) {
     std::vector<Row> rows;
     try {
-      rows = sharding::parse_csv(read_text(csv_path), csv_path);
+      rows = experiments::parse_csv(read_text(csv_path), csv_path);
     } catch (const Error& e) {
       std::fprintf(stderr, "shardsim: error: %s\n", escape_control(e.what()).c_str());
       code = e.exit_code();
@@ -273,7 +273,7 @@ struct SweepState {
 // re-runs rows validated elsewhere), and rewrites what is kept (dropping a half-written last line).
 void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_path, SweepState& st) {
   std::vector<Row> rows;
-  if (fs::exists(csv_path)) rows = sharding::parse_csv(read_text(csv_path), csv_path, &st.dropped);
+  if (fs::exists(csv_path)) rows = experiments::parse_csv(read_text(csv_path), csv_path, &st.dropped);
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < spec.points.size(); ++i) index[spec.points[i].key] = i;
   for (auto& r : rows) {
@@ -287,11 +287,11 @@ void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_p
     }
   }
   // Rewrite what is kept (drops a half-written last line), then append to it.
-  st.extra = sharding::what_if_columns(rows, spec.what_if);  // the file's own what-if columns stay
-  std::string text = sharding::csv_header(st.extra);
-  for (const auto& r : st.foreign) text += sharding::csv_row(r, st.extra);
+  st.extra = experiments::what_if_columns(rows, spec.what_if);  // the file's own what-if columns stay
+  std::string text = experiments::csv_header(st.extra);
+  for (const auto& r : st.foreign) text += experiments::csv_row(r, st.extra);
   for (size_t i = 0; i < spec.points.size(); ++i)
-    if (st.mask[i] == '1') text += sharding::csv_row(st.done[spec.points[i].key], st.extra);
+    if (st.mask[i] == '1') text += experiments::csv_row(st.done[spec.points[i].key], st.extra);
   st.out.reset(csv_path, text);
   st.out.land();
 }
@@ -323,21 +323,21 @@ int finish(const runtime::World& world, const SweepSpec& spec, const SweepFlags&
       shape_only += it->second.at("timing") == "shape_only";
       validated_small += !it->second.at("validated_at").empty() && it->second.at("validated_at") != "self";
     }
-    std::string text = sharding::csv_header(extra);
-    for (const auto& r : rows) text += sharding::csv_row(r, extra);
-    for (const auto& r : foreign) text += sharding::csv_row(r, extra);
+    std::string text = experiments::csv_header(extra);
+    for (const auto& r : rows) text += experiments::csv_row(r, extra);
+    for (const auto& r : foreign) text += experiments::csv_row(r, extra);
     write_file_atomic(csv_path, text);
     std::vector<Row> all = rows;
     all.insert(all.end(), foreign.begin(), foreign.end());
-    write_file_atomic(json_path, sharding::rows_to_json(spec.name, all));
+    write_file_atomic(json_path, experiments::rows_to_json(spec.name, all));
     const int recorded_now = static_cast<int>(fresh.size()) - ran;
     std::printf("sweep %s: ran %d, skipped %d (already in results), recorded %d without running; "
                 "%zu rows: %d failed validation, %d could not run (verdict error), %d timed shape-only (%d of them "
                 "with their plan validated at a small size)\n",
                 spec.name.c_str(), ran, skipped, recorded_now, rows.size(), failed_validation, errors, shape_only,
                 validated_small);
-    const auto best = sharding::best_plans(rows);
-    std::printf("%s%s", sharding::best_plans_text(best).c_str(), winner_exports(f.export_kind, spec, best).c_str());
+    const auto best = experiments::best_plans(rows);
+    std::printf("%s%s", experiments::best_plans_text(best).c_str(), winner_exports(f.export_kind, spec, best).c_str());
     std::printf("results %s\nresults %s\n", escape_control(csv_path).c_str(), escape_control(json_path).c_str());
     if (!f.no_plots) {
       std::vector<std::string> pngs;
@@ -364,11 +364,60 @@ void group_points(const SweepSpec& spec, const std::string& mask, int N, bool ro
             std::to_string(pt.chips) + " or more, or --chips " + std::to_string(pt.chips) + " or more)";
     if (why.empty() && pt.chips < 1) why = "no chips";
     if (!why.empty()) {
-      if (root) cannot_run.push_back(sharding::failed_row(sharding::base_row(pt), why));
+      if (root) cannot_run.push_back(experiments::failed_row(experiments::base_row(pt), why));
       continue;
     }
     by_chips[pt.chips].push_back(i);
   }
+}
+
+// Validate once (experiments/sweep.h): the distinct validation runs the points of BY_CHIPS need, each with real data
+// on its shrunk config, on the launch's groups (or chips started per point: LAUNCH_CHIPS > 0 with LAUNCHER, as the
+// points run). Returns rank 0's rows by validation key; a validation that does not pass says so on stderr.
+template <class Launcher>
+std::map<std::string, Row> run_validations(const runtime::World& world, const SweepSpec& spec,
+                                           const std::map<int, std::vector<size_t>>& by_chips, Progress& progress,
+                                           int launch_chips, const Launcher& launcher) {
+  std::map<std::string, Row> validations;  // rank 0: validation key -> its row
+  std::vector<size_t> todo;
+  for (const auto& [k, list] : by_chips) todo.insert(todo.end(), list.begin(), list.end());
+  SweepSpec vspec;
+  vspec.file = spec.file;
+  vspec.name = spec.name;
+  vspec.validate_max_bytes = spec.validate_max_bytes;
+  vspec.points = experiments::validation_points(spec, todo);
+  if (!vspec.points.empty()) {
+    std::map<int, std::vector<size_t>> vby_chips;
+    for (size_t i = 0; i < vspec.points.size(); ++i) vby_chips[vspec.points[i].chips].push_back(i);
+    if (world.rank() == 0) {
+      std::printf("validate once: %zu distinct plan(s) validated with real data at a small size; the full-size "
+                  "points run shape-only (validate: every or --validate-every to validate each point)\n",
+                  vspec.points.size());
+      std::fflush(stdout);
+    }
+    experiments::GroupCallbacks vcb;
+    vcb.runners.executor = run_executor_point;
+    if (launch_chips > 0) {
+      vcb.launch = launcher(vspec);
+      vcb.launch_chips = launch_chips;
+    }
+    vcb.on_wave = [&](const std::vector<size_t>& wave) {
+      std::string cur = "validating " + experiments::point_text(vspec.points[wave.front()]);
+      if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
+      progress.show(cur);
+    };
+    vcb.on_rows = [&](const std::vector<Row>& rows) {
+      for (const auto& r : rows) {
+        validations[r.at("key")] = r;
+        const auto& v = r.at("verdict");
+        if (v != "pass")
+          std::fprintf(stderr, "%svalidation of %s at %s: %s%s%s\n", ::isatty(2) == 1 ? "\n" : "", r.at("plan").c_str(),
+                       r.at("topology").c_str(), v.c_str(), r.at("reason").empty() ? "" : ": ", r.at("reason").c_str());
+      }
+    };
+    experiments::run_in_groups(world, vspec, vby_chips, vcb);
+  }
+  return validations;
 }
 
 int run_sweep(const runtime::World& world, const SweepFlags& f) {
@@ -416,7 +465,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   for (char c : mask) skipped += c == '1';
   std::vector<Row> fresh;  // rank 0: rows made by this run
   auto record = [&](const Row& r) {  // rank 0; call inside world.agree so a failed write stops every rank
-    out.append(sharding::csv_row(r, extra));
+    out.append(experiments::csv_row(r, extra));
     fresh.push_back(r);
   };
   Progress progress(static_cast<int>(P), skipped);
@@ -456,51 +505,14 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   });
   // Validate once: each distinct plan of the points to run is validated first, with real data on its shrunk
   // config (experiments/sweep.h); the full-size points then run shape-only and take that run's verdict.
-  std::vector<size_t> todo;
-  for (const auto& [k, list] : by_chips) todo.insert(todo.end(), list.begin(), list.end());
-  SweepSpec vspec;
-  vspec.file = spec.file;
-  vspec.name = spec.name;
-  vspec.validate_max_bytes = spec.validate_max_bytes;
-  vspec.points = sharding::validation_points(spec, todo);
-  std::map<std::string, Row> validations;  // rank 0: validation key -> its row
-  if (!vspec.points.empty()) {
-    std::map<int, std::vector<size_t>> vby_chips;
-    for (size_t i = 0; i < vspec.points.size(); ++i) vby_chips[vspec.points[i].chips].push_back(i);
-    if (root) {
-      std::printf("validate once: %zu distinct plan(s) validated with real data at a small size; the full-size "
-                  "points run shape-only (validate: every or --validate-every to validate each point)\n",
-                  vspec.points.size());
-      std::fflush(stdout);
-    }
-    sharding::GroupCallbacks vcb;
-    vcb.runners.executor = run_executor_point;
-    if (launched) {
-      vcb.launch = launcher(vspec);
-      vcb.launch_chips = N;
-    }
-    vcb.on_wave = [&](const std::vector<size_t>& wave) {
-      std::string cur = "validating " + sharding::point_text(vspec.points[wave.front()]);
-      if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
-      progress.show(cur);
-    };
-    vcb.on_rows = [&](const std::vector<Row>& rows) {
-      for (const auto& r : rows) {
-        validations[r.at("key")] = r;
-        const auto& v = r.at("verdict");
-        if (v != "pass")
-          std::fprintf(stderr, "%svalidation of %s at %s: %s%s%s\n", ::isatty(2) == 1 ? "\n" : "", r.at("plan").c_str(),
-                       r.at("topology").c_str(), v.c_str(), r.at("reason").empty() ? "" : ": ", r.at("reason").c_str());
-      }
-    };
-    sharding::run_in_groups(world, vspec, vby_chips, vcb);
-  }
+  const std::map<std::string, Row> validations =
+      run_validations(world, spec, by_chips, progress, launched ? N : 0, launcher);
   std::map<std::string, size_t> point_of;  // rank 0: key -> index in spec.points
   if (root)
     for (size_t i = 0; i < P; ++i) point_of[spec.points[i].key] = i;
 
   int ran = 0;
-  sharding::GroupCallbacks cb;
+  experiments::GroupCallbacks cb;
   if (launched) {
     cb.launch = launcher(spec);
     cb.launch_chips = N;
@@ -515,7 +527,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     std::fflush(stdout);
   };
   cb.on_wave = [&](const std::vector<size_t>& wave) {
-    std::string cur = sharding::point_text(spec.points[wave.front()]);
+    std::string cur = experiments::point_text(spec.points[wave.front()]);
     if (wave.size() > 1) cur += " (+" + std::to_string(wave.size() - 1) + " beside it)";
     progress.show(cur);
   };
@@ -525,19 +537,19 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
     for (const auto& r0 : rows) {
       Row r = r0;
       const auto& pt = spec.points[point_of.at(r.at("key"))];
-      if (sharding::validated_separately(pt, spec)) {
+      if (experiments::validated_separately(pt, spec)) {
         const auto v = validations.find(pt.validation_key);
-        r = sharding::apply_validation(std::move(r), v == validations.end() ? nullptr : &v->second);
+        r = experiments::apply_validation(std::move(r), v == validations.end() ? nullptr : &v->second);
       }
       record(r);
       progress.advance(1);
       ++ran;
       const auto note = launch_notes.find(pt.key);
-      progress.finished(sharding::point_text(pt), r, note == launch_notes.end() ? "" : note->second);
+      progress.finished(experiments::point_text(pt), r, note == launch_notes.end() ? "" : note->second);
     }
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // test hook
   };
-  sharding::run_in_groups(world, spec, by_chips, cb);
+  experiments::run_in_groups(world, spec, by_chips, cb);
 
   return finish(world, spec, f, progress, st, fresh, ran, skipped, csv_path, json_path);
 }

@@ -26,6 +26,7 @@
 // of the model's dtype); HFU uses the FLOPs the kernels report instead.
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -136,18 +137,18 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
 // stderr (models/report.h's Progress), never into stdout or the JSON.
 class TrainLog {
  public:
-  TrainLog(const runtime::World& world, const TrainFlags& f, sharding::RunReport r)
+  TrainLog(const runtime::World& world, const TrainFlags& f, models::RunReport r)
       : world_(world), f_(f), r_(std::move(r)), progress_("train", world.rank() == 0) {}
-  sharding::RunReport& report() { return r_; }
-  void head() { print(sharding::train_head_text(r_)); }
-  void step(const sharding::TrainStep& st, int64_t last_step) {
+  models::RunReport& report() { return r_; }
+  void head() { print(models::train_head_text(r_)); }
+  void step(const models::TrainStep& st, int64_t last_step) {
     r_.train.steps.push_back(st);
-    print(sharding::train_step_text(r_, st));
+    print(models::train_step_text(r_, st));
     progress_.update(st.step, last_step, "steps");
   }
   void saved(int64_t step) {
     r_.train.saved.emplace_back(step, f_.checkpoint);
-    print(sharding::train_saved_text(step, f_.checkpoint));
+    print(models::train_saved_text(step, f_.checkpoint));
   }
   // The tail, then the JSON (agreed: a failed write is one line and exit 3 on every rank).
   int finish() {
@@ -158,13 +159,16 @@ class TrainLog {
     r_.host_events = double(runtime::chips::events());
     r_.chips_total = world_.size();
     r_.chips_simulated = runtime::chips::folded() ? runtime::chips_per_rank() : world_.size();
-    print(sharding::train_tail_text(r_));
+    print(models::train_tail_text(r_));
+    // A plan that does not fit the HBM writes nothing (no --json, and no checkpoint: run_train_dp), only the report.
+    const bool fits = !r_.train.has_memory || models::fits_hbm(r_);
     world_.agree([&] {
-      if (world_.rank() == 0 && !f_.json_path.empty()) write_file_atomic(f_.json_path, sharding::to_json(r_).dump(2) + "\n");
+      if (world_.rank() == 0 && !f_.json_path.empty() && fits)
+        write_file_atomic(f_.json_path, models::to_json(r_).dump(2) + "\n");
     });
     // One rule with `run` (docs/CONFIG.md, device.hbm_gib): a plan whose state and activations exceed the usable
     // HBM (hbm_gib less hbm_reserve_gib) is bad input, exit 2, after the report that shows the memory rows.
-    if (r_.train.has_memory && !sharding::fits_hbm(r_)) {
+    if (r_.train.has_memory && !models::fits_hbm(r_)) {
       if (world_.rank() == 0) {
         char b[512];
         std::snprintf(b, sizeof b, "shardsim: error: %s: simulated out of memory: %.4g GiB per chip (state + "
@@ -188,8 +192,8 @@ class TrainLog {
   }
   const runtime::World& world_;
   const TrainFlags& f_;
-  sharding::RunReport r_;
-  sharding::Progress progress_;
+  models::RunReport r_;
+  models::Progress progress_;
 };
 
 // A diverging run: the trainers throw std::runtime_error (never a shardsim::Error) only for a non-finite gradient
@@ -239,9 +243,9 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
 }
 
 // The report's fields every training run has (models/report.h).
-sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
+models::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
   const auto& c = s.model;
-  sharding::RunReport r;
+  models::RunReport r;
   r.run_mode = f.forward ? "forward" : "train";
   r.train.forward = f.forward;
   r.name = s.name.empty() ? std::filesystem::path(f.config).stem().string() : s.name;
@@ -302,7 +306,7 @@ sharding::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int c
 }
 
 // The summary of the last step (or the mean step on one chip): step time, tokens/s, MFU.
-void finish_simulated(sharding::RunReport& r, const sim::Breakdown& b) {
+void finish_simulated(models::RunReport& r, const sim::Breakdown& b) {
   auto& t = r.train;
   r.critical = b;
   r.critical_chip = 0;
@@ -314,7 +318,7 @@ void finish_simulated(sharding::RunReport& r, const sim::Breakdown& b) {
   r.peak_fraction = t.mfu;
 }
 
-void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
+void resumed_into(models::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
   if (!snap) return;
   r.resumed_from = r.train.resumed_from = f.resume;
   r.train.resumed_step = snap->step;
@@ -323,7 +327,7 @@ void resumed_into(sharding::RunReport& r, const TrainFlags& f, const std::option
 }
 
 // Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
-nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, sharding::RunReport& r) {
+nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, models::RunReport& r) {
   const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
   auto& t = r.train;
   r.validated = true;
@@ -339,7 +343,7 @@ nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
 // batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
 // A resumed run's reference resumes from the same checkpoint (models::reference_losses).
-void validate_losses(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+void validate_losses(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
                      const std::optional<models::LmTrainSnapshot>& resumed) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -363,7 +367,7 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, sharding:
 // limit for one step of the dtype; for a block stack (vocab 0) also every output row (ROWS, gathered on rank 0)
 // against the reference's, max|y - y_ref| / max|y_ref| within validate.tolerance. The reference's kernels, timed
 // on the device, give the single-device time.
-void validate_forward(const runtime::World& world, const TrainSetup& s, sharding::RunReport& r,
+void validate_forward(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
                       const std::optional<models::LmTrainSnapshot>& resumed, const models::GatheredRows* rows) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -418,9 +422,9 @@ std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
 
 // FORWARD (the forward mode): the parameters alone (no gradients or optimizer state are needed for a forward) and
 // the tensors one micro-batch's forward produces (held only until the next layer has read them: an upper bound).
-sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
+models::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
                                 const char* psi, int dp_size, bool forward) {
-  sharding::TrainMemory m;
+  models::TrainMemory m;
   const bool mixed = s.model.dtype != runtime::DType::fp32;
   m.basis = basis;
   if (mem.padding > 0)  // sharding/plans/data_parallel.h, "Padding"
@@ -447,8 +451,8 @@ sharding::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup&
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
 // A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
 void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
-                sharding::RunReport& rep) {
-  sharding::TrainMoe m;
+                models::RunReport& rep) {
+  models::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
   m.spec = sharding::plans::moe_text(*c.moe);
   m.total_params = double(models::lm_param_count(c));
@@ -478,7 +482,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   const models::LmConfig& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_stats()) {
-    sharding::TrainMoeLayer l;
+    models::TrainMoeLayer l;
     l.layer = st.layer;
     double sum = 0;
     for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
@@ -495,11 +499,11 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   rep.train.moe = std::move(m);
 }
 
-void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
+void pipeline_report(models::LmTpTrainer& trainer, models::RunReport& rep) {
   using namespace sharding::plans;
   const PipelineSchedule& sch = trainer.schedule();
   const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
-  sharding::TrainPipeline& p = rep.train.pipeline;
+  models::TrainPipeline& p = rep.train.pipeline;
   rep.train.has_pipeline = true;
   p.schedule = schedule_name(sch.kind);
   p.p = sch.p;
@@ -531,7 +535,102 @@ void pipeline_report(models::LmTpTrainer& trainer, sharding::RunReport& rep) {
   rep.train.memory.activations_note = note;
 }
 
-std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
+std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
+
+// Wall seconds of a run's phases (this host; never a simulated figure): Timer adds its scope's duration to one.
+struct WallSplit {
+  double init_s = 0, forward_s = 0, reference_s = 0, checkpoint_s = 0;
+  class Timer {
+   public:
+    explicit Timer(double& into) : into_(into) {}
+    ~Timer() { into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+    Timer(const Timer&) = delete;
+    Timer& operator=(const Timer&) = delete;
+
+   private:
+    double& into_;
+    std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  };
+};
+
+// The report's mesh attribute of a checkpoint: "pp=2 x dp=2 x tp=2 (sequence parallel), ZeRO stage 1".
+std::string mesh_text_of(const TrainSetup& s, int n, int dp_size) {
+  if (!(s.tp > 1 || s.cp > 1 || s.pp > 1)) return "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
+  return (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) + "dp=" + std::to_string(dp_size) +
+         (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
+         " x tp=" + std::to_string(s.tp) +
+         (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
+         (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "");
+}
+
+// The report's head, printed before the first step: the model, topology, mesh, the plan line (the plan registry's
+// one text for both modes, and in training the trainer's BUCKETS), the data line and the resumed state.
+models::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n, int dp_size,
+                              const sharding::DeviceMesh& mesh, int buckets,
+                              const std::optional<models::LmTrainSnapshot>& resumed) {
+  const auto& c = s.model;
+  const topology::Topology& topo = *s.topology;
+  models::RunReport r = train_report(f, s, n);
+  r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
+  r.mesh = mesh.mapping_text();
+  r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
+  if (!f.forward && dp_size * s.cp > 1 && s.dp.zero < 3)
+    r.plan += "; " + std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s");
+  char b[1024];
+  const long long per_replica = (long long)(c.batch / dp_size);
+  const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
+                                                       " micro-batches of " + std::to_string(s.dp.micro_batch) +
+                                                       (f.forward ? "" : ", gradients accumulated")
+                                                 : std::string();
+  if (f.forward)  // run reads no optimizer setting: a training config's train: section is accepted and unused
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens in the forward (%lld sequences per "
+                  "replica%s)%s", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, per_replica,
+                  micro.c_str(), s.has_train_section ? "; the config's train: section is ignored by run (one "
+                  "forward, no optimizer step)" : "");
+  else
+    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
+                  "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq,
+                  r.train.tokens_per_step, per_replica, micro.c_str(), double(s.train.adamw.lr),
+                  double(s.train.adamw.weight_decay), s.train.max_grad_norm);
+  r.train.data = b;
+  resumed_into(r, f, resumed);
+  return r;
+}
+
+// The report's tail figures after the last step: the memory rows (ZeRO's formula beside the measured state), the
+// pipeline's stages, the collected per-chip / per-collective / fused / per-op tables FIGS (the forward's headline is
+// the chip that finishes last, run's rule; a training step's stays chip 0's step) and the MoE rows.
+void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const TrainFlags& f,
+                    const models::RunReport& figs, int n, int dp_size, models::RunReport& rep) {
+  const auto& c = s.model;
+  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1;  // the tp-mesh wording whenever a tp, cp or pp axis exists
+  const auto mem = trainer.memory();
+  const double psi = double(models::lm_param_count(c));
+  char b[1024];
+  if (tp_mesh)
+    std::snprintf(b, sizeof b, "Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
+                  "replicated norms; ZeRO formula, N_d = %d, stage %d", trainer.local_param_count(), psi,
+                  dp_size * s.cp, s.dp.zero);
+  else
+    std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
+  rep.train.has_memory = true;
+  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size, f.forward);
+  if (s.pp > 1) pipeline_report(trainer, rep);
+  if (!figs.per_chip.empty()) {
+    rep.per_chip = figs.per_chip;
+    rep.ops = figs.ops;
+    rep.comm = figs.comm;
+    rep.fused = figs.fused;
+    rep.all_reduce_ns = figs.all_reduce_ns;
+    rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
+    rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
+    if (f.forward) {
+      finish_simulated(rep, figs.critical);
+      rep.critical_chip = figs.critical_chip;
+    }
+  }
+  if (c.moe) moe_report(trainer, s, c, rep);
+}
 
 int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSetup& s) {
   const auto& c = s.model;
@@ -540,7 +639,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The plan's mesh (load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   world.agree([&] {  // the trace's chips and axis on this mesh, before any step (exit 2)
-    if (!f.trace_path.empty()) (void)sharding::resolve_trace_filter(f.trace, topo, &*mesh);
+    if (!f.trace_path.empty()) (void)models::resolve_trace_filter(f.trace, topo, &*mesh);
   });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
@@ -550,9 +649,12 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   tp.set_shape_only(s.shape_only);  // shared with the mesh's sub-groups
   tp.set_plan_algorithms(true);     // parallel.algorithm's rule (collectives::plan_algorithm), for the sub-groups too
   mesh->bind(tp);
+  // The forward mode's wall split (the report's wall line and JSON: init, sharded forward, reference, checkpoint).
+  WallSplit wall;
   std::optional<models::LmTpTrainer> trainer;
   world.agree([&] {
     try {
+      const WallSplit::Timer t(wall.init_s);
       trainer.emplace(c, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
@@ -560,9 +662,6 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       train_config(f).fail_at(e.key(), e.what());
     }
   });
-  // The report's wording: the tp-mesh lines whenever a tp, cp or pp axis exists, else dp's (shape-only or not: the
-  // same text as the real run's).
-  const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1;
   auto step = [&] { return trainer->step(); };
   const auto resumed = load_resume(world, f, s);
   // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
@@ -586,58 +685,44 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   });
   const double peak_tflops = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype)) / 1e3;
   const int dp_size = n / (s.tp * s.cp * s.pp);
-  const std::string mesh_text = s.tp > 1 || s.cp > 1 || s.pp > 1
-                                    ? (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) +
-                                          "dp=" + std::to_string(dp_size) +
-                                          (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
-                                          " x tp=" + std::to_string(s.tp) +
-                                               (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
-                                               (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "")
-                                         : "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
-  sharding::RunReport r = train_report(f, s, n);
-  r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
-  r.mesh = mesh->mapping_text();
-  // The plan line: the plan registry's one text for both modes (sharding/plans/registry.h), and in training the
-  // trainer's bucket count.
-  const int buckets = trainer->buckets();
-  r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
-  if (!f.forward && dp_size * s.cp > 1 && s.dp.zero < 3)
-    r.plan += "; " + std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s");
-  char b[1024];
-  const long long per_replica = (long long)(c.batch / dp_size);
-  const std::string micro = s.dp.micro_batch > 0 ? ", " + std::to_string(per_replica / s.dp.micro_batch) +
-                                                       " micro-batches of " + std::to_string(s.dp.micro_batch) +
-                                                       (f.forward ? "" : ", gradients accumulated")
-                                                 : std::string();
-  if (f.forward)  // run reads no optimizer setting: a training config's train: section is accepted and unused
-    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens in the forward (%lld sequences per "
-                  "replica%s)%s", (long long)c.batch, (long long)c.seq, r.train.tokens_per_step, per_replica,
-                  micro.c_str(), s.has_train_section ? "; the config's train: section is ignored by run (one "
-                  "forward, no optimizer step)" : "");
-  else
-    std::snprintf(b, sizeof b, "global batch %lld x seq %lld = %.0f tokens per step (%lld sequences per replica%s); "
-                  "AdamW lr %g, weight decay %g, clip %g", (long long)c.batch, (long long)c.seq,
-                  r.train.tokens_per_step, per_replica, micro.c_str(), double(s.train.adamw.lr),
-                  double(s.train.adamw.weight_decay), s.train.max_grad_norm);
-  r.train.data = b;
-  resumed_into(r, f, resumed);
-  TrainLog log(world, f, std::move(r));
+  const std::string mesh_text = mesh_text_of(s, n, dp_size);
+  TrainLog log(world, f, report_head(f, s, n, dp_size, *mesh, trainer->buckets(), resumed));
   log.head();
   models::LmDpStepResult last;
   // The last step's per-chip and per-collective tables, fused ops and time per op (models/report.h, the one report
   // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
   // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
-  sharding::RunReport figs;
+  models::RunReport figs;
   auto collect_figures = [&] {
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
-    const sharding::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
-    sharding::gather_chip_figures(world, tl, mine, chips, figs);
+    const models::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    models::gather_chip_figures(world, tl, mine, chips, figs);
+  };
+  // Whether the plan's state and activations (the report's memory rows) fit the usable HBM: known after the first
+  // step; a plan that does not fit writes no checkpoint (exit 2 after the report, TrainLog::finish).
+  std::optional<bool> fits;
+  auto fits_hbm_now = [&] {
+    if (!fits) {
+      models::TrainMemory m = memory_of(trainer->memory(), s, "", "", dp_size, f.forward);
+      if (s.pp > 1) {  // the largest stage's peak, as pipeline_report puts it in the report
+        m.activations = 0;
+        for (const auto& st : trainer->pipeline_summary()) m.activations = std::max(m.activations, st.peak_activation_bytes);
+      }
+      fits = m.chip_bytes() <= s.device.usable_hbm_bytes();
+    }
+    return *fits;
   };
   if (f.forward) {  // the forward mode: one forward of the next step's batch, no update
-    last = agreed_step(world, [&] { return trainer->forward_step(); });
+    {
+      const WallSplit::Timer t(wall.forward_s);
+      last = agreed_step(world, [&] { return trainer->forward_step(); });
+    }
     log.step({last.step, s.shape_only ? NAN : last.loss, NAN, last.breakdown}, last.step);
     collect_figures();
-    if (!f.checkpoint.empty()) save_state(world, f, s, gather_state(), mesh_text, log);
+    if (!f.checkpoint.empty() && fits_hbm_now()) {
+      const WallSplit::Timer t(wall.checkpoint_s);
+      save_state(world, f, s, gather_state(), mesh_text, log);
+    }
   }
   for (int64_t i = resumed ? resumed->step : 0; !f.forward && i < s.train.steps; ++i) {
     // A long step says it is alive (runtime::chips::set_progress): every 30 s, or SHARDSIM_PROGRESS_S seconds.
@@ -650,43 +735,18 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     last = agreed_step(world, step);
     if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     if (!f.trace_path.empty() && last.step == trace_step && trace_step != s.train.steps)
-      sharding::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
+      models::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
-    if (save_due(f, last.step, s.train.steps)) save_state(world, f, s, gather_state(), mesh_text, log);
+    if (save_due(f, last.step, s.train.steps) && fits_hbm_now())
+      save_state(world, f, s, gather_state(), mesh_text, log);
   }
   runtime::chips::fold_verify("train");  // every chip is past the last step's agreement
   auto& rep = log.report();
   finish_simulated(rep, last.breakdown);
-  const auto mem = trainer->memory();
-  const double psi = double(models::lm_param_count(c));
-  if (tp_mesh)
-    std::snprintf(b, sizeof b, "Psi_tp = %.0f of Psi = %.0f parameters on this chip: its tp shards and the "
-                  "replicated norms; ZeRO formula, N_d = %d, stage %d", trainer->local_param_count(), psi,
-                  dp_size * s.cp, s.dp.zero);
-  else
-    std::snprintf(b, sizeof b, "ZeRO formula for Psi = %.0f, N_d = %d, stage %d", psi, n, s.dp.zero);
-  rep.train.has_memory = true;
-  rep.train.memory = memory_of(mem, s, b, tp_mesh ? "Psi_tp" : "Psi", dp_size, f.forward);
-  if (s.pp > 1) pipeline_report(*trainer, rep);
-  // The collected tables. The forward's headline is the chip that finishes last (run's rule); a training step's
-  // stays chip 0's step.
-  if (!figs.per_chip.empty()) {
-    rep.per_chip = figs.per_chip;
-    rep.ops = figs.ops;
-    rep.comm = figs.comm;
-    rep.fused = figs.fused;
-    rep.all_reduce_ns = figs.all_reduce_ns;
-    rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
-    rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
-    if (f.forward) {
-      finish_simulated(rep, figs.critical);
-      rep.critical_chip = figs.critical_chip;
-    }
-  }
-  if (c.moe) moe_report(*trainer, s, c, rep);
-  sharding::profile_and_trace(world, tl,
+  report_figures(*trainer, s, f, figs, n, dp_size, rep);
+  models::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
@@ -700,10 +760,17 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       // reference starts before they are gone), and the run's peak host memory is the larger of the two.
       trainer.reset();
       world.agree([] {});
+      const WallSplit::Timer t(wall.reference_s);
       validate_forward(world, s, rep, resumed, rows ? &*rows : nullptr);
     } else {
       validate_losses(world, s, rep, resumed);
     }
+  }
+  if (f.forward) {
+    rep.wall_init_s = wall.init_s;
+    rep.wall_forward_s = wall.forward_s;
+    rep.wall_reference_s = wall.reference_s;
+    rep.wall_checkpoint_s = wall.checkpoint_s;
   }
   if (!f.what_if.empty()) rep.what_if = what_if_rows(world, f, rep.critical.total);
   if (f.step_ns_out) *f.step_ns_out = rep.critical.total;
@@ -715,7 +782,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 int run_train(const runtime::World& world, const TrainFlags& f);
 
 // --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
-std::vector<sharding::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
+std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
   std::vector<WhatIfPlan> plans;
   world.agree([&] { plans = plan_what_if(f.what_if, train_config(f)); });
   double step_ns = 0;
@@ -749,7 +816,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     }
     if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
-    for (auto& o : sharding::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
+    for (auto& o : models::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
@@ -785,7 +852,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 
 }  // namespace
 
-sharding::RunReport run_executor_point(const runtime::World& world, const sharding::ExecutorRun& run) {
+models::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run) {
   TrainFlags f;
   f.forward = !run.train;
   f.config = run.where;
@@ -794,7 +861,7 @@ sharding::RunReport run_executor_point(const runtime::World& world, const shardi
   f.shape_only = run.shape_only;
   f.what_if = run.what_if;
   f.quiet = true;
-  sharding::RunReport r;
+  models::RunReport r;
   f.report_out = &r;
   run_train(world, f);
   return r;

@@ -37,7 +37,7 @@ struct TrainFlags {
   bool validate = false;   // --validate: compare the losses with the single-device reference
   std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
   std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
-  sharding::TraceOptions trace;  // its filters, step and size limit (models/trace_filter.h)
+  models::TraceOptions trace;  // its filters, step and size limit (models/trace_filter.h)
   bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
   std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
@@ -49,7 +49,7 @@ struct TrainFlags {
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   std::string config_text;        // a sweep point: the config as generated (config names it in messages)
-  sharding::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
+  models::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
   sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
                                         // --device/--plan/--set
 };

@@ -326,8 +326,15 @@ Choice choose_algorithm(Collective c, const CollectiveOptions& options, const ru
       parts.emplace_back(a, "n/a (" + ob + ")");
       continue;
     }
+    const AlgorithmDescriptor* d = find_algorithm(a);
+    if (d->in_auto(c) && d->auto_obstacle) {
+      if (const std::string no = d->auto_obstacle(c, tp); !no.empty()) {
+        parts.emplace_back(a, "not weighed (" + no + ")");
+        continue;
+      }
+    }
     const double t = estimate_ns(c, a, tp, bytes, options.chunk_bytes);
-    if (!find_algorithm(a)->in_auto(c)) {
+    if (!d->in_auto(c)) {
       parts.emplace_back(a, us(t) + " (opt-in only)");
       continue;
     }

@@ -152,6 +152,27 @@ double dissemination_cost(C, const runtime::Transport& tp, double, size_t) {
   return t;
 }
 
+// double_binary_tree's auto rule: NCCL's Tree runs a chain through the GPUs of each node and binary trees only
+// across nodes (NCCL src/graph/trees.cc; its tuning model charges the chain's nRanks/nNodes - 1 hops), so inside
+// one node its tuner keeps Ring (tuning.cc: at 8 GPUs Ring wins at every size). A group inside one node: a grid
+// topology whose innermost dimension is a switch or fully connected (an NVSwitch / NVLink node) and the group's
+// chips differ in no other dimension. O(p x dimensions).
+std::string inside_one_node(C, const runtime::Transport& tp) {
+  const auto& topo = tp.topology();
+  if (!topo.is_grid() || tp.size() < 2) return "";
+  const auto& dims = topo.dim_specs();
+  const auto inner = dims.back().kind;
+  if (inner != topology::DimKind::switch_ && inner != topology::DimKind::fully_connected) return "";
+  const auto& chips = tp.rank_to_chip();
+  const std::vector<int> first = topo.coords(chips.front());
+  for (int c : chips) {
+    const std::vector<int> x = topo.coords(c);
+    for (size_t d = 0; d + 1 < x.size(); ++d)
+      if (x[d] != first[d]) return "";
+  }
+  return "the group is inside one node (its " + topology::dim_kind_name(inner) + " dimension): NCCL's Tree is a "
+         "chain there and its tuning model keeps Ring";
+}
 
 // The registration, in groups; make_registry's order of the groups and of the entries in each is the tie-break
 // order of "auto" within each collective.
@@ -316,7 +337,9 @@ void add_logarithmic(std::vector<AlgorithmDescriptor>& v) {
     };
     a.all_reduce = double_binary_tree::all_reduce;
     a.auto_for = {C::all_reduce};
-    a.nccl = "Tree (all_reduce only, as in NCCL)";
+    a.auto_obstacle = inside_one_node;
+    a.nccl = "Tree (all_reduce only, as in NCCL; across nodes: inside one node NCCL's tree is a chain and auto "
+             "weighs its Ring there)";
     // In auto after halving_doubling (a tie keeps halving_doubling: equal on a non-blocking switch at small sizes).
     // Its estimate replays every chip's pieces (O(p m) flows per size; auto's Replay books each receiver's own
     // flows, so 1 GiB on 512 chips costs auto about 0.5 s of host time for all its candidates together).

@@ -66,6 +66,9 @@ struct AlgorithmDescriptor {
   // "auto"). Not in AUTO_FOR: runs only when named (-a NAME, a config's algorithm); auto shows its estimate but
   // never picks it.
   std::vector<Collective> auto_for;
+  // Why auto does not weigh it on TP's group although it can run there ("" when it does; null: always), because
+  // NCCL would not run it there (double_binary_tree inside one node: NCCL's Tree is a chain there). Named, it runs.
+  std::string (*auto_obstacle)(Collective c, const runtime::Transport& tp) = nullptr;
   // The NCCL algorithm it stands for ("Ring", "Tree", "NVLS / CollNet"), or why auto departs from NCCL.
   std::string nccl;
 

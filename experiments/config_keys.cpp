@@ -10,7 +10,7 @@
 #include "topology/clos.h"
 #include "topology/topology_yaml.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 namespace {
 // `run` configs' root keys, as the one executor's loader (apps/train_setup.cpp's load) accepts them: train's root
@@ -24,18 +24,18 @@ constexpr std::string_view kCheckpointKeys[] = {"path", "enabled"};
 const std::vector<ConfigKeySection>& config_key_sections() {
   static const std::vector<ConfigKeySection> sections = {
       {"run", "run configs", kRunRootKeys},
-      {"train config", "train configs", kTrainRootKeys},
-      {"model", "run and train configs (sharding/model_spec.h)", kModelKeys},
-      {"model.moe", "train configs (sharding/plans/expert_parallel_config.h)", plans::kMoeKeys},
-      {"parallel", "run and train configs (sharding/plans/registry.h)", parallel_keys()},
-      {"train", "train configs", kTrainKeys},
+      {"train config", "train configs", sharding::kTrainRootKeys},
+      {"model", "run and train configs (sharding/model_spec.h)", sharding::kModelKeys},
+      {"model.moe", "train configs (sharding/plans/expert_parallel_config.h)", sharding::plans::kMoeKeys},
+      {"parallel", "run and train configs (sharding/plans/registry.h)", sharding::parallel_keys()},
+      {"train", "train configs", sharding::kTrainKeys},
       {"serve", "serve configs (apps/serve.cpp)", serving::kServeKeys},
       {"serve.slo", "serve configs", serving::kServeSloKeys},
       {"serve.disaggregation", "serve configs", serving::kServeDisaggKeys},
       {"serve.trace", "serve configs, a trace file", serving::kServeTraceFileKeys},
       {"serve.trace", "serve configs, generated requests", serving::kServeTraceKeys},
       {"serve.trace.prompt", "serve configs: prompt and output lengths as a map", serving::kServeLengthKeys},
-      {"validate", "run configs", kValidateKeys},
+      {"validate", "run configs", sharding::kValidateKeys},
       {"checkpoint", "run configs, model.kind: mlp", kCheckpointKeys},
       {"device", "run configs, sweep device axis", sim::kDeviceKeys},
       {"topology", "kind: ring | fully_connected", topology::kTopologySimpleKeys},
@@ -53,9 +53,9 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"sweep.axes.workload[]", "sweep files", kSweepWorkloadKeys},
       {"sweep.axes.size", "sweep files (a range)", kSweepRangeKeys},
       {"sweep.axes.batching[]", "sweep files (serve workloads)", kSweepBatchingKeys},
-      {"sweep.axes.plan[]", "sweep files", plans::sweep_plan_keys()},
+      {"sweep.axes.plan[]", "sweep files", sharding::plans::sweep_plan_keys()},
   };
   return sections;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

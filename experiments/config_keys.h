@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 struct ConfigKeySection {
   std::string_view section;  // the heading in docs/CONFIG.md, e.g. "parallel"
@@ -20,4 +20,4 @@ struct ConfigKeySection {
 // parallel: keys differ).
 const std::vector<ConfigKeySection>& config_key_sections();
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

@@ -12,7 +12,7 @@
 #include "common/output_file.h"
 #include "experiments/sweep.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 namespace fs = std::filesystem;
 
@@ -243,4 +243,4 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
   return scripts;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

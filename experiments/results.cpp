@@ -14,7 +14,7 @@
 
 #include "common/csv.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 const std::vector<std::string>& result_columns() {
   static const std::vector<std::string> cols = {
@@ -466,4 +466,4 @@ std::string rows_to_json(const std::string& name, const std::vector<Row>& rows) 
          "\n";
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

@@ -36,7 +36,7 @@
 #include "models/report.h"
 #include "runtime/world.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 // Workload points: the one executor (apps/train.cpp's run_executor_point; this library sits below apps/) on GROUP
 // for the point's generated config, quiet, returning its report: RUN.train false is `run`'s forward mode, true
@@ -52,7 +52,7 @@ struct ExecutorRun {
   bool shape_only = false;
   std::string what_if;
 };
-using ExecutorRunner = std::function<RunReport(const runtime::World& group, const ExecutorRun& run)>;
+using ExecutorRunner = std::function<models::RunReport(const runtime::World& group, const ExecutorRun& run)>;
 // Serve points (SweepPoint::serve): `shardsim serve`'s run on GROUP for the point's generated config (CONFIG_YAML;
 // WHERE names it in messages), quiet, returning its metrics by result column (ttft_p50_ms, ...; valid on GROUP's
 // rank 0). apps/serve.cpp's run_serve_point. Errors every chip agreed on make the row `error` with the reason.
@@ -95,4 +95,4 @@ struct GroupCallbacks {
 void run_in_groups(const runtime::World& world, const SweepSpec& spec,
                    const std::map<int, std::vector<size_t>>& by_chips, const GroupCallbacks& callbacks);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

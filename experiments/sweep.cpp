@@ -32,7 +32,7 @@
 #include "sim/device_spec.h"
 #include "topology/topology_yaml.h"
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 namespace fs = std::filesystem;
 
@@ -211,7 +211,7 @@ std::vector<DeviceEntry> parse_devices(const ConfigNode& axes) {
 }
 
 // The model keys `set:` may change: the one parser's list (sharding/model_spec.h), which then checks them.
-const std::set<std::string_view> kSettableModelKeys(std::begin(kModelKeys), std::end(kModelKeys));
+const std::set<std::string_view> kSettableModelKeys(std::begin(sharding::kModelKeys), std::end(sharding::kModelKeys));
 
 std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
   std::vector<WorkloadEntry> out;
@@ -235,12 +235,12 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     }
     // The loader `run` uses (sharding/engine_config.h): model: is read as workload:, a relative topology path is
     // resolved next to the file.
-    const ConfigNode root = load_workload_config(e.file);
+    const ConfigNode root = sharding::load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
-    e.train = spec_use_of(root.child("workload")) == SpecUse::train;
+    e.train = sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::train;
     e.serve = e.train && root.has("serve");
-    e.block = spec_use_of(root.child("workload")) == SpecUse::block;
+    e.block = sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::block;
     e.root = YAML::Clone(root.yaml());
     if (!item.yaml().IsScalar() && item.has("requests")) {
       if (!e.serve) item.child("requests").fail(item.path() + ".requests: only for serve configs (a serve: section)");
@@ -258,11 +258,11 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
       // The values are checked now by the one parser, before any point runs (a bad one used to become an error
       // row of every point and exit 0): the file's own section first (its errors name the workload file), then
       // with the set: values (their nodes carry the sweep file's lines).
-      const SpecUse use = spec_use_of(root.child("workload"));
-      (void)parse_model_spec(root.child("workload"), use);
+      const sharding::SpecUse use = sharding::spec_use_of(root.child("workload"));
+      (void)sharding::parse_model_spec(root.child("workload"), use);
       YAML::Node with_set = YAML::Clone(root.child("workload").yaml());
       for (const auto& kv : set->yaml()) with_set[kv.first.as<std::string>()] = kv.second;  // not cloned: marks kept
-      (void)parse_model_spec(ConfigNode(with_set, set->file(), root.child("workload").path()), use);
+      (void)sharding::parse_model_spec(ConfigNode(with_set, set->file(), root.child("workload").path()), use);
     }
     if (e.label.empty()) e.label = fs::path(e.file).stem().string();
     for (const auto& o : out)
@@ -285,9 +285,9 @@ std::string plan_value(const ConfigNode& plan, const std::string& k, const YAML:
 int plan_size(const ConfigNode& plan, const std::string& k, const YAML::Node& value, const std::string& v, int chips) {
   if (v == "chips") return chips;
   const int n = static_cast<int>(std::clamp<int64_t>(decimal_int(v).value_or(0), 0, INT32_MAX));  // common/number.h
-  if (n < 1 || n > SpecBounds::axis)
+  if (n < 1 || n > sharding::SpecBounds::axis)
     ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
-                                                     std::to_string(SpecBounds::axis) + " or `chips`" +
+                                                     std::to_string(sharding::SpecBounds::axis) + " or `chips`" +
                                                      (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");
   return n;
 }
@@ -304,8 +304,8 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   for (const auto& kv : plan.yaml()) {
     const auto k = kv.first.as<std::string>();
     const std::string v = plan_value(plan, k, kv.second);
-    const plans::PlanKey* key = nullptr;
-    const plans::PlanDescriptor* d = plans::plan_of_key(k, &key);
+    const sharding::plans::PlanKey* key = nullptr;
+    const sharding::plans::PlanDescriptor* d = sharding::plans::plan_of_key(k, &key);
     if (k == "dp" && v == "fill") {  // the data-parallel replicas that fill the point's chips (below)
       dp_fill = true;
     } else if (d && d->size && d->name == k) {
@@ -316,7 +316,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
             .fail(plan.path() + ".recompute: none, selective or full (got '" + v + "')");
       out[k] = v;
       given[k] = v;
-    } else if (key && key->value == plans::PlanValue::flag) {
+    } else if (key && key->value == sharding::plans::PlanValue::flag) {
       bool b = false;
       try {
         b = kv.second.as<bool>();
@@ -333,7 +333,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   // dp: fill = chips / (the other axes) replicas; when that does not divide, dp stays 1 and the point is skipped
   // with the parser's reason (the mesh does not cover the chips).
   if (dp_fill) {
-    int64_t model = 1;  // each size <= SpecBounds::axis: the product is checked, never wrapped
+    int64_t model = 1;  // each size <= sharding::SpecBounds::axis: the product is checked, never wrapped
     for (const auto& [k, n] : sizes)
       if (k != "dp") model = model > 0 ? checked_mul(model, n).value_or(0) : 0;
     const int dp = model > 0 && chips % model == 0 ? static_cast<int>(chips / model) : 1;
@@ -343,7 +343,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   // unless the plan sets them, as with --plan (zero, bucket_bytes, recompute, fused, chunks, ...; values checked by
   // the parser). fused and chunks show in the label.
   if (file_parallel && file_parallel.IsMap()) {
-    const auto mesh = plans::mesh_plan_keys();
+    const auto mesh = sharding::plans::mesh_plan_keys();
     for (const auto& kv : file_parallel) {
       const auto k = kv.first.as<std::string>();
       if (std::find(mesh.begin(), mesh.end(), k) != mesh.end() || out[k]) continue;
@@ -359,7 +359,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
     if (sizes.count(name)) s += (s.empty() ? "" : "x") + name + std::to_string(sizes.at(name));
   };
   add("pp");
-  for (const auto& d : plans::registered_plans())
+  for (const auto& d : sharding::plans::registered_plans())
     if (d.size && d.name != "pp") add(d.name);
   if (s.empty()) s = "single";
   if (value("sp") == "true") s += "+sp";
@@ -385,17 +385,17 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
 // run throws here and the point is recorded as skipped with the parser's one-line reason. Sets P's shape-only
 // mode and micro-batch count.
 void throw_if_point_cannot_run(SweepPoint& p, const ConfigNode& root, int chips) {
-  const SpecUse kind = spec_use_of(root.child("workload"));
-  std::vector<std::string_view> keys(std::begin(kTrainRootKeys), std::end(kTrainRootKeys));
+  const sharding::SpecUse kind = sharding::spec_use_of(root.child("workload"));
+  std::vector<std::string_view> keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
   keys.push_back("validate");
-  if (kind == SpecUse::mlp) keys.push_back("checkpoint");
+  if (kind == sharding::SpecUse::mlp) keys.push_back("checkpoint");
   root.expect_keys(keys);
-  const ModelSpec m = parse_model_spec(root.child("workload"), kind == SpecUse::mlp ? SpecUse::mlp : SpecUse::train);
-  const ParallelPlan plan =
-      parse_parallel_plan(root, m, SpecUse::train, chips, train_section_recompute(root), !p.train);
-  (void)parse_train_spec(root);
-  (void)load_workload_device(root);
-  p.shape_only = load_workload_shape_only(root);
+  const sharding::ModelSpec m = sharding::parse_model_spec(root.child("workload"), kind == sharding::SpecUse::mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
+  const sharding::ParallelPlan plan =
+      sharding::parse_parallel_plan(root, m, sharding::SpecUse::train, chips, sharding::train_section_recompute(root), !p.train);
+  (void)sharding::parse_train_spec(root);
+  (void)sharding::load_workload_device(root);
+  p.shape_only = sharding::load_workload_shape_only(root);
   // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences); a block stack without
   // model.batch runs one sequence per replica.
   const int64_t replicas = int64_t{std::max(plan.dp, 1)} * std::max(plan.ep, 1);
@@ -462,7 +462,7 @@ void add_validation(SweepPoint& p, const YAML::Node& cfg, bool block_kind, int c
   try {
     const std::string text = block(small);
     SweepPoint v = p;
-    throw_if_point_cannot_run(v, workload_config_from_text(text, file + "[" + key + "]"), chips);
+    throw_if_point_cannot_run(v, sharding::workload_config_from_text(text, file + "[" + key + "]"), chips);
     p.validation_config_yaml = text;
     p.validation_key = key;
     p.validation_dims = dims;
@@ -651,7 +651,7 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
   const auto workloads = parse_workloads(axes);
   std::vector<ConfigNode> plans;
   for (const auto& item : axis_items(axes, "plan")) {
-    item.expect_keys(plans::sweep_plan_keys());
+    item.expect_keys(sharding::plans::sweep_plan_keys());
     plans.push_back(item);
   }
   for (const auto& w : workloads) {
@@ -663,7 +663,7 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
         ConfigNode(w.root, w.file, "").fail("topology: missing (give the sweep a `topology` axis or the workload a "
                                              "topology: section)");
       // Inline or a path to a topology file, as `run` reads it.
-      e.chips = load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
+      e.chips = sharding::load_workload_topology(ConfigNode(w.root, w.file, "")).num_chips();
       e.yaml = flow(w.root["topology"]);
       e.label = w.root["topology"].IsScalar() ? fs::path(w.root["topology"].as<std::string>()).stem().string()
                                               : auto_topo_label(w.root["topology"], e.chips);
@@ -730,7 +730,7 @@ void add_workload_points(SweepSpec& spec, const ConfigNode& axes, const std::vec
             } else {
               try {
                 // Run by the executor (experiments/scheduler.h) in the command's mode; checked here by its parser.
-                throw_if_point_cannot_run(p, workload_config_from_text(p.config_yaml, where), t.chips);
+                throw_if_point_cannot_run(p, sharding::workload_config_from_text(p.config_yaml, where), t.chips);
                 if (!w.train) add_validation(p, cfg, w.block, t.chips, file);
               } catch (const Error& e) {
                 // "FILE[KEY]:LINE: msg": the line is in the generated config, not in a file the user has; the row
@@ -801,4 +801,4 @@ SweepSpec parse_sweep(const std::string& text, const std::string& file) {
   return spec;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

@@ -80,7 +80,7 @@
 #include <utility>
 #include <vector>
 
-namespace shardsim::sharding {
+namespace shardsim::experiments {
 
 enum class PointKind { collective, workload };
 
@@ -219,4 +219,4 @@ std::vector<std::string> write_plot_scripts(const std::string& dir, const std::v
 // FNV-1a 64-bit of TEXT as 8 hex digits (the low 32 bits), for keys.
 std::string short_hash(const std::string& text);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::experiments

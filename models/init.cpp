@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 void fill_uniform_block(runtime::Tensor& out, const InitSpec& spec, int64_t global_cols, int64_t row0, int64_t col0) {
   if (out.rank() != 2) throw std::invalid_argument("fill_uniform_block: tensor must be 2-D");
@@ -32,4 +32,4 @@ void fill_uniform_block(runtime::Tensor& out, const InitSpec& spec, int64_t glob
   }
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -13,7 +13,7 @@
 
 #include "runtime/tensor.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 struct InitSpec {
   uint64_t seed = 0;
@@ -26,4 +26,4 @@ struct InitSpec {
 // (ROW0, COL0). Values are rounded to OUT's dtype.
 void fill_uniform_block(runtime::Tensor& out, const InitSpec& spec, int64_t global_cols, int64_t row0, int64_t col0);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -18,8 +18,8 @@ void lm_synthetic_activations(const LmConfig& c, uint64_t data_seed, int64_t ste
     throw std::invalid_argument("lm data: rows " + std::to_string(row0) + ".. of step " + std::to_string(step) +
                                 " into " + runtime::shape_str(input.shape()) + " (fp32 [rows, hidden] needed)");
   const int64_t first = step * c.batch * c.seq + row0;  // the data position of the first row
-  sharding::fill_uniform_block(input, {data_seed, kLmInputTensorId, -1.0f, 1.0f}, c.hidden, first, 0);
-  sharding::fill_uniform_block(target, {data_seed, kLmTargetTensorId, -1.0f, 1.0f}, c.hidden, first, 0);
+  models::fill_uniform_block(input, {data_seed, kLmInputTensorId, -1.0f, 1.0f}, c.hidden, first, 0);
+  models::fill_uniform_block(target, {data_seed, kLmTargetTensorId, -1.0f, 1.0f}, c.hidden, first, 0);
 }
 
 LmBatch lm_synthetic_batch(const LmConfig& c, uint64_t data_seed, int64_t step) {
@@ -34,7 +34,7 @@ LmBatch lm_synthetic_batch(const LmConfig& c, uint64_t data_seed, int64_t step) 
   }
   // First tokens of this step's sequences: rows [step·batch, step·batch + batch) of a [*, 1] uniform tensor.
   runtime::Tensor first(runtime::DType::fp32, {c.batch, 1});
-  sharding::fill_uniform_block(first, {data_seed, kLmDataTensorId, 0.0f, static_cast<float>(c.vocab)}, 1,
+  models::fill_uniform_block(first, {data_seed, kLmDataTensorId, 0.0f, static_cast<float>(c.vocab)}, 1,
                                step * c.batch, 0);
   LmBatch b;
   for (int64_t s = 0; s < c.batch; ++s) {

@@ -405,7 +405,7 @@ LmWeights lm_init(const LmConfig& c) {
       continue;
     }
     const float a = name == "embed" || name == "pos_embed" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(t->dim(0)));
-    sharding::fill_uniform_block(*t, {c.seed, tensor_id, -a, a}, t->dim(1), 0, 0);
+    models::fill_uniform_block(*t, {c.seed, tensor_id, -a, a}, t->dim(1), 0, 0);
   }
   return w;
 }

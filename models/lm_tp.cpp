@@ -42,61 +42,6 @@ namespace shardsim::models {
 using runtime::DType;
 using runtime::Tensor;
 
-namespace {
-
-// The trainer's own checks of the plan against the model (std::invalid_argument naming the field; the config
-// parser's registry checks give the same rules with FILE:LINE first): TP, CP (Ulysses or ring, ZIGZAG), DP
-// replicas (x ep), PP stages, SP.
-void check_divisibility(const LmConfig& global, const LmDpConfig& dp_config, int tp, int cp, int dp, int pp,
-                        bool ulysses, bool zigzag, bool sp) {
-  auto need = [&](int64_t v, const char* field) {
-    if (v % tp != 0)
-      throw std::invalid_argument(std::string("model.") + field + ": " + std::to_string(v) +
-                                  " must be a multiple of parallel.tp (" + std::to_string(tp) + ")");
-  };
-  need(global.heads, "heads");
-  // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
-  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
-  if (!(global.attention && dp_config.forward_only && global.kv_heads < tp && tp % global.kv_heads == 0))
-    need(global.kv_heads, "kv_heads");
-  need(global.ffn, "ffn");
-  need(global.vocab, "vocab");
-  if (global.tied_embeddings && pp > 1)
-    throw std::invalid_argument("model.tied_embeddings: not implemented yet with parallel.pp > 1 (the embedding and "
-                                "the head live on different stages; their gradients would need an all_reduce)");
-  if (global.batch % dp != 0)
-    throw std::invalid_argument("model.batch: the global batch (" + std::to_string(global.batch) +
-                                " sequences) must be a multiple of dp (" + std::to_string(dp) + ")");
-  if (ulysses && cp > 1) {
-    if (global.heads % (int64_t(tp) * cp) != 0)
-      throw std::invalid_argument("model.heads: " + std::to_string(global.heads) +
-                                  " must be a multiple of parallel.tp x parallel.ulysses (" +
-                                  std::to_string(tp * cp) + "): Ulysses splits each tp rank's heads");
-    // kv heads: split over U like the query heads, or, with fewer kv heads per tp rank than U, replicated (each
-    // Ulysses rank receives the one kv head of its query heads' GQA group; Megatron's replication of the query
-    // groups when a parallel degree exceeds them).
-    const int64_t kv_l = global.kv_heads / tp;
-    if (global.kv_heads % tp == 0 && kv_l % cp != 0 && cp % kv_l != 0)
-      throw std::invalid_argument("model.kv_heads: " + std::to_string(global.kv_heads) + " over parallel.tp " +
-                                  std::to_string(tp) + " leaves " + std::to_string(kv_l) +
-                                  " kv heads per tp rank, neither a multiple nor a divisor of parallel.ulysses (" +
-                                  std::to_string(cp) + "): Ulysses splits or replicates them");
-  }
-  if (!global.causal && cp > 1 && !ulysses)
-    throw std::invalid_argument("model.causal: false with parallel.cp: ring attention runs the causal mask only");
-  const int64_t pieces = int64_t(cp) * (cp > 1 && zigzag ? 2 : 1);
-  if (global.seq % pieces != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + " must be a multiple of " +
-                                std::to_string(pieces) + " (parallel.cp = " + std::to_string(cp) +
-                                (cp > 1 && zigzag ? ", zigzag: 2 chunks per chip" : "") + ")");
-  if (sp && (global.seq / cp) % tp != 0)
-    throw std::invalid_argument("model.seq: " + std::to_string(global.seq) + (cp > 1 ? " / parallel.cp" : "") +
-                                " must be a multiple of parallel.tp (" + std::to_string(tp) +
-                                ") for sequence parallelism");
-}
-
-}  // namespace
-
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
 
 bool LmTpTrainer::owns(const std::string& name) const {
@@ -172,7 +117,10 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   pp_rank_ = mesh.coordinate("pp", r);
   rep_size_ = dp_size_ * cp_size_;
   rep_rank_ = cp_rank_ + cp_size_ * dp_rank_;
-  check_divisibility(global, dp, tp_size_, cp_size_, dp_size_, mesh.size("pp"), ulysses_, zigzag_, sp_);
+  // The plan's divisibility rules against the model (heads, KV heads, ffn and vocabulary over tp; the batch over dp;
+  // micro-batches; the sequence over cp, Ulysses and sp; tied embeddings with pp; a causal mask with cp) are the plan
+  // registry's (sharding/plans/registry.cpp, checked by parse_parallel_plan with the config's FILE:LINE), not
+  // repeated here: the trainer takes a parsed plan.
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
   // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
   if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
@@ -182,10 +130,6 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   local_.ffn /= tp_size_;
   local_.vocab /= tp_size_;
   local_.batch /= dp_size_;
-  if (dp.micro_batch < 0 || (dp.micro_batch > 0 && local_.batch % dp.micro_batch != 0))
-    throw std::invalid_argument("model.micro_batch: " + std::to_string(dp.micro_batch) +
-                                " sequences per micro-batch must divide the sequences of each data-parallel replica "
-                                "(batch / dp = " + std::to_string(local_.batch) + ")");
   if (dp.micro_batch > 0) {
     micro_ = int(local_.batch / dp.micro_batch);
     local_.batch = dp.micro_batch;  // the trainer's forward and backward run one micro-batch

@@ -9,7 +9,7 @@
 #include "models/trace.h"
 #include "common/text.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 namespace {
 
@@ -194,4 +194,4 @@ nlohmann::json what_if_json(double baseline_ns, const std::vector<WhatIf>& rows)
   return j;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -14,6 +14,10 @@
 #include "sim/timeline.h"
 
 namespace shardsim::sharding {
+class DeviceMesh;
+}  // namespace shardsim::sharding
+
+namespace shardsim::models {
 
 struct RunReport;
 
@@ -26,7 +30,6 @@ struct WhatIf {
   double speedup = 0;
 };
 
-class DeviceMesh;
 
 // What a run writes from its chips' recorded events (`--trace`, `--profile`, `--plots`).
 struct ProfileOutputs {
@@ -35,7 +38,7 @@ struct ProfileOutputs {
   std::string plots_dir;   // roofline and utilisation plots (models/profile_plots.h); "" none
   double peak_tflops = 0;  // the device's peak at the run's precision: the roofline's flat roof
   TraceOptions trace;      // the trace's filters and size limit (models/trace_filter.h)
-  const DeviceMesh* mesh = nullptr;  // the run's mesh, for --trace-axis
+  const sharding::DeviceMesh* mesh = nullptr;  // the run's mesh, for --trace-axis
   // Events must be recorded with dependencies (sim::Timeline::set_record_dependencies) when this is true.
   bool any() const { return !trace_path.empty() || profile || !plots_dir.empty(); }
 };
@@ -55,4 +58,4 @@ nlohmann::json profile_json(const sim::Profile& p);
 std::string what_if_text(double baseline_ns, const std::vector<WhatIf>& rows);
 nlohmann::json what_if_json(double baseline_ns, const std::vector<WhatIf>& rows);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

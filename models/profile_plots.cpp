@@ -17,7 +17,7 @@
 #include "common/output_file.h"
 #include "common/text.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 namespace fs = std::filesystem;
 using sim::TimeNs;
@@ -304,4 +304,4 @@ std::vector<RooflineLabel> roofline_labels(const Roofline& r) {
   return out;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -19,7 +19,7 @@
 #include "runtime/chips.h"
 
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 namespace {
 nlohmann::json breakdown_json(const sim::Breakdown& b) {
@@ -117,7 +117,7 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
                                mine.peak_memory_bytes, bd.flops, bd.bytes_sent};
   constexpr size_t kComm0 = 8;  // the per-collective figures start here, 4 per key
   for (const char* key : kReportComm) {
-    const CommStat* c = nullptr;
+    const sharding::CommStat* c = nullptr;
     if (mine.comm)
       if (const auto it = mine.comm->find(key); it != mine.comm->end()) c = &it->second;
     stats.push_back(c ? c->bytes : 0);
@@ -125,8 +125,8 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
     stats.push_back(c ? c->calls : 0);
     stats.push_back(c ? c->ns : 0);
   }
-  const std::vector<FusedOp> no_fused;
-  const std::vector<FusedOp>& fused = mine.fused ? *mine.fused : no_fused;
+  const std::vector<sharding::FusedOp> no_fused;
+  const std::vector<sharding::FusedOp>& fused = mine.fused ? *mine.fused : no_fused;
   const size_t n_plain = stats.size();
   for (double f : pack(fused)) stats.push_back(f);
   const size_t n_layers0 = stats.size();
@@ -156,7 +156,7 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
     r.comm.clear();
     for (size_t c = 0; c < std::size(kReportComm); ++c) {
       const double* x = v + kComm0 + 4 * c;
-      if (x[2] > 0) r.comm[kReportComm[c]] = CommStat{x[0], x[1], static_cast<int>(x[2]), x[3], {}};
+      if (x[2] > 0) r.comm[kReportComm[c]] = sharding::CommStat{x[0], x[1], static_cast<int>(x[2]), x[3], {}};
     }
     // The algorithm that ran: this chip's record of the same collective (every chip of a plan runs one rule).
     for (auto& [key, stat] : r.comm)
@@ -759,4 +759,4 @@ std::string to_text(const RunReport& r) {
   return escape_lines(os.str());  // paths and names are untrusted text (docs/SECURITY.md, promise 9)
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -17,7 +17,7 @@
 #include "sharding/plans/block_ops.h"
 #include "sim/timeline.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 // Where one chip's simulated time went, per kernel and per collective (docs/MODEL.md, "Report breakdown").
 // Built from the chip's sim::Timeline events: a kernel is a "compute" event, a collective a "collective" region;
@@ -49,7 +49,7 @@ struct ChipReport {
   double peak_memory_bytes = 0;  // simulated HBM in use at the chip's peak: sim::Memory::peak() of its run
 };
 
-// CommStat (one collective's figures on the critical chip) is the plan units' record: sharding/plans/block_ops.h.
+// sharding::CommStat (one collective's figures on the critical chip) is the plan units' record: sharding/plans/block_ops.h.
 
 // Training mode (`shardsim train`): one row per step, as the step ends.
 struct TrainStep {
@@ -183,14 +183,14 @@ struct RunReport {
   double tokens_per_s = 0;           // tokens / critical.total (simulated)
   std::vector<OpStat> ops;           // the critical chip's time per kernel and per collective
   double attention_ns = 0;           // of the critical chip: attention kernels + ring (0 without attention)
-  std::map<std::string, CommStat> comm;  // per collective of the plan ("tp all_reduce", ...), the critical chip's
+  std::map<std::string, sharding::CommStat> comm;  // per collective of the plan ("tp all_reduce", ...), the critical chip's
   double all_reduce_ns = 0;
   std::string all_reduce_algorithm;
   double all_reduce_bytes_per_chip = 0;   // bytes each chip injects in the all_reduce
   double all_reduce_expected_bytes = 0;   // 2(p-1)/p * M
   double single_device_ns = 0;             // the same workload on one modelled chip (0 if not validated)
   std::vector<ChipReport> per_chip;
-  std::vector<FusedOp> fused;              // fused collective+GEMM ops of the critical chip (parallel.fused)
+  std::vector<sharding::FusedOp> fused;              // fused collective+GEMM ops of the critical chip (parallel.fused)
   double hbm_capacity_bytes = 0;
   double hbm_reserve_bytes = 0;            // of the capacity, kept back (DeviceSpec::hbm_reserve_gib); see fits_hbm
 
@@ -251,8 +251,8 @@ struct RunReport {
 // (sharding/plans/block_ops.h's Comm), its fused ops, its attention time, its peak simulated memory (bytes) and its
 // simulated time at the end of each layer (may be empty).
 struct ChipFigures {
-  const std::map<std::string, CommStat>* comm = nullptr;
-  const std::vector<FusedOp>* fused = nullptr;
+  const std::map<std::string, sharding::CommStat>* comm = nullptr;
+  const std::vector<sharding::FusedOp>* fused = nullptr;
   double attention_ns = 0;
   double peak_memory_bytes = 0;
   std::vector<double> layer_end;
@@ -301,4 +301,4 @@ std::string train_step_text(const RunReport& r, const TrainStep& s);
 std::string train_saved_text(int64_t step, const std::string& path);
 std::string train_tail_text(const RunReport& r);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -16,7 +16,7 @@
 #include "common/output_file.h"
 #include "runtime/chips.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 namespace {
 
@@ -473,4 +473,4 @@ void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEv
   });
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -46,7 +46,7 @@
 #include "sim/critical_path.h"
 #include "sim/timeline.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 inline constexpr int kTraceTidStride = 10000;  // tracks per chip at most (compute + ports + collectives)
 
@@ -89,4 +89,4 @@ void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEv
 // rank if rank 0 cannot write PATH or the events exceed 2 GiB; RuntimeFault as trace_events does.
 void write_trace(const runtime::World& world, sim::Timeline& timeline, const std::string& path);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -12,7 +12,7 @@
 #include "sharding/device_mesh.h"
 #include "topology/topology.h"
 
-namespace shardsim::sharding {
+namespace shardsim::models {
 
 namespace {
 
@@ -91,7 +91,7 @@ void check_trace_options(const TraceOptions& o) {
     throw UsageError("--trace-max-mib: must be between 0 (no limit) and 1e9 MiB");
 }
 
-TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topo, const DeviceMesh* mesh) {
+TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topo, const sharding::DeviceMesh* mesh) {
   check_trace_options(o);
   TraceFilter f;
   std::vector<std::string> parts;
@@ -106,7 +106,7 @@ TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology
                                                  : static_cast<int>(decimal(o.axis.substr(colon + 1), topo.num_chips() - 1));
     if (!mesh) throw UsageError("--trace-axis: this run has no device mesh; use --trace-chips");
     std::string names;
-    const MeshAxis* axis = nullptr;
+    const sharding::MeshAxis* axis = nullptr;
     for (const auto& a : mesh->axes()) {
       if (a.size > 1) names += (names.empty() ? "" : ", ") + a.name;
       if (a.name == name && a.size > 1) axis = &a;
@@ -138,4 +138,4 @@ TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology
   return f;
 }
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

@@ -21,8 +21,11 @@ class Topology;
 }
 
 namespace shardsim::sharding {
-
 class DeviceMesh;
+}  // namespace shardsim::sharding
+
+namespace shardsim::models {
+
 
 struct TraceOptions {
   std::string chips;
@@ -46,8 +49,8 @@ struct TraceFilter {
 // Checks the flags' syntax (the parts that need no topology): UsageError naming the flag.
 void check_trace_options(const TraceOptions& o);
 // OPTIONS against TOPOLOGY's chips and MESH's axes (MESH may be null: --trace-axis is then refused).
-TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topology, const DeviceMesh* mesh);
+TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topology, const sharding::DeviceMesh* mesh);
 // "0-7,9" for a sorted list of chips.
 std::string chip_ranges_text(const std::vector<int>& chips);
 
-}  // namespace shardsim::sharding
+}  // namespace shardsim::models

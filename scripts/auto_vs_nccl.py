@@ -116,7 +116,12 @@ def auto_choices(binary, n, coll, topo, work, cache):
         flags = topo
     cmd = ["mpirun", "-q", "--oversubscribe", "-np", str(ranks), binary, "--chips", str(n), "bench", coll, *flags,
            "-b", str(SIZES[0]), "-e", str(SIZES[-1]), "-f", "128", "--shape-only", "--choose-only"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    # Rank 0 alone estimates, for minutes at 16,384 chips: the watchdog's 300 s would take that for a hang.
+    env = dict(os.environ, SHARDSIM_WATCHDOG_S="0")
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        sys.exit(f"auto_vs_nccl.py: {' '.join(cmd)}: exit {run.returncode}: {run.stderr.strip()[-300:]}")
+    out = run.stdout
     rows = [l.split() for l in out.splitlines() if l and not l.startswith("#")]
     cache[key] = {int(r[0]): (r[2], float(r[3])) for r in rows}
     return cache[key]

@@ -115,6 +115,8 @@ void cp_read(const PlanParse& c, ParallelPlan& p) {
   refuse_unfused(c, "cp");
 }
 void cp_check(const PlanParse& c, const ParallelPlan& p) {
+  if (p.cp > 1 && !c.model.causal)
+    c.fail("cp", "ring attention runs the causal mask only (model.causal: false needs cp 1, or ulysses)");
   if (p.cp > 1 && c.model.seq % (p.zigzag ? 2 * p.cp : p.cp) != 0)
     c.fail("cp", "seq " + str(c.model.seq) + " is not divisible by " +
                      (p.zigzag ? "2*cp = " + str(2 * p.cp) + " (zig-zag split)" : "cp = " + str(p.cp)));
@@ -295,8 +297,12 @@ void algorithm_read(const PlanParse& c, ParallelPlan& p) {
     if (!why.empty()) c.fail(k, why);
     (std::string(k) == "all_reduce" ? p.tp_all_reduce : p.algorithm) = a;
   }
+  // One rule for run and train (one executor; both parse as SpecUse::train): the tp all_reduce takes
+  // parallel.algorithm like every collective.
   if (train(c) && c.has("all_reduce"))
-    c.not_implemented("all_reduce", "all_reduce: (the tp all_reduce's own algorithm; use algorithm)");
+    c.fail("all_reduce", "the tp all_reduce has no algorithm of its own in run or train (one executor, one rule): "
+                         "parallel.algorithm sets the algorithm of every collective of the plan, the tp all_reduce's "
+                         "included");
 }
 void mesh_read(const PlanParse& c, ParallelPlan& p) {
   if (!c.has("mesh_dims")) return;
@@ -505,11 +511,12 @@ void add_plan_wide_keys(std::vector<PlanDescriptor>& v) {
     d.unit = false;
     d.keys = {{"algorithm", V::name, "auto | a name of `shardsim bench --list`", "auto",
                "algorithm for every collective of the plan that implements it", false, false, false},
-              {"all_reduce", V::name, "auto | an all_reduce algorithm", "auto", "run: the tp all_reduce's alone"}};
+              {"all_reduce", V::name, "auto | an all_reduce algorithm", "auto", "refused (run and train): use algorithm"}};
     d.active = [](const ParallelPlan&) { return false; };
     d.read = algorithm_read;
     d.example = {std::string(kBlock) + "parallel: {tp: 2, algorithm: ring, all_reduce: bidir_ring}\n", SpecUse::block, 2, ""};
-    d.bad_cases = {{lm("", "algorithm: bogus"), SpecUse::train, 1, "algorithm"}};
+    d.bad_cases = {{lm("", "algorithm: bogus"), SpecUse::train, 1, "algorithm"},
+                   {lm("", "all_reduce: ring"), SpecUse::train, 1, "all_reduce"}};
     v.push_back(d);
   }
   {

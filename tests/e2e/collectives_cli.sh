@@ -69,6 +69,12 @@ expect_exit 2 "^shardsim: error: .*warp\.yaml:[0-9]+: parallel\.all_reduce: unkn
 sed 's/algorithm: halving_doubling/all_reduce: tree/' algo.yaml >tree.yaml
 expect_exit 2 "parallel\.all_reduce: algorithm 'tree' is not applicable to all_reduce \(it is an algorithm of broadcast, reduce\); all_reduce takes: ring, bidir_ring, multi_ring, rail_ring, torus, torus_concurrent, in_switch, halving_doubling, recursive_doubling, double_binary_tree, auto" -- \
   shardsim_mpi 4 run tree.yaml --no-checkpoint
+# A valid name too: run and train refuse the key alike (parallel.algorithm sets the tp all_reduce's algorithm).
+sed 's/algorithm: halving_doubling/all_reduce: ring/' algo.yaml >ring_ar.yaml
+expect_exit 2 "ring_ar\.yaml:[0-9]+: parallel\.all_reduce: the tp all_reduce has no algorithm of its own in run or train .*parallel\.algorithm sets" -- \
+  shardsim_mpi 4 run ring_ar.yaml --no-checkpoint
+expect_exit 2 "ring_ar\.yaml:[0-9]+: parallel\.all_reduce: the tp all_reduce has no algorithm of its own in run or train" -- \
+  shardsim_mpi 4 train ring_ar.yaml --steps 1
 
 e2e_case "algorithm catalogue (bench --list, from the registry)"
 if expect_exit 0 'bidir_ring \(aliases: bidirectional_ring\)' -- shardsim_mpi 4 bench --list --unidirectional -e 1M; then
@@ -86,6 +92,21 @@ if expect_exit 0 'chunk 65536 B' -- shardsim_mpi 1 --chips-per-rank 4 bench --li
   fi
 fi
 expect_exit 0 '^# algorithm double_binary_tree, chunk' -- shardsim_mpi 1 --chips-per-rank 4 bench all_reduce -a dbt -b 1K -e 1K -n 1 -w 0
+# auto against NCCL (docs/performance/collectives.md): inside one node NCCL's Tree is a chain, so auto does not weigh
+# the binary tree there (--choose-only: the choice without running); across eight nodes on rails it picks it at 64 KiB.
+if expect_exit 0 '^ +65536 +16384 ring ' -- shardsim_mpi 1 --chips 8 bench all_reduce --switch -b 64K -e 64K \
+    --choose-only --explain; then
+  assert_out 'double_binary_tree not weighed \(the group is inside one node' "no binary tree inside one switch"
+fi
+cat > rails64.yaml <<'T'
+topology:
+  kind: stacked
+  dims:
+    - {kind: switch, size: 8, bandwidth_gbps: 50, latency_ns: 5000}
+    - {kind: switch, size: 8, bandwidth_gbps: 450, latency_ns: 1000}
+T
+expect_exit 0 '^ +65536 +16384 double_binary_tree ' -- shardsim_mpi 1 --chips 64 bench all_reduce --topology rails64.yaml \
+  -b 64K -e 64K --choose-only
 
 e2e_case "sub-group verdicts and resource checks"
 if expect_exit 1 ' wrong: FAIL$' -- shardsim_mpi 8 validate --group div:4 -c all_reduce -d fp32 -o sum --counts 7 \

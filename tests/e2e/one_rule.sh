@@ -25,6 +25,16 @@ if expect_exit 2 'oom\.yaml: simulated out of memory: [0-9.e+-]+ GiB per chip \(
   shardsim_mpi 1 --chips 4 run oom.yaml --no-checkpoint; then
   assert_out 'does NOT fit' "run: the same rule and report line as train (one executor)"
 fi
+# Refused before writing anything: no checkpoint and no --json of a run (or training) that does not fit.
+if expect_exit 2 'oom\.yaml: simulated out of memory' -- shardsim_mpi 1 --chips 4 run oom.yaml --checkpoint oom_ck.h5 --json oom.json; then
+  [ ! -e oom_ck.h5 ] && [ ! -e oom.json ] && pass "run out of HBM: no checkpoint, no JSON written" \
+    || fail "run out of HBM wrote $(ls oom_ck.h5 oom.json 2>/dev/null)"
+fi
+if expect_exit 2 'tiny_hbm\.yaml.*simulated out of memory' -- \
+  shardsim_mpi 1 --chips 2 train tiny_hbm.yaml --plan dp=2 --ring 2 --steps 2 --checkpoint tiny_ck.h5 --save-every 1 --json tiny.json; then
+  [ ! -e tiny_ck.h5 ] && [ ! -e tiny.json ] && pass "train out of HBM: no checkpoint, no JSON written" \
+    || fail "train out of HBM wrote $(ls tiny_ck.h5 tiny.json 2>/dev/null)"
+fi
 
 e2e_case "two train --checkpoint on one file: the second is refused before any step"
 "$SHARDSIM" --chips 2 train "$LM" --plan dp=2 --ring 2 --steps 1000000 --checkpoint ck.h5 --save-every 1000000 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e: shape-only WORKLOADS (issue 17, models/runner.h). For every config in configs/workloads and configs/blocks
+# e2e: shape-only WORKLOADS (issue 17, the executor's forward mode). For every config in configs/workloads and configs/blocks
 # (shrunk with --set so each point takes well under a second), plus the plans no config covers (fused block, dp,
 # several layers), `run --shape-only` must give a --json report whose every simulated field (everything but wall
 # clock, validation, mode and checkpoint) is identical to the real-data run's, on 1 rank hosting all the chips.

@@ -26,7 +26,7 @@ std::string temp_path(const char* name) {
 }
 Tensor block(DType t, int64_t rows, int64_t cols, int64_t gcols, int64_t r0, int64_t c0, uint32_t id) {
   Tensor x(t, {rows, cols});
-  sharding::fill_uniform_block(x, sharding::InitSpec{77, id, -2, 2}, gcols, r0, c0);
+  models::fill_uniform_block(x, models::InitSpec{77, id, -2, 2}, gcols, r0, c0);
   return x;
 }
 }  // namespace

@@ -21,7 +21,7 @@ namespace {
 
 Tensor random(int64_t rows, int64_t cols, uint32_t id, int64_t global_cols = -1, int64_t row0 = 0, int64_t col0 = 0) {
   Tensor t(DType::fp32, {rows, cols});
-  sharding::fill_uniform_block(t, sharding::InitSpec{42, id, -1.0f, 1.0f}, global_cols < 0 ? cols : global_cols, row0, col0);
+  models::fill_uniform_block(t, models::InitSpec{42, id, -1.0f, 1.0f}, global_cols < 0 ? cols : global_cols, row0, col0);
   return t;
 }
 

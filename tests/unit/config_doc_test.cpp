@@ -38,7 +38,7 @@ TEST(ConfigDoc, EveryParserKeyHasARowUnderItsSection) {
   const std::string doc = read_doc();
   ASSERT_FALSE(doc.empty());
   int checked = 0;
-  for (const auto& s : shardsim::sharding::config_key_sections()) {
+  for (const auto& s : shardsim::experiments::config_key_sections()) {
     const std::string text = section_text(doc, s.section);
     ASSERT_FALSE(text.empty()) << "docs/CONFIG.md has no heading ### `" << s.section << "`";
     ASSERT_FALSE(s.keys.empty()) << s.section;

@@ -279,7 +279,7 @@ TEST(ByteSize, OneParserForFlagsAndSweeps) {
   EXPECT_THROW(parse_byte_size("nan"), std::invalid_argument);
   EXPECT_THROW(parse_byte_size("1e300"), std::invalid_argument);
   EXPECT_THROW(parse_byte_size(""), std::invalid_argument);
-  EXPECT_EQ(shardsim::sharding::parse_size("4KiB"), parse_byte_size("4K"));
+  EXPECT_EQ(shardsim::experiments::parse_size("4KiB"), parse_byte_size("4K"));
 }
 
 // The one topology loader (topology_yaml.h): a topology: section, a bare map and an ASTRA-sim file all load.

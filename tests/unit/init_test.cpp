@@ -9,20 +9,20 @@ using runtime::DType;
 using runtime::Tensor;
 
 TEST(Init, AnyBlockEqualsTheSameBlockOfTheWholeTensor) {
-  const sharding::InitSpec spec{12345, 3, -0.5f, 0.5f};
+  const models::InitSpec spec{12345, 3, -0.5f, 0.5f};
   Tensor full(DType::fp32, {9, 23});
-  sharding::fill_uniform_block(full, spec, 23, 0, 0);
+  models::fill_uniform_block(full, spec, 23, 0, 0);
   Tensor block(DType::fp32, {4, 7});
-  sharding::fill_uniform_block(block, spec, 23, 5, 11);
+  models::fill_uniform_block(block, spec, 23, 5, 11);
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(block.get(i * 7 + j), full.get((5 + i) * 23 + 11 + j));
 }
 
 TEST(Init, ValuesInRangeAndStreamsDiffer) {
   Tensor a(DType::fp32, {16, 16}), b(DType::fp32, {16, 16}), c(DType::fp32, {16, 16});
-  sharding::fill_uniform_block(a, {1, 1, -0.25f, 0.25f}, 16, 0, 0);
-  sharding::fill_uniform_block(b, {1, 2, -0.25f, 0.25f}, 16, 0, 0);  // other tensor id
-  sharding::fill_uniform_block(c, {2, 1, -0.25f, 0.25f}, 16, 0, 0);  // other seed
+  models::fill_uniform_block(a, {1, 1, -0.25f, 0.25f}, 16, 0, 0);
+  models::fill_uniform_block(b, {1, 2, -0.25f, 0.25f}, 16, 0, 0);  // other tensor id
+  models::fill_uniform_block(c, {2, 1, -0.25f, 0.25f}, 16, 0, 0);  // other seed
   int same_b = 0, same_c = 0;
   double mean = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {

