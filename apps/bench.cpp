@@ -21,7 +21,9 @@
 #include "collectives/registry.h"
 #include "verification/verify.h"
 #include "common/error.h"
+#include "common/number.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "runtime/chips.h"
 
 namespace shardsim::apps {
@@ -187,11 +189,10 @@ BenchPlan parse_bench(const runtime::World& world, const BenchFlags& f) {
   b.hi = parse_bytes(f.max_bytes, "-e/--maxbytes");
   if (b.lo > b.hi) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
   if (!f.step_bytes.empty()) b.step_bytes = parse_bytes(f.step_bytes, "-i/--stepbytes");
-  try {
-    b.factor = std::stod(f.step_factor);
-  } catch (const std::exception&) {
-    throw UsageError("-f/--stepfactor: '" + f.step_factor + "' is not a number");
-  }
+  const auto factor = decimal_double(f.step_factor);  // "2abc", "0x2" and "inf" were read (as 2, 2 and forever)
+  if (!factor || *factor > 1e6)
+    throw UsageError("-f/--stepfactor: '" + escape_control(f.step_factor) + "' is not a decimal number up to 1e6");
+  b.factor = *factor;
   if (b.step_bytes == 0 && !(b.factor > 1)) throw UsageError("-f/--stepfactor must be > 1");
   if (f.iters < 1 || f.warmup < 0) throw UsageError("-n must be >= 1 and -w >= 0");
   if (f.check != 0 && f.check != 1) throw UsageError("-c/--check: 0 or 1 (got " + std::to_string(f.check) + ")");

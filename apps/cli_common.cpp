@@ -4,6 +4,7 @@
 #include "runtime/host_memory.h"
 
 #include "common/byte_size.h"
+#include "common/number.h"
 
 #include <unistd.h>
 
@@ -48,15 +49,11 @@ void NetFlags::add_to(CLI::App* app) {
 void write_file(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
 
 std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) throw UsageError("'" + s + "': empty item in a comma-separated list");
-    out.push_back(item);
+  try {
+    return split_items(s);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
   }
-  if (!s.empty() && s.back() == ',') throw UsageError("'" + s + "': empty item in a comma-separated list");
-  return out;
 }
 
 size_t parse_bytes(const std::string& text, const std::string& flag) {
@@ -179,14 +176,9 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
       const std::string bad = flag + ": '" + text + "' is not a list of positive dimensions like 2x4";
       if (text.back() == 'x' || text.front() == 'x') throw UsageError(bad);
       while (std::getline(ss, item, 'x')) {
-        try {
-          size_t pos = 0;
-          const int d = std::stoi(item, &pos);
-          if (pos != item.size() || d < 1) throw std::invalid_argument("");
-          dims.push_back(d);
-        } catch (const std::exception&) {
-          throw UsageError(bad);
-        }
+        const auto d = decimal_int(item);
+        if (!d || *d < 1 || *d > (1 << 24)) throw UsageError(bad);
+        dims.push_back(static_cast<int>(*d));
       }
       return dims;
     };
@@ -221,14 +213,9 @@ std::unique_ptr<Net> build_net(const NetFlags& f, const runtime::World& world) {
   // Validate the group flag before any communication.
   int color_mod = 0, color_div = 0, dim = -1;
   auto number_after = [&](const std::string& prefix) {
-    try {
-      size_t pos = 0;
-      const int v = std::stoi(f.group.substr(prefix.size()), &pos);
-      if (pos != f.group.size() - prefix.size()) throw std::invalid_argument("");
-      return v;
-    } catch (const std::exception&) {
-      throw UsageError("--group: '" + f.group + "' (expected world, dim:D, mod:K or div:K)");
-    }
+    const auto v = decimal_int(f.group.substr(prefix.size()));
+    if (!v || *v < 0 || *v > (1 << 24)) throw UsageError("--group: '" + f.group + "' (expected world, dim:D, mod:K or div:K)");
+    return static_cast<int>(*v);
   };
   if (f.group.rfind("dim:", 0) == 0) {
     dim = number_after("dim:");
@@ -282,9 +269,8 @@ namespace {
 CLI::Validator finite_in(double lo, double hi, const std::string& range) {
   return CLI::Validator(
       [lo, hi, range](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end || !(v >= lo && v <= hi)) return "must be " + range + " (got '" + escape_control(text) + "')";
+        const auto v = decimal_double(text);
+        if (!v || !(*v >= lo && *v <= hi)) return "must be " + range + " (got '" + escape_control(text) + "')";
         return "";
       },
       range);
@@ -297,15 +283,9 @@ CLI::Validator number_at_least(double lo, bool strict, bool whole) {
                            (lo == 0 ? "0" : std::to_string(static_cast<long long>(lo)));
   return CLI::Validator(
       [=](std::string& s) -> std::string {
-        double v = 0;
-        size_t used = 0;
-        try {
-          v = std::stod(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        const bool ok = used > 0 && used == s.size() && std::isfinite(v) && (strict ? v > lo : v >= lo) &&
-                        (!whole || v == std::floor(v));
+        const auto d = decimal_double(s);
+        const double v = d.value_or(0);
+        const bool ok = d && (strict ? v > lo : v >= lo) && (!whole || v == std::floor(v));
         return ok ? std::string() : "must be " + want + " (got '" + escape_control(s) + "')";
       },
       whole ? "INT" : "NUMBER");
@@ -315,11 +295,7 @@ CLI::Validator number_at_least(double lo, bool strict, bool whole) {
 CLI::Validator decimal_integer() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const size_t from = !text.empty() && text[0] == '+' ? 1 : 0;
-        const std::string digits = text.substr(from);
-        const bool ok = !digits.empty() && digits.size() <= 19 &&
-                        digits.find_first_not_of("0123456789") == std::string::npos &&
-                        (digits.size() < 19 || digits <= "9223372036854775807");
+        const bool ok = (text.empty() || text[0] != '-') && decimal_int(text);
         return ok ? std::string() : "'" + escape_control(text) + "' is not a decimal integer within int64";
       },
       "INT");

@@ -7,6 +7,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "apps/commands.h"
 #include "apps/profile.h"
 #include "common/error.h"
+#include "common/number.h"
 #include "common/text.h"
 #include "kernels/gemm.h"
 #include "runtime/chips.h"
@@ -103,17 +105,18 @@ extern "C" void on_terminating_signal(int sig) {
   ::_exit(128 + sig);
 }
 
-// A path flag given as '' (`--json ''`) was ignored, and `--checkpoint ''` fell back to the config's path: every
-// command's file and folder flags must name something.
-void refuse_empty_paths(const CLI::App& app) {
+// A flag given as '' (`--json ''`, `--trace-window ''`) was ignored as if absent, and `--checkpoint ''` fell back to
+// the config's path: every flag given must have a value (issue 46, kinds 7 and 8). Positionals (a config path) too.
+void refuse_empty_values(const CLI::App& app) {
   static const std::set<std::string> kPathFlags = {"--json", "--trace", "--plots", "--checkpoint", "--resume",
-                                                   "--csv", "--out", "--output"};
+                                                   "--csv", "--out", "--output", "--requests"};
   for (const CLI::App* sub : app.get_subcommands()) {
     for (const CLI::Option* o : sub->get_options())
-      if (o->count() > 0 && kPathFlags.count(o->get_name()) > 0)
+      if (o->count() > 0 && o->get_expected_min() > 0)
         for (const std::string& r : o->results())
-          if (r.empty()) throw CLI::ValidationError(o->get_name(), "an empty path");
-    refuse_empty_paths(*sub);
+          if (r.empty())
+            throw CLI::ValidationError(o->get_name(), kPathFlags.count(o->get_name()) ? "an empty path" : "an empty value");
+    refuse_empty_values(*sub);
   }
 }
 
@@ -171,10 +174,8 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
   long per_rank = 0, total = 0;
   std::string bad;
   auto number = [&](const std::string& flag, const std::string& v, long& out) {
-    char* end = nullptr;
-    errno = 0;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || errno || n < 1 || n > max_per_rank * static_cast<long>(flag == "--chips" ? ranks : 1))
+    const long n = static_cast<long>(std::clamp<int64_t>(shardsim::decimal_int(v).value_or(0), 0, INT32_MAX));
+    if (n < 1 || n > max_per_rank * static_cast<long>(flag == "--chips" ? ranks : 1))
       bad = flag + ": '" + v + "' is not a positive chip count of at most " + std::to_string(kMaxChipsPerRank) +
             " per rank (" + std::to_string(kMaxChipsPerRank * static_cast<long>(ranks)) + " in all with " +
             std::to_string(ranks) + " rank(s); the limit keeps a run's host memory and time bounded)";
@@ -425,7 +426,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   for (auto& a : args) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
-    refuse_empty_paths(app);
+    refuse_empty_values(app);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same command line; rank 0 speaks for all of them.
     // The outcome is decided here: a SIGTERM from mpirun (another rank already exited) must not add a line.

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/number.h"
 #include "common/output_file.h"
 #include "common/text.h"
 #include "sharding/engine_config.h"
@@ -34,39 +35,41 @@ std::string num(double v) {
 double parse_value(const std::string& change, const std::string& v, bool& factor) {
   factor = !v.empty() && (v.back() == 'x' || v.back() == 'X');
   const std::string n = factor ? v.substr(0, v.size() - 1) : v;
-  char* end = nullptr;
-  // Decimal only: strtod alone would also take hex ('0x10x' read as 16x), leading blanks and 'inf'.
-  const bool decimal = !n.empty() && n.find_first_not_of("0123456789.eE+-") == std::string::npos;
-  const double d = decimal ? std::strtod(n.c_str(), &end) : NAN;
-  if (!decimal || *end || !std::isfinite(d) || !(d > 0))
+  // Decimal only (common/number.h): strtod alone would also take hex ('0x10x' read as 16x), leading blanks and 'inf'.
+  const double d = decimal_double(n).value_or(NAN);
+  if (!(d > 0))
     throw UsageError("--what-if " + change + ": '" + v + "' is not a positive factor (2x, 0.5x) or value");
   return d;
 }
 
+// What a --what-if factor multiplies: DEV's current value of the numeric device key KEY (a peak as set, 0 when
+// unset); NaN for a key without a number (launch_mode, kernel_fusion, preset, ...).
+double device_value(const sim::DeviceSpec& dev, const std::string& key) {
+  for (auto prec : sim::kAllPrecisions)
+    if (key == "peak_tflops_" + sim::precision_name(prec)) return dev.explicit_peak_tflops(prec);
+  const sim::KernelParams& k = dev.kernel;
+  const std::map<std::string, double> v = {
+      {"hbm_gbps", dev.hbm_gbps}, {"hbm_gib", dev.hbm_gib}, {"hbm_reserve_gib", dev.hbm_reserve_gib},
+      {"launch_overhead_ns", dev.launch_overhead_ns}, {"host_launch_ns", dev.host_launch_ns},
+      {"compute_units", k.compute_units}, {"gemm_tile_m", k.gemm_tile_m}, {"gemm_tile_n", k.gemm_tile_n},
+      {"gemm_tile_k", k.gemm_tile_k}, {"attention_tile_q", k.attention_tile_q},
+      {"matmul_min_columns", k.matmul_min_columns}, {"gemm_efficiency", k.gemm_efficiency},
+      {"attention_forward_efficiency", k.attention_forward_efficiency},
+      {"attention_backward_efficiency", k.attention_backward_efficiency}, {"hbm_efficiency", k.hbm_efficiency},
+      {"scalar_engine_gelems", k.scalar_engine_gelems}, {"vector_engine_gelems", k.vector_engine_gelems}};
+  const auto it = v.find(key);
+  return it == v.end() ? NAN : it->second;
+}
+
 double apply(double old, double v, bool factor) { return factor ? old * v : v; }
 
-// Items of SPEC split at commas outside brackets (a --set value may be a YAML list).
-std::vector<std::string> split_items(const std::string& spec) {
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char c : spec) {
-    if (c == '[' || c == '{') ++depth;
-    if (c == ']' || c == '}') --depth;
-    if (c == ',' && depth == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
+// The changes of SPEC (common/text.h split_items: commas inside a --set value's [] stay; empty or repeated refused).
+std::vector<std::string> what_if_items(const std::string& spec) {
+  try {
+    return split_items(spec);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--what-if: " + std::string(e.what()) + " (expected KEY=VALUE,KEY=VALUE,...)");
   }
-  out.push_back(cur);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i].empty()) throw UsageError("--what-if '" + spec + "': empty change (expected KEY=VALUE,KEY=VALUE,...)");
-    for (size_t j = 0; j < i; ++j)
-      if (out[j] == out[i]) throw UsageError("--what-if " + out[i] + ": listed twice");
-  }
-  return out;
 }
 
 const std::map<std::string, std::string> kDeviceAlias = {{"hbm_bw", "hbm_gbps"}, {"launch", "launch_overhead_ns"},
@@ -225,7 +228,7 @@ std::string path_set(const std::string& change, const ConfigNode& root, const st
 std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& root) {
   std::vector<WhatIfPlan> plans;
   const sim::DeviceSpec dev = sharding::load_workload_device(root);
-  for (const auto& item : split_items(spec)) {
+  for (const auto& item : what_if_items(spec)) {
     WhatIfPlan p;
     p.change = item;
     std::map<std::string, double> device;  // device key -> new value
@@ -255,12 +258,11 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
               device["peak_tflops_" + sim::precision_name(prec)] = apply(old, v, factor);
           continue;
         }
-        const double old = key == "hbm_gbps" ? dev.hbm_gbps : key == "hbm_gib" ? dev.hbm_gib
-                         : key == "launch_overhead_ns" ? dev.launch_overhead_ns : 0;
-        double cur = old;
-        if (key.rfind("peak_tflops_", 0) == 0)
-          for (auto prec : sim::kAllPrecisions)
-            if (key == "peak_tflops_" + sim::precision_name(prec)) cur = dev.explicit_peak_tflops(prec);
+        const double cur = device_value(dev, key);
+        if (factor && !(cur > 0))  // a factor of an unset figure changed nothing (host_launch_ns=1e300x passed)
+          throw UsageError("--what-if " + part + ": device." + key + " is " +
+                           (std::isnan(cur) ? std::string("not a number") : "0 (unset) on this device") +
+                           ", so a factor changes nothing; give a value (" + key + "=...)");
         device[key] = apply(cur, v, factor);
         continue;
       }

@@ -27,6 +27,7 @@
 #include "apps/train_setup.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "common/text.h"
 #include "models/lm_tp.h"
 #include "models/lm_tp_decode.h"
 #include "models/profile.h"
@@ -38,6 +39,7 @@
 #include "serving/requests.h"
 #include "serving/scheduler.h"
 #include "sharding/device_mesh.h"
+#include "topology/topology.h"
 
 namespace shardsim::apps {
 
@@ -86,14 +88,19 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
     d.lo = n.get_int_in("min", 1, serving::kMaxTokens);
     d.hi = n.get_int_in("max", d.lo, serving::kMaxTokens);
     if (d.kind == "normal") {
-      d.mean = n.get_positive_double("mean");
-      d.std = n.get_nonnegative_double("std", 0);
+      d.mean = n.get_double_in("mean", 1, double(serving::kMaxTokens));
+      d.std = n.get_double_in("std", 0, double(serving::kMaxTokens), 0);
     }
   } else {
     n.child("kind").fail(n.path() + ".kind: '" + d.kind + "' (fixed | uniform | normal)");
   }
   return d;
 }
+
+// Bounds of the serve section's figures (docs/SERVING.md; issue 46, kind 3: every figure bounded).
+constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out blocks: 1 PiB (an assumption)
+constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
+constexpr double kMinRate = 1e-6, kMaxRate = 1e9;  // requests per second of a generated trace
 
 ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp, int ep) {
   ServeSetup s;
@@ -115,8 +122,9 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (pre != "recompute" && pre != "swap")
     v.child("preemption").fail("serve.preemption: '" + pre + "' (recompute | swap)");
   s.sched.swap = pre == "swap";
-  s.swap_space_gib = v.get_nonnegative_double("swap_space_gib", 4);
-  if (v.has("host_link_gbps")) s.host_link_gbps = v.get_positive_double("host_link_gbps");
+  s.swap_space_gib = v.get_double_in("swap_space_gib", 0, kMaxSwapGib, s.swap_space_gib);
+  s.host_link_gbps = v.get_double_in("host_link_gbps", topology::kMinBandwidthGbps, topology::kMaxBandwidthGbps,
+                                     s.host_link_gbps);
   const std::string lb = v.get_string("load_balance", "round_robin");
   if (lb != "round_robin" && lb != "least_tokens")
     v.child("load_balance").fail("serve.load_balance: '" + lb + "' (round_robin | least_tokens)");
@@ -136,34 +144,40 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
     slo.expect_keys(serving::kServeSloKeys);
-    s.slo.ttft_s = slo.get_nonnegative_double("ttft_ms", 0) * 1e-3;
-    s.slo.tpot_s = slo.get_nonnegative_double("tpot_ms", 0) * 1e-3;
+    s.slo.ttft_s = slo.get_double_in("ttft_ms", 0, kMaxSloMs, 0) * 1e-3;
+    s.slo.tpot_s = slo.get_double_in("tpot_ms", 0, kMaxSloMs, 0) * 1e-3;
   }
-  std::string file = f.requests;
+  // serve.trace is checked whether or not --requests replaces it (one rule for every key a flag replaces: a config
+  // is valid on its own; a bad key is exit 2 naming it, never silently ignored).
   std::optional<ConfigNode> t = v.maybe_child("trace");
-  if (file.empty() && t && t->has("file")) {
+  if (!t && f.requests.empty())
+    v.fail("serve.trace: missing (a file: or generated arrivals: arrival, rate, count, seed, prompt, output)");
+  std::string file;
+  serving::TraceSpec g;
+  if (t && t->has("file")) {
     t->expect_keys(serving::kServeTraceFileKeys);
     file = t->get_string("file");
-    if (!file.empty() && file[0] != '/')
-      file = (std::filesystem::path(root.file()).parent_path() / file).string();
+    if (file.empty()) t->child("file").fail("serve.trace.file: empty (a CSV or JSONL request trace)");
+    if (file[0] != '/') file = (std::filesystem::path(root.file()).parent_path() / file).string();
+  } else if (t) {
+    t->expect_keys(serving::kServeTraceKeys);
+    g.arrival = t->get_string("arrival", "poisson");
+    if (g.arrival != "poisson" && g.arrival != "fixed" && g.arrival != "at_once")
+      t->child("arrival").fail("serve.trace.arrival: '" + g.arrival + "' (poisson | fixed | at_once)");
+    if (g.arrival != "at_once" || t->has("rate")) g.rate = t->get_double_in("rate", kMinRate, kMaxRate);
+    g.count = t->get_int_in("count", 1, serving::kMaxRequests);
+    g.seed = uint64_t(t->get_int_in("seed", 0, INT64_MAX, 1));
+    g.prompt = length_dist(*t, "prompt");
+    g.output = length_dist(*t, "output");
   }
+  const std::string replaced = t ? " (replacing the config's serve.trace)" : "";
+  if (!f.requests.empty()) file = f.requests;
   if (!file.empty()) {
     s.requests = serving::load_trace(file);
-    s.trace_text = "file " + file;
+    s.trace_text = "file " + file + (f.requests.empty() ? "" : replaced);
     serving::check_trace(s.requests, max_context, file);
     return s;
   }
-  if (!t) v.fail("serve.trace: missing (a file: or generated arrivals: arrival, rate, count, seed, prompt, output)");
-  t->expect_keys(serving::kServeTraceKeys);
-  serving::TraceSpec g;
-  g.arrival = t->get_string("arrival", "poisson");
-  if (g.arrival != "poisson" && g.arrival != "fixed" && g.arrival != "at_once")
-    t->child("arrival").fail("serve.trace.arrival: '" + g.arrival + "' (poisson | fixed | at_once)");
-  if (g.arrival != "at_once" || t->has("rate")) g.rate = t->get_positive_double("rate");
-  g.count = t->get_int_in("count", 1, serving::kMaxRequests);
-  g.seed = uint64_t(t->get_int_in("seed", 0, INT64_MAX, 1));
-  g.prompt = length_dist(*t, "prompt");
-  g.output = length_dist(*t, "output");
   s.requests = serving::generate_trace(g);
   char b[256];
   if (g.arrival == "at_once")
@@ -253,9 +267,9 @@ struct Server {
   const std::string& config_name;
   int dp = 1, replica = 0;
   bool lead = true;  // the replica's first chip: its results go into the report
-  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo;
+  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo{};
   int64_t simulated = 0;
-  std::vector<serving::BatchEntry> longest;  // the batch of this replica's longest iteration (--profile)
+  std::vector<serving::BatchEntry> longest{};  // the batch of this replica's longest iteration (--profile)
   double longest_s = 0;
 
   // A batch alone through this replica's chips (memoised by its exact shape).
@@ -671,7 +685,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   out += b;
   if (prof) out += "profile of " + prof_what + "\n" + models::profile_text(*prof);
   if (!what_if.empty()) out += what_if_table(m, wi);
-  std::fputs(out.c_str(), stdout);
+  std::fputs(escape_lines(out).c_str(), stdout);  // paths and names in it are untrusted text
   if (!sf.json_path.empty()) {
     nlohmann::json j = {{"config", s.config_name},
                         {"device", s.device.name},

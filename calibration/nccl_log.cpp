@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/number.h"
 #include "common/input_file.h"
 
 namespace shardsim::calibration {
@@ -40,10 +41,9 @@ std::vector<std::string> tokens(const std::string& s) {
 }
 
 bool parse_number(const std::string& s, double& v) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(v);
+  const auto d = decimal_double(s);  // decimal only (common/number.h): strtod took '0x10' and ' 5'
+  v = d.value_or(0);
+  return d.has_value();
 }
 
 // nccl-tests program name -> our collective name.

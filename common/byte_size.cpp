@@ -1,32 +1,33 @@
 #include "common/byte_size.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "common/config.h"
+#include "common/number.h"
+#include "common/text.h"
 
 namespace shardsim {
 
 size_t parse_byte_size(const std::string& text, size_t min_bytes) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("'" + text + "' is not a size (e.g. 1024, 8K, 4MiB, 1G)");
-  }
+  // The number is decimal (common/number.h: stod also read '0x10K' as 16 KiB and ' 8K', 'infK'); the suffix follows.
+  const size_t pos = std::min(text.find_first_not_of("0123456789+-.eE"), text.size());
+  const auto number = decimal_double(std::string_view(text).substr(0, pos));
+  if (!number) throw std::invalid_argument("'" + escape_control(text) + "' is not a size (e.g. 1024, 8K, 4MiB, 1G)");
+  const double v = *number;
   const std::string suffix = text.substr(pos);
   double mult = 1;
   if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
   else if (!suffix.empty() && suffix != "B")
-    throw std::invalid_argument("'" + text + "' has an unknown size suffix '" + suffix + "' (use K, M, G or B)");
+    throw std::invalid_argument("'" + escape_control(text) + "' has an unknown size suffix '" + escape_control(suffix) + "' (use K, M, G or B)");
   const double bytes = v * mult;
   if (!std::isfinite(bytes) || bytes < 0 || bytes > 1e15 || bytes != std::floor(bytes))
-    throw std::invalid_argument("'" + text + "' must be a whole number of bytes from 0 to 1e15");
+    throw std::invalid_argument("'" + escape_control(text) + "' must be a whole number of bytes from 0 to 1e15");
   if (bytes < static_cast<double>(min_bytes))
-    throw std::invalid_argument("'" + text + "' must be at least " + std::to_string(min_bytes) + " B");
+    throw std::invalid_argument("'" + escape_control(text) + "' must be at least " + std::to_string(min_bytes) + " B");
   return static_cast<size_t>(bytes);
 }
 

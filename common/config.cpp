@@ -294,7 +294,17 @@ void ConfigNode::fail_at(std::string_view dotted_key, const std::string& message
 }
 
 bool ConfigNode::has(std::string_view key) const {
-  return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
+  if (!node_.IsMap()) return false;
+  const YAML::Node n = node_[std::string(key)];
+  // A key written without a value (`key:`, `key: ~`, `key: null`, `--set key=`) used to read as absent, so the
+  // default ran silently: one rule for every key, it is an error (issue 46, kind 8).
+  if (n.IsDefined() && n.IsNull()) {
+    YAML::Node at = n;  // an empty value's mark is where the next token starts: name the key's line instead
+    for (const auto& kv : node_)
+      if (kv.first.IsScalar() && kv.first.Scalar() == key) at = kv.first;
+    sub(at, key_path(key)).fail(key_path(key) + ": no value (give one, or leave the key out for its default)");
+  }
+  return n.IsDefined();
 }
 
 YAML::Node ConfigNode::raw(std::string_view key) const {
@@ -340,6 +350,13 @@ std::optional<ConfigNode> ConfigNode::maybe_child(std::string_view key) const {
 }
 
 namespace {
+// A bound as a message shows it: "0.001", "1e+12".
+std::string number_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
 template <typename T>
 T convert(const YAML::Node& n, const std::string& where, const std::string& path, const char* what) {
   try {
@@ -408,15 +425,31 @@ std::vector<int64_t> ConfigNode::get_int_list_in(std::string_view key, int64_t l
   return out;
 }
 
+double ConfigNode::get_double_in(std::string_view key, double lo, double hi) const {
+  const double v = get_double(key);
+  if (!(v >= lo && v <= hi))
+    child(key).fail(key_path(key) + ": must be between " + number_text(lo) + " and " + number_text(hi) + " (got " +
+                    child(key).node_.Scalar() + ")");
+  return v;
+}
+double ConfigNode::get_double_in(std::string_view key, double lo, double hi, double fallback) const {
+  return has(key) ? get_double_in(key, lo, hi) : fallback;
+}
 double ConfigNode::get_positive_double(std::string_view key) const {
   double v = get_double(key);
   if (!(v > 0)) child(key).fail(key_path(key) + ": must be > 0 (got " + child(key).node_.Scalar() + ")");
+  if (v > kMaxFigure)
+    child(key).fail(key_path(key) + ": must be at most " + number_text(kMaxFigure) + " (got " +
+                    child(key).node_.Scalar() + ")");
   return v;
 }
 double ConfigNode::get_nonnegative_double(std::string_view key, double fallback) const {
   if (!has(key)) return fallback;
   double v = get_double(key);
   if (v < 0) child(key).fail(key_path(key) + ": must be >= 0 (got " + child(key).node_.Scalar() + ")");
+  if (v > kMaxFigure)
+    child(key).fail(key_path(key) + ": must be at most " + number_text(kMaxFigure) + " (got " +
+                    child(key).node_.Scalar() + ")");
   return v;
 }
 int64_t ConfigNode::get_positive_int(std::string_view key) const {

@@ -48,6 +48,8 @@ class ConfigNode {
   const std::string& text() const { return *text_; }
 
   bool is_map() const { return node_.IsMap(); }
+  // KEY is present with a value. A key present without one (`key:`, `key: ~`, `key: null`, `--set key=`) is a
+  // ConfigError naming FILE:LINE and the key: it never reads as absent (its default) silently.
   bool has(std::string_view key) const;
   // Throws if this node is not a map or holds a key outside ALLOWED.
   void expect_keys(std::initializer_list<std::string_view> allowed) const;
@@ -75,7 +77,14 @@ class ConfigNode {
 
   // get_double and the validators below reject NaN and infinities (.nan, .inf, -.inf in YAML) with
   // "FILE:LINE: path.key: must be a finite number (got .nan)".
-  // Validators: throw "FILE:LINE: path.key: must be > 0 (got X)" / ">= 0".
+  // A figure in [LO, HI] (its documented physical range, docs/CONFIG.md "Bounds"): "FILE:LINE: path.key: must be
+  // between LO and HI (got X)" otherwise. Every figure a config gives is bounded above (issue 46, kind 3).
+  double get_double_in(std::string_view key, double lo, double hi) const;
+  double get_double_in(std::string_view key, double lo, double hi, double fallback) const;
+  // Validators: throw "FILE:LINE: path.key: must be > 0 (got X)" / ">= 0", and, for a key without a range of its
+  // own, "must be at most 1e+12" (kMaxFigure: no unit a config uses needs more; keys with a physical range use
+  // get_double_in).
+  static constexpr double kMaxFigure = 1e12;
   double get_positive_double(std::string_view key) const;
   double get_nonnegative_double(std::string_view key, double fallback) const;
   int64_t get_positive_int(std::string_view key) const;

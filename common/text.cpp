@@ -1,6 +1,7 @@
 #include "common/text.h"
 
 #include <cstdio>
+#include <stdexcept>
 
 namespace shardsim {
 
@@ -68,6 +69,33 @@ std::string escape_lines(std::string_view s) {
     if (nl == std::string_view::npos) break;
     out += '\n';
     i = nl + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> split_items(std::string_view text) {
+  if (text.empty()) throw std::invalid_argument("an empty list");
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (const char c : text) {
+    if (c == '[' || c == '{') ++depth;
+    if ((c == ']' || c == '}') && depth > 0) --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(std::move(cur));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].empty())
+      throw std::invalid_argument("'" + escape_control(text) + "': an empty item (" +
+                                  (i == 0 ? "a leading comma" : i + 1 == out.size() ? "a trailing comma" : "two commas") +
+                                  ")");
+    for (size_t j = 0; j < i; ++j)
+      if (out[j] == out[i]) throw std::invalid_argument("'" + escape_control(out[i]) + "' given twice");
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardsim {
 
@@ -18,5 +19,11 @@ std::string escape_control(std::string_view s);
 // terminal control reaches the screen. A value that may hold a newline itself (a path, a checkpoint attribute)
 // is escaped with escape_control before it goes into the text, so it cannot forge a line of its own.
 std::string escape_lines(std::string_view s);
+
+// The items of a comma-separated list given on a command line (--plan, --what-if, --counts, ...), split at commas
+// outside [] and {} (an item may be a YAML list or map: pp_layers=[3,1]). Every item must be there and distinct:
+// an empty list, an empty item ("a,,b", "a,", ",a") or an item given twice ("0,0") throws std::invalid_argument
+// saying which (escaped); the caller names its flag.
+std::vector<std::string> split_items(std::string_view text);
 
 }  // namespace shardsim

@@ -22,6 +22,7 @@
 #include "collectives/registry.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/number.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
 #include "runtime/dtype.h"
@@ -283,14 +284,8 @@ std::string plan_value(const ConfigNode& plan, const std::string& k, const YAML:
 // An axis size of a plan entry: a positive integer or `chips` (the point's chip count); dp also `fill`.
 int plan_size(const ConfigNode& plan, const std::string& k, const YAML::Node& value, const std::string& v, int chips) {
   if (v == "chips") return chips;
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || n < 1 || n > sharding::SpecBounds::axis)
+  const int n = static_cast<int>(std::clamp<int64_t>(decimal_int(v).value_or(0), 0, INT32_MAX));  // common/number.h
+  if (n < 1 || n > sharding::SpecBounds::axis)
     ConfigNode(value, plan.file(), plan.path()).fail(plan.path() + "." + k + ": a size from 1 to " +
                                                      std::to_string(sharding::SpecBounds::axis) + " or `chips`" +
                                                      (k == "dp" ? " or `fill`" : "") + " (got '" + v + "')");

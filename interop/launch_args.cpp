@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/number.h"
 #include "common/text.h"
 #include "interop/imported.h"
 
@@ -243,10 +244,9 @@ std::optional<std::string> LaunchArgs::text(const std::string& f) {
 std::optional<int64_t> LaunchArgs::integer(const std::string& f, int64_t lo, int64_t hi) {
   const auto t = text(f);
   if (!t) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(t->c_str(), &end, 10);
-  if (t->empty() || *end || errno == ERANGE)
+  const auto parsed = decimal_int(*t);  // decimal only (common/number.h)
+  const int64_t v = parsed.value_or(0);
+  if (!parsed)
     fail(f, "'" + escape_control(*t) + "' is not an integer" +
                 (t->find('$') != std::string::npos ? " (a shell variable the script does not set?)" : ""));
   if (v < lo || v > hi)
@@ -257,9 +257,9 @@ std::optional<int64_t> LaunchArgs::integer(const std::string& f, int64_t lo, int
 std::optional<double> LaunchArgs::real(const std::string& f, double lo, double hi) {
   const auto t = text(f);
   if (!t) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(t->c_str(), &end);
-  if (t->empty() || *end || !std::isfinite(v))
+  const auto parsed = decimal_double(*t);  // decimal only (common/number.h): strtod took '0x10'
+  const double v = parsed.value_or(0);
+  if (!parsed)
     fail(f, "'" + escape_control(*t) + "' is not a number" +
                 (t->find('$') != std::string::npos ? " (a shell variable the script does not set?)" : ""));
   if (v < lo || v > hi)

@@ -33,8 +33,8 @@ KernelCost gemm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Ten
   // Shape for the kernel model: both GEMMs, or the one that runs (dX = dY·W^T [M, K]; dW = X^T·dY [K, N]).
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
   KernelCost cost{"gemm_backward", 0, 0, x.dtype(), sim::KernelShape{sim::KernelClass::gemm_backward, M, N, K, 1}};
-  if (!dx && dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, K, N, M, 1};
-  if (dx && !dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, M, K, N, 1};
+  if (!dx && dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, K, N, M, 1, nullptr};
+  if (dx && !dw) cost.shape = sim::KernelShape{sim::KernelClass::gemm, M, K, N, 1, nullptr};
   // Shape-only: dX and dW become shape-only here, so the two gemm() calls below only charge their cost.
   cost_only({&x, &w, &dy}, {dx, dw});
   if (dx) {
@@ -64,7 +64,7 @@ KernelCost swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& d
   check_like(gate, dgate, "swiglu_backward", "gate", "dGate");
   check_like(gate, dup, "swiglu_backward", "gate", "dUp");
   const double n = static_cast<double>(gate.numel());
-  const KernelCost cost{"swiglu_backward", 10.0 * n, 5.0 * n * esize(gate), gate.dtype()};
+  const KernelCost cost{"swiglu_backward", 10.0 * n, 5.0 * n * esize(gate), gate.dtype(), {}};
   if (cost_only({&gate, &up, &dout}, {&dgate, &dup})) return cost;
   for (int64_t i = 0; i < gate.numel(); ++i) {
     const float g = gate.get(i), u = up.get(i), d = dout.get(i);
@@ -85,7 +85,7 @@ KernelCost rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
                                 " (want x, dy, dx [T, h] and w, dw [h])");
   const int64_t T = x.dim(0), h = x.dim(1);
   const double n = static_cast<double>(T * h);
-  const KernelCost cost{"rmsnorm_backward", 12.0 * n, (3.0 * n + 2.0 * double(h)) * esize(x), x.dtype()};
+  const KernelCost cost{"rmsnorm_backward", 12.0 * n, (3.0 * n + 2.0 * double(h)) * esize(x), x.dtype(), {}};
   if (cost_only({&x, &w, &dy}, {&dx, dw})) return cost;
   const auto wf = w.to_float();
   std::vector<double> dw_acc(static_cast<size_t>(h), 0.0);
@@ -122,7 +122,7 @@ KernelCost layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& dy
                                 " (want x, dy, dx [T, h] and w, dw, db [h])");
   const int64_t T = x.dim(0), h = x.dim(1);
   const double n = static_cast<double>(T * h);
-  const KernelCost cost{"layernorm_backward", 14.0 * n, (3.0 * n + 3.0 * double(h)) * esize(x), x.dtype()};
+  const KernelCost cost{"layernorm_backward", 14.0 * n, (3.0 * n + 3.0 * double(h)) * esize(x), x.dtype(), {}};
   if (cost_only({&x, &w, &dy}, {&dx, dw, db})) return cost;
   const auto wf = w.to_float();
   std::vector<double> dw_acc(static_cast<size_t>(h), 0.0), db_acc(static_cast<size_t>(h), 0.0);
@@ -163,7 +163,7 @@ KernelCost gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_like(x, dy, "gelu_backward", "x", "dy");
   check_like(x, dx, "gelu_backward", "x", "dx");
   const double n = static_cast<double>(x.numel());
-  const KernelCost cost{"gelu_backward", 10.0 * n, 3.0 * n * esize(x), x.dtype()};
+  const KernelCost cost{"gelu_backward", 10.0 * n, 3.0 * n * esize(x), x.dtype(), {}};
   if (cost_only({&x, &dy}, {&dx})) return cost;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const float v = x.get(i);
@@ -189,7 +189,7 @@ KernelCost rope_backward_inplace(Tensor& dx, const std::vector<int64_t>& positio
 KernelCost add_backward(const Tensor& dy, Tensor& da, Tensor& db) {
   check_like(dy, da, "add_backward", "dy", "da");
   check_like(dy, db, "add_backward", "dy", "db");
-  const KernelCost cost{"add_backward", 0.0, 3.0 * double(dy.numel()) * esize(dy), dy.dtype()};
+  const KernelCost cost{"add_backward", 0.0, 3.0 * double(dy.numel()) * esize(dy), dy.dtype(), {}};
   if (cost_only({&dy}, {&da, &db})) return cost;
   std::memcpy(da.data(), dy.data(), dy.nbytes());
   std::memcpy(db.data(), dy.data(), dy.nbytes());

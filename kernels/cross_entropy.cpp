@@ -49,7 +49,7 @@ KernelCost ce_shard_max(const Tensor& z, Tensor& m_local) {
   check_logits(z, "ce_shard_max");
   const int64_t T = z.dim(0), vs = z.dim(1);
   check_stat(m_local, T, "ce_shard_max", "m_local");
-  const KernelCost cost{"ce_max", double(T * vs), double(T * vs) * esize(z) + 4.0 * double(T), z.dtype()};
+  const KernelCost cost{"ce_max", double(T * vs), double(T * vs) * esize(z) + 4.0 * double(T), z.dtype(), {}};
   if (cost_only({&z}, {&m_local})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     float m = -std::numeric_limits<float>::infinity();
@@ -74,7 +74,7 @@ KernelCost ce_shard_stats(const Tensor& z, const Tensor& m, const std::vector<in
   check_stat(sumexp_local, T, "ce_shard_stats", "sumexp_local");
   check_stat(target_local, T, "ce_shard_stats", "target_local");
   check_targets(targets, T, v0, vs, vocab, "ce_shard_stats");
-  const KernelCost cost{"ce_stats", 3.0 * double(T * vs), double(T * vs) * esize(z) + 12.0 * double(T), z.dtype()};
+  const KernelCost cost{"ce_stats", 3.0 * double(T * vs), double(T * vs) * esize(z) + 12.0 * double(T), z.dtype(), {}};
   if (cost_only({&z, &m}, {&sumexp_local, &target_local})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     const float mt = m.f32()[t];
@@ -95,7 +95,7 @@ KernelCost ce_loss(const Tensor& m, const Tensor& sumexp, const Tensor& target, 
   check_stat(sumexp, T, "ce_loss", "sumexp");
   check_stat(target, T, "ce_loss", "target");
   check_stat(loss, T, "ce_loss", "loss");
-  const KernelCost cost{"ce_loss", 3.0 * double(T), 16.0 * double(T), DType::fp32};
+  const KernelCost cost{"ce_loss", 3.0 * double(T), 16.0 * double(T), DType::fp32, {}};
   if (cost_only({&m, &sumexp, &target}, {&loss})) return cost;
   for (int64_t t = 0; t < T; ++t)
     loss.f32()[t] = static_cast<float>(double(m.f32()[t]) + std::log(double(sumexp.f32()[t])) - double(target.f32()[t]));
@@ -113,7 +113,7 @@ KernelCost ce_backward(const Tensor& z, const Tensor& m, const Tensor& sumexp, c
   check_stat(sumexp, T, "ce_backward", "sumexp");
   check_targets(targets, T, v0, vs, vocab, "ce_backward");
   const KernelCost cost{"ce_backward", 4.0 * double(T * vs), 2.0 * double(T * vs) * esize(z) + 8.0 * double(T),
-                        z.dtype()};
+                        z.dtype(), {}};
   if (cost_only({&z, &m, &sumexp}, {&dz})) return cost;
   for (int64_t t = 0; t < T; ++t) {
     const double mt = m.f32()[t], inv = 1.0 / double(sumexp.f32()[t]);

@@ -34,7 +34,7 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
 
 KernelCost activation_inplace(Tensor& x, Activation act) {
   const double n = double(x.numel());
-  KernelCost cost{activation_name(act), act_flops(act) * n, 2.0 * n * double(runtime::dtype_size(x.dtype())), x.dtype()};
+  KernelCost cost{activation_name(act), act_flops(act) * n, 2.0 * n * double(runtime::dtype_size(x.dtype())), x.dtype(), {}};
   if (cost_only({&x}, {&x})) return cost;
   for (int64_t i = 0; i < x.numel(); ++i) x.set(i, act_value(x.get(i), act));
   return cost;
@@ -43,7 +43,7 @@ KernelCost activation_inplace(Tensor& x, Activation act) {
 KernelCost mul_inplace(Tensor& a, const Tensor& b) {
   check_same(a, b, "mul");
   const double n = double(a.numel());
-  KernelCost cost{"mul", n, 3.0 * n * double(runtime::dtype_size(a.dtype())), a.dtype()};
+  KernelCost cost{"mul", n, 3.0 * n * double(runtime::dtype_size(a.dtype())), a.dtype(), {}};
   if (cost_only({&a, &b}, {&a})) return cost;
   for (int64_t i = 0; i < a.numel(); ++i) a.set(i, a.get(i) * b.get(i));
   return cost;
@@ -53,7 +53,7 @@ KernelCost glu_inplace(Tensor& gate, const Tensor& up, Activation act) {
   check_same(gate, up, "glu");
   const double n = double(gate.numel());
   KernelCost cost{activation_name(act) == "silu" ? "swiglu" : "geglu", (act_flops(act) + 1.0) * n,
-                  3.0 * n * double(runtime::dtype_size(gate.dtype())), gate.dtype()};
+                  3.0 * n * double(runtime::dtype_size(gate.dtype())), gate.dtype(), {}};
   if (cost_only({&gate, &up}, {&gate})) return cost;
   for (int64_t i = 0; i < gate.numel(); ++i) gate.set(i, act_value(gate.get(i), act) * up.get(i));
   return cost;

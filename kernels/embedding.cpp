@@ -38,7 +38,7 @@ KernelCost embedding_forward(const Tensor& table, const std::vector<int64_t>& to
   const int64_t vs = table.dim(0), h = table.dim(1);
   {
     const double n = static_cast<double>(out.numel()), es = static_cast<double>(runtime::dtype_size(table.dtype()));
-    const KernelCost cost{"embedding", 0.0, 2.0 * n * es + 8.0 * double(tokens.size()), table.dtype()};
+    const KernelCost cost{"embedding", 0.0, 2.0 * n * es + 8.0 * double(tokens.size()), table.dtype(), {}};
     if (cost_only({&table}, {&out})) return cost;
   }
   const size_t row_bytes = static_cast<size_t>(h) * runtime::dtype_size(table.dtype());
@@ -52,7 +52,7 @@ KernelCost embedding_forward(const Tensor& table, const std::vector<int64_t>& to
       std::memset(dst + t * row_bytes, 0, row_bytes);
   }
   const double n = static_cast<double>(out.numel()), es = static_cast<double>(runtime::dtype_size(table.dtype()));
-  return {"embedding", 0.0, 2.0 * n * es + 8.0 * double(tokens.size()), table.dtype()};
+  return {"embedding", 0.0, 2.0 * n * es + 8.0 * double(tokens.size()), table.dtype(), {}};
 }
 
 KernelCost embedding_backward(const Tensor& dout, const std::vector<int64_t>& tokens, int64_t v0, int64_t vocab,
@@ -62,7 +62,7 @@ KernelCost embedding_backward(const Tensor& dout, const std::vector<int64_t>& to
   {
     const double n = static_cast<double>(dout.numel()), es = static_cast<double>(runtime::dtype_size(dout.dtype()));
     const KernelCost cost{"embedding_backward", n, (2.0 * n + double(vs * h)) * es + 8.0 * double(tokens.size()),
-                          dout.dtype()};
+                          dout.dtype(), {}};
     if (cost_only({&dout}, {&dtable})) return cost;
   }
   std::vector<float> acc(static_cast<size_t>(vs * h), 0.0f);
@@ -73,7 +73,7 @@ KernelCost embedding_backward(const Tensor& dout, const std::vector<int64_t>& to
   }
   for (int64_t i = 0; i < vs * h; ++i) dtable.set(i, acc[static_cast<size_t>(i)]);
   const double n = static_cast<double>(dout.numel()), es = static_cast<double>(runtime::dtype_size(dout.dtype()));
-  return {"embedding_backward", n, (2.0 * n + double(vs * h)) * es + 8.0 * double(tokens.size()), dout.dtype()};
+  return {"embedding_backward", n, (2.0 * n + double(vs * h)) * es + 8.0 * double(tokens.size()), dout.dtype(), {}};
 }
 
 }  // namespace shardsim::kernels

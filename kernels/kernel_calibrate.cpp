@@ -11,6 +11,7 @@
 #include "common/checked.h"
 #include "common/csv.h"
 #include "common/error.h"
+#include "common/number.h"
 #include "common/text.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.h"
@@ -34,10 +35,8 @@ constexpr int64_t kMaxDim = int64_t(1) << 24;  // 16 Mi elements per dimension: 
 }
 
 int64_t parse_dim(const std::string& file, int line, const std::string& col, const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || x < 1 || x > kMaxDim)
+  const int64_t x = decimal_int(v).value_or(0);  // decimal only (common/number.h)
+  if (x < 1 || x > kMaxDim)
     fail(file, line, col + " must be an integer in 1.." + std::to_string(kMaxDim) + " (got '" + escape_control(v) + "')");
   return x;
 }
@@ -126,10 +125,9 @@ std::vector<KernelRow> parse_kernel_table(const std::string& text, const std::st
       if (c != "0" && c != "1" && !c.empty()) fail(file, line, "causal must be 0 or 1 (got '" + escape_control(c) + "')");
       causal = c == "1";
     }
-    char* end = nullptr;
     const std::string t = at(7);
-    const double us = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end != '\0' || !(us >= 1e-3 && us <= 1e9))  // 1 ns .. 1000 s; false for NaN
+    const double us = decimal_double(t).value_or(NAN);  // decimal only (common/number.h): strtod took '0x10'
+    if (!(us >= 1e-3 && us <= 1e9))  // 1 ns .. 1000 s; false for NaN
       fail(file, line, "time_us must be a number from 0.001 to 1e9 (got '" + escape_control(t) + "')");
     r.measured_ns = us * 1e3;
     try {  // the simulator's kernels check their arguments (e.g. attention takes fp32 or bf16 only)

@@ -116,7 +116,7 @@ KernelCost route(const Tensor& logits, const RouterOptions& o, Routing& out) {
   const int64_t T = logits.dim(0), E = o.experts, k = o.top_k;
   const double score_flops = o.score == RouterScore::softmax ? 5.0 : 4.0;
   KernelCost cost{"moe.router", double(T) * double(E) * (score_flops + double(k)) + double(T * k) * 3.0,
-                  double(T * E) * (es(logits) + 4.0) + double(T * k) * 9.0, logits.dtype()};
+                  double(T * E) * (es(logits) + 4.0) + double(T * k) * 9.0, logits.dtype(), {}};
   if (!logits.has_storage()) {
     if (out.has_values || out.tokens != T || out.experts != E || out.top_k != k)
       throw std::invalid_argument("route: a shape-only route needs Routing::from_counts(" + std::to_string(T) +
@@ -162,7 +162,7 @@ KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
                                 std::to_string(c.groups) + " equal groups");
   const bool sort = c.factor > 0 && c.policy == DropPolicy::probs;
   KernelCost cost{"moe.capacity", 2.0 * double(n) + (sort && n > 1 ? double(n) * std::log2(double(n)) : 0.0),
-                  14.0 * double(n), runtime::DType::fp32};
+                  14.0 * double(n), runtime::DType::fp32, {}};
   if (!r.has_values) return cost;  // shape-only: the declared counts are the kept rows
   const int64_t G = c.groups, Tg = T / G, S = std::max<int64_t>(c.split, 1);
   if (Tg % S != 0 || (!c.order.empty() && int64_t(c.order.size()) != Tg))
@@ -262,7 +262,7 @@ KernelCost permute(const Tensor& x, const Routing& r, Tensor& xp) {
   check_rows(xp, N, x.dim(1), "XP", "permute");
   if (x.dtype() != xp.dtype()) throw std::invalid_argument("permute: X and XP dtypes differ");
   const int64_t h = x.dim(1);
-  KernelCost cost{"moe.permute", 0, 2.0 * double(N * h) * es(x) + 8.0 * double(N), x.dtype()};
+  KernelCost cost{"moe.permute", 0, 2.0 * double(N * h) * es(x) + 8.0 * double(N), x.dtype(), {}};
   if (cost_only({&x}, {&xp}) || !r.has_values) {
     if (xp.has_storage()) xp.drop_storage();
     return cost;
@@ -304,7 +304,7 @@ KernelCost unpermute(const Tensor& yp, const Routing& r, Tensor& y) {
   check_rows(yp, N, y.dim(1), "YP", "unpermute");
   if (y.dtype() != yp.dtype()) throw std::invalid_argument("unpermute: Y and YP dtypes differ");
   const int64_t h = y.dim(1), T = r.tokens;
-  KernelCost cost{"moe.unpermute", 2.0 * double(N * h), double((N + T) * h) * es(y) + 12.0 * double(N), y.dtype()};
+  KernelCost cost{"moe.unpermute", 2.0 * double(N * h), double((N + T) * h) * es(y) + 12.0 * double(N), y.dtype(), {}};
   if (cost_only({&yp}, {&y}) || !r.has_values) {
     if (y.has_storage()) y.drop_storage();
     return cost;
@@ -322,7 +322,7 @@ KernelCost unpermute_backward(const Tensor& dy, const Tensor& yp, const Routing&
   check_rows(yp, N, h, "YP", "unpermute_backward");
   check_rows(dyp, N, h, "dYP", "unpermute_backward");
   KernelCost cost{"moe.unpermute_backward", 4.0 * double(N * h), double((2 * N + T) * h) * es(dy) + 16.0 * double(N),
-                  dy.dtype()};
+                  dy.dtype(), {}};
   if (cost_only({&dy, &yp}, {&dyp}) || !r.has_values) {
     if (dyp.has_storage()) dyp.drop_storage();
     dweight.clear();
@@ -356,7 +356,7 @@ KernelCost permute_backward(const Tensor& dxp, const Routing& r, Tensor& dx) {
   check_rows(dx, T, -1, "dX", "permute_backward");
   const int64_t h = dx.dim(1);
   check_rows(dxp, N, h, "dXP", "permute_backward");
-  KernelCost cost{"moe.permute_backward", double(N * h), double((N + T) * h) * es(dx) + 8.0 * double(N), dx.dtype()};
+  KernelCost cost{"moe.permute_backward", double(N * h), double((N + T) * h) * es(dx) + 8.0 * double(N), dx.dtype(), {}};
   if (cost_only({&dxp}, {&dx}) || !r.has_values) {
     if (dx.has_storage()) dx.drop_storage();
     return cost;
@@ -371,7 +371,7 @@ KernelCost router_backward(const Routing& r, const RouterOptions& o, const std::
   const int64_t T = r.tokens, E = r.experts, k = r.top_k;
   check_rows(dlogits, T, E, "dLogits", "router_backward");
   KernelCost cost{"moe.router_backward", 8.0 * double(T * E) + 6.0 * double(T * k),
-                  double(T * E) * (4.0 + es(dlogits)) + 8.0 * double(T * k), dlogits.dtype()};
+                  double(T * E) * (4.0 + es(dlogits)) + 8.0 * double(T * k), dlogits.dtype(), {}};
   if (!r.has_values || !dlogits.has_storage()) {
     if (dlogits.has_storage()) dlogits.drop_storage();
     return cost;

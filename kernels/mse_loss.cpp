@@ -21,7 +21,7 @@ KernelCost mse_loss(const runtime::Tensor& y, const runtime::Tensor& target, int
   const double n = static_cast<double>(y.numel());
   const KernelCost cost{"mse_loss", 3.0 * n,
                         n * static_cast<double>(runtime::dtype_size(y.dtype()) + runtime::dtype_size(target.dtype())),
-                        y.dtype()};
+                        y.dtype(), {}};
   loss = 0;
   if (!y.has_storage() || !target.has_storage()) return cost;
   double sum = 0;
@@ -42,7 +42,7 @@ KernelCost mse_loss_backward(const runtime::Tensor& y, const runtime::Tensor& ta
   const KernelCost cost{"mse_loss_backward", 2.0 * n,
                         n * static_cast<double>(2 * runtime::dtype_size(y.dtype()) +
                                                 runtime::dtype_size(target.dtype())),
-                        y.dtype()};
+                        y.dtype(), {}};
   if (cost_only({&y, &target}, {&dy})) return cost;
   const float scale = 1.0f / (static_cast<float>(n_total) * static_cast<float>(y.dim(1)));
   for (int64_t i = 0; i < y.numel(); ++i) dy.set(i, (y.get(i) - target.get(i)) * scale);

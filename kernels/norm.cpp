@@ -15,7 +15,7 @@ KernelCost rmsnorm(const Tensor& x, const Tensor& w, Tensor& y, float eps) {
   const int64_t T = x.dim(0), h = x.dim(1);
   const double es = static_cast<double>(runtime::dtype_size(x.dtype()));
   const KernelCost cost{"rmsnorm", 4.0 * static_cast<double>(T * h),
-                        (2.0 * static_cast<double>(T * h) + static_cast<double>(h)) * es, x.dtype()};
+                        (2.0 * static_cast<double>(T * h) + static_cast<double>(h)) * es, x.dtype(), {}};
   if (cost_only({&x, &w}, {&y})) return cost;
   const auto wf = w.to_float();
   std::vector<float> row(static_cast<size_t>(h));
@@ -39,7 +39,7 @@ KernelCost layernorm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& 
   const int64_t T = x.dim(0), h = x.dim(1);
   const double es = static_cast<double>(runtime::dtype_size(x.dtype()));
   const KernelCost cost{"layernorm", 7.0 * static_cast<double>(T * h),
-                        (2.0 * static_cast<double>(T * h) + 2.0 * static_cast<double>(h)) * es, x.dtype()};
+                        (2.0 * static_cast<double>(T * h) + 2.0 * static_cast<double>(h)) * es, x.dtype(), {}};
   if (cost_only({&x, &w, &b}, {&y})) return cost;
   const auto wf = w.to_float(), bf = b.to_float();
   std::vector<float> row(static_cast<size_t>(h));
@@ -64,7 +64,7 @@ KernelCost rope_inplace(Tensor& x, const std::vector<int64_t>& positions, float 
                                 " positions (want x [T, H, d] with d even and one position per token)");
   const int64_t T = x.dim(0), H = x.dim(1), d = x.dim(2);
   const double n = static_cast<double>(x.numel());
-  const KernelCost cost{"rope", 3.0 * n, 2.0 * n * static_cast<double>(runtime::dtype_size(x.dtype())), x.dtype()};
+  const KernelCost cost{"rope", 3.0 * n, 2.0 * n * static_cast<double>(runtime::dtype_size(x.dtype())), x.dtype(), {}};
   if (cost_only({&x}, {&x})) return cost;
   std::vector<double> inv_freq(static_cast<size_t>(d / 2));
   for (int64_t i = 0; i < d / 2; ++i)
@@ -87,7 +87,7 @@ KernelCost add_inplace(Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape())
     throw std::invalid_argument("add: shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) + " differ");
   const double n = static_cast<double>(a.numel());
-  const KernelCost cost{"add", n, 3.0 * n * static_cast<double>(runtime::dtype_size(a.dtype())), a.dtype()};
+  const KernelCost cost{"add", n, 3.0 * n * static_cast<double>(runtime::dtype_size(a.dtype())), a.dtype(), {}};
   if (cost_only({&a, &b}, {&a})) return cost;
   if (a.dtype() == runtime::DType::fp32 && b.dtype() == runtime::DType::fp32) {
     float* pa = a.f32();

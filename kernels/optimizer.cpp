@@ -37,7 +37,7 @@ KernelCost adamw_step(Tensor& master, Tensor& m, Tensor& v, const Tensor& grad, 
   const double n = static_cast<double>(master.numel());
   const double gb = static_cast<double>(runtime::dtype_size(grad.dtype()));
   const double cb = copy ? static_cast<double>(runtime::dtype_size(copy->dtype())) : 0.0;
-  const KernelCost cost{"adamw", 14.0 * n, n * (24.0 + gb + cb), DType::fp32};
+  const KernelCost cost{"adamw", 14.0 * n, n * (24.0 + gb + cb), DType::fp32, {}};
   if (cost_only({&master, &m, &v, &grad}, {&master, &m, &v, copy})) return cost;
   const float bc1 = static_cast<float>(1.0 - std::pow(double(c.beta1), double(step)));
   const float bc2 = static_cast<float>(1.0 - std::pow(double(c.beta2), double(step)));

@@ -232,7 +232,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     o.algorithm = grad_norm_gather_algorithm();
     const std::string why = collectives::fold_obstacle(collectives::Collective::all_gather, o, mesh_["dp"],
                                                        size_t(mesh_.size("dp")), DType::fp64, "all_gather.grad_norm");
-    if (!why.empty()) runtime::chips::fold_broken(why);
+    if (!why.empty()) runtime::chips::fold_refused(why);
   }
 }
 

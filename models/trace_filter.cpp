@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/text.h"
+#include "common/number.h"
 #include "sharding/device_mesh.h"
 #include "topology/topology.h"
 
@@ -17,10 +18,9 @@ namespace {
 
 // A whole number 0 <= n <= LIMIT written in decimal digits only, else -1.
 long long decimal(const std::string& s, long long limit) {
-  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  const long long v = std::stoll(s);
-  return v <= limit ? v : -1;
+  if (s.empty() || s[0] == '+' || s[0] == '-') return -1;
+  const auto v = decimal_int(s);
+  return v && *v <= limit ? *v : -1;
 }
 
 // "FROM:TO" in us -> ns; either may be empty.
@@ -29,13 +29,9 @@ bool parse_window(const std::string& w, double& from_ns, double& to_ns) {
   if (colon == std::string::npos || w.find(':', colon + 1) != std::string::npos) return false;
   auto number = [](const std::string& s, double& out) {
     if (s.empty()) return true;
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() + s.size() || errno != 0 || !std::isfinite(v) || v < 0 || v > 9e9 ||
-        s.find_first_of("xXpP") != std::string::npos)
-      return false;
-    out = v * 1e3;
+    const auto v = decimal_double(s);
+    if (!v || *v < 0 || *v > 9e9) return false;
+    out = *v * 1e3;
     return true;
   };
   double a = 0, b = std::numeric_limits<double>::infinity();
@@ -57,7 +53,9 @@ std::vector<int> parse_chips(const std::string& text, int chips) {
     const long long a = decimal(item.substr(0, dash), chips - 1);
     const long long b = dash == std::string::npos ? a : decimal(item.substr(dash + 1), chips - 1);
     if (a < 0 || b < a) throw UsageError(bad);
-    for (long long c = a; c <= b; ++c) out.insert(static_cast<int>(c));
+    for (long long c = a; c <= b; ++c)
+      if (!out.insert(static_cast<int>(c)).second)  // `0,0` and `0-3,2` were taken silently
+        throw UsageError("--trace-chips: '" + escape_control(text) + "': chip " + std::to_string(c) + " given twice");
     at = comma + 1;
   }
   return {out.begin(), out.end()};

@@ -205,6 +205,12 @@ int replica_image(int chip) { return g && g->folded() ? g->shift(chip, 1) : chip
                      "run it unfolded with --no-fold or fold: off, docs/performance/fold.md)");
 }
 
+[[noreturn]] void fold_refused(const std::string& why) {
+  if (g && g->fold_fallback) fold_broken(why);
+  throw UsageError("fold: this run does not fold: " + why + " (decided before its first step; run it unfolded with "
+                   "--no-fold or fold: off, docs/performance/fold.md)");
+}
+
 std::shared_ptr<const std::vector<int>> shared_ints(std::vector<int> v) {
   if (!g) return std::make_shared<const std::vector<int>>(std::move(v));
   uint64_t h = 1469598103934665603ull ^ v.size();  // FNV-1a over the values

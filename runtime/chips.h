@@ -94,6 +94,10 @@ int replica_image(int chip);
 // or with FoldSpec::fallback the folded attempt: it then throws a private type that no catch of shardsim's takes
 // (none catches (...) without rethrowing on a chip's path), and run_chips returns kFoldFellBack.
 [[noreturn]] void fold_broken(const std::string& why);
+// The same decided from the plan before the run's first step (collectives::fold_obstacle over the plan's calls):
+// under fold: on (no fallback) a UsageError, exit 2, "fold: this run does not fold: WHY" (the setting cannot
+// hold and nothing ran: bad input, not a fault of the run; issue 46 kind 7); with the fallback, as fold_broken.
+[[noreturn]] void fold_refused(const std::string& why);
 // Why the last folded attempt fell back ("" if it did not).
 std::string fold_fallback_reason();
 // A folded run, at a point where every chip has received every message of the work before it (after an agreement

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/number.h"
 #include "runtime/world.h"
 
 namespace shardsim::runtime {
@@ -80,9 +82,8 @@ void replay(const std::vector<sim::Event>& events, const std::vector<sim::Event>
 double watchdog_seconds_from_env(double fallback) {
   const char* v = std::getenv("SHARDSIM_WATCHDOG_S");
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(s >= 0) || s > 1e9)
+  const double s = decimal_double(v).value_or(NAN);  // decimal only (common/number.h)
+  if (!(s >= 0) || s > 1e9)
     throw UsageError(std::string("SHARDSIM_WATCHDOG_S='") + v + "': expected seconds >= 0 (0 disables the watchdog)");
   return s;
 }

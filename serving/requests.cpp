@@ -10,6 +10,7 @@
 #include "common/csv.h"
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/number.h"
 #include "common/text.h"
 
 namespace shardsim::serving {
@@ -22,18 +23,12 @@ constexpr size_t kMaxTraceBytes = size_t(1) << 30;
   throw ConfigError(where + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + what);
 }
 
+// A field as a decimal number (blanks and a CR around it allowed; no hexadecimal, 'inf' or 'nan': common/number.h).
 double number(const std::string& text, const std::string& where, int line, const char* field) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  while (used < text.size() && (text[used] == ' ' || text[used] == '\r')) ++used;
-  if (used == 0 || used != text.size())
-    bad(where, line, std::string(field) + ": '" + escape_control(text.substr(0, 40)) + "' is not a number");
-  return v;
+  const size_t from = text.find_first_not_of(" \r"), to = text.find_last_not_of(" \r");
+  const auto v = from == std::string::npos ? std::nullopt : decimal_double(std::string_view(text).substr(from, to - from + 1));
+  if (!v) bad(where, line, std::string(field) + ": '" + escape_control(text.substr(0, 40)) + "' is not a decimal number");
+  return *v;
 }
 
 int64_t tokens(double v, const std::string& where, int line, const char* field) {

@@ -1,6 +1,7 @@
 #include "sharding/engine_config.h"
 
 #include "common/text.h"
+#include "common/number.h"
 
 #include <cmath>
 #include <optional>
@@ -23,16 +24,10 @@ std::vector<int> parse_dims(const std::string& text, const std::string& flag) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, 'x')) {
-    size_t pos = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (item.empty() || pos != item.size() || v < 1)
+    const auto v = decimal_int(item);
+    if (!v || *v < 1 || *v > (1 << 24))
       throw UsageError(flag + " " + text + ": expected dimensions like 2x4 (positive integers joined by 'x')");
-    dims.push_back(v);
+    dims.push_back(static_cast<int>(*v));
   }
   if (dims.empty()) throw UsageError(flag + ": empty dimensions");
   return dims;
@@ -126,9 +121,13 @@ void apply_set(YAML::Node root, const std::string& item) {
 void apply_plan(YAML::Node root, const std::string& plan) {
   const std::string flag = "--plan " + escape_control(plan);
   std::vector<std::pair<std::string, std::string>> items;
-  std::stringstream ss(plan);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  std::vector<std::string> parts;
+  try {  // commas inside [] stay in their item (pp_layers=[3,1]); an empty item (`ep=2,`) is refused
+    parts = split_items(plan);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--plan: " + std::string(e.what()) + " (e.g. --plan tp=2,cp=4)");
+  }
+  for (const std::string& item : parts) {
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
       throw UsageError(flag + ": expected key=value items, e.g. tp=2,cp=4 or tp=4,sp=true");
@@ -149,6 +148,26 @@ void apply_plan(YAML::Node root, const std::string& plan) {
   YAML::Node par = root["parallel"];
   for (const auto& k : plans::mesh_plan_keys()) par.remove(k);
   for (const auto& [k, v] : items) par[k] = yaml_value(v, flag);
+}
+
+// Keys a flag replaces are still checked, one rule with serve.trace under --requests (apps/serve.cpp): a bad key
+// of the config is exit 2 naming its FILE:LINE, never silently dropped by the flag that replaces it. The config's
+// device: under --device (as a device section), and its plan-shape keys (PlanKey::mesh) under --plan, each by its
+// kind: a size 1..2^20, a flag, a list of sizes, a printable name (consistency with the model is the new plan's).
+void check_replaced_keys(const ConfigNode& root, const ConfigOverrides& o) {
+  if (!o.device.empty() && root.has("device")) (void)load_workload_device(root);
+  if (o.plan.empty() || !root.has("parallel") || !root.child("parallel").is_map()) return;
+  const ConfigNode par = root.child("parallel");
+  for (const std::string& k : plans::mesh_plan_keys()) {
+    const plans::PlanKey* key = nullptr;
+    if (!par.has(k) || !plans::plan_of_key(k, &key) || !key) continue;
+    switch (key->value) {
+      case plans::PlanValue::size: (void)par.get_int_in(k, 1, 1 << 20); break;
+      case plans::PlanValue::flag: (void)par.get_bool(k, false); break;
+      case plans::PlanValue::list: (void)par.get_int_list_in(k, 1, 1 << 20); break;
+      default: (void)par.get_string(k); break;
+    }
+  }
 }
 
 // The link figures of a generated topology: the flags, else the config's scalar ones, else 100 GB/s and 1 us.
@@ -265,6 +284,7 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
     if (fs::path(p).is_relative() && fs::exists(near)) y["topology"] = near.string();
   }
   if (!o.any()) return root;
+  check_replaced_keys(root, o);
   apply_topology_flags(y, o);
   if (!o.device.empty()) y["device"] = device_flag_node(o.device);
   if (!o.plan.empty()) apply_plan(y, o.plan);

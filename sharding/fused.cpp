@@ -13,6 +13,7 @@
 #include "collectives/async.h"
 #include "collectives/collectives.h"
 #include "common/error.h"
+#include "common/number.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "runtime/chips.h"
@@ -501,9 +502,8 @@ FusedPlan parse_fused_plan(const ConfigNode& par, int tp, int64_t out_rows, int6
     if (!f.enabled) par.child("chunks").fail("parallel.chunks: only used with fused: true");
     const std::string v = par.get_string("chunks");
     if (v != "auto") {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 4096)
+      const int64_t n = decimal_int(v).value_or(0);  // decimal only (common/number.h)
+      if (n < 1 || n > 4096)
         par.child("chunks").fail("parallel.chunks: '" + v + "' (auto, or a piece count 1..4096)");
       f.chunks = static_cast<int>(n);
     }

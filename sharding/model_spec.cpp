@@ -395,7 +395,9 @@ TrainSpec parse_train_spec(const ConfigNode& root) {
   tr.expect_keys(kTrainKeys);
   t.steps = tr.get_int_in("steps", 1, SpecBounds::steps, t.steps);
   const auto real = [&](const char* k, float fallback) {
-    const double v = tr.get_nonnegative_double(k, fallback);
+    // Its own range, 0..FLT_MAX (not ConfigNode::kMaxFigure: a diverging run's lr of 1e30 is a legal input).
+    const double v = tr.has(k) ? tr.get_double(k) : fallback;
+    if (v < 0) tr.child(k).fail(std::string("train.") + k + ": must be >= 0 (got " + tr.child(k).printable_text() + ")");
     // AdamW runs in fp32: a finite double beyond FLT_MAX (lr: 1e300) would become inf there.
     if (v > FLT_MAX)
       tr.child(k).fail(std::string("train.") + k + ": must be at most 3.4e38 (AdamW works in fp32), got " +

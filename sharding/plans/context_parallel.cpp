@@ -98,7 +98,7 @@ kernels::KernelCost add_rows(bool store, Tensor& acc, int64_t r0, const Tensor& 
     for (int64_t i = 0; i < part.numel(); ++i) a[i] += p[i];
   }
   const double n = double(part.numel());
-  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32};
+  return kernels::KernelCost{"cp_grad_accumulate", n, 3 * 4 * n, DType::fp32, {}};
 }
 
 }  // namespace

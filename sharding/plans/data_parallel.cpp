@@ -127,7 +127,7 @@ void DataParallel::check_fold() const {
             : collectives::fold_obstacle(Collective::reduce_scatter, o, g, b.count, dtype_, "reduce_scatter.grads");
     if (why.empty() && config_.zero >= 1)
       why = collectives::fold_obstacle(Collective::all_gather, o, g, b.count, dtype_, "all_gather.params");
-    if (!why.empty()) runtime::chips::fold_broken(why);
+    if (!why.empty()) runtime::chips::fold_refused(why);
   }
 }
 
@@ -326,7 +326,7 @@ std::vector<kernels::KernelCost> DataParallel::optimizer_step(int64_t step, cons
   if (config_.forward_only) throw std::logic_error("data_parallel: a forward-only state has no optimizer state");
   const bool copy = dtype_ != DType::fp32;
   const size_t es = runtime::dtype_size(dtype_);
-  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32};
+  kernels::KernelCost opt{"adamw", 0, 0, DType::fp32, {}};
   for (Bucket& b : buckets_) {
     Tensor g;
     if (config_.zero == 1) {  // the owned chunk of the whole local gradient buffer
@@ -345,7 +345,7 @@ std::vector<kernels::KernelCost> DataParallel::optimizer_step(int64_t step, cons
 std::vector<kernels::KernelCost> DataParallel::grad_norm_cost() const {
   double n = 0;
   for (const Bucket& b : buckets_) n += double(config_.zero == 0 ? b.count : b.own_n);
-  const kernels::KernelCost whole{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_};
+  const kernels::KernelCost whole{"multi_tensor_l2norm", 2 * n, n * double(runtime::dtype_size(dtype_)), dtype_, {}};
   auto out = kernels::split_launches(whole, norm_launches_);
   out.push_back(kernels::l2norm_cleanup_cost());
   return out;

@@ -51,20 +51,20 @@ kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& mode
   if (router != "softmax" && router != "sigmoid") moe.child("router").fail(w + "router: '" + router + "' (softmax | sigmoid)");
   s.router.score = kernels::parse_router_score(router);
   s.router.normalize = moe.get_bool("normalize", true);
-  s.router.scale = moe.has("scale") ? moe.get_positive_double("scale") : 1.0;
-  c.bias_update = moe.get_nonnegative_double("bias_update", 0.0);
+  s.router.scale = moe.get_double_in("scale", 1e-6, 1e6, 1.0);
+  c.bias_update = moe.get_double_in("bias_update", 0, 1, 0.0);
   if (c.bias_update > 0) s.router.bias.assign(size_t(s.router.experts), 0.0f);
-  s.capacity.factor = moe.get_nonnegative_double("capacity_factor", 0.0);
+  s.capacity.factor = moe.get_double_in("capacity_factor", 0, double(MoeBounds::experts), 0.0);
   const std::string policy = moe.get_string("drop_policy", "probs");
   if (policy != "probs" && policy != "position")
     moe.child("drop_policy").fail(w + "drop_policy: '" + policy + "' (probs | position)");
   s.capacity.policy = kernels::parse_drop_policy(policy);
-  s.aux_coef = moe.get_nonnegative_double("aux_loss_coef", 0.0);
+  s.aux_coef = moe.get_double_in("aux_loss_coef", 0, 1e3, 0.0);
   c.dense_layers = moe.get_int_in("dense_layers", 0, model.layers, 0);
   c.layer_step = moe.get_int_in("layer_step", 1, std::max<int64_t>(model.layers, 1), 1);
   const std::string routing = moe.get_string("routing", "uniform");
   if (routing != "uniform" && routing != "zipf") moe.child("routing").fail(w + "routing: '" + routing + "' (uniform | zipf)");
-  c.routing.skew = routing == "zipf" ? moe.get_nonnegative_double("skew", 1.0) : 0.0;
+  c.routing.skew = routing == "zipf" ? moe.get_double_in("skew", 0, 100, 1.0) : 0.0;
   if (routing == "uniform" && moe.has("skew")) moe.child("skew").fail(w + "skew: only used with routing: zipf");
   c.routing.seed = uint64_t(moe.get_int_in("routing_seed", 0, INT64_MAX, int64_t(model.seed)));
   return c;

@@ -111,7 +111,7 @@ fi
 
 # ---- kind 8: nonsense accepted ----
 e2e_case "kind 8: duplicate what-if changes, calibrate predicting its own fit, link flags with --kernels"
-expect_exit 2 'what-if link_bw=2x: listed twice' -- shardsim_mpi 1 --chips 8 profile "$MLP" --what-if link_bw=2x,link_bw=2x
+expect_exit 2 "what-if: 'link_bw=2x' given twice" -- shardsim_mpi 1 --chips 8 profile "$MLP" --what-if link_bw=2x,link_bw=2x
 printf '#       size    count   type   redop    root     time   algbw   busbw #wrong\n' >log.txt
 ln -f log.txt same.txt  # the same file under another name
 expect_exit 2 '--predict same\.txt: is also a fitted log \(log\.txt\)' -- \

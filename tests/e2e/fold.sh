@@ -81,7 +81,7 @@ for spec in "64 1 16" "256 2 32" "1024 2 32"; do
   same_json "folded_$n.json" "full_$n.json" "folded and unfolded reports are byte-identical at $n chips"
 done
 
-e2e_case "replicas not provably identical: auto falls back to every chip, on stops with exit 3"
+e2e_case "replicas not provably identical: auto falls back to every chip, on is refused before the run (exit 2)"
 n=64
 args=(train step.yaml --topology topo_64_switch.yaml --set parallel.dp=8 --set model.batch=16
       --set parallel.algorithm=halving_doubling)
@@ -98,16 +98,16 @@ if diff <(grep -Ev '^ *(total|peak RSS)' fallback.stdout) <(grep -Ev '^ *(total|
 else
   fail "the fallback's standard output differs from --no-fold's"
 fi
-expect_exit 3 '^shardsim: error( on chip [0-9]+)?: fold: .*not provably identical' -- \
+expect_exit 2 '^shardsim: error: fold: this run does not fold: [a-z_]+: halving_doubling over data-parallel replicas' -- \
   shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on
 assert_out_count '^shardsim: error' 1 "fold: on: one error line"
 expect_exit 0 'simulated' -- shardsim_mpi 1 --chips $n "${args[@]}" --set fold=on --no-fold
 assert_out "chips simulated +$n of $n\$" "--no-fold wins over fold: on"
 topo 8192 switch
-expect_exit 3 '^shardsim: error( on chip [0-9]+)?: fold: .*halving_doubling over data-parallel replicas' -- \
+expect_exit 2 '^shardsim: error: fold: this run does not fold: .*halving_doubling over data-parallel replicas' -- \
   shardsim_mpi 1 --chips 8192 train step.yaml --topology topo_8192_switch.yaml \
   --set parallel.dp=1024 --set model.batch=2048 --set model.layers=1 --set parallel.algorithm=halving_doubling
-assert_out_count '^shardsim: (note|error)' 1 "beyond 4,096 chips per rank auto cannot fall back: one fold line, exit 3"
+assert_out_count '^shardsim: (note|error)' 1 "beyond 4,096 chips per rank auto cannot fall back: one fold line, exit 2 before the run"
 
 e2e_case "a tree over an odd dp (ZeRO 0, auto picks double_binary_tree): not folded, the unfolded result"
 # Rank 0 of an odd dp is a leaf of both trees: the router's size and deadlock checks alone would not see that
@@ -126,7 +126,7 @@ assert_out_count '^shardsim: note: fold: auto simulates every chip: all_reduce: 
   "the tree over the replicas ends the folded attempt"
 expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --no-fold --json tree_full.json
 same_json tree_auto.json tree_full.json "the tree step equals --no-fold's"
-expect_exit 3 'fold: all_reduce: double_binary_tree over data-parallel replicas' -- \
+expect_exit 2 '^shardsim: error: fold: this run does not fold: all_reduce: double_binary_tree over data-parallel replicas' -- \
   shardsim_mpi 1 --chips 3 train tree.yaml --ring 3 --set fold=on
 
 e2e_case "padded ZeRO buffers: dp 6 does not divide the buckets, ZeRO 1-3 still fold, byte-identical"

@@ -215,7 +215,7 @@ e2e_case "bad --what-if"
 expect_exit 2 'what-if bogus=2x: unknown change' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if bogus=2x
 assert_out_count 'error' 1 "one line"
 expect_exit 2 "what-if peak=fast: 'fast' is not a positive factor" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if peak=fast
-expect_exit 2 "what-if 'link_bw=2x,,peak=2x': empty change" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
+expect_exit 2 "what-if: 'link_bw=2x,,peak=2x': an empty item" -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if 'link_bw=2x,,peak=2x'
 expect_exit 2 'what-if model.nope=2x: the config has no' -- shardsim_mpi 1 --chips 4 run "$SMALL" --no-checkpoint --what-if model.nope=2x
 # Crafted values (the hostile pass of issue 31's surfaces): each is exit 2, one line, control characters escaped.
 for spec in 'link_bw=nanx' 'peak=0x' 'link_bw=1e400x' 'peak=0x10x' 'peak= 2x' 'link_bw=infx' 'link_bw=-2x'; do

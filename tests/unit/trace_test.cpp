@@ -207,7 +207,7 @@ TEST(TraceFilter, ChipsAxisAndWindowResolveOrAreRefusedNamingTheFlag) {
   const auto topo = topology::Topology::ring(8, topology::LinkSpec{100, 1000});
   const sharding::DeviceMesh mesh({{"tp", 2}, {"pp", 4}}, topo);
   models::TraceOptions o;
-  o.chips = "6,0-2,2";
+  o.chips = "6,0-2";
   auto f = models::resolve_trace_filter(o, topo, &mesh);
   EXPECT_EQ(f.chips, (std::vector<int>{0, 1, 2, 6}));
   EXPECT_EQ(f.text, "chips 0-2,6");
@@ -237,7 +237,9 @@ TEST(TraceFilter, ChipsAxisAndWindowResolveOrAreRefusedNamingTheFlag) {
     }
     return std::string();
   };
-  for (const char* chips : {"8", "0-8", "3-1", "", "a", "1,,2", "-1", "0x1", "99999999999999999999"}) {
+  // A chip given twice (`0,0`, `0-2,2`: it was merged silently) and a trailing comma are refused too.
+  for (const char* chips : {"8", "0-8", "3-1", "", "a", "1,,2", "-1", "0x1", "99999999999999999999", "0,0", "0-2,2",
+                            "1,", "+1"}) {
     models::TraceOptions bad;
     bad.chips = chips;
     if (*chips == 0) continue;  // empty: no filter

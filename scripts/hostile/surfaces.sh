@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The hostile cases of issue 46's kinds on the newest surfaces (round 4, session 5): serve with prefill/decode
+# disaggregation under --what-if and --profile, MoE configs with the bias update and ep x sp/cp, `--plan` strings,
+# checkpoints of MoE/ep runs and `ckpt convert`, sweeps that fold, outputs through symlinks (/dev/stdout must stay a
+# link: lib.sh checks it after every case), a full disk on a small tmpfs, kill -9 in a save, two runs on one output.
+# Each case is a command and its clean result (lib.sh `hc`): exit 2 with one `shardsim: error` line naming the
+# key or flag, or the right result; no raw control byte; nothing hung.
+#
+#   bash scripts/hostile/surfaces.sh [build/apps/shardsim] [configs]      (HOSTILE_ONLY=8 for one kind)
+#
+# One rank (--chips N in fibers), shape-only where a model runs: a few minutes on a loaded 2-core host.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+
+S=$BIN
+TRAIN=$CONFIGS/lm_train.yaml
+MOE=$CONFIGS/moe/tiny_moe.yaml
+SERVE=$CONFIGS/serve/llama3_8b_h100.yaml
+printf 'arrival_s,prompt_tokens,output_tokens\n0,64,4\n0.01,32,4\n0.02,48,2\n0.5,16,3\n' >small.csv
+# 8B on two replicas, replica 0 prefills and replica 1 decodes (the disaggregated form at its smallest).
+PD=(--chips 2 --requests small.csv --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1)
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 1  # outputs through links: the link stays, the bytes go where it points
+mkfifo fifo; ln -s /dev/null to_null; echo old >target.json; ln -s target.json to_file
+hc 0 'disaggregated' -- $S serve "$SERVE" "${PD[@]}" --json /dev/stdout
+hc 0 'disaggregated' -- $S serve "$SERVE" "${PD[@]}" --trace to_file
+ok '[ -L to_file ] && [ "$(head -c1 target.json)" = "{" ]' "serve P/D --trace to a link: the link stays, its target holds JSON"
+hc 0 'critical path' -- $S serve "$SERVE" "${PD[@]}" --profile --json to_null
+ok '[ -L to_null ] && [ -c /dev/null ]' "serve --profile --json to a link to /dev/null: the link stays"
+hc 0 'saved' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --checkpoint ep.h5
+ln -s conv_target.h5 conv_link.h5
+hc 0 'convert|wrote|->' -- $S ckpt convert ep.h5 conv_link.h5 --compression gzip:1
+ok '[ -L conv_link.h5 ] && [ -f conv_target.h5 ]' "ckpt convert to a link: the link stays, its target is the checkpoint"
+hc 2 'stream|checkpoint|convert' -- $S ckpt convert ep.h5 /dev/stdout
+hc 2 'stream|checkpoint|convert' -- $S ckpt convert ep.h5 to_null
+hc 2 'same|itself|convert' -- $S ckpt convert ep.h5 ./ep.h5
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 2  # sizes that wrap
+for v in 9223372036854775807 -1 1e300 2.5; do
+  hc 2 'prefill_replicas' -- $S serve "$SERVE" "${PD[@]}" --set serve.disaggregation.prefill_replicas=$v
+done
+hc 2 'prefill_replicas' -- $S serve "$SERVE" "${PD[@]}" --set serve.disaggregation.prefill_replicas=2
+for v in 9223372036854775807 0 -3; do
+  hc 2 'ep|plan' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan "ep=2,sp=true,tp=$v"
+  hc 2 'cp|plan' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan "ep=2,cp=$v"
+done
+hc 2 'pp_layers' -- $S --chips 2 train "$TRAIN" --steps 1 --shape-only --set model.layers=4 \
+  --plan 'pp=2,pp_layers=[9223372036854775807,-9223372036854775805]'
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 3  # every figure bounded
+for v in nan inf -1 2 1e300; do
+  hc 2 'bias_update' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 --set model.moe.bias_update=$v
+done
+for v in nan -1 1e300; do
+  hc 2 'skew' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 --set model.moe.routing=zipf \
+    --set model.moe.skew=$v
+  hc 2 'serve\.trace\.(rate|prompt)' -- $S serve "$SERVE" --requests small.csv --set serve.trace.prompt.kind=normal \
+    --set serve.trace.prompt.min=1 --set serve.trace.prompt.max=8 --set serve.trace.prompt.mean=$v
+done
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if host_launch_ns=1e300x
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if hbm_bw=1e-300x
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=nanx
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if peak=0x10x
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 5  # two outputs never one file
+hc 2 '--json|--trace' -- $S serve "$SERVE" "${PD[@]}" --profile --json pd.json --trace ./pd.json
+ok '[ ! -e pd.json ]' "serve P/D --json X --trace ./X: nothing written"
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 6  # untrusted text escaped
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if $'serve.policy=\033[2Jx'
+hc 2 'plan' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan $'ep=2,\033]0;PWNED\007=1'
+hc 2 'plan|schedule' -- $S --chips 2 train "$TRAIN" --steps 1 --shape-only --plan $'pp=2,schedule=\033[2J'
+cp ep.h5 $'e\033[2Jp.h5'
+hc 0 'verified|tensors' -- $S ckpt inspect $'e\033[2Jp.h5'
+hc 0 'convert|wrote|->' -- $S ckpt convert $'e\033[2Jp.h5' $'o\033[2Jut.h5'
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 7  # refused before the run, the right code
+hc 2 'prefill_replicas|what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if parallel.dp=1
+hc 2 'bias_update|checkpoint' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --set model.moe.bias_update=0.001 \
+  --checkpoint bias.h5
+ok '[ ! -e bias.h5 ]' "bias_update with --checkpoint: refused, nothing written"
+hc 2 'capacity|sp|cp' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,tp=2,sp=true \
+  --set model.moe.capacity_factor=1.0
+for a in halving_doubling recursive_doubling double_binary_tree; do
+  hc 2 'fold' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,dp=2 --set model.batch=4 --set fold=on \
+    --set parallel.algorithm=$a
+done
+# Sweeps whose points fold: a bad fold value in the workload is refused before any point (FILE:LINE); `fold: on`
+# that a point's plan cannot keep is that point's error row, the sweep goes on.
+{ sed '/^parallel:/,$d' "$TRAIN"; printf 'mode: shape_only\nfold: sometimes\n'; } >fold_bad.yaml
+printf 'name: fs\noutput: fs\naxes:\n  workload: [{config: fold_bad.yaml, label: w}]\n  plan: [{dp: 4}]\n' >foldsweep.yaml
+hc 2 'fold_bad\.yaml:[0-9]+: fold' -- $S --chips 4 sweep foldsweep.yaml --no-plots
+ok '[ ! -e fs/results.csv ]' "a sweep with a bad fold value: no point ran"
+{ sed '/^parallel:/,$d' "$TRAIN"; printf 'mode: shape_only\nfold: on\nparallel:\n  algorithm: halving_doubling\n'; } >fold_on.yaml
+printf 'name: fo\noutput: fo\naxes:\n  workload: [{config: fold_on.yaml, label: w, set: {batch: 4}}]\n  plan: [{dp: 4}, {dp: 2}]\n' >foldsweep2.yaml
+hc 0 'best plan|error' -- $S --chips 4 sweep foldsweep2.yaml --no-plots
+ok 'grep -q "fold" fo/results.csv' "fold: on that a point cannot keep: that point's row says fold"
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 8  # nonsense refused
+for p in 'ep=2;dp=1' 'ep=2 dp=1' 'ep=02x' 'ep=0x2' 'ep=1e1' 'ep=+2' 'ep= 2' 'sp=maybe' 'zero=4' 'schedule=bogus' \
+         'pp_layers=[1,' 'ep=2,EP=2' 'ep=[2]' 'ep={a: 1}' 'ep=2,=' 'ep==2'; do
+  hc 2 'plan|ep|sp|zero|schedule|pp_layers' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan "$p"
+done
+for kv in 'model.moe.bias_update=' 'model.moe=' 'serve.disaggregation=' 'serve.disaggregation.prefill_replicas=~' \
+          'serve.disaggregation.bogus=1' 'serve.load_balance=random'; do
+  hc 2 "${kv%%=*}|serve|moe" -- $S serve "$SERVE" "${PD[@]}" --set "$kv"
+done
+hc 2 'ckpt|checkpoint|h5|HDF5' -- $S ckpt convert small.csv out.h5
+hc 2 'chunk' -- $S ckpt convert ep.h5 c2.h5 --chunk 0x10
+hc 2 'compression' -- $S ckpt convert ep.h5 c2.h5 --compression gzip:10
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=2x,
+hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=2x,link_bw=2x
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 10  # checkpoints of ep runs resume under other plans
+hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan dp=2 --resume ep.h5
+hc 0 'step' -- $S --chips 4 train "$MOE" --steps 2 --plan ep=2,tp=2 --resume conv_target.h5
+
+# ---------------------------------------------------------------------------------------------------------------
+kind disk  # a full disk: exit 3, one line, nothing left under the final name (needs a tmpfs mount: root)
+if ! skip_kind && mkdir -p full && mount -t tmpfs -o size=64k tmpfs full 2>/dev/null; then
+  dd if=/dev/zero of=full/fill bs=4k count=1000 2>/dev/null
+  hc 3 'No space left' -- $S serve "$SERVE" "${PD[@]}" --profile --json full/pd.json
+  hc 3 'No space left' -- $S ckpt convert ep.h5 full/c.h5
+  hc 3 'No space left' -- $S --chips 4 train "$MOE" --steps 1 --plan ep=2,tp=2 --checkpoint full/e.h5
+  ok '[ -z "$(ls full | grep -v fill)" ]' "full disk: no temporary left"
+  umount full
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
+kind kill  # kill -9 in an ep save and in a convert: the previous file intact
+if ! skip_kind; then
+  cp ep.h5 ep.bak
+  timeout -s KILL 1 $S --chips 4 train "$MOE" --steps 500 --save-every 1 --plan ep=2,tp=2 --checkpoint ep.h5 >/dev/null 2>&1
+  hc 0 'verified|tensors' -- $S ckpt inspect ep.h5
+  timeout -s KILL 0.05 $S ckpt convert ep.bak conv_target.h5 --compression gzip:9 >/dev/null 2>&1
+  hc 0 'verified|tensors' -- $S ckpt inspect conv_target.h5
+  ok '[ -L conv_link.h5 ]' "a killed convert through a link: the link stays"
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
+kind conc  # two runs on one output
+if ! skip_kind; then
+  for i in 1 2; do $S ckpt convert ep.bak cc.h5 --compression gzip:$i >/dev/null 2>&1 & done; wait
+  hc 0 'verified|tensors' -- $S ckpt inspect cc.h5
+  ok '[ -z "$(ls | grep "cc.h5.partial")" ]' "two converts onto one file: no temporary left"
+  for i in 1 2; do $S serve "$SERVE" "${PD[@]}" --trace cc.json >/dev/null 2>&1 & done; wait
+  ok 'python3 -c "import json; json.load(open(\"cc.json\"))"' "two P/D serves onto one --trace: a complete JSON file"
+fi
+
+hostile_summary
