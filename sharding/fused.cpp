@@ -147,8 +147,10 @@ FusedTiming gemm_all_reduce(runtime::Transport& tp, const Tensor& a, const Tenso
   // communication engine (collectives/async.h) and the next GEMM runs on this thread meanwhile. The simulated
   // spans are those of the synchronous calls (async.h), so the choice changes wall time only.
   // Only for pieces of 1 MiB or more: below that the engine's per-op cost (a sequence-number exchange, a thread
-  // hand-off) outweighs what there is to overlap.
-  const bool host_async = tp.size() > 1 && chunks > 1 && piece_bytes(len / chunks) >= double(1 << 20);
+  // hand-off) outweighs what there is to overlap. Not when one rank hosts several chips (the engine needs one chip
+  // per rank): the pieces then run synchronously, with the same simulated spans.
+  const bool host_async =
+      !tp.chip_mode() && tp.size() > 1 && chunks > 1 && piece_bytes(len / chunks) >= double(1 << 20);
   // Piece i's output lives in c_pool[i] until its all_reduce is done (the engine holds pointers into it); the
   // pool is only resized before any is issued.
   std::vector<Tensor>& c_pool = piece_pools().c;

@@ -132,6 +132,19 @@ for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
     --set "$variant" --no-checkpoint
 done
 
+# The fused workload's pieces are 1 MiB or more: with one chip per rank the host overlaps them on the engine
+# (async), with 8 chips on one rank it runs them in turn (it used to refuse after the run header, exit 2):
+# validated, and the same forward time either way.
+FUSED=$CONFIGS/workloads/llama2_7b_mlp_tp8_fused.yaml
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$FUSED" --no-checkpoint --json fused_chips.json; then
+  if expect_exit 0 'validation: PASS' -- shardsim_mpi 8 run "$FUSED" --no-checkpoint --json fused_ranks.json; then
+    if python3 -c "import json,sys; a=json.load(open('fused_ranks.json')); b=json.load(open('fused_chips.json')); \
+sys.exit(0 if a['simulated']['total_ns']==b['simulated']['total_ns'] else 1)"; then
+      pass "fused: 8 ranks and 8 chips of one rank, the same forward time"
+    else fail "fused: 8 ranks and 8 chips of one rank differ"; fi
+  fi
+fi
+
 e2e_case "(h) train on an MLP config: the block with attention off, x + mlp(rmsnorm(x)), validated against one device"
 MLP=$CONFIGS/workloads/small_mlp.yaml
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MLP" --steps 3 --plan tp=4; then
