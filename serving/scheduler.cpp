@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -35,10 +36,11 @@ struct Seq {
 
 // Shared by the engines: the requests, the sequences' progress and the results.
 struct State {
-  const std::vector<Request>& reqs;
+  std::vector<Request> reqs;  // a copy: a disaggregated decode's arrivals are set as they come (arrive_prefilled)
   std::vector<Seq> seqs;
   ServeRun run;
   size_t done = 0;
+  std::vector<int64_t> finished;  // the requests the latest iteration finished
   int64_t known(int64_t id) const { return reqs[size_t(id)].prompt + seqs[size_t(id)].generated; }
 };
 
@@ -110,6 +112,7 @@ class Engine {
       q.last_token_s = now;
       if (q.generated == st_.reqs[size_t(e.request)].output) {
         o.finish_s = now;
+        st_.finished.push_back(e.request);
         cache_.release(e.request);
         running_.erase(std::find(running_.begin(), running_.end(), e.request));
         ++st_.done;
@@ -213,7 +216,7 @@ class Engine {
 
 struct Simulation::Impl {
   Impl(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
-      : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0} {
+      : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0, {}} {
     if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
     // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
     KvCapacity share = cache.capacity();
@@ -228,15 +231,7 @@ struct Simulation::Impl {
       o.arrival_s = r.arrival_s;
       o.prompt = r.prompt;
       o.output = r.output;
-      if (r.prefilled) {  // its prompt's cache arrives with it, its first token made already (disaggregated decode)
-        Seq& q = st.seqs[size_t(r.id)];
-        q.cached = r.prompt;
-        q.generated = 1;
-        q.last_token_s = o.first_token_s = r.first_token_s;
-        if (r.first_token_s > r.arrival_s)
-          throw std::invalid_argument("request " + std::to_string(r.id) + ": its first token (" +
-                                      std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
-      }
+      if (r.prefilled) prefilled(r.id);
       if (engines[0].cache().blocks_for(r.prompt + r.output) > per.shard_blocks())
         throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
                                     " tokens of KV cache, more than " +
@@ -244,6 +239,20 @@ struct Simulation::Impl {
                                     " of " + std::to_string(per.shard_blocks() * per.block_size) + " tokens");
     }
     ready.assign(size_t(cfg.engines), 0.0);
+  }
+
+  // Request ID's prompt cache arrives with it, its first token made already (disaggregated decode).
+  void prefilled(int64_t id) {
+    const Request& r = st.reqs[size_t(id)];
+    auto& o = st.run.requests[size_t(id)];
+    o.arrival_s = r.arrival_s;
+    Seq& q = st.seqs[size_t(id)];
+    q.cached = r.prompt;
+    q.generated = 1;
+    q.last_token_s = o.first_token_s = r.first_token_s;
+    if (r.first_token_s > r.arrival_s)
+      throw std::invalid_argument("request " + std::to_string(id) + ": its first token (" +
+                                  std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
   }
 
   // The busy engine that may form its next batch first (-1: none busy).
@@ -272,6 +281,7 @@ struct Simulation::Impl {
   // Engine PICK's next batch through the pipeline.
   void iterate(int pick) {
     Engine& en = engines[size_t(pick)];
+    st.finished.clear();
     std::vector<BatchEntry> batch = en.form();
     if (batch.empty()) throw std::logic_error("serving scheduler: no progress possible");
     IterationSample s;
@@ -286,11 +296,11 @@ struct Simulation::Impl {
     }
     s.seqs = int64_t(batch.size());
     s.swapped_tokens = en.take_swapped();
-    const std::vector<StageSpan> sp = stages(batch);
+    double at = ready[size_t(pick)] + double(s.swapped_tokens) * cfg.swap_s_per_token, end = at;
+    const std::vector<StageSpan> sp = stages(batch, std::max(at, stage_free.empty() ? 0.0 : stage_free[0]));
     if (sp.empty()) throw std::logic_error("serving scheduler: an iteration without stages");
     stage_free.resize(std::max(stage_free.size(), sp.size()), 0.0);
     // Stage by stage: each runs one batch at a time; the batch reaches stage k+1 the alone run's hop after stage k.
-    double at = ready[size_t(pick)] + double(s.swapped_tokens) * cfg.swap_s_per_token, end = at;
     for (size_t k = 0; k < sp.size(); ++k) {
       const double arrive = k == 0 ? at : end + (sp[k].start_s - sp[k - 1].end_s);
       const double start = std::max(arrive, stage_free[k]);
@@ -324,6 +334,32 @@ void Simulation::run_until(double t) {
 
 void Simulation::arrive(int64_t id) { impl_->arrive(id); }
 
+void Simulation::arrive_prefilled(int64_t id, double arrival_s, double first_token_s) {
+  Request& r = impl_->st.reqs.at(size_t(id));
+  r.prefilled = true;
+  r.arrival_s = arrival_s;
+  r.first_token_s = first_token_s;
+  impl_->prefilled(id);
+  impl_->arrive(id);
+}
+
+double Simulation::next_ready() const {
+  const int pick = impl_->next_engine();
+  return pick < 0 ? std::numeric_limits<double>::infinity() : impl_->ready[size_t(pick)];
+}
+
+void Simulation::step() {
+  const int pick = impl_->next_engine();
+  if (pick < 0) throw std::logic_error("serving scheduler: step() with no work");
+  impl_->iterate(pick);
+}
+
+const std::vector<int64_t>& Simulation::finished_last() const { return impl_->st.finished; }
+
+double Simulation::last_end() const {
+  return impl_->st.run.iterations.empty() ? 0.0 : impl_->st.run.iterations.back().end_s;
+}
+
 int64_t Simulation::outstanding_tokens() const {
   int64_t n = 0;
   for (const Engine& e : impl_->engines) n += e.outstanding_tokens();
@@ -353,7 +389,7 @@ ServeRun simulate(const std::vector<Request>& reqs, const SchedulerConfig& cfg, 
                   const IterationFn& iteration) {
   SchedulerConfig one = cfg;
   one.engines = 1;
-  return run_engines(reqs, one, cache, [&](const std::vector<BatchEntry>& b) {
+  return run_engines(reqs, one, cache, [&](const std::vector<BatchEntry>& b, double) {
     return std::vector<StageSpan>{{0.0, iteration(b)}};
   });
 }

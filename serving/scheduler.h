@@ -73,7 +73,9 @@ using IterationFn = std::function<double(const std::vector<BatchEntry>&)>;
 struct StageSpan {
   double start_s = 0, end_s = 0;
 };
-using StageFn = std::function<std::vector<StageSpan>(const std::vector<BatchEntry>&)>;
+// START_S: when the batch starts at stage 0 on the simulated clock (a caller simulating on a shared timeline
+// places it there; the spans stay relative to it).
+using StageFn = std::function<std::vector<StageSpan>(const std::vector<BatchEntry>&, double start_s)>;
 
 struct RequestResult {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
@@ -109,6 +111,16 @@ class Simulation {
   Simulation& operator=(const Simulation&) = delete;
   void run_until(double t);  // every batch whose engine may start it before T (its effects at its end)
   void arrive(int64_t id);
+  // A disaggregated decode's arrival (Request::prefilled): request ID's prompt cache arrives at ARRIVAL_S with its
+  // first token made at FIRST_TOKEN_S (<= ARRIVAL_S; std::invalid_argument else); then arrive(id).
+  void arrive_prefilled(int64_t id, double arrival_s, double first_token_s);
+  // Stepping one batch at a time (a caller ordering several schedulers' batches in time): when the next batch's
+  // engine may form it (+infinity when no engine has work), and that batch run; the requests whose last token it
+  // made (in batch order).
+  double next_ready() const;
+  void step();
+  const std::vector<int64_t>& finished_last() const;
+  double last_end() const;  // the latest batch's end (its tokens' time; 0 before any)
   // The tokens the unfinished requests handed over still put through the model (prompt + output less what their
   // caches hold), as of the end of each engine's latest batch.
   int64_t outstanding_tokens() const;

@@ -99,6 +99,34 @@ fi
 expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- shardsim_mpi 1 --chips 2 serve "$S8" \
   --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=2 --json bad.json
 
+e2e_case "(f2) a KV cache transfer meets the decode iterations' collectives on the receiver's link (one switch)"
+# switch_8: every chip has one 100 GB/s link to the switch (500 ns per hop). Two 2,048-token prompts 1 s apart,
+# 512 output tokens each: the second prompt's cache reaches the decode replica while it decodes the first.
+# tp 1 (dp 8, 7 prefill replicas): no collectives, both transfers take bytes / bandwidth + 2 hops' latency.
+# tp 4 (dp 2): the first transfer is alone (the same closed form); the second shares the switch's down-link to
+# each decode chip with the tp all_reduces of the first request's decode steps and takes longer.
+SW=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=fixed
+    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=512)
+if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
+     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --json sw1.json \
+   && expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=4 \
+     --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json sw4.json; then
+  if python3 - sw1.json sw4.json <<'PY'; then pass "alone: bytes / 100 GB/s + 1 us exactly (tp 1 both, tp 4 the first); tp 4's second longer"; else fail "KV transfer contention"; fi
+import json, sys
+per = 2 * 32 * 8 * 128 * 2                       # Llama-3-8B's K and V bytes per token (bf16), all kv heads
+for path, tp in ((sys.argv[1], 1), (sys.argv[2], 4)):
+    d = json.load(open(path))["disaggregation"]
+    alone = 2048 * per / tp / 100e9 + 2 * 500e-9  # one chip pair's bytes over the 100 GB/s links, two hops
+    t = d["transfer_s"]
+    assert d["transfer_bytes_per_chip_pair"] == 2 * 2048 * per / tp, d
+    assert abs(t[0] - alone) <= 1e-9 * alone, (path, t, alone)
+    if tp == 1:
+        assert abs(t[1] - alone) <= 1e-9 * alone, (path, t, alone)
+    else:
+        assert t[1] > 1.5 * alone, (path, t, alone)
+PY
+fi
+
 e2e_case "(h) load balancing by outstanding tokens over dp replicas"
 if expect_exit 0 'each request to the replica with the fewest outstanding tokens' -- shardsim_mpi 1 --chips 2 serve "$S8" \
      "${SMALL[@]}" --set parallel.dp=2 --set serve.load_balance=least_tokens --json lb.json; then
