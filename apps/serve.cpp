@@ -103,7 +103,7 @@ constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out
 constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
 constexpr double kMinRate = 1e-6, kMaxRate = 1e9;  // requests per second of a generated trace
 
-ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp, int ep) {
+ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
@@ -138,9 +138,6 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
       d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: " + std::to_string(s.prefill_replicas) +
                                        " prefill replicas need parallel.dp > " + std::to_string(s.prefill_replicas) +
                                        " (at least one decode replica); dp is " + std::to_string(dp));
-    if (s.prefill_replicas > 0 && ep > 1)
-      d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: disaggregated serving runs dense "
-                                       "models (parallel.ep " + std::to_string(ep) + " > 1: not yet)");
   }
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
@@ -462,7 +459,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       check_outputs_distinct(outputs, inputs);
     }
     s = load(f, world.size());
-    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp, s.plan.ep);
+    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
       what_if = plan_what_if(sf.what_if, train_config(f));
       for (const auto& plan : what_if) {
@@ -470,7 +467,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
         v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
         try {
           const TrainSetup vs = load(v, world.size());
-          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp, vs.plan.ep);
+          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp);
         } catch (const Error& e) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
@@ -515,12 +512,11 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   });
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
   // batches are in flight (serving/scheduler.h). ep: the replica's ep chips each hold their own sequences' cache
-  // (one pool per chip, serving/kv_cache.h shards) and swap space.
+  // (one pool per chip, serving/kv_cache.h shards), swap space and host link.
   serving::SchedulerConfig sched = sv.sched;
   sched.engines = s.pp;
   sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
-  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token)) *
-                      s.plan.ep;
+  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
   serving::KvCapacity pool = cap;
   pool.blocks = cap.blocks * s.plan.ep;
   pool.shards = s.plan.ep;
@@ -571,9 +567,14 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                 (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
   out += b;
   if (K > 0) {
-    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (request i on replica i mod %d), replica%s %d..%d "
-                  "decode (the j-th prefill to end on replica %d + j mod %d); per pipeline stage %d batch%s in flight\n",
-                  K > 1 ? "s" : "", K - 1, K, dp - K > 1 ? "s" : "", K, dp - 1, K, dp - K, s.pp, s.pp > 1 ? "es" : "");
+    const std::string to_prefill = sv.least_tokens ? "each request to the one with the fewest outstanding tokens"
+                                                   : "request i on replica i mod " + std::to_string(K);
+    const std::string to_decode = sv.least_tokens ? "each cache to the one with the fewest outstanding tokens"
+                                                  : "the j-th prefill to end on replica " + std::to_string(K) +
+                                                        " + j mod " + std::to_string(dp - K);
+    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (%s), replica%s %d..%d decode (%s); per pipeline "
+                  "stage %d batch%s in flight\n", K > 1 ? "s" : "", K - 1, to_prefill.c_str(), dp - K > 1 ? "s" : "", K,
+                  dp - 1, to_decode.c_str(), s.pp, s.pp > 1 ? "es" : "");
     out += b;
     std::vector<double> ts = xfer.time_s;
     std::sort(ts.begin(), ts.end());

@@ -100,6 +100,7 @@ serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& req
   if (prefill)
     for (auto& r : mine) r.output = 1;  // the prefill instance makes the first token
   runtime::Transport& dpt = mesh["dp"];
+  const int ep = mesh.size("ep"), ep_rank = mesh.coordinate("ep", mesh.rank());
   // Known alike on every chip: each replica's next batch and the end of the flows booked on its chips, the
   // first tokens, the transfers waiting to start and the caches on their way.
   std::vector<double> ready(size_t(dp), kInf), quiet(size_t(dp), 0.0), first_token(n, 0.0);
@@ -208,16 +209,19 @@ serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& req
           const double bytes = double(reqs[size_t(x.id)].prompt) * cap.bytes_per_token;
           // One flow per chip pair (the same tp and pp coordinates): the sender books it from the prefill's end,
           // the receiver against the flows booked on its links before (sim/timeline.h).
+          // With ep, the sequence's cache is on one ep chip of each replica (request id mod ep: data-parallel
+          // attention, models/lm_tp.h LmServeBatch), so only that chip's pairs move it.
+          const bool home = x.id % ep == ep_rank;
           std::vector<double> sent(2, 0.0);
-          if (replica == x.replica) {
+          if (replica == x.replica && home) {
             const sim::Span s = tl.send("serve.kv_transfer", dpt.chip_of(to), bytes, x.t * 1e9);
             sent = {s.start, s.end};
             foreign_end_ns = std::max(foreign_end_ns, tl.end_time());
           }
           dpt.allreduce(std::span<double>(sent), runtime::Reduce::sum, "serve disaggregated: KV cache send");
           std::vector<double> at(2, 0.0);  // the cache's arrival, the sender's links free
-          if (replica == to) at[0] = tl.receive(dpt.chip_of(x.replica), bytes, sent[0], sent[1]) * 1e-9;
-          if (replica == x.replica) at[1] = sent[1] * 1e-9;
+          if (replica == to && home) at[0] = tl.receive(dpt.chip_of(x.replica), bytes, sent[0], sent[1]) * 1e-9;
+          if (replica == x.replica && home) at[1] = sent[1] * 1e-9;
           tp.allreduce(std::span<double>(at), runtime::Reduce::max, "serve disaggregated: KV cache arrival");
           quiet[size_t(x.replica)] = std::max(quiet[size_t(x.replica)], at[1]);
           quiet[size_t(to)] = std::max(quiet[size_t(to)], at[0]);

@@ -120,8 +120,9 @@ class Engine {
     }
   }
 
-  // Tokens copied over the host link since the last call (swaps out and in).
-  int64_t take_swapped() { return std::exchange(swapped_tokens_, 0); }
+  // Tokens copied over each shard's host link since the last call (swaps out, swaps in), per shard.
+  std::vector<int64_t> take_swapped_out() { return std::exchange(out_, std::vector<int64_t>(shards(), 0)); }
+  std::vector<int64_t> take_swapped_in() { return std::exchange(in_, std::vector<int64_t>(shards(), 0)); }
 
  private:
   // Preempts the latest admitted running sequence (by swap when configured and host memory has room, else by
@@ -134,10 +135,11 @@ class Engine {
       Seq& q = st_.seqs[size_t(v)];
       const int64_t blocks = cache_.blocks_for(q.cached);
       cache_.release(v);
-      if (cfg_.swap && q.cached > 0 && host_blocks_ + blocks <= cfg_.swap_blocks) {
-        q.swapped = true;  // its cached tokens wait in host memory
-        host_blocks_ += blocks;
-        swapped_tokens_ += q.cached;
+      const size_t sh = shard(v);
+      if (cfg_.swap && q.cached > 0 && host_blocks_[sh] + blocks <= cfg_.swap_blocks) {
+        q.swapped = true;  // its cached tokens wait in its chip's host memory
+        host_blocks_[sh] += blocks;
+        out_[sh] += q.cached;
         ++st_.run.swaps;
       } else {
         q.cached = 0;
@@ -155,8 +157,8 @@ class Engine {
     Seq& q = st_.seqs[size_t(id)];
     if (!q.swapped) return;
     q.swapped = false;
-    host_blocks_ -= cache_.blocks_for(q.cached);
-    swapped_tokens_ += q.cached;
+    host_blocks_[shard(id)] -= cache_.blocks_for(q.cached);
+    in_[shard(id)] += q.cached;
   }
 
   // Grows ID's cache to TOKENS, preempting others when needed; false when even that cannot make room.
@@ -209,7 +211,10 @@ class Engine {
   PagedKvCache& cache_;
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;
-  int64_t host_blocks_ = 0, swapped_tokens_ = 0;
+  // Per shard (the ep chip holding a sequence, kv_cache.h): host memory in use, tokens copied out and in.
+  size_t shards() const { return size_t(cache_.capacity().shards); }
+  size_t shard(int64_t id) const { return size_t(id % int64_t(shards())); }
+  std::vector<int64_t> host_blocks_ = std::vector<int64_t>(shards(), 0), out_ = host_blocks_, in_ = host_blocks_;
 };
 
 }  // namespace
@@ -295,8 +300,23 @@ struct Simulation::Impl {
         s.prefill_tokens += e.rows;
     }
     s.seqs = int64_t(batch.size());
-    s.swapped_tokens = en.take_swapped();
-    double at = ready[size_t(pick)] + double(s.swapped_tokens) * cfg.swap_s_per_token, end = at;
+    // The swap copies, on each chip's host link (its own copy engine, as vLLM's cache engine's stream), in the order the
+    // scheduler made them: the copies out from this batch's start, overlapping its compute (it ends no earlier
+    // than they do: their blocks take its new tokens), then the copies in, which its compute waits for.
+    const std::vector<int64_t> out = en.take_swapped_out(), in = en.take_swapped_in();
+    const double r0 = ready[size_t(pick)];
+    double at = r0, copies_out = r0;
+    host_free.resize(std::max(host_free.size(), out.size()), 0.0);
+    for (size_t k = 0; k < out.size(); ++k) {
+      s.swapped_tokens += out[k] + in[k];
+      if (out[k] + in[k] == 0) continue;
+      double t = std::max(r0, host_free[k]) + double(out[k]) * cfg.swap_s_per_token;
+      copies_out = std::max(copies_out, t);
+      t += double(in[k]) * cfg.swap_s_per_token;
+      if (in[k] > 0) at = std::max(at, t);
+      host_free[k] = t;
+    }
+    double end = at;
     const std::vector<StageSpan> sp = stages(batch, std::max(at, stage_free.empty() ? 0.0 : stage_free[0]));
     if (sp.empty()) throw std::logic_error("serving scheduler: an iteration without stages");
     stage_free.resize(std::max(stage_free.size(), sp.size()), 0.0);
@@ -308,7 +328,7 @@ struct Simulation::Impl {
       end = start + (sp[k].end_s - sp[k].start_s);
       stage_free[k] = end;
     }
-    s.end_s = end;
+    s.end_s = end = std::max(end, copies_out);
     st.run.iterations.push_back(s);
     en.advance(batch, end);
     ready[size_t(pick)] = end;
@@ -321,6 +341,7 @@ struct Simulation::Impl {
   std::vector<Engine> engines;
   std::vector<double> ready;       // when each engine may form its next batch
   std::vector<double> stage_free;  // when each pipeline stage is free
+  std::vector<double> host_free;   // when each shard's host link is free (swap copies)
 };
 
 Simulation::Simulation(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)

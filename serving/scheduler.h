@@ -16,9 +16,14 @@
 //   recompute  (vLLM's default): its blocks freed, it returns to the front of the queue and later prefills its
 //              prompt and the tokens generated so far again;
 //   swap       (vLLM's preemption_mode "swap"): its blocks are copied to host memory over the host link, freed, and
-//              copied back when it is admitted again (then it decodes on); each copy delays the iteration that
-//              makes it by tokens x swap_s_per_token (the chips copy their own shards in parallel). Host memory
-//              holds swap_blocks blocks (vLLM's swap_space); a sequence that does not fit there is recomputed.
+//              copied back when it is admitted again (then it decodes on). A copy takes tokens x swap_s_per_token
+//              (the chips copy their own shards in parallel) on its chip's host link, a resource of its own (a
+//              copy engine, as vLLM's cache engine's cache_stream): copies queue there in the order they are made; a copy out
+//              starts at its iteration's start and overlaps its compute (the iteration ends no earlier than it:
+//              the freed blocks take the iteration's new tokens), a copy in delays only the compute of the
+//              iteration that needs it. Host memory holds swap_blocks blocks per chip (vLLM's swap_space); with
+//              shards (ep chips) each has its own host memory and link, a sequence's on its chip; a sequence that
+//              does not fit there is recomputed.
 // Disaggregated decode (Request::prefilled): a request arrives with its prompt's cache (from a prefill instance)
 // and its first token made; on admission it takes the blocks of its prompt and decodes from there (under
 // continuous batching such admissions join the running sequences' decode step; so do sequences swapped back in).
@@ -57,7 +62,7 @@ struct SchedulerConfig {
   int engines = 1;                        // virtual engines: batches in flight through a pipeline (see above)
   bool swap = false;                      // preemption by swap (else recompute)
   double swap_s_per_token = 0;            // seconds to copy one token's KV cache shard over the host link
-  int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine)
+  int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine, per cache shard)
 };
 
 // One sequence of an iteration: its request, the tokens already in its cache, its new tokens.
@@ -89,7 +94,7 @@ struct IterationSample {
   int replica = 0;                // the data-parallel replica (`serve` sets it; the scheduler runs one)
   int64_t seqs = 0, tokens = 0, prefill_tokens = 0, decode_seqs = 0;
   int64_t kv_blocks = 0;  // blocks held during the iteration (every engine's)
-  int64_t swapped_tokens = 0;  // tokens copied over the host link before it (out and in)
+  int64_t swapped_tokens = 0;  // tokens it copied over the host links (out and in)
 };
 
 struct ServeRun {

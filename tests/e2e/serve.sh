@@ -96,6 +96,22 @@ assert all(t >= 0 for t in d["transfer_s"]) and d["transfer_bytes_per_chip_pair"
 assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
 PY
 fi
+# Load-aware: one prefill replica, two decode replicas; each cache to the decode replica with the fewest
+# outstanding tokens. Round-robin alternates them in prefill-end order; both use both and finish every request.
+for lb in round_robin least_tokens; do
+  if expect_exit 0 'disaggregated: replica 0..0 prefill' -- shardsim_mpi 1 --chips 3 serve "$S8" "${SMALL[@]}" \
+       --set parallel.dp=3 --set serve.disaggregation.prefill_replicas=1 --set serve.load_balance=$lb --json dis3.json; then
+    if python3 - dis3.json $lb <<'PY'; then pass "$lb: both decode replicas decode, every request done"; else fail "disaggregated $lb"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it, rq = j["iterations"], j["requests"]
+assert j["metrics"]["requests"] == 20 and j["disaggregation"]["transfers"] == 20 and j["load_balance"] == sys.argv[2]
+assert {i[7] for i in it} == {0, 1, 2} and all(i[4] == 0 for i in it if i[7] > 0)
+assert all(r[1] > 0 and r[2] > r[1] for r in rq)
+PY
+  fi
+done
+assert_out_fixed 'decode (each cache to the one with the fewest outstanding tokens)' "the report states the rule"
 expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- shardsim_mpi 1 --chips 2 serve "$S8" \
   --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=2 --json bad.json
 
@@ -164,8 +180,22 @@ if expect_exit 0 'plan tp=1 x pp=1 x ep=8 x dp=1' -- shardsim_mpi 1 --chips 8 se
 fi
 expect_exit 0 'plan tp=2 x pp=1 x ep=4 x dp=1' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
   --set parallel.ep=4 --set parallel.tp=2 --set parallel.etp=2
-expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 8 serve "$SMX" \
-  --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
+# Disaggregated MoE: replica 0 (ep 4) prefills, replica 1 (ep 4) decodes; each sequence's cache lives on its ep
+# chip (request id mod ep) on both sides, so one chip pair moves it: the bytes per pair are the prompts' tokens
+# times one chip's K and V per token.
+if expect_exit 0 'disaggregated: replica 0..0 prefill' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
+     --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json mxd.json; then
+  if python3 - mxd.json <<'PY'; then pass "MoE disaggregated: 20 transfers, one chip pair each, prefill on 0, decode on 1"; else fail "MoE disaggregated"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it, d = j["iterations"], j["disaggregation"]
+assert j["ep"] == 4 and j["metrics"]["requests"] == 20 and d["transfers"] == 20
+assert all(i[5] == 0 for i in it if i[7] == 0) and all(i[4] == 0 for i in it if i[7] == 1)
+prompts = sum(r[3] for r in j["requests"] if r[4] > 1)
+assert d["transfer_bytes_per_chip_pair"] == prompts * j["kv_cache"]["bytes_per_token"], (d, prompts)
+assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
+PY
+fi
 
 e2e_case "(j) a sweep over a serve config: rate x batching, each point what serve runs; rows, JSON and the latency plot"
 cat > sw.yaml <<EOF

@@ -199,8 +199,8 @@ TEST(ServingScheduler, PreemptsByRecomputeOrSwapWhenTheCacheIsFull) {
   const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
   EXPECT_GT(run.preemptions, 0);
   for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
-  // By swap: the victim's tokens go to host memory and come back (no prefill again): fewer tokens run, each copy
-  // delays its iteration by tokens x swap_s_per_token; without host memory for it, recompute again.
+  // By swap: the victim's tokens go to host memory and come back (no prefill again): fewer tokens run; without
+  // host memory for it, recompute again.
   SchedulerConfig sw;
   sw.swap = true;
   sw.swap_s_per_token = 1e-4;
@@ -326,4 +326,32 @@ TEST(ServingScheduler, SteppedBatchesTheirStartsAndPrefilledArrivals) {
   EXPECT_DOUBLE_EQ(run.requests[1].arrival_s, 0.6);
   EXPECT_EQ(run.iterations[1].prefill_tokens, 0);  // decodes only: the prompt came with its cache
   EXPECT_THROW(sim.step(), std::logic_error);
+}
+
+// Swap copies run on the host link beside the compute (serving/scheduler.h): the iteration that swaps a victim out
+// lasts max(its compute, the copy), not their sum; the one that swaps it back in starts its compute when the copy
+// in has ended, and lasts its compute.
+TEST(ServingScheduler, SwapCopiesOverlapCompute) {
+  std::vector<Request> reqs{{0, 0.0, 30, 20}, {1, 0.0, 30, 20}};
+  SchedulerConfig sw;
+  sw.swap = true;
+  sw.swap_s_per_token = 1e-3;  // 30+ tokens: longer than an iteration's compute (10 ms + 1 ms per token)
+  sw.swap_blocks = 100;
+  PagedKvCache kv(blocks(5));
+  const ServeRun run = simulate(reqs, sw, kv, toy_iteration);
+  ASSERT_EQ(run.swaps, 1);
+  std::vector<size_t> with;
+  for (size_t i = 0; i < run.iterations.size(); ++i)
+    if (run.iterations[i].swapped_tokens > 0) with.push_back(i);
+  ASSERT_EQ(with.size(), 2u);  // out, then back in
+  const IterationSample& out = run.iterations[with[0]];
+  const IterationSample& in = run.iterations[with[1]];
+  const IterationSample& before_in = run.iterations[with[1] - 1];
+  const double compute_out = 0.010 + 0.001 * double(out.tokens), copy = 1e-3 * double(out.swapped_tokens);
+  EXPECT_GT(copy, compute_out);
+  EXPECT_NEAR(out.end_s - out.start_s, std::max(compute_out, copy), 1e-12);
+  EXPECT_EQ(in.swapped_tokens, out.swapped_tokens);
+  EXPECT_NEAR(in.start_s - before_in.end_s, 1e-3 * double(in.swapped_tokens), 1e-12);
+  EXPECT_NEAR(in.end_s - in.start_s, 0.010 + 0.001 * double(in.tokens), 1e-12);
+  for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
 }
