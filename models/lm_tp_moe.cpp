@@ -33,6 +33,9 @@ void LmTpTrainer::setup_moe() {
     f /= etp_;
   }
   s.shared_ffn /= etp_;
+  if (local_.moe->balance_placement && store_ && ep_size_ > 1)
+    throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's load, "
+                                "in shape-only runs (--shape-only); a real-data run's placement is not yet modelled");
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
   local_.expert_first = shard.first;
   local_.expert_count = shard.count;
@@ -162,6 +165,47 @@ double LmTpTrainer::expert_param_count() const {
 std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
   std::vector<MoeLayerStats> out;
   for (const auto& [l, st] : moe_stats_) out.push_back(st);
+  return out;
+}
+
+std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
+  if (!global_.moe) return {};
+  std::vector<int64_t> layers;  // the model's MoE layers
+  for (int64_t l = 0; l < global_.layers; ++l)
+    if (global_.moe_layer(l)) layers.push_back(l);
+  const size_t E = size_t(global_.moe->spec.experts()), n = layers.size();
+  // Per layer, summed: E tokens, aux, balanced_ns, chips; at maximum: received, dispatch bytes and ns, buffers,
+  // expert_ns. The reporting chips: the ep group at tp, cp and dp coordinate 0 of each stage.
+  const size_t ns = E + 3, nm = 5;
+  std::vector<double> sum(n * ns, 0.0), max(n * nm, 0.0);
+  const bool reports = tp_rank_ == 0 && cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
+  for (size_t i = 0; reports && i < n; ++i) {
+    const auto it = moe_stats_.find(layers[i]);
+    if (it == moe_stats_.end()) continue;
+    const MoeLayerStats& st = it->second;
+    double* a = sum.data() + i * ns;
+    for (size_t e = 0; e < E && e < st.tokens.size(); ++e) a[e] = double(st.tokens[e]);
+    a[E] = st.aux, a[E + 1] = st.balanced_expert_ns, a[E + 2] = 1;
+    double* b = max.data() + i * nm;
+    b[0] = double(st.received), b[1] = st.dispatch_bytes, b[2] = st.dispatch_ns, b[3] = st.buffer_bytes;
+    b[4] = st.expert_ns;
+  }
+  world_.allreduce(std::span<double>(sum), runtime::Reduce::sum, "lm moe table");  // host-side, not simulated
+  world_.allreduce(std::span<double>(max), runtime::Reduce::max, "lm moe table");
+  std::vector<MoeLayerStats> out;
+  for (size_t i = 0; i < n; ++i) {
+    const double* a = sum.data() + i * ns;
+    const double* b = max.data() + i * nm;
+    const double chips = std::max(a[E + 2], 1.0);
+    MoeLayerStats st;
+    st.layer = layers[i];
+    for (size_t e = 0; e < E; ++e) st.tokens.push_back(std::llround(a[e]));
+    st.aux = a[E] / chips;
+    st.balanced_expert_ns = a[E + 1] / chips;
+    st.received = std::llround(b[0]);
+    st.dispatch_bytes = b[1], st.dispatch_ns = b[2], st.buffer_bytes = b[3], st.expert_ns = b[4];
+    out.push_back(std::move(st));
+  }
   return out;
 }
 
