@@ -450,7 +450,7 @@ models::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s
 // The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
 // A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
-void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
+void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const sharding::ModelSpec& c,
                 models::RunReport& rep) {
   models::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
@@ -479,7 +479,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
                   s.plan.dp * s.plan.ep * s.cp);
     rep.train.memory.basis += b;
   }
-  const models::LmConfig& local = trainer.local_config();
+  const sharding::ModelSpec& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_stats()) {
     models::TrainMoeLayer l;
