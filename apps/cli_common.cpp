@@ -301,7 +301,7 @@ CLI::Validator decimal_integer() {
       "INT");
 }
 
-void add_trace_flags(CLI::App* app, models::TraceOptions& t, bool step) {
+void add_trace_flags(CLI::App* app, reporting::TraceOptions& t, bool step) {
   CLI::Option* trace = app->get_option("--trace");
   app->add_option("--trace-chips", t.chips, "--trace: only these chips, e.g. 0-7,64 (docs/PROFILE.md)")->needs(trace);
   app->add_option("--trace-axis", t.axis,

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/transport.h"
-#include "models/trace_filter.h"
+#include "reporting/trace_filter.h"
 #include "sharding/engine_config.h"
 #include "runtime/world.h"
 #include "sim/device_spec.h"
@@ -39,10 +39,10 @@ struct NetFlags {
 // --device PRESET, --plan tp=2,cp=4 and --set key.path=value, stored in OV and applied to the YAML tree by
 // sharding::load_workload_config.
 void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov);
-// The trace's filters and size limit (models/trace_filter.h): --trace-chips, --trace-axis, --trace-window,
+// The trace's filters and size limit (reporting/trace_filter.h): --trace-chips, --trace-axis, --trace-window,
 // --trace-max-mib, and with STEP (train) --trace-step; each needs --trace (added before). Chips, axes and windows
-// are checked against the run's topology and mesh before it runs (models::resolve_trace_filter).
-void add_trace_flags(CLI::App* app, models::TraceOptions& t, bool step);
+// are checked against the run's topology and mesh before it runs (reporting::resolve_trace_filter).
+void add_trace_flags(CLI::App* app, reporting::TraceOptions& t, bool step);
 
 // The simulated machine of one rank plus its transports. Built identically on every rank.
 struct Net {

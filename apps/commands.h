@@ -10,8 +10,8 @@
 
 #include "experiments/scheduler.h"
 #include "experiments/sweep.h"
-#include "models/report.h"
-#include "models/trace_filter.h"
+#include "reporting/report.h"
+#include "reporting/trace_filter.h"
 #include "sharding/engine_config.h"
 #include "runtime/chips.h"
 #include "runtime/world.h"
@@ -25,9 +25,9 @@ struct RunOptions {
   std::optional<std::string> checkpoint_path;  // --checkpoint: overrides the config's checkpoint: section
   bool no_checkpoint = false;                  // --no-checkpoint
   std::string trace_path;                      // --trace: a Chrome trace of the simulated timelines
-  models::TraceOptions trace;                // its filters and size limit (models/trace_filter.h)
-  bool profile = false;                        // --profile: the critical path across chips (models/profile.h)
-  std::string plots_dir;                       // --plots: roofline and utilisation plots (models/profile_plots.h)
+  reporting::TraceOptions trace;                // its filters and size limit (reporting/trace_filter.h)
+  bool profile = false;                        // --profile: the critical path across chips (reporting/profile.h)
+  std::string plots_dir;                       // --plots: roofline and utilisation plots (reporting/profile_plots.h)
   bool shape_only = false;                     // --shape-only: shape-only mode whatever the config's mode: says
 };
 
@@ -76,7 +76,7 @@ std::string winner_exports(const std::string& kind, const experiments::SweepSpec
 // config, quiet, in `run`'s forward mode or `train`'s training mode (RUN.train), exactly what the command runs for
 // the same config (no checkpoint). The report is complete on rank 0. Errors as the command's (AgreedError on
 // every rank).
-models::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run);
+reporting::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run);
 
 // One serve sweep point (serve.cpp): `shardsim serve` on WORLD for the config CONFIG_TEXT (WHERE names it in
 // messages), quiet; its metrics by sweep result column (experiments/scheduler.h ServeRunner), on every rank.

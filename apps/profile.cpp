@@ -305,14 +305,14 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
   return plans;
 }
 
-std::vector<models::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
+std::vector<reporting::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
                                           const std::function<double(const sharding::ConfigOverrides&)>& simulate,
                                           const sharding::ConfigOverrides& base) {
-  std::vector<models::WhatIf> rows;
+  std::vector<reporting::WhatIf> rows;
   for (const auto& p : plans) {
     sharding::ConfigOverrides ov = base;
     ov.set.insert(ov.set.end(), p.sets.begin(), p.sets.end());
-    models::WhatIf w;
+    reporting::WhatIf w;
     w.change = p.change;
     w.sets = p.sets;
     w.ns = simulate(ov);
@@ -320,7 +320,7 @@ std::vector<models::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, do
     rows.push_back(std::move(w));
   }
   std::stable_sort(rows.begin(), rows.end(),
-                   [](const models::WhatIf& a, const models::WhatIf& b) { return a.speedup > b.speedup; });
+                   [](const reporting::WhatIf& a, const reporting::WhatIf& b) { return a.speedup > b.speedup; });
   return rows;
 }
 

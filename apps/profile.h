@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "models/report.h"
+#include "reporting/report.h"
 #include "runtime/world.h"
 #include "sharding/engine_config.h"
 
@@ -32,7 +32,7 @@ std::vector<WhatIfPlan> plan_what_if(const std::string& spec, const ConfigNode& 
 
 // Simulates every plan with SIMULATE (BASE's overrides plus the plan's sets; returns the simulated end time in ns,
 // valid on rank 0) and returns the rows, largest speedup (BASELINE_NS / time) first. Collective when SIMULATE is.
-std::vector<models::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
+std::vector<reporting::WhatIf> run_what_if(const std::vector<WhatIfPlan>& plans, double baseline_ns,
                                           const std::function<double(const sharding::ConfigOverrides&)>& simulate,
                                           const sharding::ConfigOverrides& base);
 

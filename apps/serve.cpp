@@ -30,8 +30,8 @@
 #include "common/text.h"
 #include "models/lm_tp.h"
 #include "models/lm_tp_decode.h"
-#include "models/profile.h"
-#include "models/report.h"
+#include "reporting/profile.h"
+#include "reporting/report.h"
 #include "runtime/transport.h"
 #include "serving/config_keys.h"
 #include "serving/kv_cache.h"
@@ -356,7 +356,7 @@ struct Server {
   }
 
   // --profile: the run's longest iteration (the lowest replica's on a tie) simulated again with every block and
-  // its events recorded, profiled as `train --profile` profiles a step (models/profile.h). Collective.
+  // its events recorded, profiled as `train --profile` profiles a step (reporting/profile.h). Collective.
   std::shared_ptr<const sim::Profile> profile_longest(double peak_tflops, std::string& what) {
     std::vector<double> v{longest_s};
     tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
@@ -374,8 +374,8 @@ struct Server {
       }
       (void)exec.serve_step(mb, kv);
     }
-    models::RunReport rep;
-    models::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
+    reporting::RunReport rep;
+    reporting::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
     std::vector<double> shape{replica == int(who[0]) && lead ? double(longest.size()) : 0.0,
                               replica == int(who[0]) && lead ? double(tokens) : 0.0};
     tp.allreduce(std::span<double>(shape), runtime::Reduce::sum, "serve profile: its batch");
@@ -486,7 +486,7 @@ std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeF
                                        const std::vector<WhatIfPlan>& plans, const serving::ServeMetrics& base) {
   std::map<std::string, serving::ServeMetrics> by_change;
   size_t next = 0;
-  const std::vector<models::WhatIf> rows = run_what_if(
+  const std::vector<reporting::WhatIf> rows = run_what_if(
       plans, base.e2e.mean * 1e9,
       [&](const sharding::ConfigOverrides& ov) {
         ServeFlags v;
@@ -683,7 +683,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
                 (long long)simulated, (long long)m.iterations, wall);
   out += b;
-  if (prof) out += "profile of " + prof_what + "\n" + models::profile_text(*prof);
+  if (prof) out += "profile of " + prof_what + "\n" + reporting::profile_text(*prof);
   if (!what_if.empty()) out += what_if_table(m, wi);
   std::fputs(escape_lines(out).c_str(), stdout);  // paths and names in it are untrusted text
   if (!sf.json_path.empty()) {
@@ -712,7 +712,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     if (K > 0)
       j["disaggregation"] = {{"prefill_replicas", K}, {"decode_replicas", dp - K}, {"transfers", xfer.count},
                              {"transfer_bytes_per_chip_pair", xfer.bytes}, {"transfer_s", xfer.time_s}};
-    if (prof) j["profile"] = {{"iteration", prof_what}, {"critical_path", models::profile_json(*prof)}};
+    if (prof) j["profile"] = {{"iteration", prof_what}, {"critical_path", reporting::profile_json(*prof)}};
     if (!what_if.empty()) {
       nlohmann::json w = nlohmann::json::array();
       for (const auto& x : wi)

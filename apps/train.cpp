@@ -50,9 +50,9 @@
 #include "common/text.h"
 #include "models/lm_checkpoint.h"
 #include "models/lm_data.h"
-#include "models/profile_plots.h"
-#include "models/report.h"
-#include "models/trace.h"
+#include "reporting/profile_plots.h"
+#include "reporting/report.h"
+#include "reporting/trace.h"
 #include "models/lm_model.h"
 #include "models/lm_tp.h"
 #include "sharding/device_mesh.h"
@@ -131,24 +131,24 @@ bool save_due(const TrainFlags& f, int64_t step, int64_t last) {
   return !f.checkpoint.empty() && (step == last || (f.save_every > 0 && step % f.save_every == 0));
 }
 
-// The run's one report (models/report.h, run_mode "train"). Its head is printed before the first step, each step's
+// The run's one report (reporting/report.h, run_mode "train"). Its head is printed before the first step, each step's
 // row and each checkpoint line as it happens, flushed, so a run that ends early (a signal, a diverging loss) keeps
 // every row it printed; the tail at the end; --json writes the same report. Rank 0 prints; progress lines go to
-// stderr (models/report.h's Progress), never into stdout or the JSON.
+// stderr (reporting/report.h's Progress), never into stdout or the JSON.
 class TrainLog {
  public:
-  TrainLog(const runtime::World& world, const TrainFlags& f, models::RunReport r)
+  TrainLog(const runtime::World& world, const TrainFlags& f, reporting::RunReport r)
       : world_(world), f_(f), r_(std::move(r)), progress_("train", world.rank() == 0) {}
-  models::RunReport& report() { return r_; }
-  void head() { print(models::train_head_text(r_)); }
-  void step(const models::TrainStep& st, int64_t last_step) {
+  reporting::RunReport& report() { return r_; }
+  void head() { print(reporting::train_head_text(r_)); }
+  void step(const reporting::TrainStep& st, int64_t last_step) {
     r_.train.steps.push_back(st);
-    print(models::train_step_text(r_, st));
+    print(reporting::train_step_text(r_, st));
     progress_.update(st.step, last_step, "steps");
   }
   void saved(int64_t step) {
     r_.train.saved.emplace_back(step, f_.checkpoint);
-    print(models::train_saved_text(step, f_.checkpoint));
+    print(reporting::train_saved_text(step, f_.checkpoint));
   }
   // The tail, then the JSON (agreed: a failed write is one line and exit 3 on every rank).
   int finish() {
@@ -159,16 +159,16 @@ class TrainLog {
     r_.host_events = double(runtime::chips::events());
     r_.chips_total = world_.size();
     r_.chips_simulated = runtime::chips::folded() ? runtime::chips_per_rank() : world_.size();
-    print(models::train_tail_text(r_));
+    print(reporting::train_tail_text(r_));
     // A plan that does not fit the HBM writes nothing (no --json, and no checkpoint: run_train_dp), only the report.
-    const bool fits = !r_.train.has_memory || models::fits_hbm(r_);
+    const bool fits = !r_.train.has_memory || reporting::fits_hbm(r_);
     world_.agree([&] {
       if (world_.rank() == 0 && !f_.json_path.empty() && fits)
-        write_file_atomic(f_.json_path, models::to_json(r_).dump(2) + "\n");
+        write_file_atomic(f_.json_path, reporting::to_json(r_).dump(2) + "\n");
     });
     // One rule with `run` (docs/CONFIG.md, device.hbm_gib): a plan whose state and activations exceed the usable
     // HBM (hbm_gib less hbm_reserve_gib) is bad input, exit 2, after the report that shows the memory rows.
-    if (r_.train.has_memory && !models::fits_hbm(r_)) {
+    if (r_.train.has_memory && !reporting::fits_hbm(r_)) {
       if (world_.rank() == 0) {
         char b[512];
         std::snprintf(b, sizeof b, "shardsim: error: %s: simulated out of memory: %.4g GiB per chip (state + "
@@ -192,8 +192,8 @@ class TrainLog {
   }
   const runtime::World& world_;
   const TrainFlags& f_;
-  models::RunReport r_;
-  models::Progress progress_;
+  reporting::RunReport r_;
+  reporting::Progress progress_;
 };
 
 // A diverging run: the trainers throw std::runtime_error (never a shardsim::Error) only for a non-finite gradient
@@ -242,10 +242,10 @@ std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, 
   return snap;
 }
 
-// The report's fields every training run has (models/report.h).
-models::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
+// The report's fields every training run has (reporting/report.h).
+reporting::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chips) {
   const auto& c = s.model;
-  models::RunReport r;
+  reporting::RunReport r;
   r.run_mode = f.forward ? "forward" : "train";
   r.train.forward = f.forward;
   r.name = s.name.empty() ? std::filesystem::path(f.config).stem().string() : s.name;
@@ -306,7 +306,7 @@ models::RunReport train_report(const TrainFlags& f, const TrainSetup& s, int chi
 }
 
 // The summary of the last step (or the mean step on one chip): step time, tokens/s, MFU.
-void finish_simulated(models::RunReport& r, const sim::Breakdown& b) {
+void finish_simulated(reporting::RunReport& r, const sim::Breakdown& b) {
   auto& t = r.train;
   r.critical = b;
   r.critical_chip = 0;
@@ -318,7 +318,7 @@ void finish_simulated(models::RunReport& r, const sim::Breakdown& b) {
   r.peak_fraction = t.mfu;
 }
 
-void resumed_into(models::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
+void resumed_into(reporting::RunReport& r, const TrainFlags& f, const std::optional<models::LmTrainSnapshot>& snap) {
   if (!snap) return;
   r.resumed_from = r.train.resumed_from = f.resume;
   r.train.resumed_step = snap->step;
@@ -327,7 +327,7 @@ void resumed_into(models::RunReport& r, const TrainFlags& f, const std::optional
 }
 
 // Rank 0's VERDICT (JSON: [passed, error, limit, relative, rule, extra]) on every chip, its fields into R; returns it.
-nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, models::RunReport& r) {
+nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string& verdict, reporting::RunReport& r) {
   const nlohmann::json v = nlohmann::json::parse(world.broadcast(verdict, 0));
   auto& t = r.train;
   r.validated = true;
@@ -343,7 +343,7 @@ nlohmann::json apply_loss_verdict(const runtime::World& world, const std::string
 // --validate: the per-step losses against the single-device reference (models/lm_train.h, the global model and
 // batch on one chip, computed on chip 0), each within models/lm_validate.h's limit for the dtype and the step.
 // A resumed run's reference resumes from the same checkpoint (models::reference_losses).
-void validate_losses(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
+void validate_losses(const runtime::World& world, const TrainSetup& s, reporting::RunReport& r,
                      const std::optional<models::LmTrainSnapshot>& resumed) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -367,7 +367,7 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, models::R
 // limit for one step of the dtype; for a block stack (vocab 0) also every output row (ROWS, gathered on rank 0)
 // against the reference's, max|y - y_ref| / max|y_ref| within validate.tolerance. The reference's kernels, timed
 // on the device, give the single-device time.
-void validate_forward(const runtime::World& world, const TrainSetup& s, models::RunReport& r,
+void validate_forward(const runtime::World& world, const TrainSetup& s, reporting::RunReport& r,
                       const std::optional<models::LmTrainSnapshot>& resumed, const models::GatheredRows* rows) {
   const auto& c = s.model;
   auto& t = r.train;
@@ -422,9 +422,9 @@ std::string zero_rule(const char* what, int zero, bool mixed, const char* psi) {
 
 // FORWARD (the forward mode): the parameters alone (no gradients or optimizer state are needed for a forward) and
 // the tensors one micro-batch's forward produces (held only until the next layer has read them: an upper bound).
-models::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
+reporting::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s, const std::string& basis,
                                 const char* psi, int dp_size, bool forward) {
-  models::TrainMemory m;
+  reporting::TrainMemory m;
   const bool mixed = s.model.dtype != runtime::DType::fp32;
   m.basis = basis;
   if (mem.padding > 0)  // sharding/plans/data_parallel.h, "Padding"
@@ -449,10 +449,10 @@ models::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup& s
 
 // The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
-// A MoE model's section (models/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
+// A MoE model's section (reporting/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
 void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const sharding::ModelSpec& c,
-                models::RunReport& rep) {
-  models::TrainMoe m;
+                reporting::RunReport& rep) {
+  reporting::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
   m.spec = sharding::plans::moe_text(*c.moe);
   m.total_params = double(models::lm_param_count(c));
@@ -482,7 +482,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const s
   const sharding::ModelSpec& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_stats()) {
-    models::TrainMoeLayer l;
+    reporting::TrainMoeLayer l;
     l.layer = st.layer;
     double sum = 0;
     for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
@@ -499,11 +499,11 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const s
   rep.train.moe = std::move(m);
 }
 
-void pipeline_report(models::LmTpTrainer& trainer, models::RunReport& rep) {
+void pipeline_report(models::LmTpTrainer& trainer, reporting::RunReport& rep) {
   using namespace sharding::plans;
   const PipelineSchedule& sch = trainer.schedule();
   const std::vector<models::LmStageSummary> stages = trainer.pipeline_summary();
-  models::TrainPipeline& p = rep.train.pipeline;
+  reporting::TrainPipeline& p = rep.train.pipeline;
   rep.train.has_pipeline = true;
   p.schedule = schedule_name(sch.kind);
   p.p = sch.p;
@@ -535,7 +535,7 @@ void pipeline_report(models::LmTpTrainer& trainer, models::RunReport& rep) {
   rep.train.memory.activations_note = note;
 }
 
-std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
+std::vector<reporting::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns);
 
 // Wall seconds of a run's phases (this host; never a simulated figure): Timer adds its scope's duration to one.
 struct WallSplit {
@@ -565,12 +565,12 @@ std::string mesh_text_of(const TrainSetup& s, int n, int dp_size) {
 
 // The report's head, printed before the first step: the model, topology, mesh, the plan line (the plan registry's
 // one text for both modes, and in training the trainer's BUCKETS), the data line and the resumed state.
-models::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n, int dp_size,
+reporting::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n, int dp_size,
                               const sharding::DeviceMesh& mesh, int buckets,
                               const std::optional<models::LmTrainSnapshot>& resumed) {
   const auto& c = s.model;
   const topology::Topology& topo = *s.topology;
-  models::RunReport r = train_report(f, s, n);
+  reporting::RunReport r = train_report(f, s, n);
   r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
   r.mesh = mesh.mapping_text();
   r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
@@ -601,7 +601,7 @@ models::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n, i
 // pipeline's stages, the collected per-chip / per-collective / fused / per-op tables FIGS (the forward's headline is
 // the chip that finishes last, run's rule; a training step's stays chip 0's step) and the MoE rows.
 void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const TrainFlags& f,
-                    const models::RunReport& figs, int n, int dp_size, models::RunReport& rep) {
+                    const reporting::RunReport& figs, int n, int dp_size, reporting::RunReport& rep) {
   const auto& c = s.model;
   const bool tp_mesh = s.tp > 1 || s.cp > 1 || s.pp > 1;  // the tp-mesh wording whenever a tp, cp or pp axis exists
   const auto mem = trainer.memory();
@@ -639,7 +639,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   // The plan's mesh (load() checked it); one trainer for every mesh (tp = cp = 1: data parallelism alone).
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   world.agree([&] {  // the trace's chips and axis on this mesh, before any step (exit 2)
-    if (!f.trace_path.empty()) (void)models::resolve_trace_filter(f.trace, topo, &*mesh);
+    if (!f.trace_path.empty()) (void)reporting::resolve_trace_filter(f.trace, topo, &*mesh);
   });
   const std::vector<int>& chips = mesh->placement();
   sim::Timeline tl(chips.at(size_t(world.rank())), topo, s.device);
@@ -689,21 +689,21 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   TrainLog log(world, f, report_head(f, s, n, dp_size, *mesh, trainer->buckets(), resumed));
   log.head();
   models::LmDpStepResult last;
-  // The last step's per-chip and per-collective tables, fused ops and time per op (models/report.h, the one report
+  // The last step's per-chip and per-collective tables, fused ops and time per op (reporting/report.h, the one report
   // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
   // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
-  models::RunReport figs;
+  reporting::RunReport figs;
   auto collect_figures = [&] {
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
-    const models::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
-    models::gather_chip_figures(world, tl, mine, chips, figs);
+    const reporting::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    reporting::gather_chip_figures(world, tl, mine, chips, figs);
   };
   // Whether the plan's state and activations (the report's memory rows) fit the usable HBM: known after the first
   // step; a plan that does not fit writes no checkpoint (exit 2 after the report, TrainLog::finish).
   std::optional<bool> fits;
   auto fits_hbm_now = [&] {
     if (!fits) {
-      models::TrainMemory m = memory_of(trainer->memory(), s, "", "", dp_size, f.forward);
+      reporting::TrainMemory m = memory_of(trainer->memory(), s, "", "", dp_size, f.forward);
       if (s.pp > 1) {  // the largest stage's peak, as pipeline_report puts it in the report
         m.activations = 0;
         for (const auto& st : trainer->pipeline_summary()) m.activations = std::max(m.activations, st.peak_activation_bytes);
@@ -735,7 +735,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     last = agreed_step(world, step);
     if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     if (!f.trace_path.empty() && last.step == trace_step && trace_step != s.train.steps)
-      models::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
+      reporting::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
     log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
              s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
@@ -746,7 +746,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   auto& rep = log.report();
   finish_simulated(rep, last.breakdown);
   report_figures(*trainer, s, f, figs, n, dp_size, rep);
-  models::profile_and_trace(world, tl,
+  reporting::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
@@ -782,7 +782,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
 int run_train(const runtime::World& world, const TrainFlags& f);
 
 // --what-if: each change re-simulated by the same trainer in shape-only mode, quiet, with BASELINE_NS the step.
-std::vector<models::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
+std::vector<reporting::WhatIf> what_if_rows(const runtime::World& world, const TrainFlags& f, double baseline_ns) {
   std::vector<WhatIfPlan> plans;
   world.agree([&] { plans = plan_what_if(f.what_if, train_config(f)); });
   double step_ns = 0;
@@ -816,7 +816,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     }
     if (!f.json_path.empty()) outputs.emplace_back("--json", f.json_path);
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
-    for (auto& o : models::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
+    for (auto& o : reporting::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
@@ -852,7 +852,7 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
 
 }  // namespace
 
-models::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run) {
+reporting::RunReport run_executor_point(const runtime::World& world, const experiments::ExecutorRun& run) {
   TrainFlags f;
   f.forward = !run.train;
   f.config = run.where;
@@ -861,7 +861,7 @@ models::RunReport run_executor_point(const runtime::World& world, const experime
   f.shape_only = run.shape_only;
   f.what_if = run.what_if;
   f.quiet = true;
-  models::RunReport r;
+  reporting::RunReport r;
   f.report_out = &r;
   run_train(world, f);
   return r;

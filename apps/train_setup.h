@@ -12,8 +12,8 @@
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "models/lm_tp.h"
-#include "models/report.h"
-#include "models/trace_filter.h"
+#include "reporting/report.h"
+#include "reporting/trace_filter.h"
 #include "runtime/world.h"
 #include "sharding/device_mesh.h"
 #include "sharding/engine_config.h"
@@ -35,11 +35,11 @@ struct TrainFlags {
   std::string resume;      // continue from this training-state checkpoint
   bool shape_only = false; // --shape-only: no data (mode: shape_only in the config does the same)
   bool validate = false;   // --validate: compare the losses with the single-device reference
-  std::string json_path;   // --json: the report as JSON (models/report.h, the same fields as run's)
-  std::string trace_path;  // --trace: Chrome trace of the simulated timelines (models/trace.h, as run's)
-  models::TraceOptions trace;  // its filters, step and size limit (models/trace_filter.h)
-  bool profile = false;    // --profile: the last step's critical path across chips (models/profile.h)
-  std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (models/profile_plots.h)
+  std::string json_path;   // --json: the report as JSON (reporting/report.h, the same fields as run's)
+  std::string trace_path;  // --trace: Chrome trace of the simulated timelines (reporting/trace.h, as run's)
+  reporting::TraceOptions trace;  // its filters, step and size limit (reporting/trace_filter.h)
+  bool profile = false;    // --profile: the last step's critical path across chips (reporting/profile.h)
+  std::string plots_dir;   // --plots: roofline and utilisation plots of the last step (reporting/profile_plots.h)
   std::string what_if;     // --what-if: changes re-simulated in shape-only mode (apps/profile.h)
   bool no_fold = false;    // --no-fold: simulate every chip, never fold (fold: off does the same)
   // The executor's forward mode (`shardsim run` on a model with a vocabulary): one forward of the step's batch
@@ -49,7 +49,7 @@ struct TrainFlags {
   bool quiet = false;      // a what-if re-simulation: print nothing
   double* step_ns_out = nullptr;  // set to the simulated step (a what-if re-simulation)
   std::string config_text;        // a sweep point: the config as generated (config names it in messages)
-  models::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
+  reporting::RunReport* report_out = nullptr;  // a sweep point: set to the report (quiet: nothing printed)
   sharding::ConfigOverrides overrides;  // run's overrides: --topology/--ring/--torus/--mesh/--bandwidth/--latency/
                                         // --device/--plan/--set
 };

@@ -51,7 +51,7 @@ std::string fmt(double v) {
 Row failed(Row row, const std::string& why) { return failed_row(std::move(row), why); }
 
 // The critical chip's breakdown and throughput, the same columns for forward and training points.
-void fill_breakdown(Row& row, const models::RunReport& r) {
+void fill_breakdown(Row& row, const reporting::RunReport& r) {
   row["compute_us"] = fmt(r.critical.compute / 1e3);
   row["comm_us"] = fmt(r.critical.communication / 1e3);
   row["exposed_comm_us"] = fmt(r.critical.exposed_comm / 1e3);
@@ -170,13 +170,13 @@ Row run_collective(const runtime::World& sw, const SweepPoint& pt, const SweepSp
 }
 
 // --what-if: each change's speedup (baseline / re-simulated) in its column (what_if_column).
-void add_what_if(Row& row, const std::vector<models::WhatIf>& rows) {
+void add_what_if(Row& row, const std::vector<reporting::WhatIf>& rows) {
   for (const auto& w : rows) row[what_if_column(w.change)] = fmt(w.speedup);
 }
 
 // Every change of SPEC through RUN (SPEC -> the what-if rows); when they fail together, each change alone, so a
 // change the point cannot take marks only its own column ("error: REASON") and never the row or the others.
-void what_if_by_change(Row& row, const std::string& spec, const std::function<std::vector<models::WhatIf>(const std::string&)>& run) {
+void what_if_by_change(Row& row, const std::string& spec, const std::function<std::vector<reporting::WhatIf>(const std::string&)>& run) {
   const auto changes = what_if_changes(spec);
   if (changes.size() > 1) {
     try {
@@ -195,7 +195,7 @@ void what_if_by_change(Row& row, const std::string& spec, const std::function<st
 }
 
 // One workload point through the one executor in its command's mode (forward for a `run` config, training for a
-// `train` config); the row's columns from its report (models/report.h): the simulated forward or step as
+// `train` config); the row's columns from its report (reporting/report.h): the simulated forward or step as
 // sim_time_us with the critical chip's split, tokens/s, MFU, the chip's memory (the mode's memory model) against
 // the device's HBM, the pipeline's bubble and micro-batches, the validation against one device.
 Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const SweepSpec& spec, const ExecutorRunner& exec) {
@@ -210,7 +210,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   const bool separately = validated_separately(pt, spec);
   run.shape_only = separately;
   run.validate = !separately && !pt.shape_only;
-  models::RunReport r;
+  reporting::RunReport r;
   bool what_if_failed = false;  // the run with every change failed: the baseline alone, then change by change
   for (const bool with_what_if : {true, false}) {
     if (!with_what_if && (!what_if_failed || spec.what_if.empty())) break;
@@ -237,7 +237,7 @@ Row run_workload_point(const runtime::World& sw, const SweepPoint& pt, const Swe
   row["mfu"] = fmt(t.mfu);
   row["peak_mem_bytes"] = fmt(t.memory.chip_bytes());
   row["hbm_capacity_bytes"] = fmt(r.hbm_capacity_bytes);
-  row["fits_hbm"] = models::fits_hbm(r) ? "yes" : "no";  // with the device's HBM reserve
+  row["fits_hbm"] = reporting::fits_hbm(r) ? "yes" : "no";  // with the device's HBM reserve
   row["bubble_fraction"] = fmt(t.has_pipeline ? t.pipeline.bubble_fraction : 0.0);
   row["micro_batches"] = std::to_string(t.has_pipeline ? t.pipeline.m : pt.micro_batches);
   // A block stack's forward compares its output rows (relative error); otherwise the loss.

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "experiments/sweep.h"
-#include "models/report.h"
+#include "reporting/report.h"
 #include "runtime/world.h"
 
 namespace shardsim::experiments {
@@ -52,7 +52,7 @@ struct ExecutorRun {
   bool shape_only = false;
   std::string what_if;
 };
-using ExecutorRunner = std::function<models::RunReport(const runtime::World& group, const ExecutorRun& run)>;
+using ExecutorRunner = std::function<reporting::RunReport(const runtime::World& group, const ExecutorRun& run)>;
 // Serve points (SweepPoint::serve): `shardsim serve`'s run on GROUP for the point's generated config (CONFIG_YAML;
 // WHERE names it in messages), quiet, returning its metrics by result column (ttft_p50_ms, ...; valid on GROUP's
 // rank 0). apps/serve.cpp's run_serve_point. Errors every chip agreed on make the row `error` with the reason.

@@ -316,7 +316,7 @@ class LmTpTrainer {
   std::vector<LmStageSummary> pipeline_summary();
   int buckets() const { return data_->buckets(); }
   // The last step's per-collective record and fused ops of this chip (the plan units', sharding/plans/block_ops.h):
-  // the report's tables (models/report.h, gather_chip_figures).
+  // the report's tables (reporting/report.h, gather_chip_figures).
   const sharding::plans::Comm& comm() const { return comm_; }
   const std::vector<sharding::FusedOp>& fused_ops() const { return fused_ops_; }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters

@@ -224,7 +224,7 @@ class Timeline {
   // recording keeps events whatever KEEP says (the trace and the profiler read them).
   void set_keep_events(bool keep) { keep_ = keep; }
   // Frees the kept events and receives (their memory too); the summary stays, so breakdown(), end_time() and
-  // op_totals() read the same (the trace's gather takes a chip's events this way: models/trace.h).
+  // op_totals() read the same (the trace's gather takes a chip's events this way: reporting/trace.h).
   void release_events();
   bool keeps_events() const { return record_ && (keep_ || deps_); }
   // Back to time zero: every engine free, no events (a fresh clock for the next measurement).

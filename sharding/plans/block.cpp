@@ -1,5 +1,7 @@
 #include "sharding/plans/block.h"
 
+#include "sharding/plans/registry.h"
+
 #include <cstring>
 
 #include "kernels/attention.h"
@@ -389,6 +391,58 @@ void block_backward(PlanContext& ctx, const TokenLayout& lay, const BlockWeights
     S = BlockActivations{};
     S.x_in = std::move(keep);
   }
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- recompute: activation recomputation none | selective | full ----
+void recompute_read(const PlanParse& c, ParallelPlan& p) {
+  if (c.has("recompute")) {
+    if (c.root.has("train") && c.root.child("train").is_map() && c.root.child("train").has("recompute"))
+      c.fail("recompute", "and train.recompute: are the same key; keep parallel.recompute");
+    // none | selective | full; true and false (the older spellings) are full and none.
+    const std::string r = c.par.get_string("recompute");
+    if (r == "true" || r == "full")
+      p.recompute = true;
+    else if (r == "selective")
+      p.selective_recompute = true;
+    else if (r == "false" || r == "none")
+      p.recompute = false;
+    else
+      c.fail("recompute", "'" + r + "' (none | selective | full; true = full, false = none)");
+  }
+  if ((p.recompute || p.selective_recompute) && !c.train()) c.fail("recompute", "training only");
+}
+std::string recompute_text(const ModelSpec& s, const ParallelPlan& p, bool) {
+  if (p.recompute) return "recompute: full (each block's forward again right before its backward)";
+  return s.attention_impl == AttentionImpl::unfused
+             ? "recompute: selective (the unfused attention core's forward again in the backward)"
+             : "recompute: selective (the attention core recomputed in the backward, as flash attention always does)";
+}
+
+}  // namespace
+
+PlanDescriptor recompute_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "recompute";
+  d.title = "activation recomputation";
+  d.summary =
+      "none | selective (the attention core recomputed in the backward; Korthikanti et al. 2022) | full "
+      "(each block's forward again right before its backward)";
+  d.keys = {{"recompute", PlanValue::choice, "none | selective | full (true = full, false = none)", "none",
+             "activation recomputation (train)", false, true}};
+  d.active = [](const ParallelPlan& p) { return p.recompute || p.selective_recompute; };
+  d.read = recompute_read;
+  d.text = recompute_text;
+  d.example = {plan_test_model("", "recompute: selective"), SpecUse::train, 1, ""};
+  d.bad_cases = {{plan_test_model("", "recompute: partial"), SpecUse::train, 1, "recompute"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

@@ -157,4 +157,9 @@ void unfused_attention_backward(const ModelSpec& s, const Tensor& q, const Tenso
 kernels::BlockExtras block_extras(const ModelSpec& s, int64_t rows, int64_t residual_rows, int64_t qkv_cols,
                                   int64_t ffn_cols);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor recompute_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

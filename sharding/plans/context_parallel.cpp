@@ -1,5 +1,7 @@
 #include "sharding/plans/context_parallel.h"
 
+#include "sharding/plans/registry.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -246,6 +248,62 @@ void ring_attention_backward(CpRing& ring, const SeqShard& s, const Tensor& q, c
   dq = to_compute(ring, s, dq_acc, {N, hq, d});
   dk = to_compute(ring, s, dkcur, {N, hkv, d});
   dv = to_compute(ring, s, dvcur, {N, hkv, d});
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- cp: context parallel, ring attention (context_parallel.h) ----
+void cp_read(const PlanParse& c, ParallelPlan& p) {
+  if (!c.given) return;
+  const std::string split = c.par.get_string("cp_split", "zigzag");
+  if (split != "zigzag" && split != "contiguous") c.fail("cp_split", "'" + split + "' (zigzag | contiguous)");
+  if (c.has("cp_split") && p.cp == 1) c.fail("cp_split", "only used with context parallelism (cp > 1)");
+  p.zigzag = split == "zigzag";
+  if (p.cp == 1) return;
+  if (c.use == SpecUse::mlp) c.not_implemented("cp", "cp: the MLP shards no sequence");
+  refuse_unfused_attention(c, "cp");
+}
+void cp_check(const PlanParse& c, const ParallelPlan& p) {
+  if (p.cp > 1 && !c.model.causal)
+    c.fail("cp", "ring attention runs the causal mask only (model.causal: false needs cp 1, or ulysses)");
+  if (p.cp > 1 && c.model.seq % (p.zigzag ? 2 * p.cp : p.cp) != 0)
+    c.fail("cp",
+           "seq " + std::to_string(c.model.seq) + " is not divisible by " +
+               (p.zigzag ? "2*cp = " + std::to_string(2 * p.cp) + " (zig-zag split)" : "cp = " + std::to_string(p.cp)));
+}
+std::string cp_text(const ModelSpec&, const ParallelPlan& p, bool train_mode) {
+  return "context parallel cp=" + std::to_string(p.cp) + " (ring attention" +
+         (train_mode ? " forward and backward" : "") + ", " + (p.zigzag ? "zig-zag" : "contiguous") + " split)";
+}
+
+}  // namespace
+
+PlanDescriptor cp_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "cp";
+  d.title = "context parallel";
+  d.summary =
+      "ring attention: the sequence split over the cp axis, K/V blocks passed round the ring (zig-zag "
+      "split: chip c holds chunks c and 2cp-1-c, balancing the causal mask; "
+      "sharding/plans/context_parallel.h)";
+  d.axis = "cp";
+  d.size = &ParallelPlan::cp;
+  d.keys = {{"cp", PlanValue::size, kPlanSizes, "1", "context-parallel (ring attention) size", true},
+            {"cp_split", PlanValue::choice, "zigzag | contiguous", "zigzag", "how the sequence is cut over cp", true}};
+  d.excludes = {"ulysses"};
+  d.read = cp_read;
+  d.check = cp_check;
+  d.text = cp_text;
+  d.example = {plan_test_model("", "cp: 2, cp_split: contiguous"), SpecUse::train, 2, ""};
+  d.bad_cases = {{plan_test_model("", "cp: 3"), SpecUse::train, 3, "cp"},
+                 {plan_test_model("", "cp_split: contiguous"), SpecUse::train, 1, "cp_split"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

@@ -51,4 +51,9 @@ void ring_attention_backward(CpRing& ring, const SeqShard& s, const Tensor& q, c
                              const Tensor& o, const std::vector<Tensor>& lse, const Tensor& dout, Tensor& dq,
                              Tensor& dk, Tensor& dv, Chip& chip);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor cp_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

@@ -1,5 +1,8 @@
 #include "sharding/plans/data_parallel.h"
 
+#include "common/byte_size.h"
+#include "sharding/plans/registry.h"
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -418,6 +421,103 @@ DpMemory DataParallel::memory() const {
     m.formula_optimizer += K * psi / (config_.zero >= 1 ? nd : 1);
   }
   return m;
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- dp: data parallel, ZeRO stages, gradient buckets and their overlap (data_parallel.h) ----
+void dp_read(const PlanParse& c, ParallelPlan& p) {
+  if (!c.given) return;
+  p.zero = static_cast<int>(c.par.get_int_in("zero", 0, 3, 0));
+  if (c.par.has("bucket_bytes") && c.par.child("bucket_bytes").printable_text() == "auto")
+    p.bucket_bytes = -1;
+  else
+    p.bucket_bytes = config_bytes_in(c.par, "bucket_bytes", 0, SpecBounds::bucket_bytes, p.bucket_bytes);
+  p.overlap_grad_reduce = c.par.get_bool("overlap_grad_reduce", !p.sp);
+  p.overlap_param_gather = c.par.get_bool("overlap_param_gather", false);
+  if (p.overlap_param_gather && (p.zero < 1 || p.zero > 2))
+    c.fail("overlap_param_gather",
+           "needs zero 1 or 2 (the distributed optimizer's parameter all_gather; ZeRO-3 "
+           "gathers before every use already)");
+}
+void dp_check(const PlanParse& c, const ParallelPlan& p) {
+  const ModelSpec& s = c.model;
+  if (!c.train()) {
+    if (s.batch != 0 && s.batch != p.dp)
+      c.at("dp").fail("model.batch other than dp (one sequence per replica): not implemented yet in " +
+                      std::string(spec_use_name(c.use)));
+    return;
+  }
+  if (s.batch % p.dp != 0)
+    c.fail("dp", "the global batch (model.batch " + std::to_string(s.batch) + " sequences) must be a multiple of dp (" +
+                     std::to_string(p.dp) + ")");
+  if (s.micro_batch > 0 && (s.batch / p.dp) % s.micro_batch != 0) {
+    const ConfigNode at = c.model_at("micro_batch");
+    const std::string path = c.root.has("workload") ? c.root.child("workload").path() : "model";
+    at.fail(path + ".micro_batch: " + std::to_string(s.micro_batch) + " sequences per micro-batch must divide the " +
+            std::to_string(s.batch / p.dp) + " sequences of each data-parallel replica (model.batch / dp = " +
+            std::to_string(s.batch) + " / " + std::to_string(p.dp) + ")");
+  }
+}
+std::string dp_text(const ModelSpec&, const ParallelPlan& p, bool train_mode) {
+  if (!train_mode) return "data parallel dp=" + std::to_string(p.dp) + " (replicas)";
+  const int nd = p.dp * p.cp * p.ulysses;
+  std::string t = "data parallel dp=" + std::to_string(p.dp) + " (gradients averaged over " +
+                  (nd != p.dp ? std::string(p.cp > 1 ? "dp x cp = " : "dp x ulysses = ") + std::to_string(nd) : "dp") +
+                  ", ZeRO stage " + std::to_string(p.zero) + ", ";
+  if (p.zero == 3)
+    t += "reduced per unit";
+  else if (p.bucket_bytes == 0)
+    t += "one reduction after the backward";
+  else if (p.bucket_bytes < 0)
+    t += p.overlap_grad_reduce ? "Megatron's buckets (max(40M, 1M x " + std::to_string(nd) +
+                                     ") elements on the first stage's first model chunk, one bucket per chunk "
+                                     "elsewhere) reduced as ready"
+                               : "one bucket per model chunk, reduced after the backward (Megatron's rule)";
+  else
+    t += "buckets of " + std::to_string(p.bucket_bytes) + " bytes reduced " +
+         (p.overlap_grad_reduce ? "as ready" : "after the backward");
+  if (p.overlap_param_gather) t += ", parameter all_gather overlapping the next forward";
+  return t + ")";
+}
+
+}  // namespace
+
+PlanDescriptor dp_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "dp";
+  d.title = "data parallel";
+  d.summary =
+      "replicas on the outermost axis but pp: the batch split over them, gradients averaged in buckets "
+      "overlapping the backward, optimizer state sharded by ZeRO stage 0-3 "
+      "(sharding/plans/data_parallel.h)";
+  d.axis = "dp";
+  d.size = &ParallelPlan::dp;
+  d.keys = {{"dp", PlanValue::size, kPlanSizes, "chips / (tp x cp x ulysses x ep x pp); MLP: 1",
+             "data-parallel replicas", true},
+            {"zero", PlanValue::number, "0..3", "0", "ZeRO stage over the dp (x cp) replicas", false, true},
+            {"bucket_bytes", PlanValue::number, "auto | 0..2^50 (or 25M, 1G)", "auto (Megatron's rule)",
+             "gradient bucket bytes (0: one reduction after the backward)", false, true},
+            {"overlap_grad_reduce", PlanValue::flag, "true | false", "true; with sp false",
+             "each bucket reduced as soon as its gradients are ready", false, true, false},
+            {"overlap_param_gather", PlanValue::flag, "true | false", "false",
+             "ZeRO 1-2: the parameter all_gather overlaps the next forward", false, true, false}};
+  d.read = dp_read;
+  d.check = dp_check;
+  d.text = dp_text;
+  d.example = {
+      plan_test_model("", "dp: 2, zero: 1, bucket_bytes: 1M, overlap_grad_reduce: false, overlap_param_gather: true"),
+      SpecUse::train, 2, ""};
+  d.bad_cases = {{plan_test_model("", "dp: 4"), SpecUse::train, 4, "dp"},
+                 {plan_test_model("", "overlap_param_gather: true"), SpecUse::train, 1, "overlap_param_gather"},
+                 {std::string(kPlanTestBlock) + "parallel: {tp: 4, zero: 1}\n", SpecUse::block, 4, "zero"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

@@ -240,4 +240,9 @@ class DataParallel {
   std::vector<sim::TimeNs> gather_end_;     // per bucket: the end of its issued, not yet awaited gather (-1: none)
 };
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor dp_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

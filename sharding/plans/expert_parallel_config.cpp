@@ -138,7 +138,7 @@ PlanDescriptor ep_plan_descriptor() {
               "the router's and the dense weights' over dp x ep (sharding/plans/expert_parallel.h)";
   d.axis = "ep";
   d.size = &ParallelPlan::ep;
-  d.keys = {{"ep", PlanValue::size, "1..1048576", "1", "expert-parallel size (divides model.moe.experts)", true}};
+  d.keys = {{"ep", PlanValue::size, kPlanSizes, "1", "expert-parallel size (divides model.moe.experts)", true}};
   d.read = [](const PlanParse& c, ParallelPlan& p) {
     if (p.ep > 1) needs_moe(c, "ep");
     // A MoE layer routes each chip's rows of its micro-batch: the tp group's replicated rows, or with sp, cp or

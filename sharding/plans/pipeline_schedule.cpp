@@ -1,5 +1,7 @@
 #include "sharding/plans/pipeline_schedule.h"
 
+#include "sharding/plans/registry.h"
+
 #include "common/checked.h"
 
 #include <algorithm>
@@ -273,6 +275,105 @@ double closed_form_peak_microbatches(ScheduleKind kind, int p, int m, int v) {
     case ScheduleKind::interleaved: return std::min(double(p) * v + p - 1, double(m) * v) / v;
   }
   return 0;
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- pp: pipeline parallel (pipeline_schedule.h) ----
+void pp_read(const PlanParse& c, ParallelPlan& p) {
+  if (!c.given) return;
+  if (p.pp > 1 && !c.train()) c.not_implemented("pp", "pp: pipeline parallelism");
+  if (p.pp > 1 && c.model.tied_embeddings)
+    c.not_implemented("pp",
+                      "pp with model.tied_embeddings (the embedding's and the head's stages would all_reduce "
+                      "the shared weight's gradient)");
+  for (const char* k : {"schedule", "virtual_stages", "pp_layers"})
+    if (c.has(k) && p.pp == 1) c.fail(k, "only used with pipeline parallelism (pp > 1)");
+  p.schedule = c.par.get_string("schedule", "1f1b");
+  if (!schedule_from_name(p.schedule)) c.fail("schedule", "'" + p.schedule + "' (" + kScheduleNames + ")");
+  if (c.train() && p.fused.enabled && p.pp > 1 && p.schedule == "zb_h1")
+    c.not_implemented("fused",
+                      "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, which the "
+                      "fused ops compute inside)");
+  p.virtual_stages = static_cast<int>(c.par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
+  if (c.given && c.par.yaml()["pp_layers"].IsDefined())  // each entry in [1, layers]: the sum cannot wrap
+    p.pp_layers = c.par.get_int_list_in("pp_layers", 1, SpecBounds::layers);
+}
+// Micro-batches of one replica's step.
+int micro_batches(const ModelSpec& s, const ParallelPlan& p) {
+  const int64_t per_replica = s.batch / (int64_t{p.dp} * p.ep);  // ep: one more data-parallel axis for the batch
+  return static_cast<int>(s.micro_batch > 0 ? per_replica / s.micro_batch : 1);
+}
+void pp_check(const PlanParse& c, const ParallelPlan& p) {
+  if (!c.train() || p.pp == 1) return;
+  const std::string why = pipeline_obstacle(*schedule_from_name(p.schedule), p.pp, micro_batches(c.model, p),
+                                            p.virtual_stages, c.model.layers, p.pp_layers);
+  if (why.empty()) return;
+  // The obstacle names its key: parallel.KEY or model.KEY.
+  const std::string key = why.substr(0, why.find(':'));
+  const std::string leaf = key.substr(key.find('.') + 1);
+  (key.rfind("model.", 0) == 0 ? c.model_at(leaf) : c.at(leaf)).fail(why);
+}
+// Layers per model stage, "2/2/3"; a run of four or more equal stages is written once with its count, "1 (x105)",
+// so a 35-stage, 3-chunk plan is one short line instead of 105 numbers.
+std::string stage_layers_text(const std::vector<int64_t>& per) {
+  std::string text;
+  for (size_t i = 0; i < per.size();) {
+    size_t j = i;
+    while (j < per.size() && per[j] == per[i]) ++j;
+    const size_t run = j - i;
+    if (run >= 4) {
+      text +=
+          (text.empty() ? "" : "/") + std::to_string(per[i]) + " (x" + std::to_string(static_cast<int64_t>(run)) + ")";
+    } else {
+      for (size_t k = i; k < j; ++k) text += (text.empty() ? "" : "/") + std::to_string(per[k]);
+    }
+    i = j;
+  }
+  return text;
+}
+std::string pp_text(const ModelSpec& s, const ParallelPlan& p, bool train_mode) {
+  const std::string layers = stage_layers_text(stage_layers(s.layers, p.pp * p.virtual_stages, p.pp_layers));
+  return "pipeline pp=" + std::to_string(p.pp) + " (" + p.schedule +
+         (p.virtual_stages > 1 ? ", " + std::to_string(p.virtual_stages) + " virtual stages per chip" : std::string()) +
+         ", " + std::to_string(micro_batches(s, p)) + " micro-batches, layers per stage " + layers + "; activations" +
+         (train_mode ? " and their gradients" : "") + " sent stage to stage)";
+}
+
+}  // namespace
+
+PlanDescriptor pp_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "pp";
+  d.title = "pipeline parallel";
+  d.summary =
+      "the layers cut into stages on the outermost axis, micro-batches scheduled gpipe | 1f1b | "
+      "interleaved | zb_h1, activations and their gradients sent stage to stage "
+      "(sharding/plans/pipeline_schedule.h)";
+  d.axis = "pp";
+  d.size = &ParallelPlan::pp;
+  d.keys = {
+      {"pp", PlanValue::size, kPlanSizes, "1", "pipeline stages (train)", true},
+      {"schedule", PlanValue::choice, "gpipe | 1f1b | interleaved | zb_h1", "1f1b", "the pipeline schedule", true},
+      {"virtual_stages", PlanValue::size, "1..4096", "1", "interleaved: model chunks per chip", true},
+      {"pp_layers", PlanValue::list, "[n, ...] summing to layers", "even split", "layers of each model stage", true,
+       false, false}};
+  d.read = pp_read;
+  d.check = pp_check;
+  d.text = pp_text;
+  d.example = {plan_test_model(", layers: 4, micro_batch: 1",
+                               "pp: 2, schedule: interleaved, virtual_stages: 2, pp_layers: [1, 1, 1, 1]"),
+               SpecUse::train, 2, ""};
+  d.bad_cases = {{plan_test_model("", "pp: 4"), SpecUse::train, 4, "pp"},
+                 {plan_test_model("", "tp: 2, schedule: gpipe"), SpecUse::train, 2, "schedule"},
+                 {plan_test_model(", layers: 4", "pp: 2, pp_layers: [1, 2]"), SpecUse::train, 2, "pp_layers"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

@@ -112,4 +112,9 @@ PipeSimulation simulate_schedule(const PipelineSchedule& schedule, const PipeCos
 double closed_form_bubble(ScheduleKind kind, int p, int m, int v, const PipeCosts& costs);
 double closed_form_peak_microbatches(ScheduleKind kind, int p, int m, int v);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor pp_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

@@ -38,6 +38,7 @@ struct PlanParse {
   bool forward = false;  // the executor's forward mode (`run`)
 
   bool has(std::string_view key) const { return given && par.has(key); }
+  bool train() const { return use == SpecUse::train; }  // a training-model config (run's forward mode included)
   ConfigNode at(std::string_view key) const;        // the key's node when given, else the section
   ConfigNode model_at(std::string_view key) const;  // the model: section's key (or the section)
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;  // "parallel.KEY: MESSAGE"
@@ -131,5 +132,21 @@ std::string plan_text(const ModelSpec& model, const ParallelPlan& plan, bool tra
 // `shardsim help plans`: one block per descriptor (name, title, mesh axis, needs / excludes, summary, its keys
 // with values, default and doc line).
 std::string catalogue_text();
+
+// ---- For the units' registrations (each unit's descriptor is defined in its own file) ----
+
+// Tokens of one sequence on each chip of the context axis (cp x ulysses shards).
+int64_t tokens_per_context_shard(const ModelSpec& model, const ParallelPlan& plan);
+// Refuses KEY with model.attention_impl: unfused (the context-axis units run the flash-style kernels).
+void refuse_unfused_attention(const PlanParse& ctx, const char* key);
+// The descriptors' example and bad cases (tests/unit/plan_registry_test.cpp runs them): the test model, 2 layers,
+// 4 heads (2 KV), head_dim 4, ffn 32, seq 8, batch 2, vocab 32, as YAML with PAR as its parallel: section; SET's
+// "key: value" items (", "-separated, each starting with ", ") replace or add model keys.
+std::string plan_test_model(const std::string& set = "", const std::string& par = "");
+// A transformer block config for the same cases (SpecUse::block); append "parallel: {...}\n".
+inline constexpr const char* kPlanTestBlock =
+    "model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: 128, seq: 16}\n";
+// The accepted values of an axis size, as help prints them.
+inline constexpr const char* kPlanSizes = "1..1048576";
 
 }  // namespace shardsim::sharding::plans

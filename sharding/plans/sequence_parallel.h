@@ -16,4 +16,9 @@ Tensor sp_all_gather(PlanContext& ctx, const Tensor& local, const std::string& w
 // PARTIAL [n_attn, hidden] (Partial(sum) over tp) -> [n_resid, hidden] (Shard(0) over tp).
 Tensor sp_reduce_scatter(PlanContext& ctx, const Tensor& partial, const std::string& what);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor sp_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

@@ -1,5 +1,7 @@
 #include "sharding/plans/tensor_parallel.h"
 
+#include "sharding/plans/registry.h"
+
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -184,6 +186,119 @@ double vocab_parallel_cross_entropy(runtime::Transport& tp, sim::Timeline& tl, c
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += loss.f32()[i];
   return total / double(N);
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- tp: tensor parallel (tensor_parallel.h) ----
+void tp_check(const PlanParse& c, const ParallelPlan& p) {
+  const ModelSpec& s = c.model;
+  if (c.use == SpecUse::mlp) {
+    if (s.ffn < p.tp)
+      c.fail("tp", "model.ffn " + std::to_string(s.ffn) + " is smaller than tp=" + std::to_string(p.tp) +
+                       ": some chips would hold no FFN column");
+    return;
+  }
+  // Whole heads per chip; KV heads split, or (tp above their count) replicated whole.
+  if (s.heads % p.tp != 0)
+    c.fail("tp", std::to_string(s.heads) + " query heads are not divisible by tp " + std::to_string(p.tp) +
+                     " (uneven head splits are not supported)");
+  if (s.kv_heads % p.tp != 0) {
+    if (p.tp % s.kv_heads != 0)
+      c.fail("tp", std::to_string(s.kv_heads) + " KV heads and tp " + std::to_string(p.tp) +
+                       ": one must divide the other (KV heads are split or replicated whole)");
+    // The executor replicates them in its forward (run); its backward does not yet.
+    if (c.train() && !c.forward)
+      c.not_implemented("tp", "tp: tp above the " + std::to_string(s.kv_heads) + " KV heads (replicated KV heads)");
+  }
+  if (c.train())
+    for (const char* k : {"ffn", "vocab"}) {
+      const int64_t v = std::string(k) == "ffn" ? s.ffn : s.vocab;
+      if (v % p.tp != 0)
+        c.fail("tp", std::string("model.") + k + " " + std::to_string(v) + " is not a multiple of tp " +
+                         std::to_string(p.tp) + " (the trainer splits whole ffn columns and vocabulary rows)");
+    }
+}
+std::string tp_text(const ModelSpec& s, const ParallelPlan& p, bool) {
+  if (!s.has_attention())  // the MLP-only model: the placements of its tensors on the tp axis
+    return "tensor parallel tp=" + std::to_string(p.tp) +
+           " (Megatron MLP: gate/up column-parallel Shard(1), down row-parallel "
+           "Shard(0), all_reduce(sum) of the output)";
+  return "tensor parallel tp=" + std::to_string(p.tp) +
+         " (Megatron: column-parallel q/k/v, gate/up; row-parallel wo, w_down" +
+         (s.has_embedding() ? "; vocab-parallel embedding and cross-entropy)" : ")");
+}
+
+// ---- fused: the tp collectives fused with their GEMMs (sharding/fused.h) ----
+void fused_read(const PlanParse& c, ParallelPlan& p) {
+  if (!c.given) return;
+  // The output [this chip's tokens, hidden] is what gemm_all_reduce cuts into chunks.
+  p.fused = parse_fused_plan(c.par, p.tp, tokens_per_context_shard(c.model, p), c.model.hidden);
+  if (p.fused.enabled && p.sp && c.has("chunks"))
+    c.fail("chunks",
+           "with sp the fused ops are rings over the tp shards (tp pieces); chunks applies to the "
+           "all_reduce form (sp: false)");
+  if (!c.train() || c.forward) return;  // the forward mode runs both forms (the plan units')
+  if (p.fused.enabled && !p.sp)
+    c.not_implemented("fused",
+                      "fused: fused without sp (gemm_all_reduce; the trainer fuses the sequence-parallel "
+                      "collectives: set sp: true)");
+  if (c.has("chunks")) c.not_implemented("chunks", "chunks: (the trainer's fused ops are rings of tp pieces)");
+}
+std::string fused_text(const ModelSpec& s, const ParallelPlan& p, bool train_mode) {
+  if (p.sp)
+    return std::string("fused: all_gather_gemm / gemm_reduce_scatter") + (train_mode ? " and their backward" : "");
+  return std::string("fused: ") + (s.has_attention() ? "the row-parallel GEMMs" : "the down projection") +
+         " + all_reduce as one gemm_all_reduce (" + p.fused.describe() + ")";
+}
+
+}  // namespace
+
+PlanDescriptor tp_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "tp";
+  d.title = "tensor parallel";
+  d.summary =
+      "Megatron column/row-parallel GEMMs (q/k/v and gate/up column-, wo and w_down row-parallel), "
+      "vocab-parallel embedding and loss; whole query heads per chip, KV heads split or replicated "
+      "(sharding/plans/tensor_parallel.h)";
+  d.axis = "tp";
+  d.size = &ParallelPlan::tp;
+  d.keys = {{"tp", PlanValue::size, kPlanSizes, "MLP: chips / dp; else 1", "tensor-parallel size", true}};
+  d.check = tp_check;
+  d.text = tp_text;
+  d.example = {plan_test_model("", "tp: 2"), SpecUse::train, 2, ""};
+  d.bad_cases = {{plan_test_model("", "tp: 3"), SpecUse::train, 3, "tp"},
+                 {plan_test_model("", "tp: 4"), SpecUse::train, 4, "tp"}};
+  return d;
+}
+
+PlanDescriptor fused_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "fused";
+  d.title = "fused tp collectives";
+  d.summary =
+      "the tp collectives overlapped with their GEMMs: gemm_all_reduce (chunks pieces), or with sp "
+      "all_gather_gemm / gemm_reduce_scatter rings (sharding/fused.h)";
+  d.axis = "tp";
+  d.keys = {
+      {"fused", PlanValue::flag, "true | false", "false", "fuse the tp collectives with their GEMMs"},
+      {"chunks", PlanValue::number, "auto | 1..4096", "auto", "run, fused all_reduce form: pieces of the output"}};
+  d.needs = {"tp"};
+  d.active = [](const ParallelPlan& p) { return p.fused.enabled; };
+  d.read = fused_read;
+  d.text = fused_text;
+  d.example = {std::string(kPlanTestBlock) + "parallel: {tp: 2, fused: true, chunks: 2}\n", SpecUse::block, 2, ""};
+  d.bad_cases = {
+      {std::string(kPlanTestBlock) + "parallel: {tp: 2, fused: true, chunks: 4096}\n", SpecUse::block, 2, "chunks"},
+      {plan_test_model("", "fused: true"), SpecUse::train, 2, "fused"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

@@ -82,4 +82,10 @@ double vocab_parallel_cross_entropy(runtime::Transport& tp, sim::Timeline& tl, c
                                     const Tensor& logits, const std::vector<int64_t>& targets, int64_t v0, int64_t V,
                                     Tensor& row_max, Tensor& sumexp, sim::TimeNs& t);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor tp_plan_descriptor();
+PlanDescriptor fused_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

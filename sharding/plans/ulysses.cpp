@@ -1,5 +1,7 @@
 #include "sharding/plans/ulysses.h"
 
+#include "sharding/plans/registry.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -101,6 +103,65 @@ void ulysses_attention_backward(PlanContext& ctx, const TokenLayout& lay, const 
   dq = ulysses_heads_to_seq(ctx.cp, dqh, hq, B, lay.seq_local, store, t, "dq", a2a);
   dk = ulysses_heads_to_seq(ctx.cp, dkh, hkv, B, lay.seq_local, store, t, "dk", a2a);  // replicated: summed
   dv = ulysses_heads_to_seq(ctx.cp, dvh, hkv, B, lay.seq_local, store, t, "dv", a2a);
+}
+
+}  // namespace shardsim::sharding::plans
+
+// ==== plan registration (sharding/plans/registry.h: the descriptor make_registry() lists) ====
+
+namespace shardsim::sharding::plans {
+
+namespace {
+
+// ---- ulysses: DeepSpeed-Ulysses all_to_all attention on the cp axis (ulysses.h) ----
+void ulysses_read(const PlanParse& c, ParallelPlan& p) {
+  if (p.ulysses == 1) return;
+  if (p.cp > 1) c.fail("ulysses", "ulysses and cp both shard the sequence on the mesh's cp axis; use one of them");
+  if (c.use == SpecUse::mlp) c.not_implemented("ulysses", "ulysses: the MLP shards no sequence");
+  refuse_unfused_attention(c, "ulysses");
+}
+void ulysses_check(const PlanParse& c, const ParallelPlan& p) {
+  if (p.ulysses == 1) return;
+  const ModelSpec& s = c.model;
+  if (s.seq % p.ulysses != 0)
+    c.fail("ulysses", "seq " + std::to_string(s.seq) + " is not divisible by " + std::to_string(p.ulysses));
+  // Each tp shard's heads are split over the ulysses ranks; KV heads split, or replicated when fewer.
+  const int64_t hq = s.heads / p.tp, hkv = s.kv_heads % p.tp == 0 ? s.kv_heads / p.tp : 0;
+  const std::string per = p.tp > 1 ? " per tp shard" : "";
+  if (hq % p.ulysses != 0)
+    c.fail("ulysses", std::to_string(hq) + " query heads" + per + " are not divisible by " + std::to_string(p.ulysses));
+  if (hkv == 0 || (hkv % p.ulysses != 0 && p.ulysses % hkv != 0))
+    c.fail("ulysses", std::to_string(hkv) + " KV heads" + per + " are neither a multiple nor a divisor of " +
+                          std::to_string(p.ulysses) + " (Ulysses splits or replicates them)");
+  if (hkv % p.ulysses != 0 && c.use == SpecUse::block)
+    c.not_implemented(
+        "ulysses", "ulysses: ulysses above the " + std::to_string(hkv) + " KV heads" + per + " (replicated KV heads)");
+}
+std::string ulysses_text(const ModelSpec&, const ParallelPlan& p, bool train_mode) {
+  return "Ulysses ulysses=" + std::to_string(p.ulysses) + " (all_to_all sequence <-> heads" +
+         (train_mode ? ", forward and backward)" : ")");
+}
+
+}  // namespace
+
+PlanDescriptor ulysses_plan_descriptor() {
+  PlanDescriptor d;
+  d.name = "ulysses";
+  d.title = "DeepSpeed-Ulysses";
+  d.summary =
+      "all_to_all attention on the cp axis: tokens -> heads before attention, heads -> tokens after "
+      "(Jacobs et al. 2023; sharding/plans/ulysses.h)";
+  d.axis = "cp";
+  d.size = &ParallelPlan::ulysses;
+  d.keys = {{"ulysses", PlanValue::size, kPlanSizes, "1", "Ulysses size (on the mesh's cp axis)", true}};
+  d.excludes = {"cp"};
+  d.read = ulysses_read;
+  d.check = ulysses_check;
+  d.text = ulysses_text;
+  d.example = {plan_test_model("", "ulysses: 2"), SpecUse::train, 2, ""};
+  d.bad_cases = {{plan_test_model("", "ulysses: 3"), SpecUse::train, 3, "ulysses"},
+                 {plan_test_model("", "ulysses: 2, cp: 2"), SpecUse::train, 4, "ulysses"}};
+  return d;
 }
 
 }  // namespace shardsim::sharding::plans

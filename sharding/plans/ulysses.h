@@ -44,4 +44,9 @@ void ulysses_attention_backward(PlanContext& ctx, const TokenLayout& layout, con
                                 const Tensor& v, const Tensor& o_heads, const std::vector<Tensor>& lse,
                                 const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
 
+// The plan registry's descriptors of the units in this file (sharding/plans/registry.h; listed once by
+// make_registry() in registry.cpp).
+struct PlanDescriptor;
+PlanDescriptor ulysses_plan_descriptor();
+
 }  // namespace shardsim::sharding::plans

@@ -1,4 +1,4 @@
-// The profile plots' data (models/profile_plots.h): kernels placed on the roofline by their arithmetic intensity
+// The profile plots' data (reporting/profile_plots.h): kernels placed on the roofline by their arithmetic intensity
 // (a large GEMM right of the ridge point, an elementwise add left of it, both from their FLOP and byte counts by
 // hand), families summed over chips, kernels without FLOPs counted but not placed; and the utilisation bins of a
 // hand-built timeline whose fractions follow from its intervals.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "models/profile_plots.h"
+#include "reporting/profile_plots.h"
 
 using namespace shardsim;
 using sim::Bound;
@@ -39,7 +39,7 @@ sim::Event send(double start, double end) {
 }
 
 // H100 SXM's dense bf16 peak and HBM3 bandwidth (configs/devices.yaml): ridge 989e12 / 3.35e12 = 295 FLOP/byte.
-const models::Roof kH100{989.0, 3350.0};
+const reporting::Roof kH100{989.0, 3350.0};
 
 }  // namespace
 
@@ -55,7 +55,7 @@ TEST(Roofline, GemmRightOfRidgeElementwiseLeft) {
                                kernel("add", 150000, 152000, add_flops, add_bytes, Bound::hbm),
                                kernel("copy", 152000, 153000, 0, add_bytes, Bound::hbm), send(0, 100)};
   }
-  const auto r = models::roofline(chips, kH100);
+  const auto r = reporting::roofline(chips, kH100);
   EXPECT_NEAR(r.roof.ridge(), 989e3 / 3350.0, 1e-9);
   ASSERT_EQ(r.points.size(), 2u);  // gemm.layerN (both chips' GEMMs, one family) and add; the copy has no FLOPs
   EXPECT_EQ(r.unplaced_calls, 2);
@@ -71,8 +71,8 @@ TEST(Roofline, GemmRightOfRidgeElementwiseLeft) {
   EXPECT_DOUBLE_EQ(a.intensity(), 1.0 / 6);
   EXPECT_LT(a.intensity(), r.roof.ridge());
   EXPECT_DOUBLE_EQ(r.roof.attainable_tflops(a.intensity()), 3350.0 / 6 / 1e3);
-  EXPECT_THROW(models::roofline(chips, models::Roof{0, 3350}), std::invalid_argument);
-  EXPECT_THROW(models::roofline(chips, models::Roof{989, std::nan("")}), std::invalid_argument);
+  EXPECT_THROW(reporting::roofline(chips, reporting::Roof{0, 3350}), std::invalid_argument);
+  EXPECT_THROW(reporting::roofline(chips, reporting::Roof{989, std::nan("")}), std::invalid_argument);
 }
 
 TEST(Utilisation, FractionsFollowTheIntervals) {
@@ -84,7 +84,7 @@ TEST(Utilisation, FractionsFollowTheIntervals) {
                      send(25, 100)};
   chips[1].chip = 1;
   chips[1].events = {send(80, 100)};
-  const auto bins = models::utilisation(chips, 100, 2);
+  const auto bins = reporting::utilisation(chips, 100, 2);
   ASSERT_EQ(bins.size(), 2u);
   EXPECT_EQ(bins[0].from, 0);
   EXPECT_EQ(bins[1].to, 100);
@@ -98,7 +98,7 @@ TEST(Utilisation, FractionsFollowTheIntervals) {
   EXPECT_DOUBLE_EQ(bins[1].hbm, 0.1);
   EXPECT_DOUBLE_EQ(bins[1].link, 0.7);
   EXPECT_DOUBLE_EQ(bins[1].idle, 0.3);
-  EXPECT_TRUE(models::utilisation(chips, 0, 2).empty());
+  EXPECT_TRUE(reporting::utilisation(chips, 0, 2).empty());
 }
 
 // Issue 46 (kind 15): crowded roofline labels do not overlap. Twelve kernel families on nearly one point and a
@@ -111,14 +111,14 @@ TEST(Roofline, LabelsDoNotOverlap) {
   for (int i = 0; i < 8; ++i)  // a factor 1.3 apart in achieved rate: separate points, labels one line apart
     chips[0].events.push_back(kernel("norm" + std::string(1, char('a' + i)), 0, 1000 * std::pow(1.3, i), 1e7, 1e6,
                                      Bound::hbm));
-  const auto r = models::roofline(chips, kH100);
-  const auto labels = models::roofline_labels(r);
+  const auto r = reporting::roofline(chips, kH100);
+  const auto labels = reporting::roofline_labels(r);
   ASSERT_FALSE(labels.empty());
   bool more = false;
   for (const auto& l : labels) more = more || l.text.find(" more") != std::string::npos;
   EXPECT_TRUE(more) << "the twelve GEMMs share one label";
   EXPECT_LT(labels.size(), r.points.size());
-  const auto g = models::roofline_range(r);
+  const auto g = reporting::roofline_range(r);
   // The same pixel estimate as roofline_labels: 820 x 480 px over the log ranges, 5.5 px a character, 12 px a line.
   const double xs = 820 / std::log10(g.x_hi / g.x_lo), ys = 480 / std::log10(g.y_hi / g.y_lo);
   for (size_t a = 0; a < labels.size(); ++a)

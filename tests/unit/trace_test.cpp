@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "models/trace.h"
+#include "reporting/trace.h"
 #include "sharding/device_mesh.h"
 #include "topology/topology.h"
 
@@ -26,7 +26,7 @@ struct Parsed {
 
 Parsed parse(const sim::Timeline& tl) {
   Parsed p;
-  p.events = nlohmann::json::parse(models::trace_events(tl).dump());
+  p.events = nlohmann::json::parse(reporting::trace_events(tl).dump());
   for (const auto& e : p.events) {
     const std::string ph = e.at("ph");
     const int pid = e.at("pid");
@@ -82,8 +82,8 @@ TEST(Trace, ValidEventsAndNoOverlapPerEngine) {
   EXPECT_EQ(p.thread_sort.size(), 4u);
   std::map<std::string, long> tid_of;
   for (const auto& [tid, name] : p.thread_name) {
-    EXPECT_GE(tid, 2L * models::kTraceTidStride);
-    EXPECT_LT(tid, 3L * models::kTraceTidStride);
+    EXPECT_GE(tid, 2L * reporting::kTraceTidStride);
+    EXPECT_LT(tid, 3L * reporting::kTraceTidStride);
     tid_of[name] = tid;
   }
   ASSERT_TRUE(tid_of.count("compute") && tid_of.count("collectives"));
@@ -166,7 +166,7 @@ TEST(Trace, TimesArePicosecondRoundedMicrosecondsThatPrintShort) {
   // Back-to-back compute spans with awkward ns values: they must still touch exactly in the file.
   double t = 0;
   for (int i = 0; i < 50; ++i) t = tl.compute("k", 12345.678 + i, 7.7, sim::Precision::fp32, t, {}).end;
-  const std::string text = models::trace_events(tl).dump();
+  const std::string text = reporting::trace_events(tl).dump();
   EXPECT_NE(text.find("\"ts\":0.0003}"), std::string::npos) << text.substr(0, 2000);
   EXPECT_NE(text.find("\"dur\":1.234268,"), std::string::npos);  // 1234.568 ps - 0.3 ps, rounded each end
   const Parsed p = parse(tl);
@@ -194,44 +194,44 @@ TEST(Trace, NonFiniteTimeIsAnErrorNamingTheEvent) {
   sim::Timeline tl(1, topo, sim::device_preset("generic"));
   tl.record_region("broken", "collective", {0, std::numeric_limits<double>::infinity()});
   try {
-    models::trace_events(tl);
+    reporting::trace_events(tl);
     FAIL() << "expected RuntimeFault";
   } catch (const RuntimeFault& e) {
     EXPECT_NE(std::string(e.what()).find("chip 1, event 'broken'"), std::string::npos) << e.what();
   }
 }
 
-// Issue 46 (kind 13): the trace's filters (models/trace_filter.h) resolve against the topology and the mesh, and
+// Issue 46 (kind 13): the trace's filters (reporting/trace_filter.h) resolve against the topology and the mesh, and
 // refuse what they cannot keep with the flag's name.
 TEST(TraceFilter, ChipsAxisAndWindowResolveOrAreRefusedNamingTheFlag) {
   const auto topo = topology::Topology::ring(8, topology::LinkSpec{100, 1000});
   const sharding::DeviceMesh mesh({{"tp", 2}, {"pp", 4}}, topo);
-  models::TraceOptions o;
+  reporting::TraceOptions o;
   o.chips = "6,0-2";
-  auto f = models::resolve_trace_filter(o, topo, &mesh);
+  auto f = reporting::resolve_trace_filter(o, topo, &mesh);
   EXPECT_EQ(f.chips, (std::vector<int>{0, 1, 2, 6}));
   EXPECT_EQ(f.text, "chips 0-2,6");
   EXPECT_TRUE(f.keeps_chip(6));
   EXPECT_FALSE(f.keeps_chip(3));
   o = {};
   o.axis = "pp:3";  // tp innermost: chip 3 is tp 1 of pp stage 1; its pp group is chips 1, 3, 5, 7
-  f = models::resolve_trace_filter(o, topo, &mesh);
+  f = reporting::resolve_trace_filter(o, topo, &mesh);
   EXPECT_EQ(f.chips, (std::vector<int>{1, 3, 5, 7}));
   o.axis = "tp";
-  EXPECT_EQ(models::resolve_trace_filter(o, topo, &mesh).chips, (std::vector<int>{0, 1}));
+  EXPECT_EQ(reporting::resolve_trace_filter(o, topo, &mesh).chips, (std::vector<int>{0, 1}));
   o = {};
   o.window = "1.5:2.5";
-  f = models::resolve_trace_filter(o, topo, &mesh);
+  f = reporting::resolve_trace_filter(o, topo, &mesh);
   EXPECT_EQ(f.from_ns, 1500);
   EXPECT_EQ(f.to_ns, 2500);
   EXPECT_TRUE(f.keeps_span(0, 1500));
   EXPECT_FALSE(f.keeps_span(0, 1499));
   EXPECT_FALSE(f.keeps_span(2501, 3000));
   o.window = "100:";
-  EXPECT_TRUE(std::isinf(models::resolve_trace_filter(o, topo, &mesh).to_ns));
-  auto refused = [&](models::TraceOptions bad) {
+  EXPECT_TRUE(std::isinf(reporting::resolve_trace_filter(o, topo, &mesh).to_ns));
+  auto refused = [&](reporting::TraceOptions bad) {
     try {
-      (void)models::resolve_trace_filter(bad, topo, &mesh);
+      (void)reporting::resolve_trace_filter(bad, topo, &mesh);
     } catch (const UsageError& e) {
       return std::string(e.what());
     }
@@ -240,28 +240,28 @@ TEST(TraceFilter, ChipsAxisAndWindowResolveOrAreRefusedNamingTheFlag) {
   // A chip given twice (`0,0`, `0-2,2`: it was merged silently) and a trailing comma are refused too.
   for (const char* chips : {"8", "0-8", "3-1", "", "a", "1,,2", "-1", "0x1", "99999999999999999999", "0,0", "0-2,2",
                             "1,", "+1"}) {
-    models::TraceOptions bad;
+    reporting::TraceOptions bad;
     bad.chips = chips;
     if (*chips == 0) continue;  // empty: no filter
     EXPECT_EQ(refused(bad).rfind("--trace-chips: ", 0), 0u) << chips;
   }
   for (const char* axis : {"cp", "dp", "pp:8", "pp:x", "nonesuch"}) {
-    models::TraceOptions bad;
+    reporting::TraceOptions bad;
     bad.axis = axis;
     EXPECT_EQ(refused(bad).rfind("--trace-axis: ", 0), 0u) << axis;
   }
   for (const char* w : {"2:1", "1:1", "nan:2", "1", "1:2:3", "-1:2", "inf:", "1e300:"}) {
-    models::TraceOptions bad;
+    reporting::TraceOptions bad;
     bad.window = w;
     EXPECT_EQ(refused(bad).rfind("--trace-window: ", 0), 0u) << w;
   }
-  models::TraceOptions both;
+  reporting::TraceOptions both;
   both.chips = "0";
   both.axis = "tp";
   EXPECT_NE(refused(both).find("give one of them"), std::string::npos);
-  models::TraceOptions axis;
+  reporting::TraceOptions axis;
   axis.axis = "tp";
-  EXPECT_THROW((void)models::resolve_trace_filter(axis, topo, nullptr), UsageError);
+  EXPECT_THROW((void)reporting::resolve_trace_filter(axis, topo, nullptr), UsageError);
 }
 
 // A window keeps exactly the events that overlap it (and their tracks); the rest of the chip's events are left out.
@@ -275,10 +275,10 @@ TEST(TraceFilter, AWindowKeepsOnlyTheEventsThatOverlapIt) {
   sim::Timeline tl(0, topo, d);
   for (int i = 0; i < 10; ++i) tl.compute("k" + std::to_string(i), 1e6, 0, sim::Precision::fp32, 0, {});  // 1 us each
   sim::ChipEvents ce{tl.chip(), tl.events()};
-  models::TraceFilter f;
+  reporting::TraceFilter f;
   f.from_ns = 2500;
   f.to_ns = 4000;
-  const auto ev = models::trace_events(ce, topo, {}, {}, f);
+  const auto ev = reporting::trace_events(ce, topo, {}, {}, f);
   std::set<std::string> kept;
   for (const auto& e : ev)
     if (e.at("ph") == "X") kept.insert(e.at("name").get<std::string>());

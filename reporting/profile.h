@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/trace_filter.h"
+#include "reporting/trace_filter.h"
 #include "runtime/world.h"
 #include "sim/critical_path.h"
 #include "sim/timeline.h"
@@ -17,7 +17,7 @@ namespace shardsim::sharding {
 class DeviceMesh;
 }  // namespace shardsim::sharding
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 struct RunReport;
 
@@ -33,11 +33,11 @@ struct WhatIf {
 
 // What a run writes from its chips' recorded events (`--trace`, `--profile`, `--plots`).
 struct ProfileOutputs {
-  std::string trace_path;  // Chrome trace (models/trace.h); "" none
+  std::string trace_path;  // Chrome trace (reporting/trace.h); "" none
   bool profile = false;    // the profile section (RunReport::profile)
-  std::string plots_dir;   // roofline and utilisation plots (models/profile_plots.h); "" none
+  std::string plots_dir;   // roofline and utilisation plots (reporting/profile_plots.h); "" none
   double peak_tflops = 0;  // the device's peak at the run's precision: the roofline's flat roof
-  TraceOptions trace;      // the trace's filters and size limit (models/trace_filter.h)
+  TraceOptions trace;      // the trace's filters and size limit (reporting/trace_filter.h)
   const sharding::DeviceMesh* mesh = nullptr;  // the run's mesh, for --trace-axis
   // Events must be recorded with dependencies (sim::Timeline::set_record_dependencies) when this is true.
   bool any() const { return !trace_path.empty() || profile || !plots_dir.empty(); }
@@ -58,4 +58,4 @@ nlohmann::json profile_json(const sim::Profile& p);
 std::string what_if_text(double baseline_ns, const std::vector<WhatIf>& rows);
 nlohmann::json what_if_json(double baseline_ns, const std::vector<WhatIf>& rows);
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

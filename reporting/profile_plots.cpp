@@ -1,4 +1,4 @@
-#include "models/profile_plots.h"
+#include "reporting/profile_plots.h"
 
 #include <unistd.h>
 
@@ -17,7 +17,7 @@
 #include "common/output_file.h"
 #include "common/text.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 namespace fs = std::filesystem;
 using sim::TimeNs;
@@ -304,4 +304,4 @@ std::vector<RooflineLabel> roofline_labels(const Roofline& r) {
   return out;
 }
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

@@ -1,4 +1,4 @@
-#include "models/trace.h"
+#include "reporting/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "common/output_file.h"
 #include "runtime/chips.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 namespace {
 
@@ -473,4 +473,4 @@ void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEv
   });
 }
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

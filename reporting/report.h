@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "models/profile.h"
+#include "reporting/profile.h"
 #include "runtime/world.h"
 #include "sharding/fused.h"
 #include "sharding/plans/block_ops.h"
 #include "sim/timeline.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 // Where one chip's simulated time went, per kernel and per collective (docs/MODEL.md, "Report breakdown").
 // Built from the chip's sim::Timeline events: a kernel is a "compute" event, a collective a "collective" region;
@@ -236,11 +236,11 @@ struct RunReport {
 
   TrainReport train;  // mode "train"
 
-  // Profile section (docs/PROFILE.md; models/profile.h): --profile's critical path across chips (rank 0; null
+  // Profile section (docs/PROFILE.md; reporting/profile.h): --profile's critical path across chips (rank 0; null
   // without --profile) and --what-if's re-simulations, largest speedup first (against critical.total).
   std::shared_ptr<const sim::Profile> profile;
   std::vector<WhatIf> what_if;
-  // --plots (models/profile_plots.h): the PNGs drawn (rank 0), or why they were not (data and scripts written).
+  // --plots (reporting/profile_plots.h): the PNGs drawn (rank 0), or why they were not (data and scripts written).
   std::vector<std::string> plots;
   std::string plots_warning;
 
@@ -301,4 +301,4 @@ std::string train_step_text(const RunReport& r, const TrainStep& s);
 std::string train_saved_text(int64_t step, const std::string& path);
 std::string train_tail_text(const RunReport& r);
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

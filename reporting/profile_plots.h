@@ -22,7 +22,7 @@
 
 #include "sim/critical_path.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 struct RooflinePoint {
   std::string op;        // op_family of the kernels
@@ -88,4 +88,4 @@ std::vector<std::pair<std::string, std::string>> check_plots_dir(const std::stri
 std::string write_profile_plots(const std::string& dir, const std::string& title, const Roofline& r,
                                 const std::vector<UtilisationBin>& bins, std::vector<std::string>* pngs);
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

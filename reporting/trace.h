@@ -30,7 +30,7 @@
 //   - the critical path (sim/critical_path.h): args "critical_path": true on its events, and a last process
 //     "critical path" (pid = chips + 1) with one slice per step, "chip N: OP", and "waiting" slices.
 // A receive of a send that was not recorded (none today) has no arrow.
-// Filters (models/trace_filter.h: --trace-chips, --trace-axis, --trace-window) keep the events of some chips that
+// Filters (reporting/trace_filter.h: --trace-chips, --trace-axis, --trace-window) keep the events of some chips that
 // overlap a window; an arrow is drawn when both of its slices are kept, the critical path process keeps its steps
 // on kept chips in the window, and otherData.filter says what was kept.
 #pragma once
@@ -41,12 +41,12 @@
 #include <string>
 #include <vector>
 
-#include "models/trace_filter.h"
+#include "reporting/trace_filter.h"
 #include "runtime/world.h"
 #include "sim/critical_path.h"
 #include "sim/timeline.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 inline constexpr int kTraceTidStride = 10000;  // tracks per chip at most (compute + ports + collectives)
 
@@ -89,4 +89,4 @@ void write_trace_file(const runtime::World& world, const std::vector<sim::ChipEv
 // rank if rank 0 cannot write PATH or the events exceed 2 GiB; RuntimeFault as trace_events does.
 void write_trace(const runtime::World& world, sim::Timeline& timeline, const std::string& path);
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

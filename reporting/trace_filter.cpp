@@ -1,4 +1,4 @@
-#include "models/trace_filter.h"
+#include "reporting/trace_filter.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include "sharding/device_mesh.h"
 #include "topology/topology.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 namespace {
 
@@ -138,4 +138,4 @@ TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology
   return f;
 }
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

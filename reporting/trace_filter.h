@@ -24,7 +24,7 @@ namespace shardsim::sharding {
 class DeviceMesh;
 }  // namespace shardsim::sharding
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 
 struct TraceOptions {
@@ -53,4 +53,4 @@ TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology
 // "0-7,9" for a sorted list of chips.
 std::string chip_ranges_text(const std::vector<int>& chips);
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

@@ -1,6 +1,6 @@
-#include "models/report.h"
+#include "reporting/report.h"
 
-#include "models/profile.h"
+#include "reporting/profile.h"
 
 #include <chrono>
 #include <cmath>
@@ -19,7 +19,7 @@
 #include "runtime/chips.h"
 
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 namespace {
 nlohmann::json breakdown_json(const sim::Breakdown& b) {
@@ -759,4 +759,4 @@ std::string to_text(const RunReport& r) {
   return escape_lines(os.str());  // paths and names are untrusted text (docs/SECURITY.md, promise 9)
 }
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting

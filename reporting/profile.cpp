@@ -1,15 +1,15 @@
-#include "models/profile.h"
+#include "reporting/profile.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 
-#include "models/profile_plots.h"
-#include "models/report.h"
-#include "models/trace.h"
+#include "reporting/profile_plots.h"
+#include "reporting/report.h"
+#include "reporting/trace.h"
 #include "common/text.h"
 
-namespace shardsim::models {
+namespace shardsim::reporting {
 
 namespace {
 
@@ -194,4 +194,4 @@ nlohmann::json what_if_json(double baseline_ns, const std::vector<WhatIf>& rows)
   return j;
 }
 
-}  // namespace shardsim::models
+}  // namespace shardsim::reporting
