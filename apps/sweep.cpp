@@ -210,6 +210,13 @@ Row launch_point(int k, const SweepPoint& pt, const SweepSpec& spec, const std::
     else
       why = "fold: " + runtime::chips::fold_fallback_reason();
   }
+  // fold: on is a promise not to fall back (as `train` exits 3): the point is an error row naming why, never a
+  // silent run on every chip (issue 46, kind 7).
+  if (code == runtime::kFoldFellBack && d.on)
+    return experiments::failed_row(experiments::base_row(pt),
+                                   "fold: on, but this run does not fold (" +
+                                       (why.rfind("fold: ", 0) == 0 ? why.substr(6) : why) +
+                                       "; fold: auto falls back to every chip)");
   if (code == runtime::kFoldFellBack) {
     if (d.expected || d.spec.on()) note = "every chip simulated: " + why;
     std::string cannot;

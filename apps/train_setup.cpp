@@ -50,12 +50,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.config_text = root.text();
   s.device = sharding::load_workload_device(root);
   s.shape_only = sharding::load_workload_shape_only(root) || f.shape_only;
-  if (root.has("fold")) {
-    const std::string v = root.get_string("fold");
-    if (v != "auto" && v != "on" && v != "off") root.child("fold").fail("fold: '" + v + "' (auto | on | off)");
-    s.fold = v != "off";
-  }
-  s.fold = s.fold && !f.no_fold;
+  s.fold = sharding::load_workload_fold(root) && !f.no_fold;
   if (root.has("validate")) {
     const ConfigNode v = root.child("validate");
     v.expect_keys({"enabled", "tolerance"});

@@ -11,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/number.h"
 #include "common/text.h"
 
 namespace shardsim {
@@ -357,13 +359,32 @@ std::string number_text(double v) {
   return b;
 }
 
+// N as a T. Integers and numbers are decimal text only (common/number.h), in a file as in a --set/--plan value:
+// yaml-cpp's own conversion read '0x10' as 16, '010' as 8, and took '+2' and '2 ' (quoted), so `--plan ep=0x2`
+// ran as ep=2. YAML's .nan/.inf spellings read as NaN/infinity, for get_double to name them "not finite".
 template <typename T>
 T convert(const YAML::Node& n, const std::string& where, const std::string& path, const char* what) {
-  try {
-    return n.as<T>();
-  } catch (const YAML::Exception&) {
+  const auto bad = [&]() -> ConfigError {
     std::string shown = n.IsScalar() ? n.Scalar() : std::string("<non-scalar>");
-    throw ConfigError(escape_control(where + ": " + path + ": expected " + what + ", got '" + shown + "'"));
+    return ConfigError(escape_control(where + ": " + path + ": expected " + what + ", got '" + shown + "'"));
+  };
+  if constexpr (std::is_same_v<T, int64_t>) {
+    const auto v = n.IsScalar() ? decimal_int(n.Scalar()) : std::nullopt;
+    if (!v) throw bad();
+    return *v;
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!n.IsScalar()) throw bad();
+    if (const auto v = decimal_double(n.Scalar())) return *v;
+    if (!yaml_nonfinite(n.Scalar())) throw bad();
+    const std::string& s = n.Scalar();
+    return s.find_first_of("nN") != std::string::npos ? std::nan("")
+                                                     : (s[0] == '-' ? -HUGE_VAL : HUGE_VAL);
+  } else {
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      throw bad();
+    }
   }
 }
 }  // namespace

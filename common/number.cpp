@@ -12,7 +12,7 @@ bool digit(char c) { return c >= '0' && c <= '9'; }
 }  // namespace
 
 std::optional<int64_t> decimal_int(std::string_view text) {
-  size_t i = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  size_t i = !text.empty() && text[0] == '-' ? 1 : 0;
   if (i == text.size()) return std::nullopt;
   for (size_t j = i; j < text.size(); ++j)
     if (!digit(text[j])) return std::nullopt;
@@ -32,7 +32,7 @@ std::optional<int64_t> decimal_int(std::string_view text) {
 }
 
 std::optional<double> decimal_double(std::string_view text) {
-  size_t i = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  size_t i = !text.empty() && text[0] == '-' ? 1 : 0;
   size_t mantissa_digits = 0;
   while (i < text.size() && digit(text[i])) ++i, ++mantissa_digits;
   if (i < text.size() && text[i] == '.') {
@@ -55,6 +55,13 @@ std::optional<double> decimal_double(std::string_view text) {
   const double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
   return v;
+}
+
+bool yaml_nonfinite(std::string_view text) {
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  for (std::string_view s : {".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF"})
+    if (text == s) return true;
+  return false;
 }
 
 }  // namespace shardsim

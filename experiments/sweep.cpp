@@ -238,6 +238,9 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     const ConfigNode root = sharding::load_workload_config(e.file);
     if (!root.has("workload") || !root.child("workload").is_map())
       root.fail("model: missing (a sweep workload must be a `shardsim run` config)");
+    // Its root keys' values before any point runs (each point would otherwise fail on them as an error row).
+    (void)sharding::load_workload_shape_only(root);
+    (void)sharding::load_workload_fold(root);
     e.train = sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::train;
     e.serve = e.train && root.has("serve");
     e.block = sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::block;

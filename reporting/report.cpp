@@ -38,6 +38,21 @@ std::string fmt_ns(double ns) {
   }
   return buf;
 }
+
+// The spread of the chips' simulated totals, "  chip totals        LO .. HI (load balance LO/HI)"; "" without chips.
+std::string chip_totals_line(const RunReport& r) {
+  if (r.per_chip.empty()) return "";
+  double lo = r.per_chip[0].breakdown.total, hi = lo;
+  for (const auto& c : r.per_chip) {
+    lo = std::min(lo, c.breakdown.total);
+    hi = std::max(hi, c.breakdown.total);
+  }
+  std::ostringstream os;
+  os << "  chip totals        " << fmt_ns(lo) << " .. " << fmt_ns(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0)
+     << ")\n";
+  return os.str();
+}
+
 std::string pct(double part, double whole) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%5.1f%%", whole > 0 ? 100.0 * part / whole : 0.0);
@@ -447,15 +462,7 @@ std::string train_tail_text(const RunReport& r) {
                   100.0 * t.hfu, t.kernel_flops_per_step);
     os << buf;
   }
-  if (!r.per_chip.empty()) {
-    double lo = r.per_chip[0].breakdown.total, hi = lo;
-    for (const auto& c : r.per_chip) {
-      lo = std::min(lo, c.breakdown.total);
-      hi = std::max(hi, c.breakdown.total);
-    }
-    os << "  chip totals        " << fmt_ns(lo) << " .. " << fmt_ns(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0)
-       << ")\n";
-  }
+  os << chip_totals_line(r);
   if (r.single_device_ns > 0) {
     std::snprintf(buf, sizeof buf, "  single device      %s  -> speedup %.2fx on %d chips\n",
                   fmt_ns(r.single_device_ns).c_str(), r.single_device_ns / b.total, r.chips);
@@ -688,15 +695,7 @@ std::string to_text(const RunReport& r) {
     os << "  all_reduce         " << fmt_ns(r.all_reduce_ns) << (r.fused.empty() ? "" : " alone") << " ("
        << r.all_reduce_algorithm << "), " << format_mib(r.all_reduce_bytes_per_chip)
        << " sent per chip (2(p-1)/p*M = " << format_mib(r.all_reduce_expected_bytes) << ")\n";
-  if (!r.per_chip.empty()) {
-    double lo = r.per_chip[0].breakdown.total, hi = lo;
-    for (const auto& c : r.per_chip) {
-      lo = std::min(lo, c.breakdown.total);
-      hi = std::max(hi, c.breakdown.total);
-    }
-    os << "  chip totals        " << fmt_ns(lo) << " .. " << fmt_ns(hi) << " (load balance " << (hi > 0 ? lo / hi : 1.0)
-         << ")\n";
-  }
+  os << chip_totals_line(r);
   double peak_mem = 0;
   int peak_chip = 0;
   for (const auto& c : r.per_chip)

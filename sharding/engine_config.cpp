@@ -34,7 +34,12 @@ std::vector<int> parse_dims(const std::string& text, const std::string& flag) {
 }
 
 // The value of a --set / --plan item as YAML (so 2 is a number, true a bool, [0, 1] a list).
+// A value padded with blanks (`--plan "ep= 2"`, `--set model.seq=2048 `) or only blanks is refused: YAML would trim
+// it silently, and a blank is how a shell-quoting slip shows.
 YAML::Node yaml_value(const std::string& text, const std::string& flag) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  if (!text.empty() && (blank(text.front()) || blank(text.back())))
+    throw UsageError(flag + ": the value '" + text + "' starts or ends with a blank (write it without spaces around it)");
   try {
     return ConfigNode::unmarked(YAML::Load(text));  // its positions are the flag's, not the config file's lines
   } catch (const YAML::Exception& e) {
@@ -179,10 +184,7 @@ void apply_topology_flags(YAML::Node root, const ConfigOverrides& o) {
   YAML::Node old = root["topology"];
   auto scalar = [&](const char* key, double fallback) {
     if (old && old.IsMap() && old[key] && old[key].IsScalar()) {
-      try {
-        return old[key].as<double>();
-      } catch (const YAML::Exception&) {
-      }
+      if (const auto v = decimal_double(old[key].Scalar())) return *v;  // decimal only (common/number.h)
     }
     return fallback;
   };
@@ -346,6 +348,13 @@ bool load_workload_shape_only(const ConfigNode& root) {
   const std::string m = root.get_string("mode");
   if (m != "real" && m != "shape_only") root.child("mode").fail("mode: '" + m + "' (real | shape_only)");
   return m == "shape_only";
+}
+
+bool load_workload_fold(const ConfigNode& root) {
+  if (!root.has("fold")) return true;
+  const std::string v = root.get_string("fold");
+  if (v != "auto" && v != "on" && v != "off") root.child("fold").fail("fold: '" + v + "' (auto | on | off)");
+  return v != "off";
 }
 
 sim::DeviceSpec load_workload_device(const ConfigNode& root) {

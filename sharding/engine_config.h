@@ -75,6 +75,9 @@ inline constexpr const char* kDefaultDevice = "generic";
 // The mode: key of a run config: "real" (default: real data, validated) or "shape_only" (true; shape-only
 // tensors, cost-only kernels, header-only collectives: docs/ARCHITECTURE.md). ConfigError naming mode otherwise.
 bool load_workload_shape_only(const ConfigNode& root);
+// The fold: key of a run config: "auto" (default) or "on" (true: the run may fold, docs/performance/fold.md), or
+// "off" (false). ConfigError naming fold otherwise. One reader for train and the sweep's up-front workload check.
+bool load_workload_fold(const ConfigNode& root);
 // The validate: section of every run config (docs/CONFIG.md).
 inline constexpr std::string_view kValidateKeys[] = {"enabled", "tolerance"};
 // The root keys of a training config (`shardsim train`; model: is read as workload:).

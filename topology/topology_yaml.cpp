@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "common/number.h"
 #include "topology/clos.h"
 
 namespace shardsim::topology {
@@ -19,11 +20,12 @@ enum class Range { bandwidth, latency };
 double number(const ConfigNode& node, Range range) {
   double v = 0;
   if (!node.yaml().IsScalar()) node.fail(node.path() + ": expected a number");
-  try {
-    v = node.yaml().as<double>();
-  } catch (const YAML::Exception&) {
-    node.fail(node.path() + ": expected a number, got '" + node.yaml().Scalar() + "'");
-  }
+  // Decimal text only (common/number.h): yaml-cpp took '0x10', '+2' and a blank-padded quoted value. YAML's
+  // .nan/.inf read as NaN, for the range check below to name them.
+  const std::string& text = node.yaml().Scalar();
+  if (const auto d = decimal_double(text)) v = *d;
+  else if (yaml_nonfinite(text)) v = std::nan("");
+  else node.fail(node.path() + ": expected a number, got '" + text + "'");
   const bool ok = range == Range::bandwidth ? v >= kMinBandwidthGbps && v <= kMaxBandwidthGbps
                                             : v >= 0 && v <= kMaxLatencyNs;  // false for NaN
   if (!ok)

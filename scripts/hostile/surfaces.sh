@@ -28,7 +28,7 @@ ok '[ -L to_file ] && [ "$(head -c1 target.json)" = "{" ]' "serve P/D --trace to
 hc 0 'critical path' -- $S serve "$SERVE" "${PD[@]}" --profile --json to_null
 ok '[ -L to_null ] && [ -c /dev/null ]' "serve --profile --json to a link to /dev/null: the link stays"
 hc 0 'saved' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --checkpoint ep.h5
-ln -s conv_target.h5 conv_link.h5
+echo old >conv_target.h5; ln -s conv_target.h5 conv_link.h5  # a link to a missing file is refused (kind 1)
 hc 0 'convert|wrote|->' -- $S ckpt convert ep.h5 conv_link.h5 --compression gzip:1
 ok '[ -L conv_link.h5 ] && [ -f conv_target.h5 ]' "ckpt convert to a link: the link stays, its target is the checkpoint"
 hc 2 'stream|checkpoint|convert' -- $S ckpt convert ep.h5 /dev/stdout
@@ -81,25 +81,30 @@ hc 0 'convert|wrote|->' -- $S ckpt convert $'e\033[2Jp.h5' $'o\033[2Jut.h5'
 # ---------------------------------------------------------------------------------------------------------------
 kind 7  # refused before the run, the right code
 hc 2 'prefill_replicas|what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if parallel.dp=1
-hc 2 'bias_update|checkpoint' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --set model.moe.bias_update=0.001 \
-  --checkpoint bias.h5
-ok '[ ! -e bias.h5 ]' "bias_update with --checkpoint: refused, nothing written"
-hc 2 'capacity|sp|cp' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,tp=2,sp=true \
+# The selection biases are checkpoint state now (models/lm_checkpoint.h): a bias_update run saves and resumes.
+hc 0 'saved' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --set model.moe.bias_update=0.001 --checkpoint bias.h5
+hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan ep=2 --set model.moe.bias_update=0.001 --resume bias.h5
+# Capacity under sp/cp splits over the chips (sharding/plans/expert_parallel_config.cpp); an uneven split is refused.
+hc 0 'DONE' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,tp=2,sp=true \
   --set model.moe.capacity_factor=1.0
+hc 2 'capacity_factor|parallel\.sp' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,tp=2,sp=true \
+  --set model.moe.capacity_factor=1.0 --set model.seq=7 --set model.batch=1
 for a in halving_doubling recursive_doubling double_binary_tree; do
   hc 2 'fold' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=2,dp=2 --set model.batch=4 --set fold=on \
     --set parallel.algorithm=$a
 done
 # Sweeps whose points fold: a bad fold value in the workload is refused before any point (FILE:LINE); `fold: on`
 # that a point's plan cannot keep is that point's error row, the sweep goes on.
-{ sed '/^parallel:/,$d' "$TRAIN"; printf 'mode: shape_only\nfold: sometimes\n'; } >fold_bad.yaml
+RING4='topology: {kind: ring, chips: 4, bandwidth_gbps: 100}\n'
+{ sed '/^parallel:/,$d' "$TRAIN"; printf "${RING4}mode: shape_only\nfold: sometimes\n"; } >fold_bad.yaml
 printf 'name: fs\noutput: fs\naxes:\n  workload: [{config: fold_bad.yaml, label: w}]\n  plan: [{dp: 4}]\n' >foldsweep.yaml
 hc 2 'fold_bad\.yaml:[0-9]+: fold' -- $S --chips 4 sweep foldsweep.yaml --no-plots
 ok '[ ! -e fs/results.csv ]' "a sweep with a bad fold value: no point ran"
-{ sed '/^parallel:/,$d' "$TRAIN"; printf 'mode: shape_only\nfold: on\nparallel:\n  algorithm: halving_doubling\n'; } >fold_on.yaml
+{ sed '/^parallel:/,$d' "$TRAIN"; printf "${RING4}mode: shape_only\nfold: on\nparallel:\n  algorithm: halving_doubling\n"; } >fold_on.yaml
 printf 'name: fo\noutput: fo\naxes:\n  workload: [{config: fold_on.yaml, label: w, set: {batch: 4}}]\n  plan: [{dp: 4}, {dp: 2}]\n' >foldsweep2.yaml
 hc 0 'best plan|error' -- $S --chips 4 sweep foldsweep2.yaml --no-plots
-ok 'grep -q "fold" fo/results.csv' "fold: on that a point cannot keep: that point's row says fold"
+ok 'grep -q "^workload|w|dp4|.*,error,\"\\?fold: on, but this run does not fold" fo/results.csv' \
+  "fold: on that a point cannot keep: that point's row is an error naming the fold"
 
 # ---------------------------------------------------------------------------------------------------------------
 kind 8  # nonsense refused

@@ -384,3 +384,71 @@ TEST(Config, OverriddenConfigKeepsTheFileLines) {
   o.set = {"topology.dims[x].bandwidth_gbps=800"};
   EXPECT_THROW(sharding::workload_config_from_text(stacked, "s.yaml", o), UsageError);
 }
+
+// --plan/--set values and config numbers are decimal text only (common/number.h): yaml-cpp's own conversion read
+// '0x2' as 2, '010' as 8 and took '+2', so `--plan ep=0x2` ran as ep=2 (issue 46, kind 8).
+TEST(Config, FlagAndFileNumbersAreDecimalOnly) {
+  const std::string text = "topology: {kind: ring, chips: 2, bandwidth_gbps: 100}\nmodel:\n  kind: mlp\n"
+                           "  hidden: 64\n  ffn: 128\n  tokens: 8\n";
+  const auto tokens_error = [&](const std::string& set) {
+    sharding::ConfigOverrides o;
+    o.set = {set};
+    try {
+      const ConfigNode root = sharding::workload_config_from_text(text, "c.yaml", o);
+      (void)root.child("workload").get_int("tokens");
+      (void)root.child("workload").get_double("tokens");
+    } catch (const shardsim::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const std::string v : {"0x10", "+16", "1e1", "0o20", "16.0"})
+    EXPECT_NE(tokens_error("model.tokens=" + v).find("--set model.tokens=" + v + ": model.tokens: expected an integer"),
+              std::string::npos)
+        << v << ": " << tokens_error("model.tokens=" + v);
+  for (const std::string v : {" 16", "16 ", "\t16", " "})
+    EXPECT_NE(tokens_error("model.tokens=" + v).find("starts or ends with a blank"), std::string::npos) << v;
+  EXPECT_EQ(tokens_error("model.tokens=016"), "");  // leading zeros are decimal, not octal
+  sharding::ConfigOverrides o;
+  o.set = {"model.tokens=010"};
+  EXPECT_EQ(sharding::workload_config_from_text(text, "c.yaml", o).child("workload").get_int("tokens"), 10);
+  // The same rule for a file's own numbers, quoted or not, and in lists.
+  for (const std::string v : {"0x10", "+16", "\"16 \"", "\" 16\"", "'0x10'"}) {
+    const ConfigNode n = ConfigNode::load_string("a: " + v + "\nl: [1, " + v + "]\n", "f.yaml");
+    EXPECT_THROW(n.get_int("a"), ConfigError) << v;
+    EXPECT_THROW(n.get_double("a"), ConfigError) << v;
+    EXPECT_THROW(n.get_int_list("l"), ConfigError) << v;
+    EXPECT_THROW(n.get_int_list_in("l", 0, 100), ConfigError) << v;
+  }
+  const ConfigNode n = ConfigNode::load_string("a: -2.5e+1\nb: .5\nc: '7'\n", "f.yaml");
+  EXPECT_EQ(n.get_double("a"), -25.0);
+  EXPECT_EQ(n.get_double("b"), 0.5);
+  EXPECT_EQ(n.get_int("c"), 7);
+  // --plan: the same, and a blank-padded item is refused rather than trimmed.
+  for (const std::string plan : {"tp=0x2", "tp=+2", "tp= 2", "tp=2 "}) {
+    sharding::ConfigOverrides p;
+    p.plan = plan;
+    std::string err;
+    try {
+      const ConfigNode root = sharding::workload_config_from_text(text, "c.yaml", p);
+      (void)root.child("parallel").get_int("tp");
+    } catch (const shardsim::Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("--plan"), std::string::npos) << plan << ": " << err;
+  }
+}
+
+// Topology figures: decimal only too ('0x10' GB/s was 16).
+TEST(Config, TopologyFiguresAreDecimalOnly) {
+  for (const std::string v : {"0x64", "+100", "'100 '"}) {
+    const std::string t = "topology:\n  kind: ring\n  chips: 4\n  bandwidth_gbps: " + v + "\n";
+    try {
+      (void)shardsim::topology::load_topology(ConfigNode::load_string(t, "t.yaml").child("topology"));
+      ADD_FAILURE() << v << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("t.yaml:4: topology.bandwidth_gbps: expected a number"), std::string::npos)
+          << e.what();
+    }
+  }
+}

@@ -19,12 +19,11 @@ TEST(DecimalNumbers, OnlyDecimalTextIsANumber) {
   using shardsim::decimal_double;
   using shardsim::decimal_int;
   EXPECT_EQ(decimal_int("42"), 42);
-  EXPECT_EQ(decimal_int("+7"), 7);
   EXPECT_EQ(decimal_int("-9223372036854775808"), INT64_MIN);
   EXPECT_EQ(decimal_int("9223372036854775807"), INT64_MAX);
   EXPECT_EQ(decimal_int("0009223372036854775807"), INT64_MAX);  // leading zeros do not count as digits of range
   for (const char* bad : {"", "+", "-", "9223372036854775808", "-9223372036854775809", "0x10", " 1", "1 ", "1e3",
-                          "1.0", "１", "99999999999999999999"})
+                          "1.0", "１", "99999999999999999999", "+7", "+0"})
     EXPECT_FALSE(decimal_int(bad)) << bad;
   EXPECT_EQ(decimal_double("2.5"), 2.5);
   EXPECT_EQ(decimal_double(".5"), 0.5);
@@ -33,8 +32,10 @@ TEST(DecimalNumbers, OnlyDecimalTextIsANumber) {
   EXPECT_EQ(decimal_double("1E+2"), 100.0);
   EXPECT_EQ(decimal_double("1e-400"), 0.0);  // below the smallest subnormal: zero, a finite value
   for (const char* bad : {"", ".", "e5", "1e", "1e+", "0x10", "0x1p4", "inf", "nan", "infinity", " 1", "1 ", "1,5",
-                          "1e400", "--1", "+-1", "1.2.3"})
+                          "1e400", "--1", "+-1", "1.2.3", "+2", "+.5"})
     EXPECT_FALSE(decimal_double(bad)) << bad;
+  for (const char* v : {".nan", ".NaN", ".inf", "-.inf", "+.Inf", ".INF"}) EXPECT_TRUE(shardsim::yaml_nonfinite(v)) << v;
+  for (const char* v : {"nan", "inf", "1", ".in", "..inf"}) EXPECT_FALSE(shardsim::yaml_nonfinite(v)) << v;
 }
 
 TEST(SplitItems, EmptyAndRepeatedItemsAreRefused) {
