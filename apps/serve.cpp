@@ -24,6 +24,7 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "apps/profile.h"
+#include "apps/serve_server.h"
 #include "apps/train_setup.h"
 #include "common/error.h"
 #include "common/output_file.h"
@@ -102,7 +103,7 @@ constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out
 constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
 constexpr double kMinRate = 1e-6, kMaxRate = 1e9;  // requests per second of a generated trace
 
-ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp, int ep) {
+ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
@@ -137,9 +138,6 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
       d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: " + std::to_string(s.prefill_replicas) +
                                        " prefill replicas need parallel.dp > " + std::to_string(s.prefill_replicas) +
                                        " (at least one decode replica); dp is " + std::to_string(dp));
-    if (s.prefill_replicas > 0 && ep > 1)
-      d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: disaggregated serving runs dense "
-                                       "models (parallel.ep " + std::to_string(ep) + " > 1: not yet)");
   }
   if (v.has("slo")) {
     const ConfigNode slo = v.child("slo");
@@ -200,6 +198,10 @@ double activation_bytes(const sharding::ModelSpec& local, int64_t N, int64_t seq
   return double(N) * e * per_token + double(seqs) * double(local.vocab) * 4.0;
 }
 
+}  // namespace
+
+namespace serve_detail {
+
 // V of every replica's first chip, concatenated in replica order, on every chip (SPMD over WORLD).
 std::vector<double> gather_lead(runtime::Transport& world, int dp, int replica, bool lead, const std::vector<double>& v,
                                 const char* what) {
@@ -253,221 +255,131 @@ serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica
   return out;
 }
 
-// One serving run's machinery on this chip: the executor in its serving mode, the cache, the scheduler's
-// configuration and the memo of simulated batch shapes.
-struct Server {
-  const runtime::World& world;
-  runtime::Transport& tp;
-  sharding::DeviceMesh& mesh;
-  sim::Timeline& tl;
-  models::LmTpTrainer& exec;
-  sharding::plans::KvCache& kv;
-  const serving::KvCapacity& cap;
-  const serving::SchedulerConfig& sched;
-  const std::string& config_name;
-  int dp = 1, replica = 0;
-  bool lead = true;  // the replica's first chip: its results go into the report
-  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo{};
-  int64_t simulated = 0;
-  std::vector<serving::BatchEntry> longest{};  // the batch of this replica's longest iteration (--profile)
-  double longest_s = 0;
-
-  // A batch alone through this replica's chips (memoised by its exact shape).
-  serving::StageFn stage_fn() {
-    return [this](const std::vector<serving::BatchEntry>& batch) -> const std::vector<serving::StageSpan>& {
-      std::vector<int64_t> key;
-      key.reserve(batch.size() * 2);
-      for (const auto& b : batch) {
-        key.push_back(b.past);
-        key.push_back(b.rows);
-      }
-      auto it = memo.find(key);
-      if (it != memo.end()) return it->second;
-      models::LmServeBatch mb;
-      mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
-      for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-      std::vector<serving::StageSpan> st;
-      for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
-      ++simulated;
-      if (!st.empty() && st.back().end_s > longest_s) {
-        longest_s = st.back().end_s;
-        longest = batch;
-      }
-      return memo.emplace(std::move(key), std::move(st)).first->second;
-    };
+std::vector<int64_t> Server::shape_key(const std::vector<serving::BatchEntry>& batch) {
+  std::vector<int64_t> key;
+  key.reserve(batch.size() * 2);
+  for (const auto& b : batch) {
+    key.push_back(b.past);
+    key.push_back(b.rows);
   }
+  return key;
+}
 
-  // MINE (sorted by arrival, ids 0..) through this replica's scheduler, every batch simulated on its chips.
-  serving::ServeRun run_replica(const std::vector<serving::Request>& mine) {
+void Server::note_longest(const std::vector<serving::BatchEntry>& batch, double end_s) {
+  if (end_s <= longest_s) return;
+  longest_s = end_s;
+  longest = batch;
+}
+
+serving::StageFn Server::stage_fn() {
+  return [this](const std::vector<serving::BatchEntry>& batch, double) -> const std::vector<serving::StageSpan>& {
+    std::vector<int64_t> key = shape_key(batch);
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+    models::LmServeBatch mb;
+    mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
+    for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
+    std::vector<serving::StageSpan> st;
+    for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
+    ++simulated;
+    if (!st.empty()) note_longest(batch, st.back().end_s);
+    return memo.emplace(std::move(key), std::move(st)).first->second;
+  };
+}
+
+serving::ServeRun Server::run_replica(const std::vector<serving::Request>& mine) {
+  serving::ServeRun run;
+  world.agree([&] {
+    try {
+      if (mine.empty()) return;
+      serving::PagedKvCache paged(cap);
+      run = serving::simulate_pipeline(mine, sched, paged, stage_fn());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(config_name + ": " + e.what());
+    }
+  });
+  return run;
+}
+
+// Colocated, LEAST_TOKENS: each request, at its arrival, to the replica with the fewest outstanding tokens (the
+// lowest on a tie; every replica's scheduler stepped to the arrival, serving::Simulation), as SGLang's and
+// vLLM's production routers balance by load; else request i on replica i mod dp (round-robin). Each replica
+// prefills and decodes its own.
+serving::ServeRun Server::colocated(const std::vector<serving::Request>& reqs, bool least_tokens) {
+  if (least_tokens) {
     serving::ServeRun run;
+    std::vector<int64_t> mine;
     world.agree([&] {
       try {
-        if (mine.empty()) return;
         serving::PagedKvCache paged(cap);
-        run = serving::simulate_pipeline(mine, sched, paged, stage_fn());
+        serving::Simulation sim(reqs, sched, paged, stage_fn());
+        for (const auto& r : reqs) {
+          sim.run_until(r.arrival_s);
+          std::vector<double> load(size_t(dp), 0.0);
+          if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
+          tp.allreduce(std::span<double>(load), runtime::Reduce::sum, "serve: replicas' outstanding tokens");
+          const int to = int(std::min_element(load.begin(), load.end()) - load.begin());
+          if (to != replica) continue;
+          sim.arrive(r.id);
+          mine.push_back(r.id);
+        }
+        run = sim.finish();
       } catch (const std::invalid_argument& e) {
         throw UsageError(config_name + ": " + e.what());
       }
     });
-    return run;
+    serving::ServeRun sub = run;  // this replica's requests only (the others' are blank here)
+    sub.requests.clear();
+    for (const int64_t id : mine) sub.requests.push_back(run.requests[size_t(id)]);
+    return gather_replicas(tp, dp, replica, lead, sub, mine, reqs.size());
   }
-
-  // Colocated, LEAST_TOKENS: each request, at its arrival, to the replica with the fewest outstanding tokens (the
-  // lowest on a tie; every replica's scheduler stepped to the arrival, serving::Simulation), as SGLang's and
-  // vLLM's production routers balance by load; else request i on replica i mod dp (round-robin). Each replica
-  // prefills and decodes its own.
-  serving::ServeRun colocated(const std::vector<serving::Request>& reqs, bool least_tokens) {
-    if (least_tokens) {
-      serving::ServeRun run;
-      std::vector<int64_t> mine;
-      world.agree([&] {
-        try {
-          serving::PagedKvCache paged(cap);
-          serving::Simulation sim(reqs, sched, paged, stage_fn());
-          for (const auto& r : reqs) {
-            sim.run_until(r.arrival_s);
-            std::vector<double> load(size_t(dp), 0.0);
-            if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
-            tp.allreduce(std::span<double>(load), runtime::Reduce::sum, "serve: replicas' outstanding tokens");
-            const int to = int(std::min_element(load.begin(), load.end()) - load.begin());
-            if (to != replica) continue;
-            sim.arrive(r.id);
-            mine.push_back(r.id);
-          }
-          run = sim.finish();
-        } catch (const std::invalid_argument& e) {
-          throw UsageError(config_name + ": " + e.what());
-        }
-      });
-      serving::ServeRun sub = run;  // this replica's requests only (the others' are blank here)
-      sub.requests.clear();
-      for (const int64_t id : mine) sub.requests.push_back(run.requests[size_t(id)]);
-      return gather_replicas(tp, dp, replica, lead, sub, mine, reqs.size());
+  std::vector<serving::Request> mine;
+  std::vector<int64_t> global_id;
+  for (const auto& r : reqs)
+    if (r.id % dp == replica) {
+      global_id.push_back(r.id);
+      mine.push_back(r);
+      mine.back().id = int64_t(mine.size()) - 1;
     }
-    std::vector<serving::Request> mine;
-    std::vector<int64_t> global_id;
-    for (const auto& r : reqs)
-      if (r.id % dp == replica) {
-        global_id.push_back(r.id);
-        mine.push_back(r);
-        mine.back().id = int64_t(mine.size()) - 1;
-      }
-    return gather_replicas(tp, dp, replica, lead, run_replica(mine), global_id, reqs.size());
+  return gather_replicas(tp, dp, replica, lead, run_replica(mine), global_id, reqs.size());
+}
+
+// --profile: the run's longest iteration (the lowest replica's on a tie) simulated again with every block and
+// its events recorded, profiled as `train --profile` profiles a step (reporting/profile.h). Collective.
+std::shared_ptr<const sim::Profile> Server::profile_longest(double peak_tflops, std::string& what) {
+  std::vector<double> v{longest_s};
+  tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
+  std::vector<double> who{longest_s == v[0] && lead ? double(replica) : 1e9};
+  tp.allreduce(std::span<double>(who), runtime::Reduce::min, "serve profile: its replica");
+  tl.set_record_dependencies(true);
+  tl.set_keep_events(true);
+  tl.reset();
+  int64_t tokens = 0;
+  if (replica == int(who[0])) {
+    models::LmServeBatch mb;
+    for (const auto& b : longest) {
+      mb.seqs.push_back({b.request, b.past, b.rows});
+      tokens += b.rows;
+    }
+    (void)exec.serve_step(mb, kv);
   }
+  reporting::RunReport rep;
+  reporting::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
+  std::vector<double> shape{replica == int(who[0]) && lead ? double(longest.size()) : 0.0,
+                            replica == int(who[0]) && lead ? double(tokens) : 0.0};
+  tp.allreduce(std::span<double>(shape), runtime::Reduce::sum, "serve profile: its batch");
+  char b[256];
+  std::snprintf(b, sizeof b, "the longest iteration (replica %d, %.0f sequences, %.0f new tokens, %.3f ms)",
+                int(who[0]), shape[0], shape[1], v[0] * 1e3);
+  what = b;
+  return rep.profile;
+}
 
-  // --profile: the run's longest iteration (the lowest replica's on a tie) simulated again with every block and
-  // its events recorded, profiled as `train --profile` profiles a step (reporting/profile.h). Collective.
-  std::shared_ptr<const sim::Profile> profile_longest(double peak_tflops, std::string& what) {
-    std::vector<double> v{longest_s};
-    tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
-    std::vector<double> who{longest_s == v[0] && lead ? double(replica) : 1e9};
-    tp.allreduce(std::span<double>(who), runtime::Reduce::min, "serve profile: its replica");
-    tl.set_record_dependencies(true);
-    tl.set_keep_events(true);
-    tl.reset();
-    int64_t tokens = 0;
-    if (replica == int(who[0])) {
-      models::LmServeBatch mb;
-      for (const auto& b : longest) {
-        mb.seqs.push_back({b.request, b.past, b.rows});
-        tokens += b.rows;
-      }
-      (void)exec.serve_step(mb, kv);
-    }
-    reporting::RunReport rep;
-    reporting::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
-    std::vector<double> shape{replica == int(who[0]) && lead ? double(longest.size()) : 0.0,
-                              replica == int(who[0]) && lead ? double(tokens) : 0.0};
-    tp.allreduce(std::span<double>(shape), runtime::Reduce::sum, "serve profile: its batch");
-    char b[256];
-    std::snprintf(b, sizeof b, "the longest iteration (replica %d, %.0f sequences, %.0f new tokens, %.3f ms)",
-                  int(who[0]), shape[0], shape[1], v[0] * 1e3);
-    what = b;
-    return rep.profile;
-  }
+}  // namespace serve_detail
 
-  struct Transfers {
-    int64_t count = 0;
-    double bytes = 0;           // per chip pair, all transfers
-    std::vector<double> time_s;  // each transfer's prefill end -> its cache at the decode replica
-  };
+namespace {
 
-  // Disaggregated (DistServe, Splitwise): replicas [0, K) prefill (request i on replica i mod K; its first token
-  // made there, TTFT as DistServe's), then its prompt's cache goes over the dp axis' links to decode replica
-  // K + (j mod (dp - K)) for the j-th prefill to end (ties by id), where it decodes the rest. The transfers run on
-  // the chips' timelines in the order their prefills end, each starting when its prefill ended, so transfers from
-  // one chip queue on its links (runtime/transport.h). The prefill side keeps no cache after its prefill.
-  serving::ServeRun disaggregated(const std::vector<serving::Request>& reqs, int K, Transfers& xfer) {
-    const size_t n = reqs.size();
-    std::vector<serving::Request> pre;
-    std::vector<int64_t> pre_id;
-    if (replica < K)
-      for (const auto& r : reqs)
-        if (r.id % K == replica) {
-          pre_id.push_back(r.id);
-          pre.push_back(r);
-          pre.back().id = int64_t(pre.size()) - 1;
-          pre.back().output = 1;  // the prefill instance makes the first token
-        }
-    const serving::ServeRun a = gather_replicas(tp, dp, replica, lead, run_replica(pre), pre_id, n);
-    std::vector<int64_t> order;
-    for (const auto& r : reqs)
-      if (r.output > 1) order.push_back(r.id);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-      return a.requests[size_t(x)].first_token_s < a.requests[size_t(y)].first_token_s;
-    });
-    std::vector<double> arrive(n, 0.0);
-    std::vector<int> to(n, 0);
-    tl.reset();
-    runtime::Transport& dpt = mesh["dp"];
-    const int64_t layers = exec.local_config().layers;
-    for (size_t j = 0; j < order.size(); ++j) {
-      const int64_t i = order[j];
-      to[size_t(i)] = K + int(j % size_t(dp - K));
-      const models::KvTransfer x{i, i, reqs[size_t(i)].prompt, int(i % K), to[size_t(i)],
-                                 a.requests[size_t(i)].first_token_s * 1e9};
-      const sim::TimeNs t = models::kv_transfer(dpt, kv, layers, x);
-      if (replica == x.to) arrive[size_t(i)] = t * 1e-9;
-      xfer.bytes += double(x.tokens) * cap.bytes_per_token;
-    }
-    tp.allreduce(std::span<double>(arrive), runtime::Reduce::max, "serve: KV cache arrivals");
-    std::vector<serving::Request> dec;
-    std::vector<int64_t> dec_id;
-    for (const int64_t i : order) {
-      xfer.time_s.push_back(arrive[size_t(i)] - a.requests[size_t(i)].first_token_s);
-      if (to[size_t(i)] != replica) continue;
-      serving::Request r = reqs[size_t(i)];
-      r.arrival_s = arrive[size_t(i)];
-      r.prefilled = true;
-      r.first_token_s = a.requests[size_t(i)].first_token_s;
-      dec.push_back(r);
-    }
-    xfer.count = int64_t(order.size());
-    std::stable_sort(dec.begin(), dec.end(), [](const auto& x, const auto& y) { return x.arrival_s < y.arrival_s; });
-    for (auto& r : dec) {
-      dec_id.push_back(r.id);
-      r.id = int64_t(dec_id.size()) - 1;
-    }
-    const serving::ServeRun c = gather_replicas(tp, dp, replica, lead, run_replica(dec), dec_id, n);
-    serving::ServeRun out = a;
-    for (size_t i = 0; i < n; ++i) {
-      auto& r = out.requests[i];
-      r.output = reqs[i].output;
-      if (reqs[i].output > 1) {
-        r.finish_s = c.requests[i].finish_s;
-        r.preemptions += c.requests[i].preemptions;
-      }
-    }
-    out.itl_s = c.itl_s;
-    out.iterations.insert(out.iterations.end(), c.iterations.begin(), c.iterations.end());
-    std::stable_sort(out.iterations.begin(), out.iterations.end(),
-                     [](const auto& x, const auto& y) { return x.start_s < y.start_s; });
-    out.preemptions += c.preemptions;
-    out.swaps += c.swaps;
-    out.kv_blocks_total = std::max(a.kv_blocks_total, c.kv_blocks_total);
-    return out;
-  }
-};
+using namespace serve_detail;
 
 // --what-if: one change's re-run over the same trace (every flag but the outputs), its metrics on rank 0.
 struct ServeWhatIf {
@@ -547,7 +459,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       check_outputs_distinct(outputs, inputs);
     }
     s = load(f, world.size());
-    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp, s.plan.ep);
+    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
       what_if = plan_what_if(sf.what_if, train_config(f));
       for (const auto& plan : what_if) {
@@ -555,7 +467,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
         v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
         try {
           const TrainSetup vs = load(v, world.size());
-          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp, vs.plan.ep);
+          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp);
         } catch (const Error& e) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
@@ -600,12 +512,11 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   });
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
   // batches are in flight (serving/scheduler.h). ep: the replica's ep chips each hold their own sequences' cache
-  // (one pool per chip, serving/kv_cache.h shards) and swap space.
+  // (one pool per chip, serving/kv_cache.h shards), swap space and host link.
   serving::SchedulerConfig sched = sv.sched;
   sched.engines = s.pp;
   sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
-  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token)) *
-                      s.plan.ep;
+  sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
   serving::KvCapacity pool = cap;
   pool.blocks = cap.blocks * s.plan.ep;
   pool.shards = s.plan.ep;
@@ -616,8 +527,9 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     if (a.name != "dp" && mesh->coordinate(a.name, mesh->rank()) != 0) srv.lead = false;
   const int dp = srv.dp, K = sv.prefill_replicas;
   const auto wall0 = std::chrono::steady_clock::now();
-  Server::Transfers xfer;
-  serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, K, xfer) : srv.colocated(sv.requests, sv.least_tokens);
+  Transfers xfer;
+  serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, {K, sv.least_tokens}, xfer)
+                                : srv.colocated(sv.requests, sv.least_tokens);
   int64_t simulated = srv.simulated;
   {
     std::vector<double> n{double(simulated)};
@@ -655,9 +567,14 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                 (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
   out += b;
   if (K > 0) {
-    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (request i on replica i mod %d), replica%s %d..%d "
-                  "decode (the j-th prefill to end on replica %d + j mod %d); per pipeline stage %d batch%s in flight\n",
-                  K > 1 ? "s" : "", K - 1, K, dp - K > 1 ? "s" : "", K, dp - 1, K, dp - K, s.pp, s.pp > 1 ? "es" : "");
+    const std::string to_prefill = sv.least_tokens ? "each request to the one with the fewest outstanding tokens"
+                                                   : "request i on replica i mod " + std::to_string(K);
+    const std::string to_decode = sv.least_tokens ? "each cache to the one with the fewest outstanding tokens"
+                                                  : "the j-th prefill to end on replica " + std::to_string(K) +
+                                                        " + j mod " + std::to_string(dp - K);
+    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (%s), replica%s %d..%d decode (%s); per pipeline "
+                  "stage %d batch%s in flight\n", K > 1 ? "s" : "", K - 1, to_prefill.c_str(), dp - K > 1 ? "s" : "", K,
+                  dp - 1, to_decode.c_str(), s.pp, s.pp > 1 ? "es" : "");
     out += b;
     std::vector<double> ts = xfer.time_s;
     std::sort(ts.begin(), ts.end());

@@ -228,10 +228,19 @@ struct LmDpStepResult {
 // block, a block whose kernels the host never gated, or a second block in a row with the same span, means every
 // later block runs the same (without host issue: from the first block); the chips of a tp group agree on it (tests/mpi/serve_decode_test.cpp checks the
 // times equal the full run's, with and without host issue).
+// ORIGIN_NS >= 0 (a shared timeline, apps/serve_disagg.cpp): the timeline is not reset; the iteration starts at
+// ORIGIN_NS (absolute ns, no earlier than the chip's previous iteration's end), so its flows meet the flows booked
+// on the same chips around it (KV cache transfers); the result's stages stay relative to ORIGIN_NS. REPEAT_BLOCKS
+// then repeats the period only over a time no other flow can touch: from the second of two blocks that both start
+// at or after QUIET_AFTER_NS (the end of the flows booked before on this chip) to an end at or before HORIZON_NS
+// (the earliest flow that may be booked after it). FOREIGN_END_NS: the latest end of such flows booked on this
+// chip's timeline (the chip's end is then read from its clock, not from the timeline's last event).
 struct LmServeBatch {
   std::vector<sharding::plans::KvSeq> seqs;
   std::vector<int64_t> tokens;
   bool repeat_blocks = false;
+  double origin_ns = -1;  // < 0: a fresh timeline (reset) from 0
+  double quiet_after_ns = 0, horizon_ns = 1e300, foreign_end_ns = -1;
 };
 struct LmServeResult {
   // Real data: per sequence, the logits over the whole vocabulary of its last new row (the next token's), on every
@@ -275,7 +284,8 @@ class LmTpTrainer {
   // and values appended, sharding/plans/kv_attention.h) and on the last stage the final norm and the head on each
   // sequence's last row, the vocab-parallel logits gathered over tp (all_gather, as vLLM gathers them for
   // sampling). pp: the rows go stage to stage (send/recv over the pp axis, one batch in flight); the logits are
-  // shared over pp host-side (not simulated). A fresh timeline per iteration; collective over the mesh.
+  // shared over pp host-side (not simulated). A fresh timeline per iteration unless BATCH.origin_ns >= 0 (see
+  // LmServeBatch); collective over the mesh.
   // std::invalid_argument for a plan serving does not run (sp, cp, Ulysses, virtual stages) or a batch whose
   // tokens do not match its rows.
   LmServeResult serve_step(const LmServeBatch& batch, sharding::plans::KvCache& cache);
@@ -344,8 +354,14 @@ class LmTpTrainer {
     double aux = 0, dispatch_bytes = 0;
     sim::TimeNs dispatch_ns = 0;
     double buffer_bytes = 0;      // the dispatch buffers the layer keeps (EpActivations::buffer_bytes)
+    sim::TimeNs expert_ns = 0, balanced_expert_ns = 0;  // EpActivations' (the experts' forward; perfect balance)
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
+  // of the chips at tp, cp and dp coordinate 0 of the stage holding it: TOKENS summed over the group's chips (their
+  // last micro-batch's routing), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
+  // the group's maximum (the slowest chip), BALANCED_EXPERT_NS its mean.
+  std::vector<MoeLayerStats> moe_layer_table();
   // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).
   double expert_param_count() const;
   int ep() const { return ep_size_; }

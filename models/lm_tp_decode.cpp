@@ -123,9 +123,11 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     throw std::invalid_argument("serve_step: " + std::to_string(batch.tokens.size()) + " tokens for " +
                                 std::to_string(N) + " new rows");
   const std::vector<int64_t> tokens = batch.tokens.empty() ? std::vector<int64_t>(size_t(N), 0) : batch.tokens;
-  tl_.reset();
+  const bool shared = whole.origin_ns >= 0;  // a shared timeline (LmServeBatch): no reset, from the origin
+  if (!shared) tl_.reset();
   fused_ops_.clear();
-  sim::TimeNs t = 0;
+  sim::TimeNs t = shared ? whole.origin_ns : 0.0;
+  if (shared) tl_.host_sync(t);  // the host starts issuing at the origin, as from 0 on a fresh timeline
   auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
   auto serve_ctx = [&](sharding::plans::Chip& chip) {
     auto ctx = context(chip);
@@ -154,7 +156,7 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     t = std::max(t, in.arrival);
     tl_.record_region("pp.recv_activation", "collective", {start, t}, double(in.bytes));
   }
-  const sim::TimeNs stage_start = owns_embed_ ? 0.0 : t;
+  const sim::TimeNs stage_start = owns_embed_ ? (shared ? whole.origin_ns : 0.0) : t;
   sharding::plans::TokenLayout lay;
   lay.batch = B;
   lay.pos = pos;
@@ -165,7 +167,7 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
                                           global_.moe->routing.skew > 0);
   const bool repeat = batch.repeat_blocks && !store_ && !moe_varies;
   const int64_t blocks = chunk_len_[0];
-  sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time();
+  sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time(), prev_start = t;
   for (int64_t l = 0; l < blocks; ++l) {
     const int64_t li = chunk_first_[0] + l;
     const sim::TimeNs start = t;
@@ -185,9 +187,14 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     const sim::TimeNs span = t - start, lead = t - tl_.host_time(), host_step = tl_.host_time() - prev_host;
     const double tol = 1e-9 * std::max(span, 1.0);
     const bool same = l > 0 && std::abs(span - prev_span) <= tol;
+    // A shared timeline: this block and the one before it clear of the flows booked before, the rest (projected)
+    // ending before any flow booked after (LmServeBatch).
+    const bool clear = !shared || (start >= whole.quiet_after_ns && (l == 0 || prev_start >= whole.quiet_after_ns) &&
+                                   t + span * double(blocks - 1 - l) <= whole.horizon_ns);
+    prev_start = start;
     // With ep the chips' blocks are coupled through the MoE exchange (a chip without sequences waits in it), and
     // the first block's span on a chip depends on when the others reached it: two equal spans in a row are asked.
-    double periodic = lead >= prev_lead - tol && ((tl_.host_gated() == gated0 && ep_size_ == 1) || same) ? 1 : 0;
+    double periodic = clear && lead >= prev_lead - tol && ((tl_.host_gated() == gated0 && ep_size_ == 1) || same) ? 1 : 0;
     if (tp_size_ > 1) mesh_["tp"].allreduce(std::span<double>(&periodic, 1), runtime::Reduce::min, "serve blocks periodic");
     if (ep_size_ > 1) mesh_["ep"].allreduce(std::span<double>(&periodic, 1), runtime::Reduce::min, "serve blocks periodic");
     if (periodic > 0) {
@@ -235,11 +242,15 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     for (int64_t i = 0; i < all; ++i)
       for (int64_t j = 0; j < V; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * V + j)]);
   }
-  r.chip_ns = std::max(t, tl_.end_time());
+  // The chip's end: its clock or its timeline's last event (an outgoing pp send's end), unless that event is a flow
+  // booked outside this iteration (a shared timeline's KV cache transfer, LmServeBatch::foreign_end_ns).
+  const sim::TimeNs last = tl_.end_time();
+  r.chip_ns = shared && last <= whole.foreign_end_ns ? t : std::max(t, last);
+  if (shared) r.chip_ns -= whole.origin_ns;
   // Every stage's span on this replica (the latest chip of each), agreed by the replica's chips only: dp replicas
   // serve their own batches (apps/serve.cpp).
   std::vector<double> spans(size_t(2 * pp_size_), 0.0);
-  spans[size_t(2 * pp_rank_)] = stage_start;
+  spans[size_t(2 * pp_rank_)] = shared ? stage_start - whole.origin_ns : stage_start;
   spans[size_t(2 * pp_rank_ + 1)] = r.chip_ns;
   mesh_.excluding("dp").allreduce(std::span<double>(spans), runtime::Reduce::max, "serve iteration stages");
   for (int s = 0; s < pp_size_; ++s) {

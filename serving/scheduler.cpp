@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -35,10 +36,11 @@ struct Seq {
 
 // Shared by the engines: the requests, the sequences' progress and the results.
 struct State {
-  const std::vector<Request>& reqs;
+  std::vector<Request> reqs;  // a copy: a disaggregated decode's arrivals are set as they come (arrive_prefilled)
   std::vector<Seq> seqs;
   ServeRun run;
   size_t done = 0;
+  std::vector<int64_t> finished;  // the requests the latest iteration finished
   int64_t known(int64_t id) const { return reqs[size_t(id)].prompt + seqs[size_t(id)].generated; }
 };
 
@@ -110,6 +112,7 @@ class Engine {
       q.last_token_s = now;
       if (q.generated == st_.reqs[size_t(e.request)].output) {
         o.finish_s = now;
+        st_.finished.push_back(e.request);
         cache_.release(e.request);
         running_.erase(std::find(running_.begin(), running_.end(), e.request));
         ++st_.done;
@@ -117,8 +120,9 @@ class Engine {
     }
   }
 
-  // Tokens copied over the host link since the last call (swaps out and in).
-  int64_t take_swapped() { return std::exchange(swapped_tokens_, 0); }
+  // Tokens copied over each shard's host link since the last call (swaps out, swaps in), per shard.
+  std::vector<int64_t> take_swapped_out() { return std::exchange(out_, std::vector<int64_t>(shards(), 0)); }
+  std::vector<int64_t> take_swapped_in() { return std::exchange(in_, std::vector<int64_t>(shards(), 0)); }
 
  private:
   // Preempts the latest admitted running sequence (by swap when configured and host memory has room, else by
@@ -131,10 +135,11 @@ class Engine {
       Seq& q = st_.seqs[size_t(v)];
       const int64_t blocks = cache_.blocks_for(q.cached);
       cache_.release(v);
-      if (cfg_.swap && q.cached > 0 && host_blocks_ + blocks <= cfg_.swap_blocks) {
-        q.swapped = true;  // its cached tokens wait in host memory
-        host_blocks_ += blocks;
-        swapped_tokens_ += q.cached;
+      const size_t sh = shard(v);
+      if (cfg_.swap && q.cached > 0 && host_blocks_[sh] + blocks <= cfg_.swap_blocks) {
+        q.swapped = true;  // its cached tokens wait in its chip's host memory
+        host_blocks_[sh] += blocks;
+        out_[sh] += q.cached;
         ++st_.run.swaps;
       } else {
         q.cached = 0;
@@ -152,8 +157,8 @@ class Engine {
     Seq& q = st_.seqs[size_t(id)];
     if (!q.swapped) return;
     q.swapped = false;
-    host_blocks_ -= cache_.blocks_for(q.cached);
-    swapped_tokens_ += q.cached;
+    host_blocks_[shard(id)] -= cache_.blocks_for(q.cached);
+    in_[shard(id)] += q.cached;
   }
 
   // Grows ID's cache to TOKENS, preempting others when needed; false when even that cannot make room.
@@ -206,14 +211,17 @@ class Engine {
   PagedKvCache& cache_;
   std::deque<int64_t> waiting_;
   std::vector<int64_t> running_;
-  int64_t host_blocks_ = 0, swapped_tokens_ = 0;
+  // Per shard (the ep chip holding a sequence, kv_cache.h): host memory in use, tokens copied out and in.
+  size_t shards() const { return size_t(cache_.capacity().shards); }
+  size_t shard(int64_t id) const { return size_t(id % int64_t(shards())); }
+  std::vector<int64_t> host_blocks_ = std::vector<int64_t>(shards(), 0), out_ = host_blocks_, in_ = host_blocks_;
 };
 
 }  // namespace
 
 struct Simulation::Impl {
   Impl(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
-      : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0} {
+      : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0, {}} {
     if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
     // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
     KvCapacity share = cache.capacity();
@@ -228,15 +236,7 @@ struct Simulation::Impl {
       o.arrival_s = r.arrival_s;
       o.prompt = r.prompt;
       o.output = r.output;
-      if (r.prefilled) {  // its prompt's cache arrives with it, its first token made already (disaggregated decode)
-        Seq& q = st.seqs[size_t(r.id)];
-        q.cached = r.prompt;
-        q.generated = 1;
-        q.last_token_s = o.first_token_s = r.first_token_s;
-        if (r.first_token_s > r.arrival_s)
-          throw std::invalid_argument("request " + std::to_string(r.id) + ": its first token (" +
-                                      std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
-      }
+      if (r.prefilled) prefilled(r.id);
       if (engines[0].cache().blocks_for(r.prompt + r.output) > per.shard_blocks())
         throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
                                     " tokens of KV cache, more than " +
@@ -244,6 +244,20 @@ struct Simulation::Impl {
                                     " of " + std::to_string(per.shard_blocks() * per.block_size) + " tokens");
     }
     ready.assign(size_t(cfg.engines), 0.0);
+  }
+
+  // Request ID's prompt cache arrives with it, its first token made already (disaggregated decode).
+  void prefilled(int64_t id) {
+    const Request& r = st.reqs[size_t(id)];
+    auto& o = st.run.requests[size_t(id)];
+    o.arrival_s = r.arrival_s;
+    Seq& q = st.seqs[size_t(id)];
+    q.cached = r.prompt;
+    q.generated = 1;
+    q.last_token_s = o.first_token_s = r.first_token_s;
+    if (r.first_token_s > r.arrival_s)
+      throw std::invalid_argument("request " + std::to_string(id) + ": its first token (" +
+                                  std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
   }
 
   // The busy engine that may form its next batch first (-1: none busy).
@@ -272,6 +286,7 @@ struct Simulation::Impl {
   // Engine PICK's next batch through the pipeline.
   void iterate(int pick) {
     Engine& en = engines[size_t(pick)];
+    st.finished.clear();
     std::vector<BatchEntry> batch = en.form();
     if (batch.empty()) throw std::logic_error("serving scheduler: no progress possible");
     IterationSample s;
@@ -285,12 +300,27 @@ struct Simulation::Impl {
         s.prefill_tokens += e.rows;
     }
     s.seqs = int64_t(batch.size());
-    s.swapped_tokens = en.take_swapped();
-    const std::vector<StageSpan> sp = stages(batch);
+    // The swap copies, on each chip's host link (its own copy engine, as vLLM's cache engine's stream), in the order the
+    // scheduler made them: the copies out from this batch's start, overlapping its compute (it ends no earlier
+    // than they do: their blocks take its new tokens), then the copies in, which its compute waits for.
+    const std::vector<int64_t> out = en.take_swapped_out(), in = en.take_swapped_in();
+    const double r0 = ready[size_t(pick)];
+    double at = r0, copies_out = r0;
+    host_free.resize(std::max(host_free.size(), out.size()), 0.0);
+    for (size_t k = 0; k < out.size(); ++k) {
+      s.swapped_tokens += out[k] + in[k];
+      if (out[k] + in[k] == 0) continue;
+      double t = std::max(r0, host_free[k]) + double(out[k]) * cfg.swap_s_per_token;
+      copies_out = std::max(copies_out, t);
+      t += double(in[k]) * cfg.swap_s_per_token;
+      if (in[k] > 0) at = std::max(at, t);
+      host_free[k] = t;
+    }
+    double end = at;
+    const std::vector<StageSpan> sp = stages(batch, std::max(at, stage_free.empty() ? 0.0 : stage_free[0]));
     if (sp.empty()) throw std::logic_error("serving scheduler: an iteration without stages");
     stage_free.resize(std::max(stage_free.size(), sp.size()), 0.0);
     // Stage by stage: each runs one batch at a time; the batch reaches stage k+1 the alone run's hop after stage k.
-    double at = ready[size_t(pick)] + double(s.swapped_tokens) * cfg.swap_s_per_token, end = at;
     for (size_t k = 0; k < sp.size(); ++k) {
       const double arrive = k == 0 ? at : end + (sp[k].start_s - sp[k - 1].end_s);
       const double start = std::max(arrive, stage_free[k]);
@@ -298,7 +328,7 @@ struct Simulation::Impl {
       end = start + (sp[k].end_s - sp[k].start_s);
       stage_free[k] = end;
     }
-    s.end_s = end;
+    s.end_s = end = std::max(end, copies_out);
     st.run.iterations.push_back(s);
     en.advance(batch, end);
     ready[size_t(pick)] = end;
@@ -311,6 +341,7 @@ struct Simulation::Impl {
   std::vector<Engine> engines;
   std::vector<double> ready;       // when each engine may form its next batch
   std::vector<double> stage_free;  // when each pipeline stage is free
+  std::vector<double> host_free;   // when each shard's host link is free (swap copies)
 };
 
 Simulation::Simulation(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
@@ -323,6 +354,32 @@ void Simulation::run_until(double t) {
 }
 
 void Simulation::arrive(int64_t id) { impl_->arrive(id); }
+
+void Simulation::arrive_prefilled(int64_t id, double arrival_s, double first_token_s) {
+  Request& r = impl_->st.reqs.at(size_t(id));
+  r.prefilled = true;
+  r.arrival_s = arrival_s;
+  r.first_token_s = first_token_s;
+  impl_->prefilled(id);
+  impl_->arrive(id);
+}
+
+double Simulation::next_ready() const {
+  const int pick = impl_->next_engine();
+  return pick < 0 ? std::numeric_limits<double>::infinity() : impl_->ready[size_t(pick)];
+}
+
+void Simulation::step() {
+  const int pick = impl_->next_engine();
+  if (pick < 0) throw std::logic_error("serving scheduler: step() with no work");
+  impl_->iterate(pick);
+}
+
+const std::vector<int64_t>& Simulation::finished_last() const { return impl_->st.finished; }
+
+double Simulation::last_end() const {
+  return impl_->st.run.iterations.empty() ? 0.0 : impl_->st.run.iterations.back().end_s;
+}
 
 int64_t Simulation::outstanding_tokens() const {
   int64_t n = 0;
@@ -353,7 +410,7 @@ ServeRun simulate(const std::vector<Request>& reqs, const SchedulerConfig& cfg, 
                   const IterationFn& iteration) {
   SchedulerConfig one = cfg;
   one.engines = 1;
-  return run_engines(reqs, one, cache, [&](const std::vector<BatchEntry>& b) {
+  return run_engines(reqs, one, cache, [&](const std::vector<BatchEntry>& b, double) {
     return std::vector<StageSpan>{{0.0, iteration(b)}};
   });
 }

@@ -16,9 +16,14 @@
 //   recompute  (vLLM's default): its blocks freed, it returns to the front of the queue and later prefills its
 //              prompt and the tokens generated so far again;
 //   swap       (vLLM's preemption_mode "swap"): its blocks are copied to host memory over the host link, freed, and
-//              copied back when it is admitted again (then it decodes on); each copy delays the iteration that
-//              makes it by tokens x swap_s_per_token (the chips copy their own shards in parallel). Host memory
-//              holds swap_blocks blocks (vLLM's swap_space); a sequence that does not fit there is recomputed.
+//              copied back when it is admitted again (then it decodes on). A copy takes tokens x swap_s_per_token
+//              (the chips copy their own shards in parallel) on its chip's host link, a resource of its own (a
+//              copy engine, as vLLM's cache engine's cache_stream): copies queue there in the order they are made; a copy out
+//              starts at its iteration's start and overlaps its compute (the iteration ends no earlier than it:
+//              the freed blocks take the iteration's new tokens), a copy in delays only the compute of the
+//              iteration that needs it. Host memory holds swap_blocks blocks per chip (vLLM's swap_space); with
+//              shards (ep chips) each has its own host memory and link, a sequence's on its chip; a sequence that
+//              does not fit there is recomputed.
 // Disaggregated decode (Request::prefilled): a request arrives with its prompt's cache (from a prefill instance)
 // and its first token made; on admission it takes the blocks of its prompt and decodes from there (under
 // continuous batching such admissions join the running sequences' decode step; so do sequences swapped back in).
@@ -57,7 +62,7 @@ struct SchedulerConfig {
   int engines = 1;                        // virtual engines: batches in flight through a pipeline (see above)
   bool swap = false;                      // preemption by swap (else recompute)
   double swap_s_per_token = 0;            // seconds to copy one token's KV cache shard over the host link
-  int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine)
+  int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine, per cache shard)
 };
 
 // One sequence of an iteration: its request, the tokens already in its cache, its new tokens.
@@ -73,7 +78,9 @@ using IterationFn = std::function<double(const std::vector<BatchEntry>&)>;
 struct StageSpan {
   double start_s = 0, end_s = 0;
 };
-using StageFn = std::function<std::vector<StageSpan>(const std::vector<BatchEntry>&)>;
+// START_S: when the batch starts at stage 0 on the simulated clock (a caller simulating on a shared timeline
+// places it there; the spans stay relative to it).
+using StageFn = std::function<std::vector<StageSpan>(const std::vector<BatchEntry>&, double start_s)>;
 
 struct RequestResult {
   double arrival_s = 0, first_token_s = 0, finish_s = 0;
@@ -87,7 +94,7 @@ struct IterationSample {
   int replica = 0;                // the data-parallel replica (`serve` sets it; the scheduler runs one)
   int64_t seqs = 0, tokens = 0, prefill_tokens = 0, decode_seqs = 0;
   int64_t kv_blocks = 0;  // blocks held during the iteration (every engine's)
-  int64_t swapped_tokens = 0;  // tokens copied over the host link before it (out and in)
+  int64_t swapped_tokens = 0;  // tokens it copied over the host links (out and in)
 };
 
 struct ServeRun {
@@ -109,6 +116,16 @@ class Simulation {
   Simulation& operator=(const Simulation&) = delete;
   void run_until(double t);  // every batch whose engine may start it before T (its effects at its end)
   void arrive(int64_t id);
+  // A disaggregated decode's arrival (Request::prefilled): request ID's prompt cache arrives at ARRIVAL_S with its
+  // first token made at FIRST_TOKEN_S (<= ARRIVAL_S; std::invalid_argument else); then arrive(id).
+  void arrive_prefilled(int64_t id, double arrival_s, double first_token_s);
+  // Stepping one batch at a time (a caller ordering several schedulers' batches in time): when the next batch's
+  // engine may form it (+infinity when no engine has work), and that batch run; the requests whose last token it
+  // made (in batch order).
+  double next_ready() const;
+  void step();
+  const std::vector<int64_t>& finished_last() const;
+  double last_end() const;  // the latest batch's end (its tokens' time; 0 before any)
   // The tokens the unfinished requests handed over still put through the model (prompt + output less what their
   // caches hold), as of the end of each engine's latest batch.
   int64_t outstanding_tokens() const;

@@ -96,8 +96,52 @@ assert all(t >= 0 for t in d["transfer_s"]) and d["transfer_bytes_per_chip_pair"
 assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
 PY
 fi
+# Load-aware: one prefill replica, two decode replicas; each cache to the decode replica with the fewest
+# outstanding tokens. Round-robin alternates them in prefill-end order; both use both and finish every request.
+for lb in round_robin least_tokens; do
+  if expect_exit 0 'disaggregated: replica 0..0 prefill' -- shardsim_mpi 1 --chips 3 serve "$S8" "${SMALL[@]}" \
+       --set parallel.dp=3 --set serve.disaggregation.prefill_replicas=1 --set serve.load_balance=$lb --json dis3.json; then
+    if python3 - dis3.json $lb <<'PY'; then pass "$lb: both decode replicas decode, every request done"; else fail "disaggregated $lb"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it, rq = j["iterations"], j["requests"]
+assert j["metrics"]["requests"] == 20 and j["disaggregation"]["transfers"] == 20 and j["load_balance"] == sys.argv[2]
+assert {i[7] for i in it} == {0, 1, 2} and all(i[4] == 0 for i in it if i[7] > 0)
+assert all(r[1] > 0 and r[2] > r[1] for r in rq)
+PY
+  fi
+done
+assert_out_fixed 'decode (each cache to the one with the fewest outstanding tokens)' "the report states the rule"
 expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- shardsim_mpi 1 --chips 2 serve "$S8" \
   --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=2 --json bad.json
+
+e2e_case "(f2) a KV cache transfer meets the decode iterations' collectives on the receiver's link (one switch)"
+# switch_8: every chip has one 100 GB/s link to the switch (500 ns per hop). Two 2,048-token prompts 1 s apart,
+# 512 output tokens each: the second prompt's cache reaches the decode replica while it decodes the first.
+# tp 1 (dp 8, 7 prefill replicas): no collectives, both transfers take bytes / bandwidth + 2 hops' latency.
+# tp 4 (dp 2): the first transfer is alone (the same closed form); the second shares the switch's down-link to
+# each decode chip with the tp all_reduces of the first request's decode steps and takes longer.
+SW=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=fixed
+    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=512)
+if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
+     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --json sw1.json \
+   && expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=4 \
+     --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json sw4.json; then
+  if python3 - sw1.json sw4.json <<'PY'; then pass "alone: bytes / 100 GB/s + 1 us exactly (tp 1 both, tp 4 the first); tp 4's second longer"; else fail "KV transfer contention"; fi
+import json, sys
+per = 2 * 32 * 8 * 128 * 2                       # Llama-3-8B's K and V bytes per token (bf16), all kv heads
+for path, tp in ((sys.argv[1], 1), (sys.argv[2], 4)):
+    d = json.load(open(path))["disaggregation"]
+    alone = 2048 * per / tp / 100e9 + 2 * 500e-9  # one chip pair's bytes over the 100 GB/s links, two hops
+    t = d["transfer_s"]
+    assert d["transfer_bytes_per_chip_pair"] == 2 * 2048 * per / tp, d
+    assert abs(t[0] - alone) <= 1e-9 * alone, (path, t, alone)
+    if tp == 1:
+        assert abs(t[1] - alone) <= 1e-9 * alone, (path, t, alone)
+    else:
+        assert t[1] > 1.5 * alone, (path, t, alone)
+PY
+fi
 
 e2e_case "(h) load balancing by outstanding tokens over dp replicas"
 if expect_exit 0 'each request to the replica with the fewest outstanding tokens' -- shardsim_mpi 1 --chips 2 serve "$S8" \
@@ -136,8 +180,22 @@ if expect_exit 0 'plan tp=1 x pp=1 x ep=8 x dp=1' -- shardsim_mpi 1 --chips 8 se
 fi
 expect_exit 0 'plan tp=2 x pp=1 x ep=4 x dp=1' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
   --set parallel.ep=4 --set parallel.tp=2 --set parallel.etp=2
-expect_exit 2 'prefill_replicas: disaggregated serving runs dense models' -- shardsim_mpi 1 --chips 8 serve "$SMX" \
-  --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json bad.json
+# Disaggregated MoE: replica 0 (ep 4) prefills, replica 1 (ep 4) decodes; each sequence's cache lives on its ep
+# chip (request id mod ep) on both sides, so one chip pair moves it: the bytes per pair are the prompts' tokens
+# times one chip's K and V per token.
+if expect_exit 0 'disaggregated: replica 0..0 prefill' -- shardsim_mpi 1 --chips 8 serve "$SMX" "${SMALL[@]}" \
+     --set parallel.ep=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json mxd.json; then
+  if python3 - mxd.json <<'PY'; then pass "MoE disaggregated: 20 transfers, one chip pair each, prefill on 0, decode on 1"; else fail "MoE disaggregated"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+it, d = j["iterations"], j["disaggregation"]
+assert j["ep"] == 4 and j["metrics"]["requests"] == 20 and d["transfers"] == 20
+assert all(i[5] == 0 for i in it if i[7] == 0) and all(i[4] == 0 for i in it if i[7] == 1)
+prompts = sum(r[3] for r in j["requests"] if r[4] > 1)
+assert d["transfer_bytes_per_chip_pair"] == prompts * j["kv_cache"]["bytes_per_token"], (d, prompts)
+assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
+PY
+fi
 
 e2e_case "(j) a sweep over a serve config: rate x batching, each point what serve runs; rows, JSON and the latency plot"
 cat > sw.yaml <<EOF

@@ -208,19 +208,24 @@ INSTANTIATE_TEST_SUITE_P(Plans, ServeDecode, ::testing::ValuesIn(kCases),
 // chip pair over the dp axis, on the modelled network), and replica 1 decodes kDecode steps from its received
 // cache: every token and logit as the single-device recomputation's (the same bound as above). The transfer's
 // arrival is at least its bytes over one link after the prefill ended.
-const ServeCase kDisaggCases[] = {{"one_device"}, {"tp2", 2}, {"tp2_x_pp2", 2, 2}, {"gpt_tp2", 2, 1, 8, true}};
+// With a MoE model each sequence's cache is on its ep chip (slot mod ep) in both replicas: that chip pair moves it.
+const ServeCase kDisaggCases[] = {{"one_device"}, {"tp2", 2}, {"tp2_x_pp2", 2, 2}, {"gpt_tp2", 2, 1, 8, true},
+                                  {"moe_ep2", 1, 1, 8, false, 2}, {"moe_ep2_x_tp2_etp2", 2, 1, 8, false, 2, 2}};
 
 template <class World>
 Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int rank) {
   sharding::ModelSpec c = config_of(k);
-  const int dp = n / (k.tp * k.pp);
-  c.batch = dp;  // the trainer's training layout (unused in serving) needs a multiple of dp
+  const int dp = n / inner(k), ep = std::max(k.ep, 1);
+  c.batch = dp * ep;  // the trainer's training layout (unused in serving) needs a multiple of dp x ep
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
-  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"dp", dp}, {"pp", k.pp}}, topo);
+  sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"ep", ep}, {"dp", dp}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("h100"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, models::LmDpConfig{});
+  models::LmDpConfig dpc;
+  dpc.etp = k.etp;
+  models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, dpc);
+  const int ep_rank = mesh.coordinate("ep", rank);
   const models::LmWeights ref_w = models::lm_init(c);
   const models::LmWeights ref = models::lm_compute_copy(c, ref_w);
   auto cache = tr.make_kv_cache(c.seq);
@@ -260,6 +265,7 @@ Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int 
   dpt.allreduce(std::span<double>(first), runtime::Reduce::sum, "first tokens to the decode replica");
   dpt.allreduce(std::span<double>(&prefill_end, 1), runtime::Reduce::max, "prefill end");
   for (int s = 0; s < kSeqs; ++s) {
+    if (s % ep != ep_rank) continue;  // held by another ep chip of each replica
     const int64_t len = int64_t(seqs[size_t(s)].size());
     const sim::TimeNs at = models::kv_transfer(dpt, cache, c.layers / k.pp, {s, s, len, 0, 1, prefill_end});
     const double bytes = double(c.layers / k.pp) * 2.0 * double(len * (c.kv_heads / k.tp) * c.head_dim) * 4.0;
@@ -283,8 +289,8 @@ class ServeDisaggregated : public ::testing::TestWithParam<ServeCase> {};
 
 TEST_P(ServeDisaggregated, DecodeAfterTransferEqualsRecomputingOneChipPerRank) {
   const ServeCase& k = GetParam();
-  const int p = world_size(), inner = k.tp * k.pp;
-  if (p % inner != 0 || p / inner < 2) GTEST_SKIP() << k.name << " needs two replicas, " << p << " ranks";
+  const int p = world_size();
+  if (p % inner(k) != 0 || p / inner(k) < 2) GTEST_SKIP() << k.name << " needs two replicas, " << p << " ranks";
   const Deviation d = disaggregated_case(k, MPI_COMM_WORLD, p, world_rank());
   const double worst = max_over_ranks(d.logits), mismatches = max_over_ranks(double(d.token_mismatches));
   const double checked = max_over_ranks(double(d.checked));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -198,8 +199,8 @@ TEST(ServingScheduler, PreemptsByRecomputeOrSwapWhenTheCacheIsFull) {
   const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
   EXPECT_GT(run.preemptions, 0);
   for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
-  // By swap: the victim's tokens go to host memory and come back (no prefill again): fewer tokens run, each copy
-  // delays its iteration by tokens x swap_s_per_token; without host memory for it, recompute again.
+  // By swap: the victim's tokens go to host memory and come back (no prefill again): fewer tokens run; without
+  // host memory for it, recompute again.
   SchedulerConfig sw;
   sw.swap = true;
   sw.swap_s_per_token = 1e-4;
@@ -232,7 +233,7 @@ TEST(ServingScheduler, PreemptsByRecomputeOrSwapWhenTheCacheIsFull) {
 TEST(ServingScheduler, PipelineEnginesKeepBatchesInFlight) {
   std::vector<Request> reqs;
   for (int64_t i = 0; i < 8; ++i) reqs.push_back({i, 0.001 * double(i), 100, 20});
-  const StageFn two = [](const std::vector<BatchEntry>& b) {
+  const StageFn two = [](const std::vector<BatchEntry>& b, double) {
     const double h = toy_iteration(b) / 2;
     return std::vector<StageSpan>{{0, h}, {h + 0.001, 2 * h + 0.001}};
   };
@@ -274,7 +275,7 @@ TEST(ServingMetrics, PercentilesInterpolateAsNumpy) {
 // handing over only some requests leaves the others untouched.
 TEST(ServingScheduler, SteppedOutstandingTokensAndASubsetOfTheRequests) {
   std::vector<Request> reqs{{0, 0.0, 100, 5}, {1, 0.001, 40, 3}, {2, 0.002, 60, 4}};
-  const StageFn one = [](const std::vector<BatchEntry>& b) { return std::vector<StageSpan>{{0, toy_iteration(b)}}; };
+  const StageFn one = [](const std::vector<BatchEntry>& b, double) { return std::vector<StageSpan>{{0, toy_iteration(b)}}; };
   PagedKvCache kv(blocks(100));
   Simulation sim(reqs, {}, kv, one);
   sim.run_until(0.0);
@@ -289,4 +290,68 @@ TEST(ServingScheduler, SteppedOutstandingTokensAndASubsetOfTheRequests) {
   EXPECT_GT(run.requests[2].finish_s, 0);
   EXPECT_EQ(run.requests[1].finish_s, 0);  // never handed over
   EXPECT_EQ(kv.used_blocks(), 0);
+}
+
+// Stepping one batch at a time (the disaggregated run orders several schedulers' batches this way): next_ready is
+// when the next batch may start, the stage function is told that start, finished_last names the requests a batch
+// finished and last_end its end; a disaggregated decode's arrival (arrive_prefilled) decodes from its cache.
+TEST(ServingScheduler, SteppedBatchesTheirStartsAndPrefilledArrivals) {
+  std::vector<Request> reqs{{0, 0.0, 100, 1}, {1, 0.5, 40, 3}};
+  std::vector<double> starts;
+  const StageFn one = [&](const std::vector<BatchEntry>& b, double start) {
+    starts.push_back(start);
+    return std::vector<StageSpan>{{0, toy_iteration(b)}};
+  };
+  PagedKvCache kv(blocks(100));
+  Simulation sim(reqs, {}, kv, one);
+  EXPECT_EQ(sim.next_ready(), std::numeric_limits<double>::infinity());
+  sim.arrive(0);
+  EXPECT_EQ(sim.next_ready(), 0.0);
+  sim.step();  // request 0's prefill makes its only token
+  ASSERT_EQ(sim.finished_last(), std::vector<int64_t>{0});
+  EXPECT_DOUBLE_EQ(sim.last_end(), toy_iteration({{0, 0, 100}}));
+  EXPECT_EQ(sim.next_ready(), std::numeric_limits<double>::infinity());
+  sim.arrive_prefilled(1, 0.6, 0.55);  // its prompt's cache and first token come from elsewhere
+  EXPECT_DOUBLE_EQ(sim.next_ready(), 0.6);
+  sim.step();  // its second token: a decode step over the 40 cached tokens
+  EXPECT_TRUE(sim.finished_last().empty());
+  sim.step();
+  EXPECT_EQ(sim.finished_last(), std::vector<int64_t>{1});
+  const ServeRun run = sim.finish();
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_EQ(starts[0], 0.0);
+  EXPECT_DOUBLE_EQ(starts[1], 0.6);
+  for (size_t i = 0; i < run.iterations.size(); ++i) EXPECT_DOUBLE_EQ(run.iterations[i].start_s, starts[i]);
+  EXPECT_DOUBLE_EQ(run.requests[1].first_token_s, 0.55);
+  EXPECT_DOUBLE_EQ(run.requests[1].arrival_s, 0.6);
+  EXPECT_EQ(run.iterations[1].prefill_tokens, 0);  // decodes only: the prompt came with its cache
+  EXPECT_THROW(sim.step(), std::logic_error);
+}
+
+// Swap copies run on the host link beside the compute (serving/scheduler.h): the iteration that swaps a victim out
+// lasts max(its compute, the copy), not their sum; the one that swaps it back in starts its compute when the copy
+// in has ended, and lasts its compute.
+TEST(ServingScheduler, SwapCopiesOverlapCompute) {
+  std::vector<Request> reqs{{0, 0.0, 30, 20}, {1, 0.0, 30, 20}};
+  SchedulerConfig sw;
+  sw.swap = true;
+  sw.swap_s_per_token = 1e-3;  // 30+ tokens: longer than an iteration's compute (10 ms + 1 ms per token)
+  sw.swap_blocks = 100;
+  PagedKvCache kv(blocks(5));
+  const ServeRun run = simulate(reqs, sw, kv, toy_iteration);
+  ASSERT_EQ(run.swaps, 1);
+  std::vector<size_t> with;
+  for (size_t i = 0; i < run.iterations.size(); ++i)
+    if (run.iterations[i].swapped_tokens > 0) with.push_back(i);
+  ASSERT_EQ(with.size(), 2u);  // out, then back in
+  const IterationSample& out = run.iterations[with[0]];
+  const IterationSample& in = run.iterations[with[1]];
+  const IterationSample& before_in = run.iterations[with[1] - 1];
+  const double compute_out = 0.010 + 0.001 * double(out.tokens), copy = 1e-3 * double(out.swapped_tokens);
+  EXPECT_GT(copy, compute_out);
+  EXPECT_NEAR(out.end_s - out.start_s, std::max(compute_out, copy), 1e-12);
+  EXPECT_EQ(in.swapped_tokens, out.swapped_tokens);
+  EXPECT_NEAR(in.start_s - before_in.end_s, 1e-3 * double(in.swapped_tokens), 1e-12);
+  EXPECT_NEAR(in.end_s - in.start_s, 0.010 + 0.001 * double(in.tokens), 1e-12);
+  for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
 }

@@ -1,0 +1,79 @@
+// The `serve` command's machinery on one chip (apps/serve.cpp; docs/SERVING.md): the executor in its serving mode,
+// the cache, the scheduler's configuration and the memo of simulated batch shapes, and the ways a run spreads over
+// data-parallel replicas: colocated (each replica prefills and decodes its own requests) and disaggregated
+// (apps/serve_disagg.cpp: prefill replicas hand each prompt's KV cache to decode replicas over the network).
+// Internal to the shardsim executable.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/lm_tp.h"
+#include "runtime/transport.h"
+#include "serving/kv_cache.h"
+#include "serving/scheduler.h"
+#include "sharding/device_mesh.h"
+#include "sim/critical_path.h"
+#include "sim/timeline.h"
+
+namespace shardsim::apps::serve_detail {
+
+// V of every replica's first chip, concatenated in replica order, on every chip (SPMD over WORLD).
+std::vector<double> gather_lead(runtime::Transport& world, int dp, int replica, bool lead, const std::vector<double>& v,
+                                const char* what);
+// The replicas' runs as one (requests by their global id GLOBAL_ID, iterations in start order with their replica).
+serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica, bool lead, const serving::ServeRun& run,
+                                  const std::vector<int64_t>& global_id, size_t requests);
+
+// The KV cache transfers of a disaggregated run, as every chip knows them.
+struct Transfers {
+  int64_t count = 0;
+  double bytes = 0;            // per chip pair, all transfers
+  std::vector<double> time_s;  // each transfer's prefill end -> its cache at the decode replica
+};
+
+// How a disaggregated run hands requests to replicas.
+struct DisaggOptions {
+  int prefill_replicas = 1;   // replicas [0, K) prefill, [K, dp) decode
+  bool least_tokens = false;  // least outstanding tokens (else round-robin), on both sides
+};
+
+struct Server {
+  const runtime::World& world;
+  runtime::Transport& tp;  // the world's transport (every chip)
+  sharding::DeviceMesh& mesh;
+  sim::Timeline& tl;
+  models::LmTpTrainer& exec;
+  sharding::plans::KvCache& kv;
+  const serving::KvCapacity& cap;
+  const serving::SchedulerConfig& sched;
+  const std::string& config_name;
+  int dp = 1, replica = 0;
+  bool lead = true;  // the replica's first chip: its results go into the report
+  std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo{};
+  int64_t simulated = 0;
+  std::vector<serving::BatchEntry> longest{};  // the batch of this replica's longest iteration (--profile)
+  double longest_s = 0;
+
+  // A batch alone through this replica's chips (a fresh timeline; memoised by its exact shape).
+  serving::StageFn stage_fn();
+  // MINE (sorted by arrival, ids 0..) through this replica's scheduler, every batch simulated on its chips.
+  serving::ServeRun run_replica(const std::vector<serving::Request>& mine);
+  // Colocated: request i on replica i mod dp, or (LEAST_TOKENS) each at its arrival on the replica with the fewest
+  // outstanding tokens; each replica prefills and decodes its own.
+  serving::ServeRun colocated(const std::vector<serving::Request>& reqs, bool least_tokens);
+  // Disaggregated (apps/serve_disagg.cpp).
+  serving::ServeRun disaggregated(const std::vector<serving::Request>& reqs, const DisaggOptions& o, Transfers& xfer);
+  // --profile: the run's longest iteration simulated again with its events recorded. Collective.
+  std::shared_ptr<const sim::Profile> profile_longest(double peak_tflops, std::string& what);
+
+ private:
+  // A batch's key in the memo: every sequence's cached and new tokens, in order.
+  static std::vector<int64_t> shape_key(const std::vector<serving::BatchEntry>& batch);
+  void note_longest(const std::vector<serving::BatchEntry>& batch, double end_s);
+};
+
+}  // namespace shardsim::apps::serve_detail
