@@ -449,8 +449,9 @@ reporting::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup
 
 // The report's pipeline section (collective: every chip's stage summary) and chip 0's activations: its peak over
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
-// A MoE model's section (reporting/report.h, TrainMoe): chip 0's MoE layers of the last step and its expert state.
-void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
+// A MoE model's section (reporting/report.h, TrainMoe): every MoE layer of the last step (collective: gathered
+// from the stages that hold them) and chip 0's expert state.
+void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
                 reporting::RunReport& rep) {
   reporting::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
@@ -481,7 +482,7 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
   }
   const models::LmConfig& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
-  for (const auto& st : trainer.moe_stats()) {
+  for (const auto& st : trainer.moe_layer_table()) {
     reporting::TrainMoeLayer l;
     l.layer = st.layer;
     double sum = 0;
@@ -493,6 +494,8 @@ void moe_report(const models::LmTpTrainer& trainer, const TrainSetup& s, const m
     l.dispatch_closed_form = T * double(spec.router.top_k) * double(c.hidden) * P * (ep - 1) / ep;
     l.dispatch_ns = st.dispatch_ns;
     l.buffer_bytes = st.buffer_bytes;
+    l.expert_ns = st.expert_ns;
+    l.balanced_expert_ns = st.balanced_expert_ns;
     m.layers.push_back(l);
   }
   rep.train.has_moe = true;

@@ -57,6 +57,17 @@ void check_options(const RouterOptions& o) {
   if (!o.bias.empty() && int64_t(o.bias.size()) != o.experts)
     throw std::invalid_argument("router: bias has " + std::to_string(o.bias.size()) + " entries for " +
                                 std::to_string(o.experts) + " experts");
+  if (o.groups < 1 || o.experts % o.groups != 0)
+    throw std::invalid_argument("router: " + std::to_string(o.experts) + " experts do not split into " +
+                                std::to_string(o.groups) + " equal expert groups");
+  if (o.group_limit < 0 || o.group_top < 0 || o.group_top > o.experts / o.groups)
+    throw std::invalid_argument("router: group_limit " + std::to_string(o.group_limit) + " and group_top " +
+                                std::to_string(o.group_top) + " must be >= 0, group_top at most a group's " +
+                                std::to_string(o.experts / o.groups) + " experts");
+  if (o.group_limited() && o.top_k > o.group_limit * (o.experts / o.groups))
+    throw std::invalid_argument("router: top_k " + std::to_string(o.top_k) + " above the " +
+                                std::to_string(o.group_limit * (o.experts / o.groups)) + " experts of " +
+                                std::to_string(o.group_limit) + " groups");
 }
 
 // Does choice key A (expert ia) rank above B (expert ib)? NaN above numbers (torch.topk), ties to the lower id.
@@ -64,6 +75,31 @@ bool ranks_above(float a, int64_t ia, float b, int64_t ib) {
   const bool na = std::isnan(a), nb = std::isnan(b);
   if (na || nb) return na && nb ? ia < ib : na;
   return a > b || (a == b && ia < ib);
+}
+
+// Node-limited routing: clears ELIGIBLE[e] for the experts outside the token's O.group_limit best groups by KEY
+// (group score = the sum of its group_top best keys; NaN above numbers; ties to the lower group).
+void limit_groups(const std::vector<float>& key, const RouterOptions& o, std::vector<uint8_t>& eligible) {
+  const int64_t G = o.groups, n = o.experts / G;
+  const int64_t top = o.group_top > 0 ? o.group_top : std::clamp<int64_t>(o.top_k / o.group_limit, 1, n);
+  std::vector<float> score(static_cast<size_t>(G)), best(static_cast<size_t>(n));
+  for (int64_t g = 0; g < G; ++g) {
+    std::copy(key.begin() + g * n, key.begin() + (g + 1) * n, best.begin());
+    std::partial_sort(best.begin(), best.begin() + top, best.end(), [](float a, float b) {
+      return std::isnan(a) ? !std::isnan(b) : a > b;  // NaN first
+    });
+    float sum = 0.0f;
+    for (int64_t i = 0; i < top; ++i) sum += best[size_t(i)];
+    score[size_t(g)] = sum;
+  }
+  std::vector<uint8_t> chosen(static_cast<size_t>(G), 0);
+  for (int64_t j = 0; j < o.group_limit; ++j) {
+    int64_t b = -1;
+    for (int64_t g = 0; g < G; ++g)
+      if (!chosen[size_t(g)] && (b < 0 || ranks_above(score[size_t(g)], g, score[size_t(b)], b))) b = g;
+    chosen[size_t(b)] = 1;
+  }
+  for (int64_t e = 0; e < o.experts; ++e) eligible[size_t(e)] = chosen[size_t(e / n)];
 }
 
 void scores_of(const float* l, int64_t E, RouterScore score, float* s) {
@@ -115,7 +151,8 @@ KernelCost route(const Tensor& logits, const RouterOptions& o, Routing& out) {
                                 std::to_string(o.experts) + "]");
   const int64_t T = logits.dim(0), E = o.experts, k = o.top_k;
   const double score_flops = o.score == RouterScore::softmax ? 5.0 : 4.0;
-  KernelCost cost{"moe.router", double(T) * double(E) * (score_flops + double(k)) + double(T * k) * 3.0,
+  const double group_flops = o.group_limited() ? 2.0 : 0.0;  // the group scores and the mask
+  KernelCost cost{"moe.router", double(T) * double(E) * (score_flops + double(k) + group_flops) + double(T * k) * 3.0,
                   double(T * E) * (es(logits) + 4.0) + double(T * k) * 9.0, logits.dtype(), {}};
   if (!logits.has_storage()) {
     if (out.has_values || out.tokens != T || out.experts != E || out.top_k != k)
@@ -138,6 +175,10 @@ KernelCost route(const Tensor& logits, const RouterOptions& o, Routing& out) {
     scores_of(l.data() + t * E, E, o.score, s);
     for (int64_t e = 0; e < E; ++e) key[size_t(e)] = s[e] + (o.bias.empty() ? 0.0f : o.bias[size_t(e)]);
     std::fill(taken.begin(), taken.end(), 0);
+    if (o.group_limited()) {  // the experts outside the token's groups count as taken
+      limit_groups(key, o, taken);
+      for (auto& v : taken) v = uint8_t(!v);
+    }
     double sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t best = -1;
@@ -434,6 +475,40 @@ MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped) {
   l.empty = std::count(counts.begin(), counts.end(), int64_t{0});
   l.mean = double(std::accumulate(counts.begin(), counts.end(), int64_t{0})) / double(counts.size());
   return l;
+}
+
+NodeFanout node_fanout(const Routing& r, int64_t nodes, int64_t own_node) {
+  if (!r.has_values || nodes < 1 || r.experts % nodes != 0 || int64_t(r.kept.size()) != r.tokens * r.top_k)
+    throw std::invalid_argument("node_fanout: needs a routed (values, capacity applied) routing whose " +
+                                std::to_string(r.experts) + " experts split into " + std::to_string(nodes) + " nodes");
+  const int64_t per = r.experts / nodes, k = r.top_k;
+  NodeFanout f;
+  std::vector<int64_t> seen(static_cast<size_t>(nodes), -1);  // last token that reached the node
+  for (int64_t t = 0; t < r.tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      if (!r.kept[size_t(t * k + j)]) continue;
+      const int64_t node = r.expert[size_t(t * k + j)] / per;
+      if (node == own_node) continue;
+      ++f.remote_rows;
+      if (seen[size_t(node)] != t) seen[size_t(node)] = t, ++f.remote_tokens;
+    }
+  return f;
+}
+
+double expected_remote_nodes(int64_t experts, int64_t top_k, int64_t nodes, int64_t limit) {
+  if (nodes < 1 || experts % nodes != 0 || top_k < 1 || top_k > experts)
+    throw std::invalid_argument("expected_remote_nodes: " + std::to_string(experts) + " experts, top_k " +
+                                std::to_string(top_k) + ", " + std::to_string(nodes) + " nodes");
+  double reached = 0;
+  if (limit > 0 && limit < nodes) {
+    reached = double(limit);
+  } else {  // n·(1 - C(E - E/n, k) / C(E, k)): P(a node gets none of the k) as a product
+    double none = 1;
+    const int64_t other = experts - experts / nodes;
+    for (int64_t i = 0; i < top_k; ++i) none *= other - i <= 0 ? 0.0 : double(other - i) / double(experts - i);
+    reached = double(nodes) * (1.0 - none);
+  }
+  return reached * double(nodes - 1) / double(nodes);
 }
 
 void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma) {

@@ -58,6 +58,16 @@ struct RouterOptions {
   bool normalize = true;  // normalise the k weights to sum 1 (times scale)
   double scale = 1.0;
   std::vector<float> bias;  // per-expert selection bias [E] (empty: none)
+  // Node-limited routing (DeepSeek-V3 §2.1.2 "Node-Limited Routing", arXiv 2412.19437; DeepSeek-V2 §2.2.2
+  // device-limited routing, arXiv 2405.04434): the E experts form GROUPS equal groups of consecutive ids (the
+  // experts of one node when ep spreads them over GROUPS nodes; HF DeepSeek-V3's n_group); each token first picks
+  // the GROUP_LIMIT groups (topk_group, V3's M = 4) of the highest group score, the sum of the group's GROUP_TOP
+  // highest choice keys s + bias (V3: K_r / M = 2; V2: 1, the group's highest), ties to the lower group, then its
+  // top-k among those groups' experts only. GROUP_LIMIT 0 (or >= GROUPS): every expert is eligible.
+  int64_t groups = 1;
+  int64_t group_limit = 0;
+  int64_t group_top = 0;  // 0: max(1, top_k / group_limit)
+  bool group_limited() const { return group_limit > 0 && group_limit < groups; }
 };
 
 struct CapacityOptions {
@@ -151,6 +161,22 @@ struct MoeLoad {
   double imbalance() const { return mean > 0 ? double(max) / mean : 1.0; }
 };
 MoeLoad moe_load(const std::vector<int64_t>& counts, int64_t dropped = 0);
+
+// Node fan-out of a routing (node-limited routing's saving): experts in NODES equal groups of consecutive ids.
+// remote_rows: kept assignments to experts outside OWN_NODE (what a per-assignment dispatcher such as
+// Megatron-Core's alltoall sends across nodes); remote_tokens: Σ_t distinct nodes other than OWN_NODE among t's
+// kept assignments (what a dispatcher sending each token once per destination node, as DeepEP's internode
+// kernels, sends across nodes). OWN_NODE -1: every node is remote. Needs a routing with values.
+struct NodeFanout {
+  int64_t remote_rows = 0, remote_tokens = 0;
+};
+NodeFanout node_fanout(const Routing& r, int64_t nodes, int64_t own_node);
+// Closed form of remote_tokens / T for exchangeable routing (every k-subset of the experts equally likely, e.g.
+// iid scores): without a limit (LIMIT 0 or >= NODES) a token reaches D = n·(1 − C(E − E/n, k) / C(E, k)) distinct
+// nodes; with node-limited routing at most LIMIT (M), so D = M is the bound (reached when each of the M groups
+// keeps one of the k choices, as almost always for k >= M). A reached node is the token's own with probability
+// 1/n by symmetry: remote nodes per token = D·(n − 1)/n. NODES must divide EXPERTS.
+double expected_remote_nodes(int64_t experts, int64_t top_k, int64_t nodes, int64_t limit);
 
 // DeepSeek-V3's auxiliary-loss-free balancing step (arXiv 2412.19437 §2.1.2; Wang et al. 2024, arXiv 2408.15664):
 // bias[e] += gamma · sign(mean_i load_i − load_e) (sign 0: unchanged), in fp32. LOAD: the tokens each expert took

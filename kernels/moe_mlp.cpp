@@ -27,6 +27,9 @@ void MoeSpec::check() const {
     if (f < 1) throw std::invalid_argument("moe: every expert_ffn must be >= 1");
   if (shared_ffn < 0) throw std::invalid_argument("moe: shared_ffn must be >= 0");
   if (capacity.groups < 1) throw std::invalid_argument("moe: capacity groups must be >= 1");
+  if (router.groups < 1 || router.experts % router.groups != 0)
+    throw std::invalid_argument("moe: " + std::to_string(router.experts) + " experts do not split into " +
+                                std::to_string(router.groups) + " expert groups");
 }
 
 namespace {

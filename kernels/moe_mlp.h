@@ -147,6 +147,10 @@ struct MoeConfig {
   int64_t layer_step = 1;        // after them, layer i is MoE when (i + 1) % layer_step == 0
   double bias_update = 0;        // aux-loss-free balancing step gamma (update_expert_bias); 0: no bias
   RoutingDistribution routing;   // shape-only runs
+  // Expert placement over the ep chips (sharding/plans/expert_parallel.h, placement_by_load): false = expert e on
+  // ep rank e / (E/ep); true = the experts of each layer placed so the ep chips' expected loads (the declared
+  // routing's, shape-only runs and serving) even out: DeepSeek's EPLB idea without replicas.
+  bool balance_placement = false;
   bool is_moe_layer(int64_t layer) const { return layer >= dense_layers && (layer + 1) % layer_step == 0; }
 };
 

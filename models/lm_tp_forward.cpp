@@ -77,7 +77,8 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     const auto& m = C.layers[size_t(l)].moe;
     if (local_.moe_layer(l)) {
       moe_stats_[layer_global_[size_t(l)]] = {layer_global_[size_t(l)], m.routing.counts, m.local_rows(), m.aux,
-                                              m.dispatch_bytes, m.dispatch_ns, m.buffer_bytes(c.hidden, c.dtype)};
+                                              m.dispatch_bytes, m.dispatch_ns, m.buffer_bytes(c.hidden, c.dtype),
+                                              m.expert_ns, m.balanced_expert_ns};
       if (!dp_.forward_only && local_.moe->bias_update > 0) {  // the step's load (not a recomputed forward's)
         std::vector<int64_t>& load = moe_load_[l];
         load.resize(m.routing.counts.size());

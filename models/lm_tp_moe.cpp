@@ -33,6 +33,9 @@ void LmTpTrainer::setup_moe() {
     f /= etp_;
   }
   s.shared_ffn /= etp_;
+  if (local_.moe->balance_placement && store_ && ep_size_ > 1)
+    throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's load, "
+                                "in shape-only runs (--shape-only); a real-data run's placement is not yet modelled");
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
   local_.expert_first = shard.first;
   local_.expert_count = shard.count;
@@ -162,6 +165,53 @@ double LmTpTrainer::expert_param_count() const {
 std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
   std::vector<MoeLayerStats> out;
   for (const auto& [l, st] : moe_stats_) out.push_back(st);
+  return out;
+}
+
+std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
+  if (!global_.moe) return {};
+  std::vector<int64_t> layers;  // the model's MoE layers
+  for (int64_t l = 0; l < global_.layers; ++l)
+    if (global_.moe_layer(l)) layers.push_back(l);
+  const size_t E = size_t(global_.moe->spec.experts()), n = layers.size();
+  // Per layer, summed over the ep group: E tokens, aux, balanced_ns; at its maximum: received, dispatch bytes and
+  // ns, buffers, expert_ns. Then the maximum over the world of what the groups at tp, cp and dp coordinate 0 hold
+  // (the others contribute 0): a maximum, not a sum, so a folded run's mirrored chips (which repeat a simulated
+  // chip's contribution) change nothing. Host-side control-plane reductions: no simulated time.
+  const size_t ns = E + 2, nm = 5;
+  std::vector<double> sum(n * ns, 0.0), max(n * nm, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const auto it = moe_stats_.find(layers[i]);
+    if (it == moe_stats_.end()) continue;
+    const MoeLayerStats& st = it->second;
+    double* a = sum.data() + i * ns;
+    for (size_t e = 0; e < E && e < st.tokens.size(); ++e) a[e] = double(st.tokens[e]);
+    a[E] = st.aux, a[E + 1] = st.balanced_expert_ns;
+    double* b = max.data() + i * nm;
+    b[0] = double(st.received), b[1] = st.dispatch_bytes, b[2] = st.dispatch_ns, b[3] = st.buffer_bytes;
+    b[4] = st.expert_ns;
+  }
+  runtime::Transport& ep = mesh_["ep"];
+  ep.allreduce(std::span<double>(sum), runtime::Reduce::sum, "lm moe table ep");
+  ep.allreduce(std::span<double>(max), runtime::Reduce::max, "lm moe table ep");
+  const bool reports = tp_rank_ == 0 && cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
+  std::vector<double> all = sum;
+  all.insert(all.end(), max.begin(), max.end());
+  if (!reports) std::fill(all.begin(), all.end(), 0.0);
+  world_.allreduce(std::span<double>(all), runtime::Reduce::max, "lm moe table");
+  std::vector<MoeLayerStats> out;
+  for (size_t i = 0; i < n; ++i) {
+    const double* a = all.data() + i * ns;
+    const double* b = all.data() + n * ns + i * nm;
+    MoeLayerStats st;
+    st.layer = layers[i];
+    for (size_t e = 0; e < E; ++e) st.tokens.push_back(std::llround(a[e]));
+    st.aux = a[E] / ep_size_;
+    st.balanced_expert_ns = a[E + 1] / ep_size_;
+    st.received = std::llround(b[0]);
+    st.dispatch_bytes = b[1], st.dispatch_ns = b[2], st.buffer_bytes = b[3], st.expert_ns = b[4];
+    out.push_back(std::move(st));
+  }
   return out;
 }
 

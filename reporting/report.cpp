@@ -317,7 +317,8 @@ nlohmann::json train_json(const RunReport& r) {
                         {"mean_tokens_per_expert", l.mean_tokens}, {"received_rows", l.received_rows},
                         {"aux_loss", l.aux}, {"dispatch_bytes", l.dispatch_bytes},
                         {"dispatch_closed_form_bytes", l.dispatch_closed_form}, {"dispatch_ns", l.dispatch_ns},
-                        {"dispatch_buffer_bytes", l.buffer_bytes}});
+                        {"dispatch_buffer_bytes", l.buffer_bytes}, {"slowest_expert_ns", l.expert_ns},
+                        {"balanced_expert_ns", l.balanced_expert_ns}, {"imbalance_ns", l.imbalance_ns()}});
     j["moe"] = {{"spec", m.spec}, {"total_params", m.total_params}, {"active_params", m.active_params},
                 {"expert_params_chip", m.expert_params_chip}, {"expert_state_bytes", m.expert_state_bytes},
                 {"expert_state_rule", m.expert_state_rule}, {"layers", layers}};
@@ -337,16 +338,21 @@ static std::string moe_text(const TrainMoe& m) {
                 m.spec.c_str(), m.total_params, m.active_params, m.expert_params_chip, m.expert_state_bytes,
                 m.expert_state_rule.c_str());
   os << buf;
-  os << "  layer  tokens/expert max   mean  max/mean  rows_recv        aux  dispatch_B  closed_form_B  dispatch_us"
-        "   buffers_B   (chip 0's routing, last micro-batch; buffers: the permuted, received and combined rows "
-        "kept for the backward)\n";
+  os << "  layer  tokens/expert max     mean  max/mean  rows_recv        aux  dispatch_B  closed_form_B  dispatch_us"
+        "   buffers_B  expert_us  balanced_us  imbalance\n";
   for (const auto& l : m.layers) {
-    std::snprintf(buf, sizeof buf, "  %5lld  %17.0f  %5.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f  %10.0f\n",
+    std::snprintf(buf, sizeof buf,
+                  "  %5lld  %17.0f  %7.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f  %10.0f  %9.3f  %11.3f  %8.1f%%\n",
                   (long long)l.layer, l.max_tokens, l.mean_tokens, l.mean_tokens > 0 ? l.max_tokens / l.mean_tokens : 0,
                   l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3,
-                  l.buffer_bytes);
+                  l.buffer_bytes, l.expert_ns / 1e3, l.balanced_expert_ns / 1e3,
+                  l.balanced_expert_ns > 0 ? 100.0 * l.imbalance_ns() / l.balanced_expert_ns : 0.0);
     os << buf;
   }
+  os << "  (every MoE layer, from the ep group of its stage's chips at tp, cp, dp coordinate 0, their last micro-batch: "
+        "tokens summed over the group; rows_recv, dispatch, buffers and expert_us its busiest chip's; balanced_us: "
+        "the group's rows spread evenly over the experts; imbalance: expert_us over it; buffers: the permuted, "
+        "received and combined rows kept for the backward)\n";
   return os.str();
 }
 

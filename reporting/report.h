@@ -98,17 +98,21 @@ struct TrainPipeline {
   std::vector<TrainPipelineStage> stages;
 };
 
-// A mixture-of-experts model (docs/MOE.md): chip 0's MoE layers in the last step (their routing of chip 0's last
-// micro-batch), the parameter counts and the experts' training state on chip 0.
+// A mixture-of-experts model (docs/MOE.md): every MoE layer of the model in the last step, each from the ep group
+// of its pipeline stage's chips at tp, cp and dp coordinate 0 (their routing of their last micro-batch;
+// LmTpTrainer::moe_layer_table), the parameter counts and the experts' training state on chip 0.
 struct TrainMoeLayer {
   int64_t layer = 0;
-  double max_tokens = 0, mean_tokens = 0;  // tokens per expert of chip 0's routing (kept assignments)
-  double received_rows = 0;                // rows chip 0's experts received (their grouped GEMMs' M)
-  double aux = 0;                          // chip 0's aux loss of the layer (coefficient included; 0 shape-only)
-  double dispatch_bytes = 0;               // bytes chip 0 sent in the dispatch all_to_allv
+  double max_tokens = 0, mean_tokens = 0;  // tokens per expert, the ep group's routing summed (kept assignments)
+  double received_rows = 0;                // rows the busiest chip's experts received (their grouped GEMMs' M)
+  double aux = 0;                          // the group's mean aux loss of the layer (coefficient included; 0 shape-only)
+  double dispatch_bytes = 0;               // bytes the busiest chip sent in the dispatch all_to_allv
   double dispatch_closed_form = 0;         // T·k·h·bytes·(ep−1)/ep: uniform routing's expectation
-  double dispatch_ns = 0;                  // the dispatch's simulated time on chip 0
-  double buffer_bytes = 0;                 // chip 0's dispatch buffers kept for the backward (activations)
+  double dispatch_ns = 0;                  // the slowest chip's dispatch (simulated)
+  double buffer_bytes = 0;                 // the largest dispatch buffers kept for the backward (activations)
+  double expert_ns = 0;                    // the slowest chip's experts (grouped GEMMs, forward)
+  double balanced_expert_ns = 0;           // the same with the group's rows spread evenly over the experts
+  double imbalance_ns() const { return expert_ns - balanced_expert_ns; }  // what imbalance costs (forward)
 };
 struct TrainMoe {
   std::string spec;                        // "moe 8 experts top-2 (...)"

@@ -333,7 +333,7 @@ Span Timeline::compute_one(const std::string& name, double flops, double bytes, 
       // The kernel model's terms (sim/kernel_model.h); the element-wise engines beside a tensor engine count as
       // compute.
       const double tf = std::max(kt.compute_ns, kt.engine_ns), tb = kt.memory_ns;
-      e.bound = device_.launch_overhead_ns > std::max(tf, tb) ? Bound::latency : tf >= tb ? Bound::compute : Bound::hbm;
+      e.bound = device_.kernel_gap_ns() > std::max(tf, tb) ? Bound::latency : tf >= tb ? Bound::compute : Bound::hbm;
       last_on_engine_[kComputeEngine] = e.id;
       note_end(end, e.id);
     }

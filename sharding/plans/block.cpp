@@ -211,6 +211,12 @@ Tensor moe_sublayer(PlanContext& ctx, const Tensor& b, const BlockMoe& moe, Bloc
     declared = declared_ep_routing(spec, moe.ep_tokens ? *moe.ep_tokens
                                                        : std::vector<int64_t>(size_t(moe.groups->ep.size()), rows.dim(0)),
                                    mc.routing, moe.layer);
+  if (mc.balance_placement && moe.groups->ep.size() > 1) {
+    if (rows.has_storage())
+      throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's "
+                                  "load, in shape-only runs (a real-data run's placement is not yet modelled)");
+    o.placement = placement_by_layer_load(declared, moe.groups->ep.size());
+  }
   EpActivations local;
   EpActivations& k = keep ? keep->moe : local;
   if (keep) keep->m = rows;

@@ -9,6 +9,7 @@
 #include "collectives/all_to_all.h"
 #include "collectives/reduce_scatter.h"
 #include "kernels/norm.h"
+#include "sim/kernel_model.h"
 #include "sharding/plans/expert_parallel_config.h"
 
 namespace shardsim::sharding::plans {
@@ -23,6 +24,38 @@ EpShard ep_shard(int64_t experts, int ep, int rank) {
     throw std::invalid_argument("expert parallel: " + why);
   const int64_t n = experts / ep;
   return {int64_t(rank) * n, n};
+}
+
+std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep) {
+  const int64_t E = int64_t(load.size());
+  if (const std::string why = ep_obstacle(E, ep); !why.empty()) throw std::invalid_argument("expert placement: " + why);
+  const int64_t L = E / ep;
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return load[size_t(a)] > load[size_t(b)]; });
+  std::vector<double> sum(static_cast<size_t>(ep), 0.0);
+  std::vector<std::vector<int64_t>> held(static_cast<size_t>(ep));
+  for (const int64_t e : order) {
+    int best = -1;
+    for (int r = 0; r < ep; ++r)
+      if (int64_t(held[size_t(r)].size()) < L && (best < 0 || sum[size_t(r)] < sum[size_t(best)])) best = r;
+    held[size_t(best)].push_back(e);
+    sum[size_t(best)] += load[size_t(e)];
+  }
+  std::vector<int64_t> placement;
+  for (auto& h : held) {
+    std::sort(h.begin(), h.end());
+    placement.insert(placement.end(), h.begin(), h.end());
+  }
+  return placement;
+}
+
+std::vector<int64_t> placement_by_layer_load(const std::vector<Routing>& declared, int ep) {
+  if (declared.empty()) throw std::invalid_argument("expert placement: no routing to take the load from");
+  std::vector<double> load(declared.front().counts.size(), 0.0);
+  for (const Routing& r : declared)
+    for (size_t e = 0; e < load.size() && e < r.counts.size(); ++e) load[e] += double(r.counts[e]);
+  return placement_by_load(load, ep);
 }
 
 int EpGroups::etp_size() const { return etp ? etp->size() : 1; }
@@ -197,6 +230,51 @@ double span_aux(const MoeSpec& s, Routing& rt, const std::vector<runtime::Transp
   return aux;
 }
 
+// R with its experts renamed to slots (PLACEMENT[slot] = expert): the destination-major order the permute and the
+// exchanges need; checks PLACEMENT is a permutation of the E experts and the experts share one inner size.
+Routing slot_routing(const Routing& r, const std::vector<int64_t>& placement, const MoeSpec& s) {
+  const int64_t E = r.experts;
+  std::vector<int64_t> slot_of(static_cast<size_t>(E), -1);
+  bool ok = int64_t(placement.size()) == E;
+  for (size_t i = 0; ok && i < placement.size(); ++i) {
+    ok = placement[i] >= 0 && placement[i] < E && slot_of[size_t(placement[i])] < 0;
+    if (ok) slot_of[size_t(placement[i])] = int64_t(i);
+  }
+  if (!ok) throw std::invalid_argument("expert placement: not a permutation of the " + std::to_string(E) + " experts");
+  for (int64_t f : s.expert_ffn)
+    if (f != s.expert_ffn.front())
+      throw std::invalid_argument("expert placement: needs experts of one inner size (model.moe.expert_ffn)");
+  std::vector<int64_t> counts(static_cast<size_t>(E));
+  for (int64_t q = 0; q < E; ++q) counts[size_t(q)] = r.counts[size_t(placement[size_t(q)])];
+  Routing out = Routing::from_counts(r.tokens, r.top_k, std::move(counts));
+  out.dropped = r.dropped;
+  if (!r.has_values) return out;
+  out.has_values = true;
+  out.expert.resize(r.expert.size());
+  for (size_t i = 0; i < r.expert.size(); ++i) out.expert[i] = int32_t(slot_of[size_t(r.expert[i])]);
+  out.weight = r.weight;
+  out.kept = r.kept;
+  return out;
+}
+
+// The simulated time of the local experts' forward kernels over rows grouped by OFFSETS (sim's kernel model, as
+// Timeline::compute charges them; nothing charged).
+sim::TimeNs experts_time(const MoeSpec& s, const MoeWeights& w, const std::vector<int64_t>& offsets, const Chip& chip) {
+  if (!chip.tl) return 0;
+  sim::TimeNs ns = 0;
+  const MoeCharge sum{[&](const kernels::KernelCost& c) {
+    ns += sim::kernel_time_ns(chip.tl->device(), c.flops, c.bytes, runtime::precision_of(c.dtype), c.shape);
+  }};
+  std::vector<kernels::ExpertWeights> shapes;
+  for (const auto& e : w.experts)
+    shapes.push_back({e.w_gate.rank() == 2 ? Tensor::make(e.w_gate.dtype(), e.w_gate.shape(), false) : Tensor{},
+                      Tensor::make(e.w_up.dtype(), e.w_up.shape(), false),
+                      Tensor::make(e.w_down.dtype(), e.w_down.shape(), false)});
+  const Tensor xr = Tensor::make(s.dtype, {offsets.back(), s.hidden}, false);
+  kernels::experts_forward(s, shapes, xr, offsets, nullptr, sum);
+  return ns;
+}
+
 }  // namespace
 
 Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& w, const Tensor& x, Chip& chip,
@@ -222,7 +300,9 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
   keep.routing = kernels::router_forward(rs, w, x, real ? nullptr : &(*declared)[size_t(r)], nullptr, &keep.aux,
                                          charge);
   if (!g.span.empty() && s.aux_coef != 0) keep.aux = span_aux(s, keep.routing, g.span, o, chip, comm);
-  const Routing& rt = keep.routing;
+  const bool placed = !o.placement.empty();
+  if (placed) keep.slots = slot_routing(keep.routing, o.placement, s);
+  const Routing& rt = placed ? keep.slots : keep.routing;  // destination-major: slots (experts when not placed)
   Tensor xp = Tensor::make(s.dtype, {rt.rows(), s.hidden}, real);
   charge(kernels::permute(x, rt, xp));
 
@@ -236,7 +316,8 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
   if (!real)
     for (int src = 0; src < P; ++src)
       for (int64_t e = 0; e < L; ++e)
-        keep.recv_counts[size_t(src * L + e)] = (*declared)[size_t(src)].counts[size_t(shard.first + e)];
+        keep.recv_counts[size_t(src * L + e)] =
+            (*declared)[size_t(src)].counts[size_t(placed ? o.placement[size_t(shard.first + e)] : shard.first + e)];
   keep.send_rows = rows_per_peer(rt.counts, P, L);
   const std::vector<size_t> recv_rows = rows_per_peer(keep.recv_counts, P, L);
 
@@ -260,7 +341,15 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
     for (int src = 0; src < P; ++src) n += keep.recv_counts[size_t(src * L + e)];
     keep.local_offsets[size_t(e + 1)] = keep.local_offsets[size_t(e)] + n;
   }
+  const sim::TimeNs t_experts = chip.t;
   const Tensor yr = kernels::experts_forward(s, w.experts, keep.xr, keep.local_offsets, &keep.experts, charge);
+  keep.expert_ns = chip.t - t_experts;
+  {  // perfect balance: the group's rows (this chip's kept assignments times ep) spread evenly over the E experts
+    const int64_t even = (rt.rows() * P + s.experts() - 1) / s.experts();
+    std::vector<int64_t> offsets(size_t(L + 1));
+    for (int64_t e = 0; e <= L; ++e) offsets[size_t(e)] = e * even;
+    keep.balanced_expert_ns = experts_time(s, w, offsets, chip);
+  }
   const Tensor yr_src = sort_chunks(yr, keep.recv_counts, P, L, false, sort_cost);
   charge(sort_cost);
   keep.yp = exchange_rows(ep, yr_src, recv_rows, keep.send_rows, "combine", o, chip, comm, &keep.combine_bytes,
@@ -285,7 +374,7 @@ Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights&
   const int P = ep.size();
   const int64_t L = int64_t(w.experts.size());
   const MoeCharge charge{[&](const kernels::KernelCost& c) { chip.charge(c, c.name); }};
-  const Routing& rt = keep.routing;
+  const Routing& rt = o.placement.empty() ? keep.routing : keep.slots;  // destination-major, as the forward's
   const bool real = dy.has_storage() && x.has_storage();
   const std::vector<size_t> recv_rows = rows_per_peer(keep.recv_counts, P, L);
 
@@ -325,12 +414,12 @@ Tensor ep_moe_backward(const EpGroups& g, const MoeSpec& spec, const MoeWeights&
     Tensor mine = etp_scatter(*g.etp, dx, "input gradient", o, chip, comm);
     Tensor dr = Tensor::make(s.dtype, x.shape(), real);
     if (real) std::memset(dr.data(), 0, dr.nbytes());
-    kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dr, grads.router, charge);
+    kernels::router_backward_pass(s, w.router, x, keep.routing, dweight, aux_grad, dr, grads.router, charge);
     charge(kernels::add_inplace(mine, dr.rows(g.etp_rank() * mine.dim(0), mine.dim(0))));
     return mine;
   }
   if (g.etp_size() > 1) etp_sum(*g.etp, dx.data_if_stored(), size_t(dx.numel()), dx.dtype(), "input gradient", o, chip, comm);
-  kernels::router_backward_pass(s, w.router, x, rt, dweight, aux_grad, dx, grads.router, charge);
+  kernels::router_backward_pass(s, w.router, x, keep.routing, dweight, aux_grad, dx, grads.router, charge);
   return dx;
 }
 

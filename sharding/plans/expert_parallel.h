@@ -70,7 +70,21 @@ struct EpOptions {
   // reduce_scattered to this chip's T / etp rows ("etp reduce_scatter") instead of all_reduced, as sp's
   // row-parallel GEMM does.
   bool etp_scatter = false;
+  // Expert placement (placement_by_load): PLACEMENT[slot] = the expert held at slot (rank slot / (E/ep) holds the
+  // slots [r·E/ep, (r+1)·E/ep), its weights' experts in slot order). Empty: expert e at slot e (ep_shard's
+  // contiguous ranges). A permutation of the experts: routing, values and gradients are unchanged, only which chip
+  // computes which expert (and so the links and the slowest chip) moves.
+  std::vector<int64_t> placement;
 };
+
+// Expert placement by load (DeepSeek's EPLB idea, without replicas): LOAD[e] the expected rows of expert e; the
+// experts taken hottest first (ties to the lower id) each go to the ep rank with the least load so far that still
+// has a free slot of its E/ep (ties to the lower rank), so every rank's load evens out (greedy balanced packing).
+// Returns PLACEMENT (EpOptions::placement): rank r's slots hold its experts in ascending id order. Deterministic.
+std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep);
+// placement_by_load of a layer's load: every ep rank's routed rows per expert (DECLARED, declared_ep_routing's)
+// summed. Every rank computes the same placement.
+std::vector<int64_t> placement_by_layer_load(const std::vector<kernels::Routing>& declared, int ep);
 
 // The experts of ep rank R of EP: [first, first + count).
 struct EpShard {
@@ -93,7 +107,13 @@ struct EpActivations {
   runtime::Tensor yp;                    // expert outputs back here, permuted order [N, h]
   kernels::ExpertActs experts, shared;
   double aux = 0;                        // this chip's aux loss (its group's; with EpGroups::span its share)
+  kernels::Routing slots;                // with EpOptions::placement: ROUTING with experts renamed to slots
   double dispatch_bytes = 0, combine_bytes = 0;  // bytes this chip sent (forward)
+  // Simulated time of this chip's experts' grouped GEMMs in the forward (their kernels' sum), and what they would
+  // take with the same rows spread evenly over the ep group's experts (perfect balance: every expert ceil(rows of
+  // the group / E) rows; sim's kernel model, nothing charged). The slowest chip's expert_ns over the ep group's
+  // mean balanced_ns is what imbalance costs.
+  sim::TimeNs expert_ns = 0, balanced_expert_ns = 0;
   sim::TimeNs dispatch_ns = 0, combine_ns = 0;   // simulated time of the two all_to_allv calls (forward)
   int64_t local_rows() const { return local_offsets.empty() ? 0 : local_offsets.back(); }
   // Simulated HBM of the exchange buffers at the layer's peak (bytes): the permuted rows and the combined-back

@@ -67,6 +67,23 @@ kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& mode
   c.routing.skew = routing == "zipf" ? moe.get_double_in("skew", 0, 100, 1.0) : 0.0;
   if (routing == "uniform" && moe.has("skew")) moe.child("skew").fail(w + "skew: only used with routing: zipf");
   c.routing.seed = uint64_t(moe.get_int_in("routing_seed", 0, INT64_MAX, int64_t(model.seed)));
+  s.router.groups = moe.get_int_in("expert_groups", 1, s.router.experts, 1);
+  if (s.router.experts % s.router.groups != 0)
+    moe.child("expert_groups").fail(w + "expert_groups: " + str(s.router.experts) + " experts do not split into " +
+                                    str(s.router.groups) + " equal groups");
+  const int64_t per_group = s.router.experts / s.router.groups;
+  s.router.group_limit = moe.get_int_in("group_limit", 0, s.router.groups, 0);
+  if (s.router.group_limit > 0 && s.router.top_k > s.router.group_limit * per_group)
+    moe.child("group_limit").fail(w + "group_limit: top_k " + str(s.router.top_k) + " needs more than the " +
+                                  str(s.router.group_limit * per_group) + " experts of " + str(s.router.group_limit) +
+                                  " groups");
+  s.router.group_top = moe.get_int_in("group_top", 0, per_group, 0);
+  if (moe.has("group_top") && !s.router.group_limited())
+    moe.child("group_top").fail(w + "group_top: only used with 0 < group_limit < expert_groups");
+  const std::string placement = moe.get_string("placement", "contiguous");
+  if (placement != "contiguous" && placement != "balanced")
+    moe.child("placement").fail(w + "placement: '" + placement + "' (contiguous | balanced)");
+  c.balance_placement = placement == "balanced";
   return c;
 }
 
@@ -83,6 +100,9 @@ std::string moe_text(const kernels::MoeConfig& c) {
     o << ", capacity factor " << s.capacity.factor << " (" << kernels::drop_policy_name(s.capacity.policy) << ")";
   else o << ", dropless";
   if (s.aux_coef > 0) o << ", aux loss " << s.aux_coef;
+  if (s.router.group_limited())
+    o << ", node-limited: " << s.router.group_limit << " of " << s.router.groups << " expert groups";
+  if (c.balance_placement) o << ", placement by load";
   if (c.dense_layers > 0) o << ", first " << c.dense_layers << " layers dense";
   if (c.layer_step > 1) o << ", every " << c.layer_step << "th layer";
   o << ")";

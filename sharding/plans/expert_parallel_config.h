@@ -23,6 +23,10 @@
 //       routing: uniform          # shape-only runs: uniform | zipf (the declared distribution)
 //       skew: 1.0                 # zipf exponent
 //       routing_seed: 1           # which experts zipf makes popular
+//       expert_groups: 1          # node-limited routing (DeepSeek-V3 n_group): experts in this many groups of
+//       group_limit: 0            # consecutive ids; each token's top_k among its group_limit best groups (0: off)
+//       group_top: 0              # group score = sum of its group_top best keys (0: top_k / group_limit)
+//       placement: contiguous     # contiguous | balanced (experts placed over ep by the declared load)
 // Errors: ConfigError "FILE:LINE: model.moe.KEY: ..." (exit 2) for an unknown key, a value out of its bound, a
 // list of expert_ffn whose length is not experts, top_k above experts, dense_layers above the model's layers.
 #pragma once
@@ -39,7 +43,8 @@ namespace shardsim::sharding::plans {
 inline constexpr std::string_view kMoeKeys[] = {
     "experts",      "top_k",           "expert_ffn",  "shared_experts", "shared_ffn",    "router",
     "normalize",    "scale",           "bias_update", "capacity_factor", "drop_policy",  "aux_loss_coef",
-    "dense_layers", "layer_step",      "routing",     "skew",            "routing_seed"};
+    "dense_layers", "layer_step",      "routing",     "skew",            "routing_seed",  "expert_groups",
+    "group_limit",  "group_top",       "placement"};
 
 // Bounds (docs/CONFIG.md).
 struct MoeBounds {

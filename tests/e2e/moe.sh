@@ -113,6 +113,36 @@ sys.exit(0 if f('br.json')==f('bfull.json')[3:] else 1)" \
   fi
 fi
 
+e2e_case "(j) node-limited routing (DeepSeek-V3's M groups per token): ep 4, validated against one device"
+# 8 experts in 4 groups of 2 (one ep chip each), every token's top-3 among its best 2 groups; the reference routes
+# by the same rule, so losses, gradient norms and tokens per expert stay equal.
+NODES="--set model.moe.router=sigmoid --set model.moe.top_k=3 --set model.moe.expert_groups=4 --set model.moe.group_limit=2"
+expect_exit 0 'node-limited: 2 of 4 expert groups' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $NODES --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=2,dp=2 $NODES $CAP --validate
+expect_exit 2 'model.moe.group_limit' -- shardsim_mpi 1 train "$MOE" --set model.moe.expert_groups=4 \
+  --set model.moe.group_limit=1 --set model.moe.top_k=3
+
+e2e_case "(k) every MoE layer in the report (pp 2: stage 0 holds 2 of the 4 layers); placement by load under Zipf"
+# Shape-only, Zipf 1.5 routing, ep 2 x pp 2, the tiny model widened (h 1024, experts of 4096, 512-token sequences)
+# so that the experts' GEMMs, not launches, set their time: the report has MoE layers 1-3 (the dense layer 0 and
+# MoE layer 1 on stage 0) with what imbalance costs; placement: balanced moves the experts so the slowest chip's
+# experts and the step take less time (44.9 -> 37.3 ms here).
+ZIPF="--plan ep=2,pp=2 --shape-only --steps 1 --set model.micro_batch=2 --set model.moe.routing=zipf \
+  --set model.moe.skew=1.5 --set model.hidden=1024 --set model.heads=8 --set model.kv_heads=8 --set model.head_dim=128 \
+  --set model.seq=512 --set model.moe.expert_ffn=4096"
+if expect_exit 0 'imbalance' -- shardsim_mpi 1 --chips 4 train "$MOE" $ZIPF --json zc.json \
+    && expect_exit 0 'placement by load' -- shardsim_mpi 1 --chips 4 train "$MOE" $ZIPF \
+      --set model.moe.placement=balanced --json zb.json; then
+  python3 -c "import json,sys; c=json.load(open('zc.json'))['train']; b=json.load(open('zb.json'))['train']; \
+L=c['moe']['layers']; ok=[l['layer'] for l in L]==[1,2,3] and all(l['imbalance_ns']>0 for l in L); \
+ok=ok and sum(l['slowest_expert_ns'] for l in b['moe']['layers'])<sum(l['slowest_expert_ns'] for l in L); \
+ok=ok and b['step_ns']<c['step_ns']; sys.exit(0 if ok else 1)" \
+    && pass "layers 1-3 reported with their imbalance; balanced placement: less expert time on the slowest chip" \
+    || fail "the layer table or the placement's saving"
+fi
+expect_exit 2 'model.moe.placement' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan ep=2 \
+  --set model.moe.placement=balanced
+
 e2e_case "(d) bad plans exit 2 naming the key"
 expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
 expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2

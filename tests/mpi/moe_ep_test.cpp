@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <random>
 
 #include "collectives/all_reduce.h"
@@ -34,6 +35,8 @@ struct EpCase {
   int64_t shared = 0;
   bool skewed = false;  // router bias that crowds most tokens onto a few experts (imbalance, empty experts)
   bool gated = true;
+  int64_t groups = 1, group_limit = 0;  // node-limited routing: 24 experts in GROUPS groups, GROUP_LIMIT per token
+  bool placed = false;                  // experts placed by a skewed load (placement_by_load), one inner size
 };
 
 constexpr int64_t kTokens = 12;  // per rank
@@ -44,7 +47,9 @@ MoeSpec spec_of(const EpCase& c, int ep) {
   s.router.experts = 24;
   s.router.top_k = 3;
   s.router.score = c.score;
-  for (int64_t e = 0; e < 24; ++e) s.expert_ffn.push_back(3 + e % 4);
+  for (int64_t e = 0; e < 24; ++e) s.expert_ffn.push_back(c.placed ? 4 : 3 + e % 4);
+  s.router.groups = c.groups;
+  s.router.group_limit = c.group_limit;
   s.shared_ffn = c.shared;
   s.gated = c.gated;
   s.activation = c.gated ? kernels::Activation::silu : kernels::Activation::gelu;
@@ -94,8 +99,18 @@ Outcome run_case(const EpCase& c, runtime::Transport& world, int P, int etp) {
   const MoeSpec s = spec_of(c, P);
   const auto shard = sharding::plans::ep_shard(s.experts(), P, r);
   const kernels::MoeWeights w_all = kernels::make_moe_weights(s, 17, 0, s.experts());
-  const kernels::MoeWeights w =
-      sharding::plans::shard_etp(kernels::make_moe_weights(s, 17, shard.first, shard.count), etp, tp.rank());
+  sharding::plans::EpOptions opts;
+  std::vector<int64_t> slot_expert(static_cast<size_t>(s.experts()));  // the expert at each slot
+  std::iota(slot_expert.begin(), slot_expert.end(), 0);
+  if (c.placed) {  // a skewed load: expert e's load (e * 7) % 24
+    std::vector<double> load;
+    for (int64_t e = 0; e < s.experts(); ++e) load.push_back(double((e * 7) % 24));
+    opts.placement = slot_expert = sharding::plans::placement_by_load(load, P);
+  }
+  kernels::MoeWeights placed = kernels::make_moe_weights(s, 17, shard.first, c.placed ? 0 : shard.count);
+  for (int64_t q = shard.first; c.placed && q < shard.first + shard.count; ++q)
+    placed.experts.push_back(kernels::make_moe_weights(s, 17, slot_expert[size_t(q)], 1).experts[0]);
+  const kernels::MoeWeights w = sharding::plans::shard_etp(placed, etp, tp.rank());
   Tensor x_all(DType::fp32, {P * kTokens, s.hidden}), dy_all(DType::fp32, {P * kTokens, s.hidden});
   for (int q = 0; q < P; ++q) {
     x_all.set_rows(q * kTokens, tokens_of(q, s.hidden, 1));
@@ -112,7 +127,7 @@ Outcome run_case(const EpCase& c, runtime::Transport& world, int P, int etp) {
   kernels::MoeWeights ref_local;
   ref_local.router = g_ref.router;
   ref_local.first_expert = shard.first;
-  for (int64_t e = 0; e < shard.count; ++e) ref_local.experts.push_back(g_ref.experts[size_t(shard.first + e)]);
+  for (int64_t e = 0; e < shard.count; ++e) ref_local.experts.push_back(g_ref.experts[size_t(slot_expert[size_t(shard.first + e)])]);
   ref_local.shared = g_ref.shared;
   const kernels::MoeWeights ref_shard = sharding::plans::shard_etp(ref_local, etp, tp.rank());
 
@@ -121,9 +136,9 @@ Outcome run_case(const EpCase& c, runtime::Transport& world, int P, int etp) {
   sharding::plans::EpActivations keep;
   const sharding::plans::EpGroups groups{t, etp > 1 ? &tp : nullptr};
   const Tensor x = tokens_of(r, s.hidden, 1), dy = tokens_of(r, s.hidden, 2);
-  const Tensor y = sharding::plans::ep_moe_forward(groups, s, w, x, chip, comm, keep);
+  const Tensor y = sharding::plans::ep_moe_forward(groups, s, w, x, chip, comm, keep, nullptr, opts);
   kernels::MoeWeights g = kernels::zero_like(w);
-  const Tensor dx = sharding::plans::ep_moe_backward(groups, s, w, x, keep, dy, aux_grad, g, chip, comm);
+  const Tensor dx = sharding::plans::ep_moe_backward(groups, s, w, x, keep, dy, aux_grad, g, chip, comm, opts);
 
   Outcome out;
   out.y = rel_dev(y, y_ref, r * kTokens);
@@ -177,6 +192,8 @@ const EpCase kCases[] = {
     {"capacity_drops_shared", kernels::RouterScore::softmax, 1.0, 5},
     {"sigmoid_skewed_capacity", kernels::RouterScore::sigmoid, 1.25, 0, true},
     {"skewed_dropless_gelu_shared", kernels::RouterScore::softmax, 0, 4, true, false},
+    {"node_limited_sigmoid_capacity", kernels::RouterScore::sigmoid, 1.25, 0, true, true, 4, 2},
+    {"placed_capacity_shared", kernels::RouterScore::softmax, 1.0, 5, false, true, 1, 0, true},
 };
 
 class MoeEp : public ::testing::TestWithParam<EpCase> {};

@@ -48,6 +48,8 @@ TEST(MoeConfig, DefaultsAndEveryKey) {
             "    normalize: false, scale: 2.5, bias_update: 0.001, capacity_factor: 1.25, drop_policy: position,\n"
             "    aux_loss_coef: 0.01, dense_layers: 1, layer_step: 2, routing: zipf, skew: 1.2, routing_seed: 3}\n");
   EXPECT_EQ(c.spec.expert_ffn, (std::vector<int64_t>{8, 16, 8, 4}));
+  EXPECT_EQ(c.spec.router.groups, 1);
+  EXPECT_FALSE(c.balance_placement);
   EXPECT_EQ(c.spec.shared_ffn, 16);  // 2 shared experts of expert_ffn[0]
   EXPECT_EQ(c.spec.router.score, kernels::RouterScore::sigmoid);
   EXPECT_FALSE(c.spec.router.normalize);
@@ -63,6 +65,13 @@ TEST(MoeConfig, DefaultsAndEveryKey) {
   EXPECT_DOUBLE_EQ(c.routing.skew, 1.2);
   EXPECT_EQ(c.routing.seed, 3u);
   EXPECT_NE(sharding::plans::moe_text(c).find("4 experts top-1"), std::string::npos);
+  c = parse("model:\n  moe: {experts: 256, top_k: 8, expert_ffn: 4, expert_groups: 8, group_limit: 4, group_top: 2,\n"
+            "    placement: balanced}\n");  // DeepSeek-V3's router
+  EXPECT_EQ(c.spec.router.groups, 8);
+  EXPECT_EQ(c.spec.router.group_limit, 4);
+  EXPECT_EQ(c.spec.router.group_top, 2);
+  EXPECT_TRUE(c.balance_placement);
+  EXPECT_NE(sharding::plans::moe_text(c).find("node-limited: 4 of 8 expert groups"), std::string::npos);
 }
 
 TEST(MoeConfig, BadValuesNameTheKeyAndLine) {
@@ -74,6 +83,10 @@ TEST(MoeConfig, BadValuesNameTheKeyAndLine) {
   EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, dense_layers: 5}\n").find("dense_layers"), std::string::npos);
   EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, skew: 2}\n").find("skew"), std::string::npos);
   EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: 4, capacity_factor: -1}\n").find("capacity_factor"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 4, expert_groups: 3}\n").find("expert_groups"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 3, expert_ffn: 4, expert_groups: 4, group_limit: 1}\n").find("group_limit"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 4, group_top: 1}\n").find("group_top"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 4, placement: eplb}\n").find("placement"), std::string::npos);
   EXPECT_EQ(sharding::plans::ep_obstacle(8, 4), "");
   EXPECT_NE(sharding::plans::ep_obstacle(8, 3).find("parallel.ep"), std::string::npos);
 }
