@@ -589,7 +589,7 @@ std::vector<Span> joined(const std::vector<Span>& merged, const std::vector<Span
   return merge(std::move(v));
 }
 
-constexpr size_t kPendingSpans = 1024;
+constexpr size_t kPendingSpans = 1024;  // spans folded before they are merged in (a bound on host memory only)
 
 // Event names interned process-wide (every timeline of every chip, on every thread: the async engine's timelines
 // fold on their own thread), so a timeline finds an event's op-total row by a small dense index. At most
@@ -614,7 +614,7 @@ std::uint32_t name_id(const std::string& name) {
   const auto id = static_cast<std::uint32_t>(ids.size());
   ids.emplace(name, id);
   return id;
-}  // spans folded before they are merged in (a bound on host memory only)
+}
 
 }  // namespace
 
