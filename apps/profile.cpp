@@ -51,6 +51,7 @@ double device_value(const sim::DeviceSpec& dev, const std::string& key) {
   const std::map<std::string, double> v = {
       {"hbm_gbps", dev.hbm_gbps}, {"hbm_gib", dev.hbm_gib}, {"hbm_reserve_gib", dev.hbm_reserve_gib},
       {"launch_overhead_ns", dev.launch_overhead_ns}, {"host_launch_ns", dev.host_launch_ns},
+      {"graph_launch_overhead_ns", dev.graph_launch_overhead_ns >= 0 ? dev.graph_launch_overhead_ns : dev.launch_overhead_ns},
       {"compute_units", k.compute_units}, {"gemm_tile_m", k.gemm_tile_m}, {"gemm_tile_n", k.gemm_tile_n},
       {"gemm_tile_k", k.gemm_tile_k}, {"attention_tile_q", k.attention_tile_q},
       {"matmul_min_columns", k.matmul_min_columns}, {"gemm_efficiency", k.gemm_efficiency},

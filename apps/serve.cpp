@@ -69,6 +69,7 @@ struct ServeSetup {
   double host_link_gbps = 64;  // PCIe 5.0 x16 per direction (H100 SXM's host link; an assumption for others)
   int prefill_replicas = 0;    // serve.disaggregation.prefill_replicas (0: prefill and decode colocated)
   bool least_tokens = false;   // serve.load_balance: least_tokens (else round_robin)
+  bool cuda_graphs = true;     // serve.cuda_graphs: decode-only batches replay CUDA graphs (vLLM's default)
   std::vector<serving::Request> requests;
   std::string trace_text;  // where the requests came from
 };
@@ -130,6 +131,7 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (lb != "round_robin" && lb != "least_tokens")
     v.child("load_balance").fail("serve.load_balance: '" + lb + "' (round_robin | least_tokens)");
   s.least_tokens = lb == "least_tokens";
+  s.cuda_graphs = v.get_bool("cuda_graphs", true);
   if (v.has("disaggregation")) {
     const ConfigNode d = v.child("disaggregation");
     d.expect_keys(serving::kServeDisaggKeys);
@@ -271,11 +273,26 @@ void Server::note_longest(const std::vector<serving::BatchEntry>& batch, double 
   longest = batch;
 }
 
+bool Server::graphed(const std::vector<serving::BatchEntry>& batch) const {
+  if (int64_t(batch.size()) > graph_max) return false;
+  return std::all_of(batch.begin(), batch.end(), [](const serving::BatchEntry& b) { return b.rows == 1; });
+}
+
+void Server::set_launch_mode(bool graph) {
+  if (graph == graph_now) return;
+  sim::DeviceSpec d = tl.device();
+  d.cuda_graph = graph;
+  tl = sim::Timeline(tl.chip(), tl.topology(), d);  // the executor and the transports hold this object
+  tl.set_keep_events(false);
+  graph_now = graph;
+}
+
 serving::StageFn Server::stage_fn() {
   return [this](const std::vector<serving::BatchEntry>& batch, double) -> const std::vector<serving::StageSpan>& {
     std::vector<int64_t> key = shape_key(batch);
     auto it = memo.find(key);
     if (it != memo.end()) return it->second;
+    set_launch_mode(graphed(batch));
     models::LmServeBatch mb;
     mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
     for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
@@ -351,6 +368,7 @@ std::shared_ptr<const sim::Profile> Server::profile_longest(double peak_tflops, 
   tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
   std::vector<double> who{longest_s == v[0] && lead ? double(replica) : 1e9};
   tp.allreduce(std::span<double>(who), runtime::Reduce::min, "serve profile: its replica");
+  set_launch_mode(graphed(longest));
   tl.set_record_dependencies(true);
   tl.set_keep_events(true);
   tl.reset();
@@ -439,16 +457,15 @@ std::string what_if_table(const serving::ServeMetrics& base, const std::vector<S
   return s;
 }
 
-int run_serve(const runtime::World& world, const ServeFlags& sf) {
-  TrainFlags f;
+// The config and the serve section as every chip agrees on them (exit 2 naming the key on bad input), and each
+// --what-if change checked to load before anything runs.
+void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f, TrainSetup& s, ServeSetup& sv,
+                std::vector<WhatIfPlan>& what_if) {
   f.config = sf.config;
   f.config_text = sf.config_text;
   f.overrides = sf.overrides;
   f.shape_only = true;
   f.serve = true;
-  TrainSetup s;
-  ServeSetup sv;
-  std::vector<WhatIfPlan> what_if;
   world.agree([&] {
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!sf.json_path.empty()) outputs.emplace_back("--json", sf.json_path);
@@ -474,6 +491,141 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       }
     }
   });
+}
+
+// What one serving run produced, for its report.
+struct ServeReport {
+  const TrainSetup& s;
+  const ServeSetup& sv;
+  const serving::KvCapacity& cap;
+  const serving::ServeRun& run;
+  const serving::ServeMetrics& m;
+  const Transfers& xfer;
+  int chips = 1, dp = 1, K = 0;
+  int64_t simulated = 0, graph_max = 0;
+  double wall = 0;
+  std::shared_ptr<const sim::Profile> prof;
+  std::string prof_what;
+  const std::vector<WhatIfPlan>& what_if;
+  const std::vector<ServeWhatIf>& wi;
+};
+
+// The report's text (docs/SERVING.md): the plan, the batching, the replicas, the cache, the metrics.
+std::string report_text(const ServeReport& r) {
+  const TrainSetup& s = r.s;
+  const ServeSetup& sv = r.sv;
+  const serving::KvCapacity& cap = r.cap;
+  const serving::ServeMetrics& m = r.m;
+  const Transfers& xfer = r.xfer;
+  const int dp = r.dp, K = r.K;
+  std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
+  char b[512];
+  const std::string ep_text = s.plan.ep > 1 ? " x ep=" + std::to_string(s.plan.ep) : "";
+  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d%s x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
+                s.device.name.c_str(), r.chips, s.tp, s.pp, ep_text.c_str(), dp, (long long)s.model.layers,
+                (long long)s.model.hidden, (long long)s.model.heads, (long long)s.model.kv_heads,
+                runtime::dtype_name(s.model.dtype).c_str());
+  out += b;
+  if (s.model.moe) {
+    const auto& ms = s.model.moe->spec;
+    std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip; each ep chip attends its "
+                  "own sequences (request id mod %d) and holds their cache\n", (long long)ms.experts(),
+                  (long long)ms.router.top_k, (long long)(ms.experts() / s.plan.ep), s.plan.ep);
+    out += b;
+  }
+  std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
+                serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
+                (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
+  out += b;
+  if (r.graph_max > 0)
+    out += "  CUDA graphs: batches of decodes only, up to " + std::to_string(r.graph_max) +
+           " sequences, replay a captured graph; prefill and mixed batches run eagerly\n";
+  if (K > 0) {
+    const std::string to_prefill = sv.least_tokens ? "each request to the one with the fewest outstanding tokens"
+                                                   : "request i on replica i mod " + std::to_string(K);
+    const std::string to_decode = sv.least_tokens ? "each cache to the one with the fewest outstanding tokens"
+                                                  : "the j-th prefill to end on replica " + std::to_string(K) +
+                                                        " + j mod " + std::to_string(dp - K);
+    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (%s), replica%s %d..%d decode (%s); per pipeline "
+                  "stage %d batch%s in flight\n", K > 1 ? "s" : "", K - 1, to_prefill.c_str(), dp - K > 1 ? "s" : "", K,
+                  dp - 1, to_decode.c_str(), s.pp, s.pp > 1 ? "es" : "");
+    out += b;
+    std::vector<double> ts = xfer.time_s;
+    std::sort(ts.begin(), ts.end());
+    double mean = 0;
+    for (double x : ts) mean += x / double(std::max<size_t>(ts.size(), 1));
+    std::snprintf(b, sizeof b, "  KV cache transfers: %lld over the dp axis' links, %.2f GB per chip pair in all; prefill end "
+                  "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
+                  ts.empty() ? 0.0 : ts.back() * 1e3);
+    out += b;
+  } else if (dp > 1 || s.pp > 1) {
+    const std::string balance = sv.least_tokens ? std::string("each request to the replica with the fewest outstanding tokens")
+                                                : "request i on replica i mod " + std::to_string(dp);
+    std::snprintf(b, sizeof b, "  %d replica%s (%s), %d batch%s in flight per replica (one "
+                  "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", balance.c_str(), s.pp,
+                  s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
+    out += b;
+  }
+  out += "  KV cache per chip: " + cap.formula() + "\n";
+  if (s.plan.ep > 1)
+    out += "  KV cache per replica: " + std::to_string(s.plan.ep) + " ep chips x " + std::to_string(cap.blocks) +
+           " blocks, each sequence's on one chip\n";
+  out += serving::metrics_text(m, sv.slo);
+  std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
+                (long long)r.simulated, (long long)m.iterations, r.wall);
+  out += b;
+  if (r.prof) out += "profile of " + r.prof_what + "\n" + reporting::profile_text(*r.prof);
+  if (!r.what_if.empty()) out += what_if_table(m, r.wi);
+  return out;
+}
+
+// The report as JSON (--json): the text's figures, every iteration and every request.
+nlohmann::json report_json(const ServeReport& r) {
+  const TrainSetup& s = r.s;
+  const ServeSetup& sv = r.sv;
+  const serving::KvCapacity& cap = r.cap;
+  nlohmann::json j = {{"config", s.config_name},
+                      {"device", s.device.name},
+                      {"chips", r.chips},
+                      {"tp", s.tp},
+                      {"pp", s.pp},
+                      {"dp", r.dp},
+                      {"ep", s.plan.ep},
+                      {"policy", serving::policy_name(sv.sched.policy)},
+                      {"max_num_seqs", sv.sched.max_num_seqs},
+                      {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
+                      {"preemption", sv.sched.swap ? "swap" : "recompute"},
+                      {"load_balance", sv.least_tokens ? "least_tokens" : "round_robin"},
+                      {"cuda_graph_max_batch", r.graph_max},
+                      {"trace", sv.trace_text},
+                      {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
+                      {"kv_cache",
+                       {{"hbm_bytes", cap.hbm}, {"memory_fraction", cap.fraction}, {"weights_bytes", cap.weights},
+                        {"activation_bytes", cap.activations}, {"bytes_per_token", cap.bytes_per_token},
+                        {"block_size", cap.block_size}, {"blocks", cap.blocks}, {"tokens", cap.tokens()}}},
+                      {"metrics", serving::metrics_json(r.m)},
+                      {"iterations_simulated", r.simulated},
+                      {"iterations", serving::iterations_json(r.run)},
+                      {"requests", serving::requests_json(r.run)}};
+  if (r.K > 0)
+    j["disaggregation"] = {{"prefill_replicas", r.K}, {"decode_replicas", r.dp - r.K}, {"transfers", r.xfer.count},
+                           {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_s", r.xfer.time_s}};
+  if (r.prof) j["profile"] = {{"iteration", r.prof_what}, {"critical_path", reporting::profile_json(*r.prof)}};
+  if (!r.what_if.empty()) {
+    nlohmann::json w = nlohmann::json::array();
+    for (const auto& x : r.wi)
+      w.push_back({{"change", x.change}, {"set", x.sets}, {"speedup", x.speedup}, {"metrics", serving::metrics_json(x.m)}});
+    j["what_if"] = w;
+  }
+  return j;
+}
+
+int run_serve(const runtime::World& world, const ServeFlags& sf) {
+  TrainFlags f;
+  TrainSetup s;
+  ServeSetup sv;
+  std::vector<WhatIfPlan> what_if;
+  load_serve(world, sf, f, s, sv, what_if);
   const topology::Topology& topo = *s.topology;
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   sim::Timeline tl(mesh->placement().at(size_t(world.rank())), topo, s.device);
@@ -521,6 +673,10 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   pool.blocks = cap.blocks * s.plan.ep;
   pool.shards = s.plan.ep;
   Server srv{world, tp, *mesh, tl, *exec, *kv, pool, sched, s.config_name};
+  // vLLM's capture sizes: 1, 2, 4, then multiples of 8 (and of 16 from 256) up to min(2 max_num_seqs, 512)
+  // (vllm/config/vllm.py _set_cudagraph_sizes); a batch of decodes up to the largest replays a graph (not padded
+  // to its captured size here). A device that is not eager (cuda_graph already) runs every batch as it is.
+  if (sv.cuda_graphs && !s.device.cuda_graph) srv.graph_max = std::min<int64_t>(2 * sv.sched.max_num_seqs, 512);
   srv.dp = mesh->size("dp");
   srv.replica = mesh->coordinate("dp", mesh->rank());
   for (const auto& a : mesh->axes())
@@ -547,97 +703,10 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::vector<ServeWhatIf> wi;
   if (!what_if.empty()) wi = serve_what_if(world, sf, what_if, m);
   if (world.rank() != 0) return kExitOk;
-  std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
-  char b[512];
-  const std::string ep_text = s.plan.ep > 1 ? " x ep=" + std::to_string(s.plan.ep) : "";
-  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d%s x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
-                s.device.name.c_str(), world.size(), s.tp, s.pp, ep_text.c_str(), dp, (long long)s.model.layers,
-                (long long)s.model.hidden, (long long)s.model.heads, (long long)s.model.kv_heads,
-                runtime::dtype_name(s.model.dtype).c_str());
-  out += b;
-  if (s.model.moe) {
-    const auto& ms = s.model.moe->spec;
-    std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip; each ep chip attends its "
-                  "own sequences (request id mod %d) and holds their cache\n", (long long)ms.experts(),
-                  (long long)ms.router.top_k, (long long)(ms.experts() / s.plan.ep), s.plan.ep);
-    out += b;
-  }
-  std::snprintf(b, sizeof b, "  policy %s, max_num_seqs %lld, max_num_batched_tokens %lld, preemption by %s; trace %s\n",
-                serving::policy_name(sv.sched.policy), (long long)sv.sched.max_num_seqs,
-                (long long)sv.sched.max_num_batched_tokens, sv.sched.swap ? "swap" : "recompute", sv.trace_text.c_str());
-  out += b;
-  if (K > 0) {
-    const std::string to_prefill = sv.least_tokens ? "each request to the one with the fewest outstanding tokens"
-                                                   : "request i on replica i mod " + std::to_string(K);
-    const std::string to_decode = sv.least_tokens ? "each cache to the one with the fewest outstanding tokens"
-                                                  : "the j-th prefill to end on replica " + std::to_string(K) +
-                                                        " + j mod " + std::to_string(dp - K);
-    std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (%s), replica%s %d..%d decode (%s); per pipeline "
-                  "stage %d batch%s in flight\n", K > 1 ? "s" : "", K - 1, to_prefill.c_str(), dp - K > 1 ? "s" : "", K,
-                  dp - 1, to_decode.c_str(), s.pp, s.pp > 1 ? "es" : "");
-    out += b;
-    std::vector<double> ts = xfer.time_s;
-    std::sort(ts.begin(), ts.end());
-    double mean = 0;
-    for (double x : ts) mean += x / double(std::max<size_t>(ts.size(), 1));
-    std::snprintf(b, sizeof b, "  KV cache transfers: %lld over the dp axis' links, %.2f GB per chip pair in all; prefill end "
-                  "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
-                  ts.empty() ? 0.0 : ts.back() * 1e3);
-    out += b;
-  } else if (dp > 1 || s.pp > 1) {
-    const std::string balance = sv.least_tokens ? std::string("each request to the replica with the fewest outstanding tokens")
-                                                : "request i on replica i mod " + std::to_string(dp);
-    std::snprintf(b, sizeof b, "  %d replica%s (%s), %d batch%s in flight per replica (one "
-                  "virtual engine per pipeline stage, %lld cache blocks each)\n", dp, dp > 1 ? "s" : "", balance.c_str(), s.pp,
-                  s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
-    out += b;
-  }
-  out += "  KV cache per chip: " + cap.formula() + "\n";
-  if (s.plan.ep > 1)
-    out += "  KV cache per replica: " + std::to_string(s.plan.ep) + " ep chips x " + std::to_string(cap.blocks) +
-           " blocks, each sequence's on one chip\n";
-  out += serving::metrics_text(m, sv.slo);
-  std::snprintf(b, sizeof b, "  simulated %lld distinct iteration shapes of %lld iterations (memoised by exact batch shape) in %.1f s wall\n",
-                (long long)simulated, (long long)m.iterations, wall);
-  out += b;
-  if (prof) out += "profile of " + prof_what + "\n" + reporting::profile_text(*prof);
-  if (!what_if.empty()) out += what_if_table(m, wi);
-  std::fputs(escape_lines(out).c_str(), stdout);  // paths and names in it are untrusted text
-  if (!sf.json_path.empty()) {
-    nlohmann::json j = {{"config", s.config_name},
-                        {"device", s.device.name},
-                        {"chips", world.size()},
-                        {"tp", s.tp},
-                        {"pp", s.pp},
-                        {"dp", dp},
-                        {"ep", s.plan.ep},
-                        {"policy", serving::policy_name(sv.sched.policy)},
-                        {"max_num_seqs", sv.sched.max_num_seqs},
-                        {"max_num_batched_tokens", sv.sched.max_num_batched_tokens},
-                        {"preemption", sv.sched.swap ? "swap" : "recompute"},
-                        {"load_balance", sv.least_tokens ? "least_tokens" : "round_robin"},
-                        {"trace", sv.trace_text},
-                        {"slo", {{"ttft_s", sv.slo.ttft_s}, {"tpot_s", sv.slo.tpot_s}}},
-                        {"kv_cache",
-                         {{"hbm_bytes", cap.hbm}, {"memory_fraction", cap.fraction}, {"weights_bytes", cap.weights},
-                          {"activation_bytes", cap.activations}, {"bytes_per_token", cap.bytes_per_token},
-                          {"block_size", cap.block_size}, {"blocks", cap.blocks}, {"tokens", cap.tokens()}}},
-                        {"metrics", serving::metrics_json(m)},
-                        {"iterations_simulated", simulated},
-                        {"iterations", serving::iterations_json(run)},
-                        {"requests", serving::requests_json(run)}};
-    if (K > 0)
-      j["disaggregation"] = {{"prefill_replicas", K}, {"decode_replicas", dp - K}, {"transfers", xfer.count},
-                             {"transfer_bytes_per_chip_pair", xfer.bytes}, {"transfer_s", xfer.time_s}};
-    if (prof) j["profile"] = {{"iteration", prof_what}, {"critical_path", reporting::profile_json(*prof)}};
-    if (!what_if.empty()) {
-      nlohmann::json w = nlohmann::json::array();
-      for (const auto& x : wi)
-        w.push_back({{"change", x.change}, {"set", x.sets}, {"speedup", x.speedup}, {"metrics", serving::metrics_json(x.m)}});
-      j["what_if"] = w;
-    }
-    write_file_atomic(sf.json_path, j.dump(1) + "\n");
-  }
+  const ServeReport rep{s,         sv,          cap,  run, m, xfer, world.size(), dp, K, simulated, srv.graph_max,
+                        wall,      prof,        prof_what, what_if, wi};
+  std::fputs(escape_lines(report_text(rep)).c_str(), stdout);  // paths and names in it are untrusted text
+  if (!sf.json_path.empty()) write_file_atomic(sf.json_path, report_json(rep).dump(1) + "\n");
   if (!sf.trace_path.empty()) write_file_atomic(sf.trace_path, serving::trace_json(run).dump() + "\n");
   return kExitOk;
 }

@@ -122,7 +122,10 @@ serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& req
     std::vector<int64_t> key = shape_key(batch);
     const auto it = memo.find(key);
     if (clear && it != memo.end() && start + it->second.back().end_s <= horizon) return it->second;
-    if (alone) tl.reset();  // the same as a fresh timeline from START
+    if (alone) {  // the same as a fresh timeline from START, in the batch's launch mode
+      tl.reset();
+      set_launch_mode(graphed(batch));
+    }
     models::LmServeBatch mb;
     mb.repeat_blocks = true;
     mb.origin_ns = start * 1e9;
@@ -134,7 +137,10 @@ serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& req
     for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
     ++simulated;
     if (!st.empty()) note_longest(batch, st.back().end_s);
-    if (clear && !st.empty() && start + st.back().end_s <= horizon) memo.emplace(std::move(key), st);
+    // Memoised only as it runs alone in its own launch mode (a batch whose start found flows in flight keeps the
+    // timeline's mode: switching would drop them).
+    if (clear && graph_now == graphed(batch) && !st.empty() && start + st.back().end_s <= horizon)
+      memo.emplace(std::move(key), st);
     return st;
   };
 

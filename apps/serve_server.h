@@ -57,6 +57,15 @@ struct Server {
   int64_t simulated = 0;
   std::vector<serving::BatchEntry> longest{};  // the batch of this replica's longest iteration (--profile)
   double longest_s = 0;
+  // CUDA graphs for decode (serve.cuda_graphs; vLLM's FULL_DECODE_ONLY mode): a batch of decodes only, of at most
+  // GRAPH_MAX sequences, replays a captured graph (the device's cuda_graph launch mode: no per-kernel host issue,
+  // sim/device_spec.h); every other batch runs eagerly. GRAPH_MAX 0: never (or the device is not eager anyway).
+  int64_t graph_max = 0;
+  bool graph_now = false;  // the timeline's current launch mode
+  // Whether BATCH replays a graph; set_launch_mode puts the chip's timeline in that mode (a fresh timeline: call
+  // it only where the timeline would be reset).
+  bool graphed(const std::vector<serving::BatchEntry>& batch) const;
+  void set_launch_mode(bool graph);
 
   // A batch alone through this replica's chips (a fresh timeline; memoised by its exact shape).
   serving::StageFn stage_fn();

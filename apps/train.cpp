@@ -485,9 +485,8 @@ void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const shardin
   for (const auto& st : trainer.moe_layer_table()) {
     reporting::TrainMoeLayer l;
     l.layer = st.layer;
-    double sum = 0;
-    for (int64_t n : st.tokens) l.max_tokens = std::max(l.max_tokens, double(n)), sum += double(n);
-    l.mean_tokens = st.tokens.empty() ? 0 : sum / double(st.tokens.size());
+    l.max_tokens = st.max_tokens;
+    l.mean_tokens = st.mean_tokens;
     l.received_rows = double(st.received);
     l.aux = st.aux;
     l.dispatch_bytes = st.dispatch_bytes;

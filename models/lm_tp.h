@@ -355,11 +355,12 @@ class LmTpTrainer {
     sim::TimeNs dispatch_ns = 0;
     double buffer_bytes = 0;      // the dispatch buffers the layer keeps (EpActivations::buffer_bytes)
     sim::TimeNs expert_ns = 0, balanced_expert_ns = 0;  // EpActivations' (the experts' forward; perfect balance)
+    double max_tokens = 0, mean_tokens = 0;  // moe_layer_table: of the ep group's tokens per expert (TOKENS empty)
   };
   std::vector<MoeLayerStats> moe_stats() const;
   // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
-  // of the chips at tp, cp and dp coordinate 0 of the stage holding it: TOKENS summed over the group's chips (their
-  // last micro-batch's routing), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
+  // of the chips at tp, cp and dp coordinate 0 of the stage holding it: MAX_TOKENS and MEAN_TOKENS of the tokens
+  // per expert summed over the group's chips (their last micro-batch's routing; TOKENS left empty), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
   // the group's maximum (the slowest chip), BALANCED_EXPERT_NS its mean.
   std::vector<MoeLayerStats> moe_layer_table();
   // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "collectives/all_reduce.h"
 #include "collectives/broadcast.h"
@@ -170,18 +171,16 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
 
 std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   if (!global_.moe) return {};
-  std::vector<int64_t> layers;  // the model's MoE layers
-  for (int64_t l = 0; l < global_.layers; ++l)
-    if (global_.moe_layer(l)) layers.push_back(l);
-  const size_t E = size_t(global_.moe->spec.experts()), n = layers.size();
-  // Per layer, summed over the ep group: E tokens, aux, balanced_ns; at its maximum: received, dispatch bytes and
-  // ns, buffers, expert_ns. Then the maximum over the world of what the groups at tp, cp and dp coordinate 0 hold
-  // (the others contribute 0): a maximum, not a sum, so a folded run's mirrored chips (which repeat a simulated
-  // chip's contribution) change nothing. Host-side control-plane reductions: no simulated time.
+  const size_t E = size_t(global_.moe->spec.experts());
+  // This chip's MoE layers (its ep group's: one stage), summed over the ep group: E tokens, aux, balanced_ns; at its
+  // maximum: received, dispatch bytes and ns, buffers, expert_ns.
+  std::vector<int64_t> mine;
+  for (int64_t l = 0; l < local_.layers; ++l)
+    if (local_.moe_layer(l)) mine.push_back(layer_global_[size_t(l)]);
   const size_t ns = E + 2, nm = 5;
-  std::vector<double> sum(n * ns, 0.0), max(n * nm, 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    const auto it = moe_stats_.find(layers[i]);
+  std::vector<double> sum(mine.size() * ns, 0.0), max(mine.size() * nm, 0.0);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto it = moe_stats_.find(mine[i]);
     if (it == moe_stats_.end()) continue;
     const MoeLayerStats& st = it->second;
     double* a = sum.data() + i * ns;
@@ -192,24 +191,36 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     b[4] = st.expert_ns;
   }
   runtime::Transport& ep = mesh_["ep"];
-  ep.allreduce(std::span<double>(sum), runtime::Reduce::sum, "lm moe table ep");
+  ep.allreduce(std::span<double>(sum), runtime::Reduce::sum, "lm moe table ep");  // host-side, not simulated
   ep.allreduce(std::span<double>(max), runtime::Reduce::max, "lm moe table ep");
+  // Per model MoE layer, 9 figures: the maximum over the world of what the groups at tp, cp and dp coordinate 0
+  // hold (the others contribute 0): a maximum, not a sum, so a folded run's mirrored chips (which repeat a
+  // simulated chip's contribution) change nothing.
+  std::vector<int64_t> layers;
+  for (int64_t l = 0; l < global_.layers; ++l)
+    if (global_.moe_layer(l)) layers.push_back(l);
+  constexpr size_t nf = 9;
+  std::vector<double> all(layers.size() * nf, 0.0);
   const bool reports = tp_rank_ == 0 && cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
-  std::vector<double> all = sum;
-  all.insert(all.end(), max.begin(), max.end());
-  if (!reports) std::fill(all.begin(), all.end(), 0.0);
+  for (size_t i = 0; reports && i < mine.size(); ++i) {
+    const size_t at = size_t(std::find(layers.begin(), layers.end(), mine[i]) - layers.begin());
+    const double* a = sum.data() + i * ns;
+    const double* b = max.data() + i * nm;
+    double* f = all.data() + at * nf;
+    f[0] = E ? *std::max_element(a, a + E) : 0.0;
+    f[1] = std::accumulate(a, a + E, 0.0) / double(std::max<size_t>(E, 1));
+    f[2] = a[E] / ep_size_, f[3] = a[E + 1] / ep_size_;
+    std::copy(b, b + nm, f + 4);
+  }
   world_.allreduce(std::span<double>(all), runtime::Reduce::max, "lm moe table");
   std::vector<MoeLayerStats> out;
-  for (size_t i = 0; i < n; ++i) {
-    const double* a = all.data() + i * ns;
-    const double* b = all.data() + n * ns + i * nm;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const double* f = all.data() + i * nf;
     MoeLayerStats st;
     st.layer = layers[i];
-    for (size_t e = 0; e < E; ++e) st.tokens.push_back(std::llround(a[e]));
-    st.aux = a[E] / ep_size_;
-    st.balanced_expert_ns = a[E + 1] / ep_size_;
-    st.received = std::llround(b[0]);
-    st.dispatch_bytes = b[1], st.dispatch_ns = b[2], st.buffer_bytes = b[3], st.expert_ns = b[4];
+    st.max_tokens = f[0], st.mean_tokens = f[1], st.aux = f[2], st.balanced_expert_ns = f[3];
+    st.received = std::llround(f[4]);
+    st.dispatch_bytes = f[5], st.dispatch_ns = f[6], st.buffer_bytes = f[7], st.expert_ns = f[8];
     out.push_back(std::move(st));
   }
   return out;

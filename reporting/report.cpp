@@ -346,7 +346,8 @@ static std::string moe_text(const TrainMoe& m) {
                   (long long)l.layer, l.max_tokens, l.mean_tokens, l.mean_tokens > 0 ? l.max_tokens / l.mean_tokens : 0,
                   l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3,
                   l.buffer_bytes, l.expert_ns / 1e3, l.balanced_expert_ns / 1e3,
-                  l.balanced_expert_ns > 0 ? 100.0 * l.imbalance_ns() / l.balanced_expert_ns : 0.0);
+                  l.balanced_expert_ns > 0 && std::fabs(l.imbalance_ns()) > 1e-6 * l.balanced_expert_ns
+                      ? 100.0 * l.imbalance_ns() / l.balanced_expert_ns : 0.0);
     os << buf;
   }
   os << "  (every MoE layer, from the ep group of its stage's chips at tp, cp, dp coordinate 0, their last micro-batch: "

@@ -10,7 +10,7 @@ inline constexpr std::string_view kServeKeys[] = {"policy",          "max_num_se
                                                   "block_size",      "memory_fraction", "slo",
                                                   "trace",           "preemption",   "swap_space_gib",
                                                   "host_link_gbps",  "disaggregation",
-                                                  "load_balance"};
+                                                  "load_balance",    "cuda_graphs"};
 // serve.disaggregation: prefill and decode on separate replicas (apps/serve.cpp).
 inline constexpr std::string_view kServeDisaggKeys[] = {"prefill_replicas"};
 inline constexpr std::string_view kServeSloKeys[] = {"ttft_ms", "tpot_ms"};

@@ -1,6 +1,7 @@
 #include "serving/requests.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <sstream>
@@ -31,17 +32,28 @@ double number(const std::string& text, const std::string& where, int line, const
   return *v;
 }
 
-int64_t tokens(double v, const std::string& where, int line, const char* field) {
-  if (!std::isfinite(v) || v < 1 || v > double(kMaxTokens) || v != std::floor(v))
-    bad(where, line, std::string(field) + ": " + escape_control(std::to_string(v)) + " must be an integer in 1.." +
+// A field's value and its text as the file wrote it (messages echo the text: 9223372036854775807 read as a double
+// was shown as 9223372036854775808.000000).
+struct Field {
+  double v = 0;
+  std::string text;
+};
+
+int64_t tokens(const Field& f, const std::string& where, int line, const char* field) {
+  if (!std::isfinite(f.v) || f.v < 1 || f.v > double(kMaxTokens) || f.v != std::floor(f.v))
+    bad(where, line, std::string(field) + ": " + escape_control(f.text) + " must be an integer in 1.." +
                          std::to_string(kMaxTokens));
-  return int64_t(v);
+  return int64_t(f.v);
 }
 
-Request request(double arrival, double prompt, double output, const std::string& where, int line, int64_t id) {
-  if (!std::isfinite(arrival) || arrival < 0)
-    bad(where, line, "arrival_s: " + std::to_string(arrival) + " must be a finite time >= 0 (seconds)");
-  return {id, arrival, tokens(prompt, where, line, "prompt_tokens"), tokens(output, where, line, "output_tokens")};
+Request request(const Field& arrival, const Field& prompt, const Field& output, const std::string& where, int line,
+                int64_t id) {
+  if (!std::isfinite(arrival.v) || arrival.v < 0 || arrival.v > kMaxArrivalS) {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%g", kMaxArrivalS);
+    bad(where, line, "arrival_s: " + escape_control(arrival.text) + " must be a time from 0 to " + bound + " seconds");
+  }
+  return {id, arrival.v, tokens(prompt, where, line, "prompt_tokens"), tokens(output, where, line, "output_tokens")};
 }
 
 void in_order(const std::vector<Request>& out, const std::string& where, int line) {
@@ -50,8 +62,10 @@ void in_order(const std::vector<Request>& out, const std::string& where, int lin
                          std::to_string(out[out.size() - 2].arrival_s) + "); arrivals must be in order");
 }
 
-std::vector<Request> load_csv(const std::string& text, const std::string& where) {
-  const CsvRecords recs = csv_records(text);
+std::vector<Request> load_csv(const std::string& text_in, const std::string& where) {
+  const std::string_view bom = "\xef\xbb\xbf";
+  const std::string_view text = std::string_view(text_in).substr(text_in.rfind(bom, 0) == 0 ? bom.size() : 0);
+  const CsvRecords recs = csv_records(std::string(text));
   if (recs.records.empty()) bad(where, 0, "empty trace (expected a header arrival_s,prompt_tokens,output_tokens)");
   std::map<std::string, size_t> col;
   for (size_t i = 0; i < recs.records[0].fields.size(); ++i) col[recs.records[0].fields[i]] = i;
@@ -64,7 +78,7 @@ std::vector<Request> load_csv(const std::string& text, const std::string& where)
     auto field = [&](const char* k) {
       const size_t i = col[k];
       if (i >= rec.fields.size()) bad(where, rec.line, std::string(k) + ": missing");
-      return number(rec.fields[i], where, rec.line, k);
+      return Field{number(rec.fields[i], where, rec.line, k), rec.fields[i].substr(0, 40)};
     };
     if (out.size() >= size_t(kMaxRequests)) bad(where, rec.line, "more than " + std::to_string(kMaxRequests) + " requests");
     out.push_back(request(field("arrival_s"), field("prompt_tokens"), field("output_tokens"), where, rec.line,
@@ -93,7 +107,7 @@ std::vector<Request> load_jsonl(const std::string& text, const std::string& wher
     auto field = [&](const char* k) {
       if (!j.contains(k)) bad(where, n, std::string(k) + ": missing");
       if (!j[k].is_number()) bad(where, n, std::string(k) + ": not a number");
-      return j[k].get<double>();
+      return Field{j[k].get<double>(), j[k].dump().substr(0, 40)};
     };
     if (out.size() >= size_t(kMaxRequests)) bad(where, n, "more than " + std::to_string(kMaxRequests) + " requests");
     out.push_back(request(field("arrival_s"), field("prompt_tokens"), field("output_tokens"), where, n,
@@ -151,6 +165,11 @@ void check_trace(const std::vector<Request>& reqs, int64_t max_context, const st
     if (i > 0 && r.arrival_s < reqs[i - 1].arrival_s)
       bad(where, 0, id + ": arrival_s " + std::to_string(r.arrival_s) + " is before the previous request's (" +
                         std::to_string(reqs[i - 1].arrival_s) + "); arrivals must be in order");
+    if (!(r.arrival_s <= kMaxArrivalS)) {  // a generated trace: count / rate past it
+      char b[96];
+      std::snprintf(b, sizeof b, ": arrives at %g s, past the latest arrival (%g s)", r.arrival_s, kMaxArrivalS);
+      bad(where, 0, id + b + "; a generated trace: raise serve.trace.rate or lower serve.trace.count");
+    }
     if (r.prompt + r.output > max_context)
       bad(where, 0, id + ": prompt_tokens + output_tokens = " + std::to_string(r.prompt + r.output) +
                         " exceeds the model's context of " + std::to_string(max_context) + " tokens (serve.max_model_len)");

@@ -8,8 +8,9 @@
 //         then one request per record.
 //   JSONL one object per non-empty line with those three keys (other keys ignored).
 // Checks (ConfigError, exit 2, one line "FILE:LINE: ..." naming the field; untrusted text escaped): a missing or
-// non-numeric field, a negative or non-finite arrival, arrivals out of order, prompt_tokens < 1, output_tokens < 1,
-// a length above kMaxTokens, prompt + output above the model's context (MAX_CONTEXT), an empty trace.
+// non-numeric field, a negative arrival or one past kMaxArrivalS, arrivals out of order, prompt_tokens < 1,
+// output_tokens < 1, a length above kMaxTokens, prompt + output above the model's context (MAX_CONTEXT), an empty
+// trace. A UTF-8 byte-order mark before a CSV header (spreadsheets write one) is skipped.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,9 @@ namespace shardsim::serving {
 
 inline constexpr int64_t kMaxTokens = int64_t(1) << 24;   // 16M tokens: beyond any model's context
 inline constexpr int64_t kMaxRequests = int64_t(1) << 22;  // 4M requests per trace
+// The latest arrival, in seconds (about 11.6 days): every simulated time stays finite and exact to well under a
+// nanosecond (1e6 s = 1e15 ns, a double's step there is 0.125 ns); 1e308 printed inf and NaN latencies.
+inline constexpr double kMaxArrivalS = 1e6;
 
 struct Request {
   int64_t id = 0;  // 0-based, in arrival order

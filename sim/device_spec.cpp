@@ -131,7 +131,7 @@ std::string device_figure_obstacle(std::string_view key, double value) {
     return range(DeviceBounds::min_tflops, DeviceBounds::max_tflops, key == "peak_tflops_int8" ? "TOPS" : "TFLOP/s");
   if (key == "hbm_gbps") return range(DeviceBounds::min_hbm_gbps, DeviceBounds::max_hbm_gbps, "GB/s");
   if (key == "hbm_gib") return range(DeviceBounds::min_hbm_gib, DeviceBounds::max_hbm_gib, "GiB");
-  if (key == "launch_overhead_ns" || key == "host_launch_ns") return range(0, DeviceBounds::max_launch_ns, "ns");
+  if (key == "launch_overhead_ns" || key == "host_launch_ns" || key == "graph_launch_overhead_ns") return range(0, DeviceBounds::max_launch_ns, "ns");
   if (key == "hbm_reserve_gib") return range(0, DeviceBounds::max_hbm_gib, "GiB");
   return "";
 }
@@ -166,11 +166,13 @@ DeviceSpec load_device(const ConfigNode& node) {
   for (const auto& [key, field] : positive) bounded(key, field);
   bounded("launch_overhead_ns", &d.launch_overhead_ns);
   bounded("host_launch_ns", &d.host_launch_ns);
+  bounded("graph_launch_overhead_ns", &d.graph_launch_overhead_ns);
   if (node.has("launch_mode")) {
     const std::string m = node.get_string("launch_mode");
-    if (m != "eager" && m != "cuda_graph")
-      node.child("launch_mode").fail("device.launch_mode: must be eager or cuda_graph (got '" + m + "')");
-    d.cuda_graph = m == "cuda_graph";
+    if (m != "eager" && m != "cuda_graph" && m != "compiled")
+      node.child("launch_mode").fail("device.launch_mode: must be eager, cuda_graph or compiled (got '" + m + "')");
+    d.cuda_graph = m != "eager";
+    d.compiled = m == "compiled";
   }
   if (node.has("kernel_fusion")) {
     const std::string m = node.get_string("kernel_fusion");
@@ -199,10 +201,8 @@ std::string describe(const DeviceSpec& d) {
   }
   if (!others.empty()) os << " (" << others << ")";
   os << ", HBM " << d.hbm_gbps << " GB/s " << d.hbm_gib << " GiB, launch " << d.launch_overhead_ns << " ns";
-  if (d.host_launch_ns > 0) {
-    if (d.cuda_graph) os << ", CUDA graph";
-    else os << ", host " << d.host_launch_ns << " ns per kernel (eager)";
-  }
+  if (d.cuda_graph) os << (d.compiled ? ", compiled step: " : ", CUDA graph: ") << d.kernel_gap_ns() << " ns between kernels";
+  else if (d.host_launch_ns > 0) os << ", host " << d.host_launch_ns << " ns per kernel (eager)";
   if (d.eager_kernels) os << ", element-wise work as PyTorch eager's kernels";
   if (d.kernel.shaped) {
     const auto& k = d.kernel;

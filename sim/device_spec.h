@@ -14,9 +14,10 @@
 //     peak_tflops_int8: 380    # optional (TOPS)
 //     hbm_gbps: 820
 //     hbm_gib: 32
-//     launch_overhead_ns: 2000
-//     launch_mode: eager       # eager | cuda_graph: how the host issues kernels (see host_launch_ns)
+//     launch_overhead_ns: 900  # the device's gap between back-to-back kernels issued eagerly
+//     launch_mode: eager       # eager | cuda_graph | compiled: how kernels reach the device (see DeviceSpec)
 //     host_launch_ns: 5000     # eager: host (framework + driver) time to issue one kernel; 0: not modelled
+//     graph_launch_overhead_ns: 500  # cuda_graph / compiled: the gap between kernels replayed from the graph
 //     kernel_fusion: fused     # fused | eager: element-wise work as fused kernels or as PyTorch eager's ATen ops
 //     kernel_model: shaped     # peak | shaped (sim/kernel_model.h); the keys below tune the shaped model
 //     compute_units: 108       # SMs / cores the tiles of a kernel spread over (integer >= 1)
@@ -35,7 +36,7 @@
 //     vector_engine_gelems: 286.72 #   activation (exp, PSUM eviction) and the vector (reductions) engines
 //
 // Errors: ConfigError "FILE:LINE: device.KEY: ..." for unknown presets/keys and for numbers that are not finite
-// and > 0 (launch_overhead_ns: >= 0), including .nan and .inf; efficiencies outside (0, 1], tiles below 16 or
+// and > 0 (launch_overhead_ns, graph_launch_overhead_ns, host_launch_ns: >= 0), including .nan and .inf; efficiencies outside (0, 1], tiles below 16 or
 // above 65536, compute_units outside 1..1e6, kernel_model other than peak or shaped, tensor_engine other than
 // tiles or systolic, matmul_min_columns outside 1..65536, engine rates not finite or < 0.
 #pragma once
@@ -104,13 +105,30 @@ struct DeviceSpec {
   double peak_tflops_int8 = 0;  // TOPS; 0: the fp8 rate (and so on)
   double hbm_gbps = 0;
   double hbm_gib = 0;
-  double launch_overhead_ns = 0;  // device side: added to every kernel (the gap between back-to-back kernels)
-  // How the host issues kernels (sim/timeline.h, "Host issue"): eager, one host call of host_launch_ns per kernel
-  // (a kernel cannot start before the host has issued it; the host runs ahead of the device except at
-  // synchronisations), or cuda_graph, the step's kernels replayed from a captured graph (no per-kernel host time).
+  // Device side, added to every kernel: the gap between back-to-back kernels of one stream when they are issued
+  // eagerly (launch_mode eager); kernel_gap_ns() is the gap in the device's launch mode.
+  double launch_overhead_ns = 0;
+  // How kernels reach the device (device.launch_mode; sim/timeline.h, "Host issue"):
+  //   eager       one host call of host_launch_ns per kernel (a kernel cannot start before the host has issued
+  //               it; the host runs ahead of the device except at synchronisations), launch_overhead_ns between
+  //               kernels. PyTorch's default; Megatron-LM and NeMo unless CUDA graphs are enabled.
+  //   cuda_graph  the step's kernels replayed from a captured CUDA graph: no per-kernel host time, and
+  //               graph_launch_overhead_ns between kernels (NVIDIA: the graph's work is submitted to the device at
+  //               once, so the per-kernel launch work is done ahead).
+  //   compiled    the step compiled into one device program (the Neuron compiler's NEFF on Trainium/Inferentia,
+  //               XLA on TPUs): no per-kernel host time, graph_launch_overhead_ns between ops, and no
+  //               framework-level multi-tensor launches (the compiler emits the optimizer's element-wise work as
+  //               its own fused loops: kernels/optimizer.h, multi_tensor_launches is not used).
   // host_launch_ns 0: the host is never the bottleneck (the model before this key existed).
-  bool cuda_graph = false;
+  bool cuda_graph = false;  // cuda_graph or compiled: no per-kernel host issue
+  bool compiled = false;    // compiled
   double host_launch_ns = 0;
+  // The gap between kernels under cuda_graph / compiled; < 0 (unset): launch_overhead_ns.
+  double graph_launch_overhead_ns = -1;
+  double kernel_gap_ns() const {
+    return cuda_graph && graph_launch_overhead_ns >= 0 ? graph_launch_overhead_ns : launch_overhead_ns;
+  }
+  std::string launch_mode_name() const { return compiled ? "compiled" : cuda_graph ? "cuda_graph" : "eager"; }
   // How the framework issues element-wise work (kernel_fusion: fused | eager; sim/eager_kernels.h): fused, one
   // kernel per norm, rotary, activation and loss pass (Megatron-LM, Transformer Engine, Apex, torch.compile);
   // eager, PyTorch eager's sequence of ATen kernels for each (plain PyTorch model code without torch.compile).
@@ -146,7 +164,7 @@ struct DeviceBounds {
   static constexpr double max_launch_ns = 1e9;                      // 1 s per kernel launch
 };
 // "" when VALUE is a valid figure for device key KEY (a peak_tflops_*, hbm_gbps, hbm_gib, launch_overhead_ns,
-// host_launch_ns or hbm_reserve_gib), else why not ("must be between 0.001 and 1e+06 TFLOP/s (got 1e-300)"); other keys: "".
+// graph_launch_overhead_ns, host_launch_ns or hbm_reserve_gib), else why not ("must be between 0.001 and 1e+06 TFLOP/s (got 1e-300)"); other keys: "".
 // The one check of load_device and of --what-if's device changes.
 std::string device_figure_obstacle(std::string_view key, double value);
 
@@ -157,12 +175,13 @@ DeviceSpec load_device(const ConfigNode& node);
 inline constexpr std::string_view kDeviceKeys[] = {
     "preset", "name", "peak_tflops_fp64", "peak_tflops_fp32", "peak_tflops_fp16", "peak_tflops_bf16",
     "peak_tflops_fp8", "peak_tflops_int8", "hbm_gbps", "hbm_gib", "hbm_reserve_gib", "launch_overhead_ns",
-    "launch_mode", "host_launch_ns", "kernel_fusion", "kernel_model",
+    "launch_mode", "host_launch_ns", "graph_launch_overhead_ns", "kernel_fusion", "kernel_model",
     "compute_units", "gemm_tile_m", "gemm_tile_n", "attention_tile_q", "gemm_efficiency",
     "attention_forward_efficiency", "attention_backward_efficiency", "hbm_efficiency", "tensor_engine",
     "gemm_tile_k", "matmul_min_columns", "scalar_engine_gelems", "vector_engine_gelems", "gemm_efficiency_fp8"};
 // One line: "NAME: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB,
-// launch 2000 ns" (", host 5000 ns per kernel (eager)" or ", CUDA graph" when a host issue time is set); the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
+// launch 2000 ns" (", host 5000 ns per kernel (eager)" when a host issue time is set; ", CUDA graph: 500 ns between
+// kernels" or ", compiled step: 2000 ns between kernels" in those modes); the parenthesis lists the other explicitly set peaks. A shaped kernel model adds
 // "; kernels shaped: gemm 80% (fp8 78.3%), attention 73%/50%, HBM 88%, 108 units, tile 128x256" (the fp8
 // parenthesis only when gemm_efficiency_fp8 is set); a systolic tensor engine
 // says "; kernels shaped (systolic 128x128 array, moving tile 512): ..."; a peak

@@ -213,7 +213,7 @@ KernelTime kernel_time(const DeviceSpec& dev, double flops, double bytes, Precis
     t.compute_ns = flops / dev.peak_flops_per_ns(p);
     t.memory_ns = bytes / dev.hbm_gbps;
   }
-  t.total_ns = dev.launch_overhead_ns + std::max({t.compute_ns, t.memory_ns, t.engine_ns});
+  t.total_ns = dev.kernel_gap_ns() + std::max({t.compute_ns, t.memory_ns, t.engine_ns});
   return t;
 }
 
@@ -250,7 +250,7 @@ KernelTime grouped_kernel_time(const DeviceSpec& dev, const std::vector<KernelWo
     t.compute_ns = flops / dev.peak_flops_per_ns(p);
     t.memory_ns = bytes / dev.hbm_gbps;
   }
-  t.total_ns = dev.launch_overhead_ns + std::max({t.compute_ns, t.memory_ns, t.engine_ns});
+  t.total_ns = dev.kernel_gap_ns() + std::max({t.compute_ns, t.memory_ns, t.engine_ns});
   return t;
 }
 

@@ -38,7 +38,8 @@ hc() {
   if [ -n "$why" ]; then
     FAILED[$KIND]=$((${FAILED[$KIND]:-0} + 1))
     echo "FAIL [kind $KIND] $why: $*"
-    sed 's/^/    | /' "$LAST_OUT" | tail -n 4
+    # a crash (a signal's exit code) shows its whole backtrace, anything else its last lines
+    sed 's/^/    | /' "$LAST_OUT" | tail -n "$([ "$rc" -gt 128 ] && echo 60 || echo 4)"
   fi
 }
 # ok COND TEXT: a check of a file after a case (counted as a case of the current kind).

@@ -18,6 +18,7 @@ SERVE=$CONFIGS/serve/llama3_8b_h100.yaml
 printf 'arrival_s,prompt_tokens,output_tokens\n0,64,4\n0.01,32,4\n0.02,48,2\n0.5,16,3\n' >small.csv
 # 8B on two replicas, replica 0 prefills and replica 1 decodes (the disaggregated form at its smallest).
 PD=(--chips 2 --requests small.csv --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1)
+PDT=("${PD[@]:0:1}" "${PD[@]:1:1}" "${PD[@]:4}")  # the same without its --requests: the cases give their own trace
 
 # ---------------------------------------------------------------------------------------------------------------
 kind 1  # outputs through links: the link stays, the bytes go where it points
@@ -53,6 +54,11 @@ kind 3  # every figure bounded
 for v in nan inf -1 2 1e300; do
   hc 2 'bias_update' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 --set model.moe.bias_update=$v
 done
+for kv in experts=0 experts=1000000000 experts=9223372036854775807 top_k=0 top_k=9 top_k=-1 expert_ffn=0 \
+          expert_ffn=99999999999 dense_layers=5 layer_step=0 capacity_factor=-1 capacity_factor=1e300; do
+  hc 2 "model\.moe\.${kv%%=*}|top_k" -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 --set model.moe.$kv
+done
+hc 2 'ep|experts' -- $S --chips 4 train "$MOE" --steps 1 --shape-only --plan ep=3
 for v in nan -1 1e300; do
   hc 2 'skew' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 --set model.moe.routing=zipf \
     --set model.moe.skew=$v
@@ -63,6 +69,27 @@ hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if host_launch_ns=1e300x
 hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if hbm_bw=1e-300x
 hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=nanx
 hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if peak=0x10x
+
+# Request traces, crafted (session 7): every field bounded, echoed as written, a byte-order mark skipped.
+H='arrival_s,prompt_tokens,output_tokens'
+printf "$H\n1e308,64,4\n" >far.csv
+hc 2 'far\.csv:2: arrival_s: 1e308 must be a time from 0 to' -- $S serve "$SERVE" "${PDT[@]}" --requests far.csv
+printf '{"arrival_s": 1e300, "prompt_tokens": 64, "output_tokens": 4}\n' >far.jsonl
+hc 2 'far\.jsonl:1: arrival_s' -- $S serve "$SERVE" "${PDT[@]}" --requests far.jsonl
+printf "$H\n0,9223372036854775807,4\n" >huge.csv
+hc 2 'prompt_tokens: 9223372036854775807 must be an integer' -- $S serve "$SERVE" "${PDT[@]}" --requests huge.csv
+for v in nan -4 0 2.5 0x10 1e400 ' '; do
+  printf "$H\n0,64,%s\n" "$v" >bad_out.csv
+  hc 2 'bad_out\.csv:2: output_tokens' -- $S serve "$SERVE" "${PDT[@]}" --requests bad_out.csv
+done
+printf '{"arrival_s": 0, "prompt_tokens": NaN, "output_tokens": 4}\n' >nan.jsonl
+hc 2 'nan\.jsonl:1' -- $S serve "$SERVE" "${PDT[@]}" --requests nan.jsonl
+printf '{"arrival_s": 0, "prompt_tokens": "64", "output_tokens": 4}\n' >str.jsonl
+hc 2 'str\.jsonl:1: prompt_tokens: not a number' -- $S serve "$SERVE" "${PDT[@]}" --requests str.jsonl
+printf '\xef\xbb\xbf%s\n0,64,4\n' "$H" >bom.csv
+hc 0 'disaggregated' -- $S serve "$SERVE" "${PDT[@]}" --requests bom.csv
+hc 2 'serve\.trace' -- $S serve "$SERVE" --set serve.trace.arrival=fixed --set serve.trace.rate=0.000001 \
+  --set serve.trace.count=3
 
 # ---------------------------------------------------------------------------------------------------------------
 kind 5  # two outputs never one file

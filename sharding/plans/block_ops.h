@@ -69,6 +69,22 @@ struct Comm {
 
 
 Tensor gemm(Chip& chip, const Tensor& a, const Tensor& b, const std::string& name);
+// The GEMMs X·W_i of the weights that read one input (q/k/v; SwiGLU's gate and up), computed one by one (values as
+// gemm's), charged to CHIP: as ONE GEMM over the concatenated columns, named FUSED_NAME, when the chip's device
+// issues fused kernels (device.kernel_fusion: fused; Megatron-LM's linear_qkv and linear_fc1 of 2 x ffn columns,
+// Transformer Engine's LayerNormLinear / LayerNormMLP, NxD's qkv_proj and gate_up_proj: one weight matrix, one
+// GEMM), else each as its own GEMM named NAMES[i] (PyTorch eager modules with separate wq/wk/wv and w1/w3, as
+// torchtitan's Llama). One weight, or no timeline: the plain GEMMs.
+std::vector<Tensor> column_gemms(Chip& chip, const Tensor& x, const std::vector<const Tensor*>& weights,
+                                 const std::vector<std::string>& names, const std::string& fused_name);
+// The backward of column_gemms: DX = sum_i dY_i·W_i^T (X's shape, X's dtype) and, for each non-null DWS[i],
+// DWS[i] = X^T·dY_i. Charged as column_gemms decides: one gemm_backward over the concatenated columns (the sum is
+// the fused GEMM's contraction), or one per weight plus the adds of the partial dX.
+Tensor column_gemms_backward(Chip& chip, const Tensor& x, const std::vector<const Tensor*>& weights,
+                             const std::vector<const Tensor*>& dys, const std::vector<Tensor*>& dws,
+                             const std::string& fused_name);
+// Whether CHIP charges several column GEMMs as one (column_gemms): a timeline whose device issues fused kernels.
+bool fuses_column_gemms(const Chip& chip);
 Tensor rmsnorm(Chip& chip, const Tensor& x, const Tensor& w, const std::string& name, double eps = 1e-5);
 std::vector<int64_t> positions_of(const std::vector<Chunk>& chunks);
 collectives::CollectiveOptions ring_opts(const std::string& name, const std::string& algorithm = "ring");

@@ -77,7 +77,7 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
       }
       Bucket& b = buckets_.back();
       b.count = pad_to(b.count, param_align);
-      b.slots.push_back({i, u, b.count, params[i].numel, params[i].counted});
+      b.slots.push_back({i, u, b.count, params[i].numel, params[i].counted, params[i].no_decay});
       b.count += params[i].numel;
       b.real += params[i].numel;
       b.last_unit = u;  // flat order visits units downwards: the last one is the latest completed
@@ -310,13 +310,14 @@ sim::TimeNs DataParallel::reduce_gradients(const TensorRefs& grads, double& sq, 
   return reduced;
 }
 
-std::vector<int64_t> DataParallel::pieces_of(int r) const {
+std::vector<int64_t> DataParallel::pieces_of(int r, int group) const {
   std::vector<int64_t> pieces;
   for (const Bucket& b : buckets_) {
     const collectives::Partition p{b.count, size_t(group_size(b))};
     const size_t own_off = config_.zero == 0 ? 0 : p.offset(size_t(r % group_size(b)));
     const size_t own_n = config_.zero == 0 ? b.count : p.size(size_t(r % group_size(b)));
     for (const Slot& s : b.slots) {
+      if (group >= 0 && s.no_decay != (group == 1)) continue;
       const size_t lo = std::max(s.offset, own_off), hi = std::min(s.offset + s.numel, own_off + own_n);
       if (hi > lo) pieces.push_back(int64_t(hi - lo));
     }

@@ -109,6 +109,10 @@ struct DpParam {
   size_t numel = 0;     // elements of this rank's tensor
   bool counted = true;  // its reduced gradient counts in this rank's norm piece
   bool expert = false;  // reduced and partitioned over the expert replicas (DataParallel's EXPERTS), not REPLICAS
+  // A 1-D parameter (a norm weight or a bias): Megatron-LM's no-weight-decay parameter group
+  // (megatron/core/optimizer: no_weight_decay_cond, biases and 1-D tensors), which FusedAdam steps with launches of
+  // its own (one multi_tensor_apply per group). Decides the optimizer's launches only.
+  bool no_decay = false;
 };
 
 // The second group of a data-parallel unit: the expert-data-parallel replicas of a mixture-of-experts model's
@@ -198,6 +202,7 @@ class DataParallel {
     size_t offset;  // in its bucket, elements
     size_t numel;
     bool counted;
+    bool no_decay = false;  // DpParam::no_decay
   };
   struct Bucket {
     std::vector<Slot> slots;
@@ -217,8 +222,9 @@ class DataParallel {
   void unpack(const Bucket& b, const runtime::Tensor& flat, const TensorRefs& w) const;
   // The element counts of replica R's pieces of the parameters, bucket by bucket in slot order: whole slots
   // (stage 0) or their overlaps with the chunk group rank R mod the bucket's group size owns; what a multi-tensor
-  // kernel over the state iterates.
-  std::vector<int64_t> pieces_of(int r) const;
+  // kernel over the state iterates. GROUP: -1 every parameter; 0 the weight-decay group only; 1 the no-decay group
+  // only (DpParam::no_decay).
+  std::vector<int64_t> pieces_of(int r, int group = -1) const;
   // The multi-tensor launches (elements each) of the optimizer (depth 4 or 5) and of the gradient norm (depth 1)
   // every replica charges: those of the replica with the most launches (its pieces are cut the most), so the
   // replicas run alike (they meet at the next gather anyway) and a folded run stays exact. Set at construction.

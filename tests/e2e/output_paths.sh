@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e: what an output path points at is never replaced (docs/RELIABILITY.md section 4, issue 46 kinds 1, 5, 7).
-# Every output flag (run, profile, train, bench, topo describe, validate, ckpt, calibrate, import, export) is
+# Every output flag (run, profile, train, serve, bench, topo describe, validate, ckpt, calibrate, import, export) is
 # given, in turn:
 #  - /dev/stdout (the shell redirects it to a file): the content is appended to standard output, /dev/stdout
 #    stays the system's symlink;
@@ -8,7 +8,9 @@
 #  - a symlink to /dev/null: exit 0, the link stays;
 #  - a symlink to a regular file: the file gets the content, the link stays a link;
 # checkpoints (HDF5 seeks) refuse the three streams with exit 2 before any work. Also: an output under a regular
-# file is exit 2 before the run; `--plots DIR --json DIR/roofline.dat` is exit 2 (two outputs, one file).
+# file is exit 2 before the run; `--plots DIR --json DIR/roofline.dat` is exit 2 (two outputs, one file). Folder
+# outputs (--plots, a sweep's --output / output:) at /dev/stdout or a link to a FIFO, /dev/null or a file: exit 2,
+# links intact; a link to a folder fills the folder; a sweep's results files through links.
 # Usage: output_paths.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -95,6 +97,12 @@ path_cases "run --checkpoint" no 1 run c1.yaml --checkpoint OUT
 path_cases "profile --json" yes 1 --chips 4 profile "$SMALL" --json OUT
 path_cases "train --json" yes 1 train t.yaml --json OUT
 path_cases "train --checkpoint" no 1 train t.yaml --checkpoint OUT
+path_cases "profile --trace" yes 1 --chips 4 profile "$SMALL" --trace OUT
+path_cases "train --trace" yes 1 train t.yaml --trace OUT
+e2e_case "serve"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,64,4\n0.01,32,4\n' >req.csv
+path_cases "serve --json" yes 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --requests req.csv --json OUT
+path_cases "serve --trace" yes 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --requests req.csv --trace OUT
 e2e_case "bench, topo, validate"
 path_cases "bench --csv" yes 1 --chips 2 bench all_reduce -b 1K -e 4K -n 1 -w 0 --csv OUT
 path_cases "bench --json" yes 1 --chips 2 bench all_reduce -b 1K -e 4K -n 1 -w 0 --json OUT
@@ -111,6 +119,48 @@ path_cases "calibrate --kernels --json" yes 1 calibrate --kernels k.csv --device
 e2e_case "import, export"
 path_cases "import hf --output" yes 1 import hf "$CONFIGS/../tests/data/hf/llama3_8b.json" --output OUT
 path_cases "export megatron --output" yes 1 export megatron "$CONFIGS/lm_train.yaml" --output OUT
+
+# dir_cases WHAT CMD...: CMD has the word OUT where an output folder goes (--plots, a sweep's --output / output:).
+# /dev/stdout and links to a FIFO, /dev/null and a regular file are not folders: exit 2, each link intact; a link
+# to a folder gets the files in that folder and stays a link.
+dir_cases() {
+  local what=$1
+  shift
+  local a args
+  rm -rf fifo fifo.lnk null.lnk file.lnk target.out tdir dir.lnk
+  mkfifo fifo && ln -s fifo fifo.lnk && ln -s /dev/null null.lnk && echo old >target.out && ln -s target.out file.lnk
+  mkdir tdir && ln -s tdir dir.lnk
+  for P in /dev/stdout fifo.lnk null.lnk file.lnk dir.lnk; do
+    args=()
+    for a in "$@"; do [ "$a" = OUT ] && args+=("$P") || args+=("$a"); done
+    if [ "$P" = dir.lnk ]; then
+      expect_exit 0 '.' -- shardsim_mpi 1 "${args[@]}"
+    else
+      expect_exit 2 "$P.*(not a directory|Not a directory)" -- shardsim_mpi 1 "${args[@]}"
+    fi
+  done
+  [ -L /dev/stdout ] && [ -L fifo.lnk ] && [ -p fifo ] && [ -L null.lnk ] && [ -c /dev/null ] && [ -L file.lnk ] &&
+    [ "$(cat target.out)" = old ] && [ -L dir.lnk ] && pass "$what: every link intact, the file behind file.lnk untouched" ||
+    fail "$what: a link or its target was replaced"
+  [ -n "$(ls tdir)" ] && pass "$what: the files went into the folder dir.lnk points at ($(ls tdir | head -3 | tr '\n' ' '))" ||
+    fail "$what: nothing in the folder behind dir.lnk"
+}
+e2e_case "folders: --plots, sweep --output and output:"
+dir_cases "profile --plots" --chips 4 profile "$SMALL" --plots OUT
+dir_cases "train --plots" train t.yaml --plots OUT
+printf 'name: g\noutput: OUTDIR\naxes:\n  topology:\n    - {kind: ring, chips: 2, bandwidth_gbps: 100, latency_ns: 1000, label: ring2}\n  collective: [all_reduce]\n  algorithm: [ring]\n  size: [4K]\n' >g.yaml
+dir_cases "sweep --output" --chips 2 sweep g.yaml --no-plots --force --output OUT
+sed 's/^output: OUTDIR/output: dir.lnk/' g.yaml >g_dir.yaml
+expect_exit 0 'results' -- shardsim_mpi 1 --chips 2 sweep g_dir.yaml --no-plots --force
+[ -L dir.lnk ] && [ -f tdir/results.csv ] && pass "sweep output: a link to a folder: results in the folder, the link stays" ||
+  fail "sweep output: dir.lnk"
+# A sweep's results files through links: a link to a regular file is written at its target; streams refused.
+rm -rf so && mkdir so && echo '{}' >so_target.json && ln -s ../so_target.json so/results.json && ln -s /dev/null so/results.csv
+expect_exit 2 'results\.csv: is not a regular file' -- shardsim_mpi 1 --chips 2 sweep g.yaml --no-plots --output so
+rm so/results.csv
+expect_exit 0 'results' -- shardsim_mpi 1 --chips 2 sweep g.yaml --no-plots --output so
+[ -L so/results.json ] && grep -q all_reduce so_target.json && pass "sweep results.json through a link: the target holds the rows" ||
+  fail "sweep results.json link: $(ls -l so | tr '\n' ' ')"
 
 e2e_case "an output under a regular file: exit 2 before the run (not exit 3 after it)"
 echo x >afile

@@ -1,8 +1,10 @@
 // The host issue model (sim/timeline.h, "Host issue"): kernels start no earlier than the host has issued them in
 // eager mode; long kernels hide the host; a host_sync makes the host wait; cuda_graph and host_launch_ns 0 change
-// nothing.
+// nothing; the graph modes (cuda_graph, compiled) pay graph_launch_overhead_ns between kernels.
 #include <gtest/gtest.h>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "sim/device_spec.h"
 #include "sim/timeline.h"
 #include "topology/topology.h"
@@ -47,6 +49,42 @@ TEST(HostIssue, LongKernelsHideTheHost) {
 
 TEST(HostIssue, CudaGraphRemovesTheHostCost) {
   EXPECT_DOUBLE_EQ(run(dev(5000, true), 100, 1000), run(dev(0, false), 100, 1000));
+}
+
+// device.graph_launch_overhead_ns: the gap between kernels replayed from a CUDA graph or run inside a compiled
+// step; unset (< 0), the eager gap; eager mode never uses it.
+TEST(HostIssue, GraphModesUseTheirOwnGap) {
+  sim::DeviceSpec eager = dev(5000, false), graph = dev(5000, true);
+  eager.graph_launch_overhead_ns = graph.graph_launch_overhead_ns = 4;
+  EXPECT_DOUBLE_EQ(eager.kernel_gap_ns(), 10.0);
+  EXPECT_DOUBLE_EQ(graph.kernel_gap_ns(), 4.0);
+  EXPECT_DOUBLE_EQ(run(graph, 100, 1000), 100 * 5.0);  // 1 ns of work + 4 ns between kernels, no host time
+  EXPECT_DOUBLE_EQ(run(eager, 100, 1000), 100 * 5000.0 + 11.0);
+  graph.graph_launch_overhead_ns = -1;  // unset: the eager gap
+  EXPECT_DOUBLE_EQ(run(graph, 100, 1000), 100 * 11.0);
+}
+
+TEST(HostIssue, LaunchModeKeys) {
+  const auto load = [](const std::string& extra) {
+    return sim::load_device(ConfigNode::load_string("preset: h100\n" + extra, "dev.yaml"));
+  };
+  const auto h100 = load("");
+  EXPECT_FALSE(h100.cuda_graph);
+  EXPECT_EQ(h100.launch_mode_name(), "eager");
+  EXPECT_DOUBLE_EQ(h100.kernel_gap_ns(), h100.launch_overhead_ns);
+  const auto graph = load("launch_mode: cuda_graph\n");
+  EXPECT_TRUE(graph.cuda_graph);
+  EXPECT_FALSE(graph.compiled);
+  EXPECT_DOUBLE_EQ(graph.kernel_gap_ns(), 500.0);  // the preset's measured graph gap
+  EXPECT_NE(sim::describe(graph).find("CUDA graph: 500 ns between kernels"), std::string::npos) << sim::describe(graph);
+  const auto mine = load("launch_mode: cuda_graph\ngraph_launch_overhead_ns: 0\n");
+  EXPECT_DOUBLE_EQ(mine.kernel_gap_ns(), 0.0);
+  const auto trn = sim::device_preset("trainium1");  // Neuron: the compiled step
+  EXPECT_TRUE(trn.compiled && trn.cuda_graph);
+  EXPECT_EQ(trn.launch_mode_name(), "compiled");
+  EXPECT_DOUBLE_EQ(trn.kernel_gap_ns(), trn.launch_overhead_ns);  // no graph gap set: the assumed gap
+  EXPECT_THROW(load("launch_mode: lazy\n"), ConfigError);
+  EXPECT_THROW(load("graph_launch_overhead_ns: -1\n"), ConfigError);
 }
 
 TEST(HostIssue, SyncMakesTheHostWait) {

@@ -134,6 +134,41 @@ TEST(ServingTrace, FilesAndTheirErrors) {
   EXPECT_THROW(check_trace(r, 20, "t"), ConfigError);  // 20 + 3 > a context of 20
 }
 
+// Issue 46 (kinds 3 and 9): an arrival past kMaxArrivalS printed inf and NaN latencies with exit 0; messages echo
+// a field as written (9223372036854775807 was shown as 9223372036854775808.000000); a CSV's byte-order mark is
+// skipped (it read as "the header has no column arrival_s").
+TEST(ServingTrace, ArrivalsBoundedFieldsEchoedAsWrittenAndABomSkipped) {
+  auto message = [](const std::string& path) {
+    try {
+      (void)load_trace(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = "arrival_s,prompt_tokens,output_tokens\n";
+  EXPECT_NE(message(write_temp("far.csv", head + "1e308,64,4\n")).find(":2: arrival_s: 1e308 must be a time from 0 to 1e+06"),
+            std::string::npos);
+  EXPECT_NE(message(write_temp("far.jsonl", "{\"arrival_s\": 2e6, \"prompt_tokens\": 1, \"output_tokens\": 2}\n"))
+                .find(":1: arrival_s: 2000000.0 must be a time"),
+            std::string::npos);
+  EXPECT_EQ(message(write_temp("edge.csv", head + "1000000,64,4\n")), "no error");
+  EXPECT_NE(message(write_temp("huge.csv", head + "0,9223372036854775807,4\n"))
+                .find(":2: prompt_tokens: 9223372036854775807 must be an integer in 1.."),
+            std::string::npos);
+  EXPECT_NE(message(write_temp("neg.csv", head + "0,64,-4\n")).find("output_tokens: -4 must be"), std::string::npos);
+  const auto bom = write_temp("bom.csv", "\xef\xbb\xbf" + head + "0,64,4\n");
+  ASSERT_EQ(load_trace(bom).size(), 1u);
+  // A generated trace whose count / rate passes the bound is refused by check_trace.
+  TraceSpec s;
+  s.arrival = "fixed";
+  s.rate = 1e-6;
+  s.count = 3;
+  EXPECT_THROW(check_trace(generate_trace(s), 1 << 20, "t"), ConfigError);
+  s.rate = 1;
+  EXPECT_NO_THROW(check_trace(generate_trace(s), 1 << 20, "t"));
+}
+
 TEST(ServingScheduler, ContinuousFirstTokenAfterItsPrefillAndOneTokenPerDecode) {
   std::vector<Request> reqs{{0, 0.0, 100, 5}};
   PagedKvCache kv(blocks(100));

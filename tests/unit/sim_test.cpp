@@ -164,7 +164,7 @@ TEST(Presets, RooflinePerPrecision) {
 TEST(Presets, DescribeListsTheExplicitPeaks) {
   EXPECT_EQ(sim::describe(sim::device_preset("trainium1")),
             "trainium1: 47.5 TFLOP/s fp32, 190 TFLOP/s bf16 (fp16 190, fp8 190, int8 380), HBM 820 GB/s 32 GiB, "
-            "launch 2000 ns; kernels shaped (systolic 128x128 array, moving tile 512): gemm 96.6%, attention "
+            "launch 2000 ns, compiled step: 2000 ns between kernels; kernels shaped (systolic 128x128 array, moving tile 512): gemm 96.6%, attention "
             "96.6%/96.6%, HBM 100%, 2 units");
   EXPECT_EQ(sim::describe(sim::device_preset("generic")),
             "generic: 100 TFLOP/s fp32, 400 TFLOP/s bf16, HBM 1000 GB/s 16 GiB, launch 1000 ns; kernels at peak (no "
