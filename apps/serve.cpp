@@ -193,7 +193,7 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
 // One layer's forward working set at the largest iteration (N tokens) and the fp32 logits of SEQS rows, per chip:
 // the activation peak vLLM profiles before sizing its cache (an estimate: the residual stream twice, q/k/v, the
 // MLP's gate and up of this chip's heads and columns).
-double activation_bytes(const models::LmConfig& local, int64_t N, int64_t seqs) {
+double activation_bytes(const sharding::ModelSpec& local, int64_t N, int64_t seqs) {
   const double e = double(runtime::dtype_size(local.dtype));
   const double per_token = 2.0 * double(local.hidden) +
                            double((local.heads + 2 * local.kv_heads) * local.head_dim) + 2.0 * double(local.ffn);
@@ -638,7 +638,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::optional<models::LmTpTrainer> exec;
   std::optional<sharding::plans::KvCache> kv;
   serving::KvCapacity cap;
-  models::LmConfig model = s.model;
+  sharding::ModelSpec model = s.model;
   model.batch = s.plan.dp * s.plan.ep;  // the trainer's training layout (one sequence per replica and ep chip) is
                                         // unused in serving
   world.agree([&] {
@@ -651,7 +651,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE
       train_config(f).fail_at(e.key(), e.what());
     }
-    const models::LmConfig& l = exec->local_config();
+    const sharding::ModelSpec& l = exec->local_config();
     const double e = double(runtime::dtype_size(l.dtype));
     const double weights = exec->local_param_count() * e;
     const double acts = activation_bytes(l, sv.sched.max_num_batched_tokens, sv.sched.max_num_seqs);

@@ -451,7 +451,7 @@ reporting::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup
 // the micro-batches it holds at once (models/lm_tp.h, LmStageSummary).
 // A MoE model's section (reporting/report.h, TrainMoe): every MoE layer of the last step (collective: gathered
 // from the stages that hold them) and chip 0's expert state.
-void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const models::LmConfig& c,
+void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const sharding::ModelSpec& c,
                 reporting::RunReport& rep) {
   reporting::TrainMoe m;
   const kernels::MoeSpec& spec = c.moe->spec;
@@ -480,7 +480,7 @@ void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const models:
                   s.plan.dp * s.plan.ep * s.cp);
     rep.train.memory.basis += b;
   }
-  const models::LmConfig& local = trainer.local_config();
+  const sharding::ModelSpec& local = trainer.local_config();
   const double T = double(local.batch * local.seq), ep = s.plan.ep;
   for (const auto& st : trainer.moe_layer_table()) {
     reporting::TrainMoeLayer l;

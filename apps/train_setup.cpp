@@ -91,7 +91,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.spec = spec;
   s.plan = plan;
   auto& c = s.model;
-  c = models::lm_config_of(spec);  // the one mapping (models/lm_model.h)
+  c = spec;
   // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss); with a
   // sequence split over chips (sp, cp, Ulysses) each chip drops over its own rows: the group's capacity pieces.
   try {

@@ -55,7 +55,8 @@ struct TrainFlags {
 };
 
 struct TrainSetup {
-  models::LmConfig model;
+  // The executor's model: SPEC (below) with, for a MoE model, the reference's token groups in moe->spec.capacity.
+  sharding::ModelSpec model;
   models::LmTrainConfig train;
   sim::DeviceSpec device;
   models::LmDpConfig dp;

@@ -50,7 +50,7 @@ PlanSource check_loads(const std::string& yaml, const std::string& where, int64_
   return parse(root, chips > 0 ? chips : axes_product(root));
 }
 
-int64_t param_count(const sharding::ModelSpec& model) { return models::lm_param_count(models::lm_config_of(model)); }
+int64_t param_count(const sharding::ModelSpec& model) { return models::lm_param_count(model); }
 
 std::string first_difference(const PlanSource& a, const PlanSource& b) {
   std::ostringstream os;

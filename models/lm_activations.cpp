@@ -13,7 +13,7 @@ const char* recompute_name(Recompute r) {
   return "?";
 }
 
-std::vector<ActivationTerm> lm_layer_activation_terms(const LmConfig& c, int64_t micro_batch,
+std::vector<ActivationTerm> lm_layer_activation_terms(const ModelSpec& c, int64_t micro_batch,
                                                       const ActivationScheme& s) {
   if (s.tp < 1 || micro_batch < 1 || s.element_bytes <= 0)
     throw std::invalid_argument("lm_layer_activation_terms: tp, micro_batch and element_bytes must be positive");
@@ -53,7 +53,7 @@ std::vector<ActivationTerm> lm_layer_activation_terms(const LmConfig& c, int64_t
   return out;
 }
 
-double lm_layer_activation_bytes(const LmConfig& c, int64_t micro_batch, const ActivationScheme& s) {
+double lm_layer_activation_bytes(const ModelSpec& c, int64_t micro_batch, const ActivationScheme& s) {
   double b = 0;
   for (const auto& term : lm_layer_activation_terms(c, micro_batch, s)) b += term.bytes;
   return b;

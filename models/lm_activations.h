@@ -54,7 +54,7 @@ struct ActivationTerm {
 };
 
 // The tensors one layer of C keeps per micro-batch of MICRO_BATCH sequences of c.seq tokens, on one chip.
-std::vector<ActivationTerm> lm_layer_activation_terms(const LmConfig& c, int64_t micro_batch, const ActivationScheme& s);
-double lm_layer_activation_bytes(const LmConfig& c, int64_t micro_batch, const ActivationScheme& s);
+std::vector<ActivationTerm> lm_layer_activation_terms(const ModelSpec& c, int64_t micro_batch, const ActivationScheme& s);
+double lm_layer_activation_bytes(const ModelSpec& c, int64_t micro_batch, const ActivationScheme& s);
 
 }  // namespace shardsim::models

@@ -24,12 +24,12 @@ std::string adamw_text(const LmTrainConfig& t) {
 }
 
 // Layer L's selection bias is saved when it is state (model.moe.bias_update > 0 updates it every step).
-bool saves_moe_bias(const LmConfig& c, int64_t l) { return c.moe && c.moe->bias_update > 0 && c.moe_layer(l); }
+bool saves_moe_bias(const ModelSpec& c, int64_t l) { return c.moe && c.moe->bias_update > 0 && c.moe_layer(l); }
 std::string moe_bias_name(int64_t l) { return "moe_bias/layers." + std::to_string(l); }
 
 }  // namespace
 
-std::string lm_model_text(const LmConfig& c) {
+std::string lm_model_text(const ModelSpec& c) {
   std::ostringstream os;
   os << "vocab " << c.vocab << " hidden " << c.hidden << " layers " << c.layers << " heads " << c.heads
      << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " ffn " << c.ffn << " seq " << c.seq;
@@ -41,7 +41,7 @@ std::string lm_model_text(const LmConfig& c) {
   return os.str();
 }
 
-void save_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c,
+void save_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c,
                          const LmTrainConfig& t, const LmTrainSnapshot& s, const std::string& mesh,
                          const std::string& config_text) {
   const bool writer = world.rank() == 0;
@@ -102,7 +102,7 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
   checkpoint::save_checkpoint(world, path, entries, attrs, so);
 }
 
-LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c,
+LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c,
                                     const LmTrainConfig& t) {
   const int rank = world.rank();
   const std::string where = "checkpoint " + path + ": ";
@@ -170,17 +170,17 @@ LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::stri
   return s;
 }
 
-void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
+void save_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
                          const LmTrainSnapshot& s, const std::string& mesh, const std::string& config_text) {
   save_lm_train_state(runtime::World(comm), path, c, t, s, mesh, config_text);
 }
 
-LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c,
+LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c,
                                     const LmTrainConfig& t) {
   return load_lm_train_state(runtime::World(comm), path, c, t);
 }
 
-LmTrainState lm_train_state_from(const LmConfig& c, LmTrainSnapshot s) {
+LmTrainState lm_train_state_from(const ModelSpec& c, LmTrainSnapshot s) {
   LmTrainState st;
   st.weights = std::move(s.master);
   st.m = std::move(s.m);

@@ -55,25 +55,25 @@ struct LmTrainSnapshot {
 };
 
 // "vocab V hidden H layers L heads Hq kv_heads Hkv head_dim d ffn F seq S": what must match to resume.
-std::string lm_model_text(const LmConfig& c);
+std::string lm_model_text(const ModelSpec& c);
 
 // Collective over the chips of WORLD (any number of chips per rank); chip 0 writes (every chip passes the same
 // arguments; SNAPSHOT only matters on chip 0).
 // MESH describes the layout at save (e.g. "dp=2, ZeRO stage 1"); CONFIG_TEXT is stored as the `config` attribute.
-void save_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
+void save_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
                          const LmTrainSnapshot& snapshot, const std::string& mesh, const std::string& config_text);
 
 // The same over the ranks of COMM (one chip per rank).
-void save_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t,
+void save_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
                          const LmTrainSnapshot& snapshot, const std::string& mesh, const std::string& config_text);
 
 // Collective over the chips of WORLD: every chip reads the whole state (checksums verified once). Checks the file against C
 // and T as described above. The returned snapshot's weights are fp32 with C's shapes.
-LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const LmConfig& c, const LmTrainConfig& t);
+LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t);
 
-LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const LmConfig& c, const LmTrainConfig& t);
+LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c, const LmTrainConfig& t);
 
 // The single-device state from a snapshot (the bf16 compute copy rebuilt from the master when C is bf16).
-LmTrainState lm_train_state_from(const LmConfig& c, LmTrainSnapshot snapshot);
+LmTrainState lm_train_state_from(const ModelSpec& c, LmTrainSnapshot snapshot);
 
 }  // namespace shardsim::models

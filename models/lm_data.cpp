@@ -10,7 +10,7 @@ namespace shardsim::models {
 
 int64_t lm_pattern_next(int64_t token, int64_t vocab) { return (5 * token + 3) % vocab; }
 
-void lm_synthetic_activations(const LmConfig& c, uint64_t data_seed, int64_t step, int64_t row0,
+void lm_synthetic_activations(const ModelSpec& c, uint64_t data_seed, int64_t step, int64_t row0,
                               runtime::Tensor& input, runtime::Tensor& target) {
   if (step < 0 || row0 < 0 || input.rank() != 2 || input.dim(1) != c.hidden || input.shape() != target.shape() ||
       row0 + input.dim(0) > c.batch * c.seq || input.dtype() != runtime::DType::fp32 ||
@@ -22,7 +22,7 @@ void lm_synthetic_activations(const LmConfig& c, uint64_t data_seed, int64_t ste
   models::fill_uniform_block(target, {data_seed, kLmTargetTensorId, -1.0f, 1.0f}, c.hidden, first, 0);
 }
 
-LmBatch lm_synthetic_batch(const LmConfig& c, uint64_t data_seed, int64_t step) {
+LmBatch lm_synthetic_batch(const ModelSpec& c, uint64_t data_seed, int64_t step) {
   check_lm_config(c);
   if (step < 0) throw std::invalid_argument("lm data: step must be >= 0, got " + std::to_string(step));
   if (c.vocab == 0) {  // a block stack: activations in, a regression target out

@@ -20,13 +20,13 @@ constexpr uint32_t kLmInputTensorId = 0x10da7b, kLmTargetTensorId = 0x10da7c;
 
 // The batch of training step STEP (0-based) of the config's shape. Without a vocabulary (vocab 0, a block stack):
 // the input and target activations instead, see lm_synthetic_activations.
-LmBatch lm_synthetic_batch(const LmConfig& c, uint64_t data_seed, int64_t step);
+LmBatch lm_synthetic_batch(const ModelSpec& c, uint64_t data_seed, int64_t step);
 
 // Vocab 0: rows [ROW0, ROW0 + rows) of step STEP's input and target activations (fp32 [rows, hidden], filled):
 // uniform in [-1, 1), Philox elements (data position, column) of tensor ids kLmInputTensorId / kLmTargetTensorId
 // under the data seed, where the data position of row r is step · batch · seq + r; so a chip makes only its rows
 // and every plan sees the same data. std::invalid_argument for rows outside the step's batch or a wrong shape.
-void lm_synthetic_activations(const LmConfig& c, uint64_t data_seed, int64_t step, int64_t row0,
+void lm_synthetic_activations(const ModelSpec& c, uint64_t data_seed, int64_t step, int64_t row0,
                               runtime::Tensor& input, runtime::Tensor& target);
 
 // The pattern's next token (exposed for the test that checks the generator).

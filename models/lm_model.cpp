@@ -31,19 +31,19 @@ void log_cost(std::vector<kernels::KernelCost>* costs, const kernels::KernelCost
   if (costs) costs->push_back(c);
 }
 
-std::vector<int64_t> positions(const LmConfig& c) {
+std::vector<int64_t> positions(const ModelSpec& c) {
   std::vector<int64_t> p(static_cast<size_t>(c.batch * c.seq));
   for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int64_t>(i) % c.seq;
   return p;
 }
 
-kernels::AttentionOptions causal(const LmConfig& c) {
+kernels::AttentionOptions causal(const ModelSpec& c) {
   kernels::AttentionOptions o;
   o.causal = c.causal;
   return o;
 }
 
-void check_batch(const LmConfig& c, const LmBatch& b) {
+void check_batch(const ModelSpec& c, const LmBatch& b) {
   const auto n = static_cast<size_t>(c.batch * c.seq);
   if (c.vocab == 0) {
     const runtime::Shape want{c.batch * c.seq, c.hidden};
@@ -66,7 +66,7 @@ Tensor matmul(const Tensor& x, const Tensor& w, std::vector<kernels::KernelCost>
   return y;
 }
 
-void check_weights(const LmConfig& c, const LmWeights& w) {
+void check_weights(const ModelSpec& c, const LmWeights& w) {
   const LmWeights want = lm_zeros(c, c.dtype);
   const auto a = w.named_weights(), b = want.named_weights();
   if (a.size() != b.size())
@@ -80,23 +80,23 @@ void check_weights(const LmConfig& c, const LmWeights& w) {
 }
 
 // The block's norm (rmsnorm, or layernorm with its bias B) of X into a fresh tensor.
-Tensor norm(const LmConfig& c, const Tensor& x, const Tensor& w, const Tensor& b, std::vector<kernels::KernelCost>* costs) {
+Tensor norm(const ModelSpec& c, const Tensor& x, const Tensor& w, const Tensor& b, std::vector<kernels::KernelCost>* costs) {
   Tensor y(c.dtype, x.shape());
   log_cost(costs, c.layernorm() ? kernels::layernorm(x, w, b, y, c.norm_eps) : kernels::rmsnorm(x, w, y, c.norm_eps));
   return y;
 }
 
 // Its backward: DX (overwritten) and the weights' gradients DW (and DB with layernorm).
-void norm_backward(const LmConfig& c, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw,
+void norm_backward(const ModelSpec& c, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw,
                    Tensor* db, std::vector<kernels::KernelCost>* costs) {
   log_cost(costs, c.layernorm() ? kernels::layernorm_backward(x, w, dy, dx, dw, db, c.norm_eps)
                                 : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps));
 }
 
 // The block's charged bias and dropout work (kernels/bias_dropout.h) on one device (a MoE layer: no dense MLP bias).
-kernels::BlockExtras block_extras(const LmConfig& c, bool moe) {
+kernels::BlockExtras block_extras(const ModelSpec& c, bool moe) {
   const int64_t N = c.batch * c.seq;
-  return sharding::plans::block_extras(lm_model_spec(c), N, N, (c.heads + 2 * c.kv_heads) * c.head_dim,
+  return sharding::plans::block_extras(c, N, N, (c.heads + 2 * c.kv_heads) * c.head_dim,
                                        moe ? 0 : c.ffn);
 }
 
@@ -117,7 +117,7 @@ void zero_moe(kernels::MoeWeights& g) {
 }
 
 // One block's forward: X (the block's input, updated in place to its output), its saved tensors into S.
-void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
+void forward_block(const ModelSpec& c, const LmLayer& L, LmCache::Layer& S, Tensor& x, const std::vector<int64_t>& pos,
                    std::vector<kernels::KernelCost>* costs) {
   const kernels::Fp8Scope fp8(kernels::Fp8Recipe{c.fp8});  // the block's linear layers in FP8 (model.fp8)
   const int64_t N = c.batch * c.seq, T = c.seq;
@@ -185,7 +185,7 @@ void forward_block(const LmConfig& c, const LmLayer& L, LmCache::Layer& S, Tenso
 
 }  // namespace
 
-LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
+LmWeights lm_compute_copy(const ModelSpec& c, const LmWeights& master) {
   LmWeights out = lm_zeros(c, c.dtype);
   auto dst = out.named_weights();
   const auto src = master.named_weights();
@@ -198,65 +198,7 @@ LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master) {
   return out;
 }
 
-LmConfig lm_config_of(const sharding::ModelSpec& spec) {
-  LmConfig c;
-  c.vocab = spec.vocab;
-  c.hidden = spec.hidden;
-  c.layers = spec.layers;
-  c.causal = spec.causal;
-  c.attention = spec.attention;
-  c.heads = spec.heads;
-  c.kv_heads = spec.kv_heads;
-  c.head_dim = spec.head_dim;
-  c.ffn = spec.ffn;
-  c.seq = spec.seq;
-  c.batch = spec.batch;
-  c.rope_theta = static_cast<float>(spec.rope_theta);
-  c.norm_eps = static_cast<float>(spec.norm_eps);
-  c.seed = spec.seed;
-  c.dtype = spec.dtype;
-  c.norm = spec.norm;
-  c.mlp = spec.mlp;
-  c.position = spec.position;
-  c.tied_embeddings = spec.tied_embeddings;
-  c.attention_impl = spec.attention_impl;
-  c.dropout = spec.dropout;
-  c.linear_bias = spec.linear_bias;
-  c.fp8 = spec.fp8;
-  c.moe = spec.moe;
-  return c;
-}
-
-sharding::ModelSpec lm_model_spec(const LmConfig& c) {
-  sharding::ModelSpec s;
-  s.vocab = c.vocab;
-  s.hidden = c.hidden;
-  s.layers = c.layers;
-  s.causal = c.causal;
-  s.attention = c.attention;
-  s.heads = c.heads;
-  s.kv_heads = c.kv_heads;
-  s.head_dim = c.head_dim;
-  s.ffn = c.ffn;
-  s.seq = c.seq;
-  s.batch = c.batch;
-  s.rope_theta = c.rope_theta;
-  s.norm_eps = c.norm_eps;
-  s.seed = c.seed;
-  s.dtype = c.dtype;
-  s.norm = c.norm;
-  s.mlp = c.mlp;
-  s.position = c.position;
-  s.tied_embeddings = c.tied_embeddings;
-  s.attention_impl = c.attention_impl;
-  s.dropout = c.dropout;
-  s.linear_bias = c.linear_bias;
-  s.fp8 = c.fp8;
-  s.moe = c.moe;
-  return s;
-}
-
-void check_lm_config(const LmConfig& c) {
+void check_lm_config(const ModelSpec& c) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("lm config: " + what);
   };
@@ -280,17 +222,17 @@ int64_t lm_moe_groups(int64_t batch, int64_t micro_batch, int64_t replicas) {
 
 namespace {
 // Weights of layer L's projections (GEMM operands): a MoE layer's MLP all of them (TOTAL) or its active ones.
-int64_t block_matmul_params(const LmConfig& c, int64_t l, bool total) {
+int64_t block_matmul_params(const ModelSpec& c, int64_t l, bool total) {
   const int64_t qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
   const int64_t attn = c.attention ? c.hidden * qd + 2 * c.hidden * kvd + qd * c.hidden : 0;
   if (!c.moe_layer(l)) return attn + (c.gated() ? 3 : 2) * c.hidden * c.ffn;
   const kernels::MoeParams m = kernels::moe_params(c.moe->spec);
   return attn + static_cast<int64_t>(total ? m.total : m.active);
 }
-int64_t norm_params(const LmConfig& c) { return (c.layernorm() ? 2 : 1) * c.hidden; }
+int64_t norm_params(const ModelSpec& c) { return (c.layernorm() ? 2 : 1) * c.hidden; }
 }  // namespace
 
-int64_t lm_param_count(const LmConfig& c) {
+int64_t lm_param_count(const ModelSpec& c) {
   const int64_t tables = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden +
                          (c.position == sharding::PositionKind::learned ? c.position_rows() * c.hidden : 0);
   int64_t blocks = 0;
@@ -299,13 +241,13 @@ int64_t lm_param_count(const LmConfig& c) {
   return tables + blocks + (c.vocab > 0 ? norm_params(c) : 0);
 }
 
-int64_t lm_matmul_param_count(const LmConfig& c) {
+int64_t lm_matmul_param_count(const ModelSpec& c) {
   int64_t blocks = 0;
   for (int64_t l = 0; l < c.layers; ++l) blocks += block_matmul_params(c, l, false);
   return blocks + c.hidden * c.vocab;
 }
 
-double lm_model_flops_per_token(const LmConfig& c) {
+double lm_model_flops_per_token(const ModelSpec& c) {
   // Causal attention: a token at position i sees i + 1 keys, (s + 1) / 2 on average; QK^T and PV are 2·d FLOPs per
   // visible pair and head each, forward, times 3 with the backward: 6·d·(s + 1) per token and head.
   return 6.0 * double(lm_matmul_param_count(c)) + 6.0 * double(c.layers) * double(c.heads) * double(c.head_dim) *
@@ -352,7 +294,7 @@ std::vector<std::pair<std::string, const Tensor*>> LmWeights::named_weights() co
   return out;
 }
 
-LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
+LmWeights lm_zeros(const ModelSpec& c, DType dtype, bool storage) {
   auto f32 = [dtype, storage](runtime::Shape sh) { return Tensor::make(dtype, std::move(sh), storage); };
   check_lm_config(c);
   const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
@@ -377,9 +319,9 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
     } else {
       const kernels::MoeSpec& s = c.moe->spec;
       L.moe.router = f32({h, s.experts()});
-      L.moe.first_expert = c.expert_first;
-      const int64_t n = c.expert_count < 0 ? s.experts() : c.expert_count;
-      for (int64_t e = c.expert_first; e < c.expert_first + n; ++e) L.moe.experts.push_back(mlp(s.expert_ffn[size_t(e)]));
+      L.moe.first_expert = c.shard.expert_first;
+      const int64_t n = c.shard.expert_count < 0 ? s.experts() : c.shard.expert_count;
+      for (int64_t e = c.shard.expert_first; e < c.shard.expert_first + n; ++e) L.moe.experts.push_back(mlp(s.expert_ffn[size_t(e)]));
       if (s.shared_ffn > 0) L.moe.shared = mlp(s.shared_ffn);
       L.moe.bias = s.router.bias;  // the selection bias's start (zeros with model.moe.bias_update > 0)
     }
@@ -394,7 +336,7 @@ LmWeights lm_zeros(const LmConfig& c, DType dtype, bool storage) {
 
 bool lm_is_norm_bias(const std::string& name) { return name.size() > 2 && name.compare(name.size() - 2, 2, "_b") == 0; }
 
-LmWeights lm_init(const LmConfig& c) {
+LmWeights lm_init(const ModelSpec& c) {
   LmWeights w = lm_zeros(c, DType::fp32);
   uint32_t id = 1;
   for (auto& [name, t] : w.named_weights()) {
@@ -410,13 +352,13 @@ LmWeights lm_init(const LmConfig& c) {
   return w;
 }
 
-const Tensor& lm_head_weight(const LmConfig& c, const LmWeights& w, Tensor& scratch) {
+const Tensor& lm_head_weight(const ModelSpec& c, const LmWeights& w, Tensor& scratch) {
   if (!c.tied_embeddings) return w.head;
   scratch = kernels::transposed(w.embed);
   return scratch;
 }
 
-double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache,
+double lm_forward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, LmCache* cache,
                   std::vector<kernels::KernelCost>* costs, std::vector<size_t>* unit_marks) {
   auto mark = [&] {
     if (unit_marks) unit_marks->push_back(costs ? costs->size() : 0);
@@ -473,7 +415,7 @@ double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, L
   return total / static_cast<double>(N) + aux;
 }
 
-void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
+void lm_recompute_block(const ModelSpec& c, const LmWeights& w, int64_t layer, LmCache& cache,
                         std::vector<kernels::KernelCost>* costs) {
   check_lm_config(c);
   if (layer < 0 || layer >= c.layers || cache.layers.size() != static_cast<size_t>(c.layers))
@@ -542,7 +484,7 @@ void lm_drop_block_activations(LmCache& cache) {
   }
 }
 
-void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& C, LmWeights& g,
+void lm_backward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, const LmCache& C, LmWeights& g,
                  std::vector<kernels::KernelCost>* costs, std::vector<size_t>* unit_marks) {
   auto mark = [&] {
     if (unit_marks) unit_marks->push_back(costs ? costs->size() : 0);
@@ -617,7 +559,7 @@ void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, co
     const Tensor dout = std::move(do2).reshaped({N, hq, d});
     Tensor dq = act({N, hq, d}), dk = act({N, hkv, d}), dv = act({N, hkv, d});
     if (c.unfused_attention())
-      sharding::plans::unfused_attention_backward(lm_model_spec(c), S.q, S.k, S.v, S.probs, dout, dq, dk, dv,
+      sharding::plans::unfused_attention_backward(c, S.q, S.k, S.v, S.probs, dout, dq, dk, dv,
                                                   c.batch, T, [&](const kernels::KernelCost& k) { log_cost(costs, k); });
     else
     for (int64_t b = 0; b < c.batch; ++b) {

@@ -40,88 +40,37 @@
 
 namespace shardsim::models {
 
-struct LmConfig {
-  int64_t vocab = 32;
-  int64_t hidden = 16;
-  int64_t layers = 2;
-  // false: MLP-only blocks, x + mlp(norm(x)) (model.kind mlp): heads, kv_heads and head_dim 0, no attention weights
-  bool attention = true;
-  int64_t heads = 4;     // query heads Hq
-  int64_t kv_heads = 2;  // Hkv
-  int64_t head_dim = 4;  // d (even, for RoPE)
-  int64_t ffn = 32;      // SwiGLU inner size
-  int64_t seq = 8;       // tokens per sequence
-  int64_t batch = 2;     // sequences per step
-  bool causal = true;    // causal self-attention (false: every token sees the whole sequence)
-  float rope_theta = 10000.0f;
-  float norm_eps = 1e-5f;
-  uint64_t seed = 1;
-  // The block variants (sharding/model_spec.h): rmsnorm | layernorm, swiglu | gelu, rope | learned | none; tied
-  // input/output embeddings.
-  sharding::NormKind norm = sharding::NormKind::rmsnorm;
-  sharding::MlpKind mlp = sharding::MlpKind::swiglu;
-  sharding::PositionKind position = sharding::PositionKind::rope;
-  bool tied_embeddings = false;
-  // Megatron's attention core (unfused: the scores materialised, kernels/attention_unfused.h) and the charged
-  // dropout and linear-layer biases (sharding::ModelSpec; kernels/bias_dropout.h).
-  sharding::AttentionImpl attention_impl = sharding::AttentionImpl::flash;
-  double dropout = 0;
-  bool linear_bias = false;
-  kernels::Fp8Scaling fp8 = kernels::Fp8Scaling::none;  // FP8 GEMMs in the blocks' linear layers (model.fp8)
-  bool unfused_attention() const { return attention_impl == sharding::AttentionImpl::unfused; }
-  // Rows of the learned position table; 0 = seq. A context-parallel chip's local config holds seq / cp tokens of
-  // each sequence but the whole table.
-  int64_t positions = 0;
-  int64_t position_rows() const { return positions > 0 ? positions : seq; }
-  bool layernorm() const { return norm == sharding::NormKind::layernorm; }
-  bool gated() const { return mlp != sharding::MlpKind::gelu; }
-  // Compute dtype of weights, activations and gradients in lm_forward/lm_backward: fp32, or bf16 (mixed
-  // precision: the training loop keeps fp32 master weights and AdamW state, and bf16 compute copies). Per-token
-  // statistics (lse, row max, sum-exp, losses) are fp32 either way.
-  runtime::DType dtype = runtime::DType::fp32;
-  // Mixture of experts (model.moe; docs/MOE.md): the MLP of every layer moe->is_moe_layer names is the MoE MLP
-  // (kernels/moe_mlp.h) instead of the dense one (its w_gate, w_up, w_down absent). moe->spec.capacity.groups: the
-  // token groups the reference routes apart (capacity and aux loss per group), one per chip and micro-batch of the
-  // plan it checks (lm_moe_groups). The aux loss (coefficient included) is added to the loss, summed over layers.
-  // A trainer's local config holds its chips' experts [expert_first, expert_first + expert_count) (ep) with their
-  // etp shard's inner sizes in moe->spec, and GLOBAL_LAYERS, the model index of each of its layers (pp).
-  std::optional<kernels::MoeConfig> moe;
-  int64_t expert_first = 0, expert_count = -1;  // -1: every expert
-  std::vector<int64_t> global_layers;           // empty: 0 .. layers - 1
-  bool moe_layer(int64_t l) const {
-    return moe && moe->is_moe_layer(global_layers.empty() ? l : global_layers[size_t(l)]);
-  }
-};
+// The one model description (sharding/model_spec.h): every function below takes it. A chip's local model is a
+// ModelSpec of its shard (ModelSpec::shard says where it sits in the whole model).
+using sharding::ModelSpec;
 
 // The token groups of a MoE model's reference for a plan whose REPLICAS (dp x ep) chips each route their own
 // micro-batches of MICRO_BATCH sequences (0: one of batch / replicas): batch / micro_batch, or REPLICAS.
 int64_t lm_moe_groups(int64_t batch, int64_t micro_batch, int64_t replicas);
 
-void check_lm_config(const LmConfig& c);
-
-// The one mapping between the parsed model description (sharding/model_spec.h) and LmConfig: every field LmConfig
-// has, by the same name (rope_theta and norm_eps as float). lm_model_spec's result is what the plan units read
-// (sharding/plans/block.h): rmsnorm, swiglu, rope, causal, attention on.
-LmConfig lm_config_of(const sharding::ModelSpec& spec);
-sharding::ModelSpec lm_model_spec(const LmConfig& c);
+// The reference's own checks of a model C (sizes >= 1, heads a multiple of kv_heads, even head_dim under RoPE,
+// fp32 or bf16): std::invalid_argument "lm config: ..." naming the field. The parser (sharding/model_spec.h) refuses
+// all of these first with the key's FILE:LINE; this guards the programmatic callers (tests, the executor's local
+// models).
+void check_lm_config(const ModelSpec& c);
 
 // Whether NAME is a layernorm bias ("..._b").
 bool lm_is_norm_bias(const std::string& name);
 
 // Number of weights, all of them (embedding, norms, projections, head; every expert of a MoE layer).
-int64_t lm_param_count(const LmConfig& c);
+int64_t lm_param_count(const ModelSpec& c);
 // The weights that multiply activations in GEMMs: every projection of every block and the LM head; not the
 // embedding table (a lookup) nor the norm weights. A MoE layer counts its active parameters (kernels::moe_params:
 // router, shared experts and top_k experts of the mean size): MFU on active parameters. The N of the 6·N·tokens rule (docs/model/training.md, "Model FLOPs and MFU").
-int64_t lm_matmul_param_count(const LmConfig& c);
+int64_t lm_matmul_param_count(const ModelSpec& c);
 // Model FLOPs per token of one training step (forward + backward), PaLM's MFU numerator (Chowdhery et al. 2022,
 // app. B): 6·N + 12·layers·heads·head_dim·seq, N = lm_matmul_param_count. The attention term counts the full
 // seq x seq score matrix as published MFU figures do, although causal kernels compute about half of it.
-double lm_model_flops_per_token(const LmConfig& c);
+double lm_model_flops_per_token(const ModelSpec& c);
 
 // A weight a variant does not have (attn_norm_b without layernorm, w_gate with mlp: gelu, pos_embed without learned
 // positions, head when tied) is an empty tensor (rank 0) and is left out of named_weights().
-// A MoE layer (LmConfig::moe_layer) has no w_gate, w_up, w_down; MOE holds its router, experts and shared experts,
+// A MoE layer (ModelSpec::moe_layer) has no w_gate, w_up, w_down; MOE holds its router, experts and shared experts,
 // named "layers.L.moe.router", "layers.L.moe.expert.E.w_up" (E the global expert index), "layers.L.moe.shared.w_up".
 struct LmLayer {
   runtime::Tensor attn_norm, attn_norm_b, wq, wk, wv, wo, mlp_norm, mlp_norm_b, w_gate, w_up, w_down;
@@ -145,15 +94,15 @@ struct LmWeights {
 
 // The head's weight [h, V/T] as the GEMMs read it: W.head, or with tied embeddings the embedding table (shard)
 // transposed into SCRATCH (kernels::transposed: a BLAS op T, not charged).
-const runtime::Tensor& lm_head_weight(const LmConfig& c, const LmWeights& w, runtime::Tensor& scratch);
+const runtime::Tensor& lm_head_weight(const ModelSpec& c, const LmWeights& w, runtime::Tensor& scratch);
 
 // Zero-filled weights of the config's shapes in DTYPE (gradients: the compute dtype; optimizer moments: fp32);
 // STORAGE false: shape-only tensors of those shapes (runtime/tensor.h), nothing allocated.
-LmWeights lm_zeros(const LmConfig& c, runtime::DType dtype, bool storage = true);
+LmWeights lm_zeros(const ModelSpec& c, runtime::DType dtype, bool storage = true);
 // The seeded initialisation described above: fp32 (the master weights).
-LmWeights lm_init(const LmConfig& c);
+LmWeights lm_init(const ModelSpec& c);
 // MASTER rounded once to the config's compute dtype (a copy when that is fp32).
-LmWeights lm_compute_copy(const LmConfig& c, const LmWeights& master);
+LmWeights lm_compute_copy(const ModelSpec& c, const LmWeights& master);
 
 // One step's data: batch sequences of seq + 1 tokens; inputs are tokens [0, seq) of each, targets [1, seq + 1).
 // Without a vocabulary (vocab 0: a stack of blocks, model.kind transformer_block) the step's data are activations
@@ -185,7 +134,7 @@ struct LmCache {
 // unit 1 + l = block l, unit layers + 1 = final_norm and head. UNIT_MARKS (optional, with COSTS) receives
 // layers + 3 indices into COSTS: entry u is where unit u's forward kernels begin (u = 0 .. layers + 1), and the
 // last one is COSTS' size at the end.
-double lm_forward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
+double lm_forward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, LmCache* cache = nullptr,
                   std::vector<kernels::KernelCost>* costs = nullptr, std::vector<size_t>* unit_marks = nullptr);
 
 // Activation recomputation per block (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
@@ -204,14 +153,14 @@ double lm_cache_bytes(const LmCache& cache, bool recompute);
 double lm_recompute_working_bytes(const LmCache& cache);
 // The unit a weight belongs to (see lm_forward): 0 = "embed", 1 + l = "layers.<l>.*", layers + 1 = final_norm, head.
 int lm_unit_of(const std::string& name, int64_t layers);
-void lm_recompute_block(const LmConfig& c, const LmWeights& w, int64_t layer, LmCache& cache,
+void lm_recompute_block(const ModelSpec& c, const LmWeights& w, int64_t layer, LmCache& cache,
                         std::vector<kernels::KernelCost>* costs = nullptr);
 
 // Backward of the mean loss: writes every weight's gradient into GRADS (lm_zeros(c, c.dtype), overwritten).
 // UNIT_MARKS (optional, with COSTS): layers + 2 indices into COSTS, in backward order: entry k is the size of
 // COSTS once the gradients of unit layers + 1 − k are complete (head and final_norm first, then blocks
 // layers − 1 .. 0, then the embedding).
-void lm_backward(const LmConfig& c, const LmWeights& w, const LmBatch& batch, const LmCache& cache, LmWeights& grads,
+void lm_backward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, const LmCache& cache, LmWeights& grads,
                  std::vector<kernels::KernelCost>* costs = nullptr, std::vector<size_t>* unit_marks = nullptr);
 
 }  // namespace shardsim::models

@@ -82,12 +82,12 @@ LmTpTrainer::Split LmTpTrainer::split_of(const std::string& name, bool expert_tp
   return Split::cols;  // wq, wk, wv, w_gate, w_up, head
 }
 
-LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, std::string algorithm, bool sequence_parallel)
     : LmTpTrainer(global, train, mesh, world, timeline, LmDpConfig{.zero = 0, .bucket_bytes = 0, .algorithm = std::move(algorithm)},
                   sequence_parallel, true) {}
 
-LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
                          runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
                          bool sequence_parallel, bool cp_zigzag, bool ulysses, bool fused)
     : global_(global), local_(global), train_(train), mesh_(mesh), world_(world), tl_(timeline), dp_(dp),
@@ -137,7 +137,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
   setup_pipeline(global);
   setup_moe();
   local_.seq /= cp_size_;  // this chip's tokens of each sequence (its cp chunks, concatenated)
-  local_.positions = global.seq;  // the whole learned position table
+  local_.shard.positions = global.seq;  // the whole learned position table
   // Sub-groups are made collectively on first use: every rank asks for the same axes in the same order.
   (void)mesh_["tp"];
   (void)mesh_["dp"];
@@ -171,8 +171,7 @@ LmTpTrainer::LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sha
     rep_ = &mesh_["dp"];
   }
   layout_ = sharding::plans::token_layout(global.seq, local_.batch, cp_size_, cp_rank_, zigzag_);
-  // The block program's description of the model and the plan (sharding/plans/block.h).
-  spec_ = lm_model_spec(global);
+  // The plan as the block program reads it (sharding/plans/block.h; the model: global_).
   plan_.tp = tp_size_;
   plan_.dp = mesh.size("dp");
   plan_.pp = pp_size_;
@@ -303,7 +302,7 @@ LmWeights LmTpTrainer::shard(const LmWeights& whole) const {
 LmWeights LmTpTrainer::gather(const LmWeights& local) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run has no weights to gather");
   const DType dt = local.embed.dtype();
-  LmConfig whole_tp = global_;  // global shapes, this chip's layers (every expert: ep's are shared below)
+  ModelSpec whole_tp = global_;  // global shapes, this chip's layers (every expert: ep's are shared below)
   whole_tp.layers = local_.layers;
   LmWeights out = lm_zeros(whole_tp, dt);
   auto dst = out.named_weights();
@@ -405,7 +404,7 @@ void LmTpTrainer::all_reduce_tp(Tensor& x, collectives::ReduceOp op, sim::TimeNs
 
 sharding::plans::PlanContext LmTpTrainer::context(sharding::plans::Chip& chip) {
   const int64_t N = local_.batch * local_.seq;
-  return {spec_, plan_, mesh_["tp"], cp_size_ > 1 ? mesh_["cp"] : mesh_["tp"], chip, comm_, fused_ops_, N,
+  return {global_, plan_, mesh_["tp"], cp_size_ > 1 ? mesh_["cp"] : mesh_["tp"], chip, comm_, fused_ops_, N,
           sp_ ? N / tp_size_ : N};
 }
 

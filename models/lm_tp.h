@@ -148,7 +148,7 @@ struct LmDpConfig {
   int virtual_stages = 1;
   std::vector<int64_t> pp_layers{};
   // Selective recomputation (Korthikanti et al. 2022, parallel.recompute: selective): recompute the attention core
-  // (QK^T, softmax, P·V) in the backward, keep the rest. With the unfused core (LmConfig::attention_impl) the
+  // (QK^T, softmax, P·V) in the backward, keep the rest. With the unfused core (ModelSpec::attention_impl) the
   // forward keeps no softmax output and the backward runs the core's forward again (sharding/plans/block.h). The
   // flash-style core never keeps the [s, s] tensors and its backward always recomputes them from q, k and the
   // log-sum-exp (kernels/attention_backward.h), so there selective runs the same kernels as no recompute.
@@ -163,7 +163,7 @@ struct LmDpConfig {
   bool forward_only = false;
   // parallel.chunks (with FUSED and without sp: gemm_all_reduce's pieces; 0 = auto, sharding/fused.h).
   int fused_chunks = 0;
-  // parallel.etp (a MoE model, LmConfig::moe): 1, or tp: the experts' inner sizes split over the tp group.
+  // parallel.etp (a MoE model, ModelSpec::moe): 1, or tp: the experts' inner sizes split over the tp group.
   int etp = 1;
 };
 
@@ -262,11 +262,11 @@ class LmTpTrainer {
   // field for a stage outside 0..3 or bucket_bytes < 0. FUSED (parallel.fused, needs SEQUENCE_PARALLEL; else
   // std::invalid_argument naming parallel.fused): the tp collectives around the GEMMs as the fused ops of
   // sharding/fused.h (see "Fused collectives" above).
-  LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+  LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, const LmDpConfig& dp,
               bool sequence_parallel = false, bool cp_zigzag = true, bool ulysses = false, bool fused = false);
   // DDP (ZeRO 0, one bucket after backward, no recompute) with ALGORITHM.
-  LmTpTrainer(const LmConfig& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
+  LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sharding::DeviceMesh& mesh,
               runtime::Transport& world, sim::Timeline& timeline, std::string algorithm = "auto",
               bool sequence_parallel = false);
   // Not copied or moved: work_refs_ points into work_.
@@ -308,7 +308,7 @@ class LmTpTrainer {
   LmTrainSnapshot gather_state();
   void restore(const LmTrainSnapshot& snapshot);
   int64_t steps_done() const { return step_; }
-  const LmConfig& local_config() const { return local_; }
+  const ModelSpec& local_config() const { return local_; }
   int tp() const { return tp_size_; }
   bool sequence_parallel() const { return sp_; }
   int dp() const { return dp_size_; }
@@ -398,7 +398,7 @@ class LmTpTrainer {
   // This stage's actions of schedule_ (FORWARD_ONLY: its forward actions alone, each micro-batch's saved tensors
   // dropped after its forward); returns the loss (last stage).
   double run_schedule(sim::TimeNs& t, bool forward_only = false);
-  void setup_pipeline(const LmConfig& global);
+  void setup_pipeline(const ModelSpec& global);
   // Both modes' start: a fresh timeline and step state (R.step = the step to run), then this stage's schedule from
   // T = 0 (FORWARD_ONLY: its forward actions); returns the stage's loss.
   double start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_only);
@@ -468,7 +468,7 @@ class LmTpTrainer {
   // the new rows of every ep rank, INDEX each of its sequences' position in BATCH.
   LmServeBatch ep_share(const LmServeBatch& batch, std::vector<int64_t>& ep_rows, std::vector<size_t>& index) const;
 
-  LmConfig global_, local_;
+  ModelSpec global_, local_;  // the whole model (what the plan units read), this chip's shard of it
   LmTrainConfig train_;
   sharding::DeviceMesh& mesh_;
   runtime::Transport& world_;
@@ -496,7 +496,6 @@ class LmTpTrainer {
   int rep_rank_ = 0, rep_size_ = 1;     // this chip in the dp x cp group of its tp coordinate (cp innermost)
   runtime::Transport* rep_ = nullptr;   // that group: gradient averaging, ZeRO partitions, parameter gathers
   sharding::plans::TokenLayout layout_;  // this chip's token rows of a micro-batch and their global positions
-  sharding::ModelSpec spec_;             // the model and the plan as the plan units read them
   // FP8 (model.fp8): the recipe the block's linear layers run under, and the elements of this chip's block weights
   // (the once-per-step cast; 0 without FP8).
   kernels::Fp8Recipe fp8_recipe() const;

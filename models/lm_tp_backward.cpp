@@ -23,7 +23,7 @@ using runtime::Tensor;
 
 void LmTpTrainer::norm_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor* dw, Tensor* db,
                                 sim::TimeNs& t) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   charge(c.layernorm() ? kernels::layernorm_backward(x, w, dy, dx, dw, db, c.norm_eps)
                        : kernels::rmsnorm_backward(x, w, dy, dx, dw, c.norm_eps),
          t);
@@ -38,7 +38,7 @@ void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart par
 
 void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
                                      sim::TimeNs& t, UnitPart part) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;
   charge(kernels::embedding_backward(dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed), t);  // unit 0
   if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
@@ -72,7 +72,7 @@ void LmTpTrainer::weight_backward(LmPendingW& pw, int micro, sim::TimeNs& t) {
 
 void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chunk, int micro, sim::TimeNs& t,
                            LmPendingW* defer) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   const LmWeights& w = work_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;  // this micro-batch's gradients (the first: the step's)
   const int64_t N = c.batch * c.seq, h = c.hidden;
@@ -153,7 +153,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
 }
 
 void LmTpTrainer::finish_backward(sim::TimeNs& t) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   if (sp_) {
     // Each rank differentiated the norms over its token rows only: all_reduce(sum) of the norm weights'
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).

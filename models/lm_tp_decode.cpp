@@ -39,7 +39,7 @@ sharding::plans::KvCache LmTpTrainer::make_kv_cache(int64_t capacity) const {
 }
 
 std::vector<std::vector<float>> LmTpTrainer::serve_logits(const Tensor& x_last, int64_t B, sim::TimeNs& t) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   Tensor xf = make(c.dtype, {B, c.hidden});
   const auto norm = c.layernorm() ? kernels::layernorm(x_last, work_.final_norm, work_.final_norm_b, xf, c.norm_eps)
                                   : kernels::rmsnorm(x_last, work_.final_norm, xf, c.norm_eps);
@@ -99,7 +99,7 @@ LmServeBatch LmTpTrainer::ep_share(const LmServeBatch& batch, std::vector<int64_
 
 LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans::KvCache& cache) {
   check_servable();
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   LmServeResult r;
   if (whole.seqs.empty()) return r;
   for (const auto& s : whole.seqs)

@@ -42,7 +42,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::Ti
 }
 
 double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chunk, sim::TimeNs& t) {
-  const LmConfig& c = local_;
+  const ModelSpec& c = local_;
   const LmWeights& w = work_;
   const int64_t N = c.batch * c.seq, h = c.hidden;
   const int64_t v0 = tp_rank_ * c.vocab, V = global_.vocab;

@@ -15,7 +15,7 @@ namespace shardsim::models {
 using runtime::Tensor;
 
 void LmTpTrainer::setup_moe() {
-  local_.global_layers = layer_global_;
+  local_.shard.global_layers = layer_global_;
   if (!local_.moe) {
     if (ep_size_ > 1 || etp_ > 1)
       throw std::invalid_argument("parallel.ep: expert parallelism needs model.moe (a mixture-of-experts model)");
@@ -38,8 +38,8 @@ void LmTpTrainer::setup_moe() {
     throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's load, "
                                 "in shape-only runs (--shape-only); a real-data run's placement is not yet modelled");
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
-  local_.expert_first = shard.first;
-  local_.expert_count = shard.count;
+  local_.shard.expert_first = shard.first;
+  local_.shard.expert_count = shard.count;
   // Every rank makes the same sub-groups in the same order (collective on first use).
   ep_groups_ = std::make_unique<sharding::plans::EpGroups>(
       sharding::plans::EpGroups{mesh_["ep"], etp_ > 1 ? &mesh_["tp"] : nullptr, {}});

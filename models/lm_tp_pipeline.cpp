@@ -205,7 +205,7 @@ double LmTpTrainer::last_stage_loss(double local_loss) {
   return local_loss;
 }
 
-void LmTpTrainer::setup_pipeline(const LmConfig& global) {
+void LmTpTrainer::setup_pipeline(const ModelSpec& global) {
   using sharding::plans::ScheduleKind;
   const ScheduleKind kind = pp_size_ > 1 ? dp_.schedule : ScheduleKind::one_f_one_b;
   const int v = pp_size_ > 1 ? dp_.virtual_stages : 1;

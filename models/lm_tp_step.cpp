@@ -92,7 +92,7 @@ LmDpStepResult LmTpTrainer::step() {
   for (const auto& k : data_->optimizer_step(r.step, train_.adamw, float(r.clip))) charge(k, t);
   // FP8: the updated weights cast once for the next step's GEMMs (Transformer Engine caches them over micro-batches).
   // Without FP8 there is no cast kernel (an empty one would still pay a launch).
-  if (fp8_recipe().active()) charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), spec_.dtype, fp8_recipe()), t);
+  if (fp8_recipe().active()) charge(kernels::fp8_weight_cast_cost(fp8_weight_elements(), global_.dtype, fp8_recipe()), t);
   data_->publish(work_refs_, t);
   step_ = r.step;
   r.breakdown = tl_.breakdown();
@@ -133,12 +133,12 @@ std::pair<double, sim::TimeNs> LmTpTrainer::grad_norm_sq(double sq, sim::TimeNs 
 
 kernels::Fp8Recipe LmTpTrainer::fp8_recipe() const {
   kernels::Fp8Recipe r;
-  r.scaling = spec_.fp8;
+  r.scaling = global_.fp8;
   return r;
 }
 
 double LmTpTrainer::fp8_weight_elements() const {
-  if (spec_.fp8 == kernels::Fp8Scaling::none) return 0;
+  if (global_.fp8 == kernels::Fp8Scaling::none) return 0;
   double n = 0;
   for (const LmLayer& L : work_.layers)
     for (const Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) n += double(w->numel());

@@ -8,13 +8,13 @@
 
 namespace shardsim::models {
 
-LmTrainState lm_train_init(const LmConfig& c) {
+LmTrainState lm_train_init(const ModelSpec& c) {
   LmTrainState st{lm_init(c), lm_zeros(c, runtime::DType::fp32), lm_zeros(c, runtime::DType::fp32), 0, {}};
   if (c.dtype != runtime::DType::fp32) st.compute = lm_compute_copy(c, st.weights);
   return st;
 }
 
-std::vector<LmStepResult> lm_train(const LmConfig& c, const LmTrainConfig& t, LmTrainState& st,
+std::vector<LmStepResult> lm_train(const ModelSpec& c, const LmTrainConfig& t, LmTrainState& st,
                                    const std::function<void(const LmStepResult&)>& on_step) {
   std::vector<LmStepResult> results;
   LmWeights grads = lm_zeros(c, c.dtype);

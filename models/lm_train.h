@@ -1,5 +1,5 @@
 // The single-device training loop of the reference language model: forward, backward, global-norm clipping and
-// AdamW with fp32 master weights (kernels/optimizer.h). With LmConfig::dtype = bf16 the forward and backward run
+// AdamW with fp32 master weights (kernels/optimizer.h). With ModelSpec::dtype = bf16 the forward and backward run
 // on a bf16 compute copy of the weights with bf16 activations and gradients, and AdamW updates the fp32 masters
 // and refreshes the copy (mixed precision, Micikevicius et al. 2018): 4 + 4 + 4 bytes of master and moments plus
 // 2 + 2 of copy and gradient = 16 per parameter, as in ZeRO's accounting; fp32 holds 4 + 4 + 4 + 4 = 16 as well.
@@ -37,11 +37,11 @@ struct LmTrainState {
   const LmWeights& compute_weights() const { return compute.layers.empty() && compute.embed.numel() == 0 ? weights : compute; }
 };
 
-LmTrainState lm_train_init(const LmConfig& c);
+LmTrainState lm_train_init(const ModelSpec& c);
 
 // Runs CONFIG.steps steps from STATE, calling ON_STEP (if set) after each. Returns each step's result.
 // std::runtime_error when a gradient norm is not finite (the step is not applied).
-std::vector<LmStepResult> lm_train(const LmConfig& c, const LmTrainConfig& t, LmTrainState& state,
+std::vector<LmStepResult> lm_train(const ModelSpec& c, const LmTrainConfig& t, LmTrainState& state,
                                    const std::function<void(const LmStepResult&)>& on_step = {});
 
 }  // namespace shardsim::models

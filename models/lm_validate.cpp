@@ -21,7 +21,7 @@ LossTolerance loss_tolerance(runtime::DType dtype, int64_t step) {
           "bf16: 2^-9 x step relative, one rounding compounding per update"};
 }
 
-std::vector<double> reference_losses(const LmConfig& c, const LmTrainConfig& t, const LmTrainSnapshot* resumed) {
+std::vector<double> reference_losses(const ModelSpec& c, const LmTrainConfig& t, const LmTrainSnapshot* resumed) {
   std::vector<double> out;
   LmTrainState ref = resumed ? lm_train_state_from(c, *resumed) : lm_train_init(c);
   LmTrainConfig rest = t;  // lm_train runs STEPS updates from the state's step

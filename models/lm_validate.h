@@ -51,7 +51,7 @@ struct LossCheck {
 // with a reference that changed it at the same step (not with one retrained from step 0 under the new rate). The
 // steps up to the checkpoint's are NaN: a resumed run reports none of them.
 struct LmTrainSnapshot;
-std::vector<double> reference_losses(const LmConfig& c, const LmTrainConfig& t, const LmTrainSnapshot* resumed);
+std::vector<double> reference_losses(const ModelSpec& c, const LmTrainConfig& t, const LmTrainSnapshot* resumed);
 
 // LOSSES: (step, loss) of the run; REFERENCE[i]: the reference's loss at step i + 1. A NaN error fails.
 LossCheck check_losses(runtime::DType dtype, const std::vector<std::pair<int64_t, double>>& losses,

@@ -145,6 +145,24 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
     take(cx, root, me, n ? data : nullptr);
     return;
   }
+  // The root waits once for every (simulated) member's contribution: one resume, not one per member.
+  {
+    std::vector<int> peers;
+    std::vector<std::pair<uint64_t, int>> missing;
+    for (int r = 1; r < c.size(); ++r) {
+      const int src = c.member(r);
+      if (mirrored && !g->simulated(src)) continue;
+      peers.push_back(src);
+      if (!peek(cx, src, me, nullptr, 0, nullptr)) missing.push_back({cx, src});
+    }
+    wait_until_all(
+        [&] {
+          for (const int src : peers)
+            if (!peek(cx, src, me, nullptr, 0, nullptr)) return false;
+          return true;
+        },
+        op, peers, missing);
+  }
   if (mirrored) {  // every contribution first (the mirrored ones copy a simulated one), then folded in member order
     const auto m = mirror_ranks(c);
     std::unordered_map<int, std::vector<unsigned char>> got;
@@ -154,7 +172,6 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
       if (!g->simulated(src)) continue;
       auto& v = got[r];
       v.resize(n);
-      wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
       take(cx, src, me, n ? v.data() : nullptr);
     }
     for (int r = 1; r < c.size(); ++r) {
@@ -168,9 +185,7 @@ void reduce_to_all(const VComm& c, void* data, size_t n, const std::function<voi
   }
   std::vector<unsigned char> other(n);
   for (int r = 1; r < c.size(); ++r) {
-    const int src = c.member(r);
-    wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
-    take(cx, src, me, n ? other.data() : nullptr);
+    take(cx, c.member(r), me, n ? other.data() : nullptr);
     if (n) combine(data, other.data());
   }
   for (int r = 1; r < c.size(); ++r) post(cx, me, c.member(r), nullptr, 0, buf, n);

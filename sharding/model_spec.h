@@ -9,8 +9,9 @@
 //
 // The MLP-only and block-only workloads of `run` are this model with pieces off: vocab 0 drops the embedding, the
 // final norm, the head and the loss (the input is a seeded [batch·seq, hidden] activation instead of tokens);
-// attention false (or heads 0) makes every layer the MLP alone. Field names and defaults follow models::LmConfig
-// (models/lm_model.h, the executor's model, mapped from this one by lm_config_of).
+// attention false (or heads 0) makes every layer the MLP alone. The executor (models/lm_tp.h), the single-device
+// reference (models/lm_model.h), the checkpoints and the decode path all take this type: a chip's local model is a
+// ModelSpec too (its sizes divided by the plan, and its place in the whole model in ModelSpec::shard).
 //
 // Units and shapes (all sizes are element counts; "per step" = one optimizer step in training, one forward in run):
 //   vocab        tokens in the vocabulary V; 0 = no embedding, final norm, head or loss
@@ -46,9 +47,7 @@
 //   micro_batch, parallel.pp > 1; in train: parallel.fused with schedule zb_h1 (the fused ops compute the weight
 //   gradients that zb_h1 defers).
 //
-// Status: these are the types the one parser fills and the plan units will take; until the executors take them
-// directly, `run` and `train` convert them to their own descriptions (BlockShape + BlockPlan, LmConfig + the
-// trainers' options), so a field not listed above as implemented is refused at parse, never ignored.
+// A field not listed above as implemented is refused at parse, never ignored.
 //
 // ParallelPlan is the plan on the device mesh (sharding/device_mesh.h: axes tp innermost, then cp, then dp;
 // Ulysses uses the cp axis): see each field. Which mode reads which field is said next to it.
@@ -77,6 +76,22 @@ enum class MlpKind { swiglu, geglu, gelu };
 // materialised scores).
 enum class AttentionImpl { flash, unfused };
 
+// Where a chip's local model (a ModelSpec whose sizes are the chip's shard: heads / tp, ffn / tp, seq / cp, the
+// layers of its pipeline stage, its experts) sits in the whole model. A parsed spec, and every single-device
+// reference model, leaves the defaults: the whole model. Only the executor fills it, on the local copy each chip
+// builds (models/lm_tp.h, LmTpTrainer::local_config). It lives in ModelSpec rather than beside it because every
+// function that takes a local model (zeros, init, forward and backward, checkpoints, decode) needs it to know
+// which weights exist (which layer is a MoE layer, which experts, how many position rows).
+struct LocalShard {
+  // Rows of the learned position table; 0 = seq. A context-parallel chip holds seq / cp tokens of each sequence
+  // but the whole table.
+  int64_t positions = 0;
+  // The routed experts this chip holds (expert parallelism): [expert_first, expert_first + expert_count); -1 = all.
+  int64_t expert_first = 0, expert_count = -1;
+  // The model index of each of the local layers (pipeline parallelism); empty = 0 .. layers - 1.
+  std::vector<int64_t> global_layers;
+};
+
 struct ModelSpec {
   std::string label;  // model.model: a free-form name for reports ("llama-3-8b"); "" none
   int64_t vocab = 0;
@@ -91,9 +106,9 @@ struct ModelSpec {
   int64_t micro_batch = 0;
   bool causal = true;
   PositionKind position = PositionKind::rope;
-  double rope_theta = 10000.0;
+  double rope_theta = 10000.0;  // as parsed; the kernels take it (and norm_eps) as float, rounded once at each call
   NormKind norm = NormKind::rmsnorm;
-  double norm_eps = 1e-5;
+  double norm_eps = 1e-5;  // (kernels/norm.h): the reference and the plan units compute with the same float
   MlpKind mlp = MlpKind::swiglu;
   bool tied_embeddings = false;
   bool attention = true;  // false: MLP-only layers (then heads, kv_heads and head_dim are 0)
@@ -111,9 +126,19 @@ struct ModelSpec {
   uint64_t seed = 1;
   // model.moe (train only): the mixture-of-experts MLP of the layers it names (kernels/moe_mlp.h, MoeConfig;
   // parsed by sharding/plans/expert_parallel_config.h; docs/MOE.md). Absent: every MLP dense.
+  // A chip's local model holds its experts' etp shard inner sizes in moe->spec.
   std::optional<kernels::MoeConfig> moe;
+  LocalShard shard;  // a chip's local model only: where its shard sits in the whole model (LocalShard above)
 
   bool has_attention() const { return attention && heads > 0; }
+  bool layernorm() const { return norm == NormKind::layernorm; }
+  bool gated() const { return mlp != MlpKind::gelu; }
+  bool unfused_attention() const { return attention_impl == AttentionImpl::unfused; }
+  int64_t position_rows() const { return shard.positions > 0 ? shard.positions : seq; }
+  // Whether local layer L is a MoE layer (model.moe names its global index; LocalShard::global_layers).
+  bool moe_layer(int64_t l) const {
+    return moe && moe->is_moe_layer(shard.global_layers.empty() ? l : shard.global_layers[size_t(l)]);
+  }
   bool has_embedding() const { return vocab > 0; }
   bool has_rope() const { return position == PositionKind::rope; }
   // The GLU activation of a gated MLP (swiglu: silu, geglu: gelu); gelu (ungated) has none.

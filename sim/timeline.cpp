@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <shared_mutex>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -319,6 +321,10 @@ Span Timeline::compute_one(const std::string& name, double flops, double bytes, 
     const std::uint64_t data = deps_ && start == ready ? producer_of(ready) : 0;
     const std::uint64_t host_producer =
         deps_ && host && !data && start != free && start == host_ ? note_host_issue(start) : 0;
+    if (!keeps_events()) {  // summed, not kept: no Event built
+      fold_summary(name, "compute", {start, end}, flops, bytes);
+      return {start, end};
+    }
     events_.push_back(Event{name, "compute", kComputeEngine, {start, end}, flops, bytes, -1});
     if (deps_) {
       Event& e = events_.back();
@@ -338,6 +344,7 @@ Span Timeline::compute_one(const std::string& name, double flops, double bytes, 
 
 void Timeline::note_send(const std::string& name, const Route& r, int dst, double bytes, TimeNs ready, TimeNs start,
                          Span span, double occupancy, double lat) {
+  if (!keeps_events()) return fold_summary(name, "send", span, 0, bytes);  // summed, not kept: no Event built
   events_.push_back(Event{name, "send", r.port, span, 0, bytes, dst});
   if (!deps_) return commit();
   Event& e = events_.back();
@@ -480,6 +487,7 @@ void Timeline::release_events() {
 
 void Timeline::record_region(const std::string& name, const std::string& category, Span span, double bytes) {
   if (!record_) return;
+  if (!keeps_events()) return fold_summary(name, category, span, 0, bytes);  // summed, not kept: no Event built
   events_.push_back(Event{name, category, -1, span, 0, bytes, -1});
   if (deps_) {
     events_.back().id = new_id();
@@ -583,6 +591,31 @@ std::vector<Span> joined(const std::vector<Span>& merged, const std::vector<Span
 
 constexpr size_t kPendingSpans = 1024;  // spans folded before they are merged in (a bound on host memory only)
 
+// Event names interned process-wide (every timeline of every chip, on every thread: the async engine's timelines
+// fold on their own thread), so a timeline finds an event's op-total row by a small dense index. At most
+// kMaxNameIds names (a bound on host memory; past it names get kNoNameId and are looked up by row name).
+constexpr std::uint32_t kNoNameId = 0xffffffffu;
+constexpr size_t kMaxNameIds = size_t{1} << 16;
+
+std::uint32_t name_id(const std::string& name) {
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  static std::shared_mutex mutex;
+  static std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> ids;
+  {
+    const std::shared_lock lock(mutex);
+    if (auto it = ids.find(std::string_view(name)); it != ids.end()) return it->second;
+  }
+  const std::unique_lock lock(mutex);
+  if (auto it = ids.find(std::string_view(name)); it != ids.end()) return it->second;
+  if (ids.size() >= kMaxNameIds) return kNoNameId;
+  const auto id = static_cast<std::uint32_t>(ids.size());
+  ids.emplace(name, id);
+  return id;
+}
+
 }  // namespace
 
 void Timeline::commit() {
@@ -590,42 +623,64 @@ void Timeline::commit() {
   if (!keeps_events()) events_.pop_back();
 }
 
-void Timeline::fold(const Event& e) {
+void Timeline::fold(const Event& e) { fold_summary(e.name, e.category, e.span, e.flops, e.bytes); }
+
+void Timeline::fold_summary(const std::string& name, std::string_view category, Span span, double flops,
+                            double bytes) {
   ++recorded_;
-  sum_.end = std::max(sum_.end, e.span.end);
-  const char* kind = nullptr;
-  if (e.category == "compute") {
-    sum_.compute_pending.push_back(e.span);
-    sum_.flops += e.flops;
+  sum_.end = std::max(sum_.end, span.end);
+  int kind = -1;  // 0 kernel, 1 collective
+  if (category == "compute") {
+    sum_.compute_pending.push_back(span);
+    sum_.flops += flops;
     if (sum_.compute_pending.size() >= kPendingSpans) merge_into(sum_.compute, sum_.compute_pending);
-    kind = "kernel";
-  } else if (e.category == "collective") {
-    sum_.comm_pending.push_back(e.span);
+    kind = 0;
+  } else if (category == "collective") {
+    sum_.comm_pending.push_back(span);
     if (sum_.comm_pending.size() >= kPendingSpans) merge_into(sum_.comm, sum_.comm_pending);
-    kind = "collective";
-  } else if (e.category == "send") {
-    sum_.bytes_sent += e.bytes;
+    kind = 1;
+  } else if (category == "send") {
+    sum_.bytes_sent += bytes;
   }
-  if (!kind) return;
-  std::string name = op_row_name(e.name);
-  auto it = std::lower_bound(sum_.ops.begin(), sum_.ops.end(), std::pair<const char*, const std::string&>{kind, name},
-                             [](const OpTotal& o, const auto& key) {
-                               const int c = o.kind.compare(key.first);
-                               return c < 0 || (c == 0 && o.name < key.second);
-                             });
-  if (it == sum_.ops.end() || it->kind != kind || it->name != name) {
-    OpTotal row;
-    row.kind = kind;
-    row.name = std::move(name);
-    it = sum_.ops.insert(it, std::move(row));
+  if (kind < 0) return;
+  const std::uint32_t id = name_id(name);
+  auto& by_id = sum_.row_of_id[kind];
+  std::uint32_t row = id < by_id.size() ? by_id[id] : 0;
+  if (row > 0) {
+    --row;
+  } else {
+    std::string row_name = op_row_name(name);
+    auto& by_row_name = sum_.row_of_row_name[kind];
+    if (auto r = by_row_name.find(std::string_view(row_name)); r != by_row_name.end()) {
+      row = r->second;
+    } else {
+      row = static_cast<std::uint32_t>(sum_.ops.size());
+      OpTotal t;
+      t.kind = kind == 0 ? "kernel" : "collective";
+      t.name = row_name;
+      sum_.ops.push_back(std::move(t));
+      by_row_name.emplace(std::move(row_name), row);
+    }
+    if (id != kNoNameId) {
+      if (id >= by_id.size()) by_id.resize(id + 1, 0);
+      by_id[id] = row + 1;
+    }
   }
-  ++it->calls;
-  it->time_ns += e.span.duration();
-  it->flops += e.flops;
-  it->bytes += e.bytes;
+  OpTotal& o = sum_.ops[row];
+  ++o.calls;
+  o.time_ns += span.duration();
+  o.flops += flops;
+  o.bytes += bytes;
 }
 
-std::vector<OpTotal> Timeline::op_totals() const { return sum_.ops; }
+std::vector<OpTotal> Timeline::op_totals() const {
+  std::vector<OpTotal> v = sum_.ops;  // one row per (kind, name): the order is total
+  std::sort(v.begin(), v.end(), [](const OpTotal& a, const OpTotal& b) {
+    const int c = a.kind.compare(b.kind);
+    return c < 0 || (c == 0 && a.name < b.name);
+  });
+  return v;
+}
 
 Breakdown Timeline::breakdown() const {
   Breakdown b;

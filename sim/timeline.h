@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -284,10 +285,22 @@ class Timeline {
     // ones folded so far (sorted, disjoint), PENDING the ones since; merged in when PENDING grows past a bound. The
     // union of unions is the union, so the merged list, and every sum over it, is what one merge of all would give.
     std::vector<Span> compute, comm, compute_pending, comm_pending;
-    std::vector<OpTotal> ops;                       // sorted by (kind, name)
+    std::vector<OpTotal> ops;  // in the order of their first event (op_totals() sorts them)
+    // Per kind (0 kernel, 1 collective): the row in OPS (+ 1; 0: not seen yet) of each event name, by the name's
+    // process-wide id (timeline.cpp, name_id), so an event is summed without building its row name (op_row_name)
+    // or comparing strings; ROW_OF_ROW_NAME finds the row of a name seen for the first time.
+    std::vector<std::uint32_t> row_of_id[2];
+    struct NameHash {
+      using is_transparent = void;
+      size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> row_of_row_name[2];
   };
   Summary sum_;
   std::uint64_t recorded_ = 0;
+  // Folds one event into sum_ (CATEGORY: "compute", "collective", "send", ...): what fold(E) does with E's fields,
+  // without an Event when events are not kept.
+  void fold_summary(const std::string& name, std::string_view category, Span span, double flops, double bytes);
   void fold(const Event& e);   // into sum_; then the event is dropped unless kept (commit())
   void commit();               // folds events_.back() and drops it unless events are kept
   std::vector<TimeNs> free_;

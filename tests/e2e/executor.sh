@@ -135,6 +135,24 @@ for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
     --set "$variant" --no-checkpoint
 done
 
+e2e_case "(j) must-show 2, forward mode at 1 chip per rank: what tests/mpi/forward_plans_test.cpp does not run"
+# (That test runs tp, sp, fused, cp both splits, Ulysses, Ulysses x tp, tp x cp and dp x tp x cp on 1-8 ranks;
+# tests/mpi/train_plans_test.cpp runs every plan in the training mode at 1 chip per rank and 8 chips of one rank.)
+B4=(--set model.layers=4 --set model.batch=4 --set model.micro_batch=1 --no-checkpoint)
+for plan in "pp=2,tp=2,schedule=gpipe" "pp=2,tp=2,schedule=interleaved,virtual_stages=2" "pp=2,tp=2,schedule=zb_h1"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan "$plan" "${B4[@]}"
+done
+for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan tp=2,cp=2 --set "$variant" --no-checkpoint
+done
+# The GPT block of a language model (layernorm, gelu MLP, learned positions, tied embeddings), forward mode: at 1
+# chip per rank and 8 chips of one rank.
+GPT=(--set model.norm=layernorm --set model.mlp=gelu --set model.position=learned --set model.tied_embeddings=true
+     --no-checkpoint)
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$LM" --plan tp=2,cp=2 "${GPT[@]}"
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$LM" --plan tp=2,cp=2,dp=2 "${GPT[@]}" \
+  --set topology.chips=8
+
 # The fused workload's pieces are 1 MiB or more: with one chip per rank the host overlaps them on the engine
 # (async), with 8 chips on one rank it runs them in turn:
 # validated, and the same forward time either way.

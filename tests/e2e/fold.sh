@@ -5,7 +5,8 @@
 # `wall` block aside); where the replicas turn out not to be identical (recursive doubling's XOR partners) auto
 # falls back to every chip with one note and the unfolded result, printed once, while fold: on stops with exit 3
 # and one line (never a wrong number); ZeRO 1-3 over a dp that divides no bucket fold (padded buffers); cp and
-# Ulysses axes fold; rail_ring over the whole topology folds (a two-node period); training sweep points fold as train folds them (one MPI rank); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
+# Ulysses axes fold; interleaved and ZB-H1 pipelines fold; rail_ring over the whole topology folds (a two-node period); several MPI
+# ranks are decided unfolded before any chip starts (auto: one note; on: exit 2); training sweep points fold as train folds them (one MPI rank); --no-fold wins; runs the fold cannot prove symmetric (a line dimension,
 # --trace) are not folded (auto: one note; fold: on and past 4,096 chips: exit 2, one line); fold: with a bad value is exit 2.
 # Usage: fold.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -168,6 +169,34 @@ for plan in "parallel.cp=2" "parallel.ulysses=2"; do
   expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 64 "${args[@]}" --no-fold --json "cp_u.json" || continue
   same_json cp_f.json cp_u.json "$plan: folded equals every chip"
 done
+
+e2e_case "interleaved and ZB-H1 pipelines fold, byte-identical"
+# The tiny padded-ZeRO model on 2 stages x 4 replicas (8 chips on one switch): 2 of 8 chips run; interleaved with 2
+# virtual stages per chip (4 micro-batches per replica), and ZB-H1 (deferred weight gradients).
+cat > sw8.yaml <<'Y'
+topology: {kind: switch, chips: 8, bandwidth_gbps: 100, latency_ns: 1000}
+Y
+for sched in "interleaved --set parallel.virtual_stages=2" "zb_h1"; do
+  args=(train pad.yaml --topology sw8.yaml --set parallel.dp=4 --set parallel.pp=2 --set model.layers=4 --set model.batch=16
+        --set parallel.schedule=$sched)
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 8 "${args[@]}" --json pp_f.json || continue
+  assert_out "chips simulated +2 of 8 \(folded" "${sched%% *}: folded (2 of 8 chips run)"
+  expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 8 "${args[@]}" --no-fold --json pp_u.json || continue
+  same_json pp_f.json pp_u.json "${sched%% *}: folded equals every chip"
+done
+
+e2e_case "several MPI ranks: decided before any chip starts (auto: one note, every chip; on: exit 2)"
+# The router mirrors a message to a chip of another replica onto a chip of replica 0 on the same rank
+# (runtime/chips.cpp, post); across ranks the replicas' chips live in other processes, so the run is not folded.
+expect_exit 0 'simulated' -- shardsim_mpi 2 --chips 8 train pad.yaml --topology sw8.yaml --set parallel.dp=8 --set model.batch=8 \
+  --json mr_u.json
+assert_out "chips simulated +8 of 8\$" "2 ranks: every chip simulated"
+assert_out_count '^shardsim: note: fold: auto simulates every chip: it runs on 2 MPI ranks' 1 "one note says why"
+expect_exit 2 '^shardsim: error: fold: on: this run does not fold: it runs on 2 MPI ranks' -- \
+  shardsim_mpi 2 --chips 8 train pad.yaml --topology sw8.yaml --set parallel.dp=8 --set model.batch=8 --set fold=on
+expect_exit 0 'simulated' -- shardsim_mpi 1 --chips 8 train pad.yaml --topology sw8.yaml --set parallel.dp=8 --set model.batch=8 \
+  --json mr_f.json
+same_json mr_f.json mr_u.json "one rank folded equals two ranks of every chip"
 
 e2e_case "rail_ring over the whole topology folds: the period rounded up to two nodes, byte-identical"
 # rail_ring's rings visit even nodes upwards and odd ones downwards: a shift by one node maps each onto its reverse,

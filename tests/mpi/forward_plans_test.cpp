@@ -73,7 +73,7 @@ TEST_P(BlockPlans, MatchesOneDeviceAndFormulas) {
   if (world_size() != c.chips) GTEST_SKIP() << "needs " << c.chips << " ranks";
   const runtime::World world;
   const Forward f = block(c.topology.empty() ? ring(c.chips) : c.topology, c.plan, c.kv_heads);
-  const models::LmConfig lm = models::lm_config_of(f.spec);
+  const sharding::ModelSpec& lm = f.spec;
   sharding::DeviceMesh mesh = sharding::build_mesh(f.plan, f.topology);
   sim::Timeline tl(mesh.placement().at(size_t(world.rank())), f.topology, sim::device_preset("generic"));
   runtime::Transport t(world, tl, mesh.placement());

@@ -18,10 +18,11 @@
 #include "mpi_util.h"
 #include "sim/cost.h"
 #include "sim/kernel_model.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 using models::LmCache;
-using models::LmConfig;
+using sharding::ModelSpec;
 using models::LmTrainConfig;
 
 namespace {
@@ -31,8 +32,8 @@ bool dp_size_tested() {
   return p == 1 || p == 2 || p == 4;
 }
 
-LmConfig small_config() {
-  LmConfig c;  // vocab 32, hidden 16, 2 layers, 4/2 heads of 4, ffn 32, seq 8
+ModelSpec small_config() {
+  ModelSpec c = test::small_lm();  // vocab 32, hidden 16, 2 layers, 4/2 heads of 4, ffn 32, seq 8
   c.batch = 4;
   return c;
 }
@@ -57,7 +58,7 @@ struct DpTrainer {
   runtime::Transport world;
   sharding::DeviceMesh mesh;
   std::unique_ptr<models::LmTpTrainer> tr;
-  DpTrainer(MPI_Comm comm, int p, int rank, const LmConfig& c, const LmTrainConfig& t, models::LmDpConfig dp,
+  DpTrainer(MPI_Comm comm, int p, int rank, const ModelSpec& c, const LmTrainConfig& t, models::LmDpConfig dp,
             double link_gbps = 100)
       : topo(topology::Topology::ring(p, topology::LinkSpec{link_gbps, 1000})),
         tl(rank, topo, sim::device_preset("trainium1")),
@@ -68,7 +69,7 @@ struct DpTrainer {
   }
 };
 
-DpRun run_dp(const LmConfig& c, int zero, int64_t bucket_bytes, int steps, double link_gbps = 100,
+DpRun run_dp(const ModelSpec& c, int zero, int64_t bucket_bytes, int steps, double link_gbps = 100,
             bool recompute = false) {
   DpTrainer d(MPI_COMM_WORLD, world_size(), world_rank(), c, train_config(), {zero, bucket_bytes, "auto", recompute},
               link_gbps);
@@ -115,7 +116,7 @@ class LmDp : public ::testing::TestWithParam<int> {};
 TEST_P(LmDp, MatchesSingleDeviceAndRepeats) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
   const int zero = GetParam();
-  const LmConfig c = small_config();
+  const ModelSpec c = small_config();
   models::LmTrainState ref = models::lm_train_init(c);
   const auto ref_steps = models::lm_train(c, train_config(), ref);
   const DpRun a = run_dp(c, zero, 512, 5);
@@ -143,7 +144,7 @@ TEST_P(LmDp, MemoryMatchesZeroFormulas) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
   const int zero = GetParam();
   for (auto dtype : {runtime::DType::fp32, runtime::DType::bf16}) {
-    LmConfig c = small_config();
+    ModelSpec c = small_config();
     c.dtype = dtype;
     const DpRun r = run_dp(c, zero, 512, 1);
     const auto& m = r.memory;
@@ -171,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(Zero, LmDp, ::testing::Values(0, 1, 2, 3));
 // backward remains) would cost more than one reduction of everything (measured at dp = 4, 100 GB/s: 22.0 vs 17.1 us).
 TEST(LmDpBuckets, BucketingLowersExposedCommunication) {
   if (!dp_size_tested() || world_size() < 2) GTEST_SKIP() << "dp = 2, 4 only";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.hidden = 64;
   c.ffn = 128;
   c.heads = 4;
@@ -225,7 +226,7 @@ struct Trained {
 
 // DP training on COMM (its size = dp) for steps FROM+1 .. TO, from SNAPSHOT when given; saves the state after
 // step SAVE_AT (> 0) to PATH.
-Trained train_dp(MPI_Comm comm, const LmConfig& c, int zero, const models::LmTrainSnapshot* from, int to,
+Trained train_dp(MPI_Comm comm, const ModelSpec& c, int zero, const models::LmTrainSnapshot* from, int to,
                  int save_at = 0, const std::string& path = "") {
   int p = 0, rank = 0;
   MPI_Comm_size(comm, &p);
@@ -255,7 +256,7 @@ TEST(LmResume, SameMeshIsBitIdentical) {
   for (auto dtype : {runtime::DType::fp32, runtime::DType::bf16})
     for (int zero : {0, 1, 2, 3}) {
       if (dtype == runtime::DType::bf16 && (zero == 0 || zero == 2)) continue;  // test time: bf16 at 1 and 3
-      LmConfig c = small_config();
+      ModelSpec c = small_config();
       c.dtype = dtype;
       const Trained full = train_dp(MPI_COMM_WORLD, c, zero, nullptr, 6, 3, path);
       const auto snap = models::load_lm_train_state(MPI_COMM_WORLD, path, c, train_config());
@@ -276,7 +277,7 @@ TEST(LmResume, SameMeshIsBitIdentical) {
 TEST(LmResume, DifferentMeshWithinDpTolerance) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
   const std::string path = resume_temp_path("lm_resume_reshard");
-  const LmConfig c = small_config();
+  const ModelSpec c = small_config();
   MPI_Comm self;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank(), 0, &self);
   // Uninterrupted references: 6 steps on one chip, and on dp = world ZeRO-2 with a save at step 3.
@@ -336,9 +337,9 @@ TEST(LmResume, DifferentMeshWithinDpTolerance) {
 TEST(LmResume, RefusesAMismatchedCheckpoint) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
   const std::string path = resume_temp_path("lm_resume_bad");
-  const LmConfig c = small_config();
+  const ModelSpec c = small_config();
   train_dp(MPI_COMM_WORLD, c, 1, nullptr, 1, 1, path);
-  auto expect_refused = [&](const LmConfig& cc, const models::LmTrainConfig& tt, const char* needle) {
+  auto expect_refused = [&](const ModelSpec& cc, const models::LmTrainConfig& tt, const char* needle) {
     try {
       models::load_lm_train_state(MPI_COMM_WORLD, path, cc, tt);
       ADD_FAILURE() << "accepted: " << needle;
@@ -347,13 +348,13 @@ TEST(LmResume, RefusesAMismatchedCheckpoint) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  LmConfig wider = c;
+  ModelSpec wider = c;
   wider.hidden = 32;
   expect_refused(wider, train_config(), "but the config's model is");
   auto seed = train_config();
   seed.data_seed = 8;
   expect_refused(c, seed, "data_seed");
-  LmConfig batch = c;
+  ModelSpec batch = c;
   batch.batch = 8;
   expect_refused(batch, train_config(), "global batch");
   if (world_rank() == 0) std::remove(path.c_str());
@@ -370,7 +371,7 @@ struct TpRun {
   int buckets = 0;
 };
 
-TpRun run_tp(const LmConfig& c, int tp, int steps, bool sp = false, models::LmDpConfig dp = {0, 0, "auto", false},
+TpRun run_tp(const ModelSpec& c, int tp, int steps, bool sp = false, models::LmDpConfig dp = {0, 0, "auto", false},
              bool shape_only = false, int cp = 1, bool zigzag = true, bool ulysses = false, bool fused = false) {
   const int p = world_size(), rank = world_rank();
   auto topo = topology::Topology::ring(p, topology::LinkSpec{100, 1000});
@@ -436,7 +437,7 @@ void expect_shape_equals_real(const TpRun& real, const TpRun& shape, const std::
 TEST(LmTp, MatchesSingleDevice) {
   const int p = world_size();
   if (p != 2 && p != 4 && p != 8) GTEST_SKIP() << "2, 4 or 8 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;  // GQA groups of 2; tp up to 4
   models::LmTrainState ref = models::lm_train_init(c);
@@ -487,9 +488,9 @@ TEST(LmTp, MatchesSingleDevice) {
 // here from lm_forward's own cost list). ZeRO 0 and 3 (3: the recompute follows the unit's gather).
 TEST(LmDpRecompute, SameNumbersLessMemoryOneMoreForward) {
   if (!dp_size_tested()) GTEST_SKIP() << "dp = 1, 2, 4 only";
-  const LmConfig c = small_config();
+  const ModelSpec c = small_config();
   // One forward of the blocks on this replica's micro-batch, on the device the trainer uses.
-  LmConfig local = c;
+  ModelSpec local = c;
   local.batch = c.batch / world_size();
   std::vector<kernels::KernelCost> costs;
   std::vector<size_t> marks;
@@ -527,7 +528,7 @@ TEST(LmTpResume, SameMeshIsBitIdentical) {
   if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
   for (int zero : {0, 3}) {
   const std::string path = resume_temp_path("lm_tp_resume");
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   const int rank = world_rank(), tp = 2;
@@ -577,7 +578,7 @@ TEST(LmTpResume, SameMeshIsBitIdentical) {
 TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
   const int p = world_size();
   if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks (dp2 x tp2, dp2 x tp4)";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   const int tp = p / 2;
@@ -599,7 +600,7 @@ TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
       EXPECT_NEAR(m.optimizer, k * 8 * psi / (zero >= 1 ? nd : 1), 0.01 * m.formula_optimizer) << "zero " << zero;
     }
   // bf16: 2 + 2 + 12 bytes per parameter of the chip's shards, with the stage's divisions.
-  LmConfig b = c;
+  ModelSpec b = c;
   b.dtype = runtime::DType::bf16;
   for (int zero : {0, 1, 2, 3}) {
     const TpRun run = run_tp(b, tp, 1, false, {zero, 512, "auto", false});
@@ -627,11 +628,11 @@ TEST(LmTpZero, MatchesSingleDeviceAndZeroFormulas) {
 TEST(LmTpRecompute, SameNumbersLessMemoryOneMoreForward) {
   const int p = world_size();
   if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   const int tp = 2;
-  LmConfig local = c;
+  ModelSpec local = c;
   local.heads /= tp;
   local.kv_heads /= tp;
   local.ffn /= tp;
@@ -674,7 +675,7 @@ TEST(LmTpRecompute, SameNumbersLessMemoryOneMoreForward) {
 TEST(LmTpShapeOnly, SimulatedFieldsEqualTheRealRun) {
   const int p = world_size();
   if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   c.dtype = runtime::DType::bf16;
@@ -699,7 +700,7 @@ TEST(LmTpShapeOnly, SimulatedFieldsEqualTheRealRun) {
 TEST(LmCp, RingAttentionMatchesSingleDevice) {
   const int p = world_size();
   if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   c.seq = 16;  // zigzag cp8: 16 chunks of 1 token
@@ -729,7 +730,7 @@ TEST(LmCp, RingAttentionMatchesSingleDevice) {
 TEST(LmCpShapeOnly, SimulatedFieldsEqualTheRealRun) {
   const int p = world_size();
   if (p != 2 && p != 4) GTEST_SKIP() << "2 or 4 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   c.seq = 16;
@@ -752,7 +753,7 @@ TEST(LmCpShapeOnly, SimulatedFieldsEqualTheRealRun) {
 TEST(LmUlysses, MatchesSingleDevice) {
   const int p = world_size();
   if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 16;
   c.kv_heads = 8;
   c.seq = 16;
@@ -774,7 +775,7 @@ TEST(LmUlysses, MatchesSingleDevice) {
     EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
   }
   // Shape-only equals the real run's simulated fields and memory (bf16, ulysses over the whole world).
-  LmConfig b = c;
+  ModelSpec b = c;
   b.dtype = runtime::DType::bf16;
   const TpRun real = run_tp(b, 1, 1, false, {1, 512, "auto", false}, false, p, false, true);
   const TpRun shape = run_tp(b, 1, 1, false, {1, 512, "auto", false}, true, p, false, true);
@@ -793,7 +794,7 @@ TEST(LmUlysses, MatchesSingleDevice) {
 TEST(LmTpFused, MatchesUnfusedAndSingleDeviceLessExposed) {
   const int p = world_size();
   if (p != 2 && p != 4 && p != 8) GTEST_SKIP() << "2, 4 or 8 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 4;
   models::LmTrainState ref = models::lm_train_init(c);
@@ -841,7 +842,7 @@ TEST(LmTpFused, MatchesUnfusedAndSingleDeviceLessExposed) {
     EXPECT_EQ(fused.memory.params, plain.memory.params) << what;
   }
   if (p <= 4) {  // shape-only = real (bf16, tp2, ZeRO 1 and 3 with recompute)
-    LmConfig b = c;
+    ModelSpec b = c;
     b.dtype = runtime::DType::bf16;
     for (int zero : {1, 3}) {
       const models::LmDpConfig dp{zero, 512, "auto", zero == 3};
@@ -877,7 +878,7 @@ TEST(LmTpFused, MatchesUnfusedAndSingleDeviceLessExposed) {
 TEST(LmUlysses, ReplicatedKvHeadsMatchSingleDevice) {
   const int p = world_size();
   if (p != 4 && p != 8) GTEST_SKIP() << "4 or 8 ranks";
-  LmConfig c = small_config();
+  ModelSpec c = small_config();
   c.heads = 8;
   c.kv_heads = 2;
   c.seq = 16;
@@ -897,7 +898,7 @@ TEST(LmUlysses, ReplicatedKvHeadsMatchSingleDevice) {
     EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << what;
   }
   if (p == 4) {
-    LmConfig b = c;
+    ModelSpec b = c;
     b.dtype = runtime::DType::bf16;
     const TpRun real = run_tp(b, 2, 1, false, {1, 512, "auto", false}, false, 2, false, true);
     const TpRun shape = run_tp(b, 2, 1, false, {1, 512, "auto", false}, true, 2, false, true);

@@ -31,6 +31,7 @@
 #include "sharding/plans/expert_parallel_config.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 
@@ -85,8 +86,8 @@ const MoeCase kCases[] = {
 // With sp, does each tp chip route its own rows? With etp = tp they route the tp group's gathered rows together.
 bool own_rows(const MoeCase& k) { return k.sp && k.etp == 1; }
 
-models::LmConfig config_of(const MoeCase& k) {
-  models::LmConfig c;  // vocab 32, hidden 16, head_dim 4
+sharding::ModelSpec config_of(const MoeCase& k) {
+  sharding::ModelSpec c = test::small_lm();  // vocab 32, hidden 16, head_dim 4
   c.layers = k.pp > 1 ? 4 : 2;
   c.heads = 8;
   c.kv_heads = 4;
@@ -142,7 +143,7 @@ const Reference& reference(const MoeCase& k) {
   static std::map<std::string, Reference> refs;
   auto it = refs.find(k.name);
   if (it != refs.end()) return it->second;
-  const models::LmConfig c = config_of(k);
+  const sharding::ModelSpec c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
   models::LmCache cache;
@@ -185,7 +186,7 @@ struct Deviation {
 
 template <class World>
 Deviation train_case(const MoeCase& k, const World& world, int rank) {
-  const models::LmConfig c = config_of(k);
+  const sharding::ModelSpec c = config_of(k);
   const int n = chips_of(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"ep", k.ep}, {"dp", k.dp}, {"pp", k.pp}}, topo);

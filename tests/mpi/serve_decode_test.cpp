@@ -25,6 +25,7 @@
 #include "runtime/world.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 
@@ -51,8 +52,8 @@ const ServeCase kCases[] = {
 constexpr int kSeqs = 8;       // sequences (dp replicas split them)
 constexpr int kDecode = 4;     // greedy decode steps after the prefill
 
-models::LmConfig config_of(const ServeCase& k) {
-  models::LmConfig c;  // vocab 32, hidden 16, head_dim 4, ffn 32
+sharding::ModelSpec config_of(const ServeCase& k) {
+  sharding::ModelSpec c = test::small_lm();  // vocab 32, hidden 16, head_dim 4, ffn 32
   c.layers = 4;
   c.heads = 16;
   c.kv_heads = k.kv_heads;
@@ -85,12 +86,12 @@ std::vector<int64_t> prompt(int i) {
 }
 
 // The single-device logits of the next token after TOKENS: the whole sequence recomputed (no cache).
-std::vector<float> reference_logits(const models::LmConfig& c, const models::LmWeights& w,
+std::vector<float> reference_logits(const sharding::ModelSpec& c, const models::LmWeights& w,
                                     const std::vector<int64_t>& tokens) {
-  models::LmConfig rc = c;
+  sharding::ModelSpec rc = c;
   rc.batch = 1;
   rc.seq = int64_t(tokens.size());
-  rc.positions = c.seq;
+  rc.shard.positions = c.seq;
   models::LmBatch b;
   b.inputs = tokens;
   b.targets.assign(tokens.size(), 0);
@@ -115,7 +116,7 @@ struct Deviation {
 // against the reference at every step. Collective.
 template <class World>
 Deviation serve_case(const ServeCase& k, const World& world, int n, int rank) {
-  const models::LmConfig c = config_of(k);
+  const sharding::ModelSpec c = config_of(k);
   const int dp = n / inner(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", 1}, {"ep", std::max(k.ep, 1)}, {"dp", dp}, {"pp", k.pp}}, topo);
@@ -213,7 +214,7 @@ const ServeCase kDisaggCases[] = {{"one_device"}, {"tp2", 2}, {"tp2_x_pp2", 2, 2
 
 template <class World>
 Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int rank) {
-  models::LmConfig c = config_of(k);
+  sharding::ModelSpec c = config_of(k);
   const int dp = n / inner(k), ep = std::max(k.ep, 1);
   c.batch = dp * ep;  // the trainer's training layout (unused in serving) needs a multiple of dp x ep
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
@@ -332,7 +333,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, ServeDisaggregated, ::testing::ValuesIn(kDisaggC
 // checked to be longer, not by how much).
 TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
   if (world_size() != 1) GTEST_SKIP() << "one chip";
-  models::LmConfig c;
+  sharding::ModelSpec c = test::small_lm();
   c.vocab = 128256;
   c.hidden = 4096;
   c.layers = 32;
@@ -385,7 +386,7 @@ TEST(ServeDecodeClosedForm, BatchOneDecodeIsWeightsPlusCacheOverHbmBandwidth) {
 // the h100 preset's eager host issue and without.
 TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   if (world_size() != 1) GTEST_SKIP() << "one rank hosting 4 chips";
-  models::LmConfig c;
+  sharding::ModelSpec c = test::small_lm();
   c.vocab = 32000;
   c.hidden = 1024;
   c.layers = 16;
@@ -398,7 +399,7 @@ TEST(ServeDecodeRepeatBlocks, EqualsSimulatingEveryBlock) {
   c.dtype = runtime::DType::bf16;
   const std::vector<std::vector<sharding::plans::KvSeq>> batches = {
       {{0, 0, 300}, {1, 1000, 1}, {2, 17, 1}, {3, 0, 45}, {4, 2500, 1}}, {{0, 100, 1}, {1, 3000, 1}}};
-  models::LmConfig moe = c;
+  sharding::ModelSpec moe = c;
   moe.batch = 4;  // the training layout's batch (unused in serving) divides over the ep chips
   moe.moe = config_of({"moe", 1, 1, 8, false, 1}).moe;
   moe.moe->spec.hidden = c.hidden;

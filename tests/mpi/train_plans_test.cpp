@@ -26,6 +26,7 @@
 #include "runtime/world.h"
 #include "sim/device_spec.h"
 #include "topology/topology.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 
@@ -152,8 +153,8 @@ const PlanCase kCases[] = {
     unfused(pipe("unfused_pp2_x_tp2_sp_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 1, 1, true), false),
 };
 
-models::LmConfig config_of(const PlanCase& k) {
-  models::LmConfig c;  // vocab 32, hidden 16, 2 layers (pipelines: 4), head_dim 4, ffn 32
+sharding::ModelSpec config_of(const PlanCase& k) {
+  sharding::ModelSpec c = test::small_lm();  // vocab 32, hidden 16, 2 layers (pipelines: 4), head_dim 4, ffn 32
   if (k.pp > 1) c.layers = 4;
   c.heads = 16;
   c.kv_heads = k.kv_heads;
@@ -189,7 +190,7 @@ const Reference& reference(int64_t kv_heads, int pp = 1, int variant = 0) {
   k.kv_heads = kv_heads;
   k.pp = pp;
   k.variant = variant;
-  const models::LmConfig c = config_of(k);
+  const sharding::ModelSpec c = config_of(k);
   models::LmTrainState st = models::lm_train_init(c);
   Reference r;
   r.steps = models::lm_train(c, kFiveSteps, st);
@@ -213,7 +214,7 @@ struct Deviation {
 };
 template <class World>
 Deviation train_case(const PlanCase& k, const World& world, int n, int rank) {
-  const models::LmConfig c = config_of(k);
+  const sharding::ModelSpec c = config_of(k);
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   sharding::DeviceMesh mesh({{"tp", k.tp}, {"cp", k.cp}, {"dp", n / (k.tp * k.cp * k.pp)}, {"pp", k.pp}}, topo);
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
@@ -283,7 +284,7 @@ std::vector<models::LmStageSummary> pp4_stage_summary(ScheduleKind kind, bool re
   std::vector<models::LmStageSummary> summary;
   const int code = runtime::run_chips(4, [&](const runtime::World& w) {
     PlanCase k = pipe("pp4", 4, kind, 1, 1, 1, 1);
-    models::LmConfig c = config_of(k);
+    sharding::ModelSpec c = config_of(k);
     c.batch = 8;
     auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
     sharding::DeviceMesh mesh({{"pp", 4}}, topo);
@@ -352,7 +353,7 @@ TEST(TrainUnfused, SelectiveKeepsNoCoreAndRecomputesIt) {
   for (bool selective : {false, true}) {
     const int code = runtime::run_chips(2, [&](const runtime::World& w) {
       const PlanCase k = unfused({"unfused_tp2_sp", 2, 1, false, true}, selective);
-      const models::LmConfig c = config_of(k);
+      const sharding::ModelSpec c = config_of(k);
       auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 1000});
       sharding::DeviceMesh mesh({{"tp", 2}}, topo);
       sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
@@ -368,7 +369,7 @@ TEST(TrainUnfused, SelectiveKeepsNoCoreAndRecomputesIt) {
     });
     ASSERT_EQ(code, 0);
   }
-  const models::LmConfig c = config_of(unfused({"u", 2, 1}, false));
+  const sharding::ModelSpec c = config_of(unfused({"u", 2, 1}, false));
   const double per_layer = (1 + 2 * 4.0) * double(c.heads / 2) * double(c.seq) * double(c.seq) * double(c.batch);
   EXPECT_DOUBLE_EQ(got[false].first - got[true].first, double(c.layers) * per_layer);
   EXPECT_GT(got[true].second, got[false].second);
@@ -391,7 +392,7 @@ OverlapRun overlap_run(bool overlap_grad, bool overlap_param) {
   OverlapRun out;
   const int code = runtime::run_chips(4, [&](const runtime::World& w) {
     const PlanCase k{"overlap", 2, 1, false, true};
-    const models::LmConfig c = config_of(k);
+    const sharding::ModelSpec c = config_of(k);
     auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
     sharding::DeviceMesh mesh({{"tp", 2}, {"cp", 1}, {"dp", 2}, {"pp", 1}}, topo);
     sim::Timeline tl(mesh.placement()[size_t(w.rank())], topo, sim::device_preset("trainium1"));
@@ -460,7 +461,7 @@ TEST(TrainPipeline, StateReshardsAcrossPp) {
   auto on_mesh = [](Mesh mesh_of, std::function<void(models::LmTpTrainer&, int rank)> body) {
     return runtime::run_chips(4, [&](const runtime::World& w) {
       PlanCase k = pipe("pp", 4, ScheduleKind::one_f_one_b, 1, 1, 1, 1);
-      models::LmConfig c = config_of(k);
+      sharding::ModelSpec c = config_of(k);
       c.batch = 8;
       auto topo = topology::Topology::ring(4, topology::LinkSpec{100, 1000});
       const int pp = mesh_of.pp, tp = mesh_of.tp;
@@ -534,7 +535,7 @@ TEST(TrainPipeline, ZeroBubbleH1BubbleMatchesItsClosedForm) {
   for (ScheduleKind kind : {ScheduleKind::zb_h1, ScheduleKind::one_f_one_b}) {
     std::vector<models::LmStageSummary> summary;
     const int code = runtime::run_chips(p, [&](const runtime::World& w) {
-      models::LmConfig c;
+      sharding::ModelSpec c = test::small_lm();
       c.layers = 32;
       c.hidden = 1024;
       c.heads = 16;

@@ -14,6 +14,7 @@
 #include "models/lm_activations.h"
 #include "models/lm_data.h"
 #include "models/lm_model.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 using kernels::AttentionOptions;
@@ -119,7 +120,7 @@ TEST(AttentionUnfused, ChargesMegatronsKernelsAndShapeOnlyCostsAreEqual) {
 // one layer keeps sbh(34 + 5as/h) bytes (Korthikanti et al. 2022, Table 2, no parallelism): its tensors, the softmax
 // output, and what the charged dropout keeps (the attention dropout's mask and output, the two hidden masks).
 TEST(AttentionUnfused, TrainerLayerKeepsKorthikantisActivations) {
-  models::LmConfig c;
+  sharding::ModelSpec c = test::small_lm();
   c.vocab = 64;
   c.hidden = 256;
   c.layers = 2;

@@ -9,6 +9,7 @@
 #include "models/lm_activations.h"
 #include "models/lm_data.h"
 #include "models/lm_model.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 using namespace shardsim::models;
@@ -16,8 +17,8 @@ using namespace shardsim::models;
 namespace {
 
 // The paper's GPT block: layernorm, GELU MLP of 4h, learned positions, tied embeddings, MHA.
-LmConfig gpt(int64_t heads, int64_t hidden, int64_t layers) {
-  LmConfig c;
+ModelSpec gpt(int64_t heads, int64_t hidden, int64_t layers) {
+  ModelSpec c = test::small_lm();
   c.vocab = 51200;
   c.hidden = hidden;
   c.layers = layers;
@@ -41,8 +42,8 @@ LmConfig gpt(int64_t heads, int64_t hidden, int64_t layers) {
 // tensors one by one; the formulas are the paper's closed forms. Within 1 % (they agree exactly: the closed forms
 // are the inventory's sum for ffn = 4h and MHA).
 TEST(LmActivations, MegatronInventoryMatchesKorthikantiTable2) {
-  const LmConfig models[] = {gpt(64, 6144, 48), gpt(96, 12288, 96), gpt(128, 20480, 105), gpt(160, 25600, 128)};
-  for (const LmConfig& c : models)
+  const ModelSpec models[] = {gpt(64, 6144, 48), gpt(96, 12288, 96), gpt(128, 20480, 105), gpt(160, 25600, 128)};
+  for (const ModelSpec& c : models)
     for (int64_t b : {1, 4})
       for (int t : {1, 8}) {
         const double s = double(c.seq), h = double(c.hidden), a = double(c.heads), sbh = s * double(b) * h;
@@ -72,7 +73,7 @@ TEST(LmActivations, MegatronInventoryMatchesKorthikantiTable2) {
 // are the inventory's flash variant (no [s, s] core, fp32 log-sum-exp, no dropout masks), i.e. Korthikanti's
 // selective sbh·34 less the two dropout masks (2sbh) plus the log-sum-exp: within 1 % of both.
 TEST(LmActivations, TrainerKeepsTheFlashInventory) {
-  LmConfig c = gpt(4, 256, 2);
+  ModelSpec c = gpt(4, 256, 2);
   c.vocab = 64;
   c.seq = 64;
   c.batch = 2;

@@ -15,6 +15,7 @@
 #include "models/lm_data.h"
 #include "models/lm_model.h"
 #include "models/lm_train.h"
+#include "tests/unit/small_lm.h"
 
 using namespace shardsim;
 using namespace shardsim::models;
@@ -22,8 +23,8 @@ using runtime::Tensor;
 
 namespace {
 
-LmConfig tiny() {
-  LmConfig c;
+ModelSpec tiny() {
+  ModelSpec c = test::small_lm();
   c.vocab = 11;
   c.hidden = 8;
   c.layers = 2;
@@ -48,7 +49,7 @@ LmConfig tiny() {
 // relative errors.
 namespace {
 // The gradient check of one config; returns the worst relative error.
-double gradient_check(const LmConfig& c) {
+double gradient_check(const ModelSpec& c) {
   const LmWeights w = lm_init(c);
   const LmBatch batch = lm_synthetic_batch(c, 5, 0);
   LmCache cache;
@@ -89,7 +90,7 @@ TEST(LmModel, GradientMatchesFiniteDifferences) {
 // gradient check over its weights, which are the blocks' alone; the loss is the kernel's formula on the output.
 TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
   for (int v = 0; v < 2; ++v) {
-    LmConfig c = tiny();
+    ModelSpec c = tiny();
     c.vocab = 0;
     if (v == 1) c.norm = sharding::NormKind::layernorm;
     SCOPED_TRACE("variant " + std::to_string(v));
@@ -102,7 +103,7 @@ TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
     }
     EXPECT_EQ(n, lm_param_count(c));
     // The loss is 1/(N h) sum 1/2 (y - t)^2 of the output: an identity stack (no layers) gives it from the data.
-    LmConfig id = c;
+    ModelSpec id = c;
     id.layers = 0;
     const LmBatch b = lm_synthetic_batch(id, 5, 2);
     double want = 0;
@@ -114,7 +115,7 @@ TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
     EXPECT_NEAR(lm_forward(id, lm_init(id), b), want, 1e-12 * std::max(1.0, want));
   }
   // Rows of a step's data made alone equal the whole batch's rows (a chip makes only its own).
-  LmConfig c = tiny();
+  ModelSpec c = tiny();
   c.vocab = 0;
   const LmBatch whole = lm_synthetic_batch(c, 7, 3);
   Tensor in(runtime::DType::fp32, {2, c.hidden}), tg(runtime::DType::fp32, {2, c.hidden});
@@ -134,7 +135,7 @@ TEST(LmModel, BlockStackGradientMatchesFiniteDifferences) {
 // (the GPT block), pass the same check; every variant weight appears in named_weights with its gradient.
 // model.kind mlp: the block stack with attention off, x + mlp(rmsnorm(x)) per layer; no attention weight exists.
 TEST(LmModel, MlpOnlyStackGradientMatchesFiniteDifferences) {
-  LmConfig c = tiny();
+  ModelSpec c = tiny();
   c.vocab = 0;
   c.attention = false;
   c.heads = c.kv_heads = c.head_dim = 0;
@@ -151,7 +152,7 @@ TEST(LmModel, MlpOnlyStackGradientMatchesFiniteDifferences) {
   for (const char* gone : {"layers.0.wq", "layers.0.wk", "layers.0.wv", "layers.0.wo", "layers.0.attn_norm"})
     EXPECT_EQ(std::count(names.begin(), names.end(), gone), 0) << gone;
   // The attention half off changes the output: the same weights through a block with attention differ.
-  LmConfig with = tiny();
+  ModelSpec with = tiny();
   with.vocab = 0;
   const LmBatch b = lm_synthetic_batch(c, 5, 2);
   EXPECT_NE(lm_forward(c, w, b), lm_forward(with, lm_init(with), b));
@@ -162,7 +163,7 @@ TEST(LmModel, VariantGradientsMatchFiniteDifferences) {
   using sharding::NormKind;
   using sharding::PositionKind;
   for (int v = 0; v < 5; ++v) {
-    LmConfig c = tiny();
+    ModelSpec c = tiny();
     if (v == 0 || v == 4) c.norm = NormKind::layernorm;
     if (v == 1 || v == 4) c.mlp = MlpKind::gelu;
     if (v == 2 || v == 4) c.position = PositionKind::learned;
@@ -188,7 +189,7 @@ TEST(LmModel, VariantGradientsMatchFiniteDifferences) {
 }
 
 TEST(LmModel, TrainingMakesTheLossFall) {
-  const LmConfig c;  // vocab 32, hidden 16, 2 layers, 4/2 heads, seq 8, batch 2
+  const ModelSpec c = test::small_lm();  // vocab 32, hidden 16, 2 layers, 4/2 heads, seq 8, batch 2
   LmTrainConfig t;
   t.steps = 40;
   LmTrainState st = lm_train_init(c);
@@ -204,7 +205,7 @@ TEST(LmModel, TrainingMakesTheLossFall) {
 }
 
 TEST(LmModel, TwoRunsAreBitIdentical) {
-  const LmConfig c = tiny();
+  const ModelSpec c = tiny();
   LmTrainConfig t;
   t.steps = 5;
   LmTrainState a = lm_train_init(c), b = lm_train_init(c);
@@ -219,7 +220,7 @@ TEST(LmModel, TwoRunsAreBitIdentical) {
 }
 
 TEST(LmData, TokensFollowThePatternAndDependOnStepAndSeed) {
-  const LmConfig c;
+  const ModelSpec c = test::small_lm();
   const LmBatch b0 = lm_synthetic_batch(c, 7, 0);
   ASSERT_EQ(b0.inputs.size(), size_t(c.batch * c.seq));
   for (size_t i = 0; i < b0.inputs.size(); ++i) {
@@ -239,7 +240,7 @@ TEST(LmData, TokensFollowThePatternAndDependOnStepAndSeed) {
 }
 
 TEST(LmModel, BadConfigAndBatchAreErrors) {
-  LmConfig c = tiny();
+  ModelSpec c = tiny();
   c.kv_heads = 3;
   EXPECT_THROW(lm_init(c), std::invalid_argument);
   c = tiny();
@@ -257,7 +258,7 @@ TEST(LmModel, GemmFlopsAreSixNPerToken) {
   // The forward's GEMMs do 2·N FLOPs per token and the backward's 4·N (dX and dW): the 6·N of the MFU formula is
   // exactly what the GEMM kernels report. Attention is the rest: the kernels count the causal half (and the
   // backward's recomputation), the formula the full square.
-  const LmConfig c = tiny();
+  const ModelSpec c = tiny();
   const LmWeights w = lm_init(c);
   const LmBatch batch = lm_synthetic_batch(c, 5, 0);
   std::vector<kernels::KernelCost> costs;
@@ -285,7 +286,7 @@ TEST(LmModel, GemmFlopsAreSixNPerToken) {
 TEST(LmModel, NaNWeightStopsTrainingWithAClearError) {
   // A NaN in one weight makes the loss and the gradient norm NaN: the step is refused (not applied) with an error
   // naming the step, instead of writing NaN into every weight through AdamW.
-  const LmConfig c = tiny();
+  const ModelSpec c = tiny();
   LmTrainConfig t;
   t.steps = 3;
   LmTrainState st = lm_train_init(c);
@@ -303,7 +304,7 @@ TEST(LmModel, NaNWeightStopsTrainingWithAClearError) {
 
 TEST(LmModel, MixedPrecisionTrainsAndHolds16BytesPerParameter) {
   // bf16 compute copies, activations and gradients; fp32 masters and moments.
-  LmConfig c;
+  ModelSpec c = test::small_lm();
   c.dtype = runtime::DType::bf16;
   LmTrainConfig t;
   t.steps = 40;
@@ -313,7 +314,7 @@ TEST(LmModel, MixedPrecisionTrainsAndHolds16BytesPerParameter) {
   double last5 = 0;
   for (size_t i = r.size() - 5; i < r.size(); ++i) last5 += r[i].loss / 5;
   // The first loss is the fp32 model's up to bf16 rounding of weights and activations (~2^-8 relative each).
-  LmConfig c32 = c;
+  ModelSpec c32 = c;
   c32.dtype = runtime::DType::fp32;
   LmTrainState st32 = lm_train_init(c32);
   LmTrainConfig one = t;

@@ -9,6 +9,7 @@
 #include "models/lm_model.h"
 #include "models/lm_train.h"
 #include "models/lm_validate.h"
+#include "tests/unit/small_lm.h"
 
 namespace shardsim::models {
 namespace {
@@ -32,7 +33,7 @@ TEST(LmValidate, LimitsFollowTheDtypeAndTheStep) {
 // A gradient reduction that loses half of the replicas' contributions: the updates are computed from half the
 // global batch while the loss is reported on the whole batch. Its bf16 losses must fail the limit within 5 steps.
 TEST(LmValidate, BrokenReductionFailsTheBf16Limit) {
-  LmConfig c;
+  ModelSpec c = test::small_lm();
   c.vocab = 32, c.hidden = 16, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 32, c.seq = 8;
   c.batch = 4;
   c.dtype = runtime::DType::bf16;
@@ -46,7 +47,7 @@ TEST(LmValidate, BrokenReductionFailsTheBf16Limit) {
   for (size_t i = 0; i < reference.size(); ++i) same.emplace_back(int64_t(i + 1), reference[i]);
   EXPECT_TRUE(check_losses(c.dtype, same, reference).passed);
 
-  LmConfig half = c;
+  ModelSpec half = c;
   half.batch = c.batch / 2;
   LmTrainState broken = lm_train_init(c);
   LmTrainConfig one = t;
@@ -65,7 +66,7 @@ TEST(LmValidate, BrokenReductionFailsTheBf16Limit) {
 // Issue 46 (kind 10): a run resumed from step 2 with a changed learning rate is compared with a reference that
 // resumes from the same state under the new rate, not with one retrained from step 0 under it.
 TEST(LmValidate, ResumedReferenceStartsFromTheCheckpoint) {
-  LmConfig c;
+  ModelSpec c = test::small_lm();
   c.vocab = 32, c.hidden = 16, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 32, c.seq = 8;
   c.batch = 2;
   LmTrainConfig first;
