@@ -697,7 +697,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   reporting::RunReport figs;
   auto collect_figures = [&] {
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
-    const reporting::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    const reporting::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), trainer->attention_ns(), chip_bytes, {}};
     reporting::gather_chip_figures(world, tl, mine, chips, figs);
   };
   // Whether the plan's state and activations (the report's memory rows) fit the usable HBM: known after the first
