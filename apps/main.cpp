@@ -271,12 +271,11 @@ class StdoutHold {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+// The command line once MPI runs; STDOUT_OPEN: whether standard output was open before MPI_Init.
+int run_main(int argc, char** argv, bool stdout_open) {
   using namespace shardsim;
-  if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
-  // Whether standard output was open before MPI could take descriptor 1 (a singleton's MPI_Init opens files).
-  const bool stdout_open = ::fcntl(STDOUT_FILENO, F_GETFD) >= 0;
-  runtime::MpiSession mpi(&argc, &argv);
   int world_rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -360,6 +359,17 @@ int main(int argc, char** argv) {
   }
   g_decided_exit = code;
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shardsim;
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) kernels::set_blas_threads(1);  // one core per rank by default
+  // Whether standard output was open before MPI could take descriptor 1 (a singleton's MPI_Init opens files).
+  const bool stdout_open = ::fcntl(STDOUT_FILENO, F_GETFD) >= 0;
+  runtime::MpiSession mpi(&argc, &argv);
+  return mpi.finish(run_main(argc, argv, stdout_open));
 }
 
 namespace {

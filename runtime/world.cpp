@@ -194,6 +194,7 @@ bool on_this_node(int world_rank) {
 }  // namespace wait_board
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  singleton_ = !std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMIX_RANK") && !std::getenv("PMI_RANK");
   int provided = 0;
   if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "shardsim: MPI_Init_thread failed\n");
@@ -215,6 +216,15 @@ MpiSession::~MpiSession() {
     board_free();
     MPI_Finalize();
   }
+}
+
+int MpiSession::finish(int code) {
+  if (!singleton_) return code;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) board_free();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 void check_mpi(int rc, int rank, const std::string& op) {

@@ -172,10 +172,10 @@ PlanDescriptor ep_plan_descriptor() {
     // For attention ep is one more data-parallel axis: the batch splits over dp x ep replicas.
     const ModelSpec& s = c.model;
     const int64_t replicas = int64_t{p.dp} * p.ep;
-    if (c.use == SpecUse::train && s.batch % replicas != 0)
+    if (c.train() && s.batch % replicas != 0)
       c.fail("ep", "the global batch (model.batch " + std::to_string(s.batch) + " sequences) must be a multiple of "
                    "dp x ep (" + std::to_string(replicas) + ": each ep rank holds its own sequences)");
-    if (c.use == SpecUse::train && s.micro_batch > 0 && (s.batch / replicas) % s.micro_batch != 0)
+    if (c.train() && s.micro_batch > 0 && (s.batch / replicas) % s.micro_batch != 0)
       c.fail("ep", "model.micro_batch " + std::to_string(s.micro_batch) + " must divide the " +
                    std::to_string(s.batch / replicas) + " sequences of each dp x ep replica");
   };

@@ -117,12 +117,12 @@ expect_exit 2 'prefill_replicas: 2 prefill replicas need parallel.dp > 2' -- sha
 
 e2e_case "(f2) a KV cache transfer meets the decode iterations' collectives on the receiver's link (one switch)"
 # switch_8: every chip has one 100 GB/s link to the switch (500 ns per hop). Two 2,048-token prompts 1 s apart,
-# 512 output tokens each: the second prompt's cache reaches the decode replica while it decodes the first.
+# 1,024 output tokens each: the second prompt's cache reaches the decode replica while it decodes the first.
 # tp 1 (dp 8, 7 prefill replicas): no collectives, both transfers take bytes / bandwidth + 2 hops' latency.
 # tp 4 (dp 2): the first transfer is alone (the same closed form); the second shares the switch's down-link to
 # each decode chip with the tp all_reduces of the first request's decode steps and takes longer.
 SW=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=fixed
-    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=512)
+    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=1024)
 if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
      --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --json sw1.json \
    && expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=4 \
