@@ -2,7 +2,7 @@
 // 1, 2 and 4 simulated chips of this process, for every split the registry's cp_split key accepts (zigzag,
 // contiguous; the causal mask, the only one the registry lets cp run), against the flash attention of whole
 // sequences on one device: each chip's output and dQ / dK / dV rows equal the single device's rows at the tokens
-// it holds, and a NaN key reaches the same elements (the queries that see it) as on one device.
+// it holds, and a NaN key (at position 0, which every query sees) reaches the same elements as on one device.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -46,7 +46,8 @@ void run_case(int cp, const std::string& split, bool nan_key) {
     EXPECT_EQ(plan.zigzag, split == "zigzag");
   }
   ASSERT_TRUE(spec.causal);
-  const AttentionReference ref = attention_reference(spec, nan_key);
+  // The NaN key at position 0: the ring splits the sequence into other tiles than one device (plan_unit.h).
+  const AttentionReference ref = attention_reference(spec, nan_key, 0);
   on_chips(plan, [&](ChipEnv& env) {
     runtime::Transport& group = env.mesh["cp"];
     const int c = group.rank();

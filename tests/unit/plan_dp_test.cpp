@@ -119,7 +119,9 @@ void run_case(int dp, int zero, int64_t bucket_bytes, bool nan) {
   double sq = 0;
   for (double p : pieces) sq += p;
   if (nan) EXPECT_TRUE(std::isnan(sq)) << at;
-  else EXPECT_NEAR(sq, sq_ref, 1e-9 * sq_ref) << at << ": each element's square counted once over the replicas";
+  // fp32 gradients averaged in another order (the reduction's): the squares agree to fp32 rounding, 1e-6 relative;
+  // an element counted twice or missed moves it by far more (251 squares of ~0.09 on average make the ~21.7).
+  else EXPECT_NEAR(sq, sq_ref, 1e-6 * sq_ref) << at << ": each element's square counted once over the replicas";
 }
 
 class PlanDp : public ::testing::TestWithParam<int> {};

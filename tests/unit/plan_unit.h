@@ -141,20 +141,22 @@ inline bool any_nan(const runtime::Tensor& t) {
 
 // Attention of BATCH sequences of SEQ tokens (HEADS query heads, KV_HEADS of HEAD_DIM; causal per CAUSAL) on one
 // device (sharding/plans/block.h's local_attention: the flash core the plans run per chip) and its backward from a
-// seeded dO. NAN_KEY: a NaN in the key of sequence 0, position 5, KV head 0.
+// seeded dO. NAN_KEY: a NaN in the key of sequence 0, position NAN_POS, KV head 0. (Where a causal NaN key lands
+// in dQ depends on the tiling: a query before NAN_POS in a tile holding it multiplies the NaN by its masked zero,
+// as a GPU's tile GEMM does. At position 0 every query sees the key, so its reach is the same on any tiling.)
 struct AttentionReference {
   sharding::ModelSpec s;
   runtime::Tensor q, k, v, o, dout, dq, dk, dv;
   std::vector<runtime::Tensor> lse;
 };
-inline AttentionReference attention_reference(const sharding::ModelSpec& spec, bool nan_key) {
+inline AttentionReference attention_reference(const sharding::ModelSpec& spec, bool nan_key, int64_t nan_pos = 5) {
   AttentionReference r;
   r.s = spec;
   const int64_t N = spec.batch * spec.seq, hq = spec.heads, hkv = spec.kv_heads, d = spec.head_dim;
   r.q = seeded({N, hq, d}, 11);
   r.k = seeded({N, hkv, d}, 12);
   r.v = seeded({N, hkv, d}, 13);
-  if (nan_key) r.k.set(5 * hkv * d, std::numeric_limits<float>::quiet_NaN());
+  if (nan_key) r.k.set(nan_pos * hkv * d, std::numeric_limits<float>::quiet_NaN());
   r.dout = seeded({N, hq, d}, 14);
   sharding::plans::Chip none;  // charges nothing
   r.o = sharding::plans::local_attention(none, spec, r.q, r.k, r.v, spec.batch, spec.seq, r.lse);
