@@ -626,6 +626,7 @@ void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const Tra
     rep.all_reduce_ns = figs.all_reduce_ns;
     rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
     rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
+    rep.attention_ns = figs.attention_ns;  // the critical chip's (gather_chip_figures)
     if (f.forward) {
       finish_simulated(rep, figs.critical);
       rep.critical_chip = figs.critical_chip;
