@@ -495,6 +495,9 @@ void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const shardin
     l.buffer_bytes = st.buffer_bytes;
     l.expert_ns = st.expert_ns;
     l.balanced_expert_ns = st.balanced_expert_ns;
+    l.busiest_link = st.link_name;
+    l.link_bytes = st.link_bytes;
+    l.link_bound_ns = st.link_bound_ns;
     m.layers.push_back(l);
   }
   rep.train.has_moe = true;

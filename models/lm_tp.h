@@ -359,18 +359,35 @@ class LmTpTrainer {
     double buffer_bytes = 0;      // the dispatch buffers the layer keeps (EpActivations::buffer_bytes)
     sim::TimeNs expert_ns = 0, balanced_expert_ns = 0;  // EpActivations' (the experts' forward; perfect balance)
     double max_tokens = 0, mean_tokens = 0;  // moe_layer_table: of the ep group's tokens per expert (TOKENS empty)
+    std::vector<size_t> send_rows;           // rows this chip dispatched to each ep peer (EpActivations')
+    // moe_layer_table: the link the ep group's dispatch flows keep busy longest (its bytes at its bandwidth;
+    // topology link id, -1: none), its bytes
+    // (every flow of the group through it: rows x hidden x dtype size, routed by topology::Topology::route) and
+    // those bytes at its bandwidth (a lower bound of the dispatch time that link sets).
+    int link = -1;
+    std::string link_name;  // topology::Topology::link_name of LINK ("" when -1)
+    double link_bytes = 0;
+    sim::TimeNs link_bound_ns = 0;
   };
   std::vector<MoeLayerStats> moe_stats() const;
   // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
   // of the chips at tp, cp and dp coordinate 0 of the stage holding it: MAX_TOKENS and MEAN_TOKENS of the tokens
   // per expert summed over the group's chips (their last micro-batch's routing; TOKENS left empty), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
-  // the group's maximum (the slowest chip), BALANCED_EXPERT_NS its mean.
+  // the group's maximum (the slowest chip), BALANCED_EXPERT_NS its mean; LINK, LINK_BYTES and LINK_BOUND_NS the
+  // busiest link of the group's dispatch flows.
   std::vector<MoeLayerStats> moe_layer_table();
   // Expert weights this chip holds (elements; its ep shard of every MoE layer, etp-split).
   double expert_param_count() const;
   int ep() const { return ep_size_; }
 
  private:
+  // The busiest link of one MoE layer's dispatch flows over the ep group (moe_layer_table).
+  struct DispatchLink {
+    int link = -1;
+    double bytes = 0;
+    sim::TimeNs bound_ns = 0;
+  };
+  DispatchLink busiest_dispatch_link(const double* rows, runtime::Transport& ep) const;
   runtime::Tensor make(runtime::DType dtype, runtime::Shape shape) const;  // zero-filled, or shape-only
   LmWeights gather_field(sharding::plans::DataParallel::Field field);  // local fp32 shards, whole over dp
   void begin_forward(int unit, sim::TimeNs& t);   // the data-parallel unit's hooks (stage 3: the unit's gather)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "collectives/all_reduce.h"
@@ -169,6 +170,22 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
   return out;
 }
 
+LmTpTrainer::DispatchLink LmTpTrainer::busiest_dispatch_link(const double* rows, runtime::Transport& ep) const {
+  // Every flow s -> d of the group (ROWS [P x P], rows s sent to d) along its route; the link they keep busy longest.
+  const topology::Topology& topo = tl_.topology();
+  const double row_bytes = double(global_.hidden) * double(runtime::dtype_size(global_.dtype));
+  const int P = ep.size();
+  std::map<int, double> load;
+  for (int s = 0; s < P; ++s)
+    for (int d = 0; d < P; ++d)
+      if (s != d && rows[s * P + d] > 0)
+        for (int l : topo.route(ep.chip_of(s), ep.chip_of(d))) load[l] += rows[s * P + d] * row_bytes;
+  DispatchLink out;
+  for (const auto& [l, bytes] : load)  // the link whose bytes take longest at its bandwidth (GB/s = B/ns)
+    if (const sim::TimeNs t = bytes / topo.link(l).bandwidth_gbps; t > out.bound_ns) out = {l, bytes, t};
+  return out;
+}
+
 std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   if (!global_.moe) return {};
   const size_t E = size_t(global_.moe->spec.experts());
@@ -177,7 +194,8 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   std::vector<int64_t> mine;
   for (int64_t l = 0; l < local_.layers; ++l)
     if (local_.moe_layer(l)) mine.push_back(layer_global_[size_t(l)]);
-  const size_t ns = E + 2, nm = 5;
+  runtime::Transport& ep = mesh_["ep"];
+  const size_t P = size_t(ep.size()), ns = E + 2 + P * P, nm = 5;  // sums: tokens, aux, balanced, rows s -> d
   std::vector<double> sum(mine.size() * ns, 0.0), max(mine.size() * nm, 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {
     const auto it = moe_stats_.find(mine[i]);
@@ -186,11 +204,11 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     double* a = sum.data() + i * ns;
     for (size_t e = 0; e < E && e < st.tokens.size(); ++e) a[e] = double(st.tokens[e]);
     a[E] = st.aux, a[E + 1] = st.balanced_expert_ns;
+    for (size_t d = 0; d < P && d < st.send_rows.size(); ++d) a[E + 2 + size_t(ep.rank()) * P + d] = double(st.send_rows[d]);
     double* b = max.data() + i * nm;
     b[0] = double(st.received), b[1] = st.dispatch_bytes, b[2] = st.dispatch_ns, b[3] = st.buffer_bytes;
     b[4] = st.expert_ns;
   }
-  runtime::Transport& ep = mesh_["ep"];
   ep.allreduce(std::span<double>(sum), runtime::Reduce::sum, "lm moe table ep");  // host-side, not simulated
   ep.allreduce(std::span<double>(max), runtime::Reduce::max, "lm moe table ep");
   // Per model MoE layer, 9 figures: the maximum over the world of what the groups at tp, cp and dp coordinate 0
@@ -199,7 +217,7 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   std::vector<int64_t> layers;
   for (int64_t l = 0; l < global_.layers; ++l)
     if (global_.moe_layer(l)) layers.push_back(l);
-  constexpr size_t nf = 9;
+  constexpr size_t nf = 12;
   std::vector<double> all(layers.size() * nf, 0.0);
   const bool reports = tp_rank_ == 0 && cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
   for (size_t i = 0; reports && i < mine.size(); ++i) {
@@ -211,6 +229,8 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     f[1] = std::accumulate(a, a + E, 0.0) / double(std::max<size_t>(E, 1));
     f[2] = a[E] / ep_size_, f[3] = a[E + 1] / ep_size_;
     std::copy(b, b + nm, f + 4);
+    const DispatchLink busiest = busiest_dispatch_link(a + E + 2, ep);
+    f[9] = double(busiest.link + 1), f[10] = busiest.bytes, f[11] = busiest.bound_ns;
   }
   world_.allreduce(std::span<double>(all), runtime::Reduce::max, "lm moe table");
   std::vector<MoeLayerStats> out;
@@ -221,6 +241,8 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     st.max_tokens = f[0], st.mean_tokens = f[1], st.aux = f[2], st.balanced_expert_ns = f[3];
     st.received = std::llround(f[4]);
     st.dispatch_bytes = f[5], st.dispatch_ns = f[6], st.buffer_bytes = f[7], st.expert_ns = f[8];
+    st.link = int(std::llround(f[9])) - 1, st.link_bytes = f[10], st.link_bound_ns = f[11];
+    if (st.link >= 0) st.link_name = tl_.topology().link_name(st.link);
     out.push_back(std::move(st));
   }
   return out;

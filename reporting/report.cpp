@@ -318,7 +318,9 @@ nlohmann::json train_json(const RunReport& r) {
                         {"aux_loss", l.aux}, {"dispatch_bytes", l.dispatch_bytes},
                         {"dispatch_closed_form_bytes", l.dispatch_closed_form}, {"dispatch_ns", l.dispatch_ns},
                         {"dispatch_buffer_bytes", l.buffer_bytes}, {"slowest_expert_ns", l.expert_ns},
-                        {"balanced_expert_ns", l.balanced_expert_ns}, {"imbalance_ns", l.imbalance_ns()}});
+                        {"balanced_expert_ns", l.balanced_expert_ns}, {"imbalance_ns", l.imbalance_ns()},
+                        {"busiest_link", l.busiest_link}, {"busiest_link_bytes", l.link_bytes},
+                        {"busiest_link_bound_ns", l.link_bound_ns}});
     j["moe"] = {{"spec", m.spec}, {"total_params", m.total_params}, {"active_params", m.active_params},
                 {"expert_params_chip", m.expert_params_chip}, {"expert_state_bytes", m.expert_state_bytes},
                 {"expert_state_rule", m.expert_state_rule}, {"layers", layers}};
@@ -339,21 +341,24 @@ static std::string moe_text(const TrainMoe& m) {
                 m.expert_state_rule.c_str());
   os << buf;
   os << "  layer  tokens/expert max     mean  max/mean  rows_recv        aux  dispatch_B  closed_form_B  dispatch_us"
-        "   buffers_B  expert_us  balanced_us  imbalance\n";
+        "   buffers_B  expert_us  balanced_us  imbalance      link_B  link_us  busiest link\n";
   for (const auto& l : m.layers) {
     std::snprintf(buf, sizeof buf,
-                  "  %5lld  %17.0f  %7.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f  %10.0f  %9.3f  %11.3f  %8.1f%%\n",
+                  "  %5lld  %17.0f  %7.1f  %8.3f  %9.0f  %9.4g  %10.0f  %13.0f  %11.3f  %10.0f  %9.3f  %11.3f  %8.1f%%"
+                  "  %10.0f  %7.3f  %s\n",
                   (long long)l.layer, l.max_tokens, l.mean_tokens, l.mean_tokens > 0 ? l.max_tokens / l.mean_tokens : 0,
                   l.received_rows, l.aux, l.dispatch_bytes, l.dispatch_closed_form, l.dispatch_ns / 1e3,
                   l.buffer_bytes, l.expert_ns / 1e3, l.balanced_expert_ns / 1e3,
                   l.balanced_expert_ns > 0 && std::fabs(l.imbalance_ns()) > 1e-6 * l.balanced_expert_ns
-                      ? 100.0 * l.imbalance_ns() / l.balanced_expert_ns : 0.0);
+                      ? 100.0 * l.imbalance_ns() / l.balanced_expert_ns : 0.0,
+                  l.link_bytes, l.link_bound_ns / 1e3, l.busiest_link.empty() ? "-" : l.busiest_link.c_str());
     os << buf;
   }
   os << "  (every MoE layer, from the ep group of its stage's chips at tp, cp, dp coordinate 0, their last micro-batch: "
         "tokens summed over the group; rows_recv, dispatch, buffers and expert_us its busiest chip's; balanced_us: "
         "the group's rows spread evenly over the experts; imbalance: expert_us over it; buffers: the permuted, "
-        "received and combined rows kept for the backward)\n";
+        "received and combined rows kept for the backward; link_B: the bytes of every dispatch flow of the group on "
+        "the link they keep busy longest, link_us those bytes at that link's bandwidth: a lower bound of dispatch_us)\n";
   return os.str();
 }
 

@@ -112,6 +112,10 @@ struct TrainMoeLayer {
   double buffer_bytes = 0;                 // the largest dispatch buffers kept for the backward (activations)
   double expert_ns = 0;                    // the slowest chip's experts (grouped GEMMs, forward)
   double balanced_expert_ns = 0;           // the same with the group's rows spread evenly over the experts
+  // The link the group's dispatch flows keep busy longest ("chip 3 -> switch 1"; "" when no row left its chip), the bytes
+  // of every dispatch flow routed through it, and those bytes at its bandwidth (a lower bound it sets).
+  std::string busiest_link;
+  double link_bytes = 0, link_bound_ns = 0;
   double imbalance_ns() const { return expert_ns - balanced_expert_ns; }  // what imbalance costs (forward)
 };
 struct TrainMoe {

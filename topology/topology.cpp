@@ -214,9 +214,7 @@ Topology Topology::graph(int chips, int switches, const std::vector<Edge>& edges
   t.dims_ = {chips};
   t.out_.resize(static_cast<size_t>(chips + switches));
   const int nodes = chips + switches;
-  auto node_name = [chips](int v) {
-    return v < chips ? "chip " + std::to_string(v) : "switch " + std::to_string(v - chips);
-  };
+  auto node_name = [&t](int v) { return t.node_name(v); };
   for (size_t i = 0; i < edges.size(); ++i) {
     const Edge& e = edges[i];
     const std::string where = "link " + std::to_string(i) + ": ";
@@ -673,6 +671,15 @@ Topology Topology::scaled(double latency_factor, double bandwidth_factor, double
     d.link.bandwidth_gbps *= bandwidth_factor;
   }
   return t;
+}
+
+std::string Topology::node_name(int node) const {
+  return node < num_chips_ ? "chip " + std::to_string(node) : "switch " + std::to_string(node - num_chips_);
+}
+
+std::string Topology::link_name(int id) const {
+  const Link& l = link(id);
+  return node_name(l.src) + " -> " + node_name(l.dst);
 }
 
 }  // namespace shardsim::topology

@@ -162,6 +162,9 @@ class Topology {
   // Distinct chips reachable in one hop from CHIP (through no switch), ascending.
   std::vector<int> neighbors(int chip) const;
   std::optional<int> link_between(int src, int dst) const;  // node ids
+  // "chip 3" or "switch 1" (switches numbered from 0 after the chips), and "chip 3 -> switch 1" for link ID.
+  std::string node_name(int node) const;
+  std::string link_name(int id) const;
 
   // Grid coordinates (graphs: {chip}).
   std::vector<int> coords(int chip) const;

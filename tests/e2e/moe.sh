@@ -46,6 +46,15 @@ if expect_exit 0 'mixture of experts' -- shardsim_mpi 1 --chips 4 train "$MOE" -
   python3 -c "import json,sys; L=json.load(open('z.json'))['train']['moe']['layers']; \
 sys.exit(0 if all(l['max_tokens_per_expert']>1.5*l['mean_tokens_per_expert'] for l in L) else 1)" \
     && pass "Zipf 1.5: the hottest expert gets more than 1.5x the mean" || fail "Zipf routing is not skewed"
+  # Dispatch bytes per link: on the 4-chip ring each chip's 3 equal flows (B each) load its +1 link with its own flow
+  # to the next chip and the flows routed through it; the slowest chip's dispatch never beats the busiest link.
+  python3 -c "import json,sys; U=json.load(open('u.json'))['train']['moe']['layers']; \
+Z=json.load(open('z.json'))['train']['moe']['layers']; \
+ok=all(l['busiest_link'] and l['busiest_link_bytes']>=l['dispatch_bytes']/3 and l['busiest_link_bound_ns']>0 for l in U+Z); \
+ok=ok and all(l['dispatch_ns']>=l['busiest_link_bound_ns'] for l in U+Z); \
+ok=ok and max(l['busiest_link_bytes'] for l in Z)>max(l['busiest_link_bytes'] for l in U); sys.exit(0 if ok else 1)" \
+    && pass "per link: the busiest link named with its bytes; dispatch time >= its bytes at its bandwidth; Zipf loads it more" \
+    || fail "dispatch bytes per link"
 fi
 
 e2e_case "(f) ZeRO-3 with ep: each unit's dense bucket gathered over dp x ep, its experts' over dp; validated"
