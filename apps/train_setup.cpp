@@ -74,8 +74,11 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   // The model keys by the MLP's rules; the plan by train's (every plan key, dp filling the chips left by the rest).
   sharding::ModelSpec spec = sharding::parse_model_spec(m, mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
   if (f.serve) spec.batch = 0;  // serving's batches come from its scheduler: model.batch is unused (one per replica)
+  // serve runs the executor's forward only (its serving mode), as run does: the plan checks of the forward mode
+  // (e.g. tp above the KV heads, each chip holding its query heads' KV head).
+  const bool forward = f.forward || f.serve;
   const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
-      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), f.forward);
+      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), forward);
   if (mlp && root.has("checkpoint")) {
     const ConfigNode ck = root.child("checkpoint");
     ck.expect_keys({"path", "enabled"});
@@ -123,7 +126,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.selective = plan.selective_recompute;
   s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
   s.dp.overlap_param_gather = plan.overlap_param_gather;
-  s.dp.forward_only = f.forward;
+  s.dp.forward_only = forward;
   s.dp.micro_batch = spec.micro_batch;
   s.dp.etp = plan.etp;
   s.pp = plan.pp;
