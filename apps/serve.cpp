@@ -561,6 +561,9 @@ std::string report_text(const ServeReport& r) {
                   "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
                   ts.empty() ? 0.0 : ts.back() * 1e3);
     out += b;
+    if (xfer.other_mode > 0)
+      out += "  " + std::to_string(xfer.other_mode) + " batch" + (xfer.other_mode > 1 ? "es" : "") +
+             " started with KV cache flows in flight on their chips and ran in the timeline's launch mode, not their own\n";
   } else if (dp > 1 || s.pp > 1) {
     const std::string balance = sv.least_tokens ? std::string("each request to the replica with the fewest outstanding tokens")
                                                 : "request i on replica i mod " + std::to_string(dp);
@@ -613,7 +616,8 @@ nlohmann::json report_json(const ServeReport& r) {
                       {"requests", serving::requests_json(r.run)}};
   if (r.K > 0)
     j["disaggregation"] = {{"prefill_replicas", r.K}, {"decode_replicas", r.dp - r.K}, {"transfers", r.xfer.count},
-                           {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_s", r.xfer.time_s}};
+                           {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_s", r.xfer.time_s},
+                           {"batches_in_other_launch_mode", r.xfer.other_mode}};
   if (!r.trace_note.empty()) j["trace_note"] = r.trace_note;
   if (r.prof) j["profile"] = {{"iteration", r.prof_what}, {"critical_path", reporting::profile_json(*r.prof)}};
   if (!r.what_if.empty()) {

@@ -91,202 +91,320 @@ bool transfers_meet_iterations(const sharding::DeviceMesh& mesh, const topology:
 
 }  // namespace
 
-serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& reqs, const DisaggOptions& o,
-                                        Transfers& xfer) {
-  const int K = o.prefill_replicas;
-  const size_t n = reqs.size();
-  const bool prefill = replica < K;
-  std::vector<serving::Request> mine = reqs;
-  if (prefill)
-    for (auto& r : mine) r.output = 1;  // the prefill instance makes the first token
-  runtime::Transport& dpt = mesh["dp"];
-  const int ep = mesh.size("ep"), ep_rank = mesh.coordinate("ep", mesh.rank());
-  // Known alike on every chip: each replica's next batch and the end of the flows booked on its chips, the
-  // first tokens, the transfers waiting to start and the caches on their way.
-  std::vector<double> ready(size_t(dp), kInf), quiet(size_t(dp), 0.0), first_token(n, 0.0);
-  std::set<Pending> transfers, arrivals;
-  size_t next = 0;          // the trace's next arrival
-  int64_t round_robin = 0;  // transfers handed out round-robin so far
-  double horizon = kInf, foreign_end_ns = -1;
-  std::vector<int64_t> handled;  // the requests this replica prefilled or decoded
-  serving::ServeRun run;
-  bool meet = false;  // do the transfers share a link with the iterations at all (else they cannot delay each other)
-  for (int p = 0; p < K && !meet; ++p)
-    for (int d = K; d < dp && !meet; ++d) meet = transfers_meet_iterations(mesh, tl.topology(), p, d);
+// One disaggregated run on this chip (Server::disaggregated): what every chip knows alike (each replica's next
+// batch and the end of the flows booked on its chips, the first tokens, the transfers waiting to start and the
+// caches on their way) and the steps of the event loop over it.
+class DisaggRun {
+ public:
+  DisaggRun(Server& s, const std::vector<serving::Request>& reqs, const DisaggOptions& o, Transfers& xfer);
+  // Runs the trace; this replica's run and the requests it prefilled or decoded (handled()).
+  serving::ServeRun run();
+  const std::vector<int64_t>& handled() const { return handled_; }
 
-  // A batch on this replica's chips at START on the run's clock (see the header comment for the shortcuts).
-  const serving::StageFn stage = [&](const std::vector<serving::BatchEntry>& batch,
-                                     double start) -> std::vector<serving::StageSpan> {
-    const bool alone = start >= quiet[size_t(replica)];  // no transfer booked on these chips reaches past START
-    const bool clear = alone || !meet;                     // none that it can meet
-    std::vector<int64_t> key = shape_key(batch);
-    const auto it = memo.find(key);
-    if (clear && it != memo.end() && start + it->second.back().end_s <= horizon) return it->second;
-    if (alone) {  // the same as a fresh timeline from START, in the batch's launch mode
-      tl.reset();
-      set_launch_mode(graphed(batch));
-    }
-    models::LmServeBatch mb;
-    mb.repeat_blocks = true;
-    mb.origin_ns = start * 1e9;
-    mb.quiet_after_ns = meet ? quiet[size_t(replica)] * 1e9 : 0.0;
-    mb.horizon_ns = horizon < kInf ? horizon * 1e9 : 1e300;
-    mb.foreign_end_ns = alone ? -1.0 : foreign_end_ns;
-    for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-    std::vector<serving::StageSpan> st;
-    for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
-    ++simulated;
-    if (!st.empty()) note_longest(batch, st.back().end_s);
-    // Memoised only as it runs alone in its own launch mode (a batch whose start found flows in flight keeps the
-    // timeline's mode: switching would drop them).
-    if (clear && graph_now == graphed(batch) && !st.empty() && start + st.back().end_s <= horizon)
-      memo.emplace(std::move(key), st);
-    return st;
+ private:
+  // One KV cache on its way: request X.id's cache from prefill replica X.replica to decode replica TO.
+  struct Move {
+    Pending x;
+    int to = 0;
+    double bytes = 0;
   };
 
-  // Every lead's value at its replica's index (others V0), max-reduced over every chip.
-  auto agree_max = [&](std::vector<double>& v, const char* what) {
-    tp.allreduce(std::span<double>(v), runtime::Reduce::max, std::string("serve disaggregated: ") + what);
-  };
-  world.agree([&] {
-    try {
-      serving::PagedKvCache paged(cap);
-      serving::Simulation sim(mine, sched, paged, stage);
-      // The replicas with the fewest outstanding tokens in [FROM, TO) (IN_FLIGHT: each replica's caches on their
-      // way, as tokens still to decode), the lowest on a tie.
-      auto least_loaded = [&](int from, int to, const std::vector<double>& in_flight) {
-        std::vector<double> load(size_t(dp), -kInf);
-        if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
-        agree_max(load, "outstanding tokens");
-        for (int r = 0; r < dp; ++r) load[size_t(r)] += in_flight.empty() ? 0.0 : in_flight[size_t(r)];
-        return argmin(load, from, to);
-      };
-      std::vector<int64_t> made;  // this prefill replica's first tokens since the last round (requests to decode)
-      double made_at = 0;          // their time (the batch's end)
-      // Round-robin arrivals are this prefill replica's own business: the next one it has not handed over.
-      size_t own = size_t(replica);
-      auto own_arrival = [&] {
-        return prefill && !o.least_tokens && own < n ? reqs[own].arrival_s : kInf;
-      };
-      for (;;) {
-        // Every replica's next batch (a prefill replica's next arrival, if earlier) and every prefill replica's
-        // new first tokens, as its lead knows them.
-        std::vector<double> v(size_t(dp + 2 * K), -kInf);
-        if (lead) v[size_t(replica)] = -std::min(sim.next_ready(), own_arrival());
-        if (lead && prefill) {
-          v[size_t(dp + replica)] = double(made.size());
-          v[size_t(dp + K + replica)] = made_at;
-        }
-        agree_max(v, "next batches");
-        for (int r = 0; r < dp; ++r) ready[size_t(r)] = -v[size_t(r)];
-        std::vector<size_t> offset(size_t(K) + 1, 0);
-        for (int p = 0; p < K; ++p) offset[size_t(p) + 1] = offset[size_t(p)] + size_t(std::max(0.0, v[size_t(dp + p)]));
-        if (offset.back() > 0) {
-          std::vector<double> ids(offset.back(), 0.0);
-          if (lead && prefill)
-            for (size_t i = 0; i < made.size(); ++i) ids[offset[size_t(replica)] + i] = double(made[i]);
-          agree_max(ids, "first tokens");
-          for (int p = 0; p < K; ++p)
-            for (size_t i = offset[size_t(p)]; i < offset[size_t(p) + 1]; ++i) {
-              const int64_t id = int64_t(ids[i]);
-              first_token[size_t(id)] = v[size_t(dp + K + p)];
-              transfers.insert({first_token[size_t(id)], id, p});
-            }
-        }
-        made.clear();
-        const double t_arr = o.least_tokens && next < n ? reqs[next].arrival_s : kInf;  // a balanced arrival
-        const double t_dec = arrivals.empty() ? kInf : arrivals.begin()->t;
-        const double t_xfer = transfers.empty() ? kInf : transfers.begin()->t;
-        const double t_it = *std::min_element(ready.begin(), ready.end());
-        if (std::min({t_arr, t_dec, t_xfer, t_it}) == kInf) break;
-        if (t_arr <= std::min({t_dec, t_xfer, t_it})) {  // a request arrives at a prefill replica
-          const int64_t id = reqs[next++].id;
-          const int to = o.least_tokens ? least_loaded(0, K, {}) : int(id % K);
-          if (replica == to) {
-            sim.arrive(id);
-            handled.push_back(id);
-          }
-        } else if (t_xfer <= std::min(t_dec, t_it)) {  // a prefill ended: its cache goes to a decode replica
-          const Pending x = *transfers.begin();
-          transfers.erase(transfers.begin());
-          std::vector<double> in_flight(size_t(dp), 0.0);
-          for (const Pending& a : arrivals) in_flight[size_t(a.replica)] += double(reqs[size_t(a.id)].output);
-          const int to = o.least_tokens ? least_loaded(K, dp, in_flight) : K + int(round_robin++ % (dp - K));
-          const double bytes = double(reqs[size_t(x.id)].prompt) * cap.bytes_per_token;
-          // One flow per chip pair (the same tp and pp coordinates): the sender books it from the prefill's end,
-          // the receiver against the flows booked on its links before (sim/timeline.h).
-          // With ep, the sequence's cache is on one ep chip of each replica (request id mod ep: data-parallel
-          // attention, models/lm_tp.h LmServeBatch), so only that chip's pairs move it.
-          const bool home = x.id % ep == ep_rank;
-          std::vector<double> sent(2, 0.0);
-          if (replica == x.replica && home) {
-            const sim::Span s = tl.send("serve.kv_transfer", dpt.chip_of(to), bytes, x.t * 1e9);
-            sent = {s.start, s.end};
-            foreign_end_ns = std::max(foreign_end_ns, tl.end_time());
-          }
-          dpt.allreduce(std::span<double>(sent), runtime::Reduce::sum, "serve disaggregated: KV cache send");
-          std::vector<double> at(2, 0.0);  // the cache's arrival, the sender's links free
-          if (replica == to && home) at[0] = tl.receive(dpt.chip_of(x.replica), bytes, sent[0], sent[1]) * 1e-9;
-          if (replica == x.replica && home) at[1] = sent[1] * 1e-9;
-          tp.allreduce(std::span<double>(at), runtime::Reduce::max, "serve disaggregated: KV cache arrival");
-          quiet[size_t(x.replica)] = std::max(quiet[size_t(x.replica)], at[1]);
-          quiet[size_t(to)] = std::max(quiet[size_t(to)], at[0]);
-          arrivals.insert({at[0], x.id, to});
-          ++xfer.count;
-          xfer.bytes += bytes;
-          xfer.time_s.push_back(at[0] - x.t);
-        } else {  // every replica on its own up to where anything can reach its chips or its scheduler
-          const double h_prefill = *std::min_element(ready.begin(), ready.begin() + K);
-          const double bound_dec = std::min({t_xfer, t_arr, h_prefill});  // no cache can arrive earlier
-          if (prefill) {  // its arrivals and batches up to a balanced arrival and its own next transfer; it stops
-                          // after a batch that makes first tokens to decode (their transfers come next)
-            horizon = kInf;  // a prefill chip receives nothing
-            double bound = t_arr;
-            for (const Pending& x : transfers)
-              if (x.replica == replica) bound = std::min(bound, x.t);
-            while (made.empty()) {
-              const double a = own_arrival(), b = sim.next_ready();
-              if (std::min(a, b) >= bound) break;
-              if (a <= b) {
-                sim.arrive(reqs[own].id);
-                handled.push_back(reqs[own].id);
-                own += size_t(K);
-                continue;
-              }
-              sim.step();
-              for (const int64_t id : sim.finished_last())
-                if (reqs[size_t(id)].output > 1) made.push_back(id);
-              made_at = sim.last_end();
-            }
-          } else {  // its caches' arrivals and batches up to the earliest flow that may still come
-            horizon = meet ? bound_dec : kInf;
-            for (;;) {
-              auto a = arrivals.begin();
-              while (a != arrivals.end() && a->replica != replica) ++a;
-              const double ta = a == arrivals.end() ? kInf : a->t, b = sim.next_ready();
-              if (std::min(ta, b) >= bound_dec) break;
-              if (ta <= b) {
-                sim.arrive_prefilled(a->id, a->t, first_token[size_t(a->id)]);
-                handled.push_back(a->id);
-                arrivals.erase(a);
-                continue;
-              }
-              sim.step();
-            }
-          }
-          std::erase_if(arrivals, [&](const Pending& a) { return a.t < bound_dec; });  // as every decode replica did
+  std::vector<serving::StageSpan> stage(const std::vector<serving::BatchEntry>& batch, double start);
+  void agree_max(std::vector<double>& v, const char* what);
+  int least_loaded(int from, int to, const std::vector<double>& in_flight);
+  double own_arrival() const;
+  void agree_next();
+  void transfer();
+  void send_and_receive(const std::vector<Move>& moves);
+  void advance_prefill(double t_arr);
+  void advance_decode(double bound_dec);
+
+  Server& s_;
+  const std::vector<serving::Request>& reqs_;
+  const DisaggOptions& o_;
+  Transfers& xfer_;
+  const int K_, dp_;
+  const size_t n_;
+  const bool prefill_;
+  runtime::Transport& dpt_;
+  const int ep_, ep_rank_;
+  std::vector<double> ready_, quiet_, first_token_;
+  std::set<Pending> transfers_, arrivals_;
+  size_t next_ = 0;          // the trace's next arrival
+  int64_t round_robin_ = 0;  // transfers handed out round-robin so far
+  double horizon_ = kInf, foreign_end_ns_ = -1;
+  std::vector<int64_t> handled_;
+  bool meet_ = false;  // do the transfers share a link with the iterations at all (else they cannot delay each other)
+  serving::Simulation* sim_ = nullptr;
+  std::vector<int64_t> made_;  // this prefill replica's first tokens since the last round (requests to decode)
+  double made_at_ = 0;         // their time (the batch's end)
+  size_t own_ = 0;             // round-robin: this prefill replica's next arrival it has not handed over
+};
+
+DisaggRun::DisaggRun(Server& s, const std::vector<serving::Request>& reqs, const DisaggOptions& o, Transfers& xfer)
+    : s_(s), reqs_(reqs), o_(o), xfer_(xfer), K_(o.prefill_replicas), dp_(s.dp), n_(reqs.size()),
+      prefill_(s.replica < o.prefill_replicas), dpt_(s.mesh["dp"]), ep_(s.mesh.size("ep")),
+      ep_rank_(s.mesh.coordinate("ep", s.mesh.rank())), ready_(size_t(s.dp), kInf), quiet_(size_t(s.dp), 0.0),
+      first_token_(reqs.size(), 0.0), own_(size_t(s.replica)) {
+  for (int p = 0; p < K_ && !meet_; ++p)
+    for (int d = K_; d < dp_ && !meet_; ++d) meet_ = transfers_meet_iterations(s.mesh, s.tl.topology(), p, d);
+}
+
+// A batch on this replica's chips at START on the run's clock (see the header comment for the shortcuts).
+std::vector<serving::StageSpan> DisaggRun::stage(const std::vector<serving::BatchEntry>& batch, double start) {
+  const bool alone = start >= quiet_[size_t(s_.replica)];  // no transfer booked on these chips reaches past START
+  const bool clear = alone || !meet_;                       // none that it can meet
+  std::vector<int64_t> key = Server::shape_key(batch);
+  const auto it = s_.memo.find(key);
+  if (clear && it != s_.memo.end() && start + it->second.back().end_s <= horizon_) return it->second;
+  if (alone) {  // the same as a fresh timeline from START, in the batch's launch mode
+    s_.tl.reset();
+    s_.set_launch_mode(s_.graphed(batch));
+  } else if (s_.graph_now != s_.graphed(batch)) {
+    ++xfer_.other_mode;  // flows in flight on the timeline: a switch would drop them, the batch keeps its mode
+  }
+  models::LmServeBatch mb;
+  mb.repeat_blocks = true;
+  mb.origin_ns = start * 1e9;
+  mb.quiet_after_ns = meet_ ? quiet_[size_t(s_.replica)] * 1e9 : 0.0;
+  mb.horizon_ns = horizon_ < kInf ? horizon_ * 1e9 : 1e300;
+  mb.foreign_end_ns = alone ? -1.0 : foreign_end_ns_;
+  for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
+  std::vector<serving::StageSpan> st;
+  for (const sim::Span& sp : s_.exec.serve_step(mb, s_.kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
+  ++s_.simulated;
+  if (!st.empty()) s_.note_longest(batch, st.back().end_s);
+  // Memoised only as it runs alone in its own launch mode (a batch whose start found flows in flight keeps the
+  // timeline's mode: switching would drop them).
+  if (clear && s_.graph_now == s_.graphed(batch) && !st.empty() && start + st.back().end_s <= horizon_)
+    s_.memo.emplace(std::move(key), st);
+  return st;
+}
+
+// Every lead's value at its replica's index (others V0), max-reduced over every chip.
+void DisaggRun::agree_max(std::vector<double>& v, const char* what) {
+  s_.tp.allreduce(std::span<double>(v), runtime::Reduce::max, std::string("serve disaggregated: ") + what);
+}
+
+// The replica with the fewest outstanding tokens in [FROM, TO) (IN_FLIGHT: each replica's caches on their way, as
+// tokens still to decode), the lowest on a tie.
+int DisaggRun::least_loaded(int from, int to, const std::vector<double>& in_flight) {
+  std::vector<double> load(size_t(dp_), -kInf);
+  if (s_.lead) load[size_t(s_.replica)] = double(sim_->outstanding_tokens());
+  agree_max(load, "outstanding tokens");
+  for (int r = 0; r < dp_; ++r) load[size_t(r)] += in_flight.empty() ? 0.0 : in_flight[size_t(r)];
+  return argmin(load, from, to);
+}
+
+// Round-robin arrivals are a prefill replica's own business: the next one it has not handed over.
+double DisaggRun::own_arrival() const {
+  return prefill_ && !o_.least_tokens && own_ < n_ ? reqs_[own_].arrival_s : kInf;
+}
+
+// Every replica's next batch (a prefill replica's next arrival, if earlier) and every prefill replica's new first
+// tokens, as its lead knows them: into ready_ and transfers_.
+void DisaggRun::agree_next() {
+  std::vector<double> v(size_t(dp_ + 2 * K_), -kInf);
+  if (s_.lead) v[size_t(s_.replica)] = -std::min(sim_->next_ready(), own_arrival());
+  if (s_.lead && prefill_) {
+    v[size_t(dp_ + s_.replica)] = double(made_.size());
+    v[size_t(dp_ + K_ + s_.replica)] = made_at_;
+  }
+  agree_max(v, "next batches");
+  for (int r = 0; r < dp_; ++r) ready_[size_t(r)] = -v[size_t(r)];
+  std::vector<size_t> offset(size_t(K_) + 1, 0);
+  for (int p = 0; p < K_; ++p) offset[size_t(p) + 1] = offset[size_t(p)] + size_t(std::max(0.0, v[size_t(dp_ + p)]));
+  if (offset.back() > 0) {
+    std::vector<double> ids(offset.back(), 0.0);
+    if (s_.lead && prefill_)
+      for (size_t i = 0; i < made_.size(); ++i) ids[offset[size_t(s_.replica)] + i] = double(made_[i]);
+    agree_max(ids, "first tokens");
+    for (int p = 0; p < K_; ++p)
+      for (size_t i = offset[size_t(p)]; i < offset[size_t(p) + 1]; ++i) {
+        const int64_t id = int64_t(ids[i]);
+        first_token_[size_t(id)] = v[size_t(dp_ + K_ + p)];
+        transfers_.insert({first_token_[size_t(id)], id, p});
+      }
+  }
+  made_.clear();
+}
+
+// The prefills that ended at the earliest time: each cache goes to a decode replica (round-robin, or the one with
+// the fewest outstanding tokens counting the caches already on their way, this round's included).
+void DisaggRun::transfer() {
+  const double t = transfers_.begin()->t;
+  std::vector<double> in_flight(size_t(dp_), 0.0);
+  for (const Pending& a : arrivals_) in_flight[size_t(a.replica)] += double(reqs_[size_t(a.id)].output);
+  std::vector<Move> moves;
+  while (!transfers_.empty() && transfers_.begin()->t == t) {
+    const Pending x = *transfers_.begin();
+    transfers_.erase(transfers_.begin());
+    const int to = o_.least_tokens ? least_loaded(K_, dp_, in_flight) : K_ + int(round_robin_++ % (dp_ - K_));
+    in_flight[size_t(to)] += double(reqs_[size_t(x.id)].output);
+    moves.push_back({x, to, double(reqs_[size_t(x.id)].prompt) * s_.cap.bytes_per_token});
+  }
+  send_and_receive(moves);
+}
+
+// MOVES (every cache whose prefill ended at one time) as one exchange of the network model: one flow per chip pair
+// (the same tp and pp coordinates), each sender booking its flows from the prefill's end, each receiver against the
+// flows booked on its links before (sim/timeline.h); when flows of two or more senders meet on a link (two prefill
+// replicas' caches into one decode chip), every flow of the exchange shares its links' bandwidth (StepShare, as the
+// collectives' crossing flows do) instead of queueing behind the other. With ep, a sequence's cache is on one ep
+// chip of each replica (request id mod ep: data-parallel attention, models/lm_tp.h LmServeBatch), so only that
+// chip's pairs move it.
+void DisaggRun::send_and_receive(const std::vector<Move>& moves) {
+  const size_t g = moves.size();
+  sim::StepShare share;
+  if (g > 1) {
+    const sharding::DeviceMesh& mesh = s_.mesh;
+    std::vector<std::pair<int, int>> pairs;
+    for (const Move& m : moves)
+      for (int a = 0; a < mesh.size(); ++a) {
+        if (mesh.coordinate("dp", a) != m.x.replica || m.x.id % ep_ != mesh.coordinate("ep", a)) continue;
+        for (int b = 0; b < mesh.size(); ++b) {
+          bool peer = mesh.coordinate("dp", b) == m.to;
+          for (const auto& axis : mesh.axes())
+            peer = peer && (axis.name == "dp" || mesh.coordinate(axis.name, a) == mesh.coordinate(axis.name, b));
+          if (peer) pairs.emplace_back(mesh.placement()[size_t(a)], mesh.placement()[size_t(b)]);
         }
       }
-      run = sim.finish();
+    share = sim::StepShare::make(s_.tl.topology(), pairs);
+  }
+  const sim::StepShare* step = g > 1 ? &share : nullptr;
+  std::vector<double> sent(2 * g, 0.0);  // each flow's start and end at its sender
+  bool sender = false;
+  s_.tl.begin_step(step);
+  for (size_t i = 0; i < g; ++i)
+    if (s_.replica == moves[i].x.replica && moves[i].x.id % ep_ == ep_rank_) {
+      const sim::Span sp = s_.tl.send("serve.kv_transfer", dpt_.chip_of(moves[i].to), moves[i].bytes, moves[i].x.t * 1e9);
+      sent[2 * i] = sp.start;
+      sent[2 * i + 1] = sp.end;
+      sender = true;
+    }
+  s_.tl.end_step();
+  if (sender) foreign_end_ns_ = std::max(foreign_end_ns_, s_.tl.end_time());
+  dpt_.allreduce(std::span<double>(sent), runtime::Reduce::sum, "serve disaggregated: KV cache send");
+  std::vector<double> at(2 * g, 0.0);  // each cache's arrival, its sender's links free
+  s_.tl.begin_step(step);
+  for (size_t i = 0; i < g; ++i) {
+    const Move& m = moves[i];
+    if (m.x.id % ep_ != ep_rank_) continue;
+    if (s_.replica == m.to) at[2 * i] = s_.tl.receive(dpt_.chip_of(m.x.replica), m.bytes, sent[2 * i], sent[2 * i + 1]) * 1e-9;
+    if (s_.replica == m.x.replica) at[2 * i + 1] = sent[2 * i + 1] * 1e-9;
+  }
+  s_.tl.end_step();
+  s_.tp.allreduce(std::span<double>(at), runtime::Reduce::max, "serve disaggregated: KV cache arrival");
+  for (size_t i = 0; i < g; ++i) {
+    const Move& m = moves[i];
+    quiet_[size_t(m.x.replica)] = std::max(quiet_[size_t(m.x.replica)], at[2 * i + 1]);
+    quiet_[size_t(m.to)] = std::max(quiet_[size_t(m.to)], at[2 * i]);
+    arrivals_.insert({at[2 * i], m.x.id, m.to});
+    ++xfer_.count;
+    xfer_.bytes += m.bytes;
+    xfer_.time_s.push_back(at[2 * i] - m.x.t);
+  }
+}
+
+// A prefill replica's arrivals and batches up to a balanced arrival (T_ARR) and its own next transfer; it stops
+// after a batch that makes first tokens to decode (their transfers come next).
+void DisaggRun::advance_prefill(double t_arr) {
+  horizon_ = kInf;  // a prefill chip receives nothing
+  double bound = t_arr;
+  for (const Pending& x : transfers_)
+    if (x.replica == s_.replica) bound = std::min(bound, x.t);
+  while (made_.empty()) {
+    const double a = own_arrival(), b = sim_->next_ready();
+    if (std::min(a, b) >= bound) break;
+    if (a <= b) {
+      sim_->arrive(reqs_[own_].id);
+      handled_.push_back(reqs_[own_].id);
+      own_ += size_t(K_);
+      continue;
+    }
+    sim_->step();
+    for (const int64_t id : sim_->finished_last())
+      if (reqs_[size_t(id)].output > 1) made_.push_back(id);
+    made_at_ = sim_->last_end();
+  }
+}
+
+// A decode replica's caches' arrivals and batches up to BOUND_DEC (no cache can arrive earlier).
+void DisaggRun::advance_decode(double bound_dec) {
+  horizon_ = meet_ ? bound_dec : kInf;
+  for (;;) {
+    auto a = arrivals_.begin();
+    while (a != arrivals_.end() && a->replica != s_.replica) ++a;
+    const double ta = a == arrivals_.end() ? kInf : a->t, b = sim_->next_ready();
+    if (std::min(ta, b) >= bound_dec) break;
+    if (ta <= b) {
+      sim_->arrive_prefilled(a->id, a->t, first_token_[size_t(a->id)]);
+      handled_.push_back(a->id);
+      arrivals_.erase(a);
+      continue;
+    }
+    sim_->step();
+  }
+}
+
+serving::ServeRun DisaggRun::run() {
+  std::vector<serving::Request> mine = reqs_;
+  if (prefill_)
+    for (auto& r : mine) r.output = 1;  // the prefill instance makes the first token
+  serving::PagedKvCache paged(s_.cap);
+  serving::Simulation sim(mine, s_.sched, paged,
+                          [this](const std::vector<serving::BatchEntry>& b, double start) { return stage(b, start); });
+  sim_ = &sim;
+  for (;;) {
+    agree_next();
+    const double t_arr = o_.least_tokens && next_ < n_ ? reqs_[next_].arrival_s : kInf;  // a balanced arrival
+    const double t_dec = arrivals_.empty() ? kInf : arrivals_.begin()->t;
+    const double t_xfer = transfers_.empty() ? kInf : transfers_.begin()->t;
+    const double t_it = *std::min_element(ready_.begin(), ready_.end());
+    if (std::min({t_arr, t_dec, t_xfer, t_it}) == kInf) break;
+    if (t_arr <= std::min({t_dec, t_xfer, t_it})) {  // a request arrives at a prefill replica
+      const int64_t id = reqs_[next_++].id;
+      const int to = o_.least_tokens ? least_loaded(0, K_, {}) : int(id % K_);
+      if (s_.replica == to) {
+        sim.arrive(id);
+        handled_.push_back(id);
+      }
+    } else if (t_xfer <= std::min(t_dec, t_it)) {  // prefills ended: their caches go to decode replicas
+      transfer();
+    } else {  // every replica on its own up to where anything can reach its chips or its scheduler
+      const double h_prefill = *std::min_element(ready_.begin(), ready_.begin() + K_);
+      const double bound_dec = std::min({t_xfer, t_arr, h_prefill});  // no cache can arrive earlier
+      if (prefill_)
+        advance_prefill(t_arr);
+      else
+        advance_decode(bound_dec);
+      std::erase_if(arrivals_, [&](const Pending& a) { return a.t < bound_dec; });  // as every decode replica did
+    }
+  }
+  serving::ServeRun out = sim.finish();
+  sim_ = nullptr;
+  return out;
+}
+
+serving::ServeRun Server::disaggregated(const std::vector<serving::Request>& reqs, const DisaggOptions& o,
+                                        Transfers& xfer) {
+  DisaggRun d(*this, reqs, o, xfer);
+  serving::ServeRun run;
+  world.agree([&] {
+    try {
+      run = d.run();
     } catch (const std::invalid_argument& e) {
       throw UsageError(config_name + ": " + e.what());
     }
   });
+  std::vector<double> other{lead ? double(xfer.other_mode) : 0.0};  // every replica's, on every chip
+  tp.allreduce(std::span<double>(other), runtime::Reduce::sum, "serve disaggregated: launch modes");
+  xfer.other_mode = int64_t(other[0]);
   serving::ServeRun sub = run;  // this replica's requests only
   sub.requests.clear();
-  for (const int64_t id : handled) sub.requests.push_back(run.requests[size_t(id)]);
-  serving::ServeRun out = gather_replicas(tp, dp, replica, lead, sub, handled, n);
-  for (size_t i = 0; i < n; ++i) {  // a decode replica's record (later in replica order) carries the prefill's first token
+  for (const int64_t id : d.handled()) sub.requests.push_back(run.requests[size_t(id)]);
+  serving::ServeRun out = gather_replicas(tp, dp, replica, lead, sub, d.handled(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {  // a decode replica's record (later in replica order) carries the prefill's first token
     out.requests[i].arrival_s = reqs[i].arrival_s;
     out.requests[i].output = reqs[i].output;
   }

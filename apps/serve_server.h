@@ -47,6 +47,9 @@ struct Transfers {
   int64_t count = 0;
   double bytes = 0;            // per chip pair, all transfers
   std::vector<double> time_s;  // each transfer's prefill end -> its cache at the decode replica
+  // Batches that started with flows in flight on their chips and so ran in the timeline's launch mode rather than
+  // their own (CUDA graphs: a decode-only batch eagerly or the other way round; switching would drop the flows).
+  int64_t other_mode = 0;
 };
 
 // How a disaggregated run hands requests to replicas.
@@ -54,6 +57,8 @@ struct DisaggOptions {
   int prefill_replicas = 1;   // replicas [0, K) prefill, [K, dp) decode
   bool least_tokens = false;  // least outstanding tokens (else round-robin), on both sides
 };
+
+class DisaggRun;  // apps/serve_disagg.cpp
 
 struct Server {
   const runtime::World& world;
@@ -94,6 +99,7 @@ struct Server {
   std::shared_ptr<const sim::Profile> profile_longest(double peak_tflops, std::string& what);
 
  private:
+  friend class DisaggRun;
   // A batch's key in the memo: every sequence's cached and new tokens, in order.
   static std::vector<int64_t> shape_key(const std::vector<serving::BatchEntry>& batch);
   void note_longest(const std::vector<serving::BatchEntry>& batch, double end_s);

@@ -143,6 +143,25 @@ for path, tp in ((sys.argv[1], 1), (sys.argv[2], 4)):
 PY
 fi
 
+e2e_case "(f4) two KV caches into one chip at once share its link, as the network model's crossing flows do"
+# switch_8, tp 1, dp 8, 7 prefill replicas: two 2,048-token prompts at t = 0 on replicas 0 and 1 end their prefills
+# together and both caches go to replica 7's chip: two senders' flows on its one down-link, each at half its
+# bandwidth (sim/timeline.h StepShare): both arrive 2 x bytes / bandwidth + 1 us after the prefill, where booking
+# one after the other would give the first bytes / bandwidth + 1 us.
+if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
+     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --set serve.trace.arrival=at_once \
+     --set serve.trace.output=16 --json sw2.json; then
+  if python3 - sw2.json <<'PY'; then pass "both transfers 2 x bytes / 100 GB/s + 1 us (shared, not queued)"; else fail "concurrent KV transfers"; fi
+import json, sys
+per = 2 * 32 * 8 * 128 * 2
+j = json.load(open(sys.argv[1]))
+t = j["disaggregation"]["transfer_s"]
+shared = 2 * 2048 * per / 100e9 + 2 * 500e-9
+assert len(t) == 2 and all(abs(x - shared) <= 1e-9 * shared for x in t), (t, shared)
+assert j["requests"][0][1] == j["requests"][1][1], j["requests"]   # same prefill end, same first token
+PY
+fi
+
 e2e_case "(f3) CUDA graphs for decode batches (serve.cuda_graphs): a host-bound decode runs faster, prefill eagerly"
 # 50 us of host issue per kernel (far above Llama-3-8B's decode kernels at a small batch): eager decode steps wait
 # for the host, graph replays do not; the first request's prefill (alone, eager either way) takes the same time.
