@@ -316,8 +316,18 @@ void declared_shares(const RoutingDistribution& d, int64_t E, uint64_t stream, i
     share = *row;
     return;
   }
-  std::mt19937_64 gen(d.seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL);
-  if (d.skew > 0) std::shuffle(rank.begin(), rank.end(), gen);
+  const uint64_t key = d.seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL;
+  if (d.skew > 0) {  // Zipf: which expert is hot
+    std::mt19937_64 gen(key);
+    std::shuffle(rank.begin(), rank.end(), gen);
+  } else {  // uniform: which experts take the +1 of an uneven split, rotated per stream (else every rank and layer
+            // would round up the same lowest ids: experts 0.. on ep rank 0); a rotation costs no generator draw
+    uint64_t z = key + 0x9E3779B97F4A7C15ULL;  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    const int64_t off = int64_t((z ^ (z >> 31)) % uint64_t(E));
+    for (int64_t e = 0; e < E; ++e) rank[size_t(e)] = (e + off) % E;
+  }
   for (int64_t e = 0; e < E; ++e) share[size_t(e)] = std::pow(double(rank[size_t(e)] + 1), -d.skew);
 }
 
@@ -355,8 +365,8 @@ Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribu
     return rem[size_t(a)].first > rem[size_t(b)].first ||
            (rem[size_t(a)].first == rem[size_t(b)].first && rem[size_t(a)].second < rem[size_t(b)].second);
   });
-  for (int64_t e : order)
-    if (left > 0 && counts[size_t(e)] < tokens) ++counts[size_t(e)], --left;
+  for (int64_t e : order)  // an expert of weight 0 gets nothing here; only the rank fill below may reach it
+    if (left > 0 && counts[size_t(e)] < tokens && share[size_t(e)] > 0) ++counts[size_t(e)], --left;
   for (int64_t r = 0; left > 0 && r < E; ++r) {
     const int64_t e = by_rank[size_t(r)], add = std::min(left, tokens - counts[size_t(e)]);
     counts[size_t(e)] += add;

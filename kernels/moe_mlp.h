@@ -131,11 +131,13 @@ runtime::Tensor moe_backward(const MoeSpec& s, const MoeWeights& w, const runtim
 // ---- Declared routing (shape-only runs) ----
 // Expert loads of a routing distribution: uniform, or Zipf with exponent SKEW (expert of popularity rank r gets a
 // share proportional to 1/(r+1)^skew; which expert has which rank is a permutation drawn from SEED and STREAM, e.g.
-// the chip and the layer). T·k assignments are split by largest remainder, each expert at most T (a token picks
-// an expert once; the excess goes to the next-ranked experts), then capacity C (S.capacity per group of T tokens)
-// clips each. Deterministic. A HISTOGRAM row (model.moe.routing: histogram, e.g. measured tokens per expert of a
-// real run) replaces the Zipf shares for its layer: expert e's share is row[e] / sum(row), and the popularity rank
-// (ties, excess) is the row's order, largest first, lower id first on ties.
+// the chip and the layer; under uniform routing the order only decides which experts take the +1 of an uneven
+// split: a rotation drawn from SEED and STREAM). T·k assignments are split by largest remainder (ties in rank
+// order; experts of share 0 take none), each expert at most T (a token picks an expert once; the excess goes to the
+// next-ranked experts), then capacity C (S.capacity per group of T tokens) clips each. Deterministic. A HISTOGRAM
+// row (model.moe.routing: histogram, e.g. measured tokens per expert of a real run) replaces the Zipf shares for
+// its layer: expert e's share is row[e] / sum(row), and the popularity rank (ties, excess) is the row's order,
+// largest first, lower id first on ties.
 struct RoutingDistribution {
   double skew = 0;   // 0: uniform
   uint64_t seed = 1;

@@ -344,10 +344,12 @@ Tensor ep_moe_forward(const EpGroups& g, const MoeSpec& spec, const MoeWeights& 
   const sim::TimeNs t_experts = chip.t;
   const Tensor yr = kernels::experts_forward(s, w.experts, keep.xr, keep.local_offsets, &keep.experts, charge);
   keep.expert_ns = chip.t - t_experts;
-  {  // perfect balance: the group's rows (this chip's kept assignments times ep) spread evenly over the E experts
-    const int64_t even = (rt.rows() * P + s.experts() - 1) / s.experts();
-    std::vector<int64_t> offsets(size_t(L + 1));
-    for (int64_t e = 0; e <= L; ++e) offsets[size_t(e)] = e * even;
+  {  // perfect balance: the group's N rows (this chip's kept assignments times ep) spread evenly over the E experts,
+     // the N mod E extra rows one per chip in turn (local expert e of chip 0 takes one when e·ep < N mod E): the
+     // busiest chip of the most even split; an expert with no row launches nothing, as in the real run.
+    const int64_t N = rt.rows() * P, E = s.experts(), base = N / E, extra = N % E;
+    std::vector<int64_t> offsets(size_t(L + 1), 0);
+    for (int64_t e = 0; e < L; ++e) offsets[size_t(e + 1)] = offsets[size_t(e)] + base + (e * P < extra ? 1 : 0);
     keep.balanced_expert_ns = experts_time(s, w, offsets, chip);
   }
   const Tensor yr_src = sort_chunks(yr, keep.recv_counts, P, L, false, sort_cost);

@@ -1,6 +1,7 @@
 #include "sharding/plans/expert_parallel_config.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -45,7 +46,19 @@ std::vector<std::vector<double>> read_routing_histogram(const ConfigNode& moe, c
                                                         int64_t layers) {
   const std::string file = moe.get_string("routing_file");
   const std::string shown = escape_control(file), k = moe.path() + ".routing_file";
-  std::string text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
+  std::string text;
+  try {
+    text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
+  } catch (const ConfigError& e) {
+    moe.child("routing_file").fail(k + ": " + e.what());
+  }
+  // At most a record per (MoE layer or 'all', expert), the header and as many blank lines: checked before the
+  // records are split (a file of blank lines within the byte limit would otherwise take gigabytes).
+  const int64_t E = c.spec.experts();
+  const int64_t most = 2 * ((layers + 1) * E + 1);
+  if (int64_t(std::count(text.begin(), text.end(), '\n')) > most)
+    throw ConfigError(shown + ": " + k + ": more than " + str(most) + " lines: 2 x ((layers + 1) x experts + 1) at most");
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark (spreadsheet exports)
   if (!text.empty() && text.back() != '\n') text += '\n';  // a last line without its newline is still a record
   const CsvRecords recs = csv_records(text);
   auto fail = [&](int line, const std::string& what) -> void {
@@ -57,7 +70,6 @@ std::vector<std::vector<double>> read_routing_histogram(const ConfigNode& moe, c
   if (i == recs.records.size()) fail(1, "empty file (expected the header layer,expert,tokens)");
   const std::vector<std::string> header = {"layer", "expert", "tokens"};
   if (recs.records[i].fields != header) fail(recs.records[i].line, "the header must be layer,expert,tokens");
-  const int64_t E = c.spec.experts();
   std::map<int64_t, std::vector<double>> rows;  // layer (-1: all) -> weights
   std::map<std::pair<int64_t, int64_t>, int> seen;
   for (++i; i < recs.records.size(); ++i) {
@@ -163,6 +175,10 @@ kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& mode
   if (placement != "contiguous" && placement != "balanced")
     moe.child("placement").fail(w + "placement: '" + placement + "' (contiguous | balanced)");
   c.balance_placement = placement == "balanced";
+  if (c.balance_placement && std::adjacent_find(s.expert_ffn.begin(), s.expert_ffn.end(), std::not_equal_to<>()) !=
+                                 s.expert_ffn.end())
+    moe.child("placement").fail(w + "placement: balanced moves experts between chips: it needs experts of one "
+                                "inner size (model.moe.expert_ffn lists several)");
   if (routing == "histogram") c.routing.histogram = read_routing_histogram(moe, c, model.layers);
   return c;
 }

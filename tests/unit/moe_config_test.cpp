@@ -91,6 +91,8 @@ TEST(MoeConfig, BadValuesNameTheKeyAndLine) {
   EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 3, expert_ffn: 4, expert_groups: 4, group_limit: 1}\n").find("group_limit"), std::string::npos);
   EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 4, group_top: 1}\n").find("group_top"), std::string::npos);
   EXPECT_NE(error_of("model:\n  moe: {experts: 8, top_k: 2, expert_ffn: 4, placement: eplb}\n").find("placement"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 2, top_k: 1, expert_ffn: [4, 8], placement: balanced}\n").find("one inner size"),
+            std::string::npos);
   EXPECT_EQ(sharding::plans::ep_obstacle(8, 4), "");
   EXPECT_NE(sharding::plans::ep_obstacle(8, 3).find("parallel.ep"), std::string::npos);
 }
@@ -173,6 +175,10 @@ TEST(MoeConfig, RoutingHistogramFile) {
   bad("layer,expert,tokens\nall,1,0\n", "sum to 0");
   bad("expert,layer,tokens\n", "header");
   bad("layer,expert,tokens\nall,\x1b[31m,1\n", "\\x1b");  // echoed escaped
+  bad(std::string("layer,expert,tokens\nall,0,1\n") + std::string(200, '\n'), "more than 42 lines");  // 2 x (5 x 4 + 1)
+  // A UTF-8 byte order mark before the header (a spreadsheet's export) is skipped.
+  EXPECT_EQ(parse(with("\xEF\xBB\xBFlayer,expert,tokens\nall,2,1\n")).routing.histogram[1],
+            (std::vector<double>{0, 0, 1, 0}));
   std::remove(f.c_str());
   EXPECT_NE(error_of("model:\n  moe: {experts: 4, top_k: 1, expert_ffn: 4, routing: histogram}\n").find("routing_file"),
             std::string::npos);

@@ -433,6 +433,41 @@ TEST(MoeDeclared, UniformZipfAndCapacity) {
   EXPECT_GT(zc.dropped, 0);
 }
 
+// Uniform routing of an uneven split (T·k not a multiple of E): every expert gets floor or ceil of T·k/E, and the
+// experts taking the extra one differ between streams (ranks, layers) instead of always being the lowest ids.
+TEST(MoeDeclared, UniformExtrasSpreadOverStreams) {
+  MoeSpec s = spec(RouterScore::softmax, true, Activation::silu, 0, 1, 0);
+  s.router.experts = 256;
+  s.router.top_k = 8;
+  s.expert_ffn.assign(256, 4);
+  std::vector<int64_t> total(256, 0);
+  for (uint64_t stream = 0; stream < 64; ++stream) {
+    const Routing u = declared_routing(s, 4, {0, 1}, stream);  // 32 assignments over 256 experts
+    EXPECT_EQ(u.rows(), 32);
+    for (int64_t e = 0; e < 256; ++e) {
+      EXPECT_LE(u.counts[size_t(e)], 1);
+      total[size_t(e)] += u.counts[size_t(e)];
+    }
+  }
+  // 64 streams x 32 = 2,048 = 8 per expert on average: the lowest 32 ids would hold all 2,048 if they took every +1.
+  EXPECT_LT(*std::max_element(total.begin(), total.end()), 24);
+  EXPECT_GT(std::count_if(total.begin(), total.end(), [](int64_t t) { return t > 0; }), 200);
+}
+
+// A declared histogram with weight on two experts only, top-2: every token picks both (experts of weight 0 take
+// nothing while a weighted expert has room).
+TEST(MoeDeclared, HistogramZeroWeightsTakeNothing) {
+  MoeSpec s = spec(RouterScore::softmax, true, Activation::silu, 0, 1, 0);
+  s.router.experts = 8;
+  s.router.top_k = 2;
+  s.expert_ffn.assign(8, 4);
+  RoutingDistribution d;
+  d.histogram = {{10, 5, 0, 0, 0, 0, 0, 0}};
+  EXPECT_EQ(declared_routing(s, 16, d, 0, 0).counts, (std::vector<int64_t>{16, 16, 0, 0, 0, 0, 0, 0}));
+  s.router.top_k = 1;
+  EXPECT_EQ(declared_routing(s, 15, d, 0, 0).counts, (std::vector<int64_t>{10, 5, 0, 0, 0, 0, 0, 0}));
+}
+
 TEST(MoeBias, UpdateMovesTowardsBalance) {
   std::vector<float> bias{0, 0, 0};
   update_expert_bias(bias, {10, 4, 7}, 0.001);
