@@ -86,7 +86,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.selective = plan.selective_recompute;
   s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
   s.dp.overlap_param_gather = plan.overlap_param_gather;
-  s.dp.forward_only = f.forward;
+  s.dp.forward_only = f.forward || f.serve;  // serving runs the forward only
   s.dp.micro_batch = spec.micro_batch;
   s.dp.etp = plan.etp;
   s.pp = plan.pp;
