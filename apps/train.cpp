@@ -626,6 +626,7 @@ void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const Tra
     rep.all_reduce_ns = figs.all_reduce_ns;
     rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
     rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
+    rep.attention_ns = figs.attention_ns;  // the critical chip's (gather_chip_figures)
     if (f.forward) {
       finish_simulated(rep, figs.critical);
       rep.critical_chip = figs.critical_chip;
@@ -697,7 +698,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   reporting::RunReport figs;
   auto collect_figures = [&] {
     const double chip_bytes = memory_of(trainer->memory(), s, "", "", dp_size, f.forward).chip_bytes();
-    const reporting::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), 0, chip_bytes, {}};
+    const reporting::ChipFigures mine{&trainer->comm().stats, &trainer->fused_ops(), trainer->attention_ns(), chip_bytes, {}};
     reporting::gather_chip_figures(world, tl, mine, chips, figs);
   };
   // Whether the plan's state and activations (the report's memory rows) fit the usable HBM: known after the first

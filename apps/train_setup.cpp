@@ -10,13 +10,13 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "apps/train_setup.h"
+#include "models/executor_config.h"
 #include "collectives/rail_ring.h"
 #include "common/error.h"
 #include "runtime/chips.h"
 #include "runtime/fold_shift.h"
 #include "runtime/job_text.h"
 #include "sharding/device_mesh.h"
-#include "sharding/plans/expert_parallel_config.h"
 #include "sharding/plans/pipeline_schedule.h"
 
 namespace shardsim::apps {
@@ -33,17 +33,8 @@ ConfigNode train_config(const TrainFlags& f) {
 TrainSetup load(const TrainFlags& f, int ranks) {
   // run's loader: model: read as workload:, a topology path next to the config, run's overrides applied.
   const ConfigNode root = train_config(f);
-  // The MLP-only workload (model.kind mlp) is the model with attention off, x + mlp(rmsnorm(x)) per layer: its own
-  // key rules (tokens, no attention or norm keys, the MLP's plan keys); its checkpoint: section is run's (train
-  // writes only with --checkpoint), checked here.
-  const bool mlp = root.has("workload") && root.child("workload").is_map() &&
-                   sharding::spec_use_of(root.child("workload")) == sharding::SpecUse::mlp;
-  // train's root keys, and run's validate: section (a block config trains with its validation setting)
-  std::vector<std::string_view> root_keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
-  root_keys.push_back("validate");
-  if (mlp) root_keys.push_back("checkpoint");
-  if (f.serve) root_keys.push_back("serve");
-  root.expect_keys(root_keys);
+  // train's root keys, run's validate: (and checkpoint: of an MLP config), serve's serve: (models/executor_config.h)
+  models::check_executor_root_keys(root, f.serve);
   TrainSetup s;
   s.config_name = root.file();
   s.name = root.get_string("name", "");  // printable text, checked as run checks it (common/config.h)
@@ -69,47 +60,19 @@ TrainSetup load(const TrainFlags& f, int ranks) {
     s.topology = per_rank_topology(topology::Topology::ring(ranks, topology::LinkSpec{100, 1000}));
     s.default_topology = true;
   }
-  if (!root.has("workload")) root.fail("model: missing (the language model's sizes: vocab, hidden, layers, ...)");
-  const ConfigNode m = root.child("workload");
-  // The model keys by the MLP's rules; the plan by train's (every plan key, dp filling the chips left by the rest).
-  sharding::ModelSpec spec = sharding::parse_model_spec(m, mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
-  if (f.serve) spec.batch = 0;  // serving's batches come from its scheduler: model.batch is unused (one per replica)
-  const sharding::ParallelPlan plan = sharding::parse_parallel_plan(
-      root, spec, sharding::SpecUse::train, ranks, sharding::train_section_recompute(root), f.forward);
-  if (mlp && root.has("checkpoint")) {
-    const ConfigNode ck = root.child("checkpoint");
-    ck.expect_keys({"path", "enabled"});
-    (void)ck.get_bool("enabled", true);
-    if (ck.has("path")) (void)ck.get_string("path");
-  }
-  if (spec.batch == 0) spec.batch = plan.dp;  // a block stack: one sequence per data-parallel replica
-  s.train = sharding::parse_train_spec(root);
-  s.has_train_section = root.has("train");
-  if (f.steps > 0) s.train.steps = f.steps;
+  // The model:, parallel: and train: sections by the one loader's rules (models/executor_config.h), as a sweep's
+  // points read them.
+  models::ExecutorConfig e = models::read_executor_config(root, ranks, f.forward, f.serve);
+  if (f.steps > 0) e.train.steps = f.steps;
   // The one mesh builder of run and train (sharding/device_mesh.h): parallel.mesh_dims checked here, naming its line.
-  (void)sharding::checked_mesh(root, plan, *s.topology);
-  s.spec = spec;
-  s.plan = plan;
-  auto& c = s.model;
-  c = spec;
-  // A MoE model's reference routes each chip's micro-batch as its own token group (capacity and aux loss); with a
-  // sequence split over chips (sp, cp, Ulysses) each chip drops over its own rows: the group's capacity pieces.
-  try {
-    if (c.moe) {
-      kernels::CapacityOptions& cap = c.moe->spec.capacity;
-      cap.groups = models::lm_moe_groups(spec.batch, spec.micro_batch, int64_t{plan.dp} * plan.ep);
-      const int cp_axis = plan.ulysses > 1 ? plan.ulysses : plan.cp;
-      sharding::plans::split_capacity_over_chips(cap, spec.seq, spec.batch / cap.groups, cp_axis,
-                                                 plan.zigzag && plan.ulysses <= 1,
-                                                 plan.sp && plan.etp <= 1 ? plan.tp : 1);  // etp: tp rows gathered
-    }
-    models::check_lm_config(c);
-  } catch (const std::invalid_argument& e) {
-    m.fail(e.what());
-  }
-  if (c.mlp == sharding::MlpKind::geglu && !f.forward)  // run computes its forward; the backward kernel is missing
-    m.fail(std::string(mlp ? "activation: gelu (a GeGLU MLP)" : "mlp: geglu") +
-           " trains not yet (its backward is not implemented; swiglu | gelu); `shardsim run` computes its forward");
+  (void)sharding::checked_mesh(root, e.plan, *s.topology);
+  s.spec = e.spec;
+  s.model = e.model;
+  s.plan = e.plan;
+  s.train = e.train;
+  s.has_train_section = e.has_train_section;
+  const sharding::ParallelPlan& plan = s.plan;
+  const sharding::ModelSpec& spec = s.spec;
   s.tp = plan.tp;
   s.sp = plan.sp;
   s.ulysses = plan.ulysses > 1;
@@ -123,7 +86,7 @@ TrainSetup load(const TrainFlags& f, int ranks) {
   s.dp.selective = plan.selective_recompute;
   s.dp.overlap_grad_reduce = plan.overlap_grad_reduce;
   s.dp.overlap_param_gather = plan.overlap_param_gather;
-  s.dp.forward_only = f.forward;
+  s.dp.forward_only = f.forward || f.serve;  // serving runs the forward only
   s.dp.micro_batch = spec.micro_batch;
   s.dp.etp = plan.etp;
   s.pp = plan.pp;

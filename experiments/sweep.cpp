@@ -25,6 +25,7 @@
 #include "common/number.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
+#include "models/executor_config.h"
 #include "runtime/dtype.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
@@ -382,28 +383,18 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
   return out;
 }
 
-// A workload point's config through the executor's parser, with the rules apps/train_setup.cpp's load applies to
-// the same file under the point's command (sharding/model_spec.h: the model by its kind's key rules, the plan with
-// its pipeline rules, run's forward mode for a `run` config; the train section; the device): a plan that cannot
-// run throws here and the point is recorded as skipped with the parser's one-line reason. Sets P's shape-only
-// mode and micro-batch count.
+// A workload point's config through the one loader (models/executor_config.h: the rules apps/train_setup.cpp's
+// load applies to the same file under the point's command, `run`'s forward mode for a `run` config) and the
+// device: a plan that cannot run throws here and the point is recorded as skipped with the loader's one-line
+// reason. Sets P's shape-only mode and micro-batch count.
 void throw_if_point_cannot_run(SweepPoint& p, const ConfigNode& root, int chips) {
-  const sharding::SpecUse kind = sharding::spec_use_of(root.child("workload"));
-  std::vector<std::string_view> keys(std::begin(sharding::kTrainRootKeys), std::end(sharding::kTrainRootKeys));
-  keys.push_back("validate");
-  if (kind == sharding::SpecUse::mlp) keys.push_back("checkpoint");
-  root.expect_keys(keys);
-  const sharding::ModelSpec m = sharding::parse_model_spec(root.child("workload"), kind == sharding::SpecUse::mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
-  const sharding::ParallelPlan plan =
-      sharding::parse_parallel_plan(root, m, sharding::SpecUse::train, chips, sharding::train_section_recompute(root), !p.train);
-  (void)sharding::parse_train_spec(root);
+  models::check_executor_root_keys(root, false);
+  const models::ExecutorConfig e = models::read_executor_config(root, chips, !p.train, false);
   (void)sharding::load_workload_device(root);
   p.shape_only = sharding::load_workload_shape_only(root);
-  // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences); a block stack without
-  // model.batch runs one sequence per replica.
-  const int64_t replicas = int64_t{std::max(plan.dp, 1)} * std::max(plan.ep, 1);
-  const int64_t per_replica = m.batch > 0 ? m.batch / replicas : 1;
-  p.micro_batches = static_cast<int>(m.micro_batch > 0 ? per_replica / m.micro_batch : 1);
+  // The data-parallel replicas of attention: dp x ep (each ep rank has its own sequences).
+  const int64_t replicas = int64_t{std::max(e.plan.dp, 1)} * std::max(e.plan.ep, 1);
+  p.micro_batches = static_cast<int>(e.spec.micro_batch > 0 ? e.spec.batch / replicas / e.spec.micro_batch : 1);
 }
 
 // Validate once: CFG (a workload point's whole config, as generated) with its model shrunk for the real-data

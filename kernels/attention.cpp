@@ -281,7 +281,9 @@ KernelCost attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& 
             uint16_t* op = out.bf16() + base;
             for (int64_t c = 0; c < d; ++c) op[c] = runtime::float_to_bf16(ar[c] * inv);
           }
-          lse_p[h * sq + i0 + r] = l > 0 ? mrow[size_t(r)] + std::log(l) : kNegInf;
+          // A NaN score (a NaN in Q or K) leaves l NaN: lse NaN too (not -inf, which reads as "saw no key" and
+          // let a merge or the backward drop the row's NaN where one device keeps it).
+          lse_p[h * sq + i0 + r] = l > 0 || std::isnan(l) ? mrow[size_t(r)] + std::log(l) : kNegInf;
         }
       }
     }
@@ -320,7 +322,9 @@ KernelCost merge_attention_partials(Tensor& out_a, Tensor& lse_a, const Tensor& 
       const float m = std::max(xa, xb);
       const size_t base = size_t((i * h + hh) * d);
       float wa = 0, wb = 0, lse = kNegInf;
-      if (m != kNegInf) {
+      if (std::isnan(xa) || std::isnan(xb)) {  // a partial that saw a NaN score: the merged row is NaN
+        wa = wb = lse = std::numeric_limits<float>::quiet_NaN();
+      } else if (m != kNegInf) {
         wa = std::exp(xa - m);  // e^{-inf} = 0: an empty partial has no weight
         wb = std::exp(xb - m);
         lse = m + std::log(wa + wb);

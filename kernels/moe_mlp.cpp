@@ -297,17 +297,46 @@ Tensor moe_backward(const MoeSpec& s, const MoeWeights& w, const Tensor& x, cons
   return dx;
 }
 
-Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribution& d, uint64_t stream) {
+namespace {
+
+// Expert -> popularity rank and expert -> share of the assignments (unnormalised) of distribution D for LAYER.
+void declared_shares(const RoutingDistribution& d, int64_t E, uint64_t stream, int64_t layer,
+                     std::vector<int64_t>& rank, std::vector<double>& share) {
+  rank.resize(size_t(E));
+  share.resize(size_t(E));
+  std::iota(rank.begin(), rank.end(), 0);
+  if (const std::vector<double>* row = d.row(layer)) {
+    if (int64_t(row->size()) != E)
+      throw std::invalid_argument("routing histogram: layer " + std::to_string(layer) + " has " +
+                                  std::to_string(row->size()) + " weights for " + std::to_string(E) + " experts");
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return (*row)[size_t(a)] > (*row)[size_t(b)]; });
+    for (int64_t r = 0; r < E; ++r) rank[size_t(order[size_t(r)])] = r;
+    share = *row;
+    return;
+  }
+  std::mt19937_64 gen(d.seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL);
+  if (d.skew > 0) std::shuffle(rank.begin(), rank.end(), gen);
+  for (int64_t e = 0; e < E; ++e) share[size_t(e)] = std::pow(double(rank[size_t(e)] + 1), -d.skew);
+}
+
+}  // namespace
+
+Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribution& d, uint64_t stream,
+                         int64_t layer) {
   s.check();
   const int64_t E = s.experts(), k = s.router.top_k, n = tokens * k;
   if (d.skew < 0) throw std::invalid_argument("routing skew must be >= 0");
-  std::vector<int64_t> rank(static_cast<size_t>(E));  // expert -> popularity rank
-  std::iota(rank.begin(), rank.end(), 0);
-  std::mt19937_64 gen(d.seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL);
-  if (d.skew > 0) std::shuffle(rank.begin(), rank.end(), gen);
-  std::vector<double> share(static_cast<size_t>(E));
+  std::vector<int64_t> rank;  // expert -> popularity rank
+  std::vector<double> share;
+  declared_shares(d, E, stream, layer, rank, share);
   double sum = 0;
-  for (int64_t e = 0; e < E; ++e) sum += share[size_t(e)] = std::pow(double(rank[size_t(e)] + 1), -d.skew);
+  for (double w : share) {
+    if (!(w >= 0) || !std::isfinite(w)) throw std::invalid_argument("routing histogram: a weight is negative or not finite");
+    sum += w;
+  }
+  if (!(sum > 0)) throw std::invalid_argument("routing histogram: layer " + std::to_string(layer) + "'s weights sum to 0");
   // Largest remainder, in expert-rank order on ties; each expert at most TOKENS; the excess to the next ranks.
   std::vector<int64_t> counts(static_cast<size_t>(E));
   std::vector<std::pair<double, int64_t>> rem;

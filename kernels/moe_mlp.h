@@ -133,12 +133,23 @@ runtime::Tensor moe_backward(const MoeSpec& s, const MoeWeights& w, const runtim
 // share proportional to 1/(r+1)^skew; which expert has which rank is a permutation drawn from SEED and STREAM, e.g.
 // the chip and the layer). T·k assignments are split by largest remainder, each expert at most T (a token picks
 // an expert once; the excess goes to the next-ranked experts), then capacity C (S.capacity per group of T tokens)
-// clips each. Deterministic.
+// clips each. Deterministic. A HISTOGRAM row (model.moe.routing: histogram, e.g. measured tokens per expert of a
+// real run) replaces the Zipf shares for its layer: expert e's share is row[e] / sum(row), and the popularity rank
+// (ties, excess) is the row's order, largest first, lower id first on ties.
 struct RoutingDistribution {
   double skew = 0;   // 0: uniform
   uint64_t seed = 1;
+  // Per global layer index: the E experts' weights (>= 0, sum > 0), or an empty row (a dense layer, or skew rules).
+  std::vector<std::vector<double>> histogram;
+  // LAYER's row, or nullptr when it has none.
+  const std::vector<double>* row(int64_t layer) const {
+    return layer >= 0 && size_t(layer) < histogram.size() && !histogram[size_t(layer)].empty()
+               ? &histogram[size_t(layer)] : nullptr;
+  }
 };
-Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribution& d, uint64_t stream);
+// LAYER: the global layer index (its histogram row, if any); -1: none.
+Routing declared_routing(const MoeSpec& s, int64_t tokens, const RoutingDistribution& d, uint64_t stream,
+                         int64_t layer = -1);
 
 // A model's MoE layers as the model.moe section describes them (sharding/plans/expert_parallel_config.h parses it).
 struct MoeConfig {

@@ -329,6 +329,9 @@ class LmTpTrainer {
   // the report's tables (reporting/report.h, gather_chip_figures).
   const sharding::plans::Comm& comm() const { return comm_; }
   const std::vector<sharding::FusedOp>& fused_ops() const { return fused_ops_; }
+  // Simulated time of the last step's attention kernels on this chip (the block program's attention cores, ring
+  // attention's steps included, and a recomputing backward's; the report's attention_ns).
+  double attention_ns() const { return attention_ns_; }
   // Per-chip bytes of the training state between steps, measured from the buffers this rank keeps: parameters
   // (compute dtype; stage 3: the dp chunk), reduced gradients (compute dtype; stages 2-3: the chunk) and optimizer
   // state (fp32 master + m + v for bf16, m + v for fp32; stages 1-3: the chunk), next to ZeRO's formulas (sharding/plans/data_parallel.h)
@@ -431,6 +434,7 @@ class LmTpTrainer {
     auto ctx = context(chip);
     auto r = f(ctx);
     t = chip.t;
+    attention_ns_ += chip.attention_ns;
     return r;
   }
   // Throws ConfigKeyError (parallel.algorithm) when a named algorithm cannot run on a group of the plan (ZERO: its
@@ -503,6 +507,7 @@ class LmTpTrainer {
   sharding::ParallelPlan plan_;
   sharding::plans::Comm comm_;           // the plan units' per-collective counts of the last step
   std::vector<sharding::FusedOp> fused_ops_;
+  double attention_ns_ = 0;  // see attention_ns()
   int64_t step_ = 0;
   LmWeights work_, grads_;  // local compute-dtype weights (stage 3: gathered per unit) and local gradients
   sharding::plans::TensorRefs work_refs_;  // prefs(work_), built once per assignment of work_ (not per unit: O(L^2))

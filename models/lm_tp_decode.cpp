@@ -25,6 +25,8 @@ using runtime::Tensor;
 
 void LmTpTrainer::check_servable() const {
   if (sp_) throw std::invalid_argument("parallel.sp: serving runs without sequence parallelism (set sp: false)");
+  if (fused_)  // not checked against the single-device decode (tests/mpi/serve_decode_test.cpp)
+    throw std::invalid_argument("parallel.fused: serving runs the GEMMs and their collectives unfused (set fused: false)");
   if (cp_size_ > 1)
     throw std::invalid_argument(std::string("parallel.") + (ulysses_ ? "ulysses" : "cp") +
                                 ": serving runs tp, pp and dp plans (context parallelism is not a serving plan here)");

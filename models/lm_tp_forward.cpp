@@ -33,6 +33,7 @@ void LmTpTrainer::block_forward(int64_t l, Tensor& x, LmCache::Layer& S, sim::Ti
   auto ctx = context(chip);
   x = sharding::plans::block_forward(ctx, layout_, block_weights(l), x, &S);
   t = chip.t;
+  attention_ns_ += chip.attention_ns;
   if (fp8_recipe().active()) {  // Transformer Engine's casts of the linears' inputs (kernels/fp8.h)
     const LmLayer& L = work_.layers[size_t(l)];
     const auto lin = kernels::fp8_block_linears(double(local_.batch * local_.seq), L.wq, L.wk, L.wv, L.wo, L.w_gate,

@@ -60,6 +60,7 @@ double LmTpTrainer::start_step(LmDpStepResult& r, sim::TimeNs& t, bool forward_o
   tl_.reset();
   fused_ops_.clear();
   comm_ = {};
+  attention_ns_ = 0;
   moe_stats_.clear();
   moe_load_.clear();
   t = 0;

@@ -5,8 +5,8 @@ beside its table in docs/SERVING.md (shape-only `shardsim serve` / `shardsim swe
 
   python3 scripts/serve_tables.py --binary build/apps/shardsim [--out out/serve_tables] [TABLE ...]
 
-TABLE: moe, rate, plans, disagg, balance, whatif, validation (default: all, in the page's order; rate and plans run
-sweeps of 16 and 12 points, a few minutes each). `rate` also copies results.csv / serve_latency.png to
+TABLE: configs, moe, rate, plans, disagg, balance, whatif, validation (default: all, in the page's order; rate and
+plans run sweeps of 16 and 12 points, a few minutes each). `configs` runs every configs/serve/*.yaml as it is. `rate` also copies results.csv / serve_latency.png to
 docs/serving/rate_sweep.{csv,png}, `plans` results.csv to docs/serving/tp4_pp2_sweep.csv, and `disagg` writes
 docs/serving/disagg_{colocated,disaggregated}.csv and redraws disagg.png when gnuplot is installed (--no-copy: leave
 docs/serving/ alone). `validation` compares every configs/serve/validation/*.yaml's quoted published figure
@@ -60,6 +60,31 @@ def ms2(x):
 
 def pair(m, key, fmt):
     return f"{fmt(m[key]['p50'])} / {fmt(m[key]['p99'])}"
+
+
+def chips_of(text):
+    """The chip count of a serve config: the product of its parallel: block's sizes (read as text)."""
+    block = re.search(r"^parallel:\n((?:  .*\n)*)", text, re.M)
+    n = 1
+    for v in re.findall(r"^  (?:tp|pp|dp|ep): ([0-9]+)$", block.group(1) if block else "", re.M):
+        n *= int(v)
+    return n
+
+
+def table_configs(r, _):
+    print("| config | chips | plan | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | served (req/s) | output tok/s per chip "
+          "| KV cache per chip (tokens) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs/serve/*.yaml"))):
+        name = os.path.basename(path)[:-5]
+        chips = chips_of(open(path).read())
+        j, _ = r.serve("config_" + name, os.path.relpath(path, ROOT), chips)
+        m = j["metrics"]
+        plan = " x ".join(f"{k} {j[k]}" for k in ("tp", "pp", "ep", "dp") if j[k] > 1) or "1 chip"
+        if "disaggregation" in j:
+            plan += " (disaggregated)"
+        print(f"| {name} | {chips} | {plan} | {pair(m, 'ttft_s', ms)} | {pair(m, 'tpot_s', ms2)} | "
+              f"{m['requests_per_s']:.2f} | {m['output_tokens_per_s_per_chip']:,.1f} | {j['kv_cache']['tokens']:,} |")
 
 
 def table_moe(r, _):
@@ -217,7 +242,7 @@ def table_validation(r, _):
         print(f"\nMedian |error| {100 * errors[len(errors) // 2]:.1f} %, max {100 * errors[-1]:.1f} % over {len(errors)} rows")
 
 
-TABLES = {"moe": table_moe, "rate": table_rate, "plans": table_plans, "disagg": table_disagg,
+TABLES = {"configs": table_configs, "moe": table_moe, "rate": table_rate, "plans": table_plans, "disagg": table_disagg,
           "balance": table_balance, "whatif": table_whatif, "validation": table_validation}
 
 

@@ -285,6 +285,15 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
     const fs::path near = fs::path(dir_of(root.file())) / p;
     if (fs::path(p).is_relative() && fs::exists(near)) y["topology"] = near.string();
   }
+  // So is model.moe.routing_file's.
+  const YAML::Node cy = y, cw = cy["workload"];  // const look-ups: a missing key stays missing
+  const YAML::Node cm = cw && cw.IsMap() ? cw["moe"] : YAML::Node();
+  if (cm && cm.IsMap() && cm["routing_file"] && cm["routing_file"].IsScalar()) {
+    YAML::Node f = y["workload"]["moe"]["routing_file"];
+    const std::string p = f.as<std::string>();
+    const fs::path near = fs::path(dir_of(root.file())) / p;
+    if (!p.empty() && fs::path(p).is_relative() && fs::exists(near)) f = near.string();
+  }
   if (!o.any()) return root;
   check_replaced_keys(root, o);
   apply_topology_flags(y, o);

@@ -139,7 +139,7 @@ std::vector<Routing> declared_ep_routing(const MoeSpec& s, const std::vector<int
   const int64_t ep = int64_t(tokens_per_rank.size());
   std::vector<Routing> out;
   for (int64_t r = 0; r < ep; ++r)
-    out.push_back(kernels::declared_routing(local, tokens_per_rank[size_t(r)], d, uint64_t(layer * ep + r)));
+    out.push_back(kernels::declared_routing(local, tokens_per_rank[size_t(r)], d, uint64_t(layer * ep + r), layer));
   return out;
 }
 

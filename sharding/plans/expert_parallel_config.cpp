@@ -2,8 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
+#include "common/csv.h"
+#include "common/error.h"
+#include "common/input_file.h"
+#include "common/number.h"
+#include "common/text.h"
 #include "sharding/plans/block.h"
 
 namespace shardsim::sharding::plans {
@@ -25,6 +31,74 @@ std::vector<int64_t> expert_ffn(const ConfigNode& moe, int64_t experts, const st
     return v;
   }
   return std::vector<int64_t>(size_t(experts), moe.get_int_in("expert_ffn", 1, MoeBounds::ffn));
+}
+
+// Bound of a routing histogram file (a row per layer and expert: DeepSeek-V3's 58 x 256 rows are ~200 KB).
+constexpr size_t kMaxHistogramBytes = size_t(64) << 20;
+constexpr double kMaxHistogramWeight = 1e18;
+
+// The routing histogram of model.moe.routing_file (KEY): a CSV with the header "layer,expert,tokens" and one record
+// per (layer, expert) pair: LAYER a global layer index of a MoE layer, or "all" (every MoE layer without records of
+// its own); EXPERT in [0, E); TOKENS a finite decimal >= 0 (any unit: tokens routed in a measured run, or a share).
+// Experts a layer does not list weigh 0. Errors: ConfigError "CSV:LINE: model.moe.routing_file: ..." (exit 2).
+std::vector<std::vector<double>> read_routing_histogram(const ConfigNode& moe, const kernels::MoeConfig& c,
+                                                        int64_t layers) {
+  const std::string file = moe.get_string("routing_file");
+  const std::string shown = escape_control(file), k = moe.path() + ".routing_file";
+  std::string text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
+  if (!text.empty() && text.back() != '\n') text += '\n';  // a last line without its newline is still a record
+  const CsvRecords recs = csv_records(text);
+  auto fail = [&](int line, const std::string& what) -> void {
+    throw ConfigError(shown + ":" + std::to_string(line) + ": " + k + ": " + what);
+  };
+  if (recs.truncated) fail(int(recs.records.empty() ? 1 : recs.records.back().line + 1), "a quoted field is not closed");
+  size_t i = 0;
+  while (i < recs.records.size() && recs.records[i].fields.size() == 1 && recs.records[i].fields[0].empty()) ++i;
+  if (i == recs.records.size()) fail(1, "empty file (expected the header layer,expert,tokens)");
+  const std::vector<std::string> header = {"layer", "expert", "tokens"};
+  if (recs.records[i].fields != header) fail(recs.records[i].line, "the header must be layer,expert,tokens");
+  const int64_t E = c.spec.experts();
+  std::map<int64_t, std::vector<double>> rows;  // layer (-1: all) -> weights
+  std::map<std::pair<int64_t, int64_t>, int> seen;
+  for (++i; i < recs.records.size(); ++i) {
+    const CsvRecord& r = recs.records[i];
+    if (r.fields.size() == 1 && r.fields[0].empty()) continue;
+    if (r.fields.size() != 3) fail(r.line, "expected 3 fields (layer,expert,tokens), got " + std::to_string(r.fields.size()));
+    int64_t layer = -1;
+    if (r.fields[0] != "all") {
+      const auto l = decimal_int(r.fields[0]);
+      if (!l || *l < 0 || *l >= layers)
+        fail(r.line, "layer '" + escape_control(r.fields[0]) + "' is not 'all' or a layer index 0.." + str(layers - 1));
+      if (!c.is_moe_layer(*l)) fail(r.line, "layer " + str(*l) + " is a dense layer (model.moe.dense_layers, layer_step)");
+      layer = *l;
+    }
+    const auto e = decimal_int(r.fields[1]);
+    if (!e || *e < 0 || *e >= E)
+      fail(r.line, "expert '" + escape_control(r.fields[1]) + "' is not an expert index 0.." + str(E - 1));
+    const auto t = decimal_double(r.fields[2]);
+    if (!t || *t < 0 || *t > kMaxHistogramWeight)
+      fail(r.line, "tokens '" + escape_control(r.fields[2]) + "' must be a decimal number between 0 and 1e18");
+    const auto [it, fresh] = seen.emplace(std::pair{layer, *e}, r.line);
+    if (!fresh)
+      fail(r.line, "layer " + (layer < 0 ? std::string("all") : str(layer)) + ", expert " + str(*e) +
+                       " given twice (first on line " + std::to_string(it->second) + ")");
+    auto& w = rows[layer];
+    w.resize(size_t(E), 0.0);
+    w[size_t(*e)] = *t;
+  }
+  std::vector<std::vector<double>> out(static_cast<size_t>(layers));
+  const int end = recs.records.back().line;
+  for (int64_t l = 0; l < layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    auto it = rows.find(l);
+    if (it == rows.end()) it = rows.find(-1);
+    if (it == rows.end()) fail(end, "MoE layer " + str(l) + " has no records and there is no 'all' layer");
+    double sum = 0;
+    for (double v : it->second) sum += v;
+    if (!(sum > 0)) fail(end, "the tokens of " + (it->first < 0 ? std::string("layer all") : "layer " + str(l)) + " sum to 0");
+    out[size_t(l)] = it->second;
+  }
+  return out;
 }
 
 }  // namespace
@@ -63,10 +137,15 @@ kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& mode
   c.dense_layers = moe.get_int_in("dense_layers", 0, model.layers, 0);
   c.layer_step = moe.get_int_in("layer_step", 1, std::max<int64_t>(model.layers, 1), 1);
   const std::string routing = moe.get_string("routing", "uniform");
-  if (routing != "uniform" && routing != "zipf") moe.child("routing").fail(w + "routing: '" + routing + "' (uniform | zipf)");
+  if (routing != "uniform" && routing != "zipf" && routing != "histogram")
+    moe.child("routing").fail(w + "routing: '" + routing + "' (uniform | zipf | histogram)");
   c.routing.skew = routing == "zipf" ? moe.get_double_in("skew", 0, 100, 1.0) : 0.0;
-  if (routing == "uniform" && moe.has("skew")) moe.child("skew").fail(w + "skew: only used with routing: zipf");
+  if (routing != "zipf" && moe.has("skew")) moe.child("skew").fail(w + "skew: only used with routing: zipf");
   c.routing.seed = uint64_t(moe.get_int_in("routing_seed", 0, INT64_MAX, int64_t(model.seed)));
+  if (routing == "histogram" && !moe.has("routing_file"))
+    moe.child("routing").fail(w + "routing: histogram needs model.moe.routing_file (a CSV: layer,expert,tokens)");
+  if (routing != "histogram" && moe.has("routing_file"))
+    moe.child("routing_file").fail(w + "routing_file: only used with routing: histogram");
   s.router.groups = moe.get_int_in("expert_groups", 1, s.router.experts, 1);
   if (s.router.experts % s.router.groups != 0)
     moe.child("expert_groups").fail(w + "expert_groups: " + str(s.router.experts) + " experts do not split into " +
@@ -84,6 +163,7 @@ kernels::MoeConfig parse_moe_config(const ConfigNode& moe, const ModelSpec& mode
   if (placement != "contiguous" && placement != "balanced")
     moe.child("placement").fail(w + "placement: '" + placement + "' (contiguous | balanced)");
   c.balance_placement = placement == "balanced";
+  if (routing == "histogram") c.routing.histogram = read_routing_histogram(moe, c, model.layers);
   return c;
 }
 

@@ -20,9 +20,11 @@
 //       dense_layers: 0           # the first n layers keep the dense MLP (model.ffn; DeepSeek first_k_dense_replace)
 //       layer_step: 1             # layer i (0-based) is MoE when (i + 1) % layer_step == 0 (Qwen2-MoE's
 //                                 # decoder_sparse_step, Llama 4's interleave_moe_layer_step), after dense_layers
-//       routing: uniform          # shape-only runs: uniform | zipf (the declared distribution)
+//       routing: uniform          # shape-only runs: uniform | zipf | histogram (the declared distribution)
 //       skew: 1.0                 # zipf exponent
 //       routing_seed: 1           # which experts zipf makes popular
+//       routing_file: experts.csv # routing: histogram: a CSV "layer,expert,tokens" (layer: index or all), e.g.
+//                                 # tokens per expert measured in a real run (relative: to the config's folder)
 //       expert_groups: 1          # node-limited routing (DeepSeek-V3 n_group): experts in this many groups of
 //       group_limit: 0            # consecutive ids; each token's top_k among its group_limit best groups (0: off)
 //       group_top: 0              # group score = sum of its group_top best keys (0: top_k / group_limit)
@@ -44,7 +46,7 @@ inline constexpr std::string_view kMoeKeys[] = {
     "experts",      "top_k",           "expert_ffn",  "shared_experts", "shared_ffn",    "router",
     "normalize",    "scale",           "bias_update", "capacity_factor", "drop_policy",  "aux_loss_coef",
     "dense_layers", "layer_step",      "routing",     "skew",            "routing_seed",  "expert_groups",
-    "group_limit",  "group_top",       "placement"};
+    "group_limit",  "group_top",       "placement",   "routing_file"};
 
 // Bounds (docs/CONFIG.md).
 struct MoeBounds {

@@ -143,6 +143,29 @@ fi
 expect_exit 2 'model.moe.placement' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan ep=2 \
   --set model.moe.placement=balanced
 
+e2e_case "(l) routing: histogram: a measured tokens-per-expert CSV beside the config sets each expert's load"
+# Layer 1-2 ("all"): expert 0 weighs 5 of 12, the others 1 each; layer 3 its own row. Relative to the config's folder.
+mkdir -p hcfg && cp "$MOE" hcfg/m.yaml
+printf 'layer,expert,tokens\nall,0,5\n' > hcfg/h.csv
+for e in 1 2 3 4 5 6 7; do printf 'all,%d,1\n' "$e" >> hcfg/h.csv; done
+for e in 0 1 2 3 4 5 6 7; do printf '3,%d,1\n' "$e" >> hcfg/h.csv; done
+python3 - hcfg/m.yaml <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+s = s.replace("    dense_layers: 1\n", "    dense_layers: 1\n    routing: histogram\n    routing_file: h.csv\n", 1)
+open(p, "w").write(s)
+PY
+if expect_exit 0 'mixture of experts' -- shardsim_mpi 1 --chips 4 train hcfg/m.yaml --plan ep=4 --shape-only --json h.json; then
+  python3 -c "import json,sys; L={l['layer']:l for l in json.load(open('h.json'))['train']['moe']['layers']}; \
+r=[L[i]['max_tokens_per_expert']/L[i]['mean_tokens_per_expert'] for i in (1,2,3)]; \
+sys.exit(0 if abs(r[0]-8*5/12)<0.15 and abs(r[1]-8*5/12)<0.15 and r[2]==1 else 1)" \
+    && pass "expert 0 gets 5/12 of layers 1-2's assignments (max/mean 3.25 after rounding, 3.33 exact), layer 3 is balanced" \
+    || fail "the histogram's shares"
+fi
+printf 'layer,expert,tokens\nall,0,nan\n' > hcfg/bad.csv
+expect_exit 2 'bad.csv:2: model.moe.routing_file: tokens' -- shardsim_mpi 1 --chips 4 train hcfg/m.yaml --plan ep=4 \
+  --shape-only --set model.moe.routing_file="$PWD/hcfg/bad.csv"
+
 e2e_case "(d) bad plans exit 2 naming the key"
 expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
 expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2

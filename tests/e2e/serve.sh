@@ -269,6 +269,19 @@ axes:
 EOF
 expect_exit 2 'bad_sw.yaml:4: axes.rate\[0\]: a request rate in requests/s > 0' -- shardsim_mpi 1 --chips 8 sweep bad_sw.yaml --output badout
 
+e2e_case "(k) tp above the KV heads: Llama-3-70B at tp 16, each chip holding its query heads' KV head"
+# 8 KV heads over 16 chips: every chip caches one KV head (replicated over the two chips of its GQA group), so a
+# token's cache is 2 x 80 layers x 1 head x 128 x 2 B per chip (real data: tests/mpi/serve_decode_test.cpp).
+if expect_exit 0 'plan tp=16 x pp=1 x dp=1' -- shardsim_mpi 1 --chips 16 serve "$S70" --set parallel.tp=16 \
+     --topology "$CONFIGS/topologies/dgx_h100_2nodes_rails.yaml" --set serve.trace.count=4 --json tp16.json; then
+  if python3 - tp16.json <<'PY'; then pass "tp 16: 4 requests done, 40,960 B of KV cache per token per chip"; else fail "tp above the KV heads"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["metrics"]["requests"] == 4, j["metrics"]
+assert j["kv_cache"]["bytes_per_token"] == 2 * 80 * 1 * 128 * 2, j["kv_cache"]
+PY
+fi
+
 e2e_case "(d) bad input: one line, exit 2, no JSON written"
 printf 'arrival_s,prompt_tokens,output_tokens\n0,-5,20\n' > neg.csv
 printf 'arrival_s,prompt_tokens,output_tokens\n1,5,20\n0.5,5,20\n' > order.csv
@@ -280,6 +293,8 @@ expect_exit 2 'KV cache is too small' -- shardsim_mpi 1 serve "$S8" --set serve.
 expect_exit 2 'request [0-9]+ needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
 expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fifo --json bad.json
 expect_exit 2 'parallel.sp: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
+expect_exit 2 'parallel.fused: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
+  --set parallel.fused=true --json bad.json
 if [ -e bad.json ]; then fail "a refused run wrote its JSON"; else pass "nothing written by the refused runs"; fi
 
 e2e_finish

@@ -3,7 +3,8 @@
 // device (lm_forward on the prompt and the tokens so far): every chosen token is the reference's argmax and every
 // logit is within 1e-4 (fp32; only summation orders differ). Eight sequences with prompts of 3..6 tokens are
 // prefilled in one ragged batch, then decoded 4 steps, one token per sequence per step. Plans: tp (heads and kv
-// heads split, GQA groups local; MQA-like one kv head per chip at tp 8), pp, tp x pp, and dp replicas taking the
+// heads split, GQA groups local; one kv head per chip at tp 8; tp above the kv heads, each chip holding its query
+// heads' kv head: 2 kv heads at tp 8, MQA at tp 2), pp, tp x pp, and dp replicas taking the
 // remaining chips; the Llama block and the GPT block (layernorm, gelu, learned positions, tied embeddings); a
 // mixture of experts (8 experts top-2, dropless) at ep 2 and 4, ep x tp (experts whole or split over tp by etp), ep
 // x pp and ep x dp, each ep chip attending its own sequences (models/lm_tp.h LmServeBatch). Each case at one chip
@@ -43,6 +44,7 @@ std::ostream& operator<<(std::ostream& os, const ServeCase& c) { return os << c.
 
 const ServeCase kCases[] = {
     {"one_device"}, {"tp2", 2}, {"tp4", 4}, {"tp8_one_kv_head_each", 8}, {"tp2_kv2", 2, 1, 2},
+    {"tp8_kv2_replicated", 8, 1, 2}, {"mqa_tp2", 2, 1, 1}, {"mqa_tp2_x_pp2", 2, 2, 1},
     {"pp2", 1, 2},  {"pp4", 1, 4}, {"tp2_x_pp2", 2, 2}, {"tp4_x_pp2", 4, 2}, {"gpt_tp2", 2, 1, 8, true},
     {"moe_one_device", 1, 1, 8, false, 1}, {"moe_ep2", 1, 1, 8, false, 2}, {"moe_ep4", 1, 1, 8, false, 4},
     {"moe_ep2_x_tp2", 2, 1, 8, false, 2}, {"moe_ep2_x_tp2_etp2", 2, 1, 8, false, 2, 2},
@@ -125,6 +127,7 @@ Deviation serve_case(const ServeCase& k, const World& world, int n, int rank) {
   mesh.bind(t);
   models::LmDpConfig dpc;
   dpc.etp = k.etp;
+  dpc.forward_only = true;  // as `serve` builds it: the serving mode is forward only (kv heads replicated above their count)
   models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, dpc);
   const models::LmWeights ref_w = models::lm_compute_copy(c, models::lm_init(c));
   auto cache = tr.make_kv_cache(c.seq);
@@ -210,6 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, ServeDecode, ::testing::ValuesIn(kCases),
 // arrival is at least its bytes over one link after the prefill ended.
 // With a MoE model each sequence's cache is on its ep chip (slot mod ep) in both replicas: that chip pair moves it.
 const ServeCase kDisaggCases[] = {{"one_device"}, {"tp2", 2}, {"tp2_x_pp2", 2, 2}, {"gpt_tp2", 2, 1, 8, true},
+                                  {"mqa_tp2", 2, 1, 1},
                                   {"moe_ep2", 1, 1, 8, false, 2}, {"moe_ep2_x_tp2_etp2", 2, 1, 8, false, 2, 2}};
 
 template <class World>
@@ -224,6 +228,7 @@ Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int 
   mesh.bind(t);
   models::LmDpConfig dpc;
   dpc.etp = k.etp;
+  dpc.forward_only = true;  // as `serve` builds it: the serving mode is forward only (kv heads replicated above their count)
   models::LmTpTrainer tr(c, models::LmTrainConfig{}, mesh, t, tl, dpc);
   const int ep_rank = mesh.coordinate("ep", rank);
   const models::LmWeights ref_w = models::lm_init(c);
@@ -268,8 +273,11 @@ Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int 
     if (s % ep != ep_rank) continue;  // held by another ep chip of each replica
     const int64_t len = int64_t(seqs[size_t(s)].size());
     const sim::TimeNs at = models::kv_transfer(dpt, cache, c.layers / k.pp, {s, s, len, 0, 1, prefill_end});
-    const double bytes = double(c.layers / k.pp) * 2.0 * double(len * (c.kv_heads / k.tp) * c.head_dim) * 4.0;
-    if (d == 1) EXPECT_GE(at, prefill_end + bytes / 100.0 * (1 - 1e-12)) << "sequence " << s;
+    const int64_t kv_on_chip = std::max<int64_t>(1, c.kv_heads / k.tp);  // replicated above their count
+    const double bytes = double(c.layers / k.pp) * 2.0 * double(len * kv_on_chip * c.head_dim) * 4.0;
+    if (d == 1) {
+      EXPECT_GE(at, prefill_end + bytes / 100.0 * (1 - 1e-12)) << "sequence " << s;
+    }
   }
   for (int s = 0; s < kSeqs; ++s) seqs[size_t(s)].push_back(int64_t(first[size_t(s)]));
   if (d != 1) return dev;

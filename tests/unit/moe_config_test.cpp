@@ -2,7 +2,11 @@
 // shared experts, and bad values refused naming FILE:LINE and the key; parameter counts and load statistics.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "common/error.h"
+#include "kernels/moe_mlp.h"
 #include "sharding/plans/expert_parallel_config.h"
 
 using namespace shardsim;
@@ -131,4 +135,47 @@ TEST(MoeConfig, CapacityPiecesFollowTheChipsOfASplitSequence) {
   EXPECT_EQ(c.split, 1);
   kernels::CapacityOptions six{1.0};  // 6 rows do not split over 4 sp chips
   EXPECT_THROW(sharding::plans::split_capacity_over_chips(six, 6, 1, 1, true, 4), std::invalid_argument);
+}
+
+// routing: histogram (model.moe.routing_file): a CSV "layer,expert,tokens", layer "all" for every MoE layer without
+// rows of its own; the declared routing then gives each expert its row's share, the largest row first on ties.
+TEST(MoeConfig, RoutingHistogramFile) {
+  const std::string f = testing::TempDir() + "moe_hist.csv";
+  auto with = [&](const std::string& csv) {
+    std::ofstream(f) << csv;
+    return "model:\n  moe: {experts: 4, top_k: 1, expert_ffn: 4, dense_layers: 1, routing: histogram, routing_file: " + f +
+           "}\n";
+  };
+  const kernels::MoeConfig c = parse(with("layer,expert,tokens\nall,0,6\nall,1,2\nall,2,0\nall,3,0\n3,3,1"));
+  ASSERT_EQ(c.routing.histogram.size(), 4u);
+  EXPECT_TRUE(c.routing.histogram[0].empty());  // dense layer 0
+  EXPECT_EQ(c.routing.histogram[1], (std::vector<double>{6, 2, 0, 0}));
+  EXPECT_EQ(c.routing.histogram[3], (std::vector<double>{0, 0, 0, 1}));
+  // 80 tokens top-1: 60 / 20 / 0 / 0 on layer 1; all on expert 3 on layer 3; no row: uniform.
+  EXPECT_EQ(kernels::declared_routing(c.spec, 80, c.routing, 0, 1).counts, (std::vector<int64_t>{60, 20, 0, 0}));
+  EXPECT_EQ(kernels::declared_routing(c.spec, 80, c.routing, 0, 3).counts, (std::vector<int64_t>{0, 0, 0, 80}));
+  EXPECT_EQ(kernels::declared_routing(c.spec, 80, c.routing, 0, 0).counts, (std::vector<int64_t>{20, 20, 20, 20}));
+  // Top-2 over 10 tokens, all weight on one expert: it takes every token once, the excess goes by the row's order.
+  kernels::MoeSpec k2 = c.spec;
+  k2.router.top_k = 2;
+  EXPECT_EQ(kernels::declared_routing(k2, 10, c.routing, 0, 3).counts[3], 10);
+  const auto bad = [&](const std::string& csv, const std::string& what) {
+    const std::string e = error_of(with(csv));
+    EXPECT_NE(e.find(what), std::string::npos) << e;
+    EXPECT_NE(e.find("model.moe.routing_file"), std::string::npos) << e;
+  };
+  bad("layer,expert,tokens\n0,1,5\n", ":2: ");                      // a dense layer
+  bad("layer,expert,tokens\nall,4,5\n", "expert '4'");
+  bad("layer,expert,tokens\nall,1,-1\n", "tokens '-1'");
+  bad("layer,expert,tokens\nall,1,inf\n", "tokens 'inf'");
+  bad("layer,expert,tokens\nall,1,1\nall,1,2\n", "first on line 2");
+  bad("layer,expert,tokens\n1,1,1\n", "MoE layer 2 has no records");
+  bad("layer,expert,tokens\nall,1,0\n", "sum to 0");
+  bad("expert,layer,tokens\n", "header");
+  bad("layer,expert,tokens\nall,\x1b[31m,1\n", "\\x1b");  // echoed escaped
+  std::remove(f.c_str());
+  EXPECT_NE(error_of("model:\n  moe: {experts: 4, top_k: 1, expert_ffn: 4, routing: histogram}\n").find("routing_file"),
+            std::string::npos);
+  EXPECT_NE(error_of("model:\n  moe: {experts: 4, top_k: 1, expert_ffn: 4, routing_file: x.csv}\n").find("only used"),
+            std::string::npos);
 }
