@@ -308,14 +308,19 @@ void add_trace_flags(CLI::App* app, reporting::TraceOptions& t, bool step) {
                   "--trace: only the chips of one group of a mesh axis, AXIS or AXIS:CHIP (the group holding CHIP, "
                   "default 0), e.g. pp = one pipeline's stages")
       ->needs(trace);
-  app->add_option("--trace-window", t.window,
-                  "--trace: only events overlapping FROM:TO, microseconds of simulated time (either may be left out)")
-      ->needs(trace);
   if (step)
     app->add_option("--trace-step", t.step, "--trace: the step to trace (default: the last)")
         ->check(decimal_integer())
         ->check(number_at_least(1, false, true))
         ->needs(trace);
+  add_trace_window_flags(app, t);
+}
+
+void add_trace_window_flags(CLI::App* app, reporting::TraceOptions& t) {
+  CLI::Option* trace = app->get_option("--trace");
+  app->add_option("--trace-window", t.window,
+                  "--trace: only events overlapping FROM:TO, microseconds of simulated time (either may be left out)")
+      ->needs(trace);
   app->add_option("--trace-max-mib", t.max_mib,
                   "--trace: do not write a trace estimated above this many MiB (default 1024; 0: no limit)")
       ->check(finite_in(0, 1e9, "0 .. 1e9 MiB"))

@@ -43,6 +43,8 @@ void add_config_override_flags(CLI::App* app, sharding::ConfigOverrides& ov);
 // --trace-max-mib, and with STEP (train) --trace-step; each needs --trace (added before). Chips, axes and windows
 // are checked against the run's topology and mesh before it runs (reporting::resolve_trace_filter).
 void add_trace_flags(CLI::App* app, reporting::TraceOptions& t, bool step);
+// Only --trace-window and --trace-max-mib (a trace without chips: serve's).
+void add_trace_window_flags(CLI::App* app, reporting::TraceOptions& t);
 
 // The simulated machine of one rank plus its transports. Built identically on every rank.
 struct Net {

@@ -52,6 +52,7 @@ struct ServeFlags {
   std::string config;
   std::string config_text;  // a sweep point: the config as generated (CONFIG names it in messages)
   std::string json_path, trace_path;
+  reporting::TraceOptions trace;  // --trace-window, --trace-max-mib (serve's trace has no chips to filter)
   std::string requests;  // --requests FILE: the trace instead of the config's
   sharding::ConfigOverrides overrides;
   bool profile = false;    // --profile: the critical path of the run's longest iteration (docs/PROFILE.md)
@@ -477,6 +478,7 @@ void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f
     }
     s = load(f, world.size());
     sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
+    if (!sf.trace_path.empty()) check_trace_size(sf.trace_path, sf.trace, sv.requests, world.rank() == 0);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
       what_if = plan_what_if(sf.what_if, train_config(f));
       for (const auto& plan : what_if) {
@@ -508,6 +510,7 @@ struct ServeReport {
   std::string prof_what;
   const std::vector<WhatIfPlan>& what_if;
   const std::vector<ServeWhatIf>& wi;
+  std::string trace_note;  // --trace: its events and size, or why it was not written
 };
 
 // The report's text (docs/SERVING.md): the plan, the batching, the replicas, the cache, the metrics.
@@ -579,6 +582,7 @@ std::string report_text(const ServeReport& r) {
   out += b;
   if (r.prof) out += "profile of " + r.prof_what + "\n" + reporting::profile_text(*r.prof);
   if (!r.what_if.empty()) out += what_if_table(m, r.wi);
+  if (!r.trace_note.empty()) out += "trace: " + r.trace_note + "\n";
   return out;
 }
 
@@ -614,6 +618,7 @@ nlohmann::json report_json(const ServeReport& r) {
     j["disaggregation"] = {{"prefill_replicas", r.K}, {"decode_replicas", r.dp - r.K}, {"transfers", r.xfer.count},
                            {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_s", r.xfer.time_s},
                            {"batches_in_other_launch_mode", r.xfer.other_mode}};
+  if (!r.trace_note.empty()) j["trace_note"] = r.trace_note;
   if (r.prof) j["profile"] = {{"iteration", r.prof_what}, {"critical_path", reporting::profile_json(*r.prof)}};
   if (!r.what_if.empty()) {
     nlohmann::json w = nlohmann::json::array();
@@ -707,11 +712,13 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   std::vector<ServeWhatIf> wi;
   if (!what_if.empty()) wi = serve_what_if(world, sf, what_if, m);
   if (world.rank() != 0) return kExitOk;
-  const ServeReport rep{s,         sv,          cap,  run, m, xfer, world.size(), dp, K, simulated, srv.graph_max,
-                        wall,      prof,        prof_what, what_if, wi};
+  bool trace = false;
+  const std::string trace_note = sf.trace_path.empty() ? "" : serve_trace_note(sf.trace_path, sf.trace, run, trace);
+  const ServeReport rep{s,    sv,        cap,     run, m,  xfer, world.size(), dp, K, simulated, srv.graph_max,
+                        wall, prof,      prof_what, what_if, wi, trace_note};
   std::fputs(escape_lines(report_text(rep)).c_str(), stdout);  // paths and names in it are untrusted text
   if (!sf.json_path.empty()) write_file_atomic(sf.json_path, report_json(rep).dump(1) + "\n");
-  if (!sf.trace_path.empty()) write_file_atomic(sf.trace_path, serving::trace_json(run).dump() + "\n");
+  if (trace) write_serve_trace(sf.trace_path, sf.trace, run);
   return kExitOk;
 }
 
@@ -750,6 +757,7 @@ Command add_serve(CLI::App& app, const runtime::World& world) {
   sub->add_option("--json", flags->json_path, "also write the report, the iterations and the requests as JSON");
   sub->add_option("--trace", flags->trace_path, "also write a Chrome / Perfetto trace of the iterations (per replica "
                                                "and engine), the batch and cache over time, and the requests");
+  add_trace_window_flags(sub, flags->trace);
   sub->add_option("--requests", flags->requests, "a request trace (CSV or JSONL) instead of the config's serve.trace");
   sub->add_flag("--profile", flags->profile,
                 "add the profile of the run's longest iteration: its critical path across chips, each op's class and "

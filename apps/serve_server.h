@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/lm_tp.h"
+#include "reporting/trace_filter.h"
 #include "runtime/transport.h"
 #include "serving/kv_cache.h"
 #include "serving/scheduler.h"
@@ -27,6 +28,19 @@ std::vector<double> gather_lead(runtime::Transport& world, int dp, int replica, 
 // The replicas' runs as one (requests by their global id GLOBAL_ID, iterations in start order with their replica).
 serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica, bool lead, const serving::ServeRun& run,
                                   const std::vector<int64_t>& global_id, size_t requests);
+
+// --trace (apps/serve_trace.cpp; serving::write_trace). Before the run: the least the trace of REQUESTS will hold
+// (serving::trace_size_at_least) past O.max_mib (--trace-max-mib) is UsageError naming PATH and the flags that
+// shrink it; from 64 MiB a note on stderr (PRINT: rank 0). A bad --trace-window is UsageError.
+void check_trace_size(const std::string& path, const reporting::TraceOptions& o,
+                      const std::vector<serving::Request>& requests, bool print);
+// After the run, before anything is written: the trace's events and size counted exactly ("N events, X MiB; kept:
+// W"), stated on stderr from 64 MiB on; past O.max_mib WRITE is false and the line says why (a warning on stderr).
+// Returns the report's `trace:` line.
+std::string serve_trace_note(const std::string& path, const reporting::TraceOptions& o, const serving::ServeRun& run,
+                             bool& write);
+// The trace written event by event through common/output_file.h (atomic; host memory bounded).
+void write_serve_trace(const std::string& path, const reporting::TraceOptions& o, const serving::ServeRun& run);
 
 // The KV cache transfers of a disaggregated run, as every chip knows them.
 struct Transfers {

@@ -821,6 +821,10 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
     if (!f.trace_path.empty()) outputs.emplace_back("--trace", f.trace_path);
     for (auto& o : reporting::check_plots_dir(f.plots_dir)) outputs.push_back(std::move(o));
     if (!outputs.empty()) check_outputs_distinct(outputs, {{"the config file", f.config}});
+    if (!f.resume.empty()) {  // saved in place (--checkpoint = --resume) is fine; no other output replaces it
+      std::erase_if(outputs, [](const auto& o) { return o.first == "--checkpoint"; });
+      if (!outputs.empty()) check_outputs_distinct(outputs, {{"the --resume checkpoint", f.resume}});
+    }
     s = load(f, world.size());
     if (s.shape_only && (!f.checkpoint.empty() || !f.resume.empty()))
       throw UsageError(std::string(!f.checkpoint.empty() ? "--checkpoint" : "--resume") +

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   runtime::MpiSession mpi(&argc, &argv);
   runtime::World world;
   try {
-    return run(argc, argv, world);
+    return mpi.finish(run(argc, argv, world));
   } catch (const Error& e) {
     world.abort(e.exit_code(), "shardsim_async_overlap: error on rank " + std::to_string(world.rank()) + ": " + e.what());
   }

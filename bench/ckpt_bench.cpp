@@ -15,11 +15,12 @@
 
 #include "collectives/types.h"
 #include "checkpoint/checkpoint.h"
+#include "runtime/world.h"
 
 using namespace shardsim;
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  runtime::MpiSession mpi(&argc, &argv);  // a singleton ends without MPI_Finalize (runtime/world.h)
   int rank = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
@@ -106,6 +107,5 @@ int main(int argc, char** argv) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::remove(path.c_str());
-  MPI_Finalize();
-  return 0;
+  return mpi.finish(0);
 }

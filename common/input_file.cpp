@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/output_file.h"
 
 namespace shardsim {
 
@@ -33,6 +34,7 @@ std::string read_input_file(const std::string& path, size_t max_bytes, const std
   if (const std::string why = not_regular(st); !why.empty()) throw ConfigError(path + ": " + why);
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+  note_input(path, what);  // never also an output of this command (common/output_file.h)
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }

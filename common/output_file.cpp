@@ -240,6 +240,34 @@ std::string resolve_file_output(const std::string& path, const std::string& flag
   return t.path;
 }
 
+namespace {
+
+// The files this process reads (note_input) and those its outputs replace (check_outputs_distinct), each with the
+// words or flag that named it; compared live (stat now, so a file since removed or replaced matches nothing).
+struct Named {
+  std::string name, path, given;  // "a config file" / "--json"; the file; the path as the user gave it
+};
+std::mutex g_io_mutex;
+std::vector<Named> g_inputs, g_outputs;
+
+// A and B are one file now: the same inode of the same device (by a hard link, a bind mount, ../ or a symlink).
+bool same_file_now(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return false;
+}
+
+}  // namespace
+
+void note_input(const std::string& path, const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_io_mutex);
+  for (const Named& o : g_outputs)
+    if (same_file_now(path, o.path))
+      throw UsageError(o.name + " " + o.given + ": would overwrite " + what + " this command reads (" + path +
+                       "); an output never replaces an input");
+  g_inputs.push_back({what, path, path});
+}
+
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& outputs,
                             const std::vector<std::pair<std::string, std::string>>& inputs) {
   std::vector<std::string> ids;
@@ -264,8 +292,17 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
     if (::stat(file.c_str(), &st) == 0 && ::access(file.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": not writable: " + cause(errno));
     const std::string id = output_identity(file, flag);
+    // An existing file is also known by its inode: a hard link (or a bind mount) names the same file by another path.
+    struct stat fs{};
+    const bool exists = ::stat(file.c_str(), &fs) == 0;
+    auto same_inode = [&](const std::string& other) {
+      struct stat os{};
+      return exists && ::stat(other.c_str(), &os) == 0 && os.st_dev == fs.st_dev && os.st_ino == fs.st_ino;
+    };
     for (size_t j = 0; j < ids.size(); ++j)
-      if (ids[j] == id) throw UsageError(flag + " and " + outputs[owner[j]].first + " both write " + id);
+      if (ids[j] == id || same_inode(ids[j]))
+        throw UsageError(flag + " and " + outputs[owner[j]].first + " both write " + id +
+                         (ids[j] == id ? "" : " (hard links to one file)"));
     for (const auto& [what, in] : inputs) {
       if (in.empty()) continue;
       char buf[PATH_MAX];
@@ -275,7 +312,17 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
       } catch (const UsageError&) {
         // the input's directory does not exist: it cannot be this output
       }
-      if (same) throw UsageError(flag + " " + path + ": would overwrite " + what + " " + in);
+      if (same || same_inode(in))
+        throw UsageError(flag + " " + path + ": would overwrite " + what + " " + in +
+                         (same ? "" : " (the same file: a hard link to it)"));
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_io_mutex);
+      for (const Named& in : g_inputs)  // a file this command already read (a config's topology file, a trace)
+        if (same_inode(in.path))
+          throw UsageError(flag + " " + path + ": would overwrite " + in.name + " this command reads (" + in.given +
+                           "); an output never replaces an input");
+      g_outputs.push_back({flag, file, path});
     }
     ids.push_back(id);
     owner.push_back(k);

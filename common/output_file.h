@@ -67,6 +67,13 @@ void check_replaceable(const std::string& path, const std::string& flag);
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
                             const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
 
+// The outputs checked above are remembered for the process, and so is every input file read through
+// read_input_file (configs and the topology, device and workload files they name, request traces, logs, tables,
+// import sources): an output that is (the same inode as) an input read before, or an input read after its file was
+// named as an output (a config's `topology: t.yaml` under `--json t.yaml`), is UsageError naming the flag and the
+// input, before any work. NOTE_INPUT records PATH (WHAT: "a config file") and throws that UsageError.
+void note_input(const std::string& path, const std::string& what);
+
 // DIR and its missing parents created (mode 0777 minus the umask), each with mkdir(2), so a failure names the
 // real cause ("Read-only file system", "Not a directory", "File name too long"; std::filesystem said "No such
 // file or directory" on a read-only file system). Returns "" or the cause of the first directory that could not

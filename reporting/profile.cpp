@@ -44,21 +44,11 @@ void profile_and_trace(const runtime::World& world, sim::Timeline& tl, const Pro
     filter = resolve_trace_filter(out.trace, tl.topology(), out.mesh);
     const TraceSize size = trace_size(world, tl, filter);
     char b[400];
-    const double mib = size.bytes / 1048576.0;
-    std::snprintf(b, sizeof b, "%.0f events of %d chip(s), about %.3g %s%s%s", size.events, size.chips,
-                  mib < 1 ? size.bytes / 1024.0 : mib < 1024 ? mib : mib / 1024, mib < 1 ? "KiB" : mib < 1024 ? "MiB" : "GiB",
-                  filter.text.empty() ? "" : "; kept: ", filter.text.c_str());
+    std::snprintf(b, sizeof b, "%.0f events of %d chip(s), about %s%s%s", size.events, size.chips,
+                  trace_bytes_text(size.bytes).c_str(), filter.text.empty() ? "" : "; kept: ", filter.text.c_str());
     report.trace_note = b;
-    const bool over = out.trace.max_mib > 0 && size.bytes > out.trace.max_mib * 1048576.0;
-    if (world.rank() == 0 && (over || size.bytes >= 64.0 * 1048576.0)) {
-      if (over)
-        std::fprintf(stderr, "shardsim: warning: --trace %s not written: %s, more than --trace-max-mib %g; keep fewer "
-                     "chips (--trace-chips, --trace-axis) or a time window (--trace-window), or raise "
-                     "--trace-max-mib\n", escape_control(out.trace_path).c_str(), b, out.trace.max_mib);
-      else
-        std::fprintf(stderr, "shardsim: note: --trace %s: %s\n", escape_control(out.trace_path).c_str(), b);
-      std::fflush(stderr);
-    }
+    const bool over = !trace_within_limit(out.trace_path, b, size.bytes, out.trace, world.rank() == 0,
+                                          "keep fewer chips (--trace-chips, --trace-axis) or a time window (--trace-window)");
     if (over) {
       report.trace_note = "not written: " + report.trace_note + ", more than --trace-max-mib " +
                           fmt("%g", out.trace.max_mib);

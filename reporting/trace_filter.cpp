@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -26,7 +27,7 @@ long long decimal(const std::string& s, long long limit) {
 // "FROM:TO" in us -> ns; either may be empty.
 bool parse_window(const std::string& w, double& from_ns, double& to_ns) {
   const size_t colon = w.find(':');
-  if (colon == std::string::npos || w.find(':', colon + 1) != std::string::npos) return false;
+  if (colon == std::string::npos || w.find(':', colon + 1) != std::string::npos || w.size() == 1) return false;  // ":" keeps all
   auto number = [](const std::string& s, double& out) {
     if (s.empty()) return true;
     const auto v = decimal_double(s);
@@ -84,11 +85,47 @@ void check_trace_options(const TraceOptions& o) {
   double a = 0, b = 0;
   if (!o.window.empty() && !parse_window(o.window, a, b))
     throw UsageError("--trace-window: '" + escape_control(o.window) +
-                     "': expected FROM:TO in microseconds of simulated time, FROM < TO, either may be left out "
+                     "': expected FROM:TO in microseconds of simulated time, FROM < TO, either (not both) may be left out "
                      "(e.g. 1000:2500 or 1000:)");
   if (o.step < 0) throw UsageError("--trace-step: must be a step number >= 1 (got " + std::to_string(o.step) + ")");
   if (!std::isfinite(o.max_mib) || o.max_mib < 0 || o.max_mib > 1e9)
     throw UsageError("--trace-max-mib: must be between 0 (no limit) and 1e9 MiB");
+}
+
+TraceFilter resolve_trace_window(const TraceOptions& o) {
+  check_trace_options(o);
+  TraceFilter f;
+  if (o.window.empty()) return f;
+  parse_window(o.window, f.from_ns, f.to_ns);
+  char b[96];
+  if (std::isfinite(f.to_ns))
+    std::snprintf(b, sizeof b, "%g .. %g us", f.from_ns / 1e3, f.to_ns / 1e3);
+  else
+    std::snprintf(b, sizeof b, "from %g us", f.from_ns / 1e3);
+  f.text = b;
+  return f;
+}
+
+std::string trace_bytes_text(double bytes) {
+  const double mib = bytes / 1048576.0;
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3g %s", mib < 1 ? bytes / 1024.0 : mib < 1024 ? mib : mib / 1024,
+                mib < 1 ? "KiB" : mib < 1024 ? "MiB" : "GiB");
+  return b;
+}
+
+bool trace_within_limit(const std::string& path, const std::string& note, double bytes, const TraceOptions& o,
+                        bool print, const std::string& shrink) {
+  const bool over = o.max_mib > 0 && bytes > o.max_mib * 1048576.0;
+  if (print && (over || bytes >= kTraceNoteBytes)) {
+    if (over)
+      std::fprintf(stderr, "shardsim: warning: --trace %s not written: %s, more than --trace-max-mib %g; %s, or raise "
+                   "--trace-max-mib\n", escape_control(path).c_str(), note.c_str(), o.max_mib, shrink.c_str());
+    else
+      std::fprintf(stderr, "shardsim: note: --trace %s: %s\n", escape_control(path).c_str(), note.c_str());
+    std::fflush(stderr);
+  }
+  return !over;
 }
 
 TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topo, const sharding::DeviceMesh* mesh) {
@@ -125,15 +162,10 @@ TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology
     std::sort(f.chips.begin(), f.chips.end());
     parts.push_back(axis->name + " group of chip " + std::to_string(chip) + ": chips " + chip_ranges_text(f.chips));
   }
-  if (!o.window.empty()) {
-    parse_window(o.window, f.from_ns, f.to_ns);
-    char b[96];
-    if (std::isfinite(f.to_ns))
-      std::snprintf(b, sizeof b, "%g .. %g us", f.from_ns / 1e3, f.to_ns / 1e3);
-    else
-      std::snprintf(b, sizeof b, "from %g us", f.from_ns / 1e3);
-    parts.emplace_back(b);
-  }
+  const TraceFilter w = resolve_trace_window(o);
+  f.from_ns = w.from_ns;
+  f.to_ns = w.to_ns;
+  if (!w.text.empty()) parts.push_back(w.text);
   for (const auto& p : parts) f.text += (f.text.empty() ? "" : "; ") + p;
   return f;
 }

@@ -50,6 +50,18 @@ struct TraceFilter {
 void check_trace_options(const TraceOptions& o);
 // OPTIONS against TOPOLOGY's chips and MESH's axes (MESH may be null: --trace-axis is then refused).
 TraceFilter resolve_trace_filter(const TraceOptions& o, const topology::Topology& topology, const sharding::DeviceMesh* mesh);
+// Only the window of O (chips untouched: every chip), for traces without chips (serve's): UsageError as above.
+TraceFilter resolve_trace_window(const TraceOptions& o);
+// A trace's size in words: "812 KiB", "3.1 MiB", "1.2 GiB".
+std::string trace_bytes_text(double bytes);
+// Traces of this size or more are announced on stderr before they are written.
+constexpr double kTraceNoteBytes = 64.0 * 1048576.0;
+// Whether a trace of BYTES may be written under O.max_mib (0: no limit). With PRINT (rank 0), one line on stderr
+// before anything is written: past the limit a warning that PATH is not written, saying NOTE (its events and
+// size) and SHRINK (the flags that would make it smaller, e.g. "keep a time window (--trace-window)"); from
+// kTraceNoteBytes on a note with NOTE.
+bool trace_within_limit(const std::string& path, const std::string& note, double bytes, const TraceOptions& o,
+                        bool print, const std::string& shrink);
 // "0-7,9" for a sorted list of chips.
 std::string chip_ranges_text(const std::vector<int>& chips);
 

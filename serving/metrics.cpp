@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <charconv>
 #include <cstdio>
+#include <utility>
 
 namespace shardsim::serving {
 
@@ -127,35 +129,116 @@ nlohmann::json requests_json(const ServeRun& run) {
   return a;
 }
 
-nlohmann::json trace_json(const ServeRun& run) {
-  nlohmann::json ev = nlohmann::json::array();
+namespace {
+
+// One event at a time into a buffer handed to SINK in pieces of about 1 MiB (SINK empty: bytes counted only), so
+// writing a trace of millions of events takes no more host memory than the run itself.
+class TraceSink {
+ public:
+  explicit TraceSink(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
+  TraceSize finish() {
+    put("]}\n");
+    flush();
+    return size_;
+  }
+  // One event: "{" + FIELDS + "}", FIELDS built with field() / number().
+  void event(const std::string& fields) {
+    if (size_.events++ > 0) put(",\n");
+    put("{");
+    put(fields);
+    put("}");
+  }
+  void put(std::string_view s) {
+    size_.bytes += double(s.size());
+    if (!sink_) return;
+    buf_ += s;
+    if (buf_.size() >= (1u << 20)) flush();
+  }
+
+ private:
+  void flush() {
+    if (sink_ && !buf_.empty()) sink_(buf_);
+    buf_.clear();
+  }
+  std::function<void(std::string_view)> sink_;
+  std::string buf_;
+  TraceSize size_;
+};
+
+// Shortest text that reads back as V (JSON numbers: V is finite here, simulated times and counts).
+std::string num(double v) {
+  char b[32];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  return std::string(b, r.ptr);
+}
+std::string num(int64_t v) { return std::to_string(v); }
+
+void meta(TraceSink& t, int pid, const std::string& name) {
+  t.event("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + num(int64_t(pid)) + ",\"args\":{\"name\":\"" + name +
+          "\"}");
+}
+
+void iteration_events(TraceSink& t, const IterationSample& s) {
+  const char* name = s.prefill_tokens > 0 ? (s.decode_seqs > 0 ? "mixed" : "prefill") : "decode";
+  t.event("\"ph\":\"X\",\"name\":\"" + std::string(name) + "\",\"cat\":\"iteration\",\"pid\":" +
+          num(int64_t(s.replica)) + ",\"tid\":" + num(int64_t(s.engine)) + ",\"ts\":" + num(s.start_s * 1e6) +
+          ",\"dur\":" + num((s.end_s - s.start_s) * 1e6) + ",\"args\":{\"seqs\":" + num(s.seqs) +
+          ",\"tokens\":" + num(s.tokens) + ",\"prefill_tokens\":" + num(s.prefill_tokens) +
+          ",\"decode_seqs\":" + num(s.decode_seqs) + ",\"kv_blocks\":" + num(s.kv_blocks) + "}");
+  t.event("\"ph\":\"C\",\"name\":\"batch and KV cache\",\"pid\":" + num(int64_t(s.replica)) +
+          ",\"ts\":" + num(s.start_s * 1e6) + ",\"args\":{\"seqs\":" + num(s.seqs) +
+          ",\"kv_blocks\":" + num(s.kv_blocks) + "}");
+}
+
+// An async span of request I (process PID) from A to B seconds: a begin and an end event.
+void request_span(TraceSink& t, const char* name, size_t i, const RequestResult& r, int pid, double a, double b) {
+  const std::string head = "\"name\":\"" + std::string(name) + "\",\"cat\":\"request\",\"id\":" +
+                           num(int64_t(i)) + ",\"pid\":" + num(int64_t(pid)) + ",\"ts\":";
+  t.event("\"ph\":\"b\"," + head + num(a * 1e6));
+  t.event("\"ph\":\"e\"," + head + num(b * 1e6) + ",\"args\":{\"request\":" + num(int64_t(i)) +
+          ",\"prompt\":" + num(r.prompt) + ",\"output\":" + num(r.output) +
+          ",\"preemptions\":" + num(int64_t(r.preemptions)) + "}");
+}
+
+}  // namespace
+
+TraceSize write_trace(const ServeRun& run, const TraceWindow& w, const std::function<void(std::string_view)>& sink) {
+  TraceSink t(sink);
+  t.put("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
   int replicas = 1;
   for (const IterationSample& s : run.iterations) replicas = std::max(replicas, s.replica + 1);
-  auto meta = [&](int pid, const std::string& name) {
-    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
-  };
-  for (int r = 0; r < replicas; ++r) meta(r, "replica " + std::to_string(r));
-  meta(replicas, "requests");
-  for (const IterationSample& s : run.iterations) {
-    const std::string name = s.prefill_tokens > 0 ? (s.decode_seqs > 0 ? "mixed" : "prefill") : "decode";
-    ev.push_back({{"ph", "X"}, {"name", name}, {"cat", "iteration"}, {"pid", s.replica}, {"tid", s.engine},
-                  {"ts", s.start_s * 1e6}, {"dur", (s.end_s - s.start_s) * 1e6},
-                  {"args", {{"seqs", s.seqs}, {"tokens", s.tokens}, {"prefill_tokens", s.prefill_tokens},
-                            {"decode_seqs", s.decode_seqs}, {"kv_blocks", s.kv_blocks}}}});
-    ev.push_back({{"ph", "C"}, {"name", "batch and KV cache"}, {"pid", s.replica}, {"ts", s.start_s * 1e6},
-                  {"args", {{"seqs", s.seqs}, {"kv_blocks", s.kv_blocks}}}});
-  }
+  for (int r = 0; r < replicas; ++r) meta(t, r, "replica " + std::to_string(r));
+  meta(t, replicas, "requests");
+  for (const IterationSample& s : run.iterations)
+    if (w.keeps(s.start_s, s.end_s)) iteration_events(t, s);
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const RequestResult& r = run.requests[i];
-    auto span = [&](const char* name, double a, double b) {
-      ev.push_back({{"ph", "b"}, {"name", name}, {"cat", "request"}, {"id", i}, {"pid", replicas}, {"ts", a * 1e6}});
-      ev.push_back({{"ph", "e"}, {"name", name}, {"cat", "request"}, {"id", i}, {"pid", replicas}, {"ts", b * 1e6},
-                    {"args", {{"request", i}, {"prompt", r.prompt}, {"output", r.output}, {"preemptions", r.preemptions}}}});
-    };
-    span("to first token", r.arrival_s, r.first_token_s);
-    if (r.finish_s > r.first_token_s) span("decode", r.first_token_s, r.finish_s);
+    if (w.keeps(r.arrival_s, r.first_token_s)) request_span(t, "to first token", i, r, replicas, r.arrival_s, r.first_token_s);
+    if (r.finish_s > r.first_token_s && w.keeps(r.first_token_s, r.finish_s))
+      request_span(t, "decode", i, r, replicas, r.first_token_s, r.finish_s);
   }
-  return {{"traceEvents", std::move(ev)}, {"displayTimeUnit", "ms"}};
+  return t.finish();
+}
+
+TraceSize trace_size_at_least(const std::vector<Request>& requests, const TraceWindow& w) {
+  // The events every run of REQUESTS writes, each with its shortest times (0) and no preemption.
+  TraceSink t(nullptr);
+  t.put("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+  meta(t, 0, "replica 0");
+  meta(t, 1, "requests");
+  int64_t iterations = 0;  // each of a request's output tokens after the first is made by its own iteration
+  for (const Request& q : requests) {
+    RequestResult r;
+    r.prompt = q.prompt;
+    r.output = q.output;
+    const bool windowed = w.from_s > 0 || std::isfinite(w.to_s);
+    if (q.arrival_s >= w.from_s && q.arrival_s <= w.to_s)
+      request_span(t, "to first token", size_t(q.id), r, 1, 0, 0);
+    if (!windowed && q.output > 1) request_span(t, "decode", size_t(q.id), r, 1, 0, 0);
+    if (!windowed) iterations = std::max(iterations, q.output - 1);
+  }
+  for (int64_t i = 0; i < iterations; ++i) iteration_events(t, IterationSample{});
+  return t.finish();
 }
 
 std::string metrics_text(const ServeMetrics& m, const Slo& slo) {

@@ -11,7 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,11 +50,26 @@ nlohmann::json metrics_json(const ServeMetrics& m);
 nlohmann::json iterations_json(const ServeRun& run);
 // Per request: [[arrival_s, ttft_s, e2e_s, prompt, output, preemptions], ...].
 nlohmann::json requests_json(const ServeRun& run);
-// A Chrome / Perfetto trace (JSON, microseconds of simulated time): per dp replica a process whose threads are its
-// virtual engines, one slice per iteration (prefill, decode or mixed; its batch in args) and a counter of the
-// batch size and the KV cache blocks held; a "requests" process with two async spans per request (arrival to
-// first token, first token to finish).
-nlohmann::json trace_json(const ServeRun& run);
+// The Chrome / Perfetto trace (JSON, microseconds of simulated time) `serve --trace` writes: per dp replica a
+// process whose threads are its virtual engines, one slice per iteration (prefill, decode or mixed; its batch in
+// args) and a counter of the batch size and the KV cache blocks held; a "requests" process with two async spans per
+// request (arrival to first token, first token to finish). W keeps the iterations and spans that overlap
+// [from_s, to_s] (`--trace-window`, simulated seconds here). The text goes to SINK in pieces of about 1 MiB, event
+// by event, so host memory stays bounded whatever the run's size; an empty SINK only counts. Returns the events
+// (process names included) and the bytes written.
+struct TraceWindow {
+  double from_s = 0, to_s = std::numeric_limits<double>::infinity();
+  bool keeps(double a, double b) const { return b >= from_s && a <= to_s; }
+};
+struct TraceSize {
+  int64_t events = 0;
+  double bytes = 0;
+};
+TraceSize write_trace(const ServeRun& run, const TraceWindow& w, const std::function<void(std::string_view)>& sink);
+// A lower bound of write_trace's size for any run of REQUESTS, known before the run: each request's spans that W
+// surely keeps (both without a window, the first when it arrives in it) and, without a window, the iterations its
+// longest output needs (one per token after the first), every time written as 0.
+TraceSize trace_size_at_least(const std::vector<Request>& requests, const TraceWindow& w);
 std::string metrics_text(const ServeMetrics& m, const Slo& slo);
 
 }  // namespace shardsim::serving

@@ -150,6 +150,36 @@ hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=2x,
 hc 2 'what-if' -- $S serve "$SERVE" "${PD[@]}" --what-if link_bw=2x,link_bw=2x
 
 # ---------------------------------------------------------------------------------------------------------------
+kind 13  # serve --trace at size: stated before and after the run, a limit, a window, bounded memory
+MANY=(--set serve.trace.count=20000 --set serve.trace.rate=1000 --set 'serve.trace.prompt={kind: uniform, min: 16, max: 64}'
+      --set 'serve.trace.output={kind: uniform, min: 1, max: 8}')
+hc 2 '--trace big\.json: 20000 requests: at least [0-9]+ events, [0-9.]+ MiB .*more than --trace-max-mib 1; keep a time window' \
+  -- $S serve "$SERVE" "${MANY[@]}" --trace big.json --trace-max-mib 1
+ok '[ ! -e big.json ]' "serve --trace past the limit before the run: nothing written"
+hc 0 'trace: not written: [0-9]+ events, [0-9.]+ MiB, more than --trace-max-mib 8' \
+  -- $S serve "$SERVE" "${MANY[@]}" --trace big.json --trace-max-mib 8
+ok '[ ! -e big.json ] && grep -q "warning: --trace big.json not written" last.out' "serve --trace past the limit after the run: a warning, nothing written"
+hc 0 'trace: [0-9]+ events, [0-9.]+ [KM]iB; kept: 1e\+06 \.\. 1\.1e\+06 us' \
+  -- $S serve "$SERVE" "${MANY[@]}" --trace win.json --trace-window 1000000:1100000 --json win_report.json
+ok 'python3 - <<PY
+import json
+t = json.load(open("win.json"))["traceEvents"]; r = json.load(open("win_report.json"))
+assert r["trace_note"].startswith("%d events" % len(t)), (r["trace_note"], len(t))
+ends = {}
+for e in t:
+    if e["ph"] == "X": assert e["ts"] <= 1.1e6 and e["ts"] + e["dur"] >= 1e6, e
+    if e["ph"] == "b": ends[(e["id"], e["name"])] = e["ts"]
+    if e["ph"] == "e": assert ends.pop((e["id"], e["name"])) <= 1.1e6 and e["ts"] >= 1e6, e
+assert not ends and any(e["ph"] == "X" for e in t)
+PY' "serve --trace-window: only iterations and request spans overlapping the window, the report counts the file's events"
+for w in : 5:1 abc 1:2:3 -1:5 ''; do
+  hc 2 '--trace-window' -- $S serve "$SERVE" --requests small.csv --trace w.json --trace-window "$w"
+done
+hc 2 '--trace-max-mib' -- $S serve "$SERVE" --requests small.csv --trace w.json --trace-max-mib nan
+hc 2 'requires --trace' -- $S serve "$SERVE" --requests small.csv --trace-max-mib 5
+ok '[ ! -e w.json ]' "bad serve trace flags: nothing written"
+
+# ---------------------------------------------------------------------------------------------------------------
 kind 10  # checkpoints of ep runs resume under other plans
 hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan dp=2 --resume ep.h5
 hc 0 'step' -- $S --chips 4 train "$MOE" --steps 2 --plan ep=2,tp=2 --resume conv_target.h5

@@ -1,9 +1,13 @@
 // gtest main for multi-rank tests: every rank runs every test; only rank 0 prints progress (other ranks print
-// failures only), and all ranks agree on the verdict so mpiexec's exit code is the job's verdict.
+// failures only), and all ranks agree on the verdict so mpiexec's exit code is the job's verdict. MPI starts and
+// ends as in shardsim itself (runtime::MpiSession): a singleton run (the binary started without mpirun) ends
+// without MPI_Finalize, whose Open MPI 4.1 singleton form can crash after the verdict is printed
+// (docs/RELIABILITY.md, section 2).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include "kernels/gemm.h"
+#include "runtime/world.h"
 
 namespace {
 class QuietListener : public ::testing::EmptyTestEventListener {
@@ -22,9 +26,7 @@ class QuietListener : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   shardsim::kernels::set_blas_threads(1);
-  int provided = 0;  // the async engine's thread calls MPI while the main thread may too (runtime/engine.h)
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  shardsim::runtime::MpiSession mpi(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -37,6 +39,5 @@ int main(int argc, char** argv) {
   int global = 0;
   MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0 && global != local) std::fprintf(stderr, "FAILED on another rank (see its messages above)\n");
-  MPI_Finalize();
-  return global;
+  return mpi.finish(global);
 }

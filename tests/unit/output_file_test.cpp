@@ -406,3 +406,32 @@ TEST(OutputIdentity, SameFileBeforeItExists) {
   EXPECT_THROW(output_identity("d/"), UsageError);
   fs::current_path(cwd);
 }
+
+TEST(OutputIdentity, AnOutputNeverReplacesAnInputByAnyName) {
+  // Issue 46 kind 8: `ckpt convert X H` with H a hard link of X was accepted; a config's own topology file given as
+  // --json was overwritten (it is read after the outputs are checked).
+  Scratch s;
+  write_file_atomic(s / "in.h5", "data\n");
+  ASSERT_EQ(::link((s / "in.h5").c_str(), (s / "hard.h5").c_str()), 0);
+  EXPECT_THROW(check_outputs_distinct({{"OUT", s / "hard.h5"}}, {{"IN", s / "in.h5"}}), UsageError);
+  write_file_atomic(s / "a.json", "{}\n");
+  ASSERT_EQ(::link((s / "a.json").c_str(), (s / "b.json").c_str()), 0);
+  EXPECT_THROW(check_outputs_distinct({{"--json", s / "a.json"}, {"--trace", s / "b.json"}}), UsageError);
+  // Read first, named as an output after: refused; named as an output first, read after: refused.
+  write_file_atomic(s / "topo.yaml", "topology: {kind: ring, chips: 2}\n");
+  (void)read_input_file(s / "topo.yaml", 1 << 20, "a config file");
+  try {
+    check_outputs_distinct({{"--json", s / "topo.yaml"}});
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("would overwrite a config file this command reads"), std::string::npos) << e.what();
+  }
+  write_file_atomic(s / "t2.yaml", "topology: {kind: ring, chips: 2}\n");
+  ASSERT_EQ(::link((s / "t2.yaml").c_str(), (s / "t2_link.yaml").c_str()), 0);
+  check_outputs_distinct({{"--trace", s / "t2_link.yaml"}});
+  EXPECT_THROW((void)ConfigNode::load_file(s / "t2.yaml"), UsageError);
+  EXPECT_EQ(slurp(s / "t2.yaml"), "topology: {kind: ring, chips: 2}\n");
+  // A different file at a path used before matches nothing (compared by the inode now).
+  fs::remove(s / "t2_link.yaml");
+  EXPECT_NO_THROW((void)ConfigNode::load_file(s / "t2.yaml"));
+}

@@ -390,3 +390,46 @@ TEST(ServingScheduler, SwapCopiesOverlapCompute) {
   EXPECT_NEAR(in.end_s - in.start_s, 0.010 + 0.001 * double(in.tokens), 1e-12);
   for (const auto& r : run.requests) EXPECT_GT(r.finish_s, 0);
 }
+
+// serve --trace (issue 46 kind 13): written in pieces (bounded memory), counted exactly before it is written, never
+// below the bound stated before the run, and a window keeps exactly the iterations and spans that overlap it.
+TEST(ServingTrace, WrittenInPiecesCountedExactlyAboveItsBoundAndWindowed) {
+  TraceSpec s;
+  s.rate = 50;
+  s.count = 3000;
+  s.prompt = {"uniform", 0, 10, 200};
+  s.output = {"uniform", 0, 1, 40};
+  const std::vector<Request> reqs = generate_trace(s);
+  PagedKvCache kv(blocks(100000));
+  const ServeRun run = simulate(reqs, {}, kv, toy_iteration);
+  std::string text;
+  size_t pieces = 0, largest = 0;
+  const TraceSize n = write_trace(run, {}, [&](std::string_view p) {
+    text += p;
+    ++pieces;
+    largest = std::max(largest, p.size());
+  });
+  EXPECT_EQ(n.bytes, double(text.size()));
+  EXPECT_GT(pieces, 1u);
+  EXPECT_LT(largest, (1u << 20) + 4096);  // one piece at a time, about 1 MiB each
+  const TraceSize counted = write_trace(run, {}, nullptr);
+  EXPECT_EQ(counted.bytes, n.bytes);
+  EXPECT_EQ(counted.events, n.events);
+  EXPECT_EQ(n.events, 2 + 2 * int64_t(run.iterations.size()) + 4 * int64_t(reqs.size()) -
+                          2 * std::count_if(reqs.begin(), reqs.end(), [](const Request& r) { return r.output <= 1; }));
+  const TraceSize least = trace_size_at_least(reqs, {});
+  EXPECT_LE(least.bytes, n.bytes);
+  EXPECT_GT(least.bytes, 0.5 * n.bytes);  // 78 % here: the iterations are the part not known before the run
+  EXPECT_EQ(text.substr(text.size() - 3), "]}\n");
+  // [10 s, 11 s]: each kept iteration overlaps it, and every iteration that overlaps it is kept.
+  const TraceWindow w{10, 11};
+  std::string part;
+  (void)write_trace(run, w, [&](std::string_view p) { part += p; });
+  int64_t overlapping = 0;
+  for (const auto& it : run.iterations) overlapping += it.end_s >= 10 && it.start_s <= 11;
+  size_t slices = 0;
+  for (size_t at = part.find("\"ph\":\"X\""); at != std::string::npos; at = part.find("\"ph\":\"X\"", at + 1)) ++slices;
+  EXPECT_EQ(int64_t(slices), overlapping);
+  EXPECT_GT(overlapping, 0);
+  EXPECT_LE(trace_size_at_least(reqs, w).bytes, double(part.size()));
+}
