@@ -38,9 +38,6 @@ void LmTpTrainer::setup_moe() {
   if (local_.moe->balance_placement && store_ && ep_size_ > 1)
     throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's load, "
                                 "in shape-only runs (--shape-only); a real-data run's placement is not yet modelled");
-  if (store_ && (local_.moe->routing.skew > 0 || !local_.moe->routing.histogram.empty()))
-    throw std::invalid_argument("model.moe.routing: zipf and histogram declare the routing of shape-only runs "
-                                "(--shape-only); a real-data run routes by its router (use routing: uniform)");
   const sharding::plans::EpShard shard = sharding::plans::ep_shard(s.experts(), ep_size_, ep_rank_);
   local_.shard.expert_first = shard.first;
   local_.shard.expert_count = shard.count;

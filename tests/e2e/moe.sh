@@ -178,8 +178,6 @@ expect_exit 2 'bad.csv:2: model.moe.routing_file: tokens' -- shardsim_mpi 1 --ch
 e2e_case "(d) bad plans exit 2 naming the key"
 expect_exit 2 'parallel.ep: 8 experts do not split over ep = 3' -- shardsim_mpi 1 --chips 3 train "$MOE" --plan ep=3
 expect_exit 2 'parallel.etp' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=1,tp=4,etp=2
-expect_exit 2 'model.moe.routing: zipf and histogram declare the routing of shape-only runs' -- shardsim_mpi 1 \
-  --chips 2 train "$MOE" --plan ep=2 --set model.moe.routing=zipf
 expect_exit 2 'parallel.ep: needs model.moe' -- shardsim_mpi 1 --chips 2 train "$CONFIGS/lm_train.yaml" --plan ep=2
 
 e2e_finish
