@@ -104,7 +104,7 @@ class DeviceMesh {
 // THE mesh of a plan, for `run` and `train` alike: the plan registry's axis sizes (sharding/plans/registry.h,
 // mesh_axis_sizes: tp, cp x ulysses on cp, dp, pp) on TOPOLOGY, filling PLAN.mesh_dims when given (each a dimension
 // of TOPOLOGY, a grid). std::invalid_argument for a mesh that does not fit: messages about mesh_dims start with
-// "parallel.mesh_dims: ", others say what does not fit (sharding/engine_config.h's mesh_from_config turns them into
+// "parallel.mesh_dims: ", others say what does not fit (sharding/engine_config.h's checked_mesh turns them into
 // ConfigError at the key).
 DeviceMesh build_mesh(const ParallelPlan& plan, const topology::Topology& topology);
 

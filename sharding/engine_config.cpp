@@ -392,10 +392,4 @@ DeviceMesh checked_mesh(const ConfigNode& root, const ParallelPlan& plan, const 
   }
 }
 
-DeviceMesh mesh_from_config(const ConfigNode& root, const ParallelPlan& plan, topology::Topology& topo) {
-  DeviceMesh mesh = checked_mesh(root, plan, topo);
-  if (!mesh.explicit_placement()) topo.set_placement(mesh.placement());
-  return mesh;
-}
-
 }  // namespace shardsim::sharding

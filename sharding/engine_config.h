@@ -85,9 +85,7 @@ inline constexpr std::string_view kTrainRootKeys[] = {"name",  "topology", "devi
                                                       "train", "parallel", "mode", "fold"};
 
 // PLAN's device mesh on TOPOLOGY (sharding/device_mesh.h's build_mesh, the one builder of run and train), its
-// errors as ConfigError at ROOT's parallel.mesh_dims (or parallel:) line. mesh_from_config also sets the topology's
-// rank -> chip placement to the mesh's (mesh rank r runs on chip mesh.placement()[r]).
+// errors as ConfigError at ROOT's parallel.mesh_dims (or parallel:) line: the loader's pre-run check.
 DeviceMesh checked_mesh(const ConfigNode& root, const ParallelPlan& plan, const topology::Topology& topology);
-DeviceMesh mesh_from_config(const ConfigNode& root, const ParallelPlan& plan, topology::Topology& topology);
 
 }  // namespace shardsim::sharding
