@@ -16,6 +16,7 @@
 #include "kernels/norm.h"
 #include "models/lm_tp.h"
 #include "models/lm_tp_decode.h"
+#include "sharding/plans/pipeline_schedule.h"
 #include "sharding/plans/tensor_parallel.h"
 
 namespace shardsim::models {
@@ -262,36 +263,118 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
   return r;
 }
 
-sim::TimeNs kv_transfer(runtime::Transport& dp, sharding::plans::KvCache& cache, int64_t layers, const KvTransfer& x) {
-  if (x.from == x.to || x.from < 0 || x.to < 0 || x.from >= dp.size() || x.to >= dp.size() || x.tokens < 1)
-    throw std::invalid_argument("kv_transfer: replicas " + std::to_string(x.from) + " -> " + std::to_string(x.to) +
-                                " of " + std::to_string(dp.size()) + ", " + std::to_string(x.tokens) +
-                                " tokens (two distinct replicas and at least one token)");
-  const int me = dp.rank();
-  if (me != x.from && me != x.to) return x.ready;
-  const bool store = cache.stores() && !dp.shape_only();
-  // This chip's part: per layer K then V, [tokens, kv heads, head_dim] each (a receiver's slot is made here).
-  const size_t part = cache.keys(0, me == x.from ? x.slot_from : x.slot_to, x.tokens).nbytes();
-  std::vector<std::byte> buf(store ? part * size_t(2 * layers) : 0);
-  const std::string op = "serve.kv_transfer";
-  if (me == x.from) {
-    if (store)
-      for (int64_t l = 0; l < layers; ++l) {
-        const Tensor k = cache.keys(l, x.slot_from, x.tokens), v = cache.values(l, x.slot_from, x.tokens);
-        std::memcpy(buf.data() + size_t(2 * l) * part, k.data_if_stored(), part);
-        std::memcpy(buf.data() + size_t(2 * l + 1) * part, v.data_if_stored(), part);
-      }
-    return dp.send(buf.data(), part * size_t(2 * layers), x.to, x.ready, op);
+namespace {
+
+// [first, first + count) of a range; empty when count <= 0.
+struct Range {
+  int64_t first = 0, count = 0;
+  Range meet(const Range& o) const {
+    const int64_t a = std::max(first, o.first), b = std::min(first + count, o.first + o.count);
+    return {a, std::max<int64_t>(0, b - a)};
   }
-  const sim::TimeNs at = dp.recv(buf.data(), part * size_t(2 * layers), x.from, op);
-  if (store)
-    for (int64_t l = 0; l < layers; ++l) {
-      Tensor k = cache.keys(l, x.slot_to, x.tokens), v = cache.values(l, x.slot_to, x.tokens);
-      std::memcpy(k.data_if_stored(), buf.data() + size_t(2 * l) * part, part);
-      std::memcpy(v.data_if_stored(), buf.data() + size_t(2 * l + 1) * part, part);
-      cache.append(l, x.slot_to, 0, k, v);
+};
+
+// A layout's chip at index I of its ranks: its tp and pp coordinates, its layers and the KV heads it holds and
+// the ones it sends (a replicated head: only by the lowest tp rank holding it).
+struct KvChip {
+  Range layers, heads, sent;
+};
+
+KvChip kv_chip(const KvLayout& l, int64_t layers, int64_t kv_heads, size_t i) {
+  const int t = int(i % size_t(l.tp)), s = int(i / size_t(l.tp));
+  const std::vector<int64_t> per = sharding::plans::stage_layers(layers, l.pp, l.layers_per_stage);
+  KvChip c;
+  for (int k = 0; k < s; ++k) c.layers.first += per[size_t(k)];
+  c.layers.count = per[size_t(s)];
+  if (kv_heads % l.tp == 0) {
+    c.heads = {t * (kv_heads / l.tp), kv_heads / l.tp};
+    c.sent = c.heads;
+  } else {
+    const int rep = l.tp / int(kv_heads);  // tp ranks per head
+    c.heads = {t / rep, 1};
+    c.sent = t % rep == 0 ? c.heads : Range{};
+  }
+  return c;
+}
+
+void check_layout(const runtime::Transport& t, const KvLayout& l, int64_t layers, int64_t kv_heads, const char* what) {
+  const std::string name = std::string("kv_transfer: the ") + what + " layout";
+  if (l.tp < 1 || l.pp < 1 || l.ranks.size() != size_t(l.tp) * size_t(l.pp))
+    throw std::invalid_argument(name + " needs tp x pp ranks (tp " + std::to_string(l.tp) + ", pp " +
+                                std::to_string(l.pp) + ", " + std::to_string(l.ranks.size()) + " ranks)");
+  for (const int r : l.ranks)
+    if (r < 0 || r >= t.size()) throw std::invalid_argument(name + ": rank " + std::to_string(r) + " not in the transport");
+  if (kv_heads % l.tp != 0 && l.tp % kv_heads != 0)
+    throw std::invalid_argument(name + ": " + std::to_string(kv_heads) + " KV heads and tp " + std::to_string(l.tp) +
+                                " (one must divide the other)");
+  (void)sharding::plans::stage_layers(layers, l.pp, l.layers_per_stage);  // throws on a bad split
+}
+
+}  // namespace
+
+sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, int64_t layers, int64_t kv_heads,
+                        const KvLayout& from, const KvLayout& to, const KvTransfer& x) {
+  check_layout(t, from, layers, kv_heads, "sending");
+  check_layout(t, to, layers, kv_heads, "receiving");
+  for (const int r : from.ranks)
+    if (std::find(to.ranks.begin(), to.ranks.end(), r) != to.ranks.end())
+      throw std::invalid_argument("kv_transfer: rank " + std::to_string(r) + " is in both layouts");
+  if (x.tokens < 1) throw std::invalid_argument("kv_transfer: " + std::to_string(x.tokens) + " tokens (at least one)");
+  const int me = t.rank();
+  const auto pos = [me](const KvLayout& l) { return size_t(std::find(l.ranks.begin(), l.ranks.end(), me) - l.ranks.begin()); };
+  const size_t i_from = pos(from), i_to = pos(to);
+  const bool sender = i_from < from.ranks.size(), receiver = i_to < to.ranks.size();
+  if (!sender && !receiver) return x.ready;
+  const KvLayout& mine = sender ? from : to;
+  const KvChip self = kv_chip(mine, layers, kv_heads, sender ? i_from : i_to);
+  const bool store = cache.stores() && !t.shape_only();
+  // This chip's cache rows: [tokens, its heads, head_dim]; a head's slice within a row.
+  const Tensor probe = cache.keys(0, sender ? x.slot_from : x.slot_to, x.tokens);  // a receiver's slot is made here
+  const size_t row = probe.nbytes() / size_t(x.tokens), per_head = row / size_t(self.heads.count);
+  const std::string op = "serve.kv_transfer";
+  const KvLayout& other = sender ? to : from;
+  sim::TimeNs done = sender ? x.ready : 0.0;
+  // Receiver: its layers' K and V, filled message by message, appended at the end.
+  std::vector<Tensor> k_in, v_in;
+  if (receiver && store)
+    for (int64_t l = 0; l < self.layers.count; ++l) {
+      k_in.push_back(cache.keys(l, x.slot_to, x.tokens));
+      v_in.push_back(cache.values(l, x.slot_to, x.tokens));
     }
-  return at;
+  for (size_t j = 0; j < other.ranks.size(); ++j) {
+    const KvChip peer = kv_chip(other, layers, kv_heads, j);
+    const Range lay = self.layers.meet(peer.layers), heads = sender ? self.sent.meet(peer.heads) : peer.sent.meet(self.heads);
+    if (lay.count == 0 || heads.count == 0) continue;
+    const size_t slice = per_head * size_t(heads.count), part = slice * size_t(x.tokens);  // one K or V of a layer
+    const size_t bytes = part * 2 * size_t(lay.count);
+    std::vector<std::byte> buf(store ? bytes : 0);
+    const size_t at = per_head * size_t(heads.first - self.heads.first);  // the slice's offset in this chip's row
+    if (sender) {
+      if (store)
+        for (int64_t l = 0; l < lay.count; ++l)
+          for (int kv = 0; kv < 2; ++kv) {
+            const int64_t local = lay.first + l - self.layers.first;
+            const Tensor src = kv == 0 ? cache.keys(local, x.slot_from, x.tokens) : cache.values(local, x.slot_from, x.tokens);
+            const auto* p = static_cast<const std::byte*>(src.data_if_stored());
+            for (int64_t r = 0; r < x.tokens; ++r)
+              std::memcpy(buf.data() + size_t(2 * l + kv) * part + size_t(r) * slice, p + size_t(r) * row + at, slice);
+          }
+      done = std::max(done, t.send(buf.data(), bytes, other.ranks[j], x.ready, op));
+    } else {
+      done = std::max(done, t.recv(buf.data(), bytes, other.ranks[j], op));
+      if (store)
+        for (int64_t l = 0; l < lay.count; ++l)
+          for (int kv = 0; kv < 2; ++kv) {
+            const size_t local = size_t(lay.first + l - self.layers.first);
+            auto* p = static_cast<std::byte*>((kv == 0 ? k_in : v_in)[local].data_if_stored());
+            for (int64_t r = 0; r < x.tokens; ++r)
+              std::memcpy(p + size_t(r) * row + at, buf.data() + size_t(2 * l + kv) * part + size_t(r) * slice, slice);
+          }
+    }
+  }
+  if (receiver && store)
+    for (int64_t l = 0; l < self.layers.count; ++l) cache.append(l, x.slot_to, 0, k_in[size_t(l)], v_in[size_t(l)]);
+  return done;
 }
 
 }  // namespace shardsim::models

@@ -1,33 +1,49 @@
 // The serving mode's piece outside the trainer (models/lm_tp_decode.cpp): the KV-cache transfer of prefill/decode
 // disaggregation (issue 50; DistServe, Zhong et al. OSDI 2024, arXiv 2401.09670; Splitwise, Patel et al. ISCA
-// 2024). A prefill instance (one data-parallel replica's chips) computes a prompt's keys and values; a decode
-// instance (another replica's chips, the same tp x pp shape) receives them and decodes on.
+// 2024). A prefill instance (some chips) computes a prompt's keys and values; a decode instance (other chips, the
+// same or another tp x pp plan) receives them, resharded to its layers and KV heads, and decodes on.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/transport.h"
 #include "sharding/plans/kv_attention.h"
 
 namespace shardsim::models {
 
-// Sequence SLOT_FROM's first TOKENS cached keys and values of every layer this chip holds, from replica FROM's
-// chip to replica TO's chip with the same tp and pp coordinates (its slot SLOT_TO), data ready at READY.
+// Where one instance's KV cache lives, for a transfer between two instances that may run different plans
+// (DistServe's per-phase parallelism: a prefill instance at one tp x pp, a decode instance at another): its chips as
+// ranks of the transport the transfer runs on, chip (tp t, pp s) at RANKS[t + TP * s], and the pipeline's layers per
+// stage (empty: LAYERS split evenly, sharding/plans/pipeline_schedule.h stage_layers). KV heads as the executor
+// holds them (models/lm_tp.h): tp rank t holds the kv_heads / TP heads from t · kv_heads / TP, or, TP above the KV
+// heads (a multiple of them), the one head of its query heads' group, t / (TP / kv_heads).
+struct KvLayout {
+  int tp = 1, pp = 1;
+  std::vector<int> ranks;
+  std::vector<int64_t> layers_per_stage;
+};
+
+// Sequence SLOT_FROM's first TOKENS cached keys and values (layout FROM) to slot SLOT_TO of layout TO, data ready
+// at READY.
 struct KvTransfer {
   int64_t slot_from = 0, slot_to = 0;
   int64_t tokens = 0;
-  int from = 0, to = 1;  // data-parallel replicas (ranks of the dp transport)
   sim::TimeNs ready = 0;
 };
 
-// One message per chip pair over DP (the mesh's dp transport: its ranks are the replicas, the rest of the
-// coordinates fixed), of LAYERS · 2 · TOKENS · kv heads · head_dim · dtype bytes (this chip's K then V per layer,
-// [tokens, kv heads, head_dim] each): the sender books it on its timeline (injection port, route), the receiver
-// books its arrival against the flows addressed to it, so transfers that overlap in simulated time queue on the
-// links as every other flow does (runtime/transport.h). Real data: the receiver's CACHE holds the keys and values
-// at positions [0, TOKENS) of SLOT_TO. Returns the simulated time the data is at this chip (the receiver), the
-// sender's end of sending (the sender), READY on the chips of other replicas (nothing happens there).
-// std::invalid_argument when FROM == TO, TOKENS < 1 or a replica is out of range.
-sim::TimeNs kv_transfer(runtime::Transport& dp, sharding::plans::KvCache& cache, int64_t layers, const KvTransfer& x);
+// One message per (sender, receiver) chip pair whose layers and KV heads meet (a replicated head is sent by the
+// lowest tp rank holding it), over T: per common layer, in order, K then V, [TOKENS, common heads, head_dim] each
+// (common layers · 2 · TOKENS · common heads · head_dim · dtype bytes); each sender sends in the receivers' rank
+// order and each receiver receives in the senders' (no cycle: the two layouts are disjoint). The sender books its
+// messages on its timeline (injection port, route), the receiver their arrivals against the flows addressed to it
+// (runtime/transport.h). Equal layouts move each chip's whole cache to its peer, one message per pair. Real data:
+// each receiver's CACHE (its layers and heads) holds at positions [0, TOKENS) of SLOT_TO what the sender's held.
+// Returns the simulated time the last message is at this chip (a receiver), the end of its last send (a sender),
+// READY on other chips. Every chip of both layouts calls it (others may). LAYERS, KV_HEADS: the model's.
+// std::invalid_argument when the layouts share a chip, a layout's ranks are not tp · pp ranks of T, KV_HEADS and
+// a tp neither divides the other, the layers do not split over a pp, or TOKENS < 1.
+sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, int64_t layers, int64_t kv_heads,
+                        const KvLayout& from, const KvLayout& to, const KvTransfer& x);
 
 }  // namespace shardsim::models

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,10 +270,18 @@ Deviation disaggregated_case(const ServeCase& k, const World& world, int n, int 
   }
   dpt.allreduce(std::span<double>(first), runtime::Reduce::sum, "first tokens to the decode replica");
   dpt.allreduce(std::span<double>(&prefill_end, 1), runtime::Reduce::max, "prefill end");
+  // Replica R's chips of ep rank E as a layout: chip (tp t, pp s) in mesh rank order.
+  const auto layout = [&](int r, int e) {
+    models::KvLayout l{k.tp, k.pp, {}, {}};
+    for (int q = 0; q < n; ++q)
+      if (mesh.coordinate("dp", q) == r && mesh.coordinate("ep", q) == e) l.ranks.push_back(q);
+    return l;  // tp innermost in rank order, then ep, dp and pp: (t, s) at t + tp s
+  };
   for (int s = 0; s < kSeqs; ++s) {
     if (s % ep != ep_rank) continue;  // held by another ep chip of each replica
     const int64_t len = int64_t(seqs[size_t(s)].size());
-    const sim::TimeNs at = models::kv_transfer(dpt, cache, c.layers / k.pp, {s, s, len, 0, 1, prefill_end});
+    const sim::TimeNs at =
+        models::kv_transfer(t, cache, c.layers, c.kv_heads, layout(0, s % ep), layout(1, s % ep), {s, s, len, prefill_end});
     const int64_t kv_on_chip = std::max<int64_t>(1, c.kv_heads / k.tp);  // replicated above their count
     const double bytes = double(c.layers / k.pp) * 2.0 * double(len * kv_on_chip * c.head_dim) * 4.0;
     if (d == 1) {
@@ -331,6 +340,150 @@ TEST_P(ServeDisaggregated, DecodeAfterTransferEqualsRecomputingEightChipsOnOneRa
 
 INSTANTIATE_TEST_SUITE_P(Plans, ServeDisaggregated, ::testing::ValuesIn(kDisaggCases),
                          [](const ::testing::TestParamInfo<ServeCase>& i) { return std::string(i.param.name); });
+
+// Per-phase parallelism (DistServe's prefill and decode instances with their own plans): chips [0, a) prefill the
+// eight prompts under one tp x pp, chips [a, a + b) decode under another, and kv_transfer reshards every sequence's
+// cache between the two layouts (each decode chip gets its layers' and KV heads' keys and values from whichever
+// prefill chips hold them). Every decoded token and logit equals the single-device recomputation's, which they
+// would not if a message carried another head's or layer's rows. Each group's mesh gives its executor its
+// coordinates; its chips are those of its transport (a split of the world's), as the executor takes them.
+struct PhaseCase {
+  const char* name;
+  int tp_a = 1, pp_a = 1, tp_b = 1, pp_b = 1;
+  int64_t kv_heads = 8;
+};
+
+std::ostream& operator<<(std::ostream& os, const PhaseCase& c) { return os << c.name; }
+
+const PhaseCase kPhaseCases[] = {{"tp2_to_tp1", 2, 1, 1, 1},        {"tp1_to_tp2", 1, 1, 2, 1},
+                                 {"tp2_x_pp2_to_tp4", 2, 2, 4, 1},  {"pp2_to_tp2", 1, 2, 2, 1},
+                                 {"tp4_to_tp2_x_pp2", 4, 1, 2, 2},  {"mqa_tp2_to_tp1", 2, 1, 1, 1, 1},
+                                 {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2}};
+
+template <class World>
+Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
+  const sharding::ModelSpec c = config_of({k.name, 1, 1, k.kv_heads});
+  const int a = k.tp_a * k.pp_a, b = k.tp_b * k.pp_b;
+  const int group = rank < a ? 0 : rank < a + b ? 1 : 2;  // prefill, decode, idle
+  auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
+  sim::Timeline tl(rank, topo, sim::device_preset("h100"));
+  std::vector<int> chips;
+  for (int i = 0; i < n; ++i) chips.push_back(i);
+  runtime::Transport t(world, tl, chips);
+  runtime::Transport g = t.split(group, rank);
+  models::KvLayout from{k.tp_a, k.pp_a, {}, {}}, to{k.tp_b, k.pp_b, {}, {}};
+  for (int i = 0; i < a; ++i) from.ranks.push_back(i);
+  for (int i = a; i < a + b; ++i) to.ranks.push_back(i);
+  const models::LmWeights ref = models::lm_compute_copy(c, models::lm_init(c));
+  std::vector<std::vector<int64_t>> seqs;
+  models::LmServeBatch batch;
+  for (int i = 0; i < kSeqs; ++i) {
+    seqs.push_back(prompt(i));
+    batch.seqs.push_back({i, 0, int64_t(seqs.back().size())});
+    batch.tokens.insert(batch.tokens.end(), seqs.back().begin(), seqs.back().end());
+  }
+  Deviation dev;
+  auto check = [&](const models::LmServeResult& r) {  // the logits against the reference; the next tokens
+    std::vector<double> next(size_t(kSeqs), 0.0);
+    if (r.logits.size() != size_t(kSeqs)) {
+      ++dev.token_mismatches;
+      return next;
+    }
+    for (int q = 0; q < kSeqs; ++q) {
+      const auto want = reference_logits(c, ref, seqs[size_t(q)]);
+      for (size_t j = 0; j < want.size(); ++j)
+        dev.logits = std::max(dev.logits, std::fabs(double(want[j]) - double(r.logits[size_t(q)][j])));
+      next[size_t(q)] = double(argmax(r.logits[size_t(q)]));
+      dev.token_mismatches += int64_t(next[size_t(q)]) != argmax(want);
+      ++dev.checked;
+    }
+    return next;
+  };
+  std::optional<sharding::DeviceMesh> mesh;
+  std::optional<models::LmTpTrainer> tr;
+  std::optional<sharding::plans::KvCache> cache;
+  if (group < 2) {
+    const int tp = group == 0 ? k.tp_a : k.tp_b, pp = group == 0 ? k.pp_a : k.pp_b;
+    mesh.emplace(std::map<std::string, int>{{"tp", tp}, {"pp", pp}},
+                 topology::Topology::ring(tp * pp, topology::LinkSpec{100, 1000}));
+    mesh->bind(g);
+    models::LmDpConfig dpc;
+    dpc.forward_only = true;
+    tr.emplace(c, models::LmTrainConfig{}, *mesh, g, tl, dpc);
+    cache.emplace(tr->make_kv_cache(c.seq));
+  } else {
+    cache.emplace(1, 1, 1, c.dtype, 1, false);  // an idle chip holds nothing
+  }
+  std::vector<double> first(size_t(kSeqs), 0.0), end(1, 0.0);
+  if (group == 0) {
+    const models::LmServeResult r = tr->serve_step(batch, *cache);
+    first = check(r);
+    end[0] = r.ns;
+  }
+  t.allreduce(std::span<double>(first), runtime::Reduce::max, "first tokens to the decode chips");
+  t.allreduce(std::span<double>(end), runtime::Reduce::max, "prefill end");
+  for (int q = 0; q < kSeqs; ++q) {
+    const int64_t len = int64_t(seqs[size_t(q)].size());
+    const sim::TimeNs at = models::kv_transfer(t, *cache, c.layers, c.kv_heads, from, to, {q, q, len, end[0]});
+    if (group == 1) {
+      EXPECT_GT(at, end[0]) << "sequence " << q;
+    }
+  }
+  for (int q = 0; q < kSeqs; ++q) seqs[size_t(q)].push_back(int64_t(first[size_t(q)]));
+  if (group != 1) return dev;
+  dev = Deviation{};  // the decode chips' own checks
+  for (int step = 0; step < kDecode; ++step) {
+    models::LmServeBatch next;
+    for (int q = 0; q < kSeqs; ++q) {
+      next.seqs.push_back({q, int64_t(seqs[size_t(q)].size()) - 1, 1});
+      next.tokens.push_back(seqs[size_t(q)].back());
+    }
+    const std::vector<double> tok = check(tr->serve_step(next, *cache));
+    for (int q = 0; q < kSeqs; ++q) seqs[size_t(q)].push_back(int64_t(tok[size_t(q)]));
+  }
+  return dev;
+}
+
+class ServePerPhase : public ::testing::TestWithParam<PhaseCase> {};
+
+TEST_P(ServePerPhase, DecodeAfterReshardEqualsRecomputingOneChipPerRank) {
+  const PhaseCase& k = GetParam();
+  const int p = world_size();
+  if (p < k.tp_a * k.pp_a + k.tp_b * k.pp_b) GTEST_SKIP() << k.name << " needs more ranks than " << p;
+  const Deviation d = phase_case(k, MPI_COMM_WORLD, p, world_rank());
+  const double worst = max_over_ranks(d.logits), mismatches = max_over_ranks(double(d.token_mismatches));
+  const double checked = max_over_ranks(double(d.checked));
+  if (world_rank() == 0)
+    std::printf("[serve_decode] per-phase %s on %d ranks: max |logit - ref| = %.3g, %g token mismatches\n", k.name, p,
+                worst, mismatches);
+  EXPECT_EQ(checked, kSeqs * kDecode);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_P(ServePerPhase, DecodeAfterReshardEqualsRecomputingEightChipsOnOneRank) {
+  const PhaseCase& k = GetParam();
+  if (world_size() != 1) GTEST_SKIP() << "one rank hosting 8 chips";
+  std::vector<Deviation> devs(8);
+  const int code = runtime::run_chips(8, [&](const runtime::World& w) {
+    devs[size_t(w.rank())] = phase_case(k, w, w.size(), w.rank());
+    return 0;
+  });
+  ASSERT_EQ(code, 0);
+  int decoded = 0;
+  double worst = 0;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_LT(devs[size_t(i)].logits, 1e-4) << "chip " << i;
+    EXPECT_EQ(devs[size_t(i)].token_mismatches, 0) << "chip " << i;
+    decoded = std::max(decoded, devs[size_t(i)].checked);
+    worst = std::max(worst, devs[size_t(i)].logits);
+  }
+  EXPECT_EQ(decoded, kSeqs * kDecode);
+  std::printf("[serve_decode] per-phase %s on 8 chips of one rank: max |logit - ref| = %.3g\n", k.name, worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, ServePerPhase, ::testing::ValuesIn(kPhaseCases),
+                         [](const ::testing::TestParamInfo<PhaseCase>& i) { return std::string(i.param.name); });
 
 // Issue 50's second must-show, the decode closed form: at batch 1 a decode step reads every weight of the GEMMs
 // once and the sequence's whole KV cache, and nothing else of that size, so on one chip it is bandwidth-bound:
