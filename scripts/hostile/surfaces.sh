@@ -222,6 +222,8 @@ hc 2 'model\.moe\.routing_file: nope\.csv: cannot open' -- $S --chips 2 train "$
 hc 2 'serve\.trace\.file: .*nope\.csv: cannot open' -- $S serve "$SERVE" --set 'serve.trace={file: nope.csv}'
 hc 2 'serve\.trace\.file: .*is a directory' -- $S serve "$SERVE" --set 'serve.trace={file: /tmp}'
 hc 2 '\--requests nope\.csv: cannot open' -- $S serve "$SERVE" --requests nope.csv
+# a plan larger than the job: its size and how to run it ("the job's 1 chips (ranks x chips per rank)" said neither)
+hc 2 "job's 1 chip \(a job of 2 chips runs it: --chips 2" -- $S serve "$SERVE" --requests small.csv --set parallel.dp=2
 
 # ---------------------------------------------------------------------------------------------------------------
 kind 14  # --set reaches one dimension of a stacked topology given as a file
