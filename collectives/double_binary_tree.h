@@ -12,7 +12,7 @@
 // per-rank traffic stays O(S) while the latency is O(log p) instead of the ring's O(p).
 //
 // Schedule on each rank, four exchanges (the same order of sends and of receives in the run and in its cost
-// estimate, cost_model.cpp); grouped so that no rank blocks on a send whose receive its peer posts only after a
+// estimate, cost/cost_model.cpp); grouped so that no rank blocks on a send whose receive its peer posts only after a
 // receive of its own (on MPI ranks a large send completes when its receive is posted):
 //   U1. the halves where the rank is a leaf go up to their parents; the children's pieces of the half where it is
 //       interior ("inner") come in, and are reduced into its own;

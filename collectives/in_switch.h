@@ -45,7 +45,7 @@ namespace shardsim::collectives::in_switch {
 // Why the algorithm cannot run on TP (empty when it can).
 std::string obstacle(const runtime::Transport& tp);
 
-// The piece schedule, shared by the run and the estimate (cost_model.cpp). A transfer of T bytes goes in pieces
+// The piece schedule, shared by the run and the estimate (cost/cost_model.cpp). A transfer of T bytes goes in pieces
 // of whole bytes, piece i = floor((i+1) T / m) - floor(i T / m), so byte counts add up exactly.
 struct Schedule {
   int dim = -1;               // the reduction switch dimension

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "collectives/cost_model.h"
+#include "collectives/cost/cost_model.h"
 #include "collectives/double_binary_tree.h"
 #include "collectives/halving_doubling.h"
 #include "collectives/in_switch.h"

@@ -11,7 +11,7 @@
 // tested without editing a test. Recipe: docs/ARCHITECTURE.md, "Add a collective algorithm".
 //
 // The design follows ASTRA-sim (one class per algorithm under system/collective/) and NCCL (the cost model in
-// one place, graph/tuning.cc: here collectives/cost_model.cpp).
+// one place, graph/tuning.cc: here collectives/cost/cost_model.cpp).
 #pragma once
 
 #include <string>

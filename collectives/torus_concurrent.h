@@ -21,7 +21,7 @@
 // busbw (every chip drives its 4 links instead of 2). When the dimensions differ, a part waits for the dimension
 // the other part still holds (the simulation and the estimate charge that wait).
 // Physical lower bound (all_reduce, any algorithm without in-network reduction): every chip must send at least
-// 2(p-1)/p x S bytes over its outgoing links (collectives/cost_model.h, lower_bound_ns).
+// 2(p-1)/p x S bytes over its outgoing links (collectives/cost/cost_model.h, lower_bound_ns).
 //
 // Chunks. all_reduce runs in place: part j's elements are laid out in o_j's position order (torus::layout).
 // reduce_scatter / all_gather split every rank's chunk into D sub-pieces, part j carrying sub-piece j of every

@@ -66,6 +66,43 @@ Tensor matmul(const Tensor& x, const Tensor& w, std::vector<kernels::KernelCost>
   return y;
 }
 
+// The GEMMs X·W_i that read one input (q/k/v; SwiGLU's gate and up) as the trainer issues them on a device with
+// fused kernels, its default (sharding/plans/block_ops.h, column_gemms: Megatron's linear_qkv and linear_fc1): the
+// values each GEMM's, the logged cost ONE GEMM over the concatenated columns.
+std::vector<Tensor> column_matmuls(const Tensor& x, const std::vector<const Tensor*>& ws,
+                                   std::vector<kernels::KernelCost>* costs) {
+  std::vector<Tensor> out;
+  int64_t cols = 0;
+  for (const Tensor* w : ws) {
+    out.emplace_back(x.dtype(), runtime::Shape{x.dim(0), w->dim(1)});
+    (void)kernels::gemm(x, *w, out.back());
+    cols += w->dim(1);
+  }
+  const Tensor w = Tensor::make(ws[0]->dtype(), {ws[0]->dim(0), cols}, false);
+  Tensor y = Tensor::make(x.dtype(), {x.dim(0), cols}, false);
+  log_cost(costs, kernels::gemm(x, w, y));
+  return out;
+}
+
+// The backward of column_matmuls into DX (= Σ_i dY_i·W_i^T, summed in order) and DWS: the values as separate
+// gemm_backward calls and adds, the logged cost one gemm_backward over the concatenated columns.
+void column_matmuls_backward(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<const Tensor*>& dys,
+                             Tensor& dx, const std::vector<Tensor*>& dws, std::vector<kernels::KernelCost>* costs) {
+  std::vector<Tensor> parts;
+  int64_t cols = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    Tensor* into = &dx;
+    if (i > 0) into = &parts.emplace_back(dx.dtype(), dx.shape());
+    (void)kernels::gemm_backward(x, *ws[i], *dys[i], into, dws[i]);
+    cols += ws[i]->dim(1);
+  }
+  for (const Tensor& p : parts) (void)kernels::add_inplace(dx, p);
+  const Tensor w = Tensor::make(ws[0]->dtype(), {ws[0]->dim(0), cols}, false);
+  const Tensor dy = Tensor::make(dys[0]->dtype(), {dys[0]->dim(0), cols}, false);
+  Tensor dxf = Tensor::make(dx.dtype(), dx.shape(), false), dwf = Tensor::make(w.dtype(), w.shape(), false);
+  log_cost(costs, kernels::gemm_backward(x, w, dy, &dxf, &dwf));
+}
+
 void check_weights(const ModelSpec& c, const LmWeights& w) {
   const LmWeights want = lm_zeros(c, c.dtype);
   const auto a = w.named_weights(), b = want.named_weights();
@@ -126,9 +163,10 @@ void forward_block(const ModelSpec& c, const LmLayer& L, LmCache::Layer& S, Tens
   S.x_in = x;
   if (c.attention) {  // the attention sublayer (none in an MLP-only block)
     S.a = norm(c, x, L.attn_norm, L.attn_norm_b, costs);
-    S.q = matmul(S.a, L.wq, costs).reshaped({N, hq, d});
-    S.k = matmul(S.a, L.wk, costs).reshaped({N, hkv, d});
-    S.v = matmul(S.a, L.wv, costs).reshaped({N, hkv, d});
+    auto qkv = column_matmuls(S.a, {&L.wq, &L.wk, &L.wv}, costs);
+    S.q = std::move(qkv[0]).reshaped({N, hq, d});
+    S.k = std::move(qkv[1]).reshaped({N, hkv, d});
+    S.v = std::move(qkv[2]).reshaped({N, hkv, d});
     if (c.position == sharding::PositionKind::rope) {
       log_cost(costs, kernels::rope_inplace(S.q, pos, c.rope_theta));
       log_cost(costs, kernels::rope_inplace(S.k, pos, c.rope_theta));
@@ -162,8 +200,9 @@ void forward_block(const ModelSpec& c, const LmLayer& L, LmCache::Layer& S, Tens
     const Tensor y = kernels::moe_forward(c.moe->spec, L.moe, S.m, S.moe_ref, moe_charge(costs));
     log_cost(costs, kernels::add_inplace(x, y));
   } else if (c.gated()) {
-    S.gate = matmul(S.m, L.w_gate, costs);
-    S.up = matmul(S.m, L.w_up, costs);
+    auto gu = column_matmuls(S.m, {&L.w_gate, &L.w_up}, costs);
+    S.gate = std::move(gu[0]);
+    S.up = std::move(gu[1]);
     S.act = S.gate;
     log_cost(costs, kernels::glu_inplace(S.act, S.up, c.mlp == sharding::MlpKind::geglu ? kernels::Activation::gelu
                                                                                         : kernels::Activation::silu));
@@ -526,7 +565,7 @@ void lm_backward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, c
     LmLayer& G = g.layers[static_cast<size_t>(l)];
     const auto& S = C.layers[static_cast<size_t>(l)];
     for (const auto& k : kernels::block_extras_backward(block_extras(c, is_moe(L)))) log_cost(costs, k);
-    Tensor dm = act({N, h}), dm_up = act({N, h}), dnorm = act({N, h});
+    Tensor dm = act({N, h}), dnorm = act({N, h});
     if (is_moe(L)) {  // the MoE MLP; d loss / d aux of each token group = 1 / groups (the loss holds their mean)
       zero_moe(G.moe);
       const kernels::MoeSpec& ms = c.moe->spec;
@@ -538,9 +577,7 @@ void lm_backward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, c
     log_cost(costs, kernels::gemm_backward(S.act, L.w_down, dx, &dact, &G.w_down));
     if (c.gated()) {
       log_cost(costs, kernels::swiglu_backward(S.gate, S.up, dact, dgate, dup));
-      log_cost(costs, kernels::gemm_backward(S.m, L.w_gate, dgate, &dm, &G.w_gate));
-      log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm_up, &G.w_up));
-      log_cost(costs, kernels::add_inplace(dm, dm_up));
+      column_matmuls_backward(S.m, {&L.w_gate, &L.w_up}, {&dgate, &dup}, dm, {&G.w_gate, &G.w_up}, costs);
     } else {
       log_cost(costs, kernels::gelu_backward(S.up, dact, dup));
       log_cost(costs, kernels::gemm_backward(S.m, L.w_up, dup, &dm, &G.w_up));
@@ -577,12 +614,8 @@ void lm_backward(const ModelSpec& c, const LmWeights& w, const LmBatch& batch, c
     }
     const Tensor dq2 = std::move(dq).reshaped({N, hq * d}), dk2 = std::move(dk).reshaped({N, hkv * d}),
                  dv2 = std::move(dv).reshaped({N, hkv * d});
-    Tensor da = act({N, h}), da_k = act({N, h}), da_v = act({N, h});
-    log_cost(costs, kernels::gemm_backward(S.a, L.wq, dq2, &da, &G.wq));
-    log_cost(costs, kernels::gemm_backward(S.a, L.wk, dk2, &da_k, &G.wk));
-    log_cost(costs, kernels::gemm_backward(S.a, L.wv, dv2, &da_v, &G.wv));
-    log_cost(costs, kernels::add_inplace(da, da_k));
-    log_cost(costs, kernels::add_inplace(da, da_v));
+    Tensor da = act({N, h});
+    column_matmuls_backward(S.a, {&L.wq, &L.wk, &L.wv}, {&dq2, &dk2, &dv2}, da, {&G.wq, &G.wk, &G.wv}, costs);
     norm_backward(c, S.x_in, L.attn_norm, da, dnorm, &G.attn_norm, &G.attn_norm_b, costs);
     log_cost(costs, kernels::add_inplace(dx, dnorm));  // gradient at x_in
     mark();  // layer l's gradients complete

@@ -207,7 +207,8 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
   for (const auto& [name, t] : master.named_weights())
     if (owns(name))
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
-                        split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name)});
+                        split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name),
+                        t->rank() == 1});  // Megatron's no-weight-decay group: 1-D tensors (norms, biases)
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
   const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
                                            1.0 / ep_size_};

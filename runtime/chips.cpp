@@ -343,13 +343,10 @@ void take(uint64_t cx, int src, int dst, void* buf) {
 
 }  // namespace chips
 
-int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpec& fold) {
-  if (fold.on()) k = fold.chips / fold.size * fold.period;
-  if (k <= 1 && !fold.on()) {
-    const World world(MPI_COMM_WORLD);
-    return body(world);
-  }
-  Sched s;
+namespace {
+
+// The scheduler's MPI side and the fold's parameters (run_chips: K chips on this rank).
+void open_sched(Sched& s, int k, const FoldSpec& fold) {
   s.k = k;
   MPI_Comm_rank(MPI_COMM_WORLD, &s.wrank);
   MPI_Comm_size(MPI_COMM_WORLD, &s.wsize);
@@ -365,10 +362,11 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
     s.fold_replicas = fold.size / fold.period;
     s.fold_fallback = fold.fallback;
   }
-  const int n = fold.on() ? fold.chips : k * s.wsize;
-  try {  // out of host memory in the scheduler (stacks, mailboxes, maps): one line, exit 3, no unwinding of fibers
-  s.chips.resize(static_cast<size_t>(k));
-  g = &s;  // shared_ints below shares the world's member map among this rank's chips
+}
+
+// Each chip's world communicator (N chips in all) and the rank's hand-over communicator of its K chips.
+void make_comms(Sched& s, int n) {
+  const int k = s.k;
   for (int i = 0; i < k; ++i) {
     auto w = std::make_shared<VComm>();
     w->ctx = 1;
@@ -378,20 +376,21 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
     w->rank = s.world_of(i);
     s.worlds.push_back(std::move(w));
   }
-  {
-    std::vector<int> mine(static_cast<size_t>(k));
-    for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.world_of(i);
-    const auto members = std::make_shared<const std::vector<int>>(std::move(mine));
-    for (int i = 0; i < k; ++i) {
-      auto l = std::make_shared<VComm>();
-      l->ctx = kHandoverCtx;
-      l->members = members;
-      l->rank = i;
-      s.locals.push_back(std::move(l));
-    }
-  }
-  g = &s;
+  std::vector<int> mine(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) mine[static_cast<size_t>(i)] = s.world_of(i);
+  const auto members = std::make_shared<const std::vector<int>>(std::move(mine));
   for (int i = 0; i < k; ++i) {
+    auto l = std::make_shared<VComm>();
+    l->ctx = kHandoverCtx;
+    l->members = members;
+    l->rank = i;
+    s.locals.push_back(std::move(l));
+  }
+}
+
+// Each chip's fiber running BODY on its world (its exit code, or its error reported by chip_failed), all queued.
+void spawn_chips(Sched& s, const std::function<int(const World&)>& body) {
+  for (int i = 0; i < s.k; ++i) {
     Chip& c = s.chips[static_cast<size_t>(i)];
     const int chip = s.world_of(i);
     c.fib = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
@@ -421,38 +420,69 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
                          return std::move(c.sink);
                        });
   }
-  for (int i = 0; i < k; ++i) {
+  for (int i = 0; i < s.k; ++i) {
     s.ready.push_back(i);
     s.chips[static_cast<size_t>(i)].queued = true;
   }
+}
+
+// One round: every ready chip resumed once, in queue order; LIVE counts down as chips finish. (Resuming the
+// last-woken chip first keeps caches hot and halves a bidirectional ring's wall time at 512 chips, but it runs a
+// one-way ring one step per resume where rounds let chip i run i steps in one resume: 3-4x slower there, and in
+// the control plane's reductions; measured, not kept.)
+void run_round(Sched& s, int& live) {
+  s.running.swap(s.ready);
+  s.ready.clear();
+  for (const int i : s.running) {
+    Chip& c = s.chips[static_cast<size_t>(i)];
+    c.queued = false;
+    if (c.done || c.busy) continue;
+    s.cur = i;
+    c.fib = std::move(c.fib).resume();
+    s.cur = -1;
+    if (c.done) {
+      --live;
+      ++s.events;
+    }
+    if (!s.fold_failed.empty()) return;
+  }
+}
+
+// A folded run (one rank) with nothing in flight and nobody to run: the waiting chips wait on messages from
+// mirrored chips that no simulated chip sends (an exchange the replica shift does not map onto itself, e.g. a XOR
+// partner). With a fallback the attempt ends (s.fold_failed); without, the run fails naming the chips.
+void fold_stuck(Sched& s) {
+  std::string who, op;
+  for (size_t i = 0; i < s.chips.size(); ++i)
+    if (s.chips[i].waiting) {
+      if (op.empty()) op = s.chips[i].op;
+      who += (who.empty() ? "" : ", ") + std::to_string(s.world_of(static_cast<int>(i)));
+    }
+  const std::string why = op + ": chip(s) " + who + " wait on messages from mirrored chips that no simulated "
+                          "chip sends";
+  if (s.fold_fallback) {
+    s.fold_failed = why;
+    return;
+  }
+  chip_failed(s.world_of(0), kExitRuntimeFault,
+              "fold: " + why + " (the data-parallel replicas of this run are not provably identical; run it "
+              "unfolded with --no-fold or fold: off, docs/performance/fold.md)");
+}
+
+// Runs the chips until every one has finished (or a folded attempt fell back): rounds of resumes, the progress
+// callback, MPI progress, and while nothing moves a backing-off idle wait under the watchdog.
+void schedule(Sched& s) {
   using Clock = std::chrono::steady_clock;
   const double limit = watchdog_limit();
   bool idle = false;
   Clock::time_point idle_since;
   auto pause = std::chrono::microseconds(20);
-  int live = k;
+  int live = s.k;
   unsigned polls = 0, progress_polls = 0;
   while (live > 0) {
     const uint64_t before = s.events;
-    // Rounds in queue order. (Resuming the last-woken chip first keeps caches hot and halves a bidirectional
-    // ring's wall time at 512 chips, but it runs a one-way ring one step per resume where rounds let chip i run
-    // i steps in one resume: 3-4x slower there, and in the control plane's reductions; measured, not kept.)
-    s.running.swap(s.ready);
-    s.ready.clear();
-    for (const int i : s.running) {
-      Chip& c = s.chips[static_cast<size_t>(i)];
-      c.queued = false;
-      if (c.done || c.busy) continue;
-      s.cur = i;
-      c.fib = std::move(c.fib).resume();
-      s.cur = -1;
-      if (c.done) {
-        --live;
-        ++s.events;
-      }
-      if (!s.fold_failed.empty()) break;
-    }
-    if (!s.fold_failed.empty()) break;
+    run_round(s, live);
+    if (!s.fold_failed.empty()) return;
     if (s.progress_fn && (++progress_polls & 63) == 0) {
       const auto now = Clock::now();
       if (std::chrono::duration<double>(now - s.progress_last).count() >= s.progress_every_s) {
@@ -465,25 +495,10 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
       pause = std::chrono::microseconds(20);
       continue;
     }
-    if (live == 0) break;
+    if (live == 0) return;
     if (s.folded() && s.ready.empty()) {
-      // One rank, nothing in flight, nobody to run: the waiting chips wait on messages from mirrored chips that no
-      // simulated chip sends (an exchange the replica shift does not map onto itself, e.g. a XOR partner).
-      std::string who, op;
-      for (size_t i = 0; i < s.chips.size(); ++i)
-        if (s.chips[i].waiting) {
-          if (op.empty()) op = s.chips[i].op;
-          who += (who.empty() ? "" : ", ") + std::to_string(s.world_of(static_cast<int>(i)));
-        }
-      const std::string why = op + ": chip(s) " + who + " wait on messages from mirrored chips that no simulated "
-                              "chip sends";
-      if (s.fold_fallback) {
-        s.fold_failed = why;
-        break;
-      }
-      chip_failed(s.world_of(0), kExitRuntimeFault,
-                  "fold: " + why + " (the data-parallel replicas of this run are not provably identical; run it "
-                  "unfolded with --no-fold or fold: off, docs/performance/fold.md)");
+      fold_stuck(s);
+      if (!s.fold_failed.empty()) return;
     }
     if (idle && (++polls & 63) != 0) continue;
     const auto now = Clock::now();
@@ -502,15 +517,16 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(500)) pause *= 2;
   }
-  } catch (const std::bad_alloc&) {
-    host_memory_exhausted(k, s.wrank);
-  }
-  // Every send has left before the router goes away.
+}
+
+// After the chips: every send has left, the router goes away; the first chip's nonzero code (kFoldFellBack when
+// a folded attempt fell back, after unwinding every chip's stack so their destructors run).
+int close_sched(Sched& s) {
   while (!s.send_reqs.empty()) {
     s.progress();
     if (!s.send_reqs.empty()) sched_yield();
   }
-  if (!s.fold_failed.empty()) {  // fold: auto fell back: unwind every chip's stack (their destructors run), done
+  if (!s.fold_failed.empty()) {
     for (size_t i = 0; i < s.chips.size(); ++i) {
       s.cur = static_cast<int>(i);
       s.chips[i].fib = ctx::fiber{};
@@ -527,6 +543,29 @@ int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpe
   g = nullptr;
   MPI_Comm_free(&s.comm);
   return code;
+}
+
+}  // namespace
+
+int run_chips(int k, const std::function<int(const World&)>& body, const FoldSpec& fold) {
+  if (fold.on()) k = fold.chips / fold.size * fold.period;
+  if (k <= 1 && !fold.on()) {
+    const World world(MPI_COMM_WORLD);
+    return body(world);
+  }
+  Sched s;
+  open_sched(s, k, fold);
+  const int n = fold.on() ? fold.chips : k * s.wsize;
+  try {  // out of host memory in the scheduler (stacks, mailboxes, maps): one line, exit 3, no unwinding of fibers
+    s.chips.resize(static_cast<size_t>(k));
+    g = &s;  // shared_ints in make_comms shares the world's member map among this rank's chips
+    make_comms(s, n);
+    spawn_chips(s, body);
+    schedule(s);
+  } catch (const std::bad_alloc&) {
+    host_memory_exhausted(k, s.wrank);
+  }
+  return close_sched(s);
 }
 
 }  // namespace shardsim::runtime

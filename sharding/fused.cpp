@@ -44,6 +44,20 @@ double gemm_ns(runtime::Transport& tp, runtime::DType dt, int64_t m, int64_t k, 
                              runtime::precision_of(dt), sim::KernelShape{sim::KernelClass::gemm, m, n, k, 1});
 }
 
+// The unfused GEMMs X·W_i of the weights WS (X: [M, K]) as the block charges them (sharding/plans/block_ops.h,
+// column_gemms): one GEMM over their concatenated columns on a device issuing fused kernels, else one each.
+double column_gemms_ns(runtime::Transport& tp, runtime::DType dt, int64_t m, int64_t k,
+                       const std::vector<const Tensor*>& ws) {
+  if (ws.size() > 1 && !tp.timeline().device().eager_kernels) {
+    int64_t n = 0;
+    for (const Tensor* w : ws) n += w->dim(1);
+    return gemm_ns(tp, dt, m, k, n);
+  }
+  double ns = 0;
+  for (const Tensor* w : ws) ns += gemm_ns(tp, dt, m, k, w->dim(1));
+  return ns;
+}
+
 // The collective C alone on TP for a per-rank buffer of BYTES (nccl-tests sizing), ALGORITHM resolved as the
 // collective itself resolves it ("auto" = the lowest estimate).
 double collective_ns(runtime::Transport& tp, Collective c, const std::string& algorithm, double bytes) {
@@ -291,8 +305,7 @@ FusedTiming all_gather_gemm(runtime::Transport& tp, const Tensor& x, const std::
   if (p > 1) tp.timeline().record_region(name + ".all_gather", "collective", {ready, last_arrival}, t.bytes_sent);
   t.fused_ns = std::max(compute_at, last_arrival) - ready;
   t.comm_ns = collective_ns(tp, Collective::all_gather, "ring", static_cast<double>(bytes) * p);
-  for (const Tensor* w : ws) t.unfused_ns += gemm_ns(tp, x.dtype(), m * p, x.dim(1), w->dim(1));
-  t.unfused_ns += t.comm_ns;
+  t.unfused_ns = column_gemms_ns(tp, x.dtype(), m * p, x.dim(1), ws) + t.comm_ns;
   return t;
 }
 
@@ -485,8 +498,7 @@ FusedTiming gemm_reduce_scatter_backward(runtime::Transport& tp, const Tensor& x
   t.fused_ns = std::max(compute_at, rs_arrival) - ready;
   t.comm_ns = collective_ns(tp, Collective::all_gather, "ring", static_cast<double>(xbytes) * p) +
               collective_ns(tp, Collective::reduce_scatter, "ring", static_cast<double>(xbytes) * p);
-  for (const Tensor* w : ws) t.unfused_ns += 2 * gemm_ns(tp, dt, m * p, x.dim(1), w->dim(1));
-  t.unfused_ns += t.comm_ns;
+  t.unfused_ns = 2 * column_gemms_ns(tp, dt, m * p, x.dim(1), ws) + t.comm_ns;
   return t;
 }
 

@@ -1,6 +1,6 @@
 // Symmetries of grid topologies: whether a map of chips onto chips keeps the simulated network, so that a program
 // run on the images of some chips is the image of the program run on them (folded runs: docs/performance/fold.md;
-// folded cost-model replays: collectives/cost_model.cpp).
+// folded cost-model replays: collectives/cost/cost_model.cpp).
 #pragma once
 
 #include <span>

@@ -47,10 +47,9 @@ Tensor block_norm(Chip& chip, const ModelSpec& s, const Tensor& x, const Tensor&
 Tensor mlp_layer(Chip& chip, PlanContext* ctx, const Tensor& in, const BlockWeights& w, kernels::Activation activation,
                  BlockActivations* keep) {
   if (!ctx) {  // one device
-    Tensor g = gemm(chip, in, *w.w_gate, "gemm.gate");
-    Tensor u = gemm(chip, in, *w.w_up, "gemm.up");
-    chip.charge(kernels::glu_inplace(g, u, activation), glu_label(activation));
-    return gemm(chip, g, *w.w_down, "gemm.down");
+    auto gu = column_gemms(chip, in, {w.w_gate, w.w_up}, {"gemm.gate", "gemm.up"}, "gemm.gate_up");
+    chip.charge(kernels::glu_inplace(gu[0], gu[1], activation), glu_label(activation));
+    return gemm(chip, gu[0], *w.w_down, "gemm.down");
   }
   if (!w.w_gate) {  // GELU MLP
     auto u = column_parallel(*ctx, in, {w.w_up}, {"gemm.up"}, "before MLP", "sp all_gather + gemm.up",

@@ -104,9 +104,13 @@ DataParallel::DataParallel(std::vector<DpParam> params, int units, const ZeroCon
     if (config.zero >= 1)
       for (const Bucket& b : buckets_) replicas = std::max(replicas, group_size(b));
     for (int r = 0; r < replicas; ++r) {
-      const std::vector<int64_t> pieces = pieces_of(r);
-      auto adam = kernels::multi_tensor_launches(pieces, compute != DType::fp32 ? 5 : 4);
-      auto norm = kernels::multi_tensor_launches(pieces, 1);
+      // FusedAdam steps each parameter group with a multi_tensor_apply of its own: the weight-decay group, then
+      // the no-decay group (DpParam::no_decay); the gradient norm is one multi_tensor_l2norm over all of them.
+      std::vector<int64_t> adam;
+      for (int g : {0, 1})
+        for (int64_t n : kernels::multi_tensor_launches(pieces_of(r, g), compute != DType::fp32 ? 5 : 4))
+          adam.push_back(n);
+      auto norm = kernels::multi_tensor_launches(pieces_of(r), 1);
       if (adam.size() > adam_launches_.size()) adam_launches_ = std::move(adam);
       if (norm.size() > norm_launches_.size()) norm_launches_ = std::move(norm);
     }
@@ -330,6 +334,9 @@ std::vector<kernels::KernelCost> DataParallel::optimizer_step(int64_t step, cons
   if (config_.forward_only) throw std::logic_error("data_parallel: a forward-only state has no optimizer state");
   const bool copy = dtype_ != DType::fp32;
   const size_t es = runtime::dtype_size(dtype_);
+  // Not charged: Megatron's clip_grad_by_total_norm_fp32 scales the gradients with a multi_tensor_scale only when
+  // the coefficient is below 1, which a shape-only run cannot know; its timing equals a real-data run's (the scaling
+  // happens inside AdamW here), and published steady-state steps rarely clip.
   kernels::KernelCost opt{"adamw", 0, 0, DType::fp32, {}};
   for (Bucket& b : buckets_) {
     Tensor g;

@@ -166,10 +166,10 @@ class DataParallel {
   // Every bucket's reduction of GRADS (compute dtype), each issued when its last unit's gradients were ready; adds
   // this rank's norm piece to SQ. Returns max(T, the last reduction's end).
   sim::TimeNs reduce_gradients(const TensorRefs& grads, double& sq, sim::TimeNs t);
-  // AdamW on the owned chunks with the gradients scaled by CLIP; returns its kernels for the caller to charge in
-  // order: Apex / Transformer Engine FusedAdam's multi-tensor launches (kernels::multi_tensor_launches, depth 4, or 5
-  // when it also writes the compute copy) over this chip's pieces of the parameters in bucket order, the work of
-  // all of them shared by elements. The launches depend on the parameters' sizes, not on the bucket count.
+  // AdamW on the owned chunks with the gradients scaled by CLIP (inside AdamW: no clip kernel); returns its kernels
+  // for the caller to charge in order: FusedAdam's multi-tensor launches (kernels::multi_tensor_launches, depth 4, or
+  // 5 writing the compute copy) over this chip's pieces of the parameters, one multi_tensor_apply per parameter
+  // group (the weight-decay group, then DpParam::no_decay's), the work of all of them shared by elements.
   std::vector<kernels::KernelCost> optimizer_step(int64_t step, const kernels::AdamWConfig& adamw, float clip);
   // What the gradient norm's local sum of squares costs: Apex/Megatron's multi_tensor_l2norm reading every
   // reduced gradient element this chip holds (the whole buffer without ZeRO, the owned chunks with it) once,

@@ -2,6 +2,7 @@
 
 #include "sharding/plans/registry.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -19,6 +20,24 @@ Placement column_weight_placement(const ParallelPlan& p) {
 Placement row_weight_placement(const ParallelPlan& p) {
   return p.tp > 1 ? Placement{Shard{0}} : Placement{Replicate{}};
 }
+
+namespace {
+
+// The fused GEMM's name from its parts' ("gemm.q", "gemm.k", "gemm.v" -> "gemm.qkv"; "gemm.gate", "gemm.up" ->
+// "gemm.gate_up"): the common prefix up to its last '.', then the suffixes (joined by '_' unless each is one letter).
+std::string fused_gemm_name(const std::vector<std::string>& names) {
+  if (names.size() == 1) return names[0];
+  const auto dot = names[0].rfind('.');
+  const std::string prefix = dot == std::string::npos ? "" : names[0].substr(0, dot + 1);
+  bool letters = true;
+  for (const auto& n : names) letters = letters && n.size() == prefix.size() + 1;
+  std::string out = prefix;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i && !letters ? "_" : "") + names[i].substr(std::min(prefix.size(), names[i].size()));
+  return out;
+}
+
+}  // namespace
 
 std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const std::vector<const Tensor*>& weights,
                                     const std::vector<std::string>& names, const std::string& gather_what,
@@ -43,7 +62,9 @@ std::vector<Tensor> column_parallel(PlanContext& ctx, const Tensor& in, const st
   const Tensor gathered = p.sp ? sp_all_gather(ctx, in, gather_what) : Tensor();
   const Tensor& x = p.sp ? gathered : in;
   const std::string label = " (" + parallel_style(column_weight_placement(p)) + ")";
-  for (size_t i = 0; i < weights.size(); ++i) out.push_back(gemm(ctx.chip, x, *weights[i], names[i] + label));
+  std::vector<std::string> labelled;
+  for (const auto& n : names) labelled.push_back(n + label);
+  out = column_gemms(ctx.chip, x, weights, labelled, fused_gemm_name(names) + label);
   if (used) *used = x;
   return out;
 }
@@ -128,19 +149,14 @@ Tensor column_parallel_backward(PlanContext& ctx, const Tensor& in, const std::v
                    ready);
     return dx;
   }
-  std::vector<Tensor> dx;
-  const auto kept = defer ? std::make_shared<const Tensor>(in) : nullptr;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    dx.push_back(Tensor::make(in.dtype(), {in.dim(0), in.dim(1)}, store));
-    const auto k = kernels::gemm_backward(in, *weights[i], *dys[i], &dx.back(), defer ? nullptr : dws[i]);
-    ctx.chip.charge(k, k.name);
-    if (defer) defer->push_back({kept, *dys[i], dws[i]});
+  std::vector<Tensor*> dw_now;  // deferred (zero bubble): the weight gradients run in the W pass, one GEMM each
+  for (Tensor* dw : dws) dw_now.push_back(defer ? nullptr : dw);
+  Tensor dx = column_gemms_backward(ctx.chip, in, weights, dys, dw_now, "gemm_backward");
+  if (defer) {
+    const auto kept = std::make_shared<const Tensor>(in);
+    for (size_t i = 0; i < weights.size(); ++i) defer->push_back({kept, *dys[i], dws[i]});
   }
-  for (size_t i = 1; i < dx.size(); ++i) {
-    const auto k = kernels::add_inplace(dx[0], dx[i]);
-    ctx.chip.charge(k, k.name);
-  }
-  return tp_reduce(ctx, std::move(dx[0]), what);
+  return tp_reduce(ctx, std::move(dx), what);
 }
 
 }  // namespace shardsim::sharding::plans

@@ -128,12 +128,17 @@ for plan in "tp=8" "tp=4,sp=true" "tp=4,sp=true,fused=true" "tp=2,cp=4" "tp=2,cp
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan "$plan" "${B8[@]}" \
     --set model.micro_batch=1 --no-checkpoint
 done
-expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan ulysses=2,tp=4 "${B8[@]}" \
-  --set model.kv_heads=8 --no-checkpoint  # Ulysses x tp: 8 KV heads over 2 x 4
+for plan in "ulysses=2,tp=4" "ulysses=8"; do  # Ulysses x tp and Ulysses alone: 8 KV heads over 2 x 4 and over 8
+  expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan "$plan" "${B8[@]}" \
+    --set model.kv_heads=8 --no-checkpoint
+done
 for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan tp=2,cp=2,dp=2 "${B8[@]}" \
     --set "$variant" --no-checkpoint
 done
+# Megatron's unfused attention core (tp, sp and dp only: cp and Ulysses run the flash-style core).
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$BLOCK" --plan tp=2,sp=true,dp=4 "${B8[@]}" \
+  --set model.attention_impl=unfused --no-checkpoint
 
 e2e_case "(j) must-show 2, forward mode at 1 chip per rank: what tests/mpi/forward_plans_test.cpp does not run"
 # (That test runs tp, sp, fused, cp both splits, Ulysses, Ulysses x tp, tp x cp and dp x tp x cp on 1-8 ranks;
@@ -145,6 +150,8 @@ done
 for variant in "model.norm=layernorm" "model.mlp=gelu" "model.rope=false"; do
   expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan tp=2,cp=2 --set "$variant" --no-checkpoint
 done
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 run "$BLOCK" --plan tp=2,sp=true,dp=2 \
+  --set model.attention_impl=unfused --no-checkpoint
 # The GPT block of a language model (layernorm, gelu MLP, learned positions, tied embeddings), forward mode: at 1
 # chip per rank and 8 chips of one rank.
 GPT=(--set model.norm=layernorm --set model.mlp=gelu --set model.position=learned --set model.tied_embeddings=true
@@ -160,6 +167,27 @@ FUSED=$CONFIGS/workloads/llama2_7b_mlp_tp8_fused.yaml
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 run "$FUSED" --no-checkpoint --json fused_chips.json; then
   if expect_exit 0 'validation: PASS' -- shardsim_mpi 8 run "$FUSED" --no-checkpoint --json fused_ranks.json; then
     same_forward_time fused_ranks.json fused_chips.json "fused: 8 ranks and 8 chips of one rank"
+  fi
+fi
+
+e2e_case "(k) one mesh builder in both modes: train honours parallel.mesh_dims as run does (tests/e2e/engine.sh)"
+cat >boards.yaml <<'EOF'
+name: boards
+topology: {kind: torus, dims: [2, 4], bandwidth_gbps: [10, 200], latency_ns: 1000}
+device: generic
+model: {kind: transformer_block, hidden: 256, heads: 8, kv_heads: 4, ffn: 512, seq: 64}
+parallel: {tp: 4, cp: 2}
+EOF
+total_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['simulated']['total_ns'])" "$1"; }
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train boards.yaml --steps 2 --validate --json mfast.json; then
+  assert_out '^  mesh +tp=4 x cp=2: tp -> dim 1 \(4 chips, 200 GB/s links\), cp -> dim 0 \(2 chips, 10 GB/s' \
+    "default: tp on the fast dimension"
+  if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train boards.yaml --steps 2 --validate \
+       --set 'parallel.mesh_dims=[0, 1]' --json mslow.json; then
+    assert_out '^  mesh +tp=4 x cp=2: tp -> dim 0 \(2 chips, 10 GB/s links\) x 2 of dim 1' "mesh_dims: tp on the slow one"
+    if [ "$(total_of mfast.json)" != "$(total_of mslow.json)" ]; then
+      pass "the two mappings step in different times ($(total_of mfast.json) vs $(total_of mslow.json) ns)"
+    else fail "mesh_dims changed nothing in the step time"; fi
   fi
 fi
 

@@ -3,7 +3,7 @@
 # `train --profile --what-if`. Checked (python3, stdlib json):
 #   - the default job (Llama-2-7B MLP, tp=8, 8 chips on one rank; shape-only, which gives real data's simulated
 #     figures) with --profile --trace reports the same simulated figures as without (recording dependencies changes
-#     no time) and still 568.835 us (the executor's forward: RMSNorm, MLP, residual; main's kernel model of edeba7d);
+#     no time) and still 555.132 us (the executor's forward: RMSNorm, MLP, residual; main's kernel model of edeba7d);
 #   - the profile's critical path ends at the report's simulated total and its classes add up to it; every step
 #     lies within [0, end] and the steps do not overlap; the top bottleneck has time > 0;
 #   - the trace: every send with "flow_out" has exactly one receive with "flow_in" and the same bind_id, on another
@@ -151,12 +151,12 @@ check_rows() {
 }
 
 e2e_case "default job: --profile and --trace change no simulated figure"
-if expect_exit 0 'forward time +568\.835 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
-  pass "default job without --profile: 568.835 us"
+if expect_exit 0 'forward time +555\.132 us' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint --shape-only --json plain.json; then
+  pass "default job without --profile: 555.132 us"
 fi
 if expect_exit 0 'profile \(critical path across chips' -- shardsim_mpi 1 --chips 8 run "$DEFAULT" --no-checkpoint \
     --shape-only --profile --trace t.json --json prof.json; then
-  assert_out 'forward time +568\.835 us' "the default job is still 568.835 us with --profile"
+  assert_out 'forward time +555\.132 us' "the default job is still 555.132 us with --profile"
   assert_out 'top bottlenecks' "the text has the bottleneck table"
   if python3 - plain.json prof.json <<'EOF'
 import json, sys

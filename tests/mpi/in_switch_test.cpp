@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/cost_model.h"
+#include "collectives/cost/cost_model.h"
 #include "collectives/registry.h"
 #include "common/config.h"
 #include "mpi/collective_fixture.h"

@@ -1,5 +1,5 @@
 // The concurrent-dimension torus algorithm (collectives/torus_concurrent.h) and the physical lower bound of every
-// algorithm (collectives/cost_model.h, lower_bound_ns). ctest runs this binary at np 1, 2, 3, 4 and 8.
+// algorithm (collectives/cost/cost_model.h, lower_bound_ns). ctest runs this binary at np 1, 2, 3, 4 and 8.
 //
 //  - TorusConcurrent.ClosedFormOnCubes: on the contention-free 2x2 (p = 4) and 2x2x2 (p = 8) tori, all_reduce,
 //    reduce_scatter and all_gather take the closed form of torus_concurrent.h within 1 %, the estimate equals the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/cost_model.h"
+#include "collectives/cost/cost_model.h"
 #include "collectives/registry.h"
 #include "mpi/collective_fixture.h"
 #include "mpi/mpi_util.h"

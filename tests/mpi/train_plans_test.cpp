@@ -1,7 +1,7 @@
 // Every parallel plan and composition of the trainer (models/lm_tp.h with the plan units of sharding/plans/)
 // validates against one device (the Llama block and the GPT block variants): 5 fp32 training steps equal the single-device loop (models/lm_train.h) within the
 // trainer's tolerances (|loss - ref| < 1e-5, relative |grad norm - ref| < 1e-5, |w - ref| < 1e-4: only fp32
-// summation orders differ; tests/mpi/lm_dp_test.cpp explains the limits). One parametrised case per plan: data
+// summation orders differ; tests/mpi/lm_tp_dp_test.cpp explains the limits). One parametrised case per plan: data
 // parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
 // heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
 // ranks tp2 x cp2 is dp2 x cp2 x tp2. Gradient accumulation: micro-batches of 1 or 3 sequences per replica

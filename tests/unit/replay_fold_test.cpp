@@ -1,4 +1,4 @@
-// Folded cost-model replays (collectives/cost_model.cpp, ring_estimate): where a rank shift keeps the group's
+// Folded cost-model replays (collectives/cost/cost_model.cpp, ring_estimate): where a rank shift keeps the group's
 // network and rings (topology/symmetry.h), replaying one period of ranks gives exactly the estimate of replaying
 // every rank. Checked against the full replay, bit for bit, on a switch, a one-way ring, a torus, DGX-shaped
 // stacked switches (rails) with the rail_ring channels, a switch of part of the chips, and pipelined pieces; and
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/cost_model.h"
+#include "collectives/cost/cost_model.h"
 #include "collectives/rail_ring.h"
 #include "collectives/ring.h"
 #include "topology/symmetry.h"

@@ -1,4 +1,4 @@
-#include "collectives/cost_model.h"
+#include "collectives/cost/cost_model.h"
 
 #include <algorithm>
 #include <array>
