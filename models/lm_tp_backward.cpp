@@ -40,7 +40,9 @@ void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<in
                                      sim::TimeNs& t, UnitPart part) {
   const ModelSpec& c = local_;
   LmWeights& g = micro > 0 ? mgrads_ : grads_;
-  charge(kernels::embedding_backward(dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed), t);  // unit 0
+  sharding::plans::Chip chip{&tl_, t};  // unit 0: the tp unit's vocab-parallel embedding
+  sharding::plans::vocab_parallel_embedding_backward(chip, dx_full, tokens, tp_rank_ * c.vocab, global_.vocab, g.embed);
+  t = chip.t;
   if (c.tied_embeddings) charge(kernels::add_inplace(g.embed, kernels::transposed(dhead_)), t);  // the head's use
   if (c.position == sharding::PositionKind::learned)  // every row of this chip's tokens (gathered with sp)
     charge(kernels::embedding_backward(dx_full, layout_.pos, 0, global_.seq, g.pos_embed), t);

@@ -60,9 +60,9 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
     }
   } else if (ms == 0) {  // the embedding: the first model stage's
     begin_forward(0, t);
-    x = act({N, h});
-    charge(kernels::embedding_forward(w.embed, batch.inputs, v0, V, x), t);
-    x = on_chip(t, [&](auto& ctx) { return sharding::plans::tp_reduce(ctx, std::move(x), "embed"); });
+    x = on_chip(t, [&](auto& ctx) {  // the tp unit's vocab-parallel embedding
+      return sharding::plans::vocab_parallel_embedding(ctx, w.embed, batch.inputs, v0, V, act({N, h}));
+    });
     if (c.position == sharding::PositionKind::learned) {  // + pos_embed at this chip's rows' global positions
       const std::vector<int64_t> pos = resid_positions();
       Tensor p = act({Nr, h});

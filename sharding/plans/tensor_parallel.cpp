@@ -9,6 +9,7 @@
 
 #include "kernels/backward.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
 #include "kernels/norm.h"
 #include "sharding/plans/sequence_parallel.h"
 
@@ -113,6 +114,19 @@ Tensor tp_reduce(PlanContext& ctx, Tensor partial, const std::string& what) {
   ctx.comm.add("tp all_reduce", r.bytes_sent, 2 * (P - 1) / P * static_cast<double>(partial.nbytes()),
                r.span.duration(), r.algorithm);
   return partial;
+}
+
+Tensor vocab_parallel_embedding(PlanContext& ctx, const Tensor& table, const std::vector<int64_t>& tokens, int64_t v0,
+                                int64_t vocab, Tensor out) {
+  const auto cost = kernels::embedding_forward(table, tokens, v0, vocab, out);
+  ctx.chip.charge(cost, cost.name);
+  return tp_reduce(ctx, std::move(out), "embed");
+}
+
+void vocab_parallel_embedding_backward(Chip& chip, const Tensor& dx, const std::vector<int64_t>& tokens, int64_t v0,
+                                       int64_t vocab, Tensor& dtable) {
+  const auto cost = kernels::embedding_backward(dx, tokens, v0, vocab, dtable);
+  chip.charge(cost, cost.name);
 }
 
 void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,

@@ -71,6 +71,17 @@ struct WeightGradGemm {
 // Runs GEMMS in order on CHIP (each a gemm_backward with dW only).
 void run_weight_grads(Chip& chip, const WeightGradGemms& gemms);
 
+// The vocab-parallel embedding (Megatron-LM's VocabParallelEmbedding; kernels/embedding.h): TABLE is this chip's
+// shard [V/tp, hidden] of the VOCAB-row table, rows [V0, V0 + V/tp). Forward: the rows of TOKENS' ids into OUT
+// [tokens, hidden] (ids outside the shard give zero rows), then summed over tp (tp_reduce: all_reduce, or with sp
+// reduce_scatter to this chip's rows, the residual stream's); returns them. Identity reduction at tp 1.
+Tensor vocab_parallel_embedding(PlanContext& ctx, const Tensor& table, const std::vector<int64_t>& tokens, int64_t v0,
+                                int64_t vocab, Tensor out);
+// Its backward: DX the looked-up rows' gradient [tokens, hidden] (whole over tp) scattered into DTABLE, this shard's
+// rows (kernels::embedding_backward: DTABLE is overwritten); local, no collective (each chip owns its rows).
+void vocab_parallel_embedding_backward(Chip& chip, const Tensor& dx, const std::vector<int64_t>& tokens, int64_t v0,
+                                       int64_t vocab, Tensor& dtable);
+
 // Vocab-parallel cross-entropy (Megatron-LM; the trainer's, models/lm_tp.h): LOGITS [N, V/T] are this rank's
 // vocabulary slice [V0, V0 + V/T) of V (column-parallel head), TARGETS N token ids. The row maxima are
 // all_reduce(max)ed over TP ("all_reduce.ce_max"), then the sums of exponentials and the target logits in one

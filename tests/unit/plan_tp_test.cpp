@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/backward.h"
+#include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "sharding/plans/tensor_parallel.h"
 #include "tests/unit/plan_unit.h"
@@ -131,6 +132,39 @@ TEST_P(PlanTp, ForwardAndBackwardMatchOneDevice) {
 
 TEST_P(PlanTp, NanInputPropagatesAsOnOneDevice) {
   for (const auto& variant : variants(GetParam())) run_case(GetParam(), variant, true);
+}
+
+// The vocab-parallel embedding (vocab_parallel_embedding and its backward): each chip's shard of a 64-row table
+// looked up for 64 seeded token ids and summed over tp equals one device's lookup (the chip's rows with sp), and
+// the backward's table-shard gradient equals one device's rows of it. Exact: one nonzero addend per element.
+TEST_P(PlanTp, VocabParallelEmbeddingMatchesOneDevice) {
+  const int tp = GetParam();
+  for (const bool sp : {false, true}) {
+    if (sp && tp == 1) continue;  // the registry refuses sp at tp 1
+    const std::string par = "tp: " + std::to_string(tp) + (sp ? ", sp: true" : "");
+    sharding::ModelSpec spec;
+    const ParallelPlan plan = parse_plan(par, tp, &spec);
+    const int64_t V = spec.vocab, Vl = V / tp, Nr = sp ? kRows / tp : kRows;
+    const Tensor table = seeded({V, kHidden}, 31), dy = seeded({kRows, kHidden}, 32);
+    std::vector<int64_t> tokens(size_t{kRows});
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int64_t((i * 37 + 5) % size_t(V));
+    Tensor y(DType::fp32, {kRows, kHidden}), dtable(DType::fp32, {V, kHidden});
+    (void)kernels::embedding_forward(table, tokens, 0, V, y);
+    (void)kernels::embedding_backward(dy, tokens, 0, V, dtable);
+    on_chips(plan, [&](ChipEnv& env) {
+      runtime::Transport& group = env.mesh["tp"];
+      const int i = group.rank();
+      plans::PlanContext ctx{spec, plan, group, group, env.chip, env.comm, env.fused_ops, kRows, Nr};
+      const Tensor out = plans::vocab_parallel_embedding(ctx, table.rows(i * Vl, Vl), tokens, i * Vl, V,
+                                                         Tensor(DType::fp32, {kRows, kHidden}));
+      const std::string at = par + ", chip " + std::to_string(i);
+      expect_close(out, y.rows(sp ? i * Nr : 0, Nr), 1e-12, at + ": embedded rows");
+      Tensor dshard(DType::fp32, {Vl, kHidden});
+      plans::vocab_parallel_embedding_backward(env.chip, dy, tokens, i * Vl, V, dshard);
+      expect_close(dshard, dtable.rows(i * Vl, Vl), 1e-12, at + ": table-shard gradient");
+      EXPECT_EQ(env.comm.stats.count(sp ? "sp reduce_scatter" : "tp all_reduce"), size_t(tp > 1)) << at;
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Chips, PlanTp, ::testing::Values(1, 2, 4),
