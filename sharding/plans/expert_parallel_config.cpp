@@ -45,6 +45,7 @@ std::vector<std::vector<double>> read_routing_histogram(const ConfigNode& moe, c
                                                         int64_t layers) {
   const std::string file = moe.get_string("routing_file");
   const std::string shown = escape_control(file), k = moe.path() + ".routing_file";
+  if (const std::string why = unreadable_input(file); !why.empty()) moe.child("routing_file").fail(k + ": " + file + ": " + why);
   std::string text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
   if (!text.empty() && text.back() != '\n') text += '\n';  // a last line without its newline is still a record
   const CsvRecords recs = csv_records(text);
