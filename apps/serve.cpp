@@ -27,6 +27,7 @@
 #include "apps/serve_server.h"
 #include "apps/train_setup.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/output_file.h"
 #include "common/text.h"
 #include "models/lm_tp.h"
@@ -103,28 +104,17 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
 // Bounds of the serve section's figures (docs/SERVING.md; issue 46, kind 3: every figure bounded).
 constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out blocks: 1 PiB (an assumption)
 constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
-constexpr double kMinRate = 1e-6, kMaxRate = 1e9;  // requests per second of a generated trace
 
 ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
   v.expect_keys(serving::kServeKeys);
-  try {
-    s.sched.policy = serving::parse_policy(v.get_string("policy", "continuous"));
-  } catch (const std::invalid_argument& e) {
-    v.child("policy").fail(std::string("serve.policy: ") + e.what());
-  }
-  s.sched.max_num_seqs = v.get_int_in("max_num_seqs", 1, 1 << 20, 256);
-  s.sched.max_num_batched_tokens = v.get_int_in("max_num_batched_tokens", 1, 1 << 24, 8192);
+  serving::read_batching(v, s.sched);  // policy, max_num_seqs, max_num_batched_tokens, preemption
   s.block_size = v.get_int_in("block_size", 1, 1 << 16, 16);
   s.memory_fraction = v.get_double("memory_fraction", 0.9);
   if (!(s.memory_fraction > 0 && s.memory_fraction <= 1))
     v.child("memory_fraction").fail("serve.memory_fraction: must be in (0, 1] (got " + std::to_string(s.memory_fraction) + ")");
-  const std::string pre = v.get_string("preemption", "recompute");
-  if (pre != "recompute" && pre != "swap")
-    v.child("preemption").fail("serve.preemption: '" + pre + "' (recompute | swap)");
-  s.sched.swap = pre == "swap";
   s.swap_space_gib = v.get_double_in("swap_space_gib", 0, kMaxSwapGib, s.swap_space_gib);
   s.host_link_gbps = v.get_double_in("host_link_gbps", topology::kMinBandwidthGbps, topology::kMaxBandwidthGbps,
                                      s.host_link_gbps);
@@ -160,12 +150,14 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     file = t->get_string("file");
     if (file.empty()) t->child("file").fail("serve.trace.file: empty (a CSV or JSONL request trace)");
     if (file[0] != '/') file = (std::filesystem::path(root.file()).parent_path() / file).string();
+    if (const std::string why = unreadable_input(file); !why.empty())  // its key and line, not the path alone
+      t->child("file").fail("serve.trace.file: " + file + ": " + why);
   } else if (t) {
     t->expect_keys(serving::kServeTraceKeys);
     g.arrival = t->get_string("arrival", "poisson");
     if (g.arrival != "poisson" && g.arrival != "fixed" && g.arrival != "at_once")
       t->child("arrival").fail("serve.trace.arrival: '" + g.arrival + "' (poisson | fixed | at_once)");
-    if (g.arrival != "at_once" || t->has("rate")) g.rate = t->get_double_in("rate", kMinRate, kMaxRate);
+    if (g.arrival != "at_once" || t->has("rate")) g.rate = t->get_double_in("rate", serving::kMinRate, serving::kMaxRate);
     g.count = t->get_int_in("count", 1, serving::kMaxRequests);
     g.seed = uint64_t(t->get_int_in("seed", 0, INT64_MAX, 1));
     g.prompt = length_dist(*t, "prompt");
@@ -173,6 +165,8 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   }
   const std::string replaced = t ? " (replacing the config's serve.trace)" : "";
   if (!f.requests.empty()) file = f.requests;
+  if (const std::string why = unreadable_input(f.requests); !f.requests.empty() && !why.empty())
+    throw UsageError("--requests " + escape_control(f.requests) + ": " + why);
   if (!file.empty()) {
     s.requests = serving::load_trace(file);
     s.trace_text = "file " + file + (f.requests.empty() ? "" : replaced);

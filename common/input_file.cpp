@@ -28,6 +28,14 @@ std::string not_a_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? not_regular(st) : "";
 }
 
+std::string unreadable_input(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::string("cannot open: ") + std::strerror(errno);
+  if (const std::string why = not_regular(st); !why.empty()) return why;
+  if (::access(path.c_str(), R_OK) != 0) return std::string("cannot open: ") + std::strerror(errno);
+  return "";
+}
+
 std::string read_input_file(const std::string& path, size_t max_bytes, const std::string& what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw ConfigError(path + ": cannot open: " + std::strerror(errno));

@@ -15,6 +15,11 @@ namespace shardsim {
 // nccl-tests log", in the message), or cannot be read.
 std::string read_input_file(const std::string& path, size_t max_bytes, const std::string& what);
 
+// Why PATH cannot be read as an input file ("cannot open: No such file or directory", "is a directory", "is not a
+// regular file (...)", "cannot open: Permission denied"), or "" when it can: for a caller that names the key or flag
+// that gave PATH before read_input_file (whose errors name only PATH) is reached.
+std::string unreadable_input(const std::string& path);
+
 // Why PATH, when it exists, cannot be read as a regular file ("is a directory", "is not a regular file (...)"), or
 // "" when it is one or does not exist: for checks made before any work (a sweep's results.csv).
 std::string not_a_regular_file(const std::string& path);

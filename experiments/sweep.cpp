@@ -27,6 +27,7 @@
 #include "common/output_file.h"
 #include "models/executor_config.h"
 #include "runtime/dtype.h"
+#include "serving/scheduler.h"
 #include "sharding/engine_config.h"
 #include "sharding/model_spec.h"
 #include "sharding/plans/registry.h"
@@ -248,7 +249,7 @@ std::vector<WorkloadEntry> parse_workloads(const ConfigNode& axes) {
     e.root = YAML::Clone(root.yaml());
     if (!item.yaml().IsScalar() && item.has("requests")) {
       if (!e.serve) item.child("requests").fail(item.path() + ".requests: only for serve configs (a serve: section)");
-      e.root["serve"]["trace"]["count"] = item.get_int_in("requests", 1, 1 << 24);
+      e.root["serve"]["trace"]["count"] = item.get_int_in("requests", 1, serving::kMaxRequests);  // as serve.trace.count
     }
     if (set) {
       if (!set->is_map()) set->fail(set->path() + ": expected a map of workload fields");
@@ -601,10 +602,9 @@ std::vector<ServeVariant> serve_variants(const ConfigNode& axes) {
     rates.clear();
     for (const auto& item : axis_items(axes, "rate")) {
       const std::string v = scalar(item, "request rate (requests/s)");
-      char* end = nullptr;
-      const double r = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(r > 0) || !std::isfinite(r))
-        item.fail(item.path() + ": a request rate in requests/s > 0 (got '" + v + "')");
+      const auto r = decimal_double(v);  // serve.trace.rate's rule: decimal, within its bounds
+      if (!r || !(*r >= serving::kMinRate && *r <= serving::kMaxRate))
+        item.fail(item.path() + ": a request rate in requests/s from 1e-6 to 1e9 (got '" + v + "')");
       ServeVariant sv;
       sv.rate = v;
       sv.rate_value = YAML::Clone(item.yaml());
@@ -617,6 +617,8 @@ std::vector<ServeVariant> serve_variants(const ConfigNode& axes) {
     for (const auto& item : axis_items(axes, "batching")) {
       if (!item.is_map()) item.fail(item.path() + ": a map of serve settings, e.g. {policy: chunked, max_num_batched_tokens: 2048}");
       item.expect_keys(kSweepBatchingKeys);
+      serving::SchedulerConfig checked;  // each value as serve reads it, so a bad one is refused here, not a row
+      serving::read_batching(item, checked);
       ServeVariant sv;
       sv.settings = YAML::Node(YAML::NodeType::Map);
       std::string label;

@@ -24,6 +24,8 @@ inline constexpr int64_t kMaxRequests = int64_t(1) << 22;  // 4M requests per tr
 // The latest arrival, in seconds (about 11.6 days): every simulated time stays finite and exact to well under a
 // nanosecond (1e6 s = 1e15 ns, a double's step there is 0.125 ns); 1e308 printed inf and NaN latencies.
 inline constexpr double kMaxArrivalS = 1e6;
+// A generated trace's rate, requests per second (serve.trace.rate, a sweep's rate axis).
+inline constexpr double kMinRate = 1e-6, kMaxRate = 1e9;
 
 struct Request {
   int64_t id = 0;  // 0-based, in arrival order

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/config.h"
+
 namespace shardsim::serving {
 
 Policy parse_policy(const std::string& s) {
@@ -15,6 +17,23 @@ Policy parse_policy(const std::string& s) {
   if (s == "continuous") return Policy::continuous;
   if (s == "chunked") return Policy::chunked;
   throw std::invalid_argument("'" + s + "' is not a batching policy (static, continuous, chunked)");
+}
+
+void read_batching(const ConfigNode& n, SchedulerConfig& sched) {
+  if (n.has("policy")) {
+    try {
+      sched.policy = parse_policy(n.get_string("policy"));
+    } catch (const std::invalid_argument& e) {
+      n.child("policy").fail(n.path() + ".policy: " + e.what());
+    }
+  }
+  sched.max_num_seqs = n.get_int_in("max_num_seqs", 1, 1 << 20, sched.max_num_seqs);
+  sched.max_num_batched_tokens = n.get_int_in("max_num_batched_tokens", 1, 1 << 24, sched.max_num_batched_tokens);
+  if (n.has("preemption")) {
+    const std::string pre = n.get_string("preemption");
+    if (pre != "recompute" && pre != "swap") n.child("preemption").fail(n.path() + ".preemption: '" + pre + "' (recompute | swap)");
+    sched.swap = pre == "swap";
+  }
 }
 
 const char* policy_name(Policy p) {

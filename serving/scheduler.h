@@ -49,6 +49,10 @@
 #include "serving/kv_cache.h"
 #include "serving/requests.h"
 
+namespace shardsim {
+class ConfigNode;
+}
+
 namespace shardsim::serving {
 
 enum class Policy { static_batch, continuous, chunked };
@@ -64,6 +68,11 @@ struct SchedulerConfig {
   double swap_s_per_token = 0;            // seconds to copy one token's KV cache shard over the host link
   int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine, per cache shard)
 };
+
+// The batching settings of N, a config's `serve:` section or a sweep's `batching:` entry, into SCHED: policy
+// (continuous), max_num_seqs (1..2^20, 256), max_num_batched_tokens (1..2^24, 8192) and preemption (recompute |
+// swap); keys N lacks keep SCHED's values. ConfigError naming N's key and line (exit 2).
+void read_batching(const ConfigNode& n, SchedulerConfig& sched);
 
 // One sequence of an iteration: its request, the tokens already in its cache, its new tokens.
 struct BatchEntry {

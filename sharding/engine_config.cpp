@@ -87,6 +87,17 @@ void apply_set(YAML::Node root, const std::string& item) {
     root["device"] = YAML::Node(YAML::NodeType::Map);
     root["device"]["preset"] = preset;
   }
+  // `topology: FILE`: --set topology.KEY=V changes that file's topology section, set inline (as --what-if does).
+  if (keys.size() > 1 && keys[0] == "topology" && root["topology"] && root["topology"].IsScalar()) {
+    const std::string file = root["topology"].as<std::string>();
+    const ConfigNode doc = ConfigNode::load_file(file);
+    if (topology::is_astra_network(doc))
+      throw UsageError("--set " + item + ": the topology is an ASTRA-sim network file (" + file +
+                       "); change its bandwidth:/latency: lists, or use a shardsim topology file");
+    const ConfigNode section = doc.has("topology") ? doc.child("topology") : doc;
+    if (!section.is_map()) section.fail("topology: expected a map");
+    root["topology"] = ConfigNode::unmarked(section.yaml());  // its lines are that file's, not the config's
+  }
   YAML::Node n = root;
   for (size_t i = 0; i < keys.size(); ++i) {
     // KEY or KEY[I][J]...: an entry of a list the config already has (topology.dims[0].bandwidth_gbps=800).

@@ -332,7 +332,9 @@ void read_sizes(const plans::PlanParse& c, ParallelPlan& p) {
   const int64_t all = bounded_product(par, "parallel: " + names, sizes, SpecBounds::axis);
   if (all == chips) return;
   par.fail("parallel: " + plans::size_product_text(p) + " = " + str(all) + " does not match the " +
-           (c.use == SpecUse::train ? "job's " + str(chips) + " chips (ranks x chips per rank)"
+           (c.use == SpecUse::train ? "job's " + str(chips) + (chips == 1 ? " chip" : " chips") + " (a job of " +
+                                          str(all) + " chips runs it: --chips " + str(all) + ", or mpirun -np " +
+                                          str(all) + ")"
                                     : "topology's " + str(chips) + " chips") +
            (c.use != SpecUse::mlp && !par.has("dp") && chips % inner != 0
                 ? " (dp, not given, fills the chips left by " + inner_names + " = " + str(inner) +

@@ -180,6 +180,58 @@ hc 2 'requires --trace' -- $S serve "$SERVE" --requests small.csv --trace-max-mi
 ok '[ ! -e w.json ]' "bad serve trace flags: nothing written"
 
 # ---------------------------------------------------------------------------------------------------------------
+kind 7  # a serve sweep's batching and rate values refused with the sweep file's line before any point runs
+serve_sweep() {  # NAME BATCHING RATE
+  printf 'name: %s\naxes:\n  workload:\n    - {config: %s, requests: 3}\n  topology:\n    - {kind: ring, chips: 1, bandwidth_gbps: 100}\n  plan:\n    - {tp: 1}\n  batching:\n    - %s\n  rate: %s\n' \
+    "$1" "$SERVE" "$2" "$3" >"$1.yaml"
+}
+for b in '{policy: bogus}|policy' '{max_num_seqs: 0}|max_num_seqs' '{preemption: later}|preemption' \
+         '{max_num_batched_tokens: 99999999999}|max_num_batched_tokens'; do
+  serve_sweep sb "${b%|*}" '[1]'
+  hc 2 "sb\.yaml:[0-9]+: axes\.batching\[0\]\.${b#*|}" -- $S sweep sb.yaml --output o_sb
+  ok '[ ! -s o_sb/results.csv ]' "a bad batching value: no row written"
+done
+for r in 1e300 0x10 0 nan; do
+  serve_sweep sr '{policy: continuous}' "[$r]"
+  hc 2 'sr\.yaml:[0-9]+: axes\.rate\[0\]' -- $S sweep sr.yaml --output o_sr
+done
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 8  # an output is never an input, by any name: a hard link, ../, a file the config names
+hc 0 'saved' -- $S --chips 2 train "$MOE" --steps 1 --plan ep=2 --checkpoint ep_copy.h5
+ln ep_copy.h5 ep_hard.h5; cp ep_copy.h5 ep_keep.h5
+hc 2 'same file' -- $S ckpt convert ep_copy.h5 ep_hard.h5
+mkdir -p sub; hc 2 'same file' -- $S ckpt convert ep_copy.h5 sub/../ep_hard.h5
+hc 2 'would overwrite the checkpoint' -- $S ckpt inspect ep_copy.h5 --json ep_hard.h5
+hc 2 'would overwrite the --resume checkpoint' -- $S --chips 2 train "$MOE" --steps 2 --plan ep=2 --resume ep_copy.h5 --json ep_hard.h5
+ok 'cmp -s ep_copy.h5 ep_keep.h5' "the checkpoint under every refused output is unchanged"
+printf 'topology:\n  kind: ring\n  chips: 1\n  bandwidth_gbps: 100\n' >topo1.yaml
+sed 's|^mode: shape_only|mode: shape_only\ntopology: topo1.yaml|' "$SERVE" >serve_topo.yaml; ln topo1.yaml topo1_hard.yaml
+hc 2 'would overwrite a config file this command reads' -- $S serve serve_topo.yaml --requests small.csv --json topo1.yaml
+hc 2 'would overwrite a config file this command reads' -- $S serve serve_topo.yaml --requests small.csv --trace topo1_hard.yaml
+printf 'layer,expert,tokens\nall,0,3\nall,1,1\n' >hist.csv
+hc 2 'would overwrite a routing histogram' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 \
+  --set model.moe.routing=histogram --set model.moe.routing_file=hist.csv --json ./hist.csv
+ok 'head -c 5 topo1.yaml | grep -q topol && head -c 5 hist.csv | grep -q layer' "inputs named as outputs are unchanged"
+hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan ep=2 --resume ep_copy.h5 --checkpoint ep_copy.h5
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 9  # a file a key or flag names that cannot be read: the key with its line, or the flag
+hc 2 'model\.moe\.routing_file: nope\.csv: cannot open' -- $S --chips 2 train "$MOE" --steps 1 --shape-only --plan ep=2 \
+  --set model.moe.routing=histogram --set model.moe.routing_file=nope.csv
+hc 2 'serve\.trace\.file: .*nope\.csv: cannot open' -- $S serve "$SERVE" --set 'serve.trace={file: nope.csv}'
+hc 2 'serve\.trace\.file: .*is a directory' -- $S serve "$SERVE" --set 'serve.trace={file: /tmp}'
+hc 2 '\--requests nope\.csv: cannot open' -- $S serve "$SERVE" --requests nope.csv
+# a plan larger than the job: its size and how to run it ("the job's 1 chips (ranks x chips per rank)" said neither)
+hc 2 "job's 1 chip \(a job of 2 chips runs it: --chips 2" -- $S serve "$SERVE" --requests small.csv --set parallel.dp=2
+
+# ---------------------------------------------------------------------------------------------------------------
+kind 14  # --set reaches one dimension of a stacked topology given as a file
+DIS=$CONFIGS/serve/llama3_70b_h100_disagg.yaml
+hc 0 'disaggregated' -- $S serve "$DIS" --chips 16 --requests small.csv --set 'topology.dims[1].bandwidth_gbps=25' --json d25.json
+hc 2 "'dims' has 2 entries" -- $S serve "$DIS" --chips 16 --requests small.csv --set 'topology.dims[2].bandwidth_gbps=25'
+
+# ---------------------------------------------------------------------------------------------------------------
 kind 10  # checkpoints of ep runs resume under other plans
 hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan dp=2 --resume ep.h5
 hc 0 'step' -- $S --chips 4 train "$MOE" --steps 2 --plan ep=2,tp=2 --resume conv_target.h5

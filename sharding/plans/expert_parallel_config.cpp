@@ -46,12 +46,8 @@ std::vector<std::vector<double>> read_routing_histogram(const ConfigNode& moe, c
                                                         int64_t layers) {
   const std::string file = moe.get_string("routing_file");
   const std::string shown = escape_control(file), k = moe.path() + ".routing_file";
-  std::string text;
-  try {
-    text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
-  } catch (const ConfigError& e) {
-    moe.child("routing_file").fail(k + ": " + e.what());
-  }
+  if (const std::string why = unreadable_input(file); !why.empty()) moe.child("routing_file").fail(k + ": " + shown + ": " + why);
+  std::string text = read_input_file(file, kMaxHistogramBytes, "a routing histogram");
   // At most a record per (MoE layer or 'all', expert), the header and as many blank lines: checked before the
   // records are split (a file of blank lines within the byte limit would otherwise take gigabytes).
   const int64_t E = c.spec.experts();

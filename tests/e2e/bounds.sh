@@ -89,8 +89,8 @@ e2e_case "kind 3: kernel-table times at or below the launch overhead"
 printf 'kernel,dtype,m,n,k,batch,time_us\ngemm,bf16,4096,4096,4096,1,1e-300\n' >tiny.csv
 expect_exit 2 'tiny\.csv:2: time_us must be a number from 0\.001' -- \
   shardsim_mpi 1 calibrate --kernels tiny.csv --device h100
-printf 'kernel,dtype,m,n,k,batch,time_us\ngemm,bf16,64,64,64,1,1.5\n' >fast.csv
-expect_exit 2 'line 2: time_us 1\.5.* not above the device.s launch overhead' -- \
+printf 'kernel,dtype,m,n,k,batch,time_us\ngemm,bf16,64,64,64,1,0.5\n' >fast.csv
+expect_exit 2 'line 2: time_us 0\.5.* not above the device.s launch overhead' -- \
   shardsim_mpi 1 calibrate --kernels fast.csv --device h100
 
 # ---- kind 4: the profiler and the trace when a switch reduces ----

@@ -267,7 +267,7 @@ axes:
   plan: [{tp: 8}]
   rate: [0]
 EOF
-expect_exit 2 'bad_sw.yaml:4: axes.rate\[0\]: a request rate in requests/s > 0' -- shardsim_mpi 1 --chips 8 sweep bad_sw.yaml --output badout
+expect_exit 2 'bad_sw.yaml:4: axes.rate\[0\]: a request rate in requests/s from 1e-6 to 1e9' -- shardsim_mpi 1 --chips 8 sweep bad_sw.yaml --output badout
 
 e2e_case "(k) tp above the KV heads: Llama-3-70B at tp 16, each chip holding its query heads' KV head"
 # 8 KV heads over 16 chips: every chip caches one KV head (replicated over the two chips of its GQA group), so a
