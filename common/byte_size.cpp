@@ -8,7 +8,7 @@
 #include "common/number.h"
 #include "common/text.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 size_t parse_byte_size(const std::string& text, size_t min_bytes) {
   // The number is decimal (common/number.h: stod also read '0x10K' as 16 KiB and ' 8K', 'infK'); the suffix follows.
@@ -46,4 +46,4 @@ int64_t config_bytes_in(const ConfigNode& node, std::string_view key, int64_t lo
   return static_cast<int64_t>(v);
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 size_t parse_byte_size(const std::string& text, size_t min_bytes = 0);
 
@@ -20,4 +20,4 @@ class ConfigNode;
 // above ("25M", "1GiB"); otherwise ConfigError "FILE:LINE: path.key: ..." naming the reason or the bounds.
 int64_t config_bytes_in(const ConfigNode& node, std::string_view key, int64_t lo, int64_t hi, int64_t fallback);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

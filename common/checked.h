@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <optional>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 inline std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
   int64_t r = 0;
@@ -42,4 +42,4 @@ std::optional<int64_t> checked_sum(const Range& values) {
   return r;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

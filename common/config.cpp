@@ -18,7 +18,7 @@
 #include "common/number.h"
 #include "common/text.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 
@@ -492,4 +492,4 @@ int64_t ConfigNode::get_int_in(std::string_view key, int64_t lo, int64_t hi, int
   return has(key) ? get_int_in(key, lo, hi) : fallback;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

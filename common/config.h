@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 class ConfigNode {
  public:
@@ -128,4 +128,4 @@ class ConfigNode {
       std::make_shared<const std::vector<std::pair<std::string, std::string>>>();
 };
 
-}  // namespace shardsim
+}  // namespace shardsim::common

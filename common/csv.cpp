@@ -1,6 +1,6 @@
 #include "common/csv.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 CsvRecords csv_records(const std::string& text) {
   CsvRecords out;
@@ -45,4 +45,4 @@ CsvRecords csv_records(const std::string& text) {
   return out;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 struct CsvRecord {
   int line = 0;  // 1-based line of the file where the record starts
@@ -20,4 +20,4 @@ struct CsvRecords {
 // TEXT split into records. Never throws; an unterminated quote runs to the end of TEXT (truncated).
 CsvRecords csv_records(const std::string& text);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

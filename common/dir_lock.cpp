@@ -18,7 +18,7 @@
 #include "common/output_file.h"
 #include "common/text.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 
@@ -160,4 +160,4 @@ DirLock::~DirLock() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 class DirLock {
  public:
@@ -43,4 +43,4 @@ class FileLock {
   int fd_ = -1;
 };
 
-}  // namespace shardsim
+}  // namespace shardsim::common

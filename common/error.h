@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 enum ExitCode : int {
   kExitOk = 0,
@@ -69,4 +69,4 @@ class AgreedError : public Error {
   int code_;
 };
 
-}  // namespace shardsim
+}  // namespace shardsim::common

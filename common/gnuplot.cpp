@@ -12,7 +12,7 @@
 
 extern char** environ;
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace fs = std::filesystem;
 
@@ -89,4 +89,4 @@ std::string draw_gnuplot_scripts(const std::string& dir, const std::vector<std::
   return "";
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

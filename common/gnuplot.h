@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 std::string gp_quote(const std::string& s);
 // One data-file field: in double quotes, with '"' (which a data file cannot escape) as '\'' and control
@@ -35,4 +35,4 @@ int run_gnuplot(const std::string& gnuplot, const std::string& dir, const std::s
 std::string draw_gnuplot_scripts(const std::string& dir, const std::vector<std::string>& scripts,
                                  std::vector<std::string>* pngs);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

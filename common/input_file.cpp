@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 
@@ -68,4 +68,4 @@ std::string read_input_file(const std::string& path, size_t max_bytes, const std
   return out;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

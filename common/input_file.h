@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 // PATH's whole contents. ConfigError (exit 2) "PATH: ..." when PATH does not exist or cannot be opened ("cannot
 // open: " and the C library's words), is a directory ("is a directory"), is not a regular file (a FIFO, device or
@@ -24,4 +24,4 @@ std::string unreadable_input(const std::string& path);
 // "" when it is one or does not exist: for checks made before any work (a sweep's results.csv).
 std::string not_a_regular_file(const std::string& path);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 bool digit(char c) { return c >= '0' && c <= '9'; }
@@ -64,4 +64,4 @@ bool yaml_nonfinite(std::string_view text) {
   return false;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 // TEXT as -?[0-9]+ within int64 (at most 19 digits after leading zeros are counted), else nullopt.
 std::optional<int64_t> decimal_int(std::string_view text);
@@ -23,4 +23,4 @@ std::optional<double> decimal_double(std::string_view text);
 // names it "must be a finite number" rather than "not a number".
 bool yaml_nonfinite(std::string_view text);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

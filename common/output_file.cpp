@@ -24,7 +24,7 @@
 
 #include "common/error.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 
@@ -551,4 +551,4 @@ void GrowingOutput::land() const {
   landed_ = text_.size();
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 // realpath(dirname(PATH)) + "/" + basename(PATH). UsageError (exit 2) naming FLAG when the directory does not
 // exist or PATH names a directory-like entry ("", ".", "..", ending in '/').
@@ -166,4 +166,4 @@ class GrowingOutput {
   mutable size_t landed_ = 0;  // bytes of text_ already written to a stream target
 };
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 namespace {
 
@@ -100,4 +100,4 @@ std::vector<std::string> split_items(std::string_view text) {
   return out;
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::common

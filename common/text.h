@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace shardsim {
+namespace shardsim::inline common {
 
 // S with every byte that is not printable text written as \xNN (two lowercase hex digits): C0 controls (0x00-0x1f,
 // newline and tab included), DEL (0x7f), the C1 controls U+0080..U+009F encoded in UTF-8 (each byte of the pair),
@@ -26,4 +26,4 @@ std::string escape_lines(std::string_view s);
 // saying which (escaped); the caller names its flag.
 std::vector<std::string> split_items(std::string_view text);
 
-}  // namespace shardsim
+}  // namespace shardsim::common

@@ -49,7 +49,7 @@
 #include "serving/kv_cache.h"
 #include "serving/requests.h"
 
-namespace shardsim {
+namespace shardsim::inline common {
 class ConfigNode;
 }
 
