@@ -374,6 +374,20 @@ int main(int argc, char** argv) {
 
 namespace {
 
+// The first word of ARGS (after the program) that is neither an option nor an option's value: the command the user
+// meant, or "" when there is none.
+std::string first_word(const CLI::App& app, const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.empty()) continue;
+    if (a[0] != '-') return a;
+    if (a.find('=') != std::string::npos) continue;
+    const CLI::Option* o = app.get_option_no_throw(a);
+    if (o && o->get_type_size() > 0) ++i;  // its value
+  }
+  return "";
+}
+
 int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args) {
   using namespace shardsim;
   CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank by default "
@@ -446,8 +460,18 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       return kExitOk;
     }
     g_decided_exit = kExitBadInput;
-    if (world.rank() == 0)
-      std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", escape_control(e.what()).c_str());
+    if (world.rank() == 0) {
+      // `shardsim srve x.yaml` said "A subcommand is required", as if no command had been given.
+      const std::string word = dynamic_cast<const CLI::RequiredError*>(&e) ? first_word(app, args) : std::string();
+      std::string known;
+      for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; }))
+        known += (known.empty() ? "" : ", ") + c->get_name();
+      if (!word.empty() && app.get_subcommands([&](CLI::App* c) { return c->check_name(word); }).empty())
+        std::fprintf(stderr, "shardsim: error: unknown command '%s' (commands: %s; see shardsim --help)\n",
+                     escape_control(word).c_str(), known.c_str());
+      else
+        std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", escape_control(e.what()).c_str());
+    }
     return kExitBadInput;
   }
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;

@@ -26,6 +26,7 @@
 #include "apps/profile.h"
 #include "apps/serve_server.h"
 #include "apps/train_setup.h"
+#include "common/config_rules.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
@@ -86,6 +87,9 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
   }
   n.expect_keys(serving::kServeLengthKeys);
   d.kind = n.get_string("kind", "fixed");
+  if (d.kind == "fixed") refuse_keys_of_other_kinds(n, "kind", d.kind, {"value"});
+  if (d.kind == "uniform") refuse_keys_of_other_kinds(n, "kind", d.kind, {"min", "max"});
+  if (d.kind == "normal") refuse_keys_of_other_kinds(n, "kind", d.kind, {"mean", "std", "min", "max"});
   if (d.kind == "fixed") {
     d.value = n.get_int_in("value", 1, serving::kMaxTokens);
   } else if (d.kind == "uniform" || d.kind == "normal") {
@@ -145,6 +149,10 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     v.fail("serve.trace: missing (a file: or generated arrivals: arrival, rate, count, seed, prompt, output)");
   std::string file;
   serving::TraceSpec g;
+  if (t)  // (a --set of one next to the other was "unknown key serve.trace.arrival" at the config's line)
+    refuse_together(*t, {"file"}, {std::begin(serving::kServeTraceKeys), std::end(serving::kServeTraceKeys)},
+                    "a trace is a file or generated arrivals; to serve a file instead of a config's generated "
+                    "trace, give it with --requests FILE");
   if (t && t->has("file")) {
     t->expect_keys(serving::kServeTraceFileKeys);
     file = t->get_string("file");
@@ -167,10 +175,12 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (!f.requests.empty()) file = f.requests;
   if (const std::string why = unreadable_input(f.requests); !f.requests.empty() && !why.empty())
     throw UsageError("--requests " + escape_control(f.requests) + ": " + why);
+  serving::check_batching(v, s.sched, max_context);
   if (!file.empty()) {
     s.requests = serving::load_trace(file);
     s.trace_text = "file " + file + (f.requests.empty() ? "" : replaced);
     serving::check_trace(s.requests, max_context, file);
+    s.sched.trace = file;
     return s;
   }
   s.requests = serving::generate_trace(g);
@@ -181,7 +191,8 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     std::snprintf(b, sizeof b, "generated: %s arrivals at %g requests/s, %lld requests, seed %llu", g.arrival.c_str(),
                   g.rate, (long long)g.count, (unsigned long long)g.seed);
   s.trace_text = b;
-  serving::check_trace(s.requests, max_context, root.file() + " (serve.trace)");
+  s.sched.trace = root.file() + " (serve.trace)";
+  serving::check_trace(s.requests, max_context, s.sched.trace);
   return s;
 }
 

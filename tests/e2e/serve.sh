@@ -290,7 +290,7 @@ expect_exit 2 'neg\.csv:2: prompt_tokens' -- shardsim_mpi 1 serve "$S8" --reques
 expect_exit 2 'order\.csv:3: arrival_s' -- shardsim_mpi 1 serve "$S8" --requests order.csv --json bad.json
 expect_exit 2 'exceeds the model.s context of 8192' -- shardsim_mpi 1 serve "$S8" --requests long.csv --json bad.json
 expect_exit 2 'KV cache is too small' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.15 --json bad.json
-expect_exit 2 'request [0-9]+ needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
+expect_exit 2 'generated request [0-9]+: needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
 expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fifo --json bad.json
 expect_exit 2 'parallel.sp: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
 expect_exit 2 'parallel.fused: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
