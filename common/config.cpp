@@ -165,6 +165,8 @@ std::string ConfigNode::printable_text() const {
   const std::string& v = node_.Scalar();
   if (const auto bad = control_character(v); !bad.empty())
     fail(path_ + ": contains a " + bad + " (names and labels must be printable text on one line)");
+  if (v.size() > 4096)  // a path's limit (PATH_MAX); a 10 MB name was printed whole in the report header
+    fail(path_ + ": " + std::to_string(v.size()) + " characters; names, labels and paths are at most 4096");
   return v;
 }
 

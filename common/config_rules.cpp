@@ -26,12 +26,12 @@ void refuse_together(const ConfigNode& n, const std::vector<std::string_view>& a
   if (!n.is_map()) return;
   const auto ka = first_of(n, a), kb = first_of(n, b);
   if (!ka || !kb) return;
-  ConfigNode at = n.child(*ka), other = n.child(*kb);
-  std::string blamed = key_of(n, *ka), named = key_of(n, *kb);
-  if (from_override(other) && !from_override(at)) {
-    std::swap(at, other);
-    std::swap(blamed, named);
-  }
+  // (ConfigNodes are not swapped: a YAML::Node's assignment writes into the node it refers to)
+  const ConfigNode na = n.child(*ka), nb = n.child(*kb);
+  const bool b_first = from_override(nb) && !from_override(na);
+  const ConfigNode& at = b_first ? nb : na;
+  const ConfigNode& other = b_first ? na : nb;
+  const std::string blamed = key_of(n, b_first ? *kb : *ka), named = key_of(n, b_first ? *ka : *kb);
   at.fail(blamed + " and " + named + " (" + other.where() + ") exclude each other: " + why);
 }
 

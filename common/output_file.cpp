@@ -142,7 +142,8 @@ int std_stream_of(const struct stat& st) {
   return -1;
 }
 
-// Character devices an output may be written through: the sinks /dev/null, /dev/zero, /dev/full (major 1) and
+// Character devices an output may be written through: the sinks /dev/null, /dev/zero (major 1; /dev/full, where
+// every write fails, is refused before) and
 // terminals (/dev/ttyN, /dev/tty, /dev/console, pseudo-terminals). Others (a watchdog, /dev/mem, /dev/kmsg) act
 // when opened or written, so they are refused without being opened.
 bool writable_char_device(dev_t rdev) {
@@ -225,6 +226,29 @@ void move_text_off_stdout(const std::vector<std::string>& paths) {
   g_stdout_fd.store(keep);
 }
 
+// The temporary the write will use can be created next to FILE, now: /proc and /sys pass access(2) and refuse
+// creation, and a name within the file system's limit can have a temporary beyond it; both were found after the
+// whole run (exit 3). UsageError naming FLAG and PATH.
+void probe_temporary(const std::string& file, const std::string& flag, const std::string& path) {
+  const std::string base = file + ".partial." + temp_owner_tag() + ".";  // a real temporary's name and length
+  int err = EEXIST;
+  for (int i = 0; i < 10 && err == EEXIST; ++i) {
+    const std::string name = base + "probe" + std::to_string(i);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(name.c_str());
+      return;
+    }
+    err = errno;
+  }
+  throw UsageError(flag + " " + path + ": cannot create a file next to it: " + cause(err) +
+                   (err == ENAMETOOLONG ? " (the file name and its temporary's suffix of " +
+                                              std::to_string(base.size() + 6 - file.size()) +
+                                              " characters must fit the file system's limit, usually 255)"
+                                        : std::string()));
+}
+
 // What a stream output writes to, for messages.
 std::string stream_words(const OutputTarget& t, const struct stat& st) {
   if (t.std_fd == STDOUT_FILENO) return "standard output";
@@ -275,6 +299,9 @@ OutputTarget resolve_output(const std::string& path, const std::string& flag) {
     t.path = buf;  // the link's final target is replaced; the link stays
     return t;
   }
+  if (S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 7)  // found after the run, exit 3
+    throw UsageError(flag + " " + path + (link ? ": links to" : ": is") +
+                     " /dev/full, where every write fails (No space left on device)");
   if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && writable_char_device(st.st_rdev))) {
     t.stream = true;
     return t;
@@ -356,6 +383,7 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
     struct stat st{};
     if (::stat(file.c_str(), &st) == 0 && ::access(file.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": not writable: " + cause(errno));
+    probe_temporary(file, flag, path);
     const std::string id = output_identity(file, flag);
     // An existing file is also known by its inode: a hard link (or a bind mount) names the same file by another path.
     struct stat fs{};

@@ -8,7 +8,7 @@
 //         then one request per record.
 //   JSONL one object per non-empty line with those three keys (other keys ignored).
 // A key given twice in one JSONL object, or a CSV header naming one of the three columns twice, is refused: readers
-// disagree on which value wins.
+// disagree on which value wins. A file is at most 1 GiB, a line at most 64 KiB, checked before any parsing.
 // Checks (ConfigError, exit 2, one line "FILE:LINE: ..." naming the field; untrusted text escaped): a missing or
 // non-numeric field, a negative arrival or one past kMaxArrivalS, arrivals out of order, prompt_tokens < 1,
 // output_tokens < 1, a length above kMaxTokens, prompt + output above the model's context (MAX_CONTEXT), an empty

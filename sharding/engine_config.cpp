@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "sharding/plans/registry.h"
 #include "topology/topology_yaml.h"
 
@@ -167,39 +168,6 @@ void apply_plan(YAML::Node root, const std::string& plan) {
   for (const auto& [k, v] : items) par[k] = yaml_value(v, flag);
 }
 
-// Overrides that set one key twice: the later one won silently (`--set model.seq=4 --set model.seq=8`, `--plan tp=2
-// --set parallel.tp=4`, `--bandwidth 10 --set topology.bandwidth_gbps=50`). UsageError naming both flags.
-void refuse_overrides_setting_one_key_twice(const ConfigOverrides& o) {
-  std::vector<std::pair<std::string, std::string>> given;  // key path (model. read as workload.), the flag
-  auto add = [&](std::string path, const std::string& flag) {
-    if (path.rfind("model.", 0) == 0) path = "workload." + path.substr(6);
-    for (const auto& [k, f] : given)
-      if (k == path)
-        throw UsageError(f + " and " + flag + " both set " + (path.rfind("workload.", 0) == 0 ? "model." + path.substr(9) : path) +
-                         "; give it once");
-    given.emplace_back(std::move(path), flag);
-  };
-  if (o.bandwidth_gbps > 0) add("topology.bandwidth_gbps", "--bandwidth");
-  if (o.latency_ns >= 0) add("topology.latency_ns", "--latency");
-  if (!o.plan.empty()) {
-    std::vector<std::string> parts;
-    try {
-      parts = split_items(o.plan);
-    } catch (const std::invalid_argument&) {
-      parts.clear();  // apply_plan says what is wrong with it
-    }
-    std::vector<std::string> keys;  // each once (a key twice in the plan is apply_plan's "given twice")
-    for (const std::string& item : parts)
-      if (const size_t eq = item.find('='); eq != std::string::npos && eq > 0 &&
-          std::find(keys.begin(), keys.end(), item.substr(0, eq)) == keys.end())
-        keys.push_back(item.substr(0, eq));
-    for (const std::string& k : keys) add("parallel." + k, "--plan " + escape_control(o.plan));
-  }
-  for (const std::string& item : o.set)
-    if (const size_t eq = item.find('='); eq != std::string::npos && eq > 0)
-      add(item.substr(0, eq), "--set " + escape_control(item));
-}
-
 // Keys a flag replaces are still checked, one rule with serve.trace under --requests (apps/serve.cpp): a bad key
 // of the config is exit 2 naming its FILE:LINE, never silently dropped by the flag that replaces it. The config's
 // device: under --device (as a device section), and its plan-shape keys (PlanKey::mesh) under --plan, each by its
@@ -340,7 +308,6 @@ ConfigNode normalise(const ConfigNode& loaded, const ConfigOverrides& o) {
     if (!p.empty() && fs::path(p).is_relative() && fs::exists(near)) f = near.string();
   }
   if (!o.any()) return root;
-  refuse_overrides_setting_one_key_twice(o);
   check_replaced_keys(root, o);
   apply_topology_flags(y, o);
   if (!o.device.empty()) y["device"] = device_flag_node(o.device);
@@ -370,7 +337,10 @@ YAML::Node device_flag_node(const std::string& arg) {
   try {
     (void)sim::device_preset(arg);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
+    // a path that is there but not a file (--device /dev/null, a folder): say so, not "no such file"
+    const std::string why = fs::exists(arg, ec) ? unreadable_input(arg) : std::string();
+    throw UsageError(std::string("--device: ") + e.what() +
+                     (why.empty() ? ", and no such file" : ", and " + escape_control(arg) + " " + why));
   }
   return YAML::Node(arg);
 }

@@ -148,9 +148,10 @@ e2e_case "(f4) two KV caches into one chip at once share its link, as the networ
 # together and both caches go to replica 7's chip: two senders' flows on its one down-link, each at half its
 # bandwidth (sim/timeline.h StepShare): both arrive 2 x bytes / bandwidth + 1 us after the prefill, where booking
 # one after the other would give the first bytes / bandwidth + 1 us.
-if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
-     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --set serve.trace.arrival=at_once \
-     --set serve.trace.output=16 --json sw2.json; then
+SW2=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=at_once
+     --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=16)  # (a key is set once)
+if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW2[@]}" --set parallel.tp=1 \
+     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --json sw2.json; then
   if python3 - sw2.json <<'PY'; then pass "both transfers 2 x bytes / 100 GB/s + 1 us (shared, not queued)"; else fail "concurrent KV transfers"; fi
 import json, sys
 per = 2 * 32 * 8 * 128 * 2

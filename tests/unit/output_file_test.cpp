@@ -371,6 +371,29 @@ TEST(OutputFile, TextMovesOffStandardOutputWhenAnOutputWritesThere) {
   EXPECT_EQ(none, "");
 }
 
+// A directory where no file can be created (/proc), a name that fits but whose temporary does not, /dev/full:
+// found when the write failed after the whole run (exit 3); refused before it now.
+TEST(OutputFile, AnOutputThatCannotBeCreatedIsRefusedBeforeAnyWork) {
+  Scratch s;
+  auto refused = [](const std::string& path) {
+    try {
+      check_outputs_distinct({{"--json", path}});
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string proc = refused("/proc/foo.json");  // as root, /proc passes access(2): the probe finds it
+  EXPECT_TRUE(proc.find("--json /proc/foo.json: cannot create a file next to it") != std::string::npos ||
+              (::geteuid() != 0 && proc.find("not writable") != std::string::npos)) << proc;
+  const std::string long_name = s / (std::string(240, 'a') + ".json");  // 245 characters: a name, not its temporary
+  EXPECT_NE(refused(long_name).find("File name too long (the file name and its temporary"), std::string::npos)
+      << refused(long_name);
+  EXPECT_EQ(refused(s / "fine.json"), "accepted");
+  EXPECT_EQ(temporaries(s.dir), 0u) << "the probe left its temporary";
+  EXPECT_NE(refused("/dev/full").find("/dev/full, where every write fails"), std::string::npos);
+}
+
 TEST(OutputFile, AnOutputUnderARegularFileIsRefusedBeforeAnyWork) {
   // Issue 46 kind 7: `--json file.txt/x.json` ran the whole job, then exited 3 ("no free temporary name").
   Scratch s;
