@@ -20,7 +20,7 @@ for rep in $(seq 1 "$REPS"); do
     $L run --checkpoint d_$mode.h5 --json save_${mode}_$rep.json > save_${mode}_$rep.out 2>&1
     other=d_k1.h5; [ $mode = k1 ] && other=d_k8.h5; [ -f $other ] || other=d_$mode.h5
     $L run --resume $other --no-checkpoint --json load_${mode}_$rep.json > load_${mode}_$rep.out 2>&1
-    echo "$rep $mode save_ckpt_s=$(python3 -c "import json;print(round(json.load(open('save_${mode}_$rep.json'))['wall']['checkpoint_s'],2))") resume_init_s=$(python3 -c "import json;print(round(json.load(open('load_${mode}_$rep.json'))['wall']['init_s'],2))") resumed_from=$other $(grep -o 'bit-identical to the stored output' load_${mode}_$rep.out) $(grep -o 'total  *543.618 us' load_${mode}_$rep.out | head -1) $(uptime | sed 's/.*load/load/')"
+    echo "$rep $mode save_ckpt_s=$(python3 -c "import json;print(round(json.load(open('save_${mode}_$rep.json'))['wall']['checkpoint_s'],2))") resume_init_s=$(python3 -c "import json;print(round(json.load(open('load_${mode}_$rep.json'))['wall']['init_s'],2))") resumed_from=$other $(grep -o 'bit-identical to the stored output' load_${mode}_$rep.out) $(grep -o 'forward time  *[0-9.]* us' load_${mode}_$rep.out | head -1) $(uptime | sed 's/.*load/load/')"
   done
 done
 cmp d_k1.h5 d_k8.h5 && echo "d_k1.h5 and d_k8.h5 byte-identical ($(stat -c %s d_k1.h5) bytes)"

@@ -5,7 +5,8 @@
 #   bash bench/engine_before_after.sh [SHARDSIM_BINARY] [PATTERN] > after.txt
 #   diff before.txt after.txt
 # Columns: total / compute / communication / exposed communication of the critical chip (us, 3 decimals), the
-# critical chip, the verdict. Needs python3 (reads the --json report).
+# critical chip, the verdict. Needs python3 (reads the --json report). One MPI rank hosts every chip (the same
+# figures as a rank per chip). SHAPE_ONLY=1: shape-only runs (the same simulated figures, no validation, seconds).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$(realpath "${1:-$ROOT/build/apps/shardsim}")"
@@ -25,7 +26,8 @@ print(t.get('chips') or math.prod(t['dims']))" "$cfg")
   name="$(basename "$(dirname "$cfg")")/$(basename "$cfg" .yaml)"
   out="$WORK/out.txt" json="$WORK/r.json"
   rm -f "$json"
-  mpirun -q -np "$np" --oversubscribe "$BIN" run "$cfg" --json "$json" --no-checkpoint >"$out" 2>&1
+  mpirun -q -np 1 "$BIN" --chips "$np" run "$cfg" ${SHAPE_ONLY:+--shape-only} --json "$json" --no-checkpoint \
+    >"$out" 2>&1
   python3 - "$json" "$name" "$np" 2>/dev/null <<'PY' || echo "$name: failed: $(grep -m1 'error' "$out")"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -9,7 +9,8 @@ TABLE: configs, moe, rate, plans, disagg, balance, whatif, validation (default: 
 plans run sweeps of 16 and 12 points, a few minutes each). `configs` runs every configs/serve/*.yaml as it is. `rate` also copies results.csv / serve_latency.png to
 docs/serving/rate_sweep.{csv,png}, `plans` results.csv to docs/serving/tp4_pp2_sweep.csv, and `disagg` writes
 docs/serving/disagg_{colocated,disaggregated}.csv and redraws disagg.png when gnuplot is installed (--no-copy: leave
-docs/serving/ alone). `validation` compares every configs/serve/validation/*.yaml's quoted published figure
+docs/serving/ alone). --reuse: a `serve` run whose --json already exists in --out is read, not run again (to
+assemble the tables from runs made beforehand, e.g. in parallel with the same names). `validation` compares every configs/serve/validation/*.yaml's quoted published figure
 ("# published: METRIC VALUE", METRIC output_tokens_per_s or ttft_ms) with the simulated one, errors as they come.
 Exit 0, or the failing command's own exit code with its command line on stderr.
 """
@@ -27,8 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Runner:
-    def __init__(self, binary, out):
-        self.binary, self.out = binary, out
+    def __init__(self, binary, out, reuse=False):
+        self.binary, self.out, self.reuse = binary, out, reuse
         os.makedirs(out, exist_ok=True)
 
     def run(self, args, chips=1):
@@ -45,6 +46,9 @@ class Runner:
         args = ["serve", config, "--json", path]
         for s in sets:
             args += ["--set", s]
+        if self.reuse and os.path.exists(path):
+            with open(path) as f:
+                return json.load(f), ""
         text = self.run(args, chips)
         with open(path) as f:
             return json.load(f), text
@@ -251,6 +255,7 @@ def main():
     p.add_argument("--binary", required=True)
     p.add_argument("--out", default="out/serve_tables")
     p.add_argument("--no-copy", action="store_true")
+    p.add_argument("--reuse", action="store_true")
     p.add_argument("tables", nargs="*", metavar="TABLE")
     a = p.parse_args()
     bad = [t for t in a.tables if t not in TABLES]
@@ -261,7 +266,7 @@ def main():
     if not os.access(binary, os.X_OK):
         sys.stderr.write(f"serve_tables.py: --binary {a.binary}: not an executable file\n")
         return 2
-    r = Runner(binary, os.path.join(ROOT, a.out))
+    r = Runner(binary, os.path.join(ROOT, a.out), a.reuse)
     for t in a.tables or list(TABLES):
         print(f"## {t}\n", flush=True)
         TABLES[t](r, not a.no_copy)

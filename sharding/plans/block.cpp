@@ -214,7 +214,7 @@ Tensor moe_sublayer(PlanContext& ctx, const Tensor& b, const BlockMoe& moe, Bloc
     if (rows.has_storage())
       throw std::invalid_argument("model.moe.placement: balanced places the experts by the declared routing's "
                                   "load, in shape-only runs (a real-data run's placement is not yet modelled)");
-    o.placement = placement_by_layer_load(declared, moe.groups->ep.size());
+    o.placement = placement_by_layer_load(declared, moe.groups->ep.size(), moe.layer);
   }
   EpActivations local;
   EpActivations& k = keep ? keep->moe : local;

@@ -26,9 +26,10 @@ EpShard ep_shard(int64_t experts, int ep, int rank) {
   return {int64_t(rank) * n, n};
 }
 
-std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep) {
+std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep, int first_rank) {
   const int64_t E = int64_t(load.size());
   if (const std::string why = ep_obstacle(E, ep); !why.empty()) throw std::invalid_argument("expert placement: " + why);
+  if (first_rank < 0 || first_rank >= ep) throw std::invalid_argument("expert placement: first rank out of range");
   const int64_t L = E / ep;
   std::vector<int64_t> order(static_cast<size_t>(E));
   std::iota(order.begin(), order.end(), 0);
@@ -37,8 +38,10 @@ std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep) 
   std::vector<std::vector<int64_t>> held(static_cast<size_t>(ep));
   for (const int64_t e : order) {
     int best = -1;
-    for (int r = 0; r < ep; ++r)
+    for (int i = 0; i < ep; ++i) {
+      const int r = (first_rank + i) % ep;
       if (int64_t(held[size_t(r)].size()) < L && (best < 0 || sum[size_t(r)] < sum[size_t(best)])) best = r;
+    }
     held[size_t(best)].push_back(e);
     sum[size_t(best)] += load[size_t(e)];
   }
@@ -50,12 +53,12 @@ std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep) 
   return placement;
 }
 
-std::vector<int64_t> placement_by_layer_load(const std::vector<Routing>& declared, int ep) {
+std::vector<int64_t> placement_by_layer_load(const std::vector<Routing>& declared, int ep, int64_t layer) {
   if (declared.empty()) throw std::invalid_argument("expert placement: no routing to take the load from");
   std::vector<double> load(declared.front().counts.size(), 0.0);
   for (const Routing& r : declared)
     for (size_t e = 0; e < load.size() && e < r.counts.size(); ++e) load[e] += double(r.counts[e]);
-  return placement_by_load(load, ep);
+  return placement_by_load(load, ep, int(((layer % ep) + ep) % ep));
 }
 
 int EpGroups::etp_size() const { return etp ? etp->size() : 1; }

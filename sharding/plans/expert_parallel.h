@@ -79,12 +79,15 @@ struct EpOptions {
 
 // Expert placement by load (DeepSeek's EPLB idea, without replicas): LOAD[e] the expected rows of expert e; the
 // experts taken hottest first (ties to the lower id) each go to the ep rank with the least load so far that still
-// has a free slot of its E/ep (ties to the lower rank), so every rank's load evens out (greedy balanced packing).
-// Returns PLACEMENT (EpOptions::placement): rank r's slots hold its experts in ascending id order. Deterministic.
-std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep);
-// placement_by_load of a layer's load: every ep rank's routed rows per expert (DECLARED, declared_ep_routing's)
-// summed. Every rank computes the same placement.
-std::vector<int64_t> placement_by_layer_load(const std::vector<kernels::Routing>& declared, int ep);
+// has a free slot of its E/ep (ties to the first rank from FIRST_RANK on, cyclically), so every rank's load evens
+// out (greedy balanced packing). Returns PLACEMENT (EpOptions::placement): rank r's slots hold its experts in
+// ascending id order. Deterministic. FIRST_RANK in [0, ep).
+std::vector<int64_t> placement_by_load(const std::vector<double>& load, int ep, int first_rank = 0);
+// placement_by_load of layer LAYER's load: every ep rank's routed rows per expert (DECLARED, declared_ep_routing's)
+// summed; ties start at rank LAYER mod ep, so successive layers' hottest experts land on different chips (with one
+// expert per chip a layer's placement cannot even its loads, and a fixed tie-break would put every layer's hottest
+// expert, and its activations kept for the backward, on rank 0). Every rank computes the same placement.
+std::vector<int64_t> placement_by_layer_load(const std::vector<kernels::Routing>& declared, int ep, int64_t layer);
 
 // The experts of ep rank R of EP: [first, first + count).
 struct EpShard {

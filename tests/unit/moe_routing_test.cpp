@@ -114,3 +114,29 @@ TEST(MoePlacement, ByLoadEvensTheRanksAndIsAPermutation) {
   EXPECT_EQ(p, (std::vector<int64_t>{0, 7, 1, 5, 4, 6, 2, 3}));
   EXPECT_THROW(sharding::plans::placement_by_load(load, 3), std::invalid_argument);
 }
+
+TEST(MoePlacement, SuccessiveLayersPutTheirHottestExpertOnDifferentRanks) {
+  // One expert per rank: a layer's placement cannot even its loads, so the tie-break decides where the hottest expert
+  // (and the activations its rows keep for the backward) lands; layer l starts at rank l mod ep.
+  const int ep = 4;
+  std::vector<int> hottest_rank;
+  for (int64_t layer = 0; layer < 8; ++layer) {
+    kernels::Routing r;
+    r.counts = {1, 9, 2, 3};  // expert 1 is the hottest in every layer
+    const std::vector<int64_t> p = sharding::plans::placement_by_layer_load({r}, ep, layer);
+    const auto at = std::find(p.begin(), p.end(), int64_t(1));
+    ASSERT_NE(at, p.end());
+    hottest_rank.push_back(int(at - p.begin()));  // one slot per rank
+  }
+  EXPECT_EQ(hottest_rank, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  // With several slots per rank the rotation only moves ties: the packing's worst rank is the same.
+  const std::vector<double> load = {8, 4, 2, 1, 1, 1, 3, 1};
+  for (int first = 0; first < 4; ++first) {
+    const std::vector<int64_t> p = sharding::plans::placement_by_load(load, 4, first);
+    double worst = 0;
+    for (int r = 0; r < 4; ++r)
+      worst = std::max(worst, load[size_t(p[size_t(2 * r)])] + load[size_t(p[size_t(2 * r + 1)])]);
+    EXPECT_DOUBLE_EQ(worst, 9.0) << "first rank " << first;
+  }
+  EXPECT_THROW(sharding::plans::placement_by_load(load, 4, 4), std::invalid_argument);
+}
