@@ -178,7 +178,8 @@ Command add_help(CLI::App& app, const runtime::World& world) {
             if (*topic == "plans") {
               std::printf("Parallel plans (the plan registry, sharding/plans/registry.h), in the order the plan line "
                           "lists them;\nkeys of a config's parallel: section, --plan KEY=VALUE,... and a sweep's plan "
-                          "entries (docs/CONFIG.md):\n\n%s",
+                          "entries (docs/CONFIG.md). modes: where each works: forward (run), train, serve; a mode\n"
+                          "with no effect accepts it, a refused one exits 2 naming the key:\n\n%s",
                           sharding::plans::catalogue_text().c_str());
               return kExitOk;
             }

@@ -6,7 +6,8 @@
 // (sharding/plans/data_parallel.h): parallel: {dp: N (default: the ranks; must equal them), tp: 1, zero: 0..3, bucket_bytes: B
 // (default auto: Megatron-LM's rule; 0 = one reduction after backward)}, over the topology: section (default: a ring of the ranks,
 // 100 GB/s per direction and 1 us per hop, the assumed NeuronLink figures of configs/workloads). The report adds
-// chip 0's step split into compute / exposed communication / idle (sim::Timeline::breakdown) and the per-chip
+// the critical chip's step (the one that ends last) split into compute / exposed communication / pipeline bubble /
+// idle (sim::Timeline::breakdown, reporting::critical_step) and the per-chip
 // memory of the training state next to ZeRO's formulas. parallel: {tp: T} (T > 1) trains Megatron tensor
 // parallelism on a dp x tp mesh (models/lm_tp.h; dp = ranks / T), with the same ZeRO stages, buckets and
 // recompute over the dp axis of each tp shard. parallel: {cp: C, cp_split: zigzag | contiguous} adds context
@@ -405,6 +406,11 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   TrainLog log(world, f, report_head(f, s, n, dp_size, *mesh, trainer->buckets(), resumed));
   log.head();
   models::LmDpStepResult last;
+  // A step's row (and the forward's): the critical chip's, the summary's rule (reporting::critical_step; collective).
+  const auto step_row = [&](const models::LmDpStepResult& r, double grad_norm) {
+    const reporting::CriticalStep cs = reporting::critical_step(world, r.breakdown, tl);
+    return reporting::TrainStep{r.step, s.shape_only ? NAN : r.loss, grad_norm, cs.breakdown, cs.bubble_ns};
+  };
   // The last step's per-chip and per-collective tables, fused ops and time per op (reporting/report.h, the one report
   // path of both modes), collected before a checkpoint's gathers add to the timeline. A folded run fills them too:
   // a mirrored chip's row is its mirror's (the control plane's rule, runtime/chips.h), as its timeline would be.
@@ -433,7 +439,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
       const WallSplit::Timer t(wall.forward_s);
       last = agreed_step(world, [&] { return trainer->forward_step(); });
     }
-    log.step({last.step, s.shape_only ? NAN : last.loss, NAN, last.breakdown}, last.step);
+    log.step(step_row(last, NAN), last.step);
     collect_figures();
     if (!f.checkpoint.empty() && fits_hbm_now()) {
       const WallSplit::Timer t(wall.checkpoint_s);
@@ -452,15 +458,14 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     if (world.rank() == 0) runtime::chips::set_progress({}, 0);
     if (!f.trace_path.empty() && last.step == trace_step && trace_step != s.train.steps)
       reporting::profile_and_trace(world, tl, {f.trace_path, false, "", peak_tflops, f.trace, &*mesh}, log.report());
-    log.step({last.step, s.shape_only ? NAN : last.loss, s.shape_only ? NAN : last.grad_norm, last.breakdown},
-             s.train.steps);
+    log.step(step_row(last, s.shape_only ? NAN : last.grad_norm), s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
     if (save_due(f, last.step, s.train.steps) && fits_hbm_now())
       save_state(world, f, s, gather_state(), mesh_text, log);
   }
   runtime::chips::fold_verify("train");  // every chip is past the last step's agreement
   auto& rep = log.report();
-  finish_simulated(rep, last.breakdown);
+  finish_simulated(rep, rep.train.steps.empty() ? last.breakdown : rep.train.steps.back().breakdown);
   report_figures(*trainer, s, f, figs, n, dp_size, rep);
   reporting::profile_and_trace(world, tl,
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
@@ -524,6 +529,9 @@ int run_train(const runtime::World& world, const TrainFlags& f) {
   const int chips_on_host = runtime::node_ranks() * runtime::chips_per_rank();
   std::unique_ptr<FileLock> checkpoint_lock;  // rank 0: the checkpoint file is this run's until it returns
   world.agree([&] {  // config errors: one clean message and exit 2 (a run too large for this host: exit 3)
+    // One command surface: run and train take --checkpoint and --no-checkpoint alike.
+    if (f.no_checkpoint && !f.checkpoint.empty())
+      throw UsageError("--checkpoint and --no-checkpoint contradict each other");
     if (f.save_every > 0 && f.checkpoint.empty()) throw UsageError("--save-every: needs --checkpoint PATH");
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!f.checkpoint.empty()) {
@@ -595,7 +603,8 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   f.config = config;
   f.json_path = json_path;
   f.resume = opt.resume_from;
-  if (opt.checkpoint_path && !opt.no_checkpoint) f.checkpoint = *opt.checkpoint_path;
+  if (opt.checkpoint_path) f.checkpoint = *opt.checkpoint_path;
+  f.no_checkpoint = opt.no_checkpoint;  // both: refused by run_train, as in train
   f.trace_path = opt.trace_path;
   f.trace = opt.trace;  // --trace-chips / --trace-axis / --trace-window / --trace-max-mb
   f.profile = opt.profile;
@@ -608,8 +617,6 @@ int run_forward(const runtime::World& world, const std::string& config, const st
   // target: path (default NAME.h5, shardsim_run.h5 without a name) unless enabled: false, --no-checkpoint or a
   // shape-only run (no data).
   world.agree([&] {
-    if (opt.no_checkpoint && opt.checkpoint_path)
-      throw UsageError("--checkpoint and --no-checkpoint contradict each other");
     if (opt.checkpoint_path || opt.no_checkpoint || opt.shape_only) return;
     const ConfigNode root = train_config(f);
     if (!root.has("checkpoint") || sharding::load_workload_shape_only(root)) return;

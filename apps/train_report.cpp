@@ -251,6 +251,7 @@ reporting::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n
   r.topology = s.default_topology ? topo.describe() + " (default: 100 GB/s, 1 us per hop)" : topo.describe();
   r.mesh = mesh.mapping_text();
   r.plan = sharding::plans::plan_text(s.spec, s.plan, !f.forward);
+  r.train.pipelined = s.pp > 1;
   if (!f.forward && dp_size * s.cp > 1 && s.dp.zero < 3)
     r.plan += "; " + std::to_string(buckets) + " gradient bucket" + (buckets == 1 ? "" : "s");
   char b[1024];
@@ -276,7 +277,7 @@ reporting::RunReport report_head(const TrainFlags& f, const TrainSetup& s, int n
 
 // The report's tail figures after the last step: the memory rows (ZeRO's formula beside the measured state), the
 // pipeline's stages, the collected per-chip / per-collective / fused / per-op tables FIGS (the forward's headline is
-// the chip that finishes last, run's rule; a training step's stays chip 0's step) and the MoE rows.
+// the critical chip's, the one that finishes last, in both modes) and the MoE rows.
 void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const TrainFlags& f,
                     const reporting::RunReport& figs, int n, int dp_size, reporting::RunReport& rep) {
   const auto& c = s.model;
@@ -302,10 +303,10 @@ void report_figures(models::LmTpTrainer& trainer, const TrainSetup& s, const Tra
     rep.all_reduce_bytes_per_chip = figs.all_reduce_bytes_per_chip;
     rep.all_reduce_expected_bytes = figs.all_reduce_expected_bytes;
     rep.attention_ns = figs.attention_ns;  // the critical chip's (gather_chip_figures)
-    if (f.forward) {
-      finish_simulated(rep, figs.critical);
-      rep.critical_chip = figs.critical_chip;
-    }
+    // One rule for both modes: the summary is the critical chip's (the one that ends last), as the step rows.
+    finish_simulated(rep, figs.critical);
+    rep.critical_chip = figs.critical_chip;
+    rep.bubble_ns = figs.bubble_ns;
   }
   if (c.moe) moe_report(trainer, s, c, rep);
 }

@@ -124,6 +124,8 @@ void train_options(CLI::App* sub, const std::shared_ptr<TrainFlags>& flags) {
   sub->add_option("--checkpoint", flags->checkpoint,
                   "write the training state (HDF5: fp32 masters, AdamW moments, step, data position) to this file "
                   "after the last step and every --save-every steps");
+  sub->add_flag("--no-checkpoint", flags->no_checkpoint,
+                "write no checkpoint (train's default; run's and train's one flag: refused with --checkpoint)");
   sub->add_option("--save-every", flags->save_every, "also save after every K-th step (needs --checkpoint)")
       ->check(decimal_integer())
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));

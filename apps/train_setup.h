@@ -31,6 +31,7 @@ struct TrainFlags {
   std::string config = std::string(SHARDSIM_CONFIG_DIR) + "/lm_train.yaml";
   int64_t steps = 0;  // 0: the config's
   std::string checkpoint;  // training-state checkpoint written every save_every steps and after the last one
+  bool no_checkpoint = false;  // --no-checkpoint: write none (run's default target, the config's, is dropped)
   int64_t save_every = 0;  // 0: only after the last step
   std::string resume;      // continue from this training-state checkpoint
   bool shape_only = false; // --shape-only: no data (mode: shape_only in the config does the same)

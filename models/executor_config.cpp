@@ -44,9 +44,9 @@ ExecutorConfig read_executor_config(const ConfigNode& root, int64_t chips, bool 
   e.spec = sharding::parse_model_spec(m, e.mlp ? sharding::SpecUse::mlp : sharding::SpecUse::train);
   if (serve) e.spec.batch = 0;  // serving's batches come from its scheduler: model.batch is unused
   // serve runs the executor's forward only (its serving mode): the plan checks of the forward mode (e.g. tp above
-  // the KV heads, each chip holding its query heads' KV head).
+  // the KV heads, each chip holding its query heads' KV head) and the serving mode's refusals (the registry's).
   e.plan = sharding::parse_parallel_plan(root, e.spec, sharding::SpecUse::train, chips,
-                                         sharding::train_section_recompute(root), forward || serve);
+                                         sharding::train_section_recompute(root), forward, serve);
   if (e.spec.batch == 0) e.spec.batch = e.plan.dp;  // a block stack: one sequence per data-parallel replica
   e.train = sharding::parse_train_spec(root);
   e.has_train_section = root.has("train");

@@ -488,6 +488,13 @@ class LmTpTrainer {
   // This chip's share of a replica's batch under ep (see LmServeBatch): its sequences with their tokens, EP_ROWS
   // the new rows of every ep rank, INDEX each of its sequences' position in BATCH.
   LmServeBatch ep_share(const LmServeBatch& batch, std::vector<int64_t>& ep_rows, std::vector<size_t>& index) const;
+  // serve_step's pieces: the rows entering this stage (the tp unit's embedding on the first, the previous stage's
+  // activations on the others) for new rows at positions POS; the stage's blocks over X (REPEAT_BLOCKS, EP_ROWS
+  // non-null under ep); the chip's end and every stage's span into R.
+  runtime::Tensor serve_input(const std::vector<int64_t>& tokens, const std::vector<int64_t>& pos, sim::TimeNs& t);
+  void serve_blocks(const LmServeBatch& whole, const LmServeBatch& batch, sharding::plans::KvCache& cache,
+                    const std::vector<int64_t>& pos, std::vector<int64_t>* ep_rows, runtime::Tensor& x, sim::TimeNs& t);
+  void serve_stages(const LmServeBatch& whole, sim::TimeNs stage_start, sim::TimeNs t, LmServeResult& r);
 
   ModelSpec global_, local_;  // the whole model (what the plan units read), this chip's shard of it
   LmTrainConfig train_;

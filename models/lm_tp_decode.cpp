@@ -25,14 +25,8 @@ using runtime::DType;
 using runtime::Tensor;
 
 void LmTpTrainer::check_servable() const {
-  if (sp_) throw std::invalid_argument("parallel.sp: serving runs without sequence parallelism (set sp: false)");
-  if (fused_)  // not checked against the single-device decode (tests/mpi/serve_decode_test.cpp)
-    throw std::invalid_argument("parallel.fused: serving runs the GEMMs and their collectives unfused (set fused: false)");
-  if (cp_size_ > 1)
-    throw std::invalid_argument(std::string("parallel.") + (ulysses_ ? "ulysses" : "cp") +
-                                ": serving runs tp, pp and dp plans (context parallelism is not a serving plan here)");
-  if (schedule_.v > 1)
-    throw std::invalid_argument("parallel.virtual_stages: serving runs one model stage per pipeline chip");
+  // The plans serving refuses (sp, fused, cp, ulysses, interleaved stages) are refused at parse, from the plan
+  // registry's modes (sharding/plans/registry.h); the model is checked here.
   if (global_.vocab == 0)
     throw std::invalid_argument("model.vocab: serving needs a language model (a vocabulary), not a block stack");
 }
@@ -100,68 +94,37 @@ LmServeBatch LmTpTrainer::ep_share(const LmServeBatch& batch, std::vector<int64_
   return own;
 }
 
-LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans::KvCache& cache) {
-  check_servable();
+Tensor LmTpTrainer::serve_input(const std::vector<int64_t>& tokens, const std::vector<int64_t>& pos, sim::TimeNs& t) {
   const ModelSpec& c = local_;
-  LmServeResult r;
-  if (whole.seqs.empty()) return r;
-  for (const auto& s : whole.seqs)
-    if (s.rows < 1 || s.past < 0)
-      throw std::invalid_argument("serve_step: a sequence needs rows >= 1 and past >= 0 (got rows " +
-                                  std::to_string(s.rows) + ", past " + std::to_string(s.past) + ")");
-  // Expert parallelism: the replica's ep chips share its batch, each attending its own sequences (ep_share) while
-  // the MoE layers exchange their rows over ep; a chip may have none this iteration (it still joins the exchange).
-  std::vector<int64_t> ep_rows;
-  std::vector<size_t> index;
-  const LmServeBatch own = ep_size_ > 1 ? ep_share(whole, ep_rows, index) : LmServeBatch{};
-  const LmServeBatch& batch = ep_size_ > 1 ? own : whole;
-  const int64_t B = int64_t(batch.seqs.size()), h = c.hidden;
-  int64_t N = 0;
-  std::vector<int64_t> pos;
-  for (const auto& s : batch.seqs) {
-    for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.past + i);
-    N += s.rows;
-  }
-  if (store_ && int64_t(batch.tokens.size()) != N)
-    throw std::invalid_argument("serve_step: " + std::to_string(batch.tokens.size()) + " tokens for " +
-                                std::to_string(N) + " new rows");
-  const std::vector<int64_t> tokens = batch.tokens.empty() ? std::vector<int64_t>(size_t(N), 0) : batch.tokens;
-  const bool shared = whole.origin_ns >= 0;  // a shared timeline (LmServeBatch): no reset, from the origin
-  if (!shared) tl_.reset();
-  fused_ops_.clear();
-  sim::TimeNs t = shared ? whole.origin_ns : 0.0;
-  if (shared) tl_.host_sync(t);  // the host starts issuing at the origin, as from 0 on a fresh timeline
-  auto act = [&](runtime::Shape sh) { return make(c.dtype, std::move(sh)); };
-  auto serve_ctx = [&](sharding::plans::Chip& chip) {
-    auto ctx = context(chip);
-    ctx.n_attn = ctx.n_resid = N;
-    return ctx;
-  };
-  runtime::Transport* pp = pp_size_ > 1 ? &mesh_["pp"] : nullptr;
-  Tensor x;
-  if (owns_embed_) {
-    x = act({N, h});
-    charge(kernels::embedding_forward(work_.embed, tokens, tp_rank_ * c.vocab, global_.vocab, x), t);
-    sharding::plans::Chip chip{&tl_, t};
-    auto ctx = serve_ctx(chip);
-    x = sharding::plans::tp_reduce(ctx, std::move(x), "embed");
-    t = chip.t;
-    if (c.position == sharding::PositionKind::learned) {
-      Tensor p = act({N, h});
-      charge(kernels::embedding_forward(work_.pos_embed, pos, 0, global_.position_rows(), p), t);
-      charge(kernels::add_inplace(x, p), t);
-    }
-  } else {  // the previous stage's rows
-    x = act({N, h});
+  const int64_t N = int64_t(pos.size());
+  Tensor x = make(c.dtype, {N, c.hidden});
+  if (!owns_embed_) {  // the previous stage's rows
     runtime::RecvOp in{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ - 1, 0};
     const sim::TimeNs start = t;
-    pp->exchange({}, std::span<runtime::RecvOp>(&in, 1), "pp.recv_activation");
+    mesh_["pp"].exchange({}, std::span<runtime::RecvOp>(&in, 1), "pp.recv_activation");
     t = std::max(t, in.arrival);
     tl_.record_region("pp.recv_activation", "collective", {start, t}, double(in.bytes));
+    return x;
   }
-  const sim::TimeNs stage_start = owns_embed_ ? (shared ? whole.origin_ns : 0.0) : t;
+  x = on_chip(t, [&](auto& ctx) {  // the tp unit's vocab-parallel embedding, as the forward's
+    ctx.n_attn = ctx.n_resid = N;
+    return sharding::plans::vocab_parallel_embedding(ctx, work_.embed, tokens, tp_rank_ * c.vocab, global_.vocab,
+                                                     std::move(x));
+  });
+  if (c.position == sharding::PositionKind::learned) {
+    Tensor p = make(c.dtype, {N, c.hidden});
+    charge(kernels::embedding_forward(work_.pos_embed, pos, 0, global_.position_rows(), p), t);
+    charge(kernels::add_inplace(x, p), t);
+  }
+  return x;
+}
+
+void LmTpTrainer::serve_blocks(const LmServeBatch& whole, const LmServeBatch& batch, sharding::plans::KvCache& cache,
+                               const std::vector<int64_t>& pos, std::vector<int64_t>* ep_rows, Tensor& x,
+                               sim::TimeNs& t) {
+  const bool shared = whole.origin_ns >= 0;
   sharding::plans::TokenLayout lay;
-  lay.batch = B;
+  lay.batch = int64_t(batch.seqs.size());
   lay.pos = pos;
   // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch); not for
   // MoE layers that differ from block to block (dense layers among them, or a skewed declared routing: each layer
@@ -176,13 +139,13 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     const sim::TimeNs start = t;
     const int64_t gated0 = tl_.host_gated();
     const sharding::plans::KvAttention kv{&cache, li, &batch.seqs};
-    sharding::plans::Chip chip{&tl_, t};
-    auto ctx = serve_ctx(chip);
-    ctx.kv = &kv;
     sharding::plans::BlockWeights bw = block_weights(li);
-    if (ep_size_ > 1) bw.moe.ep_tokens = &ep_rows;
-    x = sharding::plans::block_forward(ctx, lay, bw, x);
-    t = chip.t;
+    if (ep_rows) bw.moe.ep_tokens = ep_rows;
+    x = on_chip(t, [&](auto& ctx) {
+      ctx.n_attn = ctx.n_resid = int64_t(pos.size());
+      ctx.kv = &kv;
+      return sharding::plans::block_forward(ctx, lay, bw, x);
+    });
     if (!repeat || l + 1 == blocks) continue;
     // Periodic from here (every later block runs exactly as this one; see LmServeBatch) when the host's lead over
     // the device (t - host issue clock) did not shrink over the block and either the host gated none of its
@@ -210,41 +173,26 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     prev_lead = lead;
     prev_host = tl_.host_time();
   }
-  if (!owns_head_) {  // on to the next stage
-    const runtime::SendOp out{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ + 1, t};
-    pp->exchange(std::span<const runtime::SendOp>(&out, 1), {}, "pp.send_activation");
-    tl_.record_region("pp.send_activation", "collective", {t, t}, double(x.nbytes()));
-  } else {
-    Tensor last = act({B, h});  // each sequence's last new row (the next token's)
-    if (store_) {
-      int64_t r0 = 0;
-      for (int64_t i = 0; i < B; ++i) {
-        r0 += batch.seqs[size_t(i)].rows;
-        last.set_rows(i, x.rows(r0 - 1, 1));
-      }
-    }
-    r.logits = serve_logits(last, B, t);
-  }
-  if (pp && store_) {  // the last stage's logits on every stage (host-side)
-    std::vector<double> flat(size_t(B * global_.vocab), 0.0);
-    if (owns_head_)
-      for (int64_t i = 0; i < B; ++i)
-        for (int64_t j = 0; j < global_.vocab; ++j) flat[size_t(i * global_.vocab + j)] = r.logits[size_t(i)][size_t(j)];
-    pp->allreduce(std::span<double>(flat), runtime::Reduce::sum, "serve logits pp");
-    r.logits.assign(size_t(B), std::vector<float>(size_t(global_.vocab)));
-    for (int64_t i = 0; i < B; ++i)
-      for (int64_t j = 0; j < global_.vocab; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * global_.vocab + j)]);
-  }
-  if (ep_size_ > 1 && store_) {  // every sequence's logits on every ep chip (host-side, as the pp stages' above)
-    const int64_t V = global_.vocab, all = int64_t(whole.seqs.size());
-    std::vector<double> flat(size_t(all * V), 0.0);
-    for (size_t i = 0; i < index.size() && i < r.logits.size(); ++i)
-      for (int64_t j = 0; j < V; ++j) flat[index[i] * size_t(V) + size_t(j)] = r.logits[i][size_t(j)];
-    mesh_["ep"].allreduce(std::span<double>(flat), runtime::Reduce::sum, "serve logits ep");
-    r.logits.assign(size_t(all), std::vector<float>(size_t(V)));
-    for (int64_t i = 0; i < all; ++i)
-      for (int64_t j = 0; j < V; ++j) r.logits[size_t(i)][size_t(j)] = float(flat[size_t(i * V + j)]);
-  }
+}
+
+namespace {
+// ROWS [n, V] summed over GROUP's chips (host-side: each row's logits from the chip holding them, zeros elsewhere)
+// at rows AT (the whole's n rows; AT empty: the same rows).
+std::vector<std::vector<float>> sum_logits(runtime::Transport& group, const std::vector<std::vector<float>>& rows,
+                                           const std::vector<size_t>& at, int64_t n, int64_t V, const char* name) {
+  std::vector<double> flat(size_t(n * V), 0.0);
+  for (size_t i = 0; i < rows.size() && (at.empty() || i < at.size()); ++i)
+    for (int64_t j = 0; j < V; ++j) flat[(at.empty() ? i : at[i]) * size_t(V) + size_t(j)] = rows[i][size_t(j)];
+  group.allreduce(std::span<double>(flat), runtime::Reduce::sum, name);
+  std::vector<std::vector<float>> out(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(V)));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < V; ++j) out[size_t(i)][size_t(j)] = float(flat[size_t(i * V + j)]);
+  return out;
+}
+}  // namespace
+
+void LmTpTrainer::serve_stages(const LmServeBatch& whole, sim::TimeNs stage_start, sim::TimeNs t, LmServeResult& r) {
+  const bool shared = whole.origin_ns >= 0;
   // The chip's end: its clock or its timeline's last event (an outgoing pp send's end), unless that event is a flow
   // booked outside this iteration (a shared timeline's KV cache transfer, LmServeBatch::foreign_end_ns).
   const sim::TimeNs last = tl_.end_time();
@@ -260,6 +208,62 @@ LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans
     r.stages.push_back({spans[size_t(2 * s)], spans[size_t(2 * s + 1)]});
     r.ns = std::max(r.ns, spans[size_t(2 * s + 1)]);
   }
+}
+
+LmServeResult LmTpTrainer::serve_step(const LmServeBatch& whole, sharding::plans::KvCache& cache) {
+  check_servable();
+  LmServeResult r;
+  if (whole.seqs.empty()) return r;
+  for (const auto& s : whole.seqs)
+    if (s.rows < 1 || s.past < 0)
+      throw std::invalid_argument("serve_step: a sequence needs rows >= 1 and past >= 0 (got rows " +
+                                  std::to_string(s.rows) + ", past " + std::to_string(s.past) + ")");
+  // Expert parallelism: the replica's ep chips share its batch, each attending its own sequences (ep_share) while
+  // the MoE layers exchange their rows over ep; a chip may have none this iteration (it still joins the exchange).
+  std::vector<int64_t> ep_rows;
+  std::vector<size_t> index;
+  const LmServeBatch own = ep_size_ > 1 ? ep_share(whole, ep_rows, index) : LmServeBatch{};
+  const LmServeBatch& batch = ep_size_ > 1 ? own : whole;
+  const int64_t B = int64_t(batch.seqs.size()), V = global_.vocab;
+  std::vector<int64_t> pos;  // every new row's position, sequence-major
+  for (const auto& s : batch.seqs)
+    for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.past + i);
+  const int64_t N = int64_t(pos.size());
+  if (store_ && int64_t(batch.tokens.size()) != N)
+    throw std::invalid_argument("serve_step: " + std::to_string(batch.tokens.size()) + " tokens for " +
+                                std::to_string(N) + " new rows");
+  const std::vector<int64_t> tokens = batch.tokens.empty() ? std::vector<int64_t>(size_t(N), 0) : batch.tokens;
+  const bool shared = whole.origin_ns >= 0;  // a shared timeline (LmServeBatch): no reset, from the origin
+  if (!shared) tl_.reset();
+  fused_ops_.clear();
+  attention_ns_ = 0;  // this iteration's (on_chip adds the block's attention)
+  sim::TimeNs t = shared ? whole.origin_ns : 0.0;
+  if (shared) tl_.host_sync(t);  // the host starts issuing at the origin, as from 0 on a fresh timeline
+  Tensor x = serve_input(tokens, pos, t);
+  const sim::TimeNs stage_start = owns_embed_ ? (shared ? whole.origin_ns : 0.0) : t;
+  serve_blocks(whole, batch, cache, pos, ep_size_ > 1 ? &ep_rows : nullptr, x, t);
+  if (!owns_head_) {  // on to the next stage
+    const runtime::SendOp out{x.data_if_stored(), size_t(x.nbytes()), pp_rank_ + 1, t};
+    mesh_["pp"].exchange(std::span<const runtime::SendOp>(&out, 1), {}, "pp.send_activation");
+    tl_.record_region("pp.send_activation", "collective", {t, t}, double(x.nbytes()));
+  } else {
+    Tensor last = make(local_.dtype, {B, local_.hidden});  // each sequence's last new row (the next token's)
+    if (store_) {
+      int64_t r0 = 0;
+      for (int64_t i = 0; i < B; ++i) {
+        r0 += batch.seqs[size_t(i)].rows;
+        last.set_rows(i, x.rows(r0 - 1, 1));
+      }
+    }
+    r.logits = serve_logits(last, B, t);
+  }
+  // The last stage's logits on every stage, then every sequence's on every ep chip (host-side).
+  if (pp_size_ > 1 && store_)
+    r.logits = sum_logits(mesh_["pp"], owns_head_ ? r.logits : std::vector<std::vector<float>>{}, {}, B, V,
+                          "serve logits pp");
+  if (ep_size_ > 1 && store_)
+    r.logits = sum_logits(mesh_["ep"], r.logits, index, int64_t(whole.seqs.size()), V, "serve logits ep");
+  serve_stages(whole, stage_start, t, r);
   return r;
 }
 

@@ -87,108 +87,6 @@ std::string format_mib(double bytes) {
   return buf;
 }
 
-std::vector<OpStat> op_breakdown(const sim::Timeline& tl) {
-  std::vector<OpStat> out;  // the timeline's totals, ordered by (kind, name)
-  for (const auto& t : tl.op_totals()) out.push_back({t.name, t.kind, t.calls, t.time_ns, t.flops, t.bytes});
-  std::stable_sort(out.begin(), out.end(), [](const OpStat& a, const OpStat& b) {
-    if (a.kind != b.kind) return a.kind == "kernel";
-    return a.time_ns > b.time_ns;
-  });
-  return out;
-}
-
-int critical_rank(const runtime::World& world, double my_total_ns) {
-  const auto bytes = world.allgather(&my_total_ns, sizeof my_total_ns, "report: critical chip");
-  std::vector<double> totals(bytes.size() / sizeof(double));
-  std::memcpy(totals.data(), bytes.data(), totals.size() * sizeof(double));
-  int best = 0;  // the largest total, the lowest rank among equals (MPI_MAXLOC's rule)
-  for (int r = 1; r < static_cast<int>(totals.size()); ++r)
-    if (totals[static_cast<size_t>(r)] > totals[static_cast<size_t>(best)]) best = r;
-  return best;
-}
-
-std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<OpStat>& mine, int critical) {
-  nlohmann::json j = nlohmann::json::array();
-  if (world.rank() == critical)
-    for (const auto& o : mine) j.push_back({o.name, o.kind, o.calls, o.time_ns, o.flops, o.bytes});
-  const std::string text = world.broadcast(world.rank() == critical ? j.dump() : std::string(), critical);
-  std::vector<OpStat> out;
-  for (const auto& r : nlohmann::json::parse(text))
-    out.push_back({r[0].get<std::string>(), r[1].get<std::string>(), r[2].get<int>(), r[3].get<double>(),
-                   r[4].get<double>(), r[5].get<double>()});
-  return out;
-}
-
-namespace {
-// The plan's collectives the report lists, in its order (the plan units' Comm keys).
-const char* const kReportComm[] = {"tp all_reduce", "sp all_gather", "sp reduce_scatter", "cp ring K/V",
-                                   "ulysses all_to_all"};
-}  // namespace
-
-void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, const ChipFigures& mine,
-                         const std::vector<int>& placement, RunReport& r) {
-  const sim::Breakdown bd = tl.breakdown();
-  std::vector<double> stats = {bd.total, bd.compute, bd.communication, bd.exposed_comm, mine.attention_ns,
-                               mine.peak_memory_bytes, bd.flops, bd.bytes_sent};
-  constexpr size_t kComm0 = 8;  // the per-collective figures start here, 4 per key
-  for (const char* key : kReportComm) {
-    const sharding::CommStat* c = nullptr;
-    if (mine.comm)
-      if (const auto it = mine.comm->find(key); it != mine.comm->end()) c = &it->second;
-    stats.push_back(c ? c->bytes : 0);
-    stats.push_back(c ? c->expected : 0);
-    stats.push_back(c ? c->calls : 0);
-    stats.push_back(c ? c->ns : 0);
-  }
-  const std::vector<sharding::FusedOp> no_fused;
-  const std::vector<sharding::FusedOp>& fused = mine.fused ? *mine.fused : no_fused;
-  const size_t n_plain = stats.size();
-  for (double f : pack(fused)) stats.push_back(f);
-  const size_t n_layers0 = stats.size();
-  for (double t : mine.layer_end) stats.push_back(t);
-  const size_t nf = stats.size();
-  // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
-  r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
-  // Last, so no chip holds the every-chip figures across a wait (chips x figures each: 0.5 GB over a fold's replica).
-  const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
-  std::vector<double> all(bytes.size() / sizeof(double));
-  std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
-  const int chips = static_cast<int>(all.size() / nf);
-  r.per_chip.clear();
-  r.total_flops = 0;
-  for (int k = 0; k < chips; ++k) {
-    const double* v = &all[nf * static_cast<size_t>(k)];
-    r.total_flops += v[6];  // integer-valued FLOP counts: the sum is exact in any order
-    ChipReport cr;
-    cr.chip = placement.at(static_cast<size_t>(k));
-    cr.breakdown = sim::Breakdown{v[0], v[1], v[2], v[3], v[6], v[7]};
-    cr.peak_memory_bytes = v[5];
-    r.per_chip.push_back(cr);
-    if (k > 0 && v[0] <= r.critical.total) continue;
-    r.critical = cr.breakdown;
-    r.critical_chip = cr.chip;
-    r.attention_ns = v[4];
-    r.comm.clear();
-    for (size_t c = 0; c < std::size(kReportComm); ++c) {
-      const double* x = v + kComm0 + 4 * c;
-      if (x[2] > 0) r.comm[kReportComm[c]] = sharding::CommStat{x[0], x[1], static_cast<int>(x[2]), x[3], {}};
-    }
-    // The algorithm that ran: this chip's record of the same collective (every chip of a plan runs one rule).
-    for (auto& [key, stat] : r.comm)
-      if (mine.comm)
-        if (const auto it = mine.comm->find(key); it != mine.comm->end()) stat.algorithm = it->second.algorithm;
-    r.fused = unpack(v + n_plain, fused);
-    r.layer_ns.clear();
-    for (size_t l = 0; l < mine.layer_end.size(); ++l)
-      r.layer_ns.push_back(v[n_layers0 + l] - (l == 0 ? 0.0 : v[n_layers0 + l - 1]));
-  }
-  if (const auto it = r.comm.find("tp all_reduce"); it != r.comm.end()) {
-    r.all_reduce_ns = it->second.ns;
-    r.all_reduce_bytes_per_chip = it->second.bytes;
-    r.all_reduce_expected_bytes = it->second.expected;
-  }
-}
-
 namespace {
 double op_tflops(const OpStat& o) { return o.time_ns > 0 ? o.flops / o.time_ns / 1e3 : 0; }
 }  // namespace
@@ -260,6 +158,7 @@ nlohmann::json train_json(const RunReport& r) {
                      {"compute_ns", st.breakdown.compute},
                      {"communication_ns", st.breakdown.communication},
                      {"exposed_comm_ns", st.breakdown.exposed_comm},
+                     {"bubble_ns", st.bubble_ns},
                      {"idle_ns", st.idle_ns()}});
   nlohmann::json saved = nlohmann::json::array();
   for (const auto& [step, path] : t.saved) saved.push_back({{"step", step}, {"path", path}});
@@ -381,24 +280,21 @@ std::string train_head_text(const RunReport& r) {
     os << "resumed: " << escape_control(t.resumed_from) << " at step " << t.resumed_step << " (saved under "
        << escape_control(t.resumed_mesh) << ")\n";
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s\n", "step", "loss", "grad_norm",
-                t.forward ? "sim_fwd_us" : "sim_step_us", "compute_us", "exposed_us", "idle_us");
+  std::snprintf(buf, sizeof buf, "%6s %10s %10s %14s %12s %12s %10s%s\n", "step", "loss", "grad_norm",
+                t.forward ? "sim_fwd_us" : "sim_step_us", "compute_us", "exposed_us", "idle_us",
+                t.pipelined ? "  bubble_us" : "");
   return escape_lines(os.str()) + buf;  // the checkpoint's attributes and paths are untrusted text
 }
 
 std::string train_step_text(const RunReport& r, const TrainStep& st) {
-  char buf[200];
+  char loss[32] = "-", gn[32] = "-", buf[200];
+  if (!r.shape_only) std::snprintf(loss, sizeof loss, "%.4f", st.loss);
+  if (!r.shape_only && !r.train.forward) std::snprintf(gn, sizeof gn, "%.4f", st.grad_norm);  // no gradient in a forward
   const auto& b = st.breakdown;
-  if (r.train.forward && !r.shape_only)  // no gradient in a forward
-    std::snprintf(buf, sizeof buf, "%6lld %10.4f %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, st.loss, "-",
-                  b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
-  else if (r.shape_only)
-    std::snprintf(buf, sizeof buf, "%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, "-", "-",
-                  b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%6lld %10.4f %10.4f %14.3f %12.3f %12.3f %10.3f\n", (long long)st.step, st.loss,
-                  st.grad_norm, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
-  return buf;
+  const int n = std::snprintf(buf, sizeof buf, "%6lld %10s %10s %14.3f %12.3f %12.3f %10.3f", (long long)st.step, loss,
+                              gn, b.total / 1e3, b.compute / 1e3, b.exposed_comm / 1e3, st.idle_ns() / 1e3);
+  if (r.train.pipelined && n > 0) std::snprintf(buf + n, sizeof buf - size_t(n), " %10.3f", st.bubble_ns / 1e3);
+  return std::string(buf) + "\n";
 }
 
 std::string train_saved_text(int64_t step, const std::string& path) {
@@ -449,15 +345,18 @@ std::string train_tail_text(const RunReport& r) {
     os << buf << log_vocab_text(t) << "\n";
   }
   const auto& b = r.critical;
-  os << "simulated (modelled hardware; chip " << r.critical_chip << ", "
-     << (t.forward ? "the forward" : t.step_split ? "the last step" : "the mean step") << ")\n";
+  os << "simulated (modelled hardware; " << (t.forward ? "the forward" : "the last step")
+     << " of the critical chip, chip " << r.critical_chip << ": the one that ends last)\n";
   os << (t.forward ? "  forward time       " : "  step time          ") << fmt_ns(b.total) << "\n";
   os << "  compute            " << fmt_ns(b.compute) << "  " << pct(b.compute, b.total) << "\n";
   if (t.step_split) {
     os << "  communication      " << fmt_ns(b.communication) << "  " << pct(b.communication, b.total) << "  ("
        << fmt_ns(std::max(0.0, b.communication - b.exposed_comm)) << " hidden under compute)\n";
     os << "  exposed comm       " << fmt_ns(b.exposed_comm) << "  " << pct(b.exposed_comm, b.total) << "\n";
-    const double idle = std::max(0.0, b.total - b.compute - b.exposed_comm);
+    if (t.pipelined)
+      os << "  pipeline bubble    " << fmt_ns(r.bubble_ns) << "  " << pct(r.bubble_ns, b.total)
+         << "  (waiting on the neighbouring stages: their pp receives, the transfer included)\n";
+    const double idle = std::max(0.0, b.total - b.compute - b.exposed_comm - r.bubble_ns);
     os << "  idle               " << fmt_ns(idle) << "  " << pct(idle, b.total) << "\n";
   }
   std::snprintf(buf, sizeof buf, "  tokens/s           %.4g (simulated; %.0f tokens per step)\n", r.tokens_per_s,
@@ -608,7 +507,8 @@ nlohmann::json to_json(const RunReport& r) {
         {"tflops", r.sim_tflops},
         {"peak_tflops", r.peak_tflops},
         {"peak_fraction", r.peak_fraction},
-        {"idle_ns", std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm)},
+        {"idle_ns", std::max(0.0, r.critical.total - r.critical.compute - r.critical.exposed_comm - r.bubble_ns)},
+        {"bubble_ns", r.bubble_ns},
         {"tokens_per_s", r.tokens_per_s},
         {"ops", ops_json(r.ops, r.critical.total, r.peak_tflops_per_chip)},
         {"all_reduce_ns", r.all_reduce_ns},

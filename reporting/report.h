@@ -38,6 +38,23 @@ std::vector<OpStat> op_breakdown(const sim::Timeline& tl);
 std::vector<OpStat> ops_of_rank(const runtime::World& world, const std::vector<OpStat>& mine, int critical_rank);
 // The rank whose chip finishes last (lowest rank among ties), on every rank (collective).
 int critical_rank(const runtime::World& world, double my_total_ns);
+
+// The pipeline bubble of a chip: the time its timeline waited on a neighbouring pipeline stage (its pp receive
+// regions, pp.recv_activation and pp.recv_gradient, the transfer included), at most its exposed communication;
+// 0 without a pipeline. The report counts it as the bubble, not as exposed communication.
+double pipeline_bubble_ns(const sim::Timeline& tl);
+// B with BUBBLE taken out of its communication and exposed communication.
+sim::Breakdown without_bubble(sim::Breakdown b, double bubble_ns);
+// One rule for run and train: a step's (or the forward's) row and summary are the critical chip's, the one whose
+// step ends last (the lowest rank among equals; Megatron-LM reports the last pipeline stage's). Every chip's MINE
+// (its step) and its timeline's bubble, gathered host-side (collective over WORLD): the critical chip's step
+// without its bubble, the bubble, and its world rank.
+struct CriticalStep {
+  sim::Breakdown breakdown;
+  double bubble_ns = 0;
+  int rank = 0;
+};
+CriticalStep critical_step(const runtime::World& world, const sim::Breakdown& mine, const sim::Timeline& tl);
 // Rows sorted by time, kernels first: calls, time, % of TOTAL_NS, and for kernels TFLOP/s and % of
 // PEAK_TFLOPS_PER_CHIP (the device's peak at the workload's precision).
 std::string ops_text(const std::vector<OpStat>& ops, double total_ns, double peak_tflops_per_chip);
@@ -56,8 +73,11 @@ struct TrainStep {
   int64_t step = 0;          // 1-based
   double loss = 0;           // global mean loss before the update (not computed in shape-only mode)
   double grad_norm = 0;      // global gradient norm before clipping (idem)
-  sim::Breakdown breakdown;  // chip 0's simulated step (one chip without a plan: its kernels, compute only)
-  double idle_ns() const { return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm); }
+  sim::Breakdown breakdown;  // the critical chip's simulated step (reporting::critical_step), without its bubble
+  double bubble_ns = 0;      // that chip's pipeline bubble (pipeline_bubble_ns)
+  double idle_ns() const {
+    return std::max(0.0, breakdown.total - breakdown.compute - breakdown.exposed_comm - bubble_ns);
+  }
 };
 
 // Per-chip memory of the training state between steps (bytes), measured from the buffers the chip holds, beside
@@ -137,7 +157,8 @@ struct TrainReport {
   std::string resumed_from;           // training-state checkpoint continued from ("" none)
   int64_t resumed_step = 0;
   std::string resumed_mesh;
-  bool step_split = true;             // the rows carry chip 0's compute / exposed / idle (false: one chip, no plan)
+  bool step_split = true;             // the rows carry the critical chip's compute / exposed / idle
+  bool pipelined = false;             // a pipeline plan (pp > 1): the rows carry the bubble too
   std::vector<TrainStep> steps;       // every step run, in order
   std::vector<std::pair<int64_t, std::string>> saved;  // (step, path) of every training-state checkpoint written
   double log_vocab = 0;               // the loss of a uniform guess, for scale
@@ -181,8 +202,9 @@ struct RunReport {
   std::string dtype;
 
   // Simulated (ns; FLOPs; bytes). The headline is the critical chip (the one that finishes last).
-  sim::Breakdown critical;
+  sim::Breakdown critical;  // without its pipeline bubble (bubble_ns)
   int critical_chip = 0;
+  double bubble_ns = 0;     // the critical chip's pipeline bubble (pipeline_bubble_ns)
   double total_flops = 0;            // over all chips
   double sim_tflops = 0;             // total_flops / critical.total
   double peak_tflops = 0;            // chips x per-chip peak at the workload's precision

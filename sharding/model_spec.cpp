@@ -357,12 +357,12 @@ void check_relations(const plans::PlanParse& c, const ParallelPlan& p) {
 }  // namespace
 
 ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, SpecUse use, int64_t chips,
-                                 bool train_recompute, bool forward_mode) {
+                                 bool train_recompute, bool forward_mode, bool serve_mode) {
   ParallelPlan p;
   p.recompute = train_recompute;
   const bool has = root.has("parallel");
   const ConfigNode par = has ? root.child("parallel") : root;
-  const plans::PlanParse c{root, par, has, s, use, chips, forward_mode};
+  const plans::PlanParse c{root, par, has, s, use, chips, forward_mode || serve_mode, serve_mode};
   if (!has) {
     if (use == SpecUse::block && chips != 1)
       root.fail("parallel: missing (a " + str(chips) + "-chip topology needs a plan: tp, cp or ulysses)");
@@ -370,17 +370,18 @@ ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& s, Spe
     else p.dp = static_cast<int>(chips);
   } else {
     par.expect_keys(parallel_keys());
-    if (use != SpecUse::train)
+    if (use != SpecUse::train)  // a block or MLP config outside the executor: its forward only
       for (const auto& d : plans::registered_plans())
         for (const auto& k : d.keys)
-          if (k.training_only && par.has(k.name))
-            c.fail(k.name, "training only (run's forward has no gradients or optimizer state)");
+          if (d.modes_of(k).forward == plans::ModeUse::no_effect && par.has(k.name))
+            c.fail(k.name, "training only (" + d.modes_of(k).why + ")");
     read_sizes(c, p);
   }
   // Each unit's keys, then the rules between units, then each unit's rules against the model (registry order).
   for (const auto& d : plans::registered_plans())
     if (d.read) d.read(c, p);
   check_relations(c, p);
+  plans::check_plan_modes(c, p);
   for (const auto& d : plans::registered_plans())
     if (d.check) d.check(c, p);
   return p;

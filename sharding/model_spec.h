@@ -281,9 +281,10 @@ ModelSpec parse_model_spec(const ConfigNode& model, SpecUse use);
 // the product of the axes = CHIPS, the divisibility rules of each plan unit, and what USE implements. Defaults:
 // MLP: tp = CHIPS / dp; block and train: dp = CHIPS / (tp·cp·ulysses·pp). TRAIN_RECOMPUTE: the older
 // train.recompute key when given (the plan's recompute). FORWARD_MODE: the executor's forward mode (`run`), which
-// also runs what only its forward implements (tp above the KV heads: replicated KV heads).
+// also runs what only its forward implements (tp above the KV heads: replicated KV heads); SERVE_MODE: its serving
+// mode (a forward too). The units and keys refused in the mode (sharding/plans/registry.h, PlanModes) fail here.
 ParallelPlan parse_parallel_plan(const ConfigNode& root, const ModelSpec& model, SpecUse use, int64_t chips,
-                                 bool train_recompute = false, bool forward_mode = false);
+                                 bool train_recompute = false, bool forward_mode = false, bool serve_mode = false);
 // Parses the train: section (absent: the defaults).
 TrainSpec parse_train_spec(const ConfigNode& root);
 // The train: section's recompute: (older spelling of parallel.recompute); false when absent.

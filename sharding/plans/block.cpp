@@ -441,7 +441,8 @@ PlanDescriptor recompute_plan_descriptor() {
       "none | selective (the attention core recomputed in the backward; Korthikanti et al. 2022) | full "
       "(each block's forward again right before its backward)";
   d.keys = {{"recompute", PlanValue::choice, "none | selective | full (true = full, false = none)", "none",
-             "activation recomputation (train)", false, true}};
+             "activation recomputation"}};
+  d.modes = {ModeUse::no_effect, ModeUse::runs, ModeUse::no_effect, "no backward to recompute for"};
   d.active = [](const ParallelPlan& p) { return p.recompute || p.selective_recompute; };
   d.read = recompute_read;
   d.text = recompute_text;

@@ -297,6 +297,9 @@ PlanDescriptor cp_plan_descriptor() {
   d.keys = {{"cp", PlanValue::size, kPlanSizes, "1", "context-parallel (ring attention) size", true},
             {"cp_split", PlanValue::choice, "zigzag | contiguous", "zigzag", "how the sequence is cut over cp", true}};
   d.excludes = {"ulysses"};
+  d.needs_attention = true;
+  d.modes = {ModeUse::runs, ModeUse::runs, ModeUse::refused,
+             "context parallelism is not a serving plan (serve runs tp, pp, dp and ep)"};
   d.read = cp_read;
   d.check = cp_check;
   d.text = cp_text;

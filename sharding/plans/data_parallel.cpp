@@ -497,6 +497,10 @@ std::string dp_text(const ModelSpec&, const ParallelPlan& p, bool train_mode) {
 
 }  // namespace
 
+namespace {
+const PlanModes kGradientsOnly{ModeUse::no_effect, ModeUse::runs, ModeUse::no_effect, "no gradients to reduce"};
+}  // namespace
+
 PlanDescriptor dp_plan_descriptor() {
   PlanDescriptor d;
   d.name = "dp";
@@ -509,13 +513,15 @@ PlanDescriptor dp_plan_descriptor() {
   d.size = &ParallelPlan::dp;
   d.keys = {{"dp", PlanValue::size, kPlanSizes, "chips / (tp x cp x ulysses x ep x pp); MLP: 1",
              "data-parallel replicas", true},
-            {"zero", PlanValue::number, "0..3", "0", "ZeRO stage over the dp (x cp) replicas", false, true},
+            {"zero", PlanValue::number, "0..3", "0",
+             "ZeRO stage over the dp (x cp) replicas (forward: stage 3 all_gathers the parameters)"},
             {"bucket_bytes", PlanValue::number, "auto | 0..2^50 (or 25M, 1G)", "auto (Megatron's rule)",
-             "gradient bucket bytes (0: one reduction after the backward)", false, true},
+             "gradient bucket bytes (0: one reduction after the backward)", false, true, kGradientsOnly},
             {"overlap_grad_reduce", PlanValue::flag, "true | false", "true; with sp false",
-             "each bucket reduced as soon as its gradients are ready", false, true, false},
+             "each bucket reduced as soon as its gradients are ready", false, false, kGradientsOnly},
             {"overlap_param_gather", PlanValue::flag, "true | false", "false",
-             "ZeRO 1-2: the parameter all_gather overlaps the next forward", false, true, false}};
+             "ZeRO 1-2: the parameter all_gather overlaps the next forward", false, false,
+             PlanModes{ModeUse::no_effect, ModeUse::runs, ModeUse::no_effect, "no optimizer step to gather after"}}};
   d.read = dp_read;
   d.check = dp_check;
   d.text = dp_text;
@@ -524,7 +530,8 @@ PlanDescriptor dp_plan_descriptor() {
       SpecUse::train, 2, ""};
   d.bad_cases = {{plan_test_model("", "dp: 4"), SpecUse::train, 4, "dp"},
                  {plan_test_model("", "overlap_param_gather: true"), SpecUse::train, 1, "overlap_param_gather"},
-                 {std::string(kPlanTestBlock) + "parallel: {tp: 4, zero: 1}\n", SpecUse::block, 4, "zero"}};
+                 {std::string(kPlanTestBlock) + "parallel: {tp: 4, bucket_bytes: 1M}\n", SpecUse::block, 4,
+                  "bucket_bytes"}};
   return d;
 }
 

@@ -291,12 +291,14 @@ PlanDescriptor etp_plan_descriptor() {
   d.summary = "every expert's (and the shared experts') inner size split over the tp group, the experts' partial "
               "outputs summed by one all_reduce (Megatron-Core's --expert-tensor-parallel-size); 1: the experts "
               "whole on every tp chip (sharding/plans/expert_parallel.h)";
-  d.keys = {{"etp", PlanValue::size, "1 | tp", "1", "expert tensor-parallel size (on the tp chips)", true}};
+  d.keys = {{"etp", PlanValue::choice, "1 | tp (or tp's size)", "1", "expert tensor-parallel size (on the tp chips)",
+             true}};
   d.needs = {"tp"};
   d.active = [](const ParallelPlan& p) { return p.etp > 1; };
   d.read = [](const PlanParse& c, ParallelPlan& p) {
-    if (!c.given) return;
-    p.etp = static_cast<int>(c.par.get_int_in("etp", 1, SpecBounds::axis, 1));
+    if (!c.has("etp")) return;
+    // `tp` (the tp group's size, as help writes the choice) or the size itself.
+    p.etp = c.par.get_string("etp") == "tp" ? p.tp : static_cast<int>(c.par.get_int_in("etp", 1, SpecBounds::axis, 1));
     if (p.etp == 1) return;
     needs_moe(c, "etp");
     if (p.etp != p.tp)
@@ -320,7 +322,7 @@ PlanDescriptor etp_plan_descriptor() {
            (p.sp ? "the tp group's rows sp all_gathered, the output etp reduce_scattered)"
                  : "etp all_reduce of the output)");
   };
-  d.example = {moe_case("tp: 2, etp: 2"), SpecUse::train, 2, ""};
+  d.example = {moe_case("tp: 2, etp: tp"), SpecUse::train, 2, ""};
   d.bad_cases = {{moe_case("tp: 2, etp: 2", "[8, 8, 8, 7]"), SpecUse::train, 2, "etp"},
                  {moe_case("tp: 4, etp: 2"), SpecUse::train, 4, "etp"}};
   return d;

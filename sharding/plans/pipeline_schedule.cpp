@@ -359,11 +359,15 @@ PlanDescriptor pp_plan_descriptor() {
   d.axis = "pp";
   d.size = &ParallelPlan::pp;
   d.keys = {
-      {"pp", PlanValue::size, kPlanSizes, "1", "pipeline stages (train)", true},
-      {"schedule", PlanValue::choice, "gpipe | 1f1b | interleaved | zb_h1", "1f1b", "the pipeline schedule", true},
-      {"virtual_stages", PlanValue::size, "1..4096", "1", "interleaved: model chunks per chip", true},
+      {"pp", PlanValue::size, kPlanSizes, "1", "pipeline stages", true},
+      {"schedule", PlanValue::choice, "gpipe | 1f1b | interleaved | zb_h1", "1f1b", "the pipeline schedule", true, true,
+       PlanModes{ModeUse::runs, ModeUse::runs, ModeUse::no_effect,
+                 "serving pipelines its own iterations in flight (serving/scheduler.h)"}},
+      {"virtual_stages", PlanValue::size, "1..4096", "1", "interleaved: model chunks per chip", true, true,
+       PlanModes{ModeUse::runs, ModeUse::runs, ModeUse::refused, "serving runs one model stage per pipeline chip"},
+       [](const ParallelPlan& p) { return p.virtual_stages > 1; }},
       {"pp_layers", PlanValue::list, "[n, ...] summing to layers", "even split", "layers of each model stage", true,
-       false, false}};
+       false}};
   d.read = pp_read;
   d.check = pp_check;
   d.text = pp_text;
@@ -373,6 +377,8 @@ PlanDescriptor pp_plan_descriptor() {
   d.bad_cases = {{plan_test_model("", "pp: 4"), SpecUse::train, 4, "pp"},
                  {plan_test_model("", "tp: 2, schedule: gpipe"), SpecUse::train, 2, "schedule"},
                  {plan_test_model(", layers: 4", "pp: 2, pp_layers: [1, 2]"), SpecUse::train, 2, "pp_layers"}};
+  d.mode_cases = {d.example, {plan_test_model(", layers: 4", "pp: 2, pp_layers: [3, 1]"), SpecUse::train, 2, ""},
+                  {plan_test_model(", layers: 4", "pp: 2, schedule: gpipe"), SpecUse::train, 2, ""}};
   return d;
 }
 

@@ -82,13 +82,17 @@ void add_plan_wide_keys(std::vector<PlanDescriptor>& v) {
                 "ParallelPlan::algorithm_for)";
     d.unit = false;
     d.keys = {{"algorithm", V::name, "auto | a name of `shardsim bench --list`", "auto",
-               "algorithm for every collective of the plan that implements it", false, false, false},
-              {"all_reduce", V::name, "auto | an all_reduce algorithm", "auto", "refused (run and train): use algorithm"}};
+               "algorithm for every collective of the plan that implements it", false, false},
+              {"all_reduce", V::name, "auto | an all_reduce algorithm", "auto", "refused: use algorithm", false, true,
+               PlanModes{ModeUse::refused, ModeUse::refused, ModeUse::refused,
+                         "the tp all_reduce has no algorithm of its own: parallel.algorithm sets every collective's"}}};
     d.active = [](const ParallelPlan&) { return false; };
     d.read = algorithm_read;
     d.example = {std::string(kPlanTestBlock) + "parallel: {tp: 2, algorithm: ring, all_reduce: bidir_ring}\n", SpecUse::block, 2, ""};
     d.bad_cases = {{plan_test_model("", "algorithm: bogus"), SpecUse::train, 1, "algorithm"},
                    {plan_test_model("", "all_reduce: ring"), SpecUse::train, 1, "all_reduce"}};
+    d.mode_cases = {{plan_test_model("", "tp: 2, algorithm: ring"), SpecUse::train, 2, ""},
+                    {plan_test_model("", "all_reduce: ring"), SpecUse::train, 1, ""}};
     v.push_back(d);
   }
   {
@@ -98,7 +102,7 @@ void add_plan_wide_keys(std::vector<PlanDescriptor>& v) {
     d.summary = "which topology dimensions the mesh fills, innermost axis (tp) first (sharding/device_mesh.h)";
     d.unit = false;
     d.keys = {{"mesh_dims", V::list, "[d0, d1, ...]", "fastest links first",
-               "topology dimensions the mesh fills, innermost axis first", false, false, false}};
+               "topology dimensions the mesh fills, innermost axis first", false, false}};
     d.active = [](const ParallelPlan&) { return false; };
     d.read = mesh_read;
     d.example = {plan_test_model("", "mesh_dims: [0]"), SpecUse::train, 1, ""};
@@ -136,6 +140,51 @@ std::vector<std::string_view> key_list(bool sweep) {
 }
 
 }  // namespace
+
+const char* plan_mode_name(PlanMode m) {
+  switch (m) {
+    case PlanMode::forward: return "forward";
+    case PlanMode::train: return "train";
+    case PlanMode::serve: return "serve";
+  }
+  return "?";
+}
+
+ModeUse PlanModes::in(PlanMode m) const {
+  return m == PlanMode::forward ? forward : m == PlanMode::train ? train : serve;
+}
+
+std::string modes_text(const PlanModes& m, bool why) {
+  std::string out[3];  // the modes that run, have no effect, are refused
+  for (const PlanMode mode : kPlanModes) {
+    std::string& o = out[int(m.in(mode))];
+    o += (o.empty() ? "" : ", ") + std::string(plan_mode_name(mode));
+  }
+  std::string t = out[0].empty() ? "none" : out[0];
+  if (!out[1].empty()) t += "; " + out[1] + ": no effect";
+  if (!out[2].empty()) t += "; " + out[2] + ": refused";
+  if (why && !m.why.empty() && !(out[1].empty() && out[2].empty())) t += " (" + m.why + ")";
+  return t;
+}
+
+void check_plan_modes(const PlanParse& c, const ParallelPlan& p) {
+  const PlanMode mode = c.mode();
+  for (const auto& d : registered_plans()) {
+    const bool active = d.unit && d.is_active(p);
+    if (active && d.needs_attention && !c.model.has_attention())
+      c.fail(d.keys.front().name, "needs attention (" + d.title + " shards the attention; this model's layers are "
+                                  "the MLP alone: model.kind mlp, or attention false)");
+    if (!c.train()) continue;  // the modes are the executor's (a training-model config: run, train, serve)
+    const auto refuse = [&](const std::string& key, const PlanModes& m) {
+      c.fail(key, std::string("refused in the ") + plan_mode_name(mode) + " mode: " + m.why + " (modes: " +
+                      modes_text(m) + "; `shardsim help plans`)");
+    };
+    if (active && d.modes.in(mode) == ModeUse::refused) refuse(d.keys.front().name, d.modes);
+    for (const auto& k : d.keys)
+      if (k.modes && k.modes->in(mode) == ModeUse::refused && (k.set ? k.set(p) : c.has(k.name)))
+        refuse(k.name, *k.modes);
+  }
+}
 
 ConfigNode PlanParse::at(std::string_view key) const { return has(key) ? par.child(key) : par; }
 
@@ -226,7 +275,10 @@ std::string plan_text(const ModelSpec& model, const ParallelPlan& plan, bool tra
   std::string t;
   for (const auto& d : registered_plans())
     if (d.unit && d.text && d.is_active(plan)) {
-      const std::string part = d.text(model, plan, train_mode);
+      // A unit with no effect in the forward mode (recomputation: no backward) says so, not what it would do.
+      const std::string part = !train_mode && d.modes.forward == ModeUse::no_effect
+                                   ? d.name + ": n/a in the forward mode (" + d.modes.why + ")"
+                                   : d.text(model, plan, train_mode);
       if (!part.empty()) t += (t.empty() ? "" : "; ") + part;
     }
   return t.empty() ? "single device" : t;
@@ -238,14 +290,16 @@ std::string catalogue_text() {
     out += d.name + (d.unit ? "  " : "  (plan-wide keys) ") + d.title;
     if (!d.axis.empty()) out += ", mesh axis " + d.axis;
     out += "\n  " + d.summary + "\n";
+    out += "  modes: " + modes_text(d.modes, true) + "\n";
     std::string rel;
+    if (d.needs_attention) rel = "needs attention (not on the MLP-only model)";
     for (const auto& n : d.needs) rel += (rel.empty() ? "" : ", ") + ("needs " + n);
     for (const auto& n : d.excludes) rel += (rel.empty() ? "" : ", ") + ("not with " + n);
     if (!rel.empty()) out += "  " + rel + "\n";
     for (const auto& k : d.keys) {
       out += "  " + k.name + ": " + k.values + " (default " + k.fallback + ") " + k.doc;
       std::string tags;
-      if (k.training_only) tags += "train only";
+      if (k.modes) tags += "modes: " + modes_text(*k.modes, true);
       if (k.mesh) tags += std::string(tags.empty() ? "" : ", ") + "--plan replaces it";
       out += (tags.empty() ? "" : " [" + tags + "]") + std::string("\n");
     }

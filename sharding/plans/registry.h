@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +27,28 @@
 
 namespace shardsim::sharding::plans {
 
+// The executor's modes (models/lm_tp.h): forward (`run`: one forward pass, validated against one device), train
+// (`train`: forward, backward, gradient reduction, optimizer) and serve (`serve`: prefill and decode iterations
+// with a KV cache).
+enum class PlanMode { forward, train, serve };
+inline constexpr PlanMode kPlanModes[] = {PlanMode::forward, PlanMode::train, PlanMode::serve};
+const char* plan_mode_name(PlanMode mode);  // "forward" | "train" | "serve"
+
+// What a unit or a key does in a mode: runs there; is accepted and changes nothing (a training config's key in a
+// forward: the config runs in every mode); or is refused (exit 2 at parse, naming the key).
+enum class ModeUse { runs, no_effect, refused };
+
+// The modes a plan unit (or one of its keys) works in: the one source of `help plans`, docs/CONFIG.md's modes
+// column (tests/unit/plan_modes_test.cpp compares them) and the parser's mode refusals (parse_parallel_plan).
+struct PlanModes {
+  ModeUse forward = ModeUse::runs, train = ModeUse::runs, serve = ModeUse::runs;
+  std::string why;  // why the modes that do not run do not ("no backward", ...): help and the refusal say it
+  ModeUse in(PlanMode mode) const;
+};
+// "forward, train, serve" | "forward, train; serve: refused" | "train; forward, serve: no effect"; WHY adds
+// " (WHY)" after the last part that does not run (help's and the refusal's text).
+std::string modes_text(const PlanModes& modes, bool why = false);
+
 // What a unit's hooks see while ROOT's parallel: section is parsed (parse_parallel_plan). Errors are ConfigError
 // "FILE:LINE: parallel.KEY: ..." at the key when the section gives it, else at the section (exit 2).
 struct PlanParse {
@@ -35,7 +58,10 @@ struct PlanParse {
   const ModelSpec& model;
   SpecUse use;
   int64_t chips;
-  bool forward = false;  // the executor's forward mode (`run`)
+  bool forward = false;  // the executor's forward mode (`run`) or its serving mode (both run forwards only)
+  bool serve = false;    // the executor's serving mode (`serve`)
+
+  PlanMode mode() const { return serve ? PlanMode::serve : forward ? PlanMode::forward : PlanMode::train; }
 
   bool has(std::string_view key) const { return given && par.has(key); }
   bool train() const { return use == SpecUse::train; }  // a training-model config (run's forward mode included)
@@ -63,8 +89,10 @@ struct PlanKey {
   std::string fallback;    // the default, as text
   std::string doc;         // one line
   bool mesh = false;       // a key of the plan's shape (the mesh and the pipeline): --plan and sweeps replace it
-  bool training_only = false;  // refused by run (no gradients or optimizer state)
   bool swept = true;       // accepted in a sweep's plan entry
+  std::optional<PlanModes> modes = std::nullopt;  // its own modes; none: its unit's (PlanDescriptor::modes)
+  // When the key takes effect (what a refusal in a mode refuses); null: whenever the config gives it.
+  bool (*set)(const ParallelPlan& plan) = nullptr;
 };
 
 // A config (model: and parallel: sections) on CHIPS chips for USE, for the parametrised tests: an example that
@@ -85,6 +113,8 @@ struct PlanDescriptor {
   std::vector<PlanKey> keys;
   std::vector<std::string> needs;     // units that must be active with it (sp: tp)
   std::vector<std::string> excludes;  // units that cannot be active with it (ulysses: cp)
+  bool needs_attention = false;       // refused on a model without attention (the MLP-only workload)
+  PlanModes modes;                    // the modes the unit works in (its keys' unless a key has its own)
   bool unit = true;                   // false: plan-wide keys (the collective algorithm, the mesh order)
   // True when PLAN uses the unit (size > 1, its flag set, ...). Null: size > 1.
   bool (*active)(const ParallelPlan& plan) = nullptr;
@@ -99,9 +129,13 @@ struct PlanDescriptor {
   // and the cases its read or check must refuse naming a key of this unit.
   PlanCase example;
   std::vector<PlanCase> bad_cases;
+  // For tests/unit/plan_modes_test.cpp: training-model configs (none: the example, a training-model one), each
+  // accepted in the modes every key it gives runs in or has no effect in, refused (exit 2) in the others.
+  std::vector<PlanCase> mode_cases;
 
   bool is_active(const ParallelPlan& plan) const;
   const PlanKey* key(std::string_view name) const;
+  const PlanModes& modes_of(const PlanKey& key) const { return key.modes ? *key.modes : modes; }
 };
 
 // Every registered descriptor in registration order (the units first, then the plan-wide keys): the order the
@@ -128,6 +162,11 @@ std::string size_product_text(const ParallelPlan& plan);
 // The report's plan line, for `run` (TRAIN false: one forward) and `train`: each active unit's text, in
 // registration order, joined by "; " ("single device" when no unit is active).
 std::string plan_text(const ModelSpec& model, const ParallelPlan& plan, bool train);
+
+// The mode rules of the registry for PLAN, parsed in C's mode (parse_parallel_plan, after the units' reads): a unit
+// active in a mode it is refused in, a key set in a mode its own modes refuse, or a unit that needs attention on a
+// model without it, fails naming the key (ConfigError, exit 2).
+void check_plan_modes(const PlanParse& c, const ParallelPlan& plan);
 
 // `shardsim help plans`: one block per descriptor (name, title, mesh axis, needs / excludes, summary, its keys
 // with values, default and doc line).

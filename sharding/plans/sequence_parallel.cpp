@@ -66,6 +66,7 @@ PlanDescriptor sp_plan_descriptor() {
   d.axis = "tp";
   d.keys = {{"sp", PlanValue::flag, "true | false", "false", "sequence parallelism on the tp axis", true}};
   d.needs = {"tp"};
+  d.modes = {ModeUse::runs, ModeUse::runs, ModeUse::refused, "serving runs without sequence parallelism"};
   d.active = [](const ParallelPlan& p) { return p.sp; };
   d.read = sp_read;
   d.check = sp_check;

@@ -319,8 +319,13 @@ PlanDescriptor fused_plan_descriptor() {
   d.axis = "tp";
   d.keys = {
       {"fused", PlanValue::flag, "true | false", "false", "fuse the tp collectives with their GEMMs"},
-      {"chunks", PlanValue::number, "auto | 1..4096", "auto", "run, fused all_reduce form: pieces of the output"}};
+      {"chunks", PlanValue::number, "auto | 1..4096", "auto", "the fused all_reduce form (sp: false): pieces of the output",
+       false, true,
+       PlanModes{ModeUse::runs, ModeUse::refused, ModeUse::refused,
+                 "the forward's gemm_all_reduce; the trainer fuses the sp rings of tp pieces, serving runs unfused"}}};
   d.needs = {"tp"};
+  d.modes = {ModeUse::runs, ModeUse::runs, ModeUse::refused,
+             "serving runs the GEMMs and their collectives unfused; train fuses with sp only"};
   d.active = [](const ParallelPlan& p) { return p.fused.enabled; };
   d.read = fused_read;
   d.text = fused_text;
@@ -328,6 +333,8 @@ PlanDescriptor fused_plan_descriptor() {
   d.bad_cases = {
       {std::string(kPlanTestBlock) + "parallel: {tp: 2, fused: true, chunks: 4096}\n", SpecUse::block, 2, "chunks"},
       {plan_test_model("", "fused: true"), SpecUse::train, 2, "fused"}};
+  d.mode_cases = {{plan_test_model("", "tp: 2, sp: true, fused: true"), SpecUse::train, 2, ""},
+                  {plan_test_model("", "tp: 2, fused: true, chunks: 2"), SpecUse::train, 2, ""}};
   return d;
 }
 

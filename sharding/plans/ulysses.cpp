@@ -155,6 +155,9 @@ PlanDescriptor ulysses_plan_descriptor() {
   d.size = &ParallelPlan::ulysses;
   d.keys = {{"ulysses", PlanValue::size, kPlanSizes, "1", "Ulysses size (on the mesh's cp axis)", true}};
   d.excludes = {"cp"};
+  d.needs_attention = true;
+  d.modes = {ModeUse::runs, ModeUse::runs, ModeUse::refused,
+             "context parallelism is not a serving plan (serve runs tp, pp, dp and ep)"};
   d.read = ulysses_read;
   d.check = ulysses_check;
   d.text = ulysses_text;

@@ -202,6 +202,85 @@ for plan in "tp=4,sp=true" "tp=4,sp=true,fused=true" "tp=2,dp=2,zero=3" "dp=4"; 
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MLP" --steps 3 --plan "$plan"
 done
 
+e2e_case "(l) plan modes: each plan is accepted or refused (exit 2) in each mode as \`help plans\` lists it"
+# help's "  modes: ..." line of each unit: the modes listed before any ':' part run (or have no effect: accepted);
+# the ones listed under "refused" exit 2 naming the key. forward (run) and train are run shape-only on the LM
+# config; serve's refusals are checked on the serve config (its accepted plans run in tests/e2e/serve.sh).
+expect_exit 0 '^tp  tensor parallel' -- shardsim_mpi 1 help plans
+cp "$E2E_OUT" help_plans.txt
+mode_use() {  # UNIT MODE -> runs | no_effect | refused, from help's modes line of UNIT
+  awk -v u="$1" -v m="$2" '
+    $1 == u && $0 !~ /^ / { inside = 1; next }
+    inside && /^  modes: / {
+      line = substr($0, 10); sub(/ \(.*$/, "", line); n = split(line, part, "; ")
+      for (i = 1; i <= n; i++) {
+        use = "runs"; list = part[i]
+        if (list ~ /: no effect$/) { use = "no_effect"; sub(/: no effect$/, "", list) }
+        if (list ~ /: refused$/) { use = "refused"; sub(/: refused$/, "", list) }
+        k = split(list, ms, ", "); for (j = 1; j <= k; j++) if (ms[j] == m) { print use; exit }
+      }
+      exit
+    }' help_plans.txt
+}
+S8=$CONFIGS/serve/llama3_8b_h100.yaml
+for item in tp:tp=2 sp:tp=2,sp=true fused:tp=2,sp=true,fused=true cp:cp=2 ulysses:ulysses=2 pp:pp=2 dp:dp=4 \
+            recompute:recompute=full; do
+  unit=${item%%:*} plan=${item#*:}
+  for mode in forward train serve; do
+    use=$(mode_use "$unit" "$mode")
+    [ -n "$use" ] || { fail "help plans lists no $mode mode for $unit"; continue; }
+    case $mode in
+      forward) cmd=(run "$LM" --shape-only --no-checkpoint --plan "$plan") ;;
+      train) cmd=(train "$LM" --shape-only --steps 1 --plan "$plan") ;;
+      serve) [ "$use" = refused ] || continue  # accepted serving plans: tests/e2e/serve.sh
+             cmd=(serve "$S8" --plan "$plan") ;;
+    esac
+    if [ "$use" = refused ]; then  # refused naming one of the plan's keys (fused's case: sp, refused first)
+      keys=$(echo "$plan" | sed 's/=[^,]*//g; s/,/|/g')
+      expect_exit 2 "parallel\.($keys): refused in the $mode mode" -- shardsim_mpi 1 --chips 4 "${cmd[@]}"
+    else
+      expect_exit 0 '' -- shardsim_mpi 1 --chips 4 "${cmd[@]}"
+    fi
+  done
+done
+# etp's choice is written as help writes it (1 | tp).
+expect_exit 0 'expert tensor parallel etp=2' -- shardsim_mpi 1 --chips 4 run "$CONFIGS/moe/tiny_moe.yaml" --shape-only \
+  --no-checkpoint --plan tp=2,ep=2,etp=tp
+# The attention-sharding plans on the MLP-only model: refused naming the key, before any rule of their own.
+for plan in cp=2 ulysses=4; do
+  if expect_exit 2 "parallel\.${plan%%=*}: needs attention" -- shardsim_mpi 1 --chips 4 run "$SMALL" --plan "$plan"; then
+    assert_out_count 'KV heads|ring attention' 0 "$plan: no unit rule of its own ran"
+  fi
+done
+
+e2e_case "(m) one summary rule: the critical chip's row and summary, the pipeline bubble apart from exposed comm"
+if expect_exit 0 'pipeline bubble' -- shardsim_mpi 1 --chips 4 run "$LM" --shape-only --no-checkpoint \
+     --plan pp=2,tp=2,recompute=full --json pp_fwd.json; then
+  assert_out 'recompute: n/a in the forward mode' "a forward's plan line says recompute does nothing there"
+  assert_out_count 'recompute: (full|selective)' 0 "no recomputation claimed in a forward"
+  if python3 -c "import json,sys; j=json.load(open('pp_fwd.json')); s=j['simulated']; st=j['train']['steps'][0]; \
+b=s['breakdown']; ok=abs(st['total_ns']-s['total_ns'])<1e-6 and st['bubble_ns']==s['bubble_ns']>0 and \
+abs(b['total_ns']-b['compute_ns']-b['exposed_comm_ns']-s['bubble_ns']-s['idle_ns'])<1e-3 and \
+s['total_ns']==max(c['simulated']['total_ns'] for c in s['per_chip']); sys.exit(0 if ok else 1)"; then
+    pass "the step row is the summary's chip (the critical one), its bubble apart: compute + exposed + bubble + idle = total"
+  else fail "pipelined forward: row, summary and bubble disagree"; fi
+fi
+if expect_exit 0 'pipeline bubble' -- shardsim_mpi 1 --chips 4 train "$LM" --shape-only --steps 2 --plan pp=2,tp=2 \
+     --json pp_train.json; then
+  if python3 -c "import json,sys; j=json.load(open('pp_train.json')); s=j['simulated']; st=j['train']['steps'][-1]; \
+ok=abs(st['total_ns']-j['train']['step_ns'])<1e-6 and st['bubble_ns']>0 and \
+s['total_ns']==max(c['simulated']['total_ns'] for c in s['per_chip']); sys.exit(0 if ok else 1)"; then
+    pass "train: the last row and the step time are the critical chip's, with its bubble"
+  else fail "pipelined train: row and summary disagree"; fi
+fi
+
+e2e_case "(n) one command surface: --no-checkpoint in run and train, refused with --checkpoint in both"
+expect_exit 0 '' -- shardsim_mpi 1 --chips 4 train "$LM" --shape-only --steps 1 --no-checkpoint
+for cmd in run train; do
+  expect_exit 2 '^shardsim: error: --checkpoint and --no-checkpoint contradict each other$' -- \
+    shardsim_mpi 1 --chips 4 $cmd "$LM" --no-checkpoint --checkpoint both.h5
+done
+
 e2e_case "(f) bad input: a vocabulary in a block config, attention keys in an MLP config"
 expect_exit 2 'vocab: model.kind transformer_block has no embedding' -- \
   shardsim_mpi 1 --chips 4 train "$BLOCK" --set model.vocab=64

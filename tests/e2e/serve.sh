@@ -293,8 +293,8 @@ expect_exit 2 'exceeds the model.s context of 8192' -- shardsim_mpi 1 serve "$S8
 expect_exit 2 'KV cache is too small' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.15 --json bad.json
 expect_exit 2 'generated request [0-9]+: needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
 expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fifo --json bad.json
-expect_exit 2 'parallel.sp: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
-expect_exit 2 'parallel.fused: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
+expect_exit 2 'parallel.sp: refused in the serve mode: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
+expect_exit 2 'parallel.fused: refused in the serve mode: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
   --set parallel.fused=true --json bad.json
 if [ -e bad.json ]; then fail "a refused run wrote its JSON"; else pass "nothing written by the refused runs"; fi
 
