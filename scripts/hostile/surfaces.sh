@@ -290,7 +290,7 @@ for kv in train.steps=5 parallel.zero=1 parallel.recompute=full parallel.bucket_
           parallel.virtual_stages=2 parallel.schedule=gpipe; do
   hc 2 "--set ${kv//./\\.}: .*(training only|training pipeline)" -- $S serve "$SERVE" "${R[@]}" --set "$kv"
 done
-hc 2 '--set parallel\.sp=true: parallel\.sp: serving runs without sequence parallelism' -- $S --chips 2 serve "$SERVE" \
+hc 2 'parallel\.sp: (refused in the serve mode: )?serving runs without sequence parallelism' -- $S --chips 2 serve "$SERVE" \
   "${R[@]}" --set parallel.tp=2 --set parallel.sp=true
 hc 2 '--what-if serve\.memory_fraction=0\.01: .*KV cache is too small' -- $S serve "$SERVE" "${R[@]}" \
   --what-if serve.memory_fraction=0.01
