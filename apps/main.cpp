@@ -120,6 +120,49 @@ void refuse_empty_values(const CLI::App& app) {
   }
 }
 
+// Flags that set one config key twice: the later one won silently (`--set model.seq=4 --set model.seq=8`, `--plan
+// tp=2 --set parallel.tp=4`, `--bandwidth 10 --set topology.bandwidth_gbps=50`). The user's flags only: a --what-if
+// change is applied over them on purpose.
+void refuse_repeated_keys(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    std::vector<std::pair<std::string, std::string>> given;  // key path (model. read as workload.), the flag
+    auto add = [&](std::string path, const std::string& flag) {
+      if (path.rfind("model.", 0) == 0) path = "workload." + path.substr(6);
+      for (const auto& [k, f] : given)
+        if (k == path)
+          throw CLI::ValidationError(f + " and " + flag + " both set " +
+                                     (path.rfind("workload.", 0) == 0 ? "model." + path.substr(9) : path) +
+                                     "; give it once");
+      given.emplace_back(std::move(path), flag);
+    };
+    auto results = [&](const char* name) {
+      const CLI::Option* o = sub->get_option_no_throw(name);
+      return o && o->count() > 0 ? o->results() : std::vector<std::string>();
+    };
+    const auto sets = results("--set");
+    if (!sets.empty()) {
+      if (!results("--bandwidth").empty()) add("topology.bandwidth_gbps", "--bandwidth");
+      if (!results("--latency").empty()) add("topology.latency_ns", "--latency");
+      for (const std::string& plan : results("--plan")) {
+        std::vector<std::string> keys;  // each once (a key twice in the plan is --plan's own "given twice")
+        try {
+          for (const std::string& item : shardsim::split_items(plan))
+            if (const size_t eq = item.find('='); eq != std::string::npos && eq > 0 &&
+                std::find(keys.begin(), keys.end(), item.substr(0, eq)) == keys.end())
+              keys.push_back(item.substr(0, eq));
+        } catch (const std::invalid_argument&) {
+          keys.clear();  // --plan says what is wrong with it
+        }
+        for (const std::string& k : keys) add("parallel." + k, "--plan " + shardsim::escape_control(plan));
+      }
+      for (const std::string& item : sets)
+        if (const size_t eq = item.find('='); eq != std::string::npos && eq > 0)
+          add(item.substr(0, eq), "--set " + shardsim::escape_control(item));
+    }
+    refuse_repeated_keys(*sub);
+  }
+}
+
 void install_signal_handlers(int world_rank) {
   g_world_rank = world_rank;
   struct sigaction sa{};
@@ -374,6 +417,20 @@ int main(int argc, char** argv) {
 
 namespace {
 
+// The first word of ARGS (after the program) that is neither an option nor an option's value: the command the user
+// meant, or "" when there is none.
+std::string first_word(const CLI::App& app, const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.empty()) continue;
+    if (a[0] != '-') return a;
+    if (a.find('=') != std::string::npos) continue;
+    const CLI::Option* o = app.get_option_no_throw(a);
+    if (o && o->get_type_size() > 0) ++i;  // its value
+  }
+  return "";
+}
+
 int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args) {
   using namespace shardsim;
   CLI::App app{"shardsim: sharded workloads on simulated accelerator chips, one chip per MPI rank by default "
@@ -437,6 +494,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
     refuse_empty_values(app);
+    refuse_repeated_keys(app);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same command line; rank 0 speaks for all of them.
     // The outcome is decided here: a SIGTERM from mpirun (another rank already exited) must not add a line.
@@ -446,8 +504,25 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       return kExitOk;
     }
     g_decided_exit = kExitBadInput;
-    if (world.rank() == 0)
-      std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", escape_control(e.what()).c_str());
+    if (world.rank() == 0) {
+      // `shardsim srve x.yaml` said "A subcommand is required", as if no command had been given.
+      const std::string word = dynamic_cast<const CLI::RequiredError*>(&e) ? first_word(app, args) : std::string();
+      std::string known;
+      for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; }))
+        known += (known.empty() ? "" : ", ") + c->get_name();
+      // CLI11's "--plan: At Most 1 required but received 2" for a flag given twice.
+      const std::string what = e.what(), most = ": At Most 1 required but received ";
+      const size_t at = what.find(most);
+      if (!word.empty() && app.get_subcommands([&](CLI::App* c) { return c->check_name(word); }).empty())
+        std::fprintf(stderr, "shardsim: error: unknown command '%s' (commands: %s; see shardsim --help)\n",
+                     escape_control(word).c_str(), known.c_str());
+      else if (at != std::string::npos)
+        std::fprintf(stderr, "shardsim: error: %s given %s times; give it once%s\n",
+                     escape_control(what.substr(0, at)).c_str(), escape_control(what.substr(at + most.size())).c_str(),
+                     what.rfind("--plan", 0) == 0 ? " (join its items with commas: --plan tp=2,cp=4)" : "");
+      else
+        std::fprintf(stderr, "shardsim: error: %s (see shardsim --help)\n", escape_control(e.what()).c_str());
+    }
     return kExitBadInput;
   }
   if (!ckpt.empty()) opt.checkpoint_path = ckpt;

@@ -26,6 +26,7 @@
 #include "apps/profile.h"
 #include "apps/serve_server.h"
 #include "apps/train_setup.h"
+#include "common/config_rules.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "common/output_file.h"
@@ -86,6 +87,9 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
   }
   n.expect_keys(serving::kServeLengthKeys);
   d.kind = n.get_string("kind", "fixed");
+  if (d.kind == "fixed") refuse_keys_of_other_kinds(n, "kind", d.kind, {"value"});
+  if (d.kind == "uniform") refuse_keys_of_other_kinds(n, "kind", d.kind, {"min", "max"});
+  if (d.kind == "normal") refuse_keys_of_other_kinds(n, "kind", d.kind, {"mean", "std", "min", "max"});
   if (d.kind == "fixed") {
     d.value = n.get_int_in("value", 1, serving::kMaxTokens);
   } else if (d.kind == "uniform" || d.kind == "normal") {
@@ -145,6 +149,10 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     v.fail("serve.trace: missing (a file: or generated arrivals: arrival, rate, count, seed, prompt, output)");
   std::string file;
   serving::TraceSpec g;
+  if (t)  // (a --set of one next to the other was "unknown key serve.trace.arrival" at the config's line)
+    refuse_together(*t, {"file"}, {std::begin(serving::kServeTraceKeys), std::end(serving::kServeTraceKeys)},
+                    "a trace is a file or generated arrivals; to serve a file instead of a config's generated "
+                    "trace, give it with --requests FILE");
   if (t && t->has("file")) {
     t->expect_keys(serving::kServeTraceFileKeys);
     file = t->get_string("file");
@@ -167,10 +175,12 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (!f.requests.empty()) file = f.requests;
   if (const std::string why = unreadable_input(f.requests); !f.requests.empty() && !why.empty())
     throw UsageError("--requests " + escape_control(f.requests) + ": " + why);
+  serving::check_batching(v, s.sched, max_context);
   if (!file.empty()) {
     s.requests = serving::load_trace(file);
     s.trace_text = "file " + file + (f.requests.empty() ? "" : replaced);
     serving::check_trace(s.requests, max_context, file);
+    s.sched.trace = file;
     return s;
   }
   s.requests = serving::generate_trace(g);
@@ -181,7 +191,8 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
     std::snprintf(b, sizeof b, "generated: %s arrivals at %g requests/s, %lld requests, seed %llu", g.arrival.c_str(),
                   g.rate, (long long)g.count, (unsigned long long)g.seed);
   s.trace_text = b;
-  serving::check_trace(s.requests, max_context, root.file() + " (serve.trace)");
+  s.sched.trace = root.file() + " (serve.trace)";
+  serving::check_trace(s.requests, max_context, s.sched.trace);
   return s;
 }
 
@@ -421,8 +432,17 @@ std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeF
         v.quiet = true;
         serving::ServeMetrics m;
         v.metrics_out = &m;
-        run_serve(world, v);
-        by_change[plans.at(next++).change] = m;
+        const std::string change = plans.at(next++).change;
+        try {  // bad input only this change's run finds (its KV cache): exit 2 naming the change
+          run_serve(world, v);
+        } catch (const AgreedError& e) {
+          if (e.exit_code() != kExitBadInput) throw;
+          throw AgreedError("--what-if " + change + ": " + e.what(), e.exit_code());
+        } catch (const Error& e) {
+          if (e.exit_code() != kExitBadInput) throw;
+          throw UsageError("--what-if " + change + ": " + e.what());
+        }
+        by_change[change] = m;
         return m.e2e.mean * 1e9;
       },
       sf.overrides);
@@ -452,6 +472,42 @@ std::string what_if_table(const serving::ServeMetrics& base, const std::vector<S
   return s;
 }
 
+// What serving has no use for, refused before the training checks it would meet (virtual stages said "the
+// interleaved schedule needs the micro-batches per step ..." at the model's line): the train: section, the
+// plan's training keys, model.micro_batch, mode: real, validate:, fold:. Each was accepted and ignored (zero 3 gave
+// the figures of zero 0).
+void refuse_training_keys(const ConfigNode& root) {
+  const std::string why = ": training only (serve runs no backward, optimizer or training step); remove it";
+  // A section is named at its first key: the --set that made it, or its line.
+  auto refuse_section = [&](const std::string& k, const std::string& what) {
+    const ConfigNode t = root.child(k);
+    if (t.is_map() && t.yaml().size() > 0) {
+      const std::string first = t.yaml().begin()->first.as<std::string>();
+      if (t.has(first)) t.child(first).fail(k + "." + first + what);
+    }
+    t.fail(k + what);
+  };
+  if (root.has("train")) refuse_section("train", why);
+  // serve always runs shape-only and validates nothing: mode: real, validate: and fold: were accepted and ignored
+  if (root.has("mode") && root.get_string("mode") != "shape_only")
+    root.child("mode").fail("mode: serve runs shape-only (no tensors: the simulated clock only); remove it or say "
+                            "shape_only");
+  for (const char* k : {"validate", "fold"})
+    if (root.has(k)) refuse_section(k, ": not used by serve (it runs shape-only: nothing to validate or fold); remove it");
+  if (root.has("workload") && root.child("workload").is_map() && root.child("workload").has("micro_batch"))
+    root.child("workload").child("micro_batch").fail("model.micro_batch" + why);
+  if (!root.has("parallel") || !root.child("parallel").is_map()) return;
+  const ConfigNode par = root.child("parallel");
+  for (const std::string k : {"zero", "bucket_bytes", "overlap_grad_reduce", "overlap_param_gather", "recompute",
+                              "schedule", "virtual_stages"})
+    if (par.has(k))
+      par.child(k).fail("parallel." + k +
+                        (k == "schedule" || k == "virtual_stages"
+                             ? ": a training pipeline's (serve's pp runs one model stage per chip, a virtual engine per "
+                               "stage); remove it"
+                             : why));
+}
+
 // The config and the serve section as every chip agrees on them (exit 2 naming the key on bad input), and each
 // --what-if change checked to load before anything runs.
 void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f, TrainSetup& s, ServeSetup& sv,
@@ -470,6 +526,7 @@ void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f
       if (!sf.requests.empty()) inputs.emplace_back("the --requests file", sf.requests);
       check_outputs_distinct(outputs, inputs);
     }
+    refuse_training_keys(train_config(f));
     s = load(f, world.size());
     sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
     if (!sf.trace_path.empty()) check_trace_size(sf.trace_path, sf.trace, sv.requests, world.rank() == 0);
@@ -650,7 +707,12 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       kv.emplace(exec->make_kv_cache(s.model.seq));
       (void)exec->serve_step({}, *kv);  // the serving plan's checks
     } catch (const std::invalid_argument& e) {
-      throw UsageError(s.config_name + ": " + e.what());
+      // "parallel.sp: serving runs without ...": the key's FILE:LINE, or the --set that gave it
+      const std::string what = e.what();
+      const size_t colon = what.find(':');
+      const std::string key = colon == std::string::npos ? std::string() : what.substr(0, colon);
+      if (key.rfind("parallel.", 0) == 0 && key.find(' ') == std::string::npos) train_config(f).fail_at(key, what);
+      throw UsageError(s.config_name + ": " + what);
     } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE
       train_config(f).fail_at(e.key(), e.what());
     }
@@ -662,7 +724,15 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
     try {
       cap = serving::kv_capacity(s.device.hbm_bytes(), sv.memory_fraction, weights, acts, per_token, sv.block_size);
     } catch (const std::invalid_argument& err) {
-      throw UsageError(s.config_name + ": serve.memory_fraction / block_size: the KV cache is too small: " + err.what());
+      // What can fix it: the weights alone past the whole HBM need more chips per replica (no memory_fraction or
+      // block_size helps); else a larger memory_fraction, a smaller block or budget.
+      char gib[160];
+      std::snprintf(gib, sizeof gib, "the weights per chip (%.3f GiB) exceed the device's HBM (%.3f GiB)",
+                    weights / double(1LL << 30), s.device.hbm_bytes() / double(1LL << 30));
+      if (weights >= s.device.hbm_bytes())
+        throw UsageError(s.config_name + ": " + gib + ": shard the model over more chips (parallel.tp, parallel.pp)");
+      throw UsageError(s.config_name + ": serve.memory_fraction / block_size / max_num_batched_tokens: the KV cache is "
+                       "too small: " + err.what());
     }
   });
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp

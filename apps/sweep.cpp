@@ -287,8 +287,12 @@ void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_p
     const auto it = index.find(r["key"]);
     // validate: every re-runs rows that took their verdict from a smaller validation run (validate once).
     const bool validated_elsewhere = !r["validated_at"].empty() && r["validated_at"] != "self";
+    // A point the launch was too small for is not a result: it runs when a launch has its chips (it was "already
+    // in results" forever, the error row kept).
+    const bool launch_too_small = r["verdict"] == "error" && r["reason"].rfind("needs ", 0) == 0 &&
+                                  r["reason"].find(" chips, the launch has ") != std::string::npos;
     if (it == index.end()) st.foreign.push_back(r);
-    else if (!f.force && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
+    else if (!f.force && !launch_too_small && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
       st.mask[it->second] = '1';
       st.done[r["key"]] = r;
     }

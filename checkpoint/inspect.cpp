@@ -227,8 +227,16 @@ nlohmann::json inspect_serial(const std::string& path) {
   if (!read_int_attr(f.id, "format_version", H5T_NATIVE_INT64, v) || v.size() != 1 || v[0] != kFormatVersion)
     throw ConfigError(at + "unsupported format_version (this shardsim reads version " +
                       std::to_string(kFormatVersion) + ")");
-  if (!read_int_attr(f.id, "complete", H5T_NATIVE_INT64, v) || v.size() != 1 || v[0] != 1)
+  v.clear();
+  const bool marker = read_int_attr(f.id, "complete", H5T_NATIVE_INT64, v);
+  if (!marker || v.size() != 1 || v[0] != 1) {
+    // A marker that is there but cannot be read is a damaged file, not an unfinished save.
+    const htri_t exists = H5Aexists(f.id, "complete");
+    if (exists < 0 || (exists > 0 && !marker))
+      throw ConfigError(at + "corrupted: the root's attributes cannot be read (the 'complete' marker is unreadable)" +
+                        h5_detail());
     throw ConfigError(at + "incomplete checkpoint: the save that wrote it did not finish (no 'complete' marker)");
+  }
   nlohmann::json out;
   out["step"] = read_int_attr(f.id, "step", H5T_NATIVE_INT64, v) && v.size() == 1 ? v[0] : 0;
   const std::vector<std::string> manifest = read_manifest(f.id, path, list_datasets(f.id, at));

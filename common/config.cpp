@@ -165,6 +165,8 @@ std::string ConfigNode::printable_text() const {
   const std::string& v = node_.Scalar();
   if (const auto bad = control_character(v); !bad.empty())
     fail(path_ + ": contains a " + bad + " (names and labels must be printable text on one line)");
+  if (v.size() > 4096)  // a path's limit (PATH_MAX); a 10 MB name was printed whole in the report header
+    fail(path_ + ": " + std::to_string(v.size()) + " characters; names, labels and paths are at most 4096");
   return v;
 }
 
@@ -334,8 +336,21 @@ void ConfigNode::expect_keys(std::span<const std::string_view> allowed) const {
     if (!ok) {
       std::string list;
       for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw ConfigError(locate(kv.first, key_path(key)) + ": unknown key '" + escape_control(key_path(key)) +
-                        "' (allowed here: " + list + ")");
+      // A key of the file that an override made unknown (`--set topology.kind=stacked` over a ring's
+      // bandwidth_gbps): name the override, not only the file's line, which is fine on its own.
+      std::string changed;
+      const std::string here = locate(kv.first, key_path(key));
+      if (here.find(", --") == std::string::npos)
+        for (const auto& other : node_) {
+          const std::string k2 = other.first.as<std::string>(), at = locate(other.second, key_path(k2));
+          if (at.find(", --") != std::string::npos) {
+            changed = "; " + escape_control(at.substr(at.find(", --") + 2)) + " changed this section: " + escape_control(key_path(key)) +
+                      " belongs to another setting (remove it from the config)";
+            break;
+          }
+        }
+      throw ConfigError(here + ": unknown key '" + escape_control(key_path(key)) + "' (allowed here: " + list + ")" +
+                        changed);
     }
   }
 }
@@ -379,6 +394,15 @@ T convert(const YAML::Node& n, const std::string& where, const std::string& path
     const std::string& s = n.Scalar();
     return s.find_first_of("nN") != std::string::npos ? std::nan("")
                                                      : (s[0] == '-' ? -HUGE_VAL : HUGE_VAL);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    // YAML 1.2's booleans only: yaml-cpp also took y, yes, on, n, no and off, while the message said true or false.
+    static const char* const kTrue[] = {"true", "True", "TRUE"}, *const kFalse[] = {"false", "False", "FALSE"};
+    if (n.IsScalar())
+      for (int i = 0; i < 3; ++i) {
+        if (n.Scalar() == kTrue[i]) return true;
+        if (n.Scalar() == kFalse[i]) return false;
+      }
+    throw bad();
   } else {
     try {
       return n.as<T>();

@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -117,16 +118,32 @@ void check_replaceable(const std::string& path, const std::string& flag) {
 
 namespace {
 
-// STDOUT_FILENO or STDERR_FILENO when ST is the file this process's standard output or error is, else -1.
+// Once an output writes to standard output, the text a command prints moves off it (move_text_off_stdout): the
+// descriptor of the original standard output (outputs are written through it) and the paths that named it
+// (/dev/stdout now names where the text went, so they are remembered as given).
+std::atomic<int> g_stdout_fd{-1};
+std::mutex g_stdout_mutex;
+std::set<std::string> g_stdout_paths;
+
+// The descriptor writing to what standard output was when the command started.
+int original_stdout() {
+  const int fd = g_stdout_fd.load();
+  return fd >= 0 ? fd : STDOUT_FILENO;
+}
+
+// STDOUT_FILENO or STDERR_FILENO when ST is the file this process's standard output or error is (standard
+// output: as it was before the text moved off it), else -1.
 int std_stream_of(const struct stat& st) {
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
     struct stat s{};
-    if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return fd;
+    if (::fstat(fd == STDOUT_FILENO ? original_stdout() : fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino)
+      return fd;
   }
   return -1;
 }
 
-// Character devices an output may be written through: the sinks /dev/null, /dev/zero, /dev/full (major 1) and
+// Character devices an output may be written through: the sinks /dev/null, /dev/zero (major 1; /dev/full, where
+// every write fails, is refused before) and
 // terminals (/dev/ttyN, /dev/tty, /dev/console, pseudo-terminals). Others (a watchdog, /dev/mem, /dev/kmsg) act
 // when opened or written, so they are refused without being opened.
 bool writable_char_device(dev_t rdev) {
@@ -140,6 +157,7 @@ std::mutex g_streams_mutex;
 std::map<std::string, int> g_streams;
 
 int stream_fd(const OutputTarget& t, const std::string& flag, bool usage) {
+  if (t.std_fd == STDOUT_FILENO) return original_stdout();
   if (t.std_fd >= 0) return t.std_fd;
   std::lock_guard<std::mutex> lock(g_streams_mutex);
   if (auto it = g_streams.find(t.path); it != g_streams.end()) return it->second;
@@ -181,14 +199,67 @@ void write_all(int fd, std::string_view data, const std::string& path) {
 // lands in order with what the command printed.
 void write_stream(const OutputTarget& t, std::string_view data) {
   const int fd = stream_fd(t, "output", false);
-  if (fd == STDOUT_FILENO) {
+  if (t.std_fd >= 0) {
     std::cout.flush();
     std::fflush(stdout);
-  } else if (fd == STDERR_FILENO) {
     std::cerr.flush();
     std::fflush(stderr);
   }
   write_all(fd, data, t.path);
+}
+
+// The text the command prints (its report, progress rows) moves to standard error: standard output is an output
+// now (PATHS name it). The outputs keep writing to the original descriptor.
+void move_text_off_stdout(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(g_stdout_mutex);
+  g_stdout_paths.insert(paths.begin(), paths.end());
+  if (g_stdout_fd.load() >= 0) return;
+  std::cout.flush();
+  std::fflush(stdout);
+  const int keep = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (keep < 0) throw RuntimeFault("cannot keep standard output for the outputs: " + cause(errno));
+  if (::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    const int err = errno;
+    ::close(keep);
+    throw RuntimeFault("cannot move the report to standard error: " + cause(err));
+  }
+  g_stdout_fd.store(keep);
+}
+
+// The temporary the write will use can be created next to FILE, now: /proc and /sys pass access(2) and refuse
+// creation, and a name within the file system's limit can have a temporary beyond it; both were found after the
+// whole run (exit 3). UsageError naming FLAG and PATH.
+void probe_temporary(const std::string& file, const std::string& flag, const std::string& path) {
+  const std::string base = file + ".partial." + temp_owner_tag() + ".";  // a real temporary's name and length
+  int err = EEXIST;
+  for (int i = 0; i < 10 && err == EEXIST; ++i) {
+    const std::string name = base + "probe" + std::to_string(i);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(name.c_str());
+      return;
+    }
+    err = errno;
+  }
+  throw UsageError(flag + " " + path + ": cannot create a file next to it: " + cause(err) +
+                   (err == ENAMETOOLONG ? " (the file name and its temporary's suffix of " +
+                                              std::to_string(base.size() + 6 - file.size()) +
+                                              " characters must fit the file system's limit, usually 255)"
+                                        : std::string()));
+}
+
+// What a stream output writes to, for messages.
+std::string stream_words(const OutputTarget& t, const struct stat& st) {
+  if (t.std_fd == STDOUT_FILENO) return "standard output";
+  if (t.std_fd == STDERR_FILENO) return "standard error";
+  if (S_ISFIFO(st.st_mode)) return "one pipe";
+  return "one device";
+}
+
+// /dev/null and /dev/zero: written-through outputs that keep nothing, so two of them cannot interleave.
+bool discards(const struct stat& st) {
+  return S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && (minor(st.st_rdev) == 3 || minor(st.st_rdev) == 5);
 }
 
 }  // namespace
@@ -197,6 +268,14 @@ OutputTarget resolve_output(const std::string& path, const std::string& flag) {
   if (path.empty()) throw UsageError(flag + ": empty path");
   OutputTarget t;
   t.path = path;
+  if (g_stdout_fd.load() >= 0) {  // a path that named standard output before the text moved off it still does
+    std::lock_guard<std::mutex> lock(g_stdout_mutex);
+    if (g_stdout_paths.count(path)) {
+      t.stream = true;
+      t.std_fd = STDOUT_FILENO;
+      return t;
+    }
+  }
   struct stat lst{};
   if (::lstat(path.c_str(), &lst) != 0) {
     if (errno == ENOTDIR)
@@ -220,6 +299,9 @@ OutputTarget resolve_output(const std::string& path, const std::string& flag) {
     t.path = buf;  // the link's final target is replaced; the link stays
     return t;
   }
+  if (S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 7)  // found after the run, exit 3
+    throw UsageError(flag + " " + path + (link ? ": links to" : ": is") +
+                     " /dev/full, where every write fails (No space left on device)");
   if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && writable_char_device(st.st_rdev))) {
     t.stream = true;
     return t;
@@ -272,11 +354,21 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
                             const std::vector<std::pair<std::string, std::string>>& inputs) {
   std::vector<std::string> ids;
   std::vector<size_t> owner;  // which output each id belongs to
+  std::vector<std::pair<struct stat, size_t>> streams;  // each stream output's file, its output
+  std::vector<std::string> to_stdout;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto& [flag, path] = outputs[k];
     const OutputTarget t = resolve_output(path, flag);
     if (t.stream) {  // written through: nothing is replaced; a FIFO must have its reader now
-      (void)stream_fd(t, flag, true);
+      const int fd = stream_fd(t, flag, true);
+      struct stat st{};
+      if (::fstat(fd, &st) != 0 || discards(st)) continue;
+      for (const auto& [other, j] : streams)  // the same pipe, terminal or standard stream by two names
+        if (other.st_dev == st.st_dev && other.st_ino == st.st_ino)
+          throw UsageError(flag + " " + path + " and " + outputs[j].first + " " + outputs[j].second + " both write " +
+                           stream_words(t, st) + ": two outputs would interleave in one stream; give one of them a file");
+      streams.emplace_back(st, k);
+      if (t.std_fd == STDOUT_FILENO) to_stdout.push_back(path);
       continue;
     }
     const std::string& file = t.path;
@@ -291,6 +383,7 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
     struct stat st{};
     if (::stat(file.c_str(), &st) == 0 && ::access(file.c_str(), W_OK) != 0)
       throw UsageError(flag + " " + path + ": not writable: " + cause(errno));
+    probe_temporary(file, flag, path);
     const std::string id = output_identity(file, flag);
     // An existing file is also known by its inode: a hard link (or a bind mount) names the same file by another path.
     struct stat fs{};
@@ -327,6 +420,7 @@ void check_outputs_distinct(const std::vector<std::pair<std::string, std::string
     ids.push_back(id);
     owner.push_back(k);
   }
+  if (!to_stdout.empty()) move_text_off_stdout(to_stdout);
 }
 
 std::string make_output_dir(const std::string& dir) {

@@ -17,7 +17,8 @@
 // symlink whose final target is a regular file has that TARGET replaced atomically (the link itself stays); the
 // file this process's standard output or error is (/dev/stdout, /dev/fd/1, or `--json out.txt > out.txt`) is
 // written through that descriptor, in order with what the command prints; a FIFO or pipe (directly or through
-// symlinks: `--json >(gzip >x)`), /dev/null, /dev/zero, /dev/full and terminals are opened and written through.
+// symlinks: `--json >(gzip >x)`), /dev/null, /dev/zero and terminals are opened and written through (/dev/full,
+// where every write fails, is refused).
 // A block device, a socket, any other character device (never opened: some act when opened), a dangling symlink
 // or a FIFO without a reader is refused (UsageError, exit 2). So a path never replaces what it points at:
 // `--csv /dev/stdout` leaves the system's /dev/stdout link as it was.
@@ -60,10 +61,14 @@ std::string resolve_file_output(const std::string& path, const std::string& flag
 void check_replaceable(const std::string& path, const std::string& flag);
 
 // Every output of one command, checked before any work: not empty, not an existing directory, its directory a
-// writable directory (an output "under" a regular file is refused here, not after the run), an existing file
-// writable, no two with the same output_identity, and none the same file as one of INPUTS (realpath, e.g. the
-// config); streams (above) are checked to be writable now (a FIFO is opened here and kept open for the write, so
-// one without a reader is refused before the run). UsageError (exit 2) naming the flags otherwise.
+// writable directory (an output "under" a regular file is refused here, not after the run) where its temporary can
+// be created now (/proc, /sys, a name too long with the temporary's suffix), an existing file writable, no two with
+// the same output_identity, and none the same file as one of INPUTS (realpath, e.g. the config); streams (above)
+// are checked to be writable now (a FIFO is opened here and kept open for the write, so one without a reader is
+// refused before the run), and no two write one stream (the same inode: `--json /dev/stdout --trace /dev/fd/1`;
+// /dev/null and /dev/zero excepted). UsageError (exit 2) naming the flags otherwise.
+// When an output writes to standard output, the text the command prints from then on goes to standard error
+// (dup2; the outputs keep the original descriptor), so standard output holds that output alone.
 void check_outputs_distinct(const std::vector<std::pair<std::string, std::string>>& flag_and_path,
                             const std::vector<std::pair<std::string, std::string>>& flag_and_input = {});
 

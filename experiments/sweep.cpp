@@ -322,12 +322,7 @@ YAML::Node plan_for(const ConfigNode& plan, int chips, std::string* label, const
       out[k] = v;
       given[k] = v;
     } else if (key && key->value == sharding::plans::PlanValue::flag) {
-      bool b = false;
-      try {
-        b = kv.second.as<bool>();
-      } catch (const std::exception&) {
-        ConfigNode(kv.second, plan.file(), plan.path()).fail(plan.path() + "." + k + ": true or false (got '" + v + "')");
-      }
+      const bool b = plan.get_bool(k, false);  // the config's rule: true or false, with the key's line
       out[k] = b;
       given[k] = b ? "true" : "false";
     } else {  // checked by the one parser (sharding/model_spec.h) when the point is made

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/json_keys.h"
 #include "common/text.h"
 #include "sharding/model_spec.h"
 
@@ -105,19 +106,10 @@ const std::set<std::string> kNoCost = {
     "summary_type", "summary_use_proj", "task_specific_params", "for_llm_compressor"};
 
 json parse_json(const std::string& text, const std::string& where) {
-  std::vector<std::set<std::string>> keys;
   std::string dup;
-  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    else if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
-             dup.empty())
-      dup = parsed.get<std::string>();
-    return true;
-  };
   json j;
   try {
-    j = json::parse(text, cb);
+    j = parse_json_unique_keys(text, &dup);
   } catch (const json::parse_error& e) {
     const size_t byte = std::min<size_t>(e.byte, text.size());
     const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(byte ? byte - 1 : 0), '\n'));

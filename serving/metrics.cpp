@@ -251,8 +251,11 @@ std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
   std::string out;
   char b[256];
   auto row = [&](const char* name, const Percentiles& p, double scale, const char* unit) {
-    std::snprintf(b, sizeof b, "  %-5s p50 %10.3f  p90 %10.3f  p99 %10.3f  mean %10.3f %s\n", name, p.p50 * scale,
-                  p.p90 * scale, p.p99 * scale, p.mean * scale, unit);
+    if (p.count == 0)  // no request has a second token: undefined, not 0 (the JSON says count 0)
+      std::snprintf(b, sizeof b, "  %-5s n/a (no request made a second token)\n", name);
+    else
+      std::snprintf(b, sizeof b, "  %-5s p50 %10.3f  p90 %10.3f  p99 %10.3f  mean %10.3f %s\n", name, p.p50 * scale,
+                    p.p90 * scale, p.p99 * scale, p.mean * scale, unit);
     out += b;
   };
   row("TTFT", m.ttft, 1e3, "ms");

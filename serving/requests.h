@@ -7,6 +7,8 @@
 //   CSV   a header naming the columns arrival_s, prompt_tokens, output_tokens (any order, other columns ignored),
 //         then one request per record.
 //   JSONL one object per non-empty line with those three keys (other keys ignored).
+// A key given twice in one JSONL object, or a CSV header naming one of the three columns twice, is refused: readers
+// disagree on which value wins. A file is at most 1 GiB, a line at most 64 KiB, checked before any parsing.
 // Checks (ConfigError, exit 2, one line "FILE:LINE: ..." naming the field; untrusted text escaped): a missing or
 // non-numeric field, a negative arrival or one past kMaxArrivalS, arrivals out of order, prompt_tokens < 1,
 // output_tokens < 1, a length above kMaxTokens, prompt + output above the model's context (MAX_CONTEXT), an empty
@@ -36,6 +38,10 @@ struct Request {
   // the cache (moved there from a prefill instance) and its first token made at FIRST_TOKEN_S; it decodes the rest.
   bool prefilled = false;
   double first_token_s = 0;
+  // Where it came from, for messages (request_label): its 0-based position in the trace (ID may be renumbered per
+  // replica) and its line in the trace file (0: a generated request).
+  int64_t index = 0;
+  int line = 0;
 };
 
 // A length distribution: fixed VALUE, or uniform integers in [LO, HI], or normal(MEAN, STD) rounded and clamped
@@ -61,6 +67,10 @@ struct TraceSpec {
 std::vector<Request> generate_trace(const TraceSpec& spec);
 // The trace in FILE (see above).
 std::vector<Request> load_trace(const std::string& file);
+// "TRACE:LINE: request N" for a request read from the file TRACE, "TRACE: generated request N" for a generated one
+// (TRACE then names the config's serve.trace; "generated request N" when TRACE is empty): every per-request
+// message starts with it.
+std::string request_label(const Request& r, const std::string& trace);
 // The checks of a trace against the model's context (see above); WHERE names the trace in messages.
 void check_trace(const std::vector<Request>& reqs, int64_t max_context, const std::string& where);
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/config.h"
+#include "common/error.h"
 
 namespace shardsim::serving {
 
@@ -34,6 +35,26 @@ void read_batching(const ConfigNode& n, SchedulerConfig& sched) {
     if (pre != "recompute" && pre != "swap") n.child("preemption").fail(n.path() + ".preemption: '" + pre + "' (recompute | swap)");
     sched.swap = pre == "swap";
   }
+}
+
+void check_batching(const ConfigNode& n, const SchedulerConfig& s, int64_t max_context) {
+  if (s.policy == Policy::chunked) return;
+  const std::string key = n.path() + ".max_num_batched_tokens", given = std::to_string(s.max_num_batched_tokens);
+  auto where = [&](const char* k) { return n.has(k) ? " (" + n.child(k).where() + ")" : std::string(" (the default)"); };
+  const std::string policy = "policy " + std::string(policy_name(s.policy)) + where("policy");
+  auto fail = [&](const std::string& what) {
+    const std::string m = key + ": " + given + what;
+    if (n.has("max_num_batched_tokens")) n.child("max_num_batched_tokens").fail(m);
+    n.fail(m + " (max_num_batched_tokens not given: its default)");
+  };
+  if (s.policy == Policy::continuous && s.max_num_batched_tokens < max_context)  // static: per request (Simulation)
+    fail(" is below the model's context of " + std::to_string(max_context) + " tokens (model.seq, vLLM's max_model_len): " +
+         policy + " prefills a whole prompt in one iteration and cannot keep to it; raise it to " +
+         std::to_string(max_context) + " or use policy chunked (vLLM refuses this too)");
+  if (s.max_num_batched_tokens < s.max_num_seqs)
+    fail(" is below max_num_seqs " + std::to_string(s.max_num_seqs) + where("max_num_seqs") + ": " + policy +
+         " decodes a token of every running sequence per iteration; raise it to " + std::to_string(s.max_num_seqs) +
+         " or lower max_num_seqs (vLLM refuses this too)");
 }
 
 const char* policy_name(Policy p) {
@@ -84,9 +105,9 @@ class Engine {
     std::vector<BatchEntry> batch;
     int64_t budget = cfg_.max_num_batched_tokens, unlimited = INT64_MAX;
     switch (cfg_.policy) {
-      case Policy::static_batch:
+      case Policy::static_batch:  // requests while their prompts fit the budget (TensorRT-LLM's max_num_tokens)
         if (running_.empty())
-          admit(batch, unlimited, false);
+          admit(batch, budget, false);
         else
           decodes(batch, unlimited);
         break;
@@ -242,6 +263,9 @@ struct Simulation::Impl {
   Impl(const std::vector<Request>& reqs, const SchedulerConfig& cfg, PagedKvCache& cache, StageFn stages)
       : cfg(cfg), stages(std::move(stages)), st{reqs, std::vector<Seq>(reqs.size()), {}, 0, {}} {
     if (cfg.engines < 1) throw std::invalid_argument("serving scheduler: engines must be >= 1");
+    if (cfg.policy != Policy::chunked && cfg.max_num_batched_tokens < cfg.max_num_seqs)  // check_batching's rule
+      throw std::invalid_argument("serving scheduler: max_num_batched_tokens below max_num_seqs: every running "
+                                  "sequence's decode would not fit an iteration");
     // The engines' caches: CACHE itself for one engine, else 1/engines of its blocks each (as vLLM divides them).
     KvCapacity share = cache.capacity();
     share.blocks /= cfg.engines;
@@ -257,10 +281,18 @@ struct Simulation::Impl {
       o.output = r.output;
       if (r.prefilled) prefilled(r.id);
       if (engines[0].cache().blocks_for(r.prompt + r.output) > per.shard_blocks())
-        throw std::invalid_argument("request " + std::to_string(r.id) + " needs " + std::to_string(r.prompt + r.output) +
+        throw ConfigError(request_label(r, cfg.trace) + ": needs " + std::to_string(r.prompt + r.output) +
                                     " tokens of KV cache, more than " +
                                     (cfg.engines > 1 ? "an engine's share" : per.shards > 1 ? "a chip's share" : "its capacity") +
                                     " of " + std::to_string(per.shard_blocks() * per.block_size) + " tokens");
+      // Static and continuous batching prefill a whole prompt in one iteration (after a preemption by recompute,
+      // the prompt and every output token but the last): it must fit the token budget, never exceed it silently.
+      if (cfg.policy != Policy::chunked && r.prompt + r.output - 1 > cfg.max_num_batched_tokens)
+        throw ConfigError(request_label(r, cfg.trace) + ": prompt_tokens + output_tokens - 1 = " +
+                          std::to_string(r.prompt + r.output - 1) + " tokens may be prefilled in one iteration (" +
+                          "recomputed after a preemption), more than max_num_batched_tokens " +
+                          std::to_string(cfg.max_num_batched_tokens) + ": policy " + policy_name(cfg.policy) +
+                          " prefills whole prompts; raise max_num_batched_tokens or use policy chunked");
     }
     ready.assign(size_t(cfg.engines), 0.0);
   }
@@ -275,7 +307,7 @@ struct Simulation::Impl {
     q.generated = 1;
     q.last_token_s = o.first_token_s = r.first_token_s;
     if (r.first_token_s > r.arrival_s)
-      throw std::invalid_argument("request " + std::to_string(id) + ": its first token (" +
+      throw std::invalid_argument(request_label(r, cfg.trace) + ": its first token (" +
                                   std::to_string(r.first_token_s) + " s) is later than its cache's arrival");
   }
 

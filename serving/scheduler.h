@@ -67,12 +67,20 @@ struct SchedulerConfig {
   bool swap = false;                      // preemption by swap (else recompute)
   double swap_s_per_token = 0;            // seconds to copy one token's KV cache shard over the host link
   int64_t swap_blocks = 0;                // host memory for swapped blocks (each engine, per cache shard)
+  std::string trace;                      // the trace's name in per-request messages (request_label)
 };
 
 // The batching settings of N, a config's `serve:` section or a sweep's `batching:` entry, into SCHED: policy
 // (continuous), max_num_seqs (1..2^20, 256), max_num_batched_tokens (1..2^24, 8192) and preemption (recompute |
 // swap); keys N lacks keep SCHED's values. ConfigError naming N's key and line (exit 2).
 void read_batching(const ConfigNode& n, SchedulerConfig& sched);
+// The limits SCHED's policy could not honour, refused as vLLM refuses them (ConfigError naming N's
+// max_num_batched_tokens with its line, and the policy's or max_num_seqs' origin when another line or a --set gave
+// it): with static or continuous batching a whole prompt is prefilled in one iteration, so max_num_batched_tokens
+// must hold the longest sequence (MAX_CONTEXT, model.seq: vLLM's max_model_len, without chunked prefill), and
+// every running sequence decodes a token per iteration, so it must hold max_num_seqs. Chunked batching honours any
+// budget (a prompt in chunks, decodes within the budget).
+void check_batching(const ConfigNode& n, const SchedulerConfig& sched, int64_t max_context);
 
 // One sequence of an iteration: its request, the tokens already in its cache, its new tokens.
 struct BatchEntry {

@@ -3,12 +3,14 @@
 #include "common/text.h"
 #include "common/number.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <filesystem>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "sharding/plans/registry.h"
 #include "topology/topology_yaml.h"
 
@@ -335,7 +337,10 @@ YAML::Node device_flag_node(const std::string& arg) {
   try {
     (void)sim::device_preset(arg);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--device: ") + e.what() + ", and no such file");
+    // a path that is there but not a file (--device /dev/null, a folder): say so, not "no such file"
+    const std::string why = fs::exists(arg, ec) ? unreadable_input(arg) : std::string();
+    throw UsageError(std::string("--device: ") + e.what() +
+                     (why.empty() ? ", and no such file" : ", and " + escape_control(arg) + " " + why));
   }
   return YAML::Node(arg);
 }

@@ -251,7 +251,7 @@ kind 1
 mkfifo nofifo; ln -s nofifo to_nofifo
 hc 2 'no process has it open|reader' -- $S serve "$SERVE" "${R[@]}" --trace to_nofifo
 ok '[ -p nofifo ] && [ -L to_nofifo ]' "FIFO without reader untouched"
-hc 3 'No space left|cannot write' -- $S serve "$SERVE" "${R[@]}" --trace /dev/full
+hc 2 'dev/full, where every write fails' -- $S serve "$SERVE" "${R[@]}" --trace /dev/full
 echo x >tgt.json; ln -s tgt.json lnk.json
 hc 2 'both write' -- $S serve "$SERVE" "${R[@]}" --trace lnk.json --json tgt.json
 hc 2 'socket|device|refusing' -- $S serve "$SERVE" "${R[@]}" --trace /dev/urandom

@@ -226,6 +226,139 @@ hc 2 '\--requests nope\.csv: cannot open' -- $S serve "$SERVE" --requests nope.c
 hc 2 "job's 1 chip \(a job of 2 chips runs it: --chips 2" -- $S serve "$SERVE" --requests small.csv --set parallel.dp=2
 
 # ---------------------------------------------------------------------------------------------------------------
+# Request traces, the token budget, exclusive keys and outputs on one stream (the round after the audit).
+R=(--requests small.csv)
+kind 8  # a key or column given twice, a field no column names, a budget the policy cannot keep: refused
+printf '{"arrival_s":0,"prompt_tokens":100,"prompt_tokens":300,"output_tokens":10}\n' >dupkey.jsonl
+hc 2 'dupkey\.jsonl:1: key prompt_tokens given twice' -- $S serve "$SERVE" --requests dupkey.jsonl
+printf '{"arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n{"arrival_s":0,"arrival_s":5,"prompt_tokens":10,"output_tokens":1}\n' >dupkey2.jsonl
+hc 2 'dupkey2\.jsonl:2: key arrival_s given twice' -- $S serve "$SERVE" --requests dupkey2.jsonl
+printf 'arrival_s,prompt_tokens,prompt_tokens,output_tokens\n0,100,200,10\n' >dupcol.csv
+hc 2 'dupcol\.csv:1: the header names column prompt_tokens twice' -- $S serve "$SERVE" --requests dupcol.csv
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,10\n0,100,10,5\n' >extra.csv
+hc 2 'extra\.csv:3: 4 fields, the header names 3 columns' -- $S serve "$SERVE" --requests extra.csv
+python3 -c "print('{\"arrival_s\":0,\"prompt_tokens\":1,\"output_tokens\":1}'); print('{\"arrival_s\":0,\"prompt_tokens\":1,\"output_tokens\":1,\"pad\":\"' + 'a' * 100000 + '\"}')" >longline.jsonl
+hc 2 'longline\.jsonl:2: a line of 1000[0-9]{2} bytes; at most 65536' -- $S serve "$SERVE" --requests longline.jsonl
+for v in mode=real validate.enabled=true fold=on; do
+  hc 2 "--set ${v//./\\.}: .*(serve runs shape-only|not used by serve)" -- $S serve "$SERVE" "${R[@]}" --set "$v"
+done
+printf 'arrival_s,note,prompt_tokens,note,output_tokens\n0,a,64,b,4\n' >othercols.csv
+hc 0 'TTFT' -- $S serve "$SERVE" --requests othercols.csv
+hc 2 'max_num_batched_tokens: 1 is below the model.s context of 8192' -- $S serve "$SERVE" "${R[@]}" \
+  --set serve.max_num_batched_tokens=1
+hc 2 'max_num_batched_tokens: 100 is below max_num_seqs 256' -- $S serve "$SERVE" "${R[@]}" \
+  --set serve.policy=static --set serve.max_num_batched_tokens=100
+hc 2 'small\.csv:2: request 0: prompt_tokens \+ output_tokens - 1 = 67 .* more than max_num_batched_tokens 64' -- \
+  $S serve "$SERVE" "${R[@]}" --set serve.policy=static --set serve.max_num_seqs=2 --set serve.max_num_batched_tokens=64
+hc 0 'TTFT' -- $S serve "$SERVE" "${R[@]}" --set serve.policy=chunked --set serve.max_num_batched_tokens=16
+for v in yes on y 1; do
+  hc 2 'cuda_graphs: expected true or false' -- $S serve "$SERVE" "${R[@]}" --set serve.cuda_graphs=$v
+done
+hc 2 'sp: expected true or false' -- $S --chips 2 train "$TRAIN" --steps 1 --shape-only --plan tp=2,sp=on
+hc 2 'serve\.trace\.prompt\.min .*is not a key of kind fixed' -- $S serve "$SERVE" --set serve.trace.prompt.kind=fixed \
+  --set serve.trace.prompt.value=64
+hc 2 'serve\.trace\.output\.value .*is not a key of kind uniform' -- $S serve "$SERVE" --set serve.trace.output.value=64
+
+# Overrides that set one key twice: the later one won silently.
+hc 2 '--set model\.seq=4 and --set model\.seq=8 both set model\.seq' -- $S --chips 2 train "$TRAIN" --steps 1 \
+  --shape-only --set model.seq=4 --set model.seq=8
+hc 2 '--plan tp=2 and --set parallel\.tp=1 both set parallel\.tp' -- $S --chips 2 train "$TRAIN" --steps 1 \
+  --shape-only --plan tp=2 --set parallel.tp=1
+hc 2 '--bandwidth and --set topology\.bandwidth_gbps=50 both set' -- $S --chips 2 train "$TRAIN" --steps 1 \
+  --shape-only --ring 2 --bandwidth 10 --set topology.bandwidth_gbps=50
+
+# A sweep point the launch was too small for was kept as an error row and never re-run ("already in results").
+printf 'name: small_launch\noutput: sl\naxes:\n  topology: [{kind: ring, chips: 4, bandwidth_gbps: 100, latency_ns: 1000, label: r4}]\n  device: [trainium1]\n  collective: [all_reduce]\n  algorithm: [ring]\n  size: [1K]\n  dtype: [fp32]\n' >sl.yaml
+hc 0 'sweep' -- $S sweep sl.yaml --no-plots
+ok 'grep -q "the launch has 1" sl/results.csv' "a sweep launched too small: the point's row says so"
+hc 0 'ran 1' -- $S --chips 4 sweep sl.yaml --no-plots
+ok '! grep -q "the launch has" sl/results.csv' "the same sweep on 4 chips: the point ran"
+
+kind 9  # keys that exclude each other named as the conflict, with where each came from
+hc 2 'serve\.trace\.file and serve\.trace\.arrival \(.*llama3_8b_h100\.yaml[^,]*:[0-9]+\) exclude each other.*--requests' -- \
+  $S serve "$SERVE" --set serve.trace.file=$PWD/small.csv
+{ cat "$TRAIN"; printf 'topology: {kind: ring, chips: 2, bandwidth_gbps: 100, latency_ns: 1000}\n'; } >ring2.yaml
+hc 2 "unknown key 'topology\.bandwidth_gbps'.*--set topology\.kind=stacked changed this section" -- \
+  $S --chips 2 train ring2.yaml --steps 1 --shape-only --set topology.kind=stacked \
+  --set 'topology.dims=[{kind: ring, size: 2, bandwidth_gbps: 100, latency_ns: 1000}]'
+hc 2 'the first [0-9]+ requests arrive in time' -- $S serve "$SERVE" --set serve.trace.count=4194304
+
+# Training keys in a serve config were accepted and ignored (zero 3 gave zero 0's figures); virtual stages failed
+# on a micro-batch rule at the model's line; a what-if change whose cache cannot fit did not name the change; weights
+# past the HBM were blamed on memory_fraction; a flag given twice spoke CLI11; names were unbounded.
+for kv in train.steps=5 parallel.zero=1 parallel.recompute=full parallel.bucket_bytes=1 model.micro_batch=1 \
+          parallel.virtual_stages=2 parallel.schedule=gpipe; do
+  hc 2 "--set ${kv//./\\.}: .*(training only|training pipeline)" -- $S serve "$SERVE" "${R[@]}" --set "$kv"
+done
+hc 2 'parallel\.sp: (refused in the serve mode: )?serving runs without sequence parallelism' -- $S --chips 2 serve "$SERVE" \
+  "${R[@]}" --set parallel.tp=2 --set parallel.sp=true
+hc 2 '--what-if serve\.memory_fraction=0\.01: .*KV cache is too small' -- $S serve "$SERVE" "${R[@]}" \
+  --what-if serve.memory_fraction=0.01
+hc 2 'the weights per chip \([0-9.]+ GiB\) exceed the device.s HBM \(80\.000 GiB\): shard the model' -- \
+  $S serve "$SERVE" "${R[@]}" --set model.layers=4096
+hc 2 '--plan given 2 times; give it once \(join its items with commas' -- $S --chips 2 serve "$SERVE" "${R[@]}" \
+  --plan tp=2 --plan tp=2
+hc 2 "unknown command 'srve' \(commands: .*serve" -- $S srve "$SERVE"
+hc 2 'name: 5000 characters; names, labels and paths are at most 4096' -- $S serve "$SERVE" "${R[@]}" \
+  --set "name=$(printf 'n%.0s' $(seq 1 5000))"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,1\n0.5,100,1\n' >one_token.csv
+hc 0 'TPOT  n/a \(no request made a second token\)' -- $S serve "$SERVE" --requests one_token.csv
+
+kind 7  # a per-request error names the trace's FILE:LINE, or the generated request
+printf 'arrival_s,prompt_tokens,output_tokens\n\n0,9000,10\n' >long.csv
+hc 2 'long\.csv:3: request 0: prompt_tokens \+ output_tokens = 9010 exceeds the model.s context of 8192 tokens \(model\.seq' -- \
+  $S serve "$SERVE" --requests long.csv
+hc 2 'llama3_8b_h100\.yaml.* \(serve\.trace\): generated request 0: prompt_tokens \+ output_tokens' -- \
+  $S serve "$SERVE" --set serve.trace.prompt=9000
+hc 2 'llama3_8b_h100\.yaml.* \(serve\.trace\): generated request 0: needs 4125 tokens of KV cache' -- \
+  $S serve "$SERVE" --set serve.memory_fraction=0.2 --set serve.trace.count=2 --set serve.trace.prompt=4000
+
+# An output where no file can be created: found after the whole run (exit 3, "error on chip 0"), now before it.
+hc 2 '--json /proc/foo\.json: cannot create a file next to it' -- $S serve "$SERVE" "${R[@]}" --json /proc/foo.json
+hc 2 '--json /sys/foo\.json: cannot create a file next to it' -- $S serve "$SERVE" "${R[@]}" --json /sys/foo.json
+LONG=$(printf 'a%.0s' $(seq 1 240)).json
+hc 2 'File name too long \(the file name and its temporary' -- $S serve "$SERVE" "${R[@]}" --json "$LONG"
+hc 2 'File name too long \(the file name and its temporary' -- $S --chips 2 train "$TRAIN" --steps 1 --shape-only \
+  --trace "$LONG"
+hc 2 'dev/full, where every write fails' -- $S serve "$SERVE" "${R[@]}" --json /dev/full
+
+# A checkpoint whose root metadata is damaged was called "incomplete: the save did not finish".
+python3 - ep.h5 ep_bad.h5 <<'PY'
+import sys
+b = open(sys.argv[1], 'rb').read()
+i = b.find(b'shardsim_version')
+v = b.find(b'0.', i) if i >= 0 else -1
+open(sys.argv[2], 'wb').write(b[:v] + b'XXXXX' + b[v + 5:] if v >= 0 else b)
+PY
+hc 2 'ep_bad\.h5: corrupted: the root.s attributes cannot be read' -- $S ckpt inspect ep_bad.h5
+
+kind 5  # two outputs on one stream; an output on standard output gets it alone
+hc 2 'both write standard output' -- $S serve "$SERVE" "${R[@]}" --json /dev/stdout --trace /dev/stdout
+hc 2 'both write standard output' -- $S serve "$SERVE" "${R[@]}" --json /dev/fd/1 --trace /dev/stdout
+hc 2 'both write standard output' -- $S --chips 2 train "$TRAIN" --steps 1 --shape-only --json /dev/stdout --trace /dev/stdout
+hc 2 'both write standard output' -- $S --chips 2 run "$TRAIN" --shape-only --no-checkpoint --json /dev/stdout --trace /dev/stdout
+hc 2 'both write standard output' -- $S --chips 2 bench all_reduce --shape-only -b 1K -e 1K -n 1 -w 0 -c 0 \
+  --csv /dev/stdout --json /dev/stdout
+# (hc puts standard output and error in one file: either name is right)
+hc 2 'both write standard (error|output)' -- $S serve "$SERVE" "${R[@]}" --json /dev/stderr --trace /dev/stderr
+ok "! $S serve '$SERVE' ${R[*]} --json o.txt --trace /dev/stdout >o.txt 2>o.err && grep -q 'both write standard output' o.err" \
+  "--json FILE --trace /dev/stdout > FILE: refused (one file by two names)"
+ln -sf fifo fifo_a; ln -sf fifo fifo_b
+(timeout 60 cat fifo >/dev/null 2>&1 &); sleep 0.2
+hc 2 'both write one pipe' -- $S serve "$SERVE" "${R[@]}" --json fifo_a --trace fifo_b
+hc 0 'TTFT' -- $S serve "$SERVE" "${R[@]}" --json /dev/null --trace /dev/null
+ok "$S serve '$SERVE' ${R[*]} --json /dev/stdout 2>/dev/null | python3 -c 'import json,sys; json.load(sys.stdin)'" \
+  "serve --json /dev/stdout: the JSON alone on standard output"
+ok "$S serve '$SERVE' ${R[*]} --json /dev/stdout 2>rep.err | cat >/dev/null; grep -q TTFT rep.err" \
+  "serve --json /dev/stdout: the report on standard error"
+ok "$S --chips 2 train '$TRAIN' --steps 1 --shape-only --json /dev/stdout 2>/dev/null | python3 -c 'import json,sys; json.load(sys.stdin)'" \
+  "train --json /dev/stdout: the JSON alone"
+ok "$S --chips 2 run '$TRAIN' --shape-only --no-checkpoint --json /dev/stdout 2>/dev/null | python3 -c 'import json,sys; json.load(sys.stdin)'" \
+  "run --json /dev/stdout: the JSON alone"
+ok "$S --chips 2 bench all_reduce --shape-only -b 1K -e 4K -n 1 -w 0 -c 0 --csv /dev/stdout 2>/dev/null | python3 -c 'import csv,sys; r=list(csv.reader(sys.stdin)); assert len(r) == 4 and all(len(x) == len(r[0]) for x in r), r'" \
+  "bench --csv /dev/stdout: the CSV alone (a header and 3 rows)"
+
+# ---------------------------------------------------------------------------------------------------------------
 kind 14  # --set reaches one dimension of a stacked topology given as a file
 DIS=$CONFIGS/serve/llama3_70b_h100_disagg.yaml
 hc 0 'disaggregated' -- $S serve "$DIS" --chips 16 --requests small.csv --set 'topology.dims[1].bandwidth_gbps=25' --json d25.json

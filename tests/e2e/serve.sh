@@ -148,9 +148,10 @@ e2e_case "(f4) two KV caches into one chip at once share its link, as the networ
 # together and both caches go to replica 7's chip: two senders' flows on its one down-link, each at half its
 # bandwidth (sim/timeline.h StepShare): both arrive 2 x bytes / bandwidth + 1 us after the prefill, where booking
 # one after the other would give the first bytes / bandwidth + 1 us.
-if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW[@]}" --set parallel.tp=1 \
-     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --set serve.trace.arrival=at_once \
-     --set serve.trace.output=16 --json sw2.json; then
+SW2=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=at_once
+     --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=16)  # (a key is set once)
+if expect_exit 0 'KV cache transfers: 2 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SW2[@]}" --set parallel.tp=1 \
+     --set parallel.dp=8 --set serve.disaggregation.prefill_replicas=7 --json sw2.json; then
   if python3 - sw2.json <<'PY'; then pass "both transfers 2 x bytes / 100 GB/s + 1 us (shared, not queued)"; else fail "concurrent KV transfers"; fi
 import json, sys
 per = 2 * 32 * 8 * 128 * 2
@@ -290,7 +291,7 @@ expect_exit 2 'neg\.csv:2: prompt_tokens' -- shardsim_mpi 1 serve "$S8" --reques
 expect_exit 2 'order\.csv:3: arrival_s' -- shardsim_mpi 1 serve "$S8" --requests order.csv --json bad.json
 expect_exit 2 'exceeds the model.s context of 8192' -- shardsim_mpi 1 serve "$S8" --requests long.csv --json bad.json
 expect_exit 2 'KV cache is too small' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.15 --json bad.json
-expect_exit 2 'request [0-9]+ needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
+expect_exit 2 'generated request [0-9]+: needs [0-9]+ tokens of KV cache, more than its capacity' -- shardsim_mpi 1 serve "$S8" --set serve.memory_fraction=0.2 --json bad.json
 expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fifo --json bad.json
 expect_exit 2 'parallel.sp: refused in the serve mode: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
 expect_exit 2 'parallel.fused: refused in the serve mode: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \

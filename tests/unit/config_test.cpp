@@ -6,6 +6,7 @@
 
 #include "common/checked.h"
 #include "common/config.h"
+#include "common/config_rules.h"
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "experiments/sweep.h"
@@ -450,5 +451,42 @@ TEST(Config, TopologyFiguresAreDecimalOnly) {
       EXPECT_NE(std::string(e.what()).find("t.yaml:4: topology.bandwidth_gbps: expected a number"), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// A flag is true or false (yaml-cpp also took yes/on/y); a file's key that an override made unknown names the
+// override; keys that exclude each other are named together (two flags setting one key: apps/main.cpp,
+// scripts/hostile/surfaces.sh).
+TEST(Config, BooleansAndConflictsNameBothSides) {
+  const std::string text = "topology: {kind: ring, chips: 2, bandwidth_gbps: 100, latency_ns: 10}\nmodel:\n  kind: mlp\n"
+                           "  hidden: 64\n  ffn: 128\n  tokens: 8\nparallel:\n  tp: 2\n";
+  // Booleans: YAML 1.2's only.
+  const ConfigNode b = ConfigNode::load_string("a: true\nb: False\nc: yes\nd: on\ne: 1\n", "b.yaml");
+  EXPECT_TRUE(b.get_bool("a", false));
+  EXPECT_FALSE(b.get_bool("b", true));
+  for (const char* k : {"c", "d", "e"}) EXPECT_THROW((void)b.get_bool(k, false), ConfigError) << k;
+  // A key of the file that a --set made unknown: the --set is named.
+  sharding::ConfigOverrides o;
+  o.set = {"topology.kind=stacked"};
+  const ConfigNode root = sharding::workload_config_from_text(text, "c.yaml", o);
+  try {
+    root.child("topology").expect_keys({"kind", "chips", "dims"});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.yaml (with command-line overrides):1: unknown key 'topology.bandwidth_gbps'"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("; --set topology.kind=stacked changed this section"), std::string::npos)
+        << e.what();
+  }
+  // refuse_together: both keys and where each came from.
+  o.set = {"parallel.bogus=1"};
+  const ConfigNode t = sharding::workload_config_from_text(text, "c.yaml", o);
+  try {
+    refuse_together(t.child("parallel"), {"tp"}, {"bogus"}, "they cannot meet");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "c.yaml (with command-line overrides), --set parallel.bogus=1: parallel.bogus and "
+                                     "parallel.tp (c.yaml (with command-line overrides):8) exclude each other: they "
+                                     "cannot meet");
   }
 }

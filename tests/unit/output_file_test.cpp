@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 
@@ -266,7 +267,14 @@ TEST(OutputFile, StreamsAreWrittenThroughNeverReplaced) {
   std::string got;
   try {
     std::printf("printed first\n");
-    check_outputs_distinct({{"--csv", "/dev/stdout"}, {"--json", s / "out.csv"}});
+    // Two outputs to one stream would interleave: refused (before anything moves), as the same file twice is.
+    try {
+      check_outputs_distinct({{"--csv", "/dev/stdout"}, {"--json", s / "out.csv"}});
+      ADD_FAILURE() << "two outputs to standard output were accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("and --csv /dev/stdout both write standard output"), std::string::npos)
+          << e.what();
+    }
     write_file_atomic("/dev/stdout", "a,b\n");
     GrowingOutput g(s / "out.csv", "x\n");
     g.land();
@@ -305,6 +313,85 @@ TEST(OutputFile, StreamsAreWrittenThroughNeverReplaced) {
   EXPECT_EQ(before.st_ino, after.st_ino);
   EXPECT_EQ(slurp(log), "header\n{}\n[]\n");
   EXPECT_TRUE(fs::is_symlink("/dev/stdout"));
+}
+
+namespace {
+// A child process with standard output and error on pipes (or both on one pipe, SAME) runs BODY; what each pipe
+// got (error: "" when SAME).
+std::pair<std::string, std::string> in_child(bool same, void (*body)()) {
+  int out[2], err[2];
+  if (::pipe(out) != 0 || ::pipe(err) != 0) return {"pipe failed", ""};
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(same ? out[1] : err[1], STDERR_FILENO);
+    ::close(out[0]), ::close(out[1]), ::close(err[0]), ::close(err[1]);
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+  ::close(out[1]), ::close(err[1]);
+  auto drain = [](int fd) {
+    std::string got;
+    char buf[256];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, size_t(n));
+    ::close(fd);
+    return got;
+  };
+  std::string o = drain(out[0]), e = drain(err[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {o, e};
+}
+
+void report_and_json() {
+  std::printf("header\n");
+  check_outputs_distinct({{"--json", "/dev/stdout"}, {"--trace", "/dev/null"}, {"--csv", "/dev/null"}});
+  std::printf("report\n");
+  std::cout << "more report\n";
+  write_file_atomic("/dev/stdout", "{}\n");
+  check_outputs_distinct({{"--json", "/dev/stdout"}});  // a command checking its outputs twice (train)
+  write_file_atomic("/dev/stdout", "[]\n");
+}
+}  // namespace
+
+// An output on standard output (`--json /dev/stdout`): the text the command prints moves to standard error, so
+// the output is never interleaved with the report; /dev/null twice is fine (nothing is kept).
+TEST(OutputFile, TextMovesOffStandardOutputWhenAnOutputWritesThere) {
+  const auto [out, err] = in_child(false, report_and_json);
+  EXPECT_EQ(out, "header\n{}\n[]\n");
+  EXPECT_EQ(err, "report\nmore report\n");
+  const auto [both, none] = in_child(true, report_and_json);  // 2>&1: the user's merge, in order
+  EXPECT_EQ(both, "header\nreport\nmore report\n{}\n[]\n");
+  EXPECT_EQ(none, "");
+}
+
+// A directory where no file can be created (/proc), a name that fits but whose temporary does not, /dev/full:
+// found when the write failed after the whole run (exit 3); refused before it now.
+TEST(OutputFile, AnOutputThatCannotBeCreatedIsRefusedBeforeAnyWork) {
+  Scratch s;
+  auto refused = [](const std::string& path) {
+    try {
+      check_outputs_distinct({{"--json", path}});
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string proc = refused("/proc/foo.json");  // as root, /proc passes access(2): the probe finds it
+  EXPECT_TRUE(proc.find("--json /proc/foo.json: cannot create a file next to it") != std::string::npos ||
+              (::geteuid() != 0 && proc.find("not writable") != std::string::npos)) << proc;
+  const std::string long_name = s / (std::string(240, 'a') + ".json");  // 245 characters: a name, not its temporary
+  EXPECT_NE(refused(long_name).find("File name too long (the file name and its temporary"), std::string::npos)
+      << refused(long_name);
+  EXPECT_EQ(refused(s / "fine.json"), "accepted");
+  EXPECT_EQ(temporaries(s.dir), 0u) << "the probe left its temporary";
+  EXPECT_NE(refused("/dev/full").find("/dev/full, where every write fails"), std::string::npos);
 }
 
 TEST(OutputFile, AnOutputUnderARegularFileIsRefusedBeforeAnyWork) {

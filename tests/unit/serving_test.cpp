@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "serving/kv_cache.h"
 #include "serving/metrics.h"
@@ -169,6 +170,97 @@ TEST(ServingTrace, ArrivalsBoundedFieldsEchoedAsWrittenAndABomSkipped) {
   EXPECT_NO_THROW(check_trace(generate_trace(s), 1 << 20, "t"));
 }
 
+// A key given twice in a JSONL request, or a CSV header naming a column twice, is refused (nlohmann kept the last
+// value silently); every per-request message names the trace's FILE:LINE, or "generated request N".
+TEST(ServingTrace, DuplicateKeysRefusedAndRequestsNamedByTheirLine) {
+  auto message = [](const std::string& path) {
+    try {
+      (void)load_trace(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(write_temp("dup.jsonl", "{\"arrival_s\": 0, \"prompt_tokens\": 4, \"output_tokens\": 2}\n"
+                                            "{\"arrival_s\": 1, \"prompt_tokens\": 4, \"prompt_tokens\": 9, "
+                                            "\"output_tokens\": 2}\n"))
+                .find("dup.jsonl:2: key prompt_tokens given twice"),
+            std::string::npos);
+  EXPECT_NE(message(write_temp("dup.csv", "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,4,2,9\n"))
+                .find("dup.csv:1: the header names column prompt_tokens twice (columns 2 and 4)"),
+            std::string::npos);
+  EXPECT_EQ(message(write_temp("other.csv", "arrival_s,note,prompt_tokens,note,output_tokens\n0,a,4,b,2\n")),
+            "no error");  // an unread column twice is harmless
+  const std::string path = write_temp("long.jsonl", "\n{\"arrival_s\": 0, \"prompt_tokens\": 4, \"output_tokens\": 2}\n"
+                                                    "{\"arrival_s\": 1, \"prompt_tokens\": 30, \"output_tokens\": 2}\n");
+  const auto reqs = load_trace(path);
+  try {
+    check_trace(reqs, 20, path);
+    ADD_FAILURE() << "a request past the context was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":3: request 1: prompt_tokens + output_tokens = 32 exceeds"),
+              std::string::npos) << e.what();
+  }
+  TraceSpec g;
+  g.count = 2;
+  g.prompt.value = 30;
+  try {
+    check_trace(generate_trace(g), 20, "c.yaml (serve.trace)");
+    ADD_FAILURE() << "a generated request past the context was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.yaml (serve.trace): generated request 0: "), std::string::npos) << e.what();
+  }
+}
+
+// Static and continuous batching prefill whole prompts: a max_num_batched_tokens they cannot keep is refused (at
+// the key, or naming the request that would exceed it), never exceeded silently; static batches keep to it.
+TEST(ServingScheduler, TokenBudgetRefusedWhenItCannotBeKept) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 12; ++i) reqs.push_back({i, 0.0, 40, 3});
+  SchedulerConfig st{Policy::static_batch, 8, 100};
+  PagedKvCache kv(blocks(4000));
+  const ServeRun run = simulate(reqs, st, kv, toy_iteration);
+  for (const auto& it : run.iterations) EXPECT_LE(it.tokens, 100);  // 2 prompts per batch, not 8
+  EXPECT_EQ(run.iterations.front().seqs, 2);
+  SchedulerConfig tight{Policy::continuous, 8, 42};  // a prompt of 41 and 2 outputs recomputed: 43 > 42
+  PagedKvCache kv2(blocks(4000));
+  reqs[5].line = 7;
+  reqs[5].index = 5;
+  reqs[5].prompt = 41;
+  tight.trace = "t.csv";
+  try {
+    (void)simulate(reqs, tight, kv2, toy_iteration);
+    ADD_FAILURE() << "a prompt past max_num_batched_tokens was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.csv:7: request 5: prompt_tokens + output_tokens - 1 = 43"), std::string::npos)
+        << e.what();
+  }
+  SchedulerConfig few{Policy::continuous, 8, 4};  // 8 decodes per iteration cannot fit 4 tokens
+  PagedKvCache kv3(blocks(4000));
+  EXPECT_THROW((void)simulate(std::vector<Request>{{0, 0.0, 2, 2}}, few, kv3, toy_iteration), std::invalid_argument);
+  // At the key, with the lines that gave the limits.
+  auto refused = [](const std::string& yaml, int64_t context) {
+    const ConfigNode root = ConfigNode::load_string(yaml, "s.yaml");
+    SchedulerConfig c;
+    read_batching(root.child("serve"), c);
+    try {
+      check_batching(root.child("serve"), c, context);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(refused("serve:\n  policy: continuous\n  max_num_batched_tokens: 1\n", 4096)
+                .find("s.yaml:3: serve.max_num_batched_tokens: 1 is below the model's context of 4096 tokens"),
+            std::string::npos);
+  EXPECT_NE(refused("serve:\n  max_num_seqs: 512\n  max_num_batched_tokens: 256\n", 128)
+                .find("s.yaml:3: serve.max_num_batched_tokens: 256 is below max_num_seqs 512 (s.yaml:2)"),
+            std::string::npos);
+  EXPECT_EQ(refused("serve:\n  policy: chunked\n  max_num_batched_tokens: 1\n", 4096), "no error");
+  EXPECT_EQ(refused("serve:\n  policy: static\n  max_num_seqs: 1\n  max_num_batched_tokens: 128\n", 4096),
+            "no error");  // static: per request (a validation row's budget is its batch's prompts)
+}
+
 TEST(ServingScheduler, ContinuousFirstTokenAfterItsPrefillAndOneTokenPerDecode) {
   std::vector<Request> reqs{{0, 0.0, 100, 5}};
   PagedKvCache kv(blocks(100));
@@ -258,7 +350,7 @@ TEST(ServingScheduler, PreemptsByRecomputeOrSwapWhenTheCacheIsFull) {
   EXPECT_EQ(simulate(reqs, sw, kv3, toy_iteration).swaps, 0);
   std::vector<Request> big{{0, 0.0, 100, 1}};
   PagedKvCache tiny(blocks(2));
-  EXPECT_THROW(simulate(big, {}, tiny, toy_iteration), std::invalid_argument);
+  EXPECT_THROW(simulate(big, {}, tiny, toy_iteration), ConfigError);  // a config's limit: exit 2, the request named
 }
 
 // Pipeline parallelism: two virtual engines keep two batches in flight through two stages (each half of the toy
