@@ -278,7 +278,7 @@ struct SweepState {
 
 // Rank 0: reads results.csv (if any) into ST, marks the points already done (unless --force; validate: every
 // re-runs rows validated elsewhere), and rewrites what is kept (dropping a half-written last line).
-void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_path, SweepState& st) {
+void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_path, int launch_chips, SweepState& st) {
   std::vector<Row> rows;
   if (fs::exists(csv_path)) rows = experiments::parse_csv(read_text(csv_path), csv_path, &st.dropped);
   std::map<std::string, size_t> index;
@@ -287,10 +287,12 @@ void resume(const SweepSpec& spec, const SweepFlags& f, const std::string& csv_p
     const auto it = index.find(r["key"]);
     // validate: every re-runs rows that took their verdict from a smaller validation run (validate once).
     const bool validated_elsewhere = !r["validated_at"].empty() && r["validated_at"] != "self";
-    // A point the launch was too small for is not a result: it runs when a launch has its chips (it was "already
-    // in results" forever, the error row kept).
-    const bool launch_too_small = r["verdict"] == "error" && r["reason"].rfind("needs ", 0) == 0 &&
-                                  r["reason"].find(" chips, the launch has ") != std::string::npos;
+    // A point an earlier launch was too small for is not a result: it runs again when this launch has its chips
+    // (it was "already in results" forever, the error row kept); a launch still too small keeps the row.
+    const bool launch_too_small = it != index.end() && r["verdict"] == "error" &&
+                                  r["reason"].rfind("needs ", 0) == 0 &&
+                                  r["reason"].find(" chips, the launch has ") != std::string::npos &&
+                                  spec.points[it->second].chips <= launch_chips;
     if (it == index.end()) st.foreign.push_back(r);
     else if (!f.force && !launch_too_small && !(spec.validate_every && r["kind"] == "workload" && validated_elsewhere)) {
       st.mask[it->second] = '1';
@@ -464,7 +466,7 @@ int run_sweep(const runtime::World& world, const SweepFlags& f) {
   SweepState st;
   st.mask.assign(P, '0');
   world.agree([&] {
-    if (root) resume(spec, f, csv_path, st);
+    if (root) resume(spec, f, csv_path, N, st);
   });
   std::string& mask = st.mask;
   const auto& extra = st.extra;

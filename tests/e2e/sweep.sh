@@ -142,6 +142,14 @@ for k in a:
 PY
 fi
 expect_exit 0 "ran 0, skipped $TOTAL" -- shardsim_mpi 4 sweep grid.yaml --output cut --no-plots
+# The 5 points the 4-chip launch was too small for are kept while the launch stays small (above) and run once a
+# launch has their 8 chips (8 chips on one rank): their error rows are replaced by results.
+cp -r cut cut8
+if expect_exit 0 "ran 5, skipped $((TOTAL - 5))" -- shardsim_mpi 1 --chips 8 sweep grid.yaml --output cut8 --no-plots; then
+  n=$(grep -c 'needs 8 chips, the launch has' cut8/results.csv)
+  [ "$n" -eq 0 ] && pass "an 8-chip launch ran the points a 4-chip launch recorded as too small" \
+    || fail "$n rows still say 'needs 8 chips' after an 8-chip launch"
+fi
 expect_exit 0 "ran [1-9][0-9]*, skipped 0" -- shardsim_mpi 4 sweep grid.yaml --output cut --no-plots --force
 
 e2e_case "a sweep killed mid-way completes only the missing points"
@@ -210,7 +218,7 @@ axes:
   workload:
     - {config: $CONFIGS/blocks/small_block.yaml, label: small}
     - {config: $PWD/fusedblk.yaml, label: fusedfile}
-  plan: [{tp: chips}, {tp: chips, sp: yes}, {tp: chips, fused: true, chunks: 2}]
+  plan: [{tp: chips}, {tp: chips, sp: true}, {tp: chips, fused: true, chunks: 2}]
 EOF2
 if expect_exit 0 "ran 5, skipped 0 .*recorded 1 without running" -- shardsim_mpi 4 sweep fz.yaml --no-plots; then
   sed 's/^  tp: 4/  tp: 4\n  fused: true\n  chunks: 2/' "$CONFIGS/blocks/small_block.yaml" >runf.yaml

@@ -41,8 +41,8 @@ if expect_exit 0 '^  exposed comm +[0-9.]+ (ns|us)' \
     -- shardsim_mpi 2 train dp.yaml --steps 12; then
   assert_out '^  plan +data parallel dp=2 \(gradients averaged over dp, ZeRO stage 2, .*; [0-9]+ gradient buckets' "the plan line"
   assert_out '^  optimizer state +[0-9]+  formula +[0-9]+  8\*Psi/N_d' "optimizer state next to ZeRO's formula"
-  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2}' "$E2E_STDOUT" >dp_losses.txt
-  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2}' first_run.txt >one_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2}' "$E2E_STDOUT" >dp_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2}' first_run.txt >one_losses.txt
   if [[ -s dp_losses.txt ]] && cmp -s dp_losses.txt one_losses.txt; then
     pass "12 per-step losses equal one chip's (4 decimals)"
   else
@@ -106,13 +106,13 @@ then one_error_line; fi
 e2e_case "(j) training-state checkpoints: resume at step 3 of 6 equals the uninterrupted run, byte for byte"
 if expect_exit 0 '^checkpoint: step 6 saved to full\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 6 --save-every 3 --checkpoint full.h5; then
   assert_out '^checkpoint: step 3 saved to full\.h5' "--save-every 3 saves at step 3 too"
-  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >full_456.txt
+  awk '$1 ~ /^[4-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >full_456.txt
 fi
 if expect_exit 0 '^checkpoint: step 3 saved to part\.h5' -- shardsim_mpi 1 train "$TRAIN" --steps 3 --checkpoint part.h5 &&
    expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under dp=1, ZeRO stage 0\)' \
      -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume part.h5 --checkpoint resumed.h5; then
   assert_out_count '^ +[0-9]+( +[0-9.]+){6}$' 3 "only steps 4-6 run"
-  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >resumed_456.txt
+  awk '$1 ~ /^[4-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >resumed_456.txt
   if [[ -s full_456.txt ]] && cmp -s full_456.txt resumed_456.txt; then pass "losses and grad norms of steps 4-6 equal"; else
     fail "resumed steps 4-6 differ"; paste full_456.txt resumed_456.txt >&2
   fi
@@ -123,7 +123,7 @@ fi
 e2e_case "(k) resume under another mesh: one chip's step 3 on dp 2 ZeRO-3, and dp 2 ZeRO-2's step 3 on one chip"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  zero: 3/' "$TRAIN" >dp_z3.yaml
 if expect_exit 0 '^resumed: part\.h5 at step 3 \(saved under dp=1, ZeRO stage 0\)' -- shardsim_mpi 2 train dp_z3.yaml --steps 6 --resume part.h5; then
-  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dp_456.txt
+  awk '$1 ~ /^[4-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >dp_456.txt
   if cmp -s full_456.txt dp_456.txt; then pass "dp 2 ZeRO-3 continues with one chip's losses (4 decimals)"; else
     fail "dp resume differs"; paste full_456.txt dp_456.txt >&2
   fi
@@ -131,7 +131,7 @@ fi
 if expect_exit 0 '^checkpoint: step 3 saved to dp_part\.h5' -- shardsim_mpi 2 train dp.yaml --steps 3 --checkpoint dp_part.h5 &&
    expect_exit 0 '^resumed: dp_part\.h5 at step 3 \(saved under dp=2, ZeRO stage 2\)' \
      -- shardsim_mpi 1 train "$TRAIN" --steps 6 --resume dp_part.h5; then
-  awk '$1 ~ /^[4-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >one_456.txt
+  awk '$1 ~ /^[4-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >one_456.txt
   if cmp -s full_456.txt one_456.txt; then pass "one chip continues dp 2 ZeRO-2's run (4 decimals)"; else
     fail "one-chip resume differs"; paste full_456.txt one_456.txt >&2
   fi
@@ -151,8 +151,8 @@ then one_error_line; fi
 e2e_case "(m) tensor parallelism: tp 2 on 2 ranks and dp 2 x tp 2 + sp on 4 print one chip's losses; a tp checkpoint resumes on one chip"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 2/' "$TRAIN" >tp2.yaml
 if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron' -- shardsim_mpi 2 train tp2.yaml --steps 6 --save-every 3 --checkpoint tp2.h5; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' first_run.txt >one_6.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >tp2_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' first_run.txt >one_6.txt
   if [[ -s tp2_losses.txt ]] && cmp -s one_6.txt tp2_losses.txt; then pass "tp 2: losses and grad norms equal one chip's (4 decimals)"; else
     fail "tp 2 differs from one chip"; paste one_6.txt tp2_losses.txt >&2
   fi
@@ -160,7 +160,7 @@ if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron' -- shardsim_mpi 2 tr
 fi
 sed -E 's/^(  tp: 2)$/\1\n  sp: true/' tp2.yaml >tp2sp.yaml
 if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; sequence parallel \(reduce_scatter / all_gather around the norms\); data parallel dp=2' -- shardsim_mpi 4 train tp2sp.yaml --steps 6; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >dptp_losses.txt
   if cmp -s one_6.txt dptp_losses.txt; then pass "dp 2 x tp 2 with sequence parallelism: losses equal one chip's (4 decimals)"; else
     fail "dp2 x tp2 sp differs"; paste one_6.txt dptp_losses.txt >&2
   fi
@@ -174,7 +174,7 @@ then one_error_line; fi
 # ZeRO-3 and recompute on the dp x tp mesh (numbers: LmTpZero, LmTpRecompute): one chip's losses again.
 sed -E 's/^(  sp: true)$/\1\n  zero: 3/; s/^(  data_seed:.*)$/\1\n  recompute: true/' tp2sp.yaml >tpz3.yaml
 if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; data parallel dp=2 \(gradients averaged over dp, ZeRO stage 3' -- shardsim_mpi 4 train tpz3.yaml --steps 6 --validate; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >tpz3_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >tpz3_losses.txt
   if cmp -s one_6.txt tpz3_losses.txt; then pass "dp 2 x tp 2, sp, ZeRO-3, recompute: losses equal one chip's (4 decimals)"; else
     fail "dp2 x tp2 ZeRO-3 recompute differs"; paste one_6.txt tpz3_losses.txt >&2
   fi
@@ -182,11 +182,11 @@ if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; data parallel dp=2
   assert_out '; recompute: full ' "the report says recompute"
   assert_out '^validation: PASS \(\|loss - reference\| = .*fp32: 1e-5 absolute' "--validate: PASS against the single-device reference"
 fi
-awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_rows.txt
+awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/' "$E2E_STDOUT" >tpz3_rows.txt
 cp "$E2E_STDOUT" tpz3_real.txt
 # The same job with the 4 chips as fibers of one rank (runtime/chips.h): the same losses and simulated times.
 if expect_exit 0 '^  plan +tensor parallel tp=2 .*; data parallel dp=2 ' -- shardsim_mpi 1 train tpz3.yaml --steps 6 --chips 4; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7' "$E2E_STDOUT" >tpz3_chips.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/' "$E2E_STDOUT" >tpz3_chips.txt
   if [[ -s tpz3_rows.txt ]] && cmp -s tpz3_rows.txt tpz3_chips.txt; then pass "4 chips on one rank: every step row equals the 4-rank run's"; else
     fail "--chips 4 on one rank differs from 4 ranks"; paste tpz3_rows.txt tpz3_chips.txt >&2
   fi
@@ -202,7 +202,7 @@ for first in "pp=4" "pp=2 tp=2"; do
   tag=${first// /_}
   FIRST=(); for kv in $first; do FIRST+=(--set "parallel.${kv}"); done
   if expect_exit 0 '^DONE' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" "${FIRST[@]}" --steps 6; then
-    awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >"pp_full_$tag.txt"
+    awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >"pp_full_$tag.txt"
   fi
   expect_exit 0 '^checkpoint: step 2 saved to ppa\.h5' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" "${FIRST[@]}" --steps 2 \
     --checkpoint ppa.h5 || continue
@@ -216,7 +216,7 @@ for first in "pp=4" "pp=2 tp=2"; do
     read -r mesh at to <<<"$hop"
     if expect_exit 0 "^resumed: $from at step $at " -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" --set "parallel.$mesh" \
          --steps "$to" --resume "$from" --checkpoint "pp_$to.h5"; then
-      awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >pp_resumed.txt
+      awk '$1 ~ /^[0-9]+$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >pp_resumed.txt
       if [[ -s pp_resumed.txt ]] && grep -qxFf pp_resumed.txt "pp_full_$tag.txt" &&
          [[ $(grep -cxFf pp_resumed.txt "pp_full_$tag.txt") == $((to - at)) ]]; then
         pass "$first -> $mesh: steps $((at + 1))-$to equal the uninterrupted $first run's"
@@ -228,7 +228,7 @@ done
 # ZB-H1 (the backward split into input and weight gradients) prints the same losses as 1F1B on pp 4, and its closed form.
 if expect_exit 0 '^  bubble .*closed form \(p-1\)\(F\+B-W\)' -- shardsim_mpi 1 train "$TRAIN" "${PPSET[@]}" --set parallel.pp=4 \
      --set parallel.schedule=zb_h1 --steps 6; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >pp_zb.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >pp_zb.txt
   if [[ -s pp_zb.txt ]] && cmp -s pp_full_pp=4.txt pp_zb.txt; then pass "zb_h1 on pp 4: 1F1B's losses and grad norms (4 decimals)"; else
     fail "zb_h1 differs from 1f1b"; paste pp_full_pp=4.txt pp_zb.txt >&2; fi
   assert_out "^  peak_act_bytes include the pending weight gradients' operands" "the report counts the pending weight gradients"
@@ -236,8 +236,8 @@ fi
 
 e2e_case "(p) shape-only: the real run's simulated fields without its data (no losses, NOT VALIDATED)"
 if expect_exit 0 '^  mode +shape-only .*NOT VALIDATED' -- shardsim_mpi 1 train tpz3.yaml --steps 2 --shape-only --chips 4; then
-  awk '$1 ~ /^[12]$/ && NF == 7 {print $1, $4, $5, $6, $7}' "$E2E_STDOUT" >so_rows.txt
-  awk '$1 ~ /^[12]$/ && NF == 7 {print $1, $4, $5, $6, $7}' tpz3_real.txt >real_rows.txt
+  awk '$1 ~ /^[12]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $4, $5, $6, $7}' "$E2E_STDOUT" >so_rows.txt
+  awk '$1 ~ /^[12]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $4, $5, $6, $7}' tpz3_real.txt >real_rows.txt
   if [[ -s so_rows.txt ]] && cmp -s so_rows.txt real_rows.txt; then pass "step time, compute, exposed, idle equal the real-data run's"; else
     fail "shape-only simulated fields differ"; paste real_rows.txt so_rows.txt >&2
   fi
@@ -260,7 +260,7 @@ then one_error_line; fi
 e2e_case "(q) context parallelism (ring attention fwd + bwd): cp 2 x tp 2 prints one chip's losses, its checkpoint resumes on one chip; bad cp keys exit 2"
 sed -E 's/^(  tp: 2)$/\1\n  cp: 2/' tp2.yaml >cp2tp2.yaml
 if expect_exit 0 '; context parallel cp=2 \(ring attention forward and backward, zig-zag split' -- shardsim_mpi 4 train cp2tp2.yaml --steps 6 --save-every 3 --checkpoint cp.h5; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cp_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >cp_losses.txt
   if [[ -s cp_losses.txt ]] && cmp -s one_6.txt cp_losses.txt; then pass "cp 2 x tp 2: losses and grad norms equal one chip's (4 decimals)"; else
     fail "cp 2 x tp 2 differs from one chip"; paste one_6.txt cp_losses.txt >&2
   fi
@@ -270,7 +270,7 @@ if expect_exit 0 '^resumed: cp\.h5 at step 6 \(saved under dp=1 x cp=2 x tp=2\)'
 fi
 sed -E 's/^(  cp: 2)$/\1\n  cp_split: contiguous/' cp2tp2.yaml >cp_contig.yaml
 if expect_exit 0 '; context parallel cp=2 \(.*contiguous split' -- shardsim_mpi 1 train cp_contig.yaml --steps 6 --chips 4; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >cpc_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >cpc_losses.txt
   if cmp -s one_6.txt cpc_losses.txt; then pass "contiguous split, 4 chips on one rank: one chip's losses"; else
     fail "contiguous cp differs"; paste one_6.txt cpc_losses.txt >&2
   fi
@@ -291,7 +291,7 @@ then one_error_line; fi
 e2e_case "(r) Ulysses (all_to_all tokens <-> heads around attention, fwd + bwd): one chip's losses; bad ulysses keys exit 2"
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  ulysses: 2/' "$TRAIN" >uly2.yaml
 if expect_exit 0 'Ulysses ulysses=2 \(all_to_all sequence <-> heads' -- shardsim_mpi 1 train uly2.yaml --steps 6 --chips 2; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >uly_losses.txt
   if [[ -s uly_losses.txt ]] && cmp -s one_6.txt uly_losses.txt; then pass "ulysses 2: losses and grad norms equal one chip's (4 decimals)"; else
     fail "ulysses 2 differs from one chip"; paste one_6.txt uly_losses.txt >&2
   fi
@@ -299,7 +299,7 @@ fi
 # tp 2 x ulysses 2 with kv_heads 2: one kv head per tp rank, replicated to both Ulysses ranks of its GQA group.
 sed -E 's/^(  tp: 2)$/\1\n  ulysses: 2/' tp2.yaml >uly_tp2.yaml
 if expect_exit 0 '; Ulysses ulysses=2 ' -- shardsim_mpi 1 train uly_tp2.yaml --steps 6 --chips 4; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >uly_tp2_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >uly_tp2_losses.txt
   if [[ -s uly_tp2_losses.txt ]] && cmp -s one_6.txt uly_tp2_losses.txt; then pass "tp 2 x ulysses 2, kv heads replicated: losses equal one chip's (4 decimals)"; else
     fail "tp 2 x ulysses 2 (replicated kv heads) differs from one chip"; paste one_6.txt uly_tp2_losses.txt >&2
   fi
@@ -314,7 +314,7 @@ then one_error_line; fi
 e2e_case "(s) parallel.fused: the sp collectives fused with their GEMMs (numbers: LmTpFused); fused without sp exits 2"
 sed -E 's/^(  sp: true)$/\1\n  fused: true/' tp2sp.yaml >tp2fused.yaml
 if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; sequence parallel .*; fused: all_gather_gemm / gemm_reduce_scatter' -- shardsim_mpi 1 train tp2fused.yaml --steps 6 --chips 4; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >fused_losses.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >fused_losses.txt
   if [[ -s fused_losses.txt ]] && cmp -s one_6.txt fused_losses.txt; then pass "dp 2 x tp 2, sp, fused: losses equal one chip's (4 decimals)"; else
     fail "fused differs from one chip"; paste one_6.txt fused_losses.txt >&2
   fi
@@ -396,8 +396,8 @@ then one_error_line; fi
 e2e_case "(o) train.recompute: the same losses as one chip; the report says recompute (numbers: LmDpRecompute)"
 sed -E 's/^(  data_seed:.*)$/\1\n  recompute: true/' dp.yaml >dp_rc.yaml
 if expect_exit 0 '; recompute: full ' -- shardsim_mpi 2 train dp_rc.yaml --steps 12; then
-  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >rc_losses.txt
-  awk '$1 ~ /^[0-9]+$/ && NF == 7 {print $1, $2, $3}' first_run.txt >one_12.txt
+  awk '$1 ~ /^[0-9]+$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >rc_losses.txt
+  awk '$1 ~ /^[0-9]+$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' first_run.txt >one_12.txt
   if cmp -s one_12.txt rc_losses.txt; then pass "12 losses equal one chip's"; else fail "recompute changed the losses"; fi
   assert_out '^  activations +[0-9]+  \(recompute per block' "the activation line says recompute"
 fi
@@ -419,7 +419,7 @@ then one_error_line; fi
 e2e_case "(z) the GPT block (layernorm, gelu MLP, learned positions, tied embeddings): tp 2 + sp with selective recompute prints one chip's losses; one weight for the tied head; bad variants exit 2"
 sed -E 's/^(  seed: 1)$/\1\n  norm: layernorm\n  mlp: gelu\n  position: learned\n  tied_embeddings: true/' "$TRAIN" >gpt.yaml
 if expect_exit 0 '^checkpoint: step 6 saved to gpt1\.h5' -- shardsim_mpi 1 train gpt.yaml --steps 6 --checkpoint gpt1.h5; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_one.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >gpt_one.txt
   if command -v h5ls >/dev/null 2>&1; then
     if h5ls -r gpt1.h5 | grep -q 'embed' && ! h5ls -r gpt1.h5 | grep -Eq '/head[ /]'; then
       pass "the tied checkpoint holds the embedding and no head"
@@ -428,7 +428,7 @@ if expect_exit 0 '^checkpoint: step 6 saved to gpt1\.h5' -- shardsim_mpi 1 train
 fi
 { cat gpt.yaml; printf 'parallel:\n  tp: 2\n  sp: true\n  recompute: selective\n'; } >gpt_tp2.yaml
 if expect_exit 0 '; recompute: selective \(the attention core' -- shardsim_mpi 2 train gpt_tp2.yaml --steps 6; then
-  awk '$1 ~ /^[1-6]$/ && NF == 7 {print $1, $2, $3}' "$E2E_STDOUT" >gpt_tp2.txt
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >gpt_tp2.txt
   if [[ -s gpt_one.txt ]] && cmp -s gpt_one.txt gpt_tp2.txt; then pass "GPT block, tp 2 + sp: losses and grad norms equal one chip's (4 decimals)"
   else fail "GPT tp 2 differs from one chip"; paste gpt_one.txt gpt_tp2.txt >&2; fi
 fi
