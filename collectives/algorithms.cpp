@@ -139,6 +139,11 @@ double estimate_ns(Collective c, const std::string& algorithm, const runtime::Tr
   return overhead > 0 ? t + overhead : t;  // the replay starts at time 0; the run starts its first step at c
 }
 
+sim::TimeNs Choice::start(runtime::Transport& tp, sim::TimeNs ready, const std::string& name) const {
+  if (!(call_overhead_ns > 0)) return ready;
+  return tp.timeline().fixed_cost(name + ".launch", ready, call_overhead_ns);
+}
+
 double call_overhead_ns(Collective c, const runtime::Transport& tp) {
   if (tp.size() == 1 || c == Collective::send_recv || c == Collective::barrier) return 0;
   return tp.topology().protocol().call_overhead_ns;

@@ -98,9 +98,11 @@ struct Choice {
   const AlgorithmDescriptor* descriptor = nullptr;  // its registry entry (run hooks)
   std::string explanation;  // "auto: ring 12.3 us, bidir_ring 6.4 us (chosen), torus n/a (...)"
   double call_overhead_ns = 0;  // call_overhead_ns(C, TP): charged once per call, before the first step
-  // When the call's first step may start on this chip: READY + call_overhead_ns (READY itself, bit for bit, at 0).
-  // The collective's span still starts at READY, so the overhead counts as the call's (communication) time.
-  sim::TimeNs start(sim::TimeNs ready) const { return call_overhead_ns > 0 ? ready + call_overhead_ns : ready; }
+  // When the call's first step may start on TP's chip: READY + call_overhead_ns (READY itself, bit for bit, at 0).
+  // The collective's span still starts at READY, so the overhead counts as the call's (communication) time. With
+  // dependency recording the overhead is an event NAME + ".launch" on the host lane (sim::Timeline::fixed_cost),
+  // so the profiler's critical path runs through it (it was "waiting" before).
+  sim::TimeNs start(runtime::Transport& tp, sim::TimeNs ready, const std::string& name) const;
 };
 // Resolves OPTIONS.algorithm for C. Throws UsageError for unknown or inapplicable algorithms.
 Choice choose(Collective c, const CollectiveOptions& options, const runtime::Transport& tp, double bytes);

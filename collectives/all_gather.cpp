@@ -24,7 +24,7 @@ CollectiveResult gather_layout(runtime::Transport& tp, Collective c, const void*
   const size_t me = static_cast<size_t>(tp.rank());
   auto* mine = static_cast<unsigned char*>(recvbuf) + layout.offset[me] * es;
   if (sendbuf != mine && layout.size[me] && !tp.shape_only()) std::memmove(mine, sendbuf, layout.size[me] * es);
-  const sim::TimeNs t = choice.descriptor->all_gather(tp, recvbuf, layout, dtype, o.chunk_bytes, choice.start(ready), name);
+  const sim::TimeNs t = choice.descriptor->all_gather(tp, recvbuf, layout, dtype, o.chunk_bytes, choice.start(tp, ready, name), name);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, bytes, sent_before);
 }
 

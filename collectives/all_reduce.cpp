@@ -15,7 +15,7 @@ CollectiveResult all_reduce(runtime::Transport& tp, const void* sendbuf, void* r
   const std::string name = options.name.empty() ? "all_reduce" : options.name;
   const double sent_before = tp.bytes_sent();
   const sim::TimeNs t =
-      choice.descriptor->all_reduce(tp, sendbuf, recvbuf, count, dtype, op, options.chunk_bytes, choice.start(ready), name);
+      choice.descriptor->all_reduce(tp, sendbuf, recvbuf, count, dtype, op, options.chunk_bytes, choice.start(tp, ready, name), name);
   if (op == ReduceOp::avg && !tp.shape_only()) finish_avg(recvbuf, count, dtype, static_cast<size_t>(tp.size()));
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
                       sent_before);

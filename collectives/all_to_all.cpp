@@ -38,7 +38,7 @@ CollectiveResult pairwise(runtime::Transport& tp, Collective c, const unsigned c
   // One step of every pair (direct): rank r sends to r + 1, r + 2, ... (in that order on its ports) and
   // receives from r - 1, r - 2, ...; the global pattern (every rank to every other) lets flows of different
   // senders that cross on a link share it (crossing-flow contention, docs/MODEL.md).
-  const sim::TimeNs start = choice.start(ready);  // after the call's fixed cost (algorithms.h)
+  const sim::TimeNs start = choice.start(tp, ready, name);  // after the call's fixed cost (algorithms.h)
   sim::TimeNs end = start;
   std::vector<runtime::SendOp> sends;
   std::vector<runtime::RecvOp> recvs;

@@ -25,7 +25,7 @@ CollectiveResult broadcast(runtime::Transport& tp, const void* sendbuf, void* re
   const double sent_before = tp.bytes_sent();
   if (tp.rank() == options.root && sendbuf != recvbuf && bytes && !tp.shape_only()) std::memcpy(recvbuf, sendbuf, bytes);
   const sim::TimeNs t =
-      choice.descriptor->broadcast(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, choice.start(ready),
+      choice.descriptor->broadcast(tp, recvbuf, count, dtype, options.root, options.chunk_bytes, choice.start(tp, ready, name),
                                    name);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(bytes),
                       sent_before);

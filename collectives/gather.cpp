@@ -22,7 +22,7 @@ CollectiveResult rooted_direct(runtime::Transport& tp, Collective c, const void*
   const std::string name = o.name.empty() ? cname : o.name;
   const double sent_before = tp.bytes_sent();
   const bool is_gather = c == Collective::gather;
-  const sim::TimeNs start = choice.start(ready);  // after the call's fixed cost (algorithms.h)
+  const sim::TimeNs start = choice.start(tp, ready, name);  // after the call's fixed cost (algorithms.h)
   sim::TimeNs end = start;
   if (tp.rank() == o.root) {
     auto* all = static_cast<unsigned char*>(is_gather ? recvbuf : const_cast<void*>(sendbuf));

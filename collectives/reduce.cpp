@@ -22,7 +22,7 @@ CollectiveResult reduce(runtime::Transport& tp, const void* sendbuf, void* recvb
   const bool data = !tp.shape_only();  // shape-only: no copies, no arithmetic (runtime/transport.h)
   if (bytes && data) std::memcpy(acc, sendbuf, bytes);
   const sim::TimeNs t =
-      choice.descriptor->reduce(tp, acc, count, dtype, op, options.root, options.chunk_bytes, choice.start(ready), name);
+      choice.descriptor->reduce(tp, acc, count, dtype, op, options.root, options.chunk_bytes, choice.start(tp, ready, name), name);
   if (tp.rank() == options.root && data) {
     if (op == ReduceOp::avg) finish_avg(acc, count, dtype, static_cast<size_t>(tp.size()));
     if (bytes) std::memcpy(recvbuf, acc, bytes);

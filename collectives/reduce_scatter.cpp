@@ -23,7 +23,7 @@ CollectiveResult reduce_scatter(runtime::Transport& tp, const void* sendbuf, voi
   const bool data = !tp.shape_only();  // shape-only: no copies, no arithmetic (runtime/transport.h)
   if (count && data) std::memcpy(work, sendbuf, count * es);
   const sim::TimeNs t = choice.descriptor->reduce_scatter(tp, work, Layout::from(part), dtype, op,
-                                                       options.chunk_bytes, choice.start(ready), name);
+                                                       options.chunk_bytes, choice.start(tp, ready, name), name);
   if (op == ReduceOp::avg && data) finish_avg(work + part.offset(me) * es, part.size(me), dtype, part.parts);
   if (part.size(me) && data) std::memmove(recvbuf, work + part.offset(me) * es, part.size(me) * es);
   return flat::finish(tp, name, choice.algorithm, choice.explanation, {ready, t}, static_cast<double>(count * es),

@@ -431,6 +431,19 @@ Span Timeline::replay_send(const Event& e) {
   return e.span;
 }
 
+TimeNs Timeline::fixed_cost(const std::string& name, TimeNs ready, double ns) {
+  const TimeNs end = ready + ns;
+  if (!deps_ || !record_) return end;  // bookkeeping only: no simulated time depends on it
+  events_.push_back(Event{name, "host", kHostEngine, {ready, end}, 0, 0, -1});
+  Event& e = events_.back();
+  e.id = new_id();
+  e.producer = producer_of(ready);
+  e.bound = Bound::latency;  // a fixed cost per call
+  note_end(end, e.id);
+  commit();
+  return end;
+}
+
 void Timeline::host_sync(TimeNs t) {
   if (!(device_.host_launch_ns > 0 && !device_.cuda_graph) || !(t > host_)) return;
   host_ = t;

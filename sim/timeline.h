@@ -150,6 +150,11 @@ class Timeline {
   // charged as its eager sequence, back to back; the span covers them all.
   Span compute(const std::string& name, double flops, double bytes, Precision p, TimeNs ready,
                const KernelShape& shape);
+  // A fixed cost an op pays before it may start (a collective call's launch: topology protocol call_overhead_ns,
+  // collectives/algorithms.h Choice::start). Returns READY + NS and books no engine. With dependency recording it is
+  // an event NAME on the host lane (kHostEngine, category "host", latency-bound) whose producer is the event that
+  // ended at READY, so the critical path runs through the cost instead of calling it waiting. NS >= 0, ns.
+  TimeNs fixed_cost(const std::string& name, TimeNs ready, double ns);
   // The host waits until simulated time T (it reads back a value the device produced at T): the next kernel's
   // host issue starts no earlier than T. No effect unless the host issue model is on (see the header).
   void host_sync(TimeNs t);

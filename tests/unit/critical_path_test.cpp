@@ -317,3 +317,48 @@ TEST(CriticalPath, EventIndexFindsEveryIdAndNamesAreShared) {
   EXPECT_EQ(c[0].events[0].name.data(), c[1].events[0].name.data());  // both "gemm": one pooled copy
   EXPECT_EQ(sim::intern_name("gemm").data(), c[0].events[0].name.data());
 }
+
+// A collective call's fixed cost (topology protocol call_overhead_ns) is an event of its own on the host lane
+// (Timeline::fixed_cost): the send after it has the cost as its producer, the cost has the kernel before it, so the
+// path covers the run with no waiting (with call_overhead_ns 2000 the default MLP's path was 78 % "waiting").
+// Recording it changes no simulated time.
+TEST(CriticalPath, ACallsFixedCostIsOnThePath) {
+  const auto topo = topology::Topology::ring(2, topology::LinkSpec{100, 1000});
+  sim::DeviceSpec d;
+  d.peak_tflops_fp32 = 10;
+  d.hbm_gbps = 100;
+  d.hbm_gib = 1;
+  d.launch_overhead_ns = 5;
+  std::vector<double> ends[2];
+  for (int on = 0; on < 2; ++on) {
+    std::vector<sim::Timeline> tl;
+    for (int c = 0; c < 2; ++c) {
+      tl.emplace_back(c, topo, d);
+      tl.back().set_record_dependencies(on);
+    }
+    const double k = tl[0].compute("gemm", 1e6, 0, sim::Precision::fp32, 0, {}).end;  // 105
+    const double go = tl[0].fixed_cost("all_reduce.launch", k, 2000);
+    EXPECT_EQ(go, k + 2000);
+    const sim::Span s = tl[0].send("send", 1, 1e5, go);
+    const double arrival = tl[1].receive(0, 1e5, s.start, s.end, tl[0].last_send_id(), tl[0].last_send_end());
+    const double end = tl[1].compute("norm", 1e6, 0, sim::Precision::fp32, arrival, {}).end;
+    ends[on] = {go, s.start, s.end, arrival, end, tl[0].end_time(), tl[1].end_time()};
+    if (!on) {
+      for (const auto& e : tl[0].events()) EXPECT_NE(e.name, "all_reduce.launch");  // bookkeeping of recording only
+      continue;
+    }
+    std::vector<sim::ChipEvents> chips;
+    for (auto& t : tl) {
+      sim::ChipEvents ce{t.chip(), t.events()};
+      ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
+      chips.push_back(std::move(ce));
+    }
+    const auto p = sim::critical_path(chips);
+    EXPECT_DOUBLE_EQ(p.end, end);
+    EXPECT_DOUBLE_EQ(p.waiting, 0);
+    std::vector<std::string> names;
+    for (const auto& st : p.steps) names.push_back(std::string(chips[size_t(st.chip)].events[st.index].name));
+    EXPECT_EQ(names, (std::vector<std::string>{"gemm", "all_reduce.launch", "send", "recv", "norm"}));
+  }
+  EXPECT_EQ(ends[0], ends[1]);
+}
