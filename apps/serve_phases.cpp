@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "apps/serve_server.h"
+#include "serving/config_keys.h"
 
 namespace shardsim::apps::serve_detail {
 
@@ -83,6 +84,50 @@ Phases phases_of_plans(const sharding::ParallelPlan& prefill, const sharding::Pa
     for (int i = 0; i < chips_of(G.plan); ++i) G.ranks.push_back(next++);
   }
   return ph;
+}
+
+// serve.disaggregation.prefill and .decode (D's): each group's parallel: section by the one plan parser, in the
+// serving mode, on as many chips as its axes take; together they take the launch's CHIPS, and the config has no
+// parallel: of its own (each group's is its plan). Per-phase plans run dense models without ep (refused otherwise).
+std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const ConfigNode& root, const ConfigNode& d,
+                                                                      const sharding::ModelSpec& spec, int chips) {
+  sharding::ParallelPlan plans[2];
+  for (const char* g : {"prefill", "decode"})
+    if (!d.has(g))
+      d.fail(std::string("serve.disaggregation.") + g + ": missing (per-phase plans give both groups theirs: " +
+             "prefill: {parallel: {...}} and decode: {parallel: {...}})");
+  if (root.has("parallel"))
+    root.child("parallel").fail("parallel: with serve.disaggregation.prefill and decode each group's plan is its own "
+                                "parallel: section there; remove this one");
+  if (spec.moe)
+    d.child("prefill").fail("serve.disaggregation.prefill / decode: per-phase plans run dense models only (not yet a "
+                            "mixture of experts; prefill_replicas runs one plan for both groups)");
+  int taken[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = i == 0 ? "prefill" : "decode";
+    const ConfigNode g = d.child(name);
+    g.expect_keys(serving::kServeDisaggGroupKeys);
+    if (!g.has("parallel")) g.fail("serve.disaggregation." + name + ".parallel: missing (the group's plan: tp, pp, dp)");
+    const ConfigNode par = g.child("parallel");
+    // The group's chips: the product of its axes (each 1 unless given; the parser checks them again).
+    int64_t n = 1;
+    for (const char* axis : {"tp", "cp", "ulysses", "ep", "dp", "pp"})
+      if (par.is_map() && par.has(axis)) n *= par.get_int_in(axis, 1, sharding::SpecBounds::axis);
+    if (n > chips)
+      par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips, more than the launch's " +
+               std::to_string(chips));
+    taken[i] = int(n);
+    sharding::ParallelPlan p = sharding::parse_parallel_plan(g, spec, sharding::SpecUse::train, n, false, false, true);
+    if (p.ep > 1)
+      par.child("ep").fail("serve.disaggregation." + name + ".parallel.ep: per-phase plans run without expert "
+                           "parallelism (prefill_replicas runs one ep plan for both groups)");
+    plans[i] = p;
+  }
+  if (taken[0] + taken[1] != chips)
+    d.fail("serve.disaggregation: the prefill group's plan takes " + std::to_string(taken[0]) + " chips and the decode "
+           "group's " + std::to_string(taken[1]) + ": " + std::to_string(taken[0] + taken[1]) + ", but the launch has " +
+           std::to_string(chips) + " (the groups split the launch's chips)");
+  return {plans[0], plans[1]};
 }
 
 }  // namespace shardsim::apps::serve_detail

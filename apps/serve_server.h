@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "models/lm_tp.h"
 #include "models/lm_tp_decode.h"
 #include "reporting/trace_filter.h"
@@ -89,6 +90,12 @@ struct Phases {
 Phases phases_of_replicas(const sharding::DeviceMesh& mesh, const sharding::ParallelPlan& plan, int K);
 // The groups of two plans over the launch's chips in world rank order, the prefill group first.
 Phases phases_of_plans(const sharding::ParallelPlan& prefill, const sharding::ParallelPlan& decode);
+// serve.disaggregation.prefill and .decode (D's parallel: sections, read by the one plan parser in the serving mode,
+// each on as many chips as its axes take) on a launch of CHIPS: ConfigError (exit 2) at the key when a group is
+// missing, the config has a parallel: of its own, the model is a mixture of experts or a group has ep, or the
+// groups' chips do not add up to CHIPS.
+std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const ConfigNode& root, const ConfigNode& d,
+                                                                      const sharding::ModelSpec& spec, int chips);
 
 class DisaggRun;  // apps/serve_disagg.cpp
 
