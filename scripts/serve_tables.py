@@ -95,6 +95,14 @@ def plan_of(j):
     return axes(j)
 
 
+def cache_tokens(j):
+    """The KV cache per chip in tokens (per phase: each group's)."""
+    d = j.get("disaggregation", {})
+    if d.get("per_phase"):
+        return f"{d['prefill']['kv_cache']['tokens']:,} (prefill; decode {d['decode']['kv_cache']['tokens']:,})"
+    return f"{j['kv_cache']['tokens']:,}"
+
+
 def table_configs(r, _):
     print("| config | chips | plan | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | served (req/s) | output tok/s per chip "
           "| KV cache per chip (tokens) |")
@@ -108,7 +116,7 @@ def table_configs(r, _):
         if "disaggregation" in j:
             plan += " (disaggregated)"
         print(f"| {name} | {chips} | {plan} | {pair(m, 'ttft_s', ms)} | {pair(m, 'tpot_s', ms2)} | "
-              f"{m['requests_per_s']:.2f} | {m['output_tokens_per_s_per_chip']:,.1f} | {j['kv_cache']['tokens']:,} |")
+              f"{m['requests_per_s']:.2f} | {m['output_tokens_per_s_per_chip']:,.1f} | {cache_tokens(j)} |")
 
 
 def table_moe(r, _):
