@@ -117,7 +117,9 @@ std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const
       par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips, more than the launch's " +
                std::to_string(chips));
     taken[i] = int(n);
-    sharding::ParallelPlan p = sharding::parse_parallel_plan(g, spec, sharding::SpecUse::train, n, false, false, true);
+    sharding::ModelSpec model = spec;
+    model.batch = 0;  // serving's batches come from its scheduler (as models/executor_config.h reads a serve config)
+    sharding::ParallelPlan p = sharding::parse_parallel_plan(g, model, sharding::SpecUse::train, n, false, false, true);
     if (p.ep > 1)
       par.child("ep").fail("serve.disaggregation." + name + ".parallel.ep: per-phase plans run without expert "
                            "parallelism (prefill_replicas runs one ep plan for both groups)");

@@ -194,6 +194,23 @@ assert all(i[4] == 0 for i in it if i[7] == 2) and {i[7] for i in it} == {0, 1, 
 assert j["metrics"]["requests"] == 2 and all(r[2] > r[1] > 0 for r in j["requests"])
 PY
 fi
+# Per-phase plans that equal the config's plan (tp 2: prefill dp 3, decode dp 1) run what prefill_replicas: 3 runs
+# on tp 2 x dp 4: the same requests, iterations, transfers and metrics, to the bit.
+SWS=(--topology "$CONFIGS/topologies/switch_8.yaml" "${SMALL[@]}")
+if expect_exit 0 'KV cache transfers: 20 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SWS[@]}" --set parallel.tp=2 \
+     --set parallel.dp=4 --set serve.disaggregation.prefill_replicas=3 --json same8.json \
+   && expect_exit 0 'plan per phase: prefill tp=2 x dp=3 on 6 chips, decode tp=2 on 2 chips' -- shardsim_mpi 1 --chips 8 \
+     serve pp8.yaml "${SWS[@]}" --set 'serve.disaggregation.prefill.parallel={tp: 2, dp: 3}' \
+     --set 'serve.disaggregation.decode.parallel={tp: 2}' --json per8.json; then
+  if python3 - same8.json per8.json <<'PY'; then pass "equal per-phase plans = prefill_replicas on the config's plan, bit for bit"; else fail "per-phase equal plans"; fi
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+assert b["disaggregation"]["per_phase"] and not a["disaggregation"]["per_phase"]
+PY
+fi
 expect_exit 2 "serve.disaggregation: the prefill group's plan takes 2 chips and the decode group's 4: 6, but the launch has 8" -- \
   shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=2 \
   --set serve.disaggregation.decode.parallel.tp=4 --json bad.json
