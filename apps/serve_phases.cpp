@@ -111,11 +111,12 @@ std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const
     const ConfigNode par = g.child("parallel");
     // The group's chips: the product of its axes (each 1 unless given; the parser checks them again).
     int64_t n = 1;
-    for (const char* axis : {"tp", "cp", "ulysses", "ep", "dp", "pp"})
+    for (const char* axis : {"tp", "cp", "ulysses", "ep", "dp", "pp"}) {
       if (par.is_map() && par.has(axis)) n *= par.get_int_in(axis, 1, sharding::SpecBounds::axis);
-    if (n > chips)
-      par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips, more than the launch's " +
-               std::to_string(chips));
+      if (n > chips)  // checked as it grows (six axes of up to 2^20 each would overflow)
+        par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips or more, more than the " +
+                 "launch's " + std::to_string(chips));
+    }
     taken[i] = int(n);
     sharding::ModelSpec model = spec;
     model.batch = 0;  // serving's batches come from its scheduler (as models/executor_config.h reads a serve config)
