@@ -43,6 +43,7 @@ using runtime::DType;
 using runtime::Tensor;
 
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+bool LmTpTrainer::is_moe(const std::string& name) { return name.find(".moe.") != std::string::npos; }
 
 bool LmTpTrainer::owns(const std::string& name) const {
   if (name == "embed" || name == "pos_embed") return owns_embed_;
@@ -200,7 +201,7 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
     for (size_t i = 0; i < acc.size(); ++i)
       if (owns(acc[i].first))
         unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back(
-            {acc[i].second, one[i].second, is_norm(acc[i].first)});
+            {acc[i].second, one[i].second, is_norm(acc[i].first) || is_moe(acc[i].first)});
   }
   // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
   std::vector<sharding::plans::DpParam> params;

@@ -396,6 +396,7 @@ class LmTpTrainer {
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, sim::TimeNs& t);
   sharding::plans::BlockWeights block_weights(int64_t l) const;  // local layer L's work_ weights, as the block reads them
   static bool is_norm(const std::string& weight);  // a norm weight or bias (replicated over tp)
+  static bool is_moe(const std::string& weight);   // a MoE layer's router, expert or shared-expert weight
   sharding::plans::PlanContext context(sharding::plans::Chip& chip);  // this chip's plan units, clock CHIP
   // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
   // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
@@ -406,11 +407,12 @@ class LmTpTrainer {
   // DX: the gradient from the next stage (ignored on the last model stage, which starts from the loss); on return
   // the gradient for the previous stage (model stage 0: the embedding's backward ran instead).
   // DEFER (zb_h1): the input-gradient pass only (BI); the weight gradients' GEMMs and the embedding's backward go
-  // to DEFER for weight_backward (the norms' weight gradients, cheap, stay in BI).
+  // to DEFER for weight_backward (the norms' weight gradients, cheap, stay in BI; so do a MoE layer's, which the
+  // ep unit's backward computes whole).
   void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t,
                 LmPendingW* defer = nullptr);
   void weight_backward(LmPendingW& w, int micro, sim::TimeNs& t);  // ZB-H1's W pass of micro-batch MICRO
-  enum class UnitPart { all, norms, weights };
+  enum class UnitPart { all, bi, weights };  // zb_h1: what BI completes (UnitGrad::in_bi), what W does
   // The embedding's backward (unit 0) from DX_FULL, the residual stream's gradient whole over tp, of TOKENS.
   void embedding_backward(const runtime::Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
                           sim::TimeNs& t, UnitPart part);
@@ -432,8 +434,8 @@ class LmTpTrainer {
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
   LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
   // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
-  // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: the norms' after BI, the
-  // rest (then grads_ready) after W.
+  // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: those BI completes (UnitGrad's
+  // in_bi) after BI, the rest (then grads_ready) after W.
   void unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part = UnitPart::all);
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
@@ -539,7 +541,9 @@ class LmTpTrainer {
   LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
   struct UnitGrad {
     runtime::Tensor *acc, *one;  // grads_'s and mgrads_'s
-    bool norm;
+    // Complete after zb_h1's BI (added then, before a later micro-batch's BI overwrites ONE): the norms' (BI computes
+    // them) and a MoE layer's (the ep unit's backward computes its router and experts' dW in BI, not deferred).
+    bool in_bi;
   };
   std::vector<std::vector<UnitGrad>> unit_grads_;  // per unit
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)

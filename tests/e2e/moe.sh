@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # e2e: a mixture-of-experts model through the one executor (models/lm_tp.h; the ep plan unit,
 # sharding/plans/expert_parallel.h; docs/MOE.md). `train --validate` (5 fp32 steps: losses with the aux loss) and
-# `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp, dropless and with
-# a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a checkpoint saved under ep 4
-# resumed under other plans continues the loss curve; the selection bias's update (aux-loss-free balancing), its
-# biases in checkpoints (a resumed run continues them exactly); ep
-# with sp, cp and Ulysses, dropless and with a capacity factor; the report's MoE section (uniform routing's
+# `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp (1F1B, ZB-H1),
+# dropless and with a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a
+# checkpoint saved under ep 4 resumed under other plans continues the loss curve; the selection bias's update
+# (aux-loss-free balancing), its biases in checkpoints (a resumed run continues them exactly); ep with sp, cp and
+# Ulysses, dropless and with a capacity factor; the report's MoE section (uniform routing's
 # dispatch bytes = the closed form, Zipf skew); bad plans exit 2.
 # Usage: moe.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,11 +24,16 @@ expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,pp=2 --set model.micro_batch=2 --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $CAP --validate
 
-e2e_case "(b) 8 chips on one rank: ep 8, ep 4 x etp 2 with capacity, ep 2 x dp 2 x pp 2"
+e2e_case "(b) chips on one rank: ep 8, ep 4 x etp 2 with capacity, ep 2 x dp 2 x pp 2, pp 2 and ep 2 x pp 2 under ZB-H1"
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=8 --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=4,tp=2,etp=2 $CAP --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=2,dp=2,pp=2 \
   --set model.micro_batch=1 --set parallel.zero=1 --validate
+# ZB-H1 with more micro-batches than stages: a MoE layer's gradients of a micro-batch are kept until its W pass.
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan pp=2,schedule=zb_h1 \
+  --set model.micro_batch=1 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=2,pp=2,schedule=zb_h1 \
+  --set model.micro_batch=1 --validate
 
 e2e_case "(c) run: the forward mode through the same executor, validated"
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$MOE" --plan ep=4
