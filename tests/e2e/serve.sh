@@ -288,6 +288,29 @@ assert d["transfer_bytes_per_chip_pair"] == prompts * j["kv_cache"]["bytes_per_t
 assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
 PY
 fi
+# Per-phase plans with a MoE model: ep 4 in both groups runs what prefill_replicas runs on ep 4 x dp 2 (to the bit);
+# ep 4 prefill into ep 2 x tp 2 (etp 2) decode: each cache from its ep chip (request id mod 4) to the tp pair of
+# its ep chip (id mod 2), 2 chip pairs each.
+mkdir -p mxp/serve mxp/topologies && cp "$CONFIGS/topologies/dgx_h100_nvls.yaml" mxp/topologies/  # its relative path
+sed '/^parallel:/,/^  ep: 8$/d' "$SMX" > mxp/serve/mx.yaml
+MXP=mxp/serve/mx.yaml
+if expect_exit 0 'plan per phase: prefill ep=4 on 4 chips, decode ep=4 on 4 chips' -- shardsim_mpi 1 --chips 8 serve "$MXP" \
+     "${SMALL[@]}" --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 4}' \
+     --json mxp.json \
+   && expect_exit 0 'in decode \(ep 2\)' -- shardsim_mpi 1 --chips 8 serve "$MXP" "${SMALL[@]}" \
+     --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 2, tp: 2, etp: 2}' \
+     --json mxp2.json; then
+  if python3 - mxd.json mxp.json mxp2.json <<'PY'; then pass "MoE per phase: equal plans = prefill_replicas to the bit; ep 4 -> ep 2 x tp 2, 2 chip pairs a cache"; else fail "MoE per-phase plans"; fi
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+d = c["disaggregation"]
+assert d["per_phase"] and d["decode"]["ep"] == 2 and d["decode"]["tp"] == 2 and d["transfers"] == 20
+assert d["transfer_bytes"] == 2 * d["transfer_bytes_per_chip_pair"] and c["metrics"]["requests"] == 20
+PY
+fi
 
 e2e_case "(j) a sweep over a serve config: rate x batching, each point what serve runs; rows, JSON and the latency plot"
 cat > sw.yaml <<EOF
