@@ -211,6 +211,19 @@ assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
 assert b["disaggregation"]["per_phase"] and not a["disaggregation"]["per_phase"]
 PY
 fi
+# KV heads replicated over tp (2 KV heads at tp 4): each decode chip takes its head from its peer (the same copy),
+# so a transfer alone is one chip's bytes / 100 GB/s + 2 hops, not twice that through one holder's port.
+if expect_exit 0 'KV cache transfers: 1 over' -- shardsim_mpi 1 --chips 8 serve "$S8" --topology "$CONFIGS/topologies/switch_8.yaml" \
+     --set serve.trace.count=1 --set serve.trace.prompt=2048 --set serve.trace.output=4 --set model.kv_heads=2 \
+     --set parallel.tp=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json kvrep.json; then
+  if python3 - kvrep.json <<'PY'; then pass "replicated KV heads: each chip's cache to its peer (bytes / 100 GB/s + 1 us)"; else fail "replicated KV heads transfer"; fi
+import json, sys
+d = json.load(open(sys.argv[1]))["disaggregation"]
+per = 2 * 32 * 1 * 128 * 2 * 2048            # one chip's one KV head, 32 layers, K and V, bf16, 2,048 tokens
+want = per / 100e9 + 2 * 500e-9
+assert d["transfer_bytes_per_chip_pair"] == per and abs(d["transfer_s"][0] - want) <= 1e-9 * want, (d, want)
+PY
+fi
 expect_exit 2 "serve.disaggregation: the prefill group's plan takes 2 chips and the decode group's 4: 6, but the launch has 8" -- \
   shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=2 \
   --set serve.disaggregation.decode.parallel.tp=4 --json bad.json

@@ -362,6 +362,7 @@ const PhaseCase kPhaseCases[] = {{"tp2_to_tp1", 2, 1, 1, 1},        {"tp1_to_tp2
                                  {"tp4_to_tp2_x_pp2", 4, 1, 2, 2},  {"mqa_tp2_to_tp1", 2, 1, 1, 1, 1},
                                  {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2},
                                  {"tp2_to_tp4", 2, 1, 4, 1},        {"tp2_to_tp2_x_pp2", 2, 1, 2, 2},
+                                 {"kv2_tp4_to_tp4", 4, 1, 4, 1, 2}, {"mqa_tp2_to_tp4", 2, 1, 4, 1, 1}, {"mqa_tp4_to_tp2", 4, 1, 2, 1, 1},
                                  {"moe_ep4_to_ep2", 1, 1, 1, 1, 8, 4, 2},
                                  {"moe_ep2_to_ep2_x_tp2", 1, 1, 2, 1, 8, 2, 2}};
 
