@@ -270,7 +270,7 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, reporting
     const std::vector<double> reference = models::reference_losses(c, s.train, resumed ? &*resumed : nullptr);
     std::vector<std::pair<int64_t, double>> losses;
     for (const auto& st : t.steps) losses.emplace_back(st.step, st.loss);
-    const models::LossCheck check = models::check_losses(c.dtype, losses, reference);
+    const models::LossCheck check = models::check_losses(c.dtype, losses, reference, c.fp8);
     nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
                         check.tolerance.rule, check.step};
     verdict = j.dump();
@@ -305,7 +305,7 @@ void validate_forward(const runtime::World& world, const TrainSetup& s, reportin
     double single_ns = 0;
     for (const auto& k : costs)
       single_ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
-    const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference});
+    const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference}, c.fp8);
     nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
                         check.tolerance.rule, reference, single_ns};
     if (rows) {
