@@ -144,6 +144,7 @@ void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const shardin
     l.busiest_link = st.link_name;
     l.link_bytes = st.link_bytes;
     l.link_bound_ns = st.link_bound_ns;
+    l.remote_nodes_per_token = st.remote_nodes;
     m.layers.push_back(l);
   }
   rep.train.has_moe = true;

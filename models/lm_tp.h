@@ -368,8 +368,15 @@ class LmTpTrainer {
     std::string link_name;  // topology::Topology::link_name of LINK ("" when -1)
     double link_bytes = 0;
     sim::TimeNs link_bound_ns = 0;
+    // Node-limited routing (model.moe.group_limit): the expert groups (nodes) other than this chip's own its routed
+    // tokens reach, summed over them (real data: kernels::node_fanout; shape-only: kernels::declared_node_tokens),
+    // and those tokens; moe_layer_table: REMOTE_NODES the ep group's mean per token, -1 without a node limit.
+    double remote_reach = 0, routed_tokens = 0, remote_nodes = -1;
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // REMOTE_REACH and ROUTED_TOKENS of ST from this chip's routing R of a node-limited model: the groups reached that
+  // hold none of this chip's experts (nothing without a node limit).
+  void note_remote_reach(const kernels::Routing& r, MoeLayerStats& st) const;
   // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
   // of the chips at tp, cp and dp coordinate 0 of the stage holding it: MAX_TOKENS and MEAN_TOKENS of the tokens
   // per expert summed over the group's chips (their last micro-batch's routing; TOKENS left empty), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
