@@ -45,7 +45,9 @@ ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips) {
       tp = (e - t) / double(r.output - 1);
       tpot.push_back(tp);
     }
-    if ((slo.ttft_s <= 0 || t <= slo.ttft_s) && (slo.tpot_s <= 0 || tp <= slo.tpot_s)) ++m.slo_met;
+    // A request with one output token has no TPOT: it does not meet a TPOT SLO (nor miss it by a figure).
+    if (r.output <= 1) ++m.no_tpot;
+    if ((slo.ttft_s <= 0 || t <= slo.ttft_s) && (slo.tpot_s <= 0 || (r.output > 1 && tp <= slo.tpot_s))) ++m.slo_met;
     first = std::min(first, r.arrival_s);
     last = std::max(last, r.finish_s);
   }
@@ -83,7 +85,9 @@ ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips) {
 
 namespace {
 
+// No sample (no request made a second token): the figures are undefined, null (not 0).
 nlohmann::json pct(const Percentiles& p) {
+  if (p.count == 0) return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"mean", nullptr}, {"count", 0}};
   return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}, {"count", p.count}};
 }
 
@@ -268,9 +272,14 @@ std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
   char t[64] = "any", p[64] = "any";
   if (slo.ttft_s > 0) std::snprintf(t, sizeof t, "%g ms", slo.ttft_s * 1e3);
   if (slo.tpot_s > 0) std::snprintf(p, sizeof p, "%g ms", slo.tpot_s * 1e3);
-  std::snprintf(b, sizeof b, "  goodput: %.3f requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s)\n",
+  std::snprintf(b, sizeof b, "  goodput: %.3f requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s",
                 m.goodput_requests_per_s, (long long)m.slo_met, (long long)m.requests, t, p);
   out += b;
+  if (slo.tpot_s > 0 && m.no_tpot > 0) {
+    std::snprintf(b, sizeof b, "; %lld with one output token have no TPOT and do not count", (long long)m.no_tpot);
+    out += b;
+  }
+  out += ")\n";
   std::snprintf(b, sizeof b, "  batch: mean %.1f, peak %.0f sequences; KV cache occupancy mean %.1f %%, peak %.1f %%; %lld iterations, %lld preemptions (%lld by swap)\n",
                 m.mean_batch, m.peak_batch, 100 * m.mean_kv, 100 * m.peak_kv, (long long)m.iterations,
                 (long long)m.preemptions, (long long)m.swaps);
