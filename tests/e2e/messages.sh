@@ -56,4 +56,18 @@ expect_exit 2 "^shardsim: error: t\\.yaml .*--set parallel\\.algorithm=in_switch
 assert_out_count 'error on chip' 0 "no 'on chip N'"
 assert_out_count '^shardsim: error' 1 "one error line"
 
+e2e_case "a key no line holds (its default) is named as not set, not at another key's line; the layers before micro-batches"
+expect_exit 2 '^shardsim: error: [^:]*lm_train\.yaml \(with command-line overrides\): model\.micro_batch: .*\(model\.micro_batch is not set: its default\)$' -- \
+  shardsim_mpi 1 --chips 2 run "$CONFIGS/lm_train.yaml" --plan pp=2,schedule=interleaved,virtual_stages=2 \
+  --set model.layers=4 --set model.batch=4
+expect_exit 2 'parallel\.pp: 2 stages x 2 virtual stages but the model has only 2 layers' -- \
+  shardsim_mpi 1 --chips 2 run "$CONFIGS/lm_train.yaml" --plan pp=2,schedule=interleaved,virtual_stages=2 \
+  --set model.batch=4
+
+e2e_case "another command's flag: serve takes no --resume / --checkpoint"
+expect_exit 2 '^shardsim: error: serve takes no --resume \(an option of run, train' -- \
+  shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --resume x.h5
+expect_exit 2 '^shardsim: error: serve takes no --checkpoint' -- \
+  shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --checkpoint x.h5
+
 e2e_finish
