@@ -163,6 +163,47 @@ assert j["requests"][0][1] == j["requests"][1][1], j["requests"]   # same prefil
 PY
 fi
 
+e2e_case "(f5) per-phase plans: prefill tp 2 x dp 2, decode tp 4; each cache resharded through kv_transfer"
+# switch_8 (one 100 GB/s link per chip, 500 ns per hop). Llama-3-8B has 8 KV heads: a tp 2 prefill chip holds 4,
+# a tp 4 decode chip 2, so each prefill chip of the request's replica sends 2 messages of 2,048 x 32 layers x 2 x
+# 2 heads x 128 x 2 B, one after the other through its port: the cache is there 2 x message / 100 GB/s + 2 hops'
+# latency after the prefill. Chips 0-3 prefill (2 replicas), 4-7 decode.
+sed '/^parallel:/,/^  tp: 1$/d' "$S8" > pp8.yaml
+PP=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=fixed
+    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=16)
+PPG=(--set serve.disaggregation.prefill.parallel.tp=2 --set serve.disaggregation.prefill.parallel.dp=2
+     --set serve.disaggregation.decode.parallel.tp=4)
+if expect_exit 0 'plan per phase: prefill tp=2 x dp=2 on 4 chips, decode tp=4 on 4 chips' -- shardsim_mpi 1 --chips 8 \
+     serve pp8.yaml "${PP[@]}" "${PPG[@]}" --json pp8.json; then
+  assert_out 'KV cache transfers: 2 resharded from the prefill plan to the decode plan, 4 chip pairs each' "4 chip pairs per cache"
+  assert_out 'KV cache per chip, decode: ' "each group's cache"
+  if python3 - pp8.json <<'PY'; then pass "both plans in the JSON; each cache 2 x message / 100 GB/s + 1 us; prefill on replicas 0-1, decode on 2"; else fail "per-phase plans"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+d, it = j["disaggregation"], j["iterations"]
+assert d["per_phase"] and j["tp"] is None and j["dp"] == 3, (d, j["tp"])
+assert (d["prefill"]["tp"], d["prefill"]["dp"], d["prefill"]["chips"]) == (2, 2, 4), d["prefill"]
+assert (d["decode"]["tp"], d["decode"]["dp"], d["decode"]["chips"]) == (4, 1, 4), d["decode"]
+full = 2 * 32 * 8 * 128 * 2                      # Llama-3-8B's K and V bytes per token (bf16), all 8 KV heads
+msg = 2048 * full / 4                            # one prefill chip's half of its 4 heads to one decode chip
+assert d["transfer_bytes"] == 2 * 2048 * full, d["transfer_bytes"]
+assert d["prefill"]["kv_cache"]["bytes_per_token"] == full / 2 and d["decode"]["kv_cache"]["bytes_per_token"] == full / 4
+t, want = d["transfer_s"], 2 * msg / 100e9 + 2 * 500e-9
+assert len(t) == 2 and all(abs(x - want) <= 1e-9 * want for x in t), (t, want)
+assert all(i[4] == 0 for i in it if i[7] == 2) and {i[7] for i in it} == {0, 1, 2}, {i[7] for i in it}
+assert j["metrics"]["requests"] == 2 and all(r[2] > r[1] > 0 for r in j["requests"])
+PY
+fi
+expect_exit 2 "serve.disaggregation: the prefill group's plan takes 2 chips and the decode group's 4: 6, but the launch has 8" -- \
+  shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=2 \
+  --set serve.disaggregation.decode.parallel.tp=4 --json bad.json
+expect_exit 2 'parallel: with serve.disaggregation.prefill and decode each group.s plan is its own' -- \
+  shardsim_mpi 1 --chips 8 serve "$S8" "${PP[@]}" "${PPG[@]}" --json bad.json
+expect_exit 2 'serve.disaggregation.decode: missing' -- \
+  shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=8 --json bad.json
+expect_exit 2 'parallel.tp: .*3' -- shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" \
+  --set serve.disaggregation.prefill.parallel.tp=3 --set serve.disaggregation.decode.parallel.tp=5 --json bad.json
+
 e2e_case "(f3) CUDA graphs for decode batches (serve.cuda_graphs): a host-bound decode runs faster, prefill eagerly"
 # 50 us of host issue per kernel (far above Llama-3-8B's decode kernels at a small batch): eager decode steps wait
 # for the host, graph replays do not; the first request's prefill (alone, eager either way) takes the same time.

@@ -358,7 +358,8 @@ std::ostream& operator<<(std::ostream& os, const PhaseCase& c) { return os << c.
 const PhaseCase kPhaseCases[] = {{"tp2_to_tp1", 2, 1, 1, 1},        {"tp1_to_tp2", 1, 1, 2, 1},
                                  {"tp2_x_pp2_to_tp4", 2, 2, 4, 1},  {"pp2_to_tp2", 1, 2, 2, 1},
                                  {"tp4_to_tp2_x_pp2", 4, 1, 2, 2},  {"mqa_tp2_to_tp1", 2, 1, 1, 1, 1},
-                                 {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2}};
+                                 {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2},
+                                 {"tp2_to_tp4", 2, 1, 4, 1},        {"tp2_to_tp2_x_pp2", 2, 1, 2, 2}};
 
 template <class World>
 Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
