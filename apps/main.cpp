@@ -8,6 +8,8 @@
 #include <csignal>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -227,6 +229,7 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
             std::to_string(ranks) + " rank(s); the limit keeps a run's host memory and time bounded)";
     else out = n;
   };
+  std::map<std::string, std::string> seen;  // flag -> the value it was first given (each flag once)
   for (size_t i = 1; i < args.size();) {
     const std::string a = args[i];
     std::string flag, value;
@@ -252,7 +255,10 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
       }
       value = args[i + 1];
     }
-    number(flag, value, flag == "--chips" ? total : per_rank);
+    if (const auto it = seen.find(flag); it != seen.end() && bad.empty())
+      bad = flag + " given twice ('" + it->second + "' and '" + value + "'); give it once";
+    seen.emplace(flag, value);
+    if (bad.empty()) number(flag, value, flag == "--chips" ? total : per_rank);
     args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i + (two ? 2 : 1)));
   }
   if (bad.empty() && total && total % ranks != 0)
@@ -420,6 +426,23 @@ int main(int argc, char** argv) {
 
 namespace {
 
+// CLI11 reads an integer with a leading zero as octal (`--steps 010` ran 8 steps, `--steps 09` was "not in range"):
+// every integer option reads decimal, as config keys do (leading zeros dropped before any other check).
+void read_integers_as_decimal(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string t = o->get_type_name();
+    if (t != "INT" && t != "UINT" && t.rfind("INT:", 0) != 0 && t.rfind("UINT:", 0) != 0) continue;
+    o->transform(
+        [](std::string v) {
+          size_t i = 0;
+          while (i + 1 < v.size() && v[i] == '0' && std::isdigit(static_cast<unsigned char>(v[i + 1]))) ++i;
+          return v.substr(i);
+        },
+        "", "decimal");
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
+}
+
 // CLI11's "The following arguments were not expected: m2.h5 --resume" when a command is given another command's
 // flag (`serve ... --resume F`): "serve takes no --resume (an option of run, train)". "" otherwise.
 std::string foreign_flag(CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e) {
@@ -515,6 +538,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
 
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
+  read_integers_as_decimal(app);
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
     refuse_empty_values(app);
