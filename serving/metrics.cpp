@@ -266,14 +266,21 @@ std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
   row("TPOT", m.tpot, 1e3, "ms");
   row("ITL", m.itl, 1e3, "ms");
   row("e2e", m.e2e, 1, "s");
-  std::snprintf(b, sizeof b, "  throughput: %.3f requests/s, %.1f output tokens/s (%.1f per chip), %.1f tokens/s in+out over %.3f s\n",
-                m.requests_per_s, m.output_tokens_per_s, m.output_tokens_per_s_chip, m.tokens_per_s, m.duration_s);
-  out += b;
+  // Fixed decimals, or three significant digits for a rate they would print as 0 (1e-6 requests/s is not 0.000).
+  const auto rate = [](double v, int decimals) {
+    char t[48];
+    if (v != 0 && std::fabs(v) < 0.1) std::snprintf(t, sizeof t, "%.3g", v);
+    else std::snprintf(t, sizeof t, "%.*f", decimals, v);
+    return std::string(t);
+  };
+  out += "  throughput: " + rate(m.requests_per_s, 3) + " requests/s, " + rate(m.output_tokens_per_s, 1) +
+         " output tokens/s (" + rate(m.output_tokens_per_s_chip, 1) + " per chip), " + rate(m.tokens_per_s, 1) +
+         " tokens/s in+out over " + rate(m.duration_s, 3) + " s\n";
   char t[64] = "any", p[64] = "any";
   if (slo.ttft_s > 0) std::snprintf(t, sizeof t, "%g ms", slo.ttft_s * 1e3);
   if (slo.tpot_s > 0) std::snprintf(p, sizeof p, "%g ms", slo.tpot_s * 1e3);
-  std::snprintf(b, sizeof b, "  goodput: %.3f requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s",
-                m.goodput_requests_per_s, (long long)m.slo_met, (long long)m.requests, t, p);
+  std::snprintf(b, sizeof b, "  goodput: %s requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s",
+                rate(m.goodput_requests_per_s, 3).c_str(), (long long)m.slo_met, (long long)m.requests, t, p);
   out += b;
   if (slo.tpot_s > 0 && m.no_tpot > 0) {
     std::snprintf(b, sizeof b, "; %lld with one output token have no TPOT and do not count", (long long)m.no_tpot);

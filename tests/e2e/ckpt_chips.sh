@@ -169,5 +169,9 @@ if [ -s mem0.json ] && [ -s mem1.json ] && [ -s mem2.json ] && [ -s mem.h5 ]; th
 else
   fail "the three runs did not leave their reports and the checkpoint"
 fi
+# A chunk layout HDF5 cannot index (1-byte chunks: millions per tensor) is refused before anything is written.
+expect_exit 2 "--chunk 1 cuts tensor '[a-z0-9_./]+' .* chunks; at most 1048576 per tensor" -- \
+  shardsim_mpi 1 ckpt convert mem.h5 c1.h5 --chunk 1
+if [ -e c1.h5 ]; then fail "--chunk 1 wrote c1.h5"; else pass "nothing written for --chunk 1"; fi
 
 e2e_finish

@@ -70,4 +70,19 @@ expect_exit 2 '^shardsim: error: serve takes no --resume \(an option of run, tra
 expect_exit 2 '^shardsim: error: serve takes no --checkpoint' -- \
   shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --checkpoint x.h5
 
+e2e_case "integer flags read decimal (a leading zero is not octal); --chips given twice is refused"
+if expect_exit 0 'over 10 steps' -- shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --steps 010; then
+  pass "--steps 010 ran 10 steps"
+fi
+expect_exit 2 '^shardsim: error: --chips given twice' -- shardsim_mpi 1 --chips 2 --chips 4 train "$CONFIGS/lm_train.yaml" --steps 1
+
+e2e_case "fused with a pipeline is refused up front; a trace over --trace-max-mib names the stale file left at its path"
+expect_exit 2 'parallel\.fused with pp > 1 .*not implemented yet' -- \
+  shardsim_mpi 1 --chips 4 train "$CONFIGS/lm_train.yaml" --plan tp=2,sp=true,fused=true,pp=2 --set model.micro_batch=1 --steps 1
+echo OLD > stale.json
+if expect_exit 0 'not written: .*the file already there is an earlier run.s, left as it was' -- \
+  shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --steps 1 --trace stale.json --trace-max-mib 0.000001; then
+  [ "$(cat stale.json)" = OLD ] && pass "the earlier file is left as it was" || fail "stale.json changed"
+fi
+
 e2e_finish
