@@ -433,7 +433,15 @@ std::string report_text(const ServeReport& r) {
                 (long long)s.model.layers, (long long)s.model.hidden, (long long)s.model.heads,
                 (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
   out += b;
-  if (s.model.moe) {
+  if (s.model.moe && per_phase) {
+    const auto& ms = s.model.moe->spec;
+    const int ep_p = r.phases->group[0].plan.ep, ep_d = r.phases->group[1].plan.ep;
+    std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip in prefill (ep %d), %lld "
+                  "in decode (ep %d); each ep chip attends its own sequences (request id mod its group's ep) and holds "
+                  "their cache\n", (long long)ms.experts(), (long long)ms.router.top_k, (long long)(ms.experts() / ep_p),
+                  ep_p, (long long)(ms.experts() / ep_d), ep_d);
+    out += b;
+  } else if (s.model.moe) {
     const auto& ms = s.model.moe->spec;
     std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip; each ep chip attends its "
                   "own sequences (request id mod %d) and holds their cache\n", (long long)ms.experts(),

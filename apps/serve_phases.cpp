@@ -88,7 +88,8 @@ Phases phases_of_plans(const sharding::ParallelPlan& prefill, const sharding::Pa
 
 // serve.disaggregation.prefill and .decode (D's): each group's parallel: section by the one plan parser, in the
 // serving mode, on as many chips as its axes take; together they take the launch's CHIPS, and the config has no
-// parallel: of its own (each group's is its plan). Per-phase plans run dense models without ep (refused otherwise).
+// parallel: of its own (each group's is its plan). Dense and MoE models (a group's ep: its sequences' caches on
+// their ep chips, request id mod its ep).
 std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const ConfigNode& root, const ConfigNode& d,
                                                                       const sharding::ModelSpec& spec, int chips) {
   sharding::ParallelPlan plans[2];
@@ -99,9 +100,6 @@ std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const
   if (root.has("parallel"))
     root.child("parallel").fail("parallel: with serve.disaggregation.prefill and decode each group's plan is its own "
                                 "parallel: section there; remove this one");
-  if (spec.moe)
-    d.child("prefill").fail("serve.disaggregation.prefill / decode: per-phase plans run dense models only (not yet a "
-                            "mixture of experts; prefill_replicas runs one plan for both groups)");
   int taken[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     const std::string name = i == 0 ? "prefill" : "decode";
@@ -111,16 +109,16 @@ std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const
     const ConfigNode par = g.child("parallel");
     // The group's chips: the product of its axes (each 1 unless given; the parser checks them again).
     int64_t n = 1;
-    for (const char* axis : {"tp", "cp", "ulysses", "ep", "dp", "pp"})
+    for (const char* axis : {"tp", "cp", "ulysses", "ep", "dp", "pp"}) {
       if (par.is_map() && par.has(axis)) n *= par.get_int_in(axis, 1, sharding::SpecBounds::axis);
-    if (n > chips)
-      par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips, more than the launch's " +
-               std::to_string(chips));
+      if (n > chips)  // checked as it grows (six axes of up to 2^20 each would overflow)
+        par.fail("serve.disaggregation." + name + ".parallel: " + std::to_string(n) + " chips or more, more than the " +
+                 "launch's " + std::to_string(chips));
+    }
     taken[i] = int(n);
-    sharding::ParallelPlan p = sharding::parse_parallel_plan(g, spec, sharding::SpecUse::train, n, false, false, true);
-    if (p.ep > 1)
-      par.child("ep").fail("serve.disaggregation." + name + ".parallel.ep: per-phase plans run without expert "
-                           "parallelism (prefill_replicas runs one ep plan for both groups)");
+    sharding::ModelSpec model = spec;
+    model.batch = 0;  // serving's batches come from its scheduler (as models/executor_config.h reads a serve config)
+    sharding::ParallelPlan p = sharding::parse_parallel_plan(g, model, sharding::SpecUse::train, n, false, false, true);
     plans[i] = p;
   }
   if (taken[0] + taken[1] != chips)

@@ -92,8 +92,8 @@ Phases phases_of_replicas(const sharding::DeviceMesh& mesh, const sharding::Para
 Phases phases_of_plans(const sharding::ParallelPlan& prefill, const sharding::ParallelPlan& decode);
 // serve.disaggregation.prefill and .decode (D's parallel: sections, read by the one plan parser in the serving mode,
 // each on as many chips as its axes take) on a launch of CHIPS: ConfigError (exit 2) at the key when a group is
-// missing, the config has a parallel: of its own, the model is a mixture of experts or a group has ep, or the
-// groups' chips do not add up to CHIPS.
+// missing, the config has a parallel: of its own, a group's plan breaks a rule of the parser or takes more chips
+// than the launch, or the groups' chips do not add up to CHIPS.
 std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const ConfigNode& root, const ConfigNode& d,
                                                                       const sharding::ModelSpec& spec, int chips);
 

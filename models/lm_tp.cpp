@@ -122,8 +122,8 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
   // registry's (sharding/plans/registry.cpp, checked by parse_parallel_plan with the config's FILE:LINE), not
   // repeated here: the trainer takes a parsed plan.
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
-  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
-  if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
+  // heads' GQA group; training sums the replicas' Wk / Wv gradients over their group (unit_grads_done).
+  if (global.attention && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
     kv_rep_ = tp_size_ / int(global.kv_heads);
   local_.heads /= tp_size_;
   local_.kv_heads = kv_rep_ > 1 ? 1 : local_.kv_heads / tp_size_;
@@ -143,6 +143,7 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
   (void)mesh_["dp"];
   (void)mesh_.excluding("dp");  // one replica's chips (the gradient norm's first stage)
   if (pp_size_ > 1) (void)mesh_["pp"];
+  if (kv_rep_ > 1 && !dp.forward_only) kv_group_ = &sharding::plans::kv_replica_group(mesh_["tp"], kv_rep_);
   if (cp_size_ > 1 || ep_size_ > 1) {
     if (cp_size_ > 1) (void)mesh_["cp"];
     // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group; x ep: dp_rank_),
@@ -202,12 +203,15 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
         unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back(
             {acc[i].second, one[i].second, is_norm(acc[i].first)});
   }
-  // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
+  // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0,
+  // a replicated KV projection on the first chip of its KV group.
   std::vector<sharding::plans::DpParam> params;
   for (const auto& [name, t] : master.named_weights())
     if (owns(name))
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
-                        split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name),
+                        replicated_kv(name) ? tp_rank_ % kv_rep_ == 0
+                                            : split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0,
+                        expert_weight(name),
                         t->rank() == 1});  // Megatron's no-weight-decay group: 1-D tensors (norms, biases)
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
   const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
@@ -246,6 +250,7 @@ void LmTpTrainer::check_plan_algorithm(int zero) {
       {"replica (tp x cp x pp)", C::all_reduce, &mesh_.excluding("dp")}, {"dp", C::all_gather, &mesh_["dp"]},
       {"data-parallel", zero == 0 ? C::all_reduce : C::reduce_scatter, rep_}};
   if (sp_) calls.emplace_back("tp", C::reduce_scatter, &mesh_["tp"]);
+  if (kv_group_) calls.emplace_back("KV-replica (tp / kv_heads)", C::all_reduce, kv_group_);
   if (zero > 0) calls.emplace_back("data-parallel", C::all_gather, rep_);
   if (ulysses_ && cp_size_ > 1) calls.emplace_back("ulysses", C::all_to_all, &mesh_["cp"]);
   if (pp_size_ > 1) calls.emplace_back("pp", C::broadcast, &mesh_["pp"]);

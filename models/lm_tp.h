@@ -159,7 +159,7 @@ struct LmDpConfig {
   std::optional<bool> overlap_grad_reduce{};
   bool overlap_param_gather = false;
   // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
-  // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
+  // backward does not yet (fused without sp: gemm_all_reduce).
   bool forward_only = false;
   // parallel.chunks (with FUSED and without sp: gemm_all_reduce's pieces; 0 = auto, sharding/fused.h).
   int fused_chunks = 0;
@@ -514,6 +514,7 @@ class LmTpTrainer {
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int kv_rep_ = 1;      // tp ranks per KV head: > 1 when tp is above kv_heads (each holds its group's head)
+  runtime::Transport* kv_group_ = nullptr;  // training with kv_rep_ > 1: the tp chips sharing this chip's KV head
   // dp_rank_ / dp_size_: the data-parallel replicas of attention and the dense weights, dp x ep (ep innermost).
   int ep_rank_ = 0, ep_size_ = 1, etp_ = 1;
   std::unique_ptr<sharding::plans::EpGroups> ep_groups_;  // a MoE model: mesh["ep"] and (etp > 1) mesh["tp"]

@@ -33,7 +33,15 @@ void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart par
   if (micro > 0)  // gradient accumulation: this micro-batch's gradients added into the step's
     for (const UnitGrad& g : unit_grads_[size_t(u)])
       if (part == UnitPart::all || g.norm == (part == UnitPart::norms)) charge(kernels::add_inplace(*g.acc, *g.one), t);
-  if (micro == micro_ - 1 && part != UnitPart::norms) data_->grads_ready(u, t);
+  if (micro == micro_ - 1 && part != UnitPart::norms) {
+    // Tp above the KV heads: the KV group's replicas of Wk, Wv hold partial gradients (tensor_parallel.h,
+    // kv_replica_grads_reduce); summed once per step, when the layer's gradients are complete, before its bucket.
+    if (kv_group_ && u >= 1 && u <= int(local_.layers)) {
+      LmLayer& G = grads_.layers[size_t(u - 1)];
+      t = sharding::plans::kv_replica_grads_reduce(*kv_group_, {&G.wk, &G.wv}, algorithm_, t);
+    }
+    data_->grads_ready(u, t);
+  }
 }
 
 void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,

@@ -278,10 +278,11 @@ struct Range {
   }
 };
 
-// A layout's chip at index I of its ranks: its tp and pp coordinates, its layers and the KV heads it holds and
-// the ones it sends (a replicated head: only by the lowest tp rank holding it).
+// A layout's chip at index I of its ranks: its tp and pp coordinates, its layers and the KV heads it holds; with
+// the heads replicated over tp (tp above the KV heads), which copy of its head it holds (COPY, of REPS).
 struct KvChip {
-  Range layers, heads, sent;
+  Range layers, heads;
+  int copy = 0, reps = 1;
 };
 
 KvChip kv_chip(const KvLayout& l, int64_t layers, int64_t kv_heads, size_t i) {
@@ -292,16 +293,20 @@ KvChip kv_chip(const KvLayout& l, int64_t layers, int64_t kv_heads, size_t i) {
   c.layers.count = per[size_t(s)];
   if (kv_heads % l.tp == 0) {
     c.heads = {t * (kv_heads / l.tp), kv_heads / l.tp};
-    c.sent = c.heads;
   } else {
-    const int rep = l.tp / int(kv_heads);  // tp ranks per head
-    c.heads = {t / rep, 1};
-    c.sent = t % rep == 0 ? c.heads : Range{};
+    c.reps = l.tp / int(kv_heads);  // tp ranks per head
+    c.heads = {t / c.reps, 1};
+    c.copy = t % c.reps;
   }
   return c;
 }
 
-// RANKS: the transport's size (-1: not checked).
+// The KV heads sender A sends receiver B: those both hold, when A holds the copy B takes them from (B's copy mod
+// A's copies: equal layouts pair each chip with its peer; a head held once is sent by its one holder).
+Range pair_heads(const KvChip& a, const KvChip& b) {
+  return a.copy == b.copy % a.reps ? a.heads.meet(b.heads) : Range{};
+}
+
 void check_layout(int ranks, const KvLayout& l, int64_t layers, int64_t kv_heads, const char* what) {
   const std::string name = std::string("kv_transfer: the ") + what + " layout";
   if (l.tp < 1 || l.pp < 1 || l.ranks.size() != size_t(l.tp) * size_t(l.pp))
@@ -334,7 +339,7 @@ std::vector<KvMessage> kv_transfer_messages(int64_t layers, int64_t kv_heads, in
     const KvChip a = kv_chip(from, layers, kv_heads, i);
     for (size_t j = 0; j < to.ranks.size(); ++j) {
       const KvChip b = kv_chip(to, layers, kv_heads, j);
-      const Range lay = a.layers.meet(b.layers), heads = a.sent.meet(b.heads);
+      const Range lay = a.layers.meet(b.layers), heads = pair_heads(a, b);
       if (lay.count == 0 || heads.count == 0) continue;
       out.push_back({from.ranks[i], to.ranks[j],
                      double(lay.count) * 2.0 * double(heads.count) * double(head_dim) * element_bytes});
@@ -370,7 +375,7 @@ sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, 
     }
   for (size_t j = 0; j < other.ranks.size(); ++j) {
     const KvChip peer = kv_chip(other, layers, kv_heads, j);
-    const Range lay = self.layers.meet(peer.layers), heads = sender ? self.sent.meet(peer.heads) : peer.sent.meet(self.heads);
+    const Range lay = self.layers.meet(peer.layers), heads = sender ? pair_heads(self, peer) : pair_heads(peer, self);
     if (lay.count == 0 || heads.count == 0) continue;
     const size_t slice = per_head * size_t(heads.count), part = slice * size_t(x.tokens);  // one K or V of a layer
     const size_t bytes = part * 2 * size_t(lay.count);

@@ -32,8 +32,8 @@ struct KvTransfer {
   sim::TimeNs ready = 0;
 };
 
-// One message per (sender, receiver) chip pair whose layers and KV heads meet (a replicated head is sent by the
-// lowest tp rank holding it), over T: per common layer, in order, K then V, [TOKENS, common heads, head_dim] each
+// One message per (sender, receiver) chip pair whose layers and KV heads meet (a head replicated over the sending
+// tp ranks is sent to copy k of the receiving layout by the sending copy k mod its copies), over T: per common layer, in order, K then V, [TOKENS, common heads, head_dim] each
 // (common layers · 2 · TOKENS · common heads · head_dim · dtype bytes); each sender sends in the receivers' rank
 // order and each receiver receives in the senders' (no cycle: the two layouts are disjoint). The sender books its
 // messages on its timeline (injection port, route), the receiver their arrivals against the flows addressed to it

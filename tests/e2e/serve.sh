@@ -194,6 +194,36 @@ assert all(i[4] == 0 for i in it if i[7] == 2) and {i[7] for i in it} == {0, 1, 
 assert j["metrics"]["requests"] == 2 and all(r[2] > r[1] > 0 for r in j["requests"])
 PY
 fi
+# Per-phase plans that equal the config's plan (tp 2: prefill dp 3, decode dp 1) run what prefill_replicas: 3 runs
+# on tp 2 x dp 4: the same requests, iterations, transfers and metrics, to the bit.
+SWS=(--topology "$CONFIGS/topologies/switch_8.yaml" "${SMALL[@]}")
+if expect_exit 0 'KV cache transfers: 20 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SWS[@]}" --set parallel.tp=2 \
+     --set parallel.dp=4 --set serve.disaggregation.prefill_replicas=3 --json same8.json \
+   && expect_exit 0 'plan per phase: prefill tp=2 x dp=3 on 6 chips, decode tp=2 on 2 chips' -- shardsim_mpi 1 --chips 8 \
+     serve pp8.yaml "${SWS[@]}" --set 'serve.disaggregation.prefill.parallel={tp: 2, dp: 3}' \
+     --set 'serve.disaggregation.decode.parallel={tp: 2}' --json per8.json; then
+  if python3 - same8.json per8.json <<'PY'; then pass "equal per-phase plans = prefill_replicas on the config's plan, bit for bit"; else fail "per-phase equal plans"; fi
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+assert b["disaggregation"]["per_phase"] and not a["disaggregation"]["per_phase"]
+PY
+fi
+# KV heads replicated over tp (2 KV heads at tp 4): each decode chip takes its head from its peer (the same copy),
+# so a transfer alone is one chip's bytes / 100 GB/s + 2 hops, not twice that through one holder's port.
+if expect_exit 0 'KV cache transfers: 1 over' -- shardsim_mpi 1 --chips 8 serve "$S8" --topology "$CONFIGS/topologies/switch_8.yaml" \
+     --set serve.trace.count=1 --set serve.trace.prompt=2048 --set serve.trace.output=4 --set model.kv_heads=2 \
+     --set parallel.tp=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json kvrep.json; then
+  if python3 - kvrep.json <<'PY'; then pass "replicated KV heads: each chip's cache to its peer (bytes / 100 GB/s + 1 us)"; else fail "replicated KV heads transfer"; fi
+import json, sys
+d = json.load(open(sys.argv[1]))["disaggregation"]
+per = 2 * 32 * 1 * 128 * 2 * 2048            # one chip's one KV head, 32 layers, K and V, bf16, 2,048 tokens
+want = per / 100e9 + 2 * 500e-9
+assert d["transfer_bytes_per_chip_pair"] == per and abs(d["transfer_s"][0] - want) <= 1e-9 * want, (d, want)
+PY
+fi
 expect_exit 2 "serve.disaggregation: the prefill group's plan takes 2 chips and the decode group's 4: 6, but the launch has 8" -- \
   shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=2 \
   --set serve.disaggregation.decode.parallel.tp=4 --json bad.json
@@ -269,6 +299,29 @@ assert all(i[5] == 0 for i in it if i[7] == 0) and all(i[4] == 0 for i in it if 
 prompts = sum(r[3] for r in j["requests"] if r[4] > 1)
 assert d["transfer_bytes_per_chip_pair"] == prompts * j["kv_cache"]["bytes_per_token"], (d, prompts)
 assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
+PY
+fi
+# Per-phase plans with a MoE model: ep 4 in both groups runs what prefill_replicas runs on ep 4 x dp 2 (to the bit);
+# ep 4 prefill into ep 2 x tp 2 (etp 2) decode: each cache from its ep chip (request id mod 4) to the tp pair of
+# its ep chip (id mod 2), 2 chip pairs each.
+mkdir -p mxp/serve mxp/topologies && cp "$CONFIGS/topologies/dgx_h100_nvls.yaml" mxp/topologies/  # its relative path
+sed '/^parallel:/,/^  ep: 8$/d' "$SMX" > mxp/serve/mx.yaml
+MXP=mxp/serve/mx.yaml
+if expect_exit 0 'plan per phase: prefill ep=4 on 4 chips, decode ep=4 on 4 chips' -- shardsim_mpi 1 --chips 8 serve "$MXP" \
+     "${SMALL[@]}" --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 4}' \
+     --json mxp.json \
+   && expect_exit 0 'in decode \(ep 2\)' -- shardsim_mpi 1 --chips 8 serve "$MXP" "${SMALL[@]}" \
+     --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 2, tp: 2, etp: 2}' \
+     --json mxp2.json; then
+  if python3 - mxd.json mxp.json mxp2.json <<'PY'; then pass "MoE per phase: equal plans = prefill_replicas to the bit; ep 4 -> ep 2 x tp 2, 2 chip pairs a cache"; else fail "MoE per-phase plans"; fi
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+d = c["disaggregation"]
+assert d["per_phase"] and d["decode"]["ep"] == 2 and d["decode"]["tp"] == 2 and d["transfers"] == 20
+assert d["transfer_bytes"] == 2 * d["transfer_bytes_per_chip_pair"] and c["metrics"]["requests"] == 20
 PY
 fi
 
