@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,36 @@ namespace {
 // The plan's collectives the report lists, in its order (the plan units' Comm keys).
 const char* const kReportComm[] = {"tp all_reduce", "sp all_gather", "sp reduce_scatter", "cp ring K/V",
                                    "ulysses all_to_all"};
+
+// The critical chip's fused ops and layer ends, sent from its rank CRITICAL to every rank: their counts differ
+// between chips (pipeline stages hold different layers and fused ops), so they cannot ride in the fixed-size
+// every-chip gather (a chip with more of them than the gathering chip overran its buffer: heap corruption under
+// fused x pp).
+struct CriticalLists {
+  std::vector<sharding::FusedOp> fused;
+  std::vector<double> layer_end;
+};
+CriticalLists lists_of_rank(const runtime::World& world, const ChipFigures& mine, int critical) {
+  nlohmann::json j = nlohmann::json::object();
+  if (world.rank() == critical) {
+    j["names"] = nlohmann::json::array();
+    if (mine.fused)
+      for (const auto& f : *mine.fused) j["names"].push_back(f.name);
+    j["values"] = mine.fused ? sharding::pack(*mine.fused) : std::vector<double>{};
+    j["layer_end"] = mine.layer_end;
+  }
+  const std::string text = world.broadcast(world.rank() == critical ? j.dump() : std::string(), critical);
+  const nlohmann::json got = nlohmann::json::parse(text);
+  CriticalLists out;
+  std::vector<sharding::FusedOp> names;
+  for (const auto& n : got.at("names")) names.push_back({n.get<std::string>(), {}});
+  const auto values = got.at("values").get<std::vector<double>>();
+  if (values.size() != names.size() * size_t(sharding::kFusedFields))
+    throw std::logic_error("report: the critical chip's fused figures do not match their names");
+  if (!names.empty()) out.fused = sharding::unpack(values.data(), names);
+  out.layer_end = got.at("layer_end").get<std::vector<double>>();
+  return out;
+}
 }  // namespace
 
 void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, const ChipFigures& mine,
@@ -91,15 +122,11 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
     stats.push_back(c ? c->calls : 0);
     stats.push_back(c ? c->ns : 0);
   }
-  const std::vector<sharding::FusedOp> no_fused;
-  const std::vector<sharding::FusedOp>& fused = mine.fused ? *mine.fused : no_fused;
-  const size_t n_plain = stats.size();
-  for (double f : pack(fused)) stats.push_back(f);
-  const size_t n_layers0 = stats.size();
-  for (double t : mine.layer_end) stats.push_back(t);
-  const size_t nf = stats.size();
+  const size_t nf = stats.size();  // the same on every chip: the every-chip gather below takes nf from each
   // A folded run: the critical chip's op rows come from its mirror in the simulated replica (equal timelines).
-  r.ops = ops_of_rank(world, op_breakdown(tl), runtime::chips::mirror_of(critical_rank(world, bd.total)));
+  const int critical = runtime::chips::mirror_of(critical_rank(world, bd.total));
+  r.ops = ops_of_rank(world, op_breakdown(tl), critical);
+  const CriticalLists lists = lists_of_rank(world, mine, critical);
   // Last, so no chip holds the every-chip figures across a wait (chips x figures each: 0.5 GB over a fold's replica).
   const auto bytes = world.allgather(stats.data(), nf * sizeof(double), "report: chip figures");
   std::vector<double> all(bytes.size() / sizeof(double));
@@ -129,11 +156,12 @@ void gather_chip_figures(const runtime::World& world, const sim::Timeline& tl, c
     for (auto& [key, stat] : r.comm)
       if (mine.comm)
         if (const auto it = mine.comm->find(key); it != mine.comm->end()) stat.algorithm = it->second.algorithm;
-    r.fused = unpack(v + n_plain, fused);
-    r.layer_ns.clear();
-    for (size_t l = 0; l < mine.layer_end.size(); ++l)
-      r.layer_ns.push_back(v[n_layers0 + l] - (l == 0 ? 0.0 : v[n_layers0 + l - 1]));
   }
+  // The critical chip's lists (critical_rank's rule is the loop's: the largest total, the lowest rank among equals).
+  r.fused = lists.fused;
+  r.layer_ns.clear();
+  for (size_t l = 0; l < lists.layer_end.size(); ++l)
+    r.layer_ns.push_back(lists.layer_end[l] - (l == 0 ? 0.0 : lists.layer_end[l - 1]));
   if (const auto it = r.comm.find("tp all_reduce"); it != r.comm.end()) {
     r.all_reduce_ns = it->second.ns;
     r.all_reduce_bytes_per_chip = it->second.bytes;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,11 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
   if (c.rank != 0) {
     static const unsigned char none = 0;
     post(cx, me, root, nullptr, 0, n ? mine : &none, n);
-    wait_until([&] { return peek(cx, root, me, nullptr, 0, nullptr); }, op, {root});
+    size_t got = 0;
+    wait_until([&] { return peek(cx, root, me, nullptr, 0, &got); }, op, {root});
+    if (got != n * static_cast<size_t>(c.size()))  // the members disagree on N: the answer would overrun ALL
+      throw std::logic_error(op + ": allgather: chip " + std::to_string(me) + " contributed " + std::to_string(n) +
+                             " bytes, chip " + std::to_string(root) + " " + std::to_string(got / size_t(c.size())));
     // Allocated once the answer is here, not across the wait (every chip would hold chips x N bytes at once).
     std::vector<unsigned char> all(n * static_cast<size_t>(c.size()));
     take(cx, root, me, all.data());
@@ -63,7 +68,11 @@ std::vector<unsigned char> allgather(const VComm& c, const void* mine, size_t n,
   for (int r = 1; r < c.size(); ++r) {
     const int src = c.member(r);
     if (!g->simulated(src)) continue;
-    wait_until([&] { return peek(cx, src, me, nullptr, 0, nullptr); }, op, {src});
+    size_t got = 0;
+    wait_until([&] { return peek(cx, src, me, nullptr, 0, &got); }, op, {src});
+    if (got != n)  // every member contributes N bytes: a longer message would overrun ALL
+      throw std::logic_error(op + ": allgather: chip " + std::to_string(src) + " contributed " + std::to_string(got) +
+                             " bytes, chip " + std::to_string(me) + " " + std::to_string(n));
     take(cx, src, me, all.data() + static_cast<size_t>(r) * n);
   }
   if (mirrored) {

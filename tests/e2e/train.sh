@@ -446,4 +446,15 @@ if expect_exit 2 "^shardsim: error: .*parallel\.recompute: 'sometimes' \(none \|
     -- shardsim_mpi 2 train gpt_tp2.yaml --set parallel.recompute=sometimes
 then one_error_line; fi
 
+e2e_case "(aa) fused x pp: pipeline stages gather fused ops and layer figures of different counts (overran the report's gather: heap corruption, exit 134/139, MPI_ERR_TRUNCATE)"
+for mode in "train --steps 3 --validate" "run"; do
+  # shellcheck disable=SC2086
+  if expect_exit 0 '^validation: PASS' -- shardsim_mpi 1 --chips 4 $mode "$TRAIN" --plan tp=2,sp=true,fused=true,pp=2 \
+      --set model.micro_batch=1 --no-checkpoint
+  then pass "${mode%% *}: tp 2 + sp + fused x pp 2 on one rank of 4 chips: PASS"; fi
+done
+if expect_exit 0 '^validation: PASS' -- shardsim_mpi 4 train "$TRAIN" --plan tp=2,sp=true,fused=true,pp=2 \
+    --set model.micro_batch=1 --steps 2 --validate --no-checkpoint
+then pass "train: the same plan on 4 ranks: PASS"; fi
+
 e2e_finish
