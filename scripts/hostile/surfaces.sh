@@ -384,9 +384,8 @@ hc 2 '\(model\.micro_batch is not set: its default\)' -- $S --chips 2 run "$TRAI
 hc 2 'serve takes no --resume' -- $S serve "$SERVE" --resume ep.h5
 hc 2 '--chips given twice' -- $S --chips 2 --chips 4 train "$TRAIN" --steps 1
 hc 0 'saved under dp=1 x ep=2' -- $S --chips 2 train "$MOE" --steps 2 --plan ep=2 --resume ep.h5
-kind 8  # integers read decimal; fused with a pipeline refused; 1-byte checkpoint chunks refused
+kind 8  # integers read decimal
 hc 0 'over 10 steps' -- $S train "$TRAIN" --steps 010
-hc 2 'parallel\.fused with pp > 1' -- $S --chips 4 train "$TRAIN" --plan tp=2,sp=true,fused=true,pp=2 --steps 1
 kind 11  # checkpoint memory: a resume holds no tensor a chip does not own (peak RSS within 5x the file over a run without)
 if ! skip_kind; then
   $S --chips 8 run --set model.ffn=688 --checkpoint mem_q.h5 --json mem_a.json >/dev/null 2>&1

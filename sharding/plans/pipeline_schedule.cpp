@@ -302,10 +302,6 @@ void pp_read(const PlanParse& c, ParallelPlan& p) {
     c.not_implemented("fused",
                       "fused with schedule: zb_h1 (zb_h1 defers the weight gradients' GEMMs, which the "
                       "fused ops compute inside)");
-  // Runs of fused x pp (1f1b, gpipe; train and run) wrote past their buffers (heap corruption, then SIGABRT or
-  // SIGSEGV): refused until the fused ops are made safe under a pipeline.
-  if (c.train() && p.fused.enabled && p.pp > 1)
-    c.not_implemented("fused", "fused with pp > 1 (the fused collectives are not yet safe under a pipeline schedule)");
   p.virtual_stages = static_cast<int>(c.par.get_int_in("virtual_stages", 1, SpecBounds::layers, 1));
   if (c.given && c.par.yaml()["pp_layers"].IsDefined())  // each entry in [1, layers]: the sum cannot wrap
     p.pp_layers = c.par.get_int_list_in("pp_layers", 1, SpecBounds::layers);
