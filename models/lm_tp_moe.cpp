@@ -144,19 +144,6 @@ void LmTpTrainer::share_moe_bias(LmWeights& whole) {
     }
 }
 
-void LmTpTrainer::restore_moe_bias(const LmWeights& snapshot) {
-  if (!local_.moe || local_.moe->bias_update <= 0) return;
-  const size_t E = size_t(global_.moe->spec.experts());
-  for (int64_t l = 0; l < local_.layers; ++l) {
-    if (!local_.moe_layer(l)) continue;
-    const std::vector<float>& b = snapshot.layers[size_t(layer_global_[size_t(l)])].moe.bias;
-    if (b.size() != E)
-      throw std::invalid_argument("lm_tp restore: layer " + std::to_string(layer_global_[size_t(l)]) + "'s selection "
-                                  "bias has " + std::to_string(b.size()) + " entries for " + std::to_string(E) + " experts");
-    work_.layers[size_t(l)].moe.bias = b;
-  }
-}
-
 double LmTpTrainer::expert_param_count() const {
   double n = 0;
   for (const auto& [name, t] : work_.named_weights())

@@ -69,6 +69,7 @@ if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 -
     && expect_exit 0 'saved' -- shardsim_mpi 4 train "$MOE" --plan ep=4 --steps 3 --checkpoint ep4.h5; then
   expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2,etp=2 --steps 5 --resume ep4.h5 \
     --validate
+  assert_out '^resumed: ep4\.h5 at step 3 \(saved under dp=1 x ep=4, ZeRO stage 0\)' "the resume line names the saved plan's ep"
   expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 --set parallel.zero=2 --steps 5 \
     --resume ep4.h5 --validate --json r1.json
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan dp=4 --steps 5 --resume ep4.h5 \
