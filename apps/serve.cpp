@@ -60,6 +60,7 @@ struct ServeFlags {
   bool profile = false;    // --profile: the critical path of the run's longest iteration (docs/PROFILE.md)
   std::string what_if;     // --what-if SPEC (apps/profile.h): each change re-served over the same trace
   bool quiet = false;      // a what-if re-run: nothing printed or written
+  bool check_only = false;  // a what-if change's check before the baseline: returns once its KV cache is sized
   serving::ServeMetrics* metrics_out = nullptr;  // a what-if re-run's metrics (rank 0)
 };
 
@@ -238,6 +239,39 @@ int run_serve(const runtime::World& world, const ServeFlags& sf);
 // Each change of SF.what_if served again (apps/profile.h: plan_what_if, run_what_if, as `train --what-if`), the
 // speedup on the mean end-to-end latency (the open-loop trace's arrivals are fixed: a faster machine shows in the
 // latencies, not the run's length).
+// One what-if change's run (quiet; CHECK_ONLY: up to its KV cache) with OV, its metrics into M; bad input it meets
+// (exit 2) names the change.
+void serve_change(const runtime::World& world, const ServeFlags& sf, const std::string& change,
+                  const sharding::ConfigOverrides& ov, bool check_only, serving::ServeMetrics& m) {
+  ServeFlags v;
+  v.config = sf.config;
+  v.requests = sf.requests;
+  v.overrides = ov;
+  v.quiet = true;
+  v.check_only = check_only;
+  v.metrics_out = &m;
+  try {
+    run_serve(world, v);
+  } catch (const AgreedError& e) {
+    if (e.exit_code() != kExitBadInput) throw;
+    throw AgreedError("--what-if " + change + ": " + e.what(), e.exit_code());
+  } catch (const Error& e) {
+    if (e.exit_code() != kExitBadInput) throw;
+    throw UsageError("--what-if " + change + ": " + e.what());
+  }
+}
+
+// Every change's plan, mesh and KV cache checked before the baseline runs (the same code as its run, stopped
+// once the cache is sized): a change that cannot serve is exit 2 naming it, before any simulation.
+void check_what_if(const runtime::World& world, const ServeFlags& sf, const std::vector<WhatIfPlan>& plans) {
+  for (const auto& p : plans) {
+    sharding::ConfigOverrides ov = sf.overrides;
+    ov.set.insert(ov.set.end(), p.sets.begin(), p.sets.end());
+    serving::ServeMetrics unused;
+    serve_change(world, sf, p.change, ov, true, unused);
+  }
+}
+
 std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeFlags& sf,
                                        const std::vector<WhatIfPlan>& plans, const serving::ServeMetrics& base) {
   std::map<std::string, serving::ServeMetrics> by_change;
@@ -245,23 +279,9 @@ std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeF
   const std::vector<reporting::WhatIf> rows = run_what_if(
       plans, base.e2e.mean * 1e9,
       [&](const sharding::ConfigOverrides& ov) {
-        ServeFlags v;
-        v.config = sf.config;
-        v.requests = sf.requests;
-        v.overrides = ov;
-        v.quiet = true;
-        serving::ServeMetrics m;
-        v.metrics_out = &m;
         const std::string change = plans.at(next++).change;
-        try {  // bad input only this change's run finds (its KV cache): exit 2 naming the change
-          run_serve(world, v);
-        } catch (const AgreedError& e) {
-          if (e.exit_code() != kExitBadInput) throw;
-          throw AgreedError("--what-if " + change + ": " + e.what(), e.exit_code());
-        } catch (const Error& e) {
-          if (e.exit_code() != kExitBadInput) throw;
-          throw UsageError("--what-if " + change + ": " + e.what());
-        }
+        serving::ServeMetrics m;
+        serve_change(world, sf, change, ov, false, m);
         by_change[change] = m;
         return m.e2e.mean * 1e9;
       },
@@ -554,6 +574,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   ServeSetup sv;
   std::vector<WhatIfPlan> what_if;
   load_serve(world, sf, f, s, sv, what_if);
+  if (!what_if.empty()) check_what_if(world, sf, what_if);  // every change sized before the baseline runs
   const topology::Topology& topo = *s.topology;
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   sim::Timeline tl(mesh->placement().at(size_t(world.rank())), topo, s.device);
@@ -635,6 +656,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
                        "too small: " + err.what());
     }
   });
+  if (sf.check_only) return kExitOk;
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
   // batches are in flight (serving/scheduler.h). ep: the replica's ep chips each hold their own sequences' cache
   // (one pool per chip, serving/kv_cache.h shards), swap space and host link.

@@ -307,6 +307,12 @@ class LmTpTrainer {
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
   LmTrainSnapshot gather_state();
   void restore(const LmTrainSnapshot& snapshot);
+  // The checkpoint's path (models/lm_checkpoint.h): this chip's part of the state in the file's global layout,
+  // no tensor gathered over tp, ep or pp (ZeRO stages 1-3 gather over dp first; collective), MOMENTS false: the
+  // masters alone (weights only); state_layout: zeros of the same blocks to load into; restore from one.
+  LmStateShard state_shard(bool moments);
+  LmStateShard state_layout(bool moments) const;
+  void restore(LmStateShard& shard);  // reads SHARD's tensors (left as they are)
   int64_t steps_done() const { return step_; }
   const ModelSpec& local_config() const { return local_; }
   int tp() const { return tp_size_; }
@@ -368,8 +374,15 @@ class LmTpTrainer {
     std::string link_name;  // topology::Topology::link_name of LINK ("" when -1)
     double link_bytes = 0;
     sim::TimeNs link_bound_ns = 0;
+    // Node-limited routing (model.moe.group_limit): the expert groups (nodes) other than this chip's own its routed
+    // tokens reach, summed over them (real data: kernels::node_fanout; shape-only: kernels::declared_node_tokens),
+    // and those tokens; moe_layer_table: REMOTE_NODES the ep group's mean per token, -1 without a node limit.
+    double remote_reach = 0, routed_tokens = 0, remote_nodes = -1;
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // REMOTE_REACH and ROUTED_TOKENS of ST from this chip's routing R of a node-limited model: the groups reached that
+  // hold none of this chip's experts (nothing without a node limit).
+  void note_remote_reach(const kernels::Routing& r, MoeLayerStats& st) const;
   // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
   // of the chips at tp, cp and dp coordinate 0 of the stage holding it: MAX_TOKENS and MEAN_TOKENS of the tokens
   // per expert summed over the group's chips (their last micro-batch's routing; TOKENS left empty), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
@@ -433,6 +446,7 @@ class LmTpTrainer {
   sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
   LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
+  std::vector<LmStateBlock> state_blocks(const LmWeights& local) const;  // LOCAL's blocks (state_shard)
   // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
   // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: those BI completes (UnitGrad's
   // in_bi) after BI, the rest (then grads_ready) after W.
@@ -479,10 +493,8 @@ class LmTpTrainer {
   // every layer's selection bias updated (kernels::update_expert_bias). Returns when the update is done.
   sim::TimeNs update_moe_bias(sim::TimeNs ready);
   // The selection biases in checkpoints (bias_update > 0): share_moe_bias gives WHOLE's MoE layers every stage's
-  // current biases (one all_reduce over pp); restore_moe_bias gives this chip's MoE layers those of SNAPSHOT (the
-  // whole model's).
+  // current biases (one all_reduce over pp); restore(LmStateShard&) gives this chip's MoE layers the saved ones.
   void share_moe_bias(LmWeights& whole);
-  void restore_moe_bias(const LmWeights& snapshot);
   double moe_aux_grad() const;  // d loss / d this chip's aux loss of a micro-batch
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;

@@ -127,10 +127,10 @@ void LmTpTrainer::serve_blocks(const LmServeBatch& whole, const LmServeBatch& ba
   lay.batch = int64_t(batch.seqs.size());
   lay.pos = pos;
   // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch); not for
-  // MoE layers that differ from block to block (dense layers among them, or a skewed declared routing: each layer
-  // draws its own).
+  // MoE layers that differ from block to block (dense layers among them, a skewed declared routing: each layer
+  // draws its own, or a histogram: each layer may have its own row). Uniform routing routes every layer alike.
   const bool moe_varies = global_.moe && (global_.moe->dense_layers > 0 || global_.moe->layer_step > 1 ||
-                                          global_.moe->routing.skew > 0);
+                                          global_.moe->routing.skew > 0 || !global_.moe->routing.histogram.empty());
   const bool repeat = batch.repeat_blocks && !store_ && !moe_varies;
   const int64_t blocks = chunk_len_[0];
   sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time(), prev_start = t;

@@ -390,6 +390,21 @@ expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fi
 expect_exit 2 'parallel.sp: refused in the serve mode: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
 expect_exit 2 'parallel.fused: refused in the serve mode: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
   --set parallel.fused=true --json bad.json
+# A what-if change whose KV cache holds no block: refused before the baseline runs (no report line), naming it.
+expect_exit 2 '^shardsim: error: --what-if serve\.memory_fraction=0\.01: .*the KV cache is too small' -- \
+  shardsim_mpi 1 serve "$S8" --set serve.trace.count=4 --what-if hbm_bw=2x,serve.memory_fraction=0.01 --json bad.json
+assert_out_count "TTFT" 0 "no report printed"
 if [ -e bad.json ]; then fail "a refused run wrote its JSON"; else pass "nothing written by the refused runs"; fi
+
+e2e_case "(d2) no request makes a second token: TPOT / ITL n/a (JSON null), and none within a TPOT SLO"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,1\n0.5,100,1\n' > one.csv
+if expect_exit 0 'TPOT  n/a' -- shardsim_mpi 1 serve "$S8" --requests one.csv --json one.json; then
+  assert_out 'ITL   n/a' "ITL n/a"
+  assert_out 'goodput: 0\.000 requests/s \(0 of 2 within .*; 2 with one output token have no TPOT and do not count\)' \
+    "one-token requests do not count as within the TPOT SLO"
+  python3 -c "import json,sys; m=json.load(open('one.json'))['metrics']; \
+sys.exit(0 if all(m[k][q] is None for k in ('tpot_s','itl_s') for q in ('p50','p90','p99','mean')) and m['tpot_s']['count']==0 else 1)" \
+    && pass "the JSON's TPOT and ITL are null with count 0" || fail "TPOT / ITL in the JSON are not null"
+fi
 
 e2e_finish
