@@ -4,6 +4,7 @@
 // from rank 0 naming the file and the tensor.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -189,6 +190,25 @@ int convert(const runtime::World& world, const CkptFlags& f) {
                            " dimensions but tensor '" + t.name + "' of " + f.in + " has " +
                            std::to_string(t.shape.size()) + " (shape " + runtime::shape_str(t.shape) +
                            "); use a byte size (e.g. --chunk 1M) for tensors of different ranks");
+    // HDF5 keeps an index entry (and while writing a cache slot) per chunk: `--chunk 1` on a 135 MB checkpoint ran
+    // a minute and took GBs before HDF5 failed. At most 2^20 chunks per tensor, refused before anything is written.
+    constexpr double kMaxChunks = 1 << 20;
+    for (const auto& t : rd->tensors()) {
+      const double n = double(runtime::shape_numel(t.shape));
+      if (t.shape.empty() || n == 0 || (so.chunking.kind != checkpoint::Chunking::Kind::bytes &&
+                                        so.chunking.kind != checkpoint::Chunking::Kind::dims))
+        continue;
+      double per_chunk = 1;  // elements
+      if (so.chunking.kind == checkpoint::Chunking::Kind::dims)
+        for (size_t d = 0; d < t.shape.size(); ++d)
+          per_chunk *= double(std::clamp<int64_t>(so.chunking.dims[d], 1, t.shape[d]));
+      else
+        per_chunk = std::max(1.0, double(so.chunking.bytes) / double(runtime::dtype_size(t.dtype)));
+      if (n / per_chunk > kMaxChunks)
+        throw UsageError("ckpt convert: --chunk " + f.chunk + " cuts tensor '" + t.name + "' (" +
+                         runtime::shape_str(t.shape) + ") into about " + std::to_string(int64_t(n / per_chunk)) +
+                         " chunks; at most 1048576 per tensor (HDF5 keeps an index entry per chunk): use larger chunks");
+    }
     for (const auto& t : rd->tensors()) {
       auto [off, shape] = row_slice(t.shape, world.rank(), world.size());
       blocks.emplace_back(t.dtype, shape);

@@ -81,9 +81,10 @@ void check_memory(const Net& net, double bytes_per_rank, double device_bytes, co
                      ": needs " + gib(device_bytes) + ", has " + gib(hbm) + " (device " + net.device.name + ")");
   const double avail = available_host_bytes();
   if (avail > 0 && bytes_per_rank * net.ranks_on_host > 0.9 * avail)
-    throw RuntimeFault(what + ": needs about " + gib(bytes_per_rank) + " of host memory per rank x " +
-                     std::to_string(net.ranks_on_host) + " ranks on this host, but only " + gib(avail) +
-                     " is available; use a smaller size or fewer ranks per host");
+    // ranks_on_host counts chips (a rank hosting K chips holds K chips' buffers): say chips, as the job has them.
+    throw RuntimeFault(what + ": needs about " + gib(bytes_per_rank) + " of host memory per chip x " +
+                       std::to_string(net.ranks_on_host) + " chips on this host, but only " + gib(avail) +
+                       " is available; use a smaller size or fewer chips per host");
 }
 
 void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs) { check_outputs_distinct(outputs); }

@@ -8,6 +8,8 @@
 #include <csignal>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -95,10 +97,12 @@ extern "C" void on_terminating_signal(int sig) {
     ::_exit(reason > 128 ? reason : shardsim::kExitRuntimeFault);
   }
   if (speak) {
-    const char* msg = sig == SIGINT ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
-                                      "they were before the interrupted write)\n"
-                                    : "shardsim: terminated by SIGTERM; exiting with code 143 (outputs are left as "
-                                      "they were before the interrupted write)\n";
+    const char* msg = sig == SIGINT   ? "shardsim: interrupted by SIGINT; exiting with code 130 (outputs are left as "
+                                        "they were before the interrupted write)\n"
+                      : sig == SIGHUP ? "shardsim: hung up (SIGHUP); exiting with code 129 (outputs are left as "
+                                        "they were before the interrupted write)\n"
+                                      : "shardsim: terminated by SIGTERM; exiting with code 143 (outputs are left as "
+                                        "they were before the interrupted write)\n";
     ssize_t rc = ::write(STDERR_FILENO, msg, std::strlen(msg));
     (void)rc;
   }
@@ -171,6 +175,7 @@ void install_signal_handlers(int world_rank) {
   sa.sa_flags = 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same clean end (temporaries removed, one line)
 }
 
 constexpr const char* kDefaultConfig = SHARDSIM_CONFIG_DIR "/workloads/llama2_7b_mlp_tp8.yaml";
@@ -224,6 +229,7 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
             std::to_string(ranks) + " rank(s); the limit keeps a run's host memory and time bounded)";
     else out = n;
   };
+  std::map<std::string, std::string> seen;  // flag -> the value it was first given (each flag once)
   for (size_t i = 1; i < args.size();) {
     const std::string a = args[i];
     std::string flag, value;
@@ -249,7 +255,10 @@ int take_chip_flags(std::vector<std::string>& args, int ranks, int world_rank, l
       }
       value = args[i + 1];
     }
-    number(flag, value, flag == "--chips" ? total : per_rank);
+    if (const auto it = seen.find(flag); it != seen.end() && bad.empty())
+      bad = flag + " given twice ('" + it->second + "' and '" + value + "'); give it once";
+    seen.emplace(flag, value);
+    if (bad.empty()) number(flag, value, flag == "--chips" ? total : per_rank);
     args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i + (two ? 2 : 1)));
   }
   if (bad.empty() && total && total % ranks != 0)
@@ -417,6 +426,44 @@ int main(int argc, char** argv) {
 
 namespace {
 
+// CLI11 reads an integer with a leading zero as octal (`--steps 010` ran 8 steps, `--steps 09` was "not in range"):
+// every integer option reads decimal, as config keys do (leading zeros dropped before any other check).
+void read_integers_as_decimal(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string t = o->get_type_name();
+    if (t != "INT" && t != "UINT" && t.rfind("INT:", 0) != 0 && t.rfind("UINT:", 0) != 0) continue;
+    o->transform(
+        [](std::string v) {
+          size_t i = 0;
+          while (i + 1 < v.size() && v[i] == '0' && std::isdigit(static_cast<unsigned char>(v[i + 1]))) ++i;
+          return v.substr(i);
+        },
+        "", "decimal");
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_integers_as_decimal(*sub);
+}
+
+// CLI11's "The following arguments were not expected: m2.h5 --resume" when a command is given another command's
+// flag (`serve ... --resume F`): "serve takes no --resume (an option of run, train)". "" otherwise.
+std::string foreign_flag(CLI::App& app, const std::vector<std::string>& args, const CLI::ParseError& e) {
+  if (!dynamic_cast<const CLI::ExtrasError*>(&e)) return "";
+  const auto parsed = app.get_subcommands();
+  if (parsed.empty()) return "";
+  CLI::App* cmd = parsed.front();
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (cmd->get_option_no_throw(name) || app.get_option_no_throw(name)) continue;
+    std::string owners;
+    for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; }))
+      if (c != cmd && c->get_option_no_throw(name)) owners += (owners.empty() ? "" : ", ") + c->get_name();
+    if (owners.empty()) continue;
+    return cmd->get_name() + " takes no " + shardsim::escape_control(name) + " (an option of " + owners + "; see shardsim " +
+           cmd->get_name() + " --help)";
+  }
+  return "";
+}
+
 // The first word of ARGS (after the program) that is neither an option nor an option's value: the command the user
 // meant, or "" when there is none.
 std::string first_word(const CLI::App& app, const std::vector<std::string>& args) {
@@ -491,6 +538,7 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
 
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
+  read_integers_as_decimal(app);
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
     refuse_empty_values(app);
@@ -516,6 +564,8 @@ int run_cli(const shardsim::runtime::World& world, std::vector<std::string> args
       if (!word.empty() && app.get_subcommands([&](CLI::App* c) { return c->check_name(word); }).empty())
         std::fprintf(stderr, "shardsim: error: unknown command '%s' (commands: %s; see shardsim --help)\n",
                      escape_control(word).c_str(), known.c_str());
+      else if (const std::string other = foreign_flag(app, args, e); !other.empty())
+        std::fprintf(stderr, "shardsim: error: %s\n", other.c_str());
       else if (at != std::string::npos)
         std::fprintf(stderr, "shardsim: error: %s given %s times; give it once%s\n",
                      escape_control(what.substr(0, at)).c_str(), escape_control(what.substr(at + most.size())).c_str(),

@@ -82,7 +82,10 @@ const std::map<std::string, std::string> kTopologyAlias = {{"link_bw", "bandwidt
 // shardsim topology file: `topology:` section or bare map). UsageError for an ASTRA-sim network file.
 YAML::Node topology_tree(const std::string& change, const ConfigNode& root, bool* inline_section) {
   const auto t = root.maybe_child("topology");
-  if (!t) throw UsageError("--what-if " + change + ": the config has no topology");
+  if (!t)  // the default ring over the chips has no section a change could edit
+    throw UsageError("--what-if " + change + ": the config has no topology: section (the run uses the default ring "
+                     "over its chips); give one with --ring N or --topology FILE, or a topology: section, to change "
+                     "its links");
   *inline_section = t->is_map();
   if (t->is_map()) return YAML::Clone(t->yaml());
   const std::string path = t->yaml().as<std::string>();

@@ -60,6 +60,7 @@ struct ServeFlags {
   bool profile = false;    // --profile: the critical path of the run's longest iteration (docs/PROFILE.md)
   std::string what_if;     // --what-if SPEC (apps/profile.h): each change re-served over the same trace
   bool quiet = false;      // a what-if re-run: nothing printed or written
+  bool check_only = false;  // a what-if change's check before the baseline: returns once its KV cache is sized
   serving::ServeMetrics* metrics_out = nullptr;  // a what-if re-run's metrics (rank 0)
 };
 
@@ -71,6 +72,9 @@ struct ServeSetup {
   double swap_space_gib = 4;   // vLLM's swap_space per GPU
   double host_link_gbps = 64;  // PCIe 5.0 x16 per direction (H100 SXM's host link; an assumption for others)
   int prefill_replicas = 0;    // serve.disaggregation.prefill_replicas (0: prefill and decode colocated)
+  // serve.disaggregation.prefill / decode: each group's own plan over its share of the launch's chips (DistServe's
+  // per-phase parallelism); prefill_replicas is then the prefill plan's dp.
+  std::optional<sharding::ParallelPlan> prefill_plan, decode_plan;
   bool least_tokens = false;   // serve.load_balance: least_tokens (else round_robin)
   bool cuda_graphs = true;     // serve.cuda_graphs: decode-only batches replay CUDA graphs (vLLM's default)
   std::vector<serving::Request> requests;
@@ -109,7 +113,8 @@ serving::LengthDist length_dist(const ConfigNode& parent, const char* key) {
 constexpr double kMaxSwapGib = 1 << 20;  // host memory per chip for swapped-out blocks: 1 PiB (an assumption)
 constexpr double kMaxSloMs = 1e9;        // an SLO of about 11.6 days
 
-ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_context, int dp) {
+ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, const sharding::ModelSpec& spec, int chips, int dp) {
+  const int64_t max_context = spec.seq;
   ServeSetup s;
   if (!root.has("serve")) root.fail("serve: missing (the serving section: trace, policy, cache, SLO; docs/SERVING.md)");
   const ConfigNode v = root.child("serve");
@@ -130,8 +135,16 @@ ServeSetup parse_serve(const ConfigNode& root, const ServeFlags& f, int64_t max_
   if (v.has("disaggregation")) {
     const ConfigNode d = v.child("disaggregation");
     d.expect_keys(serving::kServeDisaggKeys);
-    s.prefill_replicas = int(d.get_int_in("prefill_replicas", 0, 1 << 20));  // 0: colocated
-    if (s.prefill_replicas >= dp)
+    refuse_together(d, {"prefill_replicas"}, {"prefill", "decode"},
+                    "prefill_replicas splits the replicas of the config's plan; prefill and decode give each group "
+                    "its own plan");
+    if (d.has("prefill") || d.has("decode")) {
+      std::tie(s.prefill_plan, s.decode_plan) = serve_detail::read_phase_plans(root, d, spec, chips);
+      s.prefill_replicas = s.prefill_plan->dp;
+    } else {
+      s.prefill_replicas = int(d.get_int_in("prefill_replicas", 0, 1 << 20));  // 0: colocated
+    }
+    if (!s.prefill_plan && s.prefill_replicas >= dp)
       d.child("prefill_replicas").fail("serve.disaggregation.prefill_replicas: " + std::to_string(s.prefill_replicas) +
                                        " prefill replicas need parallel.dp > " + std::to_string(s.prefill_replicas) +
                                        " (at least one decode replica); dp is " + std::to_string(dp));
@@ -208,198 +221,6 @@ double activation_bytes(const sharding::ModelSpec& local, int64_t N, int64_t seq
 
 }  // namespace
 
-namespace serve_detail {
-
-// V of every replica's first chip, concatenated in replica order, on every chip (SPMD over WORLD).
-std::vector<double> gather_lead(runtime::Transport& world, int dp, int replica, bool lead, const std::vector<double>& v,
-                                const char* what) {
-  std::vector<double> n(size_t(dp), 0.0);
-  if (lead) n[size_t(replica)] = double(v.size());
-  world.allreduce(std::span<double>(n), runtime::Reduce::sum, std::string("serve replicas: ") + what + " sizes");
-  size_t off = 0, total = 0;
-  for (int r = 0; r < dp; ++r) {
-    if (r < replica) off += size_t(n[size_t(r)]);
-    total += size_t(n[size_t(r)]);
-  }
-  std::vector<double> all(total, 0.0);
-  if (lead) std::copy(v.begin(), v.end(), all.begin() + std::ptrdiff_t(off));
-  world.allreduce(std::span<double>(all), runtime::Reduce::sum, std::string("serve replicas: ") + what);
-  return all;
-}
-
-// The replicas' runs as one (requests by their global id GLOBAL_ID, iterations in start order with their replica).
-serving::ServeRun gather_replicas(runtime::Transport& world, int dp, int replica, bool lead, const serving::ServeRun& run,
-                                  const std::vector<int64_t>& global_id, size_t requests) {
-  std::vector<double> rq, it;
-  for (size_t i = 0; i < run.requests.size(); ++i) {
-    const auto& r = run.requests[i];
-    rq.insert(rq.end(), {double(global_id[i]), r.arrival_s, r.first_token_s, r.finish_s, double(r.prompt),
-                         double(r.output), double(r.preemptions)});
-  }
-  for (const auto& x : run.iterations)
-    it.insert(it.end(), {x.start_s, x.end_s, double(x.engine), double(replica), double(x.seqs), double(x.tokens),
-                         double(x.prefill_tokens), double(x.decode_seqs), double(x.kv_blocks), double(x.swapped_tokens)});
-  const std::vector<double> R = gather_lead(world, dp, replica, lead, rq, "requests");
-  const std::vector<double> I = gather_lead(world, dp, replica, lead, it, "iterations");
-  serving::ServeRun out;
-  out.itl_s = gather_lead(world, dp, replica, lead, run.itl_s, "inter-token gaps");
-  std::vector<double> kv{double(run.kv_blocks_total)};
-  world.allreduce(std::span<double>(kv), runtime::Reduce::max, "serve replicas: cache blocks");
-  out.kv_blocks_total = int64_t(kv[0]);
-  std::vector<double> sw{lead ? double(run.swaps) : 0.0};
-  world.allreduce(std::span<double>(sw), runtime::Reduce::sum, "serve replicas: swaps");
-  out.swaps = int64_t(sw[0]);
-  out.requests.resize(requests);
-  for (size_t i = 0; i + 7 <= R.size(); i += 7) {
-    auto& r = out.requests.at(size_t(R[i]));
-    r = {R[i + 1], R[i + 2], R[i + 3], int64_t(R[i + 4]), int64_t(R[i + 5]), int(R[i + 6])};
-    out.preemptions += r.preemptions;
-  }
-  for (size_t i = 0; i + 10 <= I.size(); i += 10)
-    out.iterations.push_back({I[i], I[i + 1], int(I[i + 2]), int(I[i + 3]), int64_t(I[i + 4]), int64_t(I[i + 5]),
-                              int64_t(I[i + 6]), int64_t(I[i + 7]), int64_t(I[i + 8]), int64_t(I[i + 9])});
-  std::stable_sort(out.iterations.begin(), out.iterations.end(),
-                   [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
-  return out;
-}
-
-std::vector<int64_t> Server::shape_key(const std::vector<serving::BatchEntry>& batch) {
-  std::vector<int64_t> key;
-  key.reserve(batch.size() * 2);
-  for (const auto& b : batch) {
-    key.push_back(b.past);
-    key.push_back(b.rows);
-  }
-  return key;
-}
-
-void Server::note_longest(const std::vector<serving::BatchEntry>& batch, double end_s) {
-  if (end_s <= longest_s) return;
-  longest_s = end_s;
-  longest = batch;
-}
-
-bool Server::graphed(const std::vector<serving::BatchEntry>& batch) const {
-  if (int64_t(batch.size()) > graph_max) return false;
-  return std::all_of(batch.begin(), batch.end(), [](const serving::BatchEntry& b) { return b.rows == 1; });
-}
-
-void Server::set_launch_mode(bool graph) {
-  if (graph == graph_now) return;
-  sim::DeviceSpec d = tl.device();
-  d.cuda_graph = graph;
-  tl = sim::Timeline(tl.chip(), tl.topology(), d);  // the executor and the transports hold this object
-  tl.set_keep_events(false);
-  graph_now = graph;
-}
-
-serving::StageFn Server::stage_fn() {
-  return [this](const std::vector<serving::BatchEntry>& batch, double) -> const std::vector<serving::StageSpan>& {
-    std::vector<int64_t> key = shape_key(batch);
-    auto it = memo.find(key);
-    if (it != memo.end()) return it->second;
-    set_launch_mode(graphed(batch));
-    models::LmServeBatch mb;
-    mb.repeat_blocks = true;  // exact (models/lm_tp.h LmServeBatch)
-    for (const auto& b : batch) mb.seqs.push_back({b.request, b.past, b.rows});
-    std::vector<serving::StageSpan> st;
-    for (const sim::Span& sp : exec.serve_step(mb, kv).stages) st.push_back({sp.start * 1e-9, sp.end * 1e-9});
-    ++simulated;
-    if (!st.empty()) note_longest(batch, st.back().end_s);
-    return memo.emplace(std::move(key), std::move(st)).first->second;
-  };
-}
-
-serving::ServeRun Server::run_replica(const std::vector<serving::Request>& mine) {
-  serving::ServeRun run;
-  world.agree([&] {
-    try {
-      if (mine.empty()) return;
-      serving::PagedKvCache paged(cap);
-      run = serving::simulate_pipeline(mine, sched, paged, stage_fn());
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(config_name + ": " + e.what());
-    }
-  });
-  return run;
-}
-
-// Colocated, LEAST_TOKENS: each request, at its arrival, to the replica with the fewest outstanding tokens (the
-// lowest on a tie; every replica's scheduler stepped to the arrival, serving::Simulation), as SGLang's and
-// vLLM's production routers balance by load; else request i on replica i mod dp (round-robin). Each replica
-// prefills and decodes its own.
-serving::ServeRun Server::colocated(const std::vector<serving::Request>& reqs, bool least_tokens) {
-  if (least_tokens) {
-    serving::ServeRun run;
-    std::vector<int64_t> mine;
-    world.agree([&] {
-      try {
-        serving::PagedKvCache paged(cap);
-        serving::Simulation sim(reqs, sched, paged, stage_fn());
-        for (const auto& r : reqs) {
-          sim.run_until(r.arrival_s);
-          std::vector<double> load(size_t(dp), 0.0);
-          if (lead) load[size_t(replica)] = double(sim.outstanding_tokens());
-          tp.allreduce(std::span<double>(load), runtime::Reduce::sum, "serve: replicas' outstanding tokens");
-          const int to = int(std::min_element(load.begin(), load.end()) - load.begin());
-          if (to != replica) continue;
-          sim.arrive(r.id);
-          mine.push_back(r.id);
-        }
-        run = sim.finish();
-      } catch (const std::invalid_argument& e) {
-        throw UsageError(config_name + ": " + e.what());
-      }
-    });
-    serving::ServeRun sub = run;  // this replica's requests only (the others' are blank here)
-    sub.requests.clear();
-    for (const int64_t id : mine) sub.requests.push_back(run.requests[size_t(id)]);
-    return gather_replicas(tp, dp, replica, lead, sub, mine, reqs.size());
-  }
-  std::vector<serving::Request> mine;
-  std::vector<int64_t> global_id;
-  for (const auto& r : reqs)
-    if (r.id % dp == replica) {
-      global_id.push_back(r.id);
-      mine.push_back(r);
-      mine.back().id = int64_t(mine.size()) - 1;
-    }
-  return gather_replicas(tp, dp, replica, lead, run_replica(mine), global_id, reqs.size());
-}
-
-// --profile: the run's longest iteration (the lowest replica's on a tie) simulated again with every block and
-// its events recorded, profiled as `train --profile` profiles a step (reporting/profile.h). Collective.
-std::shared_ptr<const sim::Profile> Server::profile_longest(double peak_tflops, std::string& what) {
-  std::vector<double> v{longest_s};
-  tp.allreduce(std::span<double>(v), runtime::Reduce::max, "serve profile: longest iteration");
-  std::vector<double> who{longest_s == v[0] && lead ? double(replica) : 1e9};
-  tp.allreduce(std::span<double>(who), runtime::Reduce::min, "serve profile: its replica");
-  set_launch_mode(graphed(longest));
-  tl.set_record_dependencies(true);
-  tl.set_keep_events(true);
-  tl.reset();
-  int64_t tokens = 0;
-  if (replica == int(who[0])) {
-    models::LmServeBatch mb;
-    for (const auto& b : longest) {
-      mb.seqs.push_back({b.request, b.past, b.rows});
-      tokens += b.rows;
-    }
-    (void)exec.serve_step(mb, kv);
-  }
-  reporting::RunReport rep;
-  reporting::profile_and_trace(world, tl, {"", true, "", peak_tflops, {}, &mesh}, rep);
-  std::vector<double> shape{replica == int(who[0]) && lead ? double(longest.size()) : 0.0,
-                            replica == int(who[0]) && lead ? double(tokens) : 0.0};
-  tp.allreduce(std::span<double>(shape), runtime::Reduce::sum, "serve profile: its batch");
-  char b[256];
-  std::snprintf(b, sizeof b, "the longest iteration (replica %d, %.0f sequences, %.0f new tokens, %.3f ms)",
-                int(who[0]), shape[0], shape[1], v[0] * 1e3);
-  what = b;
-  return rep.profile;
-}
-
-}  // namespace serve_detail
 
 namespace {
 
@@ -418,6 +239,39 @@ int run_serve(const runtime::World& world, const ServeFlags& sf);
 // Each change of SF.what_if served again (apps/profile.h: plan_what_if, run_what_if, as `train --what-if`), the
 // speedup on the mean end-to-end latency (the open-loop trace's arrivals are fixed: a faster machine shows in the
 // latencies, not the run's length).
+// One what-if change's run (quiet; CHECK_ONLY: up to its KV cache) with OV, its metrics into M; bad input it meets
+// (exit 2) names the change.
+void serve_change(const runtime::World& world, const ServeFlags& sf, const std::string& change,
+                  const sharding::ConfigOverrides& ov, bool check_only, serving::ServeMetrics& m) {
+  ServeFlags v;
+  v.config = sf.config;
+  v.requests = sf.requests;
+  v.overrides = ov;
+  v.quiet = true;
+  v.check_only = check_only;
+  v.metrics_out = &m;
+  try {
+    run_serve(world, v);
+  } catch (const AgreedError& e) {
+    if (e.exit_code() != kExitBadInput) throw;
+    throw AgreedError("--what-if " + change + ": " + e.what(), e.exit_code());
+  } catch (const Error& e) {
+    if (e.exit_code() != kExitBadInput) throw;
+    throw UsageError("--what-if " + change + ": " + e.what());
+  }
+}
+
+// Every change's plan, mesh and KV cache checked before the baseline runs (the same code as its run, stopped
+// once the cache is sized): a change that cannot serve is exit 2 naming it, before any simulation.
+void check_what_if(const runtime::World& world, const ServeFlags& sf, const std::vector<WhatIfPlan>& plans) {
+  for (const auto& p : plans) {
+    sharding::ConfigOverrides ov = sf.overrides;
+    ov.set.insert(ov.set.end(), p.sets.begin(), p.sets.end());
+    serving::ServeMetrics unused;
+    serve_change(world, sf, p.change, ov, true, unused);
+  }
+}
+
 std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeFlags& sf,
                                        const std::vector<WhatIfPlan>& plans, const serving::ServeMetrics& base) {
   std::map<std::string, serving::ServeMetrics> by_change;
@@ -425,23 +279,9 @@ std::vector<ServeWhatIf> serve_what_if(const runtime::World& world, const ServeF
   const std::vector<reporting::WhatIf> rows = run_what_if(
       plans, base.e2e.mean * 1e9,
       [&](const sharding::ConfigOverrides& ov) {
-        ServeFlags v;
-        v.config = sf.config;
-        v.requests = sf.requests;
-        v.overrides = ov;
-        v.quiet = true;
-        serving::ServeMetrics m;
-        v.metrics_out = &m;
         const std::string change = plans.at(next++).change;
-        try {  // bad input only this change's run finds (its KV cache): exit 2 naming the change
-          run_serve(world, v);
-        } catch (const AgreedError& e) {
-          if (e.exit_code() != kExitBadInput) throw;
-          throw AgreedError("--what-if " + change + ": " + e.what(), e.exit_code());
-        } catch (const Error& e) {
-          if (e.exit_code() != kExitBadInput) throw;
-          throw UsageError("--what-if " + change + ": " + e.what());
-        }
+        serving::ServeMetrics m;
+        serve_change(world, sf, change, ov, false, m);
         by_change[change] = m;
         return m.e2e.mean * 1e9;
       },
@@ -528,7 +368,7 @@ void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f
     }
     refuse_training_keys(train_config(f));
     s = load(f, world.size());
-    sv = parse_serve(train_config(f), sf, s.model.seq, s.plan.dp);
+    sv = parse_serve(train_config(f), sf, s.spec, world.size(), s.plan.dp);
     if (!sf.trace_path.empty()) check_trace_size(sf.trace_path, sf.trace, sv.requests, world.rank() == 0);
     if (!sf.what_if.empty()) {  // every change must load as a serve config before anything runs (exit 2 naming it)
       what_if = plan_what_if(sf.what_if, train_config(f));
@@ -537,7 +377,7 @@ void load_serve(const runtime::World& world, const ServeFlags& sf, TrainFlags& f
         v.overrides.set.insert(v.overrides.set.end(), plan.sets.begin(), plan.sets.end());
         try {
           const TrainSetup vs = load(v, world.size());
-          (void)parse_serve(train_config(v), sf, vs.model.seq, vs.plan.dp);
+          (void)parse_serve(train_config(v), sf, vs.spec, world.size(), vs.plan.dp);
         } catch (const Error& e) {
           throw UsageError("--what-if " + plan.change + ": " + e.what());
         }
@@ -562,7 +402,17 @@ struct ServeReport {
   const std::vector<WhatIfPlan>& what_if;
   const std::vector<ServeWhatIf>& wi;
   std::string trace_note;  // --trace: its events and size, or why it was not written
+  const Phases* phases = nullptr;                       // disaggregated: the two groups
+  const std::vector<serving::KvCapacity>* group_caps = nullptr;  // and each one's cache per chip
 };
+
+// Per-phase plans: the plan line's text ("prefill tp=4 x dp=2 on 8 chips, decode tp=8 on 8 chips").
+std::string phase_plans_text(const Phases& ph) {
+  std::string out;
+  for (const ServeGroup& g : ph.group)
+    out += (out.empty() ? "" : ", ") + g.name + " " + g.describe() + " on " + std::to_string(g.ranks.size()) + " chips";
+  return out;
+}
 
 // The report's text (docs/SERVING.md): the plan, the batching, the replicas, the cache, the metrics.
 std::string report_text(const ServeReport& r) {
@@ -575,12 +425,23 @@ std::string report_text(const ServeReport& r) {
   std::string out = "serve: " + (s.name.empty() ? s.config_name : s.name) + "\n";
   char b[512];
   const std::string ep_text = s.plan.ep > 1 ? " x ep=" + std::to_string(s.plan.ep) : "";
-  std::snprintf(b, sizeof b, "  device %s, %d chips, plan tp=%d x pp=%d%s x dp=%d, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
-                s.device.name.c_str(), r.chips, s.tp, s.pp, ep_text.c_str(), dp, (long long)s.model.layers,
-                (long long)s.model.hidden, (long long)s.model.heads, (long long)s.model.kv_heads,
-                runtime::dtype_name(s.model.dtype).c_str());
+  char plan[160];
+  std::snprintf(plan, sizeof plan, "tp=%d x pp=%d%s x dp=%d", s.tp, s.pp, ep_text.c_str(), dp);
+  const bool per_phase = r.phases && r.phases->per_phase;
+  std::snprintf(b, sizeof b, "  device %s, %d chips, plan %s, model %lld layers, hidden %lld, %lld/%lld heads, %s\n",
+                s.device.name.c_str(), r.chips, per_phase ? ("per phase: " + phase_plans_text(*r.phases)).c_str() : plan,
+                (long long)s.model.layers, (long long)s.model.hidden, (long long)s.model.heads,
+                (long long)s.model.kv_heads, runtime::dtype_name(s.model.dtype).c_str());
   out += b;
-  if (s.model.moe) {
+  if (s.model.moe && per_phase) {
+    const auto& ms = s.model.moe->spec;
+    const int ep_p = r.phases->group[0].plan.ep, ep_d = r.phases->group[1].plan.ep;
+    std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip in prefill (ep %d), %lld "
+                  "in decode (ep %d); each ep chip attends its own sequences (request id mod its group's ep) and holds "
+                  "their cache\n", (long long)ms.experts(), (long long)ms.router.top_k, (long long)(ms.experts() / ep_p),
+                  ep_p, (long long)(ms.experts() / ep_d), ep_d);
+    out += b;
+  } else if (s.model.moe) {
     const auto& ms = s.model.moe->spec;
     std::snprintf(b, sizeof b, "  mixture of experts: %lld experts top-%lld, %lld per ep chip; each ep chip attends its "
                   "own sequences (request id mod %d) and holds their cache\n", (long long)ms.experts(),
@@ -600,17 +461,24 @@ std::string report_text(const ServeReport& r) {
     const std::string to_decode = sv.least_tokens ? "each cache to the one with the fewest outstanding tokens"
                                                   : "the j-th prefill to end on replica " + std::to_string(K) +
                                                         " + j mod " + std::to_string(dp - K);
+    const int pp_in_flight = per_phase ? std::max(r.phases->group[0].plan.pp, r.phases->group[1].plan.pp) : s.pp;
     std::snprintf(b, sizeof b, "  disaggregated: replica%s 0..%d prefill (%s), replica%s %d..%d decode (%s); per pipeline "
                   "stage %d batch%s in flight\n", K > 1 ? "s" : "", K - 1, to_prefill.c_str(), dp - K > 1 ? "s" : "", K,
-                  dp - 1, to_decode.c_str(), s.pp, s.pp > 1 ? "es" : "");
+                  dp - 1, to_decode.c_str(), pp_in_flight, pp_in_flight > 1 ? "es" : "");
     out += b;
     std::vector<double> ts = xfer.time_s;
     std::sort(ts.begin(), ts.end());
     double mean = 0;
     for (double x : ts) mean += x / double(std::max<size_t>(ts.size(), 1));
-    std::snprintf(b, sizeof b, "  KV cache transfers: %lld over the dp axis' links, %.2f GB per chip pair in all; prefill end "
-                  "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
-                  ts.empty() ? 0.0 : ts.back() * 1e3);
+    if (per_phase)
+      std::snprintf(b, sizeof b, "  KV cache transfers: %lld resharded from the prefill plan to the decode plan, %lld chip "
+                    "pairs each, %.2f GB in all (%.2f GB per chip pair); prefill end to arrival: mean %.2f ms, max %.2f ms\n",
+                    (long long)xfer.count, (long long)xfer.pairs, xfer.total_bytes * 1e-9, xfer.bytes * 1e-9, mean * 1e3,
+                    ts.empty() ? 0.0 : ts.back() * 1e3);
+    else
+      std::snprintf(b, sizeof b, "  KV cache transfers: %lld over the dp axis' links, %.2f GB per chip pair in all; prefill end "
+                    "to arrival: mean %.2f ms, max %.2f ms\n", (long long)xfer.count, xfer.bytes * 1e-9, mean * 1e3,
+                    ts.empty() ? 0.0 : ts.back() * 1e3);
     out += b;
     if (xfer.other_mode > 0)
       out += "  " + std::to_string(xfer.other_mode) + " batch" + (xfer.other_mode > 1 ? "es" : "") +
@@ -623,7 +491,11 @@ std::string report_text(const ServeReport& r) {
                   s.pp > 1 ? "es" : "", (long long)(cap.blocks / s.pp));
     out += b;
   }
-  out += "  KV cache per chip: " + cap.formula() + "\n";
+  if (per_phase)
+    for (int g = 0; g < 2; ++g)
+      out += "  KV cache per chip, " + r.phases->group[g].name + ": " + (*r.group_caps)[size_t(g)].formula() + "\n";
+  else
+    out += "  KV cache per chip: " + cap.formula() + "\n";
   if (s.plan.ep > 1)
     out += "  KV cache per replica: " + std::to_string(s.plan.ep) + " ep chips x " + std::to_string(cap.blocks) +
            " blocks, each sequence's on one chip\n";
@@ -665,10 +537,26 @@ nlohmann::json report_json(const ServeReport& r) {
                       {"iterations_simulated", r.simulated},
                       {"iterations", serving::iterations_json(r.run)},
                       {"requests", serving::requests_json(r.run)}};
-  if (r.K > 0)
+  if (r.K > 0) {
     j["disaggregation"] = {{"prefill_replicas", r.K}, {"decode_replicas", r.dp - r.K}, {"transfers", r.xfer.count},
-                           {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_s", r.xfer.time_s},
-                           {"batches_in_other_launch_mode", r.xfer.other_mode}};
+                           {"transfer_bytes_per_chip_pair", r.xfer.bytes}, {"transfer_bytes", r.xfer.total_bytes},
+                           {"transfer_s", r.xfer.time_s}, {"batches_in_other_launch_mode", r.xfer.other_mode},
+                           {"per_phase", r.phases->per_phase}};
+    for (int g = 0; g < 2; ++g) {  // each group's plan (and, per phase, its cache per chip)
+      const ServeGroup& G = r.phases->group[g];
+      nlohmann::json o = {{"tp", G.plan.tp}, {"pp", G.plan.pp}, {"ep", G.plan.ep}, {"dp", G.plan.dp},
+                          {"chips", G.ranks.size()}};
+      const serving::KvCapacity& c = r.phases->per_phase ? (*r.group_caps)[size_t(g)] : cap;
+      o["kv_cache"] = {{"weights_bytes", c.weights}, {"activation_bytes", c.activations},
+                       {"bytes_per_token", c.bytes_per_token}, {"blocks", c.blocks}, {"tokens", c.tokens()}};
+      j["disaggregation"][G.name] = o;
+    }
+    if (r.phases->per_phase) {  // no one plan: each group's above
+      j["tp"] = nullptr;
+      j["pp"] = nullptr;
+      j["ep"] = nullptr;
+    }
+  }
   if (!r.trace_note.empty()) j["trace_note"] = r.trace_note;
   if (r.prof) j["profile"] = {{"iteration", r.prof_what}, {"critical_path", reporting::profile_json(*r.prof)}};
   if (!r.what_if.empty()) {
@@ -686,6 +574,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   ServeSetup sv;
   std::vector<WhatIfPlan> what_if;
   load_serve(world, sf, f, s, sv, what_if);
+  if (!what_if.empty()) check_what_if(world, sf, what_if);  // every change sized before the baseline runs
   const topology::Topology& topo = *s.topology;
   std::optional<sharding::DeviceMesh> mesh(run_mesh(world, s));
   sim::Timeline tl(mesh->placement().at(size_t(world.rank())), topo, s.device);
@@ -695,15 +584,44 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   tp.set_shape_only(true);
   tp.set_plan_algorithms(true);  // parallel.algorithm's rule, as train's (collectives::plan_algorithm)
   mesh->bind(tp);
+  // Disaggregated, the two groups; with per-phase plans this chip's group runs its plan on its own mesh over its
+  // chips (its rank q on world rank ranks[q]: the group's transport, split from the world's, carries the chips;
+  // the mesh gives the executor its coordinates).
+  std::optional<Phases> phases;
+  if (sv.prefill_plan)
+    phases = phases_of_plans(*sv.prefill_plan, *sv.decode_plan);
+  else if (sv.prefill_replicas > 0)
+    phases = phases_of_replicas(*mesh, s.plan, sv.prefill_replicas);
+  sharding::ParallelPlan plan = s.plan;  // this chip's
+  models::LmDpConfig dpc = s.dp;
+  std::string plan_key = "parallel.";  // where this chip's plan keys are
+  std::optional<runtime::Transport> group_tp;
+  std::optional<sharding::DeviceMesh> group_mesh;
+  int group = 0, group_rank = 0;
+  if (phases) std::tie(group, group_rank) = phases->of(world.rank());
+  if (phases && phases->per_phase) {
+    plan = phases->group[group].plan;
+    plan_key = "serve.disaggregation." + phases->group[group].name + ".parallel.";
+    dpc.etp = plan.etp;
+    dpc.pp_layers = plan.pp_layers;
+    dpc.algorithm = plan.algorithm.empty() ? "auto" : plan.algorithm;
+    group_tp.emplace(tp.split(group, group_rank));
+    const int n = int(phases->group[group].ranks.size());
+    group_mesh.emplace(std::map<std::string, int>{{"tp", plan.tp}, {"ep", plan.ep}, {"dp", plan.dp}, {"pp", plan.pp}},
+                       topology::Topology::ring(n, topology::LinkSpec{100, 1000}));
+    group_mesh->bind(*group_tp);
+  }
+  sharding::DeviceMesh& emesh = group_mesh ? *group_mesh : *mesh;
+  runtime::Transport& etp = group_tp ? *group_tp : tp;
   std::optional<models::LmTpTrainer> exec;
   std::optional<sharding::plans::KvCache> kv;
   serving::KvCapacity cap;
   sharding::ModelSpec model = s.model;
-  model.batch = s.plan.dp * s.plan.ep;  // the trainer's training layout (one sequence per replica and ep chip) is
-                                        // unused in serving
+  model.batch = plan.dp * plan.ep;  // the trainer's training layout (one sequence per replica and ep chip) is
+                                    // unused in serving
   world.agree([&] {
     try {
-      exec.emplace(model, s.train, *mesh, tp, tl, s.dp, s.sp, s.cp_zigzag, s.ulysses, s.fused);
+      exec.emplace(model, s.train, emesh, etp, tl, dpc, s.sp, s.cp_zigzag, s.ulysses, s.fused);
       kv.emplace(exec->make_kv_cache(s.model.seq));
       (void)exec->serve_step({}, *kv);  // the serving plan's checks
     } catch (const std::invalid_argument& e) {
@@ -711,10 +629,12 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       const std::string what = e.what();
       const size_t colon = what.find(':');
       const std::string key = colon == std::string::npos ? std::string() : what.substr(0, colon);
-      if (key.rfind("parallel.", 0) == 0 && key.find(' ') == std::string::npos) train_config(f).fail_at(key, what);
+      if (key.rfind("parallel.", 0) == 0 && key.find(' ') == std::string::npos)
+        train_config(f).fail_at(plan_key + key.substr(9), what);
       throw UsageError(s.config_name + ": " + what);
     } catch (const ConfigKeyError& e) {  // a key the mesh's groups refuse: its FILE:LINE
-      train_config(f).fail_at(e.key(), e.what());
+      const std::string k = e.key();
+      train_config(f).fail_at(k.rfind("parallel.", 0) == 0 ? plan_key + k.substr(9) : k, e.what());
     }
     const sharding::ModelSpec& l = exec->local_config();
     const double e = double(runtime::dtype_size(l.dtype));
@@ -730,31 +650,65 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
       std::snprintf(gib, sizeof gib, "the weights per chip (%.3f GiB) exceed the device's HBM (%.3f GiB)",
                     weights / double(1LL << 30), s.device.hbm_bytes() / double(1LL << 30));
       if (weights >= s.device.hbm_bytes())
-        throw UsageError(s.config_name + ": " + gib + ": shard the model over more chips (parallel.tp, parallel.pp)");
+        throw UsageError(s.config_name + ": " + gib + ": shard the model over more chips (" + plan_key + "tp, " +
+                         plan_key + "pp)");
       throw UsageError(s.config_name + ": serve.memory_fraction / block_size / max_num_batched_tokens: the KV cache is "
                        "too small: " + err.what());
     }
   });
+  if (sf.check_only) return kExitOk;
   // dp replicas: each replica's chips run its own scheduler and batches. pp: one virtual engine per stage, so pp
   // batches are in flight (serving/scheduler.h). ep: the replica's ep chips each hold their own sequences' cache
   // (one pool per chip, serving/kv_cache.h shards), swap space and host link.
   serving::SchedulerConfig sched = sv.sched;
-  sched.engines = s.pp;
+  sched.engines = plan.pp;
   sched.swap_s_per_token = cap.bytes_per_token / (sv.host_link_gbps * 1e9);
   sched.swap_blocks = int64_t(sv.swap_space_gib * double(1LL << 30) / (double(cap.block_size) * cap.bytes_per_token));
   serving::KvCapacity pool = cap;
-  pool.blocks = cap.blocks * s.plan.ep;
-  pool.shards = s.plan.ep;
-  Server srv{world, tp, *mesh, tl, *exec, *kv, pool, sched, s.config_name};
+  pool.blocks = cap.blocks * plan.ep;
+  pool.shards = plan.ep;
+  Server srv{world, tp, emesh, tl, *exec, *kv, pool, sched, s.config_name};
   // vLLM's capture sizes: 1, 2, 4, then multiples of 8 (and of 16 from 256) up to min(2 max_num_seqs, 512)
   // (vllm/config/vllm.py _set_cudagraph_sizes); a batch of decodes up to the largest replays a graph (not padded
   // to its captured size here). A device that is not eager (cuda_graph already) runs every batch as it is.
   if (sv.cuda_graphs && !s.device.cuda_graph) srv.graph_max = std::min<int64_t>(2 * sv.sched.max_num_seqs, 512);
   srv.dp = mesh->size("dp");
   srv.replica = mesh->coordinate("dp", mesh->rank());
-  for (const auto& a : mesh->axes())
-    if (a.name != "dp" && mesh->coordinate(a.name, mesh->rank()) != 0) srv.lead = false;
+  for (const auto& a : emesh.axes())
+    if (a.name != "dp" && emesh.coordinate(a.name, emesh.rank()) != 0) srv.lead = false;
+  if (phases) {
+    srv.phases = &*phases;
+    srv.launch = &*mesh;
+    srv.layers = s.model.layers;
+    srv.kv_heads = s.model.kv_heads;
+    srv.head_dim = s.model.head_dim;
+    srv.element_bytes = double(runtime::dtype_size(s.model.dtype));
+  }
+  if (phases && phases->per_phase) {
+    srv.dp = phases->group[0].plan.dp + phases->group[1].plan.dp;
+    srv.replica = phases->group[group].first_replica + emesh.coordinate("dp", group_rank);
+  }
   const int dp = srv.dp, K = sv.prefill_replicas;
+  // Each group's cache per chip (its first chip's), on every chip: the report names both.
+  std::vector<serving::KvCapacity> group_caps;
+  if (phases) {
+    std::vector<double> v(12, 0.0);
+    if (group_rank == 0) {
+      const double f[6] = {cap.hbm, cap.fraction, cap.weights, cap.activations, cap.bytes_per_token, double(cap.blocks)};
+      std::copy(f, f + 6, v.begin() + 6 * group);
+    }
+    tp.allreduce(std::span<double>(v), runtime::Reduce::sum, "serve: the groups' caches");
+    for (int g = 0; g < 2; ++g) {
+      serving::KvCapacity c = cap;
+      c.hbm = v[size_t(6 * g)];
+      c.fraction = v[size_t(6 * g + 1)];
+      c.weights = v[size_t(6 * g + 2)];
+      c.activations = v[size_t(6 * g + 3)];
+      c.bytes_per_token = v[size_t(6 * g + 4)];
+      c.blocks = int64_t(v[size_t(6 * g + 5)]);
+      group_caps.push_back(c);
+    }
+  }
   const auto wall0 = std::chrono::steady_clock::now();
   Transfers xfer;
   serving::ServeRun run = K > 0 ? srv.disaggregated(sv.requests, {K, sv.least_tokens}, xfer)
@@ -779,7 +733,7 @@ int run_serve(const runtime::World& world, const ServeFlags& sf) {
   bool trace = false;
   const std::string trace_note = sf.trace_path.empty() ? "" : serve_trace_note(sf.trace_path, sf.trace, run, trace);
   const ServeReport rep{s,    sv,        cap,     run, m,  xfer, world.size(), dp, K, simulated, srv.graph_max,
-                        wall, prof,      prof_what, what_if, wi, trace_note};
+                        wall, prof,      prof_what, what_if, wi, trace_note, phases ? &*phases : nullptr, &group_caps};
   std::fputs(escape_lines(report_text(rep)).c_str(), stdout);  // paths and names in it are untrusted text
   if (!sf.json_path.empty()) write_file_atomic(sf.json_path, report_json(rep).dump(1) + "\n");
   if (trace) write_serve_trace(sf.trace_path, sf.trace, run);

@@ -46,10 +46,11 @@ int argmin(const std::vector<double>& v, int from, int to) {
 
 // The links replica R's iterations may use: every route between two of its chips, and its chips' links to and
 // from the switches on those routes (in-switch collectives).
-std::set<int> replica_links(const sharding::DeviceMesh& mesh, const topology::Topology& topo, int r) {
+std::set<int> replica_links(const Server& s, int r) {
+  const topology::Topology& topo = s.tl.topology();
+  const ServeGroup& G = s.phases->group[r < s.phases->group[1].first_replica ? 0 : 1];
   std::vector<int> chips;
-  for (int rank = 0; rank < mesh.size(); ++rank)
-    if (mesh.coordinate("dp", rank) == r) chips.push_back(mesh.placement()[size_t(rank)]);
+  for (const int w : G.replica_ranks(r - G.first_replica)) chips.push_back(s.tp.chip_of(w));
   std::set<int> links, switches;
   for (const int a : chips)
     for (const int b : chips)
@@ -68,24 +69,28 @@ std::set<int> replica_links(const sharding::DeviceMesh& mesh, const topology::To
   return links;
 }
 
-// Whether a KV cache flow from a chip of replica FROM to its peer in replica TO (the same coordinates on every
-// other axis) uses a link of either replica's iterations (else the transfers and the iterations never meet, and
-// no shortcut needs to stop for them).
-bool transfers_meet_iterations(const sharding::DeviceMesh& mesh, const topology::Topology& topo, int from, int to) {
-  const std::set<int> a = replica_links(mesh, topo, from), b = replica_links(mesh, topo, to);
-  auto peers = [&](int x, int y) {
-    for (const auto& axis : mesh.axes())
-      if (axis.name != "dp" && mesh.coordinate(axis.name, x) != mesh.coordinate(axis.name, y)) return false;
-    return true;
-  };
-  for (int rank = 0; rank < mesh.size(); ++rank) {
-    if (mesh.coordinate("dp", rank) != from) continue;
-    for (int dst = 0; dst < mesh.size(); ++dst) {
-      if (mesh.coordinate("dp", dst) != to || !peers(rank, dst)) continue;
-      for (const int l : topo.route(mesh.placement()[size_t(rank)], mesh.placement()[size_t(dst)]))
+// The messages of a KV cache transfer of request ID from prefill replica FROM to decode replica TO (their chips'
+// layouts; with ep, a sequence's cache is on the ep chip of its request id mod ep in each group).
+struct CacheRoute {
+  models::KvLayout from, to;
+  std::vector<models::KvMessage> messages;
+};
+CacheRoute cache_route(const Server& s, int from, int to, int64_t id) {
+  const ServeGroup &P = s.phases->group[0], &D = s.phases->group[1];
+  CacheRoute c{P.layout(from - P.first_replica, int(id % P.plan.ep)), D.layout(to - D.first_replica, int(id % D.plan.ep)), {}};
+  c.messages = models::kv_transfer_messages(s.layers, s.kv_heads, s.head_dim, s.element_bytes, c.from, c.to);
+  return c;
+}
+
+// Whether a KV cache message from a chip of replica FROM to one of replica TO uses a link of either replica's
+// iterations (else the transfers and the iterations never meet, and no shortcut needs to stop for them).
+bool transfers_meet_iterations(const Server& s, int from, int to) {
+  const std::set<int> a = replica_links(s, from), b = replica_links(s, to);
+  const int eps = std::max(s.phases->group[0].plan.ep, s.phases->group[1].plan.ep);
+  for (int e = 0; e < eps; ++e)
+    for (const models::KvMessage& m : cache_route(s, from, to, e).messages)
+      for (const int l : s.tl.topology().route(s.tp.chip_of(m.from), s.tp.chip_of(m.to)))
         if (a.count(l) || b.count(l)) return true;
-    }
-  }
   return false;
 }
 
@@ -106,7 +111,6 @@ class DisaggRun {
   struct Move {
     Pending x;
     int to = 0;
-    double bytes = 0;
   };
 
   std::vector<serving::StageSpan> stage(const std::vector<serving::BatchEntry>& batch, double start);
@@ -126,8 +130,6 @@ class DisaggRun {
   const int K_, dp_;
   const size_t n_;
   const bool prefill_;
-  runtime::Transport& dpt_;
-  const int ep_, ep_rank_;
   std::vector<double> ready_, quiet_, first_token_;
   std::set<Pending> transfers_, arrivals_;
   size_t next_ = 0;          // the trace's next arrival
@@ -143,11 +145,10 @@ class DisaggRun {
 
 DisaggRun::DisaggRun(Server& s, const std::vector<serving::Request>& reqs, const DisaggOptions& o, Transfers& xfer)
     : s_(s), reqs_(reqs), o_(o), xfer_(xfer), K_(o.prefill_replicas), dp_(s.dp), n_(reqs.size()),
-      prefill_(s.replica < o.prefill_replicas), dpt_(s.mesh["dp"]), ep_(s.mesh.size("ep")),
-      ep_rank_(s.mesh.coordinate("ep", s.mesh.rank())), ready_(size_t(s.dp), kInf), quiet_(size_t(s.dp), 0.0),
+      prefill_(s.replica < o.prefill_replicas), ready_(size_t(s.dp), kInf), quiet_(size_t(s.dp), 0.0),
       first_token_(reqs.size(), 0.0), own_(size_t(s.replica)) {
   for (int p = 0; p < K_ && !meet_; ++p)
-    for (int d = K_; d < dp_ && !meet_; ++d) meet_ = transfers_meet_iterations(s.mesh, s.tl.topology(), p, d);
+    for (int d = K_; d < dp_ && !meet_; ++d) meet_ = transfers_meet_iterations(s, p, d);
 }
 
 // A batch on this replica's chips at START on the run's clock (see the header comment for the shortcuts).
@@ -241,57 +242,43 @@ void DisaggRun::transfer() {
     transfers_.erase(transfers_.begin());
     const int to = o_.least_tokens ? least_loaded(K_, dp_, in_flight) : K_ + int(round_robin_++ % (dp_ - K_));
     in_flight[size_t(to)] += double(reqs_[size_t(x.id)].output);
-    moves.push_back({x, to, double(reqs_[size_t(x.id)].prompt) * s_.cap.bytes_per_token});
+    moves.push_back({x, to});
   }
   send_and_receive(moves);
 }
 
-// MOVES (every cache whose prefill ended at one time) as one exchange of the network model: one flow per chip pair
-// (the same tp and pp coordinates), each sender booking its flows from the prefill's end, each receiver against the
-// flows booked on its links before (sim/timeline.h); when flows of two or more senders meet on a link (two prefill
-// replicas' caches into one decode chip), every flow of the exchange shares its links' bandwidth (StepShare, as the
-// collectives' crossing flows do) instead of queueing behind the other. With ep, a sequence's cache is on one ep
-// chip of each replica (request id mod ep: data-parallel attention, models/lm_tp.h LmServeBatch), so only that
-// chip's pairs move it.
+// MOVES (every cache whose prefill ended at one time) as one exchange of the network model, each through
+// models::kv_transfer between its prefill replica's and its decode replica's layouts (one message per chip pair
+// whose layers and KV heads meet; equal plans: each chip to its peer with the same tp and pp coordinates), every
+// sender booking its messages from the prefill's end, every receiver against the flows booked on its links before
+// (sim/timeline.h); when flows of two or more senders meet on a link (two prefill replicas' caches into one decode
+// chip), every flow of the exchange shares its links' bandwidth (StepShare, as the collectives' crossing flows do)
+// instead of queueing behind the other. With ep, a sequence's cache is on the ep chip of its request id mod ep in
+// each group (data-parallel attention, models/lm_tp.h LmServeBatch), so only that chip's pairs move it.
 void DisaggRun::send_and_receive(const std::vector<Move>& moves) {
   const size_t g = moves.size();
-  sim::StepShare share;
-  if (g > 1) {
-    const sharding::DeviceMesh& mesh = s_.mesh;
-    std::vector<std::pair<int, int>> pairs;
-    for (const Move& m : moves)
-      for (int a = 0; a < mesh.size(); ++a) {
-        if (mesh.coordinate("dp", a) != m.x.replica || m.x.id % ep_ != mesh.coordinate("ep", a)) continue;
-        for (int b = 0; b < mesh.size(); ++b) {
-          bool peer = mesh.coordinate("dp", b) == m.to;
-          for (const auto& axis : mesh.axes())
-            peer = peer && (axis.name == "dp" || mesh.coordinate(axis.name, a) == mesh.coordinate(axis.name, b));
-          if (peer) pairs.emplace_back(mesh.placement()[size_t(a)], mesh.placement()[size_t(b)]);
-        }
-      }
-    share = sim::StepShare::make(s_.tl.topology(), pairs);
+  std::vector<CacheRoute> routes;
+  std::vector<std::pair<int, int>> pairs;
+  for (const Move& m : moves) {
+    routes.push_back(cache_route(s_, m.x.replica, m.to, m.x.id));
+    for (const models::KvMessage& x : routes.back().messages) pairs.emplace_back(s_.tp.chip_of(x.from), s_.tp.chip_of(x.to));
   }
-  const sim::StepShare* step = g > 1 ? &share : nullptr;
-  std::vector<double> sent(2 * g, 0.0);  // each flow's start and end at its sender
-  bool sender = false;
-  s_.tl.begin_step(step);
-  for (size_t i = 0; i < g; ++i)
-    if (s_.replica == moves[i].x.replica && moves[i].x.id % ep_ == ep_rank_) {
-      const sim::Span sp = s_.tl.send("serve.kv_transfer", dpt_.chip_of(moves[i].to), moves[i].bytes, moves[i].x.t * 1e9);
-      sent[2 * i] = sp.start;
-      sent[2 * i + 1] = sp.end;
-      sender = true;
-    }
-  s_.tl.end_step();
-  if (sender) foreign_end_ns_ = std::max(foreign_end_ns_, s_.tl.end_time());
-  dpt_.allreduce(std::span<double>(sent), runtime::Reduce::sum, "serve disaggregated: KV cache send");
-  std::vector<double> at(2 * g, 0.0);  // each cache's arrival, its sender's links free
-  s_.tl.begin_step(step);
+  sim::StepShare share;
+  if (g > 1) share = sim::StepShare::make(s_.tl.topology(), pairs);
+  std::vector<double> at(2 * g, 0.0);  // each cache's arrival, its senders' links free
+  const int me = s_.tp.rank();
+  s_.tl.begin_step(g > 1 ? &share : nullptr);
   for (size_t i = 0; i < g; ++i) {
-    const Move& m = moves[i];
-    if (m.x.id % ep_ != ep_rank_) continue;
-    if (s_.replica == m.to) at[2 * i] = s_.tl.receive(dpt_.chip_of(m.x.replica), m.bytes, sent[2 * i], sent[2 * i + 1]) * 1e-9;
-    if (s_.replica == m.x.replica) at[2 * i + 1] = sent[2 * i + 1] * 1e-9;
+    const CacheRoute& c = routes[i];
+    const int64_t id = moves[i].x.id;
+    const sim::TimeNs t = models::kv_transfer(s_.tp, s_.kv, s_.layers, s_.kv_heads, c.from, c.to,
+                                              {id, id, reqs_[size_t(id)].prompt, moves[i].x.t * 1e9});
+    const auto in = [me](const models::KvLayout& l) { return std::count(l.ranks.begin(), l.ranks.end(), me) > 0; };
+    if (in(c.to)) at[2 * i] = t * 1e-9;
+    if (in(c.from)) {
+      at[2 * i + 1] = t * 1e-9;
+      foreign_end_ns_ = std::max(foreign_end_ns_, t);
+    }
   }
   s_.tl.end_step();
   s_.tp.allreduce(std::span<double>(at), runtime::Reduce::max, "serve disaggregated: KV cache arrival");
@@ -300,8 +287,12 @@ void DisaggRun::send_and_receive(const std::vector<Move>& moves) {
     quiet_[size_t(m.x.replica)] = std::max(quiet_[size_t(m.x.replica)], at[2 * i + 1]);
     quiet_[size_t(m.to)] = std::max(quiet_[size_t(m.to)], at[2 * i]);
     arrivals_.insert({at[2 * i], m.x.id, m.to});
+    double bytes = 0;
+    for (const models::KvMessage& x : routes[i].messages) bytes += x.bytes_per_token * double(reqs_[size_t(m.x.id)].prompt);
     ++xfer_.count;
-    xfer_.bytes += m.bytes;
+    xfer_.total_bytes += bytes;
+    xfer_.pairs = int64_t(routes[i].messages.size());
+    xfer_.bytes += bytes / double(std::max<size_t>(routes[i].messages.size(), 1));
     xfer_.time_s.push_back(at[2 * i] - m.x.t);
   }
 }

@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "models/lm_tp.h"
+#include "models/lm_tp_decode.h"
 #include "reporting/trace_filter.h"
 #include "runtime/transport.h"
 #include "serving/kv_cache.h"
 #include "serving/scheduler.h"
 #include "sharding/device_mesh.h"
+#include "sharding/model_spec.h"
 #include "sim/critical_path.h"
 #include "sim/timeline.h"
 
@@ -45,7 +48,9 @@ void write_serve_trace(const std::string& path, const reporting::TraceOptions& o
 // The KV cache transfers of a disaggregated run, as every chip knows them.
 struct Transfers {
   int64_t count = 0;
-  double bytes = 0;            // per chip pair, all transfers
+  double bytes = 0;            // per chip pair (a transfer's bytes over its chip pairs), all transfers
+  double total_bytes = 0;      // over every chip pair, all transfers
+  int64_t pairs = 0;           // chip pairs of the last transfer (its messages, models::kv_transfer)
   std::vector<double> time_s;  // each transfer's prefill end -> its cache at the decode replica
   // Batches that started with flows in flight on their chips and so ran in the timeline's launch mode rather than
   // their own (CUDA graphs: a decode-only batch eagerly or the other way round; switching would drop the flows).
@@ -57,6 +62,40 @@ struct DisaggOptions {
   int prefill_replicas = 1;   // replicas [0, K) prefill, [K, dp) decode
   bool least_tokens = false;  // least outstanding tokens (else round-robin), on both sides
 };
+
+// One group of a disaggregated run's chips, the prefill or the decode replicas, with its plan (apps/serve_phases.cpp;
+// DistServe's per-phase parallelism), as every chip knows it.
+struct ServeGroup {
+  std::string name;             // "prefill" | "decode"
+  sharding::ParallelPlan plan;  // its tp, pp, ep, dp (its replicas), pp_layers
+  std::vector<int> ranks;       // the world ranks of its chips in its mesh's rank order (tp, ep, dp, pp; tp innermost)
+  int first_replica = 0;        // its replica r is replica first_replica + r of the run
+  // Replica R (of this group) at ep coordinate E as a KV cache layout (models/lm_tp_decode.h): its tp x pp chips.
+  models::KvLayout layout(int r, int e) const;
+  // Every world rank of replica R.
+  std::vector<int> replica_ranks(int r) const;
+  std::string describe() const;  // "tp=4 x dp=2" (axes above 1; "tp=1" for one chip)
+};
+
+// The two groups of a disaggregated run. PER_PHASE: each has its own plan (serve.disaggregation.prefill / decode:
+// chips [0, a) of the launch prefill, [a, a + b) decode); else both run the config's plan, the first K of its dp
+// replicas prefilling (serve.disaggregation.prefill_replicas; each chip where the config's mesh puts it).
+struct Phases {
+  bool per_phase = false;
+  ServeGroup group[2];
+  // This world rank's group (0 prefill, 1 decode) and its rank in the group's mesh order.
+  std::pair<int, int> of(int world_rank) const;
+};
+// The groups of prefill_replicas K over the config's MESH and PLAN.
+Phases phases_of_replicas(const sharding::DeviceMesh& mesh, const sharding::ParallelPlan& plan, int K);
+// The groups of two plans over the launch's chips in world rank order, the prefill group first.
+Phases phases_of_plans(const sharding::ParallelPlan& prefill, const sharding::ParallelPlan& decode);
+// serve.disaggregation.prefill and .decode (D's parallel: sections, read by the one plan parser in the serving mode,
+// each on as many chips as its axes take) on a launch of CHIPS: ConfigError (exit 2) at the key when a group is
+// missing, the config has a parallel: of its own, a group's plan breaks a rule of the parser or takes more chips
+// than the launch, or the groups' chips do not add up to CHIPS.
+std::pair<sharding::ParallelPlan, sharding::ParallelPlan> read_phase_plans(const ConfigNode& root, const ConfigNode& d,
+                                                                      const sharding::ModelSpec& spec, int chips);
 
 class DisaggRun;  // apps/serve_disagg.cpp
 
@@ -72,6 +111,12 @@ struct Server {
   const std::string& config_name;
   int dp = 1, replica = 0;
   bool lead = true;  // the replica's first chip: its results go into the report
+  // Disaggregated: the two groups (MESH, EXEC, KV are this chip's group's) and the launch's mesh (world ranks ->
+  // chips); the model's figures a KV cache transfer moves.
+  const Phases* phases = nullptr;
+  const sharding::DeviceMesh* launch = nullptr;
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  double element_bytes = 0;
   std::map<std::vector<int64_t>, std::vector<serving::StageSpan>> memo{};
   int64_t simulated = 0;
   std::vector<serving::BatchEntry> longest{};  // the batch of this replica's longest iteration (--profile)

@@ -225,22 +225,34 @@ auto agreed_step(const runtime::World& world, Step&& step) {
 }
 
 void save_state(const runtime::World& world, const TrainFlags& f, const TrainSetup& s,
-                const models::LmTrainSnapshot& snap, const std::string& mesh, TrainLog& log) {
-  world.agree([&] { models::save_lm_train_state(world, f.checkpoint, s.model, s.train, snap, mesh, s.config_text); });
-  log.saved(snap.step);
+                const models::LmStateShard& shard, const std::string& mesh, TrainLog& log) {
+  world.agree([&] { models::save_lm_train_state(world, f.checkpoint, s.model, s.train, shard, mesh, s.config_text); });
+  log.saved(shard.step);
 }
 
+// --resume: each chip reads its own blocks of the file's state (no chip holds a tensor it does not own) into
+// TRAINER; with REFERENCE (the single-device reference validates the run) chip 0 alone also reads the whole state
+// the reference starts from. The returned snapshot holds the step, weights_only and mesh on every chip, and the
+// tensors only there.
 std::optional<models::LmTrainSnapshot> load_resume(const runtime::World& world, const TrainFlags& f,
-                                                   const TrainSetup& s) {
+                                                   const TrainSetup& s, models::LmTpTrainer& trainer, bool reference) {
   if (f.resume.empty()) return std::nullopt;
-  std::optional<models::LmTrainSnapshot> snap;
-  world.agree([&] {
-    snap = models::load_lm_train_state(world, f.resume, s.model, s.train);
-    if (!f.forward && snap->step >= s.train.steps)
-      throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(snap->step) +
-                       " and the run stops at step " + std::to_string(s.train.steps) +
-                       " (train.steps or --steps is the last step, not a count): nothing to run");
-  });
+  std::optional<models::LmTrainSnapshot> snap(std::in_place);
+  {
+    models::LmStateShard shard = trainer.state_layout(!f.forward);
+    world.agree([&] {
+      models::load_lm_train_state(world, f.resume, s.model, s.train, shard);
+      if (!f.forward && shard.step >= s.train.steps)
+        throw UsageError("--resume: " + f.resume + " is at step " + std::to_string(shard.step) +
+                         " and the run stops at step " + std::to_string(s.train.steps) +
+                         " (train.steps or --steps is the last step, not a count): nothing to run");
+    });
+    trainer.restore(shard);
+    snap->step = shard.step;
+    snap->weights_only = shard.weights_only;
+    snap->mesh = shard.mesh;
+  }
+  if (reference) world.agree([&] { snap = models::load_lm_train_state(world, f.resume, s.model, s.train, 0); });
   return snap;
 }
 
@@ -270,7 +282,7 @@ void validate_losses(const runtime::World& world, const TrainSetup& s, reporting
     const std::vector<double> reference = models::reference_losses(c, s.train, resumed ? &*resumed : nullptr);
     std::vector<std::pair<int64_t, double>> losses;
     for (const auto& st : t.steps) losses.emplace_back(st.step, st.loss);
-    const models::LossCheck check = models::check_losses(c.dtype, losses, reference);
+    const models::LossCheck check = models::check_losses(c.dtype, losses, reference, c.fp8);
     nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
                         check.tolerance.rule, check.step};
     verdict = j.dump();
@@ -305,7 +317,7 @@ void validate_forward(const runtime::World& world, const TrainSetup& s, reportin
     double single_ns = 0;
     for (const auto& k : costs)
       single_ns += sim::kernel_time_ns(s.device, k.flops, k.bytes, runtime::precision_of(k.dtype), k.shape);
-    const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference});
+    const models::LossCheck check = models::check_losses(c.dtype, {{1, t.steps.back().loss}}, {reference}, c.fp8);
     nlohmann::json j = {check.passed, check.error, check.tolerance.limit, check.tolerance.relative,
                         check.tolerance.rule, reference, single_ns};
     if (rows) {
@@ -380,18 +392,13 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     }
   });
   auto step = [&] { return trainer->step(); };
-  const auto resumed = load_resume(world, f, s);
+  // The single-device reference validates the run (real data).
+  const bool reference =
+      ((f.validate && !(f.forward && s.validate_off)) || s.validate_config) && !(f.forward && s.shape_only);
+  const auto resumed = load_resume(world, f, s, *trainer, reference);
   // The forward mode saves the weights part of the state (the masters; no moments exist to save), at the step it
   // started from.
-  auto gather_state = [&] {
-    if (!f.forward) return trainer->gather_state();
-    models::LmTrainSnapshot w;
-    w.master = trainer->gather_master();
-    w.step = resumed ? resumed->step : 0;
-    w.weights_only = true;
-    return w;
-  };
-  if (resumed) trainer->restore(*resumed);
+  auto state_shard = [&] { return trainer->state_shard(!f.forward); };
   // --trace-step: the step whose trace is written (default the last; the profile and plots are the last step's).
   const int64_t trace_step = f.trace.step > 0 ? f.trace.step : s.train.steps;
   world.agree([&] {
@@ -402,7 +409,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
   });
   const double peak_tflops = s.device.peak_flops_per_ns(runtime::precision_of(c.dtype)) / 1e3;
   const int dp_size = n / (s.tp * s.cp * s.pp);
-  const std::string mesh_text = mesh_text_of(s, n, dp_size);
+  const std::string mesh_text = mesh_text_of(s, dp_size);
   TrainLog log(world, f, report_head(f, s, n, dp_size, *mesh, trainer->buckets(), resumed));
   log.head();
   models::LmDpStepResult last;
@@ -443,7 +450,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     collect_figures();
     if (!f.checkpoint.empty() && fits_hbm_now()) {
       const WallSplit::Timer t(wall.checkpoint_s);
-      save_state(world, f, s, gather_state(), mesh_text, log);
+      save_state(world, f, s, state_shard(), mesh_text, log);
     }
   }
   for (int64_t i = resumed ? resumed->step : 0; !f.forward && i < s.train.steps; ++i) {
@@ -461,7 +468,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
     log.step(step_row(last, s.shape_only ? NAN : last.grad_norm), s.train.steps);
     if (i + 1 == s.train.steps) collect_figures();
     if (save_due(f, last.step, s.train.steps) && fits_hbm_now())
-      save_state(world, f, s, gather_state(), mesh_text, log);
+      save_state(world, f, s, state_shard(), mesh_text, log);
   }
   runtime::chips::fold_verify("train");  // every chip is past the last step's agreement
   auto& rep = log.report();
@@ -471,7 +478,7 @@ int run_train_dp(const runtime::World& world, const TrainFlags& f, const TrainSe
                               {trace_step == s.train.steps ? f.trace_path : std::string(), f.profile, f.plots_dir,
                                rep.peak_tflops_per_chip, f.trace, &*mesh},
                               rep);  // the last step's
-  if (((f.validate && !(f.forward && s.validate_off)) || s.validate_config) && !(f.forward && s.shape_only)) {
+  if (reference) {
     if (f.forward) {
       // A block stack's output rows, gathered on rank 0 (collective), against the reference's.
       std::optional<models::GatheredRows> rows;

@@ -3,6 +3,7 @@
 // figures (the memory rows beside ZeRO's formulas, the pipeline's stages, the per-chip tables, the MoE rows).
 #include "apps/train_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -144,6 +145,7 @@ void moe_report(models::LmTpTrainer& trainer, const TrainSetup& s, const shardin
     l.busiest_link = st.link_name;
     l.link_bytes = st.link_bytes;
     l.link_bound_ns = st.link_bound_ns;
+    l.remote_nodes_per_token = st.remote_nodes;
     m.layers.push_back(l);
   }
   rep.train.has_moe = true;
@@ -231,11 +233,14 @@ reporting::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup
 }
 
 // The report's mesh attribute of a checkpoint: "pp=2 x dp=2 x tp=2 (sequence parallel), ZeRO stage 1".
-std::string mesh_text_of(const TrainSetup& s, int n, int dp_size) {
-  if (!(s.tp > 1 || s.cp > 1 || s.pp > 1)) return "dp=" + std::to_string(n) + ", ZeRO stage " + std::to_string(s.dp.zero);
-  return (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) + "dp=" + std::to_string(dp_size) +
+std::string mesh_text_of(const TrainSetup& s, int dp_size) {
+  // DP_SIZE: the dense weights' replicas, dp x ep (ep an axis of its own in the text).
+  const int ep = std::max(1, s.plan.ep);
+  const std::string dp = "dp=" + std::to_string(dp_size / ep) + (ep > 1 ? " x ep=" + std::to_string(ep) : "");
+  if (!(s.tp > 1 || s.cp > 1 || s.pp > 1)) return dp + ", ZeRO stage " + std::to_string(s.dp.zero);
+  return (s.pp > 1 ? "pp=" + std::to_string(s.pp) + " x " : std::string()) + dp +
          (s.cp > 1 ? (s.ulysses ? " x ulysses=" : " x cp=") + std::to_string(s.cp) : std::string()) +
-         " x tp=" + std::to_string(s.tp) +
+         " x tp=" + std::to_string(s.tp) + (s.plan.etp > 1 ? " (etp=" + std::to_string(s.plan.etp) + ")" : "") +
          (s.sp ? (s.fused ? " (sequence parallel, fused)" : " (sequence parallel)") : "") +
          (s.dp.zero > 0 ? ", ZeRO stage " + std::to_string(s.dp.zero) : "");
 }

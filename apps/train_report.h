@@ -25,7 +25,7 @@ reporting::TrainMemory memory_of(const models::LmDpMemory& mem, const TrainSetup
 
 // The mesh attribute of a checkpoint, N chips and DP_SIZE replicas: "pp=2 x dp=2 x tp=2 (sequence parallel), ZeRO
 // stage 1".
-std::string mesh_text_of(const TrainSetup& s, int n, int dp_size);
+std::string mesh_text_of(const TrainSetup& s, int dp_size);
 
 // The report's head, printed before the first step: the model, topology, MESH, the plan line (the plan registry's
 // one text for both modes, and in training the trainer's BUCKETS), the data line and the RESUMED state.

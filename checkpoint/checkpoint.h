@@ -100,9 +100,11 @@ struct CheckpointEntry {
 // dim 0 to at most 64 MiB), so every chunk has one writer; otherwise chunks of whole trailing rows up to `bytes`
 // (default 4 MiB);
 // bytes: the same with another target; dims: these chunk dimensions (clamped to the tensor; the rank must
-// match, else auto_); contiguous: no chunks (no compression possible).
+// match, else auto_); contiguous: no chunks (no compression possible); whole: the chunks `auto` gives one writer of
+// the whole tensor, whatever the blocks (a file the same byte for byte for every mesh; the blocks must tile each
+// tensor exactly, else RuntimeFault).
 struct Chunking {
-  enum class Kind { auto_, bytes, dims, contiguous } kind = Kind::auto_;
+  enum class Kind { auto_, bytes, dims, contiguous, whole } kind = Kind::auto_;
   uint64_t bytes = 4u << 20;
   runtime::Shape dims;
 };

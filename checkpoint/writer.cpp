@@ -102,6 +102,7 @@ Layouts plan_layouts(MPI_Comm comm, const Parts& parts, const std::vector<const 
   MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
                 MPI_INT64_T, comm);
   size_t pos = 0;
+  std::string bad_cover;  // Chunking::Kind::whole: a tensor whose written blocks do not add up to it
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = *entries[i];
     const size_t r = e.global_shape.size(), esize = runtime::dtype_size(e.local->dtype());
@@ -113,10 +114,21 @@ Layouts plan_layouts(MPI_Comm comm, const Parts& parts, const std::vector<const 
       }
     pos += k_parts * (1 + 2 * r);
     out.chunks[i] = chunk_dims(opt.chunking, e.global_shape, esize);
-    if (opt.chunking.kind == Chunking::Kind::auto_ && opt.gzip_level == 0 && !out.chunks[i].empty())
-      if (Shape a = aligned_chunk(e.global_shape, esize, writers); !a.empty()) out.chunks[i] = a;
+    const bool whole = opt.chunking.kind == Chunking::Kind::whole;
+    if (whole) {  // the writers' blocks must cover the tensor once (same verdict on every rank: all blocks known)
+      int64_t covered = 0;
+      for (const auto& w : writers) covered += runtime::shape_numel(w.shape);
+      if (covered != runtime::shape_numel(e.global_shape)) bad_cover = e.path;
+    }
+    if ((opt.chunking.kind == Chunking::Kind::auto_ || whole) && opt.gzip_level == 0 && !out.chunks[i].empty())
+      if (Shape a = aligned_chunk(e.global_shape, esize,
+                                  whole ? std::vector<Block>{{Shape(e.global_shape.size(), 0), e.global_shape}} : writers);
+          !a.empty())
+        out.chunks[i] = a;
     out.independent[i] = opt.gzip_level == 0 && single_writer_per_chunk(out.chunks[i], e.global_shape, writers);
   }
+  if (!bad_cover.empty())  // every rank saw every block: the same verdict everywhere
+    throw RuntimeFault("checkpoint: tensor '" + bad_cover + "': the written blocks do not cover it exactly once");
   return out;
 }
 

@@ -287,6 +287,7 @@ void ConfigNode::fail(const std::string& message) const {
 
 void ConfigNode::fail_at(std::string_view dotted_key, const std::string& message) const {
   ConfigNode at = *this;
+  const std::string full = path_.empty() ? key_path(dotted_key) : path_ + "." + std::string(dotted_key);
   while (!dotted_key.empty()) {
     const size_t dot = dotted_key.find('.');
     const std::string_view key = dotted_key.substr(0, dot);
@@ -294,6 +295,10 @@ void ConfigNode::fail_at(std::string_view dotted_key, const std::string& message
     at = at.child(key);
     dotted_key = dot == std::string_view::npos ? std::string_view() : dotted_key.substr(dot + 1);
   }
+  // A key no line of the document holds (its default applies): the file, not a parent's line that does not hold it.
+  if (!dotted_key.empty())
+    throw ConfigError(file_ + ": " + escape_control(message) + " (" + escape_control(full) +
+                      " is not set: its default)");
   at.fail(message);
 }
 

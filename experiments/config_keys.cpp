@@ -32,6 +32,7 @@ const std::vector<ConfigKeySection>& config_key_sections() {
       {"serve", "serve configs (apps/serve.cpp)", serving::kServeKeys},
       {"serve.slo", "serve configs", serving::kServeSloKeys},
       {"serve.disaggregation", "serve configs", serving::kServeDisaggKeys},
+      {"serve.disaggregation.prefill", "serve configs (and .decode): a group's plan", serving::kServeDisaggGroupKeys},
       {"serve.trace", "serve configs, a trace file", serving::kServeTraceFileKeys},
       {"serve.trace", "serve configs, generated requests", serving::kServeTraceKeys},
       {"serve.trace.prompt", "serve configs: prompt and output lengths as a map", serving::kServeLengthKeys},

@@ -63,6 +63,15 @@ bool is_name(const std::string& s) {
 struct Shell {
   std::map<std::string, std::string> vars;
   std::map<std::string, std::vector<std::pair<std::string, int>>> arrays;  // word, line of its definition
+  // A line's words after expansion are at most this many bytes (the script's own bound): a few lines of A="$A$A"
+  // doubled a 2 KB script into GBs before anything checked it.
+  static constexpr size_t kMaxExpanded = size_t(1) << 20;
+  std::string where;  // the script, for errors
+  void bounded(size_t bytes, int no) const {
+    if (bytes > kMaxExpanded)
+      throw ConfigError(where + ":" + std::to_string(no) + ": the line's variables expand past " +
+                        std::to_string(kMaxExpanded) + " bytes (the limit of a launch script)");
+  }
 
   // Expands one $-reference at S[I] (I at the '$'); appends to OUT, or sets SPLICE for an unquoted ${X[@]}.
   size_t expand(const std::string& s, size_t i, std::string& out,
@@ -97,10 +106,12 @@ struct Shell {
     std::string cur;
     bool have = false;
     char quote = 0;
+    size_t bytes = 0;  // the finished words' bytes
     for (size_t i = 0; i < line.size();) {
       const char c = line[i];
       if (!quote && std::isspace(static_cast<unsigned char>(c))) {
         if (have) out.emplace_back(cur, no);
+        bytes += cur.size() + 1;
         cur.clear();
         have = false;
         ++i;
@@ -122,10 +133,14 @@ struct Shell {
         const size_t next = expand(line, i, cur, quote ? nullptr : &splice);
         if (splice) {
           if (!cur.empty()) out.emplace_back(cur, no);
+          bytes += cur.size();
+          for (const auto& w : *splice) bytes += w.first.size() + 1;
+          bounded(bytes, no);
           out.insert(out.end(), splice->begin(), splice->end());
           cur.clear();
           have = false;
         }
+        bounded(bytes + cur.size(), no);
         i = next;
         continue;
       }
@@ -141,6 +156,7 @@ struct Shell {
 
 LaunchArgs::LaunchArgs(const std::string& text, std::string where, bool lines) : where_(std::move(where)), lines_(lines) {
   Shell sh;
+  sh.where = where_;
   Words command;
   std::string array;  // the array being defined
   // Adds W to the array being defined; false once its closing ')' is reached.

@@ -196,6 +196,28 @@ KernelCost route(const Tensor& logits, const RouterOptions& o, Routing& out) {
   return cost;
 }
 
+KernelCost router_logits(const Tensor& x, const Tensor& w, Tensor& logits) {
+  const auto shape_of = [](const Tensor& t) { return Tensor::make(t.dtype(), t.shape(), false); };
+  Tensor xs = shape_of(x), ws = shape_of(w), ls = shape_of(logits);
+  const KernelCost cost = gemm(xs, ws, ls);  // the shapes' checks and the GEMM's cost
+  if (cost_only({&x, &w}, {&logits})) return cost;
+  const int64_t T = x.dim(0), h = x.dim(1), E = w.dim(1);
+  const std::vector<float> xv = x.to_float(), wv = w.to_float();
+  std::vector<double> wt(size_t(E * h));  // W^T in fp64: expert e's column contiguous
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t e = 0; e < E; ++e) wt[size_t(e * h + i)] = double(wv[size_t(i * E + e)]);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = xv.data() + t * h;
+    for (int64_t e = 0; e < E; ++e) {
+      const double* wc = wt.data() + e * h;
+      double acc = 0;
+      for (int64_t i = 0; i < h; ++i) acc += double(xr[i]) * wc[i];
+      logits.set(t * E + e, float(acc));
+    }
+  }
+  return cost;
+}
+
 KernelCost apply_capacity(Routing& r, const CapacityOptions& c) {
   const int64_t T = r.tokens, k = r.top_k, E = r.experts, n = T * k;
   if (c.groups < 1 || T % c.groups != 0)
@@ -509,6 +531,56 @@ double expected_remote_nodes(int64_t experts, int64_t top_k, int64_t nodes, int6
     reached = double(nodes) * (1.0 - none);
   }
   return reached * double(nodes - 1) / double(nodes);
+}
+
+std::vector<int64_t> declared_node_tokens(const RouterOptions& o, const std::vector<int64_t>& counts, int64_t tokens) {
+  check_options(o);
+  if (!o.group_limited() || int64_t(counts.size()) != o.experts || tokens < 0)
+    throw std::invalid_argument("declared_node_tokens: needs node-limited routing (group_limit " +
+                                std::to_string(o.group_limit) + " of " + std::to_string(o.groups) + " groups), " +
+                                std::to_string(o.experts) + " counts (got " + std::to_string(counts.size()) +
+                                ") and tokens >= 0");
+  const int64_t G = o.groups, n = o.experts / G, per = std::min(o.top_k, n);
+  std::vector<double> q(static_cast<size_t>(G), 0.0);
+  for (int64_t e = 0; e < o.experts; ++e) q[size_t(e / n)] += double(std::max<int64_t>(counts[size_t(e)], 0));
+  std::vector<int64_t> lo(static_cast<size_t>(G)), hi(static_cast<size_t>(G));
+  int64_t sum_lo = 0, sum_hi = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    hi[size_t(g)] = std::min<int64_t>(tokens, int64_t(q[size_t(g)]));
+    lo[size_t(g)] = std::min(hi[size_t(g)], int64_t(std::ceil(q[size_t(g)] / double(per))));
+    sum_lo += lo[size_t(g)];
+    sum_hi += hi[size_t(g)];
+  }
+  const int64_t total = std::clamp(tokens * std::min(o.top_k, o.group_limit), sum_lo, sum_hi);
+  // clamp(λ·Q_g, lo_g, hi_g) sums to TOTAL for some λ in [0, 1] (λ = 1 gives every hi_g <= Q_g): bisection.
+  const auto reach = [&](double lambda, int64_t g) {
+    return std::clamp(lambda * q[size_t(g)], double(lo[size_t(g)]), double(hi[size_t(g)]));
+  };
+  double a = 0, b = 1;
+  for (int i = 0; i < 100; ++i) {
+    const double m = 0.5 * (a + b);
+    double sum = 0;
+    for (int64_t g = 0; g < G; ++g) sum += reach(m, g);
+    (sum < double(total) ? a : b) = m;
+  }
+  std::vector<int64_t> d(static_cast<size_t>(G));
+  std::vector<double> frac(static_cast<size_t>(G));
+  int64_t left = total;
+  for (int64_t g = 0; g < G; ++g) {
+    const double x = reach(b, g);
+    d[size_t(g)] = std::clamp(int64_t(std::floor(x)), lo[size_t(g)], hi[size_t(g)]);
+    frac[size_t(g)] = x - std::floor(x);
+    left -= d[size_t(g)];
+  }
+  std::vector<int64_t> order(static_cast<size_t>(G));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return frac[size_t(x)] > frac[size_t(y)]; });
+  for (size_t i = 0; left != 0 && i < 2 * order.size(); ++i) {  // largest remainder first; back off the smallest
+    const int64_t g = left > 0 ? order[i % order.size()] : order[order.size() - 1 - i % order.size()];
+    if (left > 0 && d[size_t(g)] < hi[size_t(g)]) ++d[size_t(g)], --left;
+    else if (left < 0 && d[size_t(g)] > lo[size_t(g)]) --d[size_t(g)], ++left;
+  }
+  return d;
 }
 
 void update_expert_bias(std::vector<float>& bias, const std::vector<int64_t>& load, double gamma) {

@@ -112,6 +112,15 @@ struct Routing {
   int64_t rows() const;  // N = Σ counts
 };
 
+// The router's logits LOGITS [T, E] = X [T, h] · W [h, E] (shapes preset, one dtype): every entry one dot product in
+// a fixed order (i = 0 .. h-1, fp64 accumulation, rounded to fp32 and stored in the logits' dtype; no FP8
+// quantisation: routers stay in high precision), so a token's logits have the
+// same bits whatever other rows share the GEMM. A BLAS GEMM's rounding of a row can depend on the row count
+// (OpenBLAS's FMA kernels: row 0 of a 16 x 32 product differs between M = 1..8 and M >= 13), and a sharded run
+// routes fewer rows per GEMM than its single-device reference: the top-k and capacity decisions, which are not
+// continuous in the logits, must see the same values on both. Cost: gemm's (the simulated kernel is the GEMM).
+KernelCost router_logits(const runtime::Tensor& x, const runtime::Tensor& w, runtime::Tensor& logits);
+
 // Router on LOGITS [T, E] (fp32 or bf16): scores, top-k, weights; then capacity (every assignment kept when
 // dropless). Cost: FLOPs T·E·(5 softmax | 4 sigmoid + k compares) + T·k·3; bytes = logits read, scores written
 // (fp32), T·k·(4 + 4 + 1) routing bytes written. Capacity is charged separately (apply_capacity's cost).
@@ -177,6 +186,16 @@ NodeFanout node_fanout(const Routing& r, int64_t nodes, int64_t own_node);
 // keeps one of the k choices, as almost always for k >= M). A reached node is the token's own with probability
 // 1/n by symmetry: remote nodes per token = D·(n − 1)/n. NODES must divide EXPERTS.
 double expected_remote_nodes(int64_t experts, int64_t top_k, int64_t nodes, int64_t limit);
+
+// Declared node-limited routing (shape-only runs, O.group_limited()): the tokens of T that reach each of the
+// O.groups expert groups (nodes) when COUNTS [E] are the kept assignments per expert (a declared distribution's
+// marginals, e.g. declared_routing's counts; they stay as declared: the distribution states the loads the limited
+// router produces). Each token reaches R = min(k, M) groups (M = group_limit; V3's router reaches M almost always
+// when k >= M), so the groups' reaches sum to T·R: group g gets a share in proportion to its assignments Q_g,
+// within [ceil(Q_g / min(k, E/G)), min(T, Q_g)] (a token brings at most min(k, E/G) assignments to a group, and
+// reaches it at most once), by largest remainder (ties to the lower group). Uniform counts give T·M/G per group:
+// remote nodes per token M·(G−1)/G, expected_remote_nodes' bound. Deterministic; throws unless group-limited.
+std::vector<int64_t> declared_node_tokens(const RouterOptions& o, const std::vector<int64_t>& counts, int64_t tokens);
 
 // DeepSeek-V3's auxiliary-loss-free balancing step (arXiv 2412.19437 §2.1.2; Wang et al. 2024, arXiv 2408.15664):
 // bias[e] += gamma · sign(mean_i load_i − load_e) (sign 0: unchanged), in fp32. LOAD: the tokens each expert took

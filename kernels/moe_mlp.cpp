@@ -235,7 +235,7 @@ Routing router_forward(const MoeSpec& s, const MoeWeights& w, const Tensor& x, c
     throw std::invalid_argument("moe: X is " + runtime::shape_str(x.shape()) + ", want [T, " +
                                 std::to_string(s.hidden) + "]");
   Tensor logits = Tensor::make(s.dtype, {x.dim(0), s.experts()}, x.has_storage());
-  charge(gemm(x, router_w, logits));
+  charge(router_logits(x, router_w, logits));
   Routing r;
   if (!logits.has_storage()) {
     if (!declared) throw std::invalid_argument("moe: a shape-only forward needs a declared routing");

@@ -16,12 +16,14 @@
 // init_seed but not needed after step 0); adamw (hyper-parameters, informative); mesh (dp / ZeRO stage at save);
 // config (the config file's text) and shardsim_version.
 //
-// Layout independence. The file holds whole tensors in the global layout whatever the mesh was: a ZeRO-sharded
-// run (stages 1-3) all_gathers master, m and v over dp before saving (LmTpTrainer::gather_state) and rank 0
-// writes them; at load every rank reads the whole tensors and keeps the chunks its own mesh gives it
-// (LmTpTrainer::restore). So any dp size and ZeRO stage can resume any checkpoint, including the single-device
-// reference's. The price is one whole fp32 copy of master + m + v per rank during save and load (12Ψ bytes),
-// acceptable for the reference-sized model this trains.
+// Layout independence. The file holds whole tensors in the global layout whatever the mesh was. A sharded run
+// saves and loads through LmStateShard: each chip writes the block of each tensor it holds (one chip per block:
+// the owner; ZeRO stages 1-3 first all_gather master, m and v over dp, LmTpTrainer::state_shard) and reads back the
+// block its own mesh gives it (a hyperslab), so no chip ever holds a whole tensor it does not own and any mesh can
+// resume any checkpoint, including the single-device reference's. The datasets' chunks are those of one writer
+// writing the whole tensor (checkpoint::Chunking::Kind::whole), so the file is the same byte for byte whatever the
+// mesh that wrote it. The LmTrainSnapshot overloads hold whole tensors (one chip writes them; every chip, or one,
+// reads them): the single-device reference's state.
 //
 // A weights-only file (LmTrainSnapshot::weights_only) holds the master/ group alone: the forward mode's checkpoint.
 //
@@ -37,6 +39,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/lm_model.h"
 #include "models/lm_train.h"
@@ -57,9 +60,41 @@ struct LmTrainSnapshot {
 // "vocab V hidden H layers L heads Hq kv_heads Hkv head_dim d ffn F seq S": what must match to resume.
 std::string lm_model_text(const ModelSpec& c);
 
-// Collective over the chips of WORLD (any number of chips per rank); chip 0 writes (every chip passes the same
-// arguments; SNAPSHOT only matters on chip 0).
-// MESH describes the layout at save (e.g. "dp=2, ZeRO stage 1"); CONFIG_TEXT is stored as the `config` attribute.
+// One chip's part of a training state, in the file's global layout. MASTER (and M, V unless WEIGHTS_ONLY) hold this
+// chip's tensors, fp32, in named_weights() order; BLOCKS[i] says which dataset and offset tensor i is (its global
+// name: pipeline stages number their layers locally) and whether this chip owns it (writes it and counts it for
+// the checksum; every element of the state has exactly one owner). MOE_BIAS: the selection biases of this chip's
+// MoE layers (model.moe.bias_update > 0) by global layer, written by BIAS_OWNER. STEP, WEIGHTS_ONLY and MESH as in
+// LmTrainSnapshot.
+struct LmStateBlock {
+  std::string dataset;  // the weight's global name, e.g. "layers.5.wq" (the file's "master/layers.5.wq", ...)
+  runtime::Shape offset;
+  bool owner = false;
+};
+struct LmStateShard {
+  LmWeights master, m, v;
+  std::vector<LmStateBlock> blocks;
+  std::map<int64_t, std::vector<float>> moe_bias;
+  bool bias_owner = false;
+  int64_t step = 0;
+  bool weights_only = false;
+  std::string mesh;
+};
+
+// Collective over the chips of WORLD (any number of chips per rank): each chip writes the blocks it owns.
+// MESH describes the layout at save (e.g. "dp=2 x tp=4, ZeRO stage 1"); CONFIG_TEXT is stored as the `config`
+// attribute.
+void save_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
+                         const LmStateShard& shard, const std::string& mesh, const std::string& config_text);
+
+// Collective over the chips of WORLD: each chip reads its blocks into SHARD (its tensors and blocks as
+// LmTpTrainer::state_layout made them; M and V are read when they hold tensors and the file has moments, else left
+// as they are) and sets its step, weights_only and mesh. Checks the file against C and T as described above;
+// checksums verified from the owners' blocks.
+void load_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
+                         LmStateShard& shard);
+
+// Whole tensors: chip 0 writes SNAPSHOT (it only matters on chip 0). Collective over the chips of WORLD.
 void save_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
                          const LmTrainSnapshot& snapshot, const std::string& mesh, const std::string& config_text);
 
@@ -67,9 +102,10 @@ void save_lm_train_state(const runtime::World& world, const std::string& path, c
 void save_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c, const LmTrainConfig& t,
                          const LmTrainSnapshot& snapshot, const std::string& mesh, const std::string& config_text);
 
-// Collective over the chips of WORLD: every chip reads the whole state (checksums verified once). Checks the file against C
-// and T as described above. The returned snapshot's weights are fp32 with C's shapes.
-LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c, const LmTrainConfig& t);
+// Whole tensors, collective over the chips of WORLD: HOLDER's chip (every chip when HOLDER is -1) gets the whole
+// state, fp32 with C's shapes; the others get the step, weights_only and mesh alone (no tensors).
+LmTrainSnapshot load_lm_train_state(const runtime::World& world, const std::string& path, const ModelSpec& c,
+                                    const LmTrainConfig& t, int holder = -1);
 
 LmTrainSnapshot load_lm_train_state(MPI_Comm comm, const std::string& path, const ModelSpec& c, const LmTrainConfig& t);
 

@@ -43,6 +43,7 @@ using runtime::DType;
 using runtime::Tensor;
 
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+bool LmTpTrainer::is_moe(const std::string& name) { return name.find(".moe.") != std::string::npos; }
 
 bool LmTpTrainer::owns(const std::string& name) const {
   if (name == "embed" || name == "pos_embed") return owns_embed_;
@@ -122,8 +123,8 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
   // registry's (sharding/plans/registry.cpp, checked by parse_parallel_plan with the config's FILE:LINE), not
   // repeated here: the trainer takes a parsed plan.
   // KV heads: split over tp, or (tp a multiple of them) replicated: each tp rank holds the one KV head of its query
-  // heads' GQA group (the forward mode only: the backward would sum the replicas' dK/dV weight gradients).
-  if (global.attention && dp.forward_only && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
+  // heads' GQA group; training sums the replicas' Wk / Wv gradients over their group (unit_grads_done).
+  if (global.attention && global.kv_heads < tp_size_ && tp_size_ % global.kv_heads == 0)
     kv_rep_ = tp_size_ / int(global.kv_heads);
   local_.heads /= tp_size_;
   local_.kv_heads = kv_rep_ > 1 ? 1 : local_.kv_heads / tp_size_;
@@ -143,6 +144,7 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
   (void)mesh_["dp"];
   (void)mesh_.excluding("dp");  // one replica's chips (the gradient norm's first stage)
   if (pp_size_ > 1) (void)mesh_["pp"];
+  if (kv_rep_ > 1 && !dp.forward_only) kv_group_ = &sharding::plans::kv_replica_group(mesh_["tp"], kv_rep_);
   if (cp_size_ > 1 || ep_size_ > 1) {
     if (cp_size_ > 1) (void)mesh_["cp"];
     // The replicas of a tp shard: the dp x cp ranks of one tp coordinate (Megatron's dp-cp group; x ep: dp_rank_),
@@ -200,14 +202,17 @@ LmTpTrainer::LmTpTrainer(const ModelSpec& global, const LmTrainConfig& train, sh
     for (size_t i = 0; i < acc.size(); ++i)
       if (owns(acc[i].first))
         unit_grads_[size_t(lm_unit_of(acc[i].first, local_.layers))].push_back(
-            {acc[i].second, one[i].second, is_norm(acc[i].first)});
+            {acc[i].second, one[i].second, is_norm(acc[i].first) || is_moe(acc[i].first)});
   }
-  // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0.
+  // ZeRO over the replicas of this rank's shards; a replicated norm weight counts in the norm on tp coordinate 0,
+  // a replicated KV projection on the first chip of its KV group.
   std::vector<sharding::plans::DpParam> params;
   for (const auto& [name, t] : master.named_weights())
     if (owns(name))
       params.push_back({lm_unit_of(name, local_.layers), size_t(t->numel()),
-                        split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0, expert_weight(name),
+                        replicated_kv(name) ? tp_rank_ % kv_rep_ == 0
+                                            : split_of(name, etp_ > 1) != Split::replicate || tp_rank_ == 0,
+                        expert_weight(name),
                         t->rank() == 1});  // Megatron's no-weight-decay group: 1-D tensors (norms, biases)
   // A MoE model's experts: averaged over their dp replicas, scaled by 1 / ep (sharding/plans/data_parallel.h).
   const sharding::plans::DpExperts experts{ep_size_ > 1 ? (expert_dp_ ? expert_dp_ : &mesh_["dp"]) : nullptr,
@@ -246,6 +251,7 @@ void LmTpTrainer::check_plan_algorithm(int zero) {
       {"replica (tp x cp x pp)", C::all_reduce, &mesh_.excluding("dp")}, {"dp", C::all_gather, &mesh_["dp"]},
       {"data-parallel", zero == 0 ? C::all_reduce : C::reduce_scatter, rep_}};
   if (sp_) calls.emplace_back("tp", C::reduce_scatter, &mesh_["tp"]);
+  if (kv_group_) calls.emplace_back("KV-replica (tp / kv_heads)", C::all_reduce, kv_group_);
   if (zero > 0) calls.emplace_back("data-parallel", C::all_gather, rep_);
   if (ulysses_ && cp_size_ > 1) calls.emplace_back("ulysses", C::all_to_all, &mesh_["cp"]);
   if (pp_size_ > 1) calls.emplace_back("pp", C::broadcast, &mesh_["pp"]);
@@ -374,18 +380,121 @@ void LmTpTrainer::restore(const LmTrainSnapshot& s) {
         throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
                                     runtime::shape_str(got[i].second->shape()));
   }
+  // This chip's blocks of the whole state, then the one restore path (the checkpoint's).
+  LmStateShard mine;
+  mine.master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
+  if (moments) {
+    mine.m = pp_size_ == 1 ? shard(s.m) : shard(own_layers(s.m));
+    mine.v = pp_size_ == 1 ? shard(s.v) : shard(own_layers(s.v));
+  }
+  for (int64_t l = 0; l < local_.layers; ++l)
+    if (local_.moe_layer(l))
+      mine.moe_bias[layer_global_[size_t(l)]] = s.master.layers[size_t(layer_global_[size_t(l)])].moe.bias;
+  mine.step = s.step;
+  restore(mine);
+}
+
+// Each local tensor's block of its dataset: its global name (a pipeline stage numbers its layers locally), where
+// the tp split puts it, and whether this chip is its one owner: the first of its replicas (dp x ep x cp for the
+// dense weights, dp x cp for an expert under ep), tp rank 0 of a tensor replicated over tp (the first tp rank of a
+// replicated KV head), and the stage that holds it (the embedding's, the head's).
+std::vector<LmStateBlock> LmTpTrainer::state_blocks(const LmWeights& local) const {
+  std::vector<LmStateBlock> out;
+  const bool dense_lead = rep_rank_ == 0, expert_lead = cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
+  for (const auto& [name, t] : local.named_weights()) {
+    LmStateBlock b{name, runtime::Shape(t->shape().size(), 0), false};
+    if (pp_size_ > 1 && name.rfind("layers.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      b.dataset = "layers." + std::to_string(layer_global_.at(size_t(std::stoll(name.substr(7, dot - 7))))) +
+                  name.substr(dot);
+    }
+    bool lead = name.find(".moe.expert.") != std::string::npos ? expert_lead : dense_lead;
+    switch (split_of(name, etp_ > 1)) {
+      case Split::replicate:
+        lead = lead && tp_rank_ == 0;
+        break;
+      case Split::rows:
+        b.offset[0] = tp_rank_ * t->dim(0);
+        break;
+      case Split::cols: {
+        const bool kv = replicated_kv(name);
+        b.offset[1] = (kv ? tp_rank_ / kv_rep_ : tp_rank_) * t->dim(1);
+        lead = lead && (!kv || tp_rank_ % kv_rep_ == 0);
+        break;
+      }
+    }
+    b.owner = lead && owns(name);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+LmStateShard LmTpTrainer::state_shard(bool moments) {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run has no state to save");
+  LmStateShard s;
+  s.master = gather_field(sharding::plans::DataParallel::Field::master);
+  if (moments) {
+    s.m = gather_field(sharding::plans::DataParallel::Field::m);
+    s.v = gather_field(sharding::plans::DataParallel::Field::v);
+  }
+  s.blocks = state_blocks(s.master);
+  if (local_.moe && local_.moe->bias_update > 0)
+    for (int64_t l = 0; l < local_.layers; ++l)
+      if (local_.moe_layer(l)) s.moe_bias[layer_global_[size_t(l)]] = work_.layers[size_t(l)].moe.bias;
+  s.bias_owner = rep_rank_ == 0 && tp_rank_ == 0;
+  s.step = step_;
+  s.weights_only = !moments;
+  return s;
+}
+
+LmStateShard LmTpTrainer::state_layout(bool moments) const {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
+  LmStateShard s;
+  s.master = lm_zeros(local_, DType::fp32);
+  if (moments) s.m = lm_zeros(local_, DType::fp32), s.v = lm_zeros(local_, DType::fp32);
+  s.blocks = state_blocks(s.master);
+  if (local_.moe && local_.moe->bias_update > 0)  // the config's start (zeros) unless the file has them
+    for (int64_t l = 0; l < local_.layers; ++l)
+      if (local_.moe_layer(l)) s.moe_bias[layer_global_[size_t(l)]] = s.master.layers[size_t(l)].moe.bias;
+  s.bias_owner = rep_rank_ == 0 && tp_rank_ == 0;
+  return s;
+}
+
+void LmTpTrainer::restore(LmStateShard& s) {
+  if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
+  const bool moments = !dp_.forward_only;  // the forward mode restores the weights alone
+  const LmWeights want = lm_zeros(local_, DType::fp32, false);
+  const auto wn = want.named_weights();
+  for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
+    if (!moments && w != &s.master) continue;
+    const auto got = w->named_weights();
+    if (got.size() != wn.size()) throw std::invalid_argument("lm_tp restore: tensor count differs from the model's");
+    for (size_t i = 0; i < wn.size(); ++i)
+      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != wn[i].second->shape())
+        throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
+                                    runtime::shape_str(got[i].second->shape()));
+  }
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
-  LmWeights master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
-  work_ = lm_compute_copy(local_, master);
-  restore_moe_bias(s.master);
+  work_ = lm_compute_copy(local_, s.master);
+  if (local_.moe && local_.moe->bias_update > 0) {
+    const size_t E = size_t(global_.moe->spec.experts());
+    for (int64_t l = 0; l < local_.layers; ++l) {
+      if (!local_.moe_layer(l)) continue;
+      const auto it = s.moe_bias.find(layer_global_[size_t(l)]);
+      if (it == s.moe_bias.end() || it->second.size() != E)
+        throw std::invalid_argument("lm_tp restore: layer " + std::to_string(layer_global_[size_t(l)]) +
+                                    "'s selection bias has " +
+                                    std::to_string(it == s.moe_bias.end() ? 0 : it->second.size()) + " entries for " +
+                                    std::to_string(E) + " experts");
+      work_.layers[size_t(l)].moe.bias = it->second;
+    }
+  }
   work_refs_ = prefs(work_);
   if (!moments) {
-    data_->load(prefs(master), nullptr, nullptr, work_refs_);
+    data_->load(prefs(s.master), nullptr, nullptr, work_refs_);
   } else {
-    LmWeights m = pp_size_ == 1 ? shard(s.m) : shard(own_layers(s.m));
-    LmWeights v = pp_size_ == 1 ? shard(s.v) : shard(own_layers(s.v));
-    const auto mr = prefs(m), vr = prefs(v);
-    data_->load(prefs(master), &mr, &vr, work_refs_);
+    const auto mr = prefs(s.m), vr = prefs(s.v);
+    data_->load(prefs(s.master), &mr, &vr, work_refs_);
   }
   step_ = s.step;
 }

@@ -159,7 +159,7 @@ struct LmDpConfig {
   std::optional<bool> overlap_grad_reduce{};
   bool overlap_param_gather = false;
   // The forward mode only (run: forward_step, never step): what the plan units run in a forward but the trainer's
-  // backward does not yet (fused without sp: gemm_all_reduce; tp above kv_heads: replicated KV heads).
+  // backward does not yet (fused without sp: gemm_all_reduce).
   bool forward_only = false;
   // parallel.chunks (with FUSED and without sp: gemm_all_reduce's pieces; 0 = auto, sharding/fused.h).
   int fused_chunks = 0;
@@ -307,6 +307,12 @@ class LmTpTrainer {
   // Whole training state (all_gather over tp; collective); restore() keeps this rank's shards of SNAPSHOT.
   LmTrainSnapshot gather_state();
   void restore(const LmTrainSnapshot& snapshot);
+  // The checkpoint's path (models/lm_checkpoint.h): this chip's part of the state in the file's global layout,
+  // no tensor gathered over tp, ep or pp (ZeRO stages 1-3 gather over dp first; collective), MOMENTS false: the
+  // masters alone (weights only); state_layout: zeros of the same blocks to load into; restore from one.
+  LmStateShard state_shard(bool moments);
+  LmStateShard state_layout(bool moments) const;
+  void restore(LmStateShard& shard);  // reads SHARD's tensors (left as they are)
   int64_t steps_done() const { return step_; }
   const ModelSpec& local_config() const { return local_; }
   int tp() const { return tp_size_; }
@@ -368,8 +374,15 @@ class LmTpTrainer {
     std::string link_name;  // topology::Topology::link_name of LINK ("" when -1)
     double link_bytes = 0;
     sim::TimeNs link_bound_ns = 0;
+    // Node-limited routing (model.moe.group_limit): the expert groups (nodes) other than this chip's own its routed
+    // tokens reach, summed over them (real data: kernels::node_fanout; shape-only: kernels::declared_node_tokens),
+    // and those tokens; moe_layer_table: REMOTE_NODES the ep group's mean per token, -1 without a node limit.
+    double remote_reach = 0, routed_tokens = 0, remote_nodes = -1;
   };
   std::vector<MoeLayerStats> moe_stats() const;
+  // REMOTE_REACH and ROUTED_TOKENS of ST from this chip's routing R of a node-limited model: the groups reached that
+  // hold none of this chip's experts (nothing without a node limit).
+  void note_remote_reach(const kernels::Routing& r, MoeLayerStats& st) const;
   // Every MoE layer of the model (collective over the world, host-side: no simulated time), from the ep group
   // of the chips at tp, cp and dp coordinate 0 of the stage holding it: MAX_TOKENS and MEAN_TOKENS of the tokens
   // per expert summed over the group's chips (their last micro-batch's routing; TOKENS left empty), AUX their mean; RECEIVED, DISPATCH_BYTES, DISPATCH_NS, BUFFER_BYTES and EXPERT_NS
@@ -396,6 +409,7 @@ class LmTpTrainer {
   void block_forward(int64_t l, runtime::Tensor& x, LmCache::Layer& S, sim::TimeNs& t);
   sharding::plans::BlockWeights block_weights(int64_t l) const;  // local layer L's work_ weights, as the block reads them
   static bool is_norm(const std::string& weight);  // a norm weight or bias (replicated over tp)
+  static bool is_moe(const std::string& weight);   // a MoE layer's router, expert or shared-expert weight
   sharding::plans::PlanContext context(sharding::plans::Chip& chip);  // this chip's plan units, clock CHIP
   // Forward of micro-batch B through virtual stage CHUNK of this chip: the embedding first when it is model stage
   // 0 (else X is the previous stage's output), its blocks, and on the last model stage the head and the loss
@@ -406,11 +420,12 @@ class LmTpTrainer {
   // DX: the gradient from the next stage (ignored on the last model stage, which starts from the loss); on return
   // the gradient for the previous stage (model stage 0: the embedding's backward ran instead).
   // DEFER (zb_h1): the input-gradient pass only (BI); the weight gradients' GEMMs and the embedding's backward go
-  // to DEFER for weight_backward (the norms' weight gradients, cheap, stay in BI).
+  // to DEFER for weight_backward (the norms' weight gradients, cheap, stay in BI; so do a MoE layer's, which the
+  // ep unit's backward computes whole).
   void backward(const LmBatch& b, LmCache& C, runtime::Tensor& dx, int chunk, int micro, sim::TimeNs& t,
                 LmPendingW* defer = nullptr);
   void weight_backward(LmPendingW& w, int micro, sim::TimeNs& t);  // ZB-H1's W pass of micro-batch MICRO
-  enum class UnitPart { all, norms, weights };
+  enum class UnitPart { all, bi, weights };  // zb_h1: what BI completes (UnitGrad::in_bi), what W does
   // The embedding's backward (unit 0) from DX_FULL, the residual stream's gradient whole over tp, of TOKENS.
   void embedding_backward(const runtime::Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
                           sim::TimeNs& t, UnitPart part);
@@ -431,9 +446,10 @@ class LmTpTrainer {
   sharding::plans::TensorRefs prefs(LmWeights& w) const;  // the tensors this chip owns, in DpParam order
   LmWeights own_layers(const LmWeights& whole) const;     // WHOLE with only this chip's layers
   LmWeights gather_stages(const LmWeights& mine);         // every stage's layers (broadcast over pp)
+  std::vector<LmStateBlock> state_blocks(const LmWeights& local) const;  // LOCAL's blocks (state_shard)
   // Unit U's gradients of micro-batch MICRO are complete at T: accumulated (micro_ > 1), and in the last
-  // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: the norms' after BI, the
-  // rest (then grads_ready) after W.
+  // micro-batch handed to the data-parallel unit (grads_ready). zb_h1 in two parts: those BI completes (UnitGrad's
+  // in_bi) after BI, the rest (then grads_ready) after W.
   void unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part = UnitPart::all);
   LmBatch micro_batch_tokens(int micro) const;  // this chip's tokens of micro-batch MICRO of the step
   void all_reduce_tp(runtime::Tensor& x, collectives::ReduceOp op, sim::TimeNs& t, const char* name);
@@ -477,10 +493,8 @@ class LmTpTrainer {
   // every layer's selection bias updated (kernels::update_expert_bias). Returns when the update is done.
   sim::TimeNs update_moe_bias(sim::TimeNs ready);
   // The selection biases in checkpoints (bias_update > 0): share_moe_bias gives WHOLE's MoE layers every stage's
-  // current biases (one all_reduce over pp); restore_moe_bias gives this chip's MoE layers those of SNAPSHOT (the
-  // whole model's).
+  // current biases (one all_reduce over pp); restore(LmStateShard&) gives this chip's MoE layers the saved ones.
   void share_moe_bias(LmWeights& whole);
-  void restore_moe_bias(const LmWeights& snapshot);
   double moe_aux_grad() const;  // d loss / d this chip's aux loss of a micro-batch
   // Serving (models/lm_tp_decode.cpp): the refusals; the logits of the last rows XF [B, h] of the last stage.
   void check_servable() const;
@@ -509,6 +523,7 @@ class LmTpTrainer {
   bool fused_ = false;  // parallel.fused: the sp collectives fused with their GEMMs (sharding/fused.h)
   bool store_ = true;  // false: shape-only (the transport's mode at construction)
   int kv_rep_ = 1;      // tp ranks per KV head: > 1 when tp is above kv_heads (each holds its group's head)
+  runtime::Transport* kv_group_ = nullptr;  // training with kv_rep_ > 1: the tp chips sharing this chip's KV head
   // dp_rank_ / dp_size_: the data-parallel replicas of attention and the dense weights, dp x ep (ep innermost).
   int ep_rank_ = 0, ep_size_ = 1, etp_ = 1;
   std::unique_ptr<sharding::plans::EpGroups> ep_groups_;  // a MoE model: mesh["ep"] and (etp > 1) mesh["tp"]
@@ -539,7 +554,9 @@ class LmTpTrainer {
   LmWeights mgrads_;         // micro_ > 1: one micro-batch's gradients, added into grads_ per unit
   struct UnitGrad {
     runtime::Tensor *acc, *one;  // grads_'s and mgrads_'s
-    bool norm;
+    // Complete after zb_h1's BI (added then, before a later micro-batch's BI overwrites ONE): the norms' (BI computes
+    // them) and a MoE layer's (the ep unit's backward computes its router and experts' dW in BI, not deferred).
+    bool in_bi;
   };
   std::vector<std::vector<UnitGrad>> unit_grads_;  // per unit
   std::unique_ptr<sharding::plans::DataParallel> data_;  // ZeRO over rep_ (sharding/plans/data_parallel.h)

@@ -32,8 +32,16 @@ void LmTpTrainer::norm_backward(const Tensor& x, const Tensor& w, const Tensor& 
 void LmTpTrainer::unit_grads_done(int u, int micro, sim::TimeNs& t, UnitPart part) {
   if (micro > 0)  // gradient accumulation: this micro-batch's gradients added into the step's
     for (const UnitGrad& g : unit_grads_[size_t(u)])
-      if (part == UnitPart::all || g.norm == (part == UnitPart::norms)) charge(kernels::add_inplace(*g.acc, *g.one), t);
-  if (micro == micro_ - 1 && part != UnitPart::norms) data_->grads_ready(u, t);
+      if (part == UnitPart::all || g.in_bi == (part == UnitPart::bi)) charge(kernels::add_inplace(*g.acc, *g.one), t);
+  if (micro == micro_ - 1 && part != UnitPart::bi) {
+    // Tp above the KV heads: the KV group's replicas of Wk, Wv hold partial gradients (tensor_parallel.h,
+    // kv_replica_grads_reduce); summed once per step, when the layer's gradients are complete, before its bucket.
+    if (kv_group_ && u >= 1 && u <= int(local_.layers)) {
+      LmLayer& G = grads_.layers[size_t(u - 1)];
+      t = sharding::plans::kv_replica_grads_reduce(*kv_group_, {&G.wk, &G.wv}, algorithm_, t);
+    }
+    data_->grads_ready(u, t);
+  }
 }
 
 void LmTpTrainer::embedding_backward(const Tensor& dx_full, const std::vector<int64_t>& tokens, int micro,
@@ -86,7 +94,7 @@ void LmTpTrainer::backward(const LmBatch& batch, LmCache& C, Tensor& dx, int chu
   // zb_h1: unit U's deferred dW GEMMs (nullptr: run in place), and which part of its gradients BI completes.
   auto deferred = [&](int u) { return defer ? &defer->units.emplace_back(u, sharding::plans::WeightGradGemms{}).second
                                             : nullptr; };
-  const UnitPart done_part = defer ? UnitPart::norms : UnitPart::all;
+  const UnitPart done_part = defer ? UnitPart::bi : UnitPart::all;
   if (ms == schedule_.p * schedule_.v - 1 && c.vocab == 0) {  // a block stack: the regression loss's gradient
     begin_backward(head_unit, t);
     dx = act({Nr, h});
@@ -161,7 +169,7 @@ void LmTpTrainer::finish_backward(sim::TimeNs& t) {
     // gradients over tp (one packed buffer; Megatron's allreduce of sequence-parallel layer norm grads).
     std::vector<Tensor*> norms;
     for (auto& [name, gt] : grads_.named_weights())  // the step's (accumulated) gradients
-      if ((is_norm(name) || (sp_routes_own_rows() && name.find(".moe.") != std::string::npos)) && owns(name))
+      if ((is_norm(name) || (sp_routes_own_rows() && is_moe(name))) && owns(name))
         norms.push_back(gt);  // a MoE layer's weights too when each tp chip routed its own rows (etp 1)
     int64_t total = 0;
     for (Tensor* n : norms) total += n->numel();

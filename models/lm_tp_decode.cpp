@@ -127,10 +127,10 @@ void LmTpTrainer::serve_blocks(const LmServeBatch& whole, const LmServeBatch& ba
   lay.batch = int64_t(batch.seqs.size());
   lay.pos = pos;
   // REPEAT_BLOCKS: once the stage's blocks run periodically, the rest take the period (see LmServeBatch); not for
-  // MoE layers that differ from block to block (dense layers among them, or a skewed declared routing: each layer
-  // draws its own).
+  // MoE layers that differ from block to block (dense layers among them, a skewed declared routing: each layer
+  // draws its own, or a histogram: each layer may have its own row). Uniform routing routes every layer alike.
   const bool moe_varies = global_.moe && (global_.moe->dense_layers > 0 || global_.moe->layer_step > 1 ||
-                                          global_.moe->routing.skew > 0);
+                                          global_.moe->routing.skew > 0 || !global_.moe->routing.histogram.empty());
   const bool repeat = batch.repeat_blocks && !store_ && !moe_varies;
   const int64_t blocks = chunk_len_[0];
   sim::TimeNs prev_span = -1, prev_lead = t - tl_.host_time(), prev_host = tl_.host_time(), prev_start = t;
@@ -278,10 +278,11 @@ struct Range {
   }
 };
 
-// A layout's chip at index I of its ranks: its tp and pp coordinates, its layers and the KV heads it holds and
-// the ones it sends (a replicated head: only by the lowest tp rank holding it).
+// A layout's chip at index I of its ranks: its tp and pp coordinates, its layers and the KV heads it holds; with
+// the heads replicated over tp (tp above the KV heads), which copy of its head it holds (COPY, of REPS).
 struct KvChip {
-  Range layers, heads, sent;
+  Range layers, heads;
+  int copy = 0, reps = 1;
 };
 
 KvChip kv_chip(const KvLayout& l, int64_t layers, int64_t kv_heads, size_t i) {
@@ -292,37 +293,64 @@ KvChip kv_chip(const KvLayout& l, int64_t layers, int64_t kv_heads, size_t i) {
   c.layers.count = per[size_t(s)];
   if (kv_heads % l.tp == 0) {
     c.heads = {t * (kv_heads / l.tp), kv_heads / l.tp};
-    c.sent = c.heads;
   } else {
-    const int rep = l.tp / int(kv_heads);  // tp ranks per head
-    c.heads = {t / rep, 1};
-    c.sent = t % rep == 0 ? c.heads : Range{};
+    c.reps = l.tp / int(kv_heads);  // tp ranks per head
+    c.heads = {t / c.reps, 1};
+    c.copy = t % c.reps;
   }
   return c;
 }
 
-void check_layout(const runtime::Transport& t, const KvLayout& l, int64_t layers, int64_t kv_heads, const char* what) {
+// The KV heads sender A sends receiver B: those both hold, when A holds the copy B takes them from (B's copy mod
+// A's copies: equal layouts pair each chip with its peer; a head held once is sent by its one holder).
+Range pair_heads(const KvChip& a, const KvChip& b) {
+  return a.copy == b.copy % a.reps ? a.heads.meet(b.heads) : Range{};
+}
+
+void check_layout(int ranks, const KvLayout& l, int64_t layers, int64_t kv_heads, const char* what) {
   const std::string name = std::string("kv_transfer: the ") + what + " layout";
   if (l.tp < 1 || l.pp < 1 || l.ranks.size() != size_t(l.tp) * size_t(l.pp))
     throw std::invalid_argument(name + " needs tp x pp ranks (tp " + std::to_string(l.tp) + ", pp " +
                                 std::to_string(l.pp) + ", " + std::to_string(l.ranks.size()) + " ranks)");
   for (const int r : l.ranks)
-    if (r < 0 || r >= t.size()) throw std::invalid_argument(name + ": rank " + std::to_string(r) + " not in the transport");
+    if (r < 0 || (ranks >= 0 && r >= ranks))
+      throw std::invalid_argument(name + ": rank " + std::to_string(r) + " not in the transport");
   if (kv_heads % l.tp != 0 && l.tp % kv_heads != 0)
     throw std::invalid_argument(name + ": " + std::to_string(kv_heads) + " KV heads and tp " + std::to_string(l.tp) +
                                 " (one must divide the other)");
   (void)sharding::plans::stage_layers(layers, l.pp, l.layers_per_stage);  // throws on a bad split
 }
 
-}  // namespace
-
-sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, int64_t layers, int64_t kv_heads,
-                        const KvLayout& from, const KvLayout& to, const KvTransfer& x) {
-  check_layout(t, from, layers, kv_heads, "sending");
-  check_layout(t, to, layers, kv_heads, "receiving");
+void check_layouts(int ranks, const KvLayout& from, const KvLayout& to, int64_t layers, int64_t kv_heads) {
+  check_layout(ranks, from, layers, kv_heads, "sending");
+  check_layout(ranks, to, layers, kv_heads, "receiving");
   for (const int r : from.ranks)
     if (std::find(to.ranks.begin(), to.ranks.end(), r) != to.ranks.end())
       throw std::invalid_argument("kv_transfer: rank " + std::to_string(r) + " is in both layouts");
+}
+
+}  // namespace
+
+std::vector<KvMessage> kv_transfer_messages(int64_t layers, int64_t kv_heads, int64_t head_dim, double element_bytes,
+                                            const KvLayout& from, const KvLayout& to) {
+  check_layouts(-1, from, to, layers, kv_heads);
+  std::vector<KvMessage> out;
+  for (size_t i = 0; i < from.ranks.size(); ++i) {
+    const KvChip a = kv_chip(from, layers, kv_heads, i);
+    for (size_t j = 0; j < to.ranks.size(); ++j) {
+      const KvChip b = kv_chip(to, layers, kv_heads, j);
+      const Range lay = a.layers.meet(b.layers), heads = pair_heads(a, b);
+      if (lay.count == 0 || heads.count == 0) continue;
+      out.push_back({from.ranks[i], to.ranks[j],
+                     double(lay.count) * 2.0 * double(heads.count) * double(head_dim) * element_bytes});
+    }
+  }
+  return out;
+}
+
+sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, int64_t layers, int64_t kv_heads,
+                        const KvLayout& from, const KvLayout& to, const KvTransfer& x) {
+  check_layouts(t.size(), from, to, layers, kv_heads);
   if (x.tokens < 1) throw std::invalid_argument("kv_transfer: " + std::to_string(x.tokens) + " tokens (at least one)");
   const int me = t.rank();
   const auto pos = [me](const KvLayout& l) { return size_t(std::find(l.ranks.begin(), l.ranks.end(), me) - l.ranks.begin()); };
@@ -347,7 +375,7 @@ sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, 
     }
   for (size_t j = 0; j < other.ranks.size(); ++j) {
     const KvChip peer = kv_chip(other, layers, kv_heads, j);
-    const Range lay = self.layers.meet(peer.layers), heads = sender ? self.sent.meet(peer.heads) : peer.sent.meet(self.heads);
+    const Range lay = self.layers.meet(peer.layers), heads = sender ? pair_heads(self, peer) : pair_heads(peer, self);
     if (lay.count == 0 || heads.count == 0) continue;
     const size_t slice = per_head * size_t(heads.count), part = slice * size_t(x.tokens);  // one K or V of a layer
     const size_t bytes = part * 2 * size_t(lay.count);
@@ -363,7 +391,8 @@ sim::TimeNs kv_transfer(runtime::Transport& t, sharding::plans::KvCache& cache, 
             for (int64_t r = 0; r < x.tokens; ++r)
               std::memcpy(buf.data() + size_t(2 * l + kv) * part + size_t(r) * slice, p + size_t(r) * row + at, slice);
           }
-      done = std::max(done, t.send(buf.data(), bytes, other.ranks[j], x.ready, op));
+      (void)t.send(buf.data(), bytes, other.ranks[j], x.ready, op);
+      done = std::max(done, t.timeline().end_time());  // the send's end (its port free again)
     } else {
       done = std::max(done, t.recv(buf.data(), bytes, other.ranks[j], op));
       if (store)

@@ -81,6 +81,7 @@ double LmTpTrainer::forward(const LmBatch& batch, LmCache& C, Tensor& x, int chu
                                               m.dispatch_bytes, m.dispatch_ns, m.buffer_bytes(c.hidden, c.dtype),
                                               m.expert_ns, m.balanced_expert_ns};
       moe_stats_[layer_global_[size_t(l)]].send_rows = m.send_rows;
+      note_remote_reach(m.routing, moe_stats_[layer_global_[size_t(l)]]);
       if (!dp_.forward_only && local_.moe->bias_update > 0) {  // the step's load (not a recomputed forward's)
         std::vector<int64_t>& load = moe_load_[l];
         load.resize(m.routing.counts.size());

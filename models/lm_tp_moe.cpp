@@ -144,19 +144,6 @@ void LmTpTrainer::share_moe_bias(LmWeights& whole) {
     }
 }
 
-void LmTpTrainer::restore_moe_bias(const LmWeights& snapshot) {
-  if (!local_.moe || local_.moe->bias_update <= 0) return;
-  const size_t E = size_t(global_.moe->spec.experts());
-  for (int64_t l = 0; l < local_.layers; ++l) {
-    if (!local_.moe_layer(l)) continue;
-    const std::vector<float>& b = snapshot.layers[size_t(layer_global_[size_t(l)])].moe.bias;
-    if (b.size() != E)
-      throw std::invalid_argument("lm_tp restore: layer " + std::to_string(layer_global_[size_t(l)]) + "'s selection "
-                                  "bias has " + std::to_string(b.size()) + " entries for " + std::to_string(E) + " experts");
-    work_.layers[size_t(l)].moe.bias = b;
-  }
-}
-
 double LmTpTrainer::expert_param_count() const {
   double n = 0;
   for (const auto& [name, t] : work_.named_weights())
@@ -168,6 +155,30 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_stats() const {
   std::vector<MoeLayerStats> out;
   for (const auto& [l, st] : moe_stats_) out.push_back(st);
   return out;
+}
+
+void LmTpTrainer::note_remote_reach(const kernels::Routing& r, MoeLayerStats& st) const {
+  const kernels::RouterOptions& o = global_.moe->spec.router;
+  if (!o.group_limited() || int64_t(r.counts.size()) != o.experts) return;
+  const int64_t n = o.experts / o.groups, k = r.top_k;
+  const int64_t g0 = local_.shard.expert_first / n,  // the groups holding this chip's experts
+      g1 = (local_.shard.expert_first + std::max<int64_t>(local_.shard.expert_count, 1) - 1) / n;
+  const auto remote = [&](int64_t g) { return g < g0 || g > g1; };
+  double reach = 0;
+  if (r.has_values) {  // each token's distinct remote groups among its kept assignments
+    std::vector<int64_t> seen(size_t(o.groups), -1);
+    for (int64_t t = 0; t < r.tokens; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t g = r.expert[size_t(t * k + j)] / n;
+        if (r.kept[size_t(t * k + j)] && remote(g) && seen[size_t(g)] != t) seen[size_t(g)] = t, ++reach;
+      }
+  } else {
+    const std::vector<int64_t> d = kernels::declared_node_tokens(o, r.counts, r.tokens);
+    for (int64_t g = 0; g < o.groups; ++g)
+      if (remote(g)) reach += double(d[size_t(g)]);
+  }
+  st.remote_reach = reach;
+  st.routed_tokens = double(r.tokens);
 }
 
 LmTpTrainer::DispatchLink LmTpTrainer::busiest_dispatch_link(const double* rows, runtime::Transport& ep) const {
@@ -195,7 +206,8 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   for (int64_t l = 0; l < local_.layers; ++l)
     if (local_.moe_layer(l)) mine.push_back(layer_global_[size_t(l)]);
   runtime::Transport& ep = mesh_["ep"];
-  const size_t P = size_t(ep.size()), ns = E + 2 + P * P, nm = 5;  // sums: tokens, aux, balanced, rows s -> d
+  // sums: tokens, aux, balanced, rows s -> d, remote reach, routed tokens
+  const size_t P = size_t(ep.size()), ns = E + 4 + P * P, nm = 5;
   std::vector<double> sum(mine.size() * ns, 0.0), max(mine.size() * nm, 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {
     const auto it = moe_stats_.find(mine[i]);
@@ -205,6 +217,7 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     for (size_t e = 0; e < E && e < st.tokens.size(); ++e) a[e] = double(st.tokens[e]);
     a[E] = st.aux, a[E + 1] = st.balanced_expert_ns;
     for (size_t d = 0; d < P && d < st.send_rows.size(); ++d) a[E + 2 + size_t(ep.rank()) * P + d] = double(st.send_rows[d]);
+    a[E + 2 + P * P] = st.remote_reach, a[E + 3 + P * P] = st.routed_tokens;
     double* b = max.data() + i * nm;
     b[0] = double(st.received), b[1] = st.dispatch_bytes, b[2] = st.dispatch_ns, b[3] = st.buffer_bytes;
     b[4] = st.expert_ns;
@@ -217,7 +230,7 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
   std::vector<int64_t> layers;
   for (int64_t l = 0; l < global_.layers; ++l)
     if (global_.moe_layer(l)) layers.push_back(l);
-  constexpr size_t nf = 12;
+  constexpr size_t nf = 13;
   std::vector<double> all(layers.size() * nf, 0.0);
   const bool reports = tp_rank_ == 0 && cp_rank_ == 0 && dp_rank_ / ep_size_ == 0;
   for (size_t i = 0; reports && i < mine.size(); ++i) {
@@ -231,6 +244,8 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     std::copy(b, b + nm, f + 4);
     const DispatchLink busiest = busiest_dispatch_link(a + E + 2, ep);
     f[9] = double(busiest.link + 1), f[10] = busiest.bytes, f[11] = busiest.bound_ns;
+    const double routed = a[E + 3 + P * P];  // +1: 0 stays "no node limit" under the world's maximum
+    f[12] = global_.moe->spec.router.group_limited() && routed > 0 ? a[E + 2 + P * P] / routed + 1 : 0.0;
   }
   world_.allreduce(std::span<double>(all), runtime::Reduce::max, "lm moe table");
   std::vector<MoeLayerStats> out;
@@ -243,6 +258,7 @@ std::vector<LmTpTrainer::MoeLayerStats> LmTpTrainer::moe_layer_table() {
     st.dispatch_bytes = f[5], st.dispatch_ns = f[6], st.buffer_bytes = f[7], st.expert_ns = f[8];
     st.link = int(std::llround(f[9])) - 1, st.link_bytes = f[10], st.link_bound_ns = f[11];
     if (st.link >= 0) st.link_name = tl_.topology().link_name(st.link);
+    st.remote_nodes = f[12] - 1;
     out.push_back(std::move(st));
   }
   return out;

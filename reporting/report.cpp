@@ -219,7 +219,8 @@ nlohmann::json train_json(const RunReport& r) {
                         {"dispatch_buffer_bytes", l.buffer_bytes}, {"slowest_expert_ns", l.expert_ns},
                         {"balanced_expert_ns", l.balanced_expert_ns}, {"imbalance_ns", l.imbalance_ns()},
                         {"busiest_link", l.busiest_link}, {"busiest_link_bytes", l.link_bytes},
-                        {"busiest_link_bound_ns", l.link_bound_ns}});
+                        {"busiest_link_bound_ns", l.link_bound_ns},
+                        {"remote_nodes_per_token", l.remote_nodes_per_token}});
     j["moe"] = {{"spec", m.spec}, {"total_params", m.total_params}, {"active_params", m.active_params},
                 {"expert_params_chip", m.expert_params_chip}, {"expert_state_bytes", m.expert_state_bytes},
                 {"expert_state_rule", m.expert_state_rule}, {"layers", layers}};
@@ -258,6 +259,16 @@ static std::string moe_text(const TrainMoe& m) {
         "the group's rows spread evenly over the experts; imbalance: expert_us over it; buffers: the permuted, "
         "received and combined rows kept for the backward; link_B: the bytes of every dispatch flow of the group on "
         "the link they keep busy longest, link_us those bytes at that link's bandwidth: a lower bound of dispatch_us)\n";
+  double reach = 0, limited = 0;
+  for (const auto& l : m.layers)
+    if (l.remote_nodes_per_token >= 0) reach += l.remote_nodes_per_token, ++limited;
+  if (limited > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "  node-limited routing: %.3f remote expert groups (nodes) per token, the mean over %.0f MoE layers "
+                  "(groups holding none of the chip's experts that a token's kept experts lie in, the ep group's mean; "
+                  "shape-only: from the declared loads, DeepSeek-V3's M per token at most)\n", reach / limited, limited);
+    os << buf;
+  }
   return os.str();
 }
 

@@ -136,6 +136,9 @@ struct TrainMoeLayer {
   // of every dispatch flow routed through it, and those bytes at its bandwidth (a lower bound it sets).
   std::string busiest_link;
   double link_bytes = 0, link_bound_ns = 0;
+  // Node-limited routing: the expert groups (nodes) other than its chip's own a token reaches, the ep group's mean
+  // (real data: measured; shape-only: kernels::declared_node_tokens); -1 without a node limit.
+  double remote_nodes_per_token = -1;
   double imbalance_ns() const { return expert_ns - balanced_expert_ns; }  // what imbalance costs (forward)
 };
 struct TrainMoe {

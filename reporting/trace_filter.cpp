@@ -1,5 +1,6 @@
 #include "reporting/trace_filter.h"
 
+#include <filesystem>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -118,11 +119,16 @@ bool trace_within_limit(const std::string& path, const std::string& note, double
                         bool print, const std::string& shrink) {
   const bool over = o.max_mib > 0 && bytes > o.max_mib * 1048576.0;
   if (print && (over || bytes >= kTraceNoteBytes)) {
-    if (over)
+    if (over) {
+      // A file already at PATH is an earlier run's trace, not this one's: say so, so it is not read as this run's.
+      std::error_code ec;
+      const bool stale = std::filesystem::exists(path, ec);
       std::fprintf(stderr, "shardsim: warning: --trace %s not written: %s, more than --trace-max-mib %g; %s, or raise "
-                   "--trace-max-mib\n", escape_control(path).c_str(), note.c_str(), o.max_mib, shrink.c_str());
-    else
+                   "--trace-max-mib%s\n", escape_control(path).c_str(), note.c_str(), o.max_mib, shrink.c_str(),
+                   stale ? " (the file already there is an earlier run's, left as it was)" : "");
+    } else {
       std::fprintf(stderr, "shardsim: note: --trace %s: %s\n", escape_control(path).c_str(), note.c_str());
+    }
     std::fflush(stderr);
   }
   return !over;

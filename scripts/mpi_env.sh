@@ -14,7 +14,8 @@ export OMPI_MCA_oob_tcp_if_include="${OMPI_MCA_oob_tcp_if_include:-lo}"
 # kernels (Haswell, Zen, SkylakeX) a row's result depends on how many rows the GEMM has (OpenBLAS 0.3.21, measured:
 # row 0 of a 16 x 32 product differs in 11 of 32 columns between M = 1..8 and M >= 13 rows). A sharded run's GEMMs have
 # fewer rows than its single-device reference's, so they round differently, and a capacity-dropping MoE under a
-# sequence split can order near-tied tokens otherwise (validation FAIL by about 1e-3; 2e-8 without FMA). With
-# Sandybridge's AVX kernels (no FMA; every x86-64 CPU since 2011) every row has the same bits for any M, so a sharded
-# run rounds as its reference does. A value the user set wins.
+# sequence split can order near-tied tokens otherwise (validation FAIL by about 1e-3; 2e-8 without FMA; the router's
+# own logits are row-count independent, kernels::router_logits, but the rows it reads are not). With Sandybridge's
+# AVX kernels (no FMA; every x86-64 CPU since 2011) every row has the same bits for any M, so a sharded run rounds as
+# its reference does. A value the user set wins.
 case "$(uname -m)" in x86_64 | amd64) export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Sandybridge}" ;; esac

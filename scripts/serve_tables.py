@@ -5,7 +5,7 @@ beside its table in docs/SERVING.md (shape-only `shardsim serve` / `shardsim swe
 
   python3 scripts/serve_tables.py --binary build/apps/shardsim [--out out/serve_tables] [TABLE ...]
 
-TABLE: configs, moe, rate, plans, disagg, balance, whatif, validation (default: all, in the page's order; rate and
+TABLE: configs, moe, rate, plans, disagg, phases, balance, whatif, validation (default: all, in the page's order; rate and
 plans run sweeps of 16 and 12 points, a few minutes each). `configs` runs every configs/serve/*.yaml as it is. `rate` also copies results.csv / serve_latency.png to
 docs/serving/rate_sweep.{csv,png}, `plans` results.csv to docs/serving/tp4_pp2_sweep.csv, and `disagg` writes
 docs/serving/disagg_{colocated,disaggregated}.csv and redraws disagg.png when gnuplot is installed (--no-copy: leave
@@ -67,12 +67,40 @@ def pair(m, key, fmt):
 
 
 def chips_of(text):
-    """The chip count of a serve config: the product of its parallel: block's sizes (read as text)."""
+    """The chip count of a serve config: the product of its parallel: block's sizes (read as text); with per-phase
+    plans (serve.disaggregation.prefill / decode: {parallel: {tp: T, dp: D}}, flow style) the sum of the groups'."""
+    groups = re.findall(r"^ +parallel: \{([^}]*)\}$", text, re.M)
+    if groups:
+        total = 0
+        for g in groups:
+            n = 1
+            for v in re.findall(r"(?:tp|pp|dp|ep): ([0-9]+)", g):
+                n *= int(v)
+            total += n
+        return total
     block = re.search(r"^parallel:\n((?:  .*\n)*)", text, re.M)
     n = 1
     for v in re.findall(r"^  (?:tp|pp|dp|ep): ([0-9]+)$", block.group(1) if block else "", re.M):
         n *= int(v)
     return n
+
+
+def plan_of(j):
+    """A serve JSON's plan ("tp 8 x dp 2", per-phase "prefill tp 4 x dp 2 + decode tp 8")."""
+    def axes(o):
+        return " x ".join(f"{k} {o[k]}" for k in ("tp", "pp", "ep", "dp") if o[k] > 1) or "1 chip"
+    d = j.get("disaggregation", {})
+    if d.get("per_phase"):
+        return f"prefill {axes(d['prefill'])} + decode {axes(d['decode'])}"
+    return axes(j)
+
+
+def cache_tokens(j):
+    """The KV cache per chip in tokens (per phase: each group's)."""
+    d = j.get("disaggregation", {})
+    if d.get("per_phase"):
+        return f"{d['prefill']['kv_cache']['tokens']:,} (prefill; decode {d['decode']['kv_cache']['tokens']:,})"
+    return f"{j['kv_cache']['tokens']:,}"
 
 
 def table_configs(r, _):
@@ -84,11 +112,11 @@ def table_configs(r, _):
         chips = chips_of(open(path).read())
         j, _ = r.serve("config_" + name, os.path.relpath(path, ROOT), chips)
         m = j["metrics"]
-        plan = " x ".join(f"{k} {j[k]}" for k in ("tp", "pp", "ep", "dp") if j[k] > 1) or "1 chip"
+        plan = plan_of(j)
         if "disaggregation" in j:
             plan += " (disaggregated)"
         print(f"| {name} | {chips} | {plan} | {pair(m, 'ttft_s', ms)} | {pair(m, 'tpot_s', ms2)} | "
-              f"{m['requests_per_s']:.2f} | {m['output_tokens_per_s_per_chip']:,.1f} | {j['kv_cache']['tokens']:,} |")
+              f"{m['requests_per_s']:.2f} | {m['output_tokens_per_s_per_chip']:,.1f} | {cache_tokens(j)} |")
 
 
 def table_moe(r, _):
@@ -195,6 +223,28 @@ def table_disagg(r, copy):
             subprocess.run(["gnuplot", "disagg.gp"], cwd=d, check=True)
 
 
+def table_phases(r, _):
+    """Per-phase plans on two DGX H100 nodes: the same-plan twin and two per-phase splits, at 8 and 12 requests/s,
+    goodput under a tight SLO (TTFT 500 ms, TPOT 10 ms)."""
+    same = "configs/serve/llama3_70b_h100_disagg.yaml"
+    per = "configs/serve/llama3_70b_h100_disagg_per_phase.yaml"
+    slo = ["serve.slo.ttft_ms=500", "serve.slo.tpot_ms=10"]
+    plans = [("TP8 prefill + TP8 decode", same, []),
+             ("2 x TP4 prefill + TP8 decode", per, []),
+             ("TP8 prefill + 2 x TP4 decode", per, ["serve.disaggregation.prefill.parallel={tp: 8}",
+                                                     "serve.disaggregation.decode.parallel={tp: 4, dp: 2}"])]
+    print("| plan | rate (req/s) | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | goodput (req/s) | served (req/s) "
+          "| transfer mean / max (ms) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for i, (label, cfg, sets) in enumerate(plans):
+        for rate in (8, 12):
+            j, _ = r.serve(f"phases{i}_{rate}", cfg, 16, sets + slo + [f"serve.trace.rate={rate}"])
+            m, t = j["metrics"], j["disaggregation"]["transfer_s"]
+            print(f"| {label} | {rate} | {pair(m, 'ttft_s', ms)} | {pair(m, 'tpot_s', ms2)} | "
+                  f"{m['goodput_requests_per_s']:.2f} | {m['requests_per_s']:.2f} | "
+                  f"{ms2(sum(t) / len(t))} / {ms2(max(t))} |")
+
+
 def table_balance(r, _):
     sets = ["parallel.dp=4", "serve.trace.rate=24", "serve.trace.count=1000",
             "serve.trace.prompt={kind: uniform, min: 64, max: 4096}", "serve.trace.output={kind: uniform, min: 8, max: 2048}"]
@@ -247,7 +297,7 @@ def table_validation(r, _):
 
 
 TABLES = {"configs": table_configs, "moe": table_moe, "rate": table_rate, "plans": table_plans, "disagg": table_disagg,
-          "balance": table_balance, "whatif": table_whatif, "validation": table_validation}
+          "phases": table_phases, "balance": table_balance, "whatif": table_whatif, "validation": table_validation}
 
 
 def main():

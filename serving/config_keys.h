@@ -12,7 +12,9 @@ inline constexpr std::string_view kServeKeys[] = {"policy",          "max_num_se
                                                   "host_link_gbps",  "disaggregation",
                                                   "load_balance",    "cuda_graphs"};
 // serve.disaggregation: prefill and decode on separate replicas (apps/serve.cpp).
-inline constexpr std::string_view kServeDisaggKeys[] = {"prefill_replicas"};
+inline constexpr std::string_view kServeDisaggKeys[] = {"prefill_replicas", "prefill", "decode"};
+// serve.disaggregation.prefill / decode: a group's own plan (per-phase parallelism).
+inline constexpr std::string_view kServeDisaggGroupKeys[] = {"parallel"};
 inline constexpr std::string_view kServeSloKeys[] = {"ttft_ms", "tpot_ms"};
 // serve.trace: a file, or generated arrivals and lengths.
 inline constexpr std::string_view kServeTraceFileKeys[] = {"file"};

@@ -45,7 +45,9 @@ ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips) {
       tp = (e - t) / double(r.output - 1);
       tpot.push_back(tp);
     }
-    if ((slo.ttft_s <= 0 || t <= slo.ttft_s) && (slo.tpot_s <= 0 || tp <= slo.tpot_s)) ++m.slo_met;
+    // A request with one output token has no TPOT: it does not meet a TPOT SLO (nor miss it by a figure).
+    if (r.output <= 1) ++m.no_tpot;
+    if ((slo.ttft_s <= 0 || t <= slo.ttft_s) && (slo.tpot_s <= 0 || (r.output > 1 && tp <= slo.tpot_s))) ++m.slo_met;
     first = std::min(first, r.arrival_s);
     last = std::max(last, r.finish_s);
   }
@@ -83,7 +85,9 @@ ServeMetrics summarise(const ServeRun& run, const Slo& slo, int chips) {
 
 namespace {
 
+// No sample (no request made a second token): the figures are undefined, null (not 0).
 nlohmann::json pct(const Percentiles& p) {
+  if (p.count == 0) return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"mean", nullptr}, {"count", 0}};
   return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}, {"count", p.count}};
 }
 
@@ -262,15 +266,27 @@ std::string metrics_text(const ServeMetrics& m, const Slo& slo) {
   row("TPOT", m.tpot, 1e3, "ms");
   row("ITL", m.itl, 1e3, "ms");
   row("e2e", m.e2e, 1, "s");
-  std::snprintf(b, sizeof b, "  throughput: %.3f requests/s, %.1f output tokens/s (%.1f per chip), %.1f tokens/s in+out over %.3f s\n",
-                m.requests_per_s, m.output_tokens_per_s, m.output_tokens_per_s_chip, m.tokens_per_s, m.duration_s);
-  out += b;
+  // Fixed decimals, or three significant digits for a rate they would print as 0 (1e-6 requests/s is not 0.000).
+  const auto rate = [](double v, int decimals) {
+    char t[48];
+    if (v != 0 && std::fabs(v) < 0.1) std::snprintf(t, sizeof t, "%.3g", v);
+    else std::snprintf(t, sizeof t, "%.*f", decimals, v);
+    return std::string(t);
+  };
+  out += "  throughput: " + rate(m.requests_per_s, 3) + " requests/s, " + rate(m.output_tokens_per_s, 1) +
+         " output tokens/s (" + rate(m.output_tokens_per_s_chip, 1) + " per chip), " + rate(m.tokens_per_s, 1) +
+         " tokens/s in+out over " + rate(m.duration_s, 3) + " s\n";
   char t[64] = "any", p[64] = "any";
   if (slo.ttft_s > 0) std::snprintf(t, sizeof t, "%g ms", slo.ttft_s * 1e3);
   if (slo.tpot_s > 0) std::snprintf(p, sizeof p, "%g ms", slo.tpot_s * 1e3);
-  std::snprintf(b, sizeof b, "  goodput: %.3f requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s)\n",
-                m.goodput_requests_per_s, (long long)m.slo_met, (long long)m.requests, t, p);
+  std::snprintf(b, sizeof b, "  goodput: %s requests/s (%lld of %lld within TTFT <= %s and TPOT <= %s",
+                rate(m.goodput_requests_per_s, 3).c_str(), (long long)m.slo_met, (long long)m.requests, t, p);
   out += b;
+  if (slo.tpot_s > 0 && m.no_tpot > 0) {
+    std::snprintf(b, sizeof b, "; %lld with one output token have no TPOT and do not count", (long long)m.no_tpot);
+    out += b;
+  }
+  out += ")\n";
   std::snprintf(b, sizeof b, "  batch: mean %.1f, peak %.0f sequences; KV cache occupancy mean %.1f %%, peak %.1f %%; %lld iterations, %lld preemptions (%lld by swap)\n",
                 m.mean_batch, m.peak_batch, 100 * m.mean_kv, 100 * m.peak_kv, (long long)m.iterations,
                 (long long)m.preemptions, (long long)m.swaps);

@@ -6,7 +6,9 @@
 // percentiles p50 / p90 / p99 (linear interpolation between order statistics, numpy's default) and the mean;
 // throughput over the run's duration (last finish − first arrival): requests/s, output tokens/s, total tokens/s,
 // output tokens/s per chip; goodput (DistServe, Zhong et al. OSDI 2024): requests/s finished within both SLOs
-// (TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; an SLO of 0 is not checked); batch size and KV cache occupancy
+// (TTFT <= slo.ttft_s and TPOT <= slo.tpot_s; an SLO of 0 is not checked; a request with one output token has no
+// TPOT and does not meet a TPOT SLO); a percentile without samples is null in JSON and "n/a" in text (not 0);
+// batch size and KV cache occupancy
 // over the iterations (time-weighted means and peaks).
 #pragma once
 
@@ -36,7 +38,8 @@ struct Slo {
 
 struct ServeMetrics {
   Percentiles ttft, tpot, itl, e2e;
-  int64_t requests = 0, output_tokens = 0, prompt_tokens = 0, iterations = 0, preemptions = 0, swaps = 0, slo_met = 0;
+  int64_t requests = 0, output_tokens = 0, prompt_tokens = 0, iterations = 0, preemptions = 0, swaps = 0, slo_met = 0,
+          no_tpot = 0;  // requests with one output token (no TPOT)
   double duration_s = 0, requests_per_s = 0, output_tokens_per_s = 0, tokens_per_s = 0, output_tokens_per_s_chip = 0,
          goodput_requests_per_s = 0;
   double mean_batch = 0, peak_batch = 0, mean_kv = 0, peak_kv = 0;  // kv: fraction of the cache's blocks

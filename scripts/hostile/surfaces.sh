@@ -370,6 +370,30 @@ hc 0 'step' -- $S --chips 2 train "$MOE" --steps 2 --plan dp=2 --resume ep.h5
 hc 0 'step' -- $S --chips 4 train "$MOE" --steps 2 --plan ep=2,tp=2 --resume conv_target.h5
 
 # ---------------------------------------------------------------------------------------------------------------
+kind 7  # a what-if change whose KV cache holds no block: refused before the baseline, the change named
+hc 2 '^shardsim: error: --what-if serve\.memory_fraction=0\.01: ' -- $S serve "$SERVE" --set serve.trace.count=4 \
+  --what-if hbm_bw=2x,serve.memory_fraction=0.01
+kind 3  # TPOT / ITL with no second token: n/a (JSON null), none within a TPOT SLO
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,1\n0.5,100,1\n' >one_tok.csv
+hc 0 'TPOT  n/a.*|goodput: 0\.000 .*have no TPOT' -- $S serve "$SERVE" --requests one_tok.csv --json one_tok.json
+ok 'python3 -c "import json,sys; m=json.load(open(\"one_tok.json\"))[\"metrics\"]; sys.exit(m[\"tpot_s\"][\"p50\"] is not None)"' \
+  "TPOT p50 is null in the JSON"
+kind 9  # a key no line holds; another command's flag; a flag given twice; the saved plan's ep
+hc 2 '\(model\.micro_batch is not set: its default\)' -- $S --chips 2 run "$TRAIN" \
+  --plan pp=2,schedule=interleaved,virtual_stages=2 --set model.layers=4 --set model.batch=4
+hc 2 'serve takes no --resume' -- $S serve "$SERVE" --resume ep.h5
+hc 2 '--chips given twice' -- $S --chips 2 --chips 4 train "$TRAIN" --steps 1
+hc 0 'saved under dp=1 x ep=2' -- $S --chips 2 train "$MOE" --steps 2 --plan ep=2 --resume ep.h5
+kind 8  # integers read decimal
+hc 0 'over 10 steps' -- $S train "$TRAIN" --steps 010
+kind 11  # checkpoint memory: a resume holds no tensor a chip does not own (peak RSS within 5x the file over a run without)
+if ! skip_kind; then
+  $S --chips 8 run --set model.ffn=688 --checkpoint mem_q.h5 --json mem_a.json >/dev/null 2>&1
+  hc 0 'PASS' -- $S --chips 8 run --set model.ffn=688 --resume mem_q.h5 --no-checkpoint --json mem_b.json
+  ok 'python3 -c "import json,os,sys; f=lambda p: json.load(open(p))[\"wall\"][\"peak_rss_mib\"]; sys.exit(f(\"mem_b.json\") > f(\"mem_a.json\") + 5 * os.path.getsize(\"mem_q.h5\") / 2**20)"' \
+    "a resume's peak RSS within the save's + 5x the file"
+fi
+
 kind disk  # a full disk: exit 3, one line, nothing left under the final name (needs a tmpfs mount: root)
 if ! skip_kind && mkdir -p full && mount -t tmpfs -o size=64k tmpfs full 2>/dev/null; then
   dd if=/dev/zero of=full/fill bs=4k count=1000 2>/dev/null

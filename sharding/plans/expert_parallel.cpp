@@ -141,8 +141,13 @@ std::vector<Routing> declared_ep_routing(const MoeSpec& s, const std::vector<int
   local.capacity = s.capacity.one_group();
   const int64_t ep = int64_t(tokens_per_rank.size());
   std::vector<Routing> out;
+  // Zipf draws each layer's hot experts (stream LAYER·ep + rank); uniform routing's stream only rotates the extra
+  // assignments of an uneven split, and is the rank alone: every layer of a rank then routes the same counts (a
+  // rounding is not a per-layer effect), so the blocks of a stage run alike and serving repeats one block's span.
+  const bool per_layer = d.skew > 0;
   for (int64_t r = 0; r < ep; ++r)
-    out.push_back(kernels::declared_routing(local, tokens_per_rank[size_t(r)], d, uint64_t(layer * ep + r), layer));
+    out.push_back(kernels::declared_routing(local, tokens_per_rank[size_t(r)], d,
+                                            uint64_t(per_layer ? layer * ep + r : r), layer));
   return out;
 }
 

@@ -128,7 +128,8 @@ struct EpActivations {
 };
 
 // The declared routing of every ep rank (shape-only runs): kernels::declared_routing with stream LAYER·ep + rank
-// (and LAYER's histogram row when the distribution has one),
+// under Zipf (each layer its own hot experts), the rank alone under uniform routing (every layer the same counts),
+// and LAYER's histogram row when the distribution has one;
 // of TOKENS rows on every rank, or of TOKENS_PER_RANK[rank] rows (ep = its size; ranks may route different counts).
 std::vector<kernels::Routing> declared_ep_routing(const kernels::MoeSpec& s, int64_t tokens,
                                                   const kernels::RoutingDistribution& d, int ep, int64_t layer);

@@ -40,6 +40,7 @@ const char* pipe_op_name(PipeOp op) {
 
 std::string pipeline_obstacle(ScheduleKind kind, int p, int m, int v, int64_t layers,
                               const std::vector<int64_t>& per_stage) {
+  // The model's layers before the micro-batches: no micro-batch setting fixes too few layers.
   std::ostringstream e;
   if (p < 1) {
     e << "parallel.pp: " << p << " stages; needs at least 1";
@@ -48,15 +49,15 @@ std::string pipeline_obstacle(ScheduleKind kind, int p, int m, int v, int64_t la
   } else if (v > 1 && kind != ScheduleKind::interleaved) {
     e << "parallel.virtual_stages: " << v << " virtual stages per chip need parallel.schedule: interleaved (got "
       << schedule_name(kind) << ")";
+  } else if (layers > 0 && int64_t(p) * v > layers) {
+    e << "parallel.pp: " << p << " stages";
+    if (v > 1) e << " x " << v << " virtual stages";
+    e << " but the model has only " << layers << " layers";
   } else if (m < 1) {
     e << "model.micro_batch: " << m << " micro-batches per step; needs at least 1";
   } else if (kind == ScheduleKind::interleaved && m % p != 0) {
     e << "model.micro_batch: the interleaved schedule needs the micro-batches per step (" << m
       << ") to be a multiple of parallel.pp (" << p << ")";
-  } else if (layers > 0 && int64_t(p) * v > layers) {
-    e << "parallel.pp: " << p << " stages";
-    if (v > 1) e << " x " << v << " virtual stages";
-    e << " but the model has only " << layers << " layers";
   } else if (layers > 0 && !per_stage.empty()) {
     for (int64_t n : per_stage)
       if (n < 1 || n > layers) {
@@ -318,7 +319,9 @@ void pp_check(const PlanParse& c, const ParallelPlan& p) {
   // The obstacle names its key: parallel.KEY or model.KEY.
   const std::string key = why.substr(0, why.find(':'));
   const std::string leaf = key.substr(key.find('.') + 1);
-  (key.rfind("model.", 0) == 0 ? c.model_at(leaf) : c.at(leaf)).fail(why);
+  // At the key's line, or (a default: no line holds it) the file named with "not set".
+  if (key.rfind("model.", 0) == 0) c.model_at("").fail_at(leaf, why);
+  (c.given ? c.par : c.root).fail_at(c.given ? leaf : key, why);
 }
 // Layers per model stage, "2/2/3"; a run of four or more equal stages is written once with its count, "1 (x105)",
 // so a 35-stage, 3-chunk plan is one short line instead of 105 numbers.

@@ -194,7 +194,8 @@ ConfigNode PlanParse::model_at(std::string_view key) const {
 }
 
 void PlanParse::fail(std::string_view key, const std::string& message) const {
-  at(key).fail("parallel." + std::string(key) + ": " + message);
+  const std::string full = "parallel." + std::string(key);  // a key not set: the file, "not set"
+  (given ? par : root).fail_at(given ? key : std::string_view(full), full + ": " + message);
 }
 
 void PlanParse::not_implemented(std::string_view key, const std::string& what) const {

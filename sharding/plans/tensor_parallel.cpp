@@ -143,6 +143,41 @@ void row_parallel_backward(PlanContext& ctx, const Tensor& x, const Tensor& w, c
   if (defer) defer->push_back({std::make_shared<const Tensor>(x), std::move(dy_full), &dw});
 }
 
+runtime::Transport& kv_replica_group(runtime::Transport& tp, int replicas) {
+  if (replicas < 1 || tp.size() % replicas != 0)
+    throw std::invalid_argument("kv_replica_group: " + std::to_string(replicas) + " replicas do not divide tp " +
+                                std::to_string(tp.size()));
+  return tp.subgroup("tp.kv_replicas", tp.rank() / replicas, tp.rank() % replicas,
+                     [replicas](int q) { return std::pair{q / replicas, q % replicas}; });
+}
+
+sim::TimeNs kv_replica_grads_reduce(runtime::Transport& group, const std::vector<Tensor*>& grads,
+                                    const std::string& algorithm, sim::TimeNs ready) {
+  if (group.size() == 1 || grads.empty()) return ready;
+  const DType dt = grads.front()->dtype();
+  const bool store = grads.front()->has_storage();
+  int64_t total = 0;
+  for (const Tensor* g : grads) total += g->numel();
+  Tensor flat = Tensor::make(dt, {total}, store);
+  const size_t es = runtime::dtype_size(dt);
+  size_t off = 0;
+  for (const Tensor* g : grads) {  // one packed buffer (Megatron packs a bucket's gradients alike)
+    if (store) std::memcpy(static_cast<char*>(flat.data()) + off * es, g->data(), size_t(g->numel()) * es);
+    off += size_t(g->numel());
+  }
+  collectives::CollectiveOptions o;
+  o.algorithm = algorithm;
+  o.name = "all_reduce.kv_grads";
+  const auto r = collectives::all_reduce(group, flat.data_if_stored(), flat.data_if_stored(), size_t(total), dt,
+                                         collectives::ReduceOp::sum, ready, o);
+  off = 0;
+  for (Tensor* g : grads) {
+    if (store) std::memcpy(g->data(), static_cast<const char*>(flat.data()) + off * es, size_t(g->numel()) * es);
+    off += size_t(g->numel());
+  }
+  return r.span.end;
+}
+
 void run_weight_grads(Chip& chip, const WeightGradGemms& gemms) {
   for (const WeightGradGemm& g : gemms) {
     // gemm_backward reads W for its shape only when dX is not asked for: dW's own shape stands in for it.
@@ -226,6 +261,12 @@ namespace shardsim::sharding::plans {
 
 namespace {
 
+// Why the training mode refuses fused without sp (fused_read, the fused descriptor's modes, the trainer).
+constexpr const char* kFusedTrainNeedsSp =
+    "fused without sp does not train: the training mode fuses the sequence-parallel collectives only "
+    "(all_gather_gemm / gemm_reduce_scatter and their backward), as Megatron-LM's tp_comm_overlap (which requires "
+    "sequence parallelism) and Transformer Engine's userbuffers (all_gather and reduce_scatter overlaps) do";
+
 // ---- tp: tensor parallel (tensor_parallel.h) ----
 void tp_check(const PlanParse& c, const ParallelPlan& p) {
   const ModelSpec& s = c.model;
@@ -243,9 +284,7 @@ void tp_check(const PlanParse& c, const ParallelPlan& p) {
     if (p.tp % s.kv_heads != 0)
       c.fail("tp", std::to_string(s.kv_heads) + " KV heads and tp " + std::to_string(p.tp) +
                        ": one must divide the other (KV heads are split or replicated whole)");
-    // The executor replicates them in its forward (run); its backward does not yet.
-    if (c.train() && !c.forward)
-      c.not_implemented("tp", "tp: tp above the " + std::to_string(s.kv_heads) + " KV heads (replicated KV heads)");
+    // Replicated over tp / kv_heads chips in every mode (kv_replica_group: training sums their weight gradients).
   }
   if (c.train())
     for (const char* k : {"ffn", "vocab"}) {
@@ -275,11 +314,14 @@ void fused_read(const PlanParse& c, ParallelPlan& p) {
            "with sp the fused ops are rings over the tp shards (tp pieces); chunks applies to the "
            "all_reduce form (sp: false)");
   if (!c.train() || c.forward) return;  // the forward mode runs both forms (the plan units')
+  // Training fuses the sequence-parallel collectives only, as the systems modelled do: Megatron-LM refuses
+  // --tp-comm-overlap without --sequence-parallel, and Transformer Engine's userbuffers overlap a GEMM with an
+  // all_gather or a reduce_scatter, never an all_reduce; a gemm_all_reduce has no training form to model.
   if (p.fused.enabled && !p.sp)
-    c.not_implemented("fused",
-                      "fused: fused without sp (gemm_all_reduce; the trainer fuses the sequence-parallel "
-                      "collectives: set sp: true)");
-  if (c.has("chunks")) c.not_implemented("chunks", "chunks: (the trainer's fused ops are rings of tp pieces)");
+    c.fail("fused", std::string(kFusedTrainNeedsSp) + "; set sp: true, or fused: false");
+  if (c.has("chunks"))
+    c.fail("chunks", "the training mode's fused ops are the sequence-parallel rings of tp pieces (sp: true); chunks "
+                     "applies to the forward's gemm_all_reduce");
 }
 std::string fused_text(const ModelSpec& s, const ParallelPlan& p, bool train_mode) {
   if (p.sp)
@@ -305,7 +347,7 @@ PlanDescriptor tp_plan_descriptor() {
   d.text = tp_text;
   d.example = {plan_test_model("", "tp: 2"), SpecUse::train, 2, ""};
   d.bad_cases = {{plan_test_model("", "tp: 3"), SpecUse::train, 3, "tp"},
-                 {plan_test_model("", "tp: 4"), SpecUse::train, 4, "tp"}};
+                 {plan_test_model(", heads: 6, kv_heads: 3", "tp: 2"), SpecUse::train, 2, "tp"}};
   return d;
 }
 
@@ -325,7 +367,8 @@ PlanDescriptor fused_plan_descriptor() {
                  "the forward's gemm_all_reduce; the trainer fuses the sp rings of tp pieces, serving runs unfused"}}};
   d.needs = {"tp"};
   d.modes = {ModeUse::runs, ModeUse::runs, ModeUse::refused,
-             "serving runs the GEMMs and their collectives unfused; train fuses with sp only"};
+             "serving runs the GEMMs and their collectives unfused; train fuses with sp: true only (Megatron-LM's "
+             "tp_comm_overlap needs sequence parallelism)"};
   d.active = [](const ParallelPlan& p) { return p.fused.enabled; };
   d.read = fused_read;
   d.text = fused_text;

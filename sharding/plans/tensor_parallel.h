@@ -71,6 +71,21 @@ struct WeightGradGemm {
 // Runs GEMMS in order on CHIP (each a gemm_backward with dW only).
 void run_weight_grads(Chip& chip, const WeightGradGemms& gemms);
 
+// Tensor parallelism above the KV heads (tp a multiple of kv_heads; NxD's GQA QKV linear with a KV size
+// multiplier): tp chip t holds the one KV head t / R of its query heads' GQA group, R = tp / kv_heads, so Wk and Wv
+// are replicated over the R consecutive tp chips of a KV group, which each compute the head's K and V. In backward
+// each chip's dK and dV hold its own query heads' share only; the column-parallel input gradient needs nothing more
+// (the tp reduction sums every chip's dK·Wk^T), but the replicas' weight gradients X^T·dK are partial sums over the
+// group. kv_replica_group is that group (a split of the tp sub-group: color t / R, key t % R; collective over TP,
+// made once per transport); kv_replica_grads_reduce all_reduces GRADS (the layer's dWk and dWv, packed into one
+// buffer) over it, "all_reduce.kv_grads" with ALGORITHM from READY, and returns the end; each replica then holds
+// the head's whole gradient, so replicas stay equal. (NxD all_reduces the activations' dK and dV over the same
+// group inside the linear's backward and scales dX's K/V part by 1 / R; the sums are the same, the bytes are
+// hidden x 2·head_dim per layer and step here against tokens x 2·head_dim per layer and micro-batch there.)
+runtime::Transport& kv_replica_group(runtime::Transport& tp, int replicas);
+sim::TimeNs kv_replica_grads_reduce(runtime::Transport& group, const std::vector<Tensor*>& grads,
+                                    const std::string& algorithm, sim::TimeNs ready);
+
 // The vocab-parallel embedding (Megatron-LM's VocabParallelEmbedding; kernels/embedding.h): TABLE is this chip's
 // shard [V/tp, hidden] of the VOCAB-row table, rows [V0, V0 + V/tp). Forward: the rows of TOKENS' ids into OUT
 // [tokens, hidden] (ids outside the shard give zero rows), then summed over tp (tp_reduce: all_reduce, or with sp

@@ -141,4 +141,37 @@ if SHARDSIM_WATCHDOG_S=3 SHARDSIM_TEST_CKPT_STALL=1 expect_exit 3 'no progress f
 fi
 if [ -e stalled.h5 ]; then fail "stalled.h5 exists"; else pass "nothing under the final name"; fi
 
+# Checkpoint memory: no chip holds a tensor it does not own while saving or resuming (each writes and reads its own
+# blocks; only chip 0 holds the whole weights, for the single-device reference). A save used to add ~13x the file to
+# the peak RSS of the same run without one, a resume ~23x (every chip held the whole model).
+e2e_case "checkpoint memory: 8 chips on one rank, the default MLP at 1/8 of its ffn: save <= +2x, resume <= +5x the file"
+peak_rss() { python3 -c 'import json,sys
+def f(x):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k == "peak_rss_mib": return v
+            r = f(v)
+            if r is not None: return r
+    return None
+print(int(f(json.load(open(sys.argv[1])))))' "$1"; }
+expect_exit 0 'validation PASS' -- shardsim_mpi 1 --chips 8 run --set model.ffn=1376 --no-checkpoint --json mem0.json
+expect_exit 0 'validation PASS' -- shardsim_mpi 1 --chips 8 run --set model.ffn=1376 --checkpoint mem.h5 --json mem1.json
+expect_exit 0 'validation PASS' -- shardsim_mpi 1 --chips 8 run --set model.ffn=1376 --resume mem.h5 --no-checkpoint \
+  --json mem2.json
+if [ -s mem0.json ] && [ -s mem1.json ] && [ -s mem2.json ] && [ -s mem.h5 ]; then
+  file_mib=$(( $(stat -c %s mem.h5) / 1048576 ))
+  base=$(peak_rss mem0.json) save=$(peak_rss mem1.json) resume=$(peak_rss mem2.json)
+  echo "  peak RSS MiB: no checkpoint $base, save $save, resume $resume; file $file_mib MiB"
+  if [ "$save" -le $(( base + 2 * file_mib )) ]; then pass "a save adds at most 2x the file ($save MiB)"; else
+    fail "a save's peak RSS $save MiB > $base + 2 x $file_mib MiB"; fi
+  if [ "$resume" -le $(( base + 5 * file_mib )) ]; then pass "a resume adds at most 5x the file ($resume MiB)"; else
+    fail "a resume's peak RSS $resume MiB > $base + 5 x $file_mib MiB"; fi
+else
+  fail "the three runs did not leave their reports and the checkpoint"
+fi
+# A chunk layout HDF5 cannot index (1-byte chunks: millions per tensor) is refused before anything is written.
+expect_exit 2 "--chunk 1 cuts tensor '[a-z0-9_./]+' .* chunks; at most 1048576 per tensor" -- \
+  shardsim_mpi 1 ckpt convert mem.h5 c1.h5 --chunk 1
+if [ -e c1.h5 ]; then fail "--chunk 1 wrote c1.h5"; else pass "nothing written for --chunk 1"; fi
+
 e2e_finish

@@ -86,6 +86,14 @@ for plan in "tp=2,sp=true" "tp=2,cp=2" "ulysses=2,tp=2" "pp=2,tp=2" "dp=4,zero=3
     ${extra[@]+"${extra[@]}"}
 done
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$BLOCK" --steps 2 --plan tp=2,sp=true
+# Tp above the KV heads (the shipped tp 4 over 2 KV heads; tp 8: 4x): each chip holds its query heads' KV head, the
+# replicas' Wk / Wv gradients summed over the chips sharing it (all_reduce.kv_grads).
+if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$BLOCK" --steps 3 --profile; then
+  assert_out 'all_reduce\.kv_grads' "the KV replicas' gradient all_reduce is on the chip's timeline"
+fi
+expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$BLOCK" --steps 2 --plan tp=4,sp=true
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$BLOCK" --steps 2 --plan tp=8,sp=true \
+  --set topology.chips=8
 
 e2e_case "(g) run on a block config: the forward mode, every output row against one device, run's tables"
 if expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$BLOCK" --json blk.json; then

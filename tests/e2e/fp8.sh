@@ -3,7 +3,8 @@
 # host (per-tensor or DeepSeek-V3 per-block scaling); over 12 steps every loss stays within 3 % of the bf16
 # reference's (the tolerance docs/MODEL.md, "FP8 training", states), on 1 chip, tp 2 and dp 2 with ZeRO-1 (the
 # scales are per operand as each chip holds it, so a mesh's FP8 losses are not bit-equal to one chip's: they are held
-# to the same bound against the bf16 reference). Bad values exit 2.
+# to the same bound against the bf16 reference, and `--validate` holds them to it against the FP8 reference). Bad
+# values exit 2.
 # Usage: fp8.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 e2e_init "$@"
@@ -60,5 +61,11 @@ fi
 e2e_case "(d) a bad fp8 value exits 2 naming the key"
 sed -E "s/^(  dtype:.*)$/\1\n  fp8: e4m3x/" bf16.yaml >bad.yaml
 if expect_exit 2 'model\.fp8: must be none, tensor or block' -- shardsim_mpi 1 train bad.yaml --steps 1; then :; fi
+
+e2e_case "(e) --validate on 2 chips: FP8's own limit (3 %; each chip's amax is its shard's), named in the line"
+expect_exit 0 'validation: PASS .*fp8: 3 % relative' -- shardsim_mpi 1 --chips 2 train "$TRAIN" --plan tp=2 \
+  --set model.fp8=tensor --validate
+expect_exit 0 'validation: PASS .*fp8: 3 % relative' -- shardsim_mpi 1 --chips 2 train "$CONFIGS/moe/tiny_moe.yaml" \
+  --plan ep=2 --set model.fp8=block --validate
 
 e2e_finish

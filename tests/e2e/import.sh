@@ -133,4 +133,9 @@ expect_exit 2 'arguments: --global-batch-size: 10 is not a multiple' -- "$SHARDS
 expect_exit 2 "'\\\\x1b\[31m' is not an integer" -- "$SHARDSIM" import megatron -- --num-layers $'\e[31m' --hidden-size 4
 assert_out_count '.' 1 "one line"
 
+e2e_case "import megatron: a variable doubled past the script's bound is refused at its line, at once"
+{ echo 'A=x'; for i in $(seq 1 60); do echo 'A="$A$A"'; done; echo 'torchrun pretrain_gpt.py --num-layers 2 --vocab-size $A'; } > bomb.sh
+expect_exit 2 '^shardsim: error: .*bomb\.sh:2[0-9]: the line.s variables expand past 1048576 bytes' -- \
+  "$SHARDSIM" import megatron bomb.sh --world-size 1 -o bomb.yaml
+
 e2e_finish

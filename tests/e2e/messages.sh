@@ -56,4 +56,31 @@ expect_exit 2 "^shardsim: error: t\\.yaml .*--set parallel\\.algorithm=in_switch
 assert_out_count 'error on chip' 0 "no 'on chip N'"
 assert_out_count '^shardsim: error' 1 "one error line"
 
+e2e_case "a key no line holds (its default) is named as not set, not at another key's line; the layers before micro-batches"
+expect_exit 2 '^shardsim: error: [^:]*lm_train\.yaml \(with command-line overrides\): model\.micro_batch: .*\(model\.micro_batch is not set: its default\)$' -- \
+  shardsim_mpi 1 --chips 2 run "$CONFIGS/lm_train.yaml" --plan pp=2,schedule=interleaved,virtual_stages=2 \
+  --set model.layers=4 --set model.batch=4
+expect_exit 2 'parallel\.pp: 2 stages x 2 virtual stages but the model has only 2 layers' -- \
+  shardsim_mpi 1 --chips 2 run "$CONFIGS/lm_train.yaml" --plan pp=2,schedule=interleaved,virtual_stages=2 \
+  --set model.batch=4
+
+e2e_case "another command's flag: serve takes no --resume / --checkpoint"
+expect_exit 2 '^shardsim: error: serve takes no --resume \(an option of run, train' -- \
+  shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --resume x.h5
+expect_exit 2 '^shardsim: error: serve takes no --checkpoint' -- \
+  shardsim_mpi 1 serve "$CONFIGS/serve/llama3_8b_h100.yaml" --checkpoint x.h5
+
+e2e_case "integer flags read decimal (a leading zero is not octal); --chips given twice is refused"
+if expect_exit 0 'over 10 steps' -- shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --steps 010; then
+  pass "--steps 010 ran 10 steps"
+fi
+expect_exit 2 '^shardsim: error: --chips given twice' -- shardsim_mpi 1 --chips 2 --chips 4 train "$CONFIGS/lm_train.yaml" --steps 1
+
+e2e_case "a trace over --trace-max-mib names the stale file left at its path"
+echo OLD > stale.json
+if expect_exit 0 'not written: .*the file already there is an earlier run.s, left as it was' -- \
+  shardsim_mpi 1 train "$CONFIGS/lm_train.yaml" --steps 1 --trace stale.json --trace-max-mib 0.000001; then
+  [ "$(cat stale.json)" = OLD ] && pass "the earlier file is left as it was" || fail "stale.json changed"
+fi
+
 e2e_finish

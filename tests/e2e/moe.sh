@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # e2e: a mixture-of-experts model through the one executor (models/lm_tp.h; the ep plan unit,
 # sharding/plans/expert_parallel.h; docs/MOE.md). `train --validate` (5 fp32 steps: losses with the aux loss) and
-# `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp, dropless and with
-# a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a checkpoint saved under ep 4
-# resumed under other plans continues the loss curve; the selection bias's update (aux-loss-free balancing), its
-# biases in checkpoints (a resumed run continues them exactly); ep
-# with sp, cp and Ulysses, dropless and with a capacity factor; the report's MoE section (uniform routing's
+# `run` (the forward) equal one device for ep, ep x tp, ep x etp, ep x dp with ZeRO 1, ep x pp (1F1B, ZB-H1),
+# dropless and with a capacity factor, at one chip per rank and at 8 chips on one rank; ZeRO-3 with ep; a
+# checkpoint saved under ep 4 resumed under other plans continues the loss curve; the selection bias's update
+# (aux-loss-free balancing), its biases in checkpoints (a resumed run continues them exactly); ep with sp, cp and
+# Ulysses, dropless and with a capacity factor; the report's MoE section (uniform routing's
 # dispatch bytes = the closed form, Zipf skew); bad plans exit 2.
 # Usage: moe.sh SHARDSIM_BINARY CONFIG_DIR [MPIEXEC]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,11 +24,16 @@ expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,pp=2 --set model.micro_batch=2 --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $CAP --validate
 
-e2e_case "(b) 8 chips on one rank: ep 8, ep 4 x etp 2 with capacity, ep 2 x dp 2 x pp 2"
+e2e_case "(b) chips on one rank: ep 8, ep 4 x etp 2 with capacity, ep 2 x dp 2 x pp 2, pp 2 and ep 2 x pp 2 under ZB-H1"
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=8 --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=4,tp=2,etp=2 $CAP --validate
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 8 train "$MOE" --plan ep=2,dp=2,pp=2 \
   --set model.micro_batch=1 --set parallel.zero=1 --validate
+# ZB-H1 with more micro-batches than stages: a MoE layer's gradients of a micro-batch are kept until its W pass.
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 2 train "$MOE" --plan pp=2,schedule=zb_h1 \
+  --set model.micro_batch=1 --validate
+expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=2,pp=2,schedule=zb_h1 \
+  --set model.micro_batch=1 --validate
 
 e2e_case "(c) run: the forward mode through the same executor, validated"
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 run "$MOE" --plan ep=4
@@ -69,6 +74,7 @@ if expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=4 -
     && expect_exit 0 'saved' -- shardsim_mpi 4 train "$MOE" --plan ep=4 --steps 3 --checkpoint ep4.h5; then
   expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,tp=2,etp=2 --steps 5 --resume ep4.h5 \
     --validate
+  assert_out '^resumed: ep4\.h5 at step 3 \(saved under dp=1 x ep=4, ZeRO stage 0\)' "the resume line names the saved plan's ep"
   expect_exit 0 'validation: PASS' -- shardsim_mpi 4 train "$MOE" --plan ep=2,dp=2 --set parallel.zero=2 --steps 5 \
     --resume ep4.h5 --validate --json r1.json
   expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan dp=4 --steps 5 --resume ep4.h5 \
@@ -126,7 +132,18 @@ e2e_case "(j) node-limited routing (DeepSeek-V3's M groups per token): ep 4, val
 # 8 experts in 4 groups of 2 (one ep chip each), every token's top-3 among its best 2 groups; the reference routes
 # by the same rule, so losses, gradient norms and tokens per expert stay equal.
 NODES="--set model.moe.router=sigmoid --set model.moe.top_k=3 --set model.moe.expert_groups=4 --set model.moe.group_limit=2"
-expect_exit 0 'node-limited: 2 of 4 expert groups' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $NODES --validate
+if expect_exit 0 'node-limited: 2 of 4 expert groups' -- shardsim_mpi 4 train "$MOE" --plan ep=4 $NODES --validate \
+      --json nl_real.json \
+    && expect_exit 0 'node-limited routing: 1.500 remote expert groups' -- shardsim_mpi 1 --chips 4 train "$MOE" \
+      --plan ep=4 $NODES --shape-only --json nl_shape.json; then
+  # Remote groups per token: a token's 3 experts lie in exactly 2 of the 4 groups (2 experts each), so M·(G-1)/G =
+  # 1.5 on average and at most 2 for real routing; the declared (shape-only) routing gives the closed form.
+  python3 -c "import json,sys; f=lambda p: [l['remote_nodes_per_token'] for l in json.load(open(p))['train']['moe']['layers']]; \
+r=f('nl_real.json'); d=f('nl_shape.json'); print('remote nodes per token: real', r, 'declared', d); \
+sys.exit(0 if d and all(x==1.5 for x in d) and len(r)==len(d) and all(abs(x-1.5)<=0.25 for x in r) else 1)" \
+    && pass "remote expert groups per token: declared 1.5 = M(G-1)/G, real data within 0.25 of it" \
+    || fail "remote expert groups per token, real against declared"
+fi
 expect_exit 0 'validation: PASS' -- shardsim_mpi 1 --chips 4 train "$MOE" --plan ep=2,dp=2 $NODES $CAP --validate
 expect_exit 2 'model.moe.group_limit' -- shardsim_mpi 1 train "$MOE" --set model.moe.expert_groups=4 \
   --set model.moe.group_limit=1 --set model.moe.top_k=3

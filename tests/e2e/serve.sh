@@ -163,6 +163,77 @@ assert j["requests"][0][1] == j["requests"][1][1], j["requests"]   # same prefil
 PY
 fi
 
+e2e_case "(f5) per-phase plans: prefill tp 2 x dp 2, decode tp 4; each cache resharded through kv_transfer"
+# switch_8 (one 100 GB/s link per chip, 500 ns per hop). Llama-3-8B has 8 KV heads: a tp 2 prefill chip holds 4,
+# a tp 4 decode chip 2, so each prefill chip of the request's replica sends 2 messages of 2,048 x 32 layers x 2 x
+# 2 heads x 128 x 2 B, one after the other through its port: the cache is there 2 x message / 100 GB/s + 2 hops'
+# latency after the prefill. Chips 0-3 prefill (2 replicas), 4-7 decode.
+sed '/^parallel:/,/^  tp: 1$/d' "$S8" > pp8.yaml
+PP=(--topology "$CONFIGS/topologies/switch_8.yaml" --set serve.trace.count=2 --set serve.trace.arrival=fixed
+    --set serve.trace.rate=1 --set serve.trace.prompt=2048 --set serve.trace.output=16)
+PPG=(--set serve.disaggregation.prefill.parallel.tp=2 --set serve.disaggregation.prefill.parallel.dp=2
+     --set serve.disaggregation.decode.parallel.tp=4)
+if expect_exit 0 'plan per phase: prefill tp=2 x dp=2 on 4 chips, decode tp=4 on 4 chips' -- shardsim_mpi 1 --chips 8 \
+     serve pp8.yaml "${PP[@]}" "${PPG[@]}" --json pp8.json; then
+  assert_out 'KV cache transfers: 2 resharded from the prefill plan to the decode plan, 4 chip pairs each' "4 chip pairs per cache"
+  assert_out 'KV cache per chip, decode: ' "each group's cache"
+  if python3 - pp8.json <<'PY'; then pass "both plans in the JSON; each cache 2 x message / 100 GB/s + 1 us; prefill on replicas 0-1, decode on 2"; else fail "per-phase plans"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+d, it = j["disaggregation"], j["iterations"]
+assert d["per_phase"] and j["tp"] is None and j["dp"] == 3, (d, j["tp"])
+assert (d["prefill"]["tp"], d["prefill"]["dp"], d["prefill"]["chips"]) == (2, 2, 4), d["prefill"]
+assert (d["decode"]["tp"], d["decode"]["dp"], d["decode"]["chips"]) == (4, 1, 4), d["decode"]
+full = 2 * 32 * 8 * 128 * 2                      # Llama-3-8B's K and V bytes per token (bf16), all 8 KV heads
+msg = 2048 * full / 4                            # one prefill chip's half of its 4 heads to one decode chip
+assert d["transfer_bytes"] == 2 * 2048 * full, d["transfer_bytes"]
+assert d["prefill"]["kv_cache"]["bytes_per_token"] == full / 2 and d["decode"]["kv_cache"]["bytes_per_token"] == full / 4
+t, want = d["transfer_s"], 2 * msg / 100e9 + 2 * 500e-9
+assert len(t) == 2 and all(abs(x - want) <= 1e-9 * want for x in t), (t, want)
+assert all(i[4] == 0 for i in it if i[7] == 2) and {i[7] for i in it} == {0, 1, 2}, {i[7] for i in it}
+assert j["metrics"]["requests"] == 2 and all(r[2] > r[1] > 0 for r in j["requests"])
+PY
+fi
+# Per-phase plans that equal the config's plan (tp 2: prefill dp 3, decode dp 1) run what prefill_replicas: 3 runs
+# on tp 2 x dp 4: the same requests, iterations, transfers and metrics, to the bit.
+SWS=(--topology "$CONFIGS/topologies/switch_8.yaml" "${SMALL[@]}")
+if expect_exit 0 'KV cache transfers: 20 over' -- shardsim_mpi 1 --chips 8 serve "$S8" "${SWS[@]}" --set parallel.tp=2 \
+     --set parallel.dp=4 --set serve.disaggregation.prefill_replicas=3 --json same8.json \
+   && expect_exit 0 'plan per phase: prefill tp=2 x dp=3 on 6 chips, decode tp=2 on 2 chips' -- shardsim_mpi 1 --chips 8 \
+     serve pp8.yaml "${SWS[@]}" --set 'serve.disaggregation.prefill.parallel={tp: 2, dp: 3}' \
+     --set 'serve.disaggregation.decode.parallel={tp: 2}' --json per8.json; then
+  if python3 - same8.json per8.json <<'PY'; then pass "equal per-phase plans = prefill_replicas on the config's plan, bit for bit"; else fail "per-phase equal plans"; fi
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+assert b["disaggregation"]["per_phase"] and not a["disaggregation"]["per_phase"]
+PY
+fi
+# KV heads replicated over tp (2 KV heads at tp 4): each decode chip takes its head from its peer (the same copy),
+# so a transfer alone is one chip's bytes / 100 GB/s + 2 hops, not twice that through one holder's port.
+if expect_exit 0 'KV cache transfers: 1 over' -- shardsim_mpi 1 --chips 8 serve "$S8" --topology "$CONFIGS/topologies/switch_8.yaml" \
+     --set serve.trace.count=1 --set serve.trace.prompt=2048 --set serve.trace.output=4 --set model.kv_heads=2 \
+     --set parallel.tp=4 --set parallel.dp=2 --set serve.disaggregation.prefill_replicas=1 --json kvrep.json; then
+  if python3 - kvrep.json <<'PY'; then pass "replicated KV heads: each chip's cache to its peer (bytes / 100 GB/s + 1 us)"; else fail "replicated KV heads transfer"; fi
+import json, sys
+d = json.load(open(sys.argv[1]))["disaggregation"]
+per = 2 * 32 * 1 * 128 * 2 * 2048            # one chip's one KV head, 32 layers, K and V, bf16, 2,048 tokens
+want = per / 100e9 + 2 * 500e-9
+assert d["transfer_bytes_per_chip_pair"] == per and abs(d["transfer_s"][0] - want) <= 1e-9 * want, (d, want)
+PY
+fi
+expect_exit 2 "serve.disaggregation: the prefill group's plan takes 2 chips and the decode group's 4: 6, but the launch has 8" -- \
+  shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=2 \
+  --set serve.disaggregation.decode.parallel.tp=4 --json bad.json
+expect_exit 2 'parallel: with serve.disaggregation.prefill and decode each group.s plan is its own' -- \
+  shardsim_mpi 1 --chips 8 serve "$S8" "${PP[@]}" "${PPG[@]}" --json bad.json
+expect_exit 2 'serve.disaggregation.decode: missing' -- \
+  shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" --set serve.disaggregation.prefill.parallel.tp=8 --json bad.json
+expect_exit 2 'parallel.tp: .*3' -- shardsim_mpi 1 --chips 8 serve pp8.yaml "${PP[@]}" \
+  --set serve.disaggregation.prefill.parallel.tp=3 --set serve.disaggregation.decode.parallel.tp=5 --json bad.json
+
 e2e_case "(f3) CUDA graphs for decode batches (serve.cuda_graphs): a host-bound decode runs faster, prefill eagerly"
 # 50 us of host issue per kernel (far above Llama-3-8B's decode kernels at a small batch): eager decode steps wait
 # for the host, graph replays do not; the first request's prefill (alone, eager either way) takes the same time.
@@ -228,6 +299,29 @@ assert all(i[5] == 0 for i in it if i[7] == 0) and all(i[4] == 0 for i in it if 
 prompts = sum(r[3] for r in j["requests"] if r[4] > 1)
 assert d["transfer_bytes_per_chip_pair"] == prompts * j["kv_cache"]["bytes_per_token"], (d, prompts)
 assert all(r[1] > 0 and r[2] > r[1] for r in j["requests"])
+PY
+fi
+# Per-phase plans with a MoE model: ep 4 in both groups runs what prefill_replicas runs on ep 4 x dp 2 (to the bit);
+# ep 4 prefill into ep 2 x tp 2 (etp 2) decode: each cache from its ep chip (request id mod 4) to the tp pair of
+# its ep chip (id mod 2), 2 chip pairs each.
+mkdir -p mxp/serve mxp/topologies && cp "$CONFIGS/topologies/dgx_h100_nvls.yaml" mxp/topologies/  # its relative path
+sed '/^parallel:/,/^  ep: 8$/d' "$SMX" > mxp/serve/mx.yaml
+MXP=mxp/serve/mx.yaml
+if expect_exit 0 'plan per phase: prefill ep=4 on 4 chips, decode ep=4 on 4 chips' -- shardsim_mpi 1 --chips 8 serve "$MXP" \
+     "${SMALL[@]}" --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 4}' \
+     --json mxp.json \
+   && expect_exit 0 'in decode \(ep 2\)' -- shardsim_mpi 1 --chips 8 serve "$MXP" "${SMALL[@]}" \
+     --set 'serve.disaggregation.prefill.parallel={ep: 4}' --set 'serve.disaggregation.decode.parallel={ep: 2, tp: 2, etp: 2}' \
+     --json mxp2.json; then
+  if python3 - mxd.json mxp.json mxp2.json <<'PY'; then pass "MoE per phase: equal plans = prefill_replicas to the bit; ep 4 -> ep 2 x tp 2, 2 chip pairs a cache"; else fail "MoE per-phase plans"; fi
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
+for k in ("requests", "iterations", "metrics"):
+    assert a[k] == b[k], k
+assert a["disaggregation"]["transfer_s"] == b["disaggregation"]["transfer_s"]
+d = c["disaggregation"]
+assert d["per_phase"] and d["decode"]["ep"] == 2 and d["decode"]["tp"] == 2 and d["transfers"] == 20
+assert d["transfer_bytes"] == 2 * d["transfer_bytes_per_chip_pair"] and c["metrics"]["requests"] == 20
 PY
 fi
 
@@ -296,6 +390,21 @@ expect_exit 2 'serve.policy' -- shardsim_mpi 1 serve "$S8" --set serve.policy=fi
 expect_exit 2 'parallel.sp: refused in the serve mode: serving runs without sequence parallelism' -- shardsim_mpi 1 --chips 8 serve "$S70" --set parallel.sp=true
 expect_exit 2 'parallel.fused: refused in the serve mode: serving runs the GEMMs and their collectives unfused' -- shardsim_mpi 1 --chips 8 serve "$S70" \
   --set parallel.fused=true --json bad.json
+# A what-if change whose KV cache holds no block: refused before the baseline runs (no report line), naming it.
+expect_exit 2 '^shardsim: error: --what-if serve\.memory_fraction=0\.01: .*the KV cache is too small' -- \
+  shardsim_mpi 1 serve "$S8" --set serve.trace.count=4 --what-if hbm_bw=2x,serve.memory_fraction=0.01 --json bad.json
+assert_out_count "TTFT" 0 "no report printed"
 if [ -e bad.json ]; then fail "a refused run wrote its JSON"; else pass "nothing written by the refused runs"; fi
+
+e2e_case "(d2) no request makes a second token: TPOT / ITL n/a (JSON null), and none within a TPOT SLO"
+printf 'arrival_s,prompt_tokens,output_tokens\n0,100,1\n0.5,100,1\n' > one.csv
+if expect_exit 0 'TPOT  n/a' -- shardsim_mpi 1 serve "$S8" --requests one.csv --json one.json; then
+  assert_out 'ITL   n/a' "ITL n/a"
+  assert_out 'goodput: 0\.000 requests/s \(0 of 2 within .*; 2 with one output token have no TPOT and do not count\)' \
+    "one-token requests do not count as within the TPOT SLO"
+  python3 -c "import json,sys; m=json.load(open('one.json'))['metrics']; \
+sys.exit(0 if all(m[k][q] is None for k in ('tpot_s','itl_s') for q in ('p50','p90','p99','mean')) and m['tpot_s']['count']==0 else 1)" \
+    && pass "the JSON's TPOT and ITL are null with count 0" || fail "TPOT / ITL in the JSON are not null"
+fi
 
 e2e_finish

@@ -169,8 +169,12 @@ if expect_exit 0 '^resumed: tp2\.h5 at step 6 \(saved under dp=1 x tp=2\)' -- sh
   pass "a tp 2 checkpoint continues on one chip"
 fi
 sed -E 's/^(  dtype:.*)$/\1\nparallel:\n  tp: 4/' "$TRAIN" >tp4.yaml
-if expect_exit 2 '^shardsim: error: .*tp4\.yaml:[0-9]+: parallel.tp: tp above the 2 KV heads \(replicated KV heads\): not implemented yet in train' -- shardsim_mpi 4 train tp4.yaml
-then one_error_line; fi
+if expect_exit 0 '^  plan +tensor parallel tp=4 ' -- shardsim_mpi 4 train tp4.yaml --steps 6; then  # above its 2 KV heads
+  awk '$1 ~ /^[1-6]$/ && (NF == 7 || NF == 8) && $2 ~ /^(-|-?[0-9]+\.[0-9][0-9][0-9][0-9])$/ {print $1, $2, $3}' "$E2E_STDOUT" >tp4_losses.txt
+  if cmp -s one_6.txt tp4_losses.txt; then pass "tp 4 above 2 KV heads (replicated): losses equal one chip's (4 decimals)"; else
+    fail "tp 4 with replicated KV heads differs"; paste one_6.txt tp4_losses.txt >&2
+  fi
+fi
 # ZeRO-3 and recompute on the dp x tp mesh (numbers: LmTpZero, LmTpRecompute): one chip's losses again.
 sed -E 's/^(  sp: true)$/\1\n  zero: 3/; s/^(  data_seed:.*)$/\1\n  recompute: true/' tp2sp.yaml >tpz3.yaml
 if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; data parallel dp=2 \(gradients averaged over dp, ZeRO stage 3' -- shardsim_mpi 4 train tpz3.yaml --steps 6 --validate; then
@@ -320,7 +324,7 @@ if expect_exit 0 '^  plan +tensor parallel tp=2 \(Megatron.*; sequence parallel 
   fi
 fi
 sed -E 's/^(  tp: 2)$/\1\n  fused: true/' tp2.yaml >tp2_fused_nosp.yaml
-if expect_exit 2 '^shardsim: error: .*tp2_fused_nosp\.yaml:[0-9]+: parallel.fused: fused without sp .*set sp: true\): not implemented yet in train' -- shardsim_mpi 1 train tp2_fused_nosp.yaml --chips 4
+if expect_exit 2 '^shardsim: error: .*tp2_fused_nosp\.yaml:[0-9]+: parallel.fused: fused without sp does not train: .*tp_comm_overlap .*; set sp: true, or fused: false$' -- shardsim_mpi 1 train tp2_fused_nosp.yaml --chips 4
 then one_error_line; fi
 
 e2e_case "(t) run's overrides, --json and --trace: the issue's command on a 4x4 torus of h100s (16 chips on one rank, shape-only)"

@@ -5,7 +5,8 @@
 // first step's forward each MoE layer's tokens per expert (summed over the dp x ep replicas) equal and its aux loss
 // (their mean) within 1e-6.
 // Plans: ep alone, ep x tp (experts whole on every tp chip), ep x etp (experts split over tp), ep x dp with ZeRO 1
-// and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage), ep with sp, cp
+// and 3 (expert gradients over dp, the others over dp x ep), ep x pp (aux losses of every stage; 1F1B, and ZB-H1
+// with its deferred weight-gradient passes), ep with sp, cp
 // (ring, zigzag) and Ulysses (each chip routes its rows of the sequence; the aux loss over the sequence's chips;
 // the experts' gradients summed over sp's tp chips, averaged over cp's), dropless and with a capacity factor
 // (dropped tokens; with sp, cp or Ulysses each chip drops over its own rows), etp with sp (the tp group's rows
@@ -46,7 +47,15 @@ struct MoeCase {
   int64_t micro_batch = 0;
   int cp = 1;            // the cp axis: ring attention (zigzag), or Ulysses with ulysses
   bool sp = false, ulysses = false;
+  sharding::plans::ScheduleKind schedule = sharding::plans::ScheduleKind::one_f_one_b;
 };
+
+// A pp case under ZB-H1 (more micro-batches than stages: a micro-batch's W pass runs after later micro-batches'
+// forward and input-gradient passes on its stage).
+MoeCase zb_h1(MoeCase k) {
+  k.schedule = sharding::plans::ScheduleKind::zb_h1;
+  return k;
+}
 
 std::ostream& operator<<(std::ostream& os, const MoeCase& c) { return os << c.name; }
 
@@ -66,6 +75,9 @@ const MoeCase kCases[] = {
     {"ep2_x_dp2_zero1_bias", 2, 1, 1, 2, 1, 1, 0, 3},
     {"ep2_x_tp2_etp2_bias_capacity", 2, 2, 2, 1, 1, 0, 1.25, 3},
     {"ep2_x_pp2_bias_micro", 2, 1, 1, 1, 2, 0, 0, 3, 3},
+    zb_h1({"pp2_zb_h1_micro", 1, 1, 1, 1, 2, 0, 0, 0, 2}),
+    zb_h1({"pp2_x_dp2_zb_h1_zero1_micro_shared", 1, 1, 1, 2, 2, 1, 0, 1, 3}),
+    zb_h1({"ep2_x_pp2_zb_h1_bias_micro", 2, 1, 1, 1, 2, 0, 0, 3, 2}),
     // A sequence split over chips: each routes its own rows, the aux loss over the sequence's chips.
     {"ep2_x_tp2_sp", 2, 2, 1, 1, 1, 0, 0, 0, 0, 1, true},
     {"ep2_x_cp2", 2, 1, 1, 1, 1, 0, 0, 0, 0, 2},
@@ -193,7 +205,7 @@ Deviation train_case(const MoeCase& k, const World& world, int rank) {
   sim::Timeline tl(mesh.placement()[size_t(rank)], topo, sim::device_preset("trainium1"));
   runtime::Transport t(world, tl, mesh.placement());
   mesh.bind(t);
-  models::LmDpConfig dp{k.zero, 512, "auto", false, k.micro_batch};
+  models::LmDpConfig dp{k.zero, 512, "auto", false, k.micro_batch, k.schedule};
   dp.etp = k.etp;
   models::LmTpTrainer tr(c, kFiveSteps, mesh, t, tl, dp, k.sp, true, k.ulysses);
   const Reference& ref = reference(k);

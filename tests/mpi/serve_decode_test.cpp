@@ -351,6 +351,8 @@ struct PhaseCase {
   const char* name;
   int tp_a = 1, pp_a = 1, tp_b = 1, pp_b = 1;
   int64_t kv_heads = 8;
+  int ep_a = 0, ep_b = 0;  // > 0: the MoE model, its experts over ep chips in that group (a sequence's cache on
+                           // its ep chip, slot mod ep, in each)
 };
 
 std::ostream& operator<<(std::ostream& os, const PhaseCase& c) { return os << c.name; }
@@ -358,12 +360,18 @@ std::ostream& operator<<(std::ostream& os, const PhaseCase& c) { return os << c.
 const PhaseCase kPhaseCases[] = {{"tp2_to_tp1", 2, 1, 1, 1},        {"tp1_to_tp2", 1, 1, 2, 1},
                                  {"tp2_x_pp2_to_tp4", 2, 2, 4, 1},  {"pp2_to_tp2", 1, 2, 2, 1},
                                  {"tp4_to_tp2_x_pp2", 4, 1, 2, 2},  {"mqa_tp2_to_tp1", 2, 1, 1, 1, 1},
-                                 {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2}};
+                                 {"kv2_tp4_to_tp2", 4, 1, 2, 1, 2}, {"kv2_tp1_to_tp4", 1, 1, 4, 1, 2},
+                                 {"tp2_to_tp4", 2, 1, 4, 1},        {"tp2_to_tp2_x_pp2", 2, 1, 2, 2},
+                                 {"kv2_tp4_to_tp4", 4, 1, 4, 1, 2}, {"mqa_tp2_to_tp4", 2, 1, 4, 1, 1}, {"mqa_tp4_to_tp2", 4, 1, 2, 1, 1},
+                                 {"moe_ep4_to_ep2", 1, 1, 1, 1, 8, 4, 2},
+                                 {"moe_ep2_to_ep2_x_tp2", 1, 1, 2, 1, 8, 2, 2}};
 
 template <class World>
 Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
-  const sharding::ModelSpec c = config_of({k.name, 1, 1, k.kv_heads});
-  const int a = k.tp_a * k.pp_a, b = k.tp_b * k.pp_b;
+  const bool moe = k.ep_a > 0 || k.ep_b > 0;
+  const int ep_a = std::max(k.ep_a, 1), ep_b = std::max(k.ep_b, 1);
+  const sharding::ModelSpec c = config_of({k.name, 1, 1, k.kv_heads, false, moe ? 1 : 0});
+  const int a = k.tp_a * k.pp_a * ep_a, b = k.tp_b * k.pp_b * ep_b;
   const int group = rank < a ? 0 : rank < a + b ? 1 : 2;  // prefill, decode, idle
   auto topo = topology::Topology::ring(n, topology::LinkSpec{100, 1000});
   sim::Timeline tl(rank, topo, sim::device_preset("h100"));
@@ -371,9 +379,13 @@ Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
   for (int i = 0; i < n; ++i) chips.push_back(i);
   runtime::Transport t(world, tl, chips);
   runtime::Transport g = t.split(group, rank);
-  models::KvLayout from{k.tp_a, k.pp_a, {}, {}}, to{k.tp_b, k.pp_b, {}, {}};
-  for (int i = 0; i < a; ++i) from.ranks.push_back(i);
-  for (int i = a; i < a + b; ++i) to.ranks.push_back(i);
+  // A group's chips of ep coordinate E as a layout (its mesh's rank order tp, ep, pp; its ranks from FIRST).
+  const auto layout = [](int first, int tp, int ep, int pp, int e) {
+    models::KvLayout l{tp, pp, {}, {}};
+    for (int s = 0; s < pp; ++s)
+      for (int t = 0; t < tp; ++t) l.ranks.push_back(first + t + tp * (e + ep * s));
+    return l;
+  };
   const models::LmWeights ref = models::lm_compute_copy(c, models::lm_init(c));
   std::vector<std::vector<int64_t>> seqs;
   models::LmServeBatch batch;
@@ -403,9 +415,9 @@ Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
   std::optional<models::LmTpTrainer> tr;
   std::optional<sharding::plans::KvCache> cache;
   if (group < 2) {
-    const int tp = group == 0 ? k.tp_a : k.tp_b, pp = group == 0 ? k.pp_a : k.pp_b;
-    mesh.emplace(std::map<std::string, int>{{"tp", tp}, {"pp", pp}},
-                 topology::Topology::ring(tp * pp, topology::LinkSpec{100, 1000}));
+    const int tp = group == 0 ? k.tp_a : k.tp_b, pp = group == 0 ? k.pp_a : k.pp_b, ep = group == 0 ? ep_a : ep_b;
+    mesh.emplace(std::map<std::string, int>{{"tp", tp}, {"ep", ep}, {"pp", pp}},
+                 topology::Topology::ring(tp * ep * pp, topology::LinkSpec{100, 1000}));
     mesh->bind(g);
     models::LmDpConfig dpc;
     dpc.forward_only = true;
@@ -424,8 +436,10 @@ Deviation phase_case(const PhaseCase& k, const World& world, int n, int rank) {
   t.allreduce(std::span<double>(end), runtime::Reduce::max, "prefill end");
   for (int q = 0; q < kSeqs; ++q) {
     const int64_t len = int64_t(seqs[size_t(q)].size());
+    const models::KvLayout from = layout(0, k.tp_a, ep_a, k.pp_a, q % ep_a), to = layout(a, k.tp_b, ep_b, k.pp_b, q % ep_b);
     const sim::TimeNs at = models::kv_transfer(t, *cache, c.layers, c.kv_heads, from, to, {q, q, len, end[0]});
-    if (group == 1) {
+    const bool holds = std::count(to.ranks.begin(), to.ranks.end(), rank) > 0;  // this chip receives the sequence
+    if (holds) {
       EXPECT_GT(at, end[0]) << "sequence " << q;
     }
   }
@@ -449,7 +463,7 @@ class ServePerPhase : public ::testing::TestWithParam<PhaseCase> {};
 TEST_P(ServePerPhase, DecodeAfterReshardEqualsRecomputingOneChipPerRank) {
   const PhaseCase& k = GetParam();
   const int p = world_size();
-  if (p < k.tp_a * k.pp_a + k.tp_b * k.pp_b) GTEST_SKIP() << k.name << " needs more ranks than " << p;
+  if (p < k.tp_a * k.pp_a * std::max(k.ep_a, 1) + k.tp_b * k.pp_b * std::max(k.ep_b, 1)) GTEST_SKIP() << k.name << " needs more ranks than " << p;
   const Deviation d = phase_case(k, MPI_COMM_WORLD, p, world_rank());
   const double worst = max_over_ranks(d.logits), mismatches = max_over_ranks(double(d.token_mismatches));
   const double checked = max_over_ranks(double(d.checked));

@@ -2,8 +2,8 @@
 // validates against one device (the Llama block and the GPT block variants): 5 fp32 training steps equal the single-device loop (models/lm_train.h) within the
 // trainer's tolerances (|loss - ref| < 1e-5, relative |grad norm - ref| < 1e-5, |w - ref| < 1e-4: only fp32
 // summation orders differ; tests/mpi/lm_tp_dp_test.cpp explains the limits). One parametrised case per plan: data
-// parallelism with ZeRO 0-3, recompute, tp, tp+sp, cp (zigzag and contiguous), Ulysses (also with replicated kv
-// heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
+// parallelism with ZeRO 0-3, recompute, tp, tp+sp, tp above the KV heads (replicated KV heads), cp (zigzag and
+// contiguous), Ulysses (also with replicated kv heads), Ulysses x tp, tp x cp, fused collectives; the data-parallel axis takes the remaining chips, so at 8
 // ranks tp2 x cp2 is dp2 x cp2 x tp2. Gradient accumulation: micro-batches of 1 or 3 sequences per replica
 // against the reference's one pass over the whole batch. Each case runs at one chip per rank on the MPI world (when tp·cp divides it
 // and dp divides the batch), and, on one rank, with 8 chips on that rank (runtime/chips.h).
@@ -58,6 +58,12 @@ PlanCase unfused(PlanCase k, bool selective) {
   return k;
 }
 
+// Case K with KV_HEADS KV heads (of 16 query heads).
+PlanCase kv(PlanCase k, int64_t kv_heads) {
+  k.kv_heads = kv_heads;
+  return k;
+}
+
 // Case K with block variant V.
 PlanCase variant(PlanCase k, int v) {
   k.variant = v;
@@ -103,6 +109,15 @@ const PlanCase kCases[] = {
     {"tp2_sp_fused", 2, 1, false, true, true, true},
     {"tp4_sp_fused_zero1_recompute", 4, 1, false, true, true, true, 1, true},
     {"tp2_sp_fused_x_cp2", 2, 2, false, true, true, true},
+    // Tp above the KV heads (2x and 4x): each tp chip holds its query heads' KV head, the KV group's Wk / Wv
+    // gradients summed over it (tensor_parallel.h, kv_replica_grads_reduce); with sp, fused, ZeRO, micro-batches.
+    {"tp2_sp_kv1_replicated", 2, 1, false, true, true, false, 0, false, 1},
+    {"tp4_sp_kv1_replicated_zero1", 4, 1, false, true, true, false, 1, false, 1},
+    {"tp4_sp_kv2_replicated", 4, 1, false, true, true, false, 0, false, 2},
+    {"tp8_sp_kv2_replicated_zero3", 8, 1, false, true, true, false, 3, false, 2},
+    {"tp4_kv2_replicated_micro3_recompute", 4, 1, false, false, true, false, 0, true, 2, 3},
+    {"tp4_sp_fused_kv1_replicated", 4, 1, false, true, true, true, 0, false, 1},
+    {"tp2_sp_kv1_x_cp2", 2, 2, false, true, true, false, 0, false, 1},
     // Gradient accumulation: the replica's batch in micro-batches of 1 or 3 sequences equals one pass (fp32).
     {"dp_micro1", 1, 1, false, false, true, false, 0, false, 8, 1},
     {"dp_micro3_zero3", 1, 1, false, false, true, false, 3, false, 8, 3},
@@ -126,6 +141,7 @@ const PlanCase kCases[] = {
     pipe("pp2_x_tp2_sp_zb_h1_zero3", 2, ScheduleKind::zb_h1, 1, 2, 1, 1, true, 3),
     pipe("pp4_x_tp2_zb_h1", 4, ScheduleKind::zb_h1, 1, 2, 1, 3),
     pipe("pp2_x_cp2_x_tp2_zb_h1", 2, ScheduleKind::zb_h1, 1, 2, 2, 3),
+    kv(pipe("pp2_x_tp4_sp_kv2_zb_h1", 2, ScheduleKind::zb_h1, 1, 4, 1, 1, true), 2),
     // The GPT block (layernorm, gelu MLP, learned positions, tied embeddings) under every plan family, and each
     // variant alone under tp + sp.
     variant({"gpt_dp_zero1", 1, 1, false, false, true, false, 1}, 1),

@@ -3,43 +3,22 @@
 // "### `SECTION`", and every such heading exists once.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "experiments/config_keys.h"
+#include "tests/unit/config_doc.h"
 
 namespace {
 
-std::string read_doc() {
-  const std::string path = std::string(SHARDSIM_CONFIG_DIR) + "/../docs/CONFIG.md";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The text under "### `SECTION`" up to the next heading of level 2 or 3; "" when the heading is missing.
-std::string section_text(const std::string& doc, std::string_view section) {
-  const std::string heading = "\n### `" + std::string(section) + "`";
-  const size_t at = doc.find(heading);
-  if (at == std::string::npos) return "";
-  const size_t body = doc.find('\n', at + 1);
-  size_t end = doc.size();
-  for (const char* next : {"\n### ", "\n## "}) {
-    const size_t n = doc.find(next, body);
-    if (n != std::string::npos) end = std::min(end, n);
-  }
-  return doc.substr(body, end - body);
-}
+using shardsim::test::config_doc_section;
+using shardsim::test::read_config_doc;
 
 TEST(ConfigDoc, EveryParserKeyHasARowUnderItsSection) {
-  const std::string doc = read_doc();
+  const std::string doc = read_config_doc();
   ASSERT_FALSE(doc.empty());
   int checked = 0;
   for (const auto& s : shardsim::experiments::config_key_sections()) {
-    const std::string text = section_text(doc, s.section);
+    const std::string text = config_doc_section(doc, s.section);
     ASSERT_FALSE(text.empty()) << "docs/CONFIG.md has no heading ### `" << s.section << "`";
     ASSERT_FALSE(s.keys.empty()) << s.section;
     for (auto key : s.keys) {
@@ -54,10 +33,10 @@ TEST(ConfigDoc, EveryParserKeyHasARowUnderItsSection) {
 TEST(ConfigDoc, SectionLookupFindsOnlyItsOwnRows) {
   // The check above could pass by finding a key under another heading; make sure the cut works.
   const std::string doc = "intro\n### `a`\n| `x` | 1 |\n### `b`\n| `y` | 2 |\n## end\n| `z` |\n";
-  EXPECT_NE(section_text(doc, "a").find("| `x` |"), std::string::npos);
-  EXPECT_EQ(section_text(doc, "a").find("| `y` |"), std::string::npos);
-  EXPECT_EQ(section_text(doc, "b").find("| `z` |"), std::string::npos);
-  EXPECT_EQ(section_text(doc, "c"), "");
+  EXPECT_NE(config_doc_section(doc, "a").find("| `x` |"), std::string::npos);
+  EXPECT_EQ(config_doc_section(doc, "a").find("| `y` |"), std::string::npos);
+  EXPECT_EQ(config_doc_section(doc, "b").find("| `z` |"), std::string::npos);
+  EXPECT_EQ(config_doc_section(doc, "c"), "");
 }
 
 }  // namespace

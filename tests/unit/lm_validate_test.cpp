@@ -27,6 +27,18 @@ TEST(LmValidate, LimitsFollowTheDtypeAndTheStep) {
   EXPECT_TRUE(ok.passed);
   EXPECT_EQ(ok.step, 5);
   EXPECT_FALSE(check_losses(runtime::DType::bf16, {{1, 1.0037}}, {1.0}).passed);
+  // FP8 in either dtype: 3 % relative at every step (FP8's bound against bf16, docs/MODEL.md), named in the rule.
+  for (const auto dt : {runtime::DType::fp32, runtime::DType::bf16}) {
+    const auto f = loss_tolerance(dt, 7, kernels::Fp8Scaling::block);
+    EXPECT_DOUBLE_EQ(f.limit, 0.03);
+    EXPECT_TRUE(f.relative);
+    EXPECT_NE(f.rule.find("fp8: 3 %"), std::string::npos) << f.rule;
+  }
+  // The tester's fp8 tp 2 difference (0.0329 on a loss near 3.4) passes the FP8 limit and fails fp32's.
+  const std::vector<double> ref30(30, 3.4);
+  EXPECT_TRUE(check_losses(runtime::DType::fp32, {{30, 3.4329}}, ref30, kernels::Fp8Scaling::tensor).passed);
+  EXPECT_FALSE(check_losses(runtime::DType::fp32, {{30, 3.4329}}, ref30).passed);
+  EXPECT_FALSE(check_losses(runtime::DType::fp32, {{30, 3.4 * 1.031}}, ref30, kernels::Fp8Scaling::tensor).passed);
   EXPECT_FALSE(check_losses(runtime::DType::fp32, {{1, NAN}}, {1.0}).passed);
 }
 

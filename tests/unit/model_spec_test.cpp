@@ -204,14 +204,16 @@ TEST(ModelSpecParse, MicroBatchesDivideEachReplicasBatch) {
 }
 
 TEST(ModelSpecParse, OneRuleForWhatEachModeAccepts) {
-  // tp above the KV heads: the block replicates them; the trainer does not yet (a clear line, not a crash).
+  // tp above the KV heads: replicated in every mode; tp neither a multiple nor a divisor of them is refused.
   const std::string block = "model: {kind: transformer_block, hidden: 64, heads: 8, kv_heads: 2, ffn: 128, seq: 16}\n"
                             "parallel: {tp: 4}\n";
   EXPECT_EQ(spec_error(block, SpecUse::block, 4), "");
   const std::string lm = "model: {vocab: 32, hidden: 64, heads: 8, kv_heads: 2, head_dim: 8, ffn: 128, seq: 16, "
                          "batch: 4}\nparallel: {tp: 4}\n";
-  EXPECT_NE(spec_error(lm, SpecUse::train, 4).find("parallel.tp: tp above the 2 KV heads (replicated KV heads): not "
-                                                    "implemented yet in train"),
+  EXPECT_EQ(spec_error(lm, SpecUse::train, 4), "");
+  const std::string odd = "model: {vocab: 48, hidden: 64, heads: 12, kv_heads: 3, head_dim: 8, ffn: 96, seq: 16, "
+                          "batch: 4}\nparallel: {tp: 4}\n";
+  EXPECT_NE(spec_error(odd, SpecUse::train, 4).find("parallel.tp: 3 KV heads and tp 4: one must divide the other"),
             std::string::npos);
   // Keys with no effect in a forward (the registry's modes: gradient buckets) in a block config outside the
   // executor; ZeRO runs in a forward (stage 3 gathers the parameters), so it is accepted.

@@ -140,3 +140,120 @@ TEST(MoePlacement, SuccessiveLayersPutTheirHottestExpertOnDifferentRanks) {
   }
   EXPECT_THROW(sharding::plans::placement_by_load(load, 4, 4), std::invalid_argument);
 }
+
+// The router's logits are one fixed-order dot product per (token, expert): a token's logits have the same bits
+// whatever rows share the call (a BLAS GEMM's need not: OpenBLAS's FMA kernels round a row by the row count), so a
+// sharded run's top-k and capacity decisions see its reference's values. Against fp64: within fp32 rounding.
+TEST(MoeRouterLogits, EveryTokenTheSameBitsAtAnyRowCount) {
+  const int64_t T = 37, h = 48, E = 16;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xv(size_t(T * h)), wv(size_t(h * E));
+  for (auto& v : xv) v = nd(gen);
+  for (auto& v : wv) v = nd(gen) * 0.2f;
+  const Tensor x = Tensor::from_float(xv, DType::fp32, {T, h}), w = Tensor::from_float(wv, DType::fp32, {h, E});
+  Tensor all(DType::fp32, {T, E});
+  const KernelCost cost = router_logits(x, w, all);
+  EXPECT_EQ(cost.name, "gemm");
+  EXPECT_DOUBLE_EQ(cost.flops, 2.0 * T * h * E);
+  for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{13}}) {
+    for (int64_t t0 = 0; t0 + rows <= T; t0 += rows) {
+      const std::vector<float> part(xv.begin() + t0 * h, xv.begin() + (t0 + rows) * h);
+      Tensor l(DType::fp32, {rows, E});
+      router_logits(Tensor::from_float(part, DType::fp32, {rows, h}), w, l);
+      for (int64_t i = 0; i < rows * E; ++i)
+        ASSERT_EQ(l.get(i), all.get(t0 * E + i)) << rows << " rows from token " << t0 << ", entry " << i;
+    }
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) {
+      double ref = 0;
+      for (int64_t i = 0; i < h; ++i) ref += double(xv[size_t(t * h + i)]) * double(wv[size_t(i * E + e)]);
+      EXPECT_EQ(all.get(t * E + e), float(ref));
+    }
+  // Shape-only: the cost alone.
+  Tensor xs = Tensor::make(DType::bf16, {T, h}, false), ws = Tensor::make(DType::bf16, {h, E}, false),
+         ls = Tensor::make(DType::bf16, {T, E}, false);
+  EXPECT_DOUBLE_EQ(router_logits(xs, ws, ls).flops, 2.0 * T * h * E);
+  Tensor bad(DType::fp32, {T, E + 1});
+  EXPECT_THROW(router_logits(x, w, bad), std::invalid_argument);
+}
+
+// Declared node-limited routing: the tokens reaching each expert group. Uniform counts: T·M/G per group (remote
+// nodes per token M·(G−1)/G = expected_remote_nodes' bound); Zipf: each group within its bounds, the reaches summing
+// to T·M; and against a real router on iid scores routing the same shape (its per-group reaches, node_fanout).
+TEST(MoeNodeLimited, DeclaredNodeTokensAgainstTheClosedFormAndARealRouter) {
+  const int64_t T = 4096, E = 256, k = 8, G = 8, M = 4;
+  RouterOptions o;
+  o.experts = E;
+  o.top_k = k;
+  o.score = RouterScore::sigmoid;
+  o.groups = G;
+  o.group_limit = M;
+  const std::vector<int64_t> uniform(size_t(E), T * k / E);
+  const std::vector<int64_t> d = declared_node_tokens(o, uniform, T);
+  ASSERT_EQ(int64_t(d.size()), G);
+  for (int64_t g = 0; g < G; ++g) EXPECT_EQ(d[size_t(g)], T * M / G);
+  double remote = 0;  // the chip of group 0
+  for (int64_t g = 1; g < G; ++g) remote += double(d[size_t(g)]) / T;
+  EXPECT_DOUBLE_EQ(remote, expected_remote_nodes(E, k, G, M));
+  // Skewed: group 0's experts take half the assignments; every token reaches it at most once.
+  std::vector<int64_t> zipf(static_cast<size_t>(E));
+  int64_t left = T * k;
+  for (int64_t e = 0; e < E; ++e) zipf[size_t(e)] = e < 32 ? T / 8 : 0, left -= zipf[size_t(e)];
+  for (int64_t e = 32; left > 0; e = 32 + (e - 31) % (E - 32)) ++zipf[size_t(e)], --left;
+  const std::vector<int64_t> z = declared_node_tokens(o, zipf, T);
+  EXPECT_EQ(std::accumulate(z.begin(), z.end(), int64_t{0}), T * M);
+  EXPECT_EQ(z[0], T);  // 4 assignments per token's worth: every token reaches the hot group
+  for (int64_t g = 0; g < G; ++g) {
+    int64_t q = 0;
+    for (int64_t e = g * (E / G); e < (g + 1) * (E / G); ++e) q += zipf[size_t(e)];
+    EXPECT_LE(z[size_t(g)], std::min(T, q));
+    EXPECT_GE(z[size_t(g)], (q + k - 1) / k);
+  }
+  // A real router routing T iid tokens: its kept counts declared again give per-group reaches close to its own.
+  const Tensor l = iid_logits(T, E, 11);
+  Routing r;
+  route(l, o, r);
+  apply_capacity(r, {});
+  const std::vector<int64_t> dr = declared_node_tokens(o, r.counts, T);
+  for (int64_t g = 0; g < G; ++g) {
+    int64_t real = 0;  // tokens with an expert in group g
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        if (r.expert[size_t(t * k + j)] / (E / G) == g) {
+          ++real;
+          break;
+        }
+    EXPECT_NEAR(double(dr[size_t(g)]), double(real), 0.05 * double(real)) << "group " << g;
+  }
+  std::printf("[moe_routing] declared node reaches (T %lld, E %lld, k %lld, M %lld of %lld): uniform %lld per group, "
+              "remote nodes per token %.4f (bound %.4f)\n", (long long)T, (long long)E, (long long)k, (long long)M,
+              (long long)G, (long long)d[0], remote, expected_remote_nodes(E, k, G, M));
+  o.group_limit = 0;
+  EXPECT_THROW(declared_node_tokens(o, uniform, T), std::invalid_argument);
+}
+
+// Uniform declared routing routes every layer of a rank alike (the extras of an uneven split rotate by rank only), so
+// a stage's blocks run alike; Zipf draws each layer's hot experts.
+TEST(MoeDeclared, UniformRoutesEveryLayerAlikeZipfDoesNot) {
+  kernels::MoeSpec s;
+  s.hidden = 8;
+  s.router.experts = 8;
+  s.router.top_k = 2;
+  s.expert_ffn.assign(8, 4);
+  const std::vector<int64_t> tokens = {5, 7, 3, 5};  // uneven splits: 10, 14, 6 assignments over 8 experts
+  const auto u0 = sharding::plans::declared_ep_routing(s, tokens, {0, 1}, 1);
+  const auto u1 = sharding::plans::declared_ep_routing(s, tokens, {0, 1}, 2);
+  bool ranks_differ = false;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    EXPECT_EQ(u0[r].counts, u1[r].counts) << "rank " << r;
+    ranks_differ = ranks_differ || (r > 0 && u0[r].counts != u0[0].counts && tokens[r] == tokens[0]);
+  }
+  EXPECT_TRUE(ranks_differ) << "ranks 0 and 3 route 5 tokens each: their extras should rotate apart";
+  const auto z0 = sharding::plans::declared_ep_routing(s, tokens, {1.2, 1}, 1);
+  const auto z1 = sharding::plans::declared_ep_routing(s, tokens, {1.2, 1}, 2);
+  bool layers_differ = false;
+  for (size_t r = 0; r < tokens.size(); ++r) layers_differ = layers_differ || z0[r].counts != z1[r].counts;
+  EXPECT_TRUE(layers_differ);
+}

@@ -4,7 +4,9 @@
 // and the compositions tp x cp, Ulysses x tp and tp + sp x cp under full recomputation, against the single-device
 // reference (models/lm_model.h: lm_forward and lm_backward of a one-block stack, vocab 0, its MSE loss): each
 // chip's output rows equal the reference's at its tokens, and every weight gradient, summed over the chips that
-// hold the same shard, equals the reference's shard. A NaN in one input row reaches the same elements.
+// hold the same shard, equals the reference's shard. A NaN in one input row reaches the same elements. Tp above the
+// KV heads: the KV group's replicas of Wk and Wv each hold the head's whole gradient after the tp unit's
+// kv_replica_grads_reduce (an all_reduce over the group, charged on the chip's clock).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -44,6 +46,12 @@ std::vector<BlockCase> cases() {
   v.push_back({"ulysses_x_tp", m + "parallel: {tp: 2, ulysses: 2}\n", sharding::SpecUse::train, 4});
   v.push_back({"tp_sp_x_cp_full_recompute", m + "parallel: {tp: 2, sp: true, cp: 2, recompute: full}\n",
                sharding::SpecUse::train, 4});
+  // Tp above the KV heads (2x: 4 KV heads at tp 8; 4x: 2 at tp 8), with sp and with cp.
+  std::string kv2 = m;
+  kv2.replace(kv2.find("kv_heads: 4"), 11, "kv_heads: 2");
+  v.push_back({"tp_2x_kv_heads_sp", m + "parallel: {tp: 8, sp: true}\n", sharding::SpecUse::train, 8});
+  v.push_back({"tp_4x_kv_heads_sp", kv2 + "parallel: {tp: 8, sp: true}\n", sharding::SpecUse::train, 8});
+  v.push_back({"tp_2x_kv_heads_x_cp", kv2 + "parallel: {tp: 4, cp: 2}\n", sharding::SpecUse::train, 8});
   return v;
 }
 
@@ -52,10 +60,13 @@ struct Shards {
   std::map<std::string, Tensor> w, g;
 };
 
-// Chip TP of TP's shard of reference weight NAME (column- or row-parallel, or whole).
+// Chip TP of TP's shard of reference weight NAME (column- or row-parallel, or whole; tp above the KV heads: Wk and
+// Wv of the KV head of chip T's query heads, replicated over tp / kv_heads chips).
 Tensor shard_of(const std::string& name, const Tensor& whole, int tp, int t, const ModelSpec& s) {
-  const int64_t qd = s.heads * s.head_dim / tp, kvd = s.kv_heads * s.head_dim / tp, f = s.ffn / tp;
+  const int64_t qd = s.heads * s.head_dim / tp, f = s.ffn / tp;
   if (name == "wq") return cols(whole, t * qd, qd);
+  if ((name == "wk" || name == "wv") && tp > s.kv_heads) return cols(whole, t / (tp / s.kv_heads) * s.head_dim, s.head_dim);
+  const int64_t kvd = s.kv_heads * s.head_dim / tp;
   if (name == "wk" || name == "wv") return cols(whole, t * kvd, kvd);
   if (name == "w_gate" || name == "w_up") return cols(whole, t * f, f);
   if (name == "wo") return whole.rows(t * qd, qd);
@@ -142,6 +153,13 @@ void run_case(const BlockCase& c, bool nan_input) {
     Tensor dx(DType::fp32, y.shape());
     kernels::mse_loss_backward(y, target, N, dx);
     plans::block_backward(ctx, layout, bw, keep, bg, dx);
+    if (tp > spec.kv_heads) {  // the KV group's replicas sum their Wk, Wv gradients (the trainer's per-step call)
+      auto& group = plans::kv_replica_group(env.mesh["tp"], tp / int(spec.kv_heads));
+      const double before = env.chip.t;
+      env.chip.t = plans::kv_replica_grads_reduce(group, {bg.wk, bg.wv}, "auto", env.chip.t);
+      EXPECT_EQ(group.size(), tp / spec.kv_heads) << at0;
+      EXPECT_GT(env.chip.t, before) << at0 << ": the reduction is charged on the chip's clock";
+    }
     for (auto& [name, g] : sh.g) {
       const bool norm = name.find("norm") != std::string::npos;
       if (norm && !plan.sp && t != 0) continue;

@@ -4,12 +4,11 @@
 // Every registered plan is enumerated: a new registration is tested without editing this file.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "tests/unit/config_doc.h"
 #include "models/executor_config.h"
 #include "sharding/plans/registry.h"
 
@@ -93,13 +92,8 @@ TEST_P(PlanModesTest, AcceptedWhereHelpSaysItRunsRefusedWhereItSaysRefused) {
 
 // docs/CONFIG.md's parallel: table: each key's row has the modes column help derives from the same descriptor.
 TEST_P(PlanModesTest, ConfigDocModesColumnIsTheRegistrys) {
-  std::ifstream in(std::string(SHARDSIM_CONFIG_DIR) + "/../docs/CONFIG.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string doc = ss.str();
-  const size_t from = doc.find("\n### `parallel`");
-  ASSERT_NE(from, std::string::npos);
-  const std::string section = doc.substr(from, doc.find("\n### ", from + 1) - from);
+  const std::string section = test::config_doc_section(test::read_config_doc(), "parallel");
+  ASSERT_FALSE(section.empty()) << "docs/CONFIG.md has no ### `parallel` section";
   const PlanDescriptor& d = *find_plan(GetParam());
   for (const PlanKey& k : d.keys) {
     const size_t row = section.find("\n| `" + k.name + "` |");

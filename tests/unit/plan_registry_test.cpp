@@ -4,7 +4,6 @@
 // the sweeps' plan entries and the device mesh take what the registry says.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/unit/config_doc.h"
 #include "experiments/sweep.h"
 #include "sharding/device_mesh.h"
 #include "sharding/engine_config.h"
@@ -137,13 +137,8 @@ TEST_P(PlanRegistry, HelpPlansListsItAndItsKeys) {
 }
 
 TEST_P(PlanRegistry, ConfigDocHasARowPerKey) {
-  std::ifstream in(std::string(SHARDSIM_CONFIG_DIR) + "/../docs/CONFIG.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string doc = ss.str();
-  const size_t from = doc.find("\n### `parallel`");
-  ASSERT_NE(from, std::string::npos);
-  const std::string section = doc.substr(from, doc.find("\n### ", from + 1) - from);
+  const std::string section = test::config_doc_section(test::read_config_doc(), "parallel");
+  ASSERT_FALSE(section.empty()) << "docs/CONFIG.md has no ### `parallel` section";
   for (const auto& k : plan().keys) EXPECT_NE(section.find("| `" + k.name + "` |"), std::string::npos) << k.name;
 }
 
