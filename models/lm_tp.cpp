@@ -42,6 +42,25 @@ namespace shardsim::models {
 using runtime::DType;
 using runtime::Tensor;
 
+namespace {
+// A state to restore (MASTER, and M and V unless MOMENTS is false) holds LAYOUT's tensors, in order, each fp32 of
+// its shape; else std::invalid_argument naming the first tensor that differs.
+void check_state_layout(const LmWeights& master, const LmWeights& m, const LmWeights& v, const ModelSpec& layout,
+                        bool moments) {
+  const LmWeights want = lm_zeros(layout, DType::fp32, false);
+  const auto wn = want.named_weights();
+  for (const LmWeights* w : {&master, &m, &v}) {
+    if (!moments && w != &master) continue;
+    const auto got = w->named_weights();
+    if (got.size() != wn.size()) throw std::invalid_argument("lm_tp restore: tensor count differs from the model's");
+    for (size_t i = 0; i < wn.size(); ++i)
+      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != wn[i].second->shape())
+        throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
+                                    runtime::shape_str(got[i].second->shape()));
+  }
+}
+}  // namespace
+
 bool LmTpTrainer::is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
 bool LmTpTrainer::is_moe(const std::string& name) { return name.find(".moe.") != std::string::npos; }
 
@@ -368,18 +387,8 @@ LmTrainSnapshot LmTpTrainer::gather_state() {
 
 void LmTpTrainer::restore(const LmTrainSnapshot& s) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
-  const LmWeights want = lm_zeros(global_, DType::fp32, false);
-  const auto wn = want.named_weights();
   const bool moments = !dp_.forward_only;  // the forward mode restores the weights alone
-  for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
-    if (!moments && w != &s.master) continue;
-    const auto got = w->named_weights();
-    if (got.size() != wn.size()) throw std::invalid_argument("lm_tp restore: tensor count differs from the model's");
-    for (size_t i = 0; i < wn.size(); ++i)
-      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != wn[i].second->shape())
-        throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
-                                    runtime::shape_str(got[i].second->shape()));
-  }
+  check_state_layout(s.master, s.m, s.v, global_, moments);
   // This chip's blocks of the whole state, then the one restore path (the checkpoint's).
   LmStateShard mine;
   mine.master = pp_size_ == 1 ? shard(s.master) : shard(own_layers(s.master));
@@ -463,17 +472,7 @@ LmStateShard LmTpTrainer::state_layout(bool moments) const {
 void LmTpTrainer::restore(LmStateShard& s) {
   if (!store_) throw std::logic_error("lm_tp: a shape-only run cannot restore a state");
   const bool moments = !dp_.forward_only;  // the forward mode restores the weights alone
-  const LmWeights want = lm_zeros(local_, DType::fp32, false);
-  const auto wn = want.named_weights();
-  for (const LmWeights* w : {&s.master, &s.m, &s.v}) {
-    if (!moments && w != &s.master) continue;
-    const auto got = w->named_weights();
-    if (got.size() != wn.size()) throw std::invalid_argument("lm_tp restore: tensor count differs from the model's");
-    for (size_t i = 0; i < wn.size(); ++i)
-      if (got[i].second->dtype() != DType::fp32 || got[i].second->shape() != wn[i].second->shape())
-        throw std::invalid_argument("lm_tp restore: " + wn[i].first + " has shape " +
-                                    runtime::shape_str(got[i].second->shape()));
-  }
+  check_state_layout(s.master, s.m, s.v, local_, moments);
   if (s.step < 0) throw std::invalid_argument("lm_tp restore: negative step");
   work_ = lm_compute_copy(local_, s.master);
   if (local_.moe && local_.moe->bias_update > 0) {
