@@ -32,6 +32,17 @@ Event ev(const std::string& name, const std::string& cat, int engine, double sta
 
 std::uint64_t id(int chip, std::uint64_t n) { return (static_cast<std::uint64_t>(chip + 1) << 40) | n; }
 
+// Each timeline's events followed by its receives, as the profiler reads them.
+std::vector<sim::ChipEvents> chip_events(const std::vector<sim::Timeline>& tl) {
+  std::vector<sim::ChipEvents> chips;
+  for (const auto& t : tl) {
+    sim::ChipEvents ce{t.chip(), t.events()};
+    ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
+    chips.push_back(std::move(ce));
+  }
+  return chips;
+}
+
 // chip 0: gemm [0,10] -> send to 1 [10,14]; chip 1: recv [14,15] -> gemm [15,35] -> send to 2 [35,37];
 // chip 2: recv [37,40] -> norm [40,46]. Distractors: chip 0's idle kernel [20,30], chip 2's early kernel [0,5].
 std::vector<sim::ChipEvents> chain() {
@@ -134,12 +145,7 @@ TEST(CriticalPath, TimelinesRecordTheChain) {
   }
   // 105 + (1000 + 1000 + 105) * 2 = 4315.
   EXPECT_EQ(ready, 4315);
-  std::vector<sim::ChipEvents> chips;
-  for (auto& t : tl) {
-    sim::ChipEvents ce{t.chip(), t.events()};
-    ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
-    chips.push_back(std::move(ce));
-  }
+  const std::vector<sim::ChipEvents> chips = chip_events(tl);
   const auto pr = sim::profile(chips);
   EXPECT_EQ(pr.path.end, 4315);
   EXPECT_EQ(pr.path.waiting, 0);
@@ -246,12 +252,7 @@ TEST(CriticalPath, ReceiveFromASwitchNamesTheSendingChip) {
   const double at = tl[1].receive(sw, 1e5, up.end, up.end + 2000, tl[0].last_send_id(), tl[0].last_send_end());
   ASSERT_EQ(tl[1].receives().size(), 1u);
   EXPECT_EQ(tl[1].receives()[0].peer, 0);
-  std::vector<sim::ChipEvents> chips;
-  for (auto& t : tl) {
-    sim::ChipEvents ce{t.chip(), t.events()};
-    ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
-    chips.push_back(std::move(ce));
-  }
+  const std::vector<sim::ChipEvents> chips = chip_events(tl);
   const auto path = sim::critical_path(chips);
   EXPECT_EQ(path.end, at);
   EXPECT_EQ(path.waiting, 0);
@@ -347,12 +348,7 @@ TEST(CriticalPath, ACallsFixedCostIsOnThePath) {
       for (const auto& e : tl[0].events()) EXPECT_NE(e.name, "all_reduce.launch");  // bookkeeping of recording only
       continue;
     }
-    std::vector<sim::ChipEvents> chips;
-    for (auto& t : tl) {
-      sim::ChipEvents ce{t.chip(), t.events()};
-      ce.events.insert(ce.events.end(), t.receives().begin(), t.receives().end());
-      chips.push_back(std::move(ce));
-    }
+    const std::vector<sim::ChipEvents> chips = chip_events(tl);
     const auto p = sim::critical_path(chips);
     EXPECT_DOUBLE_EQ(p.end, end);
     EXPECT_DOUBLE_EQ(p.waiting, 0);
